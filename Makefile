@@ -1,0 +1,116 @@
+# Paddock build. Objects and binaries go under $(BUILD); source folders stay clean.
+#   make                      build build/controld and build/nodeagent
+#   make check                install/start what the tests need, run every test
+#   make SANITIZE=address,undefined check   the same tests, sanitized (in build/san)
+#   make up / make down       local stack on the embedded default (sqlite + docker driver)
+#   make bench                benchmarks (ratios against a baseline run side by side)
+#   make install PREFIX=/usr DESTDIR=...
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+PKGS    := libmicrohttpd libcurl libcjson librabbitmq libnftnl libmnl sqlite3 libsystemd libcrypto
+
+ifneq ($(SANITIZE),)
+BUILD   ?= build/san
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+else
+BUILD   ?= build
+SANFLAGS :=
+endif
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wmissing-prototypes -Wswitch-enum \
+           -Wno-format-nonliteral -Wno-format-truncation
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS := -std=gnu17 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE -pthread \
+              -Icommon -Iproto-json -Icontrold -Inodeagent -Itests/lib $(PKG_CFLAGS) -MMD -MP
+LDLIBS  := $(PKG_LIBS) -pthread -lm
+LDFLAGS += $(SANFLAGS)
+
+COMMON_SRC   := $(wildcard common/*.c)
+PJ_SRC       := $(wildcard proto-json/*.c)
+CONTROLD_SRC := $(filter-out controld/main.c,$(wildcard controld/*.c))
+AGENT_SRC    := $(filter-out nodeagent/main.c,$(wildcard nodeagent/*.c))
+TESTLIB_SRC  := $(wildcard tests/lib/*.c)
+UNIT_SRC     := $(wildcard tests/unit/test-*.c)
+INTEG_SRC    := $(wildcard tests/integration/test-*.c)
+FAKES_SRC    := $(wildcard tests/fakes/*.c)
+BENCH_SRC    := $(wildcard tests/bench/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIBCOMMON  := $(BUILD)/lib/libcommon.a
+LIBPJ      := $(BUILD)/lib/libpj.a
+LIBCTL     := $(BUILD)/lib/libcontrold.a
+LIBAGENT   := $(BUILD)/lib/libnodeagent.a
+LIBTEST    := $(BUILD)/lib/libtest.a
+
+UNIT_BINS  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(INTEG_SRC))
+FAKE_BINS  := $(patsubst tests/fakes/%.c,$(BUILD)/tests/fakes/%,$(FAKES_SRC))
+BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
+
+.PHONY: all check tests bench up down install clean compdb deps
+all: $(BUILD)/controld $(BUILD)/nodeagent
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIBCOMMON): $(call obj,$(COMMON_SRC))
+$(LIBPJ): $(call obj,$(PJ_SRC))
+$(LIBCTL): $(call obj,$(CONTROLD_SRC))
+$(LIBAGENT): $(call obj,$(AGENT_SRC))
+$(LIBTEST): $(call obj,$(TESTLIB_SRC))
+$(BUILD)/lib/%.a:
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/controld: $(call obj,controld/main.c) $(LIBCTL) $(LIBPJ) $(LIBCOMMON)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/nodeagent: $(call obj,nodeagent/main.c) $(LIBAGENT) $(LIBPJ) $(LIBCOMMON)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+TEST_LIBS := $(LIBTEST) $(LIBCTL) $(LIBAGENT) $(LIBPJ) $(LIBCOMMON)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIBS) $(LDLIBS)
+
+tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS)
+
+# The README's test command. Installs and starts what the tests need, runs all, stops it.
+check: deps
+	$(MAKE) tests
+	PADDOCK_BUILD=$(BUILD) tests/run-all.sh
+
+bench: deps
+	$(MAKE) tests
+	PADDOCK_BUILD=$(BUILD) tests/bench/run.sh
+
+deps:
+	tests/env/services.sh install
+
+up: deps
+	$(MAKE) all
+	PADDOCK_BUILD=$(BUILD) tests/env/up.sh
+
+down:
+	PADDOCK_BUILD=$(BUILD) tests/env/down.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/paddock $(DESTDIR)/lib/systemd/system
+	install -m 0755 $(BUILD)/controld $(BUILD)/nodeagent $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 packaging/controld.conf.example packaging/nodeagent.conf.example $(DESTDIR)/etc/paddock/
+	install -m 0644 packaging/paddock-controld.service packaging/paddock-nodeagent.service $(DESTDIR)/lib/systemd/system/
+
+compdb:
+	$(MAKE) clean && bear -- $(MAKE) tests
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

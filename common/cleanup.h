@@ -1,0 +1,57 @@
+/* cleanup.h — scope-bound cleanup and allocation that aborts on OOM.
+ *
+ * Every _cleanup_ variable must be initialised at declaration. Destructors
+ * accept NULL. TAKE_PTR() hands ownership out of a cleanup-scoped variable.
+ */
+#pragma once
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <stdio.h>
+#include <cjson/cJSON.h>
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _unused_ __attribute__((unused))
+#define _printf_(a, b) __attribute__((format(printf, a, b)))
+#define _noreturn_ __attribute__((noreturn))
+#define _warn_unused_ __attribute__((warn_unused_result))
+
+#define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
+
+#define TAKE_PTR(p) ({ __typeof__(p) _tp_ = (p); (p) = NULL; _tp_; })
+#define TAKE_FD(fd) ({ int _tf_ = (fd); (fd) = -1; _tf_; })
+
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)            \
+        static inline void func##p(type *p) {              \
+                if (*p)                                    \
+                        func(*p);                          \
+        }
+
+static inline void freep(void *p) { free(*(void **) p); }
+#define _cleanup_free_ _cleanup_(freep)
+
+static inline void closep(int *fd) {
+        if (*fd >= 0) {
+                int saved = errno;
+                close(*fd);
+                errno = saved;
+        }
+}
+#define _cleanup_close_ _cleanup_(closep)
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(FILE *, fclose)
+#define _cleanup_fclose_ _cleanup_(fclosep)
+DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON *, cJSON_Delete)
+#define _cleanup_json_ _cleanup_(cJSON_Deletep)
+
+/* Allocation failure is not a recoverable condition in our daemons. */
+_noreturn_ void oom(void);
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+char *xasprintf(const char *fmt, ...) _printf_(1, 2);
+#define xnew0(type, n) ((type *) xcalloc((n), sizeof(type)))

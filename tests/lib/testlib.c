@@ -1,0 +1,227 @@
+/* testlib.c — fork-per-test runner with timeouts; ends with "N passed, N failed". */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "testlib.h"
+
+#define TEST_MAX 512
+#define EXIT_SKIP 77
+
+struct test_entry {
+        const char *name;
+        const char *file;
+        test_fn fn;
+        int timeout;
+};
+static struct test_entry tests[TEST_MAX];
+static int n_tests;
+static char tmpdir_path[256];
+
+void test_register(const char *name, test_fn fn, const char *file, int timeout_s) {
+        if (n_tests >= TEST_MAX) {
+                fprintf(stderr, "too many tests\n");
+                abort();
+        }
+        tests[n_tests++] = (struct test_entry) { name, file, fn, timeout_s };
+}
+
+void test_fail(const char *file, int line, const char *fmt, ...) {
+        va_list ap;
+        fprintf(stderr, "  %s:%d: ", file, line);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        fflush(stderr);
+        _exit(1);
+}
+
+void test_skip(const char *why) {
+        fprintf(stderr, "  skipped: %s\n", why);
+        fflush(stderr);
+        _exit(EXIT_SKIP);
+}
+
+static void rm_tmpdir(void) {
+        if (!tmpdir_path[0])
+                return;
+        pid_t p = fork();
+        if (p == 0) {
+                execlp("rm", "rm", "-rf", "--", tmpdir_path, (char *) NULL);
+                _exit(127);
+        }
+        if (p > 0)
+                waitpid(p, NULL, 0);
+}
+
+const char *test_tmpdir(void) {
+        if (!tmpdir_path[0]) {
+                snprintf(tmpdir_path, sizeof(tmpdir_path), "/tmp/paddock-test-XXXXXX");
+                if (!mkdtemp(tmpdir_path)) {
+                        perror("mkdtemp");
+                        abort();
+                }
+                atexit(rm_tmpdir);
+        }
+        return tmpdir_path;
+}
+
+const char *test_build_path(const char *rel) {
+        static char buf[512];
+        const char *b = getenv("PADDOCK_BUILD");
+        snprintf(buf, sizeof(buf), "%s/%s", b && *b ? b : "build", rel);
+        return buf;
+}
+
+bool test_port_open(int port) {
+        _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        return fd >= 0 && connect(fd, (struct sockaddr *) &a, sizeof(a)) == 0;
+}
+
+bool test_have_docker(void) {
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un a = { .sun_family = AF_UNIX, .sun_path = "/var/run/docker.sock" };
+        return fd >= 0 && connect(fd, (struct sockaddr *) &a, sizeof(a)) == 0;
+}
+
+int test_run_capture(char *const argv[], char **ret_out, size_t cap) {
+        int pfd[2];
+        if (pipe2(pfd, O_CLOEXEC) < 0)
+                return -errno;
+        pid_t p = fork();
+        if (p < 0)
+                return -errno;
+        if (p == 0) {
+                dup2(pfd[1], STDOUT_FILENO);
+                execvp(argv[0], argv);
+                _exit(127);
+        }
+        close(pfd[1]);
+        size_t len = 0;
+        char *buf = xmalloc(cap + 1);
+        for (;;) {
+                ssize_t n = read(pfd[0], buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                len += (size_t) n;
+                if (len == cap) {
+                        char sink[4096];
+                        while (read(pfd[0], sink, sizeof(sink)) > 0)
+                                ;
+                        break;
+                }
+        }
+        close(pfd[0]);
+        buf[len] = 0;
+        int st;
+        while (waitpid(p, &st, 0) < 0 && errno == EINTR)
+                ;
+        if (ret_out)
+                *ret_out = buf;
+        else
+                free(buf);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static double now_s(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+static bool selected(const char *name, int argc, char **argv) {
+        if (argc < 2)
+                return true;
+        for (int i = 1; i < argc; i++)
+                if (strstr(name, argv[i]))
+                        return true;
+        return false;
+}
+
+int test_main(int argc, char **argv) {
+        int passed = 0, failed = 0, skipped = 0;
+        const char *env_to = getenv("TEST_TIMEOUT");
+        int scale = env_to ? atoi(env_to) : 0;
+
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        signal(SIGPIPE, SIG_IGN);
+        for (int i = 0; i < n_tests; i++) {
+                struct test_entry *t = &tests[i];
+                int timeout = scale > 0 ? scale : t->timeout;
+                if (!selected(t->name, argc, argv))
+                        continue;
+                double t0 = now_s();
+                fflush(stdout);
+                fflush(stderr);
+                pid_t pid = fork();
+                if (pid < 0) {
+                        perror("fork");
+                        return 2;
+                }
+                if (pid == 0) {
+                        setpgid(0, 0);
+                        alarm((unsigned) timeout);
+                        t->fn();
+                        fflush(stdout);
+                        exit(0);
+                }
+                setpgid(pid, pid);
+                int st = 0;
+                bool timed_out = false;
+                for (;;) {
+                        pid_t r = waitpid(pid, &st, WNOHANG);
+                        if (r == pid)
+                                break;
+                        if (now_s() - t0 > timeout + 5) {
+                                kill(-pid, SIGKILL);
+                                waitpid(pid, &st, 0);
+                                timed_out = true;
+                                break;
+                        }
+                        usleep(5000);
+                }
+                double dt = now_s() - t0;
+                if (!timed_out && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+                        printf("ok      %-50s %.2fs\n", t->name, dt);
+                        passed++;
+                } else if (!timed_out && WIFEXITED(st) && WEXITSTATUS(st) == EXIT_SKIP) {
+                        printf("skip    %-50s\n", t->name);
+                        skipped++;
+                } else {
+                        if (timed_out || (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM))
+                                printf("FAIL    %-50s timed out after %ds (%s)\n", t->name, timeout, t->file);
+                        else if (WIFSIGNALED(st))
+                                printf("FAIL    %-50s killed by signal %d (%s)\n", t->name, WTERMSIG(st), t->file);
+                        else
+                                printf("FAIL    %-50s (%s)\n", t->name, t->file);
+                        failed++;
+                }
+                /* Anything the test left in its process group goes with it. */
+                kill(-pid, SIGKILL);
+        }
+        if (skipped)
+                printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+        else
+                printf("%d passed, %d failed\n", passed, failed);
+        return failed ? 1 : 0;
+}
+
+/* Test programs are plain lists of TEST()s; main lives here. */
+int main(int argc, char **argv) { return test_main(argc, argv); }

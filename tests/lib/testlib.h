@@ -1,0 +1,106 @@
+/* testlib.h — the tiny in-tree test runner.
+ *
+ *   TEST(name) { ASSERT_TRUE(x); ASSERT_EQ(a, b); ASSERT_STREQ(a, b); }
+ *
+ * Each test runs in a forked child with a timeout (TEST_TIMEOUT seconds,
+ * default 120; a test may raise its own with TEST_SET_TIMEOUT before running).
+ * The program ends with one line "N passed, N failed" (plus ", N skipped") and
+ * exits non-zero on any failure. Arguments filter tests by substring.
+ * A test that needs a service that is absent calls TEST_SKIP("why").
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <inttypes.h>
+
+typedef void (*test_fn)(void);
+void test_register(const char *name, test_fn fn, const char *file, int timeout_s);
+int test_main(int argc, char **argv);
+
+_Noreturn void test_fail(const char *file, int line, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+_Noreturn void test_skip(const char *why);
+
+#define TEST_TIMEOUT_DEFAULT 120
+
+#define TEST_FULL(name, timeout)                                                 \
+        static void test_##name(void);                                           \
+        __attribute__((constructor)) static void test_reg_##name(void) {        \
+                test_register(#name, test_##name, __FILE__, (timeout));          \
+        }                                                                        \
+        static void test_##name(void)
+#define TEST(name) TEST_FULL(name, TEST_TIMEOUT_DEFAULT)
+
+#define TEST_SKIP(why) test_skip(why)
+
+#define ASSERT_TRUE(x)                                                           \
+        do {                                                                     \
+                if (!(x))                                                        \
+                        test_fail(__FILE__, __LINE__, "ASSERT_TRUE(%s)", #x);    \
+        } while (0)
+#define ASSERT_FALSE(x) ASSERT_TRUE(!(x))
+
+#define ASSERT_EQ(a, b)                                                          \
+        do {                                                                     \
+                long long _a = (long long) (a), _b = (long long) (b);           \
+                if (_a != _b)                                                    \
+                        test_fail(__FILE__, __LINE__, "ASSERT_EQ(%s, %s): %lld != %lld", \
+                                  #a, #b, _a, _b);                               \
+        } while (0)
+#define ASSERT_NE(a, b)                                                          \
+        do {                                                                     \
+                long long _a = (long long) (a), _b = (long long) (b);           \
+                if (_a == _b)                                                    \
+                        test_fail(__FILE__, __LINE__, "ASSERT_NE(%s, %s): both %lld", #a, #b, _a); \
+        } while (0)
+#define ASSERT_GE(a, b)                                                          \
+        do {                                                                     \
+                long long _a = (long long) (a), _b = (long long) (b);           \
+                if (!(_a >= _b))                                                 \
+                        test_fail(__FILE__, __LINE__, "ASSERT_GE(%s, %s): %lld < %lld", #a, #b, _a, _b); \
+        } while (0)
+#define ASSERT_LE(a, b)                                                          \
+        do {                                                                     \
+                long long _a = (long long) (a), _b = (long long) (b);           \
+                if (!(_a <= _b))                                                 \
+                        test_fail(__FILE__, __LINE__, "ASSERT_LE(%s, %s): %lld > %lld", #a, #b, _a, _b); \
+        } while (0)
+/* r >= 0 */
+#define ASSERT_OK(r)                                                             \
+        do {                                                                     \
+                long long _r = (long long) (r);                                  \
+                if (_r < 0)                                                      \
+                        test_fail(__FILE__, __LINE__, "ASSERT_OK(%s): %lld (%s)", #r, _r, \
+                                  strerror((int) -_r));                          \
+        } while (0)
+#define ASSERT_STREQ(a, b)                                                       \
+        do {                                                                     \
+                const char *_a = (a), *_b = (b);                                 \
+                if (!_a || !_b || strcmp(_a, _b) != 0)                           \
+                        test_fail(__FILE__, __LINE__, "ASSERT_STREQ(%s, %s): \"%s\" != \"%s\"", \
+                                  #a, #b, _a ? _a : "(null)", _b ? _b : "(null)"); \
+        } while (0)
+#define ASSERT_CONTAINS(hay, needle)                                             \
+        do {                                                                     \
+                const char *_h = (hay), *_n = (needle);                          \
+                if (!_h || !strstr(_h, _n))                                      \
+                        test_fail(__FILE__, __LINE__, "ASSERT_CONTAINS(%s, %s): \"%.400s\" lacks \"%s\"", \
+                                  #hay, #needle, _h ? _h : "(null)", _n);        \
+        } while (0)
+#define ASSERT_NULL(p) ASSERT_TRUE((p) == NULL)
+#define ASSERT_NOT_NULL(p) ASSERT_TRUE((p) != NULL)
+
+/* Helpers shared by tests. */
+/* Path of a built binary: $PADDOCK_BUILD/<rel> (default build/<rel>). Static buffer. */
+const char *test_build_path(const char *rel);
+/* A fresh directory under /tmp removed when the test process exits. */
+const char *test_tmpdir(void);
+/* Is a TCP port on 127.0.0.1 accepting? */
+bool test_port_open(int port);
+/* Is the docker socket answering? */
+bool test_have_docker(void);
+/* Run argv (no shell), capture stdout (up to cap bytes, NUL-terminated, caller frees). Returns exit status or -errno. */
+int test_run_capture(char *const argv[], char **ret_out, size_t cap);
