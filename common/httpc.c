@@ -1,0 +1,268 @@
+/* httpc.c — libcurl wrapper: one easy handle per request, bounded buffering. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+#include <strings.h>
+#include <curl/curl.h>
+
+#include "cleanup.h"
+#include "httpc.h"
+#include "log.h"
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_result;
+
+static void curl_init_once(void) {
+        curl_init_result = curl_global_init(CURL_GLOBAL_ALL);
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(CURL *, curl_easy_cleanup)
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct curl_slist *, curl_slist_free_all)
+
+struct sink {
+        const struct httpc_req *req;
+        char *buf;
+        size_t len, alloc, max;
+        bool too_big;
+        int cb_error;
+};
+
+static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata) {
+        struct sink *s = userdata;
+        size_t n = size * nmemb;
+
+        if (n == 0)
+                return 0;
+        if (s->req->on_data) {
+                int r = s->req->on_data(data, n, s->req->userdata);
+                if (r < 0) {
+                        s->cb_error = r;
+                        return 0;      /* makes curl fail with CURLE_WRITE_ERROR */
+                }
+                return n;
+        }
+        if (n > s->max - s->len) {
+                s->too_big = true;
+                return 0;
+        }
+        if (s->len + n + 1 > s->alloc) {
+                size_t a = s->alloc ? s->alloc : 4096;
+                while (a < s->len + n + 1)
+                        a *= 2;
+                if (a > s->max + 1)
+                        a = s->max + 1;
+                s->buf = xrealloc(s->buf, a);
+                s->alloc = a;
+        }
+        memcpy(s->buf + s->len, data, n);
+        s->len += n;
+        s->buf[s->len] = 0;
+        return n;
+}
+
+static struct curl_slist *slist_add(struct curl_slist *l, const char *s) {
+        struct curl_slist *n = curl_slist_append(l, s);
+        if (!n)
+                oom();
+        return n;
+}
+
+static bool has_crlf(const char *s) {
+        return strpbrk(s, "\r\n") != NULL;
+}
+
+static int map_curl_error(CURL *c, CURLcode cc, const struct sink *s) {
+        long os_errno = 0;
+
+        /* if-chain, not switch: CURLcode is a foreign enum with ~100 values */
+        if (cc == CURLE_OK)
+                return 0;
+        if (cc == CURLE_WRITE_ERROR) {
+                if (s->cb_error < 0)
+                        return s->cb_error;
+                return s->too_big ? -EMSGSIZE : -EIO;
+        }
+        if (cc == CURLE_OPERATION_TIMEDOUT)
+                return -ETIMEDOUT;
+        if (cc == CURLE_COULDNT_CONNECT) {
+                curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
+                if (os_errno == ENOENT)
+                        return -ENOENT;
+                if (os_errno == ETIMEDOUT)
+                        return -ETIMEDOUT;
+                return -ECONNREFUSED;
+        }
+        if (cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL)
+                return -EINVAL;
+        return -EIO;
+}
+
+int httpc_do(const struct httpc_req *req, struct httpc_resp *ret) {
+        _cleanup_(curl_easy_cleanupp) CURL *c = NULL;
+        _cleanup_(curl_slist_free_allp) struct curl_slist *hdrs = NULL;
+        _cleanup_free_ char *ct_hdr = NULL;
+        struct sink s = { .req = req };
+        const char *method;
+        char errbuf[CURL_ERROR_SIZE] = "";
+        CURLcode cc;
+        int r;
+
+        if (!req || !req->url || !ret)
+                return -EINVAL;
+        if (req->body_len > 0 && !req->body)
+                return -EINVAL;
+        method = req->method ? req->method : "GET";
+        if (!*method || has_crlf(method) || strchr(method, ' '))
+                return -EINVAL;
+        if (req->content_type && has_crlf(req->content_type))
+                return -EINVAL;
+        for (const char *const *h = req->headers; h && *h; h++)
+                if (has_crlf(*h))
+                        return -EINVAL;
+
+        pthread_once(&curl_once, curl_init_once);
+        if (curl_init_result != CURLE_OK)
+                return -EIO;
+
+        c = curl_easy_init();
+        if (!c)
+                return -ENOMEM;
+
+        s.max = req->max_response ? req->max_response : HTTPC_MAX_RESPONSE_DEFAULT;
+
+        curl_easy_setopt(c, CURLOPT_URL, req->url);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+        curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+        curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+        curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, req->timeout_ms > 0 ? req->timeout_ms : HTTPC_TIMEOUT_MS_DEFAULT);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                         req->connect_timeout_ms > 0 ? req->connect_timeout_ms : HTTPC_CONNECT_TIMEOUT_MS_DEFAULT);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+        if (req->unix_socket)
+                curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket);
+
+        if (req->body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+            strcmp(method, "PATCH") == 0) {
+                /* POSTFIELDS with an explicit size: binary-safe, and an empty body
+                 * still gets "Content-Length: 0" (Docker wants it on POSTs). */
+                curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
+                curl_easy_setopt(c, CURLOPT_POSTFIELDS, req->body ? req->body : "");
+                if (strcmp(method, "POST") != 0)
+                        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+        } else if (strcmp(method, "HEAD") == 0)
+                curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+        else if (strcmp(method, "GET") != 0)
+                curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+
+        /* Without this libcurl may wait a second for "100 Continue" on large bodies. */
+        hdrs = slist_add(hdrs, "Expect:");
+        if (req->content_type || req->body) {
+                /* libcurl's POSTFIELDS default is form-urlencoded; never send that by accident. */
+                ct_hdr = xasprintf("Content-Type: %s",
+                                   req->content_type ? req->content_type : "application/octet-stream");
+                hdrs = slist_add(hdrs, ct_hdr);
+        } else
+                hdrs = slist_add(hdrs, "Content-Type:");
+        for (const char *const *h = req->headers; h && *h; h++)
+                hdrs = slist_add(hdrs, *h);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+
+        cc = curl_easy_perform(c);
+        if (cc != CURLE_OK) {
+                r = map_curl_error(c, cc, &s);
+                log_debug("httpc: %s %s failed: %s (%s)", method, req->url,
+                          errbuf[0] ? errbuf : curl_easy_strerror(cc), strerror(-r));
+                free(s.buf);
+                return r;
+        }
+
+        long status = 0;
+        char *ct = NULL;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+
+        *ret = (struct httpc_resp) {
+                .status = status,
+                .body = s.buf ? s.buf : xstrdup(""),
+                .body_len = s.len,
+                .content_type = ct ? xstrdup(ct) : NULL,
+        };
+        return 0;
+}
+
+void httpc_resp_done(struct httpc_resp *r) {
+        if (!r)
+                return;
+        free(r->body);
+        free(r->content_type);
+        *r = (struct httpc_resp) {};
+}
+
+static bool is_json_type(const char *ct) {
+        /* "application/json", "application/json; charset=utf-8", "application/problem+json" */
+        if (!ct)
+                return false;
+        size_t n = strcspn(ct, ";");
+        return (n >= 4 && strncasecmp(ct + n - 4, "json", 4) == 0);
+}
+
+int httpc_json(const char *method, const char *url, const char *unix_socket, const cJSON *body,
+               long timeout_ms, long *ret_status, cJSON **ret_json) {
+        _cleanup_free_ char *text = NULL;
+        struct httpc_resp resp = {};
+        int r;
+
+        if (body) {
+                text = cJSON_PrintUnformatted(body);
+                if (!text)
+                        oom();
+        }
+        struct httpc_req req = {
+                .method = method,
+                .url = url,
+                .unix_socket = unix_socket,
+                .body = text,
+                .body_len = text ? strlen(text) : 0,
+                .content_type = text ? "application/json" : NULL,
+                .timeout_ms = timeout_ms,
+        };
+        r = httpc_do(&req, &resp);
+        if (r < 0)
+                return r;
+
+        cJSON *j = NULL;
+        if (ret_json && resp.body_len > 0 &&
+            (is_json_type(resp.content_type) || !resp.content_type))
+                j = cJSON_ParseWithLength(resp.body, resp.body_len);
+        if (ret_status)
+                *ret_status = resp.status;
+        if (ret_json)
+                *ret_json = j;
+        httpc_resp_done(&resp);
+        return 0;
+}
+
+char *httpc_escape(const char *s) {
+        static const char hex[] = "0123456789ABCDEF";
+        size_t n = strlen(s);
+        char *out = xmalloc(n * 3 + 1), *p = out;
+
+        for (const unsigned char *c = (const unsigned char *) s; *c; c++) {
+                if ((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
+                    *c == '-' || *c == '.' || *c == '_' || *c == '~')
+                        *p++ = (char) *c;
+                else {
+                        *p++ = '%';
+                        *p++ = hex[*c >> 4];
+                        *p++ = hex[*c & 15];
+                }
+        }
+        *p = 0;
+        return out;
+}

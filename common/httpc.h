@@ -1,0 +1,59 @@
+/* httpc.h — a small libcurl wrapper for HTTP over TCP or a unix socket.
+ *
+ * One easy handle per call: no shared state besides curl_global_init (done
+ * once, thread-safe). Safe to call from any thread. Never logs above debug.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+#define HTTPC_TIMEOUT_MS_DEFAULT         30000L
+#define HTTPC_CONNECT_TIMEOUT_MS_DEFAULT 5000L
+#define HTTPC_MAX_RESPONSE_DEFAULT       ((size_t) 16 << 20)
+
+struct httpc_req {
+        const char *method;            /* "GET" default */
+        const char *url;               /* http://localhost/v1.41/... for unix sockets */
+        const char *unix_socket;       /* NULL = TCP */
+        const char *const *headers;    /* NULL-terminated "Name: value"; must not contain CR/LF */
+        const void *body;
+        size_t body_len;
+        const char *content_type;      /* e.g. "application/json"; set whenever body != NULL */
+        long timeout_ms;               /* whole request; 0 = 30000 */
+        long connect_timeout_ms;       /* 0 = 5000 */
+        size_t max_response;           /* cap on buffered body; 0 = 16 MiB; over it -> -EMSGSIZE */
+        /* Optional streaming sink: when set, body chunks go here instead of being
+         * buffered (max_response does not apply); returning < 0 aborts the transfer
+         * and httpc_do() returns that value. */
+        int (*on_data)(const void *data, size_t len, void *userdata);
+        void *userdata;
+};
+
+struct httpc_resp {
+        long status;
+        char *body;                    /* always NUL-terminated (body_len excludes it); "" when streamed */
+        size_t body_len;
+        char *content_type;            /* NULL when the server sent none */
+};
+
+/* Performs one request. Any HTTP status counts as success (look at ret->status).
+ * Returns 0, or -ETIMEDOUT, -ECONNREFUSED, -ENOENT (no such unix socket),
+ * -EMSGSIZE (body over max_response), -EINVAL (bad request fields), -EIO (anything
+ * else), or the negative value an on_data callback returned. ret is filled only on
+ * success; the caller frees it with httpc_resp_done(). */
+int httpc_do(const struct httpc_req *req, struct httpc_resp *ret);
+
+/* Frees the members and zeroes *r. NULL-safe. */
+void httpc_resp_done(struct httpc_resp *r);
+
+/* JSON convenience. body (may be NULL) is sent serialized with Content-Type:
+ * application/json. *ret_json is the parsed response when the body is JSON
+ * (a JSON content type, or no content type and a body that parses), else NULL.
+ * ret_status/ret_json may be NULL. timeout_ms 0 = default. Errors as httpc_do(). */
+int httpc_json(const char *method, const char *url, const char *unix_socket, const cJSON *body,
+               long timeout_ms, long *ret_status, cJSON **ret_json);
+
+/* URL-encodes a query (or path) component: everything except A-Z a-z 0-9 - . _ ~
+ * becomes %XX. Returns an xmalloc'd string. */
+char *httpc_escape(const char *s);
