@@ -1,0 +1,174 @@
+/* json.c — see json.h. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "cleanup.h"
+#include "json.h"
+#include "strutil.h"
+
+/* Largest integer a double holds such that no other integer rounds to it. */
+#define JSON_EXACT_INT_MAX ((INT64_C(1) << 53) - 1)
+/* cJSON prints doubles with "%1.15g" and accepts the result when it compares
+ * equal within DBL_EPSILON relative error, so 16+ digit integers come out
+ * rounded ("9.00719925474099e+15"). Beyond 15 digits we emit raw digits. */
+#define JSON_PRINT_EXACT_MAX INT64_C(999999999999999)
+
+static bool is_json_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* What cJSON does not check (it treats every byte <= 0x20 as whitespace,
+ * passes raw control bytes in strings and turns \u0000 into a C string end)
+ * plus the nesting limit, in one pass before cJSON recurses. */
+static int prescan(const char *buf, size_t len, int max_depth, char *err, size_t errlen) {
+        size_t bad = utf8_first_invalid(buf, len);
+        bool in_str = false, esc = false;
+        int depth = 0;
+
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char) buf[i];
+
+                if (i == bad)
+                        goto invalid_utf8;
+                if (in_str) {
+                        if (esc) {
+                                esc = false;
+                                if (c == 'u' && len - i > 4 && memcmp(buf + i + 1, "0000", 4) == 0) {
+                                        snprintf(err, errlen, "Malformed JSON at byte %zu: \\u0000 is not allowed", i - 1);
+                                        return -EINVAL;
+                                }
+                        } else if (c == '\\')
+                                esc = true;
+                        else if (c == '"')
+                                in_str = false;
+                        else if (c < 0x20) {
+                                snprintf(err, errlen, "Malformed JSON at byte %zu: control character in string", i);
+                                return -EINVAL;
+                        }
+                        continue;
+                }
+                if (c == '"')
+                        in_str = true;
+                else if (c == '[' || c == '{') {
+                        if (++depth > max_depth) {
+                                snprintf(err, errlen, "JSON nested too deeply (max %d)", max_depth);
+                                return -EINVAL;
+                        }
+                } else if (c == ']' || c == '}') {
+                        if (depth > 0)
+                                depth--;
+                } else if (c < 0x20 && !is_json_ws((char) c)) {
+                        snprintf(err, errlen, "Malformed JSON at byte %zu", i);
+                        return -EINVAL;
+                }
+        }
+        return 0;
+
+invalid_utf8:
+        snprintf(err, errlen, "Malformed JSON at byte %zu: invalid UTF-8", bad);
+        return -EINVAL;
+}
+
+int json_parse(const char *buf, size_t len, size_t max_len, int max_depth, cJSON **ret, char *err,
+               size_t errlen) {
+        char dummy[1];
+        const char *end = NULL;
+        cJSON *j;
+        int r;
+
+        if (!err || errlen == 0) {
+                err = dummy;
+                errlen = sizeof(dummy);
+        }
+        err[0] = 0;
+        if (len > max_len) {
+                snprintf(err, errlen, "JSON document too large (%zu bytes, max %zu)", len, max_len);
+                return -EMSGSIZE;
+        }
+        if (max_depth > CJSON_NESTING_LIMIT)
+                max_depth = CJSON_NESTING_LIMIT;
+        r = prescan(buf, len, max_depth, err, errlen);
+        if (r < 0)
+                return r;
+        if (len == 0) {
+                snprintf(err, errlen, "Malformed JSON at byte 0: empty document");
+                return -EINVAL;
+        }
+        j = cJSON_ParseWithLengthOpts(buf, len, &end, false);
+        if (!j) {
+                /* cJSON also returns NULL when malloc fails; we cannot tell,
+                 * and a syntax error is by far the likelier cause. */
+                size_t pos = end && end >= buf && end <= buf + len ? (size_t) (end - buf) : 0;
+                snprintf(err, errlen, "Malformed JSON at byte %zu", pos);
+                return -EINVAL;
+        }
+        for (size_t pos = (size_t) (end - buf); pos < len; pos++)
+                if (!is_json_ws(buf[pos])) {
+                        cJSON_Delete(j);
+                        snprintf(err, errlen, "Malformed JSON at byte %zu: trailing data", pos);
+                        return -EINVAL;
+                }
+        *ret = j;
+        return 0;
+}
+
+char *json_print(const cJSON *j) {
+        char *s;
+
+        if (!j)
+                return xstrdup("null");
+        s = cJSON_PrintUnformatted(j);
+        if (!s)
+                oom();
+        return s;
+}
+
+static cJSON *checked(cJSON *item) {
+        if (!item)
+                oom();
+        return item;
+}
+
+cJSON *json_add_str(cJSON *o, const char *k, const char *v) {
+        if (!v)
+                return checked(cJSON_AddNullToObject(o, k));
+        return checked(cJSON_AddStringToObject(o, k, v));
+}
+
+cJSON *json_add_int(cJSON *o, const char *k, int64_t v) {
+        if (v > JSON_PRINT_EXACT_MAX || v < -JSON_PRINT_EXACT_MAX) {
+                char digits[32];
+                snprintf(digits, sizeof(digits), "%" PRId64, v);
+                return checked(cJSON_AddRawToObject(o, k, digits));
+        }
+        return checked(cJSON_AddNumberToObject(o, k, (double) v));
+}
+
+cJSON *json_add_bool(cJSON *o, const char *k, bool v) {
+        return checked(cJSON_AddBoolToObject(o, k, v));
+}
+
+const char *json_get_str(const cJSON *o, const char *k) {
+        const cJSON *i = cJSON_GetObjectItemCaseSensitive(o, k);
+        return cJSON_IsString(i) ? i->valuestring : NULL;
+}
+
+bool json_get_int(const cJSON *o, const char *k, int64_t *ret) {
+        const cJSON *i = cJSON_GetObjectItemCaseSensitive(o, k);
+        double d;
+
+        if (cJSON_IsRaw(i)) {
+                int64_t v;
+                if (!i->valuestring || safe_atoi64(i->valuestring, &v) < 0)
+                        return false;
+                *ret = v;
+                return true;
+        }
+        if (!cJSON_IsNumber(i))
+                return false;
+        d = i->valuedouble;
+        if (!isfinite(d) || d != trunc(d) || d > (double) JSON_EXACT_INT_MAX || d < -(double) JSON_EXACT_INT_MAX)
+                return false;
+        *ret = (int64_t) d;
+        return true;
+}

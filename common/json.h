@@ -1,0 +1,43 @@
+/* json.h — helpers over cJSON for untrusted input and compact output.
+ *
+ * cJSON's own allocator stays in place; every NULL it returns on allocation
+ * failure ends in oom(), so callers never see a half-built object.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+
+/* Parses len bytes of untrusted input (need not be NUL-terminated) as one
+ * JSON value with optional surrounding whitespace (space, tab, CR, LF).
+ *  -EMSGSIZE  len > max_len ("JSON document too large ...")
+ *  -EINVAL    "Malformed JSON at byte N[: why]" for invalid JSON, trailing
+ *             garbage, NUL or raw control bytes, invalid UTF-8, \u0000 (it
+ *             would silently cut C strings short);
+ *             "JSON nested too deeply (max D)" beyond max_depth nested
+ *             arrays/objects (checked before cJSON recurses).
+ * max_depth is capped at cJSON's own limit (CJSON_NESTING_LIMIT, 1000).
+ * On success *ret is owned by the caller (cJSON_Delete / _cleanup_json_). */
+int json_parse(const char *buf, size_t len, size_t max_len, int max_depth, cJSON **ret, char *err,
+               size_t errlen);
+
+/* Compact text, caller frees with free(). j NULL prints "null". */
+char *json_print(const cJSON *j);
+
+/* Add to object o and return the new item (owned by o). */
+cJSON *json_add_str(cJSON *o, const char *k, const char *v);   /* v NULL -> JSON null */
+/* Exact for the whole int64 range: cJSON would print integers of 16 or more
+ * digits rounded, so those become a raw item (cJSON_IsRaw, not IsNumber) that
+ * prints as plain digits; json_get_int reads either kind back. */
+cJSON *json_add_int(cJSON *o, const char *k, int64_t v);
+cJSON *json_add_bool(cJSON *o, const char *k, bool v);
+
+/* Borrowed pointer; NULL when missing or not a string. Keys are case-sensitive. */
+const char *json_get_str(const cJSON *o, const char *k);
+/* True only for an integral number that is certainly exact: cJSON keeps
+ * numbers as doubles, so magnitudes of 2^53 and above (where input digits may
+ * already have been rounded) are refused rather than returned wrong. Raw items
+ * from json_add_int are read back exactly. */
+bool json_get_int(const cJSON *o, const char *k, int64_t *ret);

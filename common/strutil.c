@@ -1,0 +1,455 @@
+/* strutil.c — see strutil.h. */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include "cleanup.h"
+#include "strutil.h"
+
+int strscpy(char *dst, const char *src, size_t size) {
+        size_t n;
+
+        if (size == 0)
+                return -E2BIG;
+        n = strnlen(src, size);
+        if (n == size) {
+                memcpy(dst, src, size - 1);
+                dst[size - 1] = 0;
+                return -E2BIG;
+        }
+        memcpy(dst, src, n + 1);
+        return n > INT_MAX ? INT_MAX : (int) n;
+}
+
+bool startswith(const char *s, const char *prefix) {
+        return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+bool endswith(const char *s, const char *suffix) {
+        size_t ls = strlen(s), lx = strlen(suffix);
+        return ls >= lx && memcmp(s + ls - lx, suffix, lx) == 0;
+}
+
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* Leading decimal digits of s into *ret; *end points past them. At least one
+ * digit required. -ERANGE on uint64 overflow. */
+static int parse_u64_prefix(const char *s, uint64_t *ret, const char **end) {
+        uint64_t v = 0;
+        const char *p = s;
+
+        if (!is_digit(*p))
+                return -EINVAL;
+        for (; is_digit(*p); p++) {
+                unsigned d = (unsigned) (*p - '0');
+                if (v > (UINT64_MAX - d) / 10)
+                        return -ERANGE;
+                v = v * 10 + d;
+        }
+        *ret = v;
+        *end = p;
+        return 0;
+}
+
+int safe_atoi64(const char *s, int64_t *ret) {
+        bool neg = false;
+        const char *end;
+        uint64_t u;
+        int r;
+
+        if (!s)
+                return -EINVAL;
+        if (*s == '-') {
+                neg = true;
+                s++;
+        }
+        r = parse_u64_prefix(s, &u, &end);
+        if (r == -ERANGE) {
+                /* Still junk-check so "999...9x" is -EINVAL, not -ERANGE. */
+                while (is_digit(*s))
+                        s++;
+                return *s ? -EINVAL : -ERANGE;
+        }
+        if (r < 0)
+                return r;
+        if (*end)
+                return -EINVAL;
+        if (neg) {
+                if (u > (uint64_t) INT64_MAX + 1)
+                        return -ERANGE;
+                *ret = u == (uint64_t) INT64_MAX + 1 ? INT64_MIN : -(int64_t) u;
+        } else {
+                if (u > (uint64_t) INT64_MAX)
+                        return -ERANGE;
+                *ret = (int64_t) u;
+        }
+        return 0;
+}
+
+static int mul_u64(uint64_t a, uint64_t b, uint64_t *ret) {
+        if (b != 0 && a > UINT64_MAX / b)
+                return -ERANGE;
+        *ret = a * b;
+        return 0;
+}
+
+static int parse_with_units(const char *s, uint64_t *ret, const char *const *names,
+                            const uint64_t *factors, size_t n_units, uint64_t bare_factor) {
+        const char *end;
+        uint64_t v = 0, f = 0, out;
+        int r;
+
+        if (!s)
+                return -EINVAL;
+        r = parse_u64_prefix(s, &v, &end);
+        if (r == -ERANGE) {
+                /* Overflow, unless the rest is junk anyway (checked below). */
+                for (end = s; is_digit(*end); end++)
+                        ;
+        } else if (r < 0)
+                return r;
+        if (*end == 0)
+                f = bare_factor;
+        else
+                for (size_t i = 0; i < n_units; i++)
+                        if (strcasecmp(end, names[i]) == 0) {
+                                f = factors[i];
+                                break;
+                        }
+        if (f == 0)
+                return -EINVAL;
+        if (r == -ERANGE)
+                return r;
+        r = mul_u64(v, f, &out);
+        if (r < 0)
+                return r;
+        *ret = out;
+        return 0;
+}
+
+int parse_size(const char *s, uint64_t *ret) {
+        static const char *const names[] = { "K", "M", "G", "T" };
+        static const uint64_t factors[] = { 1ULL << 10, 1ULL << 20, 1ULL << 30, 1ULL << 40 };
+        return parse_with_units(s, ret, names, factors, ELEMENTSOF(names), 1);
+}
+
+int parse_duration_ms(const char *s, uint64_t *ret) {
+        static const char *const names[] = { "ms", "s", "m", "h", "d" };
+        static const uint64_t factors[] = { 1, 1000, 60 * 1000, 3600 * 1000, 86400 * 1000 };
+        return parse_with_units(s, ret, names, factors, ELEMENTSOF(names), 1000);
+}
+
+bool hexid_valid(const char *s) {
+        size_t i;
+
+        if (!s)
+                return false;
+        for (i = 0; i < HEXID_LEN; i++)
+                if (!(is_digit(s[i]) || (s[i] >= 'a' && s[i] <= 'f')))
+                        return false;
+        return s[i] == 0;
+}
+
+/* getrandom() blocks only until the pool is initialised once after boot;
+ * afterwards it cannot fail for sizes we use except on EINTR. */
+static void random_bytes(void *p, size_t n) {
+        uint8_t *b = p;
+        while (n > 0) {
+                ssize_t k = getrandom(b, n, 0);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        abort();
+                }
+                b += k;
+                n -= (size_t) k;
+        }
+}
+
+static void hex_encode(const uint8_t *in, size_t n, char *out) {
+        static const char hex[] = "0123456789abcdef";
+        for (size_t i = 0; i < n; i++) {
+                out[2 * i] = hex[in[i] >> 4];
+                out[2 * i + 1] = hex[in[i] & 15];
+        }
+        out[2 * n] = 0;
+}
+
+void hexid_new(char out[HEXID_LEN + 1]) {
+        uint8_t b[HEXID_LEN / 2];
+        random_bytes(b, sizeof(b));
+        hex_encode(b, sizeof(b), out);
+}
+
+void random_token(char *out, size_t nbytes_of_entropy) {
+        _cleanup_free_ uint8_t *b = xmalloc(nbytes_of_entropy);
+        random_bytes(b, nbytes_of_entropy);
+        hex_encode(b, nbytes_of_entropy, out);
+        OPENSSL_cleanse(b, nbytes_of_entropy);
+}
+
+void sha256_hex(const void *data, size_t len, char out[65]) {
+        uint8_t md[EVP_MAX_MD_SIZE];
+        unsigned mdlen = 0;
+
+        /* Fails only on allocation failure inside libcrypto. */
+        if (EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32)
+                oom();
+        hex_encode(md, 32, out);
+}
+
+bool streq_const(const char *a, const char *b) {
+        size_t la, lb;
+
+        if (!a || !b)
+                return false;
+        la = strlen(a);
+        lb = strlen(b);
+        if (la != lb)
+                return false;
+        return CRYPTO_memcmp(a, b, la) == 0;
+}
+
+void strv_free(char **v) {
+        if (!v)
+                return;
+        for (char **p = v; *p; p++)
+                free(*p);
+        free(v);
+}
+
+size_t strv_length(char *const *v) {
+        size_t n = 0;
+        if (v)
+                while (v[n])
+                        n++;
+        return n;
+}
+
+char **strv_copy(char *const *v) {
+        size_t n;
+        char **c;
+
+        if (!v)
+                return NULL;
+        n = strv_length(v);
+        c = xnew0(char *, n + 1);
+        for (size_t i = 0; i < n; i++)
+                c[i] = xstrdup(v[i]);
+        return c;
+}
+
+void strbuf_init(struct strbuf *b, size_t max) {
+        *b = (struct strbuf) { .max = max };
+}
+
+int strbuf_append(struct strbuf *b, const void *data, size_t len) {
+        size_t room = SIZE_MAX - 1 - b->len, want;
+        int r = 0;
+
+        if (b->truncated)
+                return -ENOBUFS;
+        if (b->max > 0)
+                room = b->max > b->len ? b->max - b->len : 0;
+        if (len > room) {
+                len = room;
+                b->truncated = true;
+                r = -ENOBUFS;
+        }
+        want = b->len + len + 1;
+        if (want > b->cap) {
+                size_t ncap = b->cap ? b->cap : 64;
+                while (ncap < want)
+                        ncap = ncap > SIZE_MAX / 2 ? want : ncap * 2;
+                if (b->max > 0 && ncap > b->max + 1)
+                        ncap = b->max + 1;
+                b->buf = xrealloc(b->buf, ncap);
+                b->cap = ncap;
+        }
+        if (len > 0)
+                memcpy(b->buf + b->len, data, len);
+        b->len += len;
+        b->buf[b->len] = 0;
+        return r;
+}
+
+int strbuf_printf(struct strbuf *b, const char *fmt, ...) {
+        _cleanup_free_ char *s = NULL;
+        va_list ap;
+        int n;
+
+        va_start(ap, fmt);
+        n = vasprintf(&s, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                oom();
+        return strbuf_append(b, s, (size_t) n);
+}
+
+void strbuf_done(struct strbuf *b) {
+        free(b->buf);
+        strbuf_init(b, b->max);
+}
+
+char *strbuf_steal(struct strbuf *b) {
+        char *s = b->buf ? b->buf : xstrdup("");
+        b->buf = NULL;
+        strbuf_init(b, b->max);
+        return s;
+}
+
+static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *base64_encode(const void *data, size_t len, size_t *ret_len) {
+        const uint8_t *in = data;
+        size_t olen, i, o = 0;
+        char *out;
+
+        if (len > (SIZE_MAX - 1) / 4 * 3 - 3)
+                oom();
+        olen = (len + 2) / 3 * 4;
+        out = xmalloc(olen + 1);
+        for (i = 0; i + 2 < len; i += 3) {
+                uint32_t v = (uint32_t) in[i] << 16 | (uint32_t) in[i + 1] << 8 | in[i + 2];
+                out[o++] = b64chars[v >> 18];
+                out[o++] = b64chars[(v >> 12) & 63];
+                out[o++] = b64chars[(v >> 6) & 63];
+                out[o++] = b64chars[v & 63];
+        }
+        if (i < len) {
+                uint32_t v = (uint32_t) in[i] << 16 | (i + 1 < len ? (uint32_t) in[i + 1] << 8 : 0);
+                out[o++] = b64chars[v >> 18];
+                out[o++] = b64chars[(v >> 12) & 63];
+                out[o++] = i + 1 < len ? b64chars[(v >> 6) & 63] : '=';
+                out[o++] = '=';
+        }
+        out[o] = 0;
+        if (ret_len)
+                *ret_len = o;
+        return out;
+}
+
+static int b64val(char c) {
+        if (c >= 'A' && c <= 'Z')
+                return c - 'A';
+        if (c >= 'a' && c <= 'z')
+                return c - 'a' + 26;
+        if (c >= '0' && c <= '9')
+                return c - '0' + 52;
+        if (c == '+')
+                return 62;
+        if (c == '/')
+                return 63;
+        return -1;
+}
+
+int base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len) {
+        _cleanup_free_ uint8_t *out = NULL;
+        size_t o = 0;
+
+        if (len % 4 != 0)
+                return -EINVAL;
+        out = xmalloc(len / 4 * 3 + 1);
+        for (size_t i = 0; i < len; i += 4) {
+                bool last = i + 4 == len;
+                int a = b64val(s[i]), b = b64val(s[i + 1]), c, d;
+
+                if (a < 0 || b < 0)
+                        return -EINVAL;
+                if (last && s[i + 2] == '=' && s[i + 3] == '=') {
+                        if (b & 15)
+                                return -EINVAL;
+                        out[o++] = (uint8_t) (a << 2 | b >> 4);
+                        break;
+                }
+                c = b64val(s[i + 2]);
+                if (c < 0)
+                        return -EINVAL;
+                if (last && s[i + 3] == '=') {
+                        if (c & 3)
+                                return -EINVAL;
+                        out[o++] = (uint8_t) (a << 2 | b >> 4);
+                        out[o++] = (uint8_t) ((b & 15) << 4 | c >> 2);
+                        break;
+                }
+                d = b64val(s[i + 3]);
+                if (d < 0)
+                        return -EINVAL;
+                out[o++] = (uint8_t) (a << 2 | b >> 4);
+                out[o++] = (uint8_t) ((b & 15) << 4 | c >> 2);
+                out[o++] = (uint8_t) ((c & 3) << 6 | d);
+        }
+        out[o] = 0;
+        *ret = TAKE_PTR(out);
+        if (ret_len)
+                *ret_len = o;
+        return 0;
+}
+
+bool utf8_valid(const char *s, size_t len) {
+        return utf8_first_invalid(s, len) == len;
+}
+
+size_t utf8_first_invalid(const char *str, size_t len) {
+        const uint8_t *s = (const uint8_t *) str;
+        size_t i = 0;
+
+        while (i < len) {
+                uint8_t c = s[i];
+                size_t n;
+                uint32_t cp, min;
+
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                } else if ((c & 0xe0) == 0xc0) {
+                        n = 1, cp = c & 0x1f, min = 0x80;
+                } else if ((c & 0xf0) == 0xe0) {
+                        n = 2, cp = c & 0x0f, min = 0x800;
+                } else if ((c & 0xf8) == 0xf0) {
+                        n = 3, cp = c & 0x07, min = 0x10000;
+                } else
+                        return i;
+                if (len - i - 1 < n)
+                        return i;
+                for (size_t k = 1; k <= n; k++) {
+                        if ((s[i + k] & 0xc0) != 0x80)
+                                return i;
+                        cp = cp << 6 | (s[i + k] & 0x3f);
+                }
+                if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+                        return i;
+                i += n + 1;
+        }
+        return len;
+}
+
+void format_rfc3339_ms(int64_t ms, char out[32]) {
+        const int64_t max = INT64_C(253402300799999); /* 9999-12-31T23:59:59.999Z */
+        struct tm tm;
+        time_t t;
+
+        if (ms < 0)
+                ms = 0;
+        if (ms > max)
+                ms = max;
+        t = (time_t) (ms / 1000);
+        gmtime_r(&t, &tm);
+        snprintf(out, 32, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int) (ms % 1000));
+}
+
+static int64_t clock_ms(clockid_t id) {
+        struct timespec ts;
+        clock_gettime(id, &ts);
+        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t now_ms(void) { return clock_ms(CLOCK_REALTIME); }
+int64_t mono_ms(void) { return clock_ms(CLOCK_MONOTONIC); }

@@ -1,0 +1,91 @@
+/* strutil.h — bounded string helpers, number/unit parsing, ids, tokens, base64, time.
+ *
+ * Conventions: int returns are >= 0 on success and -errno on failure; out
+ * parameters (ret*) are left untouched on failure. Anything returned as a
+ * pointer is heap memory owned by the caller unless stated otherwise; all
+ * allocation aborts on OOM (see cleanup.h).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Copies src into dst (size bytes) and always NUL-terminates when size > 0.
+ * Returns strlen(src) when it fit, -E2BIG when truncated (or size == 0). */
+int strscpy(char *dst, const char *src, size_t size);
+
+bool startswith(const char *s, const char *prefix);
+bool endswith(const char *s, const char *suffix);
+
+/* Whole string in base 10: optional '-', then digits. No whitespace, no '+',
+ * no trailing junk -> -EINVAL; out of int64 range -> -ERANGE. */
+int safe_atoi64(const char *s, int64_t *ret);
+
+/* "512", "64K", "50M", "2G", "1T" (binary units, suffix case-insensitive).
+ * No sign, no fraction, no whitespace -> -EINVAL; overflow -> -ERANGE. */
+int parse_size(const char *s, uint64_t *ret);
+
+/* "250ms", "30s", "5m", "2h", "1d"; a bare number is seconds.
+ * Same strictness as parse_size; result in milliseconds. */
+int parse_duration_ms(const char *s, uint64_t *ret);
+
+/* Our object ids: exactly 24 lowercase hex characters (12 random bytes). */
+#define HEXID_LEN 24
+bool hexid_valid(const char *s);
+void hexid_new(char out[HEXID_LEN + 1]);
+
+/* Lowercase hex of nbytes_of_entropy bytes from getrandom(); out must hold
+ * 2 * nbytes_of_entropy + 1 bytes. Hex is url-safe and never needs escaping. */
+void random_token(char *out, size_t nbytes_of_entropy);
+
+/* Lowercase hex SHA-256 of data. */
+void sha256_hex(const void *data, size_t len, char out[65]);
+
+/* Equality of two secrets. Different lengths return false at once (the length
+ * is not secret); equal lengths are compared in constant time. NULL never
+ * equals anything. */
+bool streq_const(const char *a, const char *b);
+
+/* NULL-terminated string vectors. strv_free and strv_length accept NULL. */
+void strv_free(char **v);
+size_t strv_length(char *const *v);
+char **strv_copy(char *const *v);   /* NULL in -> NULL out */
+static inline void strv_freep(char ***v) { strv_free(*v); }
+#define _cleanup_strv_free_ __attribute__((cleanup(strv_freep)))
+
+/* Growable buffer with a hard cap. buf is NULL until the first append and is
+ * always NUL-terminated afterwards; max counts content bytes (0 = unlimited). */
+struct strbuf {
+        char *buf;
+        size_t len, cap, max;
+        bool truncated;
+};
+void strbuf_init(struct strbuf *b, size_t max);
+/* Past max: keeps what fits, sets truncated, returns -ENOBUFS (and keeps
+ * returning it for later appends). Otherwise 0. */
+int strbuf_append(struct strbuf *b, const void *data, size_t len);
+int strbuf_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void strbuf_done(struct strbuf *b);
+/* NUL-terminated content (never NULL), ownership moves to the caller; b is
+ * reset to empty with the same max. */
+char *strbuf_steal(struct strbuf *b);
+
+/* Standard alphabet, padded. Result is NUL-terminated; *ret_len (optional)
+ * excludes the NUL. */
+char *base64_encode(const void *data, size_t len, size_t *ret_len);
+/* Strict: length a multiple of 4, padding only at the end, zero pad bits,
+ * no whitespace -> else -EINVAL. *ret gets one extra NUL byte past *ret_len
+ * so text payloads can be used as strings. */
+int base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len);
+
+/* RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
+ * NUL bytes count as valid (U+0000); callers that need C strings check that. */
+bool utf8_valid(const char *s, size_t len);
+/* Offset of the first byte that starts an invalid sequence, or len. */
+size_t utf8_first_invalid(const char *s, size_t len);
+
+/* "2026-12-02T11:14:53.123Z". ms is clamped to years 1970..9999. */
+void format_rfc3339_ms(int64_t ms, char out[32]);
+int64_t now_ms(void);   /* CLOCK_REALTIME */
+int64_t mono_ms(void);  /* CLOCK_MONOTONIC */

@@ -1,0 +1,241 @@
+/* Unit tests for common/json.c: hostile input to json_parse, exact ints. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cleanup.h"
+#include "json.h"
+#include "testlib.h"
+
+/* Parse from an exactly-sized heap copy so ASan catches any read past len. */
+static int parse(const char *s, size_t len, size_t max_len, int depth, cJSON **ret, char *err, size_t errlen) {
+        _cleanup_free_ char *copy = xmalloc(len ? len : 1);
+        memcpy(copy, s, len);
+        return json_parse(copy, len, max_len, depth, ret, err, errlen);
+}
+#define PARSE_OK(lit, jp)  ASSERT_EQ(parse(lit, strlen(lit), 1 << 20, 64, jp, err, sizeof(err)), 0)
+#define PARSE_BAD(lit)                                                                      \
+        do {                                                                                \
+                cJSON *_j = NULL;                                                           \
+                int _r = parse(lit, sizeof(lit) - 1, 1 << 20, 64, &_j, err, sizeof(err));   \
+                if (_r != -EINVAL)                                                          \
+                        test_fail(__FILE__, __LINE__, "accepted %s (r=%d)", #lit, _r);     \
+                ASSERT_NULL(_j);                                                            \
+                ASSERT_TRUE(strncmp(err, "Malformed JSON at byte ", 23) == 0 ||             \
+                            strncmp(err, "JSON nested too deeply", 22) == 0);               \
+        } while (0)
+
+TEST(parse_happy) {
+        char err[256];
+        _cleanup_json_ cJSON *j = NULL;
+        PARSE_OK(" {\"name\": \"x\", \"n\": 42, \"neg\": -7, \"f\": 1.5, \"b\": true, \"z\": null, \"s\": \"caf\\u00e9 \xe2\x82\xac\"}\r\n", &j);
+        ASSERT_STREQ(json_get_str(j, "name"), "x");
+        ASSERT_STREQ(json_get_str(j, "s"), "caf\xc3\xa9 \xe2\x82\xac");
+        ASSERT_NULL(json_get_str(j, "n"));
+        ASSERT_NULL(json_get_str(j, "missing"));
+        ASSERT_NULL(json_get_str(j, "NAME")); /* case-sensitive */
+        int64_t v = 5;
+        ASSERT_TRUE(json_get_int(j, "n", &v));
+        ASSERT_EQ(v, 42);
+        ASSERT_TRUE(json_get_int(j, "neg", &v));
+        ASSERT_EQ(v, -7);
+        v = 5;
+        ASSERT_FALSE(json_get_int(j, "f", &v));
+        ASSERT_FALSE(json_get_int(j, "b", &v));
+        ASSERT_FALSE(json_get_int(j, "name", &v));
+        ASSERT_FALSE(json_get_int(j, "missing", &v));
+        ASSERT_EQ(v, 5);
+        ASSERT_FALSE(json_get_int(NULL, "n", &v));
+        ASSERT_NULL(json_get_str(NULL, "n"));
+
+        _cleanup_json_ cJSON *s = NULL;
+        PARSE_OK("\"just a string\"", &s);
+        ASSERT_TRUE(cJSON_IsString(s));
+        _cleanup_json_ cJSON *a = NULL;
+        PARSE_OK("[]", &a);
+        ASSERT_TRUE(cJSON_IsArray(a));
+}
+
+TEST(parse_malformed_positions) {
+        char err[256];
+        cJSON *j = NULL;
+        ASSERT_EQ(parse("{\"a\":}", 6, 100, 8, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_STREQ(err, "Malformed JSON at byte 5");
+        ASSERT_EQ(parse("{\"a\":1} x", 9, 100, 8, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_STREQ(err, "Malformed JSON at byte 8: trailing data");
+        ASSERT_EQ(parse("{\"a\":1}{}", 9, 100, 8, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_CONTAINS(err, "at byte 7");
+        ASSERT_EQ(parse("", 0, 100, 8, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_CONTAINS(err, "Malformed JSON at byte 0");
+        ASSERT_EQ(parse("   ", 3, 100, 8, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_NULL(j);
+        /* NULL err buffer is fine. */
+        ASSERT_EQ(json_parse("{", 1, 100, 8, &j, NULL, 0), -EINVAL);
+
+        PARSE_BAD("{");
+        PARSE_BAD("[1,]");
+        PARSE_BAD("{\"a\" 1}");
+        PARSE_BAD("{'a':1}");
+        PARSE_BAD("\"unterminated");
+        PARSE_BAD("tru");
+        PARSE_BAD("nul");
+        PARSE_BAD("01x");
+        PARSE_BAD("\"\\x41\"");
+        PARSE_BAD("\"\\ud800\"");             /* lone surrogate escape */
+        PARSE_BAD("\"a\\u0000b\"");           /* would cut the C string */
+        PARSE_BAD("\"tab\there\"");           /* raw control byte in string */
+        PARSE_BAD("\x01{}");                  /* cJSON would call this whitespace */
+        PARSE_BAD("{}\x0b");
+        PARSE_BAD("\"\xc3\x28\"");            /* invalid UTF-8 */
+        PARSE_BAD("\"\xed\xa0\x80\"");        /* UTF-8 encoded surrogate */
+        PARSE_BAD("\"\xc0\xaf\"");            /* overlong */
+        PARSE_BAD("{\"a\":1}\xff");
+        ASSERT_EQ(parse("\"\xc3\x28\"", 4, 100, 8, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_STREQ(err, "Malformed JSON at byte 1: invalid UTF-8");
+}
+
+TEST(parse_embedded_nul) {
+        char err[256];
+        cJSON *j = NULL;
+        static const char a[] = "{\"a\":1}\0garbage";
+        ASSERT_EQ(parse(a, sizeof(a) - 1, 100, 8, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_STREQ(err, "Malformed JSON at byte 7");
+        static const char b[] = "{\"a\":\"x\0y\"}";
+        ASSERT_EQ(parse(b, sizeof(b) - 1, 100, 8, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_STREQ(err, "Malformed JSON at byte 7: control character in string");
+        static const char c[] = "{\"a\":1}\0";
+        ASSERT_EQ(parse(c, sizeof(c) - 1, 100, 8, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_NULL(j);
+        /* Not NUL-terminated at all: fine, len rules. */
+        _cleanup_json_ cJSON *ok = NULL;
+        ASSERT_EQ(parse("[1,2]", 5, 100, 8, &ok, err, sizeof(err)), 0);
+        ASSERT_EQ(cJSON_GetArraySize(ok), 2);
+        _cleanup_json_ cJSON *n = NULL;
+        ASSERT_EQ(parse("12", 2, 100, 8, &n, err, sizeof(err)), 0); /* number at the very end */
+        ASSERT_TRUE(cJSON_IsNumber(n));
+}
+
+TEST(parse_size_limit) {
+        char err[256];
+        cJSON *j = NULL;
+        ASSERT_EQ(parse("[1,2,3]", 7, 6, 8, &j, err, sizeof(err)), -EMSGSIZE);
+        ASSERT_STREQ(err, "JSON document too large (7 bytes, max 6)");
+        _cleanup_json_ cJSON *k = NULL;
+        ASSERT_EQ(parse("[1,2,3]", 7, 7, 8, &k, err, sizeof(err)), 0);
+}
+
+TEST(parse_deep_nesting) {
+        char err[256];
+        cJSON *j = NULL;
+        size_t n = 100000;
+        _cleanup_free_ char *deep = xmalloc(2 * n);
+        memset(deep, '[', n);
+        memset(deep + n, ']', n);
+        ASSERT_EQ(parse(deep, 2 * n, 1 << 20, 64, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_STREQ(err, "JSON nested too deeply (max 64)");
+        ASSERT_EQ(parse(deep, n, 1 << 20, 100000, &j, err, sizeof(err)), -EINVAL); /* capped at cJSON's 1000 */
+        ASSERT_STREQ(err, "JSON nested too deeply (max 1000)");
+        /* Exactly at the limit is fine; one more is not. Brackets in strings don't count. */
+        _cleanup_json_ cJSON *ok = NULL;
+        ASSERT_EQ(parse("[[[{\"a\":\"[[[[[[\"}]]]", 20, 100, 4, &ok, err, sizeof(err)), 0);
+        ASSERT_EQ(parse("[[[[[]]]]]", 10, 100, 4, &j, err, sizeof(err)), -EINVAL);
+        _cleanup_json_ cJSON *ok2 = NULL;
+        ASSERT_EQ(parse(deep + n - 1000, 2000, 1 << 20, 1000, &ok2, err, sizeof(err)), 0);
+        /* Many '{' */
+        memset(deep, '{', n);
+        ASSERT_EQ(parse(deep, n, 1 << 20, 64, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_NULL(j);
+}
+
+TEST(huge_numbers) {
+        char err[256];
+        _cleanup_json_ cJSON *j = NULL;
+        PARSE_OK("{\"big\": 99999999999999999999, \"inf\": 1e400, \"max\": 9007199254740991, "
+                 "\"over\": 9007199254740993, \"p53\": 9007199254740992, \"min\": -9007199254740991, \"e\": 1e3, \"frac\": 1.0000001, "
+                 "\"tiny\": 1e-400, \"negz\": -0}", &j);
+        int64_t v = 1;
+        ASSERT_FALSE(json_get_int(j, "big", &v));
+        ASSERT_FALSE(json_get_int(j, "inf", &v));
+        ASSERT_FALSE(json_get_int(j, "over", &v)); /* rounds to 2^53 as a double: refuse, don't guess */
+        ASSERT_FALSE(json_get_int(j, "p53", &v));  /* same double as "over" */
+        ASSERT_FALSE(json_get_int(j, "frac", &v));
+        ASSERT_EQ(v, 1);
+        ASSERT_TRUE(json_get_int(j, "max", &v));
+        ASSERT_TRUE(v == INT64_C(9007199254740991));
+        ASSERT_TRUE(json_get_int(j, "min", &v));
+        ASSERT_TRUE(v == -INT64_C(9007199254740991));
+        ASSERT_TRUE(json_get_int(j, "e", &v));
+        ASSERT_EQ(v, 1000);
+        ASSERT_TRUE(json_get_int(j, "tiny", &v));
+        ASSERT_EQ(v, 0);
+        ASSERT_TRUE(json_get_int(j, "negz", &v));
+        ASSERT_EQ(v, 0);
+        /* A long run of digits must not crash either. */
+        _cleanup_free_ char *num = xmalloc(5000);
+        memset(num, '9', 5000);
+        _cleanup_json_ cJSON *k = NULL;
+        ASSERT_EQ(parse(num, 5000, 1 << 20, 8, &k, err, sizeof(err)), 0);
+        ASSERT_FALSE(json_get_int(k, "x", &v));
+}
+
+TEST(build_and_print) {
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        ASSERT_NOT_NULL(o);
+        ASSERT_NOT_NULL(json_add_str(o, "s", "a\"b\n"));
+        ASSERT_NOT_NULL(json_add_str(o, "n", NULL));
+        ASSERT_NOT_NULL(json_add_int(o, "i", 42));
+        ASSERT_NOT_NULL(json_add_int(o, "max", INT64_MAX));
+        ASSERT_NOT_NULL(json_add_int(o, "min", INT64_MIN));
+        ASSERT_NOT_NULL(json_add_int(o, "edge", INT64_C(9007199254740992)));
+        ASSERT_NOT_NULL(json_add_int(o, "d15", INT64_C(999999999999999)));
+        ASSERT_NOT_NULL(json_add_int(o, "ms", INT64_C(1796210093123)));
+        ASSERT_NOT_NULL(json_add_bool(o, "t", true));
+        ASSERT_NOT_NULL(json_add_bool(o, "f", false));
+        _cleanup_free_ char *s = json_print(o);
+        ASSERT_STREQ(s, "{\"s\":\"a\\\"b\\n\",\"n\":null,\"i\":42,\"max\":9223372036854775807,"
+                        "\"min\":-9223372036854775808,\"edge\":9007199254740992,\"d15\":999999999999999,"
+                        "\"ms\":1796210093123,\"t\":true,\"f\":false}");
+        int64_t v;
+        ASSERT_TRUE(json_get_int(o, "max", &v));
+        ASSERT_TRUE(v == INT64_MAX);
+        ASSERT_TRUE(json_get_int(o, "min", &v));
+        ASSERT_TRUE(v == INT64_MIN);
+        ASSERT_NULL(json_get_str(o, "n"));
+
+        /* Round trip through the strict parser. */
+        char err[256];
+        _cleanup_json_ cJSON *back = NULL;
+        ASSERT_EQ(json_parse(s, strlen(s), 4096, 4, &back, err, sizeof(err)), 0);
+        ASSERT_STREQ(json_get_str(back, "s"), "a\"b\n");
+        ASSERT_TRUE(json_get_int(back, "i", &v));
+        ASSERT_EQ(v, 42);
+        ASSERT_TRUE(json_get_int(back, "ms", &v));
+        ASSERT_TRUE(v == INT64_C(1796210093123));
+        ASSERT_TRUE(json_get_int(back, "d15", &v));
+        ASSERT_TRUE(v == INT64_C(999999999999999));
+        ASSERT_FALSE(json_get_int(back, "max", &v)); /* > 2^53 once it is a double */
+
+        _cleanup_free_ char *nul = json_print(NULL);
+        ASSERT_STREQ(nul, "null");
+}
+
+TEST(random_bytes_never_crash) {
+        char err[256];
+        unsigned seed = 12345;
+        static const char alphabet[] = "{}[]\":,\\u0123456789abcdefnulltruefalse-+.eE \t\r\n\x01\x80\xc3\xff";
+        for (int iter = 0; iter < 20000; iter++) {
+                size_t len = (size_t) (rand_r(&seed) % 64);
+                _cleanup_free_ char *b = xmalloc(len ? len : 1);
+                for (size_t i = 0; i < len; i++)
+                        b[i] = (iter & 1) ? (char) rand_r(&seed) : alphabet[rand_r(&seed) % (sizeof(alphabet) - 1)];
+                cJSON *j = NULL;
+                int r = json_parse(b, len, 1024, 16, &j, err, sizeof(err));
+                ASSERT_TRUE(r == 0 || r == -EINVAL);
+                if (r == 0) {
+                        ASSERT_NOT_NULL(j);
+                        free(json_print(j));
+                        cJSON_Delete(j);
+                } else
+                        ASSERT_TRUE(strncmp(err, "Malformed JSON at byte ", 23) == 0 ||
+                                    strncmp(err, "JSON nested too deeply", 22) == 0);
+        }
+}

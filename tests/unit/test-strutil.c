@@ -1,0 +1,310 @@
+/* Unit tests for common/strutil.c. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cleanup.h"
+#include "strutil.h"
+#include "testlib.h"
+
+TEST(strscpy_fits_truncates_terminates) {
+        char b[6];
+        ASSERT_EQ(strscpy(b, "hello", sizeof(b)), 5); /* exact fit */
+        ASSERT_STREQ(b, "hello");
+        ASSERT_EQ(strscpy(b, "hello!", sizeof(b)), -E2BIG);
+        ASSERT_STREQ(b, "hello");
+        ASSERT_EQ(strscpy(b, "", sizeof(b)), 0);
+        ASSERT_STREQ(b, "");
+        b[0] = 'x';
+        ASSERT_EQ(strscpy(b, "abc", 1), -E2BIG);
+        ASSERT_STREQ(b, "");
+        b[0] = 'x';
+        ASSERT_EQ(strscpy(b, "abc", 0), -E2BIG);
+        ASSERT_EQ(b[0], 'x'); /* size 0: nothing written */
+}
+
+TEST(starts_ends_with) {
+        ASSERT_TRUE(startswith("foobar", "foo"));
+        ASSERT_TRUE(startswith("foo", "foo"));
+        ASSERT_TRUE(startswith("foo", ""));
+        ASSERT_FALSE(startswith("fo", "foo"));
+        ASSERT_FALSE(startswith("", "a"));
+        ASSERT_TRUE(endswith("foobar", "bar"));
+        ASSERT_TRUE(endswith("bar", "bar"));
+        ASSERT_TRUE(endswith("", ""));
+        ASSERT_FALSE(endswith("ar", "bar"));
+        ASSERT_FALSE(endswith("barx", "bar"));
+}
+
+TEST(safe_atoi64_strict) {
+        int64_t v = 7;
+        ASSERT_EQ(safe_atoi64("0", &v), 0);
+        ASSERT_EQ(v, 0);
+        ASSERT_EQ(safe_atoi64("-42", &v), 0);
+        ASSERT_EQ(v, -42);
+        ASSERT_EQ(safe_atoi64("9223372036854775807", &v), 0);
+        ASSERT_TRUE(v == INT64_MAX);
+        ASSERT_EQ(safe_atoi64("-9223372036854775808", &v), 0);
+        ASSERT_TRUE(v == INT64_MIN);
+        v = 7;
+        ASSERT_EQ(safe_atoi64("9223372036854775808", &v), -ERANGE);
+        ASSERT_EQ(safe_atoi64("-9223372036854775809", &v), -ERANGE);
+        ASSERT_EQ(safe_atoi64("99999999999999999999", &v), -ERANGE);
+        ASSERT_EQ(safe_atoi64("99999999999999999999x", &v), -EINVAL);
+        ASSERT_EQ(v, 7); /* untouched on failure */
+        const char *bad[] = { "", "-", "+1", " 1", "1 ", "1x", "0x10", "1.0", "--1", "1e3", NULL };
+        for (int i = 0; bad[i]; i++)
+                ASSERT_EQ(safe_atoi64(bad[i], &v), -EINVAL);
+        ASSERT_EQ(safe_atoi64(NULL, &v), -EINVAL);
+        ASSERT_EQ(v, 7);
+}
+
+TEST(parse_size_units) {
+        uint64_t v = 1;
+        ASSERT_EQ(parse_size("512", &v), 0);
+        ASSERT_EQ(v, 512);
+        ASSERT_EQ(parse_size("64K", &v), 0);
+        ASSERT_EQ(v, 65536);
+        ASSERT_EQ(parse_size("64k", &v), 0);
+        ASSERT_EQ(v, 65536);
+        ASSERT_EQ(parse_size("50M", &v), 0);
+        ASSERT_EQ(v, 50ULL << 20);
+        ASSERT_EQ(parse_size("2G", &v), 0);
+        ASSERT_EQ(v, 2ULL << 30);
+        ASSERT_EQ(parse_size("3T", &v), 0);
+        ASSERT_EQ(v, 3ULL << 40);
+        ASSERT_EQ(parse_size("0", &v), 0);
+        ASSERT_EQ(v, 0);
+        ASSERT_EQ(parse_size("18446744073709551615", &v), 0);
+        ASSERT_TRUE(v == UINT64_MAX);
+        v = 9;
+        ASSERT_EQ(parse_size("18446744073709551616", &v), -ERANGE);
+        ASSERT_EQ(parse_size("16777216T", &v), -ERANGE); /* 2^64 */
+        ASSERT_EQ(parse_size("99999999999999999999G", &v), -ERANGE);
+        const char *bad[] = { "", "K", "-1", "-1K", "+1", "1.5G", "1 K", " 1", "1KB", "1KiB", "1X", "1GG", "99999999999999999999Q", NULL };
+        for (int i = 0; bad[i]; i++)
+                ASSERT_EQ(parse_size(bad[i], &v), -EINVAL);
+        ASSERT_EQ(v, 9);
+}
+
+TEST(parse_duration_units) {
+        uint64_t v = 1;
+        ASSERT_EQ(parse_duration_ms("250ms", &v), 0);
+        ASSERT_EQ(v, 250);
+        ASSERT_EQ(parse_duration_ms("30s", &v), 0);
+        ASSERT_EQ(v, 30000);
+        ASSERT_EQ(parse_duration_ms("30", &v), 0);
+        ASSERT_EQ(v, 30000);
+        ASSERT_EQ(parse_duration_ms("5m", &v), 0);
+        ASSERT_EQ(v, 300000);
+        ASSERT_EQ(parse_duration_ms("2h", &v), 0);
+        ASSERT_EQ(v, 7200000);
+        ASSERT_EQ(parse_duration_ms("1d", &v), 0);
+        ASSERT_EQ(v, 86400000);
+        ASSERT_EQ(parse_duration_ms("0ms", &v), 0);
+        ASSERT_EQ(v, 0);
+        v = 9;
+        ASSERT_EQ(parse_duration_ms("18446744073709551615s", &v), -ERANGE);
+        ASSERT_EQ(parse_duration_ms("213503982335d", &v), -ERANGE);
+        ASSERT_EQ(parse_duration_ms("18446744073709551616", &v), -ERANGE);
+        const char *bad[] = { "", "s", "-1s", "1.5s", "1 s", "1w", "1sec", "1msx", "1mm", NULL };
+        for (int i = 0; bad[i]; i++)
+                ASSERT_EQ(parse_duration_ms(bad[i], &v), -EINVAL);
+        ASSERT_EQ(v, 9);
+}
+
+TEST(hexid) {
+        char a[HEXID_LEN + 1], b[HEXID_LEN + 1];
+        hexid_new(a);
+        hexid_new(b);
+        ASSERT_EQ(strlen(a), 24);
+        ASSERT_TRUE(hexid_valid(a));
+        ASSERT_TRUE(strcmp(a, b) != 0);
+        ASSERT_TRUE(hexid_valid("0123456789abcdef01234567"));
+        ASSERT_FALSE(hexid_valid("0123456789ABCDEF01234567"));
+        ASSERT_FALSE(hexid_valid("0123456789abcdef0123456"));
+        ASSERT_FALSE(hexid_valid("0123456789abcdef012345678"));
+        ASSERT_FALSE(hexid_valid("0123456789abcdef0123456g"));
+        ASSERT_FALSE(hexid_valid(""));
+        ASSERT_FALSE(hexid_valid(NULL));
+}
+
+TEST(random_token_hex) {
+        char t[65], u[65];
+        memset(t, 'x', sizeof(t));
+        random_token(t, 32);
+        random_token(u, 32);
+        ASSERT_EQ(strlen(t), 64);
+        for (int i = 0; i < 64; i++)
+                ASSERT_TRUE(strchr("0123456789abcdef", t[i]) != NULL);
+        ASSERT_TRUE(strcmp(t, u) != 0);
+        char z[1] = { 'x' };
+        random_token(z, 0);
+        ASSERT_EQ(z[0], 0);
+}
+
+TEST(sha256) {
+        char h[65];
+        sha256_hex("", 0, h);
+        ASSERT_STREQ(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        sha256_hex("abc", 3, h);
+        ASSERT_STREQ(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(streq_const_semantics) {
+        ASSERT_TRUE(streq_const("secret", "secret"));
+        ASSERT_TRUE(streq_const("", ""));
+        ASSERT_FALSE(streq_const("secret", "secreT"));
+        ASSERT_FALSE(streq_const("secret", "secret2"));
+        ASSERT_FALSE(streq_const("", "x"));
+        ASSERT_FALSE(streq_const(NULL, "x"));
+        ASSERT_FALSE(streq_const(NULL, NULL));
+}
+
+TEST(strv) {
+        char *src[] = { "a", "", "ccc", NULL };
+        char **c = strv_copy(src);
+        ASSERT_EQ(strv_length(c), 3);
+        ASSERT_STREQ(c[2], "ccc");
+        ASSERT_TRUE(c[0] != src[0]);
+        ASSERT_NULL(c[3]);
+        strv_free(c);
+        ASSERT_EQ(strv_length(NULL), 0);
+        ASSERT_NULL(strv_copy(NULL));
+        strv_free(NULL);
+        char *empty[] = { NULL };
+        _cleanup_strv_free_ char **e = strv_copy(empty);
+        ASSERT_NOT_NULL(e);
+        ASSERT_EQ(strv_length(e), 0);
+}
+
+TEST(strbuf_cap_and_steal) {
+        struct strbuf b;
+        strbuf_init(&b, 10);
+        ASSERT_EQ(strbuf_append(&b, "hello", 5), 0);
+        ASSERT_EQ(strbuf_printf(&b, "%d", 12345), 0); /* exactly max */
+        ASSERT_EQ(b.len, 10);
+        ASSERT_FALSE(b.truncated);
+        ASSERT_STREQ(b.buf, "hello12345");
+        ASSERT_EQ(strbuf_append(&b, "x", 1), -ENOBUFS);
+        ASSERT_TRUE(b.truncated);
+        ASSERT_STREQ(b.buf, "hello12345");
+        strbuf_done(&b);
+        ASSERT_NULL(b.buf);
+
+        strbuf_init(&b, 8);
+        ASSERT_EQ(strbuf_append(&b, "abcdef", 6), 0);
+        ASSERT_EQ(strbuf_printf(&b, "%s", "ghijkl"), -ENOBUFS); /* keeps what fits */
+        ASSERT_STREQ(b.buf, "abcdefgh");
+        ASSERT_EQ(strbuf_append(&b, "", 0), -ENOBUFS); /* sticky */
+        char *s = strbuf_steal(&b);
+        ASSERT_STREQ(s, "abcdefgh");
+        free(s);
+        ASSERT_NULL(b.buf);
+        ASSERT_FALSE(b.truncated);
+        ASSERT_EQ(b.max, 8);
+        s = strbuf_steal(&b); /* never appended: empty string, not NULL */
+        ASSERT_STREQ(s, "");
+        free(s);
+
+        /* Unlimited, growing well past the first allocation, binary data. */
+        strbuf_init(&b, 0);
+        for (int i = 0; i < 10000; i++)
+                ASSERT_EQ(strbuf_append(&b, "\0z", 2), 0);
+        ASSERT_EQ(b.len, 20000);
+        ASSERT_EQ(b.buf[19999], 'z');
+        ASSERT_EQ(b.buf[20000], 0);
+        strbuf_done(&b);
+}
+
+TEST(base64_round_trip_all_lengths) {
+        uint8_t data[64];
+        for (size_t i = 0; i < sizeof(data); i++)
+                data[i] = (uint8_t) (i * 37 + 250);
+        for (size_t len = 0; len <= 64; len++) {
+                size_t elen = 99, dlen = 99;
+                _cleanup_free_ char *e = base64_encode(data, len, &elen);
+                _cleanup_free_ uint8_t *d = NULL;
+                ASSERT_EQ(elen, (len + 2) / 3 * 4);
+                ASSERT_EQ(strlen(e), elen);
+                ASSERT_EQ(base64_decode(e, elen, &d, &dlen), 0);
+                ASSERT_EQ(dlen, len);
+                ASSERT_TRUE(memcmp(d, data, len) == 0);
+                ASSERT_EQ(d[dlen], 0);
+        }
+        _cleanup_free_ char *e = base64_encode("foobar", 6, NULL);
+        ASSERT_STREQ(e, "Zm9vYmFy");
+        _cleanup_free_ char *e2 = base64_encode("fo", 2, NULL);
+        ASSERT_STREQ(e2, "Zm8=");
+        _cleanup_free_ char *e3 = base64_encode("\xfb\xff", 2, NULL);
+        ASSERT_STREQ(e3, "+/8=");
+}
+
+TEST(base64_rejects_bad_input) {
+        const char *bad[] = { "Zm9", "Zm9vY", "Zm9v\n", " Zm9v", "Zm9vYmF=y", "Zm==Zm9v", "Z===", "====",
+                              "Zm9-", "Zm9_", "Zm9v YmFy", "Zm9=", "Zm8/", "Zn==", "Zm9vYm==", NULL };
+        uint8_t *d = (uint8_t *) 0x1;
+        size_t n = 77;
+        for (int i = 0; bad[i]; i++) {
+                if (strcmp(bad[i], "Zm8/") == 0) {
+                        /* valid: 3 bytes */
+                        _cleanup_free_ uint8_t *ok = NULL;
+                        ASSERT_EQ(base64_decode(bad[i], strlen(bad[i]), &ok, NULL), 0);
+                        continue;
+                }
+                if (base64_decode(bad[i], strlen(bad[i]), &d, &n) != -EINVAL)
+                        test_fail(__FILE__, __LINE__, "accepted '%s'", bad[i]);
+        }
+        ASSERT_TRUE(d == (uint8_t *) 0x1);
+        ASSERT_EQ(n, 77);
+        /* Embedded NUL within the given length is just a bad character. */
+        ASSERT_EQ(base64_decode("Zm\0v", 4, &d, &n), -EINVAL);
+        /* Empty is the empty string. */
+        _cleanup_free_ uint8_t *z = NULL;
+        ASSERT_EQ(base64_decode("", 0, &z, &n), 0);
+        ASSERT_EQ(n, 0);
+}
+
+TEST(utf8_validation) {
+        ASSERT_TRUE(utf8_valid("", 0));
+        ASSERT_TRUE(utf8_valid("plain", 5));
+        ASSERT_TRUE(utf8_valid("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 15));
+        ASSERT_TRUE(utf8_valid("\xef\xbf\xbf", 3));        /* U+FFFF */
+        ASSERT_TRUE(utf8_valid("\xf4\x8f\xbf\xbf", 4));    /* U+10FFFF */
+        ASSERT_TRUE(utf8_valid("a\0b", 3));
+        ASSERT_FALSE(utf8_valid("\xc0\xaf", 2));           /* overlong '/' */
+        ASSERT_FALSE(utf8_valid("\xe0\x80\xaf", 3));       /* overlong */
+        ASSERT_FALSE(utf8_valid("\xf0\x80\x80\xaf", 4));   /* overlong */
+        ASSERT_FALSE(utf8_valid("\xed\xa0\x80", 3));       /* surrogate */
+        ASSERT_FALSE(utf8_valid("\xf4\x90\x80\x80", 4));   /* > U+10FFFF */
+        ASSERT_FALSE(utf8_valid("\xf8\x88\x80\x80\x80", 5));
+        ASSERT_FALSE(utf8_valid("\x80", 1));               /* lone continuation */
+        ASSERT_FALSE(utf8_valid("\xc3", 1));               /* truncated */
+        ASSERT_FALSE(utf8_valid("\xe2\x82", 2));
+        ASSERT_FALSE(utf8_valid("\xe2\x82\xac", 2));       /* cut by len */
+        ASSERT_FALSE(utf8_valid("\xc3(", 2));
+        ASSERT_FALSE(utf8_valid("\xff", 1));
+        ASSERT_EQ(utf8_first_invalid("ab\xff", 3), 2);
+        ASSERT_EQ(utf8_first_invalid("ab", 2), 2);
+}
+
+TEST(rfc3339) {
+        char b[32];
+        format_rfc3339_ms(0, b);
+        ASSERT_STREQ(b, "1970-01-01T00:00:00.000Z");
+        format_rfc3339_ms(INT64_C(1796210093123), b);
+        ASSERT_STREQ(b, "2026-12-02T11:14:53.123Z");
+        format_rfc3339_ms(INT64_C(951782400999), b); /* leap day */
+        ASSERT_STREQ(b, "2000-02-29T00:00:00.999Z");
+        format_rfc3339_ms(-5, b);
+        ASSERT_STREQ(b, "1970-01-01T00:00:00.000Z");
+        format_rfc3339_ms(INT64_MAX, b);
+        ASSERT_STREQ(b, "9999-12-31T23:59:59.999Z");
+}
+
+TEST(clocks) {
+        int64_t a = now_ms(), m = mono_ms();
+        ASSERT_TRUE(a > INT64_C(1600000000000));
+        ASSERT_TRUE(m >= 0);
+        usleep(20000);
+        ASSERT_GE(mono_ms() - m, 15);
+}
