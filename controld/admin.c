@@ -1,0 +1,237 @@
+/* admin.c — `controld admin -f CONF ...`: operator commands against the same store.
+ *
+ *   account create NAME [--plan PLAN]   prints the account id (existing one if NAME exists)
+ *   account list
+ *   key issue ACCOUNT                   prints a new API key once (only its hash is stored)
+ *   key list ACCOUNT
+ *   key revoke KEY_ID|PREFIX
+ *   sandbox list [--status S] [--account ACCOUNT]
+ *   sandbox destroy ID                  force-destroys through the scheduler driver
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "log.h"
+#include "strutil.h"
+
+static void admin_usage(void) {
+        fprintf(stderr,
+                "usage: controld admin -f CONF account create NAME [--plan PLAN]\n"
+                "       controld admin -f CONF account list\n"
+                "       controld admin -f CONF key issue ACCOUNT\n"
+                "       controld admin -f CONF key list ACCOUNT\n"
+                "       controld admin -f CONF key revoke KEY_ID|PREFIX\n"
+                "       controld admin -f CONF sandbox list [--status STATUS] [--account ACCOUNT]\n"
+                "       controld admin -f CONF sandbox destroy SANDBOX_ID\n"
+                "ACCOUNT is an account id or name.\n");
+}
+
+static int resolve_account(struct ctl *c, const char *k, struct account *ret) {
+        int r = store_account_get(c->store, k, ret);
+        if (r == -ENOENT)
+                r = store_account_by_name(c->store, k, ret);
+        if (r < 0)
+                fprintf(stderr, "No account '%s'\n", k);
+        return r;
+}
+
+static int print_account(const struct account *a, void *ud) {
+        char ts[32];
+        (void) ud;
+        format_rfc3339_ms(a->created_at, ts);
+        printf("%s\t%s\t%s\t%s\n", a->id, a->name, a->plan, ts);
+        return 0;
+}
+
+static int print_key(const char *id, const char *prefix, int64_t created, int64_t revoked, void *ud) {
+        char ts[32];
+        (void) ud;
+        format_rfc3339_ms(created, ts);
+        printf("%s\t%s...\t%s\t%s\n", id, prefix, ts, revoked ? "revoked" : "active");
+        return 0;
+}
+
+static bool name_ok(const char *s) {
+        size_t n = strlen(s);
+        if (n < 1 || n > 64)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+                      s[i] == '-' || s[i] == '_' || s[i] == '.' || s[i] == '@'))
+                        return false;
+        return true;
+}
+
+static int cmd_account(struct ctl *c, int argc, char **argv) {
+        if (argc >= 1 && !strcmp(argv[0], "list"))
+                return store_account_foreach(c->store, print_account, NULL);
+        if (argc >= 2 && !strcmp(argv[0], "create")) {
+                const char *name = argv[1], *plan = c->cfg->default_plan;
+                struct account a = { 0 };
+                for (int i = 2; i < argc; i++) {
+                        if (!strcmp(argv[i], "--plan") && i + 1 < argc)
+                                plan = argv[++i];
+                        else {
+                                admin_usage();
+                                return -EINVAL;
+                        }
+                }
+                if (!name_ok(name)) {
+                        fprintf(stderr, "Account name must be 1-64 characters of letters, digits, '-', '_', '.', '@'\n");
+                        return -EINVAL;
+                }
+                if (!config_plan(c->cfg, plan)) {
+                        fprintf(stderr, "No plan '%s' in %s\n", plan, c->cfg->path);
+                        return -EINVAL;
+                }
+                int r = store_account_create(c->store, name, plan, &a);
+                if (r == -EEXIST)
+                        r = store_account_by_name(c->store, name, &a);
+                if (r < 0) {
+                        fprintf(stderr, "Failed to create account: %s\n", strerror(-r));
+                        return r;
+                }
+                printf("%s\n", a.id);
+                account_clear(&a);
+                return 0;
+        }
+        admin_usage();
+        return -EINVAL;
+}
+
+static int cmd_key(struct ctl *c, int argc, char **argv) {
+        struct account a = { 0 };
+        int r;
+        if (argc == 2 && !strcmp(argv[0], "issue")) {
+                char tok[65], key[80], hash[65], id[25], prefix[16];
+                if ((r = resolve_account(c, argv[1], &a)) < 0)
+                        return r;
+                random_token(tok, 24);
+                snprintf(key, sizeof(key), "pdk_%s", tok);
+                sha256_hex(key, strlen(key), hash);
+                snprintf(prefix, sizeof(prefix), "%.12s", key);
+                r = store_key_add(c->store, a.id, hash, prefix, id);
+                account_clear(&a);
+                if (r < 0) {
+                        fprintf(stderr, "Failed to store the key: %s\n", strerror(-r));
+                        return r;
+                }
+                printf("%s\n", key);
+                fprintf(stderr, "Key %s issued (prefix %s). It is shown only once.\n", id, prefix);
+                return 0;
+        }
+        if (argc == 2 && !strcmp(argv[0], "list")) {
+                if ((r = resolve_account(c, argv[1], &a)) < 0)
+                        return r;
+                r = store_key_foreach(c->store, a.id, print_key, NULL);
+                account_clear(&a);
+                return r;
+        }
+        if (argc == 2 && !strcmp(argv[0], "revoke")) {
+                r = store_key_revoke(c->store, argv[1]);
+                if (r == -ENOENT)
+                        fprintf(stderr, "No active key with id or prefix '%s'\n", argv[1]);
+                else if (r >= 0)
+                        printf("revoked\n");
+                return r;
+        }
+        admin_usage();
+        return -EINVAL;
+}
+
+static int cmd_sandbox(struct ctl *c, int argc, char **argv) {
+        if (argc >= 1 && !strcmp(argv[0], "list")) {
+                int status = -1;
+                struct account a = { 0 };
+                bool have_acc = false;
+                for (int i = 1; i < argc; i++) {
+                        if (!strcmp(argv[i], "--status") && i + 1 < argc) {
+                                if ((status = sb_status_from_str(argv[++i])) < 0) {
+                                        fprintf(stderr, "Unknown status '%s'\n", argv[i]);
+                                        return -EINVAL;
+                                }
+                        } else if (!strcmp(argv[i], "--account") && i + 1 < argc) {
+                                if (resolve_account(c, argv[++i], &a) < 0)
+                                        return -ENOENT;
+                                have_acc = true;
+                        } else {
+                                admin_usage();
+                                return -EINVAL;
+                        }
+                }
+                struct sandbox *sb = NULL;
+                size_t n = 0;
+                int r = store_sandbox_list_status(c->store, have_acc ? a.id : NULL, status, &sb, &n);
+                account_clear(&a);
+                if (r < 0)
+                        return r;
+                for (size_t i = 0; i < n; i++) {
+                        char ts[32];
+                        format_rfc3339_ms(sb[i].created_at, ts);
+                        printf("%s\t%s\t%s\t%s\t%s\t%s\n", sb[i].id, sb[i].account_id, sb_status_str(sb[i].status),
+                               sb[i].template_name, sb[i].name, ts);
+                }
+                sandbox_array_free(sb, n);
+                return 0;
+        }
+        if (argc == 2 && !strcmp(argv[0], "destroy")) {
+                struct api_error e = { 0 };
+                if (!hexid_valid(argv[1])) {
+                        fprintf(stderr, "Invalid sandbox id '%s'\n", argv[1]);
+                        return -EINVAL;
+                }
+                if (sandbox_destroy(c, argv[1], "user", &e) < 0) {
+                        fprintf(stderr, "%s\n", e.message);
+                        return -EIO;
+                }
+                printf("destroyed\n");
+                return 0;
+        }
+        admin_usage();
+        return -EINVAL;
+}
+
+int admin_main(int argc, char **argv) {
+        const char *conf = "/etc/paddock/controld.conf";
+        struct ctl c;
+        int i = 1, r;
+
+        log_open("controld-admin", LOG_TARGET_STDERR);
+        log_set_max_level(LOG_WARNING);
+        while (i < argc && argv[i][0] == '-') {
+                if (!strcmp(argv[i], "-f") && i + 1 < argc) {
+                        conf = argv[i + 1];
+                        i += 2;
+                } else {
+                        admin_usage();
+                        return 2;
+                }
+        }
+        if (i >= argc || !strcmp(argv[i], "help")) {
+                admin_usage();
+                return i >= argc ? 2 : 0;
+        }
+        bool needs_driver = !strcmp(argv[i], "sandbox") && i + 1 < argc && !strcmp(argv[i + 1], "destroy");
+        r = ctl_open(&c, conf, needs_driver);
+        if (r < 0) {
+                ctl_close(&c);
+                return 1;
+        }
+        if (!strcmp(argv[i], "account"))
+                r = cmd_account(&c, argc - i - 1, argv + i + 1);
+        else if (!strcmp(argv[i], "key"))
+                r = cmd_key(&c, argc - i - 1, argv + i + 1);
+        else if (!strcmp(argv[i], "sandbox"))
+                r = cmd_sandbox(&c, argc - i - 1, argv + i + 1);
+        else {
+                admin_usage();
+                r = -EINVAL;
+        }
+        ctl_close(&c);
+        return r < 0 ? 1 : 0;
+}

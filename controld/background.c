@@ -1,0 +1,150 @@
+/* background.c — periodic work: stats samples, usage metering, and the controld reapers
+ * (expired sandboxes, one-shot exits, stuck 'starting', paused too long, vanished workloads). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "driver.h"
+#include "log.h"
+#include "strutil.h"
+
+static pthread_t bg_thread;
+static bool bg_started;
+
+static void billing_period(int64_t ms, char out[8]) {
+        time_t t = (time_t) (ms / 1000);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        snprintf(out, 8, "%04d-%02d", tm.tm_year + 1900, tm.tm_mon + 1);
+}
+
+struct net_prev { char id[25]; uint64_t bytes; int64_t ts; };
+static struct net_prev net_prev[1024];
+
+static double net_rate(const char *id, uint64_t bytes, int64_t ts) {
+        unsigned h = 0;
+        for (const char *p = id; *p; p++)
+                h = h * 31 + (unsigned char) *p;
+        struct net_prev *e = &net_prev[h % ELEMENTSOF(net_prev)];
+        double rate = 0;
+        if (!strcmp(e->id, id) && ts > e->ts && bytes >= e->bytes)
+                rate = (double) (bytes - e->bytes) * 1000.0 / (double) (ts - e->ts);
+        snprintf(e->id, sizeof(e->id), "%s", id);
+        e->bytes = bytes;
+        e->ts = ts;
+        return rate;
+}
+
+/* Samples every ready sandbox and meters usage for the elapsed interval. */
+static void sample_and_meter(struct ctl *c, int64_t dt_ms) {
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0)
+                return;
+        int64_t now = now_ms();
+        char period[8];
+        billing_period(now, period);
+        for (size_t i = 0; i < n && !c->stopping; i++) {
+                struct driver_sample s;
+                if (c->drv->sample(c->drv, &a[i], &s) == 0 && s.valid)
+                        store_stats_add(c->store, a[i].id, now, s.cpu_percent, s.mem_percent, net_rate(a[i].id, s.net_bytes, now));
+                const struct plan *p = NULL;
+                struct account acc = { 0 };
+                if (store_account_get(c->store, a[i].account_id, &acc) == 0)
+                        p = config_plan(c->cfg, acc.plan);
+                double secs = (double) dt_ms / 1000.0;
+                double cost = p ? ((double) a[i].cpu * p->price_cpu_mhz_hour + (double) a[i].memory * p->price_mb_hour) * secs / 3600.0 : 0;
+                store_usage_add(c->store, a[i].account_id, period, (double) a[i].cpu * secs, (double) a[i].memory * secs, cost);
+                account_clear(&acc);
+        }
+        sandbox_array_free(a, n);
+        store_stats_prune(c->store, now - (int64_t) c->cfg->stats_retention_s * 1000);
+}
+
+static void reap(struct ctl *c) {
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        int64_t now = now_ms();
+        if (store_sandbox_list_status(c->store, NULL, -1, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n && !c->stopping; i++) {
+                struct sandbox *sb = &a[i];
+                struct api_error e = { 0 };
+                const char *why = NULL;
+                if (sb->status == SB_DESTROYED)
+                        continue;
+                log_ctx_set("SANDBOX_ID", sb->id);
+                if (sb->status == SB_FAILED) {
+                        /* Nothing of a failed sandbox may stay behind. */
+                        char err[256];
+                        c->drv->remove(c->drv, sb, err, sizeof(err));
+                        continue;
+                }
+                if (now >= sb->expires_at)
+                        why = sb->auto_destroy ? "idle_ttl" : "max_lifetime";
+                else if (sb->status == SB_PAUSED && sb->paused_at && now - sb->paused_at > (int64_t) c->cfg->paused_max_s * 1000)
+                        why = "paused_too_long";
+                else if (sb->status == SB_STARTING && now - sb->created_at > (int64_t) c->cfg->stuck_starting_s * 1000)
+                        why = "failed";
+                else if (sb->status == SB_READY) {
+                        int code = 0;
+                        int k = c->drv->running(c->drv, sb, &code);
+                        if (k == 0)
+                                why = sb->one_shot ? "one_shot_stopped" : "failed";
+                }
+                if (!why)
+                        continue;
+                log_notice("reaping sandbox: %s", why);
+                if (sandbox_destroy(c, sb->id, why, &e) < 0)
+                        log_warning("reaper could not destroy the sandbox: %s", e.message);
+        }
+        log_ctx_reset();
+        sandbox_array_free(a, n);
+}
+
+static void *bg_main(void *p) {
+        struct ctl *c = p;
+        int64_t last_sample = mono_ms(), last_reap = mono_ms();
+        log_ctx_reset();
+        while (!c->stopping) {
+                int64_t now = mono_ms();
+                if (now - last_sample >= (int64_t) c->cfg->stats_interval_s * 1000) {
+                        sample_and_meter(c, now - last_sample);
+                        last_sample = now;
+                }
+                if (now - last_reap >= (int64_t) c->cfg->reap_interval_s * 1000) {
+                        reap(c);
+                        last_reap = now;
+                }
+                /* Sleep on the status condition so shutdown wakes us at once. */
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_sec += 1;
+                pthread_mutex_lock(&c->wait_lock);
+                if (!c->stopping)
+                        pthread_cond_timedwait(&c->wait_cond, &c->wait_lock, &ts);
+                pthread_mutex_unlock(&c->wait_lock);
+        }
+        return NULL;
+}
+
+int background_start(struct ctl *c) {
+        int r = pthread_create(&bg_thread, NULL, bg_main, c);
+        if (r != 0)
+                return log_error_errno(-r, "Failed to start the background thread: %m");
+        bg_started = true;
+        return 0;
+}
+
+void background_stop(struct ctl *c) {
+        c->stopping = 1;
+        ctl_notify_status(c);
+        if (bg_started)
+                pthread_join(bg_thread, NULL);
+        bg_started = false;
+}

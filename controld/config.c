@@ -1,0 +1,343 @@
+/* config.c — controld.conf: every key has a default and a limit; typos are errors. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "conf.h"
+#include "controld.h"
+#include "log.h"
+#include "strutil.h"
+
+#define KIB 1024ULL
+#define MIB (1024ULL * 1024ULL)
+#define GIB (1024ULL * MIB)
+
+static int get_str(struct conf *cf, const char *sec, const char *name, const char *key, const char *def,
+                   size_t maxlen, char **out, char *err, size_t errlen) {
+        const char *v = NULL;
+        int r = conf_get_string(cf, sec, name, key, def, maxlen, &v, err, errlen);
+        if (r < 0)
+                return r;
+        *out = v ? xstrdup(v) : NULL;
+        return 0;
+}
+
+static int get_req_str(struct conf *cf, const char *sec, const char *name, const char *key, size_t maxlen,
+                       char **out, const char *path, char *err, size_t errlen) {
+        int r = get_str(cf, sec, name, key, NULL, maxlen, out, err, errlen);
+        if (r < 0)
+                return r;
+        if (!*out || !**out) {
+                snprintf(err, errlen, "%s: [%s \"%s\"] needs '%s'", path, sec, name, key);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int parse_listen(const char *s, char **ret_addr, int *ret_port) {
+        const char *colon = strrchr(s, ':');
+        int64_t port;
+        if (!colon || colon == s)
+                return -EINVAL;
+        _cleanup_free_ char *portstr = xstrdup(colon + 1);
+        if (safe_atoi64(portstr, &port) < 0 || port < 0 || port > 65535)
+                return -EINVAL;
+        *ret_addr = xstrndup(s, (size_t) (colon - s));
+        *ret_port = (int) port;
+        return 0;
+}
+
+static int load_plans(struct config *c, struct conf *cf, char *err, size_t errlen) {
+        _cleanup_(strv_freep) char **names = NULL;
+        int n = conf_subsections(cf, "plan", &names);
+        if (n < 0)
+                return n;
+        c->plans = xnew0(struct plan, (size_t) n + 1);
+        for (int i = 0; i < n; i++) {
+                struct plan *p = &c->plans[c->n_plans++];
+                const char *nm = names[i];
+                uint64_t lifetime;
+                int r;
+                p->name = xstrdup(nm);
+#define PI(key, def, min, max, field)                                                                     \
+        do {                                                                                              \
+                if ((r = conf_get_int(cf, "plan", nm, key, def, min, max, &p->field, err, errlen)) < 0) \
+                        return r;                                                                         \
+        } while (0)
+                PI("max_concurrent", 3, 0, 100000, max_concurrent);
+                PI("max_cpu", 2000, 1, 2000, max_cpu);
+                PI("max_memory", 2048, 1, 2048, max_memory);
+                PI("max_disk", 5, 1, 5, max_disk);
+                PI("max_volume_gb", 50, 10, 50, max_volume_gb);
+                PI("max_volumes", 2, 0, 10000, max_volumes);
+#undef PI
+                _cleanup_free_ char *sl = NULL, *pc = NULL, *pm = NULL;
+                if ((r = get_str(cf, "plan", nm, "spending_limit", "0", 32, &sl, err, errlen)) < 0 ||
+                    (r = get_str(cf, "plan", nm, "price_cpu_mhz_hour", "0", 32, &pc, err, errlen)) < 0 ||
+                    (r = get_str(cf, "plan", nm, "price_mb_hour", "0", 32, &pm, err, errlen)) < 0)
+                        return r;
+                char *end;
+                p->spending_limit = strtod(sl, &end);
+                if (*end || p->spending_limit < 0) {
+                        snprintf(err, errlen, "%s: [plan \"%s\"] spending_limit must be a number >= 0", c->path, nm);
+                        return -EINVAL;
+                }
+                p->price_cpu_mhz_hour = strtod(pc, &end);
+                if (*end || p->price_cpu_mhz_hour < 0) {
+                        snprintf(err, errlen, "%s: [plan \"%s\"] price_cpu_mhz_hour must be a number >= 0", c->path, nm);
+                        return -EINVAL;
+                }
+                p->price_mb_hour = strtod(pm, &end);
+                if (*end || p->price_mb_hour < 0) {
+                        snprintf(err, errlen, "%s: [plan \"%s\"] price_mb_hour must be a number >= 0", c->path, nm);
+                        return -EINVAL;
+                }
+                if ((r = conf_get_duration_ms(cf, "plan", nm, "max_lifetime", 24ULL * 3600 * 1000, 60 * 1000,
+                                              30ULL * 24 * 3600 * 1000, &lifetime, err, errlen)) < 0)
+                        return r;
+                p->max_lifetime_s = (int64_t) (lifetime / 1000);
+                if (conf_has_section(cf, "plan", nm) &&
+                    (r = conf_get_list(cf, "plan", nm, "regions", 64, 64, &p->regions, err, errlen)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int load_templates(struct config *c, struct conf *cf, char *err, size_t errlen) {
+        _cleanup_(strv_freep) char **names = NULL;
+        int n = conf_subsections(cf, "template", &names);
+        if (n < 0)
+                return n;
+        c->templates = xnew0(struct template, (size_t) n + 1);
+        for (int i = 0; i < n; i++) {
+                struct template *t = &c->templates[c->n_templates++];
+                const char *nm = names[i];
+                int r;
+                t->name = xstrdup(nm);
+                if ((r = get_req_str(cf, "template", nm, "image", 255, &t->image, c->path, err, errlen)) < 0 ||
+                    (r = get_str(cf, "template", nm, "display_name", nm, 128, &t->display_name, err, errlen)) < 0 ||
+                    (r = get_str(cf, "template", nm, "description", "", 512, &t->description, err, errlen)) < 0 ||
+                    (r = conf_get_int(cf, "template", nm, "cpu", 500, 1, 2000, &t->cpu, err, errlen)) < 0 ||
+                    (r = conf_get_int(cf, "template", nm, "memory", 512, 1, 2048, &t->memory, err, errlen)) < 0 ||
+                    (r = conf_get_int(cf, "template", nm, "disk", 1, 1, 5, &t->disk, err, errlen)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int load_regions(struct config *c, struct conf *cf, char *err, size_t errlen) {
+        _cleanup_(strv_freep) char **names = NULL;
+        int n = conf_subsections(cf, "region", &names);
+        if (n < 0)
+                return n;
+        c->regions = xnew0(struct region, (size_t) n + 1);
+        for (int i = 0; i < n; i++) {
+                struct region *g = &c->regions[c->n_regions++];
+                const char *nm = names[i];
+                int r;
+                g->key = xstrdup(nm);
+                if ((r = get_req_str(cf, "region", nm, "id", 24, &g->id, c->path, err, errlen)) < 0 ||
+                    (r = get_str(cf, "region", nm, "name", nm, 64, &g->name, err, errlen)) < 0 ||
+                    (r = get_str(cf, "region", nm, "country", "", 64, &g->country, err, errlen)) < 0 ||
+                    (r = get_str(cf, "region", nm, "continent", "", 64, &g->continent, err, errlen)) < 0 ||
+                    (r = conf_get_bool(cf, "region", nm, "enabled", true, &g->enabled, err, errlen)) < 0)
+                        return r;
+                if (!hexid_valid(g->id)) {
+                        snprintf(err, errlen, "%s: [region \"%s\"] id must be 24 lowercase hex characters", c->path, nm);
+                        return -EINVAL;
+                }
+        }
+        return 0;
+}
+
+int config_load(const char *path, struct config **ret, char *err, size_t errlen) {
+        struct conf *cf = NULL;
+        struct config *c = NULL;
+        _cleanup_free_ char *listen = NULL;
+        int r;
+
+        r = conf_parse_file(path, &cf, err, errlen);
+        if (r < 0)
+                return r;
+        c = xnew0(struct config, 1);
+        c->path = xstrdup(path);
+
+#define S(sec, key, def, max, field) \
+        if ((r = get_str(cf, sec, NULL, key, def, max, &c->field, err, errlen)) < 0) goto fail
+#define I(sec, key, def, min, max, field) \
+        if ((r = conf_get_int(cf, sec, NULL, key, def, min, max, &c->field, err, errlen)) < 0) goto fail
+#define Z(sec, key, def, min, max, field) \
+        if ((r = conf_get_size(cf, sec, NULL, key, def, min, max, &c->field, err, errlen)) < 0) goto fail
+#define D(sec, key, def_s, min_s, max_s, field)                                                           \
+        do {                                                                                              \
+                uint64_t _ms;                                                                             \
+                if ((r = conf_get_duration_ms(cf, sec, NULL, key, (def_s) * 1000ULL, (min_s) * 1000ULL,  \
+                                              (max_s) * 1000ULL, &_ms, err, errlen)) < 0)                 \
+                        goto fail;                                                                        \
+                c->field = _ms / 1000;                                                                    \
+        } while (0)
+
+        if ((r = get_str(cf, "server", NULL, "listen", "127.0.0.1:8080", 255, &listen, err, errlen)) < 0)
+                goto fail;
+        if (parse_listen(listen, &c->listen_addr, &c->listen_port) < 0) {
+                snprintf(err, errlen, "%s: [server] listen must be ADDRESS:PORT (got '%s')", path, listen);
+                r = -EINVAL;
+                goto fail;
+        }
+        I("server", "max_connections", 1024, 1, 65536, max_connections);
+        I("server", "per_ip_connections", 0, 0, 65536, per_ip_connections);
+        Z("server", "max_body", 8 * MIB, 1 * KIB, 256 * MIB, max_body);
+        Z("server", "max_header", 32 * KIB, 4 * KIB, 1 * MIB, max_header);
+        Z("server", "max_file", 50 * MIB, 1 * KIB, 4 * GIB, max_file);
+        D("server", "connection_timeout", 600, 1, 3600, conn_timeout_s);
+        D("server", "max_wait", 300, 1, 3600, max_wait_s);
+        Z("server", "max_exec_output", 1 * MIB, 1 * KIB, 64 * MIB, max_exec_output);
+        I("server", "max_exec_concurrent", 64, 1, 1024, max_exec_concurrent);
+        S("server", "log_level", "info", 16, log_level);
+        if (log_level_from_string(c->log_level) < 0) {
+                snprintf(err, errlen, "%s: [server] log_level must be debug, info, notice, warning or error", path);
+                r = -EINVAL;
+                goto fail;
+        }
+
+        S("store", "path", "/var/lib/paddock/controld.db", 1024, db_path);
+
+        S("scheduler", "driver", "docker", 16, driver);
+        if (strcmp(c->driver, "docker") != 0) {
+                snprintf(err, errlen, "%s: [scheduler] driver '%s' is not available (supported: docker)", path, c->driver);
+                r = -EINVAL;
+                goto fail;
+        }
+        D("scheduler", "create_timeout", 90, 5, 600, create_timeout_s);
+        D("scheduler", "stats_interval", 10, 1, 3600, stats_interval_s);
+        D("scheduler", "stats_retention", 24 * 3600, 60, 30 * 24 * 3600, stats_retention_s);
+        D("scheduler", "reap_interval", 10, 1, 3600, reap_interval_s);
+        D("scheduler", "stuck_starting", 300, 10, 24 * 3600, stuck_starting_s);
+        D("scheduler", "paused_max", 7 * 24 * 3600, 60, 90 * 24 * 3600, paused_max_s);
+
+        S("docker", "socket", "/var/run/docker.sock", 255, docker_socket);
+        S("docker", "runtime", "runsc", 64, docker_runtime);
+        S("docker", "runtime_network", "runsc-hostnet", 64, docker_runtime_net);
+        S("docker", "network", "paddock-sandbox", 64, docker_network);
+        S("docker", "network_internal", "paddock-restricted", 64, docker_network_internal);
+        S("docker", "subnet_internal", "169.254.91.0/24", 64, docker_subnet_internal);
+        S("docker", "subnet", "169.254.90.0/24", 64, docker_subnet);
+        S("docker", "gateway", "169.254.90.1", 64, docker_gateway);
+        I("docker", "pids_limit", 4096, 16, 1 << 22, docker_pids_limit);
+
+        S("defaults", "template", NULL, 64, default_template);
+        S("defaults", "region", NULL, 64, default_region);
+        S("defaults", "plan", "default", 64, default_plan);
+        D("defaults", "lifetime", 24 * 3600, 60, 30 * 24 * 3600, default_lifetime_s);
+#undef S
+#undef I
+#undef Z
+#undef D
+
+        if ((r = load_plans(c, cf, err, errlen)) < 0 || (r = load_templates(c, cf, err, errlen)) < 0 ||
+            (r = load_regions(c, cf, err, errlen)) < 0)
+                goto fail;
+        if ((r = conf_check_unused(cf, err, errlen)) < 0)
+                goto fail;
+
+        if (c->n_templates == 0 || c->n_regions == 0) {
+                snprintf(err, errlen, "%s: at least one [template \"...\"] and one [region \"...\"] are required", path);
+                r = -EINVAL;
+                goto fail;
+        }
+        if (!c->default_template)
+                c->default_template = xstrdup(c->templates[0].name);
+        if (!config_template(c, c->default_template)) {
+                snprintf(err, errlen, "%s: [defaults] template '%s' is not a configured template", path, c->default_template);
+                r = -EINVAL;
+                goto fail;
+        }
+        if (!c->default_region)
+                c->default_region = xstrdup(c->regions[0].key);
+        if (!config_region(c, c->default_region)) {
+                snprintf(err, errlen, "%s: [defaults] region '%s' is not a configured region", path, c->default_region);
+                r = -EINVAL;
+                goto fail;
+        }
+        for (size_t i = 0; i < c->n_plans; i++)
+                for (char **g = c->plans[i].regions; g && *g; g++)
+                        if (!config_region(c, *g)) {
+                                snprintf(err, errlen, "%s: [plan \"%s\"] regions: '%s' is not a configured region", path,
+                                         c->plans[i].name, *g);
+                                r = -EINVAL;
+                                goto fail;
+                        }
+        conf_free(cf);
+        *ret = c;
+        return 0;
+fail:
+        conf_free(cf);
+        config_free(c);
+        return r;
+}
+
+struct config *config_free(struct config *c) {
+        if (!c)
+                return NULL;
+        free(c->path);
+        free(c->listen_addr);
+        free(c->log_level);
+        free(c->db_path);
+        free(c->driver);
+        free(c->docker_socket);
+        free(c->docker_runtime);
+        free(c->docker_network);
+        free(c->docker_runtime_net);
+        free(c->docker_network_internal);
+        free(c->docker_subnet_internal);
+        free(c->docker_subnet);
+        free(c->docker_gateway);
+        free(c->default_template);
+        free(c->default_region);
+        free(c->default_plan);
+        for (size_t i = 0; i < c->n_plans; i++) {
+                free(c->plans[i].name);
+                strv_free(c->plans[i].regions);
+        }
+        free(c->plans);
+        for (size_t i = 0; i < c->n_templates; i++) {
+                free(c->templates[i].name);
+                free(c->templates[i].image);
+                free(c->templates[i].display_name);
+                free(c->templates[i].description);
+        }
+        free(c->templates);
+        for (size_t i = 0; i < c->n_regions; i++) {
+                free(c->regions[i].key);
+                free(c->regions[i].id);
+                free(c->regions[i].name);
+                free(c->regions[i].country);
+                free(c->regions[i].continent);
+        }
+        free(c->regions);
+        free(c);
+        return NULL;
+}
+
+const struct plan *config_plan(const struct config *c, const char *name) {
+        for (size_t i = 0; name && i < c->n_plans; i++)
+                if (!strcmp(c->plans[i].name, name))
+                        return &c->plans[i];
+        return NULL;
+}
+
+const struct template *config_template(const struct config *c, const char *name) {
+        for (size_t i = 0; name && i < c->n_templates; i++)
+                if (!strcmp(c->templates[i].name, name))
+                        return &c->templates[i];
+        return NULL;
+}
+
+const struct region *config_region(const struct config *c, const char *k) {
+        for (size_t i = 0; k && i < c->n_regions; i++)
+                if (!strcmp(c->regions[i].key, k) || !strcmp(c->regions[i].id, k) || !strcmp(c->regions[i].name, k))
+                        return &c->regions[i];
+        return NULL;
+}

@@ -1,0 +1,259 @@
+/* controld.h — private header of the control daemon.
+ *
+ * controld owns accounts, keys, plans, the sandbox record and the public
+ * API. It never touches a firewall or a host's Docker directly except
+ * through a scheduler driver (driver.h).
+ */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sqlite3.h>
+#include <cjson/cJSON.h>
+
+#include "pj_api.h"
+#include "strutil.h"
+
+#define CTL_NAME_MAX 64
+#define SANDBOX_ID_LEN 24
+
+/* ---- configuration (config.c) ---- */
+
+struct plan {
+        char *name;
+        int64_t max_concurrent;         /* sandboxes not destroyed/failed */
+        char **regions;                 /* region names allowed; NULL = all enabled */
+        int64_t max_cpu, max_memory, max_disk;      /* MHz, MB, GB */
+        int64_t max_volume_gb, max_volumes;
+        double spending_limit;          /* currency units per billing month; 0 = none */
+        double price_cpu_mhz_hour, price_mb_hour;
+        int64_t max_lifetime_s;         /* hard cap on a sandbox's life */
+};
+
+struct template {
+        char *name, *image, *display_name, *description;
+        int64_t cpu, memory, disk;      /* default specs */
+};
+
+struct region {
+        char *key;                      /* the [region "key"] name */
+        char *id;                       /* 24 hex */
+        char *name, *country, *continent;
+        bool enabled;
+};
+
+struct config {
+        char *path;
+        /* [server] */
+        char *listen_addr;
+        int listen_port;
+        int64_t max_connections, per_ip_connections;
+        uint64_t max_body, max_header, max_file;     /* bytes */
+        uint64_t conn_timeout_s;
+        uint64_t max_wait_s;                         /* cap on /wait timeout */
+        uint64_t max_exec_output;                    /* per stream, bytes */
+        int64_t max_exec_concurrent;                 /* per sandbox */
+        char *log_level;
+        /* [store] */
+        char *db_path;
+        /* [scheduler] */
+        char *driver;                                /* "docker" | "nomad" */
+        uint64_t create_timeout_s;
+        uint64_t stats_interval_s, stats_retention_s;
+        uint64_t reap_interval_s, stuck_starting_s, paused_max_s;
+        /* [docker] */
+        char *docker_socket, *docker_runtime, *docker_runtime_net;
+        char *docker_network, *docker_subnet, *docker_gateway;     /* open egress */
+        char *docker_network_internal, *docker_subnet_internal;     /* restricted, until an agent confirms */
+        int64_t docker_pids_limit;
+        /* [defaults] */
+        char *default_template, *default_region, *default_plan;
+        int64_t default_lifetime_s;
+        struct plan *plans; size_t n_plans;
+        struct template *templates; size_t n_templates;
+        struct region *regions; size_t n_regions;
+};
+
+int config_load(const char *path, struct config **ret, char *err, size_t errlen);
+struct config *config_free(struct config *c);
+const struct plan *config_plan(const struct config *c, const char *name);
+const struct template *config_template(const struct config *c, const char *name);
+/* By key, by name or by 24-hex id. */
+const struct region *config_region(const struct config *c, const char *key_or_id);
+
+/* ---- store (store.c) ---- */
+
+enum sb_status {
+        SB_STARTING, SB_READY, SB_PAUSING, SB_PAUSED, SB_RESUMING, SB_FAILED, SB_DESTROYED,
+        _SB_STATUS_MAX
+};
+const char *sb_status_str(enum sb_status s);
+int sb_status_from_str(const char *s);   /* -EINVAL if unknown */
+bool sb_status_active(enum sb_status s); /* counts against concurrency */
+
+struct account {
+        char id[SANDBOX_ID_LEN + 1];
+        char *name, *plan;
+        int64_t created_at;
+};
+
+struct sandbox {
+        char id[SANDBOX_ID_LEN + 1];
+        char account_id[SANDBOX_ID_LEN + 1];
+        char *name, *template_name, *image;
+        enum sb_status status;
+        char *region_key;
+        int64_t cpu, memory, disk;
+        char *team, *project_environment;
+        bool auto_destroy; char *destroy_timeout;
+        bool one_shot;
+        int egress_mode;                 /* enum pj_egress_mode */
+        char *egress_allow;              /* JSON array text */
+        bool persistent; int64_t persistent_disk_gb;
+        char *volume_id, *mount_path, *from_snapshot;
+        char *snapshot_mode, *snapshot_frequency;
+        int64_t created_at, last_activity_at, expires_at, paused_at, destroyed_at;   /* ms; 0 = null */
+        char *destroy_reason, *failure_reason;
+        char *driver, *job_id, *alloc_id, *node_id, *container_id, *ip;
+        char *timings;                   /* JSON object text */
+};
+void sandbox_clear(struct sandbox *s);
+
+struct volume {
+        char id[SANDBOX_ID_LEN + 1];
+        char account_id[SANDBOX_ID_LEN + 1];
+        char *name, *type, *region_key, *team, *handle, *mount_path, *attached_sandbox_id;
+        int64_t size_gb, last_attached_at, created_at, updated_at;
+};
+void volume_clear(struct volume *v);
+
+struct store;
+int store_open(const char *path, struct store **ret);
+struct store *store_close(struct store *s);
+
+int store_account_create(struct store *s, const char *name, const char *plan, struct account *ret);
+int store_account_get(struct store *s, const char *id, struct account *ret);
+int store_account_by_name(struct store *s, const char *name, struct account *ret);
+void account_clear(struct account *a);
+/* Iterates all accounts: cb returns <0 to stop. */
+int store_account_foreach(struct store *s, int (*cb)(const struct account *a, void *ud), void *ud);
+
+/* Stores only sha256(key) and a display prefix. */
+int store_key_add(struct store *s, const char *account_id, const char *key_hash, const char *prefix, char ret_id[SANDBOX_ID_LEN + 1]);
+int store_key_revoke(struct store *s, const char *id_or_prefix);
+/* Resolves a key hash to its (unrevoked) account. -ENOENT when unknown. */
+int store_key_lookup(struct store *s, const char *key_hash, struct account *ret);
+int store_key_foreach(struct store *s, const char *account_id,
+                      int (*cb)(const char *id, const char *prefix, int64_t created, int64_t revoked, void *ud), void *ud);
+
+/* Atomically: count the account's active sandboxes, refuse with -EDQUOT when >= max_concurrent,
+ * else insert sb as 'starting'. Exact under concurrency. */
+int store_sandbox_insert_capped(struct store *s, const struct sandbox *sb, int64_t max_concurrent);
+int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret);
+/* Full-row update of the mutable columns. */
+int store_sandbox_update(struct store *s, const struct sandbox *sb);
+/* Compare-and-set status: -ESTALE when the current status is not `from`. */
+int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status from, enum sb_status to);
+int store_sandbox_touch(struct store *s, const char *id, int64_t now);
+/* Page of an account's sandboxes (created_at desc). status_filter < 0 = any. */
+int store_sandbox_list(struct store *s, const char *account_id, int status_filter, int64_t offset, int64_t limit,
+                       struct sandbox **ret, size_t *ret_n, int64_t *ret_total);
+/* All sandboxes in the given status (account_id NULL = all accounts). */
+int store_sandbox_list_status(struct store *s, const char *account_id, int status, struct sandbox **ret, size_t *ret_n);
+void sandbox_array_free(struct sandbox *a, size_t n);
+int store_sandbox_count_by_status(struct store *s, int64_t counts[_SB_STATUS_MAX]);
+
+int store_volume_insert_capped(struct store *s, const struct volume *v, int64_t max_volumes);
+int store_volume_get(struct store *s, const char *id, struct volume *ret);
+int store_volume_update(struct store *s, const struct volume *v);
+int store_volume_delete(struct store *s, const char *id);
+int store_volume_list(struct store *s, const char *account_id, int64_t offset, int64_t limit,
+                      struct volume **ret, size_t *ret_n, int64_t *ret_total);
+void volume_array_free(struct volume *a, size_t n);
+/* Attach if detached: -EBUSY when attached to another sandbox. */
+int store_volume_attach(struct store *s, const char *vol_id, const char *sandbox_id, const char *mount_path, int64_t now);
+int store_volume_detach_sandbox(struct store *s, const char *sandbox_id, int64_t now);
+
+/* Usage metering: period is "YYYY-MM". */
+int store_usage_add(struct store *s, const char *account_id, const char *period, double cpu_mhz_s, double mb_s, double cost);
+int store_usage_get(struct store *s, const char *account_id, const char *period, double *ret_cost);
+
+int store_stats_add(struct store *s, const char *sandbox_id, int64_t ts_ms, double cpu_pct, double mem_pct, double net_bps);
+int store_stats_prune(struct store *s, int64_t older_than_ms);
+struct stats_sample { int64_t ts_ms; double cpu_pct, mem_pct, net_bps; };
+int store_stats_range(struct store *s, const char *sandbox_id, int64_t since_ms, struct stats_sample **ret, size_t *ret_n);
+
+/* ---- the daemon (controld.c) ---- */
+
+struct driver;
+struct metrics;
+
+struct ctl {
+        struct config *cfg;
+        struct store *store;
+        struct driver *drv;
+        struct metrics *metrics;
+        volatile int stopping;
+        pthread_mutex_t wait_lock;       /* status-change broadcast for /wait */
+        pthread_cond_t wait_cond;
+        uint64_t status_gen;
+        pthread_mutex_t sb_locks[64];    /* striped per-sandbox operation locks */
+        pthread_mutex_t jobs_lock;
+        pthread_cond_t jobs_cond;
+        int jobs_running;
+};
+
+void ctl_sandbox_lock(struct ctl *c, const char *id);
+void ctl_sandbox_unlock(struct ctl *c, const char *id);
+void ctl_notify_status(struct ctl *c);
+/* Runs fn(ctx) on a detached thread counted in jobs_running (drained at exit). */
+int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, char *arg), char *arg_owned);
+
+/* ---- sandbox lifecycle (sandbox.c) ---- */
+
+struct api_error {
+        int status;                      /* HTTP status */
+        char message[512];
+};
+#define API_ERR(e, code, ...) ({ (e)->status = (code); snprintf((e)->message, sizeof((e)->message), __VA_ARGS__); -1; })
+
+int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in,
+                   struct sandbox *ret, struct api_error *err);
+/* Loads a sandbox owned by acc (404 for others'). */
+int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err);
+int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err);
+int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err);
+int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err);
+cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb);
+cJSON *region_to_json(const struct region *r);
+void sandbox_stats_sample_all(struct ctl *c);
+int64_t destroy_timeout_seconds(const char *s);
+
+/* ---- volumes (volume.c) ---- */
+cJSON *volume_to_json(struct ctl *c, const struct volume *v);
+
+/* ---- HTTP (http.c, api.c) ---- */
+struct http_server;
+int http_start(struct ctl *c, struct http_server **ret);
+struct http_server *http_stop(struct http_server *h);
+/* Actual bound port (for listen = ...:0). */
+int http_port(struct http_server *h);
+
+/* ---- metrics (metrics.c) ---- */
+struct metrics *metrics_new(void);
+struct metrics *metrics_free(struct metrics *m);
+void metrics_observe_request(struct metrics *m, const char *route, const char *method, int status, double seconds);
+void metrics_observe_phase(struct metrics *m, const char *phase, double seconds);
+char *metrics_render(struct ctl *c);
+
+/* ---- admin CLI (admin.c) ---- */
+int admin_main(int argc, char **argv);
+
+/* ---- reaper / background (reaper.c) ---- */
+int background_start(struct ctl *c);
+void background_stop(struct ctl *c);
+
+int ctl_open(struct ctl *c, const char *conf_path, bool with_driver);
+void ctl_close(struct ctl *c);
+int controld_main(int argc, char **argv);

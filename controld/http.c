@@ -1,0 +1,344 @@
+/* http.c — the libmicrohttpd server: connections, bodies, auth, request ids, metrics.
+ *
+ * Thread per connection: handlers may block (create waits for the container,
+ * /wait long-polls, exec streams) without starving other clients, because
+ * there is no shared worker pool to tie up. The connection limit and the
+ * per-IP limit bound the threads.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "driver.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "strutil.h"
+
+struct http_server {
+        struct ctl *c;
+        struct MHD_Daemon *d;
+};
+
+const char *req_query(struct req *r, const char *key) {
+        return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *req_header(struct req *r, const char *key) {
+        return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
+}
+
+enum MHD_Result respond_response(struct req *r, int status, struct MHD_Response *resp) {
+        if (!resp)
+                return MHD_NO;
+        MHD_add_response_header(resp, "x-request-id", r->request_id);
+        enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned) status, resp);
+        MHD_destroy_response(resp);
+        r->status = status;
+        r->answered = true;
+        return ret;
+}
+
+enum MHD_Result respond_raw(struct req *r, int status, const char *content_type, const void *data, size_t len) {
+        struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *) data, MHD_RESPMEM_MUST_COPY);
+        if (content_type)
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+        return respond_response(r, status, resp);
+}
+
+enum MHD_Result respond_json(struct req *r, int status, cJSON *body) {
+        char *s = json_print(body);
+        cJSON_Delete(body);
+        size_t len = strlen(s);
+        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(len, s, free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
+        return respond_response(r, status, resp);
+}
+
+enum MHD_Result respond_envelope(struct req *r, int status, const char *message, cJSON *data) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "message", message);
+        if (data)
+                cJSON_AddItemToObject(o, "data", data);
+        return respond_json(r, status, o);
+}
+
+enum MHD_Result respond_error(struct req *r, int status, const char *fmt, ...) {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        if (status >= 500)
+                log_warning("request failed with %d: %s", status, msg);
+        return respond_envelope(r, status, msg, NULL);
+}
+
+enum MHD_Result respond_api_error(struct req *r, const struct api_error *e) {
+        return respond_error(r, e->status ? e->status : 500, "%s", e->message[0] ? e->message : "Internal error");
+}
+
+enum MHD_Result respond_empty(struct req *r, int status) {
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        return respond_response(r, status, resp);
+}
+
+int req_pagination(struct req *r, int64_t *ret_page, int64_t *ret_limit) {
+        const char *p = req_query(r, "page"), *l = req_query(r, "limit");
+        int64_t page = 1, limit = 15;
+        if (p && (safe_atoi64(p, &page) < 0 || page < 1 || page > 1000000)) {
+                respond_error(r, 400, "page must be an integer >= 1");
+                return -EINVAL;
+        }
+        if (l && (safe_atoi64(l, &limit) < 0 || limit < 1 || limit > 100)) {
+                respond_error(r, 400, "limit must be an integer between 1 and 100");
+                return -EINVAL;
+        }
+        *ret_page = page;
+        *ret_limit = limit;
+        return 0;
+}
+
+static bool request_id_ok(const char *s) {
+        size_t n = 0;
+        for (; s[n]; n++)
+                if (!(s[n] == '-' || s[n] == '_' || s[n] == '.' || (s[n] >= '0' && s[n] <= '9') ||
+                      (s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z')))
+                        return false;
+        return n > 0 && n < 40;
+}
+
+/* Resolves the API key from x-brimble-key or Authorization: Bearer. */
+static int authenticate(struct req *r) {
+        const char *key = req_header(r, "x-brimble-key");
+        const char *auth = req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
+        char hash[65];
+
+        if ((!key || !*key) && auth) {
+                if (strncasecmp(auth, "Bearer ", 7) == 0)
+                        key = auth + 7;
+                while (key && *key == ' ')
+                        key++;
+        }
+        if (!key || !*key) {
+                respond_error(r, 401, "Missing API key: send it in the x-brimble-key header or as Authorization: Bearer <key>");
+                return -EACCES;
+        }
+        if (strlen(key) > 256) {
+                respond_error(r, 401, "Invalid API key");
+                return -EACCES;
+        }
+        sha256_hex(key, strlen(key), hash);
+        int k = store_key_lookup(r->c->store, hash, &r->acc);
+        if (k == -ENOENT) {
+                respond_error(r, 401, "Invalid API key");
+                return -EACCES;
+        }
+        if (k < 0) {
+                respond_error(r, 500, "Failed to check the API key");
+                return k;
+        }
+        r->authed = true;
+        log_ctx_set("ACCOUNT_ID", r->acc.id);
+        return 0;
+}
+
+static void req_free(struct req *r) {
+        if (!r)
+                return;
+        strbuf_done(&r->body);
+        free(r->path);
+        for (size_t i = 0; i < r->n_parts; i++)
+                free(r->parts[i]);
+        account_clear(&r->acc);
+        free(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+        struct ctl *c = cls;
+        struct req *r = *con_cls;
+        (void) conn;
+        if (!r)
+                return;
+        double dt = (double) (mono_ms() - r->t0_ms) / 1000.0;
+        int status = r->answered ? r->status : 499;
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->answered && r->status < 400)
+                status = r->status;
+        metrics_observe_request(c->metrics, r->route ? r->route : "unmatched", r->method, status, dt);
+        if (r->sink && !r->sink_failed && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+                r->sink(r, NULL, (size_t) -1);  /* abort notice: the client went away */
+        req_free(r);
+        *con_cls = NULL;
+        log_ctx_reset();
+}
+
+static void split_path(struct req *r) {
+        const char *p = r->path;
+        while (*p && r->n_parts < ELEMENTSOF(r->parts)) {
+                while (*p == '/')
+                        p++;
+                if (!*p)
+                        break;
+                const char *e = strchr(p, '/');
+                /* The files route keeps the rest of the path as one part. */
+                if (r->n_parts == 3 && !strcmp(r->parts[0], "sandboxes") && !strcmp(r->parts[2], "files") &&
+                    strcmp(p, "batch") != 0) {
+                        r->parts[r->n_parts++] = xstrdup(p - 1);
+                        break;
+                }
+                size_t n = e ? (size_t) (e - p) : strlen(p);
+                r->parts[r->n_parts++] = xstrndup(p, n);
+                p += n;
+        }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
+        struct ctl *c = cls;
+        struct req *r = *con_cls;
+        (void) version;
+
+        if (!r) {
+                r = xnew0(struct req, 1);
+                r->c = c;
+                r->conn = conn;
+                r->method = method;
+                r->t0_ms = mono_ms();
+                r->path = xstrdup(url);
+                const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-request-id");
+                if (rid && request_id_ok(rid))
+                        snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
+                else
+                        random_token(r->request_id, 12);
+                strbuf_init(&r->body, c->cfg->max_body);
+                r->body_limit = c->cfg->max_body;
+                split_path(r);
+                *con_cls = r;
+                log_ctx_reset();
+                log_ctx_set("REQUEST_ID", r->request_id);
+
+                /* Unauthenticated endpoints answer right away. */
+                if (!strcmp(r->path, "/healthz") || !strcmp(r->path, "/metrics"))
+                        return MHD_YES;
+                if (authenticate(r) < 0)
+                        return MHD_YES;
+                bool answered = false;
+                enum MHD_Result res = api_prepare(r, &answered);
+                if (answered || res != MHD_YES)
+                        return res;
+                /* Refuse oversized JSON bodies from Content-Length before reading them. */
+                const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+                int64_t len;
+                if (!r->sink && cl && safe_atoi64(cl, &len) >= 0 && (uint64_t) len > r->body_limit)
+                        return respond_error(r, 413, "Request body too large (limit %llu bytes)",
+                                             (unsigned long long) r->body_limit);
+                return MHD_YES;
+        }
+        log_ctx_set("REQUEST_ID", r->request_id);
+        if (r->authed)
+                log_ctx_set("ACCOUNT_ID", r->acc.id);
+
+        if (*upload_data_size) {
+                size_t n = *upload_data_size;
+                *upload_data_size = 0;
+                if (r->answered)
+                        return MHD_YES;  /* discard: an early answer was queued */
+                if (r->sink) {
+                        if (!r->sink_failed && r->sink(r, upload_data, n) < 0)
+                                r->sink_failed = true;
+                        return MHD_YES;
+                }
+                if (strbuf_append(&r->body, upload_data, n) < 0)
+                        r->body_too_large = true;
+                return MHD_YES;
+        }
+        if (r->answered)
+                return MHD_YES;
+        if (r->started)
+                return MHD_YES;
+        r->started = true;
+
+        if (!strcmp(r->path, "/healthz")) {
+                r->route = "/healthz";
+                int rc = c->drv ? 0 : -1;
+                cJSON *o = cJSON_CreateObject();
+                json_add_str(o, "status", rc == 0 ? "ok" : "degraded");
+                json_add_str(o, "driver", c->drv ? c->drv->name : NULL);
+                return respond_json(r, 200, o);
+        }
+        if (!strcmp(r->path, "/metrics")) {
+                r->route = "/metrics";
+                char *m = metrics_render(c);
+                struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(m), m, free);
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
+                return respond_response(r, 200, resp);
+        }
+        if (r->body_too_large)
+                return respond_error(r, 413, "Request body too large (limit %llu bytes)", (unsigned long long) r->body_limit);
+        return api_dispatch(r);
+}
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap) {
+        char buf[512];
+        (void) cls;
+        vsnprintf(buf, sizeof(buf), fmt, ap);
+        size_t n = strlen(buf);
+        while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+                buf[--n] = 0;
+        log_debug("libmicrohttpd: %s", buf);
+}
+
+int http_start(struct ctl *c, struct http_server **ret) {
+        struct config *cfg = c->cfg;
+        struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t) cfg->listen_port) };
+        struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) cfg->listen_port) };
+        struct sockaddr *sa;
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+
+        if (inet_pton(AF_INET, cfg->listen_addr, &a4.sin_addr) == 1)
+                sa = (struct sockaddr *) &a4;
+        else if (inet_pton(AF_INET6, cfg->listen_addr, &a6.sin6_addr) == 1) {
+                sa = (struct sockaddr *) &a6;
+                flags |= MHD_USE_IPv6;
+        } else
+                return log_error_errno(-EINVAL, "listen address '%s' is not an IP address", cfg->listen_addr);
+
+        struct http_server *h = xnew0(struct http_server, 1);
+        h->c = c;
+        h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, c,
+                                MHD_OPTION_SOCK_ADDR, sa,
+                                MHD_OPTION_CONNECTION_LIMIT, (unsigned) cfg->max_connections,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned) cfg->per_ip_connections,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) cfg->conn_timeout_s,
+                                MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) cfg->max_header,
+                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, c,
+                                MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+                                MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+                                MHD_OPTION_END);
+        if (!h->d) {
+                free(h);
+                return log_error_errno(-EADDRINUSE, "Failed to listen on %s:%d (address in use or not allowed)",
+                                       cfg->listen_addr, cfg->listen_port);
+        }
+        *ret = h;
+        return 0;
+}
+
+int http_port(struct http_server *h) {
+        const union MHD_DaemonInfo *i = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+        return i ? i->port : -1;
+}
+
+struct http_server *http_stop(struct http_server *h) {
+        if (!h)
+                return NULL;
+        if (h->d)
+                MHD_stop_daemon(h->d);
+        free(h);
+        return NULL;
+}

@@ -1,0 +1,131 @@
+/* metrics.c — Prometheus text exposition: requests by route and status, latency
+ * histograms, sandboxes by status, provisioning phase timings. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "strutil.h"
+
+static const double buckets[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 };
+#define NB (sizeof(buckets) / sizeof(buckets[0]))
+#define MAX_SERIES 256
+
+struct hist { uint64_t b[NB]; uint64_t count; double sum; };
+struct req_series { char route[48]; char method[8]; int status; uint64_t count; };
+struct route_hist { char route[48]; struct hist h; };
+struct phase_hist { char phase[24]; struct hist h; };
+
+struct metrics {
+        pthread_mutex_t lock;
+        struct req_series req[MAX_SERIES]; size_t n_req;
+        struct route_hist lat[64]; size_t n_lat;
+        struct phase_hist ph[16]; size_t n_ph;
+};
+
+struct metrics *metrics_new(void) {
+        struct metrics *m = xnew0(struct metrics, 1);
+        pthread_mutex_init(&m->lock, NULL);
+        return m;
+}
+
+struct metrics *metrics_free(struct metrics *m) {
+        if (m) {
+                pthread_mutex_destroy(&m->lock);
+                free(m);
+        }
+        return NULL;
+}
+
+static void hist_add(struct hist *h, double v) {
+        for (size_t i = 0; i < NB; i++)
+                if (v <= buckets[i])
+                        h->b[i]++;
+        h->count++;
+        h->sum += v;
+}
+
+void metrics_observe_request(struct metrics *m, const char *route, const char *method, int status, double seconds) {
+        if (!m)
+                return;
+        pthread_mutex_lock(&m->lock);
+        size_t i;
+        for (i = 0; i < m->n_req; i++)
+                if (m->req[i].status == status && !strcmp(m->req[i].route, route) && !strcmp(m->req[i].method, method))
+                        break;
+        if (i == m->n_req && m->n_req < MAX_SERIES) {
+                snprintf(m->req[i].route, sizeof(m->req[i].route), "%s", route);
+                snprintf(m->req[i].method, sizeof(m->req[i].method), "%s", method);
+                m->req[i].status = status;
+                m->n_req++;
+        }
+        if (i < m->n_req)
+                m->req[i].count++;
+        for (i = 0; i < m->n_lat; i++)
+                if (!strcmp(m->lat[i].route, route))
+                        break;
+        if (i == m->n_lat && m->n_lat < ELEMENTSOF(m->lat)) {
+                snprintf(m->lat[i].route, sizeof(m->lat[i].route), "%s", route);
+                m->n_lat++;
+        }
+        if (i < m->n_lat)
+                hist_add(&m->lat[i].h, seconds);
+        pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_observe_phase(struct metrics *m, const char *phase, double seconds) {
+        if (!m)
+                return;
+        pthread_mutex_lock(&m->lock);
+        size_t i;
+        for (i = 0; i < m->n_ph; i++)
+                if (!strcmp(m->ph[i].phase, phase))
+                        break;
+        if (i == m->n_ph && m->n_ph < ELEMENTSOF(m->ph)) {
+                snprintf(m->ph[i].phase, sizeof(m->ph[i].phase), "%s", phase);
+                m->n_ph++;
+        }
+        if (i < m->n_ph)
+                hist_add(&m->ph[i].h, seconds);
+        pthread_mutex_unlock(&m->lock);
+}
+
+static void render_hist(struct strbuf *b, const char *name, const char *lk, const char *lv, const struct hist *h) {
+        for (size_t i = 0; i < NB; i++)
+                strbuf_printf(b, "%s_bucket{%s=\"%s\",le=\"%g\"} %llu\n", name, lk, lv, buckets[i], (unsigned long long) h->b[i]);
+        strbuf_printf(b, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %llu\n", name, lk, lv, (unsigned long long) h->count);
+        strbuf_printf(b, "%s_sum{%s=\"%s\"} %.6f\n", name, lk, lv, h->sum);
+        strbuf_printf(b, "%s_count{%s=\"%s\"} %llu\n", name, lk, lv, (unsigned long long) h->count);
+}
+
+char *metrics_render(struct ctl *c) {
+        struct metrics *m = c->metrics;
+        struct strbuf b;
+        int64_t counts[_SB_STATUS_MAX];
+
+        strbuf_init(&b, 0);
+        strbuf_printf(&b, "# HELP paddock_http_requests_total HTTP requests by route, method and status.\n"
+                          "# TYPE paddock_http_requests_total counter\n");
+        pthread_mutex_lock(&m->lock);
+        for (size_t i = 0; i < m->n_req; i++)
+                strbuf_printf(&b, "paddock_http_requests_total{route=\"%s\",method=\"%s\",status=\"%d\"} %llu\n",
+                              m->req[i].route, m->req[i].method, m->req[i].status, (unsigned long long) m->req[i].count);
+        strbuf_printf(&b, "# HELP paddock_http_request_duration_seconds HTTP request latency by route.\n"
+                          "# TYPE paddock_http_request_duration_seconds histogram\n");
+        for (size_t i = 0; i < m->n_lat; i++)
+                render_hist(&b, "paddock_http_request_duration_seconds", "route", m->lat[i].route, &m->lat[i].h);
+        strbuf_printf(&b, "# HELP paddock_provision_phase_seconds Sandbox provisioning time by phase.\n"
+                          "# TYPE paddock_provision_phase_seconds histogram\n");
+        for (size_t i = 0; i < m->n_ph; i++)
+                render_hist(&b, "paddock_provision_phase_seconds", "phase", m->ph[i].phase, &m->ph[i].h);
+        pthread_mutex_unlock(&m->lock);
+
+        strbuf_printf(&b, "# HELP paddock_sandboxes Sandbox records by status.\n# TYPE paddock_sandboxes gauge\n");
+        if (store_sandbox_count_by_status(c->store, counts) >= 0)
+                for (int s = 0; s < _SB_STATUS_MAX; s++)
+                        strbuf_printf(&b, "paddock_sandboxes{status=\"%s\"} %lld\n", sb_status_str((enum sb_status) s),
+                                      (long long) counts[s]);
+        return strbuf_steal(&b);
+}
