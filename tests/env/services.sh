@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# tests/env/services.sh — install, start, stop the real services the tests and `make up` use.
+#
+#   services.sh install                              apt-get what is missing (instant if nothing is)
+#   services.sh start  [--record FILE] [SERVICE...]  start what is not already answering
+#   services.sh stop   [--started-by FILE] [SERVICE...]
+#   services.sh status [SERVICE...]
+#
+# SERVICE: docker registry rabbitmq journald (none = all). Loopback only.
+# State: ${PADDOCK_STATE:-/var/tmp/paddock-dev} holds configs, logs/ and run/<svc>.pid
+# ("PID STARTTIME"; a service is "ours" only while that exact process lives).
+#
+# start: a service that already answers (someone else's, or ours from an earlier start) is
+#   reused and NOT recorded. Each service THIS invocation started is appended to FILE
+#   (--record; the file is created even if nothing was started) and printed as
+#   "services: started: ...".
+# stop --started-by FILE: stop only the services listed in FILE (and named, if any were named),
+#   then remove them from FILE (FILE is deleted when empty). Without --started-by: stop every
+#   named service that is ours. Foreign services are never touched.
+set -euo pipefail
+PROG=services
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/env/lib.sh
+. "$HERE/lib.sh"
+
+ALL_SERVICES=(docker registry rabbitmq journald)
+STATE=$PADDOCK_STATE
+RUN=$STATE/run
+LOGS=$STATE/logs
+
+PACKAGES=(docker.io runsc docker-registry rabbitmq-server amqp-tools nftables iproute2
+          busybox-static debootstrap libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
+          librabbitmq-dev libnftnl-dev libmnl-dev libsqlite3-dev libsystemd-dev libssl-dev
+          pkg-config sqlite3 wrk curl jq ca-certificates)
+
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+need_root() { [[ $(id -u) == 0 ]] || die "must run as root (starts system daemons)"; }
+
+# ---------------------------------------------------------------------------- install
+do_install() {
+        local missing=() p have
+        have=" $(dpkg-query -W -f='${Package}=${db:Status-Status} ' "${PACKAGES[@]}" 2>/dev/null || true)"
+        for p in "${PACKAGES[@]}"; do
+                [[ $have == *" $p=installed "* ]] || missing+=("$p")
+        done
+        if ((${#missing[@]} == 0)); then
+                return 0
+        fi
+        need_root
+        say "installing: ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq || die "apt-get update failed"
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+                || die "apt-get install failed: ${missing[*]}"
+}
+
+# ---------------------------------------------------------------------------- probes
+tcp_open() { timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; }
+
+answering() {
+        case $1 in
+        docker)   docker_ping ;;
+        registry) curl -sf --max-time 2 -o /dev/null http://127.0.0.1:5000/v2/ ;;
+        rabbitmq) tcp_open 127.0.0.1 5672 ;;
+        journald) [[ -S /run/systemd/journal/socket ]] &&
+                  ss -Hxa src /run/systemd/journal/socket 2>/dev/null | grep -q . ;;
+        esac
+}
+
+ours() { pidfile_alive "$RUN/$1.pid" >/dev/null; }
+
+rabbit_env() {
+        export RABBITMQ_NODENAME=rabbit@localhost RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+        export RABBITMQ_NODE_PORT=5672 ERL_EPMD_ADDRESS=127.0.0.1 RABBITMQ_DIST_PORT=25672
+        export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
+        export RABBITMQ_CONFIG_FILE=$STATE/rabbitmq.conf
+}
+
+# spawn SVC CMD...: start CMD detached in its own session (so it is a process-group leader
+# we can signal as a whole), output to logs/SVC.log, PID recorded.
+spawn() {
+        local svc=$1; shift
+        : >"$LOGS/$svc.log"
+        setsid "$@" </dev/null >>"$LOGS/$svc.log" 2>&1 &
+        local pid=$!
+        pidfile_write "$RUN/$svc.pid" "$pid"
+}
+
+start_failed() {
+        local svc=$1 why=$2
+        warn "$svc: $why"
+        show_log "$LOGS/$svc.log"
+        stop_one "$svc" >/dev/null 2>&1 || true
+        exit 1
+}
+
+# wait_ready SVC SECONDS: wait until SVC answers; fail early if our process died.
+wait_ready() {
+        local svc=$1 limit=$2 deadline=$((SECONDS + $2))
+        while ! answering "$svc"; do
+                ours "$svc" || start_failed "$svc" "exited during startup"
+                ((SECONDS < deadline)) || start_failed "$svc" "not ready after ${limit}s"
+                sleep 0.1
+        done
+}
+
+# ---------------------------------------------------------------------------- start
+start_docker() {
+        cat >"$STATE/daemon.json.new" <<'EOF'
+{"bridge": "none",
+ "default-address-pools": [{"base": "169.254.80.0/20", "size": 24}],
+ "runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]},
+              "runsc-hostnet": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host"]}}}
+EOF
+        if cmp -s "$STATE/daemon.json.new" "$STATE/daemon.json"; then
+                rm -f "$STATE/daemon.json.new"
+        else
+                mv "$STATE/daemon.json.new" "$STATE/daemon.json"
+        fi
+        # A stale pid file of dockerd's own would make it refuse to start.
+        if [[ -e /var/run/docker.pid ]] && ! kill -0 "$(cat /var/run/docker.pid 2>/dev/null || echo 0)" 2>/dev/null; then
+                rm -f /var/run/docker.pid
+        fi
+        spawn docker dockerd --config-file "$STATE/daemon.json"
+        wait_ready docker 60
+}
+
+start_registry() {
+        mkdir -p "$STATE/registry"
+        cat >"$STATE/registry.yml" <<EOF
+version: 0.1
+log: {level: warn}
+storage: {filesystem: {rootdirectory: $STATE/registry}, delete: {enabled: true}}
+http: {addr: 127.0.0.1:5000}
+EOF
+        spawn registry docker-registry serve "$STATE/registry.yml"
+        wait_ready registry 20
+}
+
+start_rabbitmq() {
+        printf 'listeners.tcp.default = 127.0.0.1:5672\nloopback_users.guest = true\n' \
+                >"$STATE/rabbitmq.conf"
+        chmod 0644 "$STATE/rabbitmq.conf"
+        # Remember whether epmd was already there: only an epmd our node spawned is ours to kill.
+        if tcp_open 127.0.0.1 4369 || pgrep -x epmd >/dev/null; then
+                : >"$RUN/rabbitmq.epmd-foreign"
+        else
+                rm -f "$RUN/rabbitmq.epmd-foreign"
+        fi
+        rabbit_env
+        spawn rabbitmq rabbitmq-server
+        wait_ready rabbitmq 90
+        local rc=0
+        timeout -s KILL 75 rabbitmqctl -q await_startup --timeout 60 >>"$LOGS/rabbitmq.log" 2>&1 || rc=$?
+        ((rc == 0)) || start_failed rabbitmq "rabbitmqctl await_startup failed (rc $rc)"
+}
+
+start_journald() {
+        spawn journald /lib/systemd/systemd-journald
+        # The socket file may be stale (left by an earlier journald): wait for a bound one.
+        wait_ready journald 20
+}
+
+# Verify gVisor works on whatever dockerd answers (ours or not).
+verify_runsc() {
+        busybox_image
+        local out rc=0
+        out=$(timeout -s KILL 60 docker run --rm --runtime=runsc paddock/busybox:local true 2>&1) || rc=$?
+        if ((rc != 0)); then
+                warn "docker run --runtime=runsc failed (rc $rc): $out"
+                [[ -f $LOGS/docker.log ]] && show_log "$LOGS/docker.log" 20
+                die "gVisor (runsc) does not work with this dockerd; it must be started with --config-file $STATE/daemon.json"
+        fi
+        if ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc-hostnet"'; then
+                die "dockerd answers but has no runsc-hostnet runtime; restart it with --config-file $STATE/daemon.json"
+        fi
+}
+
+do_start() {
+        local record="" svcs=()
+        while (($#)); do
+                case $1 in
+                --record) record=${2:?--record needs a file}; shift 2 ;;
+                --record=*) record=${1#--record=}; shift ;;
+                -*) usage ;;
+                *) svcs+=("$1"); shift ;;
+                esac
+        done
+        check_names "${svcs[@]}"
+        ((${#svcs[@]})) || svcs=("${ALL_SERVICES[@]}")
+        need_root
+        mkdir -p "$STATE" "$RUN" "$LOGS"
+        [[ -z $record ]] || touch "$record"
+        local s started=() reused=()
+        for s in "${svcs[@]}"; do
+                if answering "$s"; then
+                        reused+=("$s")
+                else
+                        # Ours but not answering (hung or half-dead): stop it before restarting.
+                        ! ours "$s" || stop_one "$s"
+                        local t0=$SECONDS
+                        "start_$s"
+                        started+=("$s")
+                        [[ -z $record ]] || echo "$s" >>"$record"
+                        say "$s started ($((SECONDS - t0))s), log $LOGS/$s.log"
+                fi
+                [[ $s != docker ]] || verify_runsc
+        done
+        say "started: ${started[*]:-none}; already running: ${reused[*]:-none}"
+}
+
+# ---------------------------------------------------------------------------- stop
+# Shims and runsc processes left behind by a dockerd on the default exec root.
+docker_leftovers() {
+        local p cmd
+        for p in $(pgrep -f 'containerd-shim-runc-v2|runsc' || true); do
+                cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || continue
+                case $cmd in
+                *containerd-shim-runc-v2*-namespace\ moby*) echo "$p" ;;
+                *runsc*/var/run/docker/runtime-runc/moby*|*runsc*/run/docker/runtime-runc/moby*) echo "$p" ;;
+                *runsc-gofer*|*runsc-sandbox*) echo "$p" ;;
+                esac
+        done
+}
+
+stop_one() {
+        local svc=$1 pid
+        if ! pid=$(pidfile_alive "$RUN/$svc.pid"); then
+                rm -f "$RUN/$svc.pid"
+                if answering "$svc"; then
+                        say "$svc: not started by us; left running"
+                else
+                        say "$svc: not running"
+                fi
+                return 0
+        fi
+        case $svc in
+        docker)
+                local before
+                before=$(docker_leftovers | sort -u)
+                kill_and_wait "$pid" 30
+                # dockerd normally stops its containers and containerd; reap what is left.
+                local p left
+                left=$( { echo "$before"; docker_leftovers; } | sort -u | grep . || true)
+                for p in $left; do
+                        [[ -e /proc/$p ]] || continue
+                        # Only orphans: a live foreign dockerd would still be their ancestor.
+                        if docker_ping; then break; fi
+                        kill -KILL "$p" 2>/dev/null || true
+                done
+                ;;
+        rabbitmq)
+                rabbit_env
+                timeout -s KILL 60 rabbitmqctl -q stop >>"$LOGS/rabbitmq.log" 2>&1 \
+                        || warn "rabbitmqctl stop failed; signalling"
+                kill_and_wait "$pid" 30
+                # Anything left in its process group (beam, erl_child_setup, inet_gethost).
+                kill -KILL -- "-$pid" 2>/dev/null || true
+                if [[ ! -e $RUN/rabbitmq.epmd-foreign ]]; then
+                        epmd -kill >/dev/null 2>&1 || true
+                        wait_until 5 bash -c '! pgrep -x epmd' || warn "epmd still running"
+                fi
+                rm -f "$RUN/rabbitmq.epmd-foreign"
+                ;;
+        journald)
+                kill_and_wait "$pid" 10
+                # Don't leave dead sockets behind: without journald, sd_journal_send should see
+                # no socket (and drop silently), as before we started it.
+                if ! pgrep -x systemd-journal >/dev/null; then
+                        rm -f /run/systemd/journal/socket /run/systemd/journal/stdout \
+                              /run/systemd/journal/dev-log /run/systemd/journal/io.systemd.journal
+                fi
+                ;;
+        *)
+                kill_and_wait "$pid" 10
+                ;;
+        esac
+        kill -KILL -- "-$pid" 2>/dev/null || true
+        rm -f "$RUN/$svc.pid"
+        say "$svc stopped"
+}
+
+do_stop() {
+        local from="" svcs=()
+        while (($#)); do
+                case $1 in
+                --started-by) from=${2:?--started-by needs a file}; shift 2 ;;
+                --started-by=*) from=${1#--started-by=}; shift ;;
+                -*) usage ;;
+                *) svcs+=("$1"); shift ;;
+                esac
+        done
+        check_names "${svcs[@]}"
+        ((${#svcs[@]})) || svcs=("${ALL_SERVICES[@]}")
+        mkdir -p "$RUN" "$LOGS"
+        local targets=() s
+        if [[ -n $from ]]; then
+                [[ -f $from ]] || { say "nothing recorded in $from; nothing to stop"; return 0; }
+                for s in "${svcs[@]}"; do
+                        grep -qx "$s" "$from" && targets+=("$s")
+                done
+        else
+                targets=("${svcs[@]}")
+        fi
+        need_root
+        # Stop in reverse start order: journald, rabbitmq, registry, docker.
+        local order=(journald rabbitmq registry docker) rc=0
+        for s in "${order[@]}"; do
+                [[ " ${targets[*]} " == *" $s "* ]] || continue
+                stop_one "$s" || rc=1
+                if [[ -n $from ]]; then
+                        grep -vx "$s" "$from" >"$from.tmp" || true
+                        mv "$from.tmp" "$from"
+                fi
+        done
+        if [[ -n $from && ! -s $from ]]; then rm -f "$from"; fi
+        return $rc
+}
+
+# ---------------------------------------------------------------------------- status
+do_status() {
+        local svcs=("$@") s
+        ((${#svcs[@]})) || svcs=("${ALL_SERVICES[@]}")
+        for s in "${svcs[@]}"; do
+                if ours "$s"; then
+                        if answering "$s"; then
+                                printf '%-9s running (ours, pid %s)\n' "$s" "$(pidfile_alive "$RUN/$s.pid")"
+                        else
+                                printf '%-9s starting or unhealthy (ours, pid %s, not answering)\n' "$s" "$(pidfile_alive "$RUN/$s.pid")"
+                        fi
+                elif answering "$s"; then
+                        printf '%-9s running (foreign)\n' "$s"
+                else
+                        printf '%-9s stopped\n' "$s"
+                fi
+        done
+}
+
+check_names() {
+        local s
+        for s in "$@"; do
+                [[ " ${ALL_SERVICES[*]} " == *" $s "* ]] \
+                        || die "unknown service '$s' (known: ${ALL_SERVICES[*]})"
+        done
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+install) do_install ;;
+start)   do_start "$@" ;;
+stop)    do_stop "$@" ;;
+status)  check_names "$@"; do_status "$@" ;;
+*)       usage ;;
+esac

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# tests/env/up.sh — `make up`: a local Paddock on the embedded default (sqlite + docker driver).
+#
+# Starts docker, registry and rabbitmq if they are not running (those it started are appended
+# to $PADDOCK_STATE/up.started, which `make down` stops), builds the template images, then
+# (re)starts $PADDOCK_BUILD/controld on 127.0.0.1:${PADDOCK_PORT:-8080} with build/dev/controld.conf,
+# makes sure a dev account and API key exist (build/dev/env) and prints how to use them.
+set -euo pipefail
+PROG=up
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+cd "$ROOT"
+# shellcheck source=tests/env/lib.sh
+. "$HERE/lib.sh"
+
+BUILD=${PADDOCK_BUILD:-build}
+PORT=${PADDOCK_PORT:-8080}
+URL=http://127.0.0.1:$PORT
+DEV=$ROOT/build/dev
+CONF=$DEV/controld.conf
+CONTROLD=$BUILD/controld
+[[ $CONTROLD == /* ]] || CONTROLD=$ROOT/$CONTROLD
+
+mkdir -p "$PADDOCK_STATE" "$DEV"
+"$HERE/services.sh" start --record "$PADDOCK_STATE/up.started" docker registry rabbitmq
+# Several `make up` in a row append; keep each name once.
+sort -u -o "$PADDOCK_STATE/up.started" "$PADDOCK_STATE/up.started"
+"$HERE/images.sh"
+
+if [[ ! -x $CONTROLD ]]; then
+        say "services and images are ready, but the daemons are not built ($CONTROLD is missing):"
+        say "controld was NOT started. Build with 'make', then run 'make up' again. 'make down' stops the services."
+        exit 0
+fi
+
+# ------------------------------------------------------------------ controld
+# controld_pid: the PID in controld.pid if that process is still a controld.
+controld_pid() {
+        local pid
+        [[ -r $DEV/controld.pid ]] || return 1
+        read -r pid <"$DEV/controld.pid" || return 1
+        [[ $pid =~ ^[0-9]+$ ]] || return 1
+        [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == */controld* ]] || return 1
+        pid_gone "$pid" && return 1
+        echo "$pid"
+}
+
+if pid=$(controld_pid); then
+        say "stopping the controld of an earlier 'make up' (pid $pid) to restart it"
+        kill_and_wait "$pid" 10
+fi
+rm -f "$DEV/controld.pid"
+
+if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT" 2>/dev/null; then
+        die "127.0.0.1:$PORT is already in use by something else ($(ss -Hltnp "sport = :$PORT" | awk '{print $NF}' | head -n1)); set PADDOCK_PORT to another port"
+fi
+
+cat >"$CONF" <<EOF
+[server]
+listen = 127.0.0.1:$PORT
+[store]
+path = $DEV/controld.db
+[scheduler]
+driver = docker
+[docker]
+socket = /var/run/docker.sock
+[defaults]
+template = python-3.11
+region = local
+plan = dev
+[region "local"]
+id = 6a06df21cc6bef51342e199e
+name = local
+country = Local
+continent = Local
+enabled = true
+[plan "dev"]
+max_concurrent = 10
+regions = local
+max_cpu = 2000
+max_memory = 2048
+max_disk = 5
+[template "python-3.11"]
+image = paddock/python-3.11:local
+display_name = Python 3.11
+description = Debian 12 with Python 3.11
+[template "node-18"]
+image = paddock/node-18:local
+display_name = Node.js 18
+description = Debian 12 with Node.js 18
+[template "debian-12"]
+image = paddock/debian-12:local
+display_name = Debian 12
+description = Minimal Debian 12
+EOF
+
+LOG=$DEV/controld.log
+setsid nohup "$CONTROLD" -d -f "$CONF" </dev/null >>"$LOG" 2>&1 &
+pid=$!
+echo "$pid" >"$DEV/controld.pid"
+deadline=$((SECONDS + 20))
+until curl -sf --max-time 2 -o /dev/null "$URL/healthz"; do
+        if pid_gone "$pid"; then
+                show_log "$LOG"
+                rm -f "$DEV/controld.pid"
+                die "controld exited during startup"
+        fi
+        if ((SECONDS >= deadline)); then
+                show_log "$LOG"
+                die "controld did not answer $URL/healthz within 20s (still running as pid $pid; 'make down' stops it)"
+        fi
+        sleep 0.1
+done
+say "controld running (pid $pid), log $LOG"
+
+# ------------------------------------------------------------------ dev account and key
+status_with() {
+        curl -s --max-time 5 -o /dev/null -w '%{http_code}' -H "x-brimble-key: $1" "$URL/sandboxes" || true
+}
+KEY=""
+if [[ -r $DEV/env ]]; then
+        old=$(sed -n 's/^PADDOCK_API_KEY=//p' "$DEV/env" | tail -n1)
+        if [[ -n $old && $(status_with "$old") == 200 ]]; then
+                KEY=$old
+        fi
+fi
+if [[ -z $KEY ]]; then
+        ACC=$("$CONTROLD" admin -f "$CONF" account create dev --plan dev) \
+                || die "controld admin account create failed"
+        ACC=$(tail -n1 <<<"$ACC")
+        [[ $ACC =~ ^[0-9a-f]{24}$ ]] || die "controld admin account create printed '$ACC', not an account id"
+        KEY=$("$CONTROLD" admin -f "$CONF" key issue "$ACC") || die "controld admin key issue failed"
+        KEY=$(tail -n1 <<<"$KEY")
+        [[ -n $KEY ]] || die "controld admin key issue printed no key"
+        code=$(status_with "$KEY")
+        [[ $code == 200 ]] || warn "the new key gets HTTP $code from GET $URL/sandboxes (expected 200)"
+fi
+(umask 077; printf 'PADDOCK_URL=%s\nPADDOCK_API_KEY=%s\n' "$URL" "$KEY" >"$DEV/env.tmp")
+chmod 0600 "$DEV/env.tmp"
+mv "$DEV/env.tmp" "$DEV/env"
+
+cat <<EOF
+
+Paddock is up at $URL   (key and URL also in build/dev/env)
+  API key: $KEY
+
+  # create a sandbox
+  curl -s -X POST $URL/sandboxes -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"template":"python-3.11"}'
+  # run a command in it (use the "id" from the answer above)
+  curl -s -X POST $URL/sandboxes/<id>/exec -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"cmd":"python3 -c \\"print(6*7)\\""}'
+
+  make down    # stop controld and the services 'make up' started
+EOF

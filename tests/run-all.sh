@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# tests/run-all.sh — run the whole suite (what `make check` calls after building).
+#
+# Starts the services the tests need (only those not already running, and stops exactly those
+# at the end, even on failure), builds the template images, then runs every executable in
+# $PADDOCK_BUILD/tests/unit/ and then $PADDOCK_BUILD/tests/integration/, sorted. Each program
+# ends with "N passed, N failed[, N skipped]"; a program that crashes, times out or prints no
+# such line counts as 1 failed. The last line is the total; exit 1 if anything failed.
+#
+# Environment: PADDOCK_BUILD (default build), PADDOCK_STATE, PADDOCK_TEST_TIMEOUT (seconds per
+# program, default 1200), PADDOCK_TESTS (optional glob on program names, e.g. 'test-log*').
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+export PADDOCK_BUILD=${PADDOCK_BUILD:-build}
+export PADDOCK_STATE=${PADDOCK_STATE:-/var/tmp/paddock-dev}
+export PADDOCK_TEST_IMAGE=paddock/busybox:local
+export PADDOCK_PY_IMAGE=paddock/python-3.11:local
+export PADDOCK_NODE_IMAGE=paddock/node-18:local
+export PADDOCK_BASE_IMAGE=paddock/debian-12:local
+LIMIT=${PADDOCK_TEST_TIMEOUT:-1200}
+
+mkdir -p "$PADDOCK_STATE"
+RECORD=$(mktemp "$PADDOCK_STATE/check.started.XXXXXX")
+rm -f "$RECORD"
+finish() {
+        local rc=$?
+        if [[ -f $RECORD ]]; then
+                tests/env/services.sh stop --started-by "$RECORD" || echo "run-all: warning: stopping services failed" >&2
+        fi
+        rm -f "$RECORD"
+        return $rc
+}
+trap finish EXIT
+TPID=""
+trap '[[ -z $TPID ]] || kill -KILL "$TPID" 2>/dev/null; exit 130' INT TERM
+
+tests/env/services.sh start --record "$RECORD"
+tests/env/images.sh
+
+progs=()
+for dir in "$PADDOCK_BUILD/tests/unit" "$PADDOCK_BUILD/tests/integration"; do
+        [[ -d $dir ]] || continue
+        while IFS= read -r f; do
+                # shellcheck disable=SC2053
+                [[ -z ${PADDOCK_TESTS:-} || $(basename "$f") == $PADDOCK_TESTS ]] || continue
+                progs+=("$f")
+        done < <(find "$dir" -maxdepth 1 -type f -perm -u+x | LC_ALL=C sort)
+done
+((${#progs[@]})) || echo "run-all: warning: no test programs under $PADDOCK_BUILD/tests/{unit,integration}" >&2
+
+TOTAL_P=0 TOTAL_F=0 TOTAL_S=0
+SUMMARY=()
+OUT=$(mktemp "${TMPDIR:-/tmp}/paddock-test-out.XXXXXX")
+trap 'rm -f "$OUT"; finish' EXIT
+for prog in "${progs[@]}"; do
+        name=${prog#"$PADDOCK_BUILD"/tests/}
+        printf '\n===== %s =====\n' "$name"
+        t0=$EPOCHREALTIME
+        # stdin closed; output to a file, shown live. Not a pipe: a stray background process
+        # holding the program's stdout must not make us wait forever. timeout -s KILL kills
+        # the program's whole process group.
+        timeout -s KILL "$LIMIT" "$prog" </dev/null >"$OUT" 2>&1 &
+        TPID=$!
+        tail -n +1 -s 0.1 --pid="$TPID" -f "$OUT" || true
+        rc=0
+        wait "$TPID" || rc=$?
+        # Strays the program left in its process group (timeout made it a group leader).
+        if pgrep -g "$TPID" >/dev/null 2>&1; then
+                echo "run-all: $name left processes behind; killing: $(pgrep -g "$TPID" | tr '\n' ' ')" >&2
+                kill -KILL -- "-$TPID" 2>/dev/null || true
+        fi
+        TPID=""
+        secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+        line=$(grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$OUT" | tail -n1 || true)
+        p=0 f=0 s=0 note=""
+        if [[ -n $line ]]; then
+                read -r p _ f _ s _ <<<"${line//,/}"
+                s=${s:-0}
+        fi
+        if ((rc == 137)) && [[ -z $line ]] && awk -v t="$secs" -v l="$LIMIT" 'BEGIN { exit !(t >= l - 1) }'; then
+                note="TIMED OUT after ${LIMIT}s (killed)"; f=$((f + 1))
+        elif [[ -z $line ]]; then
+                note="no result line (exit $rc)"; f=$((f + 1))
+                ((rc <= 128)) || note="crashed: signal $((rc - 128)), no result line"
+        elif ((rc > 128)); then
+                note="died of signal $((rc - 128)) after its result line"; f=$((f + 1))
+        elif ((rc != 0 && f == 0)); then
+                note="exit $rc with 0 failed reported"; f=$((f + 1))
+        fi
+        TOTAL_P=$((TOTAL_P + p)) TOTAL_F=$((TOTAL_F + f)) TOTAL_S=$((TOTAL_S + s))
+        entry=$(printf '%-40s %4d passed %4d failed' "$name" "$p" "$f")
+        ((s == 0)) || entry+=$(printf ' %4d skipped' "$s")
+        entry+="  (${secs}s)"
+        [[ -z $note ]] || entry+="  <- $note"
+        SUMMARY+=("$entry")
+        [[ -z $note ]] || echo "run-all: $name: $note" >&2
+done
+
+printf '\n===== summary =====\n'
+for e in "${SUMMARY[@]}"; do echo "$e"; done
+# Stop services before the final line so it stays the very last one.
+trap - EXIT
+rm -f "$OUT"
+finish || true
+final="$TOTAL_P passed, $TOTAL_F failed"
+((TOTAL_S == 0)) || final+=", $TOTAL_S skipped"
+echo "$final"
+((TOTAL_F == 0))
