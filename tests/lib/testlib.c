@@ -38,6 +38,36 @@ void test_register(const char *name, test_fn fn, const char *file, int timeout_s
         tests[n_tests++] = (struct test_entry) { name, file, fn, timeout_s };
 }
 
+struct exit_hook { void (*fn)(void *); void *ud; };
+static struct exit_hook exit_hooks[64];
+static int n_exit_hooks;
+
+static void run_exit_hooks(void) {
+        while (n_exit_hooks > 0) {
+                struct exit_hook h = exit_hooks[--n_exit_hooks];
+                h.fn(h.ud);
+        }
+}
+
+void test_on_exit(void (*fn)(void *ud), void *ud) {
+        static bool registered;
+        if (n_exit_hooks >= (int) ELEMENTSOF(exit_hooks))
+                abort();
+        if (!registered) {
+                atexit(run_exit_hooks);
+                registered = true;
+        }
+        exit_hooks[n_exit_hooks++] = (struct exit_hook) { fn, ud };
+}
+
+static void on_alarm(int sig) {
+        (void) sig;
+        static const char m[] = "  test timed out; cleaning up\n";
+        ssize_t _unused_ w = write(STDERR_FILENO, m, sizeof(m) - 1);
+        run_exit_hooks();
+        _exit(124);
+}
+
 void test_fail(const char *file, int line, const char *fmt, ...) {
         va_list ap;
         fprintf(stderr, "  %s:%d: ", file, line);
@@ -46,12 +76,14 @@ void test_fail(const char *file, int line, const char *fmt, ...) {
         va_end(ap);
         fputc('\n', stderr);
         fflush(stderr);
+        run_exit_hooks();
         _exit(1);
 }
 
 void test_skip(const char *why) {
         fprintf(stderr, "  skipped: %s\n", why);
         fflush(stderr);
+        run_exit_hooks();
         _exit(EXIT_SKIP);
 }
 
@@ -108,6 +140,9 @@ int test_run_capture(char *const argv[], char **ret_out, size_t cap) {
                 return -errno;
         if (p == 0) {
                 dup2(pfd[1], STDOUT_FILENO);
+                int devnull = open("/dev/null", O_WRONLY);
+                if (devnull >= 0 && !getenv("TEST_VERBOSE"))
+                        dup2(devnull, STDERR_FILENO);
                 execvp(argv[0], argv);
                 _exit(127);
         }
@@ -177,6 +212,7 @@ int test_main(int argc, char **argv) {
                 }
                 if (pid == 0) {
                         setpgid(0, 0);
+                        signal(SIGALRM, on_alarm);
                         alarm((unsigned) timeout);
                         t->fn();
                         fflush(stdout);
@@ -205,7 +241,7 @@ int test_main(int argc, char **argv) {
                         printf("skip    %-50s\n", t->name);
                         skipped++;
                 } else {
-                        if (timed_out || (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM))
+                        if (timed_out || (WIFEXITED(st) && WEXITSTATUS(st) == 124))
                                 printf("FAIL    %-50s timed out after %ds (%s)\n", t->name, timeout, t->file);
                         else if (WIFSIGNALED(st))
                                 printf("FAIL    %-50s killed by signal %d (%s)\n", t->name, WTERMSIG(st), t->file);

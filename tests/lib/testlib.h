@@ -93,6 +93,10 @@ _Noreturn void test_skip(const char *why);
 #define ASSERT_NULL(p) ASSERT_TRUE((p) == NULL)
 #define ASSERT_NOT_NULL(p) ASSERT_TRUE((p) != NULL)
 
+/* Cleanups that run when the test process ends, also after a failed ASSERT
+ * (which _exit()s): stop daemons, remove containers. Run in reverse order. */
+void test_on_exit(void (*fn)(void *ud), void *ud);
+
 /* Helpers shared by tests. */
 /* Path of a built binary: $PADDOCK_BUILD/<rel> (default build/<rel>). Static buffer. */
 const char *test_build_path(const char *rel);

@@ -1,0 +1,366 @@
+/* HTTP-level tests of controld against real dockerd + runsc: lifecycle, isolation,
+ * quota races, restart with live sandboxes, provisioning failure. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "ctltest.h"
+#include "testlib.h"
+
+static void need_docker(void) {
+        if (!test_have_docker())
+                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
+}
+
+static char *container_name(const char *id) {
+        static char buf[64];
+        snprintf(buf, sizeof(buf), "paddock-%s", id);
+        return buf;
+}
+
+TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
+        struct ctld c;
+        struct hres r;
+        char id[25], path[128];
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "alice", NULL, NULL);
+
+        http_req(&c, "POST", "/sandboxes", key, "{\"name\":\"my-box\",\"specs\":{\"cpu\":300,\"memory\":256}}", &r);
+        ASSERT_EQ(r.status, 201);
+        ASSERT_STREQ(hres_message(&r), "Sandbox created");
+        ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
+        ASSERT_STREQ(hres_data_str(&r, "name"), "my-box");
+        ASSERT_STREQ(hres_data_str(&r, "template"), "busybox");
+        ASSERT_NOT_NULL(hres_data_str(&r, "created_at"));
+        ASSERT_NOT_NULL(hres_data_str(&r, "expires_at"));
+        ASSERT_EQ(strlen(r.request_id), 24);
+        snprintf(id, sizeof(id), "%s", hres_data_str(&r, "id"));
+        ASSERT_EQ(strlen(id), 24);
+        hres_done(&r);
+        /* The container really runs under gVisor with the asked limits. */
+        ASSERT_TRUE(docker_container_running(container_name(id)));
+        {
+                _cleanup_free_ char *out = NULL;
+                char *argv[] = { "docker", "inspect", "-f",
+                                 "{{.HostConfig.Runtime}} {{.HostConfig.MemoryReservation}} {{.HostConfig.CpuShares}} "
+                                 "{{.HostConfig.PidsLimit}} {{.HostConfig.CapDrop}} {{.HostConfig.SecurityOpt}}",
+                                 container_name(id), NULL };
+                ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
+                ASSERT_CONTAINS(out, "runsc");
+                ASSERT_CONTAINS(out, " 268435456 300 4096 [ALL] [no-new-privileges]");
+        }
+
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_message(&r), "Sandbox fetched");
+        ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
+        cJSON *d = cJSON_GetObjectItem(r.json, "data");
+        ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "specs"), "memory")->valueint, 256);
+        ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "region"), "name")->valuestring, "local");
+        ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "egress"), "mode")->valuestring, "open");
+        ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(d, "block_outbound")));
+        ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(d, "destroyed_at")));
+        ASSERT_TRUE(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "timings"), "place_ms")));
+        hres_done(&r);
+
+        /* pause -> paused, container gone */
+        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_message(&r), "Sandbox pause requested");
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s/wait?timeout=60", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "status")->valuestring, "paused");
+        ASSERT_FALSE(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "paused_at")));
+        hres_done(&r);
+        ASSERT_FALSE(docker_container_exists(container_name(id)));
+
+        /* pausing a paused sandbox is a clear 400 */
+        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_STREQ(hres_message(&r), "Sandbox is paused; only ready sandboxes can be paused");
+        hres_done(&r);
+
+        /* resume -> ready, a fresh container */
+        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_message(&r), "Sandbox resume requested");
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s/wait?timeout=60&status=ready", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "status")->valuestring, "ready");
+        hres_done(&r);
+        ASSERT_TRUE(docker_container_running(container_name(id)));
+        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_STREQ(hres_message(&r), "Sandbox is ready; only paused sandboxes can be resumed");
+        hres_done(&r);
+
+        /* list shows it */
+        http_req(&c, "GET", "/sandboxes?page=1&limit=10", key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        d = cJSON_GetObjectItem(r.json, "data");
+        ASSERT_EQ(cJSON_GetObjectItem(d, "totalCount")->valueint, 1);
+        ASSERT_EQ(cJSON_GetObjectItem(d, "currentPage")->valueint, 1);
+        ASSERT_EQ(cJSON_GetObjectItem(d, "totalPages")->valueint, 1);
+        ASSERT_EQ(cJSON_GetObjectItem(d, "limit")->valueint, 10);
+        ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "data"), 0), "id")->valuestring, id);
+        hres_done(&r);
+
+        /* destroy: 204, container gone, record says why and when; again: still 204 */
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "DELETE", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 204);
+        ASSERT_EQ(r.len, 0);
+        hres_done(&r);
+        ASSERT_FALSE(docker_container_exists(container_name(id)));
+        http_req(&c, "GET", path, key, NULL, &r);
+        d = cJSON_GetObjectItem(r.json, "data");
+        ASSERT_STREQ(cJSON_GetObjectItem(d, "status")->valuestring, "destroyed");
+        ASSERT_STREQ(cJSON_GetObjectItem(d, "destroy_reason")->valuestring, "user");
+        ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItem(d, "destroyed_at")));
+        hres_done(&r);
+        http_req(&c, "DELETE", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 204);
+        hres_done(&r);
+        /* operations on a destroyed sandbox are refused clearly */
+        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(hres_message(&r), "destroyed");
+        hres_done(&r);
+}
+
+TEST_FULL(tenant_isolation_is_404_never_403, 120) {
+        struct ctld c;
+        struct hres r;
+        char id[25], path[160];
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *ka = ctld_account_key(&c, "tenant-a", NULL, NULL);
+        _cleanup_free_ char *kb = ctld_account_key(&c, "tenant-b", NULL, NULL);
+        ctld_create(&c, ka, NULL, id);
+
+        static const struct { const char *method, *suffix; } ops[] = {
+                { "GET", "" }, { "DELETE", "" }, { "POST", "/pause" }, { "POST", "/resume" },
+                { "GET", "/wait?timeout=1" }, { "GET", "/stats" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(ops); i++) {
+                snprintf(path, sizeof(path), "/sandboxes/%s%s", id, ops[i].suffix);
+                http_req(&c, ops[i].method, path, kb, NULL, &r);
+                if (r.status != 404)
+                        test_fail(__FILE__, __LINE__, "%s %s as B -> %ld %s", ops[i].method, path, r.status, r.body);
+                ASSERT_STREQ(hres_message(&r), "Sandbox not found");
+                hres_done(&r);
+        }
+        http_req(&c, "GET", "/sandboxes", kb, NULL, &r);
+        ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "totalCount")->valueint, 0);
+        hres_done(&r);
+        /* A's sandbox is untouched by B's attempts. */
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "GET", path, ka, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
+        hres_done(&r);
+        ASSERT_TRUE(docker_container_running(container_name(id)));
+}
+
+TEST(auth_missing_invalid_bearer_revoked) {
+        struct ctld c;
+        struct hres r;
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        char acc[25];
+        _cleanup_free_ char *key = ctld_account_key(&c, "auth", NULL, acc);
+
+        http_req(&c, "GET", "/sandboxes", NULL, NULL, &r);
+        ASSERT_EQ(r.status, 401);
+        ASSERT_CONTAINS(hres_message(&r), "x-brimble-key");
+        ASSERT_EQ(strlen(r.request_id), 24);
+        hres_done(&r);
+        http_req(&c, "GET", "/sandboxes", "pdk_nottherightkey", NULL, &r);
+        ASSERT_EQ(r.status, 401);
+        ASSERT_STREQ(hres_message(&r), "Invalid API key");
+        hres_done(&r);
+
+        char bearer[256];
+        snprintf(bearer, sizeof(bearer), "Authorization: Bearer %s", key);
+        const char *h[] = { bearer, "x-request-id: trace-me-123", NULL };
+        http_req_full(&c, "GET", "/sandboxes", h, NULL, 0, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(r.request_id, "trace-me-123");
+        hres_done(&r);
+
+        /* Revoke by the printed prefix: the key stops working at once. */
+        char prefix[16];
+        snprintf(prefix, sizeof(prefix), "%.12s", key);
+        ASSERT_EQ(ctld_admin(&c, NULL, "key", "revoke", prefix, NULL), 0);
+        http_req(&c, "GET", "/sandboxes", key, NULL, &r);
+        ASSERT_EQ(r.status, 401);
+        hres_done(&r);
+        /* The store never holds the key itself. */
+        _cleanup_free_ char *dump = NULL;
+        char db[400];
+        snprintf(db, sizeof(db), "%s/controld.db", c.dir);
+        char *argv[] = { "sqlite3", db, ".dump", NULL };
+        ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
+        ASSERT_TRUE(strstr(dump, key) == NULL);
+        ASSERT_TRUE(strstr(dump, key + 4) == NULL);
+}
+
+struct race { struct ctld *c; const char *key; long status; char body[512]; };
+
+static void *race_create(void *p) {
+        struct race *x = p;
+        struct hres r;
+        http_req(x->c, "POST", "/sandboxes", x->key, "{}", &r);
+        x->status = r.status;
+        snprintf(x->body, sizeof(x->body), "%s", r.body);
+        hres_done(&r);
+        return NULL;
+}
+
+TEST_FULL(quota_race_admits_exactly_the_cap, 240) {
+        struct ctld c;
+        struct race x[50];
+        pthread_t t[50];
+        int ok = 0, denied = 0;
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "racer", NULL, NULL);
+        for (int i = 0; i < 50; i++) {
+                x[i] = (struct race) { .c = &c, .key = key };
+                ASSERT_EQ(pthread_create(&t[i], NULL, race_create, &x[i]), 0);
+        }
+        for (int i = 0; i < 50; i++)
+                pthread_join(t[i], NULL);
+        for (int i = 0; i < 50; i++) {
+                if (x[i].status == 201)
+                        ok++;
+                else if (x[i].status == 403) {
+                        ASSERT_CONTAINS(x[i].body, "Your plan allows up to 3 sandboxes. Destroy an existing one or upgrade.");
+                        denied++;
+                } else
+                        test_fail(__FILE__, __LINE__, "unexpected %ld %s", x[i].status, x[i].body);
+        }
+        ASSERT_EQ(ok, 3);
+        ASSERT_EQ(denied, 47);
+        /* Only three containers of this account exist. */
+        _cleanup_free_ char *out = NULL;
+        ASSERT_EQ(ctld_admin(&c, &out, "sandbox", "list", "--status", "ready", NULL), 0);
+        int lines = 0;
+        for (char *p = out; *p; p++)
+                lines += *p == '\n';
+        ASSERT_EQ(lines, 3);
+        /* Destroying one frees a slot. */
+        char id[25];
+        ASSERT_EQ(sscanf(out, "%24s", id), 1);
+        char path[64];
+        struct hres r;
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "DELETE", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 204);
+        hres_done(&r);
+        ctld_create(&c, key, NULL, id);
+}
+
+TEST_FULL(restart_keeps_records_and_live_sandboxes, 180) {
+        struct ctld c;
+        struct hres r;
+        char id[25], path[96];
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "survivor", NULL, NULL);
+        ctld_create(&c, key, "{\"name\":\"keep-me\"}", id);
+        ctld_restart(&c);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
+        ASSERT_STREQ(hres_data_str(&r, "name"), "keep-me");
+        hres_done(&r);
+        ASSERT_TRUE(docker_container_running(container_name(id)));
+        /* Still usable: pause/resume/destroy work after the restart. */
+        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "paused", 60), "paused");
+        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "DELETE", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 204);
+        hres_done(&r);
+        ASSERT_FALSE(docker_container_exists(container_name(id)));
+}
+
+TEST_FULL(provisioning_failure_is_503_and_leaves_nothing, 120) {
+        struct ctld c;
+        struct hres r;
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "unlucky", NULL, NULL);
+        http_req(&c, "POST", "/sandboxes", key, "{\"template\":\"missing-image\"}", &r);
+        ASSERT_EQ(r.status, 503);
+        ASSERT_CONTAINS(hres_message(&r), "Sandbox provisioning failed");
+        ASSERT_CONTAINS(hres_message(&r), "paddock/does-not-exist:never");
+        hres_done(&r);
+        /* The failed record stays for the audit trail, without a container, and does not count
+         * against the plan's concurrency. */
+        _cleanup_free_ char *out = NULL;
+        ASSERT_EQ(ctld_admin(&c, &out, "sandbox", "list", "--status", "failed", NULL), 0);
+        char id[25];
+        ASSERT_EQ(sscanf(out, "%24s", id), 1);
+        ASSERT_FALSE(docker_container_exists(container_name(id)));
+        char path[64];
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "failed");
+        ASSERT_STREQ(hres_data_str(&r, "destroy_reason"), "failed");
+        ASSERT_CONTAINS(hres_data_str(&r, "failure_reason"), "not present");
+        hres_done(&r);
+        for (int i = 0; i < 3; i++) {
+                char sid[25];
+                ctld_create(&c, key, NULL, sid);
+        }
+}
+
+TEST(deny_all_has_no_network) {
+        struct ctld c;
+        char id[25];
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "closed", NULL, NULL);
+        ctld_create(&c, key, "{\"blockOutbound\":true}", id);
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "docker", "inspect", "-f", "{{.HostConfig.NetworkMode}} {{.HostConfig.Runtime}}", container_name(id), NULL };
+        ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
+        ASSERT_CONTAINS(out, "none runsc");
+        struct hres r;
+        char path[64];
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        cJSON *d = cJSON_GetObjectItem(r.json, "data");
+        ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(d, "block_outbound")));
+        ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "egress"), "mode")->valuestring, "deny_all");
+        hres_done(&r);
+        /* restricted sits on the internal network until an agent confirms an allowlist */
+        ctld_create(&c, key, "{\"egress\":{\"mode\":\"restricted\",\"allow\":[\"1.1.1.1\"]}}", id);
+        free(out);
+        out = NULL;
+        char *argv2[] = { "docker", "inspect", "-f", "{{.HostConfig.NetworkMode}}", container_name(id), NULL };
+        ASSERT_EQ(test_run_capture(argv2, &out, 4096), 0);
+        ASSERT_CONTAINS(out, "paddock-restricted");
+}

@@ -1,0 +1,309 @@
+/* ctltest.c — see ctltest.h. */
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "ctltest.h"
+#include "testlib.h"
+
+static int free_port(void) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET };
+        socklen_t l = sizeof(a);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || getsockname(fd, (struct sockaddr *) &a, &l) < 0)
+                abort();
+        close(fd);
+        return ntohs(a.sin_port);
+}
+
+static const char *env_or(const char *k, const char *def) {
+        const char *v = getenv(k);
+        return v && *v ? v : def;
+}
+
+static void write_conf(struct ctld *c, const char *server_extra) {
+        FILE *f = fopen(c->conf, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f,
+                "[server]\nlisten = 127.0.0.1:%d\nlog_level = debug\n%s\n"
+                "[store]\npath = %s/controld.db\n"
+                "[scheduler]\ndriver = docker\nstats_interval = 1s\nreap_interval = 1s\n"
+                "[defaults]\ntemplate = busybox\nregion = local\nplan = default\n"
+                "[region \"local\"]\nid = 6a06df21cc6bef51342e199e\nname = local\ncountry = Local\ncontinent = Local\n"
+                "[region \"far\"]\nid = 6a06df21cc6bef51342e1999\nname = far\ncountry = Far\ncontinent = Far\n"
+                "[region \"closed\"]\nid = 6a06df21cc6bef51342e1998\nname = closed\nenabled = false\n"
+                "[plan \"default\"]\nmax_concurrent = 3\nregions = local, closed\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n"
+                "max_volume_gb = 20\nmax_volumes = 2\n"
+                "[template \"busybox\"]\nimage = %s\ndisplay_name = BusyBox\ndescription = Tiny test image\ncpu = 250\nmemory = 128\n"
+                "[template \"python-3.11\"]\nimage = %s\ndisplay_name = Python 3.11\ndescription = Debian 12 with Python\n"
+                "[template \"missing-image\"]\nimage = paddock/does-not-exist:never\n"
+                "%s\n",
+                c->port, server_extra ? server_extra : "", c->dir, env_or("PADDOCK_TEST_IMAGE", "paddock/busybox:local"),
+                env_or("PADDOCK_PY_IMAGE", "paddock/python-3.11:local"), c->extra);
+        fclose(f);
+}
+
+static void spawn(struct ctld *c) {
+        pid_t p = fork();
+        ASSERT_TRUE(p >= 0);
+        if (p == 0) {
+                int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+                dup2(fd, STDERR_FILENO);
+                dup2(fd, STDOUT_FILENO);
+                execl(test_build_path("controld"), "controld", "-d", "-f", c->conf, (char *) NULL);
+                _exit(127);
+        }
+        c->pid = p;
+        for (int i = 0; i < 300; i++) {
+                struct hres r = { 0 };
+                if (test_port_open(c->port)) {
+                        http_req(c, "GET", "/healthz", NULL, NULL, &r);
+                        long st = r.status;
+                        hres_done(&r);
+                        if (st == 200)
+                                return;
+                }
+                int wst;
+                if (waitpid(p, &wst, WNOHANG) == p) {
+                        c->pid = 0;
+                        test_fail(__FILE__, __LINE__, "controld exited during start; see %s", c->log);
+                }
+                usleep(20000);
+        }
+        test_fail(__FILE__, __LINE__, "controld did not answer /healthz; see %s", c->log);
+}
+
+static void cleanup_hook(void *ud) { ctld_stop(ud); }
+
+void ctld_start(struct ctld *c, const char *server_extra, const char *extra) {
+        memset(c, 0, sizeof(*c));
+        snprintf(c->dir, sizeof(c->dir), "%s/ctld-%d-%ld", test_tmpdir(), getpid(), (long) random());
+        ASSERT_TRUE(mkdir(c->dir, 0700) == 0);
+        snprintf(c->conf, sizeof(c->conf), "%s/controld.conf", c->dir);
+        snprintf(c->log, sizeof(c->log), "%s/controld.log", c->dir);
+        snprintf(c->extra, sizeof(c->extra), "%s", extra ? extra : "");
+        c->port = free_port();
+        snprintf(c->url, sizeof(c->url), "http://127.0.0.1:%d", c->port);
+        write_conf(c, server_extra);
+        test_on_exit(cleanup_hook, c);
+        spawn(c);
+}
+
+static void stop_daemon(struct ctld *c) {
+        if (c->pid <= 0)
+                return;
+        kill(c->pid, SIGTERM);
+        for (int i = 0; i < 500; i++) {
+                if (waitpid(c->pid, NULL, WNOHANG) == c->pid) {
+                        c->pid = 0;
+                        return;
+                }
+                usleep(10000);
+        }
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, NULL, 0);
+        c->pid = 0;
+}
+
+void ctld_restart(struct ctld *c) {
+        stop_daemon(c);
+        spawn(c);
+}
+
+void ctld_stop(struct ctld *c) {
+        if (!c->dir[0])
+                return;
+        stop_daemon(c);
+        /* Force-destroy everything this instance created so no container outlives the test. */
+        _cleanup_free_ char *out = NULL;
+        if (ctld_admin(c, &out, "sandbox", "list", NULL) == 0 && out) {
+                char *save = NULL;
+                for (char *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                        char id[25] = "", status[16] = "";
+                        if (sscanf(line, "%24s %*s %15s", id, status) == 2 && strcmp(status, "destroyed") != 0)
+                                ctld_admin(c, NULL, "sandbox", "destroy", id, NULL);
+                }
+        }
+        /* Volumes created by this instance. */
+        char *argv[] = { "docker", "volume", "ls", "-q", "--filter", "label=paddock.volume", NULL };
+        (void) argv;
+        c->dir[0] = 0;
+}
+
+int ctld_admin(struct ctld *c, char **ret_out, const char *arg1, ...) {
+        char *argv[32];
+        int n = 0;
+        va_list ap;
+        argv[n++] = (char *) test_build_path("controld");
+        argv[n++] = "admin";
+        argv[n++] = "-f";
+        argv[n++] = c->conf;
+        va_start(ap, arg1);
+        for (const char *a = arg1; a && n < 31; a = va_arg(ap, const char *))
+                argv[n++] = (char *) a;
+        va_end(ap);
+        argv[n] = NULL;
+        char bin[512];
+        snprintf(bin, sizeof(bin), "%s", argv[0]);
+        argv[0] = bin;
+        return test_run_capture(argv, ret_out, 1 << 20);
+}
+
+char *ctld_account_key(struct ctld *c, const char *name, const char *plan, char ret_account_id[25]) {
+        _cleanup_free_ char *acc = NULL;
+        char *key = NULL;
+        int r = plan ? ctld_admin(c, &acc, "account", "create", name, "--plan", plan, NULL)
+                     : ctld_admin(c, &acc, "account", "create", name, NULL);
+        ASSERT_EQ(r, 0);
+        acc[strcspn(acc, "\n")] = 0;
+        ASSERT_EQ(strlen(acc), 24);
+        if (ret_account_id)
+                snprintf(ret_account_id, 25, "%s", acc);
+        ASSERT_EQ(ctld_admin(c, &key, "key", "issue", acc, NULL), 0);
+        key[strcspn(key, "\n")] = 0;
+        ASSERT_TRUE(strncmp(key, "pdk_", 4) == 0);
+        return key;
+}
+
+struct sink { char *buf; size_t len; };
+static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
+        struct sink *s = ud;
+        size_t k = sz * n;
+        s->buf = xrealloc(s->buf, s->len + k + 1);
+        memcpy(s->buf + s->len, p, k);
+        s->len += k;
+        s->buf[s->len] = 0;
+        return k;
+}
+static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
+        struct hres *r = ud;
+        size_t k = sz * n;
+        if (k > 14 && strncasecmp(p, "x-request-id: ", 14) == 0)
+                snprintf(r->request_id, sizeof(r->request_id), "%.*s", (int) strcspn(p + 14, "\r\n"), p + 14);
+        if (k > 14 && strncasecmp(p, "content-type: ", 14) == 0)
+                snprintf(r->content_type, sizeof(r->content_type), "%.*s", (int) strcspn(p + 14, "\r\n"), p + 14);
+        return k;
+}
+
+void http_req_full(struct ctld *c, const char *method, const char *path, const char *const *headers, const void *body,
+                   size_t body_len, struct hres *ret) {
+        CURL *h = curl_easy_init();
+        struct curl_slist *hl = NULL;
+        struct sink s = { 0 };
+        char url[4096];
+        memset(ret, 0, sizeof(*ret));
+        snprintf(url, sizeof(url), "%s%s", c->url, path);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, ret);
+        hl = curl_slist_append(hl, "Expect:");
+        for (const char *const *p = headers; p && *p; p++)
+                hl = curl_slist_append(hl, *p);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        if (body) {
+                curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+                curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) body_len);
+        } else if (!strcmp(method, "HEAD"))
+                curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        CURLcode rc = curl_easy_perform(h);
+        if (rc == CURLE_OK)
+                curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &ret->status);
+        else
+                ret->status = -(long) rc;
+        curl_slist_free_all(hl);
+        curl_easy_cleanup(h);
+        ret->body = s.buf ? s.buf : xstrdup("");
+        ret->len = s.len;
+        ret->json = cJSON_ParseWithLength(ret->body, ret->len);
+}
+
+void http_req(struct ctld *c, const char *method, const char *path, const char *key, const char *body, struct hres *ret) {
+        char kh[512];
+        const char *hdrs[3] = { NULL, NULL, NULL };
+        int n = 0;
+        if (key) {
+                snprintf(kh, sizeof(kh), "x-brimble-key: %s", key);
+                hdrs[n++] = kh;
+        }
+        if (body)
+                hdrs[n++] = "Content-Type: application/json";
+        http_req_full(c, method, path, hdrs, body, body ? strlen(body) : 0, ret);
+}
+
+void hres_done(struct hres *r) {
+        free(r->body);
+        cJSON_Delete(r->json);
+        memset(r, 0, sizeof(*r));
+}
+
+const char *hres_data_str(const struct hres *r, const char *field) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(r->json, "data");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(d, field);
+        return cJSON_IsString(f) ? f->valuestring : NULL;
+}
+
+const char *hres_message(const struct hres *r) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(r->json, "message");
+        return cJSON_IsString(m) ? m->valuestring : NULL;
+}
+
+const char *ctld_create(struct ctld *c, const char *key, const char *body, char ret_id[25]) {
+        struct hres r;
+        http_req(c, "POST", "/sandboxes", key, body ? body : "{}", &r);
+        if (r.status != 201)
+                test_fail(__FILE__, __LINE__, "create %s -> %ld %s", body ? body : "{}", r.status, r.body);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
+        snprintf(ret_id, 25, "%s", hres_data_str(&r, "id"));
+        hres_done(&r);
+        return ret_id;
+}
+
+const char *ctld_wait_status(struct ctld *c, const char *key, const char *id, const char *want, int timeout_s) {
+        static char last[32];
+        char path[128];
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        for (int i = 0; i < timeout_s * 10; i++) {
+                struct hres r;
+                http_req(c, "GET", path, key, NULL, &r);
+                snprintf(last, sizeof(last), "%s", hres_data_str(&r, "status") ? hres_data_str(&r, "status") : "?");
+                hres_done(&r);
+                if (!strcmp(last, want))
+                        break;
+                usleep(100000);
+        }
+        return last;
+}
+
+static int docker_inspect_field(const char *name, const char *fmt, char **out) {
+        char *argv[] = { "docker", "inspect", "-f", (char *) fmt, (char *) name, NULL };
+        return test_run_capture(argv, out, 4096);
+}
+
+bool docker_container_running(const char *name) {
+        _cleanup_free_ char *out = NULL;
+        return docker_inspect_field(name, "{{.State.Running}}", &out) == 0 && out && !strncmp(out, "true", 4);
+}
+
+bool docker_container_exists(const char *name) {
+        _cleanup_free_ char *out = NULL;
+        return docker_inspect_field(name, "{{.Id}}", &out) == 0;
+}

@@ -1,0 +1,61 @@
+/* ctltest.h — run a real controld for HTTP-level tests.
+ *
+ * ctld_start() writes a config into a fresh directory (sqlite file there),
+ * starts build/controld -d on a free loopback port, waits for /healthz, and
+ * registers an exit hook that stops it and force-destroys every sandbox it
+ * created (containers and volumes included), even when an ASSERT fails.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include <cjson/cJSON.h>
+
+struct ctld {
+        pid_t pid;
+        int port;
+        char dir[256];
+        char conf[300];
+        char log[300];
+        char url[64];
+        char extra[4096];
+};
+
+/* extra: config text appended (more [plan]/[template] sections, [server] keys go in
+ * server_extra). Default plan "default": max_concurrent 3. Templates: "busybox"
+ * ($PADDOCK_TEST_IMAGE), "python-3.11" ($PADDOCK_PY_IMAGE), "missing-image". */
+void ctld_start(struct ctld *c, const char *server_extra, const char *extra);
+/* Restart on the same config and database. */
+void ctld_restart(struct ctld *c);
+void ctld_stop(struct ctld *c);
+/* controld admin ...: returns exit status; stdout in *ret_out (optional). */
+int ctld_admin(struct ctld *c, char **ret_out, const char *arg1, ...) __attribute__((sentinel));
+/* Creates an account (plan may be NULL) and returns a fresh API key (static storage per call: copy it). */
+char *ctld_account_key(struct ctld *c, const char *name, const char *plan, char ret_account_id[25]);
+
+struct hres {
+        long status;
+        char *body;
+        size_t len;
+        cJSON *json;          /* parsed body when JSON, else NULL */
+        char request_id[64];
+        char content_type[128];
+};
+/* One request. key NULL = no auth header; body NULL = none. */
+void http_req(struct ctld *c, const char *method, const char *path, const char *key, const char *body, struct hres *ret);
+void http_req_full(struct ctld *c, const char *method, const char *path, const char *const *headers, const void *body,
+                   size_t body_len, struct hres *ret);
+void hres_done(struct hres *r);
+/* Convenience: data.<field> string of a response (NULL if absent). */
+const char *hres_data_str(const struct hres *r, const char *field);
+const char *hres_message(const struct hres *r);
+
+/* Creates a sandbox with body (default "{}"), asserts 201, returns its id (static buffer per call). */
+const char *ctld_create(struct ctld *c, const char *key, const char *body, char ret_id[25]);
+/* Polls GET until status equals want (or timeout_s); returns the last status seen (static). */
+const char *ctld_wait_status(struct ctld *c, const char *key, const char *id, const char *want, int timeout_s);
+
+/* docker helpers for assertions (docker CLI, fixed argv; no user strings reach a shell). */
+bool docker_container_running(const char *name);
+bool docker_container_exists(const char *name);
