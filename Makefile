@@ -105,7 +105,11 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/paddock $(DESTDIR)/lib/systemd/system
 	install -m 0755 $(BUILD)/controld $(BUILD)/nodeagent $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 packaging/controld.conf.example packaging/nodeagent.conf.example $(DESTDIR)/etc/paddock/
-	install -m 0644 packaging/paddock-controld.service packaging/paddock-nodeagent.service $(DESTDIR)/lib/systemd/system/
+	for u in paddock-controld paddock-nodeagent; do \
+		sed 's#/usr/local/bin#$(PREFIX)/bin#g' packaging/$$u.service > $(DESTDIR)/lib/systemd/system/$$u.service; done
+	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d
+	install -m 0644 packaging/sysusers-paddock.conf $(DESTDIR)/usr/lib/sysusers.d/paddock.conf
+	install -m 0644 packaging/tmpfiles-paddock.conf $(DESTDIR)/usr/lib/tmpfiles.d/paddock.conf
 
 compdb:
 	$(MAKE) clean && bear -- $(MAKE) tests
