@@ -746,13 +746,11 @@ static int cron_check(const char *s, size_t n, char **ret_norm, struct pj_error 
         for (;;) {
                 while (i < n && (s[i] == ' ' || s[i] == '\t'))
                         i++;
-                if (i == n)
+                if (i == n || k == 5)
                         break;
                 size_t start = i;
                 while (i < n && s[i] != ' ' && s[i] != '\t')
                         i++;
-                if (k == 5)
-                        break;
                 char buf[80];
                 const char *why = cron_field_check(s + start, i - start, fields[k].min, fields[k].max, buf,
                                                    sizeof(buf));

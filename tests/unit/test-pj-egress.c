@@ -1,0 +1,275 @@
+/* Unit tests for proto-json/pj_egress.c: allowlist entries and policy helpers. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cleanup.h"
+#include "pj_egress.h"
+#include "testlib.h"
+
+static const struct {
+        const char *in;
+        enum pj_allow_kind kind;
+        const char *norm;
+        uint32_t addr;
+        int prefix;
+} good[] = {
+        { "1.1.1.1", PJ_ALLOW_IPV4, "1.1.1.1", 0x01010101, 32 },
+        { "0.0.0.0", PJ_ALLOW_IPV4, "0.0.0.0", 0, 32 },
+        { "255.255.255.255", PJ_ALLOW_IPV4, "255.255.255.255", 0xffffffff, 32 },
+        { "10.0.0.1", PJ_ALLOW_IPV4, "10.0.0.1", 0x0a000001, 32 },
+        { "192.168.100.200", PJ_ALLOW_IPV4, "192.168.100.200", 0xc0a864c8, 32 },
+        { "10.0.0.0/8", PJ_ALLOW_CIDR, "10.0.0.0/8", 0x0a000000, 8 },
+        { "0.0.0.0/0", PJ_ALLOW_CIDR, "0.0.0.0/0", 0, 0 },
+        { "1.2.3.4/32", PJ_ALLOW_CIDR, "1.2.3.4/32", 0x01020304, 32 },
+        { "172.16.0.0/12", PJ_ALLOW_CIDR, "172.16.0.0/12", 0xac100000, 12 },
+        { "192.168.1.128/25", PJ_ALLOW_CIDR, "192.168.1.128/25", 0xc0a80180, 25 },
+        { "api.example.com", PJ_ALLOW_HOSTNAME, "api.example.com", 0, 0 },
+        { "API.Example.COM", PJ_ALLOW_HOSTNAME, "api.example.com", 0, 0 },
+        { "api.example.com.", PJ_ALLOW_HOSTNAME, "api.example.com", 0, 0 },
+        { "example.com", PJ_ALLOW_HOSTNAME, "example.com", 0, 0 },
+        { "a-b.c-d.io", PJ_ALLOW_HOSTNAME, "a-b.c-d.io", 0, 0 },
+        { "1password.com", PJ_ALLOW_HOSTNAME, "1password.com", 0, 0 },
+        { "1.2.3.4.nip.io", PJ_ALLOW_HOSTNAME, "1.2.3.4.nip.io", 0, 0 },
+        { "xn--bcher-kva.example", PJ_ALLOW_HOSTNAME, "xn--bcher-kva.example", 0, 0 },
+        { "a.b2", PJ_ALLOW_HOSTNAME, "a.b2", 0, 0 },
+        /* 63-char label is the maximum */
+        { "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com", PJ_ALLOW_HOSTNAME,
+          "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com", 0, 0 },
+};
+
+static const struct {
+        const char *in;
+        const char *why; /* substring of the reason */
+} bad[] = {
+        { "", "empty" },
+        { " 1.1.1.1", "whitespace" },
+        { "1.1.1.1 ", "whitespace" },
+        { "api.example.com\n", "whitespace" },
+        { "010.1.1.1", "not a valid IPv4" },
+        { "1.01.1.1", "not a valid IPv4" },
+        { "256.1.1.1", "not a valid IPv4" },
+        { "1.1.1.1000", "not a valid IPv4" },
+        { "1.1.1", "not a valid IPv4" },
+        { "1.1.1.1.1", "not a valid IPv4" },
+        { "127.1", "not a valid IPv4" },
+        { "2130706433", "not a valid IPv4" },
+        { "1.1.1.1.", "not a valid IPv4" },
+        { "1..1.1", "not a valid IPv4" },
+        { ".1.1.1", "not a valid IPv4" },
+        { "0x7f.0.0.1", "numeric" },
+        { "0x7f000001", "fully qualified" },
+        { "10.0.0.1/8", "has host bits set; did you mean 10.0.0.0/8?" },
+        { "192.168.1.1/24", "did you mean 192.168.1.0/24?" },
+        { "10.0.0.0/33", "prefix length" },
+        { "10.0.0.0/08", "prefix length" },
+        { "10.0.0.0/", "prefix length" },
+        { "10.0.0.0/-1", "prefix length" },
+        { "10.0.0.0/8/8", "prefix length" },
+        { "10.0.0/8", "CIDR" },
+        { "/8", "CIDR" },
+        { "example.com/8", "CIDR" },
+        { "::1", "IPv6" },
+        { "2001:db8::1", "IPv6" },
+        { "2001:db8::/32", "IPv6" },
+        { "[::1]", "IPv6" },
+        { "fe80::1%eth0", "IPv6" },
+        { "1.1.1.1:443", "ports" },
+        { "example.com:80", "ports" },
+        { "https://example.com", "URL" },
+        { "*.example.com", "wildcard" },
+        { "*", "wildcard" },
+        { "api.*.com", "wildcard" },
+        { "localhost", "fully qualified" },
+        { "com", "fully qualified" },
+        { "example..com", "empty label" },
+        { ".example.com", "empty label" },
+        { "example.com..", "empty label" },
+        { ".", "not a valid" },
+        { "-api.example.com", "'-'" },
+        { "api-.example.com", "'-'" },
+        { "api.example.-com", "'-'" },
+        { "my_host.example.com", "'_'" },
+        { "exa mple.com", "whitespace" },
+        { "example.com\x01", "not allowed" },
+        { "ex\xc3\xa4mple.com", "not allowed" },
+        { "example!.com", "'!'" },
+        { "user@example.com", "'@'" },
+        { "example.123", "numeric" },
+        { "a.1", "numeric" },
+        { "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com", "63" },
+};
+
+TEST(allow_entry_good) {
+        for (size_t i = 0; i < ELEMENTSOF(good); i++) {
+                struct pj_allow_entry e;
+                char norm[PJ_ALLOW_NORM_MAX], why[256] = "";
+                int r = pj_allow_entry_parse(good[i].in, &e, norm, sizeof(norm), why, sizeof(why));
+                if (r != 0)
+                        test_fail(__FILE__, __LINE__, "good[%zu] \"%s\" rejected: %s", i, good[i].in, why);
+                ASSERT_STREQ(norm, good[i].norm);
+                ASSERT_EQ(e.kind, good[i].kind);
+                ASSERT_EQ(e.prefix, good[i].prefix);
+                ASSERT_EQ(e.addr, good[i].addr);
+                if (e.kind == PJ_ALLOW_HOSTNAME)
+                        ASSERT_STREQ(e.host, good[i].norm);
+                else
+                        ASSERT_STREQ(e.host, "");
+                /* normalised text parses to itself */
+                char norm2[PJ_ALLOW_NORM_MAX];
+                ASSERT_EQ(pj_allow_entry_parse(norm, NULL, norm2, sizeof(norm2), NULL, 0), 0);
+                ASSERT_STREQ(norm2, norm);
+        }
+}
+
+TEST(allow_entry_bad) {
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                struct pj_allow_entry e = { .kind = PJ_ALLOW_CIDR, .prefix = 77 };
+                char norm[PJ_ALLOW_NORM_MAX] = "untouched", why[256] = "";
+                int r = pj_allow_entry_parse(bad[i].in, &e, norm, sizeof(norm), why, sizeof(why));
+                if (r != -EINVAL)
+                        test_fail(__FILE__, __LINE__, "bad[%zu] \"%s\" accepted (r=%d, norm=%s)", i, bad[i].in, r, norm);
+                if (!strstr(why, bad[i].why))
+                        test_fail(__FILE__, __LINE__, "bad[%zu] \"%s\": reason \"%s\" lacks \"%s\"", i, bad[i].in, why,
+                                  bad[i].why);
+                ASSERT_STREQ(norm, "untouched");
+                ASSERT_EQ(e.prefix, 77);
+        }
+}
+
+TEST(allow_entry_lengths) {
+        char host[400], why[256];
+        /* 4 labels of 63 + 3 dots = 255 > 253 */
+        memset(host, 'a', sizeof(host));
+        for (int i = 63; i < 255; i += 64)
+                host[i] = '.';
+        host[255] = '\0';
+        ASSERT_EQ(pj_allow_entry_parse(host, NULL, NULL, 0, why, sizeof(why)), -EINVAL);
+        ASSERT_CONTAINS(why, "too long");
+        /* exactly 253 */
+        host[253] = '\0';
+        host[252] = 'c';
+        ASSERT_EQ(pj_allow_entry_parse(host, NULL, NULL, 0, why, sizeof(why)), 0);
+        /* 253 plus the trailing dot is still fine */
+        host[253] = '.';
+        host[254] = '\0';
+        char norm[PJ_ALLOW_NORM_MAX];
+        ASSERT_EQ(pj_allow_entry_parse(host, NULL, norm, sizeof(norm), why, sizeof(why)), 0);
+        ASSERT_EQ(strlen(norm), 253);
+        /* absurdly long */
+        memset(host, 'a', sizeof(host) - 1);
+        host[sizeof(host) - 1] = '\0';
+        ASSERT_EQ(pj_allow_entry_parse(host, NULL, NULL, 0, why, sizeof(why)), -EINVAL);
+        ASSERT_CONTAINS(why, "too long");
+        /* NULL input, NULL why */
+        ASSERT_EQ(pj_allow_entry_parse(NULL, NULL, NULL, 0, NULL, 0), -EINVAL);
+        /* small output buffer */
+        char small[4];
+        ASSERT_EQ(pj_allow_entry_parse("1.1.1.1", NULL, small, sizeof(small), why, sizeof(why)), -ENOBUFS);
+        /* tiny why buffer truncates safely */
+        char tiny[5];
+        ASSERT_EQ(pj_allow_entry_parse("::1", NULL, NULL, 0, tiny, sizeof(tiny)), -EINVAL);
+        ASSERT_EQ(strlen(tiny), 4);
+}
+
+TEST(all_cidr_prefixes) {
+        for (int p = 0; p <= 32; p++) {
+                char in[32], norm[PJ_ALLOW_NORM_MAX], why[256];
+                struct pj_allow_entry e;
+                snprintf(in, sizeof(in), "255.255.255.255/%d", p);
+                int r = pj_allow_entry_parse(in, &e, norm, sizeof(norm), why, sizeof(why));
+                if (p == 32) {
+                        ASSERT_EQ(r, 0);
+                        ASSERT_EQ(e.prefix, 32);
+                        continue;
+                }
+                ASSERT_EQ(r, -EINVAL);
+                /* the hint must itself be valid */
+                const char *hint = strstr(why, "did you mean ");
+                ASSERT_NOT_NULL(hint);
+                char fixed[64];
+                snprintf(fixed, sizeof(fixed), "%s", hint + strlen("did you mean "));
+                fixed[strlen(fixed) - 1] = '\0'; /* drop '?' */
+                ASSERT_EQ(pj_allow_entry_parse(fixed, &e, norm, sizeof(norm), why, sizeof(why)), 0);
+                ASSERT_EQ(e.prefix, p);
+                ASSERT_EQ(e.addr, p == 0 ? 0 : (uint32_t) (0xffffffffu << (32 - p)));
+        }
+}
+
+TEST(mode_strings) {
+        enum pj_egress_mode m;
+        ASSERT_EQ(pj_egress_mode_from_string("open", &m), 0);
+        ASSERT_EQ(m, PJ_EGRESS_OPEN);
+        ASSERT_EQ(pj_egress_mode_from_string("restricted", &m), 0);
+        ASSERT_EQ(m, PJ_EGRESS_RESTRICTED);
+        ASSERT_EQ(pj_egress_mode_from_string("deny_all", &m), 0);
+        ASSERT_EQ(m, PJ_EGRESS_DENY_ALL);
+        ASSERT_EQ(pj_egress_mode_from_string("Open", &m), -EINVAL);
+        ASSERT_EQ(pj_egress_mode_from_string("deny-all", &m), -EINVAL);
+        ASSERT_EQ(pj_egress_mode_from_string("", &m), -EINVAL);
+        ASSERT_EQ(pj_egress_mode_from_string(NULL, &m), -EINVAL);
+        ASSERT_STREQ(pj_egress_mode_to_string(PJ_EGRESS_OPEN), "open");
+        ASSERT_STREQ(pj_egress_mode_to_string(PJ_EGRESS_RESTRICTED), "restricted");
+        ASSERT_STREQ(pj_egress_mode_to_string(PJ_EGRESS_DENY_ALL), "deny_all");
+        ASSERT_STREQ(pj_egress_mode_to_string((enum pj_egress_mode) 42), "unknown");
+}
+
+TEST(add_allow_dedup_and_limit) {
+        struct pj_egress e = { .mode = PJ_EGRESS_RESTRICTED };
+        char why[256];
+        ASSERT_EQ(pj_egress_add_allow(&e, "API.example.com", why, sizeof(why)), 1);
+        ASSERT_EQ(pj_egress_add_allow(&e, "api.example.com.", why, sizeof(why)), 0);
+        ASSERT_EQ(pj_egress_add_allow(&e, "1.1.1.1", why, sizeof(why)), 1);
+        ASSERT_EQ(pj_egress_add_allow(&e, "1.1.1.1", why, sizeof(why)), 0);
+        ASSERT_EQ(pj_egress_add_allow(&e, "10.0.0.1/8", why, sizeof(why)), -EINVAL);
+        ASSERT_CONTAINS(why, "10.0.0.0/8");
+        ASSERT_EQ(e.n_allow, 2);
+        ASSERT_STREQ(e.allow[0], "api.example.com");
+        ASSERT_STREQ(e.allow[1], "1.1.1.1");
+        for (int i = 2; i < PJ_EGRESS_MAX_ALLOW; i++) {
+                char s[32];
+                snprintf(s, sizeof(s), "10.0.%d.1", i);
+                ASSERT_EQ(pj_egress_add_allow(&e, s, why, sizeof(why)), 1);
+        }
+        ASSERT_EQ(e.n_allow, PJ_EGRESS_MAX_ALLOW);
+        ASSERT_EQ(pj_egress_add_allow(&e, "9.9.9.9", why, sizeof(why)), -E2BIG);
+        ASSERT_EQ(pj_egress_add_allow(&e, "1.1.1.1", why, sizeof(why)), 0); /* merging still fine */
+
+        struct pj_egress copy = {};
+        pj_egress_copy(&copy, &e);
+        ASSERT_EQ(copy.n_allow, e.n_allow);
+        ASSERT_EQ(copy.mode, PJ_EGRESS_RESTRICTED);
+        ASSERT_STREQ(copy.allow[49], e.allow[49]);
+        ASSERT_TRUE(copy.allow[0] != e.allow[0]);
+        pj_egress_done(&e);
+        ASSERT_EQ(e.n_allow, 0);
+        ASSERT_NULL(e.allow);
+        ASSERT_EQ(e.mode, PJ_EGRESS_OPEN);
+        pj_egress_done(&e); /* idempotent */
+        pj_egress_done(&copy);
+        pj_egress_done(NULL);
+}
+
+TEST(allow_entry_fuzz) {
+        /* Random short strings over a biased alphabet: never crash, and every
+         * accepted entry normalises to something that parses to itself. */
+        static const char alphabet[] = "0123456789./:-abcxyz*_AZ \x01\xff";
+        unsigned seed = 12345;
+        for (int n = 0; n < 200000; n++) {
+                char s[40];
+                seed = seed * 1103515245u + 12345u;
+                size_t len = (seed >> 16) % sizeof(s);
+                for (size_t i = 0; i < len; i++) {
+                        seed = seed * 1103515245u + 12345u;
+                        s[i] = alphabet[(seed >> 16) % (sizeof(alphabet) - 1)];
+                }
+                s[len] = '\0';
+                char norm[PJ_ALLOW_NORM_MAX], why[256], norm2[PJ_ALLOW_NORM_MAX];
+                struct pj_allow_entry e;
+                if (pj_allow_entry_parse(s, &e, norm, sizeof(norm), why, sizeof(why)) == 0) {
+                        ASSERT_EQ(pj_allow_entry_parse(norm, NULL, norm2, sizeof(norm2), why, sizeof(why)), 0);
+                        ASSERT_STREQ(norm, norm2);
+                        ASSERT_TRUE(e.prefix >= 0 && e.prefix <= 32);
+                } else
+                        ASSERT_TRUE(why[0] != '\0');
+        }
+}
