@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# make bench: Paddock against baselines measured side by side in the same run.
+# Prints one table; ratios are ours / baseline (lower is better for latency,
+# higher is better for throughput). Goals from the issues are shown beside them.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=${PADDOCK_BUILD:-build}
+STATE=${PADDOCK_STATE:-/var/tmp/paddock-dev}
+N=${BENCH_N:-10}
+DUR=${BENCH_SECONDS:-5}
+PORT=18123
+BPORT=18124
+IMG=${PADDOCK_PY_IMAGE:-paddock/python-3.11:local}
+WORK=$(mktemp -d /tmp/paddock-bench.XXXXXX)
+STARTED=$WORK/started
+CTL_PID=""
+BASE_PID=""
+
+cleanup() {
+	set +e
+	[ -n "$CTL_PID" ] && kill "$CTL_PID" 2>/dev/null && wait "$CTL_PID" 2>/dev/null
+	[ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null && wait "$BASE_PID" 2>/dev/null
+	if [ -f "$WORK/controld.conf" ]; then
+		"$B/controld" admin -f "$WORK/controld.conf" sandbox list 2>/dev/null | awk '$3 != "destroyed" {print $1}' |
+			while read -r id; do "$B/controld" admin -f "$WORK/controld.conf" sandbox destroy "$id" >/dev/null 2>&1; done
+	fi
+	docker ps -aq --filter label=paddock.bench=1 | xargs -r docker rm -f >/dev/null 2>&1
+	[ -f "$STARTED" ] && tests/env/services.sh stop --started-by "$STARTED" >/dev/null 2>&1
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+tests/env/services.sh start --record "$STARTED" docker >/dev/null
+tests/env/images.sh >/dev/null
+
+cat > "$WORK/controld.conf" <<CONF
+[server]
+listen = 127.0.0.1:$PORT
+log_level = warning
+[store]
+path = $WORK/controld.db
+[defaults]
+template = python-3.11
+[region "local"]
+id = 6a06df21cc6bef51342e199e
+name = local
+[plan "default"]
+max_concurrent = 1000
+[template "python-3.11"]
+image = $IMG
+CONF
+"$B/controld" -d -f "$WORK/controld.conf" 2>"$WORK/controld.log" &
+CTL_PID=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.1; done
+ACC=$("$B/controld" admin -f "$WORK/controld.conf" account create bench)
+KEY=$("$B/controld" admin -f "$WORK/controld.conf" key issue "$ACC" 2>/dev/null)
+URL=http://127.0.0.1:$PORT
+
+ms() { date +%s%3N; }
+pct() { sort -n | awk -v p="$1" '{a[NR]=$1} END {i=int((NR-1)*p/100)+1; print a[i]}'; }
+
+# 1. create-to-ready through the API vs `docker run -d` of the same image and runtime, interleaved.
+: >"$WORK/api.ms"; : >"$WORK/docker.ms"
+for i in $(seq "$N"); do
+	t0=$(ms)
+	id=$(curl -sf -X POST "$URL/sandboxes" -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{}' | jq -r .data.id)
+	t1=$(ms); echo $((t1 - t0)) >>"$WORK/api.ms"
+	curl -sf -X DELETE "$URL/sandboxes/$id" -H "x-brimble-key: $KEY" >/dev/null
+	t0=$(ms)
+	cid=$(docker run -d --label paddock.bench=1 --runtime runsc-hostnet --network paddock-sandbox --cap-drop ALL --cap-add ALL \
+		--security-opt no-new-privileges --pids-limit 4096 -m 640m --memory-reservation 512m "$IMG" tail -f /dev/null)
+	t1=$(ms); echo $((t1 - t0)) >>"$WORK/docker.ms"
+	docker rm -f "$cid" >/dev/null
+done
+a50=$(pct 50 <"$WORK/api.ms"); a95=$(pct 95 <"$WORK/api.ms")
+d50=$(pct 50 <"$WORK/docker.ms"); d95=$(pct 95 <"$WORK/docker.ms")
+
+# 2. GET /sandboxes/{id} at 64 connections vs a minimal libmicrohttpd server.
+id=$(curl -sf -X POST "$URL/sandboxes" -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{}' | jq -r .data.id)
+"$B/tests/bench/mhd-minimal" "$BPORT" &
+BASE_PID=$!
+sleep 0.3
+rps() { wrk -t2 -c64 -d"${DUR}s" "$@" 2>/dev/null | awk '/Requests\/sec/ {print int($2)}'; }
+ours=$(rps -H "x-brimble-key: $KEY" "$URL/sandboxes/$id")
+base=$(rps "http://127.0.0.1:$BPORT/sandboxes/$id")
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "n/a"; else printf "%.2f", a / b }'; }
+printf '\n%-44s %12s %12s %8s  %s\n' "benchmark" "paddock" "baseline" "ratio" "goal"
+printf '%-44s %12s %12s %8s  %s\n' "create-to-ready p50 (ms) vs docker run -d" "$a50" "$d50" "$(ratio "$a50" "$d50")" "<= 1.3"
+printf '%-44s %12s %12s %8s  %s\n' "create-to-ready p95 (ms) vs docker run -d" "$a95" "$d95" "$(ratio "$a95" "$d95")" "<= 1.3"
+printf '%-44s %12s %12s %8s  %s\n' "GET /sandboxes/{id} req/s @64 vs bare MHD" "$ours" "$base" "$(ratio "$ours" "$base")" ">= 0.5"
+for extra in tests/bench/*.bench.sh; do
+	[ -e "$extra" ] || continue
+	URL="$URL" KEY="$KEY" B="$B" WORK="$WORK" IMG="$IMG" N="$N" source "$extra"
+done
+echo
+echo "(N=$N creates each, ${DUR}s per throughput run, image $IMG, runtime runsc)"
