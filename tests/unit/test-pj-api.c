@@ -1429,7 +1429,7 @@ static void fuzz_one(const char *b, size_t len) {
 }
 
 TEST_FULL(fuzz_random_bytes, 600) {
-        for (int it = 0; it < 200000; it++) {
+        for (int it = 0; it < 100000; it++) {
                 size_t len = rnd() % 64;
                 char *b = xmalloc(len ? len : 1); /* exact size: ASan catches over-reads */
                 for (size_t i = 0; i < len; i++)
@@ -1460,7 +1460,7 @@ TEST_FULL(fuzz_mutations, 600) {
                 _cleanup_free_ char *seed = q(seeds[s]);
                 size_t slen = strlen(seed);
                 fuzz_one(seed, slen);
-                for (int it = 0; it < 20000; it++) {
+                for (int it = 0; it < 10000; it++) {
                         size_t len = slen;
                         char *b = xmalloc(slen + 8);
                         memcpy(b, seed, slen);
