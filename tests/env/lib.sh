@@ -96,6 +96,11 @@ pid_gone() {
         [[ $(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null) == Z ]]
 }
 
+all_gone() {
+        local p
+        for p in "$@"; do pid_gone "$p" || return 1; done
+}
+
 docker_ping() {
         [[ $(curl -s --max-time 2 --unix-socket "$DOCKER_SOCK" http://localhost/_ping 2>/dev/null) == OK ]]
 }

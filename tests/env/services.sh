@@ -211,17 +211,28 @@ do_start() {
 }
 
 # ---------------------------------------------------------------------------- stop
-# Shims and runsc processes left behind by a dockerd on the default exec root.
-docker_leftovers() {
-        local p cmd
+# docker_owned DOCKERD_PID: "PID STARTTIME" of the containerd shims and runsc processes that
+# belong to that dockerd: same mount namespace, started after it, talking to the default
+# containerd/runsc roots (only one dockerd can own those at a time), plus their descendants.
+# A foreign dockerd (another mount namespace, or running before ours) is never matched.
+docker_owned() {
+        local dpid=$1 dns dstart p cmd pst t
+        dns=$(readlink "/proc/$dpid/ns/mnt" 2>/dev/null) || return 0
+        dstart=$(proc_starttime "$dpid") || return 0
         for p in $(pgrep -f 'containerd-shim-runc-v2|runsc' || true); do
                 cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || continue
                 case $cmd in
-                *containerd-shim-runc-v2*-namespace\ moby*) echo "$p" ;;
-                *runsc*/var/run/docker/runtime-runc/moby*|*runsc*/run/docker/runtime-runc/moby*) echo "$p" ;;
-                *runsc-gofer*|*runsc-sandbox*) echo "$p" ;;
+                *containerd-shim-runc-v2*-namespace\ moby*) ;;
+                *runsc*/docker/runtime-runc/moby*) ;;
+                *) continue ;;
                 esac
-        done
+                [[ $(readlink "/proc/$p/ns/mnt" 2>/dev/null) == "$dns" ]] || continue
+                pst=$(proc_starttime "$p") || continue
+                ((pst >= dstart)) || continue
+                for t in $(proc_tree "$p"); do
+                        pst=$(proc_starttime "$t") && echo "$t $pst"
+                done
+        done | sort -u
 }
 
 stop_one() {
@@ -237,18 +248,22 @@ stop_one() {
         fi
         case $svc in
         docker)
-                local before
-                before=$(docker_leftovers | sort -u)
+                local owned p st cur
+                owned=$(docker_owned "$pid")
                 kill_and_wait "$pid" 30
-                # dockerd normally stops its containers and containerd; reap what is left.
-                local p left
-                left=$( { echo "$before"; docker_leftovers; } | sort -u | grep . || true)
-                for p in $left; do
-                        [[ -e /proc/$p ]] || continue
-                        # Only orphans: a live foreign dockerd would still be their ancestor.
-                        if docker_ping; then break; fi
-                        kill -KILL "$p" 2>/dev/null || true
-                done
+                # dockerd normally stops its containers and containerd; reap what is left
+                # (a failed runsc start leaves orphan shims, runsc-gofer, runsc-sandbox).
+                if [[ -n $owned ]]; then
+                        # shellcheck disable=SC2046
+                        wait_until 5 all_gone $(awk '{print $1}' <<<"$owned") || true
+                        while read -r p st; do
+                                cur=$(proc_starttime "$p") || continue
+                                [[ $cur == "$st" ]] || continue
+                                pid_gone "$p" && continue
+                                warn "docker: killing leftover pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-80)"
+                                kill -KILL "$p" 2>/dev/null || true
+                        done <<<"$owned"
+                fi
                 ;;
         rabbitmq)
                 rabbit_env
@@ -267,7 +282,7 @@ stop_one() {
                 kill_and_wait "$pid" 10
                 # Don't leave dead sockets behind: without journald, sd_journal_send should see
                 # no socket (and drop silently), as before we started it.
-                if ! pgrep -x systemd-journal >/dev/null; then
+                if ! answering journald; then
                         rm -f /run/systemd/journal/socket /run/systemd/journal/stdout \
                               /run/systemd/journal/dev-log /run/systemd/journal/io.systemd.journal
                 fi
