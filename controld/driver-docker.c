@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -100,6 +102,8 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 /* Under gVisor capabilities are confined to the sandbox kernel; runc gets none. */
                 .cap_add_all = runtime && startswith(runtime, "runsc"),
                 .no_new_privileges = true,
+                /* tini as PID 1 reaps what killed exec trees leave behind. */
+                .init = true,
                 .extra_hosts = extra_hosts,
         };
         int r;
@@ -239,7 +243,188 @@ static int dd_list(struct driver *d, char ***ret) {
         return 0;
 }
 
-static void *dd_exec_backend(struct driver *d) { return D(d); }
+/* ---- exec sessions over the hijacked Docker exec stream ---- */
+
+struct exec_session {
+        struct docker *docker;
+        char *exec_id;
+        int fd;
+        struct docker_demux demux;
+        uint8_t *pre;
+        size_t pre_len;
+        bool eof;
+        bool stdin_closed;
+        exec_output_cb cb;
+        void *ud;
+};
+
+static int demux_cb(int type, const uint8_t *data, size_t len, void *ud) {
+        struct exec_session *s = ud;
+        if (type != 1 && type != 2)
+                return 0;
+        return s->cb ? s->cb(type, data, len, s->ud) : 0;
+}
+
+static int dd_exec_start(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec, struct exec_session **ret,
+                         char *err, size_t errlen) {
+        _cleanup_free_ char *name = xasprintf("paddock-%s", sb->id);
+        struct docker_exec_opts o = {
+                .cmd = spec->argv, .env = spec->env, .working_dir = spec->cwd ? spec->cwd : "/", .attach_stdin = spec->want_stdin,
+        };
+        char *exec_id = NULL;
+        int r = docker_exec_create(D(d), sb->container_id ? sb->container_id : name, &o, &exec_id);
+        if (r < 0) {
+                snprintf(err, errlen, "%s", r == -ENOENT || r == -ESRCH ? "the sandbox's container is not running" : dmsg(r));
+                return r;
+        }
+        struct exec_session *s = xnew0(struct exec_session, 1);
+        s->docker = D(d);
+        s->exec_id = exec_id;
+        s->fd = -1;
+        r = docker_exec_start(D(d), exec_id, &s->fd, &s->pre, &s->pre_len);
+        if (r < 0) {
+                snprintf(err, errlen, "exec start failed: %s", dmsg(r));
+                free(s->exec_id);
+                free(s);
+                return r;
+        }
+        if (!spec->want_stdin) {
+                shutdown(s->fd, SHUT_WR);
+                s->stdin_closed = true;
+        }
+        *ret = s;
+        return 0;
+}
+
+/* Feeds bytes read from the stream (and any pre-read bytes first). */
+static int feed(struct exec_session *s, const uint8_t *buf, size_t len, exec_output_cb cb, void *ud) {
+        s->cb = cb;
+        s->ud = ud;
+        if (s->pre_len) {
+                uint8_t *p = TAKE_PTR(s->pre);
+                size_t n = s->pre_len;
+                s->pre_len = 0;
+                int r = docker_demux_feed(&s->demux, p, n, demux_cb, s);
+                free(p);
+                if (r < 0)
+                        return r;
+        }
+        return len ? docker_demux_feed(&s->demux, buf, len, demux_cb, s) : 0;
+}
+
+static int read_some(struct exec_session *s, exec_output_cb cb, void *ud) {
+        uint8_t buf[65536];
+        ssize_t n;
+        do
+                n = read(s->fd, buf, sizeof(buf));
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        if (n == 0) {
+                s->eof = true;
+                return 1;
+        }
+        int r = feed(s, buf, (size_t) n, cb, ud);
+        return r < 0 ? r : 0;
+}
+
+static int dd_exec_read(struct exec_session *s, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
+        int r;
+        if (s->pre_len && (r = feed(s, NULL, 0, cb, ud)) < 0)
+                return r;
+        if (s->eof)
+                return 1;
+        int64_t deadline = mono_ms() + timeout_ms;
+        for (;;) {
+                struct pollfd p[2] = { { .fd = s->fd, .events = POLLIN }, { .fd = watch_fd, .events = POLLRDHUP } };
+                int64_t left = deadline - mono_ms();
+                if (left < 0)
+                        left = 0;
+                int k = poll(p, watch_fd >= 0 ? 2 : 1, (int) left);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return -errno;
+                if (watch_fd >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        return -ECONNRESET;
+                if (p[0].revents & (POLLIN | POLLHUP | POLLERR))
+                        return read_some(s, cb, ud);
+                if (k == 0)
+                        return 0;
+        }
+}
+
+static int dd_exec_write(struct exec_session *s, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud) {
+        const uint8_t *p = data;
+        int64_t deadline = mono_ms() + timeout_ms;
+        if (s->stdin_closed || s->eof)
+                return -EPIPE;
+        while (len > 0) {
+                struct pollfd pf = { .fd = s->fd, .events = POLLOUT | POLLIN };
+                int64_t left = deadline - mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                int k = poll(&pf, 1, (int) left);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return -errno;
+                if (pf.revents & POLLIN) {
+                        int r = read_some(s, cb, ud);
+                        if (r < 0)
+                                return r;
+                        if (r == 1)
+                                return -EPIPE;  /* the process ended: it won't read the rest */
+                        continue;
+                }
+                if (pf.revents & (POLLERR | POLLHUP))
+                        return -EPIPE;
+                if (pf.revents & POLLOUT) {
+                        ssize_t n = send(s->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                                continue;
+                        if (n < 0)
+                                return -errno;
+                        p += n;
+                        len -= (size_t) n;
+                }
+        }
+        return 0;
+}
+
+static int dd_exec_close_stdin(struct exec_session *s) {
+        if (!s->stdin_closed) {
+                shutdown(s->fd, SHUT_WR);
+                s->stdin_closed = true;
+        }
+        return 0;
+}
+
+static int dd_exec_exit_code(struct exec_session *s, int *ret) {
+        struct docker_exec_info info;
+        /* The stream ends a moment before Docker records the exit code. */
+        for (int i = 0; i < 200; i++) {
+                int r = docker_exec_inspect(s->docker, s->exec_id, &info);
+                if (r < 0)
+                        return r;
+                if (!info.running) {
+                        *ret = info.exit_code;
+                        return 0;
+                }
+                usleep(5000);
+        }
+        return -ETIMEDOUT;
+}
+
+static void dd_exec_free(struct exec_session *s) {
+        if (!s)
+                return;
+        if (s->fd >= 0)
+                close(s->fd);
+        free(s->pre);
+        free(s->exec_id);
+        free(s);
+}
 
 int driver_docker_new(struct ctl *c, struct driver **ret) {
         struct driver *d = xnew0(struct driver, 1);
@@ -262,7 +447,12 @@ int driver_docker_new(struct ctl *c, struct driver **ret) {
         d->volume_create = dd_volume_create;
         d->volume_remove = dd_volume_remove;
         d->list = dd_list;
-        d->exec_backend = dd_exec_backend;
+        d->exec_start = dd_exec_start;
+        d->exec_write = dd_exec_write;
+        d->exec_close_stdin = dd_exec_close_stdin;
+        d->exec_read = dd_exec_read;
+        d->exec_exit_code = dd_exec_exit_code;
+        d->exec_free = dd_exec_free;
         *ret = d;
         return 0;
 }

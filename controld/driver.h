@@ -32,6 +32,14 @@ struct driver_sample {
 
 /* An exec in progress (runtime operations). */
 struct exec_session;
+struct exec_spec {
+        const char *const *argv;         /* NULL-terminated; run directly, no host shell */
+        const char *const *env;          /* "K=V" layered on the sandbox environment */
+        const char *cwd;                 /* NULL = "/" */
+        bool want_stdin;
+};
+/* Output callback: stream 1 = stdout, 2 = stderr. Returning < 0 stops the read. */
+typedef int (*exec_output_cb)(int stream, const uint8_t *data, size_t len, void *ud);
 
 struct driver {
         const char *name;
@@ -52,8 +60,21 @@ struct driver {
         int (*volume_remove)(struct driver *d, const char *handle, char *err, size_t errlen);
         /* Sandbox ids that have a workload on the backend (for orphan reaping). NULL-terminated. */
         int (*list)(struct driver *d, char ***ret_sandbox_ids);
-        /* Handle used by runtime operations (exec); the docker driver returns its struct docker. */
-        void *(*exec_backend)(struct driver *d);
+        /* Runtime operations. exec_start returns a session whose output is read with exec_read;
+         * -ENOENT/-ESRCH when the workload is gone. */
+        int (*exec_start)(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec,
+                          struct exec_session **ret, char *err, size_t errlen);
+        /* Writes stdin (blocking, bounded by timeout_ms). Output that arrives meanwhile is passed
+         * to cb so the process never stalls on a full pipe. -EPIPE when the process is gone. */
+        int (*exec_write)(struct exec_session *s, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud);
+        int (*exec_close_stdin)(struct exec_session *s);
+        /* Waits up to timeout_ms for output and passes it to cb. Returns 1 at end of stream, 0 when
+         * the wait ended without EOF, -ECONNRESET when watch_fd (e.g. the client socket, -1 = none)
+         * hung up, other < 0 on errors. */
+        int (*exec_read)(struct exec_session *s, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
+        /* Exit code after end of stream. */
+        int (*exec_exit_code)(struct exec_session *s, int *ret);
+        void (*exec_free)(struct exec_session *s);
 };
 
 int driver_docker_new(struct ctl *c, struct driver **ret);

@@ -151,6 +151,8 @@ static int authenticate(struct req *r) {
 static void req_free(struct req *r) {
         if (!r)
                 return;
+        if (r->sink_free)
+                r->sink_free(r->sink_ud);
         strbuf_done(&r->body);
         free(r->path);
         for (size_t i = 0; i < r->n_parts; i++)

@@ -36,6 +36,7 @@ struct req {
         /* Streaming body (file upload). */
         req_body_sink sink;
         void *sink_ud;
+        void (*sink_free)(void *ud);     /* called when the request ends, however it ends */
         bool sink_failed;
         bool started;                    /* dispatch ran */
         /* Route parameters. */

@@ -1,14 +1,932 @@
-/* runtime.c — exec, code and files (placeholder until runtime operations land). */
+/* runtime.c — exec, code and files, through the scheduler driver's exec sessions.
+ *
+ * Nothing here touches the host filesystem or a host shell: every operation is
+ * an exec inside the sandbox with a fixed script and the user's strings passed
+ * as separate argv entries. Each exec records its process id in the sandbox so
+ * a timeout or a vanished client can kill the whole process tree.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "driver.h"
 #include "http.h"
+#include "json.h"
+#include "log.h"
+#include "strutil.h"
+
+#define KEEPALIVE_MS 15000
+#define DRAIN_AFTER_KILL_MS 5000
+#define STDIN_WRITE_TIMEOUT_MS 60000
+#define FILE_FINISH_TIMEOUT_MS 120000
+#define ERR_CAP 4096
+
+/* The wrapper records its pid, runs argv and removes the record. $1 is the token. */
+static const char wrapper_script[] =
+        "p=/tmp/.paddock-exec-$1.pid; echo $$ > \"$p\" 2>/dev/null; shift; \"$@\"; rc=$?; rm -f \"$p\"; exit $rc";
+
+/* Kills the recorded process and every descendant (stopped first so none escapes). */
+static const char killer_script[] =
+        "p=/tmp/.paddock-exec-$1.pid; read root < \"$p\" 2>/dev/null || exit 0; "
+        "kill -STOP $root 2>/dev/null; list=\" $root \"; more=1; "
+        "while [ $more = 1 ]; do more=0; "
+        "for f in /proc/[0-9]*/stat; do "
+        "read -r pid comm state ppid rest < \"$f\" 2>/dev/null || continue; "
+        "case \"$list\" in *\" $ppid \"*) case \"$list\" in *\" $pid \"*) ;; "
+        "*) list=\"$list$pid \"; more=1; kill -STOP $pid 2>/dev/null;; esac;; esac; "
+        "done; done; kill -KILL $list 2>/dev/null; rm -f \"$p\"; exit 0";
+
+static const char put_script[] =
+        "f=\"$1\"; d=\"${f%/*}\"; [ -n \"$d\" ] || d=/; [ -d \"$d\" ] || exit 3; [ -d \"$f\" ] && exit 5; "
+        "cat > \"$f\" || exit 4";
+
+static const char get_script[] =
+        "f=\"$1\"; [ -e \"$f\" ] || exit 3; [ -d \"$f\" ] && exit 5; [ -r \"$f\" ] || exit 4; exec cat \"$f\"";
+
+static const char code_script[] =
+        "f=\"$1\"; shift; cat > \"$f\" || exit 126; \"$@\" \"$f\"; rc=$?; rm -f \"$f\"; exit $rc";
+
+/* ---- per-sandbox concurrency ---- */
+
+static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { char id[25]; int n; } slots[1024];
+
+static bool slot_take(const char *id, int64_t max) {
+        unsigned h = 0;
+        for (const char *p = id; *p; p++)
+                h = h * 131 + (unsigned char) *p;
+        pthread_mutex_lock(&slots_lock);
+        size_t i = h % ELEMENTSOF(slots), free_i = SIZE_MAX;
+        for (size_t k = 0; k < ELEMENTSOF(slots); k++, i = (i + 1) % ELEMENTSOF(slots)) {
+                if (!strcmp(slots[i].id, id))
+                        break;
+                if (slots[i].n == 0 && free_i == SIZE_MAX)
+                        free_i = i;
+                if (!slots[i].id[0])
+                        break;
+        }
+        if (strcmp(slots[i].id, id) != 0) {
+                if (free_i == SIZE_MAX && slots[i].id[0]) {
+                        pthread_mutex_unlock(&slots_lock);
+                        return false;
+                }
+                if (free_i != SIZE_MAX)
+                        i = free_i;
+                snprintf(slots[i].id, sizeof(slots[i].id), "%s", id);
+                slots[i].n = 0;
+        }
+        bool ok = slots[i].n < max;
+        if (ok)
+                slots[i].n++;
+        pthread_mutex_unlock(&slots_lock);
+        return ok;
+}
+
+static void slot_release(const char *id) {
+        pthread_mutex_lock(&slots_lock);
+        for (size_t i = 0; i < ELEMENTSOF(slots); i++)
+                if (!strcmp(slots[i].id, id) && slots[i].n > 0) {
+                        slots[i].n--;
+                        break;
+                }
+        pthread_mutex_unlock(&slots_lock);
+}
+
+/* ---- UTF-8 safe text accumulation ---- */
+
+struct text {
+        struct strbuf buf;
+        uint8_t carry[4];
+        size_t carry_len;
+};
+
+static size_t utf8_seq_len(uint8_t c) {
+        return c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+}
+
+/* Appends bytes as valid UTF-8: invalid sequences become U+FFFD; an incomplete sequence at the
+ * end is carried to the next call (or replaced when final). Returns -ENOBUFS past the cap. */
+static int text_append(struct text *t, const uint8_t *data, size_t len, bool final) {
+        static const char repl[] = "\xef\xbf\xbd";
+        uint8_t tmp[8];
+        size_t i = 0;
+        int r = 0;
+        /* Complete a carried sequence first. */
+        while (t->carry_len && i < len) {
+                size_t need = utf8_seq_len(t->carry[0]);
+                while (t->carry_len < need && i < len && (data[i] & 0xc0) == 0x80)
+                        t->carry[t->carry_len++] = data[i++];
+                if (t->carry_len == need) {
+                        memcpy(tmp, t->carry, need);
+                        r |= strbuf_append(&t->buf, utf8_valid((char *) tmp, need) ? (char *) tmp : repl,
+                                           utf8_valid((char *) tmp, need) ? need : 3);
+                } else if (i < len)
+                        r |= strbuf_append(&t->buf, repl, 3);
+                else
+                        break;
+                t->carry_len = 0;
+        }
+        size_t start = i;
+        while (i < len) {
+                uint8_t c = data[i];
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                }
+                size_t n = utf8_seq_len(c);
+                if (n == 0) {
+                        r |= strbuf_append(&t->buf, data + start, i - start);
+                        r |= strbuf_append(&t->buf, repl, 3);
+                        start = ++i;
+                        continue;
+                }
+                if (i + n > len) {
+                        /* Maybe split across reads. */
+                        r |= strbuf_append(&t->buf, data + start, i - start);
+                        t->carry_len = len - i;
+                        memcpy(t->carry, data + i, t->carry_len);
+                        i = start = len;
+                        break;
+                }
+                if (!utf8_valid((const char *) data + i, n)) {
+                        r |= strbuf_append(&t->buf, data + start, i - start);
+                        r |= strbuf_append(&t->buf, repl, 3);
+                        start = ++i;
+                        continue;
+                }
+                i += n;
+        }
+        r |= strbuf_append(&t->buf, data + start, i - start);
+        if (final && t->carry_len) {
+                r |= strbuf_append(&t->buf, repl, 3);
+                t->carry_len = 0;
+        }
+        return r < 0 ? -ENOBUFS : 0;
+}
+
+/* ---- exec plumbing ---- */
+
+struct run {
+        struct ctl *c;
+        struct driver *drv;
+        struct sandbox sb;
+        struct exec_session *s;
+        char token[25];
+        int64_t t0, deadline;
+        bool timed_out, killed, finished, client_gone;
+        int exit_code;
+        bool slot;
+        /* non-streamed */
+        struct text out, err;
+        /* streamed */
+        bool stream;
+        struct strbuf pending;
+        size_t pending_off;
+        struct text sout, serr;       /* per-stream carries for frames */
+        int client_fd;
+        bool sent_any;
+};
+
+static void kill_tree(struct run *x) {
+        const char *argv[] = { "/bin/sh", "-c", killer_script, "paddock", x->token, NULL };
+        struct exec_spec spec = { .argv = argv };
+        struct exec_session *k = NULL;
+        char err[256];
+        if (x->killed)
+                return;
+        x->killed = true;
+        if (x->drv->exec_start(x->drv, &x->sb, &spec, &k, err, sizeof(err)) < 0) {
+                log_warning("could not start the process killer: %s", err);
+                return;
+        }
+        int64_t end = mono_ms() + 10000;
+        while (mono_ms() < end && x->drv->exec_read(k, 1000, -1, NULL, NULL) == 0)
+                ;
+        x->drv->exec_free(k);
+}
+
+static void run_free(struct run *x) {
+        if (!x)
+                return;
+        if (x->s && !x->finished && !x->killed)
+                kill_tree(x);
+        if (x->s)
+                x->drv->exec_free(x->s);
+        if (x->slot)
+                slot_release(x->sb.id);
+        strbuf_done(&x->out.buf);
+        strbuf_done(&x->err.buf);
+        strbuf_done(&x->sout.buf);
+        strbuf_done(&x->serr.buf);
+        strbuf_done(&x->pending);
+        sandbox_clear(&x->sb);
+        free(x);
+}
+
+static void append_frame(struct run *x, const char *type, const char *data, size_t len) {
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        _cleanup_free_ char *s = xstrndup(data, len);
+        json_add_str(o, "type", type);
+        json_add_str(o, "data", s);
+        _cleanup_free_ char *j = json_print(o);
+        strbuf_append(&x->pending, "data: ", 6);
+        strbuf_append(&x->pending, j, strlen(j));
+        strbuf_append(&x->pending, "\n\n", 2);
+}
+
+static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
+        struct run *x = ud;
+        if (!x->stream) {
+                text_append(stream == 1 ? &x->out : &x->err, data, len, false);
+                return 0;
+        }
+        struct text *t = stream == 1 ? &x->sout : &x->serr;
+        strbuf_done(&t->buf);
+        strbuf_init(&t->buf, 0);
+        text_append(t, data, len, false);
+        if (t->buf.len)
+                append_frame(x, stream == 1 ? "stdout" : "stderr", t->buf.buf, t->buf.len);
+        return 0;
+}
+
+static void flush_carries(struct run *x) {
+        if (!x->stream) {
+                text_append(&x->out, NULL, 0, true);
+                text_append(&x->err, NULL, 0, true);
+                return;
+        }
+        for (int k = 1; k <= 2; k++) {
+                struct text *t = k == 1 ? &x->sout : &x->serr;
+                if (!t->carry_len)
+                        continue;
+                strbuf_done(&t->buf);
+                strbuf_init(&t->buf, 0);
+                text_append(t, NULL, 0, true);
+                append_frame(x, k == 1 ? "stdout" : "stderr", t->buf.buf, t->buf.len);
+        }
+}
+
+/* After the deadline: kill the tree and drain what is left (bounded). */
+static void time_out(struct run *x) {
+        x->timed_out = true;
+        kill_tree(x);
+        int64_t end = mono_ms() + DRAIN_AFTER_KILL_MS;
+        while (mono_ms() < end) {
+                int r = x->drv->exec_read(x->s, 500, -1, on_output, x);
+                if (r != 0)
+                        break;
+        }
+}
+
+static void finish(struct run *x) {
+        flush_carries(x);
+        if (x->timed_out)
+                x->exit_code = 137;
+        else if (x->drv->exec_exit_code(x->s, &x->exit_code) < 0)
+                x->exit_code = -1;
+        x->finished = true;
+}
+
+static void fill_exec_spec(struct exec_spec *spec, const char **argv, char **env_kv, const char *cwd, bool want_stdin) {
+        spec->argv = argv;
+        spec->env = (const char *const *) env_kv;
+        spec->cwd = cwd;
+        spec->want_stdin = want_stdin;
+}
+
+static char **env_list(char **keys, char **values, size_t n) {
+        char **v = xnew0(char *, n + 1);
+        for (size_t i = 0; i < n; i++)
+                v[i] = xasprintf("%s=%s", keys[i], values[i]);
+        return v;
+}
+
+/* Loads a ready sandbox for a runtime call; answers the error itself. */
+static int runtime_sandbox(struct req *r, const char *id, struct sandbox *ret) {
+        struct api_error e = { 0 };
+        if (sandbox_load(r->c, &r->acc, id, ret, &e) < 0) {
+                respond_api_error(r, &e);
+                return -ENOENT;
+        }
+        if (ret->status != SB_READY) {
+                respond_error(r, 400, "Sandbox is %s; only ready sandboxes can run commands or move files",
+                              sb_status_str(ret->status));
+                sandbox_clear(ret);
+                return -EBUSY;
+        }
+        log_ctx_set("SANDBOX_ID", id);
+        store_sandbox_touch(r->c->store, id, now_ms());
+        return 0;
+}
+
+static struct run *run_new(struct req *r, struct sandbox *sb) {
+        struct run *x = xnew0(struct run, 1);
+        x->c = r->c;
+        x->drv = r->c->drv;
+        x->sb = *sb;
+        memset(sb, 0, sizeof(*sb));
+        hexid_new(x->token);
+        strbuf_init(&x->out.buf, r->c->cfg->max_exec_output);
+        strbuf_init(&x->err.buf, r->c->cfg->max_exec_output);
+        strbuf_init(&x->pending, 0);
+        x->client_fd = -1;
+        return x;
+}
+
+/* ---- exec and code ---- */
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        struct run *x = cls;
+        (void) pos;
+        for (;;) {
+                if (x->pending_off < x->pending.len) {
+                        size_t n = x->pending.len - x->pending_off;
+                        if (n > max)
+                                n = max;
+                        memcpy(buf, x->pending.buf + x->pending_off, n);
+                        x->pending_off += n;
+                        if (x->pending_off == x->pending.len) {
+                                x->pending.len = 0;
+                                x->pending_off = 0;
+                        }
+                        return (ssize_t) n;
+                }
+                if (x->finished)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                int64_t now = mono_ms();
+                int64_t wait = x->deadline - now;
+                if (wait > KEEPALIVE_MS)
+                        wait = KEEPALIVE_MS;
+                if (wait < 0)
+                        wait = 0;
+                int k = x->drv->exec_read(x->s, (int) wait, x->client_fd, on_output, x);
+                if (k == -ECONNRESET) {
+                        x->client_gone = true;
+                        log_info("client went away during a streamed exec; killing it");
+                        kill_tree(x);
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                }
+                if (k < 0) {
+                        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+                        json_add_str(o, "type", "error");
+                        json_add_str(o, "message", "Lost the connection to the sandbox process");
+                        _cleanup_free_ char *j = json_print(o);
+                        strbuf_printf(&x->pending, "data: %s\n\n", j);
+                        kill_tree(x);
+                        x->finished = true;
+                        continue;
+                }
+                if (k == 1) {
+                        finish(x);
+                } else if (mono_ms() >= x->deadline) {
+                        time_out(x);
+                        finish(x);
+                } else if (x->pending.len == 0) {
+                        strbuf_append(&x->pending, ": keep-alive\n\n", 14);
+                        continue;
+                } else
+                        continue;
+                _cleanup_json_ cJSON *o = cJSON_CreateObject();
+                json_add_str(o, "type", "done");
+                json_add_int(o, "exit_code", x->exit_code);
+                json_add_int(o, "duration_ms", mono_ms() - x->t0);
+                if (x->timed_out)
+                        json_add_bool(o, "timed_out", true);
+                _cleanup_free_ char *j = json_print(o);
+                strbuf_printf(&x->pending, "data: %s\n\n", j);
+        }
+}
+
+static void stream_free(void *cls) {
+        struct run *x = cls;
+        if (!x->finished && !x->killed) {
+                log_info("streamed exec ended before the process; killing it");
+                kill_tree(x);
+        }
+        run_free(x);
+}
+
+/* Runs argv (optionally feeding stdin_data) and answers JSON or SSE. */
+static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const char **user_argv, char **env, const char *cwd,
+                                       int timeout_s, bool stream, const char *stdin_data, size_t stdin_len) {
+        struct ctl *c = r->c;
+        struct run *x;
+        char err[512] = "";
+        const char *argv[16];
+        size_t n = 0;
+
+        if (!slot_take(sb->id, c->cfg->max_exec_concurrent)) {
+                sandbox_clear(sb);
+                return respond_error(r, 429, "Too many commands running in this sandbox (limit %lld); retry when one finishes",
+                                     (long long) c->cfg->max_exec_concurrent);
+        }
+        x = run_new(r, sb);
+        x->slot = true;
+        x->stream = stream;
+        argv[n++] = "/bin/sh";
+        argv[n++] = "-c";
+        argv[n++] = wrapper_script;
+        argv[n++] = "paddock";
+        argv[n++] = x->token;
+        for (size_t i = 0; user_argv[i] && n < ELEMENTSOF(argv) - 1; i++)
+                argv[n++] = user_argv[i];
+        argv[n] = NULL;
+
+        struct exec_spec spec;
+        fill_exec_spec(&spec, argv, env, cwd, stdin_data != NULL);
+        x->t0 = mono_ms();
+        x->deadline = x->t0 + (int64_t) timeout_s * 1000;
+        if (x->drv->exec_start(x->drv, &x->sb, &spec, &x->s, err, sizeof(err)) < 0) {
+                run_free(x);
+                return respond_error(r, 503, "Could not run the command: %s", err);
+        }
+        if (stdin_data) {
+                int k = x->drv->exec_write(x->s, stdin_data, stdin_len, STDIN_WRITE_TIMEOUT_MS, on_output, x);
+                if (k < 0 && k != -EPIPE) {
+                        run_free(x);
+                        return respond_error(r, 503, "Could not send input to the sandbox: %s", strerror(-k));
+                }
+                x->drv->exec_close_stdin(x->s);
+        }
+
+        if (stream) {
+                const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+                x->client_fd = ci ? ci->connect_fd : -1;
+                strbuf_init(&x->sout.buf, 0);
+                strbuf_init(&x->serr.buf, 0);
+                /* Frames produced while writing stdin come after the opening comment. */
+                struct strbuf early = x->pending;
+                strbuf_init(&x->pending, 0);
+                strbuf_append(&x->pending, ": open\n\n", 8);
+                if (early.len)
+                        strbuf_append(&x->pending, early.buf, early.len);
+                strbuf_done(&early);
+                struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, x,
+                                                                              stream_free);
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+                MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+                return respond_response(r, 200, resp);
+        }
+
+        for (;;) {
+                int64_t wait = x->deadline - mono_ms();
+                if (wait <= 0) {
+                        time_out(x);
+                        break;
+                }
+                int k = x->drv->exec_read(x->s, (int) (wait > 1000 ? 1000 : wait), -1, on_output, x);
+                if (k == 1)
+                        break;
+                if (k < 0) {
+                        run_free(x);
+                        return respond_error(r, 503, "Lost the connection to the sandbox process: %s", strerror(-k));
+                }
+        }
+        finish(x);
+        cJSON *d = cJSON_CreateObject();
+        json_add_str(d, "stdout", x->out.buf.buf ? x->out.buf.buf : "");
+        json_add_str(d, "stderr", x->err.buf.buf ? x->err.buf.buf : "");
+        json_add_int(d, "exit_code", x->exit_code);
+        json_add_int(d, "duration_ms", mono_ms() - x->t0);
+        if (x->out.buf.truncated || x->err.buf.truncated) {
+                json_add_bool(d, "truncated", true);
+                json_add_bool(d, "stdout_truncated", x->out.buf.truncated);
+                json_add_bool(d, "stderr_truncated", x->err.buf.truncated);
+        }
+        if (x->timed_out)
+                json_add_bool(d, "timed_out", true);
+        bool timed_out = x->timed_out;
+        run_free(x);
+        return respond_envelope(r, 200, timed_out ? "Command timed out and was killed" : "Exec completed", d);
+}
+
+static enum MHD_Result post_exec(struct req *r, const char *id) {
+        struct pj_exec in = { 0 };
+        struct pj_error pe = { 0 };
+        struct sandbox sb = { 0 };
+        if (pj_exec_parse(r->body.buf, r->body.len, &in, &pe) < 0) {
+                pj_exec_done(&in);
+                return respond_error(r, 400, "%s", pe.message);
+        }
+        if (runtime_sandbox(r, id, &sb) < 0) {
+                pj_exec_done(&in);
+                return MHD_YES;
+        }
+        char **env = env_list(in.env_keys, in.env_values, in.n_env);
+        const char *argv[] = { "/bin/sh", "-c", in.cmd, NULL };
+        enum MHD_Result res = run_and_respond(r, &sb, argv, env, in.cwd, in.timeout_s, in.stream, NULL, 0);
+        strv_free(env);
+        pj_exec_done(&in);
+        return res;
+}
+
+static enum MHD_Result post_code(struct req *r, const char *id) {
+        struct pj_code in = { 0 };
+        struct pj_error pe = { 0 };
+        struct sandbox sb = { 0 };
+        if (pj_code_parse(r->body.buf, r->body.len, &in, &pe) < 0) {
+                pj_code_done(&in);
+                return respond_error(r, 400, "%s", pe.message);
+        }
+        if (runtime_sandbox(r, id, &sb) < 0) {
+                pj_code_done(&in);
+                return MHD_YES;
+        }
+        bool py = !strcmp(in.language, "python");
+        char tok[25], path[64];
+        hexid_new(tok);
+        snprintf(path, sizeof(path), "/tmp/.paddock-code-%s.%s", tok, py ? "py" : "js");
+        char **env = env_list(in.env_keys, in.env_values, in.n_env);
+        const char *argv[] = { "/bin/sh", "-c", code_script, "paddock", path, py ? "python3" : "node", NULL };
+        enum MHD_Result res = run_and_respond(r, &sb, argv, env, in.cwd, in.timeout_s, in.stream, in.code, strlen(in.code));
+        strv_free(env);
+        pj_code_done(&in);
+        return res;
+}
+
+/* ---- files ---- */
+
+struct upload {
+        struct run *x;
+        uint64_t received, limit;
+        bool too_large, process_gone;
+        int error;
+        char path[4097];
+};
+
+static int upload_sink(struct req *r, const char *data, size_t len) {
+        struct upload *u = r->sink_ud;
+        if (len == (size_t) -1)
+                return 0;  /* client went away: sink_free kills the exec */
+        u->received += len;
+        if (u->received > u->limit) {
+                u->too_large = true;
+                return -EFBIG;
+        }
+        if (u->process_gone)
+                return 0;  /* discard: the answer is already decided */
+        int k = u->x->drv->exec_write(u->x->s, data, len, STDIN_WRITE_TIMEOUT_MS, on_output, u->x);
+        if (k == -EPIPE) {
+                u->process_gone = true;
+                return 0;
+        }
+        if (k < 0) {
+                u->error = k;
+                return k;
+        }
+        return 0;
+}
+
+static void upload_free(void *ud) {
+        struct upload *u = ud;
+        if (!u)
+                return;
+        run_free(u->x);
+        free(u);
+}
+
+/* Reads to the end of the file exec and returns its exit code (or < 0). */
+static int finish_file_exec(struct run *x) {
+        int64_t end = mono_ms() + FILE_FINISH_TIMEOUT_MS;
+        for (;;) {
+                if (mono_ms() > end) {
+                        kill_tree(x);
+                        return -ETIMEDOUT;
+                }
+                int k = x->drv->exec_read(x->s, 1000, -1, on_output, x);
+                if (k == 1)
+                        break;
+                if (k < 0)
+                        return k;
+        }
+        finish(x);
+        return x->exit_code;
+}
+
+static int put_error(int code, const char *path, const char *stderr_raw, char *msg, size_t msglen) {
+        char dir[4097], stderr_buf[ERR_CAP + 1];
+        const char *stderr_text = NULL;
+        if (stderr_raw) {
+                /* One line for the message: newlines folded, trailing ones dropped. */
+                snprintf(stderr_buf, sizeof(stderr_buf), "%s", stderr_raw);
+                size_t n = strlen(stderr_buf);
+                while (n && (stderr_buf[n - 1] == '\n' || stderr_buf[n - 1] == '\r'))
+                        stderr_buf[--n] = 0;
+                for (char *q = stderr_buf; *q; q++)
+                        if (*q == '\n' || *q == '\r')
+                                *q = ' ';
+                stderr_text = stderr_buf;
+        }
+        snprintf(dir, sizeof(dir), "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir)
+                *slash = 0;
+        else
+                snprintf(dir, sizeof(dir), "/");
+        switch (code) {
+        case 0:
+                return 0;
+        case 3:
+                snprintf(msg, msglen, "Destination directory does not exist: %s", dir);
+                return 400;
+        case 5:
+                snprintf(msg, msglen, "Destination is a directory: %s", path);
+                return 400;
+        default:
+                if (stderr_text && (strstr(stderr_text, "ermission denied") || strstr(stderr_text, "ead-only") ||
+                                    strstr(stderr_text, "not permitted") ||
+                                    (strstr(stderr_text, "Input/output error") &&
+                                     (startswith(path, "/proc/") || startswith(path, "/sys/"))))) {
+                        snprintf(msg, msglen, "Permission denied writing to %s", path);
+                        return 403;
+                }
+                if (stderr_text && strstr(stderr_text, "space")) {
+                        snprintf(msg, msglen, "No space left in the sandbox writing %s", path);
+                        return 507;
+                }
+                snprintf(msg, msglen, "Failed to write %s: %s", path, stderr_text && *stderr_text ? stderr_text : "unknown error");
+                return 500;
+        }
+}
+
+/* Starts the fixed file script; on failure answers the request unless quiet. */
+static int start_file_exec(struct req *r, struct sandbox *sb, const char *script, const char *path, bool want_stdin, bool quiet,
+                           struct run **ret) {
+        char err[512] = "";
+        struct run *x = run_new(r, sb);
+        strbuf_done(&x->err.buf);
+        strbuf_init(&x->err.buf, ERR_CAP);
+        const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/bin/sh", "-c", script, "paddock", path, NULL };
+        struct exec_spec spec;
+        fill_exec_spec(&spec, argv, NULL, "/", want_stdin);
+        if (x->drv->exec_start(x->drv, &x->sb, &spec, &x->s, err, sizeof(err)) < 0) {
+                run_free(x);
+                if (!quiet)
+                        respond_error(r, 503, "Could not reach the sandbox: %s", err);
+                return -EIO;
+        }
+        *ret = x;
+        return 0;
+}
+
+static enum MHD_Result prepare_put_file(struct req *r, const char *id, const char *path) {
+        struct ctl *c = r->c;
+        struct pj_error pe = { 0 };
+        struct sandbox sb = { 0 };
+        const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        int64_t len = -1;
+
+        if (!hexid_valid(id))
+                return respond_error(r, 400, "Invalid sandbox id");
+        if (pj_sandbox_path_check(path, &pe, "path") < 0)
+                return respond_error(r, 400, "%s", pe.message);
+        if (cl && (safe_atoi64(cl, &len) < 0 || len < 0))
+                return respond_error(r, 400, "Content-Length must be a non-negative integer");
+        if (len >= 0 && (uint64_t) len > c->cfg->max_file)
+                return respond_error(r, 413, "File too large: %lld bytes, the limit is %llu bytes", (long long) len,
+                                     (unsigned long long) c->cfg->max_file);
+        if (runtime_sandbox(r, id, &sb) < 0)
+                return MHD_YES;
+        struct upload *u = xnew0(struct upload, 1);
+        u->limit = c->cfg->max_file;
+        snprintf(u->path, sizeof(u->path), "%s", path);
+        if (start_file_exec(r, &sb, put_script, path, true, false, &u->x) < 0) {
+                free(u);
+                return MHD_YES;
+        }
+        r->sink = upload_sink;
+        r->sink_ud = u;
+        r->sink_free = upload_free;
+        return MHD_YES;
+}
+
+static enum MHD_Result finish_put_file(struct req *r) {
+        struct upload *u = r->sink_ud;
+        char msg[4600];
+        if (u->too_large)
+                return respond_error(r, 413, "File too large: the limit is %llu bytes", (unsigned long long) u->limit);
+        if (u->error)
+                return respond_error(r, 503, "Failed to send the file to the sandbox: %s", strerror(-u->error));
+        u->x->drv->exec_close_stdin(u->x->s);
+        int code = finish_file_exec(u->x);
+        if (code < 0)
+                return respond_error(r, 503, "The sandbox did not finish writing %s: %s", u->path, strerror(-code));
+        int st = put_error(code, u->path, u->x->err.buf.buf, msg, sizeof(msg));
+        if (st)
+                return respond_error(r, st, "%s", msg);
+        if (u->process_gone)
+                return respond_error(r, 500, "The sandbox stopped reading %s before the upload ended", u->path);
+        return respond_empty(r, 204);
+}
+
+struct download {
+        struct run *x;
+        struct strbuf first;
+        size_t off;
+        bool eof;
+        int client_fd;
+};
+
+static int dl_output(int stream, const uint8_t *data, size_t len, void *ud) {
+        struct download *d = ud;
+        if (stream == 2)
+                return text_append(&d->x->err, data, len, false), 0;
+        return strbuf_append(&d->first, data, len) < 0 ? -ENOBUFS : 0;
+}
+
+static ssize_t dl_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        struct download *d = cls;
+        (void) pos;
+        for (;;) {
+                if (d->off < d->first.len) {
+                        size_t n = d->first.len - d->off;
+                        if (n > max)
+                                n = max;
+                        memcpy(buf, d->first.buf + d->off, n);
+                        d->off += n;
+                        if (d->off == d->first.len)
+                                d->first.len = d->off = 0;
+                        return (ssize_t) n;
+                }
+                if (d->eof) {
+                        d->x->finished = true;
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                }
+                int k = d->x->drv->exec_read(d->x->s, 30000, d->client_fd, dl_output, d);
+                if (k == 1)
+                        d->eof = true;
+                else if (k < 0)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+}
+
+static void dl_free(void *cls) {
+        struct download *d = cls;
+        run_free(d->x);
+        strbuf_done(&d->first);
+        free(d);
+}
+
+static enum MHD_Result get_file(struct req *r, const char *id, const char *path) {
+        struct pj_error pe = { 0 };
+        struct sandbox sb = { 0 };
+        if (pj_sandbox_path_check(path, &pe, "path") < 0)
+                return respond_error(r, 400, "%s", pe.message);
+        if (runtime_sandbox(r, id, &sb) < 0)
+                return MHD_YES;
+        struct download *d = xnew0(struct download, 1);
+        strbuf_init(&d->first, 0);
+        if (start_file_exec(r, &sb, get_script, path, false, false, &d->x) < 0) {
+                strbuf_done(&d->first);
+                free(d);
+                return MHD_YES;
+        }
+        /* Wait for the first bytes or the end, so a missing file is a real 404. */
+        int64_t end = mono_ms() + 60000;
+        while (d->first.len == 0 && !d->eof) {
+                int k = d->x->drv->exec_read(d->x->s, 1000, -1, dl_output, d);
+                if (k == 1)
+                        d->eof = true;
+                else if (k < 0 || mono_ms() > end) {
+                        dl_free(d);
+                        return respond_error(r, 503, "Lost the connection to the sandbox reading %s", path);
+                }
+        }
+        if (d->eof) {
+                int code = -1;
+                d->x->drv->exec_exit_code(d->x->s, &code);
+                d->x->finished = true;
+                const char *e = d->x->err.buf.buf ? d->x->err.buf.buf : "";
+                enum MHD_Result res;
+                if (code == 3)
+                        res = respond_error(r, 404, "File not found: %s", path);
+                else if (code == 5)
+                        res = respond_error(r, 400, "Path is a directory: %s", path);
+                else if (code == 4 || strstr(e, "ermission denied"))
+                        res = respond_error(r, 403, "Permission denied reading %s", path);
+                else if (code != 0)
+                        res = respond_error(r, 500, "Failed to read %s: %s", path, *e ? e : "unknown error");
+                else
+                        res = respond_raw(r, 200, "application/octet-stream", d->first.buf, d->first.len);
+                dl_free(d);
+                return res;
+        }
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        d->client_fd = ci ? ci->connect_fd : -1;
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, dl_reader, d, dl_free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+        return respond_response(r, 200, resp);
+}
+
+static enum MHD_Result post_batch(struct req *r, const char *id) {
+        struct ctl *c = r->c;
+        struct pj_files_batch in = { 0 };
+        struct pj_error pe = { 0 };
+        struct sandbox sb = { 0 };
+        int uploaded = 0, failed = 0;
+
+        if (pj_files_batch_parse(r->body.buf, r->body.len, c->cfg->max_file, c->cfg->max_body, &in, &pe) < 0) {
+                pj_files_batch_done(&in);
+                return respond_error(r, 400, "%s", pe.message);
+        }
+        if (runtime_sandbox(r, id, &sb) < 0) {
+                pj_files_batch_done(&in);
+                return MHD_YES;
+        }
+        cJSON *results = cJSON_CreateArray();
+        for (size_t i = 0; i < in.n_files; i++) {
+                cJSON *o = cJSON_CreateObject();
+                struct pj_batch_file *f = &in.files[i];
+                char msg[4600] = "";
+                json_add_str(o, "path", f->path);
+                json_add_int(o, "bytes", (int64_t) f->len);
+                if (in.file_errors[i])
+                        snprintf(msg, sizeof(msg), "%s", in.file_errors[i]);
+                else {
+                        struct sandbox copy = { 0 };
+                        struct run *x = NULL;
+                        if (store_sandbox_get(c->store, id, &copy) < 0)
+                                snprintf(msg, sizeof(msg), "Sandbox record vanished");
+                        else if (start_file_exec(r, &copy, put_script, f->path, true, true, &x) < 0) {
+                                snprintf(msg, sizeof(msg), "Could not reach the sandbox");
+                        } else {
+                                int k = f->len ? x->drv->exec_write(x->s, f->data, f->len, STDIN_WRITE_TIMEOUT_MS, on_output, x) : 0;
+                                x->drv->exec_close_stdin(x->s);
+                                int code = finish_file_exec(x);
+                                if (code < 0)
+                                        snprintf(msg, sizeof(msg), "The sandbox did not finish writing: %s", strerror(-code));
+                                else if (put_error(code, f->path, x->err.buf.buf, msg, sizeof(msg)) == 0 && k < 0)
+                                        snprintf(msg, sizeof(msg), "Failed to send the file: %s", strerror(-k));
+                                run_free(x);
+                        }
+                        sandbox_clear(&copy);
+                }
+                json_add_bool(o, "success", !msg[0]);
+                if (msg[0]) {
+                        json_add_str(o, "error", msg);
+                        failed++;
+                } else
+                        uploaded++;
+                cJSON_AddItemToArray(results, o);
+        }
+        sandbox_clear(&sb);
+        pj_files_batch_done(&in);
+        cJSON *d = cJSON_CreateObject();
+        json_add_int(d, "uploaded", uploaded);
+        json_add_int(d, "failed", failed);
+        cJSON_AddItemToObject(d, "results", results);
+        return respond_envelope(r, 200, failed ? "Some files failed to upload" : "Files uploaded", d);
+}
+
+/* ---- routing hooks ---- */
+
+static bool is_files_route(struct req *r) {
+        return r->n_parts == 4 && !strcmp(r->parts[0], "sandboxes") && !strcmp(r->parts[2], "files") &&
+               strcmp(r->parts[3], "batch") != 0;
+}
 
 enum MHD_Result runtime_prepare(struct req *r, bool *ret_answered) {
-        (void) r;
         *ret_answered = false;
+        if (is_files_route(r) && !strcmp(r->method, "PUT")) {
+                r->route = "/sandboxes/{id}/files/{path}";
+                enum MHD_Result res = prepare_put_file(r, r->parts[1], r->parts[3]);
+                *ret_answered = r->answered;
+                return res;
+        }
         return MHD_YES;
 }
 
 bool runtime_dispatch(struct req *r, enum MHD_Result *ret) {
-        (void) r;
-        (void) ret;
+        char **p = r->parts;
+        if (r->n_parts == 3 && (!strcmp(p[2], "exec") || !strcmp(p[2], "code"))) {
+                bool exec = !strcmp(p[2], "exec");
+                r->route = exec ? "/sandboxes/{id}/exec" : "/sandboxes/{id}/code";
+                if (strcmp(r->method, "POST") != 0)
+                        *ret = respond_error(r, 405, "Method %s not allowed here (allowed: POST)", r->method);
+                else
+                        *ret = exec ? post_exec(r, p[1]) : post_code(r, p[1]);
+                return true;
+        }
+        if (r->n_parts == 4 && !strcmp(p[2], "files") && !strcmp(p[3], "batch")) {
+                r->route = "/sandboxes/{id}/files/batch";
+                *ret = strcmp(r->method, "POST") ? respond_error(r, 405, "Method %s not allowed here (allowed: POST)", r->method)
+                                                 : post_batch(r, p[1]);
+                return true;
+        }
+        if (is_files_route(r)) {
+                r->route = "/sandboxes/{id}/files/{path}";
+                if (!strcmp(r->method, "PUT"))
+                        *ret = r->sink ? finish_put_file(r) : respond_error(r, 500, "Upload was not prepared");
+                else if (!strcmp(r->method, "GET"))
+                        *ret = get_file(r, p[1], p[3]);
+                else
+                        *ret = respond_error(r, 405, "Method %s not allowed here (allowed: GET, PUT)", r->method);
+                return true;
+        }
         return false;
 }
