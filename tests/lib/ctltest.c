@@ -102,17 +102,35 @@ void ctld_start(struct ctld *c, const char *server_extra, const char *extra) {
         spawn(c);
 }
 
+/* A clean shutdown exits 0; anything else (a sanitizer report, a crash) fails the test. */
+static void check_exit(struct ctld *c, int st) {
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+                return;
+        fprintf(stderr, "  controld did not shut down cleanly (%s %d); log tail:\n",
+                WIFEXITED(st) ? "exit status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        char *argv[] = { "tail", "-n", "40", c->log, NULL };
+        _cleanup_free_ char *out = NULL;
+        test_run_capture(argv, &out, 1 << 16);
+        fprintf(stderr, "%s\n", out ? out : "");
+        fflush(stderr);
+        c->failed_exit = true;
+}
+
 static void stop_daemon(struct ctld *c) {
+        int st;
         if (c->pid <= 0)
                 return;
         kill(c->pid, SIGTERM);
-        for (int i = 0; i < 500; i++) {
-                if (waitpid(c->pid, NULL, WNOHANG) == c->pid) {
+        for (int i = 0; i < 1000; i++) {
+                if (waitpid(c->pid, &st, WNOHANG) == c->pid) {
                         c->pid = 0;
+                        check_exit(c, st);
                         return;
                 }
                 usleep(10000);
         }
+        fprintf(stderr, "  controld did not stop within 10 s of SIGTERM\n");
+        c->failed_exit = true;
         kill(c->pid, SIGKILL);
         waitpid(c->pid, NULL, 0);
         c->pid = 0;
@@ -120,6 +138,8 @@ static void stop_daemon(struct ctld *c) {
 
 void ctld_restart(struct ctld *c) {
         stop_daemon(c);
+        if (c->failed_exit)
+                test_fail(__FILE__, __LINE__, "controld failed on restart");
         spawn(c);
 }
 
@@ -141,6 +161,8 @@ void ctld_stop(struct ctld *c) {
         char *argv[] = { "docker", "volume", "ls", "-q", "--filter", "label=paddock.volume", NULL };
         (void) argv;
         c->dir[0] = 0;
+        if (c->failed_exit)
+                _exit(1);
 }
 
 int ctld_admin(struct ctld *c, char **ret_out, const char *arg1, ...) {

@@ -20,6 +20,7 @@ struct ctld {
         char log[300];
         char url[64];
         char extra[4096];
+        bool failed_exit;     /* controld crashed or reported a sanitizer error */
 };
 
 /* extra: config text appended (more [plan]/[template] sections, [server] keys go in
