@@ -9,7 +9,7 @@ cd "$ROOT"
 # shellcheck source=tests/env/lib.sh
 . "$HERE/lib.sh"
 
-DEV=$ROOT/build/dev
+DEV=${PADDOCK_DEV_DIR:-$ROOT/build/dev}
 if [[ -r $DEV/controld.pid ]]; then
         read -r pid <"$DEV/controld.pid" || pid=""
         if [[ $pid =~ ^[0-9]+$ && $(readlink "/proc/$pid/exe" 2>/dev/null) == */controld* ]] && ! pid_gone "$pid"; then

@@ -16,7 +16,7 @@ cd "$ROOT"
 BUILD=${PADDOCK_BUILD:-build}
 PORT=${PADDOCK_PORT:-8080}
 URL=http://127.0.0.1:$PORT
-DEV=$ROOT/build/dev
+DEV=${PADDOCK_DEV_DIR:-$ROOT/build/dev}
 CONF=$DEV/controld.conf
 CONTROLD=$BUILD/controld
 [[ $CONTROLD == /* ]] || CONTROLD=$ROOT/$CONTROLD
@@ -141,7 +141,7 @@ mv "$DEV/env.tmp" "$DEV/env"
 
 cat <<EOF
 
-Paddock is up at $URL   (key and URL also in build/dev/env)
+Paddock is up at $URL   (key and URL also in $DEV/env)
   API key: $KEY
 
   # create a sandbox

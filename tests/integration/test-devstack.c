@@ -1,0 +1,116 @@
+/* make up / make down as a newcomer runs them: twice up, then down, nothing of ours left. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "ctltest.h"
+#include "testlib.h"
+
+static char devdir[512], state[512];
+static int port;
+
+static int run_script(const char *script, char **out) {
+        char portstr[16];
+        snprintf(portstr, sizeof(portstr), "%d", port);
+        setenv("PADDOCK_PORT", portstr, 1);
+        setenv("PADDOCK_DEV_DIR", devdir, 1);
+        setenv("PADDOCK_STATE", state, 1);
+        char *argv[] = { (char *) script, NULL };
+        return test_run_capture(argv, out, 1 << 20);
+}
+
+static void down_hook(void *ud) {
+        (void) ud;
+        _cleanup_free_ char *out = NULL;
+        run_script("tests/env/down.sh", &out);
+}
+
+static char *env_value(const char *key) {
+        char path[600], line[512];
+        snprintf(path, sizeof(path), "%s/env", devdir);
+        FILE *f = fopen(path, "r");
+        if (!f)
+                return NULL;
+        char *v = NULL;
+        while (fgets(line, sizeof(line), f))
+                if (!strncmp(line, key, strlen(key)) && line[strlen(key)] == '=') {
+                        line[strcspn(line, "\n")] = 0;
+                        v = xstrdup(line + strlen(key) + 1);
+                }
+        fclose(f);
+        return v;
+}
+
+TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
+        if (!test_have_docker())
+                TEST_SKIP("dockerd is not answering");
+        if (access(test_build_path("controld"), X_OK) != 0)
+                TEST_SKIP("controld is not built");
+        snprintf(devdir, sizeof(devdir), "%s/dev", test_tmpdir());
+        snprintf(state, sizeof(state), "%s/state", test_tmpdir());
+        struct ctld probe;
+        ctld_start(&probe, NULL, NULL);   /* only to borrow a free port, then release it */
+        port = probe.port;
+        ctld_stop(&probe);
+        test_on_exit(down_hook, NULL);
+
+        _cleanup_free_ char *out1 = NULL, *out2 = NULL, *out3 = NULL;
+        ASSERT_EQ(run_script("tests/env/up.sh", &out1), 0);
+        char url[64];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+        ASSERT_CONTAINS(out1, url);
+        ASSERT_CONTAINS(out1, "curl");
+        ASSERT_CONTAINS(out1, "/exec");
+        _cleanup_free_ char *key1 = env_value("PADDOCK_API_KEY");
+        _cleanup_free_ char *envurl = env_value("PADDOCK_URL");
+        ASSERT_NOT_NULL(key1);
+        ASSERT_STREQ(envurl, url);
+        ASSERT_CONTAINS(out1, key1);
+        struct stat st;
+        char envpath[600];
+        snprintf(envpath, sizeof(envpath), "%s/env", devdir);
+        ASSERT_EQ(stat(envpath, &st), 0);
+        ASSERT_EQ(st.st_mode & 0777, 0600);
+
+        /* The printed key works against the printed URL: create, exec, destroy. */
+        struct ctld c = { .port = port };
+        snprintf(c.url, sizeof(c.url), "%s", url);
+        struct hres r;
+        http_req(&c, "POST", "/sandboxes", key1, "{\"template\":\"python-3.11\"}", &r);
+        ASSERT_EQ(r.status, 201);
+        char id[25], path[96];
+        snprintf(id, sizeof(id), "%s", hres_data_str(&r, "id"));
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        http_req(&c, "POST", path, key1, "{\"cmd\":\"python3 -c \\\"print(6*7)\\\"\"}", &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "42\n");
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "DELETE", path, key1, NULL, &r);
+        ASSERT_EQ(r.status, 204);
+        hres_done(&r);
+
+        /* Second `make up`: works, keeps the same key, restarts the daemon. */
+        ASSERT_EQ(run_script("tests/env/up.sh", &out2), 0);
+        _cleanup_free_ char *key2 = env_value("PADDOCK_API_KEY");
+        ASSERT_STREQ(key2, key1);
+        http_req(&c, "GET", "/sandboxes", key2, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+
+        /* `make down`: the daemon and its listener are gone. */
+        ASSERT_EQ(run_script("tests/env/down.sh", &out3), 0);
+        ASSERT_FALSE(test_port_open(port));
+        char pidfile[600];
+        snprintf(pidfile, sizeof(pidfile), "%s/controld.pid", devdir);
+        ASSERT_TRUE(access(pidfile, F_OK) != 0);
+        /* And down again is harmless. */
+        free(out3);
+        out3 = NULL;
+        ASSERT_EQ(run_script("tests/env/down.sh", &out3), 0);
+}
