@@ -626,6 +626,9 @@ int docker_container_stats(struct docker *d, const char *id, struct docker_stats
                 ncpu = 1;
         if (pre_sys > 0 && sys > pre_sys && cpu_total > pre_total)
                 s.cpu_percent = (cpu_total - pre_total) / (sys - pre_sys) * ncpu * 100.0;
+        s.cpu_total_ns = cpu_total > 0 ? (uint64_t) cpu_total : 0;
+        s.system_ns = sys > 0 ? (uint64_t) sys : 0;
+        s.online_cpus = (unsigned) ncpu;
 
         const cJSON *nets = cJSON_GetObjectItemCaseSensitive(resp.json, "networks"), *n;
         cJSON_ArrayForEach(n, nets) {

@@ -108,6 +108,11 @@ struct docker_stats {
         uint64_t mem_usage;       /* usage minus inactive file cache, like `docker stats` */
         uint64_t mem_limit;
         uint64_t net_rx, net_tx;  /* summed over interfaces */
+        /* Raw counters so a caller sampling periodically can compute CPU% between its own
+         * samples (a one-shot sample has no previous one): ns of CPU used by the container,
+         * ns of host CPU time, online CPUs. */
+        uint64_t cpu_total_ns, system_ns;
+        unsigned online_cpus;
         bool valid;               /* false when Docker had no numbers (e.g. container not running) */
 };
 /* One sample (stream=false&one-shot=true). */

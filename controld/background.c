@@ -23,21 +23,33 @@ static void billing_period(int64_t ms, char out[8]) {
         snprintf(out, 8, "%04d-%02d", tm.tm_year + 1900, tm.tm_mon + 1);
 }
 
-struct net_prev { char id[25]; uint64_t bytes; int64_t ts; };
-static struct net_prev net_prev[1024];
+/* The previous sample of each sandbox, so rates come from our own interval
+ * (a one-shot Docker sample has no previous one). Only the background thread uses it. */
+struct prev_sample { char id[25]; uint64_t net, cpu_ns, sys_ns; int64_t ts; };
+static struct prev_sample prev[1024];
 
-static double net_rate(const char *id, uint64_t bytes, int64_t ts) {
+static void rates(const char *id, const struct driver_sample *s, int64_t ts, double *ret_cpu, double *ret_net) {
         unsigned h = 0;
         for (const char *p = id; *p; p++)
                 h = h * 31 + (unsigned char) *p;
-        struct net_prev *e = &net_prev[h % ELEMENTSOF(net_prev)];
-        double rate = 0;
-        if (!strcmp(e->id, id) && ts > e->ts && bytes >= e->bytes)
-                rate = (double) (bytes - e->bytes) * 1000.0 / (double) (ts - e->ts);
+        struct prev_sample *e = &prev[h % ELEMENTSOF(prev)];
+        *ret_cpu = s->cpu_percent;
+        *ret_net = 0;
+        if (!strcmp(e->id, id) && ts > e->ts) {
+                if (s->net_bytes >= e->net)
+                        *ret_net = (double) (s->net_bytes - e->net) * 1000.0 / (double) (ts - e->ts);
+                if (s->system_ns > e->sys_ns && s->cpu_total_ns >= e->cpu_ns)
+                        *ret_cpu = (double) (s->cpu_total_ns - e->cpu_ns) / (double) (s->system_ns - e->sys_ns) *
+                                   (s->online_cpus ? s->online_cpus : 1) * 100.0;
+        }
+        /* The published range is 0-100 (percent of one CPU, saturated). */
+        if (*ret_cpu > 100)
+                *ret_cpu = 100;
         snprintf(e->id, sizeof(e->id), "%s", id);
-        e->bytes = bytes;
+        e->net = s->net_bytes;
+        e->cpu_ns = s->cpu_total_ns;
+        e->sys_ns = s->system_ns;
         e->ts = ts;
-        return rate;
 }
 
 /* Samples every ready sandbox and meters usage for the elapsed interval. */
@@ -51,8 +63,11 @@ static void sample_and_meter(struct ctl *c, int64_t dt_ms) {
         billing_period(now, period);
         for (size_t i = 0; i < n && !c->stopping; i++) {
                 struct driver_sample s;
-                if (c->drv->sample(c->drv, &a[i], &s) == 0 && s.valid)
-                        store_stats_add(c->store, a[i].id, now, s.cpu_percent, s.mem_percent, net_rate(a[i].id, s.net_bytes, now));
+                if (c->drv->sample(c->drv, &a[i], &s) == 0 && s.valid) {
+                        double cpu, net;
+                        rates(a[i].id, &s, now, &cpu, &net);
+                        store_stats_add(c->store, a[i].id, now, cpu, s.mem_percent, net);
+                }
                 const struct plan *p = NULL;
                 struct account acc = { 0 };
                 if (store_account_get(c->store, a[i].account_id, &acc) == 0)

@@ -200,6 +200,9 @@ static int dd_sample(struct driver *d, const struct sandbox *sb, struct driver_s
         /* Percent of the sandbox's memory spec, not of the host. */
         ret->mem_percent = sb->memory > 0 ? 100.0 * (double) s.mem_usage / ((double) sb->memory * 1024 * 1024) : 0;
         ret->net_bytes = s.net_rx + s.net_tx;
+        ret->cpu_total_ns = s.cpu_total_ns;
+        ret->system_ns = s.system_ns;
+        ret->online_cpus = s.online_cpus;
         return 0;
 }
 

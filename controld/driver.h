@@ -27,6 +27,8 @@ void placement_clear(struct placement *p);
 struct driver_sample {
         double cpu_percent, mem_percent;
         uint64_t mem_usage, net_bytes;   /* net: rx + tx cumulative */
+        uint64_t cpu_total_ns, system_ns;   /* cumulative, for CPU% between two samples */
+        unsigned online_cpus;
         bool valid;
 };
 

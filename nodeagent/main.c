@@ -1,2 +1,3 @@
-#include "log.h"
-int main(void) { log_open("nodeagent", LOG_TARGET_AUTO); return 0; }
+/* main.c — thin entry point so tests can link the rest of nodeagent as a library. */
+#include "nodeagent.h"
+int main(int argc, char **argv) { return nodeagent_main(argc, argv); }

@@ -364,3 +364,53 @@ TEST(deny_all_has_no_network) {
         ASSERT_EQ(test_run_capture(argv2, &out, 4096), 0);
         ASSERT_CONTAINS(out, "paddock-restricted");
 }
+
+TEST_FULL(stats_come_from_samples_of_the_running_container, 120) {
+        struct ctld c;
+        struct hres r;
+        char id[25], path[96];
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "watcher", NULL, NULL);
+        ctld_create(&c, key, "{\"specs\":{\"memory\":200}}", id);
+        /* Burn CPU for a few sampling intervals (stats_interval is 1s in the test config). */
+        char *argv[] = { "docker", "exec", container_name(id), "sh", "-c",
+                         "i=0; end=$(( $(date +%s 2>/dev/null || echo 0) + 4 )); while [ $i -lt 400000 ]; do i=$((i+1)); done", NULL };
+        ASSERT_EQ(test_run_capture(argv, NULL, 1024), 0);
+        sleep(2);
+        snprintf(path, sizeof(path), "/sandboxes/%s/stats?hoursAgo=1", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_message(&r), "Sandbox stats fetched");
+        cJSON *d = cJSON_GetObjectItem(r.json, "data");
+        cJSON *avg = cJSON_GetObjectItem(d, "average");
+        ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(avg, "memory"), "size")->valueint, 200);
+        ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(avg, "cpu"), "size")->valueint, 250);
+        ASSERT_EQ(cJSON_GetObjectItem(d, "replicaCount")->valueint, 1);
+        ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(d, "responseTime")));
+        cJSON *res = cJSON_GetObjectItem(d, "results");
+        ASSERT_GE(cJSON_GetArraySize(res), 1);  /* 250 buckets per hour: seconds of samples share one */
+        double max_cpu = 0;
+        cJSON *p;
+        cJSON_ArrayForEach(p, res) {
+                ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItem(p, "date")));
+                double v = cJSON_GetObjectItem(p, "cpu")->valuedouble;
+                ASSERT_TRUE(v >= 0 && v <= 100);
+                if (v > max_cpu)
+                        max_cpu = v;
+                ASSERT_TRUE(cJSON_GetObjectItem(p, "memory")->valuedouble > 0);
+        }
+        /* The busy loop shows up in at least one sample. */
+        ASSERT_TRUE(max_cpu > 5);
+        double mem = cJSON_GetObjectItem(cJSON_GetObjectItem(avg, "memory"), "totalInPercentage")->valuedouble;
+        ASSERT_TRUE(mem > 0 && mem <= 100);
+        hres_done(&r);
+        http_req(&c, "GET", "/sandboxes/000000000000000000000000/stats", key, NULL, &r);
+        ASSERT_EQ(r.status, 404);
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s/stats?hoursAgo=0", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(hres_message(&r), "hoursAgo");
+        hres_done(&r);
+}

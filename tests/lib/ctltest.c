@@ -56,6 +56,14 @@ static void write_conf(struct ctld *c, const char *server_extra) {
         fclose(f);
 }
 
+static void sync_shadow(struct ctld *c) {
+        if (c->shadow) {
+                struct ctld *sh = c->shadow;
+                *sh = *c;
+                sh->shadow = NULL;
+        }
+}
+
 static void spawn(struct ctld *c) {
         pid_t p = fork();
         ASSERT_TRUE(p >= 0);
@@ -67,6 +75,7 @@ static void spawn(struct ctld *c) {
                 _exit(127);
         }
         c->pid = p;
+        sync_shadow(c);
         for (int i = 0; i < 300; i++) {
                 struct hres r = { 0 };
                 if (test_port_open(c->port)) {
@@ -98,7 +107,9 @@ void ctld_start(struct ctld *c, const char *server_extra, const char *extra) {
         c->port = free_port();
         snprintf(c->url, sizeof(c->url), "http://127.0.0.1:%d", c->port);
         write_conf(c, server_extra);
-        test_on_exit(cleanup_hook, c);
+        c->shadow = xnew0(struct ctld, 1);
+        sync_shadow(c);
+        test_on_exit(cleanup_hook, c->shadow);
         spawn(c);
 }
 
@@ -138,6 +149,7 @@ static void stop_daemon(struct ctld *c) {
 
 void ctld_restart(struct ctld *c) {
         stop_daemon(c);
+        sync_shadow(c);
         if (c->failed_exit)
                 test_fail(__FILE__, __LINE__, "controld failed on restart");
         spawn(c);
@@ -147,6 +159,8 @@ void ctld_stop(struct ctld *c) {
         if (!c->dir[0])
                 return;
         stop_daemon(c);
+        if (c->shadow)
+                c->shadow->dir[0] = 0;  /* stopped here: the exit hook has nothing left to do */
         /* Force-destroy everything this instance created so no container outlives the test. */
         _cleanup_free_ char *out = NULL;
         if (ctld_admin(c, &out, "sandbox", "list", NULL) == 0 && out) {
@@ -157,12 +171,11 @@ void ctld_stop(struct ctld *c) {
                                 ctld_admin(c, NULL, "sandbox", "destroy", id, NULL);
                 }
         }
-        /* Volumes created by this instance. */
-        char *argv[] = { "docker", "volume", "ls", "-q", "--filter", "label=paddock.volume", NULL };
-        (void) argv;
         c->dir[0] = 0;
-        if (c->failed_exit)
+        if (c->failed_exit) {
+                fprintf(stderr, "  failing the test: controld did not shut down cleanly\n");
                 _exit(1);
+        }
 }
 
 int ctld_admin(struct ctld *c, char **ret_out, const char *arg1, ...) {

@@ -21,6 +21,9 @@ struct ctld {
         char url[64];
         char extra[4096];
         bool failed_exit;     /* controld crashed or reported a sanitizer error */
+        /* Heap copy used by the exit hook: the test's struct lives on a stack frame that is
+         * gone by the time exit hooks run. Kept in sync on every start/stop. */
+        struct ctld *shadow;
 };
 
 /* extra: config text appended (more [plan]/[template] sections, [server] keys go in

@@ -1,0 +1,230 @@
+/* nodeagent against a real RabbitMQ: node-ID routing, replies, fail-fast when the agent is gone. */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+
+#include "cleanup.h"
+#include "nodeagent.h"
+#include "testlib.h"
+
+static pid_t agent_pid;
+static char node_id[64], conf_path[512], log_path[512];
+
+static void need_rabbit(void) {
+        if (!test_port_open(5672))
+                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672 (tests/env/services.sh start rabbitmq)");
+}
+
+static void stop_agent(void *ud) {
+        (void) ud;
+        if (agent_pid > 0) {
+                kill(agent_pid, SIGTERM);
+                waitpid(agent_pid, NULL, 0);
+                agent_pid = 0;
+        }
+}
+
+static void write_conf(const char *extra) {
+        snprintf(node_id, sizeof(node_id), "test-node-%d", getpid());
+        snprintf(conf_path, sizeof(conf_path), "%s/nodeagent.conf", test_tmpdir());
+        snprintf(log_path, sizeof(log_path), "%s/nodeagent.log", test_tmpdir());
+        FILE *f = fopen(conf_path, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\n%s",
+                node_id, extra ? extra : "");
+        fclose(f);
+}
+
+static void start_agent(void) {
+        pid_t p = fork();
+        ASSERT_TRUE(p >= 0);
+        if (p == 0) {
+                int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+                dup2(fd, STDERR_FILENO);
+                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", conf_path, (char *) NULL);
+                _exit(127);
+        }
+        agent_pid = p;
+        test_on_exit(stop_agent, NULL);
+}
+
+struct client {
+        amqp_connection_state_t conn;
+        amqp_bytes_t reply_q;
+};
+
+static void client_open(struct client *c) {
+        c->conn = amqp_new_connection();
+        amqp_socket_t *s = amqp_tcp_socket_new(c->conn);
+        ASSERT_NOT_NULL(s);
+        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
+        ASSERT_EQ(amqp_login(c->conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
+                  AMQP_RESPONSE_NORMAL);
+        amqp_channel_open(c->conn, 1);
+        ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_exchange_declare(c->conn, 1, amqp_cstring_bytes("paddock.nodes"), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
+                              amqp_empty_table);
+        ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_queue_declare_ok_t *q = amqp_queue_declare(c->conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
+        ASSERT_NOT_NULL(q);
+        c->reply_q = amqp_bytes_malloc_dup(q->queue);
+        amqp_basic_consume(c->conn, 1, c->reply_q, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
+        ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_confirm_select(c->conn, 1);
+        ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
+}
+
+/* Publishes mandatory to routing key; returns 1 if the broker returned it (no route),
+ * 0 if acked, and then waits for the reply body (xmalloc'd) when want_reply. */
+static int publish(struct client *c, const char *key, const char *body, const char *corr, char **ret_reply) {
+        amqp_basic_properties_t p = { 0 };
+        p._flags = AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
+        p.reply_to = c->reply_q;
+        p.correlation_id = amqp_cstring_bytes(corr);
+        p.content_type = amqp_cstring_bytes("application/json");
+        ASSERT_EQ(amqp_basic_publish(c->conn, 1, amqp_cstring_bytes("paddock.nodes"), amqp_cstring_bytes(key), 1, 0, &p,
+                                     amqp_cstring_bytes(body)),
+                  AMQP_STATUS_OK);
+        bool returned = false;
+        for (;;) {
+                amqp_frame_t f;
+                struct timeval tv = { .tv_sec = 10 };
+                ASSERT_EQ(amqp_simple_wait_frame_noblock(c->conn, &f, &tv), AMQP_STATUS_OK);
+                if (f.frame_type != AMQP_FRAME_METHOD)
+                        continue;
+                if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD) {
+                        amqp_message_t m;
+                        ASSERT_EQ(amqp_read_message(c->conn, 1, &m, 0).reply_type, AMQP_RESPONSE_NORMAL);
+                        amqp_destroy_message(&m);
+                        returned = true;
+                        continue;
+                }
+                if (f.payload.method.id == AMQP_BASIC_ACK_METHOD)
+                        break;
+                if (f.payload.method.id == AMQP_BASIC_NACK_METHOD)
+                        test_fail(__FILE__, __LINE__, "broker nacked the publish");
+        }
+        if (returned || !ret_reply)
+                return returned ? 1 : 0;
+        for (;;) {
+                amqp_envelope_t env;
+                struct timeval tv = { .tv_sec = 10 };
+                amqp_maybe_release_buffers(c->conn);
+                amqp_rpc_reply_t r = amqp_consume_message(c->conn, &env, &tv, 0);
+                ASSERT_EQ(r.reply_type, AMQP_RESPONSE_NORMAL);
+                bool match = env.message.properties.correlation_id.len == strlen(corr) &&
+                             !memcmp(env.message.properties.correlation_id.bytes, corr, strlen(corr));
+                if (match)
+                        *ret_reply = xstrndup(env.message.body.bytes, env.message.body.len);
+                amqp_destroy_envelope(&env);
+                if (match)
+                        return 0;
+        }
+}
+
+/* The agent's queue appears once it has connected: retry until the ping is routed. */
+static void wait_agent_ready(struct client *c) {
+        for (int i = 0; i < 200; i++) {
+                _cleanup_free_ char *reply = NULL;
+                if (publish(c, node_id, "{\"type\":\"ping\"}", "ready-probe", &reply) == 0)
+                        return;
+                usleep(50000);
+        }
+        test_fail(__FILE__, __LINE__, "nodeagent never bound its queue; see %s", log_path);
+}
+
+TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {
+        struct client c = { 0 };
+        need_rabbit();
+        write_conf(NULL);
+        start_agent();
+        client_open(&c);
+        wait_agent_ready(&c);
+
+        _cleanup_free_ char *r1 = NULL, *r2 = NULL, *r3 = NULL;
+        ASSERT_EQ(publish(&c, node_id, "{\"type\":\"ping\"}", "corr-1", &r1), 0);
+        ASSERT_CONTAINS(r1, "\"ok\":true");
+        ASSERT_CONTAINS(r1, node_id);
+        /* Types the agent does not handle are refused, never silently accepted. */
+        ASSERT_EQ(publish(&c, node_id, "{\"type\":\"egress.apply\",\"sandbox_id\":\"x\"}", "corr-2", &r2), 0);
+        ASSERT_CONTAINS(r2, "\"ok\":false");
+        ASSERT_CONTAINS(r2, "egress.apply");
+        /* Garbage gets an error reply, and the agent keeps serving. */
+        ASSERT_EQ(publish(&c, node_id, "{not json", "corr-3", &r3), 0);
+        ASSERT_CONTAINS(r3, "\"ok\":false");
+        ASSERT_CONTAINS(r3, "Malformed JSON");
+        free(r1);
+        r1 = NULL;
+        ASSERT_EQ(publish(&c, node_id, "{\"type\":\"ping\"}", "corr-4", &r1), 0);
+        ASSERT_CONTAINS(r1, "\"ok\":true");
+
+        /* A node nobody serves: the broker returns the message at once (mandatory, no route). */
+        ASSERT_EQ(publish(&c, "no-such-node", "{\"type\":\"ping\"}", "corr-5", NULL), 1);
+
+        /* When the agent goes away its queue goes too: publishes to it fail fast. */
+        stop_agent(NULL);
+        int returned = 0;
+        for (int i = 0; i < 100 && !returned; i++) {
+                returned = publish(&c, node_id, "{\"type\":\"ping\"}", "corr-6", NULL);
+                if (!returned)
+                        usleep(50000);
+        }
+        ASSERT_EQ(returned, 1);
+}
+
+TEST(config_check_and_bad_configs) {
+        write_conf(NULL);
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { (char *) test_build_path("nodeagent"), "-n", "-f", conf_path, NULL };
+        char bin[512];
+        snprintf(bin, sizeof(bin), "%s", argv[0]);
+        argv[0] = bin;
+        ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
+        ASSERT_CONTAINS(out, "configuration OK");
+
+        struct agent_config cfg;
+        char err[512];
+        write_conf("typo_key = 1\n");
+        ASSERT_TRUE(agent_config_load(conf_path, &cfg, err, sizeof(err)) < 0);
+        ASSERT_CONTAINS(err, "unknown key");
+        FILE *f = fopen(conf_path, "w");
+        fprintf(f, "[agent]\nnode_id = bad id!\n");
+        fclose(f);
+        ASSERT_TRUE(agent_config_load(conf_path, &cfg, err, sizeof(err)) < 0);
+        ASSERT_CONTAINS(err, "node_id");
+        f = fopen(conf_path, "w");
+        fprintf(f, "[agent]\nnode_id = ok\n[amqp]\nurl = http://nope\n");
+        fclose(f);
+        ASSERT_TRUE(agent_config_load(conf_path, &cfg, err, sizeof(err)) < 0);
+        ASSERT_CONTAINS(err, "amqp://");
+        /* The shipped example is valid. */
+        ASSERT_OK(agent_config_load("packaging/nodeagent.conf.example", &cfg, err, sizeof(err)));
+        ASSERT_STREQ(cfg.node_id, "local");
+        agent_config_done(&cfg);
+}
+
+TEST(handler_replies_for_every_input) {
+        struct agent_config cfg = { .node_id = "n1" };
+        _cleanup_free_ char *a = agent_handle(&cfg, "{\"type\":\"ping\"}", 15);
+        ASSERT_CONTAINS(a, "\"ok\":true");
+        _cleanup_free_ char *b = agent_handle(&cfg, "[]", 2);
+        ASSERT_CONTAINS(b, "\"ok\":false");
+        _cleanup_free_ char *c = agent_handle(&cfg, "", 0);
+        ASSERT_CONTAINS(c, "\"ok\":false");
+        char junk[256];
+        for (int i = 0; i < 2000; i++) {
+                for (size_t k = 0; k < sizeof(junk); k++)
+                        junk[k] = (char) (random() & 0xff);
+                char *x = agent_handle(&cfg, junk, (size_t) (random() % sizeof(junk)));
+                ASSERT_CONTAINS(x, "\"ok\":false");
+                free(x);
+        }
+}
