@@ -321,6 +321,15 @@ static enum MHD_Result post_volume(struct req *r) {
                 res = respond_error(r, 403, "Your account's plan '%s' is not available on this server.", r->acc.plan);
                 goto out;
         }
+        if (!g->enabled) {
+                res = respond_error(r, 403, "Region %s is not accepting new volumes.", g->name);
+                goto out;
+        }
+        if (!plan_allows_region(plan, g)) {
+                res = respond_error(r, 403, "Your plan does not allow volumes in region %s. Pick another region or upgrade.",
+                                    g->name);
+                goto out;
+        }
         if (in.size_gb > plan->max_volume_gb) {
                 res = respond_error(r, 403, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
                                     (long long) plan->max_volume_gb);
@@ -499,6 +508,10 @@ enum MHD_Result api_dispatch(struct req *r) {
                         if (!hexid_valid(p[2]))
                                 return respond_error(r, 400, "Invalid snapshot id");
                         return respond_error(r, 404, "Snapshot not found");
+                }
+                if (!hexid_valid(p[1])) {
+                        ROUTE(n == 2 ? "/sandboxes/{id}" : "/sandboxes/{id}/...");
+                        return respond_error(r, 400, "Invalid sandbox id");
                 }
                 if (n == 2) {
                         ROUTE("/sandboxes/{id}");

@@ -156,6 +156,8 @@ int store_sandbox_update(struct store *s, const struct sandbox *sb);
 /* Compare-and-set status: -ESTALE when the current status is not `from`. */
 int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status from, enum sb_status to);
 int store_sandbox_touch(struct store *s, const char *id, int64_t now);
+/* Only for a create refused before any side effect (a 4xx found after the insert). */
+int store_sandbox_delete(struct store *s, const char *id);
 /* Page of an account's sandboxes (created_at desc). status_filter < 0 = any. */
 int store_sandbox_list(struct store *s, const char *account_id, int status_filter, int64_t offset, int64_t limit,
                        struct sandbox **ret, size_t *ret_n, int64_t *ret_total);
@@ -229,6 +231,7 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb);
 cJSON *region_to_json(const struct region *r);
 void sandbox_stats_sample_all(struct ctl *c);
 int64_t destroy_timeout_seconds(const char *s);
+bool plan_allows_region(const struct plan *p, const struct region *g);
 
 /* ---- volumes (volume.c) ---- */
 cJSON *volume_to_json(struct ctl *c, const struct volume *v);

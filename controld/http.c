@@ -224,6 +224,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 log_ctx_reset();
                 log_ctx_set("REQUEST_ID", r->request_id);
 
+                if (strstr(r->path, "%00") || strcasestr(r->path, "%2f"))
+                        return respond_error(r, 400, "The path must not contain %%00 or %%2F; write '/' literally");
                 /* Unauthenticated endpoints answer right away. */
                 if (!strcmp(r->path, "/healthz") || !strcmp(r->path, "/metrics"))
                         return MHD_YES;
@@ -285,6 +287,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return api_dispatch(r);
 }
 
+static int hexval(char c) {
+        return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Percent-decoding that never produces a NUL byte or a '/': "%00" and "%2F" stay
+ * literally, so "/sandboxes/<id>%00/snapshots" can't be cut short into "/sandboxes/<id>"
+ * and the request is refused with 400 by on_request. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+        char *w = s;
+        (void) cls;
+        (void) c;
+        for (char *r = s; *r;) {
+                int hi, lo;
+                /* NUL would cut the path short; '/' would add a path separator the client
+                 * escaped on purpose: both stay encoded and the router refuses them. */
+                if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0 && (hi | lo) != 0 &&
+                    hi * 16 + lo != '/') {
+                        *w++ = (char) (hi * 16 + lo);
+                        r += 3;
+                } else
+                        *w++ = *r++;
+        }
+        *w = 0;
+        return (size_t) (w - s);
+}
+
 static void mhd_logger(void *cls, const char *fmt, va_list ap) {
         char buf[512];
         (void) cls;
@@ -313,13 +341,14 @@ int http_start(struct ctl *c, struct http_server **ret) {
         struct http_server *h = xnew0(struct http_server, 1);
         h->c = c;
         h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, c,
+                                MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
                                 MHD_OPTION_SOCK_ADDR, sa,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned) cfg->max_connections,
                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned) cfg->per_ip_connections,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) cfg->conn_timeout_s,
                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) cfg->max_header,
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, c,
-                                MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+                                MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
                                 MHD_OPTION_END);
         if (!h->d) {

@@ -44,7 +44,7 @@ static void billing_period(int64_t ms, char out[8]) {
         snprintf(out, 8, "%04d-%02d", tm.tm_year + 1900, tm.tm_mon + 1);
 }
 
-static bool plan_allows_region(const struct plan *p, const struct region *g) {
+bool plan_allows_region(const struct plan *p, const struct region *g) {
         if (!p->regions)
                 return true;
         for (char **k = p->regions; *k; k++)
@@ -333,6 +333,15 @@ fail_noplace:
                 drop_implicit_volume(c, sb.volume_id);
         else if (in->volume_id)
                 store_volume_detach_sandbox(c->store, sb.id, now_ms());
+        if (err->status >= 400 && err->status < 500) {
+                /* Refused (e.g. the volume was taken by a concurrent create) before any side
+                 * effect: nothing was created, so no record stays either. */
+                store_sandbox_delete(c->store, sb.id);
+                ctl_sandbox_unlock(c, sb.id);
+                log_info("sandbox create refused: %s", err->message);
+                sandbox_clear(&sb);
+                return -1;
+        }
         sb.status = SB_FAILED;
         replace_str(&sb.failure_reason, reason);
         replace_str(&sb.destroy_reason, "failed");

@@ -580,6 +580,16 @@ int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status fro
         return sqlite3_changes(s->db) > 0 ? 0 : -ESTALE;
 }
 
+int store_sandbox_delete(struct store *s, const char *id) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "DELETE FROM sandboxes WHERE id = ?", &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        return sqlite_to_errno(sqlite3_step(st));
+}
+
 int store_sandbox_touch(struct store *s, const char *id, int64_t now) {
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;

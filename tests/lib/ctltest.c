@@ -171,6 +171,18 @@ void ctld_stop(struct ctld *c) {
                                 ctld_admin(c, NULL, "sandbox", "destroy", id, NULL);
                 }
         }
+        /* Docker volumes this instance made (their handles are in its store). */
+        char db[400];
+        snprintf(db, sizeof(db), "%s/controld.db", c->dir);
+        char *q[] = { "sqlite3", db, "SELECT handle FROM volumes WHERE handle IS NOT NULL", NULL };
+        _cleanup_free_ char *vols = NULL;
+        if (test_run_capture(q, &vols, 1 << 16) == 0 && vols) {
+                char *save = NULL;
+                for (char *h = strtok_r(vols, "\n", &save); h; h = strtok_r(NULL, "\n", &save)) {
+                        char *rm[] = { "docker", "volume", "rm", "-f", h, NULL };
+                        test_run_capture(rm, NULL, 4096);
+                }
+        }
         c->dir[0] = 0;
         if (c->failed_exit) {
                 fprintf(stderr, "  failing the test: controld did not shut down cleanly\n");
