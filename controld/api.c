@@ -68,15 +68,12 @@ static enum MHD_Result post_sandboxes(struct req *r) {
         if (k < 0)
                 return respond_api_error(r, &e);
         cJSON *o = cJSON_CreateObject();
-        char ts[32];
         json_add_str(o, "id", sb.id);
         json_add_str(o, "name", sb.name);
         json_add_str(o, "template", sb.template_name);
         json_add_str(o, "status", sb_status_str(sb.status));
-        format_rfc3339_ms(sb.created_at, ts);
-        json_add_str(o, "created_at", ts);
-        format_rfc3339_ms(sb.expires_at, ts);
-        json_add_str(o, "expires_at", ts);
+        json_add_time(o, "created_at", sb.created_at);
+        json_add_time(o, "expires_at", sb.expires_at);
         cJSON *t = sb.timings ? cJSON_Parse(sb.timings) : NULL;
         if (t)
                 cJSON_AddItemToObject(o, "timings", t);
@@ -272,30 +269,19 @@ static enum MHD_Result get_stats(struct req *r, const char *id) {
 
 cJSON *volume_to_json(struct ctl *c, const struct volume *v) {
         cJSON *o = cJSON_CreateObject();
-        const struct region *g = config_region(c->cfg, v->region_key);
-        char ts[32];
         json_add_str(o, "id", v->id);
         json_add_str(o, "name", v->name);
         json_add_str(o, "type", v->type);
         json_add_str(o, "team", v->team);
         json_add_str(o, "volume_handle", v->handle);
         json_add_int(o, "size", v->size_gb);
-        if (g)
-                cJSON_AddItemToObject(o, "region", region_to_json(g));
-        else
-                cJSON_AddNullToObject(o, "region");
+        json_add_region(o, config_region(c->cfg, v->region_key));
         json_add_str(o, "mount_path", v->attached_sandbox_id ? v->mount_path : NULL);
         json_add_str(o, "attached_sandbox_id", v->attached_sandbox_id);
         cJSON_AddNullToObject(o, "attached_project_id");
-        if (v->last_attached_at) {
-                format_rfc3339_ms(v->last_attached_at, ts);
-                json_add_str(o, "last_attached_at", ts);
-        } else
-                cJSON_AddNullToObject(o, "last_attached_at");
-        format_rfc3339_ms(v->created_at, ts);
-        json_add_str(o, "created_at", ts);
-        format_rfc3339_ms(v->updated_at, ts);
-        json_add_str(o, "updated_at", ts);
+        json_add_time(o, "last_attached_at", v->last_attached_at);
+        json_add_time(o, "created_at", v->created_at);
+        json_add_time(o, "updated_at", v->updated_at);
         return o;
 }
 

@@ -229,6 +229,9 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err);
 cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb);
 cJSON *region_to_json(const struct region *r);
+/* "region": {...} or null; "k": RFC 3339 or null when ms == 0. */
+void json_add_region(cJSON *o, const struct region *g);
+void json_add_time(cJSON *o, const char *k, int64_t ms);
 void sandbox_stats_sample_all(struct ctl *c);
 int64_t destroy_timeout_seconds(const char *s);
 bool plan_allows_region(const struct plan *p, const struct region *g);

@@ -472,6 +472,13 @@ int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *er
         return transition(c, sb, SB_PAUSED, SB_RESUMING, "resumed", resume_job, err);
 }
 
+void json_add_region(cJSON *o, const struct region *g) {
+        if (g)
+                cJSON_AddItemToObject(o, "region", region_to_json(g));
+        else
+                cJSON_AddNullToObject(o, "region");
+}
+
 cJSON *region_to_json(const struct region *g) {
         cJSON *o = cJSON_CreateObject();
         json_add_str(o, "id", g->id);
@@ -483,7 +490,7 @@ cJSON *region_to_json(const struct region *g) {
         return o;
 }
 
-static void add_time(cJSON *o, const char *k, int64_t ms) {
+void json_add_time(cJSON *o, const char *k, int64_t ms) {
         if (ms) {
                 char buf[32];
                 format_rfc3339_ms(ms, buf);
@@ -500,10 +507,7 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         json_add_str(o, "name", sb->name);
         json_add_str(o, "template", sb->template_name);
         json_add_str(o, "status", sb_status_str(sb->status));
-        if (g)
-                cJSON_AddItemToObject(o, "region", region_to_json(g));
-        else
-                cJSON_AddNullToObject(o, "region");
+        json_add_region(o, g);
         cJSON *specs = cJSON_AddObjectToObject(o, "specs");
         json_add_int(specs, "cpu", sb->cpu);
         json_add_int(specs, "memory", sb->memory);
@@ -525,14 +529,14 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
                 cJSON_AddNullToObject(o, "persistent_disk_gb");
         json_add_str(o, "volume_id", sb->volume_id);
         json_add_str(o, "mount_path", sb->volume_id ? sb->mount_path : NULL);
-        add_time(o, "paused_at", sb->paused_at);
+        json_add_time(o, "paused_at", sb->paused_at);
         json_add_str(o, "from_snapshot", sb->from_snapshot);
         json_add_str(o, "snapshot_mode", sb->snapshot_mode ? sb->snapshot_mode : "manual");
         json_add_str(o, "snapshot_frequency", sb->snapshot_frequency);
-        add_time(o, "created_at", sb->created_at);
-        add_time(o, "last_activity_at", sb->last_activity_at);
-        add_time(o, "expires_at", sb->expires_at);
-        add_time(o, "destroyed_at", sb->status == SB_DESTROYED || sb->status == SB_FAILED ? sb->destroyed_at : 0);
+        json_add_time(o, "created_at", sb->created_at);
+        json_add_time(o, "last_activity_at", sb->last_activity_at);
+        json_add_time(o, "expires_at", sb->expires_at);
+        json_add_time(o, "destroyed_at", sb->status == SB_DESTROYED || sb->status == SB_FAILED ? sb->destroyed_at : 0);
         json_add_str(o, "destroy_reason", sb->destroy_reason);
         json_add_str(o, "failure_reason", sb->failure_reason);
         cJSON *t = sb->timings ? cJSON_Parse(sb->timings) : NULL;

@@ -136,6 +136,60 @@ static void col_id(sqlite3_stmt *st, int i, char out[SANDBOX_ID_LEN + 1]) {
         snprintf(out, SANDBOX_ID_LEN + 1, "%s", t ? (const char *) t : "");
 }
 
+/* One row by id: -ENOENT when absent. */
+static int get_one(struct store *s, const char *sql, const char *id, void (*from_row)(sqlite3_stmt *st, void *ret), void *ret) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r, rc;
+        if ((r = prepare(s, sql, &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return sqlite_to_errno(rc);
+        from_row(st, ret);
+        return 0;
+}
+
+/* In one IMMEDIATE transaction: count with count_sql(account_id), refuse with -EDQUOT when
+ * the count is >= max (max < 0: no cap), else run insert_sql bound by bind(obj). This is
+ * what makes plan caps exact under concurrent requests. */
+static int insert_capped(struct store *s, const char *count_sql, const char *account_id, int64_t max, const char *insert_sql,
+                         void (*bind)(sqlite3_stmt *st, const void *obj), const void *obj) {
+        LOCKED(s);
+        int r;
+        if ((r = exec_sql(s, "BEGIN IMMEDIATE")) < 0)
+                return r;
+        {
+                _cleanup_stmt_ sqlite3_stmt *cnt = NULL;
+                if ((r = prepare(s, count_sql, &cnt)) < 0)
+                        goto rollback;
+                bind_text(cnt, 1, account_id);
+                if (sqlite3_step(cnt) != SQLITE_ROW) {
+                        r = -EIO;
+                        goto rollback;
+                }
+                if (max >= 0 && sqlite3_column_int64(cnt, 0) >= max) {
+                        r = -EDQUOT;
+                        goto rollback;
+                }
+        }
+        {
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                if ((r = prepare(s, insert_sql, &st)) < 0)
+                        goto rollback;
+                bind(st, obj);
+                if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
+                        goto rollback;
+        }
+        return exec_sql(s, "COMMIT");
+rollback:
+        exec_sql(s, "ROLLBACK");
+        return r;
+}
+
 int store_open(const char *path, struct store **ret) {
         struct store *s = xnew0(struct store, 1);
         int rc, r;
@@ -236,20 +290,10 @@ int store_account_create(struct store *s, const char *name, const char *plan, st
         return 0;
 }
 
+static void account_row(sqlite3_stmt *st, void *ret) { account_from_row(st, ret); }
+
 static int account_query(struct store *s, const char *sql, const char *arg, struct account *ret) {
-        LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r, rc;
-        if ((r = prepare(s, sql, &st)) < 0)
-                return r;
-        bind_text(st, 1, arg);
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return -ENOENT;
-        if (rc != SQLITE_ROW)
-                return sqlite_to_errno(rc);
-        account_from_row(st, ret);
-        return 0;
+        return get_one(s, sql, arg, account_row, ret);
 }
 
 int store_account_get(struct store *s, const char *id, struct account *ret) {
@@ -493,62 +537,26 @@ static void sandbox_bind(sqlite3_stmt *st, int first, const struct sandbox *s) {
         bind_text(st, i++, s->timings);
 }
 
+static void sandbox_bind_all(sqlite3_stmt *st, const void *obj) { sandbox_bind(st, 1, obj); }
+
 int store_sandbox_insert_capped(struct store *s, const struct sandbox *sb, int64_t max_concurrent) {
-        LOCKED(s);
-        int r;
-        if ((r = exec_sql(s, "BEGIN IMMEDIATE")) < 0)
-                return r;
-        {
-                _cleanup_stmt_ sqlite3_stmt *cnt = NULL;
-                if ((r = prepare(s, "SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND status IN "
-                                    "('starting','ready','pausing','paused','resuming')", &cnt)) < 0)
-                        goto rollback;
-                bind_text(cnt, 1, sb->account_id);
-                if (sqlite3_step(cnt) != SQLITE_ROW) {
-                        r = -EIO;
-                        goto rollback;
-                }
-                if (sqlite3_column_int64(cnt, 0) >= max_concurrent) {
-                        r = -EDQUOT;
-                        goto rollback;
-                }
+        char sql[1024], qs[SB_NCOLS * 2 + 1];
+        for (int i = 0; i < SB_NCOLS; i++) {
+                qs[2 * i] = '?';
+                qs[2 * i + 1] = ',';
         }
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                char sql[1024];
-                char qs[SB_NCOLS * 2 + 1];
-                for (int i = 0; i < SB_NCOLS; i++) {
-                        qs[2 * i] = '?';
-                        qs[2 * i + 1] = ',';
-                }
-                qs[2 * SB_NCOLS - 1] = 0;
-                snprintf(sql, sizeof(sql), "INSERT INTO sandboxes (" SB_COLS ") VALUES (%s)", qs);
-                if ((r = prepare(s, sql, &st)) < 0)
-                        goto rollback;
-                sandbox_bind(st, 1, sb);
-                if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                        goto rollback;
-        }
-        return exec_sql(s, "COMMIT");
-rollback:
-        exec_sql(s, "ROLLBACK");
-        return r;
+        qs[2 * SB_NCOLS - 1] = 0;
+        snprintf(sql, sizeof(sql), "INSERT INTO sandboxes (" SB_COLS ") VALUES (%s)", qs);
+        return insert_capped(s,
+                             "SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND status IN "
+                             "('starting','ready','pausing','paused','resuming')",
+                             sb->account_id, max_concurrent, sql, sandbox_bind_all, sb);
 }
 
+static void sandbox_row(sqlite3_stmt *st, void *ret) { sandbox_from_row(st, ret); }
+
 int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret) {
-        LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r, rc;
-        if ((r = prepare(s, "SELECT " SB_COLS " FROM sandboxes WHERE id = ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return -ENOENT;
-        if (rc != SQLITE_ROW)
-                return sqlite_to_errno(rc);
-        sandbox_from_row(st, ret);
-        return 0;
+        return get_one(s, "SELECT " SB_COLS " FROM sandboxes WHERE id = ?", id, sandbox_row, ret);
 }
 
 int store_sandbox_update(struct store *s, const struct sandbox *sb) {
@@ -729,53 +737,17 @@ static void volume_bind(sqlite3_stmt *st, const struct volume *v) {
         sqlite3_bind_int64(st, i++, v->updated_at);
 }
 
+static void volume_bind_all(sqlite3_stmt *st, const void *obj) { volume_bind(st, obj); }
+
 int store_volume_insert_capped(struct store *s, const struct volume *v, int64_t max_volumes) {
-        LOCKED(s);
-        int r;
-        if ((r = exec_sql(s, "BEGIN IMMEDIATE")) < 0)
-                return r;
-        {
-                _cleanup_stmt_ sqlite3_stmt *cnt = NULL;
-                if ((r = prepare(s, "SELECT COUNT(*) FROM volumes WHERE account_id = ?", &cnt)) < 0)
-                        goto rollback;
-                bind_text(cnt, 1, v->account_id);
-                if (sqlite3_step(cnt) != SQLITE_ROW) {
-                        r = -EIO;
-                        goto rollback;
-                }
-                if (max_volumes >= 0 && sqlite3_column_int64(cnt, 0) >= max_volumes) {
-                        r = -EDQUOT;
-                        goto rollback;
-                }
-        }
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if ((r = prepare(s, "INSERT INTO volumes (" VOL_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", &st)) < 0)
-                        goto rollback;
-                volume_bind(st, v);
-                if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                        goto rollback;
-        }
-        return exec_sql(s, "COMMIT");
-rollback:
-        exec_sql(s, "ROLLBACK");
-        return r;
+        return insert_capped(s, "SELECT COUNT(*) FROM volumes WHERE account_id = ?", v->account_id, max_volumes,
+                             "INSERT INTO volumes (" VOL_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", volume_bind_all, v);
 }
 
+static void volume_row(sqlite3_stmt *st, void *ret) { volume_from_row(st, ret); }
+
 int store_volume_get(struct store *s, const char *id, struct volume *ret) {
-        LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r, rc;
-        if ((r = prepare(s, "SELECT " VOL_COLS " FROM volumes WHERE id = ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return -ENOENT;
-        if (rc != SQLITE_ROW)
-                return sqlite_to_errno(rc);
-        volume_from_row(st, ret);
-        return 0;
+        return get_one(s, "SELECT " VOL_COLS " FROM volumes WHERE id = ?", id, volume_row, ret);
 }
 
 int store_volume_update(struct store *s, const struct volume *v) {
