@@ -25,9 +25,13 @@
 #define FILE_FINISH_TIMEOUT_MS 120000
 #define ERR_CAP 4096
 
-/* The wrapper records its pid, runs argv and removes the record. $1 is the token. */
+/* The wrapper records its pid, enters the working directory, runs argv and removes the
+ * record. $1 is the token, $2 the directory. The directory is changed here rather than by
+ * the runtime so a missing one is a clear message on stderr, exit 126. */
 static const char wrapper_script[] =
-        "p=/tmp/.paddock-exec-$1.pid; echo $$ > \"$p\" 2>/dev/null; shift; \"$@\"; rc=$?; rm -f \"$p\"; exit $rc";
+        "p=/tmp/.paddock-exec-$1.pid; echo $$ > \"$p\" 2>/dev/null; d=$2; shift 2; "
+        "cd \"$d\" 2>/dev/null || { echo \"paddock: cannot use working directory $d: no such directory\" >&2; "
+        "rm -f \"$p\"; exit 126; }; \"$@\"; rc=$?; rm -f \"$p\"; exit $rc";
 
 /* Kills the recorded process and every descendant (stopped first so none escapes). */
 static const char killer_script[] =
@@ -432,12 +436,13 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
         argv[n++] = wrapper_script;
         argv[n++] = "paddock";
         argv[n++] = x->token;
+        argv[n++] = cwd ? cwd : "/";
         for (size_t i = 0; user_argv[i] && n < ELEMENTSOF(argv) - 1; i++)
                 argv[n++] = user_argv[i];
         argv[n] = NULL;
 
         struct exec_spec spec;
-        fill_exec_spec(&spec, argv, env, cwd, stdin_data != NULL);
+        fill_exec_spec(&spec, argv, env, "/", stdin_data != NULL);
         x->t0 = mono_ms();
         x->deadline = x->t0 + (int64_t) timeout_s * 1000;
         if (x->drv->exec_start(x->drv, &x->sb, &spec, &x->s, err, sizeof(err)) < 0) {
@@ -661,7 +666,7 @@ static int start_file_exec(struct req *r, struct sandbox *sb, const char *script
         struct run *x = run_new(r, sb);
         strbuf_done(&x->err.buf);
         strbuf_init(&x->err.buf, ERR_CAP);
-        const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/bin/sh", "-c", script, "paddock", path, NULL };
+        const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/", "/bin/sh", "-c", script, "paddock", path, NULL };
         struct exec_spec spec;
         fill_exec_spec(&spec, argv, NULL, "/", want_stdin);
         if (x->drv->exec_start(x->drv, &x->sb, &spec, &x->s, err, sizeof(err)) < 0) {

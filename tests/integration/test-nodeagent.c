@@ -82,6 +82,13 @@ static void client_open(struct client *c) {
         ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
 }
 
+static void client_close(struct client *c) {
+        amqp_bytes_free(c->reply_q);
+        amqp_connection_close(c->conn, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(c->conn);
+        memset(c, 0, sizeof(*c));
+}
+
 /* Publishes mandatory to routing key; returns 1 if the broker returned it (no route),
  * 0 if acked, and then waits for the reply body (xmalloc'd) when want_reply. */
 static int publish(struct client *c, const char *key, const char *body, const char *corr, char **ret_reply) {
@@ -178,6 +185,7 @@ TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {
                         usleep(50000);
         }
         ASSERT_EQ(returned, 1);
+        client_close(&c);
 }
 
 TEST(config_check_and_bad_configs) {
