@@ -460,6 +460,18 @@ TEST_FULL(exec_timeout_kills_the_whole_tree, 120) {
                    "[ \"$state\" = Z ] && continue; c=$(tr '\\000' ' ' < $d/cmdline 2>/dev/null); "
                    "case \"$c\" in 'sleep 77'*) echo \"alive $pid\";; esac; done; echo end");
         ASSERT_STREQ(o, "end\n");
+
+        /* A program whose name has a space or a ')' (comm in /proc/PID/stat; programs set their own
+         * names with prctl(PR_SET_NAME) too) is part of the tree all the same. */
+        exec_ok(&b, "cp /bin/sleep '/tmp/c d'; cp /bin/sleep '/tmp/x) S 1 '; setsid '/tmp/c d' 102 & setsid '/tmp/x) S 1 ' 103 & sleep 60",
+                ",\"timeout_seconds\":2", &r);
+        ASSERT_TRUE(data_true(&r, "timed_out"));
+        hres_done(&r);
+        free(o);
+        o = sh(&b, "sleep 0.5; for d in /proc/[0-9]*; do s=$(cat $d/stat 2>/dev/null) || continue; s=${s##*) }; "
+                   "[ \"${s%% *}\" = Z ] && continue; c=$(tr '\\000' ' ' < $d/cmdline 2>/dev/null); "
+                   "case \"$c\" in '/tmp/c d 102'*|'/tmp/x) S 1  103'*) echo \"alive ${d#/proc/}: $c\";; esac; done; echo end");
+        ASSERT_STREQ(o, "end\n");
 }
 
 TEST_FULL(exec_output_cap, 120) {
@@ -848,6 +860,22 @@ TEST_FULL(files_errors_and_traversal, 120) {
         ASSERT_EQ(r.status, 400);
         ASSERT_STREQ(hres_message(&r), "Destination directory does not exist: /nope");
         hres_done(&r);
+        /* Also with a big body: the answer comes, the body is not needed. */
+        {
+                size_t n = 5 * 1024 * 1024;
+                _cleanup_free_ char *big = xmalloc(n);
+                memset(big, 'b', n);
+                int64_t t0 = now_mono_ms();
+                put_file(&b, "/nope/big", big, n, &r);
+                ASSERT_EQ(r.status, 400);
+                ASSERT_STREQ(hres_message(&r), "Destination directory does not exist: /nope");
+                ASSERT_LE(now_mono_ms() - t0, 20000);
+                hres_done(&r);
+        }
+        /* A parent that is a file. */
+        put_file(&b, "/etc/hostname/x", "x", 1, &r);
+        ASSERT_EQ(r.status, 400);
+        hres_done(&r);
         get_file(&b, "/tmp/none", &r);
         ASSERT_EQ(r.status, 404);
         ASSERT_STREQ(hres_message(&r), "File not found: /tmp/none");
@@ -1001,6 +1029,43 @@ TEST_FULL(files_size_cap_before_body, 120) {
                         test_fail(__FILE__, __LINE__, "chunked 3 MiB upload with a 1 MiB cap -> HTTP %ld (curl %d: %s)", st, rc,
                                   curl_easy_strerror(rc));
         }
+        /* A client that goes away in the middle of an upload leaves no writer behind. */
+        {
+                snprintf(head, sizeof(head),
+                         "PUT /sandboxes/%s/files/tmp/partial-upload HTTP/1.1\r\nHost: 127.0.0.1\r\nx-brimble-key: %s\r\n"
+                         "Content-Length: 1000000\r\n\r\n",
+                         b.id, b.key);
+                int fd = socket(AF_INET, SOCK_STREAM, 0);
+                struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(b.c.port) };
+                a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                ASSERT_EQ(connect(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+                ASSERT_EQ(write(fd, head, strlen(head)), (ssize_t) strlen(head));
+                ASSERT_EQ(write(fd, blob, 100000), 100000);
+                static const char probe[] =
+                        "for d in /proc/[0-9]*; do read -r pid comm state rest < $d/stat 2>/dev/null || continue; "
+                        "[ \"$state\" = Z ] && continue; c=$(tr '\\000' ' ' < $d/cmdline 2>/dev/null); "
+                        "case \"$c\" in *partial-upload*) case \"$c\" in *cmdline*) ;; *) echo \"alive $pid $c\";; esac;; esac; done; echo end";
+                char *left = NULL;
+                usleep(500000);
+                /* The probe sees the writer while the upload is open... */
+                left = sh(&b, probe);
+                ASSERT_CONTAINS(left, "alive");
+                free(left);
+                close(fd);
+                /* ...and not long after the client left. */
+                int64_t t0 = now_mono_ms();
+                for (;;) {
+                        left = sh(&b, probe);
+                        if (!strcmp(left, "end\n") || now_mono_ms() - t0 > 10000)
+                                break;
+                        free(left);
+                        usleep(500000);
+                }
+                if (strcmp(left, "end\n") != 0)
+                        test_fail(__FILE__, __LINE__, "upload writer alive 10 s after the client left: %s", left);
+                free(left);
+        }
+
         /* controld still answers and the sandbox is usable. */
         _cleanup_free_ char *o = sh(&b, "wc -c < /tmp/at-cap");
         ASSERT_STREQ(o, "1048576\n");
