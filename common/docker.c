@@ -431,6 +431,10 @@ int docker_container_inspect(struct docker *d, const char *id_or_name, struct do
         copy_str(s.finished_at, sizeof(s.finished_at), json_str(st, "FinishedAt"));
         copy_str(s.error, sizeof(s.error), json_str(st, "Error"));
         copy_str(s.id, sizeof(s.id), json_str(resp.json, "Id"));
+        {
+                const char *nm = json_str(resp.json, "Name");
+                copy_str(s.name, sizeof(s.name), nm && nm[0] == '/' ? nm + 1 : nm);
+        }
         const cJSON *ns = cJSON_GetObjectItemCaseSensitive(resp.json, "NetworkSettings");
         const cJSON *nets = cJSON_GetObjectItemCaseSensitive(ns, "Networks");
         const cJSON *n;

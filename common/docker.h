@@ -82,6 +82,7 @@ struct docker_container_state {
         char ip[64];              /* first network's IPAddress, "" if none */
         char started_at[40], finished_at[40];
         char id[80];
+        char name[128];           /* without Docker's leading '/' */
         char error[256];
 };
 /* A missing container is not an error: returns 0 with ret->exists == false. */

@@ -94,12 +94,8 @@ static void reap(struct ctl *c) {
                 if (sb->status == SB_DESTROYED)
                         continue;
                 log_ctx_set("SANDBOX_ID", sb->id);
-                if (sb->status == SB_FAILED) {
-                        /* Nothing of a failed sandbox may stay behind. */
-                        char err[256];
-                        c->drv->remove(c->drv, sb, err, sizeof(err));
-                        continue;
-                }
+                if (sb->status == SB_FAILED)
+                        continue;  /* its workload, if any, is an orphan: reap_orphans removes it */
                 if (now >= sb->expires_at)
                         why = sb->auto_destroy ? "idle_ttl" : "max_lifetime";
                 else if (sb->status == SB_PAUSED && sb->paused_at && now - sb->paused_at > (int64_t) c->cfg->paused_max_s * 1000)
@@ -122,10 +118,91 @@ static void reap(struct ctl *c) {
         sandbox_array_free(a, n);
 }
 
+/* After a start, no operation of this process is in flight: a record still in a transient
+ * status was left by a crash. Heal it towards the state the workload can prove. */
+static void reconcile_after_start(struct ctl *c) {
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        if (store_sandbox_list_status(c->store, NULL, -1, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                struct sandbox *sb = &a[i];
+                char err[256] = "";
+                struct api_error e = { 0 };
+                enum sb_status to = SB_FAILED;
+                switch (sb->status) {
+                case SB_STARTING:
+                        to = SB_FAILED;
+                        break;
+                case SB_PAUSING:
+                case SB_RESUMING:
+                        to = SB_PAUSED;
+                        break;
+                case SB_READY:
+                case SB_PAUSED:
+                case SB_FAILED:
+                case SB_DESTROYED:
+                case _SB_STATUS_MAX:
+                        continue;
+                }
+                log_ctx_set("SANDBOX_ID", sb->id);
+                ctl_sandbox_lock(c, sb->id);
+                /* Whatever half-made workload exists goes; the volume stays. */
+                if (c->drv->remove(c->drv, sb, err, sizeof(err)) < 0) {
+                        log_warning("could not heal a sandbox left %s by a crash: %s", sb_status_str(sb->status), err);
+                        ctl_sandbox_unlock(c, sb->id);
+                        continue;
+                }
+                log_notice("healing sandbox left %s by a crash: now %s", sb_status_str(sb->status), sb_status_str(to));
+                if (to == SB_FAILED) {
+                        free(sb->failure_reason);
+                        sb->failure_reason = xstrdup("controld stopped while the sandbox was starting");
+                        free(sb->destroy_reason);
+                        sb->destroy_reason = xstrdup("failed");
+                        sb->destroyed_at = now_ms();
+                        store_volume_detach_sandbox(c->store, sb->id, now_ms());
+                } else if (!sb->paused_at)
+                        sb->paused_at = now_ms();
+                free(sb->container_id);
+                sb->container_id = NULL;
+                sb->status = to;
+                store_sandbox_update(c->store, sb);
+                ctl_sandbox_unlock(c, sb->id);
+                (void) e;
+        }
+        log_ctx_reset();
+        sandbox_array_free(a, n);
+        ctl_notify_status(c);
+}
+
+/* Workloads of this instance whose record is gone, destroyed, failed or paused. */
+static void reap_orphans(struct ctl *c) {
+        char **ids = NULL;
+        if (!c->drv->list || c->drv->list(c->drv, &ids) < 0)
+                return;
+        for (char **p = ids; p && *p && !c->stopping; p++) {
+                struct sandbox sb = { 0 };
+                ctl_sandbox_lock(c, *p);
+                int r = store_sandbox_get(c->store, *p, &sb);
+                bool orphan = r == -ENOENT ||
+                              (r >= 0 && (sb.status == SB_DESTROYED || sb.status == SB_FAILED || sb.status == SB_PAUSED));
+                if (orphan) {
+                        log_ctx_set("SANDBOX_ID", *p);
+                        log_notice("removing an orphaned workload (record %s)", r == -ENOENT ? "missing" : sb_status_str(sb.status));
+                        c->drv->remove_by_id(c->drv, *p);
+                }
+                ctl_sandbox_unlock(c, *p);
+                sandbox_clear(&sb);
+        }
+        log_ctx_reset();
+        strv_free(ids);
+}
+
 static void *bg_main(void *p) {
         struct ctl *c = p;
         int64_t last_sample = mono_ms(), last_reap = mono_ms();
         log_ctx_reset();
+        reconcile_after_start(c);
         while (!c->stopping) {
                 int64_t now = mono_ms();
                 if (now - last_sample >= (int64_t) c->cfg->stats_interval_s * 1000) {
@@ -134,6 +211,7 @@ static void *bg_main(void *p) {
                 }
                 if (now - last_reap >= (int64_t) c->cfg->reap_interval_s * 1000) {
                         reap(c);
+                        reap_orphans(c);
                         last_reap = now;
                 }
                 /* Sleep on the status condition so shutdown wakes us at once. */

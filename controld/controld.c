@@ -105,6 +105,13 @@ int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
         r = store_open(c->cfg->db_path, &c->store);
         if (r < 0)
                 return log_error_errno(r, "Failed to open the store %s: %m", c->cfg->db_path);
+        {
+                char fresh[HEXID_LEN + 1];
+                hexid_new(fresh);
+                r = store_meta_get_or_set(c->store, "instance_id", fresh, &c->instance_id);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to read the instance id from the store: %m");
+        }
         c->metrics = metrics_new();
         if (with_driver) {
                 r = driver_docker_new(c, &c->drv);
@@ -127,6 +134,8 @@ void ctl_close(struct ctl *c) {
         c->store = store_close(c->store);
         c->metrics = metrics_free(c->metrics);
         c->cfg = config_free(c->cfg);
+        free(c->instance_id);
+        c->instance_id = NULL;
 }
 
 static void usage(void) {

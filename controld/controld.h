@@ -130,6 +130,8 @@ void volume_clear(struct volume *v);
 
 struct store;
 int store_open(const char *path, struct store **ret);
+/* Returns the stored value of key, storing value_if_absent first when there is none. */
+int store_meta_get_or_set(struct store *s, const char *key, const char *value_if_absent, char **ret);
 struct store *store_close(struct store *s);
 
 int store_account_create(struct store *s, const char *name, const char *plan, struct account *ret);
@@ -192,6 +194,8 @@ struct driver;
 struct metrics;
 
 struct ctl {
+        char *instance_id;               /* labels this controld's workloads, so orphan reaping
+                                            never touches another instance's on a shared engine */
         struct config *cfg;
         struct store *store;
         struct driver *drv;

@@ -80,7 +80,9 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         const char *cmd[] = { "tail", "-f", "/dev/null", NULL };
         const char *extra_hosts[] = { "metadata.google.internal:127.0.0.1", "metadata:127.0.0.1",
                                       "instance-data:127.0.0.1", "metadata.azure.internal:127.0.0.1", NULL };
-        struct docker_kv labels[] = { { "paddock.sandbox", sb->id }, { "paddock.account", sb->account_id } };
+        struct docker_kv labels[] = { { "paddock.sandbox", sb->id },
+                                      { "paddock.account", sb->account_id },
+                                      { "paddock.controld", d->ctl->instance_id } };
         struct docker_mount mnt = { 0 };
         _cleanup_free_ char *vol_handle = NULL;
         bool deny = sb->egress_mode == PJ_EGRESS_DENY_ALL;
@@ -224,26 +226,33 @@ static int dd_volume_remove(struct driver *d, const char *handle, char *err, siz
 }
 
 static int dd_list(struct driver *d, char ***ret) {
+        _cleanup_free_ char *filter = xasprintf("paddock.controld=%s", d->ctl->instance_id);
         char **ids = NULL;
-        int r = docker_container_list(D(d), "paddock.sandbox", &ids);
+        int r = docker_container_list(D(d), filter, &ids);
         if (r < 0)
                 return r;
-        /* Map container ids to sandbox ids through the container name. */
         size_t n = 0;
         for (char **p = ids; p && *p; p++)
                 n++;
         char **out = xnew0(char *, n + 1);
         size_t k = 0;
+        /* Our containers are named paddock-<sandbox id>. */
         for (size_t i = 0; i < n; i++) {
                 struct docker_container_state st;
-                if (docker_container_inspect(D(d), ids[i], &st) < 0 || !st.exists)
+                if (docker_container_inspect(D(d), ids[i], &st) < 0 || !st.exists || !startswith(st.name, "paddock-") ||
+                    !hexid_valid(st.name + 8))
                         continue;
-                (void) st;
-                out[k++] = xstrdup(ids[i]);
+                out[k++] = xstrdup(st.name + 8);
         }
         docker_strv_free(ids);
         *ret = out;
         return 0;
+}
+
+static int dd_remove_by_id(struct driver *d, const char *sandbox_id) {
+        _cleanup_free_ char *name = xasprintf("paddock-%s", sandbox_id);
+        int r = docker_container_remove(D(d), name, true, false);
+        return r == -ENOENT ? 0 : r;
 }
 
 /* ---- exec sessions over the hijacked Docker exec stream ---- */
@@ -450,6 +459,7 @@ int driver_docker_new(struct ctl *c, struct driver **ret) {
         d->volume_create = dd_volume_create;
         d->volume_remove = dd_volume_remove;
         d->list = dd_list;
+        d->remove_by_id = dd_remove_by_id;
         d->exec_start = dd_exec_start;
         d->exec_write = dd_exec_write;
         d->exec_close_stdin = dd_exec_close_stdin;

@@ -60,8 +60,11 @@ struct driver {
         /* Volumes by handle. */
         int (*volume_create)(struct driver *d, const char *handle, char *err, size_t errlen);
         int (*volume_remove)(struct driver *d, const char *handle, char *err, size_t errlen);
-        /* Sandbox ids that have a workload on the backend (for orphan reaping). NULL-terminated. */
+        /* Sandbox ids that have a workload of THIS controld instance on the backend (for orphan
+         * reaping). NULL-terminated strv. */
         int (*list)(struct driver *d, char ***ret_sandbox_ids);
+        /* Removes the workload of a sandbox known only by id (orphans). Missing = success. */
+        int (*remove_by_id)(struct driver *d, const char *sandbox_id);
         /* Runtime operations. exec_start returns a session whose output is read with exec_read;
          * -ENOENT/-ESRCH when the workload is gone. */
         int (*exec_start)(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec,

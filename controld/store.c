@@ -55,6 +55,8 @@ static const char *const migrations[] = {
         "  sandbox_id TEXT NOT NULL, ts_ms INTEGER NOT NULL, cpu_pct REAL NOT NULL, mem_pct REAL NOT NULL,"
         "  net_bps REAL NOT NULL);"
         "CREATE INDEX stats_samples_sb ON stats_samples(sandbox_id, ts_ms);",
+        /* 2: per-store facts such as this controld's instance id */
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
 };
 
 static int sqlite_to_errno(int rc) {
@@ -246,6 +248,30 @@ struct store *store_close(struct store *s) {
         pthread_mutex_destroy(&s->lock);
         free(s);
         return NULL;
+}
+
+/* ---- meta ---- */
+
+int store_meta_get_or_set(struct store *s, const char *key, const char *value_if_absent, char **ret) {
+        LOCKED(s);
+        int r;
+        {
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                if ((r = prepare(s, "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", &st)) < 0)
+                        return r;
+                bind_text(st, 1, key);
+                bind_text(st, 2, value_if_absent);
+                if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
+                        return r;
+        }
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if ((r = prepare(s, "SELECT value FROM meta WHERE key = ?", &st)) < 0)
+                return r;
+        bind_text(st, 1, key);
+        if (sqlite3_step(st) != SQLITE_ROW)
+                return -EIO;
+        *ret = col_text(st, 0);
+        return 0;
 }
 
 /* ---- accounts and keys ---- */

@@ -414,3 +414,77 @@ TEST_FULL(stats_come_from_samples_of_the_running_container, 120) {
         ASSERT_CONTAINS(hres_message(&r), "hoursAgo");
         hres_done(&r);
 }
+
+static void sql(struct ctld *c, const char *stmt) {
+        char db[400];
+        snprintf(db, sizeof(db), "%s/controld.db", c->dir);
+        char *argv[] = { "sqlite3", db, (char *) stmt, NULL };
+        ASSERT_EQ(test_run_capture(argv, NULL, 4096), 0);
+}
+
+/* A crash between steps is healed from the record and the workload, never by optimism:
+ * simulate each crash point by stopping controld and editing the record as it would have
+ * been left, then start it again. */
+TEST_FULL(restart_heals_records_left_mid_operation, 180) {
+        struct ctld c;
+        char a[25], b[25], d[25], e[25], q[256];
+        need_docker();
+        ctld_start(&c, NULL, "[plan \"big\"]\nmax_concurrent = 10\n");
+        _cleanup_free_ char *key = ctld_account_key(&c, "crashy", "big", NULL);
+        ctld_create(&c, key, NULL, a);   /* will look 'starting' */
+        ctld_create(&c, key, NULL, b);   /* will look 'pausing' */
+        ctld_create(&c, key, NULL, d);   /* will look 'resuming' */
+        ctld_create(&c, key, NULL, e);   /* will be destroyed in the record only: an orphan */
+        ctld_stop_daemon(&c);
+        snprintf(q, sizeof(q), "UPDATE sandboxes SET status='starting' WHERE id='%s'", a);
+        sql(&c, q);
+        snprintf(q, sizeof(q), "UPDATE sandboxes SET status='pausing' WHERE id='%s'", b);
+        sql(&c, q);
+        snprintf(q, sizeof(q), "UPDATE sandboxes SET status='resuming' WHERE id='%s'", d);
+        sql(&c, q);
+        snprintf(q, sizeof(q), "UPDATE sandboxes SET status='destroyed' WHERE id='%s'", e);
+        sql(&c, q);
+        ctld_start_daemon(&c);
+
+        ASSERT_STREQ(ctld_wait_status(&c, key, a, "failed", 30), "failed");
+        ASSERT_STREQ(ctld_wait_status(&c, key, b, "paused", 30), "paused");
+        ASSERT_STREQ(ctld_wait_status(&c, key, d, "paused", 30), "paused");
+        ASSERT_FALSE(docker_container_exists(container_name(a)));
+        ASSERT_FALSE(docker_container_exists(container_name(b)));
+        ASSERT_FALSE(docker_container_exists(container_name(d)));
+        /* The orphan goes within a few reap intervals (1 s in the test config). */
+        for (int i = 0; i < 100 && docker_container_exists(container_name(e)); i++)
+                usleep(100000);
+        ASSERT_FALSE(docker_container_exists(container_name(e)));
+        struct hres r;
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s", a);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "destroy_reason"), "failed");
+        ASSERT_CONTAINS(hres_data_str(&r, "failure_reason"), "starting");
+        hres_done(&r);
+        /* Healed sandboxes are usable: the paused one resumes. */
+        snprintf(path, sizeof(path), "/sandboxes/%s/resume", b);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+        ASSERT_STREQ(ctld_wait_status(&c, key, b, "ready", 60), "ready");
+        ASSERT_TRUE(docker_container_running(container_name(b)));
+}
+
+TEST_FULL(orphan_reaping_leaves_other_instances_alone, 120) {
+        struct ctld c1, c2;
+        char id1[25], id2[25];
+        need_docker();
+        ctld_start(&c1, NULL, NULL);
+        ctld_start(&c2, NULL, NULL);
+        _cleanup_free_ char *k1 = ctld_account_key(&c1, "one", NULL, NULL);
+        _cleanup_free_ char *k2 = ctld_account_key(&c2, "two", NULL, NULL);
+        ctld_create(&c1, k1, NULL, id1);
+        ctld_create(&c2, k2, NULL, id2);
+        /* Each instance runs its orphan reaper every second on the same Docker engine: neither
+         * may take the other's sandbox for an orphan. */
+        sleep(4);
+        ASSERT_TRUE(docker_container_running(container_name(id1)));
+        ASSERT_TRUE(docker_container_running(container_name(id2)));
+}

@@ -147,11 +147,17 @@ static void stop_daemon(struct ctld *c) {
         c->pid = 0;
 }
 
-void ctld_restart(struct ctld *c) {
+void ctld_stop_daemon(struct ctld *c) {
         stop_daemon(c);
         sync_shadow(c);
         if (c->failed_exit)
-                test_fail(__FILE__, __LINE__, "controld failed on restart");
+                test_fail(__FILE__, __LINE__, "controld did not shut down cleanly");
+}
+
+void ctld_start_daemon(struct ctld *c) { spawn(c); }
+
+void ctld_restart(struct ctld *c) {
+        ctld_stop_daemon(c);
         spawn(c);
 }
 

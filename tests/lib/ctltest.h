@@ -30,8 +30,11 @@ struct ctld {
  * server_extra). Default plan "default": max_concurrent 3. Templates: "busybox"
  * ($PADDOCK_TEST_IMAGE), "python-3.11" ($PADDOCK_PY_IMAGE), "missing-image". */
 void ctld_start(struct ctld *c, const char *server_extra, const char *extra);
-/* Restart on the same config and database. */
+/* Restart on the same config and database; or stop and start the daemon alone (the store
+ * and the sandboxes stay), e.g. to edit the store in between. */
 void ctld_restart(struct ctld *c);
+void ctld_stop_daemon(struct ctld *c);
+void ctld_start_daemon(struct ctld *c);
 void ctld_stop(struct ctld *c);
 /* controld admin ...: returns exit status; stdout in *ret_out (optional). */
 int ctld_admin(struct ctld *c, char **ret_out, const char *arg1, ...) __attribute__((sentinel));
