@@ -33,13 +33,17 @@ static const char wrapper_script[] =
         "cd \"$d\" 2>/dev/null || { echo \"paddock: cannot use working directory $d: no such directory\" >&2; "
         "rm -f \"$p\"; exit 126; }; \"$@\"; rc=$?; rm -f \"$p\"; exit $rc";
 
-/* Kills the recorded process and every descendant (stopped first so none escapes). */
+/* Kills the recorded process and every descendant (stopped first so none escapes), and
+ * removes a code snippet file of this exec. A process name may hold spaces or ')', so the
+ * fields after the name are taken from behind the LAST ") " of /proc/PID/stat. */
 static const char killer_script[] =
-        "p=/tmp/.paddock-exec-$1.pid; read root < \"$p\" 2>/dev/null || exit 0; "
+        "p=/tmp/.paddock-exec-$1.pid; rm -f /tmp/.paddock-code-$1.py /tmp/.paddock-code-$1.js; "
+        "read root < \"$p\" 2>/dev/null || exit 0; "
         "kill -STOP $root 2>/dev/null; list=\" $root \"; more=1; "
         "while [ $more = 1 ]; do more=0; "
         "for f in /proc/[0-9]*/stat; do "
-        "read -r pid comm state ppid rest < \"$f\" 2>/dev/null || continue; "
+        "read -r line < \"$f\" 2>/dev/null || continue; pid=${f#/proc/}; pid=${pid%/stat}; "
+        "rest=${line##*) }; ppid=${rest#* }; ppid=${ppid%% *}; "
         "case \"$list\" in *\" $ppid \"*) case \"$list\" in *\" $pid \"*) ;; "
         "*) list=\"$list$pid \"; more=1; kill -STOP $pid 2>/dev/null;; esac;; esac; "
         "done; done; kill -KILL $list 2>/dev/null; rm -f \"$p\"; exit 0";
@@ -257,10 +261,28 @@ static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
         return 0;
 }
 
+/* A capped buffer may end inside a character: drop the incomplete tail. */
+static void trim_partial_utf8(struct strbuf *b) {
+        if (!b->truncated || !b->buf)
+                return;
+        size_t n = b->len, back = 0;
+        while (back < 4 && back < n && ((uint8_t) b->buf[n - 1 - back] & 0xc0) == 0x80)
+                back++;
+        if (back < n) {
+                size_t start = n - 1 - back;
+                size_t want = utf8_seq_len((uint8_t) b->buf[start]);
+                if (want > 1 && want > back + 1)
+                        b->len = start;
+        }
+        b->buf[b->len] = 0;
+}
+
 static void flush_carries(struct run *x) {
         if (!x->stream) {
                 text_append(&x->out, NULL, 0, true);
                 text_append(&x->err, NULL, 0, true);
+                trim_partial_utf8(&x->out.buf);
+                trim_partial_utf8(&x->err.buf);
                 return;
         }
         for (int k = 1; k <= 2; k++) {
@@ -415,8 +437,9 @@ static void stream_free(void *cls) {
 }
 
 /* Runs argv (optionally feeding stdin_data) and answers JSON or SSE. */
-static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const char **user_argv, char **env, const char *cwd,
-                                       int timeout_s, bool stream, const char *stdin_data, size_t stdin_len) {
+/* token: the exec's token (names its pid record and any snippet file), NULL = a fresh one. */
+static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const char *token, const char **user_argv, char **env,
+                                       const char *cwd, int timeout_s, bool stream, const char *stdin_data, size_t stdin_len) {
         struct ctl *c = r->c;
         struct run *x;
         char err[512] = "";
@@ -429,6 +452,8 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                                      (long long) c->cfg->max_exec_concurrent);
         }
         x = run_new(r, sb);
+        if (token)
+                snprintf(x->token, sizeof(x->token), "%s", token);
         x->slot = true;
         x->stream = stream;
         argv[n++] = "/bin/sh";
@@ -524,7 +549,7 @@ static enum MHD_Result post_exec(struct req *r, const char *id) {
         }
         char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { "/bin/sh", "-c", in.cmd, NULL };
-        enum MHD_Result res = run_and_respond(r, &sb, argv, env, in.cwd, in.timeout_s, in.stream, NULL, 0);
+        enum MHD_Result res = run_and_respond(r, &sb, NULL, argv, env, in.cwd, in.timeout_s, in.stream, NULL, 0);
         strv_free(env);
         pj_exec_done(&in);
         return res;
@@ -548,7 +573,7 @@ static enum MHD_Result post_code(struct req *r, const char *id) {
         snprintf(path, sizeof(path), "/tmp/.paddock-code-%s.%s", tok, py ? "py" : "js");
         char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { "/bin/sh", "-c", code_script, "paddock", path, py ? "python3" : "node", NULL };
-        enum MHD_Result res = run_and_respond(r, &sb, argv, env, in.cwd, in.timeout_s, in.stream, in.code, strlen(in.code));
+        enum MHD_Result res = run_and_respond(r, &sb, tok, argv, env, in.cwd, in.timeout_s, in.stream, in.code, strlen(in.code));
         strv_free(env);
         pj_code_done(&in);
         return res;
