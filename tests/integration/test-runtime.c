@@ -41,10 +41,13 @@ struct box {
         char id[25];
 };
 
+static void free_ptr(void *p) { free(p); }
+
 static void box_start(struct box *b, const char *server_extra, const char *extra, const char *create_body) {
         need_docker();
         ctld_start(&b->c, server_extra, extra);
         b->key = ctld_account_key(&b->c, "alice", NULL, NULL);
+        test_on_exit(free_ptr, b->key);  /* the sanitizer build checks tests for leaks too */
         ctld_create(&b->c, b->key, create_body ? create_body : "{\"template\":\"python-3.11\"}", b->id);
 }
 
