@@ -172,6 +172,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->answered && r->status < 400)
                 status = r->status;
         metrics_observe_request(c->metrics, r->route ? r->route : "unmatched", r->method, status, dt);
+        log_debug("%s %s -> %d in %.1fms", r->method, r->route ? r->route : "unmatched", status, dt * 1000.0);
         if (r->sink && !r->sink_failed && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
                 r->sink(r, NULL, (size_t) -1);  /* abort notice: the client went away */
         req_free(r);

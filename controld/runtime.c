@@ -299,6 +299,9 @@ static void flush_carries(struct run *x) {
 /* After the deadline: kill the tree and drain what is left (bounded). */
 static void time_out(struct run *x) {
         x->timed_out = true;
+        log_ctx_set("SANDBOX_ID", x->sb.id);
+        log_notice("exec reached its %llds limit; killing its process tree",
+                   (long long) ((x->deadline - x->t0) / 1000));
         kill_tree(x);
         int64_t end = mono_ms() + DRAIN_AFTER_KILL_MS;
         while (mono_ms() < end) {
