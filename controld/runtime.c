@@ -60,47 +60,43 @@ static const char code_script[] =
 
 /* ---- per-sandbox concurrency ---- */
 
+/* Sandboxes with execs in flight and how many; entries leave when their count drops to 0,
+ * so the table holds only busy sandboxes. */
+struct slot { char id[25]; int64_t n; };
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { char id[25]; int n; } slots[1024];
+static struct slot *slots;
+static size_t n_slots;
+
+static struct slot *slot_find(const char *id) {
+        for (size_t i = 0; i < n_slots; i++)
+                if (!strcmp(slots[i].id, id))
+                        return &slots[i];
+        return NULL;
+}
 
 static bool slot_take(const char *id, int64_t max) {
-        unsigned h = 0;
-        for (const char *p = id; *p; p++)
-                h = h * 131 + (unsigned char) *p;
         pthread_mutex_lock(&slots_lock);
-        size_t i = h % ELEMENTSOF(slots), free_i = SIZE_MAX;
-        for (size_t k = 0; k < ELEMENTSOF(slots); k++, i = (i + 1) % ELEMENTSOF(slots)) {
-                if (!strcmp(slots[i].id, id))
-                        break;
-                if (slots[i].n == 0 && free_i == SIZE_MAX)
-                        free_i = i;
-                if (!slots[i].id[0])
-                        break;
+        struct slot *s = slot_find(id);
+        if (!s) {
+                slots = xrealloc(slots, (n_slots + 1) * sizeof(*slots));
+                s = &slots[n_slots++];
+                snprintf(s->id, sizeof(s->id), "%s", id);
+                s->n = 0;
         }
-        if (strcmp(slots[i].id, id) != 0) {
-                if (free_i == SIZE_MAX && slots[i].id[0]) {
-                        pthread_mutex_unlock(&slots_lock);
-                        return false;
-                }
-                if (free_i != SIZE_MAX)
-                        i = free_i;
-                snprintf(slots[i].id, sizeof(slots[i].id), "%s", id);
-                slots[i].n = 0;
-        }
-        bool ok = slots[i].n < max;
+        bool ok = s->n < max;
         if (ok)
-                slots[i].n++;
+                s->n++;
+        else if (s->n == 0)
+                *s = slots[--n_slots];
         pthread_mutex_unlock(&slots_lock);
         return ok;
 }
 
 static void slot_release(const char *id) {
         pthread_mutex_lock(&slots_lock);
-        for (size_t i = 0; i < ELEMENTSOF(slots); i++)
-                if (!strcmp(slots[i].id, id) && slots[i].n > 0) {
-                        slots[i].n--;
-                        break;
-                }
+        struct slot *s = slot_find(id);
+        if (s && --s->n <= 0)
+                *s = slots[--n_slots];
         pthread_mutex_unlock(&slots_lock);
 }
 
