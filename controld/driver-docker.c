@@ -62,6 +62,8 @@ static int dd_init(struct driver *d, char *err, size_t errlen) {
         return 0;
 }
 
+static int dd_ping(struct driver *d) { return docker_ping(D(d)); }
+
 static void dd_done(struct driver *d) {
         struct ddriver *p = d->priv;
         if (p) {
@@ -451,6 +453,7 @@ int driver_docker_new(struct ctl *c, struct driver **ret) {
         d->ctl = c;
         d->priv = p;
         d->init = dd_init;
+        d->ping = dd_ping;
         d->done = dd_done;
         d->place = dd_place;
         d->remove = dd_remove;

@@ -48,6 +48,8 @@ struct driver {
         struct ctl *ctl;
         void *priv;
         int (*init)(struct driver *d, char *err, size_t errlen);
+        /* Is the backend answering right now? (for /healthz) */
+        int (*ping)(struct driver *d);
         void (*done)(struct driver *d);
         /* Places and starts the workload for sb and waits (bounded) until it runs. On failure
          * nothing is left behind. */

@@ -270,11 +270,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
         if (!strcmp(r->path, "/healthz")) {
                 r->route = "/healthz";
-                int rc = c->drv ? 0 : -1;
+                /* Degraded (503) when the scheduler backend does not answer: this controld
+                 * could not create or run anything. */
+                int rc = c->drv && c->drv->ping ? c->drv->ping(c->drv) : -ENODEV;
                 cJSON *o = cJSON_CreateObject();
-                json_add_str(o, "status", rc == 0 ? "ok" : "degraded");
+                json_add_str(o, "status", rc >= 0 ? "ok" : "degraded");
                 json_add_str(o, "driver", c->drv ? c->drv->name : NULL);
-                return respond_json(r, 200, o);
+                json_add_bool(o, "driver_reachable", rc >= 0);
+                return respond_json(r, rc >= 0 ? 200 : 503, o);
         }
         if (!strcmp(r->path, "/metrics")) {
                 r->route = "/metrics";

@@ -488,3 +488,39 @@ TEST_FULL(orphan_reaping_leaves_other_instances_alone, 120) {
         ASSERT_TRUE(docker_container_running(container_name(id1)));
         ASSERT_TRUE(docker_container_running(container_name(id2)));
 }
+
+TEST_FULL(docker_outage_is_visible_in_healthz_and_create, 90) {
+        struct ctld c;
+        struct hres r;
+        char sock[512], extra[600];
+        need_docker();
+        /* controld reaches Docker through a link we can take away and put back. */
+        snprintf(sock, sizeof(sock), "%s/docker-%d.sock", test_tmpdir(), getpid());
+        ASSERT_EQ(symlink("/var/run/docker.sock", sock), 0);
+        snprintf(extra, sizeof(extra), "[docker]\nsocket = %s\n", sock);
+        ctld_start(&c, NULL, extra);
+        _cleanup_free_ char *key = ctld_account_key(&c, "outage", NULL, NULL);
+        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_CONTAINS(r.body, "\"status\":\"ok\"");
+        hres_done(&r);
+
+        ASSERT_EQ(unlink(sock), 0);
+        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
+        ASSERT_EQ(r.status, 503);
+        ASSERT_CONTAINS(r.body, "\"status\":\"degraded\"");
+        ASSERT_CONTAINS(r.body, "\"driver_reachable\":false");
+        hres_done(&r);
+        http_req(&c, "POST", "/sandboxes", key, "{}", &r);
+        ASSERT_EQ(r.status, 503);
+        ASSERT_CONTAINS(hres_message(&r), "Sandbox provisioning failed");
+        ASSERT_CONTAINS(hres_message(&r), "Docker");
+        hres_done(&r);
+
+        ASSERT_EQ(symlink("/var/run/docker.sock", sock), 0);
+        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+        char id[25];
+        ctld_create(&c, key, NULL, id);
+}
