@@ -6,6 +6,8 @@
  * per-IP limit bound the threads.
  */
 #include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,9 +35,18 @@ const char *req_header(struct req *r, const char *key) {
         return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
 }
 
+static bool has_body(struct req *r) {
+        const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        return (cl && strcmp(cl, "0") != 0) || req_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+}
+
 enum MHD_Result respond_response(struct req *r, int status, struct MHD_Response *resp) {
         if (!resp)
                 return MHD_NO;
+        /* Answering before the body was read (413 from Content-Length, 401, 404 ...): the
+         * connection closes with the client maybe still sending. */
+        if (r->in_headers && has_body(r))
+                r->linger = true;
         MHD_add_response_header(resp, "x-request-id", r->request_id);
         enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned) status, resp);
         MHD_destroy_response(resp);
@@ -161,12 +172,39 @@ static void req_free(struct req *r) {
         free(r);
 }
 
+/* Closing a socket with unread data makes the kernel send RST, which can destroy the
+ * answer we just sent before the client reads it. Like a web server's lingering close:
+ * half-close, then read and discard for a short, bounded while. */
+static void linger_close(struct MHD_Connection *conn) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || ci->connect_fd < 0)
+                return;
+        int fd = ci->connect_fd;
+        char buf[65536];
+        size_t total = 0;
+        int64_t end = mono_ms() + 2000;
+        shutdown(fd, SHUT_WR);
+        while (total < (size_t) 256 << 20) {
+                int64_t left = end - mono_ms();
+                if (left <= 0)
+                        break;
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                if (poll(&p, 1, (int) left) <= 0)
+                        break;
+                ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+                if (n <= 0)
+                        break;
+                total += (size_t) n;
+        }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
         struct ctl *c = cls;
         struct req *r = *con_cls;
-        (void) conn;
         if (!r)
                 return;
+        if (r->linger)
+                linger_close(conn);
         double dt = (double) (mono_ms() - r->t0_ms) / 1000.0;
         int status = r->answered ? r->status : 499;
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->answered && r->status < 400)
@@ -200,50 +238,29 @@ static void split_path(struct req *r) {
         }
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                  const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
-        struct ctl *c = cls;
-        struct req *r = *con_cls;
-        (void) version;
-
-        if (!r) {
-                r = xnew0(struct req, 1);
-                r->c = c;
-                r->conn = conn;
-                r->method = method;
-                r->t0_ms = mono_ms();
-                r->path = xstrdup(url);
-                const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-request-id");
-                if (rid && request_id_ok(rid))
-                        snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
-                else
-                        random_token(r->request_id, 12);
-                strbuf_init(&r->body, c->cfg->max_body);
-                r->body_limit = c->cfg->max_body;
-                split_path(r);
-                *con_cls = r;
-                log_ctx_reset();
-                log_ctx_set("REQUEST_ID", r->request_id);
-
-                if (strstr(r->path, "%00") || strcasestr(r->path, "%2f"))
-                        return respond_error(r, 400, "The path must not contain %%00 or %%2F; write '/' literally");
-                /* Unauthenticated endpoints answer right away. */
-                if (!strcmp(r->path, "/healthz") || !strcmp(r->path, "/metrics"))
-                        return MHD_YES;
-                if (authenticate(r) < 0)
-                        return MHD_YES;
-                bool answered = false;
-                enum MHD_Result res = api_prepare(r, &answered);
-                if (answered || res != MHD_YES)
-                        return res;
-                /* Refuse oversized JSON bodies from Content-Length before reading them. */
-                const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
-                int64_t len;
-                if (!r->sink && cl && safe_atoi64(cl, &len) >= 0 && (uint64_t) len > r->body_limit)
-                        return respond_error(r, 413, "Request body too large (limit %llu bytes)",
-                                             (unsigned long long) r->body_limit);
+/* The first callback of a request: headers only. Early answers (auth, 413 from
+ * Content-Length, upload preparation) happen here, before any body byte is read. */
+static enum MHD_Result first_call(struct req *r) {
+        if (strstr(r->path, "%00") || strcasestr(r->path, "%2f"))
+                return respond_error(r, 400, "The path must not contain %%00 or %%2F; write '/' literally");
+        /* Unauthenticated endpoints answer once the request is complete. */
+        if (!strcmp(r->path, "/healthz") || !strcmp(r->path, "/metrics"))
                 return MHD_YES;
-        }
+        if (authenticate(r) < 0)
+                return MHD_YES;
+        bool answered = false;
+        enum MHD_Result res = api_prepare(r, &answered);
+        if (answered || res != MHD_YES)
+                return res;
+        /* Refuse oversized JSON bodies from Content-Length before reading them. */
+        const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        int64_t len;
+        if (!r->sink && cl && safe_atoi64(cl, &len) >= 0 && (uint64_t) len > r->body_limit)
+                return respond_error(r, 413, "Request body too large (limit %llu bytes)", (unsigned long long) r->body_limit);
+        return MHD_YES;
+}
+
+static enum MHD_Result later_call(struct ctl *c, struct req *r, const char *upload_data, size_t *upload_data_size) {
         log_ctx_set("REQUEST_ID", r->request_id);
         if (r->authed)
                 log_ctx_set("ACCOUNT_ID", r->acc.id);
@@ -262,9 +279,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                         r->body_too_large = true;
                 return MHD_YES;
         }
-        if (r->answered)
-                return MHD_YES;
-        if (r->started)
+        if (r->answered || r->started)
                 return MHD_YES;
         r->started = true;
 
@@ -289,6 +304,37 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (r->body_too_large)
                 return respond_error(r, 413, "Request body too large (limit %llu bytes)", (unsigned long long) r->body_limit);
         return api_dispatch(r);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
+        struct ctl *c = cls;
+        struct req *r = *con_cls;
+        (void) version;
+
+        if (r)
+                return later_call(c, r, upload_data, upload_data_size);
+        r = xnew0(struct req, 1);
+        r->c = c;
+        r->conn = conn;
+        r->method = method;
+        r->t0_ms = mono_ms();
+        r->path = xstrdup(url);
+        const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-request-id");
+        if (rid && request_id_ok(rid))
+                snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
+        else
+                random_token(r->request_id, 12);
+        strbuf_init(&r->body, c->cfg->max_body);
+        r->body_limit = c->cfg->max_body;
+        split_path(r);
+        *con_cls = r;
+        log_ctx_reset();
+        log_ctx_set("REQUEST_ID", r->request_id);
+        r->in_headers = true;
+        enum MHD_Result res = first_call(r);
+        r->in_headers = false;
+        return res;
 }
 
 static int hexval(char c) {

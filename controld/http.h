@@ -39,6 +39,8 @@ struct req {
         void (*sink_free)(void *ud);     /* called when the request ends, however it ends */
         bool sink_failed;
         bool started;                    /* dispatch ran */
+        bool in_headers;                 /* still in the first (headers-only) callback */
+        bool linger;                     /* answered before reading a body: drain before close */
         /* Route parameters. */
         char *parts[16];
         size_t n_parts;
