@@ -195,6 +195,9 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         D("server", "max_wait", 300, 1, 3600, max_wait_s);
         Z("server", "max_exec_output", 1 * MIB, 1 * KIB, 64 * MIB, max_exec_output);
         I("server", "max_exec_concurrent", 64, 1, 1024, max_exec_concurrent);
+        if ((r = conf_get_duration_ms(cf, "server", NULL, "stream_keepalive", 15000, 1000, 300000, &c->stream_keepalive_ms, err,
+                                      errlen)) < 0)
+                goto fail;
         S("server", "log_level", "info", 16, log_level);
         if (log_level_from_string(c->log_level) < 0) {
                 snprintf(err, errlen, "%s: [server] log_level must be debug, info, notice, warning or error", path);

@@ -54,6 +54,7 @@ struct config {
         uint64_t max_wait_s;                         /* cap on /wait timeout */
         uint64_t max_exec_output;                    /* per stream, bytes */
         int64_t max_exec_concurrent;                 /* per sandbox */
+        uint64_t stream_keepalive_ms;                /* SSE comment on quiet streams */
         char *log_level;
         /* [store] */
         char *db_path;

@@ -19,7 +19,6 @@
 #include "log.h"
 #include "strutil.h"
 
-#define KEEPALIVE_MS 15000
 #define DRAIN_AFTER_KILL_MS 5000
 #define STDIN_WRITE_TIMEOUT_MS 60000
 #define FILE_FINISH_TIMEOUT_MS 120000
@@ -384,8 +383,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         return MHD_CONTENT_READER_END_OF_STREAM;
                 int64_t now = mono_ms();
                 int64_t wait = x->deadline - now;
-                if (wait > KEEPALIVE_MS)
-                        wait = KEEPALIVE_MS;
+                if (wait > (int64_t) x->c->cfg->stream_keepalive_ms)
+                        wait = (int64_t) x->c->cfg->stream_keepalive_ms;
                 if (wait < 0)
                         wait = 0;
                 int k = x->drv->exec_read(x->s, (int) wait, x->client_fd, on_output, x);

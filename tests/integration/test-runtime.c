@@ -1395,3 +1395,19 @@ TEST_FULL(runtime_calls_bump_last_activity, 120) {
                         test_fail(__FILE__, __LINE__, "%s did not bump last_activity_at: %s -> %s", w, before, after);
         }
 }
+
+TEST_FULL(quiet_streams_get_keep_alive_comments, 120) {
+        struct box b;
+        struct sse s = { 0 };
+        box_start(&b, "stream_keepalive = 1s", NULL, NULL);
+        sse_run(&b, "exec", "{\"cmd\":\"sleep 4; echo after-quiet\",\"stream\":true}", &s);
+        ASSERT_EQ(s.status, 200);
+        /* ": open" plus at least two keep-alives while the command was silent for 4 s. */
+        ASSERT_TRUE(strncmp(s.all, ": open\n\n", 8) == 0);
+        ASSERT_GE(s.comments, 3);
+        ASSERT_CONTAINS(s.all, ": keep-alive\n\n");
+        ASSERT_STREQ(frames_joined(&s, "stdout"), "after-quiet\n");
+        ASSERT_STREQ(frame_type(&s, s.n - 1), "done");
+        ASSERT_EQ(s.bad_json, 0);
+        sse_done(&s);
+}
