@@ -144,10 +144,13 @@ cat <<EOF
 Paddock is up at $URL   (key and URL also in $DEV/env)
   API key: $KEY
 
-  # create a sandbox
+  # create a sandbox and run a command in it (one paste)
+  ID=\$(curl -s -X POST $URL/sandboxes -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"template":"python-3.11"}' | jq -r .data.id) && echo "sandbox \$ID" && curl -s -X POST $URL/sandboxes/\$ID/exec -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"cmd":"python3 -c \\"print(6*7)\\""}'; echo
+
+  # the same, step by step
   curl -s -X POST $URL/sandboxes -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"template":"python-3.11"}'
-  # run a command in it (use the "id" from the answer above)
   curl -s -X POST $URL/sandboxes/<id>/exec -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"cmd":"python3 -c \\"print(6*7)\\""}'
+  curl -s -X DELETE $URL/sandboxes/<id> -H "x-brimble-key: $KEY"
 
   make down    # stop controld and the services 'make up' started
 EOF

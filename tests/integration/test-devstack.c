@@ -76,6 +76,26 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         ASSERT_EQ(stat(envpath, &st), 0);
         ASSERT_EQ(st.st_mode & 0777, 0600);
 
+        /* The printed one-paste command works as printed. */
+        {
+                char *line = strstr(out1, "ID=$(curl");
+                ASSERT_NOT_NULL(line);
+                _cleanup_free_ char *cmd = xstrndup(line, strcspn(line, "\n"));
+                char *argv[] = { "bash", "-c", cmd, NULL };
+                _cleanup_free_ char *res = NULL;
+                ASSERT_EQ(test_run_capture(argv, &res, 1 << 16), 0);
+                ASSERT_CONTAINS(res, "sandbox ");
+                ASSERT_CONTAINS(res, "\"stdout\":\"42\\n\"");
+                char made[25] = "", del[96];
+                ASSERT_EQ(sscanf(strstr(res, "sandbox "), "sandbox %24s", made), 1);
+                struct ctld tmp = { .port = port };
+                snprintf(tmp.url, sizeof(tmp.url), "http://127.0.0.1:%d", port);
+                struct hres dr;
+                snprintf(del, sizeof(del), "/sandboxes/%s", made);
+                http_req(&tmp, "DELETE", del, key1, NULL, &dr);
+                ASSERT_EQ(dr.status, 204);
+                hres_done(&dr);
+        }
         /* The printed key works against the printed URL: create, exec, destroy. */
         struct ctld c = { .port = port };
         snprintf(c.url, sizeof(c.url), "%s", url);
