@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -224,6 +225,17 @@ int controld_main(int argc, char **argv) {
         sd_notify(0, "STOPPING=1");
         c.stopping = 1;
         ctl_notify_status(&c);
+        /* Let open exec streams send their closing frame (they notice within a second)
+         * before the server closes every connection. */
+        {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 3;
+                pthread_mutex_lock(&c.jobs_lock);
+                while (c.streams_running > 0 && pthread_cond_timedwait(&c.jobs_cond, &c.jobs_lock, &ts) == 0)
+                        ;
+                pthread_mutex_unlock(&c.jobs_lock);
+        }
         http = http_stop(http);
         background_stop(&c);
         ctl_close(&c);

@@ -209,6 +209,7 @@ struct ctl {
         pthread_mutex_t jobs_lock;
         pthread_cond_t jobs_cond;
         int jobs_running;
+        int streams_running;             /* SSE exec streams; shutdown lets them say goodbye */
 };
 
 void ctl_sandbox_lock(struct ctl *c, const char *id);

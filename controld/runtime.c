@@ -49,10 +49,11 @@ static const char killer_script[] =
 
 static const char put_script[] =
         "f=\"$1\"; d=\"${f%/*}\"; [ -n \"$d\" ] || d=/; [ -d \"$d\" ] || exit 3; [ -d \"$f\" ] && exit 5; "
-        "cat > \"$f\" || exit 4";
+        "[ -e \"$f\" ] && [ ! -f \"$f\" ] && exit 6; cat > \"$f\" || exit 4";
 
 static const char get_script[] =
-        "f=\"$1\"; [ -e \"$f\" ] || exit 3; [ -d \"$f\" ] && exit 5; [ -r \"$f\" ] || exit 4; exec cat \"$f\"";
+        "f=\"$1\"; [ -e \"$f\" ] || exit 3; [ -d \"$f\" ] && exit 5; [ -f \"$f\" ] || exit 6; [ -r \"$f\" ] || exit 4; "
+        "exec cat \"$f\"";
 
 static const char code_script[] =
         "f=\"$1\"; shift; cat > \"$f\" || exit 126; \"$@\" \"$f\"; rc=$?; rm -f \"$f\"; exit $rc";
@@ -191,7 +192,8 @@ struct run {
         size_t pending_off;
         struct text sout, serr;       /* per-stream carries for frames */
         int client_fd;
-        bool sent_any;
+        int64_t last_sent;            /* for keep-alives */
+        bool counted;                 /* in ctl->streams_running */
 };
 
 static void kill_tree(struct run *x) {
@@ -381,10 +383,22 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 }
                 if (x->finished)
                         return MHD_CONTENT_READER_END_OF_STREAM;
+                if (x->c->stopping) {
+                        /* Shutdown must not wait for a command that may run for minutes. */
+                        kill_tree(x);
+                        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+                        json_add_str(o, "type", "error");
+                        json_add_str(o, "message", "controld is shutting down; the command was stopped");
+                        _cleanup_free_ char *j = json_print(o);
+                        strbuf_printf(&x->pending, "data: %s\n\n", j);
+                        x->finished = true;
+                        continue;
+                }
+                /* Short waits so shutdown and deadlines are noticed within a second. */
                 int64_t now = mono_ms();
                 int64_t wait = x->deadline - now;
-                if (wait > (int64_t) x->c->cfg->stream_keepalive_ms)
-                        wait = (int64_t) x->c->cfg->stream_keepalive_ms;
+                if (wait > 1000)
+                        wait = 1000;
                 if (wait < 0)
                         wait = 0;
                 int k = x->drv->exec_read(x->s, (int) wait, x->client_fd, on_output, x);
@@ -410,10 +424,15 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         time_out(x);
                         finish(x);
                 } else if (x->pending.len == 0) {
-                        strbuf_append(&x->pending, ": keep-alive\n\n", 14);
+                        if (mono_ms() - x->last_sent >= (int64_t) x->c->cfg->stream_keepalive_ms) {
+                                strbuf_append(&x->pending, ": keep-alive\n\n", 14);
+                                x->last_sent = mono_ms();
+                        }
                         continue;
-                } else
+                } else {
+                        x->last_sent = mono_ms();
                         continue;
+                }
                 _cleanup_json_ cJSON *o = cJSON_CreateObject();
                 json_add_str(o, "type", "done");
                 json_add_int(o, "exit_code", x->exit_code);
@@ -427,6 +446,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
         struct run *x = cls;
+        if (x->counted) {
+                pthread_mutex_lock(&x->c->jobs_lock);
+                x->c->streams_running--;
+                pthread_cond_broadcast(&x->c->jobs_cond);
+                pthread_mutex_unlock(&x->c->jobs_lock);
+        }
         if (!x->finished && !x->killed) {
                 log_info("streamed exec ended before the process; killing it");
                 kill_tree(x);
@@ -493,6 +518,11 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                 if (early.len)
                         strbuf_append(&x->pending, early.buf, early.len);
                 strbuf_done(&early);
+                x->last_sent = mono_ms();
+                pthread_mutex_lock(&c->jobs_lock);
+                c->streams_running++;
+                x->counted = true;
+                pthread_mutex_unlock(&c->jobs_lock);
                 struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, x,
                                                                               stream_free);
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -503,6 +533,11 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
 
         for (;;) {
                 int64_t wait = x->deadline - mono_ms();
+                if (c->stopping) {
+                        kill_tree(x);
+                        run_free(x);
+                        return respond_error(r, 503, "controld is shutting down; the command was stopped. Retry shortly.");
+                }
                 if (wait <= 0) {
                         time_out(x);
                         break;
@@ -622,7 +657,7 @@ static void upload_free(void *ud) {
 static int finish_file_exec(struct run *x) {
         int64_t end = mono_ms() + FILE_FINISH_TIMEOUT_MS;
         for (;;) {
-                if (mono_ms() > end) {
+                if (mono_ms() > end || x->c->stopping) {
                         kill_tree(x);
                         return -ETIMEDOUT;
                 }
@@ -664,6 +699,9 @@ static int put_error(int code, const char *path, const char *stderr_raw, char *m
                 return 400;
         case 5:
                 snprintf(msg, msglen, "Destination is a directory: %s", path);
+                return 400;
+        case 6:
+                snprintf(msg, msglen, "Destination is not a regular file (device, pipe or socket): %s", path);
                 return 400;
         default:
                 if (stderr_text && (strstr(stderr_text, "ermission denied") || strstr(stderr_text, "ead-only") ||
@@ -785,7 +823,11 @@ static ssize_t dl_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         d->x->finished = true;
                         return MHD_CONTENT_READER_END_OF_STREAM;
                 }
-                int k = d->x->drv->exec_read(d->x->s, 30000, d->client_fd, dl_output, d);
+                if (d->x->c->stopping)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                int k = d->x->drv->exec_read(d->x->s, 1000, d->client_fd, dl_output, d);
+                if (k == 0)
+                        continue;
                 if (k == 1)
                         d->eof = true;
                 else if (k < 0)
@@ -835,6 +877,8 @@ static enum MHD_Result get_file(struct req *r, const char *id, const char *path)
                         res = respond_error(r, 404, "File not found: %s", path);
                 else if (code == 5)
                         res = respond_error(r, 400, "Path is a directory: %s", path);
+                else if (code == 6)
+                        res = respond_error(r, 400, "Path is not a regular file (device, pipe or socket): %s", path);
                 else if (code == 4 || strstr(e, "ermission denied"))
                         res = respond_error(r, 403, "Permission denied reading %s", path);
                 else if (code != 0)

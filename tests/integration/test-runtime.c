@@ -1411,3 +1411,66 @@ TEST_FULL(quiet_streams_get_keep_alive_comments, 120) {
         ASSERT_EQ(s.bad_json, 0);
         sse_done(&s);
 }
+
+TEST_FULL(files_refuse_devices_and_pipes, 120) {
+        struct box b;
+        struct hres r;
+        box_start(&b, NULL, NULL, NULL);
+        /* /dev/zero would stream forever and a FIFO would block forever: both are refused. */
+        get_file(&b, "/dev/zero", &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(hres_message(&r), "not a regular file");
+        hres_done(&r);
+        put_file(&b, "/dev/null", "x", 1, &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(hres_message(&r), "not a regular file");
+        hres_done(&r);
+        exec_ok(&b, "mkfifo /tmp/pipe", NULL, &r);
+        hres_done(&r);
+        get_file(&b, "/tmp/pipe", &r);
+        ASSERT_EQ(r.status, 400);
+        hres_done(&r);
+        put_file(&b, "/tmp/pipe", "x", 1, &r);
+        ASSERT_EQ(r.status, 400);
+        hres_done(&r);
+}
+
+struct bg_stream { struct box *b; struct sse s; };
+static void *bg_stream_run(void *p) {
+        struct bg_stream *x = p;
+        sse_run(x->b, "exec", "{\"cmd\":\"echo started; sleep 1000\",\"stream\":true,\"timeout_seconds\":300}", &x->s);
+        return NULL;
+}
+
+TEST_FULL(shutdown_does_not_wait_for_long_commands, 120) {
+        struct box b;
+        struct bg_stream x = { .b = &b };
+        struct hres r;
+        pthread_t t;
+        box_start(&b, NULL, NULL, NULL);
+        ASSERT_EQ(pthread_create(&t, NULL, bg_stream_run, &x), 0);
+        /* A non-streamed exec that would run for minutes, in the foreground of another thread. */
+        static const char count_sleeps[] =
+                "n=0; for f in /proc/[0-9]*/comm; do read c < $f 2>/dev/null && [ \"$c\" = sleep ] && n=$((n+1)); done; echo $n";
+        for (int i = 0; i < 100; i++) {
+                _cleanup_free_ char *ps = sh(&b, count_sleeps);
+                if (ps && strcmp(ps, "0\n") != 0)
+                        break;
+                usleep(100000);
+        }
+        int64_t t0 = now_mono_ms();
+        ctld_stop_daemon(&b.c);   /* SIGTERM; fails the test unless controld exits cleanly within 10 s */
+        ASSERT_LE(now_mono_ms() - t0, 10000);
+        pthread_join(t, NULL);
+        /* The stream ended with an error frame that says why, not by a silent cut. */
+        ASSERT_GE(x.s.n, 2);
+        ASSERT_STREQ(frames_joined(&x.s, "stdout"), "started\n");
+        ASSERT_STREQ(frame_type(&x.s, x.s.n - 1), "error");
+        ASSERT_CONTAINS(x.s.all, "shutting down");
+        sse_done(&x.s);
+        /* The command did not outlive the stream. */
+        ctld_start_daemon(&b.c);
+        exec_ok(&b, count_sleeps, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "0\n");
+        hres_done(&r);
+}
