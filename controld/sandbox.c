@@ -426,9 +426,13 @@ static void resume_job(struct ctl *c, char *id) {
         if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_RESUMING)
                 goto out;
         if (c->drv->place(c->drv, &sb, &pl, reason, sizeof(reason)) < 0) {
+                /* Nothing runs (place unwinds); the volume is released for another sandbox. */
                 log_error("sandbox resume failed: %s", reason);
                 sb.status = SB_FAILED;
                 replace_str(&sb.failure_reason, reason);
+                replace_str(&sb.destroy_reason, "failed");
+                sb.destroyed_at = now_ms();
+                store_volume_detach_sandbox(c->store, sb.id, now_ms());
         } else {
                 apply_placement(&sb, &pl);
                 placement_clear(&pl);

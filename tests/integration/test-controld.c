@@ -524,3 +524,48 @@ TEST_FULL(docker_outage_is_visible_in_healthz_and_create, 90) {
         char id[25];
         ctld_create(&c, key, NULL, id);
 }
+
+TEST_FULL(failed_resume_releases_the_volume, 120) {
+        struct ctld c;
+        struct hres r;
+        char id[25], tag[96], extra[256], path[96];
+        need_docker();
+        /* A template whose image we can take away while the sandbox is paused. */
+        snprintf(tag, sizeof(tag), "paddock/vanishing:t%d", getpid());
+        const char *img = getenv("PADDOCK_TEST_IMAGE") ? getenv("PADDOCK_TEST_IMAGE") : "paddock/busybox:local";
+        char *tag_argv[] = { "docker", "tag", (char *) img, tag, NULL };
+        ASSERT_EQ(test_run_capture(tag_argv, NULL, 4096), 0);
+        snprintf(extra, sizeof(extra), "[template \"vanishing\"]\nimage = %s\n", tag);
+        ctld_start(&c, NULL, extra);
+        _cleanup_free_ char *key = ctld_account_key(&c, "unlucky-resume", NULL, NULL);
+        ctld_create(&c, key, "{\"template\":\"vanishing\",\"persistent\":true,\"persistentDiskGB\":10}", id);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        char vol[25];
+        snprintf(vol, sizeof(vol), "%s", hres_data_str(&r, "volume_id"));
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
+        http_req(&c, "POST", path, key, NULL, &r);
+        hres_done(&r);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "paused", 60), "paused");
+        char *rmi_argv[] = { "docker", "rmi", tag, NULL };
+        ASSERT_EQ(test_run_capture(rmi_argv, NULL, 4096), 0);
+        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "failed", 60), "failed");
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_CONTAINS(hres_data_str(&r, "failure_reason"), tag);
+        ASSERT_STREQ(hres_data_str(&r, "destroy_reason"), "failed");
+        hres_done(&r);
+        /* The volume is free again: a new sandbox can attach it. */
+        snprintf(path, sizeof(path), "/volumes/%s", vol);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "attached_sandbox_id")));
+        hres_done(&r);
+        char body[128], id2[25];
+        snprintf(body, sizeof(body), "{\"volumeId\":\"%s\"}", vol);
+        ctld_create(&c, key, body, id2);
+}
