@@ -1,6 +1,9 @@
 /* HTTP-level tests of controld against real dockerd + runsc: lifecycle, isolation,
  * quota races, restart with live sandboxes, provisioning failure. */
+#include <poll.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -568,4 +571,33 @@ TEST_FULL(failed_resume_releases_the_volume, 120) {
         char body[128], id2[25];
         snprintf(body, sizeof(body), "{\"volumeId\":\"%s\"}", vol);
         ctld_create(&c, key, body, id2);
+}
+
+/* systemd Type=notify: READY=1 once serving, STOPPING=1 on SIGTERM. */
+TEST_FULL(notifies_systemd_ready_and_stopping, 60) {
+        struct ctld c;
+        char path[300];
+        need_docker();
+        snprintf(path, sizeof(path), "%s/notify-%d.sock", test_tmpdir(), getpid());
+        int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+        ASSERT_EQ(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        setenv("NOTIFY_SOCKET", path, 1);
+        ctld_start(&c, NULL, NULL);
+        unsetenv("NOTIFY_SOCKET");
+        char buf[512] = "";
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        ASSERT_EQ(poll(&p, 1, 5000), 1);
+        ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+        ASSERT_TRUE(n > 0);
+        buf[n] = 0;
+        ASSERT_CONTAINS(buf, "READY=1");
+        ctld_stop_daemon(&c);
+        ASSERT_EQ(poll(&p, 1, 5000), 1);
+        n = recv(fd, buf, sizeof(buf) - 1, 0);
+        ASSERT_TRUE(n > 0);
+        buf[n] = 0;
+        ASSERT_CONTAINS(buf, "STOPPING=1");
+        close(fd);
 }

@@ -1,5 +1,8 @@
 /* nodeagent against a real RabbitMQ: node-ID routing, replies, fail-fast when the agent is gone. */
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,9 +153,26 @@ static void wait_agent_ready(struct client *c) {
 
 TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {
         struct client c = { 0 };
+        char npath[300];
         need_rabbit();
         write_conf(NULL);
+        /* systemd Type=notify: READY=1 once the queue consumes. */
+        snprintf(npath, sizeof(npath), "%s/notify.sock", test_tmpdir());
+        int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un na = { .sun_family = AF_UNIX };
+        snprintf(na.sun_path, sizeof(na.sun_path), "%s", npath);
+        ASSERT_EQ(bind(nfd, (struct sockaddr *) &na, sizeof(na)), 0);
+        setenv("NOTIFY_SOCKET", npath, 1);
         start_agent();
+        unsetenv("NOTIFY_SOCKET");
+        struct pollfd pf = { .fd = nfd, .events = POLLIN };
+        ASSERT_EQ(poll(&pf, 1, 20000), 1);
+        char nbuf[256] = "";
+        ssize_t nn = recv(nfd, nbuf, sizeof(nbuf) - 1, 0);
+        ASSERT_TRUE(nn > 0);
+        nbuf[nn] = 0;
+        ASSERT_CONTAINS(nbuf, "READY=1");
+        close(nfd);
         client_open(&c);
         wait_agent_ready(&c);
 
