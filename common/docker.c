@@ -169,26 +169,17 @@ static int transport_error(struct docker *d, int r) {
 static int dcall(struct docker *d, const char *method, const char *path, const cJSON *body,
                  long timeout_ms, struct dresp *ret) {
         _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "%s", path);
-        _cleanup_free_ char *text = NULL;
         struct httpc_resp resp = {};
         int r;
 
         *ret = (struct dresp) {};
-        if (body) {
-                text = cJSON_PrintUnformatted(body);
-                if (!text)
-                        oom();
-        }
         struct httpc_req req = {
                 .method = method,
                 .url = url,
                 .unix_socket = d->socket,
-                .body = text,
-                .body_len = text ? strlen(text) : 0,
-                .content_type = text ? "application/json" : NULL,
                 .timeout_ms = timeout_ms > 0 ? timeout_ms : TIMEOUT_DEFAULT_MS,
         };
-        r = httpc_do(&req, &resp);
+        r = httpc_do_json_body(&req, body, &resp);
         if (r < 0) {
                 log_debug("docker: %s %s: %s", method, path, strerror(-r));
                 return transport_error(d, r);

@@ -212,27 +212,31 @@ static bool is_json_type(const char *ct) {
         return (n >= 4 && strncasecmp(ct + n - 4, "json", 4) == 0);
 }
 
-int httpc_json(const char *method, const char *url, const char *unix_socket, const cJSON *body,
-               long timeout_ms, long *ret_status, cJSON **ret_json) {
+int httpc_do_json_body(const struct httpc_req *base, const cJSON *body, struct httpc_resp *ret) {
         _cleanup_free_ char *text = NULL;
-        struct httpc_resp resp = {};
-        int r;
+        struct httpc_req req = *base;
 
         if (body) {
                 text = cJSON_PrintUnformatted(body);
                 if (!text)
                         oom();
+                req.body = text;
+                req.body_len = strlen(text);
+                req.content_type = "application/json";
         }
+        return httpc_do(&req, ret);
+}
+
+int httpc_json(const char *method, const char *url, const char *unix_socket, const cJSON *body,
+               long timeout_ms, long *ret_status, cJSON **ret_json) {
+        struct httpc_resp resp = {};
         struct httpc_req req = {
                 .method = method,
                 .url = url,
                 .unix_socket = unix_socket,
-                .body = text,
-                .body_len = text ? strlen(text) : 0,
-                .content_type = text ? "application/json" : NULL,
                 .timeout_ms = timeout_ms,
         };
-        r = httpc_do(&req, &resp);
+        int r = httpc_do_json_body(&req, body, &resp);
         if (r < 0)
                 return r;
 

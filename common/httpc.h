@@ -43,6 +43,9 @@ struct httpc_resp {
  * else), or the negative value an on_data callback returned. ret is filled only on
  * success; the caller frees it with httpc_resp_done(). */
 int httpc_do(const struct httpc_req *req, struct httpc_resp *ret);
+/* httpc_do() with body (when not NULL) serialised as JSON and sent with
+ * Content-Type: application/json; the base request's own body fields are replaced. */
+int httpc_do_json_body(const struct httpc_req *base, const cJSON *body, struct httpc_resp *ret);
 
 /* Frees the members and zeroes *r. NULL-safe. */
 void httpc_resp_done(struct httpc_resp *r);
