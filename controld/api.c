@@ -417,18 +417,7 @@ static enum MHD_Result delete_volume(struct req *r, const char *id) {
 
 /* ---- routing ---- */
 
-static enum MHD_Result method_not_allowed(struct req *r, const char *allow) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "Method %s not allowed here (allowed: %s)", r->method, allow);
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "message", msg);
-        char *s = json_print(o);
-        cJSON_Delete(o);
-        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-        return respond_response(r, 405, resp);
-}
+static enum MHD_Result method_not_allowed(struct req *r, const char *allow) { return respond_method_not_allowed(r, allow); }
 
 static bool is(struct req *r, const char *m) { return !strcmp(r->method, m); }
 
@@ -495,7 +484,7 @@ enum MHD_Result api_dispatch(struct req *r) {
                                 return respond_error(r, 400, "Invalid snapshot id");
                         return respond_error(r, 404, "Snapshot not found");
                 }
-                if (!hexid_valid(p[1])) {
+                if (!hexid_valid(p[1]) && strcmp(p[1], "regions") != 0 && strcmp(p[1], "snapshots") != 0) {
                         ROUTE(n == 2 ? "/sandboxes/{id}" : "/sandboxes/{id}/...");
                         return respond_error(r, 400, "Invalid sandbox id");
                 }
@@ -555,6 +544,13 @@ enum MHD_Result api_dispatch(struct req *r) {
                                         return respond_envelope(r, 200, "Snapshots fetched",
                                                                 paginated(cJSON_CreateArray(), 0, page, limit));
                                 }
+                                /* A bad body is still the client's to fix: say so before the 501. */
+                                struct pj_snapshot_create sc = { 0 };
+                                struct pj_error spe = { 0 };
+                                int sk = pj_snapshot_create_parse(r->body.buf, r->body.len, &sc, &spe);
+                                pj_snapshot_create_done(&sc);
+                                if (sk < 0)
+                                        return pj_fail(r, &spe);
                                 return respond_error(r, 501, "Snapshots are not available on this server yet");
                         }
                 }

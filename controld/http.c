@@ -94,6 +94,19 @@ enum MHD_Result respond_api_error(struct req *r, const struct api_error *e) {
         return respond_error(r, e->status ? e->status : 500, "%s", e->message[0] ? e->message : "Internal error");
 }
 
+enum MHD_Result respond_method_not_allowed(struct req *r, const char *allow) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "Method %s not allowed here (allowed: %s)", r->method, allow);
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "message", msg);
+        char *s = json_print(o);
+        cJSON_Delete(o);
+        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+        return respond_response(r, 405, resp);
+}
+
 enum MHD_Result respond_empty(struct req *r, int status) {
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
         return respond_response(r, status, resp);
@@ -283,6 +296,11 @@ static enum MHD_Result later_call(struct ctl *c, struct req *r, const char *uplo
                 return MHD_YES;
         r->started = true;
 
+        if ((!strcmp(r->path, "/healthz") || !strcmp(r->path, "/metrics")) && strcmp(r->method, "GET") != 0 &&
+            strcmp(r->method, "HEAD") != 0) {
+                r->route = r->path[1] == 'h' ? "/healthz" : "/metrics";
+                return respond_method_not_allowed(r, "GET");
+        }
         if (!strcmp(r->path, "/healthz")) {
                 r->route = "/healthz";
                 /* Degraded (503) when the scheduler backend does not answer: this controld

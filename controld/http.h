@@ -58,6 +58,8 @@ enum MHD_Result respond_error(struct req *r, int status, const char *fmt, ...) _
 enum MHD_Result respond_api_error(struct req *r, const struct api_error *e);
 enum MHD_Result respond_empty(struct req *r, int status);
 enum MHD_Result respond_response(struct req *r, int status, struct MHD_Response *resp /* consumed */);
+/* 405 with an Allow header listing allow (e.g. "GET, POST"). */
+enum MHD_Result respond_method_not_allowed(struct req *r, const char *allow);
 
 /* Parses ?page= and ?limit= per the published API. On error answers 400 and returns < 0. */
 int req_pagination(struct req *r, int64_t *ret_page, int64_t *ret_limit);

@@ -979,15 +979,14 @@ bool runtime_dispatch(struct req *r, enum MHD_Result *ret) {
                 bool exec = !strcmp(p[2], "exec");
                 r->route = exec ? "/sandboxes/{id}/exec" : "/sandboxes/{id}/code";
                 if (strcmp(r->method, "POST") != 0)
-                        *ret = respond_error(r, 405, "Method %s not allowed here (allowed: POST)", r->method);
+                        *ret = respond_method_not_allowed(r, "POST");
                 else
                         *ret = exec ? post_exec(r, p[1]) : post_code(r, p[1]);
                 return true;
         }
         if (r->n_parts == 4 && !strcmp(p[2], "files") && !strcmp(p[3], "batch")) {
                 r->route = "/sandboxes/{id}/files/batch";
-                *ret = strcmp(r->method, "POST") ? respond_error(r, 405, "Method %s not allowed here (allowed: POST)", r->method)
-                                                 : post_batch(r, p[1]);
+                *ret = strcmp(r->method, "POST") ? respond_method_not_allowed(r, "POST") : post_batch(r, p[1]);
                 return true;
         }
         if (is_files_route(r)) {
@@ -997,7 +996,7 @@ bool runtime_dispatch(struct req *r, enum MHD_Result *ret) {
                 else if (!strcmp(r->method, "GET"))
                         *ret = get_file(r, p[1], p[3]);
                 else
-                        *ret = respond_error(r, 405, "Method %s not allowed here (allowed: GET, PUT)", r->method);
+                        *ret = respond_method_not_allowed(r, "GET, PUT");
                 return true;
         }
         return false;

@@ -1283,7 +1283,7 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
         if (r < 0)
                 return r;
         if (r == 0)
-                return fail(err, "region", "region is required (a region id from GET /regions)");
+                return fail(err, "region", "region is required (a region id from GET /sandboxes/regions)");
         r = get_str(root, "", "type", &v, err);
         if (r < 0)
                 return r;
