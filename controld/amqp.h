@@ -1,0 +1,71 @@
+/* amqp.h — fail-closed request/reply to one node's agent over RabbitMQ.
+ *
+ * One client holds one connection with one channel in confirm mode and an
+ * exclusive, server-named reply queue. A request is published to the direct
+ * exchange with routing key = node ID, mandatory, transient, with
+ * message_id = correlation_id = a fresh 24-hex id, reply_to = our queue and
+ * expiration = the time left. It succeeds only when the agent's reply with that
+ * correlation_id arrives before the deadline. Everything else is a failure the
+ * caller can tell apart:
+ *   -ENXIO       the broker returned the message: no agent queue is bound for the node
+ *                (agents' queues are exclusive + auto-delete, so a dead agent is gone at once)
+ *   -EIO         the broker nacked the message, or closed our channel (its text in err;
+ *                the channel is reopened before the next request)
+ *   -ETIMEDOUT   no reply by the deadline (hung agent, or no confirm from the broker);
+ *                a late reply to such a request is recognised by its id and dropped
+ *   -ECONNRESET  the connection broke while this request was in flight (-EPIPE: while publishing);
+ *                the next request reconnects and redeclares
+ *   -EMSGSIZE    body or reply over AMQP_CLIENT_MAX_BODY
+ *   -EINVAL      bad arguments (empty or over-long node id, timeout <= 0)
+ *   connect errors (-ECONNREFUSED, -EACCES, -ETIMEDOUT, -EPROTO) when no connection could be made
+ * A connection that died while idle (broker restart, missed heartbeats, an admin
+ * closing it) is noticed before publishing and replaced without failing the request:
+ * nothing had been sent on it.
+ *
+ * Thread-safe. Requests from many threads are in flight at once on the one
+ * connection (a mutex serialises every rabbitmq-c call; one waiting thread at a
+ * time reads frames and hands each reply to its owner), so a hung agent on one
+ * node does not delay requests to other nodes. No call blocks beyond its deadline,
+ * except a publish into a socket the broker has stopped reading (memory alarm),
+ * which rabbitmq-c bounds only by its heartbeat timeout.
+ *
+ * Library-like: logs at debug only; the caller logs once.
+ */
+#pragma once
+
+/* The Makefile puts controld/ on the include path, so this file is what every
+ * `#include <amqp.h>` in the tree finds first: hand those on to rabbitmq-c's
+ * header of the same name, which this header needs anyway. */
+#include_next <amqp.h>
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+#define AMQP_CLIENT_MAX_BODY (1024 * 1024)
+#define AMQP_CLIENT_HEARTBEAT_S 30
+
+struct amqp_client;
+
+/* url: amqp://user:pass@host:port[/vhost] (empty vhost means "/"); amqps:// is refused
+ * (-EOPNOTSUPP), anything else that does not parse -> -EINVAL. exchange: the direct
+ * exchange the agents bind to (declared durable if missing). Connects before returning
+ * (at most 10 s) so that a wrong URL or credentials show at startup. On success *ret is
+ * owned by the caller (amqp_client_free). */
+int amqp_client_new(const char *url, const char *exchange, struct amqp_client **ret, char *err, size_t errlen);
+
+/* Closes the connection. No request may be running. Accepts NULL; returns NULL. */
+struct amqp_client *amqp_client_free(struct amqp_client *c);
+
+/* Publishes body (JSON text, at most AMQP_CLIENT_MAX_BODY bytes) for node_id and waits
+ * at most timeout_ms for the agent's reply. Returns 0 with *ret_reply = the reply body
+ * (xmalloc'd, NUL-terminated, caller frees); on failure a negative errno from the table
+ * above, err filled, *ret_reply untouched. */
+int amqp_request(struct amqp_client *c, const char *node_id, const char *body, long timeout_ms, char **ret_reply,
+                 char *err, size_t errlen);
+
+/* amqp_request, then the reply must be a JSON object with "ok": true.
+ *   -EREMOTEIO  "ok": false; err holds the agent's "error" text
+ *   -EBADMSG    the reply is not a JSON object with a boolean "ok"
+ * On success *ret_reply (may be NULL if unwanted) is the parsed reply, owned by the caller. */
+int amqp_request_ok(struct amqp_client *c, const char *node_id, const char *body, long timeout_ms, cJSON **ret_reply,
+                    char *err, size_t errlen);

@@ -1,0 +1,486 @@
+/* controld's AMQP client against a real RabbitMQ and real nodeagents: replies, no route,
+ * dead and hung agents, refusals, concurrency, lost connections and channels, limits. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+
+#include "amqp.h"
+#include "cleanup.h"
+#include "json.h"
+#include "strutil.h"
+#include "testlib.h"
+
+#define URL "amqp://guest:guest@127.0.0.1:5672/"
+#define EXCHANGE "paddock.nodes"
+#define RABBITMQCTL "rabbitmqctl"
+
+struct agent {
+        pid_t pid;
+        char node_id[96];
+        char conf[512];
+        char log[512];
+};
+
+#define MAX_AGENTS 4
+static struct agent agents[MAX_AGENTS];
+static int n_agents;
+
+static void need_rabbit(void) {
+        if (!test_port_open(5672))
+                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672 (tests/env/services.sh start rabbitmq)");
+}
+
+static void stop_agents(void *ud) {
+        (void) ud;
+        for (int i = 0; i < n_agents; i++) {
+                if (agents[i].pid <= 0)
+                        continue;
+                /* A stopped agent would not act on SIGTERM until continued. */
+                kill(agents[i].pid, SIGKILL);
+                waitpid(agents[i].pid, NULL, 0);
+                agents[i].pid = 0;
+        }
+}
+
+static struct agent *start_agent(const char *tag) {
+        ASSERT_TRUE(n_agents < MAX_AGENTS);
+        struct agent *a = &agents[n_agents++];
+        if (n_agents == 1)
+                test_on_exit(stop_agents, NULL);
+        char id[96];
+        snprintf(id, sizeof(id), "amqptest-%d-%s", (int) getpid(), tag);
+        snprintf(a->node_id, sizeof(a->node_id), "%s", id);
+        snprintf(a->conf, sizeof(a->conf), "%s/%s.conf", test_tmpdir(), id);
+        snprintf(a->log, sizeof(a->log), "%s/%s.log", test_tmpdir(), id);
+        FILE *f = fopen(a->conf, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = %s\nexchange = %s\n", a->node_id, URL,
+                EXCHANGE);
+        fclose(f);
+        pid_t p = fork();
+        ASSERT_TRUE(p >= 0);
+        if (p == 0) {
+                int fd = open(a->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+                if (fd >= 0)
+                        dup2(fd, STDERR_FILENO);
+                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", a->conf, (char *) NULL);
+                _exit(127);
+        }
+        a->pid = p;
+        return a;
+}
+
+static struct amqp_client *new_client(const char *exchange) {
+        struct amqp_client *c = NULL;
+        char err[512] = "";
+        int r = amqp_client_new(URL, exchange, &c, err, sizeof(err));
+        if (r < 0)
+                test_fail(__FILE__, __LINE__, "amqp_client_new: %s (%s)", strerror(-r), err);
+        return c;
+}
+
+/* The agent's queue exists once it consumes: until then requests come back -ENXIO. */
+static void wait_consuming(struct amqp_client *c, const struct agent *a) {
+        for (int i = 0; i < 200; i++) {
+                _cleanup_free_ char *reply = NULL;
+                char err[512];
+                int r = amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 2000, &reply, err, sizeof(err));
+                if (r == 0)
+                        return;
+                if (r != -ENXIO)
+                        test_fail(__FILE__, __LINE__, "waiting for the agent: %s (%s)", strerror(-r), err);
+                usleep(50000);
+        }
+        test_fail(__FILE__, __LINE__, "nodeagent %s never consumed; see %s", a->node_id, a->log);
+}
+
+static long elapsed_ms(const struct timespec *t0) {
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        return (t1.tv_sec - t0->tv_sec) * 1000 + (t1.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+TEST_FULL(ping_round_trip, 30) {
+        need_rabbit();
+        struct agent *a = start_agent("ping");
+        struct amqp_client *c = new_client(EXCHANGE);
+        wait_consuming(c, a);
+
+        _cleanup_free_ char *reply = NULL;
+        char err[512] = "";
+        ASSERT_EQ(amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_CONTAINS(reply, "\"ok\":true");
+        ASSERT_CONTAINS(reply, a->node_id);
+
+        _cleanup_json_ cJSON *j = NULL;
+        ASSERT_EQ(amqp_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, &j, err, sizeof(err)), 0);
+        ASSERT_STREQ(json_get_str(j, "node_id"), a->node_id);
+        /* Without an out-parameter too. */
+        ASSERT_EQ(amqp_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, NULL, err, sizeof(err)), 0);
+        amqp_client_free(c);
+}
+
+TEST_FULL(unknown_node_fails_fast_with_enxio, 30) {
+        need_rabbit();
+        struct amqp_client *c = new_client(EXCHANGE);
+        char node[64], err[512] = "";
+        snprintf(node, sizeof(node), "amqptest-%d-nobody", (int) getpid());
+        for (int i = 0; i < 5; i++) {
+                _cleanup_free_ char *reply = NULL;
+                struct timespec t0;
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+                ASSERT_EQ(amqp_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
+                ASSERT_LE(elapsed_ms(&t0), 1000);
+                ASSERT_NULL(reply);
+                ASSERT_CONTAINS(err, "no agent is consuming for node");
+                ASSERT_CONTAINS(err, node);
+                ASSERT_CONTAINS(err, "NO_ROUTE");
+        }
+        amqp_client_free(c);
+}
+
+TEST_FULL(killed_agent_fails_fast_with_enxio, 30) {
+        need_rabbit();
+        struct agent *a = start_agent("killed");
+        struct amqp_client *c = new_client(EXCHANGE);
+        wait_consuming(c, a);
+        kill(a->pid, SIGKILL);
+        waitpid(a->pid, NULL, 0);
+        a->pid = 0;
+        /* The broker drops the exclusive queue once it sees the TCP connection close. */
+        int r = 0;
+        char err[512] = "";
+        for (int i = 0; i < 50; i++) {
+                _cleanup_free_ char *reply = NULL;
+                r = amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 500, &reply, err, sizeof(err));
+                if (r == -ENXIO)
+                        break;
+                ASSERT_EQ(r, -ETIMEDOUT);
+        }
+        ASSERT_EQ(r, -ENXIO);
+        for (int i = 0; i < 3; i++) {
+                _cleanup_free_ char *reply = NULL;
+                struct timespec t0;
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+                ASSERT_EQ(amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
+                ASSERT_LE(elapsed_ms(&t0), 1000);
+        }
+        amqp_client_free(c);
+}
+
+struct bg_request {
+        pthread_t thread;
+        struct amqp_client *c;
+        const char *node_id;
+        const char *body;
+        long timeout_ms;
+        int r;
+        long took_ms;
+        char *reply;
+        char err[512];
+};
+
+static void *bg_run(void *ud) {
+        struct bg_request *b = ud;
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        b->r = amqp_request(b->c, b->node_id, b->body, b->timeout_ms, &b->reply, b->err, sizeof(b->err));
+        b->took_ms = elapsed_ms(&t0);
+        return NULL;
+}
+
+TEST_FULL(hung_agent_times_out_at_deadline_and_late_reply_is_ignored, 40) {
+        need_rabbit();
+        struct agent *hung = start_agent("hung");
+        struct agent *live = start_agent("live");
+        struct amqp_client *c = new_client(EXCHANGE);
+        wait_consuming(c, hung);
+        wait_consuming(c, live);
+        /* Its queue stays bound, the broker routes and confirms, nobody answers. */
+        ASSERT_EQ(kill(hung->pid, SIGSTOP), 0);
+
+        char stale[64], fresh[64];
+        snprintf(stale, sizeof(stale), "{\"type\":\"stale-%d\"}", (int) getpid());
+        snprintf(fresh, sizeof(fresh), "{\"type\":\"fresh-%d\"}", (int) getpid());
+        struct bg_request h = { .c = c, .node_id = hung->node_id, .body = stale, .timeout_ms = 2000 };
+        ASSERT_EQ(pthread_create(&h.thread, NULL, bg_run, &h), 0);
+        /* Meanwhile the same client keeps serving other nodes: the hung request does not hold it. */
+        usleep(200000);
+        for (int i = 0; i < 5; i++) {
+                struct bg_request l = { .c = c, .node_id = live->node_id, .body = "{\"type\":\"ping\"}", .timeout_ms = 5000 };
+                bg_run(&l);
+                ASSERT_EQ(l.r, 0);
+                ASSERT_LE(l.took_ms, 500);
+                free(l.reply);
+        }
+        pthread_join(h.thread, NULL);
+        ASSERT_EQ(h.r, -ETIMEDOUT);
+        ASSERT_NULL(h.reply);
+        ASSERT_CONTAINS(h.err, "no reply from the agent on node");
+        ASSERT_GE(h.took_ms, 2000);
+        ASSERT_LE(h.took_ms, 3000);
+
+        /* Continued, the agent answers the stale request first (it already holds it), then ours:
+         * only the reply with our correlation id may be taken. */
+        ASSERT_EQ(kill(hung->pid, SIGCONT), 0);
+        _cleanup_free_ char *reply = NULL;
+        char err[512] = "";
+        ASSERT_EQ(amqp_request(c, hung->node_id, fresh, 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_CONTAINS(reply, "fresh-");
+        ASSERT_FALSE(strstr(reply, "stale-"));
+        free(reply);
+        reply = NULL;
+        ASSERT_EQ(amqp_request(c, hung->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_CONTAINS(reply, "\"ok\":true");
+        amqp_client_free(c);
+}
+
+TEST_FULL(agent_refusal_is_eremoteio_with_its_text, 30) {
+        need_rabbit();
+        struct agent *a = start_agent("refuse");
+        struct amqp_client *c = new_client(EXCHANGE);
+        wait_consuming(c, a);
+        char err[512] = "";
+        cJSON *j = NULL;
+        ASSERT_EQ(amqp_request_ok(c, a->node_id, "{\"type\":\"egress.apply\",\"sandbox_id\":\"x\"}", 5000, &j, err,
+                                  sizeof(err)),
+                  -EREMOTEIO);
+        ASSERT_NULL(j);
+        ASSERT_CONTAINS(err, a->node_id);
+        ASSERT_CONTAINS(err, "message type 'egress.apply' is not supported by this agent");
+        /* Garbage is refused by the agent, not by us. */
+        ASSERT_EQ(amqp_request_ok(c, a->node_id, "{not json", 5000, &j, err, sizeof(err)), -EREMOTEIO);
+        ASSERT_CONTAINS(err, "Malformed JSON");
+        amqp_client_free(c);
+}
+
+#define N_THREADS 16
+#define N_PER_THREAD 20
+
+struct worker {
+        pthread_t thread;
+        struct amqp_client *c;
+        const char *node_id;
+        int idx;
+        int ok, bad;
+        char first_err[512];
+};
+
+static void *worker_run(void *ud) {
+        struct worker *w = ud;
+        for (int i = 0; i < N_PER_THREAD; i++) {
+                char body[64], want[64], err[512] = "";
+                _cleanup_free_ char *reply = NULL;
+                /* The agent echoes the type: each reply says whose request it answers. */
+                snprintf(body, sizeof(body), "{\"type\":\"t%d-%d\"}", w->idx, i);
+                snprintf(want, sizeof(want), "\"type\":\"t%d-%d\"", w->idx, i);
+                int r = amqp_request(w->c, w->node_id, body, 10000, &reply, err, sizeof(err));
+                if (r == 0 && strstr(reply, want))
+                        w->ok++;
+                else {
+                        if (!w->bad)
+                                snprintf(w->first_err, sizeof(w->first_err), "request %d: r=%d %s reply=%s", i, r, err,
+                                         reply ? reply : "(none)");
+                        w->bad++;
+                }
+        }
+        return NULL;
+}
+
+TEST_FULL(concurrent_requests_get_their_own_replies, 60) {
+        need_rabbit();
+        struct agent *a = start_agent("conc");
+        struct amqp_client *c = new_client(EXCHANGE);
+        wait_consuming(c, a);
+        struct worker w[N_THREADS];
+        memset(w, 0, sizeof(w));
+        for (int i = 0; i < N_THREADS; i++) {
+                w[i] = (struct worker) { .c = c, .node_id = a->node_id, .idx = i };
+                ASSERT_EQ(pthread_create(&w[i].thread, NULL, worker_run, &w[i]), 0);
+        }
+        int ok = 0;
+        for (int i = 0; i < N_THREADS; i++) {
+                pthread_join(w[i].thread, NULL);
+                if (w[i].bad)
+                        test_fail(__FILE__, __LINE__, "thread %d: %d bad, first: %s", i, w[i].bad, w[i].first_err);
+                ok += w[i].ok;
+        }
+        ASSERT_EQ(ok, N_THREADS * N_PER_THREAD);
+        amqp_client_free(c);
+}
+
+/* rabbitmqctl close_connection on the client's own connection (named
+ * "paddock-controld[<pid>]"), so that other users of the broker are left alone.
+ * Returns the number of connections closed. */
+static int close_my_connection(void) {
+        char mark[64];
+        snprintf(mark, sizeof(mark), "paddock-controld[%d]", (int) getpid());
+        char *list_argv[] = { RABBITMQCTL, "-n", "rabbit@localhost", "-q", "list_connections", "--no-table-headers",
+                              "pid", "client_properties", NULL };
+        _cleanup_free_ char *out = NULL;
+        int st = test_run_capture(list_argv, &out, 1 << 20);
+        if (st != 0 || !out)
+                TEST_SKIP("rabbitmqctl list_connections does not work here (not root, or no Erlang cookie)");
+        int closed = 0;
+        for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+                if (!strstr(line, mark))
+                        continue;
+                char *tab = strchr(line, '\t');
+                if (!tab)
+                        continue;
+                *tab = 0;
+                char *close_argv[] = { RABBITMQCTL, "-n", "rabbit@localhost", "-q", "close_connection", line,
+                                       "paddock test closes this connection", NULL };
+                _cleanup_free_ char *o2 = NULL;
+                ASSERT_EQ(test_run_capture(close_argv, &o2, 4096), 0);
+                closed++;
+        }
+        return closed;
+}
+
+TEST_FULL(lost_connection_fails_cleanly_then_reconnects, 60) {
+        need_rabbit();
+        if (access("/usr/sbin/" RABBITMQCTL, X_OK) != 0 && access("/usr/bin/" RABBITMQCTL, X_OK) != 0)
+                TEST_SKIP("rabbitmqctl is not installed");
+        struct agent *a = start_agent("lost");
+        struct amqp_client *c = new_client(EXCHANGE);
+        wait_consuming(c, a);
+        char err[512] = "";
+
+        /* In flight: the agent is stopped so the request is still waiting when the broker
+         * drops us. It must fail at once with the broker's reason, not sit out its deadline. */
+        ASSERT_EQ(kill(a->pid, SIGSTOP), 0);
+        struct bg_request b = { .c = c, .node_id = a->node_id, .body = "{\"type\":\"ping\"}", .timeout_ms = 20000 };
+        ASSERT_EQ(pthread_create(&b.thread, NULL, bg_run, &b), 0);
+        usleep(300000);
+        ASSERT_EQ(close_my_connection(), 1);
+        pthread_join(b.thread, NULL);
+        ASSERT_EQ(b.r, -ECONNRESET);
+        ASSERT_CONTAINS(b.err, "CONNECTION_FORCED");
+        ASSERT_CONTAINS(b.err, "paddock test closes this connection");
+        ASSERT_LE(b.took_ms, 10000);
+        ASSERT_EQ(kill(a->pid, SIGCONT), 0);
+
+        /* The next request reconnects (new reply queue) and succeeds. */
+        _cleanup_free_ char *reply = NULL;
+        ASSERT_EQ(amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_CONTAINS(reply, "\"ok\":true");
+
+        /* Idle: a connection closed between requests is replaced before publishing, so
+         * no request fails for it (nothing had been sent on the dead connection). */
+        ASSERT_EQ(close_my_connection(), 1);
+        usleep(300000);
+        free(reply);
+        reply = NULL;
+        ASSERT_EQ(amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_CONTAINS(reply, "\"ok\":true");
+        amqp_client_free(c);
+}
+
+/* A raw connection of the test's own, to change the broker under the client. */
+static void delete_exchange(const char *name) {
+        amqp_connection_state_t conn = amqp_new_connection();
+        amqp_socket_t *s = amqp_tcp_socket_new(conn);
+        ASSERT_NOT_NULL(s);
+        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
+        ASSERT_EQ(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
+                  AMQP_RESPONSE_NORMAL);
+        amqp_channel_open(conn, 1);
+        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_exchange_delete(conn, 1, amqp_cstring_bytes(name), 0);
+        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(conn);
+}
+
+TEST_FULL(channel_closed_by_broker_is_eio_then_reopened, 30) {
+        need_rabbit();
+        char exch[64], node[64], err[512] = "";
+        snprintf(exch, sizeof(exch), "paddock.test.%d", (int) getpid());
+        snprintf(node, sizeof(node), "amqptest-%d-chan", (int) getpid());
+        struct amqp_client *c = new_client(exch);
+        _cleanup_free_ char *reply = NULL;
+        ASSERT_EQ(amqp_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
+        /* Publishing to an exchange that is gone: the broker closes the channel (404). */
+        delete_exchange(exch);
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        ASSERT_EQ(amqp_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -EIO);
+        ASSERT_LE(elapsed_ms(&t0), 1000);
+        ASSERT_CONTAINS(err, "RabbitMQ closed the channel: 404 NOT_FOUND");
+        ASSERT_CONTAINS(err, exch);
+        /* The channel is reopened (and the exchange redeclared) before the next publish. */
+        int r = amqp_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err));
+        if (r != -ENXIO)
+                test_fail(__FILE__, __LINE__, "after the channel close: %d %s", r, err);
+        ASSERT_CONTAINS(err, "no agent is consuming");
+        ASSERT_NULL(reply);
+        amqp_client_free(c);
+        delete_exchange(exch);
+}
+
+TEST_FULL(body_limit_is_one_mib, 30) {
+        need_rabbit();
+        struct agent *a = start_agent("big");
+        struct amqp_client *c = new_client(EXCHANGE);
+        wait_consuming(c, a);
+        size_t n = AMQP_CLIENT_MAX_BODY;
+        _cleanup_free_ char *body = xmalloc(n + 2);
+        const char *head = "{\"type\":\"ping\",\"pad\":\"";
+        size_t hl = strlen(head);
+        memcpy(body, head, hl);
+        memset(body + hl, 'x', n - hl - 2);
+        memcpy(body + n - 2, "\"}", 3);
+        ASSERT_EQ(strlen(body), n);
+        /* Exactly the limit goes through (in many frames) and the agent answers. */
+        char err[512] = "";
+        _cleanup_free_ char *reply = NULL;
+        ASSERT_EQ(amqp_request(c, a->node_id, body, 10000, &reply, err, sizeof(err)), 0);
+        ASSERT_CONTAINS(reply, "\"ok\":true");
+        /* One byte more is refused before anything is sent. */
+        memcpy(body + n - 2, "x\"}", 4);
+        ASSERT_EQ(strlen(body), n + 1);
+        ASSERT_EQ(amqp_request(c, a->node_id, body, 10000, &reply, err, sizeof(err)), -EMSGSIZE);
+        ASSERT_CONTAINS(err, "limit");
+        amqp_client_free(c);
+}
+
+TEST_FULL(bad_arguments_and_urls, 30) {
+        struct amqp_client *c = NULL;
+        char err[512] = "";
+        ASSERT_EQ(amqp_client_new("http://127.0.0.1:5672", EXCHANGE, &c, err, sizeof(err)), -EINVAL);
+        ASSERT_CONTAINS(err, "amqp://");
+        ASSERT_EQ(amqp_client_new("amqp://guest:guest@127.0.0.1:notaport/", EXCHANGE, &c, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(amqp_client_new("amqps://guest:guest@127.0.0.1/", EXCHANGE, &c, err, sizeof(err)), -EOPNOTSUPP);
+        ASSERT_EQ(amqp_client_new(URL, "", &c, err, sizeof(err)), -EINVAL);
+        /* Nothing listens on port 1. */
+        ASSERT_EQ(amqp_client_new("amqp://guest:guest@127.0.0.1:1/", EXCHANGE, &c, err, sizeof(err)), -ECONNREFUSED);
+        ASSERT_CONTAINS(err, "127.0.0.1:1");
+        ASSERT_NULL(c);
+        need_rabbit();
+        ASSERT_EQ(amqp_client_new("amqp://guest:wrong@127.0.0.1:5672/", EXCHANGE, &c, err, sizeof(err)), -EACCES);
+        ASSERT_CONTAINS(err, "refused the login for user guest");
+        ASSERT_FALSE(strstr(err, "wrong"));   /* never echo the password */
+        ASSERT_EQ(amqp_client_new("amqp://guest:guest@127.0.0.1:5672/no-such-vhost", EXCHANGE, &c, err, sizeof(err)),
+                  -EACCES);
+        ASSERT_NULL(c);
+
+        c = new_client(EXCHANGE);
+        char *reply = NULL;
+        ASSERT_EQ(amqp_request(c, "", "{}", 1000, &reply, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(amqp_request(c, "bad\nnode", "{}", 1000, &reply, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(amqp_request(c, "n1", "{}", 0, &reply, err, sizeof(err)), -EINVAL);
+        ASSERT_NULL(reply);
+        amqp_client_free(c);
+        ASSERT_NULL(amqp_client_free(NULL));
+}
