@@ -1,0 +1,90 @@
+/* egress.h — fail-closed per-sandbox egress in one nftables table.
+ *
+ * Everything lives in ONE table (`inet paddock` by default) and every change is
+ * ONE atomic netlink batch (libnftnl + libmnl): the kernel either takes all of
+ * it or none of it. Layout (see egress.c for the exact rules):
+ *
+ *   set node_deny   ipv4 intervals: 169.254.169.254/32, 169.254.170.2/32 (always)
+ *                   plus cfg->deny_cidrs (host addresses, operator internal CIDRs)
+ *   set dns_clients sandbox IPs whose policy allows DNS to cfg->dns_resolver
+ *   map sandboxes   sandbox IP : jump sbx_<id>
+ *   chain forward_sbx  hook forward, policy ACCEPT (other forwarding is not ours):
+ *                      iifname <bridge> jump sbx_egress
+ *   chain input_sbx    hook input, policy ACCEPT: iifname <bridge> jump sbx_to_host
+ *   chain sbx_egress   ct established,related accept; non-IPv4 drop; DNS to the
+ *                      resolver from @dns_clients accept; daddr @node_deny drop;
+ *                      ip saddr vmap @sandboxes; drop        (fail closed)
+ *   chain sbx_to_host  ct established,related accept; non-IPv4 drop; DNS as above;
+ *                      daddr @node_deny drop; fib daddr type local drop
+ *   chain sbx_<id> + set allow_<id>   one pair per sandbox, written by egress_apply()
+ *
+ * A sandbox IP with no element in @sandboxes (no confirmed policy) reaches
+ * nothing, and neither does anything on the bridges once the table exists.
+ *
+ * The module keeps the configuration of the last successful egress_init() in
+ * process state; egress_apply/remove/list use it. Calls are serialised by an
+ * internal mutex. Library code: never logs above debug; errors are -errno plus
+ * a human-readable reason (the kernel's, for batches) in err.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pj_egress.h"
+
+#define EGRESS_TABLE_DEFAULT "paddock"
+#define EGRESS_ID_LEN 24          /* sandbox IDs: 24 lowercase hex */
+#define EGRESS_MAX_BRIDGES 64
+#define EGRESS_MAX_DENY 1024
+/* Entries one egress_apply() accepts (PJ_EGRESS_MAX_ALLOW user entries, each
+ * hostname possibly resolving to several addresses). */
+#define EGRESS_MAX_ALLOW 1024
+
+struct egress_config {
+        const char *table;              /* NULL = EGRESS_TABLE_DEFAULT; at most 255 bytes */
+        const char *const *bridges;     /* NULL-terminated; sandbox bridge interface names (iifname) */
+        const char *const *deny_cidrs;  /* NULL-terminated IPv4 / CIDR strings, or NULL */
+        const char *dns_resolver;       /* IPv4 of the only resolver sandboxes may use (udp/tcp 53), NULL = none */
+        int priority;                   /* priority of both base chains, e.g. -10 */
+};
+
+/* Creates or updates, in one atomic batch, the table, the node deny set (its
+ * elements replaced), the dns_clients set and sandboxes map (kept), the two
+ * regular dispatch chains and the two base chains (flushed and refilled). Safe
+ * to re-run on a live table (agent restart): existing sandbox chains, sets and
+ * map elements are kept, so enforcement never lapses. If the base chains exist
+ * with another priority they are deleted and recreated in the same batch.
+ * On success stores a copy of cfg for the other calls.
+ * Returns 0, -EINVAL (bad config; err says which field), or the kernel's -errno. */
+int egress_init(const struct egress_config *cfg, char *err, size_t errlen);
+
+struct egress_policy {
+        const char *sandbox_id;                 /* 24 lowercase hex */
+        uint32_t ip;                            /* sandbox IPv4, host order */
+        enum pj_egress_mode mode;
+        const struct pj_allow_entry *allow;     /* PJ_ALLOW_IPV4 / PJ_ALLOW_CIDR only: hostnames must */
+        size_t n_allow;                         /* already be resolved into IPv4 entries by the caller */
+};
+
+/* One atomic batch: chain sbx_<id> (created or flushed) with
+ *   open:       counter; counter accept
+ *   restricted: counter; ip daddr @allow_<id> counter accept; counter drop
+ *   deny_all:   counter; counter drop
+ * set allow_<id> (always present; flushed and refilled with the merged, sorted
+ * allowlist for restricted, empty otherwise), the map element ip -> jump sbx_<id>
+ * (replacing an element for that ip or for an older ip of this sandbox), and
+ * membership of ip in dns_clients (open/restricted only). All or nothing.
+ * Returns 0, -EINVAL (bad id, mode or entry), -ENOTCONN (no egress_init), or the kernel's -errno. */
+int egress_apply(const struct egress_policy *p, char *err, size_t errlen);
+
+/* Removes everything of sandbox_id in one batch: map elements that jump to its
+ * chain, ip from dns_clients (only if no other sandbox maps that ip), the chain
+ * and the set. Idempotent: 0 when nothing is there. ip may be 0 (unknown). */
+int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen);
+
+/* Sandbox IDs that have a chain in the table (for the reaper), as a
+ * NULL-terminated array the caller frees with strv_free() (strutil.h).
+ * Returns the count (0 also when the table does not exist) or -errno;
+ * *ret_sandbox_ids is untouched on failure. */
+int egress_list(char ***ret_sandbox_ids);

@@ -1,0 +1,697 @@
+/* Integration test: the egress engine against real nftables, with real traffic.
+ *
+ * Every test runs in its own forked process (the runner's) that first
+ * unshare(CLONE_NEWNET)s, so the root namespace is never touched. That
+ * namespace is the "node" (router). Two more namespaces hang off it, each held
+ * by a child process that only waits for the test to end:
+ *
+ *   sandbox ns                  node ns (egress table here)            world ns
+ *   eth0 169.254.90.2 (A)  ---  vsbx -[bridge pdkbr0 169.254.90.1]
+ *        169.254.90.3 (B)       vwld 169.254.91.1                 ---  eth0 169.254.91.2 (world host 1)
+ *                               ip_forward=1                                169.254.91.3 (world host 2)
+ *                                                                           169.254.91.4 (deny_cidrs)
+ *                                                                           169.254.169.254 (metadata)
+ *
+ * TCP listeners on PORT (and 53) sit in the world ns and in the node ns; probes
+ * connect() from the sandbox ns with a short timeout. Every address is inside
+ * 169.254.0.0/16 in namespaces this program made. Before egress_init a control
+ * probe proves the topology forwards, so a blocked probe later means the
+ * firewall blocked it. The ruleset is read back with `nft --json` run inside the
+ * test's namespace (the CLI inherits it).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cleanup.h"
+#include "egress.h"
+#include "pj_egress.h"
+#include "strutil.h"
+#include "testlib.h"
+
+#define BRIDGE "pdkbr0"
+#define PORT 18080
+#define PROBE_MS 300
+#define IP(a, b, c, d) (((uint32_t) (a) << 24) | ((uint32_t) (b) << 16) | ((uint32_t) (c) << 8) | (uint32_t) (d))
+
+#define SBX_A IP(169, 254, 90, 2)
+#define SBX_B IP(169, 254, 90, 3)
+#define GW_SBX IP(169, 254, 90, 1)
+#define GW_WLD IP(169, 254, 91, 1)
+#define WORLD1 IP(169, 254, 91, 2)
+#define WORLD2 IP(169, 254, 91, 3)
+#define DENIED IP(169, 254, 91, 4)
+#define METADATA IP(169, 254, 169, 254)
+
+#define ID_A "aaaaaaaaaaaaaaaaaaaaaaaa"
+#define ID_B "bbbbbbbbbbbbbbbbbbbbbbbb"
+#define ID_C "cccccccccccccccccccccccc"
+
+static const char *const bridges[] = { BRIDGE, NULL };
+static const char *const deny[] = { "169.254.91.4/32", NULL };
+
+static struct {
+        int node_fd, sbx_fd, world_fd;
+        int listeners[8];
+        int n_listeners;
+} T = { -1, -1, -1, { 0 }, 0 };
+
+/* ------------------------------------------------------------ namespaces */
+
+static void enter(int fd) {
+        if (setns(fd, CLONE_NEWNET) < 0)
+                test_fail(__FILE__, __LINE__, "setns: %m");
+}
+
+/* A child that unshares a network namespace and lives until the test does. */
+static pid_t ns_holder(void) {
+        int p[2];
+        if (pipe(p) < 0)
+                test_fail(__FILE__, __LINE__, "pipe: %m");
+        pid_t pid = fork();
+        if (pid < 0)
+                test_fail(__FILE__, __LINE__, "fork: %m");
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                char c = unshare(CLONE_NEWNET) < 0 ? 'E' : 'K';
+                ssize_t _unused_ w = write(p[1], &c, 1);
+                for (;;)
+                        pause();
+        }
+        close(p[1]);
+        char c = 0;
+        ssize_t _unused_ n = read(p[0], &c, 1);
+        close(p[0]);
+        if (c != 'K')
+                test_fail(__FILE__, __LINE__, "child could not unshare its network namespace");
+        return pid;
+}
+
+static void kill_holder(void *ud) {
+        pid_t pid = (pid_t) (intptr_t) ud;
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+}
+
+static int ns_fd_of(pid_t pid) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/ns/net", (int) pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                test_fail(__FILE__, __LINE__, "open %s: %m", path);
+        return fd;
+}
+
+/* Runs a fixed argv (plus formatted numbers, never user strings) inside ns fd. */
+#define RUN(fd, ...) run_in((fd), __FILE__, __LINE__, (char *const[]) { __VA_ARGS__, NULL })
+static void run_in(int fd, const char *file, int line, char *const argv[]) {
+        enter(fd);
+        int r = test_run_capture(argv, NULL, 4096);
+        enter(T.node_fd);
+        if (r != 0)
+                test_fail(file, line, "%s %s %s ... exited %d", argv[0], argv[1], argv[2] ? argv[2] : "", r);
+}
+
+static void write_file(const char *path, const char *s) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, s, strlen(s)) != (ssize_t) strlen(s))
+                test_fail(__FILE__, __LINE__, "write %s: %m", path);
+}
+
+static int listen_on(uint16_t port) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(fd, 128) < 0)
+                test_fail(__FILE__, __LINE__, "listen on %u: %m", port);
+        return fd;
+}
+
+static void add_listener(int ns, uint16_t port) {
+        enter(ns);
+        T.listeners[T.n_listeners++] = listen_on(port);
+        enter(T.node_fd);
+}
+
+/* The node namespace with sandbox and world attached; see the header comment. */
+static void topology(void) {
+        if (unshare(CLONE_NEWNET) < 0)
+                TEST_SKIP("unshare(CLONE_NEWNET) not permitted here");
+        T.node_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(T.node_fd >= 0);
+
+        pid_t sp = ns_holder(), wp = ns_holder();
+        test_on_exit(kill_holder, (void *) (intptr_t) sp);
+        test_on_exit(kill_holder, (void *) (intptr_t) wp);
+        T.sbx_fd = ns_fd_of(sp);
+        T.world_fd = ns_fd_of(wp);
+        char spid[16], wpid[16];
+        snprintf(spid, sizeof(spid), "%d", (int) sp);
+        snprintf(wpid, sizeof(wpid), "%d", (int) wp);
+
+        int n = T.node_fd, s = T.sbx_fd, w = T.world_fd;
+        RUN(n, "ip", "link", "set", "lo", "up");
+        RUN(n, "ip", "link", "add", BRIDGE, "type", "bridge");
+        RUN(n, "ip", "link", "add", "vsbx", "type", "veth", "peer", "name", "eth0", "netns", spid);
+        RUN(n, "ip", "link", "set", "vsbx", "master", BRIDGE);
+        RUN(n, "ip", "addr", "add", "169.254.90.1/24", "dev", BRIDGE);
+        RUN(n, "ip", "link", "set", BRIDGE, "up");
+        RUN(n, "ip", "link", "set", "vsbx", "up");
+        RUN(n, "ip", "link", "add", "vwld", "type", "veth", "peer", "name", "eth0", "netns", wpid);
+        RUN(n, "ip", "addr", "add", "169.254.91.1/24", "dev", "vwld");
+        RUN(n, "ip", "link", "set", "vwld", "up");
+        RUN(n, "ip", "route", "add", "169.254.169.254/32", "via", "169.254.91.2");
+        write_file("/proc/sys/net/ipv4/ip_forward", "1");
+
+        RUN(s, "ip", "link", "set", "lo", "up");
+        RUN(s, "ip", "addr", "add", "169.254.90.2/24", "dev", "eth0");
+        RUN(s, "ip", "addr", "add", "169.254.90.3/24", "dev", "eth0");
+        RUN(s, "ip", "link", "set", "eth0", "up");
+        RUN(s, "ip", "route", "add", "default", "via", "169.254.90.1");
+
+        RUN(w, "ip", "link", "set", "lo", "up");
+        RUN(w, "ip", "addr", "add", "169.254.91.2/24", "dev", "eth0");
+        RUN(w, "ip", "addr", "add", "169.254.91.3/24", "dev", "eth0");
+        RUN(w, "ip", "addr", "add", "169.254.91.4/24", "dev", "eth0");
+        RUN(w, "ip", "addr", "add", "169.254.169.254/32", "dev", "eth0");
+        RUN(w, "ip", "link", "set", "eth0", "up");
+        RUN(w, "ip", "route", "add", "default", "via", "169.254.91.1");
+
+        add_listener(w, PORT);
+        add_listener(w, 53);
+        add_listener(n, PORT);
+        add_listener(n, 53);
+        add_listener(s, PORT);
+}
+
+/* Accepts and closes whatever the probes left in the listeners' queues. */
+static void drain(void) {
+        for (int i = 0; i < T.n_listeners; i++) {
+                int c;
+                while ((c = accept4(T.listeners[i], NULL, NULL, SOCK_CLOEXEC)) >= 0)
+                        close(c);
+        }
+}
+
+/* TCP connect from src (an address in namespace ns) to dst:port; true if the handshake completed. */
+static bool probe_from(int ns, uint32_t src, uint32_t dst, uint16_t port) {
+        enter(ns);
+        _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        enter(T.node_fd);
+        if (fd < 0)
+                test_fail(__FILE__, __LINE__, "socket: %m");
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(src) };
+        struct sockaddr_in da = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(dst) };
+        if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+                test_fail(__FILE__, __LINE__, "bind: %m");
+        bool ok = false;
+        if (connect(fd, (struct sockaddr *) &da, sizeof(da)) == 0)
+                ok = true;
+        else if (errno == EINPROGRESS) {
+                struct pollfd p = { .fd = fd, .events = POLLOUT };
+                if (poll(&p, 1, PROBE_MS) == 1) {
+                        int e = 0;
+                        socklen_t l = sizeof(e);
+                        getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
+                        ok = e == 0;
+                }
+        }
+        drain();
+        return ok;
+}
+
+static bool probe(uint32_t src, uint32_t dst, uint16_t port) {
+        return probe_from(T.sbx_fd, src, dst, port);
+}
+
+#define REACH(src, dst) ASSERT_TRUE(probe((src), (dst), PORT))
+#define NO_REACH(src, dst) ASSERT_FALSE(probe((src), (dst), PORT))
+
+/* Topology plus a control probe (forwarding works without any firewall). */
+static void setup(void) {
+        topology();
+        REACH(SBX_A, WORLD1);
+        REACH(SBX_A, METADATA);
+}
+
+static void init_default(const char *resolver) {
+        char err[512] = "";
+        struct egress_config cfg = {
+                .table = "paddock", .bridges = bridges, .deny_cidrs = deny,
+                .dns_resolver = resolver, .priority = -10,
+        };
+        int r = egress_init(&cfg, err, sizeof(err));
+        if (r == -EPERM || r == -EPROTONOSUPPORT || r == -EAFNOSUPPORT)
+                TEST_SKIP("nftables netlink is not permitted here");
+        if (r < 0)
+                test_fail(__FILE__, __LINE__, "egress_init: %s", err);
+}
+
+static void apply(const char *id, uint32_t ip, enum pj_egress_mode mode, const char *const *allow) {
+        struct pj_allow_entry e[64];
+        size_t n = 0;
+        char why[256];
+        for (; allow && allow[n]; n++)
+                if (pj_allow_entry_parse(allow[n], &e[n], NULL, 0, why, sizeof(why)) < 0)
+                        test_fail(__FILE__, __LINE__, "%s %s", allow[n], why);
+        struct egress_policy p = { .sandbox_id = id, .ip = ip, .mode = mode, .allow = e, .n_allow = n };
+        char err[512] = "";
+        int r = egress_apply(&p, err, sizeof(err));
+        if (r < 0)
+                test_fail(__FILE__, __LINE__, "egress_apply %s: %s", id, err);
+}
+
+/* ------------------------------------------------------------ nft --json */
+
+static cJSON *nft_json(void) {
+        _cleanup_free_ char *out = NULL;
+        int r = test_run_capture((char *const[]) { "nft", "--json", "list", "table", "inet", "paddock", NULL },
+                                 &out, 1 << 20);
+        ASSERT_EQ(r, 0);
+        cJSON *j = cJSON_Parse(out);
+        ASSERT_NOT_NULL(j);
+        return j;
+}
+
+static char *nft_text(void) {
+        char *out = NULL;
+        int r = test_run_capture((char *const[]) { "nft", "list", "table", "inet", "paddock", NULL }, &out, 1 << 20);
+        ASSERT_EQ(r, 0);
+        return out;
+}
+
+/* Sum of counter packets in chain over rules whose verdict is verdict ("accept",
+ * "drop", or NULL for rules without a verdict). -1 if the chain has none. */
+static long long counter_packets(const cJSON *j, const char *chain, const char *verdict) {
+        long long sum = -1;
+        const cJSON *item;
+        cJSON_ArrayForEach(item, cJSON_GetObjectItem(j, "nftables")) {
+                const cJSON *rule = cJSON_GetObjectItem(item, "rule");
+                if (!rule || !streq_const(cJSON_GetStringValue(cJSON_GetObjectItem(rule, "chain")), chain))
+                        continue;
+                long long pk = -1;
+                bool has_verdict = false, match = !verdict;
+                const cJSON *x;
+                cJSON_ArrayForEach(x, cJSON_GetObjectItem(rule, "expr")) {
+                        const cJSON *c = cJSON_GetObjectItem(x, "counter");
+                        if (c)
+                                pk = (long long) cJSON_GetNumberValue(cJSON_GetObjectItem(c, "packets"));
+                        if (cJSON_GetObjectItem(x, "accept") || cJSON_GetObjectItem(x, "drop")) {
+                                has_verdict = true;
+                                match = verdict && cJSON_GetObjectItem(x, verdict);
+                        }
+                }
+                if (!verdict && has_verdict)
+                        match = false;
+                if (match && pk >= 0)
+                        sum = (sum < 0 ? 0 : sum) + pk;
+        }
+        return sum;
+}
+
+static int count_rules(const cJSON *j, const char *chain) {
+        int n = 0;
+        const cJSON *item;
+        cJSON_ArrayForEach(item, cJSON_GetObjectItem(j, "nftables")) {
+                const cJSON *rule = cJSON_GetObjectItem(item, "rule");
+                if (rule && streq_const(cJSON_GetStringValue(cJSON_GetObjectItem(rule, "chain")), chain))
+                        n++;
+        }
+        return n;
+}
+
+/* The set's elements rendered "a.b.c.d", "net/len", "lo-hi", joined by ",". */
+static char *set_elems(const cJSON *j, const char *set) {
+        struct strbuf sb;
+        strbuf_init(&sb, 0);
+        const cJSON *item;
+        cJSON_ArrayForEach(item, cJSON_GetObjectItem(j, "nftables")) {
+                const cJSON *s = cJSON_GetObjectItem(item, "set");
+                if (!s || !streq_const(cJSON_GetStringValue(cJSON_GetObjectItem(s, "name")), set))
+                        continue;
+                const cJSON *e;
+                cJSON_ArrayForEach(e, cJSON_GetObjectItem(s, "elem")) {
+                        const cJSON *pf = cJSON_GetObjectItem(e, "prefix"), *rg = cJSON_GetObjectItem(e, "range");
+                        char one[64];
+                        if (cJSON_IsString(e))
+                                snprintf(one, sizeof(one), "%s", e->valuestring);
+                        else if (pf)
+                                snprintf(one, sizeof(one), "%s/%d",
+                                         cJSON_GetStringValue(cJSON_GetObjectItem(pf, "addr")),
+                                         (int) cJSON_GetNumberValue(cJSON_GetObjectItem(pf, "len")));
+                        else if (rg)
+                                snprintf(one, sizeof(one), "%s-%s", cJSON_GetStringValue(cJSON_GetArrayItem(rg, 0)),
+                                         cJSON_GetStringValue(cJSON_GetArrayItem(rg, 1)));
+                        else
+                                snprintf(one, sizeof(one), "?");
+                        strbuf_printf(&sb, "%s%s", sb.len ? "," : "", one);
+                }
+        }
+        return strbuf_steal(&sb);
+}
+
+static bool listed(const char *id) {
+        char **ids = NULL;
+        int n = egress_list(&ids);
+        ASSERT_OK(n);
+        bool found = false;
+        for (int i = 0; i < n; i++)
+                found = found || streq_const(ids[i], id);
+        ASSERT_NULL(ids[n]);
+        strv_free(ids);
+        return found;
+}
+
+/* ------------------------------------------------------------ tests */
+
+TEST_FULL(fail_closed_without_policy, 30) {
+        setup();
+        init_default(NULL);
+        /* Table exists, no sandbox has a confirmed policy: nothing gets out. */
+        NO_REACH(SBX_A, WORLD1);
+        NO_REACH(SBX_B, WORLD2);
+        /* ...and nothing reaches the node itself (input hook, fib local). */
+        NO_REACH(SBX_A, GW_SBX);
+        NO_REACH(SBX_A, GW_WLD);
+        _cleanup_json_ cJSON *j = nft_json();
+        ASSERT_GE(counter_packets(j, "sbx_egress", "drop"), 1);
+        ASSERT_EQ(listed(ID_A), false);
+        /* Connections INTO the sandbox (from the node, from the world) still
+         * work: the sandbox's replies are ct established. Ingress is not ours. */
+        ASSERT_TRUE(probe_from(T.node_fd, GW_SBX, SBX_A, PORT));
+        ASSERT_TRUE(probe_from(T.world_fd, WORLD1, SBX_A, PORT));
+}
+
+TEST_FULL(dns_resolver_on_the_node, 30) {
+        setup();
+        /* The resolver is the node's own bridge address, which is also in the
+         * deny set: DNS to it is allowed first, everything else to it dropped. */
+        char err[512] = "";
+        static const char *const deny_self[] = { "169.254.90.1/32", "169.254.91.1/32", NULL };
+        struct egress_config cfg = {
+                .bridges = bridges, .deny_cidrs = deny_self, .dns_resolver = "169.254.90.1", .priority = -10,
+        };
+        int r = egress_init(&cfg, err, sizeof(err));
+        if (r == -EPERM || r == -EPROTONOSUPPORT)
+                TEST_SKIP("nftables netlink is not permitted here");
+        ASSERT_OK(r);
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, NULL);
+        ASSERT_TRUE(probe(SBX_A, GW_SBX, 53));
+        ASSERT_FALSE(probe(SBX_A, GW_SBX, PORT));
+        ASSERT_FALSE(probe(SBX_A, GW_WLD, 53));         /* not the resolver */
+        ASSERT_FALSE(probe(SBX_B, GW_SBX, 53));         /* no policy, no DNS */
+        NO_REACH(SBX_A, WORLD1);
+        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        ASSERT_FALSE(probe(SBX_A, GW_SBX, 53));
+}
+
+TEST_FULL(open_mode, 30) {
+        setup();
+        init_default(NULL);
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        REACH(SBX_A, WORLD1);
+        REACH(SBX_A, WORLD2);
+        /* node_deny sits above every policy: metadata (built in) and deny_cidrs. */
+        NO_REACH(SBX_A, METADATA);
+        NO_REACH(SBX_A, DENIED);
+        /* The node's own addresses go through input, where they are dropped too. */
+        NO_REACH(SBX_A, GW_SBX);
+        NO_REACH(SBX_A, GW_WLD);
+        /* Another IP on the bridge with no policy stays closed. */
+        NO_REACH(SBX_B, WORLD1);
+
+        _cleanup_json_ cJSON *j = nft_json();
+        ASSERT_GE(counter_packets(j, "sbx_" ID_A, NULL), 2);      /* the chain's entry counter */
+        ASSERT_GE(counter_packets(j, "sbx_" ID_A, "accept"), 2);
+        ASSERT_GE(counter_packets(j, "sbx_egress", "drop"), 2);  /* node_deny + B's drop */
+        ASSERT_GE(counter_packets(j, "sbx_to_host", "drop"), 2);
+        ASSERT_TRUE(listed(ID_A));
+}
+
+TEST_FULL(restricted_mode_and_dns, 30) {
+        setup();
+        init_default("169.254.91.3");
+        static const char *const allow[] = { "169.254.91.2", NULL };
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow);
+        REACH(SBX_A, WORLD1);
+        NO_REACH(SBX_A, WORLD2);
+        NO_REACH(SBX_A, METADATA);
+        /* DNS to the configured resolver only (tcp 53 here), not other ports there. */
+        ASSERT_TRUE(probe(SBX_A, WORLD2, 53));
+        /* A sandbox without a policy gets no DNS either. */
+        ASSERT_FALSE(probe(SBX_B, WORLD2, 53));
+
+        _cleanup_json_ cJSON *j = nft_json();
+        ASSERT_GE(counter_packets(j, "sbx_" ID_A, "accept"), 1);
+        ASSERT_GE(counter_packets(j, "sbx_" ID_A, "drop"), 1);
+        _cleanup_free_ char *el = set_elems(j, "allow_" ID_A);
+        ASSERT_STREQ(el, "169.254.91.2");
+        if (getenv("TEST_VERBOSE")) {
+                _cleanup_free_ char *txt = nft_text();
+                fprintf(stderr, "%s", txt);
+        }
+
+        /* deny_all: nothing, not even DNS. */
+        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        NO_REACH(SBX_A, WORLD1);
+        ASSERT_FALSE(probe(SBX_A, WORLD2, 53));
+}
+
+TEST_FULL(deny_all_mode, 30) {
+        setup();
+        init_default(NULL);
+        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        NO_REACH(SBX_A, WORLD1);
+        NO_REACH(SBX_A, WORLD2);
+        NO_REACH(SBX_A, GW_SBX);
+        _cleanup_json_ cJSON *j = nft_json();
+        ASSERT_GE(counter_packets(j, "sbx_" ID_A, "drop"), 2);
+        ASSERT_EQ(counter_packets(j, "sbx_" ID_A, "accept"), -1);
+}
+
+TEST_FULL(reapply_replaces_policy, 30) {
+        setup();
+        init_default(NULL);
+        static const char *const allow1[] = { "169.254.91.2", NULL };
+        static const char *const allow2[] = { "169.254.91.3/32", NULL };
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        REACH(SBX_A, WORLD2);
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow1);
+        REACH(SBX_A, WORLD1);
+        NO_REACH(SBX_A, WORLD2);
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow2);
+        NO_REACH(SBX_A, WORLD1);
+        REACH(SBX_A, WORLD2);
+        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        NO_REACH(SBX_A, WORLD2);
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        REACH(SBX_A, WORLD1);
+
+        /* One chain, its rules replaced (not appended) each time: counter + accept. */
+        _cleanup_json_ cJSON *j = nft_json();
+        ASSERT_EQ(count_rules(j, "sbx_" ID_A), 2);
+        _cleanup_free_ char *el = set_elems(j, "allow_" ID_A);
+        ASSERT_STREQ(el, "");
+
+        /* The sandbox moves to another IP: the old one loses its mapping. */
+        apply(ID_A, SBX_B, PJ_EGRESS_OPEN, NULL);
+        REACH(SBX_B, WORLD1);
+        NO_REACH(SBX_A, WORLD1);
+        /* Another sandbox takes over an IP: the element is replaced. */
+        apply(ID_C, SBX_B, PJ_EGRESS_DENY_ALL, NULL);
+        NO_REACH(SBX_B, WORLD1);
+        _cleanup_free_ char *txt = nft_text();
+        ASSERT_CONTAINS(txt, "169.254.90.3 : jump sbx_" ID_C);
+        ASSERT_FALSE(strstr(txt, ": jump sbx_" ID_A));
+}
+
+TEST_FULL(remove_returns_to_fail_closed, 30) {
+        setup();
+        init_default("169.254.91.3");
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        apply(ID_B, SBX_B, PJ_EGRESS_OPEN, NULL);
+        REACH(SBX_A, WORLD1);
+        ASSERT_TRUE(listed(ID_A));
+        char err[512] = "";
+        ASSERT_OK(egress_remove(ID_A, SBX_A, err, sizeof(err)));
+        NO_REACH(SBX_A, WORLD1);
+        ASSERT_FALSE(probe(SBX_A, WORLD2, 53));
+        REACH(SBX_B, WORLD1);                   /* the other sandbox is untouched */
+        ASSERT_FALSE(listed(ID_A));
+        ASSERT_TRUE(listed(ID_B));
+        _cleanup_free_ char *txt = nft_text();
+        ASSERT_FALSE(strstr(txt, "allow_" ID_A));
+        ASSERT_FALSE(strstr(txt, "169.254.90.2"));
+        /* Idempotent, also for a sandbox that never existed. */
+        ASSERT_OK(egress_remove(ID_A, SBX_A, err, sizeof(err)));
+        ASSERT_OK(egress_remove(ID_C, 0, err, sizeof(err)));
+        ASSERT_OK(egress_remove(ID_B, 0, err, sizeof(err)));
+        NO_REACH(SBX_B, WORLD1);
+        char **ids = NULL;
+        ASSERT_EQ(egress_list(&ids), 0);
+        strv_free(ids);
+}
+
+TEST_FULL(allowlist_50_entries_merged, 30) {
+        setup();
+        init_default(NULL);
+        /* 50 entries: overlaps, containment, adjacency, a run of single hosts,
+         * the top of the address space and 0.0.0.0, in no particular order. */
+        char *allow[51];
+        int n = 0;
+        static const char *const fixed[] = {
+                "10.1.0.0/16", "10.0.0.0/8", "10.2.3.4",           /* -> 10.0.0.0/8 */
+                "192.168.1.0/24", "192.168.0.0/24",                /* adjacent -> 192.168.0.0/23 */
+                "255.255.255.0/24", "255.255.255.255",             /* ends at the top: no end element */
+                "0.0.0.0",                                         /* starts at 0: no leading end */
+                "169.254.91.2", "169.254.91.2/32",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(fixed); i++)
+                allow[n++] = xstrdup(fixed[i]);
+        for (int i = 40; i >= 1; i--)                              /* 172.16.0.1..40 -> one range */
+                allow[n++] = xasprintf("172.16.0.%d", i);
+        allow[n] = NULL;
+        ASSERT_EQ(n, 50);
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, (const char *const *) allow);
+        for (int i = 0; i < n; i++)
+                free(allow[i]);
+        _cleanup_json_ cJSON *j = nft_json();
+        _cleanup_free_ char *el = set_elems(j, "allow_" ID_A);
+        ASSERT_STREQ(el, "0.0.0.0,10.0.0.0/8,169.254.91.2,172.16.0.1-172.16.0.40,192.168.0.0/23,255.255.255.0/24");
+        REACH(SBX_A, WORLD1);
+        NO_REACH(SBX_A, WORLD2);
+
+        /* A re-apply with a smaller list replaces the elements atomically. */
+        static const char *const small[] = { "169.254.91.0/30", NULL };
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, small);
+        _cleanup_json_ cJSON *j2 = nft_json();
+        _cleanup_free_ char *el2 = set_elems(j2, "allow_" ID_A);
+        ASSERT_STREQ(el2, "169.254.91.0/30");
+        REACH(SBX_A, WORLD2);                   /* .0/30 covers .91.0-.91.3 */
+        NO_REACH(SBX_A, DENIED);
+}
+
+TEST_FULL(init_is_idempotent, 30) {
+        setup();
+        init_default(NULL);
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        _cleanup_free_ char *before = nft_text();
+        _cleanup_json_ cJSON *j1 = nft_json();
+
+        /* An agent restart: a fresh process runs init again on the live table. */
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                char err[512] = "";
+                struct egress_config cfg = {
+                        .table = "paddock", .bridges = bridges, .deny_cidrs = deny, .priority = -10,
+                };
+                _exit(egress_init(&cfg, err, sizeof(err)) == 0 ? 0 : 1);
+        }
+        int stt = 0;
+        waitpid(pid, &stt, 0);
+        ASSERT_TRUE(WIFEXITED(stt) && WEXITSTATUS(stt) == 0);
+        init_default(NULL);
+
+        _cleanup_json_ cJSON *j2 = nft_json();
+        static const char *const chains[] = { "forward_sbx", "input_sbx", "sbx_egress", "sbx_to_host", "sbx_" ID_A };
+        for (size_t i = 0; i < ELEMENTSOF(chains); i++)
+                ASSERT_EQ(count_rules(j1, chains[i]), count_rules(j2, chains[i]));
+        ASSERT_EQ(count_rules(j2, "forward_sbx"), 1);
+        REACH(SBX_A, WORLD1);                   /* enforcement never lapsed, policy kept */
+        NO_REACH(SBX_B, WORLD1);
+        ASSERT_TRUE(listed(ID_A));
+        (void) before;
+
+        /* A changed priority recreates the base chains, still keeping sandboxes. */
+        char err[512] = "";
+        struct egress_config cfg = { .table = "paddock", .bridges = bridges, .deny_cidrs = deny, .priority = -5 };
+        ASSERT_OK(egress_init(&cfg, err, sizeof(err)));
+        _cleanup_free_ char *after = nft_text();
+        ASSERT_CONTAINS(after, "hook forward priority filter - 5; policy accept;");
+        REACH(SBX_A, WORLD1);
+        NO_REACH(SBX_B, WORLD1);
+}
+
+TEST_FULL(failed_batch_leaves_state_intact, 30) {
+        setup();
+        init_default(NULL);
+        static const char *const allow[] = { "169.254.91.2", NULL };
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow);
+        _cleanup_free_ char *before = nft_text();
+
+        /* Sandbox C takes over A's IP, but its set name is already taken by an
+         * incompatible set: the batch (new chain, elements, map replacement)
+         * fails in the kernel on that message. */
+        _cleanup_free_ char *o = NULL;
+        ASSERT_EQ(test_run_capture((char *const[]) { "nft", "add", "set", "inet", "paddock", "allow_" ID_C,
+                                                     "{ type ipv6_addr; }", NULL }, &o, 4096), 0);
+        _cleanup_free_ char *before2 = nft_text();
+
+        struct pj_allow_entry e = { .kind = PJ_ALLOW_IPV4, .addr = WORLD2, .prefix = 32 };
+        struct egress_policy p = { .sandbox_id = ID_C, .ip = SBX_A, .mode = PJ_EGRESS_RESTRICTED, .allow = &e, .n_allow = 1 };
+        char err[512] = "";
+        int r = egress_apply(&p, err, sizeof(err));
+        ASSERT_TRUE(r < 0);
+        ASSERT_CONTAINS(err, "allow_" ID_C);
+        if (getenv("TEST_VERBOSE"))
+                fprintf(stderr, "  kernel said: %s\n", err);
+
+        /* Nothing of it landed: same ruleset, A's policy still in force. */
+        _cleanup_free_ char *after = nft_text();
+        ASSERT_STREQ(after, before2);
+        ASSERT_FALSE(listed(ID_C));
+        REACH(SBX_A, WORLD1);
+        NO_REACH(SBX_A, WORLD2);
+        (void) before;
+}
+
+TEST_FULL(rejects_bad_input, 30) {
+        topology();
+        char err[512] = "";
+        struct egress_policy p = { .sandbox_id = ID_A, .ip = SBX_A, .mode = PJ_EGRESS_OPEN };
+        ASSERT_EQ(egress_apply(&p, err, sizeof(err)), -ENOTCONN);
+        init_default(NULL);
+        p.sandbox_id = "AAAAAAAAAAAAAAAAAAAAAAAA";
+        ASSERT_EQ(egress_apply(&p, err, sizeof(err)), -EINVAL);
+        p.sandbox_id = "aaaa";
+        ASSERT_EQ(egress_apply(&p, err, sizeof(err)), -EINVAL);
+        p.sandbox_id = ID_A;
+        struct pj_allow_entry h = { .kind = PJ_ALLOW_HOSTNAME };
+        strscpy(h.host, "example.com", sizeof(h.host));
+        p.mode = PJ_EGRESS_RESTRICTED;
+        p.allow = &h;
+        p.n_allow = 1;
+        ASSERT_EQ(egress_apply(&p, err, sizeof(err)), -EINVAL);
+        ASSERT_CONTAINS(err, "hostname");
+        p.mode = (enum pj_egress_mode) 42;
+        ASSERT_EQ(egress_apply(&p, err, sizeof(err)), -EINVAL);
+
+        static const char *const bad_deny[] = { "10.0.0.1/8", NULL };
+        static const char *const bad_br[] = { "a-very-long-bridge-name", NULL };
+        struct egress_config cfg = { .bridges = bridges, .deny_cidrs = bad_deny };
+        ASSERT_EQ(egress_init(&cfg, err, sizeof(err)), -EINVAL);
+        ASSERT_CONTAINS(err, "deny_cidrs[0]");
+        cfg = (struct egress_config) { .bridges = bad_br };
+        ASSERT_EQ(egress_init(&cfg, err, sizeof(err)), -EINVAL);
+        cfg = (struct egress_config) { .bridges = bridges, .dns_resolver = "nope" };
+        ASSERT_EQ(egress_init(&cfg, err, sizeof(err)), -EINVAL);
+        cfg = (struct egress_config) { .bridges = bridges, .table = "bad table" };
+        ASSERT_EQ(egress_init(&cfg, err, sizeof(err)), -EINVAL);
+        /* Nothing was written by the rejected calls. */
+        ASSERT_FALSE(listed(ID_A));
+}
