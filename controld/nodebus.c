@@ -1,4 +1,4 @@
-/* amqp.c — fail-closed request/reply to nodeagents over RabbitMQ (rabbitmq-c 0.11).
+/* nodebus.c — fail-closed request/reply to nodeagents over RabbitMQ (rabbitmq-c 0.11).
  *
  * rabbitmq-c connections are not thread-safe and service heartbeats only inside
  * its calls, so every call into the library happens under c->lock. Requests are
@@ -33,7 +33,7 @@
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
 
-#include "amqp.h"
+#include "nodebus.h"
 #include "cleanup.h"
 #include "json.h"
 #include "log.h"
@@ -60,7 +60,7 @@ struct pending {
 
 enum content_kind { CONTENT_NONE, CONTENT_RETURN, CONTENT_DELIVER };
 
-struct amqp_client {
+struct nodebus {
         pthread_mutex_t lock;
         pthread_cond_t cond;    /* a pending settled, or the pumper role is free */
         int wakefd;             /* interrupts the pumper's poll() */
@@ -110,15 +110,15 @@ static bool bytes_eq(amqp_bytes_t b, const char *s) {
         return b.len == n && n > 0 && memcmp(b.bytes, s, n) == 0;
 }
 
-static struct pending *find_pending(struct amqp_client *c, amqp_bytes_t id) {
+static struct pending *find_pending(struct nodebus *c, amqp_bytes_t id) {
         for (struct pending *p = c->pending; p; p = p->next)
                 if (bytes_eq(id, p->id))
                         return p;
         return NULL;
 }
 
-static void settle(struct amqp_client *c, struct pending *p, int r, const char *fmt, ...) _printf_(4, 5);
-static void settle(struct amqp_client *c, struct pending *p, int r, const char *fmt, ...) {
+static void settle(struct nodebus *c, struct pending *p, int r, const char *fmt, ...) _printf_(4, 5);
+static void settle(struct nodebus *c, struct pending *p, int r, const char *fmt, ...) {
         if (p->done)
                 return;
         p->done = true;
@@ -132,19 +132,19 @@ static void settle(struct amqp_client *c, struct pending *p, int r, const char *
         pthread_cond_broadcast(&c->cond);
 }
 
-static void content_reset(struct amqp_client *c) {
+static void content_reset(struct nodebus *c) {
         free(c->in.buf);
         memset(&c->in, 0, sizeof(c->in));
 }
 
-static void wake_pumper(struct amqp_client *c) {
+static void wake_pumper(struct nodebus *c) {
         uint64_t one = 1;
         if (c->pumping && write(c->wakefd, &one, sizeof(one)) < 0)
                 log_debug_errno(errno, "amqp: cannot wake the reader: %m");
 }
 
 /* Every request in flight fails with r and msg; the connection is replaced before the next publish. */
-static void mark_broken(struct amqp_client *c, int r, const char *msg) {
+static void mark_broken(struct nodebus *c, int r, const char *msg) {
         log_debug("amqp: connection unusable: %s", msg);
         c->broken = true;
         for (struct pending *p = c->pending; p; p = p->next)
@@ -199,7 +199,7 @@ static int rpc_check(amqp_connection_state_t conn, const char *what, char *err, 
         return rpc_reply_check(amqp_get_rpc_reply(conn), what, err, errlen);
 }
 
-static void drop_connection(struct amqp_client *c, bool graceful) {
+static void drop_connection(struct nodebus *c, bool graceful) {
         if (!c->conn)
                 return;
         if (graceful && !c->broken) {
@@ -217,7 +217,7 @@ static void drop_connection(struct amqp_client *c, bool graceful) {
 }
 
 /* Channel setup shared by connect and reopen: exchange, confirms, consumer on the reply queue. */
-static int setup_channel(struct amqp_client *c, long deadline, char *err, size_t errlen) {
+static int setup_channel(struct nodebus *c, long deadline, char *err, size_t errlen) {
         long left = deadline - (long) mono_ms();
         int r;
         if (left <= 0) {
@@ -257,7 +257,7 @@ static int setup_channel(struct amqp_client *c, long deadline, char *err, size_t
         return 0;
 }
 
-static int client_connect(struct amqp_client *c, long deadline, char *err, size_t errlen) {
+static int client_connect(struct nodebus *c, long deadline, char *err, size_t errlen) {
         long left = deadline - (long) mono_ms();
         if (left <= 0) {
                 fmt_err(err, errlen, "no time left to connect to RabbitMQ");
@@ -313,7 +313,7 @@ fail:
         return r;
 }
 
-static void handle_header(struct amqp_client *c, const amqp_frame_t *f) {
+static void handle_header(struct nodebus *c, const amqp_frame_t *f) {
         const amqp_basic_properties_t *pr = f->payload.properties.decoded;
         struct pending *p = NULL;
         c->in.size = f->payload.properties.body_size;
@@ -340,7 +340,7 @@ static void handle_header(struct amqp_client *c, const amqp_frame_t *f) {
         }
 }
 
-static void content_complete(struct amqp_client *c) {
+static void content_complete(struct nodebus *c) {
         if (c->in.kind == CONTENT_DELIVER && c->in.buf) {
                 struct pending *p = find_pending(c, amqp_cstring_bytes(c->in.id));
                 if (p && !p->done) {
@@ -352,7 +352,7 @@ static void content_complete(struct amqp_client *c) {
         content_reset(c);
 }
 
-static void handle_confirm(struct amqp_client *c, uint64_t tag, bool multiple, bool nack) {
+static void handle_confirm(struct nodebus *c, uint64_t tag, bool multiple, bool nack) {
         for (struct pending *p = c->pending; p; p = p->next) {
                 if (p->done || !(p->tag == tag || (multiple && p->tag <= tag)))
                         continue;
@@ -363,7 +363,7 @@ static void handle_confirm(struct amqp_client *c, uint64_t tag, bool multiple, b
         }
 }
 
-static void handle_frame(struct amqp_client *c, const amqp_frame_t *f) {
+static void handle_frame(struct nodebus *c, const amqp_frame_t *f) {
         char msg[300];
         if (f->frame_type == AMQP_FRAME_METHOD) {
                 const amqp_method_t *m = &f->payload.method;
@@ -448,7 +448,7 @@ static void handle_frame(struct amqp_client *c, const amqp_frame_t *f) {
 /* Reads and dispatches at most one frame, lock held. wait_ms > 0 (pumper only) waits
  * that long for the socket, WITHOUT the lock. Returns 1 when a frame was handled,
  * 0 when none was complete, -ECONNRESET when the connection broke. */
-static int pump_once(struct amqp_client *c, long wait_ms) {
+static int pump_once(struct nodebus *c, long wait_ms) {
         if (wait_ms > 0 && !amqp_frames_enqueued(c->conn) && !amqp_data_in_buffer(c->conn)) {
                 struct pollfd pfd[2] = {
                         { .fd = amqp_get_sockfd(c->conn), .events = POLLIN },
@@ -499,7 +499,7 @@ static void abs_deadline(struct timespec *ts, long deadline) {
 /* Lock held. Makes c->conn ready to publish on, replacing a dead connection and
  * reopening a closed channel. Nothing of this request has been sent yet, so a
  * connection found dead here costs a reconnect, not a failed request. */
-static int prepare(struct amqp_client *c, long deadline, char *err, size_t errlen) {
+static int prepare(struct nodebus *c, long deadline, char *err, size_t errlen) {
         int r;
         if (c->conn && !c->broken && !c->pumping) {
                 /* Read what arrived while idle: a connection.close, EOF, missed heartbeats. */
@@ -544,7 +544,7 @@ static int validate_node_id(const char *node_id) {
         return 0;
 }
 
-static void unlink_pending(struct amqp_client *c, struct pending *p) {
+static void unlink_pending(struct nodebus *c, struct pending *p) {
         for (struct pending **pp = &c->pending; *pp; pp = &(*pp)->next)
                 if (*pp == p) {
                         *pp = p->next;
@@ -552,7 +552,7 @@ static void unlink_pending(struct amqp_client *c, struct pending *p) {
                 }
 }
 
-int amqp_request(struct amqp_client *c, const char *node_id, const char *body, long timeout_ms, char **ret_reply,
+int nodebus_request(struct nodebus *c, const char *node_id, const char *body, long timeout_ms, char **ret_reply,
                  char *err, size_t errlen) {
         if (!c || !body || !ret_reply || timeout_ms <= 0) {
                 fmt_err(err, errlen, "invalid arguments");
@@ -659,12 +659,12 @@ out_unlocked_err:
         return r;
 }
 
-int amqp_request_ok(struct amqp_client *c, const char *node_id, const char *body, long timeout_ms, cJSON **ret_reply,
+int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body, long timeout_ms, cJSON **ret_reply,
                     char *err, size_t errlen) {
         _cleanup_free_ char *text = NULL;
         _cleanup_json_ cJSON *j = NULL;
         char why[256] = "";
-        int r = amqp_request(c, node_id, body, timeout_ms, &text, err, errlen);
+        int r = nodebus_request(c, node_id, body, timeout_ms, &text, err, errlen);
         if (r < 0)
                 return r;
         if (json_parse(text, strlen(text), AMQP_CLIENT_MAX_BODY, 64, &j, why, sizeof(why)) < 0 || !cJSON_IsObject(j)) {
@@ -687,7 +687,7 @@ int amqp_request_ok(struct amqp_client *c, const char *node_id, const char *body
         return 0;
 }
 
-int amqp_client_new(const char *url, const char *exchange, struct amqp_client **ret, char *err, size_t errlen) {
+int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, char *err, size_t errlen) {
         if (!url || !exchange || !ret) {
                 fmt_err(err, errlen, "invalid arguments");
                 return -EINVAL;
@@ -696,7 +696,7 @@ int amqp_client_new(const char *url, const char *exchange, struct amqp_client **
                 fmt_err(err, errlen, "exchange name must be 1 to 255 characters");
                 return -EINVAL;
         }
-        struct amqp_client *c = xnew0(struct amqp_client, 1);
+        struct nodebus *c = xnew0(struct nodebus, 1);
         c->wakefd = -1;
         c->url_buf = xstrdup(url);
         c->exchange = xstrdup(exchange);
@@ -735,7 +735,7 @@ int amqp_client_new(const char *url, const char *exchange, struct amqp_client **
         r = client_connect(c, (long) mono_ms() + CONNECT_TIMEOUT_MS, err, errlen);
         pthread_mutex_unlock(&c->lock);
         if (r < 0) {
-                amqp_client_free(c);
+                nodebus_free(c);
                 return r;
         }
         *ret = c;
@@ -749,7 +749,7 @@ fail:
         return r;
 }
 
-struct amqp_client *amqp_client_free(struct amqp_client *c) {
+struct nodebus *nodebus_free(struct nodebus *c) {
         if (!c)
                 return NULL;
         pthread_mutex_lock(&c->lock);

@@ -1,4 +1,4 @@
-/* amqp.h — fail-closed request/reply to one node's agent over RabbitMQ.
+/* nodebus.h — fail-closed request/reply to one node's agent over RabbitMQ.
  *
  * One client holds one connection with one channel in confirm mode and an
  * exclusive, server-named reply queue. A request is published to the direct
@@ -33,10 +33,7 @@
  */
 #pragma once
 
-/* The Makefile puts controld/ on the include path, so this file is what every
- * `#include <amqp.h>` in the tree finds first: hand those on to rabbitmq-c's
- * header of the same name, which this header needs anyway. */
-#include_next <amqp.h>
+#include <amqp.h>
 
 #include <stddef.h>
 #include <cjson/cJSON.h>
@@ -44,28 +41,28 @@
 #define AMQP_CLIENT_MAX_BODY (1024 * 1024)
 #define AMQP_CLIENT_HEARTBEAT_S 30
 
-struct amqp_client;
+struct nodebus;
 
 /* url: amqp://user:pass@host:port[/vhost] (empty vhost means "/"); amqps:// is refused
  * (-EOPNOTSUPP), anything else that does not parse -> -EINVAL. exchange: the direct
  * exchange the agents bind to (declared durable if missing). Connects before returning
  * (at most 10 s) so that a wrong URL or credentials show at startup. On success *ret is
- * owned by the caller (amqp_client_free). */
-int amqp_client_new(const char *url, const char *exchange, struct amqp_client **ret, char *err, size_t errlen);
+ * owned by the caller (nodebus_free). */
+int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, char *err, size_t errlen);
 
 /* Closes the connection. No request may be running. Accepts NULL; returns NULL. */
-struct amqp_client *amqp_client_free(struct amqp_client *c);
+struct nodebus *nodebus_free(struct nodebus *c);
 
 /* Publishes body (JSON text, at most AMQP_CLIENT_MAX_BODY bytes) for node_id and waits
  * at most timeout_ms for the agent's reply. Returns 0 with *ret_reply = the reply body
  * (xmalloc'd, NUL-terminated, caller frees); on failure a negative errno from the table
  * above, err filled, *ret_reply untouched. */
-int amqp_request(struct amqp_client *c, const char *node_id, const char *body, long timeout_ms, char **ret_reply,
+int nodebus_request(struct nodebus *c, const char *node_id, const char *body, long timeout_ms, char **ret_reply,
                  char *err, size_t errlen);
 
-/* amqp_request, then the reply must be a JSON object with "ok": true.
+/* nodebus_request, then the reply must be a JSON object with "ok": true.
  *   -EREMOTEIO  "ok": false; err holds the agent's "error" text
  *   -EBADMSG    the reply is not a JSON object with a boolean "ok"
  * On success *ret_reply (may be NULL if unwanted) is the parsed reply, owned by the caller. */
-int amqp_request_ok(struct amqp_client *c, const char *node_id, const char *body, long timeout_ms, cJSON **ret_reply,
+int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body, long timeout_ms, cJSON **ret_reply,
                     char *err, size_t errlen);

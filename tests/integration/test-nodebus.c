@@ -14,7 +14,7 @@
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
 
-#include "amqp.h"
+#include "nodebus.h"
 #include "cleanup.h"
 #include "json.h"
 #include "strutil.h"
@@ -80,21 +80,21 @@ static struct agent *start_agent(const char *tag) {
         return a;
 }
 
-static struct amqp_client *new_client(const char *exchange) {
-        struct amqp_client *c = NULL;
+static struct nodebus *new_client(const char *exchange) {
+        struct nodebus *c = NULL;
         char err[512] = "";
-        int r = amqp_client_new(URL, exchange, &c, err, sizeof(err));
+        int r = nodebus_new(URL, exchange, &c, err, sizeof(err));
         if (r < 0)
-                test_fail(__FILE__, __LINE__, "amqp_client_new: %s (%s)", strerror(-r), err);
+                test_fail(__FILE__, __LINE__, "nodebus_new: %s (%s)", strerror(-r), err);
         return c;
 }
 
 /* The agent's queue exists once it consumes: until then requests come back -ENXIO. */
-static void wait_consuming(struct amqp_client *c, const struct agent *a) {
+static void wait_consuming(struct nodebus *c, const struct agent *a) {
         for (int i = 0; i < 200; i++) {
                 _cleanup_free_ char *reply = NULL;
                 char err[512];
-                int r = amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 2000, &reply, err, sizeof(err));
+                int r = nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 2000, &reply, err, sizeof(err));
                 if (r == 0)
                         return;
                 if (r != -ENXIO)
@@ -113,46 +113,46 @@ static long elapsed_ms(const struct timespec *t0) {
 TEST_FULL(ping_round_trip, 30) {
         need_rabbit();
         struct agent *a = start_agent("ping");
-        struct amqp_client *c = new_client(EXCHANGE);
+        struct nodebus *c = new_client(EXCHANGE);
         wait_consuming(c, a);
 
         _cleanup_free_ char *reply = NULL;
         char err[512] = "";
-        ASSERT_EQ(amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
         ASSERT_CONTAINS(reply, "\"ok\":true");
         ASSERT_CONTAINS(reply, a->node_id);
 
         _cleanup_json_ cJSON *j = NULL;
-        ASSERT_EQ(amqp_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, &j, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, &j, err, sizeof(err)), 0);
         ASSERT_STREQ(json_get_str(j, "node_id"), a->node_id);
         /* Without an out-parameter too. */
-        ASSERT_EQ(amqp_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, NULL, err, sizeof(err)), 0);
-        amqp_client_free(c);
+        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, NULL, err, sizeof(err)), 0);
+        nodebus_free(c);
 }
 
 TEST_FULL(unknown_node_fails_fast_with_enxio, 30) {
         need_rabbit();
-        struct amqp_client *c = new_client(EXCHANGE);
+        struct nodebus *c = new_client(EXCHANGE);
         char node[64], err[512] = "";
         snprintf(node, sizeof(node), "amqptest-%d-nobody", (int) getpid());
         for (int i = 0; i < 5; i++) {
                 _cleanup_free_ char *reply = NULL;
                 struct timespec t0;
                 clock_gettime(CLOCK_MONOTONIC, &t0);
-                ASSERT_EQ(amqp_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
+                ASSERT_EQ(nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
                 ASSERT_LE(elapsed_ms(&t0), 1000);
                 ASSERT_NULL(reply);
                 ASSERT_CONTAINS(err, "no agent is consuming for node");
                 ASSERT_CONTAINS(err, node);
                 ASSERT_CONTAINS(err, "NO_ROUTE");
         }
-        amqp_client_free(c);
+        nodebus_free(c);
 }
 
 TEST_FULL(killed_agent_fails_fast_with_enxio, 30) {
         need_rabbit();
         struct agent *a = start_agent("killed");
-        struct amqp_client *c = new_client(EXCHANGE);
+        struct nodebus *c = new_client(EXCHANGE);
         wait_consuming(c, a);
         kill(a->pid, SIGKILL);
         waitpid(a->pid, NULL, 0);
@@ -162,7 +162,7 @@ TEST_FULL(killed_agent_fails_fast_with_enxio, 30) {
         char err[512] = "";
         for (int i = 0; i < 50; i++) {
                 _cleanup_free_ char *reply = NULL;
-                r = amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 500, &reply, err, sizeof(err));
+                r = nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 500, &reply, err, sizeof(err));
                 if (r == -ENXIO)
                         break;
                 ASSERT_EQ(r, -ETIMEDOUT);
@@ -172,15 +172,15 @@ TEST_FULL(killed_agent_fails_fast_with_enxio, 30) {
                 _cleanup_free_ char *reply = NULL;
                 struct timespec t0;
                 clock_gettime(CLOCK_MONOTONIC, &t0);
-                ASSERT_EQ(amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
+                ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
                 ASSERT_LE(elapsed_ms(&t0), 1000);
         }
-        amqp_client_free(c);
+        nodebus_free(c);
 }
 
 struct bg_request {
         pthread_t thread;
-        struct amqp_client *c;
+        struct nodebus *c;
         const char *node_id;
         const char *body;
         long timeout_ms;
@@ -194,7 +194,7 @@ static void *bg_run(void *ud) {
         struct bg_request *b = ud;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        b->r = amqp_request(b->c, b->node_id, b->body, b->timeout_ms, &b->reply, b->err, sizeof(b->err));
+        b->r = nodebus_request(b->c, b->node_id, b->body, b->timeout_ms, &b->reply, b->err, sizeof(b->err));
         b->took_ms = elapsed_ms(&t0);
         return NULL;
 }
@@ -203,7 +203,7 @@ TEST_FULL(hung_agent_times_out_at_deadline_and_late_reply_is_ignored, 40) {
         need_rabbit();
         struct agent *hung = start_agent("hung");
         struct agent *live = start_agent("live");
-        struct amqp_client *c = new_client(EXCHANGE);
+        struct nodebus *c = new_client(EXCHANGE);
         wait_consuming(c, hung);
         wait_consuming(c, live);
         /* Its queue stays bound, the broker routes and confirms, nobody answers. */
@@ -235,25 +235,25 @@ TEST_FULL(hung_agent_times_out_at_deadline_and_late_reply_is_ignored, 40) {
         ASSERT_EQ(kill(hung->pid, SIGCONT), 0);
         _cleanup_free_ char *reply = NULL;
         char err[512] = "";
-        ASSERT_EQ(amqp_request(c, hung->node_id, fresh, 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request(c, hung->node_id, fresh, 5000, &reply, err, sizeof(err)), 0);
         ASSERT_CONTAINS(reply, "'fresh-");
         ASSERT_FALSE(strstr(reply, "stale-"));
         free(reply);
         reply = NULL;
-        ASSERT_EQ(amqp_request(c, hung->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request(c, hung->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
         ASSERT_CONTAINS(reply, "\"ok\":true");
-        amqp_client_free(c);
+        nodebus_free(c);
 }
 
 TEST_FULL(agent_refusal_is_eremoteio_with_its_text, 30) {
         need_rabbit();
         struct agent *a = start_agent("refuse");
-        struct amqp_client *c = new_client(EXCHANGE);
+        struct nodebus *c = new_client(EXCHANGE);
         wait_consuming(c, a);
         char err[512] = "";
         cJSON *j = NULL;
         /* This agent does not enforce egress (not enabled in its config): it must say no. */
-        ASSERT_EQ(amqp_request_ok(c, a->node_id,
+        ASSERT_EQ(nodebus_request_ok(c, a->node_id,
                                   "{\"type\":\"egress.apply\",\"sandbox_id\":\"0123456789abcdef01234567\","
                                   "\"ip\":\"169.254.90.7\",\"mode\":\"deny_all\"}",
                                   5000, &j, err, sizeof(err)),
@@ -263,13 +263,13 @@ TEST_FULL(agent_refusal_is_eremoteio_with_its_text, 30) {
         ASSERT_CONTAINS(err, a->node_id);
         ASSERT_CONTAINS(err, "egress");
         /* The agent's own words reach the caller. */
-        ASSERT_EQ(amqp_request_ok(c, a->node_id, "{\"type\":\"paddock-test-unsupported\"}", 5000, &j, err, sizeof(err)),
+        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"paddock-test-unsupported\"}", 5000, &j, err, sizeof(err)),
                   -EREMOTEIO);
         ASSERT_CONTAINS(err, "'paddock-test-unsupported'");
         /* Garbage is refused by the agent, not by us. */
-        ASSERT_EQ(amqp_request_ok(c, a->node_id, "{not json", 5000, &j, err, sizeof(err)), -EREMOTEIO);
+        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{not json", 5000, &j, err, sizeof(err)), -EREMOTEIO);
         ASSERT_CONTAINS(err, "Malformed JSON");
-        amqp_client_free(c);
+        nodebus_free(c);
 }
 
 #define N_THREADS 16
@@ -277,7 +277,7 @@ TEST_FULL(agent_refusal_is_eremoteio_with_its_text, 30) {
 
 struct worker {
         pthread_t thread;
-        struct amqp_client *c;
+        struct nodebus *c;
         const char *node_id;
         int idx;
         int ok, bad;
@@ -293,7 +293,7 @@ static void *worker_run(void *ud) {
                  * request it answers. */
                 snprintf(body, sizeof(body), "{\"type\":\"t%d-%d\"}", w->idx, i);
                 snprintf(want, sizeof(want), "'t%d-%d'", w->idx, i);
-                int r = amqp_request(w->c, w->node_id, body, 10000, &reply, err, sizeof(err));
+                int r = nodebus_request(w->c, w->node_id, body, 10000, &reply, err, sizeof(err));
                 if (r == 0 && strstr(reply, want))
                         w->ok++;
                 else {
@@ -309,7 +309,7 @@ static void *worker_run(void *ud) {
 TEST_FULL(concurrent_requests_get_their_own_replies, 60) {
         need_rabbit();
         struct agent *a = start_agent("conc");
-        struct amqp_client *c = new_client(EXCHANGE);
+        struct nodebus *c = new_client(EXCHANGE);
         wait_consuming(c, a);
         struct worker w[N_THREADS];
         memset(w, 0, sizeof(w));
@@ -325,7 +325,7 @@ TEST_FULL(concurrent_requests_get_their_own_replies, 60) {
                 ok += w[i].ok;
         }
         ASSERT_EQ(ok, N_THREADS * N_PER_THREAD);
-        amqp_client_free(c);
+        nodebus_free(c);
 }
 
 /* rabbitmqctl close_connection on the client's own connection (named
@@ -362,7 +362,7 @@ TEST_FULL(lost_connection_fails_cleanly_then_reconnects, 60) {
         if (access("/usr/sbin/" RABBITMQCTL, X_OK) != 0 && access("/usr/bin/" RABBITMQCTL, X_OK) != 0)
                 TEST_SKIP("rabbitmqctl is not installed");
         struct agent *a = start_agent("lost");
-        struct amqp_client *c = new_client(EXCHANGE);
+        struct nodebus *c = new_client(EXCHANGE);
         wait_consuming(c, a);
         char err[512] = "";
 
@@ -382,7 +382,7 @@ TEST_FULL(lost_connection_fails_cleanly_then_reconnects, 60) {
 
         /* The next request reconnects (new reply queue) and succeeds. */
         _cleanup_free_ char *reply = NULL;
-        ASSERT_EQ(amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
         ASSERT_CONTAINS(reply, "\"ok\":true");
 
         /* Idle: a connection closed between requests is replaced before publishing, so
@@ -391,9 +391,9 @@ TEST_FULL(lost_connection_fails_cleanly_then_reconnects, 60) {
         usleep(1000000);
         free(reply);
         reply = NULL;
-        ASSERT_EQ(amqp_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
         ASSERT_CONTAINS(reply, "\"ok\":true");
-        amqp_client_free(c);
+        nodebus_free(c);
 }
 
 /* A raw connection of the test's own, to change the broker under the client. */
@@ -417,31 +417,31 @@ TEST_FULL(channel_closed_by_broker_is_eio_then_reopened, 30) {
         char exch[64], node[64], err[512] = "";
         snprintf(exch, sizeof(exch), "paddock.test.%d", (int) getpid());
         snprintf(node, sizeof(node), "amqptest-%d-chan", (int) getpid());
-        struct amqp_client *c = new_client(exch);
+        struct nodebus *c = new_client(exch);
         _cleanup_free_ char *reply = NULL;
-        ASSERT_EQ(amqp_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
+        ASSERT_EQ(nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
         /* Publishing to an exchange that is gone: the broker closes the channel (404). */
         delete_exchange(exch);
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        ASSERT_EQ(amqp_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -EIO);
+        ASSERT_EQ(nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -EIO);
         ASSERT_LE(elapsed_ms(&t0), 1000);
         ASSERT_CONTAINS(err, "RabbitMQ closed the channel: 404 NOT_FOUND");
         ASSERT_CONTAINS(err, exch);
         /* The channel is reopened (and the exchange redeclared) before the next publish. */
-        int r = amqp_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err));
+        int r = nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err));
         if (r != -ENXIO)
                 test_fail(__FILE__, __LINE__, "after the channel close: %d %s", r, err);
         ASSERT_CONTAINS(err, "no agent is consuming");
         ASSERT_NULL(reply);
-        amqp_client_free(c);
+        nodebus_free(c);
         delete_exchange(exch);
 }
 
 TEST_FULL(body_limit_is_one_mib, 30) {
         need_rabbit();
         struct agent *a = start_agent("big");
-        struct amqp_client *c = new_client(EXCHANGE);
+        struct nodebus *c = new_client(EXCHANGE);
         wait_consuming(c, a);
         size_t n = AMQP_CLIENT_MAX_BODY;
         _cleanup_free_ char *body = xmalloc(n + 2);
@@ -455,42 +455,42 @@ TEST_FULL(body_limit_is_one_mib, 30) {
          * accepts that much is the agent's business). */
         char err[512] = "";
         _cleanup_free_ char *reply = NULL;
-        ASSERT_EQ(amqp_request(c, a->node_id, body, 10000, &reply, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request(c, a->node_id, body, 10000, &reply, err, sizeof(err)), 0);
         ASSERT_CONTAINS(reply, a->node_id);
         /* One byte more is refused before anything is sent. */
         memcpy(body + n - 2, "x\"}", 4);
         ASSERT_EQ(strlen(body), n + 1);
-        ASSERT_EQ(amqp_request(c, a->node_id, body, 10000, &reply, err, sizeof(err)), -EMSGSIZE);
+        ASSERT_EQ(nodebus_request(c, a->node_id, body, 10000, &reply, err, sizeof(err)), -EMSGSIZE);
         ASSERT_CONTAINS(err, "limit");
-        amqp_client_free(c);
+        nodebus_free(c);
 }
 
 TEST_FULL(bad_arguments_and_urls, 30) {
-        struct amqp_client *c = NULL;
+        struct nodebus *c = NULL;
         char err[512] = "";
-        ASSERT_EQ(amqp_client_new("http://127.0.0.1:5672", EXCHANGE, &c, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(nodebus_new("http://127.0.0.1:5672", EXCHANGE, &c, err, sizeof(err)), -EINVAL);
         ASSERT_CONTAINS(err, "amqp://");
-        ASSERT_EQ(amqp_client_new("amqp://guest:guest@127.0.0.1:notaport/", EXCHANGE, &c, err, sizeof(err)), -EINVAL);
-        ASSERT_EQ(amqp_client_new("amqps://guest:guest@127.0.0.1/", EXCHANGE, &c, err, sizeof(err)), -EOPNOTSUPP);
-        ASSERT_EQ(amqp_client_new(URL, "", &c, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(nodebus_new("amqp://guest:guest@127.0.0.1:notaport/", EXCHANGE, &c, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(nodebus_new("amqps://guest:guest@127.0.0.1/", EXCHANGE, &c, err, sizeof(err)), -EOPNOTSUPP);
+        ASSERT_EQ(nodebus_new(URL, "", &c, err, sizeof(err)), -EINVAL);
         /* Nothing listens on port 1. */
-        ASSERT_EQ(amqp_client_new("amqp://guest:guest@127.0.0.1:1/", EXCHANGE, &c, err, sizeof(err)), -ECONNREFUSED);
+        ASSERT_EQ(nodebus_new("amqp://guest:guest@127.0.0.1:1/", EXCHANGE, &c, err, sizeof(err)), -ECONNREFUSED);
         ASSERT_CONTAINS(err, "127.0.0.1:1");
         ASSERT_NULL(c);
         need_rabbit();
-        ASSERT_EQ(amqp_client_new("amqp://guest:wrong@127.0.0.1:5672/", EXCHANGE, &c, err, sizeof(err)), -EACCES);
+        ASSERT_EQ(nodebus_new("amqp://guest:wrong@127.0.0.1:5672/", EXCHANGE, &c, err, sizeof(err)), -EACCES);
         ASSERT_CONTAINS(err, "refused the login for user guest");
         ASSERT_FALSE(strstr(err, "wrong"));   /* never echo the password */
-        ASSERT_EQ(amqp_client_new("amqp://guest:guest@127.0.0.1:5672/no-such-vhost", EXCHANGE, &c, err, sizeof(err)),
+        ASSERT_EQ(nodebus_new("amqp://guest:guest@127.0.0.1:5672/no-such-vhost", EXCHANGE, &c, err, sizeof(err)),
                   -EACCES);
         ASSERT_NULL(c);
 
         c = new_client(EXCHANGE);
         char *reply = NULL;
-        ASSERT_EQ(amqp_request(c, "", "{}", 1000, &reply, err, sizeof(err)), -EINVAL);
-        ASSERT_EQ(amqp_request(c, "bad\nnode", "{}", 1000, &reply, err, sizeof(err)), -EINVAL);
-        ASSERT_EQ(amqp_request(c, "n1", "{}", 0, &reply, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(nodebus_request(c, "", "{}", 1000, &reply, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(nodebus_request(c, "bad\nnode", "{}", 1000, &reply, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(nodebus_request(c, "n1", "{}", 0, &reply, err, sizeof(err)), -EINVAL);
         ASSERT_NULL(reply);
-        amqp_client_free(c);
-        ASSERT_NULL(amqp_client_free(NULL));
+        nodebus_free(c);
+        ASSERT_NULL(nodebus_free(NULL));
 }
