@@ -8,7 +8,10 @@
  * which a fail-closed publisher treats as a failure: egress and snapshot
  * handlers are the next layer.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +28,9 @@
 #include "conf.h"
 #include "json.h"
 #include "log.h"
+#include "egress.h"
 #include "nodeagent.h"
+#include "pj_node.h"
 #include "strutil.h"
 
 #define MAX_MESSAGE (1024 * 1024)
@@ -54,9 +59,26 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
         STR("agent", "log_level", "info", 16, log_level);
         STR("amqp", "url", "amqp://guest:guest@127.0.0.1:5672", 1024, amqp_url);
         STR("amqp", "exchange", "paddock.nodes", 128, exchange);
+        STR("egress", "table", "paddock", 64, egress_table);
+        STR("egress", "dns_resolver", NULL, 16, egress_dns);
 #undef STR
         if ((r = conf_get_int(cf, "amqp", NULL, "prefetch", 8, 1, 1000, &ret->prefetch, err, errlen)) < 0)
                 goto out;
+        if ((r = conf_get_bool(cf, "egress", NULL, "enable", false, &ret->egress_enabled, err, errlen)) < 0)
+                goto out;
+        if ((r = conf_get_list(cf, "egress", NULL, "bridges", 64, 15, &ret->egress_bridges, err, errlen)) < 0 ||
+            (r = conf_get_list(cf, "egress", NULL, "deny", 1024, 18, &ret->egress_deny, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "egress", NULL, "priority", -10, -400, 400, &ret->egress_priority, err, errlen)) < 0)
+                goto out;
+        if (ret->egress_dns && !*ret->egress_dns) {
+                free(ret->egress_dns);
+                ret->egress_dns = NULL;
+        }
+        if (ret->egress_enabled && !ret->egress_bridges) {
+                snprintf(err, errlen, "%s: [egress] bridges is required when enable = true", path);
+                r = -EINVAL;
+                goto out;
+        }
         if ((r = conf_check_unused(cf, err, errlen)) < 0)
                 goto out;
         if (!ret->node_id || !*ret->node_id) {
@@ -94,6 +116,10 @@ out:
 }
 
 void agent_config_done(struct agent_config *c) {
+        free(c->egress_table);
+        free(c->egress_dns);
+        strv_free(c->egress_bridges);
+        strv_free(c->egress_deny);
         free(c->node_id);
         free(c->log_level);
         free(c->amqp_url);
@@ -172,28 +198,96 @@ fail:
         return NULL;
 }
 
+int agent_egress_init(const struct agent_config *cfg, char *err, size_t errlen) {
+        struct egress_config ec = {
+                .table = cfg->egress_table,
+                .bridges = (const char *const *) cfg->egress_bridges,
+                .deny_cidrs = (const char *const *) cfg->egress_deny,
+                .dns_resolver = cfg->egress_dns,
+                .priority = (int) cfg->egress_priority,
+        };
+        return egress_init(&ec, err, errlen);
+}
+
+/* Resolves hostname entries (IPv4 only) and hands the policy to the firewall. A hostname
+ * that does not resolve fails the whole apply: the caller fails closed. */
+static int apply_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
+        struct pj_allow_entry *allow = xnew0(struct pj_allow_entry, EGRESS_MAX_ALLOW);
+        size_t n = 0;
+        int r = 0;
+        for (size_t i = 0; i < m->egress.n_allow && r == 0; i++) {
+                struct pj_allow_entry e;
+                char norm[PJ_ALLOW_NORM_MAX], why[256];
+                if (pj_allow_entry_parse(m->egress.allow[i], &e, norm, sizeof(norm), why, sizeof(why)) < 0) {
+                        snprintf(err, errlen, "allow entry %s %s", m->egress.allow[i], why);
+                        r = -EINVAL;
+                        break;
+                }
+                if (e.kind != PJ_ALLOW_HOSTNAME) {
+                        allow[n++] = e;
+                        continue;
+                }
+                struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res = NULL;
+                int g = getaddrinfo(e.host, NULL, &hints, &res);
+                if (g != 0) {
+                        snprintf(err, errlen, "cannot resolve %s: %s", e.host, gai_strerror(g));
+                        r = -EHOSTUNREACH;
+                        break;
+                }
+                for (struct addrinfo *a = res; a && n < EGRESS_MAX_ALLOW; a = a->ai_next) {
+                        struct pj_allow_entry ip = { .kind = PJ_ALLOW_IPV4, .prefix = 32 };
+                        ip.addr = ntohl(((struct sockaddr_in *) a->ai_addr)->sin_addr.s_addr);
+                        allow[n++] = ip;
+                }
+                freeaddrinfo(res);
+        }
+        if (r == 0) {
+                struct egress_policy p = {
+                        .sandbox_id = m->sandbox_id, .ip = m->ip, .mode = m->egress.mode, .allow = allow, .n_allow = n,
+                };
+                r = egress_apply(&p, err, errlen);
+        }
+        free(allow);
+        return r;
+}
+
 /* Builds the reply for one message. Returns the JSON text (xmalloc'd). */
 char *agent_handle(const struct agent_config *cfg, const char *body, size_t len) {
-        char err[256] = "";
-        _cleanup_json_ cJSON *in = NULL;
-        _cleanup_json_ cJSON *out = cJSON_CreateObject();
-        json_add_str(out, "node_id", cfg->node_id);
-        if (json_parse(body, len, MAX_MESSAGE, 16, &in, err, sizeof(err)) < 0 || !cJSON_IsObject(in)) {
-                json_add_bool(out, "ok", false);
-                json_add_str(out, "error", err[0] ? err : "message must be a JSON object");
-                return json_print(out);
+        struct pj_node_msg m = { 0 };
+        struct pj_error pe = { 0 };
+        struct pj_node_reply out = { .ok = false };
+        char err[512] = "";
+        snprintf(out.node_id, sizeof(out.node_id), "%s", cfg->node_id);
+        if (pj_node_msg_parse(body, len, &m, &pe) < 0) {
+                snprintf(out.error, sizeof(out.error), "%s", pe.message);
+                return pj_node_reply_format(&out);
         }
-        const char *type = json_get_str(in, "type");
-        json_add_str(out, "type", type);
-        if (type && !strcmp(type, "ping")) {
-                json_add_bool(out, "ok", true);
-                return json_print(out);
+        snprintf(out.type, sizeof(out.type), "%s", pj_node_type_to_string(m.type));
+        int r = 0;
+        switch (m.type) {
+        case PJ_NODE_PING:
+                break;
+        case PJ_NODE_EGRESS_APPLY:
+        case PJ_NODE_EGRESS_REMOVE:
+                log_ctx_set("SANDBOX_ID", m.sandbox_id);
+                if (!cfg->egress_enabled) {
+                        snprintf(err, sizeof(err), "egress enforcement is not enabled on node %s ([egress] enable)", cfg->node_id);
+                        r = -ENOTSUP;
+                } else if (m.type == PJ_NODE_EGRESS_APPLY)
+                        r = apply_policy(&m, err, sizeof(err));
+                else
+                        r = egress_remove(m.sandbox_id, m.ip, err, sizeof(err));
+                if (r < 0)
+                        log_warning("%s failed: %s", out.type, err);
+                else
+                        log_info("%s done", out.type);
+                break;
         }
-        json_add_bool(out, "ok", false);
-        char msg[300];
-        snprintf(msg, sizeof(msg), "message type '%.64s' is not supported by this agent", type ? type : "(none)");
-        json_add_str(out, "error", msg);
-        return json_print(out);
+        out.ok = r >= 0;
+        if (r < 0)
+                snprintf(out.error, sizeof(out.error), "%s", err[0] ? err : strerror(-r));
+        pj_node_msg_done(&m);
+        return pj_node_reply_format(&out);
 }
 
 static void reply(amqp_connection_state_t conn, const amqp_envelope_t *env, const char *text) {
@@ -258,6 +352,15 @@ int agent_run(const struct agent_config *cfg) {
         int backoff_ms = 200;
         bool notified = false;
         log_ctx_set("NODE_ID", cfg->node_id);
+        if (cfg->egress_enabled) {
+                char err[512] = "";
+                /* Fail closed from the first moment: the table drops bridge traffic that has no
+                 * confirmed policy before we accept any message. */
+                int r = agent_egress_init(cfg, err, sizeof(err));
+                if (r < 0)
+                        return log_error_errno(r, "Cannot program the egress firewall: %s", err);
+                log_info("egress firewall ready (table inet %s)", cfg->egress_table);
+        }
         while (!stop_requested) {
                 amqp_bytes_t q = amqp_empty_bytes;
                 amqp_connection_state_t conn = connect_broker(cfg, &q);

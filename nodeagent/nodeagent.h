@@ -1,6 +1,7 @@
 /* nodeagent.h — private header of the per-host agent. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -10,7 +11,17 @@ struct agent_config {
         char *amqp_url;
         char *exchange;       /* direct exchange shared with controld */
         int64_t prefetch;
+        /* [egress] */
+        bool egress_enabled;
+        char *egress_table;
+        char **egress_bridges;        /* NULL-terminated */
+        char **egress_deny;           /* NULL-terminated CIDRs */
+        char *egress_dns;             /* resolver IPv4 or NULL */
+        int64_t egress_priority;
 };
+
+/* agent.c: programs the firewall from [egress] (when enabled). */
+int agent_egress_init(const struct agent_config *cfg, char *err, size_t errlen);
 
 /* agent.c */
 int agent_config_load(const char *path, struct agent_config *ret, char *err, size_t errlen);

@@ -1,5 +1,8 @@
 /* nodeagent against a real RabbitMQ: node-ID routing, replies, fail-fast when the agent is gone. */
+#include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -181,9 +184,15 @@ TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {
         ASSERT_CONTAINS(r1, "\"ok\":true");
         ASSERT_CONTAINS(r1, node_id);
         /* Types the agent does not handle are refused, never silently accepted. */
-        ASSERT_EQ(publish(&c, node_id, "{\"type\":\"egress.apply\",\"sandbox_id\":\"x\"}", "corr-2", &r2), 0);
+        /* Egress messages on a node whose firewall is not enabled are refused (fail closed). */
+        ASSERT_EQ(publish(&c, node_id,
+                          "{\"type\":\"egress.apply\",\"sandbox_id\":\"0123456789abcdef01234567\",\"ip\":\"169.254.90.9\","
+                          "\"mode\":\"deny_all\"}",
+                          "corr-2", &r2),
+                  0);
         ASSERT_CONTAINS(r2, "\"ok\":false");
-        ASSERT_CONTAINS(r2, "egress.apply");
+        ASSERT_CONTAINS(r2, "\"type\":\"egress.apply\"");
+        ASSERT_CONTAINS(r2, "not enabled");
         /* Garbage gets an error reply, and the agent keeps serving. */
         ASSERT_EQ(publish(&c, node_id, "{not json", "corr-3", &r3), 0);
         ASSERT_CONTAINS(r3, "\"ok\":false");
@@ -255,4 +264,64 @@ TEST(handler_replies_for_every_input) {
                 ASSERT_CONTAINS(x, "\"ok\":false");
                 free(x);
         }
+}
+
+/* The agent's egress handlers program real nftables, inside a network namespace of the test's own. */
+TEST(egress_messages_program_the_firewall) {
+        if (unshare(CLONE_NEWNET | CLONE_NEWNS) < 0)
+                TEST_SKIP("cannot create network and mount namespaces here");
+        /* A hostname the agent can resolve without any DNS: our own /etc/hosts, visible only
+         * in this test's mount namespace. */
+        char hosts[512];
+        snprintf(hosts, sizeof(hosts), "%s/hosts", test_tmpdir());
+        FILE *hf = fopen(hosts, "w");
+        ASSERT_NOT_NULL(hf);
+        fprintf(hf, "127.0.0.1 localhost\n169.254.77.20 api.paddock.test\n");
+        fclose(hf);
+        ASSERT_EQ(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+        ASSERT_EQ(mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL), 0);
+        char *bridges[] = { "pdkbr0", NULL };
+        struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true, .egress_table = "paddock",
+                                    .egress_bridges = bridges, .egress_priority = -10 };
+        char err[512] = "";
+        int r = agent_egress_init(&cfg, err, sizeof(err));
+        if (r == -EPERM || r == -EPROTONOSUPPORT)
+                TEST_SKIP("nftables netlink is not available here");
+        if (r < 0)
+                test_fail(__FILE__, __LINE__, "egress init: %s", err);
+
+#define SB "0123456789abcdef01234567"
+        static const char apply[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.7\","
+                                    "\"mode\":\"restricted\",\"allow\":[\"169.254.77.10\",\"api.paddock.test\",\"10.0.0.0/8\"]}";
+        _cleanup_free_ char *a = agent_handle(&cfg, apply, strlen(apply));
+        ASSERT_CONTAINS(a, "\"ok\":true");
+        char *argv[] = { "nft", "--json", "list", "table", "inet", "paddock", NULL };
+        _cleanup_free_ char *dump = NULL;
+        ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
+        ASSERT_CONTAINS(dump, "sbx_" SB);
+        ASSERT_CONTAINS(dump, "169.254.77.10");
+        ASSERT_CONTAINS(dump, "169.254.77.20");   /* api.paddock.test, resolved by the agent */
+        ASSERT_CONTAINS(dump, "10.0.0.0");
+
+        /* A name that does not resolve fails the apply; the enforced policy stays as it was. */
+        static const char bad[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.7\","
+                                  "\"mode\":\"restricted\",\"allow\":[\"no-such-host.invalid\"]}";
+        _cleanup_free_ char *b = agent_handle(&cfg, bad, strlen(bad));
+        ASSERT_CONTAINS(b, "\"ok\":false");
+        ASSERT_CONTAINS(b, "cannot resolve");
+        free(dump);
+        dump = NULL;
+        ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
+        ASSERT_CONTAINS(dump, "169.254.77.10");
+
+        static const char rm[] = "{\"type\":\"egress.remove\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.7\"}";
+        _cleanup_free_ char *c = agent_handle(&cfg, rm, strlen(rm));
+        ASSERT_CONTAINS(c, "\"ok\":true");
+        free(dump);
+        dump = NULL;
+        ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
+        ASSERT_TRUE(strstr(dump, "sbx_" SB) == NULL);
+        _cleanup_free_ char *d = agent_handle(&cfg, rm, strlen(rm));   /* idempotent */
+        ASSERT_CONTAINS(d, "\"ok\":true");
+#undef SB
 }
