@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -65,7 +66,9 @@
 #define MSG_MAX (64 * 1024)
 #define RECV_BUF (64 * 1024)
 #define ACK_TIMEOUT_MS 5000
-#define GENID_RETRIES 5
+/* Another writer committed between our read and our batch: start over after a
+ * short, growing, jittered pause so two writers stop colliding. */
+#define GENID_RETRIES 16
 
 static inline bool streq(const char *a, const char *b) {
         return strcmp(a, b) == 0;
@@ -139,6 +142,15 @@ static int nl_query(struct mnl_socket *nl, struct nlmsghdr *req, bool dump, mnl_
                 if (r == MNL_CB_STOP || !dump)
                         return 0;
         }
+}
+
+static void restart_backoff(int attempt) {
+        uint8_t j = 0;
+        if (getrandom(&j, 1, GRND_NONBLOCK) != 1)
+                j = (uint8_t) (clock() & 0xff);
+        struct timespec ts = { 0, (long) (attempt + 1) * 500000L + (long) j * 4000L };
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
 }
 
 static uint32_t seq_next(void) {
@@ -1036,8 +1048,11 @@ int egress_init(const struct egress_config *cfg, char *err, size_t errlen) {
                 }
 
                 r = batch_send(nl, &b, err, errlen);
-                if (r == -ERESTART)
+                if (r == -ERESTART) {
+                        log_debug("nftables ruleset changed since it was read; retrying");
+                        restart_backoff(attempt);
                         continue;
+                }
                 if (r < 0)
                         return r;
                 strscpy(st.table, table, sizeof(st.table));
@@ -1178,8 +1193,11 @@ int egress_apply(const struct egress_policy *p, char *err, size_t errlen) {
                         elem_op(&b, NFT_MSG_DELSETELEM, table, SET_DNS, p->ip, NULL);
 
                 r = batch_send(nl, &b, err, errlen);
-                if (r == -ERESTART)
+                if (r == -ERESTART) {
+                        log_debug("nftables ruleset changed since it was read; retrying");
+                        restart_backoff(attempt);
                         continue;
+                }
                 return r;
         }
         return errf(err, errlen, r, "the nftables ruleset kept changing under us (%d attempts)", GENID_RETRIES);
@@ -1250,8 +1268,11 @@ int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen)
                 if (!any)
                         return 0;
                 r = batch_send(nl, &b, err, errlen);
-                if (r == -ERESTART)
+                if (r == -ERESTART) {
+                        log_debug("nftables ruleset changed since it was read; retrying");
+                        restart_backoff(attempt);
                         continue;
+                }
                 return r;
         }
         return errf(err, errlen, r, "the nftables ruleset kept changing under us (%d attempts)", GENID_RETRIES);
