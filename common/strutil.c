@@ -335,7 +335,7 @@ char *base64_encode(const void *data, size_t len, size_t *ret_len) {
         return out;
 }
 
-static int b64val(char c) {
+int base64_char_value(char c) {
         if (c >= 'A' && c <= 'Z')
                 return c - 'A';
         if (c >= 'a' && c <= 'z')
@@ -358,7 +358,7 @@ int base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len) {
         out = xmalloc(len / 4 * 3 + 1);
         for (size_t i = 0; i < len; i += 4) {
                 bool last = i + 4 == len;
-                int a = b64val(s[i]), b = b64val(s[i + 1]), c, d;
+                int a = base64_char_value(s[i]), b = base64_char_value(s[i + 1]), c, d;
 
                 if (a < 0 || b < 0)
                         return -EINVAL;
@@ -368,7 +368,7 @@ int base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len) {
                         out[o++] = (uint8_t) (a << 2 | b >> 4);
                         break;
                 }
-                c = b64val(s[i + 2]);
+                c = base64_char_value(s[i + 2]);
                 if (c < 0)
                         return -EINVAL;
                 if (last && s[i + 3] == '=') {
@@ -378,7 +378,7 @@ int base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len) {
                         out[o++] = (uint8_t) ((b & 15) << 4 | c >> 2);
                         break;
                 }
-                d = b64val(s[i + 3]);
+                d = base64_char_value(s[i + 3]);
                 if (d < 0)
                         return -EINVAL;
                 out[o++] = (uint8_t) (a << 2 | b >> 4);

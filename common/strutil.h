@@ -77,6 +77,8 @@ char *base64_encode(const void *data, size_t len, size_t *ret_len);
 /* Strict: length a multiple of 4, padding only at the end, zero pad bits,
  * no whitespace -> else -EINVAL. *ret gets one extra NUL byte past *ret_len
  * so text payloads can be used as strings. */
+/* Value 0..63 of a standard-alphabet base64 character, -1 for anything else ('=' included). */
+int base64_char_value(char c);
 int base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len);
 
 /* RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.

@@ -14,6 +14,7 @@
 
 #include "cleanup.h"
 #include "pj_api.h"
+#include "strutil.h"
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -1299,19 +1300,6 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
 
 /* ---- POST /sandboxes/{id}/files/batch ---------------------------------- */
 
-static int b64_value(char c) {
-        if (c >= 'A' && c <= 'Z')
-                return c - 'A';
-        if (c >= 'a' && c <= 'z')
-                return c - 'a' + 26;
-        if (c >= '0' && c <= '9')
-                return c - '0' + 52;
-        if (c == '+')
-                return 62;
-        if (c == '/')
-                return 63;
-        return -1;
-}
 
 /* Decoded size of standard base64 text of n bytes (padded or not), or
  * SIZE_MAX when no valid base64 text has that shape. */
@@ -1342,7 +1330,7 @@ static int b64_decode(const char *s, size_t n, uint8_t **ret, size_t *ret_len) {
         uint32_t acc = 0;
         int bits = 0;
         for (size_t i = 0; i < body; i++) {
-                int v = b64_value(s[i]);
+                int v = base64_char_value(s[i]);
                 if (v < 0)
                         return -EINVAL;
                 acc = (acc << 6) | (uint32_t) v;
