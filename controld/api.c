@@ -417,8 +417,6 @@ static enum MHD_Result delete_volume(struct req *r, const char *id) {
 
 /* ---- routing ---- */
 
-static enum MHD_Result method_not_allowed(struct req *r, const char *allow) { return respond_method_not_allowed(r, allow); }
-
 static bool is(struct req *r, const char *m) { return !strcmp(r->method, m); }
 
 #define ROUTE(label) (r->route = (label))
@@ -434,7 +432,7 @@ enum MHD_Result api_dispatch(struct req *r) {
 
         if (n == 2 && !strcmp(p[0], "sandbox") && !strcmp(p[1], "templates")) {
                 ROUTE("/sandbox/templates");
-                return is(r, "GET") ? get_templates(r) : method_not_allowed(r, "GET");
+                return is(r, "GET") ? get_templates(r) : respond_method_not_allowed(r, "GET");
         }
         if (n >= 1 && !strcmp(p[0], "volumes")) {
                 if (n == 1) {
@@ -443,7 +441,7 @@ enum MHD_Result api_dispatch(struct req *r) {
                                 return post_volume(r);
                         if (is(r, "GET"))
                                 return list_volumes(r);
-                        return method_not_allowed(r, "GET, POST");
+                        return respond_method_not_allowed(r, "GET, POST");
                 }
                 if (n == 2) {
                         ROUTE("/volumes/{id}");
@@ -451,7 +449,7 @@ enum MHD_Result api_dispatch(struct req *r) {
                                 return get_volume(r, p[1]);
                         if (is(r, "DELETE"))
                                 return delete_volume(r, p[1]);
-                        return method_not_allowed(r, "GET, DELETE");
+                        return respond_method_not_allowed(r, "GET, DELETE");
                 }
         }
         if (n >= 1 && !strcmp(p[0], "sandboxes")) {
@@ -461,16 +459,16 @@ enum MHD_Result api_dispatch(struct req *r) {
                                 return post_sandboxes(r);
                         if (is(r, "GET"))
                                 return list_sandboxes(r);
-                        return method_not_allowed(r, "GET, POST");
+                        return respond_method_not_allowed(r, "GET, POST");
                 }
                 if (n == 2 && !strcmp(p[1], "regions")) {
                         ROUTE("/sandboxes/regions");
-                        return is(r, "GET") ? get_regions(r) : method_not_allowed(r, "GET");
+                        return is(r, "GET") ? get_regions(r) : respond_method_not_allowed(r, "GET");
                 }
                 if (n == 2 && !strcmp(p[1], "snapshots")) {
                         ROUTE("/sandboxes/snapshots");
                         if (!is(r, "GET"))
-                                return method_not_allowed(r, "GET");
+                                return respond_method_not_allowed(r, "GET");
                         int64_t page, limit;
                         if (req_pagination(r, &page, &limit) < 0)
                                 return MHD_YES;
@@ -479,7 +477,7 @@ enum MHD_Result api_dispatch(struct req *r) {
                 if (n == 3 && !strcmp(p[1], "snapshots")) {
                         ROUTE("/sandboxes/snapshots/{id}");
                         if (!is(r, "DELETE"))
-                                return method_not_allowed(r, "DELETE");
+                                return respond_method_not_allowed(r, "DELETE");
                         if (!hexid_valid(p[2]))
                                 return respond_error(r, 400, "Invalid snapshot id");
                         return respond_error(r, 404, "Snapshot not found");
@@ -494,27 +492,27 @@ enum MHD_Result api_dispatch(struct req *r) {
                                 return get_sandbox(r, p[1]);
                         if (is(r, "DELETE"))
                                 return delete_sandbox(r, p[1]);
-                        return method_not_allowed(r, "GET, DELETE");
+                        return respond_method_not_allowed(r, "GET, DELETE");
                 }
                 if (n == 3) {
                         const char *op = p[2];
                         if (!strcmp(op, "wait")) {
                                 ROUTE("/sandboxes/{id}/wait");
-                                return is(r, "GET") ? wait_sandbox(r, p[1]) : method_not_allowed(r, "GET");
+                                return is(r, "GET") ? wait_sandbox(r, p[1]) : respond_method_not_allowed(r, "GET");
                         }
                         if (!strcmp(op, "pause") || !strcmp(op, "resume")) {
                                 ROUTE(!strcmp(op, "pause") ? "/sandboxes/{id}/pause" : "/sandboxes/{id}/resume");
                                 return is(r, "POST") ? pause_resume(r, p[1], !strcmp(op, "pause"))
-                                                     : method_not_allowed(r, "POST");
+                                                     : respond_method_not_allowed(r, "POST");
                         }
                         if (!strcmp(op, "stats")) {
                                 ROUTE("/sandboxes/{id}/stats");
-                                return is(r, "GET") ? get_stats(r, p[1]) : method_not_allowed(r, "GET");
+                                return is(r, "GET") ? get_stats(r, p[1]) : respond_method_not_allowed(r, "GET");
                         }
                         if (!strcmp(op, "egress")) {
                                 ROUTE("/sandboxes/{id}/egress");
                                 if (!is(r, "PUT"))
-                                        return method_not_allowed(r, "PUT");
+                                        return respond_method_not_allowed(r, "PUT");
                                 struct sandbox sb = { 0 };
                                 struct api_error e = { 0 };
                                 if (sandbox_load(r->c, &r->acc, p[1], &sb, &e) < 0)
@@ -533,7 +531,7 @@ enum MHD_Result api_dispatch(struct req *r) {
                                 struct sandbox sb = { 0 };
                                 struct api_error e = { 0 };
                                 if (!is(r, "GET") && !is(r, "POST"))
-                                        return method_not_allowed(r, "GET, POST");
+                                        return respond_method_not_allowed(r, "GET, POST");
                                 if (sandbox_load(r->c, &r->acc, p[1], &sb, &e) < 0)
                                         return respond_api_error(r, &e);
                                 sandbox_clear(&sb);

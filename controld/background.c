@@ -16,13 +16,6 @@
 static pthread_t bg_thread;
 static bool bg_started;
 
-static void billing_period(int64_t ms, char out[8]) {
-        time_t t = (time_t) (ms / 1000);
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        snprintf(out, 8, "%04d-%02d", tm.tm_year + 1900, tm.tm_mon + 1);
-}
-
 /* The previous sample of each sandbox, so rates come from our own interval
  * (a one-shot Docker sample has no previous one). Only the background thread uses it. */
 struct prev_sample { char id[25]; uint64_t net, cpu_ns, sys_ns; int64_t ts; };

@@ -240,6 +240,8 @@ void json_add_region(cJSON *o, const struct region *g);
 void json_add_time(cJSON *o, const char *k, int64_t ms);
 void sandbox_stats_sample_all(struct ctl *c);
 int64_t destroy_timeout_seconds(const char *s);
+/* The spending period of a timestamp (ms): "YYYY-MM" in UTC. */
+void billing_period(int64_t ms, char out[8]);
 bool plan_allows_region(const struct plan *p, const struct region *g);
 
 /* ---- volumes (volume.c) ---- */

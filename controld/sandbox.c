@@ -37,7 +37,7 @@ int64_t destroy_timeout_seconds(const char *s) {
         return 0;
 }
 
-static void billing_period(int64_t ms, char out[8]) {
+void billing_period(int64_t ms, char out[8]) {
         time_t t = (time_t) (ms / 1000);
         struct tm tm;
         gmtime_r(&t, &tm);
