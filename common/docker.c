@@ -9,13 +9,13 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "docker.h"
 #include "httpc.h"
 #include "log.h"
+#include "strutil.h"
 
 #define TIMEOUT_DEFAULT_MS   30000L
 #define TIMEOUT_CREATE_MS    60000L
@@ -860,16 +860,10 @@ int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exe
         return 0;
 }
 
-static int64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits for fd to become ready for events until deadline. 0 ready, -ETIMEDOUT, -errno. */
 static int wait_fd(int fd, short events, int64_t deadline) {
         for (;;) {
-                int64_t left = deadline - now_ms();
+                int64_t left = deadline - mono_ms();
                 if (left <= 0)
                         return -ETIMEDOUT;
                 struct pollfd p = { .fd = fd, .events = events };
@@ -956,7 +950,7 @@ int docker_exec_start(struct docker *d, const char *exec_id, int *ret_fd, uint8_
         static const char body[] = "{\"Detach\":false,\"Tty\":false}";
         _cleanup_close_ int fd = -1;
         _cleanup_free_ char *req = NULL, *e = NULL, *head = NULL;
-        int64_t deadline = now_ms() + EXEC_HEAD_TIMEOUT_MS;
+        int64_t deadline = mono_ms() + EXEC_HEAD_TIMEOUT_MS;
         size_t have = 0;
         char *end = NULL;
         int r;
@@ -1029,7 +1023,7 @@ int docker_exec_start(struct docker *d, const char *exec_id, int *ret_fd, uint8_
         size_t eblen = have - head_len < want ? have - head_len : want;
         memcpy(eb, head + head_len, eblen);
         while (eblen < want) {
-                ssize_t n = recv_some(fd, eb + eblen, want - eblen, now_ms() + 5000);
+                ssize_t n = recv_some(fd, eb + eblen, want - eblen, mono_ms() + 5000);
                 if (n <= 0)
                         break;
                 eblen += (size_t) n;
@@ -1083,51 +1077,23 @@ int docker_demux_feed(struct docker_demux *m, const uint8_t *buf, size_t len,
 
 /* ---- exec_run ------------------------------------------------------------------- */
 
-struct capture {
-        char *buf;
-        size_t len, alloc, cap;
-        bool truncated;
-};
-
-static void capture_add(struct capture *c, const uint8_t *data, size_t len) {
-        size_t take = len;
-        if (take > c->cap - c->len) {
-                take = c->cap - c->len;
-                c->truncated = true;
-        }
-        if (take == 0)
-                return;
-        if (c->len + take + 1 > c->alloc) {
-                size_t a = c->alloc ? c->alloc : 4096;
-                while (a < c->len + take + 1)
-                        a *= 2;
-                if (a > c->cap + 1)
-                        a = c->cap + 1;
-                c->buf = xrealloc(c->buf, a);
-                c->alloc = a;
-        }
-        memcpy(c->buf + c->len, data, take);
-        c->len += take;
-}
-
+/* Output is kept up to the caller's cap; the rest is counted as truncated. */
 struct run_ctx {
-        struct capture out, err;
+        struct strbuf out, err;
 };
+
+static void run_ctx_done(struct run_ctx *c) {
+        strbuf_done(&c->out);
+        strbuf_done(&c->err);
+}
 
 static int run_cb(int type, const uint8_t *data, size_t len, void *ud) {
         struct run_ctx *c = ud;
         if (type == 1)
-                capture_add(&c->out, data, len);
+                (void) strbuf_append(&c->out, data, len);
         else if (type == 2 || type == 3)
-                capture_add(&c->err, data, len);
+                (void) strbuf_append(&c->err, data, len);
         return 0;
-}
-
-static char *capture_take(struct capture *c) {
-        char *b = c->buf ? c->buf : xmalloc(1);
-        b[c->len] = 0;
-        c->buf = NULL;
-        return b;
 }
 
 int docker_exec_run(struct docker *d, const char *container, const struct docker_exec_opts *o,
@@ -1138,16 +1104,17 @@ int docker_exec_run(struct docker *d, const char *container, const struct docker
         _cleanup_close_ int fd = -1;
         _cleanup_free_ uint8_t *buf = NULL;
         struct docker_demux dm = {};
-        struct run_ctx c = {};
+        _cleanup_(run_ctx_done) struct run_ctx c = {};
         size_t pre_len = 0, sent = 0;
-        int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : EXEC_RUN_TIMEOUT_MS);
+        int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : EXEC_RUN_TIMEOUT_MS);
         bool attach = stdin_data != NULL || (o && o->attach_stdin);
         bool writing = attach;
         int r;
 
         if (!o || !ret || (stdin_len > 0 && !stdin_data))
                 return -EINVAL;
-        c.out.cap = c.err.cap = cap ? cap : DOCKER_EXEC_CAP_DEFAULT;
+        strbuf_init(&c.out, cap ? cap : DOCKER_EXEC_CAP_DEFAULT);
+        strbuf_init(&c.err, cap ? cap : DOCKER_EXEC_CAP_DEFAULT);
 
         struct docker_exec_opts eo = *o;
         eo.attach_stdin = attach;
@@ -1168,7 +1135,7 @@ int docker_exec_run(struct docker *d, const char *container, const struct docker
         }
         buf = xmalloc(64 * 1024);
         for (;;) {
-                int64_t left = deadline - now_ms();
+                int64_t left = deadline - mono_ms();
                 if (left <= 0) {
                         r = -ETIMEDOUT;
                         goto fail;
@@ -1227,12 +1194,9 @@ int docker_exec_run(struct docker *d, const char *container, const struct docker
                         /* Never ran: Docker writes errors that happen after the hijack
                          * ("Container ... is not running") into the stream as stdout. */
                         set_error_n(c.out.buf ? c.out.buf : "exec did not run", c.out.buf ? c.out.len : 16);
-                        r = strstr(last_error, "is not running") ? -ESRCH : -EIO;
-                        free(c.out.buf);
-                        free(c.err.buf);
-                        return r;
+                        return strstr(last_error, "is not running") ? -ESRCH : -EIO;
                 }
-                if (now_ms() + sleep_ms > deadline) {
+                if (mono_ms() + sleep_ms > deadline) {
                         log_debug("docker: exec %s: no exit code yet (running=%d pid=%d)", exec_id, info.running, info.pid);
                         r = -ETIMEDOUT;
                         goto fail;
@@ -1241,14 +1205,14 @@ int docker_exec_run(struct docker *d, const char *container, const struct docker
         }
 
         *ret = (struct docker_exec_result) {
-                .out = capture_take(&c.out),
                 .out_len = c.out.len,
                 .out_truncated = c.out.truncated,
-                .err = capture_take(&c.err),
                 .err_len = c.err.len,
                 .err_truncated = c.err.truncated,
                 .exit_code = info.exit_code,
         };
+        ret->out = strbuf_steal(&c.out);
+        ret->err = strbuf_steal(&c.err);
         return 0;
 
 fail_proto:
@@ -1257,8 +1221,6 @@ fail:
         if (r == -ETIMEDOUT)
                 set_error("exec %s did not finish within %ld ms", exec_id,
                           timeout_ms > 0 ? timeout_ms : EXEC_RUN_TIMEOUT_MS);
-        free(c.out.buf);
-        free(c.err.buf);
         return r;
 }
 
