@@ -170,8 +170,9 @@ struct pj_files_batch {
         /* n_files entries: NULL when files[i] is good, else a user-facing
          * sentence naming files[i] ("files[7].path must be an absolute path").
          * A bad entry (not an object, bad/missing path, content not standard
-         * padded base64, over max_file_bytes, a path already used by an earlier
-         * entry, unknown field) does not fail the batch. */
+         * base64 (padding optional, see BASE64_PAD_OPTIONAL), over
+         * max_file_bytes, a path already used by an earlier entry, unknown
+         * field) does not fail the batch. */
         char **file_errors;
 };
 
