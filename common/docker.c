@@ -148,6 +148,14 @@ static bool valid_tag(const char *s) {
 
 /* ---- request core ------------------------------------------------------------- */
 
+/* xasprintf(fmt, escaped name, ...): fmt's first conversion is the %s that takes the
+ * URL-escaped object name ("/containers/%s/json"), the rest take the extra arguments. */
+#define escaped_path(fmt, name, ...)                                            \
+        ({                                                                      \
+                _cleanup_free_ char *_ep_ = httpc_escape(name);                 \
+                xasprintf(fmt, _ep_, ##__VA_ARGS__);                            \
+        })
+
 struct dresp {
         long status;
         cJSON *json;
@@ -356,8 +364,7 @@ static int container_action(struct docker *d, const char *id, const char *action
                             long timeout_ms, struct dresp *resp) {
         if (!valid_name(id))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(id);
-        _cleanup_free_ char *path = xasprintf("/containers/%s/%s%s", e, action, query ? query : "");
+        _cleanup_free_ char *path = escaped_path("/containers/%s/%s%s", id, action, query ? query : "");
         return dcall(d, "POST", path, NULL, timeout_ms, resp);
 }
 
@@ -389,8 +396,7 @@ int docker_container_remove(struct docker *d, const char *id, bool force, bool r
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(id);
-        _cleanup_free_ char *path = xasprintf("/containers/%s?force=%d&v=%d", e, force, remove_volumes);
+        _cleanup_free_ char *path = escaped_path("/containers/%s?force=%d&v=%d", id, force, remove_volumes);
         int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
         return r == -EEXIST ? -EBUSY : r;
 }
@@ -399,8 +405,7 @@ int docker_container_inspect(struct docker *d, const char *id_or_name, struct do
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id_or_name))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(id_or_name);
-        _cleanup_free_ char *path = xasprintf("/containers/%s/json", e);
+        _cleanup_free_ char *path = escaped_path("/containers/%s/json", id_or_name);
         int r = dcall(d, "GET", path, NULL, 0, &resp);
         if (r == -ENOENT) {
                 *ret = (struct docker_container_state) { .exists = false, .exit_code = -1 };
@@ -473,14 +478,6 @@ int docker_container_list(struct docker *d, const char *label_filter, char ***re
         return 0;
 }
 
-void docker_strv_free(char **v) {
-        if (!v)
-                return;
-        for (char **p = v; *p; p++)
-                free(*p);
-        free(v);
-}
-
 /* ---- volumes and networks ------------------------------------------------------ */
 
 int docker_volume_create(struct docker *d, const char *name, const struct docker_kv *labels, size_t n) {
@@ -499,8 +496,7 @@ int docker_volume_remove(struct docker *d, const char *name, bool force) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(name))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(name);
-        _cleanup_free_ char *path = xasprintf("/volumes/%s?force=%d", e, force);
+        _cleanup_free_ char *path = escaped_path("/volumes/%s?force=%d", name, force);
         int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
         return r == -EEXIST ? -EBUSY : r;
 }
@@ -509,8 +505,7 @@ int docker_volume_remove(struct docker *d, const char *name, bool force) {
  * match counts. Returns 0 with *ret_id set, -ENOENT, or another error. */
 static int network_lookup(struct docker *d, const char *name, char **ret_id) {
         _cleanup_(dresp_done) struct dresp resp = {};
-        _cleanup_free_ char *e = httpc_escape(name);
-        _cleanup_free_ char *path = xasprintf("/networks/%s", e);
+        _cleanup_free_ char *path = escaped_path("/networks/%s", name);
         int r = dcall(d, "GET", path, NULL, 0, &resp);
         if (r < 0)
                 return r;
@@ -571,8 +566,7 @@ int docker_network_remove(struct docker *d, const char *name) {
         r = network_lookup(d, name, &id);
         if (r < 0)
                 return r;
-        _cleanup_free_ char *e = httpc_escape(id);
-        path = xasprintf("/networks/%s", e);
+        path = escaped_path("/networks/%s", id);
         r = dcall(d, "DELETE", path, NULL, 0, &resp);
         /* "has active endpoints" comes back as 403 (Forbidden) on 20.10 */
         return (r == -EACCES || r == -EEXIST) ? -EBUSY : r;
@@ -584,8 +578,7 @@ int docker_container_stats(struct docker *d, const char *id, struct docker_stats
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(id);
-        _cleanup_free_ char *path = xasprintf("/containers/%s/stats?stream=false&one-shot=true", e);
+        _cleanup_free_ char *path = escaped_path("/containers/%s/stats?stream=false&one-shot=true", id);
         int r = dcall(d, "GET", path, NULL, 0, &resp);
         if (r < 0)
                 return r;
@@ -638,8 +631,7 @@ int docker_image_exists(struct docker *d, const char *ref) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_ref(ref))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(ref);
-        _cleanup_free_ char *path = xasprintf("/images/%s/json", e);
+        _cleanup_free_ char *path = escaped_path("/images/%s/json", ref);
         int r = dcall(d, "GET", path, NULL, 0, &resp);
         if (r == -ENOENT) {
                 clear_error();
@@ -652,8 +644,7 @@ int docker_image_remove(struct docker *d, const char *ref, bool force) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_ref(ref))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(ref);
-        _cleanup_free_ char *path = xasprintf("/images/%s?force=%d&noprune=0", e, force);
+        _cleanup_free_ char *path = escaped_path("/images/%s?force=%d&noprune=0", ref, force);
         int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
         return r == -EEXIST ? -EBUSY : r;
 }
@@ -826,8 +817,7 @@ int docker_exec_create(struct docker *d, const char *container, const struct doc
                 cJSON_AddStringToObject(b, "WorkingDir", o->working_dir);
         if (o->user)
                 cJSON_AddStringToObject(b, "User", o->user);
-        _cleanup_free_ char *e = httpc_escape(container);
-        _cleanup_free_ char *path = xasprintf("/containers/%s/exec", e);
+        _cleanup_free_ char *path = escaped_path("/containers/%s/exec", container);
         int r = dcall(d, "POST", path, b, 0, &resp);
         if (r == -EEXIST)     /* 409: container not running (or paused/restarting) */
                 return -ESRCH;
@@ -846,8 +836,7 @@ int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exe
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(exec_id))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(exec_id);
-        _cleanup_free_ char *path = xasprintf("/exec/%s/json", e);
+        _cleanup_free_ char *path = escaped_path("/exec/%s/json", exec_id);
         int r = dcall(d, "GET", path, NULL, 0, &resp);
         if (r < 0)
                 return r;

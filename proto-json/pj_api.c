@@ -715,6 +715,34 @@ void pj_exec_done(struct pj_exec *e) {
         *e = (struct pj_exec) {};
 }
 
+/* Moves the fields parse_run_common() filled into a pj_exec or pj_code
+ * (both spell them the same) and leaves rc owning nothing. */
+#define TAKE_RUN_COMMON(dst, rc)                                \
+        do {                                                    \
+                (dst).timeout_s = (rc).timeout_s;               \
+                (dst).cwd = TAKE_PTR((rc).cwd);                 \
+                (dst).env_keys = TAKE_PTR((rc).env_keys);       \
+                (dst).env_values = TAKE_PTR((rc).env_values);   \
+                (dst).n_env = (rc).n_env;                       \
+                (dst).stream = (rc).stream;                     \
+                (rc).n_env = 0;                                 \
+        } while (0)
+
+/* The required, non-empty text member key (cmd, code) of at most max bytes. */
+static int get_text(const struct pj_json *root, const char *key, size_t max, const char *max_note,
+                    const struct pj_json **ret, struct pj_error *err) {
+        int r = get_str(root, "", key, ret, err);
+        if (r < 0)
+                return r;
+        if (!*ret)
+                return pj_error_set(err, key, "%s is required", key);
+        if ((*ret)->str_len == 0)
+                return pj_error_set(err, key, "%s must not be empty", key);
+        if ((*ret)->str_len > max)
+                return pj_error_set(err, key, "%s must be at most %zu bytes%s", key, max, max_note);
+        return 0;
+}
+
 int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_error *err) {
         static const char *const fields[] = { "cmd", "timeout_seconds", "cwd", "env", "stream" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
@@ -723,30 +751,12 @@ int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_e
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
-                return r;
-        r = get_str(root, "", "cmd", &cmd, err);
-        if (r < 0)
-                return r;
-        if (!cmd)
-                return pj_error_set(err, "cmd", "cmd is required");
-        if (cmd->str_len == 0)
-                return pj_error_set(err, "cmd", "cmd must not be empty");
-        if (cmd->str_len > 65536)
-                return pj_error_set(err, "cmd", "cmd must be at most 65536 bytes");
-        if ((r = parse_run_common(root, &rc, err)) < 0)
+            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = parse_run_common(root, &rc, err)) < 0)
                 return r;
 
-        *ret = (struct pj_exec) {
-                .cmd = xstrdup(cmd->str),
-                .timeout_s = rc.timeout_s,
-                .cwd = TAKE_PTR(rc.cwd),
-                .env_keys = TAKE_PTR(rc.env_keys),
-                .env_values = TAKE_PTR(rc.env_values),
-                .n_env = rc.n_env,
-                .stream = rc.stream,
-        };
-        rc.n_env = 0;
+        *ret = (struct pj_exec) { .cmd = xstrdup(cmd->str) };
+        TAKE_RUN_COMMON(*ret, rc);
         return 0;
 }
 
@@ -777,29 +787,12 @@ int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_e
                 return pj_error_set(err, "language", "language is required (python or node)");
         if (strcmp(lang->str, "python") != 0 && strcmp(lang->str, "node") != 0)
                 return pj_error_set(err, "language", "language must be one of python, node");
-        r = get_str(root, "", "code", &code, err);
-        if (r < 0)
-                return r;
-        if (!code)
-                return pj_error_set(err, "code", "code is required");
-        if (code->str_len == 0)
-                return pj_error_set(err, "code", "code must not be empty");
-        if (code->str_len > 1024 * 1024)
-                return pj_error_set(err, "code", "code must be at most 1048576 bytes (1 MiB)");
-        if ((r = parse_run_common(root, &rc, err)) < 0)
+        if ((r = get_text(root, "code", 1024 * 1024, " (1 MiB)", &code, err)) < 0 ||
+            (r = parse_run_common(root, &rc, err)) < 0)
                 return r;
 
-        *ret = (struct pj_code) {
-                .language = xstrdup(lang->str),
-                .code = xstrdup(code->str),
-                .timeout_s = rc.timeout_s,
-                .cwd = TAKE_PTR(rc.cwd),
-                .env_keys = TAKE_PTR(rc.env_keys),
-                .env_values = TAKE_PTR(rc.env_values),
-                .n_env = rc.n_env,
-                .stream = rc.stream,
-        };
-        rc.n_env = 0;
+        *ret = (struct pj_code) { .language = xstrdup(lang->str), .code = xstrdup(code->str) };
+        TAKE_RUN_COMMON(*ret, rc);
         return 0;
 }
 

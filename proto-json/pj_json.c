@@ -197,7 +197,7 @@ static int jp_value(struct jp *p, int depth, struct pj_json **ret) {
 
         _cleanup_(pj_json_freep) struct pj_json *v = xnew0(struct pj_json, 1);
         uint8_t c = p->s[p->pos];
-        int r;
+        int r = 0;
         if (c == '{' || c == '[') {
                 bool obj = c == '{';
                 if (depth + 1 > PJ_JSON_MAX_DEPTH)
@@ -247,26 +247,18 @@ static int jp_value(struct jp *p, int depth, struct pj_json **ret) {
         } else if (c == '"') {
                 v->type = PJ_JSON_STRING;
                 r = jp_string(p, &v->str, &v->str_len);
-                if (r < 0)
-                        return r;
-        } else if (c == '-' || is_digit(c)) {
+        } else if (c == '-' || is_digit(c))
                 r = jp_number(p, v);
-                if (r < 0)
-                        return r;
-        } else if (c == 't') {
+        else if (c == 't')
                 r = jp_literal(p, "true", PJ_JSON_TRUE, v);
-                if (r < 0)
-                        return r;
-        } else if (c == 'f') {
+        else if (c == 'f')
                 r = jp_literal(p, "false", PJ_JSON_FALSE, v);
-                if (r < 0)
-                        return r;
-        } else if (c == 'n') {
+        else if (c == 'n')
                 r = jp_literal(p, "null", PJ_JSON_NULL, v);
-                if (r < 0)
-                        return r;
-        } else
+        else
                 return jp_fail(p, p->pos, "unexpected character");
+        if (r < 0)
+                return r;
         *ret = TAKE_PTR(v);
         return 0;
 }
