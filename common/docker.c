@@ -673,9 +673,7 @@ int docker_commit(struct docker *d, const char *container, const char *repo, con
 /* ---- push ------------------------------------------------------------------------ */
 
 struct push_ctx {
-        char line[PUSH_LINE_MAX];
-        size_t len;
-        bool overflow;          /* current line too long: dropped up to its newline */
+        struct strbuf line;     /* current line; truncated = too long, dropped up to its newline */
         bool failed;
         char error[ERRMSG_MAX];
         char *digest;
@@ -683,8 +681,18 @@ struct push_ctx {
         bool have_aux;
 };
 
+static void push_ctx_done(struct push_ctx *c) {
+        strbuf_done(&c->line);
+        free(c->digest);
+        c->digest = NULL;
+}
+
+/* Reads the complete line held in c->line, then empties it. */
 static void push_line(struct push_ctx *c) {
-        _cleanup_json_ cJSON *j = cJSON_ParseWithLength(c->line, c->len);
+        _cleanup_json_ cJSON *j = NULL;
+        if (c->line.len > 0 && !c->line.truncated)
+                j = cJSON_ParseWithLength(c->line.buf, c->line.len);
+        strbuf_reset(&c->line);
         if (!cJSON_IsObject(j))
                 return;
         const cJSON *ed = cJSON_GetObjectItemCaseSensitive(j, "errorDetail");
@@ -714,17 +722,14 @@ static void push_line(struct push_ctx *c) {
 
 static int push_on_data(const void *data, size_t len, void *ud) {
         struct push_ctx *c = ud;
-        const char *p = data;
-        for (size_t i = 0; i < len; i++) {
-                if (p[i] == '\n') {
-                        if (!c->overflow && c->len > 0)
-                                push_line(c);
-                        c->len = 0;
-                        c->overflow = false;
-                } else if (c->len < sizeof(c->line))
-                        c->line[c->len++] = p[i];
-                else
-                        c->overflow = true;
+        const char *p = data, *end = p + len;
+        while (p < end) {
+                const char *nl = memchr(p, '\n', (size_t) (end - p));
+                (void) strbuf_append(&c->line, p, (size_t) ((nl ? nl : end) - p));
+                if (!nl)
+                        break;
+                push_line(c);
+                p = nl + 1;
         }
         return 0;
 }
@@ -751,7 +756,7 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
         _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(t);
         _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "/images/%s/push?tag=%s", en, et);
         _cleanup_free_ char *hdr = xasprintf("X-Registry-Auth: %s", auth);
-        _cleanup_free_ struct push_ctx *c = xnew0(struct push_ctx, 1);
+        _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
         const char *hdrs[] = { hdr, NULL };
         struct httpc_req req = {
                 .method = "POST",
@@ -760,41 +765,34 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
                 .headers = hdrs,
                 .timeout_ms = TIMEOUT_PUSH_MS,
                 .on_data = push_on_data,
-                .userdata = c,
+                .userdata = &c,
         };
         r = httpc_do(&req, &resp);
-        if (r < 0) {
-                free(c->digest);
+        if (r < 0)
                 return transport_error(d, r);
-        }
-        if (c->len > 0 && !c->overflow)   /* last line without newline */
-                push_line(c);
+        push_line(&c);   /* last line without newline */
         long status = resp.status;
         httpc_resp_done(&resp);
 
         if (status >= 400) {
-                free(c->digest);
-                if (c->error[0])
-                        set_error_n(c->error, strlen(c->error));
+                if (c.error[0])
+                        set_error_n(c.error, strlen(c.error));
                 else
                         set_error("push failed with HTTP %ld", status);
                 return map_status(status);
         }
-        if (c->failed || !c->have_aux) {
-                free(c->digest);
-                if (c->failed)
-                        set_error_n(c->error, strlen(c->error));
+        if (c.failed || !c.have_aux) {
+                if (c.failed)
+                        set_error_n(c.error, strlen(c.error));
                 else
                         set_error("push of %s:%s ended without a digest", name, t);
                 return -EIO;
         }
         clear_error();
         if (ret_size)
-                *ret_size = c->size;
+                *ret_size = c.size;
         if (ret_digest)
-                *ret_digest = c->digest;
-        else
-                free(c->digest);
+                *ret_digest = TAKE_PTR(c.digest);
         return 0;
 }
 

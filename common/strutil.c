@@ -294,6 +294,13 @@ int strbuf_printf(struct strbuf *b, const char *fmt, ...) {
         return strbuf_append(b, s, (size_t) n);
 }
 
+void strbuf_reset(struct strbuf *b) {
+        b->len = 0;
+        b->truncated = false;
+        if (b->buf)
+                b->buf[0] = 0;
+}
+
 void strbuf_done(struct strbuf *b) {
         if (!b)
                 return;

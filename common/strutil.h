@@ -74,6 +74,8 @@ void strbuf_init(struct strbuf *b, size_t max);
  * an overflow. */
 int strbuf_append(struct strbuf *b, const void *data, size_t len);
 int strbuf_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Empties b (len 0, not truncated) but keeps its allocation for reuse. */
+void strbuf_reset(struct strbuf *b);
 /* Frees the content; b stays usable (empty, same max). NULL-safe. */
 void strbuf_done(struct strbuf *b);
 #define _cleanup_strbuf_ __attribute__((cleanup(strbuf_done)))

@@ -334,6 +334,21 @@ TEST(strbuf_cleanup_and_exact_cap) {
                 ASSERT_TRUE(b.cap <= 5); /* never allocates past max + NUL */
         } /* freed by the cleanup helper; ASan would report a leak */
         strbuf_done(NULL);
+        {
+                /* reset: empty and not truncated again, allocation kept. */
+                _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(4);
+                strbuf_reset(&b); /* before any append: nothing to clear */
+                ASSERT_NULL(b.buf);
+                ASSERT_EQ(strbuf_append(&b, "abcdef", 6), -ENOBUFS);
+                char *before = b.buf;
+                strbuf_reset(&b);
+                ASSERT_FALSE(b.truncated);
+                ASSERT_EQ(b.len, 0);
+                ASSERT_STREQ(b.buf, "");
+                ASSERT_EQ(strbuf_append(&b, "xy", 2), 0);
+                ASSERT_TRUE(b.buf == before);
+                ASSERT_STREQ(b.buf, "xy");
+        }
         /* One append larger than the cap keeps the prefix. */
         _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(3);
         ASSERT_EQ(strbuf_append(&b, "\0\1\2\3", 4), -ENOBUFS);
