@@ -145,6 +145,16 @@ int parse_duration_ms(const char *s, uint64_t *ret) {
         return parse_with_units(s, ret, names, factors, ELEMENTSOF(names), 1000);
 }
 
+int unhexchar(char c) {
+        if (is_digit(c))
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
 bool hexid_valid_n(const char *s, size_t len) {
         if (!s || len != HEXID_LEN)
                 return false;

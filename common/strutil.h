@@ -38,6 +38,9 @@ bool hexid_valid(const char *s);
 bool hexid_valid_n(const char *s, size_t len);
 void hexid_new(char out[HEXID_LEN + 1]);
 
+/* Value 0..15 of a hex digit (either case), -1 for anything else. */
+int unhexchar(char c);
+
 /* Lowercase hex of nbytes_of_entropy bytes from getrandom(); out must hold
  * 2 * nbytes_of_entropy + 1 bytes. Hex is url-safe and never needs escaping. */
 void random_token(char *out, size_t nbytes_of_entropy);

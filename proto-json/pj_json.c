@@ -41,16 +41,10 @@ static void jp_ws(struct jp *p) {
 static int hex4(const uint8_t *s, uint32_t *ret) {
         uint32_t v = 0;
         for (int i = 0; i < 4; i++) {
-                uint8_t c = s[i];
-                v <<= 4;
-                if (c >= '0' && c <= '9')
-                        v |= (uint32_t) (c - '0');
-                else if (c >= 'a' && c <= 'f')
-                        v |= (uint32_t) (c - 'a' + 10);
-                else if (c >= 'A' && c <= 'F')
-                        v |= (uint32_t) (c - 'A' + 10);
-                else
+                int d = unhexchar((char) s[i]);
+                if (d < 0)
                         return -EINVAL;
+                v = v << 4 | (uint32_t) d;
         }
         *ret = v;
         return 0;

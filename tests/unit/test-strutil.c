@@ -309,6 +309,22 @@ TEST(clocks) {
         ASSERT_GE(mono_ms() - m, 15);
 }
 
+TEST(unhexchar_both_cases) {
+        const char *digits = "0123456789abcdef", *upper = "ABCDEF";
+        for (int i = 0; i < 16; i++)
+                ASSERT_EQ(unhexchar(digits[i]), i);
+        for (int i = 0; i < 6; i++)
+                ASSERT_EQ(unhexchar(upper[i]), 10 + i);
+        ASSERT_EQ(unhexchar('g'), -1);
+        ASSERT_EQ(unhexchar('G'), -1);
+        ASSERT_EQ(unhexchar('/'), -1); /* just below '0' */
+        ASSERT_EQ(unhexchar(':'), -1); /* just above '9' */
+        ASSERT_EQ(unhexchar('@'), -1);
+        ASSERT_EQ(unhexchar('`'), -1);
+        ASSERT_EQ(unhexchar('\0'), -1);
+        ASSERT_EQ(unhexchar((char) 0xe0), -1);
+}
+
 TEST(hexid_valid_n_counts_bytes) {
         ASSERT_TRUE(hexid_valid_n("0123456789abcdef01234567", 24));
         /* Not NUL-terminated: only len bytes are looked at. */
