@@ -12,7 +12,7 @@
 #include "pj_json.h"
 #include "strutil.h"
 
-/* ---- errors ------------------------------------------------------------ */
+/* ---- quoting user text in messages ------------------------------------ */
 
 /* Renders untrusted bytes for a message: printable ASCII as is (quotes and
  * backslashes escaped), anything else as \xNN, at most max_in input bytes
@@ -39,7 +39,6 @@ static const char *sanitize(char *buf, size_t size, const char *s, size_t n, siz
         buf[o < size ? o : size - 1] = '\0';
         return buf;
 }
-
 
 /* ---- tree access with field paths -------------------------------------- */
 
