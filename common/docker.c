@@ -9,13 +9,13 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
 #include "docker.h"
 #include "httpc.h"
 #include "log.h"
+#include "strutil.h"
 
 #define TIMEOUT_DEFAULT_MS   30000L
 #define TIMEOUT_CREATE_MS    60000L
@@ -147,6 +147,14 @@ static bool valid_tag(const char *s) {
 }
 
 /* ---- request core ------------------------------------------------------------- */
+
+/* xasprintf(fmt, escaped name, ...): fmt's first conversion is the %s that takes the
+ * URL-escaped object name ("/containers/%s/json"), the rest take the extra arguments. */
+#define escaped_path(fmt, name, ...)                                            \
+        ({                                                                      \
+                _cleanup_free_ char *_ep_ = httpc_escape(name);                 \
+                xasprintf(fmt, _ep_, ##__VA_ARGS__);                            \
+        })
 
 struct dresp {
         long status;
@@ -356,8 +364,7 @@ static int container_action(struct docker *d, const char *id, const char *action
                             long timeout_ms, struct dresp *resp) {
         if (!valid_name(id))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(id);
-        _cleanup_free_ char *path = xasprintf("/containers/%s/%s%s", e, action, query ? query : "");
+        _cleanup_free_ char *path = escaped_path("/containers/%s/%s%s", id, action, query ? query : "");
         return dcall(d, "POST", path, NULL, timeout_ms, resp);
 }
 
@@ -389,8 +396,7 @@ int docker_container_remove(struct docker *d, const char *id, bool force, bool r
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(id);
-        _cleanup_free_ char *path = xasprintf("/containers/%s?force=%d&v=%d", e, force, remove_volumes);
+        _cleanup_free_ char *path = escaped_path("/containers/%s?force=%d&v=%d", id, force, remove_volumes);
         int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
         return r == -EEXIST ? -EBUSY : r;
 }
@@ -399,8 +405,7 @@ int docker_container_inspect(struct docker *d, const char *id_or_name, struct do
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id_or_name))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(id_or_name);
-        _cleanup_free_ char *path = xasprintf("/containers/%s/json", e);
+        _cleanup_free_ char *path = escaped_path("/containers/%s/json", id_or_name);
         int r = dcall(d, "GET", path, NULL, 0, &resp);
         if (r == -ENOENT) {
                 *ret = (struct docker_container_state) { .exists = false, .exit_code = -1 };
@@ -473,14 +478,6 @@ int docker_container_list(struct docker *d, const char *label_filter, char ***re
         return 0;
 }
 
-void docker_strv_free(char **v) {
-        if (!v)
-                return;
-        for (char **p = v; *p; p++)
-                free(*p);
-        free(v);
-}
-
 /* ---- volumes and networks ------------------------------------------------------ */
 
 int docker_volume_create(struct docker *d, const char *name, const struct docker_kv *labels, size_t n) {
@@ -499,8 +496,7 @@ int docker_volume_remove(struct docker *d, const char *name, bool force) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(name))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(name);
-        _cleanup_free_ char *path = xasprintf("/volumes/%s?force=%d", e, force);
+        _cleanup_free_ char *path = escaped_path("/volumes/%s?force=%d", name, force);
         int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
         return r == -EEXIST ? -EBUSY : r;
 }
@@ -509,8 +505,7 @@ int docker_volume_remove(struct docker *d, const char *name, bool force) {
  * match counts. Returns 0 with *ret_id set, -ENOENT, or another error. */
 static int network_lookup(struct docker *d, const char *name, char **ret_id) {
         _cleanup_(dresp_done) struct dresp resp = {};
-        _cleanup_free_ char *e = httpc_escape(name);
-        _cleanup_free_ char *path = xasprintf("/networks/%s", e);
+        _cleanup_free_ char *path = escaped_path("/networks/%s", name);
         int r = dcall(d, "GET", path, NULL, 0, &resp);
         if (r < 0)
                 return r;
@@ -571,8 +566,7 @@ int docker_network_remove(struct docker *d, const char *name) {
         r = network_lookup(d, name, &id);
         if (r < 0)
                 return r;
-        _cleanup_free_ char *e = httpc_escape(id);
-        path = xasprintf("/networks/%s", e);
+        path = escaped_path("/networks/%s", id);
         r = dcall(d, "DELETE", path, NULL, 0, &resp);
         /* "has active endpoints" comes back as 403 (Forbidden) on 20.10 */
         return (r == -EACCES || r == -EEXIST) ? -EBUSY : r;
@@ -584,8 +578,7 @@ int docker_container_stats(struct docker *d, const char *id, struct docker_stats
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(id);
-        _cleanup_free_ char *path = xasprintf("/containers/%s/stats?stream=false&one-shot=true", e);
+        _cleanup_free_ char *path = escaped_path("/containers/%s/stats?stream=false&one-shot=true", id);
         int r = dcall(d, "GET", path, NULL, 0, &resp);
         if (r < 0)
                 return r;
@@ -638,8 +631,7 @@ int docker_image_exists(struct docker *d, const char *ref) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_ref(ref))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(ref);
-        _cleanup_free_ char *path = xasprintf("/images/%s/json", e);
+        _cleanup_free_ char *path = escaped_path("/images/%s/json", ref);
         int r = dcall(d, "GET", path, NULL, 0, &resp);
         if (r == -ENOENT) {
                 clear_error();
@@ -652,8 +644,7 @@ int docker_image_remove(struct docker *d, const char *ref, bool force) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_ref(ref))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(ref);
-        _cleanup_free_ char *path = xasprintf("/images/%s?force=%d&noprune=0", e, force);
+        _cleanup_free_ char *path = escaped_path("/images/%s?force=%d&noprune=0", ref, force);
         int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
         return r == -EEXIST ? -EBUSY : r;
 }
@@ -682,9 +673,7 @@ int docker_commit(struct docker *d, const char *container, const char *repo, con
 /* ---- push ------------------------------------------------------------------------ */
 
 struct push_ctx {
-        char line[PUSH_LINE_MAX];
-        size_t len;
-        bool overflow;          /* current line too long: dropped up to its newline */
+        struct strbuf line;     /* current line; truncated = too long, dropped up to its newline */
         bool failed;
         char error[ERRMSG_MAX];
         char *digest;
@@ -692,8 +681,18 @@ struct push_ctx {
         bool have_aux;
 };
 
+static void push_ctx_done(struct push_ctx *c) {
+        strbuf_done(&c->line);
+        free(c->digest);
+        c->digest = NULL;
+}
+
+/* Reads the complete line held in c->line, then empties it. */
 static void push_line(struct push_ctx *c) {
-        _cleanup_json_ cJSON *j = cJSON_ParseWithLength(c->line, c->len);
+        _cleanup_json_ cJSON *j = NULL;
+        if (c->line.len > 0 && !c->line.truncated)
+                j = cJSON_ParseWithLength(c->line.buf, c->line.len);
+        strbuf_reset(&c->line);
         if (!cJSON_IsObject(j))
                 return;
         const cJSON *ed = cJSON_GetObjectItemCaseSensitive(j, "errorDetail");
@@ -723,17 +722,14 @@ static void push_line(struct push_ctx *c) {
 
 static int push_on_data(const void *data, size_t len, void *ud) {
         struct push_ctx *c = ud;
-        const char *p = data;
-        for (size_t i = 0; i < len; i++) {
-                if (p[i] == '\n') {
-                        if (!c->overflow && c->len > 0)
-                                push_line(c);
-                        c->len = 0;
-                        c->overflow = false;
-                } else if (c->len < sizeof(c->line))
-                        c->line[c->len++] = p[i];
-                else
-                        c->overflow = true;
+        const char *p = data, *end = p + len;
+        while (p < end) {
+                const char *nl = memchr(p, '\n', (size_t) (end - p));
+                (void) strbuf_append(&c->line, p, (size_t) ((nl ? nl : end) - p));
+                if (!nl)
+                        break;
+                push_line(c);
+                p = nl + 1;
         }
         return 0;
 }
@@ -760,7 +756,7 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
         _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(t);
         _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "/images/%s/push?tag=%s", en, et);
         _cleanup_free_ char *hdr = xasprintf("X-Registry-Auth: %s", auth);
-        _cleanup_free_ struct push_ctx *c = xnew0(struct push_ctx, 1);
+        _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
         const char *hdrs[] = { hdr, NULL };
         struct httpc_req req = {
                 .method = "POST",
@@ -769,41 +765,34 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
                 .headers = hdrs,
                 .timeout_ms = TIMEOUT_PUSH_MS,
                 .on_data = push_on_data,
-                .userdata = c,
+                .userdata = &c,
         };
         r = httpc_do(&req, &resp);
-        if (r < 0) {
-                free(c->digest);
+        if (r < 0)
                 return transport_error(d, r);
-        }
-        if (c->len > 0 && !c->overflow)   /* last line without newline */
-                push_line(c);
+        push_line(&c);   /* last line without newline */
         long status = resp.status;
         httpc_resp_done(&resp);
 
         if (status >= 400) {
-                free(c->digest);
-                if (c->error[0])
-                        set_error_n(c->error, strlen(c->error));
+                if (c.error[0])
+                        set_error_n(c.error, strlen(c.error));
                 else
                         set_error("push failed with HTTP %ld", status);
                 return map_status(status);
         }
-        if (c->failed || !c->have_aux) {
-                free(c->digest);
-                if (c->failed)
-                        set_error_n(c->error, strlen(c->error));
+        if (c.failed || !c.have_aux) {
+                if (c.failed)
+                        set_error_n(c.error, strlen(c.error));
                 else
                         set_error("push of %s:%s ended without a digest", name, t);
                 return -EIO;
         }
         clear_error();
         if (ret_size)
-                *ret_size = c->size;
+                *ret_size = c.size;
         if (ret_digest)
-                *ret_digest = c->digest;
-        else
-                free(c->digest);
+                *ret_digest = TAKE_PTR(c.digest);
         return 0;
 }
 
@@ -826,8 +815,7 @@ int docker_exec_create(struct docker *d, const char *container, const struct doc
                 cJSON_AddStringToObject(b, "WorkingDir", o->working_dir);
         if (o->user)
                 cJSON_AddStringToObject(b, "User", o->user);
-        _cleanup_free_ char *e = httpc_escape(container);
-        _cleanup_free_ char *path = xasprintf("/containers/%s/exec", e);
+        _cleanup_free_ char *path = escaped_path("/containers/%s/exec", container);
         int r = dcall(d, "POST", path, b, 0, &resp);
         if (r == -EEXIST)     /* 409: container not running (or paused/restarting) */
                 return -ESRCH;
@@ -846,8 +834,7 @@ int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exe
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(exec_id))
                 return -EINVAL;
-        _cleanup_free_ char *e = httpc_escape(exec_id);
-        _cleanup_free_ char *path = xasprintf("/exec/%s/json", e);
+        _cleanup_free_ char *path = escaped_path("/exec/%s/json", exec_id);
         int r = dcall(d, "GET", path, NULL, 0, &resp);
         if (r < 0)
                 return r;
@@ -860,16 +847,10 @@ int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exe
         return 0;
 }
 
-static int64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits for fd to become ready for events until deadline. 0 ready, -ETIMEDOUT, -errno. */
 static int wait_fd(int fd, short events, int64_t deadline) {
         for (;;) {
-                int64_t left = deadline - now_ms();
+                int64_t left = deadline - mono_ms();
                 if (left <= 0)
                         return -ETIMEDOUT;
                 struct pollfd p = { .fd = fd, .events = events };
@@ -956,7 +937,7 @@ int docker_exec_start(struct docker *d, const char *exec_id, int *ret_fd, uint8_
         static const char body[] = "{\"Detach\":false,\"Tty\":false}";
         _cleanup_close_ int fd = -1;
         _cleanup_free_ char *req = NULL, *e = NULL, *head = NULL;
-        int64_t deadline = now_ms() + EXEC_HEAD_TIMEOUT_MS;
+        int64_t deadline = mono_ms() + EXEC_HEAD_TIMEOUT_MS;
         size_t have = 0;
         char *end = NULL;
         int r;
@@ -1029,7 +1010,7 @@ int docker_exec_start(struct docker *d, const char *exec_id, int *ret_fd, uint8_
         size_t eblen = have - head_len < want ? have - head_len : want;
         memcpy(eb, head + head_len, eblen);
         while (eblen < want) {
-                ssize_t n = recv_some(fd, eb + eblen, want - eblen, now_ms() + 5000);
+                ssize_t n = recv_some(fd, eb + eblen, want - eblen, mono_ms() + 5000);
                 if (n <= 0)
                         break;
                 eblen += (size_t) n;
@@ -1083,51 +1064,23 @@ int docker_demux_feed(struct docker_demux *m, const uint8_t *buf, size_t len,
 
 /* ---- exec_run ------------------------------------------------------------------- */
 
-struct capture {
-        char *buf;
-        size_t len, alloc, cap;
-        bool truncated;
-};
-
-static void capture_add(struct capture *c, const uint8_t *data, size_t len) {
-        size_t take = len;
-        if (take > c->cap - c->len) {
-                take = c->cap - c->len;
-                c->truncated = true;
-        }
-        if (take == 0)
-                return;
-        if (c->len + take + 1 > c->alloc) {
-                size_t a = c->alloc ? c->alloc : 4096;
-                while (a < c->len + take + 1)
-                        a *= 2;
-                if (a > c->cap + 1)
-                        a = c->cap + 1;
-                c->buf = xrealloc(c->buf, a);
-                c->alloc = a;
-        }
-        memcpy(c->buf + c->len, data, take);
-        c->len += take;
-}
-
+/* Output is kept up to the caller's cap; the rest is counted as truncated. */
 struct run_ctx {
-        struct capture out, err;
+        struct strbuf out, err;
 };
+
+static void run_ctx_done(struct run_ctx *c) {
+        strbuf_done(&c->out);
+        strbuf_done(&c->err);
+}
 
 static int run_cb(int type, const uint8_t *data, size_t len, void *ud) {
         struct run_ctx *c = ud;
         if (type == 1)
-                capture_add(&c->out, data, len);
+                (void) strbuf_append(&c->out, data, len);
         else if (type == 2 || type == 3)
-                capture_add(&c->err, data, len);
+                (void) strbuf_append(&c->err, data, len);
         return 0;
-}
-
-static char *capture_take(struct capture *c) {
-        char *b = c->buf ? c->buf : xmalloc(1);
-        b[c->len] = 0;
-        c->buf = NULL;
-        return b;
 }
 
 int docker_exec_run(struct docker *d, const char *container, const struct docker_exec_opts *o,
@@ -1138,16 +1091,17 @@ int docker_exec_run(struct docker *d, const char *container, const struct docker
         _cleanup_close_ int fd = -1;
         _cleanup_free_ uint8_t *buf = NULL;
         struct docker_demux dm = {};
-        struct run_ctx c = {};
+        _cleanup_(run_ctx_done) struct run_ctx c = {};
         size_t pre_len = 0, sent = 0;
-        int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : EXEC_RUN_TIMEOUT_MS);
+        int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : EXEC_RUN_TIMEOUT_MS);
         bool attach = stdin_data != NULL || (o && o->attach_stdin);
         bool writing = attach;
         int r;
 
         if (!o || !ret || (stdin_len > 0 && !stdin_data))
                 return -EINVAL;
-        c.out.cap = c.err.cap = cap ? cap : DOCKER_EXEC_CAP_DEFAULT;
+        strbuf_init(&c.out, cap ? cap : DOCKER_EXEC_CAP_DEFAULT);
+        strbuf_init(&c.err, cap ? cap : DOCKER_EXEC_CAP_DEFAULT);
 
         struct docker_exec_opts eo = *o;
         eo.attach_stdin = attach;
@@ -1168,7 +1122,7 @@ int docker_exec_run(struct docker *d, const char *container, const struct docker
         }
         buf = xmalloc(64 * 1024);
         for (;;) {
-                int64_t left = deadline - now_ms();
+                int64_t left = deadline - mono_ms();
                 if (left <= 0) {
                         r = -ETIMEDOUT;
                         goto fail;
@@ -1227,12 +1181,9 @@ int docker_exec_run(struct docker *d, const char *container, const struct docker
                         /* Never ran: Docker writes errors that happen after the hijack
                          * ("Container ... is not running") into the stream as stdout. */
                         set_error_n(c.out.buf ? c.out.buf : "exec did not run", c.out.buf ? c.out.len : 16);
-                        r = strstr(last_error, "is not running") ? -ESRCH : -EIO;
-                        free(c.out.buf);
-                        free(c.err.buf);
-                        return r;
+                        return strstr(last_error, "is not running") ? -ESRCH : -EIO;
                 }
-                if (now_ms() + sleep_ms > deadline) {
+                if (mono_ms() + sleep_ms > deadline) {
                         log_debug("docker: exec %s: no exit code yet (running=%d pid=%d)", exec_id, info.running, info.pid);
                         r = -ETIMEDOUT;
                         goto fail;
@@ -1241,14 +1192,14 @@ int docker_exec_run(struct docker *d, const char *container, const struct docker
         }
 
         *ret = (struct docker_exec_result) {
-                .out = capture_take(&c.out),
                 .out_len = c.out.len,
                 .out_truncated = c.out.truncated,
-                .err = capture_take(&c.err),
                 .err_len = c.err.len,
                 .err_truncated = c.err.truncated,
                 .exit_code = info.exit_code,
         };
+        ret->out = strbuf_steal(&c.out);
+        ret->err = strbuf_steal(&c.err);
         return 0;
 
 fail_proto:
@@ -1257,8 +1208,6 @@ fail:
         if (r == -ETIMEDOUT)
                 set_error("exec %s did not finish within %ld ms", exec_id,
                           timeout_ms > 0 ? timeout_ms : EXEC_RUN_TIMEOUT_MS);
-        free(c.out.buf);
-        free(c.err.buf);
         return r;
 }
 

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "strutil.h"   /* strv_free() for docker_container_list() results */
+
 #define DOCKER_API_PREFIX "/v1.41"
 #define DOCKER_SOCKET_DEFAULT "/var/run/docker.sock"
 #define DOCKER_EXEC_CAP_DEFAULT ((size_t) 1 << 20)
@@ -89,9 +91,8 @@ struct docker_container_state {
 int docker_container_inspect(struct docker *d, const char *id_or_name, struct docker_container_state *ret);
 
 /* Full ids of containers in any state whose label matches label_filter ("key" or
- * "key=value"). *ret_ids is NULL-terminated; free with docker_strv_free(). */
+ * "key=value"). *ret_ids is NULL-terminated; free with strv_free(). */
 int docker_container_list(struct docker *d, const char *label_filter, char ***ret_ids);
-void docker_strv_free(char **v);
 
 /* Creating an existing volume returns 0 (Docker keeps the existing one and its labels). */
 int docker_volume_create(struct docker *d, const char *name, const struct docker_kv *labels, size_t n);

@@ -9,6 +9,7 @@
 #include "cleanup.h"
 #include "httpc.h"
 #include "log.h"
+#include "strutil.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_result;
@@ -22,11 +23,13 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct curl_slist *, curl_slist_free_all)
 
 struct sink {
         const struct httpc_req *req;
-        char *buf;
-        size_t len, alloc, max;
-        bool too_big;
+        struct strbuf body;
         int cb_error;
 };
+
+static void sink_done(struct sink *s) {
+        strbuf_done(&s->body);
+}
 
 static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata) {
         struct sink *s = userdata;
@@ -42,22 +45,8 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata) {
                 }
                 return n;
         }
-        if (n > s->max - s->len) {
-                s->too_big = true;
-                return 0;
-        }
-        if (s->len + n + 1 > s->alloc) {
-                size_t a = s->alloc ? s->alloc : 4096;
-                while (a < s->len + n + 1)
-                        a *= 2;
-                if (a > s->max + 1)
-                        a = s->max + 1;
-                s->buf = xrealloc(s->buf, a);
-                s->alloc = a;
-        }
-        memcpy(s->buf + s->len, data, n);
-        s->len += n;
-        s->buf[s->len] = 0;
+        if (strbuf_append(&s->body, data, n) < 0)
+                return 0;      /* over max_response: the partial body is dropped */
         return n;
 }
 
@@ -81,7 +70,7 @@ static int map_curl_error(CURL *c, CURLcode cc, const struct sink *s) {
         if (cc == CURLE_WRITE_ERROR) {
                 if (s->cb_error < 0)
                         return s->cb_error;
-                return s->too_big ? -EMSGSIZE : -EIO;
+                return s->body.truncated ? -EMSGSIZE : -EIO;
         }
         if (cc == CURLE_OPERATION_TIMEDOUT)
                 return -ETIMEDOUT;
@@ -102,7 +91,7 @@ int httpc_do(const struct httpc_req *req, struct httpc_resp *ret) {
         _cleanup_(curl_easy_cleanupp) CURL *c = NULL;
         _cleanup_(curl_slist_free_allp) struct curl_slist *hdrs = NULL;
         _cleanup_free_ char *ct_hdr = NULL;
-        struct sink s = { .req = req };
+        _cleanup_(sink_done) struct sink s = { .req = req };
         const char *method;
         char errbuf[CURL_ERROR_SIZE] = "";
         CURLcode cc;
@@ -129,7 +118,7 @@ int httpc_do(const struct httpc_req *req, struct httpc_resp *ret) {
         if (!c)
                 return -ENOMEM;
 
-        s.max = req->max_response ? req->max_response : HTTPC_MAX_RESPONSE_DEFAULT;
+        strbuf_init(&s.body, req->max_response ? req->max_response : HTTPC_MAX_RESPONSE_DEFAULT);
 
         curl_easy_setopt(c, CURLOPT_URL, req->url);
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -178,7 +167,6 @@ int httpc_do(const struct httpc_req *req, struct httpc_resp *ret) {
                 r = map_curl_error(c, cc, &s);
                 log_debug("httpc: %s %s failed: %s (%s)", method, req->url,
                           errbuf[0] ? errbuf : curl_easy_strerror(cc), strerror(-r));
-                free(s.buf);
                 return r;
         }
 
@@ -189,10 +177,10 @@ int httpc_do(const struct httpc_req *req, struct httpc_resp *ret) {
 
         *ret = (struct httpc_resp) {
                 .status = status,
-                .body = s.buf ? s.buf : xstrdup(""),
-                .body_len = s.len,
+                .body_len = s.body.len,
                 .content_type = ct ? xstrdup(ct) : NULL,
         };
+        ret->body = strbuf_steal(&s.body);
         return 0;
 }
 

@@ -19,9 +19,11 @@ static bool is_json_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c 
 
 /* What cJSON does not check (it treats every byte <= 0x20 as whitespace,
  * passes raw control bytes in strings and turns \u0000 into a C string end)
- * plus the nesting limit, in one pass before cJSON recurses. */
+ * plus the nesting and value limits, in one pass before cJSON allocates.
+ * Values are bounded from above by 1 + containers + commas outside strings:
+ * every value but the first starts a container or follows a comma. */
 static int prescan(const char *buf, size_t len, int max_depth, char *err, size_t errlen) {
-        size_t bad = utf8_first_invalid(buf, len);
+        size_t bad = utf8_first_invalid(buf, len), values = 1;
         bool in_str = false, esc = false;
         int depth = 0;
 
@@ -46,6 +48,11 @@ static int prescan(const char *buf, size_t len, int max_depth, char *err, size_t
                                 return -EINVAL;
                         }
                         continue;
+                }
+                if ((c == ',' || c == '[' || c == '{') && ++values > JSON_MAX_VALUES) {
+                        snprintf(err, errlen, "JSON document has more than %d values (at byte %zu); the limit is %d",
+                                 JSON_MAX_VALUES, i, JSON_MAX_VALUES);
+                        return -EINVAL;
                 }
                 if (c == '"')
                         in_str = true;

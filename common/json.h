@@ -17,9 +17,13 @@
  *             garbage, NUL or raw control bytes, invalid UTF-8, \u0000 (it
  *             would silently cut C strings short);
  *             "JSON nested too deeply (max D)" beyond max_depth nested
- *             arrays/objects (checked before cJSON recurses).
+ *             arrays/objects (checked before cJSON recurses);
+ *             "JSON document has more than N values ..." when it may hold
+ *             more than JSON_MAX_VALUES values (checked before cJSON
+ *             allocates a node, so memory stays near len).
  * max_depth is capped at cJSON's own limit (CJSON_NESTING_LIMIT, 1000).
  * On success *ret is owned by the caller (cJSON_Delete / _cleanup_json_). */
+#define JSON_MAX_VALUES 10000
 int json_parse(const char *buf, size_t len, size_t max_len, int max_depth, cJSON **ret, char *err,
                size_t errlen);
 

@@ -59,7 +59,6 @@ void log_open(const char *ident, enum log_target target) {
 }
 
 void log_set_max_level(int prio) { log_max_level = prio; }
-int log_get_max_level(void) { return log_max_level; }
 bool log_to_journal(void) { return log_journal; }
 
 int log_level_from_string(const char *s) {

@@ -26,7 +26,6 @@ enum log_target { LOG_TARGET_AUTO, LOG_TARGET_STDERR, LOG_TARGET_JOURNAL };
 /* ident: program name (SYSLOG_IDENTIFIER and plain-line prefix). */
 void log_open(const char *ident, enum log_target target);
 void log_set_max_level(int prio);
-int log_get_max_level(void);
 /* Parses "debug", "info", "notice", "warning", "err"/"error", "crit". Returns prio or -EINVAL. */
 int log_level_from_string(const char *s);
 bool log_to_journal(void);

@@ -145,15 +145,27 @@ int parse_duration_ms(const char *s, uint64_t *ret) {
         return parse_with_units(s, ret, names, factors, ELEMENTSOF(names), 1000);
 }
 
-bool hexid_valid(const char *s) {
-        size_t i;
+int unhexchar(char c) {
+        if (is_digit(c))
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
 
-        if (!s)
+bool hexid_valid_n(const char *s, size_t len) {
+        if (!s || len != HEXID_LEN)
                 return false;
-        for (i = 0; i < HEXID_LEN; i++)
+        for (size_t i = 0; i < len; i++)
                 if (!(is_digit(s[i]) || (s[i] >= 'a' && s[i] <= 'f')))
                         return false;
-        return s[i] == 0;
+        return true;
+}
+
+bool hexid_valid(const char *s) {
+        return s && hexid_valid_n(s, strnlen(s, HEXID_LEN + 1));
 }
 
 /* getrandom() blocks only until the pool is initialised once after boot;
@@ -292,7 +304,16 @@ int strbuf_printf(struct strbuf *b, const char *fmt, ...) {
         return strbuf_append(b, s, (size_t) n);
 }
 
+void strbuf_reset(struct strbuf *b) {
+        b->len = 0;
+        b->truncated = false;
+        if (b->buf)
+                b->buf[0] = 0;
+}
+
 void strbuf_done(struct strbuf *b) {
+        if (!b)
+                return;
         free(b->buf);
         strbuf_init(b, b->max);
 }
@@ -349,42 +370,49 @@ int base64_char_value(char c) {
         return -1;
 }
 
-int base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len) {
+/* Number of trailing '=' that count as padding: at most two. */
+static size_t base64_pad(const char *s, size_t len) {
+        size_t pad = 0;
+        while (pad < 2 && pad < len && s[len - 1 - pad] == '=')
+                pad++;
+        return pad;
+}
+
+size_t base64_decoded_size(const char *s, size_t len, unsigned flags) {
+        size_t pad = base64_pad(s, len), body;
+
+        if ((pad > 0 || !(flags & BASE64_PAD_OPTIONAL)) && len % 4 != 0)
+                return SIZE_MAX;
+        body = len - pad;
+        if (body % 4 == 1)
+                return SIZE_MAX;
+        return body / 4 * 3 + (body % 4 == 0 ? 0 : body % 4 - 1);
+}
+
+int base64_decode_flags(const char *s, size_t len, unsigned flags, uint8_t **ret, size_t *ret_len) {
         _cleanup_free_ uint8_t *out = NULL;
-        size_t o = 0;
+        size_t out_len = base64_decoded_size(s, len, flags), body = len - base64_pad(s, len), o = 0;
+        uint32_t acc = 0;
+        int bits = 0;
 
-        if (len % 4 != 0)
+        if (out_len == SIZE_MAX)
                 return -EINVAL;
-        out = xmalloc(len / 4 * 3 + 1);
-        for (size_t i = 0; i < len; i += 4) {
-                bool last = i + 4 == len;
-                int a = base64_char_value(s[i]), b = base64_char_value(s[i + 1]), c, d;
-
-                if (a < 0 || b < 0)
+        out = xmalloc(out_len + 1);
+        for (size_t i = 0; i < body; i++) {
+                int v = base64_char_value(s[i]);
+                if (v < 0)
                         return -EINVAL;
-                if (last && s[i + 2] == '=' && s[i + 3] == '=') {
-                        if (b & 15)
-                                return -EINVAL;
-                        out[o++] = (uint8_t) (a << 2 | b >> 4);
-                        break;
+                acc = acc << 6 | (uint32_t) v;
+                bits += 6;
+                if (bits >= 8) {
+                        bits -= 8;
+                        out[o++] = (uint8_t) (acc >> bits);
+                        acc &= (1u << bits) - 1;
                 }
-                c = base64_char_value(s[i + 2]);
-                if (c < 0)
-                        return -EINVAL;
-                if (last && s[i + 3] == '=') {
-                        if (c & 3)
-                                return -EINVAL;
-                        out[o++] = (uint8_t) (a << 2 | b >> 4);
-                        out[o++] = (uint8_t) ((b & 15) << 4 | c >> 2);
-                        break;
-                }
-                d = base64_char_value(s[i + 3]);
-                if (d < 0)
-                        return -EINVAL;
-                out[o++] = (uint8_t) (a << 2 | b >> 4);
-                out[o++] = (uint8_t) ((b & 15) << 4 | c >> 2);
-                out[o++] = (uint8_t) ((c & 3) << 6 | d);
         }
+        /* Non-zero unused bits mean a second spelling of the same bytes. */
+        if (acc != 0 && !(flags & BASE64_PAD_OPTIONAL))
+                return -EINVAL;
         out[o] = 0;
         *ret = TAKE_PTR(out);
         if (ret_len)
@@ -392,40 +420,85 @@ int base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len) {
         return 0;
 }
 
+size_t utf8_decode(const char *str, size_t n, uint32_t *ret_cp) {
+        const uint8_t *s = (const uint8_t *) str;
+        uint8_t c, lo = 0x80, hi = 0xbf;
+        size_t len;
+        uint32_t v;
+
+        if (n == 0)
+                return 0;
+        c = s[0];
+        if (c < 0x80) {
+                *ret_cp = c;
+                return 1;
+        }
+        /* Table 3-7 of the Unicode standard: the second byte's range rules
+         * out overlongs (e0, f0), surrogates (ed) and > U+10FFFF (f4). */
+        if (c >= 0xc2 && c <= 0xdf)
+                len = 2;
+        else if (c >= 0xe0 && c <= 0xef) {
+                len = 3;
+                if (c == 0xe0)
+                        lo = 0xa0;
+                else if (c == 0xed)
+                        hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+                len = 4;
+                if (c == 0xf0)
+                        lo = 0x90;
+                else if (c == 0xf4)
+                        hi = 0x8f;
+        } else
+                return 0;
+        if (n < len || s[1] < lo || s[1] > hi)
+                return 0;
+        for (size_t i = 2; i < len; i++)
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+        v = c & (len == 2 ? 0x1f : len == 3 ? 0x0f : 0x07);
+        for (size_t i = 1; i < len; i++)
+                v = v << 6 | (s[i] & 0x3f);
+        *ret_cp = v;
+        return len;
+}
+
+size_t utf8_encode(uint32_t cp, char out[static 4]) {
+        if (cp < 0x80) {
+                out[0] = (char) cp;
+                return 1;
+        }
+        if (cp < 0x800) {
+                out[0] = (char) (0xc0 | cp >> 6);
+                out[1] = (char) (0x80 | (cp & 0x3f));
+                return 2;
+        }
+        if (cp < 0x10000) {
+                out[0] = (char) (0xe0 | cp >> 12);
+                out[1] = (char) (0x80 | (cp >> 6 & 0x3f));
+                out[2] = (char) (0x80 | (cp & 0x3f));
+                return 3;
+        }
+        out[0] = (char) (0xf0 | cp >> 18);
+        out[1] = (char) (0x80 | (cp >> 12 & 0x3f));
+        out[2] = (char) (0x80 | (cp >> 6 & 0x3f));
+        out[3] = (char) (0x80 | (cp & 0x3f));
+        return 4;
+}
+
 bool utf8_valid(const char *s, size_t len) {
         return utf8_first_invalid(s, len) == len;
 }
 
-size_t utf8_first_invalid(const char *str, size_t len) {
-        const uint8_t *s = (const uint8_t *) str;
+size_t utf8_first_invalid(const char *s, size_t len) {
         size_t i = 0;
 
         while (i < len) {
-                uint8_t c = s[i];
-                size_t n;
-                uint32_t cp, min;
-
-                if (c < 0x80) {
-                        i++;
-                        continue;
-                } else if ((c & 0xe0) == 0xc0) {
-                        n = 1, cp = c & 0x1f, min = 0x80;
-                } else if ((c & 0xf0) == 0xe0) {
-                        n = 2, cp = c & 0x0f, min = 0x800;
-                } else if ((c & 0xf8) == 0xf0) {
-                        n = 3, cp = c & 0x07, min = 0x10000;
-                } else
+                uint32_t cp;
+                size_t n = (uint8_t) s[i] < 0x80 ? 1 : utf8_decode(s + i, len - i, &cp);
+                if (n == 0)
                         return i;
-                if (len - i - 1 < n)
-                        return i;
-                for (size_t k = 1; k <= n; k++) {
-                        if ((s[i + k] & 0xc0) != 0x80)
-                                return i;
-                        cp = cp << 6 | (s[i + k] & 0x3f);
-                }
-                if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-                        return i;
-                i += n + 1;
+                i += n;
         }
         return len;
 }

@@ -30,10 +30,16 @@ int parse_size(const char *s, uint64_t *ret);
  * Same strictness as parse_size; result in milliseconds. */
 int parse_duration_ms(const char *s, uint64_t *ret);
 
-/* Our object ids: exactly 24 lowercase hex characters (12 random bytes). */
+/* Our object ids: exactly 24 lowercase hex characters (12 random bytes).
+ * hexid_valid is the one check for them (NULL -> false); hexid_valid_n
+ * checks len bytes that need not be NUL-terminated. */
 #define HEXID_LEN 24
 bool hexid_valid(const char *s);
+bool hexid_valid_n(const char *s, size_t len);
 void hexid_new(char out[HEXID_LEN + 1]);
+
+/* Value 0..15 of a hex digit (either case), -1 for anything else. */
+int unhexchar(char c);
 
 /* Lowercase hex of nbytes_of_entropy bytes from getrandom(); out must hold
  * 2 * nbytes_of_entropy + 1 bytes. Hex is url-safe and never needs escaping. */
@@ -54,19 +60,28 @@ char **strv_copy(char *const *v);   /* NULL in -> NULL out */
 static inline void strv_freep(char ***v) { strv_free(*v); }
 #define _cleanup_strv_free_ __attribute__((cleanup(strv_freep)))
 
-/* Growable buffer with a hard cap. buf is NULL until the first append and is
- * always NUL-terminated afterwards; max counts content bytes (0 = unlimited). */
+/* The one growable byte buffer with a hard cap; use it wherever output of
+ * untrusted size is collected. buf is NULL until the first append and is
+ * always NUL-terminated afterwards; max counts content bytes (0 = unlimited).
+ * The buffer owns buf; declare it _cleanup_strbuf_ (or call strbuf_done) and
+ * take the text out with strbuf_steal. */
 struct strbuf {
         char *buf;
         size_t len, cap, max;
         bool truncated;
 };
+#define STRBUF_INIT(m) ((struct strbuf) { .max = (m) })
 void strbuf_init(struct strbuf *b, size_t max);
 /* Past max: keeps what fits, sets truncated, returns -ENOBUFS (and keeps
- * returning it for later appends). Otherwise 0. */
+ * returning it for later appends). Otherwise 0. Exactly reaching max is not
+ * an overflow. */
 int strbuf_append(struct strbuf *b, const void *data, size_t len);
 int strbuf_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Empties b (len 0, not truncated) but keeps its allocation for reuse. */
+void strbuf_reset(struct strbuf *b);
+/* Frees the content; b stays usable (empty, same max). NULL-safe. */
 void strbuf_done(struct strbuf *b);
+#define _cleanup_strbuf_ __attribute__((cleanup(strbuf_done)))
 /* NUL-terminated content (never NULL), ownership moves to the caller; b is
  * reset to empty with the same max. */
 char *strbuf_steal(struct strbuf *b);
@@ -74,15 +89,38 @@ char *strbuf_steal(struct strbuf *b);
 /* Standard alphabet, padded. Result is NUL-terminated; *ret_len (optional)
  * excludes the NUL. */
 char *base64_encode(const void *data, size_t len, size_t *ret_len);
-/* Strict: length a multiple of 4, padding only at the end, zero pad bits,
- * no whitespace -> else -EINVAL. *ret gets one extra NUL byte past *ret_len
- * so text payloads can be used as strings. */
 /* Value 0..63 of a standard-alphabet base64 character, -1 for anything else ('=' included). */
 int base64_char_value(char c);
-int base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len);
 
-/* RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
- * NUL bytes count as valid (U+0000); callers that need C strings check that. */
+/* The one base64 decoder (standard alphabet A-Z a-z 0-9 + /, no whitespace,
+ * no URL-safe characters, '=' only at the end).
+ *   flags 0: strict RFC 4648: length a multiple of 4, padding required, the
+ *            unused bits of the last character zero.
+ *   BASE64_PAD_OPTIONAL: padding may be left out ("aGVsbG8" = "aGVsbG8="),
+ *            and, as common encoders' peers do, unused bits are ignored. If
+ *            padding is present it must still complete a group of 4.
+ * -EINVAL on anything else; *ret untouched then. *ret gets one extra NUL byte
+ * past *ret_len so text payloads can be used as strings. */
+#define BASE64_PAD_OPTIONAL 1u
+int base64_decode_flags(const char *s, size_t len, unsigned flags, uint8_t **ret, size_t *ret_len);
+static inline int base64_decode(const char *s, size_t len, uint8_t **ret, size_t *ret_len) {
+        return base64_decode_flags(s, len, 0, ret, ret_len);
+}
+/* Decoded size of base64 text of len bytes under flags, judged from its
+ * length and padding only (characters are not checked), or SIZE_MAX when no
+ * valid text has that shape. Lets a caller enforce a size limit before
+ * anything is allocated. */
+size_t base64_decoded_size(const char *s, size_t len, unsigned flags);
+
+/* The one UTF-8 decoder: RFC 3629, no overlong forms, no surrogates, nothing
+ * above U+10FFFF. NUL bytes count as valid (U+0000); callers that need C
+ * strings check that. */
+/* Length (1..4) of the well-formed sequence at the start of s (n bytes
+ * available) with its code point in *ret_cp; 0 when ill-formed or truncated
+ * (or n == 0), *ret_cp untouched then. */
+size_t utf8_decode(const char *s, size_t n, uint32_t *ret_cp);
+/* Writes cp (at most U+10FFFF, not a surrogate) to out; returns 1..4. */
+size_t utf8_encode(uint32_t cp, char out[static 4]);
 bool utf8_valid(const char *s, size_t len);
 /* Offset of the first byte that starts an invalid sequence, or len. */
 size_t utf8_first_invalid(const char *s, size_t len);

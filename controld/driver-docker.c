@@ -246,7 +246,7 @@ static int dd_list(struct driver *d, char ***ret) {
                         continue;
                 out[k++] = xstrdup(st.name + 8);
         }
-        docker_strv_free(ids);
+        strv_free(ids);
         *ret = out;
         return 0;
 }

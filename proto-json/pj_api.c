@@ -1,33 +1,18 @@
 /* pj_api.c — strict parsing and validation of public-API request bodies.
  *
- * We carry our own small JSON reader instead of cJSON here because the
- * checks we promise users need information cJSON throws away: whether a
- * number was written as an integer (2 vs 2.0 vs 2e0), whether a string was
- * valid UTF-8, duplicate keys (a classic parser-differential trick), and the
- * byte offset of a syntax error. The reader builds a small tree; the
- * validators below walk it with the field path at hand for error messages.
+ * The bytes are read by the strict reader in pj_json.c; the validators below
+ * walk its tree with the field path at hand for error messages.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cleanup.h"
 #include "pj_api.h"
+#include "pj_json.h"
 #include "strutil.h"
 
-/* ---- errors ------------------------------------------------------------ */
-
-_printf_(3, 4) static int fail(struct pj_error *err, const char *field, const char *fmt, ...) {
-        if (err) {
-                snprintf(err->field, sizeof(err->field), "%s", field ? field : "");
-                va_list ap;
-                va_start(ap, fmt);
-                vsnprintf(err->message, sizeof(err->message), fmt, ap);
-                va_end(ap);
-        }
-        return -EINVAL;
-}
+/* ---- quoting user text in messages ------------------------------------ */
 
 /* Renders untrusted bytes for a message: printable ASCII as is (quotes and
  * backslashes escaped), anything else as \xNN, at most max_in input bytes
@@ -55,367 +40,6 @@ static const char *sanitize(char *buf, size_t size, const char *s, size_t n, siz
         return buf;
 }
 
-/* ---- UTF-8 ------------------------------------------------------------- */
-
-/* Length of the well-formed UTF-8 sequence at s (at most n bytes available),
- * with its code point in *cp; 0 when ill-formed (overlong, surrogate, > U+10FFFF,
- * truncated). */
-static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
-        if (n == 0)
-                return 0;
-        uint8_t c = s[0];
-        if (c < 0x80) {
-                *cp = c;
-                return 1;
-        }
-        size_t len;
-        uint8_t lo = 0x80, hi = 0xbf;
-        if (c >= 0xc2 && c <= 0xdf)
-                len = 2;
-        else if (c >= 0xe0 && c <= 0xef) {
-                len = 3;
-                if (c == 0xe0)
-                        lo = 0xa0;
-                else if (c == 0xed)
-                        hi = 0x9f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-                len = 4;
-                if (c == 0xf0)
-                        lo = 0x90;
-                else if (c == 0xf4)
-                        hi = 0x8f;
-        } else
-                return 0;
-        if (n < len)
-                return 0;
-        if (s[1] < lo || s[1] > hi)
-                return 0;
-        for (size_t i = 2; i < len; i++)
-                if ((s[i] & 0xc0) != 0x80)
-                        return 0;
-        uint32_t v = c & (len == 2 ? 0x1f : len == 3 ? 0x0f : 0x07);
-        for (size_t i = 1; i < len; i++)
-                v = (v << 6) | (s[i] & 0x3f);
-        *cp = v;
-        return len;
-}
-
-static size_t utf8_encode(uint32_t cp, char *out) {
-        if (cp < 0x80) {
-                out[0] = (char) cp;
-                return 1;
-        }
-        if (cp < 0x800) {
-                out[0] = (char) (0xc0 | (cp >> 6));
-                out[1] = (char) (0x80 | (cp & 0x3f));
-                return 2;
-        }
-        if (cp < 0x10000) {
-                out[0] = (char) (0xe0 | (cp >> 12));
-                out[1] = (char) (0x80 | ((cp >> 6) & 0x3f));
-                out[2] = (char) (0x80 | (cp & 0x3f));
-                return 3;
-        }
-        out[0] = (char) (0xf0 | (cp >> 18));
-        out[1] = (char) (0x80 | ((cp >> 12) & 0x3f));
-        out[2] = (char) (0x80 | ((cp >> 6) & 0x3f));
-        out[3] = (char) (0x80 | (cp & 0x3f));
-        return 4;
-}
-
-/* ---- the JSON reader --------------------------------------------------- */
-
-enum jv_type { JV_NULL, JV_FALSE, JV_TRUE, JV_NUMBER, JV_STRING, JV_ARRAY, JV_OBJECT };
-
-struct jv {
-        enum jv_type type;
-        char *key; /* object members: decoded key (may hold NUL; see key_len) */
-        size_t key_len;
-        char *str; /* strings: decoded, NUL-terminated; numbers: the literal text */
-        size_t str_len;
-        struct jv *child, *last, *next; /* arrays and objects: members in order */
-        size_t n;                       /* number of members */
-};
-
-static void jv_free(struct jv *v) {
-        /* Siblings iteratively, children recursively: depth is bounded by
-         * PJ_JSON_MAX_DEPTH, width is not. */
-        while (v) {
-                struct jv *next = v->next;
-                jv_free(v->child);
-                free(v->key);
-                free(v->str);
-                free(v);
-                v = next;
-        }
-}
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct jv *, jv_free)
-
-struct jp {
-        const uint8_t *s;
-        size_t len, pos;
-        struct pj_error *err;
-};
-
-static int jp_fail(struct jp *p, size_t at, const char *what) {
-        return fail(p->err, "", "Malformed JSON at byte %zu: %s", at, what);
-}
-
-static void jp_ws(struct jp *p) {
-        while (p->pos < p->len && (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' || p->s[p->pos] == '\n' ||
-                                   p->s[p->pos] == '\r'))
-                p->pos++;
-}
-
-static int hex4(const uint8_t *s, uint32_t *ret) {
-        uint32_t v = 0;
-        for (int i = 0; i < 4; i++) {
-                uint8_t c = s[i];
-                v <<= 4;
-                if (c >= '0' && c <= '9')
-                        v |= (uint32_t) (c - '0');
-                else if (c >= 'a' && c <= 'f')
-                        v |= (uint32_t) (c - 'a' + 10);
-                else if (c >= 'A' && c <= 'F')
-                        v |= (uint32_t) (c - 'A' + 10);
-                else
-                        return -EINVAL;
-        }
-        *ret = v;
-        return 0;
-}
-
-/* At p->pos there is a '"'. */
-static int jp_string(struct jp *p, char **ret, size_t *ret_len) {
-        size_t start = p->pos + 1, end = start;
-        while (end < p->len && p->s[end] != '"')
-                end += p->s[end] == '\\' ? 2 : 1;
-        if (end >= p->len)
-                return jp_fail(p, p->pos, "unterminated string");
-
-        _cleanup_free_ char *buf = xmalloc(end - start + 1);
-        size_t o = 0;
-        for (size_t i = start; i < end;) {
-                uint8_t c = p->s[i];
-                if (c < 0x20)
-                        return jp_fail(p, i, "control character in string (it must be escaped)");
-                if (c >= 0x80) {
-                        uint32_t cp;
-                        size_t l = utf8_decode(p->s + i, end - i, &cp);
-                        if (l == 0)
-                                return fail(p->err, "", "Invalid UTF-8 in string at byte %zu; request bodies must be UTF-8", i);
-                        memcpy(buf + o, p->s + i, l);
-                        o += l;
-                        i += l;
-                        continue;
-                }
-                if (c != '\\') {
-                        buf[o++] = (char) c;
-                        i++;
-                        continue;
-                }
-                /* i + 1 < end holds: the scan above never ends on a backslash */
-                uint8_t e = p->s[i + 1];
-                switch (e) {
-                case '"': case '\\': case '/':
-                        buf[o++] = (char) e;
-                        break;
-                case 'b': buf[o++] = '\b'; break;
-                case 'f': buf[o++] = '\f'; break;
-                case 'n': buf[o++] = '\n'; break;
-                case 'r': buf[o++] = '\r'; break;
-                case 't': buf[o++] = '\t'; break;
-                case 'u': {
-                        uint32_t cp, lo;
-                        if (end - i < 6 || hex4(p->s + i + 2, &cp) < 0)
-                                return jp_fail(p, i, "invalid \\u escape");
-                        if (cp >= 0xdc00 && cp <= 0xdfff)
-                                return jp_fail(p, i, "unpaired UTF-16 surrogate in \\u escape");
-                        if (cp >= 0xd800 && cp <= 0xdbff) {
-                                if (end - i < 12 || p->s[i + 6] != '\\' || p->s[i + 7] != 'u' ||
-                                    hex4(p->s + i + 8, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
-                                        return jp_fail(p, i, "unpaired UTF-16 surrogate in \\u escape");
-                                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                                i += 6;
-                        }
-                        o += utf8_encode(cp, buf + o);
-                        i += 6;
-                        continue;
-                }
-                default:
-                        return jp_fail(p, i, "invalid escape in string");
-                }
-                i += 2;
-        }
-        buf[o] = '\0';
-        p->pos = end + 1;
-        *ret_len = o;
-        *ret = TAKE_PTR(buf);
-        return 0;
-}
-
-static bool is_digit(uint8_t c) {
-        return c >= '0' && c <= '9';
-}
-
-static int jp_number(struct jp *p, struct jv *v) {
-        size_t start = p->pos, i = p->pos;
-        if (i < p->len && p->s[i] == '-')
-                i++;
-        if (i >= p->len || !is_digit(p->s[i]))
-                return jp_fail(p, start, "invalid number");
-        if (p->s[i] == '0')
-                i++;
-        else
-                while (i < p->len && is_digit(p->s[i]))
-                        i++;
-        if (i < p->len && p->s[i] == '.') {
-                i++;
-                if (i >= p->len || !is_digit(p->s[i]))
-                        return jp_fail(p, start, "invalid number");
-                while (i < p->len && is_digit(p->s[i]))
-                        i++;
-        }
-        if (i < p->len && (p->s[i] == 'e' || p->s[i] == 'E')) {
-                i++;
-                if (i < p->len && (p->s[i] == '+' || p->s[i] == '-'))
-                        i++;
-                if (i >= p->len || !is_digit(p->s[i]))
-                        return jp_fail(p, start, "invalid number");
-                while (i < p->len && is_digit(p->s[i]))
-                        i++;
-        }
-        v->type = JV_NUMBER;
-        v->str = xstrndup((const char *) p->s + start, i - start);
-        v->str_len = i - start;
-        p->pos = i;
-        return 0;
-}
-
-static int jp_literal(struct jp *p, const char *lit, enum jv_type t, struct jv *v) {
-        size_t n = strlen(lit);
-        if (p->len - p->pos < n || memcmp(p->s + p->pos, lit, n) != 0)
-                return jp_fail(p, p->pos, "invalid literal (expected true, false or null)");
-        v->type = t;
-        p->pos += n;
-        return 0;
-}
-
-static void jv_append(struct jv *parent, struct jv *child) {
-        if (parent->last)
-                parent->last->next = child;
-        else
-                parent->child = child;
-        parent->last = child;
-        parent->n++;
-}
-
-/* depth = number of containers enclosing the value about to be read. */
-static int jp_value(struct jp *p, int depth, struct jv **ret) {
-        jp_ws(p);
-        if (p->pos >= p->len)
-                return jp_fail(p, p->pos, "unexpected end of input");
-
-        _cleanup_(jv_freep) struct jv *v = xnew0(struct jv, 1);
-        uint8_t c = p->s[p->pos];
-        int r;
-        if (c == '{' || c == '[') {
-                bool obj = c == '{';
-                if (depth + 1 > PJ_JSON_MAX_DEPTH)
-                        return fail(p->err, "", "JSON nesting deeper than %d levels at byte %zu",
-                                    PJ_JSON_MAX_DEPTH, p->pos);
-                v->type = obj ? JV_OBJECT : JV_ARRAY;
-                p->pos++;
-                jp_ws(p);
-                if (p->pos < p->len && p->s[p->pos] == (obj ? '}' : ']')) {
-                        p->pos++;
-                        *ret = TAKE_PTR(v);
-                        return 0;
-                }
-                for (;;) {
-                        _cleanup_free_ char *key = NULL;
-                        size_t key_len = 0;
-                        if (obj) {
-                                jp_ws(p);
-                                if (p->pos >= p->len || p->s[p->pos] != '"')
-                                        return jp_fail(p, p->pos, "expected a string key");
-                                r = jp_string(p, &key, &key_len);
-                                if (r < 0)
-                                        return r;
-                                jp_ws(p);
-                                if (p->pos >= p->len || p->s[p->pos] != ':')
-                                        return jp_fail(p, p->pos, "expected ':'");
-                                p->pos++;
-                        }
-                        struct jv *child = NULL;
-                        r = jp_value(p, depth + 1, &child);
-                        if (r < 0)
-                                return r;
-                        child->key = TAKE_PTR(key);
-                        child->key_len = key_len;
-                        jv_append(v, child);
-                        jp_ws(p);
-                        if (p->pos < p->len && p->s[p->pos] == ',') {
-                                p->pos++;
-                                continue;
-                        }
-                        if (p->pos < p->len && p->s[p->pos] == (obj ? '}' : ']')) {
-                                p->pos++;
-                                break;
-                        }
-                        return jp_fail(p, p->pos, obj ? "expected ',' or '}'" : "expected ',' or ']'");
-                }
-        } else if (c == '"') {
-                v->type = JV_STRING;
-                r = jp_string(p, &v->str, &v->str_len);
-                if (r < 0)
-                        return r;
-        } else if (c == '-' || is_digit(c)) {
-                r = jp_number(p, v);
-                if (r < 0)
-                        return r;
-        } else if (c == 't') {
-                r = jp_literal(p, "true", JV_TRUE, v);
-                if (r < 0)
-                        return r;
-        } else if (c == 'f') {
-                r = jp_literal(p, "false", JV_FALSE, v);
-                if (r < 0)
-                        return r;
-        } else if (c == 'n') {
-                r = jp_literal(p, "null", JV_NULL, v);
-                if (r < 0)
-                        return r;
-        } else
-                return jp_fail(p, p->pos, "unexpected character");
-        *ret = TAKE_PTR(v);
-        return 0;
-}
-
-/* Parses a whole body that must be one JSON object. empty_ok: len 0 reads as {}. */
-static int parse_body(const char *body, size_t len, bool empty_ok, struct jv **ret, struct pj_error *err) {
-        if (len == 0 || !body) {
-                if (!empty_ok)
-                        return fail(err, "", "Request body must be a JSON object");
-                struct jv *v = xnew0(struct jv, 1);
-                v->type = JV_OBJECT;
-                *ret = v;
-                return 0;
-        }
-        struct jp p = { .s = (const uint8_t *) body, .len = len, .err = err };
-        _cleanup_(jv_freep) struct jv *root = NULL;
-        int r = jp_value(&p, 0, &root);
-        if (r < 0)
-                return r;
-        jp_ws(&p);
-        if (p.pos != p.len)
-                return jp_fail(&p, p.pos, "unexpected data after the JSON value");
-        if (root->type != JV_OBJECT)
-                return fail(err, "", "Request body must be a JSON object");
-        *ret = TAKE_PTR(root);
-        return 0;
-}
-
 /* ---- tree access with field paths -------------------------------------- */
 
 #define PATH_MAX_LEN 128
@@ -433,19 +57,6 @@ static const char *mkindex(char buf[static PATH_MAX_LEN], const char *prefix, si
         return buf;
 }
 
-static bool key_is(const struct jv *m, const char *key) {
-        size_t n = strlen(key);
-        return m->key_len == n && memcmp(m->key, key, n) == 0;
-}
-
-/* The member named key, or NULL when absent or JSON null. */
-static const struct jv *member(const struct jv *obj, const char *key) {
-        for (const struct jv *m = obj->child; m; m = m->next)
-                if (key_is(m, key))
-                        return m->type == JV_NULL ? NULL : m;
-        return NULL;
-}
-
 /* Lowercase with '_' and '-' dropped: "destroy_timeout" ~ "destroyTimeout". */
 static bool loosely_equal(const char *a, size_t an, const char *b) {
         char x[80], y[80];
@@ -460,13 +71,13 @@ static bool loosely_equal(const char *a, size_t an, const char *b) {
 }
 
 /* Rejects members not in allowed[] and members given twice. */
-static int check_fields(const struct jv *obj, const char *prefix, const char *const *allowed, size_t n_allowed,
+static int check_fields(const struct pj_json *obj, const char *prefix, const char *const *allowed, size_t n_allowed,
                         struct pj_error *err) {
         uint64_t seen = 0;
-        for (const struct jv *m = obj->child; m; m = m->next) {
+        for (const struct pj_json *m = obj->child; m; m = m->next) {
                 size_t i;
                 for (i = 0; i < n_allowed; i++)
-                        if (key_is(m, allowed[i]))
+                        if (pj_json_key_is(m, allowed[i]))
                                 break;
                 char k[300], path[PATH_MAX_LEN];
                 if (i == n_allowed) {
@@ -479,37 +90,37 @@ static int check_fields(const struct jv *obj, const char *prefix, const char *co
                                                 hint = allowed[j];
                         if (hint) {
                                 char h[PATH_MAX_LEN];
-                                return fail(err, path, "Unknown field '%s'; did you mean '%s'?", path,
+                                return pj_error_set(err, path, "Unknown field '%s'; did you mean '%s'?", path,
                                             mkpath(h, prefix, hint));
                         }
-                        return fail(err, path, "Unknown field '%s'", path);
+                        return pj_error_set(err, path, "Unknown field '%s'", path);
                 }
                 if (seen & (UINT64_C(1) << i))
-                        return fail(err, mkpath(path, prefix, allowed[i]), "Duplicate field '%s'", path);
+                        return pj_error_set(err, mkpath(path, prefix, allowed[i]), "Duplicate field '%s'", path);
                 seen |= UINT64_C(1) << i;
         }
         return 0;
 }
 
 /* String member. 0 absent (*ret NULL), 1 present, -EINVAL. Never contains NUL. */
-static int get_str(const struct jv *obj, const char *prefix, const char *key, const struct jv **ret,
+static int get_str(const struct pj_json *obj, const char *prefix, const char *key, const struct pj_json **ret,
                    struct pj_error *err) {
         char path[PATH_MAX_LEN];
-        const struct jv *m = member(obj, key);
+        const struct pj_json *m = pj_json_member(obj, key);
         *ret = NULL;
         if (!m)
                 return 0;
-        if (m->type != JV_STRING)
-                return fail(err, mkpath(path, prefix, key), "%s must be a string", path);
+        if (m->type != PJ_JSON_STRING)
+                return pj_error_set(err, mkpath(path, prefix, key), "%s must be a string", path);
         if (memchr(m->str, '\0', m->str_len))
-                return fail(err, mkpath(path, prefix, key), "%s must not contain NUL characters", path);
+                return pj_error_set(err, mkpath(path, prefix, key), "%s must not contain NUL characters", path);
         *ret = m;
         return 1;
 }
 
 /* Strict integer literal (no fraction, no exponent) to int64; false when not
  * an integer or outside ±10^18. */
-static bool number_to_int(const struct jv *v, int64_t *ret) {
+static bool number_to_int(const struct pj_json *v, int64_t *ret) {
         const char *s = v->str;
         bool neg = *s == '-';
         if (neg)
@@ -523,15 +134,15 @@ static bool number_to_int(const struct jv *v, int64_t *ret) {
         return true;
 }
 
-static int get_int(const struct jv *obj, const char *prefix, const char *key, int min, int max, bool *ret_has,
+static int get_int(const struct pj_json *obj, const char *prefix, const char *key, int min, int max, bool *ret_has,
                    int *ret, struct pj_error *err) {
         char path[PATH_MAX_LEN];
-        const struct jv *m = member(obj, key);
+        const struct pj_json *m = pj_json_member(obj, key);
         int64_t x;
         if (!m)
                 return 0;
-        if (m->type != JV_NUMBER || !number_to_int(m, &x) || x < min || x > max)
-                return fail(err, mkpath(path, prefix, key), "%s must be an integer between %d and %d", path, min,
+        if (m->type != PJ_JSON_NUMBER || !number_to_int(m, &x) || x < min || x > max)
+                return pj_error_set(err, mkpath(path, prefix, key), "%s must be an integer between %d and %d", path, min,
                             max);
         if (ret_has)
                 *ret_has = true;
@@ -539,17 +150,17 @@ static int get_int(const struct jv *obj, const char *prefix, const char *key, in
         return 1;
 }
 
-static int get_bool(const struct jv *obj, const char *prefix, const char *key, bool *ret_has, bool *ret,
+static int get_bool(const struct pj_json *obj, const char *prefix, const char *key, bool *ret_has, bool *ret,
                     struct pj_error *err) {
         char path[PATH_MAX_LEN];
-        const struct jv *m = member(obj, key);
+        const struct pj_json *m = pj_json_member(obj, key);
         if (!m)
                 return 0;
-        if (m->type != JV_TRUE && m->type != JV_FALSE)
-                return fail(err, mkpath(path, prefix, key), "%s must be true or false", path);
+        if (m->type != PJ_JSON_TRUE && m->type != PJ_JSON_FALSE)
+                return pj_error_set(err, mkpath(path, prefix, key), "%s must be true or false", path);
         if (ret_has)
                 *ret_has = true;
-        *ret = m->type == JV_TRUE;
+        *ret = m->type == PJ_JSON_TRUE;
         return 1;
 }
 
@@ -565,35 +176,26 @@ static bool all_chars_in(const char *s, size_t n, const char *set) {
         return true;
 }
 
-static bool is_hex24(const struct jv *v) {
-        if (v->str_len != 24)
-                return false;
-        for (size_t i = 0; i < 24; i++)
-                if (!((v->str[i] >= '0' && v->str[i] <= '9') || (v->str[i] >= 'a' && v->str[i] <= 'f')))
-                        return false;
-        return true;
-}
-
-static int get_hex24(const struct jv *obj, const char *key, char **ret, struct pj_error *err) {
-        const struct jv *v;
+static int get_hex24(const struct pj_json *obj, const char *key, char **ret, struct pj_error *err) {
+        const struct pj_json *v;
         int r = get_str(obj, "", key, &v, err);
         if (r <= 0)
                 return r;
-        if (!is_hex24(v))
-                return fail(err, key, "%s must be a 24-character lowercase hex id", key);
+        if (!hexid_valid_n(v->str, v->str_len))
+                return pj_error_set(err, key, "%s must be a 24-character lowercase hex id", key);
         *ret = xstrndup(v->str, v->str_len);
         return 1;
 }
 
 /* Display names: 1..64 code points, no C0/DEL/C1 controls and no bidi
  * override/isolate characters (they make names render misleadingly). */
-static bool display_name_ok(const struct jv *v) {
+static bool display_name_ok(const struct pj_json *v) {
         size_t chars = 0;
         if (v->str_len == 0 || v->str_len > 256)
                 return false;
         for (size_t i = 0; i < v->str_len;) {
                 uint32_t cp;
-                size_t l = utf8_decode((const uint8_t *) v->str + i, v->str_len - i, &cp);
+                size_t l = utf8_decode(v->str + i, v->str_len - i, &cp);
                 if (l == 0 || cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) ||
                     (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 || cp == 0x2029)
                         return false;
@@ -606,32 +208,32 @@ static bool display_name_ok(const struct jv *v) {
 int pj_sandbox_path_check(const char *path, struct pj_error *err, const char *field) {
         const char *f = field ? field : "path";
         if (!path)
-                return fail(err, f, "%s is required", f);
+                return pj_error_set(err, f, "%s is required", f);
         size_t n = strnlen(path, 4097);
         if (n > 4096)
-                return fail(err, f, "%s must be at most 4096 bytes", f);
+                return pj_error_set(err, f, "%s must be at most 4096 bytes", f);
         if (path[0] != '/')
-                return fail(err, f, "%s must be an absolute path (starting with '/')", f);
+                return pj_error_set(err, f, "%s must be an absolute path (starting with '/')", f);
         if (n == 1)
-                return fail(err, f, "%s must not be the root directory '/'", f);
+                return pj_error_set(err, f, "%s must not be the root directory '/'", f);
         for (size_t i = 0; i < n;) {
                 uint32_t cp;
-                size_t l = utf8_decode((const uint8_t *) path + i, n - i, &cp);
+                size_t l = utf8_decode(path + i, n - i, &cp);
                 if (l == 0)
-                        return fail(err, f, "%s must be valid UTF-8", f);
+                        return pj_error_set(err, f, "%s must be valid UTF-8", f);
                 if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f))
-                        return fail(err, f, "%s must not contain control characters", f);
+                        return pj_error_set(err, f, "%s must not contain control characters", f);
                 i += l;
         }
         for (const char *c = path + 1;;) {
                 const char *slash = strchr(c, '/');
                 size_t l = slash ? (size_t) (slash - c) : strlen(c);
                 if (l == 0)
-                        return fail(err, f, "%s must not contain empty components ('//' or a trailing '/')", f);
+                        return pj_error_set(err, f, "%s must not contain empty components ('//' or a trailing '/')", f);
                 if ((l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.'))
-                        return fail(err, f, "%s must not contain '.' or '..' components", f);
+                        return pj_error_set(err, f, "%s must not contain '.' or '..' components", f);
                 if (l > 255)
-                        return fail(err, f, "%s has a component longer than 255 bytes", f);
+                        return pj_error_set(err, f, "%s has a component longer than 255 bytes", f);
                 if (!slash)
                         break;
                 c = slash + 1;
@@ -642,16 +244,16 @@ int pj_sandbox_path_check(const char *path, struct pj_error *err, const char *fi
 static int mount_path_check(const char *p, size_t n, struct pj_error *err) {
         const char *f = "mountPath";
         if (n > 255)
-                return fail(err, f, "mountPath must be at most 255 characters");
+                return pj_error_set(err, f, "mountPath must be at most 255 characters");
         if (memchr(p, '\0', n) || p[0] != '/')
-                return fail(err, f, "mountPath must be an absolute path (starting with '/')");
+                return pj_error_set(err, f, "mountPath must be an absolute path (starting with '/')");
         if (n == 1)
-                return fail(err, f, "mountPath must not be '/'");
+                return pj_error_set(err, f, "mountPath must not be '/'");
         for (size_t i = 0; i < n; i++) {
                 char c = p[i];
                 if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' ||
                       c == '.' || c == '_' || c == '-' || c == '@' || c == '+'))
-                        return fail(err, f,
+                        return pj_error_set(err, f,
                                     "mountPath may only contain letters, digits, '/', '.', '_', '-', '@' and '+'");
         }
         int r = pj_sandbox_path_check(p, err, f);
@@ -661,7 +263,7 @@ static int mount_path_check(const char *p, size_t n, struct pj_error *err) {
         for (size_t i = 0; i < ELEMENTSOF(reserved); i++) {
                 size_t l = strlen(reserved[i]);
                 if (strncmp(p, reserved[i], l) == 0 && (p[l] == '\0' || p[l] == '/'))
-                        return fail(err, f, "mountPath must not be %s or below it", reserved[i]);
+                        return pj_error_set(err, f, "mountPath must not be %s or below it", reserved[i]);
         }
         return 0;
 }
@@ -740,7 +342,7 @@ static int cron_check(const char *s, size_t n, char **ret_norm, struct pj_error 
         };
         const char *f = "snapshotFrequency";
         if (n > 128)
-                return fail(err, f, "snapshotFrequency must be at most 128 characters");
+                return pj_error_set(err, f, "snapshotFrequency must be at most 128 characters");
         char norm[130];
         size_t o = 0, i = 0;
         int k = 0;
@@ -756,7 +358,7 @@ static int cron_check(const char *s, size_t n, char **ret_norm, struct pj_error 
                 const char *why = cron_field_check(s + start, i - start, fields[k].min, fields[k].max, buf,
                                                    sizeof(buf));
                 if (why)
-                        return fail(err, f, "snapshotFrequency is not a valid cron expression: %s field: %s",
+                        return pj_error_set(err, f, "snapshotFrequency is not a valid cron expression: %s field: %s",
                                     fields[k].name, why);
                 if (o)
                         norm[o++] = ' ';
@@ -765,7 +367,7 @@ static int cron_check(const char *s, size_t n, char **ret_norm, struct pj_error 
                 k++;
         }
         if (k != 5 || i != n)
-                return fail(err, f,
+                return pj_error_set(err, f,
                             "snapshotFrequency must be a 5-field cron expression (minute hour day-of-month month day-of-week), e.g. \"0 */2 * * *\"");
         norm[o] = '\0';
         *ret_norm = xstrdup(norm);
@@ -775,54 +377,54 @@ static int cron_check(const char *s, size_t n, char **ret_norm, struct pj_error 
 /* ---- egress ------------------------------------------------------------ */
 
 /* prefix: "egress" inside create, "" for the update body. */
-static int parse_egress(const struct jv *obj, const char *prefix, bool update, struct pj_egress *ret,
+static int parse_egress(const struct pj_json *obj, const char *prefix, bool update, struct pj_egress *ret,
                         struct pj_error *err) {
         static const char *const fields[] = { "mode", "allow" };
         char path[PATH_MAX_LEN], mpath[PATH_MAX_LEN];
         _cleanup_(pj_egress_done) struct pj_egress e = {};
 
-        if (obj->type != JV_OBJECT)
-                return fail(err, prefix, "%s must be an object with mode and allow", prefix);
+        if (obj->type != PJ_JSON_OBJECT)
+                return pj_error_set(err, prefix, "%s must be an object with mode and allow", prefix);
         int r = check_fields(obj, prefix, fields, ELEMENTSOF(fields), err);
         if (r < 0)
                 return r;
 
-        const struct jv *mode;
+        const struct pj_json *mode;
         mkpath(mpath, prefix, "mode");
         r = get_str(obj, prefix, "mode", &mode, err);
         if (r < 0)
                 return r;
         if (r == 0)
-                return fail(err, mpath, "%s is required (open, restricted or deny_all)", mpath);
+                return pj_error_set(err, mpath, "%s is required (open, restricted or deny_all)", mpath);
         if (pj_egress_mode_from_string(mode->str, &e.mode) < 0)
-                return fail(err, mpath, "%s must be one of open, restricted, deny_all", mpath);
+                return pj_error_set(err, mpath, "%s must be one of open, restricted, deny_all", mpath);
 
         mkpath(path, prefix, "allow");
-        const struct jv *allow = member(obj, "allow");
-        if (allow && allow->type != JV_ARRAY)
-                return fail(err, path, "%s must be an array of strings", path);
+        const struct pj_json *allow = pj_json_member(obj, "allow");
+        if (allow && allow->type != PJ_JSON_ARRAY)
+                return pj_error_set(err, path, "%s must be an array of strings", path);
         if (allow && allow->n > PJ_EGRESS_MAX_ALLOW)
-                return fail(err, path, "%s must have at most %d entries", path, PJ_EGRESS_MAX_ALLOW);
+                return pj_error_set(err, path, "%s must have at most %d entries", path, PJ_EGRESS_MAX_ALLOW);
         if (e.mode != PJ_EGRESS_RESTRICTED) {
                 if (allow && (update || allow->n > 0))
-                        return fail(err, path, "%s must be omitted unless %s is restricted", path, mpath);
+                        return pj_error_set(err, path, "%s must be omitted unless %s is restricted", path, mpath);
         } else if (update && (!allow || allow->n == 0))
-                return fail(err, path, "%s is required with at least one entry when %s is restricted", path, mpath);
+                return pj_error_set(err, path, "%s is required with at least one entry when %s is restricted", path, mpath);
 
         size_t idx = 0;
-        for (const struct jv *a = allow ? allow->child : NULL; a; a = a->next, idx++) {
+        for (const struct pj_json *a = allow ? allow->child : NULL; a; a = a->next, idx++) {
                 char ipath[PATH_MAX_LEN], why[256], q[300];
                 mkindex(ipath, path, idx);
-                if (a->type != JV_STRING)
-                        return fail(err, ipath, "%s must be a string", ipath);
+                if (a->type != PJ_JSON_STRING)
+                        return pj_error_set(err, ipath, "%s must be a string", ipath);
                 if (memchr(a->str, '\0', a->str_len))
-                        return fail(err, ipath, "%s must not contain NUL characters", ipath);
+                        return pj_error_set(err, ipath, "%s must not contain NUL characters", ipath);
                 r = pj_egress_add_allow(&e, a->str, why, sizeof(why));
                 if (r == -EINVAL)
-                        return fail(err, ipath, "%s (\"%s\") %s", ipath,
+                        return pj_error_set(err, ipath, "%s (\"%s\") %s", ipath,
                                     sanitize(q, sizeof(q), a->str, a->str_len, 64), why);
                 if (r < 0) /* cannot happen: length was checked above */
-                        return fail(err, path, "%s must have at most %d entries", path, PJ_EGRESS_MAX_ALLOW);
+                        return pj_error_set(err, path, "%s must have at most %d entries", path, PJ_EGRESS_MAX_ALLOW);
         }
         *ret = e;
         e = (struct pj_egress) {};
@@ -863,12 +465,12 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                 "egress",       "persistent", "persistentDiskGB", "volumeId",      "fromSnapshot",
                 "snapshotMode", "snapshotFrequency", "mountPath",
         };
-        _cleanup_(jv_freep) struct jv *root = NULL;
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create c = {};
-        const struct jv *v;
+        const struct pj_json *v;
         int r;
 
-        r = parse_body(body, len, true, &root, err);
+        r = pj_json_parse_object(body, len, true, &root, err);
         if (r < 0)
                 return r;
         r = check_fields(root, "", fields, ELEMENTSOF(fields), err);
@@ -880,7 +482,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                 return r;
         if (v) {
                 if (!display_name_ok(v))
-                        return fail(err, "name", "name must be 1 to 64 characters without control characters");
+                        return pj_error_set(err, "name", "name must be 1 to 64 characters without control characters");
                 c.name = xstrdup(v->str);
         }
 
@@ -889,7 +491,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                 return r;
         if (v) {
                 if (v->str_len < 1 || v->str_len > 64 || !all_chars_in(v->str, v->str_len, "._-"))
-                        return fail(err, "template",
+                        return pj_error_set(err, "template",
                                     "template must be 1 to 64 characters of a-z, 0-9, '.', '_' and '-'");
                 c.template_name = xstrdup(v->str);
         }
@@ -905,16 +507,16 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                 return r;
         if (v && strcmp(v->str, "auto") != 0) {
                 if (v->str_len < 1 || v->str_len > 64 || !all_chars_in(v->str, v->str_len, "-"))
-                        return fail(err, "region",
+                        return pj_error_set(err, "region",
                                     "region must be \"auto\", a region id or a region name (1 to 64 characters of a-z, 0-9 and '-')");
                 c.region = xstrdup(v->str);
         }
 
-        const struct jv *specs = member(root, "specs");
+        const struct pj_json *specs = pj_json_member(root, "specs");
         if (specs) {
                 static const char *const spec_fields[] = { "cpu", "memory", "disk" };
-                if (specs->type != JV_OBJECT)
-                        return fail(err, "specs", "specs must be an object with cpu, memory and disk");
+                if (specs->type != PJ_JSON_OBJECT)
+                        return pj_error_set(err, "specs", "specs must be an object with cpu, memory and disk");
                 if ((r = check_fields(specs, "specs", spec_fields, ELEMENTSOF(spec_fields), err)) < 0 ||
                     (r = get_int(specs, "specs", "cpu", 1, 2000, &c.has_cpu, &c.cpu, err)) < 0 ||
                     (r = get_int(specs, "specs", "memory", 1, 2048, &c.has_memory, &c.memory, err)) < 0 ||
@@ -929,23 +531,23 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                 return r;
         if (c.auto_destroy) {
                 if (!v)
-                        return fail(err, "destroyTimeout", "destroyTimeout is required when autoDestroy is true");
+                        return pj_error_set(err, "destroyTimeout", "destroyTimeout is required when autoDestroy is true");
                 for (size_t i = 0; i < ELEMENTSOF(destroy_timeouts); i++)
                         if (strcmp(v->str, destroy_timeouts[i].name) == 0) {
                                 c.destroy_timeout = xstrdup(v->str);
                                 c.destroy_timeout_s = destroy_timeouts[i].seconds;
                         }
                 if (!c.destroy_timeout)
-                        return fail(err, "destroyTimeout", "destroyTimeout must be one of 30m, 1h, 3h, 6h, 12h, 18h");
+                        return pj_error_set(err, "destroyTimeout", "destroyTimeout must be one of 30m, 1h, 3h, 6h, 12h, 18h");
         }
 
         if ((r = get_bool(root, "", "oneShot", NULL, &c.one_shot, err)) < 0 ||
             (r = get_bool(root, "", "blockOutbound", &c.block_outbound_set, &c.block_outbound, err)) < 0)
                 return r;
 
-        const struct jv *egress = member(root, "egress");
+        const struct pj_json *egress = pj_json_member(root, "egress");
         if (egress && c.block_outbound_set)
-                return fail(err, "egress",
+                return pj_error_set(err, "egress",
                             "Cannot set both egress and blockOutbound; use egress.mode = \"deny_all\" instead of blockOutbound");
         if (egress) {
                 r = parse_egress(egress, "egress", false, &c.egress, err);
@@ -960,15 +562,15 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                          err)) < 0)
                 return r;
         if (c.volume_id && c.persistent)
-                return fail(err, "persistent",
+                return pj_error_set(err, "persistent",
                             "Cannot set both volumeId and persistent; volumeId attaches an existing volume, persistent creates a new one");
         if (c.volume_id && c.has_persistent_disk_gb)
-                return fail(err, "persistentDiskGB",
+                return pj_error_set(err, "persistentDiskGB",
                             "Cannot set both volumeId and persistentDiskGB; the size of an existing volume is fixed");
         if (c.has_persistent_disk_gb && !c.persistent)
-                return fail(err, "persistentDiskGB", "persistentDiskGB requires persistent to be true");
+                return pj_error_set(err, "persistentDiskGB", "persistentDiskGB requires persistent to be true");
         if (c.persistent && !c.has_persistent_disk_gb)
-                return fail(err, "persistentDiskGB",
+                return pj_error_set(err, "persistentDiskGB",
                             "persistentDiskGB is required when persistent is true (an integer between 10 and 50)");
 
         r = get_str(root, "", "mountPath", &v, err);
@@ -986,7 +588,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
         if (r < 0)
                 return r;
         if (v && strcmp(v->str, "manual") != 0 && strcmp(v->str, "automatic") != 0)
-                return fail(err, "snapshotMode", "snapshotMode must be one of manual, automatic");
+                return pj_error_set(err, "snapshotMode", "snapshotMode must be one of manual, automatic");
         c.snapshot_mode = xstrdup(v ? v->str : "manual");
         bool automatic = strcmp(c.snapshot_mode, "automatic") == 0;
 
@@ -994,10 +596,10 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
         if (r < 0)
                 return r;
         if (automatic && !v)
-                return fail(err, "snapshotFrequency",
+                return pj_error_set(err, "snapshotFrequency",
                             "snapshotFrequency is required when snapshotMode is automatic (a 5-field cron expression, e.g. \"0 */2 * * *\")");
         if (!automatic && v)
-                return fail(err, "snapshotFrequency",
+                return pj_error_set(err, "snapshotFrequency",
                             "snapshotFrequency is only allowed when snapshotMode is automatic");
         if (v) {
                 r = cron_check(v->str, v->str_len, &c.snapshot_frequency, err);
@@ -1021,7 +623,7 @@ static void env_free(char **keys, char **values, size_t n) {
         free(values);
 }
 
-static bool env_key_ok(const struct jv *m) {
+static bool env_key_ok(const struct pj_json *m) {
         if (m->key_len < 1 || m->key_len > 256)
                 return false;
         for (size_t i = 0; i < m->key_len; i++) {
@@ -1048,9 +650,9 @@ static void run_common_done(struct run_common *rc) {
 }
 
 /* timeout_seconds, cwd, env, stream: shared by exec and code. */
-static int parse_run_common(const struct jv *root, struct run_common *ret, struct pj_error *err) {
+static int parse_run_common(const struct pj_json *root, struct run_common *ret, struct pj_error *err) {
         _cleanup_(run_common_done) struct run_common rc = { .timeout_s = 30 };
-        const struct jv *v;
+        const struct pj_json *v;
         int r;
 
         if ((r = get_int(root, "", "timeout_seconds", 1, 300, NULL, &rc.timeout_s, err)) < 0)
@@ -1066,30 +668,30 @@ static int parse_run_common(const struct jv *root, struct run_common *ret, struc
         }
         rc.cwd = xstrdup(v ? v->str : "/");
 
-        const struct jv *env = member(root, "env");
+        const struct pj_json *env = pj_json_member(root, "env");
         if (env) {
-                if (env->type != JV_OBJECT)
-                        return fail(err, "env", "env must be an object mapping variable names to string values");
+                if (env->type != PJ_JSON_OBJECT)
+                        return pj_error_set(err, "env", "env must be an object mapping variable names to string values");
                 if (env->n > 128)
-                        return fail(err, "env", "env must have at most 128 entries");
+                        return pj_error_set(err, "env", "env must have at most 128 entries");
                 rc.env_keys = xnew0(char *, env->n);
                 rc.env_values = xnew0(char *, env->n);
-                for (const struct jv *m = env->child; m; m = m->next) {
+                for (const struct pj_json *m = env->child; m; m = m->next) {
                         char path[PATH_MAX_LEN], q[300];
                         if (!env_key_ok(m))
-                                return fail(err, "env",
+                                return pj_error_set(err, "env",
                                             "env key '%s' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*, at most 256 characters)",
                                             sanitize(q, sizeof(q), m->key, m->key_len, 64));
                         mkpath(path, "env", m->key);
                         for (size_t i = 0; i < rc.n_env; i++)
                                 if (strcmp(rc.env_keys[i], m->key) == 0)
-                                        return fail(err, path, "Duplicate field '%s'", path);
-                        if (m->type != JV_STRING)
-                                return fail(err, path, "%s must be a string", path);
+                                        return pj_error_set(err, path, "Duplicate field '%s'", path);
+                        if (m->type != PJ_JSON_STRING)
+                                return pj_error_set(err, path, "%s must be a string", path);
                         if (m->str_len > 32768)
-                                return fail(err, path, "%s must be at most 32768 bytes", path);
+                                return pj_error_set(err, path, "%s must be at most 32768 bytes", path);
                         if (memchr(m->str, '\0', m->str_len))
-                                return fail(err, path, "%s must not contain NUL characters", path);
+                                return pj_error_set(err, path, "%s must not contain NUL characters", path);
                         rc.env_keys[rc.n_env] = xstrdup(m->key);
                         rc.env_values[rc.n_env] = xstrdup(m->str);
                         rc.n_env++;
@@ -1112,38 +714,48 @@ void pj_exec_done(struct pj_exec *e) {
         *e = (struct pj_exec) {};
 }
 
-int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_error *err) {
-        static const char *const fields[] = { "cmd", "timeout_seconds", "cwd", "env", "stream" };
-        _cleanup_(jv_freep) struct jv *root = NULL;
-        _cleanup_(run_common_done) struct run_common rc = {};
-        const struct jv *cmd;
-        int r;
+/* Moves the fields parse_run_common() filled into a pj_exec or pj_code
+ * (both spell them the same) and leaves rc owning nothing. */
+#define TAKE_RUN_COMMON(dst, rc)                                \
+        do {                                                    \
+                (dst).timeout_s = (rc).timeout_s;               \
+                (dst).cwd = TAKE_PTR((rc).cwd);                 \
+                (dst).env_keys = TAKE_PTR((rc).env_keys);       \
+                (dst).env_values = TAKE_PTR((rc).env_values);   \
+                (dst).n_env = (rc).n_env;                       \
+                (dst).stream = (rc).stream;                     \
+                (rc).n_env = 0;                                 \
+        } while (0)
 
-        if ((r = parse_body(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
-                return r;
-        r = get_str(root, "", "cmd", &cmd, err);
+/* The required, non-empty text member key (cmd, code) of at most max bytes. */
+static int get_text(const struct pj_json *root, const char *key, size_t max, const char *max_note,
+                    const struct pj_json **ret, struct pj_error *err) {
+        int r = get_str(root, "", key, ret, err);
         if (r < 0)
                 return r;
-        if (!cmd)
-                return fail(err, "cmd", "cmd is required");
-        if (cmd->str_len == 0)
-                return fail(err, "cmd", "cmd must not be empty");
-        if (cmd->str_len > 65536)
-                return fail(err, "cmd", "cmd must be at most 65536 bytes");
-        if ((r = parse_run_common(root, &rc, err)) < 0)
+        if (!*ret)
+                return pj_error_set(err, key, "%s is required", key);
+        if ((*ret)->str_len == 0)
+                return pj_error_set(err, key, "%s must not be empty", key);
+        if ((*ret)->str_len > max)
+                return pj_error_set(err, key, "%s must be at most %zu bytes%s", key, max, max_note);
+        return 0;
+}
+
+int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_error *err) {
+        static const char *const fields[] = { "cmd", "timeout_seconds", "cwd", "env", "stream" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        _cleanup_(run_common_done) struct run_common rc = {};
+        const struct pj_json *cmd;
+        int r;
+
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
+            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = parse_run_common(root, &rc, err)) < 0)
                 return r;
 
-        *ret = (struct pj_exec) {
-                .cmd = xstrdup(cmd->str),
-                .timeout_s = rc.timeout_s,
-                .cwd = TAKE_PTR(rc.cwd),
-                .env_keys = TAKE_PTR(rc.env_keys),
-                .env_values = TAKE_PTR(rc.env_values),
-                .n_env = rc.n_env,
-                .stream = rc.stream,
-        };
-        rc.n_env = 0;
+        *ret = (struct pj_exec) { .cmd = xstrdup(cmd->str) };
+        TAKE_RUN_COMMON(*ret, rc);
         return 0;
 }
 
@@ -1159,44 +771,27 @@ void pj_code_done(struct pj_code *c) {
 
 int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_error *err) {
         static const char *const fields[] = { "language", "code", "timeout_seconds", "cwd", "env", "stream" };
-        _cleanup_(jv_freep) struct jv *root = NULL;
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(run_common_done) struct run_common rc = {};
-        const struct jv *lang, *code;
+        const struct pj_json *lang, *code;
         int r;
 
-        if ((r = parse_body(body, len, false, &root, err)) < 0 ||
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
             (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
                 return r;
         r = get_str(root, "", "language", &lang, err);
         if (r < 0)
                 return r;
         if (!lang)
-                return fail(err, "language", "language is required (python or node)");
+                return pj_error_set(err, "language", "language is required (python or node)");
         if (strcmp(lang->str, "python") != 0 && strcmp(lang->str, "node") != 0)
-                return fail(err, "language", "language must be one of python, node");
-        r = get_str(root, "", "code", &code, err);
-        if (r < 0)
-                return r;
-        if (!code)
-                return fail(err, "code", "code is required");
-        if (code->str_len == 0)
-                return fail(err, "code", "code must not be empty");
-        if (code->str_len > 1024 * 1024)
-                return fail(err, "code", "code must be at most 1048576 bytes (1 MiB)");
-        if ((r = parse_run_common(root, &rc, err)) < 0)
+                return pj_error_set(err, "language", "language must be one of python, node");
+        if ((r = get_text(root, "code", 1024 * 1024, " (1 MiB)", &code, err)) < 0 ||
+            (r = parse_run_common(root, &rc, err)) < 0)
                 return r;
 
-        *ret = (struct pj_code) {
-                .language = xstrdup(lang->str),
-                .code = xstrdup(code->str),
-                .timeout_s = rc.timeout_s,
-                .cwd = TAKE_PTR(rc.cwd),
-                .env_keys = TAKE_PTR(rc.env_keys),
-                .env_values = TAKE_PTR(rc.env_values),
-                .n_env = rc.n_env,
-                .stream = rc.stream,
-        };
-        rc.n_env = 0;
+        *ret = (struct pj_code) { .language = xstrdup(lang->str), .code = xstrdup(code->str) };
+        TAKE_RUN_COMMON(*ret, rc);
         return 0;
 }
 
@@ -1209,11 +804,11 @@ void pj_egress_update_done(struct pj_egress_update *u) {
 }
 
 int pj_egress_update_parse(const char *body, size_t len, struct pj_egress_update *ret, struct pj_error *err) {
-        _cleanup_(jv_freep) struct jv *root = NULL;
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         struct pj_egress e = {};
         int r;
 
-        if ((r = parse_body(body, len, false, &root, err)) < 0 ||
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
             (r = parse_egress(root, "", true, &e, err)) < 0)
                 return r;
         ret->egress = e;
@@ -1222,15 +817,15 @@ int pj_egress_update_parse(const char *body, size_t len, struct pj_egress_update
 
 /* ---- snapshots and volumes --------------------------------------------- */
 
-static int get_slug40(const struct jv *root, char **ret, struct pj_error *err) {
-        const struct jv *v;
+static int get_slug40(const struct pj_json *root, char **ret, struct pj_error *err) {
+        const struct pj_json *v;
         int r = get_str(root, "", "name", &v, err);
         if (r < 0)
                 return r;
         if (!v)
-                return fail(err, "name", "name is required");
+                return pj_error_set(err, "name", "name is required");
         if (v->str_len < 1 || v->str_len > 40 || !all_chars_in(v->str, v->str_len, "-"))
-                return fail(err, "name", "name must be 1 to 40 characters of lowercase letters, digits and '-'");
+                return pj_error_set(err, "name", "name must be 1 to 40 characters of lowercase letters, digits and '-'");
         *ret = xstrdup(v->str);
         return 0;
 }
@@ -1244,11 +839,11 @@ void pj_snapshot_create_done(struct pj_snapshot_create *s) {
 
 int pj_snapshot_create_parse(const char *body, size_t len, struct pj_snapshot_create *ret, struct pj_error *err) {
         static const char *const fields[] = { "name" };
-        _cleanup_(jv_freep) struct jv *root = NULL;
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         char *name = NULL;
         int r;
 
-        if ((r = parse_body(body, len, false, &root, err)) < 0 ||
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
             (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = get_slug40(root, &name, err)) < 0)
                 return r;
         ret->name = name;
@@ -1267,29 +862,29 @@ void pj_volume_create_done(struct pj_volume_create *v) {
 
 int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create *ret, struct pj_error *err) {
         static const char *const fields[] = { "name", "sizeGB", "region", "type", "teamId" };
-        _cleanup_(jv_freep) struct jv *root = NULL;
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_volume_create_done) struct pj_volume_create c = {};
-        const struct jv *v;
+        const struct pj_json *v;
         int r;
 
-        if ((r = parse_body(body, len, false, &root, err)) < 0 ||
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
             (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = get_slug40(root, &c.name, err)) < 0)
                 return r;
         r = get_int(root, "", "sizeGB", 10, 50, NULL, &c.size_gb, err);
         if (r < 0)
                 return r;
         if (r == 0)
-                return fail(err, "sizeGB", "sizeGB is required (an integer between 10 and 50)");
+                return pj_error_set(err, "sizeGB", "sizeGB is required (an integer between 10 and 50)");
         r = get_hex24(root, "region", &c.region, err);
         if (r < 0)
                 return r;
         if (r == 0)
-                return fail(err, "region", "region is required (a region id from GET /sandboxes/regions)");
+                return pj_error_set(err, "region", "region is required (a region id from GET /sandboxes/regions)");
         r = get_str(root, "", "type", &v, err);
         if (r < 0)
                 return r;
         if (v && strcmp(v->str, "web") != 0 && strcmp(v->str, "sandbox") != 0)
-                return fail(err, "type", "type must be one of web, sandbox");
+                return pj_error_set(err, "type", "type must be one of web, sandbox");
         c.type = xstrdup(v ? v->str : "web");
         if ((r = get_hex24(root, "teamId", &c.team_id, err)) < 0)
                 return r;
@@ -1299,52 +894,6 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
 }
 
 /* ---- POST /sandboxes/{id}/files/batch ---------------------------------- */
-
-
-/* Decoded size of standard base64 text of n bytes (padded or not), or
- * SIZE_MAX when no valid base64 text has that shape. */
-static size_t b64_decoded_size(const char *s, size_t n) {
-        size_t pad = 0;
-        if (n > 0 && s[n - 1] == '=')
-                pad++;
-        if (n > 1 && s[n - 2] == '=')
-                pad++;
-        if (pad > 0 && n % 4 != 0)
-                return SIZE_MAX;
-        size_t body = n - pad;
-        if (body % 4 == 1)
-                return SIZE_MAX;
-        return body / 4 * 3 + (body % 4 == 0 ? 0 : body % 4 - 1);
-}
-
-/* Standard alphabet, '=' padding optional but only at the end, no whitespace. */
-static int b64_decode(const char *s, size_t n, uint8_t **ret, size_t *ret_len) {
-        size_t out_len = b64_decoded_size(s, n);
-        if (out_len == SIZE_MAX)
-                return -EINVAL;
-        size_t body = n;
-        while (body > 0 && s[body - 1] == '=')
-                body--;
-        _cleanup_free_ uint8_t *out = out_len ? xmalloc(out_len) : NULL;
-        size_t o = 0;
-        uint32_t acc = 0;
-        int bits = 0;
-        for (size_t i = 0; i < body; i++) {
-                int v = base64_char_value(s[i]);
-                if (v < 0)
-                        return -EINVAL;
-                acc = (acc << 6) | (uint32_t) v;
-                bits += 6;
-                if (bits >= 8) {
-                        bits -= 8;
-                        out[o++] = (uint8_t) (acc >> bits);
-                        acc &= (1u << bits) - 1;
-                }
-        }
-        *ret_len = o;
-        *ret = TAKE_PTR(out);
-        return 0;
-}
 
 void pj_files_batch_done(struct pj_files_batch *b) {
         if (!b)
@@ -1360,16 +909,16 @@ void pj_files_batch_done(struct pj_files_batch *b) {
 }
 
 /* Fills f from one entry; returns a per-file error message (allocated) or NULL. */
-static char *batch_entry(const struct jv *ent, const char *ipath, size_t max_file_bytes, struct pj_batch_file *f) {
+static char *batch_entry(const struct pj_json *ent, const char *ipath, size_t max_file_bytes, struct pj_batch_file *f) {
         static const char *const fields[] = { "path", "content_base64" };
         struct pj_error e = {};
-        const struct jv *path, *content;
+        const struct pj_json *path, *content;
 
-        if (ent->type != JV_OBJECT)
+        if (ent->type != PJ_JSON_OBJECT)
                 return xasprintf("%s must be an object with path and content_base64", ipath);
         /* Echo the path back in results even when something else is wrong. */
-        path = member(ent, "path");
-        if (path && path->type == JV_STRING && !memchr(path->str, '\0', path->str_len))
+        path = pj_json_member(ent, "path");
+        if (path && path->type == PJ_JSON_STRING && !memchr(path->str, '\0', path->str_len))
                 f->path = xstrdup(path->str);
 
         if (check_fields(ent, ipath, fields, ELEMENTSOF(fields), &e) < 0 || get_str(ent, ipath, "path", &path, &e) < 0)
@@ -1386,38 +935,42 @@ static char *batch_entry(const struct jv *ent, const char *ipath, size_t max_fil
                 return xstrdup(e.message);
         if (!content)
                 return xasprintf("%s is required", p);
-        size_t size = b64_decoded_size(content->str, content->str_len);
+        size_t size = base64_decoded_size(content->str, content->str_len, BASE64_PAD_OPTIONAL);
         if (size != SIZE_MAX && size > max_file_bytes)
                 return xasprintf("%s is %zu bytes; the limit is %zu bytes per file", ipath, size, max_file_bytes);
-        if (b64_decode(content->str, content->str_len, &f->data, &f->len) < 0)
+        if (base64_decode_flags(content->str, content->str_len, BASE64_PAD_OPTIONAL, &f->data, &f->len) < 0)
                 return xasprintf("%s is not valid base64 (standard alphabet A-Z a-z 0-9 + /, '=' padding, no line breaks)",
                                  p);
+        if (f->len == 0) { /* the contract: empty files carry no buffer */
+                free(f->data);
+                f->data = NULL;
+        }
         return NULL;
 }
 
 int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, size_t max_total_bytes,
                          struct pj_files_batch *ret, struct pj_error *err) {
         static const char *const fields[] = { "files" };
-        _cleanup_(jv_freep) struct jv *root = NULL;
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_files_batch_done) struct pj_files_batch b = {};
         int r;
 
-        if ((r = parse_body(body, len, false, &root, err)) < 0 ||
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
             (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
                 return r;
-        const struct jv *files = member(root, "files");
+        const struct pj_json *files = pj_json_member(root, "files");
         if (!files)
-                return fail(err, "files", "files is required (an array of {path, content_base64})");
-        if (files->type != JV_ARRAY)
-                return fail(err, "files", "files must be an array of {path, content_base64}");
+                return pj_error_set(err, "files", "files is required (an array of {path, content_base64})");
+        if (files->type != PJ_JSON_ARRAY)
+                return pj_error_set(err, "files", "files must be an array of {path, content_base64}");
         if (files->n < 1 || files->n > 100)
-                return fail(err, "files", "files must contain between 1 and 100 entries");
+                return pj_error_set(err, "files", "files must contain between 1 and 100 entries");
 
         b.files = xnew0(struct pj_batch_file, files->n);
         b.file_errors = xnew0(char *, files->n);
         b.n_files = files->n;
         size_t total = 0, i = 0;
-        for (const struct jv *ent = files->child; ent; ent = ent->next, i++) {
+        for (const struct pj_json *ent = files->child; ent; ent = ent->next, i++) {
                 char ipath[PATH_MAX_LEN];
                 struct pj_batch_file *f = &b.files[i];
                 mkindex(ipath, "files", i);
@@ -1436,7 +989,7 @@ int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, si
                 }
                 total += f->len;
                 if (total > max_total_bytes)
-                        return fail(err, "files", "files add up to more than %zu bytes; the limit is %zu bytes per batch",
+                        return pj_error_set(err, "files", "files add up to more than %zu bytes; the limit is %zu bytes per batch",
                                     max_total_bytes, max_total_bytes);
         }
         *ret = b;

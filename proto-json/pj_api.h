@@ -8,10 +8,11 @@
  * Common contract of every pj_*_parse(body, len, ret, err):
  *   - body/len are the raw bytes; no NUL terminator needed; any bytes are safe.
  *     The HTTP layer enforces the overall body size limit.
- *   - JSON is parsed strictly (RFC 8259): no comments, no trailing commas, no
- *     leading BOM, strings must be valid UTF-8 (escapes included: lone
- *     surrogates are rejected), nesting deeper than PJ_JSON_MAX_DEPTH is
- *     rejected, duplicate keys in an object are rejected.
+ *   - JSON is parsed strictly by pj_json.c (RFC 8259): no comments, no
+ *     trailing commas, no leading BOM, strings must be valid UTF-8 (escapes
+ *     included: lone surrogates are rejected), nesting deeper than
+ *     PJ_JSON_MAX_DEPTH and more than PJ_JSON_MAX_NODES values are rejected,
+ *     duplicate keys in an object are rejected.
  *   - The top level must be an object. Unknown fields are rejected at the top
  *     level and inside nested objects (specs, egress, files[i]) so that typos
  *     do not silently fall back to defaults.
@@ -33,14 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pj.h"
 #include "pj_egress.h"
-
-#define PJ_JSON_MAX_DEPTH 32
-
-struct pj_error {
-        char field[128];
-        char message[512];
-};
 
 /* POST /sandboxes. An empty body (len 0) means {} (everything defaulted).
  * Strings are owned by the struct. */
@@ -175,8 +170,9 @@ struct pj_files_batch {
         /* n_files entries: NULL when files[i] is good, else a user-facing
          * sentence naming files[i] ("files[7].path must be an absolute path").
          * A bad entry (not an object, bad/missing path, content not standard
-         * padded base64, over max_file_bytes, a path already used by an earlier
-         * entry, unknown field) does not fail the batch. */
+         * base64 (padding optional, see BASE64_PAD_OPTIONAL), over
+         * max_file_bytes, a path already used by an earlier entry, unknown
+         * field) does not fail the batch. */
         char **file_errors;
 };
 

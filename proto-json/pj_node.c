@@ -1,7 +1,6 @@
 /* pj_node.c — controld <-> nodeagent message codecs. See pj_node.h. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include "cleanup.h"
 #include "json.h"
 #include "pj_node.h"
+#include "strutil.h"
 
 static const char *const type_names[] = {
         [PJ_NODE_PING] = "ping",
@@ -20,16 +20,6 @@ static const char *const type_names[] = {
 
 const char *pj_node_type_to_string(enum pj_node_type t) {
         return (size_t) t < ELEMENTSOF(type_names) ? type_names[t] : "unknown";
-}
-
-static int fail(struct pj_error *err, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(struct pj_error *err, const char *field, const char *fmt, ...) {
-        va_list ap;
-        snprintf(err->field, sizeof(err->field), "%s", field);
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof(err->message), fmt, ap);
-        va_end(ap);
-        return -EINVAL;
 }
 
 static bool only_keys(const cJSON *o, const char *const *allowed, const char **ret_bad) {
@@ -47,14 +37,6 @@ static bool only_keys(const cJSON *o, const char *const *allowed, const char **r
         return true;
 }
 
-static bool hex24(const char *s) {
-        size_t n = 0;
-        for (; s[n]; n++)
-                if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
-                        return false;
-        return n == 24;
-}
-
 int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, struct pj_error *err) {
         char jerr[256] = "";
         _cleanup_json_ cJSON *o = NULL;
@@ -63,12 +45,12 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
 
         memset(err, 0, sizeof(*err));
         if (json_parse(body, len, PJ_NODE_MAX_MESSAGE, 8, &o, jerr, sizeof(jerr)) < 0)
-                return fail(err, "", "%s", jerr);
+                return pj_error_set(err, "", "%s", jerr);
         if (!cJSON_IsObject(o))
-                return fail(err, "", "message must be a JSON object");
+                return pj_error_set(err, "", "message must be a JSON object");
         const char *type = json_get_str(o, "type");
         if (!type)
-                return fail(err, "type", "type is required");
+                return pj_error_set(err, "type", "type is required");
         if (!strcmp(type, "ping"))
                 m.type = PJ_NODE_PING;
         else if (!strcmp(type, "egress.apply"))
@@ -76,27 +58,27 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
         else if (!strcmp(type, "egress.remove"))
                 m.type = PJ_NODE_EGRESS_REMOVE;
         else
-                return fail(err, "type", "type '%.64s' is not a known message type", type);
+                return pj_error_set(err, "type", "type '%.64s' is not a known message type", type);
 
         static const char *const ping_keys[] = { "type", NULL };
         static const char *const apply_keys[] = { "type", "sandbox_id", "ip", "mode", "allow", NULL };
         static const char *const remove_keys[] = { "type", "sandbox_id", "ip", NULL };
         const char *const *keys = m.type == PJ_NODE_PING ? ping_keys : m.type == PJ_NODE_EGRESS_APPLY ? apply_keys : remove_keys;
         if (!only_keys(o, keys, &bad))
-                return fail(err, bad, "unknown field '%.64s' in %s", bad, type);
+                return pj_error_set(err, bad, "unknown field '%.64s' in %s", bad, type);
         if (m.type == PJ_NODE_PING) {
                 *ret = m;
                 return 0;
         }
 
         const char *sid = json_get_str(o, "sandbox_id");
-        if (!sid || !hex24(sid))
-                return fail(err, "sandbox_id", "sandbox_id must be 24 lowercase hex characters");
+        if (!sid || !hexid_valid(sid))
+                return pj_error_set(err, "sandbox_id", "sandbox_id must be 24 lowercase hex characters");
         snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sid);
         const char *ip = json_get_str(o, "ip");
         struct in_addr a;
         if (!ip || inet_pton(AF_INET, ip, &a) != 1)
-                return fail(err, "ip", "ip must be a dotted-quad IPv4 address");
+                return pj_error_set(err, "ip", "ip must be a dotted-quad IPv4 address");
         m.ip = ntohl(a.s_addr);
         if (m.type == PJ_NODE_EGRESS_REMOVE) {
                 *ret = m;
@@ -105,15 +87,15 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
 
         const char *mode = json_get_str(o, "mode");
         if (!mode || pj_egress_mode_from_string(mode, &m.egress.mode) < 0)
-                return fail(err, "mode", "mode must be one of open, restricted, deny_all");
+                return pj_error_set(err, "mode", "mode must be one of open, restricted, deny_all");
         const cJSON *allow = cJSON_GetObjectItemCaseSensitive(o, "allow");
         if (allow && !cJSON_IsNull(allow)) {
                 if (!cJSON_IsArray(allow))
-                        return fail(err, "allow", "allow must be an array of strings");
+                        return pj_error_set(err, "allow", "allow must be an array of strings");
                 if (cJSON_GetArraySize(allow) > PJ_EGRESS_MAX_ALLOW)
-                        return fail(err, "allow", "allow must have at most %d entries", PJ_EGRESS_MAX_ALLOW);
+                        return pj_error_set(err, "allow", "allow must have at most %d entries", PJ_EGRESS_MAX_ALLOW);
                 if (cJSON_GetArraySize(allow) > 0 && m.egress.mode != PJ_EGRESS_RESTRICTED)
-                        return fail(err, "allow", "allow is only meaningful with mode restricted");
+                        return pj_error_set(err, "allow", "allow is only meaningful with mode restricted");
                 int i = 0;
                 const cJSON *e;
                 cJSON_ArrayForEach(e, allow) {
@@ -121,11 +103,11 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                         snprintf(field, sizeof(field), "allow[%d]", i++);
                         if (!cJSON_IsString(e)) {
                                 pj_egress_done(&m.egress);
-                                return fail(err, field, "%s must be a string", field);
+                                return pj_error_set(err, field, "%s must be a string", field);
                         }
                         if (pj_egress_add_allow(&m.egress, e->valuestring, why, sizeof(why)) < 0) {
                                 pj_egress_done(&m.egress);
-                                return fail(err, field, "%s %s", field, why);
+                                return pj_error_set(err, field, "%s %s", field, why);
                         }
                 }
         }
@@ -175,12 +157,12 @@ int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret,
         struct pj_node_reply r = { 0 };
         memset(err, 0, sizeof(*err));
         if (json_parse(body, len, PJ_NODE_MAX_MESSAGE, 8, &o, jerr, sizeof(jerr)) < 0)
-                return fail(err, "", "%s", jerr);
+                return pj_error_set(err, "", "%s", jerr);
         if (!cJSON_IsObject(o))
-                return fail(err, "", "reply must be a JSON object");
+                return pj_error_set(err, "", "reply must be a JSON object");
         const cJSON *ok = cJSON_GetObjectItemCaseSensitive(o, "ok");
         if (!cJSON_IsBool(ok))
-                return fail(err, "ok", "ok must be true or false");
+                return pj_error_set(err, "ok", "ok must be true or false");
         r.ok = cJSON_IsTrue(ok);
         const char *s;
         if ((s = json_get_str(o, "type")))

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pj_api.h"
+#include "pj.h"
 #include "pj_egress.h"
 
 #define PJ_NODE_MAX_MESSAGE (64 * 1024)

@@ -334,10 +334,10 @@ TEST(container_lifecycle_runsc) {
         for (char **p = ids; *p; p++)
                 found |= strcmp(*p, id) == 0;
         ASSERT_TRUE(found);
-        docker_strv_free(ids);
+        strv_free(ids);
         ASSERT_OK(docker_container_list(d, "paddock.test.nonexistent-label=x", &ids));
         ASSERT_NULL(ids[0]);
-        docker_strv_free(ids);
+        strv_free(ids);
 
         struct docker_exec_result res = {};
         run_sh(d, id, "echo \"$FOO|$EMPTY|$(pwd)\"; cat /etc/hosts", &res);
@@ -814,7 +814,7 @@ TEST(errors_carry_dockers_message) {
         char **ids = NULL;
         ASSERT_OK(docker_container_list(d, "paddock.test.run=\"&all=0", &ids));   /* escaped, just no match */
         ASSERT_NULL(ids[0]);
-        docker_strv_free(ids);
+        strv_free(ids);
 
         /* a successful call clears the message */
         ASSERT_OK(docker_ping(d));

@@ -239,3 +239,47 @@ TEST(random_bytes_never_crash) {
                                     strncmp(err, "JSON nested too deeply", 22) == 0);
         }
 }
+
+TEST(value_cap_before_cjson_allocates) {
+        char err[256];
+        size_t n = 1000000, len = 2 * n + 8, o = 0;
+        _cleanup_free_ char *b = xmalloc(len);
+        cJSON *j = NULL;
+
+        o += (size_t) snprintf(b, len, "{\"a\":[");
+        for (size_t i = 0; i < n; i++) {
+                b[o++] = '0';
+                b[o++] = i + 1 < n ? ',' : ']';
+        }
+        b[o++] = '}';
+        ASSERT_EQ(json_parse(b, o, o, 64, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_NULL(j);
+        ASSERT_CONTAINS(err, "more than 10000 values");
+
+        /* Exactly at the cap: 1 object + 1 array + 9998 elements. */
+        o = (size_t) snprintf(b, len, "{\"a\":[");
+        for (size_t i = 0; i < JSON_MAX_VALUES - 2; i++) {
+                b[o++] = '0';
+                b[o++] = i + 1 < JSON_MAX_VALUES - 2 ? ',' : ']';
+        }
+        b[o++] = '}';
+        ASSERT_EQ(json_parse(b, o, o, 64, &j, err, sizeof(err)), 0);
+        ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(j, "a")), JSON_MAX_VALUES - 2);
+        cJSON_Delete(j);
+        j = NULL;
+        /* One more is refused. */
+        b[o - 2] = ',';
+        b[o - 1] = '0';
+        b[o++] = ']';
+        b[o++] = '}';
+        ASSERT_EQ(json_parse(b, o, o, 64, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_NULL(j);
+
+        /* Commas and brackets inside strings are not values. */
+        char s[20008];
+        s[0] = '"';
+        memset(s + 1, ',', 20000);
+        s[20001] = '"';
+        ASSERT_EQ(json_parse(s, 20002, 20002, 64, &j, err, sizeof(err)), 0);
+        cJSON_Delete(j);
+}

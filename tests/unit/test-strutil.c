@@ -308,3 +308,149 @@ TEST(clocks) {
         usleep(20000);
         ASSERT_GE(mono_ms() - m, 15);
 }
+
+TEST(unhexchar_both_cases) {
+        const char *digits = "0123456789abcdef", *upper = "ABCDEF";
+        for (int i = 0; i < 16; i++)
+                ASSERT_EQ(unhexchar(digits[i]), i);
+        for (int i = 0; i < 6; i++)
+                ASSERT_EQ(unhexchar(upper[i]), 10 + i);
+        ASSERT_EQ(unhexchar('g'), -1);
+        ASSERT_EQ(unhexchar('G'), -1);
+        ASSERT_EQ(unhexchar('/'), -1); /* just below '0' */
+        ASSERT_EQ(unhexchar(':'), -1); /* just above '9' */
+        ASSERT_EQ(unhexchar('@'), -1);
+        ASSERT_EQ(unhexchar('`'), -1);
+        ASSERT_EQ(unhexchar('\0'), -1);
+        ASSERT_EQ(unhexchar((char) 0xe0), -1);
+}
+
+TEST(hexid_valid_n_counts_bytes) {
+        ASSERT_TRUE(hexid_valid_n("0123456789abcdef01234567", 24));
+        /* Not NUL-terminated: only len bytes are looked at. */
+        ASSERT_TRUE(hexid_valid_n("0123456789abcdef01234567zz", 24));
+        ASSERT_FALSE(hexid_valid_n("0123456789abcdef0123456", 23));
+        ASSERT_FALSE(hexid_valid_n("0123456789abcdef012345678", 25));
+        ASSERT_FALSE(hexid_valid_n("0123456789abcdef012345\0" "7", 24)); /* embedded NUL */
+        ASSERT_FALSE(hexid_valid_n("0123456789abcdef0123456A", 24));
+        ASSERT_FALSE(hexid_valid_n(NULL, 24));
+}
+
+TEST(strbuf_cleanup_and_exact_cap) {
+        {
+                _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(4);
+                ASSERT_EQ(strbuf_append(&b, "ab", 2), 0);
+                ASSERT_EQ(strbuf_append(&b, "cd", 2), 0); /* cap exactly hit: no overflow */
+                ASSERT_FALSE(b.truncated);
+                ASSERT_EQ(b.len, 4);
+                ASSERT_EQ(strbuf_append(&b, "", 0), 0);   /* nothing more: still fine */
+                ASSERT_EQ(strbuf_append(&b, "e", 1), -ENOBUFS);
+                ASSERT_TRUE(b.truncated);
+                ASSERT_STREQ(b.buf, "abcd");
+                ASSERT_TRUE(b.cap <= 5); /* never allocates past max + NUL */
+        } /* freed by the cleanup helper; ASan would report a leak */
+        strbuf_done(NULL);
+        {
+                /* reset: empty and not truncated again, allocation kept. */
+                _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(4);
+                strbuf_reset(&b); /* before any append: nothing to clear */
+                ASSERT_NULL(b.buf);
+                ASSERT_EQ(strbuf_append(&b, "abcdef", 6), -ENOBUFS);
+                char *before = b.buf;
+                strbuf_reset(&b);
+                ASSERT_FALSE(b.truncated);
+                ASSERT_EQ(b.len, 0);
+                ASSERT_STREQ(b.buf, "");
+                ASSERT_EQ(strbuf_append(&b, "xy", 2), 0);
+                ASSERT_TRUE(b.buf == before);
+                ASSERT_STREQ(b.buf, "xy");
+        }
+        /* One append larger than the cap keeps the prefix. */
+        _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(3);
+        ASSERT_EQ(strbuf_append(&b, "\0\1\2\3", 4), -ENOBUFS);
+        ASSERT_EQ(b.len, 3);
+        ASSERT_EQ(b.buf[2], 2);
+        ASSERT_EQ(b.buf[3], 0);
+}
+
+TEST(base64_padding_optional_flag) {
+        static const struct {
+                const char *in;
+                const char *out; /* NULL: refused */
+        } cases[] = {
+                { "aGVsbG8=", "hello" }, { "aGVsbG8", "hello" }, { "YQ==", "a" }, { "YQ", "a" },
+                { "YWI", "ab" }, { "YWJj", "abc" }, { "", "" },
+                { "a", NULL },          /* one char cannot hold a byte */
+                { "YWJjZ", NULL },      /* 4n+1 chars */
+                { "YQ=", NULL },        /* padding present but group incomplete */
+                { "aGVsbG8===", NULL }, /* too much padding */
+                { "YQ=a", NULL },       /* '=' inside */
+                { "=YQ=", NULL },
+                { "-_8=", NULL },       /* URL-safe alphabet */
+                { "aGVs bG8=", NULL }, { "aGVsbG8=\n", NULL }, { "aGVs!G8=", NULL },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ uint8_t *d = NULL;
+                size_t n = 99;
+                int r = base64_decode_flags(cases[i].in, strlen(cases[i].in), BASE64_PAD_OPTIONAL, &d, &n);
+                if (!cases[i].out) {
+                        if (r != -EINVAL)
+                                test_fail(__FILE__, __LINE__, "accepted '%s'", cases[i].in);
+                        ASSERT_NULL(d);
+                        ASSERT_EQ(n, 99);
+                        ASSERT_EQ(base64_decoded_size(cases[i].in, strlen(cases[i].in), BASE64_PAD_OPTIONAL) == SIZE_MAX ||
+                                          r == -EINVAL,
+                                  1);
+                        continue;
+                }
+                if (r != 0)
+                        test_fail(__FILE__, __LINE__, "refused '%s'", cases[i].in);
+                ASSERT_EQ(n, strlen(cases[i].out));
+                ASSERT_TRUE(memcmp(d, cases[i].out, n) == 0);
+                ASSERT_EQ(d[n], 0);
+                ASSERT_EQ(base64_decoded_size(cases[i].in, strlen(cases[i].in), BASE64_PAD_OPTIONAL), n);
+        }
+        /* Strict mode refuses what the flag allows. */
+        _cleanup_free_ uint8_t *d = NULL;
+        ASSERT_EQ(base64_decode("aGVsbG8", 7, &d, NULL), -EINVAL);
+        ASSERT_EQ(base64_decoded_size("aGVsbG8", 7, 0), SIZE_MAX);
+        ASSERT_EQ(base64_decoded_size("aGVsbG8=", 8, 0), 5);
+        /* Non-zero unused bits: strict refuses, the lenient flag ignores them. */
+        ASSERT_EQ(base64_decode("YR==", 4, &d, NULL), -EINVAL);
+        ASSERT_EQ(base64_decode_flags("YR==", 4, BASE64_PAD_OPTIONAL, &d, NULL), 0);
+        ASSERT_EQ(d[0], 'a');
+}
+
+TEST(utf8_decode_encode) {
+        uint32_t cp = 7;
+        char out[4];
+        static const uint32_t samples[] = { 0, 0x41, 0x7f, 0x80, 0x7ff, 0x800, 0xd7ff, 0xe000, 0xfffd, 0xffff,
+                                            0x10000, 0x1f600, 0x10ffff };
+        for (size_t i = 0; i < ELEMENTSOF(samples); i++) {
+                size_t n = utf8_encode(samples[i], out);
+                ASSERT_EQ(utf8_decode(out, n, &cp), n);
+                ASSERT_EQ(cp, samples[i]);
+                ASSERT_TRUE(utf8_valid(out, n));
+                /* Every shorter prefix of a multi-byte sequence is truncated. */
+                for (size_t k = 1; k < n; k++)
+                        ASSERT_EQ(utf8_decode(out, k, &cp), 0);
+        }
+        cp = 7;
+        ASSERT_EQ(utf8_decode("", 0, &cp), 0);
+        ASSERT_EQ(utf8_decode("\xc1\xbf", 2, &cp), 0);         /* overlong 2-byte */
+        ASSERT_EQ(utf8_decode("\xe0\x9f\xbf", 3, &cp), 0);     /* overlong 3-byte */
+        ASSERT_EQ(utf8_decode("\xf0\x8f\xbf\xbf", 4, &cp), 0); /* overlong 4-byte */
+        ASSERT_EQ(utf8_decode("\xed\xa0\x80", 3, &cp), 0);     /* U+D800 */
+        ASSERT_EQ(utf8_decode("\xed\xbf\xbf", 3, &cp), 0);     /* U+DFFF */
+        ASSERT_EQ(utf8_decode("\xf4\x90\x80\x80", 4, &cp), 0); /* U+110000 */
+        ASSERT_EQ(utf8_decode("\xf5\x80\x80\x80", 4, &cp), 0);
+        ASSERT_EQ(utf8_decode("\xbf", 1, &cp), 0);             /* stray continuation */
+        ASSERT_EQ(utf8_decode("\xe2\x28\xa1", 3, &cp), 0);     /* bad continuation */
+        ASSERT_EQ(utf8_decode("\xe2\x82\x28", 3, &cp), 0);
+        ASSERT_EQ(cp, 7);                                       /* untouched on failure */
+        ASSERT_EQ(utf8_decode("\xe2\x82\xac!", 4, &cp), 3);    /* stops after one sequence */
+        ASSERT_EQ(cp, 0x20ac);
+        /* first_invalid points at a truncated sequence at the very end. */
+        ASSERT_EQ(utf8_first_invalid("ok\xf0\x9f\x98", 5), 2);
+        ASSERT_EQ(utf8_first_invalid("\xed\xa0\x80ok", 5), 0);
+}
