@@ -5,7 +5,7 @@
 # No debhelper: each package is a staged tree packed with dpkg-deb (root:root owners without
 # fakeroot). Depends come from dpkg-shlibdeps on the staged binary (a fixed list for Debian 12
 # when dpkg-dev is absent). Version: packaging/VERSION, plus +git<commits>.g<hash> in a git
-# checkout so that every commit sorts after the one before it.
+# checkout so that every commit sorts after the one before it; PADDOCK_DEB_VERSION overrides.
 # Prints the path of each .deb built.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -19,9 +19,12 @@ for b in controld nodeagent; do
 done
 command -v dpkg-deb >/dev/null || die "dpkg-deb is missing (apt-get install dpkg)"
 
-VERSION=$(tr -d ' \n' <"$HERE/VERSION")
-if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-        VERSION+="+git$(git -C "$ROOT" rev-list --count HEAD).g$(git -C "$ROOT" rev-parse --short=10 HEAD)"
+VERSION=${PADDOCK_DEB_VERSION:-}
+if [[ -z $VERSION ]]; then
+        VERSION=$(tr -d ' \n' <"$HERE/VERSION")
+        if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+                VERSION+="+git$(git -C "$ROOT" rev-list --count HEAD).g$(git -C "$ROOT" rev-parse --short=10 HEAD)"
+        fi
 fi
 ARCH=$(dpkg --print-architecture)
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/paddock-deb.XXXXXX")
