@@ -116,6 +116,7 @@ install: all
 	install -m 0644 packaging/controld-docker-driver.conf $(DESTDIR)$(PREFIX)/share/paddock/systemd/
 	install -m 0644 packaging/cni/*.conflist $(DESTDIR)$(PREFIX)/share/paddock/cni/
 	install -m 0644 packaging/nomad/*.hcl $(DESTDIR)$(PREFIX)/share/paddock/nomad/
+	if [ -f packaging/daemon.json ]; then install -D -m 0644 packaging/daemon.json $(DESTDIR)$(PREFIX)/share/paddock/docker/daemon.json; fi
 
 # Debian packages paddock-controld and paddock-nodeagent in $(DEBDIR) (packaging/mkdeb.sh).
 DEBDIR ?= $(BUILD)/deb
