@@ -451,6 +451,13 @@ TEST_FULL(admin_backup_online_then_restore, 240) {
         /* Back up three times while controld serves and a writer keeps changing the store. */
         pid_t w = start_writer(&c);
         ASSERT_TRUE(w > 0);
+        for (int i = 0; i < 100; i++) {                                 /* writes under way */
+                _cleanup_free_ char *list = NULL;
+                ASSERT_EQ(ctld_admin(&c, &list, "account", "list", NULL), 0);
+                if (strstr(list, "writer-1\t"))
+                        break;
+                usleep(50 * 1000);
+        }
         for (int i = 0; i < 3; i++) {
                 _cleanup_free_ char *out = NULL, *chk = NULL, *n = NULL;
                 ASSERT_EQ(ctld_admin(&c, &out, "backup", bak, NULL), 0);
