@@ -5,7 +5,6 @@
 #   make up / make down       local stack on the embedded default (sqlite + docker driver)
 #   make bench                benchmarks (ratios against a baseline run side by side)
 #   make install PREFIX=/usr DESTDIR=...
-#   make deb                  Debian packages paddock-controld, paddock-nodeagent in build/deb
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -54,7 +53,7 @@ INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(IN
 FAKE_BINS  := $(patsubst tests/fakes/%.c,$(BUILD)/tests/fakes/%,$(FAKES_SRC))
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
 
-.PHONY: all check tests bench up down install deb clean compdb deps
+.PHONY: all check tests bench up down install clean compdb deps
 all: $(BUILD)/controld $(BUILD)/nodeagent
 
 $(BUILD)/obj/%.o: %.c
@@ -120,6 +119,7 @@ install: all
 
 # Debian packages paddock-controld and paddock-nodeagent in $(DEBDIR) (packaging/mkdeb.sh).
 DEBDIR ?= $(BUILD)/deb
+.PHONY: deb
 deb: all
 	packaging/mkdeb.sh $(BUILD) $(DEBDIR)
 
