@@ -41,7 +41,7 @@ case_deb() {
         local R=$WORK/root D1=$WORK/v1 D2=$WORK/v2
         build_debs "$D1" 0.1.0~test1
         build_debs "$D2" 0.1.0~test2
-        ok "built $(cd "$D1" && ls *.deb | tr '\n' ' ')"
+        ok "built $(find "$D1" -name '*.deb' -printf '%f ')"
         new_root "$R"
         (cd "$R" && find . | LC_ALL=C sort) >"$WORK/before"
         "${DPKG[@]}" --root="$R" -i "$D1"/*.deb || fail "dpkg -i into a clean root failed (Depends unmet on Debian 12?)"
@@ -107,7 +107,7 @@ case_deb() {
                         [[ $owner == libc6 || ", $pkgdeps" == *", $owner "* || ", $pkgdeps," == *", $owner,"* || $pkgdeps == *"$owner" ]] ||
                                 fail "$b loads $lib from $owner, which is not in Depends: $pkgdeps"
                         checked=$((checked + 1))
-                done < <(ldd "$R/usr/bin/$b" | awk -v n=" $(echo $needed) " '$2 == "=>" && $3 ~ /^\// && index(n, " " $1 " ") { print $3 }')
+                done < <(ldd "$R/usr/bin/$b" | awk -v n=" $(tr '\n' ' ' <<<"$needed")" '$2 == "=>" && $3 ~ /^\// && index(n, " " $1 " ") { print $3 }')
                 [[ $checked == $(echo "$needed" | wc -l) ]] || fail "$b: checked $checked of the libraries it links: $needed"
         done
         ok "Depends cover every linked library"
