@@ -154,6 +154,26 @@ case_units() {
         [[ -z $out ]] || fail "systemd-analyze verify complained: $out"
         ok "systemd-analyze verify: clean"
 
+        # The promised settings, line for line (verify checks syntax, not intent).
+        local u line common=(Type=notify Restart=on-failure NoNewPrivileges=yes ProtectSystem=strict PrivateTmp=yes
+                ProtectHome=yes ProtectKernelTunables=yes ProtectKernelModules=yes ProtectKernelLogs=yes
+                SystemCallFilter=@system-service)
+        u=$R/lib/systemd/system/paddock-controld.service
+        for line in "${common[@]}" User=paddock CapabilityBoundingSet= AmbientCapabilities= \
+                ReadWritePaths=/var/lib/paddock "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6" MemoryMax=2G; do
+                grep -qxF "$line" "$u" || fail "paddock-controld.service lacks $line"
+        done
+        ! grep -qE '^(SupplementaryGroups|WatchdogSec)=' "$u" || fail "controld unit has the docker group or a watchdog it does not ping"
+        [[ $(grep -c '^ReadWritePaths=' "$u") == 1 ]] || fail "controld: more than the one ReadWritePaths="
+        u=$R/lib/systemd/system/paddock-nodeagent.service
+        for line in "${common[@]}" User=paddock-agent SupplementaryGroups=docker CapabilityBoundingSet=CAP_NET_ADMIN \
+                AmbientCapabilities=CAP_NET_ADMIN "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK" \
+                WatchdogSec=30s MemoryMax=512M; do
+                grep -qxF "$line" "$u" || fail "paddock-nodeagent.service lacks $line"
+        done
+        ! grep -q '^ReadWritePaths=' "$u" || fail "nodeagent writes nowhere, yet has ReadWritePaths="
+        ok "units carry the promised hardening (users, capabilities, families, memory, watchdog)"
+
         local c n cd
         c=$(exposure "$R" paddock-controld.service)
         n=$(exposure "$R" paddock-nodeagent.service)
