@@ -52,7 +52,7 @@ shlibdeps() {
 # subst FILE: fills the maintainer-script placeholders from the variables of build_pkg.
 subst() {
         sed -e "s#@PKG@#$pkg#g" -e "s#@UNIT@#$unit#g" -e "s#@USER@#$user#g" -e "s#@HOME@#$home#g" \
-            -e "s#@SYSUSERS@#$pkg.conf#g" -e "s#@TMPFILES@#$tmpfiles#g" -e "s#@STATEDIR@#$statedir#g" "$1"
+            -e "s#@SYSUSERS@#$pkg.conf#g" -e "s#@BIN@#$bin#g" -e "s#@TMPFILES@#$tmpfiles#g" -e "s#@STATEDIR@#$statedir#g" "$1"
 }
 
 # build_pkg BIN: stages and packs paddock-BIN.

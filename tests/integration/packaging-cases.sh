@@ -53,7 +53,6 @@ case_deb() {
                  lib/systemd/system/paddock-controld.service:644 lib/systemd/system/paddock-nodeagent.service:644 \
                  usr/lib/sysusers.d/paddock-controld.conf:644 usr/lib/sysusers.d/paddock-nodeagent.conf:644 \
                  usr/lib/tmpfiles.d/paddock-controld.conf:644 \
-                 etc/paddock/controld.conf:644 etc/paddock/nodeagent.conf:644 \
                  usr/share/doc/paddock-controld/OPERATIONS.md:644 usr/share/doc/paddock-nodeagent/copyright:644 \
                  usr/share/paddock/systemd/controld-docker-driver.conf:644 \
                  usr/share/paddock/cni/sandbox-no-egress.conflist:644 usr/share/paddock/cni/sandbox-restricted.conflist:644 \
@@ -80,6 +79,15 @@ case_deb() {
         grep -q '^paddock:.*:/usr/sbin/nologin$' "$R/etc/passwd" || fail "paddock can log in"
         [[ $(stat -c '%a %u' "$R/var/lib/paddock") == "750 $uid" ]] || fail "/var/lib/paddock is $(stat -c '%a %u' "$R/var/lib/paddock"), want 750 $uid"
         ok "users paddock ($uid) and paddock-agent ($agent_uid); /var/lib/paddock 0750 paddock"
+        # Configs may hold secrets (AMQP password): root and the daemon's group only.
+        local gid agent_gid
+        gid=$(awk -F: '$1 == "paddock" { print $3 }' "$R/etc/group")
+        agent_gid=$(awk -F: '$1 == "paddock-agent" { print $3 }' "$R/etc/group")
+        [[ $(stat -c '%a %u %g' "$R/etc/paddock/controld.conf") == "640 0 $gid" ]] ||
+                fail "/etc/paddock/controld.conf is $(stat -c '%a %u %g' "$R/etc/paddock/controld.conf"), want 640 0 $gid"
+        [[ $(stat -c '%a %u %g' "$R/etc/paddock/nodeagent.conf") == "640 0 $agent_gid" ]] ||
+                fail "/etc/paddock/nodeagent.conf is $(stat -c '%a %u %g' "$R/etc/paddock/nodeagent.conf"), want 640 0 $agent_gid"
+        ok "configs 0640 root:<daemon group>"
 
         # Nothing enabled or started by surprise.
         if find "$R/etc/systemd" -name 'paddock-*' 2>/dev/null | grep -q .; then fail "a unit got enabled on install"; fi
@@ -117,7 +125,8 @@ case_deb() {
         "${DPKG[@]}" --root="$R" -i "$D2"/*.deb </dev/null || fail "upgrade to the next version failed"
         [[ $(dpkg-query --admindir="$R/var/lib/dpkg" -W -f='${Version}' paddock-controld) == 0.1.0~test2 ]] || fail "upgrade did not take"
         tail -n1 "$R/etc/paddock/controld.conf" | grep -q 'edited by the operator' || fail "upgrade lost the operator's controld.conf edit"
-        ok "upgrade keeps the edited conffile"
+        [[ $(stat -c '%a %g' "$R/etc/paddock/controld.conf") == "640 $gid" ]] || fail "upgrade changed controld.conf's mode or group"
+        ok "upgrade keeps the edited conffile and its mode"
 
         # Purge: the store (data) stays for the operator; nothing else of ours does.
         echo data >"$R/var/lib/paddock/controld.db"
