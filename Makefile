@@ -102,14 +102,26 @@ down:
 	PADDOCK_BUILD=$(BUILD) tests/env/down.sh
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/paddock $(DESTDIR)/lib/systemd/system
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/paddock $(DESTDIR)/lib/systemd/system \
+		$(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d $(DESTDIR)$(PREFIX)/share/paddock/systemd \
+		$(DESTDIR)$(PREFIX)/share/paddock/cni $(DESTDIR)$(PREFIX)/share/paddock/nomad
 	install -m 0755 $(BUILD)/controld $(BUILD)/nodeagent $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 packaging/controld.conf.example packaging/nodeagent.conf.example $(DESTDIR)/etc/paddock/
 	for u in paddock-controld paddock-nodeagent; do \
-		sed 's#/usr/local/bin#$(PREFIX)/bin#g' packaging/$$u.service > $(DESTDIR)/lib/systemd/system/$$u.service; done
-	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d
-	install -m 0644 packaging/sysusers-paddock.conf $(DESTDIR)/usr/lib/sysusers.d/paddock.conf
-	install -m 0644 packaging/tmpfiles-paddock.conf $(DESTDIR)/usr/lib/tmpfiles.d/paddock.conf
+		sed 's#/usr/bin/#$(PREFIX)/bin/#g' packaging/$$u.service > $(DESTDIR)/lib/systemd/system/$$u.service; done
+	install -m 0644 packaging/sysusers-controld.conf $(DESTDIR)/usr/lib/sysusers.d/paddock-controld.conf
+	install -m 0644 packaging/sysusers-nodeagent.conf $(DESTDIR)/usr/lib/sysusers.d/paddock-nodeagent.conf
+	install -m 0644 packaging/tmpfiles-controld.conf $(DESTDIR)/usr/lib/tmpfiles.d/paddock-controld.conf
+	install -m 0644 packaging/controld-docker-driver.conf $(DESTDIR)$(PREFIX)/share/paddock/systemd/
+	install -m 0644 packaging/cni/*.conflist $(DESTDIR)$(PREFIX)/share/paddock/cni/
+	install -m 0644 packaging/nomad/*.hcl $(DESTDIR)$(PREFIX)/share/paddock/nomad/
+	if [ -f packaging/daemon.json ]; then install -D -m 0644 packaging/daemon.json $(DESTDIR)$(PREFIX)/share/paddock/docker/daemon.json; fi
+
+# Debian packages paddock-controld and paddock-nodeagent in $(DEBDIR) (packaging/mkdeb.sh).
+DEBDIR ?= $(BUILD)/deb
+.PHONY: deb
+deb: all
+	packaging/mkdeb.sh $(BUILD) $(DEBDIR)
 
 compdb:
 	$(MAKE) clean && bear -- $(MAKE) tests

@@ -7,12 +7,18 @@
  *   key revoke KEY_ID|PREFIX
  *   sandbox list [--status S] [--account ACCOUNT]
  *   sandbox destroy ID                  force-destroys through the scheduler driver
+ *   backup PATH                         online, consistent copy of the store (controld may run)
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <libgen.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cleanup.h"
 #include "controld.h"
@@ -28,6 +34,7 @@ static void admin_usage(void) {
                 "       controld admin -f CONF key revoke KEY_ID|PREFIX\n"
                 "       controld admin -f CONF sandbox list [--status STATUS] [--account ACCOUNT]\n"
                 "       controld admin -f CONF sandbox destroy SANDBOX_ID\n"
+                "       controld admin -f CONF backup PATH\n"
                 "ACCOUNT is an account id or name.\n");
 }
 
@@ -196,6 +203,110 @@ static int cmd_sandbox(struct ctl *c, int argc, char **argv) {
         return -EINVAL;
 }
 
+static int fsync_path(const char *path, int flags) {
+        int fd = open(path, flags | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        int r = fsync(fd) < 0 ? -errno : 0;
+        close(fd);
+        return r;
+}
+
+static void sqlite3_closep(sqlite3 **db) {
+        if (*db)
+                sqlite3_close_v2(*db);
+}
+
+/* backup PATH: an online, consistent copy of the store while controld keeps serving.
+ * sqlite's backup API copies every page inside ONE read transaction of a read-only
+ * connection (the store is in WAL mode: controld's writes go on meanwhile and land after the
+ * snapshot). The copy is written to PATH.tmp-PID next to PATH with mode 0600 (it holds key
+ * hashes), switched to a self-contained rollback journal, checked (quick_check), fsynced and
+ * renamed over PATH: PATH is either the old file or a complete backup, never half of one.
+ * Restore: stop controld, copy the file to store.path (removing its -wal and -shm), start. */
+static int cmd_backup(const char *db_path, const char *dest) {
+        _cleanup_(sqlite3_closep) sqlite3 *src = NULL;
+        _cleanup_(sqlite3_closep) sqlite3 *dst = NULL;
+        _cleanup_free_ char *tmp = NULL, *dir_copy = NULL;
+        struct stat a, b;
+        int rc;
+
+        if (stat(db_path, &a) < 0) {
+                fprintf(stderr, "No store at %s: %s\n", db_path, strerror(errno));
+                return -errno;
+        }
+        if (stat(dest, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+                fprintf(stderr, "%s is the store itself; give another path\n", dest);
+                return -EINVAL;
+        }
+        rc = sqlite3_open_v2(db_path, &src, SQLITE_OPEN_READONLY, NULL);
+        if (rc != SQLITE_OK) {
+                fprintf(stderr, "Cannot open the store %s: %s\n", db_path, src ? sqlite3_errmsg(src) : sqlite3_errstr(rc));
+                return -EIO;
+        }
+        sqlite3_busy_timeout(src, 10000);
+
+        tmp = xasprintf("%s.tmp-%d", dest, (int) getpid());
+        (void) unlink(tmp);
+        mode_t old_mask = umask(077);
+        rc = sqlite3_open_v2(tmp, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+        umask(old_mask);
+        if (rc != SQLITE_OK) {
+                fprintf(stderr, "Cannot create %s: %s\n", tmp, dst ? sqlite3_errmsg(dst) : sqlite3_errstr(rc));
+                return -EIO;
+        }
+        sqlite3_backup *bk = sqlite3_backup_init(dst, "main", src, "main");
+        if (!bk) {
+                fprintf(stderr, "Cannot start the backup: %s\n", sqlite3_errmsg(dst));
+                goto fail;
+        }
+        /* -1: all pages in one step, so the copy is one snapshot. BUSY/LOCKED only while
+         * a checkpoint or recovery holds a lock: retry for up to ~10 s. */
+        for (int tries = 0;; tries++) {
+                rc = sqlite3_backup_step(bk, -1);
+                if ((rc == SQLITE_BUSY || rc == SQLITE_LOCKED) && tries < 100) {
+                        usleep(100 * 1000);
+                        continue;
+                }
+                break;
+        }
+        int pages = sqlite3_backup_pagecount(bk);
+        sqlite3_backup_finish(bk);
+        if (rc != SQLITE_DONE) {
+                fprintf(stderr, "Backup failed: %s\n", sqlite3_errstr(rc));
+                goto fail;
+        }
+        {
+                sqlite3_stmt *st = NULL;
+                bool good = false;
+                if (sqlite3_exec(dst, "PRAGMA journal_mode=DELETE;", NULL, NULL, NULL) == SQLITE_OK &&
+                    sqlite3_prepare_v2(dst, "PRAGMA quick_check", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+                        good = !strcmp((const char *) sqlite3_column_text(st, 0), "ok");
+                sqlite3_finalize(st);
+                if (!good) {
+                        fprintf(stderr, "The copy in %s failed sqlite's quick_check; the store itself may be damaged\n", tmp);
+                        goto fail;
+                }
+        }
+        sqlite3_close_v2(TAKE_PTR(dst));
+        int r = fsync_path(tmp, O_RDONLY);
+        if (r >= 0 && rename(tmp, dest) < 0)
+                r = -errno;
+        if (r < 0) {
+                fprintf(stderr, "Cannot write %s: %s\n", dest, strerror(-r));
+                (void) unlink(tmp);
+                return r;
+        }
+        dir_copy = xstrdup(dest);
+        (void) fsync_path(dirname(dir_copy), O_RDONLY | O_DIRECTORY);
+        printf("%s\n", dest);
+        fprintf(stderr, "Backed up %s to %s (%d pages).\n", db_path, dest, pages);
+        return 0;
+fail:
+        (void) unlink(tmp);
+        return -EIO;
+}
+
 int admin_main(int argc, char **argv) {
         const char *conf = "/etc/paddock/controld.conf";
         struct ctl c;
@@ -215,6 +326,23 @@ int admin_main(int argc, char **argv) {
         if (i >= argc || !strcmp(argv[i], "help")) {
                 admin_usage();
                 return i >= argc ? 2 : 0;
+        }
+        if (!strcmp(argv[i], "backup")) {
+                /* Reads the store through its own read-only connection: no migration, no
+                 * driver, and it works while controld holds the store. */
+                char err[1024] = "";
+                struct config *cfg = NULL;
+                if (i + 2 != argc) {
+                        admin_usage();
+                        return 2;
+                }
+                if (config_load(conf, &cfg, err, sizeof(err)) < 0) {
+                        fprintf(stderr, "%s\n", err);
+                        return 1;
+                }
+                r = cmd_backup(cfg->db_path, argv[i + 1]);
+                config_free(cfg);
+                return r < 0 ? 1 : 0;
         }
         bool needs_driver = !strcmp(argv[i], "sandbox") && i + 1 < argc && !strcmp(argv[i + 1], "destroy");
         r = ctl_open(&c, conf, needs_driver);

@@ -1,0 +1,50 @@
+# Nomad client configuration for a sandbox host (drop into /etc/nomad.d/ next to the
+# agent's own config). Only sandbox jobs are placed on these clients: they join the node
+# pool "sandbox" and the namespace "sandboxes" points there (namespace-sandboxes.hcl).
+client {
+  enabled    = true
+  node_pool  = "sandbox"
+  node_class = "sandbox"
+
+  # The CNI networks controld asks for: cni/sandbox-no-egress, cni/sandbox-restricted,
+  # cni/sandbox-open (the .conflist files in /usr/share/paddock/cni).
+  cni_path       = "/opt/cni/bin"
+  cni_config_dir = "/opt/cni/config"
+
+  # Nothing but sandboxes: no exec/raw_exec tasks on these hosts.
+  options = {
+    "driver.allowlist" = "docker"
+  }
+}
+
+plugin "docker" {
+  config {
+    # runsc: gVisor with --network=none (deny_all); runsc-hostnet: gVisor inside the CNI
+    # network namespace (restricted, open). Both are registered in Docker's daemon.json.
+    # runc stays allowed for Nomad's own pause containers only; jobs always ask for runsc.
+    allow_runtimes = ["runc", "runsc", "runsc-hostnet"]
+
+    # Upper bound for a job's pids_limit (controld sends 4096 by default, [docker] pids_limit).
+    pids_limit = 4096
+
+    # Sandbox jobs drop every capability and add ALL back: the capabilities live inside the
+    # gVisor sentry, not on the host kernel. That needs "all" here.
+    allow_caps = ["all"]
+
+    allow_privileged = false
+
+    # No host paths in sandboxes; persistent data goes through CSI volumes.
+    volumes {
+      enabled = false
+    }
+
+    # Images: committed snapshots are removed by the agent; keep pulled templates warm.
+    gc {
+      image       = true
+      image_delay = "1h"
+      container   = true
+    }
+
+    extra_labels = ["job_name", "namespace", "node_name"]
+  }
+}
