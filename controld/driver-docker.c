@@ -39,6 +39,43 @@ void placement_clear(struct placement *p) {
         memset(p, 0, sizeof(*p));
 }
 
+static const char *dmsg(int r) { return *docker_last_error() ? docker_last_error() : strerror(-r); }
+
+/* A sandbox must run under gVisor: the runtime has to be one Docker knows and whose executable
+ * is runsc (any directory, e.g. /usr/bin/runsc or /usr/local/bin/runsc-20240729). Anything else
+ * (runc, crun, kata) is refused unless the config says allow_unsandboxed (tests only). */
+static int check_runtime(struct driver *d, const char *key, const char *name, char *err, size_t errlen) {
+        struct config *cfg = d->ctl->cfg;
+        _cleanup_free_ char *path = NULL;
+        int r = docker_runtime_path(D(d), name, &path);
+        if (r == -ENOENT) {
+                snprintf(err, errlen,
+                         "[docker] %s = %s: Docker knows no runtime of that name (register it in the daemon's "
+                         "daemon.json \"runtimes\"; see packaging/daemon.json)",
+                         key, name);
+                return -EINVAL;
+        }
+        if (r < 0) {
+                snprintf(err, errlen, "Failed to read Docker's runtimes: %s", dmsg(r));
+                return r;
+        }
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        if (startswith(base, "runsc"))
+                return 0;
+        if (cfg->docker_allow_unsandboxed) {
+                log_warning("[docker] %s = %s runs %s, which is not gVisor: sandboxes are NOT isolated from the host "
+                            "(allowed by allow_unsandboxed = true; tests only)",
+                            key, name, path);
+                return 0;
+        }
+        snprintf(err, errlen,
+                 "[docker] %s = %s runs '%s', which is not gVisor (runsc): sandboxes would share the host kernel. "
+                 "Use a runsc runtime (see packaging/daemon.json), or set [docker] allow_unsandboxed = true in tests",
+                 key, name, path);
+        return -EPERM;
+}
+
 static int dd_init(struct driver *d, char *err, size_t errlen) {
         struct config *cfg = d->ctl->cfg;
         struct docker_kv lbl[] = { { "paddock.managed", "1" } };
@@ -47,6 +84,9 @@ static int dd_init(struct driver *d, char *err, size_t errlen) {
                 snprintf(err, errlen, "Docker engine at %s is not answering: %s", cfg->docker_socket, strerror(-r));
                 return r;
         }
+        if ((r = check_runtime(d, "runtime", cfg->docker_runtime, err, errlen)) < 0 ||
+            (r = check_runtime(d, "runtime_network", cfg->docker_runtime_net, err, errlen)) < 0)
+                return r;
         r = docker_network_ensure(D(d), cfg->docker_network, cfg->docker_subnet, cfg->docker_gateway, false, lbl, 1);
         if (r < 0) {
                 snprintf(err, errlen, "Failed to create Docker network %s (%s): %s", cfg->docker_network, cfg->docker_subnet,
@@ -73,7 +113,6 @@ static void dd_done(struct driver *d) {
         d->priv = NULL;
 }
 
-static const char *dmsg(int r) { return *docker_last_error() ? docker_last_error() : strerror(-r); }
 
 static int dd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, char *err, size_t errlen) {
         struct config *cfg = d->ctl->cfg;
