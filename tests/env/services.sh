@@ -205,7 +205,7 @@ netmode_known() {
 probe_netstack() {
         local net=paddock-netprobe out rc=0
         docker network rm "$net" >/dev/null 2>&1 || true
-        docker network create --subnet 169.254.79.0/24 --gateway 169.254.79.1 "$net" >/dev/null 2>&1 \
+        docker network create --subnet 169.254.76.0/24 --gateway 169.254.76.1 "$net" >/dev/null 2>&1 \
                 || { echo "could not create the probe network"; return 1; }
         out=$(timeout -s KILL 60 docker run --rm --runtime=runsc-netstack --network "$net" \
                 paddock/busybox:local true 2>&1) || rc=$?
