@@ -267,6 +267,27 @@ int docker_version(struct docker *d, char **ret_version, char **ret_api) {
         return 0;
 }
 
+int docker_runtime_path(struct docker *d, const char *name, char **ret_path) {
+        _cleanup_(dresp_done) struct dresp resp = {};
+        if (!name || !*name)
+                return -EINVAL;
+        int r = dcall(d, "GET", "/info", NULL, 0, &resp);
+        if (r < 0)
+                return r;
+        const cJSON *rts = cJSON_GetObjectItemCaseSensitive(resp.json, "Runtimes");
+        if (!cJSON_IsObject(rts)) {
+                set_error("unexpected /info response (no Runtimes)");
+                return -EBADMSG;
+        }
+        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rts, name);
+        if (!cJSON_IsObject(rt))
+                return -ENOENT;
+        const char *path = json_str(rt, "path");
+        if (ret_path)
+                *ret_path = xstrdup(path ? path : "");
+        return 0;
+}
+
 /* ---- containers --------------------------------------------------------------- */
 
 int docker_container_create(struct docker *d, const struct docker_create_opts *o, char **ret_id) {
@@ -422,6 +443,7 @@ int docker_container_inspect(struct docker *d, const char *id_or_name, struct do
         struct docker_container_state s = { .exists = true };
         s.running = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "Running"));
         s.exit_code = (int) json_num(st, "ExitCode");
+        s.oom_killed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "OOMKilled"));
         copy_str(s.status, sizeof(s.status), json_str(st, "Status"));
         copy_str(s.started_at, sizeof(s.started_at), json_str(st, "StartedAt"));
         copy_str(s.finished_at, sizeof(s.finished_at), json_str(st, "FinishedAt"));

@@ -40,6 +40,10 @@ int docker_ping(struct docker *d);
 /* Both out-params optional; xmalloc'd. */
 int docker_version(struct docker *d, char **ret_version, char **ret_api);
 
+/* The executable Docker runs for the named OCI runtime (its "path" in /info Runtimes,
+ * xmalloc'd; may be a bare name like "runc"). -ENOENT: Docker knows no such runtime. */
+int docker_runtime_path(struct docker *d, const char *name, char **ret_path);
+
 struct docker_kv { const char *key, *value; };
 /* A named volume mounted at target. */
 struct docker_mount { const char *volume; const char *target; bool read_only; };
@@ -79,6 +83,7 @@ int docker_container_remove(struct docker *d, const char *id, bool force, bool r
 
 struct docker_container_state {
         bool exists, running;
+        bool oom_killed;          /* State.OOMKilled: the kernel's OOM killer hit the container */
         int exit_code;
         char status[32];          /* created|running|paused|restarting|removing|exited|dead */
         char ip[64];              /* first network's IPAddress, "" if none */

@@ -222,7 +222,9 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
 
         S("docker", "socket", "/var/run/docker.sock", 255, docker_socket);
         S("docker", "runtime", "runsc", 64, docker_runtime);
-        S("docker", "runtime_network", "runsc-hostnet", 64, docker_runtime_net);
+        S("docker", "runtime_network", "runsc-net", 64, docker_runtime_net);
+        if ((r = conf_get_bool(cf, "docker", NULL, "allow_unsandboxed", false, &c->docker_allow_unsandboxed, err, errlen)) < 0)
+                goto fail;
         S("docker", "network", "paddock-sandbox", 64, docker_network);
         S("docker", "network_internal", "paddock-restricted", 64, docker_network_internal);
         S("docker", "subnet_internal", "169.254.91.0/24", 64, docker_subnet_internal);

@@ -39,6 +39,43 @@ void placement_clear(struct placement *p) {
         memset(p, 0, sizeof(*p));
 }
 
+static const char *dmsg(int r) { return *docker_last_error() ? docker_last_error() : strerror(-r); }
+
+/* A sandbox must run under gVisor: the runtime has to be one Docker knows and whose executable
+ * is runsc (any directory, e.g. /usr/bin/runsc or /usr/local/bin/runsc-20240729). Anything else
+ * (runc, crun, kata) is refused unless the config says allow_unsandboxed (tests only). */
+static int check_runtime(struct driver *d, const char *key, const char *name, char *err, size_t errlen) {
+        struct config *cfg = d->ctl->cfg;
+        _cleanup_free_ char *path = NULL;
+        int r = docker_runtime_path(D(d), name, &path);
+        if (r == -ENOENT) {
+                snprintf(err, errlen,
+                         "[docker] %s = %s: Docker knows no runtime of that name (register it in the daemon's "
+                         "daemon.json \"runtimes\"; see packaging/daemon.json)",
+                         key, name);
+                return -EINVAL;
+        }
+        if (r < 0) {
+                snprintf(err, errlen, "Failed to read Docker's runtimes: %s", dmsg(r));
+                return r;
+        }
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        if (startswith(base, "runsc"))
+                return 0;
+        if (cfg->docker_allow_unsandboxed) {
+                log_warning("[docker] %s = %s runs %s, which is not gVisor: sandboxes are NOT isolated from the host "
+                            "(allowed by allow_unsandboxed = true; tests only)",
+                            key, name, path);
+                return 0;
+        }
+        snprintf(err, errlen,
+                 "[docker] %s = %s runs '%s', which is not gVisor (runsc): sandboxes would share the host kernel. "
+                 "Use a runsc runtime (see packaging/daemon.json), or set [docker] allow_unsandboxed = true in tests",
+                 key, name, path);
+        return -EPERM;
+}
+
 static int dd_init(struct driver *d, char *err, size_t errlen) {
         struct config *cfg = d->ctl->cfg;
         struct docker_kv lbl[] = { { "paddock.managed", "1" } };
@@ -47,6 +84,9 @@ static int dd_init(struct driver *d, char *err, size_t errlen) {
                 snprintf(err, errlen, "Docker engine at %s is not answering: %s", cfg->docker_socket, strerror(-r));
                 return r;
         }
+        if ((r = check_runtime(d, "runtime", cfg->docker_runtime, err, errlen)) < 0 ||
+            (r = check_runtime(d, "runtime_network", cfg->docker_runtime_net, err, errlen)) < 0)
+                return r;
         r = docker_network_ensure(D(d), cfg->docker_network, cfg->docker_subnet, cfg->docker_gateway, false, lbl, 1);
         if (r < 0) {
                 snprintf(err, errlen, "Failed to create Docker network %s (%s): %s", cfg->docker_network, cfg->docker_subnet,
@@ -73,7 +113,6 @@ static void dd_done(struct driver *d) {
         d->priv = NULL;
 }
 
-static const char *dmsg(int r) { return *docker_last_error() ? docker_last_error() : strerror(-r); }
 
 static int dd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, char *err, size_t errlen) {
         struct config *cfg = d->ctl->cfg;
@@ -100,6 +139,9 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 .network_mode = deny ? "none" : restricted ? cfg->docker_network_internal : cfg->docker_network,
                 .memory_reservation = sb->memory * 1024 * 1024,
                 .memory_bytes = sb->memory * 1024 * 1024 * 5 / 4,
+                /* specs.cpu is millicores and a hard cap (CFS quota): 500 = half a core, even on an
+                 * idle host. The shares keep the relative weight when the host is contended. */
+                .nano_cpus = (sb->cpu < 10 ? 10 : sb->cpu) * 1000000,   /* Docker's floor: 0.01 CPU */
                 .cpu_shares = sb->cpu,
                 .pids_limit = cfg->docker_pids_limit,
                 .cap_drop_all = true,
@@ -261,6 +303,7 @@ static int dd_remove_by_id(struct driver *d, const char *sandbox_id) {
 
 struct exec_session {
         struct docker *docker;
+        char *container;
         char *exec_id;
         int fd;
         struct docker_demux demux;
@@ -268,6 +311,7 @@ struct exec_session {
         size_t pre_len;
         bool eof;
         bool stdin_closed;
+        int64_t next_alive_check;     /* mono ms */
         exec_output_cb cb;
         void *ud;
 };
@@ -293,11 +337,13 @@ static int dd_exec_start(struct driver *d, const struct sandbox *sb, const struc
         }
         struct exec_session *s = xnew0(struct exec_session, 1);
         s->docker = D(d);
+        s->container = xstrdup(sb->container_id ? sb->container_id : name);
         s->exec_id = exec_id;
         s->fd = -1;
         r = docker_exec_start(D(d), exec_id, &s->fd, &s->pre, &s->pre_len);
         if (r < 0) {
                 snprintf(err, errlen, "exec start failed: %s", dmsg(r));
+                free(s->container);
                 free(s->exec_id);
                 free(s);
                 return r;
@@ -342,6 +388,19 @@ static int read_some(struct exec_session *s, exec_output_cb cb, void *ud) {
         return r < 0 ? r : 0;
 }
 
+/* When the kernel kills a gVisor sandbox (out of memory), Docker never ends the exec stream:
+ * a quiet stream is checked about once a second, and a container that stopped ends it. */
+static bool container_gone(struct exec_session *s) {
+        struct docker_container_state st;
+        if (mono_ms() < s->next_alive_check)
+                return false;
+        s->next_alive_check = mono_ms() + 1000;
+        if (docker_container_inspect(s->docker, s->container, &st) < 0 || (st.exists && st.running))
+                return false;
+        s->eof = true;
+        return true;
+}
+
 static int dd_exec_read(struct exec_session *s, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
         int r;
         if (s->pre_len && (r = feed(s, NULL, 0, cb, ud)) < 0)
@@ -364,7 +423,7 @@ static int dd_exec_read(struct exec_session *s, int timeout_ms, int watch_fd, ex
                 if (p[0].revents & (POLLIN | POLLHUP | POLLERR))
                         return read_some(s, cb, ud);
                 if (k == 0)
-                        return 0;
+                        return container_gone(s) ? 1 : 0;
         }
 }
 
@@ -416,6 +475,7 @@ static int dd_exec_close_stdin(struct exec_session *s) {
 
 static int dd_exec_exit_code(struct exec_session *s, int *ret) {
         struct docker_exec_info info;
+        struct docker_container_state st;
         /* The stream ends a moment before Docker records the exit code. */
         for (int i = 0; i < 200; i++) {
                 int r = docker_exec_inspect(s->docker, s->exec_id, &info);
@@ -425,9 +485,30 @@ static int dd_exec_exit_code(struct exec_session *s, int *ret) {
                         *ret = info.exit_code;
                         return 0;
                 }
+                /* A stopped container (e.g. killed out of memory) leaves its execs "running" forever. */
+                if (i == 10 && docker_container_inspect(s->docker, s->container, &st) == 0 && !(st.exists && st.running)) {
+                        *ret = st.oom_killed ? 137 : -1;
+                        return st.oom_killed ? 0 : -ESRCH;
+                }
                 usleep(5000);
         }
         return -ETIMEDOUT;
+}
+
+static int dd_exec_oom_killed(struct exec_session *s) {
+        struct docker_container_state st;
+        /* The kernel kills the sandbox a moment before Docker records why. */
+        for (int i = 0; i < 50; i++) {
+                int r = docker_container_inspect(s->docker, s->container, &st);
+                if (r < 0)
+                        return r;
+                if (st.oom_killed)
+                        return 1;
+                if (st.exists && st.running && i >= 10)
+                        return 0;
+                usleep(20000);
+        }
+        return 0;
 }
 
 static void dd_exec_free(struct exec_session *s) {
@@ -435,6 +516,7 @@ static void dd_exec_free(struct exec_session *s) {
                 return;
         if (s->fd >= 0)
                 close(s->fd);
+        free(s->container);
         free(s->pre);
         free(s->exec_id);
         free(s);
@@ -468,6 +550,7 @@ int driver_docker_new(struct ctl *c, struct driver **ret) {
         d->exec_close_stdin = dd_exec_close_stdin;
         d->exec_read = dd_exec_read;
         d->exec_exit_code = dd_exec_exit_code;
+        d->exec_oom_killed = dd_exec_oom_killed;
         d->exec_free = dd_exec_free;
         *ret = d;
         return 0;

@@ -81,6 +81,9 @@ struct driver {
         int (*exec_read)(struct exec_session *s, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
         /* Exit code after end of stream. */
         int (*exec_exit_code)(struct exec_session *s, int *ret);
+        /* After a failed exec: 1 when the sandbox's memory limit killed it (the kernel OOM killer;
+         * under gVisor that takes the whole sandbox down), 0 when not, < 0 on errors. */
+        int (*exec_oom_killed)(struct exec_session *s);
         void (*exec_free)(struct exec_session *s);
 };
 

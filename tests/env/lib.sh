@@ -136,3 +136,29 @@ busybox_image() {
         docker tag "paddock/busybox:$h" paddock/busybox:local
         say "built paddock/busybox:local ($h)"
 }
+
+# debian_mirror [SUITE]: the Debian mirror apt already uses for SUITE (default bookworm), so
+# debootstrap and the trixie pin fetch from the same place. Override: PADDOCK_DEBIAN_MIRROR.
+debian_mirror() {
+        local SUITE=${1:-bookworm}
+        if [[ -n ${PADDOCK_DEBIAN_MIRROR:-} ]]; then echo "$PADDOCK_DEBIAN_MIRROR"; return; fi
+        local f u
+        # deb822 .sources files: "URIs: ..." in a stanza whose Suites has bookworm.
+        for f in /etc/apt/sources.list.d/*.sources; do
+                [[ -r $f ]] || continue
+                u=$(awk -v s="$SUITE" '
+                        /^[[:space:]]*$/ { if (uri != "" && suite) { print uri; exit } uri = ""; suite = 0; next }
+                        /^URIs:/   { for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) uri = $i }
+                        /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == s) suite = 1 }
+                        END { if (uri != "" && suite) print uri }' "$f" | head -n1)
+                [[ -z $u ]] || { echo "${u%/}"; return; }
+        done
+        for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+                [[ -r $f ]] || continue
+                u=$(awk -v s="$SUITE" '$1 == "deb" {
+                        i = 2; if ($i ~ /^\[/) while ($i !~ /\]$/) i++; if ($i ~ /\]$/ && $2 ~ /^\[/) i++
+                        if ($i ~ /\/debian\/?$/ && $(i+1) == s) { print $i; exit } }' "$f")
+                [[ -z $u ]] || { echo "${u%/}"; return; }
+        done
+        echo http://deb.debian.org/debian
+}

@@ -29,7 +29,7 @@ RUN=$STATE/run
 LOGS=$STATE/logs
 
 PACKAGES=(docker.io runsc docker-registry rabbitmq-server amqp-tools nftables iproute2
-          busybox-static debootstrap libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
+          busybox-static debootstrap xfsprogs libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
           librabbitmq-dev libnftnl-dev libmnl-dev libsqlite3-dev libsystemd-dev libssl-dev
           pkg-config sqlite3 wrk curl jq ca-certificates python3-yaml)
 
@@ -38,21 +38,72 @@ usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 need_root() { [[ $(id -u) == 0 ]] || die "must run as root (starts system daemons)"; }
 
 # ---------------------------------------------------------------------------- install
+# gVisor comes from Debian 13: bookworm's runsc (0.0~20221219) rejects the statx calls of
+# coreutils 9.1, so `ls` and `stat` fail in every Debian 12 sandbox. trixie is added as a source
+# from the mirror apt already uses, pinned so that runsc is the ONLY package taken from it.
+RUNSC_MIN=0.0~20240729
+TRIXIE_SOURCES=/etc/apt/sources.list.d/paddock-trixie.sources
+RUNSC_PIN=/etc/apt/preferences.d/paddock-runsc
+
+runsc_current() {
+        local v
+        v=$(dpkg-query -W -f='${db:Status-Status} ${Version}' runsc 2>/dev/null) || return 1
+        [[ $v == installed\ * ]] || return 1
+        dpkg --compare-versions "${v#installed }" ge "$RUNSC_MIN"
+}
+
+# write_if_changed FILE < CONTENT: 0 if FILE was (re)written, 1 if it already had CONTENT.
+write_if_changed() {
+        local f=$1 new
+        new=$(cat)
+        [[ -f $f && $(cat "$f") == "$new" ]] && return 1
+        printf '%s\n' "$new" >"$f.tmp" && mv "$f.tmp" "$f"
+}
+
+runsc_pin() {
+        local mirror
+        mirror=$(debian_mirror bookworm)
+        write_if_changed "$TRIXIE_SOURCES" <<EOF || true
+# Written by paddock tests/env/services.sh: Debian 13 for the runsc package ONLY
+# (pinned in $RUNSC_PIN; every other trixie package has priority -10: never installed).
+Types: deb
+URIs: $mirror
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+        write_if_changed "$RUNSC_PIN" <<'EOF' || true
+# Written by paddock tests/env/services.sh: nothing from trixie but runsc.
+Package: *
+Pin: release n=trixie
+Pin-Priority: -10
+
+Package: runsc
+Pin: release n=trixie
+Pin-Priority: 990
+EOF
+}
+
 do_install() {
         local missing=() p have
         have=" $(dpkg-query -W -f='${Package}=${db:Status-Status} ' "${PACKAGES[@]}" 2>/dev/null || true)"
         for p in "${PACKAGES[@]}"; do
+                [[ $p == runsc ]] && continue
                 [[ $have == *" $p=installed "* ]] || missing+=("$p")
         done
+        runsc_current || missing+=(runsc)
         if ((${#missing[@]} == 0)); then
                 return 0
         fi
         need_root
         say "installing: ${missing[*]}"
         export DEBIAN_FRONTEND=noninteractive
+        runsc_pin
         apt-get update -qq || die "apt-get update failed"
         apt-get install -y -qq --no-install-recommends "${missing[@]}" \
                 || die "apt-get install failed: ${missing[*]}"
+        runsc_current || die "runsc >= $RUNSC_MIN from trixie is not installed (have: $(dpkg-query -W -f='${Version}' runsc 2>/dev/null)); see $RUNSC_PIN"
+        say "gVisor: $(runsc --version 2>/dev/null | head -n1)"
 }
 
 # ---------------------------------------------------------------------------- probes
@@ -79,10 +130,19 @@ rabbit_env() {
 
 # spawn SVC CMD...: start CMD detached in its own session (so it is a process-group leader
 # we can signal as a whole), output to logs/SVC.log, PID recorded.
+# Every inherited descriptor above 2 is closed first: a daemon must not keep the caller's
+# files open (e.g. the fd of `flock /work/stack.lock services.sh start`, which would hold the
+# test lock for as long as the daemon runs).
 spawn() {
         local svc=$1; shift
         : >"$LOGS/$svc.log"
-        setsid "$@" </dev/null >>"$LOGS/$svc.log" 2>&1 &
+        (
+                for fd in /proc/self/fd/*; do
+                        fd=${fd##*/}
+                        ((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
+                done
+                exec setsid "$@"
+        ) </dev/null >>"$LOGS/$svc.log" 2>&1 &
         local pid=$!
         pidfile_write "$RUN/$svc.pid" "$pid"
 }
@@ -106,24 +166,88 @@ wait_ready() {
 }
 
 # ---------------------------------------------------------------------------- start
-start_docker() {
-        cat >"$STATE/daemon.json.new" <<'EOF'
+# The gVisor runtimes every sandbox uses. Flags (see packaging/daemon.json for production):
+#   --overlay2=none  the sandbox's root writes land in the container's overlay upper dir, so
+#                    `docker commit` (snapshots) captures them; with runsc's default root overlay
+#                    they stay in sandbox memory and a snapshot captures nothing.
+#   --network=...    runsc        none     deny_all sandboxes: no network at all
+#                    runsc-net    sandbox  (runsc's own netstack) where it starts, else host
+#                                          (detected at each dockerd start, logged, and kept in
+#                                          $STATE/runsc-network); controld's default for networked
+#                                          sandboxes
+#                    runsc-hostnet host    gVisor uses the container's namespace as Docker set it
+#                    runsc-netstack sandbox the probe (and for hosts where it works)
+RUNSC=/usr/bin/runsc
+RUNSC_ARGS='"--overlay2=none"'
+
+docker_config() {
+        local netmode=$1
+        cat <<EOF
 {"bridge": "none",
  "default-address-pools": [{"base": "169.254.80.0/20", "size": 24}],
- "runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]},
-              "runsc-hostnet": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host"]}}}
+ "runtimes": {"runsc": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=none"]},
+              "runsc-net": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=$netmode"]},
+              "runsc-hostnet": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=host"]},
+              "runsc-netstack": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=sandbox"]}}}
 EOF
-        if cmp -s "$STATE/daemon.json.new" "$STATE/daemon.json"; then
-                rm -f "$STATE/daemon.json.new"
-        else
-                mv "$STATE/daemon.json.new" "$STATE/daemon.json"
-        fi
+}
+
+# The network mode detected at the last start (host until a probe says otherwise).
+netmode_known() {
+        local m
+        m=$(head -n1 "$STATE/runsc-network" 2>/dev/null) || m=host
+        [[ $m == sandbox ]] && echo sandbox || echo host
+}
+
+# probe_netstack: does runsc's own network stack start here? (On some kernels it refuses:
+# "cannot run with network enabled in root network namespace", gvisor#10704.) Prints the
+# reason when it does not.
+probe_netstack() {
+        local net=paddock-netprobe out rc=0
+        docker network rm "$net" >/dev/null 2>&1 || true
+        docker network create --subnet 169.254.76.0/24 --gateway 169.254.76.1 "$net" >/dev/null 2>&1 \
+                || { echo "could not create the probe network"; return 1; }
+        out=$(timeout -s KILL 60 docker run --rm --runtime=runsc-netstack --network "$net" \
+                paddock/busybox:local true 2>&1) || rc=$?
+        docker network rm "$net" >/dev/null 2>&1 || true
+        ((rc == 0)) && return 0
+        echo "$out" | tr '\n' ' ' | cut -c1-300
+        return 1
+}
+
+start_docker() {
+        docker_config "$(netmode_known)" >"$STATE/daemon.json"
         # A stale pid file of dockerd's own would make it refuse to start.
         if [[ -e /var/run/docker.pid ]] && ! kill -0 "$(cat /var/run/docker.pid 2>/dev/null || echo 0)" 2>/dev/null; then
                 rm -f /var/run/docker.pid
         fi
         spawn docker dockerd --config-file "$STATE/daemon.json"
         wait_ready docker 60
+        busybox_image
+        local why mode
+        if why=$(probe_netstack); then
+                mode=sandbox
+                say "gVisor network: runsc's own stack works here; runsc-net uses --network=sandbox"
+        else
+                mode=host
+                say "gVisor network: runsc's own stack does not start here ($why); runsc-net uses --network=host"
+        fi
+        printf '%s\n%s\n' "$mode" "${why:-}" >"$STATE/runsc-network"
+        if [[ $mode != "$(jq -r '.runtimes["runsc-net"].runtimeArgs[-1]' "$STATE/daemon.json" | sed 's/--network=//')" ]]; then
+                docker_config "$mode" >"$STATE/daemon.json"
+                # dockerd reloads its runtimes on SIGHUP.
+                kill -HUP "$(pidfile_alive "$RUN/docker.pid")"
+                wait_until 10 runtimes_match || start_failed docker "did not reload $STATE/daemon.json"
+        fi
+}
+
+# runtimes_match: the answering dockerd has exactly the runtimes $STATE/daemon.json describes.
+runtimes_match() {
+        local want have
+        want=$(docker_config "$(netmode_known)" | jq -cS .runtimes) || return 1
+        have=$(docker info --format '{{json .Runtimes}}' 2>/dev/null \
+                | jq -cS 'with_entries(select(.key | startswith("runsc")))') || return 1
+        [[ $want == "$have" ]]
 }
 
 start_registry() {
@@ -172,9 +296,8 @@ verify_runsc() {
                 [[ -f $LOGS/docker.log ]] && show_log "$LOGS/docker.log" 20
                 die "gVisor (runsc) does not work with this dockerd; it must be started with --config-file $STATE/daemon.json"
         fi
-        if ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc-hostnet"'; then
-                die "dockerd answers but has no runsc-hostnet runtime; restart it with --config-file $STATE/daemon.json"
-        fi
+        runtimes_match || die "dockerd answers but its runsc runtimes are not the ones this tree needs (see $STATE/daemon.json); restart it with --config-file $STATE/daemon.json"
+        runsc_current || die "runsc older than $RUNSC_MIN: ls and stat fail in Debian 12 sandboxes (run: tests/env/services.sh install)"
 }
 
 do_start() {
@@ -192,8 +315,16 @@ do_start() {
         need_root
         mkdir -p "$STATE" "$RUN" "$LOGS"
         [[ -z $record ]] || touch "$record"
-        local s started=() reused=()
+        local s started=() reused=() restarted
         for s in "${svcs[@]}"; do
+                restarted=0
+                if [[ $s == docker ]] && answering docker && ours docker && ! runtimes_match; then
+                        # Ours (from an earlier start), but with older runtime flags: restart it
+                        # with the current ones. It was running before: not recorded as started now.
+                        say "docker: runtimes differ from this tree's recipe; restarting our dockerd"
+                        stop_one docker
+                        restarted=1
+                fi
                 if answering "$s"; then
                         reused+=("$s")
                 else
@@ -202,7 +333,7 @@ do_start() {
                         local t0=$SECONDS
                         "start_$s"
                         started+=("$s")
-                        [[ -z $record ]] || echo "$s" >>"$record"
+                        [[ -z $record || $restarted == 1 ]] || echo "$s" >>"$record"
                         say "$s started ($((SECONDS - t0))s), log $LOGS/$s.log"
                 fi
                 [[ $s != docker ]] || verify_runsc

@@ -83,15 +83,25 @@ max_disk = 5
 [template "python-3.11"]
 image = paddock/python-3.11:local
 display_name = Python 3.11
-description = Debian 12 with Python 3.11
-[template "node-18"]
-image = paddock/node-18:local
-display_name = Node.js 18
-description = Debian 12 with Node.js 18
+description = Debian 12 with Python 3.11 (venv, pip), git, curl
+[template "node-22"]
+image = paddock/node-22:local
+display_name = Node.js 22
+description = Debian 12 with Node.js 22 and npm, git, curl
 [template "debian-12"]
 image = paddock/debian-12:local
 display_name = Debian 12
-description = Minimal Debian 12
+description = Debian 12 with git, curl, procps and the usual tools
+[template "claude-code"]
+image = paddock/claude-code:local
+display_name = Claude Code
+description = Node.js 22 with the claude CLI (@anthropic-ai/claude-code); pass ANTHROPIC_API_KEY in exec env
+memory = 1024
+[template "codex"]
+image = paddock/codex:local
+display_name = Codex
+description = Node.js 22 with the codex CLI (@openai/codex); pass OPENAI_API_KEY in exec env
+memory = 1024
 EOF
 
 LOG=$DEV/controld.log

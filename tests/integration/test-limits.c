@@ -1,0 +1,267 @@
+/* Isolation and limits as a user (and an operator) sees them, on real dockerd + gVisor:
+ * controld refuses runtimes that are not gVisor unless told otherwise (tests only). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "ctltest.h"
+#include "strutil.h"
+#include "testlib.h"
+
+static void need_docker(void) {
+        if (!test_have_docker())
+                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
+}
+
+static char *slurp(const char *path) {
+        FILE *f = fopen(path, "r");
+        if (!f)
+                return xstrdup("");
+        char *buf = xnew0(char, 65536);
+        size_t n = fread(buf, 1, 65535, f);
+        buf[n] = 0;
+        fclose(f);
+        return buf;
+}
+
+/* Runs controld -d on a minimal config with the given [docker] section; returns its exit status
+ * when it exits within wait_s, or -1 (then it is still running and *ret_pid is set). The log
+ * goes to *ret_log (xmalloc'd path). */
+static int run_controld(const char *docker_section, int wait_s, pid_t *ret_pid, char **ret_log) {
+        char dir[256];
+        snprintf(dir, sizeof(dir), "%s/lim-%d-%ld", test_tmpdir(), getpid(), (long) random());
+        ASSERT_TRUE(mkdir(dir, 0700) == 0);
+        _cleanup_free_ char *conf = xasprintf("%s/controld.conf", dir);
+        char *log = xasprintf("%s/controld.log", dir);
+        FILE *f = fopen(conf, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f,
+                "[server]\nlisten = 127.0.0.1:0\n"
+                "[store]\npath = %s/controld.db\n"
+                "[scheduler]\ndriver = docker\n"
+                "[docker]\n%s\n"
+                "[region \"local\"]\nid = 6a06df21cc6bef51342e199e\n"
+                "[template \"busybox\"]\nimage = paddock/busybox:local\n",
+                dir, docker_section);
+        fclose(f);
+        pid_t p = fork();
+        ASSERT_TRUE(p >= 0);
+        if (p == 0) {
+                int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+                dup2(fd, STDERR_FILENO);
+                dup2(fd, STDOUT_FILENO);
+                execl(test_build_path("controld"), "controld", "-d", "-f", conf, (char *) NULL);
+                _exit(127);
+        }
+        *ret_log = log;
+        for (int i = 0; i < wait_s * 10; i++) {
+                int st;
+                if (waitpid(p, &st, WNOHANG) == p)
+                        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                usleep(100000);
+        }
+        *ret_pid = p;
+        return -1;
+}
+
+static void stop_pid(pid_t p) {
+        int st;
+        kill(p, SIGTERM);
+        for (int i = 0; i < 100; i++) {
+                if (waitpid(p, &st, WNOHANG) == p)
+                        return;
+                usleep(100000);
+        }
+        kill(p, SIGKILL);
+        waitpid(p, &st, 0);
+}
+
+TEST_FULL(controld_refuses_runtimes_that_are_not_gvisor, 90) {
+        need_docker();
+        pid_t pid = 0;
+        _cleanup_free_ char *log = NULL, *text = NULL;
+
+        /* runc is known to Docker but is not a sandbox. */
+        int rc = run_controld("runtime = runc\nruntime_network = runc\n", 20, &pid, &log);
+        if (rc < 0)
+                stop_pid(pid);
+        text = slurp(log);
+        ASSERT_TRUE(rc > 0);
+        ASSERT_CONTAINS(text, "runtime = runc runs 'runc', which is not gVisor (runsc)");
+        ASSERT_CONTAINS(text, "allow_unsandboxed");
+        free(log), log = NULL;
+        free(text), text = NULL;
+
+        /* A gVisor deny_all runtime but an unsandboxed network runtime is refused as well. */
+        rc = run_controld("runtime = runsc\nruntime_network = runc\n", 20, &pid, &log);
+        if (rc < 0)
+                stop_pid(pid);
+        text = slurp(log);
+        ASSERT_TRUE(rc > 0);
+        ASSERT_CONTAINS(text, "runtime_network = runc runs 'runc', which is not gVisor");
+        free(log), log = NULL;
+        free(text), text = NULL;
+
+        /* A name Docker does not know. */
+        rc = run_controld("runtime = runsc-nonexistent\n", 20, &pid, &log);
+        if (rc < 0)
+                stop_pid(pid);
+        text = slurp(log);
+        ASSERT_TRUE(rc > 0);
+        ASSERT_CONTAINS(text, "runtime = runsc-nonexistent: Docker knows no runtime of that name");
+        free(log), log = NULL;
+        free(text), text = NULL;
+
+        /* Tests may opt out, and the log says what that means. */
+        rc = run_controld("runtime = runc\nruntime_network = runc\nallow_unsandboxed = true\n", 3, &pid, &log);
+        ASSERT_EQ(rc, -1);
+        stop_pid(pid);
+        text = slurp(log);
+        ASSERT_CONTAINS(text, "which is not gVisor: sandboxes are NOT isolated from the host");
+        free(log), log = NULL;
+        free(text), text = NULL;
+
+        /* The defaults (runsc, runsc-net) are gVisor runtimes that services.sh registers. */
+        rc = run_controld("", 3, &pid, &log);
+        if (rc >= 0) {
+                text = slurp(log);
+                test_fail(__FILE__, __LINE__, "controld with the default runtimes exited %d: %.600s", rc, text);
+        }
+        stop_pid(pid);
+}
+
+/* ---- limits inside a real sandbox ---- */
+
+/* Full container id of a sandbox (docker CLI, fixed argv: the id is 24 hex characters). */
+static void container_id(const char *sandbox_id, char ret[80]) {
+        ASSERT_TRUE(hexid_valid(sandbox_id));
+        char cmd[200];
+        snprintf(cmd, sizeof(cmd), "docker inspect -f '{{.Id}}' paddock-%s", sandbox_id);
+        FILE *p = popen(cmd, "r");
+        ASSERT_NOT_NULL(p);
+        ret[0] = 0;
+        if (!fgets(ret, 80, p))
+                ret[0] = 0;
+        pclose(p);
+        ret[strcspn(ret, "\n")] = 0;
+        ASSERT_EQ(strlen(ret), 64);
+}
+
+/* CPU time the container's cgroup has used, in ns (cgroup v1 cpuacct or v2 cpu.stat). */
+static int64_t cgroup_cpu_ns(const char *cid) {
+        char path[400];
+        FILE *f;
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/cpuacct/docker/%s/cpuacct.usage", cid);
+        if ((f = fopen(path, "r"))) {
+                long long v = -1;
+                ASSERT_EQ(fscanf(f, "%lld", &v), 1);
+                fclose(f);
+                return v;
+        }
+        const char *v2[] = { "/sys/fs/cgroup/docker/%s/cpu.stat", "/sys/fs/cgroup/system.slice/docker-%s.scope/cpu.stat" };
+        for (size_t i = 0; i < 2; i++) {
+                snprintf(path, sizeof(path), v2[i], cid);
+                if (!(f = fopen(path, "r")))
+                        continue;
+                char k[64];
+                long long v;
+                while (fscanf(f, "%63s %lld", k, &v) == 2)
+                        if (!strcmp(k, "usage_usec")) {
+                                fclose(f);
+                                return v * 1000;
+                        }
+                fclose(f);
+        }
+        test_fail(__FILE__, __LINE__, "no cgroup CPU accounting found for container %s", cid);
+}
+
+static void exec_req(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *r) {
+        char path[128];
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "cmd", cmd);
+        cJSON_AddNumberToObject(o, "timeout_seconds", timeout_s);
+        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
+        http_req(c, "POST", path, key, body, r);
+}
+
+static int64_t mono_ms_now(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+TEST_FULL(cpu_spec_is_a_hard_cap, 120) {
+        need_docker();
+        struct ctld c;
+        char id[25], cid[80];
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = xstrdup(ctld_account_key(&c, "cora", NULL, NULL));
+        ctld_create(&c, key, "{\"template\":\"python-3.11\",\"specs\":{\"cpu\":500,\"memory\":256}}", id);
+        container_id(id, cid);
+
+        /* Two busy loops for 8 s: uncapped they would take two cores (at least one on a busy host). */
+        pid_t p = fork();
+        ASSERT_TRUE(p >= 0);
+        if (p == 0) {
+                struct hres r;
+                exec_req(&c, key, id, "for i in 1 2; do timeout 8 sh -c 'while :; do :; done' & done; wait", 60, &r);
+                _exit(r.status == 200 ? 0 : 1);
+        }
+        usleep(2500 * 1000);   /* let the loops start and the quota settle */
+        int64_t t0 = mono_ms_now(), a = cgroup_cpu_ns(cid);
+        usleep(4000 * 1000);
+        int64_t b = cgroup_cpu_ns(cid), t1 = mono_ms_now();
+        int st;
+        ASSERT_EQ(waitpid(p, &st, 0), p);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        long long millicores = (b - a) / ((t1 - t0) * 1000);
+        fprintf(stderr, "  busy loops in a 500-millicore sandbox used %lld millicores\n", millicores);
+        ASSERT_LE(millicores, 650);
+        ASSERT_GE(millicores, 300);   /* the loops did run */
+        ctld_stop(&c);
+}
+
+TEST_FULL(out_of_memory_is_reported, 150) {
+        need_docker();
+        struct ctld c;
+        char id[25];
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = xstrdup(ctld_account_key(&c, "olga", NULL, NULL));
+        ctld_create(&c, key, "{\"template\":\"python-3.11\",\"specs\":{\"memory\":128}}", id);
+
+        /* Within the limit: an ordinary answer. */
+        struct hres r;
+        exec_req(&c, key, id, "python3 -c 'a = bytearray(32 << 20); print(len(a) >> 20)'", 60, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "32\n");
+        ASSERT_NULL(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "oom_killed"));
+        hres_done(&r);
+
+        /* 1 GiB touched page by page, in a 128 MB sandbox. */
+        exec_req(&c, key, id,
+                 "python3 -c 'a = bytearray(1 << 30)\nfor i in range(0, len(a), 4096): a[i] = 1\nprint(\"survived\")'", 60, &r);
+        if (r.status != 200)
+                test_fail(__FILE__, __LINE__, "exec -> %ld %.400s", r.status, r.body);
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(r.json, "data");
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "oom_killed")))
+                test_fail(__FILE__, __LINE__, "no oom_killed in %.600s", r.body);
+        ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(d, "exit_code")->valueint, 137);
+        ASSERT_CONTAINS(hres_message(&r), "ran out of memory");
+        hres_done(&r);
+
+        /* And the log (the journal under systemd) says so, for this sandbox. */
+        _cleanup_free_ char *text = slurp(c.log);
+        ASSERT_CONTAINS(text, "exec killed: the sandbox ran out of memory (limit 128 MB)");
+        char want[64];
+        snprintf(want, sizeof(want), "SANDBOX_ID=%s", id);
+        ASSERT_CONTAINS(strstr(text, "ran out of memory"), want);
+        ctld_stop(&c);
+}

@@ -1,0 +1,121 @@
+/* Every template behaves like a small Debian machine under the real runtime (gVisor runsc):
+ * the tools a user or an agent reaches for first work, with exit 0 and nothing on stderr
+ * (runsc 20221219 failed `ls` and `stat` with "Invalid argument"; 20240729 printed "Bad file
+ * descriptor" for each symlink `ls -l` showed). Each template gets a sandbox created through
+ * the API and a battery of execs; language and agent templates add their own checks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "ctltest.h"
+#include "strutil.h"
+#include "testlib.h"
+
+static const char *env_or(const char *k, const char *def) {
+        const char *v = getenv(k);
+        return v && *v ? v : def;
+}
+
+static void need_docker(void) {
+        if (!test_have_docker())
+                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
+}
+
+struct check { const char *cmd, *want; };
+
+/* Works in every Debian-based template. */
+static const struct check common_checks[] = {
+        { "ls -la /", " etc\n" },
+        { "ls -la / /bin /etc/os-release", "bin -> usr/bin" },
+        { "stat /etc/passwd", "File: /etc/passwd" },
+        { "find /etc -maxdepth 1 -name passwd", "/etc/passwd\n" },
+        { "mkdir -p /root/t/a && echo hi > /root/t/a/f && ln -s f /root/t/a/l && cp -a /root/t /root/t2 && "
+          "readlink /root/t2/a/l && cat /root/t2/a/f",
+          "f\nhi\n" },
+        { "cd /root && tar czf t.tgz t && gzip -t t.tgz && tar tzf t.tgz | sort | tail -n1", "t/a/l\n" },
+        { "printf 'a 1\\nb 2\\n' | grep b | sed s/b/c/ | awk '{ print $1, $2 * 21 }'", "c 42\n" },
+        { "ps aux", "tail -f /dev/null" },
+        /* The inner shell reports "Terminated" on its stderr, as on any machine. */
+        { "sh -c 'sleep 300 & p=$!; kill $p; wait $p; echo rc=$?' 2>/dev/null", "rc=143\n" },
+        { "df -h /", "Filesystem" },
+        { "ln -s /etc/hostname /root/hn && ls -l /root/hn", "/root/hn -> /etc/hostname\n" },
+        { "touch /root/x && chmod 640 /root/x && stat -c %a /root/x", "640\n" },
+        { "bash -c 'echo $((6 * 7)) ${BASH_VERSION%%.*}'", "42 5\n" },
+        { "cd /root && mkdir r && cd r && git init -q && git config user.email t@example.org && "
+          "git config user.name t && echo x > f && git add f && git commit -qm first && git log --format=%s",
+          "first\n" },
+        { "curl --version | head -n1 && test -s /etc/ssl/certs/ca-certificates.crt && echo certs", "certs\n" },
+        { NULL, NULL },
+};
+
+static const struct check python_checks[] = {
+        { "python3 --version", "Python 3.11." },
+        { "python3 -m venv /root/v && /root/v/bin/python -c 'import sys; print(sys.prefix)' && /root/v/bin/pip --version",
+          "/root/v\npip " },
+        { NULL, NULL },
+};
+
+static const struct check node_checks[] = {
+        { "node -e 'console.log(6 * 7, process.version.split(\".\")[0])'", "42 v22\n" },
+        { "npm --version", "10." },
+        { NULL, NULL },
+};
+
+static const struct check claude_checks[] = {
+        { "claude --version", "(Claude Code)" },
+        { NULL, NULL },
+};
+
+static const struct check codex_checks[] = {
+        { "codex --version", "codex-cli " },
+        { NULL, NULL },
+};
+
+static void run_checks(struct ctld *c, const char *key, const char *id, const char *tmpl, const struct check *cs) {
+        char path[128];
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        for (const struct check *k = cs; k->cmd; k++) {
+                _cleanup_json_ cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "cmd", k->cmd);
+                cJSON_AddNumberToObject(o, "timeout_seconds", 120);
+                _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
+                struct hres r;
+                http_req(c, "POST", path, key, body, &r);
+                if (r.status != 200)
+                        test_fail(__FILE__, __LINE__, "%s: exec %s -> %ld %.400s", tmpl, k->cmd, r.status, r.body);
+                const cJSON *d = cJSON_GetObjectItemCaseSensitive(r.json, "data");
+                const cJSON *ec = cJSON_GetObjectItemCaseSensitive(d, "exit_code");
+                const char *out = hres_data_str(&r, "stdout"), *err = hres_data_str(&r, "stderr");
+                if (!cJSON_IsNumber(ec) || ec->valueint != 0 || !out || !strstr(out, k->want) || (err && *err))
+                        test_fail(__FILE__, __LINE__, "%s: `%s` should exit 0, print \"%s\" and nothing on stderr; got %.900s",
+                                  tmpl, k->cmd, k->want, r.body);
+                hres_done(&r);
+        }
+}
+
+static void battery(const char *tmpl, const char *image_env, const char *image_def, const struct check *extra1,
+                    const struct check *extra2) {
+        need_docker();
+        struct ctld c;
+        char tconf[512], body[128], id[25];
+        snprintf(tconf, sizeof(tconf), "[template \"%s\"]\nimage = %s\nmemory = 1024\n", tmpl, env_or(image_env, image_def));
+        /* python-3.11 is part of ctltest's base config. */
+        ctld_start(&c, NULL, strcmp(tmpl, "python-3.11") ? tconf : "");
+        _cleanup_free_ char *key = xstrdup(ctld_account_key(&c, "tess", NULL, NULL));
+        snprintf(body, sizeof(body), "{\"template\":\"%s\"}", tmpl);
+        ctld_create(&c, key, body, id);
+        run_checks(&c, key, id, tmpl, common_checks);
+        if (extra1)
+                run_checks(&c, key, id, tmpl, extra1);
+        if (extra2)
+                run_checks(&c, key, id, tmpl, extra2);
+        ctld_stop(&c);
+}
+
+TEST_FULL(template_debian_12, 240) { battery("debian-12", "PADDOCK_BASE_IMAGE", "paddock/debian-12:local", NULL, NULL); }
+TEST_FULL(template_python_3_11, 240) { battery("python-3.11", "PADDOCK_PY_IMAGE", "paddock/python-3.11:local", python_checks, NULL); }
+TEST_FULL(template_node_22, 240) { battery("node-22", "PADDOCK_NODE22_IMAGE", "paddock/node-22:local", node_checks, NULL); }
+TEST_FULL(template_claude_code, 240) {
+        battery("claude-code", "PADDOCK_CLAUDE_IMAGE", "paddock/claude-code:local", node_checks, claude_checks);
+}
+TEST_FULL(template_codex, 240) { battery("codex", "PADDOCK_CODEX_IMAGE", "paddock/codex:local", node_checks, codex_checks); }
