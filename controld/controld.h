@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 #include <cjson/cJSON.h>
 
+#include "cleanup.h"
 #include "pj_api.h"
 #include "strutil.h"
 
@@ -50,6 +51,7 @@ struct config {
         int listen_port;
         int64_t max_connections, per_ip_connections;
         uint64_t max_body, max_header, max_file;     /* bytes */
+        uint64_t max_json_body;                      /* bytes; JSON routes other than exec, code, batch upload */
         uint64_t conn_timeout_s;
         uint64_t max_wait_s;                         /* cap on /wait timeout */
         uint64_t max_exec_output;                    /* per stream, bytes */
@@ -220,32 +222,67 @@ int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, char *arg), char *arg
 
 /* ---- sandbox lifecycle (sandbox.c) ---- */
 
+/* Domain functions (sandbox_*, volume_*) return a negative errno and put a
+ * user-facing message (what was wrong, what to do) here. http.c maps the errno to
+ * an HTTP status in one table (http_status_from_errno):
+ *   -EINVAL bad input, -EBUSY wrong state or in use, -EEXIST name taken,
+ *   -EPERM not allowed for the plan/region, -EDQUOT over a plan limit,
+ *   -ENOENT not found (or not the caller's), -ESTALE changed meanwhile,
+ *   -EIO the store failed, -EHOSTUNREACH the scheduler/driver failed,
+ *   -EAGAIN shutting down or busy (retry), -EOPNOTSUPP not available here. */
 struct api_error {
-        int status;                      /* HTTP status */
         char message[512];
 };
-#define API_ERR(e, code, ...) ({ (e)->status = (code); snprintf((e)->message, sizeof((e)->message), __VA_ARGS__); -1; })
+#define API_ERR(e, err, ...) ({ snprintf((e)->message, sizeof((e)->message), __VA_ARGS__); (int) (err); })
 
+/* Scope-bound guards: a struct sandbox / struct volume cleared, a per-sandbox lock
+ * released, however the scope is left. The lock guard copies the id, so it never
+ * depends on the struct it came from. */
+#define _cleanup_sandbox_ _cleanup_(sandbox_clear)
+#define _cleanup_volume_ _cleanup_(volume_clear)
+struct sandbox_lock {
+        struct ctl *c;                   /* NULL = not held */
+        char id[SANDBOX_ID_LEN + 1];
+};
+struct sandbox_lock sandbox_lock_take(struct ctl *c, const char *id);
+void sandbox_lock_release(struct sandbox_lock *l);
+#define SANDBOX_LOCK_GUARD(name, c, id) \
+        __attribute__((cleanup(sandbox_lock_release))) struct sandbox_lock name = sandbox_lock_take((c), (id))
+
+/* Each returns 0 or a negative errno with err->message set (see struct api_error). */
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in,
                    struct sandbox *ret, struct api_error *err);
-/* Loads a sandbox owned by acc (404 for others'). */
+/* Loads a sandbox owned by acc (-ENOENT for others'). */
 int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err);
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err);
 int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err);
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err);
-cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb);
-cJSON *region_to_json(const struct region *r);
-/* "region": {...} or null; "k": RFC 3339 or null when ms == 0. */
-void json_add_region(cJSON *o, const struct region *g);
-void json_add_time(cJSON *o, const char *k, int64_t ms);
-void sandbox_stats_sample_all(struct ctl *c);
 int64_t destroy_timeout_seconds(const char *s);
 /* The spending period of a timestamp (ms): "YYYY-MM" in UTC. */
 void billing_period(int64_t ms, char out[8]);
 bool plan_allows_region(const struct plan *p, const struct region *g);
 
-/* ---- volumes (volume.c) ---- */
+/* ---- volumes (volume.c): 0 or a negative errno, as sandbox.c ---- */
+int volume_create(struct ctl *c, const struct account *acc, const struct pj_volume_create *in, struct volume *ret,
+                  struct api_error *err);
+/* Loads a volume owned by acc (-ENOENT for others'). */
+int volume_load(struct ctl *c, const struct account *acc, const char *id, struct volume *ret, struct api_error *err);
+/* Refuses with -EBUSY while attached. */
+int volume_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err);
+
+/* ---- JSON of API resources (render.c): new trees owned by the caller ---- */
+struct stats_sample;
+cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb);
+cJSON *sandbox_created_to_json(const struct sandbox *sb);
 cJSON *volume_to_json(struct ctl *c, const struct volume *v);
+cJSON *region_to_json(const struct region *r);
+cJSON *template_to_json(const struct template *t);
+cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, size_t n, int64_t since, int64_t hours);
+/* {data: items (consumed), totalCount, currentPage, totalPages, limit}. */
+cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit);
+/* "region": {...} or null; "k": RFC 3339 or null when ms == 0. */
+void json_add_region(cJSON *o, const struct region *g);
+void json_add_time(cJSON *o, const char *k, int64_t ms);
 
 /* ---- HTTP (http.c, api.c) ---- */
 struct http_server;

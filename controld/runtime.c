@@ -333,19 +333,20 @@ static char **env_list(char **keys, char **values, size_t n) {
 
 /* Loads a ready sandbox for a runtime call; answers the error itself. */
 static int runtime_sandbox(struct req *r, const char *id, struct sandbox *ret) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct api_error e = { 0 };
-        if (sandbox_load(r->c, &r->acc, id, ret, &e) < 0) {
-                respond_api_error(r, &e);
-                return -ENOENT;
-        }
-        if (ret->status != SB_READY) {
-                respond_error(r, 400, "Sandbox is %s; only ready sandboxes can run commands or move files",
-                              sb_status_str(ret->status));
-                sandbox_clear(ret);
-                return -EBUSY;
+        int k = sandbox_load(r->c, &r->acc, id, &sb, &e);
+        if (k >= 0 && sb.status != SB_READY)
+                k = API_ERR(&e, -EBUSY, "Sandbox is %s; only ready sandboxes can run commands or move files",
+                            sb_status_str(sb.status));
+        if (k < 0) {
+                (void) respond_errno(r, k, &e);
+                return k;
         }
         log_ctx_set("SANDBOX_ID", id);
-        store_sandbox_touch(r->c->store, id, now_ms());
+        (void) store_sandbox_touch(r->c->store, id, now_ms());  /* activity stamp only: best effort */
+        *ret = sb;
+        sb = (struct sandbox) { 0 };
         return 0;
 }
 
@@ -568,7 +569,8 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
         return respond_envelope(r, 200, timed_out ? "Command timed out and was killed" : "Exec completed", d);
 }
 
-static enum MHD_Result post_exec(struct req *r, const char *id) {
+enum MHD_Result runtime_post_exec(struct req *r) {
+        const char *id = r->m.id;
         struct pj_exec in = { 0 };
         struct pj_error pe = { 0 };
         struct sandbox sb = { 0 };
@@ -588,7 +590,8 @@ static enum MHD_Result post_exec(struct req *r, const char *id) {
         return res;
 }
 
-static enum MHD_Result post_code(struct req *r, const char *id) {
+enum MHD_Result runtime_post_code(struct req *r) {
+        const char *id = r->m.id;
         struct pj_code in = { 0 };
         struct pj_error pe = { 0 };
         struct sandbox sb = { 0 };
@@ -740,15 +743,15 @@ static int start_file_exec(struct req *r, struct sandbox *sb, const char *script
         return 0;
 }
 
-static enum MHD_Result prepare_put_file(struct req *r, const char *id, const char *path) {
+/* The route's prepare hook: runs on the headers, before any body byte. */
+enum MHD_Result runtime_prepare_put_file(struct req *r) {
+        const char *id = r->m.id, *path = r->m.rest;
         struct ctl *c = r->c;
         struct pj_error pe = { 0 };
         struct sandbox sb = { 0 };
         const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int64_t len = -1;
 
-        if (!hexid_valid(id))
-                return respond_error(r, 400, "Invalid sandbox id");
         if (pj_sandbox_path_check(path, &pe, "path") < 0)
                 return respond_error(r, 400, "%s", pe.message);
         if (cl && (safe_atoi64(cl, &len) < 0 || len < 0))
@@ -771,8 +774,10 @@ static enum MHD_Result prepare_put_file(struct req *r, const char *id, const cha
         return MHD_YES;
 }
 
-static enum MHD_Result finish_put_file(struct req *r) {
+enum MHD_Result runtime_put_file(struct req *r) {
         struct upload *u = r->sink_ud;
+        if (!u)
+                return respond_error(r, 500, "Upload was not prepared");
         char msg[4600];
         if (u->too_large)
                 return respond_error(r, 413, "File too large: the limit is %llu bytes", (unsigned long long) u->limit);
@@ -842,7 +847,8 @@ static void dl_free(void *cls) {
         free(d);
 }
 
-static enum MHD_Result get_file(struct req *r, const char *id, const char *path) {
+enum MHD_Result runtime_get_file(struct req *r) {
+        const char *id = r->m.id, *path = r->m.rest;
         struct pj_error pe = { 0 };
         struct sandbox sb = { 0 };
         if (pj_sandbox_path_check(path, &pe, "path") < 0)
@@ -895,7 +901,8 @@ static enum MHD_Result get_file(struct req *r, const char *id, const char *path)
         return respond_response(r, 200, resp);
 }
 
-static enum MHD_Result post_batch(struct req *r, const char *id) {
+enum MHD_Result runtime_post_batch(struct req *r) {
+        const char *id = r->m.id;
         struct ctl *c = r->c;
         struct pj_files_batch in = { 0 };
         struct pj_error pe = { 0 };
@@ -953,51 +960,4 @@ static enum MHD_Result post_batch(struct req *r, const char *id) {
         json_add_int(d, "failed", failed);
         cJSON_AddItemToObject(d, "results", results);
         return respond_envelope(r, 200, failed ? "Some files failed to upload" : "Files uploaded", d);
-}
-
-/* ---- routing hooks ---- */
-
-static bool is_files_route(struct req *r) {
-        return r->n_parts == 4 && !strcmp(r->parts[0], "sandboxes") && !strcmp(r->parts[2], "files") &&
-               strcmp(r->parts[3], "batch") != 0;
-}
-
-enum MHD_Result runtime_prepare(struct req *r, bool *ret_answered) {
-        *ret_answered = false;
-        if (is_files_route(r) && !strcmp(r->method, "PUT")) {
-                r->route = "/sandboxes/{id}/files/{path}";
-                enum MHD_Result res = prepare_put_file(r, r->parts[1], r->parts[3]);
-                *ret_answered = r->answered;
-                return res;
-        }
-        return MHD_YES;
-}
-
-bool runtime_dispatch(struct req *r, enum MHD_Result *ret) {
-        char **p = r->parts;
-        if (r->n_parts == 3 && (!strcmp(p[2], "exec") || !strcmp(p[2], "code"))) {
-                bool exec = !strcmp(p[2], "exec");
-                r->route = exec ? "/sandboxes/{id}/exec" : "/sandboxes/{id}/code";
-                if (strcmp(r->method, "POST") != 0)
-                        *ret = respond_method_not_allowed(r, "POST");
-                else
-                        *ret = exec ? post_exec(r, p[1]) : post_code(r, p[1]);
-                return true;
-        }
-        if (r->n_parts == 4 && !strcmp(p[2], "files") && !strcmp(p[3], "batch")) {
-                r->route = "/sandboxes/{id}/files/batch";
-                *ret = strcmp(r->method, "POST") ? respond_method_not_allowed(r, "POST") : post_batch(r, p[1]);
-                return true;
-        }
-        if (is_files_route(r)) {
-                r->route = "/sandboxes/{id}/files/{path}";
-                if (!strcmp(r->method, "PUT"))
-                        *ret = r->sink ? finish_put_file(r) : respond_error(r, 500, "Upload was not prepared");
-                else if (!strcmp(r->method, "GET"))
-                        *ret = get_file(r, p[1], p[3]);
-                else
-                        *ret = respond_method_not_allowed(r, "GET, PUT");
-                return true;
-        }
-        return false;
 }
