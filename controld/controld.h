@@ -101,6 +101,21 @@ struct account {
         int64_t created_at;
 };
 
+/* A sandbox's egress policy, parsed: entries are structs, never text, from the API
+ * edge on. Zero-initialised = open, no entries. */
+struct sb_egress {
+        enum pj_egress_mode mode;
+        struct pj_allow_entry *allow;    /* n_allow entries, owned */
+        size_t n_allow;
+};
+
+/* Provisioning phase durations, as rendered under "timings" (<phase>_ms). */
+enum sb_phase { SB_PHASE_VALIDATE, SB_PHASE_RECORD, SB_PHASE_PLACE, SB_PHASE_TOTAL, SB_PHASE_RESUME, _SB_PHASE_MAX };
+struct sb_timings {
+        int64_t ms[_SB_PHASE_MAX];
+        unsigned set;                    /* bit (1 << phase) per recorded phase */
+};
+
 struct sandbox {
         char id[SANDBOX_ID_LEN + 1];
         char account_id[SANDBOX_ID_LEN + 1];
@@ -111,15 +126,14 @@ struct sandbox {
         char *team, *project_environment;
         bool auto_destroy; char *destroy_timeout;
         bool one_shot;
-        int egress_mode;                 /* enum pj_egress_mode */
-        char *egress_allow;              /* JSON array text */
+        struct sb_egress egress;
         bool persistent; int64_t persistent_disk_gb;
         char *volume_id, *mount_path, *from_snapshot;
         char *snapshot_mode, *snapshot_frequency;
         int64_t created_at, last_activity_at, expires_at, paused_at, destroyed_at;   /* ms; 0 = null */
         char *destroy_reason, *failure_reason;
         char *driver, *job_id, *alloc_id, *node_id, *container_id, *ip;
-        char *timings;                   /* JSON object text */
+        struct sb_timings timings;
 };
 void sandbox_clear(struct sandbox *s);
 
@@ -262,6 +276,23 @@ int64_t destroy_timeout_seconds(const char *s);
 void billing_period(int64_t ms, char out[8]);
 bool plan_allows_region(const struct plan *p, const struct region *g);
 
+/* ---- typed sandbox data (sbtypes.c) ---- */
+void sb_egress_done(struct sb_egress *e);
+/* From a policy proto-json validated: each entry parsed once into its struct. -EINVAL
+ * (and *dst untouched) if an entry does not parse. */
+int sb_egress_from_pj(struct sb_egress *dst, const struct pj_egress *src);
+/* Normalised text of an entry ("1.1.1.1", "10.0.0.0/8", "api.example.com"). */
+void sb_allow_entry_format(const struct pj_allow_entry *e, char buf[PJ_ALLOW_NORM_MAX]);
+/* The store's column text: a JSON array of entries / an object of "<phase>_ms".
+ * *_to_text return NULL when there is nothing to store ([] for no entries is the
+ * caller's choice); *_from_text accept NULL and skip what they cannot parse. */
+char *sb_egress_allow_to_text(const struct sb_egress *e);
+void sb_egress_allow_from_text(struct sb_egress *e, const char *text);
+void sb_timings_set(struct sb_timings *t, enum sb_phase p, int64_t ms);
+const char *sb_phase_name(enum sb_phase p);   /* "validate_ms" ... */
+char *sb_timings_to_text(const struct sb_timings *t);
+void sb_timings_from_text(struct sb_timings *t, const char *text);
+
 /* ---- volumes (volume.c): 0 or a negative errno, as sandbox.c ---- */
 int volume_create(struct ctl *c, const struct account *acc, const struct pj_volume_create *in, struct volume *ret,
                   struct api_error *err);
@@ -277,6 +308,7 @@ cJSON *sandbox_created_to_json(const struct sandbox *sb);
 cJSON *volume_to_json(struct ctl *c, const struct volume *v);
 cJSON *region_to_json(const struct region *r);
 cJSON *template_to_json(const struct template *t);
+cJSON *timings_to_json(const struct sb_timings *t);
 cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, size_t n, int64_t since, int64_t hours);
 /* {data: items (consumed), totalCount, currentPage, totalPages, limit}. */
 cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit);

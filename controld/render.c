@@ -74,11 +74,15 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         json_add_bool(o, "auto_destroy", sb->auto_destroy);
         json_add_str(o, "destroy_timeout", sb->destroy_timeout);
         json_add_bool(o, "one_shot", sb->one_shot);
-        json_add_bool(o, "block_outbound", sb->egress_mode == PJ_EGRESS_DENY_ALL);
+        json_add_bool(o, "block_outbound", sb->egress.mode == PJ_EGRESS_DENY_ALL);
         cJSON *eg = cJSON_AddObjectToObject(o, "egress");
-        json_add_str(eg, "mode", pj_egress_mode_to_string((enum pj_egress_mode) sb->egress_mode));
-        cJSON *allow = sb->egress_allow ? cJSON_Parse(sb->egress_allow) : NULL;
-        cJSON_AddItemToObject(eg, "allow", allow ? allow : cJSON_CreateArray());
+        json_add_str(eg, "mode", pj_egress_mode_to_string(sb->egress.mode));
+        cJSON *allow = cJSON_AddArrayToObject(eg, "allow");
+        for (size_t i = 0; i < sb->egress.n_allow; i++) {
+                char buf[PJ_ALLOW_NORM_MAX];
+                sb_allow_entry_format(&sb->egress.allow[i], buf);
+                cJSON_AddItemToArray(allow, cJSON_CreateString(buf));
+        }
         json_add_bool(o, "persistent", sb->persistent);
         if (sb->persistent_disk_gb)
                 json_add_int(o, "persistent_disk_gb", sb->persistent_disk_gb);
@@ -96,8 +100,16 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         json_add_time(o, "destroyed_at", sb->status == SB_DESTROYED || sb->status == SB_FAILED ? sb->destroyed_at : 0);
         json_add_str(o, "destroy_reason", sb->destroy_reason);
         json_add_str(o, "failure_reason", sb->failure_reason);
-        cJSON *t = sb->timings ? cJSON_Parse(sb->timings) : NULL;
-        cJSON_AddItemToObject(o, "timings", t ? t : cJSON_CreateObject());
+        cJSON_AddItemToObject(o, "timings", timings_to_json(&sb->timings));
+        return o;
+}
+
+/* {"<phase>_ms": n, ...} for the recorded phases, in phase order. */
+cJSON *timings_to_json(const struct sb_timings *t) {
+        cJSON *o = cJSON_CreateObject();
+        for (int p = 0; p < _SB_PHASE_MAX; p++)
+                if (t->set & (1u << p))
+                        cJSON_AddNumberToObject(o, sb_phase_name((enum sb_phase) p), (double) t->ms[p]);
         return o;
 }
 
@@ -110,9 +122,8 @@ cJSON *sandbox_created_to_json(const struct sandbox *sb) {
         json_add_str(o, "status", sb_status_str(sb->status));
         json_add_time(o, "created_at", sb->created_at);
         json_add_time(o, "expires_at", sb->expires_at);
-        cJSON *t = sb->timings ? cJSON_Parse(sb->timings) : NULL;
-        if (t)
-                cJSON_AddItemToObject(o, "timings", t);
+        if (sb->timings.set)
+                cJSON_AddItemToObject(o, "timings", timings_to_json(&sb->timings));
         return o;
 }
 

@@ -53,23 +53,6 @@ bool plan_allows_region(const struct plan *p, const struct region *g) {
         return false;
 }
 
-static char *allow_to_json(const struct pj_egress *e) {
-        _cleanup_json_ cJSON *a = cJSON_CreateArray();
-        for (size_t i = 0; i < e->n_allow; i++)
-                cJSON_AddItemToArray(a, cJSON_CreateString(e->allow[i]));
-        return json_print(a);
-}
-
-static void set_timing(struct sandbox *sb, const char *phase, int64_t ms) {
-        _cleanup_json_ cJSON *t = sb->timings ? cJSON_Parse(sb->timings) : NULL;
-        if (!t)
-                t = cJSON_CreateObject();
-        cJSON_DeleteItemFromObject(t, phase);
-        cJSON_AddNumberToObject(t, phase, (double) ms);
-        free(sb->timings);
-        sb->timings = json_print(t);
-}
-
 static void replace_str(char **dst, const char *v) {
         free(*dst);
         *dst = v ? xstrdup(v) : NULL;
@@ -242,8 +225,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb.auto_destroy = in->auto_destroy;
         sb.destroy_timeout = in->destroy_timeout ? xstrdup(in->destroy_timeout) : NULL;
         sb.one_shot = in->one_shot;
-        sb.egress_mode = (int) in->egress.mode;
-        sb.egress_allow = allow_to_json(&in->egress);
+        if (sb_egress_from_pj(&sb.egress, &in->egress) < 0)
+                return API_ERR(err, -EINVAL, "egress.allow: an entry could not be read; check the allowlist");
         sb.persistent = in->persistent || in->volume_id;
         sb.persistent_disk_gb = in->has_persistent_disk_gb ? in->persistent_disk_gb : 0;
         sb.volume_id = in->volume_id ? xstrdup(in->volume_id) : NULL;
@@ -256,7 +239,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 life = plan->max_lifetime_s;
         sb.expires_at = now + life * 1000;
         sb.driver = xstrdup(c->drv->name);
-        set_timing(&sb, "validate_ms", mono_ms() - t0);
+        sb_timings_set(&sb.timings, SB_PHASE_VALIDATE, mono_ms() - t0);
 
         int64_t t1 = mono_ms();
         r = store_sandbox_insert_capped(c->store, &sb, plan->max_concurrent);
@@ -265,7 +248,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                                (long long) plan->max_concurrent);
         if (r < 0)
                 return API_ERR(err, -EIO, "Failed to record the sandbox");
-        set_timing(&sb, "record_ms", mono_ms() - t1);
+        sb_timings_set(&sb.timings, SB_PHASE_RECORD, mono_ms() - t1);
         log_ctx_set("SANDBOX_ID", sb.id);
         log_info("sandbox starting template=%s cpu=%lld memory=%lld egress=%s", sb.template_name, (long long) sb.cpu,
                  (long long) sb.memory, pj_egress_mode_to_string(in->egress.mode));
@@ -300,8 +283,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
         apply_placement(&sb, &pl);
         placement_clear(&pl);
-        set_timing(&sb, "place_ms", mono_ms() - t2);
-        set_timing(&sb, "total_ms", mono_ms() - t0);
+        sb_timings_set(&sb.timings, SB_PHASE_PLACE, mono_ms() - t2);
+        sb_timings_set(&sb.timings, SB_PHASE_TOTAL, mono_ms() - t0);
         sb.status = SB_READY;
         r = store_sandbox_update(c->store, &sb);
         if (r < 0) {
@@ -430,7 +413,7 @@ static void resume_locked(struct ctl *c, const char *id) {
                 sb.status = SB_READY;
                 sb.paused_at = 0;
                 sb.last_activity_at = now_ms();
-                set_timing(&sb, "resume_ms", mono_ms() - t0);
+                sb_timings_set(&sb.timings, SB_PHASE_RESUME, mono_ms() - t0);
                 log_info("sandbox resumed in %lldms", (long long) (mono_ms() - t0));
         }
         if (store_sandbox_update(c->store, &sb) < 0)

@@ -1,5 +1,6 @@
 /* Unit tests for controld's route table and matcher (api.c): which row a request
  * finds, {id} checks, Allow for 405, metrics labels, body classes. No daemon runs. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,4 +181,16 @@ TEST(body_classes) {
         ASSERT_EQ(r.row->body, ROUTE_BODY_LARGE);
         ASSERT_EQ(m("PUT", "/sandboxes/" ID "/files/x", &r), ROUTE_FOUND);
         ASSERT_EQ(r.row->body, ROUTE_BODY_STREAM);
+}
+
+TEST(one_errno_to_status_table) {
+        static const struct { int err, status; } t[] = {
+                { -EINVAL, 400 }, { -EBUSY, 400 }, { -EEXIST, 400 }, { -EACCES, 401 }, { -EPERM, 403 },
+                { -EDQUOT, 403 }, { -ENOENT, 404 }, { -ESTALE, 409 }, { -EFBIG, 413 }, { -EUSERS, 429 },
+                { -EIO, 500 }, { -EOPNOTSUPP, 501 }, { -EHOSTUNREACH, 503 }, { -EAGAIN, 503 }, { -ENOSPC, 507 },
+                { -ENOTTY, 500 }, { 0, 500 },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(t); i++)
+                ASSERT_EQ(http_status_from_errno(t[i].err), t[i].status);
+        ASSERT_EQ(http_status_from_errno(ENOENT), 404); /* either sign */
 }
