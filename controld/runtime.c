@@ -246,7 +246,7 @@ static void append_frame(struct run *x, const char *type, const char *data, size
 static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
         struct run *x = ud;
         if (!x->stream) {
-                text_append(stream == 1 ? &x->out : &x->err, data, len, false);
+                (void) text_append(stream == 1 ? &x->out : &x->err, data, len, false);  /* past the cap: truncated flag */
                 return 0;
         }
         struct text *t = stream == 1 ? &x->sout : &x->serr;
@@ -571,48 +571,34 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
 
 enum MHD_Result runtime_post_exec(struct req *r) {
         const char *id = r->m.id;
-        struct pj_exec in = { 0 };
+        _cleanup_(pj_exec_done) struct pj_exec in = { 0 };
         struct pj_error pe = { 0 };
-        struct sandbox sb = { 0 };
-        if (pj_exec_parse(r->body.buf, r->body.len, &in, &pe) < 0) {
-                pj_exec_done(&in);
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
+        if (pj_exec_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_error(r, 400, "%s", pe.message);
-        }
-        if (runtime_sandbox(r, id, &sb) < 0) {
-                pj_exec_done(&in);
+        if (runtime_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
-        }
-        char **env = env_list(in.env_keys, in.env_values, in.n_env);
+        _cleanup_(strv_freep) char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { "/bin/sh", "-c", in.cmd, NULL };
-        enum MHD_Result res = run_and_respond(r, &sb, NULL, argv, env, in.cwd, in.timeout_s, in.stream, NULL, 0);
-        strv_free(env);
-        pj_exec_done(&in);
-        return res;
+        return run_and_respond(r, &sb, NULL, argv, env, in.cwd, in.timeout_s, in.stream, NULL, 0);
 }
 
 enum MHD_Result runtime_post_code(struct req *r) {
         const char *id = r->m.id;
-        struct pj_code in = { 0 };
+        _cleanup_(pj_code_done) struct pj_code in = { 0 };
         struct pj_error pe = { 0 };
-        struct sandbox sb = { 0 };
-        if (pj_code_parse(r->body.buf, r->body.len, &in, &pe) < 0) {
-                pj_code_done(&in);
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
+        if (pj_code_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_error(r, 400, "%s", pe.message);
-        }
-        if (runtime_sandbox(r, id, &sb) < 0) {
-                pj_code_done(&in);
+        if (runtime_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
-        }
         bool py = !strcmp(in.language, "python");
         char tok[25], path[64];
         hexid_new(tok);
         snprintf(path, sizeof(path), "/tmp/.paddock-code-%s.%s", tok, py ? "py" : "js");
-        char **env = env_list(in.env_keys, in.env_values, in.n_env);
+        _cleanup_(strv_freep) char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { "/bin/sh", "-c", code_script, "paddock", path, py ? "python3" : "node", NULL };
-        enum MHD_Result res = run_and_respond(r, &sb, tok, argv, env, in.cwd, in.timeout_s, in.stream, in.code, strlen(in.code));
-        strv_free(env);
-        pj_code_done(&in);
-        return res;
+        return run_and_respond(r, &sb, tok, argv, env, in.cwd, in.timeout_s, in.stream, in.code, strlen(in.code));
 }
 
 /* ---- files ---- */
@@ -748,7 +734,7 @@ enum MHD_Result runtime_prepare_put_file(struct req *r) {
         const char *id = r->m.id, *path = r->m.rest;
         struct ctl *c = r->c;
         struct pj_error pe = { 0 };
-        struct sandbox sb = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int64_t len = -1;
 
@@ -850,7 +836,7 @@ static void dl_free(void *cls) {
 enum MHD_Result runtime_get_file(struct req *r) {
         const char *id = r->m.id, *path = r->m.rest;
         struct pj_error pe = { 0 };
-        struct sandbox sb = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         if (pj_sandbox_path_check(path, &pe, "path") < 0)
                 return respond_error(r, 400, "%s", pe.message);
         if (runtime_sandbox(r, id, &sb) < 0)
@@ -875,7 +861,7 @@ enum MHD_Result runtime_get_file(struct req *r) {
         }
         if (d->eof) {
                 int code = -1;
-                d->x->drv->exec_exit_code(d->x->s, &code);
+                (void) d->x->drv->exec_exit_code(d->x->s, &code);  /* unknown stays -1: "Failed to read" */
                 d->x->finished = true;
                 const char *e = d->x->err.buf.buf ? d->x->err.buf.buf : "";
                 enum MHD_Result res;
@@ -904,19 +890,15 @@ enum MHD_Result runtime_get_file(struct req *r) {
 enum MHD_Result runtime_post_batch(struct req *r) {
         const char *id = r->m.id;
         struct ctl *c = r->c;
-        struct pj_files_batch in = { 0 };
+        _cleanup_(pj_files_batch_done) struct pj_files_batch in = { 0 };
         struct pj_error pe = { 0 };
-        struct sandbox sb = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         int uploaded = 0, failed = 0;
 
-        if (pj_files_batch_parse(r->body.buf, r->body.len, c->cfg->max_file, c->cfg->max_body, &in, &pe) < 0) {
-                pj_files_batch_done(&in);
+        if (pj_files_batch_parse(r->body.buf, r->body.len, c->cfg->max_file, c->cfg->max_body, &in, &pe) < 0)
                 return respond_error(r, 400, "%s", pe.message);
-        }
-        if (runtime_sandbox(r, id, &sb) < 0) {
-                pj_files_batch_done(&in);
+        if (runtime_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
-        }
         cJSON *results = cJSON_CreateArray();
         for (size_t i = 0; i < in.n_files; i++) {
                 cJSON *o = cJSON_CreateObject();
@@ -927,7 +909,7 @@ enum MHD_Result runtime_post_batch(struct req *r) {
                 if (in.file_errors[i])
                         snprintf(msg, sizeof(msg), "%s", in.file_errors[i]);
                 else {
-                        struct sandbox copy = { 0 };
+                        _cleanup_sandbox_ struct sandbox copy = { 0 };
                         struct run *x = NULL;
                         if (store_sandbox_get(c->store, id, &copy) < 0)
                                 snprintf(msg, sizeof(msg), "Sandbox record vanished");
@@ -943,7 +925,6 @@ enum MHD_Result runtime_post_batch(struct req *r) {
                                         snprintf(msg, sizeof(msg), "Failed to send the file: %s", strerror(-k));
                                 run_free(x);
                         }
-                        sandbox_clear(&copy);
                 }
                 json_add_bool(o, "success", !msg[0]);
                 if (msg[0]) {
@@ -953,8 +934,6 @@ enum MHD_Result runtime_post_batch(struct req *r) {
                         uploaded++;
                 cJSON_AddItemToArray(results, o);
         }
-        sandbox_clear(&sb);
-        pj_files_batch_done(&in);
         cJSON *d = cJSON_CreateObject();
         json_add_int(d, "uploaded", uploaded);
         json_add_int(d, "failed", failed);
