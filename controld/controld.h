@@ -316,7 +316,7 @@ cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit);
 void json_add_region(cJSON *o, const struct region *g);
 void json_add_time(cJSON *o, const char *k, int64_t ms);
 
-/* ---- HTTP (http.c, api.c) ---- */
+/* ---- HTTP server (http.c; the route table is in api.c, see http.h) ---- */
 struct http_server;
 int http_start(struct ctl *c, struct http_server **ret);
 struct http_server *http_stop(struct http_server *h);
@@ -333,10 +333,11 @@ char *metrics_render(struct ctl *c);
 /* ---- admin CLI (admin.c) ---- */
 int admin_main(int argc, char **argv);
 
-/* ---- reaper / background (reaper.c) ---- */
+/* ---- reapers and background work (background.c) ---- */
 int background_start(struct ctl *c);
 void background_stop(struct ctl *c);
 
+/* ---- the daemon (controld.c) ---- */
 int ctl_open(struct ctl *c, const char *conf_path, bool with_driver);
 void ctl_close(struct ctl *c);
 int controld_main(int argc, char **argv);
