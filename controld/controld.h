@@ -310,6 +310,20 @@ cJSON *region_to_json(const struct region *r);
 cJSON *template_to_json(const struct template *t);
 cJSON *timings_to_json(const struct sb_timings *t);
 cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, size_t n, int64_t since, int64_t hours);
+/* Exec and code answers: the JSON result, and the last SSE frame of a stream. */
+struct exec_result {
+        const char *out, *err;           /* result only */
+        int exit_code;
+        int64_t duration_ms;
+        bool out_truncated, err_truncated, timed_out;
+};
+cJSON *exec_result_to_json(const struct exec_result *x);
+cJSON *exec_done_frame_to_json(const struct exec_result *x);
+/* Batch upload: one file's outcome (error NULL = success), and the summary (results consumed). */
+cJSON *batch_file_to_json(const char *path, size_t bytes, const char *error);
+cJSON *batch_summary_to_json(int uploaded, int failed, cJSON *results);
+/* GET /healthz. */
+cJSON *health_to_json(bool ok, const char *driver);
 /* {data: items (consumed), totalCount, currentPage, totalPages, limit}. */
 cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit);
 /* "region": {...} or null; "k": RFC 3339 or null when ms == 0. */

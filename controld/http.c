@@ -345,11 +345,7 @@ enum MHD_Result http_get_healthz(struct req *r) {
         /* Degraded (503) when the scheduler backend does not answer: this controld
          * could not create or run anything. */
         int rc = c->drv && c->drv->ping ? c->drv->ping(c->drv) : -ENODEV;
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "status", rc >= 0 ? "ok" : "degraded");
-        json_add_str(o, "driver", c->drv ? c->drv->name : NULL);
-        json_add_bool(o, "driver_reachable", rc >= 0);
-        return respond_json(r, rc >= 0 ? 200 : 503, o);
+        return respond_json(r, rc >= 0 ? 200 : 503, health_to_json(rc >= 0, c->drv ? c->drv->name : NULL));
 }
 
 enum MHD_Result http_get_metrics(struct req *r) {

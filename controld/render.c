@@ -1,5 +1,5 @@
 /* render.c — JSON of the API's resources: sandboxes, volumes, templates, regions,
- * stats and pages. The one place the public wire shape of a resource is written;
+ * stats, pages, exec and upload results, health. The one place the public wire shape of a resource is written;
  * handlers build nothing of it themselves. Every function returns a new cJSON tree
  * owned by the caller. */
 #include <stdio.h>
@@ -202,4 +202,56 @@ cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, siz
         cJSON_AddItemToObject(d, "results", results);
         cJSON_AddNullToObject(d, "responseTime");
         return d;
+}
+
+cJSON *exec_result_to_json(const struct exec_result *x) {
+        cJSON *d = cJSON_CreateObject();
+        json_add_str(d, "stdout", x->out);
+        json_add_str(d, "stderr", x->err);
+        json_add_int(d, "exit_code", x->exit_code);
+        json_add_int(d, "duration_ms", x->duration_ms);
+        if (x->out_truncated || x->err_truncated) {
+                json_add_bool(d, "truncated", true);
+                json_add_bool(d, "stdout_truncated", x->out_truncated);
+                json_add_bool(d, "stderr_truncated", x->err_truncated);
+        }
+        if (x->timed_out)
+                json_add_bool(d, "timed_out", true);
+        return d;
+}
+
+cJSON *exec_done_frame_to_json(const struct exec_result *x) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "type", "done");
+        json_add_int(o, "exit_code", x->exit_code);
+        json_add_int(o, "duration_ms", x->duration_ms);
+        if (x->timed_out)
+                json_add_bool(o, "timed_out", true);
+        return o;
+}
+
+cJSON *batch_file_to_json(const char *path, size_t bytes, const char *error) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "path", path);
+        json_add_int(o, "bytes", (int64_t) bytes);
+        json_add_bool(o, "success", !error);
+        if (error)
+                json_add_str(o, "error", error);
+        return o;
+}
+
+cJSON *batch_summary_to_json(int uploaded, int failed, cJSON *results) {
+        cJSON *d = cJSON_CreateObject();
+        json_add_int(d, "uploaded", uploaded);
+        json_add_int(d, "failed", failed);
+        cJSON_AddItemToObject(d, "results", results);
+        return d;
+}
+
+cJSON *health_to_json(bool ok, const char *driver) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "status", ok ? "ok" : "degraded");
+        json_add_str(o, "driver", driver);
+        json_add_bool(o, "driver_reachable", ok);
+        return o;
 }

@@ -434,12 +434,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         x->last_sent = mono_ms();
                         continue;
                 }
-                _cleanup_json_ cJSON *o = cJSON_CreateObject();
-                json_add_str(o, "type", "done");
-                json_add_int(o, "exit_code", x->exit_code);
-                json_add_int(o, "duration_ms", mono_ms() - x->t0);
-                if (x->timed_out)
-                        json_add_bool(o, "timed_out", true);
+                struct exec_result res = { .exit_code = x->exit_code, .duration_ms = mono_ms() - x->t0,
+                                           .timed_out = x->timed_out };
+                _cleanup_json_ cJSON *o = exec_done_frame_to_json(&res);
                 _cleanup_free_ char *j = json_print(o);
                 strbuf_printf(&x->pending, "data: %s\n\n", j);
         }
@@ -552,18 +549,12 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                 }
         }
         finish(x);
-        cJSON *d = cJSON_CreateObject();
-        json_add_str(d, "stdout", x->out.buf.buf ? x->out.buf.buf : "");
-        json_add_str(d, "stderr", x->err.buf.buf ? x->err.buf.buf : "");
-        json_add_int(d, "exit_code", x->exit_code);
-        json_add_int(d, "duration_ms", mono_ms() - x->t0);
-        if (x->out.buf.truncated || x->err.buf.truncated) {
-                json_add_bool(d, "truncated", true);
-                json_add_bool(d, "stdout_truncated", x->out.buf.truncated);
-                json_add_bool(d, "stderr_truncated", x->err.buf.truncated);
-        }
-        if (x->timed_out)
-                json_add_bool(d, "timed_out", true);
+        struct exec_result res = {
+                .out = x->out.buf.buf ? x->out.buf.buf : "", .err = x->err.buf.buf ? x->err.buf.buf : "",
+                .exit_code = x->exit_code, .duration_ms = mono_ms() - x->t0,
+                .out_truncated = x->out.buf.truncated, .err_truncated = x->err.buf.truncated, .timed_out = x->timed_out,
+        };
+        cJSON *d = exec_result_to_json(&res);
         bool timed_out = x->timed_out;
         run_free(x);
         return respond_envelope(r, 200, timed_out ? "Command timed out and was killed" : "Exec completed", d);
@@ -901,11 +892,8 @@ enum MHD_Result runtime_post_batch(struct req *r) {
                 return MHD_YES;
         cJSON *results = cJSON_CreateArray();
         for (size_t i = 0; i < in.n_files; i++) {
-                cJSON *o = cJSON_CreateObject();
                 struct pj_batch_file *f = &in.files[i];
                 char msg[4600] = "";
-                json_add_str(o, "path", f->path);
-                json_add_int(o, "bytes", (int64_t) f->len);
                 if (in.file_errors[i])
                         snprintf(msg, sizeof(msg), "%s", in.file_errors[i]);
                 else {
@@ -926,17 +914,12 @@ enum MHD_Result runtime_post_batch(struct req *r) {
                                 run_free(x);
                         }
                 }
-                json_add_bool(o, "success", !msg[0]);
-                if (msg[0]) {
-                        json_add_str(o, "error", msg);
+                if (msg[0])
                         failed++;
-                } else
+                else
                         uploaded++;
-                cJSON_AddItemToArray(results, o);
+                cJSON_AddItemToArray(results, batch_file_to_json(f->path, f->len, msg[0] ? msg : NULL));
         }
-        cJSON *d = cJSON_CreateObject();
-        json_add_int(d, "uploaded", uploaded);
-        json_add_int(d, "failed", failed);
-        cJSON_AddItemToObject(d, "results", results);
-        return respond_envelope(r, 200, failed ? "Some files failed to upload" : "Files uploaded", d);
+        return respond_envelope(r, 200, failed ? "Some files failed to upload" : "Files uploaded",
+                                batch_summary_to_json(uploaded, failed, results));
 }
