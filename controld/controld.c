@@ -28,6 +28,20 @@ static unsigned lock_index(const char *id) {
 void ctl_sandbox_lock(struct ctl *c, const char *id) { pthread_mutex_lock(&c->sb_locks[lock_index(id)]); }
 void ctl_sandbox_unlock(struct ctl *c, const char *id) { pthread_mutex_unlock(&c->sb_locks[lock_index(id)]); }
 
+struct sandbox_lock sandbox_lock_take(struct ctl *c, const char *id) {
+        struct sandbox_lock l = { .c = c };
+        snprintf(l.id, sizeof(l.id), "%s", id);
+        ctl_sandbox_lock(c, l.id);
+        return l;
+}
+
+void sandbox_lock_release(struct sandbox_lock *l) {
+        if (!l->c)
+                return;
+        ctl_sandbox_unlock(l->c, l->id);
+        l->c = NULL;
+}
+
 void ctl_notify_status(struct ctl *c) {
         pthread_mutex_lock(&c->wait_lock);
         c->status_gen++;

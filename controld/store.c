@@ -451,11 +451,12 @@ void sandbox_clear(struct sandbox *s) {
         if (!s)
                 return;
         char **fields[] = { &s->name, &s->template_name, &s->image, &s->region_key, &s->team, &s->project_environment,
-                            &s->destroy_timeout, &s->egress_allow, &s->volume_id, &s->mount_path, &s->from_snapshot,
+                            &s->destroy_timeout, &s->volume_id, &s->mount_path, &s->from_snapshot,
                             &s->snapshot_mode, &s->snapshot_frequency, &s->destroy_reason, &s->failure_reason,
-                            &s->driver, &s->job_id, &s->alloc_id, &s->node_id, &s->container_id, &s->ip, &s->timings };
+                            &s->driver, &s->job_id, &s->alloc_id, &s->node_id, &s->container_id, &s->ip };
         for (size_t i = 0; i < ELEMENTSOF(fields); i++)
                 free(*fields[i]);
+        sb_egress_done(&s->egress);
         memset(s, 0, sizeof(*s));
 }
 
@@ -495,8 +496,8 @@ static void sandbox_from_row(sqlite3_stmt *st, struct sandbox *s) {
         s->auto_destroy = sqlite3_column_int(st, i++);
         s->destroy_timeout = col_text(st, i++);
         s->one_shot = sqlite3_column_int(st, i++);
-        s->egress_mode = sqlite3_column_int(st, i++);
-        s->egress_allow = col_text(st, i++);
+        s->egress.mode = (enum pj_egress_mode) sqlite3_column_int(st, i++);
+        sb_egress_allow_from_text(&s->egress, (const char *) sqlite3_column_text(st, i++));
         s->persistent = sqlite3_column_int(st, i++);
         s->persistent_disk_gb = sqlite3_column_int64(st, i++);
         s->volume_id = col_text(st, i++);
@@ -517,7 +518,7 @@ static void sandbox_from_row(sqlite3_stmt *st, struct sandbox *s) {
         s->node_id = col_text(st, i++);
         s->container_id = col_text(st, i++);
         s->ip = col_text(st, i++);
-        s->timings = col_text(st, i++);
+        sb_timings_from_text(&s->timings, (const char *) sqlite3_column_text(st, i++));
 }
 
 /* Binds every column in SB_COLS order starting at parameter `first`. */
@@ -538,8 +539,9 @@ static void sandbox_bind(sqlite3_stmt *st, int first, const struct sandbox *s) {
         sqlite3_bind_int(st, i++, s->auto_destroy);
         bind_text(st, i++, s->destroy_timeout);
         sqlite3_bind_int(st, i++, s->one_shot);
-        sqlite3_bind_int(st, i++, s->egress_mode);
-        bind_text(st, i++, s->egress_allow ? s->egress_allow : "[]");
+        sqlite3_bind_int(st, i++, (int) s->egress.mode);
+        _cleanup_free_ char *allow = sb_egress_allow_to_text(&s->egress);
+        bind_text(st, i++, allow);
         sqlite3_bind_int(st, i++, s->persistent);
         bind_ms(st, i++, s->persistent_disk_gb);
         bind_text(st, i++, s->volume_id);
@@ -560,7 +562,8 @@ static void sandbox_bind(sqlite3_stmt *st, int first, const struct sandbox *s) {
         bind_text(st, i++, s->node_id);
         bind_text(st, i++, s->container_id);
         bind_text(st, i++, s->ip);
-        bind_text(st, i++, s->timings);
+        _cleanup_free_ char *timings = sb_timings_to_text(&s->timings);
+        bind_text(st, i++, timings);
 }
 
 static void sandbox_bind_all(sqlite3_stmt *st, const void *obj) { sandbox_bind(st, 1, obj); }

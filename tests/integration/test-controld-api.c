@@ -630,6 +630,51 @@ TEST(http_unknown_route_wrong_method_and_body_limit) {
         }
 }
 
+/* JSON amplification: a small JSON body can cost controld many times its size in
+ * memory, so JSON routes other than exec, code and batch upload take at most
+ * max_json_body (default 256 KiB), from Content-Length and while reading a chunked
+ * body; batch upload keeps max_body. */
+TEST(http_json_routes_have_a_small_body_limit) {
+        static struct ctld c; /* static: the exit hook uses it after the test function returns */
+        struct hres r;
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "amplify", NULL, NULL);
+        char kh[256];
+        snprintf(kh, sizeof(kh), "x-brimble-key: %s", key);
+
+        /* {"name":[0,0,0,...]}: 1 MiB. */
+        size_t n = 1024 * 1024;
+        _cleanup_free_ char *big = xmalloc(n + 1);
+        memcpy(big, "{\"name\":[", 9);
+        for (size_t i = 9; i < n - 2; i += 2)
+                memcpy(big + i, "0,", 2);
+        memcpy(big + n - 3, "0]}", 3);
+        big[n] = 0;
+        http_req(&c, "POST", "/sandboxes", key, big, &r);
+        ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
+        hres_done(&r);
+        {
+                const char *h[] = { kh, "Content-Type: application/json", "Transfer-Encoding: chunked", NULL };
+                http_req_full(&c, "POST", "/sandboxes", h, big, n, &r);
+                ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
+                hres_done(&r);
+                http_req_full(&c, "POST", "/volumes", h, big, n, &r);
+                ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
+                hres_done(&r);
+        }
+        http_req(&c, "PUT", "/sandboxes/" UNKNOWN_HEX "/egress", key, big, &r);
+        ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
+        hres_done(&r);
+        ASSERT_EQ(total_count(&c, key, "/sandboxes"), 0);
+
+        /* Batch upload keeps the large limit: the same body reaches its handler (and is
+         * refused there as a bad batch, not as too large). */
+        http_req(&c, "POST", "/sandboxes/" UNKNOWN_HEX "/files/batch", key, big, &r);
+        ASSERT_EQ(r.status, 400);
+        hres_done(&r);
+}
+
 TEST(http_ids_and_query_parameters_are_checked) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
