@@ -57,6 +57,8 @@ static const char *const migrations[] = {
         "CREATE INDEX stats_samples_sb ON stats_samples(sandbox_id, ts_ms);",
         /* 2: per-store facts such as this controld's instance id */
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+        /* 3: a volume whose backend removal is under way: no sandbox may attach it meanwhile */
+        "ALTER TABLE volumes ADD COLUMN deleting INTEGER NOT NULL DEFAULT 0;",
 };
 
 static int sqlite_to_errno(int rc) {
@@ -600,6 +602,38 @@ int store_sandbox_update(struct store *s, const struct sandbox *sb) {
         return sqlite3_changes(s->db) > 0 ? 0 : -ENOENT;
 }
 
+/* After an UPDATE ... WHERE id = ? AND <condition> changed nothing (store lock held): -ENOENT
+ * when the row is missing, else `otherwise` (the condition did not hold). */
+static int why_unchanged(struct store *s, const char *table_sql, const char *id, int otherwise) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, table_sql, &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        r = sqlite3_step(st);
+        if (r == SQLITE_DONE)
+                return -ENOENT;
+        return r == SQLITE_ROW ? otherwise : sqlite_to_errno(r);
+}
+#define SANDBOX_EXISTS_SQL "SELECT 1 FROM sandboxes WHERE id = ?"
+
+int store_sandbox_update_cas(struct store *s, const struct sandbox *sb, enum sb_status expected) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "UPDATE sandboxes SET (" SB_COLS ") = (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                            "?,?,?,?,?,?,?,?) WHERE id = ? AND status = ?", &st)) < 0)
+                return r;
+        sandbox_bind(st, 1, sb);
+        bind_text(st, SB_NCOLS + 1, sb->id);
+        bind_text(st, SB_NCOLS + 2, sb_status_str(expected));
+        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
+                return r;
+        if (sqlite3_changes(s->db) > 0)
+                return 0;
+        return why_unchanged(s, SANDBOX_EXISTS_SQL, sb->id, -ESTALE);
+}
+
 int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status from, enum sb_status to) {
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -611,7 +645,9 @@ int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status fro
         bind_text(st, 3, sb_status_str(from));
         if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
                 return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : -ESTALE;
+        if (sqlite3_changes(s->db) > 0)
+                return 0;
+        return why_unchanged(s, SANDBOX_EXISTS_SQL, id, -ESTALE);
 }
 
 int store_sandbox_delete(struct store *s, const char *id) {
@@ -798,6 +834,50 @@ int store_volume_delete(struct store *s, const char *id) {
         return sqlite3_changes(s->db) > 0 ? 0 : -EBUSY;
 }
 
+/* The error for a volume row that an UPDATE guarded by "not deleting, not attached
+ * elsewhere" left alone (store lock held). */
+static int volume_unchanged(struct store *s, const char *id) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "SELECT deleting FROM volumes WHERE id = ?", &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        r = sqlite3_step(st);
+        if (r == SQLITE_DONE)
+                return -ENOENT;
+        if (r != SQLITE_ROW)
+                return sqlite_to_errno(r);
+        return sqlite3_column_int(st, 0) ? -EALREADY : -EBUSY;
+}
+
+int store_volume_begin_delete(struct store *s, const char *id, const char *owner_sandbox_id) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        /* One statement: the check and the mark cannot be split by a concurrent attach. */
+        if ((r = prepare(s, "UPDATE volumes SET deleting = 1, attached_sandbox_id = NULL, updated_at = ?"
+                            " WHERE id = ? AND deleting = 0 AND (attached_sandbox_id IS NULL OR attached_sandbox_id = ?)", &st)) < 0)
+                return r;
+        sqlite3_bind_int64(st, 1, now_ms());
+        bind_text(st, 2, id);
+        bind_text(st, 3, owner_sandbox_id);
+        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
+                return r;
+        if (sqlite3_changes(s->db) > 0)
+                return 0;
+        return volume_unchanged(s, id);
+}
+
+int store_volume_abort_delete(struct store *s, const char *id) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "UPDATE volumes SET deleting = 0 WHERE (?1 IS NULL OR id = ?1) AND deleting = 1", &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        return sqlite_to_errno(sqlite3_step(st));
+}
+
 int store_volume_list(struct store *s, const char *account_id, int64_t offset, int64_t limit, struct volume **ret,
                       size_t *ret_n, int64_t *ret_total) {
         LOCKED(s);
@@ -834,7 +914,7 @@ int store_volume_attach(struct store *s, const char *vol_id, const char *sandbox
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r;
         if ((r = prepare(s, "UPDATE volumes SET attached_sandbox_id = ?, mount_path = ?, last_attached_at = ?, updated_at = ?"
-                            " WHERE id = ? AND (attached_sandbox_id IS NULL OR attached_sandbox_id = ?1)", &st)) < 0)
+                            " WHERE id = ? AND deleting = 0 AND (attached_sandbox_id IS NULL OR attached_sandbox_id = ?1)", &st)) < 0)
                 return r;
         bind_text(st, 1, sandbox_id);
         bind_text(st, 2, mount_path);
@@ -843,7 +923,10 @@ int store_volume_attach(struct store *s, const char *vol_id, const char *sandbox
         bind_text(st, 5, vol_id);
         if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
                 return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : -EBUSY;
+        if (sqlite3_changes(s->db) > 0)
+                return 0;
+        r = volume_unchanged(s, vol_id);
+        return r == -EALREADY ? -ENOENT : r;   /* a volume being deleted is as good as gone */
 }
 
 int store_volume_detach_sandbox(struct store *s, const char *sandbox_id, int64_t now) {
