@@ -281,9 +281,16 @@ char *metrics_render(struct ctl *c);
 /* ---- admin CLI (admin.c) ---- */
 int admin_main(int argc, char **argv);
 
-/* ---- reaper / background (reaper.c) ---- */
+/* ---- reaper / background (background.c) ---- */
+/* Heals what a crash left (transient statuses, interrupted volume deletes) synchronously, then
+ * starts the periodic thread: call before serving requests. */
 int background_start(struct ctl *c);
 void background_stop(struct ctl *c);
+/* One reaper decision for sandbox id at time now (ms), made afresh under the sandbox lock from
+ * the record as it is (never from a list read earlier): removes the workload, then moves the
+ * record to destroyed by compare-and-set from the status it decided on. Returns 1 destroyed,
+ * 0 nothing to reap or a concurrent pause/resume won, -errno on failure (nothing recorded). */
+int background_reap_one(struct ctl *c, const char *id, int64_t now);
 
 int ctl_open(struct ctl *c, const char *conf_path, bool with_driver);
 void ctl_close(struct ctl *c);
