@@ -402,11 +402,24 @@ static enum MHD_Result delete_volume(struct req *r, const char *id) {
                 volume_clear(&v);
                 return respond_error(r, 400, "Volume is attached; detach it before deleting");
         }
+        /* Detach-and-mark in the database first, so no create can attach the volume while its
+         * backend volume is being removed. */
+        int k = store_volume_begin_delete(r->c->store, id, NULL);
+        if (k < 0) {
+                volume_clear(&v);
+                if (k == -EBUSY)
+                        return respond_error(r, 400, "Volume is attached; detach it before deleting");
+                if (k == -EALREADY)
+                        return respond_error(r, 409, "Volume is already being deleted");
+                return k == -ENOENT ? respond_error(r, 404, "Volume not found")
+                                    : respond_error(r, 500, "Failed to delete the volume record");
+        }
         if (r->c->drv->volume_remove(r->c->drv, v.handle, derr, sizeof(derr)) < 0) {
+                store_volume_abort_delete(r->c->store, id);
                 volume_clear(&v);
                 return respond_error(r, 503, "Volume deletion failed: %s", derr);
         }
-        int k = store_volume_delete(r->c->store, id);
+        k = store_volume_delete(r->c->store, id);
         volume_clear(&v);
         if (k == -EBUSY)
                 return respond_error(r, 400, "Volume is attached; detach it before deleting");

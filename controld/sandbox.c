@@ -131,6 +131,7 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
         }
         r = c->drv->volume_create(c->drv, v.handle, derr, sizeof(derr));
         if (r < 0) {
+                (void) store_volume_begin_delete(c->store, v.id, sandbox_id);  /* the row is attached to us */
                 store_volume_delete(c->store, v.id);
                 volume_clear(&v);
                 return API_ERR(err, 503, "Sandbox provisioning failed: %s", derr);
@@ -145,10 +146,14 @@ static void drop_implicit_volume(struct ctl *c, const char *vol_id) {
         char derr[256];
         if (store_volume_get(c->store, vol_id, &v) < 0)
                 return;
-        (void) c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr));
-        v.attached_sandbox_id = (free(v.attached_sandbox_id), NULL);
-        store_volume_update(c->store, &v);
-        store_volume_delete(c->store, vol_id);
+        /* Detach-and-mark before the backend volume goes: nobody may attach it in between. A
+         * backend failure keeps the (detached) row, so the user sees the volume and can delete it. */
+        if (store_volume_begin_delete(c->store, vol_id, v.attached_sandbox_id) == 0) {
+                if (c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr)) == 0)
+                        store_volume_delete(c->store, vol_id);
+                else
+                        store_volume_abort_delete(c->store, vol_id);
+        }
         volume_clear(&v);
 }
 
