@@ -12,17 +12,6 @@
 #include "ctltest.h"
 #include "testlib.h"
 
-static void need_docker(void) {
-        if (!test_have_docker())
-                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
-}
-
-static char *container_name(const char *id) {
-        static char buf[64];
-        snprintf(buf, sizeof(buf), "paddock-%s", id);
-        return buf;
-}
-
 TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
         struct ctld c;
         struct hres r;

@@ -128,48 +128,39 @@ TEST(stale_ready_but_paused_meanwhile_is_not_destroyed) {
         store_close(c.store);
 }
 
-static void user_pauses(struct ctl *c, const char *id) {
-        /* What sandbox_pause does: a CAS without the sandbox lock. */
-        ASSERT_OK(store_sandbox_cas_status(c->store, id, SB_READY, SB_PAUSING));
+/* A user request landing while the reaper removes the workload: what sandbox_pause and
+ * sandbox_resume do, a CAS without the sandbox lock. */
+static enum sb_status user_from, user_to;
+static void user_moves(struct ctl *c, const char *id) {
+        ASSERT_OK(store_sandbox_cas_status(c->store, id, user_from, user_to));
 }
 
-/* The user's pause lands while the reaper removes the workload: the reaper's destroy must
- * lose its compare-and-set and leave the record to the pause. */
-TEST(pause_landing_mid_reap_wins) {
+/* The reaper goes for a sandbox in status `from` while the user moves it to `to`: the
+ * reaper's destroy must lose its compare-and-set and leave the record to the user. */
+static void user_move_mid_reap_wins(enum sb_status from, enum sb_status to) {
         struct ctl c;
         struct config cfg;
         char id[25];
         setup(&c, &cfg);
-        add_sandbox(&c, SB_READY, 1000, id);
-        fake.running = 0;                       /* looks dead to the reaper */
-        fake.during_remove = user_pauses;
+        cfg.paused_max_s = 0;                  /* every paused sandbox is paused too long */
+        add_sandbox(&c, from, 1000, id);
+        fake.running = 0;                      /* a ready one looks dead to the reaper */
+        user_from = from;
+        user_to = to;
+        fake.during_remove = user_moves;
         ASSERT_EQ(background_reap_one(&c, id, now_ms()), 0);
         ASSERT_EQ(fake.removes, 1);
         struct sandbox sb = { 0 };
         load(&c, id, &sb);
-        ASSERT_EQ(sb.status, SB_PAUSING);
+        ASSERT_EQ(sb.status, to);
         ASSERT_EQ(sb.destroyed_at, 0);
         ASSERT_NULL(sb.destroy_reason);
         sandbox_clear(&sb);
         store_close(c.store);
 }
 
-static void user_resumes(struct ctl *c, const char *id) {
-        ASSERT_OK(store_sandbox_cas_status(c->store, id, SB_PAUSED, SB_RESUMING));
-}
-
-TEST(resume_landing_mid_reap_of_paused_too_long_wins) {
-        struct ctl c;
-        struct config cfg;
-        char id[25];
-        setup(&c, &cfg);
-        cfg.paused_max_s = 0;                  /* every paused sandbox is paused too long */
-        add_sandbox(&c, SB_PAUSED, 1000, id);
-        fake.during_remove = user_resumes;
-        ASSERT_EQ(background_reap_one(&c, id, now_ms()), 0);
-        ASSERT_EQ(status_of(&c, id), SB_RESUMING);
-        store_close(c.store);
-}
+TEST(pause_landing_mid_reap_wins) { user_move_mid_reap_wins(SB_READY, SB_PAUSING); }
+TEST(resume_landing_mid_reap_of_paused_too_long_wins) { user_move_mid_reap_wins(SB_PAUSED, SB_RESUMING); }
 
 /* The list said 'paused' long ago; the user resumed it since: it is ready and running now. */
 TEST(stale_paused_too_long_but_resumed_is_not_destroyed) {

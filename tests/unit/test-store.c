@@ -141,6 +141,16 @@ static char *attached_to(struct store *s, const char *vol_id) {
         return r;
 }
 
+/* One account with two sandboxes and one detached volume. */
+struct vol_fixture { struct store *s; char acc[25], sb1[25], sb2[25], vol[25]; };
+static void vol_fixture_open(struct vol_fixture *f, const char *name) {
+        f->s = open_store(name);
+        new_account(f->s, "alice", f->acc);
+        insert_sandbox(f->s, f->acc, "one", 1, f->sb1);
+        insert_sandbox(f->s, f->acc, "two", 2, f->sb2);
+        insert_volume(f->s, f->acc, "data", f->vol);
+}
+
 /* ---- open, schema, migrations ---- */
 
 TEST(open_creates_current_schema_and_reopens) {
@@ -752,12 +762,10 @@ TEST(volume_insert_get_update_list_cap) {
 }
 
 TEST(volume_attach_detach_delete) {
-        struct store *s = open_store("attach");
-        char acc[25], sb1[25], sb2[25], vol[25];
-        new_account(s, "alice", acc);
-        insert_sandbox(s, acc, "one", 1, sb1);
-        insert_sandbox(s, acc, "two", 2, sb2);
-        insert_volume(s, acc, "data", vol);
+        struct vol_fixture f;
+        vol_fixture_open(&f, "attach");
+        struct store *s = f.s;
+        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
 
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 500));
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 501));     /* same sandbox again: fine */
@@ -787,12 +795,10 @@ TEST(volume_attach_detach_delete) {
 /* The volume delete race: a delete must be decided and marked in the database before the
  * backend volume goes, so that no create can attach a volume whose data is being removed. */
 TEST(volume_begin_delete_refuses_attached_and_blocks_attach) {
-        struct store *s = open_store("vdel");
-        char acc[25], sb1[25], sb2[25], vol[25];
-        new_account(s, "alice", acc);
-        insert_sandbox(s, acc, "one", 1, sb1);
-        insert_sandbox(s, acc, "two", 2, sb2);
-        insert_volume(s, acc, "data", vol);
+        struct vol_fixture f;
+        vol_fixture_open(&f, "vdel");
+        struct store *s = f.s;
+        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
 
         /* Attached: refused, nothing marked. */
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 10));
@@ -822,13 +828,12 @@ TEST(volume_begin_delete_refuses_attached_and_blocks_attach) {
 }
 
 TEST(volume_begin_delete_by_its_own_sandbox_detaches_and_marks) {
-        struct store *s = open_store("vown");
-        char acc[25], sb1[25], sb2[25], vol[25], v2[25];
-        new_account(s, "alice", acc);
-        insert_sandbox(s, acc, "one", 1, sb1);
-        insert_sandbox(s, acc, "two", 2, sb2);
-        insert_volume(s, acc, "implicit", vol);
-        insert_volume(s, acc, "other", v2);
+        struct vol_fixture f;
+        vol_fixture_open(&f, "vown");
+        struct store *s = f.s;
+        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
+        char v2[25];
+        insert_volume(s, f.acc, "other", v2);
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 10));
         ASSERT_OK(store_volume_begin_delete(s, vol, sb1));   /* a failed create drops its own volume */
         _cleanup_free_ char *att = attached_to(s, vol);
