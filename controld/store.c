@@ -587,51 +587,43 @@ int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret) {
         return get_one(s, "SELECT " SB_COLS " FROM sandboxes WHERE id = ?", id, sandbox_row, ret);
 }
 
-int store_sandbox_update(struct store *s, const struct sandbox *sb) {
-        LOCKED(s);
+/* After an UPDATE ... WHERE id = ? AND status = ? changed nothing (store lock held): -ENOENT
+ * when the sandbox is missing, else -ESTALE (its status was not the expected one). */
+static int sandbox_unchanged(struct store *s, const char *id) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r;
-        /* Rewrites every column; the id binds twice (SET id = ? is harmless). */
-        if ((r = prepare(s, "UPDATE sandboxes SET (" SB_COLS ") = (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                            "?,?,?,?,?,?,?,?) WHERE id = ?", &st)) < 0)
-                return r;
-        sandbox_bind(st, 1, sb);
-        bind_text(st, SB_NCOLS + 1, sb->id);
-        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : -ENOENT;
-}
-
-/* After an UPDATE ... WHERE id = ? AND <condition> changed nothing (store lock held): -ENOENT
- * when the row is missing, else `otherwise` (the condition did not hold). */
-static int why_unchanged(struct store *s, const char *table_sql, const char *id, int otherwise) {
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, table_sql, &st)) < 0)
+        if ((r = prepare(s, "SELECT 1 FROM sandboxes WHERE id = ?", &st)) < 0)
                 return r;
         bind_text(st, 1, id);
         r = sqlite3_step(st);
         if (r == SQLITE_DONE)
                 return -ENOENT;
-        return r == SQLITE_ROW ? otherwise : sqlite_to_errno(r);
+        return r == SQLITE_ROW ? -ESTALE : sqlite_to_errno(r);
 }
-#define SANDBOX_EXISTS_SQL "SELECT 1 FROM sandboxes WHERE id = ?"
 
-int store_sandbox_update_cas(struct store *s, const struct sandbox *sb, enum sb_status expected) {
+/* Rewrites every column (the id binds twice: SET id = ? is harmless) while the stored status
+ * is `expected` (< 0: whatever it is). */
+static int sandbox_update_if(struct store *s, const struct sandbox *sb, int expected) {
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r;
         if ((r = prepare(s, "UPDATE sandboxes SET (" SB_COLS ") = (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                            "?,?,?,?,?,?,?,?) WHERE id = ? AND status = ?", &st)) < 0)
+                            "?,?,?,?,?,?,?,?) WHERE id = ? AND (?40 IS NULL OR status = ?40)", &st)) < 0)
                 return r;
         sandbox_bind(st, 1, sb);
         bind_text(st, SB_NCOLS + 1, sb->id);
-        bind_text(st, SB_NCOLS + 2, sb_status_str(expected));
+        bind_text(st, SB_NCOLS + 2, expected >= 0 ? sb_status_str((enum sb_status) expected) : NULL);
         if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
                 return r;
-        if (sqlite3_changes(s->db) > 0)
-                return 0;
-        return why_unchanged(s, SANDBOX_EXISTS_SQL, sb->id, -ESTALE);
+        return sqlite3_changes(s->db) > 0 ? 0 : sandbox_unchanged(s, sb->id);
+}
+
+int store_sandbox_update(struct store *s, const struct sandbox *sb) {
+        return sandbox_update_if(s, sb, -1);
+}
+
+int store_sandbox_update_cas(struct store *s, const struct sandbox *sb, enum sb_status expected) {
+        return sandbox_update_if(s, sb, (int) expected);
 }
 
 int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status from, enum sb_status to) {
@@ -645,9 +637,7 @@ int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status fro
         bind_text(st, 3, sb_status_str(from));
         if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
                 return r;
-        if (sqlite3_changes(s->db) > 0)
-                return 0;
-        return why_unchanged(s, SANDBOX_EXISTS_SQL, id, -ESTALE);
+        return sqlite3_changes(s->db) > 0 ? 0 : sandbox_unchanged(s, id);
 }
 
 int store_sandbox_delete(struct store *s, const char *id) {
