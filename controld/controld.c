@@ -215,12 +215,13 @@ int controld_main(int argc, char **argv) {
                 if (lvl >= 0)
                         log_set_max_level(lvl);
         }
+        background_start(&c);   /* heals crash leftovers first, so before serving */
         r = http_start(&c, &http);
         if (r < 0) {
+                background_stop(&c);
                 ctl_close(&c);
                 return 1;
         }
-        background_start(&c);
         log_info("controld ready on %s:%d (driver %s, store %s)", c.cfg->listen_addr, http_port(http), c.drv->name,
                  c.cfg->db_path);
         sd_notify(0, "READY=1\nSTATUS=serving");

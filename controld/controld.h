@@ -173,8 +173,14 @@ int store_sandbox_insert_capped(struct store *s, const struct sandbox *sb, int64
 int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret);
 /* Full-row update of the mutable columns. */
 int store_sandbox_update(struct store *s, const struct sandbox *sb);
-/* Compare-and-set status: -ESTALE when the current status is not `from`. */
+/* Compare-and-set status: -ESTALE when the current status is not `from`, -ENOENT when there
+ * is no such sandbox. */
 int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status from, enum sb_status to);
+/* Full-row update (as store_sandbox_update) only while the stored status is still `expected`:
+ * -ESTALE when it is not (someone else moved the sandbox meanwhile; nothing written),
+ * -ENOENT when there is no such sandbox. Every state change should go through this or
+ * store_sandbox_cas_status, never a blind update. */
+int store_sandbox_update_cas(struct store *s, const struct sandbox *sb, enum sb_status expected);
 int store_sandbox_touch(struct store *s, const char *id, int64_t now);
 /* Only for a create refused before any side effect (a 4xx found after the insert). */
 int store_sandbox_delete(struct store *s, const char *id);
@@ -189,11 +195,22 @@ int store_sandbox_count_by_status(struct store *s, int64_t counts[_SB_STATUS_MAX
 int store_volume_insert_capped(struct store *s, const struct volume *v, int64_t max_volumes);
 int store_volume_get(struct store *s, const char *id, struct volume *ret);
 int store_volume_update(struct store *s, const struct volume *v);
+/* Deletes the row of a detached volume: -EBUSY when attached. */
 int store_volume_delete(struct store *s, const char *id);
+/* Step one of deleting a volume, BEFORE its backend volume is removed: in one statement, check
+ * that it is detached (or attached to owner_sandbox_id, NULL = to none) and not already being
+ * deleted, then detach it and mark it deleting, so that no sandbox can attach it any more.
+ * -ENOENT no such volume, -EBUSY attached to a(nother) sandbox, -EALREADY already being deleted.
+ * Then remove the backend volume and store_volume_delete(), or store_volume_abort_delete()
+ * when the removal failed. */
+int store_volume_begin_delete(struct store *s, const char *id, const char *owner_sandbox_id);
+/* Clears the deleting mark (id NULL: of every volume, for a restart after a crash mid-delete). */
+int store_volume_abort_delete(struct store *s, const char *id);
 int store_volume_list(struct store *s, const char *account_id, int64_t offset, int64_t limit,
                       struct volume **ret, size_t *ret_n, int64_t *ret_total);
 void volume_array_free(struct volume *a, size_t n);
-/* Attach if detached: -EBUSY when attached to another sandbox. */
+/* Attach if detached: -EBUSY when attached to another sandbox, -ENOENT when there is no such
+ * volume or it is being deleted. */
 int store_volume_attach(struct store *s, const char *vol_id, const char *sandbox_id, const char *mount_path, int64_t now);
 int store_volume_detach_sandbox(struct store *s, const char *sandbox_id, int64_t now);
 
@@ -353,8 +370,15 @@ char *metrics_render(struct ctl *c);
 int admin_main(int argc, char **argv);
 
 /* ---- reapers and background work (background.c) ---- */
+/* Heals what a crash left (transient statuses, interrupted volume deletes) synchronously, then
+ * starts the periodic thread: call before serving requests. */
 int background_start(struct ctl *c);
 void background_stop(struct ctl *c);
+/* One reaper decision for sandbox id at time now (ms), made afresh under the sandbox lock from
+ * the record as it is (never from a list read earlier): removes the workload, then moves the
+ * record to destroyed by compare-and-set from the status it decided on. Returns 1 destroyed,
+ * 0 nothing to reap or a concurrent pause/resume won, -errno on failure (nothing recorded). */
+int background_reap_one(struct ctl *c, const char *id, int64_t now);
 
 /* ---- the daemon (controld.c) ---- */
 int ctl_open(struct ctl *c, const char *conf_path, bool with_driver);

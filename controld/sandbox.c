@@ -110,6 +110,7 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
                 return API_ERR(err, -EIO, "Failed to record the volume");
         r = c->drv->volume_create(c->drv, v.handle, derr, sizeof(derr));
         if (r < 0) {
+                (void) store_volume_begin_delete(c->store, v.id, sandbox_id);  /* the row is attached to us */
                 (void) store_volume_delete(c->store, v.id);
                 return API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", derr);
         }
@@ -122,10 +123,14 @@ static void drop_implicit_volume(struct ctl *c, const char *vol_id) {
         char derr[256];
         if (store_volume_get(c->store, vol_id, &v) < 0)
                 return;
-        (void) c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr));
-        v.attached_sandbox_id = (free(v.attached_sandbox_id), NULL);
-        (void) store_volume_update(c->store, &v);
-        (void) store_volume_delete(c->store, vol_id);
+        /* Detach-and-mark before the backend volume goes: nobody may attach it in between. A
+         * backend failure keeps the (detached) row, so the user sees the volume and can delete it. */
+        if (store_volume_begin_delete(c->store, vol_id, v.attached_sandbox_id) == 0) {
+                if (c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr)) == 0)
+                        (void) store_volume_delete(c->store, vol_id);
+                else
+                        (void) store_volume_abort_delete(c->store, vol_id);
+        }
 }
 
 /* A create that fails with one of these went wrong after it was accepted: the record

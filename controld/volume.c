@@ -80,8 +80,21 @@ int volume_delete(struct ctl *c, const struct account *acc, const char *id, stru
                 return k;
         if (v.attached_sandbox_id)
                 return API_ERR(err, -EBUSY, "Volume is attached; detach it before deleting");
-        if (c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr)) < 0)
+        /* Detach-and-mark in the database first, so no create can attach the volume while its
+         * backend volume is being removed. */
+        k = store_volume_begin_delete(c->store, id, NULL);
+        if (k == -EBUSY)
+                return API_ERR(err, -EBUSY, "Volume is attached; detach it before deleting");
+        if (k == -EALREADY)
+                return API_ERR(err, -ESTALE, "Volume is already being deleted");
+        if (k == -ENOENT)
+                return API_ERR(err, -ENOENT, "Volume not found");
+        if (k < 0)
+                return API_ERR(err, -EIO, "Failed to delete the volume record");
+        if (c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr)) < 0) {
+                (void) store_volume_abort_delete(c->store, id);
                 return API_ERR(err, -EHOSTUNREACH, "Volume deletion failed: %s", derr);
+        }
         k = store_volume_delete(c->store, id);
         if (k == -EBUSY)
                 return API_ERR(err, -EBUSY, "Volume is attached; detach it before deleting");
