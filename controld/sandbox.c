@@ -291,7 +291,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb_timings_set(&sb.timings, SB_PHASE_PLACE, mono_ms() - t2);
         sb_timings_set(&sb.timings, SB_PHASE_TOTAL, mono_ms() - t0);
         sb.status = SB_READY;
-        r = store_sandbox_update(c->store, &sb);
+        r = store_sandbox_update_cas(c->store, &sb, SB_STARTING);
         if (r < 0) {
                 /* The container runs but the record can't say so: unwind rather than leak it. */
                 char e2[256];
@@ -327,7 +327,7 @@ fail:
         replace_str(&sb.failure_reason, reason);
         replace_str(&sb.destroy_reason, "failed");
         sb.destroyed_at = now_ms();
-        (void) store_sandbox_update(c->store, &sb);  /* if this fails too, the stuck-starting reaper heals it */
+        (void) store_sandbox_update_cas(c->store, &sb, SB_STARTING);  /* if this fails too, the stuck-starting reaper heals it */
         sandbox_lock_release(&lock);
         log_error("sandbox provisioning failed: %s", reason);
         ctl_notify_status(c);
@@ -356,11 +356,12 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                         return API_ERR(err, -EHOSTUNREACH, "Could not destroy the sandbox right now: %s. Retry the request.", derr);
                 }
                 (void) store_volume_detach_sandbox(c->store, id, now_ms());
+                enum sb_status was = sb.status;
                 sb.status = SB_DESTROYED;
                 sb.destroyed_at = now_ms();
                 if (!sb.destroy_reason || strcmp(sb.destroy_reason, "failed") != 0)
                         replace_str(&sb.destroy_reason, reason);
-                r = store_sandbox_update(c->store, &sb);
+                r = store_sandbox_update_cas(c->store, &sb, was);
         }
         log_ctx_set("SANDBOX_ID", id);
         log_info("sandbox destroyed reason=%s", reason);
@@ -386,7 +387,7 @@ static void pause_locked(struct ctl *c, const char *id) {
                 replace_str(&sb.ip, NULL);
                 log_info("sandbox paused");
         }
-        if (store_sandbox_update(c->store, &sb) < 0)
+        if (store_sandbox_update_cas(c->store, &sb, SB_PAUSING) < 0)
                 log_error("failed to record the pause outcome");
 }
 
@@ -421,7 +422,7 @@ static void resume_locked(struct ctl *c, const char *id) {
                 sb_timings_set(&sb.timings, SB_PHASE_RESUME, mono_ms() - t0);
                 log_info("sandbox resumed in %lldms", (long long) (mono_ms() - t0));
         }
-        if (store_sandbox_update(c->store, &sb) < 0)
+        if (store_sandbox_update_cas(c->store, &sb, SB_RESUMING) < 0)
                 log_error("failed to record the resume outcome");
 }
 
