@@ -543,7 +543,10 @@ int agent_run(const struct agent_config *cfg) {
                 amqp_bytes_t q = amqp_empty_bytes;
                 amqp_connection_state_t conn = connect_broker(cfg, &u, &q);
                 if (!conn) {
-                        usleep((useconds_t) backoff_ms * 1000);
+                        /* In slices, so that a stop or a dead child is noticed within 100 ms. */
+                        for (int slept = 0; slept < backoff_ms && !stop_requested && privsep_healthy(NULL, 0);
+                             slept += 100)
+                                usleep(100 * 1000);
                         backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;
                         continue;
                 }
