@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <amqp.h>
@@ -622,4 +623,52 @@ TEST(allowlist_expansion_is_bounded_and_fails_closed) {
         ASSERT_CONTAINS(dump, "169.254.77.10");
         ASSERT_FALSE(strstr(dump, "169.254.77.99"));
         ASSERT_FALSE(strstr(dump, "10.9.0."));
+}
+
+/* systemd's watchdog is fed on a timer: a queue that never goes idle must not starve it
+ * (the agent used to ping only after a second without messages). */
+TEST_FULL(watchdog_is_fed_while_busy, 60) {
+        struct client c = { 0 };
+        char npath[300];
+        need_rabbit();
+        write_conf(NULL);
+        snprintf(npath, sizeof(npath), "%s/wd-notify.sock", test_tmpdir());
+        int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        struct sockaddr_un na = { .sun_family = AF_UNIX };
+        snprintf(na.sun_path, sizeof(na.sun_path), "%s", npath);
+        ASSERT_EQ(bind(nfd, (struct sockaddr *) &na, sizeof(na)), 0);
+        setenv("NOTIFY_SOCKET", npath, 1);
+        setenv("WATCHDOG_USEC", "1000000", 1);     /* fed every 0.5 s */
+        start_agent();
+        unsetenv("NOTIFY_SOCKET");
+        unsetenv("WATCHDOG_USEC");
+        client_open(&c);
+        wait_agent_ready(&c);
+
+        char buf[256];
+        while (recv(nfd, buf, sizeof(buf), 0) > 0)
+                ;       /* what came before the flood */
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int sent = 0;
+        do {
+                char corr[32];
+                _cleanup_free_ char *r = NULL;
+                snprintf(corr, sizeof(corr), "busy-%d", sent++);
+                ASSERT_EQ(publish(&c, node_id, "{\"type\":\"ping\"}", corr, &r), 0);
+                ASSERT_CONTAINS(r, "\"ok\":true");
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+        } while (t1.tv_sec - t0.tv_sec < 3);
+        int pings = 0;
+        ssize_t n;
+        while ((n = recv(nfd, buf, sizeof(buf) - 1, 0)) > 0) {
+                buf[n] = 0;
+                if (strstr(buf, "WATCHDOG=1"))
+                        pings++;
+        }
+        close(nfd);
+        /* About six in three seconds; the old idle-only feeding sent none. */
+        if (pings < 4)
+                test_fail(__FILE__, __LINE__, "%d watchdog pings during %d back-to-back requests in 3 s", pings, sent);
+        client_close(&c);
 }
