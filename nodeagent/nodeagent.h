@@ -115,6 +115,9 @@ int privsep_call(enum ps_child kind, void *req, size_t len, struct ps_result *re
 int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret);
 /* false (why filled) when a started child has died or broke the protocol. */
 bool privsep_healthy(char *why, size_t whylen);
+/* true once a child has been found dead or broken (by privsep_healthy or a call).
+ * Never blocks: for the watchdog thread while a call is in progress. */
+bool privsep_failed(void);
 /* pid of a running child, or 0. */
 pid_t privsep_child_pid(enum ps_child kind);
 /* Closes the sockets, stops and reaps the children. */

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,8 @@ static const char *const child_names[PS_CHILD_MAX] = {
 };
 
 static pthread_mutex_t ps_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Any child marked failed; read without ps_lock, which a call holds while it waits. */
+static atomic_bool any_failed;
 static struct {
         pid_t pid;
         int fd;                 /* parent's end; -1 = none */
@@ -340,6 +343,7 @@ static void mark_failed(enum ps_child kind, const char *fmt, ...) {
         vsnprintf(children[kind].why, sizeof(children[kind].why), fmt, ap);
         va_end(ap);
         children[kind].failed = true;
+        atomic_store(&any_failed, true);
 }
 
 /* Waits for one message from the child into ret; 0 or -errno (-ETIMEDOUT, -EPIPE, -EBADMSG). */
@@ -511,6 +515,10 @@ bool privsep_healthy(char *why, size_t whylen) {
         return ok;
 }
 
+bool privsep_failed(void) {
+        return atomic_load(&any_failed);
+}
+
 pid_t privsep_child_pid(enum ps_child kind) {
         return kind < PS_CHILD_MAX ? children[kind].pid : 0;
 }
@@ -533,5 +541,6 @@ void privsep_stop(void) {
                 }
                 children[i] = (typeof(children[i])) { .fd = -1 };
         }
+        atomic_store(&any_failed, false);
         pthread_mutex_unlock(&ps_lock);
 }
