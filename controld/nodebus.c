@@ -30,11 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <amqp.h>
-#include <amqp_tcp_socket.h>
-
-#include "nodebus.h"
 #include "amqp.h"
+#include "nodebus.h"
 #include "cleanup.h"
 #include "json.h"
 #include "log.h"
