@@ -320,7 +320,9 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
                 if (n == 0)
                         break;  /* the parent is gone */
                 if ((size_t) n > PS_RECV_MAX) {
-                        result_init(&res, PS_RESULT, 0);
+                        struct ps_hdr h;
+                        memcpy(&h, buf, sizeof(h));     /* the start of it did arrive */
+                        result_init(&res, PS_RESULT, h.seq);
                         refuse(&res, "a %zd byte message is larger than any request", n);
                 } else
                         privsep_child_handle(kind, buf, (size_t) n, &res);
