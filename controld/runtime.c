@@ -234,9 +234,8 @@ static void run_free(struct run *x) {
 
 static void append_frame(struct run *x, const char *type, const char *data, size_t len) {
         _cleanup_json_ cJSON *o = cJSON_CreateObject();
-        _cleanup_free_ char *s = xstrndup(data, len);
         json_add_str(o, "type", type);
-        json_add_str(o, "data", s);
+        json_add_strn(o, "data", data, len);  /* every byte, NUL as \u0000 */
         _cleanup_free_ char *j = json_print(o);
         strbuf_append(&x->pending, "data: ", 6);
         strbuf_append(&x->pending, j, strlen(j));
@@ -552,8 +551,8 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
         }
         finish(x);
         cJSON *d = cJSON_CreateObject();
-        json_add_str(d, "stdout", x->out.buf.buf ? x->out.buf.buf : "");
-        json_add_str(d, "stderr", x->err.buf.buf ? x->err.buf.buf : "");
+        json_add_strn(d, "stdout", x->out.buf.buf, x->out.buf.len);  /* every byte, NUL as \u0000 */
+        json_add_strn(d, "stderr", x->err.buf.buf, x->err.buf.len);
         json_add_int(d, "exit_code", x->exit_code);
         json_add_int(d, "duration_ms", mono_ms() - x->t0);
         if (x->out.buf.truncated || x->err.buf.truncated) {
