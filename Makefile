@@ -6,6 +6,7 @@
 #   make bench                benchmarks (ratios against a baseline run side by side)
 #   make fuzz [FUZZ_SECONDS=600]   every libFuzzer target in tests/fuzz/ (default 60 s each);
 #                             make check runs each for 20 s (build/tests/integration/test-fuzz)
+#   make soak [SOAK_SECONDS=180]   bounded load test against a local controld (tests/soak/)
 #   make install PREFIX=/usr DESTDIR=...
 
 PREFIX  ?= /usr/local
@@ -55,7 +56,7 @@ INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(IN
 FAKE_BINS  := $(patsubst tests/fakes/%.c,$(BUILD)/tests/fakes/%,$(FAKES_SRC))
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
 
-.PHONY: all check tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link
+.PHONY: all check tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link soak
 all: $(BUILD)/controld $(BUILD)/nodeagent
 
 $(BUILD)/obj/%.o: %.c
@@ -82,7 +83,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIBS) $(LDLIBS)
 
-tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz
+tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak
 
 # ---- fuzzing: libFuzzer targets, built with clang into build/fuzz whatever BUILD is ----
 FUZZ_SRC     := $(wildcard tests/fuzz/fuzz-*.c)
@@ -105,6 +106,12 @@ $(FUZZ_BUILD)/fuzz-%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz-%.o $(FUZZ_BUILD)/lib/li
 
 fuzz:
 	tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+# ---- soak: not part of check (minutes, one controld, real sandboxes) ----
+SOAK_SECONDS ?= 180
+soak: deps
+	$(MAKE) tests
+	PADDOCK_BUILD=$(BUILD) SOAK_SECONDS=$(SOAK_SECONDS) tests/soak/run.sh
 
 # The README's test command. Installs and starts what the tests need, runs all, stops it.
 check: deps
