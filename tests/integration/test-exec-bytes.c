@@ -36,7 +36,7 @@ TEST_FULL(exec_output_keeps_nul_bytes, 180) {
         char id[25], path[128];
         need_docker();
         ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = strdup(ctld_account_key(&c, "bytes", NULL, NULL));
+        _cleanup_free_ char *key = ctld_account_key(&c, "bytes", NULL, NULL);
         ctld_create(&c, key, NULL, id);
         snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
 

@@ -286,7 +286,7 @@ TEST_FULL(metrics_page_has_no_per_tenant_data, 180) {
         char acct[25], id[25], path[128];
         need_docker();
         ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = strdup(ctld_account_key(&c, "tenant-zebra-name", NULL, acct));
+        _cleanup_free_ char *key = ctld_account_key(&c, "tenant-zebra-name", NULL, acct);
 
         http_req(&c, "POST", "/volumes", key, "{\"name\":\"vol-tenant-zebra\",\"sizeGB\":10,\"region\":\"6a06df21cc6bef51342e199e\"}", &r);
         if (r.status != 201)

@@ -516,7 +516,8 @@ TEST_FULL(soak, 1200) {
                 snprintf(name, sizeof(name), "soak-%d", i);
                 cl[i].n = i;
                 cl[i].seed = (unsigned) i * 7919u + 1;
-                snprintf(cl[i].key, sizeof(cl[i].key), "%s", ctld_account_key(&ctl, name, "soak", NULL));
+                _cleanup_free_ char *k = ctld_account_key(&ctl, name, "soak", NULL);
+                snprintf(cl[i].key, sizeof(cl[i].key), "%s", k);
                 if (i % 2 == 0) {  /* half the clients also cycle a persistent volume */
                         char body[256];
                         snprintf(body, sizeof(body), "{\"name\":\"soak-vol-%d\",\"sizeGB\":10,\"region\":\"6a06df21cc6bef51342e199e\"}", i);
@@ -530,7 +531,8 @@ TEST_FULL(soak, 1200) {
                 }
         }
         struct dropper dr = { 0 };
-        snprintf(dr.key, sizeof(dr.key), "%s", ctld_account_key(&ctl, "soak-dropper", "soak", NULL));
+        _cleanup_free_ char *dk = ctld_account_key(&ctl, "soak-dropper", "soak", NULL);
+        snprintf(dr.key, sizeof(dr.key), "%s", dk);
         ctld_create(&ctl, dr.key, NULL, dr.id);
         remember_sandbox(dr.id);
 
