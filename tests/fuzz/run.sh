@@ -13,7 +13,8 @@
 # A crash leaves its input in build/fuzz/crashes/<name>-crash-*: copy it to
 # tests/fuzz/regressions/<name>/ once the bug is fixed (or reported).
 # Prints one line per target and ends with "N passed, N failed"; exit 1 on any failure.
-# Environment: FUZZ_TARGETS (glob on target names, e.g. 'json'), FUZZ_RSS_MB (2048).
+# Environment: FUZZ_TARGETS (glob on target names, e.g. 'json'), FUZZ_RSS_MB (2048),
+# FUZZ_OPEN=1 (also replay tests/fuzz/regressions/open/: reported bugs not fixed yet).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 [[ -d $ROOT/tests/fuzz ]] || ROOT=@ROOT@
@@ -61,13 +62,16 @@ for src in tests/fuzz/fuzz-*.c; do
 
         regs=()
         [[ -d tests/fuzz/regressions/$name ]] && mapfile -t regs < <(find "tests/fuzz/regressions/$name" -type f | LC_ALL=C sort)
+        # Reported, not yet fixed (tests/fuzz/regressions/README.md): only on request.
+        [[ -n ${FUZZ_OPEN:-} && -d tests/fuzz/regressions/open/$name ]] &&
+                mapfile -t -O "${#regs[@]}" regs < <(find "tests/fuzz/regressions/open/$name" -type f | LC_ALL=C sort)
         if ((${#regs[@]})); then
                 if "$bin" "${opts[@]}" "${regs[@]}" >"$LOG" 2>&1; then
                         printf 'ok      %-10s regressions (%d inputs)\n' "$name" "${#regs[@]}"
                         pass=$((pass + 1))
                 else
                         printf 'FAIL    %-10s regressions: an input that crashed before crashes again\n' "$name"
-                        grep -E 'ERROR|property failed|Running:' "$LOG" | tail -n 8 | sed 's/^/  /'
+                        grep -aE 'ERROR|property failed|Running:' "$LOG" | tail -n 8 | sed 's/^/  /'
                         fail=$((fail + 1))
                 fi
         fi
@@ -85,7 +89,7 @@ for src in tests/fuzz/fuzz-*.c; do
                 pass=$((pass + 1))
         else
                 printf 'FAIL    %-10s\n' "$name"
-                grep -E 'ERROR|property failed|SUMMARY|artifact_prefix|Test unit written' "$LOG" | tail -n 12 | sed 's/^/  /'
+                grep -aE 'ERROR|property failed|SUMMARY|artifact_prefix|Test unit written' "$LOG" | tail -n 12 | sed 's/^/  /'
                 fail=$((fail + 1))
         fi
 done
