@@ -344,7 +344,7 @@ static enum MHD_Result post_volume(struct req *r) {
                 res = respond_error(r, 500, "Failed to record the volume");
                 goto out;
         }
-        if (c->drv->volume_create(c->drv, v.handle, derr, sizeof(derr)) < 0) {
+        if (c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr)) < 0) {
                 store_volume_delete(c->store, v.id);
                 res = respond_error(r, 503, "Volume provisioning failed: %s", derr);
                 goto out;

@@ -129,7 +129,7 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
                 volume_clear(&v);
                 return API_ERR(err, 500, "Failed to record the volume");
         }
-        r = c->drv->volume_create(c->drv, v.handle, derr, sizeof(derr));
+        r = c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr));
         if (r < 0) {
                 store_volume_delete(c->store, v.id);
                 volume_clear(&v);
