@@ -199,9 +199,12 @@ docker_fs() {
                 command -v mkfs.btrfs >/dev/null || { warn "mkfs.btrfs missing (btrfs-progs)"; return 1; }
                 mkdir -p "$DOCKER_FS"
                 if [[ ! -s $DOCKER_IMG ]]; then
-                        truncate -s "${PADDOCK_DOCKER_FS_SIZE:-40G}" "$DOCKER_IMG" &&
-                                mkfs.btrfs -q -f "$DOCKER_IMG" >/dev/null 2>&1 ||
-                                { warn "could not make btrfs in $DOCKER_IMG"; rm -f "$DOCKER_IMG"; return 1; }
+                        if ! { truncate -s "${PADDOCK_DOCKER_FS_SIZE:-40G}" "$DOCKER_IMG" &&
+                               mkfs.btrfs -q -f "$DOCKER_IMG" >/dev/null 2>&1; }; then
+                                warn "could not make btrfs in $DOCKER_IMG"
+                                rm -f "$DOCKER_IMG"
+                                return 1
+                        fi
                 fi
                 mount -o loop "$DOCKER_IMG" "$DOCKER_FS" || { warn "could not mount $DOCKER_IMG (btrfs)"; return 1; }
         fi
