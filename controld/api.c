@@ -14,16 +14,6 @@
 #include "log.h"
 #include "strutil.h"
 
-static cJSON *paginated(cJSON *items, int64_t total, int64_t page, int64_t limit) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "data", items);
-        json_add_int(o, "totalCount", total);
-        json_add_int(o, "currentPage", page);
-        json_add_int(o, "totalPages", total == 0 ? 0 : (total + limit - 1) / limit);
-        json_add_int(o, "limit", limit);
-        return o;
-}
-
 static enum MHD_Result pj_fail(struct req *r, const struct pj_error *e) {
         return respond_error(r, 400, "%s", e->message[0] ? e->message : "Invalid request body");
 }
@@ -32,14 +22,8 @@ static enum MHD_Result pj_fail(struct req *r, const struct pj_error *e) {
 
 static enum MHD_Result get_templates(struct req *r) {
         cJSON *a = cJSON_CreateArray();
-        for (size_t i = 0; i < r->c->cfg->n_templates; i++) {
-                const struct template *t = &r->c->cfg->templates[i];
-                cJSON *o = cJSON_CreateObject();
-                json_add_str(o, "name", t->name);
-                json_add_str(o, "display_name", t->display_name);
-                json_add_str(o, "description", t->description);
-                cJSON_AddItemToArray(a, o);
-        }
+        for (size_t i = 0; i < r->c->cfg->n_templates; i++)
+                cJSON_AddItemToArray(a, template_to_json(&r->c->cfg->templates[i]));
         return respond_envelope(r, 200, "Templates fetched", a);
 }
 
@@ -54,31 +38,17 @@ static enum MHD_Result get_regions(struct req *r) {
 /* ---- sandboxes ---- */
 
 static enum MHD_Result post_sandboxes(struct req *r) {
-        struct pj_sandbox_create in = { 0 };
+        _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create in = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct pj_error pe = { 0 };
         struct api_error e = { 0 };
-        struct sandbox sb = { 0 };
 
-        if (pj_sandbox_create_parse(r->body.buf, r->body.len, &in, &pe) < 0) {
-                pj_sandbox_create_done(&in);
+        if (pj_sandbox_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return pj_fail(r, &pe);
-        }
         int k = sandbox_create(r->c, &r->acc, &in, &sb, &e);
-        pj_sandbox_create_done(&in);
         if (k < 0)
-                return respond_api_error(r, &e);
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "id", sb.id);
-        json_add_str(o, "name", sb.name);
-        json_add_str(o, "template", sb.template_name);
-        json_add_str(o, "status", sb_status_str(sb.status));
-        json_add_time(o, "created_at", sb.created_at);
-        json_add_time(o, "expires_at", sb.expires_at);
-        cJSON *t = sb.timings ? cJSON_Parse(sb.timings) : NULL;
-        if (t)
-                cJSON_AddItemToObject(o, "timings", t);
-        sandbox_clear(&sb);
-        return respond_envelope(r, 201, "Sandbox created", o);
+                return respond_errno(r, k, &e);
+        return respond_envelope(r, 201, "Sandbox created", sandbox_created_to_json(&sb));
 }
 
 static enum MHD_Result list_sandboxes(struct req *r) {
@@ -98,28 +68,28 @@ static enum MHD_Result list_sandboxes(struct req *r) {
         for (size_t i = 0; i < n; i++)
                 cJSON_AddItemToArray(items, sandbox_to_json(r->c, &a[i]));
         sandbox_array_free(a, n);
-        return respond_envelope(r, 200, "Sandboxes fetched", paginated(items, total, page, limit));
+        return respond_envelope(r, 200, "Sandboxes fetched", render_page(items, total, page, limit));
 }
 
-static enum MHD_Result get_sandbox(struct req *r, const char *id) {
-        struct sandbox sb = { 0 };
+static enum MHD_Result get_sandbox(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct api_error e = { 0 };
-        if (sandbox_load(r->c, &r->acc, id, &sb, &e) < 0)
-                return respond_api_error(r, &e);
-        cJSON *o = sandbox_to_json(r->c, &sb);
-        sandbox_clear(&sb);
-        return respond_envelope(r, 200, "Sandbox fetched", o);
+        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        return respond_envelope(r, 200, "Sandbox fetched", sandbox_to_json(r->c, &sb));
 }
 
-static enum MHD_Result delete_sandbox(struct req *r, const char *id) {
-        struct sandbox sb = { 0 };
+static enum MHD_Result delete_sandbox(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct api_error e = { 0 };
-        if (sandbox_load(r->c, &r->acc, id, &sb, &e) < 0)
-                return respond_api_error(r, &e);
-        log_ctx_set("SANDBOX_ID", id);
-        sandbox_clear(&sb);
-        if (sandbox_destroy(r->c, id, "user", &e) < 0)
-                return respond_api_error(r, &e);
+        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        log_ctx_set("SANDBOX_ID", r->m.id);
+        k = sandbox_destroy(r->c, r->m.id, "user", &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
         return respond_empty(r, 204);
 }
 
@@ -127,9 +97,15 @@ static bool settled(enum sb_status s) {
         return s == SB_READY || s == SB_PAUSED || s == SB_FAILED || s == SB_DESTROYED;
 }
 
-static enum MHD_Result wait_sandbox(struct req *r, const char *id) {
+static bool wait_done(const struct sandbox *sb, int want) {
+        return want >= 0 ? ((int) sb->status == want || sb->status == SB_FAILED || sb->status == SB_DESTROYED)
+                         : settled(sb->status);
+}
+
+static enum MHD_Result wait_sandbox(struct req *r) {
         struct ctl *c = r->c;
-        struct sandbox sb = { 0 };
+        const char *id = r->m.id;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct api_error e = { 0 };
         const char *ts = req_query(r, "timeout"), *ss = req_query(r, "status");
         int64_t timeout = 30;
@@ -140,15 +116,15 @@ static enum MHD_Result wait_sandbox(struct req *r, const char *id) {
                                      (unsigned long long) c->cfg->max_wait_s);
         if (ss && (want = sb_status_from_str(ss)) < 0)
                 return respond_error(r, 400, "status must be one of starting, ready, pausing, paused, resuming, failed, destroyed");
-        if (sandbox_load(c, &r->acc, id, &sb, &e) < 0)
-                return respond_api_error(r, &e);
+        int k = sandbox_load(c, &r->acc, id, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
 
         struct timespec deadline;
         clock_gettime(CLOCK_MONOTONIC, &deadline);
         deadline.tv_sec += timeout;
         for (;;) {
-                bool done = want >= 0 ? ((int) sb.status == want || sb.status == SB_FAILED || sb.status == SB_DESTROYED)
-                                      : settled(sb.status);
+                bool done = wait_done(&sb, want);
                 if (done || c->stopping)
                         break;
                 pthread_mutex_lock(&c->wait_lock);
@@ -160,8 +136,7 @@ static enum MHD_Result wait_sandbox(struct req *r, const char *id) {
                         pthread_mutex_unlock(&c->wait_lock);
                         return respond_error(r, 500, "Failed to read the sandbox record");
                 }
-                done = want >= 0 ? ((int) sb.status == want || sb.status == SB_FAILED || sb.status == SB_DESTROYED)
-                                 : settled(sb.status);
+                done = wait_done(&sb, want);
                 while (!done && gen == c->status_gen && rc == 0 && !c->stopping)
                         rc = pthread_cond_timedwait(&c->wait_cond, &c->wait_lock, &deadline);
                 pthread_mutex_unlock(&c->wait_lock);
@@ -173,187 +148,57 @@ static enum MHD_Result wait_sandbox(struct req *r, const char *id) {
                 if (rc == ETIMEDOUT)
                         break;
         }
-        cJSON *o = sandbox_to_json(c, &sb);
-        sandbox_clear(&sb);
-        return respond_envelope(r, 200, "Sandbox fetched", o);
+        return respond_envelope(r, 200, "Sandbox fetched", sandbox_to_json(c, &sb));
 }
 
-static enum MHD_Result pause_resume(struct req *r, const char *id, bool pause) {
-        struct sandbox sb = { 0 };
+static enum MHD_Result pause_resume(struct req *r, bool pause) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct api_error e = { 0 };
-        if (sandbox_load(r->c, &r->acc, id, &sb, &e) < 0)
-                return respond_api_error(r, &e);
-        log_ctx_set("SANDBOX_ID", id);
-        int k = pause ? sandbox_pause(r->c, &sb, &e) : sandbox_resume(r->c, &sb, &e);
-        sandbox_clear(&sb);
+        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
         if (k < 0)
-                return respond_api_error(r, &e);
+                return respond_errno(r, k, &e);
+        log_ctx_set("SANDBOX_ID", r->m.id);
+        k = pause ? sandbox_pause(r->c, &sb, &e) : sandbox_resume(r->c, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
         return respond_envelope(r, 200, pause ? "Sandbox pause requested" : "Sandbox resume requested", NULL);
 }
 
-static enum MHD_Result get_stats(struct req *r, const char *id) {
-        struct sandbox sb = { 0 };
+static enum MHD_Result post_pause(struct req *r) { return pause_resume(r, true); }
+static enum MHD_Result post_resume(struct req *r) { return pause_resume(r, false); }
+
+static enum MHD_Result get_stats(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_free_ struct stats_sample *s = NULL;
         struct api_error e = { 0 };
         const char *hs = req_query(r, "hoursAgo");
         int64_t hours = 1;
-        struct stats_sample *s = NULL;
         size_t n = 0;
 
         if (hs && (safe_atoi64(hs, &hours) < 0 || hours < 1 || hours > 720))
                 return respond_error(r, 400, "hoursAgo must be an integer between 1 and 720");
-        if (sandbox_load(r->c, &r->acc, id, &sb, &e) < 0)
-                return respond_api_error(r, &e);
-        int64_t now = now_ms(), since = now - hours * 3600 * 1000;
-        store_stats_range(r->c->store, id, since, &s, &n);
-
-        /* ~250 evenly spaced buckets over the window; empty buckets are skipped. */
-        int64_t step = hours * 3600 * 1000 / 250;
-        double sum_cpu = 0, sum_mem = 0, sum_net = 0;
-        cJSON *results = cJSON_CreateArray();
-        size_t i = 0;
-        while (i < n) {
-                int64_t b = (s[i].ts_ms - since) / step;
-                double c = 0, m = 0, nb = 0;
-                size_t k = 0;
-                while (i < n && (s[i].ts_ms - since) / step == b) {
-                        c += s[i].cpu_pct;
-                        m += s[i].mem_pct;
-                        nb += s[i].net_bps;
-                        k++;
-                        i++;
-                }
-                cJSON *p = cJSON_CreateObject();
-                char ts[32];
-                format_rfc3339_ms(since + b * step, ts);
-                json_add_str(p, "date", ts);
-                cJSON_AddNumberToObject(p, "memory", m / (double) k);
-                cJSON_AddNumberToObject(p, "cpu", c / (double) k);
-                cJSON *net = cJSON_AddObjectToObject(p, "network");
-                cJSON_AddNumberToObject(net, "bytesPerSecond", nb / (double) k);
-                cJSON_AddItemToArray(results, p);
-        }
-        for (i = 0; i < n; i++) {
-                sum_cpu += s[i].cpu_pct;
-                sum_mem += s[i].mem_pct;
-                sum_net += s[i].net_bps;
-        }
-        cJSON *d = cJSON_CreateObject();
-        cJSON *avg = cJSON_AddObjectToObject(d, "average");
-        cJSON *mem = cJSON_AddObjectToObject(avg, "memory");
-        cJSON_AddNumberToObject(mem, "totalInPercentage", n ? sum_mem / (double) n : 0);
-        cJSON_AddNumberToObject(mem, "size", (double) sb.memory);
-        cJSON *cpu = cJSON_AddObjectToObject(avg, "cpu");
-        cJSON_AddNumberToObject(cpu, "totalInPercentage", n ? sum_cpu / (double) n : 0);
-        cJSON_AddNumberToObject(cpu, "size", (double) sb.cpu);
-        cJSON *net = cJSON_AddObjectToObject(avg, "network");
-        if (n) {
-                cJSON_AddNumberToObject(net, "value", sum_net / (double) n);
-                cJSON_AddNumberToObject(net, "total", sum_net);
-                cJSON_AddNullToObject(net, "totalInPercentage");
-                cJSON_AddNumberToObject(net, "bytesPerSecond", sum_net / (double) n);
-        } else {
-                cJSON_AddNullToObject(net, "value");
-                cJSON_AddNullToObject(net, "total");
-                cJSON_AddNullToObject(net, "totalInPercentage");
-                cJSON_AddNullToObject(net, "bytesPerSecond");
-        }
-        json_add_int(d, "replicaCount", 1);
-        cJSON_AddItemToObject(d, "results", results);
-        cJSON_AddNullToObject(d, "responseTime");
-        free(s);
-        sandbox_clear(&sb);
-        return respond_envelope(r, 200, "Sandbox stats fetched", d);
+        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        int64_t since = now_ms() - hours * 3600 * 1000;
+        (void) store_stats_range(r->c->store, r->m.id, since, &s, &n);  /* no samples: an empty window */
+        return respond_envelope(r, 200, "Sandbox stats fetched", stats_to_json(&sb, s, n, since, hours));
 }
 
 /* ---- volumes ---- */
 
-cJSON *volume_to_json(struct ctl *c, const struct volume *v) {
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "id", v->id);
-        json_add_str(o, "name", v->name);
-        json_add_str(o, "type", v->type);
-        json_add_str(o, "team", v->team);
-        json_add_str(o, "volume_handle", v->handle);
-        json_add_int(o, "size", v->size_gb);
-        json_add_region(o, config_region(c->cfg, v->region_key));
-        json_add_str(o, "mount_path", v->attached_sandbox_id ? v->mount_path : NULL);
-        json_add_str(o, "attached_sandbox_id", v->attached_sandbox_id);
-        cJSON_AddNullToObject(o, "attached_project_id");
-        json_add_time(o, "last_attached_at", v->last_attached_at);
-        json_add_time(o, "created_at", v->created_at);
-        json_add_time(o, "updated_at", v->updated_at);
-        return o;
-}
-
 static enum MHD_Result post_volume(struct req *r) {
-        struct ctl *c = r->c;
-        struct pj_volume_create in = { 0 };
+        _cleanup_(pj_volume_create_done) struct pj_volume_create in = { 0 };
+        _cleanup_volume_ struct volume v = { 0 };
         struct pj_error pe = { 0 };
-        struct volume v = { 0 };
-        char derr[256] = "";
-        const struct plan *plan = config_plan(c->cfg, r->acc.plan);
-        enum MHD_Result res;
+        struct api_error e = { 0 };
 
-        if (pj_volume_create_parse(r->body.buf, r->body.len, &in, &pe) < 0) {
-                pj_volume_create_done(&in);
+        if (pj_volume_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return pj_fail(r, &pe);
-        }
-        const struct region *g = config_region(c->cfg, in.region);
-        if (!g) {
-                res = respond_error(r, 400, "region: unknown region id '%s'. List regions with GET /sandboxes/regions.", in.region);
-                goto out;
-        }
-        if (!plan) {
-                res = respond_error(r, 403, "Your account's plan '%s' is not available on this server.", r->acc.plan);
-                goto out;
-        }
-        if (!g->enabled) {
-                res = respond_error(r, 403, "Region %s is not accepting new volumes.", g->name);
-                goto out;
-        }
-        if (!plan_allows_region(plan, g)) {
-                res = respond_error(r, 403, "Your plan does not allow volumes in region %s. Pick another region or upgrade.",
-                                    g->name);
-                goto out;
-        }
-        if (in.size_gb > plan->max_volume_gb) {
-                res = respond_error(r, 403, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
-                                    (long long) plan->max_volume_gb);
-                goto out;
-        }
-        hexid_new(v.id);
-        snprintf(v.account_id, sizeof(v.account_id), "%s", r->acc.id);
-        v.name = xstrdup(in.name);
-        v.type = xstrdup(in.type ? in.type : "web");
-        v.region_key = xstrdup(g->key);
-        v.team = in.team_id ? xstrdup(in.team_id) : NULL;
-        v.handle = xasprintf("paddock-vol-%s", v.id);
-        v.size_gb = in.size_gb;
-        v.created_at = v.updated_at = now_ms();
-        int k = store_volume_insert_capped(c->store, &v, plan->max_volumes);
-        if (k == -EDQUOT) {
-                res = respond_error(r, 403, "Your plan allows up to %lld volumes. Delete an existing one or upgrade.",
-                                    (long long) plan->max_volumes);
-                goto out;
-        }
-        if (k == -EEXIST) {
-                res = respond_error(r, 400, "A volume named \"%s\" already exists", in.name);
-                goto out;
-        }
-        if (k < 0) {
-                res = respond_error(r, 500, "Failed to record the volume");
-                goto out;
-        }
-        if (c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr)) < 0) {
-                store_volume_delete(c->store, v.id);
-                res = respond_error(r, 503, "Volume provisioning failed: %s", derr);
-                goto out;
-        }
-        res = respond_envelope(r, 201, "Volume created", volume_to_json(c, &v));
-out:
-        volume_clear(&v);
-        pj_volume_create_done(&in);
-        return res;
+        int k = volume_create(r->c, &r->acc, &in, &v, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        return respond_envelope(r, 201, "Volume created", volume_to_json(r->c, &v));
 }
 
 static enum MHD_Result list_volumes(struct req *r) {
@@ -368,196 +213,202 @@ static enum MHD_Result list_volumes(struct req *r) {
         for (size_t i = 0; i < n; i++)
                 cJSON_AddItemToArray(items, volume_to_json(r->c, &a[i]));
         volume_array_free(a, n);
-        return respond_envelope(r, 200, "Volumes fetched", paginated(items, total, page, limit));
+        return respond_envelope(r, 200, "Volumes fetched", render_page(items, total, page, limit));
 }
 
-static int load_volume(struct req *r, const char *id, struct volume *v) {
-        if (!hexid_valid(id)) {
-                respond_error(r, 400, "Invalid volume id");
-                return -EINVAL;
-        }
-        if (store_volume_get(r->c->store, id, v) < 0 || strcmp(v->account_id, r->acc.id) != 0) {
-                volume_clear(v);
-                respond_error(r, 404, "Volume not found");
-                return -ENOENT;
-        }
-        return 0;
-}
-
-static enum MHD_Result get_volume(struct req *r, const char *id) {
-        struct volume v = { 0 };
-        if (load_volume(r, id, &v) < 0)
-                return MHD_YES;
-        cJSON *o = volume_to_json(r->c, &v);
-        volume_clear(&v);
-        return respond_envelope(r, 200, "Volume fetched", o);
-}
-
-static enum MHD_Result delete_volume(struct req *r, const char *id) {
-        struct volume v = { 0 };
-        char derr[256] = "";
-        if (load_volume(r, id, &v) < 0)
-                return MHD_YES;
-        if (v.attached_sandbox_id) {
-                volume_clear(&v);
-                return respond_error(r, 400, "Volume is attached; detach it before deleting");
-        }
-        if (r->c->drv->volume_remove(r->c->drv, v.handle, derr, sizeof(derr)) < 0) {
-                volume_clear(&v);
-                return respond_error(r, 503, "Volume deletion failed: %s", derr);
-        }
-        int k = store_volume_delete(r->c->store, id);
-        volume_clear(&v);
-        if (k == -EBUSY)
-                return respond_error(r, 400, "Volume is attached; detach it before deleting");
+static enum MHD_Result get_volume(struct req *r) {
+        _cleanup_volume_ struct volume v = { 0 };
+        struct api_error e = { 0 };
+        int k = volume_load(r->c, &r->acc, r->m.id, &v, &e);
         if (k < 0)
-                return respond_error(r, 500, "Failed to delete the volume record");
+                return respond_errno(r, k, &e);
+        return respond_envelope(r, 200, "Volume fetched", volume_to_json(r->c, &v));
+}
+
+static enum MHD_Result delete_volume(struct req *r) {
+        struct api_error e = { 0 };
+        int k = volume_delete(r->c, &r->acc, r->m.id, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
         return respond_empty(r, 204);
 }
 
-/* ---- routing ---- */
+/* ---- egress and snapshots (validated; the work behind them is not wired yet) ---- */
 
-static bool is(struct req *r, const char *m) { return !strcmp(r->method, m); }
-
-#define ROUTE(label) (r->route = (label))
-
-enum MHD_Result api_prepare(struct req *r, bool *ret_answered) {
-        *ret_answered = false;
-        return runtime_prepare(r, ret_answered);
+/* Answers and returns < 0 unless the caller owns the sandbox of the route. */
+static int own_sandbox(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct api_error e = { 0 };
+        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
+        if (k < 0)
+                (void) respond_errno(r, k, &e);
+        return k;
 }
 
-enum MHD_Result api_dispatch(struct req *r) {
-        char **p = r->parts;
-        size_t n = r->n_parts;
+static enum MHD_Result put_egress(struct req *r) {
+        _cleanup_(pj_egress_update_done) struct pj_egress_update u = { 0 };
+        struct pj_error pe = { 0 };
+        if (own_sandbox(r) < 0)
+                return MHD_YES;
+        if (pj_egress_update_parse(r->body.buf, r->body.len, &u, &pe) < 0)
+                return pj_fail(r, &pe);
+        struct api_error e = { 0 };
+        return respond_errno(r, API_ERR(&e, -EOPNOTSUPP, "Changing egress after create is not available on this server yet"),
+                             &e);
+}
 
-        if (n == 2 && !strcmp(p[0], "sandbox") && !strcmp(p[1], "templates")) {
-                ROUTE("/sandbox/templates");
-                return is(r, "GET") ? get_templates(r) : respond_method_not_allowed(r, "GET");
+static enum MHD_Result empty_snapshot_page(struct req *r) {
+        int64_t page, limit;
+        if (req_pagination(r, &page, &limit) < 0)
+                return MHD_YES;
+        return respond_envelope(r, 200, "Snapshots fetched", render_page(cJSON_CreateArray(), 0, page, limit));
+}
+
+static enum MHD_Result list_snapshots(struct req *r) {
+        return empty_snapshot_page(r);
+}
+
+static enum MHD_Result delete_snapshot(struct req *r) {
+        return respond_error(r, 404, "Snapshot not found");
+}
+
+static enum MHD_Result list_sandbox_snapshots(struct req *r) {
+        if (own_sandbox(r) < 0)
+                return MHD_YES;
+        return empty_snapshot_page(r);
+}
+
+static enum MHD_Result post_sandbox_snapshot(struct req *r) {
+        _cleanup_(pj_snapshot_create_done) struct pj_snapshot_create sc = { 0 };
+        struct pj_error pe = { 0 };
+        if (own_sandbox(r) < 0)
+                return MHD_YES;
+        /* A bad body is still the client's to fix: say so before the 501. */
+        if (pj_snapshot_create_parse(r->body.buf, r->body.len, &sc, &pe) < 0)
+                return pj_fail(r, &pe);
+        struct api_error e = { 0 };
+        return respond_errno(r, API_ERR(&e, -EOPNOTSUPP, "Snapshots are not available on this server yet"), &e);
+}
+
+/* ---- the route table ---- */
+
+#define J ROUTE_BODY_JSON
+#define L ROUTE_BODY_LARGE
+#define S ROUTE_BODY_STREAM
+#define SB "sandbox"
+
+/* The one place a request finds its handler. Same-pattern rows together, in the
+ * order their methods appear in Allow; literal segments before {id}. */
+static const struct route routes[] = {
+        /* method   pattern                             label                             noun        auth   head   body prepare handler */
+        { "GET",    "/healthz",                         "/healthz",                       NULL,       false, true,  J, NULL, http_get_healthz },
+        { "GET",    "/metrics",                         "/metrics",                       NULL,       false, true,  J, NULL, http_get_metrics },
+        { "GET",    "/sandbox/templates",               "/sandbox/templates",             NULL,       true,  false, J, NULL, get_templates },
+        { "GET",    "/sandboxes",                       "/sandboxes",                     NULL,       true,  false, J, NULL, list_sandboxes },
+        { "POST",   "/sandboxes",                       "/sandboxes",                     NULL,       true,  false, J, NULL, post_sandboxes },
+        { "GET",    "/sandboxes/regions",               "/sandboxes/regions",             NULL,       true,  false, J, NULL, get_regions },
+        { "GET",    "/sandboxes/snapshots",             "/sandboxes/snapshots",           NULL,       true,  false, J, NULL, list_snapshots },
+        { "DELETE", "/sandboxes/snapshots/{id}",        "/sandboxes/snapshots/{id}",      "snapshot", true,  false, J, NULL, delete_snapshot },
+        { "GET",    "/sandboxes/{id}",                  "/sandboxes/{id}",                SB,         true,  false, J, NULL, get_sandbox },
+        { "DELETE", "/sandboxes/{id}",                  "/sandboxes/{id}",                SB,         true,  false, J, NULL, delete_sandbox },
+        { "GET",    "/sandboxes/{id}/wait",             "/sandboxes/{id}/wait",           SB,         true,  false, J, NULL, wait_sandbox },
+        { "POST",   "/sandboxes/{id}/pause",            "/sandboxes/{id}/pause",          SB,         true,  false, J, NULL, post_pause },
+        { "POST",   "/sandboxes/{id}/resume",           "/sandboxes/{id}/resume",         SB,         true,  false, J, NULL, post_resume },
+        { "GET",    "/sandboxes/{id}/stats",            "/sandboxes/{id}/stats",          SB,         true,  false, J, NULL, get_stats },
+        { "PUT",    "/sandboxes/{id}/egress",           "/sandboxes/{id}/egress",         SB,         true,  false, J, NULL, put_egress },
+        { "GET",    "/sandboxes/{id}/snapshots",        "/sandboxes/{id}/snapshots",      SB,         true,  false, J, NULL, list_sandbox_snapshots },
+        { "POST",   "/sandboxes/{id}/snapshots",        "/sandboxes/{id}/snapshots",      SB,         true,  false, J, NULL, post_sandbox_snapshot },
+        { "POST",   "/sandboxes/{id}/exec",             "/sandboxes/{id}/exec",           SB,         true,  false, L, NULL, runtime_post_exec },
+        { "POST",   "/sandboxes/{id}/code",             "/sandboxes/{id}/code",           SB,         true,  false, L, NULL, runtime_post_code },
+        { "POST",   "/sandboxes/{id}/files/batch",      "/sandboxes/{id}/files/batch",    SB,         true,  false, L, NULL, runtime_post_batch },
+        { "GET",    "/sandboxes/{id}/files/{path*}",    "/sandboxes/{id}/files/{path}",   SB,         true,  false, J, NULL, runtime_get_file },
+        { "PUT",    "/sandboxes/{id}/files/{path*}",    "/sandboxes/{id}/files/{path}",   SB,         true,  false, S, runtime_prepare_put_file, runtime_put_file },
+        { "GET",    "/volumes",                         "/volumes",                       NULL,       true,  false, J, NULL, list_volumes },
+        { "POST",   "/volumes",                         "/volumes",                       NULL,       true,  false, J, NULL, post_volume },
+        { "GET",    "/volumes/{id}",                    "/volumes/{id}",                  "volume",   true,  false, J, NULL, get_volume },
+        { "DELETE", "/volumes/{id}",                    "/volumes/{id}",                  "volume",   true,  false, J, NULL, delete_volume },
+};
+
+#undef J
+#undef L
+#undef S
+#undef SB
+
+const struct route *route_table(size_t *ret_n) {
+        *ret_n = ELEMENTSOF(routes);
+        return routes;
+}
+
+/* Walks pattern and path together. Repeated and trailing slashes in the path do not make
+ * segments. Sets *ret_id, *ret_id_len to the {id} segment and *ret_rest to the {path*}
+ * rest (from the '/' before it). No allocation, one pass over each string. */
+static bool pattern_match(const char *pat, const char *path, const char **ret_id, size_t *ret_id_len, const char **ret_rest) {
+        const char *p = pat, *s = path;
+        for (;;) {
+                while (*p == '/')
+                        p++;
+                while (*s == '/')
+                        s++;
+                if (!*p)
+                        return !*s;
+                if (!*s)
+                        return false;
+                const char *pe = strchrnul(p, '/'), *se = strchrnul(s, '/');
+                size_t pn = (size_t) (pe - p), sn = (size_t) (se - s);
+                if (pn == 7 && !memcmp(p, "{path*}", 7)) {
+                        *ret_rest = s - 1;
+                        return true;
+                }
+                if (pn == 4 && !memcmp(p, "{id}", 4)) {
+                        *ret_id = s;
+                        *ret_id_len = sn;
+                } else if (pn != sn || memcmp(p, s, pn) != 0)
+                        return false;
+                p = pe;
+                s = se;
         }
-        if (n >= 1 && !strcmp(p[0], "volumes")) {
-                if (n == 1) {
-                        ROUTE("/volumes");
-                        if (is(r, "POST"))
-                                return post_volume(r);
-                        if (is(r, "GET"))
-                                return list_volumes(r);
-                        return respond_method_not_allowed(r, "GET, POST");
+}
+
+static bool method_is(const struct route *rt, const char *method) {
+        return !strcmp(rt->method, method) || (rt->head && !strcmp(method, "HEAD"));
+}
+
+enum route_status route_match(const char *method, const char *path, struct route_match *ret) {
+        const struct route *first = NULL;
+        const char *id = NULL, *rest = NULL;
+        size_t id_len = 0, i;
+
+        *ret = (struct route_match) { .status = ROUTE_NOT_FOUND };
+        for (i = 0; i < ELEMENTSOF(routes); i++, id = rest = NULL)
+                if (pattern_match(routes[i].pattern, path, &id, &id_len, &rest)) {
+                        first = &routes[i];
+                        break;
                 }
-                if (n == 2) {
-                        ROUTE("/volumes/{id}");
-                        if (is(r, "GET"))
-                                return get_volume(r, p[1]);
-                        if (is(r, "DELETE"))
-                                return delete_volume(r, p[1]);
-                        return respond_method_not_allowed(r, "GET, DELETE");
-                }
-        }
-        if (n >= 1 && !strcmp(p[0], "sandboxes")) {
-                if (n == 1) {
-                        ROUTE("/sandboxes");
-                        if (is(r, "POST"))
-                                return post_sandboxes(r);
-                        if (is(r, "GET"))
-                                return list_sandboxes(r);
-                        return respond_method_not_allowed(r, "GET, POST");
-                }
-                if (n == 2 && !strcmp(p[1], "regions")) {
-                        ROUTE("/sandboxes/regions");
-                        return is(r, "GET") ? get_regions(r) : respond_method_not_allowed(r, "GET");
-                }
-                if (n == 2 && !strcmp(p[1], "snapshots")) {
-                        ROUTE("/sandboxes/snapshots");
-                        if (!is(r, "GET"))
-                                return respond_method_not_allowed(r, "GET");
-                        int64_t page, limit;
-                        if (req_pagination(r, &page, &limit) < 0)
-                                return MHD_YES;
-                        return respond_envelope(r, 200, "Snapshots fetched", paginated(cJSON_CreateArray(), 0, page, limit));
-                }
-                if (n == 3 && !strcmp(p[1], "snapshots")) {
-                        ROUTE("/sandboxes/snapshots/{id}");
-                        if (!is(r, "DELETE"))
-                                return respond_method_not_allowed(r, "DELETE");
-                        if (!hexid_valid(p[2]))
-                                return respond_error(r, 400, "Invalid snapshot id");
-                        return respond_error(r, 404, "Snapshot not found");
-                }
-                if (!hexid_valid(p[1]) && strcmp(p[1], "regions") != 0 && strcmp(p[1], "snapshots") != 0) {
-                        ROUTE(n == 2 ? "/sandboxes/{id}" : "/sandboxes/{id}/...");
-                        return respond_error(r, 400, "Invalid sandbox id");
-                }
-                if (n == 2) {
-                        ROUTE("/sandboxes/{id}");
-                        if (is(r, "GET"))
-                                return get_sandbox(r, p[1]);
-                        if (is(r, "DELETE"))
-                                return delete_sandbox(r, p[1]);
-                        return respond_method_not_allowed(r, "GET, DELETE");
-                }
-                if (n == 3) {
-                        const char *op = p[2];
-                        if (!strcmp(op, "wait")) {
-                                ROUTE("/sandboxes/{id}/wait");
-                                return is(r, "GET") ? wait_sandbox(r, p[1]) : respond_method_not_allowed(r, "GET");
-                        }
-                        if (!strcmp(op, "pause") || !strcmp(op, "resume")) {
-                                ROUTE(!strcmp(op, "pause") ? "/sandboxes/{id}/pause" : "/sandboxes/{id}/resume");
-                                return is(r, "POST") ? pause_resume(r, p[1], !strcmp(op, "pause"))
-                                                     : respond_method_not_allowed(r, "POST");
-                        }
-                        if (!strcmp(op, "stats")) {
-                                ROUTE("/sandboxes/{id}/stats");
-                                return is(r, "GET") ? get_stats(r, p[1]) : respond_method_not_allowed(r, "GET");
-                        }
-                        if (!strcmp(op, "egress")) {
-                                ROUTE("/sandboxes/{id}/egress");
-                                if (!is(r, "PUT"))
-                                        return respond_method_not_allowed(r, "PUT");
-                                struct sandbox sb = { 0 };
-                                struct api_error e = { 0 };
-                                if (sandbox_load(r->c, &r->acc, p[1], &sb, &e) < 0)
-                                        return respond_api_error(r, &e);
-                                sandbox_clear(&sb);
-                                struct pj_egress_update u = { 0 };
-                                struct pj_error pe = { 0 };
-                                int k = pj_egress_update_parse(r->body.buf, r->body.len, &u, &pe);
-                                pj_egress_update_done(&u);
-                                if (k < 0)
-                                        return pj_fail(r, &pe);
-                                return respond_error(r, 501, "Changing egress after create is not available on this server yet");
-                        }
-                        if (!strcmp(op, "snapshots")) {
-                                ROUTE("/sandboxes/{id}/snapshots");
-                                struct sandbox sb = { 0 };
-                                struct api_error e = { 0 };
-                                if (!is(r, "GET") && !is(r, "POST"))
-                                        return respond_method_not_allowed(r, "GET, POST");
-                                if (sandbox_load(r->c, &r->acc, p[1], &sb, &e) < 0)
-                                        return respond_api_error(r, &e);
-                                sandbox_clear(&sb);
-                                if (is(r, "GET")) {
-                                        int64_t page, limit;
-                                        if (req_pagination(r, &page, &limit) < 0)
-                                                return MHD_YES;
-                                        return respond_envelope(r, 200, "Snapshots fetched",
-                                                                paginated(cJSON_CreateArray(), 0, page, limit));
-                                }
-                                /* A bad body is still the client's to fix: say so before the 501. */
-                                struct pj_snapshot_create sc = { 0 };
-                                struct pj_error spe = { 0 };
-                                int sk = pj_snapshot_create_parse(r->body.buf, r->body.len, &sc, &spe);
-                                pj_snapshot_create_done(&sc);
-                                if (sk < 0)
-                                        return pj_fail(r, &spe);
-                                return respond_error(r, 501, "Snapshots are not available on this server yet");
-                        }
-                }
-                if (n >= 3) {
-                        enum MHD_Result res;
-                        if (runtime_dispatch(r, &res))
-                                return res;
+        if (!first)
+                return ret->status;
+        ret->row = first;
+        ret->rest = rest;
+        if (id) {
+                if (id_len != SANDBOX_ID_LEN)
+                        return (ret->status = ROUTE_BAD_ID);
+                memcpy(ret->id, id, id_len);
+                ret->id[id_len] = 0;
+                if (!hexid_valid(ret->id)) {
+                        ret->id[0] = 0;
+                        return (ret->status = ROUTE_BAD_ID);
                 }
         }
-        ROUTE("unmatched");
-        return respond_error(r, 404, "No route for %s %s", r->method, r->path);
+        /* Rows of one pattern are adjacent. */
+        size_t off = 0;
+        for (; i < ELEMENTSOF(routes) && !strcmp(routes[i].pattern, first->pattern); i++) {
+                if (method_is(&routes[i], method)) {
+                        ret->row = &routes[i];
+                        ret->allow[0] = 0;
+                        return (ret->status = ROUTE_FOUND);
+                }
+                int n = snprintf(ret->allow + off, sizeof(ret->allow) - off, "%s%s", off ? ", " : "", routes[i].method);
+                if (n > 0 && (size_t) n < sizeof(ret->allow) - off)
+                        off += (size_t) n;
+        }
+        return (ret->status = ROUTE_BAD_METHOD);
 }

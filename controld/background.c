@@ -74,38 +74,98 @@ static void sample_and_meter(struct ctl *c, int64_t dt_ms) {
         store_stats_prune(c->store, now - (int64_t) c->cfg->stats_retention_s * 1000);
 }
 
+/* Why the reaper should destroy sb, or NULL. sb must be fresh (read under the sandbox lock):
+ * deciding from a stale list is how a sandbox paused a moment ago got destroyed as "failed"
+ * (its container was gone because the pause removed it). */
+static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t now) {
+        switch (sb->status) {
+        case SB_FAILED:     /* its workload, if any, is an orphan: reap_orphans removes it */
+        case SB_DESTROYED:
+        case _SB_STATUS_MAX:
+                return NULL;
+        case SB_STARTING:
+        case SB_READY:
+        case SB_PAUSING:
+        case SB_PAUSED:
+        case SB_RESUMING:
+                break;
+        }
+        if (now >= sb->expires_at)
+                return sb->auto_destroy ? "idle_ttl" : "max_lifetime";
+        if (sb->status == SB_PAUSED && sb->paused_at && now - sb->paused_at > (int64_t) c->cfg->paused_max_s * 1000)
+                return "paused_too_long";
+        if (sb->status == SB_STARTING && now - sb->created_at > (int64_t) c->cfg->stuck_starting_s * 1000)
+                return "failed";
+        if (sb->status == SB_READY) {
+                int code = 0;
+                if (c->drv->running(c->drv, sb, &code) == 0)
+                        return sb->one_shot ? "one_shot_stopped" : "failed";
+        }
+        return NULL;
+}
+
+int background_reap_one(struct ctl *c, const char *id, int64_t now) {
+        struct sandbox sb = { 0 };
+        char derr[256] = "";
+        int r;
+
+        ctl_sandbox_lock(c, id);
+        r = store_sandbox_get(c->store, id, &sb);
+        if (r < 0)
+                goto out;
+        const char *why = reap_reason(c, &sb, now);
+        if (!why) {
+                r = 0;
+                goto out;
+        }
+        enum sb_status seen = sb.status;
+        log_notice("reaping sandbox: %s", why);
+        /* The workload first: if removing it fails, nothing changed and the next round retries. */
+        r = c->drv->remove(c->drv, &sb, derr, sizeof(derr));
+        if (r < 0) {
+                log_warning("reaper could not destroy the sandbox: %s", derr);
+                goto out;
+        }
+        sb.status = SB_DESTROYED;
+        sb.destroyed_at = now_ms();
+        free(sb.destroy_reason);
+        sb.destroy_reason = xstrdup(why);
+        r = store_sandbox_update_cas(c->store, &sb, seen);
+        if (r == -ESTALE) {
+                /* A pause or resume moved it meanwhile (they change status without this lock): the
+                 * user's move wins; it finds the workload gone, which is what a pause does anyway. */
+                log_info("sandbox changed status while being reaped; left to the newer operation");
+                r = 0;
+                goto out;
+        }
+        if (r < 0) {
+                log_warning("reaper could not record the destroy: %s", strerror(-r));
+                goto out;
+        }
+        /* Only now: the volume is free once the workload using it is gone and the record says so. */
+        store_volume_detach_sandbox(c->store, id, now_ms());
+        log_info("sandbox destroyed reason=%s", why);
+        r = 1;
+out:
+        ctl_sandbox_unlock(c, id);
+        sandbox_clear(&sb);
+        if (r > 0)
+                ctl_notify_status(c);
+        return r;
+}
+
 static void reap(struct ctl *c) {
         struct sandbox *a = NULL;
         size_t n = 0;
         int64_t now = now_ms();
         if (store_sandbox_list_status(c->store, NULL, -1, &a, &n) < 0)
                 return;
+        /* The list only says where to look: background_reap_one decides again from the record. */
         for (size_t i = 0; i < n && !c->stopping; i++) {
-                struct sandbox *sb = &a[i];
-                struct api_error e = { 0 };
-                const char *why = NULL;
-                if (sb->status == SB_DESTROYED)
+                if (a[i].status == SB_DESTROYED || a[i].status == SB_FAILED)
                         continue;
-                log_ctx_set("SANDBOX_ID", sb->id);
-                if (sb->status == SB_FAILED)
-                        continue;  /* its workload, if any, is an orphan: reap_orphans removes it */
-                if (now >= sb->expires_at)
-                        why = sb->auto_destroy ? "idle_ttl" : "max_lifetime";
-                else if (sb->status == SB_PAUSED && sb->paused_at && now - sb->paused_at > (int64_t) c->cfg->paused_max_s * 1000)
-                        why = "paused_too_long";
-                else if (sb->status == SB_STARTING && now - sb->created_at > (int64_t) c->cfg->stuck_starting_s * 1000)
-                        why = "failed";
-                else if (sb->status == SB_READY) {
-                        int code = 0;
-                        int k = c->drv->running(c->drv, sb, &code);
-                        if (k == 0)
-                                why = sb->one_shot ? "one_shot_stopped" : "failed";
-                }
-                if (!why)
-                        continue;
-                log_notice("reaping sandbox: %s", why);
-                if (sandbox_destroy(c, sb->id, why, &e) < 0)
-                        log_warning("reaper could not destroy the sandbox: %s", e.message);
+                log_ctx_set("SANDBOX_ID", a[i].id);
+                (void) background_reap_one(c, a[i].id, now);
         }
         log_ctx_reset();
         sandbox_array_free(a, n);
@@ -116,12 +176,16 @@ static void reap(struct ctl *c) {
 static void reconcile_after_start(struct ctl *c) {
         struct sandbox *a = NULL;
         size_t n = 0;
+        /* A volume delete interrupted between its mark and its row removal: lift the mark so the
+         * volume can be used or deleted again (its backend volume may or may not still exist;
+         * removing a missing one succeeds). */
+        if (store_volume_abort_delete(c->store, NULL) < 0)
+                log_warning("could not clear interrupted volume deletions");
         if (store_sandbox_list_status(c->store, NULL, -1, &a, &n) < 0)
                 return;
         for (size_t i = 0; i < n; i++) {
                 struct sandbox *sb = &a[i];
                 char err[256] = "";
-                struct api_error e = { 0 };
                 enum sb_status to = SB_FAILED;
                 switch (sb->status) {
                 case SB_STARTING:
@@ -158,10 +222,11 @@ static void reconcile_after_start(struct ctl *c) {
                         sb->paused_at = now_ms();
                 free(sb->container_id);
                 sb->container_id = NULL;
+                enum sb_status seen = sb->status;
                 sb->status = to;
-                store_sandbox_update(c->store, sb);
+                if (store_sandbox_update_cas(c->store, sb, seen) < 0)
+                        log_warning("could not record the healed sandbox: it changed meanwhile");
                 ctl_sandbox_unlock(c, sb->id);
-                (void) e;
         }
         log_ctx_reset();
         sandbox_array_free(a, n);
@@ -195,7 +260,6 @@ static void *bg_main(void *p) {
         struct ctl *c = p;
         int64_t last_sample = mono_ms(), last_reap = mono_ms();
         log_ctx_reset();
-        reconcile_after_start(c);
         while (!c->stopping) {
                 int64_t now = mono_ms();
                 if (now - last_sample >= (int64_t) c->cfg->stats_interval_s * 1000) {
@@ -220,6 +284,9 @@ static void *bg_main(void *p) {
 }
 
 int background_start(struct ctl *c) {
+        /* Before the API serves anything: healing a record must not race a request that
+         * touches the same record (a fresh 'starting' one, a volume being deleted). */
+        reconcile_after_start(c);
         int r = pthread_create(&bg_thread, NULL, bg_main, c);
         if (r != 0)
                 return log_error_errno(-r, "Failed to start the background thread: %m");

@@ -189,6 +189,7 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         I("server", "max_connections", 1024, 1, 65536, max_connections);
         I("server", "per_ip_connections", 0, 0, 65536, per_ip_connections);
         Z("server", "max_body", 8 * MIB, 1 * KIB, 256 * MIB, max_body);
+        Z("server", "max_json_body", 256 * KIB, 1 * KIB, 256 * MIB, max_json_body);
         Z("server", "max_header", 32 * KIB, 4 * KIB, 1 * MIB, max_header);
         Z("server", "max_file", 50 * MIB, 1 * KIB, 4 * GIB, max_file);
         D("server", "connection_timeout", 600, 1, 3600, conn_timeout_s);

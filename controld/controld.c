@@ -28,6 +28,20 @@ static unsigned lock_index(const char *id) {
 void ctl_sandbox_lock(struct ctl *c, const char *id) { pthread_mutex_lock(&c->sb_locks[lock_index(id)]); }
 void ctl_sandbox_unlock(struct ctl *c, const char *id) { pthread_mutex_unlock(&c->sb_locks[lock_index(id)]); }
 
+struct sandbox_lock sandbox_lock_take(struct ctl *c, const char *id) {
+        struct sandbox_lock l = { .c = c };
+        snprintf(l.id, sizeof(l.id), "%s", id);
+        ctl_sandbox_lock(c, l.id);
+        return l;
+}
+
+void sandbox_lock_release(struct sandbox_lock *l) {
+        if (!l->c)
+                return;
+        ctl_sandbox_unlock(l->c, l->id);
+        l->c = NULL;
+}
+
 void ctl_notify_status(struct ctl *c) {
         pthread_mutex_lock(&c->wait_lock);
         c->status_gen++;
@@ -201,12 +215,13 @@ int controld_main(int argc, char **argv) {
                 if (lvl >= 0)
                         log_set_max_level(lvl);
         }
+        background_start(&c);   /* heals crash leftovers first, so before serving */
         r = http_start(&c, &http);
         if (r < 0) {
+                background_stop(&c);
                 ctl_close(&c);
                 return 1;
         }
-        background_start(&c);
         log_info("controld ready on %s:%d (driver %s, store %s)", c.cfg->listen_addr, http_port(http), c.drv->name,
                  c.cfg->db_path);
         sd_notify(0, "READY=1\nSTATUS=serving");

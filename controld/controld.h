@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 #include <cjson/cJSON.h>
 
+#include "cleanup.h"
 #include "pj_api.h"
 #include "strutil.h"
 
@@ -50,6 +51,7 @@ struct config {
         int listen_port;
         int64_t max_connections, per_ip_connections;
         uint64_t max_body, max_header, max_file;     /* bytes */
+        uint64_t max_json_body;                      /* bytes; JSON routes other than exec, code, batch upload */
         uint64_t conn_timeout_s;
         uint64_t max_wait_s;                         /* cap on /wait timeout */
         uint64_t max_exec_output;                    /* per stream, bytes */
@@ -101,6 +103,21 @@ struct account {
         int64_t created_at;
 };
 
+/* A sandbox's egress policy, parsed: entries are structs, never text, from the API
+ * edge on. Zero-initialised = open, no entries. */
+struct sb_egress {
+        enum pj_egress_mode mode;
+        struct pj_allow_entry *allow;    /* n_allow entries, owned */
+        size_t n_allow;
+};
+
+/* Provisioning phase durations, as rendered under "timings" (<phase>_ms). */
+enum sb_phase { SB_PHASE_VALIDATE, SB_PHASE_RECORD, SB_PHASE_PLACE, SB_PHASE_TOTAL, SB_PHASE_RESUME, _SB_PHASE_MAX };
+struct sb_timings {
+        int64_t ms[_SB_PHASE_MAX];
+        unsigned set;                    /* bit (1 << phase) per recorded phase */
+};
+
 struct sandbox {
         char id[SANDBOX_ID_LEN + 1];
         char account_id[SANDBOX_ID_LEN + 1];
@@ -111,15 +128,14 @@ struct sandbox {
         char *team, *project_environment;
         bool auto_destroy; char *destroy_timeout;
         bool one_shot;
-        int egress_mode;                 /* enum pj_egress_mode */
-        char *egress_allow;              /* JSON array text */
+        struct sb_egress egress;
         bool persistent; int64_t persistent_disk_gb;
         char *volume_id, *mount_path, *from_snapshot;
         char *snapshot_mode, *snapshot_frequency;
         int64_t created_at, last_activity_at, expires_at, paused_at, destroyed_at;   /* ms; 0 = null */
         char *destroy_reason, *failure_reason;
         char *driver, *job_id, *alloc_id, *node_id, *container_id, *ip;
-        char *timings;                   /* JSON object text */
+        struct sb_timings timings;
 };
 void sandbox_clear(struct sandbox *s);
 
@@ -158,8 +174,14 @@ int store_sandbox_insert_capped(struct store *s, const struct sandbox *sb, int64
 int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret);
 /* Full-row update of the mutable columns. */
 int store_sandbox_update(struct store *s, const struct sandbox *sb);
-/* Compare-and-set status: -ESTALE when the current status is not `from`. */
+/* Compare-and-set status: -ESTALE when the current status is not `from`, -ENOENT when there
+ * is no such sandbox. */
 int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status from, enum sb_status to);
+/* Full-row update (as store_sandbox_update) only while the stored status is still `expected`:
+ * -ESTALE when it is not (someone else moved the sandbox meanwhile; nothing written),
+ * -ENOENT when there is no such sandbox. Every state change should go through this or
+ * store_sandbox_cas_status, never a blind update. */
+int store_sandbox_update_cas(struct store *s, const struct sandbox *sb, enum sb_status expected);
 int store_sandbox_touch(struct store *s, const char *id, int64_t now);
 /* Only for a create refused before any side effect (a 4xx found after the insert). */
 int store_sandbox_delete(struct store *s, const char *id);
@@ -174,11 +196,22 @@ int store_sandbox_count_by_status(struct store *s, int64_t counts[_SB_STATUS_MAX
 int store_volume_insert_capped(struct store *s, const struct volume *v, int64_t max_volumes);
 int store_volume_get(struct store *s, const char *id, struct volume *ret);
 int store_volume_update(struct store *s, const struct volume *v);
+/* Deletes the row of a detached volume: -EBUSY when attached. */
 int store_volume_delete(struct store *s, const char *id);
+/* Step one of deleting a volume, BEFORE its backend volume is removed: in one statement, check
+ * that it is detached (or attached to owner_sandbox_id, NULL = to none) and not already being
+ * deleted, then detach it and mark it deleting, so that no sandbox can attach it any more.
+ * -ENOENT no such volume, -EBUSY attached to a(nother) sandbox, -EALREADY already being deleted.
+ * Then remove the backend volume and store_volume_delete(), or store_volume_abort_delete()
+ * when the removal failed. */
+int store_volume_begin_delete(struct store *s, const char *id, const char *owner_sandbox_id);
+/* Clears the deleting mark (id NULL: of every volume, for a restart after a crash mid-delete). */
+int store_volume_abort_delete(struct store *s, const char *id);
 int store_volume_list(struct store *s, const char *account_id, int64_t offset, int64_t limit,
                       struct volume **ret, size_t *ret_n, int64_t *ret_total);
 void volume_array_free(struct volume *a, size_t n);
-/* Attach if detached: -EBUSY when attached to another sandbox. */
+/* Attach if detached: -EBUSY when attached to another sandbox, -ENOENT when there is no such
+ * volume or it is being deleted. */
 int store_volume_attach(struct store *s, const char *vol_id, const char *sandbox_id, const char *mount_path, int64_t now);
 int store_volume_detach_sandbox(struct store *s, const char *sandbox_id, int64_t now);
 
@@ -222,34 +255,105 @@ int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, char *arg), char *arg
 
 /* ---- sandbox lifecycle (sandbox.c) ---- */
 
+/* Domain functions (sandbox_*, volume_*) return a negative errno and put a
+ * user-facing message (what was wrong, what to do) here. http.c maps the errno to
+ * an HTTP status in one table (http_status_from_errno):
+ *   -EINVAL bad input, -EBUSY wrong state or in use, -EEXIST name taken,
+ *   -EPERM not allowed for the plan/region, -EDQUOT over a plan limit,
+ *   -ENOENT not found (or not the caller's), -ESTALE changed meanwhile,
+ *   -EIO the store failed, -EHOSTUNREACH the scheduler/driver failed,
+ *   -EAGAIN shutting down or busy (retry), -EOPNOTSUPP not available here. */
 struct api_error {
-        int status;                      /* HTTP status */
         char message[512];
 };
-#define API_ERR(e, code, ...) ({ (e)->status = (code); snprintf((e)->message, sizeof((e)->message), __VA_ARGS__); -1; })
+#define API_ERR(e, err, ...) ({ snprintf((e)->message, sizeof((e)->message), __VA_ARGS__); (int) (err); })
 
+/* Scope-bound guards: a struct sandbox / struct volume cleared, a per-sandbox lock
+ * released, however the scope is left. The lock guard copies the id, so it never
+ * depends on the struct it came from. */
+#define _cleanup_sandbox_ _cleanup_(sandbox_clear)
+#define _cleanup_volume_ _cleanup_(volume_clear)
+struct sandbox_lock {
+        struct ctl *c;                   /* NULL = not held */
+        char id[SANDBOX_ID_LEN + 1];
+};
+struct sandbox_lock sandbox_lock_take(struct ctl *c, const char *id);
+void sandbox_lock_release(struct sandbox_lock *l);
+#define SANDBOX_LOCK_GUARD(name, c, id) \
+        __attribute__((cleanup(sandbox_lock_release))) struct sandbox_lock name = sandbox_lock_take((c), (id))
+
+/* Each returns 0 or a negative errno with err->message set (see struct api_error). */
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in,
                    struct sandbox *ret, struct api_error *err);
-/* Loads a sandbox owned by acc (404 for others'). */
+/* Loads a sandbox owned by acc (-ENOENT for others'). */
 int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err);
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err);
 int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err);
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err);
-cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb);
-cJSON *region_to_json(const struct region *r);
-/* "region": {...} or null; "k": RFC 3339 or null when ms == 0. */
-void json_add_region(cJSON *o, const struct region *g);
-void json_add_time(cJSON *o, const char *k, int64_t ms);
-void sandbox_stats_sample_all(struct ctl *c);
 int64_t destroy_timeout_seconds(const char *s);
 /* The spending period of a timestamp (ms): "YYYY-MM" in UTC. */
 void billing_period(int64_t ms, char out[8]);
 bool plan_allows_region(const struct plan *p, const struct region *g);
 
-/* ---- volumes (volume.c) ---- */
-cJSON *volume_to_json(struct ctl *c, const struct volume *v);
+/* ---- typed sandbox data (sbtypes.c) ---- */
+void sb_egress_done(struct sb_egress *e);
+/* From a policy proto-json validated: each entry parsed once into its struct. -EINVAL
+ * (and *dst untouched) if an entry does not parse. */
+int sb_egress_from_pj(struct sb_egress *dst, const struct pj_egress *src);
+/* Normalised text of an entry ("1.1.1.1", "10.0.0.0/8", "api.example.com"). */
+void sb_allow_entry_format(const struct pj_allow_entry *e, char buf[PJ_ALLOW_NORM_MAX]);
+/* The store's column text: a JSON array of entries / an object of "<phase>_ms".
+ * *_to_text return NULL when there is nothing to store ([] for no entries is the
+ * caller's choice); *_from_text accept NULL and skip what they cannot parse. */
+char *sb_egress_allow_to_text(const struct sb_egress *e);
+void sb_egress_allow_from_text(struct sb_egress *e, const char *text);
+void sb_timings_set(struct sb_timings *t, enum sb_phase p, int64_t ms);
+const char *sb_phase_name(enum sb_phase p);   /* "validate_ms" ... */
+char *sb_timings_to_text(const struct sb_timings *t);
+void sb_timings_from_text(struct sb_timings *t, const char *text);
 
-/* ---- HTTP (http.c, api.c) ---- */
+/* ---- volumes (volume.c): 0 or a negative errno, as sandbox.c ---- */
+int volume_create(struct ctl *c, const struct account *acc, const struct pj_volume_create *in, struct volume *ret,
+                  struct api_error *err);
+/* Loads a volume owned by acc (-ENOENT for others'). */
+int volume_load(struct ctl *c, const struct account *acc, const char *id, struct volume *ret, struct api_error *err);
+/* Refuses with -EBUSY while attached. */
+int volume_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err);
+
+/* ---- JSON of API resources (render.c): new trees owned by the caller ---- */
+struct stats_sample;
+cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb);
+cJSON *sandbox_created_to_json(const struct sandbox *sb);
+cJSON *volume_to_json(struct ctl *c, const struct volume *v);
+cJSON *region_to_json(const struct region *r);
+cJSON *template_to_json(const struct template *t);
+cJSON *timings_to_json(const struct sb_timings *t);
+cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, size_t n, int64_t since, int64_t hours);
+/* Exec and code answers: the JSON result, and the last SSE frame of a stream. */
+/* What an exec answer and its done frame say when the memory limit killed the command. */
+#define OOM_MESSAGE                                                                                     \
+        "Command was killed: the sandbox ran out of memory (its memory limit). Under gVisor this stops the " \
+        "whole sandbox; create it with more specs.memory"
+struct exec_result {
+        const char *out, *err;           /* result only */
+        int exit_code;
+        int64_t duration_ms;
+        bool out_truncated, err_truncated, timed_out, oom_killed;
+};
+cJSON *exec_result_to_json(const struct exec_result *x);
+cJSON *exec_done_frame_to_json(const struct exec_result *x);
+/* Batch upload: one file's outcome (error NULL = success), and the summary (results consumed). */
+cJSON *batch_file_to_json(const char *path, size_t bytes, const char *error);
+cJSON *batch_summary_to_json(int uploaded, int failed, cJSON *results);
+/* GET /healthz. */
+cJSON *health_to_json(bool ok, const char *driver);
+/* {data: items (consumed), totalCount, currentPage, totalPages, limit}. */
+cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit);
+/* "region": {...} or null; "k": RFC 3339 or null when ms == 0. */
+void json_add_region(cJSON *o, const struct region *g);
+void json_add_time(cJSON *o, const char *k, int64_t ms);
+
+/* ---- HTTP server (http.c; the route table is in api.c, see http.h) ---- */
 struct http_server;
 int http_start(struct ctl *c, struct http_server **ret);
 struct http_server *http_stop(struct http_server *h);
@@ -266,10 +370,18 @@ char *metrics_render(struct ctl *c);
 /* ---- admin CLI (admin.c) ---- */
 int admin_main(int argc, char **argv);
 
-/* ---- reaper / background (reaper.c) ---- */
+/* ---- reapers and background work (background.c) ---- */
+/* Heals what a crash left (transient statuses, interrupted volume deletes) synchronously, then
+ * starts the periodic thread: call before serving requests. */
 int background_start(struct ctl *c);
 void background_stop(struct ctl *c);
+/* One reaper decision for sandbox id at time now (ms), made afresh under the sandbox lock from
+ * the record as it is (never from a list read earlier): removes the workload, then moves the
+ * record to destroyed by compare-and-set from the status it decided on. Returns 1 destroyed,
+ * 0 nothing to reap or a concurrent pause/resume won, -errno on failure (nothing recorded). */
+int background_reap_one(struct ctl *c, const char *id, int64_t now);
 
+/* ---- the daemon (controld.c) ---- */
 int ctl_open(struct ctl *c, const char *conf_path, bool with_driver);
 void ctl_close(struct ctl *c);
 int controld_main(int argc, char **argv);

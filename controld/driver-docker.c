@@ -165,8 +165,8 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                                       { "paddock.controld", d->ctl->instance_id } };
         struct docker_mount mnt = { 0 };
         _cleanup_free_ char *vol_handle = NULL;
-        bool deny = sb->egress_mode == PJ_EGRESS_DENY_ALL;
-        bool restricted = sb->egress_mode == PJ_EGRESS_RESTRICTED;
+        bool deny = sb->egress.mode == PJ_EGRESS_DENY_ALL;
+        bool restricted = sb->egress.mode == PJ_EGRESS_RESTRICTED;
         const char *runtime = deny ? cfg->docker_runtime : cfg->docker_runtime_net;
         struct docker_create_opts o = {
                 .name = name,

@@ -90,8 +90,36 @@ enum MHD_Result respond_error(struct req *r, int status, const char *fmt, ...) {
         return respond_envelope(r, status, msg, NULL);
 }
 
-enum MHD_Result respond_api_error(struct req *r, const struct api_error *e) {
-        return respond_error(r, e->status ? e->status : 500, "%s", e->message[0] ? e->message : "Internal error");
+/* The one place a domain errno becomes an HTTP status (see struct api_error). */
+static const struct { int err, status; } errno_status[] = {
+        { EINVAL, 400 },       /* the request is wrong: fix it */
+        { EBUSY, 400 },        /* wrong state or in use: act on the resource first */
+        { EEXIST, 400 },       /* the name is taken */
+        { EACCES, 401 },       /* no or bad API key */
+        { EPERM, 403 },        /* not allowed for this account, plan or region */
+        { EDQUOT, 403 },       /* over a plan limit */
+        { ENOENT, 404 },       /* not found, or not the caller's */
+        { ESTALE, 409 },       /* changed meanwhile: fetch and retry */
+        { EFBIG, 413 },        /* body or file too large */
+        { EUSERS, 429 },       /* too many at once: retry later */
+        { EIO, 500 },          /* our store failed */
+        { EOPNOTSUPP, 501 },   /* not available on this server */
+        { EHOSTUNREACH, 503 }, /* the scheduler or the sandbox did not do its part */
+        { EAGAIN, 503 },       /* shutting down or busy: retry shortly */
+        { ENOSPC, 507 },       /* no space left */
+};
+
+int http_status_from_errno(int err) {
+        if (err < 0)
+                err = -err;
+        for (size_t i = 0; i < ELEMENTSOF(errno_status); i++)
+                if (errno_status[i].err == err)
+                        return errno_status[i].status;
+        return 500;
+}
+
+enum MHD_Result respond_errno(struct req *r, int err, const struct api_error *e) {
+        return respond_error(r, http_status_from_errno(err), "%s", e && e->message[0] ? e->message : "Internal error");
 }
 
 enum MHD_Result respond_method_not_allowed(struct req *r, const char *allow) {
@@ -179,8 +207,6 @@ static void req_free(struct req *r) {
                 r->sink_free(r->sink_ud);
         strbuf_done(&r->body);
         free(r->path);
-        for (size_t i = 0; i < r->n_parts; i++)
-                free(r->parts[i]);
         account_clear(&r->acc);
         free(r);
 }
@@ -231,49 +257,61 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         log_ctx_reset();
 }
 
-static void split_path(struct req *r) {
-        const char *p = r->path;
-        while (*p && r->n_parts < ELEMENTSOF(r->parts)) {
-                while (*p == '/')
-                        p++;
-                if (!*p)
-                        break;
-                const char *e = strchr(p, '/');
-                /* The files route keeps the rest of the path as one part. */
-                if (r->n_parts == 3 && !strcmp(r->parts[0], "sandboxes") && !strcmp(r->parts[2], "files") &&
-                    strcmp(p, "batch") != 0) {
-                        r->parts[r->n_parts++] = xstrdup(p - 1);
-                        break;
-                }
-                size_t n = e ? (size_t) (e - p) : strlen(p);
-                r->parts[r->n_parts++] = xstrndup(p, n);
-                p += n;
+/* Body limit of a route, from the configuration. */
+static uint64_t body_limit(const struct config *cfg, enum route_body b) {
+        switch (b) {
+        case ROUTE_BODY_JSON:
+                return cfg->max_json_body < cfg->max_body ? cfg->max_json_body : cfg->max_body;
+        case ROUTE_BODY_LARGE:
+                return cfg->max_body;
+        case ROUTE_BODY_STREAM:
+                return cfg->max_file;
         }
+        return cfg->max_json_body;
 }
 
-/* The first callback of a request: headers only. Early answers (auth, 413 from
- * Content-Length, upload preparation) happen here, before any body byte is read. */
+static enum MHD_Result respond_too_large(struct req *r) {
+        return respond_error(r, 413, "Request body too large (limit %llu bytes)", (unsigned long long) r->body_limit);
+}
+
+/* The first callback of a request: headers only. The route is found here, and
+ * early answers (auth, routing errors, 413 from Content-Length, upload preparation)
+ * happen before any body byte is read. */
 static enum MHD_Result first_call(struct req *r) {
         if (strstr(r->path, "%00") || strcasestr(r->path, "%2f"))
                 return respond_error(r, 400, "The path must not contain %%00 or %%2F; write '/' literally");
-        /* Unauthenticated endpoints answer once the request is complete. */
-        if (!strcmp(r->path, "/healthz") || !strcmp(r->path, "/metrics"))
+        enum route_status st = route_match(r->method, r->path, &r->m);
+        const struct route *rt = r->m.row;
+        r->route = rt ? rt->label : NULL;
+        /* An unknown path asks for a key too: no probing the API without one. */
+        if ((!rt || rt->auth) && authenticate(r) < 0)
                 return MHD_YES;
-        if (authenticate(r) < 0)
-                return MHD_YES;
-        bool answered = false;
-        enum MHD_Result res = api_prepare(r, &answered);
-        if (answered || res != MHD_YES)
-                return res;
-        /* Refuse oversized JSON bodies from Content-Length before reading them. */
+        switch (st) {
+        case ROUTE_NOT_FOUND:
+                return respond_error(r, 404, "No route for %s %s", r->method, r->path);
+        case ROUTE_BAD_METHOD:
+                return respond_method_not_allowed(r, r->m.allow);
+        case ROUTE_BAD_ID:
+                return respond_error(r, 400, "Invalid %s id", rt->id_noun);
+        case ROUTE_FOUND:
+                break;
+        }
+        r->body_limit = body_limit(r->c->cfg, rt->body);
+        r->body.max = r->body_limit;
+        if (rt->prepare) {
+                enum MHD_Result res = rt->prepare(r);
+                if (r->answered || res != MHD_YES)
+                        return res;
+        }
+        /* Refuse oversized buffered bodies from Content-Length before reading them. */
         const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int64_t len;
         if (!r->sink && cl && safe_atoi64(cl, &len) >= 0 && (uint64_t) len > r->body_limit)
-                return respond_error(r, 413, "Request body too large (limit %llu bytes)", (unsigned long long) r->body_limit);
+                return respond_too_large(r);
         return MHD_YES;
 }
 
-static enum MHD_Result later_call(struct ctl *c, struct req *r, const char *upload_data, size_t *upload_data_size) {
+static enum MHD_Result later_call(struct req *r, const char *upload_data, size_t *upload_data_size) {
         log_ctx_set("REQUEST_ID", r->request_id);
         if (r->authed)
                 log_ctx_set("ACCOUNT_ID", r->acc.id);
@@ -288,6 +326,8 @@ static enum MHD_Result later_call(struct ctl *c, struct req *r, const char *uplo
                                 r->sink_failed = true;
                         return MHD_YES;
                 }
+                /* Chunked bodies have no Content-Length: the cap holds while reading, and
+                 * what is past it is discarded, never buffered. */
                 if (strbuf_append(&r->body, upload_data, n) < 0)
                         r->body_too_large = true;
                 return MHD_YES;
@@ -295,33 +335,24 @@ static enum MHD_Result later_call(struct ctl *c, struct req *r, const char *uplo
         if (r->answered || r->started)
                 return MHD_YES;
         r->started = true;
-
-        if ((!strcmp(r->path, "/healthz") || !strcmp(r->path, "/metrics")) && strcmp(r->method, "GET") != 0 &&
-            strcmp(r->method, "HEAD") != 0) {
-                r->route = r->path[1] == 'h' ? "/healthz" : "/metrics";
-                return respond_method_not_allowed(r, "GET");
-        }
-        if (!strcmp(r->path, "/healthz")) {
-                r->route = "/healthz";
-                /* Degraded (503) when the scheduler backend does not answer: this controld
-                 * could not create or run anything. */
-                int rc = c->drv && c->drv->ping ? c->drv->ping(c->drv) : -ENODEV;
-                cJSON *o = cJSON_CreateObject();
-                json_add_str(o, "status", rc >= 0 ? "ok" : "degraded");
-                json_add_str(o, "driver", c->drv ? c->drv->name : NULL);
-                json_add_bool(o, "driver_reachable", rc >= 0);
-                return respond_json(r, rc >= 0 ? 200 : 503, o);
-        }
-        if (!strcmp(r->path, "/metrics")) {
-                r->route = "/metrics";
-                char *m = metrics_render(c);
-                struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(m), m, free);
-                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
-                return respond_response(r, 200, resp);
-        }
         if (r->body_too_large)
-                return respond_error(r, 413, "Request body too large (limit %llu bytes)", (unsigned long long) r->body_limit);
-        return api_dispatch(r);
+                return respond_too_large(r);
+        return r->m.row->handler(r);
+}
+
+enum MHD_Result http_get_healthz(struct req *r) {
+        struct ctl *c = r->c;
+        /* Degraded (503) when the scheduler backend does not answer: this controld
+         * could not create or run anything. */
+        int rc = c->drv && c->drv->ping ? c->drv->ping(c->drv) : -ENODEV;
+        return respond_json(r, rc >= 0 ? 200 : 503, health_to_json(rc >= 0, c->drv ? c->drv->name : NULL));
+}
+
+enum MHD_Result http_get_metrics(struct req *r) {
+        char *m = metrics_render(r->c);
+        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(m), m, free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
+        return respond_response(r, 200, resp);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -331,7 +362,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         (void) version;
 
         if (r)
-                return later_call(c, r, upload_data, upload_data_size);
+                return later_call(r, upload_data, upload_data_size);
         r = xnew0(struct req, 1);
         r->c = c;
         r->conn = conn;
@@ -343,9 +374,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
         else
                 random_token(r->request_id, 12);
-        strbuf_init(&r->body, c->cfg->max_body);
-        r->body_limit = c->cfg->max_body;
-        split_path(r);
+        strbuf_init(&r->body, c->cfg->max_json_body);
+        r->body_limit = c->cfg->max_json_body;
         *con_cls = r;
         log_ctx_reset();
         log_ctx_set("REQUEST_ID", r->request_id);

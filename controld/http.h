@@ -1,6 +1,6 @@
-/* http.h — request plumbing shared by the HTTP server (http.c) and the route
- * handlers (api.c, runtime.c). One struct req per request; handlers answer
- * through the respond_* helpers exactly once. */
+/* http.h — request plumbing shared by the HTTP server (http.c), the route table
+ * (api.c) and the route handlers (api.c, runtime.c, http.c). One struct req per
+ * request; handlers answer through the respond_* helpers exactly once. */
 #pragma once
 
 #include <microhttpd.h>
@@ -12,6 +12,59 @@
 #include "strutil.h"
 
 struct req;
+
+typedef enum MHD_Result (*route_fn)(struct req *r);
+
+/* How a route takes its body, and so its size limit. */
+enum route_body {
+        ROUTE_BODY_JSON,   /* buffered JSON, capped at max_json_body (and max_body) */
+        ROUTE_BODY_LARGE,  /* buffered JSON carrying payloads (exec, code, batch upload): max_body */
+        ROUTE_BODY_STREAM, /* streamed into the sink its prepare hook installs; the sink caps it */
+};
+
+/* One row of the route table (api.c). Rows with the same pattern sit together;
+ * the first pattern that matches a path wins, so literal segments
+ * ("/sandboxes/regions") come before parameters ("/sandboxes/{id}").
+ *   pattern  segments separated by '/'; "{id}" is one segment that must be a
+ *            24-lowercase-hex id; "{path*}" (last) is the rest of the path,
+ *            at least one segment, kept with its leading '/'.
+ *   label    metrics label of the route (never contains user data).
+ *   id_noun  what {id} names, for "Invalid <noun> id" (NULL without {id}).
+ *   auth     needs an API key; head: a GET row that also answers HEAD.
+ *   prepare  optional; runs on the headers, before any body byte is read (uploads
+ *            install r->sink here); it may answer early.
+ *   handler  runs once the body is complete. */
+struct route {
+        const char *method;
+        const char *pattern;
+        const char *label;
+        const char *id_noun;
+        bool auth, head;
+        enum route_body body;
+        route_fn prepare;
+        route_fn handler;
+};
+
+enum route_status {
+        ROUTE_FOUND,        /* row set: method and path match, {id} valid */
+        ROUTE_NOT_FOUND,    /* no pattern matches the path; row NULL */
+        ROUTE_BAD_METHOD,   /* the path matches but not with this method; row = first row of the pattern, allow set */
+        ROUTE_BAD_ID,       /* the path matches but {id} is not 24 lowercase hex; row = first row of the pattern */
+};
+
+struct route_match {
+        enum route_status status;
+        const struct route *row;
+        char allow[64];                  /* "GET, POST" for 405 */
+        char id[SANDBOX_ID_LEN + 1];     /* {id}, valid when status == ROUTE_FOUND */
+        const char *rest;                /* {path*}: points into the matched path; NULL without */
+};
+
+/* Matches method and path (decoded, without query) against the route table.
+ * Never allocates; ret->rest points into path. Returns ret->status. */
+enum route_status route_match(const char *method, const char *path, struct route_match *ret);
+/* The table itself, for tests and documentation. */
+const struct route *route_table(size_t *ret_n);
 
 /* Optional streaming body sink for uploads: called with each chunk, then once
  * with len == 0 at the end. Returning < 0 aborts; the handler then answers. */
@@ -41,9 +94,8 @@ struct req {
         bool started;                    /* dispatch ran */
         bool in_headers;                 /* still in the first (headers-only) callback */
         bool linger;                     /* answered before reading a body: drain before close */
-        /* Route parameters. */
-        char *parts[16];
-        size_t n_parts;
+        /* The route and its parameters (r->m.id, r->m.rest). */
+        struct route_match m;
 };
 
 const char *req_query(struct req *r, const char *key);
@@ -55,7 +107,10 @@ enum MHD_Result respond_json(struct req *r, int status, cJSON *body /* consumed 
 /* {"message": message, "data": data} (data may be NULL: omitted). */
 enum MHD_Result respond_envelope(struct req *r, int status, const char *message, cJSON *data);
 enum MHD_Result respond_error(struct req *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-enum MHD_Result respond_api_error(struct req *r, const struct api_error *e);
+/* Answers a domain error: err (negative errno) through the one errno -> HTTP status
+ * table, e's message as the body. */
+enum MHD_Result respond_errno(struct req *r, int err, const struct api_error *e);
+int http_status_from_errno(int err);
 enum MHD_Result respond_empty(struct req *r, int status);
 enum MHD_Result respond_response(struct req *r, int status, struct MHD_Response *resp /* consumed */);
 /* 405 with an Allow header listing allow (e.g. "GET, POST"). */
@@ -64,13 +119,14 @@ enum MHD_Result respond_method_not_allowed(struct req *r, const char *allow);
 /* Parses ?page= and ?limit= per the published API. On error answers 400 and returns < 0. */
 int req_pagination(struct req *r, int64_t *ret_page, int64_t *ret_limit);
 
-/* api.c: dispatches an authenticated request (the body, if any, is complete). */
-enum MHD_Result api_dispatch(struct req *r);
-/* api.c: called on the first callback with headers only; may set r->sink for uploads or
- * answer early (413 from Content-Length). Returns MHD_YES to continue. */
-enum MHD_Result api_prepare(struct req *r, bool *ret_answered);
-
-/* runtime.c: exec, code, files. runtime_prepare may install a body sink for uploads or
- * answer early; runtime_dispatch returns true when it handled the route. */
-enum MHD_Result runtime_prepare(struct req *r, bool *ret_answered);
-bool runtime_dispatch(struct req *r, enum MHD_Result *ret);
+/* Handlers that live outside api.c, named in the route table. */
+/* http.c */
+enum MHD_Result http_get_healthz(struct req *r);
+enum MHD_Result http_get_metrics(struct req *r);
+/* runtime.c */
+enum MHD_Result runtime_post_exec(struct req *r);
+enum MHD_Result runtime_post_code(struct req *r);
+enum MHD_Result runtime_prepare_put_file(struct req *r);
+enum MHD_Result runtime_put_file(struct req *r);
+enum MHD_Result runtime_get_file(struct req *r);
+enum MHD_Result runtime_post_batch(struct req *r);

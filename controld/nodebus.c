@@ -30,9 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <amqp.h>
-#include <amqp_tcp_socket.h>
-
+#include "amqp.h"
 #include "nodebus.h"
 #include "cleanup.h"
 #include "json.h"
@@ -65,8 +63,7 @@ struct nodebus {
         pthread_cond_t cond;    /* a pending settled, or the pumper role is free */
         int wakefd;             /* interrupts the pumper's poll() */
 
-        char *url_buf;          /* amqp_parse_url() points ci's strings into it */
-        struct amqp_connection_info ci;
+        struct amqpx_url url;
         char *exchange;
         char conn_name[64];
 
@@ -154,49 +151,8 @@ static void mark_broken(struct nodebus *c, int r, const char *msg) {
         pthread_cond_broadcast(&c->cond);
 }
 
-static int status_to_errno(int status) {
-        switch (status) {
-        case AMQP_STATUS_TIMEOUT:
-                return -ETIMEDOUT;
-        case AMQP_STATUS_HOSTNAME_RESOLUTION_FAILED:
-                return -EHOSTUNREACH;
-        case AMQP_STATUS_NO_MEMORY:
-                oom();
-        default:
-                return -ECONNREFUSED;
-        }
-}
-
-/* Checks the reply of the synchronous call just made. Any failure leaves the
- * connection in a state we do not try to repair: the caller destroys it. */
-static int rpc_reply_check(amqp_rpc_reply_t x, const char *what, char *err, size_t errlen) {
-        switch (x.reply_type) {
-        case AMQP_RESPONSE_NORMAL:
-                return 0;
-        case AMQP_RESPONSE_NONE:
-                fmt_err(err, errlen, "RabbitMQ %s: no reply", what);
-                return -EPROTO;
-        case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-                fmt_err(err, errlen, "RabbitMQ %s: %s", what, amqp_error_string2(x.library_error));
-                return x.library_error == AMQP_STATUS_TIMEOUT ? -ETIMEDOUT : -ECONNRESET;
-        case AMQP_RESPONSE_SERVER_EXCEPTION:
-                if (x.reply.id == AMQP_CONNECTION_CLOSE_METHOD || x.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-                        /* Same layout for the fields we print. */
-                        const amqp_connection_close_t *m = x.reply.decoded;
-                        fmt_err(err, errlen, "RabbitMQ %s: %u %.*s", what, m->reply_code, (int) m->reply_text.len,
-                                (const char *) m->reply_text.bytes);
-                        return m->reply_code == AMQP_ACCESS_REFUSED || m->reply_code == AMQP_NOT_ALLOWED ? -EACCES
-                                                                                                       : -EPROTO;
-                }
-                fmt_err(err, errlen, "RabbitMQ %s: the broker refused (method 0x%08x)", what, x.reply.id);
-                return -EPROTO;
-        }
-        fmt_err(err, errlen, "RabbitMQ %s: unexpected reply", what);
-        return -EPROTO;
-}
-
 static int rpc_check(amqp_connection_state_t conn, const char *what, char *err, size_t errlen) {
-        return rpc_reply_check(amqp_get_rpc_reply(conn), what, err, errlen);
+        return amqpx_rpc_check(amqp_get_rpc_reply(conn), what, err, errlen);
 }
 
 static void drop_connection(struct nodebus *c, bool graceful) {
@@ -227,12 +183,7 @@ static int setup_channel(struct nodebus *c, long deadline, char *err, size_t err
         /* Bounds each synchronous call; requests themselves never use an RPC. */
         struct timeval tv = ms_to_tv(left < CONNECT_TIMEOUT_MS ? left : CONNECT_TIMEOUT_MS);
         amqp_set_rpc_timeout(c->conn, &tv);
-        amqp_channel_open(c->conn, CH);
-        if ((r = rpc_check(c->conn, "channel.open", err, errlen)) < 0)
-                return r;
-        amqp_exchange_declare(c->conn, CH, amqp_cstring_bytes(c->exchange), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
-                              amqp_empty_table);
-        if ((r = rpc_check(c->conn, "exchange.declare", err, errlen)) < 0)
+        if ((r = amqpx_channel_open_exchange(c->conn, CH, c->exchange, err, errlen)) < 0)
                 return r;
         /* Server-named, exclusive, auto-delete: it dies with this connection, and also
          * when our consumer goes (a closed channel), so every channel gets a fresh one
@@ -263,48 +214,13 @@ static int client_connect(struct nodebus *c, long deadline, char *err, size_t er
                 fmt_err(err, errlen, "no time left to connect to RabbitMQ");
                 return -ETIMEDOUT;
         }
-        if (left > CONNECT_TIMEOUT_MS)
-                left = CONNECT_TIMEOUT_MS;
-        struct timeval tv = ms_to_tv(left);
-        const char *vhost = c->ci.vhost && *c->ci.vhost ? c->ci.vhost : "/";
-        int r, s;
-
-        c->conn = amqp_new_connection();
-        if (!c->conn)
-                oom();
-        amqp_socket_t *sock = amqp_tcp_socket_new(c->conn);
-        if (!sock)
-                oom();
-        s = amqp_socket_open_noblock(sock, c->ci.host, c->ci.port, &tv);
-        if (s != AMQP_STATUS_OK) {
-                fmt_err(err, errlen, "cannot reach RabbitMQ at %s:%d: %s", c->ci.host, c->ci.port,
-                        amqp_error_string2(s));
-                r = status_to_errno(s);
-                goto fail;
-        }
-        tv = ms_to_tv(deadline - (long) mono_ms() < left ? deadline - (long) mono_ms() : left);
-        amqp_set_handshake_timeout(c->conn, &tv);
-
-        amqp_table_entry_t prop = { .key = amqp_cstring_bytes("connection_name"),
-                                    .value = { .kind = AMQP_FIELD_KIND_UTF8,
-                                               .value.bytes = amqp_cstring_bytes(c->conn_name) } };
-        amqp_table_t props = { .num_entries = 1, .entries = &prop };
-        amqp_rpc_reply_t lr = amqp_login_with_properties(c->conn, vhost, 0, AMQP_DEFAULT_FRAME_SIZE,
-                                                         AMQP_CLIENT_HEARTBEAT_S, &props, AMQP_SASL_METHOD_PLAIN,
-                                                         c->ci.user, c->ci.password);
-        if (lr.reply_type != AMQP_RESPONSE_NORMAL) {
-                char why[256];
-                r = rpc_reply_check(lr, "login", why, sizeof(why));
-                if (lr.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-                    (lr.library_error == AMQP_STATUS_CONNECTION_CLOSED || lr.library_error == AMQP_STATUS_SOCKET_CLOSED))
-                        r = -EACCES;    /* the broker hangs up on a bad login unless told to explain */
-                fmt_err(err, errlen, "RabbitMQ at %s:%d refused the login for user %s on vhost %s (%s)", c->ci.host,
-                        c->ci.port, c->ci.user, vhost, why);
-                goto fail;
-        }
+        int r = amqpx_connect(&c->url, c->conn_name, AMQP_DEFAULT_FRAME_SIZE, AMQP_CLIENT_HEARTBEAT_S,
+                              left < CONNECT_TIMEOUT_MS ? left : CONNECT_TIMEOUT_MS, &c->conn, err, errlen);
+        if (r < 0)
+                return r;
         if ((r = setup_channel(c, deadline, err, errlen)) < 0)
                 goto fail;
-        log_debug("amqp: connected to %s:%d vhost %s, reply queue %.*s", c->ci.host, c->ci.port, vhost,
+        log_debug("amqp: connected to %s:%d vhost %s, reply queue %.*s", c->url.host, c->url.port, c->url.vhost,
                   (int) c->reply_q.len, (const char *) c->reply_q.bytes);
         return 0;
 fail:
@@ -330,6 +246,13 @@ static void handle_header(struct nodebus *c, const amqp_frame_t *f) {
                         p = find_pending(c, pr->correlation_id);
                 if (!p || p->done)
                         log_debug("amqp: dropping a reply nobody waits for (late or foreign)");
+                else if (!pr || !(pr->_flags & AMQP_BASIC_APP_ID_FLAG) || !bytes_eq(pr->app_id, p->node_id))
+                        /* Only the node we asked may answer; the request keeps waiting for it. */
+                        log_debug("amqp: dropping a reply to %s that claims to come from node %.*s, not %s", p->id,
+                                  pr && (pr->_flags & AMQP_BASIC_APP_ID_FLAG) ? (int) pr->app_id.len : 6,
+                                  pr && (pr->_flags & AMQP_BASIC_APP_ID_FLAG) ? (const char *) pr->app_id.bytes
+                                                                               : "(none)",
+                                  p->node_id);
                 else if (c->in.size > AMQP_CLIENT_MAX_BODY)
                         settle(c, p, -EMSGSIZE, "the agent on node %s sent a %" PRIu64 " byte reply (limit %d)",
                                p->node_id, c->in.size, AMQP_CLIENT_MAX_BODY);
@@ -437,10 +360,22 @@ static void handle_frame(struct nodebus *c, const amqp_frame_t *f) {
                         content_complete(c);
         } else if (f->frame_type == AMQP_FRAME_BODY) {
                 amqp_bytes_t b = f->payload.body_fragment;
-                if (c->in.buf && c->in.got + b.len <= c->in.size)
+                if (b.len > c->in.size - c->in.got) {
+                        /* More body than the header announced: the reply is not what the agent
+                         * sent, and nothing of it may reach the caller (part of the buffer was
+                         * never written). */
+                        struct pending *p = c->in.buf ? find_pending(c, amqp_cstring_bytes(c->in.id)) : NULL;
+                        if (p)
+                                settle(c, p, -EBADMSG,
+                                       "the reply from node %s has more body than its header announced (%" PRIu64
+                                       " bytes)", p->node_id, c->in.size);
+                        content_reset(c);
+                        return;
+                }
+                if (c->in.buf)
                         memcpy(c->in.buf + c->in.got, b.bytes, b.len);
                 c->in.got += b.len;
-                if (c->in.got >= c->in.size)
+                if (c->in.got == c->in.size)
                         content_complete(c);
         }
 }
@@ -672,6 +607,12 @@ int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body,
                         why[0] ? ": " : "", why);
                 return -EBADMSG;
         }
+        const char *from = json_get_str(j, "node_id");
+        if (!from || strcmp(from, node_id) != 0) {
+                fmt_err(err, errlen, "the reply to a request for node %s says it comes from node %s", node_id,
+                        from ? from : "(none)");
+                return -EBADMSG;
+        }
         const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
         if (!cJSON_IsBool(ok)) {
                 fmt_err(err, errlen, "the agent on node %s sent a reply without a boolean \"ok\"", node_id);
@@ -698,25 +639,10 @@ int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, cha
         }
         struct nodebus *c = xnew0(struct nodebus, 1);
         c->wakefd = -1;
-        c->url_buf = xstrdup(url);
         c->exchange = xstrdup(exchange);
-        int r;
-        if (!startswith(url, "amqp://") && !startswith(url, "amqps://")) {
-                fmt_err(err, errlen, "RabbitMQ URL must look like amqp://user:pass@host:port/vhost");
-                r = -EINVAL;
+        int r = amqpx_url_parse(url, &c->url, err, errlen);
+        if (r < 0)
                 goto fail;
-        }
-        amqp_default_connection_info(&c->ci);
-        if (amqp_parse_url(c->url_buf, &c->ci) != AMQP_STATUS_OK || !c->ci.host || !*c->ci.host) {
-                fmt_err(err, errlen, "RabbitMQ URL must look like amqp://user:pass@host:port/vhost");
-                r = -EINVAL;
-                goto fail;
-        }
-        if (c->ci.ssl) {
-                fmt_err(err, errlen, "amqps:// is not supported; use amqp:// on a trusted network");
-                r = -EOPNOTSUPP;
-                goto fail;
-        }
         snprintf(c->conn_name, sizeof(c->conn_name), "paddock-controld[%d]", (int) getpid());
         c->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (c->wakefd < 0) {
@@ -743,7 +669,7 @@ int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, cha
 fail:
         if (c->wakefd >= 0)
                 close(c->wakefd);
-        free(c->url_buf);
+        amqpx_url_done(&c->url);
         free(c->exchange);
         free(c);
         return r;
@@ -758,7 +684,7 @@ struct nodebus *nodebus_free(struct nodebus *c) {
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);
         close(c->wakefd);
-        free(c->url_buf);
+        amqpx_url_done(&c->url);
         free(c->exchange);
         free(c);
         return NULL;

@@ -5,7 +5,10 @@
  * exchange with routing key = node ID, mandatory, transient, with
  * message_id = correlation_id = a fresh 24-hex id, reply_to = our queue and
  * expiration = the time left. It succeeds only when the agent's reply with that
- * correlation_id arrives before the deadline. Everything else is a failure the
+ * correlation_id arrives before the deadline, from that node: a reply is taken only
+ * if its app_id is the node ID the request was sent to (agents set it, with user_id
+ * = their broker login, which RabbitMQ checks); any other reply is dropped and the
+ * request keeps waiting. Everything else is a failure the
  * caller can tell apart:
  *   -ENXIO       the broker returned the message: no agent queue is bound for the node
  *                (agents' queues are exclusive + auto-delete, so a dead agent is gone at once)
@@ -16,6 +19,7 @@
  *   -ECONNRESET  the connection broke while this request was in flight (-EPIPE: while publishing);
  *                the next request reconnects and redeclares
  *   -EMSGSIZE    body or reply over AMQP_CLIENT_MAX_BODY
+ *   -EBADMSG     the reply's content did not match its header (more body than announced)
  *   -EINVAL      bad arguments (empty or over-long node id, timeout <= 0)
  *   connect errors (-ECONNREFUSED, -EACCES, -ETIMEDOUT, -EPROTO) when no connection could be made
  * A connection that died while idle (broker restart, missed heartbeats, an admin
@@ -62,7 +66,7 @@ int nodebus_request(struct nodebus *c, const char *node_id, const char *body, lo
 
 /* nodebus_request, then the reply must be a JSON object with "ok": true.
  *   -EREMOTEIO  "ok": false; err holds the agent's "error" text
- *   -EBADMSG    the reply is not a JSON object with a boolean "ok"
+ *   -EBADMSG    the reply is not a JSON object with a boolean "ok" and a "node_id" equal to node_id
  * On success *ret_reply (may be NULL if unwanted) is the parsed reply, owned by the caller. */
 int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body, long timeout_ms, cJSON **ret_reply,
                     char *err, size_t errlen);

@@ -197,9 +197,6 @@ struct run {
         bool counted;                 /* in ctl->streams_running */
 };
 
-#define OOM_MESSAGE                                                                                     \
-        "Command was killed: the sandbox ran out of memory (its memory limit). Under gVisor this stops the " \
-        "whole sandbox; create it with more specs.memory"
 
 static void kill_tree(struct run *x) {
         const char *argv[] = { "/bin/sh", "-c", killer_script, "paddock", x->token, NULL };
@@ -251,7 +248,7 @@ static void append_frame(struct run *x, const char *type, const char *data, size
 static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
         struct run *x = ud;
         if (!x->stream) {
-                text_append(stream == 1 ? &x->out : &x->err, data, len, false);
+                (void) text_append(stream == 1 ? &x->out : &x->err, data, len, false);  /* past the cap: truncated flag */
                 return 0;
         }
         struct text *t = stream == 1 ? &x->sout : &x->serr;
@@ -344,19 +341,20 @@ static char **env_list(char **keys, char **values, size_t n) {
 
 /* Loads a ready sandbox for a runtime call; answers the error itself. */
 static int runtime_sandbox(struct req *r, const char *id, struct sandbox *ret) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct api_error e = { 0 };
-        if (sandbox_load(r->c, &r->acc, id, ret, &e) < 0) {
-                respond_api_error(r, &e);
-                return -ENOENT;
-        }
-        if (ret->status != SB_READY) {
-                respond_error(r, 400, "Sandbox is %s; only ready sandboxes can run commands or move files",
-                              sb_status_str(ret->status));
-                sandbox_clear(ret);
-                return -EBUSY;
+        int k = sandbox_load(r->c, &r->acc, id, &sb, &e);
+        if (k >= 0 && sb.status != SB_READY)
+                k = API_ERR(&e, -EBUSY, "Sandbox is %s; only ready sandboxes can run commands or move files",
+                            sb_status_str(sb.status));
+        if (k < 0) {
+                (void) respond_errno(r, k, &e);
+                return k;
         }
         log_ctx_set("SANDBOX_ID", id);
-        store_sandbox_touch(r->c->store, id, now_ms());
+        (void) store_sandbox_touch(r->c->store, id, now_ms());  /* activity stamp only: best effort */
+        *ret = sb;
+        sb = (struct sandbox) { 0 };
         return 0;
 }
 
@@ -444,16 +442,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         x->last_sent = mono_ms();
                         continue;
                 }
-                _cleanup_json_ cJSON *o = cJSON_CreateObject();
-                json_add_str(o, "type", "done");
-                json_add_int(o, "exit_code", x->exit_code);
-                json_add_int(o, "duration_ms", mono_ms() - x->t0);
-                if (x->timed_out)
-                        json_add_bool(o, "timed_out", true);
-                if (x->oom_killed) {
-                        json_add_bool(o, "oom_killed", true);
-                        json_add_str(o, "message", OOM_MESSAGE);
-                }
+                struct exec_result res = { .exit_code = x->exit_code, .duration_ms = mono_ms() - x->t0,
+                                           .timed_out = x->timed_out, .oom_killed = x->oom_killed };
+                _cleanup_json_ cJSON *o = exec_done_frame_to_json(&res);
                 _cleanup_free_ char *j = json_print(o);
                 strbuf_printf(&x->pending, "data: %s\n\n", j);
         }
@@ -566,20 +557,13 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                 }
         }
         finish(x);
-        cJSON *d = cJSON_CreateObject();
-        json_add_str(d, "stdout", x->out.buf.buf ? x->out.buf.buf : "");
-        json_add_str(d, "stderr", x->err.buf.buf ? x->err.buf.buf : "");
-        json_add_int(d, "exit_code", x->exit_code);
-        json_add_int(d, "duration_ms", mono_ms() - x->t0);
-        if (x->out.buf.truncated || x->err.buf.truncated) {
-                json_add_bool(d, "truncated", true);
-                json_add_bool(d, "stdout_truncated", x->out.buf.truncated);
-                json_add_bool(d, "stderr_truncated", x->err.buf.truncated);
-        }
-        if (x->timed_out)
-                json_add_bool(d, "timed_out", true);
-        if (x->oom_killed)
-                json_add_bool(d, "oom_killed", true);
+        struct exec_result res = {
+                .out = x->out.buf.buf ? x->out.buf.buf : "", .err = x->err.buf.buf ? x->err.buf.buf : "",
+                .exit_code = x->exit_code, .duration_ms = mono_ms() - x->t0,
+                .out_truncated = x->out.buf.truncated, .err_truncated = x->err.buf.truncated, .timed_out = x->timed_out,
+                .oom_killed = x->oom_killed,
+        };
+        cJSON *d = exec_result_to_json(&res);
         bool timed_out = x->timed_out, oom = x->oom_killed;
         run_free(x);
         return respond_envelope(r, 200,
@@ -589,48 +573,36 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                                 d);
 }
 
-static enum MHD_Result post_exec(struct req *r, const char *id) {
-        struct pj_exec in = { 0 };
+enum MHD_Result runtime_post_exec(struct req *r) {
+        const char *id = r->m.id;
+        _cleanup_(pj_exec_done) struct pj_exec in = { 0 };
         struct pj_error pe = { 0 };
-        struct sandbox sb = { 0 };
-        if (pj_exec_parse(r->body.buf, r->body.len, &in, &pe) < 0) {
-                pj_exec_done(&in);
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
+        if (pj_exec_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_error(r, 400, "%s", pe.message);
-        }
-        if (runtime_sandbox(r, id, &sb) < 0) {
-                pj_exec_done(&in);
+        if (runtime_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
-        }
-        char **env = env_list(in.env_keys, in.env_values, in.n_env);
+        _cleanup_(strv_freep) char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { "/bin/sh", "-c", in.cmd, NULL };
-        enum MHD_Result res = run_and_respond(r, &sb, NULL, argv, env, in.cwd, in.timeout_s, in.stream, NULL, 0);
-        strv_free(env);
-        pj_exec_done(&in);
-        return res;
+        return run_and_respond(r, &sb, NULL, argv, env, in.cwd, in.timeout_s, in.stream, NULL, 0);
 }
 
-static enum MHD_Result post_code(struct req *r, const char *id) {
-        struct pj_code in = { 0 };
+enum MHD_Result runtime_post_code(struct req *r) {
+        const char *id = r->m.id;
+        _cleanup_(pj_code_done) struct pj_code in = { 0 };
         struct pj_error pe = { 0 };
-        struct sandbox sb = { 0 };
-        if (pj_code_parse(r->body.buf, r->body.len, &in, &pe) < 0) {
-                pj_code_done(&in);
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
+        if (pj_code_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_error(r, 400, "%s", pe.message);
-        }
-        if (runtime_sandbox(r, id, &sb) < 0) {
-                pj_code_done(&in);
+        if (runtime_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
-        }
         bool py = !strcmp(in.language, "python");
         char tok[25], path[64];
         hexid_new(tok);
         snprintf(path, sizeof(path), "/tmp/.paddock-code-%s.%s", tok, py ? "py" : "js");
-        char **env = env_list(in.env_keys, in.env_values, in.n_env);
+        _cleanup_(strv_freep) char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { "/bin/sh", "-c", code_script, "paddock", path, py ? "python3" : "node", NULL };
-        enum MHD_Result res = run_and_respond(r, &sb, tok, argv, env, in.cwd, in.timeout_s, in.stream, in.code, strlen(in.code));
-        strv_free(env);
-        pj_code_done(&in);
-        return res;
+        return run_and_respond(r, &sb, tok, argv, env, in.cwd, in.timeout_s, in.stream, in.code, strlen(in.code));
 }
 
 /* ---- files ---- */
@@ -761,15 +733,15 @@ static int start_file_exec(struct req *r, struct sandbox *sb, const char *script
         return 0;
 }
 
-static enum MHD_Result prepare_put_file(struct req *r, const char *id, const char *path) {
+/* The route's prepare hook: runs on the headers, before any body byte. */
+enum MHD_Result runtime_prepare_put_file(struct req *r) {
+        const char *id = r->m.id, *path = r->m.rest;
         struct ctl *c = r->c;
         struct pj_error pe = { 0 };
-        struct sandbox sb = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int64_t len = -1;
 
-        if (!hexid_valid(id))
-                return respond_error(r, 400, "Invalid sandbox id");
         if (pj_sandbox_path_check(path, &pe, "path") < 0)
                 return respond_error(r, 400, "%s", pe.message);
         if (cl && (safe_atoi64(cl, &len) < 0 || len < 0))
@@ -792,8 +764,10 @@ static enum MHD_Result prepare_put_file(struct req *r, const char *id, const cha
         return MHD_YES;
 }
 
-static enum MHD_Result finish_put_file(struct req *r) {
+enum MHD_Result runtime_put_file(struct req *r) {
         struct upload *u = r->sink_ud;
+        if (!u)
+                return respond_error(r, 500, "Upload was not prepared");
         char msg[4600];
         if (u->too_large)
                 return respond_error(r, 413, "File too large: the limit is %llu bytes", (unsigned long long) u->limit);
@@ -863,9 +837,10 @@ static void dl_free(void *cls) {
         free(d);
 }
 
-static enum MHD_Result get_file(struct req *r, const char *id, const char *path) {
+enum MHD_Result runtime_get_file(struct req *r) {
+        const char *id = r->m.id, *path = r->m.rest;
         struct pj_error pe = { 0 };
-        struct sandbox sb = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         if (pj_sandbox_path_check(path, &pe, "path") < 0)
                 return respond_error(r, 400, "%s", pe.message);
         if (runtime_sandbox(r, id, &sb) < 0)
@@ -890,7 +865,7 @@ static enum MHD_Result get_file(struct req *r, const char *id, const char *path)
         }
         if (d->eof) {
                 int code = -1;
-                d->x->drv->exec_exit_code(d->x->s, &code);
+                (void) d->x->drv->exec_exit_code(d->x->s, &code);  /* unknown stays -1: "Failed to read" */
                 d->x->finished = true;
                 const char *e = d->x->err.buf.buf ? d->x->err.buf.buf : "";
                 enum MHD_Result res;
@@ -916,32 +891,26 @@ static enum MHD_Result get_file(struct req *r, const char *id, const char *path)
         return respond_response(r, 200, resp);
 }
 
-static enum MHD_Result post_batch(struct req *r, const char *id) {
+enum MHD_Result runtime_post_batch(struct req *r) {
+        const char *id = r->m.id;
         struct ctl *c = r->c;
-        struct pj_files_batch in = { 0 };
+        _cleanup_(pj_files_batch_done) struct pj_files_batch in = { 0 };
         struct pj_error pe = { 0 };
-        struct sandbox sb = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         int uploaded = 0, failed = 0;
 
-        if (pj_files_batch_parse(r->body.buf, r->body.len, c->cfg->max_file, c->cfg->max_body, &in, &pe) < 0) {
-                pj_files_batch_done(&in);
+        if (pj_files_batch_parse(r->body.buf, r->body.len, c->cfg->max_file, c->cfg->max_body, &in, &pe) < 0)
                 return respond_error(r, 400, "%s", pe.message);
-        }
-        if (runtime_sandbox(r, id, &sb) < 0) {
-                pj_files_batch_done(&in);
+        if (runtime_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
-        }
         cJSON *results = cJSON_CreateArray();
         for (size_t i = 0; i < in.n_files; i++) {
-                cJSON *o = cJSON_CreateObject();
                 struct pj_batch_file *f = &in.files[i];
                 char msg[4600] = "";
-                json_add_str(o, "path", f->path);
-                json_add_int(o, "bytes", (int64_t) f->len);
                 if (in.file_errors[i])
                         snprintf(msg, sizeof(msg), "%s", in.file_errors[i]);
                 else {
-                        struct sandbox copy = { 0 };
+                        _cleanup_sandbox_ struct sandbox copy = { 0 };
                         struct run *x = NULL;
                         if (store_sandbox_get(c->store, id, &copy) < 0)
                                 snprintf(msg, sizeof(msg), "Sandbox record vanished");
@@ -957,68 +926,13 @@ static enum MHD_Result post_batch(struct req *r, const char *id) {
                                         snprintf(msg, sizeof(msg), "Failed to send the file: %s", strerror(-k));
                                 run_free(x);
                         }
-                        sandbox_clear(&copy);
                 }
-                json_add_bool(o, "success", !msg[0]);
-                if (msg[0]) {
-                        json_add_str(o, "error", msg);
+                if (msg[0])
                         failed++;
-                } else
+                else
                         uploaded++;
-                cJSON_AddItemToArray(results, o);
+                cJSON_AddItemToArray(results, batch_file_to_json(f->path, f->len, msg[0] ? msg : NULL));
         }
-        sandbox_clear(&sb);
-        pj_files_batch_done(&in);
-        cJSON *d = cJSON_CreateObject();
-        json_add_int(d, "uploaded", uploaded);
-        json_add_int(d, "failed", failed);
-        cJSON_AddItemToObject(d, "results", results);
-        return respond_envelope(r, 200, failed ? "Some files failed to upload" : "Files uploaded", d);
-}
-
-/* ---- routing hooks ---- */
-
-static bool is_files_route(struct req *r) {
-        return r->n_parts == 4 && !strcmp(r->parts[0], "sandboxes") && !strcmp(r->parts[2], "files") &&
-               strcmp(r->parts[3], "batch") != 0;
-}
-
-enum MHD_Result runtime_prepare(struct req *r, bool *ret_answered) {
-        *ret_answered = false;
-        if (is_files_route(r) && !strcmp(r->method, "PUT")) {
-                r->route = "/sandboxes/{id}/files/{path}";
-                enum MHD_Result res = prepare_put_file(r, r->parts[1], r->parts[3]);
-                *ret_answered = r->answered;
-                return res;
-        }
-        return MHD_YES;
-}
-
-bool runtime_dispatch(struct req *r, enum MHD_Result *ret) {
-        char **p = r->parts;
-        if (r->n_parts == 3 && (!strcmp(p[2], "exec") || !strcmp(p[2], "code"))) {
-                bool exec = !strcmp(p[2], "exec");
-                r->route = exec ? "/sandboxes/{id}/exec" : "/sandboxes/{id}/code";
-                if (strcmp(r->method, "POST") != 0)
-                        *ret = respond_method_not_allowed(r, "POST");
-                else
-                        *ret = exec ? post_exec(r, p[1]) : post_code(r, p[1]);
-                return true;
-        }
-        if (r->n_parts == 4 && !strcmp(p[2], "files") && !strcmp(p[3], "batch")) {
-                r->route = "/sandboxes/{id}/files/batch";
-                *ret = strcmp(r->method, "POST") ? respond_method_not_allowed(r, "POST") : post_batch(r, p[1]);
-                return true;
-        }
-        if (is_files_route(r)) {
-                r->route = "/sandboxes/{id}/files/{path}";
-                if (!strcmp(r->method, "PUT"))
-                        *ret = r->sink ? finish_put_file(r) : respond_error(r, 500, "Upload was not prepared");
-                else if (!strcmp(r->method, "GET"))
-                        *ret = get_file(r, p[1], p[3]);
-                else
-                        *ret = respond_method_not_allowed(r, "GET, PUT");
-                return true;
-        }
-        return false;
+        return respond_envelope(r, 200, failed ? "Some files failed to upload" : "Files uploaded",
+                                batch_summary_to_json(uploaded, failed, results));
 }

@@ -53,23 +53,6 @@ bool plan_allows_region(const struct plan *p, const struct region *g) {
         return false;
 }
 
-static char *allow_to_json(const struct pj_egress *e) {
-        _cleanup_json_ cJSON *a = cJSON_CreateArray();
-        for (size_t i = 0; i < e->n_allow; i++)
-                cJSON_AddItemToArray(a, cJSON_CreateString(e->allow[i]));
-        return json_print(a);
-}
-
-static void set_timing(struct sandbox *sb, const char *phase, int64_t ms) {
-        _cleanup_json_ cJSON *t = sb->timings ? cJSON_Parse(sb->timings) : NULL;
-        if (!t)
-                t = cJSON_CreateObject();
-        cJSON_DeleteItemFromObject(t, phase);
-        cJSON_AddNumberToObject(t, phase, (double) ms);
-        free(sb->timings);
-        sb->timings = json_print(t);
-}
-
 static void replace_str(char **dst, const char *v) {
         free(*dst);
         *dst = v ? xstrdup(v) : NULL;
@@ -84,16 +67,16 @@ static void apply_placement(struct sandbox *sb, struct placement *p) {
 }
 
 int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (!hexid_valid(id))
-                return API_ERR(err, 400, "Invalid sandbox id");
-        int r = store_sandbox_get(c->store, id, ret);
-        if (r == -ENOENT || (r >= 0 && strcmp(ret->account_id, acc->id) != 0)) {
-                if (r >= 0)
-                        sandbox_clear(ret);
-                return API_ERR(err, 404, "Sandbox not found");
-        }
+                return API_ERR(err, -EINVAL, "Invalid sandbox id");
+        int r = store_sandbox_get(c->store, id, &sb);
+        if (r == -ENOENT || (r >= 0 && strcmp(sb.account_id, acc->id) != 0))
+                return API_ERR(err, -ENOENT, "Sandbox not found");
         if (r < 0)
-                return API_ERR(err, 500, "Failed to read the sandbox record");
+                return API_ERR(err, -EIO, "Failed to read the sandbox record");
+        *ret = sb;
+        sb = (struct sandbox) { 0 };
         return 0;
 }
 
@@ -101,13 +84,13 @@ int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struc
 static int create_implicit_volume(struct ctl *c, const struct account *acc, const struct plan *plan, const struct region *g,
                                   const char *sandbox_id, int size_gb, const char *mount_path, char ret_id[25],
                                   struct api_error *err) {
-        struct volume v = { 0 };
+        _cleanup_volume_ struct volume v = { 0 };
         char derr[256] = "";
         int64_t now = now_ms();
         int r;
 
         if (size_gb > plan->max_volume_gb)
-                return API_ERR(err, 403, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
+                return API_ERR(err, -EDQUOT, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
                                (long long) plan->max_volume_gb);
         hexid_new(v.id);
         snprintf(v.account_id, sizeof(v.account_id), "%s", acc->id);
@@ -120,36 +103,40 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
         v.size_gb = size_gb;
         v.last_attached_at = v.created_at = v.updated_at = now;
         r = store_volume_insert_capped(c->store, &v, plan->max_volumes);
-        if (r == -EDQUOT) {
-                volume_clear(&v);
-                return API_ERR(err, 403, "Your plan allows up to %lld volumes. Delete an existing one or upgrade.",
+        if (r == -EDQUOT)
+                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld volumes. Delete an existing one or upgrade.",
                                (long long) plan->max_volumes);
-        }
-        if (r < 0) {
-                volume_clear(&v);
-                return API_ERR(err, 500, "Failed to record the volume");
-        }
+        if (r < 0)
+                return API_ERR(err, -EIO, "Failed to record the volume");
         r = c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr));
         if (r < 0) {
-                store_volume_delete(c->store, v.id);
-                volume_clear(&v);
-                return API_ERR(err, 503, "Sandbox provisioning failed: %s", derr);
+                (void) store_volume_begin_delete(c->store, v.id, sandbox_id);  /* the row is attached to us */
+                (void) store_volume_delete(c->store, v.id);
+                return API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", derr);
         }
         memcpy(ret_id, v.id, 25);
-        volume_clear(&v);
         return 0;
 }
 
 static void drop_implicit_volume(struct ctl *c, const char *vol_id) {
-        struct volume v = { 0 };
+        _cleanup_volume_ struct volume v = { 0 };
         char derr[256];
         if (store_volume_get(c->store, vol_id, &v) < 0)
                 return;
-        (void) c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr));
-        v.attached_sandbox_id = (free(v.attached_sandbox_id), NULL);
-        store_volume_update(c->store, &v);
-        store_volume_delete(c->store, vol_id);
-        volume_clear(&v);
+        /* Detach-and-mark before the backend volume goes: nobody may attach it in between. A
+         * backend failure keeps the (detached) row, so the user sees the volume and can delete it. */
+        if (store_volume_begin_delete(c->store, vol_id, v.attached_sandbox_id) == 0) {
+                if (c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr)) == 0)
+                        (void) store_volume_delete(c->store, vol_id);
+                else
+                        (void) store_volume_abort_delete(c->store, vol_id);
+        }
+}
+
+/* A create that fails with one of these went wrong after it was accepted: the record
+ * stays as 'failed'. Any other error is a refusal and leaves nothing behind. */
+static bool create_failed(int r) {
+        return r == -EIO || r == -EHOSTUNREACH;
 }
 
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in, struct sandbox *ret,
@@ -158,69 +145,67 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         const struct plan *plan = config_plan(cfg, acc->plan);
         const struct template *tpl;
         const struct region *g;
-        struct sandbox sb = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         char period[8];
         int64_t t0 = mono_ms(), now = now_ms();
         bool implicit_volume = false;
         int r;
 
         if (!plan)
-                return API_ERR(err, 403, "Your account's plan '%s' is not available on this server. Contact the operator.",
+                return API_ERR(err, -EPERM, "Your account's plan '%s' is not available on this server. Contact the operator.",
                                acc->plan);
         tpl = config_template(cfg, in->template_name ? in->template_name : cfg->default_template);
         if (!tpl)
-                return API_ERR(err, 400, "Unknown template '%s'. List the available ones with GET /sandbox/templates.",
+                return API_ERR(err, -EINVAL, "Unknown template '%s'. List the available ones with GET /sandbox/templates.",
                                in->template_name);
         g = config_region(cfg, in->region ? in->region : cfg->default_region);
         if (!g)
-                return API_ERR(err, 400, "Unknown region '%s'. List the available ones with GET /sandboxes/regions.", in->region);
+                return API_ERR(err, -EINVAL, "Unknown region '%s'. List the available ones with GET /sandboxes/regions.",
+                               in->region);
         if (!g->enabled)
-                return API_ERR(err, 403, "Region %s is not accepting new sandboxes.", g->name);
+                return API_ERR(err, -EPERM, "Region %s is not accepting new sandboxes.", g->name);
         if (!plan_allows_region(plan, g))
-                return API_ERR(err, 403, "Your plan does not allow sandboxes in region %s. Pick another region or upgrade.",
+                return API_ERR(err, -EPERM, "Your plan does not allow sandboxes in region %s. Pick another region or upgrade.",
                                g->name);
 
         int64_t cpu = in->has_cpu ? in->cpu : tpl->cpu, mem = in->has_memory ? in->memory : tpl->memory,
                 disk = in->has_disk ? in->disk : tpl->disk;
         if (cpu > plan->max_cpu)
-                return API_ERR(err, 403, "Your plan allows up to %lld MHz of CPU per sandbox (specs.cpu). Lower it or upgrade.",
+                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld MHz of CPU per sandbox (specs.cpu). Lower it or upgrade.",
                                (long long) plan->max_cpu);
         if (mem > plan->max_memory)
-                return API_ERR(err, 403, "Your plan allows up to %lld MB of memory per sandbox (specs.memory). Lower it or upgrade.",
+                return API_ERR(err, -EDQUOT,
+                               "Your plan allows up to %lld MB of memory per sandbox (specs.memory). Lower it or upgrade.",
                                (long long) plan->max_memory);
         if (disk > plan->max_disk)
-                return API_ERR(err, 403, "Your plan allows up to %lld GB of disk per sandbox (specs.disk). Lower it or upgrade.",
+                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld GB of disk per sandbox (specs.disk). Lower it or upgrade.",
                                (long long) plan->max_disk);
         if (in->persistent && in->persistent_disk_gb > plan->max_volume_gb)
-                return API_ERR(err, 403, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
+                return API_ERR(err, -EDQUOT, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
                                (long long) plan->max_volume_gb);
 
         if (plan->spending_limit > 0) {
                 double spent = 0;
                 billing_period(now, period);
-                store_usage_get(c->store, acc->id, period, &spent);
+                (void) store_usage_get(c->store, acc->id, period, &spent);  /* no row yet = nothing spent */
                 if (spent >= plan->spending_limit)
-                        return API_ERR(err, 403, "Sandbox creation paused, spending limit reached. Raise the limit or wait for "
-                                                 "the next billing cycle.");
+                        return API_ERR(err, -EDQUOT, "Sandbox creation paused, spending limit reached. Raise the limit or wait for "
+                                                     "the next billing cycle.");
         }
         if (in->from_snapshot)
-                return API_ERR(err, 404, "Snapshot not found");
+                return API_ERR(err, -ENOENT, "Snapshot not found");
 
         /* Volume ownership before anything is written. */
         if (in->volume_id) {
-                struct volume v = { 0 };
+                _cleanup_volume_ struct volume v = { 0 };
                 r = store_volume_get(c->store, in->volume_id, &v);
-                if (r < 0 || strcmp(v.account_id, acc->id) != 0) {
-                        volume_clear(&v);
-                        return API_ERR(err, 404, "Volume not found");
-                }
-                bool attached = v.attached_sandbox_id != NULL;
-                bool same_region = !v.region_key || !strcmp(v.region_key, g->key);
-                volume_clear(&v);
-                if (attached)
-                        return API_ERR(err, 400, "Volume is attached to another sandbox; destroy that sandbox first");
-                if (!same_region)
-                        return API_ERR(err, 400, "Volume is in another region; volumes attach only to sandboxes in their region");
+                if (r < 0 || strcmp(v.account_id, acc->id) != 0)
+                        return API_ERR(err, -ENOENT, "Volume not found");
+                if (v.attached_sandbox_id)
+                        return API_ERR(err, -EBUSY, "Volume is attached to another sandbox; destroy that sandbox first");
+                if (v.region_key && strcmp(v.region_key, g->key) != 0)
+                        return API_ERR(err, -EINVAL,
+                                       "Volume is in another region; volumes attach only to sandboxes in their region");
         }
 
         /* The record, before any side effect. */
@@ -245,8 +230,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb.auto_destroy = in->auto_destroy;
         sb.destroy_timeout = in->destroy_timeout ? xstrdup(in->destroy_timeout) : NULL;
         sb.one_shot = in->one_shot;
-        sb.egress_mode = (int) in->egress.mode;
-        sb.egress_allow = allow_to_json(&in->egress);
+        if (sb_egress_from_pj(&sb.egress, &in->egress) < 0)
+                return API_ERR(err, -EINVAL, "egress.allow: an entry could not be read; check the allowlist");
         sb.persistent = in->persistent || in->volume_id;
         sb.persistent_disk_gb = in->has_persistent_disk_gb ? in->persistent_disk_gb : 0;
         sb.volume_id = in->volume_id ? xstrdup(in->volume_id) : NULL;
@@ -259,41 +244,37 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 life = plan->max_lifetime_s;
         sb.expires_at = now + life * 1000;
         sb.driver = xstrdup(c->drv->name);
-        set_timing(&sb, "validate_ms", mono_ms() - t0);
+        sb_timings_set(&sb.timings, SB_PHASE_VALIDATE, mono_ms() - t0);
 
         int64_t t1 = mono_ms();
         r = store_sandbox_insert_capped(c->store, &sb, plan->max_concurrent);
-        if (r == -EDQUOT) {
-                sandbox_clear(&sb);
-                return API_ERR(err, 403, "Your plan allows up to %lld sandboxes. Destroy an existing one or upgrade.",
+        if (r == -EDQUOT)
+                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld sandboxes. Destroy an existing one or upgrade.",
                                (long long) plan->max_concurrent);
-        }
-        if (r < 0) {
-                sandbox_clear(&sb);
-                return API_ERR(err, 500, "Failed to record the sandbox");
-        }
-        set_timing(&sb, "record_ms", mono_ms() - t1);
+        if (r < 0)
+                return API_ERR(err, -EIO, "Failed to record the sandbox");
+        sb_timings_set(&sb.timings, SB_PHASE_RECORD, mono_ms() - t1);
         log_ctx_set("SANDBOX_ID", sb.id);
         log_info("sandbox starting template=%s cpu=%lld memory=%lld egress=%s", sb.template_name, (long long) sb.cpu,
                  (long long) sb.memory, pj_egress_mode_to_string(in->egress.mode));
 
-        ctl_sandbox_lock(c, sb.id);
+        SANDBOX_LOCK_GUARD(lock, c, sb.id);
         char reason[512] = "";
         if (in->persistent) {
                 char vid[25];
                 r = create_implicit_volume(c, acc, plan, g, sb.id, in->persistent_disk_gb, sb.mount_path, vid, err);
                 if (r < 0) {
                         snprintf(reason, sizeof(reason), "%s", err->message);
-                        goto fail_noplace;
+                        goto fail;
                 }
                 implicit_volume = true;
                 sb.volume_id = xstrdup(vid);
         } else if (in->volume_id) {
                 r = store_volume_attach(c->store, in->volume_id, sb.id, sb.mount_path, now);
                 if (r < 0) {
-                        API_ERR(err, 400, "Volume is attached to another sandbox; destroy that sandbox first");
+                        r = API_ERR(err, -EBUSY, "Volume is attached to another sandbox; destroy that sandbox first");
                         snprintf(reason, sizeof(reason), "%s", err->message);
-                        goto fail_noplace;
+                        goto fail;
                 }
         }
 
@@ -302,103 +283,100 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         r = c->drv->place(c->drv, &sb, &pl, reason, sizeof(reason));
         metrics_observe_phase(c->metrics, "place", (double) (mono_ms() - t2) / 1000.0);
         if (r < 0) {
-                API_ERR(err, 503, "Sandbox provisioning failed: %s", reason);
-                goto fail_noplace;
+                r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+                goto fail;
         }
         apply_placement(&sb, &pl);
         placement_clear(&pl);
-        set_timing(&sb, "place_ms", mono_ms() - t2);
-        set_timing(&sb, "total_ms", mono_ms() - t0);
+        sb_timings_set(&sb.timings, SB_PHASE_PLACE, mono_ms() - t2);
+        sb_timings_set(&sb.timings, SB_PHASE_TOTAL, mono_ms() - t0);
         sb.status = SB_READY;
-        r = store_sandbox_update(c->store, &sb);
+        r = store_sandbox_update_cas(c->store, &sb, SB_STARTING);
         if (r < 0) {
                 /* The container runs but the record can't say so: unwind rather than leak it. */
                 char e2[256];
-                c->drv->remove(c->drv, &sb, e2, sizeof(e2));
+                (void) c->drv->remove(c->drv, &sb, e2, sizeof(e2));
                 snprintf(reason, sizeof(reason), "failed to record the placement");
-                API_ERR(err, 503, "Sandbox provisioning failed: %s", reason);
-                goto fail_noplace;
+                r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+                goto fail;
         }
-        ctl_sandbox_unlock(c, sb.id);
+        sandbox_lock_release(&lock);
         metrics_observe_phase(c->metrics, "create_total", (double) (mono_ms() - t0) / 1000.0);
         log_ctx_set("NODE_ID", sb.node_id);
         log_info("sandbox ready in %lldms", (long long) (mono_ms() - t0));
         log_ctx_set("NODE_ID", NULL);
         ctl_notify_status(c);
         *ret = sb;
+        sb = (struct sandbox) { 0 };
         return 0;
 
-fail_noplace:
+fail:
         if (implicit_volume)
                 drop_implicit_volume(c, sb.volume_id);
         else if (in->volume_id)
-                store_volume_detach_sandbox(c->store, sb.id, now_ms());
-        if (err->status >= 400 && err->status < 500) {
+                (void) store_volume_detach_sandbox(c->store, sb.id, now_ms());
+        if (!create_failed(r)) {
                 /* Refused (e.g. the volume was taken by a concurrent create) before any side
                  * effect: nothing was created, so no record stays either. */
-                store_sandbox_delete(c->store, sb.id);
-                ctl_sandbox_unlock(c, sb.id);
+                (void) store_sandbox_delete(c->store, sb.id);
+                sandbox_lock_release(&lock);
                 log_info("sandbox create refused: %s", err->message);
-                sandbox_clear(&sb);
-                return -1;
+                return r;
         }
         sb.status = SB_FAILED;
         replace_str(&sb.failure_reason, reason);
         replace_str(&sb.destroy_reason, "failed");
         sb.destroyed_at = now_ms();
-        store_sandbox_update(c->store, &sb);
-        ctl_sandbox_unlock(c, sb.id);
+        (void) store_sandbox_update_cas(c->store, &sb, SB_STARTING);  /* if this fails too, the stuck-starting reaper heals it */
+        sandbox_lock_release(&lock);
         log_error("sandbox provisioning failed: %s", reason);
         ctl_notify_status(c);
-        sandbox_clear(&sb);
-        return -1;
+        return r;
 }
 
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err) {
-        struct sandbox sb = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         char derr[256] = "";
         int r;
 
-        ctl_sandbox_lock(c, id);
-        r = store_sandbox_get(c->store, id, &sb);
-        if (r < 0) {
-                ctl_sandbox_unlock(c, id);
-                return r == -ENOENT ? API_ERR(err, 404, "Sandbox not found") : API_ERR(err, 500, "Failed to read the sandbox record");
+        {
+                SANDBOX_LOCK_GUARD(lock, c, id);
+                r = store_sandbox_get(c->store, id, &sb);
+                if (r == -ENOENT)
+                        return API_ERR(err, -ENOENT, "Sandbox not found");
+                if (r < 0)
+                        return API_ERR(err, -EIO, "Failed to read the sandbox record");
+                if (sb.status == SB_DESTROYED)
+                        return 0;
+                r = c->drv->remove(c->drv, &sb, derr, sizeof(derr));
+                if (r < 0) {
+                        sandbox_lock_release(&lock);
+                        log_ctx_set("SANDBOX_ID", id);
+                        log_error("sandbox destroy failed: %s", derr);
+                        return API_ERR(err, -EHOSTUNREACH, "Could not destroy the sandbox right now: %s. Retry the request.", derr);
+                }
+                (void) store_volume_detach_sandbox(c->store, id, now_ms());
+                enum sb_status was = sb.status;
+                sb.status = SB_DESTROYED;
+                sb.destroyed_at = now_ms();
+                if (!sb.destroy_reason || strcmp(sb.destroy_reason, "failed") != 0)
+                        replace_str(&sb.destroy_reason, reason);
+                r = store_sandbox_update_cas(c->store, &sb, was);
         }
-        if (sb.status == SB_DESTROYED) {
-                ctl_sandbox_unlock(c, id);
-                sandbox_clear(&sb);
-                return 0;
-        }
-        r = c->drv->remove(c->drv, &sb, derr, sizeof(derr));
-        if (r < 0) {
-                ctl_sandbox_unlock(c, id);
-                log_ctx_set("SANDBOX_ID", id);
-                log_error("sandbox destroy failed: %s", derr);
-                sandbox_clear(&sb);
-                return API_ERR(err, 503, "Could not destroy the sandbox right now: %s. Retry the request.", derr);
-        }
-        store_volume_detach_sandbox(c->store, id, now_ms());
-        sb.status = SB_DESTROYED;
-        sb.destroyed_at = now_ms();
-        if (!sb.destroy_reason || strcmp(sb.destroy_reason, "failed") != 0)
-                replace_str(&sb.destroy_reason, reason);
-        r = store_sandbox_update(c->store, &sb);
-        ctl_sandbox_unlock(c, id);
         log_ctx_set("SANDBOX_ID", id);
         log_info("sandbox destroyed reason=%s", reason);
-        sandbox_clear(&sb);
         ctl_notify_status(c);
-        return r < 0 ? API_ERR(err, 500, "Failed to record the destroy") : 0;
+        return r < 0 ? API_ERR(err, -EIO, "Failed to record the destroy") : 0;
 }
 
-static void pause_job(struct ctl *c, char *id) {
-        struct sandbox sb = { 0 };
+/* Pause and resume run on a job thread, under the sandbox lock; whatever happened,
+ * /wait callers are woken afterwards. */
+static void pause_locked(struct ctl *c, const char *id) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         char derr[256] = "";
-        log_ctx_set("SANDBOX_ID", id);
-        ctl_sandbox_lock(c, id);
+        SANDBOX_LOCK_GUARD(lock, c, id);
         if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_PAUSING)
-                goto out;  /* destroyed meanwhile */
+                return;  /* destroyed meanwhile */
         if (c->drv->remove(c->drv, &sb, derr, sizeof(derr)) < 0) {
                 log_error("sandbox pause failed: %s", derr);
                 sb.status = SB_READY;  /* still running: back to ready, the user may retry */
@@ -409,22 +387,24 @@ static void pause_job(struct ctl *c, char *id) {
                 replace_str(&sb.ip, NULL);
                 log_info("sandbox paused");
         }
-        store_sandbox_update(c->store, &sb);
-out:
-        ctl_sandbox_unlock(c, id);
-        sandbox_clear(&sb);
+        if (store_sandbox_update_cas(c->store, &sb, SB_PAUSING) < 0)
+                log_error("failed to record the pause outcome");
+}
+
+static void pause_job(struct ctl *c, char *id) {
+        log_ctx_set("SANDBOX_ID", id);
+        pause_locked(c, id);
         ctl_notify_status(c);
 }
 
-static void resume_job(struct ctl *c, char *id) {
-        struct sandbox sb = { 0 };
+static void resume_locked(struct ctl *c, const char *id) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct placement pl = { 0 };
         char reason[512] = "";
         int64_t t0 = mono_ms();
-        log_ctx_set("SANDBOX_ID", id);
-        ctl_sandbox_lock(c, id);
+        SANDBOX_LOCK_GUARD(lock, c, id);
         if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_RESUMING)
-                goto out;
+                return;
         if (c->drv->place(c->drv, &sb, &pl, reason, sizeof(reason)) < 0) {
                 /* Nothing runs (place unwinds); the volume is released for another sandbox. */
                 log_error("sandbox resume failed: %s", reason);
@@ -432,38 +412,41 @@ static void resume_job(struct ctl *c, char *id) {
                 replace_str(&sb.failure_reason, reason);
                 replace_str(&sb.destroy_reason, "failed");
                 sb.destroyed_at = now_ms();
-                store_volume_detach_sandbox(c->store, sb.id, now_ms());
+                (void) store_volume_detach_sandbox(c->store, sb.id, now_ms());
         } else {
                 apply_placement(&sb, &pl);
                 placement_clear(&pl);
                 sb.status = SB_READY;
                 sb.paused_at = 0;
                 sb.last_activity_at = now_ms();
-                set_timing(&sb, "resume_ms", mono_ms() - t0);
+                sb_timings_set(&sb.timings, SB_PHASE_RESUME, mono_ms() - t0);
                 log_info("sandbox resumed in %lldms", (long long) (mono_ms() - t0));
         }
-        store_sandbox_update(c->store, &sb);
-out:
-        ctl_sandbox_unlock(c, id);
-        sandbox_clear(&sb);
+        if (store_sandbox_update_cas(c->store, &sb, SB_RESUMING) < 0)
+                log_error("failed to record the resume outcome");
+}
+
+static void resume_job(struct ctl *c, char *id) {
+        log_ctx_set("SANDBOX_ID", id);
+        resume_locked(c, id);
         ctl_notify_status(c);
 }
 
 static int transition(struct ctl *c, const struct sandbox *sb, enum sb_status from, enum sb_status to, const char *verb,
                       void (*job)(struct ctl *, char *), struct api_error *err) {
         if (sb->status != from)
-                return API_ERR(err, 400, "Sandbox is %s; only %s sandboxes can be %s", sb_status_str(sb->status),
+                return API_ERR(err, -EBUSY, "Sandbox is %s; only %s sandboxes can be %s", sb_status_str(sb->status),
                                sb_status_str(from), verb);
         int r = store_sandbox_cas_status(c->store, sb->id, from, to);
         if (r == -ESTALE)
-                return API_ERR(err, 409, "Sandbox changed status meanwhile; fetch it and retry");
+                return API_ERR(err, -ESTALE, "Sandbox changed status meanwhile; fetch it and retry");
         if (r < 0)
-                return API_ERR(err, 500, "Failed to update the sandbox record");
+                return API_ERR(err, -EIO, "Failed to update the sandbox record");
         ctl_notify_status(c);
         r = ctl_spawn_job(c, job, xstrdup(sb->id));
         if (r < 0) {
-                store_sandbox_cas_status(c->store, sb->id, to, from);
-                return API_ERR(err, 503, "Server is shutting down; retry shortly");
+                (void) store_sandbox_cas_status(c->store, sb->id, to, from);
+                return API_ERR(err, -EAGAIN, "Server is shutting down; retry shortly");
         }
         return 0;
 }
@@ -474,76 +457,4 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err
 
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
         return transition(c, sb, SB_PAUSED, SB_RESUMING, "resumed", resume_job, err);
-}
-
-void json_add_region(cJSON *o, const struct region *g) {
-        if (g)
-                cJSON_AddItemToObject(o, "region", region_to_json(g));
-        else
-                cJSON_AddNullToObject(o, "region");
-}
-
-cJSON *region_to_json(const struct region *g) {
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "id", g->id);
-        json_add_str(o, "name", g->name);
-        json_add_str(o, "country", g->country);
-        json_add_str(o, "continent", g->continent);
-        json_add_bool(o, "enabled", g->enabled);
-        json_add_str(o, "type", "sandbox");
-        return o;
-}
-
-void json_add_time(cJSON *o, const char *k, int64_t ms) {
-        if (ms) {
-                char buf[32];
-                format_rfc3339_ms(ms, buf);
-                json_add_str(o, k, buf);
-        } else
-                cJSON_AddNullToObject(o, k);
-}
-
-cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
-        cJSON *o = cJSON_CreateObject();
-        const struct region *g = config_region(c->cfg, sb->region_key);
-
-        json_add_str(o, "id", sb->id);
-        json_add_str(o, "name", sb->name);
-        json_add_str(o, "template", sb->template_name);
-        json_add_str(o, "status", sb_status_str(sb->status));
-        json_add_region(o, g);
-        cJSON *specs = cJSON_AddObjectToObject(o, "specs");
-        json_add_int(specs, "cpu", sb->cpu);
-        json_add_int(specs, "memory", sb->memory);
-        json_add_int(specs, "disk", sb->disk);
-        json_add_str(o, "team", sb->team);
-        json_add_str(o, "project_environment", sb->project_environment);
-        json_add_bool(o, "auto_destroy", sb->auto_destroy);
-        json_add_str(o, "destroy_timeout", sb->destroy_timeout);
-        json_add_bool(o, "one_shot", sb->one_shot);
-        json_add_bool(o, "block_outbound", sb->egress_mode == PJ_EGRESS_DENY_ALL);
-        cJSON *eg = cJSON_AddObjectToObject(o, "egress");
-        json_add_str(eg, "mode", pj_egress_mode_to_string((enum pj_egress_mode) sb->egress_mode));
-        cJSON *allow = sb->egress_allow ? cJSON_Parse(sb->egress_allow) : NULL;
-        cJSON_AddItemToObject(eg, "allow", allow ? allow : cJSON_CreateArray());
-        json_add_bool(o, "persistent", sb->persistent);
-        if (sb->persistent_disk_gb)
-                json_add_int(o, "persistent_disk_gb", sb->persistent_disk_gb);
-        else
-                cJSON_AddNullToObject(o, "persistent_disk_gb");
-        json_add_str(o, "volume_id", sb->volume_id);
-        json_add_str(o, "mount_path", sb->volume_id ? sb->mount_path : NULL);
-        json_add_time(o, "paused_at", sb->paused_at);
-        json_add_str(o, "from_snapshot", sb->from_snapshot);
-        json_add_str(o, "snapshot_mode", sb->snapshot_mode ? sb->snapshot_mode : "manual");
-        json_add_str(o, "snapshot_frequency", sb->snapshot_frequency);
-        json_add_time(o, "created_at", sb->created_at);
-        json_add_time(o, "last_activity_at", sb->last_activity_at);
-        json_add_time(o, "expires_at", sb->expires_at);
-        json_add_time(o, "destroyed_at", sb->status == SB_DESTROYED || sb->status == SB_FAILED ? sb->destroyed_at : 0);
-        json_add_str(o, "destroy_reason", sb->destroy_reason);
-        json_add_str(o, "failure_reason", sb->failure_reason);
-        cJSON *t = sb->timings ? cJSON_Parse(sb->timings) : NULL;
-        cJSON_AddItemToObject(o, "timings", t ? t : cJSON_CreateObject());
-        return o;
 }

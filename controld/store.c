@@ -57,6 +57,8 @@ static const char *const migrations[] = {
         "CREATE INDEX stats_samples_sb ON stats_samples(sandbox_id, ts_ms);",
         /* 2: per-store facts such as this controld's instance id */
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+        /* 3: a volume whose backend removal is under way: no sandbox may attach it meanwhile */
+        "ALTER TABLE volumes ADD COLUMN deleting INTEGER NOT NULL DEFAULT 0;",
 };
 
 static int sqlite_to_errno(int rc) {
@@ -451,11 +453,12 @@ void sandbox_clear(struct sandbox *s) {
         if (!s)
                 return;
         char **fields[] = { &s->name, &s->template_name, &s->image, &s->region_key, &s->team, &s->project_environment,
-                            &s->destroy_timeout, &s->egress_allow, &s->volume_id, &s->mount_path, &s->from_snapshot,
+                            &s->destroy_timeout, &s->volume_id, &s->mount_path, &s->from_snapshot,
                             &s->snapshot_mode, &s->snapshot_frequency, &s->destroy_reason, &s->failure_reason,
-                            &s->driver, &s->job_id, &s->alloc_id, &s->node_id, &s->container_id, &s->ip, &s->timings };
+                            &s->driver, &s->job_id, &s->alloc_id, &s->node_id, &s->container_id, &s->ip };
         for (size_t i = 0; i < ELEMENTSOF(fields); i++)
                 free(*fields[i]);
+        sb_egress_done(&s->egress);
         memset(s, 0, sizeof(*s));
 }
 
@@ -495,8 +498,8 @@ static void sandbox_from_row(sqlite3_stmt *st, struct sandbox *s) {
         s->auto_destroy = sqlite3_column_int(st, i++);
         s->destroy_timeout = col_text(st, i++);
         s->one_shot = sqlite3_column_int(st, i++);
-        s->egress_mode = sqlite3_column_int(st, i++);
-        s->egress_allow = col_text(st, i++);
+        s->egress.mode = (enum pj_egress_mode) sqlite3_column_int(st, i++);
+        sb_egress_allow_from_text(&s->egress, (const char *) sqlite3_column_text(st, i++));
         s->persistent = sqlite3_column_int(st, i++);
         s->persistent_disk_gb = sqlite3_column_int64(st, i++);
         s->volume_id = col_text(st, i++);
@@ -517,7 +520,7 @@ static void sandbox_from_row(sqlite3_stmt *st, struct sandbox *s) {
         s->node_id = col_text(st, i++);
         s->container_id = col_text(st, i++);
         s->ip = col_text(st, i++);
-        s->timings = col_text(st, i++);
+        sb_timings_from_text(&s->timings, (const char *) sqlite3_column_text(st, i++));
 }
 
 /* Binds every column in SB_COLS order starting at parameter `first`. */
@@ -538,8 +541,9 @@ static void sandbox_bind(sqlite3_stmt *st, int first, const struct sandbox *s) {
         sqlite3_bind_int(st, i++, s->auto_destroy);
         bind_text(st, i++, s->destroy_timeout);
         sqlite3_bind_int(st, i++, s->one_shot);
-        sqlite3_bind_int(st, i++, s->egress_mode);
-        bind_text(st, i++, s->egress_allow ? s->egress_allow : "[]");
+        sqlite3_bind_int(st, i++, (int) s->egress.mode);
+        _cleanup_free_ char *allow = sb_egress_allow_to_text(&s->egress);
+        bind_text(st, i++, allow);
         sqlite3_bind_int(st, i++, s->persistent);
         bind_ms(st, i++, s->persistent_disk_gb);
         bind_text(st, i++, s->volume_id);
@@ -560,7 +564,8 @@ static void sandbox_bind(sqlite3_stmt *st, int first, const struct sandbox *s) {
         bind_text(st, i++, s->node_id);
         bind_text(st, i++, s->container_id);
         bind_text(st, i++, s->ip);
-        bind_text(st, i++, s->timings);
+        _cleanup_free_ char *timings = sb_timings_to_text(&s->timings);
+        bind_text(st, i++, timings);
 }
 
 static void sandbox_bind_all(sqlite3_stmt *st, const void *obj) { sandbox_bind(st, 1, obj); }
@@ -585,19 +590,43 @@ int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret) {
         return get_one(s, "SELECT " SB_COLS " FROM sandboxes WHERE id = ?", id, sandbox_row, ret);
 }
 
-int store_sandbox_update(struct store *s, const struct sandbox *sb) {
+/* After an UPDATE ... WHERE id = ? AND status = ? changed nothing (store lock held): -ENOENT
+ * when the sandbox is missing, else -ESTALE (its status was not the expected one). */
+static int sandbox_unchanged(struct store *s, const char *id) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "SELECT 1 FROM sandboxes WHERE id = ?", &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        r = sqlite3_step(st);
+        if (r == SQLITE_DONE)
+                return -ENOENT;
+        return r == SQLITE_ROW ? -ESTALE : sqlite_to_errno(r);
+}
+
+/* Rewrites every column (the id binds twice: SET id = ? is harmless) while the stored status
+ * is `expected` (< 0: whatever it is). */
+static int sandbox_update_if(struct store *s, const struct sandbox *sb, int expected) {
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r;
-        /* Rewrites every column; the id binds twice (SET id = ? is harmless). */
         if ((r = prepare(s, "UPDATE sandboxes SET (" SB_COLS ") = (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                            "?,?,?,?,?,?,?,?) WHERE id = ?", &st)) < 0)
+                            "?,?,?,?,?,?,?,?) WHERE id = ? AND (?40 IS NULL OR status = ?40)", &st)) < 0)
                 return r;
         sandbox_bind(st, 1, sb);
         bind_text(st, SB_NCOLS + 1, sb->id);
+        bind_text(st, SB_NCOLS + 2, expected >= 0 ? sb_status_str((enum sb_status) expected) : NULL);
         if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
                 return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : -ENOENT;
+        return sqlite3_changes(s->db) > 0 ? 0 : sandbox_unchanged(s, sb->id);
+}
+
+int store_sandbox_update(struct store *s, const struct sandbox *sb) {
+        return sandbox_update_if(s, sb, -1);
+}
+
+int store_sandbox_update_cas(struct store *s, const struct sandbox *sb, enum sb_status expected) {
+        return sandbox_update_if(s, sb, (int) expected);
 }
 
 int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status from, enum sb_status to) {
@@ -611,7 +640,7 @@ int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status fro
         bind_text(st, 3, sb_status_str(from));
         if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
                 return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : -ESTALE;
+        return sqlite3_changes(s->db) > 0 ? 0 : sandbox_unchanged(s, id);
 }
 
 int store_sandbox_delete(struct store *s, const char *id) {
@@ -798,6 +827,50 @@ int store_volume_delete(struct store *s, const char *id) {
         return sqlite3_changes(s->db) > 0 ? 0 : -EBUSY;
 }
 
+/* The error for a volume row that an UPDATE guarded by "not deleting, not attached
+ * elsewhere" left alone (store lock held). */
+static int volume_unchanged(struct store *s, const char *id) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "SELECT deleting FROM volumes WHERE id = ?", &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        r = sqlite3_step(st);
+        if (r == SQLITE_DONE)
+                return -ENOENT;
+        if (r != SQLITE_ROW)
+                return sqlite_to_errno(r);
+        return sqlite3_column_int(st, 0) ? -EALREADY : -EBUSY;
+}
+
+int store_volume_begin_delete(struct store *s, const char *id, const char *owner_sandbox_id) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        /* One statement: the check and the mark cannot be split by a concurrent attach. */
+        if ((r = prepare(s, "UPDATE volumes SET deleting = 1, attached_sandbox_id = NULL, updated_at = ?"
+                            " WHERE id = ? AND deleting = 0 AND (attached_sandbox_id IS NULL OR attached_sandbox_id = ?)", &st)) < 0)
+                return r;
+        sqlite3_bind_int64(st, 1, now_ms());
+        bind_text(st, 2, id);
+        bind_text(st, 3, owner_sandbox_id);
+        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
+                return r;
+        if (sqlite3_changes(s->db) > 0)
+                return 0;
+        return volume_unchanged(s, id);
+}
+
+int store_volume_abort_delete(struct store *s, const char *id) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "UPDATE volumes SET deleting = 0 WHERE (?1 IS NULL OR id = ?1) AND deleting = 1", &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        return sqlite_to_errno(sqlite3_step(st));
+}
+
 int store_volume_list(struct store *s, const char *account_id, int64_t offset, int64_t limit, struct volume **ret,
                       size_t *ret_n, int64_t *ret_total) {
         LOCKED(s);
@@ -834,7 +907,7 @@ int store_volume_attach(struct store *s, const char *vol_id, const char *sandbox
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r;
         if ((r = prepare(s, "UPDATE volumes SET attached_sandbox_id = ?, mount_path = ?, last_attached_at = ?, updated_at = ?"
-                            " WHERE id = ? AND (attached_sandbox_id IS NULL OR attached_sandbox_id = ?1)", &st)) < 0)
+                            " WHERE id = ? AND deleting = 0 AND (attached_sandbox_id IS NULL OR attached_sandbox_id = ?1)", &st)) < 0)
                 return r;
         bind_text(st, 1, sandbox_id);
         bind_text(st, 2, mount_path);
@@ -843,7 +916,10 @@ int store_volume_attach(struct store *s, const char *vol_id, const char *sandbox
         bind_text(st, 5, vol_id);
         if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
                 return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : -EBUSY;
+        if (sqlite3_changes(s->db) > 0)
+                return 0;
+        r = volume_unchanged(s, vol_id);
+        return r == -EALREADY ? -ENOENT : r;   /* a volume being deleted is as good as gone */
 }
 
 int store_volume_detach_sandbox(struct store *s, const char *sandbox_id, int64_t now) {

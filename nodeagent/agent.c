@@ -4,9 +4,12 @@
  *
  * Every message is a JSON object {"type": ..., ...}; the reply goes to reply_to
  * with the same correlation_id. Handlers must be idempotent (redeliveries).
- * Today the agent answers "ping" and refuses every other type with ok:false,
- * which a fail-closed publisher treats as a failure: egress and snapshot
- * handlers are the next layer.
+ * Every reply carries app_id = our node ID and user_id = our broker login (which
+ * RabbitMQ verifies), so controld can tell which node answered.
+ *
+ * This is the parent of privsep.c: it holds no capabilities once started. Egress
+ * changes go to the egress child as fixed-size binary requests; hostnames are
+ * resolved here, never in a privileged process.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,11 +21,13 @@
 #include <string.h>
 #include <sys/time.h>
 #include <systemd/sd-daemon.h>
+#include <inttypes.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <amqp.h>
-#include <amqp_tcp_socket.h>
+#include <pthread.h>
+
+#include "amqp.h"
 
 #include "cleanup.h"
 #include "conf.h"
@@ -34,6 +39,13 @@
 #include "strutil.h"
 
 #define MAX_MESSAGE (1024 * 1024)
+/* A message's header and body frames follow its basic.deliver at once; a broker that
+ * stalls in the middle of one is treated as a broken connection. */
+#define CONTENT_TIMEOUT_MS 30000
+/* Addresses one allowlisted hostname may bring in; the whole policy is bounded by
+ * EGRESS_MAX_ALLOW. Over either -> the apply fails closed with the reason. */
+#define MAX_ADDRS_PER_NAME 32
+#define CH 1
 
 static volatile sig_atomic_t stop_requested;
 
@@ -99,13 +111,13 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
                 goto out;
         }
         {
-                _cleanup_free_ char *u = xstrdup(ret->amqp_url);
-                struct amqp_connection_info ci;
-                if (amqp_parse_url(u, &ci) != AMQP_STATUS_OK) {
-                        snprintf(err, errlen, "%s: [amqp] url is not an amqp:// URL", path);
-                        r = -EINVAL;
+                struct amqpx_url u;
+                char why[256];
+                if ((r = amqpx_url_parse(ret->amqp_url, &u, why, sizeof(why))) < 0) {
+                        snprintf(err, errlen, "%s: [amqp] url: %s", path, why);
                         goto out;
                 }
+                amqpx_url_done(&u);
         }
         r = 0;
 out:
@@ -128,65 +140,47 @@ void agent_config_done(struct agent_config *c) {
 }
 
 static int rpc_ok(amqp_connection_state_t conn, const char *what) {
-        amqp_rpc_reply_t x = amqp_get_rpc_reply(conn);
-        switch (x.reply_type) {
-        case AMQP_RESPONSE_NORMAL:
-                return 0;
-        case AMQP_RESPONSE_NONE:
-                return log_error_errno(-EPROTO, "AMQP %s: missing reply", what);
-        case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-                return log_error_errno(-ECONNRESET, "AMQP %s: %s", what, amqp_error_string2(x.library_error));
-        case AMQP_RESPONSE_SERVER_EXCEPTION:
-                return log_error_errno(-EPROTO, "AMQP %s: the broker refused (method 0x%08x)", what, x.reply.id);
-        }
-        return -EPROTO;
+        char why[256];
+        int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, why, sizeof(why));
+        if (r < 0)
+                log_error("%s", why);
+        return r;
 }
 
-static amqp_connection_state_t connect_broker(const struct agent_config *cfg, amqp_bytes_t *ret_queue) {
-        _cleanup_free_ char *u = xstrdup(cfg->amqp_url);
+static amqp_connection_state_t connect_broker(const struct agent_config *cfg, const struct amqpx_url *u,
+                                              amqp_bytes_t *ret_queue) {
         _cleanup_free_ char *qname = xasprintf("nodeagent.%s", cfg->node_id);
-        struct amqp_connection_info ci;
+        _cleanup_free_ char *cname = xasprintf("paddock-nodeagent[%s]", cfg->node_id);
         amqp_connection_state_t conn = NULL;
-        amqp_socket_t *sock;
-        struct timeval tv = { .tv_sec = 10 };
+        char why[512];
 
-        if (amqp_parse_url(u, &ci) != AMQP_STATUS_OK)
+        int r = amqpx_connect(u, cname, 131072, 30, 10000, &conn, why, sizeof(why));
+        if (r < 0) {
+                if (r == -EACCES)
+                        log_error("%s", why);
+                else
+                        log_warning("%s; retrying", why);
                 return NULL;
-        conn = amqp_new_connection();
-        sock = amqp_tcp_socket_new(conn);
-        if (!sock || amqp_socket_open_noblock(sock, ci.host, ci.port, &tv) != AMQP_STATUS_OK) {
-                log_warning("Cannot reach RabbitMQ at %s:%d; retrying", ci.host, ci.port);
+        }
+        if (amqpx_channel_open_exchange(conn, CH, cfg->exchange, why, sizeof(why)) < 0) {
+                log_error("%s", why);
                 goto fail;
         }
-        /* "amqp://host/" parses to an empty vhost; the broker's default is "/". */
-        const char *vhost = ci.vhost && *ci.vhost ? ci.vhost : "/";
-        amqp_rpc_reply_t lr = amqp_login(conn, vhost, 0, 131072, 30, AMQP_SASL_METHOD_PLAIN, ci.user, ci.password);
-        if (lr.reply_type != AMQP_RESPONSE_NORMAL) {
-                log_error("RabbitMQ refused the login for user %s on vhost %s", ci.user, vhost);
-                goto fail;
-        }
-        amqp_channel_open(conn, 1);
-        if (rpc_ok(conn, "channel.open") < 0)
-                goto fail;
-        amqp_exchange_declare(conn, 1, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
-                              amqp_empty_table);
-        if (rpc_ok(conn, "exchange.declare") < 0)
-                goto fail;
         /* Exclusive + auto-delete: the queue dies with this connection, so publishers with
          * mandatory=1 get basic.return immediately when this agent is gone. */
         amqp_queue_declare_ok_t *q =
-                amqp_queue_declare(conn, 1, amqp_cstring_bytes(qname), 0, 0, 1, 1, amqp_empty_table);
+                amqp_queue_declare(conn, CH, amqp_cstring_bytes(qname), 0, 0, 1, 1, amqp_empty_table);
         if (rpc_ok(conn, "queue.declare") < 0 || !q)
                 goto fail;
         *ret_queue = amqp_bytes_malloc_dup(q->queue);
-        amqp_queue_bind(conn, 1, *ret_queue, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes(cfg->node_id),
+        amqp_queue_bind(conn, CH, *ret_queue, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes(cfg->node_id),
                         amqp_empty_table);
         if (rpc_ok(conn, "queue.bind") < 0)
                 goto fail_q;
-        amqp_basic_qos(conn, 1, 0, (uint16_t) cfg->prefetch, 0);
+        amqp_basic_qos(conn, CH, 0, (uint16_t) cfg->prefetch, 0);
         if (rpc_ok(conn, "basic.qos") < 0)
                 goto fail_q;
-        amqp_basic_consume(conn, 1, *ret_queue, amqp_empty_bytes, 0, 0, 1, amqp_empty_table);
+        amqp_basic_consume(conn, CH, *ret_queue, amqp_empty_bytes, 0, 0, 1, amqp_empty_table);
         if (rpc_ok(conn, "basic.consume") < 0)
                 goto fail_q;
         return conn;
@@ -199,55 +193,87 @@ fail:
 }
 
 int agent_egress_init(const struct agent_config *cfg, char *err, size_t errlen) {
-        struct egress_config ec = {
-                .table = cfg->egress_table,
-                .bridges = (const char *const *) cfg->egress_bridges,
-                .deny_cidrs = (const char *const *) cfg->egress_deny,
-                .dns_resolver = cfg->egress_dns,
-                .priority = (int) cfg->egress_priority,
-        };
-        return egress_init(&ec, err, errlen);
+        return privsep_spawn(PS_CHILD_EGRESS, cfg, err, errlen);
 }
 
-/* Resolves hostname entries (IPv4 only) and hands the policy to the firewall. A hostname
- * that does not resolve fails the whole apply: the caller fails closed. */
+/* Appends one entry to the request, bounded: over EGRESS_MAX_ALLOW -> -E2BIG. */
+static int allow_append(struct ps_egress_apply *req, uint32_t addr, int prefix, const char *entry, char *err,
+                        size_t errlen) {
+        if (req->n_allow >= EGRESS_MAX_ALLOW) {
+                snprintf(err, errlen, "the allowlist expands to more than %d addresses (at %s); nothing was changed",
+                         EGRESS_MAX_ALLOW, entry);
+                return -E2BIG;
+        }
+        req->allow[req->n_allow++] = (struct ps_allow) { .addr = addr, .prefix = (uint8_t) prefix };
+        return 0;
+}
+
+/* Resolves hostname entries (IPv4 only) into a request for the egress child. A
+ * hostname that does not resolve, or resolves to too many addresses, fails the whole
+ * apply: the caller fails closed and the enforced policy stays as it was. */
 static int apply_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
-        struct pj_allow_entry *allow = xnew0(struct pj_allow_entry, EGRESS_MAX_ALLOW);
-        size_t n = 0;
+        _cleanup_free_ struct ps_egress_apply *req = xnew0(struct ps_egress_apply, 1);
+        req->hdr.type = PS_EGRESS_APPLY;
+        strscpy(req->sandbox_id, m->sandbox_id, sizeof(req->sandbox_id));
+        req->mode = (uint8_t) m->egress.mode;
+        req->ip = m->ip;
         int r = 0;
-        for (size_t i = 0; i < m->egress.n_allow && r == 0; i++) {
+        for (size_t i = 0; m->egress.mode == PJ_EGRESS_RESTRICTED && i < m->egress.n_allow && r == 0; i++) {
                 struct pj_allow_entry e;
                 char norm[PJ_ALLOW_NORM_MAX], why[256];
                 if (pj_allow_entry_parse(m->egress.allow[i], &e, norm, sizeof(norm), why, sizeof(why)) < 0) {
                         snprintf(err, errlen, "allow entry %s %s", m->egress.allow[i], why);
-                        r = -EINVAL;
-                        break;
+                        return -EINVAL;
                 }
-                if (e.kind != PJ_ALLOW_HOSTNAME) {
-                        allow[n++] = e;
+                switch (e.kind) {
+                case PJ_ALLOW_IPV4:
+                        r = allow_append(req, e.addr, 32, m->egress.allow[i], err, errlen);
                         continue;
+                case PJ_ALLOW_CIDR:
+                        r = allow_append(req, e.addr, e.prefix, m->egress.allow[i], err, errlen);
+                        continue;
+                case PJ_ALLOW_HOSTNAME:
+                        break;
                 }
                 struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res = NULL;
                 int g = getaddrinfo(e.host, NULL, &hints, &res);
                 if (g != 0) {
                         snprintf(err, errlen, "cannot resolve %s: %s", e.host, gai_strerror(g));
-                        r = -EHOSTUNREACH;
-                        break;
+                        return -EHOSTUNREACH;
                 }
-                for (struct addrinfo *a = res; a && n < EGRESS_MAX_ALLOW; a = a->ai_next) {
-                        struct pj_allow_entry ip = { .kind = PJ_ALLOW_IPV4, .prefix = 32 };
-                        ip.addr = ntohl(((struct sockaddr_in *) a->ai_addr)->sin_addr.s_addr);
-                        allow[n++] = ip;
+                size_t n = 0;
+                for (struct addrinfo *a = res; a && r == 0; a = a->ai_next, n++) {
+                        if (n >= MAX_ADDRS_PER_NAME) {
+                                snprintf(err, errlen, "%s resolves to more than %d addresses; nothing was changed",
+                                         e.host, MAX_ADDRS_PER_NAME);
+                                r = -E2BIG;
+                                break;
+                        }
+                        r = allow_append(req, ntohl(((struct sockaddr_in *) a->ai_addr)->sin_addr.s_addr), 32, e.host,
+                                         err, errlen);
                 }
                 freeaddrinfo(res);
         }
-        if (r == 0) {
-                struct egress_policy p = {
-                        .sandbox_id = m->sandbox_id, .ip = m->ip, .mode = m->egress.mode, .allow = allow, .n_allow = n,
-                };
-                r = egress_apply(&p, err, errlen);
-        }
-        free(allow);
+        if (r < 0)
+                return r;
+        struct ps_result res;
+        r = privsep_call(PS_CHILD_EGRESS, req, sizeof(*req), &res);
+        if (r == -EPIPE || r == -ENOTCONN)
+                snprintf(err, errlen, "the egress process is not running on this node");
+        else if (r < 0)
+                snprintf(err, errlen, "%s", res.msg);
+        return r;
+}
+
+static int remove_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
+        struct ps_egress_remove req = { .hdr.type = PS_EGRESS_REMOVE, .ip = m->ip };
+        struct ps_result res;
+        strscpy(req.sandbox_id, m->sandbox_id, sizeof(req.sandbox_id));
+        int r = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
+        if (r == -EPIPE || r == -ENOTCONN)
+                snprintf(err, errlen, "the egress process is not running on this node");
+        else if (r < 0)
+                snprintf(err, errlen, "%s", res.msg);
         return r;
 }
 
@@ -266,6 +292,16 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
         int r = 0;
         switch (m.type) {
         case PJ_NODE_PING:
+                /* Alive means able to act: every child we started must answer too. */
+                for (int k = 0; k < PS_CHILD_MAX && r == 0; k++) {
+                        struct ps_ping ping = { .hdr.type = PS_PING };
+                        struct ps_result res;
+                        if (privsep_child_pid(k) <= 0)
+                                continue;
+                        r = privsep_call(k, &ping, sizeof(ping), &res);
+                        if (r < 0)
+                                snprintf(err, sizeof(err), "a privileged process of the agent does not answer");
+                }
                 break;
         case PJ_NODE_EGRESS_APPLY:
         case PJ_NODE_EGRESS_REMOVE:
@@ -276,7 +312,7 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                 } else if (m.type == PJ_NODE_EGRESS_APPLY)
                         r = apply_policy(&m, err, sizeof(err));
                 else
-                        r = egress_remove(m.sandbox_id, m.ip, err, sizeof(err));
+                        r = remove_policy(&m, err, sizeof(err));
                 if (r < 0)
                         log_warning("%s failed: %s", out.type, err);
                 else
@@ -290,56 +326,199 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
         return pj_node_reply_format(&out);
 }
 
-static void reply(amqp_connection_state_t conn, const amqp_envelope_t *env, const char *text) {
-        const amqp_basic_properties_t *in = &env->message.properties;
-        if (!(in->_flags & AMQP_BASIC_REPLY_TO_FLAG) || in->reply_to.len == 0)
-                return;
-        amqp_basic_properties_t p = { 0 };
-        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG;
-        p.content_type = amqp_cstring_bytes("application/json");
-        p.delivery_mode = 1;
-        if (in->_flags & AMQP_BASIC_CORRELATION_ID_FLAG) {
-                p._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
-                p.correlation_id = in->correlation_id;
-        }
-        amqp_basic_publish(conn, 1, amqp_empty_bytes, in->reply_to, 0, 0, &p, amqp_cstring_bytes(text));
+/* What the header frame of a delivery told us, copied out of rabbitmq-c's pool. */
+struct delivery {
+        uint64_t tag;
+        uint64_t size;
+        char reply_to[256];
+        char correlation_id[256];
+        bool has_corr;
+};
+
+static void copy_short(char dst[256], amqp_bytes_t b) {
+        size_t n = b.len < 255 ? b.len : 255;
+        memcpy(dst, b.bytes, n);
+        dst[n] = 0;
 }
 
-static int consume_loop(const struct agent_config *cfg, amqp_connection_state_t conn) {
-        while (!stop_requested) {
-                amqp_envelope_t env;
-                struct timeval tv = { .tv_sec = 1 };
-                amqp_maybe_release_buffers(conn);
-                amqp_rpc_reply_t res = amqp_consume_message(conn, &env, &tv, 0);
-                if (res.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && res.library_error == AMQP_STATUS_TIMEOUT) {
+static void reply(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
+                  const struct delivery *d, const char *text) {
+        if (!d->reply_to[0])
+                return;
+        amqp_basic_properties_t p = { 0 };
+        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
+                   AMQP_BASIC_USER_ID_FLAG;
+        p.content_type = amqp_cstring_bytes("application/json");
+        p.delivery_mode = 1;
+        /* Who answers: controld accepts a reply only from the node it asked. RabbitMQ
+         * refuses a user_id that is not the connection's own login. */
+        p.app_id = amqp_cstring_bytes(cfg->node_id);
+        p.user_id = amqp_cstring_bytes(user);
+        if (d->has_corr) {
+                p._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
+                p.correlation_id = amqp_cstring_bytes(d->correlation_id);
+        }
+        amqp_basic_publish(conn, CH, amqp_empty_bytes, amqp_cstring_bytes(d->reply_to), 0, 0, &p,
+                           amqp_cstring_bytes(text));
+}
+
+/* The watchdog is fed from its own thread on a timer, so a long apply (slow name
+ * resolution, a busy queue) cannot get the agent killed; it stops feeding once a
+ * child has died, and the main loop exits then anyway. */
+static struct {
+        pthread_t thread;
+        bool running, stop;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        uint64_t usec;
+} wd = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void *watchdog_main(void *ud) {
+        (void) ud;
+        pthread_mutex_lock(&wd.lock);
+        while (!wd.stop) {
+                /* Not privsep_healthy(): a call in progress holds its lock for up to 30 s. */
+                if (!privsep_failed())
                         sd_notify(0, "WATCHDOG=1");
-                        continue;
-                }
-                if (res.reply_type != AMQP_RESPONSE_NORMAL) {
-                        if (res.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-                            res.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-                                amqp_frame_t f;
-                                if (amqp_simple_wait_frame(conn, &f) != AMQP_STATUS_OK)
-                                        return -ECONNRESET;
-                                if (f.frame_type == AMQP_FRAME_METHOD &&
-                                    (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-                                     f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD))
-                                        return -ECONNRESET;
-                                continue;
-                        }
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                uint64_t ns = (uint64_t) ts.tv_nsec + wd.usec / 2 * 1000;
+                ts.tv_sec += (time_t) (ns / 1000000000);
+                ts.tv_nsec = (long) (ns % 1000000000);
+                pthread_cond_timedwait(&wd.cond, &wd.lock, &ts);
+        }
+        pthread_mutex_unlock(&wd.lock);
+        return NULL;
+}
+
+static void watchdog_start(void) {
+        if (sd_watchdog_enabled(0, &wd.usec) <= 0 || wd.usec == 0)
+                return;
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&wd.cond, &ca);
+        pthread_condattr_destroy(&ca);
+        /* Signals (SIGTERM, SIGINT) are the main thread's business. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        wd.running = pthread_create(&wd.thread, NULL, watchdog_main, NULL) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (!wd.running)
+                log_warning("cannot start the watchdog thread; systemd may restart the agent");
+}
+
+static void watchdog_stop(void) {
+        if (!wd.running)
+                return;
+        pthread_mutex_lock(&wd.lock);
+        wd.stop = true;
+        pthread_cond_signal(&wd.cond);
+        pthread_mutex_unlock(&wd.lock);
+        pthread_join(wd.thread, NULL);
+        pthread_cond_destroy(&wd.cond);
+        wd.running = false;
+}
+
+/* Reads frames until the content of the delivery d has arrived, keeping at most
+ * MAX_MESSAGE bytes: the header frame's body_size is checked before any body is
+ * read, and an oversized body is read off the socket and dropped frame by frame.
+ * Returns 0 with *ret_body (NULL when oversized; size in d->size), or -ECONNRESET. */
+static int read_content(amqp_connection_state_t conn, struct delivery *d, char **ret_body) {
+        _cleanup_free_ char *body = NULL;
+        uint64_t got = 0;
+        bool have_header = false;
+        int64_t deadline = mono_ms() + CONTENT_TIMEOUT_MS;
+        for (;;) {
+                long left = (long) (deadline - mono_ms());
+                if (left <= 0)
+                        return log_warning_errno(-ETIMEDOUT, "RabbitMQ stalled in the middle of a message");
+                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
+                amqp_frame_t f;
+                int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
+                if (s != AMQP_STATUS_OK)
                         return -ECONNRESET;
+                if (f.frame_type == AMQP_FRAME_METHOD)
+                        return -ECONNRESET;     /* a close, or a broker out of protocol */
+                if (f.channel != CH)
+                        continue;
+                if (f.frame_type == AMQP_FRAME_HEADER && !have_header) {
+                        const amqp_basic_properties_t *p = f.payload.properties.decoded;
+                        have_header = true;
+                        d->size = f.payload.properties.body_size;
+                        if (p && (p->_flags & AMQP_BASIC_REPLY_TO_FLAG))
+                                copy_short(d->reply_to, p->reply_to);
+                        if (p && (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG)) {
+                                copy_short(d->correlation_id, p->correlation_id);
+                                d->has_corr = true;
+                        }
+                        if (d->size <= MAX_MESSAGE)
+                                body = xmalloc(d->size + 1);
+                } else if (f.frame_type == AMQP_FRAME_BODY && have_header) {
+                        amqp_bytes_t b = f.payload.body_fragment;
+                        if (b.len > d->size - got)
+                                return -ECONNRESET;     /* more body than announced */
+                        if (body)
+                                memcpy(body + got, b.bytes, b.len);
+                        got += b.len;
                 }
+                amqp_maybe_release_buffers_on_channel(conn, CH);
+                if (have_header && got == d->size) {
+                        if (body)
+                                body[got] = 0;
+                        *ret_body = TAKE_PTR(body);
+                        return 0;
+                }
+        }
+}
+
+static int consume_loop(const struct agent_config *cfg, const char *user, amqp_connection_state_t conn) {
+        char why[256];
+        while (!stop_requested) {
+                if (!privsep_healthy(why, sizeof(why)))
+                        return log_error_errno(-ECHILD, "%s; no longer consuming", why);
+                struct timeval tv = { .tv_sec = 1 };
+                amqp_frame_t f;
+                amqp_maybe_release_buffers(conn);
+                int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
+                if (s == AMQP_STATUS_TIMEOUT)
+                        continue;
+                if (s != AMQP_STATUS_OK)
+                        return -ECONNRESET;
+                if (f.frame_type != AMQP_FRAME_METHOD)
+                        continue;
+                if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
+                    f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD || f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)
+                        return -ECONNRESET;
+                if (f.payload.method.id != AMQP_BASIC_DELIVER_METHOD || f.channel != CH)
+                        continue;
+                struct delivery d = { .tag = ((amqp_basic_deliver_t *) f.payload.method.decoded)->delivery_tag };
+                _cleanup_free_ char *body = NULL;
+                if (read_content(conn, &d, &body) < 0)
+                        return -ECONNRESET;
+
                 log_ctx_reset();
                 log_ctx_set("NODE_ID", cfg->node_id);
                 _cleanup_free_ char *out = NULL;
-                if (env.message.body.len > MAX_MESSAGE) {
-                        log_warning("dropping a %zu byte message (limit %d)", env.message.body.len, MAX_MESSAGE);
-                        out = xstrdup("{\"ok\":false,\"error\":\"message too large\"}");
-                } else
-                        out = agent_handle(cfg, env.message.body.bytes, env.message.body.len);
-                reply(conn, &env, out);
-                amqp_basic_ack(conn, 1, env.delivery_tag, 0);
-                amqp_destroy_envelope(&env);
+                if (!body) {
+                        log_warning("refusing a %" PRIu64 " byte message (limit %d); its body was not kept", d.size,
+                                    MAX_MESSAGE);
+                        struct pj_node_reply big = { .ok = false };
+                        snprintf(big.node_id, sizeof(big.node_id), "%s", cfg->node_id);
+                        snprintf(big.error, sizeof(big.error), "message too large (%" PRIu64 " bytes, limit %d)",
+                                 d.size, MAX_MESSAGE);
+                        out = pj_node_reply_format(&big);
+                        reply(conn, cfg, user, &d, out);
+                        amqp_basic_reject(conn, CH, d.tag, 0);
+                        continue;
+                }
+                out = agent_handle(cfg, body, d.size);
+                /* A child that died during this request: no reply it could have made counts. */
+                if (!privsep_healthy(why, sizeof(why)))
+                        return log_error_errno(-ECHILD, "%s; no longer consuming", why);
+                reply(conn, cfg, user, &d, out);
+                amqp_basic_ack(conn, CH, d.tag, 0);
         }
         return 0;
 }
@@ -349,23 +528,26 @@ int agent_run(const struct agent_config *cfg) {
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
         signal(SIGPIPE, SIG_IGN);
-        int backoff_ms = 200;
+        int backoff_ms = 200, r = 0;
         bool notified = false;
+        struct amqpx_url u;
+        char why[256];
+        if ((r = amqpx_url_parse(cfg->amqp_url, &u, why, sizeof(why))) < 0)
+                return log_error_errno(r, "[amqp] url: %s", why);
         log_ctx_set("NODE_ID", cfg->node_id);
-        if (cfg->egress_enabled) {
-                char err[512] = "";
-                /* Fail closed from the first moment: the table drops bridge traffic that has no
-                 * confirmed policy before we accept any message. */
-                int r = agent_egress_init(cfg, err, sizeof(err));
-                if (r < 0)
-                        return log_error_errno(r, "Cannot program the egress firewall: %s", err);
-                log_info("egress firewall ready (table inet %s)", cfg->egress_table);
-        }
+        watchdog_start();
         while (!stop_requested) {
+                if (!privsep_healthy(why, sizeof(why))) {
+                        r = log_error_errno(-ECHILD, "%s; no longer consuming", why);
+                        break;
+                }
                 amqp_bytes_t q = amqp_empty_bytes;
-                amqp_connection_state_t conn = connect_broker(cfg, &q);
+                amqp_connection_state_t conn = connect_broker(cfg, &u, &q);
                 if (!conn) {
-                        usleep((useconds_t) backoff_ms * 1000);
+                        /* In slices, so that a stop or a dead child is noticed within 100 ms. */
+                        for (int slept = 0; slept < backoff_ms && !stop_requested && privsep_healthy(NULL, 0);
+                             slept += 100)
+                                usleep(100 * 1000);
                         backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;
                         continue;
                 }
@@ -376,14 +558,23 @@ int agent_run(const struct agent_config *cfg) {
                         sd_notify(0, "READY=1\nSTATUS=consuming");
                         notified = true;
                 }
-                int r = consume_loop(cfg, conn);
+                r = consume_loop(cfg, u.user, conn);
+                amqp_bytes_free(q);
+                if (r == -ECHILD) {
+                        /* Fail closed: dropping the connection deletes our queue at once, so
+                         * controld's requests come back unroutable instead of waiting. */
+                        amqp_destroy_connection(conn);
+                        break;
+                }
                 if (r < 0)
                         log_warning("lost the RabbitMQ connection; reconnecting");
-                amqp_bytes_free(q);
+                r = 0;
                 amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
                 amqp_destroy_connection(conn);
         }
-        sd_notify(0, "STOPPING=1");
+        watchdog_stop();
+        amqpx_url_done(&u);
+        sd_notify(0, r < 0 ? "STATUS=a privileged child died" : "STOPPING=1");
         log_info("nodeagent stopped");
-        return 0;
+        return r;
 }

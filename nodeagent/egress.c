@@ -930,7 +930,145 @@ static void sbx_names(const char *id, char chain[NAME_BUF], char set[NAME_BUF]) 
         snprintf(set, NAME_BUF, ALLOW_SET_PREFIX "%s", id);
 }
 
+/* ---------------------------------------------------------------- read, then write */
+
+/* What a change read from the table before building its batch. */
+enum { VIEW_ELEMS = 1 << 0, VIEW_CHAINS = 1 << 1, VIEW_SETS = 1 << 2 };
+struct view {
+        uint32_t genid;
+        struct elem *map, *dns;         /* VIEW_ELEMS: @sandboxes and @dns_clients */
+        size_t n_map, n_dns;
+        struct chain_dump cd;           /* VIEW_CHAINS */
+        struct names sets;              /* VIEW_SETS */
+};
+
+static void view_done(struct view *v) {
+        free(v->map);
+        free(v->dns);
+        chain_dump_done(&v->cd);
+        names_done(&v->sets);
+        *v = (struct view) { 0 };
+}
+
+/* Fills b (begun with the view's generation) from v. Returns 1 to send the batch,
+ * 0 when there is nothing to change, or -errno with err filled. */
+typedef int (*fill_fn)(struct batch *b, const struct view *v, void *ud, char *err, size_t errlen);
+
+/* The generation-checked read-and-retry step every change that depends on the
+ * table's contents shares: read the generation, dump what `what` asks for, let
+ * fill build the batch, send it tagged with that generation. ERESTART (someone
+ * committed in between) starts over after a jittered pause, GENID_RETRIES times. */
+static int read_then_write(const char *table, unsigned what, fill_fn fill, void *ud, char *err, size_t errlen) {
+        int r = 0;
+        for (int attempt = 0; attempt < GENID_RETRIES; attempt++) {
+                _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+                r = nl_open(&nl);
+                if (r < 0)
+                        return errf(err, errlen, r, "cannot open a netfilter netlink socket: %s", strerror(-r));
+                _cleanup_(view_done) struct view v = { .cd = { .fwd_prio = -1, .in_prio = -1 } };
+                r = get_genid(nl, &v.genid);
+                if (r < 0)
+                        return errf(err, errlen, r, "cannot read the nftables generation: %s", strerror(-r));
+                if (what & VIEW_ELEMS) {
+                        r = dump_elems(nl, table, MAP_SANDBOXES, &v.map, &v.n_map);
+                        if (r >= 0)
+                                r = dump_elems(nl, table, SET_DNS, &v.dns, &v.n_dns);
+                }
+                if (r >= 0 && (what & VIEW_CHAINS))
+                        r = dump_chains(nl, table, &v.cd);
+                if (r >= 0 && (what & VIEW_SETS))
+                        r = dump_sets(nl, table, &v.sets);
+                if (r < 0)
+                        return errf(err, errlen, r, "cannot list the egress table: %s", strerror(-r));
+
+                _cleanup_(batch_done) struct batch b = { 0 };
+                batch_begin(&b, v.genid);
+                r = fill(&b, &v, ud, err, errlen);
+                if (r <= 0)
+                        return r;
+                r = batch_send(nl, &b, err, errlen);
+                if (r != -ERESTART)
+                        return r;
+                log_debug("nftables ruleset changed since it was read; retrying");
+                restart_backoff(attempt);
+        }
+        return errf(err, errlen, r, "the nftables ruleset kept changing under us (%d attempts)", GENID_RETRIES);
+}
+
 /* ---------------------------------------------------------------- init */
+
+struct init_args {
+        const struct egress_config *cfg;
+        const char *table;
+        const struct range *deny;
+        size_t n_deny, n_br;
+        uint32_t resolver;
+};
+
+static int fill_init(struct batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
+        const struct init_args *a = ud;
+        (void) err;
+        (void) errlen;
+        _cleanup_(nftnl_table_freep) struct nftnl_table *t = nftnl_table_alloc();
+        if (!t)
+                oom();
+        nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, FAMILY);
+        nftnl_table_set_str(t, NFTNL_TABLE_NAME, a->table);
+        struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWTABLE, NLM_F_CREATE, "add table inet %s", a->table);
+        nftnl_table_nlmsg_build_payload(nlh, t);
+        batch_commit(b, nlh);
+
+        add_set(b, a->table, SET_DENY, true, false);
+        flush_set(b, a->table, SET_DENY);
+        add_interval_elems(b, a->table, SET_DENY, a->deny, a->n_deny);
+        add_set(b, a->table, SET_DNS, false, false);
+        add_set(b, a->table, MAP_SANDBOXES, false, true);
+
+        /* sbx_egress: everything forwarded from a sandbox bridge. */
+        add_chain(b, a->table, CHAIN_EGRESS, -1, 0);
+        chain_op(b, NFT_MSG_DELRULE, a->table, CHAIN_EGRESS);
+        rule_ct_established(b, a->table, CHAIN_EGRESS);
+        rule_non_ipv4_drop(b, a->table, CHAIN_EGRESS);
+        if (a->cfg->dns_resolver) {
+                rule_dns(b, a->table, CHAIN_EGRESS, a->resolver, IPPROTO_UDP);
+                rule_dns(b, a->table, CHAIN_EGRESS, a->resolver, IPPROTO_TCP);
+        }
+        rule_daddr_set(b, a->table, CHAIN_EGRESS, SET_DENY, NF_DROP);
+        rule_vmap_saddr(b, a->table, CHAIN_EGRESS);
+        rule_counter(b, a->table, CHAIN_EGRESS, NF_DROP);
+
+        /* sbx_to_host: sandbox -> this host goes through input, not forward. */
+        add_chain(b, a->table, CHAIN_TO_HOST, -1, 0);
+        chain_op(b, NFT_MSG_DELRULE, a->table, CHAIN_TO_HOST);
+        rule_ct_established(b, a->table, CHAIN_TO_HOST);
+        rule_non_ipv4_drop(b, a->table, CHAIN_TO_HOST);
+        if (a->cfg->dns_resolver) {
+                rule_dns(b, a->table, CHAIN_TO_HOST, a->resolver, IPPROTO_UDP);
+                rule_dns(b, a->table, CHAIN_TO_HOST, a->resolver, IPPROTO_TCP);
+        }
+        rule_daddr_set(b, a->table, CHAIN_TO_HOST, SET_DENY, NF_DROP);
+        rule_local_drop(b, a->table, CHAIN_TO_HOST);
+
+        /* Base chains last: they jump to the chains above. A changed
+         * priority cannot be updated in place: delete and recreate. */
+        static const struct { const char *name, *to; int hook; } bases[] = {
+                { CHAIN_FORWARD, CHAIN_EGRESS, NF_INET_FORWARD },
+                { CHAIN_INPUT, CHAIN_TO_HOST, NF_INET_LOCAL_IN },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bases); i++) {
+                int64_t have = bases[i].hook == NF_INET_FORWARD ? v->cd.fwd_prio : v->cd.in_prio;
+                if (have != -1 && have != a->cfg->priority) {
+                        chain_op(b, NFT_MSG_DELRULE, a->table, bases[i].name);
+                        chain_op(b, NFT_MSG_DELCHAIN, a->table, bases[i].name);
+                }
+                add_chain(b, a->table, bases[i].name, bases[i].hook, a->cfg->priority);
+                chain_op(b, NFT_MSG_DELRULE, a->table, bases[i].name);
+                for (size_t j = 0; j < a->n_br; j++)
+                        rule_iif_jump(b, a->table, bases[i].name, a->cfg->bridges[j], bases[i].to);
+        }
+
+        return 1;
+}
 
 int egress_init(const struct egress_config *cfg, char *err, size_t errlen) {
         LOCK_SCOPE();
@@ -971,97 +1109,16 @@ int egress_init(const struct egress_config *cfg, char *err, size_t errlen) {
                                     cfg->deny_cidrs[i], why);
         n_deny = ranges_merge(deny, k);
 
-        int r = 0;
-        for (int attempt = 0; attempt < GENID_RETRIES; attempt++) {
-                _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
-                r = nl_open(&nl);
-                if (r < 0)
-                        return errf(err, errlen, r, "cannot open a netfilter netlink socket: %s", strerror(-r));
-                uint32_t genid = 0;
-                r = get_genid(nl, &genid);
-                if (r < 0)
-                        return errf(err, errlen, r, "cannot read the nftables generation: %s", strerror(-r));
-                struct chain_dump cd;
-                r = dump_chains(nl, table, &cd);
-                if (r < 0)
-                        return errf(err, errlen, r, "cannot list nftables chains: %s", strerror(-r));
-                names_done(&cd.names);
-
-                _cleanup_(batch_done) struct batch b = { 0 };
-                batch_begin(&b, genid);
-                _cleanup_(nftnl_table_freep) struct nftnl_table *t = nftnl_table_alloc();
-                if (!t)
-                        oom();
-                nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, FAMILY);
-                nftnl_table_set_str(t, NFTNL_TABLE_NAME, table);
-                struct nlmsghdr *nlh = batch_msg(&b, NFT_MSG_NEWTABLE, NLM_F_CREATE, "add table inet %s", table);
-                nftnl_table_nlmsg_build_payload(nlh, t);
-                batch_commit(&b, nlh);
-
-                add_set(&b, table, SET_DENY, true, false);
-                flush_set(&b, table, SET_DENY);
-                add_interval_elems(&b, table, SET_DENY, deny, n_deny);
-                add_set(&b, table, SET_DNS, false, false);
-                add_set(&b, table, MAP_SANDBOXES, false, true);
-
-                /* sbx_egress: everything forwarded from a sandbox bridge. */
-                add_chain(&b, table, CHAIN_EGRESS, -1, 0);
-                chain_op(&b, NFT_MSG_DELRULE, table, CHAIN_EGRESS);
-                rule_ct_established(&b, table, CHAIN_EGRESS);
-                rule_non_ipv4_drop(&b, table, CHAIN_EGRESS);
-                if (cfg->dns_resolver) {
-                        rule_dns(&b, table, CHAIN_EGRESS, resolver, IPPROTO_UDP);
-                        rule_dns(&b, table, CHAIN_EGRESS, resolver, IPPROTO_TCP);
-                }
-                rule_daddr_set(&b, table, CHAIN_EGRESS, SET_DENY, NF_DROP);
-                rule_vmap_saddr(&b, table, CHAIN_EGRESS);
-                rule_counter(&b, table, CHAIN_EGRESS, NF_DROP);
-
-                /* sbx_to_host: sandbox -> this host goes through input, not forward. */
-                add_chain(&b, table, CHAIN_TO_HOST, -1, 0);
-                chain_op(&b, NFT_MSG_DELRULE, table, CHAIN_TO_HOST);
-                rule_ct_established(&b, table, CHAIN_TO_HOST);
-                rule_non_ipv4_drop(&b, table, CHAIN_TO_HOST);
-                if (cfg->dns_resolver) {
-                        rule_dns(&b, table, CHAIN_TO_HOST, resolver, IPPROTO_UDP);
-                        rule_dns(&b, table, CHAIN_TO_HOST, resolver, IPPROTO_TCP);
-                }
-                rule_daddr_set(&b, table, CHAIN_TO_HOST, SET_DENY, NF_DROP);
-                rule_local_drop(&b, table, CHAIN_TO_HOST);
-
-                /* Base chains last: they jump to the chains above. A changed
-                 * priority cannot be updated in place: delete and recreate. */
-                static const struct { const char *name, *to; int hook; } bases[] = {
-                        { CHAIN_FORWARD, CHAIN_EGRESS, NF_INET_FORWARD },
-                        { CHAIN_INPUT, CHAIN_TO_HOST, NF_INET_LOCAL_IN },
-                };
-                for (size_t i = 0; i < ELEMENTSOF(bases); i++) {
-                        int64_t have = bases[i].hook == NF_INET_FORWARD ? cd.fwd_prio : cd.in_prio;
-                        if (have != -1 && have != cfg->priority) {
-                                chain_op(&b, NFT_MSG_DELRULE, table, bases[i].name);
-                                chain_op(&b, NFT_MSG_DELCHAIN, table, bases[i].name);
-                        }
-                        add_chain(&b, table, bases[i].name, bases[i].hook, cfg->priority);
-                        chain_op(&b, NFT_MSG_DELRULE, table, bases[i].name);
-                        for (size_t j = 0; j < n_br; j++)
-                                rule_iif_jump(&b, table, bases[i].name, cfg->bridges[j], bases[i].to);
-                }
-
-                r = batch_send(nl, &b, err, errlen);
-                if (r == -ERESTART) {
-                        log_debug("nftables ruleset changed since it was read; retrying");
-                        restart_backoff(attempt);
-                        continue;
-                }
-                if (r < 0)
-                        return r;
-                strscpy(st.table, table, sizeof(st.table));
-                st.have_resolver = cfg->dns_resolver != NULL;
-                st.resolver = resolver;
-                st.ready = true;
-                return 0;
-        }
-        return errf(err, errlen, r, "the nftables ruleset kept changing under us (%d attempts)", GENID_RETRIES);
+        struct init_args a = { .cfg = cfg, .table = table, .deny = deny, .n_deny = n_deny, .n_br = n_br,
+                               .resolver = resolver };
+        int r = read_then_write(table, VIEW_CHAINS, fill_init, &a, err, errlen);
+        if (r < 0)
+                return r;
+        strscpy(st.table, table, sizeof(st.table));
+        st.have_resolver = cfg->dns_resolver != NULL;
+        st.resolver = resolver;
+        st.ready = true;
+        return 0;
 }
 
 /* ---------------------------------------------------------------- apply / remove */
@@ -1119,6 +1176,62 @@ static int validate_policy(const struct egress_policy *p, struct range **ret, si
         return 0;
 }
 
+struct apply_args {
+        const struct egress_policy *p;
+        const struct range *allow;
+        size_t n_allow;
+        char chain[NAME_BUF], set[NAME_BUF];
+};
+
+static int fill_apply(struct batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
+        const struct apply_args *a = ud;
+        const struct egress_policy *p = a->p;
+        const char *table = st.table, *chain = a->chain, *set = a->set;
+        (void) err;
+        (void) errlen;
+        add_chain(b, table, chain, -1, 0);
+        chain_op(b, NFT_MSG_DELRULE, table, chain);
+        add_set(b, table, set, true, false);
+        flush_set(b, table, set);
+        if (p->mode == PJ_EGRESS_RESTRICTED)
+                add_interval_elems(b, table, set, a->allow, a->n_allow);
+
+        rule_counter(b, table, chain, NO_VERDICT);
+        switch (p->mode) {
+        case PJ_EGRESS_OPEN:
+                rule_counter(b, table, chain, NF_ACCEPT);
+                break;
+        case PJ_EGRESS_RESTRICTED:
+                rule_daddr_set(b, table, chain, set, NF_ACCEPT);
+                rule_counter(b, table, chain, NF_DROP);
+                break;
+        case PJ_EGRESS_DENY_ALL:
+                rule_counter(b, table, chain, NF_DROP);
+                break;
+        }
+
+        /* The map: drop what maps this ip elsewhere or an older ip here. */
+        bool have_exact = false;
+        for (size_t i = 0; i < v->n_map; i++) {
+                bool ours = streq(v->map[i].chain, chain);
+                if (v->map[i].key == p->ip && ours) {
+                        have_exact = true;
+                        continue;
+                }
+                if (v->map[i].key == p->ip || ours)
+                        elem_op(b, NFT_MSG_DELSETELEM, table, MAP_SANDBOXES, v->map[i].key, NULL);
+                if (ours && v->map[i].key != p->ip && elems_have_key(v->dns, v->n_dns, v->map[i].key))
+                        elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, v->map[i].key, NULL);
+        }
+        if (!have_exact)
+                elem_op(b, NFT_MSG_NEWSETELEM, table, MAP_SANDBOXES, p->ip, chain);
+        if (p->mode != PJ_EGRESS_DENY_ALL)
+                elem_op(b, NFT_MSG_NEWSETELEM, table, SET_DNS, p->ip, NULL);
+        else if (elems_have_key(v->dns, v->n_dns, p->ip))
+                elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, p->ip, NULL);
+        return 1;
+}
+
 int egress_apply(const struct egress_policy *p, char *err, size_t errlen) {
         LOCK_SCOPE();
         _cleanup_free_ struct range *allow = NULL;
@@ -1128,79 +1241,47 @@ int egress_apply(const struct egress_policy *p, char *err, size_t errlen) {
                 return r;
         if (!st.ready)
                 return errf(err, errlen, -ENOTCONN, "egress is not initialised");
-        const char *table = st.table;
+        struct apply_args a = { .p = p, .allow = allow, .n_allow = n_allow };
+        sbx_names(p->sandbox_id, a.chain, a.set);
+        return read_then_write(st.table, VIEW_ELEMS, fill_apply, &a, err, errlen);
+}
+
+struct remove_args {
+        uint32_t ip;
         char chain[NAME_BUF], set[NAME_BUF];
-        sbx_names(p->sandbox_id, chain, set);
+};
 
-        for (int attempt = 0; attempt < GENID_RETRIES; attempt++) {
-                _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
-                r = nl_open(&nl);
-                if (r < 0)
-                        return errf(err, errlen, r, "cannot open a netfilter netlink socket: %s", strerror(-r));
-                uint32_t genid = 0;
-                r = get_genid(nl, &genid);
-                if (r < 0)
-                        return errf(err, errlen, r, "cannot read the nftables generation: %s", strerror(-r));
-                _cleanup_free_ struct elem *map = NULL, *dns = NULL;
-                size_t n_map = 0, n_dns = 0;
-                r = dump_elems(nl, table, MAP_SANDBOXES, &map, &n_map);
-                if (r >= 0)
-                        r = dump_elems(nl, table, SET_DNS, &dns, &n_dns);
-                if (r < 0)
-                        return errf(err, errlen, r, "cannot list the sandboxes map: %s", strerror(-r));
-
-                _cleanup_(batch_done) struct batch b = { 0 };
-                batch_begin(&b, genid);
-                add_chain(&b, table, chain, -1, 0);
-                chain_op(&b, NFT_MSG_DELRULE, table, chain);
-                add_set(&b, table, set, true, false);
-                flush_set(&b, table, set);
-                if (p->mode == PJ_EGRESS_RESTRICTED)
-                        add_interval_elems(&b, table, set, allow, n_allow);
-
-                rule_counter(&b, table, chain, NO_VERDICT);
-                switch (p->mode) {
-                case PJ_EGRESS_OPEN:
-                        rule_counter(&b, table, chain, NF_ACCEPT);
-                        break;
-                case PJ_EGRESS_RESTRICTED:
-                        rule_daddr_set(&b, table, chain, set, NF_ACCEPT);
-                        rule_counter(&b, table, chain, NF_DROP);
-                        break;
-                case PJ_EGRESS_DENY_ALL:
-                        rule_counter(&b, table, chain, NF_DROP);
-                        break;
-                }
-
-                /* The map: drop what maps this ip elsewhere or an older ip here. */
-                bool have_exact = false;
-                for (size_t i = 0; i < n_map; i++) {
-                        bool ours = streq(map[i].chain, chain);
-                        if (map[i].key == p->ip && ours) {
-                                have_exact = true;
-                                continue;
-                        }
-                        if (map[i].key == p->ip || ours)
-                                elem_op(&b, NFT_MSG_DELSETELEM, table, MAP_SANDBOXES, map[i].key, NULL);
-                        if (ours && map[i].key != p->ip && elems_have_key(dns, n_dns, map[i].key))
-                                elem_op(&b, NFT_MSG_DELSETELEM, table, SET_DNS, map[i].key, NULL);
-                }
-                if (!have_exact)
-                        elem_op(&b, NFT_MSG_NEWSETELEM, table, MAP_SANDBOXES, p->ip, chain);
-                if (p->mode != PJ_EGRESS_DENY_ALL)
-                        elem_op(&b, NFT_MSG_NEWSETELEM, table, SET_DNS, p->ip, NULL);
-                else if (elems_have_key(dns, n_dns, p->ip))
-                        elem_op(&b, NFT_MSG_DELSETELEM, table, SET_DNS, p->ip, NULL);
-
-                r = batch_send(nl, &b, err, errlen);
-                if (r == -ERESTART) {
-                        log_debug("nftables ruleset changed since it was read; retrying");
-                        restart_backoff(attempt);
+static int fill_remove(struct batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
+        const struct remove_args *a = ud;
+        const char *table = st.table;
+        bool any = false;
+        (void) err;
+        (void) errlen;
+        /* Order matters (PROTOCOLS.md 4): map elements, flush, chain, set. */
+        for (size_t i = 0; i < v->n_map; i++) {
+                if (!streq(v->map[i].chain, a->chain))
                         continue;
-                }
-                return r;
+                elem_op(b, NFT_MSG_DELSETELEM, table, MAP_SANDBOXES, v->map[i].key, NULL);
+                if (elems_have_key(v->dns, v->n_dns, v->map[i].key))
+                        elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, v->map[i].key, NULL);
+                any = true;
         }
-        return errf(err, errlen, r, "the nftables ruleset kept changing under us (%d attempts)", GENID_RETRIES);
+        /* ip given but not mapped (e.g. a half-applied older layout): drop a
+         * stray dns_clients entry unless another sandbox owns that ip now. */
+        if (a->ip != 0 && !elems_have_key(v->map, v->n_map, a->ip) && elems_have_key(v->dns, v->n_dns, a->ip)) {
+                elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, a->ip, NULL);
+                any = true;
+        }
+        if (names_has(&v->cd.names, a->chain)) {
+                chain_op(b, NFT_MSG_DELRULE, table, a->chain);
+                chain_op(b, NFT_MSG_DELCHAIN, table, a->chain);
+                any = true;
+        }
+        if (names_has(&v->sets, a->set)) {
+                del_set(b, table, a->set);
+                any = true;
+        }
+        return any ? 1 : 0;
 }
 
 int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen) {
@@ -1209,73 +1290,9 @@ int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen)
                 return errf(err, errlen, -EINVAL, "sandbox id must be %d lowercase hex characters", EGRESS_ID_LEN);
         if (!st.ready)
                 return errf(err, errlen, -ENOTCONN, "egress is not initialised");
-        const char *table = st.table;
-        char chain[NAME_BUF], set[NAME_BUF];
-        sbx_names(sandbox_id, chain, set);
-
-        int r = 0;
-        for (int attempt = 0; attempt < GENID_RETRIES; attempt++) {
-                _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
-                r = nl_open(&nl);
-                if (r < 0)
-                        return errf(err, errlen, r, "cannot open a netfilter netlink socket: %s", strerror(-r));
-                uint32_t genid = 0;
-                r = get_genid(nl, &genid);
-                if (r < 0)
-                        return errf(err, errlen, r, "cannot read the nftables generation: %s", strerror(-r));
-                _cleanup_free_ struct elem *map = NULL, *dns = NULL;
-                size_t n_map = 0, n_dns = 0;
-                _cleanup_(chain_dump_done) struct chain_dump cd = { 0 };
-                _cleanup_(names_done) struct names sets = { 0 };
-                r = dump_elems(nl, table, MAP_SANDBOXES, &map, &n_map);
-                if (r >= 0)
-                        r = dump_elems(nl, table, SET_DNS, &dns, &n_dns);
-                if (r >= 0)
-                        r = dump_chains(nl, table, &cd);
-                if (r >= 0)
-                        r = dump_sets(nl, table, &sets);
-                if (r < 0)
-                        return errf(err, errlen, r, "cannot list the egress table: %s", strerror(-r));
-                bool have_chain = names_has(&cd.names, chain), have_set = names_has(&sets, set);
-
-                _cleanup_(batch_done) struct batch b = { 0 };
-                batch_begin(&b, genid);
-                bool any = false;
-                /* Order matters (PROTOCOLS.md 4): map elements, flush, chain, set. */
-                for (size_t i = 0; i < n_map; i++) {
-                        if (!streq(map[i].chain, chain))
-                                continue;
-                        elem_op(&b, NFT_MSG_DELSETELEM, table, MAP_SANDBOXES, map[i].key, NULL);
-                        if (elems_have_key(dns, n_dns, map[i].key))
-                                elem_op(&b, NFT_MSG_DELSETELEM, table, SET_DNS, map[i].key, NULL);
-                        any = true;
-                }
-                /* ip given but not mapped (e.g. a half-applied older layout): drop a
-                 * stray dns_clients entry unless another sandbox owns that ip now. */
-                if (ip != 0 && !elems_have_key(map, n_map, ip) && elems_have_key(dns, n_dns, ip)) {
-                        elem_op(&b, NFT_MSG_DELSETELEM, table, SET_DNS, ip, NULL);
-                        any = true;
-                }
-                if (have_chain) {
-                        chain_op(&b, NFT_MSG_DELRULE, table, chain);
-                        chain_op(&b, NFT_MSG_DELCHAIN, table, chain);
-                        any = true;
-                }
-                if (have_set) {
-                        del_set(&b, table, set);
-                        any = true;
-                }
-                if (!any)
-                        return 0;
-                r = batch_send(nl, &b, err, errlen);
-                if (r == -ERESTART) {
-                        log_debug("nftables ruleset changed since it was read; retrying");
-                        restart_backoff(attempt);
-                        continue;
-                }
-                return r;
-        }
-        return errf(err, errlen, r, "the nftables ruleset kept changing under us (%d attempts)", GENID_RETRIES);
+        struct remove_args a = { .ip = ip };
+        sbx_names(sandbox_id, a.chain, a.set);
+        return read_then_write(st.table, VIEW_ELEMS | VIEW_CHAINS | VIEW_SETS, fill_remove, &a, err, errlen);
 }
 
 int egress_list(char ***ret_sandbox_ids) {

@@ -6,6 +6,27 @@
 #include "log.h"
 #include "nodeagent.h"
 
+/* The privileged children first, while we still hold the capabilities they keep;
+ * then the parent drops every capability before it reads anything from the network. */
+static int start_children(const struct agent_config *cfg) {
+        char err[512] = "";
+        int r;
+        if (cfg->egress_enabled) {
+                /* Fail closed from the first moment: the table drops bridge traffic that has no
+                 * confirmed policy before we accept any message. */
+                if ((r = agent_egress_init(cfg, err, sizeof(err))) < 0)
+                        return log_error_errno(r, "Cannot program the egress firewall: %s", err);
+                log_info("egress firewall ready (table inet %s)", cfg->egress_table);
+        }
+        if ((r = privsep_spawn(PS_CHILD_DOCKER, cfg, err, sizeof(err))) < 0)
+                return log_error_errno(r, "Cannot start the docker process: %s", err);
+        if ((r = caps_drop_except(0)) < 0)
+                return log_error_errno(r, "Cannot drop capabilities: %m");
+        log_debug("capabilities dropped; egress process %d, docker process %d", (int) privsep_child_pid(PS_CHILD_EGRESS),
+                  (int) privsep_child_pid(PS_CHILD_DOCKER));
+        return 0;
+}
+
 int nodeagent_main(int argc, char **argv) {
         const char *conf = "/etc/paddock/nodeagent.conf";
         bool foreground = false, check = false;
@@ -37,7 +58,10 @@ int nodeagent_main(int argc, char **argv) {
                 return 0;
         }
         log_set_max_level(log_level_from_string(cfg.log_level));
-        int r = agent_run(&cfg);
+        int r = start_children(&cfg);
+        if (r >= 0)
+                r = agent_run(&cfg);
+        privsep_stop();
         agent_config_done(&cfg);
         return r < 0 ? 1 : 0;
 }

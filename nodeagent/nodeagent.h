@@ -4,6 +4,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+#include "egress.h"
 
 struct agent_config {
         char *node_id;        /* routing key of this node's queue (the Nomad node ID in production) */
@@ -20,7 +23,8 @@ struct agent_config {
         int64_t egress_priority;
 };
 
-/* agent.c: programs the firewall from [egress] (when enabled). */
+/* agent.c: starts the egress child, which programs the firewall from [egress];
+ * returns its result (0, or its -errno with its reason in err). */
 int agent_egress_init(const struct agent_config *cfg, char *err, size_t errlen);
 
 /* agent.c */
@@ -30,6 +34,102 @@ void agent_config_done(struct agent_config *c);
 char *agent_handle(const struct agent_config *cfg, const char *body, size_t len);
 /* Connects, consumes until SIGTERM/SIGINT, reconnecting with backoff. */
 int agent_run(const struct agent_config *cfg);
+
+/* privsep.c — privilege separation, the way OpenBSD's relayd and smtpd do it.
+ *
+ * The parent (AMQP, JSON, name resolution) drops every capability after start-up.
+ * Privileged work happens in children it forks first, each reached over its own
+ * SOCK_SEQPACKET socketpair with fixed-size, versioned binary messages:
+ *   egress child: only CAP_NET_ADMIN; owns egress.c; never parses JSON or touches the network;
+ *   docker child: will own the Docker socket (snapshots); today it answers PS_PING.
+ * Every message a child reads is checked before use: its size is exactly the size
+ * of its type, the version matches, every field is in range (relayd's IMSG_SIZE_CHECK).
+ * A malformed one is refused with -EBADMSG and logged, never acted on.
+ * A child exits when the parent goes (PR_SET_PDEATHSIG, EOF on its socket); the
+ * parent treats a dead or misbehaving child as fatal: it stops consuming and exits
+ * non-zero so that systemd restarts the unit (the nft table stays as it is). */
+#define PS_VERSION 1
+#define PS_MSG_MAX 512
+
+enum ps_child { PS_CHILD_EGRESS, PS_CHILD_DOCKER, PS_CHILD_MAX };
+
+enum ps_type {
+        PS_READY = 1,           /* child -> parent once, as a ps_result: start-up result */
+        PS_PING,                /* parent -> child: struct ps_ping */
+        PS_EGRESS_APPLY,        /* parent -> egress child: struct ps_egress_apply */
+        PS_EGRESS_REMOVE,       /* parent -> egress child: struct ps_egress_remove */
+        PS_RESULT,              /* child -> parent: struct ps_result answering seq */
+};
+
+struct ps_hdr {
+        uint16_t version;       /* PS_VERSION */
+        uint16_t type;          /* enum ps_type */
+        uint32_t len;           /* whole message, header included: the fixed size of type */
+        uint32_t seq;           /* echoed in the result */
+        uint32_t reserved;      /* 0 */
+};
+
+struct ps_ping {
+        struct ps_hdr hdr;
+};
+
+struct ps_allow {
+        uint32_t addr;          /* IPv4, host order */
+        uint8_t prefix;         /* 0..32 */
+        uint8_t pad[3];         /* 0 */
+};
+
+struct ps_egress_apply {
+        struct ps_hdr hdr;
+        char sandbox_id[EGRESS_ID_LEN + 1];     /* 24 lowercase hex + NUL */
+        uint8_t mode;                           /* enum pj_egress_mode */
+        uint8_t pad[2];
+        uint32_t ip;                            /* sandbox IPv4, host order, not 0 */
+        uint32_t n_allow;                       /* <= EGRESS_MAX_ALLOW; restricted only */
+        struct ps_allow allow[EGRESS_MAX_ALLOW];
+};
+
+struct ps_egress_remove {
+        struct ps_hdr hdr;
+        char sandbox_id[EGRESS_ID_LEN + 1];
+        uint8_t pad[3];
+        uint32_t ip;                            /* 0 = unknown */
+};
+
+struct ps_result {
+        struct ps_hdr hdr;
+        int32_t r;                              /* 0 or -errno */
+        char msg[PS_MSG_MAX];                   /* NUL-terminated: the reason, or the child's version (ping) */
+};
+
+/* Forks the child (egress: with cfg's [egress], programming the base table first)
+ * and waits for its PS_READY. Returns the child's start-up result: 0, or -errno with
+ * its reason in err (the child is gone then). */
+int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err, size_t errlen);
+/* Sends req (a ps_* message; hdr.version/len/seq are filled here) and waits for the
+ * result. Returns the child's r, with ret->msg; -EPIPE when the child is gone or
+ * answered out of protocol (the child is then considered dead); -ENOTCONN when it
+ * was never started. Thread-safe. */
+int privsep_call(enum ps_child kind, void *req, size_t len, struct ps_result *ret);
+/* For tests: sends buf as it is and waits for the result, like privsep_call. */
+int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret);
+/* false (why filled) when a started child has died or broke the protocol. */
+bool privsep_healthy(char *why, size_t whylen);
+/* true once a child has been found dead or broken (by privsep_healthy or a call).
+ * Never blocks: for the watchdog thread while a call is in progress. */
+bool privsep_failed(void);
+/* pid of a running child, or 0. */
+pid_t privsep_child_pid(enum ps_child kind);
+/* Closes the sockets, stops and reaps the children. */
+void privsep_stop(void);
+/* Drops every capability not in keep (a CAP_* bit mask) from the effective, permitted,
+ * inheritable, ambient and (when allowed) bounding sets and sets no-new-privs.
+ * Capabilities are per thread: call before creating threads. 0 or -errno. */
+int caps_drop_except(uint64_t keep);
+/* The child's side of one message: checks buf (size, version, type, every field) and
+ * acts on it. Always fills ret (hdr, r, msg): -EBADMSG and the reason for a malformed
+ * message, which is then not acted on. */
+void privsep_child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret);
 
 /* nodeagent.c */
 int nodeagent_main(int argc, char **argv);

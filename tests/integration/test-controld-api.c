@@ -36,17 +36,6 @@
 #define CLOSED_REGION "6a06df21cc6bef51342e1998"
 #define UNKNOWN_HEX "0123456789abcdef01234567"
 
-static void need_docker(void) {
-        if (!test_have_docker())
-                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
-}
-
-static char *container_name(const char *id) {
-        static char buf[64];
-        snprintf(buf, sizeof(buf), "paddock-%s", id);
-        return buf;
-}
-
 static double mono_s(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -246,51 +235,15 @@ static int run_all_output(char *const argv[], char **ret_out) {
 
 /* Raw request keeping every response header (for Allow and friends). */
 struct rawres { long status; char headers[8192]; size_t hlen; char body[8192]; size_t blen; };
-static size_t raw_hdr(char *p, size_t sz, size_t n, void *ud) {
-        struct rawres *r = ud;
-        size_t k = sz * n, room = sizeof(r->headers) - 1 - r->hlen;
-        memcpy(r->headers + r->hlen, p, k < room ? k : room);
-        r->hlen += k < room ? k : room;
-        r->headers[r->hlen] = 0;
-        return k;
-}
-static size_t raw_body(char *p, size_t sz, size_t n, void *ud) {
-        struct rawres *r = ud;
-        size_t k = sz * n, room = sizeof(r->body) - 1 - r->blen;
-        memcpy(r->body + r->blen, p, k < room ? k : room);
-        r->blen += k < room ? k : room;
-        r->body[r->blen] = 0;
-        return k;
-}
 static void http_raw(struct ctld *c, const char *method, const char *path, const char *const *headers, const void *body,
                      size_t len, struct rawres *ret) {
-        CURL *h = curl_easy_init();
-        struct curl_slist *hl = curl_slist_append(NULL, "Expect:");
-        char url[512];
+        struct hres h;
+        http_req_full(c, method, path, headers, body, len, &h);
         memset(ret, 0, sizeof(*ret));
-        snprintf(url, sizeof(url), "%s%s", c->url, path);
-        for (const char *const *p = headers; p && *p; p++)
-                hl = curl_slist_append(hl, *p);
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, raw_hdr);
-        curl_easy_setopt(h, CURLOPT_HEADERDATA, ret);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, ret);
-        if (body) {
-                curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-                curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) len);
-        }
-        CURLcode rc = curl_easy_perform(h);
-        if (rc == CURLE_OK)
-                curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &ret->status);
-        else
-                ret->status = -(long) rc;
-        curl_slist_free_all(hl);
-        curl_easy_cleanup(h);
+        ret->status = h.status;
+        ret->hlen = strlen(strncpy(ret->headers, h.headers ? h.headers : "", sizeof(ret->headers) - 1));
+        ret->blen = strlen(strncpy(ret->body, h.body, sizeof(ret->body) - 1));
+        hres_done(&h);
 }
 
 static bool daemon_alive(struct ctld *c) {
@@ -628,6 +581,51 @@ TEST(http_unknown_route_wrong_method_and_body_limit) {
                 ASSERT_TRUE(strstr(r.request_id, "junk") == NULL);
                 hres_done(&r);
         }
+}
+
+/* JSON amplification: a small JSON body can cost controld many times its size in
+ * memory, so JSON routes other than exec, code and batch upload take at most
+ * max_json_body (default 256 KiB), from Content-Length and while reading a chunked
+ * body; batch upload keeps max_body. */
+TEST(http_json_routes_have_a_small_body_limit) {
+        static struct ctld c; /* static: the exit hook uses it after the test function returns */
+        struct hres r;
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "amplify", NULL, NULL);
+        char kh[256];
+        snprintf(kh, sizeof(kh), "x-brimble-key: %s", key);
+
+        /* {"name":[0,0,0,...]}: 1 MiB. */
+        size_t n = 1024 * 1024;
+        _cleanup_free_ char *big = xmalloc(n + 1);
+        memcpy(big, "{\"name\":[", 9);
+        for (size_t i = 9; i < n - 2; i += 2)
+                memcpy(big + i, "0,", 2);
+        memcpy(big + n - 3, "0]}", 3);
+        big[n] = 0;
+        http_req(&c, "POST", "/sandboxes", key, big, &r);
+        ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
+        hres_done(&r);
+        {
+                const char *h[] = { kh, "Content-Type: application/json", "Transfer-Encoding: chunked", NULL };
+                http_req_full(&c, "POST", "/sandboxes", h, big, n, &r);
+                ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
+                hres_done(&r);
+                http_req_full(&c, "POST", "/volumes", h, big, n, &r);
+                ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
+                hres_done(&r);
+        }
+        http_req(&c, "PUT", "/sandboxes/" UNKNOWN_HEX "/egress", key, big, &r);
+        ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
+        hres_done(&r);
+        ASSERT_EQ(total_count(&c, key, "/sandboxes"), 0);
+
+        /* Batch upload keeps the large limit: the same body reaches its handler (and is
+         * refused there as a bad batch, not as too large). */
+        http_req(&c, "POST", "/sandboxes/" UNKNOWN_HEX "/files/batch", key, big, &r);
+        ASSERT_EQ(r.status, 400);
+        hres_done(&r);
 }
 
 TEST(http_ids_and_query_parameters_are_checked) {

@@ -12,17 +12,6 @@
 #include "ctltest.h"
 #include "testlib.h"
 
-static void need_docker(void) {
-        if (!test_have_docker())
-                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
-}
-
-static char *container_name(const char *id) {
-        static char buf[64];
-        snprintf(buf, sizeof(buf), "paddock-%s", id);
-        return buf;
-}
-
 TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
         struct ctld c;
         struct hres r;
@@ -571,6 +560,55 @@ TEST_FULL(failed_resume_releases_the_volume, 120) {
         char body[128], id2[25];
         snprintf(body, sizeof(body), "{\"volumeId\":\"%s\"}", vol);
         ctld_create(&c, key, body, id2);
+}
+
+/* A volume delete is decided in the database before the Docker volume goes: while a delete
+ * is under way (the row marked, as DELETE /volumes/{id} leaves it until the backend answers)
+ * no create may attach the volume and a second delete is refused; a crash mid-delete is
+ * healed at start (the mark lifted, the volume usable and deletable again). */
+TEST_FULL(volume_being_deleted_cannot_be_attached, 120) {
+        struct ctld c;
+        struct hres r;
+        char vol[25], id[25], path[96], body[160], q[160];
+        need_docker();
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "deleter", NULL, NULL);
+        http_req(&c, "POST", "/volumes", key, "{\"name\":\"doomed\",\"sizeGB\":10,\"region\":\"6a06df21cc6bef51342e199e\"}", &r);
+        ASSERT_EQ(r.status, 201);
+        snprintf(vol, sizeof(vol), "%s", hres_data_str(&r, "id"));
+        hres_done(&r);
+
+        snprintf(q, sizeof(q), "UPDATE volumes SET deleting = 1 WHERE id = '%s'", vol);
+        sql(&c, q);
+        snprintf(body, sizeof(body), "{\"volumeId\":\"%s\"}", vol);
+        http_req(&c, "POST", "/sandboxes", key, body, &r);
+        ASSERT_EQ(r.status, 400);
+        hres_done(&r);
+        http_req(&c, "GET", "/sandboxes", key, NULL, &r);
+        ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "totalCount")->valuedouble, 0);  /* nothing left */
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/volumes/%s", vol);
+        http_req(&c, "DELETE", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 409);
+        hres_done(&r);
+
+        /* As if controld died mid-delete: after a restart the volume attaches again. */
+        ctld_restart(&c);
+        ctld_create(&c, key, body, id);
+        http_req(&c, "DELETE", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 400);             /* attached */
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "DELETE", path, key, NULL, &r);
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/volumes/%s", vol);
+        http_req(&c, "DELETE", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 204);
+        hres_done(&r);
+        char h[64];
+        snprintf(h, sizeof(h), "paddock-vol-%s", vol);
+        char *argv[] = { "docker", "volume", "inspect", h, NULL };
+        ASSERT_TRUE(test_run_capture(argv, NULL, 65536) != 0);   /* the Docker volume is gone too */
 }
 
 /* systemd Type=notify: READY=1 once serving, STOPPING=1 on SIGTERM. */

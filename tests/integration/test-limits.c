@@ -15,11 +15,6 @@
 #include "strutil.h"
 #include "testlib.h"
 
-static void need_docker(void) {
-        if (!test_have_docker())
-                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
-}
-
 static char *slurp(const char *path) {
         FILE *f = fopen(path, "r");
         if (!f)

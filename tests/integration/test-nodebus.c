@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -493,4 +496,350 @@ TEST_FULL(bad_arguments_and_urls, 30) {
         ASSERT_NULL(reply);
         nodebus_free(c);
         ASSERT_NULL(nodebus_free(NULL));
+}
+
+/* ------------------------------------------------------------------ who may answer */
+
+/* The test plays the agent of a node with a raw connection: it takes the request off
+ * the node's queue and answers it however it likes. */
+struct fake_agent {
+        amqp_connection_state_t conn;
+        char node[96];
+        char corr[64];
+        char reply_to[256];
+};
+
+static void fake_agent_open(struct fake_agent *f, const char *tag) {
+        snprintf(f->node, sizeof(f->node), "amqptest-%d-%s", (int) getpid(), tag);
+        f->conn = amqp_new_connection();
+        amqp_socket_t *s = amqp_tcp_socket_new(f->conn);
+        ASSERT_NOT_NULL(s);
+        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
+        ASSERT_EQ(amqp_login(f->conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
+                  AMQP_RESPONSE_NORMAL);
+        amqp_channel_open(f->conn, 1);
+        ASSERT_EQ(amqp_get_rpc_reply(f->conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_exchange_declare(f->conn, 1, amqp_cstring_bytes(EXCHANGE), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
+                              amqp_empty_table);
+        ASSERT_EQ(amqp_get_rpc_reply(f->conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_queue_declare_ok_t *q = amqp_queue_declare(f->conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
+        ASSERT_NOT_NULL(q);
+        amqp_bytes_t qn = amqp_bytes_malloc_dup(q->queue);
+        amqp_queue_bind(f->conn, 1, qn, amqp_cstring_bytes(EXCHANGE), amqp_cstring_bytes(f->node), amqp_empty_table);
+        ASSERT_EQ(amqp_get_rpc_reply(f->conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_basic_consume(f->conn, 1, qn, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
+        ASSERT_EQ(amqp_get_rpc_reply(f->conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_bytes_free(qn);
+}
+
+static void fake_agent_take(struct fake_agent *f) {
+        amqp_envelope_t env;
+        struct timeval tv = { .tv_sec = 10 };
+        amqp_maybe_release_buffers(f->conn);
+        ASSERT_EQ(amqp_consume_message(f->conn, &env, &tv, 0).reply_type, AMQP_RESPONSE_NORMAL);
+        const amqp_basic_properties_t *p = &env.message.properties;
+        snprintf(f->corr, sizeof(f->corr), "%.*s", (int) p->correlation_id.len, (const char *) p->correlation_id.bytes);
+        snprintf(f->reply_to, sizeof(f->reply_to), "%.*s", (int) p->reply_to.len, (const char *) p->reply_to.bytes);
+        amqp_destroy_envelope(&env);
+}
+
+/* app_id NULL: no app_id property. */
+static void fake_agent_reply(struct fake_agent *f, const char *app_id, const char *body) {
+        amqp_basic_properties_t p = { 0 };
+        p._flags = AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
+        p.correlation_id = amqp_cstring_bytes(f->corr);
+        p.content_type = amqp_cstring_bytes("application/json");
+        if (app_id) {
+                p._flags |= AMQP_BASIC_APP_ID_FLAG;
+                p.app_id = amqp_cstring_bytes(app_id);
+        }
+        ASSERT_EQ(amqp_basic_publish(f->conn, 1, amqp_empty_bytes, amqp_cstring_bytes(f->reply_to), 0, 0, &p,
+                                     amqp_cstring_bytes(body)),
+                  AMQP_STATUS_OK);
+}
+
+struct bg_request_ok {
+        pthread_t thread;
+        struct nodebus *c;
+        const char *node_id;
+        int r;
+        char err[512];
+};
+
+static void *bg_run_ok(void *ud) {
+        struct bg_request_ok *b = ud;
+        b->r = nodebus_request_ok(b->c, b->node_id, "{\"type\":\"ping\"}", 4000, NULL, b->err, sizeof(b->err));
+        return NULL;
+}
+
+TEST_FULL(reply_is_taken_only_from_the_node_asked, 30) {
+        need_rabbit();
+        struct fake_agent f = { 0 };
+        fake_agent_open(&f, "imposter");
+        struct nodebus *c = new_client(EXCHANGE);
+        char body[256];
+
+        /* Replies that another node (or nobody) signs are dropped; the request waits on
+         * and takes the one its node sends. */
+        struct bg_request_ok b = { .c = c, .node_id = f.node };
+        ASSERT_EQ(pthread_create(&b.thread, NULL, bg_run_ok, &b), 0);
+        fake_agent_take(&f);
+        snprintf(body, sizeof(body), "{\"ok\":false,\"node_id\":\"%s\",\"error\":\"forged\"}", f.node);
+        fake_agent_reply(&f, "some-other-node", body);
+        fake_agent_reply(&f, NULL, body);
+        usleep(300000);
+        snprintf(body, sizeof(body), "{\"ok\":true,\"node_id\":\"%s\"}", f.node);
+        fake_agent_reply(&f, f.node, body);
+        pthread_join(b.thread, NULL);
+        if (b.r != 0)
+                test_fail(__FILE__, __LINE__, "r=%d %s", b.r, b.err);
+
+        /* Signed by the right node but saying it is another: refused. */
+        b = (struct bg_request_ok) { .c = c, .node_id = f.node };
+        ASSERT_EQ(pthread_create(&b.thread, NULL, bg_run_ok, &b), 0);
+        fake_agent_take(&f);
+        fake_agent_reply(&f, f.node, "{\"ok\":true,\"node_id\":\"some-other-node\"}");
+        pthread_join(b.thread, NULL);
+        ASSERT_EQ(b.r, -EBADMSG);
+        ASSERT_CONTAINS(b.err, "says it comes from node some-other-node");
+
+        /* Only forged replies: the request times out instead of taking one. */
+        b = (struct bg_request_ok) { .c = c, .node_id = f.node };
+        ASSERT_EQ(pthread_create(&b.thread, NULL, bg_run_ok, &b), 0);
+        fake_agent_take(&f);
+        snprintf(body, sizeof(body), "{\"ok\":true,\"node_id\":\"%s\"}", f.node);
+        fake_agent_reply(&f, "some-other-node", body);
+        pthread_join(b.thread, NULL);
+        ASSERT_EQ(b.r, -ETIMEDOUT);
+        nodebus_free(c);
+        amqp_connection_close(f.conn, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(f.conn);
+}
+
+/* ------------------------------------------------------------------ a broker that lies */
+
+/* Just enough of an AMQP 0-9-1 server, on loopback, to connect nodebus and then answer
+ * its publish with a reply whose body frames carry more than the header announced. */
+struct liar {
+        int lfd, port;
+        pthread_t thread;
+        bool split;             /* the extra bytes in a second body frame instead of one */
+        bool ok;
+};
+
+struct wbuf {
+        uint8_t b[4096];
+        size_t n;
+};
+
+static void w8(struct wbuf *w, uint8_t v) { w->b[w->n++] = v; }
+static void w16(struct wbuf *w, uint16_t v) { w8(w, (uint8_t) (v >> 8)); w8(w, (uint8_t) v); }
+static void w32(struct wbuf *w, uint32_t v) { w16(w, (uint16_t) (v >> 16)); w16(w, (uint16_t) v); }
+static void w64(struct wbuf *w, uint64_t v) { w32(w, (uint32_t) (v >> 32)); w32(w, (uint32_t) v); }
+static void wshort(struct wbuf *w, const char *s) {
+        w8(w, (uint8_t) strlen(s));
+        memcpy(w->b + w->n, s, strlen(s));
+        w->n += strlen(s);
+}
+static void wlong(struct wbuf *w, const char *s) {
+        w32(w, (uint32_t) strlen(s));
+        memcpy(w->b + w->n, s, strlen(s));
+        w->n += strlen(s);
+}
+
+static bool send_frame(int fd, uint8_t type, uint16_t ch, const struct wbuf *payload) {
+        struct wbuf f = { .n = 0 };
+        w8(&f, type);
+        w16(&f, ch);
+        w32(&f, (uint32_t) payload->n);
+        memcpy(f.b + f.n, payload->b, payload->n);
+        f.n += payload->n;
+        w8(&f, 0xCE);
+        return write(fd, f.b, f.n) == (ssize_t) f.n;
+}
+
+static bool send_method(int fd, uint16_t ch, uint16_t cls, uint16_t m, const struct wbuf *args) {
+        struct wbuf p = { .n = 0 };
+        w16(&p, cls);
+        w16(&p, m);
+        if (args) {
+                memcpy(p.b + p.n, args->b, args->n);
+                p.n += args->n;
+        }
+        return send_frame(fd, 1, ch, &p);
+}
+
+static bool read_full(int fd, void *buf, size_t n) {
+        size_t got = 0;
+        while (got < n) {
+                ssize_t r = read(fd, (uint8_t *) buf + got, n - got);
+                if (r <= 0)
+                        return false;
+                got += (size_t) r;
+        }
+        return true;
+}
+
+/* One frame: type, channel and payload (in buf, at most cap bytes). */
+static bool read_frame(int fd, uint8_t *type, uint8_t *buf, size_t cap, size_t *len) {
+        uint8_t h[7], end;
+        if (!read_full(fd, h, 7))
+                return false;
+        *type = h[0];
+        *len = (size_t) h[3] << 24 | (size_t) h[4] << 16 | (size_t) h[5] << 8 | h[6];
+        if (*len > cap)
+                return false;
+        return read_full(fd, buf, *len) && read_full(fd, &end, 1) && end == 0xCE;
+}
+
+static void *liar_main(void *ud) {
+        struct liar *l = ud;
+        int fd = accept(l->lfd, NULL, NULL);
+        if (fd < 0)
+                return NULL;
+        uint8_t hello[8], buf[65536], type;
+        size_t len;
+        struct wbuf a = { .n = 0 };
+        if (!read_full(fd, hello, 8) || memcmp(hello, "AMQP", 4) != 0)
+                goto out;
+        w8(&a, 0);
+        w8(&a, 9);
+        w32(&a, 0);                     /* server properties: empty table */
+        wlong(&a, "PLAIN");
+        wlong(&a, "en_US");
+        send_method(fd, 0, 10, 10, &a); /* connection.start */
+        char corr[256] = "", reply_to[256] = "";
+        for (;;) {
+                if (!read_frame(fd, &type, buf, sizeof(buf), &len))
+                        goto out;
+                if (type != 1 || len < 4)
+                        continue;
+                uint16_t cls = (uint16_t) (buf[0] << 8 | buf[1]), m = (uint16_t) (buf[2] << 8 | buf[3]);
+                a.n = 0;
+                if (cls == 10 && m == 11) {             /* start-ok -> tune */
+                        w16(&a, 1);
+                        w32(&a, 131072);
+                        w16(&a, 0);
+                        send_method(fd, 0, 10, 30, &a);
+                } else if (cls == 10 && m == 40) {      /* open -> open-ok */
+                        wshort(&a, "");
+                        send_method(fd, 0, 10, 41, &a);
+                } else if (cls == 10 && m == 50) {      /* close -> close-ok */
+                        send_method(fd, 0, 10, 51, NULL);
+                        goto out;
+                } else if (cls == 20 && m == 10) {      /* channel.open */
+                        wlong(&a, "");
+                        send_method(fd, 1, 20, 11, &a);
+                } else if (cls == 40 && m == 10) {      /* exchange.declare */
+                        send_method(fd, 1, 40, 11, NULL);
+                } else if (cls == 50 && m == 10) {      /* queue.declare */
+                        wshort(&a, "amq.gen-liar");
+                        w32(&a, 0);
+                        w32(&a, 0);
+                        send_method(fd, 1, 50, 11, &a);
+                } else if (cls == 85 && m == 10) {      /* confirm.select */
+                        send_method(fd, 1, 85, 11, NULL);
+                } else if (cls == 60 && m == 20) {      /* basic.consume */
+                        wshort(&a, "ctag");
+                        send_method(fd, 1, 60, 21, &a);
+                } else if (cls == 60 && m == 40) {      /* basic.publish: header, body, then lie */
+                        if (!read_frame(fd, &type, buf, sizeof(buf), &len) || type != 2 || len < 14)
+                                goto out;
+                        uint64_t size = 0;
+                        for (int i = 4; i < 12; i++)
+                                size = size << 8 | buf[i];
+                        uint16_t flags = (uint16_t) (buf[12] << 8 | buf[13]);
+                        size_t off = 14;
+                        if (flags & 0x8000)
+                                off += 1 + buf[off];    /* content_type */
+                        if (flags & 0x4000)
+                                off += 1 + buf[off];    /* content_encoding */
+                        if (flags & 0x1000)
+                                off += 1;               /* delivery_mode */
+                        if (flags & 0x0400) {           /* correlation_id */
+                                snprintf(corr, sizeof(corr), "%.*s", buf[off], (const char *) buf + off + 1);
+                                off += 1 + buf[off];
+                        }
+                        if (flags & 0x0200)             /* reply_to */
+                                snprintf(reply_to, sizeof(reply_to), "%.*s", buf[off], (const char *) buf + off + 1);
+                        for (uint64_t got = 0; got < size; got += len)
+                                if (!read_frame(fd, &type, buf, sizeof(buf), &len))
+                                        goto out;
+                        w64(&a, 1);
+                        w8(&a, 0);
+                        send_method(fd, 1, 60, 80, &a); /* basic.ack */
+                        a.n = 0;
+                        wshort(&a, "ctag");
+                        w64(&a, 1);
+                        w8(&a, 0);
+                        wshort(&a, "");
+                        wshort(&a, reply_to);
+                        send_method(fd, 1, 60, 60, &a); /* basic.deliver */
+                        a.n = 0;
+                        w16(&a, 60);
+                        w16(&a, 0);
+                        w64(&a, 10);                    /* announces 10 bytes... */
+                        w16(&a, 0x0400 | 0x0008);
+                        wshort(&a, corr);
+                        wshort(&a, "liar-node");
+                        send_frame(fd, 2, 1, &a);
+                        a.n = 0;
+                        if (l->split) {                 /* ...sends 6 + 6 */
+                                memcpy(a.b, "{\"ok\":", 6);
+                                a.n = 6;
+                                send_frame(fd, 3, 1, &a);
+                                memcpy(a.b, "true}X", 6);
+                                send_frame(fd, 3, 1, &a);
+                        } else {                        /* ...or 20 at once */
+                                memcpy(a.b, "{\"ok\":true,\"pad\":1}", 20);
+                                a.n = 20;
+                                send_frame(fd, 3, 1, &a);
+                        }
+                        l->ok = true;
+                }
+        }
+out:
+        /* Leave the socket open until the client goes, so the lie is all it sees. */
+        while (read_frame(fd, &type, buf, sizeof(buf), &len))
+                if (type == 1 && len >= 4 && buf[0] == 0 && buf[1] == 10 && buf[3] == 50) {
+                        send_method(fd, 0, 10, 51, NULL);
+                        break;
+                }
+        close(fd);
+        return NULL;
+}
+
+static void liar_start(struct liar *l) {
+        l->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_TRUE(l->lfd >= 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        ASSERT_EQ(bind(l->lfd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        ASSERT_EQ(listen(l->lfd, 1), 0);
+        socklen_t sl = sizeof(sa);
+        ASSERT_EQ(getsockname(l->lfd, (struct sockaddr *) &sa, &sl), 0);
+        l->port = ntohs(sa.sin_port);
+        ASSERT_EQ(pthread_create(&l->thread, NULL, liar_main, l), 0);
+}
+
+TEST_FULL(reply_with_more_body_than_announced_is_refused, 30) {
+        for (int split = 0; split <= 1; split++) {
+                struct liar l = { .split = split };
+                liar_start(&l);
+                char url[128], err[512] = "";
+                snprintf(url, sizeof(url), "amqp://guest:guest@127.0.0.1:%d/", l.port);
+                struct nodebus *c = NULL;
+                int r = nodebus_new(url, EXCHANGE, &c, err, sizeof(err));
+                if (r < 0)
+                        test_fail(__FILE__, __LINE__, "nodebus_new against the fake broker: %s", err);
+                _cleanup_free_ char *reply = NULL;
+                r = nodebus_request(c, "liar-node", "{\"type\":\"ping\"}", 3000, &reply, err, sizeof(err));
+                /* Never a reply holding bytes nobody wrote. */
+                ASSERT_NULL(reply);
+                ASSERT_EQ(r, -EBADMSG);
+                ASSERT_CONTAINS(err, "more body than its header announced");
+                ASSERT_TRUE(l.ok);
+                nodebus_free(c);
+                pthread_join(l.thread, NULL);
+                close(l.lfd);
+        }
 }

@@ -31,11 +31,6 @@
 #define UNKNOWN_ID "000000000000000000000000"
 #define LOCAL_REGION "6a06df21cc6bef51342e199e"
 
-static void need_docker(void) {
-        if (!test_have_docker())
-                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
-}
-
 /* ---- loading the spec ---- */
 
 /* proto-json/openapi.yaml: from the working directory (the repository root under

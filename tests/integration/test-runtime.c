@@ -23,11 +23,6 @@
 
 #define NODE_TEMPLATE "[template \"node-18\"]\nimage = paddock/node-18:local\n"
 
-static void need_docker(void) {
-        if (!test_have_docker())
-                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
-}
-
 static int64_t now_mono_ms(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);

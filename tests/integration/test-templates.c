@@ -16,11 +16,6 @@ static const char *env_or(const char *k, const char *def) {
         return v && *v ? v : def;
 }
 
-static void need_docker(void) {
-        if (!test_have_docker())
-                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
-}
-
 struct check { const char *cmd, *want; };
 
 /* Works in every Debian-based template. */

@@ -244,6 +244,10 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
 static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
         struct hres *r = ud;
         size_t k = sz * n;
+        size_t had = r->headers ? strlen(r->headers) : 0;
+        r->headers = xrealloc(r->headers, had + k + 1);
+        memcpy(r->headers + had, p, k);
+        r->headers[had + k] = 0;
         if (k > 14 && strncasecmp(p, "x-request-id: ", 14) == 0)
                 snprintf(r->request_id, sizeof(r->request_id), "%.*s", (int) strcspn(p + 14, "\r\n"), p + 14);
         if (k > 14 && strncasecmp(p, "content-type: ", 14) == 0)
@@ -304,6 +308,7 @@ void http_req(struct ctld *c, const char *method, const char *path, const char *
 
 void hres_done(struct hres *r) {
         free(r->body);
+        free(r->headers);
         cJSON_Delete(r->json);
         memset(r, 0, sizeof(*r));
 }
@@ -349,6 +354,17 @@ const char *ctld_wait_status(struct ctld *c, const char *key, const char *id, co
 static int docker_inspect_field(const char *name, const char *fmt, char **out) {
         char *argv[] = { "docker", "inspect", "-f", (char *) fmt, (char *) name, NULL };
         return test_run_capture(argv, out, 4096);
+}
+
+void need_docker(void) {
+        if (!test_have_docker())
+                TEST_SKIP("dockerd is not answering on /var/run/docker.sock (start it with tests/env/services.sh start docker)");
+}
+
+char *container_name(const char *id) {
+        static char buf[64];
+        snprintf(buf, sizeof(buf), "paddock-%s", id);
+        return buf;
 }
 
 bool docker_container_running(const char *name) {

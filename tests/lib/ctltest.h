@@ -48,6 +48,7 @@ struct hres {
         cJSON *json;          /* parsed body when JSON, else NULL */
         char request_id[64];
         char content_type[128];
+        char *headers;        /* every response header line as received ("Name: value\r\n"...) */
 };
 /* One request. key NULL = no auth header; body NULL = none. */
 void http_req(struct ctld *c, const char *method, const char *path, const char *key, const char *body, struct hres *ret);
@@ -62,6 +63,11 @@ const char *hres_message(const struct hres *r);
 const char *ctld_create(struct ctld *c, const char *key, const char *body, char ret_id[25]);
 /* Polls GET until status equals want (or timeout_s); returns the last status seen (static). */
 const char *ctld_wait_status(struct ctld *c, const char *key, const char *id, const char *want, int timeout_s);
+
+/* Skips the test when dockerd is not answering. */
+void need_docker(void);
+/* The Docker container name of a sandbox (static buffer, overwritten by the next call). */
+char *container_name(const char *id);
 
 /* docker helpers for assertions (docker CLI, fixed argv; no user strings reach a shell). */
 bool docker_container_running(const char *name);

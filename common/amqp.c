@@ -1,0 +1,160 @@
+/* amqp.c — shared RabbitMQ plumbing (see amqp.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+
+#include "amqp.h"
+#include "cleanup.h"
+#include "strutil.h"
+
+static void fmt_err(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
+static void fmt_err(char *err, size_t errlen, const char *fmt, ...) {
+        va_list ap;
+        if (!err || errlen == 0)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+}
+
+static struct timeval ms_to_tv(long ms) {
+        if (ms < 0)
+                ms = 0;
+        return (struct timeval) { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+}
+
+#define URL_SHAPE "RabbitMQ URL must look like amqp://user:pass@host:port/vhost"
+
+int amqpx_url_parse(const char *url, struct amqpx_url *ret, char *err, size_t errlen) {
+        if (!url || (!startswith(url, "amqp://") && !startswith(url, "amqps://"))) {
+                fmt_err(err, errlen, URL_SHAPE);
+                return -EINVAL;
+        }
+        _cleanup_free_ char *buf = xstrdup(url);
+        struct amqp_connection_info ci;
+        amqp_default_connection_info(&ci);
+        if (amqp_parse_url(buf, &ci) != AMQP_STATUS_OK || !ci.host || !*ci.host || ci.port <= 0 || ci.port > 65535) {
+                fmt_err(err, errlen, URL_SHAPE);
+                return -EINVAL;
+        }
+        if (ci.ssl) {
+                fmt_err(err, errlen, "amqps:// is not supported; use amqp:// on a trusted network");
+                return -EOPNOTSUPP;
+        }
+        *ret = (struct amqpx_url) {
+                .host = ci.host,
+                .user = ci.user,
+                .password = ci.password,
+                /* "amqp://host/" parses to an empty vhost; the broker's default is "/". */
+                .vhost = ci.vhost && *ci.vhost ? ci.vhost : "/",
+                .port = ci.port,
+        };
+        ret->buf = TAKE_PTR(buf);
+        return 0;
+}
+
+void amqpx_url_done(struct amqpx_url *u) {
+        free(u->buf);
+        *u = (struct amqpx_url) { 0 };
+}
+
+int amqpx_rpc_check(amqp_rpc_reply_t x, const char *what, char *err, size_t errlen) {
+        switch (x.reply_type) {
+        case AMQP_RESPONSE_NORMAL:
+                return 0;
+        case AMQP_RESPONSE_NONE:
+                fmt_err(err, errlen, "RabbitMQ %s: no reply", what);
+                return -EPROTO;
+        case AMQP_RESPONSE_LIBRARY_EXCEPTION:
+                fmt_err(err, errlen, "RabbitMQ %s: %s", what, amqp_error_string2(x.library_error));
+                return x.library_error == AMQP_STATUS_TIMEOUT ? -ETIMEDOUT : -ECONNRESET;
+        case AMQP_RESPONSE_SERVER_EXCEPTION:
+                if (x.reply.id == AMQP_CONNECTION_CLOSE_METHOD || x.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+                        /* Same layout for the fields we print. */
+                        const amqp_connection_close_t *m = x.reply.decoded;
+                        fmt_err(err, errlen, "RabbitMQ %s: %u %.*s", what, m->reply_code, (int) m->reply_text.len,
+                                (const char *) m->reply_text.bytes);
+                        return m->reply_code == AMQP_ACCESS_REFUSED || m->reply_code == AMQP_NOT_ALLOWED ? -EACCES
+                                                                                                       : -EPROTO;
+                }
+                fmt_err(err, errlen, "RabbitMQ %s: the broker refused (method 0x%08x)", what, x.reply.id);
+                return -EPROTO;
+        }
+        fmt_err(err, errlen, "RabbitMQ %s: unexpected reply", what);
+        return -EPROTO;
+}
+
+static int status_to_errno(int status) {
+        switch (status) {
+        case AMQP_STATUS_TIMEOUT:
+                return -ETIMEDOUT;
+        case AMQP_STATUS_HOSTNAME_RESOLUTION_FAILED:
+                return -EHOSTUNREACH;
+        case AMQP_STATUS_NO_MEMORY:
+                oom();
+        default:
+                return -ECONNREFUSED;
+        }
+}
+
+int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_max, int heartbeat_s, long timeout_ms,
+                  amqp_connection_state_t *ret, char *err, size_t errlen) {
+        int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 1);
+        struct timeval tv = ms_to_tv(timeout_ms);
+        int r, s;
+
+        amqp_connection_state_t conn = amqp_new_connection();
+        if (!conn)
+                oom();
+        amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+        if (!sock)
+                oom();
+        s = amqp_socket_open_noblock(sock, u->host, u->port, &tv);
+        if (s != AMQP_STATUS_OK) {
+                fmt_err(err, errlen, "cannot reach RabbitMQ at %s:%d: %s", u->host, u->port, amqp_error_string2(s));
+                r = status_to_errno(s);
+                goto fail;
+        }
+        long left = (long) (deadline - mono_ms());
+        tv = ms_to_tv(left > 0 ? left : 1);
+        amqp_set_handshake_timeout(conn, &tv);
+        amqp_table_entry_t prop = { .key = amqp_cstring_bytes("connection_name"),
+                                    .value = { .kind = AMQP_FIELD_KIND_UTF8,
+                                               .value.bytes = amqp_cstring_bytes(conn_name ? conn_name : "paddock") } };
+        amqp_table_t props = { .num_entries = 1, .entries = &prop };
+        amqp_rpc_reply_t lr = amqp_login_with_properties(conn, u->vhost, 0, frame_max > 0 ? frame_max : AMQP_DEFAULT_FRAME_SIZE,
+                                                         heartbeat_s, &props, AMQP_SASL_METHOD_PLAIN, u->user,
+                                                         u->password);
+        if (lr.reply_type != AMQP_RESPONSE_NORMAL) {
+                char why[256];
+                r = amqpx_rpc_check(lr, "login", why, sizeof(why));
+                if (lr.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+                    (lr.library_error == AMQP_STATUS_CONNECTION_CLOSED || lr.library_error == AMQP_STATUS_SOCKET_CLOSED))
+                        r = -EACCES;    /* the broker hangs up on a bad login unless told to explain */
+                fmt_err(err, errlen, "RabbitMQ at %s:%d refused the login for user %s on vhost %s (%s)", u->host,
+                        u->port, u->user, u->vhost, why);
+                goto fail;
+        }
+        *ret = conn;
+        return 0;
+fail:
+        amqp_destroy_connection(conn);
+        return r;
+}
+
+int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch, const char *exchange, char *err,
+                                size_t errlen) {
+        int r;
+        amqp_channel_open(conn, ch);
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "channel.open", err, errlen)) < 0)
+                return r;
+        amqp_exchange_declare(conn, ch, amqp_cstring_bytes(exchange), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
+                              amqp_empty_table);
+        return amqpx_rpc_check(amqp_get_rpc_reply(conn), "exchange.declare", err, errlen);
+}

@@ -1,0 +1,263 @@
+/* render.c — JSON of the API's resources: sandboxes, volumes, templates, regions,
+ * stats, pages, exec and upload results, health. The one place the public wire shape of a resource is written;
+ * handlers build nothing of it themselves. Every function returns a new cJSON tree
+ * owned by the caller. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "json.h"
+#include "strutil.h"
+
+cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "data", items);
+        json_add_int(o, "totalCount", total);
+        json_add_int(o, "currentPage", page);
+        json_add_int(o, "totalPages", total == 0 ? 0 : (total + limit - 1) / limit);
+        json_add_int(o, "limit", limit);
+        return o;
+}
+
+cJSON *template_to_json(const struct template *t) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "name", t->name);
+        json_add_str(o, "display_name", t->display_name);
+        json_add_str(o, "description", t->description);
+        return o;
+}
+
+void json_add_region(cJSON *o, const struct region *g) {
+        if (g)
+                cJSON_AddItemToObject(o, "region", region_to_json(g));
+        else
+                cJSON_AddNullToObject(o, "region");
+}
+
+cJSON *region_to_json(const struct region *g) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "id", g->id);
+        json_add_str(o, "name", g->name);
+        json_add_str(o, "country", g->country);
+        json_add_str(o, "continent", g->continent);
+        json_add_bool(o, "enabled", g->enabled);
+        json_add_str(o, "type", "sandbox");
+        return o;
+}
+
+void json_add_time(cJSON *o, const char *k, int64_t ms) {
+        if (ms) {
+                char buf[32];
+                format_rfc3339_ms(ms, buf);
+                json_add_str(o, k, buf);
+        } else
+                cJSON_AddNullToObject(o, k);
+}
+
+cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
+        cJSON *o = cJSON_CreateObject();
+        const struct region *g = config_region(c->cfg, sb->region_key);
+
+        json_add_str(o, "id", sb->id);
+        json_add_str(o, "name", sb->name);
+        json_add_str(o, "template", sb->template_name);
+        json_add_str(o, "status", sb_status_str(sb->status));
+        json_add_region(o, g);
+        cJSON *specs = cJSON_AddObjectToObject(o, "specs");
+        json_add_int(specs, "cpu", sb->cpu);
+        json_add_int(specs, "memory", sb->memory);
+        json_add_int(specs, "disk", sb->disk);
+        json_add_str(o, "team", sb->team);
+        json_add_str(o, "project_environment", sb->project_environment);
+        json_add_bool(o, "auto_destroy", sb->auto_destroy);
+        json_add_str(o, "destroy_timeout", sb->destroy_timeout);
+        json_add_bool(o, "one_shot", sb->one_shot);
+        json_add_bool(o, "block_outbound", sb->egress.mode == PJ_EGRESS_DENY_ALL);
+        cJSON *eg = cJSON_AddObjectToObject(o, "egress");
+        json_add_str(eg, "mode", pj_egress_mode_to_string(sb->egress.mode));
+        cJSON *allow = cJSON_AddArrayToObject(eg, "allow");
+        for (size_t i = 0; i < sb->egress.n_allow; i++) {
+                char buf[PJ_ALLOW_NORM_MAX];
+                sb_allow_entry_format(&sb->egress.allow[i], buf);
+                cJSON_AddItemToArray(allow, cJSON_CreateString(buf));
+        }
+        json_add_bool(o, "persistent", sb->persistent);
+        if (sb->persistent_disk_gb)
+                json_add_int(o, "persistent_disk_gb", sb->persistent_disk_gb);
+        else
+                cJSON_AddNullToObject(o, "persistent_disk_gb");
+        json_add_str(o, "volume_id", sb->volume_id);
+        json_add_str(o, "mount_path", sb->volume_id ? sb->mount_path : NULL);
+        json_add_time(o, "paused_at", sb->paused_at);
+        json_add_str(o, "from_snapshot", sb->from_snapshot);
+        json_add_str(o, "snapshot_mode", sb->snapshot_mode ? sb->snapshot_mode : "manual");
+        json_add_str(o, "snapshot_frequency", sb->snapshot_frequency);
+        json_add_time(o, "created_at", sb->created_at);
+        json_add_time(o, "last_activity_at", sb->last_activity_at);
+        json_add_time(o, "expires_at", sb->expires_at);
+        json_add_time(o, "destroyed_at", sb->status == SB_DESTROYED || sb->status == SB_FAILED ? sb->destroyed_at : 0);
+        json_add_str(o, "destroy_reason", sb->destroy_reason);
+        json_add_str(o, "failure_reason", sb->failure_reason);
+        cJSON_AddItemToObject(o, "timings", timings_to_json(&sb->timings));
+        return o;
+}
+
+/* {"<phase>_ms": n, ...} for the recorded phases, in phase order. */
+cJSON *timings_to_json(const struct sb_timings *t) {
+        cJSON *o = cJSON_CreateObject();
+        for (int p = 0; p < _SB_PHASE_MAX; p++)
+                if (t->set & (1u << p))
+                        cJSON_AddNumberToObject(o, sb_phase_name((enum sb_phase) p), (double) t->ms[p]);
+        return o;
+}
+
+/* The short answer of POST /sandboxes. */
+cJSON *sandbox_created_to_json(const struct sandbox *sb) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "id", sb->id);
+        json_add_str(o, "name", sb->name);
+        json_add_str(o, "template", sb->template_name);
+        json_add_str(o, "status", sb_status_str(sb->status));
+        json_add_time(o, "created_at", sb->created_at);
+        json_add_time(o, "expires_at", sb->expires_at);
+        if (sb->timings.set)
+                cJSON_AddItemToObject(o, "timings", timings_to_json(&sb->timings));
+        return o;
+}
+
+cJSON *volume_to_json(struct ctl *c, const struct volume *v) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "id", v->id);
+        json_add_str(o, "name", v->name);
+        json_add_str(o, "type", v->type);
+        json_add_str(o, "team", v->team);
+        json_add_str(o, "volume_handle", v->handle);
+        json_add_int(o, "size", v->size_gb);
+        json_add_region(o, config_region(c->cfg, v->region_key));
+        json_add_str(o, "mount_path", v->attached_sandbox_id ? v->mount_path : NULL);
+        json_add_str(o, "attached_sandbox_id", v->attached_sandbox_id);
+        cJSON_AddNullToObject(o, "attached_project_id");
+        json_add_time(o, "last_attached_at", v->last_attached_at);
+        json_add_time(o, "created_at", v->created_at);
+        json_add_time(o, "updated_at", v->updated_at);
+        return o;
+}
+
+/* GET /sandboxes/{id}/stats: samples s[0..n) (oldest first) since `since` over `hours`. */
+cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, size_t n, int64_t since, int64_t hours) {
+        /* ~250 evenly spaced buckets over the window; empty buckets are skipped. */
+        int64_t step = hours * 3600 * 1000 / 250;
+        double sum_cpu = 0, sum_mem = 0, sum_net = 0;
+        cJSON *results = cJSON_CreateArray();
+        size_t i = 0;
+        while (i < n) {
+                int64_t b = (s[i].ts_ms - since) / step;
+                double c = 0, m = 0, nb = 0;
+                size_t k = 0;
+                while (i < n && (s[i].ts_ms - since) / step == b) {
+                        c += s[i].cpu_pct;
+                        m += s[i].mem_pct;
+                        nb += s[i].net_bps;
+                        k++;
+                        i++;
+                }
+                cJSON *p = cJSON_CreateObject();
+                char ts[32];
+                format_rfc3339_ms(since + b * step, ts);
+                json_add_str(p, "date", ts);
+                cJSON_AddNumberToObject(p, "memory", m / (double) k);
+                cJSON_AddNumberToObject(p, "cpu", c / (double) k);
+                cJSON *net = cJSON_AddObjectToObject(p, "network");
+                cJSON_AddNumberToObject(net, "bytesPerSecond", nb / (double) k);
+                cJSON_AddItemToArray(results, p);
+        }
+        for (i = 0; i < n; i++) {
+                sum_cpu += s[i].cpu_pct;
+                sum_mem += s[i].mem_pct;
+                sum_net += s[i].net_bps;
+        }
+        cJSON *d = cJSON_CreateObject();
+        cJSON *avg = cJSON_AddObjectToObject(d, "average");
+        cJSON *mem = cJSON_AddObjectToObject(avg, "memory");
+        cJSON_AddNumberToObject(mem, "totalInPercentage", n ? sum_mem / (double) n : 0);
+        cJSON_AddNumberToObject(mem, "size", (double) sb->memory);
+        cJSON *cpu = cJSON_AddObjectToObject(avg, "cpu");
+        cJSON_AddNumberToObject(cpu, "totalInPercentage", n ? sum_cpu / (double) n : 0);
+        cJSON_AddNumberToObject(cpu, "size", (double) sb->cpu);
+        cJSON *net = cJSON_AddObjectToObject(avg, "network");
+        if (n) {
+                cJSON_AddNumberToObject(net, "value", sum_net / (double) n);
+                cJSON_AddNumberToObject(net, "total", sum_net);
+                cJSON_AddNullToObject(net, "totalInPercentage");
+                cJSON_AddNumberToObject(net, "bytesPerSecond", sum_net / (double) n);
+        } else {
+                cJSON_AddNullToObject(net, "value");
+                cJSON_AddNullToObject(net, "total");
+                cJSON_AddNullToObject(net, "totalInPercentage");
+                cJSON_AddNullToObject(net, "bytesPerSecond");
+        }
+        json_add_int(d, "replicaCount", 1);
+        cJSON_AddItemToObject(d, "results", results);
+        cJSON_AddNullToObject(d, "responseTime");
+        return d;
+}
+
+cJSON *exec_result_to_json(const struct exec_result *x) {
+        cJSON *d = cJSON_CreateObject();
+        json_add_str(d, "stdout", x->out);
+        json_add_str(d, "stderr", x->err);
+        json_add_int(d, "exit_code", x->exit_code);
+        json_add_int(d, "duration_ms", x->duration_ms);
+        if (x->out_truncated || x->err_truncated) {
+                json_add_bool(d, "truncated", true);
+                json_add_bool(d, "stdout_truncated", x->out_truncated);
+                json_add_bool(d, "stderr_truncated", x->err_truncated);
+        }
+        if (x->timed_out)
+                json_add_bool(d, "timed_out", true);
+        if (x->oom_killed)
+                json_add_bool(d, "oom_killed", true);
+        return d;
+}
+
+cJSON *exec_done_frame_to_json(const struct exec_result *x) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "type", "done");
+        json_add_int(o, "exit_code", x->exit_code);
+        json_add_int(o, "duration_ms", x->duration_ms);
+        if (x->timed_out)
+                json_add_bool(o, "timed_out", true);
+        if (x->oom_killed) {
+                json_add_bool(o, "oom_killed", true);
+                json_add_str(o, "message", OOM_MESSAGE);
+        }
+        return o;
+}
+
+cJSON *batch_file_to_json(const char *path, size_t bytes, const char *error) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "path", path);
+        json_add_int(o, "bytes", (int64_t) bytes);
+        json_add_bool(o, "success", !error);
+        if (error)
+                json_add_str(o, "error", error);
+        return o;
+}
+
+cJSON *batch_summary_to_json(int uploaded, int failed, cJSON *results) {
+        cJSON *d = cJSON_CreateObject();
+        json_add_int(d, "uploaded", uploaded);
+        json_add_int(d, "failed", failed);
+        cJSON_AddItemToObject(d, "results", results);
+        return d;
+}
+
+cJSON *health_to_json(bool ok, const char *driver) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "status", ok ? "ok" : "degraded");
+        json_add_str(o, "driver", driver);
+        json_add_bool(o, "driver_reachable", ok);
+        return o;
+}

@@ -1,0 +1,99 @@
+/* sbtypes.c — a sandbox's typed data (egress policy, phase timings) and the text
+ * the store keeps for them. Inside controld these are structs; text exists only in
+ * the store's columns and, through render.c, on the wire. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "json.h"
+
+void sb_egress_done(struct sb_egress *e) {
+        if (!e)
+                return;
+        free(e->allow);
+        *e = (struct sb_egress) { 0 };
+}
+
+int sb_egress_from_pj(struct sb_egress *dst, const struct pj_egress *src) {
+        _cleanup_free_ struct pj_allow_entry *a = src->n_allow ? xnew0(struct pj_allow_entry, src->n_allow) : NULL;
+        for (size_t i = 0; i < src->n_allow; i++)
+                if (pj_allow_entry_parse(src->allow[i], &a[i], NULL, 0, NULL, 0) < 0)
+                        return -EINVAL;
+        *dst = (struct sb_egress) { .mode = src->mode, .allow = TAKE_PTR(a), .n_allow = src->n_allow };
+        return 0;
+}
+
+void sb_allow_entry_format(const struct pj_allow_entry *e, char buf[PJ_ALLOW_NORM_MAX]) {
+        uint32_t a = e->addr;
+        switch (e->kind) {
+        case PJ_ALLOW_IPV4:
+                snprintf(buf, PJ_ALLOW_NORM_MAX, "%u.%u.%u.%u", (a >> 24) & 0xff, (a >> 16) & 0xff, (a >> 8) & 0xff, a & 0xff);
+                return;
+        case PJ_ALLOW_CIDR:
+                snprintf(buf, PJ_ALLOW_NORM_MAX, "%u.%u.%u.%u/%d", (a >> 24) & 0xff, (a >> 16) & 0xff, (a >> 8) & 0xff,
+                         a & 0xff, e->prefix);
+                return;
+        case PJ_ALLOW_HOSTNAME:
+                snprintf(buf, PJ_ALLOW_NORM_MAX, "%s", e->host);
+                return;
+        }
+        buf[0] = 0;
+}
+
+char *sb_egress_allow_to_text(const struct sb_egress *e) {
+        _cleanup_json_ cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; i < e->n_allow; i++) {
+                char buf[PJ_ALLOW_NORM_MAX];
+                sb_allow_entry_format(&e->allow[i], buf);
+                cJSON_AddItemToArray(a, cJSON_CreateString(buf));
+        }
+        return json_print(a);
+}
+
+void sb_egress_allow_from_text(struct sb_egress *e, const char *text) {
+        _cleanup_json_ cJSON *a = text ? cJSON_Parse(text) : NULL;
+        int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0;
+        free(e->allow);
+        e->allow = n > 0 ? xnew0(struct pj_allow_entry, (size_t) n) : NULL;
+        e->n_allow = 0;
+        cJSON *it;
+        cJSON_ArrayForEach(it, a)
+                if (cJSON_IsString(it) && pj_allow_entry_parse(it->valuestring, &e->allow[e->n_allow], NULL, 0, NULL, 0) >= 0)
+                        e->n_allow++;
+}
+
+static const char *const phase_names[_SB_PHASE_MAX] = {
+        [SB_PHASE_VALIDATE] = "validate_ms", [SB_PHASE_RECORD] = "record_ms", [SB_PHASE_PLACE] = "place_ms",
+        [SB_PHASE_TOTAL] = "total_ms",       [SB_PHASE_RESUME] = "resume_ms",
+};
+
+const char *sb_phase_name(enum sb_phase p) {
+        return (unsigned) p < _SB_PHASE_MAX ? phase_names[p] : "unknown_ms";
+}
+
+void sb_timings_set(struct sb_timings *t, enum sb_phase p, int64_t ms) {
+        if ((unsigned) p >= _SB_PHASE_MAX)
+                return;
+        t->ms[p] = ms;
+        t->set |= 1u << p;
+}
+
+char *sb_timings_to_text(const struct sb_timings *t) {
+        if (!t->set)
+                return NULL;
+        _cleanup_json_ cJSON *o = timings_to_json(t);
+        return json_print(o);
+}
+
+void sb_timings_from_text(struct sb_timings *t, const char *text) {
+        _cleanup_json_ cJSON *o = text ? cJSON_Parse(text) : NULL;
+        *t = (struct sb_timings) { 0 };
+        for (int p = 0; p < _SB_PHASE_MAX; p++) {
+                cJSON *v = cJSON_GetObjectItemCaseSensitive(o, phase_names[p]);
+                if (cJSON_IsNumber(v))
+                        sb_timings_set(t, (enum sb_phase) p, (int64_t) v->valuedouble);
+        }
+}

@@ -1,0 +1,104 @@
+/* volume.c — persistent volumes: create, load, delete for an account.
+ *
+ * Like sandbox.c these return a negative errno with a user-facing message in
+ * struct api_error; http.c maps the errno to a status. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "driver.h"
+#include "strutil.h"
+
+int volume_create(struct ctl *c, const struct account *acc, const struct pj_volume_create *in, struct volume *ret,
+                  struct api_error *err) {
+        _cleanup_volume_ struct volume v = { 0 };
+        const struct plan *plan = config_plan(c->cfg, acc->plan);
+        char derr[256] = "";
+
+        const struct region *g = config_region(c->cfg, in->region);
+        if (!g)
+                return API_ERR(err, -EINVAL, "region: unknown region id '%s'. List regions with GET /sandboxes/regions.",
+                               in->region);
+        if (!plan)
+                return API_ERR(err, -EPERM, "Your account's plan '%s' is not available on this server.", acc->plan);
+        if (!g->enabled)
+                return API_ERR(err, -EPERM, "Region %s is not accepting new volumes.", g->name);
+        if (!plan_allows_region(plan, g))
+                return API_ERR(err, -EPERM, "Your plan does not allow volumes in region %s. Pick another region or upgrade.",
+                               g->name);
+        if (in->size_gb > plan->max_volume_gb)
+                return API_ERR(err, -EDQUOT, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
+                               (long long) plan->max_volume_gb);
+        hexid_new(v.id);
+        snprintf(v.account_id, sizeof(v.account_id), "%s", acc->id);
+        v.name = xstrdup(in->name);
+        v.type = xstrdup(in->type ? in->type : "web");
+        v.region_key = xstrdup(g->key);
+        v.team = in->team_id ? xstrdup(in->team_id) : NULL;
+        v.handle = xasprintf("paddock-vol-%s", v.id);
+        v.size_gb = in->size_gb;
+        v.created_at = v.updated_at = now_ms();
+        int k = store_volume_insert_capped(c->store, &v, plan->max_volumes);
+        if (k == -EDQUOT)
+                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld volumes. Delete an existing one or upgrade.",
+                               (long long) plan->max_volumes);
+        if (k == -EEXIST)
+                return API_ERR(err, -EEXIST, "A volume named \"%s\" already exists", in->name);
+        if (k < 0)
+                return API_ERR(err, -EIO, "Failed to record the volume");
+        if (c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr)) < 0) {
+                (void) store_volume_delete(c->store, v.id);
+                return API_ERR(err, -EHOSTUNREACH, "Volume provisioning failed: %s", derr);
+        }
+        *ret = v;
+        v = (struct volume) { 0 };
+        return 0;
+}
+
+int volume_load(struct ctl *c, const struct account *acc, const char *id, struct volume *ret, struct api_error *err) {
+        _cleanup_volume_ struct volume v = { 0 };
+        if (!hexid_valid(id))
+                return API_ERR(err, -EINVAL, "Invalid volume id");
+        int k = store_volume_get(c->store, id, &v);
+        if (k == -ENOENT || (k >= 0 && strcmp(v.account_id, acc->id) != 0))
+                return API_ERR(err, -ENOENT, "Volume not found");
+        if (k < 0)
+                return API_ERR(err, -EIO, "Failed to read the volume record");
+        *ret = v;
+        v = (struct volume) { 0 };
+        return 0;
+}
+
+int volume_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err) {
+        _cleanup_volume_ struct volume v = { 0 };
+        char derr[256] = "";
+        int k = volume_load(c, acc, id, &v, err);
+        if (k < 0)
+                return k;
+        if (v.attached_sandbox_id)
+                return API_ERR(err, -EBUSY, "Volume is attached; detach it before deleting");
+        /* Detach-and-mark in the database first, so no create can attach the volume while its
+         * backend volume is being removed. */
+        k = store_volume_begin_delete(c->store, id, NULL);
+        if (k == -EBUSY)
+                return API_ERR(err, -EBUSY, "Volume is attached; detach it before deleting");
+        if (k == -EALREADY)
+                return API_ERR(err, -ESTALE, "Volume is already being deleted");
+        if (k == -ENOENT)
+                return API_ERR(err, -ENOENT, "Volume not found");
+        if (k < 0)
+                return API_ERR(err, -EIO, "Failed to delete the volume record");
+        if (c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr)) < 0) {
+                (void) store_volume_abort_delete(c->store, id);
+                return API_ERR(err, -EHOSTUNREACH, "Volume deletion failed: %s", derr);
+        }
+        k = store_volume_delete(c->store, id);
+        if (k == -EBUSY)
+                return API_ERR(err, -EBUSY, "Volume is attached; detach it before deleting");
+        if (k < 0)
+                return API_ERR(err, -EIO, "Failed to delete the volume record");
+        return 0;
+}

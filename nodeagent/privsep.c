@@ -1,0 +1,548 @@
+/* privsep.c — the agent's privileged children and the checked messages they take
+ * (contract in nodeagent.h, under "privsep.c").
+ *
+ * The wire is a SOCK_SEQPACKET socketpair: one send() is one message, so a short
+ * or long message is seen as such (MSG_TRUNC gives the real length) instead of
+ * being glued to the next one. Both ends run on this host from the same binary,
+ * so the structs travel in host order; the version field still guards a parent
+ * and a child that came from different builds.
+ */
+#include <errno.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "egress.h"
+#include "log.h"
+#include "nodeagent.h"
+#include "strutil.h"
+
+#ifndef SECBIT_NOROOT
+#define SECBIT_NOROOT (1 << 0)
+#define SECBIT_NOROOT_LOCKED (1 << 1)
+#define SECBIT_NO_SETUID_FIXUP (1 << 2)
+#define SECBIT_NO_SETUID_FIXUP_LOCKED (1 << 3)
+#define SECBIT_KEEP_CAPS_LOCKED (1 << 5)
+#define SECBIT_NO_CAP_AMBIENT_RAISE (1 << 6)
+#define SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED (1 << 7)
+#endif
+
+/* A child that takes longer than this for one request is treated as hung (dead). */
+#define PS_CALL_TIMEOUT_MS 30000
+#define PS_READY_TIMEOUT_MS 30000
+#define PS_RECV_MAX (sizeof(struct ps_egress_apply) + 1)
+
+_Static_assert(sizeof(struct ps_hdr) == 16, "ps_hdr layout");
+_Static_assert(sizeof(struct ps_allow) == 8, "ps_allow layout");
+
+static const char *const child_names[PS_CHILD_MAX] = {
+        [PS_CHILD_EGRESS] = "egress",
+        [PS_CHILD_DOCKER] = "docker",
+};
+
+static pthread_mutex_t ps_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Any child marked failed; read without ps_lock, which a call holds while it waits. */
+static atomic_bool any_failed;
+static struct {
+        pid_t pid;
+        int fd;                 /* parent's end; -1 = none */
+        bool failed;            /* died, hung or broke the protocol */
+        char why[256];
+        uint32_t seq;
+} children[PS_CHILD_MAX] = { [0 ... PS_CHILD_MAX - 1] = { .fd = -1 } };
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+        va_list ap;
+        if (!err || errlen == 0)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+}
+
+/* ---------------------------------------------------------------- capabilities */
+
+int caps_drop_except(uint64_t keep) {
+        struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+        struct __user_cap_data_struct d[2] = { 0 };
+
+        /* Locks root's special treatment away (needs CAP_SETPCAP; under a systemd unit
+         * whose bounding set lacks it, no-new-privs below does the job for execve). */
+        (void) prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                                SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                                                SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+                     0, 0, 0);
+        for (int cap = 0; cap < 64; cap++) {
+                if (keep & (UINT64_C(1) << cap))
+                        continue;
+                if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) < 0)
+                        break;  /* past the kernel's last capability */
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EPERM)
+                        return -errno;
+        }
+        (void) prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        if (syscall(SYS_capget, &h, d) < 0)
+                return -errno;
+        uint64_t prm = ((uint64_t) d[1].permitted << 32 | d[0].permitted) & keep;
+        d[0].effective = d[0].permitted = (uint32_t) prm;
+        d[1].effective = d[1].permitted = (uint32_t) (prm >> 32);
+        d[0].inheritable = d[1].inheritable = 0;
+        if (syscall(SYS_capset, &h, d) < 0)
+                return -errno;
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return -errno;
+        return 0;
+}
+
+/* ---------------------------------------------------------------- message checks (child side) */
+
+static void result_init(struct ps_result *ret, uint16_t type, uint32_t seq) {
+        memset(ret, 0, sizeof(*ret));
+        ret->hdr = (struct ps_hdr) { .version = PS_VERSION, .type = type, .len = sizeof(*ret), .seq = seq };
+}
+
+/* Fills ret with the refusal; returns -EBADMSG. */
+static int refuse(struct ps_result *ret, const char *fmt, ...) _printf_(2, 3);
+static int refuse(struct ps_result *ret, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ret->msg, sizeof(ret->msg), fmt, ap);
+        va_end(ap);
+        return ret->r = -EBADMSG;
+}
+
+static bool zero(const void *p, size_t n) {
+        const uint8_t *b = p;
+        for (size_t i = 0; i < n; i++)
+                if (b[i])
+                        return false;
+        return true;
+}
+
+/* A sandbox id field: exactly 24 lowercase hex and a NUL, nothing else. */
+static bool id_field_valid(const char id[EGRESS_ID_LEN + 1]) {
+        return memchr(id, 0, EGRESS_ID_LEN + 1) == id + EGRESS_ID_LEN && hexid_valid(id);
+}
+
+static int check_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
+        if (!id_field_valid(m->sandbox_id))
+                return refuse(ret, "sandbox_id is not 24 lowercase hex characters");
+        if (m->ip == 0 || m->ip == 0xffffffffu)
+                return refuse(ret, "ip is not a usable IPv4 address");
+        switch ((enum pj_egress_mode) m->mode) {
+        case PJ_EGRESS_OPEN:
+        case PJ_EGRESS_RESTRICTED:
+        case PJ_EGRESS_DENY_ALL:
+                break;
+        default:
+                return refuse(ret, "mode %u is not an egress mode", m->mode);
+        }
+        if (!zero(m->pad, sizeof(m->pad)))
+                return refuse(ret, "padding is not zero");
+        if (m->n_allow > EGRESS_MAX_ALLOW)
+                return refuse(ret, "n_allow %u is over %d", m->n_allow, EGRESS_MAX_ALLOW);
+        if (m->n_allow > 0 && m->mode != PJ_EGRESS_RESTRICTED)
+                return refuse(ret, "allow entries are only for restricted mode");
+        for (uint32_t i = 0; i < m->n_allow; i++)
+                if (m->allow[i].prefix > 32 || !zero(m->allow[i].pad, sizeof(m->allow[i].pad)))
+                        return refuse(ret, "allow[%u] has prefix %u (0..32) or non-zero padding", i,
+                                      m->allow[i].prefix);
+        /* Unused slots must be zero too: nothing but what n_allow says is in the message. */
+        if (!zero(&m->allow[m->n_allow], (EGRESS_MAX_ALLOW - m->n_allow) * sizeof(m->allow[0])))
+                return refuse(ret, "allow entries past n_allow are not zero");
+        return 0;
+}
+
+static void do_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
+        _cleanup_free_ struct pj_allow_entry *allow = xnew0(struct pj_allow_entry, m->n_allow ? m->n_allow : 1);
+        for (uint32_t i = 0; i < m->n_allow; i++)
+                allow[i] = (struct pj_allow_entry) {
+                        .kind = m->allow[i].prefix == 32 ? PJ_ALLOW_IPV4 : PJ_ALLOW_CIDR,
+                        .addr = m->allow[i].addr,
+                        .prefix = m->allow[i].prefix,
+                };
+        struct egress_policy p = {
+                .sandbox_id = m->sandbox_id,
+                .ip = m->ip,
+                .mode = (enum pj_egress_mode) m->mode,
+                .allow = allow,
+                .n_allow = m->n_allow,
+        };
+        ret->r = egress_apply(&p, ret->msg, sizeof(ret->msg));
+}
+
+static int child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
+        struct ps_hdr h;
+        result_init(ret, PS_RESULT, 0);
+        if (len < sizeof(h))
+                return refuse(ret, "a %zu byte message is shorter than its header", len);
+        memcpy(&h, buf, sizeof(h));
+        ret->hdr.seq = h.seq;
+        if (h.version != PS_VERSION)
+                return refuse(ret, "version %u, want %u", h.version, PS_VERSION);
+        if (h.len != len)
+                return refuse(ret, "header says %u bytes, the message has %zu", h.len, len);
+        if (h.reserved != 0)
+                return refuse(ret, "reserved header field is not zero");
+
+        size_t want;
+        switch ((enum ps_type) h.type) {
+        case PS_PING:
+                want = sizeof(struct ps_ping);
+                break;
+        case PS_EGRESS_APPLY:
+                want = sizeof(struct ps_egress_apply);
+                break;
+        case PS_EGRESS_REMOVE:
+                want = sizeof(struct ps_egress_remove);
+                break;
+        case PS_READY:
+        case PS_RESULT:
+        default:
+                return refuse(ret, "message type %u is not a request", h.type);
+        }
+        if (len != want)
+                return refuse(ret, "type %u takes %zu bytes, got %zu", h.type, want, len);
+        if (kind == PS_CHILD_DOCKER && h.type != PS_PING)
+                return refuse(ret, "the docker process does not take message type %u", h.type);
+
+        switch ((enum ps_type) h.type) {
+        case PS_PING:
+                snprintf(ret->msg, sizeof(ret->msg), "paddock nodeagent %s process, protocol %d", child_names[kind],
+                         PS_VERSION);
+                return 0;
+        case PS_EGRESS_APPLY: {
+                /* Copied out of buf: buf may not be aligned for the struct. */
+                _cleanup_free_ struct ps_egress_apply *m = xmalloc(sizeof(*m));
+                memcpy(m, buf, sizeof(*m));
+                if (check_apply(m, ret) < 0)
+                        return ret->r;
+                do_apply(m, ret);
+                return ret->r;
+        }
+        case PS_EGRESS_REMOVE: {
+                struct ps_egress_remove m;
+                memcpy(&m, buf, sizeof(m));
+                if (!id_field_valid(m.sandbox_id))
+                        return refuse(ret, "sandbox_id is not 24 lowercase hex characters");
+                if (!zero(m.pad, sizeof(m.pad)))
+                        return refuse(ret, "padding is not zero");
+                return ret->r = egress_remove(m.sandbox_id, m.ip, ret->msg, sizeof(ret->msg));
+        }
+        case PS_READY:
+        case PS_RESULT:
+                break;
+        }
+        return refuse(ret, "message type %u is not a request", h.type);
+}
+
+void privsep_child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
+        (void) child_handle(kind, buf, len, ret);
+}
+
+/* ---------------------------------------------------------------- child process */
+
+static volatile sig_atomic_t child_stop;
+
+static void child_on_signal(int sig) {
+        (void) sig;
+        child_stop = 1;
+}
+
+static int send_all(int fd, const void *buf, size_t len) {
+        for (;;) {
+                ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+                if (n == (ssize_t) len)
+                        return 0;
+                if (n < 0 && errno == EINTR)
+                        continue;
+                return n < 0 ? -errno : -EMSGSIZE;
+        }
+}
+
+static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent_config *cfg) {
+        struct ps_result res;
+        char name[16];
+        int r;
+
+        snprintf(name, sizeof(name), "agent-%s", child_names[kind]);
+        (void) prctl(PR_SET_NAME, name, 0, 0, 0);
+        /* Goes with the parent: also via EOF on fd, this is for a parent stuck elsewhere. */
+        (void) prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+        struct sigaction sa = { .sa_handler = child_on_signal };
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        signal(SIGCHLD, SIG_DFL);
+        log_ctx_set("PROCESS", child_names[kind]);
+
+        result_init(&res, PS_READY, 0);
+        r = caps_drop_except(kind == PS_CHILD_EGRESS ? UINT64_C(1) << CAP_NET_ADMIN : 0);
+        if (r < 0)
+                set_err(res.msg, sizeof(res.msg), "cannot drop capabilities: %s", strerror(-r));
+        else if (kind == PS_CHILD_EGRESS) {
+                struct egress_config ec = {
+                        .table = cfg->egress_table,
+                        .bridges = (const char *const *) cfg->egress_bridges,
+                        .deny_cidrs = (const char *const *) cfg->egress_deny,
+                        .dns_resolver = cfg->egress_dns,
+                        .priority = (int) cfg->egress_priority,
+                };
+                r = egress_init(&ec, res.msg, sizeof(res.msg));
+        }
+        res.r = r;
+        if (send_all(fd, &res, sizeof(res)) < 0 || r < 0)
+                _exit(r < 0 ? 1 : 0);
+
+        _cleanup_free_ uint8_t *buf = xmalloc(PS_RECV_MAX);
+        while (!child_stop) {
+                ssize_t n = recv(fd, buf, PS_RECV_MAX, MSG_TRUNC);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        log_error_errno(errno, "%s process: cannot read from the agent: %m", child_names[kind]);
+                        _exit(1);
+                }
+                if (n == 0)
+                        break;  /* the parent is gone */
+                if ((size_t) n > PS_RECV_MAX) {
+                        struct ps_hdr h;
+                        memcpy(&h, buf, sizeof(h));     /* the start of it did arrive */
+                        result_init(&res, PS_RESULT, h.seq);
+                        refuse(&res, "a %zd byte message is larger than any request", n);
+                } else
+                        privsep_child_handle(kind, buf, (size_t) n, &res);
+                if (res.r == -EBADMSG)
+                        log_warning("%s process refused a malformed request: %s", child_names[kind], res.msg);
+                if (send_all(fd, &res, sizeof(res)) < 0)
+                        _exit(1);
+        }
+        _exit(0);
+}
+
+/* ---------------------------------------------------------------- parent side */
+
+static void mark_failed(enum ps_child kind, const char *fmt, ...) _printf_(2, 3);
+static void mark_failed(enum ps_child kind, const char *fmt, ...) {
+        if (children[kind].failed)
+                return;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(children[kind].why, sizeof(children[kind].why), fmt, ap);
+        va_end(ap);
+        children[kind].failed = true;
+        atomic_store(&any_failed, true);
+}
+
+/* Waits for one message from the child into ret; 0 or -errno (-ETIMEDOUT, -EPIPE, -EBADMSG). */
+static int read_result(enum ps_child kind, uint16_t want_type, uint32_t seq, long timeout_ms,
+                       struct ps_result *ret) {
+        int fd = children[kind].fd;
+        int64_t deadline = mono_ms() + timeout_ms;
+        for (;;) {
+                long left = (long) (deadline - mono_ms());
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                int n = poll(&p, 1, (int) left);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        return -ETIMEDOUT;
+                ssize_t got = recv(fd, ret, sizeof(*ret), MSG_TRUNC | MSG_DONTWAIT);
+                if (got < 0 && (errno == EINTR || errno == EAGAIN))
+                        continue;
+                if (got < 0)
+                        return -errno;
+                if (got == 0)
+                        return -EPIPE;
+                /* The child is trusted less than the kernel, more than the network: still check. */
+                if ((size_t) got != sizeof(*ret) || ret->hdr.version != PS_VERSION || ret->hdr.type != want_type ||
+                    ret->hdr.len != sizeof(*ret) || ret->hdr.seq != seq || !memchr(ret->msg, 0, sizeof(ret->msg)) ||
+                    ret->r > 0)
+                        return -EBADMSG;
+                return 0;
+        }
+}
+
+static int call_locked(enum ps_child kind, const void *buf, size_t len, uint32_t seq, struct ps_result *ret) {
+        if (children[kind].fd < 0)
+                return -ENOTCONN;
+        if (children[kind].failed)
+                return -EPIPE;
+        int r = send_all(children[kind].fd, buf, len);
+        if (r == -EMSGSIZE || r == -ENOBUFS) {
+                result_init(ret, PS_RESULT, seq);
+                refuse(ret, "message of %zu bytes cannot be sent", len);
+                return ret->r;
+        }
+        if (r < 0) {
+                mark_failed(kind, "the %s process is gone (%s)", child_names[kind], strerror(-r));
+                return -EPIPE;
+        }
+        r = read_result(kind, PS_RESULT, seq, PS_CALL_TIMEOUT_MS, ret);
+        if (r < 0) {
+                mark_failed(kind, "the %s process %s", child_names[kind],
+                            r == -ETIMEDOUT ? "did not answer in time"
+                            : r == -EBADMSG ? "answered out of protocol"
+                                            : "is gone");
+                return -EPIPE;
+        }
+        return ret->r;
+}
+
+int privsep_call(enum ps_child kind, void *req, size_t len, struct ps_result *ret) {
+        if (kind >= PS_CHILD_MAX || len < sizeof(struct ps_hdr))
+                return -EINVAL;
+        pthread_mutex_lock(&ps_lock);
+        struct ps_hdr *h = req;
+        h->version = PS_VERSION;
+        h->len = (uint32_t) len;
+        h->seq = ++children[kind].seq;
+        h->reserved = 0;
+        int r = call_locked(kind, req, len, h->seq, ret);
+        pthread_mutex_unlock(&ps_lock);
+        return r;
+}
+
+int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
+        if (kind >= PS_CHILD_MAX)
+                return -EINVAL;
+        struct ps_hdr h = { 0 };
+        if (len >= sizeof(h))
+                memcpy(&h, buf, sizeof(h));
+        pthread_mutex_lock(&ps_lock);
+        /* The child echoes the seq it could read, 0 when the header itself was short. */
+        int r = call_locked(kind, buf, len, len >= sizeof(h) ? h.seq : 0, ret);
+        pthread_mutex_unlock(&ps_lock);
+        return r;
+}
+
+int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err, size_t errlen) {
+        int sv[2];
+        if (kind >= PS_CHILD_MAX)
+                return -EINVAL;
+        if (children[kind].fd >= 0)
+                return -EALREADY;
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+                int r = -errno;
+                set_err(err, errlen, "socketpair: %s", strerror(-r));
+                return r;
+        }
+        /* Requests are at most ~8 KiB; make sure one always fits. */
+        int sz = 64 * 1024;
+        (void) setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+        (void) setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+                int r = -errno;
+                close(sv[0]);
+                close(sv[1]);
+                set_err(err, errlen, "fork: %s", strerror(-r));
+                return r;
+        }
+        if (pid == 0) {
+                close(sv[0]);
+                /* Nothing of the other children: their sockets are the parent's business. */
+                for (int i = 0; i < PS_CHILD_MAX; i++)
+                        if (children[i].fd >= 0)
+                                close(children[i].fd);
+                child_main(kind, sv[1], cfg);
+        }
+        close(sv[1]);
+        pthread_mutex_lock(&ps_lock);
+        children[kind] = (typeof(children[kind])) { .pid = pid, .fd = sv[0] };
+        struct ps_result res;
+        int r = read_result(kind, PS_READY, 0, PS_READY_TIMEOUT_MS, &res);
+        pthread_mutex_unlock(&ps_lock);
+        if (r < 0) {
+                set_err(err, errlen, "the %s process did not start (%s)", child_names[kind], strerror(-r));
+        } else if (res.r < 0) {
+                r = res.r;
+                set_err(err, errlen, "%s", res.msg);
+        }
+        if (r < 0) {
+                close(children[kind].fd);
+                kill(pid, SIGTERM);
+                (void) waitpid(pid, NULL, 0);
+                children[kind] = (typeof(children[kind])) { .fd = -1 };
+                return r;
+        }
+        log_debug("%s process started (pid %d)", child_names[kind], (int) pid);
+        return 0;
+}
+
+bool privsep_healthy(char *why, size_t whylen) {
+        bool ok = true;
+        pthread_mutex_lock(&ps_lock);
+        for (int i = 0; i < PS_CHILD_MAX; i++) {
+                int status;
+                pid_t p = children[i].pid > 0 ? waitpid(children[i].pid, &status, WNOHANG) : 0;
+                if (p > 0 && p == children[i].pid) {
+                        children[i].pid = 0;
+                        if (WIFSIGNALED(status))
+                                mark_failed(i, "the %s process was killed by signal %d", child_names[i],
+                                            WTERMSIG(status));
+                        else
+                                mark_failed(i, "the %s process exited with status %d", child_names[i],
+                                            WEXITSTATUS(status));
+                } else if (p < 0 && errno == ECHILD) {
+                        /* Reaped behind our back (SIGCHLD ignored): it is gone all the same. */
+                        children[i].pid = 0;
+                        mark_failed(i, "the %s process is gone", child_names[i]);
+                }
+                if (children[i].failed && ok) {
+                        set_err(why, whylen, "%s", children[i].why);
+                        ok = false;
+                }
+        }
+        pthread_mutex_unlock(&ps_lock);
+        return ok;
+}
+
+bool privsep_failed(void) {
+        return atomic_load(&any_failed);
+}
+
+pid_t privsep_child_pid(enum ps_child kind) {
+        return kind < PS_CHILD_MAX ? children[kind].pid : 0;
+}
+
+void privsep_stop(void) {
+        pthread_mutex_lock(&ps_lock);
+        for (int i = 0; i < PS_CHILD_MAX; i++) {
+                if (children[i].fd >= 0)
+                        close(children[i].fd);      /* EOF: the child leaves on its own */
+                if (children[i].pid > 0) {
+                        int64_t deadline = mono_ms() + 2000;
+                        while (waitpid(children[i].pid, NULL, WNOHANG) == 0) {
+                                if (mono_ms() >= deadline) {
+                                        kill(children[i].pid, SIGKILL);
+                                        (void) waitpid(children[i].pid, NULL, 0);
+                                        break;
+                                }
+                                usleep(10000);
+                        }
+                }
+                children[i] = (typeof(children[i])) { .fd = -1 };
+        }
+        atomic_store(&any_failed, false);
+        pthread_mutex_unlock(&ps_lock);
+}

@@ -1,0 +1,217 @@
+/* Unit tests for nodeagent/privsep.c: the egress and docker children's message checks
+ * (driven with raw buffers, no kernel firewall needed), the socketpair protocol with a
+ * real forked child, and capability dropping. */
+#include <errno.h>
+#include <linux/capability.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "nodeagent.h"
+#include "testlib.h"
+
+#define SB "0123456789abcdef01234567"
+
+static struct ps_egress_apply *valid_apply(void) {
+        struct ps_egress_apply *m = xnew0(struct ps_egress_apply, 1);
+        m->hdr = (struct ps_hdr) { .version = PS_VERSION, .type = PS_EGRESS_APPLY, .len = sizeof(*m), .seq = 7 };
+        memcpy(m->sandbox_id, SB, sizeof(SB));
+        m->mode = PJ_EGRESS_RESTRICTED;
+        m->ip = 0xa9fe5a07;
+        m->n_allow = 2;
+        m->allow[0] = (struct ps_allow) { .addr = 0x0a000000, .prefix = 8 };
+        m->allow[1] = (struct ps_allow) { .addr = 0xa9fe4d0a, .prefix = 32 };
+        return m;
+}
+
+/* A message that passes every check reaches egress.c, which (never initialised in this
+ * process) answers -ENOTCONN: that tells "acted on" apart from "refused". */
+static int handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *res) {
+        privsep_child_handle(kind, buf, len, res);
+        ASSERT_EQ(res->hdr.version, PS_VERSION);
+        ASSERT_EQ(res->hdr.type, PS_RESULT);
+        ASSERT_EQ(res->hdr.len, sizeof(*res));
+        ASSERT_NOT_NULL(memchr(res->msg, 0, sizeof(res->msg)));
+        return res->r;
+}
+
+#define EXPECT_REFUSED(kind, buf, len, why)                                       \
+        do {                                                                      \
+                struct ps_result _res;                                            \
+                ASSERT_EQ(handle((kind), (buf), (len), &_res), -EBADMSG);         \
+                ASSERT_CONTAINS(_res.msg, (why));                                 \
+        } while (0)
+
+TEST(well_formed_apply_reaches_egress) {
+        _cleanup_free_ struct ps_egress_apply *m = valid_apply();
+        struct ps_result res;
+        ASSERT_EQ(handle(PS_CHILD_EGRESS, m, sizeof(*m), &res), -ENOTCONN);
+        ASSERT_EQ(res.hdr.seq, 7);
+        ASSERT_CONTAINS(res.msg, "not initialised");
+        struct ps_egress_remove rm = { .hdr = { .version = PS_VERSION, .type = PS_EGRESS_REMOVE, .len = sizeof(rm) } };
+        memcpy(rm.sandbox_id, SB, sizeof(SB));
+        ASSERT_EQ(handle(PS_CHILD_EGRESS, &rm, sizeof(rm), &res), -ENOTCONN);
+        struct ps_ping ping = { .hdr = { .version = PS_VERSION, .type = PS_PING, .len = sizeof(ping), .seq = 3 } };
+        ASSERT_EQ(handle(PS_CHILD_DOCKER, &ping, sizeof(ping), &res), 0);
+        ASSERT_EQ(res.hdr.seq, 3);
+        ASSERT_CONTAINS(res.msg, "docker process, protocol 1");
+}
+
+TEST(sizes_and_headers_are_checked_first) {
+        _cleanup_free_ struct ps_egress_apply *m = valid_apply();
+        EXPECT_REFUSED(PS_CHILD_EGRESS, m, 0, "shorter than its header");
+        EXPECT_REFUSED(PS_CHILD_EGRESS, m, sizeof(struct ps_hdr) - 1, "shorter than its header");
+        /* Truncated: header and length disagree. */
+        EXPECT_REFUSED(PS_CHILD_EGRESS, m, sizeof(*m) - 1, "header says");
+        /* Header and length agree, but not with the type's fixed size. */
+        m->hdr.len = sizeof(*m) - 8;
+        EXPECT_REFUSED(PS_CHILD_EGRESS, m, sizeof(*m) - 8, "takes");
+        m->hdr.len = sizeof(*m);
+        m->hdr.version = PS_VERSION + 1;
+        EXPECT_REFUSED(PS_CHILD_EGRESS, m, sizeof(*m), "version");
+        m->hdr.version = PS_VERSION;
+        m->hdr.reserved = 1;
+        EXPECT_REFUSED(PS_CHILD_EGRESS, m, sizeof(*m), "reserved");
+        m->hdr.reserved = 0;
+        m->hdr.type = PS_RESULT;
+        EXPECT_REFUSED(PS_CHILD_EGRESS, m, sizeof(*m), "not a request");
+        m->hdr.type = 999;
+        EXPECT_REFUSED(PS_CHILD_EGRESS, m, sizeof(*m), "not a request");
+        /* The docker process takes pings only. */
+        m->hdr.type = PS_EGRESS_APPLY;
+        EXPECT_REFUSED(PS_CHILD_DOCKER, m, sizeof(*m), "does not take");
+}
+
+/* Each case spoils one field of a valid message; each must be refused by name. */
+#define SPOIL(stmt, why)                                                          \
+        do {                                                                      \
+                _cleanup_free_ struct ps_egress_apply *m = valid_apply();         \
+                stmt;                                                             \
+                EXPECT_REFUSED(PS_CHILD_EGRESS, m, sizeof(*m), why);              \
+        } while (0)
+
+TEST(every_apply_field_is_checked) {
+        SPOIL(m->sandbox_id[3] = 'X', "sandbox_id");
+        SPOIL(m->sandbox_id[24] = 'a', "sandbox_id");              /* not terminated */
+        SPOIL(m->sandbox_id[10] = 0, "sandbox_id");                /* short */
+        SPOIL(memset(m->sandbox_id, 0, sizeof(m->sandbox_id)), "sandbox_id");
+        SPOIL(m->ip = 0, "ip");
+        SPOIL(m->ip = 0xffffffff, "ip");
+        SPOIL(m->mode = 3, "mode");
+        SPOIL(m->mode = 255, "mode");
+        SPOIL(m->pad[1] = 1, "padding");
+        SPOIL(m->n_allow = EGRESS_MAX_ALLOW + 1, "n_allow");
+        SPOIL(m->n_allow = 0xffffffff, "n_allow");
+        SPOIL(m->allow[1].prefix = 33, "allow[1]");
+        SPOIL(m->allow[0].pad[2] = 9, "allow[0]");
+        SPOIL(m->allow[2].addr = 1, "past n_allow");               /* smuggled past the count */
+        SPOIL(m->allow[EGRESS_MAX_ALLOW - 1].prefix = 1, "past n_allow");
+        SPOIL(m->mode = PJ_EGRESS_OPEN, "only for restricted");    /* entries with another mode */
+        /* The full table is fine. */
+        _cleanup_free_ struct ps_egress_apply *m = valid_apply();
+        m->n_allow = EGRESS_MAX_ALLOW;
+        for (size_t i = 0; i < EGRESS_MAX_ALLOW; i++)
+                m->allow[i] = (struct ps_allow) { .addr = 0x0a000000 + (uint32_t) i, .prefix = 32 };
+        struct ps_result res;
+        ASSERT_EQ(handle(PS_CHILD_EGRESS, m, sizeof(*m), &res), -ENOTCONN);
+}
+
+TEST(remove_fields_are_checked) {
+        struct ps_egress_remove rm = { .hdr = { .version = PS_VERSION, .type = PS_EGRESS_REMOVE, .len = sizeof(rm) } };
+        memcpy(rm.sandbox_id, SB, sizeof(SB));
+        rm.sandbox_id[0] = 'g';
+        EXPECT_REFUSED(PS_CHILD_EGRESS, &rm, sizeof(rm), "sandbox_id");
+        rm.sandbox_id[0] = '0';
+        rm.pad[0] = 1;
+        EXPECT_REFUSED(PS_CHILD_EGRESS, &rm, sizeof(rm), "padding");
+}
+
+TEST(random_bytes_are_never_acted_on) {
+        _cleanup_free_ uint8_t *buf = xmalloc(sizeof(struct ps_egress_apply));
+        unsigned seed = 12345;
+        for (int i = 0; i < 5000; i++) {
+                size_t len = (size_t) rand_r(&seed) % (sizeof(struct ps_egress_apply) + 1);
+                for (size_t k = 0; k < len; k++)
+                        buf[k] = (uint8_t) rand_r(&seed);
+                struct ps_result res;
+                ASSERT_EQ(handle(PS_CHILD_EGRESS, buf, len, &res), -EBADMSG);
+        }
+}
+
+/* The real protocol over a socketpair with a forked docker child: ping, a raw malformed
+ * request refused (and the child keeps serving), then a dead child is noticed. */
+TEST(docker_child_over_the_socketpair) {
+        struct agent_config cfg = { .node_id = "unit" };
+        char err[256] = "";
+        ASSERT_OK(privsep_spawn(PS_CHILD_DOCKER, &cfg, err, sizeof(err)));
+        pid_t pid = privsep_child_pid(PS_CHILD_DOCKER);
+        ASSERT_TRUE(pid > 0);
+        char path[64], status[4096] = "";
+        snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
+        FILE *f = fopen(path, "r");
+        ASSERT_NOT_NULL(f);
+        size_t n = fread(status, 1, sizeof(status) - 1, f);
+        fclose(f);
+        status[n] = 0;
+        ASSERT_CONTAINS(status, "CapEff:\t0000000000000000");
+        ASSERT_CONTAINS(status, "NoNewPrivs:\t1");
+
+        struct ps_ping ping = { .hdr.type = PS_PING };
+        struct ps_result res;
+        ASSERT_EQ(privsep_call(PS_CHILD_DOCKER, &ping, sizeof(ping), &res), 0);
+        ASSERT_CONTAINS(res.msg, "docker process");
+        static const char junk[] = "{\"type\":\"egress.apply\"}";
+        ASSERT_EQ(privsep_send_raw(PS_CHILD_DOCKER, junk, sizeof(junk), &res), -EBADMSG);
+        /* Longer than the largest request: refused by its real length, not read in part. */
+        _cleanup_free_ uint8_t *big = xnew0(uint8_t, sizeof(struct ps_egress_apply) + 64);
+        ((struct ps_hdr *) big)->seq = 99;      /* echoed, so the answer is matched to it */
+        ASSERT_EQ(privsep_send_raw(PS_CHILD_DOCKER, big, sizeof(struct ps_egress_apply) + 64, &res), -EBADMSG);
+        ASSERT_CONTAINS(res.msg, "larger than any request");
+        if (!privsep_healthy(err, sizeof(err)))
+                test_fail(__FILE__, __LINE__, "unhealthy: %s", err);
+        ASSERT_EQ(privsep_call(PS_CHILD_DOCKER, &ping, sizeof(ping), &res), 0);
+        /* Egress was never started here. */
+        ASSERT_EQ(privsep_call(PS_CHILD_EGRESS, &ping, sizeof(ping), &res), -ENOTCONN);
+
+        ASSERT_EQ(kill(pid, SIGKILL), 0);
+        for (int i = 0; i < 200 && privsep_healthy(err, sizeof(err)); i++)
+                usleep(10000);
+        ASSERT_FALSE(privsep_healthy(err, sizeof(err)));
+        ASSERT_CONTAINS(err, "docker process was killed by signal 9");
+        ASSERT_EQ(privsep_call(PS_CHILD_DOCKER, &ping, sizeof(ping), &res), -EPIPE);
+        privsep_stop();
+}
+
+TEST(caps_drop_keeps_only_what_is_asked) {
+        if (geteuid() != 0)
+                TEST_SKIP("needs root's capabilities to see them dropped");
+        ASSERT_OK(caps_drop_except(UINT64_C(1) << CAP_NET_ADMIN));
+        char status[4096] = "";
+        FILE *f = fopen("/proc/self/status", "r");
+        ASSERT_NOT_NULL(f);
+        size_t n = fread(status, 1, sizeof(status) - 1, f);
+        fclose(f);
+        status[n] = 0;
+        ASSERT_CONTAINS(status, "CapEff:\t0000000000001000");
+        ASSERT_CONTAINS(status, "CapPrm:\t0000000000001000");
+        ASSERT_CONTAINS(status, "CapInh:\t0000000000000000");
+        ASSERT_CONTAINS(status, "NoNewPrivs:\t1");
+        ASSERT_OK(caps_drop_except(0));
+        f = fopen("/proc/self/status", "r");
+        n = fread(status, 1, sizeof(status) - 1, f);
+        fclose(f);
+        status[n] = 0;
+        ASSERT_CONTAINS(status, "CapEff:\t0000000000000000");
+        ASSERT_CONTAINS(status, "CapPrm:\t0000000000000000");
+        /* Gone for good: nothing raises it again. */
+        ASSERT_OK(caps_drop_except(~UINT64_C(0)));
+        f = fopen("/proc/self/status", "r");
+        n = fread(status, 1, sizeof(status) - 1, f);
+        fclose(f);
+        status[n] = 0;
+        ASSERT_CONTAINS(status, "CapEff:\t0000000000000000");
+}

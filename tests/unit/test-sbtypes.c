@@ -1,0 +1,78 @@
+/* Unit tests for controld/sbtypes.c: a sandbox's egress policy and timings are
+ * structs inside controld and round-trip through the store's column text. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "testlib.h"
+
+TEST(egress_parsed_once_and_round_trips) {
+        struct pj_egress pe = { 0 };
+        char why[256];
+        pe.mode = PJ_EGRESS_RESTRICTED;
+        ASSERT_EQ(pj_egress_add_allow(&pe, "1.1.1.1", why, sizeof(why)), 1);
+        ASSERT_EQ(pj_egress_add_allow(&pe, "10.0.0.0/8", why, sizeof(why)), 1);
+        ASSERT_EQ(pj_egress_add_allow(&pe, "API.Example.com.", why, sizeof(why)), 1);
+
+        struct sb_egress e = { 0 };
+        ASSERT_EQ(sb_egress_from_pj(&e, &pe), 0);
+        ASSERT_EQ(e.mode, PJ_EGRESS_RESTRICTED);
+        ASSERT_EQ(e.n_allow, 3);
+        ASSERT_EQ(e.allow[0].kind, PJ_ALLOW_IPV4);
+        ASSERT_EQ(e.allow[0].addr, 0x01010101u);
+        ASSERT_EQ(e.allow[1].kind, PJ_ALLOW_CIDR);
+        ASSERT_EQ(e.allow[1].prefix, 8);
+        ASSERT_EQ(e.allow[2].kind, PJ_ALLOW_HOSTNAME);
+        ASSERT_STREQ(e.allow[2].host, "api.example.com");
+
+        _cleanup_free_ char *t = sb_egress_allow_to_text(&e);
+        ASSERT_STREQ(t, "[\"1.1.1.1\",\"10.0.0.0/8\",\"api.example.com\"]");
+        struct sb_egress back = { .mode = PJ_EGRESS_RESTRICTED };
+        sb_egress_allow_from_text(&back, t);
+        ASSERT_EQ(back.n_allow, 3);
+        for (size_t i = 0; i < 3; i++) {
+                ASSERT_EQ(back.allow[i].kind, e.allow[i].kind);
+                ASSERT_EQ(back.allow[i].addr, e.allow[i].addr);
+                ASSERT_EQ(back.allow[i].prefix, e.allow[i].prefix);
+                ASSERT_STREQ(back.allow[i].host, e.allow[i].host);
+        }
+
+        /* Text that is not an allowlist gives no entries, never a crash. */
+        sb_egress_allow_from_text(&back, "{\"x\":1}");
+        ASSERT_EQ(back.n_allow, 0);
+        sb_egress_allow_from_text(&back, "[\"not a host\", 5, \"8.8.8.8\"]");
+        ASSERT_EQ(back.n_allow, 1);
+        sb_egress_allow_from_text(&back, NULL);
+        ASSERT_EQ(back.n_allow, 0);
+        _cleanup_free_ char *empty = sb_egress_allow_to_text(&back);
+        ASSERT_STREQ(empty, "[]");
+
+        sb_egress_done(&back);
+        sb_egress_done(&e);
+        sb_egress_done(&e); /* idempotent */
+        ASSERT_EQ(e.n_allow, 0);
+        pj_egress_done(&pe);
+}
+
+TEST(timings_round_trip_in_phase_order) {
+        struct sb_timings t = { 0 };
+        ASSERT_NULL(sb_timings_to_text(&t));
+        sb_timings_set(&t, SB_PHASE_RESUME, 7);
+        sb_timings_set(&t, SB_PHASE_VALIDATE, 1);
+        sb_timings_set(&t, SB_PHASE_PLACE, 1234);
+        _cleanup_free_ char *s = sb_timings_to_text(&t);
+        ASSERT_STREQ(s, "{\"validate_ms\":1,\"place_ms\":1234,\"resume_ms\":7}");
+        struct sb_timings back;
+        sb_timings_from_text(&back, "{\"record_ms\":3,\"total_ms\":9,\"junk\":\"x\",\"place_ms\":\"no\"}");
+        ASSERT_EQ(back.set, (1u << SB_PHASE_RECORD) | (1u << SB_PHASE_TOTAL));
+        ASSERT_EQ(back.ms[SB_PHASE_TOTAL], 9);
+        sb_timings_from_text(&back, s);
+        ASSERT_EQ(back.set, t.set);
+        for (int p = 0; p < _SB_PHASE_MAX; p++)
+                if (t.set & (1u << p))
+                        ASSERT_EQ(back.ms[p], t.ms[p]);
+        sb_timings_from_text(&back, NULL);
+        ASSERT_EQ(back.set, 0);
+}

@@ -1,0 +1,958 @@
+/* Unit tests for controld/store.c against a real temporary sqlite file: every store
+ * function, the plan caps and compare-and-set under concurrent threads (one connection and
+ * several, as the daemon and the admin CLI share a file), and the schema migration path. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sqlite3.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "strutil.h"
+#include "testlib.h"
+
+/* ---- helpers ---- */
+
+static const char *db_path(const char *name) {
+        static char buf[512];
+        snprintf(buf, sizeof(buf), "%s/%s.db", test_tmpdir(), name);
+        return buf;
+}
+
+static struct store *open_store(const char *name) {
+        struct store *s = NULL;
+        int r = store_open(db_path(name), &s);
+        if (r < 0)
+                test_fail(__FILE__, __LINE__, "store_open(%s): %s", name, strerror(-r));
+        return s;
+}
+
+/* Raw SQL on the file behind the store (a second connection), for what the API cannot see. */
+static void raw_sql(const char *name, const char *sql) {
+        sqlite3 *db = NULL;
+        char *msg = NULL;
+        if (sqlite3_open(db_path(name), &db) != SQLITE_OK)
+                test_fail(__FILE__, __LINE__, "sqlite3_open failed");
+        sqlite3_busy_timeout(db, 5000);
+        if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK)
+                test_fail(__FILE__, __LINE__, "%s: %s", sql, msg ? msg : "?");
+        sqlite3_close(db);
+}
+
+static long long raw_int(const char *name, const char *sql) {
+        sqlite3 *db = NULL;
+        sqlite3_stmt *st = NULL;
+        long long v = -1;
+        if (sqlite3_open(db_path(name), &db) != SQLITE_OK || sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+                test_fail(__FILE__, __LINE__, "%s: %s", sql, db ? sqlite3_errmsg(db) : "?");
+        if (sqlite3_step(st) == SQLITE_ROW)
+                v = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        return v;
+}
+
+static void new_account(struct store *s, const char *name, char ret_id[25]) {
+        struct account a = { 0 };
+        ASSERT_OK(store_account_create(s, name, "default", &a));
+        memcpy(ret_id, a.id, 25);
+        account_clear(&a);
+}
+
+/* A starting sandbox of account with every column set to something recognisable. */
+static void fill_sandbox(struct sandbox *sb, const char *account_id, const char *name, int64_t created_at) {
+        memset(sb, 0, sizeof(*sb));
+        hexid_new(sb->id);
+        snprintf(sb->account_id, sizeof(sb->account_id), "%s", account_id);
+        sb->name = xstrdup(name);
+        sb->template_name = xstrdup("busybox");
+        sb->image = xstrdup("paddock/busybox:local");
+        sb->status = SB_STARTING;
+        sb->region_key = xstrdup("local");
+        sb->cpu = 300;
+        sb->memory = 256;
+        sb->disk = 2;
+        sb->team = xstrdup("team-a");
+        sb->project_environment = xstrdup("prod");
+        sb->auto_destroy = true;
+        sb->destroy_timeout = xstrdup("1h");
+        sb->one_shot = true;
+        sb->egress.mode = PJ_EGRESS_DENY_ALL;
+        sb_egress_allow_from_text(&sb->egress, "[\"10.0.0.1\"]");
+        sb->persistent = true;
+        sb->persistent_disk_gb = 5;
+        sb->volume_id = xstrdup("0123456789abcdef01234567");
+        sb->mount_path = xstrdup("/workspace");
+        sb->from_snapshot = xstrdup("snap");
+        sb->snapshot_mode = xstrdup("auto");
+        sb->snapshot_frequency = xstrdup("daily");
+        sb->created_at = created_at;
+        sb->last_activity_at = created_at + 1;
+        sb->expires_at = created_at + 3600000;
+        sb->driver = xstrdup("docker");
+        sb_timings_set(&sb->timings, SB_PHASE_VALIDATE, 1);
+}
+
+static void insert_sandbox(struct store *s, const char *account_id, const char *name, int64_t created_at,
+                           char ret_id[25]) {
+        struct sandbox sb;
+        fill_sandbox(&sb, account_id, name, created_at);
+        ASSERT_OK(store_sandbox_insert_capped(s, &sb, -1));
+        memcpy(ret_id, sb.id, 25);
+        sandbox_clear(&sb);
+}
+
+static enum sb_status status_of(struct store *s, const char *id) {
+        struct sandbox sb = { 0 };
+        ASSERT_OK(store_sandbox_get(s, id, &sb));
+        enum sb_status st = sb.status;
+        sandbox_clear(&sb);
+        return st;
+}
+
+static void fill_volume(struct volume *v, const char *account_id, const char *name) {
+        memset(v, 0, sizeof(*v));
+        hexid_new(v->id);
+        snprintf(v->account_id, sizeof(v->account_id), "%s", account_id);
+        v->name = xstrdup(name);
+        v->type = xstrdup("standalone");
+        v->region_key = xstrdup("local");
+        v->team = xstrdup("team-a");
+        v->handle = xasprintf("paddock-vol-%s", v->id);
+        v->mount_path = xstrdup("/data");
+        v->size_gb = 3;
+        v->created_at = v->updated_at = 1700000000000;
+}
+
+static void insert_volume(struct store *s, const char *account_id, const char *name, char ret_id[25]) {
+        struct volume v;
+        fill_volume(&v, account_id, name);
+        ASSERT_OK(store_volume_insert_capped(s, &v, -1));
+        memcpy(ret_id, v.id, 25);
+        volume_clear(&v);
+}
+
+static char *attached_to(struct store *s, const char *vol_id) {
+        struct volume v = { 0 };
+        ASSERT_OK(store_volume_get(s, vol_id, &v));
+        char *r = v.attached_sandbox_id ? xstrdup(v.attached_sandbox_id) : NULL;
+        volume_clear(&v);
+        return r;
+}
+
+/* One account with two sandboxes and one detached volume. */
+struct vol_fixture { struct store *s; char acc[25], sb1[25], sb2[25], vol[25]; };
+static void vol_fixture_open(struct vol_fixture *f, const char *name) {
+        f->s = open_store(name);
+        new_account(f->s, "alice", f->acc);
+        insert_sandbox(f->s, f->acc, "one", 1, f->sb1);
+        insert_sandbox(f->s, f->acc, "two", 2, f->sb2);
+        insert_volume(f->s, f->acc, "data", f->vol);
+}
+
+/* ---- open, schema, migrations ---- */
+
+TEST(open_creates_current_schema_and_reopens) {
+        struct store *s = open_store("fresh");
+        s = store_close(s);
+        ASSERT_NULL(s);
+        ASSERT_EQ(raw_int("fresh", "SELECT MAX(version) FROM schema_version"), 3);
+        ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 3);
+        ASSERT_EQ(raw_int("fresh", "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
+        /* Reopening runs no migration twice. */
+        s = open_store("fresh");
+        store_close(s);
+        ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 3);
+        ASSERT_NULL(store_close(NULL));
+}
+
+TEST(open_refuses_a_newer_schema_and_a_bad_path) {
+        struct store *s = open_store("newer");
+        store_close(s);
+        raw_sql("newer", "INSERT INTO schema_version VALUES (99)");
+        s = (struct store *) 0x1;
+        ASSERT_EQ(store_open(db_path("newer"), &s), -EPROTO);
+        ASSERT_TRUE(s == (struct store *) 0x1); /* ret untouched on failure */
+        char bad[600];
+        snprintf(bad, sizeof(bad), "%s/no/such/dir/x.db", test_tmpdir());
+        ASSERT_TRUE(store_open(bad, &s) < 0);
+}
+
+/* A database written by the previous release (schema version 2, no volumes.deleting) opens,
+ * migrates to the current version and keeps every row. The old file is made by taking the
+ * current schema back to version 2 exactly as migration 3 would have found it. */
+TEST(migration_from_version_2_keeps_data) {
+        char acc[25], sb_id[25], vol[25], key_id[25];
+        struct store *s = open_store("old");
+        new_account(s, "old-timer", acc);
+        insert_sandbox(s, acc, "survivor", 1000, sb_id);
+        insert_volume(s, acc, "keep-me", vol);
+        ASSERT_OK(store_volume_attach(s, vol, sb_id, "/data", 5));
+        ASSERT_OK(store_key_add(s, acc, "hash-old", "pd_old", key_id));
+        store_close(s);
+        raw_sql("old", "ALTER TABLE volumes DROP COLUMN deleting; DELETE FROM schema_version WHERE version > 2;");
+        ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 0);
+
+        s = open_store("old");
+        ASSERT_EQ(raw_int("old", "SELECT MAX(version) FROM schema_version"), 3);
+        ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 1);
+        ASSERT_EQ(raw_int("old", "SELECT deleting FROM volumes"), 0);
+        struct account a = { 0 };
+        ASSERT_OK(store_key_lookup(s, "hash-old", &a));
+        ASSERT_STREQ(a.id, acc);
+        ASSERT_STREQ(a.name, "old-timer");
+        account_clear(&a);
+        struct sandbox sb = { 0 };
+        ASSERT_OK(store_sandbox_get(s, sb_id, &sb));
+        ASSERT_STREQ(sb.name, "survivor");
+        sandbox_clear(&sb);
+        _cleanup_free_ char *att = attached_to(s, vol);
+        ASSERT_STREQ(att, sb_id);
+        /* The migrated column works: the attached volume refuses deletion, a detached one is marked. */
+        ASSERT_EQ(store_volume_begin_delete(s, vol, NULL), -EBUSY);
+        ASSERT_OK(store_volume_detach_sandbox(s, sb_id, 6));
+        ASSERT_OK(store_volume_begin_delete(s, vol, NULL));
+        store_close(s);
+}
+
+TEST(migration_failure_rolls_back_and_reports) {
+        struct store *s = open_store("broken");
+        store_close(s);
+        /* Version 2 with a "deleting" column already there: migration 3 cannot apply. */
+        raw_sql("broken", "DELETE FROM schema_version WHERE version > 2;");
+        s = (struct store *) 0x1;
+        ASSERT_TRUE(store_open(db_path("broken"), &s) < 0);
+        ASSERT_TRUE(s == (struct store *) 0x1);
+        ASSERT_EQ(raw_int("broken", "SELECT MAX(version) FROM schema_version"), 2);
+}
+
+/* ---- meta ---- */
+
+TEST(meta_get_or_set_keeps_the_first_value) {
+        struct store *s = open_store("meta");
+        _cleanup_free_ char *v1 = NULL, *v2 = NULL, *v3 = NULL;
+        ASSERT_OK(store_meta_get_or_set(s, "instance_id", "aaa", &v1));
+        ASSERT_STREQ(v1, "aaa");
+        ASSERT_OK(store_meta_get_or_set(s, "instance_id", "bbb", &v2));
+        ASSERT_STREQ(v2, "aaa");
+        ASSERT_OK(store_meta_get_or_set(s, "other", "ccc", &v3));
+        ASSERT_STREQ(v3, "ccc");
+        store_close(s);
+        /* It survives a reopen. */
+        s = open_store("meta");
+        _cleanup_free_ char *v4 = NULL;
+        ASSERT_OK(store_meta_get_or_set(s, "instance_id", "zzz", &v4));
+        ASSERT_STREQ(v4, "aaa");
+        store_close(s);
+}
+
+/* ---- accounts and keys ---- */
+
+static int collect_names(const struct account *a, void *ud) {
+        char *buf = ud;
+        strcat(buf, a->name);
+        strcat(buf, ",");
+        return 0;
+}
+
+static int stop_after_first(const struct account *a, void *ud) {
+        (void) a;
+        (*(int *) ud)++;
+        return -EINTR;
+}
+
+TEST(accounts_create_get_by_name_foreach) {
+        struct store *s = open_store("accounts");
+        struct account a = { 0 }, b = { 0 };
+        ASSERT_OK(store_account_create(s, "alice", "free", &a));
+        ASSERT_EQ(strlen(a.id), 24);
+        ASSERT_STREQ(a.name, "alice");
+        ASSERT_STREQ(a.plan, "free");
+        ASSERT_TRUE(a.created_at > 0);
+        ASSERT_OK(store_account_create(s, "bob", "pro", NULL));
+        ASSERT_EQ(store_account_create(s, "alice", "pro", NULL), -EEXIST);
+
+        ASSERT_OK(store_account_get(s, a.id, &b));
+        ASSERT_STREQ(b.id, a.id);
+        ASSERT_STREQ(b.name, "alice");
+        ASSERT_STREQ(b.plan, "free");
+        account_clear(&b);
+        ASSERT_OK(store_account_by_name(s, "bob", &b));
+        ASSERT_STREQ(b.plan, "pro");
+        account_clear(&b);
+        ASSERT_EQ(store_account_get(s, "0123456789abcdef01234567", &b), -ENOENT);
+        ASSERT_EQ(store_account_by_name(s, "carol", &b), -ENOENT);
+
+        char names[256] = "";
+        ASSERT_OK(store_account_foreach(s, collect_names, names));
+        ASSERT_STREQ(names, "alice,bob,");
+        int calls = 0;
+        ASSERT_EQ(store_account_foreach(s, stop_after_first, &calls), -EINTR);
+        ASSERT_EQ(calls, 1);
+        account_clear(&a);
+        account_clear(NULL);
+        store_close(s);
+}
+
+struct key_seen { int n; char prefixes[256]; int revoked; };
+static int collect_keys(const char *id, const char *prefix, int64_t created, int64_t revoked, void *ud) {
+        struct key_seen *k = ud;
+        ASSERT_EQ(strlen(id), 24);
+        ASSERT_TRUE(created > 0);
+        k->n++;
+        strcat(k->prefixes, prefix);
+        strcat(k->prefixes, revoked ? "(revoked)," : ",");
+        k->revoked += revoked != 0;
+        return 0;
+}
+
+TEST(keys_add_lookup_revoke_foreach) {
+        struct store *s = open_store("keys");
+        char acc[25], other[25], k1[25], k2[25], k3[25];
+        new_account(s, "alice", acc);
+        new_account(s, "mallory", other);
+        ASSERT_OK(store_key_add(s, acc, "hash1", "pd_aaa", k1));
+        ASSERT_OK(store_key_add(s, acc, "hash2", "pd_bbb", k2));
+        ASSERT_OK(store_key_add(s, other, "hash3", "pd_ccc", k3));
+        ASSERT_EQ(store_key_add(s, "0123456789abcdef01234567", "hash4", "pd_ddd", k3), -ENOENT);
+        ASSERT_EQ(store_key_add(s, acc, "hash1", "pd_eee", k3), -ENOENT); /* same hash: refused */
+
+        struct account a = { 0 };
+        ASSERT_OK(store_key_lookup(s, "hash2", &a));
+        ASSERT_STREQ(a.id, acc);
+        ASSERT_STREQ(a.name, "alice");
+        account_clear(&a);
+        ASSERT_EQ(store_key_lookup(s, "nope", &a), -ENOENT);
+
+        ASSERT_OK(store_key_revoke(s, "pd_aaa"));   /* by prefix */
+        ASSERT_EQ(store_key_lookup(s, "hash1", &a), -ENOENT);
+        ASSERT_EQ(store_key_revoke(s, "pd_aaa"), -ENOENT);  /* already revoked */
+        ASSERT_OK(store_key_revoke(s, k2));        /* by id */
+        ASSERT_EQ(store_key_lookup(s, "hash2", &a), -ENOENT);
+        ASSERT_EQ(store_key_revoke(s, "unknown"), -ENOENT);
+        ASSERT_OK(store_key_lookup(s, "hash3", &a));  /* others' keys untouched */
+        ASSERT_STREQ(a.id, other);
+        account_clear(&a);
+
+        struct key_seen seen = { 0 };
+        ASSERT_OK(store_key_foreach(s, acc, collect_keys, &seen));
+        ASSERT_EQ(seen.n, 2);
+        ASSERT_EQ(seen.revoked, 2);
+        ASSERT_STREQ(seen.prefixes, "pd_aaa(revoked),pd_bbb(revoked),");
+        store_close(s);
+}
+
+/* ---- sandboxes ---- */
+
+TEST(status_names_round_trip) {
+        for (int i = 0; i < _SB_STATUS_MAX; i++)
+                ASSERT_EQ(sb_status_from_str(sb_status_str((enum sb_status) i)), i);
+        ASSERT_EQ(sb_status_from_str("bogus"), -EINVAL);
+        ASSERT_EQ(sb_status_from_str(NULL), -EINVAL);
+        ASSERT_STREQ(sb_status_str(_SB_STATUS_MAX), "unknown");
+        ASSERT_TRUE(sb_status_active(SB_STARTING));
+        ASSERT_TRUE(sb_status_active(SB_PAUSED));
+        ASSERT_TRUE(sb_status_active(SB_RESUMING));
+        ASSERT_FALSE(sb_status_active(SB_FAILED));
+        ASSERT_FALSE(sb_status_active(SB_DESTROYED));
+}
+
+TEST(sandbox_insert_get_update_round_trip_every_column) {
+        struct store *s = open_store("sb");
+        char acc[25];
+        new_account(s, "alice", acc);
+        struct sandbox in, out = { 0 };
+        fill_sandbox(&in, acc, "box", 1000);
+        ASSERT_OK(store_sandbox_insert_capped(s, &in, 5));
+        ASSERT_EQ(store_sandbox_insert_capped(s, &in, 5), -EEXIST);  /* same id */
+        ASSERT_OK(store_sandbox_get(s, in.id, &out));
+        ASSERT_STREQ(out.id, in.id);
+        ASSERT_STREQ(out.account_id, acc);
+        ASSERT_STREQ(out.name, "box");
+        ASSERT_STREQ(out.template_name, "busybox");
+        ASSERT_STREQ(out.image, "paddock/busybox:local");
+        ASSERT_EQ(out.status, SB_STARTING);
+        ASSERT_STREQ(out.region_key, "local");
+        ASSERT_EQ(out.cpu, 300);
+        ASSERT_EQ(out.memory, 256);
+        ASSERT_EQ(out.disk, 2);
+        ASSERT_STREQ(out.team, "team-a");
+        ASSERT_STREQ(out.project_environment, "prod");
+        ASSERT_TRUE(out.auto_destroy);
+        ASSERT_STREQ(out.destroy_timeout, "1h");
+        ASSERT_TRUE(out.one_shot);
+        ASSERT_EQ(out.egress.mode, PJ_EGRESS_DENY_ALL);
+        {
+                _cleanup_free_ char *allow = sb_egress_allow_to_text(&out.egress);
+                ASSERT_STREQ(allow, "[\"10.0.0.1\"]");
+        }
+        ASSERT_TRUE(out.persistent);
+        ASSERT_EQ(out.persistent_disk_gb, 5);
+        ASSERT_STREQ(out.volume_id, "0123456789abcdef01234567");
+        ASSERT_STREQ(out.mount_path, "/workspace");
+        ASSERT_STREQ(out.from_snapshot, "snap");
+        ASSERT_STREQ(out.snapshot_mode, "auto");
+        ASSERT_STREQ(out.snapshot_frequency, "daily");
+        ASSERT_EQ(out.created_at, 1000);
+        ASSERT_EQ(out.last_activity_at, 1001);
+        ASSERT_EQ(out.expires_at, 1000 + 3600000);
+        ASSERT_EQ(out.paused_at, 0);
+        ASSERT_EQ(out.destroyed_at, 0);
+        ASSERT_NULL(out.destroy_reason);
+        ASSERT_NULL(out.container_id);
+        ASSERT_STREQ(out.driver, "docker");
+        {
+                _cleanup_free_ char *timings = sb_timings_to_text(&out.timings);
+                ASSERT_STREQ(timings, "{\"validate_ms\":1}");
+        }
+        sandbox_clear(&out);
+
+        /* Full-row update of the mutable columns. */
+        in.status = SB_READY;
+        in.container_id = xstrdup("c0ffee");
+        in.ip = xstrdup("10.1.2.3");
+        in.node_id = xstrdup("local");
+        in.job_id = xstrdup("job");
+        in.alloc_id = xstrdup("alloc");
+        in.paused_at = 77;
+        free(in.team);
+        in.team = NULL;
+        ASSERT_OK(store_sandbox_update(s, &in));
+        ASSERT_OK(store_sandbox_get(s, in.id, &out));
+        ASSERT_EQ(out.status, SB_READY);
+        ASSERT_STREQ(out.container_id, "c0ffee");
+        ASSERT_STREQ(out.ip, "10.1.2.3");
+        ASSERT_STREQ(out.node_id, "local");
+        ASSERT_STREQ(out.job_id, "job");
+        ASSERT_STREQ(out.alloc_id, "alloc");
+        ASSERT_EQ(out.paused_at, 77);
+        ASSERT_NULL(out.team);
+        sandbox_clear(&out);
+
+        /* Defaults for NULL text the schema requires. */
+        struct sandbox bare;
+        fill_sandbox(&bare, acc, "bare", 2000);
+        sb_egress_done(&bare.egress);
+        bare.snapshot_mode = (free(bare.snapshot_mode), NULL);
+        ASSERT_OK(store_sandbox_insert_capped(s, &bare, -1));
+        ASSERT_OK(store_sandbox_get(s, bare.id, &out));
+        ASSERT_EQ(out.egress.n_allow, 0);
+        ASSERT_STREQ(out.snapshot_mode, "manual");
+        sandbox_clear(&out);
+        sandbox_clear(&bare);
+
+        ASSERT_OK(store_sandbox_touch(s, in.id, 424242));
+        ASSERT_OK(store_sandbox_get(s, in.id, &out));
+        ASSERT_EQ(out.last_activity_at, 424242);
+        sandbox_clear(&out);
+
+        ASSERT_EQ(store_sandbox_get(s, "0123456789abcdef01234567", &out), -ENOENT);
+        hexid_new(in.id);
+        ASSERT_EQ(store_sandbox_update(s, &in), -ENOENT);
+        sandbox_clear(&in);
+        sandbox_clear(NULL);
+        store_close(s);
+}
+
+TEST(sandbox_insert_needs_a_real_account) {
+        struct store *s = open_store("sb-fk");
+        struct sandbox sb;
+        fill_sandbox(&sb, "0123456789abcdef01234567", "orphan", 1);
+        ASSERT_EQ(store_sandbox_insert_capped(s, &sb, -1), -EEXIST); /* constraint (foreign key) */
+        sandbox_clear(&sb);
+        store_close(s);
+}
+
+TEST(sandbox_delete_list_count) {
+        struct store *s = open_store("list");
+        char a1[25], a2[25], ids[5][25], other[25];
+        new_account(s, "alice", a1);
+        new_account(s, "bob", a2);
+        for (int i = 0; i < 5; i++) {
+                char name[16];
+                snprintf(name, sizeof(name), "b%d", i);
+                insert_sandbox(s, a1, name, 1000 + i, ids[i]);
+        }
+        insert_sandbox(s, a2, "bobs", 500, other);
+        ASSERT_OK(store_sandbox_cas_status(s, ids[1], SB_STARTING, SB_READY));
+        ASSERT_OK(store_sandbox_cas_status(s, ids[3], SB_STARTING, SB_READY));
+        ASSERT_OK(store_sandbox_cas_status(s, other, SB_STARTING, SB_READY));
+
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        int64_t total = 0;
+        /* Newest first, paged, with the total of the whole filter. */
+        ASSERT_OK(store_sandbox_list(s, a1, -1, 1, 2, &a, &n, &total));
+        ASSERT_EQ(total, 5);
+        ASSERT_EQ(n, 2);
+        ASSERT_STREQ(a[0].id, ids[3]);
+        ASSERT_STREQ(a[1].id, ids[2]);
+        sandbox_array_free(a, n);
+        ASSERT_OK(store_sandbox_list(s, a1, SB_READY, 0, 10, &a, &n, &total));
+        ASSERT_EQ(total, 2);
+        ASSERT_EQ(n, 2);
+        ASSERT_STREQ(a[0].id, ids[3]);
+        ASSERT_STREQ(a[1].id, ids[1]);
+        sandbox_array_free(a, n);
+        ASSERT_OK(store_sandbox_list(s, a1, SB_PAUSED, 0, 10, &a, &n, &total));
+        ASSERT_EQ(total, 0);
+        ASSERT_EQ(n, 0);
+        sandbox_array_free(a, n);
+
+        /* Across accounts, oldest first. */
+        ASSERT_OK(store_sandbox_list_status(s, NULL, SB_READY, &a, &n));
+        ASSERT_EQ(n, 3);
+        ASSERT_STREQ(a[0].id, other);
+        ASSERT_STREQ(a[1].id, ids[1]);
+        sandbox_array_free(a, n);
+        ASSERT_OK(store_sandbox_list_status(s, a2, -1, &a, &n));
+        ASSERT_EQ(n, 1);
+        ASSERT_STREQ(a[0].id, other);
+        sandbox_array_free(a, n);
+        ASSERT_OK(store_sandbox_list_status(s, NULL, -1, &a, &n));
+        ASSERT_EQ(n, 6);
+        sandbox_array_free(a, n);
+
+        int64_t counts[_SB_STATUS_MAX];
+        ASSERT_OK(store_sandbox_count_by_status(s, counts));
+        ASSERT_EQ(counts[SB_READY], 3);
+        ASSERT_EQ(counts[SB_STARTING], 3);
+        ASSERT_EQ(counts[SB_DESTROYED], 0);
+
+        ASSERT_OK(store_sandbox_delete(s, ids[0]));
+        struct sandbox sb = { 0 };
+        ASSERT_EQ(store_sandbox_get(s, ids[0], &sb), -ENOENT);
+        ASSERT_OK(store_sandbox_count_by_status(s, counts));
+        ASSERT_EQ(counts[SB_STARTING], 2);
+        store_close(s);
+}
+
+/* ---- plan caps under concurrency ---- */
+
+struct cap_run {
+        struct store **stores;
+        int n_stores;
+        const char *account_id;
+        int64_t cap;
+        int ok, quota, other;
+        pthread_mutex_t lock;
+        pthread_barrier_t go;
+};
+struct cap_arg { struct cap_run *run; int i; };
+
+static void *cap_insert(void *p) {
+        struct cap_arg *a = p;
+        struct cap_run *run = a->run;
+        struct sandbox sb;
+        char name[16];
+        snprintf(name, sizeof(name), "t%d", a->i);
+        fill_sandbox(&sb, run->account_id, name, 1000 + a->i);
+        pthread_barrier_wait(&run->go);
+        int r = store_sandbox_insert_capped(run->stores[a->i % run->n_stores], &sb, run->cap);
+        sandbox_clear(&sb);
+        pthread_mutex_lock(&run->lock);
+        if (r == 0)
+                run->ok++;
+        else if (r == -EDQUOT)
+                run->quota++;
+        else
+                run->other++;
+        pthread_mutex_unlock(&run->lock);
+        return NULL;
+}
+
+/* 50 threads create at once against a cap of 3, through n_stores connections to one file. */
+static void cap_race(const char *name, int n_stores) {
+        enum { N = 50 };
+        struct store *stores[8];
+        char acc[25];
+        for (int i = 0; i < n_stores; i++)
+                stores[i] = open_store(name);
+        new_account(stores[0], "racer", acc);
+        struct cap_run run = { .stores = stores, .n_stores = n_stores, .account_id = acc, .cap = 3 };
+        pthread_mutex_init(&run.lock, NULL);
+        pthread_barrier_init(&run.go, NULL, N);
+        pthread_t t[N];
+        struct cap_arg args[N];
+        for (int i = 0; i < N; i++) {
+                args[i] = (struct cap_arg) { &run, i };
+                ASSERT_EQ(pthread_create(&t[i], NULL, cap_insert, &args[i]), 0);
+        }
+        for (int i = 0; i < N; i++)
+                pthread_join(t[i], NULL);
+        ASSERT_EQ(run.ok, 3);
+        ASSERT_EQ(run.quota, N - 3);
+        ASSERT_EQ(run.other, 0);
+        ASSERT_EQ(raw_int(name, "SELECT COUNT(*) FROM sandboxes"), 3);
+
+        /* Only active sandboxes count: one destroyed and one failed free two places. */
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        ASSERT_OK(store_sandbox_list_status(stores[0], acc, -1, &a, &n));
+        ASSERT_EQ(n, 3);
+        ASSERT_OK(store_sandbox_cas_status(stores[0], a[0].id, SB_STARTING, SB_DESTROYED));
+        ASSERT_OK(store_sandbox_cas_status(stores[0], a[1].id, SB_STARTING, SB_FAILED));
+        ASSERT_OK(store_sandbox_cas_status(stores[0], a[2].id, SB_STARTING, SB_PAUSED));  /* paused still counts */
+        sandbox_array_free(a, n);
+        struct sandbox sb;
+        fill_sandbox(&sb, acc, "again1", 1);
+        ASSERT_OK(store_sandbox_insert_capped(stores[n_stores - 1], &sb, 3));
+        hexid_new(sb.id);
+        ASSERT_OK(store_sandbox_insert_capped(stores[0], &sb, 3));
+        hexid_new(sb.id);
+        ASSERT_EQ(store_sandbox_insert_capped(stores[0], &sb, 3), -EDQUOT);
+        ASSERT_OK(store_sandbox_insert_capped(stores[0], &sb, -1));   /* no cap */
+        sandbox_clear(&sb);
+        for (int i = 0; i < n_stores; i++)
+                store_close(stores[i]);
+}
+
+TEST_FULL(sandbox_cap_is_exact_under_50_threads, 60) { cap_race("cap1", 1); }
+TEST_FULL(sandbox_cap_is_exact_across_connections, 60) { cap_race("cap5", 5); }
+
+/* ---- compare-and-set ---- */
+
+TEST(cas_status_wins_only_from_the_expected_status) {
+        struct store *s = open_store("cas");
+        char acc[25], id[25];
+        new_account(s, "alice", acc);
+        insert_sandbox(s, acc, "box", 1, id);
+        ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
+        ASSERT_EQ(status_of(s, id), SB_READY);
+        /* The reaper's view is stale: it believes the sandbox is still starting. */
+        ASSERT_EQ(store_sandbox_cas_status(s, id, SB_STARTING, SB_FAILED), -ESTALE);
+        ASSERT_EQ(status_of(s, id), SB_READY);
+        ASSERT_EQ(store_sandbox_cas_status(s, "0123456789abcdef01234567", SB_READY, SB_PAUSING), -ENOENT);
+        store_close(s);
+}
+
+/* The reaper race: it read 'ready', the user paused meanwhile; its destroy must not land. */
+TEST(update_cas_loses_when_the_status_changed) {
+        struct store *s = open_store("ucas");
+        char acc[25], id[25];
+        new_account(s, "alice", acc);
+        insert_sandbox(s, acc, "box", 1, id);
+        ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
+
+        struct sandbox stale = { 0 };
+        ASSERT_OK(store_sandbox_get(s, id, &stale));            /* the reaper's list */
+        ASSERT_OK(store_sandbox_cas_status(s, id, SB_READY, SB_PAUSING));  /* the user pauses */
+        enum sb_status seen = stale.status;
+        stale.status = SB_DESTROYED;
+        stale.destroyed_at = 99;
+        stale.destroy_reason = xstrdup("failed");
+        ASSERT_EQ(store_sandbox_update_cas(s, &stale, seen), -ESTALE);
+        struct sandbox now = { 0 };
+        ASSERT_OK(store_sandbox_get(s, id, &now));
+        ASSERT_EQ(now.status, SB_PAUSING);
+        ASSERT_EQ(now.destroyed_at, 0);
+        ASSERT_NULL(now.destroy_reason);
+        sandbox_clear(&now);
+
+        /* From the status it really has, the same write lands with every column. */
+        ASSERT_OK(store_sandbox_update_cas(s, &stale, SB_PAUSING));
+        ASSERT_OK(store_sandbox_get(s, id, &now));
+        ASSERT_EQ(now.status, SB_DESTROYED);
+        ASSERT_EQ(now.destroyed_at, 99);
+        ASSERT_STREQ(now.destroy_reason, "failed");
+        sandbox_clear(&now);
+
+        hexid_new(stale.id);
+        ASSERT_EQ(store_sandbox_update_cas(s, &stale, SB_READY), -ENOENT);
+        sandbox_clear(&stale);
+        store_close(s);
+}
+
+struct cas_run { struct store *s; const char *id; int wins, losses; pthread_mutex_t lock; pthread_barrier_t go; };
+static void *cas_thread(void *p) {
+        struct cas_run *run = p;
+        pthread_barrier_wait(&run->go);
+        int r = store_sandbox_cas_status(run->s, run->id, SB_READY, SB_DESTROYED);
+        pthread_mutex_lock(&run->lock);
+        if (r == 0)
+                run->wins++;
+        else if (r == -ESTALE)
+                run->losses++;
+        pthread_mutex_unlock(&run->lock);
+        return NULL;
+}
+
+TEST_FULL(cas_has_exactly_one_winner_among_50_threads, 60) {
+        enum { N = 50 };
+        struct store *s = open_store("cas50");
+        char acc[25], id[25];
+        new_account(s, "alice", acc);
+        insert_sandbox(s, acc, "box", 1, id);
+        ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
+        struct cas_run run = { .s = s, .id = id };
+        pthread_mutex_init(&run.lock, NULL);
+        pthread_barrier_init(&run.go, NULL, N);
+        pthread_t t[N];
+        for (int i = 0; i < N; i++)
+                ASSERT_EQ(pthread_create(&t[i], NULL, cas_thread, &run), 0);
+        for (int i = 0; i < N; i++)
+                pthread_join(t[i], NULL);
+        ASSERT_EQ(run.wins, 1);
+        ASSERT_EQ(run.losses, N - 1);
+        store_close(s);
+}
+
+/* ---- volumes ---- */
+
+TEST(volume_insert_get_update_list_cap) {
+        struct store *s = open_store("vol");
+        char acc[25], other[25], v1[25], v2[25];
+        new_account(s, "alice", acc);
+        new_account(s, "bob", other);
+        struct volume v;
+        fill_volume(&v, acc, "data");
+        ASSERT_OK(store_volume_insert_capped(s, &v, 2));
+        memcpy(v1, v.id, 25);
+        hexid_new(v.id);
+        ASSERT_EQ(store_volume_insert_capped(s, &v, 2), -EEXIST);   /* same name, same account */
+        snprintf(v.account_id, sizeof(v.account_id), "%s", other);
+        ASSERT_OK(store_volume_insert_capped(s, &v, 2));             /* same name, other account */
+        snprintf(v.account_id, sizeof(v.account_id), "%s", acc);
+        hexid_new(v.id);
+        free(v.name);
+        v.name = xstrdup("data2");
+        ASSERT_OK(store_volume_insert_capped(s, &v, 2));
+        memcpy(v2, v.id, 25);
+        hexid_new(v.id);
+        free(v.name);
+        v.name = xstrdup("data3");
+        ASSERT_EQ(store_volume_insert_capped(s, &v, 2), -EDQUOT);
+        volume_clear(&v);
+
+        struct volume g = { 0 };
+        ASSERT_OK(store_volume_get(s, v1, &g));
+        ASSERT_STREQ(g.id, v1);
+        ASSERT_STREQ(g.account_id, acc);
+        ASSERT_STREQ(g.name, "data");
+        ASSERT_STREQ(g.type, "standalone");
+        ASSERT_STREQ(g.region_key, "local");
+        ASSERT_STREQ(g.team, "team-a");
+        ASSERT_CONTAINS(g.handle, "paddock-vol-");
+        ASSERT_STREQ(g.mount_path, "/data");
+        ASSERT_NULL(g.attached_sandbox_id);
+        ASSERT_EQ(g.size_gb, 3);
+        ASSERT_EQ(g.last_attached_at, 0);
+        ASSERT_EQ(g.created_at, 1700000000000);
+        g.size_gb = 9;
+        free(g.mount_path);
+        g.mount_path = xstrdup("/mnt");
+        ASSERT_OK(store_volume_update(s, &g));
+        volume_clear(&g);
+        ASSERT_OK(store_volume_get(s, v1, &g));
+        ASSERT_EQ(g.size_gb, 9);
+        ASSERT_STREQ(g.mount_path, "/mnt");
+        volume_clear(&g);
+        ASSERT_EQ(store_volume_get(s, "0123456789abcdef01234567", &g), -ENOENT);
+
+        struct volume *a = NULL;
+        size_t n = 0;
+        int64_t total = 0;
+        ASSERT_OK(store_volume_list(s, acc, 0, 1, &a, &n, &total));
+        ASSERT_EQ(total, 2);
+        ASSERT_EQ(n, 1);
+        volume_array_free(a, n);
+        ASSERT_OK(store_volume_list(s, acc, 0, 10, &a, &n, &total));
+        ASSERT_EQ(n, 2);
+        ASSERT_TRUE((!strcmp(a[0].id, v1) && !strcmp(a[1].id, v2)) || (!strcmp(a[0].id, v2) && !strcmp(a[1].id, v1)));
+        volume_array_free(a, n);
+        ASSERT_OK(store_volume_list(s, other, 0, 10, &a, &n, &total));
+        ASSERT_EQ(total, 1);
+        volume_array_free(a, n);
+        store_close(s);
+}
+
+TEST(volume_attach_detach_delete) {
+        struct vol_fixture f;
+        vol_fixture_open(&f, "attach");
+        struct store *s = f.s;
+        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
+
+        ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 500));
+        ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 501));     /* same sandbox again: fine */
+        ASSERT_EQ(store_volume_attach(s, vol, sb2, "/work", 502), -EBUSY);
+        ASSERT_EQ(store_volume_attach(s, "0123456789abcdef01234567", sb2, "/w", 1), -ENOENT);
+        struct volume g = { 0 };
+        ASSERT_OK(store_volume_get(s, vol, &g));
+        ASSERT_STREQ(g.attached_sandbox_id, sb1);
+        ASSERT_STREQ(g.mount_path, "/work");
+        ASSERT_EQ(g.last_attached_at, 501);
+        volume_clear(&g);
+
+        ASSERT_EQ(store_volume_delete(s, vol), -EBUSY);
+        ASSERT_OK(store_volume_detach_sandbox(s, sb2, 600));          /* not attached to sb2: no-op */
+        _cleanup_free_ char *still = attached_to(s, vol);
+        ASSERT_STREQ(still, sb1);
+        ASSERT_OK(store_volume_detach_sandbox(s, sb1, 601));
+        _cleanup_free_ char *none = attached_to(s, vol);
+        ASSERT_NULL(none);
+        ASSERT_OK(store_volume_attach(s, vol, sb2, "/w2", 700));
+        ASSERT_OK(store_volume_detach_sandbox(s, sb2, 701));
+        ASSERT_OK(store_volume_delete(s, vol));
+        ASSERT_EQ(store_volume_get(s, vol, &g), -ENOENT);
+        store_close(s);
+}
+
+/* The volume delete race: a delete must be decided and marked in the database before the
+ * backend volume goes, so that no create can attach a volume whose data is being removed. */
+TEST(volume_begin_delete_refuses_attached_and_blocks_attach) {
+        struct vol_fixture f;
+        vol_fixture_open(&f, "vdel");
+        struct store *s = f.s;
+        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
+
+        /* Attached: refused, nothing marked. */
+        ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 10));
+        ASSERT_EQ(store_volume_begin_delete(s, vol, NULL), -EBUSY);
+        ASSERT_EQ(store_volume_begin_delete(s, vol, sb2), -EBUSY);    /* not sb2's to delete */
+        ASSERT_EQ(raw_int("vdel", "SELECT deleting FROM volumes"), 0);
+        ASSERT_OK(store_volume_detach_sandbox(s, sb1, 11));
+
+        /* Detached: marked; from then on no sandbox can attach it. */
+        ASSERT_OK(store_volume_begin_delete(s, vol, NULL));
+        ASSERT_EQ(raw_int("vdel", "SELECT deleting FROM volumes"), 1);
+        ASSERT_EQ(store_volume_attach(s, vol, sb2, "/work", 12), -ENOENT);
+        _cleanup_free_ char *att = attached_to(s, vol);
+        ASSERT_NULL(att);
+        ASSERT_EQ(store_volume_begin_delete(s, vol, NULL), -EALREADY);  /* a second delete */
+
+        /* The backend removal failed: the mark is lifted and the volume is usable again. */
+        ASSERT_OK(store_volume_abort_delete(s, vol));
+        ASSERT_OK(store_volume_attach(s, vol, sb2, "/work", 13));
+        ASSERT_OK(store_volume_detach_sandbox(s, sb2, 14));
+
+        /* Success path: mark, (backend removal), delete the row. */
+        ASSERT_OK(store_volume_begin_delete(s, vol, NULL));
+        ASSERT_OK(store_volume_delete(s, vol));
+        ASSERT_EQ(store_volume_begin_delete(s, vol, NULL), -ENOENT);
+        store_close(s);
+}
+
+TEST(volume_begin_delete_by_its_own_sandbox_detaches_and_marks) {
+        struct vol_fixture f;
+        vol_fixture_open(&f, "vown");
+        struct store *s = f.s;
+        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
+        char v2[25];
+        insert_volume(s, f.acc, "other", v2);
+        ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 10));
+        ASSERT_OK(store_volume_begin_delete(s, vol, sb1));   /* a failed create drops its own volume */
+        _cleanup_free_ char *att = attached_to(s, vol);
+        ASSERT_NULL(att);
+        ASSERT_EQ(store_volume_attach(s, vol, sb2, "/work", 11), -ENOENT);
+        ASSERT_OK(store_volume_delete(s, vol));
+
+        /* A restart after a crash mid-delete lifts every mark (the delete can be retried). */
+        ASSERT_OK(store_volume_begin_delete(s, v2, NULL));
+        ASSERT_OK(store_volume_abort_delete(s, NULL));
+        ASSERT_OK(store_volume_attach(s, v2, sb2, "/work", 12));
+        store_close(s);
+}
+
+struct vrace {
+        struct store *sa, *sd;   /* attach through one connection, delete through another */
+        const char *vol, *sb;
+        int attached, deleted;
+        pthread_barrier_t go;
+};
+static void *vrace_attach(void *p) {
+        struct vrace *v = p;
+        pthread_barrier_wait(&v->go);
+        v->attached = store_volume_attach(v->sa, v->vol, v->sb, "/w", 1) == 0;
+        return NULL;
+}
+static void *vrace_delete(void *p) {
+        struct vrace *v = p;
+        pthread_barrier_wait(&v->go);
+        v->deleted = store_volume_begin_delete(v->sd, v->vol, NULL) == 0;
+        return NULL;
+}
+
+/* Attach and delete at once, many times, over one and two connections: exactly one wins. */
+TEST_FULL(volume_attach_and_delete_never_both_win, 60) {
+        struct store *s = open_store("vrace"), *s2 = open_store("vrace");
+        char acc[25], sb[25];
+        new_account(s, "alice", acc);
+        insert_sandbox(s, acc, "one", 1, sb);
+        for (int i = 0; i < 100; i++) {
+                char vol[25], name[16];
+                snprintf(name, sizeof(name), "v%d", i);
+                insert_volume(s, acc, name, vol);
+                struct vrace v = { .sa = s, .sd = i % 2 ? s2 : s, .vol = vol, .sb = sb };
+                pthread_barrier_init(&v.go, NULL, 2);
+                pthread_t a, d;
+                ASSERT_EQ(pthread_create(&a, NULL, vrace_attach, &v), 0);
+                ASSERT_EQ(pthread_create(&d, NULL, vrace_delete, &v), 0);
+                pthread_join(a, NULL);
+                pthread_join(d, NULL);
+                pthread_barrier_destroy(&v.go);
+                ASSERT_EQ(v.attached + v.deleted, 1);
+                _cleanup_free_ char *att = attached_to(s, vol);
+                if (v.deleted)
+                        ASSERT_NULL(att);
+                else
+                        ASSERT_STREQ(att, sb);
+                ASSERT_OK(store_volume_detach_sandbox(s, sb, 2));
+        }
+        store_close(s2);
+        store_close(s);
+}
+
+/* ---- usage and stats ---- */
+
+TEST(usage_accumulates_per_account_and_period) {
+        struct store *s = open_store("usage");
+        char a1[25], a2[25];
+        new_account(s, "alice", a1);
+        new_account(s, "bob", a2);
+        double cost = -1;
+        ASSERT_OK(store_usage_get(s, a1, "2026-12", &cost));
+        ASSERT_TRUE(cost == 0);
+        ASSERT_OK(store_usage_add(s, a1, "2026-12", 10, 20, 0.25));
+        ASSERT_OK(store_usage_add(s, a1, "2026-12", 10, 20, 0.5));
+        ASSERT_OK(store_usage_add(s, a1, "2026-11", 1, 1, 7));
+        ASSERT_OK(store_usage_add(s, a2, "2026-12", 1, 1, 3));
+        ASSERT_OK(store_usage_get(s, a1, "2026-12", &cost));
+        ASSERT_TRUE(cost == 0.75);
+        ASSERT_OK(store_usage_get(s, a1, "2026-11", &cost));
+        ASSERT_TRUE(cost == 7);
+        ASSERT_OK(store_usage_get(s, a2, "2026-12", &cost));
+        ASSERT_TRUE(cost == 3);
+        ASSERT_EQ(raw_int("usage", "SELECT CAST(cpu_mhz_seconds AS INTEGER) FROM usage WHERE period = '2026-12' "
+                                   "AND cost = 0.75"), 20);
+        ASSERT_EQ(store_usage_add(s, "0123456789abcdef01234567", "2026-12", 1, 1, 1), -EEXIST); /* foreign key */
+        store_close(s);
+}
+
+TEST(stats_add_range_prune) {
+        struct store *s = open_store("stats");
+        ASSERT_OK(store_stats_add(s, "sb-a", 100, 1.5, 10, 1000));
+        ASSERT_OK(store_stats_add(s, "sb-a", 300, 2.5, 20, 2000));
+        ASSERT_OK(store_stats_add(s, "sb-a", 200, 3.5, 30, 3000));
+        ASSERT_OK(store_stats_add(s, "sb-b", 250, 9, 9, 9));
+        struct stats_sample *a = NULL;
+        size_t n = 0;
+        ASSERT_OK(store_stats_range(s, "sb-a", 150, &a, &n));
+        ASSERT_EQ(n, 2);
+        ASSERT_EQ(a[0].ts_ms, 200);   /* ordered by time */
+        ASSERT_TRUE(a[0].cpu_pct == 3.5 && a[0].mem_pct == 30 && a[0].net_bps == 3000);
+        ASSERT_EQ(a[1].ts_ms, 300);
+        free(a);
+        ASSERT_OK(store_stats_prune(s, 250));
+        ASSERT_OK(store_stats_range(s, "sb-a", 0, &a, &n));
+        ASSERT_EQ(n, 1);
+        ASSERT_EQ(a[0].ts_ms, 300);
+        free(a);
+        ASSERT_OK(store_stats_range(s, "sb-b", 0, &a, &n));
+        ASSERT_EQ(n, 1);
+        free(a);
+        ASSERT_OK(store_stats_range(s, "sb-none", 0, &a, &n));
+        ASSERT_EQ(n, 0);
+        free(a);
+        store_close(s);
+}
