@@ -288,6 +288,21 @@ int docker_runtime_path(struct docker *d, const char *name, char **ret_path) {
         return 0;
 }
 
+int docker_storage_driver(struct docker *d, char **ret_driver) {
+        _cleanup_(dresp_done) struct dresp resp = {};
+        int r = dcall(d, "GET", "/info", NULL, 0, &resp);
+        if (r < 0)
+                return r;
+        const char *drv = json_str(resp.json, "Driver");
+        if (!drv) {
+                set_error("unexpected /info response (no Driver)");
+                return -EBADMSG;
+        }
+        if (ret_driver)
+                *ret_driver = xstrdup(drv);
+        return 0;
+}
+
 /* ---- containers --------------------------------------------------------------- */
 
 int docker_container_create(struct docker *d, const struct docker_create_opts *o, char **ret_id) {
@@ -343,6 +358,11 @@ int docker_container_create(struct docker *d, const struct docker_create_opts *o
                 cJSON_AddItemToObject(hc, "SecurityOpt", strv_to_json((const char *const[]) { "no-new-privileges", NULL }));
         if (o->init)
                 cJSON_AddBoolToObject(hc, "Init", true);
+        if (o->storage_size_gb > 0) {
+                char sz[32];
+                snprintf(sz, sizeof(sz), "%lldG", (long long) o->storage_size_gb);
+                cJSON_AddStringToObject(cJSON_AddObjectToObject(hc, "StorageOpt"), "size", sz);
+        }
         if (o->extra_hosts)
                 cJSON_AddItemToObject(hc, "ExtraHosts", strv_to_json(o->extra_hosts));
         if (o->n_mounts > 0) {
@@ -503,13 +523,24 @@ int docker_container_list(struct docker *d, const char *label_filter, char ***re
 /* ---- volumes and networks ------------------------------------------------------ */
 
 int docker_volume_create(struct docker *d, const char *name, const struct docker_kv *labels, size_t n) {
+        return docker_volume_create_bind(d, name, NULL, labels, n);
+}
+
+int docker_volume_create_bind(struct docker *d, const char *name, const char *device, const struct docker_kv *labels,
+                              size_t n) {
         _cleanup_(dresp_done) struct dresp resp = {};
         _cleanup_json_ cJSON *b = NULL;
-        if (!valid_name(name) || !labels_valid(labels, n))
+        if (!valid_name(name) || !labels_valid(labels, n) || (device && device[0] != '/'))
                 return -EINVAL;
         b = cJSON_CreateObject();
         cJSON_AddStringToObject(b, "Name", name);
         cJSON_AddStringToObject(b, "Driver", "local");
+        if (device) {
+                cJSON *o = cJSON_AddObjectToObject(b, "DriverOpts");
+                cJSON_AddStringToObject(o, "type", "none");
+                cJSON_AddStringToObject(o, "o", "bind");
+                cJSON_AddStringToObject(o, "device", device);
+        }
         cJSON_AddItemToObject(b, "Labels", labels_to_json(labels, n));
         return dcall(d, "POST", "/volumes/create", b, 0, &resp);
 }

@@ -44,6 +44,9 @@ int docker_version(struct docker *d, char **ret_version, char **ret_api);
  * xmalloc'd; may be a bare name like "runc"). -ENOENT: Docker knows no such runtime. */
 int docker_runtime_path(struct docker *d, const char *name, char **ret_path);
 
+/* The daemon's storage driver (/info "Driver", e.g. "overlay2", "btrfs"), xmalloc'd. */
+int docker_storage_driver(struct docker *d, char **ret_driver);
+
 struct docker_kv { const char *key, *value; };
 /* A named volume mounted at target. */
 struct docker_mount { const char *volume; const char *target; bool read_only; };
@@ -69,6 +72,8 @@ struct docker_create_opts {
         const char *working_dir;
         const char *user;
         int64_t tmpfs_size_bytes;        /* > 0: tmpfs on /tmp of that size (rw,nosuid,nodev) */
+        int64_t storage_size_gb;         /* > 0: HostConfig.StorageOpt size (the writable layer's cap;
+                                          * only btrfs, zfs and overlay2 on XFS pquota accept it) */
 };
 /* -ENOENT: no such image (not pulled), -EEXIST: name taken, -EINVAL: e.g. unknown runtime.
  * *ret_id is the full id, xmalloc'd. */
@@ -101,6 +106,10 @@ int docker_container_list(struct docker *d, const char *label_filter, char ***re
 
 /* Creating an existing volume returns 0 (Docker keeps the existing one and its labels). */
 int docker_volume_create(struct docker *d, const char *name, const struct docker_kv *labels, size_t n);
+/* The same, as a local volume bound to an existing host directory (absolute device path;
+ * driver opts type=none, o=bind). Removing the volume leaves the directory. */
+int docker_volume_create_bind(struct docker *d, const char *name, const char *device, const struct docker_kv *labels,
+                              size_t n);
 /* -ENOENT if missing, -EBUSY if in use. */
 int docker_volume_remove(struct docker *d, const char *name, bool force);
 /* Creates a bridge network if no network of that exact name exists; existing -> 0 (its

@@ -232,6 +232,14 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         S("docker", "subnet", "169.254.90.0/24", 64, docker_subnet);
         S("docker", "gateway", "169.254.90.1", 64, docker_gateway);
         I("docker", "pids_limit", 4096, 16, 1 << 22, docker_pids_limit);
+        /* Where capped volumes live: a directory on btrfs (a subvolume with a qgroup limit per
+         * volume). Empty: volumes are plain Docker volumes and sizeGB is not enforced. */
+        S("docker", "volume_root", "", 1024, docker_volume_root);
+        if (c->docker_volume_root[0] && c->docker_volume_root[0] != '/') {
+                snprintf(err, errlen, "%s: [docker] volume_root must be an absolute path", path);
+                r = -EINVAL;
+                goto fail;
+        }
 
         S("defaults", "template", NULL, 64, default_template);
         S("defaults", "region", NULL, 64, default_region);
@@ -300,6 +308,7 @@ struct config *config_free(struct config *c) {
         free(c->docker_subnet_internal);
         free(c->docker_subnet);
         free(c->docker_gateway);
+        free(c->docker_volume_root);
         free(c->default_template);
         free(c->default_region);
         free(c->default_plan);

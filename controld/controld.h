@@ -70,6 +70,7 @@ struct config {
         char *docker_network, *docker_subnet, *docker_gateway;     /* open egress */
         char *docker_network_internal, *docker_subnet_internal;     /* restricted, until an agent confirms */
         int64_t docker_pids_limit;
+        char *docker_volume_root;                    /* "" = volumes uncapped */
         bool docker_allow_unsandboxed;               /* tests only: accept runtimes that are not gVisor */
         /* [defaults] */
         char *default_template, *default_region, *default_plan;

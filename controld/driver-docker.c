@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "btrfs.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "docker.h"
@@ -24,7 +25,11 @@
 
 struct ddriver {
         struct docker *docker;
+        bool disk_caps;      /* the storage driver takes StorageOpt size: specs.disk is enforced */
+        bool volume_caps;    /* [docker] volume_root is on btrfs with quotas: sizeGB is enforced */
 };
+
+static struct ddriver *P(struct driver *d) { return d->priv; }
 
 static struct docker *D(struct driver *d) { return ((struct ddriver *) d->priv)->docker; }
 
@@ -76,6 +81,39 @@ static int check_runtime(struct driver *d, const char *key, const char *name, ch
         return -EPERM;
 }
 
+/* Which disk limits hold here; logged once at start, and sandboxes are created either way.
+ * specs.disk: Docker's StorageOpt size, which only some storage drivers accept (btrfs and zfs;
+ * overlay2 only on XFS with pquota, which needs kernel quota support, so it is not assumed).
+ * sizeGB: a btrfs subvolume with a qgroup limit per volume under [docker] volume_root. */
+static void check_disk_caps(struct driver *d) {
+        struct config *cfg = d->ctl->cfg;
+        _cleanup_free_ char *drv = NULL;
+        int r = docker_storage_driver(D(d), &drv);
+        P(d)->disk_caps = r >= 0 && (!strcmp(drv, "btrfs") || !strcmp(drv, "zfs"));
+        if (P(d)->disk_caps)
+                log_info("disk limits: specs.disk is enforced (Docker storage driver %s, StorageOpt size)", drv);
+        else
+                log_warning("disk limits: specs.disk is NOT enforced: Docker's storage driver is %s, which takes no size "
+                            "limit (put Docker's data-root on btrfs, storage-driver btrfs; see packaging/daemon.json)",
+                            r < 0 ? "unknown" : drv);
+
+        const char *root = cfg->docker_volume_root;
+        P(d)->volume_caps = false;
+        if (!root[0]) {
+                log_warning("disk limits: volume sizeGB is NOT enforced: [docker] volume_root is not set");
+                return;
+        }
+        r = btrfs_is_btrfs(root);
+        if (r == 1 && (r = btrfs_quota_enable(root)) >= 0) {
+                P(d)->volume_caps = true;
+                log_info("disk limits: volume sizeGB is enforced (btrfs subvolumes with quota under %s)", root);
+        } else if (r == 0)
+                log_warning("disk limits: volume sizeGB is NOT enforced: [docker] volume_root %s is not on btrfs", root);
+        else
+                log_full_errno(LOG_WARNING, r, "disk limits: volume sizeGB is NOT enforced: [docker] volume_root %s: %m",
+                               root);
+}
+
 static int dd_init(struct driver *d, char *err, size_t errlen) {
         struct config *cfg = d->ctl->cfg;
         struct docker_kv lbl[] = { { "paddock.managed", "1" } };
@@ -99,6 +137,7 @@ static int dd_init(struct driver *d, char *err, size_t errlen) {
                          cfg->docker_subnet_internal, *docker_last_error() ? docker_last_error() : strerror(-r));
                 return r;
         }
+        check_disk_caps(d);
         return 0;
 }
 
@@ -151,6 +190,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 /* tini as PID 1 reaps what killed exec trees leave behind. */
                 .init = true,
                 .extra_hosts = extra_hosts,
+                .storage_size_gb = P(d)->disk_caps ? sb->disk : 0,
         };
         int r;
 
@@ -252,21 +292,49 @@ static int dd_sample(struct driver *d, const struct sandbox *sb, struct driver_s
         return 0;
 }
 
-static int dd_volume_create(struct driver *d, const char *handle, char *err, size_t errlen) {
+/* With volume caps the volume is a capped btrfs subvolume <volume_root>/<handle>, bound into
+ * Docker as a local volume; otherwise a plain Docker volume. */
+static int dd_volume_create(struct driver *d, const char *handle, int64_t size_gb, char *err, size_t errlen) {
+        const char *root = d->ctl->cfg->docker_volume_root;
         struct docker_kv lbl[] = { { "paddock.volume", handle } };
-        int r = docker_volume_create(D(d), handle, lbl, 1);
-        if (r < 0)
+        _cleanup_free_ char *dev = NULL;
+        bool made = false;
+        int r;
+
+        if (P(d)->volume_caps) {
+                r = btrfs_subvol_create_capped(root, handle, size_gb > 0 ? (uint64_t) size_gb << 30 : 0);
+                if (r < 0 && r != -EEXIST) {   /* EEXIST: a retry after a crash; keep what is there */
+                        snprintf(err, errlen, "volume create failed: subvolume %s/%s: %s", root, handle, strerror(-r));
+                        return r;
+                }
+                made = r >= 0;
+                dev = xasprintf("%s/%s", root, handle);
+        }
+        r = docker_volume_create_bind(D(d), handle, dev, lbl, 1);
+        if (r < 0) {
                 snprintf(err, errlen, "volume create failed: %s", dmsg(r));
+                if (made)
+                        (void) btrfs_subvol_destroy(root, handle);
+        }
         return r;
 }
 
 static int dd_volume_remove(struct driver *d, const char *handle, char *err, size_t errlen) {
+        const char *root = d->ctl->cfg->docker_volume_root;
         int r = docker_volume_remove(D(d), handle, false);
-        if (r == -ENOENT)
-                return 0;
-        if (r < 0)
+        if (r < 0 && r != -ENOENT) {
                 snprintf(err, errlen, "volume removal failed: %s", dmsg(r));
-        return r;
+                return r;
+        }
+        /* The data of a capped volume is its subvolume; Docker's removal leaves it. */
+        if (root[0] && btrfs_is_btrfs(root) == 1) {
+                int k = btrfs_subvol_destroy(root, handle);
+                if (k < 0 && k != -ENOENT) {
+                        snprintf(err, errlen, "volume removal failed: subvolume %s/%s: %s", root, handle, strerror(-k));
+                        return k;
+                }
+        }
+        return 0;
 }
 
 static int dd_list(struct driver *d, char ***ret) {

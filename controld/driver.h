@@ -60,7 +60,7 @@ struct driver {
         int (*running)(struct driver *d, const struct sandbox *sb, int *ret_exit_code);
         int (*sample)(struct driver *d, const struct sandbox *sb, struct driver_sample *ret);
         /* Volumes by handle. */
-        int (*volume_create)(struct driver *d, const char *handle, char *err, size_t errlen);
+        int (*volume_create)(struct driver *d, const char *handle, int64_t size_gb, char *err, size_t errlen);
         int (*volume_remove)(struct driver *d, const char *handle, char *err, size_t errlen);
         /* Sandbox ids that have a workload of THIS controld instance on the backend (for orphan
          * reaping). NULL-terminated strv. */

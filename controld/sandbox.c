@@ -108,7 +108,7 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
                                (long long) plan->max_volumes);
         if (r < 0)
                 return API_ERR(err, -EIO, "Failed to record the volume");
-        r = c->drv->volume_create(c->drv, v.handle, derr, sizeof(derr));
+        r = c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr));
         if (r < 0) {
                 (void) store_volume_begin_delete(c->store, v.id, sandbox_id);  /* the row is attached to us */
                 (void) store_volume_delete(c->store, v.id);

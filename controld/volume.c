@@ -49,7 +49,7 @@ int volume_create(struct ctl *c, const struct account *acc, const struct pj_volu
                 return API_ERR(err, -EEXIST, "A volume named \"%s\" already exists", in->name);
         if (k < 0)
                 return API_ERR(err, -EIO, "Failed to record the volume");
-        if (c->drv->volume_create(c->drv, v.handle, derr, sizeof(derr)) < 0) {
+        if (c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr)) < 0) {
                 (void) store_volume_delete(c->store, v.id);
                 return API_ERR(err, -EHOSTUNREACH, "Volume provisioning failed: %s", derr);
         }

@@ -111,13 +111,17 @@ busybox_image() {
         local bb=/bin/busybox
         [[ -x $bb ]] || die "busybox-static is not installed (run: tests/env/services.sh install)"
         local h
-        h=$(sha256sum "$bb" | cut -c1-12)
+        # The tag covers the recipe too: "root 0755" (mktemp -d makes 0700, and with Docker's
+        # btrfs storage the image's root directory mode is the container's: non-root users
+        # could then run nothing).
+        h=$({ sha256sum "$bb"; echo "root 0755"; } | sha256sum | cut -c1-12)
         if docker image inspect "paddock/busybox:$h" >/dev/null 2>&1; then
                 docker tag "paddock/busybox:$h" paddock/busybox:local
                 return 0
         fi
         local d
         d=$(mktemp -d "${TMPDIR:-/tmp}/paddock-bb.XXXXXX")
+        chmod 755 "$d"
         mkdir -p "$d"/{bin,etc,tmp,root,proc,sys,dev,workspace,usr}
         chmod 1777 "$d/tmp"
         cp "$bb" "$d/bin/busybox"

@@ -29,7 +29,7 @@ RUN=$STATE/run
 LOGS=$STATE/logs
 
 PACKAGES=(docker.io runsc docker-registry rabbitmq-server amqp-tools nftables iproute2
-          busybox-static debootstrap xfsprogs libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
+          busybox-static debootstrap xfsprogs btrfs-progs libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
           librabbitmq-dev libnftnl-dev libmnl-dev libsqlite3-dev libsystemd-dev libssl-dev
           pkg-config sqlite3 wrk curl jq ca-certificates python3-yaml)
 
@@ -180,10 +180,49 @@ wait_ready() {
 RUNSC=/usr/bin/runsc
 RUNSC_ARGS='"--overlay2=none"'
 
+# Docker's data-root is on btrfs, so disk limits hold (issue 9): the btrfs storage driver
+# takes `--storage-opt size=` (specs.disk caps the sandbox's writable layer, a qgroup on its
+# subvolume) and controld makes capped volumes as btrfs subvolumes under $DOCKER_VOLUMES
+# (controld's [docker] volume_root). btrfs qgroups are btrfs's own accounting: they work on
+# kernels without quota support (CONFIG_QUOTA), where XFS pquota and ext4 prjquota are refused.
+# The filesystem is a sparse image file ($PADDOCK_DOCKER_FS_SIZE, default 40G) loop-mounted at
+# $DOCKER_FS; where btrfs cannot be mounted, dockerd keeps its default data-root (overlay2)
+# and disk limits are not enforced (said at start).
+DOCKER_IMG=$STATE/docker-btrfs.img
+DOCKER_FS=$STATE/docker-btrfs
+DOCKER_ROOT=$DOCKER_FS/docker
+DOCKER_VOLUMES=$DOCKER_FS/volumes
+
+# docker_fs: mount (making it the first time) the btrfs filesystem for dockerd; 1 if impossible.
+docker_fs() {
+        if [[ $(stat -f -c %T "$DOCKER_FS" 2>/dev/null) != btrfs ]]; then
+                command -v mkfs.btrfs >/dev/null || { warn "mkfs.btrfs missing (btrfs-progs)"; return 1; }
+                mkdir -p "$DOCKER_FS"
+                if [[ ! -s $DOCKER_IMG ]]; then
+                        if ! { truncate -s "${PADDOCK_DOCKER_FS_SIZE:-40G}" "$DOCKER_IMG" &&
+                               mkfs.btrfs -q -f "$DOCKER_IMG" >/dev/null 2>&1; }; then
+                                warn "could not make btrfs in $DOCKER_IMG"
+                                rm -f "$DOCKER_IMG"
+                                return 1
+                        fi
+                fi
+                mount -o loop "$DOCKER_IMG" "$DOCKER_FS" || { warn "could not mount $DOCKER_IMG (btrfs)"; return 1; }
+        fi
+        btrfs quota enable "$DOCKER_FS" || { warn "btrfs quota enable $DOCKER_FS failed"; return 1; }
+        mkdir -p "$DOCKER_ROOT" "$DOCKER_VOLUMES"
+}
+
+# The storage the config asks for: btrfs when its filesystem is mounted, else Docker's default.
+docker_storage() {
+        if [[ $(stat -f -c %T "$DOCKER_FS" 2>/dev/null) == btrfs ]]; then
+                printf '"data-root": "%s", "storage-driver": "btrfs",\n ' "$DOCKER_ROOT"
+        fi
+}
+
 docker_config() {
         local netmode=$1
         cat <<EOF
-{"bridge": "none",
+{$(docker_storage)"bridge": "none",
  "default-address-pools": [{"base": "169.254.80.0/20", "size": 24}],
  "runtimes": {"runsc": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=none"]},
               "runsc-net": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=$netmode"]},
@@ -216,6 +255,7 @@ probe_netstack() {
 }
 
 start_docker() {
+        docker_fs || warn "docker: btrfs data-root unavailable; specs.disk and volume sizeGB will NOT be enforced"
         docker_config "$(netmode_known)" >"$STATE/daemon.json"
         # A stale pid file of dockerd's own would make it refuse to start.
         if [[ -e /var/run/docker.pid ]] && ! kill -0 "$(cat /var/run/docker.pid 2>/dev/null || echo 0)" 2>/dev/null; then
@@ -239,6 +279,13 @@ start_docker() {
                 kill -HUP "$(pidfile_alive "$RUN/docker.pid")"
                 wait_until 10 runtimes_match || start_failed docker "did not reload $STATE/daemon.json"
         fi
+}
+
+# storage_match: the answering dockerd stores on btrfs if this host has the btrfs filesystem
+# for it mounted (docker_fs); anything goes where it has not.
+storage_match() {
+        [[ $(stat -f -c %T "$DOCKER_FS" 2>/dev/null) == btrfs ]] || return 0
+        [[ $(docker info --format '{{.Driver}}' 2>/dev/null) == btrfs ]]
 }
 
 # runtimes_match: the answering dockerd has exactly the runtimes $STATE/daemon.json describes.
@@ -318,10 +365,14 @@ do_start() {
         local s started=() reused=() restarted
         for s in "${svcs[@]}"; do
                 restarted=0
-                if [[ $s == docker ]] && answering docker && ours docker && ! runtimes_match; then
-                        # Ours (from an earlier start), but with older runtime flags: restart it
-                        # with the current ones. It was running before: not recorded as started now.
-                        say "docker: runtimes differ from this tree's recipe; restarting our dockerd"
+                if [[ $s == docker ]] && ours docker; then
+                        docker_fs || true
+                fi
+                if [[ $s == docker ]] && answering docker && ours docker && ! { runtimes_match && storage_match; }; then
+                        # Ours (from an earlier start), but with older runtime flags or storage:
+                        # restart it with the current ones (images must then be rebuilt:
+                        # tests/env/images.sh). It was running before: not recorded as started now.
+                        say "docker: runtimes or storage differ from this tree's recipe; restarting our dockerd"
                         stop_one docker
                         restarted=1
                 fi

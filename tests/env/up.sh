@@ -64,6 +64,7 @@ path = $DEV/controld.db
 driver = docker
 [docker]
 socket = /var/run/docker.sock
+$(vr=$PADDOCK_STATE/docker-btrfs/volumes; [[ $(stat -f -c %T "$vr" 2>/dev/null) == btrfs ]] && echo "volume_root = $vr")
 [defaults]
 template = python-3.11
 region = local

@@ -1,0 +1,30 @@
+/* btrfs.h — capped directories: btrfs subvolumes with a qgroup limit, through the kernel's
+ * btrfs ioctls (no btrfs-progs at run time).
+ *
+ * Why btrfs: its qgroups are accounted by btrfs itself and need no CONFIG_QUOTA, so they work on
+ * kernels without filesystem quota support (where XFS pquota and ext4 prjquota are refused).
+ * A write past a subvolume's limit fails with EDQUOT ("Disk quota exceeded") in the writer.
+ *
+ * Conventions: >= 0 on success, -errno on failure; nothing here logs.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* 1 if path is on a btrfs filesystem, 0 if on another one, -errno if it cannot be checked. */
+int btrfs_is_btrfs(const char *path);
+
+/* Turns on quota accounting (qgroups) for the filesystem holding path; already on -> 0.
+ * Needs CAP_SYS_ADMIN. */
+int btrfs_quota_enable(const char *path);
+
+/* Creates subvolume parent/name and limits what it references to limit_bytes (0 = no limit).
+ * Enables quotas on the filesystem first if needed. name: one path component.
+ * -EEXIST if parent/name exists (it is left alone). On a failed limit the new subvolume is
+ * removed again, so a subvolume is never left uncapped. */
+int btrfs_subvol_create_capped(const char *parent, const char *name, uint64_t limit_bytes);
+
+/* Deletes subvolume parent/name with everything in it. Missing -> -ENOENT. */
+int btrfs_subvol_destroy(const char *parent, const char *name);
+
