@@ -196,6 +196,8 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         D("server", "max_wait", 300, 1, 3600, max_wait_s);
         Z("server", "max_exec_output", 1 * MIB, 1 * KIB, 64 * MIB, max_exec_output);
         I("server", "max_exec_concurrent", 64, 1, 1024, max_exec_concurrent);
+        I("server", "auth_failures_per_minute", 30, 0, 60000, auth_failures_per_minute);
+        I("server", "auth_failure_addresses", 4096, 16, 1 << 20, auth_failure_addresses);
         if ((r = conf_get_duration_ms(cf, "server", NULL, "stream_keepalive", 15000, 1000, 300000, &c->stream_keepalive_ms, err,
                                       errlen)) < 0)
                 goto fail;
