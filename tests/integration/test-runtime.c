@@ -1474,3 +1474,261 @@ TEST_FULL(shutdown_does_not_wait_for_long_commands, 120) {
         ASSERT_STREQ(hres_data_str(&r, "stdout"), "0\n");
         hres_done(&r);
 }
+
+/* The user's env applies to the user's command only: a PATH that puts a fake cat and rm
+ * first cannot replace the tools the platform's wrapper uses to write the code file and
+ * drop its pid record (before: the code never reached python, exit 126 "HIJACKED"). */
+TEST_FULL(user_env_does_not_reach_the_platform_wrapper, 120) {
+        struct box b;
+        struct hres r;
+        box_start(&b, NULL, NULL, NULL);
+        free(sh(&b, "mkdir -p /tmp/evil && printf '#!/bin/sh\\necho HIJACKED\\nexit 1\\n' > /tmp/evil/cat && "
+                    "cp /tmp/evil/cat /tmp/evil/rm && chmod +x /tmp/evil/cat /tmp/evil/rm"));
+        static const char evil_path[] = "\"env\":{\"PATH\":\"/tmp/evil:/usr/local/bin:/usr/bin:/bin\"}";
+        char body[512];
+        snprintf(body, sizeof(body), "{\"language\":\"python\",\"code\":\"import os; print(6*7, os.environ['PATH'])\",%s}", evil_path);
+        post_run(&b, "code", NULL, NULL, body, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "42 /tmp/evil:/usr/local/bin:/usr/bin:/bin\n");
+        ASSERT_EQ(data_int(&r, "exit_code"), 0);
+        hres_done(&r);
+        /* The user's own command does see its PATH (and its fake cat). */
+        snprintf(body, sizeof(body), "{\"cmd\":\"cat /etc/hostname\",%s}", evil_path);
+        post_run(&b, "exec", NULL, NULL, body, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "HIJACKED\n");
+        hres_done(&r);
+        /* The wrapper's real rm removed the code file and every pid record but this exec's own. */
+        _cleanup_free_ char *left = sh(&b, "ls -a /tmp | grep -c '^.paddock-code-' || true");
+        ASSERT_STREQ(left, "0\n");
+        _cleanup_free_ char *pids = sh(&b, "ls -a /tmp | grep -c '^.paddock-exec-' || true");
+        ASSERT_STREQ(pids, "1\n");
+}
+
+/* Output that arrives while controld is still writing the code to stdin is held until the
+ * stream opens; it is capped. Here a process started earlier stops the wrapper before it
+ * reads its input and floods the exec's stdout through /proc: the command is killed and
+ * the stream ends with an error frame instead of controld buffering without bound. */
+TEST_FULL(stream_output_during_stdin_write_is_capped, 150) {
+        struct box b;
+        struct hres r;
+        box_start(&b, NULL, NULL, NULL);
+        /* inotify wakes it the moment a wrapper closes its pid record, before the wrapper
+         * can start the cat that reads the code (and it stops that cat too if it is there). */
+        static const char flood_py[] =
+                "import os, glob, signal, time, ctypes\n"
+                "libc = ctypes.CDLL(None, use_errno=True)\n"
+                "ino = libc.inotify_init()\n"
+                "libc.inotify_add_watch(ino, b'/tmp', 0x8)\n"
+                "seen = set(glob.glob('/tmp/.paddock-exec-*.pid'))\n"
+                "open('/tmp/flood.ready', 'w').close()\n"
+                "end = time.time() + 90\n"
+                "def kids(w):\n"
+                "    out = []\n"
+                "    for d in os.listdir('/proc'):\n"
+                "        if d.isdigit():\n"
+                "            try:\n"
+                "                st = open('/proc/' + d + '/stat').read()\n"
+                "                if int(st[st.rindex(')') + 2:].split()[1]) == w: out.append(int(d))\n"
+                "            except Exception: pass\n"
+                "    return out\n"
+                "while time.time() < end:\n"
+                "    os.read(ino, 4096)\n"
+                "    for pf in glob.glob('/tmp/.paddock-exec-*.pid'):\n"
+                "        if pf in seen: continue\n"
+                "        try: w = int(open(pf).read())\n"
+                "        except Exception: continue\n"
+                "        os.kill(w, signal.SIGSTOP)\n"
+                "        for k in kids(w): os.kill(k, signal.SIGSTOP)\n"
+                "        open('/tmp/flood.hit', 'w').write(str(kids(w)))\n"
+                "        fd = os.open('/proc/%d/fd/1' % w, os.O_WRONLY)\n"
+                "        chunk = b'x' * 65535 + b'\\n'\n"
+                "        try:\n"
+                "            while time.time() < end: os.write(fd, chunk)\n"
+                "        except OSError: pass\n"
+                "        raise SystemExit\n";
+        put_file(&b, "/tmp/flood.py", flood_py, strlen(flood_py), &r);
+        ASSERT_EQ(r.status, 204);
+        hres_done(&r);
+        free(sh(&b, "nohup python3 /tmp/flood.py >/tmp/flood.log 2>&1 & while [ ! -e /tmp/flood.ready ]; do sleep 0.1; done"));
+        sleep(1);  /* the starting exec's pid record is gone */
+        /* 1 MiB of code: more than the pipes between us and the stopped wrapper hold. */
+        size_t n = 1024 * 1024 - 64;
+        _cleanup_free_ char *code = xmalloc(n + 1);
+        memset(code, '#', n);
+        code[n] = 0;
+        code[n - 1] = '\n';
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "language", "python");
+        cJSON_AddStringToObject(o, "code", code);
+        cJSON_AddBoolToObject(o, "stream", true);
+        cJSON_AddNumberToObject(o, "timeout_seconds", 60);
+        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
+        struct sse s = { 0 };
+        int64_t t0 = now_mono_ms();
+        sse_run(&b, "code", body, &s);
+        ASSERT_EQ(s.status, 200);
+        ASSERT_TRUE(now_mono_ms() - t0 < 40000);  /* not the 60 s stdin write timeout */
+        ASSERT_TRUE(s.all_len < (size_t) 6 << 20);
+        ASSERT_TRUE(s.n >= 1);
+        if (strcmp(frame_type(&s, s.n - 1), "error") != 0) {
+                _cleanup_free_ char *diag = sh(&b, "cat /tmp/flood.hit /tmp/flood.log 2>&1; ls -a /tmp");
+                test_fail(__FILE__, __LINE__, "last frame is %s, not error; helper: %s", frame_type(&s, s.n - 1), diag);
+        }
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(s.f[s.n - 1].j, "message");
+        ASSERT_TRUE(cJSON_IsString(m));
+        ASSERT_CONTAINS(m->valuestring, "before its input was sent");
+        sse_done(&s);
+        /* The sandbox still works, and the stopped wrapper was killed. */
+        _cleanup_free_ char *out = sh(&b, "echo alive");
+        ASSERT_STREQ(out, "alive\n");
+}
+
+/* ================= limits on connections, slots and transfers ================= */
+
+/* File transfers take the sandbox's exec slots, and every runtime operation counts
+ * against the account (max_runtime_per_account), 429 with a clear message beyond. */
+TEST_FULL(file_transfers_take_slots_and_accounts_are_limited, 150) {
+        struct box b;
+        struct hres r;
+        box_start(&b, "max_exec_concurrent = 2\nmax_runtime_per_account = 3", NULL, NULL);
+        char id2[25];
+        ctld_create(&b.c, b.key, "{\"template\":\"python-3.11\"}", id2);
+        struct par p[3];
+        pthread_t t[3];
+        for (int i = 0; i < 2; i++) {
+                p[i] = (struct par) { .b = &b, .i = i, .cmd_fmt = "{\"cmd\":\"sleep 5; echo s%d\"}" };
+                ASSERT_EQ(pthread_create(&t[i], NULL, par_exec, &p[i]), 0);
+        }
+        usleep(1500 * 1000);
+        /* The sandbox's two slots are taken: files wait their turn too. */
+        put_file(&b, "/tmp/f", "hello", 5, &r);
+        ASSERT_EQ(r.status, 429);
+        ASSERT_CONTAINS(hres_message(&r), "Too many commands running in this sandbox (limit 2)");
+        hres_done(&r);
+        get_file(&b, "/etc/hostname", &r);
+        ASSERT_EQ(r.status, 429);
+        hres_done(&r);
+        /* A third operation in the other sandbox fills the account... */
+        char path[128];
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id2);
+        struct box b2 = b;
+        snprintf(b2.id, sizeof(b2.id), "%s", id2);
+        p[2] = (struct par) { .b = &b2, .i = 2, .cmd_fmt = "{\"cmd\":\"sleep 4; echo s%d\"}" };
+        ASSERT_EQ(pthread_create(&t[2], NULL, par_exec, &p[2]), 0);
+        usleep(1500 * 1000);
+        /* ... so that sandbox, with a free slot, still says no, naming the account limit. */
+        http_req(&b.c, "POST", path, b.key, "{\"cmd\":\"echo no\"}", &r);
+        ASSERT_EQ(r.status, 429);
+        ASSERT_CONTAINS(hres_message(&r), "for this account (limit 3)");
+        hres_done(&r);
+        for (int i = 0; i < 3; i++) {
+                pthread_join(t[i], NULL);
+                ASSERT_EQ(p[i].status, 200);
+        }
+        /* Everything given back: files and execs work again. */
+        put_file(&b, "/tmp/f", "hello", 5, &r);
+        ASSERT_EQ(r.status, 204);
+        hres_done(&r);
+        http_req(&b.c, "POST", path, b.key, "{\"cmd\":\"echo yes\"}", &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "yes\n");
+        hres_done(&r);
+}
+
+/* connection_timeout closes idle connections, but a long exec (answer or stream) is not
+ * idle: both arrive whole well after the timeout. */
+TEST_FULL(idle_timeout_spares_long_execs, 120) {
+        struct box b;
+        struct hres r;
+        box_start(&b, "connection_timeout = 2s", NULL, NULL);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(b.c.port) };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(connect(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        int64_t t0 = now_mono_ms();
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        ASSERT_EQ(poll(&pf, 1, 10000), 1);
+        char c1;
+        ASSERT_EQ(read(fd, &c1, 1), 0);  /* closed by the server */
+        ASSERT_TRUE(now_mono_ms() - t0 < 8000);
+        close(fd);
+
+        exec_ok(&b, "sleep 6; echo done", ",\"timeout_seconds\":60", &r);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "done\n");
+        hres_done(&r);
+        struct sse s = { 0 };
+        sse_run(&b, "exec", "{\"cmd\":\"sleep 6; echo done\",\"stream\":true,\"timeout_seconds\":60}", &s);
+        ASSERT_EQ(s.status, 200);
+        ASSERT_EQ(s.rc, CURLE_OK);
+        ASSERT_STREQ(frames_joined(&s, "stdout"), "done\n");
+        ASSERT_TRUE(s.n >= 2);
+        ASSERT_STREQ(frame_type(&s, s.n - 1), "done");
+        sse_done(&s);
+}
+
+/* The default per-address connection limit: beyond it, new connections are closed at
+ * once instead of each holding a thread for the idle timeout. */
+TEST_FULL(per_address_connection_limit_by_default, 120) {
+        struct box b;
+        box_start(&b, NULL, NULL, NULL);
+        enum { N = 80 };
+        int fds[N], closed = 0;
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(b.c.port) };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        for (int i = 0; i < N; i++) {
+                fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+                ASSERT_EQ(connect(fds[i], (struct sockaddr *) &a, sizeof(a)), 0);
+        }
+        usleep(1500 * 1000);
+        for (int i = 0; i < N; i++) {
+                struct pollfd pf = { .fd = fds[i], .events = POLLIN };
+                char c1;
+                if (poll(&pf, 1, 0) == 1 && read(fds[i], &c1, 1) <= 0)
+                        closed++;
+                close(fds[i]);
+        }
+        ASSERT_GE(closed, N - 64);
+        ASSERT_LE(closed, N - 60);
+        /* Once they are gone, the address is served again. */
+        usleep(500 * 1000);
+        _cleanup_free_ char *o = sh(&b, "echo served");
+        ASSERT_STREQ(o, "served\n");
+}
+
+struct slow_dl { size_t got; };
+static size_t slow_dl_write(char *p, size_t sz, size_t nm, void *ud) {
+        (void) p;
+        ((struct slow_dl *) ud)->got += sz * nm;
+        return sz * nm;
+}
+
+/* transfer_timeout bounds a download however slowly the client reads. */
+TEST_FULL(download_has_a_deadline, 120) {
+        struct box b;
+        box_start(&b, "transfer_timeout = 2s", NULL, NULL);
+        free(sh(&b, "head -c 40000000 /dev/zero > /tmp/big"));
+        char url[256], kh[300];
+        snprintf(url, sizeof(url), "%s/sandboxes/%s/files/tmp/big", b.c.url, b.id);
+        snprintf(kh, sizeof(kh), "x-brimble-key: %s", b.key);
+        CURL *h = curl_easy_init();
+        struct curl_slist *hl = curl_slist_append(NULL, kh);
+        struct slow_dl d = { 0 };
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, 45L);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t) 500000);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, slow_dl_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &d);
+        int64_t t0 = now_mono_ms();
+        CURLcode rc = curl_easy_perform(h);
+        int64_t ms = now_mono_ms() - t0;
+        curl_slist_free_all(hl);
+        curl_easy_cleanup(h);
+        if (rc == CURLE_OK || rc == CURLE_OPERATION_TIMEDOUT || ms > 30000 || d.got >= 40000000)
+                test_fail(__FILE__, __LINE__, "download not cut: rc %d after %lld ms, %zu bytes", (int) rc, (long long) ms, d.got);
+        /* The exec and its slot are gone: the sandbox answers at once. */
+        _cleanup_free_ char *o = sh(&b, "echo after");
+        ASSERT_STREQ(o, "after\n");
+}
