@@ -187,15 +187,19 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
                 goto fail;
         }
         I("server", "max_connections", 1024, 1, 65536, max_connections);
-        I("server", "per_ip_connections", 0, 0, 65536, per_ip_connections);
+        I("server", "per_ip_connections", 64, 0, 65536, per_ip_connections);
         Z("server", "max_body", 8 * MIB, 1 * KIB, 256 * MIB, max_body);
         Z("server", "max_json_body", 256 * KIB, 1 * KIB, 256 * MIB, max_json_body);
         Z("server", "max_header", 32 * KIB, 4 * KIB, 1 * MIB, max_header);
         Z("server", "max_file", 50 * MIB, 1 * KIB, 4 * GIB, max_file);
-        D("server", "connection_timeout", 600, 1, 3600, conn_timeout_s);
+        D("server", "connection_timeout", 60, 1, 3600, conn_timeout_s);
         D("server", "max_wait", 300, 1, 3600, max_wait_s);
         Z("server", "max_exec_output", 1 * MIB, 1 * KIB, 64 * MIB, max_exec_output);
         I("server", "max_exec_concurrent", 64, 1, 1024, max_exec_concurrent);
+        I("server", "max_runtime_per_account", 128, 1, 65536, max_runtime_per_account);
+        D("server", "transfer_timeout", 600, 1, 86400, transfer_timeout_s);
+        I("server", "auth_failures_per_minute", 30, 0, 60000, auth_failures_per_minute);
+        I("server", "auth_failure_addresses", 4096, 16, 1 << 20, auth_failure_addresses);
         if ((r = conf_get_duration_ms(cf, "server", NULL, "stream_keepalive", 15000, 1000, 300000, &c->stream_keepalive_ms, err,
                                       errlen)) < 0)
                 goto fail;

@@ -56,6 +56,10 @@ struct config {
         uint64_t max_wait_s;                         /* cap on /wait timeout */
         uint64_t max_exec_output;                    /* per stream, bytes */
         int64_t max_exec_concurrent;                 /* per sandbox */
+        int64_t max_runtime_per_account;             /* execs + file transfers at once, per account */
+        uint64_t transfer_timeout_s;                 /* whole upload or download of one file */
+        int64_t auth_failures_per_minute;            /* per source address; 0 = no limit */
+        int64_t auth_failure_addresses;              /* addresses remembered at most */
         uint64_t stream_keepalive_ms;                /* SSE comment on quiet streams */
         char *log_level;
         /* [store] */

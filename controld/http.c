@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -165,6 +166,129 @@ static bool request_id_ok(const char *s) {
         return n > 0 && n < 40;
 }
 
+/* ---- failed key guesses ----
+ *
+ * A token bucket per source address (IPv6: per /64, which one host can hop across):
+ * auth_failures_per_minute tokens, refilled at that rate; each wrong key takes one.
+ * An empty bucket refuses every request with a key from that address with 429 before
+ * the key is looked up, so the answer says nothing about the key. A valid key costs
+ * nothing and never waits. The table has a fixed size; when full, the entry nearest to
+ * refilled (the least suspicious) is replaced, so an attacker with many addresses can
+ * not make us allocate more. */
+
+struct guess { uint8_t addr[16]; double tokens; int64_t t_ms; };
+static pthread_mutex_t guess_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct guess *guesses;
+static size_t n_guesses, max_guesses;
+static double guess_cap, guess_rate_per_ms;
+
+static void guess_init(const struct config *cfg) {
+        pthread_mutex_lock(&guess_lock);
+        free(guesses);
+        guesses = NULL;
+        n_guesses = 0;
+        max_guesses = (size_t) cfg->auth_failure_addresses;
+        guess_cap = (double) cfg->auth_failures_per_minute;
+        guess_rate_per_ms = guess_cap / 60000.0;
+        if (guess_cap > 0)
+                guesses = xnew0(struct guess, max_guesses);
+        pthread_mutex_unlock(&guess_lock);
+}
+
+/* The client's address as 16 bytes: IPv4 mapped, IPv6 cut to its /64. */
+static bool client_key(struct req *r, uint8_t key[16]) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        memset(key, 0, 16);
+        if (!ci || !ci->client_addr)
+                return false;
+        if (ci->client_addr->sa_family == AF_INET) {
+                key[10] = key[11] = 0xff;
+                memcpy(key + 12, &((const struct sockaddr_in *) ci->client_addr)->sin_addr, 4);
+                return true;
+        }
+        if (ci->client_addr->sa_family == AF_INET6) {
+                memcpy(key, &((const struct sockaddr_in6 *) ci->client_addr)->sin6_addr, 8);
+                return true;
+        }
+        return false;
+}
+
+static void guess_refill(struct guess *g, int64_t now) {
+        g->tokens += (double) (now - g->t_ms) * guess_rate_per_ms;
+        if (g->tokens > guess_cap)
+                g->tokens = guess_cap;
+        g->t_ms = now;
+}
+
+static struct guess *guess_find(const uint8_t key[16]) {
+        for (size_t i = 0; i < n_guesses; i++)
+                if (!memcmp(guesses[i].addr, key, 16))
+                        return &guesses[i];
+        return NULL;
+}
+
+/* Seconds until the address may try again, 0 when it may now. */
+static int64_t guess_blocked(const uint8_t key[16]) {
+        int64_t wait = 0;
+        pthread_mutex_lock(&guess_lock);
+        struct guess *g = guesses ? guess_find(key) : NULL;
+        if (g) {
+                guess_refill(g, mono_ms());
+                if (g->tokens < 1.0)
+                        wait = (int64_t) ((1.0 - g->tokens) / guess_rate_per_ms / 1000.0) + 1;
+        }
+        pthread_mutex_unlock(&guess_lock);
+        return wait;
+}
+
+static void guess_failed(const uint8_t key[16]) {
+        int64_t now = mono_ms();
+        pthread_mutex_lock(&guess_lock);
+        if (!guesses)
+                goto out;
+        struct guess *g = guess_find(key);
+        if (!g) {
+                if (n_guesses < max_guesses)
+                        g = &guesses[n_guesses++];
+                else {
+                        /* Forget the entry nearest to full: it has done the least guessing lately. */
+                        size_t best = 0;
+                        double best_t = -1;
+                        for (size_t i = 0; i < n_guesses; i++) {
+                                guess_refill(&guesses[i], now);
+                                if (guesses[i].tokens > best_t)
+                                        best_t = guesses[i].tokens, best = i;
+                        }
+                        g = &guesses[best];
+                }
+                memcpy(g->addr, key, 16);
+                g->tokens = guess_cap;
+                g->t_ms = now;
+        }
+        guess_refill(g, now);
+        g->tokens -= 1.0;
+        if (g->tokens < 0)
+                g->tokens = 0;
+out:
+        pthread_mutex_unlock(&guess_lock);
+}
+
+static void respond_too_many_guesses(struct req *r, int64_t wait_s) {
+        char msg[256], ra[32];
+        snprintf(msg, sizeof(msg),
+                 "Too many requests with a wrong API key from this address; retry in %lld s (limit %lld a minute)",
+                 (long long) wait_s, (long long) r->c->cfg->auth_failures_per_minute);
+        snprintf(ra, sizeof(ra), "%lld", (long long) wait_s);
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "message", msg);
+        char *s = json_print(o);
+        cJSON_Delete(o);
+        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+        respond_response(r, 429, resp);
+}
+
 /* Resolves the API key from x-brimble-key or Authorization: Bearer. */
 static int authenticate(struct req *r) {
         const char *key = req_header(r, "x-brimble-key");
@@ -181,13 +305,24 @@ static int authenticate(struct req *r) {
                 respond_error(r, 401, "Missing API key: send it in the x-brimble-key header or as Authorization: Bearer <key>");
                 return -EACCES;
         }
+        uint8_t who[16];
+        bool known = client_key(r, who);
+        int64_t wait = known ? guess_blocked(who) : 0;
+        if (wait > 0) {
+                respond_too_many_guesses(r, wait);
+                return -EUSERS;
+        }
         if (strlen(key) > 256) {
+                if (known)
+                        guess_failed(who);
                 respond_error(r, 401, "Invalid API key");
                 return -EACCES;
         }
         sha256_hex(key, strlen(key), hash);
         int k = store_key_lookup(r->c->store, hash, &r->acc);
         if (k == -ENOENT) {
+                if (known)
+                        guess_failed(who);
                 respond_error(r, 401, "Invalid API key");
                 return -EACCES;
         }
@@ -436,6 +571,7 @@ int http_start(struct ctl *c, struct http_server **ret) {
         } else
                 return log_error_errno(-EINVAL, "listen address '%s' is not an IP address", cfg->listen_addr);
 
+        guess_init(cfg);
         struct http_server *h = xnew0(struct http_server, 1);
         h->c = c;
         h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, c,

@@ -23,14 +23,27 @@
 #define STDIN_WRITE_TIMEOUT_MS 60000
 #define FILE_FINISH_TIMEOUT_MS 120000
 #define ERR_CAP 4096
+/* Stream frames not yet sent to the client. exec_read adds at most 64 KiB of output per
+ * call, and the client drains between calls; only output produced while controld is still
+ * writing the code to stdin can pile up, and past this the command is killed. */
+#define STREAM_PENDING_CAP ((size_t) 4 << 20)
 
-/* The wrapper records its pid, enters the working directory, runs argv and removes the
- * record. $1 is the token, $2 the directory. The directory is changed here rather than by
- * the runtime so a missing one is a clear message on stderr, exit 126. */
+/* The wrapper records its pid, enters the working directory, optionally copies stdin to a
+ * file (a code snippet), and runs argv with the user's environment. $1 is the token, $2 the
+ * directory, $3 the file for stdin ("" = none), $4 the number of "K=V" entries that follow,
+ * then argv. The directory is changed here rather than by the runtime so a missing one is
+ * a clear message on stderr, exit 126.
+ *
+ * The exec itself runs with the sandbox's own environment, never the user's: the user's
+ * variables are exported only in the subshell that becomes the user's command, so a user
+ * PATH (or IFS, LD_PRELOAD ...) cannot replace the cat, rm or cd the platform relies on. */
 static const char wrapper_script[] =
-        "p=/tmp/.paddock-exec-$1.pid; echo $$ > \"$p\" 2>/dev/null; d=$2; shift 2; "
+        "p=/tmp/.paddock-exec-$1.pid; echo $$ > \"$p\" 2>/dev/null; d=$2; f=$3; n=$4; shift 4; "
         "cd \"$d\" 2>/dev/null || { echo \"paddock: cannot use working directory $d: no such directory\" >&2; "
-        "rm -f \"$p\"; exit 126; }; \"$@\"; rc=$?; rm -f \"$p\"; exit $rc";
+        "rm -f \"$p\"; exit 126; }; "
+        "if [ -n \"$f\" ]; then cat > \"$f\" || { rm -f \"$p\" \"$f\"; exit 126; }; fi; "
+        "( while [ \"$n\" -gt 0 ]; do export \"$1\"; shift; n=$((n - 1)); done; exec \"$@\" ); rc=$?; "
+        "if [ -n \"$f\" ]; then rm -f \"$f\"; fi; rm -f \"$p\"; exit $rc";
 
 /* Kills the recorded process and every descendant (stopped first so none escapes), and
  * removes a code snippet file of this exec. A process name may hold spaces or ')', so the
@@ -55,31 +68,33 @@ static const char get_script[] =
         "f=\"$1\"; [ -e \"$f\" ] || exit 3; [ -d \"$f\" ] && exit 5; [ -f \"$f\" ] || exit 6; [ -r \"$f\" ] || exit 4; "
         "exec cat \"$f\"";
 
-static const char code_script[] =
-        "f=\"$1\"; shift; cat > \"$f\" || exit 126; \"$@\" \"$f\"; rc=$?; rm -f \"$f\"; exit $rc";
+/* ---- concurrency: per sandbox and per account ---- */
 
-/* ---- per-sandbox concurrency ---- */
-
-/* Sandboxes with execs in flight and how many; entries leave when their count drops to 0,
- * so the table holds only busy sandboxes. */
+/* Owners (a sandbox or an account) with operations in flight and how many; entries leave
+ * when their count drops to 0, so a table holds only busy owners and stays as small as
+ * the operations running (themselves bounded by the connection limit). */
 struct slot { char id[25]; int64_t n; };
-static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct slot *slots;
-static size_t n_slots;
+struct slot_table {
+        pthread_mutex_t lock;
+        struct slot *slots;
+        size_t n;
+};
+static struct slot_table sandbox_slots = { .lock = PTHREAD_MUTEX_INITIALIZER };
+static struct slot_table account_slots = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static struct slot *slot_find(const char *id) {
-        for (size_t i = 0; i < n_slots; i++)
-                if (!strcmp(slots[i].id, id))
-                        return &slots[i];
+static struct slot *slot_find(struct slot_table *t, const char *id) {
+        for (size_t i = 0; i < t->n; i++)
+                if (!strcmp(t->slots[i].id, id))
+                        return &t->slots[i];
         return NULL;
 }
 
-static bool slot_take(const char *id, int64_t max) {
-        pthread_mutex_lock(&slots_lock);
-        struct slot *s = slot_find(id);
+static bool slot_take(struct slot_table *t, const char *id, int64_t max) {
+        pthread_mutex_lock(&t->lock);
+        struct slot *s = slot_find(t, id);
         if (!s) {
-                slots = xrealloc(slots, (n_slots + 1) * sizeof(*slots));
-                s = &slots[n_slots++];
+                t->slots = xrealloc(t->slots, (t->n + 1) * sizeof(*t->slots));
+                s = &t->slots[t->n++];
                 snprintf(s->id, sizeof(s->id), "%s", id);
                 s->n = 0;
         }
@@ -87,17 +102,40 @@ static bool slot_take(const char *id, int64_t max) {
         if (ok)
                 s->n++;
         else if (s->n == 0)
-                *s = slots[--n_slots];
-        pthread_mutex_unlock(&slots_lock);
+                *s = t->slots[--t->n];
+        pthread_mutex_unlock(&t->lock);
         return ok;
 }
 
-static void slot_release(const char *id) {
-        pthread_mutex_lock(&slots_lock);
-        struct slot *s = slot_find(id);
+static void slot_release(struct slot_table *t, const char *id) {
+        pthread_mutex_lock(&t->lock);
+        struct slot *s = slot_find(t, id);
         if (s && --s->n <= 0)
-                *s = slots[--n_slots];
-        pthread_mutex_unlock(&slots_lock);
+                *s = t->slots[--t->n];
+        pthread_mutex_unlock(&t->lock);
+}
+
+/* Takes one slot of the sandbox and one of its account for a runtime operation (exec,
+ * code, file transfer). 0, or -EUSERS with the user-facing message in msg. */
+static int runtime_slots_take(struct ctl *c, const struct sandbox *sb, char *msg, size_t msglen) {
+        if (!slot_take(&account_slots, sb->account_id, c->cfg->max_runtime_per_account)) {
+                snprintf(msg, msglen,
+                         "Too many commands and file transfers running for this account (limit %lld); retry when one finishes",
+                         (long long) c->cfg->max_runtime_per_account);
+                return -EUSERS;
+        }
+        if (!slot_take(&sandbox_slots, sb->id, c->cfg->max_exec_concurrent)) {
+                slot_release(&account_slots, sb->account_id);
+                snprintf(msg, msglen, "Too many commands running in this sandbox (limit %lld); retry when one finishes",
+                         (long long) c->cfg->max_exec_concurrent);
+                return -EUSERS;
+        }
+        return 0;
+}
+
+static void runtime_slots_release(const struct sandbox *sb) {
+        slot_release(&sandbox_slots, sb->id);
+        slot_release(&account_slots, sb->account_id);
 }
 
 /* ---- UTF-8 safe text accumulation ---- */
@@ -195,6 +233,7 @@ struct run {
         int client_fd;
         int64_t last_sent;            /* for keep-alives */
         bool counted;                 /* in ctl->streams_running */
+        bool overflow;                /* stream frames not yet sent passed STREAM_PENDING_CAP */
 };
 
 
@@ -216,15 +255,15 @@ static void kill_tree(struct run *x) {
         x->drv->exec_free(k);
 }
 
-static void run_free(struct run *x) {
+static struct run *run_free(struct run *x) {
         if (!x)
-                return;
+                return NULL;
         if (x->s && !x->finished && !x->killed)
                 kill_tree(x);
         if (x->s)
                 x->drv->exec_free(x->s);
         if (x->slot)
-                slot_release(x->sb.id);
+                runtime_slots_release(&x->sb);
         strbuf_done(&x->out.buf);
         strbuf_done(&x->err.buf);
         strbuf_done(&x->sout.buf);
@@ -232,6 +271,7 @@ static void run_free(struct run *x) {
         strbuf_done(&x->pending);
         sandbox_clear(&x->sb);
         free(x);
+        return NULL;
 }
 
 static void append_frame(struct run *x, const char *type, const char *data, size_t len) {
@@ -249,6 +289,10 @@ static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
         if (!x->stream) {
                 (void) text_append(stream == 1 ? &x->out : &x->err, data, len, false);  /* past the cap: truncated flag */
                 return 0;
+        }
+        if (x->overflow || x->pending.len > STREAM_PENDING_CAP) {
+                x->overflow = true;
+                return -ENOBUFS;  /* ends the exec_write/exec_read under way */
         }
         struct text *t = stream == 1 ? &x->sout : &x->serr;
         strbuf_done(&t->buf);
@@ -419,7 +463,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 if (k < 0) {
                         _cleanup_json_ cJSON *o = cJSON_CreateObject();
                         json_add_str(o, "type", "error");
-                        json_add_str(o, "message", "Lost the connection to the sandbox process");
+                        json_add_str(o, "message", x->overflow ? "The command's output outran the client; it was stopped"
+                                                               : "Lost the connection to the sandbox process");
                         _cleanup_free_ char *j = json_print(o);
                         strbuf_printf(&x->pending, "data: %s\n\n", j);
                         kill_tree(x);
@@ -464,38 +509,49 @@ static void stream_free(void *cls) {
         run_free(x);
 }
 
-/* Runs argv (optionally feeding stdin_data) and answers JSON or SSE. */
-/* token: the exec's token (names its pid record and any snippet file), NULL = a fresh one. */
+/* Runs argv (optionally feeding stdin_data into the file stdin_file first) and answers
+ * JSON or SSE. env ("K=V", NULL-terminated, may be NULL) applies to argv only.
+ * token: the exec's token (names its pid record and any snippet file), NULL = a fresh one. */
 static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const char *token, const char **user_argv, char **env,
-                                       const char *cwd, int timeout_s, bool stream, const char *stdin_data, size_t stdin_len) {
+                                       const char *cwd, int timeout_s, bool stream, const char *stdin_file,
+                                       const char *stdin_data, size_t stdin_len) {
         struct ctl *c = r->c;
         struct run *x;
         char err[512] = "";
-        const char *argv[16];
-        size_t n = 0;
+        size_t n = 0, n_env = 0, n_user = 0;
+        char n_env_s[16];
 
-        if (!slot_take(sb->id, c->cfg->max_exec_concurrent)) {
+        if (runtime_slots_take(c, sb, err, sizeof(err)) < 0) {
                 sandbox_clear(sb);
-                return respond_error(r, 429, "Too many commands running in this sandbox (limit %lld); retry when one finishes",
-                                     (long long) c->cfg->max_exec_concurrent);
+                return respond_error(r, 429, "%s", err);
         }
         x = run_new(r, sb);
         if (token)
                 snprintf(x->token, sizeof(x->token), "%s", token);
         x->slot = true;
         x->stream = stream;
+        while (env && env[n_env])
+                n_env++;
+        while (user_argv[n_user])
+                n_user++;
+        snprintf(n_env_s, sizeof(n_env_s), "%zu", n_env);
+        _cleanup_free_ const char **argv = xnew0(const char *, 9 + n_env + n_user);
         argv[n++] = "/bin/sh";
         argv[n++] = "-c";
         argv[n++] = wrapper_script;
         argv[n++] = "paddock";
         argv[n++] = x->token;
         argv[n++] = cwd ? cwd : "/";
-        for (size_t i = 0; user_argv[i] && n < ELEMENTSOF(argv) - 1; i++)
+        argv[n++] = stdin_file ? stdin_file : "";
+        argv[n++] = n_env_s;
+        for (size_t i = 0; i < n_env; i++)
+                argv[n++] = env[i];
+        for (size_t i = 0; i < n_user; i++)
                 argv[n++] = user_argv[i];
         argv[n] = NULL;
 
         struct exec_spec spec;
-        fill_exec_spec(&spec, argv, env, "/", stdin_data != NULL);
+        fill_exec_spec(&spec, argv, NULL, "/", stdin_data != NULL);
         x->t0 = mono_ms();
         x->deadline = x->t0 + (int64_t) timeout_s * 1000;
         if (x->drv->exec_start(x->drv, &x->sb, &spec, &x->s, err, sizeof(err)) < 0) {
@@ -504,7 +560,23 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
         }
         if (stdin_data) {
                 int k = x->drv->exec_write(x->s, stdin_data, stdin_len, STDIN_WRITE_TIMEOUT_MS, on_output, x);
-                if (k < 0 && k != -EPIPE) {
+                if (x->overflow) {
+                        /* Output while the input was still going in, more than we keep: stop it. */
+                        log_notice("exec wrote more than %zu bytes before its input was sent; killing it", STREAM_PENDING_CAP);
+                        kill_tree(x);
+                        strbuf_done(&x->pending);
+                        strbuf_init(&x->pending, 0);
+                        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+                        json_add_str(o, "type", "error");
+                        char msg[200];
+                        snprintf(msg, sizeof(msg),
+                                 "The command wrote more than %zu bytes of output before its input was sent; it was stopped",
+                                 STREAM_PENDING_CAP);
+                        json_add_str(o, "message", msg);
+                        _cleanup_free_ char *j = json_print(o);
+                        strbuf_printf(&x->pending, "data: %s\n\n", j);
+                        x->finished = true;
+                } else if (k < 0 && k != -EPIPE) {
                         run_free(x);
                         return respond_error(r, 503, "Could not send input to the sandbox: %s", strerror(-k));
                 }
@@ -512,6 +584,13 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
         }
 
         if (stream) {
+                /* The reader waits inside its callback for output (up to a keep-alive), which
+                 * the server's idle timeout would take for a dead connection and cut. The exec's
+                 * own deadline (plus the time to say goodbye) bounds this connection instead; a
+                 * client that goes away is still noticed at once through client_fd. */
+                (void) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                                 (unsigned) timeout_s + 30u +
+                                                         (unsigned) (c->cfg->stream_keepalive_ms / 1000));
                 const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
                 x->client_fd = ci ? ci->connect_fd : -1;
                 strbuf_init(&x->sout.buf, 0);
@@ -583,7 +662,7 @@ enum MHD_Result runtime_post_exec(struct req *r) {
                 return MHD_YES;
         _cleanup_(strv_freep) char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { "/bin/sh", "-c", in.cmd, NULL };
-        return run_and_respond(r, &sb, NULL, argv, env, in.cwd, in.timeout_s, in.stream, NULL, 0);
+        return run_and_respond(r, &sb, NULL, argv, env, in.cwd, in.timeout_s, in.stream, NULL, NULL, 0);
 }
 
 enum MHD_Result runtime_post_code(struct req *r) {
@@ -600,8 +679,8 @@ enum MHD_Result runtime_post_code(struct req *r) {
         hexid_new(tok);
         snprintf(path, sizeof(path), "/tmp/.paddock-code-%s.%s", tok, py ? "py" : "js");
         _cleanup_(strv_freep) char **env = env_list(in.env_keys, in.env_values, in.n_env);
-        const char *argv[] = { "/bin/sh", "-c", code_script, "paddock", path, py ? "python3" : "node", NULL };
-        return run_and_respond(r, &sb, tok, argv, env, in.cwd, in.timeout_s, in.stream, in.code, strlen(in.code));
+        const char *argv[] = { py ? "python3" : "node", path, NULL };
+        return run_and_respond(r, &sb, tok, argv, env, in.cwd, in.timeout_s, in.stream, path, in.code, strlen(in.code));
 }
 
 /* ---- files ---- */
@@ -609,7 +688,7 @@ enum MHD_Result runtime_post_code(struct req *r) {
 struct upload {
         struct run *x;
         uint64_t received, limit;
-        bool too_large, process_gone;
+        bool too_large, process_gone, timed_out;
         int error;
         char path[4097];
 };
@@ -622,6 +701,15 @@ static int upload_sink(struct req *r, const char *data, size_t len) {
         if (u->received > u->limit) {
                 u->too_large = true;
                 return -EFBIG;
+        }
+        if (u->timed_out)
+                return -ETIMEDOUT;
+        if (mono_ms() > u->x->deadline) {
+                /* A slow drip may not hold an exec and a slot for ever: both go now, the
+                 * rest of the body is read and dropped. */
+                u->timed_out = true;
+                u->x = run_free(u->x);
+                return -ETIMEDOUT;
         }
         if (u->process_gone)
                 return 0;  /* discard: the answer is already decided */
@@ -716,10 +804,17 @@ static int put_error(int code, const char *path, const char *stderr_raw, char *m
 static int start_file_exec(struct req *r, struct sandbox *sb, const char *script, const char *path, bool want_stdin, bool quiet,
                            struct run **ret) {
         char err[512] = "";
+        if (runtime_slots_take(r->c, sb, err, sizeof(err)) < 0) {
+                if (!quiet)
+                        respond_error(r, 429, "%s", err);
+                return -EUSERS;
+        }
         struct run *x = run_new(r, sb);
+        x->slot = true;
+        x->deadline = mono_ms() + (int64_t) r->c->cfg->transfer_timeout_s * 1000;
         strbuf_done(&x->err.buf);
         strbuf_init(&x->err.buf, ERR_CAP);
-        const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/", "/bin/sh", "-c", script, "paddock", path, NULL };
+        const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/", "", "0", "/bin/sh", "-c", script, "paddock", path, NULL };
         struct exec_spec spec;
         fill_exec_spec(&spec, argv, NULL, "/", want_stdin);
         if (x->drv->exec_start(x->drv, &x->sb, &spec, &x->s, err, sizeof(err)) < 0) {
@@ -770,6 +865,9 @@ enum MHD_Result runtime_put_file(struct req *r) {
         char msg[4600];
         if (u->too_large)
                 return respond_error(r, 413, "File too large: the limit is %llu bytes", (unsigned long long) u->limit);
+        if (u->timed_out)
+                return respond_error(r, 408, "Upload of %s took longer than %llu s (transfer_timeout); it was abandoned", u->path,
+                                     (unsigned long long) r->c->cfg->transfer_timeout_s);
         if (u->error)
                 return respond_error(r, 503, "Failed to send the file to the sandbox: %s", strerror(-u->error));
         u->x->drv->exec_close_stdin(u->x->s);
@@ -819,6 +917,13 @@ static ssize_t dl_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 }
                 if (d->x->c->stopping)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (mono_ms() > d->x->deadline) {
+                        /* A slow reader may not hold a slot and an exec for ever. */
+                        log_notice("download took longer than %llu s (transfer_timeout); closing it",
+                                   (unsigned long long) d->x->c->cfg->transfer_timeout_s);
+                        kill_tree(d->x);
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                }
                 int k = d->x->drv->exec_read(d->x->s, 1000, d->client_fd, dl_output, d);
                 if (k == 0)
                         continue;
@@ -906,6 +1011,7 @@ enum MHD_Result runtime_post_batch(struct req *r) {
         for (size_t i = 0; i < in.n_files; i++) {
                 struct pj_batch_file *f = &in.files[i];
                 char msg[4600] = "";
+                int k;
                 if (in.file_errors[i])
                         snprintf(msg, sizeof(msg), "%s", in.file_errors[i]);
                 else {
@@ -913,10 +1019,12 @@ enum MHD_Result runtime_post_batch(struct req *r) {
                         struct run *x = NULL;
                         if (store_sandbox_get(c->store, id, &copy) < 0)
                                 snprintf(msg, sizeof(msg), "Sandbox record vanished");
-                        else if (start_file_exec(r, &copy, put_script, f->path, true, true, &x) < 0) {
-                                snprintf(msg, sizeof(msg), "Could not reach the sandbox");
+                        else if ((k = start_file_exec(r, &copy, put_script, f->path, true, true, &x)) < 0) {
+                                snprintf(msg, sizeof(msg), "%s",
+                                         k == -EUSERS ? "Too many commands or transfers running; retry when one finishes"
+                                                      : "Could not reach the sandbox");
                         } else {
-                                int k = f->len ? x->drv->exec_write(x->s, f->data, f->len, STDIN_WRITE_TIMEOUT_MS, on_output, x) : 0;
+                                k = f->len ? x->drv->exec_write(x->s, f->data, f->len, STDIN_WRITE_TIMEOUT_MS, on_output, x) : 0;
                                 x->drv->exec_close_stdin(x->s);
                                 int code = finish_file_exec(x);
                                 if (code < 0)

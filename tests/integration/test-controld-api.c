@@ -1692,3 +1692,48 @@ TEST_FULL(percent_encoded_nul_does_not_truncate_the_path, 90) {
                 test_fail(__FILE__, __LINE__, "POST /sandboxes%%00junk answered %ld", st);
         ASSERT_EQ(total_count(&c, key, "/sandboxes"), 1);
 }
+
+/* Failed key guesses: auth_failures_per_minute wrong keys per address, then 429 with
+ * Retry-After for any request with a key (a valid one too, so a guess learns nothing)
+ * until a token refills. Valid keys never use up the bucket. */
+TEST_FULL(wrong_key_guesses_are_rate_limited_per_address, 90) {
+        static struct ctld c; /* static: the exit hook uses it after the test function returns */
+        struct rawres x;
+        need_docker();
+        ctld_start(&c, "auth_failures_per_minute = 30", NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "guesses", NULL, NULL);
+        char kh[256];
+        snprintf(kh, sizeof(kh), "x-brimble-key: %s", key);
+        const char *good[] = { kh, NULL };
+        const char *bad[] = { "x-brimble-key: pdk_wrongwrongwrongwrong", NULL };
+        /* Valid keys, however many, take nothing from the bucket. */
+        for (int i = 0; i < 40; i++) {
+                http_raw(&c, "GET", "/sandboxes", good, NULL, 0, &x);
+                ASSERT_EQ(x.status, 200);
+        }
+        for (int i = 0; i < 30; i++) {
+                http_raw(&c, "GET", "/sandboxes", bad, NULL, 0, &x);
+                ASSERT_EQ(x.status, 401);
+        }
+        http_raw(&c, "GET", "/sandboxes", bad, NULL, 0, &x);
+        ASSERT_EQ(x.status, 429);
+        ASSERT_CONTAINS(x.body, "wrong API key");
+        const char *ra = strcasestr(x.headers, "\nRetry-After: ");
+        ASSERT_TRUE(ra != NULL);
+        long secs = atol(ra + 14);
+        ASSERT_TRUE(secs >= 1 && secs <= 3);  /* 30 a minute: one token every 2 s */
+        /* The limited address gets 429 even with the right key: no oracle. */
+        http_raw(&c, "GET", "/sandboxes", good, NULL, 0, &x);
+        ASSERT_EQ(x.status, 429);
+        /* Requests without a key are not guesses: still the plain 401. */
+        http_raw(&c, "GET", "/sandboxes", NULL, NULL, 0, &x);
+        ASSERT_EQ(x.status, 401);
+        /* After Retry-After, one more try is allowed, and the valid key works again. */
+        sleep((unsigned) secs);
+        http_raw(&c, "GET", "/sandboxes", good, NULL, 0, &x);
+        ASSERT_EQ(x.status, 200);
+        http_raw(&c, "GET", "/sandboxes", bad, NULL, 0, &x);
+        ASSERT_EQ(x.status, 401);
+        http_raw(&c, "GET", "/sandboxes", bad, NULL, 0, &x);
+        ASSERT_EQ(x.status, 429);
+}

@@ -10,6 +10,7 @@
 
 #include "cleanup.h"
 #include "ctltest.h"
+#include "strutil.h"
 #include "testlib.h"
 
 TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
@@ -609,6 +610,49 @@ TEST_FULL(volume_being_deleted_cannot_be_attached, 120) {
         snprintf(h, sizeof(h), "paddock-vol-%s", vol);
         char *argv[] = { "docker", "volume", "inspect", h, NULL };
         ASSERT_TRUE(test_run_capture(argv, NULL, 65536) != 0);   /* the Docker volume is gone too */
+}
+
+/* WatchdogSec=: with WATCHDOG_USEC set, controld pings WATCHDOG=1 about every
+ * WATCHDOG_USEC/2 while serving, and never before READY=1. */
+TEST_FULL(pings_systemd_watchdog, 60) {
+        struct ctld c;
+        char path[300];
+        need_docker();
+        snprintf(path, sizeof(path), "%s/wd-%d.sock", test_tmpdir(), getpid());
+        int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+        ASSERT_EQ(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        setenv("NOTIFY_SOCKET", path, 1);
+        setenv("WATCHDOG_USEC", "400000", 1);
+        ctld_start(&c, NULL, NULL);
+        unsetenv("NOTIFY_SOCKET");
+        unsetenv("WATCHDOG_USEC");
+        bool ready = false;
+        int pings = 0;
+        int64_t t_first = 0, t_last = 0, end = mono_ms() + 10000;
+        while (pings < 5 && mono_ms() < end) {
+                char buf[512];
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                if (poll(&p, 1, 1000) != 1)
+                        continue;
+                ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+                ASSERT_TRUE(n > 0);
+                buf[n] = 0;
+                if (strstr(buf, "READY=1"))
+                        ready = true;
+                if (strstr(buf, "WATCHDOG=1")) {
+                        ASSERT_TRUE(ready);
+                        t_last = mono_ms();
+                        if (!pings++)
+                                t_first = t_last;
+                }
+        }
+        ASSERT_EQ(pings, 5);
+        /* Four intervals of ~200 ms: well under the 400 ms the unit would allow each. */
+        ASSERT_TRUE(t_last - t_first < 4 * 400);
+        ctld_stop_daemon(&c);
+        close(fd);
 }
 
 /* systemd Type=notify: READY=1 once serving, STOPPING=1 on SIGTERM. */

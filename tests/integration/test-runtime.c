@@ -1469,3 +1469,182 @@ TEST_FULL(shutdown_does_not_wait_for_long_commands, 120) {
         ASSERT_STREQ(hres_data_str(&r, "stdout"), "0\n");
         hres_done(&r);
 }
+
+/* The user's env applies to the user's command only: a PATH that puts a fake cat and rm
+ * first cannot replace the tools the platform's wrapper uses to write the code file and
+ * drop its pid record (before: the code never reached python, exit 126 "HIJACKED"). */
+TEST_FULL(user_env_does_not_reach_the_platform_wrapper, 120) {
+        struct box b;
+        struct hres r;
+        box_start(&b, NULL, NULL, NULL);
+        free(sh(&b, "mkdir -p /tmp/evil && printf '#!/bin/sh\\necho HIJACKED\\nexit 1\\n' > /tmp/evil/cat && "
+                    "cp /tmp/evil/cat /tmp/evil/rm && chmod +x /tmp/evil/cat /tmp/evil/rm"));
+        static const char evil_path[] = "\"env\":{\"PATH\":\"/tmp/evil:/usr/local/bin:/usr/bin:/bin\"}";
+        char body[512];
+        snprintf(body, sizeof(body), "{\"language\":\"python\",\"code\":\"import os; print(6*7, os.environ['PATH'])\",%s}", evil_path);
+        post_run(&b, "code", NULL, NULL, body, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "42 /tmp/evil:/usr/local/bin:/usr/bin:/bin\n");
+        ASSERT_EQ(data_int(&r, "exit_code"), 0);
+        hres_done(&r);
+        /* The user's own command does see its PATH (and its fake cat). */
+        snprintf(body, sizeof(body), "{\"cmd\":\"cat /etc/hostname\",%s}", evil_path);
+        post_run(&b, "exec", NULL, NULL, body, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "HIJACKED\n");
+        hres_done(&r);
+        /* The wrapper's real rm removed the code file and every pid record but this exec's own. */
+        _cleanup_free_ char *left = sh(&b, "ls -a /tmp | grep -c '^.paddock-code-' || true");
+        ASSERT_STREQ(left, "0\n");
+        _cleanup_free_ char *pids = sh(&b, "ls -a /tmp | grep -c '^.paddock-exec-' || true");
+        ASSERT_STREQ(pids, "1\n");
+}
+
+/* ================= limits on connections, slots and transfers ================= */
+
+/* File transfers take the sandbox's exec slots, and every runtime operation counts
+ * against the account (max_runtime_per_account), 429 with a clear message beyond. */
+TEST_FULL(file_transfers_take_slots_and_accounts_are_limited, 150) {
+        struct box b;
+        struct hres r;
+        box_start(&b, "max_exec_concurrent = 2\nmax_runtime_per_account = 3", NULL, NULL);
+        char id2[25];
+        ctld_create(&b.c, b.key, "{\"template\":\"python-3.11\"}", id2);
+        struct par p[3];
+        pthread_t t[3];
+        for (int i = 0; i < 2; i++) {
+                p[i] = (struct par) { .b = &b, .i = i, .cmd_fmt = "{\"cmd\":\"sleep 5; echo s%d\"}" };
+                ASSERT_EQ(pthread_create(&t[i], NULL, par_exec, &p[i]), 0);
+        }
+        usleep(1500 * 1000);
+        /* The sandbox's two slots are taken: files wait their turn too. */
+        put_file(&b, "/tmp/f", "hello", 5, &r);
+        ASSERT_EQ(r.status, 429);
+        ASSERT_CONTAINS(hres_message(&r), "Too many commands running in this sandbox (limit 2)");
+        hres_done(&r);
+        get_file(&b, "/etc/hostname", &r);
+        ASSERT_EQ(r.status, 429);
+        hres_done(&r);
+        /* A third operation in the other sandbox fills the account... */
+        char path[128];
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id2);
+        struct box b2 = b;
+        snprintf(b2.id, sizeof(b2.id), "%s", id2);
+        p[2] = (struct par) { .b = &b2, .i = 2, .cmd_fmt = "{\"cmd\":\"sleep 4; echo s%d\"}" };
+        ASSERT_EQ(pthread_create(&t[2], NULL, par_exec, &p[2]), 0);
+        usleep(1500 * 1000);
+        /* ... so that sandbox, with a free slot, still says no, naming the account limit. */
+        http_req(&b.c, "POST", path, b.key, "{\"cmd\":\"echo no\"}", &r);
+        ASSERT_EQ(r.status, 429);
+        ASSERT_CONTAINS(hres_message(&r), "for this account (limit 3)");
+        hres_done(&r);
+        for (int i = 0; i < 3; i++) {
+                pthread_join(t[i], NULL);
+                ASSERT_EQ(p[i].status, 200);
+        }
+        /* Everything given back: files and execs work again. */
+        put_file(&b, "/tmp/f", "hello", 5, &r);
+        ASSERT_EQ(r.status, 204);
+        hres_done(&r);
+        http_req(&b.c, "POST", path, b.key, "{\"cmd\":\"echo yes\"}", &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "yes\n");
+        hres_done(&r);
+}
+
+/* connection_timeout closes idle connections, but a long exec (answer or stream) is not
+ * idle: both arrive whole well after the timeout. */
+TEST_FULL(idle_timeout_spares_long_execs, 120) {
+        struct box b;
+        struct hres r;
+        box_start(&b, "connection_timeout = 2s", NULL, NULL);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(b.c.port) };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(connect(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        int64_t t0 = now_mono_ms();
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        ASSERT_EQ(poll(&pf, 1, 10000), 1);
+        char c1;
+        ASSERT_EQ(read(fd, &c1, 1), 0);  /* closed by the server */
+        ASSERT_TRUE(now_mono_ms() - t0 < 8000);
+        close(fd);
+
+        exec_ok(&b, "sleep 6; echo done", ",\"timeout_seconds\":60", &r);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "done\n");
+        hres_done(&r);
+        struct sse s = { 0 };
+        sse_run(&b, "exec", "{\"cmd\":\"sleep 6; echo done\",\"stream\":true,\"timeout_seconds\":60}", &s);
+        ASSERT_EQ(s.status, 200);
+        ASSERT_EQ(s.rc, CURLE_OK);
+        ASSERT_STREQ(frames_joined(&s, "stdout"), "done\n");
+        ASSERT_TRUE(s.n >= 2);
+        ASSERT_STREQ(frame_type(&s, s.n - 1), "done");
+        sse_done(&s);
+}
+
+/* The default per-address connection limit: beyond it, new connections are closed at
+ * once instead of each holding a thread for the idle timeout. */
+TEST_FULL(per_address_connection_limit_by_default, 120) {
+        struct box b;
+        box_start(&b, NULL, NULL, NULL);
+        enum { N = 80 };
+        int fds[N], closed = 0;
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(b.c.port) };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        for (int i = 0; i < N; i++) {
+                fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+                ASSERT_EQ(connect(fds[i], (struct sockaddr *) &a, sizeof(a)), 0);
+        }
+        usleep(1500 * 1000);
+        for (int i = 0; i < N; i++) {
+                struct pollfd pf = { .fd = fds[i], .events = POLLIN };
+                char c1;
+                if (poll(&pf, 1, 0) == 1 && read(fds[i], &c1, 1) <= 0)
+                        closed++;
+                close(fds[i]);
+        }
+        ASSERT_GE(closed, N - 64);
+        ASSERT_LE(closed, N - 60);
+        /* Once they are gone, the address is served again. */
+        usleep(500 * 1000);
+        _cleanup_free_ char *o = sh(&b, "echo served");
+        ASSERT_STREQ(o, "served\n");
+}
+
+struct slow_dl { size_t got; };
+static size_t slow_dl_write(char *p, size_t sz, size_t nm, void *ud) {
+        (void) p;
+        ((struct slow_dl *) ud)->got += sz * nm;
+        return sz * nm;
+}
+
+/* transfer_timeout bounds a download however slowly the client reads. */
+TEST_FULL(download_has_a_deadline, 120) {
+        struct box b;
+        box_start(&b, "transfer_timeout = 2s", NULL, NULL);
+        free(sh(&b, "head -c 40000000 /dev/zero > /tmp/big"));
+        char url[256], kh[300];
+        snprintf(url, sizeof(url), "%s/sandboxes/%s/files/tmp/big", b.c.url, b.id);
+        snprintf(kh, sizeof(kh), "x-brimble-key: %s", b.key);
+        CURL *h = curl_easy_init();
+        struct curl_slist *hl = curl_slist_append(NULL, kh);
+        struct slow_dl d = { 0 };
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, 45L);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t) 500000);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, slow_dl_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &d);
+        int64_t t0 = now_mono_ms();
+        CURLcode rc = curl_easy_perform(h);
+        int64_t ms = now_mono_ms() - t0;
+        curl_slist_free_all(hl);
+        curl_easy_cleanup(h);
+        if (rc == CURLE_OK || rc == CURLE_OPERATION_TIMEDOUT || ms > 30000 || d.got >= 40000000)
+                test_fail(__FILE__, __LINE__, "download not cut: rc %d after %lld ms, %zu bytes", (int) rc, (long long) ms, d.got);
+        /* The exec and its slot are gone: the sandbox answers at once. */
+        _cleanup_free_ char *o = sh(&b, "echo after");
+        ASSERT_STREQ(o, "after\n");
+}
