@@ -232,6 +232,17 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         S("docker", "subnet", "169.254.90.0/24", 64, docker_subnet);
         S("docker", "gateway", "169.254.90.1", 64, docker_gateway);
         I("docker", "pids_limit", 4096, 16, 1 << 22, docker_pids_limit);
+        S("docker", "bridge", "paddock-sandbox", 15, docker_bridge);
+
+        S("amqp", "url", NULL, 1024, amqp_url);
+        if (c->amqp_url && !*c->amqp_url) {
+                free(c->amqp_url);
+                c->amqp_url = NULL;
+        }
+        S("amqp", "exchange", "paddock.nodes", 128, amqp_exchange);
+        if ((r = conf_get_duration_ms(cf, "amqp", NULL, "egress_timeout", 10000, 100, 120000, &c->egress_timeout_ms, err,
+                                      errlen)) < 0)
+                goto fail;
 
         S("defaults", "template", NULL, 64, default_template);
         S("defaults", "region", NULL, 64, default_region);
@@ -300,6 +311,9 @@ struct config *config_free(struct config *c) {
         free(c->docker_subnet_internal);
         free(c->docker_subnet);
         free(c->docker_gateway);
+        free(c->docker_bridge);
+        free(c->amqp_url);
+        free(c->amqp_exchange);
         free(c->default_template);
         free(c->default_region);
         free(c->default_plan);
