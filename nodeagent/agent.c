@@ -318,6 +318,14 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                 else
                         log_info("%s done", out.type);
                 break;
+        case PJ_NODE_EGRESS_STATS:
+                snprintf(err, sizeof(err), "egress.stats is not implemented on node %s yet", cfg->node_id);
+                r = -ENOTSUP;
+                break;
+        case PJ_NODE_NODE_SYNC:
+                snprintf(err, sizeof(err), "node.sync is answered by controld, not by an agent");
+                r = -EINVAL;
+                break;
         }
         out.ok = r >= 0;
         if (r < 0)
