@@ -233,6 +233,7 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         S("docker", "gateway", "169.254.90.1", 64, docker_gateway);
         I("docker", "pids_limit", 4096, 16, 1 << 22, docker_pids_limit);
         S("docker", "bridge", "paddock-sandbox", 15, docker_bridge);
+        S("docker", "node_id", "local", 128, docker_node_id);
 
         S("amqp", "url", NULL, 1024, amqp_url);
         if (c->amqp_url && !*c->amqp_url) {
@@ -312,6 +313,7 @@ struct config *config_free(struct config *c) {
         free(c->docker_subnet);
         free(c->docker_gateway);
         free(c->docker_bridge);
+        free(c->docker_node_id);
         free(c->amqp_url);
         free(c->amqp_exchange);
         free(c->default_template);

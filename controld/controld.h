@@ -70,6 +70,7 @@ struct config {
         char *docker_network, *docker_subnet, *docker_gateway;     /* open egress */
         char *docker_network_internal, *docker_subnet_internal;     /* restricted, until an agent confirms */
         int64_t docker_pids_limit;
+        char *docker_node_id;                        /* this engine's node: the routing key of its agent */
         char *docker_bridge;                         /* Linux name of the open network's bridge (the agent's egress bridge) */
         /* [amqp]: the node bus. amqp_url NULL = no agent: egress policies are stored, not enforced */
         char *amqp_url, *amqp_exchange;

@@ -207,7 +207,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         }
         memset(ret, 0, sizeof(*ret));
         ret->container_id = TAKE_PTR(id);
-        ret->node_id = xstrdup("local");
+        ret->node_id = xstrdup(d->ctl->cfg->docker_node_id);
         ret->ip = xstrdup(st.ip);
         return 0;
 unwind:
