@@ -268,7 +268,7 @@ static enum MHD_Result get_egress(struct req *r) {
         int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
-        return respond_envelope(r, 200, "Sandbox egress fetched", egress_to_json(r->c, &sb));
+        return respond_envelope(r, 200, "Sandbox egress fetched", ctl_egress_to_json(r->c, &sb));
 }
 
 static enum MHD_Result empty_snapshot_page(struct req *r) {

@@ -156,7 +156,7 @@ void ctl_close(struct ctl *c) {
         while (c->jobs_running > 0)
                 pthread_cond_wait(&c->jobs_cond, &c->jobs_lock);
         pthread_mutex_unlock(&c->jobs_lock);
-        egress_sync_stop(c);
+        ctl_egress_sync_stop(c);
         c->drv = driver_free(c->drv);
         c->bus = nodebus_free(c->bus);
         c->store = store_close(c->store);
@@ -231,7 +231,7 @@ int controld_main(int argc, char **argv) {
         background_start(&c);   /* heals crash leftovers first, so before serving */
         {
                 char err[512] = "";
-                if (egress_sync_start(&c, err, sizeof(err)) < 0)
+                if (ctl_egress_sync_start(&c, err, sizeof(err)) < 0)
                         log_error("node.sync responder did not start: %s (agents cannot converge at start-up)", err);
         }
         r = http_start(&c, &http);

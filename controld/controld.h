@@ -404,21 +404,21 @@ int controld_main(int argc, char **argv);
 /* ---- egress enforcement through the node agents (egress.c) ---- */
 struct strbuf;
 /* true when an [amqp] url is configured: policies other than deny_all need an agent's word. */
-bool egress_enforced(const struct ctl *c);
+bool ctl_egress_enforced(const struct ctl *c);
 /* -EINVAL with a message naming the entry when an allowlist entry overlaps the always-deny set. */
-int egress_check_allow(const struct sb_egress *e, struct api_error *err);
+int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err);
 /* Asks sb's node agent to enforce pol (NULL = sb->egress) for sb->ip and waits for its
  * confirmation (at most [amqp] egress_timeout). 0 when confirmed, or when there is nothing to
  * confirm (deny_all, no node bus). Else a negative errno, err says why (-ENXIO no agent for
  * the node, -ETIMEDOUT no answer in time, -EREMOTEIO the agent refused, ...). On success for
  * restricted policies the names the agent resolved are written into the sandbox's /etc/hosts. */
-int egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen);
+int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen);
 /* Asks the agent to drop sb's rules (best effort; failures are logged and returned). */
-int egress_remove(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen);
-int egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long timeout_ms, char *err, size_t errlen);
+int ctl_egress_remove(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen);
+int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long timeout_ms, char *err, size_t errlen);
 /* The body of GET /sandboxes/{id}/egress. */
-cJSON *egress_to_json(struct ctl *c, const struct sandbox *sb);
-void egress_metrics_render(struct strbuf *b);
+cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb);
+void ctl_egress_metrics_render(struct strbuf *b);
 /* node.sync responder: consumes the controld queue of the node bus exchange (no-op without a bus). */
-int egress_sync_start(struct ctl *c, char *err, size_t errlen);
-void egress_sync_stop(struct ctl *c);
+int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen);
+void ctl_egress_sync_stop(struct ctl *c);

@@ -88,7 +88,7 @@ static uint32_t mask_of(int prefix) {
         return prefix <= 0 ? 0 : 0xffffffffu << (32 - prefix);
 }
 
-int egress_check_allow(const struct sb_egress *e, struct api_error *err) {
+int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err) {
         for (size_t i = 0; i < e->n_allow; i++) {
                 const struct pj_allow_entry *a = &e->allow[i];
                 if (a->kind == PJ_ALLOW_HOSTNAME)
@@ -111,7 +111,7 @@ int egress_check_allow(const struct sb_egress *e, struct api_error *err) {
 
 /* ---- requests ---- */
 
-bool egress_enforced(const struct ctl *c) {
+bool ctl_egress_enforced(const struct ctl *c) {
         return c->bus != NULL;
 }
 
@@ -194,7 +194,7 @@ static int write_hosts(struct ctl *c, const struct sandbox *sb, const cJSON *res
         return r < 0 ? r : 0;
 }
 
-int egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen) {
+int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen) {
         _cleanup_free_ char *body = NULL;
         _cleanup_json_ cJSON *reply = NULL;
         uint32_t ip;
@@ -264,11 +264,11 @@ fail:
         return r;
 }
 
-int egress_remove(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen) {
-        return egress_remove_timeout(c, sb, (long) c->cfg->egress_timeout_ms, err, errlen);
+int ctl_egress_remove(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen) {
+        return ctl_egress_remove_timeout(c, sb, (long) c->cfg->egress_timeout_ms, err, errlen);
 }
 
-int egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long timeout_ms, char *err, size_t errlen) {
+int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long timeout_ms, char *err, size_t errlen) {
         _cleanup_free_ char *body = NULL;
         uint32_t ip;
         int r;
@@ -293,7 +293,7 @@ int egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long timeout_
 
 /* ---- GET /sandboxes/{id}/egress ---- */
 
-cJSON *egress_to_json(struct ctl *c, const struct sandbox *sb) {
+cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
         cJSON *o = cJSON_CreateObject();
         json_add_str(o, "mode", pj_egress_mode_to_string(sb->egress.mode));
         cJSON *a = cJSON_AddArrayToObject(o, "allow");
@@ -353,7 +353,7 @@ cJSON *egress_to_json(struct ctl *c, const struct sandbox *sb) {
         return o;
 }
 
-void egress_metrics_render(struct strbuf *b) {
+void ctl_egress_metrics_render(struct strbuf *b) {
         strbuf_printf(b, "# HELP paddock_egress_applies_total Egress policy applies confirmed (ok) or not (failed) by node agents.\n"
                          "# TYPE paddock_egress_applies_total counter\n"
                          "paddock_egress_applies_total{result=\"ok\"} %llu\n"
@@ -373,11 +373,11 @@ void egress_metrics_render(struct strbuf *b) {
 
 /* ---- node.sync ---- */
 
-int egress_sync_start(struct ctl *c, char *err, size_t errlen) {
+int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen) {
         (void) c, (void) err, (void) errlen;
         return 0;
 }
 
-void egress_sync_stop(struct ctl *c) {
+void ctl_egress_sync_stop(struct ctl *c) {
         (void) c;
 }

@@ -127,6 +127,6 @@ char *metrics_render(struct ctl *c) {
                 for (int s = 0; s < _SB_STATUS_MAX; s++)
                         strbuf_printf(&b, "paddock_sandboxes{status=\"%s\"} %lld\n", sb_status_str((enum sb_status) s),
                                       (long long) counts[s]);
-        egress_metrics_render(&b);
+        ctl_egress_metrics_render(&b);
         return strbuf_steal(&b);
 }

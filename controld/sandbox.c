@@ -140,7 +140,7 @@ static void unplace_unenforced(struct ctl *c, struct sandbox *sb) {
         char e2[256];
         if (c->drv->remove(c->drv, sb, e2, sizeof(e2)) < 0)
                 log_error("could not remove the container of a sandbox whose egress is not enforced: %s", e2);
-        (void) egress_remove_timeout(c, sb, 1000, e2, sizeof(e2));
+        (void) ctl_egress_remove_timeout(c, sb, 1000, e2, sizeof(e2));
 }
 
 /* A create that fails with one of these went wrong after it was accepted: the record
@@ -242,7 +242,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb.one_shot = in->one_shot;
         if (sb_egress_from_pj(&sb.egress, &in->egress) < 0)
                 return API_ERR(err, -EINVAL, "egress.allow: an entry could not be read; check the allowlist");
-        if ((r = egress_check_allow(&sb.egress, err)) < 0)
+        if ((r = ctl_egress_check_allow(&sb.egress, err)) < 0)
                 return r;
         sb.persistent = in->persistent || in->volume_id;
         sb.persistent_disk_gb = in->has_persistent_disk_gb ? in->persistent_disk_gb : 0;
@@ -304,7 +304,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         /* Ready only once the node's agent enforces the policy: fail closed otherwise. */
         {
                 char eerr[384] = "";
-                r = egress_apply(c, &sb, NULL, eerr, sizeof(eerr));
+                r = ctl_egress_apply(c, &sb, NULL, eerr, sizeof(eerr));
                 if (r < 0) {
                         unplace_unenforced(c, &sb);
                         snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
@@ -377,7 +377,7 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                         log_error("sandbox destroy failed: %s", derr);
                         return API_ERR(err, -EHOSTUNREACH, "Could not destroy the sandbox right now: %s. Retry the request.", derr);
                 }
-                (void) egress_remove(c, &sb, derr, sizeof(derr));
+                (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
                 (void) store_volume_detach_sandbox(c->store, id, now_ms());
                 enum sb_status was = sb.status;
                 sb.status = SB_DESTROYED;
@@ -404,7 +404,7 @@ static void pause_locked(struct ctl *c, const char *id) {
                 log_error("sandbox pause failed: %s", derr);
                 sb.status = SB_READY;  /* still running: back to ready, the user may retry */
         } else {
-                (void) egress_remove(c, &sb, derr, sizeof(derr));
+                (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
                 sb.status = SB_PAUSED;
                 sb.paused_at = now_ms();
                 replace_str(&sb.container_id, NULL);
@@ -434,7 +434,7 @@ static void resume_locked(struct ctl *c, const char *id) {
                 /* Nothing runs on failure (place unwinds). */
                 apply_placement(&sb, &pl);
                 placement_clear(&pl);
-                if (egress_apply(c, &sb, NULL, eerr, sizeof(eerr)) == 0)
+                if (ctl_egress_apply(c, &sb, NULL, eerr, sizeof(eerr)) == 0)
                         ok = true;
                 else {
                         unplace_unenforced(c, &sb);
@@ -503,9 +503,9 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
 
         if (sb_egress_from_pj(&want, in) < 0)
                 return API_ERR(err, -EINVAL, "allow: an entry could not be read; check the allowlist");
-        if ((r = egress_check_allow(&want, err)) < 0)
+        if ((r = ctl_egress_check_allow(&want, err)) < 0)
                 return r;
-        if (!egress_enforced(c))
+        if (!ctl_egress_enforced(c))
                 return API_ERR(err, -EOPNOTSUPP,
                                "Changing egress needs a node agent, and this server has none ([amqp] url is not set)");
 
@@ -522,12 +522,12 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
 
         log_ctx_set("SANDBOX_ID", sb.id);
         if (sb.ip) {
-                r = egress_apply(c, &sb, &want, eerr, sizeof(eerr));
+                r = ctl_egress_apply(c, &sb, &want, eerr, sizeof(eerr));
                 if (r < 0) {
                         /* The agent swaps a policy atomically, so a refusal leaves the old one; after a
                          * timeout we cannot know, so the old policy is applied again. */
                         char e2[384] = "";
-                        bool restored = r == -EREMOTEIO || r == -ENXIO || egress_apply(c, &sb, NULL, e2, sizeof(e2)) == 0;
+                        bool restored = r == -EREMOTEIO || r == -ENXIO || ctl_egress_apply(c, &sb, NULL, e2, sizeof(e2)) == 0;
                         if (!restored)
                                 log_error("could not re-apply the previous egress policy either: %s", e2);
                         return API_ERR(err, -EHOSTUNREACH, "Egress policy could not be enforced: %s. %s", eerr,
