@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "cleanup.h"
@@ -23,6 +24,7 @@
 #include "driver.h"
 #include "json.h"
 #include "log.h"
+#include "amqp.h"
 #include "nodebus.h"
 #include "pj_node.h"
 #include "strutil.h"
@@ -371,13 +373,191 @@ void ctl_egress_metrics_render(struct strbuf *b) {
                       (unsigned long long) atomic_load(&n_hosts_written), (unsigned long long) atomic_load(&n_hosts_failed));
 }
 
-/* ---- node.sync ---- */
+/* ---- node.sync ----
+ *
+ * An agent that starts asks for its node's desired state: it publishes
+ * {"type":"node.sync","node_id":...} with routing key "controld" (app_id = its node id)
+ * and reply_to/correlation_id. We consume the shared queue paddock.controld (several
+ * controlds may share it), answer the ready sandboxes of that node whose policy needs
+ * the agent, then re-apply each of them through the normal path on a job thread.
+ */
+
+#define SYNC_QUEUE "paddock.controld"
+#define SYNC_KEY "controld"
+#define SYNC_CH 1
+
+struct egress_bus {
+        pthread_t thread;
+        struct amqpx_url url;
+        char *exchange;
+};
+
+static void resync_job(struct ctl *c, char *node) {
+        struct sandbox *a = NULL;
+        size_t n = 0, done = 0, failed = 0;
+        if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n && !c->stopping; i++) {
+                if (!a[i].node_id || strcmp(a[i].node_id, node) != 0 || !a[i].ip)
+                        continue;
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                char err[384] = "";
+                SANDBOX_LOCK_GUARD(lock, c, a[i].id);
+                /* Afresh under the lock: a pause or PUT may have moved it meanwhile. */
+                if (store_sandbox_get(c->store, a[i].id, &sb) < 0 || sb.status != SB_READY || !sb.ip)
+                        continue;
+                log_ctx_set("SANDBOX_ID", sb.id);
+                if (ctl_egress_apply(c, &sb, NULL, err, sizeof(err)) < 0)
+                        failed++;
+                else
+                        done++;
+                log_ctx_set("SANDBOX_ID", NULL);
+        }
+        sandbox_array_free(a, n);
+        log_info("node.sync from %s: %zu policies re-applied, %zu failed", node, done, failed);
+}
+
+static char *sync_answer(struct ctl *c, const char *node) {
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        struct pj_node_reply rep = { .ok = true, .has_live = true };
+        snprintf(rep.type, sizeof(rep.type), "node.sync");
+        snprintf(rep.node_id, sizeof(rep.node_id), "%s", node);
+        if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0) {
+                rep.ok = false;
+                rep.has_live = false;
+                snprintf(rep.error, sizeof(rep.error), "controld could not read its store");
+        } else {
+                rep.live = xnew0(struct pj_node_live, n ? n : 1);
+                for (size_t i = 0; i < n && rep.n_live < PJ_NODE_MAX_LIVE; i++) {
+                        uint32_t ip;
+                        if (!a[i].node_id || strcmp(a[i].node_id, node) != 0 || parse_ip(a[i].ip, &ip) < 0)
+                                continue;
+                        /* deny_all sandboxes have no address; one switched to deny_all by PUT
+                         * keeps its address and its (deny_all) policy. */
+                        snprintf(rep.live[rep.n_live].sandbox_id, sizeof(rep.live[0].sandbox_id), "%s", a[i].id);
+                        rep.live[rep.n_live++].ip = ip;
+                }
+        }
+        sandbox_array_free(a, n);
+        char *body = pj_node_reply_format(&rep);
+        pj_node_reply_done(&rep);
+        return body;
+}
+
+static int sync_session(struct ctl *c, struct egress_bus *b) {
+        amqp_connection_state_t conn = NULL;
+        char err[512] = "";
+        int r = amqpx_connect(&b->url, "paddock-controld-sync", 0, 30, 5000, &conn, err, sizeof(err));
+        if (r < 0) {
+                log_warning("node.sync responder: %s", err);
+                return r;
+        }
+        if ((r = amqpx_channel_open_exchange(conn, SYNC_CH, b->exchange, err, sizeof(err))) < 0)
+                goto out;
+        amqp_queue_declare(conn, SYNC_CH, amqp_cstring_bytes(SYNC_QUEUE), 0, 0, 0, 1, amqp_empty_table);
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", err, sizeof(err))) < 0)
+                goto out;
+        amqp_queue_bind(conn, SYNC_CH, amqp_cstring_bytes(SYNC_QUEUE), amqp_cstring_bytes(b->exchange),
+                        amqp_cstring_bytes(SYNC_KEY), amqp_empty_table);
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.bind", err, sizeof(err))) < 0)
+                goto out;
+        amqp_basic_qos(conn, SYNC_CH, 0, 4, 0);
+        amqp_basic_consume(conn, SYNC_CH, amqp_cstring_bytes(SYNC_QUEUE), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.consume", err, sizeof(err))) < 0)
+                goto out;
+        log_info("node.sync responder consuming %s (exchange %s, routing key %s)", SYNC_QUEUE, b->exchange, SYNC_KEY);
+        while (!c->stopping) {
+                amqp_envelope_t env;
+                struct timeval tv = { .tv_sec = 1 };
+                amqp_maybe_release_buffers(conn);
+                amqp_rpc_reply_t x = amqp_consume_message(conn, &env, &tv, 0);
+                if (x.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && x.library_error == AMQP_STATUS_TIMEOUT)
+                        continue;
+                if (x.reply_type != AMQP_RESPONSE_NORMAL) {
+                        r = -ECONNRESET;
+                        snprintf(err, sizeof(err), "the connection to the broker broke");
+                        goto out;
+                }
+                amqp_basic_properties_t *pr = &env.message.properties;
+                struct pj_node_msg m = { 0 };
+                struct pj_error pe = { 0 };
+                bool from_agent = (pr->_flags & AMQP_BASIC_APP_ID_FLAG) && (pr->_flags & AMQP_BASIC_REPLY_TO_FLAG) &&
+                                  env.message.body.len <= PJ_NODE_MAX_MESSAGE &&
+                                  pj_node_msg_parse(env.message.body.bytes, env.message.body.len, &m, &pe) == 0 &&
+                                  m.type == PJ_NODE_NODE_SYNC && pr->app_id.len == strlen(m.node_id) &&
+                                  !memcmp(pr->app_id.bytes, m.node_id, pr->app_id.len);
+                if (!from_agent)
+                        log_warning("node.sync responder: dropped a message that is not a node.sync from the node it names");
+                else {
+                        _cleanup_free_ char *body = sync_answer(c, m.node_id);
+                        amqp_basic_properties_t rp = { ._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+                                                                 AMQP_BASIC_APP_ID_FLAG,
+                                                       .content_type = amqp_cstring_bytes("application/json"),
+                                                       .delivery_mode = 1,
+                                                       .app_id = amqp_cstring_bytes("controld") };
+                        if (pr->_flags & AMQP_BASIC_CORRELATION_ID_FLAG) {
+                                rp._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
+                                rp.correlation_id = pr->correlation_id;
+                        }
+                        amqp_basic_publish(conn, SYNC_CH, amqp_empty_bytes, pr->reply_to, 0, 0, &rp, amqp_cstring_bytes(body));
+                        log_info("node.sync from node %s answered", m.node_id);
+                        if (ctl_spawn_job(c, resync_job, xstrdup(m.node_id)) < 0)
+                                log_error("node.sync: could not start re-applying the node's policies");
+                }
+                pj_node_msg_done(&m);
+                amqp_basic_ack(conn, SYNC_CH, env.delivery_tag, 0);
+                amqp_destroy_envelope(&env);
+        }
+        r = 0;
+out:
+        if (r < 0 && err[0])
+                log_warning("node.sync responder: %s", err);
+        amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(conn);
+        return r;
+}
+
+static void *sync_thread(void *ud) {
+        struct ctl *c = ud;
+        while (!c->stopping) {
+                if (sync_session(c, c->egbus) < 0)
+                        for (int i = 0; i < 20 && !c->stopping; i++)
+                                usleep(100 * 1000);
+        }
+        return NULL;
+}
 
 int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen) {
-        (void) c, (void) err, (void) errlen;
-        return 0;
+        if (!c->bus || !c->cfg->amqp_url)
+                return 0;
+        struct egress_bus *b = xnew0(struct egress_bus, 1);
+        int r = amqpx_url_parse(c->cfg->amqp_url, &b->url, err, errlen);
+        if (r < 0) {
+                free(b);
+                return r;
+        }
+        b->exchange = xstrdup(c->cfg->amqp_exchange);
+        c->egbus = b;
+        r = -pthread_create(&b->thread, NULL, sync_thread, c);
+        if (r < 0) {
+                snprintf(err, errlen, "pthread_create: %s", strerror(-r));
+                amqpx_url_done(&b->url);
+                free(b->exchange);
+                free(b);
+                c->egbus = NULL;
+        }
+        return r;
 }
 
 void ctl_egress_sync_stop(struct ctl *c) {
-        (void) c;
+        struct egress_bus *b = c->egbus;
+        if (!b)
+                return;
+        c->stopping = 1;
+        pthread_join(b->thread, NULL);
+        amqpx_url_done(&b->url);
+        free(b->exchange);
+        free(b);
+        c->egbus = NULL;
 }
