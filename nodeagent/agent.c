@@ -82,6 +82,14 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
             (r = conf_get_list(cf, "egress", NULL, "deny", 1024, 18, &ret->egress_deny, err, errlen)) < 0 ||
             (r = conf_get_int(cf, "egress", NULL, "priority", -10, -400, 400, &ret->egress_priority, err, errlen)) < 0)
                 goto out;
+        if (!ret->egress_deny) {
+                /* Absent key: the internal ranges no sandbox may reach. An explicit
+                 * "deny =" (empty) means none beyond the built-in set. */
+                static const char *const def[] = { "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", NULL };
+                ret->egress_deny = xnew0(char *, ELEMENTSOF(def));
+                for (size_t i = 0; def[i]; i++)
+                        ret->egress_deny[i] = xstrdup(def[i]);
+        }
         if (ret->egress_dns && !*ret->egress_dns) {
                 free(ret->egress_dns);
                 ret->egress_dns = NULL;
