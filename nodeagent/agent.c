@@ -82,6 +82,14 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
             (r = conf_get_list(cf, "egress", NULL, "deny", 1024, 18, &ret->egress_deny, err, errlen)) < 0 ||
             (r = conf_get_int(cf, "egress", NULL, "priority", -10, -400, 400, &ret->egress_priority, err, errlen)) < 0)
                 goto out;
+        if (!ret->egress_deny) {
+                /* Absent key: the internal ranges no sandbox may reach. An explicit
+                 * "deny =" (empty) means none beyond the built-in set. */
+                static const char *const def[] = { "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", NULL };
+                ret->egress_deny = xnew0(char *, ELEMENTSOF(def));
+                for (size_t i = 0; def[i]; i++)
+                        ret->egress_deny[i] = xstrdup(def[i]);
+        }
         if (ret->egress_dns && !*ret->egress_dns) {
                 free(ret->egress_dns);
                 ret->egress_dns = NULL;
@@ -211,7 +219,13 @@ static int allow_append(struct ps_egress_apply *req, uint32_t addr, int prefix, 
 /* Resolves hostname entries (IPv4 only) into a request for the egress child. A
  * hostname that does not resolve, or resolves to too many addresses, fails the whole
  * apply: the caller fails closed and the enforced policy stays as it was. */
-static int apply_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
+static int64_t wall_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int apply_policy(const struct pj_node_msg *m, struct pj_node_reply *out, char *err, size_t errlen) {
         _cleanup_free_ struct ps_egress_apply *req = xnew0(struct ps_egress_apply, 1);
         req->hdr.type = PS_EGRESS_APPLY;
         strscpy(req->sandbox_id, m->sandbox_id, sizeof(req->sandbox_id));
@@ -237,6 +251,14 @@ static int apply_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
                 }
                 struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res = NULL;
                 int g = getaddrinfo(e.host, NULL, &hints, &res);
+                struct pj_node_resolved *rv = NULL;
+                if (g == 0) {
+                        if (!out->resolved)
+                                out->resolved = xnew0(struct pj_node_resolved, PJ_EGRESS_MAX_ALLOW);
+                        rv = &out->resolved[out->n_resolved++];
+                        strscpy(rv->name, e.host, sizeof(rv->name));
+                        rv->at_ms = wall_ms();
+                }
                 if (g != 0) {
                         snprintf(err, errlen, "cannot resolve %s: %s", e.host, gai_strerror(g));
                         return -EHOSTUNREACH;
@@ -249,8 +271,13 @@ static int apply_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
                                 r = -E2BIG;
                                 break;
                         }
-                        r = allow_append(req, ntohl(((struct sockaddr_in *) a->ai_addr)->sin_addr.s_addr), 32, e.host,
-                                         err, errlen);
+                        uint32_t ad = ntohl(((struct sockaddr_in *) a->ai_addr)->sin_addr.s_addr);
+                        bool dup = false;
+                        for (size_t k = 0; k < rv->n_addrs; k++)
+                                dup = dup || rv->addrs[k] == ad;
+                        if (!dup && rv->n_addrs < PJ_NODE_MAX_ADDRS_PER_NAME)
+                                rv->addrs[rv->n_addrs++] = ad;
+                        r = allow_append(req, ad, 32, e.host, err, errlen);
                 }
                 freeaddrinfo(res);
         }
@@ -258,6 +285,8 @@ static int apply_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
                 return r;
         struct ps_result res;
         r = privsep_call(PS_CHILD_EGRESS, req, sizeof(*req), &res);
+        if (r >= 0)
+                out->applied_at_ms = wall_ms();
         if (r == -EPIPE || r == -ENOTCONN)
                 snprintf(err, errlen, "the egress process is not running on this node");
         else if (r < 0)
@@ -309,14 +338,21 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                 if (!cfg->egress_enabled) {
                         snprintf(err, sizeof(err), "egress enforcement is not enabled on node %s ([egress] enable)", cfg->node_id);
                         r = -ENOTSUP;
-                } else if (m.type == PJ_NODE_EGRESS_APPLY)
-                        r = apply_policy(&m, err, sizeof(err));
-                else
+                } else if (m.type == PJ_NODE_EGRESS_APPLY) {
+                        int64_t t0 = mono_ms();
+                        log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(m.egress.mode));
+                        r = apply_policy(&m, &out, err, sizeof(err));
+                        char dur[32];
+                        snprintf(dur, sizeof(dur), "%" PRId64, mono_ms() - t0);
+                        log_ctx_set("DURATION_MS", dur);
+                } else
                         r = remove_policy(&m, err, sizeof(err));
                 if (r < 0)
                         log_warning("%s failed: %s", out.type, err);
                 else
                         log_info("%s done", out.type);
+                log_ctx_set("EGRESS_MODE", NULL);
+                log_ctx_set("DURATION_MS", NULL);
                 break;
         case PJ_NODE_EGRESS_STATS:
                 snprintf(err, sizeof(err), "egress.stats is not implemented on node %s yet", cfg->node_id);
@@ -331,7 +367,16 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
         if (r < 0)
                 snprintf(out.error, sizeof(out.error), "%s", err[0] ? err : strerror(-r));
         pj_node_msg_done(&m);
-        return pj_node_reply_format(&out);
+        if (r < 0) {
+                /* A failed apply confirms nothing: no resolutions, no time. */
+                free(out.resolved);
+                out.resolved = NULL;
+                out.n_resolved = 0;
+                out.applied_at_ms = 0;
+        }
+        char *text = pj_node_reply_format(&out);
+        pj_node_reply_done(&out);
+        return text;
 }
 
 /* What the header frame of a delivery told us, copied out of rabbitmq-c's pool. */

@@ -277,7 +277,7 @@ TEST(egress_messages_program_the_firewall) {
         snprintf(hosts, sizeof(hosts), "%s/hosts", test_tmpdir());
         FILE *hf = fopen(hosts, "w");
         ASSERT_NOT_NULL(hf);
-        fprintf(hf, "127.0.0.1 localhost\n169.254.77.20 api.paddock.test\n");
+        fprintf(hf, "127.0.0.1 localhost\n203.0.113.20 api.paddock.test\n");
         fclose(hf);
         ASSERT_EQ(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
         ASSERT_EQ(mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL), 0);
@@ -296,12 +296,16 @@ TEST(egress_messages_program_the_firewall) {
                                     "\"mode\":\"restricted\",\"allow\":[\"169.254.77.10\",\"api.paddock.test\",\"10.0.0.0/8\"]}";
         _cleanup_free_ char *a = agent_handle(&cfg, apply, strlen(apply));
         ASSERT_CONTAINS(a, "\"ok\":true");
+        /* The reply says what each name resolved to (controld writes them into the
+         * sandbox's /etc/hosts: restricted sandboxes get no DNS) and when it took effect. */
+        ASSERT_CONTAINS(a, "\"resolved\":[{\"name\":\"api.paddock.test\",\"addrs\":[\"203.0.113.20\"],\"at\":");
+        ASSERT_CONTAINS(a, "\"applied_at\":");
         char *argv[] = { "nft", "--json", "list", "table", "inet", "paddock", NULL };
         _cleanup_free_ char *dump = NULL;
         ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
         ASSERT_CONTAINS(dump, "sbx_" SB);
         ASSERT_CONTAINS(dump, "169.254.77.10");
-        ASSERT_CONTAINS(dump, "169.254.77.20");   /* api.paddock.test, resolved by the agent */
+        ASSERT_CONTAINS(dump, "203.0.113.20");    /* api.paddock.test, resolved by the agent */
         ASSERT_CONTAINS(dump, "10.0.0.0");
 
         /* A name that does not resolve fails the apply; the enforced policy stays as it was. */
@@ -310,6 +314,7 @@ TEST(egress_messages_program_the_firewall) {
         _cleanup_free_ char *b = agent_handle(&cfg, bad, strlen(bad));
         ASSERT_CONTAINS(b, "\"ok\":false");
         ASSERT_CONTAINS(b, "cannot resolve");
+        ASSERT_TRUE(strstr(b, "resolved") == NULL && strstr(b, "applied_at") == NULL);
         free(dump);
         dump = NULL;
         ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
