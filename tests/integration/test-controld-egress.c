@@ -24,6 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <amqp.h>
+
+#include "amqp.h"
 #include "cleanup.h"
 #include "ctltest.h"
 #include "strutil.h"
@@ -170,6 +173,48 @@ static void agent_start(void) {
 static void networks_drop(void *ud) {
         (void) ud;
         RUN("docker", "network", "rm", "paddock-egt", "paddock-egt-int");
+}
+
+/* What an agent of node `node` sends at start-up: node.sync to controld; returns the reply. */
+static cJSON *node_sync(const char *node) {
+        amqp_connection_state_t conn = NULL;
+        struct amqpx_url u;
+        char err[256] = "", body[256];
+        ASSERT_EQ(amqpx_url_parse("amqp://guest:guest@127.0.0.1:5672", &u, err, sizeof(err)), 0);
+        ASSERT_EQ(amqpx_connect(&u, "test-controld-egress", 0, 30, 5000, &conn, err, sizeof(err)), 0);
+        amqpx_url_done(&u);
+        ASSERT_EQ(amqpx_channel_open_exchange(conn, 1, exchange, err, sizeof(err)), 0);
+        amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
+        ASSERT_NOT_NULL(q);
+        amqp_bytes_t queue = amqp_bytes_malloc_dup(q->queue);
+        amqp_basic_consume(conn, 1, queue, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
+        amqp_basic_properties_t pr = { ._flags = AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_APP_ID_FLAG,
+                                       .reply_to = queue, .correlation_id = amqp_cstring_bytes("egt-sync-1"),
+                                       .app_id = amqp_cstring_bytes(node) };
+        snprintf(body, sizeof(body), "{\"type\":\"node.sync\",\"node_id\":\"%s\"}", node);
+        ASSERT_EQ(amqp_basic_publish(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("controld"), 0, 0, &pr,
+                                     amqp_cstring_bytes(body)), 0);
+        amqp_envelope_t env;
+        struct timeval tv = { .tv_sec = 10 };
+        amqp_rpc_reply_t x = amqp_consume_message(conn, &env, &tv, 0);
+        ASSERT_EQ(x.reply_type, AMQP_RESPONSE_NORMAL);
+        ASSERT_TRUE(env.message.properties.correlation_id.len == 10 &&
+                    !memcmp(env.message.properties.correlation_id.bytes, "egt-sync-1", 10));
+        cJSON *j = cJSON_ParseWithLength(env.message.body.bytes, env.message.body.len);
+        amqp_destroy_envelope(&env);
+        amqp_bytes_free(queue);
+        amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(conn);
+        ASSERT_NOT_NULL(j);
+        return j;
+}
+
+static bool live_has(const cJSON *reply, const char *id) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(reply, "live"))
+                if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(it, "sandbox_id")) ?: "", id))
+                        return true;
+        return false;
 }
 
 /* ------------------------------------------------------------ probes */
@@ -331,14 +376,26 @@ TEST_FULL(egress_end_to_end, 900) {
         ASSERT_TRUE(reaches(&c, key, cidr_id, "203.0.113.2"));
         ASSERT_FALSE(reaches(&c, key, cidr_id, "198.51.100.2"));
 
-        /* A restarted agent converges: the live sandboxes' policies hold again. */
+        /* The node loses its firewall (a reboot), the agent comes back and asks for its
+         * node's state: controld answers the live sandboxes and re-applies their policies. */
+        ASSERT_EQ(RUN("nft", "delete", "table", "inet", table), 0);
         agent_start();
+        _cleanup_(cJSON_Deletep) cJSON *sync = node_sync(node_id);
+        ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(sync, "ok")));
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(sync, "node_id")), node_id);
+        ASSERT_TRUE(live_has(sync, ip_id));
+        ASSERT_TRUE(live_has(sync, cidr_id));
+        ASSERT_TRUE(live_has(sync, open_id));
+        ASSERT_FALSE(live_has(sync, deny_id));       /* no network: nothing to converge */
         int64_t until = now_ms_() + 20000;
         while (!reaches(&c, key, ip_id, "198.51.100.2") && now_ms_() < until)
                 usleep(500000);
         ASSERT_TRUE(reaches(&c, key, ip_id, "198.51.100.2"));
         ASSERT_FALSE(reaches(&c, key, ip_id, "198.51.100.3"));
         ASSERT_TRUE(reaches(&c, key, cidr_id, "203.0.113.2"));
-        /* And new creates work again. */
+        ASSERT_FALSE(reaches(&c, key, cidr_id, "198.51.100.2"));
+        ASSERT_TRUE(reaches(&c, key, open_id, "198.51.100.3"));   /* its PUT policy, not the create one */
+        ASSERT_FALSE(reaches(&c, key, open_id, "198.51.100.2"));
+        /* And creates work again. */
         create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, NULL);
 }
