@@ -47,6 +47,7 @@
 
 _Static_assert(sizeof(struct ps_hdr) == 16, "ps_hdr layout");
 _Static_assert(sizeof(struct ps_allow) == 8, "ps_allow layout");
+_Static_assert(PS_LIST_PAGE * EGRESS_ID_LEN < PS_MSG_MAX, "a list page fits a result");
 
 static const char *const child_names[PS_CHILD_MAX] = {
         [PS_CHILD_EGRESS] = "egress",
@@ -210,6 +211,9 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_EGRESS_REMOVE:
                 want = sizeof(struct ps_egress_remove);
                 break;
+        case PS_EGRESS_LIST:
+                want = sizeof(struct ps_egress_list);
+                break;
         case PS_READY:
         case PS_RESULT:
         default:
@@ -242,6 +246,25 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
                 if (!zero(m.pad, sizeof(m.pad)))
                         return refuse(ret, "padding is not zero");
                 return ret->r = egress_remove(m.sandbox_id, m.ip, ret->msg, sizeof(ret->msg));
+        }
+        case PS_EGRESS_LIST: {
+                struct ps_egress_list m;
+                memcpy(&m, buf, sizeof(m));
+                if (m.reserved != 0)
+                        return refuse(ret, "reserved field is not zero");
+                char **ids = NULL;
+                int n = egress_list(&ids);
+                if (n < 0) {
+                        snprintf(ret->msg, sizeof(ret->msg), "cannot list the egress table: %s", strerror(-n));
+                        return ret->r = n;
+                }
+                /* r stays 0 (results are <= 0 by protocol): "<total>:" then the ids */
+                size_t o = (size_t) snprintf(ret->msg, sizeof(ret->msg), "%d:", n);
+                for (uint32_t i = m.offset; i < (uint32_t) n && i < m.offset + PS_LIST_PAGE; i++, o += EGRESS_ID_LEN)
+                        memcpy(ret->msg + o, ids[i], EGRESS_ID_LEN);
+                ret->msg[o] = 0;
+                strv_free(ids);
+                return ret->r = 0;
         }
         case PS_READY:
         case PS_RESULT:
