@@ -331,6 +331,48 @@ static int remove_policy(const struct pj_node_msg *m, char *err, size_t errlen) 
         return r;
 }
 
+/* Per-sandbox counters from the egress child, paged through one snapshot. */
+static int read_stats(struct pj_node_reply *out, char *err, size_t errlen) {
+        out->has_stats = true;
+        for (uint32_t off = 0;; off += PS_STATS_PAGE) {
+                struct ps_egress_list req = { .hdr.type = PS_EGRESS_STATS, .offset = off };
+                struct ps_result res;
+                int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
+                if (k < 0) {
+                        snprintf(err, errlen, "%s", k == -EPIPE || k == -ENOTCONN ? "the egress process is not running on this node" : res.msg);
+                        return k;
+                }
+                char *p = strchr(res.msg, ':');
+                if (!p) {
+                        snprintf(err, errlen, "the egress process sent unreadable counters");
+                        return -EBADMSG;
+                }
+                unsigned long total = strtoul(res.msg, NULL, 10);
+                if (total > PJ_NODE_MAX_STATS)
+                        total = PJ_NODE_MAX_STATS;
+                if (!out->stats)
+                        out->stats = xnew0(struct pj_node_sbx_stats, total ? total : 1);
+                p++;
+                size_t got = 0;
+                while (*p && out->n_stats < total) {
+                        struct pj_node_sbx_stats *x = &out->stats[out->n_stats];
+                        char id[EGRESS_ID_LEN + 1];
+                        int used = 0;
+                        if (sscanf(p, "%24[0-9a-f],%" SCNu64 ",%" SCNu64 ",%" SCNu64 ",%" SCNu64 ";%n", id, &x->allowed_packets,
+                                   &x->allowed_bytes, &x->dropped_packets, &x->dropped_bytes, &used) != 5 || used == 0) {
+                                snprintf(err, errlen, "the egress process sent unreadable counters");
+                                return -EBADMSG;
+                        }
+                        strscpy(x->sandbox_id, id, sizeof(x->sandbox_id));
+                        out->n_stats++;
+                        got++;
+                        p += used;
+                }
+                if (got == 0 || out->n_stats >= total)
+                        return 0;
+        }
+}
+
 /* Builds the reply for one message. Returns the JSON text (xmalloc'd). */
 char *agent_handle(const struct agent_config *cfg, const char *body, size_t len) {
         struct pj_node_msg m = { 0 };
@@ -380,8 +422,11 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                 log_ctx_set("DURATION_MS", NULL);
                 break;
         case PJ_NODE_EGRESS_STATS:
-                snprintf(err, sizeof(err), "egress.stats is not implemented on node %s yet", cfg->node_id);
-                r = -ENOTSUP;
+                if (!cfg->egress_enabled) {
+                        snprintf(err, sizeof(err), "egress enforcement is not enabled on node %s ([egress] enable)", cfg->node_id);
+                        r = -ENOTSUP;
+                } else
+                        r = read_stats(&out, err, sizeof(err));
                 break;
         case PJ_NODE_NODE_SYNC:
                 snprintf(err, sizeof(err), "node.sync is answered by controld, not by an agent");
@@ -394,10 +439,13 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
         pj_node_msg_done(&m);
         if (r < 0) {
                 /* A failed apply confirms nothing: no resolutions, no time. */
-                free(out.resolved);
-                out.resolved = NULL;
-                out.n_resolved = 0;
-                out.applied_at_ms = 0;
+                char type[sizeof(out.type)];
+                strscpy(type, out.type, sizeof(type));
+                pj_node_reply_done(&out);
+                out.ok = false;
+                strscpy(out.type, type, sizeof(out.type));
+                snprintf(out.node_id, sizeof(out.node_id), "%s", cfg->node_id);
+                snprintf(out.error, sizeof(out.error), "%s", err[0] ? err : strerror(-r));
         }
         char *text = pj_node_reply_format(&out);
         pj_node_reply_done(&out);

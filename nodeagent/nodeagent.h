@@ -60,6 +60,7 @@ enum ps_type {
         PS_EGRESS_REMOVE,       /* parent -> egress child: struct ps_egress_remove */
         PS_RESULT,              /* child -> parent: struct ps_result answering seq */
         PS_EGRESS_LIST,         /* parent -> egress child: struct ps_egress_list */
+        PS_EGRESS_STATS,        /* parent -> egress child: struct ps_egress_list (same paging) */
 };
 
 struct ps_hdr {
@@ -100,6 +101,10 @@ struct ps_egress_remove {
 /* Sandbox ids with a chain, in pages: the result's msg is "<total>:" followed by
  * up to PS_LIST_PAGE ids (24 hex each, concatenated) from offset on. */
 #define PS_LIST_PAGE 20
+/* PS_EGRESS_STATS: msg is "<total>:" then up to PS_STATS_PAGE entries
+ * "<id>,<allowed pk>,<allowed bytes>,<dropped pk>,<dropped bytes>;". Offset 0
+ * takes a fresh dump; later offsets page through that same snapshot. */
+#define PS_STATS_PAGE 4
 struct ps_egress_list {
         struct ps_hdr hdr;
         uint32_t offset;

@@ -308,6 +308,11 @@ TEST(egress_messages_program_the_firewall) {
         ASSERT_CONTAINS(dump, "169.254.77.10");
         ASSERT_CONTAINS(dump, "203.0.113.20");    /* api.paddock.test, resolved by the agent */
         ASSERT_CONTAINS(dump, "10.0.0.0");
+        static const char stats[] = "{\"type\":\"egress.stats\"}";
+        _cleanup_free_ char *st = agent_handle(&cfg, stats, strlen(stats));
+        ASSERT_CONTAINS(st, "\"ok\":true");
+        ASSERT_CONTAINS(st, "\"sandboxes\":[{\"sandbox_id\":\"" SB "\",\"allowed_packets\":0,\"allowed_bytes\":0,"
+                            "\"dropped_packets\":0,\"dropped_bytes\":0}]");
 
         /* A name that does not resolve fails the apply; the enforced policy stays as it was. */
         static const char bad[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.7\","
