@@ -1358,3 +1358,80 @@ int egress_list(char ***ret_sandbox_ids) {
         ids.n = 0;
         return count;
 }
+
+/* ---------------------------------------------------------------- stats */
+
+struct stats_dump {
+        const char *table;
+        struct egress_stats *v;
+        size_t n;
+};
+
+static struct egress_stats *stats_slot(struct stats_dump *d, const char *id) {
+        for (size_t i = 0; i < d->n; i++)
+                if (streq(d->v[i].sandbox_id, id))
+                        return &d->v[i];
+        d->v = xrealloc(d->v, (d->n + 1) * sizeof(*d->v));
+        struct egress_stats *x = &d->v[d->n++];
+        *x = (struct egress_stats) { 0 };
+        strscpy(x->sandbox_id, id, sizeof(x->sandbox_id));
+        return x;
+}
+
+static int rule_stats_cb(const struct nlmsghdr *nlh, void *data) {
+        struct stats_dump *d = data;
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
+        if (!r)
+                oom();
+        if (nftnl_rule_nlmsg_parse(nlh, r) < 0)
+                return MNL_CB_ERROR;
+        const char *t = nftnl_rule_get_str(r, NFTNL_RULE_TABLE);
+        const char *chain = nftnl_rule_get_str(r, NFTNL_RULE_CHAIN);
+        if (!t || !chain || !streq(t, d->table) || !startswith(chain, SBX_CHAIN_PREFIX) ||
+            !hexid_valid(chain + strlen(SBX_CHAIN_PREFIX)))
+                return MNL_CB_OK;
+        uint64_t pk = 0, by = 0;
+        bool have_ctr = false;
+        int verdict = NO_VERDICT;
+        struct nftnl_expr_iter *it = nftnl_expr_iter_create(r);
+        if (!it)
+                oom();
+        for (struct nftnl_expr *e = nftnl_expr_iter_next(it); e; e = nftnl_expr_iter_next(it)) {
+                const char *name = nftnl_expr_get_str(e, NFTNL_EXPR_NAME);
+                if (streq(name, "counter")) {
+                        pk = nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_PACKETS);
+                        by = nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_BYTES);
+                        have_ctr = true;
+                } else if (streq(name, "immediate") && nftnl_expr_is_set(e, NFTNL_EXPR_IMM_VERDICT))
+                        verdict = (int) nftnl_expr_get_u32(e, NFTNL_EXPR_IMM_VERDICT);
+        }
+        nftnl_expr_iter_destroy(it);
+        struct egress_stats *x = stats_slot(d, chain + strlen(SBX_CHAIN_PREFIX));
+        if (have_ctr && verdict == NF_ACCEPT) {
+                x->allowed_packets += pk;
+                x->allowed_bytes += by;
+        } else if (have_ctr && verdict == NF_DROP) {
+                x->dropped_packets += pk;
+                x->dropped_bytes += by;
+        }
+        return MNL_CB_OK;
+}
+
+int egress_stats(struct egress_stats **ret) {
+        LOCK_SCOPE();
+        const char *table = st.ready ? st.table : EGRESS_TABLE_DEFAULT;
+        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+        int r = nl_open(&nl);
+        if (r < 0)
+                return r;
+        char buf[MNL_SOCKET_BUFFER_SIZE];
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, FAMILY, NLM_F_DUMP, seq_next());
+        struct stats_dump d = { .table = table };
+        r = nl_query(nl, nlh, true, rule_stats_cb, &d);
+        if (r < 0 && r != -ENOENT) {
+                free(d.v);
+                return r;
+        }
+        *ret = d.v ? d.v : xnew0(struct egress_stats, 1);
+        return (int) d.n;
+}

@@ -90,3 +90,13 @@ int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen)
  * Returns the count (0 also when the table does not exist) or -errno;
  * *ret_sandbox_ids is untouched on failure. */
 int egress_list(char ***ret_sandbox_ids);
+
+struct egress_stats {
+        char sandbox_id[EGRESS_ID_LEN + 1];
+        uint64_t allowed_packets, allowed_bytes;        /* counters of the chain's accept rules */
+        uint64_t dropped_packets, dropped_bytes;        /* counters of its drop rule */
+};
+
+/* Counters of every sandbox chain, one dump of the table's rules. Returns the
+ * count (0 when the table does not exist) with *ret (free()), or -errno. */
+int egress_stats(struct egress_stats **ret);

@@ -478,6 +478,23 @@ TEST_FULL(open_mode, 30) {
         ASSERT_GE(counter_packets(j, "sbx_egress", "drop"), 2);  /* node_deny + B's drop */
         ASSERT_GE(counter_packets(j, "sbx_to_host", "drop"), 2);
         ASSERT_TRUE(listed(ID_A));
+
+        /* egress.stats: the chain's accept counter, nothing dropped in A's own chain. */
+        struct egress_stats *sv = NULL;
+        int n = egress_stats(&sv);
+        ASSERT_EQ(n, 1);
+        ASSERT_STREQ(sv[0].sandbox_id, ID_A);
+        ASSERT_GE((int64_t) sv[0].allowed_packets, 2);
+        ASSERT_GE((int64_t) sv[0].allowed_bytes, 120);
+        ASSERT_EQ((int64_t) sv[0].dropped_packets, 0);
+        free(sv);
+        /* deny_all: the probe is counted as dropped */
+        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        NO_REACH(SBX_A, WORLD1);
+        ASSERT_EQ(egress_stats(&sv), 1);
+        ASSERT_GE((int64_t) sv[0].dropped_packets, 1);
+        ASSERT_GE((int64_t) sv[0].dropped_bytes, 60);
+        free(sv);
 }
 
 TEST_FULL(always_deny_in_every_mode, 40) {
