@@ -343,6 +343,10 @@ TEST_FULL(egress_end_to_end, 900) {
         ASSERT_STREQ(cJSON_GetObjectItem(d, "mode")->valuestring, "restricted");
         ASSERT_STREQ(cJSON_GetObjectItem(d, "node")->valuestring, node_id);
         ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItem(d, "applied_at")));
+        /* The agent's counters for this sandbox: the probes above were dropped, so some count. */
+        cJSON *ctr = cJSON_GetObjectItem(d, "counters");
+        ASSERT_TRUE(cJSON_IsObject(ctr));
+        ASSERT_TRUE(cJSON_GetNumberValue(cJSON_GetObjectItem(ctr, "dropped_packets")) > 0);
         hres_done(&r);
 
         /* The agent dies: creates that need it answer 503 within the deadline and leave nothing. */
