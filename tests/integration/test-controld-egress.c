@@ -288,7 +288,7 @@ TEST_FULL(egress_end_to_end, 900) {
                  "[plan \"wide\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n",
                  node_id, exchange);
         ctld_start(&c, NULL, extra);
-        _cleanup_free_ char *key = xstrdup(ctld_account_key(&c, "egress", "wide", NULL));
+        _cleanup_free_ char *key = ctld_account_key(&c, "egress", "wide", NULL);
         char open_id[25], ip_id[25], cidr_id[25], deny_id[25], path[96];
         struct hres r;
 
