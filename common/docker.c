@@ -573,6 +573,11 @@ static int network_lookup(struct docker *d, const char *name, char **ret_id) {
 
 int docker_network_ensure(struct docker *d, const char *name, const char *subnet, const char *gateway,
                           bool internal, const struct docker_kv *labels, size_t n) {
+        return docker_network_ensure_bridge(d, name, subnet, gateway, internal, NULL, labels, n);
+}
+
+int docker_network_ensure_bridge(struct docker *d, const char *name, const char *subnet, const char *gateway,
+                                 bool internal, const char *bridge, const struct docker_kv *labels, size_t n) {
         _cleanup_(dresp_done) struct dresp resp = {};
         _cleanup_json_ cJSON *b = NULL;
         _cleanup_free_ char *id = NULL;
@@ -590,6 +595,10 @@ int docker_network_ensure(struct docker *d, const char *name, const char *subnet
         cJSON_AddStringToObject(b, "Driver", "bridge");
         cJSON_AddBoolToObject(b, "Internal", internal);
         cJSON_AddItemToObject(b, "Labels", labels_to_json(labels, n));
+        if (bridge) {
+                cJSON *opts = cJSON_AddObjectToObject(b, "Options");
+                cJSON_AddStringToObject(opts, "com.docker.network.bridge.name", bridge);
+        }
         if (subnet || gateway) {
                 cJSON *ipam = cJSON_AddObjectToObject(b, "IPAM");
                 cJSON_AddStringToObject(ipam, "Driver", "default");

@@ -116,6 +116,11 @@ int docker_volume_remove(struct docker *d, const char *name, bool force);
  * settings are not compared). subnet/gateway optional. */
 int docker_network_ensure(struct docker *d, const char *name, const char *subnet, const char *gateway,
                           bool internal, const struct docker_kv *labels, size_t n);
+/* The same, naming the Linux bridge (com.docker.network.bridge.name, at most 15 characters)
+ * when the network is created; bridge NULL = Docker picks "br-<id>". An existing network is
+ * left as it is. */
+int docker_network_ensure_bridge(struct docker *d, const char *name, const char *subnet, const char *gateway,
+                                 bool internal, const char *bridge, const struct docker_kv *labels, size_t n);
 /* -ENOENT if missing, -EBUSY if containers are still attached. */
 int docker_network_remove(struct docker *d, const char *name);
 

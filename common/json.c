@@ -23,7 +23,7 @@ static bool is_json_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c 
  * plus the nesting and value limits, in one pass before cJSON allocates.
  * Values are bounded from above by 1 + containers + commas outside strings:
  * every value but the first starts a container or follows a comma. */
-static int prescan(const char *buf, size_t len, int max_depth, char *err, size_t errlen) {
+static int prescan(const char *buf, size_t len, int max_depth, size_t max_values, char *err, size_t errlen) {
         size_t bad = utf8_first_invalid(buf, len), values = 1;
         bool in_str = false, esc = false;
         int depth = 0;
@@ -50,9 +50,9 @@ static int prescan(const char *buf, size_t len, int max_depth, char *err, size_t
                         }
                         continue;
                 }
-                if ((c == ',' || c == '[' || c == '{') && ++values > JSON_MAX_VALUES) {
-                        snprintf(err, errlen, "JSON document has more than %d values (at byte %zu); the limit is %d",
-                                 JSON_MAX_VALUES, i, JSON_MAX_VALUES);
+                if ((c == ',' || c == '[' || c == '{') && ++values > max_values) {
+                        snprintf(err, errlen, "JSON document has more than %zu values (at byte %zu); the limit is %zu",
+                                 max_values, i, max_values);
                         return -EINVAL;
                 }
                 if (c == '"')
@@ -79,6 +79,11 @@ invalid_utf8:
 
 int json_parse(const char *buf, size_t len, size_t max_len, int max_depth, cJSON **ret, char *err,
                size_t errlen) {
+        return json_parse_n(buf, len, max_len, max_depth, JSON_MAX_VALUES, ret, err, errlen);
+}
+
+int json_parse_n(const char *buf, size_t len, size_t max_len, int max_depth, size_t max_values, cJSON **ret,
+                 char *err, size_t errlen) {
         char dummy[1];
         const char *end = NULL;
         cJSON *j;
@@ -95,7 +100,7 @@ int json_parse(const char *buf, size_t len, size_t max_len, int max_depth, cJSON
         }
         if (max_depth > CJSON_NESTING_LIMIT)
                 max_depth = CJSON_NESTING_LIMIT;
-        r = prescan(buf, len, max_depth, err, errlen);
+        r = prescan(buf, len, max_depth, max_values, err, errlen);
         if (r < 0)
                 return r;
         if (len == 0) {

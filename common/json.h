@@ -26,6 +26,9 @@
 #define JSON_MAX_VALUES 10000
 int json_parse(const char *buf, size_t len, size_t max_len, int max_depth, cJSON **ret, char *err,
                size_t errlen);
+/* json_parse with another value cap than JSON_MAX_VALUES (for bounded bulk replies). */
+int json_parse_n(const char *buf, size_t len, size_t max_len, int max_depth, size_t max_values, cJSON **ret,
+                 char *err, size_t errlen);
 
 /* Compact text, caller frees with free(). j NULL prints "null". */
 char *json_print(const cJSON *j);

@@ -233,7 +233,7 @@ static enum MHD_Result delete_volume(struct req *r) {
         return respond_empty(r, 204);
 }
 
-/* ---- egress and snapshots (validated; the work behind them is not wired yet) ---- */
+/* ---- egress (enforced by the node agents, egress.c) and snapshots (validated, not wired yet) ---- */
 
 /* Answers and returns < 0 unless the caller owns the sandbox of the route. */
 static int own_sandbox(struct req *r) {
@@ -247,14 +247,28 @@ static int own_sandbox(struct req *r) {
 
 static enum MHD_Result put_egress(struct req *r) {
         _cleanup_(pj_egress_update_done) struct pj_egress_update u = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        bool updated = false;
         if (own_sandbox(r) < 0)
                 return MHD_YES;
         if (pj_egress_update_parse(r->body.buf, r->body.len, &u, &pe) < 0)
                 return pj_fail(r, &pe);
+        log_ctx_set("SANDBOX_ID", r->m.id);
+        int k = sandbox_set_egress(r->c, &r->acc, r->m.id, &u.egress, &sb, &updated, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        return respond_envelope(r, 200, "Sandbox egress updated", egress_update_to_json(r->c, &sb, updated));
+}
+
+static enum MHD_Result get_egress(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct api_error e = { 0 };
-        return respond_errno(r, API_ERR(&e, -EOPNOTSUPP, "Changing egress after create is not available on this server yet"),
-                             &e);
+        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        return respond_envelope(r, 200, "Sandbox egress fetched", ctl_egress_to_json(r->c, &sb));
 }
 
 static enum MHD_Result empty_snapshot_page(struct req *r) {
@@ -315,6 +329,7 @@ static const struct route routes[] = {
         { "POST",   "/sandboxes/{id}/pause",            "/sandboxes/{id}/pause",          SB,         true,  false, J, NULL, post_pause },
         { "POST",   "/sandboxes/{id}/resume",           "/sandboxes/{id}/resume",         SB,         true,  false, J, NULL, post_resume },
         { "GET",    "/sandboxes/{id}/stats",            "/sandboxes/{id}/stats",          SB,         true,  false, J, NULL, get_stats },
+        { "GET",    "/sandboxes/{id}/egress",           "/sandboxes/{id}/egress",         SB,         true,  false, J, NULL, get_egress },
         { "PUT",    "/sandboxes/{id}/egress",           "/sandboxes/{id}/egress",         SB,         true,  false, J, NULL, put_egress },
         { "GET",    "/sandboxes/{id}/snapshots",        "/sandboxes/{id}/snapshots",      SB,         true,  false, J, NULL, list_sandbox_snapshots },
         { "POST",   "/sandboxes/{id}/snapshots",        "/sandboxes/{id}/snapshots",      SB,         true,  false, J, NULL, post_sandbox_snapshot },

@@ -126,6 +126,7 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
                 log_warning("reaper could not destroy the sandbox: %s", derr);
                 goto out;
         }
+        (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
         sb.status = SB_DESTROYED;
         sb.destroyed_at = now_ms();
         free(sb.destroy_reason);
@@ -210,6 +211,7 @@ static void reconcile_after_start(struct ctl *c) {
                         ctl_sandbox_unlock(c, sb->id);
                         continue;
                 }
+                (void) ctl_egress_remove(c, sb, err, sizeof(err));
                 log_notice("healing sandbox left %s by a crash: now %s", sb_status_str(sb->status), sb_status_str(to));
                 if (to == SB_FAILED) {
                         free(sb->failure_reason);

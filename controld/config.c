@@ -244,6 +244,18 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
                 r = -EINVAL;
                 goto fail;
         }
+        S("docker", "bridge", "paddock-sandbox", 15, docker_bridge);
+        S("docker", "node_id", "local", 128, docker_node_id);
+
+        S("amqp", "url", NULL, 1024, amqp_url);
+        if (c->amqp_url && !*c->amqp_url) {
+                free(c->amqp_url);
+                c->amqp_url = NULL;
+        }
+        S("amqp", "exchange", "paddock.nodes", 128, amqp_exchange);
+        if ((r = conf_get_duration_ms(cf, "amqp", NULL, "egress_timeout", 10000, 100, 120000, &c->egress_timeout_ms, err,
+                                      errlen)) < 0)
+                goto fail;
 
         S("defaults", "template", NULL, 64, default_template);
         S("defaults", "region", NULL, 64, default_region);
@@ -313,6 +325,10 @@ struct config *config_free(struct config *c) {
         free(c->docker_subnet);
         free(c->docker_gateway);
         free(c->docker_volume_root);
+        free(c->docker_bridge);
+        free(c->docker_node_id);
+        free(c->amqp_url);
+        free(c->amqp_exchange);
         free(c->default_template);
         free(c->default_region);
         free(c->default_plan);

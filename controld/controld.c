@@ -19,6 +19,7 @@
 #include "cleanup.h"
 #include "controld.h"
 #include "driver.h"
+#include "nodebus.h"
 #include "log.h"
 #include "strutil.h"
 
@@ -139,6 +140,16 @@ int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
                 r = c->drv->init(c->drv, err, sizeof(err));
                 if (r < 0)
                         return log_error_errno(r, "Scheduler driver failed to start: %s", err);
+                if (c->cfg->amqp_url) {
+                        r = nodebus_new(c->cfg->amqp_url, c->cfg->amqp_exchange, &c->bus, err, sizeof(err));
+                        if (r < 0)
+                                return log_error_errno(r, "Failed to connect to the node bus ([amqp] url): %s", err);
+                        log_info("egress enforced by node agents over exchange %s (confirm within %llums)",
+                                 c->cfg->amqp_exchange, (unsigned long long) c->cfg->egress_timeout_ms);
+                } else
+                        log_warning("[amqp] url is not set: NO node agent enforces egress. restricted and open sandboxes "
+                                    "get the plain bridge with no allowlist and no always-deny set; only deny_all "
+                                    "(no network) holds. Set [amqp] url to enforce egress.");
         }
         return 0;
 }
@@ -149,7 +160,9 @@ void ctl_close(struct ctl *c) {
         while (c->jobs_running > 0)
                 pthread_cond_wait(&c->jobs_cond, &c->jobs_lock);
         pthread_mutex_unlock(&c->jobs_lock);
+        ctl_egress_sync_stop(c);
         c->drv = driver_free(c->drv);
+        c->bus = nodebus_free(c->bus);
         c->store = store_close(c->store);
         c->metrics = metrics_free(c->metrics);
         c->cfg = config_free(c->cfg);
@@ -354,6 +367,11 @@ int controld_main(int argc, char **argv) {
                         log_set_max_level(lvl);
         }
         background_start(&c);   /* heals crash leftovers first, so before serving */
+        {
+                char err[512] = "";
+                if (ctl_egress_sync_start(&c, err, sizeof(err)) < 0)
+                        log_error("node.sync responder did not start: %s (agents cannot converge at start-up)", err);
+        }
         r = http_start(&c, &http);
         if (r < 0) {
                 background_stop(&c);

@@ -75,6 +75,11 @@ struct config {
         char *docker_network_internal, *docker_subnet_internal;     /* restricted, until an agent confirms */
         int64_t docker_pids_limit;
         char *docker_volume_root;                    /* "" = volumes uncapped */
+        char *docker_node_id;                        /* this engine's node: the routing key of its agent */
+        char *docker_bridge;                         /* Linux name of the open network's bridge (the agent's egress bridge) */
+        /* [amqp]: the node bus. amqp_url NULL = no agent: egress policies are stored, not enforced */
+        char *amqp_url, *amqp_exchange;
+        uint64_t egress_timeout_ms;                  /* bound on one egress.apply/remove round trip */
         bool docker_allow_unsandboxed;               /* tests only: accept runtimes that are not gVisor */
         /* [defaults] */
         char *default_template, *default_region, *default_plan;
@@ -232,6 +237,8 @@ int store_stats_range(struct store *s, const char *sandbox_id, int64_t since_ms,
 
 struct driver;
 struct metrics;
+struct nodebus;
+struct egress_bus;
 
 struct ctl {
         char *instance_id;               /* labels this controld's workloads, so orphan reaping
@@ -240,6 +247,8 @@ struct ctl {
         struct store *store;
         struct driver *drv;
         struct metrics *metrics;
+        struct nodebus *bus;             /* NULL when [amqp] url is unset: egress is not enforced */
+        struct egress_bus *egbus;        /* node.sync responder (egress.c) */
         volatile int stopping;
         pthread_mutex_t wait_lock;       /* status-change broadcast for /wait */
         pthread_cond_t wait_cond;
@@ -294,6 +303,10 @@ int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struc
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err);
 int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err);
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err);
+/* PUT /sandboxes/{id}/egress: the sandbox must be ready; the node agent confirms the new
+ * policy before it is recorded. On failure (-EHOSTUNREACH) the previous policy stays. */
+int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id, const struct pj_egress *in,
+                       struct sandbox *ret, bool *ret_network_updated, struct api_error *err);
 int64_t destroy_timeout_seconds(const char *s);
 /* The spending period of a timestamp (ms): "YYYY-MM" in UTC. */
 void billing_period(int64_t ms, char out[8]);
@@ -328,6 +341,9 @@ int volume_delete(struct ctl *c, const struct account *acc, const char *id, stru
 struct stats_sample;
 cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb);
 cJSON *sandbox_created_to_json(const struct sandbox *sb);
+/* PUT /sandboxes/{id}/egress: the sandbox (egress, block_outbound, ...) and network_updated
+ * (true when the mode changed, i.e. the node now enforces another network profile). */
+cJSON *egress_update_to_json(struct ctl *c, const struct sandbox *sb, bool network_updated);
 cJSON *volume_to_json(struct ctl *c, const struct volume *v);
 cJSON *region_to_json(const struct region *r);
 cJSON *template_to_json(const struct template *t);
@@ -390,3 +406,25 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now);
 int ctl_open(struct ctl *c, const char *conf_path, bool with_driver);
 void ctl_close(struct ctl *c);
 int controld_main(int argc, char **argv);
+
+/* ---- egress enforcement through the node agents (egress.c) ---- */
+struct strbuf;
+/* true when an [amqp] url is configured: policies other than deny_all need an agent's word. */
+bool ctl_egress_enforced(const struct ctl *c);
+/* -EINVAL with a message naming the entry when an allowlist entry overlaps the always-deny set. */
+int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err);
+/* Asks sb's node agent to enforce pol (NULL = sb->egress) for sb->ip and waits for its
+ * confirmation (at most [amqp] egress_timeout). 0 when confirmed, or when there is nothing to
+ * confirm (deny_all, no node bus). Else a negative errno, err says why (-ENXIO no agent for
+ * the node, -ETIMEDOUT no answer in time, -EREMOTEIO the agent refused, ...). On success for
+ * restricted policies the names the agent resolved are written into the sandbox's /etc/hosts. */
+int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen);
+/* Asks the agent to drop sb's rules (best effort; failures are logged and returned). */
+int ctl_egress_remove(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen);
+int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long timeout_ms, char *err, size_t errlen);
+/* The body of GET /sandboxes/{id}/egress. */
+cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb);
+void ctl_egress_metrics_render(struct strbuf *b);
+/* node.sync responder: consumes the controld queue of the node bus exchange (no-op without a bus). */
+int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen);
+void ctl_egress_sync_stop(struct ctl *c);

@@ -2,9 +2,10 @@
  *
  * One container per sandbox, named paddock-<sandbox id> and labelled with the
  * sandbox and account ids. deny_all sandboxes get no network at all (runsc
- * --network=none); restricted sandboxes sit on an internal network with no way
- * out until a node agent confirms an allowlist (fail closed); open sandboxes
- * use the Paddock bridge network under the passthrough runtime.
+ * --network=none); open and restricted sandboxes use the Paddock bridge network
+ * under the passthrough runtime, where the node agent's firewall holds them
+ * (controld marks them ready only when the agent confirmed). Without a node bus
+ * restricted sandboxes sit on an internal network with no way out instead.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -125,7 +126,8 @@ static int dd_init(struct driver *d, char *err, size_t errlen) {
         if ((r = check_runtime(d, "runtime", cfg->docker_runtime, err, errlen)) < 0 ||
             (r = check_runtime(d, "runtime_network", cfg->docker_runtime_net, err, errlen)) < 0)
                 return r;
-        r = docker_network_ensure(D(d), cfg->docker_network, cfg->docker_subnet, cfg->docker_gateway, false, lbl, 1);
+        r = docker_network_ensure_bridge(D(d), cfg->docker_network, cfg->docker_subnet, cfg->docker_gateway, false,
+                                         cfg->docker_bridge, lbl, 1);
         if (r < 0) {
                 snprintf(err, errlen, "Failed to create Docker network %s (%s): %s", cfg->docker_network, cfg->docker_subnet,
                          *docker_last_error() ? docker_last_error() : strerror(-r));
@@ -175,7 +177,9 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 .labels = labels,
                 .n_labels = ELEMENTSOF(labels),
                 .runtime = runtime,
-                .network_mode = deny ? "none" : restricted ? cfg->docker_network_internal : cfg->docker_network,
+                /* With node agents, restricted sandboxes share the bridge and their allowlist is the
+                 * agent's firewall; without, the internal network is all we have. */
+                .network_mode = deny ? "none" : restricted && !d->ctl->bus ? cfg->docker_network_internal : cfg->docker_network,
                 .memory_reservation = sb->memory * 1024 * 1024,
                 .memory_bytes = sb->memory * 1024 * 1024 * 5 / 4,
                 /* specs.cpu is millicores and a hard cap (CFS quota): 500 = half a core, even on an
@@ -243,7 +247,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         }
         memset(ret, 0, sizeof(*ret));
         ret->container_id = TAKE_PTR(id);
-        ret->node_id = xstrdup("local");
+        ret->node_id = xstrdup(d->ctl->cfg->docker_node_id);
         ret->ip = xstrdup(st.ip);
         return 0;
 unwind:

@@ -183,5 +183,6 @@ char *metrics_render(struct ctl *c) {
                 for (int s = 0; s < _SB_STATUS_MAX; s++)
                         strbuf_printf(&b, "paddock_sandboxes{status=\"%s\"} %lld\n", label_esc(sb_status_str((enum sb_status) s), e1),
                                       (long long) counts[s]);
+        ctl_egress_metrics_render(&b);
         return strbuf_steal(&b);
 }

@@ -56,6 +56,25 @@ void json_add_time(cJSON *o, const char *k, int64_t ms) {
                 cJSON_AddNullToObject(o, k);
 }
 
+/* "block_outbound" and "egress": {mode, allow}. */
+static void add_egress(cJSON *o, const struct sb_egress *e) {
+        json_add_bool(o, "block_outbound", e->mode == PJ_EGRESS_DENY_ALL);
+        cJSON *eg = cJSON_AddObjectToObject(o, "egress");
+        json_add_str(eg, "mode", pj_egress_mode_to_string(e->mode));
+        cJSON *allow = cJSON_AddArrayToObject(eg, "allow");
+        for (size_t i = 0; i < e->n_allow; i++) {
+                char buf[PJ_ALLOW_NORM_MAX];
+                sb_allow_entry_format(&e->allow[i], buf);
+                cJSON_AddItemToArray(allow, cJSON_CreateString(buf));
+        }
+}
+
+cJSON *egress_update_to_json(struct ctl *c, const struct sandbox *sb, bool network_updated) {
+        cJSON *o = sandbox_to_json(c, sb);
+        json_add_bool(o, "network_updated", network_updated);
+        return o;
+}
+
 cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         cJSON *o = cJSON_CreateObject();
         const struct region *g = config_region(c->cfg, sb->region_key);
@@ -74,15 +93,7 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         json_add_bool(o, "auto_destroy", sb->auto_destroy);
         json_add_str(o, "destroy_timeout", sb->destroy_timeout);
         json_add_bool(o, "one_shot", sb->one_shot);
-        json_add_bool(o, "block_outbound", sb->egress.mode == PJ_EGRESS_DENY_ALL);
-        cJSON *eg = cJSON_AddObjectToObject(o, "egress");
-        json_add_str(eg, "mode", pj_egress_mode_to_string(sb->egress.mode));
-        cJSON *allow = cJSON_AddArrayToObject(eg, "allow");
-        for (size_t i = 0; i < sb->egress.n_allow; i++) {
-                char buf[PJ_ALLOW_NORM_MAX];
-                sb_allow_entry_format(&sb->egress.allow[i], buf);
-                cJSON_AddItemToArray(allow, cJSON_CreateString(buf));
-        }
+        add_egress(o, &sb->egress);
         json_add_bool(o, "persistent", sb->persistent);
         if (sb->persistent_disk_gb)
                 json_add_int(o, "persistent_disk_gb", sb->persistent_disk_gb);

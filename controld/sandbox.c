@@ -133,6 +133,16 @@ static void drop_implicit_volume(struct ctl *c, const char *vol_id) {
         }
 }
 
+/* Undoes a placement whose egress is not (or no longer) known to be enforced: the
+ * container goes first, then the agent is asked to drop whatever it may have
+ * applied (briefly: it may be the agent that is gone). */
+static void unplace_unenforced(struct ctl *c, struct sandbox *sb) {
+        char e2[256];
+        if (c->drv->remove(c->drv, sb, e2, sizeof(e2)) < 0)
+                log_error("could not remove the container of a sandbox whose egress is not enforced: %s", e2);
+        (void) ctl_egress_remove_timeout(c, sb, 1000, e2, sizeof(e2));
+}
+
 /* A create that fails with one of these went wrong after it was accepted: the record
  * stays as 'failed'. Any other error is a refusal and leaves nothing behind. */
 static bool create_failed(int r) {
@@ -232,6 +242,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb.one_shot = in->one_shot;
         if (sb_egress_from_pj(&sb.egress, &in->egress) < 0)
                 return API_ERR(err, -EINVAL, "egress.allow: an entry could not be read; check the allowlist");
+        if ((r = ctl_egress_check_allow(&sb.egress, err)) < 0)
+                return r;
         sb.persistent = in->persistent || in->volume_id;
         sb.persistent_disk_gb = in->has_persistent_disk_gb ? in->persistent_disk_gb : 0;
         sb.volume_id = in->volume_id ? xstrdup(in->volume_id) : NULL;
@@ -289,13 +301,23 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         apply_placement(&sb, &pl);
         placement_clear(&pl);
         sb_timings_set(&sb.timings, SB_PHASE_PLACE, mono_ms() - t2);
+        /* Ready only once the node's agent enforces the policy: fail closed otherwise. */
+        {
+                char eerr[384] = "";
+                r = ctl_egress_apply(c, &sb, NULL, eerr, sizeof(eerr));
+                if (r < 0) {
+                        unplace_unenforced(c, &sb);
+                        snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
+                        r = API_ERR(err, -EHOSTUNREACH, "%s", reason);
+                        goto fail;
+                }
+        }
         sb_timings_set(&sb.timings, SB_PHASE_TOTAL, mono_ms() - t0);
         sb.status = SB_READY;
         r = store_sandbox_update_cas(c->store, &sb, SB_STARTING);
         if (r < 0) {
                 /* The container runs but the record can't say so: unwind rather than leak it. */
-                char e2[256];
-                (void) c->drv->remove(c->drv, &sb, e2, sizeof(e2));
+                unplace_unenforced(c, &sb);
                 snprintf(reason, sizeof(reason), "failed to record the placement");
                 r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
                 goto fail;
@@ -355,6 +377,7 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                         log_error("sandbox destroy failed: %s", derr);
                         return API_ERR(err, -EHOSTUNREACH, "Could not destroy the sandbox right now: %s. Retry the request.", derr);
                 }
+                (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
                 (void) store_volume_detach_sandbox(c->store, id, now_ms());
                 enum sb_status was = sb.status;
                 sb.status = SB_DESTROYED;
@@ -381,6 +404,7 @@ static void pause_locked(struct ctl *c, const char *id) {
                 log_error("sandbox pause failed: %s", derr);
                 sb.status = SB_READY;  /* still running: back to ready, the user may retry */
         } else {
+                (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
                 sb.status = SB_PAUSED;
                 sb.paused_at = now_ms();
                 replace_str(&sb.container_id, NULL);
@@ -400,13 +424,26 @@ static void pause_job(struct ctl *c, char *id) {
 static void resume_locked(struct ctl *c, const char *id) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct placement pl = { 0 };
-        char reason[512] = "";
+        char reason[512] = "", eerr[384] = "";
         int64_t t0 = mono_ms();
+        bool ok = false;
         SANDBOX_LOCK_GUARD(lock, c, id);
         if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_RESUMING)
                 return;
-        if (c->drv->place(c->drv, &sb, &pl, reason, sizeof(reason)) < 0) {
-                /* Nothing runs (place unwinds); the volume is released for another sandbox. */
+        if (c->drv->place(c->drv, &sb, &pl, reason, sizeof(reason)) == 0) {
+                /* Nothing runs on failure (place unwinds). */
+                apply_placement(&sb, &pl);
+                placement_clear(&pl);
+                if (ctl_egress_apply(c, &sb, NULL, eerr, sizeof(eerr)) == 0)
+                        ok = true;
+                else {
+                        unplace_unenforced(c, &sb);
+                        replace_str(&sb.container_id, NULL);
+                        snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
+                }
+        }
+        if (!ok) {
+                /* The volume is released for another sandbox. */
                 log_error("sandbox resume failed: %s", reason);
                 sb.status = SB_FAILED;
                 replace_str(&sb.failure_reason, reason);
@@ -414,8 +451,6 @@ static void resume_locked(struct ctl *c, const char *id) {
                 sb.destroyed_at = now_ms();
                 (void) store_volume_detach_sandbox(c->store, sb.id, now_ms());
         } else {
-                apply_placement(&sb, &pl);
-                placement_clear(&pl);
                 sb.status = SB_READY;
                 sb.paused_at = 0;
                 sb.last_activity_at = now_ms();
@@ -457,4 +492,64 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err
 
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
         return transition(c, sb, SB_PAUSED, SB_RESUMING, "resumed", resume_job, err);
+}
+
+int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id, const struct pj_egress *in,
+                       struct sandbox *ret, bool *ret_network_updated, struct api_error *err) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(sb_egress_done) struct sb_egress want = { 0 };
+        char eerr[384] = "";
+        int r;
+
+        if (sb_egress_from_pj(&want, in) < 0)
+                return API_ERR(err, -EINVAL, "allow: an entry could not be read; check the allowlist");
+        if ((r = ctl_egress_check_allow(&want, err)) < 0)
+                return r;
+        if (!ctl_egress_enforced(c))
+                return API_ERR(err, -EOPNOTSUPP,
+                               "Changing egress needs a node agent, and this server has none ([amqp] url is not set)");
+
+        SANDBOX_LOCK_GUARD(lock, c, id);
+        if ((r = sandbox_load(c, acc, id, &sb, err)) < 0)
+                return r;
+        if (sb.status != SB_READY)
+                return API_ERR(err, -EBUSY, "Sandbox is %s; egress can be changed only while it is ready",
+                               sb_status_str(sb.status));
+        if (!sb.ip && want.mode != PJ_EGRESS_DENY_ALL)
+                return API_ERR(err, -EINVAL,
+                               "This sandbox was created with egress deny_all and has no network interface; create a new "
+                               "sandbox with the policy you want");
+
+        log_ctx_set("SANDBOX_ID", sb.id);
+        if (sb.ip) {
+                r = ctl_egress_apply(c, &sb, &want, eerr, sizeof(eerr));
+                if (r < 0) {
+                        /* The agent swaps a policy atomically, so a refusal leaves the old one; after a
+                         * timeout we cannot know, so the old policy is applied again. */
+                        char e2[384] = "";
+                        bool restored = r == -EREMOTEIO || r == -ENXIO || ctl_egress_apply(c, &sb, NULL, e2, sizeof(e2)) == 0;
+                        if (!restored)
+                                log_error("could not re-apply the previous egress policy either: %s", e2);
+                        return API_ERR(err, -EHOSTUNREACH, "Egress policy could not be enforced: %s. %s", eerr,
+                                       restored ? "The previous policy stays in force."
+                                                : "The previous policy stays recorded; the node agent re-applies it when it "
+                                                  "converges.");
+                }
+        }
+        bool changed = sb.egress.mode != want.mode;
+        sb_egress_done(&sb.egress);
+        sb.egress = want;
+        want = (struct sb_egress) { 0 };
+        sb.last_activity_at = now_ms();
+        r = store_sandbox_update_cas(c->store, &sb, SB_READY);
+        if (r < 0) {
+                log_error("egress applied on the node but not recorded (%d)", r);
+                return API_ERR(err, r == -ESTALE ? -ESTALE : -EIO,
+                               "The new policy is applied but could not be recorded; retry the request");
+        }
+        log_info("sandbox egress changed to %s", pj_egress_mode_to_string(sb.egress.mode));
+        *ret_network_updated = changed;
+        *ret = sb;
+        sb = (struct sandbox) { 0 };
+        return 0;
 }

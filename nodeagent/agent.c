@@ -82,6 +82,14 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
             (r = conf_get_list(cf, "egress", NULL, "deny", 1024, 18, &ret->egress_deny, err, errlen)) < 0 ||
             (r = conf_get_int(cf, "egress", NULL, "priority", -10, -400, 400, &ret->egress_priority, err, errlen)) < 0)
                 goto out;
+        if (!ret->egress_deny) {
+                /* Absent key: the internal ranges no sandbox may reach. An explicit
+                 * "deny =" (empty) means none beyond the built-in set. */
+                static const char *const def[] = { "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", NULL };
+                ret->egress_deny = xnew0(char *, ELEMENTSOF(def));
+                for (size_t i = 0; def[i]; i++)
+                        ret->egress_deny[i] = xstrdup(def[i]);
+        }
         if (ret->egress_dns && !*ret->egress_dns) {
                 free(ret->egress_dns);
                 ret->egress_dns = NULL;
@@ -147,6 +155,23 @@ static int rpc_ok(amqp_connection_state_t conn, const char *what) {
         return r;
 }
 
+/* node.sync: at start-up (and after every reconnect) the agent asks controld which
+ * sandboxes are live on this node and removes the chains of all others; controld
+ * then re-publishes egress.apply for the live ones. Until an answer comes the table
+ * stays as it is (fail closed: a sandbox without a confirmed chain has no egress);
+ * no route or no answer within SYNC_TIMEOUT_MS -> retried with backoff. */
+#define SYNC_TIMEOUT_MS 10000
+#define SYNC_BACKOFF_MAX_MS 300000
+static struct {
+        amqp_bytes_t reply_q;           /* exclusive, server-named, consumed with no-ack */
+        char corr[64];
+        int64_t sent_at;                /* mono ms; 0 = nothing in flight */
+        int64_t next_at;                /* mono ms of the next attempt; 0 = none (converged) */
+        int backoff_ms;
+        unsigned attempt;
+        bool converged;                 /* once, for tests and the log */
+} sync_st = { .backoff_ms = 1000 };
+
 static amqp_connection_state_t connect_broker(const struct agent_config *cfg, const struct amqpx_url *u,
                                               amqp_bytes_t *ret_queue) {
         _cleanup_free_ char *qname = xasprintf("nodeagent.%s", cfg->node_id);
@@ -183,6 +208,14 @@ static amqp_connection_state_t connect_broker(const struct agent_config *cfg, co
         amqp_basic_consume(conn, CH, *ret_queue, amqp_empty_bytes, 0, 0, 1, amqp_empty_table);
         if (rpc_ok(conn, "basic.consume") < 0)
                 goto fail_q;
+        amqp_queue_declare_ok_t *rq = amqp_queue_declare(conn, CH, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
+        if (rpc_ok(conn, "queue.declare (replies)") < 0 || !rq)
+                goto fail_q;
+        amqp_bytes_free(sync_st.reply_q);
+        sync_st.reply_q = amqp_bytes_malloc_dup(rq->queue);
+        amqp_basic_consume(conn, CH, sync_st.reply_q, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
+        if (rpc_ok(conn, "basic.consume (replies)") < 0)
+                goto fail_q;
         return conn;
 fail_q:
         amqp_bytes_free(*ret_queue);
@@ -211,7 +244,13 @@ static int allow_append(struct ps_egress_apply *req, uint32_t addr, int prefix, 
 /* Resolves hostname entries (IPv4 only) into a request for the egress child. A
  * hostname that does not resolve, or resolves to too many addresses, fails the whole
  * apply: the caller fails closed and the enforced policy stays as it was. */
-static int apply_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
+static int64_t wall_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int apply_policy(const struct pj_node_msg *m, struct pj_node_reply *out, char *err, size_t errlen) {
         _cleanup_free_ struct ps_egress_apply *req = xnew0(struct ps_egress_apply, 1);
         req->hdr.type = PS_EGRESS_APPLY;
         strscpy(req->sandbox_id, m->sandbox_id, sizeof(req->sandbox_id));
@@ -237,6 +276,14 @@ static int apply_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
                 }
                 struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res = NULL;
                 int g = getaddrinfo(e.host, NULL, &hints, &res);
+                struct pj_node_resolved *rv = NULL;
+                if (g == 0) {
+                        if (!out->resolved)
+                                out->resolved = xnew0(struct pj_node_resolved, PJ_EGRESS_MAX_ALLOW);
+                        rv = &out->resolved[out->n_resolved++];
+                        strscpy(rv->name, e.host, sizeof(rv->name));
+                        rv->at_ms = wall_ms();
+                }
                 if (g != 0) {
                         snprintf(err, errlen, "cannot resolve %s: %s", e.host, gai_strerror(g));
                         return -EHOSTUNREACH;
@@ -249,8 +296,13 @@ static int apply_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
                                 r = -E2BIG;
                                 break;
                         }
-                        r = allow_append(req, ntohl(((struct sockaddr_in *) a->ai_addr)->sin_addr.s_addr), 32, e.host,
-                                         err, errlen);
+                        uint32_t ad = ntohl(((struct sockaddr_in *) a->ai_addr)->sin_addr.s_addr);
+                        bool dup = false;
+                        for (size_t k = 0; k < rv->n_addrs; k++)
+                                dup = dup || rv->addrs[k] == ad;
+                        if (!dup && rv->n_addrs < PJ_NODE_MAX_ADDRS_PER_NAME)
+                                rv->addrs[rv->n_addrs++] = ad;
+                        r = allow_append(req, ad, 32, e.host, err, errlen);
                 }
                 freeaddrinfo(res);
         }
@@ -258,6 +310,8 @@ static int apply_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
                 return r;
         struct ps_result res;
         r = privsep_call(PS_CHILD_EGRESS, req, sizeof(*req), &res);
+        if (r >= 0)
+                out->applied_at_ms = wall_ms();
         if (r == -EPIPE || r == -ENOTCONN)
                 snprintf(err, errlen, "the egress process is not running on this node");
         else if (r < 0)
@@ -275,6 +329,48 @@ static int remove_policy(const struct pj_node_msg *m, char *err, size_t errlen) 
         else if (r < 0)
                 snprintf(err, errlen, "%s", res.msg);
         return r;
+}
+
+/* Per-sandbox counters from the egress child, paged through one snapshot. */
+static int read_stats(struct pj_node_reply *out, char *err, size_t errlen) {
+        out->has_stats = true;
+        for (uint32_t off = 0;; off += PS_STATS_PAGE) {
+                struct ps_egress_list req = { .hdr.type = PS_EGRESS_STATS, .offset = off };
+                struct ps_result res;
+                int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
+                if (k < 0) {
+                        snprintf(err, errlen, "%s", k == -EPIPE || k == -ENOTCONN ? "the egress process is not running on this node" : res.msg);
+                        return k;
+                }
+                char *p = strchr(res.msg, ':');
+                if (!p) {
+                        snprintf(err, errlen, "the egress process sent unreadable counters");
+                        return -EBADMSG;
+                }
+                unsigned long total = strtoul(res.msg, NULL, 10);
+                if (total > PJ_NODE_MAX_STATS)
+                        total = PJ_NODE_MAX_STATS;
+                if (!out->stats)
+                        out->stats = xnew0(struct pj_node_sbx_stats, total ? total : 1);
+                p++;
+                size_t got = 0;
+                while (*p && out->n_stats < total) {
+                        struct pj_node_sbx_stats *x = &out->stats[out->n_stats];
+                        char id[EGRESS_ID_LEN + 1];
+                        int used = 0;
+                        if (sscanf(p, "%24[0-9a-f],%" SCNu64 ",%" SCNu64 ",%" SCNu64 ",%" SCNu64 ";%n", id, &x->allowed_packets,
+                                   &x->allowed_bytes, &x->dropped_packets, &x->dropped_bytes, &used) != 5 || used == 0) {
+                                snprintf(err, errlen, "the egress process sent unreadable counters");
+                                return -EBADMSG;
+                        }
+                        strscpy(x->sandbox_id, id, sizeof(x->sandbox_id));
+                        out->n_stats++;
+                        got++;
+                        p += used;
+                }
+                if (got == 0 || out->n_stats >= total)
+                        return 0;
+        }
 }
 
 /* Builds the reply for one message. Returns the JSON text (xmalloc'd). */
@@ -309,21 +405,51 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                 if (!cfg->egress_enabled) {
                         snprintf(err, sizeof(err), "egress enforcement is not enabled on node %s ([egress] enable)", cfg->node_id);
                         r = -ENOTSUP;
-                } else if (m.type == PJ_NODE_EGRESS_APPLY)
-                        r = apply_policy(&m, err, sizeof(err));
-                else
+                } else if (m.type == PJ_NODE_EGRESS_APPLY) {
+                        int64_t t0 = mono_ms();
+                        log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(m.egress.mode));
+                        r = apply_policy(&m, &out, err, sizeof(err));
+                        char dur[32];
+                        snprintf(dur, sizeof(dur), "%" PRId64, mono_ms() - t0);
+                        log_ctx_set("DURATION_MS", dur);
+                } else
                         r = remove_policy(&m, err, sizeof(err));
                 if (r < 0)
                         log_warning("%s failed: %s", out.type, err);
                 else
                         log_info("%s done", out.type);
+                log_ctx_set("EGRESS_MODE", NULL);
+                log_ctx_set("DURATION_MS", NULL);
+                break;
+        case PJ_NODE_EGRESS_STATS:
+                if (!cfg->egress_enabled) {
+                        snprintf(err, sizeof(err), "egress enforcement is not enabled on node %s ([egress] enable)", cfg->node_id);
+                        r = -ENOTSUP;
+                } else
+                        r = read_stats(&out, err, sizeof(err));
+                break;
+        case PJ_NODE_NODE_SYNC:
+                snprintf(err, sizeof(err), "node.sync is answered by controld, not by an agent");
+                r = -EINVAL;
                 break;
         }
         out.ok = r >= 0;
         if (r < 0)
                 snprintf(out.error, sizeof(out.error), "%s", err[0] ? err : strerror(-r));
         pj_node_msg_done(&m);
-        return pj_node_reply_format(&out);
+        if (r < 0) {
+                /* A failed apply confirms nothing: no resolutions, no time. */
+                char type[sizeof(out.type)];
+                strscpy(type, out.type, sizeof(type));
+                pj_node_reply_done(&out);
+                out.ok = false;
+                strscpy(out.type, type, sizeof(out.type));
+                snprintf(out.node_id, sizeof(out.node_id), "%s", cfg->node_id);
+                snprintf(out.error, sizeof(out.error), "%s", err[0] ? err : strerror(-r));
+        }
+        char *text = pj_node_reply_format(&out);
+        pj_node_reply_done(&out);
+        return text;
 }
 
 /* What the header frame of a delivery told us, copied out of rabbitmq-c's pool. */
@@ -473,11 +599,137 @@ static int read_content(amqp_connection_state_t conn, struct delivery *d, char *
         }
 }
 
+static void sync_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
+        struct pj_node_msg m = { .type = PJ_NODE_NODE_SYNC };
+        strscpy(m.node_id, cfg->node_id, sizeof(m.node_id));
+        _cleanup_free_ char *body = pj_node_msg_format(&m);
+        snprintf(sync_st.corr, sizeof(sync_st.corr), "sync-%s-%u-%" PRId64, cfg->node_id, ++sync_st.attempt, mono_ms());
+        amqp_basic_properties_t p = { 0 };
+        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
+                   AMQP_BASIC_USER_ID_FLAG | AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG |
+                   AMQP_BASIC_EXPIRATION_FLAG;
+        p.content_type = amqp_cstring_bytes("application/json");
+        p.delivery_mode = 1;
+        p.app_id = amqp_cstring_bytes(cfg->node_id);
+        p.user_id = amqp_cstring_bytes(user);
+        p.reply_to = sync_st.reply_q;
+        p.correlation_id = amqp_cstring_bytes(sync_st.corr);
+        p.expiration = amqp_cstring_bytes("10000");
+        amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("controld"), 1, 0, &p,
+                           amqp_cstring_bytes(body));
+        sync_st.sent_at = mono_ms();
+        sync_st.next_at = 0;
+        log_info("node.sync sent to controld (attempt %u)", sync_st.attempt);
+}
+
+static void sync_retry_later(const char *why) {
+        sync_st.sent_at = 0;
+        sync_st.next_at = mono_ms() + sync_st.backoff_ms;
+        log_warning("node.sync: %s; keeping the firewall as it is and asking again in %d s", why, sync_st.backoff_ms / 1000);
+        sync_st.backoff_ms = sync_st.backoff_ms * 2 > SYNC_BACKOFF_MAX_MS ? SYNC_BACKOFF_MAX_MS : sync_st.backoff_ms * 2;
+}
+
+static bool live_has(const struct pj_node_reply *r, const char *id) {
+        for (size_t i = 0; i < r->n_live; i++)
+                if (!strcmp(r->live[i].sandbox_id, id))
+                        return true;
+        return false;
+}
+
+/* Removes the chain of every sandbox not in r->live. Returns how many were removed, or -errno. */
+static int sync_prune(const struct pj_node_reply *r) {
+        _cleanup_strv_free_ char **stale = NULL;
+        size_t n_stale = 0;
+        uint32_t total = 0;
+        for (uint32_t off = 0;; off += PS_LIST_PAGE) {
+                struct ps_egress_list req = { .hdr.type = PS_EGRESS_LIST, .offset = off };
+                struct ps_result res;
+                int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
+                if (k < 0)
+                        return log_warning_errno(k, "node.sync: cannot list the egress table: %s", res.msg);
+                char *colon = strchr(res.msg, ':');
+                if (!colon)
+                        return log_warning_errno(-EBADMSG, "node.sync: the egress process listed nothing readable");
+                total = (uint32_t) strtoul(res.msg, NULL, 10);
+                const char *list = colon + 1;
+                size_t got = strlen(list) / EGRESS_ID_LEN;
+                for (size_t i = 0; i < got; i++) {
+                        char id[EGRESS_ID_LEN + 1];
+                        memcpy(id, list + i * EGRESS_ID_LEN, EGRESS_ID_LEN);
+                        id[EGRESS_ID_LEN] = 0;
+                        if (live_has(r, id))
+                                continue;
+                        stale = xrealloc(stale, (n_stale + 2) * sizeof(char *));
+                        stale[n_stale++] = xstrdup(id);
+                        stale[n_stale] = NULL;
+                }
+                if (got == 0 || off + PS_LIST_PAGE >= total)
+                        break;
+        }
+        int removed = 0;
+        for (size_t i = 0; i < n_stale; i++) {
+                struct ps_egress_remove req = { .hdr.type = PS_EGRESS_REMOVE };
+                struct ps_result res;
+                strscpy(req.sandbox_id, stale[i], sizeof(req.sandbox_id));
+                int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
+                if (k < 0)
+                        return log_warning_errno(k, "node.sync: cannot remove stale sandbox %s: %s", stale[i], res.msg);
+                log_ctx_set("SANDBOX_ID", stale[i]);
+                log_info("node.sync: removed the egress chain of a sandbox controld no longer has here");
+                log_ctx_set("SANDBOX_ID", NULL);
+                removed++;
+        }
+        return removed;
+}
+
+static void sync_on_reply(const struct agent_config *cfg, const struct delivery *d, const char *body) {
+        if (!sync_st.sent_at || !d->has_corr || strcmp(d->correlation_id, sync_st.corr) != 0) {
+                log_debug("ignoring a reply that answers no node.sync in flight");
+                return;
+        }
+        struct pj_node_reply r;
+        struct pj_error pe;
+        if (pj_node_reply_parse(body, d->size, &r, &pe) < 0) {
+                sync_retry_later("controld's answer does not parse");
+                return;
+        }
+        if (!r.ok || strcmp(r.type, "node.sync") != 0 || strcmp(r.node_id, cfg->node_id) != 0 || !r.has_live) {
+                char why[700];
+                snprintf(why, sizeof(why), "controld did not confirm (%s)", r.ok ? "no live list for this node" : r.error);
+                pj_node_reply_done(&r);
+                sync_retry_later(why);
+                return;
+        }
+        int k = cfg->egress_enabled ? sync_prune(&r) : 0;
+        if (k < 0) {
+                pj_node_reply_done(&r);
+                sync_retry_later("pruning failed");
+                return;
+        }
+        log_info("node.sync: converged: %zu live sandboxes, %d stale chains removed", r.n_live, k);
+        sync_st.sent_at = 0;
+        sync_st.next_at = 0;
+        sync_st.backoff_ms = 1000;
+        sync_st.converged = true;
+        pj_node_reply_done(&r);
+}
+
+static void sync_tick(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
+        int64_t now = mono_ms();
+        if (sync_st.sent_at && now - sync_st.sent_at >= SYNC_TIMEOUT_MS)
+                sync_retry_later("no answer from controld within 10 s");
+        if (!sync_st.sent_at && sync_st.next_at && now >= sync_st.next_at)
+                sync_send(conn, cfg, user);
+}
+
 static int consume_loop(const struct agent_config *cfg, const char *user, amqp_connection_state_t conn) {
         char why[256];
+        /* Every (re)connection converges again: controld may have changed its mind meanwhile. */
+        sync_send(conn, cfg, user);
         while (!stop_requested) {
                 if (!privsep_healthy(why, sizeof(why)))
                         return log_error_errno(-ECHILD, "%s; no longer consuming", why);
+                sync_tick(conn, cfg, user);
                 struct timeval tv = { .tv_sec = 1 };
                 amqp_frame_t f;
                 amqp_maybe_release_buffers(conn);
@@ -491,12 +743,31 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                 if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
                     f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD || f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)
                         return -ECONNRESET;
+                if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD && f.channel == CH) {
+                        /* Only node.sync is published mandatory by us: nobody bound "controld". */
+                        struct delivery rd = { 0 };
+                        _cleanup_free_ char *rbody = NULL;
+                        if (read_content(conn, &rd, &rbody) < 0)
+                                return -ECONNRESET;
+                        if (sync_st.sent_at)
+                                sync_retry_later("no controld is bound to the exchange (returned unroutable)");
+                        continue;
+                }
                 if (f.payload.method.id != AMQP_BASIC_DELIVER_METHOD || f.channel != CH)
                         continue;
-                struct delivery d = { .tag = ((amqp_basic_deliver_t *) f.payload.method.decoded)->delivery_tag };
+                const amqp_basic_deliver_t *dm = f.payload.method.decoded;
+                struct delivery d = { .tag = dm->delivery_tag };
+                bool is_reply = dm->routing_key.len == sync_st.reply_q.len &&
+                                !memcmp(dm->routing_key.bytes, sync_st.reply_q.bytes, dm->routing_key.len) &&
+                                dm->exchange.len == 0;
                 _cleanup_free_ char *body = NULL;
                 if (read_content(conn, &d, &body) < 0)
                         return -ECONNRESET;
+                if (is_reply) {
+                        if (body)
+                                sync_on_reply(cfg, &d, body);
+                        continue;       /* consumed with no-ack */
+                }
 
                 log_ctx_reset();
                 log_ctx_set("NODE_ID", cfg->node_id);

@@ -13,6 +13,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_conntrack_common.h>
 #include <linux/netfilter/nf_tables.h>
@@ -74,7 +75,12 @@ static inline bool streq(const char *a, const char *b) {
         return strcmp(a, b) == 0;
 }
 
-static const char *const builtin_deny[] = { "169.254.169.254/32", "169.254.170.2/32" };
+/* Always denied, whatever the configuration: link-local (cloud metadata
+ * 169.254.169.254 and 169.254.170.2 included), multicast, limited broadcast.
+ * Sandbox bridges may themselves sit in 169.254.0.0/16: their replies are
+ * ct established (accepted first) and routing via the gateway never needs the
+ * gateway as a destination, so only sandbox -> link-local traffic is lost. */
+static const char *const builtin_deny[] = { "169.254.0.0/16", "224.0.0.0/4", "255.255.255.255/32" };
 
 static pthread_mutex_t egress_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -852,18 +858,16 @@ static void rule_vmap_saddr(struct batch *b, const char *table, const char *chai
         rule_add(b, r, "ip saddr vmap @sandboxes");
 }
 
-/* fib daddr type local counter drop */
-static void rule_local_drop(struct batch *b, const char *table, const char *chain) {
+/* oifname NAME counter drop: routed into a sandbox bridge = sandbox to sandbox. */
+static void rule_oif_drop(struct batch *b, const char *table, const char *chain, const char *ifname) {
         struct nftnl_rule *r = rule_new(table, chain);
-        struct nftnl_expr *e = expr(r, "fib");
-        nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_FLAGS, NFTA_FIB_F_DADDR);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_DREG, NFT_REG_1);
-        uint32_t local = RTN_LOCAL;
-        x_cmp(r, NFT_CMP_EQ, &local, sizeof(local));
+        char name[IFNAMSIZ] = { 0 };
+        strscpy(name, ifname, sizeof(name));
+        x_meta(r, NFT_META_OIFNAME);
+        x_cmp(r, NFT_CMP_EQ, name, sizeof(name));
         x_counter(r);
         x_verdict(r, NF_DROP, NULL);
-        rule_add(b, r, "fib daddr type local drop");
+        rule_add(b, r, "oifname drop");
 }
 
 /* iifname NAME jump CHAIN */
@@ -1034,6 +1038,8 @@ static int fill_init(struct batch *b, const struct view *v, void *ud, char *err,
                 rule_dns(b, a->table, CHAIN_EGRESS, a->resolver, IPPROTO_TCP);
         }
         rule_daddr_set(b, a->table, CHAIN_EGRESS, SET_DENY, NF_DROP);
+        for (size_t j = 0; j < a->n_br; j++)
+                rule_oif_drop(b, a->table, CHAIN_EGRESS, a->cfg->bridges[j]);
         rule_vmap_saddr(b, a->table, CHAIN_EGRESS);
         rule_counter(b, a->table, CHAIN_EGRESS, NF_DROP);
 
@@ -1046,8 +1052,11 @@ static int fill_init(struct batch *b, const struct view *v, void *ud, char *err,
                 rule_dns(b, a->table, CHAIN_TO_HOST, a->resolver, IPPROTO_UDP);
                 rule_dns(b, a->table, CHAIN_TO_HOST, a->resolver, IPPROTO_TCP);
         }
-        rule_daddr_set(b, a->table, CHAIN_TO_HOST, SET_DENY, NF_DROP);
-        rule_local_drop(b, a->table, CHAIN_TO_HOST);
+        /* Everything else a sandbox sends to this host (unicast to any of its
+         * addresses, broadcast, multicast) is dropped: the input hook only
+         * sees traffic for the host itself. */
+        rule_counter(b, a->table, CHAIN_TO_HOST, NF_DROP);
+
 
         /* Base chains last: they jump to the chains above. A changed
          * priority cannot be updated in place: delete and recreate. */
@@ -1068,6 +1077,30 @@ static int fill_init(struct batch *b, const struct view *v, void *ud, char *err,
         }
 
         return 1;
+}
+
+#define BR_NF_SYSCTL "/proc/sys/net/bridge/bridge-nf-call-iptables"
+
+/* Sandbox isolation on one bridge: frames bridged between two sandboxes never
+ * reach IP forwarding unless br_netfilter hands them to it (with the bridge
+ * as iif/oif, so the rules below see them). This kernel has no bridge-family
+ * `meta ibrname`, so br_netfilter it is: require it, switch it on if off. */
+static int require_br_netfilter(char *err, size_t errlen) {
+        char v[8] = "";
+        _cleanup_close_ int fd = open(BR_NF_SYSCTL, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+                fd = open(BR_NF_SYSCTL, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errf(err, errlen, -EOPNOTSUPP,
+                            "br_netfilter is not loaded (modprobe br_netfilter): without it sandboxes on one bridge "
+                            "could reach each other");
+        ssize_t n = read(fd, v, sizeof(v) - 1);
+        if (n > 0 && v[0] == '1')
+                return 0;
+        if (lseek(fd, 0, SEEK_SET) < 0 || write(fd, "1", 1) != 1)
+                return errf(err, errlen, -EPERM, "%s is 0 and cannot be set to 1: sandboxes on one bridge could reach each other",
+                            BR_NF_SYSCTL);
+        return 0;
 }
 
 int egress_init(const struct egress_config *cfg, char *err, size_t errlen) {
@@ -1109,6 +1142,9 @@ int egress_init(const struct egress_config *cfg, char *err, size_t errlen) {
                                     cfg->deny_cidrs[i], why);
         n_deny = ranges_merge(deny, k);
 
+        int rb = require_br_netfilter(err, errlen);
+        if (rb < 0)
+                return rb;
         struct init_args a = { .cfg = cfg, .table = table, .deny = deny, .n_deny = n_deny, .n_br = n_br,
                                .resolver = resolver };
         int r = read_then_write(table, VIEW_CHAINS, fill_init, &a, err, errlen);
@@ -1225,7 +1261,9 @@ static int fill_apply(struct batch *b, const struct view *v, void *ud, char *err
         }
         if (!have_exact)
                 elem_op(b, NFT_MSG_NEWSETELEM, table, MAP_SANDBOXES, p->ip, chain);
-        if (p->mode != PJ_EGRESS_DENY_ALL)
+        /* DNS only for open: a restricted sandbox gets its names from the
+         * platform (/etc/hosts), so the resolver cannot carry data out. */
+        if (p->mode == PJ_EGRESS_OPEN)
                 elem_op(b, NFT_MSG_NEWSETELEM, table, SET_DNS, p->ip, NULL);
         else if (elems_have_key(v->dns, v->n_dns, p->ip))
                 elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, p->ip, NULL);
@@ -1319,4 +1357,81 @@ int egress_list(char ***ret_sandbox_ids) {
         *ret_sandbox_ids = TAKE_PTR(ids.v);
         ids.n = 0;
         return count;
+}
+
+/* ---------------------------------------------------------------- stats */
+
+struct stats_dump {
+        const char *table;
+        struct egress_stats *v;
+        size_t n;
+};
+
+static struct egress_stats *stats_slot(struct stats_dump *d, const char *id) {
+        for (size_t i = 0; i < d->n; i++)
+                if (streq(d->v[i].sandbox_id, id))
+                        return &d->v[i];
+        d->v = xrealloc(d->v, (d->n + 1) * sizeof(*d->v));
+        struct egress_stats *x = &d->v[d->n++];
+        *x = (struct egress_stats) { 0 };
+        strscpy(x->sandbox_id, id, sizeof(x->sandbox_id));
+        return x;
+}
+
+static int rule_stats_cb(const struct nlmsghdr *nlh, void *data) {
+        struct stats_dump *d = data;
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
+        if (!r)
+                oom();
+        if (nftnl_rule_nlmsg_parse(nlh, r) < 0)
+                return MNL_CB_ERROR;
+        const char *t = nftnl_rule_get_str(r, NFTNL_RULE_TABLE);
+        const char *chain = nftnl_rule_get_str(r, NFTNL_RULE_CHAIN);
+        if (!t || !chain || !streq(t, d->table) || !startswith(chain, SBX_CHAIN_PREFIX) ||
+            !hexid_valid(chain + strlen(SBX_CHAIN_PREFIX)))
+                return MNL_CB_OK;
+        uint64_t pk = 0, by = 0;
+        bool have_ctr = false;
+        int verdict = NO_VERDICT;
+        struct nftnl_expr_iter *it = nftnl_expr_iter_create(r);
+        if (!it)
+                oom();
+        for (struct nftnl_expr *e = nftnl_expr_iter_next(it); e; e = nftnl_expr_iter_next(it)) {
+                const char *name = nftnl_expr_get_str(e, NFTNL_EXPR_NAME);
+                if (streq(name, "counter")) {
+                        pk = nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_PACKETS);
+                        by = nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_BYTES);
+                        have_ctr = true;
+                } else if (streq(name, "immediate") && nftnl_expr_is_set(e, NFTNL_EXPR_IMM_VERDICT))
+                        verdict = (int) nftnl_expr_get_u32(e, NFTNL_EXPR_IMM_VERDICT);
+        }
+        nftnl_expr_iter_destroy(it);
+        struct egress_stats *x = stats_slot(d, chain + strlen(SBX_CHAIN_PREFIX));
+        if (have_ctr && verdict == NF_ACCEPT) {
+                x->allowed_packets += pk;
+                x->allowed_bytes += by;
+        } else if (have_ctr && verdict == NF_DROP) {
+                x->dropped_packets += pk;
+                x->dropped_bytes += by;
+        }
+        return MNL_CB_OK;
+}
+
+int egress_stats(struct egress_stats **ret) {
+        LOCK_SCOPE();
+        const char *table = st.ready ? st.table : EGRESS_TABLE_DEFAULT;
+        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+        int r = nl_open(&nl);
+        if (r < 0)
+                return r;
+        char buf[MNL_SOCKET_BUFFER_SIZE];
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, FAMILY, NLM_F_DUMP, seq_next());
+        struct stats_dump d = { .table = table };
+        r = nl_query(nl, nlh, true, rule_stats_cb, &d);
+        if (r < 0 && r != -ENOENT) {
+                free(d.v);
+                return r;
+        }
+        *ret = d.v ? d.v : xnew0(struct egress_stats, 1);
+        return (int) d.n;
 }

@@ -4,18 +4,20 @@
  * ONE atomic netlink batch (libnftnl + libmnl): the kernel either takes all of
  * it or none of it. Layout (see egress.c for the exact rules):
  *
- *   set node_deny   ipv4 intervals: 169.254.169.254/32, 169.254.170.2/32 (always)
- *                   plus cfg->deny_cidrs (host addresses, operator internal CIDRs)
- *   set dns_clients sandbox IPs whose policy allows DNS to cfg->dns_resolver
+ *   set node_deny   ipv4 intervals: 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 (always)
+ *                   plus cfg->deny_cidrs (operator internal CIDRs)
+ *   set dns_clients sandbox IPs whose policy allows DNS to cfg->dns_resolver (open only)
  *   map sandboxes   sandbox IP : jump sbx_<id>
  *   chain forward_sbx  hook forward, policy ACCEPT (other forwarding is not ours):
  *                      iifname <bridge> jump sbx_egress
  *   chain input_sbx    hook input, policy ACCEPT: iifname <bridge> jump sbx_to_host
  *   chain sbx_egress   ct established,related accept; non-IPv4 drop; DNS to the
  *                      resolver from @dns_clients accept; daddr @node_deny drop;
+ *                      oifname <bridge> drop (sandbox to sandbox, bridged ones too
+ *                      through br_netfilter, which egress_init requires);
  *                      ip saddr vmap @sandboxes; drop        (fail closed)
  *   chain sbx_to_host  ct established,related accept; non-IPv4 drop; DNS as above;
- *                      daddr @node_deny drop; fib daddr type local drop
+ *                      daddr @node_deny drop; drop (nothing else reaches the host)
  *   chain sbx_<id> + set allow_<id>   one pair per sandbox, written by egress_apply()
  *
  * A sandbox IP with no element in @sandboxes (no confirmed policy) reaches
@@ -88,3 +90,13 @@ int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen)
  * Returns the count (0 also when the table does not exist) or -errno;
  * *ret_sandbox_ids is untouched on failure. */
 int egress_list(char ***ret_sandbox_ids);
+
+struct egress_stats {
+        char sandbox_id[EGRESS_ID_LEN + 1];
+        uint64_t allowed_packets, allowed_bytes;        /* counters of the chain's accept rules */
+        uint64_t dropped_packets, dropped_bytes;        /* counters of its drop rule */
+};
+
+/* Counters of every sandbox chain, one dump of the table's rules. Returns the
+ * count (0 when the table does not exist) with *ret (free()), or -errno. */
+int egress_stats(struct egress_stats **ret);

@@ -59,6 +59,8 @@ enum ps_type {
         PS_EGRESS_APPLY,        /* parent -> egress child: struct ps_egress_apply */
         PS_EGRESS_REMOVE,       /* parent -> egress child: struct ps_egress_remove */
         PS_RESULT,              /* child -> parent: struct ps_result answering seq */
+        PS_EGRESS_LIST,         /* parent -> egress child: struct ps_egress_list */
+        PS_EGRESS_STATS,        /* parent -> egress child: struct ps_egress_list (same paging) */
 };
 
 struct ps_hdr {
@@ -94,6 +96,19 @@ struct ps_egress_remove {
         char sandbox_id[EGRESS_ID_LEN + 1];
         uint8_t pad[3];
         uint32_t ip;                            /* 0 = unknown */
+};
+
+/* Sandbox ids with a chain, in pages: the result's msg is "<total>:" followed by
+ * up to PS_LIST_PAGE ids (24 hex each, concatenated) from offset on. */
+#define PS_LIST_PAGE 20
+/* PS_EGRESS_STATS: msg is "<total>:" then up to PS_STATS_PAGE entries
+ * "<id>,<allowed pk>,<allowed bytes>,<dropped pk>,<dropped bytes>;". Offset 0
+ * takes a fresh dump; later offsets page through that same snapshot. */
+#define PS_STATS_PAGE 4
+struct ps_egress_list {
+        struct ps_hdr hdr;
+        uint32_t offset;
+        uint32_t reserved;                      /* 0 */
 };
 
 struct ps_result {

@@ -8,6 +8,7 @@
  * and a child that came from different builds.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <pthread.h>
@@ -47,6 +48,8 @@
 
 _Static_assert(sizeof(struct ps_hdr) == 16, "ps_hdr layout");
 _Static_assert(sizeof(struct ps_allow) == 8, "ps_allow layout");
+_Static_assert(PS_LIST_PAGE * EGRESS_ID_LEN < PS_MSG_MAX, "a list page fits a result");
+_Static_assert(PS_STATS_PAGE * (EGRESS_ID_LEN + 4 * 21 + 1) + 12 < PS_MSG_MAX, "a stats page fits a result");
 
 static const char *const child_names[PS_CHILD_MAX] = {
         [PS_CHILD_EGRESS] = "egress",
@@ -210,6 +213,10 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_EGRESS_REMOVE:
                 want = sizeof(struct ps_egress_remove);
                 break;
+        case PS_EGRESS_LIST:
+        case PS_EGRESS_STATS:
+                want = sizeof(struct ps_egress_list);
+                break;
         case PS_READY:
         case PS_RESULT:
         default:
@@ -242,6 +249,50 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
                 if (!zero(m.pad, sizeof(m.pad)))
                         return refuse(ret, "padding is not zero");
                 return ret->r = egress_remove(m.sandbox_id, m.ip, ret->msg, sizeof(ret->msg));
+        }
+        case PS_EGRESS_LIST: {
+                struct ps_egress_list m;
+                memcpy(&m, buf, sizeof(m));
+                if (m.reserved != 0)
+                        return refuse(ret, "reserved field is not zero");
+                char **ids = NULL;
+                int n = egress_list(&ids);
+                if (n < 0) {
+                        snprintf(ret->msg, sizeof(ret->msg), "cannot list the egress table: %s", strerror(-n));
+                        return ret->r = n;
+                }
+                /* r stays 0 (results are <= 0 by protocol): "<total>:" then the ids */
+                size_t o = (size_t) snprintf(ret->msg, sizeof(ret->msg), "%d:", n);
+                for (uint32_t i = m.offset; i < (uint32_t) n && i < m.offset + PS_LIST_PAGE; i++, o += EGRESS_ID_LEN)
+                        memcpy(ret->msg + o, ids[i], EGRESS_ID_LEN);
+                ret->msg[o] = 0;
+                strv_free(ids);
+                return ret->r = 0;
+        }
+        case PS_EGRESS_STATS: {
+                static struct egress_stats *snap;
+                static int n_snap;
+                struct ps_egress_list m;
+                memcpy(&m, buf, sizeof(m));
+                if (m.reserved != 0)
+                        return refuse(ret, "reserved field is not zero");
+                if (m.offset == 0 || !snap) {
+                        free(snap);
+                        snap = NULL;
+                        n_snap = egress_stats(&snap);
+                        if (n_snap < 0) {
+                                int e = n_snap;
+                                n_snap = 0;
+                                snprintf(ret->msg, sizeof(ret->msg), "cannot read the egress counters: %s", strerror(-e));
+                                return ret->r = e;
+                        }
+                }
+                size_t o = (size_t) snprintf(ret->msg, sizeof(ret->msg), "%d:", n_snap);
+                for (uint32_t i = m.offset; i < (uint32_t) n_snap && i < m.offset + PS_STATS_PAGE; i++)
+                        o += (size_t) snprintf(ret->msg + o, sizeof(ret->msg) - o, "%s,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ";",
+                                               snap[i].sandbox_id, snap[i].allowed_packets, snap[i].allowed_bytes,
+                                               snap[i].dropped_packets, snap[i].dropped_bytes);
+                return ret->r = 0;
         }
         case PS_READY:
         case PS_RESULT:

@@ -16,7 +16,31 @@ static const char *const type_names[] = {
         [PJ_NODE_PING] = "ping",
         [PJ_NODE_EGRESS_APPLY] = "egress.apply",
         [PJ_NODE_EGRESS_REMOVE] = "egress.remove",
+        [PJ_NODE_EGRESS_STATS] = "egress.stats",
+        [PJ_NODE_NODE_SYNC] = "node.sync",
 };
+
+static bool node_id_valid(const char *s) {
+        size_t n = 0;
+        for (const char *p = s; *p; p++, n++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+                      *p == '_' || *p == '.'))
+                        return false;
+        return n >= 1 && n <= 128;
+}
+
+static int ip_parse(const char *s, uint32_t *ret) {
+        struct in_addr a;
+        if (!s || inet_pton(AF_INET, s, &a) != 1)
+                return -EINVAL;
+        *ret = ntohl(a.s_addr);
+        return 0;
+}
+
+static void ip_format(uint32_t ip, char buf[static INET_ADDRSTRLEN]) {
+        struct in_addr a = { .s_addr = htonl(ip) };
+        inet_ntop(AF_INET, &a, buf, INET_ADDRSTRLEN);
+}
 
 const char *pj_node_type_to_string(enum pj_node_type t) {
         return (size_t) t < ELEMENTSOF(type_names) ? type_names[t] : "unknown";
@@ -57,16 +81,32 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                 m.type = PJ_NODE_EGRESS_APPLY;
         else if (!strcmp(type, "egress.remove"))
                 m.type = PJ_NODE_EGRESS_REMOVE;
+        else if (!strcmp(type, "egress.stats"))
+                m.type = PJ_NODE_EGRESS_STATS;
+        else if (!strcmp(type, "node.sync"))
+                m.type = PJ_NODE_NODE_SYNC;
         else
                 return pj_error_set(err, "type", "type '%.64s' is not a known message type", type);
 
         static const char *const ping_keys[] = { "type", NULL };
         static const char *const apply_keys[] = { "type", "sandbox_id", "ip", "mode", "allow", NULL };
         static const char *const remove_keys[] = { "type", "sandbox_id", "ip", NULL };
-        const char *const *keys = m.type == PJ_NODE_PING ? ping_keys : m.type == PJ_NODE_EGRESS_APPLY ? apply_keys : remove_keys;
+        static const char *const sync_keys[] = { "type", "node_id", NULL };
+        const char *const *keys = m.type == PJ_NODE_EGRESS_APPLY    ? apply_keys
+                                  : m.type == PJ_NODE_EGRESS_REMOVE ? remove_keys
+                                  : m.type == PJ_NODE_NODE_SYNC     ? sync_keys
+                                                                    : ping_keys;
         if (!only_keys(o, keys, &bad))
                 return pj_error_set(err, bad, "unknown field '%.64s' in %s", bad, type);
-        if (m.type == PJ_NODE_PING) {
+        if (m.type == PJ_NODE_PING || m.type == PJ_NODE_EGRESS_STATS) {
+                *ret = m;
+                return 0;
+        }
+        if (m.type == PJ_NODE_NODE_SYNC) {
+                const char *nid = json_get_str(o, "node_id");
+                if (!nid || !node_id_valid(nid))
+                        return pj_error_set(err, "node_id", "node_id must be 1..128 letters, digits, '-', '_' or '.'");
+                snprintf(m.node_id, sizeof(m.node_id), "%s", nid);
                 *ret = m;
                 return 0;
         }
@@ -75,11 +115,8 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
         if (!sid || !hexid_valid(sid))
                 return pj_error_set(err, "sandbox_id", "sandbox_id must be 24 lowercase hex characters");
         snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sid);
-        const char *ip = json_get_str(o, "ip");
-        struct in_addr a;
-        if (!ip || inet_pton(AF_INET, ip, &a) != 1)
+        if (ip_parse(json_get_str(o, "ip"), &m.ip) < 0)
                 return pj_error_set(err, "ip", "ip must be a dotted-quad IPv4 address");
-        m.ip = ntohl(a.s_addr);
         if (m.type == PJ_NODE_EGRESS_REMOVE) {
                 *ret = m;
                 return 0;
@@ -118,10 +155,11 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
 char *pj_node_msg_format(const struct pj_node_msg *m) {
         _cleanup_json_ cJSON *o = cJSON_CreateObject();
         json_add_str(o, "type", pj_node_type_to_string(m->type));
-        if (m->type != PJ_NODE_PING) {
+        if (m->type == PJ_NODE_NODE_SYNC)
+                json_add_str(o, "node_id", m->node_id);
+        if (m->type == PJ_NODE_EGRESS_APPLY || m->type == PJ_NODE_EGRESS_REMOVE) {
                 char ip[INET_ADDRSTRLEN];
-                struct in_addr a = { .s_addr = htonl(m->ip) };
-                inet_ntop(AF_INET, &a, ip, sizeof(ip));
+                ip_format(m->ip, ip);
                 json_add_str(o, "sandbox_id", m->sandbox_id);
                 json_add_str(o, "ip", ip);
         }
@@ -143,20 +181,169 @@ void pj_node_msg_done(struct pj_node_msg *m) {
 
 char *pj_node_reply_format(const struct pj_node_reply *r) {
         _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        char ip[INET_ADDRSTRLEN];
         json_add_bool(o, "ok", r->ok);
         json_add_str(o, "type", r->type[0] ? r->type : NULL);
         json_add_str(o, "node_id", r->node_id[0] ? r->node_id : NULL);
         if (!r->ok)
                 json_add_str(o, "error", r->error[0] ? r->error : "unspecified error");
+        if (r->applied_at_ms > 0)
+                json_add_int(o, "applied_at", r->applied_at_ms);
+        if (r->n_resolved > 0) {
+                cJSON *a = cJSON_AddArrayToObject(o, "resolved");
+                for (size_t i = 0; i < r->n_resolved; i++) {
+                        const struct pj_node_resolved *x = &r->resolved[i];
+                        cJSON *e = cJSON_CreateObject();
+                        json_add_str(e, "name", x->name);
+                        cJSON *ad = cJSON_AddArrayToObject(e, "addrs");
+                        for (size_t k = 0; k < x->n_addrs; k++) {
+                                ip_format(x->addrs[k], ip);
+                                cJSON_AddItemToArray(ad, cJSON_CreateString(ip));
+                        }
+                        json_add_int(e, "at", x->at_ms);
+                        cJSON_AddItemToArray(a, e);
+                }
+        }
+        if (r->has_stats) {
+                cJSON *a = cJSON_AddArrayToObject(o, "sandboxes");
+                for (size_t i = 0; i < r->n_stats; i++) {
+                        const struct pj_node_sbx_stats *x = &r->stats[i];
+                        cJSON *e = cJSON_CreateObject();
+                        json_add_str(e, "sandbox_id", x->sandbox_id);
+                        json_add_int(e, "allowed_packets", (int64_t) x->allowed_packets);
+                        json_add_int(e, "allowed_bytes", (int64_t) x->allowed_bytes);
+                        json_add_int(e, "dropped_packets", (int64_t) x->dropped_packets);
+                        json_add_int(e, "dropped_bytes", (int64_t) x->dropped_bytes);
+                        cJSON_AddItemToArray(a, e);
+                }
+        }
+        if (r->has_live) {
+                cJSON *a = cJSON_AddArrayToObject(o, "live");
+                for (size_t i = 0; i < r->n_live; i++) {
+                        cJSON *e = cJSON_CreateObject();
+                        json_add_str(e, "sandbox_id", r->live[i].sandbox_id);
+                        ip_format(r->live[i].ip, ip);
+                        json_add_str(e, "ip", ip);
+                        cJSON_AddItemToArray(a, e);
+                }
+        }
         return json_print(o);
+}
+
+void pj_node_reply_done(struct pj_node_reply *r) {
+        if (!r)
+                return;
+        free(r->resolved);
+        free(r->stats);
+        free(r->live);
+        memset(r, 0, sizeof(*r));
+}
+
+static bool get_count(const cJSON *o, const char *k, uint64_t *ret) {
+        int64_t v;
+        if (!json_get_int(o, k, &v) || v < 0)
+                return false;
+        *ret = (uint64_t) v;
+        return true;
+}
+
+static int parse_resolved(const cJSON *a, struct pj_node_reply *r, struct pj_error *err) {
+        if (!cJSON_IsArray(a))
+                return pj_error_set(err, "resolved", "resolved must be an array");
+        int n = cJSON_GetArraySize(a);
+        if (n > PJ_EGRESS_MAX_ALLOW)
+                return pj_error_set(err, "resolved", "resolved must have at most %d entries", PJ_EGRESS_MAX_ALLOW);
+        r->resolved = n ? xcalloc((size_t) n, sizeof(*r->resolved)) : NULL;
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, a) {
+                struct pj_node_resolved *x = &r->resolved[i];
+                char field[48];
+                snprintf(field, sizeof(field), "resolved[%d]", i);
+                struct pj_allow_entry ae;
+                const char *name = cJSON_IsObject(e) ? json_get_str(e, "name") : NULL;
+                if (!name || pj_allow_entry_parse(name, &ae, NULL, 0, NULL, 0) < 0 || ae.kind != PJ_ALLOW_HOSTNAME)
+                        return pj_error_set(err, field, "%s.name must be a hostname", field);
+                snprintf(x->name, sizeof(x->name), "%s", ae.host);
+                if (!json_get_int(e, "at", &x->at_ms) || x->at_ms < 0)
+                        return pj_error_set(err, field, "%s.at must be unix milliseconds", field);
+                const cJSON *ad = cJSON_GetObjectItemCaseSensitive(e, "addrs");
+                if (!cJSON_IsArray(ad) || cJSON_GetArraySize(ad) > PJ_NODE_MAX_ADDRS_PER_NAME)
+                        return pj_error_set(err, field, "%s.addrs must be an array of at most %d IPv4 addresses", field,
+                                            PJ_NODE_MAX_ADDRS_PER_NAME);
+                const cJSON *s;
+                cJSON_ArrayForEach(s, ad) {
+                        if (!cJSON_IsString(s) || ip_parse(s->valuestring, &x->addrs[x->n_addrs]) < 0)
+                                return pj_error_set(err, field, "%s.addrs must hold dotted-quad IPv4 addresses", field);
+                        x->n_addrs++;
+                }
+                i++;
+                r->n_resolved = (size_t) i;
+        }
+        return 0;
+}
+
+static int parse_stats(const cJSON *a, struct pj_node_reply *r, struct pj_error *err) {
+        if (!cJSON_IsArray(a))
+                return pj_error_set(err, "sandboxes", "sandboxes must be an array");
+        int n = cJSON_GetArraySize(a);
+        if (n > PJ_NODE_MAX_STATS)
+                return pj_error_set(err, "sandboxes", "sandboxes must have at most %d entries", PJ_NODE_MAX_STATS);
+        r->has_stats = true;
+        r->stats = n ? xcalloc((size_t) n, sizeof(*r->stats)) : NULL;
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, a) {
+                struct pj_node_sbx_stats *x = &r->stats[i];
+                char field[48];
+                snprintf(field, sizeof(field), "sandboxes[%d]", i);
+                const char *sid = cJSON_IsObject(e) ? json_get_str(e, "sandbox_id") : NULL;
+                if (!sid || !hexid_valid(sid))
+                        return pj_error_set(err, field, "%s.sandbox_id must be 24 lowercase hex characters", field);
+                snprintf(x->sandbox_id, sizeof(x->sandbox_id), "%s", sid);
+                if (!get_count(e, "allowed_packets", &x->allowed_packets) || !get_count(e, "allowed_bytes", &x->allowed_bytes) ||
+                    !get_count(e, "dropped_packets", &x->dropped_packets) || !get_count(e, "dropped_bytes", &x->dropped_bytes))
+                        return pj_error_set(err, field, "%s counters must be non-negative integers", field);
+                i++;
+                r->n_stats = (size_t) i;
+        }
+        return 0;
+}
+
+static int parse_live(const cJSON *a, struct pj_node_reply *r, struct pj_error *err) {
+        if (!cJSON_IsArray(a))
+                return pj_error_set(err, "live", "live must be an array");
+        int n = cJSON_GetArraySize(a);
+        if (n > PJ_NODE_MAX_LIVE)
+                return pj_error_set(err, "live", "live must have at most %d entries", PJ_NODE_MAX_LIVE);
+        r->has_live = true;
+        r->live = n ? xcalloc((size_t) n, sizeof(*r->live)) : NULL;
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, a) {
+                char field[32];
+                snprintf(field, sizeof(field), "live[%d]", i);
+                const char *sid = cJSON_IsObject(e) ? json_get_str(e, "sandbox_id") : NULL;
+                if (!sid || !hexid_valid(sid))
+                        return pj_error_set(err, field, "%s.sandbox_id must be 24 lowercase hex characters", field);
+                snprintf(r->live[i].sandbox_id, sizeof(r->live[i].sandbox_id), "%s", sid);
+                if (ip_parse(json_get_str(e, "ip"), &r->live[i].ip) < 0)
+                        return pj_error_set(err, field, "%s.ip must be a dotted-quad IPv4 address", field);
+                i++;
+                r->n_live = (size_t) i;
+        }
+        return 0;
 }
 
 int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret, struct pj_error *err) {
         char jerr[256] = "";
         _cleanup_json_ cJSON *o = NULL;
         struct pj_node_reply r = { 0 };
+        const cJSON *a;
+        int k;
         memset(err, 0, sizeof(*err));
-        if (json_parse(body, len, PJ_NODE_MAX_MESSAGE, 8, &o, jerr, sizeof(jerr)) < 0)
+        /* sandboxes: 4096 entries of 6 values each, plus the envelope */
+        if (json_parse_n(body, len, PJ_NODE_MAX_REPLY, 8, 8 * PJ_NODE_MAX_STATS + 64, &o, jerr, sizeof(jerr)) < 0)
                 return pj_error_set(err, "", "%s", jerr);
         if (!cJSON_IsObject(o))
                 return pj_error_set(err, "", "reply must be a JSON object");
@@ -173,6 +360,18 @@ int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret,
                 utf8_copy_trunc(r.error, sizeof(r.error), s);
         if (!r.ok && !r.error[0])
                 snprintf(r.error, sizeof(r.error), "the agent refused without saying why");
+        if (cJSON_GetObjectItemCaseSensitive(o, "applied_at") &&
+            (!json_get_int(o, "applied_at", &r.applied_at_ms) || r.applied_at_ms < 0))
+                return pj_error_set(err, "applied_at", "applied_at must be unix milliseconds");
+        if ((a = cJSON_GetObjectItemCaseSensitive(o, "resolved")) && (k = parse_resolved(a, &r, err)) < 0)
+                goto fail;
+        if ((a = cJSON_GetObjectItemCaseSensitive(o, "sandboxes")) && (k = parse_stats(a, &r, err)) < 0)
+                goto fail;
+        if ((a = cJSON_GetObjectItemCaseSensitive(o, "live")) && (k = parse_live(a, &r, err)) < 0)
+                goto fail;
         *ret = r;
         return 0;
+fail:
+        pj_node_reply_done(&r);
+        return k;
 }

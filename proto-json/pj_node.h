@@ -10,6 +10,15 @@
  *   {"type":"egress.apply","sandbox_id":"<24 hex>","ip":"169.254.90.7",
  *    "mode":"open|restricted|deny_all","allow":["1.1.1.1","10.0.0.0/8","api.example.com"]}
  *   {"type":"egress.remove","sandbox_id":"<24 hex>","ip":"169.254.90.7"}
+ *   {"type":"egress.stats"}
+ *   {"type":"node.sync","node_id":"<the agent's node id>"}    agent -> controld (routing key "controld")
+ *
+ * Reply extras (all optional on the wire, so older replies still parse):
+ *   egress.apply  "applied_at":<unix ms>,
+ *                 "resolved":[{"name":"api.example.com","addrs":["203.0.113.5"],"at":<unix ms>}]
+ *   egress.stats  "sandboxes":[{"sandbox_id","allowed_packets","allowed_bytes",
+ *                               "dropped_packets","dropped_bytes"}]   (at most PJ_NODE_MAX_STATS)
+ *   node.sync     "live":[{"sandbox_id":"<24 hex>","ip":"169.254.90.7"}] (at most PJ_NODE_MAX_LIVE)
  */
 #pragma once
 
@@ -21,11 +30,19 @@
 #include "pj_egress.h"
 
 #define PJ_NODE_MAX_MESSAGE (64 * 1024)
+/* Replies can list every sandbox of a node. */
+#define PJ_NODE_MAX_REPLY (1024 * 1024)
+#define PJ_NODE_MAX_LIVE 4096
+#define PJ_NODE_MAX_STATS 4096
+/* Addresses one allowlisted hostname may bring in (the agent fails the apply beyond). */
+#define PJ_NODE_MAX_ADDRS_PER_NAME 32
 
 enum pj_node_type {
         PJ_NODE_PING,
         PJ_NODE_EGRESS_APPLY,
         PJ_NODE_EGRESS_REMOVE,
+        PJ_NODE_EGRESS_STATS,
+        PJ_NODE_NODE_SYNC,
 };
 
 struct pj_node_msg {
@@ -33,6 +50,7 @@ struct pj_node_msg {
         char sandbox_id[25];     /* egress.*: 24 lowercase hex */
         uint32_t ip;             /* egress.*: sandbox IPv4, host byte order */
         struct pj_egress egress; /* egress.apply: normalised policy (allow only for restricted) */
+        char node_id[129];       /* node.sync: the asking agent's node id */
 };
 
 const char *pj_node_type_to_string(enum pj_node_type t);
@@ -43,11 +61,48 @@ char *pj_node_msg_format(const struct pj_node_msg *m);
 void pj_node_msg_done(struct pj_node_msg *m);
 
 /* Replies. */
+struct pj_node_resolved {
+        char name[254];                                 /* normalised hostname */
+        uint32_t addrs[PJ_NODE_MAX_ADDRS_PER_NAME];     /* IPv4, host order */
+        size_t n_addrs;
+        int64_t at_ms;                                  /* when resolved, unix ms */
+};
+
+struct pj_node_sbx_stats {
+        char sandbox_id[25];
+        uint64_t allowed_packets, allowed_bytes;
+        uint64_t dropped_packets, dropped_bytes;
+};
+
+struct pj_node_live {
+        char sandbox_id[25];
+        uint32_t ip;                                    /* host order */
+};
+
+/* Arrays are heap-allocated (xmalloc) and owned by the struct: release them
+ * with pj_node_reply_done(). A reply without the optional fields allocates
+ * nothing, so callers that only read ok/type/node_id/error still need not. */
 struct pj_node_reply {
         bool ok;
         char type[32];
         char node_id[129];
         char error[512];
+        /* egress.apply */
+        int64_t applied_at_ms;                          /* 0 = absent */
+        struct pj_node_resolved *resolved;              /* <= PJ_EGRESS_MAX_ALLOW */
+        size_t n_resolved;
+        /* egress.stats */
+        bool has_stats;                                 /* "sandboxes" present */
+        struct pj_node_sbx_stats *stats;
+        size_t n_stats;
+        /* node.sync */
+        bool has_live;                                  /* "live" present (an empty list is a real answer) */
+        struct pj_node_live *live;
+        size_t n_live;
 };
 char *pj_node_reply_format(const struct pj_node_reply *r);
+/* Accepts bodies up to PJ_NODE_MAX_REPLY. Unknown fields are ignored (older and
+ * newer peers interoperate); the optional arrays are checked entry by entry and
+ * bounded. 0 or -EINVAL; *ret untouched on failure. */
 int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret, struct pj_error *err);
+void pj_node_reply_done(struct pj_node_reply *r);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/env/down.sh — `make down`: stop the controld of `make up` (build/dev/controld.pid) and
-# the services `make up` started ($PADDOCK_STATE/up.started). Services someone else started stay.
+# tests/env/down.sh — `make down`: stop the controld and nodeagent of `make up`
+# (build/dev/controld.pid, build/dev/nodeagent.pid) and the services `make up` started
+# ($PADDOCK_STATE/up.started). Services someone else started stay.
 set -euo pipefail
 PROG=down
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -10,17 +11,33 @@ cd "$ROOT"
 . "$HERE/lib.sh"
 
 DEV=${PADDOCK_DEV_DIR:-$ROOT/build/dev}
-if [[ -r $DEV/controld.pid ]]; then
-        read -r pid <"$DEV/controld.pid" || pid=""
-        if [[ $pid =~ ^[0-9]+$ && $(readlink "/proc/$pid/exe" 2>/dev/null) == */controld* ]] && ! pid_gone "$pid"; then
-                kill_and_wait "$pid" 10
-                say "controld (pid $pid) stopped"
+# stop_daemon NAME: stop the process in $DEV/NAME.pid if it is still a NAME.
+stop_daemon() {
+        local pid=""
+        if [[ -r $DEV/$1.pid ]]; then
+                read -r pid <"$DEV/$1.pid" || pid=""
+                if [[ $pid =~ ^[0-9]+$ && $(readlink "/proc/$pid/exe" 2>/dev/null) == */"$1"* ]] && ! pid_gone "$pid"; then
+                        kill_and_wait "$pid" 10
+                        say "$1 (pid $pid) stopped"
+                else
+                        say "$1 not running"
+                fi
+                rm -f "$DEV/$1.pid"
         else
-                say "controld not running"
+                say "$1 not running (no $DEV/$1.pid)"
         fi
-        rm -f "$DEV/controld.pid"
-else
-        say "controld not running (no $DEV/controld.pid)"
+}
+stop_daemon controld
+stop_daemon nodeagent
+# The agent leaves its firewall in place when it stops (fail closed: sandboxes that still run
+# keep their rules). With no sandbox left on the bridge there is nothing to hold, and the
+# table would only block the next Paddock on this bridge, so it goes.
+if command -v nft >/dev/null && nft list table inet paddock >/dev/null 2>&1; then
+        if [[ -z $(docker ps -q --filter network=paddock-sandbox 2>/dev/null) ]]; then
+                nft delete table inet paddock && say "egress firewall (nft table inet paddock) removed: no sandbox left on the bridge"
+        else
+                say "egress firewall (nft table inet paddock) kept: sandboxes still run on the bridge"
+        fi
 fi
 
 "$HERE/services.sh" stop --started-by "$PADDOCK_STATE/up.started"

@@ -3,8 +3,12 @@
 #
 # Starts docker, registry and rabbitmq if they are not running (those it started are appended
 # to $PADDOCK_STATE/up.started, which `make down` stops), builds the template images, then
-# (re)starts $PADDOCK_BUILD/controld on 127.0.0.1:${PADDOCK_PORT:-8080} with build/dev/controld.conf,
-# makes sure a dev account and API key exist (build/dev/env) and prints how to use them.
+# starts $PADDOCK_BUILD/nodeagent (node id `local`, egress firewall on the Paddock bridge
+# `paddock-sandbox`, pid in build/dev/nodeagent.pid) and $PADDOCK_BUILD/controld on
+# 127.0.0.1:${PADDOCK_PORT:-8080} with build/dev/controld.conf (egress through that agent), makes
+# sure a dev account and API key exist (build/dev/env) and prints how to use them.
+# Run again, it starts whichever of the two is not running and leaves the running one, and the
+# live sandboxes with their firewall rules, alone.
 set -euo pipefail
 PROG=up
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,8 +22,16 @@ PORT=${PADDOCK_PORT:-8080}
 URL=http://127.0.0.1:$PORT
 DEV=${PADDOCK_DEV_DIR:-$ROOT/build/dev}
 CONF=$DEV/controld.conf
+AGENT_CONF=$DEV/nodeagent.conf
 CONTROLD=$BUILD/controld
 [[ $CONTROLD == /* ]] || CONTROLD=$ROOT/$CONTROLD
+NODEAGENT=$BUILD/nodeagent
+[[ $NODEAGENT == /* ]] || NODEAGENT=$ROOT/$NODEAGENT
+AMQP_URL=amqp://guest:guest@127.0.0.1:5672
+# The Paddock bridge: controld creates the Docker network with this Linux bridge name, the
+# agent's firewall holds every sandbox on it.
+NETWORK=paddock-sandbox
+BRIDGE=paddock-sandbox
 
 mkdir -p "$PADDOCK_STATE" "$DEV"
 "$HERE/services.sh" start --record "$PADDOCK_STATE/up.started" docker registry rabbitmq
@@ -27,32 +39,75 @@ mkdir -p "$PADDOCK_STATE" "$DEV"
 sort -u -o "$PADDOCK_STATE/up.started" "$PADDOCK_STATE/up.started"
 "$HERE/images.sh"
 
-if [[ ! -x $CONTROLD ]]; then
-        say "services and images are ready, but the daemons are not built ($CONTROLD is missing):"
+if [[ ! -x $CONTROLD || ! -x $NODEAGENT ]]; then
+        say "services and images are ready, but the daemons are not built ($CONTROLD or $NODEAGENT is missing):"
         say "controld was NOT started. Build with 'make', then run 'make up' again. 'make down' stops the services."
         exit 0
 fi
 
-# ------------------------------------------------------------------ controld
-# controld_pid: the PID in controld.pid if that process is still a controld.
-controld_pid() {
+# daemon_pid NAME: the PID in $DEV/NAME.pid if that process is still a NAME.
+daemon_pid() {
         local pid
-        [[ -r $DEV/controld.pid ]] || return 1
-        read -r pid <"$DEV/controld.pid" || return 1
+        [[ -r $DEV/$1.pid ]] || return 1
+        read -r pid <"$DEV/$1.pid" || return 1
         [[ $pid =~ ^[0-9]+$ ]] || return 1
-        [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == */controld* ]] || return 1
+        [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == */"$1"* ]] || return 1
         pid_gone "$pid" && return 1
         echo "$pid"
 }
 
-if pid=$(controld_pid); then
-        say "stopping the controld of an earlier 'make up' (pid $pid) to restart it"
-        kill_and_wait "$pid" 10
+# ------------------------------------------------------------------ the Paddock bridge
+# A network left by an older controld has a Docker-chosen bridge name the agent would not
+# hold: replace it while nothing uses it.
+if have_bridge=$(docker network inspect -f '{{index .Options "com.docker.network.bridge.name"}}' "$NETWORK" 2>/dev/null); then
+        if [[ $have_bridge != "$BRIDGE" ]]; then
+                if [[ -n $(docker network inspect -f '{{range .Containers}}{{.Name}} {{end}}' "$NETWORK") ]]; then
+                        die "Docker network $NETWORK has bridge '${have_bridge:-br-<id>}', not $BRIDGE, and containers use it; remove them (docker rm -f) and run 'make up' again"
+                fi
+                say "recreating Docker network $NETWORK with the bridge name $BRIDGE"
+                docker network rm "$NETWORK" >/dev/null
+        fi
 fi
-rm -f "$DEV/controld.pid"
 
-if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT" 2>/dev/null; then
-        die "127.0.0.1:$PORT is already in use by something else ($(ss -Hltnp "sport = :$PORT" | awk '{print $NF}' | head -n1)); set PADDOCK_PORT to another port"
+# ------------------------------------------------------------------ nodeagent
+if pid=$(daemon_pid nodeagent); then
+        say "nodeagent already running (pid $pid): left as it is"
+else
+        rm -f "$DEV/nodeagent.pid"
+        printf '[agent]\nnode_id = local\n[amqp]\nurl = %s\nexchange = paddock.nodes\n[egress]\nenable = true\nbridges = %s\n' \
+                "$AMQP_URL" "$BRIDGE" >"$AGENT_CONF"
+        ALOG=$DEV/nodeagent.log
+        touch "$ALOG"
+        from=$(($(wc -l <"$ALOG") + 1))
+        setsid nohup "$NODEAGENT" -d -f "$AGENT_CONF" </dev/null >>"$ALOG" 2>&1 &
+        pid=$!
+        echo "$pid" >"$DEV/nodeagent.pid"
+        deadline=$((SECONDS + 20))
+        until tail -n +"$from" "$ALOG" | grep -q "consuming node messages"; do
+                if pid_gone "$pid"; then
+                        show_log "$ALOG"
+                        rm -f "$DEV/nodeagent.pid"
+                        die "nodeagent exited during startup"
+                fi
+                if ((SECONDS >= deadline)); then
+                        show_log "$ALOG"
+                        die "nodeagent did not start consuming within 20s (still running as pid $pid; 'make down' stops it)"
+                fi
+                sleep 0.1
+        done
+        say "nodeagent running (pid $pid, node local, egress on bridge $BRIDGE), log $ALOG"
+fi
+
+# ------------------------------------------------------------------ controld
+CONTROLD_RUNNING=0
+if pid=$(daemon_pid controld); then
+        say "controld already running (pid $pid): left as it is"
+        CONTROLD_RUNNING=1
+else
+        rm -f "$DEV/controld.pid"
+        if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT" 2>/dev/null; then
+                die "127.0.0.1:$PORT is already in use by something else ($(ss -Hltnp "sport = :$PORT" | awk '{print $NF}' | head -n1)); set PADDOCK_PORT to another port"
+        fi
 fi
 
 cat >"$CONF" <<EOF
@@ -65,6 +120,12 @@ driver = docker
 [docker]
 socket = /var/run/docker.sock
 $(vr=$PADDOCK_STATE/docker-btrfs/volumes; [[ $(stat -f -c %T "$vr" 2>/dev/null) == btrfs ]] && echo "volume_root = $vr")
+network = $NETWORK
+bridge = $BRIDGE
+[amqp]
+url = $AMQP_URL
+exchange = paddock.nodes
+egress_timeout = 10s
 [defaults]
 template = python-3.11
 region = local
@@ -106,22 +167,24 @@ memory = 1024
 EOF
 
 LOG=$DEV/controld.log
-setsid nohup "$CONTROLD" -d -f "$CONF" </dev/null >>"$LOG" 2>&1 &
-pid=$!
-echo "$pid" >"$DEV/controld.pid"
-deadline=$((SECONDS + 20))
-until curl -sf --max-time 2 -o /dev/null "$URL/healthz"; do
-        if pid_gone "$pid"; then
-                show_log "$LOG"
-                rm -f "$DEV/controld.pid"
-                die "controld exited during startup"
-        fi
-        if ((SECONDS >= deadline)); then
-                show_log "$LOG"
-                die "controld did not answer $URL/healthz within 20s (still running as pid $pid; 'make down' stops it)"
-        fi
-        sleep 0.1
-done
+if ((CONTROLD_RUNNING == 0)); then
+        setsid nohup "$CONTROLD" -d -f "$CONF" </dev/null >>"$LOG" 2>&1 &
+        pid=$!
+        echo "$pid" >"$DEV/controld.pid"
+        deadline=$((SECONDS + 20))
+        until curl -sf --max-time 2 -o /dev/null "$URL/healthz"; do
+                if pid_gone "$pid"; then
+                        show_log "$LOG"
+                        rm -f "$DEV/controld.pid"
+                        die "controld exited during startup"
+                fi
+                if ((SECONDS >= deadline)); then
+                        show_log "$LOG"
+                        die "controld did not answer $URL/healthz within 20s (still running as pid $pid; 'make down' stops it)"
+                fi
+                sleep 0.1
+        done
+fi
 say "controld running (pid $pid), log $LOG"
 
 # ------------------------------------------------------------------ dev account and key
@@ -163,5 +226,5 @@ Paddock is up at $URL   (key and URL also in $DEV/env)
   curl -s -X POST $URL/sandboxes/<id>/exec -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"cmd":"python3 -c \\"print(6*7)\\""}'
   curl -s -X DELETE $URL/sandboxes/<id> -H "x-brimble-key: $KEY"
 
-  make down    # stop controld and the services 'make up' started
+  make down    # stop controld, the node agent and the services 'make up' started
 EOF

@@ -45,6 +45,33 @@ static char *env_value(const char *key) {
         return v;
 }
 
+/* Running (a zombie waiting for its reaper is not). */
+static bool alive(int pid) {
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+                return false;
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *e = strrchr(buf, ')');
+        return e && e[1] == ' ' && e[2] != 'Z' && e[2] != 'X';
+}
+
+static int read_pid(const char *name) {
+        char path[600];
+        int pid = 0;
+        snprintf(path, sizeof(path), "%s/%s.pid", devdir, name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+                return 0;
+        if (fscanf(f, "%d", &pid) != 1)
+                pid = 0;
+        fclose(f);
+        return pid > 0 && alive(pid) ? pid : 0;
+}
+
 TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         if (!test_have_docker())
                 TEST_SKIP("dockerd is not answering");
@@ -115,12 +142,43 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         ASSERT_EQ(r.status, 204);
         hres_done(&r);
 
-        /* Second `make up`: works, keeps the same key, restarts the daemon. */
+        /* A node agent runs beside controld and confirms egress: a restricted sandbox is created. */
+        int agent1 = read_pid("nodeagent"), ctl1 = read_pid("controld");
+        ASSERT_TRUE(agent1 > 0);
+        ASSERT_TRUE(ctl1 > 0);
+        http_req(&c, "POST", "/sandboxes", key1, "{\"template\":\"debian-12\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.7\"]}}", &r);
+        ASSERT_EQ(r.status, 201);
+        char rid[25];
+        snprintf(rid, sizeof(rid), "%s", hres_data_str(&r, "id"));
+        hres_done(&r);
+
+        /* Second `make up`: works, keeps the same key, leaves the running daemons and the
+         * live sandbox alone. */
         ASSERT_EQ(run_script("tests/env/up.sh", &out2), 0);
         _cleanup_free_ char *key2 = env_value("PADDOCK_API_KEY");
         ASSERT_STREQ(key2, key1);
         http_req(&c, "GET", "/sandboxes", key2, NULL, &r);
         ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+        ASSERT_EQ(read_pid("nodeagent"), agent1);
+        ASSERT_EQ(read_pid("controld"), ctl1);
+        snprintf(path, sizeof(path), "/sandboxes/%s", rid);
+        http_req(&c, "GET", path, key2, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
+        hres_done(&r);
+
+        /* The agent dies: `make up` starts only the agent again. */
+        kill(agent1, SIGKILL);
+        for (int i = 0; i < 50 && read_pid("nodeagent"); i++)
+                usleep(100000);
+        free(out2);
+        out2 = NULL;
+        ASSERT_EQ(run_script("tests/env/up.sh", &out2), 0);
+        int agent2 = read_pid("nodeagent");
+        ASSERT_TRUE(agent2 > 0 && agent2 != agent1);
+        ASSERT_EQ(read_pid("controld"), ctl1);
+        http_req(&c, "DELETE", path, key2, NULL, &r);
+        ASSERT_EQ(r.status, 204);
         hres_done(&r);
 
         /* `make down`: the daemon and its listener are gone. */
@@ -129,6 +187,8 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         char pidfile[600];
         snprintf(pidfile, sizeof(pidfile), "%s/controld.pid", devdir);
         ASSERT_TRUE(access(pidfile, F_OK) != 0);
+        ASSERT_EQ(read_pid("nodeagent"), 0);
+        ASSERT_FALSE(alive(agent2));
         /* And down again is harmless. */
         free(out3);
         out3 = NULL;

@@ -7,14 +7,19 @@
  *
  *   sandbox ns                  node ns (egress table here)            world ns
  *   eth0 169.254.90.2 (A)  ---  vsbx -[bridge pdkbr0 169.254.90.1]
- *        169.254.90.3 (B)       vwld 169.254.91.1                 ---  eth0 169.254.91.2 (world host 1)
- *                               ip_forward=1                                169.254.91.3 (world host 2)
- *                                                                           169.254.91.4 (deny_cidrs)
+ *        169.254.90.3 (B)       vsb2 -+                           
+ *   sandbox2 ns                 vwld 198.51.100.1                 ---  eth0 198.51.100.2 (world host 1)
+ *   eth0 169.254.90.4 (D)       ip_forward=1                                198.51.100.3 (world host 2)
+ *                                                                           198.51.100.4 (deny_cidrs)
+ *                                                                           203.0.113.5  (CIDR tests)
  *                                                                           169.254.169.254 (metadata)
  *
- * TCP listeners on PORT (and 53) sit in the world ns and in the node ns; probes
- * connect() from the sandbox ns with a short timeout. Every address is inside
- * 169.254.0.0/16 in namespaces this program made. Before egress_init a control
+ * TCP listeners on PORT (and 53) sit in the world ns, the node ns and both
+ * sandbox namespaces; probes connect() from the sandbox ns with a short
+ * timeout. The sandbox bridge sits in link-local space like Docker's pools
+ * here (always denied as a destination); the "internet" is in the
+ * documentation ranges 198.51.100.0/24 and 203.0.113.0/24, in namespaces this
+ * program made. Before egress_init a control
  * probe proves the topology forwards, so a blocked probe later means the
  * firewall blocked it. The ruleset is read back with `nft --json` run inside the
  * test's namespace (the CLI inherits it).
@@ -51,10 +56,12 @@
 #define SBX_A IP(169, 254, 90, 2)
 #define SBX_B IP(169, 254, 90, 3)
 #define GW_SBX IP(169, 254, 90, 1)
-#define GW_WLD IP(169, 254, 91, 1)
-#define WORLD1 IP(169, 254, 91, 2)
-#define WORLD2 IP(169, 254, 91, 3)
-#define DENIED IP(169, 254, 91, 4)
+#define SBX_D IP(169, 254, 90, 4)
+#define GW_WLD IP(198, 51, 100, 1)
+#define WORLD1 IP(198, 51, 100, 2)
+#define WORLD2 IP(198, 51, 100, 3)
+#define DENIED IP(198, 51, 100, 4)
+#define WORLD3 IP(203, 0, 113, 5)
 #define METADATA IP(169, 254, 169, 254)
 
 #define ID_A "aaaaaaaaaaaaaaaaaaaaaaaa"
@@ -62,13 +69,13 @@
 #define ID_C "cccccccccccccccccccccccc"
 
 static const char *const bridges[] = { BRIDGE, NULL };
-static const char *const deny[] = { "169.254.91.4/32", NULL };
+static const char *const deny[] = { "198.51.100.4/32", NULL };
 
 static struct {
-        int node_fd, sbx_fd, world_fd;
+        int node_fd, sbx_fd, world_fd, sbx2_fd;
         int listeners[8];
         int n_listeners;
-} T = { -1, -1, -1, { 0 }, 0 };
+} T = { -1, -1, -1, -1, { 0 }, 0 };
 
 /* ------------------------------------------------------------ namespaces */
 
@@ -155,16 +162,19 @@ static void topology(void) {
         T.node_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
         ASSERT_TRUE(T.node_fd >= 0);
 
-        pid_t sp = ns_holder(), wp = ns_holder();
+        pid_t sp = ns_holder(), wp = ns_holder(), s2p = ns_holder();
         test_on_exit(kill_holder, (void *) (intptr_t) sp);
         test_on_exit(kill_holder, (void *) (intptr_t) wp);
+        test_on_exit(kill_holder, (void *) (intptr_t) s2p);
         T.sbx_fd = ns_fd_of(sp);
         T.world_fd = ns_fd_of(wp);
-        char spid[16], wpid[16];
+        T.sbx2_fd = ns_fd_of(s2p);
+        char spid[16], wpid[16], s2pid[16];
         snprintf(spid, sizeof(spid), "%d", (int) sp);
         snprintf(wpid, sizeof(wpid), "%d", (int) wp);
+        snprintf(s2pid, sizeof(s2pid), "%d", (int) s2p);
 
-        int n = T.node_fd, s = T.sbx_fd, w = T.world_fd;
+        int n = T.node_fd, s = T.sbx_fd, w = T.world_fd, s2 = T.sbx2_fd;
         RUN(n, "ip", "link", "set", "lo", "up");
         RUN(n, "ip", "link", "add", BRIDGE, "type", "bridge");
         RUN(n, "ip", "link", "add", "vsbx", "type", "veth", "peer", "name", "eth0", "netns", spid);
@@ -172,10 +182,14 @@ static void topology(void) {
         RUN(n, "ip", "addr", "add", "169.254.90.1/24", "dev", BRIDGE);
         RUN(n, "ip", "link", "set", BRIDGE, "up");
         RUN(n, "ip", "link", "set", "vsbx", "up");
+        RUN(n, "ip", "link", "add", "vsb2", "type", "veth", "peer", "name", "eth0", "netns", s2pid);
+        RUN(n, "ip", "link", "set", "vsb2", "master", BRIDGE);
+        RUN(n, "ip", "link", "set", "vsb2", "up");
         RUN(n, "ip", "link", "add", "vwld", "type", "veth", "peer", "name", "eth0", "netns", wpid);
-        RUN(n, "ip", "addr", "add", "169.254.91.1/24", "dev", "vwld");
+        RUN(n, "ip", "addr", "add", "198.51.100.1/24", "dev", "vwld");
         RUN(n, "ip", "link", "set", "vwld", "up");
-        RUN(n, "ip", "route", "add", "169.254.169.254/32", "via", "169.254.91.2");
+        RUN(n, "ip", "route", "add", "169.254.169.254/32", "via", "198.51.100.2");
+        RUN(n, "ip", "route", "add", "203.0.113.0/24", "via", "198.51.100.2");
         write_file("/proc/sys/net/ipv4/ip_forward", "1");
 
         RUN(s, "ip", "link", "set", "lo", "up");
@@ -185,18 +199,25 @@ static void topology(void) {
         RUN(s, "ip", "route", "add", "default", "via", "169.254.90.1");
 
         RUN(w, "ip", "link", "set", "lo", "up");
-        RUN(w, "ip", "addr", "add", "169.254.91.2/24", "dev", "eth0");
-        RUN(w, "ip", "addr", "add", "169.254.91.3/24", "dev", "eth0");
-        RUN(w, "ip", "addr", "add", "169.254.91.4/24", "dev", "eth0");
+        RUN(w, "ip", "addr", "add", "198.51.100.2/24", "dev", "eth0");
+        RUN(w, "ip", "addr", "add", "198.51.100.3/24", "dev", "eth0");
+        RUN(w, "ip", "addr", "add", "198.51.100.4/24", "dev", "eth0");
+        RUN(w, "ip", "addr", "add", "203.0.113.5/32", "dev", "eth0");
         RUN(w, "ip", "addr", "add", "169.254.169.254/32", "dev", "eth0");
         RUN(w, "ip", "link", "set", "eth0", "up");
-        RUN(w, "ip", "route", "add", "default", "via", "169.254.91.1");
+        RUN(w, "ip", "route", "add", "default", "via", "198.51.100.1");
+
+        RUN(s2, "ip", "link", "set", "lo", "up");
+        RUN(s2, "ip", "addr", "add", "169.254.90.4/24", "dev", "eth0");
+        RUN(s2, "ip", "link", "set", "eth0", "up");
+        RUN(s2, "ip", "route", "add", "default", "via", "169.254.90.1");
 
         add_listener(w, PORT);
         add_listener(w, 53);
         add_listener(n, PORT);
         add_listener(n, 53);
         add_listener(s, PORT);
+        add_listener(s2, PORT);
 }
 
 /* Accepts and closes whatever the probes left in the listeners' queues. */
@@ -255,7 +276,10 @@ static bool probe_reach(uint32_t src, uint32_t dst, uint16_t port) {
 static void setup(void) {
         topology();
         REACH(SBX_A, WORLD1);
+        REACH(SBX_A, WORLD3);
         REACH(SBX_A, METADATA);
+        REACH(SBX_A, SBX_D);                    /* bridged, same L2 */
+        REACH(SBX_A, GW_WLD);                   /* the node, through input */
 }
 
 static void init_default(const char *resolver) {
@@ -411,7 +435,7 @@ TEST_FULL(dns_resolver_on_the_node, 30) {
         /* The resolver is the node's own bridge address, which is also in the
          * deny set: DNS to it is allowed first, everything else to it dropped. */
         char err[512] = "";
-        static const char *const deny_self[] = { "169.254.90.1/32", "169.254.91.1/32", NULL };
+        static const char *const deny_self[] = { "169.254.90.1/32", "198.51.100.1/32", NULL };
         struct egress_config cfg = {
                 .bridges = bridges, .deny_cidrs = deny_self, .dns_resolver = "169.254.90.1", .priority = -10,
         };
@@ -419,11 +443,15 @@ TEST_FULL(dns_resolver_on_the_node, 30) {
         if (r == -EPERM || r == -EPROTONOSUPPORT)
                 TEST_SKIP("nftables netlink is not permitted here");
         ASSERT_OK(r);
-        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, NULL);
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
         ASSERT_TRUE(probe(SBX_A, GW_SBX, 53));
         ASSERT_FALSE(probe(SBX_A, GW_SBX, PORT));
         ASSERT_FALSE(probe(SBX_A, GW_WLD, 53));         /* not the resolver */
         ASSERT_FALSE(probe(SBX_B, GW_SBX, 53));         /* no policy, no DNS */
+        REACH(SBX_A, WORLD1);
+        /* restricted: no DNS at all (names come from /etc/hosts: no exfiltration channel) */
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, NULL);
+        ASSERT_FALSE(probe(SBX_A, GW_SBX, 53));
         NO_REACH(SBX_A, WORLD1);
         apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
         ASSERT_FALSE(probe(SBX_A, GW_SBX, 53));
@@ -450,18 +478,70 @@ TEST_FULL(open_mode, 30) {
         ASSERT_GE(counter_packets(j, "sbx_egress", "drop"), 2);  /* node_deny + B's drop */
         ASSERT_GE(counter_packets(j, "sbx_to_host", "drop"), 2);
         ASSERT_TRUE(listed(ID_A));
+
+        /* egress.stats: the chain's accept counter, nothing dropped in A's own chain. */
+        struct egress_stats *sv = NULL;
+        int n = egress_stats(&sv);
+        ASSERT_EQ(n, 1);
+        ASSERT_STREQ(sv[0].sandbox_id, ID_A);
+        ASSERT_GE((int64_t) sv[0].allowed_packets, 2);
+        ASSERT_GE((int64_t) sv[0].allowed_bytes, 120);
+        ASSERT_EQ((int64_t) sv[0].dropped_packets, 0);
+        free(sv);
+        /* deny_all: the probe is counted as dropped */
+        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        NO_REACH(SBX_A, WORLD1);
+        ASSERT_EQ(egress_stats(&sv), 1);
+        ASSERT_GE((int64_t) sv[0].dropped_packets, 1);
+        ASSERT_GE((int64_t) sv[0].dropped_bytes, 60);
+        free(sv);
+}
+
+TEST_FULL(always_deny_in_every_mode, 40) {
+        setup();
+        init_default(NULL);
+        static const char *const allow[] = { "198.51.100.2", "203.0.113.0/24", NULL };
+        /* open and restricted alike: the node (via input, any of its addresses),
+         * link-local metadata, the operator's list, another sandbox bridged on
+         * the same L2 segment, and the same sandbox's bridge neighbours. */
+        for (int round = 0; round < 2; round++) {
+                if (round == 0)
+                        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+                else
+                        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow);
+                apply(ID_C, SBX_D, round == 0 ? PJ_EGRESS_OPEN : PJ_EGRESS_RESTRICTED, round == 0 ? NULL : allow);
+                REACH(SBX_A, WORLD1);
+                REACH(SBX_A, WORLD3);
+                NO_REACH(SBX_A, METADATA);
+                NO_REACH(SBX_A, DENIED);
+                NO_REACH(SBX_A, GW_SBX);
+                NO_REACH(SBX_A, GW_WLD);
+                NO_REACH(SBX_A, SBX_D);                 /* bridged: seen by forward through br_netfilter */
+                ASSERT_FALSE(probe_from(T.sbx2_fd, SBX_D, SBX_A, PORT));
+                REACH(SBX_A, WORLD1);                   /* and still fine afterwards */
+        }
+        /* The node can still open connections into a sandbox (replies are established). */
+        ASSERT_TRUE(probe_from(T.node_fd, GW_SBX, SBX_A, PORT));
+
+        _cleanup_json_ cJSON *j = nft_json();
+        ASSERT_GE(counter_packets(j, "sbx_to_host", "drop"), 2);
+        ASSERT_GE(counter_packets(j, "sbx_egress", "drop"), 2);
+        _cleanup_free_ char *txt = nft_text();
+        ASSERT_CONTAINS(txt, "169.254.0.0/16");
+        ASSERT_CONTAINS(txt, "224.0.0.0/4");
 }
 
 TEST_FULL(restricted_mode_and_dns, 30) {
         setup();
-        init_default("169.254.91.3");
-        static const char *const allow[] = { "169.254.91.2", NULL };
+        init_default("198.51.100.3");
+        static const char *const allow[] = { "198.51.100.2", NULL };
         apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow);
         REACH(SBX_A, WORLD1);
         NO_REACH(SBX_A, WORLD2);
         NO_REACH(SBX_A, METADATA);
-        /* DNS to the configured resolver only (tcp 53 here), not other ports there. */
-        ASSERT_TRUE(probe(SBX_A, WORLD2, 53));
+        /* No DNS for restricted, not even to the configured resolver: a resolver
+         * would carry data out in query names. */
+        ASSERT_FALSE(probe(SBX_A, WORLD2, 53));
         /* A sandbox without a policy gets no DNS either. */
         ASSERT_FALSE(probe(SBX_B, WORLD2, 53));
 
@@ -469,7 +549,7 @@ TEST_FULL(restricted_mode_and_dns, 30) {
         ASSERT_GE(counter_packets(j, "sbx_" ID_A, "accept"), 1);
         ASSERT_GE(counter_packets(j, "sbx_" ID_A, "drop"), 1);
         _cleanup_free_ char *el = set_elems(j, "allow_" ID_A);
-        ASSERT_STREQ(el, "169.254.91.2");
+        ASSERT_STREQ(el, "198.51.100.2");
         if (getenv("TEST_VERBOSE")) {
                 _cleanup_free_ char *txt = nft_text();
                 fprintf(stderr, "%s", txt);
@@ -496,8 +576,8 @@ TEST_FULL(deny_all_mode, 30) {
 TEST_FULL(reapply_replaces_policy, 30) {
         setup();
         init_default(NULL);
-        static const char *const allow1[] = { "169.254.91.2", NULL };
-        static const char *const allow2[] = { "169.254.91.3/32", NULL };
+        static const char *const allow1[] = { "198.51.100.2", NULL };
+        static const char *const allow2[] = { "198.51.100.3/32", NULL };
         apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
         REACH(SBX_A, WORLD2);
         apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow1);
@@ -531,7 +611,7 @@ TEST_FULL(reapply_replaces_policy, 30) {
 
 TEST_FULL(remove_returns_to_fail_closed, 30) {
         setup();
-        init_default("169.254.91.3");
+        init_default("198.51.100.3");
         apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
         apply(ID_B, SBX_B, PJ_EGRESS_OPEN, NULL);
         REACH(SBX_A, WORLD1);
@@ -568,7 +648,7 @@ TEST_FULL(allowlist_50_entries_merged, 30) {
                 "192.168.1.0/24", "192.168.0.0/24",                /* adjacent -> 192.168.0.0/23 */
                 "255.255.255.0/24", "255.255.255.255",             /* ends at the top: no end element */
                 "0.0.0.0",                                         /* starts at 0: no leading end */
-                "169.254.91.2", "169.254.91.2/32",
+                "198.51.100.2", "198.51.100.2/32",
         };
         for (size_t i = 0; i < ELEMENTSOF(fixed); i++)
                 allow[n++] = xstrdup(fixed[i]);
@@ -581,17 +661,17 @@ TEST_FULL(allowlist_50_entries_merged, 30) {
                 free(allow[i]);
         _cleanup_json_ cJSON *j = nft_json();
         _cleanup_free_ char *el = set_elems(j, "allow_" ID_A);
-        ASSERT_STREQ(el, "0.0.0.0,10.0.0.0/8,169.254.91.2,172.16.0.1-172.16.0.40,192.168.0.0/23,255.255.255.0/24");
+        ASSERT_STREQ(el, "0.0.0.0,10.0.0.0/8,172.16.0.1-172.16.0.40,192.168.0.0/23,198.51.100.2,255.255.255.0/24");
         REACH(SBX_A, WORLD1);
         NO_REACH(SBX_A, WORLD2);
 
         /* A re-apply with a smaller list replaces the elements atomically. */
-        static const char *const small[] = { "169.254.91.0/30", NULL };
+        static const char *const small[] = { "198.51.100.0/30", NULL };
         apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, small);
         _cleanup_json_ cJSON *j2 = nft_json();
         _cleanup_free_ char *el2 = set_elems(j2, "allow_" ID_A);
-        ASSERT_STREQ(el2, "169.254.91.0/30");
-        REACH(SBX_A, WORLD2);                   /* .0/30 covers .91.0-.91.3 */
+        ASSERT_STREQ(el2, "198.51.100.0/30");
+        REACH(SBX_A, WORLD2);                   /* .0/30 covers .100.0-.100.3 */
         NO_REACH(SBX_A, DENIED);
 }
 
@@ -642,7 +722,7 @@ TEST_FULL(init_is_idempotent, 30) {
 TEST_FULL(failed_batch_leaves_state_intact, 30) {
         setup();
         init_default(NULL);
-        static const char *const allow[] = { "169.254.91.2", NULL };
+        static const char *const allow[] = { "198.51.100.2", NULL };
         apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow);
 
         /* Sandbox C takes over A's IP, but its set name is already taken by an

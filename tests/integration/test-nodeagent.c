@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <pthread.h>
 
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -277,7 +278,7 @@ TEST(egress_messages_program_the_firewall) {
         snprintf(hosts, sizeof(hosts), "%s/hosts", test_tmpdir());
         FILE *hf = fopen(hosts, "w");
         ASSERT_NOT_NULL(hf);
-        fprintf(hf, "127.0.0.1 localhost\n169.254.77.20 api.paddock.test\n");
+        fprintf(hf, "127.0.0.1 localhost\n203.0.113.20 api.paddock.test\n");
         fclose(hf);
         ASSERT_EQ(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
         ASSERT_EQ(mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL), 0);
@@ -296,13 +297,22 @@ TEST(egress_messages_program_the_firewall) {
                                     "\"mode\":\"restricted\",\"allow\":[\"169.254.77.10\",\"api.paddock.test\",\"10.0.0.0/8\"]}";
         _cleanup_free_ char *a = agent_handle(&cfg, apply, strlen(apply));
         ASSERT_CONTAINS(a, "\"ok\":true");
+        /* The reply says what each name resolved to (controld writes them into the
+         * sandbox's /etc/hosts: restricted sandboxes get no DNS) and when it took effect. */
+        ASSERT_CONTAINS(a, "\"resolved\":[{\"name\":\"api.paddock.test\",\"addrs\":[\"203.0.113.20\"],\"at\":");
+        ASSERT_CONTAINS(a, "\"applied_at\":");
         char *argv[] = { "nft", "--json", "list", "table", "inet", "paddock", NULL };
         _cleanup_free_ char *dump = NULL;
         ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
         ASSERT_CONTAINS(dump, "sbx_" SB);
         ASSERT_CONTAINS(dump, "169.254.77.10");
-        ASSERT_CONTAINS(dump, "169.254.77.20");   /* api.paddock.test, resolved by the agent */
+        ASSERT_CONTAINS(dump, "203.0.113.20");    /* api.paddock.test, resolved by the agent */
         ASSERT_CONTAINS(dump, "10.0.0.0");
+        static const char stats[] = "{\"type\":\"egress.stats\"}";
+        _cleanup_free_ char *st = agent_handle(&cfg, stats, strlen(stats));
+        ASSERT_CONTAINS(st, "\"ok\":true");
+        ASSERT_CONTAINS(st, "\"sandboxes\":[{\"sandbox_id\":\"" SB "\",\"allowed_packets\":0,\"allowed_bytes\":0,"
+                            "\"dropped_packets\":0,\"dropped_bytes\":0}]");
 
         /* A name that does not resolve fails the apply; the enforced policy stays as it was. */
         static const char bad[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.7\","
@@ -310,6 +320,7 @@ TEST(egress_messages_program_the_firewall) {
         _cleanup_free_ char *b = agent_handle(&cfg, bad, strlen(bad));
         ASSERT_CONTAINS(b, "\"ok\":false");
         ASSERT_CONTAINS(b, "cannot resolve");
+        ASSERT_TRUE(strstr(b, "resolved") == NULL && strstr(b, "applied_at") == NULL);
         free(dump);
         dump = NULL;
         ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
@@ -671,4 +682,128 @@ TEST_FULL(watchdog_is_fed_while_busy, 60) {
         if (pings < 4)
                 test_fail(__FILE__, __LINE__, "%d watchdog pings during %d back-to-back requests in 3 s", pings, sent);
         client_close(&c);
+}
+
+/* ------------------------------------------------------------------ node.sync */
+
+static struct agent_config sync_cfg;
+
+static void *agent_thread(void *ud) {
+        (void) ud;
+        (void) agent_run(&sync_cfg);
+        return NULL;
+}
+
+static bool nft_has_chain(int ns_fd, int home_fd, const char *id) {
+        ASSERT_EQ(setns(ns_fd, CLONE_NEWNET), 0);
+        _cleanup_free_ char *dump = nft_dump();
+        ASSERT_EQ(setns(home_fd, CLONE_NEWNET), 0);
+        char name[64];
+        snprintf(name, sizeof(name), "\"sbx_%s\"", id);
+        return strstr(dump, name) != NULL;
+}
+
+/* Plays controld: a queue bound with routing key "controld" on the test's own exchange. */
+static amqp_connection_state_t fake_controld(const char *exchange, bool bind) {
+        amqp_connection_state_t conn = amqp_new_connection();
+        amqp_socket_t *s = amqp_tcp_socket_new(conn);
+        ASSERT_NOT_NULL(s);
+        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
+        ASSERT_EQ(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
+                  AMQP_RESPONSE_NORMAL);
+        amqp_channel_open(conn, 1);
+        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_exchange_declare(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
+                              amqp_empty_table);
+        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        if (!bind)
+                return conn;
+        amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
+        ASSERT_NOT_NULL(q);
+        amqp_bytes_t qn = amqp_bytes_malloc_dup(q->queue);
+        amqp_queue_bind(conn, 1, qn, amqp_cstring_bytes(exchange), amqp_cstring_bytes("controld"), amqp_empty_table);
+        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_basic_consume(conn, 1, qn, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
+        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_bytes_free(qn);
+        return conn;
+}
+
+TEST_FULL(node_sync_converges_and_fails_closed_without_controld, 90) {
+        need_rabbit();
+        int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(home >= 0);
+        int saved_err = dup(STDERR_FILENO);
+        egress_setup("");
+        dup2(saved_err, STDERR_FILENO);         /* the agent's log and our failures stay visible */
+        close(saved_err);
+        int ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(ns >= 0);
+        static const char *const ids[] = { "aaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbb", "cccccccccccccccccccccccc" };
+        char exchange[64], nid[64];
+        snprintf(exchange, sizeof(exchange), "paddock.test-sync-%d", getpid());
+        snprintf(nid, sizeof(nid), "n-sync-%d", getpid());
+        static char *bridges[] = { "pdkbr0", NULL };
+        sync_cfg = (struct agent_config) { .node_id = nid, .amqp_url = "amqp://guest:guest@127.0.0.1:5672/",
+                                           .exchange = exchange, .prefetch = 8, .egress_enabled = true,
+                                           .egress_table = "paddock", .egress_bridges = bridges, .egress_priority = -10 };
+        for (int i = 0; i < 3; i++) {
+                char body[256];
+                snprintf(body, sizeof(body), "{\"type\":\"egress.apply\",\"sandbox_id\":\"%s\",\"ip\":\"169.254.90.%d\","
+                                             "\"mode\":\"open\"}", ids[i], 10 + i);
+                _cleanup_free_ char *a = agent_handle(&sync_cfg, body, strlen(body));
+                ASSERT_CONTAINS(a, "\"ok\":true");
+        }
+        ASSERT_EQ(setns(home, CLONE_NEWNET), 0);        /* RabbitMQ lives here; the egress child stays there */
+
+        /* No controld yet (the exchange exists, nothing bound to "controld"): the
+         * sync comes back unroutable, and the table is kept exactly as it is. */
+        amqp_connection_state_t ex = fake_controld(exchange, false);
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, agent_thread, NULL), 0);
+        sleep(2);
+        for (int i = 0; i < 3; i++)
+                ASSERT_TRUE(nft_has_chain(ns, home, ids[i]));
+
+        /* controld appears and answers: only A is live. */
+        amqp_connection_state_t c = fake_controld(exchange, true);
+        amqp_envelope_t env;
+        struct timeval tv = { .tv_sec = 15 };
+        amqp_maybe_release_buffers(c);
+        ASSERT_EQ(amqp_consume_message(c, &env, &tv, 0).reply_type, AMQP_RESPONSE_NORMAL);
+        _cleanup_free_ char *req = xstrndup(env.message.body.bytes, env.message.body.len);
+        char want[128];
+        snprintf(want, sizeof(want), "{\"type\":\"node.sync\",\"node_id\":\"%s\"}", nid);
+        ASSERT_STREQ(req, want);
+        amqp_basic_properties_t *rp = &env.message.properties;
+        ASSERT_TRUE((rp->_flags & AMQP_BASIC_REPLY_TO_FLAG) && (rp->_flags & AMQP_BASIC_CORRELATION_ID_FLAG));
+        ASSERT_TRUE(rp->_flags & AMQP_BASIC_EXPIRATION_FLAG);
+        amqp_basic_properties_t p = { 0 };
+        p._flags = AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
+        p.correlation_id = rp->correlation_id;
+        p.content_type = amqp_cstring_bytes("application/json");
+        char reply[512];
+        snprintf(reply, sizeof(reply),
+                 "{\"ok\":true,\"type\":\"node.sync\",\"node_id\":\"%s\",\"live\":[{\"sandbox_id\":\"%s\",\"ip\":\"169.254.90.10\"}]}",
+                 nid, ids[0]);
+        ASSERT_EQ(amqp_basic_publish(c, 1, amqp_empty_bytes, rp->reply_to, 0, 0, &p, amqp_cstring_bytes(reply)),
+                  AMQP_STATUS_OK);
+        amqp_destroy_envelope(&env);
+        bool pruned = false;
+        for (int i = 0; i < 100 && !pruned; i++) {
+                usleep(100000);
+                pruned = !nft_has_chain(ns, home, ids[1]) && !nft_has_chain(ns, home, ids[2]);
+        }
+        ASSERT_TRUE(pruned);
+        ASSERT_TRUE(nft_has_chain(ns, home, ids[0]));   /* the live one is kept */
+
+        kill(getpid(), SIGTERM);
+        pthread_join(th, NULL);
+        amqp_exchange_delete(c, 1, amqp_cstring_bytes(exchange), 0);
+        amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(c);
+        amqp_connection_close(ex, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(ex);
+        close(ns);
+        close(home);
 }

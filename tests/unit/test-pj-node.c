@@ -97,3 +97,133 @@ TEST(replies_round_trip_and_random_bytes_never_crash) {
                 (void) pj_node_reply_parse(junk, n, &back, &e);
         }
 }
+
+TEST(stats_and_sync_requests) {
+        struct pj_node_msg m = { 0 };
+        struct pj_error e;
+        ASSERT_OK(parse("{\"type\":\"egress.stats\"}", &m, &e));
+        ASSERT_EQ(m.type, PJ_NODE_EGRESS_STATS);
+        _cleanup_free_ char *t = pj_node_msg_format(&m);
+        ASSERT_STREQ(t, "{\"type\":\"egress.stats\"}");
+        ASSERT_OK(parse("{\"type\":\"node.sync\",\"node_id\":\"node-1.a_b\"}", &m, &e));
+        ASSERT_EQ(m.type, PJ_NODE_NODE_SYNC);
+        ASSERT_STREQ(m.node_id, "node-1.a_b");
+        _cleanup_free_ char *t2 = pj_node_msg_format(&m);
+        ASSERT_STREQ(t2, "{\"type\":\"node.sync\",\"node_id\":\"node-1.a_b\"}");
+        ASSERT_EQ(parse("{\"type\":\"node.sync\"}", &m, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "node_id");
+        ASSERT_EQ(parse("{\"type\":\"node.sync\",\"node_id\":\"a b\"}", &m, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "node_id");
+        ASSERT_EQ(parse("{\"type\":\"egress.stats\",\"sandbox_id\":\"" SID "\"}", &m, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "sandbox_id");
+}
+
+TEST(reply_extras_round_trip) {
+        struct pj_node_reply r = { .ok = true, .type = "egress.apply", .node_id = "n1", .applied_at_ms = 1764700000123 };
+        struct pj_node_resolved res = { .name = "api.example.com", .addrs = { 0xcb007105, 0xcb007106 }, .n_addrs = 2,
+                                        .at_ms = 1764700000100 };
+        r.resolved = &res;
+        r.n_resolved = 1;
+        struct pj_error e;
+        _cleanup_free_ char *t = pj_node_reply_format(&r);
+        ASSERT_TRUE(strstr(t, "\"resolved\":[{\"name\":\"api.example.com\",\"addrs\":[\"203.0.113.5\",\"203.0.113.6\"],"
+                              "\"at\":1764700000100}]") != NULL);
+        ASSERT_TRUE(strstr(t, "\"applied_at\":1764700000123") != NULL);
+        struct pj_node_reply back;
+        ASSERT_OK(pj_node_reply_parse(t, strlen(t), &back, &e));
+        ASSERT_TRUE(back.ok);
+        ASSERT_EQ(back.applied_at_ms, 1764700000123);
+        ASSERT_EQ(back.n_resolved, 1);
+        ASSERT_STREQ(back.resolved[0].name, "api.example.com");
+        ASSERT_EQ(back.resolved[0].n_addrs, 2);
+        ASSERT_EQ(back.resolved[0].addrs[1], 0xcb007106);
+        ASSERT_EQ(back.resolved[0].at_ms, 1764700000100);
+        ASSERT_FALSE(back.has_stats);
+        ASSERT_FALSE(back.has_live);
+        pj_node_reply_done(&back);
+
+        struct pj_node_sbx_stats st = { .sandbox_id = SID, .allowed_packets = 3, .allowed_bytes = 180,
+                                        .dropped_packets = 1ull << 40, .dropped_bytes = 0 };
+        struct pj_node_reply s = { .ok = true, .type = "egress.stats", .node_id = "n1", .has_stats = true, .stats = &st, .n_stats = 1 };
+        _cleanup_free_ char *ts = pj_node_reply_format(&s);
+        ASSERT_OK(pj_node_reply_parse(ts, strlen(ts), &back, &e));
+        ASSERT_TRUE(back.has_stats);
+        ASSERT_EQ(back.n_stats, 1);
+        ASSERT_STREQ(back.stats[0].sandbox_id, SID);
+        ASSERT_EQ(back.stats[0].allowed_bytes, 180);
+        ASSERT_EQ(back.stats[0].dropped_packets, 1ull << 40);
+        pj_node_reply_done(&back);
+
+        /* An empty live list is an answer ("nothing is live"), distinct from no list. */
+        const char *empty = "{\"ok\":true,\"type\":\"node.sync\",\"node_id\":\"n1\",\"live\":[]}";
+        ASSERT_OK(pj_node_reply_parse(empty, strlen(empty), &back, &e));
+        ASSERT_TRUE(back.has_live);
+        ASSERT_EQ(back.n_live, 0);
+        pj_node_reply_done(&back);
+        struct pj_node_live lv[2] = { { SID, 0xa9fe5a07 }, { "fedcba9876543210fedcba98", 0xa9fe5a08 } };
+        struct pj_node_reply y = { .ok = true, .type = "node.sync", .node_id = "n1", .has_live = true, .live = lv, .n_live = 2 };
+        _cleanup_free_ char *ty = pj_node_reply_format(&y);
+        ASSERT_TRUE(strstr(ty, "{\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\"}") != NULL);
+        ASSERT_OK(pj_node_reply_parse(ty, strlen(ty), &back, &e));
+        ASSERT_EQ(back.n_live, 2);
+        ASSERT_EQ(back.live[1].ip, 0xa9fe5a08);
+        ASSERT_STREQ(back.live[1].sandbox_id, "fedcba9876543210fedcba98");
+        pj_node_reply_done(&back);
+
+        /* Old replies (no extras) still parse and allocate nothing. */
+        const char *old = "{\"ok\":true,\"type\":\"egress.apply\",\"node_id\":\"n1\"}";
+        ASSERT_OK(pj_node_reply_parse(old, strlen(old), &back, &e));
+        ASSERT_TRUE(back.resolved == NULL && back.stats == NULL && back.live == NULL);
+        ASSERT_EQ(back.applied_at_ms, 0);
+}
+
+TEST(reply_extras_refusals_name_the_field) {
+        static const struct { const char *body, *field; } bad[] = {
+                { "{\"ok\":true,\"applied_at\":\"now\"}", "applied_at" },
+                { "{\"ok\":true,\"applied_at\":-1}", "applied_at" },
+                { "{\"ok\":true,\"resolved\":{}}", "resolved" },
+                { "{\"ok\":true,\"resolved\":[{\"name\":\"1.2.3.4\",\"addrs\":[],\"at\":1}]}", "resolved[0]" },
+                { "{\"ok\":true,\"resolved\":[{\"name\":\"a.com\",\"addrs\":[\"x\"],\"at\":1}]}", "resolved[0]" },
+                { "{\"ok\":true,\"resolved\":[{\"name\":\"a.com\",\"addrs\":[]}]}", "resolved[0]" },
+                { "{\"ok\":true,\"sandboxes\":[{\"sandbox_id\":\"" SID "\",\"allowed_packets\":-1,\"allowed_bytes\":0,"
+                  "\"dropped_packets\":0,\"dropped_bytes\":0}]}", "sandboxes[0]" },
+                { "{\"ok\":true,\"sandboxes\":[{\"sandbox_id\":\"nope\"}]}", "sandboxes[0]" },
+                { "{\"ok\":true,\"live\":[{\"sandbox_id\":\"" SID "\",\"ip\":\"::1\"}]}", "live[0]" },
+                { "{\"ok\":true,\"live\":[1]}", "live[0]" },
+                { "{\"ok\":true,\"live\":\"all\"}", "live" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                struct pj_node_reply r = { 0 };
+                struct pj_error e;
+                if (pj_node_reply_parse(bad[i].body, strlen(bad[i].body), &r, &e) != -EINVAL)
+                        test_fail(__FILE__, __LINE__, "accepted %s", bad[i].body);
+                if (strcmp(e.field, bad[i].field) != 0)
+                        test_fail(__FILE__, __LINE__, "%s: field '%s', want '%s' (%s)", bad[i].body, e.field, bad[i].field, e.message);
+        }
+        /* 33 addresses for one name, 4097 live entries: over the caps. */
+        char body[8192];
+        size_t o = (size_t) snprintf(body, sizeof(body), "{\"ok\":true,\"resolved\":[{\"name\":\"a.com\",\"at\":1,\"addrs\":[");
+        for (int i = 0; i < 33; i++)
+                o += (size_t) snprintf(body + o, sizeof(body) - o, "%s\"203.0.113.%d\"", i ? "," : "", i);
+        snprintf(body + o, sizeof(body) - o, "]}]}");
+        struct pj_node_reply r;
+        struct pj_error e;
+        ASSERT_EQ(pj_node_reply_parse(body, strlen(body), &r, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "resolved[0]");
+        size_t cap = 4097 * 64 + 64;
+        _cleanup_free_ char *big = malloc(cap);
+        o = (size_t) snprintf(big, cap, "{\"ok\":true,\"live\":[");
+        for (int i = 0; i < 4097; i++)
+                o += (size_t) snprintf(big + o, cap - o, "%s{\"sandbox_id\":\"%024x\",\"ip\":\"10.0.0.1\"}", i ? "," : "", i);
+        snprintf(big + o, cap - o, "]}");
+        ASSERT_EQ(pj_node_reply_parse(big, strlen(big), &r, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "live");
+        /* exactly 4096 is fine */
+        o = (size_t) snprintf(big, cap, "{\"ok\":true,\"live\":[");
+        for (int i = 0; i < 4096; i++)
+                o += (size_t) snprintf(big + o, cap - o, "%s{\"sandbox_id\":\"%024x\",\"ip\":\"10.0.0.1\"}", i ? "," : "", i);
+        snprintf(big + o, cap - o, "]}");
+        ASSERT_OK(pj_node_reply_parse(big, strlen(big), &r, &e));
+        ASSERT_EQ(r.n_live, 4096);
+        pj_node_reply_done(&r);
+}

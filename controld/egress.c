@@ -1,0 +1,563 @@
+/* egress.c — controld's side of egress enforcement: asks the sandbox's node agent
+ * (over the node bus) to apply or remove a sandbox's policy and waits for its word.
+ *
+ * Fail closed: a policy other than deny_all counts as in force only when the agent
+ * confirmed it (ok:true from that node, within [amqp] egress_timeout). Without a node
+ * bus ([amqp] url unset) nothing is enforced: policies are stored and the container
+ * sits on the bridge with no firewall of ours; controld says so loudly at start.
+ *
+ * What the agent answered last (resolved names, applied_at) is kept in memory per
+ * sandbox for GET /sandboxes/{id}/egress; a restart of controld forgets it until the
+ * next apply.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "driver.h"
+#include "json.h"
+#include "log.h"
+#include "amqp.h"
+#include "nodebus.h"
+#include "pj_node.h"
+#include "strutil.h"
+
+static atomic_ullong n_apply_ok, n_apply_fail, n_remove_ok, n_remove_fail, n_hosts_written, n_hosts_failed;
+
+/* ---- last apply per sandbox (for GET /egress) ---- */
+
+#define MEMO_MAX 4096
+struct memo {
+        char id[SANDBOX_ID_LEN + 1];
+        char node[129];
+        int64_t applied_at;              /* ms; when the agent confirmed */
+        char *resolved;                  /* the agent's "resolved" array, JSON text, or NULL */
+};
+static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct memo memos[MEMO_MAX];
+
+static struct memo *memo_find(const char *id, bool create) {
+        struct memo *free_slot = NULL, *oldest = &memos[0];
+        for (size_t i = 0; i < MEMO_MAX; i++) {
+                if (!strcmp(memos[i].id, id))
+                        return &memos[i];
+                if (!memos[i].id[0] && !free_slot)
+                        free_slot = &memos[i];
+                if (memos[i].applied_at < oldest->applied_at)
+                        oldest = &memos[i];
+        }
+        if (!create)
+                return NULL;
+        struct memo *m = free_slot ? free_slot : oldest;
+        free(m->resolved);
+        *m = (struct memo) { 0 };
+        snprintf(m->id, sizeof(m->id), "%s", id);
+        return m;
+}
+
+static void memo_forget(const char *id) {
+        pthread_mutex_lock(&memo_lock);
+        struct memo *m = memo_find(id, false);
+        if (m) {
+                free(m->resolved);
+                *m = (struct memo) { 0 };
+        }
+        pthread_mutex_unlock(&memo_lock);
+}
+
+/* ---- the always-deny set ---- */
+
+static const struct { uint32_t net; int prefix; const char *what; } always_deny[] = {
+        { 0x00000000, 8, "0.0.0.0/8 (this network)" },
+        { 0x0a000000, 8, "10.0.0.0/8 (private, RFC 1918)" },
+        { 0x64400000, 10, "100.64.0.0/10 (carrier-grade NAT)" },
+        { 0x7f000000, 8, "127.0.0.0/8 (loopback)" },
+        { 0xa9fe0000, 16, "169.254.0.0/16 (link-local, cloud metadata)" },
+        { 0xac100000, 12, "172.16.0.0/12 (private, RFC 1918)" },
+        { 0xc0a80000, 16, "192.168.0.0/16 (private, RFC 1918)" },
+        { 0xe0000000, 4, "224.0.0.0/4 (multicast)" },
+        { 0xf0000000, 4, "240.0.0.0/4 (reserved, broadcast)" },
+};
+
+static uint32_t mask_of(int prefix) {
+        return prefix <= 0 ? 0 : 0xffffffffu << (32 - prefix);
+}
+
+int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err) {
+        for (size_t i = 0; i < e->n_allow; i++) {
+                const struct pj_allow_entry *a = &e->allow[i];
+                if (a->kind == PJ_ALLOW_HOSTNAME)
+                        continue;
+                for (size_t k = 0; k < ELEMENTSOF(always_deny); k++) {
+                        /* Overlap: the two networks share their common prefix. */
+                        int p = a->prefix < always_deny[k].prefix ? a->prefix : always_deny[k].prefix;
+                        if (((a->addr ^ always_deny[k].net) & mask_of(p)) == 0) {
+                                char buf[PJ_ALLOW_NORM_MAX];
+                                sb_allow_entry_format(a, buf);
+                                return API_ERR(err, -EINVAL,
+                                               "egress.allow[%zu] (\"%s\") overlaps %s, which sandboxes can never reach; "
+                                               "remove it from the allowlist",
+                                               i, buf, always_deny[k].what);
+                        }
+                }
+        }
+        return 0;
+}
+
+/* ---- requests ---- */
+
+bool ctl_egress_enforced(const struct ctl *c) {
+        return c->bus != NULL;
+}
+
+static int parse_ip(const char *s, uint32_t *ret) {
+        struct in_addr a;
+        if (!s || inet_pton(AF_INET, s, &a) != 1)
+                return -EINVAL;
+        *ret = ntohl(a.s_addr);
+        return 0;
+}
+
+static char *apply_body(const struct sandbox *sb, const struct sb_egress *pol, uint32_t ip) {
+        struct pj_node_msg m = { .type = PJ_NODE_EGRESS_APPLY, .ip = ip };
+        snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sb->id);
+        m.egress.mode = pol->mode;
+        if (pol->mode == PJ_EGRESS_RESTRICTED && pol->n_allow > 0) {
+                m.egress.allow = xnew0(char *, pol->n_allow + 1);
+                for (size_t i = 0; i < pol->n_allow; i++) {
+                        char buf[PJ_ALLOW_NORM_MAX];
+                        sb_allow_entry_format(&pol->allow[i], buf);
+                        m.egress.allow[i] = xstrdup(buf);
+                }
+                m.egress.n_allow = pol->n_allow;
+        }
+        char *body = pj_node_msg_format(&m);
+        pj_node_msg_done(&m);
+        return body;
+}
+
+static int discard_output(int stream, const uint8_t *data, size_t len, void *ud) {
+        (void) stream, (void) data, (void) len, (void) ud;
+        return 0;
+}
+
+/* Writes the agent's resolved names into the sandbox's /etc/hosts, so a restricted
+ * sandbox (which gets no DNS) can use the names it may reach. The content goes on
+ * stdin to a fixed command; no user string reaches a shell. */
+static int write_hosts(struct ctl *c, const struct sandbox *sb, const cJSON *resolved, char *err, size_t errlen) {
+        _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(64 * 1024);
+        /* /etc/hosts is a bind mount of the engine's: rewritten in place, never renamed over. */
+        const char *argv[] = { "/bin/sh", "-c", "cat > /etc/hosts", NULL };
+        struct exec_spec spec = { .argv = argv, .want_stdin = true };
+        struct exec_session *s = NULL;
+        const cJSON *it;
+        int r, code = -1;
+
+        strbuf_printf(&b, "# written by Paddock: the names this sandbox's egress allowlist permits\n"
+                          "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
+        cJSON_ArrayForEach(it, resolved) {
+                const char *name = json_get_str(it, "name");
+                const cJSON *addrs = cJSON_GetObjectItemCaseSensitive(it, "addrs"), *a;
+                struct pj_allow_entry e;
+                /* Names and addresses come from the agent; still, only valid ones get in. */
+                if (!name || pj_allow_entry_parse(name, &e, NULL, 0, NULL, 0) < 0 || e.kind != PJ_ALLOW_HOSTNAME)
+                        continue;
+                cJSON_ArrayForEach(a, addrs) {
+                        uint32_t ip;
+                        if (cJSON_IsString(a) && parse_ip(a->valuestring, &ip) == 0)
+                                strbuf_printf(&b, "%s\t%s\n", a->valuestring, e.host);
+                }
+        }
+        r = c->drv->exec_start(c->drv, sb, &spec, &s, err, errlen);
+        if (r < 0)
+                return r;
+        int64_t deadline = mono_ms() + 10000;
+        r = c->drv->exec_write(s, b.buf, b.len, 5000, discard_output, NULL);
+        if (r >= 0)
+                r = c->drv->exec_close_stdin(s);
+        while (r >= 0 && (r = c->drv->exec_read(s, 1000, -1, discard_output, NULL)) == 0)
+                if (mono_ms() > deadline) {
+                        r = -ETIMEDOUT;
+                        break;
+                }
+        if (r >= 0 && c->drv->exec_exit_code(s, &code) >= 0 && code != 0) {
+                snprintf(err, errlen, "writing /etc/hosts exited with %d", code);
+                r = -EIO;
+        } else if (r < 0)
+                snprintf(err, errlen, "writing /etc/hosts failed: %s", strerror(-r));
+        c->drv->exec_free(s);
+        return r < 0 ? r : 0;
+}
+
+int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen) {
+        _cleanup_free_ char *body = NULL;
+        _cleanup_json_ cJSON *reply = NULL;
+        uint32_t ip;
+        int64_t t0 = mono_ms();
+        int r;
+
+        if (!pol)
+                pol = &sb->egress;
+        if (!c->bus)
+                return 0;
+        if (pol->mode == PJ_EGRESS_DENY_ALL && parse_ip(sb->ip, &ip) < 0)
+                return 0;      /* network none: nothing to ask of the agent */
+        if (!sb->node_id || !*sb->node_id) {
+                snprintf(err, errlen, "the sandbox has no node");
+                r = -ENXIO;
+                goto fail;
+        }
+        if (parse_ip(sb->ip, &ip) < 0) {
+                snprintf(err, errlen, "the sandbox has no IPv4 address on the sandbox bridge");
+                r = -EINVAL;
+                goto fail;
+        }
+        body = apply_body(sb, pol, ip);
+        r = nodebus_request_ok(c->bus, sb->node_id, body, (long) c->cfg->egress_timeout_ms, &reply, err, errlen);
+        if (r < 0) {
+                if (r == -ENXIO)
+                        snprintf(err, errlen, "no egress agent is serving node %s", sb->node_id);
+                else if (r == -ETIMEDOUT)
+                        snprintf(err, errlen, "the egress agent on node %s did not confirm within %llums", sb->node_id,
+                                 (unsigned long long) c->cfg->egress_timeout_ms);
+                goto fail;
+        }
+        atomic_fetch_add(&n_apply_ok, 1);
+        metrics_observe_phase(c->metrics, "egress_apply", (double) (mono_ms() - t0) / 1000.0);
+
+        const cJSON *resolved = cJSON_GetObjectItemCaseSensitive(reply, "resolved");
+        pthread_mutex_lock(&memo_lock);
+        struct memo *m = memo_find(sb->id, true);
+        snprintf(m->node, sizeof(m->node), "%s", sb->node_id);
+        m->applied_at = now_ms();
+        free(m->resolved);
+        m->resolved = cJSON_IsArray(resolved) ? cJSON_PrintUnformatted(resolved) : NULL;
+        pthread_mutex_unlock(&memo_lock);
+
+        if (pol->mode == PJ_EGRESS_RESTRICTED) {
+                bool has_names = false;
+                for (size_t i = 0; i < pol->n_allow; i++)
+                        has_names |= pol->allow[i].kind == PJ_ALLOW_HOSTNAME;
+                if (has_names && !cJSON_IsArray(resolved)) {
+                        log_warning("egress applied, but the agent on node %s sent no resolved names: /etc/hosts not written",
+                                    sb->node_id);
+                } else if (has_names || cJSON_IsArray(resolved)) {
+                        char herr[256] = "";
+                        if (write_hosts(c, sb, cJSON_IsArray(resolved) ? resolved : NULL, herr, sizeof(herr)) < 0) {
+                                atomic_fetch_add(&n_hosts_failed, 1);
+                                log_warning("egress applied, but /etc/hosts could not be written: %s", herr);
+                        } else
+                                atomic_fetch_add(&n_hosts_written, 1);
+                }
+        }
+        log_info("egress %s applied on node %s in %lldms", pj_egress_mode_to_string(pol->mode), sb->node_id,
+                 (long long) (mono_ms() - t0));
+        return 0;
+fail:
+        atomic_fetch_add(&n_apply_fail, 1);
+        log_error("egress apply failed: %s", err);
+        return r;
+}
+
+int ctl_egress_remove(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen) {
+        return ctl_egress_remove_timeout(c, sb, (long) c->cfg->egress_timeout_ms, err, errlen);
+}
+
+int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long timeout_ms, char *err, size_t errlen) {
+        _cleanup_free_ char *body = NULL;
+        uint32_t ip;
+        int r;
+
+        memo_forget(sb->id);
+        /* Anything with an address on the bridge may have rules (deny_all set by PUT included). */
+        if (!c->bus || !sb->node_id || parse_ip(sb->ip, &ip) < 0)
+                return 0;
+        struct pj_node_msg m = { .type = PJ_NODE_EGRESS_REMOVE, .ip = ip };
+        snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sb->id);
+        body = pj_node_msg_format(&m);
+        r = nodebus_request_ok(c->bus, sb->node_id, body, timeout_ms, NULL, err, errlen);
+        if (r < 0) {
+                atomic_fetch_add(&n_remove_fail, 1);
+                log_warning("egress remove on node %s failed: %s (the agent drops a departed sandbox's rules when it converges)",
+                            sb->node_id, err);
+                return r;
+        }
+        atomic_fetch_add(&n_remove_ok, 1);
+        return 0;
+}
+
+/* ---- GET /sandboxes/{id}/egress ---- */
+
+cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "mode", pj_egress_mode_to_string(sb->egress.mode));
+        cJSON *a = cJSON_AddArrayToObject(o, "allow");
+        for (size_t i = 0; i < sb->egress.n_allow; i++) {
+                char buf[PJ_ALLOW_NORM_MAX];
+                sb_allow_entry_format(&sb->egress.allow[i], buf);
+                cJSON_AddItemToArray(a, cJSON_CreateString(buf));
+        }
+        json_add_bool(o, "enforced", c->bus != NULL && sb->egress.mode != PJ_EGRESS_DENY_ALL);
+        if (sb->node_id)
+                json_add_str(o, "node", sb->node_id);
+        else
+                cJSON_AddNullToObject(o, "node");
+
+        int64_t applied_at = 0;
+        _cleanup_free_ char *resolved = NULL;
+        pthread_mutex_lock(&memo_lock);
+        struct memo *m = memo_find(sb->id, false);
+        if (m) {
+                applied_at = m->applied_at;
+                resolved = m->resolved ? xstrdup(m->resolved) : NULL;
+        }
+        pthread_mutex_unlock(&memo_lock);
+        json_add_time(o, "applied_at", applied_at);
+        cJSON *rj = resolved ? cJSON_Parse(resolved) : NULL;
+        cJSON_AddItemToObject(o, "resolved", rj ? rj : cJSON_CreateArray());
+
+        /* Counters, from the agent (bounded wait; absent when it cannot say). */
+        cJSON *counters = NULL;
+        if (c->bus && sb->node_id && sb->egress.mode != PJ_EGRESS_DENY_ALL && sb->status == SB_READY) {
+                _cleanup_json_ cJSON *reply = NULL;
+                char err[256] = "";
+                long t = (long) c->cfg->egress_timeout_ms;
+                if (t > 2000)
+                        t = 2000;
+                if (nodebus_request_ok(c->bus, sb->node_id, "{\"type\":\"egress.stats\"}", t, &reply, err, sizeof(err)) == 0) {
+                        const cJSON *list = cJSON_GetObjectItemCaseSensitive(reply, "sandboxes"), *it;
+                        const cJSON *one = cJSON_GetObjectItemCaseSensitive(list, sb->id);
+                        if (one)
+                                counters = cJSON_Duplicate(one, true);
+                        else
+                                cJSON_ArrayForEach(it, list) {
+                                        const char *id = json_get_str(it, "sandbox_id");
+                                        if (id && !strcmp(id, sb->id)) {
+                                                counters = cJSON_Duplicate(it, true);
+                                                cJSON_DeleteItemFromObjectCaseSensitive(counters, "sandbox_id");
+                                                break;
+                                        }
+                                }
+                } else
+                        log_debug("egress.stats from node %s: %s", sb->node_id, err);
+        }
+        if (counters)
+                cJSON_AddItemToObject(o, "counters", counters);
+        else
+                cJSON_AddNullToObject(o, "counters");
+        return o;
+}
+
+void ctl_egress_metrics_render(struct strbuf *b) {
+        strbuf_printf(b, "# HELP paddock_egress_applies_total Egress policy applies confirmed (ok) or not (failed) by node agents.\n"
+                         "# TYPE paddock_egress_applies_total counter\n"
+                         "paddock_egress_applies_total{result=\"ok\"} %llu\n"
+                         "paddock_egress_applies_total{result=\"failed\"} %llu\n",
+                      (unsigned long long) atomic_load(&n_apply_ok), (unsigned long long) atomic_load(&n_apply_fail));
+        strbuf_printf(b, "# HELP paddock_egress_removes_total Egress policy removals by result.\n"
+                         "# TYPE paddock_egress_removes_total counter\n"
+                         "paddock_egress_removes_total{result=\"ok\"} %llu\n"
+                         "paddock_egress_removes_total{result=\"failed\"} %llu\n",
+                      (unsigned long long) atomic_load(&n_remove_ok), (unsigned long long) atomic_load(&n_remove_fail));
+        strbuf_printf(b, "# HELP paddock_egress_hosts_writes_total /etc/hosts writes of allowlisted names by result.\n"
+                         "# TYPE paddock_egress_hosts_writes_total counter\n"
+                         "paddock_egress_hosts_writes_total{result=\"ok\"} %llu\n"
+                         "paddock_egress_hosts_writes_total{result=\"failed\"} %llu\n",
+                      (unsigned long long) atomic_load(&n_hosts_written), (unsigned long long) atomic_load(&n_hosts_failed));
+}
+
+/* ---- node.sync ----
+ *
+ * An agent that starts asks for its node's desired state: it publishes
+ * {"type":"node.sync","node_id":...} with routing key "controld" (app_id = its node id)
+ * and reply_to/correlation_id. We consume the shared queue paddock.controld (several
+ * controlds may share it), answer the ready sandboxes of that node whose policy needs
+ * the agent, then re-apply each of them through the normal path on a job thread.
+ */
+
+#define SYNC_QUEUE "paddock.controld"
+#define SYNC_KEY "controld"
+#define SYNC_CH 1
+
+struct egress_bus {
+        pthread_t thread;
+        struct amqpx_url url;
+        char *exchange;
+};
+
+static void resync_job(struct ctl *c, char *node) {
+        struct sandbox *a = NULL;
+        size_t n = 0, done = 0, failed = 0;
+        if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n && !c->stopping; i++) {
+                if (!a[i].node_id || strcmp(a[i].node_id, node) != 0 || !a[i].ip)
+                        continue;
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                char err[384] = "";
+                SANDBOX_LOCK_GUARD(lock, c, a[i].id);
+                /* Afresh under the lock: a pause or PUT may have moved it meanwhile. */
+                if (store_sandbox_get(c->store, a[i].id, &sb) < 0 || sb.status != SB_READY || !sb.ip)
+                        continue;
+                log_ctx_set("SANDBOX_ID", sb.id);
+                if (ctl_egress_apply(c, &sb, NULL, err, sizeof(err)) < 0)
+                        failed++;
+                else
+                        done++;
+                log_ctx_set("SANDBOX_ID", NULL);
+        }
+        sandbox_array_free(a, n);
+        log_info("node.sync from %s: %zu policies re-applied, %zu failed", node, done, failed);
+}
+
+static char *sync_answer(struct ctl *c, const char *node) {
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        struct pj_node_reply rep = { .ok = true, .has_live = true };
+        snprintf(rep.type, sizeof(rep.type), "node.sync");
+        snprintf(rep.node_id, sizeof(rep.node_id), "%s", node);
+        if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0) {
+                rep.ok = false;
+                rep.has_live = false;
+                snprintf(rep.error, sizeof(rep.error), "controld could not read its store");
+        } else {
+                rep.live = xnew0(struct pj_node_live, n ? n : 1);
+                for (size_t i = 0; i < n && rep.n_live < PJ_NODE_MAX_LIVE; i++) {
+                        uint32_t ip;
+                        if (!a[i].node_id || strcmp(a[i].node_id, node) != 0 || parse_ip(a[i].ip, &ip) < 0)
+                                continue;
+                        /* deny_all sandboxes have no address; one switched to deny_all by PUT
+                         * keeps its address and its (deny_all) policy. */
+                        snprintf(rep.live[rep.n_live].sandbox_id, sizeof(rep.live[0].sandbox_id), "%s", a[i].id);
+                        rep.live[rep.n_live++].ip = ip;
+                }
+        }
+        sandbox_array_free(a, n);
+        char *body = pj_node_reply_format(&rep);
+        pj_node_reply_done(&rep);
+        return body;
+}
+
+static int sync_session(struct ctl *c, struct egress_bus *b) {
+        amqp_connection_state_t conn = NULL;
+        char err[512] = "";
+        int r = amqpx_connect(&b->url, "paddock-controld-sync", 0, 30, 5000, &conn, err, sizeof(err));
+        if (r < 0) {
+                log_warning("node.sync responder: %s", err);
+                return r;
+        }
+        if ((r = amqpx_channel_open_exchange(conn, SYNC_CH, b->exchange, err, sizeof(err))) < 0)
+                goto out;
+        amqp_queue_declare(conn, SYNC_CH, amqp_cstring_bytes(SYNC_QUEUE), 0, 0, 0, 1, amqp_empty_table);
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", err, sizeof(err))) < 0)
+                goto out;
+        amqp_queue_bind(conn, SYNC_CH, amqp_cstring_bytes(SYNC_QUEUE), amqp_cstring_bytes(b->exchange),
+                        amqp_cstring_bytes(SYNC_KEY), amqp_empty_table);
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.bind", err, sizeof(err))) < 0)
+                goto out;
+        amqp_basic_qos(conn, SYNC_CH, 0, 4, 0);
+        amqp_basic_consume(conn, SYNC_CH, amqp_cstring_bytes(SYNC_QUEUE), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.consume", err, sizeof(err))) < 0)
+                goto out;
+        log_info("node.sync responder consuming %s (exchange %s, routing key %s)", SYNC_QUEUE, b->exchange, SYNC_KEY);
+        while (!c->stopping) {
+                amqp_envelope_t env;
+                struct timeval tv = { .tv_sec = 1 };
+                amqp_maybe_release_buffers(conn);
+                amqp_rpc_reply_t x = amqp_consume_message(conn, &env, &tv, 0);
+                if (x.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && x.library_error == AMQP_STATUS_TIMEOUT)
+                        continue;
+                if (x.reply_type != AMQP_RESPONSE_NORMAL) {
+                        r = -ECONNRESET;
+                        snprintf(err, sizeof(err), "the connection to the broker broke");
+                        goto out;
+                }
+                amqp_basic_properties_t *pr = &env.message.properties;
+                struct pj_node_msg m = { 0 };
+                struct pj_error pe = { 0 };
+                bool from_agent = (pr->_flags & AMQP_BASIC_APP_ID_FLAG) && (pr->_flags & AMQP_BASIC_REPLY_TO_FLAG) &&
+                                  env.message.body.len <= PJ_NODE_MAX_MESSAGE &&
+                                  pj_node_msg_parse(env.message.body.bytes, env.message.body.len, &m, &pe) == 0 &&
+                                  m.type == PJ_NODE_NODE_SYNC && pr->app_id.len == strlen(m.node_id) &&
+                                  !memcmp(pr->app_id.bytes, m.node_id, pr->app_id.len);
+                if (!from_agent)
+                        log_warning("node.sync responder: dropped a message that is not a node.sync from the node it names");
+                else {
+                        _cleanup_free_ char *body = sync_answer(c, m.node_id);
+                        amqp_basic_properties_t rp = { ._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+                                                                 AMQP_BASIC_APP_ID_FLAG,
+                                                       .content_type = amqp_cstring_bytes("application/json"),
+                                                       .delivery_mode = 1,
+                                                       .app_id = amqp_cstring_bytes("controld") };
+                        if (pr->_flags & AMQP_BASIC_CORRELATION_ID_FLAG) {
+                                rp._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
+                                rp.correlation_id = pr->correlation_id;
+                        }
+                        amqp_basic_publish(conn, SYNC_CH, amqp_empty_bytes, pr->reply_to, 0, 0, &rp, amqp_cstring_bytes(body));
+                        log_info("node.sync from node %s answered", m.node_id);
+                        if (ctl_spawn_job(c, resync_job, xstrdup(m.node_id)) < 0)
+                                log_error("node.sync: could not start re-applying the node's policies");
+                }
+                pj_node_msg_done(&m);
+                amqp_basic_ack(conn, SYNC_CH, env.delivery_tag, 0);
+                amqp_destroy_envelope(&env);
+        }
+        r = 0;
+out:
+        if (r < 0 && err[0])
+                log_warning("node.sync responder: %s", err);
+        amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(conn);
+        return r;
+}
+
+static void *sync_thread(void *ud) {
+        struct ctl *c = ud;
+        while (!c->stopping) {
+                if (sync_session(c, c->egbus) < 0)
+                        for (int i = 0; i < 20 && !c->stopping; i++)
+                                usleep(100 * 1000);
+        }
+        return NULL;
+}
+
+int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen) {
+        if (!c->bus || !c->cfg->amqp_url)
+                return 0;
+        struct egress_bus *b = xnew0(struct egress_bus, 1);
+        int r = amqpx_url_parse(c->cfg->amqp_url, &b->url, err, errlen);
+        if (r < 0) {
+                free(b);
+                return r;
+        }
+        b->exchange = xstrdup(c->cfg->amqp_exchange);
+        c->egbus = b;
+        r = -pthread_create(&b->thread, NULL, sync_thread, c);
+        if (r < 0) {
+                snprintf(err, errlen, "pthread_create: %s", strerror(-r));
+                amqpx_url_done(&b->url);
+                free(b->exchange);
+                free(b);
+                c->egbus = NULL;
+        }
+        return r;
+}
+
+void ctl_egress_sync_stop(struct ctl *c) {
+        struct egress_bus *b = c->egbus;
+        if (!b)
+                return;
+        c->stopping = 1;
+        pthread_join(b->thread, NULL);
+        amqpx_url_done(&b->url);
+        free(b->exchange);
+        free(b);
+        c->egbus = NULL;
+}

@@ -1,0 +1,405 @@
+/* Integration test: egress end to end through controld, RabbitMQ, a real nodeagent and
+ * runsc containers.
+ *
+ *   sandbox containers (runsc-net)      host (root ns)                        world ns (ours)
+ *   169.254.66.x on bridge pdkegt0 --> forward, masquerade --> egtw0 198.51.100.1 --- egtw1 198.51.100.2, .3
+ *                                      route 203.0.113.0/24 via 198.51.100.2            lo 203.0.113.2
+ *
+ * Every target is in the world namespace this program makes (TCP listeners on PORT); the
+ * host side only gets the veth and one route, and only after `ip route show` proved that
+ * 198.51.100.0/24 and 203.0.113.0/24 are not routed anywhere already. The agent runs with
+ * its own node id, exchange, nft table and bridge, so it never meets a dev stack's.
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <amqp.h>
+
+#include "amqp.h"
+#include "cleanup.h"
+#include "ctltest.h"
+#include "strutil.h"
+#include "testlib.h"
+
+#define PORT 18081
+#define BRIDGE "pdkegt0"
+
+static char node_id[32], exchange[64], table[32], agent_conf[512], agent_log[512];
+static pid_t agent_pid, world_pid;
+
+static int64_t now_ms_(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int run(char *const argv[]) {
+        return test_run_capture(argv, NULL, 1 << 16);
+}
+#define RUN(...) run((char *const[]) { __VA_ARGS__, NULL })
+
+/* ------------------------------------------------------------ the world namespace */
+
+static void world_down(void *ud) {
+        (void) ud;
+        RUN("ip", "route", "del", "203.0.113.0/24", "via", "198.51.100.2");
+        RUN("ip", "link", "del", "egtw0");
+        if (world_pid > 0) {
+                kill(world_pid, SIGKILL);
+                waitpid(world_pid, NULL, 0);
+        }
+}
+
+static bool route_free(const char *prefix) {
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "ip", "route", "show", "to", "match", (char *) prefix, NULL };
+        if (test_run_capture(argv, &out, 1 << 16) != 0)
+                return false;
+        /* Only the default route may cover it. */
+        for (char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+                if (*l && strncmp(l, "default", 7) != 0)
+                        return false;
+        return true;
+}
+
+/* A child that unshares a network namespace, listens on PORT on every address there
+ * (accepting and closing), and lives until the test does. */
+static void world_up(void) {
+        int p[2];
+        ASSERT_TRUE(pipe(p) == 0);
+        world_pid = fork();
+        ASSERT_TRUE(world_pid >= 0);
+        if (world_pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                char c = unshare(CLONE_NEWNET) < 0 ? 'E' : 'K';
+                int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+                setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+                struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(PORT) };
+                if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(fd, 128) < 0)
+                        c = 'E';
+                ssize_t _unused_ w = write(p[1], &c, 1);
+                for (;;) {
+                        int s = accept(fd, NULL, NULL);
+                        if (s >= 0)
+                                close(s);
+                }
+        }
+        close(p[1]);
+        char c = 0;
+        ssize_t _unused_ n = read(p[0], &c, 1);
+        close(p[0]);
+        ASSERT_TRUE(c == 'K');
+        test_on_exit(world_down, NULL);
+        char pid[16], ns[64];
+        snprintf(pid, sizeof(pid), "%d", (int) world_pid);
+        snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int) world_pid);
+        ASSERT_EQ(RUN("ip", "link", "add", "egtw0", "type", "veth", "peer", "name", "egtw1"), 0);
+        ASSERT_EQ(RUN("ip", "link", "set", "egtw1", "netns", pid), 0);
+        ASSERT_EQ(RUN("ip", "addr", "add", "198.51.100.1/24", "dev", "egtw0"), 0);
+        ASSERT_EQ(RUN("ip", "link", "set", "egtw0", "up"), 0);
+        char netarg[80];
+        snprintf(netarg, sizeof(netarg), "--net=%s", ns);
+        ASSERT_EQ(RUN("nsenter", netarg, "ip", "addr", "add", "198.51.100.2/24", "dev", "egtw1"), 0);
+        ASSERT_EQ(RUN("nsenter", netarg, "ip", "addr", "add", "198.51.100.3/24", "dev", "egtw1"), 0);
+        ASSERT_EQ(RUN("nsenter", netarg, "ip", "link", "set", "egtw1", "up"), 0);
+        ASSERT_EQ(RUN("nsenter", netarg, "ip", "link", "set", "lo", "up"), 0);
+        ASSERT_EQ(RUN("nsenter", netarg, "ip", "addr", "add", "203.0.113.2/32", "dev", "lo"), 0);
+        ASSERT_EQ(RUN("nsenter", netarg, "ip", "route", "add", "default", "via", "198.51.100.1"), 0);
+        ASSERT_EQ(RUN("ip", "route", "add", "203.0.113.0/24", "via", "198.51.100.2"), 0);
+}
+
+/* ------------------------------------------------------------ the agent */
+
+static void agent_stop(void *ud) {
+        (void) ud;
+        if (agent_pid > 0) {
+                kill(agent_pid, SIGTERM);
+                waitpid(agent_pid, NULL, 0);
+                agent_pid = 0;
+        }
+}
+
+static void table_drop(void *ud) {
+        (void) ud;
+        RUN("nft", "delete", "table", "inet", table);
+}
+
+static void agent_start(void) {
+        FILE *f = fopen(agent_conf, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\nexchange = %s\n"
+                   "[egress]\nenable = true\ntable = %s\nbridges = " BRIDGE "\n",
+                node_id, exchange, table);
+        fclose(f);
+        int logfd = open(agent_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        off_t from = lseek(logfd, 0, SEEK_END);
+        agent_pid = fork();
+        ASSERT_TRUE(agent_pid >= 0);
+        if (agent_pid == 0) {
+                dup2(logfd, 1);
+                dup2(logfd, 2);
+                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", agent_conf, (char *) NULL);
+                _exit(127);
+        }
+        close(logfd);
+        for (int i = 0; i < 200; i++) {
+                _cleanup_free_ char *text = NULL;
+                FILE *lf = fopen(agent_log, "r");
+                if (lf) {
+                        fseek(lf, from, SEEK_SET);
+                        char buf[8192];
+                        size_t n = fread(buf, 1, sizeof(buf) - 1, lf);
+                        buf[n] = 0;
+                        fclose(lf);
+                        if (strstr(buf, "consuming node messages"))
+                                return;
+                }
+                usleep(50000);
+        }
+        test_fail(__FILE__, __LINE__, "nodeagent did not start consuming; see %s", agent_log);
+}
+
+static void networks_drop(void *ud) {
+        (void) ud;
+        RUN("docker", "network", "rm", "paddock-egt", "paddock-egt-int");
+}
+
+/* What an agent of node `node` sends at start-up: node.sync to controld; returns the reply. */
+static cJSON *node_sync(const char *node) {
+        amqp_connection_state_t conn = NULL;
+        struct amqpx_url u;
+        char err[256] = "", body[256];
+        ASSERT_EQ(amqpx_url_parse("amqp://guest:guest@127.0.0.1:5672", &u, err, sizeof(err)), 0);
+        ASSERT_EQ(amqpx_connect(&u, "test-controld-egress", 0, 30, 5000, &conn, err, sizeof(err)), 0);
+        amqpx_url_done(&u);
+        ASSERT_EQ(amqpx_channel_open_exchange(conn, 1, exchange, err, sizeof(err)), 0);
+        amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
+        ASSERT_NOT_NULL(q);
+        amqp_bytes_t queue = amqp_bytes_malloc_dup(q->queue);
+        amqp_basic_consume(conn, 1, queue, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
+        amqp_basic_properties_t pr = { ._flags = AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_APP_ID_FLAG,
+                                       .reply_to = queue, .correlation_id = amqp_cstring_bytes("egt-sync-1"),
+                                       .app_id = amqp_cstring_bytes(node) };
+        snprintf(body, sizeof(body), "{\"type\":\"node.sync\",\"node_id\":\"%s\"}", node);
+        ASSERT_EQ(amqp_basic_publish(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("controld"), 0, 0, &pr,
+                                     amqp_cstring_bytes(body)), 0);
+        amqp_envelope_t env;
+        struct timeval tv = { .tv_sec = 10 };
+        amqp_rpc_reply_t x = amqp_consume_message(conn, &env, &tv, 0);
+        ASSERT_EQ(x.reply_type, AMQP_RESPONSE_NORMAL);
+        ASSERT_TRUE(env.message.properties.correlation_id.len == 10 &&
+                    !memcmp(env.message.properties.correlation_id.bytes, "egt-sync-1", 10));
+        cJSON *j = cJSON_ParseWithLength(env.message.body.bytes, env.message.body.len);
+        amqp_destroy_envelope(&env);
+        amqp_bytes_free(queue);
+        amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(conn);
+        ASSERT_NOT_NULL(j);
+        return j;
+}
+
+static bool live_has(const cJSON *reply, const char *id) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(reply, "live"))
+                if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(it, "sandbox_id")) ?: "", id))
+                        return true;
+        return false;
+}
+
+/* ------------------------------------------------------------ probes */
+
+/* 1 when a TCP connect from inside the sandbox to ip:PORT succeeds (three tries of 1 s). */
+static int reaches(struct ctld *c, const char *key, const char *id, const char *ip) {
+        char path[96], body[512];
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        snprintf(body, sizeof(body),
+                 "{\"cmd\":\"python3 -c \\\"import socket,sys\\nfor i in range(3):\\n  try:\\n    "
+                 "socket.create_connection(('%s',%d),1); sys.exit(0)\\n  except Exception: pass\\nsys.exit(7)\\\"\"}",
+                 ip, PORT);
+        struct hres r;
+        http_req(c, "POST", path, key, body, &r);
+        ASSERT_EQ(r.status, 200);
+        cJSON *d = cJSON_GetObjectItem(r.json, "data");
+        int code = (int) cJSON_GetNumberValue(cJSON_GetObjectItem(d, "exit_code"));
+        hres_done(&r);
+        if (code != 0 && code != 7)
+                test_fail(__FILE__, __LINE__, "probe to %s exited %d (not a connect result)", ip, code);
+        return code == 0;
+}
+
+static void create_expect(struct ctld *c, const char *key, const char *body, long status, char id[25]) {
+        struct hres r;
+        http_req(c, "POST", "/sandboxes", key, body, &r);
+        if (r.status != status)
+                test_fail(__FILE__, __LINE__, "POST /sandboxes %s: %ld %s", body, r.status, r.body);
+        if (id)
+                snprintf(id, 25, "%s", hres_data_str(&r, "id") ? hres_data_str(&r, "id") : "");
+        hres_done(&r);
+}
+
+static int count_containers(const char *label) {
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "docker", "ps", "-aq", "--filter", (char *) label, NULL };
+        ASSERT_EQ(test_run_capture(argv, &out, 1 << 16), 0);
+        int n = 0;
+        for (char *p = out; p && *p; p++)
+                n += *p == '\n';
+        return n;
+}
+
+TEST_FULL(egress_end_to_end, 900) {
+        need_docker();
+        if (access(test_build_path("nodeagent"), X_OK) != 0)
+                TEST_SKIP("nodeagent is not built");
+        if (!test_port_open(5672))
+                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672");
+        if (!route_free("198.51.100.0/24") || !route_free("203.0.113.0/24"))
+                TEST_SKIP("198.51.100.0/24 or 203.0.113.0/24 is already routed on this host");
+
+        int id4 = (int) (getpid() % 10000);
+        snprintf(node_id, sizeof(node_id), "egt-%d", id4);
+        snprintf(exchange, sizeof(exchange), "paddock.egt-%d", id4);
+        snprintf(table, sizeof(table), "pegt%d", id4);
+        snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
+        snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
+        world_up();
+        test_on_exit(table_drop, NULL);
+        test_on_exit(agent_stop, NULL);
+        agent_start();
+
+        test_on_exit(networks_drop, NULL);
+        static struct ctld c;
+        char extra[1024];
+        snprintf(extra, sizeof(extra),
+                 "[docker]\nnetwork = paddock-egt\nsubnet = 169.254.66.0/24\ngateway = 169.254.66.1\nbridge = " BRIDGE "\n"
+                 "network_internal = paddock-egt-int\nsubnet_internal = 169.254.67.0/24\nnode_id = %s\n"
+                 "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\negress_timeout = 3s\n"
+                 "[plan \"wide\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n",
+                 node_id, exchange);
+        ctld_start(&c, NULL, extra);
+        _cleanup_free_ char *key = ctld_account_key(&c, "egress", "wide", NULL);
+        char open_id[25], ip_id[25], cidr_id[25], deny_id[25], path[96];
+        struct hres r;
+
+        /* open reaches the test hosts; the control for every "blocked" below. */
+        create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, open_id);
+        ASSERT_TRUE(reaches(&c, key, open_id, "198.51.100.2"));
+        ASSERT_TRUE(reaches(&c, key, open_id, "198.51.100.3"));
+        ASSERT_TRUE(reaches(&c, key, open_id, "203.0.113.2"));
+
+        /* restricted by IP and by CIDR: the allowed connect works, the others do not. */
+        create_expect(&c, key, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.2\"]}}",
+                      201, ip_id);
+        ASSERT_TRUE(reaches(&c, key, ip_id, "198.51.100.2"));
+        ASSERT_FALSE(reaches(&c, key, ip_id, "198.51.100.3"));
+        ASSERT_FALSE(reaches(&c, key, ip_id, "203.0.113.2"));
+        create_expect(&c, key, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"203.0.113.0/24\"]}}",
+                      201, cidr_id);
+        ASSERT_TRUE(reaches(&c, key, cidr_id, "203.0.113.2"));
+        ASSERT_FALSE(reaches(&c, key, cidr_id, "198.51.100.2"));
+
+        /* deny_all reaches nothing. */
+        create_expect(&c, key, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}", 201, deny_id);
+        ASSERT_FALSE(reaches(&c, key, deny_id, "198.51.100.2"));
+        ASSERT_FALSE(reaches(&c, key, deny_id, "203.0.113.2"));
+
+        /* The always-deny set is refused, naming the entry. */
+        http_req(&c, "POST", "/sandboxes", key, "{\"egress\":{\"mode\":\"restricted\",\"allow\":[\"1.1.1.1\",\"10.1.0.0/16\"]}}", &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(hres_message(&r), "egress.allow[1] (\"10.1.0.0/16\")");
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s/egress", open_id);
+        http_req(&c, "PUT", path, key, "{\"mode\":\"restricted\",\"allow\":[\"169.254.169.254\"]}", &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(hres_message(&r), "169.254.169.254");
+        hres_done(&r);
+
+        /* PUT takes effect: open -> restricted to one host. */
+        http_req(&c, "PUT", path, key, "{\"mode\":\"restricted\",\"allow\":[\"198.51.100.3\"]}", &r);
+        ASSERT_EQ(r.status, 200);
+        cJSON *d = cJSON_GetObjectItem(r.json, "data");
+        ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "egress"), "mode")->valuestring, "restricted");
+        ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(d, "block_outbound")));
+        ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(d, "network_updated")));
+        hres_done(&r);
+        ASSERT_TRUE(reaches(&c, key, open_id, "198.51.100.3"));
+        ASSERT_FALSE(reaches(&c, key, open_id, "198.51.100.2"));
+        ASSERT_FALSE(reaches(&c, key, open_id, "203.0.113.2"));
+        /* GET /egress says what is in force and where. */
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        d = cJSON_GetObjectItem(r.json, "data");
+        ASSERT_STREQ(cJSON_GetObjectItem(d, "mode")->valuestring, "restricted");
+        ASSERT_STREQ(cJSON_GetObjectItem(d, "node")->valuestring, node_id);
+        ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItem(d, "applied_at")));
+        /* The agent's counters for this sandbox: the probes above were dropped, so some count. */
+        cJSON *ctr = cJSON_GetObjectItem(d, "counters");
+        ASSERT_TRUE(cJSON_IsObject(ctr));
+        ASSERT_TRUE(cJSON_GetNumberValue(cJSON_GetObjectItem(ctr, "dropped_packets")) > 0);
+        hres_done(&r);
+
+        /* The agent dies: creates that need it answer 503 within the deadline and leave nothing. */
+        kill(agent_pid, SIGKILL);
+        waitpid(agent_pid, NULL, 0);
+        agent_pid = 0;
+        const char *bodies[] = { "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.2\"]}}",
+                                 "{\"template\":\"python-3.11\"}" };
+        for (size_t i = 0; i < 2; i++) {
+                int64_t t0 = now_ms_();
+                http_req(&c, "POST", "/sandboxes", key, bodies[i], &r);
+                int64_t took = now_ms_() - t0;
+                ASSERT_EQ(r.status, 503);
+                ASSERT_CONTAINS(hres_message(&r), "Egress policy could not be enforced: ");
+                hres_done(&r);
+                /* placement (a runsc start) plus the 3 s confirm deadline, with margin */
+                ASSERT_TRUE(took < 30000);
+        }
+        http_req(&c, "GET", "/sandboxes?status=failed", key, NULL, &r);
+        cJSON *items = cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "data"), *it;
+        ASSERT_EQ(cJSON_GetArraySize(items), 2);
+        cJSON_ArrayForEach(it, items) {
+                char lbl[64];
+                snprintf(lbl, sizeof(lbl), "label=paddock.sandbox=%s", cJSON_GetObjectItem(it, "id")->valuestring);
+                ASSERT_EQ(count_containers(lbl), 0);
+        }
+        hres_done(&r);
+        /* Sandboxes that were confirmed keep their rules with the agent gone. */
+        ASSERT_TRUE(reaches(&c, key, ip_id, "198.51.100.2"));
+        ASSERT_FALSE(reaches(&c, key, ip_id, "198.51.100.3"));
+        ASSERT_TRUE(reaches(&c, key, cidr_id, "203.0.113.2"));
+        ASSERT_FALSE(reaches(&c, key, cidr_id, "198.51.100.2"));
+
+        /* The node loses its firewall (a reboot), the agent comes back and asks for its
+         * node's state: controld answers the live sandboxes and re-applies their policies. */
+        ASSERT_EQ(RUN("nft", "delete", "table", "inet", table), 0);
+        agent_start();
+        _cleanup_(cJSON_Deletep) cJSON *sync = node_sync(node_id);
+        ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(sync, "ok")));
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(sync, "node_id")), node_id);
+        ASSERT_TRUE(live_has(sync, ip_id));
+        ASSERT_TRUE(live_has(sync, cidr_id));
+        ASSERT_TRUE(live_has(sync, open_id));
+        ASSERT_FALSE(live_has(sync, deny_id));       /* no network: nothing to converge */
+        int64_t until = now_ms_() + 20000;
+        while (!reaches(&c, key, ip_id, "198.51.100.2") && now_ms_() < until)
+                usleep(500000);
+        ASSERT_TRUE(reaches(&c, key, ip_id, "198.51.100.2"));
+        ASSERT_FALSE(reaches(&c, key, ip_id, "198.51.100.3"));
+        ASSERT_TRUE(reaches(&c, key, cidr_id, "203.0.113.2"));
+        ASSERT_FALSE(reaches(&c, key, cidr_id, "198.51.100.2"));
+        ASSERT_TRUE(reaches(&c, key, open_id, "198.51.100.3"));   /* its PUT policy, not the create one */
+        ASSERT_FALSE(reaches(&c, key, open_id, "198.51.100.2"));
+        /* And creates work again. */
+        create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, NULL);
+}
