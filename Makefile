@@ -4,6 +4,9 @@
 #   make SANITIZE=address,undefined check   the same tests, sanitized (in build/san)
 #   make up / make down       local stack on the embedded default (sqlite + docker driver)
 #   make bench                benchmarks (ratios against a baseline run side by side)
+#   make fuzz [FUZZ_SECONDS=600]   every libFuzzer target in tests/fuzz/ (default 60 s each);
+#                             make check runs each for 20 s (build/tests/integration/test-fuzz)
+#   make soak [SOAK_SECONDS=180]   bounded load test against a local controld (tests/soak/)
 #   make install PREFIX=/usr DESTDIR=...
 
 PREFIX  ?= /usr/local
@@ -53,7 +56,7 @@ INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(IN
 FAKE_BINS  := $(patsubst tests/fakes/%.c,$(BUILD)/tests/fakes/%,$(FAKES_SRC))
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
 
-.PHONY: all check tests bench up down install clean compdb deps
+.PHONY: all check tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link soak
 all: $(BUILD)/controld $(BUILD)/nodeagent
 
 $(BUILD)/obj/%.o: %.c
@@ -80,7 +83,35 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIBS) $(LDLIBS)
 
-tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS)
+tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak
+
+# ---- fuzzing: libFuzzer targets, built with clang into build/fuzz whatever BUILD is ----
+FUZZ_SRC     := $(wildcard tests/fuzz/fuzz-*.c)
+FUZZ_BUILD   := build/fuzz
+FUZZ_CC      ?= clang
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_SECONDS ?= 60
+
+# The smoke run make check does: a script run-all.sh picks up like any test program.
+$(BUILD)/tests/integration/test-fuzz: tests/fuzz/run.sh
+	@mkdir -p $(dir $@)
+	sed 's#@ROOT@#$(CURDIR)#' $< > $@ && chmod 0755 $@
+
+fuzz-targets:
+	$(MAKE) BUILD=$(FUZZ_BUILD) SANITIZE= CC=$(FUZZ_CC) \
+		CFLAGS="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN) -Wno-unknown-warning-option" fuzz-link
+fuzz-link: $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
+$(FUZZ_BUILD)/fuzz-%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz-%.o $(FUZZ_BUILD)/lib/libpj.a $(FUZZ_BUILD)/lib/libcommon.a
+	$(CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
+
+fuzz:
+	tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+# ---- soak: not part of check (minutes, one controld, real sandboxes) ----
+SOAK_SECONDS ?= 180
+soak: deps
+	$(MAKE) tests
+	PADDOCK_BUILD=$(BUILD) SOAK_SECONDS=$(SOAK_SECONDS) tests/soak/run.sh
 
 # The README's test command. Installs and starts what the tests need, runs all, stops it.
 check: deps

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cleanup.h"
 #include "json.h"
@@ -145,6 +146,31 @@ cJSON *json_add_str(cJSON *o, const char *k, const char *v) {
         if (!v)
                 return checked(cJSON_AddNullToObject(o, k));
         return checked(cJSON_AddStringToObject(o, k, v));
+}
+
+cJSON *json_add_strn(cJSON *o, const char *k, const char *v, size_t len) {
+        if (!len || !memchr(v, 0, len)) {
+                _cleanup_free_ char *copy = xstrndup(len ? v : "", len);
+                return checked(cJSON_AddStringToObject(o, k, copy));
+        }
+        /* Escapes as cJSON's printer does: ", \\ and control characters; the rest verbatim. */
+        struct strbuf b;
+        strbuf_init(&b, 0);
+        strbuf_append(&b, "\"", 1);
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char) v[i];
+                const char *e = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\b' ? "\\b" : c == '\f' ? "\\f" :
+                                c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
+                if (e)
+                        strbuf_append(&b, e, 2);
+                else if (c < 0x20)
+                        strbuf_printf(&b, "\\u%04x", c);
+                else
+                        strbuf_append(&b, v + i, 1);
+        }
+        strbuf_append(&b, "\"", 1);
+        _cleanup_free_ char *raw = strbuf_steal(&b);
+        return checked(cJSON_AddRawToObject(o, k, raw));
 }
 
 cJSON *json_add_int(cJSON *o, const char *k, int64_t v) {

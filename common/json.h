@@ -39,6 +39,11 @@ cJSON *json_add_str(cJSON *o, const char *k, const char *v);   /* v NULL -> JSON
  * digits rounded, so those become a raw item (cJSON_IsRaw, not IsNumber) that
  * prints as plain digits; json_get_int reads either kind back. */
 cJSON *json_add_int(cJSON *o, const char *k, int64_t v);
+/* A string of len bytes (UTF-8, may contain NUL bytes, v may be NULL when len is 0).
+ * Without a NUL it is a plain string item; with one it becomes a raw item (cJSON_IsRaw)
+ * holding the quoted, escaped text, NUL as \u0000, because cJSON strings end at the
+ * first NUL. Either way json_print writes every byte. */
+cJSON *json_add_strn(cJSON *o, const char *k, const char *v, size_t len);
 cJSON *json_add_bool(cJSON *o, const char *k, bool v);
 
 /* Borrowed pointer; NULL when missing or not a string. Keys are case-sensitive. */

@@ -503,6 +503,22 @@ size_t utf8_first_invalid(const char *s, size_t len) {
         return len;
 }
 
+size_t utf8_copy_trunc(char *dst, size_t size, const char *src) {
+        size_t len = strnlen(src, size);
+        if (len == size) {
+                /* Too long: keep whole characters only, at most size - 1 bytes. */
+                len = size - 1;
+                size_t keep = utf8_first_invalid(src, len);
+                if (keep < len) {
+                        /* The sequence that starts at keep is cut by the limit (or invalid). */
+                        len = keep;
+                }
+        }
+        memcpy(dst, src, len);
+        dst[len] = 0;
+        return len;
+}
+
 void format_rfc3339_ms(int64_t ms, char out[32]) {
         const int64_t max = INT64_C(253402300799999); /* 9999-12-31T23:59:59.999Z */
         struct tm tm;

@@ -124,6 +124,9 @@ size_t utf8_encode(uint32_t cp, char out[static 4]);
 bool utf8_valid(const char *s, size_t len);
 /* Offset of the first byte that starts an invalid sequence, or len. */
 size_t utf8_first_invalid(const char *s, size_t len);
+/* Copies the C string src into dst (size > 0), cut if it does not fit, but never inside a
+ * character: a partial UTF-8 sequence at the cut is dropped. Returns the bytes copied. */
+size_t utf8_copy_trunc(char *dst, size_t size, const char *src);
 
 /* "2026-12-02T11:14:53.123Z". ms is clamped to years 1970..9999. */
 void format_rfc3339_ms(int64_t ms, char out[32]);

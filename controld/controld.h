@@ -334,7 +334,8 @@ cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, siz
         "Command was killed: the sandbox ran out of memory (its memory limit). Under gVisor this stops the " \
         "whole sandbox; create it with more specs.memory"
 struct exec_result {
-        const char *out, *err;           /* result only */
+        const char *out, *err;           /* result only; may hold NUL bytes, NULL = empty */
+        size_t out_len, err_len;
         int exit_code;
         int64_t duration_ms;
         bool out_truncated, err_truncated, timed_out, oom_killed;

@@ -497,8 +497,9 @@ static int dd_exec_exit_code(struct exec_session *s, int *ret) {
 
 static int dd_exec_oom_killed(struct exec_session *s) {
         struct docker_container_state st;
-        /* The kernel kills the sandbox a moment before Docker records why. */
-        for (int i = 0; i < 50; i++) {
+        /* The kernel kills the sandbox a moment before Docker records why; on a busy host
+         * containerd's OOM event can take seconds to land, so a stopped container is given 5 s. */
+        for (int i = 0; i < 250; i++) {
                 int r = docker_container_inspect(s->docker, s->container, &st);
                 if (r < 0)
                         return r;

@@ -1,5 +1,12 @@
 /* metrics.c — Prometheus text exposition: requests by route and status, latency
- * histograms, sandboxes by status, provisioning phase timings. */
+ * histograms, sandboxes by status, provisioning phase timings.
+ *
+ * The page is served without authentication, so it carries only aggregate, bounded data:
+ * route labels are the router's templates ("/sandboxes/{id}"), never a path; methods outside
+ * the standard set become "other"; no account, key, sandbox or volume id ever becomes a label.
+ * Every label value is escaped anyway (Prometheus text format 0.0.4: \\, \" and \n), so a
+ * value the code did not foresee can never break the exposition. When the series table is
+ * full, further series are counted in paddock_metrics_series_dropped_total instead. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +18,8 @@
 
 static const double buckets[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 };
 #define NB (sizeof(buckets) / sizeof(buckets[0]))
-#define MAX_SERIES 256
+/* Routes (~30) x methods (10) x answered statuses (~15) stays well under this. */
+#define MAX_SERIES 1024
 
 struct hist { uint64_t b[NB]; uint64_t count; double sum; };
 struct req_series { char route[48]; char method[8]; int status; uint64_t count; };
@@ -23,6 +31,7 @@ struct metrics {
         struct req_series req[MAX_SERIES]; size_t n_req;
         struct route_hist lat[64]; size_t n_lat;
         struct phase_hist ph[16]; size_t n_ph;
+        uint64_t dropped;  /* observations whose series did not fit a table */
 };
 
 struct metrics *metrics_new(void) {
@@ -47,9 +56,23 @@ static void hist_add(struct hist *h, double v) {
         h->sum += v;
 }
 
+/* The method as a label: one of the standard methods (RFC 9110 + PATCH), else "other".
+ * A client chooses the method freely; it must not choose label values or the number of
+ * series. Returns a static string. */
+static const char *method_label(const char *method) {
+        static const char *const known[] = { "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE" };
+        for (size_t i = 0; method && i < ELEMENTSOF(known); i++)
+                if (!strcmp(method, known[i]))
+                        return known[i];
+        return "other";
+}
+
 void metrics_observe_request(struct metrics *m, const char *route, const char *method, int status, double seconds) {
         if (!m)
                 return;
+        method = method_label(method);
+        if (status < 100 || status > 599)
+                status = 0;
         pthread_mutex_lock(&m->lock);
         size_t i;
         for (i = 0; i < m->n_req; i++)
@@ -63,6 +86,8 @@ void metrics_observe_request(struct metrics *m, const char *route, const char *m
         }
         if (i < m->n_req)
                 m->req[i].count++;
+        else
+                m->dropped++;
         for (i = 0; i < m->n_lat; i++)
                 if (!strcmp(m->lat[i].route, route))
                         break;
@@ -72,6 +97,8 @@ void metrics_observe_request(struct metrics *m, const char *route, const char *m
         }
         if (i < m->n_lat)
                 hist_add(&m->lat[i].h, seconds);
+        else
+                m->dropped++;
         pthread_mutex_unlock(&m->lock);
 }
 
@@ -89,10 +116,34 @@ void metrics_observe_phase(struct metrics *m, const char *phase, double seconds)
         }
         if (i < m->n_ph)
                 hist_add(&m->ph[i].h, seconds);
+        else
+                m->dropped++;
         pthread_mutex_unlock(&m->lock);
 }
 
+/* A label value in the text format's escaping into out (size bytes, always terminated):
+ * backslash, double quote and line feed are the characters that must be escaped; all else
+ * is literal. A value that does not fit is cut before an escape, never inside one. */
+#define LABEL_MAX 160
+static const char *label_esc(const char *v, char out[static LABEL_MAX]) {
+        size_t w = 0;
+        for (const char *p = v ? v : ""; *p && w + 3 <= LABEL_MAX - 1; p++) {
+                if (*p == '\\' || *p == '"') {
+                        out[w++] = '\\';
+                        out[w++] = *p;
+                } else if (*p == '\n') {
+                        out[w++] = '\\';
+                        out[w++] = 'n';
+                } else
+                        out[w++] = *p;
+        }
+        out[w] = 0;
+        return out;
+}
+
 static void render_hist(struct strbuf *b, const char *name, const char *lk, const char *lv, const struct hist *h) {
+        char esc[LABEL_MAX];
+        lv = label_esc(lv, esc);
         for (size_t i = 0; i < NB; i++)
                 strbuf_printf(b, "%s_bucket{%s=\"%s\",le=\"%g\"} %llu\n", name, lk, lv, buckets[i], (unsigned long long) h->b[i]);
         strbuf_printf(b, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %llu\n", name, lk, lv, (unsigned long long) h->count);
@@ -104,6 +155,7 @@ char *metrics_render(struct ctl *c) {
         struct metrics *m = c->metrics;
         struct strbuf b;
         int64_t counts[_SB_STATUS_MAX];
+        char e1[LABEL_MAX], e2[LABEL_MAX];
 
         strbuf_init(&b, 0);
         strbuf_printf(&b, "# HELP paddock_http_requests_total HTTP requests by route, method and status.\n"
@@ -111,7 +163,8 @@ char *metrics_render(struct ctl *c) {
         pthread_mutex_lock(&m->lock);
         for (size_t i = 0; i < m->n_req; i++)
                 strbuf_printf(&b, "paddock_http_requests_total{route=\"%s\",method=\"%s\",status=\"%d\"} %llu\n",
-                              m->req[i].route, m->req[i].method, m->req[i].status, (unsigned long long) m->req[i].count);
+                              label_esc(m->req[i].route, e1), label_esc(m->req[i].method, e2), m->req[i].status,
+                              (unsigned long long) m->req[i].count);
         strbuf_printf(&b, "# HELP paddock_http_request_duration_seconds HTTP request latency by route.\n"
                           "# TYPE paddock_http_request_duration_seconds histogram\n");
         for (size_t i = 0; i < m->n_lat; i++)
@@ -120,12 +173,15 @@ char *metrics_render(struct ctl *c) {
                           "# TYPE paddock_provision_phase_seconds histogram\n");
         for (size_t i = 0; i < m->n_ph; i++)
                 render_hist(&b, "paddock_provision_phase_seconds", "phase", m->ph[i].phase, &m->ph[i].h);
+        strbuf_printf(&b, "# HELP paddock_metrics_series_dropped_total Observations not counted because their series table was full.\n"
+                          "# TYPE paddock_metrics_series_dropped_total counter\n"
+                          "paddock_metrics_series_dropped_total %llu\n", (unsigned long long) m->dropped);
         pthread_mutex_unlock(&m->lock);
 
         strbuf_printf(&b, "# HELP paddock_sandboxes Sandbox records by status.\n# TYPE paddock_sandboxes gauge\n");
         if (store_sandbox_count_by_status(c->store, counts) >= 0)
                 for (int s = 0; s < _SB_STATUS_MAX; s++)
-                        strbuf_printf(&b, "paddock_sandboxes{status=\"%s\"} %lld\n", sb_status_str((enum sb_status) s),
+                        strbuf_printf(&b, "paddock_sandboxes{status=\"%s\"} %lld\n", label_esc(sb_status_str((enum sb_status) s), e1),
                                       (long long) counts[s]);
         return strbuf_steal(&b);
 }

@@ -206,8 +206,8 @@ cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, siz
 
 cJSON *exec_result_to_json(const struct exec_result *x) {
         cJSON *d = cJSON_CreateObject();
-        json_add_str(d, "stdout", x->out);
-        json_add_str(d, "stderr", x->err);
+        json_add_strn(d, "stdout", x->out, x->out_len);  /* every byte, NUL as \u0000 */
+        json_add_strn(d, "stderr", x->err, x->err_len);
         json_add_int(d, "exit_code", x->exit_code);
         json_add_int(d, "duration_ms", x->duration_ms);
         if (x->out_truncated || x->err_truncated) {

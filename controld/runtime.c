@@ -236,9 +236,8 @@ static void run_free(struct run *x) {
 
 static void append_frame(struct run *x, const char *type, const char *data, size_t len) {
         _cleanup_json_ cJSON *o = cJSON_CreateObject();
-        _cleanup_free_ char *s = xstrndup(data, len);
         json_add_str(o, "type", type);
-        json_add_str(o, "data", s);
+        json_add_strn(o, "data", data, len);  /* every byte, NUL as \u0000 */
         _cleanup_free_ char *j = json_print(o);
         strbuf_append(&x->pending, "data: ", 6);
         strbuf_append(&x->pending, j, strlen(j));
@@ -558,7 +557,7 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
         }
         finish(x);
         struct exec_result res = {
-                .out = x->out.buf.buf ? x->out.buf.buf : "", .err = x->err.buf.buf ? x->err.buf.buf : "",
+                .out = x->out.buf.buf, .out_len = x->out.buf.len, .err = x->err.buf.buf, .err_len = x->err.buf.len,
                 .exit_code = x->exit_code, .duration_ms = mono_ms() - x->t0,
                 .out_truncated = x->out.buf.truncated, .err_truncated = x->err.buf.truncated, .timed_out = x->timed_out,
                 .oom_killed = x->oom_killed,

@@ -353,11 +353,11 @@ int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret,
         r.ok = cJSON_IsTrue(ok);
         const char *s;
         if ((s = json_get_str(o, "type")))
-                snprintf(r.type, sizeof(r.type), "%s", s);
+                utf8_copy_trunc(r.type, sizeof(r.type), s);
         if ((s = json_get_str(o, "node_id")))
-                snprintf(r.node_id, sizeof(r.node_id), "%s", s);
+                utf8_copy_trunc(r.node_id, sizeof(r.node_id), s);
         if ((s = json_get_str(o, "error")))
-                snprintf(r.error, sizeof(r.error), "%s", s);
+                utf8_copy_trunc(r.error, sizeof(r.error), s);
         if (!r.ok && !r.error[0])
                 snprintf(r.error, sizeof(r.error), "the agent refused without saying why");
         if (cJSON_GetObjectItemCaseSensitive(o, "applied_at") &&

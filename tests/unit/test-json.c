@@ -283,3 +283,19 @@ TEST(value_cap_before_cjson_allocates) {
         ASSERT_EQ(json_parse(s, 20002, 20002, 64, &j, err, sizeof(err)), 0);
         cJSON_Delete(j);
 }
+
+TEST(strn_keeps_nul_bytes) {
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        json_add_strn(o, "plain", "ab\"c\n", 5);
+        json_add_strn(o, "nul", "a\0b\"\\\n\x01\x7f\xc3\xa9\0", 11);
+        json_add_strn(o, "empty", NULL, 0);
+        _cleanup_free_ char *s = json_print(o);
+        ASSERT_STREQ(s, "{\"plain\":\"ab\\\"c\\n\",\"nul\":\"a\\u0000b\\\"\\\\\\n\\u0001\x7f\xc3\xa9\\u0000\",\"empty\":\"\"}");
+        /* Without a NUL it stays a plain string item. */
+        ASSERT_STREQ(json_get_str(o, "plain"), "ab\"c\n");
+        ASSERT_TRUE(cJSON_IsRaw(cJSON_GetObjectItemCaseSensitive(o, "nul")));
+        /* The text is valid JSON that cJSON reads back (up to the NUL, its limit). */
+        _cleanup_json_ cJSON *back = cJSON_Parse(s);
+        ASSERT_NOT_NULL(back);
+        ASSERT_STREQ(json_get_str(back, "nul"), "a");
+}

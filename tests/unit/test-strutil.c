@@ -454,3 +454,23 @@ TEST(utf8_decode_encode) {
         ASSERT_EQ(utf8_first_invalid("ok\xf0\x9f\x98", 5), 2);
         ASSERT_EQ(utf8_first_invalid("\xed\xa0\x80ok", 5), 0);
 }
+
+TEST(utf8_copy_trunc_never_cuts_a_character) {
+        char d[6];
+        ASSERT_EQ(utf8_copy_trunc(d, sizeof(d), "abc"), 3);
+        ASSERT_STREQ(d, "abc");
+        ASSERT_EQ(utf8_copy_trunc(d, sizeof(d), "abcde"), 5);   /* exactly fits */
+        ASSERT_STREQ(d, "abcde");
+        ASSERT_EQ(utf8_copy_trunc(d, sizeof(d), "abcdef"), 5);  /* ASCII cut anywhere */
+        ASSERT_STREQ(d, "abcde");
+        /* "abc€": the 3-byte euro sign would be cut after 2 bytes: dropped whole. */
+        ASSERT_EQ(utf8_copy_trunc(d, sizeof(d), "abc\xe2\x82\xac"), 3);
+        ASSERT_STREQ(d, "abc");
+        ASSERT_TRUE(utf8_valid(d, strlen(d)));
+        /* "ab€" fits exactly in 5 bytes. */
+        ASSERT_EQ(utf8_copy_trunc(d, sizeof(d), "ab\xe2\x82\xac" "x"), 5);
+        ASSERT_STREQ(d, "ab\xe2\x82\xac");
+        char one[1];
+        ASSERT_EQ(utf8_copy_trunc(one, sizeof(one), "x"), 0);
+        ASSERT_STREQ(one, "");
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# tests/soak/run.sh — what `make soak` runs: the bounded load test in tests/soak/soak.c
+# against a controld of its own on loopback. Starts the services it needs that are not
+# running (and stops exactly those afterwards), builds the template images, runs
+# $PADDOCK_BUILD/tests/soak/soak and prints its summary. Not part of `make check`.
+#
+# Environment: SOAK_SECONDS (default 180), SOAK_CLIENTS (6), SOAK_RSS_SLACK_MB (48),
+# SOAK_SERVER_EXTRA ([server] config keys), PADDOCK_BUILD (build), PADDOCK_STATE.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+export PADDOCK_BUILD=${PADDOCK_BUILD:-build}
+export PADDOCK_STATE=${PADDOCK_STATE:-/var/tmp/paddock-dev}
+export PADDOCK_TEST_IMAGE=paddock/busybox:local
+export PADDOCK_PY_IMAGE=paddock/python-3.11:local
+export SOAK_SECONDS=${SOAK_SECONDS:-180}
+# The test runner's per-test timeout: the load, plus teardown and settling.
+export TEST_TIMEOUT=$((SOAK_SECONDS + 900))
+
+mkdir -p "$PADDOCK_STATE"
+RECORD=$(mktemp "$PADDOCK_STATE/soak.started.XXXXXX")
+rm -f "$RECORD"
+finish() {
+        local rc=$?
+        if [[ -f $RECORD ]]; then
+                tests/env/services.sh stop --started-by "$RECORD" || echo "soak: warning: stopping services failed" >&2
+        fi
+        rm -f "$RECORD"
+        return $rc
+}
+trap finish EXIT
+tests/env/services.sh start --record "$RECORD"
+tests/env/images.sh
+"$PADDOCK_BUILD/tests/soak/soak" </dev/null
