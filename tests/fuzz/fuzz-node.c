@@ -45,6 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 FUZZ_ASSERT(r.ok == r2.ok && !strcmp(r.type, r2.type) && !strcmp(r.node_id, r2.node_id) &&
                                     (!r.ok ? !strcmp(r.error, r2.error) : true),
                             "reply changed in a round trip: %s", t);
+                pj_node_reply_done(&r2);
+                pj_node_reply_done(&r);
         } else
                 FUZZ_ASSERT(e.message[0], "error without a message");
         return 0;
