@@ -545,6 +545,14 @@ static int dd_exec_close_stdin(struct exec_session *s) {
         return 0;
 }
 
+/* Did the memory limit kill this stopped or stopping sandbox? Docker's OOMKilled comes from
+ * containerd's OOM event, which on a busy host sometimes never lands before the cgroup goes
+ * (seen under runsc: exited, 137, OOMKilled false). Under gVisor nothing inside the sandbox
+ * can SIGKILL the sandbox itself, so a SIGKILL exit we did not cause is the OOM killer. */
+static bool died_of_oom(const struct docker_container_state *st) {
+        return st->oom_killed || (st->exists && !st->running && st->exit_code == 137);
+}
+
 static int dd_exec_exit_code(struct exec_session *s, int *ret) {
         struct docker_exec_info info;
         struct docker_container_state st;
@@ -559,8 +567,8 @@ static int dd_exec_exit_code(struct exec_session *s, int *ret) {
                 }
                 /* A stopped container (e.g. killed out of memory) leaves its execs "running" forever. */
                 if (i == 10 && docker_container_inspect(s->docker, s->container, &st) == 0 && !(st.exists && st.running)) {
-                        *ret = st.oom_killed ? 137 : -1;
-                        return st.oom_killed ? 0 : -ESRCH;
+                        *ret = died_of_oom(&st) ? 137 : -1;
+                        return died_of_oom(&st) ? 0 : -ESRCH;
                 }
                 usleep(5000);
         }
@@ -575,7 +583,7 @@ static int dd_exec_oom_killed(struct exec_session *s) {
                 int r = docker_container_inspect(s->docker, s->container, &st);
                 if (r < 0)
                         return r;
-                if (st.oom_killed)
+                if (died_of_oom(&st))
                         return 1;
                 if (st.exists && st.running && i >= 10)
                         return 0;
