@@ -92,16 +92,6 @@ static struct timeval ms_to_tv(long ms) {
         return (struct timeval) { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
 }
 
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) {
-        va_list ap;
-        if (!err || errlen == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-}
-
 static bool bytes_eq(amqp_bytes_t b, const char *s) {
         size_t n = strlen(s);
         return b.len == n && n > 0 && memcmp(b.bytes, s, n) == 0;
