@@ -177,16 +177,6 @@ static int64_t cgroup_cpu_ns(const char *cid) {
         test_fail(__FILE__, __LINE__, "no cgroup CPU accounting found for container %s", cid);
 }
 
-static void exec_req(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *r) {
-        char path[128];
-        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
-        _cleanup_json_ cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "cmd", cmd);
-        cJSON_AddNumberToObject(o, "timeout_seconds", timeout_s);
-        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
-        http_req(c, "POST", path, key, body, r);
-}
-
 static int64_t mono_ms_now(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -207,7 +197,7 @@ TEST_FULL(cpu_spec_is_a_hard_cap, 120) {
         ASSERT_TRUE(p >= 0);
         if (p == 0) {
                 struct hres r;
-                exec_req(&c, key, id, "for i in 1 2; do timeout 8 sh -c 'while :; do :; done' & done; wait", 60, &r);
+                ctld_exec(&c, key, id, "for i in 1 2; do timeout 8 sh -c 'while :; do :; done' & done; wait", 60, &r);
                 _exit(r.status == 200 ? 0 : 1);
         }
         usleep(2500 * 1000);   /* let the loops start and the quota settle */
@@ -234,14 +224,14 @@ TEST_FULL(out_of_memory_is_reported, 150) {
 
         /* Within the limit: an ordinary answer. */
         struct hres r;
-        exec_req(&c, key, id, "python3 -c 'a = bytearray(32 << 20); print(len(a) >> 20)'", 60, &r);
+        ctld_exec(&c, key, id, "python3 -c 'a = bytearray(32 << 20); print(len(a) >> 20)'", 60, &r);
         ASSERT_EQ(r.status, 200);
         ASSERT_STREQ(hres_data_str(&r, "stdout"), "32\n");
         ASSERT_NULL(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "oom_killed"));
         hres_done(&r);
 
         /* 1 GiB touched page by page, in a 128 MB sandbox. */
-        exec_req(&c, key, id,
+        ctld_exec(&c, key, id,
                  "python3 -c 'a = bytearray(1 << 30)\nfor i in range(0, len(a), 4096): a[i] = 1\nprint(\"survived\")'", 60, &r);
         if (r.status != 200)
                 test_fail(__FILE__, __LINE__, "exec -> %ld %.400s", r.status, r.body);

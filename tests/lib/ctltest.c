@@ -306,6 +306,16 @@ void http_req(struct ctld *c, const char *method, const char *path, const char *
         http_req_full(c, method, path, hdrs, body, body ? strlen(body) : 0, ret);
 }
 
+void ctld_exec(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *ret) {
+        char path[128];
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "cmd", cmd);
+        cJSON_AddNumberToObject(o, "timeout_seconds", timeout_s);
+        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
+        http_req(c, "POST", path, key, body, ret);
+}
+
 void hres_done(struct hres *r) {
         free(r->body);
         free(r->headers);

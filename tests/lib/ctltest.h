@@ -59,6 +59,9 @@ void hres_done(struct hres *r);
 const char *hres_data_str(const struct hres *r, const char *field);
 const char *hres_message(const struct hres *r);
 
+/* POST /sandboxes/{id}/exec {"cmd": cmd, "timeout_seconds": timeout_s}; the status is the caller's to check. */
+void ctld_exec(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *ret);
+
 /* Creates a sandbox with body (default "{}"), asserts 201, returns its id (static buffer per call). */
 const char *ctld_create(struct ctld *c, const char *key, const char *body, char ret_id[25]);
 /* Polls GET until status equals want (or timeout_s); returns the last status seen (static). */
