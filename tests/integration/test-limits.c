@@ -78,44 +78,42 @@ static void stop_pid(pid_t p) {
         waitpid(p, &st, 0);
 }
 
+/* Runs controld with this [docker] section, asserts that it exits non-zero within 20 s, and
+ * returns its log. */
+static char *refused_log(const char *docker_section) {
+        pid_t pid = 0;
+        _cleanup_free_ char *log = NULL;
+        int rc = run_controld(docker_section, 20, &pid, &log);
+        if (rc < 0)
+                stop_pid(pid);
+        char *text = slurp(log);
+        ASSERT_TRUE(rc > 0);
+        return text;
+}
+
 TEST_FULL(controld_refuses_runtimes_that_are_not_gvisor, 90) {
         need_docker();
         pid_t pid = 0;
         _cleanup_free_ char *log = NULL, *text = NULL;
 
         /* runc is known to Docker but is not a sandbox. */
-        int rc = run_controld("runtime = runc\nruntime_network = runc\n", 20, &pid, &log);
-        if (rc < 0)
-                stop_pid(pid);
-        text = slurp(log);
-        ASSERT_TRUE(rc > 0);
+        text = refused_log("runtime = runc\nruntime_network = runc\n");
         ASSERT_CONTAINS(text, "runtime = runc runs 'runc', which is not gVisor (runsc)");
         ASSERT_CONTAINS(text, "allow_unsandboxed");
-        free(log), log = NULL;
         free(text), text = NULL;
 
         /* A gVisor deny_all runtime but an unsandboxed network runtime is refused as well. */
-        rc = run_controld("runtime = runsc\nruntime_network = runc\n", 20, &pid, &log);
-        if (rc < 0)
-                stop_pid(pid);
-        text = slurp(log);
-        ASSERT_TRUE(rc > 0);
+        text = refused_log("runtime = runsc\nruntime_network = runc\n");
         ASSERT_CONTAINS(text, "runtime_network = runc runs 'runc', which is not gVisor");
-        free(log), log = NULL;
         free(text), text = NULL;
 
         /* A name Docker does not know. */
-        rc = run_controld("runtime = runsc-nonexistent\n", 20, &pid, &log);
-        if (rc < 0)
-                stop_pid(pid);
-        text = slurp(log);
-        ASSERT_TRUE(rc > 0);
+        text = refused_log("runtime = runsc-nonexistent\n");
         ASSERT_CONTAINS(text, "runtime = runsc-nonexistent: Docker knows no runtime of that name");
-        free(log), log = NULL;
         free(text), text = NULL;
 
         /* Tests may opt out, and the log says what that means. */
-        rc = run_controld("runtime = runc\nruntime_network = runc\nallow_unsandboxed = true\n", 3, &pid, &log);
+        int rc = run_controld("runtime = runc\nruntime_network = runc\nallow_unsandboxed = true\n", 3, &pid, &log);
         ASSERT_EQ(rc, -1);
         stop_pid(pid);
         text = slurp(log);
