@@ -26,6 +26,7 @@
 
 #include <amqp.h>
 
+#include "amqptest.h"
 #include "amqp.h"
 #include "cleanup.h"
 #include "ctltest.h"
@@ -184,9 +185,7 @@ static cJSON *node_sync(const char *node) {
         ASSERT_EQ(amqpx_connect(&u, "test-controld-egress", 0, 30, 5000, &conn, err, sizeof(err)), 0);
         amqpx_url_done(&u);
         ASSERT_EQ(amqpx_channel_open_exchange(conn, 1, exchange, err, sizeof(err)), 0);
-        amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
-        ASSERT_NOT_NULL(q);
-        amqp_bytes_t queue = amqp_bytes_malloc_dup(q->queue);
+        amqp_bytes_t queue = amqptest_queue(conn);
         amqp_basic_consume(conn, 1, queue, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         amqp_basic_properties_t pr = { ._flags = AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_APP_ID_FLAG,
                                        .reply_to = queue, .correlation_id = amqp_cstring_bytes("egt-sync-1"),

@@ -19,6 +19,7 @@
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
 
+#include "amqptest.h"
 #include "cleanup.h"
 #include "nodeagent.h"
 #include "testlib.h"
@@ -70,20 +71,8 @@ struct client {
 };
 
 static void client_open(struct client *c) {
-        c->conn = amqp_new_connection();
-        amqp_socket_t *s = amqp_tcp_socket_new(c->conn);
-        ASSERT_NOT_NULL(s);
-        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
-        ASSERT_EQ(amqp_login(c->conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
-                  AMQP_RESPONSE_NORMAL);
-        amqp_channel_open(c->conn, 1);
-        ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
-        amqp_exchange_declare(c->conn, 1, amqp_cstring_bytes("paddock.nodes"), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
-                              amqp_empty_table);
-        ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
-        amqp_queue_declare_ok_t *q = amqp_queue_declare(c->conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
-        ASSERT_NOT_NULL(q);
-        c->reply_q = amqp_bytes_malloc_dup(q->queue);
+        c->conn = amqptest_connect("paddock.nodes");
+        c->reply_q = amqptest_queue(c->conn);
         amqp_basic_consume(c->conn, 1, c->reply_q, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
         amqp_confirm_select(c->conn, 1);
@@ -269,19 +258,24 @@ TEST(handler_replies_for_every_input) {
 }
 
 /* The agent's egress handlers program real nftables, inside a network namespace of the test's own. */
-TEST(egress_messages_program_the_firewall) {
+/* Into a network and mount namespace of the test's own, with an /etc/hosts of its making
+ * ("127.0.0.1 localhost" and then hosts_text), visible only in that mount namespace. */
+static void netns_with_hosts(const char *hosts_text) {
         if (unshare(CLONE_NEWNET | CLONE_NEWNS) < 0)
                 TEST_SKIP("cannot create network and mount namespaces here");
-        /* A hostname the agent can resolve without any DNS: our own /etc/hosts, visible only
-         * in this test's mount namespace. */
         char hosts[512];
         snprintf(hosts, sizeof(hosts), "%s/hosts", test_tmpdir());
         FILE *hf = fopen(hosts, "w");
         ASSERT_NOT_NULL(hf);
-        fprintf(hf, "127.0.0.1 localhost\n203.0.113.20 api.paddock.test\n");
+        fprintf(hf, "127.0.0.1 localhost\n%s", hosts_text);
         fclose(hf);
         ASSERT_EQ(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
         ASSERT_EQ(mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL), 0);
+}
+
+TEST(egress_messages_program_the_firewall) {
+        /* A hostname the agent can resolve without any DNS. */
+        netns_with_hosts("203.0.113.20 api.paddock.test\n");
         char *bridges[] = { "pdkbr0", NULL };
         struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true, .egress_table = "paddock",
                                     .egress_bridges = bridges, .egress_priority = -10 };
@@ -496,16 +490,7 @@ TEST_FULL(oversized_message_is_refused_before_its_body_is_read, 60) {
 static char egress_log[512];
 
 static void egress_setup(const char *hosts_text) {
-        if (unshare(CLONE_NEWNET | CLONE_NEWNS) < 0)
-                TEST_SKIP("cannot create network and mount namespaces here");
-        char hosts[512];
-        snprintf(hosts, sizeof(hosts), "%s/hosts", test_tmpdir());
-        FILE *hf = fopen(hosts, "w");
-        ASSERT_NOT_NULL(hf);
-        fprintf(hf, "127.0.0.1 localhost\n%s", hosts_text);
-        fclose(hf);
-        ASSERT_EQ(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
-        ASSERT_EQ(mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL), 0);
+        netns_with_hosts(hosts_text);
         snprintf(egress_log, sizeof(egress_log), "%s/egress.log", test_tmpdir());
         int fd = open(egress_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         ASSERT_TRUE(fd >= 0);
@@ -705,22 +690,10 @@ static bool nft_has_chain(int ns_fd, int home_fd, const char *id) {
 
 /* Plays controld: a queue bound with routing key "controld" on the test's own exchange. */
 static amqp_connection_state_t fake_controld(const char *exchange, bool bind) {
-        amqp_connection_state_t conn = amqp_new_connection();
-        amqp_socket_t *s = amqp_tcp_socket_new(conn);
-        ASSERT_NOT_NULL(s);
-        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
-        ASSERT_EQ(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
-                  AMQP_RESPONSE_NORMAL);
-        amqp_channel_open(conn, 1);
-        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
-        amqp_exchange_declare(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
-                              amqp_empty_table);
-        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_connection_state_t conn = amqptest_connect(exchange);
         if (!bind)
                 return conn;
-        amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
-        ASSERT_NOT_NULL(q);
-        amqp_bytes_t qn = amqp_bytes_malloc_dup(q->queue);
+        amqp_bytes_t qn = amqptest_queue(conn);
         amqp_queue_bind(conn, 1, qn, amqp_cstring_bytes(exchange), amqp_cstring_bytes("controld"), amqp_empty_table);
         ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
         amqp_basic_consume(conn, 1, qn, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
