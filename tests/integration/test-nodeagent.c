@@ -145,18 +145,25 @@ static void wait_agent_ready(struct client *c) {
         test_fail(__FILE__, __LINE__, "nodeagent never bound its queue; see %s", log_path);
 }
 
+/* A datagram socket bound at <tmpdir>/name (path in npath) and named in NOTIFY_SOCKET, where
+ * an agent started now sends its sd_notify messages. */
+static int notify_socket_env(const char *name, int flags, char npath[static 300]) {
+        snprintf(npath, 300, "%s/%s", test_tmpdir(), name);
+        int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | flags, 0);
+        struct sockaddr_un na = { .sun_family = AF_UNIX };
+        snprintf(na.sun_path, sizeof(na.sun_path), "%s", npath);
+        ASSERT_EQ(bind(nfd, (struct sockaddr *) &na, sizeof(na)), 0);
+        setenv("NOTIFY_SOCKET", npath, 1);
+        return nfd;
+}
+
 TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {
         struct client c = { 0 };
         char npath[300];
         need_rabbit();
         write_conf(NULL);
         /* systemd Type=notify: READY=1 once the queue consumes. */
-        snprintf(npath, sizeof(npath), "%s/notify.sock", test_tmpdir());
-        int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un na = { .sun_family = AF_UNIX };
-        snprintf(na.sun_path, sizeof(na.sun_path), "%s", npath);
-        ASSERT_EQ(bind(nfd, (struct sockaddr *) &na, sizeof(na)), 0);
-        setenv("NOTIFY_SOCKET", npath, 1);
+        int nfd = notify_socket_env("notify.sock", 0, npath);
         start_agent();
         unsetenv("NOTIFY_SOCKET");
         struct pollfd pf = { .fd = nfd, .events = POLLIN };
@@ -628,12 +635,7 @@ TEST_FULL(watchdog_is_fed_while_busy, 60) {
         char npath[300];
         need_rabbit();
         write_conf(NULL);
-        snprintf(npath, sizeof(npath), "%s/wd-notify.sock", test_tmpdir());
-        int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        struct sockaddr_un na = { .sun_family = AF_UNIX };
-        snprintf(na.sun_path, sizeof(na.sun_path), "%s", npath);
-        ASSERT_EQ(bind(nfd, (struct sockaddr *) &na, sizeof(na)), 0);
-        setenv("NOTIFY_SOCKET", npath, 1);
+        int nfd = notify_socket_env("wd-notify.sock", SOCK_NONBLOCK, npath);
         setenv("WATCHDOG_USEC", "1000000", 1);     /* fed every 0.5 s */
         start_agent();
         unsetenv("NOTIFY_SOCKET");
