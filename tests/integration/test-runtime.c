@@ -64,6 +64,15 @@ static void post_run(struct box *b, const char *what, const char *key, const cha
         http_req(&b->c, "POST", path, key ? key : b->key, body, r);
 }
 
+/* POST /code {"language": language, "code": code} with the box's key. */
+static void post_code(struct box *b, const char *language, const char *code, struct hres *r) {
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "language", language);
+        cJSON_AddStringToObject(o, "code", code);
+        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
+        post_run(b, "code", NULL, NULL, body, r);
+}
+
 /* Exec cmd with optional extra JSON members (",\"cwd\":\"/tmp\""). Asserts 200. */
 static void exec_ok(struct box *b, const char *cmd, const char *extra_members, struct hres *r) {
         _cleanup_json_ cJSON *o = cJSON_CreateObject();
@@ -526,11 +535,7 @@ TEST_FULL(code_python_and_node, 180) {
                 "for i in range(2):\n"
                 "    print(\"line\", i)\n";
         {
-                _cleanup_json_ cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "language", "python");
-                cJSON_AddStringToObject(o, "code", tricky_py);
-                _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
-                post_run(&b, "code", NULL, NULL, body, &r);
+                post_code(&b, "python", tricky_py, &r);
                 ASSERT_EQ(r.status, 200);
                 ASSERT_STREQ(hres_data_str(&r, "stdout"), "it's \"quoted\" $(echo no) `echo no` $HOME \\ end\nline 0\nline 1\n");
                 ASSERT_EQ(data_int(&r, "exit_code"), 0);
@@ -599,11 +604,7 @@ TEST_FULL(code_python_and_node, 180) {
         hres_done(&r);
         {
                 static const char js[] = "const s = `tick ${'$'}(x) \\\\ \"dq\" 'sq'`;\nconsole.log(s);\nconsole.error('to stderr');\nprocess.exit(3);\n";
-                _cleanup_json_ cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "language", "node");
-                cJSON_AddStringToObject(o, "code", js);
-                _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
-                post_run(&b, "code", NULL, NULL, body, &r);
+                post_code(&b, "node", js, &r);
                 ASSERT_EQ(r.status, 200);
                 ASSERT_STREQ(hres_data_str(&r, "stdout"), "tick $(x) \\ \"dq\" 'sq'\n");
                 ASSERT_STREQ(hres_data_str(&r, "stderr"), "to stderr\n");
