@@ -172,13 +172,8 @@ static void sse_parse(struct sse *s) {
 static size_t sse_write(char *p, size_t sz, size_t nm, void *ud) {
         struct sse *s = ud;
         size_t k = sz * nm;
-        s->buf = xrealloc(s->buf, s->len + k + 1);
-        memcpy(s->buf + s->len, p, k);
-        s->len += k;
-        s->all = xrealloc(s->all, s->all_len + k + 1);
-        memcpy(s->all + s->all_len, p, k);
-        s->all_len += k;
-        s->all[s->all_len] = 0;
+        mem_append(&s->buf, &s->len, p, k);
+        mem_append(&s->all, &s->all_len, p, k);
         sse_parse(s);
         if (s->abort_after_first_data && s->n > 0)
                 return 0;

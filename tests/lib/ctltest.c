@@ -231,14 +231,18 @@ char *ctld_account_key(struct ctld *c, const char *name, const char *plan, char 
         return key;
 }
 
+void mem_append(char **buf, size_t *len, const void *p, size_t n) {
+        *buf = xrealloc(*buf, *len + n + 1);
+        memcpy(*buf + *len, p, n);
+        *len += n;
+        (*buf)[*len] = 0;
+}
+
 struct sink { char *buf; size_t len; };
 static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
         struct sink *s = ud;
         size_t k = sz * n;
-        s->buf = xrealloc(s->buf, s->len + k + 1);
-        memcpy(s->buf + s->len, p, k);
-        s->len += k;
-        s->buf[s->len] = 0;
+        mem_append(&s->buf, &s->len, p, k);
         return k;
 }
 static size_t on_header(char *p, size_t sz, size_t n, void *ud) {

@@ -59,6 +59,10 @@ void hres_done(struct hres *r);
 const char *hres_data_str(const struct hres *r, const char *field);
 const char *hres_message(const struct hres *r);
 
+/* Appends n bytes at p to the heap buffer *buf of *len bytes (grown as needed) and keeps it
+ * NUL-terminated; for curl write callbacks. */
+void mem_append(char **buf, size_t *len, const void *p, size_t n);
+
 /* POST /sandboxes/{id}/exec {"cmd": cmd, "timeout_seconds": timeout_s}; the status is the caller's to check. */
 void ctld_exec(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *ret);
 
