@@ -568,9 +568,7 @@ TEST(http_unknown_route_wrong_method_and_body_limit) {
         hres_done(&r);
         ASSERT_EQ(total_count(&c, key, "/sandboxes"), 0);
         /* The daemon still serves after refusing bodies. */
-        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/healthz", NULL, NULL, 200);
 
         /* A client-chosen request id is echoed only when it is sane. */
         {
@@ -623,9 +621,7 @@ TEST(http_json_routes_have_a_small_body_limit) {
 
         /* Batch upload keeps the large limit: the same body reaches its handler (and is
          * refused there as a bad batch, not as too large). */
-        http_req(&c, "POST", "/sandboxes/" UNKNOWN_HEX "/files/batch", key, big, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", "/sandboxes/" UNKNOWN_HEX "/files/batch", key, big, 400);
 }
 
 TEST(http_ids_and_query_parameters_are_checked) {
@@ -803,9 +799,7 @@ TEST_FULL(pagination_math_order_and_envelopes, 120) {
                 http_req(&c, "PUT", path, key, "{\"mode\":\"restricted\"}", &r);
                 ASSERT_ERROR(&r, 400, "allow is required with at least one entry when mode is restricted");
                 hres_done(&r);
-                http_req(&c, "PUT", path, key, "{\"mode\":\"deny_all\"}", &r);
-                ASSERT_EQ(r.status, 501);
-                hres_done(&r);
+                HTTP_EXPECT(&c, "PUT", path, key, "{\"mode\":\"deny_all\"}", 501);
         }
 }
 
@@ -875,9 +869,7 @@ TEST_FULL(healthz_and_metrics_without_auth, 90) {
         for (int i = 0; i < 5; i++) {
                 char p[64];
                 snprintf(p, sizeof(p), "/junk-%d", i);
-                http_req(&c, "GET", p, key, NULL, &r);
-                ASSERT_EQ(r.status, 404);
-                hres_done(&r);
+                HTTP_EXPECT(&c, "GET", p, key, NULL, 404);
         }
         free(m);
         m = NULL;
@@ -895,9 +887,7 @@ TEST(templates_and_regions_lists) {
         ctld_start(&c, NULL, NULL);
         _cleanup_free_ char *key = ctld_account_key(&c, "browser", NULL, NULL);
 
-        http_req(&c, "GET", "/sandbox/templates", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 401);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/sandbox/templates", NULL, NULL, 401);
         http_req(&c, "GET", "/sandbox/templates", key, NULL, &r);
         ASSERT_ENVELOPE(&r, 200, "Templates fetched");
         const cJSON *a = data_of(&r);
@@ -1011,9 +1001,7 @@ TEST_FULL(wait_returns_settled_times_out_and_does_not_block_others, 120) {
         usleep(300000);
         for (int i = 0; i < 5; i++) {
                 t0 = mono_s();
-                http_req(&c, "GET", "/healthz", NULL, NULL, &r);
-                ASSERT_EQ(r.status, 200);
-                hres_done(&r);
+                HTTP_EXPECT(&c, "GET", "/healthz", NULL, NULL, 200);
                 get_sandbox(&c, key, id, &r);
                 hres_done(&r);
                 ASSERT_TRUE(mono_s() - t0 < 2.0);
@@ -1483,9 +1471,7 @@ TEST_FULL(admin_cli_accounts_keys_sandboxes_and_config_check, 120) {
         http_req(&c, "GET", "/sandboxes", key, NULL, &r);
         ASSERT_ERROR(&r, 401, "Invalid API key");
         hres_done(&r);
-        http_req(&c, "GET", "/sandboxes", key2, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/sandboxes", key2, NULL, 200);
         /* Revoking again: no active key by that prefix. */
         ASSERT_NE(ctld_admin(&c, NULL, "key", "revoke", prefix, NULL), 0);
 
@@ -1655,9 +1641,7 @@ TEST_FULL(hostile_bodies_never_crash, 120) {
         ASSERT_EQ(total_count(&c, key, "/sandboxes"), 0);
         _cleanup_free_ char *ps = account_containers(acc);
         ASSERT_STREQ(ps, "");
-        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/healthz", NULL, NULL, 200);
         ASSERT_TRUE(daemon_alive(&c));
 }
 

@@ -122,9 +122,7 @@ TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
         ASSERT_STREQ(cJSON_GetObjectItem(d, "destroy_reason")->valuestring, "user");
         ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItem(d, "destroyed_at")));
         hres_done(&r);
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         /* operations on a destroyed sandbox are refused clearly */
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
         http_req(&c, "POST", path, key, NULL, &r);
@@ -196,9 +194,7 @@ TEST(auth_missing_invalid_bearer_revoked) {
         char prefix[16];
         snprintf(prefix, sizeof(prefix), "%.12s", key);
         ASSERT_EQ(ctld_admin(&c, NULL, "key", "revoke", prefix, NULL), 0);
-        http_req(&c, "GET", "/sandboxes", key, NULL, &r);
-        ASSERT_EQ(r.status, 401);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/sandboxes", key, NULL, 401);
         /* The store never holds the key itself. */
         _cleanup_free_ char *dump = NULL;
         char db[400];
@@ -257,11 +253,8 @@ TEST_FULL(quota_race_admits_exactly_the_cap, 240) {
         char id[25];
         ASSERT_EQ(sscanf(out, "%24s", id), 1);
         char path[64];
-        struct hres r;
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         ctld_create(&c, key, NULL, id);
 }
 
@@ -283,19 +276,13 @@ TEST_FULL(restart_keeps_records_and_live_sandboxes, 180) {
         ASSERT_TRUE(docker_container_running(container_name(id)));
         /* Still usable: pause/resume/destroy work after the restart. */
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "paused", 60), "paused");
         snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         ASSERT_FALSE(docker_container_exists(container_name(id)));
 }
 
@@ -398,9 +385,7 @@ TEST_FULL(stats_come_from_samples_of_the_running_container, 120) {
         double mem = cJSON_GetObjectItem(cJSON_GetObjectItem(avg, "memory"), "totalInPercentage")->valuedouble;
         ASSERT_TRUE(mem > 0 && mem <= 100);
         hres_done(&r);
-        http_req(&c, "GET", "/sandboxes/000000000000000000000000/stats", key, NULL, &r);
-        ASSERT_EQ(r.status, 404);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/sandboxes/000000000000000000000000/stats", key, NULL, 404);
         snprintf(path, sizeof(path), "/sandboxes/%s/stats?hoursAgo=0", id);
         http_req(&c, "GET", path, key, NULL, &r);
         ASSERT_EQ(r.status, 400);
@@ -458,9 +443,7 @@ TEST_FULL(restart_heals_records_left_mid_operation, 180) {
         hres_done(&r);
         /* Healed sandboxes are usable: the paused one resumes. */
         snprintf(path, sizeof(path), "/sandboxes/%s/resume", b);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&c, key, b, "ready", 60), "ready");
         ASSERT_TRUE(docker_container_running(container_name(b)));
 }
@@ -511,9 +494,7 @@ TEST_FULL(docker_outage_is_visible_in_healthz_and_create, 90) {
         hres_done(&r);
 
         ASSERT_EQ(symlink("/var/run/docker.sock", sock), 0);
-        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/healthz", NULL, NULL, 200);
         char id[25];
         ctld_create(&c, key, NULL, id);
 }
@@ -544,9 +525,7 @@ TEST_FULL(failed_resume_releases_the_volume, 120) {
         char *rmi_argv[] = { "docker", "rmi", tag, NULL };
         ASSERT_EQ(test_run_capture(rmi_argv, NULL, 4096), 0);
         snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "failed", 60), "failed");
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
         http_req(&c, "GET", path, key, NULL, &r);
@@ -582,16 +561,12 @@ TEST_FULL(volume_being_deleted_cannot_be_attached, 120) {
         snprintf(q, sizeof(q), "UPDATE volumes SET deleting = 1 WHERE id = '%s'", vol);
         sql(&c, q);
         snprintf(body, sizeof(body), "{\"volumeId\":\"%s\"}", vol);
-        http_req(&c, "POST", "/sandboxes", key, body, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", "/sandboxes", key, body, 400);
         http_req(&c, "GET", "/sandboxes", key, NULL, &r);
         ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "totalCount")->valuedouble, 0);  /* nothing left */
         hres_done(&r);
         snprintf(path, sizeof(path), "/volumes/%s", vol);
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 409);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 409);
 
         /* As if controld died mid-delete: after a restart the volume attaches again. */
         ctld_restart(&c);
@@ -603,9 +578,7 @@ TEST_FULL(volume_being_deleted_cannot_be_attached, 120) {
         http_req(&c, "DELETE", path, key, NULL, &r);
         hres_done(&r);
         snprintf(path, sizeof(path), "/volumes/%s", vol);
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         char h[64];
         snprintf(h, sizeof(h), "paddock-vol-%s", vol);
         char *argv[] = { "docker", "volume", "inspect", h, NULL };

@@ -232,7 +232,6 @@ static char *get_metrics(struct ctld *c) {
 
 TEST_FULL(junk_methods_keep_the_exposition_valid_and_real_routes_counting, 180) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
-        struct hres r;
         need_docker();
         ctld_start(&c, NULL, NULL);
         _cleanup_free_ char *key = ctld_account_key(&c, "metered", NULL, NULL);
@@ -253,9 +252,7 @@ TEST_FULL(junk_methods_keep_the_exposition_valid_and_real_routes_counting, 180) 
 
         /* A real route still counts after the junk. */
         for (int i = 0; i < 3; i++) {
-                http_req(&c, "GET", "/sandboxes", key, NULL, &r);
-                ASSERT_EQ(r.status, 200);
-                hres_done(&r);
+                HTTP_EXPECT(&c, "GET", "/sandboxes", key, NULL, 200);
         }
         struct req_count q = { .route = "/sandboxes", .method = "GET", .status = 200 };
         for (int i = 0; i < 40 && q.value < 3; i++) {  /* counted when the request completes */
@@ -291,9 +288,7 @@ TEST_FULL(metrics_page_has_no_per_tenant_data, 180) {
         hres_done(&r);
         ctld_create(&c, key, "{\"name\":\"box-tenant-zebra\"}", id);
         snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
-        http_req(&c, "POST", path, key, "{\"cmd\":\"true\"}", &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", path, key, "{\"cmd\":\"true\"}", 200);
         snprintf(path, sizeof(path), "/sandboxes/%s/files/tmp/tenant-zebra-file", id);
         char kh[300];
         snprintf(kh, sizeof(kh), "x-brimble-key: %s", key);
@@ -302,9 +297,7 @@ TEST_FULL(metrics_page_has_no_per_tenant_data, 180) {
         ASSERT_TRUE(r.status >= 200 && r.status < 300);
         hres_done(&r);
         snprintf(path, sizeof(path), "/sandboxes/%s/files/tmp/tenant-zebra-file", id);
-        http_req(&c, "GET", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", path, key, NULL, 200);
 
         usleep(200000);
         _cleanup_free_ char *page = get_metrics(&c);

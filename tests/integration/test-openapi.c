@@ -504,12 +504,8 @@ TEST_FULL(every_documented_route_is_served_and_nothing_else, 90) {
         }
 
         /* Documented path rules: %2F and %00 are refused with 400, before authentication. */
-        http_req(c, "GET", "/sandboxes/" UNKNOWN_ID "/files/tmp%2Fx", key, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
-        http_req(c, "GET", "/sandboxes/" UNKNOWN_ID "%00/stats", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        HTTP_EXPECT(c, "GET", "/sandboxes/" UNKNOWN_ID "/files/tmp%2Fx", key, NULL, 400);
+        HTTP_EXPECT(c, "GET", "/sandboxes/" UNKNOWN_ID "%00/stats", NULL, NULL, 400);
         /* Authorization: Bearer works as documented. */
         {
                 char bh[256];
@@ -521,12 +517,8 @@ TEST_FULL(every_documented_route_is_served_and_nothing_else, 90) {
                 hres_done(&r);
         }
         /* Documented query limits. */
-        http_req(c, "GET", "/sandboxes?limit=101", key, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
-        http_req(c, "GET", "/sandboxes/snapshots?page=0", key, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        HTTP_EXPECT(c, "GET", "/sandboxes?limit=101", key, NULL, 400);
+        HTTP_EXPECT(c, "GET", "/sandboxes/snapshots?page=0", key, NULL, 400);
         http_req(c, "GET", "/sandboxes/snapshots?limit=100", key, NULL, &r);
         ASSERT_EQ(r.status, 200);
         check_answer(spec, "/sandboxes/snapshots", "get", &r);
@@ -672,9 +664,7 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         http_req(c, "GET", "/volumes", key, NULL, &r);
         check_answer(spec, "/volumes", "get", &r);
         hres_done(&r);
-        http_req(c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(c, "DELETE", path, key, NULL, 204);
 
         /* pause acknowledges without data; destroyed records still match */
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
@@ -682,9 +672,7 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         check_answer(spec, "/sandboxes/{id}/pause", "post", &r);
         hres_done(&r);
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(c, "DELETE", path, key, NULL, 204);
         http_req(c, "GET", path, key, NULL, &r);
         ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "status")),
                      "destroyed");

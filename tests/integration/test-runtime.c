@@ -388,9 +388,7 @@ TEST_FULL(exec_validation_and_access, 120) {
                 hres_done(&r);
         }
         /* GET on exec is not allowed. */
-        http_req(&b.c, "GET", sb_path(&b, "/exec%s", ""), b.key, NULL, &r);
-        ASSERT_EQ(r.status, 405);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "GET", sb_path(&b, "/exec%s", ""), b.key, NULL, 405);
 
         /* Another account cannot see or run anything in this sandbox. */
         _cleanup_free_ char *bob = ctld_account_key(&b.c, "bob", NULL, NULL);
@@ -407,9 +405,7 @@ TEST_FULL(exec_validation_and_access, 120) {
                 http_req_full(&b.c, "PUT", sb_path(&b, "/files%s", "/tmp/pwned"), h, "x", 1, &r);
                 ASSERT_EQ(r.status, 404);
                 hres_done(&r);
-                http_req(&b.c, "GET", sb_path(&b, "/files%s", "/etc/hostname"), bob, NULL, &r);
-                ASSERT_EQ(r.status, 404);
-                hres_done(&r);
+                HTTP_EXPECT(&b.c, "GET", sb_path(&b, "/files%s", "/etc/hostname"), bob, NULL, 404);
                 http_req(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), bob,
                          "{\"files\":[{\"path\":\"/tmp/pwned\",\"content_base64\":\"eA==\"}]}", &r);
                 ASSERT_EQ(r.status, 404);
@@ -731,10 +727,7 @@ TEST_FULL(stream_timeout_and_disconnect, 120) {
         free(o);
 
         /* controld still answers, and the slot was released (a fresh exec works). */
-        struct hres r;
-        http_req(&b.c, "GET", "/healthz", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "GET", "/healthz", NULL, NULL, 200);
         _cleanup_free_ char *e = sh(&b, "echo ok");
         ASSERT_STREQ(e, "ok\n");
 }
@@ -911,13 +904,9 @@ TEST_FULL(files_errors_and_traversal, 120) {
         ASSERT_TRUE(memmem(r.body, r.len, "Debian", 6) != NULL);
         hres_done(&r);
         /* Unknown sandbox. */
-        http_req(&b.c, "GET", "/sandboxes/0123456789abcdef01234567/files/tmp/x", b.key, NULL, &r);
-        ASSERT_EQ(r.status, 404);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "GET", "/sandboxes/0123456789abcdef01234567/files/tmp/x", b.key, NULL, 404);
         /* Methods. */
-        http_req(&b.c, "DELETE", sb_path(&b, "/files%s", "/tmp/x"), b.key, NULL, &r);
-        ASSERT_EQ(r.status, 405);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "DELETE", sb_path(&b, "/files%s", "/tmp/x"), b.key, NULL, 405);
 }
 
 /* A raw HTTP/1.1 request: headers only, then waits up to timeout_ms for the answer. */
@@ -1116,9 +1105,7 @@ TEST_FULL(files_persistent_volume_across_pause_resume, 180) {
         hres_done(&r);
 
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", b.id);
-        http_req(&b.c, "POST", path, b.key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "POST", path, b.key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&b.c, b.key, b.id, "paused", 60), "paused");
 
         /* A paused sandbox runs nothing and moves no files: 400 with the reason. */
@@ -1143,9 +1130,7 @@ TEST_FULL(files_persistent_volume_across_pause_resume, 180) {
         }
 
         snprintf(path, sizeof(path), "/sandboxes/%s/resume", b.id);
-        http_req(&b.c, "POST", path, b.key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "POST", path, b.key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&b.c, b.key, b.id, "ready", 90), "ready");
 
         get_file(&b, "/workspace/x", &r);
@@ -1225,9 +1210,7 @@ TEST_FULL(files_batch, 120) {
                 ASSERT_STREQ(o, "end\n");
         }
         /* Empty list, traversal in a batch path. */
-        http_req(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), b.key, "{\"files\":[]}", &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), b.key, "{\"files\":[]}", 400);
         http_req(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), b.key,
                  "{\"files\":[{\"path\":\"/tmp/../etc/evil\",\"content_base64\":\"eA==\"}]}", &r);
         ASSERT_TRUE(r.status == 400 || (r.status == 200 && data_int(&r, "failed") == 1));

@@ -320,6 +320,16 @@ void ctld_exec(struct ctld *c, const char *key, const char *id, const char *cmd,
         http_req(c, "POST", path, key, body, ret);
 }
 
+void http_expect_at(const char *file, int line, struct ctld *c, const char *method, const char *path, const char *key,
+                    const char *body, long status) {
+        struct hres r;
+        http_req(c, method, path, key, body, &r);
+        if (r.status != status)
+                test_fail(file, line, "%s %s: HTTP %ld, want %ld: %.400s", method, path, r.status, status,
+                          r.body ? r.body : "");
+        hres_done(&r);
+}
+
 void hres_done(struct hres *r) {
         free(r->body);
         free(r->headers);

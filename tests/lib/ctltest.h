@@ -55,6 +55,12 @@ void http_req(struct ctld *c, const char *method, const char *path, const char *
 void http_req_full(struct ctld *c, const char *method, const char *path, const char *const *headers, const void *body,
                    size_t body_len, struct hres *ret);
 void hres_done(struct hres *r);
+/* One request whose answer must have this status (else the test fails at the caller's line);
+ * the response is dropped. */
+#define HTTP_EXPECT(c, method, path, key, body, status) \
+        http_expect_at(__FILE__, __LINE__, c, method, path, key, body, status)
+void http_expect_at(const char *file, int line, struct ctld *c, const char *method, const char *path, const char *key,
+                    const char *body, long status);
 /* Convenience: data.<field> string of a response (NULL if absent). */
 const char *hres_data_str(const struct hres *r, const char *field);
 const char *hres_message(const struct hres *r);
