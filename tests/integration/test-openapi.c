@@ -336,6 +336,14 @@ static void check_answer(cJSON *spec, const char *path, const char *method, cons
                           where, c.problems, r->body);
 }
 
+/* GET path (with key) and check the answer against the spec's operation "get" of template. */
+static void get_and_check(struct ctld *c, cJSON *spec, const char *path, const char *key, const char *template) {
+        struct hres r;
+        http_req(c, "GET", path, key, NULL, &r);
+        check_answer(spec, template, "get", &r);
+        hres_done(&r);
+}
+
 /* ---- the spec on its own ---- */
 
 TEST(spec_is_openapi_3_0_with_paths_and_resolvable_refs) {
@@ -585,13 +593,9 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         check_answer(spec, "/sandboxes/{id}", "get", &r);
         hres_done(&r);
 
-        http_req(c, "GET", "/sandboxes?limit=5", key, NULL, &r);
-        check_answer(spec, "/sandboxes", "get", &r);
-        hres_done(&r);
+        get_and_check(c, spec, "/sandboxes?limit=5", key, "/sandboxes");
         snprintf(path, sizeof(path), "/sandboxes/%s/wait?timeout=0", id);
-        http_req(c, "GET", path, key, NULL, &r);
-        check_answer(spec, "/sandboxes/{id}/wait", "get", &r);
-        hres_done(&r);
+        get_and_check(c, spec, path, key, "/sandboxes/{id}/wait");
 
         /* exec, plain and with every truncation/timeout flag */
         snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
@@ -636,19 +640,11 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         hres_done(&r);
 
         snprintf(path, sizeof(path), "/sandboxes/%s/stats?hoursAgo=1", id);
-        http_req(c, "GET", path, key, NULL, &r);
-        check_answer(spec, "/sandboxes/{id}/stats", "get", &r);
-        hres_done(&r);
+        get_and_check(c, spec, path, key, "/sandboxes/{id}/stats");
 
-        http_req(c, "GET", "/sandbox/templates", key, NULL, &r);
-        check_answer(spec, "/sandbox/templates", "get", &r);
-        hres_done(&r);
-        http_req(c, "GET", "/sandboxes/regions", key, NULL, &r);
-        check_answer(spec, "/sandboxes/regions", "get", &r);
-        hres_done(&r);
-        http_req(c, "GET", "/healthz", NULL, NULL, &r);
-        check_answer(spec, "/healthz", "get", &r);
-        hres_done(&r);
+        get_and_check(c, spec, "/sandbox/templates", key, "/sandbox/templates");
+        get_and_check(c, spec, "/sandboxes/regions", key, "/sandboxes/regions");
+        get_and_check(c, spec, "/healthz", NULL, "/healthz");
 
         /* volumes: create, fetch, list, delete */
         http_req(c, "POST", "/volumes", key, "{\"name\":\"openapi-vol\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}", &r);
@@ -658,12 +654,8 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         snprintf(vid, sizeof(vid), "%s", hres_data_str(&r, "id"));
         hres_done(&r);
         snprintf(path, sizeof(path), "/volumes/%s", vid);
-        http_req(c, "GET", path, key, NULL, &r);
-        check_answer(spec, "/volumes/{volumeId}", "get", &r);
-        hres_done(&r);
-        http_req(c, "GET", "/volumes", key, NULL, &r);
-        check_answer(spec, "/volumes", "get", &r);
-        hres_done(&r);
+        get_and_check(c, spec, path, key, "/volumes/{volumeId}");
+        get_and_check(c, spec, "/volumes", key, "/volumes");
         HTTP_EXPECT(c, "DELETE", path, key, NULL, 204);
 
         /* pause acknowledges without data; destroyed records still match */
