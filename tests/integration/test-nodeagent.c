@@ -145,6 +145,18 @@ static void wait_agent_ready(struct client *c) {
         test_fail(__FILE__, __LINE__, "nodeagent never bound its queue; see %s", log_path);
 }
 
+/* Publishes a ping to node until the broker returns it as unroutable (the node's queue is
+ * gone), for up to 5 s; returns what the last publish returned (1: returned). */
+static int publish_until_returned(struct client *c, const char *node, const char *corr) {
+        int returned = 0;
+        for (int i = 0; i < 100 && !returned; i++) {
+                returned = publish(c, node, "{\"type\":\"ping\"}", corr, NULL);
+                if (!returned)
+                        usleep(50000);
+        }
+        return returned;
+}
+
 /* A datagram socket bound at <tmpdir>/name (path in npath) and named in NOTIFY_SOCKET, where
  * an agent started now sends its sd_notify messages. */
 static int notify_socket_env(const char *name, int flags, char npath[static 300]) {
@@ -205,13 +217,7 @@ TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {
 
         /* When the agent goes away its queue goes too: publishes to it fail fast. */
         stop_agent(NULL);
-        int returned = 0;
-        for (int i = 0; i < 100 && !returned; i++) {
-                returned = publish(&c, node_id, "{\"type\":\"ping\"}", "corr-6", NULL);
-                if (!returned)
-                        usleep(50000);
-        }
-        ASSERT_EQ(returned, 1);
+        ASSERT_EQ(publish_until_returned(&c, node_id, "corr-6"), 1);
         client_close(&c);
 }
 
@@ -435,13 +441,7 @@ TEST_FULL(parent_holds_no_capabilities_and_a_dead_child_stops_it, 60) {
         agent_pid = 0;
         ASSERT_TRUE(WIFEXITED(status));
         ASSERT_NE(WEXITSTATUS(status), 0);
-        int returned = 0;
-        for (int i = 0; i < 100 && !returned; i++) {
-                returned = publish(&c, node_id, "{\"type\":\"ping\"}", "after-death", NULL);
-                if (!returned)
-                        usleep(50000);
-        }
-        ASSERT_EQ(returned, 1);
+        ASSERT_EQ(publish_until_returned(&c, node_id, "after-death"), 1);
         _cleanup_free_ char *log = NULL;
         char *cat[] = { "cat", log_path, NULL };
         ASSERT_EQ(test_run_capture(cat, &log, 1 << 20), 0);
