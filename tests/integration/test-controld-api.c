@@ -266,9 +266,7 @@ static char *allow_list_json(int n) {
 TEST_FULL(create_validation_rules_are_400_and_create_nothing, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         char acc[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "validator", NULL, acc);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "validator", acc);
         _cleanup_free_ char *allow51 = allow_list_json(51);
         char name65[128], body_name65[200];
         memset(name65, 'n', 65);
@@ -409,9 +407,7 @@ TEST_FULL(create_validation_rules_are_400_and_create_nothing, 120) {
 TEST_FULL(plan_limits_are_403_unknown_names_400, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         char acc[25], id[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "capped", NULL, acc);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "capped", acc);
         const struct { const char *body; long status; const char *msg; } rows[] = {
                 { "{\"specs\":{\"cpu\":1500}}", 403,
                   "Your plan allows up to 1000 MHz of CPU per sandbox (specs.cpu). Lower it or upgrade." },
@@ -588,9 +584,7 @@ TEST(http_unknown_route_wrong_method_and_body_limit) {
 TEST(http_json_routes_have_a_small_body_limit) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "amplify", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "amplify", NULL);
         char kh[256];
         snprintf(kh, sizeof(kh), "x-brimble-key: %s", key);
 
@@ -627,9 +621,7 @@ TEST(http_json_routes_have_a_small_body_limit) {
 TEST(http_ids_and_query_parameters_are_checked) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "ids", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "ids", NULL);
         static const char *const bad_ids[] = {
                 "xyz", "0123456789ABCDEF01234567", "0123456789abcdef012345678", "0123456789abcdef0123456", "%20",
         };
@@ -705,9 +697,7 @@ TEST_FULL(pagination_math_order_and_envelopes, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char ids[3][25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "pager", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "pager", NULL);
         _cleanup_free_ char *other = ctld_account_key(&c, "pager-other", NULL, NULL);
 
         /* Empty list: zero pages. */
@@ -827,9 +817,7 @@ TEST_FULL(healthz_and_metrics_without_auth, 90) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "observer", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "observer", NULL);
 
         http_req(&c, "GET", "/healthz", NULL, NULL, &r);
         ASSERT_EQ(r.status, 200);
@@ -883,9 +871,7 @@ TEST_FULL(healthz_and_metrics_without_auth, 90) {
 TEST(templates_and_regions_lists) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "browser", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "browser", NULL);
 
         HTTP_EXPECT(&c, "GET", "/sandbox/templates", NULL, NULL, 401);
         http_req(&c, "GET", "/sandbox/templates", key, NULL, &r);
@@ -966,9 +952,7 @@ TEST_FULL(wait_returns_settled_times_out_and_does_not_block_others, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "waiter", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "waiter", NULL);
         ctld_create(&c, key, NULL, id);
 
         /* Settled already: at once, the sandbox in the usual envelope. */
@@ -1335,9 +1319,7 @@ TEST_FULL(reaper_one_shot_exit_and_vanished_container, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char a[25], b[25], d[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "reaped", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "reaped", NULL);
         ctld_create(&c, key, "{\"oneShot\":true}", a);
         ctld_create(&c, key, NULL, b);
         ctld_create(&c, key, NULL, d);
@@ -1403,9 +1385,7 @@ TEST_FULL(admin_cli_accounts_keys_sandboxes_and_config_check, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char acc[25], acc2[25], id[25], id2[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "operator-a", NULL, acc);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "operator-a", acc);
         _cleanup_free_ char *key2 = ctld_account_key(&c, "operator-b", NULL, acc2);
 
         _cleanup_free_ char *out = NULL;
@@ -1652,9 +1632,7 @@ TEST_FULL(percent_encoded_nul_does_not_truncate_the_path, 90) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25], path[128];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "nul-path", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "nul-path", NULL);
         ctld_create(&c, key, NULL, id);
 
         snprintf(path, sizeof(path), "/sandboxes/%s%%00/snapshots", id);

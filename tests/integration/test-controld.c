@@ -17,9 +17,7 @@ TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
         struct ctld c;
         struct hres r;
         char id[25], path[128];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "alice", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "alice", NULL);
 
         http_req(&c, "POST", "/sandboxes", key, "{\"name\":\"my-box\",\"specs\":{\"cpu\":300,\"memory\":256}}", &r);
         ASSERT_EQ(r.status, 201);
@@ -222,9 +220,7 @@ TEST_FULL(quota_race_admits_exactly_the_cap, 240) {
         struct race x[50];
         pthread_t t[50];
         int ok = 0, denied = 0;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "racer", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "racer", NULL);
         for (int i = 0; i < 50; i++) {
                 x[i] = (struct race) { .c = &c, .key = key };
                 ASSERT_EQ(pthread_create(&t[i], NULL, race_create, &x[i]), 0);
@@ -262,9 +258,7 @@ TEST_FULL(restart_keeps_records_and_live_sandboxes, 180) {
         struct ctld c;
         struct hres r;
         char id[25], path[96];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "survivor", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "survivor", NULL);
         ctld_create(&c, key, "{\"name\":\"keep-me\"}", id);
         ctld_restart(&c);
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
@@ -289,9 +283,7 @@ TEST_FULL(restart_keeps_records_and_live_sandboxes, 180) {
 TEST_FULL(provisioning_failure_is_503_and_leaves_nothing, 120) {
         struct ctld c;
         struct hres r;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "unlucky", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "unlucky", NULL);
         http_req(&c, "POST", "/sandboxes", key, "{\"template\":\"missing-image\"}", &r);
         ASSERT_EQ(r.status, 503);
         ASSERT_CONTAINS(hres_message(&r), "Sandbox provisioning failed");
@@ -320,9 +312,7 @@ TEST_FULL(provisioning_failure_is_503_and_leaves_nothing, 120) {
 TEST(deny_all_has_no_network) {
         struct ctld c;
         char id[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "closed", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "closed", NULL);
         ctld_create(&c, key, "{\"blockOutbound\":true}", id);
         _cleanup_free_ char *out = NULL;
         char *argv[] = { "docker", "inspect", "-f", "{{.HostConfig.NetworkMode}} {{.HostConfig.Runtime}}", container_name(id), NULL };
@@ -349,9 +339,7 @@ TEST_FULL(stats_come_from_samples_of_the_running_container, 120) {
         struct ctld c;
         struct hres r;
         char id[25], path[96];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "watcher", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "watcher", NULL);
         ctld_create(&c, key, "{\"template\":\"python-3.11\",\"specs\":{\"memory\":200,\"cpu\":250}}", id);
         /* Burn CPU for five sampling intervals (stats_interval is 1s in the test config). */
         char *argv[] = { "docker", "exec", container_name(id), "python3", "-c",
@@ -550,9 +538,7 @@ TEST_FULL(volume_being_deleted_cannot_be_attached, 120) {
         struct ctld c;
         struct hres r;
         char vol[25], id[25], path[96], body[160], q[160];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "deleter", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "deleter", NULL);
         http_req(&c, "POST", "/volumes", key, "{\"name\":\"doomed\",\"sizeGB\":10,\"region\":\"6a06df21cc6bef51342e199e\"}", &r);
         ASSERT_EQ(r.status, 201);
         snprintf(vol, sizeof(vol), "%s", hres_data_str(&r, "id"));

@@ -232,9 +232,7 @@ static char *get_metrics(struct ctld *c) {
 
 TEST_FULL(junk_methods_keep_the_exposition_valid_and_real_routes_counting, 180) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "metered", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "metered", NULL);
 
         /* Methods that would break the page if they became label values verbatim, and 300
          * distinct junk methods to fill a series table. libmicrohttpd answers them (any
@@ -276,9 +274,7 @@ TEST_FULL(metrics_page_has_no_per_tenant_data, 180) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char acct[25], id[25], path[128];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "tenant-zebra-name", NULL, acct);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "tenant-zebra-name", acct);
 
         http_req(&c, "POST", "/volumes", key, "{\"name\":\"vol-tenant-zebra\",\"sizeGB\":10,\"region\":\"6a06df21cc6bef51342e199e\"}", &r);
         if (r.status != 201)

@@ -238,6 +238,12 @@ void mem_append(char **buf, size_t *len, const void *p, size_t n) {
         (*buf)[*len] = 0;
 }
 
+char *ctld_start_with_account(struct ctld *c, const char *name, char ret_account_id[25]) {
+        need_docker();
+        ctld_start(c, NULL, NULL);
+        return ctld_account_key(c, name, NULL, ret_account_id);
+}
+
 struct sink { char *buf; size_t len; };
 static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
         struct sink *s = ud;

@@ -40,6 +40,9 @@ void ctld_stop(struct ctld *c);
 int ctld_admin(struct ctld *c, char **ret_out, const char *arg1, ...) __attribute__((sentinel));
 /* Creates an account (plan may be NULL) and returns a fresh API key (static storage per call: copy it). */
 char *ctld_account_key(struct ctld *c, const char *name, const char *plan, char ret_account_id[25]);
+/* The usual start of a test: needs Docker, starts controld with the default config and
+ * returns an API key of a new account `name` (its id in ret_account_id when non-NULL). */
+char *ctld_start_with_account(struct ctld *c, const char *name, char ret_account_id[25]);
 
 struct hres {
         long status;
