@@ -145,6 +145,16 @@ static void wait_agent_ready(struct client *c) {
         test_fail(__FILE__, __LINE__, "nodeagent never bound its queue; see %s", log_path);
 }
 
+/* agent_egress_init(cfg), skipping the test where nftables netlink is not available. */
+static void egress_init_or_skip(struct agent_config *cfg) {
+        char err[512] = "";
+        int r = agent_egress_init(cfg, err, sizeof(err));
+        if (r == -EPERM || r == -EPROTONOSUPPORT)
+                TEST_SKIP("nftables netlink is not available here");
+        if (r < 0)
+                test_fail(__FILE__, __LINE__, "egress init: %s", err);
+}
+
 /* Publishes a ping to node until the broker returns it as unroutable (the node's queue is
  * gone), for up to 5 s; returns what the last publish returned (1: returned). */
 static int publish_until_returned(struct client *c, const char *node, const char *corr) {
@@ -292,12 +302,7 @@ TEST(egress_messages_program_the_firewall) {
         char *bridges[] = { "pdkbr0", NULL };
         struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true, .egress_table = "paddock",
                                     .egress_bridges = bridges, .egress_priority = -10 };
-        char err[512] = "";
-        int r = agent_egress_init(&cfg, err, sizeof(err));
-        if (r == -EPERM || r == -EPROTONOSUPPORT)
-                TEST_SKIP("nftables netlink is not available here");
-        if (r < 0)
-                test_fail(__FILE__, __LINE__, "egress init: %s", err);
+        egress_init_or_skip(&cfg);
 
 #define SB "0123456789abcdef01234567"
         static const char apply[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.7\","
@@ -506,12 +511,7 @@ static void egress_setup(const char *hosts_text) {
         static char *bridges[] = { "pdkbr0", NULL };
         static struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true, .egress_table = "paddock",
                                            .egress_bridges = bridges, .egress_priority = -10 };
-        char err[512] = "";
-        int r = agent_egress_init(&cfg, err, sizeof(err));
-        if (r == -EPERM || r == -EPROTONOSUPPORT)
-                TEST_SKIP("nftables netlink is not available here");
-        if (r < 0)
-                test_fail(__FILE__, __LINE__, "egress init: %s", err);
+        egress_init_or_skip(&cfg);
 }
 
 static char *nft_dump(void) {

@@ -336,6 +336,19 @@ static void check_answer(cJSON *spec, const char *path, const char *method, cons
                           where, c.problems, r->body);
 }
 
+/* POST body to path (with key), which must create (201); checks the answer against the spec's
+ * operation "post" of path and returns the new id in ret_id. */
+static void post_and_check(struct ctld *c, cJSON *spec, const char *path, const char *key, const char *body,
+                           const char *what, char ret_id[25]) {
+        struct hres r;
+        http_req(c, "POST", path, key, body, &r);
+        if (r.status != 201)
+                test_fail(__FILE__, __LINE__, "%s -> %ld %s", what, r.status, r.body);
+        check_answer(spec, path, "post", &r);
+        snprintf(ret_id, 25, "%s", hres_data_str(&r, "id"));
+        hres_done(&r);
+}
+
 /* GET path (with key) and check the answer against the spec's operation "get" of template. */
 static void get_and_check(struct ctld *c, cJSON *spec, const char *path, const char *key, const char *template) {
         struct hres r;
@@ -548,12 +561,7 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         _cleanup_free_ char *key = ctld_account_key(c, "openapi", NULL, NULL);
 
         /* create: the short result */
-        http_req(c, "POST", "/sandboxes", key, "{\"name\":\"openapi-probe\"}", &r);
-        if (r.status != 201)
-                test_fail(__FILE__, __LINE__, "create -> %ld %s", r.status, r.body);
-        check_answer(spec, "/sandboxes", "post", &r);
-        snprintf(id, sizeof(id), "%s", hres_data_str(&r, "id"));
-        hres_done(&r);
+        post_and_check(c, spec, "/sandboxes", key, "{\"name\":\"openapi-probe\"}", "create", id);
 
         /* get: the full record, compared key by key with components.schemas.Sandbox both ways */
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
@@ -647,12 +655,8 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         get_and_check(c, spec, "/healthz", NULL, "/healthz");
 
         /* volumes: create, fetch, list, delete */
-        http_req(c, "POST", "/volumes", key, "{\"name\":\"openapi-vol\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}", &r);
-        if (r.status != 201)
-                test_fail(__FILE__, __LINE__, "volume create -> %ld %s", r.status, r.body);
-        check_answer(spec, "/volumes", "post", &r);
-        snprintf(vid, sizeof(vid), "%s", hres_data_str(&r, "id"));
-        hres_done(&r);
+        post_and_check(c, spec, "/volumes", key, "{\"name\":\"openapi-vol\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}",
+                       "volume create", vid);
         snprintf(path, sizeof(path), "/volumes/%s", vid);
         get_and_check(c, spec, path, key, "/volumes/{volumeId}");
         get_and_check(c, spec, "/volumes", key, "/volumes");
