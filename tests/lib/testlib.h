@@ -102,6 +102,9 @@ void test_on_exit(void (*fn)(void *ud), void *ud);
 const char *test_build_path(const char *rel);
 /* A fresh directory under /tmp removed when the test process exits. */
 const char *test_tmpdir(void);
+/* A fuzz input: rand_r(seed) % max_len bytes in a fresh xmalloc'd buffer (length in *ret_len),
+ * each any byte when any_byte, else one of alphabet's (a C string). */
+char *test_random_input(unsigned *seed, int max_len, bool any_byte, const char *alphabet, size_t *ret_len);
 /* Is a TCP port on 127.0.0.1 accepting? */
 bool test_port_open(int port);
 /* Is the docker socket answering? */

@@ -492,10 +492,8 @@ TEST_FULL(random_bytes_never_crash, 300) {
         unsigned seed = 4242;
         static const char alphabet[] = "[]\"=#;\\ \t\r\n,akK1-0_.msMG\x01\xc3\xa9\xff";
         for (int iter = 0; iter < 30000; iter++) {
-                size_t len = (size_t) (rand_r(&seed) % 200);
-                _cleanup_free_ char *b = xmalloc(len ? len : 1);
-                for (size_t i = 0; i < len; i++)
-                        b[i] = (iter & 1) ? (char) rand_r(&seed) : alphabet[rand_r(&seed) % (sizeof(alphabet) - 1)];
+                size_t len;
+                _cleanup_free_ char *b = test_random_input(&seed, 200, iter & 1, alphabet, &len);
                 fuzz_one(b, len);
         }
         /* Structured mutations of a valid file. */
