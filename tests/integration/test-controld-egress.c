@@ -124,11 +124,7 @@ static void world_up(void) {
 
 static void agent_stop(void *ud) {
         (void) ud;
-        if (agent_pid > 0) {
-                kill(agent_pid, SIGTERM);
-                waitpid(agent_pid, NULL, 0);
-                agent_pid = 0;
-        }
+        test_stop_child(&agent_pid);
 }
 
 static void table_drop(void *ud) {

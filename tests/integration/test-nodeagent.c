@@ -34,11 +34,7 @@ static void need_rabbit(void) {
 
 static void stop_agent(void *ud) {
         (void) ud;
-        if (agent_pid > 0) {
-                kill(agent_pid, SIGTERM);
-                waitpid(agent_pid, NULL, 0);
-                agent_pid = 0;
-        }
+        test_stop_child(&agent_pid);
 }
 
 static void write_conf(const char *extra) {

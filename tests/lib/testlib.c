@@ -270,3 +270,11 @@ char *test_random_input(unsigned *seed, int max_len, bool any_byte, const char *
         *ret_len = len;
         return b;
 }
+
+void test_stop_child(pid_t *pid) {
+        if (*pid > 0) {
+                kill(*pid, SIGTERM);
+                waitpid(*pid, NULL, 0);
+                *pid = 0;
+        }
+}
