@@ -551,3 +551,11 @@ static int64_t clock_ms(clockid_t id) {
 
 int64_t now_ms(void) { return clock_ms(CLOCK_REALTIME); }
 int64_t mono_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
+
+void cond_init_monotonic(pthread_cond_t *cond) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(cond, &ca);
+        pthread_condattr_destroy(&ca);
+}

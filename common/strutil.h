@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -136,3 +137,6 @@ size_t utf8_copy_trunc(char *dst, size_t size, const char *src);
 void format_rfc3339_ms(int64_t ms, char out[32]);
 int64_t now_ms(void);   /* CLOCK_REALTIME */
 int64_t mono_ms(void);  /* CLOCK_MONOTONIC */
+/* pthread_cond_init with CLOCK_MONOTONIC as the clock of its timed waits, so deadlines built
+ * from clock_gettime(CLOCK_MONOTONIC) survive wall-clock jumps. */
+void cond_init_monotonic(pthread_cond_t *cond);

@@ -641,11 +641,7 @@ int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, cha
                 goto fail;
         }
         pthread_mutex_init(&c->lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&c->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cond_init_monotonic(&c->cond);
 
         pthread_mutex_lock(&c->lock);
         r = client_connect(c, (long) mono_ms() + CONNECT_TIMEOUT_MS, err, errlen);
