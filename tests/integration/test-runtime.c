@@ -1250,18 +1250,23 @@ static void *par_exec(void *ud) {
         return NULL;
 }
 
+/* n par_exec threads at once, job i with cmd_fmt formatted with i; returns when all are done. */
+static void run_parallel(struct box *b, struct par *p, int n, const char *cmd_fmt) {
+        pthread_t t[n];
+        for (int i = 0; i < n; i++) {
+                p[i] = (struct par) { .b = b, .i = i, .cmd_fmt = cmd_fmt };
+                ASSERT_EQ(pthread_create(&t[i], NULL, par_exec, &p[i]), 0);
+        }
+        for (int i = 0; i < n; i++)
+                pthread_join(t[i], NULL);
+}
+
 TEST_FULL(concurrency_50_execs_one_sandbox, 150) {
         struct box b;
         box_start(&b, "max_exec_concurrent = 64", NULL, NULL);
         enum { N = 50 };
         struct par p[N];
-        pthread_t t[N];
-        for (int i = 0; i < N; i++) {
-                p[i] = (struct par) { .b = &b, .i = i, .cmd_fmt = "{\"cmd\":\"sleep 0.5; echo job-%d\",\"timeout_seconds\":120}" };
-                ASSERT_EQ(pthread_create(&t[i], NULL, par_exec, &p[i]), 0);
-        }
-        for (int i = 0; i < N; i++)
-                pthread_join(t[i], NULL);
+        run_parallel(&b, p, N, "{\"cmd\":\"sleep 0.5; echo job-%d\",\"timeout_seconds\":120}");
         for (int i = 0; i < N; i++) {
                 char want[32];
                 snprintf(want, sizeof(want), "job-%d\n", i);
@@ -1280,13 +1285,7 @@ TEST_FULL(concurrency_limit_answers_429, 120) {
         box_start(&b, "max_exec_concurrent = 2", NULL, NULL);
         enum { N = 10 };
         struct par p[N];
-        pthread_t t[N];
-        for (int i = 0; i < N; i++) {
-                p[i] = (struct par) { .b = &b, .i = i, .cmd_fmt = "{\"cmd\":\"sleep 2; echo s%d\"}" };
-                ASSERT_EQ(pthread_create(&t[i], NULL, par_exec, &p[i]), 0);
-        }
-        for (int i = 0; i < N; i++)
-                pthread_join(t[i], NULL);
+        run_parallel(&b, p, N, "{\"cmd\":\"sleep 2; echo s%d\"}");
         int ok = 0, busy = 0;
         for (int i = 0; i < N; i++) {
                 if (p[i].status == 200) {
@@ -1305,14 +1304,9 @@ TEST_FULL(concurrency_limit_answers_429, 120) {
         ASSERT_EQ(ok + busy, N);
         /* Slots come back: afterwards two run side by side again. */
         struct par q[2];
-        for (int i = 0; i < 2; i++) {
-                q[i] = (struct par) { .b = &b, .i = i, .cmd_fmt = "{\"cmd\":\"sleep 1; echo s%d\"}" };
-                ASSERT_EQ(pthread_create(&t[i], NULL, par_exec, &q[i]), 0);
-        }
-        for (int i = 0; i < 2; i++) {
-                pthread_join(t[i], NULL);
+        run_parallel(&b, q, 2, "{\"cmd\":\"sleep 1; echo s%d\"}");
+        for (int i = 0; i < 2; i++)
                 ASSERT_EQ(q[i].status, 200);
-        }
         /* A streamed exec holds a slot too, and gives it back when it ends. */
         struct sse s = { 0 };
         sse_run(&b, "exec", "{\"cmd\":\"echo x\",\"stream\":true}", &s);
