@@ -578,11 +578,7 @@ TEST_FULL(pings_systemd_watchdog, 60) {
         char path[300];
         need_docker();
         snprintf(path, sizeof(path), "%s/wd-%d.sock", test_tmpdir(), getpid());
-        int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un a = { .sun_family = AF_UNIX };
-        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-        ASSERT_EQ(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
-        setenv("NOTIFY_SOCKET", path, 1);
+        int fd = test_notify_socket(path, 0);
         setenv("WATCHDOG_USEC", "400000", 1);
         ctld_start(&c, NULL, NULL);
         unsetenv("NOTIFY_SOCKET");
@@ -620,11 +616,7 @@ TEST_FULL(notifies_systemd_ready_and_stopping, 60) {
         char path[300];
         need_docker();
         snprintf(path, sizeof(path), "%s/notify-%d.sock", test_tmpdir(), getpid());
-        int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un a = { .sun_family = AF_UNIX };
-        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-        ASSERT_EQ(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
-        setenv("NOTIFY_SOCKET", path, 1);
+        int fd = test_notify_socket(path, 0);
         ctld_start(&c, NULL, NULL);
         unsetenv("NOTIFY_SOCKET");
         char buf[512] = "";

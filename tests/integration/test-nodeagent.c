@@ -167,12 +167,7 @@ static int publish_until_returned(struct client *c, const char *node, const char
  * an agent started now sends its sd_notify messages. */
 static int notify_socket_env(const char *name, int flags, char npath[static 300]) {
         snprintf(npath, 300, "%s/%s", test_tmpdir(), name);
-        int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | flags, 0);
-        struct sockaddr_un na = { .sun_family = AF_UNIX };
-        snprintf(na.sun_path, sizeof(na.sun_path), "%s", npath);
-        ASSERT_EQ(bind(nfd, (struct sockaddr *) &na, sizeof(na)), 0);
-        setenv("NOTIFY_SOCKET", npath, 1);
-        return nfd;
+        return test_notify_socket(npath, flags);
 }
 
 TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {

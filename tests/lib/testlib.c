@@ -278,3 +278,12 @@ void test_stop_child(pid_t *pid) {
                 *pid = 0;
         }
 }
+
+int test_notify_socket(const char *path, int flags) {
+        int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | flags, 0);
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+        ASSERT_EQ(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        setenv("NOTIFY_SOCKET", path, 1);
+        return fd;
+}
