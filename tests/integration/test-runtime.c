@@ -97,6 +97,18 @@ static char *sh(struct box *b, const char *cmd) {
         return out;
 }
 
+/* sh(cmd) every 0.5 s until it prints want or timeout_ms pass; returns the last output. */
+static char *sh_until(struct box *b, const char *cmd, const char *want, int64_t timeout_ms) {
+        int64_t t0 = now_mono_ms();
+        for (;;) {
+                char *o = sh(b, cmd);
+                if (!strcmp(o, want) || now_mono_ms() - t0 > timeout_ms)
+                        return o;
+                free(o);
+                usleep(500000);
+        }
+}
+
 static char *sb_path(struct box *b, const char *fmt, const char *arg) {
         static char buf[8192];
         char rest[8000];
@@ -713,15 +725,7 @@ TEST_FULL(stream_timeout_and_disconnect, 120) {
                 ASSERT_CONTAINS(hres_data_str(&r, "stdout"), "seen");
                 hres_done(&r);
         }
-        char *o = NULL;
-        int64_t t1 = now_mono_ms();
-        for (;;) {
-                o = sh(&b, probe);
-                if (!strcmp(o, "end\n") || now_mono_ms() - t1 > 10000)
-                        break;
-                free(o);
-                usleep(500000);
-        }
+        char *o = sh_until(&b, probe, "end\n", 10000);
         if (strcmp(o, "end\n") != 0)
                 test_fail(__FILE__, __LINE__, "sleep 1000 still alive 10 s after the client left: %s", o);
         free(o);
@@ -1070,14 +1074,7 @@ TEST_FULL(files_size_cap_before_body, 120) {
                 free(left);
                 close(fd);
                 /* ...and not long after the client left. */
-                int64_t t0 = now_mono_ms();
-                for (;;) {
-                        left = sh(&b, probe);
-                        if (!strcmp(left, "end\n") || now_mono_ms() - t0 > 10000)
-                                break;
-                        free(left);
-                        usleep(500000);
-                }
+                left = sh_until(&b, probe, "end\n", 10000);
                 if (strcmp(left, "end\n") != 0)
                         test_fail(__FILE__, __LINE__, "upload writer alive 10 s after the client left: %s", left);
                 free(left);
