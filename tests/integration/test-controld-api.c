@@ -943,8 +943,7 @@ TEST_FULL(wait_returns_settled_times_out_and_does_not_block_others, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25];
-        _cleanup_free_ char *key = ctld_start_with_account(&c, "waiter", NULL);
-        ctld_create(&c, key, NULL, id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "waiter", id);
 
         /* Settled already: at once, the sandbox in the usual envelope. */
         double t0 = mono_s();
@@ -1592,8 +1591,7 @@ TEST_FULL(percent_encoded_nul_does_not_truncate_the_path, 90) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25], path[128];
-        _cleanup_free_ char *key = ctld_start_with_account(&c, "nul-path", NULL);
-        ctld_create(&c, key, NULL, id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "nul-path", id);
 
         snprintf(path, sizeof(path), "/sandboxes/%s%%00/snapshots", id);
         http_req(&c, "DELETE", path, key, NULL, &r);

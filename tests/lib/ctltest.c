@@ -244,6 +244,12 @@ char *ctld_start_with_account(struct ctld *c, const char *name, char ret_account
         return ctld_account_key(c, name, NULL, ret_account_id);
 }
 
+char *ctld_start_with_sandbox(struct ctld *c, const char *name, char ret_sandbox_id[25]) {
+        char *key = ctld_start_with_account(c, name, NULL);
+        ctld_create(c, key, NULL, ret_sandbox_id);
+        return key;
+}
+
 struct sink { char *buf; size_t len; };
 static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
         struct sink *s = ud;

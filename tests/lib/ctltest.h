@@ -43,6 +43,8 @@ char *ctld_account_key(struct ctld *c, const char *name, const char *plan, char 
 /* The usual start of a test: needs Docker, starts controld with the default config and
  * returns an API key of a new account `name` (its id in ret_account_id when non-NULL). */
 char *ctld_start_with_account(struct ctld *c, const char *name, char ret_account_id[25]);
+/* The same, plus one sandbox created with the default body (its id in ret_sandbox_id). */
+char *ctld_start_with_sandbox(struct ctld *c, const char *name, char ret_sandbox_id[25]);
 
 struct hres {
         long status;
