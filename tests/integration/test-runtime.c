@@ -960,6 +960,36 @@ static size_t discard(char *p, size_t sz, size_t nm, void *ud) {
         return sz * nm;
 }
 
+/* PUT /files<path> of *left zero bytes through curl (counted down as curl reads them), with
+ * Content-Length when with_length and these extra headers; returns the HTTP status (0: none)
+ * and curl's result in *ret_rc. */
+static long put_zeros(struct box *b, const char *path, size_t *left, bool with_length, const char *const *headers,
+                      CURLcode *ret_rc) {
+        char url[256], kh[300];
+        snprintf(url, sizeof(url), "%s/sandboxes/%s/files%s", b->c.url, b->id, path);
+        snprintf(kh, sizeof(kh), "x-brimble-key: %s", b->key);
+        CURL *h = curl_easy_init();
+        struct curl_slist *hl = curl_slist_append(NULL, kh);
+        for (size_t i = 0; headers[i]; i++)
+                hl = curl_slist_append(hl, headers[i]);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        if (with_length)
+                curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t) *left);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, zero_reader);
+        curl_easy_setopt(h, CURLOPT_READDATA, left);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+        *ret_rc = curl_easy_perform(h);
+        long st = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+        curl_slist_free_all(hl);
+        curl_easy_cleanup(h);
+        return st;
+}
+
 TEST_FULL(files_size_cap_before_body, 120) {
         struct box b;
         struct hres r;
@@ -988,27 +1018,9 @@ TEST_FULL(files_size_cap_before_body, 120) {
         /* One byte over, the way curl sends a big body (Expect: 100-continue): a clean 413 and
          * the body never goes out. */
         {
-                char url[256], kh[300];
                 size_t left = cap + 1;
-                snprintf(url, sizeof(url), "%s/sandboxes/%s/files/tmp/over-cap", b.c.url, b.id);
-                snprintf(kh, sizeof(kh), "x-brimble-key: %s", b.key);
-                CURL *h = curl_easy_init();
-                struct curl_slist *hl = curl_slist_append(NULL, kh);
-                hl = curl_slist_append(hl, "Expect: 100-continue");
-                curl_easy_setopt(h, CURLOPT_URL, url);
-                curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-                curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t) left);
-                curl_easy_setopt(h, CURLOPT_READFUNCTION, zero_reader);
-                curl_easy_setopt(h, CURLOPT_READDATA, &left);
-                curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-                curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-                curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-                curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
-                CURLcode rc = curl_easy_perform(h);
-                long st = 0;
-                curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-                curl_slist_free_all(hl);
-                curl_easy_cleanup(h);
+                CURLcode rc;
+                long st = put_zeros(&b, "/tmp/over-cap", &left, true, (const char *[]) { "Expect: 100-continue", NULL }, &rc);
                 if (rc != CURLE_OK || st != 413)
                         test_fail(__FILE__, __LINE__, "PUT cap+1 with Expect -> HTTP %ld (curl %d: %s)", st, rc, curl_easy_strerror(rc));
                 ASSERT_EQ(left, cap + 1);
@@ -1025,27 +1037,10 @@ TEST_FULL(files_size_cap_before_body, 120) {
 
         /* Chunked (no Content-Length) over the cap: 413 too, and nothing partial is left readable as complete. */
         {
-                char url[256], kh[300];
                 size_t left = 3 * cap;
-                snprintf(url, sizeof(url), "%s/sandboxes/%s/files/tmp/chunked", b.c.url, b.id);
-                snprintf(kh, sizeof(kh), "x-brimble-key: %s", b.key);
-                CURL *h = curl_easy_init();
-                struct curl_slist *hl = curl_slist_append(NULL, kh);
-                hl = curl_slist_append(hl, "Transfer-Encoding: chunked");
-                hl = curl_slist_append(hl, "Expect:");
-                curl_easy_setopt(h, CURLOPT_URL, url);
-                curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-                curl_easy_setopt(h, CURLOPT_READFUNCTION, zero_reader);
-                curl_easy_setopt(h, CURLOPT_READDATA, &left);
-                curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-                curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-                curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-                curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
-                CURLcode rc = curl_easy_perform(h);
-                long st = 0;
-                curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-                curl_slist_free_all(hl);
-                curl_easy_cleanup(h);
+                CURLcode rc;
+                long st = put_zeros(&b, "/tmp/chunked", &left, false,
+                                    (const char *[]) { "Transfer-Encoding: chunked", "Expect:", NULL }, &rc);
                 if (st != 413)
                         test_fail(__FILE__, __LINE__, "chunked 3 MiB upload with a 1 MiB cap -> HTTP %ld (curl %d: %s)", st, rc,
                                   curl_easy_strerror(rc));
