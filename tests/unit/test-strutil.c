@@ -22,17 +22,28 @@ TEST(strscpy_fits_truncates_terminates) {
         ASSERT_EQ(b[0], 'x'); /* size 0: nothing written */
 }
 
+/* Cases of a two-string predicate and what it must answer. */
+struct pred_case { const char *a, *b; bool want; };
+
+static void check_pred(const char *name, bool (*pred)(const char *, const char *), const struct pred_case *c, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (pred(c[i].a, c[i].b) != c[i].want)
+                        test_fail(__FILE__, __LINE__, "%s(%s%s%s, %s%s%s) is not %s", name, c[i].a ? "\"" : "",
+                                  c[i].a ? c[i].a : "NULL", c[i].a ? "\"" : "", c[i].b ? "\"" : "", c[i].b ? c[i].b : "NULL",
+                                  c[i].b ? "\"" : "", c[i].want ? "true" : "false");
+}
+
 TEST(starts_ends_with) {
-        ASSERT_TRUE(startswith("foobar", "foo"));
-        ASSERT_TRUE(startswith("foo", "foo"));
-        ASSERT_TRUE(startswith("foo", ""));
-        ASSERT_FALSE(startswith("fo", "foo"));
-        ASSERT_FALSE(startswith("", "a"));
-        ASSERT_TRUE(endswith("foobar", "bar"));
-        ASSERT_TRUE(endswith("bar", "bar"));
-        ASSERT_TRUE(endswith("", ""));
-        ASSERT_FALSE(endswith("ar", "bar"));
-        ASSERT_FALSE(endswith("barx", "bar"));
+        static const struct pred_case starts[] = {
+                { "foobar", "foo", true }, { "foo", "foo", true }, { "foo", "", true },
+                { "fo", "foo", false },    { "", "a", false },
+        };
+        static const struct pred_case ends[] = {
+                { "foobar", "bar", true }, { "bar", "bar", true }, { "", "", true },
+                { "ar", "bar", false },    { "barx", "bar", false },
+        };
+        check_pred("startswith", startswith, starts, ELEMENTSOF(starts));
+        check_pred("endswith", endswith, ends, ELEMENTSOF(ends));
 }
 
 TEST(safe_atoi64_strict) {
@@ -140,13 +151,12 @@ TEST(sha256) {
 }
 
 TEST(streq_const_semantics) {
-        ASSERT_TRUE(streq_const("secret", "secret"));
-        ASSERT_TRUE(streq_const("", ""));
-        ASSERT_FALSE(streq_const("secret", "secreT"));
-        ASSERT_FALSE(streq_const("secret", "secret2"));
-        ASSERT_FALSE(streq_const("", "x"));
-        ASSERT_FALSE(streq_const(NULL, "x"));
-        ASSERT_FALSE(streq_const(NULL, NULL));
+        static const struct pred_case cases[] = {
+                { "secret", "secret", true },   { "", "", true },    { "secret", "secreT", false },
+                { "secret", "secret2", false }, { "", "x", false },  { NULL, "x", false },
+                { NULL, NULL, false },
+        };
+        check_pred("streq_const", streq_const, cases, ELEMENTSOF(cases));
 }
 
 TEST(strv) {
