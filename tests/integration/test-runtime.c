@@ -1193,10 +1193,7 @@ TEST_FULL(files_batch, 120) {
                 for (int i = 0; i < 101; i++)
                         strbuf_printf(&sbuf, "%s{\"path\":\"/tmp/many-%d\",\"content_base64\":\"eA==\"}", i ? "," : "", i);
                 strbuf_printf(&sbuf, "]}");
-                http_req(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), b.key, sbuf.buf, &r);
-                ASSERT_EQ(r.status, 400);
-                ASSERT_CONTAINS(hres_message(&r), "between 1 and 100");
-                hres_done(&r);
+                HTTP_EXPECT_MSG(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), b.key, sbuf.buf, 400, "between 1 and 100");
                 strbuf_done(&sbuf);
                 _cleanup_free_ char *o = sh(&b, "for f in /tmp/many-*; do [ -e \"$f\" ] && echo \"$f\"; done; echo end");
                 ASSERT_STREQ(o, "end\n");
@@ -1499,10 +1496,7 @@ TEST_FULL(file_transfers_take_slots_and_accounts_are_limited, 150) {
         ASSERT_EQ(pthread_create(&t[2], NULL, par_exec, &p[2]), 0);
         usleep(1500 * 1000);
         /* ... so that sandbox, with a free slot, still says no, naming the account limit. */
-        http_req(&b.c, "POST", path, b.key, "{\"cmd\":\"echo no\"}", &r);
-        ASSERT_EQ(r.status, 429);
-        ASSERT_CONTAINS(hres_message(&r), "for this account (limit 3)");
-        hres_done(&r);
+        HTTP_EXPECT_MSG(&b.c, "POST", path, b.key, "{\"cmd\":\"echo no\"}", 429, "for this account (limit 3)");
         for (int i = 0; i < 3; i++) {
                 pthread_join(t[i], NULL);
                 ASSERT_EQ(p[i].status, 200);

@@ -342,6 +342,19 @@ void http_expect_at(const char *file, int line, struct ctld *c, const char *meth
         hres_done(&r);
 }
 
+void http_expect_msg_at(const char *file, int line, struct ctld *c, const char *method, const char *path,
+                        const char *key, const char *body, long status, const char *part) {
+        struct hres r;
+        http_req(c, method, path, key, body, &r);
+        if (r.status != status)
+                test_fail(file, line, "%s %s: HTTP %ld, want %ld: %.400s", method, path, r.status, status,
+                          r.body ? r.body : "");
+        const char *m = hres_message(&r);
+        if (!m || !strstr(m, part))
+                test_fail(file, line, "%s %s: message \"%s\" lacks \"%s\"", method, path, m ? m : "(none)", part);
+        hres_done(&r);
+}
+
 void hres_done(struct hres *r) {
         free(r->body);
         free(r->headers);

@@ -66,6 +66,11 @@ void hres_done(struct hres *r);
         http_expect_at(__FILE__, __LINE__, c, method, path, key, body, status)
 void http_expect_at(const char *file, int line, struct ctld *c, const char *method, const char *path, const char *key,
                     const char *body, long status);
+/* The same, and the answer's message must contain part. */
+#define HTTP_EXPECT_MSG(c, method, path, key, body, status, part) \
+        http_expect_msg_at(__FILE__, __LINE__, c, method, path, key, body, status, part)
+void http_expect_msg_at(const char *file, int line, struct ctld *c, const char *method, const char *path,
+                        const char *key, const char *body, long status, const char *part);
 /* Convenience: data.<field> string of a response (NULL if absent). */
 const char *hres_data_str(const struct hres *r, const char *field);
 const char *hres_message(const struct hres *r);
