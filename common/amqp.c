@@ -13,16 +13,6 @@
 #include "cleanup.h"
 #include "strutil.h"
 
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) {
-        va_list ap;
-        if (!err || errlen == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-}
-
 static struct timeval ms_to_tv(long ms) {
         if (ms < 0)
                 ms = 0;

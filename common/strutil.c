@@ -12,6 +12,15 @@
 #include "cleanup.h"
 #include "strutil.h"
 
+void fmt_err(char *err, size_t errlen, const char *fmt, ...) {
+        va_list ap;
+        if (!err || errlen == 0)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+}
+
 int strscpy(char *dst, const char *src, size_t size) {
         size_t n;
 
@@ -542,3 +551,11 @@ static int64_t clock_ms(clockid_t id) {
 
 int64_t now_ms(void) { return clock_ms(CLOCK_REALTIME); }
 int64_t mono_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
+
+void cond_init_monotonic(pthread_cond_t *cond) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(cond, &ca);
+        pthread_condattr_destroy(&ca);
+}

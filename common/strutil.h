@@ -7,9 +7,14 @@
  */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Formats into err (errlen bytes), cut to fit; does nothing when err is NULL or
+ * errlen is 0. The one writer for the "char *err, size_t errlen" out-parameters. */
+void fmt_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Copies src into dst (size bytes) and always NUL-terminates when size > 0.
  * Returns strlen(src) when it fit, -E2BIG when truncated (or size == 0). */
@@ -132,3 +137,6 @@ size_t utf8_copy_trunc(char *dst, size_t size, const char *src);
 void format_rfc3339_ms(int64_t ms, char out[32]);
 int64_t now_ms(void);   /* CLOCK_REALTIME */
 int64_t mono_ms(void);  /* CLOCK_MONOTONIC */
+/* pthread_cond_init with CLOCK_MONOTONIC as the clock of its timed waits, so deadlines built
+ * from clock_gettime(CLOCK_MONOTONIC) survive wall-clock jumps. */
+void cond_init_monotonic(pthread_cond_t *cond);

@@ -71,23 +71,33 @@ static enum MHD_Result list_sandboxes(struct req *r) {
         return respond_envelope(r, 200, "Sandboxes fetched", render_page(items, total, page, limit));
 }
 
+/* Loads the caller's sandbox of the route into sb. When it cannot (not found, not the
+ * caller's, store failure) it answers with the error, puts the answer's result in *ret and
+ * returns false. */
+static bool load_sandbox(struct req *r, struct sandbox *sb, enum MHD_Result *ret) {
+        struct api_error e = { 0 };
+        int k = sandbox_load(r->c, &r->acc, r->m.id, sb, &e);
+        if (k < 0)
+                *ret = respond_errno(r, k, &e);
+        return k >= 0;
+}
+
 static enum MHD_Result get_sandbox(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
-        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
+        enum MHD_Result res;
+        if (!load_sandbox(r, &sb, &res))
+                return res;
         return respond_envelope(r, 200, "Sandbox fetched", sandbox_to_json(r->c, &sb));
 }
 
 static enum MHD_Result delete_sandbox(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct api_error e = { 0 };
-        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
+        enum MHD_Result res;
+        if (!load_sandbox(r, &sb, &res))
+                return res;
         log_ctx_set("SANDBOX_ID", r->m.id);
-        k = sandbox_destroy(r->c, r->m.id, "user", &e);
+        int k = sandbox_destroy(r->c, r->m.id, "user", &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
         return respond_empty(r, 204);
@@ -106,7 +116,6 @@ static enum MHD_Result wait_sandbox(struct req *r) {
         struct ctl *c = r->c;
         const char *id = r->m.id;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
         const char *ts = req_query(r, "timeout"), *ss = req_query(r, "status");
         int64_t timeout = 30;
         int want = -1;
@@ -116,9 +125,9 @@ static enum MHD_Result wait_sandbox(struct req *r) {
                                      (unsigned long long) c->cfg->max_wait_s);
         if (ss && (want = sb_status_from_str(ss)) < 0)
                 return respond_error(r, 400, "status must be one of starting, ready, pausing, paused, resuming, failed, destroyed");
-        int k = sandbox_load(c, &r->acc, id, &sb, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
+        enum MHD_Result res;
+        if (!load_sandbox(r, &sb, &res))
+                return res;
 
         struct timespec deadline;
         clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -154,11 +163,11 @@ static enum MHD_Result wait_sandbox(struct req *r) {
 static enum MHD_Result pause_resume(struct req *r, bool pause) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct api_error e = { 0 };
-        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
+        enum MHD_Result res;
+        if (!load_sandbox(r, &sb, &res))
+                return res;
         log_ctx_set("SANDBOX_ID", r->m.id);
-        k = pause ? sandbox_pause(r->c, &sb, &e) : sandbox_resume(r->c, &sb, &e);
+        int k = pause ? sandbox_pause(r->c, &sb, &e) : sandbox_resume(r->c, &sb, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
         return respond_envelope(r, 200, pause ? "Sandbox pause requested" : "Sandbox resume requested", NULL);
@@ -170,16 +179,15 @@ static enum MHD_Result post_resume(struct req *r) { return pause_resume(r, false
 static enum MHD_Result get_stats(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_free_ struct stats_sample *s = NULL;
-        struct api_error e = { 0 };
         const char *hs = req_query(r, "hoursAgo");
         int64_t hours = 1;
         size_t n = 0;
 
         if (hs && (safe_atoi64(hs, &hours) < 0 || hours < 1 || hours > 720))
                 return respond_error(r, 400, "hoursAgo must be an integer between 1 and 720");
-        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
+        enum MHD_Result res;
+        if (!load_sandbox(r, &sb, &res))
+                return res;
         int64_t since = now_ms() - hours * 3600 * 1000;
         (void) store_stats_range(r->c->store, r->m.id, since, &s, &n);  /* no samples: an empty window */
         return respond_envelope(r, 200, "Sandbox stats fetched", stats_to_json(&sb, s, n, since, hours));
@@ -238,11 +246,8 @@ static enum MHD_Result delete_volume(struct req *r) {
 /* Answers and returns < 0 unless the caller owns the sandbox of the route. */
 static int own_sandbox(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
-        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
-        if (k < 0)
-                (void) respond_errno(r, k, &e);
-        return k;
+        enum MHD_Result res;
+        return load_sandbox(r, &sb, &res) ? 0 : -1;
 }
 
 static enum MHD_Result put_egress(struct req *r) {
@@ -264,10 +269,9 @@ static enum MHD_Result put_egress(struct req *r) {
 
 static enum MHD_Result get_egress(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
-        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
+        enum MHD_Result res;
+        if (!load_sandbox(r, &sb, &res))
+                return res;
         return respond_envelope(r, 200, "Sandbox egress fetched", ctl_egress_to_json(r->c, &sb));
 }
 

@@ -99,13 +99,9 @@ int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, char *arg), char *arg
 }
 
 static void ctl_init(struct ctl *c) {
-        pthread_condattr_t ca;
         memset(c, 0, sizeof(*c));
         pthread_mutex_init(&c->wait_lock, NULL);
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&c->wait_cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cond_init_monotonic(&c->wait_cond);
         for (size_t i = 0; i < ELEMENTSOF(c->sb_locks); i++)
                 pthread_mutex_init(&c->sb_locks[i], NULL);
         pthread_mutex_init(&c->jobs_lock, NULL);
@@ -276,11 +272,7 @@ static void watchdog_start(struct watchdog *w, struct ctl *c, int port) {
         uint64_t usec = 0;
         *w = (struct watchdog) { .c = c, .port = port };
         pthread_mutex_init(&w->lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&w->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cond_init_monotonic(&w->cond);
         if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0)
                 return;
         w->usec = usec;

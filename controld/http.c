@@ -123,17 +123,23 @@ enum MHD_Result respond_errno(struct req *r, int err, const struct api_error *e)
         return respond_error(r, http_status_from_errno(err), "%s", e && e->message[0] ? e->message : "Internal error");
 }
 
-enum MHD_Result respond_method_not_allowed(struct req *r, const char *allow) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "Method %s not allowed here (allowed: %s)", r->method, allow);
+/* {"message": msg} with one extra header (Allow, Retry-After). */
+static enum MHD_Result respond_message_with_header(struct req *r, int status, const char *msg, const char *header,
+                                                   const char *value) {
         cJSON *o = cJSON_CreateObject();
         json_add_str(o, "message", msg);
         char *s = json_print(o);
         cJSON_Delete(o);
         struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-        return respond_response(r, 405, resp);
+        MHD_add_response_header(resp, header, value);
+        return respond_response(r, status, resp);
+}
+
+enum MHD_Result respond_method_not_allowed(struct req *r, const char *allow) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "Method %s not allowed here (allowed: %s)", r->method, allow);
+        return respond_message_with_header(r, 405, msg, MHD_HTTP_HEADER_ALLOW, allow);
 }
 
 enum MHD_Result respond_empty(struct req *r, int status) {
@@ -279,14 +285,7 @@ static void respond_too_many_guesses(struct req *r, int64_t wait_s) {
                  "Too many requests with a wrong API key from this address; retry in %lld s (limit %lld a minute)",
                  (long long) wait_s, (long long) r->c->cfg->auth_failures_per_minute);
         snprintf(ra, sizeof(ra), "%lld", (long long) wait_s);
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "message", msg);
-        char *s = json_print(o);
-        cJSON_Delete(o);
-        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json; charset=utf-8");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
-        respond_response(r, 429, resp);
+        (void) respond_message_with_header(r, 429, msg, MHD_HTTP_HEADER_RETRY_AFTER, ra);
 }
 
 /* Resolves the API key from x-brimble-key or Authorization: Bearer. */

@@ -92,16 +92,6 @@ static struct timeval ms_to_tv(long ms) {
         return (struct timeval) { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
 }
 
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
-static void fmt_err(char *err, size_t errlen, const char *fmt, ...) {
-        va_list ap;
-        if (!err || errlen == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-}
-
 static bool bytes_eq(amqp_bytes_t b, const char *s) {
         size_t n = strlen(s);
         return b.len == n && n > 0 && memcmp(b.bytes, s, n) == 0;
@@ -651,11 +641,7 @@ int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, cha
                 goto fail;
         }
         pthread_mutex_init(&c->lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&c->cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cond_init_monotonic(&c->cond);
 
         pthread_mutex_lock(&c->lock);
         r = client_connect(c, (long) mono_ms() + CONNECT_TIMEOUT_MS, err, errlen);

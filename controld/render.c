@@ -75,14 +75,20 @@ cJSON *egress_update_to_json(struct ctl *c, const struct sandbox *sb, bool netwo
         return o;
 }
 
-cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
+/* The members both sandbox objects start with: id, name, template, status. */
+static cJSON *sandbox_head_to_json(const struct sandbox *sb) {
         cJSON *o = cJSON_CreateObject();
-        const struct region *g = config_region(c->cfg, sb->region_key);
-
         json_add_str(o, "id", sb->id);
         json_add_str(o, "name", sb->name);
         json_add_str(o, "template", sb->template_name);
         json_add_str(o, "status", sb_status_str(sb->status));
+        return o;
+}
+
+cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
+        cJSON *o = sandbox_head_to_json(sb);
+        const struct region *g = config_region(c->cfg, sb->region_key);
+
         json_add_region(o, g);
         cJSON *specs = cJSON_AddObjectToObject(o, "specs");
         json_add_int(specs, "cpu", sb->cpu);
@@ -126,11 +132,7 @@ cJSON *timings_to_json(const struct sb_timings *t) {
 
 /* The short answer of POST /sandboxes. */
 cJSON *sandbox_created_to_json(const struct sandbox *sb) {
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "id", sb->id);
-        json_add_str(o, "name", sb->name);
-        json_add_str(o, "template", sb->template_name);
-        json_add_str(o, "status", sb_status_str(sb->status));
+        cJSON *o = sandbox_head_to_json(sb);
         json_add_time(o, "created_at", sb->created_at);
         json_add_time(o, "expires_at", sb->expires_at);
         if (sb->timings.set)

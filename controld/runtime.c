@@ -417,22 +417,25 @@ static struct run *run_new(struct req *r, struct sandbox *sb) {
 
 /* ---- exec and code ---- */
 
+/* Copies up to max bytes of b from *off into buf for a content reader; once all of b is
+ * out, b is emptied (kept allocated) for the next chunk. Returns the bytes copied. */
+static size_t drain_to(struct strbuf *b, size_t *off, char *buf, size_t max) {
+        size_t n = b->len - *off;
+        if (n > max)
+                n = max;
+        memcpy(buf, b->buf + *off, n);
+        *off += n;
+        if (*off == b->len)
+                b->len = *off = 0;
+        return n;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         struct run *x = cls;
         (void) pos;
         for (;;) {
-                if (x->pending_off < x->pending.len) {
-                        size_t n = x->pending.len - x->pending_off;
-                        if (n > max)
-                                n = max;
-                        memcpy(buf, x->pending.buf + x->pending_off, n);
-                        x->pending_off += n;
-                        if (x->pending_off == x->pending.len) {
-                                x->pending.len = 0;
-                                x->pending_off = 0;
-                        }
-                        return (ssize_t) n;
-                }
+                if (x->pending_off < x->pending.len)
+                        return (ssize_t) drain_to(&x->pending, &x->pending_off, buf, max);
                 if (x->finished)
                         return MHD_CONTENT_READER_END_OF_STREAM;
                 if (x->c->stopping) {
@@ -901,16 +904,8 @@ static ssize_t dl_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         struct download *d = cls;
         (void) pos;
         for (;;) {
-                if (d->off < d->first.len) {
-                        size_t n = d->first.len - d->off;
-                        if (n > max)
-                                n = max;
-                        memcpy(buf, d->first.buf + d->off, n);
-                        d->off += n;
-                        if (d->off == d->first.len)
-                                d->first.len = d->off = 0;
-                        return (ssize_t) n;
-                }
+                if (d->off < d->first.len)
+                        return (ssize_t) drain_to(&d->first, &d->off, buf, max);
                 if (d->eof) {
                         d->x->finished = true;
                         return MHD_CONTENT_READER_END_OF_STREAM;

@@ -520,11 +520,7 @@ static void *watchdog_main(void *ud) {
 static void watchdog_start(void) {
         if (sd_watchdog_enabled(0, &wd.usec) <= 0 || wd.usec == 0)
                 return;
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&wd.cond, &ca);
-        pthread_condattr_destroy(&ca);
+        cond_init_monotonic(&wd.cond);
         /* Signals (SIGTERM, SIGINT) are the main thread's business. */
         sigset_t all, old;
         sigfillset(&all);

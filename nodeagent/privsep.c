@@ -67,16 +67,6 @@ static struct {
         uint32_t seq;
 } children[PS_CHILD_MAX] = { [0 ... PS_CHILD_MAX - 1] = { .fd = -1 } };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) _printf_(3, 4);
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-        va_list ap;
-        if (!err || errlen == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-}
-
 /* ---------------------------------------------------------------- capabilities */
 
 int caps_drop_except(uint64_t keep) {
@@ -344,7 +334,7 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
         result_init(&res, PS_READY, 0);
         r = caps_drop_except(kind == PS_CHILD_EGRESS ? UINT64_C(1) << CAP_NET_ADMIN : 0);
         if (r < 0)
-                set_err(res.msg, sizeof(res.msg), "cannot drop capabilities: %s", strerror(-r));
+                fmt_err(res.msg, sizeof(res.msg), "cannot drop capabilities: %s", strerror(-r));
         else if (kind == PS_CHILD_EGRESS) {
                 struct egress_config ec = {
                         .table = cfg->egress_table,
@@ -493,7 +483,7 @@ int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err,
                 return -EALREADY;
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
                 int r = -errno;
-                set_err(err, errlen, "socketpair: %s", strerror(-r));
+                fmt_err(err, errlen, "socketpair: %s", strerror(-r));
                 return r;
         }
         /* Requests are at most ~8 KiB; make sure one always fits. */
@@ -506,7 +496,7 @@ int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err,
                 int r = -errno;
                 close(sv[0]);
                 close(sv[1]);
-                set_err(err, errlen, "fork: %s", strerror(-r));
+                fmt_err(err, errlen, "fork: %s", strerror(-r));
                 return r;
         }
         if (pid == 0) {
@@ -524,10 +514,10 @@ int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err,
         int r = read_result(kind, PS_READY, 0, PS_READY_TIMEOUT_MS, &res);
         pthread_mutex_unlock(&ps_lock);
         if (r < 0) {
-                set_err(err, errlen, "the %s process did not start (%s)", child_names[kind], strerror(-r));
+                fmt_err(err, errlen, "the %s process did not start (%s)", child_names[kind], strerror(-r));
         } else if (res.r < 0) {
                 r = res.r;
-                set_err(err, errlen, "%s", res.msg);
+                fmt_err(err, errlen, "%s", res.msg);
         }
         if (r < 0) {
                 close(children[kind].fd);
@@ -560,7 +550,7 @@ bool privsep_healthy(char *why, size_t whylen) {
                         mark_failed(i, "the %s process is gone", child_names[i]);
                 }
                 if (children[i].failed && ok) {
-                        set_err(why, whylen, "%s", children[i].why);
+                        fmt_err(why, whylen, "%s", children[i].why);
                         ok = false;
                 }
         }

@@ -17,6 +17,26 @@ cd "$ROOT"
 # shellcheck source=tests/env/lib.sh
 . "$HERE/lib.sh"
 
+# await_start NAME PID LOG WHAT CHECK...: until CHECK succeeds; if NAME (pid PID, pid file
+# $DEV/NAME.pid) exits first or 20 s pass, show LOG and die.
+await_start() {
+        local name=$1 pid=$2 log=$3 what=$4
+        shift 4
+        local deadline=$((SECONDS + 20))
+        until "$@"; do
+                if pid_gone "$pid"; then
+                        show_log "$log"
+                        rm -f "$DEV/$name.pid"
+                        die "$name exited during startup"
+                fi
+                if ((SECONDS >= deadline)); then
+                        show_log "$log"
+                        die "$name did not $what within 20s (still running as pid $pid; 'make down' stops it)"
+                fi
+                sleep 0.1
+        done
+}
+
 BUILD=${PADDOCK_BUILD:-build}
 PORT=${PADDOCK_PORT:-8080}
 URL=http://127.0.0.1:$PORT
@@ -82,19 +102,8 @@ else
         setsid nohup "$NODEAGENT" -d -f "$AGENT_CONF" </dev/null >>"$ALOG" 2>&1 &
         pid=$!
         echo "$pid" >"$DEV/nodeagent.pid"
-        deadline=$((SECONDS + 20))
-        until tail -n +"$from" "$ALOG" | grep -q "consuming node messages"; do
-                if pid_gone "$pid"; then
-                        show_log "$ALOG"
-                        rm -f "$DEV/nodeagent.pid"
-                        die "nodeagent exited during startup"
-                fi
-                if ((SECONDS >= deadline)); then
-                        show_log "$ALOG"
-                        die "nodeagent did not start consuming within 20s (still running as pid $pid; 'make down' stops it)"
-                fi
-                sleep 0.1
-        done
+        agent_consuming() { tail -n +"$from" "$ALOG" | grep -q "consuming node messages"; }
+        await_start nodeagent "$pid" "$ALOG" "start consuming" agent_consuming
         say "nodeagent running (pid $pid, node local, egress on bridge $BRIDGE), log $ALOG"
 fi
 
@@ -171,19 +180,7 @@ if ((CONTROLD_RUNNING == 0)); then
         setsid nohup "$CONTROLD" -d -f "$CONF" </dev/null >>"$LOG" 2>&1 &
         pid=$!
         echo "$pid" >"$DEV/controld.pid"
-        deadline=$((SECONDS + 20))
-        until curl -sf --max-time 2 -o /dev/null "$URL/healthz"; do
-                if pid_gone "$pid"; then
-                        show_log "$LOG"
-                        rm -f "$DEV/controld.pid"
-                        die "controld exited during startup"
-                fi
-                if ((SECONDS >= deadline)); then
-                        show_log "$LOG"
-                        die "controld did not answer $URL/healthz within 20s (still running as pid $pid; 'make down' stops it)"
-                fi
-                sleep 0.1
-        done
+        await_start controld "$pid" "$LOG" "answer $URL/healthz" curl -sf --max-time 2 -o /dev/null "$URL/healthz"
 fi
 say "controld running (pid $pid), log $LOG"
 

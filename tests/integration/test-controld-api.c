@@ -91,6 +91,19 @@ static const char *error_mismatch(const struct hres *r, long status, const char 
                         test_fail(__FILE__, __LINE__, "%s", _w);                                           \
         } while (0)
 
+/* One request whose answer must be this error (ASSERT_ERROR); the response is dropped. */
+static void expect_error_at(const char *file, int line, struct ctld *c, const char *method, const char *path,
+                            const char *key, const char *body, long status, const char *msg) {
+        struct hres r;
+        http_req(c, method, path, key, body, &r);
+        const char *w = error_mismatch(&r, status, msg, false);
+        if (w)
+                test_fail(file, line, "%s", w);
+        hres_done(&r);
+}
+#define EXPECT_ERROR(c, method, path, key, body, st, msg) \
+        expect_error_at(__FILE__, __LINE__, c, method, path, key, body, st, msg)
+
 /* A success envelope: {message, data}, JSON, request id. */
 static void assert_envelope(const struct hres *r, long status, const char *msg, const char *file, int line) {
         if (r->status != status)
@@ -266,9 +279,7 @@ static char *allow_list_json(int n) {
 TEST_FULL(create_validation_rules_are_400_and_create_nothing, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         char acc[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "validator", NULL, acc);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "validator", acc);
         _cleanup_free_ char *allow51 = allow_list_json(51);
         char name65[128], body_name65[200];
         memset(name65, 'n', 65);
@@ -409,9 +420,7 @@ TEST_FULL(create_validation_rules_are_400_and_create_nothing, 120) {
 TEST_FULL(plan_limits_are_403_unknown_names_400, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         char acc[25], id[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "capped", NULL, acc);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "capped", acc);
         const struct { const char *body; long status; const char *msg; } rows[] = {
                 { "{\"specs\":{\"cpu\":1500}}", 403,
                   "Your plan allows up to 1000 MHz of CPU per sandbox (specs.cpu). Lower it or upgrade." },
@@ -505,9 +514,7 @@ TEST(http_unknown_route_wrong_method_and_body_limit) {
         char kh[256];
         snprintf(kh, sizeof(kh), "x-brimble-key: %s", key);
 
-        http_req(&c, "GET", "/nope", key, NULL, &r);
-        ASSERT_ERROR(&r, 404, "No route for GET /nope");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "GET", "/nope", key, NULL, 404, "No route for GET /nope");
         http_req(&c, "GET", "/sandboxes/" UNKNOWN_HEX "/frobnicate", key, NULL, &r);
         ASSERT_ERROR_PREFIX(&r, 404, "No route for GET /sandboxes/");
         hres_done(&r);
@@ -546,31 +553,23 @@ TEST(http_unknown_route_wrong_method_and_body_limit) {
         big[0] = '{';
         big[2047] = '}';
         big[2048] = 0;
-        http_req(&c, "POST", "/sandboxes", key, big, &r);
-        ASSERT_ERROR(&r, 413, "Request body too large (limit 1024 bytes)");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "POST", "/sandboxes", key, big, 413, "Request body too large (limit 1024 bytes)");
         {
                 const char *h[] = { kh, "Content-Type: application/json", "Transfer-Encoding: chunked", NULL };
                 http_req_full(&c, "POST", "/sandboxes", h, big, 2048, &r);
                 ASSERT_ERROR(&r, 413, "Request body too large (limit 1024 bytes)");
                 hres_done(&r);
         }
-        http_req(&c, "POST", "/volumes", key, big, &r);
-        ASSERT_ERROR(&r, 413, "Request body too large (limit 1024 bytes)");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "POST", "/volumes", key, big, 413, "Request body too large (limit 1024 bytes)");
         char edge[1024 + 1];
         memset(edge, ' ', 1024);
         edge[0] = '[';
         edge[1023] = ']';
         edge[1024] = 0;
-        http_req(&c, "POST", "/sandboxes", key, edge, &r);
-        ASSERT_ERROR(&r, 400, "Request body must be a JSON object");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "POST", "/sandboxes", key, edge, 400, "Request body must be a JSON object");
         ASSERT_EQ(total_count(&c, key, "/sandboxes"), 0);
         /* The daemon still serves after refusing bodies. */
-        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/healthz", NULL, NULL, 200);
 
         /* A client-chosen request id is echoed only when it is sane. */
         {
@@ -590,9 +589,7 @@ TEST(http_unknown_route_wrong_method_and_body_limit) {
 TEST(http_json_routes_have_a_small_body_limit) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "amplify", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "amplify", NULL);
         char kh[256];
         snprintf(kh, sizeof(kh), "x-brimble-key: %s", key);
 
@@ -604,9 +601,7 @@ TEST(http_json_routes_have_a_small_body_limit) {
                 memcpy(big + i, "0,", 2);
         memcpy(big + n - 3, "0]}", 3);
         big[n] = 0;
-        http_req(&c, "POST", "/sandboxes", key, big, &r);
-        ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "POST", "/sandboxes", key, big, 413, "Request body too large (limit 262144 bytes)");
         {
                 const char *h[] = { kh, "Content-Type: application/json", "Transfer-Encoding: chunked", NULL };
                 http_req_full(&c, "POST", "/sandboxes", h, big, n, &r);
@@ -616,24 +611,18 @@ TEST(http_json_routes_have_a_small_body_limit) {
                 ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
                 hres_done(&r);
         }
-        http_req(&c, "PUT", "/sandboxes/" UNKNOWN_HEX "/egress", key, big, &r);
-        ASSERT_ERROR(&r, 413, "Request body too large (limit 262144 bytes)");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "PUT", "/sandboxes/" UNKNOWN_HEX "/egress", key, big, 413, "Request body too large (limit 262144 bytes)");
         ASSERT_EQ(total_count(&c, key, "/sandboxes"), 0);
 
         /* Batch upload keeps the large limit: the same body reaches its handler (and is
          * refused there as a bad batch, not as too large). */
-        http_req(&c, "POST", "/sandboxes/" UNKNOWN_HEX "/files/batch", key, big, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", "/sandboxes/" UNKNOWN_HEX "/files/batch", key, big, 400);
 }
 
 TEST(http_ids_and_query_parameters_are_checked) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "ids", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "ids", NULL);
         static const char *const bad_ids[] = {
                 "xyz", "0123456789ABCDEF01234567", "0123456789abcdef012345678", "0123456789abcdef0123456", "%20",
         };
@@ -659,18 +648,10 @@ TEST(http_ids_and_query_parameters_are_checked) {
                         test_fail(__FILE__, __LINE__, "%s: %s", ops[k].suffix, error_mismatch(&r, 404, "Sandbox not found", false));
                 hres_done(&r);
         }
-        http_req(&c, "GET", "/volumes/xyz", key, NULL, &r);
-        ASSERT_ERROR(&r, 400, "Invalid volume id");
-        hres_done(&r);
-        http_req(&c, "DELETE", "/volumes/" UNKNOWN_HEX, key, NULL, &r);
-        ASSERT_ERROR(&r, 404, "Volume not found");
-        hres_done(&r);
-        http_req(&c, "DELETE", "/sandboxes/snapshots/xyz", key, NULL, &r);
-        ASSERT_ERROR(&r, 400, "Invalid snapshot id");
-        hres_done(&r);
-        http_req(&c, "DELETE", "/sandboxes/snapshots/" UNKNOWN_HEX, key, NULL, &r);
-        ASSERT_ERROR(&r, 404, "Snapshot not found");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "GET", "/volumes/xyz", key, NULL, 400, "Invalid volume id");
+        EXPECT_ERROR(&c, "DELETE", "/volumes/" UNKNOWN_HEX, key, NULL, 404, "Volume not found");
+        EXPECT_ERROR(&c, "DELETE", "/sandboxes/snapshots/xyz", key, NULL, 400, "Invalid snapshot id");
+        EXPECT_ERROR(&c, "DELETE", "/sandboxes/snapshots/" UNKNOWN_HEX, key, NULL, 404, "Snapshot not found");
 
         const struct { const char *path, *msg; } q[] = {
                 { "/sandboxes?page=0", "page must be an integer >= 1" },
@@ -709,9 +690,7 @@ TEST_FULL(pagination_math_order_and_envelopes, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char ids[3][25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "pager", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "pager", NULL);
         _cleanup_free_ char *other = ctld_account_key(&c, "pager-other", NULL, NULL);
 
         /* Empty list: zero pages. */
@@ -800,12 +779,8 @@ TEST_FULL(pagination_math_order_and_envelopes, 120) {
         {
                 char path[96];
                 snprintf(path, sizeof(path), "/sandboxes/%s/egress", ids[1]);
-                http_req(&c, "PUT", path, key, "{\"mode\":\"restricted\"}", &r);
-                ASSERT_ERROR(&r, 400, "allow is required with at least one entry when mode is restricted");
-                hres_done(&r);
-                http_req(&c, "PUT", path, key, "{\"mode\":\"deny_all\"}", &r);
-                ASSERT_EQ(r.status, 501);
-                hres_done(&r);
+                EXPECT_ERROR(&c, "PUT", path, key, "{\"mode\":\"restricted\"}", 400, "allow is required with at least one entry when mode is restricted");
+                HTTP_EXPECT(&c, "PUT", path, key, "{\"mode\":\"deny_all\"}", 501);
         }
 }
 
@@ -833,9 +808,7 @@ TEST_FULL(healthz_and_metrics_without_auth, 90) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "observer", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "observer", NULL);
 
         http_req(&c, "GET", "/healthz", NULL, NULL, &r);
         ASSERT_EQ(r.status, 200);
@@ -875,9 +848,7 @@ TEST_FULL(healthz_and_metrics_without_auth, 90) {
         for (int i = 0; i < 5; i++) {
                 char p[64];
                 snprintf(p, sizeof(p), "/junk-%d", i);
-                http_req(&c, "GET", p, key, NULL, &r);
-                ASSERT_EQ(r.status, 404);
-                hres_done(&r);
+                HTTP_EXPECT(&c, "GET", p, key, NULL, 404);
         }
         free(m);
         m = NULL;
@@ -891,13 +862,9 @@ TEST_FULL(healthz_and_metrics_without_auth, 90) {
 TEST(templates_and_regions_lists) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "browser", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "browser", NULL);
 
-        http_req(&c, "GET", "/sandbox/templates", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 401);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/sandbox/templates", NULL, NULL, 401);
         http_req(&c, "GET", "/sandbox/templates", key, NULL, &r);
         ASSERT_ENVELOPE(&r, 200, "Templates fetched");
         const cJSON *a = data_of(&r);
@@ -976,10 +943,7 @@ TEST_FULL(wait_returns_settled_times_out_and_does_not_block_others, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "waiter", NULL, NULL);
-        ctld_create(&c, key, NULL, id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "waiter", id);
 
         /* Settled already: at once, the sandbox in the usual envelope. */
         double t0 = mono_s();
@@ -1011,9 +975,7 @@ TEST_FULL(wait_returns_settled_times_out_and_does_not_block_others, 120) {
         usleep(300000);
         for (int i = 0; i < 5; i++) {
                 t0 = mono_s();
-                http_req(&c, "GET", "/healthz", NULL, NULL, &r);
-                ASSERT_EQ(r.status, 200);
-                hres_done(&r);
+                HTTP_EXPECT(&c, "GET", "/healthz", NULL, NULL, 200);
                 get_sandbox(&c, key, id, &r);
                 hres_done(&r);
                 ASSERT_TRUE(mono_s() - t0 < 2.0);
@@ -1079,21 +1041,11 @@ TEST_FULL(volumes_create_attach_survive_pause_detach_delete, 180) {
         hres_done(&r);
         ASSERT_TRUE(docker_volume_exists(vid));
 
-        http_req(&c, "POST", "/volumes", key, "{\"name\":\"data-a\",\"sizeGB\":20,\"region\":\"" LOCAL_REGION "\"}", &r);
-        ASSERT_ERROR(&r, 400, "A volume named \"data-a\" already exists");
-        hres_done(&r);
-        http_req(&c, "POST", "/volumes", key, "{\"name\":\"big\",\"sizeGB\":30,\"region\":\"" LOCAL_REGION "\"}", &r);
-        ASSERT_ERROR(&r, 403, "Your plan allows volumes up to 20GB. Reduce size or upgrade.");
-        hres_done(&r);
-        http_req(&c, "POST", "/volumes", key, "{\"name\":\"lost\",\"sizeGB\":10,\"region\":\"" UNKNOWN_HEX "\"}", &r);
-        ASSERT_ERROR(&r, 400, "region: unknown region id '" UNKNOWN_HEX "'. List regions with GET /sandboxes/regions.");
-        hres_done(&r);
-        http_req(&c, "POST", "/volumes", key, "{\"name\":\"Bad Name\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}", &r);
-        ASSERT_ERROR(&r, 400, "name must be 1 to 40 characters of lowercase letters, digits and '-'");
-        hres_done(&r);
-        http_req(&c, "POST", "/volumes", key, "{\"name\":\"small\",\"sizeGB\":5,\"region\":\"" LOCAL_REGION "\"}", &r);
-        ASSERT_ERROR(&r, 400, "sizeGB must be an integer between 10 and 50");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "POST", "/volumes", key, "{\"name\":\"data-a\",\"sizeGB\":20,\"region\":\"" LOCAL_REGION "\"}", 400, "A volume named \"data-a\" already exists");
+        EXPECT_ERROR(&c, "POST", "/volumes", key, "{\"name\":\"big\",\"sizeGB\":30,\"region\":\"" LOCAL_REGION "\"}", 403, "Your plan allows volumes up to 20GB. Reduce size or upgrade.");
+        EXPECT_ERROR(&c, "POST", "/volumes", key, "{\"name\":\"lost\",\"sizeGB\":10,\"region\":\"" UNKNOWN_HEX "\"}", 400, "region: unknown region id '" UNKNOWN_HEX "'. List regions with GET /sandboxes/regions.");
+        EXPECT_ERROR(&c, "POST", "/volumes", key, "{\"name\":\"Bad Name\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}", 400, "name must be 1 to 40 characters of lowercase letters, digits and '-'");
+        EXPECT_ERROR(&c, "POST", "/volumes", key, "{\"name\":\"small\",\"sizeGB\":5,\"region\":\"" LOCAL_REGION "\"}", 400, "sizeGB must be an integer between 10 and 50");
         http_req(&c, "POST", "/volumes", key, "{\"name\":\"noregion\",\"sizeGB\":10}", &r);
         ASSERT_ERROR_PREFIX(&r, 400, "region is required");
         hres_done(&r);
@@ -1101,9 +1053,7 @@ TEST_FULL(volumes_create_attach_survive_pause_detach_delete, 180) {
         create_volume(&c, other, "data-a", 10, vid2);
 
         create_volume(&c, key, "data-b", 20, vid2);
-        http_req(&c, "POST", "/volumes", key, "{\"name\":\"data-c\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}", &r);
-        ASSERT_ERROR(&r, 403, "Your plan allows up to 2 volumes. Delete an existing one or upgrade.");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "POST", "/volumes", key, "{\"name\":\"data-c\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}", 403, "Your plan allows up to 2 volumes. Delete an existing one or upgrade.");
 
         http_req(&c, "GET", "/volumes", key, NULL, &r);
         ASSERT_ENVELOPE(&r, 200, "Volumes fetched");
@@ -1119,16 +1069,10 @@ TEST_FULL(volumes_create_attach_survive_pause_detach_delete, 180) {
         hres_done(&r);
 
         /* Another account sees nothing of it and can't attach it. */
-        http_req(&c, "GET", path, other, NULL, &r);
-        ASSERT_ERROR(&r, 404, "Volume not found");
-        hres_done(&r);
-        http_req(&c, "DELETE", path, other, NULL, &r);
-        ASSERT_ERROR(&r, 404, "Volume not found");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "GET", path, other, NULL, 404, "Volume not found");
+        EXPECT_ERROR(&c, "DELETE", path, other, NULL, 404, "Volume not found");
         snprintf(body, sizeof(body), "{\"volumeId\":\"%s\"}", vid);
-        http_req(&c, "POST", "/sandboxes", other, body, &r);
-        ASSERT_ERROR(&r, 404, "Volume not found");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "POST", "/sandboxes", other, body, 404, "Volume not found");
         ASSERT_EQ(total_count(&c, other, "/sandboxes"), 0);
 
         /* Attach at create. */
@@ -1144,9 +1088,7 @@ TEST_FULL(volumes_create_attach_survive_pause_detach_delete, 180) {
         ASSERT_TRUE(cJSON_IsTrue(jget(data_of(&r), "persistent")));
         hres_done(&r);
         /* One volume, one sandbox. */
-        http_req(&c, "POST", "/sandboxes", key, body, &r);
-        ASSERT_ERROR(&r, 400, "Volume is attached to another sandbox; destroy that sandbox first");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "POST", "/sandboxes", key, body, 400, "Volume is attached to another sandbox; destroy that sandbox first");
 
         /* Data written survives pause/resume (the container is replaced). */
         _cleanup_free_ char *out = NULL;
@@ -1156,9 +1098,7 @@ TEST_FULL(volumes_create_attach_survive_pause_detach_delete, 180) {
         ASSERT_STREQ(out, "hi\n");
 
         /* Attached: refuse delete. */
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_ERROR(&r, 400, "Volume is attached; detach it before deleting");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "DELETE", path, key, NULL, 400, "Volume is attached; detach it before deleting");
         ASSERT_TRUE(docker_volume_exists(vid));
 
         /* Destroy detaches; the data is still there for the next sandbox. */
@@ -1183,9 +1123,7 @@ TEST_FULL(volumes_create_attach_survive_pause_detach_delete, 180) {
         ASSERT_EQ(r.len, 0);
         hres_done(&r);
         ASSERT_FALSE(docker_volume_exists(vid));
-        http_req(&c, "GET", path, key, NULL, &r);
-        ASSERT_ERROR(&r, 404, "Volume not found");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "GET", path, key, NULL, 404, "Volume not found");
         ASSERT_EQ(total_count(&c, key, "/volumes"), 1);
         /* The freed slot can be used again. */
         create_volume(&c, key, "data-c", 10, vid);
@@ -1288,14 +1226,11 @@ TEST_FULL(persistent_sandbox_gets_implicit_volume_at_mount_path, 150) {
         pause_resume_cycle(&c, key, sid);
         ASSERT_EQ(dexec(sid, "cat /data/f", &out), 0);
         ASSERT_STREQ(out, "kept\n");
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_ERROR(&r, 400, "Volume is attached; detach it before deleting");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "DELETE", path, key, NULL, 400, "Volume is attached; detach it before deleting");
 }
 
 TEST_FULL(volume_cap_rejection_at_create_leaves_no_sandbox_record, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
-        struct hres r;
         char acc[25], v1[25], v2[25];
         need_docker();
         track_volume(NULL);
@@ -1305,9 +1240,7 @@ TEST_FULL(volume_cap_rejection_at_create_leaves_no_sandbox_record, 120) {
         create_volume(&c, key, "two", 10, v2);
         /* The plan allows 2 volumes; persistent:true needs a third. A plan-limit refusal is a
          * validation failure: "clear 4xx errors; nothing created" (ARCHITECTURE.md). */
-        http_req(&c, "POST", "/sandboxes", key, "{\"persistent\":true,\"persistentDiskGB\":10}", &r);
-        ASSERT_ERROR(&r, 403, "Your plan allows up to 2 volumes. Delete an existing one or upgrade.");
-        hres_done(&r);
+        EXPECT_ERROR(&c, "POST", "/sandboxes", key, "{\"persistent\":true,\"persistentDiskGB\":10}", 403, "Your plan allows up to 2 volumes. Delete an existing one or upgrade.");
         _cleanup_free_ char *ps = account_containers(acc);
         ASSERT_STREQ(ps, "");
         ASSERT_EQ(total_count(&c, key, "/volumes"), 2);
@@ -1347,9 +1280,7 @@ TEST_FULL(reaper_one_shot_exit_and_vanished_container, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char a[25], b[25], d[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "reaped", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "reaped", NULL);
         ctld_create(&c, key, "{\"oneShot\":true}", a);
         ctld_create(&c, key, NULL, b);
         ctld_create(&c, key, NULL, d);
@@ -1415,9 +1346,7 @@ TEST_FULL(admin_cli_accounts_keys_sandboxes_and_config_check, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char acc[25], acc2[25], id[25], id2[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "operator-a", NULL, acc);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "operator-a", acc);
         _cleanup_free_ char *key2 = ctld_account_key(&c, "operator-b", NULL, acc2);
 
         _cleanup_free_ char *out = NULL;
@@ -1480,12 +1409,8 @@ TEST_FULL(admin_cli_accounts_keys_sandboxes_and_config_check, 120) {
         ASSERT_EQ(ctld_admin(&c, &out, "key", "list", "operator-a", NULL), 0);
         ASSERT_CONTAINS(out, "\trevoked\n");
         ASSERT_TRUE(strstr(out, "\tactive\n") == NULL);
-        http_req(&c, "GET", "/sandboxes", key, NULL, &r);
-        ASSERT_ERROR(&r, 401, "Invalid API key");
-        hres_done(&r);
-        http_req(&c, "GET", "/sandboxes", key2, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        EXPECT_ERROR(&c, "GET", "/sandboxes", key, NULL, 401, "Invalid API key");
+        HTTP_EXPECT(&c, "GET", "/sandboxes", key2, NULL, 200);
         /* Revoking again: no active key by that prefix. */
         ASSERT_NE(ctld_admin(&c, NULL, "key", "revoke", prefix, NULL), 0);
 
@@ -1655,9 +1580,7 @@ TEST_FULL(hostile_bodies_never_crash, 120) {
         ASSERT_EQ(total_count(&c, key, "/sandboxes"), 0);
         _cleanup_free_ char *ps = account_containers(acc);
         ASSERT_STREQ(ps, "");
-        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/healthz", NULL, NULL, 200);
         ASSERT_TRUE(daemon_alive(&c));
 }
 
@@ -1668,10 +1591,7 @@ TEST_FULL(percent_encoded_nul_does_not_truncate_the_path, 90) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25], path[128];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "nul-path", NULL, NULL);
-        ctld_create(&c, key, NULL, id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "nul-path", id);
 
         snprintf(path, sizeof(path), "/sandboxes/%s%%00/snapshots", id);
         http_req(&c, "DELETE", path, key, NULL, &r);

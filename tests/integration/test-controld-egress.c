@@ -26,6 +26,7 @@
 
 #include <amqp.h>
 
+#include "amqptest.h"
 #include "amqp.h"
 #include "cleanup.h"
 #include "ctltest.h"
@@ -123,11 +124,7 @@ static void world_up(void) {
 
 static void agent_stop(void *ud) {
         (void) ud;
-        if (agent_pid > 0) {
-                kill(agent_pid, SIGTERM);
-                waitpid(agent_pid, NULL, 0);
-                agent_pid = 0;
-        }
+        test_stop_child(&agent_pid);
 }
 
 static void table_drop(void *ud) {
@@ -184,9 +181,7 @@ static cJSON *node_sync(const char *node) {
         ASSERT_EQ(amqpx_connect(&u, "test-controld-egress", 0, 30, 5000, &conn, err, sizeof(err)), 0);
         amqpx_url_done(&u);
         ASSERT_EQ(amqpx_channel_open_exchange(conn, 1, exchange, err, sizeof(err)), 0);
-        amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
-        ASSERT_NOT_NULL(q);
-        amqp_bytes_t queue = amqp_bytes_malloc_dup(q->queue);
+        amqp_bytes_t queue = amqptest_queue(conn);
         amqp_basic_consume(conn, 1, queue, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         amqp_basic_properties_t pr = { ._flags = AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_APP_ID_FLAG,
                                        .reply_to = queue, .correlation_id = amqp_cstring_bytes("egt-sync-1"),
@@ -315,15 +310,9 @@ TEST_FULL(egress_end_to_end, 900) {
         ASSERT_FALSE(reaches(&c, key, deny_id, "203.0.113.2"));
 
         /* The always-deny set is refused, naming the entry. */
-        http_req(&c, "POST", "/sandboxes", key, "{\"egress\":{\"mode\":\"restricted\",\"allow\":[\"1.1.1.1\",\"10.1.0.0/16\"]}}", &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_CONTAINS(hres_message(&r), "egress.allow[1] (\"10.1.0.0/16\")");
-        hres_done(&r);
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key, "{\"egress\":{\"mode\":\"restricted\",\"allow\":[\"1.1.1.1\",\"10.1.0.0/16\"]}}", 400, "egress.allow[1] (\"10.1.0.0/16\")");
         snprintf(path, sizeof(path), "/sandboxes/%s/egress", open_id);
-        http_req(&c, "PUT", path, key, "{\"mode\":\"restricted\",\"allow\":[\"169.254.169.254\"]}", &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_CONTAINS(hres_message(&r), "169.254.169.254");
-        hres_done(&r);
+        HTTP_EXPECT_MSG(&c, "PUT", path, key, "{\"mode\":\"restricted\",\"allow\":[\"169.254.169.254\"]}", 400, "169.254.169.254");
 
         /* PUT takes effect: open -> restricted to one host. */
         http_req(&c, "PUT", path, key, "{\"mode\":\"restricted\",\"allow\":[\"198.51.100.3\"]}", &r);

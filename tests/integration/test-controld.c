@@ -17,9 +17,7 @@ TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
         struct ctld c;
         struct hres r;
         char id[25], path[128];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "alice", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "alice", NULL);
 
         http_req(&c, "POST", "/sandboxes", key, "{\"name\":\"my-box\",\"specs\":{\"cpu\":300,\"memory\":256}}", &r);
         ASSERT_EQ(r.status, 201);
@@ -122,15 +120,10 @@ TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
         ASSERT_STREQ(cJSON_GetObjectItem(d, "destroy_reason")->valuestring, "user");
         ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItem(d, "destroyed_at")));
         hres_done(&r);
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         /* operations on a destroyed sandbox are refused clearly */
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_CONTAINS(hres_message(&r), "destroyed");
-        hres_done(&r);
+        HTTP_EXPECT_MSG(&c, "POST", path, key, NULL, 400, "destroyed");
 }
 
 TEST_FULL(tenant_isolation_is_404_never_403, 120) {
@@ -196,9 +189,7 @@ TEST(auth_missing_invalid_bearer_revoked) {
         char prefix[16];
         snprintf(prefix, sizeof(prefix), "%.12s", key);
         ASSERT_EQ(ctld_admin(&c, NULL, "key", "revoke", prefix, NULL), 0);
-        http_req(&c, "GET", "/sandboxes", key, NULL, &r);
-        ASSERT_EQ(r.status, 401);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/sandboxes", key, NULL, 401);
         /* The store never holds the key itself. */
         _cleanup_free_ char *dump = NULL;
         char db[400];
@@ -226,9 +217,7 @@ TEST_FULL(quota_race_admits_exactly_the_cap, 240) {
         struct race x[50];
         pthread_t t[50];
         int ok = 0, denied = 0;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "racer", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "racer", NULL);
         for (int i = 0; i < 50; i++) {
                 x[i] = (struct race) { .c = &c, .key = key };
                 ASSERT_EQ(pthread_create(&t[i], NULL, race_create, &x[i]), 0);
@@ -257,11 +246,8 @@ TEST_FULL(quota_race_admits_exactly_the_cap, 240) {
         char id[25];
         ASSERT_EQ(sscanf(out, "%24s", id), 1);
         char path[64];
-        struct hres r;
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         ctld_create(&c, key, NULL, id);
 }
 
@@ -269,9 +255,7 @@ TEST_FULL(restart_keeps_records_and_live_sandboxes, 180) {
         struct ctld c;
         struct hres r;
         char id[25], path[96];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "survivor", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "survivor", NULL);
         ctld_create(&c, key, "{\"name\":\"keep-me\"}", id);
         ctld_restart(&c);
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
@@ -283,28 +267,20 @@ TEST_FULL(restart_keeps_records_and_live_sandboxes, 180) {
         ASSERT_TRUE(docker_container_running(container_name(id)));
         /* Still usable: pause/resume/destroy work after the restart. */
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "paused", 60), "paused");
         snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         ASSERT_FALSE(docker_container_exists(container_name(id)));
 }
 
 TEST_FULL(provisioning_failure_is_503_and_leaves_nothing, 120) {
         struct ctld c;
         struct hres r;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "unlucky", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "unlucky", NULL);
         http_req(&c, "POST", "/sandboxes", key, "{\"template\":\"missing-image\"}", &r);
         ASSERT_EQ(r.status, 503);
         ASSERT_CONTAINS(hres_message(&r), "Sandbox provisioning failed");
@@ -333,9 +309,7 @@ TEST_FULL(provisioning_failure_is_503_and_leaves_nothing, 120) {
 TEST(deny_all_has_no_network) {
         struct ctld c;
         char id[25];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "closed", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "closed", NULL);
         ctld_create(&c, key, "{\"blockOutbound\":true}", id);
         _cleanup_free_ char *out = NULL;
         char *argv[] = { "docker", "inspect", "-f", "{{.HostConfig.NetworkMode}} {{.HostConfig.Runtime}}", container_name(id), NULL };
@@ -362,9 +336,7 @@ TEST_FULL(stats_come_from_samples_of_the_running_container, 120) {
         struct ctld c;
         struct hres r;
         char id[25], path[96];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "watcher", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "watcher", NULL);
         ctld_create(&c, key, "{\"template\":\"python-3.11\",\"specs\":{\"memory\":200,\"cpu\":250}}", id);
         /* Burn CPU for five sampling intervals (stats_interval is 1s in the test config). */
         char *argv[] = { "docker", "exec", container_name(id), "python3", "-c",
@@ -398,14 +370,9 @@ TEST_FULL(stats_come_from_samples_of_the_running_container, 120) {
         double mem = cJSON_GetObjectItem(cJSON_GetObjectItem(avg, "memory"), "totalInPercentage")->valuedouble;
         ASSERT_TRUE(mem > 0 && mem <= 100);
         hres_done(&r);
-        http_req(&c, "GET", "/sandboxes/000000000000000000000000/stats", key, NULL, &r);
-        ASSERT_EQ(r.status, 404);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/sandboxes/000000000000000000000000/stats", key, NULL, 404);
         snprintf(path, sizeof(path), "/sandboxes/%s/stats?hoursAgo=0", id);
-        http_req(&c, "GET", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_CONTAINS(hres_message(&r), "hoursAgo");
-        hres_done(&r);
+        HTTP_EXPECT_MSG(&c, "GET", path, key, NULL, 400, "hoursAgo");
 }
 
 static void sql(struct ctld *c, const char *stmt) {
@@ -458,9 +425,7 @@ TEST_FULL(restart_heals_records_left_mid_operation, 180) {
         hres_done(&r);
         /* Healed sandboxes are usable: the paused one resumes. */
         snprintf(path, sizeof(path), "/sandboxes/%s/resume", b);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&c, key, b, "ready", 60), "ready");
         ASSERT_TRUE(docker_container_running(container_name(b)));
 }
@@ -511,9 +476,7 @@ TEST_FULL(docker_outage_is_visible_in_healthz_and_create, 90) {
         hres_done(&r);
 
         ASSERT_EQ(symlink("/var/run/docker.sock", sock), 0);
-        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/healthz", NULL, NULL, 200);
         char id[25];
         ctld_create(&c, key, NULL, id);
 }
@@ -544,9 +507,7 @@ TEST_FULL(failed_resume_releases_the_volume, 120) {
         char *rmi_argv[] = { "docker", "rmi", tag, NULL };
         ASSERT_EQ(test_run_capture(rmi_argv, NULL, 4096), 0);
         snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "failed", 60), "failed");
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
         http_req(&c, "GET", path, key, NULL, &r);
@@ -571,9 +532,7 @@ TEST_FULL(volume_being_deleted_cannot_be_attached, 120) {
         struct ctld c;
         struct hres r;
         char vol[25], id[25], path[96], body[160], q[160];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "deleter", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "deleter", NULL);
         http_req(&c, "POST", "/volumes", key, "{\"name\":\"doomed\",\"sizeGB\":10,\"region\":\"6a06df21cc6bef51342e199e\"}", &r);
         ASSERT_EQ(r.status, 201);
         snprintf(vol, sizeof(vol), "%s", hres_data_str(&r, "id"));
@@ -582,16 +541,12 @@ TEST_FULL(volume_being_deleted_cannot_be_attached, 120) {
         snprintf(q, sizeof(q), "UPDATE volumes SET deleting = 1 WHERE id = '%s'", vol);
         sql(&c, q);
         snprintf(body, sizeof(body), "{\"volumeId\":\"%s\"}", vol);
-        http_req(&c, "POST", "/sandboxes", key, body, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", "/sandboxes", key, body, 400);
         http_req(&c, "GET", "/sandboxes", key, NULL, &r);
         ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "totalCount")->valuedouble, 0);  /* nothing left */
         hres_done(&r);
         snprintf(path, sizeof(path), "/volumes/%s", vol);
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 409);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 409);
 
         /* As if controld died mid-delete: after a restart the volume attaches again. */
         ctld_restart(&c);
@@ -603,9 +558,7 @@ TEST_FULL(volume_being_deleted_cannot_be_attached, 120) {
         http_req(&c, "DELETE", path, key, NULL, &r);
         hres_done(&r);
         snprintf(path, sizeof(path), "/volumes/%s", vol);
-        http_req(&c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         char h[64];
         snprintf(h, sizeof(h), "paddock-vol-%s", vol);
         char *argv[] = { "docker", "volume", "inspect", h, NULL };
@@ -619,11 +572,7 @@ TEST_FULL(pings_systemd_watchdog, 60) {
         char path[300];
         need_docker();
         snprintf(path, sizeof(path), "%s/wd-%d.sock", test_tmpdir(), getpid());
-        int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un a = { .sun_family = AF_UNIX };
-        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-        ASSERT_EQ(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
-        setenv("NOTIFY_SOCKET", path, 1);
+        int fd = test_notify_socket(path, 0);
         setenv("WATCHDOG_USEC", "400000", 1);
         ctld_start(&c, NULL, NULL);
         unsetenv("NOTIFY_SOCKET");
@@ -661,11 +610,7 @@ TEST_FULL(notifies_systemd_ready_and_stopping, 60) {
         char path[300];
         need_docker();
         snprintf(path, sizeof(path), "%s/notify-%d.sock", test_tmpdir(), getpid());
-        int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un a = { .sun_family = AF_UNIX };
-        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-        ASSERT_EQ(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
-        setenv("NOTIFY_SOCKET", path, 1);
+        int fd = test_notify_socket(path, 0);
         ctld_start(&c, NULL, NULL);
         unsetenv("NOTIFY_SOCKET");
         char buf[512] = "";

@@ -138,9 +138,7 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         ASSERT_STREQ(hres_data_str(&r, "stdout"), "42\n");
         hres_done(&r);
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "DELETE", path, key1, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key1, NULL, 204);
 
         /* A node agent runs beside controld and confirms egress: a restricted sandbox is created. */
         int agent1 = read_pid("nodeagent"), ctl1 = read_pid("controld");
@@ -157,9 +155,7 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         ASSERT_EQ(run_script("tests/env/up.sh", &out2), 0);
         _cleanup_free_ char *key2 = env_value("PADDOCK_API_KEY");
         ASSERT_STREQ(key2, key1);
-        http_req(&c, "GET", "/sandboxes", key2, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", "/sandboxes", key2, NULL, 200);
         ASSERT_EQ(read_pid("nodeagent"), agent1);
         ASSERT_EQ(read_pid("controld"), ctl1);
         snprintf(path, sizeof(path), "/sandboxes/%s", rid);
@@ -177,9 +173,7 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         int agent2 = read_pid("nodeagent");
         ASSERT_TRUE(agent2 > 0 && agent2 != agent1);
         ASSERT_EQ(read_pid("controld"), ctl1);
-        http_req(&c, "DELETE", path, key2, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "DELETE", path, key2, NULL, 204);
 
         /* `make down`: the daemon and its listener are gone. */
         ASSERT_EQ(run_script("tests/env/down.sh", &out3), 0);

@@ -62,13 +62,7 @@ static long long free_bytes(const char *path) {
 }
 
 static void exec_req(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *r) {
-        char path[128];
-        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
-        _cleanup_json_ cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "cmd", cmd);
-        cJSON_AddNumberToObject(o, "timeout_seconds", timeout_s);
-        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
-        http_req(c, "POST", path, key, body, r);
+        ctld_exec(c, key, id, cmd, timeout_s, r);
         if (r->status != 200)
                 test_fail(__FILE__, __LINE__, "exec %s: HTTP %ld %.400s", cmd, r->status, r->body);
 }

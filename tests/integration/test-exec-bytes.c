@@ -29,10 +29,7 @@ TEST_FULL(exec_output_keeps_nul_bytes, 180) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25], path[128];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "bytes", NULL, NULL);
-        ctld_create(&c, key, NULL, id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "bytes", id);
         snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
 
         /* Buffered. The shell's printf writes the NULs; the quote, backslash and newline

@@ -78,44 +78,42 @@ static void stop_pid(pid_t p) {
         waitpid(p, &st, 0);
 }
 
+/* Runs controld with this [docker] section, asserts that it exits non-zero within 20 s, and
+ * returns its log. */
+static char *refused_log(const char *docker_section) {
+        pid_t pid = 0;
+        _cleanup_free_ char *log = NULL;
+        int rc = run_controld(docker_section, 20, &pid, &log);
+        if (rc < 0)
+                stop_pid(pid);
+        char *text = slurp(log);
+        ASSERT_TRUE(rc > 0);
+        return text;
+}
+
 TEST_FULL(controld_refuses_runtimes_that_are_not_gvisor, 90) {
         need_docker();
         pid_t pid = 0;
         _cleanup_free_ char *log = NULL, *text = NULL;
 
         /* runc is known to Docker but is not a sandbox. */
-        int rc = run_controld("runtime = runc\nruntime_network = runc\n", 20, &pid, &log);
-        if (rc < 0)
-                stop_pid(pid);
-        text = slurp(log);
-        ASSERT_TRUE(rc > 0);
+        text = refused_log("runtime = runc\nruntime_network = runc\n");
         ASSERT_CONTAINS(text, "runtime = runc runs 'runc', which is not gVisor (runsc)");
         ASSERT_CONTAINS(text, "allow_unsandboxed");
-        free(log), log = NULL;
         free(text), text = NULL;
 
         /* A gVisor deny_all runtime but an unsandboxed network runtime is refused as well. */
-        rc = run_controld("runtime = runsc\nruntime_network = runc\n", 20, &pid, &log);
-        if (rc < 0)
-                stop_pid(pid);
-        text = slurp(log);
-        ASSERT_TRUE(rc > 0);
+        text = refused_log("runtime = runsc\nruntime_network = runc\n");
         ASSERT_CONTAINS(text, "runtime_network = runc runs 'runc', which is not gVisor");
-        free(log), log = NULL;
         free(text), text = NULL;
 
         /* A name Docker does not know. */
-        rc = run_controld("runtime = runsc-nonexistent\n", 20, &pid, &log);
-        if (rc < 0)
-                stop_pid(pid);
-        text = slurp(log);
-        ASSERT_TRUE(rc > 0);
+        text = refused_log("runtime = runsc-nonexistent\n");
         ASSERT_CONTAINS(text, "runtime = runsc-nonexistent: Docker knows no runtime of that name");
-        free(log), log = NULL;
         free(text), text = NULL;
 
         /* Tests may opt out, and the log says what that means. */
-        rc = run_controld("runtime = runc\nruntime_network = runc\nallow_unsandboxed = true\n", 3, &pid, &log);
+        int rc = run_controld("runtime = runc\nruntime_network = runc\nallow_unsandboxed = true\n", 3, &pid, &log);
         ASSERT_EQ(rc, -1);
         stop_pid(pid);
         text = slurp(log);
@@ -177,16 +175,6 @@ static int64_t cgroup_cpu_ns(const char *cid) {
         test_fail(__FILE__, __LINE__, "no cgroup CPU accounting found for container %s", cid);
 }
 
-static void exec_req(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *r) {
-        char path[128];
-        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
-        _cleanup_json_ cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "cmd", cmd);
-        cJSON_AddNumberToObject(o, "timeout_seconds", timeout_s);
-        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
-        http_req(c, "POST", path, key, body, r);
-}
-
 static int64_t mono_ms_now(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -207,7 +195,7 @@ TEST_FULL(cpu_spec_is_a_hard_cap, 120) {
         ASSERT_TRUE(p >= 0);
         if (p == 0) {
                 struct hres r;
-                exec_req(&c, key, id, "for i in 1 2; do timeout 8 sh -c 'while :; do :; done' & done; wait", 60, &r);
+                ctld_exec(&c, key, id, "for i in 1 2; do timeout 8 sh -c 'while :; do :; done' & done; wait", 60, &r);
                 _exit(r.status == 200 ? 0 : 1);
         }
         usleep(2500 * 1000);   /* let the loops start and the quota settle */
@@ -234,14 +222,14 @@ TEST_FULL(out_of_memory_is_reported, 150) {
 
         /* Within the limit: an ordinary answer. */
         struct hres r;
-        exec_req(&c, key, id, "python3 -c 'a = bytearray(32 << 20); print(len(a) >> 20)'", 60, &r);
+        ctld_exec(&c, key, id, "python3 -c 'a = bytearray(32 << 20); print(len(a) >> 20)'", 60, &r);
         ASSERT_EQ(r.status, 200);
         ASSERT_STREQ(hres_data_str(&r, "stdout"), "32\n");
         ASSERT_NULL(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "oom_killed"));
         hres_done(&r);
 
         /* 1 GiB touched page by page, in a 128 MB sandbox. */
-        exec_req(&c, key, id,
+        ctld_exec(&c, key, id,
                  "python3 -c 'a = bytearray(1 << 30)\nfor i in range(0, len(a), 4096): a[i] = 1\nprint(\"survived\")'", 60, &r);
         if (r.status != 200)
                 test_fail(__FILE__, __LINE__, "exec -> %ld %.400s", r.status, r.body);

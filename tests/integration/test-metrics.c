@@ -232,10 +232,7 @@ static char *get_metrics(struct ctld *c) {
 
 TEST_FULL(junk_methods_keep_the_exposition_valid_and_real_routes_counting, 180) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
-        struct hres r;
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "metered", NULL, NULL);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "metered", NULL);
 
         /* Methods that would break the page if they became label values verbatim, and 300
          * distinct junk methods to fill a series table. libmicrohttpd answers them (any
@@ -253,9 +250,7 @@ TEST_FULL(junk_methods_keep_the_exposition_valid_and_real_routes_counting, 180) 
 
         /* A real route still counts after the junk. */
         for (int i = 0; i < 3; i++) {
-                http_req(&c, "GET", "/sandboxes", key, NULL, &r);
-                ASSERT_EQ(r.status, 200);
-                hres_done(&r);
+                HTTP_EXPECT(&c, "GET", "/sandboxes", key, NULL, 200);
         }
         struct req_count q = { .route = "/sandboxes", .method = "GET", .status = 200 };
         for (int i = 0; i < 40 && q.value < 3; i++) {  /* counted when the request completes */
@@ -279,9 +274,7 @@ TEST_FULL(metrics_page_has_no_per_tenant_data, 180) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char acct[25], id[25], path[128];
-        need_docker();
-        ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = ctld_account_key(&c, "tenant-zebra-name", NULL, acct);
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "tenant-zebra-name", acct);
 
         http_req(&c, "POST", "/volumes", key, "{\"name\":\"vol-tenant-zebra\",\"sizeGB\":10,\"region\":\"6a06df21cc6bef51342e199e\"}", &r);
         if (r.status != 201)
@@ -291,9 +284,7 @@ TEST_FULL(metrics_page_has_no_per_tenant_data, 180) {
         hres_done(&r);
         ctld_create(&c, key, "{\"name\":\"box-tenant-zebra\"}", id);
         snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
-        http_req(&c, "POST", path, key, "{\"cmd\":\"true\"}", &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "POST", path, key, "{\"cmd\":\"true\"}", 200);
         snprintf(path, sizeof(path), "/sandboxes/%s/files/tmp/tenant-zebra-file", id);
         char kh[300];
         snprintf(kh, sizeof(kh), "x-brimble-key: %s", key);
@@ -302,9 +293,7 @@ TEST_FULL(metrics_page_has_no_per_tenant_data, 180) {
         ASSERT_TRUE(r.status >= 200 && r.status < 300);
         hres_done(&r);
         snprintf(path, sizeof(path), "/sandboxes/%s/files/tmp/tenant-zebra-file", id);
-        http_req(&c, "GET", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&c, "GET", path, key, NULL, 200);
 
         usleep(200000);
         _cleanup_free_ char *page = get_metrics(&c);

@@ -19,6 +19,7 @@
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
 
+#include "amqptest.h"
 #include "cleanup.h"
 #include "nodeagent.h"
 #include "testlib.h"
@@ -33,11 +34,7 @@ static void need_rabbit(void) {
 
 static void stop_agent(void *ud) {
         (void) ud;
-        if (agent_pid > 0) {
-                kill(agent_pid, SIGTERM);
-                waitpid(agent_pid, NULL, 0);
-                agent_pid = 0;
-        }
+        test_stop_child(&agent_pid);
 }
 
 static void write_conf(const char *extra) {
@@ -70,20 +67,8 @@ struct client {
 };
 
 static void client_open(struct client *c) {
-        c->conn = amqp_new_connection();
-        amqp_socket_t *s = amqp_tcp_socket_new(c->conn);
-        ASSERT_NOT_NULL(s);
-        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
-        ASSERT_EQ(amqp_login(c->conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
-                  AMQP_RESPONSE_NORMAL);
-        amqp_channel_open(c->conn, 1);
-        ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
-        amqp_exchange_declare(c->conn, 1, amqp_cstring_bytes("paddock.nodes"), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
-                              amqp_empty_table);
-        ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
-        amqp_queue_declare_ok_t *q = amqp_queue_declare(c->conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
-        ASSERT_NOT_NULL(q);
-        c->reply_q = amqp_bytes_malloc_dup(q->queue);
+        c->conn = amqptest_connect("paddock.nodes");
+        c->reply_q = amqptest_queue(c->conn);
         amqp_basic_consume(c->conn, 1, c->reply_q, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
         amqp_confirm_select(c->conn, 1);
@@ -156,18 +141,42 @@ static void wait_agent_ready(struct client *c) {
         test_fail(__FILE__, __LINE__, "nodeagent never bound its queue; see %s", log_path);
 }
 
+/* agent_egress_init(cfg), skipping the test where nftables netlink is not available. */
+static void egress_init_or_skip(struct agent_config *cfg) {
+        char err[512] = "";
+        int r = agent_egress_init(cfg, err, sizeof(err));
+        if (r == -EPERM || r == -EPROTONOSUPPORT)
+                TEST_SKIP("nftables netlink is not available here");
+        if (r < 0)
+                test_fail(__FILE__, __LINE__, "egress init: %s", err);
+}
+
+/* Publishes a ping to node until the broker returns it as unroutable (the node's queue is
+ * gone), for up to 5 s; returns what the last publish returned (1: returned). */
+static int publish_until_returned(struct client *c, const char *node, const char *corr) {
+        int returned = 0;
+        for (int i = 0; i < 100 && !returned; i++) {
+                returned = publish(c, node, "{\"type\":\"ping\"}", corr, NULL);
+                if (!returned)
+                        usleep(50000);
+        }
+        return returned;
+}
+
+/* A datagram socket bound at <tmpdir>/name (path in npath) and named in NOTIFY_SOCKET, where
+ * an agent started now sends its sd_notify messages. */
+static int notify_socket_env(const char *name, int flags, char npath[static 300]) {
+        snprintf(npath, 300, "%s/%s", test_tmpdir(), name);
+        return test_notify_socket(npath, flags);
+}
+
 TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {
         struct client c = { 0 };
         char npath[300];
         need_rabbit();
         write_conf(NULL);
         /* systemd Type=notify: READY=1 once the queue consumes. */
-        snprintf(npath, sizeof(npath), "%s/notify.sock", test_tmpdir());
-        int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un na = { .sun_family = AF_UNIX };
-        snprintf(na.sun_path, sizeof(na.sun_path), "%s", npath);
-        ASSERT_EQ(bind(nfd, (struct sockaddr *) &na, sizeof(na)), 0);
-        setenv("NOTIFY_SOCKET", npath, 1);
+        int nfd = notify_socket_env("notify.sock", 0, npath);
         start_agent();
         unsetenv("NOTIFY_SOCKET");
         struct pollfd pf = { .fd = nfd, .events = POLLIN };
@@ -209,13 +218,7 @@ TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {
 
         /* When the agent goes away its queue goes too: publishes to it fail fast. */
         stop_agent(NULL);
-        int returned = 0;
-        for (int i = 0; i < 100 && !returned; i++) {
-                returned = publish(&c, node_id, "{\"type\":\"ping\"}", "corr-6", NULL);
-                if (!returned)
-                        usleep(50000);
-        }
-        ASSERT_EQ(returned, 1);
+        ASSERT_EQ(publish_until_returned(&c, node_id, "corr-6"), 1);
         client_close(&c);
 }
 
@@ -269,28 +272,28 @@ TEST(handler_replies_for_every_input) {
 }
 
 /* The agent's egress handlers program real nftables, inside a network namespace of the test's own. */
-TEST(egress_messages_program_the_firewall) {
+/* Into a network and mount namespace of the test's own, with an /etc/hosts of its making
+ * ("127.0.0.1 localhost" and then hosts_text), visible only in that mount namespace. */
+static void netns_with_hosts(const char *hosts_text) {
         if (unshare(CLONE_NEWNET | CLONE_NEWNS) < 0)
                 TEST_SKIP("cannot create network and mount namespaces here");
-        /* A hostname the agent can resolve without any DNS: our own /etc/hosts, visible only
-         * in this test's mount namespace. */
         char hosts[512];
         snprintf(hosts, sizeof(hosts), "%s/hosts", test_tmpdir());
         FILE *hf = fopen(hosts, "w");
         ASSERT_NOT_NULL(hf);
-        fprintf(hf, "127.0.0.1 localhost\n203.0.113.20 api.paddock.test\n");
+        fprintf(hf, "127.0.0.1 localhost\n%s", hosts_text);
         fclose(hf);
         ASSERT_EQ(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
         ASSERT_EQ(mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL), 0);
+}
+
+TEST(egress_messages_program_the_firewall) {
+        /* A hostname the agent can resolve without any DNS. */
+        netns_with_hosts("203.0.113.20 api.paddock.test\n");
         char *bridges[] = { "pdkbr0", NULL };
         struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true, .egress_table = "paddock",
                                     .egress_bridges = bridges, .egress_priority = -10 };
-        char err[512] = "";
-        int r = agent_egress_init(&cfg, err, sizeof(err));
-        if (r == -EPERM || r == -EPROTONOSUPPORT)
-                TEST_SKIP("nftables netlink is not available here");
-        if (r < 0)
-                test_fail(__FILE__, __LINE__, "egress init: %s", err);
+        egress_init_or_skip(&cfg);
 
 #define SB "0123456789abcdef01234567"
         static const char apply[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.7\","
@@ -434,13 +437,7 @@ TEST_FULL(parent_holds_no_capabilities_and_a_dead_child_stops_it, 60) {
         agent_pid = 0;
         ASSERT_TRUE(WIFEXITED(status));
         ASSERT_NE(WEXITSTATUS(status), 0);
-        int returned = 0;
-        for (int i = 0; i < 100 && !returned; i++) {
-                returned = publish(&c, node_id, "{\"type\":\"ping\"}", "after-death", NULL);
-                if (!returned)
-                        usleep(50000);
-        }
-        ASSERT_EQ(returned, 1);
+        ASSERT_EQ(publish_until_returned(&c, node_id, "after-death"), 1);
         _cleanup_free_ char *log = NULL;
         char *cat[] = { "cat", log_path, NULL };
         ASSERT_EQ(test_run_capture(cat, &log, 1 << 20), 0);
@@ -496,16 +493,7 @@ TEST_FULL(oversized_message_is_refused_before_its_body_is_read, 60) {
 static char egress_log[512];
 
 static void egress_setup(const char *hosts_text) {
-        if (unshare(CLONE_NEWNET | CLONE_NEWNS) < 0)
-                TEST_SKIP("cannot create network and mount namespaces here");
-        char hosts[512];
-        snprintf(hosts, sizeof(hosts), "%s/hosts", test_tmpdir());
-        FILE *hf = fopen(hosts, "w");
-        ASSERT_NOT_NULL(hf);
-        fprintf(hf, "127.0.0.1 localhost\n%s", hosts_text);
-        fclose(hf);
-        ASSERT_EQ(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
-        ASSERT_EQ(mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL), 0);
+        netns_with_hosts(hosts_text);
         snprintf(egress_log, sizeof(egress_log), "%s/egress.log", test_tmpdir());
         int fd = open(egress_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         ASSERT_TRUE(fd >= 0);
@@ -514,12 +502,7 @@ static void egress_setup(const char *hosts_text) {
         static char *bridges[] = { "pdkbr0", NULL };
         static struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true, .egress_table = "paddock",
                                            .egress_bridges = bridges, .egress_priority = -10 };
-        char err[512] = "";
-        int r = agent_egress_init(&cfg, err, sizeof(err));
-        if (r == -EPERM || r == -EPROTONOSUPPORT)
-                TEST_SKIP("nftables netlink is not available here");
-        if (r < 0)
-                test_fail(__FILE__, __LINE__, "egress init: %s", err);
+        egress_init_or_skip(&cfg);
 }
 
 static char *nft_dump(void) {
@@ -643,12 +626,7 @@ TEST_FULL(watchdog_is_fed_while_busy, 60) {
         char npath[300];
         need_rabbit();
         write_conf(NULL);
-        snprintf(npath, sizeof(npath), "%s/wd-notify.sock", test_tmpdir());
-        int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        struct sockaddr_un na = { .sun_family = AF_UNIX };
-        snprintf(na.sun_path, sizeof(na.sun_path), "%s", npath);
-        ASSERT_EQ(bind(nfd, (struct sockaddr *) &na, sizeof(na)), 0);
-        setenv("NOTIFY_SOCKET", npath, 1);
+        int nfd = notify_socket_env("wd-notify.sock", SOCK_NONBLOCK, npath);
         setenv("WATCHDOG_USEC", "1000000", 1);     /* fed every 0.5 s */
         start_agent();
         unsetenv("NOTIFY_SOCKET");
@@ -705,22 +683,10 @@ static bool nft_has_chain(int ns_fd, int home_fd, const char *id) {
 
 /* Plays controld: a queue bound with routing key "controld" on the test's own exchange. */
 static amqp_connection_state_t fake_controld(const char *exchange, bool bind) {
-        amqp_connection_state_t conn = amqp_new_connection();
-        amqp_socket_t *s = amqp_tcp_socket_new(conn);
-        ASSERT_NOT_NULL(s);
-        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
-        ASSERT_EQ(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
-                  AMQP_RESPONSE_NORMAL);
-        amqp_channel_open(conn, 1);
-        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
-        amqp_exchange_declare(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
-                              amqp_empty_table);
-        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_connection_state_t conn = amqptest_connect(exchange);
         if (!bind)
                 return conn;
-        amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
-        ASSERT_NOT_NULL(q);
-        amqp_bytes_t qn = amqp_bytes_malloc_dup(q->queue);
+        amqp_bytes_t qn = amqptest_queue(conn);
         amqp_queue_bind(conn, 1, qn, amqp_cstring_bytes(exchange), amqp_cstring_bytes("controld"), amqp_empty_table);
         ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
         amqp_basic_consume(conn, 1, qn, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);

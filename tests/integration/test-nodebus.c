@@ -17,6 +17,7 @@
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
 
+#include "amqptest.h"
 #include "nodebus.h"
 #include "cleanup.h"
 #include "json.h"
@@ -401,14 +402,7 @@ TEST_FULL(lost_connection_fails_cleanly_then_reconnects, 60) {
 
 /* A raw connection of the test's own, to change the broker under the client. */
 static void delete_exchange(const char *name) {
-        amqp_connection_state_t conn = amqp_new_connection();
-        amqp_socket_t *s = amqp_tcp_socket_new(conn);
-        ASSERT_NOT_NULL(s);
-        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
-        ASSERT_EQ(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
-                  AMQP_RESPONSE_NORMAL);
-        amqp_channel_open(conn, 1);
-        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_connection_state_t conn = amqptest_connect(NULL);
         amqp_exchange_delete(conn, 1, amqp_cstring_bytes(name), 0);
         ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
         amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
@@ -511,20 +505,8 @@ struct fake_agent {
 
 static void fake_agent_open(struct fake_agent *f, const char *tag) {
         snprintf(f->node, sizeof(f->node), "amqptest-%d-%s", (int) getpid(), tag);
-        f->conn = amqp_new_connection();
-        amqp_socket_t *s = amqp_tcp_socket_new(f->conn);
-        ASSERT_NOT_NULL(s);
-        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
-        ASSERT_EQ(amqp_login(f->conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
-                  AMQP_RESPONSE_NORMAL);
-        amqp_channel_open(f->conn, 1);
-        ASSERT_EQ(amqp_get_rpc_reply(f->conn).reply_type, AMQP_RESPONSE_NORMAL);
-        amqp_exchange_declare(f->conn, 1, amqp_cstring_bytes(EXCHANGE), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
-                              amqp_empty_table);
-        ASSERT_EQ(amqp_get_rpc_reply(f->conn).reply_type, AMQP_RESPONSE_NORMAL);
-        amqp_queue_declare_ok_t *q = amqp_queue_declare(f->conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
-        ASSERT_NOT_NULL(q);
-        amqp_bytes_t qn = amqp_bytes_malloc_dup(q->queue);
+        f->conn = amqptest_connect(EXCHANGE);
+        amqp_bytes_t qn = amqptest_queue(f->conn);
         amqp_queue_bind(f->conn, 1, qn, amqp_cstring_bytes(EXCHANGE), amqp_cstring_bytes(f->node), amqp_empty_table);
         ASSERT_EQ(amqp_get_rpc_reply(f->conn).reply_type, AMQP_RESPONSE_NORMAL);
         amqp_basic_consume(f->conn, 1, qn, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);

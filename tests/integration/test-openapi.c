@@ -336,6 +336,27 @@ static void check_answer(cJSON *spec, const char *path, const char *method, cons
                           where, c.problems, r->body);
 }
 
+/* POST body to path (with key), which must create (201); checks the answer against the spec's
+ * operation "post" of path and returns the new id in ret_id. */
+static void post_and_check(struct ctld *c, cJSON *spec, const char *path, const char *key, const char *body,
+                           const char *what, char ret_id[25]) {
+        struct hres r;
+        http_req(c, "POST", path, key, body, &r);
+        if (r.status != 201)
+                test_fail(__FILE__, __LINE__, "%s -> %ld %s", what, r.status, r.body);
+        check_answer(spec, path, "post", &r);
+        snprintf(ret_id, 25, "%s", hres_data_str(&r, "id"));
+        hres_done(&r);
+}
+
+/* GET path (with key) and check the answer against the spec's operation "get" of template. */
+static void get_and_check(struct ctld *c, cJSON *spec, const char *path, const char *key, const char *template) {
+        struct hres r;
+        http_req(c, "GET", path, key, NULL, &r);
+        check_answer(spec, template, "get", &r);
+        hres_done(&r);
+}
+
 /* ---- the spec on its own ---- */
 
 TEST(spec_is_openapi_3_0_with_paths_and_resolvable_refs) {
@@ -504,12 +525,8 @@ TEST_FULL(every_documented_route_is_served_and_nothing_else, 90) {
         }
 
         /* Documented path rules: %2F and %00 are refused with 400, before authentication. */
-        http_req(c, "GET", "/sandboxes/" UNKNOWN_ID "/files/tmp%2Fx", key, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
-        http_req(c, "GET", "/sandboxes/" UNKNOWN_ID "%00/stats", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        HTTP_EXPECT(c, "GET", "/sandboxes/" UNKNOWN_ID "/files/tmp%2Fx", key, NULL, 400);
+        HTTP_EXPECT(c, "GET", "/sandboxes/" UNKNOWN_ID "%00/stats", NULL, NULL, 400);
         /* Authorization: Bearer works as documented. */
         {
                 char bh[256];
@@ -521,12 +538,8 @@ TEST_FULL(every_documented_route_is_served_and_nothing_else, 90) {
                 hres_done(&r);
         }
         /* Documented query limits. */
-        http_req(c, "GET", "/sandboxes?limit=101", key, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
-        http_req(c, "GET", "/sandboxes/snapshots?page=0", key, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        HTTP_EXPECT(c, "GET", "/sandboxes?limit=101", key, NULL, 400);
+        HTTP_EXPECT(c, "GET", "/sandboxes/snapshots?page=0", key, NULL, 400);
         http_req(c, "GET", "/sandboxes/snapshots?limit=100", key, NULL, &r);
         ASSERT_EQ(r.status, 200);
         check_answer(spec, "/sandboxes/snapshots", "get", &r);
@@ -548,12 +561,7 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         _cleanup_free_ char *key = ctld_account_key(c, "openapi", NULL, NULL);
 
         /* create: the short result */
-        http_req(c, "POST", "/sandboxes", key, "{\"name\":\"openapi-probe\"}", &r);
-        if (r.status != 201)
-                test_fail(__FILE__, __LINE__, "create -> %ld %s", r.status, r.body);
-        check_answer(spec, "/sandboxes", "post", &r);
-        snprintf(id, sizeof(id), "%s", hres_data_str(&r, "id"));
-        hres_done(&r);
+        post_and_check(c, spec, "/sandboxes", key, "{\"name\":\"openapi-probe\"}", "create", id);
 
         /* get: the full record, compared key by key with components.schemas.Sandbox both ways */
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
@@ -593,13 +601,9 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         check_answer(spec, "/sandboxes/{id}", "get", &r);
         hres_done(&r);
 
-        http_req(c, "GET", "/sandboxes?limit=5", key, NULL, &r);
-        check_answer(spec, "/sandboxes", "get", &r);
-        hres_done(&r);
+        get_and_check(c, spec, "/sandboxes?limit=5", key, "/sandboxes");
         snprintf(path, sizeof(path), "/sandboxes/%s/wait?timeout=0", id);
-        http_req(c, "GET", path, key, NULL, &r);
-        check_answer(spec, "/sandboxes/{id}/wait", "get", &r);
-        hres_done(&r);
+        get_and_check(c, spec, path, key, "/sandboxes/{id}/wait");
 
         /* exec, plain and with every truncation/timeout flag */
         snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
@@ -644,37 +648,19 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         hres_done(&r);
 
         snprintf(path, sizeof(path), "/sandboxes/%s/stats?hoursAgo=1", id);
-        http_req(c, "GET", path, key, NULL, &r);
-        check_answer(spec, "/sandboxes/{id}/stats", "get", &r);
-        hres_done(&r);
+        get_and_check(c, spec, path, key, "/sandboxes/{id}/stats");
 
-        http_req(c, "GET", "/sandbox/templates", key, NULL, &r);
-        check_answer(spec, "/sandbox/templates", "get", &r);
-        hres_done(&r);
-        http_req(c, "GET", "/sandboxes/regions", key, NULL, &r);
-        check_answer(spec, "/sandboxes/regions", "get", &r);
-        hres_done(&r);
-        http_req(c, "GET", "/healthz", NULL, NULL, &r);
-        check_answer(spec, "/healthz", "get", &r);
-        hres_done(&r);
+        get_and_check(c, spec, "/sandbox/templates", key, "/sandbox/templates");
+        get_and_check(c, spec, "/sandboxes/regions", key, "/sandboxes/regions");
+        get_and_check(c, spec, "/healthz", NULL, "/healthz");
 
         /* volumes: create, fetch, list, delete */
-        http_req(c, "POST", "/volumes", key, "{\"name\":\"openapi-vol\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}", &r);
-        if (r.status != 201)
-                test_fail(__FILE__, __LINE__, "volume create -> %ld %s", r.status, r.body);
-        check_answer(spec, "/volumes", "post", &r);
-        snprintf(vid, sizeof(vid), "%s", hres_data_str(&r, "id"));
-        hres_done(&r);
+        post_and_check(c, spec, "/volumes", key, "{\"name\":\"openapi-vol\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}",
+                       "volume create", vid);
         snprintf(path, sizeof(path), "/volumes/%s", vid);
-        http_req(c, "GET", path, key, NULL, &r);
-        check_answer(spec, "/volumes/{volumeId}", "get", &r);
-        hres_done(&r);
-        http_req(c, "GET", "/volumes", key, NULL, &r);
-        check_answer(spec, "/volumes", "get", &r);
-        hres_done(&r);
-        http_req(c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        get_and_check(c, spec, path, key, "/volumes/{volumeId}");
+        get_and_check(c, spec, "/volumes", key, "/volumes");
+        HTTP_EXPECT(c, "DELETE", path, key, NULL, 204);
 
         /* pause acknowledges without data; destroyed records still match */
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
@@ -682,9 +668,7 @@ TEST_FULL(answers_match_the_documented_schemas, 90) {
         check_answer(spec, "/sandboxes/{id}/pause", "post", &r);
         hres_done(&r);
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(c, "DELETE", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        HTTP_EXPECT(c, "DELETE", path, key, NULL, 204);
         http_req(c, "GET", path, key, NULL, &r);
         ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "status")),
                      "destroyed");

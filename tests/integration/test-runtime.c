@@ -64,6 +64,15 @@ static void post_run(struct box *b, const char *what, const char *key, const cha
         http_req(&b->c, "POST", path, key ? key : b->key, body, r);
 }
 
+/* POST /code {"language": language, "code": code} with the box's key. */
+static void post_code(struct box *b, const char *language, const char *code, struct hres *r) {
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "language", language);
+        cJSON_AddStringToObject(o, "code", code);
+        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
+        post_run(b, "code", NULL, NULL, body, r);
+}
+
 /* Exec cmd with optional extra JSON members (",\"cwd\":\"/tmp\""). Asserts 200. */
 static void exec_ok(struct box *b, const char *cmd, const char *extra_members, struct hres *r) {
         _cleanup_json_ cJSON *o = cJSON_CreateObject();
@@ -86,6 +95,18 @@ static char *sh(struct box *b, const char *cmd) {
         char *out = xstrdup(hres_data_str(&r, "stdout"));
         hres_done(&r);
         return out;
+}
+
+/* sh(cmd) every 0.5 s until it prints want or timeout_ms pass; returns the last output. */
+static char *sh_until(struct box *b, const char *cmd, const char *want, int64_t timeout_ms) {
+        int64_t t0 = now_mono_ms();
+        for (;;) {
+                char *o = sh(b, cmd);
+                if (!strcmp(o, want) || now_mono_ms() - t0 > timeout_ms)
+                        return o;
+                free(o);
+                usleep(500000);
+        }
 }
 
 static char *sb_path(struct box *b, const char *fmt, const char *arg) {
@@ -163,13 +184,8 @@ static void sse_parse(struct sse *s) {
 static size_t sse_write(char *p, size_t sz, size_t nm, void *ud) {
         struct sse *s = ud;
         size_t k = sz * nm;
-        s->buf = xrealloc(s->buf, s->len + k + 1);
-        memcpy(s->buf + s->len, p, k);
-        s->len += k;
-        s->all = xrealloc(s->all, s->all_len + k + 1);
-        memcpy(s->all + s->all_len, p, k);
-        s->all_len += k;
-        s->all[s->all_len] = 0;
+        mem_append(&s->buf, &s->len, p, k);
+        mem_append(&s->all, &s->all_len, p, k);
         sse_parse(s);
         if (s->abort_after_first_data && s->n > 0)
                 return 0;
@@ -384,9 +400,7 @@ TEST_FULL(exec_validation_and_access, 120) {
                 hres_done(&r);
         }
         /* GET on exec is not allowed. */
-        http_req(&b.c, "GET", sb_path(&b, "/exec%s", ""), b.key, NULL, &r);
-        ASSERT_EQ(r.status, 405);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "GET", sb_path(&b, "/exec%s", ""), b.key, NULL, 405);
 
         /* Another account cannot see or run anything in this sandbox. */
         _cleanup_free_ char *bob = ctld_account_key(&b.c, "bob", NULL, NULL);
@@ -403,9 +417,7 @@ TEST_FULL(exec_validation_and_access, 120) {
                 http_req_full(&b.c, "PUT", sb_path(&b, "/files%s", "/tmp/pwned"), h, "x", 1, &r);
                 ASSERT_EQ(r.status, 404);
                 hres_done(&r);
-                http_req(&b.c, "GET", sb_path(&b, "/files%s", "/etc/hostname"), bob, NULL, &r);
-                ASSERT_EQ(r.status, 404);
-                hres_done(&r);
+                HTTP_EXPECT(&b.c, "GET", sb_path(&b, "/files%s", "/etc/hostname"), bob, NULL, 404);
                 http_req(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), bob,
                          "{\"files\":[{\"path\":\"/tmp/pwned\",\"content_base64\":\"eA==\"}]}", &r);
                 ASSERT_EQ(r.status, 404);
@@ -526,11 +538,7 @@ TEST_FULL(code_python_and_node, 180) {
                 "for i in range(2):\n"
                 "    print(\"line\", i)\n";
         {
-                _cleanup_json_ cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "language", "python");
-                cJSON_AddStringToObject(o, "code", tricky_py);
-                _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
-                post_run(&b, "code", NULL, NULL, body, &r);
+                post_code(&b, "python", tricky_py, &r);
                 ASSERT_EQ(r.status, 200);
                 ASSERT_STREQ(hres_data_str(&r, "stdout"), "it's \"quoted\" $(echo no) `echo no` $HOME \\ end\nline 0\nline 1\n");
                 ASSERT_EQ(data_int(&r, "exit_code"), 0);
@@ -599,11 +607,7 @@ TEST_FULL(code_python_and_node, 180) {
         hres_done(&r);
         {
                 static const char js[] = "const s = `tick ${'$'}(x) \\\\ \"dq\" 'sq'`;\nconsole.log(s);\nconsole.error('to stderr');\nprocess.exit(3);\n";
-                _cleanup_json_ cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "language", "node");
-                cJSON_AddStringToObject(o, "code", js);
-                _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
-                post_run(&b, "code", NULL, NULL, body, &r);
+                post_code(&b, "node", js, &r);
                 ASSERT_EQ(r.status, 200);
                 ASSERT_STREQ(hres_data_str(&r, "stdout"), "tick $(x) \\ \"dq\" 'sq'\n");
                 ASSERT_STREQ(hres_data_str(&r, "stderr"), "to stderr\n");
@@ -721,24 +725,13 @@ TEST_FULL(stream_timeout_and_disconnect, 120) {
                 ASSERT_CONTAINS(hres_data_str(&r, "stdout"), "seen");
                 hres_done(&r);
         }
-        char *o = NULL;
-        int64_t t1 = now_mono_ms();
-        for (;;) {
-                o = sh(&b, probe);
-                if (!strcmp(o, "end\n") || now_mono_ms() - t1 > 10000)
-                        break;
-                free(o);
-                usleep(500000);
-        }
+        char *o = sh_until(&b, probe, "end\n", 10000);
         if (strcmp(o, "end\n") != 0)
                 test_fail(__FILE__, __LINE__, "sleep 1000 still alive 10 s after the client left: %s", o);
         free(o);
 
         /* controld still answers, and the slot was released (a fresh exec works). */
-        struct hres r;
-        http_req(&b.c, "GET", "/healthz", NULL, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "GET", "/healthz", NULL, NULL, 200);
         _cleanup_free_ char *e = sh(&b, "echo ok");
         ASSERT_STREQ(e, "ok\n");
 }
@@ -915,13 +908,9 @@ TEST_FULL(files_errors_and_traversal, 120) {
         ASSERT_TRUE(memmem(r.body, r.len, "Debian", 6) != NULL);
         hres_done(&r);
         /* Unknown sandbox. */
-        http_req(&b.c, "GET", "/sandboxes/0123456789abcdef01234567/files/tmp/x", b.key, NULL, &r);
-        ASSERT_EQ(r.status, 404);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "GET", "/sandboxes/0123456789abcdef01234567/files/tmp/x", b.key, NULL, 404);
         /* Methods. */
-        http_req(&b.c, "DELETE", sb_path(&b, "/files%s", "/tmp/x"), b.key, NULL, &r);
-        ASSERT_EQ(r.status, 405);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "DELETE", sb_path(&b, "/files%s", "/tmp/x"), b.key, NULL, 405);
 }
 
 /* A raw HTTP/1.1 request: headers only, then waits up to timeout_ms for the answer. */
@@ -971,6 +960,36 @@ static size_t discard(char *p, size_t sz, size_t nm, void *ud) {
         return sz * nm;
 }
 
+/* PUT /files<path> of *left zero bytes through curl (counted down as curl reads them), with
+ * Content-Length when with_length and these extra headers; returns the HTTP status (0: none)
+ * and curl's result in *ret_rc. */
+static long put_zeros(struct box *b, const char *path, size_t *left, bool with_length, const char *const *headers,
+                      CURLcode *ret_rc) {
+        char url[256], kh[300];
+        snprintf(url, sizeof(url), "%s/sandboxes/%s/files%s", b->c.url, b->id, path);
+        snprintf(kh, sizeof(kh), "x-brimble-key: %s", b->key);
+        CURL *h = curl_easy_init();
+        struct curl_slist *hl = curl_slist_append(NULL, kh);
+        for (size_t i = 0; headers[i]; i++)
+                hl = curl_slist_append(hl, headers[i]);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        if (with_length)
+                curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t) *left);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, zero_reader);
+        curl_easy_setopt(h, CURLOPT_READDATA, left);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+        *ret_rc = curl_easy_perform(h);
+        long st = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+        curl_slist_free_all(hl);
+        curl_easy_cleanup(h);
+        return st;
+}
+
 TEST_FULL(files_size_cap_before_body, 120) {
         struct box b;
         struct hres r;
@@ -999,27 +1018,9 @@ TEST_FULL(files_size_cap_before_body, 120) {
         /* One byte over, the way curl sends a big body (Expect: 100-continue): a clean 413 and
          * the body never goes out. */
         {
-                char url[256], kh[300];
                 size_t left = cap + 1;
-                snprintf(url, sizeof(url), "%s/sandboxes/%s/files/tmp/over-cap", b.c.url, b.id);
-                snprintf(kh, sizeof(kh), "x-brimble-key: %s", b.key);
-                CURL *h = curl_easy_init();
-                struct curl_slist *hl = curl_slist_append(NULL, kh);
-                hl = curl_slist_append(hl, "Expect: 100-continue");
-                curl_easy_setopt(h, CURLOPT_URL, url);
-                curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-                curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t) left);
-                curl_easy_setopt(h, CURLOPT_READFUNCTION, zero_reader);
-                curl_easy_setopt(h, CURLOPT_READDATA, &left);
-                curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-                curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-                curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-                curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
-                CURLcode rc = curl_easy_perform(h);
-                long st = 0;
-                curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-                curl_slist_free_all(hl);
-                curl_easy_cleanup(h);
+                CURLcode rc;
+                long st = put_zeros(&b, "/tmp/over-cap", &left, true, (const char *[]) { "Expect: 100-continue", NULL }, &rc);
                 if (rc != CURLE_OK || st != 413)
                         test_fail(__FILE__, __LINE__, "PUT cap+1 with Expect -> HTTP %ld (curl %d: %s)", st, rc, curl_easy_strerror(rc));
                 ASSERT_EQ(left, cap + 1);
@@ -1036,27 +1037,10 @@ TEST_FULL(files_size_cap_before_body, 120) {
 
         /* Chunked (no Content-Length) over the cap: 413 too, and nothing partial is left readable as complete. */
         {
-                char url[256], kh[300];
                 size_t left = 3 * cap;
-                snprintf(url, sizeof(url), "%s/sandboxes/%s/files/tmp/chunked", b.c.url, b.id);
-                snprintf(kh, sizeof(kh), "x-brimble-key: %s", b.key);
-                CURL *h = curl_easy_init();
-                struct curl_slist *hl = curl_slist_append(NULL, kh);
-                hl = curl_slist_append(hl, "Transfer-Encoding: chunked");
-                hl = curl_slist_append(hl, "Expect:");
-                curl_easy_setopt(h, CURLOPT_URL, url);
-                curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-                curl_easy_setopt(h, CURLOPT_READFUNCTION, zero_reader);
-                curl_easy_setopt(h, CURLOPT_READDATA, &left);
-                curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-                curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-                curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-                curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
-                CURLcode rc = curl_easy_perform(h);
-                long st = 0;
-                curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-                curl_slist_free_all(hl);
-                curl_easy_cleanup(h);
+                CURLcode rc;
+                long st = put_zeros(&b, "/tmp/chunked", &left, false,
+                                    (const char *[]) { "Transfer-Encoding: chunked", "Expect:", NULL }, &rc);
                 if (st != 413)
                         test_fail(__FILE__, __LINE__, "chunked 3 MiB upload with a 1 MiB cap -> HTTP %ld (curl %d: %s)", st, rc,
                                   curl_easy_strerror(rc));
@@ -1085,14 +1069,7 @@ TEST_FULL(files_size_cap_before_body, 120) {
                 free(left);
                 close(fd);
                 /* ...and not long after the client left. */
-                int64_t t0 = now_mono_ms();
-                for (;;) {
-                        left = sh(&b, probe);
-                        if (!strcmp(left, "end\n") || now_mono_ms() - t0 > 10000)
-                                break;
-                        free(left);
-                        usleep(500000);
-                }
+                left = sh_until(&b, probe, "end\n", 10000);
                 if (strcmp(left, "end\n") != 0)
                         test_fail(__FILE__, __LINE__, "upload writer alive 10 s after the client left: %s", left);
                 free(left);
@@ -1120,9 +1097,7 @@ TEST_FULL(files_persistent_volume_across_pause_resume, 180) {
         hres_done(&r);
 
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", b.id);
-        http_req(&b.c, "POST", path, b.key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "POST", path, b.key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&b.c, b.key, b.id, "paused", 60), "paused");
 
         /* A paused sandbox runs nothing and moves no files: 400 with the reason. */
@@ -1147,9 +1122,7 @@ TEST_FULL(files_persistent_volume_across_pause_resume, 180) {
         }
 
         snprintf(path, sizeof(path), "/sandboxes/%s/resume", b.id);
-        http_req(&b.c, "POST", path, b.key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "POST", path, b.key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&b.c, b.key, b.id, "ready", 90), "ready");
 
         get_file(&b, "/workspace/x", &r);
@@ -1220,18 +1193,13 @@ TEST_FULL(files_batch, 120) {
                 for (int i = 0; i < 101; i++)
                         strbuf_printf(&sbuf, "%s{\"path\":\"/tmp/many-%d\",\"content_base64\":\"eA==\"}", i ? "," : "", i);
                 strbuf_printf(&sbuf, "]}");
-                http_req(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), b.key, sbuf.buf, &r);
-                ASSERT_EQ(r.status, 400);
-                ASSERT_CONTAINS(hres_message(&r), "between 1 and 100");
-                hres_done(&r);
+                HTTP_EXPECT_MSG(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), b.key, sbuf.buf, 400, "between 1 and 100");
                 strbuf_done(&sbuf);
                 _cleanup_free_ char *o = sh(&b, "for f in /tmp/many-*; do [ -e \"$f\" ] && echo \"$f\"; done; echo end");
                 ASSERT_STREQ(o, "end\n");
         }
         /* Empty list, traversal in a batch path. */
-        http_req(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), b.key, "{\"files\":[]}", &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        HTTP_EXPECT(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), b.key, "{\"files\":[]}", 400);
         http_req(&b.c, "POST", sb_path(&b, "/files/batch%s", ""), b.key,
                  "{\"files\":[{\"path\":\"/tmp/../etc/evil\",\"content_base64\":\"eA==\"}]}", &r);
         ASSERT_TRUE(r.status == 400 || (r.status == 200 && data_int(&r, "failed") == 1));
@@ -1271,18 +1239,23 @@ static void *par_exec(void *ud) {
         return NULL;
 }
 
+/* n par_exec threads at once, job i with cmd_fmt formatted with i; returns when all are done. */
+static void run_parallel(struct box *b, struct par *p, int n, const char *cmd_fmt) {
+        pthread_t t[n];
+        for (int i = 0; i < n; i++) {
+                p[i] = (struct par) { .b = b, .i = i, .cmd_fmt = cmd_fmt };
+                ASSERT_EQ(pthread_create(&t[i], NULL, par_exec, &p[i]), 0);
+        }
+        for (int i = 0; i < n; i++)
+                pthread_join(t[i], NULL);
+}
+
 TEST_FULL(concurrency_50_execs_one_sandbox, 150) {
         struct box b;
         box_start(&b, "max_exec_concurrent = 64", NULL, NULL);
         enum { N = 50 };
         struct par p[N];
-        pthread_t t[N];
-        for (int i = 0; i < N; i++) {
-                p[i] = (struct par) { .b = &b, .i = i, .cmd_fmt = "{\"cmd\":\"sleep 0.5; echo job-%d\",\"timeout_seconds\":120}" };
-                ASSERT_EQ(pthread_create(&t[i], NULL, par_exec, &p[i]), 0);
-        }
-        for (int i = 0; i < N; i++)
-                pthread_join(t[i], NULL);
+        run_parallel(&b, p, N, "{\"cmd\":\"sleep 0.5; echo job-%d\",\"timeout_seconds\":120}");
         for (int i = 0; i < N; i++) {
                 char want[32];
                 snprintf(want, sizeof(want), "job-%d\n", i);
@@ -1301,13 +1274,7 @@ TEST_FULL(concurrency_limit_answers_429, 120) {
         box_start(&b, "max_exec_concurrent = 2", NULL, NULL);
         enum { N = 10 };
         struct par p[N];
-        pthread_t t[N];
-        for (int i = 0; i < N; i++) {
-                p[i] = (struct par) { .b = &b, .i = i, .cmd_fmt = "{\"cmd\":\"sleep 2; echo s%d\"}" };
-                ASSERT_EQ(pthread_create(&t[i], NULL, par_exec, &p[i]), 0);
-        }
-        for (int i = 0; i < N; i++)
-                pthread_join(t[i], NULL);
+        run_parallel(&b, p, N, "{\"cmd\":\"sleep 2; echo s%d\"}");
         int ok = 0, busy = 0;
         for (int i = 0; i < N; i++) {
                 if (p[i].status == 200) {
@@ -1326,14 +1293,9 @@ TEST_FULL(concurrency_limit_answers_429, 120) {
         ASSERT_EQ(ok + busy, N);
         /* Slots come back: afterwards two run side by side again. */
         struct par q[2];
-        for (int i = 0; i < 2; i++) {
-                q[i] = (struct par) { .b = &b, .i = i, .cmd_fmt = "{\"cmd\":\"sleep 1; echo s%d\"}" };
-                ASSERT_EQ(pthread_create(&t[i], NULL, par_exec, &q[i]), 0);
-        }
-        for (int i = 0; i < 2; i++) {
-                pthread_join(t[i], NULL);
+        run_parallel(&b, q, 2, "{\"cmd\":\"sleep 1; echo s%d\"}");
+        for (int i = 0; i < 2; i++)
                 ASSERT_EQ(q[i].status, 200);
-        }
         /* A streamed exec holds a slot too, and gives it back when it ends. */
         struct sse s = { 0 };
         sse_run(&b, "exec", "{\"cmd\":\"echo x\",\"stream\":true}", &s);
@@ -1534,10 +1496,7 @@ TEST_FULL(file_transfers_take_slots_and_accounts_are_limited, 150) {
         ASSERT_EQ(pthread_create(&t[2], NULL, par_exec, &p[2]), 0);
         usleep(1500 * 1000);
         /* ... so that sandbox, with a free slot, still says no, naming the account limit. */
-        http_req(&b.c, "POST", path, b.key, "{\"cmd\":\"echo no\"}", &r);
-        ASSERT_EQ(r.status, 429);
-        ASSERT_CONTAINS(hres_message(&r), "for this account (limit 3)");
-        hres_done(&r);
+        HTTP_EXPECT_MSG(&b.c, "POST", path, b.key, "{\"cmd\":\"echo no\"}", 429, "for this account (limit 3)");
         for (int i = 0; i < 3; i++) {
                 pthread_join(t[i], NULL);
                 ASSERT_EQ(p[i].status, 200);

@@ -231,14 +231,30 @@ char *ctld_account_key(struct ctld *c, const char *name, const char *plan, char 
         return key;
 }
 
+void mem_append(char **buf, size_t *len, const void *p, size_t n) {
+        *buf = xrealloc(*buf, *len + n + 1);
+        memcpy(*buf + *len, p, n);
+        *len += n;
+        (*buf)[*len] = 0;
+}
+
+char *ctld_start_with_account(struct ctld *c, const char *name, char ret_account_id[25]) {
+        need_docker();
+        ctld_start(c, NULL, NULL);
+        return ctld_account_key(c, name, NULL, ret_account_id);
+}
+
+char *ctld_start_with_sandbox(struct ctld *c, const char *name, char ret_sandbox_id[25]) {
+        char *key = ctld_start_with_account(c, name, NULL);
+        ctld_create(c, key, NULL, ret_sandbox_id);
+        return key;
+}
+
 struct sink { char *buf; size_t len; };
 static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
         struct sink *s = ud;
         size_t k = sz * n;
-        s->buf = xrealloc(s->buf, s->len + k + 1);
-        memcpy(s->buf + s->len, p, k);
-        s->len += k;
-        s->buf[s->len] = 0;
+        mem_append(&s->buf, &s->len, p, k);
         return k;
 }
 static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
@@ -304,6 +320,39 @@ void http_req(struct ctld *c, const char *method, const char *path, const char *
         if (body)
                 hdrs[n++] = "Content-Type: application/json";
         http_req_full(c, method, path, hdrs, body, body ? strlen(body) : 0, ret);
+}
+
+void ctld_exec(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *ret) {
+        char path[128];
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "cmd", cmd);
+        cJSON_AddNumberToObject(o, "timeout_seconds", timeout_s);
+        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
+        http_req(c, "POST", path, key, body, ret);
+}
+
+void http_expect_at(const char *file, int line, struct ctld *c, const char *method, const char *path, const char *key,
+                    const char *body, long status) {
+        struct hres r;
+        http_req(c, method, path, key, body, &r);
+        if (r.status != status)
+                test_fail(file, line, "%s %s: HTTP %ld, want %ld: %.400s", method, path, r.status, status,
+                          r.body ? r.body : "");
+        hres_done(&r);
+}
+
+void http_expect_msg_at(const char *file, int line, struct ctld *c, const char *method, const char *path,
+                        const char *key, const char *body, long status, const char *part) {
+        struct hres r;
+        http_req(c, method, path, key, body, &r);
+        if (r.status != status)
+                test_fail(file, line, "%s %s: HTTP %ld, want %ld: %.400s", method, path, r.status, status,
+                          r.body ? r.body : "");
+        const char *m = hres_message(&r);
+        if (!m || !strstr(m, part))
+                test_fail(file, line, "%s %s: message \"%s\" lacks \"%s\"", method, path, m ? m : "(none)", part);
+        hres_done(&r);
 }
 
 void hres_done(struct hres *r) {

@@ -40,6 +40,11 @@ void ctld_stop(struct ctld *c);
 int ctld_admin(struct ctld *c, char **ret_out, const char *arg1, ...) __attribute__((sentinel));
 /* Creates an account (plan may be NULL) and returns a fresh API key (static storage per call: copy it). */
 char *ctld_account_key(struct ctld *c, const char *name, const char *plan, char ret_account_id[25]);
+/* The usual start of a test: needs Docker, starts controld with the default config and
+ * returns an API key of a new account `name` (its id in ret_account_id when non-NULL). */
+char *ctld_start_with_account(struct ctld *c, const char *name, char ret_account_id[25]);
+/* The same, plus one sandbox created with the default body (its id in ret_sandbox_id). */
+char *ctld_start_with_sandbox(struct ctld *c, const char *name, char ret_sandbox_id[25]);
 
 struct hres {
         long status;
@@ -55,9 +60,27 @@ void http_req(struct ctld *c, const char *method, const char *path, const char *
 void http_req_full(struct ctld *c, const char *method, const char *path, const char *const *headers, const void *body,
                    size_t body_len, struct hres *ret);
 void hres_done(struct hres *r);
+/* One request whose answer must have this status (else the test fails at the caller's line);
+ * the response is dropped. */
+#define HTTP_EXPECT(c, method, path, key, body, status) \
+        http_expect_at(__FILE__, __LINE__, c, method, path, key, body, status)
+void http_expect_at(const char *file, int line, struct ctld *c, const char *method, const char *path, const char *key,
+                    const char *body, long status);
+/* The same, and the answer's message must contain part. */
+#define HTTP_EXPECT_MSG(c, method, path, key, body, status, part) \
+        http_expect_msg_at(__FILE__, __LINE__, c, method, path, key, body, status, part)
+void http_expect_msg_at(const char *file, int line, struct ctld *c, const char *method, const char *path,
+                        const char *key, const char *body, long status, const char *part);
 /* Convenience: data.<field> string of a response (NULL if absent). */
 const char *hres_data_str(const struct hres *r, const char *field);
 const char *hres_message(const struct hres *r);
+
+/* Appends n bytes at p to the heap buffer *buf of *len bytes (grown as needed) and keeps it
+ * NUL-terminated; for curl write callbacks. */
+void mem_append(char **buf, size_t *len, const void *p, size_t n);
+
+/* POST /sandboxes/{id}/exec {"cmd": cmd, "timeout_seconds": timeout_s}; the status is the caller's to check. */
+void ctld_exec(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *ret);
 
 /* Creates a sandbox with body (default "{}"), asserts 201, returns its id (static buffer per call). */
 const char *ctld_create(struct ctld *c, const char *key, const char *body, char ret_id[25]);

@@ -261,3 +261,29 @@ int test_main(int argc, char **argv) {
 
 /* Test programs are plain lists of TEST()s; main lives here. */
 int main(int argc, char **argv) { return test_main(argc, argv); }
+
+char *test_random_input(unsigned *seed, int max_len, bool any_byte, const char *alphabet, size_t *ret_len) {
+        size_t len = (size_t) (rand_r(seed) % max_len), na = strlen(alphabet);
+        char *b = xmalloc(len ? len : 1);
+        for (size_t i = 0; i < len; i++)
+                b[i] = any_byte ? (char) rand_r(seed) : alphabet[(size_t) rand_r(seed) % na];
+        *ret_len = len;
+        return b;
+}
+
+void test_stop_child(pid_t *pid) {
+        if (*pid > 0) {
+                kill(*pid, SIGTERM);
+                waitpid(*pid, NULL, 0);
+                *pid = 0;
+        }
+}
+
+int test_notify_socket(const char *path, int flags) {
+        int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | flags, 0);
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+        ASSERT_EQ(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        setenv("NOTIFY_SOCKET", path, 1);
+        return fd;
+}

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <sys/types.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -102,6 +103,14 @@ void test_on_exit(void (*fn)(void *ud), void *ud);
 const char *test_build_path(const char *rel);
 /* A fresh directory under /tmp removed when the test process exits. */
 const char *test_tmpdir(void);
+/* A datagram socket (SOCK_CLOEXEC | flags) bound at path and named in NOTIFY_SOCKET, where a
+ * daemon started now sends its sd_notify messages. Returns the fd. */
+int test_notify_socket(const char *path, int flags);
+/* SIGTERM to *pid and wait for it, then *pid = 0; nothing when *pid <= 0. */
+void test_stop_child(pid_t *pid);
+/* A fuzz input: rand_r(seed) % max_len bytes in a fresh xmalloc'd buffer (length in *ret_len),
+ * each any byte when any_byte, else one of alphabet's (a C string). */
+char *test_random_input(unsigned *seed, int max_len, bool any_byte, const char *alphabet, size_t *ret_len);
 /* Is a TCP port on 127.0.0.1 accepting? */
 bool test_port_open(int port);
 /* Is the docker socket answering? */

@@ -64,6 +64,13 @@ static long long fill(const char *path, long long want, int *ret_errno) {
         return done;
 }
 
+/* fill() on dir/<rel>. */
+static long long fill_at(const char *rel, long long want, int *ret_errno) {
+        char p[128];
+        snprintf(p, sizeof(p), "%s/%s", dir, rel);
+        return fill(p, want, ret_errno);
+}
+
 TEST(is_btrfs_tells_filesystems_apart) {
         setup();
         ASSERT_EQ(btrfs_is_btrfs(dir), 1);
@@ -74,16 +81,13 @@ TEST(is_btrfs_tells_filesystems_apart) {
 TEST(capped_subvolume_refuses_writes_past_its_limit) {
         setup();
         ASSERT_OK(btrfs_subvol_create_capped(dir, "v1", 64ULL << 20));
-        char p[128];
-        snprintf(p, sizeof(p), "%s/v1/big", dir);
         int e;
-        long long n = fill(p, 200LL << 20, &e);
+        long long n = fill_at("v1/big", 200LL << 20, &e);
         ASSERT_EQ(e, EDQUOT);
         ASSERT_LE(n, 65LL << 20);
         /* Another subvolume of the same filesystem is not affected. */
         ASSERT_OK(btrfs_subvol_create_capped(dir, "v2", 128ULL << 20));
-        snprintf(p, sizeof(p), "%s/v2/f", dir);
-        ASSERT_EQ(fill(p, 100LL << 20, &e), 100LL << 20);
+        ASSERT_EQ(fill_at("v2/f", 100LL << 20, &e), 100LL << 20);
         ASSERT_EQ(e, 0);
 }
 
@@ -99,11 +103,10 @@ TEST(create_existing_and_bad_names_refused) {
 TEST(destroy_removes_subvolume_with_contents) {
         setup();
         ASSERT_OK(btrfs_subvol_create_capped(dir, "v", 8ULL << 20));
-        char p[128];
-        snprintf(p, sizeof(p), "%s/v/f", dir);
         int e;
-        ASSERT_EQ(fill(p, 1LL << 20, &e), 1LL << 20);
+        ASSERT_EQ(fill_at("v/f", 1LL << 20, &e), 1LL << 20);
         ASSERT_OK(btrfs_subvol_destroy(dir, "v"));
+        char p[128];
         snprintf(p, sizeof(p), "%s/v", dir);
         struct stat st;
         ASSERT_EQ(stat(p, &st), -1);

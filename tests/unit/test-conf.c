@@ -358,15 +358,20 @@ TEST(too_many_entries) {
 }
 
 TEST(nul_and_control_bytes) {
-        static const char nul[] = "[s]\nk = a\0b\n";
-        expect_parse_error_len(nul, sizeof(nul) - 1, 2, "NUL byte", __LINE__);
-        static const char nul2[] = "[s]\n\n\n\0";
-        expect_parse_error_len(nul2, sizeof(nul2) - 1, 4, "NUL byte", __LINE__);
-        EXPECT_PARSE_ERROR("[s]\nk = a\x1b[31mred\n", 2, "control character 0x1b");
-        EXPECT_PARSE_ERROR("[s]\nk = a\rb\n", 2, "control character 0x0d");
-        EXPECT_PARSE_ERROR("[s]\nk = \x7f\n", 2, "control character 0x7f");
-        EXPECT_PARSE_ERROR("[s]\nk = caf\xc3\n", 2, "invalid UTF-8");
-        EXPECT_PARSE_ERROR("[s]\n# \xff\xfe comment\n", 2, "invalid UTF-8");
+        /* Each case with its own source line for the report; lengths count embedded NULs. */
+#define BAD(t, l, m) { __LINE__, t, sizeof(t) - 1, l, m }
+        static const struct { int src; const char *text; size_t len; unsigned line; const char *msg; } bad[] = {
+                BAD("[s]\nk = a\0b\n", 2, "NUL byte"),
+                BAD("[s]\n\n\n\0", 4, "NUL byte"),
+                BAD("[s]\nk = a\x1b[31mred\n", 2, "control character 0x1b"),
+                BAD("[s]\nk = a\rb\n", 2, "control character 0x0d"),
+                BAD("[s]\nk = \x7f\n", 2, "control character 0x7f"),
+                BAD("[s]\nk = caf\xc3\n", 2, "invalid UTF-8"),
+                BAD("[s]\n# \xff\xfe comment\n", 2, "invalid UTF-8"),
+        };
+#undef BAD
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                expect_parse_error_len(bad[i].text, bad[i].len, bad[i].line, bad[i].msg, bad[i].src);
         _cleanup_conf_free_ struct conf *c = parse_ok("[s]\nk = caf\xc3\xa9\t\n");
         const char *s;
         char err[64];
@@ -492,10 +497,8 @@ TEST_FULL(random_bytes_never_crash, 300) {
         unsigned seed = 4242;
         static const char alphabet[] = "[]\"=#;\\ \t\r\n,akK1-0_.msMG\x01\xc3\xa9\xff";
         for (int iter = 0; iter < 30000; iter++) {
-                size_t len = (size_t) (rand_r(&seed) % 200);
-                _cleanup_free_ char *b = xmalloc(len ? len : 1);
-                for (size_t i = 0; i < len; i++)
-                        b[i] = (iter & 1) ? (char) rand_r(&seed) : alphabet[rand_r(&seed) % (sizeof(alphabet) - 1)];
+                size_t len;
+                _cleanup_free_ char *b = test_random_input(&seed, 200, iter & 1, alphabet, &len);
                 fuzz_one(b, len);
         }
         /* Structured mutations of a valid file. */

@@ -223,10 +223,8 @@ TEST(random_bytes_never_crash) {
         unsigned seed = 12345;
         static const char alphabet[] = "{}[]\":,\\u0123456789abcdefnulltruefalse-+.eE \t\r\n\x01\x80\xc3\xff";
         for (int iter = 0; iter < 20000; iter++) {
-                size_t len = (size_t) (rand_r(&seed) % 64);
-                _cleanup_free_ char *b = xmalloc(len ? len : 1);
-                for (size_t i = 0; i < len; i++)
-                        b[i] = (iter & 1) ? (char) rand_r(&seed) : alphabet[rand_r(&seed) % (sizeof(alphabet) - 1)];
+                size_t len;
+                _cleanup_free_ char *b = test_random_input(&seed, 64, iter & 1, alphabet, &len);
                 cJSON *j = NULL;
                 int r = json_parse(b, len, 1024, 16, &j, err, sizeof(err));
                 ASSERT_TRUE(r == 0 || r == -EINVAL);

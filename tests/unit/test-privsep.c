@@ -16,6 +16,15 @@
 
 #define SB "0123456789abcdef01234567"
 
+/* The whole of a /proc/.../status file (it is far below 4 KiB), NUL-terminated. */
+static void read_status(const char *path, char status[static 4096]) {
+        FILE *f = fopen(path, "r");
+        ASSERT_NOT_NULL(f);
+        size_t n = fread(status, 1, 4095, f);
+        fclose(f);
+        status[n] = 0;
+}
+
 static struct ps_egress_apply *valid_apply(void) {
         struct ps_egress_apply *m = xnew0(struct ps_egress_apply, 1);
         m->hdr = (struct ps_hdr) { .version = PS_VERSION, .type = PS_EGRESS_APPLY, .len = sizeof(*m), .seq = 7 };
@@ -152,11 +161,7 @@ TEST(docker_child_over_the_socketpair) {
         ASSERT_TRUE(pid > 0);
         char path[64], status[4096] = "";
         snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
-        FILE *f = fopen(path, "r");
-        ASSERT_NOT_NULL(f);
-        size_t n = fread(status, 1, sizeof(status) - 1, f);
-        fclose(f);
-        status[n] = 0;
+        read_status(path, status);
         ASSERT_CONTAINS(status, "CapEff:\t0000000000000000");
         ASSERT_CONTAINS(status, "NoNewPrivs:\t1");
 
@@ -191,27 +196,17 @@ TEST(caps_drop_keeps_only_what_is_asked) {
                 TEST_SKIP("needs root's capabilities to see them dropped");
         ASSERT_OK(caps_drop_except(UINT64_C(1) << CAP_NET_ADMIN));
         char status[4096] = "";
-        FILE *f = fopen("/proc/self/status", "r");
-        ASSERT_NOT_NULL(f);
-        size_t n = fread(status, 1, sizeof(status) - 1, f);
-        fclose(f);
-        status[n] = 0;
+        read_status("/proc/self/status", status);
         ASSERT_CONTAINS(status, "CapEff:\t0000000000001000");
         ASSERT_CONTAINS(status, "CapPrm:\t0000000000001000");
         ASSERT_CONTAINS(status, "CapInh:\t0000000000000000");
         ASSERT_CONTAINS(status, "NoNewPrivs:\t1");
         ASSERT_OK(caps_drop_except(0));
-        f = fopen("/proc/self/status", "r");
-        n = fread(status, 1, sizeof(status) - 1, f);
-        fclose(f);
-        status[n] = 0;
+        read_status("/proc/self/status", status);
         ASSERT_CONTAINS(status, "CapEff:\t0000000000000000");
         ASSERT_CONTAINS(status, "CapPrm:\t0000000000000000");
         /* Gone for good: nothing raises it again. */
         ASSERT_OK(caps_drop_except(~UINT64_C(0)));
-        f = fopen("/proc/self/status", "r");
-        n = fread(status, 1, sizeof(status) - 1, f);
-        fclose(f);
-        status[n] = 0;
+        read_status("/proc/self/status", status);
         ASSERT_CONTAINS(status, "CapEff:\t0000000000000000");
 }

@@ -103,6 +103,12 @@ static enum sb_status status_of(struct ctl *c, const char *id) {
         return st;
 }
 
+/* setup() and one sandbox in state st, a second old. */
+static void setup_one(struct ctl *c, struct config *cfg, enum sb_status st, char ret_id[25]) {
+        setup(c, cfg);
+        add_sandbox(c, st, 1000, ret_id);
+}
+
 /* ---- the race the issue describes ---- */
 
 /* The reaper's list said 'ready'; before it looked at the workload the user paused, so the
@@ -111,8 +117,7 @@ TEST(stale_ready_but_paused_meanwhile_is_not_destroyed) {
         struct ctl c;
         struct config cfg;
         char id[25];
-        setup(&c, &cfg);
-        add_sandbox(&c, SB_READY, 1000, id);
+        setup_one(&c, &cfg, SB_READY, id);
         struct sandbox *list = NULL;
         size_t n = 0;
         ASSERT_OK(store_sandbox_list_status(c.store, NULL, SB_READY, &list, &n));   /* the reaper's list */
@@ -189,8 +194,7 @@ TEST(dead_workload_is_destroyed_as_failed_and_its_volume_freed) {
         struct ctl c;
         struct config cfg;
         char id[25];
-        setup(&c, &cfg);
-        add_sandbox(&c, SB_READY, 1000, id);
+        setup_one(&c, &cfg, SB_READY, id);
         struct volume v = { 0 };
         hexid_new(v.id);
         struct sandbox sb = { 0 };
@@ -295,8 +299,7 @@ TEST(failed_workload_removal_records_nothing) {
         struct ctl c;
         struct config cfg;
         char id[25];
-        setup(&c, &cfg);
-        add_sandbox(&c, SB_READY, 1000, id);
+        setup_one(&c, &cfg, SB_READY, id);
         fake.running = 0;
         fake.remove_rc = -EIO;
         ASSERT_EQ(background_reap_one(&c, id, now_ms()), -EIO);

@@ -22,17 +22,28 @@ TEST(strscpy_fits_truncates_terminates) {
         ASSERT_EQ(b[0], 'x'); /* size 0: nothing written */
 }
 
+/* Cases of a two-string predicate and what it must answer. */
+struct pred_case { const char *a, *b; bool want; };
+
+static void check_pred(const char *name, bool (*pred)(const char *, const char *), const struct pred_case *c, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (pred(c[i].a, c[i].b) != c[i].want)
+                        test_fail(__FILE__, __LINE__, "%s(%s%s%s, %s%s%s) is not %s", name, c[i].a ? "\"" : "",
+                                  c[i].a ? c[i].a : "NULL", c[i].a ? "\"" : "", c[i].b ? "\"" : "", c[i].b ? c[i].b : "NULL",
+                                  c[i].b ? "\"" : "", c[i].want ? "true" : "false");
+}
+
 TEST(starts_ends_with) {
-        ASSERT_TRUE(startswith("foobar", "foo"));
-        ASSERT_TRUE(startswith("foo", "foo"));
-        ASSERT_TRUE(startswith("foo", ""));
-        ASSERT_FALSE(startswith("fo", "foo"));
-        ASSERT_FALSE(startswith("", "a"));
-        ASSERT_TRUE(endswith("foobar", "bar"));
-        ASSERT_TRUE(endswith("bar", "bar"));
-        ASSERT_TRUE(endswith("", ""));
-        ASSERT_FALSE(endswith("ar", "bar"));
-        ASSERT_FALSE(endswith("barx", "bar"));
+        static const struct pred_case starts[] = {
+                { "foobar", "foo", true }, { "foo", "foo", true }, { "foo", "", true },
+                { "fo", "foo", false },    { "", "a", false },
+        };
+        static const struct pred_case ends[] = {
+                { "foobar", "bar", true }, { "bar", "bar", true }, { "", "", true },
+                { "ar", "bar", false },    { "barx", "bar", false },
+        };
+        check_pred("startswith", startswith, starts, ELEMENTSOF(starts));
+        check_pred("endswith", endswith, ends, ELEMENTSOF(ends));
 }
 
 TEST(safe_atoi64_strict) {
@@ -58,58 +69,47 @@ TEST(safe_atoi64_strict) {
         ASSERT_EQ(v, 7);
 }
 
-TEST(parse_size_units) {
+struct unit_case { const char *text; uint64_t want; };
+
+/* Each text parses (0) to its value; each of erange is -ERANGE and each of einval -EINVAL,
+ * and those leave the out value untouched. */
+static void check_units(int (*parse)(const char *, uint64_t *), const struct unit_case *ok, size_t n_ok,
+                        const char *const *erange, const char *const *einval) {
         uint64_t v = 1;
-        ASSERT_EQ(parse_size("512", &v), 0);
-        ASSERT_EQ(v, 512);
-        ASSERT_EQ(parse_size("64K", &v), 0);
-        ASSERT_EQ(v, 65536);
-        ASSERT_EQ(parse_size("64k", &v), 0);
-        ASSERT_EQ(v, 65536);
-        ASSERT_EQ(parse_size("50M", &v), 0);
-        ASSERT_EQ(v, 50ULL << 20);
-        ASSERT_EQ(parse_size("2G", &v), 0);
-        ASSERT_EQ(v, 2ULL << 30);
-        ASSERT_EQ(parse_size("3T", &v), 0);
-        ASSERT_EQ(v, 3ULL << 40);
-        ASSERT_EQ(parse_size("0", &v), 0);
-        ASSERT_EQ(v, 0);
-        ASSERT_EQ(parse_size("18446744073709551615", &v), 0);
-        ASSERT_TRUE(v == UINT64_MAX);
+        for (size_t i = 0; i < n_ok; i++) {
+                int r = parse(ok[i].text, &v);
+                if (r != 0 || v != ok[i].want)
+                        test_fail(__FILE__, __LINE__, "\"%s\": %d, %llu; want 0, %llu", ok[i].text, r,
+                                  (unsigned long long) v, (unsigned long long) ok[i].want);
+        }
         v = 9;
-        ASSERT_EQ(parse_size("18446744073709551616", &v), -ERANGE);
-        ASSERT_EQ(parse_size("16777216T", &v), -ERANGE); /* 2^64 */
-        ASSERT_EQ(parse_size("99999999999999999999G", &v), -ERANGE);
-        const char *bad[] = { "", "K", "-1", "-1K", "+1", "1.5G", "1 K", " 1", "1KB", "1KiB", "1X", "1GG", "99999999999999999999Q", NULL };
-        for (int i = 0; bad[i]; i++)
-                ASSERT_EQ(parse_size(bad[i], &v), -EINVAL);
+        for (int i = 0; erange[i]; i++)
+                ASSERT_EQ(parse(erange[i], &v), -ERANGE);
+        for (int i = 0; einval[i]; i++)
+                ASSERT_EQ(parse(einval[i], &v), -EINVAL);
         ASSERT_EQ(v, 9);
 }
 
+TEST(parse_size_units) {
+        static const struct unit_case ok[] = {
+                { "512", 512 },          { "64K", 65536 },       { "64k", 65536 },
+                { "50M", 50ULL << 20 },  { "2G", 2ULL << 30 },   { "3T", 3ULL << 40 },
+                { "0", 0 },              { "18446744073709551615", UINT64_MAX },
+        };
+        static const char *const erange[] = { "18446744073709551616", "16777216T" /* 2^64 */,
+                                              "99999999999999999999G", NULL };
+        static const char *const bad[] = { "", "K", "-1", "-1K", "+1", "1.5G", "1 K", " 1", "1KB", "1KiB", "1X", "1GG", "99999999999999999999Q", NULL };
+        check_units(parse_size, ok, ELEMENTSOF(ok), erange, bad);
+}
+
 TEST(parse_duration_units) {
-        uint64_t v = 1;
-        ASSERT_EQ(parse_duration_ms("250ms", &v), 0);
-        ASSERT_EQ(v, 250);
-        ASSERT_EQ(parse_duration_ms("30s", &v), 0);
-        ASSERT_EQ(v, 30000);
-        ASSERT_EQ(parse_duration_ms("30", &v), 0);
-        ASSERT_EQ(v, 30000);
-        ASSERT_EQ(parse_duration_ms("5m", &v), 0);
-        ASSERT_EQ(v, 300000);
-        ASSERT_EQ(parse_duration_ms("2h", &v), 0);
-        ASSERT_EQ(v, 7200000);
-        ASSERT_EQ(parse_duration_ms("1d", &v), 0);
-        ASSERT_EQ(v, 86400000);
-        ASSERT_EQ(parse_duration_ms("0ms", &v), 0);
-        ASSERT_EQ(v, 0);
-        v = 9;
-        ASSERT_EQ(parse_duration_ms("18446744073709551615s", &v), -ERANGE);
-        ASSERT_EQ(parse_duration_ms("213503982335d", &v), -ERANGE);
-        ASSERT_EQ(parse_duration_ms("18446744073709551616", &v), -ERANGE);
-        const char *bad[] = { "", "s", "-1s", "1.5s", "1 s", "1w", "1sec", "1msx", "1mm", NULL };
-        for (int i = 0; bad[i]; i++)
-                ASSERT_EQ(parse_duration_ms(bad[i], &v), -EINVAL);
-        ASSERT_EQ(v, 9);
+        static const struct unit_case ok[] = {
+                { "250ms", 250 },   { "30s", 30000 },    { "30", 30000 },   { "5m", 300000 },
+                { "2h", 7200000 },  { "1d", 86400000 },  { "0ms", 0 },
+        };
+        static const char *const erange[] = { "18446744073709551615s", "213503982335d", "18446744073709551616", NULL };
+        static const char *const bad[] = { "", "s", "-1s", "1.5s", "1 s", "1w", "1sec", "1msx", "1mm", NULL };
+        check_units(parse_duration_ms, ok, ELEMENTSOF(ok), erange, bad);
 }
 
 TEST(hexid) {
@@ -151,13 +151,12 @@ TEST(sha256) {
 }
 
 TEST(streq_const_semantics) {
-        ASSERT_TRUE(streq_const("secret", "secret"));
-        ASSERT_TRUE(streq_const("", ""));
-        ASSERT_FALSE(streq_const("secret", "secreT"));
-        ASSERT_FALSE(streq_const("secret", "secret2"));
-        ASSERT_FALSE(streq_const("", "x"));
-        ASSERT_FALSE(streq_const(NULL, "x"));
-        ASSERT_FALSE(streq_const(NULL, NULL));
+        static const struct pred_case cases[] = {
+                { "secret", "secret", true },   { "", "", true },    { "secret", "secreT", false },
+                { "secret", "secret2", false }, { "", "x", false },  { NULL, "x", false },
+                { NULL, NULL, false },
+        };
+        check_pred("streq_const", streq_const, cases, ELEMENTSOF(cases));
 }
 
 TEST(strv) {

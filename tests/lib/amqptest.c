@@ -1,0 +1,28 @@
+/* amqptest.c — see amqptest.h. */
+#include <amqp_tcp_socket.h>
+
+#include "amqptest.h"
+#include "testlib.h"
+
+amqp_connection_state_t amqptest_connect(const char *exchange) {
+        amqp_connection_state_t conn = amqp_new_connection();
+        amqp_socket_t *s = amqp_tcp_socket_new(conn);
+        ASSERT_NOT_NULL(s);
+        ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
+        ASSERT_EQ(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
+                  AMQP_RESPONSE_NORMAL);
+        amqp_channel_open(conn, 1);
+        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        if (exchange) {
+                amqp_exchange_declare(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("direct"), 0, 1, 0,
+                                      0, amqp_empty_table);
+                ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        }
+        return conn;
+}
+
+amqp_bytes_t amqptest_queue(amqp_connection_state_t conn) {
+        amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
+        ASSERT_NOT_NULL(q);
+        return amqp_bytes_malloc_dup(q->queue);
+}

@@ -1,0 +1,13 @@
+/* amqptest.h — raw RabbitMQ connections of a test's own (the shared test broker at
+ * 127.0.0.1:5672, user guest), for tests that play controld or an agent. */
+#pragma once
+
+#include <amqp.h>
+
+/* Connected and logged in, channel 1 open; with exchange non-NULL that direct, durable
+ * exchange is declared too. Any failure fails the test. */
+amqp_connection_state_t amqptest_connect(const char *exchange);
+
+/* A server-named, exclusive, auto-delete queue on channel 1; the name is the caller's
+ * (amqp_bytes_free). */
+amqp_bytes_t amqptest_queue(amqp_connection_state_t conn);
