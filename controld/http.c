@@ -526,10 +526,8 @@ static int hexval(char c) {
 /* Percent-decoding that never produces a NUL byte or a '/': "%00" and "%2F" stay
  * literally, so "/sandboxes/<id>%00/snapshots" can't be cut short into "/sandboxes/<id>"
  * and the request is refused with 400 by on_request. */
-static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+size_t http_path_unescape(char *s) {
         char *w = s;
-        (void) cls;
-        (void) c;
         for (char *r = s; *r;) {
                 int hi, lo;
                 /* NUL would cut the path short; '/' would add a path separator the client
@@ -543,6 +541,12 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
         }
         *w = 0;
         return (size_t) (w - s);
+}
+
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+        (void) cls;
+        (void) c;
+        return http_path_unescape(s);
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap) {

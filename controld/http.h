@@ -63,6 +63,10 @@ struct route_match {
 /* Matches method and path (decoded, without query) against the route table.
  * Never allocates; ret->rest points into path. Returns ret->status. */
 enum route_status route_match(const char *method, const char *path, struct route_match *ret);
+/* Percent-decodes s in place (libmicrohttpd's unescape callback); "%00" and "%2F"/"%2f"
+ * stay encoded so no NUL or '/' appears that the client did not send literally.
+ * Returns the new length. */
+size_t http_path_unescape(char *s);
 /* The table itself, for tests and documentation. */
 const struct route *route_table(size_t *ret_n);
 
