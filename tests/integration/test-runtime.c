@@ -1,7 +1,8 @@
 /* Runtime operations as a user sees them, on real dockerd + gVisor runsc sandboxes:
  * exec (env, cwd, exit codes, timeout kill of the whole tree, output cap, UTF-8),
  * code (python, node; no shell quoting of user code), streamed exec over SSE
- * (ordering, no buffering until exit, timeout, client disconnect kills the process),
+ * (ordering, no buffering until exit, timeout, client disconnect kills the process, the
+ * 4 MiB cap on output produced before /code's stdin is written),
  * files (binary round trip, volumes across pause/resume, errors, size cap enforced
  * before the body is read, traversal, host isolation), batch upload, per-sandbox
  * concurrency, and last_activity_at bumps. */
@@ -734,6 +735,50 @@ TEST_FULL(stream_timeout_and_disconnect, 120) {
         HTTP_EXPECT(&b.c, "GET", "/healthz", NULL, NULL, 200);
         _cleanup_free_ char *e = sh(&b, "echo ok");
         ASSERT_STREQ(e, "ok\n");
+}
+
+/* Output a streamed /code produces while controld is still writing the code to its stdin
+ * piles up in controld (the client is not being answered yet); past 4 MiB the command is
+ * killed and the stream is one error frame. The sandbox is the user's own, so a user can
+ * put a cat first on its PATH: the wrapper's "cat > file" then writes 6 MiB to stderr before
+ * it reads any of the 1 MB of code, which cannot all fit in the pipes on the way. */
+TEST_FULL(stream_output_before_stdin_is_capped, 150) {
+        struct box b;
+        struct sse s = { 0 };
+        box_start(&b, NULL, NULL, NULL);
+        free(sh(&b, "printf '#!/bin/sh\\nif [ -e /tmp/flood ]; then rm -f /tmp/flood; "
+                    "head -c 6291456 /dev/zero | tr \"\\\\000\" x >&2; fi\\nexec /bin/cat \"$@\"\\n' "
+                    "> /usr/local/bin/cat && chmod +x /usr/local/bin/cat && touch /tmp/flood && command -v cat"));
+        _cleanup_free_ char *code = xmalloc(1000001);
+        memset(code, '#', 1000000);
+        code[1000000] = 0;
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "language", "python");
+        cJSON_AddStringToObject(o, "code", code);
+        cJSON_AddBoolToObject(o, "stream", true);
+        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
+        sse_run(&b, "code", body, &s);
+        ASSERT_EQ(s.status, 200);
+        ASSERT_EQ(s.rc, CURLE_OK);
+        ASSERT_TRUE(!strncmp(s.content_type, "text/event-stream", 17));
+        /* Nothing of the flood reaches the client: the frames held back were dropped. */
+        ASSERT_LE(s.all_len, 64 * 1024);
+        ASSERT_EQ(s.n, 1);
+        ASSERT_STREQ(frame_type(&s, 0), "error");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(s.f[0].j, "message");
+        ASSERT_TRUE(cJSON_IsString(m));
+        ASSERT_CONTAINS(m->valuestring, "before its input was sent");
+        sse_done(&s);
+        /* Killed and cleaned up: no code file left, and the sandbox still runs commands. */
+        _cleanup_free_ char *left = sh_until(&b, "ls -a /tmp | grep -c '^.paddock-code-' || true", "0\n", 10000);
+        ASSERT_STREQ(left, "0\n");
+        free(sh(&b, "rm -f /usr/local/bin/cat"));
+        struct hres r;
+        post_code(&b, "python", "print(6*7)", &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "42\n");
+        hres_done(&r);
+        HTTP_EXPECT(&b.c, "GET", "/healthz", NULL, NULL, 200);
 }
 
 /* ================= files ================= */
