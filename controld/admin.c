@@ -8,6 +8,8 @@
  *   sandbox list [--status S] [--account ACCOUNT]
  *   sandbox destroy ID                  force-destroys through the scheduler driver
  *   backup PATH                         online, consistent copy of the store (controld may run)
+ *   node list                           nodes: drained or not, live sandboxes, agent liveness
+ *   node drain ID | node undrain ID     stop / resume placing new sandboxes on a node
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +24,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "driver.h"
 #include "log.h"
 #include "strutil.h"
 
@@ -35,6 +38,8 @@ static void admin_usage(void) {
                 "       controld admin -f CONF sandbox list [--status STATUS] [--account ACCOUNT]\n"
                 "       controld admin -f CONF sandbox destroy SANDBOX_ID\n"
                 "       controld admin -f CONF backup PATH\n"
+                "       controld admin -f CONF node list\n"
+                "       controld admin -f CONF node drain|undrain NODE_ID\n"
                 "ACCOUNT is an account id or name.\n");
 }
 
@@ -203,6 +208,78 @@ static int cmd_sandbox(struct ctl *c, int argc, char **argv) {
         return -EINVAL;
 }
 
+/* An agent that answered within this long is "up": controld pings every node each 30 s
+ * (background.c) and an agent's node.sync counts too. */
+#define NODE_UP_WITHIN_MS 90000
+
+/* node list: id, active|drained, live sandboxes, agent up|down|never, last contact.
+ * node drain|undrain ID: recorded in the store, which the running controld reads on every
+ * create and resume; a multi-node driver is told too (Nomad: node eligibility), first, so
+ * a failure there records nothing. A single-node driver knows only its own node. */
+static int cmd_node(struct ctl *c, int argc, char **argv) {
+        if (argc == 1 && !strcmp(argv[0], "list")) {
+                struct node_info *n = NULL;
+                size_t k = 0;
+                int64_t now = now_ms();
+                int r = store_node_list(c->store, &n, &k);
+                if (r < 0) {
+                        fprintf(stderr, "Failed to read the nodes: %s\n", strerror(-r));
+                        return r;
+                }
+                /* The docker driver's one node is listed before anything was heard from it. */
+                bool own = strcmp(c->cfg->driver, "docker") != 0;
+                for (size_t i = 0; i < k && !own; i++)
+                        own = !strcmp(n[i].id, c->cfg->docker_node_id);
+                if (!own) {
+                        n = xrealloc(n, (k + 1) * sizeof(*n));
+                        n[k] = (struct node_info) { 0 };
+                        snprintf(n[k++].id, sizeof(n->id), "%s", c->cfg->docker_node_id);
+                }
+                for (size_t i = 0; i < k; i++) {
+                        char ts[32] = "-";
+                        const char *agent = "never";
+                        if (n[i].last_contact_at > 0) {
+                                format_rfc3339_ms(n[i].last_contact_at, ts);
+                                agent = now - n[i].last_contact_at <= NODE_UP_WITHIN_MS ? "up" : "down";
+                        }
+                        printf("%s\t%s\t%lld\t%s\t%s\n", n[i].id, n[i].drained ? "drained" : "active",
+                               (long long) n[i].live_sandboxes, agent, ts);
+                }
+                free(n);
+                return 0;
+        }
+        if (argc == 2 && (!strcmp(argv[0], "drain") || !strcmp(argv[0], "undrain"))) {
+                bool drain = !strcmp(argv[0], "drain");
+                const char *id = argv[1];
+                char err[512] = "";
+                size_t len = strlen(id);
+                if (len < 1 || len > 128 || strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != len) {
+                        fprintf(stderr, "Invalid node id '%s'\n", id);
+                        return -EINVAL;
+                }
+                if (c->drv && c->drv->node_set_eligible) {
+                        int r = c->drv->node_set_eligible(c->drv, id, !drain, err, sizeof(err));
+                        if (r < 0) {
+                                fprintf(stderr, "Failed to mark node %s %s: %s\n", id, drain ? "ineligible" : "eligible", err);
+                                return r;
+                        }
+                } else if (strcmp(id, c->cfg->docker_node_id) != 0) {
+                        fprintf(stderr, "No node '%s': the %s driver has the single node '%s'\n", id, c->cfg->driver,
+                                c->cfg->docker_node_id);
+                        return -ENOENT;
+                }
+                int r = store_node_set_drained(c->store, id, drain, now_ms());
+                if (r < 0) {
+                        fprintf(stderr, "Failed to record the node: %s\n", strerror(-r));
+                        return r;
+                }
+                printf("%s\n", drain ? "drained" : "undrained");
+                return 0;
+        }
+        admin_usage();
+        return -EINVAL;
+}
+
 static int fsync_path(const char *path, int flags) {
         int fd = open(path, flags | O_CLOEXEC);
         if (fd < 0)
@@ -345,6 +422,18 @@ int admin_main(int argc, char **argv) {
                 return r < 0 ? 1 : 0;
         }
         bool needs_driver = !strcmp(argv[i], "sandbox") && i + 1 < argc && !strcmp(argv[i + 1], "destroy");
+        if (!strcmp(argv[i], "node") && i + 1 < argc && strcmp(argv[i + 1], "list") != 0) {
+                /* Only a multi-node driver has anything to be told: the docker driver's single node
+                 * is refused by controld from the store alone (and needs no Docker access here). */
+                char err[1024] = "";
+                struct config *cfg = NULL;
+                if (config_load(conf, &cfg, err, sizeof(err)) < 0) {
+                        fprintf(stderr, "%s\n", err);
+                        return 1;
+                }
+                needs_driver = strcmp(cfg->driver, "docker") != 0;
+                config_free(cfg);
+        }
         r = ctl_open(&c, conf, needs_driver);
         if (r < 0) {
                 ctl_close(&c);
@@ -356,6 +445,8 @@ int admin_main(int argc, char **argv) {
                 r = cmd_key(&c, argc - i - 1, argv + i + 1);
         else if (!strcmp(argv[i], "sandbox"))
                 r = cmd_sandbox(&c, argc - i - 1, argv + i + 1);
+        else if (!strcmp(argv[i], "node"))
+                r = cmd_node(&c, argc - i - 1, argv + i + 1);
         else {
                 admin_usage();
                 r = -EINVAL;

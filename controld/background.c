@@ -11,6 +11,7 @@
 #include "controld.h"
 #include "driver.h"
 #include "log.h"
+#include "nodebus.h"
 #include "strutil.h"
 
 static pthread_t bg_thread;
@@ -258,9 +259,41 @@ static void reap_orphans(struct ctl *c) {
         strv_free(ids);
 }
 
+/* Agent liveness for `controld admin node list`: every known node (and this controld's
+ * docker node) is pinged over the node bus once per NODE_PING_INTERVAL_MS; an answer
+ * records the contact. Bounded: at most NODE_PING_MAX nodes a round, NODE_PING_TIMEOUT_MS
+ * each (an absent agent's queue is gone, so the broker answers that at once). */
+#define NODE_PING_INTERVAL_MS 30000
+#define NODE_PING_TIMEOUT_MS 2000
+#define NODE_PING_MAX 256
+
+static void ping_one(struct ctl *c, const char *node) {
+        char err[256] = "";
+        int r = nodebus_request_ok(c->bus, node, "{\"type\":\"ping\"}", NODE_PING_TIMEOUT_MS, NULL, err, sizeof(err));
+        if (r == 0)
+                (void) store_node_touch(c->store, node, now_ms());
+        else
+                log_debug("node %s did not answer a ping: %s", node, err);
+}
+
+static void ping_nodes(struct ctl *c) {
+        struct node_info *n = NULL;
+        size_t k = 0;
+        bool own_seen = false;
+        if (!c->bus || store_node_list(c->store, &n, &k) < 0)
+                return;
+        for (size_t i = 0; i < k && i < NODE_PING_MAX && !c->stopping; i++) {
+                own_seen |= !strcmp(n[i].id, c->cfg->docker_node_id);
+                ping_one(c, n[i].id);
+        }
+        if (!own_seen && !strcmp(c->cfg->driver, "docker") && !c->stopping)
+                ping_one(c, c->cfg->docker_node_id);
+        free(n);
+}
+
 static void *bg_main(void *p) {
         struct ctl *c = p;
-        int64_t last_sample = mono_ms(), last_reap = mono_ms();
+        int64_t last_sample = mono_ms(), last_reap = mono_ms(), last_ping = mono_ms() - NODE_PING_INTERVAL_MS;
         log_ctx_reset();
         while (!c->stopping) {
                 int64_t now = mono_ms();
@@ -272,6 +305,10 @@ static void *bg_main(void *p) {
                         reap(c);
                         reap_orphans(c);
                         last_reap = now;
+                }
+                if (now - last_ping >= NODE_PING_INTERVAL_MS) {
+                        ping_nodes(c);
+                        last_ping = mono_ms();
                 }
                 /* Sleep on the status condition so shutdown wakes us at once. */
                 struct timespec ts;

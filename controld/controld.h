@@ -233,6 +233,21 @@ int store_stats_prune(struct store *s, int64_t older_than_ms);
 struct stats_sample { int64_t ts_ms; double cpu_pct, mem_pct, net_bps; };
 int store_stats_range(struct store *s, const char *sandbox_id, int64_t since_ms, struct stats_sample **ret, size_t *ret_n);
 
+/* Nodes (admin node drain/list). An agent's contact (node.sync, a ping answered) updates
+ * last_contact_at; a drained node takes no new sandboxes. Rows are created on first use. */
+struct node_info {
+        char id[129];
+        bool drained;
+        int64_t drained_at, last_contact_at;   /* ms since the epoch; 0 = never */
+        int64_t live_sandboxes;                /* starting, ready, pausing or resuming there */
+};
+int store_node_touch(struct store *s, const char *id, int64_t now);
+int store_node_set_drained(struct store *s, const char *id, bool drained, int64_t now);
+/* 1 drained, 0 not (or unknown), < 0 error. */
+int store_node_drained(struct store *s, const char *id);
+/* Every node in the table or with a live sandbox, by id; *ret is freed with free(). */
+int store_node_list(struct store *s, struct node_info **ret, size_t *ret_n);
+
 /* ---- the daemon (controld.c) ---- */
 
 struct driver;

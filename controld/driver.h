@@ -85,6 +85,8 @@ struct driver {
          * under gVisor that takes the whole sandbox down), 0 when not, < 0 on errors. */
         int (*exec_oom_killed)(struct exec_session *s);
         void (*exec_free)(struct exec_session *s);
+        /* Optional: mark a node (in)eligible for new sandboxes. NULL = the driver has one node. */
+        int (*node_set_eligible)(struct driver *d, const char *node_id, bool eligible, char *err, size_t errlen);
 };
 
 int driver_docker_new(struct ctl *c, struct driver **ret);

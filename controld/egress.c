@@ -490,6 +490,7 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                 if (!from_agent)
                         log_warning("node.sync responder: dropped a message that is not a node.sync from the node it names");
                 else {
+                        (void) store_node_touch(c->store, m.node_id, now_ms());  /* agent liveness: admin node list */
                         _cleanup_free_ char *body = sync_answer(c, m.node_id);
                         amqp_basic_properties_t rp = { ._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
                                                                  AMQP_BASIC_APP_ID_FLAG,

@@ -149,6 +149,17 @@ static bool create_failed(int r) {
         return r == -EIO || r == -EHOSTUNREACH;
 }
 
+/* A drained node takes no new sandboxes (controld admin node drain). A driver with one node
+ * (no node_set_eligible) is refused here; a multi-node scheduler skips ineligible nodes itself. */
+static int check_node_accepting(struct ctl *c, struct api_error *err) {
+        if (c->drv->node_set_eligible)
+                return 0;
+        if (store_node_drained(c->store, c->cfg->docker_node_id) > 0)
+                return API_ERR(err, -EHOSTUNREACH,
+                               "No node is accepting new sandboxes right now: the node is drained for maintenance. Try again later.");
+        return 0;
+}
+
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in, struct sandbox *ret,
                    struct api_error *err) {
         const struct config *cfg = c->cfg;
@@ -204,6 +215,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
         if (in->from_snapshot)
                 return API_ERR(err, -ENOENT, "Snapshot not found");
+        if ((r = check_node_accepting(c, err)) < 0)
+                return r;
 
         /* Volume ownership before anything is written. */
         if (in->volume_id) {
@@ -491,6 +504,9 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err
 }
 
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
+        int r = check_node_accepting(c, err);
+        if (r < 0)
+                return r;
         return transition(c, sb, SB_PAUSED, SB_RESUMING, "resumed", resume_job, err);
 }
 

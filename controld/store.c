@@ -61,6 +61,15 @@ static const char *const migrations[] = {
         "ALTER TABLE volumes ADD COLUMN deleting INTEGER NOT NULL DEFAULT 0;",
 };
 
+/* Nodes an operator drained, and when each node's agent was last heard from. Created
+ * idempotently after the migrations rather than as one of them: the table is new and
+ * self-contained (nothing refers to it), so any store version simply gains it, and the
+ * numbered migrations stay free for changes to existing tables. A later change to this
+ * table's columns must be a numbered migration. */
+static const char nodes_table[] =
+        "CREATE TABLE IF NOT EXISTS nodes (id TEXT PRIMARY KEY, drained INTEGER NOT NULL DEFAULT 0, drained_at INTEGER,"
+        "  last_contact_at INTEGER, created_at INTEGER NOT NULL);";
+
 static int sqlite_to_errno(int rc) {
         switch (rc & 0xff) {
         case SQLITE_OK:
@@ -235,6 +244,8 @@ int store_open(const char *path, struct store **ret) {
                         goto fail;
                 }
         }
+        if ((r = exec_sql(s, nodes_table)) < 0)
+                goto fail;
         *ret = s;
         return 0;
 fail:
@@ -1004,6 +1015,83 @@ int store_stats_range(struct store *s, const char *sandbox_id, int64_t since_ms,
                 a = xrealloc(a, (n + 1) * sizeof(*a));
                 a[n++] = (struct stats_sample) { sqlite3_column_int64(st, 0), sqlite3_column_double(st, 1),
                                                  sqlite3_column_double(st, 2), sqlite3_column_double(st, 3) };
+        }
+        *ret = a;
+        *ret_n = n;
+        return 0;
+}
+
+/* ---- nodes ---- */
+
+int store_node_touch(struct store *s, const char *id, int64_t now) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "INSERT INTO nodes (id, last_contact_at, created_at) VALUES (?1, ?2, ?2)"
+                            " ON CONFLICT(id) DO UPDATE SET last_contact_at = MAX(COALESCE(last_contact_at, 0), ?2)", &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        sqlite3_bind_int64(st, 2, now);
+        return sqlite_to_errno(sqlite3_step(st));
+}
+
+int store_node_set_drained(struct store *s, const char *id, bool drained, int64_t now) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "INSERT INTO nodes (id, drained, drained_at, created_at) VALUES (?1, ?2, ?3, ?4)"
+                            " ON CONFLICT(id) DO UPDATE SET drained = ?2, drained_at = ?3", &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        sqlite3_bind_int(st, 2, drained);
+        if (drained)
+                sqlite3_bind_int64(st, 3, now);
+        else
+                sqlite3_bind_null(st, 3);
+        sqlite3_bind_int64(st, 4, now);
+        return sqlite_to_errno(sqlite3_step(st));
+}
+
+int store_node_drained(struct store *s, const char *id) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "SELECT drained FROM nodes WHERE id = ?", &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        r = sqlite3_step(st);
+        if (r == SQLITE_ROW)
+                return sqlite3_column_int(st, 0) ? 1 : 0;
+        return r == SQLITE_DONE ? 0 : sqlite_to_errno(r);
+}
+
+/* Known nodes: those in the table and those a live sandbox is placed on. */
+int store_node_list(struct store *s, struct node_info **ret, size_t *ret_n) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "WITH live AS (SELECT node_id, COUNT(*) AS n FROM sandboxes WHERE node_id IS NOT NULL AND node_id <> ''"
+                            "   AND status IN ('starting', 'ready', 'pausing', 'resuming') GROUP BY node_id),"
+                            " ids AS (SELECT id FROM nodes UNION SELECT node_id FROM live)"
+                            " SELECT ids.id, COALESCE(n.drained, 0), COALESCE(n.drained_at, 0), COALESCE(n.last_contact_at, 0),"
+                            "   COALESCE(live.n, 0)"
+                            " FROM ids LEFT JOIN nodes n ON n.id = ids.id LEFT JOIN live ON live.node_id = ids.id"
+                            " ORDER BY ids.id LIMIT 10000", &st)) < 0)
+                return r;
+        struct node_info *a = NULL;
+        size_t n = 0;
+        while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+                a = xrealloc(a, (n + 1) * sizeof(*a));
+                struct node_info *e = &a[n++];
+                *e = (struct node_info) { .drained = sqlite3_column_int(st, 1) != 0,
+                                          .drained_at = sqlite3_column_int64(st, 2),
+                                          .last_contact_at = sqlite3_column_int64(st, 3),
+                                          .live_sandboxes = sqlite3_column_int64(st, 4) };
+                snprintf(e->id, sizeof(e->id), "%s", (const char *) sqlite3_column_text(st, 0));
+        }
+        if (r != SQLITE_DONE) {
+                free(a);
+                return sqlite_to_errno(r);
         }
         *ret = a;
         *ret_n = n;

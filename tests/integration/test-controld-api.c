@@ -1342,6 +1342,126 @@ static int count_lines(const char *s) {
         return n;
 }
 
+/* ---- controld admin node: drain, undrain, list ---- */
+
+static pid_t ndt_agent_pid = -1;
+static void ndt_agent_stop(void *ud) {
+        (void) ud;
+        test_stop_child(&ndt_agent_pid);
+}
+
+/* The node's line of `node list` (static buffer; "" when absent). */
+static const char *node_line(struct ctld *c, const char *node) {
+        static char line[512];
+        _cleanup_free_ char *out = NULL;
+        line[0] = 0;
+        if (ctld_admin(c, &out, "node", "list", NULL) != 0)
+                test_fail(__FILE__, __LINE__, "node list failed");
+        for (char *l = out, *nl; l && *l; l = nl) {
+                nl = strchr(l, '\n');
+                if (nl)
+                        *nl++ = 0;
+                if (!strncmp(l, node, strlen(node)) && l[strlen(node)] == '\t')
+                        snprintf(line, sizeof(line), "%s", l);
+        }
+        return line;
+}
+
+/* A drained node takes no new sandboxes (create and resume answer 503 and write nothing)
+ * until undrained; `node list` shows each node's state, live sandboxes and whether its
+ * agent answers (an agent that starts is seen through its node.sync at once). */
+TEST_FULL(admin_node_drain_undrain_list, 240) {
+        static struct ctld c;
+        need_docker();
+        if (!test_port_open(5672))
+                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672");
+        char node[32], exchange[48], extra[512], want[128];
+        snprintf(node, sizeof(node), "ndt-%d", (int) getpid());
+        snprintf(exchange, sizeof(exchange), "paddock.ndt-%d", (int) getpid());
+        snprintf(extra, sizeof(extra), "[docker]\nnode_id = %s\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n",
+                 node, exchange);
+        ctld_start(&c, NULL, extra);
+        _cleanup_free_ char *key = ctld_account_key(&c, "drainer", NULL, NULL);
+        static const char deny[] = "{\"egress\":{\"mode\":\"deny_all\"}}";  /* needs no agent */
+
+        snprintf(want, sizeof(want), "%s\tactive\t0\tnever\t-", node);
+        ASSERT_STREQ(node_line(&c, node), want);
+        char id[25], id2[25], path[96];
+        ctld_create(&c, key, deny, id);
+        snprintf(want, sizeof(want), "%s\tactive\t1\tnever\t-", node);
+        ASSERT_STREQ(node_line(&c, node), want);
+
+        _cleanup_free_ char *out = NULL;
+        ASSERT_EQ(ctld_admin(&c, &out, "node", "drain", node, NULL), 0);
+        ASSERT_STREQ(out, "drained\n");
+        snprintf(want, sizeof(want), "%s\tdrained\t1\t", node);
+        ASSERT_CONTAINS(node_line(&c, node), want);
+        /* Only the docker driver's own node exists; junk is refused. */
+        ASSERT_NE(ctld_admin(&c, NULL, "node", "drain", "no-such-node", NULL), 0);
+        ASSERT_NE(ctld_admin(&c, NULL, "node", "drain", "bad id", NULL), 0);
+        ASSERT_NE(ctld_admin(&c, NULL, "node", "frobnicate", node, NULL), 0);
+
+        /* Create: 503, and no record (the running controld reads the store on every create). */
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key, deny, 503, "No node is accepting new sandboxes");
+        free(out);
+        out = NULL;
+        ASSERT_EQ(ctld_admin(&c, &out, "sandbox", "list", NULL), 0);
+        ASSERT_EQ(count_lines(out), 1);
+        /* Resume: 503 too, and the sandbox stays paused. */
+        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
+        struct hres r;
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_TRUE(r.status == 200 || r.status == 202);
+        hres_done(&r);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "paused", 60), "paused");
+        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
+        HTTP_EXPECT_MSG(&c, "POST", path, key, NULL, 503, "No node is accepting new sandboxes");
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "paused", 1), "paused");
+
+        free(out);
+        out = NULL;
+        ASSERT_EQ(ctld_admin(&c, &out, "node", "undrain", node, NULL), 0);
+        ASSERT_STREQ(out, "undrained\n");
+        snprintf(want, sizeof(want), "%s\tactive\t0\tnever\t-", node);  /* paused: nothing runs there */
+        ASSERT_STREQ(node_line(&c, node), want);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_TRUE(r.status == 200 || r.status == 202);
+        hres_done(&r);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
+        ctld_create(&c, key, deny, id2);
+        snprintf(want, sizeof(want), "%s\tactive\t2\tnever\t-", node);
+        ASSERT_STREQ(node_line(&c, node), want);
+
+        /* An agent for the node starts: its node.sync marks it up within seconds. */
+        char conf[256], logp[256];
+        snprintf(conf, sizeof(conf), "%s/ndt-agent.conf", test_tmpdir());
+        snprintf(logp, sizeof(logp), "%s/ndt-agent.log", test_tmpdir());
+        FILE *f = fopen(conf, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f, "[agent]\nnode_id = %s\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n", node, exchange);
+        fclose(f);
+        test_on_exit(ndt_agent_stop, NULL);
+        ndt_agent_pid = fork();
+        ASSERT_TRUE(ndt_agent_pid >= 0);
+        if (ndt_agent_pid == 0) {
+                int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                dup2(fd, 1);
+                dup2(fd, 2);
+                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", conf, (char *) NULL);
+                _exit(127);
+        }
+        snprintf(want, sizeof(want), "%s\tactive\t2\tup\t", node);
+        bool up = false;
+        for (int i = 0; i < 150 && !up; i++) {
+                up = strstr(node_line(&c, node), want) != NULL;
+                if (!up)
+                        usleep(100000);
+        }
+        if (!up)
+                test_fail(__FILE__, __LINE__, "node %s not 'up' 15 s after its agent started: '%s' (agent log %s)", node,
+                          node_line(&c, node), logp);
+}
+
 TEST_FULL(admin_cli_accounts_keys_sandboxes_and_config_check, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;

@@ -956,3 +956,58 @@ TEST(stats_add_range_prune) {
         free(a);
         store_close(s);
 }
+
+/* ---- nodes ---- */
+
+TEST(nodes_drain_contact_and_live_counts) {
+        struct store *s = open_store("nodes");
+        char acc[25], a[25], b[25], c[25];
+        struct node_info *n = NULL;
+        size_t k = 9;
+        new_account(s, "ops", acc);
+        ASSERT_OK(store_node_list(s, &n, &k));
+        ASSERT_EQ(k, 0);
+        free(n);
+        ASSERT_EQ(store_node_drained(s, "n1"), 0);  /* unknown = not drained */
+
+        /* Live sandboxes count on their node (paused and terminal ones do not). */
+        insert_sandbox(s, acc, "a", 1, a);
+        insert_sandbox(s, acc, "b", 2, b);
+        insert_sandbox(s, acc, "c", 3, c);
+        const char *ids[] = { a, b, c };
+        const enum sb_status st[] = { SB_READY, SB_PAUSED, SB_RESUMING };
+        for (int i = 0; i < 3; i++) {
+                struct sandbox sb = { 0 };
+                ASSERT_OK(store_sandbox_get(s, ids[i], &sb));
+                sb.status = st[i];
+                sb.node_id = xstrdup("n2");
+                ASSERT_OK(store_sandbox_update(s, &sb));
+                sandbox_clear(&sb);
+        }
+        ASSERT_OK(store_node_set_drained(s, "n1", true, 100));
+        ASSERT_OK(store_node_touch(s, "n1", 500));
+        ASSERT_OK(store_node_touch(s, "n1", 400));  /* an older contact never moves it back */
+        ASSERT_EQ(store_node_drained(s, "n1"), 1);
+        ASSERT_OK(store_node_list(s, &n, &k));
+        ASSERT_EQ(k, 2);
+        ASSERT_STREQ(n[0].id, "n1");
+        ASSERT_TRUE(n[0].drained);
+        ASSERT_EQ(n[0].drained_at, 100);
+        ASSERT_EQ(n[0].last_contact_at, 500);
+        ASSERT_EQ(n[0].live_sandboxes, 0);
+        ASSERT_STREQ(n[1].id, "n2");  /* known only from its sandboxes */
+        ASSERT_FALSE(n[1].drained);
+        ASSERT_EQ(n[1].last_contact_at, 0);
+        ASSERT_EQ(n[1].live_sandboxes, 2);
+        free(n);
+
+        /* Undrain keeps the contact time. */
+        ASSERT_OK(store_node_set_drained(s, "n1", false, 600));
+        ASSERT_EQ(store_node_drained(s, "n1"), 0);
+        ASSERT_OK(store_node_list(s, &n, &k));
+        ASSERT_FALSE(n[0].drained);
+        ASSERT_EQ(n[0].drained_at, 0);
+        ASSERT_EQ(n[0].last_contact_at, 500);
+        free(n);
+        store_close(s);
+}
