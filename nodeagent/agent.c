@@ -34,6 +34,7 @@
 #include "json.h"
 #include "log.h"
 #include "egress.h"
+#include "metrics.h"
 #include "nodeagent.h"
 #include "pj_node.h"
 #include "strutil.h"
@@ -73,6 +74,7 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
         STR("amqp", "exchange", "paddock.nodes", 128, exchange);
         STR("egress", "table", "paddock", 64, egress_table);
         STR("egress", "dns_resolver", NULL, 16, egress_dns);
+        STR("metrics", "listen", NULL, 64, metrics_listen);
 #undef STR
         if ((r = conf_get_int(cf, "amqp", NULL, "prefetch", 8, 1, 1000, &ret->prefetch, err, errlen)) < 0)
                 goto out;
@@ -89,6 +91,19 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
                 ret->egress_deny = xnew0(char *, ELEMENTSOF(def));
                 for (size_t i = 0; def[i]; i++)
                         ret->egress_deny[i] = xstrdup(def[i]);
+        }
+        if (ret->metrics_listen && !*ret->metrics_listen) {
+                free(ret->metrics_listen);
+                ret->metrics_listen = NULL;
+        }
+        if (ret->metrics_listen) {
+                struct sockaddr_storage ss;
+                socklen_t sl;
+                char why[256];
+                if ((r = agent_metrics_parse_listen(ret->metrics_listen, &ss, &sl, why, sizeof(why))) < 0) {
+                        snprintf(err, errlen, "%s: [metrics] listen: %s", path, why);
+                        goto out;
+                }
         }
         if (ret->egress_dns && !*ret->egress_dns) {
                 free(ret->egress_dns);
@@ -138,6 +153,7 @@ out:
 void agent_config_done(struct agent_config *c) {
         free(c->egress_table);
         free(c->egress_dns);
+        free(c->metrics_listen);
         strv_free(c->egress_bridges);
         strv_free(c->egress_deny);
         free(c->node_id);
@@ -409,11 +425,14 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                         int64_t t0 = mono_ms();
                         log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(m.egress.mode));
                         r = apply_policy(&m, &out, err, sizeof(err));
+                        agent_metrics_observe_apply((double) (mono_ms() - t0) / 1000.0, r >= 0);
                         char dur[32];
                         snprintf(dur, sizeof(dur), "%" PRId64, mono_ms() - t0);
                         log_ctx_set("DURATION_MS", dur);
-                } else
+                } else {
                         r = remove_policy(&m, err, sizeof(err));
+                        agent_metrics_observe_remove(r >= 0);
+                }
                 if (r < 0)
                         log_warning("%s failed: %s", out.type, err);
                 else
@@ -726,6 +745,7 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                 if (!privsep_healthy(why, sizeof(why)))
                         return log_error_errno(-ECHILD, "%s; no longer consuming", why);
                 sync_tick(conn, cfg, user);
+                agent_metrics_tick(cfg);
                 struct timeval tv = { .tv_sec = 1 };
                 amqp_frame_t f;
                 amqp_maybe_release_buffers(conn);
@@ -821,11 +841,13 @@ int agent_run(const struct agent_config *cfg) {
                 backoff_ms = 200;
                 log_info("consuming node messages on queue %.*s (exchange %s, routing key %s)", (int) q.len,
                          (const char *) q.bytes, cfg->exchange, cfg->node_id);
+                agent_metrics_amqp_connected(true);
                 if (!notified) {
                         sd_notify(0, "READY=1\nSTATUS=consuming");
                         notified = true;
                 }
                 r = consume_loop(cfg, u.user, conn);
+                agent_metrics_amqp_connected(false);
                 amqp_bytes_free(q);
                 if (r == -ECHILD) {
                         /* Fail closed: dropping the connection deletes our queue at once, so

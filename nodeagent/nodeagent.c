@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "nodeagent.h"
 
 /* The privileged children first, while we still hold the capabilities they keep;
@@ -59,8 +60,14 @@ int nodeagent_main(int argc, char **argv) {
         }
         log_set_max_level(log_level_from_string(cfg.log_level));
         int r = start_children(&cfg);
+        /* /metrics in the parent, which holds no capability by now. */
+        if (r >= 0 && (r = agent_metrics_start(&cfg, err, sizeof(err))) < 0)
+                log_error("Cannot serve /metrics: %s", err);
+        else if (r >= 0 && cfg.metrics_listen)
+                log_info("serving /metrics on %s", cfg.metrics_listen);
         if (r >= 0)
                 r = agent_run(&cfg);
+        agent_metrics_stop();
         privsep_stop();
         agent_config_done(&cfg);
         return r < 0 ? 1 : 0;

@@ -21,6 +21,8 @@ struct agent_config {
         char **egress_deny;           /* NULL-terminated CIDRs */
         char *egress_dns;             /* resolver IPv4 or NULL */
         int64_t egress_priority;
+        /* [metrics] */
+        char *metrics_listen;         /* loopback ADDRESS:PORT for /metrics, NULL = not served */
 };
 
 /* agent.c: starts the egress child, which programs the firewall from [egress];
