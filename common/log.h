@@ -4,8 +4,9 @@
  * device:inode) events go to journald with structured fields via
  * sd_journal_send(): MESSAGE, PRIORITY, CODE_FILE/LINE/FUNC, SYSLOG_IDENTIFIER
  * and our context keys (SANDBOX_ID, NODE_ID, ACCOUNT_ID, REQUEST_ID,
- * NOMAD_JOB_ID, ALLOC_ID, SNAPSHOT_ID). Otherwise one plain line per event on
- * stderr:  "controld: info: sandbox ready SANDBOX_ID=abc NODE_ID=n1".
+ * NOMAD_JOB_ID, ALLOC_ID, SNAPSHOT_ID, EGRESS_MODE, DESTROY_REASON, DURATION_MS;
+ * any KEY of [A-Z0-9_] works, up to LOG_CTX_MAX at once). Otherwise one plain
+ * line per event on stderr:  "controld: info: sandbox ready SANDBOX_ID=abc NODE_ID=n1".
  *
  * Context keys are thread-local: set them at the start of a unit of work
  * (a request, a message) and reset them at its end. Values are truncated to
@@ -18,7 +19,7 @@
 #include <syslog.h>
 #include <stdbool.h>
 
-#define LOG_CTX_MAX 8
+#define LOG_CTX_MAX 16
 #define LOG_CTX_VALUE_MAX 128
 
 enum log_target { LOG_TARGET_AUTO, LOG_TARGET_STDERR, LOG_TARGET_JOURNAL };

@@ -120,6 +120,8 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
                 goto out;
         }
         enum sb_status seen = sb.status;
+        sandbox_log_ctx(&sb);
+        log_ctx_set("DESTROY_REASON", why);
         log_notice("reaping sandbox: %s", why);
         /* The workload first: if removing it fails, nothing changed and the next round retries. */
         r = c->drv->remove(c->drv, &sb, derr, sizeof(derr));
@@ -149,6 +151,7 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
         log_info("sandbox destroyed reason=%s", why);
         r = 1;
 out:
+        log_ctx_set("DESTROY_REASON", NULL);
         ctl_sandbox_unlock(c, id);
         sandbox_clear(&sb);
         if (r > 0)

@@ -318,6 +318,9 @@ int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struc
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err);
 int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err);
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err);
+/* Sets the journal context of this thread for sb: SANDBOX_ID, and NODE_ID, NOMAD_JOB_ID,
+ * ALLOC_ID where it is placed (removed when not, so no earlier sandbox's values linger). */
+void sandbox_log_ctx(const struct sandbox *sb);
 /* PUT /sandboxes/{id}/egress: the sandbox must be ready; the node agent confirms the new
  * policy before it is recorded. On failure (-EHOSTUNREACH) the previous policy stays. */
 int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id, const struct pj_egress *in,

@@ -149,6 +149,28 @@ static bool create_failed(int r) {
         return r == -EIO || r == -EHOSTUNREACH;
 }
 
+void sandbox_log_ctx(const struct sandbox *sb) {
+        log_ctx_set("SANDBOX_ID", sb->id);
+        log_ctx_set("NODE_ID", sb->node_id && *sb->node_id ? sb->node_id : NULL);
+        log_ctx_set("NOMAD_JOB_ID", sb->job_id && *sb->job_id ? sb->job_id : NULL);
+        log_ctx_set("ALLOC_ID", sb->alloc_id && *sb->alloc_id ? sb->alloc_id : NULL);
+}
+
+/* Removes what sandbox_log_ctx and the create/destroy paths add, keeping REQUEST_ID and
+ * ACCOUNT_ID of the request. */
+static void sandbox_log_ctx_clear(void) {
+        static const char *const keys[] = { "NODE_ID", "NOMAD_JOB_ID", "ALLOC_ID", "EGRESS_MODE", "DESTROY_REASON" };
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++)
+                log_ctx_set(keys[i], NULL);
+}
+
+static void sandbox_log_ctx_clearp(int *unused) {
+        (void) unused;
+        sandbox_log_ctx_clear();
+}
+/* Clears the sandbox's journal context however the scope is left. */
+#define SANDBOX_LOG_CTX_SCOPE __attribute__((cleanup(sandbox_log_ctx_clearp), unused)) int _log_scope_ = 0
+
 /* A drained node takes no new sandboxes (controld admin node drain). A driver with one node
  * (no node_set_eligible) is refused here; a multi-node scheduler skips ineligible nodes itself. */
 static int check_node_accepting(struct ctl *c, struct api_error *err) {
@@ -280,6 +302,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 return API_ERR(err, -EIO, "Failed to record the sandbox");
         sb_timings_set(&sb.timings, SB_PHASE_RECORD, mono_ms() - t1);
         log_ctx_set("SANDBOX_ID", sb.id);
+        log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(in->egress.mode));  /* every entry of this create */
         log_info("sandbox starting template=%s cpu=%lld memory=%lld egress=%s", sb.template_name, (long long) sb.cpu,
                  (long long) sb.memory, pj_egress_mode_to_string(in->egress.mode));
 
@@ -313,6 +336,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
         apply_placement(&sb, &pl);
         placement_clear(&pl);
+        sandbox_log_ctx(&sb);  /* placed: NODE_ID, NOMAD_JOB_ID, ALLOC_ID on what follows */
         sb_timings_set(&sb.timings, SB_PHASE_PLACE, mono_ms() - t2);
         /* Ready only once the node's agent enforces the policy: fail closed otherwise. */
         {
@@ -337,9 +361,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
         sandbox_lock_release(&lock);
         metrics_observe_phase(c->metrics, "create_total", (double) (mono_ms() - t0) / 1000.0);
-        log_ctx_set("NODE_ID", sb.node_id);
         log_info("sandbox ready in %lldms", (long long) (mono_ms() - t0));
-        log_ctx_set("NODE_ID", NULL);
+        sandbox_log_ctx_clear();
         ctl_notify_status(c);
         *ret = sb;
         sb = (struct sandbox) { 0 };
@@ -356,6 +379,7 @@ fail:
                 (void) store_sandbox_delete(c->store, sb.id);
                 sandbox_lock_release(&lock);
                 log_info("sandbox create refused: %s", err->message);
+                sandbox_log_ctx_clear();
                 return r;
         }
         sb.status = SB_FAILED;
@@ -364,7 +388,9 @@ fail:
         sb.destroyed_at = now_ms();
         (void) store_sandbox_update_cas(c->store, &sb, SB_STARTING);  /* if this fails too, the stuck-starting reaper heals it */
         sandbox_lock_release(&lock);
+        log_ctx_set("DESTROY_REASON", "failed");
         log_error("sandbox provisioning failed: %s", reason);
+        sandbox_log_ctx_clear();
         ctl_notify_status(c);
         return r;
 }
@@ -386,8 +412,10 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                 r = c->drv->remove(c->drv, &sb, derr, sizeof(derr));
                 if (r < 0) {
                         sandbox_lock_release(&lock);
-                        log_ctx_set("SANDBOX_ID", id);
+                        sandbox_log_ctx(&sb);
+                        log_ctx_set("DESTROY_REASON", reason);
                         log_error("sandbox destroy failed: %s", derr);
+                        sandbox_log_ctx_clear();
                         return API_ERR(err, -EHOSTUNREACH, "Could not destroy the sandbox right now: %s. Retry the request.", derr);
                 }
                 (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
@@ -399,8 +427,10 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                         replace_str(&sb.destroy_reason, reason);
                 r = store_sandbox_update_cas(c->store, &sb, was);
         }
-        log_ctx_set("SANDBOX_ID", id);
+        sandbox_log_ctx(&sb);
+        log_ctx_set("DESTROY_REASON", reason);
         log_info("sandbox destroyed reason=%s", reason);
+        sandbox_log_ctx_clear();
         ctl_notify_status(c);
         return r < 0 ? API_ERR(err, -EIO, "Failed to record the destroy") : 0;
 }
@@ -413,6 +443,8 @@ static void pause_locked(struct ctl *c, const char *id) {
         SANDBOX_LOCK_GUARD(lock, c, id);
         if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_PAUSING)
                 return;  /* destroyed meanwhile */
+        SANDBOX_LOG_CTX_SCOPE;
+        sandbox_log_ctx(&sb);
         if (c->drv->remove(c->drv, &sb, derr, sizeof(derr)) < 0) {
                 log_error("sandbox pause failed: %s", derr);
                 sb.status = SB_READY;  /* still running: back to ready, the user may retry */
@@ -443,10 +475,13 @@ static void resume_locked(struct ctl *c, const char *id) {
         SANDBOX_LOCK_GUARD(lock, c, id);
         if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_RESUMING)
                 return;
+        SANDBOX_LOG_CTX_SCOPE;
+        log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(sb.egress.mode));
         if (c->drv->place(c->drv, &sb, &pl, reason, sizeof(reason)) == 0) {
                 /* Nothing runs on failure (place unwinds). */
                 apply_placement(&sb, &pl);
                 placement_clear(&pl);
+                sandbox_log_ctx(&sb);
                 if (ctl_egress_apply(c, &sb, NULL, eerr, sizeof(eerr)) == 0)
                         ok = true;
                 else {
@@ -457,6 +492,7 @@ static void resume_locked(struct ctl *c, const char *id) {
         }
         if (!ok) {
                 /* The volume is released for another sandbox. */
+                log_ctx_set("DESTROY_REASON", "failed");
                 log_error("sandbox resume failed: %s", reason);
                 sb.status = SB_FAILED;
                 replace_str(&sb.failure_reason, reason);
@@ -536,7 +572,9 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
                                "This sandbox was created with egress deny_all and has no network interface; create a new "
                                "sandbox with the policy you want");
 
-        log_ctx_set("SANDBOX_ID", sb.id);
+        SANDBOX_LOG_CTX_SCOPE;
+        sandbox_log_ctx(&sb);
+        log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(want.mode));
         if (sb.ip) {
                 r = ctl_egress_apply(c, &sb, &want, eerr, sizeof(eerr));
                 if (r < 0) {

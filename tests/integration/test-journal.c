@@ -20,7 +20,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "cleanup.h"
+#include "ctltest.h"
 #include "json.h"
 #include "log.h"
 #include "strutil.h"
@@ -144,12 +147,10 @@ static void unique_ident(char *out, size_t n) {
         snprintf(out, n, "pdk-jtest-%s", tok); /* < 32: log.c keeps 31 */
 }
 
-/* All entries with SYSLOG_IDENTIFIER=ident, waiting until at least want
- * entries exist (journald indexes asynchronously). Returns a JSON array. */
-static cJSON *journal_query(const char *ident, int want) {
-        char match[96];
-        snprintf(match, sizeof(match), "SYSLOG_IDENTIFIER=%s", ident);
-        char *const argv[] = { "journalctl", "--no-pager", "-q", "-o", "json", match, NULL };
+/* All entries matching match ("FIELD=value"), waiting until at least want entries
+ * exist (journald indexes asynchronously). Returns a JSON array. */
+static cJSON *journal_query_match(const char *match, int want) {
+        char *const argv[] = { "journalctl", "--no-pager", "-q", "-o", "json", (char *) match, NULL };
 
         for (int64_t t0 = mono_ms();; usleep(100 * 1000)) {
                 _cleanup_free_ char *out = NULL;
@@ -175,6 +176,13 @@ static cJSON *journal_query(const char *ident, int want) {
                         return arr;
                 cJSON_Delete(arr);
         }
+}
+
+/* All entries with SYSLOG_IDENTIFIER=ident (see journal_query_match). */
+static cJSON *journal_query(const char *ident, int want) {
+        char match[96];
+        snprintf(match, sizeof(match), "SYSLOG_IDENTIFIER=%s", ident);
+        return journal_query_match(match, want);
 }
 
 static const cJSON *find_entry(const cJSON *arr, const char *field, const char *value) {
@@ -338,4 +346,151 @@ static void body_auto_detects_stream(void) {
 
 TEST_FULL(auto_target_detects_journal_stream, 60) {
         with_journald(body_auto_detects_stream);
+}
+
+/* ---------------------------------------------------------------- (c) every documented key at once */
+
+static char c_ident[32];
+
+static void body_every_key(void) {
+        static const char *const keys[] = { "SANDBOX_ID", "NODE_ID", "ACCOUNT_ID", "REQUEST_ID", "NOMAD_JOB_ID", "ALLOC_ID",
+                                            "SNAPSHOT_ID", "EGRESS_MODE", "DESTROY_REASON", "DURATION_MS" };
+        unique_ident(c_ident, sizeof(c_ident));
+        log_open(c_ident, LOG_TARGET_JOURNAL);
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                char v[32];
+                snprintf(v, sizeof(v), "v-%zu", i);
+                log_ctx_set(keys[i], v);
+        }
+        log_info("every key");
+        log_ctx_reset();
+        _cleanup_json_ cJSON *arr = journal_query(c_ident, 1);
+        const cJSON *e = find_entry(arr, "MESSAGE", "every key");
+        ASSERT_NOT_NULL(e);
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                char v[32];
+                snprintf(v, sizeof(v), "v-%zu", i);
+                ASSERT_FIELD(e, keys[i], v);
+        }
+}
+
+/* The journald field table of OPERATIONS.md, ten keys in one event (more than the eight
+ * the context used to hold), SNAPSHOT_ID among them for the snapshot work. */
+TEST_FULL(every_documented_key_reaches_journald, 60) {
+        with_journald(body_every_key);
+}
+
+/* ---------------------------------------------------------------- (d) controld's own entries */
+
+static pid_t d_pid;
+
+/* Starts build/controld on c's config the way systemd does: no -d, stderr is a journal
+ * stream named by JOURNAL_STREAM, so events go to journald as structured entries. */
+static void controld_under_journal(struct ctld *c) {
+        struct stat st;
+        char env[64];
+        int fd = journal_stream_fd("controld", LOG_INFO);
+        ASSERT_EQ(fstat(fd, &st), 0);
+        snprintf(env, sizeof(env), "%llu:%llu", (unsigned long long) st.st_dev, (unsigned long long) st.st_ino);
+        d_pid = fork();
+        ASSERT_TRUE(d_pid >= 0);
+        if (d_pid == 0) {
+                dup2(fd, STDERR_FILENO);
+                setenv("JOURNAL_STREAM", env, 1);
+                execl(test_build_path("controld"), "controld", "-f", c->conf, (char *) NULL);
+                _exit(127);
+        }
+        close(fd);
+        c->pid = d_pid;
+        c->shadow->pid = d_pid;  /* the exit hook stops it and destroys what it made */
+        for (int i = 0; i < 300 && !test_port_open(c->port); i++)
+                usleep(20000);
+        HTTP_EXPECT(c, "GET", "/healthz", NULL, NULL, 200);
+}
+
+static void set_job_alloc(struct ctld *c, const char *id) {
+        char path[400], sql[200];
+        sqlite3 *db = NULL;
+        snprintf(path, sizeof(path), "%s/controld.db", c->dir);
+        snprintf(sql, sizeof(sql), "UPDATE sandboxes SET job_id = 'job-%.8s', alloc_id = 'alloc-%.8s' WHERE id = '%s'", id, id,
+                 id);
+        ASSERT_EQ(sqlite3_open(path, &db), SQLITE_OK);
+        sqlite3_busy_timeout(db, 5000);
+        ASSERT_EQ(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+        ASSERT_EQ(sqlite3_changes(db), 1);
+        sqlite3_close(db);
+}
+
+/* The entry of this controld whose MESSAGE starts with prefix and names sandbox id (any
+ * sandbox when id is NULL). */
+static const cJSON *controld_entry(const char *prefix, const char *id, int want) {
+        static cJSON *arr;
+        char match[32];
+        snprintf(match, sizeof(match), "_PID=%d", (int) d_pid);
+        for (int64_t t0 = mono_ms();; usleep(200 * 1000)) {
+                cJSON_Delete(arr);
+                arr = journal_query_match(match, want);
+                const cJSON *e;
+                cJSON_ArrayForEach(e, arr) {
+                        const char *m = json_get_str(e, "MESSAGE"), *s = json_get_str(e, "SANDBOX_ID");
+                        if (m && s && !strncmp(m, prefix, strlen(prefix)) && (!id || !strcmp(s, id)))
+                                return e;
+                }
+                if (mono_ms() - t0 > WAIT_MS) {
+                        _cleanup_free_ char *all = json_print(arr);
+                        test_fail(__FILE__, __LINE__, "no controld entry '%s...' for %s in %.3000s", prefix, id, all);
+                }
+        }
+}
+
+static void body_controld_fields(void) {
+        static struct ctld c;
+        char id[25];
+        struct hres r;
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "journal", NULL);
+        ctld_stop_daemon(&c);
+        controld_under_journal(&c);
+
+        /* Create: EGRESS_MODE on every entry of it; NODE_ID once placed. */
+        ctld_create(&c, key, "{\"egress\":{\"mode\":\"deny_all\"}}", id);
+        const cJSON *e = controld_entry("sandbox starting", id, 2);
+        ASSERT_FIELD(e, "EGRESS_MODE", "deny_all");
+        ASSERT_NOT_NULL(json_get_str(e, "REQUEST_ID"));
+        ASSERT_NOT_NULL(json_get_str(e, "ACCOUNT_ID"));
+        e = controld_entry("sandbox ready in", id, 2);
+        ASSERT_FIELD(e, "EGRESS_MODE", "deny_all");
+        ASSERT_FIELD(e, "NODE_ID", "local");
+        ASSERT_NULL(json_get_str(e, "NOMAD_JOB_ID"));   /* the docker driver has no job */
+
+        /* A failed create: DESTROY_REASON=failed beside the reason. */
+        http_req(&c, "POST", "/sandboxes", key, "{\"template\":\"missing-image\"}", &r);
+        ASSERT_EQ(r.status, 503);
+        hres_done(&r);
+        e = controld_entry("sandbox provisioning failed", NULL, 4);
+        ASSERT_TRUE(hexid_valid(json_get_str(e, "SANDBOX_ID")));
+        ASSERT_FIELD(e, "DESTROY_REASON", "failed");
+        ASSERT_FIELD(e, "EGRESS_MODE", "open");
+        ASSERT_FIELD(e, "PRIORITY", "3");
+
+        /* A placed sandbox whose record names a Nomad job and allocation: every entry about it
+         * carries them (here the destroy, with its reason). */
+        ctld_stop_daemon(&c);
+        set_job_alloc(&c, id);
+        controld_under_journal(&c);
+        char path[64], want[32];
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        e = controld_entry("sandbox destroyed", id, 1);
+        ASSERT_FIELD(e, "DESTROY_REASON", "user");
+        ASSERT_FIELD(e, "NODE_ID", "local");
+        snprintf(want, sizeof(want), "job-%.8s", id);
+        ASSERT_FIELD(e, "NOMAD_JOB_ID", want);
+        snprintf(want, sizeof(want), "alloc-%.8s", id);
+        ASSERT_FIELD(e, "ALLOC_ID", want);
+        ctld_stop(&c);
+}
+
+TEST_FULL(controld_entries_carry_placement_egress_and_destroy_fields, 180) {
+        need_docker();
+        with_journald(body_controld_fields);
 }
