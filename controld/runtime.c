@@ -596,8 +596,9 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                                                          (unsigned) (c->cfg->stream_keepalive_ms / 1000));
                 const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
                 x->client_fd = ci ? ci->connect_fd : -1;
-                strbuf_init(&x->sout.buf, 0);
-                strbuf_init(&x->serr.buf, 0);
+                /* on_output may have used them while stdin was written: free, not just reset. */
+                strbuf_done(&x->sout.buf);
+                strbuf_done(&x->serr.buf);
                 /* Frames produced while writing stdin come after the opening comment. */
                 struct strbuf early = x->pending;
                 strbuf_init(&x->pending, 0);
