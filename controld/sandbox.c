@@ -540,7 +540,7 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err
 }
 
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
-        int r = check_node_accepting(c, err);
+        int r = sb->status == SB_PAUSED ? check_node_accepting(c, err) : 0;  /* else transition says why not */
         if (r < 0)
                 return r;
         return transition(c, sb, SB_PAUSED, SB_RESUMING, "resumed", resume_job, err);
