@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -834,4 +835,107 @@ TEST_FULL(concurrent_writers_serialise_through_genid, 60) {
         ASSERT_EQ(count_rules(j, "sbx_" ID_A), 3);
         NO_REACH(SBX_A, WORLD1);
         NO_REACH(SBX_B, WORLD1);
+}
+
+/* ------------------------------------------------------------ tightening ends connections */
+
+/* A TCP connection from src in the sandbox ns to dst:PORT in the world ns; returns the
+ * sandbox end (with a 1 s TCP_USER_TIMEOUT, so that a connection whose packets are dropped
+ * errors out soon) and the world end in *ret_server. */
+static int conn_open(uint32_t src, uint32_t dst, int *ret_server) {
+        enter(T.sbx_fd);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        enter(T.node_fd);
+        ASSERT_TRUE(fd >= 0);
+        unsigned ut = 1000;
+        ASSERT_EQ(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut)), 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(src) };
+        struct sockaddr_in da = { .sin_family = AF_INET, .sin_port = htons(PORT), .sin_addr.s_addr = htonl(dst) };
+        ASSERT_EQ(bind(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        ASSERT_TRUE(connect(fd, (struct sockaddr *) &da, sizeof(da)) == 0 || errno == EINPROGRESS);
+        struct pollfd p = { .fd = fd, .events = POLLOUT };
+        ASSERT_EQ(poll(&p, 1, 2000), 1);
+        int e = 0;
+        socklen_t l = sizeof(e);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
+        ASSERT_EQ(e, 0);
+        /* T.listeners[0] is the world's PORT listener (topology() adds it first). */
+        struct pollfd lp = { .fd = T.listeners[0], .events = POLLIN };
+        ASSERT_EQ(poll(&lp, 1, 2000), 1);
+        *ret_server = accept4(T.listeners[0], NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        ASSERT_TRUE(*ret_server >= 0);
+        return fd;
+}
+
+/* One byte from `from` arrives at `to` within ms. */
+static bool byte_arrives(int from, int to, int ms) {
+        char c = 'x';
+        if (send(from, &c, 1, MSG_NOSIGNAL) != 1)
+                return false;
+        struct pollfd p = { .fd = to, .events = POLLIN };
+        if (poll(&p, 1, ms) != 1)
+                return false;
+        return recv(to, &c, 1, 0) == 1;
+}
+
+/* Both ways: the connection works. */
+static bool conn_works(int c, int s) {
+        return byte_arrives(c, s, 1000) && byte_arrives(s, c, 1000);
+}
+
+/* The sandbox end is dead: what it sends never arrives, and within a few seconds the
+ * socket itself fails (its unacknowledged data hits TCP_USER_TIMEOUT). Only the sandbox
+ * sends here: this topology routes without NAT, so a world host that sent first would
+ * open a new flow towards the sandbox, which is ingress and not ours to police (behind
+ * the masquerade of a real sandbox bridge no such flow reaches the sandbox). */
+static bool conn_killed(int c, int s) {
+        if (byte_arrives(c, s, 1500))
+                return false;
+        struct pollfd p = { .fd = c, .events = POLLIN };
+        int64_t until = mono_ms() + 6000;
+        while (mono_ms() < until) {
+                if (poll(&p, 1, 200) == 1 && (p.revents & (POLLERR | POLLHUP))) {
+                        int e = 0;
+                        socklen_t l = sizeof(e);
+                        getsockopt(c, SOL_SOCKET, SO_ERROR, &e, &l);
+                        char x;
+                        return e == ETIMEDOUT || recv(c, &x, 1, 0) < 0;
+                }
+        }
+        return false;
+}
+
+TEST_FULL(tightening_ends_forbidden_connections, 60) {
+        setup();
+        init_default(NULL);
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        int s1, s2, s3;
+        _cleanup_close_ int c1 = conn_open(SBX_A, WORLD1, &s1);
+        _cleanup_close_ int c2 = conn_open(SBX_A, WORLD2, &s2);
+        _cleanup_close_ int sv1 = s1, sv2 = s2;
+        ASSERT_TRUE(conn_works(c1, s1));
+        ASSERT_TRUE(conn_works(c2, s2));
+        /* Re-applying open (nothing tightens) leaves both alone. */
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        ASSERT_TRUE(conn_works(c1, s1));
+
+        /* open -> restricted to WORLD2: the connection to WORLD1 ends, WORLD2's goes on. */
+        static const char *const allow2[] = { "198.51.100.3", NULL };
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow2);
+        ASSERT_TRUE(conn_works(c2, s2));
+        ASSERT_TRUE(conn_killed(c1, s1));
+        ASSERT_TRUE(conn_works(c2, s2));
+
+        /* restricted -> deny_all: that one ends too. */
+        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        ASSERT_TRUE(conn_killed(c2, s2));
+
+        /* Pause or destroy (remove): whatever it had open ends. */
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        _cleanup_close_ int c3 = conn_open(SBX_A, WORLD1, &s3);
+        _cleanup_close_ int sv3 = s3;
+        ASSERT_TRUE(conn_works(c3, s3));
+        char err[512] = "";
+        ASSERT_OK(egress_remove(ID_A, SBX_A, err, sizeof(err)));
+        ASSERT_TRUE(conn_killed(c3, s3));
 }
