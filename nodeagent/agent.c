@@ -329,7 +329,8 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                         r = read_stats(&out, err, sizeof(err));
                 break;
         case PJ_NODE_NODE_SYNC:
-                snprintf(err, sizeof(err), "node.sync is answered by controld, not by an agent");
+        case PJ_NODE_EGRESS_RESOLVED:
+                snprintf(err, sizeof(err), "%s is for controld, not for an agent", out.type);
                 r = -EINVAL;
                 break;
         }
@@ -518,6 +519,32 @@ static void sync_send(amqp_connection_state_t conn, const struct agent_config *c
         log_info("node.sync sent to controld (attempt %u)", sync_st.attempt);
 }
 
+/* Tells controld what re-resolved names now enforce (it updates GET /egress and the
+ * sandbox's /etc/hosts). Fire and forget: if it is lost, the next apply carries it. */
+static void resolved_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
+        struct names_update *u = NULL;
+        size_t n = names_take_updates(&u);
+        for (size_t i = 0; i < n; i++) {
+                struct pj_node_msg m = { .type = PJ_NODE_EGRESS_RESOLVED, .resolved = u[i].resolved,
+                                         .n_resolved = u[i].n_resolved };
+                strscpy(m.node_id, cfg->node_id, sizeof(m.node_id));
+                strscpy(m.sandbox_id, u[i].sandbox_id, sizeof(m.sandbox_id));
+                _cleanup_free_ char *body = pj_node_msg_format(&m);
+                amqp_basic_properties_t p = { 0 };
+                p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
+                           AMQP_BASIC_USER_ID_FLAG | AMQP_BASIC_EXPIRATION_FLAG;
+                p.content_type = amqp_cstring_bytes("application/json");
+                p.delivery_mode = 1;
+                p.app_id = amqp_cstring_bytes(cfg->node_id);
+                p.user_id = amqp_cstring_bytes(user);
+                p.expiration = amqp_cstring_bytes("60000");
+                amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("controld"), 0, 0, &p,
+                                   amqp_cstring_bytes(body));
+                free(u[i].resolved);
+        }
+        free(u);
+}
+
 static void sync_retry_later(const char *why) {
         sync_st.sent_at = 0;
         sync_st.next_at = mono_ms() + sync_st.backoff_ms;
@@ -626,6 +653,7 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                 if (!privsep_healthy(why, sizeof(why)))
                         return log_error_errno(-ECHILD, "%s; no longer consuming", why);
                 sync_tick(conn, cfg, user);
+                resolved_send(conn, cfg, user);
                 struct timeval tv = { .tv_sec = 1 };
                 amqp_frame_t f;
                 amqp_maybe_release_buffers(conn);

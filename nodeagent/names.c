@@ -244,10 +244,43 @@ struct tracked {
         uint64_t gen;
 };
 
-static pthread_mutex_t apply_lock = PTHREAD_MUTEX_INITIALIZER;  /* one apply at a time; guards the table */
 static struct tracked *table;
 static size_t n_table;
 static uint64_t gen_next = 1;
+
+static pthread_mutex_t apply_lock = PTHREAD_MUTEX_INITIALIZER;  /* one apply at a time; guards the table */
+
+/* Re-resolutions that changed what is enforced, for controld (names_take_updates). */
+#define UPDATES_MAX 1024
+static struct names_update *updates;
+static size_t n_updates;
+
+static void update_push(const char *id, const struct pj_node_resolved *rv, size_t n_rv) {
+        for (size_t i = 0; i < n_updates; i++)
+                if (!strcmp(updates[i].sandbox_id, id)) {
+                        free(updates[i].resolved);
+                        updates[i] = updates[--n_updates];
+                        break;
+                }
+        if (n_updates >= UPDATES_MAX)
+                return;         /* controld learns the addresses on the sandbox's next apply */
+        updates = xrealloc(updates, (n_updates + 1) * sizeof(*updates));
+        struct names_update *u = &updates[n_updates++];
+        *u = (struct names_update) { .n_resolved = n_rv };
+        strscpy(u->sandbox_id, id, sizeof(u->sandbox_id));
+        u->resolved = xnew0(struct pj_node_resolved, n_rv ? n_rv : 1);
+        memcpy(u->resolved, rv, n_rv * sizeof(*rv));
+}
+
+size_t names_take_updates(struct names_update **ret) {
+        pthread_mutex_lock(&apply_lock);
+        size_t n = n_updates;
+        *ret = updates;
+        updates = NULL;
+        n_updates = 0;
+        pthread_mutex_unlock(&apply_lock);
+        return n;
+}
 
 static struct tracked *tracked_find(const char *id) {
         for (size_t i = 0; i < n_table; i++)
@@ -381,6 +414,7 @@ int names_refresh_once(void) {
                         int64_t t0 = mono_ms();
                         r = call_apply(req, err, sizeof(err));
                         if (r >= 0) {
+                                update_push(t->id, rv, n_rv);
                                 free(t->resolved);
                                 t->resolved = TAKE_PTR(rv);
                                 t->n_resolved = n_rv;

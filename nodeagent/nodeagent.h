@@ -175,6 +175,15 @@ int names_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen);
 int names_refresh_once(void);
 /* What the sandbox's names resolved to when last confirmed; -ENOENT if none. */
 int names_resolved_get(const char *sandbox_id, struct pj_node_resolved **ret, size_t *ret_n);
+/* Sandboxes whose enforced addresses a refresh changed since the last call, with the new
+ * answers, for the consumer to tell controld (egress.resolved). Caller frees each
+ * ->resolved and the array. */
+struct names_update {
+        char sandbox_id[EGRESS_ID_LEN + 1];
+        struct pj_node_resolved *resolved;
+        size_t n_resolved;
+};
+size_t names_take_updates(struct names_update **ret);
 int names_refresh_start(void);
 void names_refresh_stop(void);
 

@@ -815,6 +815,16 @@ TEST_FULL(names_are_re_resolved_and_the_set_swapped, 60) {
         ASSERT_STREQ(rv[0].name, "move.paddock.test");
         ASSERT_EQ(rv[0].addrs[0], (198u << 24) | (51u << 16) | (100u << 8) | 21u);
         free(rv);
+        /* The consumer is handed the change to tell controld (egress.resolved). */
+        struct names_update *u = NULL;
+        ASSERT_EQ(names_take_updates(&u), 1);
+        ASSERT_STREQ(u[0].sandbox_id, SBX);
+        ASSERT_EQ(u[0].n_resolved, 1);
+        ASSERT_EQ(u[0].resolved[0].addrs[0], (198u << 24) | (51u << 16) | (100u << 8) | 21u);
+        free(u[0].resolved);
+        free(u);
+        ASSERT_EQ(names_take_updates(&u), 0);
+        free(u);
 
         /* The timer does the same on its own (period from [egress] resolve_interval). */
         names_configure(0, 1000);
