@@ -939,3 +939,110 @@ TEST_FULL(tightening_ends_forbidden_connections, 60) {
         ASSERT_OK(egress_remove(ID_A, SBX_A, err, sizeof(err)));
         ASSERT_TRUE(conn_killed(c3, s3));
 }
+
+/* ------------------------------------------------------------ read back = intended policy */
+
+/* The rules of chain, one line per rule: its expressions in order as "counter",
+ * "accept", "drop", "jump <chain>", "vmap @<map>", "@<set>" (a lookup) or "match"
+ * (any other comparison; nft folds the implied nfproto check into the next one). */
+static char *chain_shape(const cJSON *j, const char *chain) {
+        struct strbuf sb;
+        strbuf_init(&sb, 0);
+        const cJSON *item;
+        cJSON_ArrayForEach(item, cJSON_GetObjectItem(j, "nftables")) {
+                const cJSON *rule = cJSON_GetObjectItem(item, "rule"), *x;
+                if (!rule || !streq_const(cJSON_GetStringValue(cJSON_GetObjectItem(rule, "chain")), chain))
+                        continue;
+                bool first = true;
+                cJSON_ArrayForEach(x, cJSON_GetObjectItem(rule, "expr")) {
+                        const cJSON *m = cJSON_GetObjectItem(x, "match"), *jump = cJSON_GetObjectItem(x, "jump");
+                        const char *right = m ? cJSON_GetStringValue(cJSON_GetObjectItem(m, "right")) : NULL;
+                        strbuf_printf(&sb, "%s", first ? "" : " ");
+                        first = false;
+                        if (cJSON_GetObjectItem(x, "counter"))
+                                strbuf_printf(&sb, "counter");
+                        else if (cJSON_GetObjectItem(x, "accept"))
+                                strbuf_printf(&sb, "accept");
+                        else if (cJSON_GetObjectItem(x, "drop"))
+                                strbuf_printf(&sb, "drop");
+                        else if (jump)
+                                strbuf_printf(&sb, "jump %s", cJSON_GetStringValue(cJSON_GetObjectItem(jump, "target")));
+                        else if (cJSON_GetObjectItem(x, "vmap"))
+                                strbuf_printf(&sb, "vmap %s",
+                                              cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(x, "vmap"), "data")));
+                        else if (right && right[0] == '@')
+                                strbuf_printf(&sb, "%s", right);
+                        else if (m)
+                                strbuf_printf(&sb, "match");
+                        else
+                                strbuf_printf(&sb, "?");
+                }
+                strbuf_printf(&sb, "\n");
+        }
+        return strbuf_steal(&sb);
+}
+
+/* The elements of map name as "ip:target", joined by ",". */
+static char *map_elems(const cJSON *j, const char *name) {
+        struct strbuf sb;
+        strbuf_init(&sb, 0);
+        const cJSON *item;
+        cJSON_ArrayForEach(item, cJSON_GetObjectItem(j, "nftables")) {
+                const cJSON *m = cJSON_GetObjectItem(item, "map"), *e;
+                if (!m || !streq_const(cJSON_GetStringValue(cJSON_GetObjectItem(m, "name")), name))
+                        continue;
+                cJSON_ArrayForEach(e, cJSON_GetObjectItem(m, "elem")) {
+                        const cJSON *jump = cJSON_GetObjectItem(cJSON_GetArrayItem(e, 1), "jump");
+                        strbuf_printf(&sb, "%s%s:%s", sb.len ? "," : "", cJSON_GetStringValue(cJSON_GetArrayItem(e, 0)),
+                                      cJSON_GetStringValue(cJSON_GetObjectItem(jump, "target")));
+                }
+        }
+        return strbuf_steal(&sb);
+}
+
+TEST_FULL(json_read_back_matches_the_intended_policy, 30) {
+        topology();
+        init_default("198.51.100.3");
+        static const char *const allow[] = { "198.51.100.2", "203.0.113.0/24", "203.0.113.7", NULL };
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        apply(ID_B, SBX_B, PJ_EGRESS_DENY_ALL, NULL);
+        apply(ID_C, SBX_D, PJ_EGRESS_RESTRICTED, allow);
+        _cleanup_json_ cJSON *j = nft_json();
+
+        /* Who goes where: one element per sandbox address, to that sandbox's chain. */
+        _cleanup_free_ char *map = map_elems(j, "sandboxes");
+        ASSERT_STREQ(map, "169.254.90.2:sbx_" ID_A ",169.254.90.3:sbx_" ID_B ",169.254.90.4:sbx_" ID_C);
+        /* DNS to the resolver: the open sandbox only. */
+        _cleanup_free_ char *dns = set_elems(j, "dns_clients");
+        ASSERT_STREQ(dns, "169.254.90.2");
+        /* The always-deny set: built in plus the operator's list, merged. */
+        _cleanup_free_ char *deny_el = set_elems(j, "node_deny");
+        ASSERT_STREQ(deny_el, "169.254.0.0/16,198.51.100.4,224.0.0.0/4,255.255.255.255");
+        /* Each mode's chain, rule by rule. */
+        _cleanup_free_ char *open_c = chain_shape(j, "sbx_" ID_A);
+        ASSERT_STREQ(open_c, "counter\ncounter accept\n");
+        _cleanup_free_ char *deny_c = chain_shape(j, "sbx_" ID_B);
+        ASSERT_STREQ(deny_c, "counter\ncounter drop\n");
+        _cleanup_free_ char *restr_c = chain_shape(j, "sbx_" ID_C);
+        ASSERT_STREQ(restr_c, "counter\n@allow_" ID_C " counter accept\ncounter drop\n");
+        /* The restricted allowlist, merged (203.0.113.7 is inside 203.0.113.0/24); the others empty. */
+        _cleanup_free_ char *allow_c = set_elems(j, "allow_" ID_C);
+        ASSERT_STREQ(allow_c, "198.51.100.2,203.0.113.0/24");
+        _cleanup_free_ char *allow_a = set_elems(j, "allow_" ID_A);
+        ASSERT_STREQ(allow_a, "");
+        /* The dispatch: established first, the always-deny set before any policy, sandbox to
+         * sandbox dropped, then the per-sandbox map, then drop (fail closed). */
+        _cleanup_free_ char *egress_c = chain_shape(j, "sbx_egress");
+        ASSERT_STREQ(egress_c, "match accept\n"                             /* ct state established,related */
+                               "match counter drop\n"                      /* not IPv4 */
+                               "match match @dns_clients counter accept\n" /* udp 53 to the resolver */
+                               "match match @dns_clients counter accept\n" /* tcp 53 to the resolver */
+                               "@node_deny counter drop\n"
+                               "match counter drop\n"                      /* oifname <bridge>: sandbox to sandbox */
+                               "vmap @sandboxes\n"
+                               "counter drop\n");
+        _cleanup_free_ char *fwd = chain_shape(j, "forward_sbx");
+        ASSERT_STREQ(fwd, "match jump sbx_egress\n");
+        _cleanup_free_ char *into = chain_shape(j, "into_sbx");
+        ASSERT_STREQ(into, "match match match counter drop\n");     /* oifname, ct state new, tcp flags */
+}
