@@ -1269,6 +1269,7 @@ struct apply_args {
         char chain[NAME_BUF], set[NAME_BUF];
         uint32_t *gone;         /* older addresses of this sandbox the batch unmaps */
         size_t n_gone;
+        bool was_mapped;        /* ip already led to this sandbox's chain: it may have connections */
 };
 
 static void gone_add(uint32_t **v, size_t *n, uint32_t ip) {
@@ -1281,9 +1282,75 @@ static void gone_add(uint32_t **v, size_t *n, uint32_t ip) {
 
 static int ct_revoke(uint32_t src, const struct range *keep, size_t n_keep, char *err, size_t errlen);
 
+/* What this process last applied per sandbox, so that an apply that does not tighten
+ * skips the conntrack sweep (a dump walks the kernel's whole conntrack hash: ~10 ms
+ * even when it is empty). Unknown (a restarted agent) counts as tightening. */
+struct last_policy {
+        char id[EGRESS_ID_LEN + 1];
+        enum pj_egress_mode mode;
+        struct range *allow;
+        size_t n_allow;
+};
+static struct last_policy *lasts;
+static size_t n_lasts;
+
+static struct last_policy *last_find(const char *id) {
+        for (size_t i = 0; i < n_lasts; i++)
+                if (streq(lasts[i].id, id))
+                        return &lasts[i];
+        return NULL;
+}
+
+static void last_forget(const char *id) {
+        struct last_policy *l = last_find(id);
+        if (!l)
+                return;
+        free(l->allow);
+        *l = lasts[--n_lasts];
+}
+
+static void last_set(const char *id, enum pj_egress_mode mode, const struct range *allow, size_t n_allow) {
+        last_forget(id);
+        lasts = xrealloc(lasts, (n_lasts + 1) * sizeof(*lasts));
+        struct last_policy *l = &lasts[n_lasts++];
+        *l = (struct last_policy) { .mode = mode, .n_allow = n_allow };
+        strscpy(l->id, id, sizeof(l->id));
+        l->allow = xnew0(struct range, n_allow ? n_allow : 1);
+        memcpy(l->allow, allow, n_allow * sizeof(*allow));
+}
+
+/* Whether going from l (NULL = unknown) to the new policy can forbid a connection that
+ * the old one let through. Both allowlists are merged and sorted. */
+static bool tightens(const struct last_policy *l, enum pj_egress_mode mode, const struct range *allow, size_t n_allow) {
+        if (mode == PJ_EGRESS_OPEN)
+                return false;
+        if (!l)
+                return true;
+        switch (l->mode) {
+        case PJ_EGRESS_DENY_ALL:
+                return false;           /* it let nothing through */
+        case PJ_EGRESS_OPEN:
+                return true;
+        case PJ_EGRESS_RESTRICTED:
+                break;
+        }
+        if (mode == PJ_EGRESS_DENY_ALL)
+                return l->n_allow > 0;
+        /* Every old range inside some new one (new ranges are merged: one must hold it whole). */
+        for (size_t i = 0; i < l->n_allow; i++) {
+                bool inside = false;
+                for (size_t k = 0; k < n_allow && !inside; k++)
+                        inside = l->allow[i].lo >= allow[k].lo && l->allow[i].hi <= allow[k].hi;
+                if (!inside)
+                        return true;
+        }
+        return false;
+}
+
 static int fill_apply(struct batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
         struct apply_args *a = ud;
         const struct egress_policy *p = a->p;
+        a->was_mapped = false;          /* this attempt's view decides */
         const char *table = st.table, *chain = a->chain, *set = a->set;
         (void) err;
         (void) errlen;
@@ -1314,6 +1381,7 @@ static int fill_apply(struct batch *b, const struct view *v, void *ud, char *err
                 bool ours = streq(v->map[i].chain, chain);
                 if (v->map[i].key == p->ip && ours) {
                         have_exact = true;
+                        a->was_mapped = true;
                         continue;
                 }
                 if (v->map[i].key == p->ip || ours)
@@ -1350,9 +1418,14 @@ int egress_apply(const struct egress_policy *p, char *err, size_t errlen) {
          * may have collected an address twice; gone_add keeps one). */
         for (size_t i = 0; r >= 0 && i < a.n_gone; i++)
                 r = ct_revoke(a.gone[i], NULL, 0, err, errlen);
-        if (r >= 0 && p->mode != PJ_EGRESS_OPEN)
+        /* An address that did not lead here had no egress (fail closed): nothing to end. */
+        if (r >= 0 && a.was_mapped && tightens(last_find(p->sandbox_id), p->mode, allow, n_allow))
                 r = ct_revoke(p->ip, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0, err, errlen);
         free(a.gone);
+        if (r >= 0)
+                last_set(p->sandbox_id, p->mode, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0);
+        else
+                last_forget(p->sandbox_id);     /* unknown now: the next apply sweeps */
         if (r < 0) {
                 char why[400];
                 strscpy(why, err ? err : "", sizeof(why));
@@ -1412,6 +1485,7 @@ int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen)
         struct remove_args a = { .ip = ip };
         sbx_names(sandbox_id, a.chain, a.set);
         int r = read_then_write(st.table, VIEW_ELEMS | VIEW_CHAINS | VIEW_SETS, fill_remove, &a, err, errlen);
+        last_forget(sandbox_id);
         /* Paused or gone: nothing it opened from the addresses it held may go on. */
         for (size_t i = 0; r >= 0 && i < a.n_gone; i++)
                 r = ct_revoke(a.gone[i], NULL, 0, err, errlen);
