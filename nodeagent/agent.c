@@ -597,6 +597,7 @@ static int sync_prune(const struct pj_node_reply *r) {
                 int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
                 if (k < 0)
                         return log_warning_errno(k, "node.sync: cannot remove stale sandbox %s: %s", stale[i], res.msg);
+                names_forget(stale[i]);         /* no refresh may bring its rules back */
                 log_ctx_set("SANDBOX_ID", stale[i]);
                 log_info("node.sync: removed the egress chain of a sandbox controld no longer has here");
                 log_ctx_set("SANDBOX_ID", NULL);

@@ -1270,6 +1270,7 @@ struct apply_args {
         uint32_t *gone;         /* older addresses of this sandbox the batch unmaps */
         size_t n_gone;
         bool was_mapped;        /* ip already led to this sandbox's chain: it may have connections */
+        bool taken_over;        /* ip led to another sandbox's chain: none of its connections are ours */
 };
 
 static void gone_add(uint32_t **v, size_t *n, uint32_t ip) {
@@ -1350,7 +1351,7 @@ static bool tightens(const struct last_policy *l, enum pj_egress_mode mode, cons
 static int fill_apply(struct batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
         struct apply_args *a = ud;
         const struct egress_policy *p = a->p;
-        a->was_mapped = false;          /* this attempt's view decides */
+        a->was_mapped = a->taken_over = false;          /* this attempt's view decides */
         const char *table = st.table, *chain = a->chain, *set = a->set;
         (void) err;
         (void) errlen;
@@ -1388,6 +1389,8 @@ static int fill_apply(struct batch *b, const struct view *v, void *ud, char *err
                         elem_op(b, NFT_MSG_DELSETELEM, table, MAP_SANDBOXES, v->map[i].key, NULL);
                 if (ours)
                         gone_add(&a->gone, &a->n_gone, v->map[i].key);
+                else if (v->map[i].key == p->ip)
+                        a->taken_over = true;
                 if (ours && v->map[i].key != p->ip && elems_have_key(v->dns, v->n_dns, v->map[i].key))
                         elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, v->map[i].key, NULL);
         }
@@ -1418,8 +1421,11 @@ int egress_apply(const struct egress_policy *p, char *err, size_t errlen) {
          * may have collected an address twice; gone_add keeps one). */
         for (size_t i = 0; r >= 0 && i < a.n_gone; i++)
                 r = ct_revoke(a.gone[i], NULL, 0, err, errlen);
-        /* An address that did not lead here had no egress (fail closed): nothing to end. */
-        if (r >= 0 && a.was_mapped && tightens(last_find(p->sandbox_id), p->mode, allow, n_allow))
+        /* An address another sandbox held: whatever it opened is not this one's to use.
+         * One that led nowhere had no egress (fail closed): nothing to end. */
+        if (r >= 0 && a.taken_over)
+                r = ct_revoke(p->ip, NULL, 0, err, errlen);
+        else if (r >= 0 && a.was_mapped && tightens(last_find(p->sandbox_id), p->mode, allow, n_allow))
                 r = ct_revoke(p->ip, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0, err, errlen);
         free(a.gone);
         if (r >= 0)

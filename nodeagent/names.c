@@ -302,6 +302,13 @@ static void tracked_drop(const char *id) {
 static void tracked_set(const char *id, uint32_t ip, const struct pj_egress *pol, const struct pj_node_resolved *rv,
                         size_t n_rv) {
         tracked_drop(id);
+        /* The apply took ip over from whoever held it (egress_apply replaced that map
+         * element): a refresh of the old holder must never take it back. */
+        for (size_t i = 0; i < n_table;)
+                if (table[i].ip == ip)
+                        tracked_drop(table[i].id);
+                else
+                        i++;
         if (pol->mode != PJ_EGRESS_RESTRICTED || n_rv == 0)
                 return;
         table = xrealloc(table, (n_table + 1) * sizeof(*table));
@@ -347,6 +354,12 @@ int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol
         out->resolved = rv;
         out->n_resolved = n_rv;
         return 0;
+}
+
+void names_forget(const char *sandbox_id) {
+        pthread_mutex_lock(&apply_lock);
+        tracked_drop(sandbox_id);
+        pthread_mutex_unlock(&apply_lock);
 }
 
 int names_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen) {

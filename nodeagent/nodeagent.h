@@ -170,6 +170,8 @@ int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol
                 char *err, size_t errlen);
 /* Has the egress child remove the sandbox's rules and forgets its names. */
 int names_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen);
+/* Stops refreshing sandbox_id (its rules were removed some other way: node.sync). */
+void names_forget(const char *sandbox_id);
 /* One refresh pass over every remembered policy (what the timer runs). Returns how many
  * sandboxes got new addresses. */
 int names_refresh_once(void);

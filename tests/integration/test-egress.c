@@ -938,6 +938,16 @@ TEST_FULL(tightening_ends_forbidden_connections, 60) {
         char err[512] = "";
         ASSERT_OK(egress_remove(ID_A, SBX_A, err, sizeof(err)));
         ASSERT_TRUE(conn_killed(c3, s3));
+
+        /* Another sandbox takes the address over (the old one's remove never came): the
+         * connections the old one opened do not ride on under the new one's policy. */
+        int s4;
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        _cleanup_close_ int c4 = conn_open(SBX_A, WORLD1, &s4);
+        _cleanup_close_ int sv4 = s4;
+        ASSERT_TRUE(conn_works(c4, s4));
+        apply(ID_C, SBX_A, PJ_EGRESS_RESTRICTED, allow2);
+        ASSERT_TRUE(conn_killed(c4, s4));
 }
 
 /* ------------------------------------------------------------ read back = intended policy */

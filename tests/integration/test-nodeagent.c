@@ -855,6 +855,23 @@ TEST_FULL(names_are_re_resolved_and_the_set_swapped, 60) {
         _cleanup_free_ char *b = agent_handle(&cfg, plain, strlen(plain));
         ASSERT_CONTAINS(b, "\"ok\":true");
         ASSERT_EQ(names_resolved_get(SBX, &rv, &n), -ENOENT);
+
+        /* Another sandbox taking the address over ends the old one's refreshing too: a
+         * refresh must never hand the address back to a sandbox that left. */
+        hosts_rewrite("198.51.100.22 move.paddock.test\n");
+        _cleanup_free_ char *again = agent_handle(&cfg, apply, strlen(apply));
+        ASSERT_CONTAINS(again, "\"ok\":true");
+        ASSERT_OK(names_resolved_get(SBX, &rv, &n));
+        free(rv);
+        static const char other[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"fedcba9876543210fedcba98\","
+                                    "\"ip\":\"169.254.90.7\",\"mode\":\"open\"}";
+        _cleanup_free_ char *o = agent_handle(&cfg, other, strlen(other));
+        ASSERT_CONTAINS(o, "\"ok\":true");
+        ASSERT_EQ(names_resolved_get(SBX, &rv, &n), -ENOENT);
+        hosts_rewrite("198.51.100.23 move.paddock.test\n");
+        ASSERT_EQ(names_refresh_once(), 0);
+        _cleanup_free_ char *d5 = nft_dump();
+        ASSERT_FALSE(strstr(d5, "198.51.100.23"));
 }
 
 /* A resolver that never answers costs an apply at most [egress] resolve_timeout, and the
