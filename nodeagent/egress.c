@@ -1317,7 +1317,8 @@ static void last_set(const char *id, enum pj_egress_mode mode, const struct rang
         *l = (struct last_policy) { .mode = mode, .n_allow = n_allow };
         strscpy(l->id, id, sizeof(l->id));
         l->allow = xnew0(struct range, n_allow ? n_allow : 1);
-        memcpy(l->allow, allow, n_allow * sizeof(*allow));
+        if (n_allow)
+                memcpy(l->allow, allow, n_allow * sizeof(*allow));
 }
 
 /* Whether going from l (NULL = unknown) to the new policy can forbid a connection that

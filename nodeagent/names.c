@@ -269,7 +269,8 @@ static void update_push(const char *id, const struct pj_node_resolved *rv, size_
         *u = (struct names_update) { .n_resolved = n_rv };
         strscpy(u->sandbox_id, id, sizeof(u->sandbox_id));
         u->resolved = xnew0(struct pj_node_resolved, n_rv ? n_rv : 1);
-        memcpy(u->resolved, rv, n_rv * sizeof(*rv));
+        if (n_rv)
+                memcpy(u->resolved, rv, n_rv * sizeof(*rv));
 }
 
 size_t names_take_updates(struct names_update **ret) {
@@ -456,8 +457,9 @@ int names_resolved_get(const char *sandbox_id, struct pj_node_resolved **ret, si
         struct tracked *t = tracked_find(sandbox_id);
         int r = t ? 0 : -ENOENT;
         if (t) {
-                *ret = xnew0(struct pj_node_resolved, t->n_resolved);
-                memcpy(*ret, t->resolved, t->n_resolved * sizeof(**ret));
+                *ret = xnew0(struct pj_node_resolved, t->n_resolved ? t->n_resolved : 1);
+                if (t->n_resolved)
+                        memcpy(*ret, t->resolved, t->n_resolved * sizeof(**ret));
                 *ret_n = t->n_resolved;
         }
         pthread_mutex_unlock(&apply_lock);
