@@ -160,6 +160,10 @@ struct store;
 int store_open(const char *path, struct store **ret);
 /* Returns the stored value of key, storing value_if_absent first when there is none. */
 int store_meta_get_or_set(struct store *s, const char *key, const char *value_if_absent, char **ret);
+/* Stores value under key (replacing), or deletes key when value is NULL. */
+int store_meta_put(struct store *s, const char *key, const char *value);
+/* The value of key (caller frees), or -ENOENT. */
+int store_meta_get(struct store *s, const char *key, char **ret);
 struct store *store_close(struct store *s);
 
 int store_account_create(struct store *s, const char *name, const char *plan, struct account *ret);

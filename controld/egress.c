@@ -6,9 +6,8 @@
  * bus ([amqp] url unset) nothing is enforced: policies are stored and the container
  * sits on the bridge with no firewall of ours; controld says so loudly at start.
  *
- * What the agent answered last (resolved names, applied_at) is kept in memory per
- * sandbox for GET /sandboxes/{id}/egress; a restart of controld forgets it until the
- * next apply.
+ * What the agent answered last (resolved names, applied_at, the node) is kept in the
+ * store per sandbox for GET /sandboxes/{id}/egress, across restarts.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,45 +30,33 @@
 
 static atomic_ullong n_apply_ok, n_apply_fail, n_remove_ok, n_remove_fail, n_hosts_written, n_hosts_failed;
 
-/* ---- last apply per sandbox (for GET /egress) ---- */
+/* ---- last apply per sandbox (for GET /egress) ----
+ *
+ * Kept in the store's meta table under "egress.applied:<id>" as the JSON
+ * {"node":..., "applied_at":<unix ms>, "resolved":[...the agent's answer...]},
+ * so that it survives a controld restart; removed with the sandbox's rules. */
 
-#define MEMO_MAX 4096
-struct memo {
-        char id[SANDBOX_ID_LEN + 1];
-        char node[129];
-        int64_t applied_at;              /* ms; when the agent confirmed */
-        char *resolved;                  /* the agent's "resolved" array, JSON text, or NULL */
-};
-static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct memo memos[MEMO_MAX];
-
-static struct memo *memo_find(const char *id, bool create) {
-        struct memo *free_slot = NULL, *oldest = &memos[0];
-        for (size_t i = 0; i < MEMO_MAX; i++) {
-                if (!strcmp(memos[i].id, id))
-                        return &memos[i];
-                if (!memos[i].id[0] && !free_slot)
-                        free_slot = &memos[i];
-                if (memos[i].applied_at < oldest->applied_at)
-                        oldest = &memos[i];
-        }
-        if (!create)
-                return NULL;
-        struct memo *m = free_slot ? free_slot : oldest;
-        free(m->resolved);
-        *m = (struct memo) { 0 };
-        snprintf(m->id, sizeof(m->id), "%s", id);
-        return m;
+static void applied_key(const char *id, char key[64]) {
+        snprintf(key, 64, "egress.applied:%s", id);
 }
 
-static void memo_forget(const char *id) {
-        pthread_mutex_lock(&memo_lock);
-        struct memo *m = memo_find(id, false);
-        if (m) {
-                free(m->resolved);
-                *m = (struct memo) { 0 };
-        }
-        pthread_mutex_unlock(&memo_lock);
+static void applied_forget(struct ctl *c, const char *id) {
+        char key[64];
+        applied_key(id, key);
+        (void) store_meta_put(c->store, key, NULL);
+}
+
+static void applied_record(struct ctl *c, const char *id, const char *node, const cJSON *resolved) {
+        char key[64];
+        applied_key(id, key);
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "node", node);
+        cJSON_AddNumberToObject(o, "applied_at", (double) now_ms());
+        cJSON_AddItemToObject(o, "resolved", cJSON_IsArray(resolved) ? cJSON_Duplicate(resolved, true) : cJSON_CreateArray());
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
+        int r = store_meta_put(c->store, key, text);
+        if (r < 0)
+                log_warning("cannot record the egress apply in the store: %s (GET /egress will not show it)", strerror(-r));
 }
 
 /* ---- the always-deny set ---- */
@@ -233,13 +220,7 @@ int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_eg
         metrics_observe_phase(c->metrics, "egress_apply", (double) (mono_ms() - t0) / 1000.0);
 
         const cJSON *resolved = cJSON_GetObjectItemCaseSensitive(reply, "resolved");
-        pthread_mutex_lock(&memo_lock);
-        struct memo *m = memo_find(sb->id, true);
-        snprintf(m->node, sizeof(m->node), "%s", sb->node_id);
-        m->applied_at = now_ms();
-        free(m->resolved);
-        m->resolved = cJSON_IsArray(resolved) ? cJSON_PrintUnformatted(resolved) : NULL;
-        pthread_mutex_unlock(&memo_lock);
+        applied_record(c, sb->id, sb->node_id, resolved);
 
         if (pol->mode == PJ_EGRESS_RESTRICTED) {
                 bool has_names = false;
@@ -275,7 +256,7 @@ int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long time
         uint32_t ip;
         int r;
 
-        memo_forget(sb->id);
+        applied_forget(c, sb->id);
         /* Anything with an address on the bridge may have rules (deny_all set by PUT included). */
         if (!c->bus || !sb->node_id || parse_ip(sb->ip, &ip) < 0)
                 return 0;
@@ -311,17 +292,18 @@ cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
                 cJSON_AddNullToObject(o, "node");
 
         int64_t applied_at = 0;
-        _cleanup_free_ char *resolved = NULL;
-        pthread_mutex_lock(&memo_lock);
-        struct memo *m = memo_find(sb->id, false);
-        if (m) {
-                applied_at = m->applied_at;
-                resolved = m->resolved ? xstrdup(m->resolved) : NULL;
-        }
-        pthread_mutex_unlock(&memo_lock);
+        _cleanup_free_ char *text = NULL;
+        _cleanup_json_ cJSON *rec = NULL;
+        char key[64];
+        applied_key(sb->id, key);
+        if (store_meta_get(c->store, key, &text) == 0)
+                rec = cJSON_Parse(text);
+        const cJSON *at = cJSON_GetObjectItemCaseSensitive(rec, "applied_at");
+        if (cJSON_IsNumber(at))
+                applied_at = (int64_t) at->valuedouble;
         json_add_time(o, "applied_at", applied_at);
-        cJSON *rj = resolved ? cJSON_Parse(resolved) : NULL;
-        cJSON_AddItemToObject(o, "resolved", rj ? rj : cJSON_CreateArray());
+        const cJSON *rj = cJSON_GetObjectItemCaseSensitive(rec, "resolved");
+        cJSON_AddItemToObject(o, "resolved", cJSON_IsArray(rj) ? cJSON_Duplicate(rj, true) : cJSON_CreateArray());
 
         /* Counters, from the agent (bounded wait; absent when it cannot say). */
         cJSON *counters = NULL;
@@ -417,6 +399,39 @@ static void resync_job(struct ctl *c, char *node) {
         log_info("node.sync from %s: %zu policies re-applied, %zu failed", node, done, failed);
 }
 
+/* egress.resolved: the agent of node re-resolved a restricted sandbox's names and now
+ * enforces other addresses. arg is "<node> <id> <resolved JSON>". If the sandbox is
+ * still ready on that node, the record for GET /egress and the sandbox's /etc/hosts
+ * follow; anything else (moved, paused, gone) is ignored: its next apply says more. */
+static void resolved_job(struct ctl *c, char *arg) {
+        char *id = strchr(arg, ' ');
+        char *json = id ? strchr(id + 1, ' ') : NULL;
+        if (!json)
+                return;
+        *id++ = 0;
+        *json++ = 0;
+        const char *node = arg;
+        _cleanup_json_ cJSON *resolved = cJSON_Parse(json);
+        if (!cJSON_IsArray(resolved))
+                return;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        SANDBOX_LOCK_GUARD(lock, c, id);
+        if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_READY || !sb.node_id ||
+            strcmp(sb.node_id, node) != 0 || sb.egress.mode != PJ_EGRESS_RESTRICTED)
+                return;
+        log_ctx_set("SANDBOX_ID", sb.id);
+        applied_record(c, sb.id, node, resolved);
+        char herr[256] = "";
+        if (write_hosts(c, &sb, resolved, herr, sizeof(herr)) < 0) {
+                atomic_fetch_add(&n_hosts_failed, 1);
+                log_warning("allowlisted names resolve differently on node %s, but /etc/hosts could not be rewritten: %s",
+                            node, herr);
+        } else {
+                atomic_fetch_add(&n_hosts_written, 1);
+                log_info("allowlisted names resolve differently on node %s: /etc/hosts rewritten", node);
+        }
+}
+
 static char *sync_answer(struct ctl *c, const char *node) {
         struct sandbox *a = NULL;
         size_t n = 0;
@@ -482,12 +497,18 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                 amqp_basic_properties_t *pr = &env.message.properties;
                 struct pj_node_msg m = { 0 };
                 struct pj_error pe = { 0 };
-                bool from_agent = (pr->_flags & AMQP_BASIC_APP_ID_FLAG) && (pr->_flags & AMQP_BASIC_REPLY_TO_FLAG) &&
-                                  env.message.body.len <= PJ_NODE_MAX_MESSAGE &&
-                                  pj_node_msg_parse(env.message.body.bytes, env.message.body.len, &m, &pe) == 0 &&
-                                  m.type == PJ_NODE_NODE_SYNC && pr->app_id.len == strlen(m.node_id) &&
-                                  !memcmp(pr->app_id.bytes, m.node_id, pr->app_id.len);
-                if (!from_agent)
+                bool from_node = (pr->_flags & AMQP_BASIC_APP_ID_FLAG) && env.message.body.len <= PJ_NODE_MAX_MESSAGE &&
+                                 pj_node_msg_parse(env.message.body.bytes, env.message.body.len, &m, &pe) == 0 &&
+                                 pr->app_id.len == strlen(m.node_id) && !memcmp(pr->app_id.bytes, m.node_id, pr->app_id.len);
+                bool from_agent = from_node && m.type == PJ_NODE_NODE_SYNC && (pr->_flags & AMQP_BASIC_REPLY_TO_FLAG);
+                if (from_node && m.type == PJ_NODE_EGRESS_RESOLVED && m.node_id[0]) {
+                        struct pj_node_reply rr = { .resolved = m.resolved, .n_resolved = m.n_resolved };
+                        _cleanup_free_ char *rtext = pj_node_reply_format(&rr);
+                        _cleanup_json_ cJSON *rj = cJSON_Parse(rtext);
+                        _cleanup_free_ char *arr = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(rj, "resolved"));
+                        if (arr && ctl_spawn_job(c, resolved_job, xasprintf("%s %s %s", m.node_id, m.sandbox_id, arr)) < 0)
+                                log_warning("egress.resolved from node %s: could not start updating the sandbox", m.node_id);
+                } else if (!from_agent)
                         log_warning("node.sync responder: dropped a message that is not a node.sync from the node it names");
                 else {
                         (void) store_node_touch(c->store, m.node_id, now_ms());  /* agent liveness: admin node list */

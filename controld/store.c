@@ -287,6 +287,35 @@ int store_meta_get_or_set(struct store *s, const char *key, const char *value_if
         return 0;
 }
 
+int store_meta_put(struct store *s, const char *key, const char *value) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = prepare(s, value ? "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)" : "DELETE FROM meta WHERE key = ?",
+                        &st);
+        if (r < 0)
+                return r;
+        bind_text(st, 1, key);
+        if (value)
+                bind_text(st, 2, value);
+        return sqlite_to_errno(sqlite3_step(st));
+}
+
+int store_meta_get(struct store *s, const char *key, char **ret) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = prepare(s, "SELECT value FROM meta WHERE key = ?", &st);
+        if (r < 0)
+                return r;
+        bind_text(st, 1, key);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+                return -ENOENT;
+        if (rc != SQLITE_ROW)
+                return sqlite_to_errno(rc) ?: -EIO;
+        *ret = col_text(st, 0);
+        return 0;
+}
+
 /* ---- accounts and keys ---- */
 
 void account_clear(struct account *a) {

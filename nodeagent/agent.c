@@ -43,9 +43,6 @@
 /* A message's header and body frames follow its basic.deliver at once; a broker that
  * stalls in the middle of one is treated as a broken connection. */
 #define CONTENT_TIMEOUT_MS 30000
-/* Addresses one allowlisted hostname may bring in; the whole policy is bounded by
- * EGRESS_MAX_ALLOW. Over either -> the apply fails closed with the reason. */
-#define MAX_ADDRS_PER_NAME 32
 #define CH 1
 
 static volatile sig_atomic_t stop_requested;
@@ -82,7 +79,11 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
                 goto out;
         if ((r = conf_get_list(cf, "egress", NULL, "bridges", 64, 15, &ret->egress_bridges, err, errlen)) < 0 ||
             (r = conf_get_list(cf, "egress", NULL, "deny", 1024, 18, &ret->egress_deny, err, errlen)) < 0 ||
-            (r = conf_get_int(cf, "egress", NULL, "priority", -10, -400, 400, &ret->egress_priority, err, errlen)) < 0)
+            (r = conf_get_int(cf, "egress", NULL, "priority", -10, -400, 400, &ret->egress_priority, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "egress", NULL, "resolve_timeout", NAMES_TIMEOUT_DEFAULT_MS, 100, 60000,
+                                      &ret->egress_resolve_timeout_ms, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "egress", NULL, "resolve_interval", NAMES_INTERVAL_DEFAULT_MS, 1000,
+                                      86400000, &ret->egress_resolve_interval_ms, err, errlen)) < 0)
                 goto out;
         if (!ret->egress_deny) {
                 /* Absent key: the internal ranges no sandbox may reach. An explicit
@@ -245,108 +246,6 @@ int agent_egress_init(const struct agent_config *cfg, char *err, size_t errlen) 
         return privsep_spawn(PS_CHILD_EGRESS, cfg, err, errlen);
 }
 
-/* Appends one entry to the request, bounded: over EGRESS_MAX_ALLOW -> -E2BIG. */
-static int allow_append(struct ps_egress_apply *req, uint32_t addr, int prefix, const char *entry, char *err,
-                        size_t errlen) {
-        if (req->n_allow >= EGRESS_MAX_ALLOW) {
-                snprintf(err, errlen, "the allowlist expands to more than %d addresses (at %s); nothing was changed",
-                         EGRESS_MAX_ALLOW, entry);
-                return -E2BIG;
-        }
-        req->allow[req->n_allow++] = (struct ps_allow) { .addr = addr, .prefix = (uint8_t) prefix };
-        return 0;
-}
-
-/* Resolves hostname entries (IPv4 only) into a request for the egress child. A
- * hostname that does not resolve, or resolves to too many addresses, fails the whole
- * apply: the caller fails closed and the enforced policy stays as it was. */
-static int64_t wall_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int apply_policy(const struct pj_node_msg *m, struct pj_node_reply *out, char *err, size_t errlen) {
-        _cleanup_free_ struct ps_egress_apply *req = xnew0(struct ps_egress_apply, 1);
-        req->hdr.type = PS_EGRESS_APPLY;
-        strscpy(req->sandbox_id, m->sandbox_id, sizeof(req->sandbox_id));
-        req->mode = (uint8_t) m->egress.mode;
-        req->ip = m->ip;
-        int r = 0;
-        for (size_t i = 0; m->egress.mode == PJ_EGRESS_RESTRICTED && i < m->egress.n_allow && r == 0; i++) {
-                struct pj_allow_entry e;
-                char norm[PJ_ALLOW_NORM_MAX], why[256];
-                if (pj_allow_entry_parse(m->egress.allow[i], &e, norm, sizeof(norm), why, sizeof(why)) < 0) {
-                        snprintf(err, errlen, "allow entry %s %s", m->egress.allow[i], why);
-                        return -EINVAL;
-                }
-                switch (e.kind) {
-                case PJ_ALLOW_IPV4:
-                        r = allow_append(req, e.addr, 32, m->egress.allow[i], err, errlen);
-                        continue;
-                case PJ_ALLOW_CIDR:
-                        r = allow_append(req, e.addr, e.prefix, m->egress.allow[i], err, errlen);
-                        continue;
-                case PJ_ALLOW_HOSTNAME:
-                        break;
-                }
-                struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res = NULL;
-                int g = getaddrinfo(e.host, NULL, &hints, &res);
-                struct pj_node_resolved *rv = NULL;
-                if (g == 0) {
-                        if (!out->resolved)
-                                out->resolved = xnew0(struct pj_node_resolved, PJ_EGRESS_MAX_ALLOW);
-                        rv = &out->resolved[out->n_resolved++];
-                        strscpy(rv->name, e.host, sizeof(rv->name));
-                        rv->at_ms = wall_ms();
-                }
-                if (g != 0) {
-                        snprintf(err, errlen, "cannot resolve %s: %s", e.host, gai_strerror(g));
-                        return -EHOSTUNREACH;
-                }
-                size_t n = 0;
-                for (struct addrinfo *a = res; a && r == 0; a = a->ai_next, n++) {
-                        if (n >= MAX_ADDRS_PER_NAME) {
-                                snprintf(err, errlen, "%s resolves to more than %d addresses; nothing was changed",
-                                         e.host, MAX_ADDRS_PER_NAME);
-                                r = -E2BIG;
-                                break;
-                        }
-                        uint32_t ad = ntohl(((struct sockaddr_in *) a->ai_addr)->sin_addr.s_addr);
-                        bool dup = false;
-                        for (size_t k = 0; k < rv->n_addrs; k++)
-                                dup = dup || rv->addrs[k] == ad;
-                        if (!dup && rv->n_addrs < PJ_NODE_MAX_ADDRS_PER_NAME)
-                                rv->addrs[rv->n_addrs++] = ad;
-                        r = allow_append(req, ad, 32, e.host, err, errlen);
-                }
-                freeaddrinfo(res);
-        }
-        if (r < 0)
-                return r;
-        struct ps_result res;
-        r = privsep_call(PS_CHILD_EGRESS, req, sizeof(*req), &res);
-        if (r >= 0)
-                out->applied_at_ms = wall_ms();
-        if (r == -EPIPE || r == -ENOTCONN)
-                snprintf(err, errlen, "the egress process is not running on this node");
-        else if (r < 0)
-                snprintf(err, errlen, "%s", res.msg);
-        return r;
-}
-
-static int remove_policy(const struct pj_node_msg *m, char *err, size_t errlen) {
-        struct ps_egress_remove req = { .hdr.type = PS_EGRESS_REMOVE, .ip = m->ip };
-        struct ps_result res;
-        strscpy(req.sandbox_id, m->sandbox_id, sizeof(req.sandbox_id));
-        int r = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
-        if (r == -EPIPE || r == -ENOTCONN)
-                snprintf(err, errlen, "the egress process is not running on this node");
-        else if (r < 0)
-                snprintf(err, errlen, "%s", res.msg);
-        return r;
-}
-
 /* Per-sandbox counters from the egress child, paged through one snapshot. */
 static int read_stats(struct pj_node_reply *out, char *err, size_t errlen) {
         out->has_stats = true;
@@ -424,13 +323,14 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                 } else if (m.type == PJ_NODE_EGRESS_APPLY) {
                         int64_t t0 = mono_ms();
                         log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(m.egress.mode));
-                        r = apply_policy(&m, &out, err, sizeof(err));
+                        names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
+                        r = names_apply(m.sandbox_id, m.ip, &m.egress, &out, err, sizeof(err));
                         agent_metrics_observe_apply((double) (mono_ms() - t0) / 1000.0, r >= 0);
                         char dur[32];
                         snprintf(dur, sizeof(dur), "%" PRId64, mono_ms() - t0);
                         log_ctx_set("DURATION_MS", dur);
                 } else {
-                        r = remove_policy(&m, err, sizeof(err));
+                        r = names_remove(m.sandbox_id, m.ip, err, sizeof(err));
                         agent_metrics_observe_remove(r >= 0);
                 }
                 if (r < 0)
@@ -448,7 +348,8 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                         r = read_stats(&out, err, sizeof(err));
                 break;
         case PJ_NODE_NODE_SYNC:
-                snprintf(err, sizeof(err), "node.sync is answered by controld, not by an agent");
+        case PJ_NODE_EGRESS_RESOLVED:
+                snprintf(err, sizeof(err), "%s is for controld, not for an agent", out.type);
                 r = -EINVAL;
                 break;
         }
@@ -637,6 +538,32 @@ static void sync_send(amqp_connection_state_t conn, const struct agent_config *c
         log_info("node.sync sent to controld (attempt %u)", sync_st.attempt);
 }
 
+/* Tells controld what re-resolved names now enforce (it updates GET /egress and the
+ * sandbox's /etc/hosts). Fire and forget: if it is lost, the next apply carries it. */
+static void resolved_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
+        struct names_update *u = NULL;
+        size_t n = names_take_updates(&u);
+        for (size_t i = 0; i < n; i++) {
+                struct pj_node_msg m = { .type = PJ_NODE_EGRESS_RESOLVED, .resolved = u[i].resolved,
+                                         .n_resolved = u[i].n_resolved };
+                strscpy(m.node_id, cfg->node_id, sizeof(m.node_id));
+                strscpy(m.sandbox_id, u[i].sandbox_id, sizeof(m.sandbox_id));
+                _cleanup_free_ char *body = pj_node_msg_format(&m);
+                amqp_basic_properties_t p = { 0 };
+                p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
+                           AMQP_BASIC_USER_ID_FLAG | AMQP_BASIC_EXPIRATION_FLAG;
+                p.content_type = amqp_cstring_bytes("application/json");
+                p.delivery_mode = 1;
+                p.app_id = amqp_cstring_bytes(cfg->node_id);
+                p.user_id = amqp_cstring_bytes(user);
+                p.expiration = amqp_cstring_bytes("60000");
+                amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("controld"), 0, 0, &p,
+                                   amqp_cstring_bytes(body));
+                free(u[i].resolved);
+        }
+        free(u);
+}
+
 static void sync_retry_later(const char *why) {
         sync_st.sent_at = 0;
         sync_st.next_at = mono_ms() + sync_st.backoff_ms;
@@ -689,6 +616,7 @@ static int sync_prune(const struct pj_node_reply *r) {
                 int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
                 if (k < 0)
                         return log_warning_errno(k, "node.sync: cannot remove stale sandbox %s: %s", stale[i], res.msg);
+                names_forget(stale[i]);         /* no refresh may bring its rules back */
                 log_ctx_set("SANDBOX_ID", stale[i]);
                 log_info("node.sync: removed the egress chain of a sandbox controld no longer has here");
                 log_ctx_set("SANDBOX_ID", NULL);
@@ -746,6 +674,7 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                         return log_error_errno(-ECHILD, "%s; no longer consuming", why);
                 sync_tick(conn, cfg, user);
                 agent_metrics_tick(cfg);
+                resolved_send(conn, cfg, user);
                 struct timeval tv = { .tv_sec = 1 };
                 amqp_frame_t f;
                 amqp_maybe_release_buffers(conn);
@@ -823,6 +752,11 @@ int agent_run(const struct agent_config *cfg) {
                 return log_error_errno(r, "[amqp] url: %s", why);
         log_ctx_set("NODE_ID", cfg->node_id);
         watchdog_start();
+        if (cfg->egress_enabled) {
+                names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
+                if (names_refresh_start() < 0)
+                        log_warning("cannot start re-resolving allowlisted names; they keep the addresses of their apply");
+        }
         while (!stop_requested) {
                 if (!privsep_healthy(why, sizeof(why))) {
                         r = log_error_errno(-ECHILD, "%s; no longer consuming", why);
@@ -861,6 +795,7 @@ int agent_run(const struct agent_config *cfg) {
                 amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
                 amqp_destroy_connection(conn);
         }
+        names_refresh_stop();
         watchdog_stop();
         amqpx_url_done(&u);
         sd_notify(0, r < 0 ? "STATUS=a privileged child died" : "STOPPING=1");

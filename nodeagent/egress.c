@@ -18,6 +18,7 @@
 #include <linux/netfilter/nf_conntrack_common.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_conntrack.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
@@ -50,6 +51,7 @@
 #define FAMILY NFPROTO_INET
 #define CHAIN_FORWARD "forward_sbx"
 #define CHAIN_INPUT "input_sbx"
+#define CHAIN_INTO "into_sbx"
 #define CHAIN_EGRESS "sbx_egress"
 #define CHAIN_TO_HOST "sbx_to_host"
 #define SET_DENY "node_deny"
@@ -213,7 +215,7 @@ struct chain_dump {
         const char *table;
         struct names names;
         /* base chains we own: -1 = absent */
-        int64_t fwd_prio, in_prio;
+        int64_t fwd_prio, in_prio, into_prio;
 };
 
 static void chain_dump_done(struct chain_dump *d) {
@@ -238,6 +240,8 @@ static int chain_cb(const struct nlmsghdr *nlh, void *data) {
                         d->fwd_prio = prio;
                 else if (streq(name, CHAIN_INPUT))
                         d->in_prio = prio;
+                else if (streq(name, CHAIN_INTO))
+                        d->into_prio = prio;
         }
         return MNL_CB_OK;
 }
@@ -246,7 +250,7 @@ static int chain_cb(const struct nlmsghdr *nlh, void *data) {
 static int dump_chains(struct mnl_socket *nl, const char *table, struct chain_dump *ret) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
         struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETCHAIN, FAMILY, NLM_F_DUMP, seq_next());
-        *ret = (struct chain_dump) { .table = table, .fwd_prio = -1, .in_prio = -1 };
+        *ret = (struct chain_dump) { .table = table, .fwd_prio = -1, .in_prio = -1, .into_prio = -1 };
         int r = nl_query(nl, nlh, true, chain_cb, ret);
         if (r < 0)
                 names_done(&ret->names);
@@ -881,6 +885,47 @@ static void rule_iif_jump(struct batch *b, const char *table, const char *chain,
         rule_add(b, r, "iifname jump");
 }
 
+/* oifname NAME ct state new tcp flags & (fin|syn|rst|ack) != syn counter drop
+ *
+ * A TCP packet towards a sandbox that conntrack has no entry for and that opens
+ * nothing: conntrack would pick it up mid-stream as a new flow with the remote end
+ * as its origin, and the sandbox's answers would then be "established" in the
+ * reply direction. That is how a connection whose entry a tightening deleted
+ * (ct_revoke) would come back the moment the peer retransmits; so it is dropped. */
+static void rule_into_not_syn_drop(struct batch *b, const char *table, const char *chain, const char *ifname) {
+        struct nftnl_rule *r = rule_new(table, chain);
+        char name[IFNAMSIZ] = { 0 };
+        strscpy(name, ifname, sizeof(name));
+        x_meta(r, NFT_META_OIFNAME);
+        x_cmp(r, NFT_CMP_EQ, name, sizeof(name));
+        struct nftnl_expr *e = expr(r, "ct");
+        nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+        uint32_t mask = NF_CT_STATE_BIT(IP_CT_NEW), zero = 0;
+        e = expr(r, "bitwise");
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof(uint32_t));
+        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
+        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
+        x_cmp(r, NFT_CMP_NEQ, &zero, sizeof(zero));
+        uint8_t tcp = IPPROTO_TCP;
+        x_meta(r, NFT_META_L4PROTO);
+        x_cmp(r, NFT_CMP_EQ, &tcp, sizeof(tcp));
+        x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+        uint8_t fmask = 0x01 | 0x02 | 0x04 | 0x10, fzero = 0, syn = 0x02;       /* fin syn rst ack */
+        e = expr(r, "bitwise");
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 1);
+        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &fmask, sizeof(fmask));
+        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &fzero, sizeof(fzero));
+        x_cmp(r, NFT_CMP_NEQ, &syn, sizeof(syn));
+        x_counter(r);
+        x_verdict(r, NF_DROP, NULL);
+        rule_add(b, r, "oifname ct state new tcp flags != syn drop");
+}
+
 /* ---------------------------------------------------------------- validation */
 
 static bool table_name_valid(const char *s) {
@@ -969,7 +1014,7 @@ static int read_then_write(const char *table, unsigned what, fill_fn fill, void 
                 r = nl_open(&nl);
                 if (r < 0)
                         return errf(err, errlen, r, "cannot open a netfilter netlink socket: %s", strerror(-r));
-                _cleanup_(view_done) struct view v = { .cd = { .fwd_prio = -1, .in_prio = -1 } };
+                _cleanup_(view_done) struct view v = { .cd = { .fwd_prio = -1, .in_prio = -1, .into_prio = -1 } };
                 r = get_genid(nl, &v.genid);
                 if (r < 0)
                         return errf(err, errlen, r, "cannot read the nftables generation: %s", strerror(-r));
@@ -1063,17 +1108,22 @@ static int fill_init(struct batch *b, const struct view *v, void *ud, char *err,
         static const struct { const char *name, *to; int hook; } bases[] = {
                 { CHAIN_FORWARD, CHAIN_EGRESS, NF_INET_FORWARD },
                 { CHAIN_INPUT, CHAIN_TO_HOST, NF_INET_LOCAL_IN },
+                { CHAIN_INTO, NULL, NF_INET_FORWARD },
         };
         for (size_t i = 0; i < ELEMENTSOF(bases); i++) {
-                int64_t have = bases[i].hook == NF_INET_FORWARD ? v->cd.fwd_prio : v->cd.in_prio;
+                int64_t have = i == 0 ? v->cd.fwd_prio : i == 1 ? v->cd.in_prio : v->cd.into_prio;
                 if (have != -1 && have != a->cfg->priority) {
                         chain_op(b, NFT_MSG_DELRULE, a->table, bases[i].name);
                         chain_op(b, NFT_MSG_DELCHAIN, a->table, bases[i].name);
                 }
                 add_chain(b, a->table, bases[i].name, bases[i].hook, a->cfg->priority);
                 chain_op(b, NFT_MSG_DELRULE, a->table, bases[i].name);
-                for (size_t j = 0; j < a->n_br; j++)
-                        rule_iif_jump(b, a->table, bases[i].name, a->cfg->bridges[j], bases[i].to);
+                for (size_t j = 0; j < a->n_br; j++) {
+                        if (bases[i].to)
+                                rule_iif_jump(b, a->table, bases[i].name, a->cfg->bridges[j], bases[i].to);
+                        else
+                                rule_into_not_syn_drop(b, a->table, bases[i].name, a->cfg->bridges[j]);
+                }
         }
 
         return 1;
@@ -1217,11 +1267,92 @@ struct apply_args {
         const struct range *allow;
         size_t n_allow;
         char chain[NAME_BUF], set[NAME_BUF];
+        uint32_t *gone;         /* older addresses of this sandbox the batch unmaps */
+        size_t n_gone;
+        bool was_mapped;        /* ip already led to this sandbox's chain: it may have connections */
+        bool taken_over;        /* ip led to another sandbox's chain: none of its connections are ours */
 };
 
+static void gone_add(uint32_t **v, size_t *n, uint32_t ip) {
+        for (size_t i = 0; i < *n; i++)
+                if ((*v)[i] == ip)
+                        return;
+        *v = xrealloc(*v, (*n + 1) * sizeof(**v));
+        (*v)[(*n)++] = ip;
+}
+
+static int ct_revoke(uint32_t src, const struct range *keep, size_t n_keep, char *err, size_t errlen);
+
+/* What this process last applied per sandbox, so that an apply that does not tighten
+ * skips the conntrack sweep (a dump walks the kernel's whole conntrack hash: ~10 ms
+ * even when it is empty). Unknown (a restarted agent) counts as tightening. */
+struct last_policy {
+        char id[EGRESS_ID_LEN + 1];
+        enum pj_egress_mode mode;
+        struct range *allow;
+        size_t n_allow;
+};
+static struct last_policy *lasts;
+static size_t n_lasts;
+
+static struct last_policy *last_find(const char *id) {
+        for (size_t i = 0; i < n_lasts; i++)
+                if (streq(lasts[i].id, id))
+                        return &lasts[i];
+        return NULL;
+}
+
+static void last_forget(const char *id) {
+        struct last_policy *l = last_find(id);
+        if (!l)
+                return;
+        free(l->allow);
+        *l = lasts[--n_lasts];
+}
+
+static void last_set(const char *id, enum pj_egress_mode mode, const struct range *allow, size_t n_allow) {
+        last_forget(id);
+        lasts = xrealloc(lasts, (n_lasts + 1) * sizeof(*lasts));
+        struct last_policy *l = &lasts[n_lasts++];
+        *l = (struct last_policy) { .mode = mode, .n_allow = n_allow };
+        strscpy(l->id, id, sizeof(l->id));
+        l->allow = xnew0(struct range, n_allow ? n_allow : 1);
+        if (n_allow)
+                memcpy(l->allow, allow, n_allow * sizeof(*allow));
+}
+
+/* Whether going from l (NULL = unknown) to the new policy can forbid a connection that
+ * the old one let through. Both allowlists are merged and sorted. */
+static bool tightens(const struct last_policy *l, enum pj_egress_mode mode, const struct range *allow, size_t n_allow) {
+        if (mode == PJ_EGRESS_OPEN)
+                return false;
+        if (!l)
+                return true;
+        switch (l->mode) {
+        case PJ_EGRESS_DENY_ALL:
+                return false;           /* it let nothing through */
+        case PJ_EGRESS_OPEN:
+                return true;
+        case PJ_EGRESS_RESTRICTED:
+                break;
+        }
+        if (mode == PJ_EGRESS_DENY_ALL)
+                return l->n_allow > 0;
+        /* Every old range inside some new one (new ranges are merged: one must hold it whole). */
+        for (size_t i = 0; i < l->n_allow; i++) {
+                bool inside = false;
+                for (size_t k = 0; k < n_allow && !inside; k++)
+                        inside = l->allow[i].lo >= allow[k].lo && l->allow[i].hi <= allow[k].hi;
+                if (!inside)
+                        return true;
+        }
+        return false;
+}
+
 static int fill_apply(struct batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
-        const struct apply_args *a = ud;
+        struct apply_args *a = ud;
         const struct egress_policy *p = a->p;
+        a->was_mapped = a->taken_over = false;          /* this attempt's view decides */
         const char *table = st.table, *chain = a->chain, *set = a->set;
         (void) err;
         (void) errlen;
@@ -1252,10 +1383,15 @@ static int fill_apply(struct batch *b, const struct view *v, void *ud, char *err
                 bool ours = streq(v->map[i].chain, chain);
                 if (v->map[i].key == p->ip && ours) {
                         have_exact = true;
+                        a->was_mapped = true;
                         continue;
                 }
                 if (v->map[i].key == p->ip || ours)
                         elem_op(b, NFT_MSG_DELSETELEM, table, MAP_SANDBOXES, v->map[i].key, NULL);
+                if (ours)
+                        gone_add(&a->gone, &a->n_gone, v->map[i].key);
+                else if (v->map[i].key == p->ip)
+                        a->taken_over = true;
                 if (ours && v->map[i].key != p->ip && elems_have_key(v->dns, v->n_dns, v->map[i].key))
                         elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, v->map[i].key, NULL);
         }
@@ -1281,16 +1417,40 @@ int egress_apply(const struct egress_policy *p, char *err, size_t errlen) {
                 return errf(err, errlen, -ENOTCONN, "egress is not initialised");
         struct apply_args a = { .p = p, .allow = allow, .n_allow = n_allow };
         sbx_names(p->sandbox_id, a.chain, a.set);
-        return read_then_write(st.table, VIEW_ELEMS, fill_apply, &a, err, errlen);
+        r = read_then_write(st.table, VIEW_ELEMS, fill_apply, &a, err, errlen);
+        /* The new policy is in force: end what it forbids (retries of read_then_write
+         * may have collected an address twice; gone_add keeps one). */
+        for (size_t i = 0; r >= 0 && i < a.n_gone; i++)
+                r = ct_revoke(a.gone[i], NULL, 0, err, errlen);
+        /* An address another sandbox held: whatever it opened is not this one's to use.
+         * One that led nowhere had no egress (fail closed): nothing to end. */
+        if (r >= 0 && a.taken_over)
+                r = ct_revoke(p->ip, NULL, 0, err, errlen);
+        else if (r >= 0 && a.was_mapped && tightens(last_find(p->sandbox_id), p->mode, allow, n_allow))
+                r = ct_revoke(p->ip, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0, err, errlen);
+        free(a.gone);
+        if (r >= 0)
+                last_set(p->sandbox_id, p->mode, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0);
+        else
+                last_forget(p->sandbox_id);     /* unknown now: the next apply sweeps */
+        if (r < 0) {
+                char why[400];
+                strscpy(why, err ? err : "", sizeof(why));
+                return errf(err, errlen, r, "the new rules are in force, but the connections they forbid could not be "
+                                            "ended: %s", why);
+        }
+        return 0;
 }
 
 struct remove_args {
         uint32_t ip;
         char chain[NAME_BUF], set[NAME_BUF];
+        uint32_t *gone;         /* addresses the batch unmaps */
+        size_t n_gone;
 };
 
 static int fill_remove(struct batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
-        const struct remove_args *a = ud;
+        struct remove_args *a = ud;
         const char *table = st.table;
         bool any = false;
         (void) err;
@@ -1302,6 +1462,7 @@ static int fill_remove(struct batch *b, const struct view *v, void *ud, char *er
                 elem_op(b, NFT_MSG_DELSETELEM, table, MAP_SANDBOXES, v->map[i].key, NULL);
                 if (elems_have_key(v->dns, v->n_dns, v->map[i].key))
                         elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, v->map[i].key, NULL);
+                gone_add(&a->gone, &a->n_gone, v->map[i].key);
                 any = true;
         }
         /* ip given but not mapped (e.g. a half-applied older layout): drop a
@@ -1330,7 +1491,13 @@ int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen)
                 return errf(err, errlen, -ENOTCONN, "egress is not initialised");
         struct remove_args a = { .ip = ip };
         sbx_names(sandbox_id, a.chain, a.set);
-        return read_then_write(st.table, VIEW_ELEMS | VIEW_CHAINS | VIEW_SETS, fill_remove, &a, err, errlen);
+        int r = read_then_write(st.table, VIEW_ELEMS | VIEW_CHAINS | VIEW_SETS, fill_remove, &a, err, errlen);
+        last_forget(sandbox_id);
+        /* Paused or gone: nothing it opened from the addresses it held may go on. */
+        for (size_t i = 0; r >= 0 && i < a.n_gone; i++)
+                r = ct_revoke(a.gone[i], NULL, 0, err, errlen);
+        free(a.gone);
+        return r < 0 ? r : 0;
 }
 
 int egress_list(char ***ret_sandbox_ids) {
@@ -1434,4 +1601,148 @@ int egress_stats(struct egress_stats **ret) {
         }
         *ret = d.v ? d.v : xnew0(struct egress_stats, 1);
         return (int) d.n;
+}
+
+/* ---------------------------------------------------------------- conntrack
+ *
+ * The chains accept "ct state established,related" first, so a policy that
+ * tightens would leave the connections it now forbids running. After the batch
+ * that tightens has committed, the entries those connections hold are deleted
+ * (ctnetlink, same netfilter socket family): the next packet of such a flow is
+ * new again, goes through the sandbox's chain and is dropped there. Entries are
+ * matched on their original direction (what the sandbox opened; with masquerade
+ * the original source is still the sandbox's address). Connections opened TO
+ * the sandbox (reply direction from it) are ingress and left alone. */
+
+#define CT_DELETE_MAX 65536     /* entries one revoke deletes; a sandbox holding more is cut at that */
+
+struct ct_entry {
+        uint32_t dst;                   /* original destination, host order */
+        uint32_t id;                    /* CTA_ID, network order as dumped */
+        bool have_id, have_zone;
+        uint16_t zone;                  /* network order */
+        uint16_t tuple_len;
+        uint8_t tuple[128];             /* the CTA_TUPLE_ORIG payload, verbatim */
+};
+
+struct ct_dump {
+        uint32_t src;                   /* host order */
+        const struct range *keep;       /* destinations still allowed */
+        size_t n_keep;
+        struct ct_entry *v;
+        size_t n;
+};
+
+static bool ranges_have(const struct range *r, size_t n, uint32_t addr) {
+        for (size_t i = 0; i < n; i++)
+                if (addr >= r[i].lo && addr <= r[i].hi)
+                        return true;
+        return false;
+}
+
+static int ct_attr_cb(const struct nlattr *a, void *data) {
+        const struct nlattr **tb = data;
+        uint16_t t = mnl_attr_get_type(a);
+        if (t <= CTA_MAX)
+                tb[t] = a;
+        return MNL_CB_OK;
+}
+
+static int ct_ip_cb(const struct nlattr *a, void *data) {
+        const struct nlattr **tb = data;
+        uint16_t t = mnl_attr_get_type(a);
+        if ((t == CTA_IP_V4_SRC || t == CTA_IP_V4_DST) && mnl_attr_validate(a, MNL_TYPE_U32) >= 0)
+                tb[t] = a;
+        return MNL_CB_OK;
+}
+
+static int ct_tuple_cb(const struct nlattr *a, void *data) {
+        const struct nlattr **tb = data;
+        if (mnl_attr_get_type(a) == CTA_TUPLE_IP && mnl_attr_validate(a, MNL_TYPE_NESTED) >= 0)
+                tb[CTA_TUPLE_IP] = a;
+        return MNL_CB_OK;
+}
+
+static int ct_dump_cb(const struct nlmsghdr *nlh, void *data) {
+        struct ct_dump *d = data;
+        const struct nlattr *tb[CTA_MAX + 1] = { 0 }, *tt[CTA_TUPLE_MAX + 1] = { 0 }, *ti[CTA_IP_MAX + 1] = { 0 };
+        if (mnl_attr_parse(nlh, sizeof(struct nfgenmsg), ct_attr_cb, tb) < 0)
+                return MNL_CB_OK;
+        const struct nlattr *orig = tb[CTA_TUPLE_ORIG];
+        if (!orig || mnl_attr_validate(orig, MNL_TYPE_NESTED) < 0 || mnl_attr_get_payload_len(orig) > sizeof(d->v[0].tuple))
+                return MNL_CB_OK;
+        if (mnl_attr_parse_nested(orig, ct_tuple_cb, tt) < 0 || !tt[CTA_TUPLE_IP] ||
+            mnl_attr_parse_nested(tt[CTA_TUPLE_IP], ct_ip_cb, ti) < 0 || !ti[CTA_IP_V4_SRC] || !ti[CTA_IP_V4_DST])
+                return MNL_CB_OK;
+        uint32_t src = ntohl(mnl_attr_get_u32(ti[CTA_IP_V4_SRC])), dst = ntohl(mnl_attr_get_u32(ti[CTA_IP_V4_DST]));
+        if (src != d->src || ranges_have(d->keep, d->n_keep, dst) || d->n >= CT_DELETE_MAX)
+                return MNL_CB_OK;
+        d->v = xrealloc(d->v, (d->n + 1) * sizeof(*d->v));
+        struct ct_entry *e = &d->v[d->n++];
+        *e = (struct ct_entry) { .dst = dst, .tuple_len = (uint16_t) mnl_attr_get_payload_len(orig) };
+        memcpy(e->tuple, mnl_attr_get_payload(orig), e->tuple_len);
+        if (tb[CTA_ID] && mnl_attr_validate(tb[CTA_ID], MNL_TYPE_U32) >= 0) {
+                e->id = mnl_attr_get_u32(tb[CTA_ID]);
+                e->have_id = true;
+        }
+        if (tb[CTA_ZONE] && mnl_attr_validate(tb[CTA_ZONE], MNL_TYPE_U16) >= 0) {
+                e->zone = mnl_attr_get_u16(tb[CTA_ZONE]);
+                e->have_zone = true;
+        }
+        return MNL_CB_OK;
+}
+
+static struct nlmsghdr *ct_msg(char *buf, uint16_t type, uint16_t flags) {
+        struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+        nlh->nlmsg_type = (NFNL_SUBSYS_CTNETLINK << 8) | type;
+        nlh->nlmsg_flags = NLM_F_REQUEST | flags;
+        nlh->nlmsg_seq = seq_next();
+        struct nfgenmsg *g = mnl_nlmsg_put_extra_header(nlh, sizeof(*g));
+        g->nfgen_family = AF_INET;
+        g->version = NFNETLINK_V0;
+        g->res_id = 0;
+        return nlh;
+}
+
+static int ack_cb(const struct nlmsghdr *nlh, void *data) {
+        (void) nlh, (void) data;
+        return MNL_CB_OK;
+}
+
+/* Deletes the conntrack entries sandbox address src opened towards a destination
+ * outside keep (all of them when n_keep is 0). Returns how many were deleted, or
+ * -errno with err filled. Entries that expire meanwhile are not an error. */
+static int ct_revoke(uint32_t src, const struct range *keep, size_t n_keep, char *err, size_t errlen) {
+        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+        int r = nl_open(&nl);
+        if (r < 0)
+                return errf(err, errlen, r, "cannot open a conntrack netlink socket: %s", strerror(-r));
+        char buf[MNL_SOCKET_BUFFER_SIZE];
+        struct nlmsghdr *nlh = ct_msg(buf, IPCTNL_MSG_CT_GET, NLM_F_DUMP);
+        struct ct_dump d = { .src = src, .keep = keep, .n_keep = n_keep };
+        r = nl_query(nl, nlh, true, ct_dump_cb, &d);
+        if (r < 0) {
+                free(d.v);
+                return errf(err, errlen, r, "cannot list the connection tracking table: %s", strerror(-r));
+        }
+        int deleted = 0;
+        for (size_t i = 0; i < d.n; i++) {
+                const struct ct_entry *e = &d.v[i];
+                nlh = ct_msg(buf, IPCTNL_MSG_CT_DELETE, NLM_F_ACK);
+                mnl_attr_put(nlh, CTA_TUPLE_ORIG | NLA_F_NESTED, e->tuple_len, e->tuple);
+                if (e->have_zone)
+                        mnl_attr_put_u16(nlh, CTA_ZONE, e->zone);
+                if (e->have_id)
+                        mnl_attr_put_u32(nlh, CTA_ID, e->id);
+                r = nl_query(nl, nlh, false, ack_cb, NULL);
+                if (r == -ENOENT)
+                        continue;       /* gone already (expired, or closed) */
+                if (r < 0) {
+                        free(d.v);
+                        return errf(err, errlen, r, "cannot delete a connection tracking entry: %s", strerror(-r));
+                }
+                deleted++;
+        }
+        free(d.v);
+        return deleted;
 }

@@ -11,6 +11,9 @@
  *   chain forward_sbx  hook forward, policy ACCEPT (other forwarding is not ours):
  *                      iifname <bridge> jump sbx_egress
  *   chain input_sbx    hook input, policy ACCEPT: iifname <bridge> jump sbx_to_host
+ *   chain into_sbx     hook forward, policy ACCEPT: oifname <bridge> ct state new
+ *                      tcp flags != syn drop (no mid-stream pickup towards a sandbox:
+ *                      a flow whose conntrack entry was revoked stays dead)
  *   chain sbx_egress   ct established,related accept; non-IPv4 drop; DNS to the
  *                      resolver from @dns_clients accept; daddr @node_deny drop;
  *                      oifname <bridge> drop (sandbox to sandbox, bridged ones too
@@ -76,13 +79,19 @@ struct egress_policy {
  * set allow_<id> (always present; flushed and refilled with the merged, sorted
  * allowlist for restricted, empty otherwise), the map element ip -> jump sbx_<id>
  * (replacing an element for that ip or for an older ip of this sandbox), and
- * membership of ip in dns_clients (open/restricted only). All or nothing.
- * Returns 0, -EINVAL (bad id, mode or entry), -ENOTCONN (no egress_init), or the kernel's -errno. */
+ * membership of ip in dns_clients (open only). All or nothing.
+ * Once the batch committed, the conntrack entries the new policy forbids are
+ * deleted (ctnetlink): connections the sandbox opened from ip (or from an older
+ * ip of it) to a destination restricted mode no longer allows, all of them for
+ * deny_all. So tightening ends running connections, not only new ones.
+ * Returns 0, -EINVAL (bad id, mode or entry), -ENOTCONN (no egress_init), or the
+ * kernel's -errno (for a failed conntrack deletion the rules are in force; err says so). */
 int egress_apply(const struct egress_policy *p, char *err, size_t errlen);
 
 /* Removes everything of sandbox_id in one batch: map elements that jump to its
  * chain, ip from dns_clients (only if no other sandbox maps that ip), the chain
- * and the set. Idempotent: 0 when nothing is there. ip may be 0 (unknown). */
+ * and the set; then deletes the conntrack entries of connections it opened from the
+ * addresses it held. Idempotent: 0 when nothing is there. ip may be 0 (unknown). */
 int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen);
 
 /* Sandbox IDs that have a chain in the table (for the reaper), as a

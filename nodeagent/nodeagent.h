@@ -23,6 +23,8 @@ struct agent_config {
         int64_t egress_priority;
         /* [metrics] */
         char *metrics_listen;         /* loopback ADDRESS:PORT for /metrics, NULL = not served */
+        uint64_t egress_resolve_timeout_ms;     /* bound on resolving one policy's names */
+        uint64_t egress_resolve_interval_ms;    /* names re-resolved this often */
 };
 
 /* agent.c: starts the egress child, which programs the firewall from [egress];
@@ -147,6 +149,47 @@ int caps_drop_except(uint64_t keep);
  * acts on it. Always fills ret (hdr, r, msg): -EBADMSG and the reason for a malformed
  * message, which is then not acted on. */
 void privsep_child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret);
+
+/* names.c — allowlisted hostnames, resolved here (never in a privileged process),
+ * bounded in time and in answers, and refreshed on a timer. */
+#define NAMES_MAX_ADDRS_PER_NAME 32             /* over -> the apply fails closed */
+#define NAMES_TIMEOUT_DEFAULT_MS 5000
+#define NAMES_INTERVAL_DEFAULT_MS 300000
+struct pj_egress;
+struct pj_node_reply;
+struct pj_node_resolved;
+/* Sets the resolution bound and the refresh period (0 = keep the default). */
+void names_configure(int64_t resolve_timeout_ms, int64_t resolve_interval_ms);
+/* Builds the egress child's request for pol: literal entries as they are, every hostname
+ * resolved (all at once, within the timeout; IPv4 only). Each append is bounded by
+ * EGRESS_MAX_ALLOW and each name by NAMES_MAX_ADDRS_PER_NAME. On success *ret_resolved
+ * (free()) says what each name gave; on failure -errno with the reason in err. */
+int names_build(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct ps_egress_apply *req,
+                struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err, size_t errlen);
+/* Resolves, has the egress child apply, and remembers the policy for refreshes; fills
+ * out->applied_at_ms and out->resolved. Fails closed: on error nothing changed. */
+int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct pj_node_reply *out,
+                char *err, size_t errlen);
+/* Has the egress child remove the sandbox's rules and forgets its names. */
+int names_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen);
+/* Stops refreshing sandbox_id (its rules were removed some other way: node.sync). */
+void names_forget(const char *sandbox_id);
+/* One refresh pass over every remembered policy (what the timer runs). Returns how many
+ * sandboxes got new addresses. */
+int names_refresh_once(void);
+/* What the sandbox's names resolved to when last confirmed; -ENOENT if none. */
+int names_resolved_get(const char *sandbox_id, struct pj_node_resolved **ret, size_t *ret_n);
+/* Sandboxes whose enforced addresses a refresh changed since the last call, with the new
+ * answers, for the consumer to tell controld (egress.resolved). Caller frees each
+ * ->resolved and the array. */
+struct names_update {
+        char sandbox_id[EGRESS_ID_LEN + 1];
+        struct pj_node_resolved *resolved;
+        size_t n_resolved;
+};
+size_t names_take_updates(struct names_update **ret);
+int names_refresh_start(void);
+void names_refresh_stop(void);
 
 /* nodeagent.c */
 int nodeagent_main(int argc, char **argv);

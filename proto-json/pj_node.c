@@ -18,6 +18,7 @@ static const char *const type_names[] = {
         [PJ_NODE_EGRESS_REMOVE] = "egress.remove",
         [PJ_NODE_EGRESS_STATS] = "egress.stats",
         [PJ_NODE_NODE_SYNC] = "node.sync",
+        [PJ_NODE_EGRESS_RESOLVED] = "egress.resolved",
 };
 
 static bool node_id_valid(const char *s) {
@@ -61,6 +62,26 @@ static bool only_keys(const cJSON *o, const char *const *allowed, const char **r
         return true;
 }
 
+static int parse_resolved(const cJSON *a, struct pj_node_reply *r, struct pj_error *err);
+
+/* "resolved":[{"name","addrs":[...],"at"}] */
+static void add_resolved(cJSON *o, const struct pj_node_resolved *v, size_t n) {
+        char ip[INET_ADDRSTRLEN];
+        cJSON *a = cJSON_AddArrayToObject(o, "resolved");
+        for (size_t i = 0; i < n; i++) {
+                const struct pj_node_resolved *x = &v[i];
+                cJSON *e = cJSON_CreateObject();
+                json_add_str(e, "name", x->name);
+                cJSON *ad = cJSON_AddArrayToObject(e, "addrs");
+                for (size_t k = 0; k < x->n_addrs; k++) {
+                        ip_format(x->addrs[k], ip);
+                        cJSON_AddItemToArray(ad, cJSON_CreateString(ip));
+                }
+                json_add_int(e, "at", x->at_ms);
+                cJSON_AddItemToArray(a, e);
+        }
+}
+
 int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, struct pj_error *err) {
         char jerr[256] = "";
         _cleanup_json_ cJSON *o = NULL;
@@ -85,6 +106,8 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                 m.type = PJ_NODE_EGRESS_STATS;
         else if (!strcmp(type, "node.sync"))
                 m.type = PJ_NODE_NODE_SYNC;
+        else if (!strcmp(type, "egress.resolved"))
+                m.type = PJ_NODE_EGRESS_RESOLVED;
         else
                 return pj_error_set(err, "type", "type '%.64s' is not a known message type", type);
 
@@ -92,29 +115,47 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
         static const char *const apply_keys[] = { "type", "sandbox_id", "ip", "mode", "allow", NULL };
         static const char *const remove_keys[] = { "type", "sandbox_id", "ip", NULL };
         static const char *const sync_keys[] = { "type", "node_id", NULL };
-        const char *const *keys = m.type == PJ_NODE_EGRESS_APPLY    ? apply_keys
-                                  : m.type == PJ_NODE_EGRESS_REMOVE ? remove_keys
-                                  : m.type == PJ_NODE_NODE_SYNC     ? sync_keys
-                                                                    : ping_keys;
+        static const char *const resolved_keys[] = { "type", "node_id", "sandbox_id", "resolved", NULL };
+        const char *const *keys = m.type == PJ_NODE_EGRESS_APPLY      ? apply_keys
+                                  : m.type == PJ_NODE_EGRESS_REMOVE   ? remove_keys
+                                  : m.type == PJ_NODE_NODE_SYNC       ? sync_keys
+                                  : m.type == PJ_NODE_EGRESS_RESOLVED ? resolved_keys
+                                                                      : ping_keys;
         if (!only_keys(o, keys, &bad))
                 return pj_error_set(err, bad, "unknown field '%.64s' in %s", bad, type);
         if (m.type == PJ_NODE_PING || m.type == PJ_NODE_EGRESS_STATS) {
                 *ret = m;
                 return 0;
         }
-        if (m.type == PJ_NODE_NODE_SYNC) {
+        if (m.type == PJ_NODE_NODE_SYNC || m.type == PJ_NODE_EGRESS_RESOLVED) {
                 const char *nid = json_get_str(o, "node_id");
                 if (!nid || !node_id_valid(nid))
                         return pj_error_set(err, "node_id", "node_id must be 1..128 letters, digits, '-', '_' or '.'");
                 snprintf(m.node_id, sizeof(m.node_id), "%s", nid);
-                *ret = m;
-                return 0;
+                if (m.type == PJ_NODE_NODE_SYNC) {
+                        *ret = m;
+                        return 0;
+                }
         }
 
         const char *sid = json_get_str(o, "sandbox_id");
         if (!sid || !hexid_valid(sid))
                 return pj_error_set(err, "sandbox_id", "sandbox_id must be 24 lowercase hex characters");
         snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sid);
+        if (m.type == PJ_NODE_EGRESS_RESOLVED) {
+                struct pj_node_reply rr = { 0 };
+                const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "resolved");
+                if (!a)
+                        return pj_error_set(err, "resolved", "resolved is required");
+                if (parse_resolved(a, &rr, err) < 0) {
+                        pj_node_reply_done(&rr);
+                        return -EINVAL;
+                }
+                m.resolved = TAKE_PTR(rr.resolved);
+                m.n_resolved = rr.n_resolved;
+                *ret = m;
+                return 0;
+        }
         if (ip_parse(json_get_str(o, "ip"), &m.ip) < 0)
                 return pj_error_set(err, "ip", "ip must be a dotted-quad IPv4 address");
         if (m.type == PJ_NODE_EGRESS_REMOVE) {
@@ -155,8 +196,12 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
 char *pj_node_msg_format(const struct pj_node_msg *m) {
         _cleanup_json_ cJSON *o = cJSON_CreateObject();
         json_add_str(o, "type", pj_node_type_to_string(m->type));
-        if (m->type == PJ_NODE_NODE_SYNC)
+        if (m->type == PJ_NODE_NODE_SYNC || m->type == PJ_NODE_EGRESS_RESOLVED)
                 json_add_str(o, "node_id", m->node_id);
+        if (m->type == PJ_NODE_EGRESS_RESOLVED) {
+                json_add_str(o, "sandbox_id", m->sandbox_id);
+                add_resolved(o, m->resolved, m->n_resolved);
+        }
         if (m->type == PJ_NODE_EGRESS_APPLY || m->type == PJ_NODE_EGRESS_REMOVE) {
                 char ip[INET_ADDRSTRLEN];
                 ip_format(m->ip, ip);
@@ -176,6 +221,7 @@ void pj_node_msg_done(struct pj_node_msg *m) {
         if (!m)
                 return;
         pj_egress_done(&m->egress);
+        free(m->resolved);
         memset(m, 0, sizeof(*m));
 }
 
@@ -189,21 +235,8 @@ char *pj_node_reply_format(const struct pj_node_reply *r) {
                 json_add_str(o, "error", r->error[0] ? r->error : "unspecified error");
         if (r->applied_at_ms > 0)
                 json_add_int(o, "applied_at", r->applied_at_ms);
-        if (r->n_resolved > 0) {
-                cJSON *a = cJSON_AddArrayToObject(o, "resolved");
-                for (size_t i = 0; i < r->n_resolved; i++) {
-                        const struct pj_node_resolved *x = &r->resolved[i];
-                        cJSON *e = cJSON_CreateObject();
-                        json_add_str(e, "name", x->name);
-                        cJSON *ad = cJSON_AddArrayToObject(e, "addrs");
-                        for (size_t k = 0; k < x->n_addrs; k++) {
-                                ip_format(x->addrs[k], ip);
-                                cJSON_AddItemToArray(ad, cJSON_CreateString(ip));
-                        }
-                        json_add_int(e, "at", x->at_ms);
-                        cJSON_AddItemToArray(a, e);
-                }
-        }
+        if (r->n_resolved > 0)
+                add_resolved(o, r->resolved, r->n_resolved);
         if (r->has_stats) {
                 cJSON *a = cJSON_AddArrayToObject(o, "sandboxes");
                 for (size_t i = 0; i < r->n_stats; i++) {

@@ -12,6 +12,9 @@
  *   {"type":"egress.remove","sandbox_id":"<24 hex>","ip":"169.254.90.7"}
  *   {"type":"egress.stats"}
  *   {"type":"node.sync","node_id":"<the agent's node id>"}    agent -> controld (routing key "controld")
+ *   {"type":"egress.resolved","node_id":...,"sandbox_id":"<24 hex>",
+ *    "resolved":[{"name","addrs","at"}]}   agent -> controld (routing key "controld", no reply): a
+ *                                          re-resolution changed the addresses the agent now enforces
  *
  * Reply extras (all optional on the wire, so older replies still parse):
  *   egress.apply  "applied_at":<unix ms>,
@@ -43,14 +46,19 @@ enum pj_node_type {
         PJ_NODE_EGRESS_REMOVE,
         PJ_NODE_EGRESS_STATS,
         PJ_NODE_NODE_SYNC,
+        PJ_NODE_EGRESS_RESOLVED,
 };
+
+struct pj_node_resolved;
 
 struct pj_node_msg {
         enum pj_node_type type;
         char sandbox_id[25];     /* egress.*: 24 lowercase hex */
         uint32_t ip;             /* egress.*: sandbox IPv4, host byte order */
         struct pj_egress egress; /* egress.apply: normalised policy (allow only for restricted) */
-        char node_id[129];       /* node.sync: the asking agent's node id */
+        char node_id[129];       /* node.sync, egress.resolved: the sending agent's node id */
+        struct pj_node_resolved *resolved;      /* egress.resolved (owned; <= PJ_EGRESS_MAX_ALLOW) */
+        size_t n_resolved;
 };
 
 const char *pj_node_type_to_string(enum pj_node_type t);

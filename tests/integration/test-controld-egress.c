@@ -120,6 +120,49 @@ static void world_up(void) {
         ASSERT_EQ(RUN("ip", "route", "add", "203.0.113.0/24", "via", "198.51.100.2"), 0);
 }
 
+/* ------------------------------------------------------------ a name in the node's /etc/hosts */
+
+static char test_name[64];
+
+/* Sets (ip) or removes (NULL) the line of test_name in the node's /etc/hosts, in place:
+ * the new content is written over the old from offset 0 and then cut to length, so
+ * readers never see an empty file (/etc/hosts may be a bind mount: no rename). */
+static void hosts_set(const char *ip) {
+        FILE *f = fopen("/etc/hosts", "r");
+        ASSERT_NOT_NULL(f);
+        size_t cap = 1 << 20, len;
+        _cleanup_free_ char *old = xmalloc(cap);
+        len = fread(old, 1, cap - 1, f);
+        old[len] = 0;
+        fclose(f);
+        struct strbuf b;
+        strbuf_init(&b, len + 128);
+        char marker[96];
+        snprintf(marker, sizeof(marker), "\t%s # test-controld-egress", test_name);
+        for (char *l = old; l && *l;) {
+                char *nl = strchr(l, '\n');
+                size_t n = nl ? (size_t) (nl - l) + 1 : strlen(l);
+                if (!memmem(l, n, marker, strlen(marker)))
+                        strbuf_append(&b, l, n);
+                l += n;
+        }
+        if (b.len && b.buf[b.len - 1] != '\n')
+                strbuf_append(&b, "\n", 1);
+        if (ip)
+                strbuf_printf(&b, "%s%s\n", ip, marker);
+        int fd = open("/etc/hosts", O_WRONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(pwrite(fd, b.buf, b.len, 0), (ssize_t) b.len);
+        ASSERT_EQ(ftruncate(fd, (off_t) b.len), 0);
+        close(fd);
+        strbuf_done(&b);
+}
+
+static void hosts_drop(void *ud) {
+        (void) ud;
+        hosts_set(NULL);
+}
+
 /* ------------------------------------------------------------ the agent */
 
 static void agent_stop(void *ud) {
@@ -136,7 +179,7 @@ static void agent_start(void) {
         FILE *f = fopen(agent_conf, "w");
         ASSERT_NOT_NULL(f);
         fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\nexchange = %s\n"
-                   "[egress]\nenable = true\ntable = %s\nbridges = " BRIDGE "\n",
+                   "[egress]\nenable = true\ntable = %s\nbridges = " BRIDGE "\nresolve_interval = 1s\n",
                 node_id, exchange, table);
         fclose(f);
         int logfd = open(agent_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -231,6 +274,38 @@ static int reaches(struct ctld *c, const char *key, const char *id, const char *
         if (code != 0 && code != 7)
                 test_fail(__FILE__, __LINE__, "probe to %s exited %d (not a connect result)", ip, code);
         return code == 0;
+}
+
+/* Runs cmd (no user input) in the sandbox; returns its exit code, stdout in *ret_out. */
+static int run_in_sandbox(struct ctld *c, const char *key, const char *id, const char *cmd, char **ret_out) {
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        _cleanup_(cJSON_Deletep) cJSON *body = cJSON_CreateObject();
+        cJSON_AddStringToObject(body, "cmd", cmd);
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(body);
+        struct hres r;
+        http_req(c, "POST", path, key, text, &r);
+        ASSERT_EQ(r.status, 200);
+        cJSON *d = cJSON_GetObjectItem(r.json, "data");
+        int code = (int) cJSON_GetNumberValue(cJSON_GetObjectItem(d, "exit_code"));
+        if (ret_out)
+                *ret_out = xstrdup(hres_data_str(&r, "stdout") ?: "");
+        hres_done(&r);
+        return code;
+}
+
+/* The agent's allowed-packet counter of sandbox id, from GET /egress. */
+static double allowed_packets(struct ctld *c, const char *key, const char *id) {
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s/egress", id);
+        struct hres r;
+        http_req(c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        cJSON *ctr = cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "counters");
+        ASSERT_TRUE(cJSON_IsObject(ctr));
+        double v = cJSON_GetNumberValue(cJSON_GetObjectItem(ctr, "allowed_packets"));
+        hres_done(&r);
+        return v;
 }
 
 static void create_expect(struct ctld *c, const char *key, const char *body, long status, char id[25]) {
@@ -337,6 +412,75 @@ TEST_FULL(egress_end_to_end, 900) {
         ASSERT_TRUE(cJSON_IsObject(ctr));
         ASSERT_TRUE(cJSON_GetNumberValue(cJSON_GetObjectItem(ctr, "dropped_packets")) > 0);
         hres_done(&r);
+
+        /* By hostname: a name in the node's /etc/hosts (the agent resolves it) for a world host. */
+        snprintf(test_name, sizeof(test_name), "egt-%d.paddock.test", id4);
+        test_on_exit(hosts_drop, NULL);
+        hosts_set("198.51.100.2");
+        char name_id[25], body[256], cmd[256];
+        snprintf(body, sizeof(body), "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"%s\"]}}",
+                 test_name);
+        create_expect(&c, key, body, 201, name_id);
+        ASSERT_TRUE(reaches(&c, key, name_id, "198.51.100.2"));
+        ASSERT_FALSE(reaches(&c, key, name_id, "198.51.100.3"));
+        ASSERT_FALSE(reaches(&c, key, name_id, "203.0.113.2"));
+        /* Inside, the allowlisted name resolves (platform-written /etc/hosts) ... */
+        _cleanup_free_ char *out = NULL;
+        snprintf(cmd, sizeof(cmd), "getent hosts %s", test_name);
+        ASSERT_EQ(run_in_sandbox(&c, key, name_id, cmd, &out), 0);
+        ASSERT_CONTAINS(out, "198.51.100.2");
+        /* ... any other name does not, and the attempt sent nothing out: no resolver is
+         * reachable from a restricted sandbox, so names cannot carry data out. */
+        double before = allowed_packets(&c, key, name_id);
+        snprintf(cmd, sizeof(cmd), "getent hosts exfil-%d.example.com", id4);
+        ASSERT_TRUE(run_in_sandbox(&c, key, name_id, cmd, NULL) != 0);
+        ASSERT_TRUE(run_in_sandbox(&c, key, name_id, "getent hosts example.org", NULL) != 0);
+        ASSERT_EQ(allowed_packets(&c, key, name_id), before);
+        /* GET /egress: what the name resolved to and when, the node, when applied. */
+        snprintf(path, sizeof(path), "/sandboxes/%s/egress", name_id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        d = cJSON_GetObjectItem(r.json, "data");
+        ASSERT_STREQ(cJSON_GetObjectItem(d, "node")->valuestring, node_id);
+        ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItem(d, "applied_at")));
+        cJSON *res0 = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "resolved"), 0);
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(res0, "name")), test_name);
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(res0, "addrs"), 0)), "198.51.100.2");
+        ASSERT_NOT_NULL(cJSON_GetObjectItem(res0, "at"));
+        _cleanup_free_ char *applied_before = xstrdup(cJSON_GetObjectItem(d, "applied_at")->valuestring);
+        hres_done(&r);
+        /* ... and a restarted controld still says so (kept in its store). */
+        ctld_restart(&c);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        d = cJSON_GetObjectItem(r.json, "data");
+        ASSERT_STREQ(cJSON_GetObjectItem(d, "applied_at")->valuestring, applied_before);
+        res0 = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "resolved"), 0);
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(res0, "name")), test_name);
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(res0, "addrs"), 0)), "198.51.100.2");
+        hres_done(&r);
+        /* The name moves: the agent's re-resolution timer (1 s here) moves the allowance. */
+        hosts_set("198.51.100.3");
+        int64_t moved_by = now_ms_() + 20000;
+        while (!reaches(&c, key, name_id, "198.51.100.3") && now_ms_() < moved_by)
+                usleep(500000);
+        ASSERT_TRUE(reaches(&c, key, name_id, "198.51.100.3"));
+        ASSERT_FALSE(reaches(&c, key, name_id, "198.51.100.2"));
+        /* ... and tells controld (egress.resolved): the sandbox's /etc/hosts and GET /egress follow. */
+        snprintf(cmd, sizeof(cmd), "getent hosts %s", test_name);
+        bool followed = false;
+        for (int64_t until = now_ms_() + 15000; !followed && now_ms_() < until; usleep(500000)) {
+                free(out);
+                out = NULL;
+                followed = run_in_sandbox(&c, key, name_id, cmd, &out) == 0 && strstr(out, "198.51.100.3");
+        }
+        ASSERT_TRUE(followed);
+        http_req(&c, "GET", path, key, NULL, &r);
+        d = cJSON_GetObjectItem(r.json, "data");
+        res0 = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "resolved"), 0);
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(res0, "addrs"), 0)), "198.51.100.3");
+        hres_done(&r);
+        hosts_set(NULL);
 
         /* The agent dies: creates that need it answer 503 within the deadline and leave nothing. */
         kill(agent_pid, SIGKILL);

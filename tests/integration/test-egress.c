@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -834,4 +835,224 @@ TEST_FULL(concurrent_writers_serialise_through_genid, 60) {
         ASSERT_EQ(count_rules(j, "sbx_" ID_A), 3);
         NO_REACH(SBX_A, WORLD1);
         NO_REACH(SBX_B, WORLD1);
+}
+
+/* ------------------------------------------------------------ tightening ends connections */
+
+/* A TCP connection from src in the sandbox ns to dst:PORT in the world ns; returns the
+ * sandbox end (with a 1 s TCP_USER_TIMEOUT, so that a connection whose packets are dropped
+ * errors out soon) and the world end in *ret_server. */
+static int conn_open(uint32_t src, uint32_t dst, int *ret_server) {
+        enter(T.sbx_fd);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        enter(T.node_fd);
+        ASSERT_TRUE(fd >= 0);
+        unsigned ut = 1000;
+        ASSERT_EQ(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut)), 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(src) };
+        struct sockaddr_in da = { .sin_family = AF_INET, .sin_port = htons(PORT), .sin_addr.s_addr = htonl(dst) };
+        ASSERT_EQ(bind(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        ASSERT_TRUE(connect(fd, (struct sockaddr *) &da, sizeof(da)) == 0 || errno == EINPROGRESS);
+        struct pollfd p = { .fd = fd, .events = POLLOUT };
+        ASSERT_EQ(poll(&p, 1, 2000), 1);
+        int e = 0;
+        socklen_t l = sizeof(e);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
+        ASSERT_EQ(e, 0);
+        /* T.listeners[0] is the world's PORT listener (topology() adds it first). */
+        struct pollfd lp = { .fd = T.listeners[0], .events = POLLIN };
+        ASSERT_EQ(poll(&lp, 1, 2000), 1);
+        *ret_server = accept4(T.listeners[0], NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        ASSERT_TRUE(*ret_server >= 0);
+        return fd;
+}
+
+/* One byte from `from` arrives at `to` within ms. */
+static bool byte_arrives(int from, int to, int ms) {
+        char c = 'x';
+        if (send(from, &c, 1, MSG_NOSIGNAL) != 1)
+                return false;
+        struct pollfd p = { .fd = to, .events = POLLIN };
+        if (poll(&p, 1, ms) != 1)
+                return false;
+        return recv(to, &c, 1, 0) == 1;
+}
+
+/* Both ways: the connection works. */
+static bool conn_works(int c, int s) {
+        return byte_arrives(c, s, 1000) && byte_arrives(s, c, 1000);
+}
+
+/* The sandbox end is dead: what it sends never arrives, and within a few seconds the
+ * socket itself fails (its unacknowledged data hits TCP_USER_TIMEOUT). Only the sandbox
+ * sends here: this topology routes without NAT, so a world host that sent first would
+ * open a new flow towards the sandbox, which is ingress and not ours to police (behind
+ * the masquerade of a real sandbox bridge no such flow reaches the sandbox). */
+static bool conn_killed(int c, int s) {
+        if (byte_arrives(c, s, 1500))
+                return false;
+        struct pollfd p = { .fd = c, .events = POLLIN };
+        int64_t until = mono_ms() + 6000;
+        while (mono_ms() < until) {
+                if (poll(&p, 1, 200) == 1 && (p.revents & (POLLERR | POLLHUP))) {
+                        int e = 0;
+                        socklen_t l = sizeof(e);
+                        getsockopt(c, SOL_SOCKET, SO_ERROR, &e, &l);
+                        char x;
+                        return e == ETIMEDOUT || recv(c, &x, 1, 0) < 0;
+                }
+        }
+        return false;
+}
+
+TEST_FULL(tightening_ends_forbidden_connections, 60) {
+        setup();
+        init_default(NULL);
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        int s1, s2, s3;
+        _cleanup_close_ int c1 = conn_open(SBX_A, WORLD1, &s1);
+        _cleanup_close_ int c2 = conn_open(SBX_A, WORLD2, &s2);
+        _cleanup_close_ int sv1 = s1, sv2 = s2;
+        ASSERT_TRUE(conn_works(c1, s1));
+        ASSERT_TRUE(conn_works(c2, s2));
+        /* Re-applying open (nothing tightens) leaves both alone. */
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        ASSERT_TRUE(conn_works(c1, s1));
+
+        /* open -> restricted to WORLD2: the connection to WORLD1 ends, WORLD2's goes on. */
+        static const char *const allow2[] = { "198.51.100.3", NULL };
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow2);
+        ASSERT_TRUE(conn_works(c2, s2));
+        ASSERT_TRUE(conn_killed(c1, s1));
+        ASSERT_TRUE(conn_works(c2, s2));
+
+        /* restricted -> deny_all: that one ends too. */
+        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        ASSERT_TRUE(conn_killed(c2, s2));
+
+        /* Pause or destroy (remove): whatever it had open ends. */
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        _cleanup_close_ int c3 = conn_open(SBX_A, WORLD1, &s3);
+        _cleanup_close_ int sv3 = s3;
+        ASSERT_TRUE(conn_works(c3, s3));
+        char err[512] = "";
+        ASSERT_OK(egress_remove(ID_A, SBX_A, err, sizeof(err)));
+        ASSERT_TRUE(conn_killed(c3, s3));
+
+        /* Another sandbox takes the address over (the old one's remove never came): the
+         * connections the old one opened do not ride on under the new one's policy. */
+        int s4;
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        _cleanup_close_ int c4 = conn_open(SBX_A, WORLD1, &s4);
+        _cleanup_close_ int sv4 = s4;
+        ASSERT_TRUE(conn_works(c4, s4));
+        apply(ID_C, SBX_A, PJ_EGRESS_RESTRICTED, allow2);
+        ASSERT_TRUE(conn_killed(c4, s4));
+}
+
+/* ------------------------------------------------------------ read back = intended policy */
+
+/* The rules of chain, one line per rule: its expressions in order as "counter",
+ * "accept", "drop", "jump <chain>", "vmap @<map>", "@<set>" (a lookup) or "match"
+ * (any other comparison; nft folds the implied nfproto check into the next one). */
+static char *chain_shape(const cJSON *j, const char *chain) {
+        struct strbuf sb;
+        strbuf_init(&sb, 0);
+        const cJSON *item;
+        cJSON_ArrayForEach(item, cJSON_GetObjectItem(j, "nftables")) {
+                const cJSON *rule = cJSON_GetObjectItem(item, "rule"), *x;
+                if (!rule || !streq_const(cJSON_GetStringValue(cJSON_GetObjectItem(rule, "chain")), chain))
+                        continue;
+                bool first = true;
+                cJSON_ArrayForEach(x, cJSON_GetObjectItem(rule, "expr")) {
+                        const cJSON *m = cJSON_GetObjectItem(x, "match"), *jump = cJSON_GetObjectItem(x, "jump");
+                        const char *right = m ? cJSON_GetStringValue(cJSON_GetObjectItem(m, "right")) : NULL;
+                        strbuf_printf(&sb, "%s", first ? "" : " ");
+                        first = false;
+                        if (cJSON_GetObjectItem(x, "counter"))
+                                strbuf_printf(&sb, "counter");
+                        else if (cJSON_GetObjectItem(x, "accept"))
+                                strbuf_printf(&sb, "accept");
+                        else if (cJSON_GetObjectItem(x, "drop"))
+                                strbuf_printf(&sb, "drop");
+                        else if (jump)
+                                strbuf_printf(&sb, "jump %s", cJSON_GetStringValue(cJSON_GetObjectItem(jump, "target")));
+                        else if (cJSON_GetObjectItem(x, "vmap"))
+                                strbuf_printf(&sb, "vmap %s",
+                                              cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(x, "vmap"), "data")));
+                        else if (right && right[0] == '@')
+                                strbuf_printf(&sb, "%s", right);
+                        else if (m)
+                                strbuf_printf(&sb, "match");
+                        else
+                                strbuf_printf(&sb, "?");
+                }
+                strbuf_printf(&sb, "\n");
+        }
+        return strbuf_steal(&sb);
+}
+
+/* The elements of map name as "ip:target", joined by ",". */
+static char *map_elems(const cJSON *j, const char *name) {
+        struct strbuf sb;
+        strbuf_init(&sb, 0);
+        const cJSON *item;
+        cJSON_ArrayForEach(item, cJSON_GetObjectItem(j, "nftables")) {
+                const cJSON *m = cJSON_GetObjectItem(item, "map"), *e;
+                if (!m || !streq_const(cJSON_GetStringValue(cJSON_GetObjectItem(m, "name")), name))
+                        continue;
+                cJSON_ArrayForEach(e, cJSON_GetObjectItem(m, "elem")) {
+                        const cJSON *jump = cJSON_GetObjectItem(cJSON_GetArrayItem(e, 1), "jump");
+                        strbuf_printf(&sb, "%s%s:%s", sb.len ? "," : "", cJSON_GetStringValue(cJSON_GetArrayItem(e, 0)),
+                                      cJSON_GetStringValue(cJSON_GetObjectItem(jump, "target")));
+                }
+        }
+        return strbuf_steal(&sb);
+}
+
+TEST_FULL(json_read_back_matches_the_intended_policy, 30) {
+        topology();
+        init_default("198.51.100.3");
+        static const char *const allow[] = { "198.51.100.2", "203.0.113.0/24", "203.0.113.7", NULL };
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        apply(ID_B, SBX_B, PJ_EGRESS_DENY_ALL, NULL);
+        apply(ID_C, SBX_D, PJ_EGRESS_RESTRICTED, allow);
+        _cleanup_json_ cJSON *j = nft_json();
+
+        /* Who goes where: one element per sandbox address, to that sandbox's chain. */
+        _cleanup_free_ char *map = map_elems(j, "sandboxes");
+        ASSERT_STREQ(map, "169.254.90.2:sbx_" ID_A ",169.254.90.3:sbx_" ID_B ",169.254.90.4:sbx_" ID_C);
+        /* DNS to the resolver: the open sandbox only. */
+        _cleanup_free_ char *dns = set_elems(j, "dns_clients");
+        ASSERT_STREQ(dns, "169.254.90.2");
+        /* The always-deny set: built in plus the operator's list, merged. */
+        _cleanup_free_ char *deny_el = set_elems(j, "node_deny");
+        ASSERT_STREQ(deny_el, "169.254.0.0/16,198.51.100.4,224.0.0.0/4,255.255.255.255");
+        /* Each mode's chain, rule by rule. */
+        _cleanup_free_ char *open_c = chain_shape(j, "sbx_" ID_A);
+        ASSERT_STREQ(open_c, "counter\ncounter accept\n");
+        _cleanup_free_ char *deny_c = chain_shape(j, "sbx_" ID_B);
+        ASSERT_STREQ(deny_c, "counter\ncounter drop\n");
+        _cleanup_free_ char *restr_c = chain_shape(j, "sbx_" ID_C);
+        ASSERT_STREQ(restr_c, "counter\n@allow_" ID_C " counter accept\ncounter drop\n");
+        /* The restricted allowlist, merged (203.0.113.7 is inside 203.0.113.0/24); the others empty. */
+        _cleanup_free_ char *allow_c = set_elems(j, "allow_" ID_C);
+        ASSERT_STREQ(allow_c, "198.51.100.2,203.0.113.0/24");
+        _cleanup_free_ char *allow_a = set_elems(j, "allow_" ID_A);
+        ASSERT_STREQ(allow_a, "");
+        /* The dispatch: established first, the always-deny set before any policy, sandbox to
+         * sandbox dropped, then the per-sandbox map, then drop (fail closed). */
+        _cleanup_free_ char *egress_c = chain_shape(j, "sbx_egress");
+        ASSERT_STREQ(egress_c, "match accept\n"                             /* ct state established,related */
+                               "match counter drop\n"                      /* not IPv4 */
+                               "match match @dns_clients counter accept\n" /* udp 53 to the resolver */
+                               "match match @dns_clients counter accept\n" /* tcp 53 to the resolver */
+                               "@node_deny counter drop\n"
+                               "match counter drop\n"                      /* oifname <bridge>: sandbox to sandbox */
+                               "vmap @sandboxes\n"
+                               "counter drop\n");
+        _cleanup_free_ char *fwd = chain_shape(j, "forward_sbx");
+        ASSERT_STREQ(fwd, "match jump sbx_egress\n");
+        _cleanup_free_ char *into = chain_shape(j, "into_sbx");
+        ASSERT_STREQ(into, "match match match counter drop\n");     /* oifname, ct state new, tcp flags */
 }

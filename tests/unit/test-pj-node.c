@@ -118,6 +118,36 @@ TEST(stats_and_sync_requests) {
         ASSERT_STREQ(e.field, "sandbox_id");
 }
 
+TEST(egress_resolved_round_trip_and_checks) {
+        static const char body[] = "{\"type\":\"egress.resolved\",\"node_id\":\"n1\",\"sandbox_id\":\"" SID "\","
+                                   "\"resolved\":[{\"name\":\"api.example.com\",\"addrs\":[\"203.0.113.5\"],\"at\":1764700000100}]}";
+        struct pj_node_msg m = { 0 };
+        struct pj_error e;
+        ASSERT_OK(parse(body, &m, &e));
+        ASSERT_EQ(m.type, PJ_NODE_EGRESS_RESOLVED);
+        ASSERT_STREQ(m.node_id, "n1");
+        ASSERT_STREQ(m.sandbox_id, SID);
+        ASSERT_EQ(m.n_resolved, 1);
+        ASSERT_STREQ(m.resolved[0].name, "api.example.com");
+        ASSERT_EQ(m.resolved[0].addrs[0], 0xcb007105);
+        _cleanup_free_ char *t = pj_node_msg_format(&m);
+        ASSERT_STREQ(t, body);
+        pj_node_msg_done(&m);
+        /* Every part is checked: no node, a bad name, an address that is not one, an extra field. */
+        ASSERT_EQ(parse("{\"type\":\"egress.resolved\",\"sandbox_id\":\"" SID "\",\"resolved\":[]}", &m, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "node_id");
+        ASSERT_EQ(parse("{\"type\":\"egress.resolved\",\"node_id\":\"n1\",\"sandbox_id\":\"" SID "\"}", &m, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "resolved");
+        ASSERT_EQ(parse("{\"type\":\"egress.resolved\",\"node_id\":\"n1\",\"sandbox_id\":\"" SID "\","
+                        "\"resolved\":[{\"name\":\"1.2.3.4\",\"addrs\":[],\"at\":1}]}", &m, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "resolved[0]");
+        ASSERT_EQ(parse("{\"type\":\"egress.resolved\",\"node_id\":\"n1\",\"sandbox_id\":\"" SID "\","
+                        "\"resolved\":[{\"name\":\"a.example\",\"addrs\":[\"x\"],\"at\":1}]}", &m, &e), -EINVAL);
+        ASSERT_EQ(parse("{\"type\":\"egress.resolved\",\"node_id\":\"n1\",\"sandbox_id\":\"" SID "\","
+                        "\"resolved\":[],\"ip\":\"1.2.3.4\"}", &m, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "ip");
+}
+
 TEST(reply_extras_round_trip) {
         struct pj_node_reply r = { .ok = true, .type = "egress.apply", .node_id = "n1", .applied_at_ms = 1764700000123 };
         struct pj_node_resolved res = { .name = "api.example.com", .addrs = { 0xcb007105, 0xcb007106 }, .n_addrs = 2,

@@ -1,0 +1,527 @@
+/* names.c — allowlisted hostnames: resolved in the (unprivileged) agent, bounded,
+ * and kept fresh (contract in nodeagent.h, under "names.c").
+ *
+ * A lookup runs on a thread of its own that the caller waits for with a deadline,
+ * so a resolver that never answers costs at most resolve_timeout, never the agent:
+ * getaddrinfo() cannot be cancelled, so a lookup that overruns is abandoned (it
+ * frees its own state when it finally returns) and at most LOOKUPS_MAX may be
+ * outstanding. All names of one policy are looked up at once under one deadline.
+ *
+ * Every restricted policy with hostnames that the egress child confirmed is
+ * remembered here; a refresher thread resolves its names again every
+ * resolve_interval and, when the answers changed, sends the egress child the
+ * policy with the new addresses: one nft batch that flushes and refills the
+ * sandbox's set, so the allowance moves atomically (and egress_apply ends the
+ * connections to addresses that left). A name that stops resolving keeps its
+ * last confirmed addresses: a resolver outage must not cut sandboxes off, and
+ * nothing that was not allowed before becomes allowed. An apply from controld
+ * for the same sandbox meanwhile wins: the refresher re-checks a generation
+ * number under the apply lock before it sends anything.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cleanup.h"
+#include "log.h"
+#include "nodeagent.h"
+#include "pj_node.h"
+#include "strutil.h"
+
+/* Lookups abandoned after their deadline that may still be running. */
+#define LOOKUPS_MAX 64
+
+static atomic_int lookups_running;
+
+struct lookup {
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        int refs;               /* the thread and the waiter */
+        bool done;
+        char host[PJ_ALLOW_NORM_MAX];
+        int gai;                /* getaddrinfo() result */
+        uint32_t addrs[NAMES_MAX_ADDRS_PER_NAME + 1];
+        size_t n;               /* distinct addresses, at most one past the cap */
+};
+
+static void lookup_unref(struct lookup *l) {
+        pthread_mutex_lock(&l->mu);
+        bool last = --l->refs == 0;
+        pthread_mutex_unlock(&l->mu);
+        if (!last)
+                return;
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv);
+        free(l);
+}
+
+static void *lookup_main(void *ud) {
+        struct lookup *l = ud;
+        struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res = NULL;
+        int g = getaddrinfo(l->host, NULL, &hints, &res);
+        pthread_mutex_lock(&l->mu);
+        l->gai = g;
+        for (struct addrinfo *a = g == 0 ? res : NULL; a && l->n <= NAMES_MAX_ADDRS_PER_NAME; a = a->ai_next) {
+                uint32_t ad = ntohl(((struct sockaddr_in *) a->ai_addr)->sin_addr.s_addr);
+                bool dup = false;
+                for (size_t k = 0; k < l->n; k++)
+                        dup = dup || l->addrs[k] == ad;
+                if (!dup)
+                        l->addrs[l->n++] = ad;
+        }
+        l->done = true;
+        pthread_cond_signal(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        if (res)
+                freeaddrinfo(res);
+        atomic_fetch_sub(&lookups_running, 1);
+        lookup_unref(l);
+        return NULL;
+}
+
+static int lookup_start(const char *host, struct lookup **ret) {
+        if (atomic_fetch_add(&lookups_running, 1) >= LOOKUPS_MAX) {
+                atomic_fetch_sub(&lookups_running, 1);
+                return -EBUSY;
+        }
+        struct lookup *l = xnew0(struct lookup, 1);
+        pthread_mutex_init(&l->mu, NULL);
+        cond_init_monotonic(&l->cv);
+        l->refs = 2;
+        strscpy(l->host, host, sizeof(l->host));
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&at, 256 * 1024);
+        /* Signals are the main thread's business. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        pthread_t t;
+        int r = -pthread_create(&t, &at, lookup_main, l);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&at);
+        if (r < 0) {
+                atomic_fetch_sub(&lookups_running, 1);
+                pthread_mutex_destroy(&l->mu);
+                pthread_cond_destroy(&l->cv);
+                free(l);
+                return r;
+        }
+        *ret = l;
+        return 0;
+}
+
+/* Waits for l until deadline (CLOCK_MONOTONIC ms); 0 when it finished, -ETIMEDOUT. */
+static int lookup_wait(struct lookup *l, int64_t deadline) {
+        struct timespec ts = { .tv_sec = deadline / 1000, .tv_nsec = (deadline % 1000) * 1000000 };
+        pthread_mutex_lock(&l->mu);
+        while (!l->done)
+                if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT)
+                        break;
+        bool done = l->done;
+        pthread_mutex_unlock(&l->mu);
+        return done ? 0 : -ETIMEDOUT;
+}
+
+static int64_t wall_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int timeout_ms = NAMES_TIMEOUT_DEFAULT_MS, interval_ms = NAMES_INTERVAL_DEFAULT_MS;
+
+/* Appends one entry to the request, bounded: over EGRESS_MAX_ALLOW -> -E2BIG. */
+static int allow_append(struct ps_egress_apply *req, uint32_t addr, int prefix, const char *entry, char *err,
+                        size_t errlen) {
+        if (req->n_allow >= EGRESS_MAX_ALLOW) {
+                snprintf(err, errlen, "the allowlist expands to more than %d addresses (at %s); nothing was changed",
+                         EGRESS_MAX_ALLOW, entry);
+                return -E2BIG;
+        }
+        req->allow[req->n_allow++] = (struct ps_allow) { .addr = addr, .prefix = (uint8_t) prefix };
+        return 0;
+}
+
+int names_build(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct ps_egress_apply *req,
+                struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err, size_t errlen) {
+        memset(req, 0, sizeof(*req));
+        req->hdr.type = PS_EGRESS_APPLY;
+        strscpy(req->sandbox_id, sandbox_id, sizeof(req->sandbox_id));
+        req->mode = (uint8_t) pol->mode;
+        req->ip = ip;
+        *ret_resolved = NULL;
+        *ret_n = 0;
+        if (pol->mode != PJ_EGRESS_RESTRICTED)
+                return 0;
+
+        size_t n = pol->n_allow;
+        _cleanup_free_ struct pj_allow_entry *e = xnew0(struct pj_allow_entry, n ? n : 1);
+        _cleanup_free_ struct lookup **lk = xnew0(struct lookup *, n ? n : 1);
+        int r = 0;
+        for (size_t i = 0; i < n; i++) {
+                char why[256];
+                if (pj_allow_entry_parse(pol->allow[i], &e[i], NULL, 0, why, sizeof(why)) < 0) {
+                        snprintf(err, errlen, "allow entry %s %s", pol->allow[i], why);
+                        r = -EINVAL;
+                        break;
+                }
+        }
+        /* Every name at once, under one deadline. */
+        for (size_t i = 0; r == 0 && i < n; i++)
+                if (e[i].kind == PJ_ALLOW_HOSTNAME && (r = lookup_start(e[i].host, &lk[i])) < 0)
+                        snprintf(err, errlen, "cannot resolve %s now: %s", e[i].host,
+                                 r == -EBUSY ? "too many lookups are still outstanding" : strerror(-r));
+        int64_t deadline = mono_ms() + timeout_ms;
+        struct pj_node_resolved *rv = NULL;
+        size_t n_rv = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (!lk[i])
+                        continue;
+                int w = lookup_wait(lk[i], deadline);
+                if (r == 0 && w < 0) {
+                        snprintf(err, errlen, "resolving %s took longer than %d ms; nothing was changed", lk[i]->host,
+                                 timeout_ms);
+                        r = -ETIMEDOUT;
+                } else if (r == 0 && lk[i]->gai != 0) {
+                        snprintf(err, errlen, "cannot resolve %s: %s", lk[i]->host, gai_strerror(lk[i]->gai));
+                        r = -EHOSTUNREACH;
+                } else if (r == 0 && lk[i]->n > NAMES_MAX_ADDRS_PER_NAME) {
+                        snprintf(err, errlen, "%s resolves to more than %d addresses; nothing was changed", lk[i]->host,
+                                 NAMES_MAX_ADDRS_PER_NAME);
+                        r = -E2BIG;
+                }
+                /* The lookup finished (w == 0): its fields are final; read them under no lock. */
+                if (r == 0) {
+                        if (!rv)
+                                rv = xnew0(struct pj_node_resolved, n);
+                        struct pj_node_resolved *x = &rv[n_rv++];
+                        strscpy(x->name, lk[i]->host, sizeof(x->name));
+                        x->at_ms = wall_ms();
+                        for (size_t k = 0; k < lk[i]->n; k++)
+                                x->addrs[x->n_addrs++] = lk[i]->addrs[k];
+                }
+        }
+        for (size_t i = 0; i < n; i++)
+                if (lk[i])
+                        lookup_unref(lk[i]);
+        /* Literal entries first, in order, then each name's addresses: every append bounded. */
+        for (size_t i = 0; r == 0 && i < n; i++)
+                if (e[i].kind != PJ_ALLOW_HOSTNAME)
+                        r = allow_append(req, e[i].addr, e[i].kind == PJ_ALLOW_IPV4 ? 32 : e[i].prefix, pol->allow[i], err,
+                                         errlen);
+        for (size_t i = 0; r == 0 && i < n_rv; i++)
+                for (size_t k = 0; r == 0 && k < rv[i].n_addrs; k++)
+                        r = allow_append(req, rv[i].addrs[k], 32, rv[i].name, err, errlen);
+        if (r < 0) {
+                free(rv);
+                return r;
+        }
+        *ret_resolved = rv;
+        *ret_n = n_rv;
+        return 0;
+}
+
+/* ---------------------------------------------------------------- confirmed policies */
+
+struct tracked {
+        char id[EGRESS_ID_LEN + 1];
+        uint32_t ip;
+        char **allow;           /* strv: the policy's entries as controld sent them */
+        size_t n_allow;
+        struct pj_node_resolved *resolved;
+        size_t n_resolved;
+        uint64_t gen;
+};
+
+static struct tracked *table;
+static size_t n_table;
+static uint64_t gen_next = 1;
+
+static pthread_mutex_t apply_lock = PTHREAD_MUTEX_INITIALIZER;  /* one apply at a time; guards the table */
+
+/* Re-resolutions that changed what is enforced, for controld (names_take_updates). */
+#define UPDATES_MAX 1024
+static struct names_update *updates;
+static size_t n_updates;
+
+static void update_push(const char *id, const struct pj_node_resolved *rv, size_t n_rv) {
+        for (size_t i = 0; i < n_updates; i++)
+                if (!strcmp(updates[i].sandbox_id, id)) {
+                        free(updates[i].resolved);
+                        updates[i] = updates[--n_updates];
+                        break;
+                }
+        if (n_updates >= UPDATES_MAX)
+                return;         /* controld learns the addresses on the sandbox's next apply */
+        updates = xrealloc(updates, (n_updates + 1) * sizeof(*updates));
+        struct names_update *u = &updates[n_updates++];
+        *u = (struct names_update) { .n_resolved = n_rv };
+        strscpy(u->sandbox_id, id, sizeof(u->sandbox_id));
+        u->resolved = xnew0(struct pj_node_resolved, n_rv ? n_rv : 1);
+        if (n_rv)
+                memcpy(u->resolved, rv, n_rv * sizeof(*rv));
+}
+
+size_t names_take_updates(struct names_update **ret) {
+        pthread_mutex_lock(&apply_lock);
+        size_t n = n_updates;
+        *ret = updates;
+        updates = NULL;
+        n_updates = 0;
+        pthread_mutex_unlock(&apply_lock);
+        return n;
+}
+
+static struct tracked *tracked_find(const char *id) {
+        for (size_t i = 0; i < n_table; i++)
+                if (!strcmp(table[i].id, id))
+                        return &table[i];
+        return NULL;
+}
+
+static void tracked_drop(const char *id) {
+        struct tracked *t = tracked_find(id);
+        if (!t)
+                return;
+        strv_free(t->allow);
+        free(t->resolved);
+        *t = table[--n_table];
+}
+
+/* Under apply_lock: what the egress child now enforces for id. */
+static void tracked_set(const char *id, uint32_t ip, const struct pj_egress *pol, const struct pj_node_resolved *rv,
+                        size_t n_rv) {
+        tracked_drop(id);
+        /* The apply took ip over from whoever held it (egress_apply replaced that map
+         * element): a refresh of the old holder must never take it back. */
+        for (size_t i = 0; i < n_table;)
+                if (table[i].ip == ip)
+                        tracked_drop(table[i].id);
+                else
+                        i++;
+        if (pol->mode != PJ_EGRESS_RESTRICTED || n_rv == 0)
+                return;
+        table = xrealloc(table, (n_table + 1) * sizeof(*table));
+        struct tracked *t = &table[n_table++];
+        *t = (struct tracked) { .ip = ip, .n_allow = pol->n_allow, .n_resolved = n_rv, .gen = gen_next++ };
+        strscpy(t->id, id, sizeof(t->id));
+        t->allow = xnew0(char *, pol->n_allow + 1);
+        for (size_t i = 0; i < pol->n_allow; i++)
+                t->allow[i] = xstrdup(pol->allow[i]);
+        t->resolved = xnew0(struct pj_node_resolved, n_rv);
+        memcpy(t->resolved, rv, n_rv * sizeof(*rv));
+}
+
+static int call_apply(struct ps_egress_apply *req, char *err, size_t errlen) {
+        struct ps_result res;
+        int r = privsep_call(PS_CHILD_EGRESS, req, sizeof(*req), &res);
+        if (r == -EPIPE || r == -ENOTCONN)
+                snprintf(err, errlen, "the egress process is not running on this node");
+        else if (r < 0)
+                snprintf(err, errlen, "%s", res.msg);
+        return r;
+}
+
+int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct pj_node_reply *out, char *err,
+                size_t errlen) {
+        _cleanup_free_ struct ps_egress_apply *req = xnew0(struct ps_egress_apply, 1);
+        struct pj_node_resolved *rv = NULL;
+        size_t n_rv = 0;
+        /* Resolution first, outside the lock: a slow name holds up no other apply. */
+        int r = names_build(sandbox_id, ip, pol, req, &rv, &n_rv, err, errlen);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&apply_lock);
+        r = call_apply(req, err, errlen);
+        if (r >= 0)
+                tracked_set(sandbox_id, ip, pol, rv, n_rv);
+        pthread_mutex_unlock(&apply_lock);
+        if (r < 0) {
+                free(rv);
+                return r;
+        }
+        out->applied_at_ms = wall_ms();
+        out->resolved = rv;
+        out->n_resolved = n_rv;
+        return 0;
+}
+
+void names_forget(const char *sandbox_id) {
+        pthread_mutex_lock(&apply_lock);
+        tracked_drop(sandbox_id);
+        pthread_mutex_unlock(&apply_lock);
+}
+
+int names_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen) {
+        struct ps_egress_remove req = { .hdr.type = PS_EGRESS_REMOVE, .ip = ip };
+        struct ps_result res;
+        strscpy(req.sandbox_id, sandbox_id, sizeof(req.sandbox_id));
+        pthread_mutex_lock(&apply_lock);
+        int r = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
+        if (r >= 0)
+                tracked_drop(sandbox_id);
+        pthread_mutex_unlock(&apply_lock);
+        if (r == -EPIPE || r == -ENOTCONN)
+                snprintf(err, errlen, "the egress process is not running on this node");
+        else if (r < 0)
+                snprintf(err, errlen, "%s", res.msg);
+        return r;
+}
+
+static bool same_addrs(const struct pj_node_resolved *a, size_t na, const struct pj_node_resolved *b, size_t nb) {
+        if (na != nb)
+                return false;
+        for (size_t i = 0; i < na; i++) {
+                if (strcmp(a[i].name, b[i].name) != 0 || a[i].n_addrs != b[i].n_addrs)
+                        return false;
+                for (size_t k = 0; k < a[i].n_addrs; k++) {
+                        bool found = false;
+                        for (size_t j = 0; j < b[i].n_addrs && !found; j++)
+                                found = a[i].addrs[k] == b[i].addrs[j];
+                        if (!found)
+                                return false;
+                }
+        }
+        return true;
+}
+
+int names_refresh_once(void) {
+        /* A snapshot of what to refresh: resolution runs without the lock. */
+        pthread_mutex_lock(&apply_lock);
+        size_t n = n_table;
+        struct tracked *snap = xnew0(struct tracked, n ? n : 1);
+        for (size_t i = 0; i < n; i++) {
+                snap[i] = table[i];
+                snap[i].allow = strv_copy(table[i].allow);
+                snap[i].resolved = NULL;
+        }
+        pthread_mutex_unlock(&apply_lock);
+
+        int changed = 0;
+        for (size_t i = 0; i < n; i++) {
+                struct pj_egress pol = { .mode = PJ_EGRESS_RESTRICTED, .allow = snap[i].allow, .n_allow = snap[i].n_allow };
+                _cleanup_free_ struct ps_egress_apply *req = xnew0(struct ps_egress_apply, 1);
+                struct pj_node_resolved *rv = NULL;
+                size_t n_rv = 0;
+                char err[512] = "";
+                log_ctx_set("SANDBOX_ID", snap[i].id);
+                int r = names_build(snap[i].id, snap[i].ip, &pol, req, &rv, &n_rv, err, sizeof(err));
+                if (r < 0) {
+                        log_warning("re-resolving the allowlist failed, the addresses confirmed last stay: %s", err);
+                        log_ctx_set("SANDBOX_ID", NULL);
+                        continue;
+                }
+                pthread_mutex_lock(&apply_lock);
+                struct tracked *t = tracked_find(snap[i].id);
+                if (t && t->gen == snap[i].gen && !same_addrs(t->resolved, t->n_resolved, rv, n_rv)) {
+                        int64_t t0 = mono_ms();
+                        r = call_apply(req, err, sizeof(err));
+                        if (r >= 0) {
+                                update_push(t->id, rv, n_rv);
+                                free(t->resolved);
+                                t->resolved = TAKE_PTR(rv);
+                                t->n_resolved = n_rv;
+                                changed++;
+                                log_info("allowlisted names resolve differently now: the sandbox's set was swapped in %" PRId64 " ms",
+                                         mono_ms() - t0);
+                        } else
+                                log_warning("re-resolved allowlist could not be applied, the old one stays: %s", err);
+                } else if (t && t->gen == snap[i].gen) {
+                        /* Same answers: only the time of the last resolution moves. */
+                        for (size_t k = 0; k < t->n_resolved && k < n_rv; k++)
+                                t->resolved[k].at_ms = rv[k].at_ms;
+                }
+                pthread_mutex_unlock(&apply_lock);
+                free(rv);
+                log_ctx_set("SANDBOX_ID", NULL);
+        }
+        for (size_t i = 0; i < n; i++)
+                strv_free(snap[i].allow);
+        free(snap);
+        return changed;
+}
+
+int names_resolved_get(const char *sandbox_id, struct pj_node_resolved **ret, size_t *ret_n) {
+        pthread_mutex_lock(&apply_lock);
+        struct tracked *t = tracked_find(sandbox_id);
+        int r = t ? 0 : -ENOENT;
+        if (t) {
+                *ret = xnew0(struct pj_node_resolved, t->n_resolved ? t->n_resolved : 1);
+                if (t->n_resolved)
+                        memcpy(*ret, t->resolved, t->n_resolved * sizeof(**ret));
+                *ret_n = t->n_resolved;
+        }
+        pthread_mutex_unlock(&apply_lock);
+        return r;
+}
+
+/* ---------------------------------------------------------------- the refresher thread */
+
+static struct {
+        pthread_t thread;
+        bool running, stop;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+} rf = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void *refresh_main(void *ud) {
+        (void) ud;
+        pthread_mutex_lock(&rf.lock);
+        while (!rf.stop) {
+                int64_t until = mono_ms() + interval_ms;
+                struct timespec ts = { .tv_sec = until / 1000, .tv_nsec = (until % 1000) * 1000000 };
+                while (!rf.stop && mono_ms() < until)
+                        pthread_cond_timedwait(&rf.cond, &rf.lock, &ts);
+                if (rf.stop)
+                        break;
+                pthread_mutex_unlock(&rf.lock);
+                (void) names_refresh_once();
+                pthread_mutex_lock(&rf.lock);
+        }
+        pthread_mutex_unlock(&rf.lock);
+        return NULL;
+}
+
+void names_configure(int64_t resolve_timeout_ms, int64_t resolve_interval_ms) {
+        if (resolve_timeout_ms > 0)
+                timeout_ms = (int) resolve_timeout_ms;
+        if (resolve_interval_ms > 0)
+                interval_ms = (int) resolve_interval_ms;
+}
+
+int names_refresh_start(void) {
+        if (rf.running)
+                return 0;
+        cond_init_monotonic(&rf.cond);
+        rf.stop = false;
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        int r = -pthread_create(&rf.thread, NULL, refresh_main, NULL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        rf.running = r == 0;
+        return r;
+}
+
+void names_refresh_stop(void) {
+        if (!rf.running)
+                return;
+        pthread_mutex_lock(&rf.lock);
+        rf.stop = true;
+        pthread_cond_signal(&rf.cond);
+        pthread_mutex_unlock(&rf.lock);
+        pthread_join(rf.thread, NULL);
+        pthread_cond_destroy(&rf.cond);
+        rf.running = false;
+}
