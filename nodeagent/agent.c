@@ -99,6 +99,8 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
                 r = -EINVAL;
                 goto out;
         }
+        if ((r = snapshot_config_load(cf, ret, err, errlen)) < 0)
+                goto out;
         if ((r = conf_check_unused(cf, err, errlen)) < 0)
                 goto out;
         if (!ret->node_id || !*ret->node_id) {
@@ -136,6 +138,7 @@ out:
 }
 
 void agent_config_done(struct agent_config *c) {
+        snapshot_config_done(c);
         free(c->egress_table);
         free(c->egress_dns);
         strv_free(c->egress_bridges);

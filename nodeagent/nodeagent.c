@@ -59,8 +59,11 @@ int nodeagent_main(int argc, char **argv) {
         }
         log_set_max_level(log_level_from_string(cfg.log_level));
         int r = start_children(&cfg);
+        if (r >= 0 && (r = snapshot_start(&cfg)) < 0)
+                log_error_errno(r, "Cannot start the snapshot worker: %m");
         if (r >= 0)
                 r = agent_run(&cfg);
+        snapshot_stop();
         privsep_stop();
         agent_config_done(&cfg);
         return r < 0 ? 1 : 0;
