@@ -307,12 +307,20 @@ int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, st
                 return API_ERR(err, -EBUSY, "Snapshot is still being created; delete it once it is ready or failed");
         log_ctx_set("SNAPSHOT_ID", sn.id);
         log_ctx_set("SANDBOX_ID", sn.sandbox_id);
-        r = delete_record_and_image(c, &sn, derr, sizeof(derr));
-        if (r < 0) {
+        r = delete_image(c, &sn, derr, sizeof(derr));
+        if (r < 0 && sn.status != SNAP_FAILED) {
                 log_error("snapshot delete failed: %s", derr);
                 log_ctx_set("SNAPSHOT_ID", NULL);
-                return API_ERR(err, r == -EIO && !strcmp(derr, "failed to delete the record") ? -EIO : -EHOSTUNREACH,
-                               "Could not delete the snapshot: %s. Retry the request.", derr);
+                return API_ERR(err, -EHOSTUNREACH, "Could not delete the snapshot: %s. Retry the request.", derr);
+        }
+        if (r < 0)
+                /* A failed snapshot has no image unless its push finished and the check after
+                 * it did not: its record goes even while the registry cannot be asked. */
+                log_warning("snapshot delete: %s; deleting the record of the failed snapshot anyway", derr);
+        r = store_snapshot_delete(c->store, sn.id);
+        if (r < 0 && r != -ENOENT) {
+                log_ctx_set("SNAPSHOT_ID", NULL);
+                return API_ERR(err, -EIO, "Failed to delete the snapshot record");
         }
         log_info("snapshot deleted");
         log_ctx_set("SNAPSHOT_ID", NULL);

@@ -154,6 +154,7 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
                 cJSON_AddStringToObject(out, "sandbox_id", sbid);
                 log_ctx_set("SANDBOX_ID", sbid);
         }
+        log_info("snapshot job taken (container %s)", container ? container : "(none)");
         long tmo = (long) cfg->snap_timeout_ms;
         struct ps_result res;
         char reason[600] = "";
