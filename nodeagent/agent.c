@@ -397,7 +397,9 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                         struct ps_result res;
                         if (privsep_child_pid(k) <= 0)
                                 continue;
-                        r = privsep_call(k, &ping, sizeof(ping), &res);
+                        r = privsep_try_call(k, &ping, sizeof(ping), &res);
+                        if (r == -EBUSY)
+                                r = 0;  /* busy with a snapshot step: alive */
                         if (r < 0)
                                 snprintf(err, sizeof(err), "a privileged process of the agent does not answer");
                 }

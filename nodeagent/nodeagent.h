@@ -166,6 +166,9 @@ int privsep_call(enum ps_child kind, void *req, size_t len, struct ps_result *re
 /* The same with its own bound on the child's answer (privsep_call: 30 s). Calls to one
  * child are serialised; calls to different children do not wait for each other. */
 int privsep_call_timeout(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret);
+/* privsep_call, or -EBUSY at once when another call to that child is in progress (a ping
+ * must not wait behind a snapshot push: a child that is working is alive). */
+int privsep_try_call(enum ps_child kind, void *req, size_t len, struct ps_result *ret);
 /* For tests: sends buf as it is and waits for the result, like privsep_call. */
 int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret);
 /* false (why filled) when a started child has died or broke the protocol. */

@@ -656,6 +656,21 @@ int privsep_call(enum ps_child kind, void *req, size_t len, struct ps_result *re
         return privsep_call_timeout(kind, req, len, PS_CALL_TIMEOUT_MS, ret);
 }
 
+int privsep_try_call(enum ps_child kind, void *req, size_t len, struct ps_result *ret) {
+        if (kind >= PS_CHILD_MAX || len < sizeof(struct ps_hdr))
+                return -EINVAL;
+        if (pthread_mutex_trylock(&call_locks[kind]) != 0)
+                return -EBUSY;
+        struct ps_hdr *h = req;
+        h->version = PS_VERSION;
+        h->len = (uint32_t) len;
+        h->seq = ++children[kind].seq;
+        h->reserved = 0;
+        int r = call_locked(kind, req, len, h->seq, PS_CALL_TIMEOUT_MS, ret);
+        pthread_mutex_unlock(&call_locks[kind]);
+        return r;
+}
+
 int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
         if (kind >= PS_CHILD_MAX)
                 return -EINVAL;
