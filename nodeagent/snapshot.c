@@ -137,7 +137,12 @@ static void add_ms(cJSON *o, const char *k, int64_t ms, const char *field) {
 }
 
 char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len) {
-        _cleanup_json_ cJSON *in = cJSON_ParseWithLength(body, len);
+        _cleanup_json_ cJSON *in = NULL;
+        char perr[128];
+        if (json_parse(body, len, MAX_JOB_BODY, 4, &in, perr, sizeof(perr)) < 0) {
+                log_warning("dropping a snapshot job that is not JSON: %s", perr);
+                return NULL;
+        }
         const char *type = jstr(in, "type"), *sid = jstr(in, "snapshot_id"), *sbid = jstr(in, "sandbox_id"),
                    *container = jstr(in, "container_id");
         if (!cJSON_IsObject(in) || !type || strcmp(type, "snapshot.create") != 0 || !sid || strlen(sid) != HEXID_LEN ||

@@ -25,6 +25,7 @@
 
 static char node_id[40], exchange[64], repo[64], registry[64], agent_conf[512], agent_log[512];
 static pid_t agent_pid;
+static const char *disk_floor = "64M";
 
 static int run(char *const argv[]) {
         return test_run_capture(argv, NULL, 1 << 16);
@@ -73,8 +74,8 @@ static void agent_start(void) {
         FILE *f = fopen(agent_conf, "w");
         ASSERT_NOT_NULL(f);
         fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\nexchange = %s\n"
-                   "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = 64M\nprune_interval = 5s\ntimeout = 120s\n",
-                node_id, exchange, registry, repo);
+                   "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = %s\nprune_interval = 5s\ntimeout = 120s\n",
+                node_id, exchange, registry, repo, disk_floor);
         fclose(f);
         int logfd = open(agent_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         off_t from = lseek(logfd, 0, SEEK_END);
@@ -346,6 +347,20 @@ TEST_FULL(registry_unreachable_fails_with_the_reason, 240) {
         HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key, body, 400, "only a ready snapshot");
         snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
         HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+}
+
+TEST_FULL(free_disk_under_the_floor_refuses, 120) {
+        static struct ctld c;
+        disk_floor = "1024T";
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
+        char sb[25], sid[25];
+        ctld_create(&c, key, DENY, sb);
+        snap_post(&c, key, sb, "full", sid);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 60);
+        ASSERT_STREQ(jstr(s, "status"), "failed");
+        ASSERT_CONTAINS(jstr(s, "failure_reason"), "under the snapshot floor");
+        ASSERT_FALSE(local_image(sid));
+        ASSERT_EQ(manifest_status(sid), 404);
 }
 
 TEST_FULL(agent_killed_mid_snapshot_completes_on_redelivery, 300) {
