@@ -228,8 +228,9 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         (void) docker_container_remove(D(d), name, true, false);
 
         r = docker_container_create(D(d), &o, &id);
-        if (r == -ENOENT && sb->from_snapshot) {
-                /* A snapshot lives in the registry; this node fetches it on first use. */
+        /* A snapshot lives in the registry; this node fetches it on first use. Twice at most:
+         * the agent's prune may take an unused image between our pull and our create. */
+        for (int attempt = 0; r == -ENOENT && sb->from_snapshot && attempt < 2; attempt++) {
                 r = pull_snapshot_image(d, sb->image, err, errlen);
                 if (r < 0)
                         return r;

@@ -41,8 +41,10 @@ void snapshot_config_done(struct agent_config *c);
  * pruned before the first job and on a timer. 0 or -errno. */
 int snapshot_start(const struct agent_config *cfg);
 void snapshot_stop(void);
-/* For tests and the consumer: one snapshot.create body -> the event body to publish (xmalloc'd). */
-char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len);
+/* One snapshot.create body -> the event body to publish (xmalloc'd; NULL: not a job, drop it).
+ * redelivered (AMQP's flag): an earlier attempt may have pushed already; the registry is
+ * asked first and a manifest found there is the result. */
+char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len, bool redelivered);
 
 /* agent.c: starts the egress child, which programs the firewall from [egress];
  * returns its result (0, or its -errno with its reason in err). */

@@ -136,7 +136,7 @@ static void add_ms(cJSON *o, const char *k, int64_t ms, const char *field) {
         log_ctx_set(field, buf);
 }
 
-char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len) {
+char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len, bool redelivered) {
         _cleanup_json_ cJSON *in = NULL;
         char perr[128];
         if (json_parse(body, len, MAX_JOB_BODY, 4, &in, perr, sizeof(perr)) < 0) {
@@ -170,7 +170,7 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
         int r;
 
         /* A redelivered job whose push had finished: the registry already holds the result. */
-        r = docker_step(PS_DOCKER_VERIFY, sid, NULL, tmo, &res);
+        r = redelivered ? docker_step(PS_DOCKER_VERIFY, sid, NULL, tmo, &res) : -ENOENT;
         if (r == 0) {
                 if (sscanf(res.msg, "%199s %" SCNd64, d, &size) == 2) {
                         digest = xstrdup(d);
@@ -274,6 +274,7 @@ struct job {
         const struct agent_config *cfg;
         char *body;
         size_t len;
+        bool redelivered;
         char *out;
         atomic_bool done;
 };
@@ -281,7 +282,7 @@ struct job {
 static void *job_main(void *ud) {
         struct job *j = ud;
         log_ctx_set("NODE_ID", j->cfg->node_id);
-        j->out = snapshot_handle(j->cfg, j->body, j->len);
+        j->out = snapshot_handle(j->cfg, j->body, j->len, j->redelivered);
         atomic_store(&j->done, true);
         return NULL;
 }
@@ -437,8 +438,8 @@ static int publish_event(amqp_connection_state_t conn, const struct agent_config
 /* Runs one job on a worker thread while servicing the connection. 0 when its outcome was
  * confirmed and the job acked; < 0 when the connection must be replaced. */
 static int run_job(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user, uint64_t *next_tag,
-                   uint64_t delivery_tag, char *body, size_t len) {
-        struct job j = { .cfg = cfg, .body = body, .len = len };
+                   uint64_t delivery_tag, bool redelivered, char *body, size_t len) {
+        struct job j = { .cfg = cfg, .body = body, .len = len, .redelivered = redelivered };
         pthread_t t;
         bool broken = false;
         if (pthread_create(&t, NULL, job_main, &j) != 0)
@@ -449,7 +450,8 @@ static int run_job(amqp_connection_state_t conn, const struct agent_config *cfg,
                                 usleep(100 * 1000);
                                 continue;
                         }
-                        struct timeval tv = { .tv_sec = 1 };
+                        /* Short slices: the outcome goes out as soon as the job is done. */
+                        struct timeval tv = { .tv_usec = 20 * 1000 };
                         amqp_frame_t f;
                         int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
                         if (s != AMQP_STATUS_OK && s != AMQP_STATUS_TIMEOUT)
@@ -519,7 +521,9 @@ static void *snap_main(void *ud) {
                                 break;
                         if (f.payload.method.id != AMQP_BASIC_DELIVER_METHOD)
                                 continue;
-                        uint64_t tag = ((const amqp_basic_deliver_t *) f.payload.method.decoded)->delivery_tag;
+                        const amqp_basic_deliver_t *dm = f.payload.method.decoded;
+                        uint64_t tag = dm->delivery_tag;
+                        bool redelivered = dm->redelivered;
                         char *body = NULL;
                         size_t len = 0;
                         if (read_body(conn, &body, &len) < 0)
@@ -529,7 +533,7 @@ static void *snap_main(void *ud) {
                                 amqp_basic_reject(conn, CH, tag, 0);
                                 continue;
                         }
-                        int r = run_job(conn, cfg, u.user, &next_tag, tag, body, len);
+                        int r = run_job(conn, cfg, u.user, &next_tag, tag, redelivered, body, len);
                         free(body);
                         if (r < 0)
                                 break;
