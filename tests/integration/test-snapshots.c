@@ -397,6 +397,36 @@ TEST_FULL(agent_killed_mid_snapshot_completes_on_redelivery, 300) {
         HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
 }
 
+/* Job queued while the agent is down, outcome published while controld is down: both wait in
+ * their durable queues, and the snapshot becomes ready once both are back. */
+TEST_FULL(outcome_survives_a_controld_restart, 240) {
+        static struct ctld c;
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
+        char sb[25], sid[25];
+        ctld_create(&c, key, DENY, sb);
+        agent_stop(NULL);
+        snap_post(&c, key, sb, "while-away", sid);
+        ctld_stop_daemon(&c);
+        off_t from = 0;
+        {
+                FILE *lf = fopen(agent_log, "r");
+                ASSERT_NOT_NULL(lf);
+                fseek(lf, 0, SEEK_END);
+                from = ftell(lf);
+                fclose(lf);
+        }
+        agent_start();
+        ASSERT_TRUE(log_has(agent_log, from, "snapshot completed", 120));
+        ctld_start_daemon(&c);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 30);
+        if (strcmp(jstr(s, "status"), "ready") != 0)
+                test_fail(__FILE__, __LINE__, "snapshot %s: %s", jstr(s, "status"), jstr(s, "failure_reason"));
+        ASSERT_EQ(manifest_status(sid), 200);
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+}
+
 TEST_FULL(no_agent_past_the_deadline_fails, 120) {
         static struct ctld c;
         _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "10s", NULL, false);
