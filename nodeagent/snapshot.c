@@ -466,6 +466,13 @@ static int run_job(amqp_connection_state_t conn, const struct agent_config *cfg,
         _cleanup_free_ char *out = j.out;
         if (broken)
                 return -ECONNRESET;     /* the job comes back on the next connection; its result repeats */
+        if (privsep_failed() && !redelivered) {
+                /* The docker process died under the job (the agent is stopping, or crashed):
+                 * not the job's fault. Unacked, it comes back to the restarted agent; a job
+                 * that meets a dying docker process twice is reported failed. */
+                log_warning("snapshot job interrupted by the loss of the docker process; it will run again");
+                return -ECHILD;
+        }
         if (!out) {
                 amqp_basic_reject(conn, CH, delivery_tag, 0);
                 return 0;
@@ -490,7 +497,8 @@ static void *snap_main(void *ud) {
         }
         prune(cfg, "start");
         int64_t next_prune = mono_ms() + (int64_t) cfg->snap_prune_interval_ms;
-        while (!atomic_load(&st.stop)) {
+        /* Without its docker process the agent is on its way out: take no more jobs. */
+        while (!atomic_load(&st.stop) && !privsep_failed()) {
                 amqp_connection_state_t conn = connect_snap(cfg, &u);
                 if (!conn) {
                         for (int slept = 0; slept < backoff_ms && !atomic_load(&st.stop); slept += 100)
@@ -500,7 +508,7 @@ static void *snap_main(void *ud) {
                 }
                 backoff_ms = 200;
                 uint64_t next_tag = 0;
-                while (!atomic_load(&st.stop)) {
+                while (!atomic_load(&st.stop) && !privsep_failed()) {
                         if (mono_ms() >= next_prune) {
                                 prune(cfg, "timer");
                                 next_prune = mono_ms() + (int64_t) cfg->snap_prune_interval_ms;
@@ -536,6 +544,8 @@ static void *snap_main(void *ud) {
                         int r = run_job(conn, cfg, u.user, &next_tag, tag, redelivered, body, len);
                         free(body);
                         if (r < 0)
+                                break;
+                        if (privsep_failed())
                                 break;
                 }
                 amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
