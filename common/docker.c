@@ -303,6 +303,21 @@ int docker_storage_driver(struct docker *d, char **ret_driver) {
         return 0;
 }
 
+int docker_root_dir(struct docker *d, char **ret_dir) {
+        _cleanup_(dresp_done) struct dresp resp = {};
+        int r = dcall(d, "GET", "/info", NULL, 0, &resp);
+        if (r < 0)
+                return r;
+        const char *dir = json_str(resp.json, "DockerRootDir");
+        if (!dir || *dir != '/') {
+                set_error("unexpected /info response (no DockerRootDir)");
+                return -EBADMSG;
+        }
+        if (ret_dir)
+                *ret_dir = xstrdup(dir);
+        return 0;
+}
+
 /* ---- containers --------------------------------------------------------------- */
 
 int docker_container_create(struct docker *d, const struct docker_create_opts *o, char **ret_id) {
@@ -855,6 +870,101 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
                 *ret_size = c.size;
         if (ret_digest)
                 *ret_digest = TAKE_PTR(c.digest);
+        return 0;
+}
+
+int docker_image_pull(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64) {
+        const char *t = tag ? tag : "latest";
+        const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
+        struct httpc_resp resp = {};
+        int r;
+
+        if (!valid_ref(name) || strchr(name, '@') || !valid_tag(t) || !valid_b64(auth))
+                return -EINVAL;
+        _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(t);
+        _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "/images/create?fromImage=%s&tag=%s", en, et);
+        _cleanup_free_ char *hdr = xasprintf("X-Registry-Auth: %s", auth);
+        _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
+        const char *hdrs[] = { hdr, NULL };
+        struct httpc_req req = {
+                .method = "POST",
+                .url = url,
+                .unix_socket = d->socket,
+                .headers = hdrs,
+                .timeout_ms = TIMEOUT_PUSH_MS,
+                .on_data = push_on_data,
+                .userdata = &c,
+        };
+        r = httpc_do(&req, &resp);
+        if (r < 0)
+                return transport_error(d, r);
+        push_line(&c);
+        long status = resp.status;
+        httpc_resp_done(&resp);
+        if (status >= 400 || c.failed) {
+                if (c.error[0])
+                        set_error_n(c.error, strlen(c.error));
+                else
+                        set_error("pull failed with HTTP %ld", status);
+                return status >= 400 ? map_status(status) : -EIO;
+        }
+        /* The stream can end without an error line and still leave nothing behind. */
+        _cleanup_free_ char *ref = xasprintf("%s:%s", name, t);
+        r = docker_image_exists(d, ref);
+        if (r == 0) {
+                set_error("pull of %s ended without the image", ref);
+                return -EIO;
+        }
+        return r < 0 ? r : 0;
+}
+
+int docker_image_list(struct docker *d, const char *reference, char ***ret_refs) {
+        _cleanup_(dresp_done) struct dresp resp = {};
+        _cleanup_json_ cJSON *f = cJSON_CreateObject();
+        _cleanup_free_ char *ftext = NULL, *fesc = NULL, *path = NULL;
+        int r;
+
+        if (!reference || !*reference || !ret_refs)
+                return -EINVAL;
+        cJSON_AddItemToObject(f, "reference", strv_to_json((const char *const[]) { reference, NULL }));
+        ftext = cJSON_PrintUnformatted(f);
+        if (!ftext)
+                oom();
+        fesc = httpc_escape(ftext);
+        path = xasprintf("/images/json?filters=%s", fesc);
+        r = dcall(d, "GET", path, NULL, 0, &resp);
+        if (r < 0)
+                return r;
+        if (!cJSON_IsArray(resp.json)) {
+                set_error("image list returned no array");
+                return -EBADMSG;
+        }
+        char **v = xnew0(char *, 1);
+        size_t k = 0;
+        const cJSON *img, *tag;
+        cJSON_ArrayForEach(img, resp.json) {
+                cJSON_ArrayForEach(tag, cJSON_GetObjectItemCaseSensitive(img, "RepoTags")) {
+                        if (!cJSON_IsString(tag) || !strcmp(tag->valuestring, "<none>:<none>"))
+                                continue;
+                        v = xrealloc(v, (k + 2) * sizeof(char *));
+                        v[k++] = xstrdup(tag->valuestring);
+                        v[k] = NULL;
+                }
+        }
+        *ret_refs = v;
+        return 0;
+}
+
+int docker_image_size(struct docker *d, const char *ref, int64_t *ret_size) {
+        _cleanup_(dresp_done) struct dresp resp = {};
+        if (!valid_ref(ref))
+                return -EINVAL;
+        _cleanup_free_ char *path = escaped_path("/images/%s/json", ref);
+        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        if (r < 0)
+                return r;
+        if (ret_size)
+                *ret_size = (int64_t) json_num(resp.json, "Size");
         return 0;
 }
 

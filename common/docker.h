@@ -46,6 +46,8 @@ int docker_runtime_path(struct docker *d, const char *name, char **ret_path);
 
 /* The daemon's storage driver (/info "Driver", e.g. "overlay2", "btrfs"), xmalloc'd. */
 int docker_storage_driver(struct docker *d, char **ret_driver);
+/* The daemon's data root (/info "DockerRootDir", e.g. "/var/lib/docker"), xmalloc'd. */
+int docker_root_dir(struct docker *d, char **ret_dir);
 
 struct docker_kv { const char *key, *value; };
 /* A named volume mounted at target. */
@@ -200,3 +202,12 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
                       char **ret_digest, int64_t *ret_size);
 /* -ENOENT if missing, -EBUSY if used by a container (without force). */
 int docker_image_remove(struct docker *d, const char *ref, bool force);
+/* Pulls name:tag (registry_auth_b64 as for push). Reads the whole progress stream: an
+ * error line -> -EIO with its message in docker_last_error(); success also needs the
+ * image to be there afterwards. */
+int docker_image_pull(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64);
+/* "repo:tag" names of the local images matching reference (Docker's reference filter,
+ * e.g. "127.0.0.1:5000/paddock/snapshots:*"), NULL-terminated; free with strv_free(). */
+int docker_image_list(struct docker *d, const char *reference, char ***ret_refs);
+/* The image's size in bytes (Docker's "Size": all of its layers). */
+int docker_image_size(struct docker *d, const char *ref, int64_t *ret_size);

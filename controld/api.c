@@ -241,7 +241,7 @@ static enum MHD_Result delete_volume(struct req *r) {
         return respond_empty(r, 204);
 }
 
-/* ---- egress (enforced by the node agents, egress.c) and snapshots (validated, not wired yet) ---- */
+/* ---- egress (enforced by the node agents, egress.c) and snapshots (snapshot.c) ---- */
 
 /* Answers and returns < 0 unless the caller owns the sandbox of the route. */
 static int own_sandbox(struct req *r) {
@@ -275,37 +275,53 @@ static enum MHD_Result get_egress(struct req *r) {
         return respond_envelope(r, 200, "Sandbox egress fetched", ctl_egress_to_json(r->c, &sb));
 }
 
-static enum MHD_Result empty_snapshot_page(struct req *r) {
-        int64_t page, limit;
+static enum MHD_Result snapshot_page(struct req *r, const char *sandbox_id) {
+        int64_t page, limit, total = 0;
+        struct snapshot *a = NULL;
+        size_t n = 0;
         if (req_pagination(r, &page, &limit) < 0)
                 return MHD_YES;
-        return respond_envelope(r, 200, "Snapshots fetched", render_page(cJSON_CreateArray(), 0, page, limit));
+        if (store_snapshot_list(r->c->store, r->acc.id, sandbox_id, (page - 1) * limit, limit, &a, &n, &total) < 0)
+                return respond_error(r, 500, "Failed to list snapshots");
+        cJSON *items = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++)
+                cJSON_AddItemToArray(items, snapshot_to_json(&a[i]));
+        snapshot_array_free(a, n);
+        return respond_envelope(r, 200, "Snapshots fetched", render_page(items, total, page, limit));
 }
 
 static enum MHD_Result list_snapshots(struct req *r) {
-        return empty_snapshot_page(r);
+        return snapshot_page(r, NULL);
 }
 
 static enum MHD_Result delete_snapshot(struct req *r) {
-        return respond_error(r, 404, "Snapshot not found");
+        struct api_error e = { 0 };
+        int k = snapshot_delete(r->c, &r->acc, r->m.id, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        return respond_empty(r, 204);
 }
 
 static enum MHD_Result list_sandbox_snapshots(struct req *r) {
         if (own_sandbox(r) < 0)
                 return MHD_YES;
-        return empty_snapshot_page(r);
+        return snapshot_page(r, r->m.id);
 }
 
 static enum MHD_Result post_sandbox_snapshot(struct req *r) {
         _cleanup_(pj_snapshot_create_done) struct pj_snapshot_create sc = { 0 };
+        _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
         if (own_sandbox(r) < 0)
                 return MHD_YES;
-        /* A bad body is still the client's to fix: say so before the 501. */
         if (pj_snapshot_create_parse(r->body.buf, r->body.len, &sc, &pe) < 0)
                 return pj_fail(r, &pe);
-        struct api_error e = { 0 };
-        return respond_errno(r, API_ERR(&e, -EOPNOTSUPP, "Snapshots are not available on this server yet"), &e);
+        log_ctx_set("SANDBOX_ID", r->m.id);
+        int k = snapshot_create(r->c, &r->acc, r->m.id, sc.name, false, &sn, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        return respond_envelope(r, 202, "Snapshot creation started", snapshot_to_json(&sn));
 }
 
 /* ---- the route table ---- */

@@ -98,6 +98,13 @@ static int load_plans(struct config *c, struct conf *cf, char *err, size_t errle
                                               30ULL * 24 * 3600 * 1000, &lifetime, err, errlen)) < 0)
                         return r;
                 p->max_lifetime_s = (int64_t) (lifetime / 1000);
+                if ((r = conf_get_int(cf, "plan", nm, "snapshot_max_count", 10, 1, 1000, &p->snapshot_max_count, err,
+                                      errlen)) < 0)
+                        return r;
+                if ((r = conf_get_duration_ms(cf, "plan", nm, "snapshot_max_age", 7ULL * 24 * 3600 * 1000, 60 * 1000,
+                                              365ULL * 24 * 3600 * 1000, &lifetime, err, errlen)) < 0)
+                        return r;
+                p->snapshot_max_age_s = (int64_t) (lifetime / 1000);
                 if (conf_has_section(cf, "plan", nm) &&
                     (r = conf_get_list(cf, "plan", nm, "regions", 64, 64, &p->regions, err, errlen)) < 0)
                         return r;
@@ -257,6 +264,14 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
                                       errlen)) < 0)
                 goto fail;
 
+        S("snapshots", "registry", "127.0.0.1:5000", 255, snap_registry);
+        S("snapshots", "repository", "paddock/snapshots", 200, snap_repository);
+        S("snapshots", "username", NULL, 255, snap_username);
+        S("snapshots", "password", NULL, 255, snap_password);
+        D("snapshots", "timeout", 1800, 10, 24 * 3600, snap_timeout_s);
+        if ((r = conf_get_duration_ms(cf, "snapshots", NULL, "tick", 5000, 100, 60000, &c->snap_tick_ms, err, errlen)) < 0)
+                goto fail;
+
         S("defaults", "template", NULL, 64, default_template);
         S("defaults", "region", NULL, 64, default_region);
         S("defaults", "plan", "default", 64, default_plan);
@@ -329,6 +344,10 @@ struct config *config_free(struct config *c) {
         free(c->docker_node_id);
         free(c->amqp_url);
         free(c->amqp_exchange);
+        free(c->snap_registry);
+        free(c->snap_repository);
+        free(c->snap_username);
+        free(c->snap_password);
         free(c->default_template);
         free(c->default_region);
         free(c->default_plan);

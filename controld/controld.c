@@ -157,6 +157,7 @@ void ctl_close(struct ctl *c) {
                 pthread_cond_wait(&c->jobs_cond, &c->jobs_lock);
         pthread_mutex_unlock(&c->jobs_lock);
         ctl_egress_sync_stop(c);
+        ctl_snapshot_stop(c);
         c->drv = driver_free(c->drv);
         c->bus = nodebus_free(c->bus);
         c->store = store_close(c->store);
@@ -363,6 +364,8 @@ int controld_main(int argc, char **argv) {
                 char err[512] = "";
                 if (ctl_egress_sync_start(&c, err, sizeof(err)) < 0)
                         log_error("node.sync responder did not start: %s (agents cannot converge at start-up)", err);
+                if (ctl_snapshot_start(&c, err, sizeof(err)) < 0)
+                        log_error("snapshots are not available: %s", err);
         }
         r = http_start(&c, &http);
         if (r < 0) {

@@ -30,6 +30,8 @@ struct plan {
         double spending_limit;          /* currency units per billing month; 0 = none */
         double price_cpu_mhz_hour, price_mb_hour;
         int64_t max_lifetime_s;         /* hard cap on a sandbox's life */
+        int64_t snapshot_max_count;     /* automatic snapshots kept per sandbox (oldest go first) */
+        int64_t snapshot_max_age_s;     /* automatic snapshots older than this are deleted */
 };
 
 struct template {
@@ -81,6 +83,11 @@ struct config {
         char *amqp_url, *amqp_exchange;
         uint64_t egress_timeout_ms;                  /* bound on one egress.apply/remove round trip */
         bool docker_allow_unsandboxed;               /* tests only: accept runtimes that are not gVisor */
+        /* [snapshots]: the registry the node agents push to (same values as their [snapshot]) */
+        char *snap_registry, *snap_repository;       /* "127.0.0.1:5000", "paddock/snapshots" */
+        char *snap_username, *snap_password;         /* NULL = anonymous; never logged */
+        uint64_t snap_timeout_s;                     /* creating longer than this -> failed */
+        uint64_t snap_tick_ms;                       /* schedule, retention and deadline checks */
         /* [defaults] */
         char *default_template, *default_region, *default_plan;
         int64_t default_lifetime_s;
@@ -251,6 +258,34 @@ int store_node_set_drained(struct store *s, const char *id, bool drained, int64_
 int store_node_drained(struct store *s, const char *id);
 /* Every node in the table or with a live sandbox, by id; *ret is freed with free(). */
 int store_node_list(struct store *s, struct node_info **ret, size_t *ret_n);
+/* Snapshots (snapshot.c has the lifecycle; the rows live here). */
+enum snap_status { SNAP_CREATING, SNAP_READY, SNAP_FAILED, _SNAP_STATUS_MAX };
+const char *snap_status_str(enum snap_status s);
+struct snapshot {
+        char id[SANDBOX_ID_LEN + 1];
+        char account_id[SANDBOX_ID_LEN + 1];
+        char sandbox_id[SANDBOX_ID_LEN + 1];
+        char *name, *image_tag, *source_template, *node_id, *digest, *failure_reason;
+        enum snap_status status;
+        bool automatic;
+        int64_t size_bytes;              /* -1 = unknown */
+        int64_t created_at, finished_at; /* ms; 0 = null */
+};
+void snapshot_clear(struct snapshot *s);
+void snapshot_array_free(struct snapshot *a, size_t n);
+int store_snapshot_insert(struct store *s, const struct snapshot *sn);
+int store_snapshot_get(struct store *s, const char *id, struct snapshot *ret);
+/* creating -> ready|failed; -ESTALE when it is no longer creating, -ENOENT when gone. */
+int store_snapshot_finish(struct store *s, const char *id, enum snap_status to, const char *digest, int64_t size_bytes,
+                          const char *failure_reason, int64_t now);
+int store_snapshot_delete(struct store *s, const char *id);
+/* Page of an account's snapshots (sandbox_id NULL = all its sandboxes), newest first. */
+int store_snapshot_list(struct store *s, const char *account_id, const char *sandbox_id, int64_t offset, int64_t limit,
+                        struct snapshot **ret, size_t *ret_n, int64_t *ret_total);
+/* creating since before `before` (ms), all accounts. */
+int store_snapshot_list_stuck(struct store *s, int64_t before, struct snapshot **ret, size_t *ret_n);
+/* A sandbox's automatic snapshots that are not creating, newest first. */
+int store_snapshot_list_auto(struct store *s, const char *sandbox_id, struct snapshot **ret, size_t *ret_n);
 
 /* ---- the daemon (controld.c) ---- */
 
@@ -268,6 +303,7 @@ struct ctl {
         struct metrics *metrics;
         struct nodebus *bus;             /* NULL when [amqp] url is unset: egress is not enforced */
         struct egress_bus *egbus;        /* node.sync responder (egress.c) */
+        struct snapbus *snapbus;         /* snapshot jobs out, agents' events in (snapshot.c) */
         volatile int stopping;
         pthread_mutex_t wait_lock;       /* status-change broadcast for /wait */
         pthread_cond_t wait_cond;
@@ -450,3 +486,23 @@ void ctl_egress_metrics_render(struct strbuf *b);
 /* node.sync responder: consumes the controld queue of the node bus exchange (no-op without a bus). */
 int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen);
 void ctl_egress_sync_stop(struct ctl *c);
+
+/* ---- snapshots (snapshot.c) ---- */
+struct snapbus;
+/* Starts the events consumer and the schedule/retention/deadline thread. Without [amqp]
+ * url there is no agent to take snapshots: 0, and snapshot requests answer 501. */
+int ctl_snapshot_start(struct ctl *c, char *err, size_t errlen);
+void ctl_snapshot_stop(struct ctl *c);
+/* POST /sandboxes/{id}/snapshots: the caller's ready sandbox; records `creating` and hands
+ * the job to the sandbox's node agent. */
+int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, bool automatic,
+                    struct snapshot *ret, struct api_error *err);
+/* Loads a snapshot owned by acc (-ENOENT for others'). */
+int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct api_error *err);
+/* Deletes the registry manifest, then the record. -EBUSY while creating. */
+int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err);
+cJSON *snapshot_to_json(const struct snapshot *sn);
+/* Applies one agent event (JSON body, node = the publisher's app_id). For tests. 0 or -errno. */
+int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size_t len);
+/* The registry's credentials as Docker's X-Registry-Auth value (xmalloc'd), for pulls. */
+char *ctl_snapshot_registry_auth(const struct ctl *c);

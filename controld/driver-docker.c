@@ -155,6 +155,25 @@ static void dd_done(struct driver *d) {
 }
 
 
+/* Pulls "<registry>/<repo>:<tag>" with the [snapshots] credentials. */
+static int pull_snapshot_image(struct driver *d, const char *image, char *err, size_t errlen) {
+        const char *colon = strrchr(image, ':'), *slash = strrchr(image, '/');
+        if (!colon || (slash && colon < slash)) {
+                snprintf(err, errlen, "snapshot image %s has no tag", image);
+                return -EINVAL;
+        }
+        _cleanup_free_ char *repo = xstrndup(image, (size_t) (colon - image));
+        _cleanup_free_ char *auth = ctl_snapshot_registry_auth(d->ctl);
+        int64_t t0 = mono_ms();
+        int r = docker_image_pull(D(d), repo, colon + 1, auth);
+        if (r < 0) {
+                snprintf(err, errlen, "cannot pull the snapshot image %s: %s", image, dmsg(r));
+                return r;
+        }
+        metrics_observe_phase(d->ctl->metrics, "snapshot_pull", (double) (mono_ms() - t0) / 1000.0);
+        return 0;
+}
+
 static int dd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, char *err, size_t errlen) {
         struct config *cfg = d->ctl->cfg;
         _cleanup_free_ char *name = xasprintf("paddock-%s", sb->id);
@@ -209,6 +228,14 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         (void) docker_container_remove(D(d), name, true, false);
 
         r = docker_container_create(D(d), &o, &id);
+        /* A snapshot lives in the registry; this node fetches it on first use. Twice at most:
+         * the agent's prune may take an unused image between our pull and our create. */
+        for (int attempt = 0; r == -ENOENT && sb->from_snapshot && attempt < 2; attempt++) {
+                r = pull_snapshot_image(d, sb->image, err, errlen);
+                if (r < 0)
+                        return r;
+                r = docker_container_create(D(d), &o, &id);
+        }
         if (r < 0) {
                 if (r == -ENOENT)
                         snprintf(err, errlen, "template image %s is not present on the node: %s", sb->image, dmsg(r));

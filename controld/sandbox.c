@@ -235,8 +235,17 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                         return API_ERR(err, -EDQUOT, "Sandbox creation paused, spending limit reached. Raise the limit or wait for "
                                                      "the next billing cycle.");
         }
-        if (in->from_snapshot)
-                return API_ERR(err, -ENOENT, "Snapshot not found");
+        _cleanup_(snapshot_clear) struct snapshot snap = { 0 };
+        if (in->from_snapshot) {
+                /* The caller's own ready snapshot; its image replaces the template's. */
+                if ((r = snapshot_load(c, acc, in->from_snapshot, &snap, err)) < 0)
+                        return r;
+                if (snap.status != SNAP_READY)
+                        return API_ERR(err, -EBUSY, "Snapshot is %s; only a ready snapshot can be restored",
+                                       snap_status_str(snap.status));
+                if (!in->template_name && config_template(cfg, snap.source_template))
+                        tpl = config_template(cfg, snap.source_template);
+        }
         if ((r = check_node_accepting(c, err)) < 0)
                 return r;
 
@@ -264,7 +273,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 sb.name = xasprintf("%s-%.4s", animals[(unsigned char) suffix[0] % ELEMENTSOF(animals)], suffix + 1);
         }
         sb.template_name = xstrdup(tpl->name);
-        sb.image = xstrdup(tpl->image);
+        sb.image = xstrdup(in->from_snapshot ? snap.image_tag : tpl->image);
+        sb.from_snapshot = in->from_snapshot ? xstrdup(snap.id) : NULL;
         sb.status = SB_STARTING;
         sb.region_key = xstrdup(g->key);
         sb.cpu = cpu;

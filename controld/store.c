@@ -69,6 +69,15 @@ static const char *const migrations[] = {
 static const char nodes_table[] =
         "CREATE TABLE IF NOT EXISTS nodes (id TEXT PRIMARY KEY, drained INTEGER NOT NULL DEFAULT 0, drained_at INTEGER,"
         "  last_contact_at INTEGER, created_at INTEGER NOT NULL);";
+static const char snapshot_schema[] =
+        "CREATE TABLE IF NOT EXISTS snapshots ("
+        "  id TEXT PRIMARY KEY, account_id TEXT NOT NULL REFERENCES accounts(id), sandbox_id TEXT NOT NULL,"
+        "  name TEXT NOT NULL, image_tag TEXT NOT NULL, source_template TEXT NOT NULL, node_id TEXT,"
+        "  status TEXT NOT NULL, automatic INTEGER NOT NULL DEFAULT 0, digest TEXT, failure_reason TEXT,"
+        "  size_bytes INTEGER, created_at INTEGER NOT NULL, finished_at INTEGER);"
+        "CREATE INDEX IF NOT EXISTS snapshots_account ON snapshots(account_id, created_at DESC);"
+        "CREATE INDEX IF NOT EXISTS snapshots_sandbox ON snapshots(sandbox_id, created_at DESC);"
+        "CREATE INDEX IF NOT EXISTS snapshots_status ON snapshots(status);";
 
 static int sqlite_to_errno(int rc) {
         switch (rc & 0xff) {
@@ -245,6 +254,10 @@ int store_open(const char *path, struct store **ret) {
                 }
         }
         if ((r = exec_sql(s, nodes_table)) < 0)
+                goto fail;
+        /* Outside the numbered migrations on purpose: idempotent, so it can be merged with
+         * other branches' migrations in any order. */
+        if ((r = exec_sql(s, snapshot_schema)) < 0)
                 goto fail;
         *ret = s;
         return 0;
@@ -1125,4 +1138,198 @@ int store_node_list(struct store *s, struct node_info **ret, size_t *ret_n) {
         *ret = a;
         *ret_n = n;
         return 0;
+}
+
+/* ---- snapshots ---- */
+
+static const char *const snap_status_names[_SNAP_STATUS_MAX] = {
+        [SNAP_CREATING] = "creating", [SNAP_READY] = "ready", [SNAP_FAILED] = "failed",
+};
+
+const char *snap_status_str(enum snap_status st) {
+        return st < _SNAP_STATUS_MAX ? snap_status_names[st] : "failed";
+}
+
+static enum snap_status snap_status_from_str(const char *t) {
+        for (int i = 0; i < _SNAP_STATUS_MAX; i++)
+                if (t && !strcmp(t, snap_status_names[i]))
+                        return (enum snap_status) i;
+        return SNAP_FAILED;
+}
+
+void snapshot_clear(struct snapshot *sn) {
+        if (!sn)
+                return;
+        free(sn->name);
+        free(sn->image_tag);
+        free(sn->source_template);
+        free(sn->node_id);
+        free(sn->digest);
+        free(sn->failure_reason);
+        memset(sn, 0, sizeof(*sn));
+}
+
+void snapshot_array_free(struct snapshot *a, size_t n) {
+        for (size_t i = 0; a && i < n; i++)
+                snapshot_clear(&a[i]);
+        free(a);
+}
+
+#define SNAP_COLS "id, account_id, sandbox_id, name, image_tag, source_template, node_id, status, automatic, digest, " \
+                  "failure_reason, size_bytes, created_at, finished_at"
+
+static void snapshot_from_row(sqlite3_stmt *st, struct snapshot *sn) {
+        int i = 0;
+        memset(sn, 0, sizeof(*sn));
+        col_id(st, i++, sn->id);
+        col_id(st, i++, sn->account_id);
+        col_id(st, i++, sn->sandbox_id);
+        sn->name = col_text(st, i++);
+        sn->image_tag = col_text(st, i++);
+        sn->source_template = col_text(st, i++);
+        sn->node_id = col_text(st, i++);
+        sn->status = snap_status_from_str((const char *) sqlite3_column_text(st, i++));
+        sn->automatic = sqlite3_column_int(st, i++) != 0;
+        sn->digest = col_text(st, i++);
+        sn->failure_reason = col_text(st, i++);
+        sn->size_bytes = sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, i);
+        i++;
+        sn->created_at = sqlite3_column_int64(st, i++);
+        sn->finished_at = sqlite3_column_int64(st, i++);
+}
+
+static void snapshot_row(sqlite3_stmt *st, void *ret) { snapshot_from_row(st, ret); }
+
+int store_snapshot_insert(struct store *s, const struct snapshot *sn) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r, i = 1;
+        if ((r = prepare(s, "INSERT INTO snapshots (" SNAP_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", &st)) < 0)
+                return r;
+        bind_text(st, i++, sn->id);
+        bind_text(st, i++, sn->account_id);
+        bind_text(st, i++, sn->sandbox_id);
+        bind_text(st, i++, sn->name);
+        bind_text(st, i++, sn->image_tag);
+        bind_text(st, i++, sn->source_template);
+        bind_text(st, i++, sn->node_id);
+        bind_text(st, i++, snap_status_str(sn->status));
+        sqlite3_bind_int(st, i++, sn->automatic);
+        bind_text(st, i++, sn->digest);
+        bind_text(st, i++, sn->failure_reason);
+        if (sn->size_bytes >= 0)
+                sqlite3_bind_int64(st, i++, sn->size_bytes);
+        else
+                sqlite3_bind_null(st, i++);
+        sqlite3_bind_int64(st, i++, sn->created_at);
+        bind_ms(st, i++, sn->finished_at);
+        return sqlite_to_errno(sqlite3_step(st));
+}
+
+int store_snapshot_get(struct store *s, const char *id, struct snapshot *ret) {
+        return get_one(s, "SELECT " SNAP_COLS " FROM snapshots WHERE id = ?", id, snapshot_row, ret);
+}
+
+int store_snapshot_finish(struct store *s, const char *id, enum snap_status to, const char *digest, int64_t size_bytes,
+                          const char *failure_reason, int64_t now) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "UPDATE snapshots SET status = ?, digest = ?, size_bytes = ?, failure_reason = ?, finished_at = ?"
+                            " WHERE id = ? AND status = 'creating'", &st)) < 0)
+                return r;
+        bind_text(st, 1, snap_status_str(to));
+        bind_text(st, 2, digest);
+        if (size_bytes >= 0)
+                sqlite3_bind_int64(st, 3, size_bytes);
+        else
+                sqlite3_bind_null(st, 3);
+        bind_text(st, 4, failure_reason);
+        sqlite3_bind_int64(st, 5, now);
+        bind_text(st, 6, id);
+        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
+                return r;
+        if (sqlite3_changes(s->db) > 0)
+                return 0;
+        _cleanup_stmt_ sqlite3_stmt *q = NULL;
+        if ((r = prepare(s, "SELECT 1 FROM snapshots WHERE id = ?", &q)) < 0)
+                return r;
+        bind_text(q, 1, id);
+        return sqlite3_step(q) == SQLITE_ROW ? -ESTALE : -ENOENT;
+}
+
+int store_snapshot_delete(struct store *s, const char *id) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "DELETE FROM snapshots WHERE id = ?", &st)) < 0)
+                return r;
+        bind_text(st, 1, id);
+        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
+                return r;
+        return sqlite3_changes(s->db) > 0 ? 0 : -ENOENT;
+}
+
+static int collect_snapshots(sqlite3_stmt *st, struct snapshot **ret, size_t *ret_n) {
+        struct snapshot *a = NULL;
+        size_t n = 0;
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                a = xrealloc(a, (n + 1) * sizeof(*a));
+                snapshot_from_row(st, &a[n++]);
+        }
+        if (rc != SQLITE_DONE) {
+                snapshot_array_free(a, n);
+                return sqlite_to_errno(rc);
+        }
+        *ret = a;
+        *ret_n = n;
+        return 0;
+}
+
+int store_snapshot_list(struct store *s, const char *account_id, const char *sandbox_id, int64_t offset, int64_t limit,
+                        struct snapshot **ret, size_t *ret_n, int64_t *ret_total) {
+        LOCKED(s);
+        int r;
+        {
+                _cleanup_stmt_ sqlite3_stmt *st = NULL;
+                if ((r = prepare(s, "SELECT COUNT(*) FROM snapshots WHERE account_id = ?1 AND (?2 IS NULL OR sandbox_id = ?2)",
+                                 &st)) < 0)
+                        return r;
+                bind_text(st, 1, account_id);
+                bind_text(st, 2, sandbox_id);
+                if (sqlite3_step(st) != SQLITE_ROW)
+                        return -EIO;
+                *ret_total = sqlite3_column_int64(st, 0);
+        }
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        if ((r = prepare(s, "SELECT " SNAP_COLS " FROM snapshots WHERE account_id = ?1 AND (?2 IS NULL OR sandbox_id = ?2)"
+                            " ORDER BY created_at DESC, id DESC LIMIT ?3 OFFSET ?4", &st)) < 0)
+                return r;
+        bind_text(st, 1, account_id);
+        bind_text(st, 2, sandbox_id);
+        sqlite3_bind_int64(st, 3, limit);
+        sqlite3_bind_int64(st, 4, offset);
+        return collect_snapshots(st, ret, ret_n);
+}
+
+int store_snapshot_list_stuck(struct store *s, int64_t before, struct snapshot **ret, size_t *ret_n) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "SELECT " SNAP_COLS " FROM snapshots WHERE status = 'creating' AND created_at < ?", &st)) < 0)
+                return r;
+        sqlite3_bind_int64(st, 1, before);
+        return collect_snapshots(st, ret, ret_n);
+}
+
+int store_snapshot_list_auto(struct store *s, const char *sandbox_id, struct snapshot **ret, size_t *ret_n) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, "SELECT " SNAP_COLS " FROM snapshots WHERE sandbox_id = ? AND automatic = 1"
+                            " AND status != 'creating' ORDER BY created_at DESC, id DESC", &st)) < 0)
+                return r;
+        bind_text(st, 1, sandbox_id);
+        return collect_snapshots(st, ret, ret_n);
 }

@@ -115,6 +115,8 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
                 r = -EINVAL;
                 goto out;
         }
+        if ((r = snapshot_config_load(cf, ret, err, errlen)) < 0)
+                goto out;
         if ((r = conf_check_unused(cf, err, errlen)) < 0)
                 goto out;
         if (!ret->node_id || !*ret->node_id) {
@@ -152,6 +154,7 @@ out:
 }
 
 void agent_config_done(struct agent_config *c) {
+        snapshot_config_done(c);
         free(c->egress_table);
         free(c->egress_dns);
         free(c->metrics_listen);
@@ -309,7 +312,9 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                         struct ps_result res;
                         if (privsep_child_pid(k) <= 0)
                                 continue;
-                        r = privsep_call(k, &ping, sizeof(ping), &res);
+                        r = privsep_try_call(k, &ping, sizeof(ping), &res);
+                        if (r == -EBUSY)
+                                r = 0;  /* busy with a snapshot step: alive */
                         if (r < 0)
                                 snprintf(err, sizeof(err), "a privileged process of the agent does not answer");
                 }

@@ -60,6 +60,8 @@ int nodeagent_main(int argc, char **argv) {
         }
         log_set_max_level(log_level_from_string(cfg.log_level));
         int r = start_children(&cfg);
+        if (r >= 0 && (r = snapshot_start(&cfg)) < 0)
+                log_error_errno(r, "Cannot start the snapshot worker: %m");
         /* /metrics in the parent, which holds no capability by now. */
         if (r >= 0 && (r = agent_metrics_start(&cfg, err, sizeof(err))) < 0)
                 log_error("Cannot serve /metrics: %s", err);
@@ -68,6 +70,7 @@ int nodeagent_main(int argc, char **argv) {
         if (r >= 0)
                 r = agent_run(&cfg);
         agent_metrics_stop();
+        snapshot_stop();
         privsep_stop();
         agent_config_done(&cfg);
         return r < 0 ? 1 : 0;

@@ -25,7 +25,30 @@ struct agent_config {
         char *metrics_listen;         /* loopback ADDRESS:PORT for /metrics, NULL = not served */
         uint64_t egress_resolve_timeout_ms;     /* bound on resolving one policy's names */
         uint64_t egress_resolve_interval_ms;    /* names re-resolved this often */
+        /* [snapshot]: where the docker process pushes committed sandboxes */
+        char *snap_registry;          /* "host:port" */
+        char *snap_repository;        /* "paddock/snapshots" */
+        char *snap_username, *snap_password;   /* NULL = anonymous; never logged */
+        char *snap_docker_socket;
+        char *snap_docker_root;       /* the filesystem whose free space is checked; NULL = Docker's data root */
+        uint64_t snap_disk_floor;     /* bytes: refuse to commit below this much free */
+        uint64_t snap_prune_interval_ms;
+        uint64_t snap_timeout_ms;     /* bound on one commit or push */
 };
+
+/* snapshot.c: the [snapshot] keys of the configuration (called by agent_config_load). */
+struct conf;
+int snapshot_config_load(struct conf *cf, struct agent_config *ret, char *err, size_t errlen);
+void snapshot_config_done(struct agent_config *c);
+/* Starts the snapshot worker thread: its own RabbitMQ connection consuming the node's durable
+ * snapshot queue (one job at a time, acked after its outcome is published), crash leftovers
+ * pruned before the first job and on a timer. 0 or -errno. */
+int snapshot_start(const struct agent_config *cfg);
+void snapshot_stop(void);
+/* One snapshot.create body -> the event body to publish (xmalloc'd; NULL: not a job, drop it).
+ * redelivered (AMQP's flag): an earlier attempt may have pushed already; the registry is
+ * asked first and a manifest found there is the result. */
+char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len, bool redelivered);
 
 /* agent.c: starts the egress child, which programs the firewall from [egress];
  * returns its result (0, or its -errno with its reason in err). */
@@ -45,7 +68,8 @@ int agent_run(const struct agent_config *cfg);
  * Privileged work happens in children it forks first, each reached over its own
  * SOCK_SEQPACKET socketpair with fixed-size, versioned binary messages:
  *   egress child: only CAP_NET_ADMIN; owns egress.c; never parses JSON or touches the network;
- *   docker child: will own the Docker socket (snapshots); today it answers PS_PING.
+ *   docker child: owns the Docker socket and the registry credentials (snapshots: commit,
+ *                 push, verify, remove, prune); no capabilities.
  * Every message a child reads is checked before use: its size is exactly the size
  * of its type, the version matches, every field is in range (relayd's IMSG_SIZE_CHECK).
  * A malformed one is refused with -EBADMSG and logged, never acted on.
@@ -65,6 +89,11 @@ enum ps_type {
         PS_RESULT,              /* child -> parent: struct ps_result answering seq */
         PS_EGRESS_LIST,         /* parent -> egress child: struct ps_egress_list */
         PS_EGRESS_STATS,        /* parent -> egress child: struct ps_egress_list (same paging) */
+        PS_DOCKER_COMMIT,       /* parent -> docker child: struct ps_docker (free disk checked first) */
+        PS_DOCKER_PUSH,         /* parent -> docker child: struct ps_docker; msg = digest */
+        PS_DOCKER_VERIFY,       /* parent -> docker child: struct ps_docker; msg = "<digest> <size>" from the registry */
+        PS_DOCKER_REMOVE,       /* parent -> docker child: struct ps_docker; the local image */
+        PS_DOCKER_PRUNE,        /* parent -> docker child: struct ps_docker (ids empty); msg = "<removed> <kept>" */
 };
 
 struct ps_hdr {
@@ -115,6 +144,16 @@ struct ps_egress_list {
         uint32_t reserved;                      /* 0 */
 };
 
+/* One snapshot step. The image is <registry>/<repository>:<snapshot_id> from the child's
+ * own configuration (registry credentials never travel). */
+#define PS_CONTAINER_MAX 64
+struct ps_docker {
+        struct ps_hdr hdr;
+        char snapshot_id[EGRESS_ID_LEN + 1];    /* 24 lowercase hex + NUL; "" for PRUNE */
+        char container[PS_CONTAINER_MAX + 1];   /* 64 hex id, or "paddock-<24 hex>"; COMMIT only */
+        uint8_t pad[6];                         /* 0 */
+};
+
 struct ps_result {
         struct ps_hdr hdr;
         int32_t r;                              /* 0 or -errno */
@@ -130,6 +169,12 @@ int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err,
  * answered out of protocol (the child is then considered dead); -ENOTCONN when it
  * was never started. Thread-safe. */
 int privsep_call(enum ps_child kind, void *req, size_t len, struct ps_result *ret);
+/* The same with its own bound on the child's answer (privsep_call: 30 s). Calls to one
+ * child are serialised; calls to different children do not wait for each other. */
+int privsep_call_timeout(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret);
+/* privsep_call, or -EBUSY at once when another call to that child is in progress (a ping
+ * must not wait behind a snapshot push: a child that is working is alive). */
+int privsep_try_call(enum ps_child kind, void *req, size_t len, struct ps_result *ret);
 /* For tests: sends buf as it is and waits for the result, like privsep_call. */
 int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret);
 /* false (why filled) when a started child has died or broke the protocol. */

@@ -20,15 +20,18 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "docker.h"
 #include "egress.h"
 #include "log.h"
 #include "nodeagent.h"
+#include "registry.h"
 #include "strutil.h"
 
 #ifndef SECBIT_NOROOT
@@ -48,6 +51,7 @@
 
 _Static_assert(sizeof(struct ps_hdr) == 16, "ps_hdr layout");
 _Static_assert(sizeof(struct ps_allow) == 8, "ps_allow layout");
+_Static_assert(sizeof(struct ps_docker) == 112, "ps_docker layout");
 _Static_assert(PS_LIST_PAGE * EGRESS_ID_LEN < PS_MSG_MAX, "a list page fits a result");
 _Static_assert(PS_STATS_PAGE * (EGRESS_ID_LEN + 4 * 21 + 1) + 12 < PS_MSG_MAX, "a stats page fits a result");
 
@@ -57,6 +61,9 @@ static const char *const child_names[PS_CHILD_MAX] = {
 };
 
 static pthread_mutex_t ps_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Held for a whole call to one child (a push may take minutes): the egress child is never
+ * kept waiting behind the docker child. ps_lock is only ever held briefly. */
+static pthread_mutex_t call_locks[PS_CHILD_MAX] = { [0 ... PS_CHILD_MAX - 1] = PTHREAD_MUTEX_INITIALIZER };
 /* Any child marked failed; read without ps_lock, which a call holds while it waits. */
 static atomic_bool any_failed;
 static struct {
@@ -178,6 +185,154 @@ static void do_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
         ret->r = egress_apply(&p, ret->msg, sizeof(ret->msg));
 }
 
+/* ---------------------------------------------------------------- the docker child's work */
+
+/* Set in the docker child only (child_main); NULL elsewhere (unit tests call
+ * privsep_child_handle directly: docker steps then answer -ENOTCONN). */
+static struct docker *dk;
+static const struct agent_config *dk_cfg;
+
+/* A container reference: 64 lowercase hex (Docker's id) or "paddock-" + 24 hex. */
+static bool container_field_valid(const char c[PS_CONTAINER_MAX + 1]) {
+        const char *nul = memchr(c, 0, PS_CONTAINER_MAX + 1);
+        if (!nul)
+                return false;
+        size_t n = (size_t) (nul - c);
+        if (n == 64) {
+                for (size_t i = 0; i < n; i++)
+                        if (!((c[i] >= '0' && c[i] <= '9') || (c[i] >= 'a' && c[i] <= 'f')))
+                                return false;
+                return zero(nul, PS_CONTAINER_MAX + 1 - n);
+        }
+        return n == 8 + EGRESS_ID_LEN && !memcmp(c, "paddock-", 8) && hexid_valid(c + 8) &&
+               zero(nul, PS_CONTAINER_MAX + 1 - n);
+}
+
+static int check_docker(uint16_t type, const struct ps_docker *m, struct ps_result *ret) {
+        bool want_id = type != PS_DOCKER_PRUNE, want_container = type == PS_DOCKER_COMMIT;
+        if (want_id ? !id_field_valid(m->snapshot_id) : !zero(m->snapshot_id, sizeof(m->snapshot_id)))
+                return refuse(ret, "snapshot_id is not 24 lowercase hex characters (or not empty for a prune)");
+        if (want_container ? !container_field_valid(m->container) : !zero(m->container, sizeof(m->container)))
+                return refuse(ret, "container is not a container id or sandbox container name (or not empty)");
+        if (!zero(m->pad, sizeof(m->pad)))
+                return refuse(ret, "padding is not zero");
+        return 0;
+}
+
+static void dk_fail(struct ps_result *ret, int r, const char *what) {
+        const char *dm = docker_last_error();
+        snprintf(ret->msg, sizeof(ret->msg), "%s: %s", what, dm && *dm ? dm : strerror(-r));
+        ret->r = r;
+}
+
+static void do_docker(uint16_t type, const struct ps_docker *m, struct ps_result *ret) {
+        if (!dk) {
+                snprintf(ret->msg, sizeof(ret->msg), "this process holds no Docker connection");
+                ret->r = -ENOTCONN;
+                return;
+        }
+        struct registry reg = { .host = dk_cfg->snap_registry, .username = dk_cfg->snap_username,
+                                .password = dk_cfg->snap_password };
+        _cleanup_free_ char *repo = xasprintf("%s/%s", dk_cfg->snap_registry, dk_cfg->snap_repository);
+        _cleanup_free_ char *ref = xasprintf("%s:%s", repo, m->snapshot_id);
+        int r;
+        switch ((enum ps_type) type) {
+        case PS_DOCKER_COMMIT: {
+                struct statvfs sv;
+                _cleanup_free_ char *root = dk_cfg->snap_docker_root ? xstrdup(dk_cfg->snap_docker_root) : NULL;
+                if (!root && (r = docker_root_dir(dk, &root)) < 0) {
+                        dk_fail(ret, r, "cannot ask Docker for its data directory");
+                        return;
+                }
+                if (statvfs(root, &sv) < 0) {
+                        ret->r = -errno;
+                        snprintf(ret->msg, sizeof(ret->msg), "cannot read the free space of %s: %s", root, strerror(errno));
+                        return;
+                }
+                uint64_t free_b = (uint64_t) sv.f_bavail * sv.f_frsize;
+                if (free_b < dk_cfg->snap_disk_floor) {
+                        snprintf(ret->msg, sizeof(ret->msg),
+                                 "the node has %" PRIu64 " MiB free on %s, under the snapshot floor of %" PRIu64 " MiB",
+                                 free_b >> 20, root, dk_cfg->snap_disk_floor >> 20);
+                        ret->r = -ENOSPC;
+                        return;
+                }
+                _cleanup_free_ char *image = NULL;
+                r = docker_commit(dk, m->container, repo, m->snapshot_id, &image);
+                if (r == -ENOENT) {
+                        snprintf(ret->msg, sizeof(ret->msg), "the sandbox's container is gone (destroyed or paused)");
+                        ret->r = r;
+                } else if (r < 0)
+                        dk_fail(ret, r, "commit failed");
+                else
+                        snprintf(ret->msg, sizeof(ret->msg), "%s", image);
+                return;
+        }
+        case PS_DOCKER_PUSH: {
+                _cleanup_free_ char *auth = registry_auth_header_value(&reg), *digest = NULL;
+                r = docker_image_push(dk, repo, m->snapshot_id, auth, &digest, NULL);
+                if (r < 0)
+                        dk_fail(ret, r, "push failed");
+                else
+                        snprintf(ret->msg, sizeof(ret->msg), "%s", digest);
+                return;
+        }
+        case PS_DOCKER_VERIFY: {
+                _cleanup_free_ char *digest = NULL;
+                int64_t size = 0;
+                r = registry_manifest_digest(&reg, dk_cfg->snap_repository, m->snapshot_id, &digest, &size);
+                if (r == -ENOENT) {
+                        snprintf(ret->msg, sizeof(ret->msg), "the registry has no manifest %s", ref);
+                        ret->r = r;
+                } else if (r < 0) {
+                        snprintf(ret->msg, sizeof(ret->msg), "cannot read the manifest %s from the registry: %s", ref,
+                                 strerror(-r));
+                        ret->r = r;
+                } else
+                        snprintf(ret->msg, sizeof(ret->msg), "%s %" PRId64, digest, size);
+                return;
+        }
+        case PS_DOCKER_REMOVE:
+                r = docker_image_remove(dk, ref, false);
+                if (r < 0 && r != -ENOENT)
+                        dk_fail(ret, r, "cannot remove the local image");
+                return;
+        case PS_DOCKER_PRUNE: {
+                _cleanup_free_ char *filter = xasprintf("%s:*", repo);
+                char **refs = NULL;
+                r = docker_image_list(dk, filter, &refs);
+                if (r < 0) {
+                        dk_fail(ret, r, "cannot list local snapshot images");
+                        return;
+                }
+                int removed = 0, kept = 0;
+                /* In use (a sandbox restored from it runs here): Docker refuses, the image stays. */
+                for (char **p = refs; *p; p++)
+                        if (docker_image_remove(dk, *p, false) >= 0)
+                                removed++;
+                        else
+                                kept++;
+                strv_free(refs);
+                snprintf(ret->msg, sizeof(ret->msg), "%d %d", removed, kept);
+                return;
+        }
+        case PS_READY:
+        case PS_PING:
+        case PS_EGRESS_APPLY:
+        case PS_EGRESS_REMOVE:
+        case PS_RESULT:
+        case PS_EGRESS_LIST:
+        case PS_EGRESS_STATS:
+                break;
+        }
+        refuse(ret, "message type %u is not a docker step", type);
+}
+
+static bool is_docker_type(uint16_t t) {
+        return t == PS_DOCKER_COMMIT || t == PS_DOCKER_PUSH || t == PS_DOCKER_VERIFY || t == PS_DOCKER_REMOVE ||
+               t == PS_DOCKER_PRUNE;
+}
+
 static int child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
         struct ps_hdr h;
         result_init(ret, PS_RESULT, 0);
@@ -207,6 +362,13 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_EGRESS_STATS:
                 want = sizeof(struct ps_egress_list);
                 break;
+        case PS_DOCKER_COMMIT:
+        case PS_DOCKER_PUSH:
+        case PS_DOCKER_VERIFY:
+        case PS_DOCKER_REMOVE:
+        case PS_DOCKER_PRUNE:
+                want = sizeof(struct ps_docker);
+                break;
         case PS_READY:
         case PS_RESULT:
         default:
@@ -214,8 +376,10 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         }
         if (len != want)
                 return refuse(ret, "type %u takes %zu bytes, got %zu", h.type, want, len);
-        if (kind == PS_CHILD_DOCKER && h.type != PS_PING)
+        if (kind == PS_CHILD_DOCKER && h.type != PS_PING && !is_docker_type(h.type))
                 return refuse(ret, "the docker process does not take message type %u", h.type);
+        if (kind == PS_CHILD_EGRESS && is_docker_type(h.type))
+                return refuse(ret, "the egress process does not take message type %u", h.type);
 
         switch ((enum ps_type) h.type) {
         case PS_PING:
@@ -284,6 +448,18 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
                                                snap[i].dropped_packets, snap[i].dropped_bytes);
                 return ret->r = 0;
         }
+        case PS_DOCKER_COMMIT:
+        case PS_DOCKER_PUSH:
+        case PS_DOCKER_VERIFY:
+        case PS_DOCKER_REMOVE:
+        case PS_DOCKER_PRUNE: {
+                struct ps_docker m;
+                memcpy(&m, buf, sizeof(m));
+                if (check_docker(h.type, &m, ret) < 0)
+                        return ret->r;
+                do_docker(h.type, &m, ret);
+                return ret->r;
+        }
         case PS_READY:
         case PS_RESULT:
                 break;
@@ -344,6 +520,12 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
                         .priority = (int) cfg->egress_priority,
                 };
                 r = egress_init(&ec, res.msg, sizeof(res.msg));
+        } else if (kind == PS_CHILD_DOCKER && cfg && cfg->snap_registry) {
+                dk_cfg = cfg;
+                r = docker_new(cfg->snap_docker_socket, &dk);
+                if (r < 0)
+                        fmt_err(res.msg, sizeof(res.msg), "cannot use the Docker socket %s: %s",
+                                cfg->snap_docker_socket ? cfg->snap_docker_socket : DOCKER_SOCKET_DEFAULT, strerror(-r));
         }
         res.r = r;
         if (send_all(fd, &res, sizeof(res)) < 0 || r < 0)
@@ -422,10 +604,14 @@ static int read_result(enum ps_child kind, uint16_t want_type, uint32_t seq, lon
         }
 }
 
-static int call_locked(enum ps_child kind, const void *buf, size_t len, uint32_t seq, struct ps_result *ret) {
-        if (children[kind].fd < 0)
+static int call_locked(enum ps_child kind, const void *buf, size_t len, uint32_t seq, long timeout_ms,
+                       struct ps_result *ret) {
+        pthread_mutex_lock(&ps_lock);
+        bool gone = children[kind].fd < 0, failed = children[kind].failed;
+        pthread_mutex_unlock(&ps_lock);
+        if (gone)
                 return -ENOTCONN;
-        if (children[kind].failed)
+        if (failed)
                 return -EPIPE;
         int r = send_all(children[kind].fd, buf, len);
         if (r == -EMSGSIZE || r == -ENOBUFS) {
@@ -434,31 +620,54 @@ static int call_locked(enum ps_child kind, const void *buf, size_t len, uint32_t
                 return ret->r;
         }
         if (r < 0) {
+                pthread_mutex_lock(&ps_lock);
                 mark_failed(kind, "the %s process is gone (%s)", child_names[kind], strerror(-r));
+                pthread_mutex_unlock(&ps_lock);
                 return -EPIPE;
         }
-        r = read_result(kind, PS_RESULT, seq, PS_CALL_TIMEOUT_MS, ret);
+        r = read_result(kind, PS_RESULT, seq, timeout_ms, ret);
         if (r < 0) {
+                pthread_mutex_lock(&ps_lock);
                 mark_failed(kind, "the %s process %s", child_names[kind],
                             r == -ETIMEDOUT ? "did not answer in time"
                             : r == -EBADMSG ? "answered out of protocol"
                                             : "is gone");
+                pthread_mutex_unlock(&ps_lock);
                 return -EPIPE;
         }
         return ret->r;
 }
 
-int privsep_call(enum ps_child kind, void *req, size_t len, struct ps_result *ret) {
-        if (kind >= PS_CHILD_MAX || len < sizeof(struct ps_hdr))
+int privsep_call_timeout(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret) {
+        if (kind >= PS_CHILD_MAX || len < sizeof(struct ps_hdr) || timeout_ms <= 0)
                 return -EINVAL;
-        pthread_mutex_lock(&ps_lock);
+        pthread_mutex_lock(&call_locks[kind]);
         struct ps_hdr *h = req;
         h->version = PS_VERSION;
         h->len = (uint32_t) len;
         h->seq = ++children[kind].seq;
         h->reserved = 0;
-        int r = call_locked(kind, req, len, h->seq, ret);
-        pthread_mutex_unlock(&ps_lock);
+        int r = call_locked(kind, req, len, h->seq, timeout_ms, ret);
+        pthread_mutex_unlock(&call_locks[kind]);
+        return r;
+}
+
+int privsep_call(enum ps_child kind, void *req, size_t len, struct ps_result *ret) {
+        return privsep_call_timeout(kind, req, len, PS_CALL_TIMEOUT_MS, ret);
+}
+
+int privsep_try_call(enum ps_child kind, void *req, size_t len, struct ps_result *ret) {
+        if (kind >= PS_CHILD_MAX || len < sizeof(struct ps_hdr))
+                return -EINVAL;
+        if (pthread_mutex_trylock(&call_locks[kind]) != 0)
+                return -EBUSY;
+        struct ps_hdr *h = req;
+        h->version = PS_VERSION;
+        h->len = (uint32_t) len;
+        h->seq = ++children[kind].seq;
+        h->reserved = 0;
+        int r = call_locked(kind, req, len, h->seq, PS_CALL_TIMEOUT_MS, ret);
+        pthread_mutex_unlock(&call_locks[kind]);
         return r;
 }
 
@@ -468,10 +677,10 @@ int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_
         struct ps_hdr h = { 0 };
         if (len >= sizeof(h))
                 memcpy(&h, buf, sizeof(h));
-        pthread_mutex_lock(&ps_lock);
+        pthread_mutex_lock(&call_locks[kind]);
         /* The child echoes the seq it could read, 0 when the header itself was short. */
-        int r = call_locked(kind, buf, len, len >= sizeof(h) ? h.seq : 0, ret);
-        pthread_mutex_unlock(&ps_lock);
+        int r = call_locked(kind, buf, len, len >= sizeof(h) ? h.seq : 0, PS_CALL_TIMEOUT_MS, ret);
+        pthread_mutex_unlock(&call_locks[kind]);
         return r;
 }
 

@@ -210,3 +210,41 @@ TEST(caps_drop_keeps_only_what_is_asked) {
         read_status("/proc/self/status", status);
         ASSERT_CONTAINS(status, "CapEff:\t0000000000000000");
 }
+
+/* Docker steps: a well-formed one reaches the step (no Docker connection in this process:
+ * -ENOTCONN); each spoiled field is refused by name; the egress process takes none. */
+TEST(docker_steps_are_checked) {
+        struct ps_docker m = { .hdr = { .version = PS_VERSION, .type = PS_DOCKER_COMMIT, .len = sizeof(m), .seq = 9 } };
+        struct ps_result res;
+        memcpy(m.snapshot_id, SB, sizeof(SB));
+        memcpy(m.container, "paddock-" SB, sizeof("paddock-" SB));
+        ASSERT_EQ(handle(PS_CHILD_DOCKER, &m, sizeof(m), &res), -ENOTCONN);
+        ASSERT_EQ(res.hdr.seq, 9);
+        EXPECT_REFUSED(PS_CHILD_EGRESS, &m, sizeof(m), "does not take");
+
+        struct ps_docker bad = m;
+        bad.snapshot_id[3] = 'X';
+        EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad), "snapshot_id");
+        bad = m;
+        memcpy(bad.container, "../../etc", sizeof("../../etc"));
+        EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad), "container");
+        bad = m;
+        bad.container[sizeof("paddock-" SB)] = 'x';   /* bytes after the NUL */
+        EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad), "container");
+        bad = m;
+        bad.pad[5] = 1;
+        EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad), "padding");
+        /* Only a commit names a container; a prune names nothing. */
+        bad = m;
+        bad.hdr.type = PS_DOCKER_PUSH;
+        EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad), "container");
+        memset(bad.container, 0, sizeof(bad.container));
+        ASSERT_EQ(handle(PS_CHILD_DOCKER, &bad, sizeof(bad), &res), -ENOTCONN);
+        bad.hdr.type = PS_DOCKER_PRUNE;
+        EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad), "snapshot_id");
+        memset(bad.snapshot_id, 0, sizeof(bad.snapshot_id));
+        ASSERT_EQ(handle(PS_CHILD_DOCKER, &bad, sizeof(bad), &res), -ENOTCONN);
+        /* Wrong size for the type. */
+        bad.hdr.len = sizeof(bad) - 4;
+        EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad) - 4, "takes");
+}

@@ -1,0 +1,128 @@
+/* registry.c — Docker Registry HTTP API v2: manifest lookup and delete (contract in registry.h). */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+
+#include "cleanup.h"
+#include "httpc.h"
+#include "log.h"
+#include "registry.h"
+#include "strutil.h"
+
+#define REGISTRY_TIMEOUT_MS 30000L
+#define MANIFEST_ACCEPT "Accept: application/vnd.docker.distribution.manifest.v2+json"
+
+char *registry_auth_header_value(const struct registry *r) {
+        if (!r->username || !*r->username)
+                return xstrdup("e30=");
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "username", r->username);
+        cJSON_AddStringToObject(o, "password", r->password ? r->password : "");
+        cJSON_AddStringToObject(o, "serveraddress", r->host);
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
+        if (!text)
+                oom();
+        char *b = base64_encode(text, strlen(text), NULL);
+        /* Docker decodes this header as URL-safe base64. */
+        for (char *p = b; *p; p++)
+                *p = *p == '+' ? '-' : *p == '/' ? '_' : *p;
+        return b;
+}
+
+static char *base_url(const struct registry *r) {
+        if (startswith(r->host, "http://") || startswith(r->host, "https://"))
+                return xstrdup(r->host);
+        return xasprintf("http://%s", r->host);
+}
+
+static bool path_ok(const char *s) {
+        if (!s || !*s || strlen(s) > 255)
+                return false;
+        for (; *s; s++)
+                if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || strchr("._-/:", *s)))
+                        return false;
+        return true;
+}
+
+static int call(const struct registry *r, const char *method, const char *repo, const char *ref,
+                struct httpc_resp *ret) {
+        if (!path_ok(repo) || !path_ok(ref) || strchr(ref, '/'))
+                return -EINVAL;
+        _cleanup_free_ char *base = base_url(r);
+        _cleanup_free_ char *url = xasprintf("%s/v2/%s/manifests/%s", base, repo, ref);
+        _cleanup_free_ char *auth = NULL;
+        const char *hdrs[3] = { MANIFEST_ACCEPT, NULL, NULL };
+        if (r->username && *r->username) {
+                _cleanup_free_ char *up = xasprintf("%s:%s", r->username, r->password ? r->password : "");
+                _cleanup_free_ char *b = base64_encode(up, strlen(up), NULL);
+                auth = xasprintf("Authorization: Basic %s", b);
+                hdrs[1] = auth;
+        }
+        struct httpc_req req = {
+                .method = method,
+                .url = url,
+                .headers = hdrs,
+                .timeout_ms = REGISTRY_TIMEOUT_MS,
+                .max_response = 4 << 20,
+        };
+        int k = httpc_do(&req, ret);
+        if (k < 0)
+                log_debug("registry: %s %s: %s", method, url, strerror(-k));
+        return k;
+}
+
+static int map_status(long s) {
+        if (s >= 200 && s < 300)
+                return 0;
+        if (s == 404)
+                return -ENOENT;
+        if (s == 401 || s == 403)
+                return -EACCES;
+        if (s == 405)
+                return -EOPNOTSUPP;
+        return -EIO;
+}
+
+int registry_manifest_digest(const struct registry *r, const char *repo, const char *tag, char **ret_digest,
+                             int64_t *ret_size) {
+        struct httpc_resp resp = { 0 };
+        int k = call(r, "GET", repo, tag, &resp);
+        if (k < 0)
+                return k;
+        k = map_status(resp.status);
+        if (k == 0) {
+                /* The digest of a manifest is the SHA-256 of its bytes as served. */
+                char hex[65];
+                sha256_hex(resp.body, resp.body_len, hex);
+                if (ret_size) {
+                        _cleanup_(cJSON_Deletep) cJSON *m = cJSON_ParseWithLength(resp.body, resp.body_len);
+                        const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(m, "config"), *l;
+                        const cJSON *sz = cJSON_GetObjectItemCaseSensitive(cfg, "size");
+                        double total = cJSON_IsNumber(sz) ? sz->valuedouble : 0;
+                        cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(m, "layers")) {
+                                sz = cJSON_GetObjectItemCaseSensitive(l, "size");
+                                total += cJSON_IsNumber(sz) ? sz->valuedouble : 0;
+                        }
+                        *ret_size = (int64_t) total;
+                }
+                if (ret_digest)
+                        *ret_digest = xasprintf("sha256:%s", hex);
+        }
+        httpc_resp_done(&resp);
+        return k;
+}
+
+int registry_manifest_delete(const struct registry *r, const char *repo, const char *digest) {
+        struct httpc_resp resp = { 0 };
+        if (!digest || !startswith(digest, "sha256:"))
+                return -EINVAL;
+        int k = call(r, "DELETE", repo, digest, &resp);
+        if (k < 0)
+                return k;
+        k = map_status(resp.status);
+        httpc_resp_done(&resp);
+        return k == -ENOENT ? 0 : k;
+}

@@ -1,0 +1,32 @@
+/* registry.h — the few Docker Registry HTTP API v2 calls snapshots need, and the
+ * X-Registry-Auth value Docker wants for a push or pull.
+ *
+ * A registry is named "host[:port]" and spoken to over plain HTTP (loopback and
+ * private registries; TLS registries are reached as https:// when the name starts
+ * with it). Credentials (optional) go as HTTP Basic auth; bearer-token registries
+ * are not supported. Library-like: debug logging only, -errno returns:
+ *   -ENOENT  no such manifest, -EACCES refused credentials, -EOPNOTSUPP deletes are
+ *   disabled on the registry (405), -EIO any other status, transport errors as httpc.
+ */
+#pragma once
+
+#include <stdint.h>
+
+struct registry {
+        const char *host;       /* "127.0.0.1:5000" or "https://reg.example.com" */
+        const char *username;   /* NULL = anonymous */
+        const char *password;
+};
+
+/* base64url of {"username","password","serveraddress"} (xmalloc'd); "e30=" ({})
+ * when there are no credentials. */
+char *registry_auth_header_value(const struct registry *r);
+
+/* The manifest digest ("sha256:<hex>", xmalloc'd) of repo:tag as the registry serves it
+ * (schema 2), or -ENOENT when the registry has no such manifest. ret_size (optional):
+ * the bytes the registry stores for it (config + layers, compressed). */
+int registry_manifest_digest(const struct registry *r, const char *repo, const char *tag, char **ret_digest,
+                             int64_t *ret_size);
+
+/* Deletes the manifest repo@digest. Already gone (404) counts as success. */
+int registry_manifest_delete(const struct registry *r, const char *repo, const char *digest);

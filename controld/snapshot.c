@@ -1,0 +1,672 @@
+/* snapshot.c — snapshots: the record, the job to the node's agent, the agent's outcome,
+ * deadlines, automatic schedules and retention.
+ *
+ * A snapshot is recorded `creating` before anything else happens, then a snapshot.create
+ * job is published, persistent and confirmed, to the node's durable job queue
+ * (<exchange>.snapshots.<node>, routing key "snapshot.<node>"; declared here too, so a job
+ * for an agent that is down waits for it). The agent answers on the durable
+ * <exchange>.snapshot-events queue, which this process consumes with manual acks: an
+ * outcome published while controld was down is applied when it comes back. An event is
+ * taken only from the node the job went to (app_id, which the agent sets with user_id =
+ * its broker login).
+ *
+ * Nothing stays `creating` forever: past [snapshots] timeout the tick thread marks it
+ * failed. An outcome that arrives after that (or for a snapshot deleted meanwhile) has
+ * its registry manifest deleted, so the registry holds no image without a record.
+ *
+ * The tick thread also fires automatic schedules (5-field cron, UTC) and applies each
+ * plan's retention (count and age) to automatic snapshots.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "amqp.h"
+
+#include "cleanup.h"
+#include "controld.h"
+#include "cron.h"
+#include "json.h"
+#include "log.h"
+#include "registry.h"
+#include "strutil.h"
+
+#define CH 1
+#define MAX_EVENT_BODY (64 * 1024)
+#define PUBLISH_TIMEOUT_MS 5000
+
+struct snapbus {
+        struct ctl *c;
+        struct amqpx_url url;
+        pthread_mutex_t pub_lock;
+        amqp_connection_state_t pub;     /* NULL: connect at the next publish */
+        uint64_t pub_tag;
+        pthread_t events_thread, tick_thread;
+        bool events_running, tick_running;
+        atomic_bool stop;
+        pthread_mutex_t lock;            /* tick thread's sleep */
+        pthread_cond_t cond;
+};
+
+static struct registry reg_of(const struct ctl *c) {
+        return (struct registry) {
+                .host = c->cfg->snap_registry,
+                .username = c->cfg->snap_username && *c->cfg->snap_username ? c->cfg->snap_username : NULL,
+                .password = c->cfg->snap_password,
+        };
+}
+
+char *ctl_snapshot_registry_auth(const struct ctl *c) {
+        struct registry r = reg_of(c);
+        return registry_auth_header_value(&r);
+}
+
+cJSON *snapshot_to_json(const struct snapshot *sn) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "id", sn->id);
+        json_add_str(o, "sandbox_id", sn->sandbox_id);
+        json_add_str(o, "name", sn->name);
+        json_add_str(o, "image_tag", sn->image_tag);
+        json_add_str(o, "source_template", sn->source_template);
+        json_add_str(o, "status", snap_status_str(sn->status));
+        json_add_str(o, "failure_reason", sn->failure_reason);
+        if (sn->size_bytes >= 0)
+                cJSON_AddNumberToObject(o, "size_bytes", (double) sn->size_bytes);
+        else
+                cJSON_AddNullToObject(o, "size_bytes");
+        json_add_time(o, "created_at", sn->created_at);
+        return o;
+}
+
+/* ---------------------------------------------------------------- publishing jobs */
+
+static int pub_connect(struct snapbus *b, char *err, size_t errlen) {
+        amqp_connection_state_t conn = NULL;
+        int r = amqpx_connect(&b->url, "paddock-controld-snapshots", 131072, 30, 5000, &conn, err, errlen);
+        if (r < 0)
+                return r;
+        if ((r = amqpx_channel_open_exchange(conn, CH, b->c->cfg->amqp_exchange, err, errlen)) < 0)
+                goto fail;
+        amqp_confirm_select(conn, CH);
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "confirm.select", err, errlen)) < 0)
+                goto fail;
+        b->pub = conn;
+        b->pub_tag = 0;
+        return 0;
+fail:
+        amqp_destroy_connection(conn);
+        return r;
+}
+
+static void pub_drop(struct snapbus *b) {
+        if (b->pub)
+                amqp_destroy_connection(b->pub);
+        b->pub = NULL;
+}
+
+static int declare_jobs_queue(struct snapbus *b, const char *node, char *err, size_t errlen) {
+        _cleanup_free_ char *q = xasprintf("%s.snapshots.%s", b->c->cfg->amqp_exchange, node);
+        _cleanup_free_ char *key = xasprintf("snapshot.%s", node);
+        amqp_queue_declare(b->pub, CH, amqp_cstring_bytes(q), 0, 1, 0, 0, amqp_empty_table);
+        int r = amqpx_rpc_check(amqp_get_rpc_reply(b->pub), "queue.declare", err, errlen);
+        if (r < 0)
+                return r;
+        amqp_queue_bind(b->pub, CH, amqp_cstring_bytes(q), amqp_cstring_bytes(b->c->cfg->amqp_exchange),
+                        amqp_cstring_bytes(key), amqp_empty_table);
+        return amqpx_rpc_check(amqp_get_rpc_reply(b->pub), "queue.bind", err, errlen);
+}
+
+/* One attempt: declare, publish persistent + mandatory, wait for the broker's ack. */
+static int publish_once(struct snapbus *b, const char *node, const char *body, char *err, size_t errlen) {
+        int r;
+        if (!b->pub && (r = pub_connect(b, err, errlen)) < 0)
+                return r;
+        if ((r = declare_jobs_queue(b, node, err, errlen)) < 0)
+                return r;
+        _cleanup_free_ char *key = xasprintf("snapshot.%s", node);
+        amqp_basic_properties_t p = { 0 };
+        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG;
+        p.content_type = amqp_cstring_bytes("application/json");
+        p.delivery_mode = 2;
+        if (amqp_basic_publish(b->pub, CH, amqp_cstring_bytes(b->c->cfg->amqp_exchange), amqp_cstring_bytes(key), 1, 0, &p,
+                               amqp_cstring_bytes(body)) != AMQP_STATUS_OK) {
+                snprintf(err, errlen, "the connection to RabbitMQ broke while publishing");
+                return -ECONNRESET;
+        }
+        uint64_t tag = ++b->pub_tag;
+        int64_t deadline = mono_ms() + PUBLISH_TIMEOUT_MS;
+        for (;;) {
+                long left = (long) (deadline - mono_ms());
+                if (left <= 0) {
+                        snprintf(err, errlen, "RabbitMQ did not confirm the job within %d ms", PUBLISH_TIMEOUT_MS);
+                        return -ETIMEDOUT;
+                }
+                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
+                amqp_frame_t f;
+                int s = amqp_simple_wait_frame_noblock(b->pub, &f, &tv);
+                if (s == AMQP_STATUS_TIMEOUT)
+                        continue;
+                if (s != AMQP_STATUS_OK) {
+                        snprintf(err, errlen, "the connection to RabbitMQ broke: %s", amqp_error_string2(s));
+                        return -ECONNRESET;
+                }
+                if (f.frame_type != AMQP_FRAME_METHOD)
+                        continue;
+                if (f.payload.method.id == AMQP_BASIC_ACK_METHOD) {
+                        const amqp_basic_ack_t *a = f.payload.method.decoded;
+                        if (a->delivery_tag == tag || (a->multiple && a->delivery_tag >= tag))
+                                return 0;
+                } else if (f.payload.method.id == AMQP_BASIC_NACK_METHOD) {
+                        snprintf(err, errlen, "RabbitMQ refused the job (nack)");
+                        return -EIO;
+                } else if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD) {
+                        snprintf(err, errlen, "RabbitMQ has no queue for node %s", node);
+                        return -ENXIO;   /* the content frames follow; the connection is dropped */
+                } else if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
+                           f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD) {
+                        snprintf(err, errlen, "RabbitMQ closed the channel");
+                        return -ECONNRESET;
+                }
+        }
+}
+
+static int publish_job(struct snapbus *b, const char *node, const char *body, char *err, size_t errlen) {
+        pthread_mutex_lock(&b->pub_lock);
+        int r = publish_once(b, node, body, err, errlen);
+        if (r < 0) {
+                /* A connection that died while idle: once more on a fresh one. */
+                pub_drop(b);
+                r = publish_once(b, node, body, err, errlen);
+                if (r < 0)
+                        pub_drop(b);
+        }
+        pthread_mutex_unlock(&b->pub_lock);
+        return r;
+}
+
+/* ---------------------------------------------------------------- create, load, delete */
+
+int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, bool automatic,
+                    struct snapshot *ret, struct api_error *err) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
+        int r;
+        if (!c->snapbus)
+                return API_ERR(err, -EOPNOTSUPP,
+                               "Snapshots need node agents, and this server has none ([amqp] url is not set)");
+        r = sandbox_load(c, acc, sandbox_id, &sb, err);
+        if (r < 0)
+                return r;
+        if (sb.status != SB_READY)
+                return API_ERR(err, -EBUSY, "Sandbox must be ready to take a snapshot (it is %s)", sb_status_str(sb.status));
+        if (!sb.node_id || !sb.container_id)
+                return API_ERR(err, -EBUSY, "Sandbox has no running container to snapshot");
+
+        hexid_new(sn.id);
+        strscpy(sn.account_id, acc->id, sizeof(sn.account_id));
+        strscpy(sn.sandbox_id, sb.id, sizeof(sn.sandbox_id));
+        sn.name = xstrdup(name);
+        sn.image_tag = xasprintf("%s/%s:%s", c->cfg->snap_registry, c->cfg->snap_repository, sn.id);
+        sn.source_template = xstrdup(sb.template_name);
+        sn.node_id = xstrdup(sb.node_id);
+        sn.status = SNAP_CREATING;
+        sn.automatic = automatic;
+        sn.size_bytes = -1;
+        sn.created_at = now_ms();
+        if (store_snapshot_insert(c->store, &sn) < 0)
+                return API_ERR(err, -EIO, "Failed to record the snapshot");
+        log_ctx_set("SNAPSHOT_ID", sn.id);
+        log_ctx_set("SANDBOX_ID", sb.id);
+        log_ctx_set("NODE_ID", sb.node_id);
+
+        _cleanup_json_ cJSON *job = cJSON_CreateObject();
+        json_add_str(job, "type", "snapshot.create");
+        json_add_str(job, "snapshot_id", sn.id);
+        json_add_str(job, "sandbox_id", sb.id);
+        json_add_str(job, "container_id", sb.container_id);
+        json_add_str(job, "node_id", sb.node_id);
+        _cleanup_free_ char *body = json_print(job);
+        char perr[256] = "";
+        r = publish_job(c->snapbus, sb.node_id, body, perr, sizeof(perr));
+        if (r < 0) {
+                _cleanup_free_ char *why = xasprintf("the job could not be handed to the node agent: %s", perr);
+                (void) store_snapshot_finish(c->store, sn.id, SNAP_FAILED, NULL, -1, why, now_ms());
+                log_error("snapshot failed: %s", why);
+                log_ctx_set("SNAPSHOT_ID", NULL);
+                return API_ERR(err, -EHOSTUNREACH, "Snapshot could not be started: %s. Retry the request.", perr);
+        }
+        log_info("snapshot creating name=%s%s", sn.name, automatic ? " (automatic)" : "");
+        log_ctx_set("SNAPSHOT_ID", NULL);
+        log_ctx_set("NODE_ID", NULL);
+        *ret = sn;
+        sn = (struct snapshot) { 0 };
+        return 0;
+}
+
+int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct api_error *err) {
+        _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
+        int r = store_snapshot_get(c->store, id, &sn);
+        if (r == -ENOENT || (r == 0 && strcmp(sn.account_id, acc->id) != 0))
+                return API_ERR(err, -ENOENT, "Snapshot not found");
+        if (r < 0)
+                return API_ERR(err, -EIO, "Failed to read the snapshot record");
+        *ret = sn;
+        sn = (struct snapshot) { 0 };
+        return 0;
+}
+
+/* The manifest of sn in the registry, by the digest we recorded or, when there is none
+ * (failed, or from before the outcome), whatever the tag points at. */
+static int delete_image(struct ctl *c, const struct snapshot *sn, char *err, size_t errlen) {
+        struct registry reg = reg_of(c);
+        _cleanup_free_ char *digest = sn->digest ? xstrdup(sn->digest) : NULL;
+        int r;
+        if (!digest) {
+                r = registry_manifest_digest(&reg, c->cfg->snap_repository, sn->id, &digest, NULL);
+                if (r == -ENOENT)
+                        return 0;
+                if (r < 0) {
+                        snprintf(err, errlen, "the registry did not answer (%s)", strerror(-r));
+                        return r;
+                }
+        }
+        r = registry_manifest_delete(&reg, c->cfg->snap_repository, digest);
+        if (r == -EOPNOTSUPP)
+                snprintf(err, errlen, "the registry refuses deletes (enable storage delete in its configuration)");
+        else if (r < 0)
+                snprintf(err, errlen, "the registry did not delete the image (%s)", strerror(-r));
+        return r;
+}
+
+static int delete_record_and_image(struct ctl *c, const struct snapshot *sn, char *err, size_t errlen) {
+        int r = delete_image(c, sn, err, errlen);
+        if (r < 0)
+                return r;
+        r = store_snapshot_delete(c->store, sn->id);
+        if (r < 0 && r != -ENOENT) {
+                snprintf(err, errlen, "failed to delete the record");
+                return r;
+        }
+        return 0;
+}
+
+int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err) {
+        _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
+        char derr[256] = "";
+        int r = snapshot_load(c, acc, id, &sn, err);
+        if (r < 0)
+                return r;
+        if (sn.status == SNAP_CREATING)
+                return API_ERR(err, -EBUSY, "Snapshot is still being created; delete it once it is ready or failed");
+        log_ctx_set("SNAPSHOT_ID", sn.id);
+        log_ctx_set("SANDBOX_ID", sn.sandbox_id);
+        r = delete_image(c, &sn, derr, sizeof(derr));
+        if (r < 0 && sn.status != SNAP_FAILED) {
+                log_error("snapshot delete failed: %s", derr);
+                log_ctx_set("SNAPSHOT_ID", NULL);
+                return API_ERR(err, -EHOSTUNREACH, "Could not delete the snapshot: %s. Retry the request.", derr);
+        }
+        if (r < 0)
+                /* A failed snapshot has no image unless its push finished and the check after
+                 * it did not: its record goes even while the registry cannot be asked. */
+                log_warning("snapshot delete: %s; deleting the record of the failed snapshot anyway", derr);
+        r = store_snapshot_delete(c->store, sn.id);
+        if (r < 0 && r != -ENOENT) {
+                log_ctx_set("SNAPSHOT_ID", NULL);
+                return API_ERR(err, -EIO, "Failed to delete the snapshot record");
+        }
+        log_info("snapshot deleted");
+        log_ctx_set("SNAPSHOT_ID", NULL);
+        return 0;
+}
+
+/* ---------------------------------------------------------------- agents' outcomes */
+
+static const char *jstr(const cJSON *o, const char *k) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+        return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static double jnum(const cJSON *o, const char *k, double def) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+        return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+/* Drops the registry image of an outcome nobody will record (deleted or timed out meanwhile). */
+static void drop_orphan(struct ctl *c, const char *id, const char *digest) {
+        struct registry reg = reg_of(c);
+        if (!digest)
+                return;
+        int r = registry_manifest_delete(&reg, c->cfg->snap_repository, digest);
+        if (r < 0)
+                log_warning("cannot delete the registry image of snapshot %s that has no record: %s", id, strerror(-r));
+        else
+                log_info("deleted the registry image of a snapshot whose record is gone or failed");
+}
+
+int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size_t len) {
+        _cleanup_json_ cJSON *e = NULL;
+        _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
+        char perr[128];
+        if (json_parse(body, len, MAX_EVENT_BODY, 4, &e, perr, sizeof(perr)) < 0 || !cJSON_IsObject(e))
+                return -EBADMSG;
+        const char *type = jstr(e, "type"), *id = jstr(e, "snapshot_id"), *digest = jstr(e, "digest");
+        if (!type || !id || strlen(id) != HEXID_LEN || !hexid_valid(id))
+                return -EBADMSG;
+        bool ok = !strcmp(type, "snapshot.completed");
+        if (!ok && strcmp(type, "snapshot.failed") != 0)
+                return -EBADMSG;
+        if (ok && (!digest || !startswith(digest, "sha256:") || strlen(digest) != 71))
+                return -EBADMSG;
+        log_ctx_set("SNAPSHOT_ID", id);
+        int r = store_snapshot_get(c->store, id, &sn);
+        if (r == -ENOENT) {
+                if (ok)
+                        drop_orphan(c, id, digest);
+                log_ctx_set("SNAPSHOT_ID", NULL);
+                return 0;
+        }
+        if (r < 0)
+                return -EIO;
+        if (!node || !sn.node_id || strcmp(node, sn.node_id) != 0) {
+                log_warning("ignoring a snapshot outcome from node %s: the job went to node %s", node ? node : "(none)",
+                            sn.node_id ? sn.node_id : "(none)");
+                log_ctx_set("SNAPSHOT_ID", NULL);
+                return 0;
+        }
+        log_ctx_set("SANDBOX_ID", sn.sandbox_id);
+        log_ctx_set("NODE_ID", sn.node_id);
+        static const struct { const char *key, *field, *phase; } phases[] = {
+                { "commit_ms", "COMMIT_MS", "snapshot_commit" },
+                { "push_ms", "PUSH_MS", "snapshot_push" },
+                { "verify_ms", "VERIFY_MS", "snapshot_verify" },
+                { "prune_ms", "PRUNE_MS", "snapshot_prune" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(phases); i++) {
+                double ms = jnum(e, phases[i].key, -1);
+                if (ms < 0)
+                        continue;
+                char buf[32];
+                snprintf(buf, sizeof(buf), "%.0f", ms);
+                log_ctx_set(phases[i].field, buf);
+                metrics_observe_phase(c->metrics, phases[i].phase, ms / 1000.0);
+        }
+        double total_s = (double) (now_ms() - sn.created_at) / 1000.0;
+        if (ok) {
+                int64_t size = (int64_t) jnum(e, "size_bytes", -1);
+                r = store_snapshot_finish(c->store, id, SNAP_READY, digest, size, NULL, now_ms());
+                if (r == -ESTALE && sn.status == SNAP_FAILED)
+                        drop_orphan(c, id, digest);   /* timed out meanwhile: its image has no use */
+                else if (r == 0) {
+                        metrics_observe_phase(c->metrics, "snapshot_total", total_s);
+                        log_info("snapshot ready (%s, %" PRId64 " bytes) in %.1f s", digest, size, total_s);
+                }
+        } else {
+                const char *why = jstr(e, "reason");
+                _cleanup_free_ char *reason = xasprintf("%s", why && *why ? why : "the node agent reported a failure");
+                if (strlen(reason) > 500)
+                        reason[500] = 0;
+                r = store_snapshot_finish(c->store, id, SNAP_FAILED, NULL, -1, reason, now_ms());
+                if (r == 0) {
+                        metrics_observe_phase(c->metrics, "snapshot_failed", total_s);
+                        log_warning("snapshot failed: %s", reason);
+                }
+        }
+        for (size_t i = 0; i < ELEMENTSOF(phases); i++)
+                log_ctx_set(phases[i].field, NULL);
+        log_ctx_set("SNAPSHOT_ID", NULL);
+        log_ctx_set("SANDBOX_ID", NULL);
+        log_ctx_set("NODE_ID", NULL);
+        return r == -ESTALE ? 0 : r;
+}
+
+static amqp_connection_state_t events_connect(struct snapbus *b) {
+        struct ctl *c = b->c;
+        _cleanup_free_ char *q = xasprintf("%s.snapshot-events", c->cfg->amqp_exchange);
+        amqp_connection_state_t conn = NULL;
+        char err[512];
+        if (amqpx_connect(&b->url, "paddock-controld-snapshot-events", 131072, 30, 5000, &conn, err, sizeof(err)) < 0) {
+                log_warning("snapshot events: %s; retrying", err);
+                return NULL;
+        }
+        if (amqpx_channel_open_exchange(conn, CH, c->cfg->amqp_exchange, err, sizeof(err)) < 0)
+                goto fail;
+        amqp_queue_declare(conn, CH, amqp_cstring_bytes(q), 0, 1, 0, 0, amqp_empty_table);
+        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", err, sizeof(err)) < 0)
+                goto fail;
+        amqp_queue_bind(conn, CH, amqp_cstring_bytes(q), amqp_cstring_bytes(c->cfg->amqp_exchange),
+                        amqp_cstring_bytes("snapshot.events"), amqp_empty_table);
+        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.bind", err, sizeof(err)) < 0)
+                goto fail;
+        amqp_basic_qos(conn, CH, 0, 16, 0);
+        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.qos", err, sizeof(err)) < 0)
+                goto fail;
+        amqp_basic_consume(conn, CH, amqp_cstring_bytes(q), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.consume", err, sizeof(err)) < 0)
+                goto fail;
+        log_info("consuming snapshot outcomes on queue %s", q);
+        return conn;
+fail:
+        log_warning("snapshot events: %s", err);
+        amqp_destroy_connection(conn);
+        return NULL;
+}
+
+static void *events_main(void *ud) {
+        struct snapbus *b = ud;
+        int backoff_ms = 200;
+        while (!atomic_load(&b->stop)) {
+                amqp_connection_state_t conn = events_connect(b);
+                if (!conn) {
+                        for (int s = 0; s < backoff_ms && !atomic_load(&b->stop); s += 100)
+                                usleep(100 * 1000);
+                        backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;
+                        continue;
+                }
+                backoff_ms = 200;
+                while (!atomic_load(&b->stop)) {
+                        amqp_envelope_t env;
+                        struct timeval tv = { .tv_sec = 1 };
+                        amqp_maybe_release_buffers(conn);
+                        amqp_rpc_reply_t x = amqp_consume_message(conn, &env, &tv, 0);
+                        if (x.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && x.library_error == AMQP_STATUS_TIMEOUT)
+                                continue;
+                        if (x.reply_type != AMQP_RESPONSE_NORMAL)
+                                break;   /* a close or a broken connection: reconnect */
+                        _cleanup_free_ char *node = NULL;
+                        if (env.message.properties._flags & AMQP_BASIC_APP_ID_FLAG)
+                                node = xstrndup(env.message.properties.app_id.bytes, env.message.properties.app_id.len);
+                        log_ctx_reset();
+                        int r = env.message.body.len > MAX_EVENT_BODY
+                                        ? -EMSGSIZE
+                                        : snapshot_apply_event(b->c, node, env.message.body.bytes, env.message.body.len);
+                        if (r == -EIO) {
+                                /* Our store failed: the outcome stays queued and comes back. */
+                                amqp_basic_nack(conn, CH, env.delivery_tag, 0, 1);
+                                amqp_destroy_envelope(&env);
+                                usleep(1000 * 1000);
+                                continue;
+                        }
+                        if (r < 0)
+                                log_warning("dropping a malformed snapshot outcome from node %s", node ? node : "(none)");
+                        amqp_basic_ack(conn, CH, env.delivery_tag, 0);
+                        amqp_destroy_envelope(&env);
+                        ctl_notify_status(b->c);
+                }
+                amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+                amqp_destroy_connection(conn);
+        }
+        return NULL;
+}
+
+/* ---------------------------------------------------------------- deadlines, schedules, retention */
+
+static void reap_stuck(struct ctl *c) {
+        struct snapshot *a = NULL;
+        size_t n = 0;
+        if (store_snapshot_list_stuck(c->store, now_ms() - (int64_t) c->cfg->snap_timeout_s * 1000, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_free_ char *why = xasprintf("the node agent did not finish the snapshot within %" PRIu64
+                                                     " s (agent down or stuck); take a new one",
+                                                     c->cfg->snap_timeout_s);
+                if (store_snapshot_finish(c->store, a[i].id, SNAP_FAILED, NULL, -1, why, now_ms()) == 0) {
+                        log_ctx_set("SNAPSHOT_ID", a[i].id);
+                        log_ctx_set("SANDBOX_ID", a[i].sandbox_id);
+                        log_ctx_set("NODE_ID", a[i].node_id);
+                        metrics_observe_phase(c->metrics, "snapshot_failed", (double) (now_ms() - a[i].created_at) / 1000.0);
+                        log_warning("snapshot failed: %s", why);
+                        log_ctx_reset();
+                }
+        }
+        snapshot_array_free(a, n);
+}
+
+static bool has_creating(struct ctl *c, const char *account_id, const char *sandbox_id) {
+        struct snapshot *a = NULL;
+        size_t n = 0;
+        int64_t total = 0;
+        bool found = false;
+        if (store_snapshot_list(c->store, account_id, sandbox_id, 0, 5, &a, &n, &total) < 0)
+                return true;   /* cannot tell: do not pile up jobs */
+        for (size_t i = 0; i < n; i++)
+                found |= a[i].status == SNAP_CREATING;
+        snapshot_array_free(a, n);
+        return found;
+}
+
+static void retention(struct ctl *c, const struct sandbox *sb, const struct plan *plan) {
+        struct snapshot *a = NULL;
+        size_t n = 0;
+        if (store_snapshot_list_auto(c->store, sb->id, &a, &n) < 0)
+                return;
+        int64_t now = now_ms();
+        for (size_t i = 0; i < n; i++) {
+                bool too_many = (int64_t) i >= plan->snapshot_max_count;
+                bool too_old = now - a[i].created_at > plan->snapshot_max_age_s * 1000;
+                if (!too_many && !too_old)
+                        continue;
+                char err[256] = "";
+                log_ctx_set("SNAPSHOT_ID", a[i].id);
+                log_ctx_set("SANDBOX_ID", a[i].sandbox_id);
+                if (delete_record_and_image(c, &a[i], err, sizeof(err)) < 0)
+                        log_warning("retention: cannot delete snapshot: %s", err);
+                else
+                        log_info("retention: deleted automatic snapshot (%s)", too_many ? "over the plan's count" : "expired");
+                log_ctx_reset();
+        }
+        snapshot_array_free(a, n);
+}
+
+static void schedules(struct ctl *c, int64_t prev_s, int64_t now_s) {
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        if (store_sandbox_list_status(c->store, NULL, -1, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                struct sandbox *sb = &a[i];
+                if (!sb->snapshot_mode || strcmp(sb->snapshot_mode, "automatic") != 0)
+                        continue;
+                _cleanup_(account_clear) struct account acc = { 0 };
+                if (store_account_get(c->store, sb->account_id, &acc) < 0)
+                        continue;
+                const struct plan *plan = config_plan(c->cfg, acc.plan);
+                if (plan)
+                        retention(c, sb, plan);
+                struct cron cr;
+                if (sb->status != SB_READY || !sb->snapshot_frequency || cron_parse(sb->snapshot_frequency, &cr, NULL) < 0)
+                        continue;
+                int64_t next = cron_next(&cr, prev_s);
+                if (next < 0 || next > now_s || has_creating(c, acc.id, sb->id))
+                        continue;
+                char name[41];
+                struct tm tm;
+                time_t t = (time_t) next;
+                gmtime_r(&t, &tm);
+                strftime(name, sizeof(name), "auto-%Y%m%d-%H%M", &tm);
+                _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
+                struct api_error err = { 0 };
+                log_ctx_set("SANDBOX_ID", sb->id);
+                if (snapshot_create(c, &acc, sb->id, name, true, &sn, &err) < 0)
+                        log_warning("automatic snapshot not taken: %s", err.message);
+                log_ctx_reset();
+        }
+        sandbox_array_free(a, n);
+}
+
+static void *tick_main(void *ud) {
+        struct snapbus *b = ud;
+        struct ctl *c = b->c;
+        int64_t prev_s = now_ms() / 1000;
+        pthread_mutex_lock(&b->lock);
+        while (!atomic_load(&b->stop)) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                uint64_t ns = (uint64_t) ts.tv_nsec + c->cfg->snap_tick_ms * 1000000ULL;
+                ts.tv_sec += (time_t) (ns / 1000000000ULL);
+                ts.tv_nsec = (long) (ns % 1000000000ULL);
+                pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+                if (atomic_load(&b->stop))
+                        break;
+                pthread_mutex_unlock(&b->lock);
+                int64_t now_s = now_ms() / 1000;
+                reap_stuck(c);
+                schedules(c, prev_s, now_s);
+                prev_s = now_s;
+                pthread_mutex_lock(&b->lock);
+        }
+        pthread_mutex_unlock(&b->lock);
+        return NULL;
+}
+
+int ctl_snapshot_start(struct ctl *c, char *err, size_t errlen) {
+        if (!c->cfg->amqp_url)
+                return 0;
+        struct snapbus *b = xnew0(struct snapbus, 1);
+        b->c = c;
+        int r = amqpx_url_parse(c->cfg->amqp_url, &b->url, err, errlen);
+        if (r < 0) {
+                free(b);
+                return r;
+        }
+        pthread_mutex_init(&b->pub_lock, NULL);
+        pthread_mutex_init(&b->lock, NULL);
+        cond_init_monotonic(&b->cond);
+        c->snapbus = b;
+        b->events_running = pthread_create(&b->events_thread, NULL, events_main, b) == 0;
+        b->tick_running = pthread_create(&b->tick_thread, NULL, tick_main, b) == 0;
+        if (!b->events_running || !b->tick_running) {
+                snprintf(err, errlen, "cannot start the snapshot threads");
+                ctl_snapshot_stop(c);
+                return -EAGAIN;
+        }
+        return 0;
+}
+
+void ctl_snapshot_stop(struct ctl *c) {
+        struct snapbus *b = c->snapbus;
+        if (!b)
+                return;
+        atomic_store(&b->stop, true);
+        pthread_mutex_lock(&b->lock);
+        pthread_cond_broadcast(&b->cond);
+        pthread_mutex_unlock(&b->lock);
+        if (b->events_running)
+                pthread_join(b->events_thread, NULL);
+        if (b->tick_running)
+                pthread_join(b->tick_thread, NULL);
+        c->snapbus = NULL;
+        pub_drop(b);
+        pthread_mutex_destroy(&b->pub_lock);
+        pthread_mutex_destroy(&b->lock);
+        pthread_cond_destroy(&b->cond);
+        amqpx_url_done(&b->url);
+        free(b);
+}

@@ -1,0 +1,586 @@
+/* snapshot.c — snapshots on the node: commit -> push -> verify -> remove, reported on a
+ * durable events queue.
+ *
+ * Queues (both durable, declared by controld and by us with the same arguments):
+ *   <exchange>.snapshots.<node_id>   bound with routing key "snapshot.<node_id>": the jobs
+ *                                    for this node; waits for an agent that is down
+ *   <exchange>.snapshot-events       bound with "snapshot.events": our outcomes, read by
+ *                                    controld whenever it runs
+ * A job is acked only after its outcome has been confirmed by the broker, so an agent that
+ * dies mid-job gets the job again when it is back (redelivery). Every step is safe to
+ * repeat: a manifest already in the registry is reported as the result without a second
+ * commit, and a half-made local image is removed by the prune that runs before the first
+ * job and on a timer. One job at a time per node (prefetch 1): the docker process does
+ * one Docker call at a time anyway, and commits of many sandboxes at once would only
+ * compete for the same disk.
+ *
+ * This thread holds no capability; every Docker or registry step goes to the docker
+ * process (privsep.c) as a fixed-size message. The job itself runs on a short-lived
+ * worker thread while this one keeps the AMQP connection serviced (heartbeats).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "amqp.h"
+
+#include "cleanup.h"
+#include "conf.h"
+#include "docker.h"
+#include "json.h"
+#include "log.h"
+#include "metrics.h"
+#include "nodeagent.h"
+#include "strutil.h"
+
+#define CH 1
+#define MAX_JOB_BODY (16 * 1024)
+#define CONFIRM_TIMEOUT_MS 10000
+
+/* ---------------------------------------------------------------- configuration */
+
+static bool repository_valid(const char *s) {
+        if (!*s || *s == '/' || s[strlen(s) - 1] == '/' || strstr(s, "//"))
+                return false;
+        for (; *s; s++)
+                if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || strchr("._-/", *s)))
+                        return false;
+        return true;
+}
+
+int snapshot_config_load(struct conf *cf, struct agent_config *ret, char *err, size_t errlen) {
+        const char *v;
+        int r;
+#define STR(key, def, max, field)                                                                  \
+        do {                                                                                       \
+                if ((r = conf_get_string(cf, "snapshot", NULL, key, def, max, &v, err, errlen)) < 0) \
+                        return r;                                                                  \
+                ret->field = v && *v ? xstrdup(v) : NULL;                                          \
+        } while (0)
+        STR("registry", "127.0.0.1:5000", 255, snap_registry);
+        STR("repository", "paddock/snapshots", 200, snap_repository);
+        STR("username", NULL, 255, snap_username);
+        STR("password", NULL, 255, snap_password);
+        STR("docker_socket", DOCKER_SOCKET_DEFAULT, 255, snap_docker_socket);
+        STR("docker_root", NULL, 1024, snap_docker_root);   /* NULL: Docker's own DockerRootDir */
+#undef STR
+        if ((r = conf_get_size(cf, "snapshot", NULL, "disk_floor", UINT64_C(1) << 30, 0, UINT64_C(1) << 50,
+                               &ret->snap_disk_floor, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "snapshot", NULL, "prune_interval", 300000, 1000, 86400000,
+                                      &ret->snap_prune_interval_ms, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "snapshot", NULL, "timeout", 1800000, 1000, 86400000, &ret->snap_timeout_ms,
+                                      err, errlen)) < 0)
+                return r;
+        if (!ret->snap_registry || !ret->snap_repository || !ret->snap_docker_socket) {
+                snprintf(err, errlen, "[snapshot] registry, repository and docker_socket may not be empty");
+                return -EINVAL;
+        }
+        if (!repository_valid(ret->snap_repository)) {
+                snprintf(err, errlen, "[snapshot] repository must be lowercase path components like paddock/snapshots");
+                return -EINVAL;
+        }
+        return 0;
+}
+
+void snapshot_config_done(struct agent_config *c) {
+        free(c->snap_registry);
+        free(c->snap_repository);
+        free(c->snap_username);
+        free(c->snap_password);
+        free(c->snap_docker_socket);
+        free(c->snap_docker_root);
+}
+
+/* ---------------------------------------------------------------- one job */
+
+static int docker_step(enum ps_type type, const char *snapshot_id, const char *container, long timeout_ms,
+                       struct ps_result *res) {
+        struct ps_docker m = { .hdr.type = (uint16_t) type };
+        if (snapshot_id)
+                strscpy(m.snapshot_id, snapshot_id, sizeof(m.snapshot_id));
+        if (container)
+                strscpy(m.container, container, sizeof(m.container));
+        memset(res, 0, sizeof(*res));
+        int r = privsep_call_timeout(PS_CHILD_DOCKER, &m, sizeof(m), timeout_ms, res);
+        if (r == -EPIPE && !res->msg[0])
+                snprintf(res->msg, sizeof(res->msg), "the agent's docker process died or hung");
+        return r;
+}
+
+static const char *jstr(const cJSON *o, const char *k) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+        return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static bool container_valid(const char *s) {
+        size_t n = s ? strlen(s) : 0;
+        if (n == 64) {
+                for (size_t i = 0; i < n; i++)
+                        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                                return false;
+                return true;
+        }
+        return n == 8 + HEXID_LEN && startswith(s, "paddock-") && hexid_valid(s + 8);
+}
+
+static void add_ms(cJSON *o, const char *k, int64_t ms, const char *field) {
+        char buf[32];
+        cJSON_AddNumberToObject(o, k, (double) ms);
+        snprintf(buf, sizeof(buf), "%" PRId64, ms);
+        log_ctx_set(field, buf);
+}
+
+char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len, bool redelivered) {
+        _cleanup_json_ cJSON *in = NULL;
+        char perr[128];
+        if (json_parse(body, len, MAX_JOB_BODY, 4, &in, perr, sizeof(perr)) < 0) {
+                log_warning("dropping a snapshot job that is not JSON: %s", perr);
+                return NULL;
+        }
+        const char *type = jstr(in, "type"), *sid = jstr(in, "snapshot_id"), *sbid = jstr(in, "sandbox_id"),
+                   *container = jstr(in, "container_id");
+        if (!cJSON_IsObject(in) || !type || strcmp(type, "snapshot.create") != 0 || !sid || strlen(sid) != HEXID_LEN ||
+            !hexid_valid(sid)) {
+                log_warning("dropping a message on the snapshot queue that is not a snapshot.create with a snapshot_id");
+                return NULL;
+        }
+        cJSON *out = cJSON_CreateObject();
+        _cleanup_json_ cJSON *outp = out;
+        cJSON_AddStringToObject(out, "snapshot_id", sid);
+        cJSON_AddStringToObject(out, "node_id", cfg->node_id);
+        log_ctx_set("SNAPSHOT_ID", sid);
+        if (sbid && strlen(sbid) == HEXID_LEN && hexid_valid(sbid)) {
+                cJSON_AddStringToObject(out, "sandbox_id", sbid);
+                log_ctx_set("SANDBOX_ID", sbid);
+        }
+        log_info("snapshot job taken (container %s)", container ? container : "(none)");
+        long tmo = (long) cfg->snap_timeout_ms;
+        struct ps_result res;
+        char reason[600] = "";
+        int64_t t0 = mono_ms(), t;
+        int64_t size = 0;
+        _cleanup_free_ char *digest = NULL, *pushed = NULL;
+        char d[200];
+        int r;
+
+        /* A redelivered job whose push had finished: the registry already holds the result. */
+        r = redelivered ? docker_step(PS_DOCKER_VERIFY, sid, NULL, tmo, &res) : -ENOENT;
+        if (r == 0) {
+                if (sscanf(res.msg, "%199s %" SCNd64, d, &size) == 2) {
+                        digest = xstrdup(d);
+                        (void) docker_step(PS_DOCKER_REMOVE, sid, NULL, tmo, &res);
+                        log_info("snapshot was already in the registry (a redelivered job); reporting it");
+                        goto done;
+                }
+        }
+        if (!container_valid(container)) {
+                snprintf(reason, sizeof(reason), "the request names no valid container");
+                goto failed;
+        }
+
+        t = mono_ms();
+        r = docker_step(PS_DOCKER_COMMIT, sid, container, tmo, &res);
+        add_ms(out, "commit_ms", mono_ms() - t, "COMMIT_MS");
+        if (r < 0) {
+                snprintf(reason, sizeof(reason), "%s", res.msg[0] ? res.msg : strerror(-r));
+                goto failed_prune;
+        }
+        t = mono_ms();
+        r = docker_step(PS_DOCKER_PUSH, sid, NULL, tmo, &res);
+        add_ms(out, "push_ms", mono_ms() - t, "PUSH_MS");
+        if (r < 0) {
+                snprintf(reason, sizeof(reason), "%s", res.msg[0] ? res.msg : strerror(-r));
+                goto failed_prune;
+        }
+        pushed = xstrdup(res.msg);
+        t = mono_ms();
+        r = docker_step(PS_DOCKER_VERIFY, sid, NULL, tmo, &res);
+        add_ms(out, "verify_ms", mono_ms() - t, "VERIFY_MS");
+        if (r < 0 || sscanf(res.msg, "%199s %" SCNd64, d, &size) != 2) {
+                snprintf(reason, sizeof(reason), "pushed, but the registry does not show it: %s",
+                         res.msg[0] ? res.msg : strerror(-r));
+                goto failed_prune;
+        }
+        if (strcmp(d, pushed) != 0) {
+                snprintf(reason, sizeof(reason), "the registry holds manifest %s, the push reported %s", d, pushed);
+                goto failed_prune;
+        }
+        digest = xstrdup(d);
+        t = mono_ms();
+        r = docker_step(PS_DOCKER_REMOVE, sid, NULL, tmo, &res);
+        add_ms(out, "prune_ms", mono_ms() - t, "PRUNE_MS");
+        if (r < 0)
+                /* The snapshot is good; the timer's prune takes the image later. */
+                log_warning("snapshot pushed, but the local image stays for now: %s", res.msg);
+done:
+        cJSON_AddStringToObject(out, "type", "snapshot.completed");
+        cJSON_AddStringToObject(out, "digest", digest);
+        cJSON_AddNumberToObject(out, "size_bytes", (double) size);
+        cJSON_AddNumberToObject(out, "total_ms", (double) (mono_ms() - t0));
+        log_info("snapshot completed in %" PRId64 " ms (%s, %" PRId64 " bytes)", mono_ms() - t0, digest, size);
+        agent_metrics_observe_snapshot((double) (mono_ms() - t0) / 1000.0, true);
+        goto out;
+
+failed_prune:
+        t = mono_ms();
+        if (docker_step(PS_DOCKER_REMOVE, sid, NULL, tmo, &res) < 0)
+                log_warning("cannot remove the local image of a failed snapshot: %s", res.msg);
+        add_ms(out, "prune_ms", mono_ms() - t, "PRUNE_MS");
+failed:
+        cJSON_AddStringToObject(out, "type", "snapshot.failed");
+        cJSON_AddStringToObject(out, "reason", reason);
+        log_warning("snapshot failed: %s", reason);
+        agent_metrics_observe_snapshot((double) (mono_ms() - t0) / 1000.0, false);
+out:;
+        char *text = cJSON_PrintUnformatted(out);
+        if (!text)
+                oom();
+        log_ctx_set("SNAPSHOT_ID", NULL);
+        log_ctx_set("SANDBOX_ID", NULL);
+        log_ctx_set("COMMIT_MS", NULL);
+        log_ctx_set("PUSH_MS", NULL);
+        log_ctx_set("VERIFY_MS", NULL);
+        log_ctx_set("PRUNE_MS", NULL);
+        return text;
+}
+
+static void prune(const struct agent_config *cfg, const char *when) {
+        struct ps_result res;
+        int r = docker_step(PS_DOCKER_PRUNE, NULL, NULL, (long) cfg->snap_timeout_ms, &res);
+        if (r < 0) {
+                log_warning("snapshot prune (%s) failed: %s", when, res.msg);
+                return;
+        }
+        int removed = 0, kept = 0;
+        (void) sscanf(res.msg, "%d %d", &removed, &kept);
+        if (removed > 0 || kept > 0)
+                log_info("snapshot prune (%s): removed %d local snapshot images, %d in use stay", when, removed, kept);
+}
+
+/* ---------------------------------------------------------------- the consumer thread */
+
+static struct {
+        pthread_t thread;
+        bool running;
+        atomic_bool stop;
+        const struct agent_config *cfg;
+} st;
+
+struct job {
+        const struct agent_config *cfg;
+        char *body;
+        size_t len;
+        bool redelivered;
+        char *out;
+        atomic_bool done;
+};
+
+static void *job_main(void *ud) {
+        struct job *j = ud;
+        log_ctx_set("NODE_ID", j->cfg->node_id);
+        j->out = snapshot_handle(j->cfg, j->body, j->len, j->redelivered);
+        atomic_store(&j->done, true);
+        return NULL;
+}
+
+static int rpc_ok(amqp_connection_state_t conn, const char *what) {
+        char why[256];
+        int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, why, sizeof(why));
+        if (r < 0)
+                log_warning("snapshot queue: %s", why);
+        return r;
+}
+
+static amqp_connection_state_t connect_snap(const struct agent_config *cfg, const struct amqpx_url *u) {
+        _cleanup_free_ char *jobs = xasprintf("%s.snapshots.%s", cfg->exchange, cfg->node_id);
+        _cleanup_free_ char *jobs_key = xasprintf("snapshot.%s", cfg->node_id);
+        _cleanup_free_ char *events = xasprintf("%s.snapshot-events", cfg->exchange);
+        _cleanup_free_ char *cname = xasprintf("paddock-nodeagent-snapshots[%s]", cfg->node_id);
+        amqp_connection_state_t conn = NULL;
+        char why[512];
+        if (amqpx_connect(u, cname, 131072, 30, 10000, &conn, why, sizeof(why)) < 0) {
+                log_warning("snapshot queue: %s; retrying", why);
+                return NULL;
+        }
+        if (amqpx_channel_open_exchange(conn, CH, cfg->exchange, why, sizeof(why)) < 0) {
+                log_warning("snapshot queue: %s", why);
+                goto fail;
+        }
+        amqp_confirm_select(conn, CH);
+        if (rpc_ok(conn, "confirm.select") < 0)
+                goto fail;
+        amqp_queue_declare(conn, CH, amqp_cstring_bytes(jobs), 0, 1, 0, 0, amqp_empty_table);
+        if (rpc_ok(conn, "queue.declare") < 0)
+                goto fail;
+        amqp_queue_bind(conn, CH, amqp_cstring_bytes(jobs), amqp_cstring_bytes(cfg->exchange),
+                        amqp_cstring_bytes(jobs_key), amqp_empty_table);
+        if (rpc_ok(conn, "queue.bind") < 0)
+                goto fail;
+        amqp_queue_declare(conn, CH, amqp_cstring_bytes(events), 0, 1, 0, 0, amqp_empty_table);
+        if (rpc_ok(conn, "queue.declare (events)") < 0)
+                goto fail;
+        amqp_queue_bind(conn, CH, amqp_cstring_bytes(events), amqp_cstring_bytes(cfg->exchange),
+                        amqp_cstring_bytes("snapshot.events"), amqp_empty_table);
+        if (rpc_ok(conn, "queue.bind (events)") < 0)
+                goto fail;
+        amqp_basic_qos(conn, CH, 0, 1, 0);
+        if (rpc_ok(conn, "basic.qos") < 0)
+                goto fail;
+        amqp_basic_consume(conn, CH, amqp_cstring_bytes(jobs), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+        if (rpc_ok(conn, "basic.consume") < 0)
+                goto fail;
+        log_info("consuming snapshot jobs on queue %s", jobs);
+        return conn;
+fail:
+        amqp_destroy_connection(conn);
+        return NULL;
+}
+
+/* Reads the header and body frames of the delivery just announced. 0 with *ret_body
+ * (NULL when over MAX_JOB_BODY: read and dropped), or -ECONNRESET. */
+static int read_body(amqp_connection_state_t conn, char **ret_body, size_t *ret_len) {
+        _cleanup_free_ char *body = NULL;
+        uint64_t size = 0, got = 0;
+        bool have_header = false;
+        int64_t deadline = mono_ms() + 30000;
+        for (;;) {
+                long left = (long) (deadline - mono_ms());
+                if (left <= 0)
+                        return -ECONNRESET;
+                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
+                amqp_frame_t f;
+                if (amqp_simple_wait_frame_noblock(conn, &f, &tv) != AMQP_STATUS_OK || f.frame_type == AMQP_FRAME_METHOD)
+                        return -ECONNRESET;
+                if (f.channel != CH)
+                        continue;
+                if (f.frame_type == AMQP_FRAME_HEADER && !have_header) {
+                        have_header = true;
+                        size = f.payload.properties.body_size;
+                        if (size <= MAX_JOB_BODY)
+                                body = xmalloc(size + 1);
+                } else if (f.frame_type == AMQP_FRAME_BODY && have_header) {
+                        amqp_bytes_t b = f.payload.body_fragment;
+                        if (b.len > size - got)
+                                return -ECONNRESET;
+                        if (body)
+                                memcpy(body + got, b.bytes, b.len);
+                        got += b.len;
+                }
+                amqp_maybe_release_buffers_on_channel(conn, CH);
+                if (have_header && got == size) {
+                        if (body)
+                                body[got] = 0;
+                        *ret_body = TAKE_PTR(body);
+                        *ret_len = size;
+                        return 0;
+                }
+        }
+}
+
+/* Publishes the outcome (persistent, mandatory) and waits for the broker's confirm.
+ * 0 when confirmed; < 0 otherwise (the job is then not acked and comes back). */
+static int publish_event(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
+                         uint64_t *next_tag, const char *text) {
+        amqp_basic_properties_t p = { 0 };
+        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
+                   AMQP_BASIC_USER_ID_FLAG;
+        p.content_type = amqp_cstring_bytes("application/json");
+        p.delivery_mode = 2;
+        p.app_id = amqp_cstring_bytes(cfg->node_id);
+        p.user_id = amqp_cstring_bytes(user);
+        if (amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("snapshot.events"), 1, 0,
+                               &p, amqp_cstring_bytes(text)) != AMQP_STATUS_OK)
+                return -ECONNRESET;
+        uint64_t tag = ++*next_tag;
+        int64_t deadline = mono_ms() + CONFIRM_TIMEOUT_MS;
+        for (;;) {
+                long left = (long) (deadline - mono_ms());
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
+                amqp_frame_t f;
+                int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
+                if (s == AMQP_STATUS_TIMEOUT)
+                        return -ETIMEDOUT;
+                if (s != AMQP_STATUS_OK)
+                        return -ECONNRESET;
+                if (f.frame_type != AMQP_FRAME_METHOD)
+                        continue;
+                switch (f.payload.method.id) {
+                case AMQP_BASIC_ACK_METHOD: {
+                        const amqp_basic_ack_t *a = f.payload.method.decoded;
+                        if (a->delivery_tag == tag || (a->multiple && a->delivery_tag >= tag))
+                                return 0;
+                        break;
+                }
+                case AMQP_BASIC_NACK_METHOD:
+                        return -EIO;
+                case AMQP_BASIC_RETURN_METHOD: {
+                        char *rb = NULL;
+                        size_t rl = 0;
+                        (void) read_body(conn, &rb, &rl);
+                        free(rb);
+                        return -ENXIO;
+                }
+                case AMQP_CHANNEL_CLOSE_METHOD:
+                case AMQP_CONNECTION_CLOSE_METHOD:
+                        return -ECONNRESET;
+                default:
+                        break;
+                }
+        }
+}
+
+/* Runs one job on a worker thread while servicing the connection. 0 when its outcome was
+ * confirmed and the job acked; < 0 when the connection must be replaced. */
+static int run_job(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user, uint64_t *next_tag,
+                   uint64_t delivery_tag, bool redelivered, char *body, size_t len) {
+        struct job j = { .cfg = cfg, .body = body, .len = len, .redelivered = redelivered };
+        pthread_t t;
+        bool broken = false;
+        if (pthread_create(&t, NULL, job_main, &j) != 0)
+                job_main(&j);
+        else {
+                while (!atomic_load(&j.done)) {
+                        if (broken) {
+                                usleep(100 * 1000);
+                                continue;
+                        }
+                        /* Short slices: the outcome goes out as soon as the job is done. */
+                        struct timeval tv = { .tv_usec = 20 * 1000 };
+                        amqp_frame_t f;
+                        int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
+                        if (s != AMQP_STATUS_OK && s != AMQP_STATUS_TIMEOUT)
+                                broken = true;
+                        else if (s == AMQP_STATUS_OK && f.frame_type == AMQP_FRAME_METHOD &&
+                                 (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
+                                  f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD))
+                                broken = true;
+                }
+                pthread_join(t, NULL);
+        }
+        _cleanup_free_ char *out = j.out;
+        if (broken)
+                return -ECONNRESET;     /* the job comes back on the next connection; its result repeats */
+        if (privsep_failed() && !redelivered) {
+                /* The docker process died under the job (the agent is stopping, or crashed):
+                 * not the job's fault. Unacked, it comes back to the restarted agent; a job
+                 * that meets a dying docker process twice is reported failed. */
+                log_warning("snapshot job interrupted by the loss of the docker process; it will run again");
+                return -ECHILD;
+        }
+        if (!out) {
+                amqp_basic_reject(conn, CH, delivery_tag, 0);
+                return 0;
+        }
+        int r = publish_event(conn, cfg, user, next_tag, out);
+        if (r < 0) {
+                log_warning("snapshot outcome not confirmed by RabbitMQ (%s); the job will run again", strerror(-r));
+                return r;
+        }
+        return amqp_basic_ack(conn, CH, delivery_tag, 0) == AMQP_STATUS_OK ? 0 : -ECONNRESET;
+}
+
+static void *snap_main(void *ud) {
+        const struct agent_config *cfg = ud;
+        struct amqpx_url u;
+        char why[256];
+        int backoff_ms = 200;
+        log_ctx_set("NODE_ID", cfg->node_id);
+        if (amqpx_url_parse(cfg->amqp_url, &u, why, sizeof(why)) < 0) {
+                log_error("snapshot queue: [amqp] url: %s", why);
+                return NULL;
+        }
+        prune(cfg, "start");
+        int64_t next_prune = mono_ms() + (int64_t) cfg->snap_prune_interval_ms;
+        /* Without its docker process the agent is on its way out: take no more jobs. */
+        while (!atomic_load(&st.stop) && !privsep_failed()) {
+                amqp_connection_state_t conn = connect_snap(cfg, &u);
+                if (!conn) {
+                        for (int slept = 0; slept < backoff_ms && !atomic_load(&st.stop); slept += 100)
+                                usleep(100 * 1000);
+                        backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;
+                        continue;
+                }
+                backoff_ms = 200;
+                uint64_t next_tag = 0;
+                while (!atomic_load(&st.stop) && !privsep_failed()) {
+                        if (mono_ms() >= next_prune) {
+                                prune(cfg, "timer");
+                                next_prune = mono_ms() + (int64_t) cfg->snap_prune_interval_ms;
+                        }
+                        struct timeval tv = { .tv_sec = 1 };
+                        amqp_frame_t f;
+                        amqp_maybe_release_buffers(conn);
+                        int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
+                        if (s == AMQP_STATUS_TIMEOUT)
+                                continue;
+                        if (s != AMQP_STATUS_OK)
+                                break;
+                        if (f.frame_type != AMQP_FRAME_METHOD || f.channel != CH)
+                                continue;
+                        if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
+                            f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
+                            f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)
+                                break;
+                        if (f.payload.method.id != AMQP_BASIC_DELIVER_METHOD)
+                                continue;
+                        const amqp_basic_deliver_t *dm = f.payload.method.decoded;
+                        uint64_t tag = dm->delivery_tag;
+                        bool redelivered = dm->redelivered;
+                        char *body = NULL;
+                        size_t len = 0;
+                        if (read_body(conn, &body, &len) < 0)
+                                break;
+                        if (!body) {
+                                log_warning("dropping a %zu byte snapshot job (limit %d)", len, MAX_JOB_BODY);
+                                amqp_basic_reject(conn, CH, tag, 0);
+                                continue;
+                        }
+                        int r = run_job(conn, cfg, u.user, &next_tag, tag, redelivered, body, len);
+                        free(body);
+                        if (r < 0)
+                                break;
+                        if (privsep_failed())
+                                break;
+                }
+                amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+                amqp_destroy_connection(conn);
+        }
+        amqpx_url_done(&u);
+        return NULL;
+}
+
+int snapshot_start(const struct agent_config *cfg) {
+        if (st.running)
+                return -EALREADY;
+        if (privsep_child_pid(PS_CHILD_DOCKER) <= 0)
+                return -ENOTCONN;
+        st.cfg = cfg;
+        atomic_store(&st.stop, false);
+        /* Signals stay the main thread's business. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        int r = -pthread_create(&st.thread, NULL, snap_main, (void *) cfg);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (r < 0)
+                return r;
+        st.running = true;
+        return 0;
+}
+
+void snapshot_stop(void) {
+        if (!st.running)
+                return;
+        atomic_store(&st.stop, true);
+        pthread_join(st.thread, NULL);
+        st.running = false;
+}

@@ -1,0 +1,522 @@
+/* Integration test: snapshots end to end through controld, RabbitMQ, a real nodeagent
+ * (its docker process), dockerd with runsc and a registry.
+ *
+ * Each test runs its own agent (own node id), its own exchange and its own repository in
+ * the registry, and deletes its queues at exit. Sandboxes are deny_all, so no egress
+ * agent is needed. The shared registry on 127.0.0.1:5000 is never stopped: the
+ * "registry unreachable" case starts a registry of its own on another loopback port.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "ctltest.h"
+#include "strutil.h"
+#include "testlib.h"
+
+#define SHARED_REGISTRY "127.0.0.1:5000"
+#define DENY "{\"egress\":{\"mode\":\"deny_all\"}}"
+
+static char node_id[40], exchange[64], repo[64], registry[64], agent_conf[512], agent_log[512];
+static pid_t agent_pid;
+static const char *disk_floor = "64M";
+
+static int run(char *const argv[]) {
+        return test_run_capture(argv, NULL, 1 << 16);
+}
+#define RUN(...) run((char *const[]) { __VA_ARGS__, NULL })
+
+static void queues_drop(void *ud) {
+        (void) ud;
+        char q1[160], q2[160];
+        snprintf(q1, sizeof(q1), "%s.snapshots.%s", exchange, node_id);
+        snprintf(q2, sizeof(q2), "%s.snapshot-events", exchange);
+        RUN("rabbitmqctl", "-q", "delete_queue", q1);
+        RUN("rabbitmqctl", "-q", "delete_queue", q2);
+}
+
+static void agent_stop(void *ud) {
+        (void) ud;
+        test_stop_child(&agent_pid);
+}
+
+static void agent_kill(void) {
+        kill(agent_pid, SIGKILL);
+        waitpid(agent_pid, NULL, 0);
+        agent_pid = 0;
+}
+
+/* Waits until the agent's log (from offset `from`) holds `what`; false after timeout_s. */
+static bool log_has(const char *path, off_t from, const char *what, int timeout_s) {
+        for (int i = 0; i <= timeout_s * 20; i++) {
+                FILE *lf = fopen(path, "r");
+                if (lf) {
+                        fseek(lf, from, SEEK_SET);
+                        static char buf[1 << 20];
+                        size_t n = fread(buf, 1, sizeof(buf) - 1, lf);
+                        buf[n] = 0;
+                        fclose(lf);
+                        if (strstr(buf, what))
+                                return true;
+                }
+                usleep(50000);
+        }
+        return false;
+}
+
+static void agent_start(void) {
+        FILE *f = fopen(agent_conf, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\nexchange = %s\n"
+                   "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = %s\nprune_interval = 5s\ntimeout = 120s\n",
+                node_id, exchange, registry, repo, disk_floor);
+        fclose(f);
+        int logfd = open(agent_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        off_t from = lseek(logfd, 0, SEEK_END);
+        agent_pid = fork();
+        ASSERT_TRUE(agent_pid >= 0);
+        if (agent_pid == 0) {
+                dup2(logfd, 1);
+                dup2(logfd, 2);
+                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", agent_conf, (char *) NULL);
+                _exit(127);
+        }
+        close(logfd);
+        if (!log_has(agent_log, from, "consuming snapshot jobs", 10))
+                test_fail(__FILE__, __LINE__, "nodeagent did not start consuming snapshot jobs; see %s", agent_log);
+}
+
+/* The usual opening: services present, ids of this run, controld with [snapshots]. */
+static char *setup(struct ctld *c, const char *reg, const char *timeout, const char *more, bool with_agent) {
+        need_docker();
+        if (access(test_build_path("nodeagent"), X_OK) != 0)
+                TEST_SKIP("nodeagent is not built");
+        if (!test_port_open(5672))
+                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672");
+        if (!test_port_open(5000))
+                TEST_SKIP("no registry on 127.0.0.1:5000");
+        int id4 = (int) (getpid() % 100000);
+        snprintf(node_id, sizeof(node_id), "snt-%d", id4);
+        snprintf(exchange, sizeof(exchange), "paddock.snt-%d", id4);
+        snprintf(repo, sizeof(repo), "paddock-test/snap%d", id4);
+        snprintf(registry, sizeof(registry), "%s", reg);
+        snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
+        snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
+        test_on_exit(queues_drop, NULL);
+        test_on_exit(agent_stop, NULL);
+        if (with_agent)
+                agent_start();
+        char extra[2048];
+        snprintf(extra, sizeof(extra),
+                 "[docker]\nnode_id = %s\n"
+                 "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n"
+                 "[snapshots]\nregistry = %s\nrepository = %s\ntimeout = %s\ntick = 500ms\n"
+                 "[plan \"snap\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n%s",
+                 node_id, exchange, registry, repo, timeout, more ? more : "");
+        ctld_start(c, NULL, extra);
+        return ctld_account_key(c, "snap", "snap", NULL);
+}
+
+/* POST a snapshot; asserts 202 + creating and the published fields; returns its id. */
+static void snap_post(struct ctld *c, const char *key, const char *sbid, const char *name, char ret_id[25]) {
+        char path[96], body[96];
+        struct hres r;
+        snprintf(path, sizeof(path), "/sandboxes/%s/snapshots", sbid);
+        snprintf(body, sizeof(body), "{\"name\":\"%s\"}", name);
+        http_req(c, "POST", path, key, body, &r);
+        if (r.status != 202)
+                test_fail(__FILE__, __LINE__, "snapshot POST answered %ld: %.300s", r.status, r.body);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "creating");
+        ASSERT_STREQ(hres_data_str(&r, "sandbox_id"), sbid);
+        ASSERT_STREQ(hres_data_str(&r, "name"), name);
+        ASSERT_STREQ(hres_data_str(&r, "source_template"), "busybox");
+        ASSERT_NOT_NULL(hres_data_str(&r, "created_at"));
+        snprintf(ret_id, 25, "%s", hres_data_str(&r, "id"));
+        char tag[160];
+        snprintf(tag, sizeof(tag), "%s/%s:%s", registry, repo, ret_id);
+        ASSERT_STREQ(hres_data_str(&r, "image_tag"), tag);
+        hres_done(&r);
+}
+
+/* The snapshot's JSON in GET /sandboxes/snapshots (a copy; NULL when absent). */
+static cJSON *snap_find(struct ctld *c, const char *key, const char *id) {
+        struct hres r;
+        http_req(c, "GET", "/sandboxes/snapshots?limit=100", key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "data"), *it;
+        cJSON *found = NULL;
+        cJSON_ArrayForEach(it, d) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(it, "id");
+                if (cJSON_IsString(v) && !strcmp(v->valuestring, id))
+                        found = cJSON_Duplicate(it, 1);
+        }
+        hres_done(&r);
+        return found;
+}
+
+static const char *jstr(const cJSON *o, const char *k) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+        return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Polls until the snapshot leaves `creating`; returns its JSON (caller frees). */
+static cJSON *snap_wait(struct ctld *c, const char *key, const char *id, int timeout_s) {
+        for (int i = 0; i < timeout_s * 4; i++) {
+                cJSON *s = snap_find(c, key, id);
+                ASSERT_NOT_NULL(s);
+                if (strcmp(jstr(s, "status"), "creating") != 0)
+                        return s;
+                cJSON_Delete(s);
+                usleep(250000);
+        }
+        test_fail(__FILE__, __LINE__, "snapshot %s still creating after %d s; agent log %s", id, timeout_s, agent_log);
+}
+
+static bool local_image(const char *id) {
+        char tag[160];
+        snprintf(tag, sizeof(tag), "%s/%s:%s", registry, repo, id);
+        return RUN("docker", "image", "inspect", tag) == 0;
+}
+
+/* HTTP status of the manifest in the shared registry. */
+static int manifest_status(const char *id) {
+        char url[256];
+        _cleanup_free_ char *out = NULL;
+        snprintf(url, sizeof(url), "http://%s/v2/%s/manifests/%s", SHARED_REGISTRY, repo, id);
+        char *argv[] = { "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H",
+                         "Accept: application/vnd.docker.distribution.manifest.v2+json", url, NULL };
+        test_run_capture(argv, &out, 4096);
+        return out ? atoi(out) : -1;
+}
+
+static char *exec_out(struct ctld *c, const char *key, const char *id, const char *cmd) {
+        struct hres r;
+        ctld_exec(c, key, id, cmd, 60, &r);
+        ASSERT_EQ(r.status, 200);
+        const cJSON *ec = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "exit_code");
+        if (!cJSON_IsNumber(ec) || ec->valueint != 0)
+                test_fail(__FILE__, __LINE__, "%s failed: %.400s", cmd, r.body);
+        char *out = xstrdup(hres_data_str(&r, "stdout"));
+        hres_done(&r);
+        return out;
+}
+
+#define CANARIES "/root/c1 /etc/c2 /opt/x/c3 /usr/local/c4 /home/u/c5 /root/link"
+
+/* ------------------------------------------------------------------------ tests */
+
+TEST_FULL(snapshot_restore_keeps_every_canary, 400) {
+        static struct ctld c;
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
+        _cleanup_free_ char *other = ctld_account_key(&c, "other", "snap", NULL);
+        char sb[25], sid[25], sb2[25], path[128];
+        struct hres r;
+
+        ctld_create(&c, key, DENY, sb);
+        _cleanup_free_ char *before = exec_out(
+                &c, key, sb,
+                "set -e; mkdir -p /opt/x /usr/local /home/u; for f in /root/c1 /etc/c2 /opt/x/c3 /usr/local/c4 /home/u/c5; "
+                "do head -c 65536 /dev/urandom > $f; done; ln -s /opt/x/c3 /root/link; sha256sum " CANARIES
+                "; readlink /root/link");
+        ASSERT_CONTAINS(before, "/root/link");
+
+        /* Validation at the API edge; other accounts see nothing. */
+        snprintf(path, sizeof(path), "/sandboxes/%s/snapshots", sb);
+        HTTP_EXPECT_MSG(&c, "POST", path, key, "{\"name\":\"Bad Name\"}", 400, "name must be");
+        HTTP_EXPECT(&c, "POST", path, other, "{\"name\":\"x\"}", 404);
+
+        snap_post(&c, key, sb, "canaries", sid);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 120);
+        if (strcmp(jstr(s, "status"), "ready") != 0)
+                test_fail(__FILE__, __LINE__, "snapshot %s: %s", jstr(s, "status"), jstr(s, "failure_reason"));
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(s, "size_bytes");
+        ASSERT_TRUE(cJSON_IsNumber(size) && size->valuedouble > 5 * 65536);
+        ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s, "failure_reason")));
+        /* In the registry, not on the node. */
+        ASSERT_EQ(manifest_status(sid), 200);
+        ASSERT_FALSE(local_image(sid));
+
+        /* Lists: the sandbox's, the account's (paginated); another account's is empty. */
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_CONTAINS(r.body, sid);
+        ASSERT_CONTAINS(r.body, "\"totalCount\":1");
+        hres_done(&r);
+        http_req(&c, "GET", "/sandboxes/snapshots?limit=1&page=1", other, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_CONTAINS(r.body, "\"totalCount\":0");
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
+        HTTP_EXPECT(&c, "DELETE", path, other, NULL, 404);
+
+        /* Another account cannot restore it either. */
+        char body[128];
+        snprintf(body, sizeof(body), "{\"fromSnapshot\":\"%s\",\"egress\":{\"mode\":\"deny_all\"}}", sid);
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", other, body, 404, "Snapshot not found");
+
+        /* Destroy, restore: the node pulls the image, every canary is identical. */
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        ctld_create(&c, key, body, sb2);
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb2);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "from_snapshot"), sid);
+        hres_done(&r);
+        _cleanup_free_ char *after = exec_out(&c, key, sb2, "sha256sum " CANARIES "; readlink /root/link");
+        ASSERT_STREQ(after, before);
+
+        /* Delete: the registry manifest and the record are gone. */
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb2);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        ASSERT_EQ(manifest_status(sid), 404);
+        ASSERT_TRUE(snap_find(&c, key, sid) == NULL);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 404);
+
+        /* Journal fields and metrics. */
+        ASSERT_TRUE(log_has(agent_log, 0, "SNAPSHOT_ID=", 1));
+        ASSERT_TRUE(log_has(agent_log, 0, "PUSH_MS=", 1));
+        http_req(&c, "GET", "/metrics", NULL, NULL, &r);
+        ASSERT_CONTAINS(r.body, "phase=\"snapshot_total\"");
+        ASSERT_CONTAINS(r.body, "phase=\"snapshot_push\"");
+        hres_done(&r);
+        /* Restored images go with the next prune once nothing uses them. */
+        for (int i = 0; i < 100 && local_image(sid); i++)
+                usleep(100000);
+        ASSERT_FALSE(local_image(sid));
+}
+
+static pid_t reg_pid;
+
+static void registry_stop(void *ud) {
+        (void) ud;
+        test_stop_child(&reg_pid);
+}
+
+TEST_FULL(registry_unreachable_fails_with_the_reason, 240) {
+        /* A registry of our own on a loopback port, started and then stopped. */
+        int port = 15000 + (int) (getpid() % 2000);
+        char reg[32], conf[512], dir[512];
+        snprintf(reg, sizeof(reg), "127.0.0.1:%d", port);
+        snprintf(dir, sizeof(dir), "%s/registry", test_tmpdir());
+        snprintf(conf, sizeof(conf), "%s/registry.yml", test_tmpdir());
+        FILE *f = fopen(conf, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f, "version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}, delete: {enabled: true}}\n"
+                   "http: {addr: %s}\n", dir, reg);
+        fclose(f);
+        reg_pid = fork();
+        ASSERT_TRUE(reg_pid >= 0);
+        if (reg_pid == 0) {
+                int null = open("/dev/null", O_WRONLY);
+                dup2(null, 1);
+                dup2(null, 2);
+                execlp("docker-registry", "docker-registry", "serve", conf, (char *) NULL);
+                _exit(127);
+        }
+        test_on_exit(registry_stop, NULL);
+        bool up = false;
+        for (int i = 0; i < 100 && !(up = test_port_open(port)); i++)
+                usleep(100000);
+        if (!up)
+                TEST_SKIP("could not start a registry of our own (docker-registry)");
+
+        static struct ctld c;
+        _cleanup_free_ char *key = setup(&c, reg, "120s", NULL, true);
+        char sb[25], sid[25];
+        ctld_create(&c, key, DENY, sb);
+        registry_stop(NULL);
+        ASSERT_FALSE(test_port_open(port));
+
+        snap_post(&c, key, sb, "no-registry", sid);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 120);
+        ASSERT_STREQ(jstr(s, "status"), "failed");
+        ASSERT_CONTAINS(jstr(s, "failure_reason"), "push failed");
+        ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s, "size_bytes")));
+        ASSERT_FALSE(local_image(sid));
+        /* A failed snapshot cannot be restored; it can be deleted. */
+        char body[128], path[96];
+        snprintf(body, sizeof(body), "{\"fromSnapshot\":\"%s\",\"egress\":{\"mode\":\"deny_all\"}}", sid);
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key, body, 400, "only a ready snapshot");
+        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+}
+
+TEST_FULL(free_disk_under_the_floor_refuses, 120) {
+        static struct ctld c;
+        disk_floor = "1024T";
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
+        char sb[25], sid[25];
+        ctld_create(&c, key, DENY, sb);
+        snap_post(&c, key, sb, "full", sid);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 60);
+        ASSERT_STREQ(jstr(s, "status"), "failed");
+        ASSERT_CONTAINS(jstr(s, "failure_reason"), "under the snapshot floor");
+        ASSERT_FALSE(local_image(sid));
+        ASSERT_EQ(manifest_status(sid), 404);
+}
+
+TEST_FULL(agent_killed_mid_snapshot_completes_on_redelivery, 300) {
+        static struct ctld c;
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
+        char sb[25], sid[25];
+        ctld_create(&c, key, DENY, sb);
+        _cleanup_free_ char *out = exec_out(&c, key, sb, "head -c 4000000 /dev/urandom > /root/big; echo ok");
+        off_t from = 0;
+        {
+                FILE *lf = fopen(agent_log, "r");
+                ASSERT_NOT_NULL(lf);
+                fseek(lf, 0, SEEK_END);
+                from = ftell(lf);
+                fclose(lf);
+        }
+        snap_post(&c, key, sb, "killed", sid);
+        /* Kill the agent once it has the job in hand (its commit or push is running). */
+        ASSERT_TRUE(log_has(agent_log, from, "snapshot job taken", 10));
+        agent_kill();
+        if (log_has(agent_log, from, "snapshot completed", 0))
+                test_fail(__FILE__, __LINE__, "the agent finished before it was killed; nothing was tested");
+        cJSON *mid = snap_find(&c, key, sid);
+        ASSERT_STREQ(jstr(mid, "status"), "creating");
+        cJSON_Delete(mid);
+        agent_start();
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 120);
+        if (strcmp(jstr(s, "status"), "ready") != 0)
+                test_fail(__FILE__, __LINE__, "redelivered snapshot %s: %s", jstr(s, "status"), jstr(s, "failure_reason"));
+        ASSERT_EQ(manifest_status(sid), 200);
+        ASSERT_FALSE(local_image(sid));
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+}
+
+/* Job queued while the agent is down, outcome published while controld is down: both wait in
+ * their durable queues, and the snapshot becomes ready once both are back. */
+TEST_FULL(outcome_survives_a_controld_restart, 240) {
+        static struct ctld c;
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
+        char sb[25], sid[25];
+        ctld_create(&c, key, DENY, sb);
+        agent_stop(NULL);
+        snap_post(&c, key, sb, "while-away", sid);
+        ctld_stop_daemon(&c);
+        off_t from = 0;
+        {
+                FILE *lf = fopen(agent_log, "r");
+                ASSERT_NOT_NULL(lf);
+                fseek(lf, 0, SEEK_END);
+                from = ftell(lf);
+                fclose(lf);
+        }
+        agent_start();
+        ASSERT_TRUE(log_has(agent_log, from, "snapshot completed", 120));
+        ctld_start_daemon(&c);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 30);
+        if (strcmp(jstr(s, "status"), "ready") != 0)
+                test_fail(__FILE__, __LINE__, "snapshot %s: %s", jstr(s, "status"), jstr(s, "failure_reason"));
+        ASSERT_EQ(manifest_status(sid), 200);
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+}
+
+TEST_FULL(no_agent_past_the_deadline_fails, 120) {
+        static struct ctld c;
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "10s", NULL, false);
+        char sb[25], sid[25];
+        ctld_create(&c, key, DENY, sb);
+        snap_post(&c, key, sb, "orphan", sid);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 40);
+        ASSERT_STREQ(jstr(s, "status"), "failed");
+        ASSERT_CONTAINS(jstr(s, "failure_reason"), "did not finish the snapshot within 10 s");
+        /* A snapshot of a sandbox that is not ready is refused. */
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        snprintf(path, sizeof(path), "/sandboxes/%s/snapshots", sb);
+        HTTP_EXPECT_MSG(&c, "POST", path, key, "{\"name\":\"late\"}", 400, "must be ready");
+}
+
+TEST_FULL(destroy_mid_snapshot_is_safe, 240) {
+        static struct ctld c;
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
+        char sb[25], sid[25], path[96];
+        ctld_create(&c, key, DENY, sb);
+        snap_post(&c, key, sb, "racing", sid);
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 120);
+        /* Either outcome is honest; what matters is that it ends and leaves nothing behind. */
+        if (!strcmp(jstr(s, "status"), "failed"))
+                ASSERT_CONTAINS(jstr(s, "failure_reason"), "container");
+        else
+                ASSERT_STREQ(jstr(s, "status"), "ready");
+        ASSERT_FALSE(local_image(sid));
+        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        ASSERT_EQ(manifest_status(sid), 404);
+}
+
+/* ids of the account's snapshots in `status` (comma-joined into out). */
+static int snap_ids(struct ctld *c, const char *key, const char *status, char *out, size_t outlen) {
+        struct hres r;
+        int n = 0;
+        out[0] = 0;
+        http_req(c, "GET", "/sandboxes/snapshots?limit=100", key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "data"), *it;
+        cJSON_ArrayForEach(it, d) {
+                if (strcmp(jstr(it, "status"), status) != 0)
+                        continue;
+                size_t o = strlen(out);
+                snprintf(out + o, outlen - o, "%s%s", n ? "," : "", jstr(it, "id"));
+                n++;
+        }
+        hres_done(&r);
+        return n;
+}
+
+TEST_FULL(automatic_schedule_and_retention, 420) {
+        static struct ctld c;
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", "snapshot_max_count = 1\n", true);
+        char sb[25], first[512] = "", now[512];
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
+                        "{\"snapshotMode\":\"automatic\",\"snapshotFrequency\":\"61 * * * *\"}", 400, "minute field");
+        ctld_create(&c, key,
+                    "{\"snapshotMode\":\"automatic\",\"snapshotFrequency\":\"* * * * *\",\"egress\":{\"mode\":\"deny_all\"}}",
+                    sb);
+        /* Every minute: a ready automatic snapshot within two minutes. */
+        for (int i = 0; i < 130 * 2 && snap_ids(&c, key, "ready", first, sizeof(first)) < 1; i++)
+                usleep(500000);
+        ASSERT_EQ(snap_ids(&c, key, "ready", first, sizeof(first)), 1);
+        ASSERT_EQ(manifest_status(first), 200);
+        /* The next one replaces it: the plan keeps one, the older goes with its image. */
+        bool replaced = false;
+        for (int i = 0; i < 130 * 2 && !replaced; i++) {
+                replaced = snap_ids(&c, key, "ready", now, sizeof(now)) == 1 && strcmp(now, first) != 0;
+                if (!replaced)
+                        usleep(500000);
+        }
+        ASSERT_TRUE(replaced);
+        ASSERT_EQ(manifest_status(first), 404);
+        ASSERT_TRUE(snap_find(&c, key, first) == NULL);
+        /* Stop the schedule before deleting what is left. */
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        char all[1024];
+        for (int i = 0; i < 120 && snap_ids(&c, key, "creating", all, sizeof(all)) > 0; i++)
+                usleep(500000);
+        snap_ids(&c, key, "ready", all, sizeof(all));
+        for (char *p = strtok(all, ","); p; p = strtok(NULL, ",")) {
+                snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", p);
+                HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        }
+}
