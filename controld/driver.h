@@ -85,7 +85,11 @@ struct driver {
          * under gVisor that takes the whole sandbox down), 0 when not, < 0 on errors. */
         int (*exec_oom_killed)(struct exec_session *s);
         void (*exec_free)(struct exec_session *s);
+        /* Optional: mark a node (in)eligible for new sandboxes. NULL = the driver has one node. */
+        int (*node_set_eligible)(struct driver *d, const char *node_id, bool eligible, char *err, size_t errlen);
 };
 
 int driver_docker_new(struct ctl *c, struct driver **ret);
+/* driver-nomad.c: sandboxes as Nomad jobs ([nomad] in the config). */
+int driver_nomad_new(struct ctl *c, struct driver **ret);
 struct driver *driver_free(struct driver *d);
