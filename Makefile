@@ -3,6 +3,7 @@
 #   make check                install/start what the tests need, run every test
 #   make SANITIZE=address,undefined check   the same tests, sanitized (in build/san)
 #   make up / make down       local stack on the embedded default (sqlite + docker driver)
+#   make up NOMAD_ADDR=http://127.0.0.1:4646 [NOMAD_TOKEN=...]   the same on the Nomad driver
 #   make bench                benchmarks (ratios against a baseline run side by side)
 #   make fuzz [FUZZ_SECONDS=600]   every libFuzzer target in tests/fuzz/ (default 60 s each);
 #                             make check runs each for 20 s (build/tests/integration/test-fuzz)
