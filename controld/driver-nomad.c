@@ -1351,16 +1351,22 @@ static int nd_exec_write(struct exec_session *s, const void *data, size_t len, i
                         return r == -ETIMEDOUT ? r : -EPIPE;
                 p += k;
                 len -= k;
-                /* Drain output that arrived meanwhile, without waiting. */
-                while ((r = ws_recv_some(s)) == 1)
-                        ;
-                if (r == -ECONNRESET)
-                        s->eof = true;
-                r = ws_dispatch(s, cb, ud);
-                if (r < 0)
-                        return r;
-                if (r == 1 || s->eof)
-                        return -EPIPE;
+                /* Pass on output that arrived meanwhile, without waiting (one read, then its
+                 * messages: the reader holds at most one frame beyond what was taken). */
+                for (;;) {
+                        int k2 = ws_recv_some(s);
+                        if (k2 == -ECONNRESET)
+                                s->eof = true;
+                        else if (k2 < 0)
+                                return k2;
+                        r = ws_dispatch(s, cb, ud);
+                        if (r < 0)
+                                return r;
+                        if (r == 1 || s->eof)
+                                return -EPIPE;
+                        if (k2 != 1)
+                                break;
+                }
         }
         return 0;
 }
