@@ -43,6 +43,7 @@ UNIT_SRC     := $(wildcard tests/unit/test-*.c)
 INTEG_SRC    := $(wildcard tests/integration/test-*.c)
 FAKES_SRC    := $(wildcard tests/fakes/*.c)
 BENCH_SRC    := $(wildcard tests/bench/*.c)
+NOMAD_SRC    := $(wildcard tests/nomad/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -84,7 +85,13 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIBS) $(LDLIBS)
 
-tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak
+tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak \
+	$(BUILD)/tests/nomad/nomad-standin
+
+# The Nomad stand-in (tests/nomad/README.md): several files, so its own link rule.
+$(BUILD)/tests/nomad/nomad-standin: $(call obj,$(NOMAD_SRC)) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # ---- fuzzing: libFuzzer targets, built with clang into build/fuzz whatever BUILD is ----
 FUZZ_SRC     := $(wildcard tests/fuzz/fuzz-*.c)
