@@ -1092,8 +1092,9 @@ static int ws_recv_some(struct exec_session *s) {
         return r < 0 ? r : 1;
 }
 
-/* Handles every whole message the reader holds. 1 when the exec ended, 0 otherwise. */
-static int ws_dispatch(struct exec_session *s, exec_output_cb cb, void *ud) {
+/* Handles every whole message the reader holds. 1 when the exec ended, 0 otherwise;
+ * *ret_got (optional) tells whether output went to cb. */
+static int ws_dispatch_got(struct exec_session *s, exec_output_cb cb, void *ud, bool *ret_got) {
         for (;;) {
                 struct ws_message m = { 0 };
                 int r = ws_reader_next(&s->rd, &m);
@@ -1143,6 +1144,8 @@ static int ws_dispatch(struct exec_session *s, exec_output_cb cb, void *ud) {
                                 nomad_exec_frame_done(&f);
                                 return 1;
                         }
+                        if (f.stream && f.len && ret_got)
+                                *ret_got = true;
                         if (f.stream && f.len && cb) {
                                 r = cb(f.stream, f.data, f.len, ud);
                                 if (r < 0) {
@@ -1162,6 +1165,8 @@ static int ws_dispatch(struct exec_session *s, exec_output_cb cb, void *ud) {
                 ws_message_done(&m);
         }
 }
+
+static int ws_dispatch(struct exec_session *s, exec_output_cb cb, void *ud) { return ws_dispatch_got(s, cb, ud, NULL); }
 
 static void exec_session_free(struct exec_session *s) {
         if (!s)
@@ -1306,10 +1311,15 @@ static int nd_exec_read(struct exec_session *s, int timeout_ms, int watch_fd, ex
         int64_t deadline = mono_ms() + timeout_ms;
         int r;
         for (;;) {
-                if ((r = ws_dispatch(s, cb, ud)) != 0)
+                /* Back to the caller as soon as output was handed over: it may be a slow client
+                 * (a download) that must not get the whole stream buffered in one call. */
+                bool got = false;
+                if ((r = ws_dispatch_got(s, cb, ud, &got)) != 0)
                         return r;
                 if (s->eof)
                         return 1;
+                if (got)
+                        return 0;
                 /* TLS may hold decrypted bytes the socket no longer shows: ask libcurl first. */
                 r = ws_recv_some(s);
                 if (r == -ECONNRESET) {
@@ -1337,38 +1347,48 @@ static int nd_exec_read(struct exec_session *s, int timeout_ms, int watch_fd, ex
         }
 }
 
+/* Takes what arrived, without waiting: -EPIPE when the process ended (Nomad then drops the
+ * connection, and writing on would reset it and lose the exit code), 0 otherwise. */
+static int exec_poll_output(struct exec_session *s, exec_output_cb cb, void *ud) {
+        for (;;) {
+                int k = ws_recv_some(s);
+                if (k == -ECONNRESET)
+                        s->eof = true;
+                else if (k < 0)
+                        return k;
+                int r = ws_dispatch(s, cb, ud);
+                if (r < 0)
+                        return r;
+                if (r == 1 || s->eof)
+                        return -EPIPE;
+                if (k != 1)
+                        return 0;
+        }
+}
+
 static int nd_exec_write(struct exec_session *s, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud) {
         const uint8_t *p = data;
         int64_t deadline = mono_ms() + timeout_ms;
         if (s->stdin_closed || s->eof)
                 return -EPIPE;
         while (len > 0) {
+                /* Output first: a process that already ended must not be written to. */
+                int r = exec_poll_output(s, cb, ud);
+                if (r < 0)
+                        return r;
                 /* Chunks small enough that output keeps flowing between them. */
                 size_t k = len < 48 * 1024 ? len : 48 * 1024;
                 _cleanup_free_ char *f = nomad_exec_stdin_frame(p, k);
-                int r = ws_send_text(s, f, deadline);
-                if (r < 0)
+                r = ws_send_text(s, f, deadline);
+                if (r < 0) {
+                        (void) exec_poll_output(s, cb, ud);   /* the exit code, if it came */
                         return r == -ETIMEDOUT ? r : -EPIPE;
+                }
                 p += k;
                 len -= k;
-                /* Pass on output that arrived meanwhile, without waiting (one read, then its
-                 * messages: the reader holds at most one frame beyond what was taken). */
-                for (;;) {
-                        int k2 = ws_recv_some(s);
-                        if (k2 == -ECONNRESET)
-                                s->eof = true;
-                        else if (k2 < 0)
-                                return k2;
-                        r = ws_dispatch(s, cb, ud);
-                        if (r < 0)
-                                return r;
-                        if (r == 1 || s->eof)
-                                return -EPIPE;
-                        if (k2 != 1)
-                                break;
-                }
         }
-        return 0;
+        int r = exec_poll_output(s, cb, ud);
+        return r == -EPIPE ? 0 : r;   /* all of it went in; the end is exec_read's to report */
 }
 
 static int nd_exec_close_stdin(struct exec_session *s) {

@@ -47,7 +47,7 @@ static void write_conf(struct ctld *c, const char *server_extra) {
         ASSERT_NOT_NULL(f);
         if (c->nomad_url[0])
                 /* runsc-net: the test daemon's gVisor runtime for sandboxes with a network. */
-                fprintf(f, "[nomad]\naddress = %s\nruntime_network = runsc-net\nplacement_timeout = 60s\n%s\n", c->nomad_url,
+                fprintf(f, "[nomad]\naddress = %s\nruntime_network = runsc-net\nplacement_timeout = 60s\ncsi_plugin_id = standin-csi\n%s\n", c->nomad_url,
                         c->nomad_extra);
         fprintf(f,
                 "[server]\nlisten = 127.0.0.1:%d\nlog_level = debug\n%s\n"
