@@ -45,10 +45,17 @@ static struct standin *current_standin;
 static void write_conf(struct ctld *c, const char *server_extra) {
         FILE *f = fopen(c->conf, "w");
         ASSERT_NOT_NULL(f);
-        if (c->nomad_url[0])
-                /* runsc-net: the test daemon's gVisor runtime for sandboxes with a network. */
-                fprintf(f, "[nomad]\naddress = %s\nruntime_network = runsc-net\nplacement_timeout = 60s\ncsi_plugin_id = standin-csi\n%s\n", c->nomad_url,
-                        c->nomad_extra);
+        if (c->nomad_url[0]) {
+                /* runsc-net: the test daemon's gVisor runtime for sandboxes with a network. A key
+                 * the test gives in nomad_extra replaces the default (the config refuses repeats). */
+                static const char *const defaults[][2] = { { "runtime_network", "runsc-net" },
+                                                           { "placement_timeout", "60s" },
+                                                           { "csi_plugin_id", "standin-csi" } };
+                fprintf(f, "[nomad]\naddress = %s\n%s\n", c->nomad_url, c->nomad_extra);
+                for (size_t i = 0; i < ELEMENTSOF(defaults); i++)
+                        if (!strstr(c->nomad_extra, defaults[i][0]))
+                                fprintf(f, "%s = %s\n", defaults[i][0], defaults[i][1]);
+        }
         fprintf(f,
                 "[server]\nlisten = 127.0.0.1:%d\nlog_level = debug\n%s\n"
                 "[store]\npath = %s/controld.db\n"
