@@ -1056,8 +1056,10 @@ static int ws_send_all(struct exec_session *s, const void *data, size_t len, int
                                 return -errno;
                         continue;
                 }
-                if (cc != CURLE_OK)
+                if (cc != CURLE_OK) {
+                        log_debug("exec stream send failed: %s", curl_easy_strerror(cc));
                         return -EPIPE;
+                }
                 p += sent;
                 len -= sent;
         }
@@ -1086,8 +1088,10 @@ static int ws_recv_some(struct exec_session *s) {
         CURLcode cc = curl_easy_recv(s->h, buf, sizeof(buf), &got);
         if (cc == CURLE_AGAIN)
                 return 0;
-        if (cc != CURLE_OK || got == 0)
+        if (cc != CURLE_OK || got == 0) {
+                log_debug("exec stream ended: %s (%zu bytes)", cc == CURLE_OK ? "closed" : curl_easy_strerror(cc), got);
                 return -ECONNRESET;
+        }
         int r = ws_reader_feed(&s->rd, buf, got);
         return r < 0 ? r : 1;
 }
