@@ -60,16 +60,25 @@ static void remove_labelled(const char *instance) {
         }
 }
 
-static void standin_stop(struct standin *s) {
+/* SIGTERM and wait (20 s, then SIGKILL). Returns the exit status (0 for a clean stop, which
+ * under SANITIZE also means no sanitizer report), -1 when it had to be killed or was not running. */
+static int standin_stop(struct standin *s) {
+        int ret = -1;
         if (s->pid > 0) {
                 kill(s->pid, SIGTERM);
-                int st;
-                for (int i = 0; i < 400 && waitpid(s->pid, &st, WNOHANG) == 0; i++)
+                int st = 0;
+                pid_t w = 0;
+                for (int i = 0; i < 400 && (w = waitpid(s->pid, &st, WNOHANG)) == 0; i++)
                         usleep(50000);
-                kill(s->pid, SIGKILL);
-                waitpid(s->pid, &st, 0);
+                if (w == s->pid)
+                        ret = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+                else {
+                        kill(s->pid, SIGKILL);
+                        waitpid(s->pid, &st, 0);
+                }
                 s->pid = 0;
         }
+        return ret;
 }
 
 static void stop_hook(void *ud) {
@@ -561,6 +570,7 @@ TEST(register_place_blocking_and_deregister) {
                 }
         }
         ASSERT_TRUE(saw_put && saw_delete);
+        ASSERT_EQ(standin_stop(s), 0);
 }
 
 TEST(nomad_answers_for_unknown_things_and_bad_queries) {
@@ -694,6 +704,32 @@ TEST(exec_round_trip_under_runsc) {
         ws_close_conn(&w);
         ASSERT_EQ(res.close_code, WS_CLOSE_POLICY);
         ASSERT_STREQ(res.close_reason, "ACL token not found");
+        exec_result_done(&res);
+        /* Pings are answered, also mid-session; a client close is echoed. */
+        ASSERT_EQ(ws_open(s, &w, alloc, "run", "[\"/bin/sh\",\"-c\",\"cat\"]", TOKEN), 101);
+        struct strbuf fb = STRBUF_INIT(0);
+        ASSERT_OK(ws_frame_encode(&fb, WS_ROLE_CLIENT, true, WS_OP_PING, "are you there", 13));
+        ASSERT_OK(ws_close_encode(&fb, WS_ROLE_CLIENT, WS_CLOSE_NORMAL, "done"));
+        ASSERT_OK(ws_send_all(&w, fb.buf, fb.len));
+        strbuf_done(&fb);
+        struct ws_message m;
+        ASSERT_EQ(ws_next(&w, &m), 1);
+        ASSERT_EQ(m.opcode, WS_OP_PONG);
+        ASSERT_STREQ((char *) m.data, "are you there");
+        ws_message_done(&m);
+        ASSERT_EQ(ws_next(&w, &m), 1);
+        ASSERT_EQ(m.opcode, WS_OP_CLOSE);
+        uint16_t cc = 0;
+        ASSERT_OK(ws_close_parse(m.data, m.len, &cc, NULL));
+        ASSERT_EQ(cc, WS_CLOSE_NORMAL);
+        ws_message_done(&m);
+        ws_close_conn(&w);
+        /* An unmasked client frame is a protocol error: close 1002. */
+        ASSERT_EQ(ws_open(s, &w, alloc, "run", "[\"/bin/sh\",\"-c\",\"cat\"]", TOKEN), 101);
+        ASSERT_OK(ws_send_all(&w, "\x81\x02{}", 4));
+        exec_collect(&w, &res);
+        ws_close_conn(&w);
+        ASSERT_EQ(res.close_code, WS_CLOSE_PROTOCOL_ERROR);
         exec_result_done(&res);
         ASSERT_EQ(ws_open(s, &w, "00000000-0000-0000-0000-000000000000", "run", "[\"true\"]", TOKEN), 101);
         exec_collect(&w, &res);
@@ -896,6 +932,7 @@ TEST(faults_are_visible) {
         ASSERT_EQ(res.close_code, 0);
         ASSERT_EQ(res.exit_code, 0);
         exec_result_done(&res);
+        ASSERT_EQ(standin_stop(s), 0);
 }
 
 TEST(fault_flags_on_the_command_line) {
@@ -936,8 +973,8 @@ TEST(fault_flags_on_the_command_line) {
         ASSERT_STREQ(json_get_str(aj, "NodeID"), u->node_ids[1]);   /* pinned to node:1 */
         const char *addr = json_get_str(cJSON_GetObjectItem(aj, "NetworkStatus"), "Address");
         ASSERT_TRUE(addr && *addr);
-        /* SIGTERM removes what it created. */
-        standin_stop(u);
+        /* SIGTERM removes what it created, and the stand-in exits cleanly. */
+        ASSERT_EQ(standin_stop(u), 0);
         _cleanup_free_ char *cn = xasprintf("run-%s", a);
         ASSERT_FALSE(container_exists(cn));
 }
