@@ -14,7 +14,7 @@
 #include "testlib.h"
 
 struct env {
-        struct standin s;
+        struct nstandin s;
         struct ctld c;
         char *key;
         char account[25];
@@ -23,7 +23,7 @@ struct env {
 /* A stand-in (args: its extra flags) and controld on the Nomad driver against it. */
 static void env_start(struct env *e, const char *const *args, const char *nomad_extra) {
         need_docker();
-        need_standin();
+        need_nstandin();
         char dir[256];
         snprintf(dir, sizeof(dir), "%s/standin-%d-%ld", test_tmpdir(), getpid(), (long) random());
         ASSERT_TRUE(mkdir(dir, 0700) == 0);
@@ -36,14 +36,14 @@ static void env_start(struct env *e, const char *const *args, const char *nomad_
         for (const char *const *a = args; a && *a && n < 22; a++)
                 all[n++] = *a;
         all[n] = NULL;
-        standin_start(&e->s, dir, all);
+        nstandin_start(&e->s, dir, all);
         ctld_start_nomad(&e->c, &e->s, nomad_extra, NULL, NULL);
         e->key = ctld_account_key(&e->c, "nomad", NULL, e->account);
 }
 
 /* Bodies of the requests with this method and exact path, in order. */
-static cJSON *request_bodies(struct standin *s, const char *method, const char *path) {
-        _cleanup_json_ cJSON *log = standin_requests(s);
+static cJSON *request_bodies(struct nstandin *s, const char *method, const char *path) {
+        _cleanup_json_ cJSON *log = nstandin_requests(s);
         cJSON *out = cJSON_CreateArray();
         const cJSON *o;
         cJSON_ArrayForEach(o, log) {
@@ -61,7 +61,7 @@ static void create_expect_503(struct env *e, const char *body, const char *part)
                 test_fail(__FILE__, __LINE__, "create -> %ld %s (want 503 with \"%s\")", r.status, r.body, part);
         hres_done(&r);
         /* Nothing stays registered, and the record says failed with the same reason. */
-        ASSERT_EQ(standin_job_count(&e->s), 0);
+        ASSERT_EQ(nstandin_job_count(&e->s), 0);
         _cleanup_free_ char *out = NULL;
         ASSERT_EQ(ctld_admin(&e->c, &out, "sandbox", "list", NULL), 0);
         ASSERT_CONTAINS(out, "failed");
@@ -109,7 +109,7 @@ TEST_FULL(nomad_registered_job_matches_reference, 180) {
         ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(t, "Config"), "runtime")->valuestring, "runsc-net");
 
         /* The allocation runs the task container under gVisor with the job's limits. */
-        const char *ctr = standin_container(&e.s, id);
+        const char *ctr = nstandin_container(&e.s, id);
         ASSERT_NOT_NULL(ctr);
         {
                 _cleanup_free_ char *out = NULL;
@@ -121,7 +121,7 @@ TEST_FULL(nomad_registered_job_matches_reference, 180) {
                 ASSERT_CONTAINS(out, "runsc-net 671088640 536870912 4096 [ALL] [ALL] [no-new-privileges]");
         }
         /* The record holds Nomad's node and address (the egress routing key and rule target). */
-        _cleanup_json_ cJSON *st = standin_state(&e.s);
+        _cleanup_json_ cJSON *st = nstandin_state(&e.s);
         cJSON *a0 = cJSON_GetArrayItem(cJSON_GetObjectItem(st, "Allocations"), 0);
         char db[400], q[200];
         snprintf(db, sizeof(db), "%s/controld.db", e.c.dir);
@@ -152,9 +152,9 @@ TEST_FULL(nomad_lifecycle_exec_pause_resume_destroy, 240) {
         ASSERT_STREQ(cJSON_GetObjectItem(d, "stderr")->valuestring, "err\n");
         ASSERT_EQ(cJSON_GetObjectItem(d, "exit_code")->valueint, 7);
         hres_done(&r);
-        ASSERT_GE(standin_count(&e.s, "GET", "/v1/client/allocation/"), 1);
+        ASSERT_GE(nstandin_count(&e.s, "GET", "/v1/client/allocation/"), 1);
 
-        _cleanup_free_ char *alloc1 = xstrdup(standin_container(&e.s, id));
+        _cleanup_free_ char *alloc1 = xstrdup(nstandin_container(&e.s, id));
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
         HTTP_EXPECT(&e.c, "POST", path, e.key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&e.c, e.key, id, "paused", 60), "paused");
@@ -166,13 +166,13 @@ TEST_FULL(nomad_lifecycle_exec_pause_resume_destroy, 240) {
                 ASSERT_EQ(cJSON_GetArraySize(scale0), 1);
                 ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetArrayItem(scale0, 0), "Count")->valueint, 0);
         }
-        ASSERT_EQ(standin_job_count(&e.s), 1);   /* paused: the job stays, its allocation goes */
-        ASSERT_TRUE(standin_container(&e.s, id) == NULL);
+        ASSERT_EQ(nstandin_job_count(&e.s), 1);   /* paused: the job stays, its allocation goes */
+        ASSERT_TRUE(nstandin_container(&e.s, id) == NULL);
 
         snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
         HTTP_EXPECT(&e.c, "POST", path, e.key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&e.c, e.key, id, "ready", 60), "ready");
-        const char *alloc2 = standin_container(&e.s, id);
+        const char *alloc2 = nstandin_container(&e.s, id);
         ASSERT_NOT_NULL(alloc2);
         ASSERT_TRUE(strcmp(alloc1, alloc2) != 0);
         ctld_exec(&e.c, e.key, id, "echo again", 30, &r);
@@ -182,10 +182,10 @@ TEST_FULL(nomad_lifecycle_exec_pause_resume_destroy, 240) {
 
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
         HTTP_EXPECT(&e.c, "DELETE", path, e.key, NULL, 204);
-        ASSERT_EQ(standin_job_count(&e.s), 0);
+        ASSERT_EQ(nstandin_job_count(&e.s), 0);
         char dp[80];
         snprintf(dp, sizeof(dp), "/v1/job/sandbox-%s", id);
-        _cleanup_json_ cJSON *log = standin_requests(&e.s);
+        _cleanup_json_ cJSON *log = nstandin_requests(&e.s);
         bool purged = false;
         const cJSON *o;
         cJSON_ArrayForEach(o, log) {
@@ -204,13 +204,13 @@ TEST_FULL(nomad_slow_placement_uses_blocking_queries, 180) {
         struct env e;
         char id[25];
         env_start(&e, NULL, NULL);
-        standin_fault(&e.s, "{\"slow_placement_ms\":4000}");
+        nstandin_fault(&e.s, "{\"slow_placement_ms\":4000}");
         int64_t t0 = now_ms();
         ctld_create(&e.c, e.key, NULL, id);
         ASSERT_GE(now_ms() - t0, 3500);
         char ap[80];
         snprintf(ap, sizeof(ap), "/v1/job/sandbox-%s/allocations", id);
-        _cleanup_json_ cJSON *log = standin_requests(&e.s);
+        _cleanup_json_ cJSON *log = nstandin_requests(&e.s);
         int polls = 0, blocking = 0;
         const cJSON *o;
         cJSON_ArrayForEach(o, log) {
@@ -234,7 +234,7 @@ TEST_FULL(nomad_slow_placement_uses_blocking_queries, 180) {
 TEST_FULL(nomad_fault_placement_failure, 180) {
         struct env e;
         env_start(&e, NULL, NULL);
-        standin_fault(&e.s, "{\"fail_placement\":1}");
+        nstandin_fault(&e.s, "{\"fail_placement\":1}");
         create_expect_503(&e, NULL, "no Nomad node could place the sandbox");
         /* The next one places. */
         char id[25];
@@ -245,7 +245,7 @@ TEST_FULL(nomad_fault_placement_failure, 180) {
 TEST_FULL(nomad_fault_driver_failure_reason, 180) {
         struct env e;
         env_start(&e, NULL, NULL);
-        standin_fault(&e.s, "{\"driver_failure\":1,\"driver_message\":\"requested runtime \\\"runsc\\\" is not allowed\"}");
+        nstandin_fault(&e.s, "{\"driver_failure\":1,\"driver_message\":\"requested runtime \\\"runsc\\\" is not allowed\"}");
         create_expect_503(&e, NULL, "requested runtime \"runsc\" is not allowed");
         ctld_stop(&e.c);
 }
@@ -253,20 +253,20 @@ TEST_FULL(nomad_fault_driver_failure_reason, 180) {
 TEST_FULL(nomad_fault_slow_placement_times_out, 180) {
         struct env e;
         env_start(&e, NULL, "placement_timeout = 2s\n");
-        standin_fault(&e.s, "{\"slow_placement_ms\":6000}");
+        nstandin_fault(&e.s, "{\"slow_placement_ms\":6000}");
         int64_t t0 = now_ms();
         create_expect_503(&e, NULL, "Nomad did not start the sandbox within 2s");
         ASSERT_LE(now_ms() - t0, 5000);
         /* The placement finishing later leaves nothing running either. */
         sleep(5);
-        ASSERT_EQ(standin_job_count(&e.s), 0);
+        ASSERT_EQ(nstandin_job_count(&e.s), 0);
         ctld_stop(&e.c);
 }
 
 TEST_FULL(nomad_fault_http_500, 180) {
         struct env e;
         env_start(&e, NULL, NULL);
-        standin_fault(&e.s, "{\"http_500\":1}");
+        nstandin_fault(&e.s, "{\"http_500\":1}");
         create_expect_503(&e, NULL, "Nomad answered 500: rpc error: No cluster leader");
         ctld_stop(&e.c);
 }
@@ -277,7 +277,7 @@ TEST_FULL(nomad_fault_alloc_lost_later, 180) {
         char id[25], path[128];
         env_start(&e, NULL, NULL);
         /* The stand-in arms the loss when it places: this sandbox's node goes away 3 s after. */
-        standin_fault(&e.s, "{\"lose_after_ms\":3000,\"lose_count\":1}");
+        nstandin_fault(&e.s, "{\"lose_after_ms\":3000,\"lose_count\":1}");
         ctld_create(&e.c, e.key, NULL, id);
         ASSERT_STREQ(ctld_wait_status(&e.c, e.key, id, "destroyed", 60), "destroyed");
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
@@ -286,7 +286,7 @@ TEST_FULL(nomad_fault_alloc_lost_later, 180) {
         ASSERT_EQ(r.status, 200);
         ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "destroy_reason")->valuestring, "failed");
         hres_done(&r);
-        ASSERT_EQ(standin_job_count(&e.s), 0);
+        ASSERT_EQ(nstandin_job_count(&e.s), 0);
         ctld_stop(&e.c);
 }
 
@@ -296,7 +296,7 @@ TEST_FULL(nomad_fault_exec_closed_1011, 180) {
         struct hres r;
         env_start(&e, NULL, NULL);
         ctld_create(&e.c, e.key, NULL, id);
-        standin_fault(&e.s, "{\"exec_1011\":1}");
+        nstandin_fault(&e.s, "{\"exec_1011\":1}");
         ctld_exec(&e.c, e.key, id, "echo hi", 30, &r);
         ASSERT_EQ(r.status, 503);
         hres_done(&r);
@@ -316,7 +316,7 @@ TEST_FULL(nomad_acl_token, 180) {
         const char *args[] = { "--token", "s3cret-token-value", NULL };
         env_start(&e, args, "token = s3cret-token-value\n");
         ctld_create(&e.c, e.key, NULL, id);
-        ASSERT_EQ(standin_count(&e.s, "PUT", "/v1/jobs"), 1);
+        ASSERT_EQ(nstandin_count(&e.s, "PUT", "/v1/jobs"), 1);
         ctld_stop(&e.c);
 
         struct env f;
@@ -345,8 +345,8 @@ TEST_FULL(nomad_orphan_jobs_are_reaped, 180) {
         char *qa[] = { "sqlite3", db, q, NULL };
         ASSERT_EQ(test_run_capture(qa, NULL, 4096), 0);
         ctld_start_daemon(&e.c);
-        for (int i = 0; i < 100 && standin_job_count(&e.s) > 0; i++)
+        for (int i = 0; i < 100 && nstandin_job_count(&e.s) > 0; i++)
                 usleep(100000);
-        ASSERT_EQ(standin_job_count(&e.s), 0);
+        ASSERT_EQ(nstandin_job_count(&e.s), 0);
         ctld_stop(&e.c);
 }

@@ -40,7 +40,7 @@ bool ctld_nomad(void) {
 }
 
 /* The stand-in a ctld of this process talks to, for container_name(). */
-static struct standin *current_standin;
+static struct nstandin *current_standin;
 
 static void write_conf(struct ctld *c, const char *server_extra) {
         FILE *f = fopen(c->conf, "w");
@@ -150,7 +150,7 @@ void ctld_start(struct ctld *c, const char *server_extra, const char *extra) {
                 char map[512];
                 standin_net_map(c, map, sizeof(map));
                 const char *args[] = { "--net-map", map, NULL };
-                standin_start(&c->standin, c->dir, args);
+                nstandin_start(&c->standin, c->dir, args);
                 c->own_standin = true;
                 current_standin = &c->standin;
                 snprintf(c->nomad_url, sizeof(c->nomad_url), "%s", c->standin.url);
@@ -158,7 +158,7 @@ void ctld_start(struct ctld *c, const char *server_extra, const char *extra) {
         ctld_launch(c, server_extra, extra);
 }
 
-void ctld_start_nomad(struct ctld *c, struct standin *s, const char *nomad_extra, const char *server_extra,
+void ctld_start_nomad(struct ctld *c, struct nstandin *s, const char *nomad_extra, const char *server_extra,
                       const char *extra) {
         ctld_init(c, extra);
         snprintf(c->nomad_url, sizeof(c->nomad_url), "%s", s->url);
@@ -258,7 +258,7 @@ void ctld_stop(struct ctld *c) {
         }
         c->dir[0] = 0;
         if (c->own_standin) {
-                standin_stop(&c->standin);   /* removes its containers and volumes */
+                nstandin_stop(&c->standin);   /* removes its containers and volumes */
                 if (current_standin == &c->standin)
                         current_standin = NULL;
         }
@@ -486,7 +486,7 @@ char *container_name(const char *id) {
         if (current_standin) {
                 /* Nomad names the task container <task>-<alloc id>; gone = a name that never exists. */
                 static char nbuf[128];
-                const char *n = standin_container(current_standin, id);
+                const char *n = nstandin_container(current_standin, id);
                 snprintf(nbuf, sizeof(nbuf), "%s", n ? n : "sandbox-no-running-allocation");
                 return nbuf;
         }

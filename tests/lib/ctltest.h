@@ -30,7 +30,7 @@ struct ctld {
         bool failed_exit;     /* controld crashed or reported a sanitizer error */
         /* Nomad driver: the stand-in controld talks to (started with it unless the test gave
          * its own through ctld_start_nomad), and extra [nomad] keys. */
-        struct standin standin;
+        struct nstandin standin;
         bool own_standin;
         char nomad_url[64];
         char nomad_extra[1024];
@@ -45,7 +45,7 @@ struct ctld {
 void ctld_start(struct ctld *c, const char *server_extra, const char *extra);
 /* ctld_start on the Nomad driver against a stand-in the test started (and stops);
  * nomad_extra: more [nomad] keys (may be NULL). */
-void ctld_start_nomad(struct ctld *c, struct standin *s, const char *nomad_extra, const char *server_extra,
+void ctld_start_nomad(struct ctld *c, struct nstandin *s, const char *nomad_extra, const char *server_extra,
                       const char *extra);
 /* Restart on the same config and database; or stop and start the daemon alone (the store
  * and the sandboxes stay), e.g. to edit the store in between. */

@@ -27,7 +27,7 @@ static int free_port(void) {
         return ntohs(a.sin_port);
 }
 
-void need_standin(void) {
+void need_nstandin(void) {
         if (access(test_build_path("tests/nomad/nomad-standin"), X_OK) != 0)
                 TEST_SKIP("the Nomad stand-in is not built (build/tests/nomad/nomad-standin)");
 }
@@ -43,7 +43,7 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
         return k;
 }
 
-static long call(struct standin *s, const char *method, const char *path, const char *body, char **ret) {
+static long call(struct nstandin *s, const char *method, const char *path, const char *body, char **ret) {
         CURL *h = curl_easy_init();
         struct sink k = { 0 };
         char url[1024];
@@ -70,9 +70,9 @@ static long call(struct standin *s, const char *method, const char *path, const 
         return st;
 }
 
-static void stop_hook(void *ud) { standin_stop(ud); }
+static void nstandin_stop_hook(void *ud) { nstandin_stop(ud); }
 
-void standin_start(struct standin *s, const char *dir, const char *const *args) {
+void nstandin_start(struct nstandin *s, const char *dir, const char *const *args) {
         memset(s, 0, sizeof(*s));
         s->port = free_port();
         snprintf(s->url, sizeof(s->url), "http://127.0.0.1:%d", s->port);
@@ -100,9 +100,9 @@ void standin_start(struct standin *s, const char *dir, const char *const *args) 
                 _exit(127);
         }
         s->pid = p;
-        struct standin *shadow = xnew0(struct standin, 1);
+        struct nstandin *shadow = xnew0(struct nstandin, 1);
         *shadow = *s;
-        test_on_exit(stop_hook, shadow);
+        test_on_exit(nstandin_stop_hook, shadow);
         for (int i = 0; i < 500; i++) {
                 /* Any answer will do: with --token even /v1/nodes is 403 without one. */
                 if (test_port_open(s->port) && call(s, "GET", "/v1/nodes", NULL, NULL) > 0)
@@ -118,7 +118,7 @@ void standin_start(struct standin *s, const char *dir, const char *const *args) 
         test_fail(__FILE__, __LINE__, "nomad-standin did not answer; see %s", s->log);
 }
 
-void standin_stop(struct standin *s) {
+void nstandin_stop(struct nstandin *s) {
         if (s->pid <= 0)
                 return;
         /* Only the process that started it stops it (forked test children share the struct). */
@@ -139,27 +139,27 @@ void standin_stop(struct standin *s) {
         s->pid = 0;
 }
 
-void standin_fault(struct standin *s, const char *json) {
+void nstandin_fault(struct nstandin *s, const char *json) {
         long st = call(s, "POST", "/_standin/fault", json, NULL);
         if (st != 200)
                 test_fail(__FILE__, __LINE__, "stand-in refused fault %s (%ld)", json, st);
 }
 
-cJSON *standin_get(struct standin *s, const char *path) {
+cJSON *nstandin_get(struct nstandin *s, const char *path) {
         _cleanup_free_ char *b = NULL;
         if (call(s, "GET", path, NULL, &b) != 200 || !b)
                 return NULL;
         return cJSON_Parse(b);
 }
 
-cJSON *standin_state(struct standin *s) {
-        cJSON *j = standin_get(s, "/_standin/state");
+cJSON *nstandin_state(struct nstandin *s) {
+        cJSON *j = nstandin_get(s, "/_standin/state");
         if (!j)
                 test_fail(__FILE__, __LINE__, "stand-in state unreadable");
         return j;
 }
 
-cJSON *standin_requests(struct standin *s) {
+cJSON *nstandin_requests(struct nstandin *s) {
         cJSON *arr = cJSON_CreateArray();
         FILE *f = fopen(s->record, "re");
         if (!f)
@@ -176,8 +176,8 @@ cJSON *standin_requests(struct standin *s) {
         return arr;
 }
 
-int standin_count(struct standin *s, const char *method, const char *prefix) {
-        _cleanup_json_ cJSON *a = standin_requests(s);
+int nstandin_count(struct nstandin *s, const char *method, const char *prefix) {
+        _cleanup_json_ cJSON *a = nstandin_requests(s);
         int n = 0;
         const cJSON *o;
         cJSON_ArrayForEach(o, a) {
@@ -192,14 +192,14 @@ int standin_count(struct standin *s, const char *method, const char *prefix) {
         return n;
 }
 
-int standin_job_count(struct standin *s) {
-        _cleanup_json_ cJSON *st = standin_state(s);
+int nstandin_job_count(struct nstandin *s) {
+        _cleanup_json_ cJSON *st = nstandin_state(s);
         return cJSON_GetArraySize(cJSON_GetObjectItem(st, "Jobs"));
 }
 
-const char *standin_container(struct standin *s, const char *sandbox_id) {
+const char *nstandin_container(struct nstandin *s, const char *sandbox_id) {
         static char buf[128];
-        _cleanup_json_ cJSON *st = standin_state(s);
+        _cleanup_json_ cJSON *st = nstandin_state(s);
         char job[64];
         snprintf(job, sizeof(job), "sandbox-%s", sandbox_id);
         const cJSON *a;

@@ -1,7 +1,7 @@
 /* nomadtest.h — run the Nomad stand-in (build/tests/nomad/nomad-standin) for a test.
  *
- * standin_start() starts it on a free loopback port with a request log in dir; the exit hook
- * of the test (and standin_stop) stops it, and the stand-in removes its containers and
+ * nstandin_start() starts it on a free loopback port with a request log in dir; the exit hook
+ * of the test (and nstandin_stop) stops it, and the stand-in removes its containers and
  * volumes on SIGTERM. Faults and state go through its /_standin endpoints.
  */
 #pragma once
@@ -10,7 +10,7 @@
 #include <sys/types.h>
 #include <cjson/cJSON.h>
 
-struct standin {
+struct nstandin {
         pid_t pid;
         int port;
         char url[64];
@@ -19,21 +19,21 @@ struct standin {
 };
 
 /* Skips the test when the stand-in is not built. */
-void need_standin(void);
+void need_nstandin(void);
 /* args: extra command-line arguments (NULL-terminated, may be NULL), e.g. --nodes 2. */
-void standin_start(struct standin *s, const char *dir, const char *const *args);
-void standin_stop(struct standin *s);
+void nstandin_start(struct nstandin *s, const char *dir, const char *const *args);
+void nstandin_stop(struct nstandin *s);
 /* POST /_standin/fault with a JSON object such as {"fail_placement":1}. */
-void standin_fault(struct standin *s, const char *json);
+void nstandin_fault(struct nstandin *s, const char *json);
 /* GET /_standin/state: {Index, Jobs, Allocations, Workers}. New tree. */
-cJSON *standin_state(struct standin *s);
+cJSON *nstandin_state(struct nstandin *s);
 /* A plain GET of the stand-in's Nomad API (e.g. "/v1/nodes"). New tree or NULL. */
-cJSON *standin_get(struct standin *s, const char *path);
+cJSON *nstandin_get(struct nstandin *s, const char *path);
 /* The request log so far, as an array. New tree. */
-cJSON *standin_requests(struct standin *s);
+cJSON *nstandin_requests(struct nstandin *s);
 /* Requests in the log whose method matches (NULL = any) and whose path starts with prefix. */
-int standin_count(struct standin *s, const char *method, const char *prefix);
+int nstandin_count(struct nstandin *s, const char *method, const char *prefix);
 /* Jobs registered and not purged. */
-int standin_job_count(struct standin *s);
+int nstandin_job_count(struct nstandin *s);
 /* The container of sandbox id's running (desired run) allocation, or NULL (static buffer). */
-const char *standin_container(struct standin *s, const char *sandbox_id);
+const char *nstandin_container(struct nstandin *s, const char *sandbox_id);

@@ -95,6 +95,7 @@ struct alloc {
         char address[64];
         char *container;
         uint64_t create_index, modify_index;
+        uint64_t job_create_index;   /* which incarnation of the job (a purged ID may come back) */
         int64_t create_time, modify_time;
         bool stop_requested;
         struct alloc *next;
@@ -391,6 +392,7 @@ static struct alloc *alloc_new(struct job *j, const cJSON *g, int index, const c
         a->task = xstrdup(str_or(json_get_str(t, "Name"), "task"));
         a->name = xasprintf("%s.%s[%d]", j->id, a->group, index);
         a->job = cJSON_Duplicate(j->job, true);
+        a->job_create_index = j->create_index;
         strscpy(a->desired, "run", sizeof(a->desired));
         strscpy(a->client, "pending", sizeof(a->client));
         a->task_state = cJSON_CreateObject();
@@ -447,7 +449,7 @@ static struct eval *evaluate(struct job *j, const char *trigger) {
                 int have = 0;
                 for (struct alloc *a = allocs; a; a = a->next)
                         if (strcmp(a->job_id, j->id) == 0 && strcmp(a->ns, j->ns) == 0 && strcmp(a->group, gname) == 0 &&
-                            strcmp(a->desired, "run") == 0) {
+                            a->job_create_index == j->create_index && strcmp(a->desired, "run") == 0) {
                                 /* Reschedule attempts 0: a failed or lost allocation is not replaced, and it
                                  * still counts, so an evaluation does not place a second one. */
                                 if (have >= want) {
@@ -655,6 +657,12 @@ static void *place_thread(void *arg) {
                                                 : NULL;
         if (go) {
                 task_event(a, "Task Setup", "Building Task Directory", false, NULL, -1);
+                alloc_touch(a);
+        } else if (a && strcmp(a->client, "pending") == 0) {
+                /* Stopped before it started: nothing to run, the allocation completes. */
+                task_state_set(a, "dead", false);
+                strscpy(a->client, "complete", sizeof(a->client));
+                strscpy(a->client_desc, "All tasks have completed", sizeof(a->client_desc));
                 alloc_touch(a);
         }
         pthread_mutex_unlock(&mu);
@@ -919,7 +927,7 @@ static cJSON *eval_json(const struct eval *e) {
 static const char *job_status(const struct job *j) {
         bool any = false, live = false;
         for (struct alloc *a = allocs; a; a = a->next)
-                if (strcmp(a->job_id, j->id) == 0 && strcmp(a->ns, j->ns) == 0) {
+                if (strcmp(a->job_id, j->id) == 0 && strcmp(a->ns, j->ns) == 0 && a->job_create_index == j->create_index) {
                         any = true;
                         if (strcmp(a->client, "running") == 0 || strcmp(a->client, "pending") == 0)
                                 live = true;
@@ -1354,10 +1362,13 @@ static enum MHD_Result h_job_allocs(struct MHD_Connection *c, const char *id) {
         pthread_mutex_lock(&mu);
         block_until(min, wait, rel_job_allocs, &k);
         cJSON *arr = cJSON_CreateArray();
+        /* state.AllocsByJob: without all=true only the allocations of the job as it exists now
+         * (same CreateIndex), so a purged and re-registered ID does not show its past. */
         bool all = arg(c, "all") && strcmp(arg(c, "all"), "true") == 0;
-        (void) all;   /* no job versions are kept apart: every allocation of the job is listed */
+        struct job *j = all ? NULL : job_find(k.ns, id);
         for (struct alloc *a = allocs; a; a = a->next)
-                if (strcmp(a->job_id, id) == 0 && strcmp(a->ns, k.ns) == 0)
+                if (strcmp(a->job_id, id) == 0 && strcmp(a->ns, k.ns) == 0 &&
+                    (!j || a->job_create_index == j->create_index))
                         cJSON_AddItemToArray(arr, alloc_json(a, false));
         uint64_t idx = idx_allocs;
         pthread_mutex_unlock(&mu);
