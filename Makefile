@@ -85,6 +85,14 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIBS) $(LDLIBS)
 
+# Both drivers: these API suites run a second time on the Nomad driver (<suite>-nomad).
+NOMAD_SUITES := test-controld test-runtime
+NOMAD_VARIANTS := $(patsubst %,$(BUILD)/tests/integration/%-nomad,$(NOMAD_SUITES))
+$(NOMAD_VARIANTS): $(BUILD)/tests/integration/%-nomad: tests/integration/nomad-variant.sh
+	@mkdir -p $(dir $@)
+	install -m 0755 $< $@
+
+tests: $(NOMAD_VARIANTS)
 tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak \
 	$(BUILD)/tests/nomad/nomad-standin
 
