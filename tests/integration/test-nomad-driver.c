@@ -1,6 +1,7 @@
 /* controld on the Nomad driver against the Nomad stand-in (tests/nomad): the job it registers,
  * blocking waits, pause/resume by scaling, exec over the alloc exec WebSocket, and every fault
  * the stand-in injects ending in a clean 503 or `failed` with Nomad's reason and no job left. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -349,4 +350,133 @@ TEST_FULL(nomad_orphan_jobs_are_reaped, 180) {
                 usleep(100000);
         ASSERT_EQ(nstandin_job_count(&e.s), 0);
         ctld_stop(&e.c);
+}
+
+/* ---- two nodes, two agents ---- */
+
+struct agent {
+        pid_t pid;
+        char conf[400], log[400];
+};
+
+static void agent_stop_hook(void *ud) { test_stop_child(&((struct agent *) ud)->pid); }
+
+static void agent_start(struct agent *a, const char *dir, const char *name, const char *text) {
+        snprintf(a->conf, sizeof(a->conf), "%s/%s.conf", dir, name);
+        snprintf(a->log, sizeof(a->log), "%s/%s.log", dir, name);
+        FILE *f = fopen(a->conf, "w");
+        ASSERT_NOT_NULL(f);
+        fputs(text, f);
+        fclose(f);
+        pid_t p = fork();
+        ASSERT_TRUE(p >= 0);
+        if (p == 0) {
+                int fd = open(a->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+                dup2(fd, STDERR_FILENO);
+                dup2(fd, STDOUT_FILENO);
+                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", a->conf, (char *) NULL);
+                _exit(127);
+        }
+        a->pid = p;
+        test_on_exit(agent_stop_hook, a);
+        for (int i = 0; i < 300; i++) {
+                _cleanup_free_ char *out = NULL;
+                char *cat[] = { "cat", a->log, NULL };
+                if (test_run_capture(cat, &out, 1 << 20) == 0 && out && strstr(out, "consuming node messages"))
+                        return;
+                usleep(50000);
+        }
+        test_fail(__FILE__, __LINE__, "nodeagent %s did not start consuming; see %s", name, a->log);
+}
+
+static char *file_text(const char *path) {
+        char *out = NULL;
+        char *cat[] = { "cat", (char *) path, NULL };
+        if (test_run_capture(cat, &out, 1 << 20) != 0 && !out)
+                out = xstrdup("");
+        return out;
+}
+
+/* Egress messages are routed by the allocation's Nomad node id: with two client nodes and an
+ * agent on each (one finding its id with node_id = nomad from /v1/agent/self, one given it
+ * literally), each agent gets exactly the messages of the sandbox placed on its node. The
+ * agents have no firewall here, so each refuses and names its node: that refusal, carried back
+ * to the API, says which agent answered. */
+TEST_FULL(nomad_two_nodes_each_agent_gets_its_own, 240) {
+        need_docker();
+        need_nstandin();
+        if (!test_port_open(5672))
+                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672");
+        struct nstandin s;
+        char dir[256];
+        snprintf(dir, sizeof(dir), "%s/two-%d", test_tmpdir(), getpid());
+        ASSERT_TRUE(mkdir(dir, 0700) == 0);
+        const char *args[] = { "--nodes", "2", "--placement", "spread", "--agent-node", "0", "--net-map",
+                               "cni/sandbox-open=paddock-sandbox,cni/sandbox-restricted=paddock-sandbox,cni/sandbox-no-egress=none",
+                               NULL };
+        nstandin_start(&s, dir, args);
+        _cleanup_json_ cJSON *nodes = nstandin_get(&s, "/v1/nodes");
+        ASSERT_EQ(cJSON_GetArraySize(nodes), 2);
+        char n0[64] = "", n1[64] = "";
+        const cJSON *n;
+        cJSON_ArrayForEach(n, nodes) {
+                const char *name = cJSON_GetObjectItem(n, "Name")->valuestring, *id = cJSON_GetObjectItem(n, "ID")->valuestring;
+                snprintf(!strcmp(name, "standin-node-1") ? n0 : n1, 64, "%s", id);
+        }
+        ASSERT_TRUE(n0[0] && n1[0]);
+
+        char exchange[64], text[1024];
+        snprintf(exchange, sizeof(exchange), "paddock.test-nomad-%d", getpid());
+        struct agent a, b;
+        snprintf(text, sizeof(text),
+                 "[agent]\nnode_id = nomad\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n"
+                 "[nomad]\naddress = %s\n", exchange, s.url);
+        agent_start(&a, dir, "agent-a", text);
+        snprintf(text, sizeof(text),
+                 "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n", n1,
+                 exchange);
+        agent_start(&b, dir, "agent-b", text);
+        _cleanup_free_ char *alog0 = file_text(a.log);
+        char says[128];
+        snprintf(says, sizeof(says), "this is Nomad node %s", n0);
+        ASSERT_CONTAINS(alog0, says);
+
+        struct ctld c;
+        char extra[512];
+        snprintf(extra, sizeof(extra), "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\negress_timeout = 3s\n", exchange);
+        ctld_start_nomad(&c, &s, NULL, NULL, extra);
+        _cleanup_free_ char *key = ctld_account_key(&c, "two", NULL, NULL);
+        char want0[160], want1[160];
+        snprintf(want0, sizeof(want0), "egress enforcement is not enabled on node %s", n0);
+        snprintf(want1, sizeof(want1), "egress enforcement is not enabled on node %s", n1);
+        bool saw0 = false, saw1 = false;
+        for (int i = 0; i < 2; i++) {
+                struct hres r;
+                http_req(&c, "POST", "/sandboxes", key, "{}", &r);
+                ASSERT_EQ(r.status, 503);
+                const char *m = hres_message(&r);
+                saw0 = saw0 || strstr(m, want0);
+                saw1 = saw1 || strstr(m, want1);
+                hres_done(&r);
+        }
+        ASSERT_TRUE(saw0 && saw1);
+
+        /* Which sandbox each agent saw: one each, never the other's. */
+        _cleanup_free_ char *list = NULL;
+        ASSERT_EQ(ctld_admin(&c, &list, "sandbox", "list", NULL), 0);
+        char ids[2][25] = { "", "" };
+        int k = 0;
+        for (char *save = NULL, *line = strtok_r(list, "\n", &save); line && k < 2; line = strtok_r(NULL, "\n", &save))
+                if (sscanf(line, "%24s", ids[k]) == 1 && strlen(ids[k]) == 24)
+                        k++;
+        ASSERT_EQ(k, 2);
+        _cleanup_free_ char *la = file_text(a.log), *lb = file_text(b.log);
+        char t0[48], t1[48];
+        snprintf(t0, sizeof(t0), "SANDBOX_ID=%s", ids[0]);
+        snprintf(t1, sizeof(t1), "SANDBOX_ID=%s", ids[1]);
+        bool a0 = strstr(la, t0), a1 = strstr(la, t1), b0 = strstr(lb, t0), b1 = strstr(lb, t1);
+        if (!((a0 && !a1 && b1 && !b0) || (a1 && !a0 && b0 && !b1)))
+                test_fail(__FILE__, __LINE__, "agents saw: A %d/%d, B %d/%d (want one each, disjoint)", a0, a1, b0, b1);
+        ASSERT_EQ(nstandin_job_count(&s), 0);
+        ctld_stop(&c);
 }
