@@ -248,6 +248,16 @@ TEST_FULL(nomad_fault_driver_failure_reason, 180) {
         env_start(&e, NULL, NULL);
         nstandin_fault(&e.s, "{\"driver_failure\":1,\"driver_message\":\"requested runtime \\\"runsc\\\" is not allowed\"}");
         create_expect_503(&e, NULL, "requested runtime \"runsc\" is not allowed");
+        /* The log line names the job and the allocation (journal fields NOMAD_JOB_ID, ALLOC_ID). */
+        _cleanup_free_ char *log = NULL;
+        char *cat[] = { "cat", e.c.log, NULL };
+        ASSERT_EQ(test_run_capture(cat, &log, 1 << 20), 0);
+        const char *line = strstr(log, "Nomad placement failed:");
+        ASSERT_NOT_NULL(line);
+        size_t len = strcspn(line, "\n");
+        _cleanup_free_ char *l = xstrndup(line, len);
+        ASSERT_CONTAINS(l, "NOMAD_JOB_ID=sandbox-");
+        ASSERT_CONTAINS(l, "ALLOC_ID=");
         ctld_stop(&e.c);
 }
 
