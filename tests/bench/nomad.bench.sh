@@ -14,12 +14,12 @@ NB_SPID=""
 mkdir -p "$nb_dir"
 nb_cleanup() {
 	set +e
-	if [ -f "$nb_dir/controld.conf" ] && [ -n "$NB_CPID" ]; then
+	if [ -n "${NB_CPID:-}" ] && [ -f "${nb_dir:-/nonexistent}/controld.conf" ]; then
 		"$B/controld" admin -f "$nb_dir/controld.conf" sandbox list 2>/dev/null | awk '$3 != "destroyed" {print $1}' |
 			while read -r id; do "$B/controld" admin -f "$nb_dir/controld.conf" sandbox destroy "$id" >/dev/null 2>&1; done
 	fi
-	[ -n "$NB_CPID" ] && kill "$NB_CPID" 2>/dev/null && wait "$NB_CPID" 2>/dev/null
-	[ -n "$NB_SPID" ] && kill "$NB_SPID" 2>/dev/null && wait "$NB_SPID" 2>/dev/null
+	[ -n "${NB_CPID:-}" ] && kill "$NB_CPID" 2>/dev/null && wait "$NB_CPID" 2>/dev/null
+	[ -n "${NB_SPID:-}" ] && kill "$NB_SPID" 2>/dev/null && wait "$NB_SPID" 2>/dev/null
 	NB_CPID="" NB_SPID=""
 }
 trap 'nb_cleanup; cleanup' EXIT
@@ -72,4 +72,4 @@ else
 	printf '%-44s %12s %12s %8s  %s\n' "create-to-ready p50 (ms) nomad vs docker drv" "$nb_c_n" "$nb_c_d" "$(ratio "$nb_c_n" "$nb_c_d")" "info (stand-in)"
 	printf '%-44s %12s %12s %8s  %s\n' "exec true p50 (ms) nomad vs docker driver" "$nb_e_n" "$nb_e_d" "$(ratio "$nb_e_n" "$nb_e_d")" "info (stand-in)"
 fi
-unset nb_dir nb_port nb_sport nb_url nb_acc nb_key nb_idn nb_idd nb_c_n nb_c_d nb_e_n nb_e_d
+unset nb_port nb_sport nb_url nb_acc nb_key nb_idn nb_idd nb_c_n nb_c_d nb_e_n nb_e_d
