@@ -3,6 +3,7 @@
 #   make check                install/start what the tests need, run every test
 #   make SANITIZE=address,undefined check   the same tests, sanitized (in build/san)
 #   make up / make down       local stack on the embedded default (sqlite + docker driver)
+#   make up NOMAD_ADDR=http://127.0.0.1:4646 [NOMAD_TOKEN=...]   the same on the Nomad driver
 #   make bench                benchmarks (ratios against a baseline run side by side)
 #   make fuzz [FUZZ_SECONDS=600]   every libFuzzer target in tests/fuzz/ (default 60 s each);
 #                             make check runs each for 20 s (build/tests/integration/test-fuzz)
@@ -42,6 +43,7 @@ UNIT_SRC     := $(wildcard tests/unit/test-*.c)
 INTEG_SRC    := $(wildcard tests/integration/test-*.c)
 FAKES_SRC    := $(wildcard tests/fakes/*.c)
 BENCH_SRC    := $(wildcard tests/bench/*.c)
+NOMAD_SRC    := $(wildcard tests/nomad/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -83,7 +85,21 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIBS) $(LDLIBS)
 
-tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak
+# Both drivers: these API suites run a second time on the Nomad driver (<suite>-nomad).
+NOMAD_SUITES := test-controld test-runtime
+NOMAD_VARIANTS := $(patsubst %,$(BUILD)/tests/integration/%-nomad,$(NOMAD_SUITES))
+$(NOMAD_VARIANTS): $(BUILD)/tests/integration/%-nomad: tests/integration/nomad-variant.sh
+	@mkdir -p $(dir $@)
+	install -m 0755 $< $@
+
+tests: $(NOMAD_VARIANTS)
+tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak \
+	$(BUILD)/tests/nomad/nomad-standin
+
+# The Nomad stand-in (tests/nomad/README.md): several files, so its own link rule.
+$(BUILD)/tests/nomad/nomad-standin: $(call obj,$(NOMAD_SRC)) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # ---- fuzzing: libFuzzer targets, built with clang into build/fuzz whatever BUILD is ----
 FUZZ_SRC     := $(wildcard tests/fuzz/fuzz-*.c)

@@ -159,6 +159,48 @@ static int load_regions(struct config *c, struct conf *cf, char *err, size_t err
         return 0;
 }
 
+/* [nomad]: read whatever the driver, so that a typo fails `controld -n` either way. */
+static int load_nomad(struct config *c, struct conf *cf, char *err, size_t errlen) {
+        int r;
+        if ((r = get_str(cf, "nomad", NULL, "address", "http://127.0.0.1:4646", 512, &c->nomad_addr, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "token", "", 256, &c->nomad_token, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "ca_file", "", 1024, &c->nomad_ca_file, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "cert_file", "", 1024, &c->nomad_cert_file, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "key_file", "", 1024, &c->nomad_key_file, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "namespace", "sandboxes", 128, &c->nomad_namespace, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "node_pool", "sandbox", 128, &c->nomad_node_pool, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "region", "global", 128, &c->nomad_region, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "cni_open", "sandbox-open", 128, &c->nomad_cni_open, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "cni_restricted", "sandbox-restricted", 128, &c->nomad_cni_restricted, err,
+                         errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "cni_no_egress", "sandbox-no-egress", 128, &c->nomad_cni_no_egress, err,
+                         errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "runtime", "runsc", 64, &c->nomad_runtime, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "runtime_network", "runsc-hostnet", 64, &c->nomad_runtime_net, err, errlen)) <
+                    0 ||
+            (r = conf_get_int(cf, "nomad", NULL, "pids_limit", 4096, 16, 1 << 22, &c->nomad_pids_limit, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "csi_plugin_id", "", 128, &c->nomad_csi_plugin_id, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "nomad", NULL, "request_timeout", 30000, 100, 600000, &c->nomad_request_timeout_ms,
+                                      err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "nomad", NULL, "placement_timeout", 120000, 1000, 3600000,
+                                      &c->nomad_placement_timeout_ms, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "nomad", NULL, "blocking_wait", 30000, 100, 300000, &c->nomad_blocking_wait_ms,
+                                      err, errlen)) < 0 ||
+            (r = conf_get_list(cf, "nomad", NULL, "datacenters", 64, 128, &c->nomad_datacenters, err, errlen)) < 0)
+                return r;
+        if (!c->nomad_datacenters || !c->nomad_datacenters[0]) {
+                strv_free(c->nomad_datacenters);
+                c->nomad_datacenters = xnew0(char *, 2);
+                c->nomad_datacenters[0] = xstrdup("*");   /* Nomad >= 1.6: every datacenter */
+        }
+        if (!startswith(c->nomad_addr, "http://") && !startswith(c->nomad_addr, "https://")) {
+                snprintf(err, errlen, "%s: [nomad] address must start with http:// or https:// (got '%s')", c->path,
+                         c->nomad_addr);
+                return -EINVAL;
+        }
+        return 0;
+}
+
 int config_load(const char *path, struct config **ret, char *err, size_t errlen) {
         struct conf *cf = NULL;
         struct config *c = NULL;
@@ -220,8 +262,9 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         S("store", "path", "/var/lib/paddock/controld.db", 1024, db_path);
 
         S("scheduler", "driver", "docker", 16, driver);
-        if (strcmp(c->driver, "docker") != 0) {
-                snprintf(err, errlen, "%s: [scheduler] driver '%s' is not available (supported: docker)", path, c->driver);
+        if (strcmp(c->driver, "docker") != 0 && strcmp(c->driver, "nomad") != 0) {
+                snprintf(err, errlen, "%s: [scheduler] driver '%s' is not available (supported: docker, nomad)", path,
+                         c->driver);
                 r = -EINVAL;
                 goto fail;
         }
@@ -253,6 +296,9 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         }
         S("docker", "bridge", "paddock-sandbox", 15, docker_bridge);
         S("docker", "node_id", "local", 128, docker_node_id);
+
+        if ((r = load_nomad(c, cf, err, errlen)) < 0)
+                goto fail;
 
         S("amqp", "url", NULL, 1024, amqp_url);
         if (c->amqp_url && !*c->amqp_url) {
@@ -348,6 +394,21 @@ struct config *config_free(struct config *c) {
         free(c->snap_repository);
         free(c->snap_username);
         free(c->snap_password);
+        free(c->nomad_addr);
+        free(c->nomad_token);
+        free(c->nomad_ca_file);
+        free(c->nomad_cert_file);
+        free(c->nomad_key_file);
+        free(c->nomad_namespace);
+        free(c->nomad_node_pool);
+        free(c->nomad_region);
+        strv_free(c->nomad_datacenters);
+        free(c->nomad_cni_open);
+        free(c->nomad_cni_restricted);
+        free(c->nomad_cni_no_egress);
+        free(c->nomad_runtime);
+        free(c->nomad_runtime_net);
+        free(c->nomad_csi_plugin_id);
         free(c->default_template);
         free(c->default_region);
         free(c->default_plan);

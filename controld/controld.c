@@ -130,9 +130,10 @@ int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
         }
         c->metrics = metrics_new();
         if (with_driver) {
-                r = driver_docker_new(c, &c->drv);
+                bool nomad = !strcmp(c->cfg->driver, "nomad");
+                r = nomad ? driver_nomad_new(c, &c->drv) : driver_docker_new(c, &c->drv);
                 if (r < 0)
-                        return log_error_errno(r, "Failed to set up the docker driver: %m");
+                        return log_error_errno(r, "Failed to set up the %s driver: %m", c->cfg->driver);
                 r = c->drv->init(c->drv, err, sizeof(err));
                 if (r < 0)
                         return log_error_errno(r, "Scheduler driver failed to start: %s", err);

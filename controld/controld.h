@@ -88,6 +88,18 @@ struct config {
         char *snap_username, *snap_password;         /* NULL = anonymous; never logged */
         uint64_t snap_timeout_s;                     /* creating longer than this -> failed */
         uint64_t snap_tick_ms;                       /* schedule, retention and deadline checks */
+        /* [nomad]: the production driver (driver-nomad.c) */
+        char *nomad_addr, *nomad_token;              /* token "" = no ACL token (never logged) */
+        char *nomad_ca_file, *nomad_cert_file, *nomad_key_file;   /* "" = system CAs / no client cert */
+        char *nomad_namespace, *nomad_node_pool, *nomad_region;
+        char **nomad_datacenters;
+        char *nomad_cni_open, *nomad_cni_restricted, *nomad_cni_no_egress;   /* CNI network names per egress mode */
+        char *nomad_runtime, *nomad_runtime_net;     /* Docker runtimes: deny_all / with a CNI network */
+        int64_t nomad_pids_limit;
+        char *nomad_csi_plugin_id;                   /* "" = no persistent volumes */
+        uint64_t nomad_request_timeout_ms;           /* one plain HTTP request */
+        uint64_t nomad_placement_timeout_ms;         /* register -> allocation running */
+        uint64_t nomad_blocking_wait_ms;             /* `wait` of one blocking query */
         /* [defaults] */
         char *default_template, *default_region, *default_plan;
         int64_t default_lifetime_s;

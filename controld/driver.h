@@ -90,4 +90,6 @@ struct driver {
 };
 
 int driver_docker_new(struct ctl *c, struct driver **ret);
+/* driver-nomad.c: sandboxes as Nomad jobs ([nomad] in the config). */
+int driver_nomad_new(struct ctl *c, struct driver **ret);
 struct driver *driver_free(struct driver *d);

@@ -72,6 +72,11 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
         STR("egress", "table", "paddock", 64, egress_table);
         STR("egress", "dns_resolver", NULL, 16, egress_dns);
         STR("metrics", "listen", NULL, 64, metrics_listen);
+        STR("nomad", "address", "http://127.0.0.1:4646", 512, nomad_addr);
+        STR("nomad", "token", "", 256, nomad_token);
+        STR("nomad", "ca_file", "", 1024, nomad_ca_file);
+        STR("nomad", "cert_file", "", 1024, nomad_cert_file);
+        STR("nomad", "key_file", "", 1024, nomad_key_file);
 #undef STR
         if ((r = conf_get_int(cf, "amqp", NULL, "prefetch", 8, 1, 1000, &ret->prefetch, err, errlen)) < 0)
                 goto out;
@@ -164,6 +169,11 @@ void agent_config_done(struct agent_config *c) {
         free(c->log_level);
         free(c->amqp_url);
         free(c->exchange);
+        free(c->nomad_addr);
+        free(c->nomad_token);
+        free(c->nomad_ca_file);
+        free(c->nomad_cert_file);
+        free(c->nomad_key_file);
         memset(c, 0, sizeof(*c));
 }
 

@@ -59,7 +59,13 @@ int nodeagent_main(int argc, char **argv) {
                 return 0;
         }
         log_set_max_level(log_level_from_string(cfg.log_level));
-        int r = start_children(&cfg);
+        int r = agent_resolve_node_id(&cfg, 30000, err, sizeof(err));
+        if (r < 0) {
+                log_error("%s", err);
+                agent_config_done(&cfg);
+                return 1;
+        }
+        r = start_children(&cfg);
         if (r >= 0 && (r = snapshot_start(&cfg)) < 0)
                 log_error_errno(r, "Cannot start the snapshot worker: %m");
         /* /metrics in the parent, which holds no capability by now. */

@@ -34,6 +34,8 @@ struct agent_config {
         uint64_t snap_disk_floor;     /* bytes: refuse to commit below this much free */
         uint64_t snap_prune_interval_ms;
         uint64_t snap_timeout_ms;     /* bound on one commit or push */
+        /* [nomad]: the local Nomad agent, asked for this node's id when node_id = nomad */
+        char *nomad_addr, *nomad_token, *nomad_ca_file, *nomad_cert_file, *nomad_key_file;
 };
 
 /* snapshot.c: the [snapshot] keys of the configuration (called by agent_config_load). */
@@ -49,6 +51,15 @@ void snapshot_stop(void);
  * redelivered (AMQP's flag): an earlier attempt may have pushed already; the registry is
  * asked first and a manifest found there is the result. */
 char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len, bool redelivered);
+
+/* nomad-self.c: node_id = nomad. The client node id from GET /v1/agent/self
+ * (stats.client.node_id) of the local agent at [nomad] address; -errno with err set. */
+int agent_nomad_node_id(const struct agent_config *cfg, char **ret, char *err, size_t errlen);
+/* The node id in an /v1/agent/self answer; -ENOENT when the agent runs no client. */
+int agent_nomad_self_parse(const char *body, size_t len, char **ret);
+/* Replaces node_id = nomad with the id the local agent reports, retrying for up to
+ * timeout_ms (the agent may start after us). 0 when there was nothing to do or it worked. */
+int agent_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, size_t errlen);
 
 /* agent.c: starts the egress child, which programs the firewall from [egress];
  * returns its result (0, or its -errno with its reason in err). */

@@ -9,6 +9,9 @@
 # sure a dev account and API key exist (build/dev/env) and prints how to use them.
 # Run again, it starts whichever of the two is not running and leaves the running one, and the
 # live sandboxes with their firewall rules, alone.
+# NOMAD_ADDR=http://127.0.0.1:4646 [NOMAD_TOKEN=...] (make up NOMAD_ADDR=...): controld runs the
+# Nomad driver against that Nomad instead, and the agent takes its node id from the local Nomad
+# agent (node_id = nomad) and holds the CNI bridges of packaging/cni.
 set -euo pipefail
 PROG=up
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -52,6 +55,21 @@ AMQP_URL=amqp://guest:guest@127.0.0.1:5672
 # agent's firewall holds every sandbox on it.
 NETWORK=paddock-sandbox
 BRIDGE=paddock-sandbox
+NOMAD_ADDR=${NOMAD_ADDR:-}
+NOMAD_TOKEN=${NOMAD_TOKEN:-}
+if [[ -n $NOMAD_ADDR ]]; then
+        [[ $NOMAD_ADDR == http://* || $NOMAD_ADDR == https://* ]] || die "NOMAD_ADDR must start with http:// or https:// (got '$NOMAD_ADDR')"
+        curl -s --max-time 5 -o /dev/null ${NOMAD_TOKEN:+-H "X-Nomad-Token: $NOMAD_TOKEN"} "$NOMAD_ADDR/v1/status/leader" \
+                || die "Nomad at $NOMAD_ADDR is not answering (GET /v1/status/leader)"
+        AGENT_NODE=nomad
+        # The bridges of the CNI networks Nomad puts sandboxes on (packaging/cni/*.conflist).
+        AGENT_BRIDGES=$(sed -n 's/.*"bridge": *"\([^"]*\)".*/\1/p' packaging/cni/*.conflist | paste -sd, -)
+        DRIVER=nomad
+else
+        AGENT_NODE=local
+        AGENT_BRIDGES=$BRIDGE
+        DRIVER=docker
+fi
 
 mkdir -p "$PADDOCK_STATE" "$DEV"
 "$HERE/services.sh" start --record "$PADDOCK_STATE/up.started" docker registry rabbitmq
@@ -94,8 +112,12 @@ if pid=$(daemon_pid nodeagent); then
         say "nodeagent already running (pid $pid): left as it is"
 else
         rm -f "$DEV/nodeagent.pid"
-        printf '[agent]\nnode_id = local\n[amqp]\nurl = %s\nexchange = paddock.nodes\n[egress]\nenable = true\nbridges = %s\n' \
-                "$AMQP_URL" "$BRIDGE" >"$AGENT_CONF"
+        (umask 077
+         printf '[agent]\nnode_id = %s\n[amqp]\nurl = %s\nexchange = paddock.nodes\n[egress]\nenable = true\nbridges = %s\n' \
+                "$AGENT_NODE" "$AMQP_URL" "$AGENT_BRIDGES" >"$AGENT_CONF"
+         if [[ $AGENT_NODE == nomad ]]; then
+                printf '[nomad]\naddress = %s\ntoken = %s\n' "$NOMAD_ADDR" "$NOMAD_TOKEN" >>"$AGENT_CONF"
+         fi)
         ALOG=$DEV/nodeagent.log
         touch "$ALOG"
         from=$(($(wc -l <"$ALOG") + 1))
@@ -104,7 +126,7 @@ else
         echo "$pid" >"$DEV/nodeagent.pid"
         agent_consuming() { tail -n +"$from" "$ALOG" | grep -q "consuming node messages"; }
         await_start nodeagent "$pid" "$ALOG" "start consuming" agent_consuming
-        say "nodeagent running (pid $pid, node local, egress on bridge $BRIDGE), log $ALOG"
+        say "nodeagent running (pid $pid, node $AGENT_NODE, egress on bridges $AGENT_BRIDGES), log $ALOG"
 fi
 
 # ------------------------------------------------------------------ controld
@@ -125,7 +147,8 @@ listen = 127.0.0.1:$PORT
 [store]
 path = $DEV/controld.db
 [scheduler]
-driver = docker
+driver = $DRIVER
+$([[ -n $NOMAD_ADDR ]] && printf '[nomad]\naddress = %s\ntoken = %s\n' "$NOMAD_ADDR" "$NOMAD_TOKEN")
 [docker]
 socket = /var/run/docker.sock
 $(vr=$PADDOCK_STATE/docker-btrfs/volumes; [[ $(stat -f -c %T "$vr" 2>/dev/null) == btrfs ]] && echo "volume_root = $vr")
@@ -174,6 +197,7 @@ display_name = Codex
 description = Node.js 22 with the codex CLI (@openai/codex); pass OPENAI_API_KEY in exec env
 memory = 1024
 EOF
+chmod 0600 "$CONF"   # it may hold the Nomad token
 
 LOG=$DEV/controld.log
 if ((CONTROLD_RUNNING == 0)); then

@@ -12,6 +12,13 @@
 #include <sys/types.h>
 #include <cjson/cJSON.h>
 
+#include "nomadtest.h"
+
+/* Both drivers: with PADDOCK_DRIVER=nomad in the environment every ctld_start() also starts a
+ * Nomad stand-in and runs controld on the Nomad driver against it (the same API suites then
+ * test both drivers; the Makefile builds <suite>-nomad wrappers that set it). */
+bool ctld_nomad(void);
+
 struct ctld {
         pid_t pid;
         int port;
@@ -21,6 +28,12 @@ struct ctld {
         char url[64];
         char extra[4096];
         bool failed_exit;     /* controld crashed or reported a sanitizer error */
+        /* Nomad driver: the stand-in controld talks to (started with it unless the test gave
+         * its own through ctld_start_nomad), and extra [nomad] keys. */
+        struct nstandin standin;
+        bool own_standin;
+        char nomad_url[64];
+        char nomad_extra[1024];
         /* Heap copy used by the exit hook: the test's struct lives on a stack frame that is
          * gone by the time exit hooks run. Kept in sync on every start/stop. */
         struct ctld *shadow;
@@ -30,6 +43,10 @@ struct ctld {
  * server_extra). Default plan "default": max_concurrent 3. Templates: "busybox"
  * ($PADDOCK_TEST_IMAGE), "python-3.11" ($PADDOCK_PY_IMAGE), "missing-image". */
 void ctld_start(struct ctld *c, const char *server_extra, const char *extra);
+/* ctld_start on the Nomad driver against a stand-in the test started (and stops);
+ * nomad_extra: more [nomad] keys (may be NULL). */
+void ctld_start_nomad(struct ctld *c, struct nstandin *s, const char *nomad_extra, const char *server_extra,
+                      const char *extra);
 /* Restart on the same config and database; or stop and start the daemon alone (the store
  * and the sandboxes stay), e.g. to edit the store in between. */
 void ctld_restart(struct ctld *c);

@@ -1,0 +1,116 @@
+/* nomad-self.c — node_id = nomad: the agent routes by the Nomad client's node id.
+ *
+ * controld routes egress and snapshot messages by the allocation's NodeID, so an agent on a
+ * Nomad client must consume under exactly that id. It asks the local Nomad agent once at
+ * start (GET /v1/agent/self, stats.client.node_id), with the ACL token and TLS files of
+ * [nomad]; the token is never logged.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <curl/curl.h>
+#include <cjson/cJSON.h>
+
+#include "cleanup.h"
+#include "json.h"
+#include "log.h"
+#include "nodeagent.h"
+#include "strutil.h"
+
+int agent_nomad_self_parse(const char *body, size_t len, char **ret) {
+        _cleanup_json_ cJSON *j = NULL;
+        char perr[128];
+        if (json_parse(body, len, 4 << 20, 64, &j, perr, sizeof(perr)) < 0)
+                return -EBADMSG;
+        const cJSON *client = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "stats"), "client");
+        const char *id = json_get_str(client, "node_id");
+        if (!id || !*id)
+                return -ENOENT;
+        *ret = xstrdup(id);
+        return 0;
+}
+
+static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
+        return strbuf_append(ud, p, sz * n) < 0 ? 0 : sz * n;
+}
+
+int agent_nomad_node_id(const struct agent_config *cfg, char **ret, char *err, size_t errlen) {
+        _cleanup_free_ char *url = xasprintf("%s/v1/agent/self", cfg->nomad_addr);
+        _cleanup_free_ char *hdr = cfg->nomad_token[0] ? xasprintf("X-Nomad-Token: %s", cfg->nomad_token) : NULL;
+        struct curl_slist *h = hdr ? curl_slist_append(NULL, hdr) : NULL;
+        struct strbuf b;
+        long status = 0;
+        strbuf_init(&b, 4 << 20);
+        CURL *c = curl_easy_init();
+        if (!c) {
+                fmt_err(err, errlen, "libcurl failed to start");
+                return -ENOMEM;
+        }
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+        if (cfg->nomad_ca_file[0])
+                curl_easy_setopt(c, CURLOPT_CAINFO, cfg->nomad_ca_file);
+        if (cfg->nomad_cert_file[0])
+                curl_easy_setopt(c, CURLOPT_SSLCERT, cfg->nomad_cert_file);
+        if (cfg->nomad_key_file[0])
+                curl_easy_setopt(c, CURLOPT_SSLKEY, cfg->nomad_key_file);
+        CURLcode cc = curl_easy_perform(c);
+        if (cc == CURLE_OK)
+                curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(c);
+        curl_slist_free_all(h);
+        int r;
+        if (cc != CURLE_OK) {
+                fmt_err(err, errlen, "node_id = nomad: the Nomad agent at %s did not answer: %s", cfg->nomad_addr,
+                        curl_easy_strerror(cc));
+                r = -EHOSTUNREACH;
+        } else if (status != 200) {
+                size_t k = strcspn(b.buf ? b.buf : "", "\r\n");
+                fmt_err(err, errlen, "node_id = nomad: GET %s/v1/agent/self answered %ld: %.*s%s", cfg->nomad_addr, status,
+                        (int) (k > 200 ? 200 : k), b.buf ? b.buf : "",
+                        status == 403 ? " (check [nomad] token: it needs agent:read)" : "");
+                r = status == 403 ? -EACCES : -EREMOTEIO;
+        } else if ((r = agent_nomad_self_parse(b.buf, b.len, ret)) < 0)
+                fmt_err(err, errlen, "node_id = nomad: the Nomad agent at %s %s", cfg->nomad_addr,
+                        r == -ENOENT ? "runs no client (stats.client.node_id is missing): run nodeagent on a Nomad client"
+                                     : "sent an answer that is not JSON");
+        strbuf_done(&b);
+        return r;
+}
+
+int agent_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, size_t errlen) {
+        if (strcmp(cfg->node_id, "nomad") != 0)
+                return 0;
+        int64_t deadline = mono_ms() + timeout_ms;
+        for (unsigned attempt = 0;; attempt++) {
+                char *id = NULL;
+                int r = agent_nomad_node_id(cfg, &id, err, errlen);
+                if (r == 0) {
+                        bool ok = *id != 0;
+                        for (const char *p = id; *p; p++)
+                                ok = ok && ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                                            *p == '-' || *p == '_' || *p == '.');
+                        if (!ok || strlen(id) > 128) {
+                                fmt_err(err, errlen, "node_id = nomad: the Nomad agent reported a node id we cannot route by");
+                                free(id);
+                                return -EINVAL;
+                        }
+                        free(cfg->node_id);
+                        cfg->node_id = id;
+                        log_info("node_id = nomad: this is Nomad node %s", id);
+                        return 0;
+                }
+                /* Refusals do not heal by waiting; an agent that is still starting does. */
+                if (r == -EACCES || r == -ENOENT || mono_ms() >= deadline)
+                        return r;
+                if (attempt == 0)
+                        log_notice("%s; retrying for up to %lds", err, timeout_ms / 1000);
+                usleep(1000 * 1000);
+        }
+}

@@ -1,0 +1,75 @@
+# nomad.bench.sh — sourced by tests/bench/run.sh (URL, KEY, B, WORK, IMG, N and the helpers
+# ms, pct, ratio are set there). The Nomad driver beside the Docker driver: a second controld on
+# the Nomad driver against the Nomad stand-in (tests/nomad), which places real containers on
+# the same dockerd with the same runtime, interleaved run by run with the Docker driver's
+# controld of run.sh. What the ratio shows is the driver's own cost: register, blocking waits
+# for the allocation, and exec over Nomad's WebSocket instead of Docker's hijacked stream.
+
+nb_dir=$WORK/nomad
+nb_port=18125
+nb_sport=18126
+nb_url=http://127.0.0.1:$nb_port
+NB_CPID=""
+NB_SPID=""
+mkdir -p "$nb_dir"
+nb_cleanup() {
+	set +e
+	if [ -n "${NB_CPID:-}" ] && [ -f "${nb_dir:-/nonexistent}/controld.conf" ]; then
+		"$B/controld" admin -f "$nb_dir/controld.conf" sandbox list 2>/dev/null | awk '$3 != "destroyed" {print $1}' |
+			while read -r id; do "$B/controld" admin -f "$nb_dir/controld.conf" sandbox destroy "$id" >/dev/null 2>&1; done
+	fi
+	[ -n "${NB_CPID:-}" ] && kill "$NB_CPID" 2>/dev/null && wait "$NB_CPID" 2>/dev/null
+	[ -n "${NB_SPID:-}" ] && kill "$NB_SPID" 2>/dev/null && wait "$NB_SPID" 2>/dev/null
+	NB_CPID="" NB_SPID=""
+}
+trap 'nb_cleanup; cleanup' EXIT
+
+if [ ! -x "$B/tests/nomad/nomad-standin" ]; then
+	echo "nomad bench: $B/tests/nomad/nomad-standin is not built; skipped" >&2
+else
+	"$B/tests/nomad/nomad-standin" --listen "127.0.0.1:$nb_sport" \
+		--net-map cni/sandbox-open=paddock-sandbox,cni/sandbox-restricted=paddock-restricted,cni/sandbox-no-egress=none \
+		>"$nb_dir/standin.log" 2>&1 &
+	NB_SPID=$!
+	for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$nb_sport/v1/nodes" && break; sleep 0.1; done
+	sed -e "s#^listen = .*#listen = 127.0.0.1:$nb_port#" -e "s#^path = .*#path = $nb_dir/controld.db#" \
+		"$WORK/controld.conf" >"$nb_dir/controld.conf"
+	printf '[scheduler]\ndriver = nomad\n[nomad]\naddress = http://127.0.0.1:%s\nruntime_network = runsc-net\n' "$nb_sport" \
+		>>"$nb_dir/controld.conf"
+	"$B/controld" -d -f "$nb_dir/controld.conf" 2>"$nb_dir/controld.log" &
+	NB_CPID=$!
+	for _ in $(seq 100); do curl -sf "$nb_url/healthz" >/dev/null && break; sleep 0.1; done
+	nb_acc=$("$B/controld" admin -f "$nb_dir/controld.conf" account create bench)
+	nb_key=$("$B/controld" admin -f "$nb_dir/controld.conf" key issue "$nb_acc" 2>/dev/null)
+
+	nb_create() { curl -sf -X POST "$1/sandboxes" -H "x-brimble-key: $2" -H 'content-type: application/json' -d '{}' | jq -r .data.id; }
+	nb_delete() { curl -sf -X DELETE "$1/sandboxes/$3" -H "x-brimble-key: $2" >/dev/null || true; }
+
+	# 1. create-to-ready, Nomad driver vs Docker driver, interleaved.
+	: >"$WORK/nb-create-nomad"; : >"$WORK/nb-create-docker"
+	for _ in $(seq "$N"); do
+		t0=$(ms); id=$(nb_create "$nb_url" "$nb_key"); t1=$(ms)
+		echo $((t1 - t0)) >>"$WORK/nb-create-nomad"; nb_delete "$nb_url" "$nb_key" "$id"
+		t0=$(ms); id=$(nb_create "$URL" "$KEY"); t1=$(ms)
+		echo $((t1 - t0)) >>"$WORK/nb-create-docker"; nb_delete "$URL" "$KEY" "$id"
+	done
+	nb_c_n=$(pct 50 <"$WORK/nb-create-nomad"); nb_c_d=$(pct 50 <"$WORK/nb-create-docker")
+
+	# 2. exec `true` round trip on one warm sandbox per driver.
+	nb_idn=$(nb_create "$nb_url" "$nb_key"); nb_idd=$(nb_create "$URL" "$KEY")
+	nb_exec() { curl -sf -o /dev/null -w '%{time_total}\n' -X POST "$1/sandboxes/$3/exec" -H "x-brimble-key: $2" \
+		-H 'content-type: application/json' -d '{"cmd":"true"}'; }
+	nb_exec "$nb_url" "$nb_key" "$nb_idn" >/dev/null; nb_exec "$URL" "$KEY" "$nb_idd" >/dev/null
+	: >"$WORK/nb-exec-nomad"; : >"$WORK/nb-exec-docker"
+	for _ in $(seq $((N * 3))); do
+		nb_exec "$nb_url" "$nb_key" "$nb_idn" | awk '{printf "%.1f\n", $1 * 1000}' >>"$WORK/nb-exec-nomad"
+		nb_exec "$URL" "$KEY" "$nb_idd" | awk '{printf "%.1f\n", $1 * 1000}' >>"$WORK/nb-exec-docker"
+	done
+	nb_e_n=$(pct 50 <"$WORK/nb-exec-nomad"); nb_e_d=$(pct 50 <"$WORK/nb-exec-docker")
+	nb_delete "$nb_url" "$nb_key" "$nb_idn"; nb_delete "$URL" "$KEY" "$nb_idd"
+	nb_cleanup
+
+	printf '%-44s %12s %12s %8s  %s\n' "create-to-ready p50 (ms) nomad vs docker drv" "$nb_c_n" "$nb_c_d" "$(ratio "$nb_c_n" "$nb_c_d")" "info (stand-in)"
+	printf '%-44s %12s %12s %8s  %s\n' "exec true p50 (ms) nomad vs docker driver" "$nb_e_n" "$nb_e_d" "$(ratio "$nb_e_n" "$nb_e_d")" "info (stand-in)"
+fi
+unset nb_port nb_sport nb_url nb_acc nb_key nb_idn nb_idd nb_c_n nb_c_d nb_e_n nb_e_d

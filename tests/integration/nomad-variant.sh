@@ -1,0 +1,22 @@
+#!/bin/sh
+# <suite>-nomad: an API suite again, on the Nomad driver against the Nomad stand-in (the
+# controld harness starts one per controld when PADDOCK_DRIVER=nomad). The Makefile installs
+# this script once per suite in NOMAD_SUITES; the suite is the name without "-nomad".
+# Left out, with the reason (PADDOCK_TEST_EXCLUDE, substrings of test names):
+#   test-controld
+#     stats_come_from_samples   the stand-in serves no /v1/client/allocation/:id/stats
+#     orphan_reaping_leaves     two controlds on one engine: here each gets its own stand-in
+#     docker_outage             a Docker outage is not a Nomad outage
+#   test-runtime
+#     files_errors_and_traversal  the stand-in drops the exec's "exited" frame when it closes
+#                                 with stdin frames unread (5 MiB upload to a missing directory)
+set -eu
+here=$(dirname "$0")
+name=$(basename "$0")
+suite=${name%-nomad}
+case $suite in
+test-controld) ex=stats_come_from_samples,orphan_reaping_leaves,docker_outage ;;
+test-runtime) ex=files_errors_and_traversal ;;
+*) ex= ;;
+esac
+PADDOCK_DRIVER=nomad PADDOCK_TEST_EXCLUDE=${PADDOCK_TEST_EXCLUDE:+$PADDOCK_TEST_EXCLUDE,}$ex exec "$here/$suite" "$@"
