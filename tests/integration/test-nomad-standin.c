@@ -457,9 +457,12 @@ TEST(register_place_blocking_and_deregister) {
         char eval[64], alloc[64], status[32];
         register_job(s, "sbx-life", "cni/sandbox-open", NULL, eval);
         int queries = 0;
+        int64_t w0 = mono_ms();
         wait_alloc(s, "sbx-life", 60, alloc, status, &queries);
         ASSERT_STREQ(status, "running");
-        ASSERT_LE(queries, 6);   /* blocking queries answer on change: no polling storm */
+        /* Blocking queries answer on a change (a handful: created, set up, started) or after
+         * wait=5s: no polling storm, however slow the start. */
+        ASSERT_LE(queries, 5 + (mono_ms() - w0) / 5000);
 
         /* The allocation as the driver reads it. */
         _cleanup_free_ char *p = xasprintf("/v1/allocation/%s", alloc);
@@ -518,7 +521,7 @@ TEST(register_place_blocking_and_deregister) {
         ASSERT_EQ(r.status, 200);
         ASSERT_EQ(nomad_index(&r), idx);
         ASSERT_GE(took, 950);
-        ASSERT_LE(took, 1100 + 1000 / 16);
+        ASSERT_LE(took, 1000 + 1000 / 16 + 500);   /* wait plus Nomad's jitter (wait/16), some slack */
         hres_done(&r);
 
         /* ... and one that a change wakes early: deregister with purge while it waits. */

@@ -346,11 +346,29 @@ out:
         ws_reader_done(&r);
 }
 
+/* Ends the TCP connection after our last frame: FIN first, then read and drop what the
+ * client still sends (bounded), so closing with unread input does not turn into an RST
+ * that could discard our last frames at the client before it read them. */
+static void drop_connection(int fd) {
+        shutdown(fd, SHUT_WR);
+        int64_t end = mono_ms() + 1000;
+        for (;;) {
+                int64_t left = end - mono_ms();
+                struct pollfd pf = { .fd = fd, .events = POLLIN };
+                if (left <= 0 || poll(&pf, 1, (int) left) <= 0)
+                        break;
+                char buf[4096];
+                if (recv(fd, buf, sizeof(buf), 0) <= 0)
+                        break;
+        }
+}
+
 static void on_upgrade(void *cls, struct MHD_Connection *conn, void *con_cls, const char *extra_in, size_t extra_in_size,
                        MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
         (void) conn, (void) con_cls;
         struct exec_ctx *x = cls;
         session(x, sock, extra_in, extra_in_size);
+        drop_connection(sock);
         ctx_free(x);
         MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 }

@@ -1327,6 +1327,7 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
         json_add_int(out, "Index", (int64_t) e->create_index);
         json_add_int(out, "LastContact", 0);
         json_add_bool(out, "KnownLeader", false);
+        json_add_str(out, "NextToken", "");   /* the embedded QueryMeta */
         uint64_t idx = e->create_index;
         pthread_mutex_unlock(&mu);
         return reply_json(c, out, idx, false);
@@ -1433,9 +1434,12 @@ static enum MHD_Result h_job_delete(struct MHD_Connection *c, const char *id) {
                 json_add_int(out, "JobModifyIndex", (int64_t) j->job_modify_index);
                 idx = e->create_index;
         }
+        json_add_str(out, "VolumeEvalID", "");
+        json_add_int(out, "VolumeEvalIndex", 0);
         json_add_int(out, "Index", (int64_t) idx);
         json_add_int(out, "LastContact", 0);
         json_add_bool(out, "KnownLeader", false);
+        json_add_str(out, "NextToken", "");   /* the embedded QueryMeta */
         pthread_mutex_unlock(&mu);
         return reply_json(c, out, idx, false);
 }
@@ -1495,6 +1499,7 @@ static enum MHD_Result h_job_scale(struct MHD_Connection *c, struct req *rq, con
         json_add_int(out, "Index", (int64_t) idx);
         json_add_int(out, "LastContact", 0);
         json_add_bool(out, "KnownLeader", false);
+        json_add_str(out, "NextToken", "");   /* the embedded QueryMeta */
         pthread_mutex_unlock(&mu);
         return reply_json(c, out, idx, false);
 }
@@ -1600,6 +1605,7 @@ static enum MHD_Result h_node_eligibility(struct MHD_Connection *c, struct req *
         json_add_int(out, "Index", (int64_t) n->modify_index);
         json_add_int(out, "LastContact", 0);
         json_add_bool(out, "KnownLeader", false);
+        json_add_str(out, "NextToken", "");   /* the embedded QueryMeta */
         uint64_t idx = n->modify_index;
         pthread_mutex_unlock(&mu);
         return reply_json(c, out, idx, false);
