@@ -222,6 +222,9 @@ int store_sandbox_list(struct store *s, const char *account_id, int status_filte
                        struct sandbox **ret, size_t *ret_n, int64_t *ret_total);
 /* All sandboxes in the given status (account_id NULL = all accounts). */
 int store_sandbox_list_status(struct store *s, const char *account_id, int status, struct sandbox **ret, size_t *ret_n);
+/* Sandboxes automatic snapshots concern: live ones with snapshot_mode automatic, and any with an
+ * automatic snapshot left (retention applies after destroy too). */
+int store_sandbox_list_automatic(struct store *s, struct sandbox **ret, size_t *ret_n);
 void sandbox_array_free(struct sandbox *a, size_t n);
 int store_sandbox_count_by_status(struct store *s, int64_t counts[_SB_STATUS_MAX]);
 

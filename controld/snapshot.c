@@ -568,12 +568,10 @@ static void retention(struct ctl *c, const struct sandbox *sb, const struct plan
 static void schedules(struct ctl *c, int64_t prev_s, int64_t now_s) {
         struct sandbox *a = NULL;
         size_t n = 0;
-        if (store_sandbox_list_status(c->store, NULL, -1, &a, &n) < 0)
+        if (store_sandbox_list_automatic(c->store, &a, &n) < 0)
                 return;
         for (size_t i = 0; i < n; i++) {
                 struct sandbox *sb = &a[i];
-                if (!sb->snapshot_mode || strcmp(sb->snapshot_mode, "automatic") != 0)
-                        continue;
                 _cleanup_(account_clear) struct account acc = { 0 };
                 if (store_account_get(c->store, sb->account_id, &acc) < 0)
                         continue;

@@ -771,6 +771,20 @@ int store_sandbox_list_status(struct store *s, const char *account_id, int statu
         return collect_sandboxes(st, ret, ret_n);
 }
 
+int store_sandbox_list_automatic(struct store *s, struct sandbox **ret, size_t *ret_n) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        /* Live sandboxes with a schedule, and any sandbox (destroyed too) that still has an
+         * automatic snapshot: the only ones schedules or retention can act on. */
+        if ((r = prepare(s, "SELECT " SB_COLS " FROM sandboxes WHERE (snapshot_mode = 'automatic'"
+                            "   AND status IN ('starting', 'ready', 'pausing', 'paused', 'resuming'))"
+                            " OR id IN (SELECT sandbox_id FROM snapshots WHERE automatic = 1)"
+                            " ORDER BY created_at", &st)) < 0)
+                return r;
+        return collect_sandboxes(st, ret, ret_n);
+}
+
 int store_sandbox_count_by_status(struct store *s, int64_t counts[_SB_STATUS_MAX]) {
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;

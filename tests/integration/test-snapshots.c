@@ -520,3 +520,41 @@ TEST_FULL(automatic_schedule_and_retention, 420) {
                 HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         }
 }
+
+/* Age retention: an automatic snapshot older than the plan's snapshot_max_age goes with its
+ * image, even when the count is under the cap and its sandbox is gone; a manual one stays. */
+TEST_FULL(automatic_snapshots_expire_by_age_after_destroy, 420) {
+        static struct ctld c;
+        _cleanup_free_ char *key =
+                setup(&c, SHARED_REGISTRY, "120s", "snapshot_max_count = 10\nsnapshot_max_age = 1m\n", true);
+        char sb[25], autoid[512] = "", manual[25], path[96];
+        ctld_create(&c, key,
+                    "{\"snapshotMode\":\"automatic\",\"snapshotFrequency\":\"* * * * *\",\"egress\":{\"mode\":\"deny_all\"}}",
+                    sb);
+        snap_post(&c, key, sb, "kept-by-hand", manual);
+        cJSON *m = snap_wait(&c, key, manual, 120);
+        ASSERT_STREQ(jstr(m, "status"), "ready");
+        cJSON_Delete(m);
+        /* The first automatic one (the manual one is ready too: two ready, one automatic). */
+        for (int i = 0; i < 130 * 2 && snap_ids(&c, key, "ready", autoid, sizeof(autoid)) < 2; i++)
+                usleep(500000);
+        ASSERT_EQ(snap_ids(&c, key, "ready", autoid, sizeof(autoid)), 2);
+        /* Stop the schedule: retention must act on a destroyed sandbox's snapshots too. */
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        char all[1024];
+        for (int i = 0; i < 120 && snap_ids(&c, key, "creating", all, sizeof(all)) > 0; i++)
+                usleep(500000);
+        /* Every automatic one (ready now) expires within a minute of its creation. */
+        int n = 0;
+        for (int i = 0; i < 100 * 2 && (n = snap_ids(&c, key, "ready", all, sizeof(all))) > 1; i++)
+                usleep(500000);
+        ASSERT_EQ(n, 1);
+        ASSERT_STREQ(all, manual);
+        ASSERT_EQ(manifest_status(manual), 200);
+        for (char *p = strtok(autoid, ","); p; p = strtok(NULL, ","))
+                if (strcmp(p, manual) != 0)
+                        ASSERT_EQ(manifest_status(p), 404);
+        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", manual);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+}
