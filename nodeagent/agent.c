@@ -754,8 +754,14 @@ static size_t jobs_resolving(void) {
         return n;
 }
 
+/* The broker's bound on unacked deliveries ([amqp] prefetch; 0 would mean none: the
+ * configuration's ceiling stands in). */
+static size_t jobs_max(const struct agent_config *cfg) {
+        return cfg->prefetch > 0 ? (size_t) cfg->prefetch : 1000;
+}
+
 static size_t resolving_max(const struct agent_config *cfg) {
-        return cfg->prefetch > 1 ? (size_t) cfg->prefetch - 1 : 1;
+        return jobs_max(cfg) > 1 ? jobs_max(cfg) - 1 : 1;
 }
 
 static bool jobs_conflict(const struct pj_node_msg *a, const struct pj_node_msg *b) {
@@ -809,9 +815,8 @@ static char *job_start(const struct agent_config *cfg, struct job *j) {
                 r = names_apply_start(j->m.sandbox_id, j->m.ip, &j->m.egress, &j->na, err, sizeof(err));
                 if (r >= 0 && !names_apply_ready(j->na))
                         return NULL;
-                if (r >= 0) {
+                if (r >= 0)
                         r = names_apply_finish(TAKE_PTR(j->na), &out, err, sizeof(err));
-                }
         }
         egress_done(&j->m, j->t0, r, err);
         return reply_text(cfg, &out, r, err);
@@ -865,7 +870,7 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
         bool parsed = pj_node_msg_parse(body, d->size, &m, &pe) >= 0;
         _cleanup_free_ char *out = NULL;
         if (parsed && cfg->egress_enabled && (m.type == PJ_NODE_EGRESS_APPLY || m.type == PJ_NODE_EGRESS_REMOVE)) {
-                if (n_jobs < (size_t) cfg->prefetch) {
+                if (n_jobs < jobs_max(cfg)) {
                         jobs = xrealloc(jobs, (n_jobs + 1) * sizeof(*jobs));
                         jobs[n_jobs++] = (struct job) { .d = *d, .m = m, .t0 = mono_ms() };
                         return jobs_run(conn, cfg, user);
