@@ -1195,58 +1195,83 @@ static struct {
         pthread_t thread;
         pthread_mutex_t mu;
         pthread_cond_t cv;
-        int queries;
+        int queries;            /* A questions received since the last dns_hold */
         bool release, stop;
 } dns = { .fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
+struct dns_query {
+        uint8_t q[512];
+        size_t qend;            /* end of the question */
+        uint16_t qtype;
+        struct sockaddr_in from;
+        socklen_t fl;
+};
+
+static void dns_answer(const struct dns_query *x) {
+        uint8_t a[600];
+        memcpy(a, x->q, x->qend);
+        a[2] = 0x81;                                    /* response, recursion desired */
+        a[3] = 0x80;                                    /* recursion available, no error */
+        a[4] = 0, a[5] = 1;                             /* one question */
+        a[6] = 0, a[7] = x->qtype == 1 ? 1 : 0;         /* an A answer for an A question */
+        memset(a + 8, 0, 4);                            /* nothing else (no EDNS) */
+        size_t len = x->qend;
+        if (x->qtype == 1) {
+                static const uint8_t rr[] = { 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4 };
+                memcpy(a + len, rr, sizeof(rr));
+                len += sizeof(rr);
+                struct in_addr ad;
+                inet_pton(AF_INET, DNS_ANSWER, &ad);
+                memcpy(a + len, &ad, 4);
+                len += 4;
+        }
+        (void) sendto(dns.fd, a, len, 0, (const struct sockaddr *) &x->from, x->fl);
+}
+
 static void *dns_main(void *ud) {
         (void) ud;
+        static struct dns_query held[16];
+        size_t n_held = 0;
         for (;;) {
                 pthread_mutex_lock(&dns.mu);
-                bool stop = dns.stop;
+                bool stop = dns.stop, release = dns.release;
                 pthread_mutex_unlock(&dns.mu);
                 if (stop)
                         return NULL;
+                for (; release && n_held; n_held--)
+                        dns_answer(&held[n_held - 1]);
                 struct pollfd p = { .fd = dns.fd, .events = POLLIN };
-                if (poll(&p, 1, 100) != 1)
+                if (poll(&p, 1, 20) != 1)
                         continue;
-                uint8_t q[512], a[600];
-                struct sockaddr_in from;
-                socklen_t fl = sizeof(from);
-                ssize_t n = recvfrom(dns.fd, q, sizeof(q), 0, (struct sockaddr *) &from, &fl);
+                struct dns_query x = { .fl = sizeof(x.from) };
+                ssize_t n = recvfrom(dns.fd, x.q, sizeof(x.q), 0, (struct sockaddr *) &x.from, &x.fl);
                 if (n < 17)
                         continue;
                 size_t off = 12;        /* the question: labels, then type and class */
-                while (off < (size_t) n && q[off] != 0)
-                        off += q[off] + 1u;
+                while (off < (size_t) n && x.q[off] != 0)
+                        off += x.q[off] + 1u;
                 if (off + 5 > (size_t) n)
                         continue;
-                size_t qend = off + 5;
-                uint16_t qtype = (uint16_t) (q[off + 1] << 8 | q[off + 2]);
+                x.qend = off + 5;
+                x.qtype = (uint16_t) (x.q[off + 1] << 8 | x.q[off + 2]);
                 pthread_mutex_lock(&dns.mu);
-                dns.queries++;
+                dns.queries += x.qtype == 1;
+                release = dns.release;
                 pthread_cond_broadcast(&dns.cv);
-                while (!dns.release && !dns.stop)
-                        pthread_cond_wait(&dns.cv, &dns.mu);
                 pthread_mutex_unlock(&dns.mu);
-                memcpy(a, q, qend);
-                a[2] = 0x81;                                    /* response, recursion desired */
-                a[3] = 0x80;                                    /* recursion available, no error */
-                a[4] = 0, a[5] = 1;                             /* one question */
-                a[6] = 0, a[7] = qtype == 1 ? 1 : 0;            /* an A answer for an A question */
-                memset(a + 8, 0, 4);                            /* nothing else (no EDNS) */
-                size_t len = qend;
-                if (qtype == 1) {
-                        static const uint8_t rr[] = { 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4 };
-                        memcpy(a + len, rr, sizeof(rr));
-                        len += sizeof(rr);
-                        struct in_addr ad;
-                        inet_pton(AF_INET, DNS_ANSWER, &ad);
-                        memcpy(a + len, &ad, 4);
-                        len += 4;
-                }
-                (void) sendto(dns.fd, a, len, 0, (struct sockaddr *) &from, fl);
+                if (release || n_held == ELEMENTSOF(held))
+                        dns_answer(&x);
+                else
+                        held[n_held++] = x;
         }
+}
+
+/* From now on answers are withheld again, and questions counted from 0. */
+static void dns_hold(void) {
+        pthread_mutex_lock(&dns.mu);
+        dns.release = false;
+        dns.queries = 0;
+        pthread_mutex_unlock(&dns.mu);
 }
 
 static void dns_release(void) {
@@ -1286,18 +1311,18 @@ static void dns_start(void) {
         test_on_exit(dns_stop, NULL);
 }
 
-/* Waits (up to 15 s) until the server holds a question. */
-static void dns_wait_query(void) {
+/* Waits (up to 15 s) until the server has received want A questions. */
+static void dns_wait_queries(int want) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 15;
         pthread_mutex_lock(&dns.mu);
-        while (dns.queries == 0)
+        while (dns.queries < want)
                 if (pthread_cond_timedwait(&dns.cv, &dns.mu, &ts) == ETIMEDOUT)
                         break;
         int q = dns.queries;
         pthread_mutex_unlock(&dns.mu);
-        ASSERT_TRUE(q > 0);
+        ASSERT_TRUE(q >= want);
 }
 
 static void send_to_agent(amqp_connection_state_t conn, const char *exchange, const char *key, amqp_bytes_t reply_q,
@@ -1343,8 +1368,10 @@ static double metric_value(const char *text, const char *line_prefix) {
 /* An apply whose names resolve slowly holds up no other sandbox: another sandbox's apply
  * sent after it is answered (and enforced) first, and the slow one's sandbox has no chain
  * until its own apply completes. A remove sent for that sandbox meanwhile waits behind
- * the apply, so it is neither overtaken nor undone: no rules are left. Ordering is all
- * this asserts; "slow" is a DNS answer the test withholds until it says so. */
+ * the apply, so it is neither overtaken nor undone: no rules are left. With prefetch 3,
+ * two applies may resolve at once: a third fails closed at once, with the reason, and
+ * an apply without names still goes through. Ordering is all this asserts; "slow" is
+ * a DNS answer the test withholds until it says so. */
 TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
         need_rabbit();
         int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -1367,7 +1394,7 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
         static char *bridges[] = { "pdkbr0", NULL };
         /* A bound far beyond the test's own timeouts: only the order of events decides. */
         sync_cfg = (struct agent_config) { .node_id = nid, .amqp_url = "amqp://guest:guest@127.0.0.1:5672/",
-                                           .exchange = exchange, .prefetch = 8, .egress_enabled = true,
+                                           .exchange = exchange, .prefetch = 3, .egress_enabled = true,
                                            .egress_table = "paddock", .egress_bridges = bridges, .egress_priority = -10,
                                            .egress_resolve_timeout_ms = 60000 };
         _cleanup_free_ char *m0 = agent_metrics_render();
@@ -1397,7 +1424,7 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
         send_to_agent(c, exchange, nid, rq, "apply-slow",
                       "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SLOW "\",\"ip\":\"169.254.90.21\","
                       "\"mode\":\"restricted\",\"allow\":[\"slow.paddock.test\"]}");
-        dns_wait_query();       /* the agent is resolving it now, and will until we release the answer */
+        dns_wait_queries(1);    /* the agent is resolving it now, and will until we release the answer */
         send_to_agent(c, exchange, nid, rq, "apply-fast",
                       "{\"type\":\"egress.apply\",\"sandbox_id\":\"" FAST "\",\"ip\":\"169.254.90.22\","
                       "\"mode\":\"restricted\",\"allow\":[\"fast.paddock.test\"]}");
@@ -1439,6 +1466,56 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
         _cleanup_free_ char *m1 = agent_metrics_render();
         ASSERT_EQ(metric_value(m1, "paddock_agent_egress_applies_total{result=\"ok\"} ") - ok0, 2);
         ASSERT_EQ(metric_value(m1, "paddock_agent_egress_apply_seconds_count ") - n0, 2);
+
+        /* The bound: prefetch 3 lets two resolve; the third fails closed at once. */
+#define G "a0a0a0a0a0a0a0a0a0a0a0a0"
+#define H "b0b0b0b0b0b0b0b0b0b0b0b0"
+#define I "c0c0c0c0c0c0c0c0c0c0c0c0"
+#define J "d0d0d0d0d0d0d0d0d0d0d0d0"
+        dns_hold();
+        send_to_agent(c, exchange, nid, rq, "apply-g",
+                      "{\"type\":\"egress.apply\",\"sandbox_id\":\"" G "\",\"ip\":\"169.254.90.31\","
+                      "\"mode\":\"restricted\",\"allow\":[\"slow-g.paddock.test\"]}");
+        send_to_agent(c, exchange, nid, rq, "apply-h",
+                      "{\"type\":\"egress.apply\",\"sandbox_id\":\"" H "\",\"ip\":\"169.254.90.32\","
+                      "\"mode\":\"restricted\",\"allow\":[\"slow-h.paddock.test\"]}");
+        dns_wait_queries(2);
+        send_to_agent(c, exchange, nid, rq, "apply-i",
+                      "{\"type\":\"egress.apply\",\"sandbox_id\":\"" I "\",\"ip\":\"169.254.90.33\","
+                      "\"mode\":\"restricted\",\"allow\":[\"slow-i.paddock.test\"]}");
+        send_to_agent(c, exchange, nid, rq, "apply-j",
+                      "{\"type\":\"egress.apply\",\"sandbox_id\":\"" J "\",\"ip\":\"169.254.90.34\","
+                      "\"mode\":\"restricted\",\"allow\":[\"203.0.113.9\"]}");
+        free(body);
+        body = NULL;
+        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
+        ASSERT_STREQ(corr, "apply-i");
+        ASSERT_CONTAINS(body, "\"ok\":false");
+        ASSERT_CONTAINS(body, "2 applies are already resolving hostnames on node");
+        free(body);
+        body = NULL;
+        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
+        ASSERT_STREQ(corr, "apply-j");
+        ASSERT_CONTAINS(body, "\"ok\":true");
+        ASSERT_FALSE(nft_has_chain(ns, home, I));
+        ASSERT_FALSE(nft_has_chain(ns, home, G));
+        dns_release();
+        bool got_g = false, got_h = false;
+        for (int i = 0; i < 2; i++) {
+                free(body);
+                body = NULL;
+                ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
+                ASSERT_CONTAINS(body, "\"ok\":true");
+                got_g = got_g || !strcmp(corr, "apply-g");
+                got_h = got_h || !strcmp(corr, "apply-h");
+        }
+        ASSERT_TRUE(got_g && got_h);
+        ASSERT_TRUE(nft_has_chain(ns, home, G) && nft_has_chain(ns, home, H) && nft_has_chain(ns, home, J));
+        ASSERT_FALSE(nft_has_chain(ns, home, I));
+#undef G
+#undef H
+#undef I
+#undef J
 
         kill(getpid(), SIGTERM);
         pthread_join(th, NULL);
