@@ -301,20 +301,60 @@ static int read_stats(struct pj_node_reply *out, char *err, size_t errlen) {
         }
 }
 
-/* Builds the reply for one message. Returns the JSON text (xmalloc'd). */
-char *agent_handle(const struct agent_config *cfg, const char *body, size_t len) {
-        struct pj_node_msg m = { 0 };
-        struct pj_error pe = { 0 };
-        struct pj_node_reply out = { .ok = false };
-        char err[512] = "";
-        snprintf(out.node_id, sizeof(out.node_id), "%s", cfg->node_id);
-        if (pj_node_msg_parse(body, len, &m, &pe) < 0) {
-                snprintf(out.error, sizeof(out.error), "%s", pe.message);
-                return pj_node_reply_format(&out);
+/* The reply text for a message whose work is done (r, with its reason in err); consumes out. */
+static char *reply_text(const struct agent_config *cfg, struct pj_node_reply *out, int r, const char *err) {
+        out->ok = r >= 0;
+        if (r < 0) {
+                /* A failed apply confirms nothing: no resolutions, no time. */
+                char type[sizeof(out->type)];
+                strscpy(type, out->type, sizeof(type));
+                pj_node_reply_done(out);
+                *out = (struct pj_node_reply) { .ok = false };
+                strscpy(out->type, type, sizeof(out->type));
+                snprintf(out->node_id, sizeof(out->node_id), "%s", cfg->node_id);
+                snprintf(out->error, sizeof(out->error), "%s", err[0] ? err : strerror(-r));
         }
-        snprintf(out.type, sizeof(out.type), "%s", pj_node_type_to_string(m.type));
+        char *text = pj_node_reply_format(out);
+        pj_node_reply_done(out);
+        return text;
+}
+
+static void reply_init(const struct agent_config *cfg, const struct pj_node_msg *m, struct pj_node_reply *out) {
+        *out = (struct pj_node_reply) { .ok = false };
+        snprintf(out->node_id, sizeof(out->node_id), "%s", cfg->node_id);
+        snprintf(out->type, sizeof(out->type), "%s", pj_node_type_to_string(m->type));
+}
+
+/* The journal entry and the metrics of one egress.apply or egress.remove that ended with r;
+ * t0 (mono ms): when the agent took the message, so an apply's duration includes its
+ * wait for names and for earlier messages of the same sandbox. */
+static void egress_done(const struct pj_node_msg *m, int64_t t0, int r, const char *err) {
+        log_ctx_set("SANDBOX_ID", m->sandbox_id);
+        if (m->type == PJ_NODE_EGRESS_APPLY) {
+                int64_t took = mono_ms() - t0;
+                char dur[32];
+                snprintf(dur, sizeof(dur), "%" PRId64, took);
+                agent_metrics_observe_apply((double) took / 1000.0, r >= 0);
+                log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(m->egress.mode));
+                log_ctx_set("DURATION_MS", dur);
+        } else
+                agent_metrics_observe_remove(r >= 0);
+        if (r < 0)
+                log_warning("%s failed: %s", pj_node_type_to_string(m->type), err);
+        else
+                log_info("%s done", pj_node_type_to_string(m->type));
+        log_ctx_set("EGRESS_MODE", NULL);
+        log_ctx_set("DURATION_MS", NULL);
+        log_ctx_set("SANDBOX_ID", NULL);
+}
+
+/* The reply for one parsed message, its work done before returning (names waited for). */
+static char *handle_parsed(const struct agent_config *cfg, const struct pj_node_msg *m) {
+        struct pj_node_reply out;
+        char err[512] = "";
+        reply_init(cfg, m, &out);
         int r = 0;
-        switch (m.type) {
+        switch (m->type) {
         case PJ_NODE_PING:
                 /* Alive means able to act: every child we started must answer too. */
                 for (int k = 0; k < PS_CHILD_MAX && r == 0; k++) {
@@ -331,29 +371,21 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                 break;
         case PJ_NODE_EGRESS_APPLY:
         case PJ_NODE_EGRESS_REMOVE:
-                log_ctx_set("SANDBOX_ID", m.sandbox_id);
                 if (!cfg->egress_enabled) {
                         snprintf(err, sizeof(err), "egress enforcement is not enabled on node %s ([egress] enable)", cfg->node_id);
                         r = -ENOTSUP;
-                } else if (m.type == PJ_NODE_EGRESS_APPLY) {
-                        int64_t t0 = mono_ms();
-                        log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(m.egress.mode));
-                        names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
-                        r = names_apply(m.sandbox_id, m.ip, &m.egress, &out, err, sizeof(err));
-                        agent_metrics_observe_apply((double) (mono_ms() - t0) / 1000.0, r >= 0);
-                        char dur[32];
-                        snprintf(dur, sizeof(dur), "%" PRId64, mono_ms() - t0);
-                        log_ctx_set("DURATION_MS", dur);
-                } else {
-                        r = names_remove(m.sandbox_id, m.ip, err, sizeof(err));
-                        agent_metrics_observe_remove(r >= 0);
-                }
-                if (r < 0)
+                        log_ctx_set("SANDBOX_ID", m->sandbox_id);
                         log_warning("%s failed: %s", out.type, err);
-                else
-                        log_info("%s done", out.type);
-                log_ctx_set("EGRESS_MODE", NULL);
-                log_ctx_set("DURATION_MS", NULL);
+                        log_ctx_set("SANDBOX_ID", NULL);
+                        break;
+                }
+                int64_t t0 = mono_ms();
+                if (m->type == PJ_NODE_EGRESS_APPLY) {
+                        names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
+                        r = names_apply(m->sandbox_id, m->ip, &m->egress, &out, err, sizeof(err));
+                } else
+                        r = names_remove(m->sandbox_id, m->ip, err, sizeof(err));
+                egress_done(m, t0, r, err);
                 break;
         case PJ_NODE_EGRESS_STATS:
                 if (!cfg->egress_enabled) {
@@ -368,22 +400,21 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
                 r = -EINVAL;
                 break;
         }
-        out.ok = r >= 0;
-        if (r < 0)
-                snprintf(out.error, sizeof(out.error), "%s", err[0] ? err : strerror(-r));
-        pj_node_msg_done(&m);
-        if (r < 0) {
-                /* A failed apply confirms nothing: no resolutions, no time. */
-                char type[sizeof(out.type)];
-                strscpy(type, out.type, sizeof(type));
-                pj_node_reply_done(&out);
-                out.ok = false;
-                strscpy(out.type, type, sizeof(out.type));
+        return reply_text(cfg, &out, r, err);
+}
+
+/* Builds the reply for one message. Returns the JSON text (xmalloc'd). */
+char *agent_handle(const struct agent_config *cfg, const char *body, size_t len) {
+        struct pj_node_msg m = { 0 };
+        struct pj_error pe = { 0 };
+        if (pj_node_msg_parse(body, len, &m, &pe) < 0) {
+                struct pj_node_reply out = { .ok = false };
                 snprintf(out.node_id, sizeof(out.node_id), "%s", cfg->node_id);
-                snprintf(out.error, sizeof(out.error), "%s", err[0] ? err : strerror(-r));
+                snprintf(out.error, sizeof(out.error), "%s", pe.message);
+                return pj_node_reply_format(&out);
         }
-        char *text = pj_node_reply_format(&out);
-        pj_node_reply_done(&out);
+        char *text = handle_parsed(cfg, &m);
+        pj_node_msg_done(&m);
         return text;
 }
 
@@ -680,6 +711,192 @@ static void sync_tick(amqp_connection_state_t conn, const struct agent_config *c
                 sync_send(conn, cfg, user);
 }
 
+/* ---------------------------------------------------------------- egress jobs
+ *
+ * egress.apply and egress.remove do not hold up the consumer. An apply whose allowlist
+ * names hostnames starts its lookups (names_apply_start) and stays here while they run;
+ * the loop polls it (every JOBS_TICK_MS while any is pending) and, once every name
+ * answered or the deadline passed, applies and replies from this thread, the only one
+ * that touches the AMQP connection. Meanwhile the loop takes the next messages.
+ *
+ * Order per sandbox: a message for a sandbox (or for the address) of a job still
+ * pending waits here behind it and runs when every earlier one has replied, so a
+ * remove is never overtaken or undone by an apply sent before it, and a later apply
+ * never loses to an earlier slow one. A sandbox has no more network than its last
+ * confirmed apply gave it until its pending one completes (fail closed).
+ *
+ * Bounds: every job is an unacked delivery, so there are at most [amqp] prefetch of
+ * them (the broker delivers no more until one is acked: consuming stops while they
+ * are all taken). At most prefetch - 1 (at least 1) resolve at once, so that one
+ * delivery slot stays for the rest of the node's traffic; an apply with hostnames over
+ * that bound fails closed at once with the reason (nothing changed) rather than wait.
+ *
+ * Acks: a job's delivery is acked after its reply is published, as every other
+ * message's (at least once while the connection lasts). Jobs are dropped with their
+ * connection, unapplied: the queue dies with it, controld's wait ends with a timeout
+ * and the node.sync that follows every reconnect converges. */
+#define JOBS_TICK_MS 10
+
+struct job {
+        struct delivery d;
+        struct pj_node_msg m;           /* parsed, owned */
+        struct names_apply *na;         /* resolving; NULL: waiting behind an earlier job */
+        int64_t t0;                     /* mono ms when the agent took the message */
+};
+
+static struct job *jobs;                /* in arrival order; the consumer thread's alone */
+static size_t n_jobs;
+
+static size_t jobs_resolving(void) {
+        size_t n = 0;
+        for (size_t i = 0; i < n_jobs; i++)
+                n += jobs[i].na != NULL;
+        return n;
+}
+
+/* The broker's bound on unacked deliveries ([amqp] prefetch; 0 would mean none: the
+ * configuration's ceiling stands in). */
+static size_t jobs_max(const struct agent_config *cfg) {
+        return cfg->prefetch > 0 ? (size_t) cfg->prefetch : 1000;
+}
+
+static size_t resolving_max(const struct agent_config *cfg) {
+        return jobs_max(cfg) > 1 ? jobs_max(cfg) - 1 : 1;
+}
+
+static bool jobs_conflict(const struct pj_node_msg *a, const struct pj_node_msg *b) {
+        return !strcmp(a->sandbox_id, b->sandbox_id) || (a->ip && a->ip == b->ip);
+}
+
+/* Job i waits while an earlier job concerns the same sandbox or address. */
+static bool job_blocked(size_t i) {
+        for (size_t k = 0; k < i; k++)
+                if (jobs_conflict(&jobs[k].m, &jobs[i].m))
+                        return true;
+        return false;
+}
+
+static void job_drop(size_t i) {
+        names_apply_free(jobs[i].na);
+        pj_node_msg_done(&jobs[i].m);
+        memmove(&jobs[i], &jobs[i + 1], (n_jobs - i - 1) * sizeof(*jobs));
+        n_jobs--;
+}
+
+/* After the connection went: nothing of theirs is applied; their deliveries are void. */
+static void jobs_drop_all(void) {
+        if (n_jobs)
+                log_warning("%zu egress requests in progress were dropped with the RabbitMQ connection; "
+                            "nothing was applied for them", n_jobs);
+        while (n_jobs)
+                job_drop(n_jobs - 1);
+        free(jobs);
+        jobs = NULL;
+}
+
+/* Starts job j: a remove, or an apply without hostnames, is done now and its reply
+ * returned; an apply with hostnames starts its lookups (NULL returned) unless too many
+ * are resolving already, or its entries are refused (reply returned). */
+static char *job_start(const struct agent_config *cfg, struct job *j) {
+        struct pj_node_reply out;
+        char err[512] = "";
+        int r;
+        reply_init(cfg, &j->m, &out);
+        if (j->m.type == PJ_NODE_EGRESS_REMOVE)
+                r = names_remove(j->m.sandbox_id, j->m.ip, err, sizeof(err));
+        else if (names_policy_resolves(&j->m.egress) && jobs_resolving() >= resolving_max(cfg)) {
+                snprintf(err, sizeof(err),
+                         "%zu applies are already resolving hostnames on node %s (the bound is [amqp] prefetch - 1); "
+                         "nothing was changed, try again",
+                         jobs_resolving(), cfg->node_id);
+                r = -EBUSY;
+        } else {
+                names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
+                r = names_apply_start(j->m.sandbox_id, j->m.ip, &j->m.egress, &j->na, err, sizeof(err));
+                if (r >= 0 && !names_apply_ready(j->na))
+                        return NULL;
+                if (r >= 0)
+                        r = names_apply_finish(TAKE_PTR(j->na), &out, err, sizeof(err));
+        }
+        egress_done(&j->m, j->t0, r, err);
+        return reply_text(cfg, &out, r, err);
+}
+
+static char *job_finish(const struct agent_config *cfg, struct job *j) {
+        struct pj_node_reply out;
+        char err[512] = "";
+        reply_init(cfg, &j->m, &out);
+        int r = names_apply_finish(TAKE_PTR(j->na), &out, err, sizeof(err));
+        egress_done(&j->m, j->t0, r, err);
+        return reply_text(cfg, &out, r, err);
+}
+
+/* Moves every job that can move: starts those no earlier job holds back, finishes those
+ * whose names are in, replying to and acking each that ended. -ECHILD when a child died
+ * meanwhile (no reply it could have made counts), else 0. */
+static int jobs_run(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
+        char why[256];
+        for (size_t i = 0; i < n_jobs;) {
+                struct job *j = &jobs[i];
+                _cleanup_free_ char *out = NULL;
+                if (!j->na) {
+                        if (job_blocked(i)) {
+                                i++;
+                                continue;
+                        }
+                        out = job_start(cfg, j);
+                } else if (names_apply_ready(j->na))
+                        out = job_finish(cfg, j);
+                if (!out) {
+                        i++;
+                        continue;
+                }
+                if (!privsep_healthy(why, sizeof(why)))
+                        return log_error_errno(-ECHILD, "%s; no longer consuming", why);
+                reply(conn, cfg, user, &j->d, out);
+                amqp_basic_ack(conn, CH, j->d.tag, 0);
+                /* Only later jobs can have waited for this one: go on from the same index. */
+                job_drop(i);
+        }
+        return 0;
+}
+
+/* Takes one delivery's body: egress changes become jobs, the rest is answered now. */
+static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
+                    const struct delivery *d, const char *body) {
+        char why[256];
+        struct pj_node_msg m = { 0 };
+        struct pj_error pe = { 0 };
+        bool parsed = pj_node_msg_parse(body, d->size, &m, &pe) >= 0;
+        _cleanup_free_ char *out = NULL;
+        if (parsed && cfg->egress_enabled && (m.type == PJ_NODE_EGRESS_APPLY || m.type == PJ_NODE_EGRESS_REMOVE)) {
+                if (n_jobs < jobs_max(cfg)) {
+                        jobs = xrealloc(jobs, (n_jobs + 1) * sizeof(*jobs));
+                        jobs[n_jobs++] = (struct job) { .d = *d, .m = m, .t0 = mono_ms() };
+                        return jobs_run(conn, cfg, user);
+                }
+                /* Only a broker that delivers past our prefetch gets here: refused, unchanged. */
+                struct pj_node_reply busy;
+                char err[512];
+                reply_init(cfg, &m, &busy);
+                snprintf(err, sizeof(err), "%zu egress requests are in progress on node %s ([amqp] prefetch); nothing was changed",
+                         n_jobs, cfg->node_id);
+                egress_done(&m, mono_ms(), -EBUSY, err);
+                out = reply_text(cfg, &busy, -EBUSY, err);
+                pj_node_msg_done(&m);
+        } else if (parsed) {
+                out = handle_parsed(cfg, &m);
+                pj_node_msg_done(&m);
+        } else
+                out = agent_handle(cfg, body, d->size);
+        /* A child that died during this request: no reply it could have made counts. */
+        if (!privsep_healthy(why, sizeof(why)))
+                return log_error_errno(-ECHILD, "%s; no longer consuming", why);
+        reply(conn, cfg, user, d, out);
+        amqp_basic_ack(conn, CH, d->tag, 0);
+        return 0;
+}
+
 static int consume_loop(const struct agent_config *cfg, const char *user, amqp_connection_state_t conn) {
         char why[256];
         /* Every (re)connection converges again: controld may have changed its mind meanwhile. */
@@ -687,10 +904,14 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
         while (!stop_requested) {
                 if (!privsep_healthy(why, sizeof(why)))
                         return log_error_errno(-ECHILD, "%s; no longer consuming", why);
+                int k = jobs_run(conn, cfg, user);
+                if (k < 0)
+                        return k;
                 sync_tick(conn, cfg, user);
                 agent_metrics_tick(cfg);
                 resolved_send(conn, cfg, user);
-                struct timeval tv = { .tv_sec = 1 };
+                /* Names being resolved are polled often; otherwise the broker is waited for. */
+                struct timeval tv = { .tv_sec = n_jobs ? 0 : 1, .tv_usec = n_jobs ? JOBS_TICK_MS * 1000 : 0 };
                 amqp_frame_t f;
                 amqp_maybe_release_buffers(conn);
                 int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
@@ -744,12 +965,8 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                         amqp_basic_reject(conn, CH, d.tag, 0);
                         continue;
                 }
-                out = agent_handle(cfg, body, d.size);
-                /* A child that died during this request: no reply it could have made counts. */
-                if (!privsep_healthy(why, sizeof(why)))
-                        return log_error_errno(-ECHILD, "%s; no longer consuming", why);
-                reply(conn, cfg, user, &d, out);
-                amqp_basic_ack(conn, CH, d.tag, 0);
+                if ((k = dispatch(conn, cfg, user, &d, body)) < 0)
+                        return k;
         }
         return 0;
 }
@@ -796,6 +1013,7 @@ int agent_run(const struct agent_config *cfg) {
                         notified = true;
                 }
                 r = consume_loop(cfg, u.user, conn);
+                jobs_drop_all();
                 agent_metrics_amqp_connected(false);
                 amqp_bytes_free(q);
                 if (r == -ECHILD) {

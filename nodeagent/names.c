@@ -1,11 +1,13 @@
 /* names.c — allowlisted hostnames: resolved in the (unprivileged) agent, bounded,
  * and kept fresh (contract in nodeagent.h, under "names.c").
  *
- * A lookup runs on a thread of its own that the caller waits for with a deadline,
- * so a resolver that never answers costs at most resolve_timeout, never the agent:
- * getaddrinfo() cannot be cancelled, so a lookup that overruns is abandoned (it
- * frees its own state when it finally returns) and at most LOOKUPS_MAX may be
- * outstanding. All names of one policy are looked up at once under one deadline.
+ * A lookup runs on a thread of its own under a deadline, so a resolver that never
+ * answers costs at most resolve_timeout, never the agent: getaddrinfo() cannot be
+ * cancelled, so a lookup that overruns is abandoned (it frees its own state when it
+ * finally returns) and at most LOOKUPS_MAX may be outstanding. All names of one
+ * policy are looked up at once under one deadline. The consumer does not wait for
+ * them: it starts them (names_apply_start), goes on consuming, and polls
+ * names_apply_ready; the refresher, which has nothing else to do, waits.
  *
  * Every restricted policy with hostnames that the egress child confirmed is
  * remembered here; a refresher thread resolves its names again every
@@ -153,51 +155,120 @@ static int allow_append(struct ps_egress_apply *req, uint32_t addr, int prefix, 
         return 0;
 }
 
-int names_build(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct ps_egress_apply *req,
-                struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err, size_t errlen) {
-        memset(req, 0, sizeof(*req));
-        req->hdr.type = PS_EGRESS_APPLY;
-        strscpy(req->sandbox_id, sandbox_id, sizeof(req->sandbox_id));
-        req->mode = (uint8_t) pol->mode;
-        req->ip = ip;
-        *ret_resolved = NULL;
-        *ret_n = 0;
-        if (pol->mode != PJ_EGRESS_RESTRICTED)
-                return 0;
+/* One policy's names being looked up (names_apply_start). Owned by whoever holds the
+ * pointer; the lookups it started are shared with their threads (refcounted). */
+struct names_apply {
+        char sandbox_id[EGRESS_ID_LEN + 1];
+        uint32_t ip;
+        struct pj_egress pol;           /* a copy: the caller's message may be gone by the finish */
+        struct pj_allow_entry *e;       /* pol.allow parsed, one per entry */
+        struct lookup **lk;             /* one per hostname entry, NULL for literals */
+        size_t n;
+        int64_t deadline;               /* CLOCK_MONOTONIC ms: every lookup's bound */
+};
 
-        size_t n = pol->n_allow;
-        _cleanup_free_ struct pj_allow_entry *e = xnew0(struct pj_allow_entry, n ? n : 1);
-        _cleanup_free_ struct lookup **lk = xnew0(struct lookup *, n ? n : 1);
+struct names_apply *names_apply_free(struct names_apply *a) {
+        if (!a)
+                return NULL;
+        /* A lookup still running is abandoned: it frees its own state when getaddrinfo returns. */
+        for (size_t i = 0; i < a->n; i++)
+                if (a->lk[i])
+                        lookup_unref(a->lk[i]);
+        free(a->lk);
+        free(a->e);
+        pj_egress_done(&a->pol);
+        free(a);
+        return NULL;
+}
+
+int names_apply_start(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct names_apply **ret,
+                      char *err, size_t errlen) {
+        struct names_apply *a = xnew0(struct names_apply, 1);
+        strscpy(a->sandbox_id, sandbox_id, sizeof(a->sandbox_id));
+        a->ip = ip;
+        pj_egress_copy(&a->pol, pol);
+        a->n = pol->mode == PJ_EGRESS_RESTRICTED ? pol->n_allow : 0;
+        a->e = xnew0(struct pj_allow_entry, a->n ? a->n : 1);
+        a->lk = xnew0(struct lookup *, a->n ? a->n : 1);
         int r = 0;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < a->n; i++) {
                 char why[256];
-                if (pj_allow_entry_parse(pol->allow[i], &e[i], NULL, 0, why, sizeof(why)) < 0) {
-                        snprintf(err, errlen, "allow entry %s %s", pol->allow[i], why);
+                if (pj_allow_entry_parse(a->pol.allow[i], &a->e[i], NULL, 0, why, sizeof(why)) < 0) {
+                        snprintf(err, errlen, "allow entry %s %s", a->pol.allow[i], why);
                         r = -EINVAL;
                         break;
                 }
         }
         /* Every name at once, under one deadline. */
-        for (size_t i = 0; r == 0 && i < n; i++)
-                if (e[i].kind == PJ_ALLOW_HOSTNAME && (r = lookup_start(e[i].host, &lk[i])) < 0)
-                        snprintf(err, errlen, "cannot resolve %s now: %s", e[i].host,
+        for (size_t i = 0; r == 0 && i < a->n; i++)
+                if (a->e[i].kind == PJ_ALLOW_HOSTNAME && (r = lookup_start(a->e[i].host, &a->lk[i])) < 0)
+                        snprintf(err, errlen, "cannot resolve %s now: %s", a->e[i].host,
                                  r == -EBUSY ? "too many lookups are still outstanding" : strerror(-r));
-        int64_t deadline = mono_ms() + timeout_ms;
+        a->deadline = mono_ms() + timeout_ms;
+        if (r < 0) {
+                names_apply_free(a);
+                return r;
+        }
+        *ret = a;
+        return 0;
+}
+
+bool names_apply_ready(const struct names_apply *a) {
+        if (mono_ms() >= a->deadline)
+                return true;
+        for (size_t i = 0; i < a->n; i++) {
+                if (!a->lk[i])
+                        continue;
+                pthread_mutex_lock(&a->lk[i]->mu);
+                bool done = a->lk[i]->done;
+                pthread_mutex_unlock(&a->lk[i]->mu);
+                if (!done)
+                        return false;
+        }
+        return true;
+}
+
+bool names_policy_resolves(const struct pj_egress *pol) {
+        if (pol->mode != PJ_EGRESS_RESTRICTED)
+                return false;
+        for (size_t i = 0; i < pol->n_allow; i++) {
+                struct pj_allow_entry e;
+                char why[256];
+                if (pj_allow_entry_parse(pol->allow[i], &e, NULL, 0, why, sizeof(why)) >= 0 && e.kind == PJ_ALLOW_HOSTNAME)
+                        return true;
+        }
+        return false;
+}
+
+/* The egress child's request from a's answers, waiting for them up to a's deadline
+ * (at once when names_apply_ready). Each append bounded; on failure -errno, reason in err. */
+static int build_from(struct names_apply *a, struct ps_egress_apply *req, struct pj_node_resolved **ret_resolved,
+                      size_t *ret_n, char *err, size_t errlen) {
+        memset(req, 0, sizeof(*req));
+        req->hdr.type = PS_EGRESS_APPLY;
+        strscpy(req->sandbox_id, a->sandbox_id, sizeof(req->sandbox_id));
+        req->mode = (uint8_t) a->pol.mode;
+        req->ip = a->ip;
+        *ret_resolved = NULL;
+        *ret_n = 0;
+        size_t n = a->n;
+        int r = 0;
         struct pj_node_resolved *rv = NULL;
         size_t n_rv = 0;
         for (size_t i = 0; i < n; i++) {
-                if (!lk[i])
+                struct lookup *l = a->lk[i];
+                if (!l)
                         continue;
-                int w = lookup_wait(lk[i], deadline);
+                int w = lookup_wait(l, a->deadline);
                 if (r == 0 && w < 0) {
-                        snprintf(err, errlen, "resolving %s took longer than %d ms; nothing was changed", lk[i]->host,
+                        snprintf(err, errlen, "resolving %s took longer than %d ms; nothing was changed", l->host,
                                  timeout_ms);
                         r = -ETIMEDOUT;
-                } else if (r == 0 && lk[i]->gai != 0) {
-                        snprintf(err, errlen, "cannot resolve %s: %s", lk[i]->host, gai_strerror(lk[i]->gai));
+                } else if (r == 0 && l->gai != 0) {
+                        snprintf(err, errlen, "cannot resolve %s: %s", l->host, gai_strerror(l->gai));
                         r = -EHOSTUNREACH;
-                } else if (r == 0 && lk[i]->n > NAMES_MAX_ADDRS_PER_NAME) {
-                        snprintf(err, errlen, "%s resolves to more than %d addresses; nothing was changed", lk[i]->host,
+                } else if (r == 0 && l->n > NAMES_MAX_ADDRS_PER_NAME) {
+                        snprintf(err, errlen, "%s resolves to more than %d addresses; nothing was changed", l->host,
                                  NAMES_MAX_ADDRS_PER_NAME);
                         r = -E2BIG;
                 }
@@ -206,20 +277,17 @@ int names_build(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol
                         if (!rv)
                                 rv = xnew0(struct pj_node_resolved, n);
                         struct pj_node_resolved *x = &rv[n_rv++];
-                        strscpy(x->name, lk[i]->host, sizeof(x->name));
+                        strscpy(x->name, l->host, sizeof(x->name));
                         x->at_ms = wall_ms();
-                        for (size_t k = 0; k < lk[i]->n; k++)
-                                x->addrs[x->n_addrs++] = lk[i]->addrs[k];
+                        for (size_t k = 0; k < l->n; k++)
+                                x->addrs[x->n_addrs++] = l->addrs[k];
                 }
         }
-        for (size_t i = 0; i < n; i++)
-                if (lk[i])
-                        lookup_unref(lk[i]);
         /* Literal entries first, in order, then each name's addresses: every append bounded. */
         for (size_t i = 0; r == 0 && i < n; i++)
-                if (e[i].kind != PJ_ALLOW_HOSTNAME)
-                        r = allow_append(req, e[i].addr, e[i].kind == PJ_ALLOW_IPV4 ? 32 : e[i].prefix, pol->allow[i], err,
-                                         errlen);
+                if (a->e[i].kind != PJ_ALLOW_HOSTNAME)
+                        r = allow_append(req, a->e[i].addr, a->e[i].kind == PJ_ALLOW_IPV4 ? 32 : a->e[i].prefix,
+                                         a->pol.allow[i], err, errlen);
         for (size_t i = 0; r == 0 && i < n_rv; i++)
                 for (size_t k = 0; r == 0 && k < rv[i].n_addrs; k++)
                         r = allow_append(req, rv[i].addrs[k], 32, rv[i].name, err, errlen);
@@ -230,6 +298,17 @@ int names_build(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol
         *ret_resolved = rv;
         *ret_n = n_rv;
         return 0;
+}
+
+int names_build(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct ps_egress_apply *req,
+                struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err, size_t errlen) {
+        struct names_apply *a = NULL;
+        int r = names_apply_start(sandbox_id, ip, pol, &a, err, errlen);
+        if (r < 0)
+                return r;
+        r = build_from(a, req, ret_resolved, ret_n, err, errlen);
+        names_apply_free(a);
+        return r;
 }
 
 /* ---------------------------------------------------------------- confirmed policies */
@@ -333,20 +412,20 @@ static int call_apply(struct ps_egress_apply *req, char *err, size_t errlen) {
         return r;
 }
 
-int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct pj_node_reply *out, char *err,
-                size_t errlen) {
+int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *err, size_t errlen) {
         _cleanup_free_ struct ps_egress_apply *req = xnew0(struct ps_egress_apply, 1);
         struct pj_node_resolved *rv = NULL;
         size_t n_rv = 0;
         /* Resolution first, outside the lock: a slow name holds up no other apply. */
-        int r = names_build(sandbox_id, ip, pol, req, &rv, &n_rv, err, errlen);
-        if (r < 0)
-                return r;
-        pthread_mutex_lock(&apply_lock);
-        r = call_apply(req, err, errlen);
-        if (r >= 0)
-                tracked_set(sandbox_id, ip, pol, rv, n_rv);
-        pthread_mutex_unlock(&apply_lock);
+        int r = build_from(a, req, &rv, &n_rv, err, errlen);
+        if (r >= 0) {
+                pthread_mutex_lock(&apply_lock);
+                r = call_apply(req, err, errlen);
+                if (r >= 0)
+                        tracked_set(a->sandbox_id, a->ip, &a->pol, rv, n_rv);
+                pthread_mutex_unlock(&apply_lock);
+        }
+        names_apply_free(a);
         if (r < 0) {
                 free(rv);
                 return r;
@@ -355,6 +434,15 @@ int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol
         out->resolved = rv;
         out->n_resolved = n_rv;
         return 0;
+}
+
+int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct pj_node_reply *out, char *err,
+                size_t errlen) {
+        struct names_apply *a = NULL;
+        int r = names_apply_start(sandbox_id, ip, pol, &a, err, errlen);
+        if (r < 0)
+                return r;
+        return names_apply_finish(a, out, err, errlen);
 }
 
 void names_forget(const char *sandbox_id) {

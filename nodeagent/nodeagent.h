@@ -223,9 +223,28 @@ void names_configure(int64_t resolve_timeout_ms, int64_t resolve_interval_ms);
 int names_build(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct ps_egress_apply *req,
                 struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err, size_t errlen);
 /* Resolves, has the egress child apply, and remembers the policy for refreshes; fills
- * out->applied_at_ms and out->resolved. Fails closed: on error nothing changed. */
+ * out->applied_at_ms and out->resolved. Fails closed: on error nothing changed.
+ * Blocks for up to the resolution bound: names_apply_start + names_apply_finish. */
 int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct pj_node_reply *out,
                 char *err, size_t errlen);
+/* The same in two steps, for a caller that must not wait (the consumer loop):
+ * names_apply_start checks pol's entries and starts looking up every hostname at once
+ * (the deadline is now + the resolution bound); it keeps copies of what it needs.
+ * 0 with *ret, or -errno with the reason in err (then nothing was started).
+ * names_apply_ready never blocks: true once every lookup ended or the deadline passed
+ * (at once for a policy without hostnames). names_policy_resolves: pol (restricted)
+ * names at least one hostname, so that its apply will wait for lookups.
+ * names_apply_finish builds the request from the answers (waiting for them up to the
+ * deadline when not ready), has the egress child apply it and remembers it, exactly as
+ * names_apply; it consumes a. names_apply_free abandons a: nothing is applied, lookups
+ * still running free their own state when they end. Accepts NULL, returns NULL. */
+struct names_apply;
+int names_apply_start(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct names_apply **ret,
+                      char *err, size_t errlen);
+bool names_apply_ready(const struct names_apply *a);
+bool names_policy_resolves(const struct pj_egress *pol);
+int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *err, size_t errlen);
+struct names_apply *names_apply_free(struct names_apply *a);
 /* Has the egress child remove the sandbox's rules and forgets its names. */
 int names_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen);
 /* Stops refreshing sandbox_id (its rules were removed some other way: node.sync). */
