@@ -9,10 +9,17 @@
  * host side only gets the veth and one route, and only after `ip route show` proved that
  * 198.51.100.0/24 and 203.0.113.0/24 are not routed anywhere already. The agent runs with
  * its own node id, exchange, nft table and bridge, so it never meets a dev stack's.
+ *
+ * Both drivers (test-controld-egress-nomad sets PADDOCK_DRIVER=nomad): on the Nomad driver
+ * the test first starts a Nomad stand-in whose sandbox CNI networks all land on this test's
+ * bridge (the test makes that Docker network, as a node's CNI config would), then the agent
+ * with `node_id = nomad`, which asks the stand-in's /v1/agent/self for the node it runs on:
+ * the allocations' NodeID must route its messages, or no create becomes ready.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,9 +41,10 @@
 #include "testlib.h"
 
 #define PORT 18081
+#define ECHO_PORT 18082
 #define BRIDGE "pdkegt0"
 
-static char node_id[32], exchange[64], table[32], agent_conf[512], agent_log[512];
+static char node_id[64], exchange[64], table[32], agent_conf[512], agent_log[512];
 static pid_t agent_pid, world_pid;
 
 static int64_t now_ms_(void) {
@@ -74,8 +82,18 @@ static bool route_free(const char *prefix) {
         return true;
 }
 
+static int listen_any(uint16_t port) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(fd, 128) < 0)
+                return -1;
+        return fd;
+}
+
 /* A child that unshares a network namespace, listens on PORT on every address there
- * (accepting and closing), and lives until the test does. */
+ * (accepting and closing) and on ECHO_PORT (echoing, a process per connection, for
+ * connections that stay open), and lives until the test does. */
 static void world_up(void) {
         int p[2];
         ASSERT_TRUE(pipe(p) == 0);
@@ -83,17 +101,35 @@ static void world_up(void) {
         ASSERT_TRUE(world_pid >= 0);
         if (world_pid == 0) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
+                signal(SIGCHLD, SIG_IGN);
                 char c = unshare(CLONE_NEWNET) < 0 ? 'E' : 'K';
-                int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-                setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-                struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(PORT) };
-                if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(fd, 128) < 0)
+                int fd = listen_any(PORT), efd = listen_any(ECHO_PORT);
+                if (fd < 0 || efd < 0)
                         c = 'E';
                 ssize_t _unused_ w = write(p[1], &c, 1);
                 for (;;) {
-                        int s = accept(fd, NULL, NULL);
-                        if (s >= 0)
-                                close(s);
+                        struct pollfd pf[2] = { { .fd = fd, .events = POLLIN }, { .fd = efd, .events = POLLIN } };
+                        if (poll(pf, 2, -1) < 0)
+                                continue;
+                        if (pf[0].revents) {
+                                int s = accept(fd, NULL, NULL);
+                                if (s >= 0)
+                                        close(s);
+                        }
+                        if (pf[1].revents) {
+                                int s = accept(efd, NULL, NULL);
+                                if (s >= 0 && fork() == 0) {
+                                        prctl(PR_SET_PDEATHSIG, SIGKILL);
+                                        char b[256];
+                                        ssize_t k;
+                                        while ((k = read(s, b, sizeof(b))) > 0)
+                                                if (write(s, b, (size_t) k) != k)
+                                                        break;
+                                        _exit(0);
+                                }
+                                if (s >= 0)
+                                        close(s);
+                        }
                 }
         }
         close(p[1]);
@@ -175,12 +211,17 @@ static void table_drop(void *ud) {
         RUN("nft", "delete", "table", "inet", table);
 }
 
+/* On the Nomad driver: the stand-in the agent asks for its node id and controld places on. */
+static struct nstandin standin;
+
 static void agent_start(void) {
         FILE *f = fopen(agent_conf, "w");
         ASSERT_NOT_NULL(f);
         fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\nexchange = %s\n"
                    "[egress]\nenable = true\ntable = %s\nbridges = " BRIDGE "\nresolve_interval = 1s\n",
-                node_id, exchange, table);
+                ctld_nomad() ? "nomad" : node_id, exchange, table);
+        if (ctld_nomad())
+                fprintf(f, "[nomad]\naddress = %s\n", standin.url);
         fclose(f);
         int logfd = open(agent_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         off_t from = lseek(logfd, 0, SEEK_END);
@@ -328,7 +369,35 @@ static int count_containers(const char *label) {
         return n;
 }
 
-TEST_FULL(egress_end_to_end, 900) {
+static void hold_drop(void *ud) {
+        char *argv[] = { "docker", "rm", "-f", ud, NULL };
+        test_run_capture(argv, NULL, 1 << 16);
+}
+
+/* The Nomad stand-in, with the sandbox networks on this test's bridge: two client nodes, every
+ * allocation on the second, whose agent the stand-in's /v1/agent/self is. The Docker network
+ * is the test's to make here (a node's CNI config makes it under real Nomad). */
+static void standin_up(void) {
+        need_nstandin();
+        RUN("docker", "network", "rm", "paddock-egt");
+        ASSERT_EQ(RUN("docker", "network", "create", "--driver", "bridge", "--subnet", "169.254.66.0/24", "--gateway",
+                      "169.254.66.1", "-o", "com.docker.network.bridge.name=" BRIDGE, "--label", "paddock.managed=1",
+                      "paddock-egt"), 0);
+        static const char *const args[] = {
+                "--nodes", "2", "--agent-node", "1", "--placement", "node:1", "--net-map",
+                "cni/sandbox-open=paddock-egt,cni/sandbox-restricted=paddock-egt,cni/sandbox-no-egress=none", NULL
+        };
+        nstandin_start(&standin, test_tmpdir(), args);
+        _cleanup_(cJSON_Deletep) cJSON *self = nstandin_get(&standin, "/v1/agent/self");
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(self, "stats"), "client"), "node_id"));
+        ASSERT_NOT_NULL(id);
+        snprintf(node_id, sizeof(node_id), "%s", id);
+}
+
+/* Everything a test here needs: the world, the agent (with its own node id, exchange and
+ * table), controld on this test's bridge (and, on the Nomad driver, the stand-in first).
+ * Returns the API key of an account on plan "wide". */
+static char *egt_start(struct ctld *c) {
         need_docker();
         if (access(test_build_path("nodeagent"), X_OK) != 0)
                 TEST_SKIP("nodeagent is not built");
@@ -344,12 +413,14 @@ TEST_FULL(egress_end_to_end, 900) {
         snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
         snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
         world_up();
+        /* First in, last out: the networks go after every container on them. */
+        test_on_exit(networks_drop, NULL);
+        if (ctld_nomad())
+                standin_up();
         test_on_exit(table_drop, NULL);
         test_on_exit(agent_stop, NULL);
         agent_start();
 
-        test_on_exit(networks_drop, NULL);
-        static struct ctld c;
         char extra[1024];
         snprintf(extra, sizeof(extra),
                  "[docker]\nnetwork = paddock-egt\nsubnet = 169.254.66.0/24\ngateway = 169.254.66.1\nbridge = " BRIDGE "\n"
@@ -357,8 +428,39 @@ TEST_FULL(egress_end_to_end, 900) {
                  "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\negress_timeout = 3s\n"
                  "[plan \"wide\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n",
                  node_id, exchange);
-        ctld_start(&c, NULL, extra);
-        _cleanup_free_ char *key = ctld_account_key(&c, "egress", "wide", NULL);
+        if (ctld_nomad())
+                ctld_start_nomad(c, &standin, NULL, NULL, extra);
+        else
+                ctld_start(c, NULL, extra);
+        return ctld_account_key(c, "egress", "wide", NULL);
+}
+
+/* Nothing of sandbox id is left on the engine, and on the Nomad driver no job either. */
+static void assert_nothing_left(const char *id) {
+        char lbl[96];
+        if (ctld_nomad()) {
+                snprintf(lbl, sizeof(lbl), "label=com.hashicorp.nomad.job_id=sandbox-%s", id);
+                ASSERT_EQ(count_containers(lbl), 0);
+                /* It was placed (so "nothing" means removed) and its job purged. */
+                char del[96];
+                snprintf(del, sizeof(del), "/v1/job/sandbox-%s", id);
+                ASSERT_GE(nstandin_count(&standin, "DELETE", del), 1);
+                _cleanup_(cJSON_Deletep) cJSON *st = nstandin_state(&standin);
+                const cJSON *j;
+                char job[64];
+                snprintf(job, sizeof(job), "sandbox-%s", id);
+                cJSON_ArrayForEach(j, cJSON_GetObjectItem(st, "Jobs"))
+                        ASSERT_FALSE(streq_const(cJSON_GetStringValue(cJSON_GetObjectItem(j, "ID")), job));
+        } else {
+                snprintf(lbl, sizeof(lbl), "label=paddock.sandbox=%s", id);
+                ASSERT_EQ(count_containers(lbl), 0);
+        }
+}
+
+TEST_FULL(egress_end_to_end, 900) {
+        static struct ctld c;
+        _cleanup_free_ char *key = egt_start(&c);
+        int id4 = (int) (getpid() % 10000);
         char open_id[25], ip_id[25], cidr_id[25], deny_id[25], path[96];
         struct hres r;
 
@@ -501,11 +603,8 @@ TEST_FULL(egress_end_to_end, 900) {
         http_req(&c, "GET", "/sandboxes?status=failed", key, NULL, &r);
         cJSON *items = cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "data"), *it;
         ASSERT_EQ(cJSON_GetArraySize(items), 2);
-        cJSON_ArrayForEach(it, items) {
-                char lbl[64];
-                snprintf(lbl, sizeof(lbl), "label=paddock.sandbox=%s", cJSON_GetObjectItem(it, "id")->valuestring);
-                ASSERT_EQ(count_containers(lbl), 0);
-        }
+        cJSON_ArrayForEach(it, items)
+                assert_nothing_left(cJSON_GetObjectItem(it, "id")->valuestring);
         hres_done(&r);
         /* Sandboxes that were confirmed keep their rules with the agent gone. */
         ASSERT_TRUE(reaches(&c, key, ip_id, "198.51.100.2"));
@@ -535,4 +634,152 @@ TEST_FULL(egress_end_to_end, 900) {
         ASSERT_FALSE(reaches(&c, key, open_id, "198.51.100.2"));
         /* And creates work again. */
         create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, NULL);
+}
+
+/* The sandbox's address on its network, from the engine (static buffer). */
+static const char *sandbox_ip(const char *id) {
+        static char ip[64];
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                         container_name(id), NULL };
+        ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
+        snprintf(ip, sizeof(ip), "%.*s", (int) strcspn(out, "\n"), out);
+        ASSERT_TRUE(strncmp(ip, "169.254.66.", 11) == 0);
+        return ip;
+}
+
+static void pause_or_resume(struct ctld *c, const char *key, const char *id, const char *what, const char *until) {
+        char path[128];
+        snprintf(path, sizeof(path), "/sandboxes/%s/%s", id, what);
+        HTTP_EXPECT(c, "POST", path, key, NULL, 200);
+        ASSERT_STREQ(ctld_wait_status(c, key, id, until, 120), until);
+}
+
+/* Resume places the sandbox anew (under Nomad a new allocation, maybe elsewhere, with a new
+ * address): the policy must hold at the new address, and the old address, now someone
+ * else's, must not keep the sandbox's allowance. */
+TEST_FULL(pause_resume_keeps_the_policy, 600) {
+        static struct ctld c;
+        _cleanup_free_ char *key = egt_start(&c);
+        char id[25], path[96];
+        create_expect(&c, key, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.2\"]}}",
+                      201, id);
+        ASSERT_TRUE(reaches(&c, key, id, "198.51.100.2"));
+        ASSERT_FALSE(reaches(&c, key, id, "198.51.100.3"));
+        char old_ip[64], old_container[128];
+        snprintf(old_ip, sizeof(old_ip), "%s", sandbox_ip(id));
+        snprintf(old_container, sizeof(old_container), "%s", container_name(id));
+
+        pause_or_resume(&c, key, id, "pause", "paused");
+        ASSERT_FALSE(docker_container_exists(old_container));
+        /* Another workload takes the old address while the sandbox is paused (so the resumed
+         * one must get a new address), and the sandbox's allowance did not stay behind on it. */
+        static char hold[64];
+        snprintf(hold, sizeof(hold), "egt-hold-%d", (int) getpid());
+        test_on_exit(hold_drop, hold);
+        char iparg[80];
+        snprintf(iparg, sizeof(iparg), "--ip=%s", old_ip);
+        const char *img = getenv("PADDOCK_PY_IMAGE") ? getenv("PADDOCK_PY_IMAGE") : "paddock/python-3.11:local";
+        ASSERT_EQ(RUN("docker", "run", "-d", "--name", hold, "--network", "paddock-egt", iparg, "--label", "paddock.test=egress",
+                      (char *) img, "sleep", "600"), 0);
+        char probe[256];
+        snprintf(probe, sizeof(probe),
+                 "import socket,sys\nfor i in range(3):\n  try:\n    socket.create_connection(('198.51.100.2',%d),1); sys.exit(0)\n"
+                 "  except Exception: pass\nsys.exit(7)", PORT);
+        ASSERT_EQ(RUN("docker", "exec", hold, "python3", "-c", probe), 7);
+
+        pause_or_resume(&c, key, id, "resume", "ready");
+        ASSERT_TRUE(strcmp(sandbox_ip(id), old_ip) != 0);
+        if (ctld_nomad())
+                ASSERT_TRUE(strcmp(container_name(id), old_container) != 0);   /* a new allocation */
+        ASSERT_TRUE(reaches(&c, key, id, "198.51.100.2"));
+        ASSERT_FALSE(reaches(&c, key, id, "198.51.100.3"));
+        ASSERT_FALSE(reaches(&c, key, id, "203.0.113.2"));
+        snprintf(path, sizeof(path), "/sandboxes/%s/egress", id);
+        struct hres r;
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        cJSON *d = cJSON_GetObjectItem(r.json, "data");
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(d, "mode")), "restricted");
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(d, "node")), node_id);
+        hres_done(&r);
+        /* The old address still has nothing. */
+        ASSERT_EQ(RUN("docker", "exec", hold, "python3", "-c", probe), 7);
+}
+
+/* A process in the sandbox that holds a TCP connection to ip:ECHO_PORT open and says in
+ * /tmp/egt-conn-<tag> whether it still works: "ok N" after each echoed byte (one every
+ * 0.3 s), "dead" after three unanswered ones (1 s each), "closed" when the peer ends it. */
+static const char holder_py[] =
+        "import socket, sys, time\n"
+        "def say(t):\n"
+        "    with open('/tmp/egt-conn-' + sys.argv[2], 'w') as f: f.write(t)\n"
+        "s = socket.create_connection((sys.argv[1], int(sys.argv[3])), 2)\n"
+        "s.settimeout(1)\n"
+        "n = miss = 0\n"
+        "while True:\n"
+        "    try:\n"
+        "        s.sendall(b'x')\n"
+        "        if not s.recv(16):\n"
+        "            say('closed'); break\n"
+        "        n += 1; miss = 0; say('ok %d' % n)\n"
+        "    except socket.timeout:\n"
+        "        miss += 1\n"
+        "        if miss >= 3:\n"
+        "            say('dead'); break\n"
+        "    except OSError:\n"
+        "        say('closed'); break\n"
+        "    time.sleep(0.3)\n";
+
+static void holder_start(struct ctld *c, const char *key, const char *id, const char *ip, const char *tag) {
+        char path[128], cmd[256];
+        snprintf(path, sizeof(path), "/sandboxes/%s/files/tmp/egt-holder.py", id);
+        HTTP_EXPECT(c, "PUT", path, key, holder_py, 204);
+        snprintf(cmd, sizeof(cmd), "nohup python3 /tmp/egt-holder.py %s %s %d </dev/null >/dev/null 2>&1 &", ip, tag, ECHO_PORT);
+        ASSERT_EQ(run_in_sandbox(c, key, id, cmd, NULL), 0);
+}
+
+/* The holder's last word (static buffer, "" before it said anything). */
+static const char *holder_state(struct ctld *c, const char *key, const char *id, const char *tag) {
+        static char st[64];
+        char cmd[96];
+        _cleanup_free_ char *out = NULL;
+        snprintf(cmd, sizeof(cmd), "cat /tmp/egt-conn-%s 2>/dev/null", tag);
+        (void) run_in_sandbox(c, key, id, cmd, &out);
+        snprintf(st, sizeof(st), "%s", out ? out : "");
+        return st;
+}
+
+/* Waits up to ms for the holder's state to start with want; returns the last state. */
+static const char *holder_wait(struct ctld *c, const char *key, const char *id, const char *tag, const char *want, int ms) {
+        const char *st = holder_state(c, key, id, tag);
+        for (int64_t until = now_ms_() + ms; strncmp(st, want, strlen(want)) != 0 && now_ms_() < until; usleep(300000))
+                st = holder_state(c, key, id, tag);
+        return st;
+}
+
+/* PUT /egress that tightens the policy ends the open connections it now forbids (their
+ * conntrack entries go): an established connection would otherwise ride on, since the
+ * dispatch accepts established traffic before any policy. The allowed one goes on. */
+TEST_FULL(tightening_ends_forbidden_connections, 600) {
+        static struct ctld c;
+        _cleanup_free_ char *key = egt_start(&c);
+        char id[25], path[96];
+        create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, id);
+        holder_start(&c, key, id, "198.51.100.2", "a");
+        holder_start(&c, key, id, "198.51.100.3", "b");
+        ASSERT_CONTAINS(holder_wait(&c, key, id, "a", "ok", 15000), "ok");
+        ASSERT_CONTAINS(holder_wait(&c, key, id, "b", "ok", 15000), "ok");
+
+        snprintf(path, sizeof(path), "/sandboxes/%s/egress", id);
+        HTTP_EXPECT(&c, "PUT", path, key, "{\"mode\":\"restricted\",\"allow\":[\"198.51.100.3\"]}", 200);
+        ASSERT_STREQ(holder_wait(&c, key, id, "a", "dead", 20000), "dead");
+        /* The allowed connection still carries bytes (its count goes on rising). */
+        char before[64];
+        snprintf(before, sizeof(before), "%s", holder_state(&c, key, id, "b"));
+        ASSERT_CONTAINS(before, "ok");
+        usleep(1500000);
+        const char *after = holder_state(&c, key, id, "b");
+        ASSERT_CONTAINS(after, "ok");
+        ASSERT_TRUE(strcmp(after, before) != 0);
 }
