@@ -5,6 +5,12 @@
  * the registry, and deletes its queues at exit. Sandboxes are deny_all, so no egress
  * agent is needed. The shared registry on 127.0.0.1:5000 is never stopped: the
  * "registry unreachable" case starts a registry of its own on another loopback port.
+ *
+ * On the Nomad driver (test-snapshots-nomad) each test runs a one-node Nomad stand-in of its
+ * own and the agent takes `node_id = nomad` from it (GET /v1/agent/self), as on a Nomad
+ * client: the snapshot job is routed by the allocation's NodeID and names the task's
+ * container as Nomad's docker driver names it; a restore is a job whose docker task pulls
+ * the snapshot image (the stand-in pulls it as Nomad does).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -25,6 +31,7 @@
 
 static char node_id[40], exchange[64], repo[64], registry[64], agent_conf[512], agent_log[512];
 static pid_t agent_pid;
+static struct nstandin standin;   /* Nomad driver only */
 static const char *disk_floor = "64M";
 
 static int run(char *const argv[]) {
@@ -75,7 +82,9 @@ static void agent_start(void) {
         ASSERT_NOT_NULL(f);
         fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\nexchange = %s\n"
                    "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = %s\nprune_interval = 5s\ntimeout = 120s\n",
-                node_id, exchange, registry, repo, disk_floor);
+                ctld_nomad() ? "nomad" : node_id, exchange, registry, repo, disk_floor);
+        if (ctld_nomad())
+                fprintf(f, "[nomad]\naddress = %s\n", standin.url);
         fclose(f);
         int logfd = open(agent_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         off_t from = lseek(logfd, 0, SEEK_END);
@@ -108,6 +117,16 @@ static char *setup(struct ctld *c, const char *reg, const char *timeout, const c
         snprintf(registry, sizeof(registry), "%s", reg);
         snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
         snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
+        if (ctld_nomad()) {
+                /* One client node, the one whose agent this is: its Nomad node id routes the jobs. */
+                need_nstandin();
+                const char *args[] = { "--nodes", "1", "--net-map", "cni/sandbox-no-egress=none", NULL };
+                nstandin_start(&standin, test_tmpdir(), args);
+                _cleanup_json_ cJSON *self = nstandin_get(&standin, "/v1/agent/self");
+                const cJSON *nid = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(self, "stats"), "client"), "node_id");
+                ASSERT_TRUE(cJSON_IsString(nid));
+                snprintf(node_id, sizeof(node_id), "%s", nid->valuestring);
+        }
         test_on_exit(queues_drop, NULL);
         test_on_exit(agent_stop, NULL);
         if (with_agent)
@@ -119,7 +138,10 @@ static char *setup(struct ctld *c, const char *reg, const char *timeout, const c
                  "[snapshots]\nregistry = %s\nrepository = %s\ntimeout = %s\ntick = 500ms\n"
                  "[plan \"snap\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n%s",
                  node_id, exchange, registry, repo, timeout, more ? more : "");
-        ctld_start(c, NULL, extra);
+        if (ctld_nomad())
+                ctld_start_nomad(c, &standin, NULL, NULL, extra);
+        else
+                ctld_start(c, NULL, extra);
         return ctld_account_key(c, "snap", "snap", NULL);
 }
 
