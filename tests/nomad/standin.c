@@ -525,7 +525,7 @@ static char *pull_auth(const cJSON *conf) {
 
 /* Nomad's docker driver (coordinator.go): an image the node already holds is used as it is
  * (force_pull false); otherwise a "Driver" event "Downloading image" and a pull with the
- * task's auth. A failed pull fails the task: "Failed to pull `<image>`: <Docker's error>". */
+ * task's auth. A failed pull fails the task: "Failed to pull `<image>`: ... <Docker's error>". */
 static int ensure_image(struct alloc *a, const cJSON *conf, const char *image, char **ret_err) {
         int r = docker_image_exists(dk, image);
         if (r > 0)
@@ -547,7 +547,9 @@ static int ensure_image(struct alloc *a, const cJSON *conf, const char *image, c
         _cleanup_free_ char *auth = pull_auth(conf);
         r = docker_image_pull(dk, name, colon ? colon + 1 : "latest", auth);
         if (r < 0) {
-                *ret_err = xasprintf("Failed to pull `%s`: %s", image, str_or(docker_last_error(), strerror(-r)));
+                /* Nomad's words, then Docker's error; the middle part says why a pull was tried. */
+                *ret_err = xasprintf("Failed to pull `%s`: image not present on the stand-in's dockerd and the pull failed: %s",
+                                     image, str_or(docker_last_error(), strerror(-r)));
                 return r;
         }
         return 0;
