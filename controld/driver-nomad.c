@@ -123,6 +123,17 @@ cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const 
         const char *args[] = { "-c", "tail -f /dev/null", NULL };
         cJSON_AddItemToObject(conf, "args", str_array(args));
         json_add_bool(conf, "force_pull", false);
+        /* A snapshot lives in the snapshot registry: Nomad's docker driver pulls it on a node
+         * that lacks it, with these credentials (X-Registry-Auth). Template images are the
+         * node's own business (pre-pulled or the docker plugin's auth config). */
+        if (sb->from_snapshot && cfg->snap_username && *cfg->snap_username) {
+                cJSON *auths = cJSON_AddArrayToObject(conf, "auth");
+                cJSON *a = cJSON_CreateObject();
+                cJSON_AddItemToArray(auths, a);
+                json_add_str(a, "username", cfg->snap_username);
+                json_add_str(a, "password", cfg->snap_password ? cfg->snap_password : "");
+                json_add_str(a, "server_address", cfg->snap_registry);
+        }
         json_add_int(conf, "pids_limit", cfg->nomad_pids_limit);
         const char *all[] = { "ALL", NULL };
         cJSON_AddItemToObject(conf, "cap_drop", str_array(all));
@@ -843,7 +854,9 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
         r = nomad_json(n, "GET", apath, NULL, NULL, "reading the allocation", &full, NULL, err, errlen);
         if (r < 0)
                 goto fail;
-        ret->container_id = xstrdup(a.id);
+        /* The task's Docker container on its node, as Nomad's docker driver names it: what the
+         * node agent commits for a snapshot (it asks its local dockerd by this name). */
+        ret->container_id = xasprintf("%s-%s", NOMAD_TASK, a.id);
         ret->alloc_id = xstrdup(a.id);
         ret->job_id = xstrdup(job);
         ret->node_id = xstrdup(a.node_id ? a.node_id : "");

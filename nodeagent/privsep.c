@@ -192,20 +192,13 @@ static void do_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
 static struct docker *dk;
 static const struct agent_config *dk_cfg;
 
-/* A container reference: 64 lowercase hex (Docker's id) or "paddock-" + 24 hex. */
+/* A container reference (snapshot_container_ref_valid), NUL-terminated, zeros after it. */
 static bool container_field_valid(const char c[PS_CONTAINER_MAX + 1]) {
         const char *nul = memchr(c, 0, PS_CONTAINER_MAX + 1);
         if (!nul)
                 return false;
         size_t n = (size_t) (nul - c);
-        if (n == 64) {
-                for (size_t i = 0; i < n; i++)
-                        if (!((c[i] >= '0' && c[i] <= '9') || (c[i] >= 'a' && c[i] <= 'f')))
-                                return false;
-                return zero(nul, PS_CONTAINER_MAX + 1 - n);
-        }
-        return n == 8 + EGRESS_ID_LEN && !memcmp(c, "paddock-", 8) && hexid_valid(c + 8) &&
-               zero(nul, PS_CONTAINER_MAX + 1 - n);
+        return snapshot_container_ref_valid(c, n) && zero(nul, PS_CONTAINER_MAX + 1 - n);
 }
 
 static int check_docker(uint16_t type, const struct ps_docker *m, struct ps_result *ret) {

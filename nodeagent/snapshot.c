@@ -119,16 +119,47 @@ static const char *jstr(const cJSON *o, const char *k) {
         return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static bool container_valid(const char *s) {
-        size_t n = s ? strlen(s) : 0;
-        if (n == 64) {
-                for (size_t i = 0; i < n; i++)
-                        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-                                return false;
-                return true;
-        }
-        return n == 8 + HEXID_LEN && startswith(s, "paddock-") && hexid_valid(s + 8);
+static bool lower_hex(const char *s, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                        return false;
+        return true;
 }
+
+/* Nomad's allocation ids: a UUID in lowercase, 8-4-4-4-12. */
+static bool uuid_valid(const char *s) {
+        static const size_t groups[] = { 8, 4, 4, 4, 12 };
+        for (size_t g = 0; g < ELEMENTSOF(groups); g++) {
+                if (!lower_hex(s, groups[g]))
+                        return false;
+                s += groups[g];
+                if (g + 1 < ELEMENTSOF(groups) && *s++ != '-')
+                        return false;
+        }
+        return true;
+}
+
+bool snapshot_container_ref_valid(const char *s, size_t n) {
+        enum { UUID_LEN = 36 };
+        if (!s || n == 0 || n > PS_CONTAINER_MAX || memchr(s, 0, n))
+                return false;
+        if (n == 64)
+                return lower_hex(s, n);
+        if (n == 8 + HEXID_LEN && !memcmp(s, "paddock-", 8))
+                return lower_hex(s + 8, HEXID_LEN);
+        /* <task>-<alloc_id>: Docker's name rule for the task part, [a-zA-Z0-9][a-zA-Z0-9_.-]*. */
+        if (n < UUID_LEN + 2 || s[n - UUID_LEN - 1] != '-' || !uuid_valid(s + n - UUID_LEN))
+                return false;
+        for (size_t i = 0; i < n - UUID_LEN - 1; i++) {
+                char ch = s[i];
+                bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+                if (!alnum && (i == 0 || !strchr("_.-", ch)))
+                        return false;
+        }
+        return true;
+}
+
+static bool container_valid(const char *s) { return s && snapshot_container_ref_valid(s, strlen(s)); }
 
 static void add_ms(cJSON *o, const char *k, int64_t ms, const char *field) {
         char buf[32];

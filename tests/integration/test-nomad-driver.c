@@ -134,6 +134,16 @@ TEST_FULL(nomad_registered_job_matches_reference, 180) {
         snprintf(expect, sizeof(expect), "%s|%s|sandbox-%s", cJSON_GetObjectItem(a0, "NodeID")->valuestring,
                  cJSON_GetObjectItem(a0, "ID")->valuestring, id);
         ASSERT_CONTAINS(row, expect);
+        /* The container a snapshot commits: the task's Docker container, named as Nomad's docker
+         * driver names it on the node (<task>-<alloc id>), which the node agent can ask for. */
+        snprintf(q, sizeof(q), "SELECT container_id FROM sandboxes WHERE id = '%s'", id);
+        char *qc[] = { "sqlite3", db, q, NULL };
+        _cleanup_free_ char *crow = NULL;
+        ASSERT_EQ(test_run_capture(qc, &crow, 4096), 0);
+        snprintf(expect, sizeof(expect), "sandbox-%s\n", cJSON_GetObjectItem(a0, "ID")->valuestring);
+        ASSERT_STREQ(crow, expect);
+        expect[strlen(expect) - 1] = 0;
+        ASSERT_STREQ(ctr, expect);   /* the stand-in's container of this allocation */
         ctld_stop(&e.c);
 }
 

@@ -18,8 +18,10 @@
 
 #include "cleanup.h"
 #include "ctltest.h"
+#include "docker.h"
 #include "httpc.h"
 #include "json.h"
+#include "registry.h"
 #include "strutil.h"
 #include "testlib.h"
 #include "ws.h"
@@ -1021,4 +1023,151 @@ TEST(csi_volumes) {
         _cleanup_free_ char *evp = xasprintf("/v1/evaluation/%s", eval);
         _cleanup_json_ cJSON *ev = get_json(s, evp, 200);
         ASSERT_NOT_NULL(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "FailedTGAllocs"), "sbx"));
+}
+
+/* ---- image pulls (Nomad's docker driver: a missing image is pulled with the task's auth) ---- */
+
+static pid_t preg_pid;
+static char preg_image[160];
+
+static void preg_stop(void *ud) {
+        (void) ud;
+        test_stop_child(&preg_pid);
+        if (preg_image[0]) {
+                char *argv[] = { "docker", "rmi", "-f", preg_image, NULL };
+                test_run_capture(argv, NULL, 4096);
+        }
+}
+
+/* A job whose docker task runs image, with an auth block when user is not NULL. */
+static void register_image_job(struct standin *s, const char *id, const char *image, const char *user, const char *pass,
+                               const char *server) {
+        _cleanup_free_ char *b = job_body(id, "cni/sandbox-no-egress", NULL);
+        _cleanup_json_ cJSON *j = cJSON_Parse(b);
+        cJSON *t = cJSON_GetArrayItem(
+                cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "Job"), "TaskGroups"), 0), "Tasks"), 0);
+        cJSON *conf = cJSON_GetObjectItem(t, "Config");
+        cJSON_ReplaceItemInObject(conf, "image", cJSON_CreateString(image));
+        if (user) {
+                cJSON *arr = cJSON_AddArrayToObject(conf, "auth");
+                cJSON *a = cJSON_CreateObject();
+                cJSON_AddItemToArray(arr, a);
+                json_add_str(a, "username", user);
+                json_add_str(a, "password", pass);
+                json_add_str(a, "server_address", server);
+        }
+        _cleanup_free_ char *text = json_print(j);
+        struct hres r;
+        req(s, "PUT", "/v1/jobs", TOKEN, text, &r);
+        if (r.status != 200)
+                test_fail(__FILE__, __LINE__, "register %s: %ld %s", id, r.status, r.body);
+        hres_done(&r);
+}
+
+/* The task's events of allocation a, "Type: DisplayMessage" one per line (xmalloc'd). */
+static char *task_events(struct standin *s, const char *a) {
+        _cleanup_free_ char *ap = xasprintf("/v1/allocation/%s?namespace=sandboxes", a);
+        _cleanup_json_ cJSON *fa = get_json(s, ap, 200);
+        struct strbuf b;
+        strbuf_init(&b, 1 << 16);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(fa, "TaskStates"), "run"), "Events"))
+                strbuf_printf(&b, "%s: %s\n", json_get_str(e, "Type"), json_get_str(e, "DisplayMessage"));
+        return strbuf_steal(&b);
+}
+
+TEST_FULL(missing_image_is_pulled_with_the_task_auth, 240) {
+        /* A registry of our own that wants a login (htpasswd, bcrypt), on a loopback port. */
+        int port = 17000 + (int) (getpid() % 2000);
+        char reg[32], dir[512], conf[512], htp[512];
+        snprintf(reg, sizeof(reg), "127.0.0.1:%d", port);
+        snprintf(dir, sizeof(dir), "%s/preg", test_tmpdir());
+        snprintf(conf, sizeof(conf), "%s/preg.yml", test_tmpdir());
+        snprintf(htp, sizeof(htp), "%s/preg.htpasswd", test_tmpdir());
+        char *hash_argv[] = { "python3", "-c",
+                              "import crypt; print('puller:' + crypt.crypt('pull-pw', crypt.mksalt(crypt.METHOD_BLOWFISH)))",
+                              NULL };
+        _cleanup_free_ char *line = NULL;
+        if (test_run_capture(hash_argv, &line, 4096) != 0 || !line || !strstr(line, "puller:$2"))
+                TEST_SKIP("cannot make a bcrypt htpasswd line (python3 crypt)");
+        FILE *f = fopen(htp, "w");
+        ASSERT_NOT_NULL(f);
+        fputs(line, f);
+        fclose(f);
+        f = fopen(conf, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f, "version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n"
+                   "auth: {htpasswd: {realm: standin-test, path: %s}}\n", dir, reg, htp);
+        fclose(f);
+        test_on_exit(preg_stop, NULL);
+        preg_pid = fork();
+        ASSERT_TRUE(preg_pid >= 0);
+        if (preg_pid == 0) {
+                int null = open("/dev/null", O_WRONLY);
+                dup2(null, 1);
+                dup2(null, 2);
+                execlp("docker-registry", "docker-registry", "serve", conf, (char *) NULL);
+                _exit(127);
+        }
+        bool up = false;
+        for (int i = 0; i < 100 && !(up = test_port_open(port)); i++)
+                usleep(100000);
+        if (!up)
+                TEST_SKIP("could not start a registry of our own (docker-registry)");
+
+        struct standin *s = standin_start(NULL);
+        /* The test image goes to that registry and leaves this dockerd. */
+        const char *src = getenv("PADDOCK_TEST_IMAGE") ? getenv("PADDOCK_TEST_IMAGE") : "paddock/busybox:local";
+        char repo[96];
+        snprintf(repo, sizeof(repo), "%s/standin-pull/t%d", reg, (int) getpid());
+        snprintf(preg_image, sizeof(preg_image), "%s:v1", repo);
+        char *tag_argv[] = { "docker", "tag", (char *) src, preg_image, NULL };
+        ASSERT_EQ(test_run_capture(tag_argv, NULL, 4096), 0);
+        struct docker *dk = NULL;
+        ASSERT_OK(docker_new("/var/run/docker.sock", &dk));
+        struct registry creds = { .host = reg, .username = "puller", .password = "pull-pw" };
+        _cleanup_free_ char *auth = registry_auth_header_value(&creds);
+        if (docker_image_push(dk, repo, "v1", auth, NULL, NULL) < 0)
+                test_fail(__FILE__, __LINE__, "push to the test registry: %s", docker_last_error());
+        ASSERT_OK(docker_image_remove(dk, preg_image, false));
+        ASSERT_EQ(docker_image_exists(dk, preg_image), 0);
+
+        /* Without credentials, and with wrong ones, the pull fails the task: Driver Failure. */
+        char a[64], st[32];
+        register_image_job(s, "sbx-pull-anon", preg_image, NULL, NULL, NULL);
+        wait_alloc(s, "sbx-pull-anon", 60, a, st, NULL);
+        ASSERT_STREQ(st, "failed");
+        _cleanup_free_ char *ev1 = task_events(s, a);
+        ASSERT_CONTAINS(ev1, "Driver: Downloading image");
+        char want[256];
+        snprintf(want, sizeof(want), "Driver Failure: Failed to pull `%s`: ", preg_image);
+        ASSERT_CONTAINS(ev1, want);
+        register_image_job(s, "sbx-pull-bad", preg_image, "puller", "wrong-pw", reg);
+        wait_alloc(s, "sbx-pull-bad", 60, a, st, NULL);
+        ASSERT_STREQ(st, "failed");
+        _cleanup_free_ char *ev2 = task_events(s, a);
+        ASSERT_CONTAINS(ev2, want);
+        ASSERT_EQ(docker_image_exists(dk, preg_image), 0);
+
+        /* With the task's auth block the image is pulled and the task runs it. */
+        register_image_job(s, "sbx-pull-ok", preg_image, "puller", "pull-pw", reg);
+        wait_alloc(s, "sbx-pull-ok", 120, a, st, NULL);
+        _cleanup_free_ char *ev3 = task_events(s, a);
+        if (strcmp(st, "running") != 0)
+                test_fail(__FILE__, __LINE__, "allocation %s:\n%s", st, ev3);
+        ASSERT_CONTAINS(ev3, "Driver: Downloading image");
+        ASSERT_EQ(docker_image_exists(dk, preg_image), 1);
+        _cleanup_free_ char *cn = xasprintf("run-%s", a);
+        _cleanup_free_ char *img = docker_inspect(cn, "{{.Config.Image}}");
+        ASSERT_STREQ(img, preg_image);
+
+        /* Present now: the next allocation uses it as it is, no second download. */
+        register_image_job(s, "sbx-pull-again", preg_image, NULL, NULL, NULL);
+        wait_alloc(s, "sbx-pull-again", 60, a, st, NULL);
+        ASSERT_STREQ(st, "running");
+        _cleanup_free_ char *ev4 = task_events(s, a);
+        ASSERT_FALSE(strstr(ev4, "Downloading image") != NULL);
+        docker_free(dk);
+        /* A clean stop (under SANITIZE: no report from the pull paths either). */
+        ASSERT_EQ(standin_stop(s), 0);
 }

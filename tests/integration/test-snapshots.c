@@ -5,6 +5,12 @@
  * the registry, and deletes its queues at exit. Sandboxes are deny_all, so no egress
  * agent is needed. The shared registry on 127.0.0.1:5000 is never stopped: the
  * "registry unreachable" case starts a registry of its own on another loopback port.
+ *
+ * On the Nomad driver (test-snapshots-nomad) each test runs a one-node Nomad stand-in of its
+ * own and the agent takes `node_id = nomad` from it (GET /v1/agent/self), as on a Nomad
+ * client: the snapshot job is routed by the allocation's NodeID and names the task's
+ * container as Nomad's docker driver names it; a restore is a job whose docker task pulls
+ * the snapshot image (the stand-in pulls it as Nomad does).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -25,7 +31,9 @@
 
 static char node_id[40], exchange[64], repo[64], registry[64], agent_conf[512], agent_log[512];
 static pid_t agent_pid;
+static struct nstandin standin;   /* Nomad driver only */
 static const char *disk_floor = "64M";
+static const char *reg_user, *reg_pass;   /* a registry that wants a login: both sides' [snapshot(s)] */
 
 static int run(char *const argv[]) {
         return test_run_capture(argv, NULL, 1 << 16);
@@ -75,7 +83,11 @@ static void agent_start(void) {
         ASSERT_NOT_NULL(f);
         fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\nexchange = %s\n"
                    "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = %s\nprune_interval = 5s\ntimeout = 120s\n",
-                node_id, exchange, registry, repo, disk_floor);
+                ctld_nomad() ? "nomad" : node_id, exchange, registry, repo, disk_floor);
+        if (reg_user)
+                fprintf(f, "username = %s\npassword = %s\n", reg_user, reg_pass);
+        if (ctld_nomad())
+                fprintf(f, "[nomad]\naddress = %s\n", standin.url);
         fclose(f);
         int logfd = open(agent_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         off_t from = lseek(logfd, 0, SEEK_END);
@@ -108,18 +120,33 @@ static char *setup(struct ctld *c, const char *reg, const char *timeout, const c
         snprintf(registry, sizeof(registry), "%s", reg);
         snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
         snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
+        if (ctld_nomad()) {
+                /* One client node, the one whose agent this is: its Nomad node id routes the jobs. */
+                need_nstandin();
+                const char *args[] = { "--nodes", "1", "--net-map", "cni/sandbox-no-egress=none", NULL };
+                nstandin_start(&standin, test_tmpdir(), args);
+                _cleanup_json_ cJSON *self = nstandin_get(&standin, "/v1/agent/self");
+                const cJSON *nid = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(self, "stats"), "client"), "node_id");
+                ASSERT_TRUE(cJSON_IsString(nid));
+                snprintf(node_id, sizeof(node_id), "%s", nid->valuestring);
+        }
         test_on_exit(queues_drop, NULL);
         test_on_exit(agent_stop, NULL);
         if (with_agent)
                 agent_start();
-        char extra[2048];
+        char extra[2048], login[256] = "";
+        if (reg_user)
+                snprintf(login, sizeof(login), "username = %s\npassword = %s\n", reg_user, reg_pass);
         snprintf(extra, sizeof(extra),
                  "[docker]\nnode_id = %s\n"
                  "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n"
-                 "[snapshots]\nregistry = %s\nrepository = %s\ntimeout = %s\ntick = 500ms\n"
+                 "[snapshots]\nregistry = %s\nrepository = %s\ntimeout = %s\ntick = 500ms\n%s"
                  "[plan \"snap\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n%s",
-                 node_id, exchange, registry, repo, timeout, more ? more : "");
-        ctld_start(c, NULL, extra);
+                 node_id, exchange, registry, repo, timeout, login, more ? more : "");
+        if (ctld_nomad())
+                ctld_start_nomad(c, &standin, NULL, NULL, extra);
+        else
+                ctld_start(c, NULL, extra);
         return ctld_account_key(c, "snap", "snap", NULL);
 }
 
@@ -300,17 +327,25 @@ static void registry_stop(void *ud) {
         test_stop_child(&reg_pid);
 }
 
-TEST_FULL(registry_unreachable_fails_with_the_reason, 240) {
-        /* A registry of our own on a loopback port, started and then stopped. */
-        int port = 15000 + (int) (getpid() % 2000);
-        char reg[32], conf[512], dir[512];
-        snprintf(reg, sizeof(reg), "127.0.0.1:%d", port);
+/* A registry of our own on a loopback port (reg = "127.0.0.1:<port>"); with htpasswd (a
+ * "user:bcrypt" line) it wants that login. Skips the test when it cannot start. */
+static void own_registry(int port, const char *htpasswd, char reg[32]) {
+        char conf[512], dir[512], htp[512], auth[700] = "";
+        snprintf(reg, 32, "127.0.0.1:%d", port);
         snprintf(dir, sizeof(dir), "%s/registry", test_tmpdir());
         snprintf(conf, sizeof(conf), "%s/registry.yml", test_tmpdir());
+        if (htpasswd) {
+                snprintf(htp, sizeof(htp), "%s/registry.htpasswd", test_tmpdir());
+                FILE *h = fopen(htp, "w");
+                ASSERT_NOT_NULL(h);
+                fputs(htpasswd, h);
+                fclose(h);
+                snprintf(auth, sizeof(auth), "auth: {htpasswd: {realm: snapshots-test, path: %s}}\n", htp);
+        }
         FILE *f = fopen(conf, "w");
         ASSERT_NOT_NULL(f);
         fprintf(f, "version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}, delete: {enabled: true}}\n"
-                   "http: {addr: %s}\n", dir, reg);
+                   "http: {addr: %s}\n%s", dir, reg, auth);
         fclose(f);
         reg_pid = fork();
         ASSERT_TRUE(reg_pid >= 0);
@@ -327,6 +362,13 @@ TEST_FULL(registry_unreachable_fails_with_the_reason, 240) {
                 usleep(100000);
         if (!up)
                 TEST_SKIP("could not start a registry of our own (docker-registry)");
+}
+
+TEST_FULL(registry_unreachable_fails_with_the_reason, 240) {
+        /* A registry of our own on a loopback port, started and then stopped. */
+        int port = 15000 + (int) (getpid() % 2000);
+        char reg[32];
+        own_registry(port, NULL, reg);
 
         static struct ctld c;
         _cleanup_free_ char *key = setup(&c, reg, "120s", NULL, true);
@@ -345,6 +387,70 @@ TEST_FULL(registry_unreachable_fails_with_the_reason, 240) {
         char body[128], path[96];
         snprintf(body, sizeof(body), "{\"fromSnapshot\":\"%s\",\"egress\":{\"mode\":\"deny_all\"}}", sid);
         HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key, body, 400, "only a ready snapshot");
+        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+}
+
+/* A registry that wants a login: the agent pushes with [snapshot] username/password; the
+ * restore pulls with controld's [snapshots] ones (the Docker driver pulls itself; on Nomad the
+ * job's docker task carries them in its auth block and the stand-in pulls as Nomad does). */
+TEST_FULL(restore_from_a_registry_that_wants_a_login, 300) {
+        char *hash_argv[] = { "python3", "-c",
+                              "import crypt; print('snapper:' + crypt.crypt('snap-pw', crypt.mksalt(crypt.METHOD_BLOWFISH)))",
+                              NULL };
+        _cleanup_free_ char *line = NULL;
+        if (test_run_capture(hash_argv, &line, 4096) != 0 || !line || !strstr(line, "snapper:$2"))
+                TEST_SKIP("cannot make a bcrypt htpasswd line (python3 crypt)");
+        char reg[32];
+        own_registry(17000 + (int) (getpid() % 2000), line, reg);
+        reg_user = "snapper";
+        reg_pass = "snap-pw";
+
+        static struct ctld c;
+        _cleanup_free_ char *key = setup(&c, reg, "120s", NULL, true);
+        char sb[25], sid[25], sb2[25], path[96], body[128];
+        ctld_create(&c, key, DENY, sb);
+        _cleanup_free_ char *before = exec_out(&c, key, sb, "head -c 65536 /dev/urandom > /root/c1; sha256sum /root/c1");
+        snap_post(&c, key, sb, "behind-a-login", sid);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 120);
+        if (strcmp(jstr(s, "status"), "ready") != 0)
+                test_fail(__FILE__, __LINE__, "snapshot %s: %s", jstr(s, "status"), jstr(s, "failure_reason"));
+        ASSERT_FALSE(local_image(sid));
+        /* The registry really wants the login: an anonymous pull is refused. */
+        char tag[160];
+        snprintf(tag, sizeof(tag), "%s/%s:%s", registry, repo, sid);
+        ASSERT_TRUE(RUN("docker", "pull", tag) != 0);
+
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        snprintf(body, sizeof(body), "{\"fromSnapshot\":\"%s\",\"egress\":{\"mode\":\"deny_all\"}}", sid);
+        ctld_create(&c, key, body, sb2);
+        _cleanup_free_ char *after = exec_out(&c, key, sb2, "sha256sum /root/c1");
+        ASSERT_STREQ(after, before);
+        if (ctld_nomad()) {
+                /* The restore's job: the snapshot's image, the login in the docker task's auth block. */
+                _cleanup_json_ cJSON *log = nstandin_requests(&standin);
+                const cJSON *o, *conf = NULL;
+                cJSON_ArrayForEach(o, log) {
+                        const char *m = jstr(o, "Method"), *p = jstr(o, "Path");
+                        if (m && p && !strcmp(m, "PUT") && !strcmp(p, "/v1/jobs"))
+                                conf = cJSON_GetObjectItem(
+                                        cJSON_GetArrayItem(
+                                                cJSON_GetObjectItem(
+                                                        cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "Body"), "Job"), "TaskGroups"), 0),
+                                                        "Tasks"),
+                                                0),
+                                        "Config");
+                }
+                ASSERT_NOT_NULL(conf);
+                ASSERT_STREQ(jstr(conf, "image"), tag);
+                const cJSON *auth = cJSON_GetArrayItem(cJSON_GetObjectItem(conf, "auth"), 0);
+                ASSERT_STREQ(jstr(auth, "username"), "snapper");
+                ASSERT_STREQ(jstr(auth, "password"), "snap-pw");
+                ASSERT_STREQ(jstr(auth, "server_address"), reg);
+        }
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb2);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
         HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
 }

@@ -501,6 +501,60 @@ static struct eval *evaluate(struct job *j, const char *trigger) {
         return e;
 }
 
+/* The docker config's auth block (an object, or as Nomad's JSON jobs write blocks, an array
+ * of one) as Docker's X-Registry-Auth: base64url of {"username","password","email",
+ * "serveraddress"}, as go-dockerclient sends it for Nomad's docker driver. "e30=" ({}) when
+ * the task has no credentials. */
+static char *pull_auth(const cJSON *conf) {
+        const cJSON *a = cJSON_GetObjectItem(conf, "auth");
+        if (cJSON_IsArray(a))
+                a = cJSON_GetArrayItem(a, 0);
+        if (!cJSON_IsObject(a) || !json_get_str(a, "username"))
+                return xstrdup("e30=");
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "username", json_get_str(a, "username"));
+        json_add_str(o, "password", str_or(json_get_str(a, "password"), ""));
+        json_add_str(o, "email", str_or(json_get_str(a, "email"), ""));
+        json_add_str(o, "serveraddress", str_or(json_get_str(a, "server_address"), ""));
+        _cleanup_free_ char *text = json_print(o);
+        char *b = base64_encode(text, strlen(text), NULL);
+        for (char *p = b; *p; p++)
+                *p = *p == '+' ? '-' : *p == '/' ? '_' : *p;
+        return b;
+}
+
+/* Nomad's docker driver (coordinator.go): an image the node already holds is used as it is
+ * (force_pull false); otherwise a "Driver" event "Downloading image" and a pull with the
+ * task's auth. A failed pull fails the task: "Failed to pull `<image>`: ... <Docker's error>". */
+static int ensure_image(struct alloc *a, const cJSON *conf, const char *image, char **ret_err) {
+        int r = docker_image_exists(dk, image);
+        if (r > 0)
+                return 0;
+        const char *slash = strrchr(image, '/'), *colon = strrchr(image, ':');
+        if (colon && slash && colon < slash)
+                colon = NULL;
+        if (r < 0 || strchr(image, '@')) {
+                *ret_err = xasprintf("Failed to pull `%s`: %s", image,
+                                     r < 0 ? str_or(docker_last_error(), strerror(-r))
+                                           : "nomad-standin: digest references are not supported");
+                return r < 0 ? r : -EINVAL;
+        }
+        pthread_mutex_lock(&mu);
+        task_event(a, "Driver", "Downloading image", false, NULL, -1);
+        alloc_touch(a);
+        pthread_mutex_unlock(&mu);
+        _cleanup_free_ char *name = colon ? xstrndup(image, (size_t) (colon - image)) : xstrdup(image);
+        _cleanup_free_ char *auth = pull_auth(conf);
+        r = docker_image_pull(dk, name, colon ? colon + 1 : "latest", auth);
+        if (r < 0) {
+                /* Nomad's words, then Docker's error; the middle part says why a pull was tried. */
+                *ret_err = xasprintf("Failed to pull `%s`: image not present on the stand-in's dockerd and the pull failed: %s",
+                                     image, str_or(docker_last_error(), strerror(-r)));
+                return r;
+        }
+        return 0;
+}
+
 /* Builds the container from the task's docker config as Nomad's docker driver does. */
 static int start_container(struct alloc *a, char **ret_id, char **ret_err) {
         const cJSON *g = group_of(a->job, a->group);
@@ -597,7 +651,10 @@ static int start_container(struct alloc *a, char **ret_id, char **ret_err) {
         o.labels = labels;
         o.n_labels = ELEMENTSOF(labels);
         _cleanup_free_ char *id = NULL;
-        int r = docker_container_create(dk, &o, &id);
+        int r = ensure_image(a, c, image, ret_err);
+        if (r < 0)
+                return r;
+        r = docker_container_create(dk, &o, &id);
         if (r == -ENOENT) {
                 *ret_err = xasprintf("Failed to pull `%s`: image not present on the stand-in's dockerd", image);
                 return r;

@@ -168,6 +168,62 @@ TEST(nomad_job_by_egress_mode_and_without_volume) {
         config_free(c);
 }
 
+/* fromSnapshot: the task runs the snapshot's image and, when [snapshots] has credentials,
+ * carries them in the docker driver's auth block (Nomad pulls with them on a node that lacks
+ * the image). Everything else is the reference job, field by field. */
+TEST(nomad_job_from_snapshot_image_and_registry_auth) {
+        static const char snaps[] = "[scheduler]\ndriver = nomad\n[snapshots]\nregistry = reg.internal:5000\n"
+                                    "repository = paddock/snapshots\nusername = pusher\npassword = s3cret\n";
+        struct config *c = conf_ok(snaps);
+        struct sandbox sb;
+        reference_sandbox(&sb);
+        free(sb.image);
+        sb.image = xstrdup("reg.internal:5000/paddock/snapshots:fedcba9876543210fedcba98");
+        sb.from_snapshot = xstrdup("fedcba9876543210fedcba98");
+        _cleanup_json_ cJSON *job = nomad_job_build(c, "feedfacefeedfacefeedface", &sb);
+        _cleanup_json_ cJSON *ref = json_load_file("packaging/nomad/sandbox-job.json");
+        ASSERT_TRUE(ref != NULL);
+        cJSON *rconf = cJSON_GetObjectItem(
+                cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "Job"),
+                                                                                              "TaskGroups"),
+                                                                           0),
+                                                       "Tasks"),
+                                   0),
+                "Config");
+        cJSON_ReplaceItemInObject(rconf, "image", cJSON_CreateString("reg.internal:5000/paddock/snapshots:fedcba9876543210fedcba98"));
+        cJSON_AddItemToObject(rconf, "auth", cJSON_Parse("[{\"username\":\"pusher\",\"password\":\"s3cret\","
+                                                         "\"server_address\":\"reg.internal:5000\"}]"));
+        char diff[4096];
+        int n = json_diff(ref, job, NULL, diff, sizeof(diff));
+        if (n)
+                test_fail(__FILE__, __LINE__, "%d differences from the reference with the snapshot's image and auth:\n%s", n, diff);
+
+        /* An anonymous registry: the image, no auth block. */
+        config_free(c);
+        c = conf_ok("[scheduler]\ndriver = nomad\n[snapshots]\nregistry = reg.internal:5000\n");
+        cJSON_Delete(job);
+        job = nomad_job_build(c, "feedfacefeedfacefeedface", &sb);
+        cJSON_DeleteItemFromObject(rconf, "auth");
+        n = json_diff(ref, job, NULL, diff, sizeof(diff));
+        if (n)
+                test_fail(__FILE__, __LINE__, "%d differences (anonymous registry):\n%s", n, diff);
+
+        /* A template sandbox never carries the snapshot registry's credentials. */
+        config_free(c);
+        c = conf_ok(snaps);
+        sandbox_clear(&sb);
+        reference_sandbox(&sb);
+        cJSON_Delete(job);
+        job = nomad_job_build(c, "feedfacefeedfacefeedface", &sb);
+        cJSON_Delete(ref);
+        ref = json_load_file("packaging/nomad/sandbox-job.json");
+        n = json_diff(ref, job, NULL, diff, sizeof(diff));
+        if (n)
+                test_fail(__FILE__, __LINE__, "%d differences (template sandbox):\n%s", n, diff);
+        sandbox_clear(&sb);
+        config_free(c);
+}
+
 TEST(nomad_volume_body) {
         struct config *c = conf_ok("[nomad]\ncsi_plugin_id = hostpath\n");
         _cleanup_json_ cJSON *v = nomad_volume_build(c, "paddock-vol-x", 10);

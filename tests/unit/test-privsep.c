@@ -231,6 +231,23 @@ TEST(docker_steps_are_checked) {
         bad = m;
         bad.container[sizeof("paddock-" SB)] = 'x';   /* bytes after the NUL */
         EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad), "container");
+        /* A Nomad task container, <task>-<alloc id>, as Nomad's docker driver names it. */
+        bad = m;
+        memset(bad.container, 0, sizeof(bad.container));
+        strcpy(bad.container, "sandbox-0b6e3f7c-1d2a-4e5f-8a9b-0c1d2e3f4a5b");
+        ASSERT_EQ(handle(PS_CHILD_DOCKER, &bad, sizeof(bad), &res), -ENOTCONN);
+        const char *not_names[] = { "0b6e3f7c-1d2a-4e5f-8a9b-0c1d2e3f4a5b",         /* no task part */
+                                    "-0b6e3f7c-1d2a-4e5f-8a9b-0c1d2e3f4a5b",        /* empty task */
+                                    "sandbox-0B6E3F7C-1d2a-4e5f-8a9b-0c1d2e3f4a5b", /* not Nomad's lowercase */
+                                    "sandbox-0b6e3f7c-1d2a-4e5f-8a9b0c1d2e3f4a5b",  /* not a UUID */
+                                    "sand/box-0b6e3f7c-1d2a-4e5f-8a9b-0c1d2e3f4a5b",
+                                    "sandbox 0b6e3f7c-1d2a-4e5f-8a9b-0c1d2e3f4a5b",
+                                    ".x-0b6e3f7c-1d2a-4e5f-8a9b-0c1d2e3f4a5b", NULL };
+        for (const char **p = not_names; *p; p++) {
+                memset(bad.container, 0, sizeof(bad.container));
+                strcpy(bad.container, *p);
+                EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad), "container");
+        }
         bad = m;
         bad.pad[5] = 1;
         EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad), "padding");
