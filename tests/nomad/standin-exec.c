@@ -24,6 +24,9 @@
 #include "strutil.h"
 #include "ws.h"
 
+/* Input held for a process that is not reading it; past this the WebSocket is not read. */
+#define STDIN_PENDING_MAX (1024 * 1024)
+
 #define EXEC_MAX_MESSAGE ((size_t) 16 << 20)
 #define CHUNK 1024
 
@@ -241,14 +244,37 @@ static void session(struct exec_ctx *x, int fd, const char *extra, size_t extra_
         struct out_ctx oc = { .fd = fd };
         if (pre_len && docker_demux_feed(&dm, pre, pre_len, on_demux, &oc) < 0)
                 goto out;
-        bool in_closed = false;
+        /* As Nomad does (stdin and output are forwarded by separate goroutines): input waits in
+         * a bounded buffer while the process does not read it, output keeps flowing meanwhile,
+         * and the WebSocket is not read while that buffer is full (backpressure to the client). */
+        bool in_closed = false, in_shut = false;
+        struct strbuf stdin_buf = STRBUF_INIT(0);
+        size_t in_off = 0;
         for (;;) {
-                struct pollfd pf[2] = { { .fd = fd, .events = POLLIN }, { .fd = dfd, .events = POLLIN } };
+                bool in_full = stdin_buf.len - in_off >= STDIN_PENDING_MAX;
+                struct pollfd pf[2] = { { .fd = fd, .events = in_full ? 0 : POLLIN },
+                                        { .fd = dfd, .events = POLLIN | (stdin_buf.len > in_off ? POLLOUT : 0) } };
                 if (poll(pf, 2, -1) < 0) {
                         if (errno == EINTR)
                                 continue;
                         break;
                 }
+                if ((pf[1].revents & (POLLOUT | POLLERR)) && stdin_buf.len > in_off) {
+                        ssize_t w = send(dfd, stdin_buf.buf + in_off, stdin_buf.len - in_off, MSG_DONTWAIT | MSG_NOSIGNAL);
+                        if (w > 0)
+                                in_off += (size_t) w;
+                        else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                                in_off = stdin_buf.len;   /* The process stopped reading: Nomad ignores it too. */
+                        if (in_off == stdin_buf.len) {
+                                strbuf_reset(&stdin_buf);
+                                in_off = 0;
+                        }
+                }
+                if (in_closed && !in_shut && stdin_buf.len == in_off) {
+                        shutdown(dfd, SHUT_WR);
+                        in_shut = true;
+                }
+                pf[1].revents &= (short) ~POLLOUT;
                 if (pf[1].revents) {
                         uint8_t buf[16384];
                         ssize_t n = read(dfd, buf, sizeof(buf));
@@ -312,17 +338,19 @@ static void session(struct exec_ctx *x, int fd, const char *extra, size_t extra_
                                                 const cJSON *in = cJSON_GetObjectItem(j, "stdin");
                                                 const char *data = json_get_str(in, "data");
                                                 if (cJSON_IsTrue(cJSON_GetObjectItem(in, "close"))) {
-                                                        if (!in_closed)
-                                                                shutdown(dfd, SHUT_WR);
                                                         in_closed = true;
+                                                        if (!in_shut && stdin_buf.len == in_off) {
+                                                                shutdown(dfd, SHUT_WR);
+                                                                in_shut = true;
+                                                        }
                                                 } else if (data && *data) {
                                                         _cleanup_free_ uint8_t *raw = NULL;
                                                         size_t rl = 0;
                                                         if (base64_decode(data, strlen(data), &raw, &rl) < 0) {
                                                                 fail(fd, x->path, 500, "illegal base64 data at input byte 0");
                                                                 end = true;
-                                                        } else if (!in_closed && write_all(dfd, raw, rl) < 0) {
-                                                                /* The process stopped reading: Nomad ignores it too. */
+                                                        } else if (!in_closed) {
+                                                                (void) strbuf_append(&stdin_buf, raw, rl);
                                                         }
                                                 }
                                                 /* tty_size and {} heartbeats need nothing here. */
@@ -340,6 +368,7 @@ static void session(struct exec_ctx *x, int fd, const char *extra, size_t extra_
                                 break;
                 }
         }
+        strbuf_done(&stdin_buf);
 out:
         if (dfd >= 0)
                 close(dfd);
