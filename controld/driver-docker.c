@@ -411,6 +411,7 @@ struct exec_session {
         bool eof;
         bool stdin_closed;
         int64_t next_alive_check;     /* mono ms */
+        bool lost;                    /* the runtime lost the process (exit code -1): the sandbox may be dying */
         exec_output_cb cb;
         void *ud;
 };
@@ -590,6 +591,7 @@ static int dd_exec_exit_code(struct exec_session *s, int *ret) {
                         return r;
                 if (!info.running) {
                         *ret = info.exit_code;
+                        s->lost = info.exit_code == -1;
                         return 0;
                 }
                 /* A stopped container (e.g. killed out of memory) leaves its execs "running" forever. */
@@ -599,20 +601,23 @@ static int dd_exec_exit_code(struct exec_session *s, int *ret) {
                 }
                 usleep(5000);
         }
+        s->lost = true;
         return -ETIMEDOUT;
 }
 
 static int dd_exec_oom_killed(struct exec_session *s) {
         struct docker_container_state st;
         /* The kernel kills the sandbox a moment before Docker records why; on a busy host
-         * containerd's OOM event can take seconds to land, so a stopped container is given 5 s. */
+         * containerd's OOM event can take seconds to land, so a stopped container is given 5 s.
+         * When runsc lost the process (exit -1, "WaitPID failed: EOF") the sandbox itself is
+         * going down, and Docker can show it running for a while yet: it gets the 5 s too. */
         for (int i = 0; i < 250; i++) {
                 int r = docker_container_inspect(s->docker, s->container, &st);
                 if (r < 0)
                         return r;
                 if (died_of_oom(&st))
                         return 1;
-                if (st.exists && st.running && i >= 10)
+                if (st.exists && st.running && i >= (s->lost ? 250 : 10))
                         return 0;
                 usleep(20000);
         }
