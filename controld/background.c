@@ -99,7 +99,10 @@ static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t 
                 return "failed";
         if (sb->status == SB_READY) {
                 int code = 0;
-                if (c->drv->running(c->drv, sb, &code) == 0)
+                /* A runtime operation still in flight reports how the sandbox died (out of
+                 * memory, say) from the container's state: it must find it there first. It ends
+                 * soon (its own liveness checks and deadline); the next round reaps. */
+                if (c->drv->running(c->drv, sb, &code) == 0 && runtime_active(sb->id) == 0)
                         return sb->one_shot ? "one_shot_stopped" : "failed";
         }
         return NULL;

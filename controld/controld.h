@@ -473,6 +473,8 @@ void background_stop(struct ctl *c);
  * the record as it is (never from a list read earlier): removes the workload, then moves the
  * record to destroyed by compare-and-set from the status it decided on. Returns 1 destroyed,
  * 0 nothing to reap or a concurrent pause/resume won, -errno on failure (nothing recorded). */
+/* runtime.c: execs and file transfers in flight on a sandbox right now. */
+int64_t runtime_active(const char *sandbox_id);
 int background_reap_one(struct ctl *c, const char *id, int64_t now);
 
 /* ---- the daemon (controld.c) ---- */

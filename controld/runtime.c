@@ -115,6 +115,14 @@ static void slot_release(struct slot_table *t, const char *id) {
         pthread_mutex_unlock(&t->lock);
 }
 
+int64_t runtime_active(const char *sandbox_id) {
+        pthread_mutex_lock(&sandbox_slots.lock);
+        struct slot *s = slot_find(&sandbox_slots, sandbox_id);
+        int64_t n = s ? s->n : 0;
+        pthread_mutex_unlock(&sandbox_slots.lock);
+        return n;
+}
+
 /* Takes one slot of the sandbox and one of its account for a runtime operation (exec,
  * code, file transfer). 0, or -EUSERS with the user-facing message in msg. */
 static int runtime_slots_take(struct ctl *c, const struct sandbox *sb, char *msg, size_t msglen) {
