@@ -20,12 +20,14 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -311,6 +313,7 @@ struct job {
         bool redelivered;
         char *out;
         atomic_bool done;
+        int wakefd;             /* eventfd the worker signals when done; -1 without one */
 };
 
 static void *job_main(void *ud) {
@@ -318,6 +321,10 @@ static void *job_main(void *ud) {
         log_ctx_set("NODE_ID", j->cfg->node_id);
         j->out = snapshot_handle(j->cfg, j->body, j->len, j->redelivered);
         atomic_store(&j->done, true);
+        if (j->wakefd >= 0) {
+                uint64_t one = 1;
+                ssize_t _unused_ w = write(j->wakefd, &one, sizeof(one));
+        }
         return NULL;
 }
 
@@ -473,7 +480,8 @@ static int publish_event(amqp_connection_state_t conn, const struct agent_config
  * confirmed and the job acked; < 0 when the connection must be replaced. */
 static int run_job(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user, uint64_t *next_tag,
                    uint64_t delivery_tag, bool redelivered, char *body, size_t len) {
-        struct job j = { .cfg = cfg, .body = body, .len = len, .redelivered = redelivered };
+        _cleanup_close_ int wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        struct job j = { .cfg = cfg, .body = body, .len = len, .redelivered = redelivered, .wakefd = wakefd };
         pthread_t t;
         bool broken = false;
         if (pthread_create(&t, NULL, job_main, &j) != 0)
@@ -484,8 +492,21 @@ static int run_job(amqp_connection_state_t conn, const struct agent_config *cfg,
                                 usleep(100 * 1000);
                                 continue;
                         }
-                        /* Short slices: the outcome goes out as soon as the job is done. */
-                        struct timeval tv = { .tv_usec = 20 * 1000 };
+                        /* Wait for the broker or for the worker's wake-up, whichever comes first:
+                         * the outcome goes out the moment the job is done, not at the next slice. */
+                        if (!amqp_frames_enqueued(conn) && !amqp_data_in_buffer(conn)) {
+                                struct pollfd pfd[2] = {
+                                        { .fd = amqp_get_sockfd(conn), .events = POLLIN },
+                                        { .fd = wakefd, .events = POLLIN },
+                                };
+                                int n = poll(pfd, wakefd >= 0 ? 2 : 1, wakefd >= 0 ? 1000 : 20);
+                                if (n < 0 && errno != EINTR)
+                                        broken = true;
+                                if (n < 0 || atomic_load(&j.done))
+                                        continue;
+                        }
+                        /* Also on a quiet socket: the call sends our heartbeats when they are due. */
+                        struct timeval tv = { 0, 0 };
                         amqp_frame_t f;
                         int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
                         if (s != AMQP_STATUS_OK && s != AMQP_STATUS_TIMEOUT)
