@@ -821,20 +821,12 @@ static bool valid_b64(const char *s) {
         return true;
 }
 
-int docker_image_push(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64,
-                      char **ret_digest, int64_t *ret_size) {
-        const char *t = tag ? tag : "latest";
-        const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
-        struct httpc_resp resp = {};
-        int r;
-
-        if (!valid_ref(name) || strchr(name, '@') || !valid_tag(t) || !valid_b64(auth))
-                return -EINVAL;
-        _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(t);
-        _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "/images/%s/push?tag=%s", en, et);
+/* POSTs to a registry-streaming endpoint (push, pull) with X-Registry-Auth and reads the whole
+ * JSON-lines progress stream into c. The HTTP status, or < 0 from the transport. */
+static long image_stream(struct docker *d, const char *url, const char *auth, struct push_ctx *c) {
         _cleanup_free_ char *hdr = xasprintf("X-Registry-Auth: %s", auth);
-        _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
         const char *hdrs[] = { hdr, NULL };
+        struct httpc_resp resp = {};
         struct httpc_req req = {
                 .method = "POST",
                 .url = url,
@@ -842,14 +834,30 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
                 .headers = hdrs,
                 .timeout_ms = TIMEOUT_PUSH_MS,
                 .on_data = push_on_data,
-                .userdata = &c,
+                .userdata = c,
         };
-        r = httpc_do(&req, &resp);
+        int r = httpc_do(&req, &resp);
         if (r < 0)
                 return transport_error(d, r);
-        push_line(&c);   /* last line without newline */
+        push_line(c);   /* last line without newline */
         long status = resp.status;
         httpc_resp_done(&resp);
+        return status;
+}
+
+int docker_image_push(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64,
+                      char **ret_digest, int64_t *ret_size) {
+        const char *t = tag ? tag : "latest";
+        const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
+
+        if (!valid_ref(name) || strchr(name, '@') || !valid_tag(t) || !valid_b64(auth))
+                return -EINVAL;
+        _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(t);
+        _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "/images/%s/push?tag=%s", en, et);
+        _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
+        long status = image_stream(d, url, auth, &c);
+        if (status < 0)
+                return (int) status;
 
         if (status >= 400) {
                 if (c.error[0])
@@ -876,31 +884,15 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
 int docker_image_pull(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64) {
         const char *t = tag ? tag : "latest";
         const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
-        struct httpc_resp resp = {};
-        int r;
 
         if (!valid_ref(name) || strchr(name, '@') || !valid_tag(t) || !valid_b64(auth))
                 return -EINVAL;
         _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(t);
         _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "/images/create?fromImage=%s&tag=%s", en, et);
-        _cleanup_free_ char *hdr = xasprintf("X-Registry-Auth: %s", auth);
         _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
-        const char *hdrs[] = { hdr, NULL };
-        struct httpc_req req = {
-                .method = "POST",
-                .url = url,
-                .unix_socket = d->socket,
-                .headers = hdrs,
-                .timeout_ms = TIMEOUT_PUSH_MS,
-                .on_data = push_on_data,
-                .userdata = &c,
-        };
-        r = httpc_do(&req, &resp);
-        if (r < 0)
-                return transport_error(d, r);
-        push_line(&c);
-        long status = resp.status;
-        httpc_resp_done(&resp);
+        long status = image_stream(d, url, auth, &c);
+        if (status < 0)
+                return (int) status;
         if (status >= 400 || c.failed) {
                 if (c.error[0])
                         set_error_n(c.error, strlen(c.error));
@@ -910,7 +902,7 @@ int docker_image_pull(struct docker *d, const char *name, const char *tag, const
         }
         /* The stream can end without an error line and still leave nothing behind. */
         _cleanup_free_ char *ref = xasprintf("%s:%s", name, t);
-        r = docker_image_exists(d, ref);
+        int r = docker_image_exists(d, ref);
         if (r == 0) {
                 set_error("pull of %s ended without the image", ref);
                 return -EIO;
