@@ -32,6 +32,13 @@
 static inline void freep(void *p) { free(*(void **) p); }
 #define _cleanup_free_ _cleanup_(freep)
 
+/* Frees every pointer given, in order: a destructor's field list in one statement. */
+static inline void free_array(void *const *p, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                free(p[i]);
+}
+#define free_many(...) free_array((void *const[]) { __VA_ARGS__ }, ELEMENTSOF(((void *const[]) { __VA_ARGS__ })))
+
 static inline void closep(int *fd) {
         if (*fd >= 0) {
                 int saved = errno;

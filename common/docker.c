@@ -107,8 +107,7 @@ int docker_new(const char *socket_path, struct docker **ret) {
 
 struct docker *docker_free(struct docker *d) {
         if (d) {
-                free(d->socket);
-                free(d);
+                free_many(d->socket, d);
         }
         return NULL;
 }
@@ -1378,7 +1377,6 @@ fail:
 void docker_exec_result_done(struct docker_exec_result *r) {
         if (!r)
                 return;
-        free(r->out);
-        free(r->err);
+        free_many(r->out, r->err);
         *r = (struct docker_exec_result) {};
 }

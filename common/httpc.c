@@ -187,8 +187,7 @@ int httpc_do(const struct httpc_req *req, struct httpc_resp *ret) {
 void httpc_resp_done(struct httpc_resp *r) {
         if (!r)
                 return;
-        free(r->body);
-        free(r->content_type);
+        free_many(r->body, r->content_type);
         *r = (struct httpc_resp) {};
 }
 

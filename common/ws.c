@@ -193,8 +193,7 @@ void ws_reader_init(struct ws_reader *r, enum ws_role role, size_t max_message) 
 void ws_reader_done(struct ws_reader *r) {
         if (!r)
                 return;
-        free(r->in);
-        free(r->msg);
+        free_many(r->in, r->msg);
         r->in = r->msg = NULL;
         r->in_len = r->in_off = r->in_cap = r->msg_len = r->msg_cap = 0;
         r->msg_opcode = 0;

@@ -37,11 +37,7 @@ static struct docker *D(struct driver *d) { return ((struct ddriver *) d->priv)-
 void placement_clear(struct placement *p) {
         if (!p)
                 return;
-        free(p->container_id);
-        free(p->node_id);
-        free(p->job_id);
-        free(p->alloc_id);
-        free(p->ip);
+        free_many(p->container_id, p->node_id, p->job_id, p->alloc_id, p->ip);
         memset(p, 0, sizeof(*p));
 }
 
@@ -443,9 +439,7 @@ static int dd_exec_start(struct driver *d, const struct sandbox *sb, const struc
         r = docker_exec_start(D(d), exec_id, &s->fd, &s->pre, &s->pre_len);
         if (r < 0) {
                 snprintf(err, errlen, "exec start failed: %s", dmsg(r));
-                free(s->container);
-                free(s->exec_id);
-                free(s);
+                free_many(s->container, s->exec_id, s);
                 return r;
         }
         if (!spec->want_stdin) {
@@ -629,10 +623,7 @@ static void dd_exec_free(struct exec_session *s) {
                 return;
         if (s->fd >= 0)
                 close(s->fd);
-        free(s->container);
-        free(s->pre);
-        free(s->exec_id);
-        free(s);
+        free_many(s->container, s->pre, s->exec_id, s);
 }
 
 int driver_docker_new(struct ctl *c, struct driver **ret) {
@@ -640,8 +631,7 @@ int driver_docker_new(struct ctl *c, struct driver **ret) {
         struct ddriver *p = xnew0(struct ddriver, 1);
         int r = docker_new(c->cfg->docker_socket, &p->docker);
         if (r < 0) {
-                free(p);
-                free(d);
+                free_many(p, d);
                 return r;
         }
         d->name = "docker";

@@ -178,11 +178,7 @@ cJSON *nomad_volume_build(const struct config *cfg, const char *handle, int64_t 
 void nomad_alloc_clear(struct nomad_alloc *a) {
         if (!a)
                 return;
-        free(a->id);
-        free(a->node_id);
-        free(a->client_status);
-        free(a->desired_status);
-        free(a->reason);
+        free_many(a->id, a->node_id, a->client_status, a->desired_status, a->reason);
         memset(a, 0, sizeof(*a));
 }
 
@@ -1191,9 +1187,7 @@ static void exec_session_free(struct exec_session *s) {
         if (s->h)
                 curl_easy_cleanup(s->h);
         ws_reader_done(&s->rd);
-        free(s->alloc_id);
-        free(s->job_id);
-        free(s);
+        free_many(s->alloc_id, s->job_id, s);
 }
 
 static int nd_exec_start(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec, struct exec_session **ret,
@@ -1491,10 +1485,7 @@ static int nd_init(struct driver *d, char *err, size_t errlen) {
 static void nd_done(struct driver *d) {
         struct ndriver *n = d->priv;
         if (n) {
-                free(n->base);
-                free(n->hostport);
-                free(n->token_header);
-                free(n);
+                free_many(n->base, n->hostport, n->token_header, n);
         }
         d->priv = NULL;
 }

@@ -334,8 +334,7 @@ int store_meta_get(struct store *s, const char *key, char **ret) {
 void account_clear(struct account *a) {
         if (!a)
                 return;
-        free(a->name);
-        free(a->plan);
+        free_many(a->name, a->plan);
         memset(a, 0, sizeof(*a));
 }
 
@@ -505,12 +504,10 @@ bool sb_status_active(enum sb_status s) {
 void sandbox_clear(struct sandbox *s) {
         if (!s)
                 return;
-        char **fields[] = { &s->name, &s->template_name, &s->image, &s->region_key, &s->team, &s->project_environment,
-                            &s->destroy_timeout, &s->volume_id, &s->mount_path, &s->from_snapshot,
-                            &s->snapshot_mode, &s->snapshot_frequency, &s->destroy_reason, &s->failure_reason,
-                            &s->driver, &s->job_id, &s->alloc_id, &s->node_id, &s->container_id, &s->ip };
-        for (size_t i = 0; i < ELEMENTSOF(fields); i++)
-                free(*fields[i]);
+        free_many(s->name, s->template_name, s->image, s->region_key, s->team, s->project_environment,
+                  s->destroy_timeout, s->volume_id, s->mount_path, s->from_snapshot, s->snapshot_mode,
+                  s->snapshot_frequency, s->destroy_reason, s->failure_reason, s->driver, s->job_id, s->alloc_id,
+                  s->node_id, s->container_id, s->ip);
         sb_egress_done(&s->egress);
         memset(s, 0, sizeof(*s));
 }
@@ -805,13 +802,7 @@ int store_sandbox_count_by_status(struct store *s, int64_t counts[_SB_STATUS_MAX
 void volume_clear(struct volume *v) {
         if (!v)
                 return;
-        free(v->name);
-        free(v->type);
-        free(v->region_key);
-        free(v->team);
-        free(v->handle);
-        free(v->mount_path);
-        free(v->attached_sandbox_id);
+        free_many(v->name, v->type, v->region_key, v->team, v->handle, v->mount_path, v->attached_sandbox_id);
         memset(v, 0, sizeof(*v));
 }
 
@@ -1174,12 +1165,7 @@ static enum snap_status snap_status_from_str(const char *t) {
 void snapshot_clear(struct snapshot *sn) {
         if (!sn)
                 return;
-        free(sn->name);
-        free(sn->image_tag);
-        free(sn->source_template);
-        free(sn->node_id);
-        free(sn->digest);
-        free(sn->failure_reason);
+        free_many(sn->name, sn->image_tag, sn->source_template, sn->node_id, sn->digest, sn->failure_reason);
         memset(sn, 0, sizeof(*sn));
 }
 

@@ -160,20 +160,10 @@ out:
 
 void agent_config_done(struct agent_config *c) {
         snapshot_config_done(c);
-        free(c->egress_table);
-        free(c->egress_dns);
-        free(c->metrics_listen);
         strv_free(c->egress_bridges);
         strv_free(c->egress_deny);
-        free(c->node_id);
-        free(c->log_level);
-        free(c->amqp_url);
-        free(c->exchange);
-        free(c->nomad_addr);
-        free(c->nomad_token);
-        free(c->nomad_ca_file);
-        free(c->nomad_cert_file);
-        free(c->nomad_key_file);
+        free_many(c->egress_table, c->egress_dns, c->metrics_listen, c->node_id, c->log_level, c->amqp_url,
+                  c->exchange, c->nomad_addr, c->nomad_token, c->nomad_ca_file, c->nomad_cert_file, c->nomad_key_file);
         memset(c, 0, sizeof(*c));
 }
 

@@ -92,12 +92,8 @@ int snapshot_config_load(struct conf *cf, struct agent_config *ret, char *err, s
 }
 
 void snapshot_config_done(struct agent_config *c) {
-        free(c->snap_registry);
-        free(c->snap_repository);
-        free(c->snap_username);
-        free(c->snap_password);
-        free(c->snap_docker_socket);
-        free(c->snap_docker_root);
+        free_many(c->snap_registry, c->snap_repository, c->snap_username, c->snap_password, c->snap_docker_socket,
+                  c->snap_docker_root);
 }
 
 /* ---------------------------------------------------------------- one job */

@@ -436,18 +436,9 @@ static int parse_egress(const struct pj_json *obj, const char *prefix, bool upda
 void pj_sandbox_create_done(struct pj_sandbox_create *c) {
         if (!c)
                 return;
-        free(c->name);
-        free(c->template_name);
-        free(c->team_id);
-        free(c->environment_id);
-        free(c->volume_id);
-        free(c->from_snapshot);
-        free(c->region);
-        free(c->destroy_timeout);
         pj_egress_done(&c->egress);
-        free(c->mount_path);
-        free(c->snapshot_mode);
-        free(c->snapshot_frequency);
+        free_many(c->name, c->template_name, c->team_id, c->environment_id, c->volume_id, c->from_snapshot,
+                  c->region, c->destroy_timeout, c->mount_path, c->snapshot_mode, c->snapshot_frequency);
         *c = (struct pj_sandbox_create) {};
 }
 
@@ -616,11 +607,9 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
 
 static void env_free(char **keys, char **values, size_t n) {
         for (size_t i = 0; i < n; i++) {
-                free(keys[i]);
-                free(values[i]);
+                free_many(keys[i], values[i]);
         }
-        free(keys);
-        free(values);
+        free_many(keys, values);
 }
 
 static bool env_key_ok(const struct pj_json *m) {
@@ -708,8 +697,7 @@ static int parse_run_common(const struct pj_json *root, struct run_common *ret, 
 void pj_exec_done(struct pj_exec *e) {
         if (!e)
                 return;
-        free(e->cmd);
-        free(e->cwd);
+        free_many(e->cmd, e->cwd);
         env_free(e->env_keys, e->env_values, e->n_env);
         *e = (struct pj_exec) {};
 }
@@ -762,9 +750,7 @@ int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_e
 void pj_code_done(struct pj_code *c) {
         if (!c)
                 return;
-        free(c->language);
-        free(c->code);
-        free(c->cwd);
+        free_many(c->language, c->code, c->cwd);
         env_free(c->env_keys, c->env_values, c->n_env);
         *c = (struct pj_code) {};
 }
@@ -853,10 +839,7 @@ int pj_snapshot_create_parse(const char *body, size_t len, struct pj_snapshot_cr
 void pj_volume_create_done(struct pj_volume_create *v) {
         if (!v)
                 return;
-        free(v->name);
-        free(v->region);
-        free(v->type);
-        free(v->team_id);
+        free_many(v->name, v->region, v->type, v->team_id);
         *v = (struct pj_volume_create) {};
 }
 
@@ -899,12 +882,9 @@ void pj_files_batch_done(struct pj_files_batch *b) {
         if (!b)
                 return;
         for (size_t i = 0; i < b->n_files; i++) {
-                free(b->files[i].path);
-                free(b->files[i].data);
-                free(b->file_errors[i]);
+                free_many(b->files[i].path, b->files[i].data, b->file_errors[i]);
         }
-        free(b->files);
-        free(b->file_errors);
+        free_many(b->files, b->file_errors);
         *b = (struct pj_files_batch) {};
 }
 

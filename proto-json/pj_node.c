@@ -266,9 +266,7 @@ char *pj_node_reply_format(const struct pj_node_reply *r) {
 void pj_node_reply_done(struct pj_node_reply *r) {
         if (!r)
                 return;
-        free(r->resolved);
-        free(r->stats);
-        free(r->live);
+        free_many(r->resolved, r->stats, r->live);
         memset(r, 0, sizeof(*r));
 }
 

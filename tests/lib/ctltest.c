@@ -428,8 +428,7 @@ void http_expect_msg_at(const char *file, int line, struct ctld *c, const char *
 }
 
 void hres_done(struct hres *r) {
-        free(r->body);
-        free(r->headers);
+        free_many(r->body, r->headers);
         cJSON_Delete(r->json);
         memset(r, 0, sizeof(*r));
 }
