@@ -8,6 +8,7 @@
  * between steps leaves something a reaper can heal. Operations on one sandbox
  * are serialised by a striped lock; status moves by compare-and-set.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,18 +67,16 @@ static void apply_placement(struct sandbox *sb, struct placement *p) {
         replace_str(&sb->ip, p->ip);
 }
 
+int record_load_result(int r, const char *what, struct api_error *err) {
+        if (r == -ENOENT)
+                return API_ERR(err, -ENOENT, "%c%s not found", toupper((unsigned char) what[0]), what + 1);
+        return r < 0 ? API_ERR(err, -EIO, "Failed to read the %s record", what) : 0;
+}
+
 int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err) {
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (!hexid_valid(id))
                 return API_ERR(err, -EINVAL, "Invalid sandbox id");
-        int r = store_sandbox_get(c->store, id, &sb);
-        if (r == -ENOENT || (r >= 0 && strcmp(sb.account_id, acc->id) != 0))
-                return API_ERR(err, -ENOENT, "Sandbox not found");
-        if (r < 0)
-                return API_ERR(err, -EIO, "Failed to read the sandbox record");
-        *ret = sb;
-        sb = (struct sandbox) { 0 };
-        return 0;
+        return record_load_result(store_sandbox_get_owned(c->store, acc->id, id, ret), "sandbox", err);
 }
 
 /* Creates a fresh per-sandbox volume (persistent: true). */
@@ -252,8 +251,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         /* Volume ownership before anything is written. */
         if (in->volume_id) {
                 _cleanup_volume_ struct volume v = { 0 };
-                r = store_volume_get(c->store, in->volume_id, &v);
-                if (r < 0 || strcmp(v.account_id, acc->id) != 0)
+                if (store_volume_get_owned(c->store, acc->id, in->volume_id, &v) < 0)
                         return API_ERR(err, -ENOENT, "Volume not found");
                 if (v.attached_sandbox_id)
                         return API_ERR(err, -EBUSY, "Volume is attached to another sandbox; destroy that sandbox first");

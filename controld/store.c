@@ -835,6 +835,11 @@ int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret) {
         return get_row(s, &sandboxes, "id = ?", PARAMS(p_text(id)), ret);
 }
 
+int store_sandbox_get_owned(struct store *s, const char *account_id, const char *id, struct sandbox *ret) {
+        LOCKED(s);
+        return get_row(s, &sandboxes, "id = ? AND account_id = ?", PARAMS(p_text(id), p_text(account_id)), ret);
+}
+
 /* After an UPDATE ... WHERE id = ? AND status = ? changed nothing: -ENOENT when the sandbox
  * is missing, else -ESTALE (its status was not the expected one). */
 static int sandbox_unchanged(struct store *s, const char *id) {
@@ -968,6 +973,11 @@ int store_volume_insert_capped(struct store *s, const struct volume *v, int64_t 
 int store_volume_get(struct store *s, const char *id, struct volume *ret) {
         LOCKED(s);
         return get_row(s, &volumes, "id = ?", PARAMS(p_text(id)), ret);
+}
+
+int store_volume_get_owned(struct store *s, const char *account_id, const char *id, struct volume *ret) {
+        LOCKED(s);
+        return get_row(s, &volumes, "id = ? AND account_id = ?", PARAMS(p_text(id), p_text(account_id)), ret);
 }
 
 int store_volume_update(struct store *s, const struct volume *v) {

@@ -59,17 +59,9 @@ int volume_create(struct ctl *c, const struct account *acc, const struct pj_volu
 }
 
 int volume_load(struct ctl *c, const struct account *acc, const char *id, struct volume *ret, struct api_error *err) {
-        _cleanup_volume_ struct volume v = { 0 };
         if (!hexid_valid(id))
                 return API_ERR(err, -EINVAL, "Invalid volume id");
-        int k = store_volume_get(c->store, id, &v);
-        if (k == -ENOENT || (k >= 0 && strcmp(v.account_id, acc->id) != 0))
-                return API_ERR(err, -ENOENT, "Volume not found");
-        if (k < 0)
-                return API_ERR(err, -EIO, "Failed to read the volume record");
-        *ret = v;
-        v = (struct volume) { 0 };
-        return 0;
+        return record_load_result(store_volume_get_owned(c->store, acc->id, id, ret), "volume", err);
 }
 
 int volume_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err) {

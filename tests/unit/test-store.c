@@ -448,6 +448,10 @@ TEST(sandbox_insert_get_update_round_trip_every_column) {
         sandbox_clear(&out);
 
         ASSERT_EQ(store_sandbox_get(s, "0123456789abcdef01234567", &out), -ENOENT);
+        ASSERT_OK(store_sandbox_get_owned(s, acc, in.id, &out));
+        ASSERT_STREQ(out.name, "box");
+        sandbox_clear(&out);
+        ASSERT_EQ(store_sandbox_get_owned(s, "0123456789abcdef01234567", in.id, &out), -ENOENT);
         hexid_new(in.id);
         ASSERT_EQ(store_sandbox_update(s, &in), -ENOENT);
         sandbox_clear(&in);
@@ -749,6 +753,11 @@ TEST(volume_insert_get_update_list_cap) {
         ASSERT_STREQ(g.mount_path, "/mnt");
         volume_clear(&g);
         ASSERT_EQ(store_volume_get(s, "0123456789abcdef01234567", &g), -ENOENT);
+        /* Owned: the same row for its account, none for another. */
+        ASSERT_OK(store_volume_get_owned(s, acc, v1, &g));
+        ASSERT_STREQ(g.name, "data");
+        volume_clear(&g);
+        ASSERT_EQ(store_volume_get_owned(s, other, v1, &g), -ENOENT);
 
         struct volume *a = NULL;
         size_t n = 0;
