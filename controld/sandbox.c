@@ -443,58 +443,62 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
         return r < 0 ? API_ERR(err, -EIO, "Failed to record the destroy") : 0;
 }
 
-/* Pause and resume run on a job thread, under the sandbox lock; whatever happened,
- * /wait callers are woken afterwards. */
-static void pause_locked(struct ctl *c, const char *id) {
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
-        char derr[256] = "";
-        SANDBOX_LOCK_GUARD(lock, c, id);
-        if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_PAUSING)
-                return;  /* destroyed meanwhile */
-        SANDBOX_LOG_CTX_SCOPE;
-        sandbox_log_ctx(&sb);
-        if (c->drv->remove(c->drv, &sb, derr, sizeof(derr)) < 0) {
-                log_error("sandbox pause failed: %s", derr);
-                sb.status = SB_READY;  /* still running: back to ready, the user may retry */
-        } else {
-                (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
-                sb.status = SB_PAUSED;
-                sb.paused_at = now_ms();
-                replace_str(&sb.container_id, NULL);
-                replace_str(&sb.ip, NULL);
-                log_info("sandbox paused");
-        }
-        if (store_sandbox_update_cas(c->store, &sb, SB_PAUSING) < 0)
-                log_error("failed to record the pause outcome");
-}
-
-static void pause_job(struct ctl *c, char *id) {
+/* Pause and resume run on a job thread, under the sandbox lock, and only while the sandbox
+ * is still `from` (it may have been destroyed meanwhile): step() sets the outcome in sb,
+ * which is recorded only if the status is still `from`. Whatever happened, /wait callers
+ * are woken afterwards. */
+static void settle_job(struct ctl *c, const char *id, enum sb_status from, const char *what,
+                       void (*step)(struct ctl *c, struct sandbox *sb)) {
         log_ctx_set("SANDBOX_ID", id);
-        pause_locked(c, id);
+        {
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                SANDBOX_LOCK_GUARD(lock, c, id);
+                if (store_sandbox_get(c->store, id, &sb) == 0 && sb.status == from) {
+                        SANDBOX_LOG_CTX_SCOPE;
+                        step(c, &sb);
+                        if (store_sandbox_update_cas(c->store, &sb, from) < 0)
+                                log_error("failed to record the %s outcome", what);
+                }
+        }
         ctl_notify_status(c);
 }
 
-static void resume_locked(struct ctl *c, const char *id) {
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
+static void pause_step(struct ctl *c, struct sandbox *sb) {
+        char derr[256] = "";
+        sandbox_log_ctx(sb);
+        if (c->drv->remove(c->drv, sb, derr, sizeof(derr)) < 0) {
+                log_error("sandbox pause failed: %s", derr);
+                sb->status = SB_READY;  /* still running: back to ready, the user may retry */
+        } else {
+                (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
+                sb->status = SB_PAUSED;
+                sb->paused_at = now_ms();
+                replace_str(&sb->container_id, NULL);
+                replace_str(&sb->ip, NULL);
+                log_info("sandbox paused");
+        }
+}
+
+static void pause_job(struct ctl *c, char *id) {
+        settle_job(c, id, SB_PAUSING, "pause", pause_step);
+}
+
+static void resume_step(struct ctl *c, struct sandbox *sb) {
         struct placement pl = { 0 };
         char reason[512] = "", eerr[384] = "";
         int64_t t0 = mono_ms();
         bool ok = false;
-        SANDBOX_LOCK_GUARD(lock, c, id);
-        if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_RESUMING)
-                return;
-        SANDBOX_LOG_CTX_SCOPE;
-        log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(sb.egress.mode));
-        if (c->drv->place(c->drv, &sb, &pl, reason, sizeof(reason)) == 0) {
+        log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(sb->egress.mode));
+        if (c->drv->place(c->drv, sb, &pl, reason, sizeof(reason)) == 0) {
                 /* Nothing runs on failure (place unwinds). */
-                apply_placement(&sb, &pl);
+                apply_placement(sb, &pl);
                 placement_clear(&pl);
-                sandbox_log_ctx(&sb);
-                if (ctl_egress_apply(c, &sb, NULL, eerr, sizeof(eerr)) == 0)
+                sandbox_log_ctx(sb);
+                if (ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0)
                         ok = true;
                 else {
-                        unplace_unenforced(c, &sb);
-                        replace_str(&sb.container_id, NULL);
+                        unplace_unenforced(c, sb);
+                        replace_str(&sb->container_id, NULL);
                         snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
                 }
         }
@@ -502,26 +506,22 @@ static void resume_locked(struct ctl *c, const char *id) {
                 /* The volume is released for another sandbox. */
                 log_ctx_set("DESTROY_REASON", "failed");
                 log_error("sandbox resume failed: %s", reason);
-                sb.status = SB_FAILED;
-                replace_str(&sb.failure_reason, reason);
-                replace_str(&sb.destroy_reason, "failed");
-                sb.destroyed_at = now_ms();
-                (void) store_volume_detach_sandbox(c->store, sb.id, now_ms());
+                sb->status = SB_FAILED;
+                replace_str(&sb->failure_reason, reason);
+                replace_str(&sb->destroy_reason, "failed");
+                sb->destroyed_at = now_ms();
+                (void) store_volume_detach_sandbox(c->store, sb->id, now_ms());
         } else {
-                sb.status = SB_READY;
-                sb.paused_at = 0;
-                sb.last_activity_at = now_ms();
-                sb_timings_set(&sb.timings, SB_PHASE_RESUME, mono_ms() - t0);
+                sb->status = SB_READY;
+                sb->paused_at = 0;
+                sb->last_activity_at = now_ms();
+                sb_timings_set(&sb->timings, SB_PHASE_RESUME, mono_ms() - t0);
                 log_info("sandbox resumed in %lldms", (long long) (mono_ms() - t0));
         }
-        if (store_sandbox_update_cas(c->store, &sb, SB_RESUMING) < 0)
-                log_error("failed to record the resume outcome");
 }
 
 static void resume_job(struct ctl *c, char *id) {
-        log_ctx_set("SANDBOX_ID", id);
-        resume_locked(c, id);
-        ctl_notify_status(c);
+        settle_job(c, id, SB_RESUMING, "resume", resume_step);
 }
 
 static int transition(struct ctl *c, const struct sandbox *sb, enum sb_status from, enum sb_status to, const char *verb,
