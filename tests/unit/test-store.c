@@ -9,30 +9,17 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "storetest.h"
 #include "strutil.h"
 #include "testlib.h"
 
 /* ---- helpers ---- */
 
-static const char *db_path(const char *name) {
-        static char buf[512];
-        snprintf(buf, sizeof(buf), "%s/%s.db", test_tmpdir(), name);
-        return buf;
-}
-
-static struct store *open_store(const char *name) {
-        struct store *s = NULL;
-        int r = store_open(db_path(name), &s);
-        if (r < 0)
-                test_fail(__FILE__, __LINE__, "store_open(%s): %s", name, strerror(-r));
-        return s;
-}
-
 /* Raw SQL on the file behind the store (a second connection), for what the API cannot see. */
 static void raw_sql(const char *name, const char *sql) {
         sqlite3 *db = NULL;
         char *msg = NULL;
-        if (sqlite3_open(db_path(name), &db) != SQLITE_OK)
+        if (sqlite3_open(storetest_path(name), &db) != SQLITE_OK)
                 test_fail(__FILE__, __LINE__, "sqlite3_open failed");
         sqlite3_busy_timeout(db, 5000);
         if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK)
@@ -44,20 +31,13 @@ static long long raw_int(const char *name, const char *sql) {
         sqlite3 *db = NULL;
         sqlite3_stmt *st = NULL;
         long long v = -1;
-        if (sqlite3_open(db_path(name), &db) != SQLITE_OK || sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        if (sqlite3_open(storetest_path(name), &db) != SQLITE_OK || sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
                 test_fail(__FILE__, __LINE__, "%s: %s", sql, db ? sqlite3_errmsg(db) : "?");
         if (sqlite3_step(st) == SQLITE_ROW)
                 v = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
         sqlite3_close(db);
         return v;
-}
-
-static void new_account(struct store *s, const char *name, char ret_id[25]) {
-        struct account a = { 0 };
-        ASSERT_OK(store_account_create(s, name, "default", &a));
-        memcpy(ret_id, a.id, 25);
-        account_clear(&a);
 }
 
 /* A starting sandbox of account with every column set to something recognisable. */
@@ -144,8 +124,8 @@ static char *attached_to(struct store *s, const char *vol_id) {
 /* One account with two sandboxes and one detached volume. */
 struct vol_fixture { struct store *s; char acc[25], sb1[25], sb2[25], vol[25]; };
 static void vol_fixture_open(struct vol_fixture *f, const char *name) {
-        f->s = open_store(name);
-        new_account(f->s, "alice", f->acc);
+        f->s = storetest_open(name);
+        storetest_new_account(f->s, "alice", f->acc);
         insert_sandbox(f->s, f->acc, "one", 1, f->sb1);
         insert_sandbox(f->s, f->acc, "two", 2, f->sb2);
         insert_volume(f->s, f->acc, "data", f->vol);
@@ -154,25 +134,25 @@ static void vol_fixture_open(struct vol_fixture *f, const char *name) {
 /* ---- open, schema, migrations ---- */
 
 TEST(open_creates_current_schema_and_reopens) {
-        struct store *s = open_store("fresh");
+        struct store *s = storetest_open("fresh");
         s = store_close(s);
         ASSERT_NULL(s);
         ASSERT_EQ(raw_int("fresh", "SELECT MAX(version) FROM schema_version"), 3);
         ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 3);
         ASSERT_EQ(raw_int("fresh", "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
         /* Reopening runs no migration twice. */
-        s = open_store("fresh");
+        s = storetest_open("fresh");
         store_close(s);
         ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 3);
         ASSERT_NULL(store_close(NULL));
 }
 
 TEST(open_refuses_a_newer_schema_and_a_bad_path) {
-        struct store *s = open_store("newer");
+        struct store *s = storetest_open("newer");
         store_close(s);
         raw_sql("newer", "INSERT INTO schema_version VALUES (99)");
         s = (struct store *) 0x1;
-        ASSERT_EQ(store_open(db_path("newer"), &s), -EPROTO);
+        ASSERT_EQ(store_open(storetest_path("newer"), &s), -EPROTO);
         ASSERT_TRUE(s == (struct store *) 0x1); /* ret untouched on failure */
         char bad[600];
         snprintf(bad, sizeof(bad), "%s/no/such/dir/x.db", test_tmpdir());
@@ -184,8 +164,8 @@ TEST(open_refuses_a_newer_schema_and_a_bad_path) {
  * current schema back to version 2 exactly as migration 3 would have found it. */
 TEST(migration_from_version_2_keeps_data) {
         char acc[25], sb_id[25], vol[25], key_id[25];
-        struct store *s = open_store("old");
-        new_account(s, "old-timer", acc);
+        struct store *s = storetest_open("old");
+        storetest_new_account(s, "old-timer", acc);
         insert_sandbox(s, acc, "survivor", 1000, sb_id);
         insert_volume(s, acc, "keep-me", vol);
         ASSERT_OK(store_volume_attach(s, vol, sb_id, "/data", 5));
@@ -194,7 +174,7 @@ TEST(migration_from_version_2_keeps_data) {
         raw_sql("old", "ALTER TABLE volumes DROP COLUMN deleting; DELETE FROM schema_version WHERE version > 2;");
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 0);
 
-        s = open_store("old");
+        s = storetest_open("old");
         ASSERT_EQ(raw_int("old", "SELECT MAX(version) FROM schema_version"), 3);
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 1);
         ASSERT_EQ(raw_int("old", "SELECT deleting FROM volumes"), 0);
@@ -217,12 +197,12 @@ TEST(migration_from_version_2_keeps_data) {
 }
 
 TEST(migration_failure_rolls_back_and_reports) {
-        struct store *s = open_store("broken");
+        struct store *s = storetest_open("broken");
         store_close(s);
         /* Version 2 with a "deleting" column already there: migration 3 cannot apply. */
         raw_sql("broken", "DELETE FROM schema_version WHERE version > 2;");
         s = (struct store *) 0x1;
-        ASSERT_TRUE(store_open(db_path("broken"), &s) < 0);
+        ASSERT_TRUE(store_open(storetest_path("broken"), &s) < 0);
         ASSERT_TRUE(s == (struct store *) 0x1);
         ASSERT_EQ(raw_int("broken", "SELECT MAX(version) FROM schema_version"), 2);
 }
@@ -230,7 +210,7 @@ TEST(migration_failure_rolls_back_and_reports) {
 /* ---- meta ---- */
 
 TEST(meta_get_or_set_keeps_the_first_value) {
-        struct store *s = open_store("meta");
+        struct store *s = storetest_open("meta");
         _cleanup_free_ char *v1 = NULL, *v2 = NULL, *v3 = NULL;
         ASSERT_OK(store_meta_get_or_set(s, "instance_id", "aaa", &v1));
         ASSERT_STREQ(v1, "aaa");
@@ -240,7 +220,7 @@ TEST(meta_get_or_set_keeps_the_first_value) {
         ASSERT_STREQ(v3, "ccc");
         store_close(s);
         /* It survives a reopen. */
-        s = open_store("meta");
+        s = storetest_open("meta");
         _cleanup_free_ char *v4 = NULL;
         ASSERT_OK(store_meta_get_or_set(s, "instance_id", "zzz", &v4));
         ASSERT_STREQ(v4, "aaa");
@@ -263,7 +243,7 @@ static int stop_after_first(const struct account *a, void *ud) {
 }
 
 TEST(accounts_create_get_by_name_foreach) {
-        struct store *s = open_store("accounts");
+        struct store *s = storetest_open("accounts");
         struct account a = { 0 }, b = { 0 };
         ASSERT_OK(store_account_create(s, "alice", "free", &a));
         ASSERT_EQ(strlen(a.id), 24);
@@ -308,10 +288,10 @@ static int collect_keys(const char *id, const char *prefix, int64_t created, int
 }
 
 TEST(keys_add_lookup_revoke_foreach) {
-        struct store *s = open_store("keys");
+        struct store *s = storetest_open("keys");
         char acc[25], other[25], k1[25], k2[25], k3[25];
-        new_account(s, "alice", acc);
-        new_account(s, "mallory", other);
+        storetest_new_account(s, "alice", acc);
+        storetest_new_account(s, "mallory", other);
         ASSERT_OK(store_key_add(s, acc, "hash1", "pd_aaa", k1));
         ASSERT_OK(store_key_add(s, acc, "hash2", "pd_bbb", k2));
         ASSERT_OK(store_key_add(s, other, "hash3", "pd_ccc", k3));
@@ -359,9 +339,9 @@ TEST(status_names_round_trip) {
 }
 
 TEST(sandbox_insert_get_update_round_trip_every_column) {
-        struct store *s = open_store("sb");
+        struct store *s = storetest_open("sb");
         char acc[25];
-        new_account(s, "alice", acc);
+        storetest_new_account(s, "alice", acc);
         struct sandbox in, out = { 0 };
         fill_sandbox(&in, acc, "box", 1000);
         ASSERT_OK(store_sandbox_insert_capped(s, &in, 5));
@@ -460,7 +440,7 @@ TEST(sandbox_insert_get_update_round_trip_every_column) {
 }
 
 TEST(sandbox_insert_needs_a_real_account) {
-        struct store *s = open_store("sb-fk");
+        struct store *s = storetest_open("sb-fk");
         struct sandbox sb;
         fill_sandbox(&sb, "0123456789abcdef01234567", "orphan", 1);
         ASSERT_EQ(store_sandbox_insert_capped(s, &sb, -1), -EEXIST); /* constraint (foreign key) */
@@ -469,10 +449,10 @@ TEST(sandbox_insert_needs_a_real_account) {
 }
 
 TEST(sandbox_delete_list_count) {
-        struct store *s = open_store("list");
+        struct store *s = storetest_open("list");
         char a1[25], a2[25], ids[5][25], other[25];
-        new_account(s, "alice", a1);
-        new_account(s, "bob", a2);
+        storetest_new_account(s, "alice", a1);
+        storetest_new_account(s, "bob", a2);
         for (int i = 0; i < 5; i++) {
                 char name[16];
                 snprintf(name, sizeof(name), "b%d", i);
@@ -572,8 +552,8 @@ static void cap_race(const char *name, int n_stores) {
         struct store *stores[8];
         char acc[25];
         for (int i = 0; i < n_stores; i++)
-                stores[i] = open_store(name);
-        new_account(stores[0], "racer", acc);
+                stores[i] = storetest_open(name);
+        storetest_new_account(stores[0], "racer", acc);
         struct cap_run run = { .stores = stores, .n_stores = n_stores, .account_id = acc, .cap = 3 };
         pthread_mutex_init(&run.lock, NULL);
         pthread_barrier_init(&run.go, NULL, N);
@@ -618,9 +598,9 @@ TEST_FULL(sandbox_cap_is_exact_across_connections, 60) { cap_race("cap5", 5); }
 /* ---- compare-and-set ---- */
 
 TEST(cas_status_wins_only_from_the_expected_status) {
-        struct store *s = open_store("cas");
+        struct store *s = storetest_open("cas");
         char acc[25], id[25];
-        new_account(s, "alice", acc);
+        storetest_new_account(s, "alice", acc);
         insert_sandbox(s, acc, "box", 1, id);
         ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
         ASSERT_EQ(status_of(s, id), SB_READY);
@@ -633,9 +613,9 @@ TEST(cas_status_wins_only_from_the_expected_status) {
 
 /* The reaper race: it read 'ready', the user paused meanwhile; its destroy must not land. */
 TEST(update_cas_loses_when_the_status_changed) {
-        struct store *s = open_store("ucas");
+        struct store *s = storetest_open("ucas");
         char acc[25], id[25];
-        new_account(s, "alice", acc);
+        storetest_new_account(s, "alice", acc);
         insert_sandbox(s, acc, "box", 1, id);
         ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
 
@@ -684,9 +664,9 @@ static void *cas_thread(void *p) {
 
 TEST_FULL(cas_has_exactly_one_winner_among_50_threads, 60) {
         enum { N = 50 };
-        struct store *s = open_store("cas50");
+        struct store *s = storetest_open("cas50");
         char acc[25], id[25];
-        new_account(s, "alice", acc);
+        storetest_new_account(s, "alice", acc);
         insert_sandbox(s, acc, "box", 1, id);
         ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
         struct cas_run run = { .s = s, .id = id };
@@ -705,10 +685,10 @@ TEST_FULL(cas_has_exactly_one_winner_among_50_threads, 60) {
 /* ---- volumes ---- */
 
 TEST(volume_insert_get_update_list_cap) {
-        struct store *s = open_store("vol");
+        struct store *s = storetest_open("vol");
         char acc[25], other[25], v1[25], v2[25];
-        new_account(s, "alice", acc);
-        new_account(s, "bob", other);
+        storetest_new_account(s, "alice", acc);
+        storetest_new_account(s, "bob", other);
         struct volume v;
         fill_volume(&v, acc, "data");
         ASSERT_OK(store_volume_insert_capped(s, &v, 2));
@@ -884,9 +864,9 @@ static void *vrace_delete(void *p) {
 
 /* Attach and delete at once, many times, over one and two connections: exactly one wins. */
 TEST_FULL(volume_attach_and_delete_never_both_win, 60) {
-        struct store *s = open_store("vrace"), *s2 = open_store("vrace");
+        struct store *s = storetest_open("vrace"), *s2 = storetest_open("vrace");
         char acc[25], sb[25];
-        new_account(s, "alice", acc);
+        storetest_new_account(s, "alice", acc);
         insert_sandbox(s, acc, "one", 1, sb);
         for (int i = 0; i < 100; i++) {
                 char vol[25], name[16];
@@ -915,10 +895,10 @@ TEST_FULL(volume_attach_and_delete_never_both_win, 60) {
 /* ---- usage and stats ---- */
 
 TEST(usage_accumulates_per_account_and_period) {
-        struct store *s = open_store("usage");
+        struct store *s = storetest_open("usage");
         char a1[25], a2[25];
-        new_account(s, "alice", a1);
-        new_account(s, "bob", a2);
+        storetest_new_account(s, "alice", a1);
+        storetest_new_account(s, "bob", a2);
         double cost = -1;
         ASSERT_OK(store_usage_get(s, a1, "2026-12", &cost));
         ASSERT_TRUE(cost == 0);
@@ -939,7 +919,7 @@ TEST(usage_accumulates_per_account_and_period) {
 }
 
 TEST(stats_add_range_prune) {
-        struct store *s = open_store("stats");
+        struct store *s = storetest_open("stats");
         ASSERT_OK(store_stats_add(s, "sb-a", 100, 1.5, 10, 1000));
         ASSERT_OK(store_stats_add(s, "sb-a", 300, 2.5, 20, 2000));
         ASSERT_OK(store_stats_add(s, "sb-a", 200, 3.5, 30, 3000));
@@ -969,11 +949,11 @@ TEST(stats_add_range_prune) {
 /* ---- nodes ---- */
 
 TEST(nodes_drain_contact_and_live_counts) {
-        struct store *s = open_store("nodes");
+        struct store *s = storetest_open("nodes");
         char acc[25], a[25], b[25], c[25];
         struct node_info *n = NULL;
         size_t k = 9;
-        new_account(s, "ops", acc);
+        storetest_new_account(s, "ops", acc);
         ASSERT_OK(store_node_list(s, &n, &k));
         ASSERT_EQ(k, 0);
         free(n);
