@@ -413,6 +413,9 @@ void sb_timings_from_text(struct sb_timings *t, const char *text);
 /* ---- volumes (volume.c): 0 or a negative errno, as sandbox.c ---- */
 int volume_create(struct ctl *c, const struct account *acc, const struct pj_volume_create *in, struct volume *ret,
                   struct api_error *err);
+/* Records the new volume v under plan's caps (size, count), before any backend volume
+ * exists: -EDQUOT, -EEXIST (its name is taken in the account) or -EIO. */
+int volume_record(struct ctl *c, const struct plan *plan, const struct volume *v, struct api_error *err);
 /* Loads a volume owned by acc (-ENOENT for others'). */
 int volume_load(struct ctl *c, const struct account *acc, const char *id, struct volume *ret, struct api_error *err);
 /* Refuses with -EBUSY while attached. */

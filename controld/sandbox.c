@@ -88,9 +88,6 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
         int64_t now = now_ms();
         int r;
 
-        if (size_gb > plan->max_volume_gb)
-                return API_ERR(err, -EDQUOT, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
-                               (long long) plan->max_volume_gb);
         hexid_new(v.id);
         snprintf(v.account_id, sizeof(v.account_id), "%s", acc->id);
         v.name = xasprintf("sandbox-%s", sandbox_id);
@@ -101,12 +98,8 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
         v.attached_sandbox_id = xstrdup(sandbox_id);
         v.size_gb = size_gb;
         v.last_attached_at = v.created_at = v.updated_at = now;
-        r = store_volume_insert_capped(c->store, &v, plan->max_volumes);
-        if (r == -EDQUOT)
-                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld volumes. Delete an existing one or upgrade.",
-                               (long long) plan->max_volumes);
-        if (r < 0)
-                return API_ERR(err, -EIO, "Failed to record the volume");
+        if ((r = volume_record(c, plan, &v, err)) < 0)
+                return r;
         r = c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr));
         if (r < 0) {
                 (void) store_volume_begin_delete(c->store, v.id, sandbox_id);  /* the row is attached to us */
