@@ -130,6 +130,23 @@ static void vol_fixture_open(struct vol_fixture *f, const char *name) {
         insert_sandbox(f->s, f->acc, "two", 2, f->sb2);
         insert_volume(f->s, f->acc, "data", f->vol);
 }
+/* The fixture in store `name`, as the locals s, sb1, sb2 and vol (f holds the rest). */
+#define VOL_FIXTURE(name)                                 \
+        struct vol_fixture f;                             \
+        vol_fixture_open(&f, name);                       \
+        struct store *s = f.s;                            \
+        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol
+
+/* Store `name` with one account and one sandbox in it, moved from starting to ready;
+ * the sandbox's id in ret_id. */
+static struct store *ready_sandbox_store(const char *name, char ret_id[25]) {
+        struct store *s = storetest_open(name);
+        char acc[25];
+        storetest_new_account(s, "alice", acc);
+        insert_sandbox(s, acc, "box", 1, ret_id);
+        ASSERT_OK(store_sandbox_cas_status(s, ret_id, SB_STARTING, SB_READY));
+        return s;
+}
 
 /* ---- open, schema, migrations ---- */
 
@@ -448,6 +465,23 @@ TEST(sandbox_insert_needs_a_real_account) {
         store_close(s);
 }
 
+/* The page store_sandbox_list(s, acc, status, offset, limit) is exactly the sandboxes in
+ * want (NULL-terminated, in order), out of want_total that match. */
+static void expect_page(struct store *s, const char *acc, int status, int64_t offset, int64_t limit, int64_t want_total,
+                        const char *const *want) {
+        struct sandbox *a = NULL;
+        size_t n = 0, n_want = 0;
+        int64_t total = 0;
+        ASSERT_OK(store_sandbox_list(s, acc, status, offset, limit, &a, &n, &total));
+        ASSERT_EQ(total, want_total);
+        while (want[n_want])
+                n_want++;
+        ASSERT_EQ(n, n_want);
+        for (size_t i = 0; i < n; i++)
+                ASSERT_STREQ(a[i].id, want[i]);
+        sandbox_array_free(a, n);
+}
+
 TEST(sandbox_delete_list_count) {
         struct store *s = storetest_open("list");
         char a1[25], a2[25], ids[5][25], other[25];
@@ -465,24 +499,10 @@ TEST(sandbox_delete_list_count) {
 
         struct sandbox *a = NULL;
         size_t n = 0;
-        int64_t total = 0;
         /* Newest first, paged, with the total of the whole filter. */
-        ASSERT_OK(store_sandbox_list(s, a1, -1, 1, 2, &a, &n, &total));
-        ASSERT_EQ(total, 5);
-        ASSERT_EQ(n, 2);
-        ASSERT_STREQ(a[0].id, ids[3]);
-        ASSERT_STREQ(a[1].id, ids[2]);
-        sandbox_array_free(a, n);
-        ASSERT_OK(store_sandbox_list(s, a1, SB_READY, 0, 10, &a, &n, &total));
-        ASSERT_EQ(total, 2);
-        ASSERT_EQ(n, 2);
-        ASSERT_STREQ(a[0].id, ids[3]);
-        ASSERT_STREQ(a[1].id, ids[1]);
-        sandbox_array_free(a, n);
-        ASSERT_OK(store_sandbox_list(s, a1, SB_PAUSED, 0, 10, &a, &n, &total));
-        ASSERT_EQ(total, 0);
-        ASSERT_EQ(n, 0);
-        sandbox_array_free(a, n);
+        expect_page(s, a1, -1, 1, 2, 5, (const char *[]) { ids[3], ids[2], NULL });
+        expect_page(s, a1, SB_READY, 0, 10, 2, (const char *[]) { ids[3], ids[1], NULL });
+        expect_page(s, a1, SB_PAUSED, 0, 10, 0, (const char *[]) { NULL });
 
         /* Across accounts, oldest first. */
         ASSERT_OK(store_sandbox_list_status(s, NULL, SB_READY, &a, &n));
@@ -598,11 +618,8 @@ TEST_FULL(sandbox_cap_is_exact_across_connections, 60) { cap_race("cap5", 5); }
 /* ---- compare-and-set ---- */
 
 TEST(cas_status_wins_only_from_the_expected_status) {
-        struct store *s = storetest_open("cas");
-        char acc[25], id[25];
-        storetest_new_account(s, "alice", acc);
-        insert_sandbox(s, acc, "box", 1, id);
-        ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
+        char id[25];
+        struct store *s = ready_sandbox_store("cas", id);
         ASSERT_EQ(status_of(s, id), SB_READY);
         /* The reaper's view is stale: it believes the sandbox is still starting. */
         ASSERT_EQ(store_sandbox_cas_status(s, id, SB_STARTING, SB_FAILED), -ESTALE);
@@ -613,11 +630,8 @@ TEST(cas_status_wins_only_from_the_expected_status) {
 
 /* The reaper race: it read 'ready', the user paused meanwhile; its destroy must not land. */
 TEST(update_cas_loses_when_the_status_changed) {
-        struct store *s = storetest_open("ucas");
-        char acc[25], id[25];
-        storetest_new_account(s, "alice", acc);
-        insert_sandbox(s, acc, "box", 1, id);
-        ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
+        char id[25];
+        struct store *s = ready_sandbox_store("ucas", id);
 
         struct sandbox stale = { 0 };
         ASSERT_OK(store_sandbox_get(s, id, &stale));            /* the reaper's list */
@@ -664,11 +678,8 @@ static void *cas_thread(void *p) {
 
 TEST_FULL(cas_has_exactly_one_winner_among_50_threads, 60) {
         enum { N = 50 };
-        struct store *s = storetest_open("cas50");
-        char acc[25], id[25];
-        storetest_new_account(s, "alice", acc);
-        insert_sandbox(s, acc, "box", 1, id);
-        ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
+        char id[25];
+        struct store *s = ready_sandbox_store("cas50", id);
         struct cas_run run = { .s = s, .id = id };
         pthread_mutex_init(&run.lock, NULL);
         pthread_barrier_init(&run.go, NULL, N);
@@ -757,10 +768,7 @@ TEST(volume_insert_get_update_list_cap) {
 }
 
 TEST(volume_attach_detach_delete) {
-        struct vol_fixture f;
-        vol_fixture_open(&f, "attach");
-        struct store *s = f.s;
-        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
+        VOL_FIXTURE("attach");
 
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 500));
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 501));     /* same sandbox again: fine */
@@ -790,10 +798,7 @@ TEST(volume_attach_detach_delete) {
 /* The volume delete race: a delete must be decided and marked in the database before the
  * backend volume goes, so that no create can attach a volume whose data is being removed. */
 TEST(volume_begin_delete_refuses_attached_and_blocks_attach) {
-        struct vol_fixture f;
-        vol_fixture_open(&f, "vdel");
-        struct store *s = f.s;
-        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
+        VOL_FIXTURE("vdel");
 
         /* Attached: refused, nothing marked. */
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 10));
@@ -823,10 +828,7 @@ TEST(volume_begin_delete_refuses_attached_and_blocks_attach) {
 }
 
 TEST(volume_begin_delete_by_its_own_sandbox_detaches_and_marks) {
-        struct vol_fixture f;
-        vol_fixture_open(&f, "vown");
-        struct store *s = f.s;
-        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
+        VOL_FIXTURE("vown");
         char v2[25];
         insert_volume(s, f.acc, "other", v2);
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 10));
