@@ -49,112 +49,109 @@ static int parse_listen(const char *s, char **ret_addr, int *ret_port) {
         return 0;
 }
 
-static int load_plans(struct config *c, struct conf *cf, char *err, size_t errlen) {
+/* One [plan] amount: a decimal number >= 0, default 0. */
+static int get_amount(struct conf *cf, const char *nm, const char *key, const char *path, double *out, char *err,
+                      size_t errlen) {
+        _cleanup_free_ char *v = NULL;
+        char *end;
+        int r = get_str(cf, "plan", nm, key, "0", 32, &v, err, errlen);
+        if (r < 0)
+                return r;
+        *out = strtod(v, &end);
+        if (*end || *out < 0) {
+                snprintf(err, errlen, "%s: [plan \"%s\"] %s must be a number >= 0", path, nm, key);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* Reads every [sec "name"] section with load_one() into a new array of `size`-byte items,
+ * stored at ret_array (the address of a `T *`) with one zeroed item past the end. Each item
+ * is counted in *ret_n before it is read, so that config_free() frees what a failure leaves
+ * half-read. */
+static int load_sections(struct config *c, struct conf *cf, const char *sec, size_t size, void *ret_array, size_t *ret_n,
+                         int (*load_one)(struct config *c, struct conf *cf, const char *nm, void *item, char *err,
+                                         size_t errlen),
+                         char *err, size_t errlen) {
         _cleanup_(strv_freep) char **names = NULL;
-        int n = conf_subsections(cf, "plan", &names);
+        int n = conf_subsections(cf, sec, &names);
         if (n < 0)
                 return n;
-        c->plans = xnew0(struct plan, (size_t) n + 1);
+        void *a = xnew0(char, size * ((size_t) n + 1));
+        memcpy(ret_array, &a, sizeof(a));
         for (int i = 0; i < n; i++) {
-                struct plan *p = &c->plans[c->n_plans++];
-                const char *nm = names[i];
-                uint64_t lifetime;
-                int r;
-                p->name = xstrdup(nm);
+                (*ret_n)++;
+                int r = load_one(c, cf, names[i], (char *) a + (size_t) i * size, err, errlen);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int load_plan(struct config *c, struct conf *cf, const char *nm, void *item, char *err, size_t errlen) {
+        struct plan *p = item;
+        uint64_t lifetime;
+        int r;
+        p->name = xstrdup(nm);
 #define PI(key, def, min, max, field)                                                                     \
         do {                                                                                              \
                 if ((r = conf_get_int(cf, "plan", nm, key, def, min, max, &p->field, err, errlen)) < 0) \
                         return r;                                                                         \
         } while (0)
-                PI("max_concurrent", 3, 0, 100000, max_concurrent);
-                PI("max_cpu", 2000, 1, 2000, max_cpu);
-                PI("max_memory", 2048, 1, 2048, max_memory);
-                PI("max_disk", 5, 1, 5, max_disk);
-                PI("max_volume_gb", 50, 10, 50, max_volume_gb);
-                PI("max_volumes", 2, 0, 10000, max_volumes);
+        PI("max_concurrent", 3, 0, 100000, max_concurrent);
+        PI("max_cpu", 2000, 1, 2000, max_cpu);
+        PI("max_memory", 2048, 1, 2048, max_memory);
+        PI("max_disk", 5, 1, 5, max_disk);
+        PI("max_volume_gb", 50, 10, 50, max_volume_gb);
+        PI("max_volumes", 2, 0, 10000, max_volumes);
 #undef PI
-                _cleanup_free_ char *sl = NULL, *pc = NULL, *pm = NULL;
-                if ((r = get_str(cf, "plan", nm, "spending_limit", "0", 32, &sl, err, errlen)) < 0 ||
-                    (r = get_str(cf, "plan", nm, "price_cpu_mhz_hour", "0", 32, &pc, err, errlen)) < 0 ||
-                    (r = get_str(cf, "plan", nm, "price_mb_hour", "0", 32, &pm, err, errlen)) < 0)
-                        return r;
-                char *end;
-                p->spending_limit = strtod(sl, &end);
-                if (*end || p->spending_limit < 0) {
-                        snprintf(err, errlen, "%s: [plan \"%s\"] spending_limit must be a number >= 0", c->path, nm);
-                        return -EINVAL;
-                }
-                p->price_cpu_mhz_hour = strtod(pc, &end);
-                if (*end || p->price_cpu_mhz_hour < 0) {
-                        snprintf(err, errlen, "%s: [plan \"%s\"] price_cpu_mhz_hour must be a number >= 0", c->path, nm);
-                        return -EINVAL;
-                }
-                p->price_mb_hour = strtod(pm, &end);
-                if (*end || p->price_mb_hour < 0) {
-                        snprintf(err, errlen, "%s: [plan \"%s\"] price_mb_hour must be a number >= 0", c->path, nm);
-                        return -EINVAL;
-                }
-                if ((r = conf_get_duration_ms(cf, "plan", nm, "max_lifetime", 24ULL * 3600 * 1000, 60 * 1000,
-                                              30ULL * 24 * 3600 * 1000, &lifetime, err, errlen)) < 0)
-                        return r;
-                p->max_lifetime_s = (int64_t) (lifetime / 1000);
-                if ((r = conf_get_int(cf, "plan", nm, "snapshot_max_count", 10, 1, 1000, &p->snapshot_max_count, err,
-                                      errlen)) < 0)
-                        return r;
-                if ((r = conf_get_duration_ms(cf, "plan", nm, "snapshot_max_age", 7ULL * 24 * 3600 * 1000, 60 * 1000,
-                                              365ULL * 24 * 3600 * 1000, &lifetime, err, errlen)) < 0)
-                        return r;
-                p->snapshot_max_age_s = (int64_t) (lifetime / 1000);
-                if (conf_has_section(cf, "plan", nm) &&
-                    (r = conf_get_list(cf, "plan", nm, "regions", 64, 64, &p->regions, err, errlen)) < 0)
-                        return r;
-        }
+        if ((r = get_amount(cf, nm, "spending_limit", c->path, &p->spending_limit, err, errlen)) < 0 ||
+            (r = get_amount(cf, nm, "price_cpu_mhz_hour", c->path, &p->price_cpu_mhz_hour, err, errlen)) < 0 ||
+            (r = get_amount(cf, nm, "price_mb_hour", c->path, &p->price_mb_hour, err, errlen)) < 0)
+                return r;
+        if ((r = conf_get_duration_ms(cf, "plan", nm, "max_lifetime", 24ULL * 3600 * 1000, 60 * 1000,
+                                      30ULL * 24 * 3600 * 1000, &lifetime, err, errlen)) < 0)
+                return r;
+        p->max_lifetime_s = (int64_t) (lifetime / 1000);
+        if ((r = conf_get_int(cf, "plan", nm, "snapshot_max_count", 10, 1, 1000, &p->snapshot_max_count, err, errlen)) < 0)
+                return r;
+        if ((r = conf_get_duration_ms(cf, "plan", nm, "snapshot_max_age", 7ULL * 24 * 3600 * 1000, 60 * 1000,
+                                      365ULL * 24 * 3600 * 1000, &lifetime, err, errlen)) < 0)
+                return r;
+        p->snapshot_max_age_s = (int64_t) (lifetime / 1000);
+        if (conf_has_section(cf, "plan", nm) &&
+            (r = conf_get_list(cf, "plan", nm, "regions", 64, 64, &p->regions, err, errlen)) < 0)
+                return r;
         return 0;
 }
 
-static int load_templates(struct config *c, struct conf *cf, char *err, size_t errlen) {
-        _cleanup_(strv_freep) char **names = NULL;
-        int n = conf_subsections(cf, "template", &names);
-        if (n < 0)
-                return n;
-        c->templates = xnew0(struct template, (size_t) n + 1);
-        for (int i = 0; i < n; i++) {
-                struct template *t = &c->templates[c->n_templates++];
-                const char *nm = names[i];
-                int r;
-                t->name = xstrdup(nm);
-                if ((r = get_req_str(cf, "template", nm, "image", 255, &t->image, c->path, err, errlen)) < 0 ||
-                    (r = get_str(cf, "template", nm, "display_name", nm, 128, &t->display_name, err, errlen)) < 0 ||
-                    (r = get_str(cf, "template", nm, "description", "", 512, &t->description, err, errlen)) < 0 ||
-                    (r = conf_get_int(cf, "template", nm, "cpu", 500, 1, 2000, &t->cpu, err, errlen)) < 0 ||
-                    (r = conf_get_int(cf, "template", nm, "memory", 512, 1, 2048, &t->memory, err, errlen)) < 0 ||
-                    (r = conf_get_int(cf, "template", nm, "disk", 1, 1, 5, &t->disk, err, errlen)) < 0)
-                        return r;
-        }
+static int load_template(struct config *c, struct conf *cf, const char *nm, void *item, char *err, size_t errlen) {
+        struct template *t = item;
+        int r;
+        t->name = xstrdup(nm);
+        if ((r = get_req_str(cf, "template", nm, "image", 255, &t->image, c->path, err, errlen)) < 0 ||
+            (r = get_str(cf, "template", nm, "display_name", nm, 128, &t->display_name, err, errlen)) < 0 ||
+            (r = get_str(cf, "template", nm, "description", "", 512, &t->description, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "template", nm, "cpu", 500, 1, 2000, &t->cpu, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "template", nm, "memory", 512, 1, 2048, &t->memory, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "template", nm, "disk", 1, 1, 5, &t->disk, err, errlen)) < 0)
+                return r;
         return 0;
 }
 
-static int load_regions(struct config *c, struct conf *cf, char *err, size_t errlen) {
-        _cleanup_(strv_freep) char **names = NULL;
-        int n = conf_subsections(cf, "region", &names);
-        if (n < 0)
-                return n;
-        c->regions = xnew0(struct region, (size_t) n + 1);
-        for (int i = 0; i < n; i++) {
-                struct region *g = &c->regions[c->n_regions++];
-                const char *nm = names[i];
-                int r;
-                g->key = xstrdup(nm);
-                if ((r = get_req_str(cf, "region", nm, "id", 24, &g->id, c->path, err, errlen)) < 0 ||
-                    (r = get_str(cf, "region", nm, "name", nm, 64, &g->name, err, errlen)) < 0 ||
-                    (r = get_str(cf, "region", nm, "country", "", 64, &g->country, err, errlen)) < 0 ||
-                    (r = get_str(cf, "region", nm, "continent", "", 64, &g->continent, err, errlen)) < 0 ||
-                    (r = conf_get_bool(cf, "region", nm, "enabled", true, &g->enabled, err, errlen)) < 0)
-                        return r;
-                if (!hexid_valid(g->id)) {
-                        snprintf(err, errlen, "%s: [region \"%s\"] id must be 24 lowercase hex characters", c->path, nm);
-                        return -EINVAL;
-                }
+static int load_region(struct config *c, struct conf *cf, const char *nm, void *item, char *err, size_t errlen) {
+        struct region *g = item;
+        int r;
+        g->key = xstrdup(nm);
+        if ((r = get_req_str(cf, "region", nm, "id", 24, &g->id, c->path, err, errlen)) < 0 ||
+            (r = get_str(cf, "region", nm, "name", nm, 64, &g->name, err, errlen)) < 0 ||
+            (r = get_str(cf, "region", nm, "country", "", 64, &g->country, err, errlen)) < 0 ||
+            (r = get_str(cf, "region", nm, "continent", "", 64, &g->continent, err, errlen)) < 0 ||
+            (r = conf_get_bool(cf, "region", nm, "enabled", true, &g->enabled, err, errlen)) < 0)
+                return r;
+        if (!hexid_valid(g->id)) {
+                snprintf(err, errlen, "%s: [region \"%s\"] id must be 24 lowercase hex characters", c->path, nm);
+                return -EINVAL;
         }
         return 0;
 }
@@ -327,8 +324,11 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
 #undef Z
 #undef D
 
-        if ((r = load_plans(c, cf, err, errlen)) < 0 || (r = load_templates(c, cf, err, errlen)) < 0 ||
-            (r = load_regions(c, cf, err, errlen)) < 0)
+        if ((r = load_sections(c, cf, "plan", sizeof(struct plan), &c->plans, &c->n_plans, load_plan, err, errlen)) < 0 ||
+            (r = load_sections(c, cf, "template", sizeof(struct template), &c->templates, &c->n_templates, load_template, err,
+                               errlen)) < 0 ||
+            (r = load_sections(c, cf, "region", sizeof(struct region), &c->regions, &c->n_regions, load_region, err,
+                               errlen)) < 0)
                 goto fail;
         if ((r = conf_check_unused(cf, err, errlen)) < 0)
                 goto fail;

@@ -204,6 +204,8 @@ int store_key_foreach(struct store *s, const char *account_id,
  * else insert sb as 'starting'. Exact under concurrency. */
 int store_sandbox_insert_capped(struct store *s, const struct sandbox *sb, int64_t max_concurrent);
 int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret);
+/* As store_sandbox_get, but -ENOENT also when the sandbox is another account's. */
+int store_sandbox_get_owned(struct store *s, const char *account_id, const char *id, struct sandbox *ret);
 /* Full-row update of the mutable columns. */
 int store_sandbox_update(struct store *s, const struct sandbox *sb);
 /* Compare-and-set status: -ESTALE when the current status is not `from`, -ENOENT when there
@@ -230,6 +232,8 @@ int store_sandbox_count_by_status(struct store *s, int64_t counts[_SB_STATUS_MAX
 
 int store_volume_insert_capped(struct store *s, const struct volume *v, int64_t max_volumes);
 int store_volume_get(struct store *s, const char *id, struct volume *ret);
+/* As store_volume_get, but -ENOENT also when the volume is another account's. */
+int store_volume_get_owned(struct store *s, const char *account_id, const char *id, struct volume *ret);
 int store_volume_update(struct store *s, const struct volume *v);
 /* Deletes the row of a detached volume: -EBUSY when attached. */
 int store_volume_delete(struct store *s, const char *id);
@@ -368,6 +372,10 @@ void sandbox_lock_release(struct sandbox_lock *l);
 /* Each returns 0 or a negative errno with err->message set (see struct api_error). */
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in,
                    struct sandbox *ret, struct api_error *err);
+/* The API's answer to loading one of the caller's records by id, given what a
+ * store_*_get_owned() returned: 0, -ENOENT (none, or another account's) or -EIO, with the
+ * message naming the record `what` ("sandbox", "volume"). */
+int record_load_result(int r, const char *what, struct api_error *err);
 /* Loads a sandbox owned by acc (-ENOENT for others'). */
 int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err);
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err);
@@ -405,6 +413,9 @@ void sb_timings_from_text(struct sb_timings *t, const char *text);
 /* ---- volumes (volume.c): 0 or a negative errno, as sandbox.c ---- */
 int volume_create(struct ctl *c, const struct account *acc, const struct pj_volume_create *in, struct volume *ret,
                   struct api_error *err);
+/* Records the new volume v under plan's caps (size, count), before any backend volume
+ * exists: -EDQUOT, -EEXIST (its name is taken in the account) or -EIO. */
+int volume_record(struct ctl *c, const struct plan *plan, const struct volume *v, struct api_error *err);
 /* Loads a volume owned by acc (-ENOENT for others'). */
 int volume_load(struct ctl *c, const struct account *acc, const char *id, struct volume *ret, struct api_error *err);
 /* Refuses with -EBUSY while attached. */

@@ -23,14 +23,14 @@ static const double buckets[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 struct hist { uint64_t b[NB]; uint64_t count; double sum; };
 struct req_series { char route[48]; char method[8]; int status; uint64_t count; };
-struct route_hist { char route[48]; struct hist h; };
-struct phase_hist { char phase[24]; struct hist h; };
+/* A histogram per label value: a route template or a provisioning phase. */
+struct named_hist { char name[48]; struct hist h; };
 
 struct metrics {
         pthread_mutex_t lock;
         struct req_series req[MAX_SERIES]; size_t n_req;
-        struct route_hist lat[64]; size_t n_lat;
-        struct phase_hist ph[16]; size_t n_ph;
+        struct named_hist lat[64]; size_t n_lat;
+        struct named_hist ph[16]; size_t n_ph;
         uint64_t dropped;  /* observations whose series did not fit a table */
 };
 
@@ -67,6 +67,23 @@ static const char *method_label(const char *method) {
         return "other";
 }
 
+/* Adds v to the histogram named name in table t (*n of max entries), creating it when the
+ * table has room; an observation that fits nowhere is counted as dropped. m->lock held. */
+static void hist_observe(struct metrics *m, struct named_hist *t, size_t *n, size_t max, const char *name, double v) {
+        size_t i;
+        for (i = 0; i < *n; i++)
+                if (!strcmp(t[i].name, name))
+                        break;
+        if (i == *n && *n < max) {
+                snprintf(t[i].name, sizeof(t[i].name), "%s", name);
+                (*n)++;
+        }
+        if (i < *n)
+                hist_add(&t[i].h, v);
+        else
+                m->dropped++;
+}
+
 void metrics_observe_request(struct metrics *m, const char *route, const char *method, int status, double seconds) {
         if (!m)
                 return;
@@ -88,17 +105,7 @@ void metrics_observe_request(struct metrics *m, const char *route, const char *m
                 m->req[i].count++;
         else
                 m->dropped++;
-        for (i = 0; i < m->n_lat; i++)
-                if (!strcmp(m->lat[i].route, route))
-                        break;
-        if (i == m->n_lat && m->n_lat < ELEMENTSOF(m->lat)) {
-                snprintf(m->lat[i].route, sizeof(m->lat[i].route), "%s", route);
-                m->n_lat++;
-        }
-        if (i < m->n_lat)
-                hist_add(&m->lat[i].h, seconds);
-        else
-                m->dropped++;
+        hist_observe(m, m->lat, &m->n_lat, ELEMENTSOF(m->lat), route, seconds);
         pthread_mutex_unlock(&m->lock);
 }
 
@@ -106,18 +113,7 @@ void metrics_observe_phase(struct metrics *m, const char *phase, double seconds)
         if (!m)
                 return;
         pthread_mutex_lock(&m->lock);
-        size_t i;
-        for (i = 0; i < m->n_ph; i++)
-                if (!strcmp(m->ph[i].phase, phase))
-                        break;
-        if (i == m->n_ph && m->n_ph < ELEMENTSOF(m->ph)) {
-                snprintf(m->ph[i].phase, sizeof(m->ph[i].phase), "%s", phase);
-                m->n_ph++;
-        }
-        if (i < m->n_ph)
-                hist_add(&m->ph[i].h, seconds);
-        else
-                m->dropped++;
+        hist_observe(m, m->ph, &m->n_ph, ELEMENTSOF(m->ph), phase, seconds);
         pthread_mutex_unlock(&m->lock);
 }
 
@@ -168,11 +164,11 @@ char *metrics_render(struct ctl *c) {
         strbuf_printf(&b, "# HELP paddock_http_request_duration_seconds HTTP request latency by route.\n"
                           "# TYPE paddock_http_request_duration_seconds histogram\n");
         for (size_t i = 0; i < m->n_lat; i++)
-                render_hist(&b, "paddock_http_request_duration_seconds", "route", m->lat[i].route, &m->lat[i].h);
+                render_hist(&b, "paddock_http_request_duration_seconds", "route", m->lat[i].name, &m->lat[i].h);
         strbuf_printf(&b, "# HELP paddock_provision_phase_seconds Sandbox provisioning time by phase.\n"
                           "# TYPE paddock_provision_phase_seconds histogram\n");
         for (size_t i = 0; i < m->n_ph; i++)
-                render_hist(&b, "paddock_provision_phase_seconds", "phase", m->ph[i].phase, &m->ph[i].h);
+                render_hist(&b, "paddock_provision_phase_seconds", "phase", m->ph[i].name, &m->ph[i].h);
         strbuf_printf(&b, "# HELP paddock_metrics_series_dropped_total Observations not counted because their series table was full.\n"
                           "# TYPE paddock_metrics_series_dropped_total counter\n"
                           "paddock_metrics_series_dropped_total %llu\n", (unsigned long long) m->dropped);

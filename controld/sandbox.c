@@ -8,6 +8,7 @@
  * between steps leaves something a reaper can heal. Operations on one sandbox
  * are serialised by a striped lock; status moves by compare-and-set.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,18 +67,16 @@ static void apply_placement(struct sandbox *sb, struct placement *p) {
         replace_str(&sb->ip, p->ip);
 }
 
+int record_load_result(int r, const char *what, struct api_error *err) {
+        if (r == -ENOENT)
+                return API_ERR(err, -ENOENT, "%c%s not found", toupper((unsigned char) what[0]), what + 1);
+        return r < 0 ? API_ERR(err, -EIO, "Failed to read the %s record", what) : 0;
+}
+
 int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err) {
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (!hexid_valid(id))
                 return API_ERR(err, -EINVAL, "Invalid sandbox id");
-        int r = store_sandbox_get(c->store, id, &sb);
-        if (r == -ENOENT || (r >= 0 && strcmp(sb.account_id, acc->id) != 0))
-                return API_ERR(err, -ENOENT, "Sandbox not found");
-        if (r < 0)
-                return API_ERR(err, -EIO, "Failed to read the sandbox record");
-        *ret = sb;
-        sb = (struct sandbox) { 0 };
-        return 0;
+        return record_load_result(store_sandbox_get_owned(c->store, acc->id, id, ret), "sandbox", err);
 }
 
 /* Creates a fresh per-sandbox volume (persistent: true). */
@@ -89,9 +88,6 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
         int64_t now = now_ms();
         int r;
 
-        if (size_gb > plan->max_volume_gb)
-                return API_ERR(err, -EDQUOT, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
-                               (long long) plan->max_volume_gb);
         hexid_new(v.id);
         snprintf(v.account_id, sizeof(v.account_id), "%s", acc->id);
         v.name = xasprintf("sandbox-%s", sandbox_id);
@@ -102,12 +98,8 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
         v.attached_sandbox_id = xstrdup(sandbox_id);
         v.size_gb = size_gb;
         v.last_attached_at = v.created_at = v.updated_at = now;
-        r = store_volume_insert_capped(c->store, &v, plan->max_volumes);
-        if (r == -EDQUOT)
-                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld volumes. Delete an existing one or upgrade.",
-                               (long long) plan->max_volumes);
-        if (r < 0)
-                return API_ERR(err, -EIO, "Failed to record the volume");
+        if ((r = volume_record(c, plan, &v, err)) < 0)
+                return r;
         r = c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr));
         if (r < 0) {
                 (void) store_volume_begin_delete(c->store, v.id, sandbox_id);  /* the row is attached to us */
@@ -252,8 +244,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         /* Volume ownership before anything is written. */
         if (in->volume_id) {
                 _cleanup_volume_ struct volume v = { 0 };
-                r = store_volume_get(c->store, in->volume_id, &v);
-                if (r < 0 || strcmp(v.account_id, acc->id) != 0)
+                if (store_volume_get_owned(c->store, acc->id, in->volume_id, &v) < 0)
                         return API_ERR(err, -ENOENT, "Volume not found");
                 if (v.attached_sandbox_id)
                         return API_ERR(err, -EBUSY, "Volume is attached to another sandbox; destroy that sandbox first");
@@ -445,58 +436,62 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
         return r < 0 ? API_ERR(err, -EIO, "Failed to record the destroy") : 0;
 }
 
-/* Pause and resume run on a job thread, under the sandbox lock; whatever happened,
- * /wait callers are woken afterwards. */
-static void pause_locked(struct ctl *c, const char *id) {
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
-        char derr[256] = "";
-        SANDBOX_LOCK_GUARD(lock, c, id);
-        if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_PAUSING)
-                return;  /* destroyed meanwhile */
-        SANDBOX_LOG_CTX_SCOPE;
-        sandbox_log_ctx(&sb);
-        if (c->drv->remove(c->drv, &sb, derr, sizeof(derr)) < 0) {
-                log_error("sandbox pause failed: %s", derr);
-                sb.status = SB_READY;  /* still running: back to ready, the user may retry */
-        } else {
-                (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
-                sb.status = SB_PAUSED;
-                sb.paused_at = now_ms();
-                replace_str(&sb.container_id, NULL);
-                replace_str(&sb.ip, NULL);
-                log_info("sandbox paused");
-        }
-        if (store_sandbox_update_cas(c->store, &sb, SB_PAUSING) < 0)
-                log_error("failed to record the pause outcome");
-}
-
-static void pause_job(struct ctl *c, char *id) {
+/* Pause and resume run on a job thread, under the sandbox lock, and only while the sandbox
+ * is still `from` (it may have been destroyed meanwhile): step() sets the outcome in sb,
+ * which is recorded only if the status is still `from`. Whatever happened, /wait callers
+ * are woken afterwards. */
+static void settle_job(struct ctl *c, const char *id, enum sb_status from, const char *what,
+                       void (*step)(struct ctl *c, struct sandbox *sb)) {
         log_ctx_set("SANDBOX_ID", id);
-        pause_locked(c, id);
+        {
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                SANDBOX_LOCK_GUARD(lock, c, id);
+                if (store_sandbox_get(c->store, id, &sb) == 0 && sb.status == from) {
+                        SANDBOX_LOG_CTX_SCOPE;
+                        step(c, &sb);
+                        if (store_sandbox_update_cas(c->store, &sb, from) < 0)
+                                log_error("failed to record the %s outcome", what);
+                }
+        }
         ctl_notify_status(c);
 }
 
-static void resume_locked(struct ctl *c, const char *id) {
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
+static void pause_step(struct ctl *c, struct sandbox *sb) {
+        char derr[256] = "";
+        sandbox_log_ctx(sb);
+        if (c->drv->remove(c->drv, sb, derr, sizeof(derr)) < 0) {
+                log_error("sandbox pause failed: %s", derr);
+                sb->status = SB_READY;  /* still running: back to ready, the user may retry */
+        } else {
+                (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
+                sb->status = SB_PAUSED;
+                sb->paused_at = now_ms();
+                replace_str(&sb->container_id, NULL);
+                replace_str(&sb->ip, NULL);
+                log_info("sandbox paused");
+        }
+}
+
+static void pause_job(struct ctl *c, char *id) {
+        settle_job(c, id, SB_PAUSING, "pause", pause_step);
+}
+
+static void resume_step(struct ctl *c, struct sandbox *sb) {
         struct placement pl = { 0 };
         char reason[512] = "", eerr[384] = "";
         int64_t t0 = mono_ms();
         bool ok = false;
-        SANDBOX_LOCK_GUARD(lock, c, id);
-        if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_RESUMING)
-                return;
-        SANDBOX_LOG_CTX_SCOPE;
-        log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(sb.egress.mode));
-        if (c->drv->place(c->drv, &sb, &pl, reason, sizeof(reason)) == 0) {
+        log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(sb->egress.mode));
+        if (c->drv->place(c->drv, sb, &pl, reason, sizeof(reason)) == 0) {
                 /* Nothing runs on failure (place unwinds). */
-                apply_placement(&sb, &pl);
+                apply_placement(sb, &pl);
                 placement_clear(&pl);
-                sandbox_log_ctx(&sb);
-                if (ctl_egress_apply(c, &sb, NULL, eerr, sizeof(eerr)) == 0)
+                sandbox_log_ctx(sb);
+                if (ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0)
                         ok = true;
                 else {
-                        unplace_unenforced(c, &sb);
-                        replace_str(&sb.container_id, NULL);
+                        unplace_unenforced(c, sb);
+                        replace_str(&sb->container_id, NULL);
                         snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
                 }
         }
@@ -504,26 +499,22 @@ static void resume_locked(struct ctl *c, const char *id) {
                 /* The volume is released for another sandbox. */
                 log_ctx_set("DESTROY_REASON", "failed");
                 log_error("sandbox resume failed: %s", reason);
-                sb.status = SB_FAILED;
-                replace_str(&sb.failure_reason, reason);
-                replace_str(&sb.destroy_reason, "failed");
-                sb.destroyed_at = now_ms();
-                (void) store_volume_detach_sandbox(c->store, sb.id, now_ms());
+                sb->status = SB_FAILED;
+                replace_str(&sb->failure_reason, reason);
+                replace_str(&sb->destroy_reason, "failed");
+                sb->destroyed_at = now_ms();
+                (void) store_volume_detach_sandbox(c->store, sb->id, now_ms());
         } else {
-                sb.status = SB_READY;
-                sb.paused_at = 0;
-                sb.last_activity_at = now_ms();
-                sb_timings_set(&sb.timings, SB_PHASE_RESUME, mono_ms() - t0);
+                sb->status = SB_READY;
+                sb->paused_at = 0;
+                sb->last_activity_at = now_ms();
+                sb_timings_set(&sb->timings, SB_PHASE_RESUME, mono_ms() - t0);
                 log_info("sandbox resumed in %lldms", (long long) (mono_ms() - t0));
         }
-        if (store_sandbox_update_cas(c->store, &sb, SB_RESUMING) < 0)
-                log_error("failed to record the resume outcome");
 }
 
 static void resume_job(struct ctl *c, char *id) {
-        log_ctx_set("SANDBOX_ID", id);
-        resume_locked(c, id);
-        ctl_notify_status(c);
+        settle_job(c, id, SB_RESUMING, "resume", resume_step);
 }
 
 static int transition(struct ctl *c, const struct sandbox *sb, enum sb_status from, enum sb_status to, const char *verb,

@@ -5,8 +5,10 @@
  * concurrency. Records are written before side effects so reapers can heal.
  * Returns 0 / -errno; -ENOENT when a row is missing. Never logs above debug.
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,75 +139,366 @@ static void unlockp(struct store **s) {
 }
 #define LOCKED(s) _cleanup_(unlockp) struct store *_locked_ = (pthread_mutex_lock(&(s)->lock), (s))
 
-static void bind_text(sqlite3_stmt *st, int i, const char *v) {
-        if (v)
-                sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
-        else
-                sqlite3_bind_null(st, i);
+/* ---- statements ----
+ *
+ * Every public function takes the store lock once (LOCKED) and then works through the
+ * helpers below, which expect it held. Parameters travel as struct param, built with
+ * p_text() and friends, so each value keeps its C type up to the sqlite3_bind_* call. */
+
+struct param {
+        enum { PARAM_NULL, PARAM_TEXT, PARAM_INT, PARAM_REAL } type;
+        union {
+                const char *text;
+                int64_t i;
+                double d;
+        };
+};
+
+static struct param p_text(const char *v) {
+        return (struct param) { .type = v ? PARAM_TEXT : PARAM_NULL, .text = v };
 }
-static void bind_ms(sqlite3_stmt *st, int i, int64_t v) {
-        if (v)
-                sqlite3_bind_int64(st, i, v);
-        else
-                sqlite3_bind_null(st, i);
+static struct param p_int(int64_t v) {
+        return (struct param) { .type = PARAM_INT, .i = v };
 }
+static struct param p_real(double v) {
+        return (struct param) { .type = PARAM_REAL, .d = v };
+}
+static struct param p_null(void) {
+        return (struct param) { .type = PARAM_NULL };
+}
+/* 0 as NULL: times and sizes where 0 means "not set". */
+static struct param p_opt(int64_t v) {
+        return v ? p_int(v) : p_null();
+}
+#define PARAMS(...) (const struct param[]) { __VA_ARGS__ }, ELEMENTSOF(((const struct param[]) { __VA_ARGS__ }))
+#define NO_PARAMS NULL, 0
+
+static void bind_param(sqlite3_stmt *st, int i, struct param p) {
+        switch (p.type) {
+        case PARAM_NULL:
+                sqlite3_bind_null(st, i);
+                break;
+        case PARAM_TEXT:
+                sqlite3_bind_text(st, i, p.text, -1, SQLITE_TRANSIENT);
+                break;
+        case PARAM_INT:
+                sqlite3_bind_int64(st, i, p.i);
+                break;
+        case PARAM_REAL:
+                sqlite3_bind_double(st, i, p.d);
+                break;
+        }
+}
+
+/* Binds p to ?first.. and checks that this fills exactly the statement's parameters, so a
+ * query and its arguments cannot drift apart unnoticed. */
+static int bind_params(sqlite3_stmt *st, int first, const struct param *p, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                bind_param(st, first + (int) i, p[i]);
+        if (sqlite3_bind_parameter_count(st) != first - 1 + (int) n) {
+                log_debug("sqlite: %s takes %d parameters, given %d", sqlite3_sql(st), sqlite3_bind_parameter_count(st),
+                          first - 1 + (int) n);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* sql prepared with p bound to ?1..?n. */
+static int stmt_new(struct store *s, const char *sql, const struct param *p, size_t n, sqlite3_stmt **ret) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, sql, &st)) < 0 || (r = bind_params(st, 1, p, n)) < 0)
+                return r;
+        *ret = TAKE_PTR(st);
+        return 0;
+}
+
+/* Runs a statement that returns no rows: how many rows it changed, or -errno. */
+static int run_changes(struct store *s, const char *sql, const struct param *p, size_t n) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = stmt_new(s, sql, p, n, &st)) < 0)
+                return r;
+        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
+                return r;
+        return sqlite3_changes(s->db);
+}
+
+/* As run_changes(), but 0 on success. */
+static int run(struct store *s, const char *sql, const struct param *p, size_t n) {
+        int r = run_changes(s, sql, p, n);
+        return r < 0 ? r : 0;
+}
+
+/* Runs a query up to its first row: 1 with *ret on that row, 0 when there is none, or -errno.
+ * *ret (the caller finalizes it) is set whenever this returns >= 0. */
+static int query(struct store *s, const char *sql, const struct param *p, size_t n, sqlite3_stmt **ret) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = stmt_new(s, sql, p, n, &st)) < 0)
+                return r;
+        r = sqlite3_step(st);
+        if (r != SQLITE_ROW && r != SQLITE_DONE)
+                return sqlite_to_errno(r) ?: -EIO;
+        *ret = TAKE_PTR(st);
+        return r == SQLITE_ROW;
+}
+
+/* The single integer sql returns (a COUNT): -EIO when it returns no row. */
+static int query_int(struct store *s, const char *sql, const struct param *p, size_t n, int64_t *ret) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = query(s, sql, p, n, &st);
+        if (r <= 0)
+                return r ?: -EIO;
+        *ret = sqlite3_column_int64(st, 0);
+        return 0;
+}
+
+/* After a guarded UPDATE of the row `id` changed nothing: -ENOENT when exists_sql (a SELECT
+ * by id) finds no row, else `present` (the guard said no). */
+static int unchanged(struct store *s, const char *exists_sql, const char *id, int present) {
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = query(s, exists_sql, PARAMS(p_text(id)), &st);
+        return r < 0 ? r : r > 0 ? present : -ENOENT;
+}
+
 static char *col_text(sqlite3_stmt *st, int i) {
         const unsigned char *t = sqlite3_column_text(st, i);
         return t ? xstrdup((const char *) t) : NULL;
 }
-static void col_id(sqlite3_stmt *st, int i, char out[SANDBOX_ID_LEN + 1]) {
-        const unsigned char *t = sqlite3_column_text(st, i);
-        snprintf(out, SANDBOX_ID_LEN + 1, "%s", t ? (const char *) t : "");
+
+/* ---- rows ----
+ *
+ * A table is described once, column by column, in the order of its SELECT, INSERT and
+ * UPDATE statements: reading a row into its struct and binding a struct as a row both walk
+ * that description, so a column is added in one place. */
+
+enum col_type {
+        COL_ID,     /* char[SANDBOX_ID_LEN + 1]; NULL reads as "" */
+        COL_TEXT,   /* char *, owned by the struct; NULL <-> NULL */
+        COL_INT,    /* int64_t */
+        COL_OPT,    /* int64_t; 0 is stored as NULL, NULL reads as 0 */
+        COL_SIZE,   /* int64_t; -1 (unknown) is stored as NULL, NULL reads as -1 */
+        COL_BOOL,   /* bool, stored as 0 or 1 */
+        COL_CUSTOM, /* the column's own read() and bind(), given the whole struct */
+};
+
+struct column {
+        const char *name;
+        enum col_type type;
+        size_t offset;
+        void (*read)(sqlite3_stmt *st, int i, void *row);
+        void (*bind)(sqlite3_stmt *st, int i, const void *row);
+};
+
+struct table {
+        const char *name;
+        const struct column *cols;
+        size_t n_cols;
+        size_t row_size;
+        void (*clear)(void *row);
+};
+
+/* A column entry for field f of ROW (defined around each table) whose C type must be T. */
+#define FIELD_OF(f, T)                                                                                   \
+        (offsetof(ROW, f) +                                                                               \
+         0 * sizeof(struct { _Static_assert(__builtin_types_compatible_p(__typeof__(((ROW *) 0)->f), T), #f); char c; }))
+#define C_ID(col, f) { col, COL_ID, FIELD_OF(f, char[SANDBOX_ID_LEN + 1]), NULL, NULL }
+#define C_TEXT(col, f) { col, COL_TEXT, FIELD_OF(f, char *), NULL, NULL }
+#define C_INT(col, f) { col, COL_INT, FIELD_OF(f, int64_t), NULL, NULL }
+#define C_OPT(col, f) { col, COL_OPT, FIELD_OF(f, int64_t), NULL, NULL }
+#define C_SIZE(col, f) { col, COL_SIZE, FIELD_OF(f, int64_t), NULL, NULL }
+#define C_BOOL(col, f) { col, COL_BOOL, FIELD_OF(f, bool), NULL, NULL }
+#define C_CUSTOM(col, fn) { col, COL_CUSTOM, 0, fn##_read, fn##_bind }
+
+static void row_read(const struct table *t, sqlite3_stmt *st, void *row) {
+        memset(row, 0, t->row_size);
+        for (int i = 0; i < (int) t->n_cols; i++) {
+                const struct column *c = &t->cols[i];
+                void *f = (char *) row + c->offset;
+                const unsigned char *txt;
+                switch (c->type) {
+                case COL_ID:
+                        txt = sqlite3_column_text(st, i);
+                        snprintf(f, SANDBOX_ID_LEN + 1, "%s", txt ? (const char *) txt : "");
+                        break;
+                case COL_TEXT:
+                        *(char **) f = col_text(st, i);
+                        break;
+                case COL_INT:
+                case COL_OPT:
+                        *(int64_t *) f = sqlite3_column_int64(st, i);
+                        break;
+                case COL_SIZE:
+                        *(int64_t *) f = sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, i);
+                        break;
+                case COL_BOOL:
+                        *(bool *) f = sqlite3_column_int(st, i) != 0;
+                        break;
+                case COL_CUSTOM:
+                        c->read(st, i, row);
+                        break;
+                }
+        }
 }
 
-/* One row by id: -ENOENT when absent. */
-static int get_one(struct store *s, const char *sql, const char *id, void (*from_row)(sqlite3_stmt *st, void *ret), void *ret) {
-        LOCKED(s);
+/* Binds row's columns to ?1..?n_cols. */
+static void row_bind(const struct table *t, sqlite3_stmt *st, const void *row) {
+        for (int i = 0; i < (int) t->n_cols; i++) {
+                const struct column *c = &t->cols[i];
+                const void *f = (const char *) row + c->offset;
+                switch (c->type) {
+                case COL_ID:
+                        bind_param(st, i + 1, p_text(f));
+                        break;
+                case COL_TEXT:
+                        bind_param(st, i + 1, p_text(*(char *const *) f));
+                        break;
+                case COL_INT:
+                        bind_param(st, i + 1, p_int(*(const int64_t *) f));
+                        break;
+                case COL_OPT:
+                        bind_param(st, i + 1, p_opt(*(const int64_t *) f));
+                        break;
+                case COL_SIZE:
+                        bind_param(st, i + 1, *(const int64_t *) f >= 0 ? p_int(*(const int64_t *) f) : p_null());
+                        break;
+                case COL_BOOL:
+                        bind_param(st, i + 1, p_int(*(const bool *) f));
+                        break;
+                case COL_CUSTOM:
+                        c->bind(st, i + 1, row);
+                        break;
+                }
+        }
+}
+
+/* "id, account_id, ..." (or "?, ?, ..." with placeholders) for t's columns. */
+static char *column_list(const struct table *t, bool placeholders) {
+        _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(0);
+        for (size_t i = 0; i < t->n_cols; i++)
+                strbuf_printf(&b, "%s%s", i ? ", " : "", placeholders ? "?" : t->cols[i].name);
+        return strbuf_steal(&b);
+}
+
+/* "SELECT <t's columns> FROM <t> <tail>". */
+static char *select_sql(const struct table *t, const char *tail) {
+        _cleanup_free_ char *cols = column_list(t, false);
+        return xasprintf("SELECT %s FROM %s %s", cols, t->name, tail);
+}
+
+/* The one row of t that "WHERE <where>" selects, read into ret: -ENOENT when there is none. */
+static int get_row(struct store *s, const struct table *t, const char *where, const struct param *p, size_t n, void *ret) {
+        _cleanup_free_ char *tail = xasprintf("WHERE %s", where);
+        _cleanup_free_ char *sql = select_sql(t, tail);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r, rc;
-        if ((r = prepare(s, sql, &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return -ENOENT;
-        if (rc != SQLITE_ROW)
-                return sqlite_to_errno(rc);
-        from_row(st, ret);
+        int r = query(s, sql, p, n, &st);
+        if (r <= 0)
+                return r ?: -ENOENT;
+        row_read(t, st, ret);
         return 0;
 }
 
+/* Every row st returns, as an array of t's structs: ret_rows is the address of a `T *`,
+ * set (with *ret_n) only on success; the caller frees the array. */
+static int collect(sqlite3_stmt *st, const struct table *t, void *ret_rows, size_t *ret_n) {
+        char *a = NULL;
+        size_t n = 0;
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+                a = xrealloc(a, (n + 1) * t->row_size);
+                row_read(t, st, a + n++ * t->row_size);
+        }
+        if (rc != SQLITE_DONE) {
+                for (size_t i = 0; i < n; i++)
+                        t->clear(a + i * t->row_size);
+                free(a);
+                return sqlite_to_errno(rc) ?: -EIO;
+        }
+        void *rows = a;
+        memcpy(ret_rows, &rows, sizeof(rows));
+        *ret_n = n;
+        return 0;
+}
+
+/* The rows of t that "SELECT ... FROM <t> <tail>" returns (see collect()). */
+static int select_rows(struct store *s, const struct table *t, const char *tail, const struct param *p, size_t n,
+                       void *ret_rows, size_t *ret_n) {
+        _cleanup_free_ char *sql = select_sql(t, tail);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = stmt_new(s, sql, p, n, &st)) < 0)
+                return r;
+        return collect(st, t, ret_rows, ret_n);
+}
+
+/* One page of the rows of t that "WHERE <where>" selects, newest first, and how many
+ * there are in all. where's parameters are ?1..?n; the page's own come after them. */
+static int select_page(struct store *s, const struct table *t, const char *where, const struct param *p, size_t n,
+                       int64_t offset, int64_t limit, void *ret_rows, size_t *ret_n, int64_t *ret_total) {
+        _cleanup_free_ char *count_sql = xasprintf("SELECT COUNT(*) FROM %s WHERE %s", t->name, where);
+        _cleanup_free_ char *tail = xasprintf("WHERE %s ORDER BY created_at DESC, id DESC LIMIT ?%zu OFFSET ?%zu", where,
+                                              n + 1, n + 2);
+        struct param all[8];
+        int64_t total;
+        int r;
+        assert(n + 2 <= ELEMENTSOF(all));
+        for (size_t i = 0; i < n; i++)
+                all[i] = p[i];
+        all[n] = p_int(limit);
+        all[n + 1] = p_int(offset);
+        if ((r = query_int(s, count_sql, p, n, &total)) < 0 || (r = select_rows(s, t, tail, all, n + 2, ret_rows, ret_n)) < 0)
+                return r;
+        *ret_total = total;
+        return 0;
+}
+
+static int insert_row(struct store *s, const struct table *t, const void *row) {
+        _cleanup_free_ char *cols = column_list(t, false), *qs = column_list(t, true);
+        _cleanup_free_ char *sql = xasprintf("INSERT INTO %s (%s) VALUES (%s)", t->name, cols, qs);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, sql, &st)) < 0)
+                return r;
+        row_bind(t, st, row);
+        return sqlite_to_errno(sqlite3_step(st));
+}
+
+/* Rewrites every column of the rows "WHERE <where>" selects from row (?1 is its id); where's
+ * own parameters (p) come after the row's. How many rows changed, or -errno. */
+static int update_row(struct store *s, const struct table *t, const void *row, const char *where, const struct param *p,
+                      size_t n) {
+        _cleanup_free_ char *cols = column_list(t, false), *qs = column_list(t, true);
+        _cleanup_free_ char *sql = xasprintf("UPDATE %s SET (%s) = (%s) WHERE %s", t->name, cols, qs, where);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r;
+        if ((r = prepare(s, sql, &st)) < 0)
+                return r;
+        row_bind(t, st, row);
+        if ((r = bind_params(st, (int) t->n_cols + 1, p, n)) < 0)
+                return r;
+        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
+                return r;
+        return sqlite3_changes(s->db);
+}
+
 /* In one IMMEDIATE transaction: count with count_sql(account_id), refuse with -EDQUOT when
- * the count is >= max (max < 0: no cap), else run insert_sql bound by bind(obj). This is
- * what makes plan caps exact under concurrent requests. */
-static int insert_capped(struct store *s, const char *count_sql, const char *account_id, int64_t max, const char *insert_sql,
-                         void (*bind)(sqlite3_stmt *st, const void *obj), const void *obj) {
-        LOCKED(s);
+ * the count is >= max (max < 0: no cap), else insert row into t. This is what makes plan
+ * caps exact under concurrent requests. */
+static int insert_capped(struct store *s, const struct table *t, const void *row, const char *count_sql,
+                         const char *account_id, int64_t max) {
+        int64_t count;
         int r;
         if ((r = exec_sql(s, "BEGIN IMMEDIATE")) < 0)
                 return r;
-        {
-                _cleanup_stmt_ sqlite3_stmt *cnt = NULL;
-                if ((r = prepare(s, count_sql, &cnt)) < 0)
-                        goto rollback;
-                bind_text(cnt, 1, account_id);
-                if (sqlite3_step(cnt) != SQLITE_ROW) {
-                        r = -EIO;
-                        goto rollback;
-                }
-                if (max >= 0 && sqlite3_column_int64(cnt, 0) >= max) {
-                        r = -EDQUOT;
-                        goto rollback;
-                }
+        if ((r = query_int(s, count_sql, PARAMS(p_text(account_id)), &count)) < 0)
+                goto rollback;
+        if (max >= 0 && count >= max) {
+                r = -EDQUOT;
+                goto rollback;
         }
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if ((r = prepare(s, insert_sql, &st)) < 0)
-                        goto rollback;
-                bind(st, obj);
-                if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                        goto rollback;
-        }
+        if ((r = insert_row(s, t, row)) < 0)
+                goto rollback;
         return exec_sql(s, "COMMIT");
 rollback:
         exec_sql(s, "ROLLBACK");
@@ -232,13 +525,8 @@ int store_open(const char *path, struct store **ret) {
         if ((r = exec_sql(s, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);")) < 0)
                 goto fail;
         int64_t version = 0;
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if ((r = prepare(s, "SELECT COALESCE(MAX(version), 0) FROM schema_version", &st)) < 0)
-                        goto fail;
-                if (sqlite3_step(st) == SQLITE_ROW)
-                        version = sqlite3_column_int64(st, 0);
-        }
+        if ((r = query_int(s, "SELECT COALESCE(MAX(version), 0) FROM schema_version", NO_PARAMS, &version)) < 0)
+                goto fail;
         if (version > (int64_t) ELEMENTSOF(migrations)) {
                 log_debug("database schema version %lld is newer than this controld (%zu)", (long long) version,
                           ELEMENTSOF(migrations));
@@ -278,55 +566,34 @@ struct store *store_close(struct store *s) {
 
 /* ---- meta ---- */
 
-int store_meta_get_or_set(struct store *s, const char *key, const char *value_if_absent, char **ret) {
-        LOCKED(s);
-        int r;
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if ((r = prepare(s, "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", &st)) < 0)
-                        return r;
-                bind_text(st, 1, key);
-                bind_text(st, 2, value_if_absent);
-                if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                        return r;
-        }
+static int meta_value(struct store *s, const char *key, char **ret) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if ((r = prepare(s, "SELECT value FROM meta WHERE key = ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, key);
-        if (sqlite3_step(st) != SQLITE_ROW)
-                return -EIO;
+        int r = query(s, "SELECT value FROM meta WHERE key = ?", PARAMS(p_text(key)), &st);
+        if (r <= 0)
+                return r ?: -ENOENT;
         *ret = col_text(st, 0);
         return 0;
+}
+
+int store_meta_get_or_set(struct store *s, const char *key, const char *value_if_absent, char **ret) {
+        LOCKED(s);
+        int r = run(s, "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", PARAMS(p_text(key), p_text(value_if_absent)));
+        if (r < 0)
+                return r;
+        r = meta_value(s, key, ret);
+        return r == -ENOENT ? -EIO : r;
 }
 
 int store_meta_put(struct store *s, const char *key, const char *value) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r = prepare(s, value ? "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)" : "DELETE FROM meta WHERE key = ?",
-                        &st);
-        if (r < 0)
-                return r;
-        bind_text(st, 1, key);
-        if (value)
-                bind_text(st, 2, value);
-        return sqlite_to_errno(sqlite3_step(st));
+        if (!value)
+                return run(s, "DELETE FROM meta WHERE key = ?", PARAMS(p_text(key)));
+        return run(s, "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", PARAMS(p_text(key), p_text(value)));
 }
 
 int store_meta_get(struct store *s, const char *key, char **ret) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r = prepare(s, "SELECT value FROM meta WHERE key = ?", &st);
-        if (r < 0)
-                return r;
-        bind_text(st, 1, key);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-                return -ENOENT;
-        if (rc != SQLITE_ROW)
-                return sqlite_to_errno(rc) ?: -EIO;
-        *ret = col_text(st, 0);
-        return 0;
+        return meta_value(s, key, ret);
 }
 
 /* ---- accounts and keys ---- */
@@ -338,75 +605,64 @@ void account_clear(struct account *a) {
         memset(a, 0, sizeof(*a));
 }
 
-static void account_from_row(sqlite3_stmt *st, struct account *a) {
-        col_id(st, 0, a->id);
-        a->name = col_text(st, 1);
-        a->plan = col_text(st, 2);
-        a->created_at = sqlite3_column_int64(st, 3);
+static void account_clear_row(void *row) {
+        account_clear(row);
 }
+
+#define ROW struct account
+static const struct column account_columns[] = {
+        C_ID("id", id), C_TEXT("name", name), C_TEXT("plan", plan), C_INT("created_at", created_at),
+};
+#undef ROW
+static const struct table accounts = {
+        "accounts", account_columns, ELEMENTSOF(account_columns), sizeof(struct account), account_clear_row,
+};
 
 int store_account_create(struct store *s, const char *name, const char *plan, struct account *ret) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
         char id[SANDBOX_ID_LEN + 1];
+        int64_t now = now_ms();
         int r;
 
         hexid_new(id);
-        if ((r = prepare(s, "INSERT INTO accounts (id, name, plan, created_at) VALUES (?, ?, ?, ?)", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        bind_text(st, 2, name);
-        bind_text(st, 3, plan);
-        sqlite3_bind_int64(st, 4, now_ms());
-        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
+        r = run(s, "INSERT INTO accounts (id, name, plan, created_at) VALUES (?, ?, ?, ?)",
+                PARAMS(p_text(id), p_text(name), p_text(plan), p_int(now)));
+        if (r < 0)
                 return r;
         if (ret) {
-                memset(ret, 0, sizeof(*ret));
-                snprintf(ret->id, sizeof(ret->id), "%s", id);
-                ret->name = xstrdup(name);
-                ret->plan = xstrdup(plan);
-                ret->created_at = now_ms();
+                *ret = (struct account) { .name = xstrdup(name), .plan = xstrdup(plan), .created_at = now };
+                memcpy(ret->id, id, sizeof(ret->id));
         }
         return 0;
 }
 
-static void account_row(sqlite3_stmt *st, void *ret) { account_from_row(st, ret); }
-
-static int account_query(struct store *s, const char *sql, const char *arg, struct account *ret) {
-        return get_one(s, sql, arg, account_row, ret);
-}
-
 int store_account_get(struct store *s, const char *id, struct account *ret) {
-        return account_query(s, "SELECT id, name, plan, created_at FROM accounts WHERE id = ?", id, ret);
+        LOCKED(s);
+        return get_row(s, &accounts, "id = ?", PARAMS(p_text(id)), ret);
 }
 
 int store_account_by_name(struct store *s, const char *name, struct account *ret) {
-        return account_query(s, "SELECT id, name, plan, created_at FROM accounts WHERE name = ?", name, ret);
+        LOCKED(s);
+        return get_row(s, &accounts, "name = ?", PARAMS(p_text(name)), ret);
 }
 
 int store_key_lookup(struct store *s, const char *key_hash, struct account *ret) {
-        return account_query(s,
-                             "SELECT a.id, a.name, a.plan, a.created_at FROM api_keys k JOIN accounts a ON a.id = k.account_id"
-                             " WHERE k.hash = ? AND k.revoked_at IS NULL",
-                             key_hash, ret);
+        LOCKED(s);
+        /* hash is unique: one key, one account. */
+        return get_row(s, &accounts, "id = (SELECT account_id FROM api_keys WHERE hash = ? AND revoked_at IS NULL)",
+                       PARAMS(p_text(key_hash)), ret);
 }
 
 int store_account_foreach(struct store *s, int (*cb)(const struct account *a, void *ud), void *ud) {
         struct account *list = NULL;
         size_t n = 0;
+        int r;
         {
                 LOCKED(s);
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                int r = prepare(s, "SELECT id, name, plan, created_at FROM accounts ORDER BY created_at", &st);
-                if (r < 0)
+                if ((r = select_rows(s, &accounts, "ORDER BY created_at", NO_PARAMS, &list, &n)) < 0)
                         return r;
-                while (sqlite3_step(st) == SQLITE_ROW) {
-                        list = xrealloc(list, (n + 1) * sizeof(*list));
-                        memset(&list[n], 0, sizeof(list[n]));
-                        account_from_row(st, &list[n++]);
-                }
         }
-        int r = 0;
+        r = 0;
         for (size_t i = 0; i < n; i++) {
                 if (r >= 0)
                         r = cb(&list[i], ud);
@@ -419,34 +675,17 @@ int store_account_foreach(struct store *s, int (*cb)(const struct account *a, vo
 int store_key_add(struct store *s, const char *account_id, const char *key_hash, const char *prefix,
                   char ret_id[SANDBOX_ID_LEN + 1]) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
         hexid_new(ret_id);
-        if ((r = prepare(s, "INSERT INTO api_keys (id, account_id, hash, prefix, created_at) VALUES (?, ?, ?, ?, ?)", &st)) < 0)
-                return r;
-        bind_text(st, 1, ret_id);
-        bind_text(st, 2, account_id);
-        bind_text(st, 3, key_hash);
-        bind_text(st, 4, prefix);
-        sqlite3_bind_int64(st, 5, now_ms());
-        r = sqlite3_step(st);
-        if ((r & 0xff) == SQLITE_CONSTRAINT)
-                return -ENOENT; /* unknown account (foreign key) */
-        return sqlite_to_errno(r);
+        int r = run(s, "INSERT INTO api_keys (id, account_id, hash, prefix, created_at) VALUES (?, ?, ?, ?, ?)",
+                    PARAMS(p_text(ret_id), p_text(account_id), p_text(key_hash), p_text(prefix), p_int(now_ms())));
+        return r == -EEXIST ? -ENOENT : r; /* a constraint: the account is unknown (foreign key) */
 }
 
 int store_key_revoke(struct store *s, const char *id_or_prefix) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "UPDATE api_keys SET revoked_at = ? WHERE (id = ? OR prefix = ?) AND revoked_at IS NULL", &st)) < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, now_ms());
-        bind_text(st, 2, id_or_prefix);
-        bind_text(st, 3, id_or_prefix);
-        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : -ENOENT;
+        int r = run_changes(s, "UPDATE api_keys SET revoked_at = ?1 WHERE (id = ?2 OR prefix = ?2) AND revoked_at IS NULL",
+                            PARAMS(p_int(now_ms()), p_text(id_or_prefix)));
+        return r == 0 ? -ENOENT : r < 0 ? r : 0;
 }
 
 int store_key_foreach(struct store *s, const char *account_id,
@@ -454,10 +693,9 @@ int store_key_foreach(struct store *s, const char *account_id,
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r;
-        if ((r = prepare(s, "SELECT id, prefix, created_at, COALESCE(revoked_at, 0) FROM api_keys WHERE account_id = ?"
-                            " ORDER BY created_at", &st)) < 0)
+        if ((r = stmt_new(s, "SELECT id, prefix, created_at, COALESCE(revoked_at, 0) FROM api_keys WHERE account_id = ?"
+                             " ORDER BY created_at", PARAMS(p_text(account_id)), &st)) < 0)
                 return r;
-        bind_text(st, 1, account_id);
         while (sqlite3_step(st) == SQLITE_ROW) {
                 r = cb((const char *) sqlite3_column_text(st, 0), (const char *) sqlite3_column_text(st, 1),
                        sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3), ud);
@@ -518,157 +756,102 @@ void sandbox_array_free(struct sandbox *a, size_t n) {
         free(a);
 }
 
-#define SB_COLS                                                                                               \
-        "id, account_id, name, template, image, status, region, cpu, memory, disk, team, project_environment, " \
-        "auto_destroy, destroy_timeout, one_shot, egress_mode, egress_allow, persistent, persistent_disk_gb, "  \
-        "volume_id, mount_path, from_snapshot, snapshot_mode, snapshot_frequency, created_at, last_activity_at, " \
-        "expires_at, paused_at, destroyed_at, destroy_reason, failure_reason, driver, job_id, alloc_id, node_id, " \
-        "container_id, ip, timings"
-#define SB_NCOLS 38
-
-static void sandbox_from_row(sqlite3_stmt *st, struct sandbox *s) {
-        int i = 0;
-        memset(s, 0, sizeof(*s));
-        col_id(st, i++, s->id);
-        col_id(st, i++, s->account_id);
-        s->name = col_text(st, i++);
-        s->template_name = col_text(st, i++);
-        s->image = col_text(st, i++);
-        {
-                const char *t = (const char *) sqlite3_column_text(st, i++);
-                int k = sb_status_from_str(t);
-                s->status = k < 0 ? SB_FAILED : (enum sb_status) k;
-        }
-        s->region_key = col_text(st, i++);
-        s->cpu = sqlite3_column_int64(st, i++);
-        s->memory = sqlite3_column_int64(st, i++);
-        s->disk = sqlite3_column_int64(st, i++);
-        s->team = col_text(st, i++);
-        s->project_environment = col_text(st, i++);
-        s->auto_destroy = sqlite3_column_int(st, i++);
-        s->destroy_timeout = col_text(st, i++);
-        s->one_shot = sqlite3_column_int(st, i++);
-        s->egress.mode = (enum pj_egress_mode) sqlite3_column_int(st, i++);
-        sb_egress_allow_from_text(&s->egress, (const char *) sqlite3_column_text(st, i++));
-        s->persistent = sqlite3_column_int(st, i++);
-        s->persistent_disk_gb = sqlite3_column_int64(st, i++);
-        s->volume_id = col_text(st, i++);
-        s->mount_path = col_text(st, i++);
-        s->from_snapshot = col_text(st, i++);
-        s->snapshot_mode = col_text(st, i++);
-        s->snapshot_frequency = col_text(st, i++);
-        s->created_at = sqlite3_column_int64(st, i++);
-        s->last_activity_at = sqlite3_column_int64(st, i++);
-        s->expires_at = sqlite3_column_int64(st, i++);
-        s->paused_at = sqlite3_column_int64(st, i++);
-        s->destroyed_at = sqlite3_column_int64(st, i++);
-        s->destroy_reason = col_text(st, i++);
-        s->failure_reason = col_text(st, i++);
-        s->driver = col_text(st, i++);
-        s->job_id = col_text(st, i++);
-        s->alloc_id = col_text(st, i++);
-        s->node_id = col_text(st, i++);
-        s->container_id = col_text(st, i++);
-        s->ip = col_text(st, i++);
-        sb_timings_from_text(&s->timings, (const char *) sqlite3_column_text(st, i++));
+static void sandbox_clear_row(void *row) {
+        sandbox_clear(row);
 }
 
-/* Binds every column in SB_COLS order starting at parameter `first`. */
-static void sandbox_bind(sqlite3_stmt *st, int first, const struct sandbox *s) {
-        int i = first;
-        bind_text(st, i++, s->id);
-        bind_text(st, i++, s->account_id);
-        bind_text(st, i++, s->name);
-        bind_text(st, i++, s->template_name);
-        bind_text(st, i++, s->image);
-        bind_text(st, i++, sb_status_str(s->status));
-        bind_text(st, i++, s->region_key);
-        sqlite3_bind_int64(st, i++, s->cpu);
-        sqlite3_bind_int64(st, i++, s->memory);
-        sqlite3_bind_int64(st, i++, s->disk);
-        bind_text(st, i++, s->team);
-        bind_text(st, i++, s->project_environment);
-        sqlite3_bind_int(st, i++, s->auto_destroy);
-        bind_text(st, i++, s->destroy_timeout);
-        sqlite3_bind_int(st, i++, s->one_shot);
-        sqlite3_bind_int(st, i++, (int) s->egress.mode);
-        _cleanup_free_ char *allow = sb_egress_allow_to_text(&s->egress);
-        bind_text(st, i++, allow);
-        sqlite3_bind_int(st, i++, s->persistent);
-        bind_ms(st, i++, s->persistent_disk_gb);
-        bind_text(st, i++, s->volume_id);
-        bind_text(st, i++, s->mount_path);
-        bind_text(st, i++, s->from_snapshot);
-        bind_text(st, i++, s->snapshot_mode ? s->snapshot_mode : "manual");
-        bind_text(st, i++, s->snapshot_frequency);
-        sqlite3_bind_int64(st, i++, s->created_at);
-        sqlite3_bind_int64(st, i++, s->last_activity_at);
-        sqlite3_bind_int64(st, i++, s->expires_at);
-        bind_ms(st, i++, s->paused_at);
-        bind_ms(st, i++, s->destroyed_at);
-        bind_text(st, i++, s->destroy_reason);
-        bind_text(st, i++, s->failure_reason);
-        bind_text(st, i++, s->driver);
-        bind_text(st, i++, s->job_id);
-        bind_text(st, i++, s->alloc_id);
-        bind_text(st, i++, s->node_id);
-        bind_text(st, i++, s->container_id);
-        bind_text(st, i++, s->ip);
-        _cleanup_free_ char *timings = sb_timings_to_text(&s->timings);
-        bind_text(st, i++, timings);
+/* The sandbox columns stored in another form than their field's. */
+static void sb_status_read(sqlite3_stmt *st, int i, void *row) {
+        int k = sb_status_from_str((const char *) sqlite3_column_text(st, i));
+        ((struct sandbox *) row)->status = k < 0 ? SB_FAILED : (enum sb_status) k;
+}
+static void sb_status_bind(sqlite3_stmt *st, int i, const void *row) {
+        bind_param(st, i, p_text(sb_status_str(((const struct sandbox *) row)->status)));
+}
+static void sb_egress_mode_read(sqlite3_stmt *st, int i, void *row) {
+        ((struct sandbox *) row)->egress.mode = (enum pj_egress_mode) sqlite3_column_int(st, i);
+}
+static void sb_egress_mode_bind(sqlite3_stmt *st, int i, const void *row) {
+        bind_param(st, i, p_int(((const struct sandbox *) row)->egress.mode));
+}
+static void sb_egress_allow_read(sqlite3_stmt *st, int i, void *row) {
+        sb_egress_allow_from_text(&((struct sandbox *) row)->egress, (const char *) sqlite3_column_text(st, i));
+}
+static void sb_egress_allow_bind(sqlite3_stmt *st, int i, const void *row) {
+        _cleanup_free_ char *allow = sb_egress_allow_to_text(&((const struct sandbox *) row)->egress);
+        bind_param(st, i, p_text(allow));
+}
+/* NULL reads as NULL; a sandbox without a mode is stored as "manual" (the column is NOT NULL). */
+static void sb_snapshot_mode_read(sqlite3_stmt *st, int i, void *row) {
+        ((struct sandbox *) row)->snapshot_mode = col_text(st, i);
+}
+static void sb_snapshot_mode_bind(sqlite3_stmt *st, int i, const void *row) {
+        const char *mode = ((const struct sandbox *) row)->snapshot_mode;
+        bind_param(st, i, p_text(mode ? mode : "manual"));
+}
+static void sb_timings_read(sqlite3_stmt *st, int i, void *row) {
+        sb_timings_from_text(&((struct sandbox *) row)->timings, (const char *) sqlite3_column_text(st, i));
+}
+static void sb_timings_bind(sqlite3_stmt *st, int i, const void *row) {
+        _cleanup_free_ char *timings = sb_timings_to_text(&((const struct sandbox *) row)->timings);
+        bind_param(st, i, p_text(timings));
 }
 
-static void sandbox_bind_all(sqlite3_stmt *st, const void *obj) { sandbox_bind(st, 1, obj); }
+#define ROW struct sandbox
+static const struct column sandbox_columns[] = {
+        C_ID("id", id), C_ID("account_id", account_id), C_TEXT("name", name), C_TEXT("template", template_name),
+        C_TEXT("image", image), C_CUSTOM("status", sb_status), C_TEXT("region", region_key),
+        C_INT("cpu", cpu), C_INT("memory", memory), C_INT("disk", disk),
+        C_TEXT("team", team), C_TEXT("project_environment", project_environment),
+        C_BOOL("auto_destroy", auto_destroy), C_TEXT("destroy_timeout", destroy_timeout), C_BOOL("one_shot", one_shot),
+        C_CUSTOM("egress_mode", sb_egress_mode), C_CUSTOM("egress_allow", sb_egress_allow),
+        C_BOOL("persistent", persistent), C_OPT("persistent_disk_gb", persistent_disk_gb),
+        C_TEXT("volume_id", volume_id), C_TEXT("mount_path", mount_path), C_TEXT("from_snapshot", from_snapshot),
+        C_CUSTOM("snapshot_mode", sb_snapshot_mode), C_TEXT("snapshot_frequency", snapshot_frequency),
+        C_INT("created_at", created_at), C_INT("last_activity_at", last_activity_at), C_INT("expires_at", expires_at),
+        C_OPT("paused_at", paused_at), C_OPT("destroyed_at", destroyed_at),
+        C_TEXT("destroy_reason", destroy_reason), C_TEXT("failure_reason", failure_reason),
+        C_TEXT("driver", driver), C_TEXT("job_id", job_id), C_TEXT("alloc_id", alloc_id), C_TEXT("node_id", node_id),
+        C_TEXT("container_id", container_id), C_TEXT("ip", ip), C_CUSTOM("timings", sb_timings),
+};
+#undef ROW
+static const struct table sandboxes = {
+        "sandboxes", sandbox_columns, ELEMENTSOF(sandbox_columns), sizeof(struct sandbox), sandbox_clear_row,
+};
 
 int store_sandbox_insert_capped(struct store *s, const struct sandbox *sb, int64_t max_concurrent) {
-        char sql[1024], qs[SB_NCOLS * 2 + 1];
-        for (int i = 0; i < SB_NCOLS; i++) {
-                qs[2 * i] = '?';
-                qs[2 * i + 1] = ',';
-        }
-        qs[2 * SB_NCOLS - 1] = 0;
-        snprintf(sql, sizeof(sql), "INSERT INTO sandboxes (" SB_COLS ") VALUES (%s)", qs);
-        return insert_capped(s,
+        LOCKED(s);
+        return insert_capped(s, &sandboxes, sb,
                              "SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND status IN "
                              "('starting','ready','pausing','paused','resuming')",
-                             sb->account_id, max_concurrent, sql, sandbox_bind_all, sb);
+                             sb->account_id, max_concurrent);
 }
-
-static void sandbox_row(sqlite3_stmt *st, void *ret) { sandbox_from_row(st, ret); }
 
 int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret) {
-        return get_one(s, "SELECT " SB_COLS " FROM sandboxes WHERE id = ?", id, sandbox_row, ret);
+        LOCKED(s);
+        return get_row(s, &sandboxes, "id = ?", PARAMS(p_text(id)), ret);
 }
 
-/* After an UPDATE ... WHERE id = ? AND status = ? changed nothing (store lock held): -ENOENT
- * when the sandbox is missing, else -ESTALE (its status was not the expected one). */
+int store_sandbox_get_owned(struct store *s, const char *account_id, const char *id, struct sandbox *ret) {
+        LOCKED(s);
+        return get_row(s, &sandboxes, "id = ? AND account_id = ?", PARAMS(p_text(id), p_text(account_id)), ret);
+}
+
+/* After an UPDATE ... WHERE id = ? AND status = ? changed nothing: -ENOENT when the sandbox
+ * is missing, else -ESTALE (its status was not the expected one). */
 static int sandbox_unchanged(struct store *s, const char *id) {
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "SELECT 1 FROM sandboxes WHERE id = ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        r = sqlite3_step(st);
-        if (r == SQLITE_DONE)
-                return -ENOENT;
-        return r == SQLITE_ROW ? -ESTALE : sqlite_to_errno(r);
+        return unchanged(s, "SELECT 1 FROM sandboxes WHERE id = ?", id, -ESTALE);
 }
 
-/* Rewrites every column (the id binds twice: SET id = ? is harmless) while the stored status
- * is `expected` (< 0: whatever it is). */
+/* Rewrites every column (SET id = ?1 is harmless) while the stored status is `expected`
+ * (< 0: whatever it is). */
 static int sandbox_update_if(struct store *s, const struct sandbox *sb, int expected) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "UPDATE sandboxes SET (" SB_COLS ") = (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                            "?,?,?,?,?,?,?,?) WHERE id = ? AND (?40 IS NULL OR status = ?40)", &st)) < 0)
+        int r = update_row(s, &sandboxes, sb, "id = ?1 AND (:expected IS NULL OR status = :expected)",
+                           PARAMS(p_text(expected >= 0 ? sb_status_str((enum sb_status) expected) : NULL)));
+        if (r < 0)
                 return r;
-        sandbox_bind(st, 1, sb);
-        bind_text(st, SB_NCOLS + 1, sb->id);
-        bind_text(st, SB_NCOLS + 2, expected >= 0 ? sb_status_str((enum sb_status) expected) : NULL);
-        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : sandbox_unchanged(s, sb->id);
+        return r > 0 ? 0 : sandbox_unchanged(s, sb->id);
 }
 
 int store_sandbox_update(struct store *s, const struct sandbox *sb) {
@@ -681,105 +864,50 @@ int store_sandbox_update_cas(struct store *s, const struct sandbox *sb, enum sb_
 
 int store_sandbox_cas_status(struct store *s, const char *id, enum sb_status from, enum sb_status to) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "UPDATE sandboxes SET status = ? WHERE id = ? AND status = ?", &st)) < 0)
+        int r = run_changes(s, "UPDATE sandboxes SET status = ? WHERE id = ? AND status = ?",
+                            PARAMS(p_text(sb_status_str(to)), p_text(id), p_text(sb_status_str(from))));
+        if (r < 0)
                 return r;
-        bind_text(st, 1, sb_status_str(to));
-        bind_text(st, 2, id);
-        bind_text(st, 3, sb_status_str(from));
-        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : sandbox_unchanged(s, id);
+        return r > 0 ? 0 : sandbox_unchanged(s, id);
 }
 
 int store_sandbox_delete(struct store *s, const char *id) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "DELETE FROM sandboxes WHERE id = ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        return sqlite_to_errno(sqlite3_step(st));
+        return run(s, "DELETE FROM sandboxes WHERE id = ?", PARAMS(p_text(id)));
 }
 
 int store_sandbox_touch(struct store *s, const char *id, int64_t now) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "UPDATE sandboxes SET last_activity_at = ? WHERE id = ?", &st)) < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, now);
-        bind_text(st, 2, id);
-        return sqlite_to_errno(sqlite3_step(st));
+        return run(s, "UPDATE sandboxes SET last_activity_at = ? WHERE id = ?", PARAMS(p_int(now), p_text(id)));
 }
 
-static int collect_sandboxes(sqlite3_stmt *st, struct sandbox **ret, size_t *ret_n) {
-        struct sandbox *a = NULL;
-        size_t n = 0;
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                a = xrealloc(a, (n + 1) * sizeof(*a));
-                sandbox_from_row(st, &a[n++]);
-        }
-        if (rc != SQLITE_DONE) {
-                sandbox_array_free(a, n);
-                return sqlite_to_errno(rc);
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+static struct param p_status(int status) {
+        return p_text(status >= 0 ? sb_status_str((enum sb_status) status) : NULL);
 }
 
 int store_sandbox_list(struct store *s, const char *account_id, int status_filter, int64_t offset, int64_t limit,
                        struct sandbox **ret, size_t *ret_n, int64_t *ret_total) {
         LOCKED(s);
-        int r;
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if ((r = prepare(s, "SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND (?2 IS NULL OR status = ?2)", &st)) < 0)
-                        return r;
-                bind_text(st, 1, account_id);
-                bind_text(st, 2, status_filter >= 0 ? sb_status_str((enum sb_status) status_filter) : NULL);
-                if (sqlite3_step(st) != SQLITE_ROW)
-                        return -EIO;
-                *ret_total = sqlite3_column_int64(st, 0);
-        }
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if ((r = prepare(s, "SELECT " SB_COLS " FROM sandboxes WHERE account_id = ? AND (?2 IS NULL OR status = ?2)"
-                            " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, account_id);
-        bind_text(st, 2, status_filter >= 0 ? sb_status_str((enum sb_status) status_filter) : NULL);
-        sqlite3_bind_int64(st, 3, limit);
-        sqlite3_bind_int64(st, 4, offset);
-        return collect_sandboxes(st, ret, ret_n);
+        return select_page(s, &sandboxes, "account_id = ?1 AND (?2 IS NULL OR status = ?2)",
+                           PARAMS(p_text(account_id), p_status(status_filter)), offset, limit, ret, ret_n, ret_total);
 }
 
 int store_sandbox_list_status(struct store *s, const char *account_id, int status, struct sandbox **ret, size_t *ret_n) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "SELECT " SB_COLS " FROM sandboxes WHERE (?1 IS NULL OR account_id = ?1) AND (?2 IS NULL OR status = ?2)"
-                            " ORDER BY created_at", &st)) < 0)
-                return r;
-        bind_text(st, 1, account_id);
-        bind_text(st, 2, status >= 0 ? sb_status_str((enum sb_status) status) : NULL);
-        return collect_sandboxes(st, ret, ret_n);
+        return select_rows(s, &sandboxes,
+                           "WHERE (?1 IS NULL OR account_id = ?1) AND (?2 IS NULL OR status = ?2) ORDER BY created_at",
+                           PARAMS(p_text(account_id), p_status(status)), ret, ret_n);
 }
 
 int store_sandbox_list_automatic(struct store *s, struct sandbox **ret, size_t *ret_n) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
         /* Live sandboxes with a schedule, and any sandbox (destroyed too) that still has an
          * automatic snapshot: the only ones schedules or retention can act on. */
-        if ((r = prepare(s, "SELECT " SB_COLS " FROM sandboxes WHERE (snapshot_mode = 'automatic'"
-                            "   AND status IN ('starting', 'ready', 'pausing', 'paused', 'resuming'))"
-                            " OR id IN (SELECT sandbox_id FROM snapshots WHERE automatic = 1)"
-                            " ORDER BY created_at", &st)) < 0)
-                return r;
-        return collect_sandboxes(st, ret, ret_n);
+        return select_rows(s, &sandboxes,
+                           "WHERE (snapshot_mode = 'automatic'"
+                           "   AND status IN ('starting', 'ready', 'pausing', 'paused', 'resuming'))"
+                           " OR id IN (SELECT sandbox_id FROM snapshots WHERE automatic = 1) ORDER BY created_at",
+                           NO_PARAMS, ret, ret_n);
 }
 
 int store_sandbox_count_by_status(struct store *s, int64_t counts[_SB_STATUS_MAX]) {
@@ -812,250 +940,137 @@ void volume_array_free(struct volume *a, size_t n) {
         free(a);
 }
 
-#define VOL_COLS "id, account_id, name, type, size_gb, region, team, handle, mount_path, attached_sandbox_id, " \
-                 "last_attached_at, created_at, updated_at"
-
-static void volume_from_row(sqlite3_stmt *st, struct volume *v) {
-        int i = 0;
-        memset(v, 0, sizeof(*v));
-        col_id(st, i++, v->id);
-        col_id(st, i++, v->account_id);
-        v->name = col_text(st, i++);
-        v->type = col_text(st, i++);
-        v->size_gb = sqlite3_column_int64(st, i++);
-        v->region_key = col_text(st, i++);
-        v->team = col_text(st, i++);
-        v->handle = col_text(st, i++);
-        v->mount_path = col_text(st, i++);
-        v->attached_sandbox_id = col_text(st, i++);
-        v->last_attached_at = sqlite3_column_int64(st, i++);
-        v->created_at = sqlite3_column_int64(st, i++);
-        v->updated_at = sqlite3_column_int64(st, i++);
+static void volume_clear_row(void *row) {
+        volume_clear(row);
 }
 
-static void volume_bind(sqlite3_stmt *st, const struct volume *v) {
-        int i = 1;
-        bind_text(st, i++, v->id);
-        bind_text(st, i++, v->account_id);
-        bind_text(st, i++, v->name);
-        bind_text(st, i++, v->type);
-        sqlite3_bind_int64(st, i++, v->size_gb);
-        bind_text(st, i++, v->region_key);
-        bind_text(st, i++, v->team);
-        bind_text(st, i++, v->handle);
-        bind_text(st, i++, v->mount_path);
-        bind_text(st, i++, v->attached_sandbox_id);
-        bind_ms(st, i++, v->last_attached_at);
-        sqlite3_bind_int64(st, i++, v->created_at);
-        sqlite3_bind_int64(st, i++, v->updated_at);
-}
-
-static void volume_bind_all(sqlite3_stmt *st, const void *obj) { volume_bind(st, obj); }
+#define ROW struct volume
+static const struct column volume_columns[] = {
+        C_ID("id", id), C_ID("account_id", account_id), C_TEXT("name", name), C_TEXT("type", type), C_INT("size_gb", size_gb),
+        C_TEXT("region", region_key), C_TEXT("team", team), C_TEXT("handle", handle), C_TEXT("mount_path", mount_path),
+        C_TEXT("attached_sandbox_id", attached_sandbox_id), C_OPT("last_attached_at", last_attached_at),
+        C_INT("created_at", created_at), C_INT("updated_at", updated_at),
+};
+#undef ROW
+static const struct table volumes = {
+        "volumes", volume_columns, ELEMENTSOF(volume_columns), sizeof(struct volume), volume_clear_row,
+};
 
 int store_volume_insert_capped(struct store *s, const struct volume *v, int64_t max_volumes) {
-        return insert_capped(s, "SELECT COUNT(*) FROM volumes WHERE account_id = ?", v->account_id, max_volumes,
-                             "INSERT INTO volumes (" VOL_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", volume_bind_all, v);
+        LOCKED(s);
+        return insert_capped(s, &volumes, v, "SELECT COUNT(*) FROM volumes WHERE account_id = ?", v->account_id, max_volumes);
 }
 
-static void volume_row(sqlite3_stmt *st, void *ret) { volume_from_row(st, ret); }
-
 int store_volume_get(struct store *s, const char *id, struct volume *ret) {
-        return get_one(s, "SELECT " VOL_COLS " FROM volumes WHERE id = ?", id, volume_row, ret);
+        LOCKED(s);
+        return get_row(s, &volumes, "id = ?", PARAMS(p_text(id)), ret);
+}
+
+int store_volume_get_owned(struct store *s, const char *account_id, const char *id, struct volume *ret) {
+        LOCKED(s);
+        return get_row(s, &volumes, "id = ? AND account_id = ?", PARAMS(p_text(id), p_text(account_id)), ret);
 }
 
 int store_volume_update(struct store *s, const struct volume *v) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "UPDATE volumes SET (" VOL_COLS ") = (?,?,?,?,?,?,?,?,?,?,?,?,?) WHERE id = ?1", &st)) < 0)
-                return r;
-        volume_bind(st, v);
-        return sqlite_to_errno(sqlite3_step(st));
+        int r = update_row(s, &volumes, v, "id = ?1", NO_PARAMS);
+        return r < 0 ? r : 0;
 }
 
 int store_volume_delete(struct store *s, const char *id) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "DELETE FROM volumes WHERE id = ? AND attached_sandbox_id IS NULL", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : -EBUSY;
+        int r = run_changes(s, "DELETE FROM volumes WHERE id = ? AND attached_sandbox_id IS NULL", PARAMS(p_text(id)));
+        return r == 0 ? -EBUSY : r < 0 ? r : 0;
 }
 
 /* The error for a volume row that an UPDATE guarded by "not deleting, not attached
- * elsewhere" left alone (store lock held). */
+ * elsewhere" left alone. */
 static int volume_unchanged(struct store *s, const char *id) {
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "SELECT deleting FROM volumes WHERE id = ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        r = sqlite3_step(st);
-        if (r == SQLITE_DONE)
-                return -ENOENT;
-        if (r != SQLITE_ROW)
-                return sqlite_to_errno(r);
+        int r = query(s, "SELECT deleting FROM volumes WHERE id = ?", PARAMS(p_text(id)), &st);
+        if (r <= 0)
+                return r ?: -ENOENT;
         return sqlite3_column_int(st, 0) ? -EALREADY : -EBUSY;
 }
 
 int store_volume_begin_delete(struct store *s, const char *id, const char *owner_sandbox_id) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
         /* One statement: the check and the mark cannot be split by a concurrent attach. */
-        if ((r = prepare(s, "UPDATE volumes SET deleting = 1, attached_sandbox_id = NULL, updated_at = ?"
-                            " WHERE id = ? AND deleting = 0 AND (attached_sandbox_id IS NULL OR attached_sandbox_id = ?)", &st)) < 0)
+        int r = run_changes(s, "UPDATE volumes SET deleting = 1, attached_sandbox_id = NULL, updated_at = ?"
+                               " WHERE id = ? AND deleting = 0 AND (attached_sandbox_id IS NULL OR attached_sandbox_id = ?)",
+                            PARAMS(p_int(now_ms()), p_text(id), p_text(owner_sandbox_id)));
+        if (r < 0)
                 return r;
-        sqlite3_bind_int64(st, 1, now_ms());
-        bind_text(st, 2, id);
-        bind_text(st, 3, owner_sandbox_id);
-        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                return r;
-        if (sqlite3_changes(s->db) > 0)
-                return 0;
-        return volume_unchanged(s, id);
+        return r > 0 ? 0 : volume_unchanged(s, id);
 }
 
 int store_volume_abort_delete(struct store *s, const char *id) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "UPDATE volumes SET deleting = 0 WHERE (?1 IS NULL OR id = ?1) AND deleting = 1", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        return sqlite_to_errno(sqlite3_step(st));
+        return run(s, "UPDATE volumes SET deleting = 0 WHERE (?1 IS NULL OR id = ?1) AND deleting = 1", PARAMS(p_text(id)));
 }
 
 int store_volume_list(struct store *s, const char *account_id, int64_t offset, int64_t limit, struct volume **ret,
                       size_t *ret_n, int64_t *ret_total) {
         LOCKED(s);
-        int r, rc;
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if ((r = prepare(s, "SELECT COUNT(*) FROM volumes WHERE account_id = ?", &st)) < 0)
-                        return r;
-                bind_text(st, 1, account_id);
-                if (sqlite3_step(st) != SQLITE_ROW)
-                        return -EIO;
-                *ret_total = sqlite3_column_int64(st, 0);
-        }
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if ((r = prepare(s, "SELECT " VOL_COLS " FROM volumes WHERE account_id = ? ORDER BY created_at DESC, id DESC"
-                            " LIMIT ? OFFSET ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, account_id);
-        sqlite3_bind_int64(st, 2, limit);
-        sqlite3_bind_int64(st, 3, offset);
-        struct volume *a = NULL;
-        size_t n = 0;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                a = xrealloc(a, (n + 1) * sizeof(*a));
-                volume_from_row(st, &a[n++]);
-        }
-        *ret = a;
-        *ret_n = n;
-        return rc == SQLITE_DONE ? 0 : sqlite_to_errno(rc);
+        return select_page(s, &volumes, "account_id = ?1", PARAMS(p_text(account_id)), offset, limit, ret, ret_n, ret_total);
 }
 
 int store_volume_attach(struct store *s, const char *vol_id, const char *sandbox_id, const char *mount_path, int64_t now) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "UPDATE volumes SET attached_sandbox_id = ?, mount_path = ?, last_attached_at = ?, updated_at = ?"
-                            " WHERE id = ? AND deleting = 0 AND (attached_sandbox_id IS NULL OR attached_sandbox_id = ?1)", &st)) < 0)
-                return r;
-        bind_text(st, 1, sandbox_id);
-        bind_text(st, 2, mount_path);
-        sqlite3_bind_int64(st, 3, now);
-        sqlite3_bind_int64(st, 4, now);
-        bind_text(st, 5, vol_id);
-        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                return r;
-        if (sqlite3_changes(s->db) > 0)
-                return 0;
+        int r = run_changes(s, "UPDATE volumes SET attached_sandbox_id = ?1, mount_path = ?2, last_attached_at = ?3, updated_at = ?3"
+                               " WHERE id = ?4 AND deleting = 0 AND (attached_sandbox_id IS NULL OR attached_sandbox_id = ?1)",
+                            PARAMS(p_text(sandbox_id), p_text(mount_path), p_int(now), p_text(vol_id)));
+        if (r != 0)
+                return r < 0 ? r : 0;
         r = volume_unchanged(s, vol_id);
         return r == -EALREADY ? -ENOENT : r;   /* a volume being deleted is as good as gone */
 }
 
 int store_volume_detach_sandbox(struct store *s, const char *sandbox_id, int64_t now) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "UPDATE volumes SET attached_sandbox_id = NULL, updated_at = ? WHERE attached_sandbox_id = ?", &st)) < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, now);
-        bind_text(st, 2, sandbox_id);
-        return sqlite_to_errno(sqlite3_step(st));
+        return run(s, "UPDATE volumes SET attached_sandbox_id = NULL, updated_at = ? WHERE attached_sandbox_id = ?",
+                   PARAMS(p_int(now), p_text(sandbox_id)));
 }
 
 /* ---- usage and stats ---- */
 
 int store_usage_add(struct store *s, const char *account_id, const char *period, double cpu_mhz_s, double mb_s, double cost) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "INSERT INTO usage (account_id, period, cpu_mhz_seconds, mb_seconds, cost) VALUES (?,?,?,?,?)"
-                            " ON CONFLICT(account_id, period) DO UPDATE SET cpu_mhz_seconds = cpu_mhz_seconds + excluded.cpu_mhz_seconds,"
-                            " mb_seconds = mb_seconds + excluded.mb_seconds, cost = cost + excluded.cost", &st)) < 0)
-                return r;
-        bind_text(st, 1, account_id);
-        bind_text(st, 2, period);
-        sqlite3_bind_double(st, 3, cpu_mhz_s);
-        sqlite3_bind_double(st, 4, mb_s);
-        sqlite3_bind_double(st, 5, cost);
-        return sqlite_to_errno(sqlite3_step(st));
+        return run(s, "INSERT INTO usage (account_id, period, cpu_mhz_seconds, mb_seconds, cost) VALUES (?,?,?,?,?)"
+                      " ON CONFLICT(account_id, period) DO UPDATE SET cpu_mhz_seconds = cpu_mhz_seconds + excluded.cpu_mhz_seconds,"
+                      " mb_seconds = mb_seconds + excluded.mb_seconds, cost = cost + excluded.cost",
+                   PARAMS(p_text(account_id), p_text(period), p_real(cpu_mhz_s), p_real(mb_s), p_real(cost)));
 }
 
 int store_usage_get(struct store *s, const char *account_id, const char *period, double *ret_cost) {
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
         *ret_cost = 0;
-        if ((r = prepare(s, "SELECT cost FROM usage WHERE account_id = ? AND period = ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, account_id);
-        bind_text(st, 2, period);
-        if (sqlite3_step(st) == SQLITE_ROW)
+        int r = query(s, "SELECT cost FROM usage WHERE account_id = ? AND period = ?",
+                      PARAMS(p_text(account_id), p_text(period)), &st);
+        if (r > 0)
                 *ret_cost = sqlite3_column_double(st, 0);
-        return 0;
+        return r < 0 ? r : 0;
 }
 
 int store_stats_add(struct store *s, const char *sandbox_id, int64_t ts_ms, double cpu_pct, double mem_pct, double net_bps) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "INSERT INTO stats_samples (sandbox_id, ts_ms, cpu_pct, mem_pct, net_bps) VALUES (?,?,?,?,?)", &st)) < 0)
-                return r;
-        bind_text(st, 1, sandbox_id);
-        sqlite3_bind_int64(st, 2, ts_ms);
-        sqlite3_bind_double(st, 3, cpu_pct);
-        sqlite3_bind_double(st, 4, mem_pct);
-        sqlite3_bind_double(st, 5, net_bps);
-        return sqlite_to_errno(sqlite3_step(st));
+        return run(s, "INSERT INTO stats_samples (sandbox_id, ts_ms, cpu_pct, mem_pct, net_bps) VALUES (?,?,?,?,?)",
+                   PARAMS(p_text(sandbox_id), p_int(ts_ms), p_real(cpu_pct), p_real(mem_pct), p_real(net_bps)));
 }
 
 int store_stats_prune(struct store *s, int64_t older_than_ms) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "DELETE FROM stats_samples WHERE ts_ms < ?", &st)) < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, older_than_ms);
-        return sqlite_to_errno(sqlite3_step(st));
+        return run(s, "DELETE FROM stats_samples WHERE ts_ms < ?", PARAMS(p_int(older_than_ms)));
 }
 
 int store_stats_range(struct store *s, const char *sandbox_id, int64_t since_ms, struct stats_sample **ret, size_t *ret_n) {
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r;
-        if ((r = prepare(s, "SELECT ts_ms, cpu_pct, mem_pct, net_bps FROM stats_samples WHERE sandbox_id = ? AND ts_ms >= ?"
-                            " ORDER BY ts_ms", &st)) < 0)
+        if ((r = stmt_new(s, "SELECT ts_ms, cpu_pct, mem_pct, net_bps FROM stats_samples WHERE sandbox_id = ? AND ts_ms >= ?"
+                             " ORDER BY ts_ms", PARAMS(p_text(sandbox_id), p_int(since_ms)), &st)) < 0)
                 return r;
-        bind_text(st, 1, sandbox_id);
-        sqlite3_bind_int64(st, 2, since_ms);
         struct stats_sample *a = NULL;
         size_t n = 0;
         while (sqlite3_step(st) == SQLITE_ROW) {
@@ -1072,44 +1087,23 @@ int store_stats_range(struct store *s, const char *sandbox_id, int64_t since_ms,
 
 int store_node_touch(struct store *s, const char *id, int64_t now) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "INSERT INTO nodes (id, last_contact_at, created_at) VALUES (?1, ?2, ?2)"
-                            " ON CONFLICT(id) DO UPDATE SET last_contact_at = MAX(COALESCE(last_contact_at, 0), ?2)", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        sqlite3_bind_int64(st, 2, now);
-        return sqlite_to_errno(sqlite3_step(st));
+        return run(s, "INSERT INTO nodes (id, last_contact_at, created_at) VALUES (?1, ?2, ?2)"
+                      " ON CONFLICT(id) DO UPDATE SET last_contact_at = MAX(COALESCE(last_contact_at, 0), ?2)",
+                   PARAMS(p_text(id), p_int(now)));
 }
 
 int store_node_set_drained(struct store *s, const char *id, bool drained, int64_t now) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "INSERT INTO nodes (id, drained, drained_at, created_at) VALUES (?1, ?2, ?3, ?4)"
-                            " ON CONFLICT(id) DO UPDATE SET drained = ?2, drained_at = ?3", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        sqlite3_bind_int(st, 2, drained);
-        if (drained)
-                sqlite3_bind_int64(st, 3, now);
-        else
-                sqlite3_bind_null(st, 3);
-        sqlite3_bind_int64(st, 4, now);
-        return sqlite_to_errno(sqlite3_step(st));
+        return run(s, "INSERT INTO nodes (id, drained, drained_at, created_at) VALUES (?1, ?2, ?3, ?4)"
+                      " ON CONFLICT(id) DO UPDATE SET drained = ?2, drained_at = ?3",
+                   PARAMS(p_text(id), p_int(drained), drained ? p_int(now) : p_null(), p_int(now)));
 }
 
 int store_node_drained(struct store *s, const char *id) {
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "SELECT drained FROM nodes WHERE id = ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        r = sqlite3_step(st);
-        if (r == SQLITE_ROW)
-                return sqlite3_column_int(st, 0) ? 1 : 0;
-        return r == SQLITE_DONE ? 0 : sqlite_to_errno(r);
+        int r = query(s, "SELECT drained FROM nodes WHERE id = ?", PARAMS(p_text(id)), &st);
+        return r <= 0 ? r : sqlite3_column_int(st, 0) != 0;
 }
 
 /* Known nodes: those in the table and those a live sandbox is placed on. */
@@ -1175,161 +1169,73 @@ void snapshot_array_free(struct snapshot *a, size_t n) {
         free(a);
 }
 
-#define SNAP_COLS "id, account_id, sandbox_id, name, image_tag, source_template, node_id, status, automatic, digest, " \
-                  "failure_reason, size_bytes, created_at, finished_at"
-
-static void snapshot_from_row(sqlite3_stmt *st, struct snapshot *sn) {
-        int i = 0;
-        memset(sn, 0, sizeof(*sn));
-        col_id(st, i++, sn->id);
-        col_id(st, i++, sn->account_id);
-        col_id(st, i++, sn->sandbox_id);
-        sn->name = col_text(st, i++);
-        sn->image_tag = col_text(st, i++);
-        sn->source_template = col_text(st, i++);
-        sn->node_id = col_text(st, i++);
-        sn->status = snap_status_from_str((const char *) sqlite3_column_text(st, i++));
-        sn->automatic = sqlite3_column_int(st, i++) != 0;
-        sn->digest = col_text(st, i++);
-        sn->failure_reason = col_text(st, i++);
-        sn->size_bytes = sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, i);
-        i++;
-        sn->created_at = sqlite3_column_int64(st, i++);
-        sn->finished_at = sqlite3_column_int64(st, i++);
+static void snapshot_clear_row(void *row) {
+        snapshot_clear(row);
 }
 
-static void snapshot_row(sqlite3_stmt *st, void *ret) { snapshot_from_row(st, ret); }
+static void snap_status_read(sqlite3_stmt *st, int i, void *row) {
+        ((struct snapshot *) row)->status = snap_status_from_str((const char *) sqlite3_column_text(st, i));
+}
+static void snap_status_bind(sqlite3_stmt *st, int i, const void *row) {
+        bind_param(st, i, p_text(snap_status_str(((const struct snapshot *) row)->status)));
+}
+
+#define ROW struct snapshot
+static const struct column snapshot_columns[] = {
+        C_ID("id", id), C_ID("account_id", account_id), C_ID("sandbox_id", sandbox_id), C_TEXT("name", name),
+        C_TEXT("image_tag", image_tag), C_TEXT("source_template", source_template), C_TEXT("node_id", node_id),
+        C_CUSTOM("status", snap_status), C_BOOL("automatic", automatic), C_TEXT("digest", digest),
+        C_TEXT("failure_reason", failure_reason), C_SIZE("size_bytes", size_bytes),
+        C_INT("created_at", created_at), C_OPT("finished_at", finished_at),
+};
+#undef ROW
+static const struct table snapshots = {
+        "snapshots", snapshot_columns, ELEMENTSOF(snapshot_columns), sizeof(struct snapshot), snapshot_clear_row,
+};
 
 int store_snapshot_insert(struct store *s, const struct snapshot *sn) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r, i = 1;
-        if ((r = prepare(s, "INSERT INTO snapshots (" SNAP_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", &st)) < 0)
-                return r;
-        bind_text(st, i++, sn->id);
-        bind_text(st, i++, sn->account_id);
-        bind_text(st, i++, sn->sandbox_id);
-        bind_text(st, i++, sn->name);
-        bind_text(st, i++, sn->image_tag);
-        bind_text(st, i++, sn->source_template);
-        bind_text(st, i++, sn->node_id);
-        bind_text(st, i++, snap_status_str(sn->status));
-        sqlite3_bind_int(st, i++, sn->automatic);
-        bind_text(st, i++, sn->digest);
-        bind_text(st, i++, sn->failure_reason);
-        if (sn->size_bytes >= 0)
-                sqlite3_bind_int64(st, i++, sn->size_bytes);
-        else
-                sqlite3_bind_null(st, i++);
-        sqlite3_bind_int64(st, i++, sn->created_at);
-        bind_ms(st, i++, sn->finished_at);
-        return sqlite_to_errno(sqlite3_step(st));
+        return insert_row(s, &snapshots, sn);
 }
 
 int store_snapshot_get(struct store *s, const char *id, struct snapshot *ret) {
-        return get_one(s, "SELECT " SNAP_COLS " FROM snapshots WHERE id = ?", id, snapshot_row, ret);
+        LOCKED(s);
+        return get_row(s, &snapshots, "id = ?", PARAMS(p_text(id)), ret);
 }
 
 int store_snapshot_finish(struct store *s, const char *id, enum snap_status to, const char *digest, int64_t size_bytes,
                           const char *failure_reason, int64_t now) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "UPDATE snapshots SET status = ?, digest = ?, size_bytes = ?, failure_reason = ?, finished_at = ?"
-                            " WHERE id = ? AND status = 'creating'", &st)) < 0)
+        int r = run_changes(s, "UPDATE snapshots SET status = ?, digest = ?, size_bytes = ?, failure_reason = ?, finished_at = ?"
+                               " WHERE id = ? AND status = 'creating'",
+                            PARAMS(p_text(snap_status_str(to)), p_text(digest), size_bytes >= 0 ? p_int(size_bytes) : p_null(),
+                                   p_text(failure_reason), p_int(now), p_text(id)));
+        if (r < 0)
                 return r;
-        bind_text(st, 1, snap_status_str(to));
-        bind_text(st, 2, digest);
-        if (size_bytes >= 0)
-                sqlite3_bind_int64(st, 3, size_bytes);
-        else
-                sqlite3_bind_null(st, 3);
-        bind_text(st, 4, failure_reason);
-        sqlite3_bind_int64(st, 5, now);
-        bind_text(st, 6, id);
-        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                return r;
-        if (sqlite3_changes(s->db) > 0)
-                return 0;
-        _cleanup_stmt_ sqlite3_stmt *q = NULL;
-        if ((r = prepare(s, "SELECT 1 FROM snapshots WHERE id = ?", &q)) < 0)
-                return r;
-        bind_text(q, 1, id);
-        return sqlite3_step(q) == SQLITE_ROW ? -ESTALE : -ENOENT;
+        return r > 0 ? 0 : unchanged(s, "SELECT 1 FROM snapshots WHERE id = ?", id, -ESTALE);
 }
 
 int store_snapshot_delete(struct store *s, const char *id) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "DELETE FROM snapshots WHERE id = ?", &st)) < 0)
-                return r;
-        bind_text(st, 1, id);
-        if ((r = sqlite_to_errno(sqlite3_step(st))) < 0)
-                return r;
-        return sqlite3_changes(s->db) > 0 ? 0 : -ENOENT;
-}
-
-static int collect_snapshots(sqlite3_stmt *st, struct snapshot **ret, size_t *ret_n) {
-        struct snapshot *a = NULL;
-        size_t n = 0;
-        int rc;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-                a = xrealloc(a, (n + 1) * sizeof(*a));
-                snapshot_from_row(st, &a[n++]);
-        }
-        if (rc != SQLITE_DONE) {
-                snapshot_array_free(a, n);
-                return sqlite_to_errno(rc);
-        }
-        *ret = a;
-        *ret_n = n;
-        return 0;
+        int r = run_changes(s, "DELETE FROM snapshots WHERE id = ?", PARAMS(p_text(id)));
+        return r == 0 ? -ENOENT : r < 0 ? r : 0;
 }
 
 int store_snapshot_list(struct store *s, const char *account_id, const char *sandbox_id, int64_t offset, int64_t limit,
                         struct snapshot **ret, size_t *ret_n, int64_t *ret_total) {
         LOCKED(s);
-        int r;
-        {
-                _cleanup_stmt_ sqlite3_stmt *st = NULL;
-                if ((r = prepare(s, "SELECT COUNT(*) FROM snapshots WHERE account_id = ?1 AND (?2 IS NULL OR sandbox_id = ?2)",
-                                 &st)) < 0)
-                        return r;
-                bind_text(st, 1, account_id);
-                bind_text(st, 2, sandbox_id);
-                if (sqlite3_step(st) != SQLITE_ROW)
-                        return -EIO;
-                *ret_total = sqlite3_column_int64(st, 0);
-        }
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        if ((r = prepare(s, "SELECT " SNAP_COLS " FROM snapshots WHERE account_id = ?1 AND (?2 IS NULL OR sandbox_id = ?2)"
-                            " ORDER BY created_at DESC, id DESC LIMIT ?3 OFFSET ?4", &st)) < 0)
-                return r;
-        bind_text(st, 1, account_id);
-        bind_text(st, 2, sandbox_id);
-        sqlite3_bind_int64(st, 3, limit);
-        sqlite3_bind_int64(st, 4, offset);
-        return collect_snapshots(st, ret, ret_n);
+        return select_page(s, &snapshots, "account_id = ?1 AND (?2 IS NULL OR sandbox_id = ?2)",
+                           PARAMS(p_text(account_id), p_text(sandbox_id)), offset, limit, ret, ret_n, ret_total);
 }
 
 int store_snapshot_list_stuck(struct store *s, int64_t before, struct snapshot **ret, size_t *ret_n) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "SELECT " SNAP_COLS " FROM snapshots WHERE status = 'creating' AND created_at < ?", &st)) < 0)
-                return r;
-        sqlite3_bind_int64(st, 1, before);
-        return collect_snapshots(st, ret, ret_n);
+        return select_rows(s, &snapshots, "WHERE status = 'creating' AND created_at < ?", PARAMS(p_int(before)), ret, ret_n);
 }
 
 int store_snapshot_list_auto(struct store *s, const char *sandbox_id, struct snapshot **ret, size_t *ret_n) {
         LOCKED(s);
-        _cleanup_stmt_ sqlite3_stmt *st = NULL;
-        int r;
-        if ((r = prepare(s, "SELECT " SNAP_COLS " FROM snapshots WHERE sandbox_id = ? AND automatic = 1"
-                            " AND status != 'creating' ORDER BY created_at DESC, id DESC", &st)) < 0)
-                return r;
-        bind_text(st, 1, sandbox_id);
-        return collect_snapshots(st, ret, ret_n);
+        return select_rows(s, &snapshots, "WHERE sandbox_id = ? AND automatic = 1 AND status != 'creating'"
+                                          " ORDER BY created_at DESC, id DESC",
+                           PARAMS(p_text(sandbox_id)), ret, ret_n);
 }

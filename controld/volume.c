@@ -12,6 +12,19 @@
 #include "driver.h"
 #include "strutil.h"
 
+int volume_record(struct ctl *c, const struct plan *plan, const struct volume *v, struct api_error *err) {
+        if (v->size_gb > plan->max_volume_gb)
+                return API_ERR(err, -EDQUOT, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
+                               (long long) plan->max_volume_gb);
+        int r = store_volume_insert_capped(c->store, v, plan->max_volumes);
+        if (r == -EDQUOT)
+                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld volumes. Delete an existing one or upgrade.",
+                               (long long) plan->max_volumes);
+        if (r == -EEXIST)
+                return API_ERR(err, -EEXIST, "A volume named \"%s\" already exists", v->name);
+        return r < 0 ? API_ERR(err, -EIO, "Failed to record the volume") : 0;
+}
+
 int volume_create(struct ctl *c, const struct account *acc, const struct pj_volume_create *in, struct volume *ret,
                   struct api_error *err) {
         _cleanup_volume_ struct volume v = { 0 };
@@ -29,9 +42,6 @@ int volume_create(struct ctl *c, const struct account *acc, const struct pj_volu
         if (!plan_allows_region(plan, g))
                 return API_ERR(err, -EPERM, "Your plan does not allow volumes in region %s. Pick another region or upgrade.",
                                g->name);
-        if (in->size_gb > plan->max_volume_gb)
-                return API_ERR(err, -EDQUOT, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
-                               (long long) plan->max_volume_gb);
         hexid_new(v.id);
         snprintf(v.account_id, sizeof(v.account_id), "%s", acc->id);
         v.name = xstrdup(in->name);
@@ -41,14 +51,9 @@ int volume_create(struct ctl *c, const struct account *acc, const struct pj_volu
         v.handle = xasprintf("paddock-vol-%s", v.id);
         v.size_gb = in->size_gb;
         v.created_at = v.updated_at = now_ms();
-        int k = store_volume_insert_capped(c->store, &v, plan->max_volumes);
-        if (k == -EDQUOT)
-                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld volumes. Delete an existing one or upgrade.",
-                               (long long) plan->max_volumes);
-        if (k == -EEXIST)
-                return API_ERR(err, -EEXIST, "A volume named \"%s\" already exists", in->name);
+        int k = volume_record(c, plan, &v, err);
         if (k < 0)
-                return API_ERR(err, -EIO, "Failed to record the volume");
+                return k;
         if (c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr)) < 0) {
                 (void) store_volume_delete(c->store, v.id);
                 return API_ERR(err, -EHOSTUNREACH, "Volume provisioning failed: %s", derr);
@@ -59,17 +64,9 @@ int volume_create(struct ctl *c, const struct account *acc, const struct pj_volu
 }
 
 int volume_load(struct ctl *c, const struct account *acc, const char *id, struct volume *ret, struct api_error *err) {
-        _cleanup_volume_ struct volume v = { 0 };
         if (!hexid_valid(id))
                 return API_ERR(err, -EINVAL, "Invalid volume id");
-        int k = store_volume_get(c->store, id, &v);
-        if (k == -ENOENT || (k >= 0 && strcmp(v.account_id, acc->id) != 0))
-                return API_ERR(err, -ENOENT, "Volume not found");
-        if (k < 0)
-                return API_ERR(err, -EIO, "Failed to read the volume record");
-        *ret = v;
-        v = (struct volume) { 0 };
-        return 0;
+        return record_load_result(store_volume_get_owned(c->store, acc->id, id, ret), "volume", err);
 }
 
 int volume_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err) {

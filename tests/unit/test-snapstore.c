@@ -7,26 +7,12 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "storetest.h"
 #include "strutil.h"
 #include "testlib.h"
 
-static void store_closep(struct store **s) {
-        store_close(*s);
-}
-
 static struct store *open_store(void) {
-        static char path[512];
-        struct store *s = NULL;
-        snprintf(path, sizeof(path), "%s/snap.db", test_tmpdir());
-        ASSERT_OK(store_open(path, &s));
-        return s;
-}
-
-static void new_account(struct store *s, const char *name, char ret_id[25]) {
-        struct account a = { 0 };
-        ASSERT_OK(store_account_create(s, name, "default", &a));
-        memcpy(ret_id, a.id, 25);
-        account_clear(&a);
+        return storetest_open("snap");
 }
 
 static void put(struct store *s, const char *acc, const char *sb, bool automatic, int64_t created, char ret_id[25]) {
@@ -47,9 +33,9 @@ static void put(struct store *s, const char *acc, const char *sb, bool automatic
 #define SB2 "bbbbbbbbbbbbbbbbbbbbbbbb"
 
 TEST(insert_get_finish_is_compare_and_set) {
-        _cleanup_(store_closep) struct store *s = open_store();
+        _cleanup_(storetest_closep) struct store *s = open_store();
         char acc[25], id[25];
-        new_account(s, "a", acc);
+        storetest_new_account(s, "a", acc);
         put(s, acc, SB1, false, 1000, id);
         struct snapshot g = { 0 };
         ASSERT_OK(store_snapshot_get(s, id, &g));
@@ -76,10 +62,10 @@ TEST(insert_get_finish_is_compare_and_set) {
 }
 
 TEST(pages_are_per_account_and_per_sandbox_newest_first) {
-        _cleanup_(store_closep) struct store *s = open_store();
+        _cleanup_(storetest_closep) struct store *s = open_store();
         char a[25], b[25], ids[5][25], other[25];
-        new_account(s, "a", a);
-        new_account(s, "b", b);
+        storetest_new_account(s, "a", a);
+        storetest_new_account(s, "b", b);
         for (int i = 0; i < 5; i++)
                 put(s, a, i < 3 ? SB1 : SB2, false, 1000 + i, ids[i]);
         put(s, b, SB1, false, 5000, other);
@@ -108,9 +94,9 @@ TEST(pages_are_per_account_and_per_sandbox_newest_first) {
 }
 
 TEST(stuck_and_retention_queries) {
-        _cleanup_(store_closep) struct store *s = open_store();
+        _cleanup_(storetest_closep) struct store *s = open_store();
         char a[25], old[25], young[25], au1[25], au2[25], au3[25];
-        new_account(s, "a", a);
+        storetest_new_account(s, "a", a);
         put(s, a, SB1, false, 1000, old);
         put(s, a, SB1, false, 9000, young);
         struct snapshot *p = NULL;
@@ -140,11 +126,11 @@ TEST(stuck_and_retention_queries) {
 TEST(schema_survives_a_reopen) {
         char a[25], id[25];
         {
-                _cleanup_(store_closep) struct store *s = open_store();
-                new_account(s, "a", a);
+                _cleanup_(storetest_closep) struct store *s = open_store();
+                storetest_new_account(s, "a", a);
                 put(s, a, SB1, false, 1, id);
         }
-        _cleanup_(store_closep) struct store *s = open_store();
+        _cleanup_(storetest_closep) struct store *s = open_store();
         struct snapshot g = { 0 };
         ASSERT_OK(store_snapshot_get(s, id, &g));
         ASSERT_STREQ(g.sandbox_id, SB1);

@@ -9,30 +9,17 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "storetest.h"
 #include "strutil.h"
 #include "testlib.h"
 
 /* ---- helpers ---- */
 
-static const char *db_path(const char *name) {
-        static char buf[512];
-        snprintf(buf, sizeof(buf), "%s/%s.db", test_tmpdir(), name);
-        return buf;
-}
-
-static struct store *open_store(const char *name) {
-        struct store *s = NULL;
-        int r = store_open(db_path(name), &s);
-        if (r < 0)
-                test_fail(__FILE__, __LINE__, "store_open(%s): %s", name, strerror(-r));
-        return s;
-}
-
 /* Raw SQL on the file behind the store (a second connection), for what the API cannot see. */
 static void raw_sql(const char *name, const char *sql) {
         sqlite3 *db = NULL;
         char *msg = NULL;
-        if (sqlite3_open(db_path(name), &db) != SQLITE_OK)
+        if (sqlite3_open(storetest_path(name), &db) != SQLITE_OK)
                 test_fail(__FILE__, __LINE__, "sqlite3_open failed");
         sqlite3_busy_timeout(db, 5000);
         if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK)
@@ -44,20 +31,13 @@ static long long raw_int(const char *name, const char *sql) {
         sqlite3 *db = NULL;
         sqlite3_stmt *st = NULL;
         long long v = -1;
-        if (sqlite3_open(db_path(name), &db) != SQLITE_OK || sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        if (sqlite3_open(storetest_path(name), &db) != SQLITE_OK || sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
                 test_fail(__FILE__, __LINE__, "%s: %s", sql, db ? sqlite3_errmsg(db) : "?");
         if (sqlite3_step(st) == SQLITE_ROW)
                 v = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
         sqlite3_close(db);
         return v;
-}
-
-static void new_account(struct store *s, const char *name, char ret_id[25]) {
-        struct account a = { 0 };
-        ASSERT_OK(store_account_create(s, name, "default", &a));
-        memcpy(ret_id, a.id, 25);
-        account_clear(&a);
 }
 
 /* A starting sandbox of account with every column set to something recognisable. */
@@ -92,6 +72,37 @@ static void fill_sandbox(struct sandbox *sb, const char *account_id, const char 
         sb->expires_at = created_at + 3600000;
         sb->driver = xstrdup("docker");
         sb_timings_set(&sb->timings, SB_PHASE_VALIDATE, 1);
+}
+
+/* got, read back from the store, has every column of want, the record written. */
+static void expect_text(const char *what, const char *got, const char *want) {
+        if ((got || want) && (!got || !want || strcmp(got, want) != 0))
+                test_fail(__FILE__, __LINE__, "%s: \"%s\" != \"%s\"", what, got ? got : "(null)", want ? want : "(null)");
+}
+#define SAME_TEXT(f) expect_text(#f, got->f, want->f)
+#define SAME_NUM(f) ASSERT_EQ(got->f, want->f)
+
+static void expect_same_sandbox(const struct sandbox *got, const struct sandbox *want) {
+        _cleanup_free_ char *got_allow = sb_egress_allow_to_text(&got->egress);
+        _cleanup_free_ char *want_allow = sb_egress_allow_to_text(&want->egress);
+        _cleanup_free_ char *got_timings = sb_timings_to_text(&got->timings);
+        _cleanup_free_ char *want_timings = sb_timings_to_text(&want->timings);
+        SAME_TEXT(id); SAME_TEXT(account_id); SAME_TEXT(name); SAME_TEXT(template_name); SAME_TEXT(image);
+        SAME_NUM(status); SAME_TEXT(region_key); SAME_NUM(cpu); SAME_NUM(memory); SAME_NUM(disk);
+        SAME_TEXT(team); SAME_TEXT(project_environment); SAME_NUM(auto_destroy); SAME_TEXT(destroy_timeout);
+        SAME_NUM(one_shot); SAME_NUM(egress.mode); expect_text("egress allow", got_allow, want_allow);
+        SAME_NUM(persistent); SAME_NUM(persistent_disk_gb); SAME_TEXT(volume_id); SAME_TEXT(mount_path);
+        SAME_TEXT(from_snapshot); SAME_TEXT(snapshot_mode); SAME_TEXT(snapshot_frequency);
+        SAME_NUM(created_at); SAME_NUM(last_activity_at); SAME_NUM(expires_at); SAME_NUM(paused_at);
+        SAME_NUM(destroyed_at); SAME_TEXT(destroy_reason); SAME_TEXT(failure_reason);
+        SAME_TEXT(driver); SAME_TEXT(job_id); SAME_TEXT(alloc_id); SAME_TEXT(node_id); SAME_TEXT(container_id);
+        SAME_TEXT(ip); expect_text("timings", got_timings, want_timings);
+}
+
+static void expect_same_volume(const struct volume *got, const struct volume *want) {
+        SAME_TEXT(id); SAME_TEXT(account_id); SAME_TEXT(name); SAME_TEXT(type); SAME_NUM(size_gb);
+        SAME_TEXT(region_key); SAME_TEXT(team); SAME_TEXT(handle); SAME_TEXT(mount_path);
+        SAME_TEXT(attached_sandbox_id); SAME_NUM(last_attached_at); SAME_NUM(created_at); SAME_NUM(updated_at);
 }
 
 static void insert_sandbox(struct store *s, const char *account_id, const char *name, int64_t created_at,
@@ -144,35 +155,52 @@ static char *attached_to(struct store *s, const char *vol_id) {
 /* One account with two sandboxes and one detached volume. */
 struct vol_fixture { struct store *s; char acc[25], sb1[25], sb2[25], vol[25]; };
 static void vol_fixture_open(struct vol_fixture *f, const char *name) {
-        f->s = open_store(name);
-        new_account(f->s, "alice", f->acc);
+        f->s = storetest_open(name);
+        storetest_new_account(f->s, "alice", f->acc);
         insert_sandbox(f->s, f->acc, "one", 1, f->sb1);
         insert_sandbox(f->s, f->acc, "two", 2, f->sb2);
         insert_volume(f->s, f->acc, "data", f->vol);
+}
+/* The fixture in store `name`, as the locals s, sb1, sb2 and vol (f holds the rest). */
+#define VOL_FIXTURE(name)                                 \
+        struct vol_fixture f;                             \
+        vol_fixture_open(&f, name);                       \
+        struct store *s = f.s;                            \
+        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol
+
+/* Store `name` with one account and one sandbox in it, moved from starting to ready;
+ * the sandbox's id in ret_id. */
+static struct store *ready_sandbox_store(const char *name, char ret_id[25]) {
+        struct store *s = storetest_open(name);
+        char acc[25];
+        storetest_new_account(s, "alice", acc);
+        insert_sandbox(s, acc, "box", 1, ret_id);
+        ASSERT_OK(store_sandbox_cas_status(s, ret_id, SB_STARTING, SB_READY));
+        return s;
 }
 
 /* ---- open, schema, migrations ---- */
 
 TEST(open_creates_current_schema_and_reopens) {
-        struct store *s = open_store("fresh");
+        struct store *s = storetest_open("fresh");
         s = store_close(s);
         ASSERT_NULL(s);
         ASSERT_EQ(raw_int("fresh", "SELECT MAX(version) FROM schema_version"), 3);
         ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 3);
         ASSERT_EQ(raw_int("fresh", "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
         /* Reopening runs no migration twice. */
-        s = open_store("fresh");
+        s = storetest_open("fresh");
         store_close(s);
         ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 3);
         ASSERT_NULL(store_close(NULL));
 }
 
 TEST(open_refuses_a_newer_schema_and_a_bad_path) {
-        struct store *s = open_store("newer");
+        struct store *s = storetest_open("newer");
         store_close(s);
         raw_sql("newer", "INSERT INTO schema_version VALUES (99)");
         s = (struct store *) 0x1;
-        ASSERT_EQ(store_open(db_path("newer"), &s), -EPROTO);
+        ASSERT_EQ(store_open(storetest_path("newer"), &s), -EPROTO);
         ASSERT_TRUE(s == (struct store *) 0x1); /* ret untouched on failure */
         char bad[600];
         snprintf(bad, sizeof(bad), "%s/no/such/dir/x.db", test_tmpdir());
@@ -184,8 +212,8 @@ TEST(open_refuses_a_newer_schema_and_a_bad_path) {
  * current schema back to version 2 exactly as migration 3 would have found it. */
 TEST(migration_from_version_2_keeps_data) {
         char acc[25], sb_id[25], vol[25], key_id[25];
-        struct store *s = open_store("old");
-        new_account(s, "old-timer", acc);
+        struct store *s = storetest_open("old");
+        storetest_new_account(s, "old-timer", acc);
         insert_sandbox(s, acc, "survivor", 1000, sb_id);
         insert_volume(s, acc, "keep-me", vol);
         ASSERT_OK(store_volume_attach(s, vol, sb_id, "/data", 5));
@@ -194,7 +222,7 @@ TEST(migration_from_version_2_keeps_data) {
         raw_sql("old", "ALTER TABLE volumes DROP COLUMN deleting; DELETE FROM schema_version WHERE version > 2;");
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 0);
 
-        s = open_store("old");
+        s = storetest_open("old");
         ASSERT_EQ(raw_int("old", "SELECT MAX(version) FROM schema_version"), 3);
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 1);
         ASSERT_EQ(raw_int("old", "SELECT deleting FROM volumes"), 0);
@@ -217,12 +245,12 @@ TEST(migration_from_version_2_keeps_data) {
 }
 
 TEST(migration_failure_rolls_back_and_reports) {
-        struct store *s = open_store("broken");
+        struct store *s = storetest_open("broken");
         store_close(s);
         /* Version 2 with a "deleting" column already there: migration 3 cannot apply. */
         raw_sql("broken", "DELETE FROM schema_version WHERE version > 2;");
         s = (struct store *) 0x1;
-        ASSERT_TRUE(store_open(db_path("broken"), &s) < 0);
+        ASSERT_TRUE(store_open(storetest_path("broken"), &s) < 0);
         ASSERT_TRUE(s == (struct store *) 0x1);
         ASSERT_EQ(raw_int("broken", "SELECT MAX(version) FROM schema_version"), 2);
 }
@@ -230,7 +258,7 @@ TEST(migration_failure_rolls_back_and_reports) {
 /* ---- meta ---- */
 
 TEST(meta_get_or_set_keeps_the_first_value) {
-        struct store *s = open_store("meta");
+        struct store *s = storetest_open("meta");
         _cleanup_free_ char *v1 = NULL, *v2 = NULL, *v3 = NULL;
         ASSERT_OK(store_meta_get_or_set(s, "instance_id", "aaa", &v1));
         ASSERT_STREQ(v1, "aaa");
@@ -240,7 +268,7 @@ TEST(meta_get_or_set_keeps_the_first_value) {
         ASSERT_STREQ(v3, "ccc");
         store_close(s);
         /* It survives a reopen. */
-        s = open_store("meta");
+        s = storetest_open("meta");
         _cleanup_free_ char *v4 = NULL;
         ASSERT_OK(store_meta_get_or_set(s, "instance_id", "zzz", &v4));
         ASSERT_STREQ(v4, "aaa");
@@ -263,7 +291,7 @@ static int stop_after_first(const struct account *a, void *ud) {
 }
 
 TEST(accounts_create_get_by_name_foreach) {
-        struct store *s = open_store("accounts");
+        struct store *s = storetest_open("accounts");
         struct account a = { 0 }, b = { 0 };
         ASSERT_OK(store_account_create(s, "alice", "free", &a));
         ASSERT_EQ(strlen(a.id), 24);
@@ -308,10 +336,10 @@ static int collect_keys(const char *id, const char *prefix, int64_t created, int
 }
 
 TEST(keys_add_lookup_revoke_foreach) {
-        struct store *s = open_store("keys");
+        struct store *s = storetest_open("keys");
         char acc[25], other[25], k1[25], k2[25], k3[25];
-        new_account(s, "alice", acc);
-        new_account(s, "mallory", other);
+        storetest_new_account(s, "alice", acc);
+        storetest_new_account(s, "mallory", other);
         ASSERT_OK(store_key_add(s, acc, "hash1", "pd_aaa", k1));
         ASSERT_OK(store_key_add(s, acc, "hash2", "pd_bbb", k2));
         ASSERT_OK(store_key_add(s, other, "hash3", "pd_ccc", k3));
@@ -359,49 +387,21 @@ TEST(status_names_round_trip) {
 }
 
 TEST(sandbox_insert_get_update_round_trip_every_column) {
-        struct store *s = open_store("sb");
+        struct store *s = storetest_open("sb");
         char acc[25];
-        new_account(s, "alice", acc);
+        storetest_new_account(s, "alice", acc);
         struct sandbox in, out = { 0 };
         fill_sandbox(&in, acc, "box", 1000);
         ASSERT_OK(store_sandbox_insert_capped(s, &in, 5));
         ASSERT_EQ(store_sandbox_insert_capped(s, &in, 5), -EEXIST);  /* same id */
         ASSERT_OK(store_sandbox_get(s, in.id, &out));
-        ASSERT_STREQ(out.id, in.id);
-        ASSERT_STREQ(out.account_id, acc);
-        ASSERT_STREQ(out.name, "box");
-        ASSERT_STREQ(out.template_name, "busybox");
-        ASSERT_STREQ(out.image, "paddock/busybox:local");
-        ASSERT_EQ(out.status, SB_STARTING);
-        ASSERT_STREQ(out.region_key, "local");
-        ASSERT_EQ(out.cpu, 300);
-        ASSERT_EQ(out.memory, 256);
-        ASSERT_EQ(out.disk, 2);
-        ASSERT_STREQ(out.team, "team-a");
-        ASSERT_STREQ(out.project_environment, "prod");
-        ASSERT_TRUE(out.auto_destroy);
-        ASSERT_STREQ(out.destroy_timeout, "1h");
-        ASSERT_TRUE(out.one_shot);
+        expect_same_sandbox(&out, &in);
+        /* The columns stored as text read back as what was written. */
         ASSERT_EQ(out.egress.mode, PJ_EGRESS_DENY_ALL);
         {
                 _cleanup_free_ char *allow = sb_egress_allow_to_text(&out.egress);
                 ASSERT_STREQ(allow, "[\"10.0.0.1\"]");
         }
-        ASSERT_TRUE(out.persistent);
-        ASSERT_EQ(out.persistent_disk_gb, 5);
-        ASSERT_STREQ(out.volume_id, "0123456789abcdef01234567");
-        ASSERT_STREQ(out.mount_path, "/workspace");
-        ASSERT_STREQ(out.from_snapshot, "snap");
-        ASSERT_STREQ(out.snapshot_mode, "auto");
-        ASSERT_STREQ(out.snapshot_frequency, "daily");
-        ASSERT_EQ(out.created_at, 1000);
-        ASSERT_EQ(out.last_activity_at, 1001);
-        ASSERT_EQ(out.expires_at, 1000 + 3600000);
-        ASSERT_EQ(out.paused_at, 0);
-        ASSERT_EQ(out.destroyed_at, 0);
-        ASSERT_NULL(out.destroy_reason);
-        ASSERT_NULL(out.container_id);
-        ASSERT_STREQ(out.driver, "docker");
         {
                 _cleanup_free_ char *timings = sb_timings_to_text(&out.timings);
                 ASSERT_STREQ(timings, "{\"validate_ms\":1}");
@@ -420,14 +420,7 @@ TEST(sandbox_insert_get_update_round_trip_every_column) {
         in.team = NULL;
         ASSERT_OK(store_sandbox_update(s, &in));
         ASSERT_OK(store_sandbox_get(s, in.id, &out));
-        ASSERT_EQ(out.status, SB_READY);
-        ASSERT_STREQ(out.container_id, "c0ffee");
-        ASSERT_STREQ(out.ip, "10.1.2.3");
-        ASSERT_STREQ(out.node_id, "local");
-        ASSERT_STREQ(out.job_id, "job");
-        ASSERT_STREQ(out.alloc_id, "alloc");
-        ASSERT_EQ(out.paused_at, 77);
-        ASSERT_NULL(out.team);
+        expect_same_sandbox(&out, &in);
         sandbox_clear(&out);
 
         /* Defaults for NULL text the schema requires. */
@@ -448,6 +441,10 @@ TEST(sandbox_insert_get_update_round_trip_every_column) {
         sandbox_clear(&out);
 
         ASSERT_EQ(store_sandbox_get(s, "0123456789abcdef01234567", &out), -ENOENT);
+        ASSERT_OK(store_sandbox_get_owned(s, acc, in.id, &out));
+        ASSERT_STREQ(out.name, "box");
+        sandbox_clear(&out);
+        ASSERT_EQ(store_sandbox_get_owned(s, "0123456789abcdef01234567", in.id, &out), -ENOENT);
         hexid_new(in.id);
         ASSERT_EQ(store_sandbox_update(s, &in), -ENOENT);
         sandbox_clear(&in);
@@ -456,7 +453,7 @@ TEST(sandbox_insert_get_update_round_trip_every_column) {
 }
 
 TEST(sandbox_insert_needs_a_real_account) {
-        struct store *s = open_store("sb-fk");
+        struct store *s = storetest_open("sb-fk");
         struct sandbox sb;
         fill_sandbox(&sb, "0123456789abcdef01234567", "orphan", 1);
         ASSERT_EQ(store_sandbox_insert_capped(s, &sb, -1), -EEXIST); /* constraint (foreign key) */
@@ -464,11 +461,28 @@ TEST(sandbox_insert_needs_a_real_account) {
         store_close(s);
 }
 
+/* The page store_sandbox_list(s, acc, status, offset, limit) is exactly the sandboxes in
+ * want (NULL-terminated, in order), out of want_total that match. */
+static void expect_page(struct store *s, const char *acc, int status, int64_t offset, int64_t limit, int64_t want_total,
+                        const char *const *want) {
+        struct sandbox *a = NULL;
+        size_t n = 0, n_want = 0;
+        int64_t total = 0;
+        ASSERT_OK(store_sandbox_list(s, acc, status, offset, limit, &a, &n, &total));
+        ASSERT_EQ(total, want_total);
+        while (want[n_want])
+                n_want++;
+        ASSERT_EQ(n, n_want);
+        for (size_t i = 0; i < n; i++)
+                ASSERT_STREQ(a[i].id, want[i]);
+        sandbox_array_free(a, n);
+}
+
 TEST(sandbox_delete_list_count) {
-        struct store *s = open_store("list");
+        struct store *s = storetest_open("list");
         char a1[25], a2[25], ids[5][25], other[25];
-        new_account(s, "alice", a1);
-        new_account(s, "bob", a2);
+        storetest_new_account(s, "alice", a1);
+        storetest_new_account(s, "bob", a2);
         for (int i = 0; i < 5; i++) {
                 char name[16];
                 snprintf(name, sizeof(name), "b%d", i);
@@ -481,24 +495,10 @@ TEST(sandbox_delete_list_count) {
 
         struct sandbox *a = NULL;
         size_t n = 0;
-        int64_t total = 0;
         /* Newest first, paged, with the total of the whole filter. */
-        ASSERT_OK(store_sandbox_list(s, a1, -1, 1, 2, &a, &n, &total));
-        ASSERT_EQ(total, 5);
-        ASSERT_EQ(n, 2);
-        ASSERT_STREQ(a[0].id, ids[3]);
-        ASSERT_STREQ(a[1].id, ids[2]);
-        sandbox_array_free(a, n);
-        ASSERT_OK(store_sandbox_list(s, a1, SB_READY, 0, 10, &a, &n, &total));
-        ASSERT_EQ(total, 2);
-        ASSERT_EQ(n, 2);
-        ASSERT_STREQ(a[0].id, ids[3]);
-        ASSERT_STREQ(a[1].id, ids[1]);
-        sandbox_array_free(a, n);
-        ASSERT_OK(store_sandbox_list(s, a1, SB_PAUSED, 0, 10, &a, &n, &total));
-        ASSERT_EQ(total, 0);
-        ASSERT_EQ(n, 0);
-        sandbox_array_free(a, n);
+        expect_page(s, a1, -1, 1, 2, 5, (const char *[]) { ids[3], ids[2], NULL });
+        expect_page(s, a1, SB_READY, 0, 10, 2, (const char *[]) { ids[3], ids[1], NULL });
+        expect_page(s, a1, SB_PAUSED, 0, 10, 0, (const char *[]) { NULL });
 
         /* Across accounts, oldest first. */
         ASSERT_OK(store_sandbox_list_status(s, NULL, SB_READY, &a, &n));
@@ -568,8 +568,8 @@ static void cap_race(const char *name, int n_stores) {
         struct store *stores[8];
         char acc[25];
         for (int i = 0; i < n_stores; i++)
-                stores[i] = open_store(name);
-        new_account(stores[0], "racer", acc);
+                stores[i] = storetest_open(name);
+        storetest_new_account(stores[0], "racer", acc);
         struct cap_run run = { .stores = stores, .n_stores = n_stores, .account_id = acc, .cap = 3 };
         pthread_mutex_init(&run.lock, NULL);
         pthread_barrier_init(&run.go, NULL, N);
@@ -614,11 +614,8 @@ TEST_FULL(sandbox_cap_is_exact_across_connections, 60) { cap_race("cap5", 5); }
 /* ---- compare-and-set ---- */
 
 TEST(cas_status_wins_only_from_the_expected_status) {
-        struct store *s = open_store("cas");
-        char acc[25], id[25];
-        new_account(s, "alice", acc);
-        insert_sandbox(s, acc, "box", 1, id);
-        ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
+        char id[25];
+        struct store *s = ready_sandbox_store("cas", id);
         ASSERT_EQ(status_of(s, id), SB_READY);
         /* The reaper's view is stale: it believes the sandbox is still starting. */
         ASSERT_EQ(store_sandbox_cas_status(s, id, SB_STARTING, SB_FAILED), -ESTALE);
@@ -629,11 +626,8 @@ TEST(cas_status_wins_only_from_the_expected_status) {
 
 /* The reaper race: it read 'ready', the user paused meanwhile; its destroy must not land. */
 TEST(update_cas_loses_when_the_status_changed) {
-        struct store *s = open_store("ucas");
-        char acc[25], id[25];
-        new_account(s, "alice", acc);
-        insert_sandbox(s, acc, "box", 1, id);
-        ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
+        char id[25];
+        struct store *s = ready_sandbox_store("ucas", id);
 
         struct sandbox stale = { 0 };
         ASSERT_OK(store_sandbox_get(s, id, &stale));            /* the reaper's list */
@@ -680,11 +674,8 @@ static void *cas_thread(void *p) {
 
 TEST_FULL(cas_has_exactly_one_winner_among_50_threads, 60) {
         enum { N = 50 };
-        struct store *s = open_store("cas50");
-        char acc[25], id[25];
-        new_account(s, "alice", acc);
-        insert_sandbox(s, acc, "box", 1, id);
-        ASSERT_OK(store_sandbox_cas_status(s, id, SB_STARTING, SB_READY));
+        char id[25];
+        struct store *s = ready_sandbox_store("cas50", id);
         struct cas_run run = { .s = s, .id = id };
         pthread_mutex_init(&run.lock, NULL);
         pthread_barrier_init(&run.go, NULL, N);
@@ -701,14 +692,18 @@ TEST_FULL(cas_has_exactly_one_winner_among_50_threads, 60) {
 /* ---- volumes ---- */
 
 TEST(volume_insert_get_update_list_cap) {
-        struct store *s = open_store("vol");
+        struct store *s = storetest_open("vol");
         char acc[25], other[25], v1[25], v2[25];
-        new_account(s, "alice", acc);
-        new_account(s, "bob", other);
+        storetest_new_account(s, "alice", acc);
+        storetest_new_account(s, "bob", other);
         struct volume v;
         fill_volume(&v, acc, "data");
         ASSERT_OK(store_volume_insert_capped(s, &v, 2));
         memcpy(v1, v.id, 25);
+        struct volume g = { 0 };
+        ASSERT_OK(store_volume_get(s, v1, &g));
+        expect_same_volume(&g, &v);
+        volume_clear(&g);
         hexid_new(v.id);
         ASSERT_EQ(store_volume_insert_capped(s, &v, 2), -EEXIST);   /* same name, same account */
         snprintf(v.account_id, sizeof(v.account_id), "%s", other);
@@ -725,20 +720,7 @@ TEST(volume_insert_get_update_list_cap) {
         ASSERT_EQ(store_volume_insert_capped(s, &v, 2), -EDQUOT);
         volume_clear(&v);
 
-        struct volume g = { 0 };
         ASSERT_OK(store_volume_get(s, v1, &g));
-        ASSERT_STREQ(g.id, v1);
-        ASSERT_STREQ(g.account_id, acc);
-        ASSERT_STREQ(g.name, "data");
-        ASSERT_STREQ(g.type, "standalone");
-        ASSERT_STREQ(g.region_key, "local");
-        ASSERT_STREQ(g.team, "team-a");
-        ASSERT_CONTAINS(g.handle, "paddock-vol-");
-        ASSERT_STREQ(g.mount_path, "/data");
-        ASSERT_NULL(g.attached_sandbox_id);
-        ASSERT_EQ(g.size_gb, 3);
-        ASSERT_EQ(g.last_attached_at, 0);
-        ASSERT_EQ(g.created_at, 1700000000000);
         g.size_gb = 9;
         free(g.mount_path);
         g.mount_path = xstrdup("/mnt");
@@ -749,6 +731,11 @@ TEST(volume_insert_get_update_list_cap) {
         ASSERT_STREQ(g.mount_path, "/mnt");
         volume_clear(&g);
         ASSERT_EQ(store_volume_get(s, "0123456789abcdef01234567", &g), -ENOENT);
+        /* Owned: the same row for its account, none for another. */
+        ASSERT_OK(store_volume_get_owned(s, acc, v1, &g));
+        ASSERT_STREQ(g.name, "data");
+        volume_clear(&g);
+        ASSERT_EQ(store_volume_get_owned(s, other, v1, &g), -ENOENT);
 
         struct volume *a = NULL;
         size_t n = 0;
@@ -768,10 +755,7 @@ TEST(volume_insert_get_update_list_cap) {
 }
 
 TEST(volume_attach_detach_delete) {
-        struct vol_fixture f;
-        vol_fixture_open(&f, "attach");
-        struct store *s = f.s;
-        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
+        VOL_FIXTURE("attach");
 
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 500));
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 501));     /* same sandbox again: fine */
@@ -801,10 +785,7 @@ TEST(volume_attach_detach_delete) {
 /* The volume delete race: a delete must be decided and marked in the database before the
  * backend volume goes, so that no create can attach a volume whose data is being removed. */
 TEST(volume_begin_delete_refuses_attached_and_blocks_attach) {
-        struct vol_fixture f;
-        vol_fixture_open(&f, "vdel");
-        struct store *s = f.s;
-        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
+        VOL_FIXTURE("vdel");
 
         /* Attached: refused, nothing marked. */
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 10));
@@ -834,10 +815,7 @@ TEST(volume_begin_delete_refuses_attached_and_blocks_attach) {
 }
 
 TEST(volume_begin_delete_by_its_own_sandbox_detaches_and_marks) {
-        struct vol_fixture f;
-        vol_fixture_open(&f, "vown");
-        struct store *s = f.s;
-        const char *sb1 = f.sb1, *sb2 = f.sb2, *vol = f.vol;
+        VOL_FIXTURE("vown");
         char v2[25];
         insert_volume(s, f.acc, "other", v2);
         ASSERT_OK(store_volume_attach(s, vol, sb1, "/work", 10));
@@ -875,9 +853,9 @@ static void *vrace_delete(void *p) {
 
 /* Attach and delete at once, many times, over one and two connections: exactly one wins. */
 TEST_FULL(volume_attach_and_delete_never_both_win, 60) {
-        struct store *s = open_store("vrace"), *s2 = open_store("vrace");
+        struct store *s = storetest_open("vrace"), *s2 = storetest_open("vrace");
         char acc[25], sb[25];
-        new_account(s, "alice", acc);
+        storetest_new_account(s, "alice", acc);
         insert_sandbox(s, acc, "one", 1, sb);
         for (int i = 0; i < 100; i++) {
                 char vol[25], name[16];
@@ -906,10 +884,10 @@ TEST_FULL(volume_attach_and_delete_never_both_win, 60) {
 /* ---- usage and stats ---- */
 
 TEST(usage_accumulates_per_account_and_period) {
-        struct store *s = open_store("usage");
+        struct store *s = storetest_open("usage");
         char a1[25], a2[25];
-        new_account(s, "alice", a1);
-        new_account(s, "bob", a2);
+        storetest_new_account(s, "alice", a1);
+        storetest_new_account(s, "bob", a2);
         double cost = -1;
         ASSERT_OK(store_usage_get(s, a1, "2026-12", &cost));
         ASSERT_TRUE(cost == 0);
@@ -930,7 +908,7 @@ TEST(usage_accumulates_per_account_and_period) {
 }
 
 TEST(stats_add_range_prune) {
-        struct store *s = open_store("stats");
+        struct store *s = storetest_open("stats");
         ASSERT_OK(store_stats_add(s, "sb-a", 100, 1.5, 10, 1000));
         ASSERT_OK(store_stats_add(s, "sb-a", 300, 2.5, 20, 2000));
         ASSERT_OK(store_stats_add(s, "sb-a", 200, 3.5, 30, 3000));
@@ -960,11 +938,11 @@ TEST(stats_add_range_prune) {
 /* ---- nodes ---- */
 
 TEST(nodes_drain_contact_and_live_counts) {
-        struct store *s = open_store("nodes");
+        struct store *s = storetest_open("nodes");
         char acc[25], a[25], b[25], c[25];
         struct node_info *n = NULL;
         size_t k = 9;
-        new_account(s, "ops", acc);
+        storetest_new_account(s, "ops", acc);
         ASSERT_OK(store_node_list(s, &n, &k));
         ASSERT_EQ(k, 0);
         free(n);

@@ -1,0 +1,31 @@
+/* storetest.c — see storetest.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "storetest.h"
+#include "testlib.h"
+
+const char *storetest_path(const char *name) {
+        static char buf[512];
+        snprintf(buf, sizeof(buf), "%s/%s.db", test_tmpdir(), name);
+        return buf;
+}
+
+struct store *storetest_open(const char *name) {
+        struct store *s = NULL;
+        int r = store_open(storetest_path(name), &s);
+        if (r < 0)
+                test_fail(__FILE__, __LINE__, "store_open(%s): %s", name, strerror(-r));
+        return s;
+}
+
+void storetest_closep(struct store **s) {
+        store_close(*s);
+}
+
+void storetest_new_account(struct store *s, const char *name, char ret_id[SANDBOX_ID_LEN + 1]) {
+        struct account a = { 0 };
+        ASSERT_OK(store_account_create(s, name, "default", &a));
+        memcpy(ret_id, a.id, SANDBOX_ID_LEN + 1);
+        account_clear(&a);
+}

@@ -1,0 +1,14 @@
+/* storetest.h — fixtures for unit tests of controld's sqlite store (test-store, test-snapstore):
+ * a store on a file in the test's temporary folder, and accounts in it. Each fails the
+ * running test on error. */
+#pragma once
+
+#include "controld.h"
+
+/* <test tmpdir>/<name>.db, in a static buffer. */
+const char *storetest_path(const char *name);
+/* Opens (creating) the store at storetest_path(name); close it with store_close(). */
+struct store *storetest_open(const char *name);
+void storetest_closep(struct store **s);
+/* A new account called name on the "default" plan; its id in ret_id. */
+void storetest_new_account(struct store *s, const char *name, char ret_id[SANDBOX_ID_LEN + 1]);
