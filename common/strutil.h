@@ -46,6 +46,10 @@ void hexid_new(char out[HEXID_LEN + 1]);
 /* Value 0..15 of a hex digit (either case), -1 for anything else. */
 int unhexchar(char c);
 
+/* Fills p with n bytes from getrandom(), retrying on EINTR; aborts on any other
+ * failure (none is possible once the pool is initialised), so it never fails. */
+void random_fill(void *p, size_t n);
+
 /* Lowercase hex of nbytes_of_entropy bytes from getrandom(); out must hold
  * 2 * nbytes_of_entropy + 1 bytes. Hex is url-safe and never needs escaping. */
 void random_token(char *out, size_t nbytes_of_entropy);
