@@ -148,3 +148,93 @@ int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch,
                               amqp_empty_table);
         return amqpx_rpc_check(amqp_get_rpc_reply(conn), "exchange.declare", err, errlen);
 }
+
+int amqpx_wait_frame_until(amqp_connection_state_t conn, int64_t deadline, amqp_frame_t *ret) {
+        long left = (long) (deadline - mono_ms());
+        if (left <= 0)
+                return AMQP_STATUS_TIMEOUT;
+        struct timeval tv = ms_to_tv(left);
+        return amqp_simple_wait_frame_noblock(conn, ret, &tv);
+}
+
+static void copy_short(char dst[256], amqp_bytes_t b) {
+        size_t n = b.len < 255 ? b.len : 255;
+        memcpy(dst, b.bytes, n);
+        dst[n] = 0;
+}
+
+int amqpx_read_content(amqp_connection_state_t conn, amqp_channel_t ch, int64_t deadline, uint64_t max,
+                       struct amqpx_content *c, char **ret_body) {
+        _cleanup_free_ char *body = NULL;
+        uint64_t got = 0;
+        bool have_header = false;
+        for (;;) {
+                amqp_frame_t f;
+                int s = amqpx_wait_frame_until(conn, deadline, &f);
+                if (s == AMQP_STATUS_TIMEOUT)
+                        return -ETIMEDOUT;
+                if (s != AMQP_STATUS_OK)
+                        return -ECONNRESET;
+                if (f.frame_type == AMQP_FRAME_METHOD)
+                        return -ECONNRESET;     /* a close, or a broker out of protocol */
+                if (f.channel != ch)
+                        continue;
+                if (f.frame_type == AMQP_FRAME_HEADER && !have_header) {
+                        const amqp_basic_properties_t *p = f.payload.properties.decoded;
+                        have_header = true;
+                        c->size = f.payload.properties.body_size;
+                        if (p && (p->_flags & AMQP_BASIC_REPLY_TO_FLAG))
+                                copy_short(c->reply_to, p->reply_to);
+                        if (p && (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG)) {
+                                copy_short(c->correlation_id, p->correlation_id);
+                                c->has_corr = true;
+                        }
+                        if (c->size <= max)
+                                body = xmalloc(c->size + 1);
+                } else if (f.frame_type == AMQP_FRAME_BODY && have_header) {
+                        amqp_bytes_t b = f.payload.body_fragment;
+                        if (b.len > c->size - got)
+                                return -ECONNRESET;     /* more body than announced */
+                        if (body)
+                                memcpy(body + got, b.bytes, b.len);
+                        got += b.len;
+                }
+                amqp_maybe_release_buffers_on_channel(conn, ch);
+                if (have_header && got == c->size) {
+                        if (body)
+                                body[got] = 0;
+                        *ret_body = TAKE_PTR(body);
+                        return 0;
+                }
+        }
+}
+
+int amqpx_wait_confirm(amqp_connection_state_t conn, uint64_t tag, int64_t deadline) {
+        for (;;) {
+                amqp_frame_t f;
+                int s = amqpx_wait_frame_until(conn, deadline, &f);
+                if (s == AMQP_STATUS_TIMEOUT)
+                        return -ETIMEDOUT;
+                if (s != AMQP_STATUS_OK)
+                        return -ECONNRESET;
+                if (f.frame_type != AMQP_FRAME_METHOD)
+                        continue;
+                switch (f.payload.method.id) {
+                case AMQP_BASIC_ACK_METHOD: {
+                        const amqp_basic_ack_t *a = f.payload.method.decoded;
+                        if (a->delivery_tag == tag || (a->multiple && a->delivery_tag >= tag))
+                                return 0;
+                        break;
+                }
+                case AMQP_BASIC_NACK_METHOD:
+                        return -EIO;
+                case AMQP_BASIC_RETURN_METHOD:
+                        return -ENXIO;
+                case AMQP_CHANNEL_CLOSE_METHOD:
+                case AMQP_CONNECTION_CLOSE_METHOD:
+                        return -ECONNRESET;
+                default:
+                        break;
+                }
+        }
+}

@@ -418,24 +418,15 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
         return text;
 }
 
-/* What the header frame of a delivery told us, copied out of rabbitmq-c's pool. */
+/* A delivery: its tag from basic.deliver, then what its header frame told us. */
 struct delivery {
         uint64_t tag;
-        uint64_t size;
-        char reply_to[256];
-        char correlation_id[256];
-        bool has_corr;
+        struct amqpx_content c;
 };
-
-static void copy_short(char dst[256], amqp_bytes_t b) {
-        size_t n = b.len < 255 ? b.len : 255;
-        memcpy(dst, b.bytes, n);
-        dst[n] = 0;
-}
 
 static void reply(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
                   const struct delivery *d, const char *text) {
-        if (!d->reply_to[0])
+        if (!d->c.reply_to[0])
                 return;
         amqp_basic_properties_t p = { 0 };
         p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
@@ -446,11 +437,11 @@ static void reply(amqp_connection_state_t conn, const struct agent_config *cfg, 
          * refuses a user_id that is not the connection's own login. */
         p.app_id = amqp_cstring_bytes(cfg->node_id);
         p.user_id = amqp_cstring_bytes(user);
-        if (d->has_corr) {
+        if (d->c.has_corr) {
                 p._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
-                p.correlation_id = amqp_cstring_bytes(d->correlation_id);
+                p.correlation_id = amqp_cstring_bytes(d->c.correlation_id);
         }
-        amqp_basic_publish(conn, CH, amqp_empty_bytes, amqp_cstring_bytes(d->reply_to), 0, 0, &p,
+        amqp_basic_publish(conn, CH, amqp_empty_bytes, amqp_cstring_bytes(d->c.reply_to), 0, 0, &p,
                            amqp_cstring_bytes(text));
 }
 
@@ -509,56 +500,13 @@ static void watchdog_stop(void) {
         wd.running = false;
 }
 
-/* Reads frames until the content of the delivery d has arrived, keeping at most
- * MAX_MESSAGE bytes: the header frame's body_size is checked before any body is
- * read, and an oversized body is read off the socket and dropped frame by frame.
- * Returns 0 with *ret_body (NULL when oversized; size in d->size), or -ECONNRESET. */
+/* Reads the content of the delivery d (at most MAX_MESSAGE bytes kept; see
+ * amqpx_read_content). 0 with *ret_body (NULL when oversized), or < 0. */
 static int read_content(amqp_connection_state_t conn, struct delivery *d, char **ret_body) {
-        _cleanup_free_ char *body = NULL;
-        uint64_t got = 0;
-        bool have_header = false;
-        int64_t deadline = mono_ms() + CONTENT_TIMEOUT_MS;
-        for (;;) {
-                long left = (long) (deadline - mono_ms());
-                if (left <= 0)
-                        return log_warning_errno(-ETIMEDOUT, "RabbitMQ stalled in the middle of a message");
-                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
-                amqp_frame_t f;
-                int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
-                if (s != AMQP_STATUS_OK)
-                        return -ECONNRESET;
-                if (f.frame_type == AMQP_FRAME_METHOD)
-                        return -ECONNRESET;     /* a close, or a broker out of protocol */
-                if (f.channel != CH)
-                        continue;
-                if (f.frame_type == AMQP_FRAME_HEADER && !have_header) {
-                        const amqp_basic_properties_t *p = f.payload.properties.decoded;
-                        have_header = true;
-                        d->size = f.payload.properties.body_size;
-                        if (p && (p->_flags & AMQP_BASIC_REPLY_TO_FLAG))
-                                copy_short(d->reply_to, p->reply_to);
-                        if (p && (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG)) {
-                                copy_short(d->correlation_id, p->correlation_id);
-                                d->has_corr = true;
-                        }
-                        if (d->size <= MAX_MESSAGE)
-                                body = xmalloc(d->size + 1);
-                } else if (f.frame_type == AMQP_FRAME_BODY && have_header) {
-                        amqp_bytes_t b = f.payload.body_fragment;
-                        if (b.len > d->size - got)
-                                return -ECONNRESET;     /* more body than announced */
-                        if (body)
-                                memcpy(body + got, b.bytes, b.len);
-                        got += b.len;
-                }
-                amqp_maybe_release_buffers_on_channel(conn, CH);
-                if (have_header && got == d->size) {
-                        if (body)
-                                body[got] = 0;
-                        *ret_body = TAKE_PTR(body);
-                        return 0;
-                }
-        }
+        int r = amqpx_read_content(conn, CH, mono_ms() + CONTENT_TIMEOUT_MS, MAX_MESSAGE, &d->c, ret_body);
+        if (r == -ETIMEDOUT)
+                log_warning_errno(r, "RabbitMQ stalled in the middle of a message");
+        return r;
 }
 
 static void sync_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
@@ -672,13 +620,13 @@ static int sync_prune(const struct pj_node_reply *r) {
 }
 
 static void sync_on_reply(const struct agent_config *cfg, const struct delivery *d, const char *body) {
-        if (!sync_st.sent_at || !d->has_corr || strcmp(d->correlation_id, sync_st.corr) != 0) {
+        if (!sync_st.sent_at || !d->c.has_corr || strcmp(d->c.correlation_id, sync_st.corr) != 0) {
                 log_debug("ignoring a reply that answers no node.sync in flight");
                 return;
         }
         struct pj_node_reply r;
         struct pj_error pe;
-        if (pj_node_reply_parse(body, d->size, &r, &pe) < 0) {
+        if (pj_node_reply_parse(body, d->c.size, &r, &pe) < 0) {
                 sync_retry_later("controld's answer does not parse");
                 return;
         }
@@ -867,7 +815,7 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
         char why[256];
         struct pj_node_msg m = { 0 };
         struct pj_error pe = { 0 };
-        bool parsed = pj_node_msg_parse(body, d->size, &m, &pe) >= 0;
+        bool parsed = pj_node_msg_parse(body, d->c.size, &m, &pe) >= 0;
         _cleanup_free_ char *out = NULL;
         if (parsed && cfg->egress_enabled && (m.type == PJ_NODE_EGRESS_APPLY || m.type == PJ_NODE_EGRESS_REMOVE)) {
                 if (n_jobs < jobs_max(cfg)) {
@@ -888,7 +836,7 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
                 out = handle_parsed(cfg, &m);
                 pj_node_msg_done(&m);
         } else
-                out = agent_handle(cfg, body, d->size);
+                out = agent_handle(cfg, body, d->c.size);
         /* A child that died during this request: no reply it could have made counts. */
         if (!privsep_healthy(why, sizeof(why)))
                 return log_error_errno(-ECHILD, "%s; no longer consuming", why);
@@ -954,12 +902,12 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                 log_ctx_set("NODE_ID", cfg->node_id);
                 _cleanup_free_ char *out = NULL;
                 if (!body) {
-                        log_warning("refusing a %" PRIu64 " byte message (limit %d); its body was not kept", d.size,
+                        log_warning("refusing a %" PRIu64 " byte message (limit %d); its body was not kept", d.c.size,
                                     MAX_MESSAGE);
                         struct pj_node_reply big = { .ok = false };
                         snprintf(big.node_id, sizeof(big.node_id), "%s", cfg->node_id);
                         snprintf(big.error, sizeof(big.error), "message too large (%" PRIu64 " bytes, limit %d)",
-                                 d.size, MAX_MESSAGE);
+                                 d.c.size, MAX_MESSAGE);
                         out = pj_node_reply_format(&big);
                         reply(conn, cfg, user, &d, out);
                         amqp_basic_reject(conn, CH, d.tag, 0);

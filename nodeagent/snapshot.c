@@ -381,45 +381,15 @@ fail:
         return NULL;
 }
 
-/* Reads the header and body frames of the delivery just announced. 0 with *ret_body
- * (NULL when over MAX_JOB_BODY: read and dropped), or -ECONNRESET. */
+/* Reads the content of the delivery just announced. 0 with *ret_body (NULL when
+ * over MAX_JOB_BODY: read and dropped) and its size in *ret_len, or < 0. */
 static int read_body(amqp_connection_state_t conn, char **ret_body, size_t *ret_len) {
-        _cleanup_free_ char *body = NULL;
-        uint64_t size = 0, got = 0;
-        bool have_header = false;
-        int64_t deadline = mono_ms() + 30000;
-        for (;;) {
-                long left = (long) (deadline - mono_ms());
-                if (left <= 0)
-                        return -ECONNRESET;
-                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
-                amqp_frame_t f;
-                if (amqp_simple_wait_frame_noblock(conn, &f, &tv) != AMQP_STATUS_OK || f.frame_type == AMQP_FRAME_METHOD)
-                        return -ECONNRESET;
-                if (f.channel != CH)
-                        continue;
-                if (f.frame_type == AMQP_FRAME_HEADER && !have_header) {
-                        have_header = true;
-                        size = f.payload.properties.body_size;
-                        if (size <= MAX_JOB_BODY)
-                                body = xmalloc(size + 1);
-                } else if (f.frame_type == AMQP_FRAME_BODY && have_header) {
-                        amqp_bytes_t b = f.payload.body_fragment;
-                        if (b.len > size - got)
-                                return -ECONNRESET;
-                        if (body)
-                                memcpy(body + got, b.bytes, b.len);
-                        got += b.len;
-                }
-                amqp_maybe_release_buffers_on_channel(conn, CH);
-                if (have_header && got == size) {
-                        if (body)
-                                body[got] = 0;
-                        *ret_body = TAKE_PTR(body);
-                        *ret_len = size;
-                        return 0;
-                }
-        }
+        struct amqpx_content c = { 0 };
+        int r = amqpx_read_content(conn, CH, mono_ms() + 30000, MAX_JOB_BODY, &c, ret_body);
+        if (r < 0)
+                return r;
+        *ret_len = c.size;
+        return 0;
 }
 
 /* Publishes the outcome (persistent, mandatory) and waits for the broker's confirm.
@@ -437,43 +407,15 @@ static int publish_event(amqp_connection_state_t conn, const struct agent_config
                                &p, amqp_cstring_bytes(text)) != AMQP_STATUS_OK)
                 return -ECONNRESET;
         uint64_t tag = ++*next_tag;
-        int64_t deadline = mono_ms() + CONFIRM_TIMEOUT_MS;
-        for (;;) {
-                long left = (long) (deadline - mono_ms());
-                if (left <= 0)
-                        return -ETIMEDOUT;
-                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
-                amqp_frame_t f;
-                int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
-                if (s == AMQP_STATUS_TIMEOUT)
-                        return -ETIMEDOUT;
-                if (s != AMQP_STATUS_OK)
-                        return -ECONNRESET;
-                if (f.frame_type != AMQP_FRAME_METHOD)
-                        continue;
-                switch (f.payload.method.id) {
-                case AMQP_BASIC_ACK_METHOD: {
-                        const amqp_basic_ack_t *a = f.payload.method.decoded;
-                        if (a->delivery_tag == tag || (a->multiple && a->delivery_tag >= tag))
-                                return 0;
-                        break;
-                }
-                case AMQP_BASIC_NACK_METHOD:
-                        return -EIO;
-                case AMQP_BASIC_RETURN_METHOD: {
-                        char *rb = NULL;
-                        size_t rl = 0;
-                        (void) read_body(conn, &rb, &rl);
-                        free(rb);
-                        return -ENXIO;
-                }
-                case AMQP_CHANNEL_CLOSE_METHOD:
-                case AMQP_CONNECTION_CLOSE_METHOD:
-                        return -ECONNRESET;
-                default:
-                        break;
-                }
+        int r = amqpx_wait_confirm(conn, tag, mono_ms() + CONFIRM_TIMEOUT_MS);
+        if (r == -ENXIO) {
+                /* Unroutable: the returned message's content follows; read it off. */
+                char *rb = NULL;
+                size_t rl = 0;
+                (void) read_body(conn, &rb, &rl);
+                free(rb);
         }
+        return r;
 }
 
 /* Runs one job on a worker thread while servicing the connection. 0 when its outcome was
