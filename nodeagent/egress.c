@@ -169,9 +169,7 @@ static uint32_t seq_next(void) {
 }
 
 static int gen_cb(const struct nlmsghdr *nlh, void *data) {
-        _cleanup_(nftnl_gen_freep) struct nftnl_gen *g = nftnl_gen_alloc();
-        if (!g)
-                oom();
+        _cleanup_(nftnl_gen_freep) struct nftnl_gen *g = xnonnull(nftnl_gen_alloc());
         if (nftnl_gen_nlmsg_parse(nlh, g) < 0)
                 return MNL_CB_ERROR;
         *(uint32_t *) data = nftnl_gen_get_u32(g, NFTNL_GEN_ID);
@@ -224,9 +222,7 @@ static void chain_dump_done(struct chain_dump *d) {
 
 static int chain_cb(const struct nlmsghdr *nlh, void *data) {
         struct chain_dump *d = data;
-        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = nftnl_chain_alloc();
-        if (!c)
-                oom();
+        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = xnonnull(nftnl_chain_alloc());
         if (nftnl_chain_nlmsg_parse(nlh, c) < 0)
                 return MNL_CB_ERROR;
         const char *t = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
@@ -264,9 +260,7 @@ struct set_dump {
 
 static int set_cb(const struct nlmsghdr *nlh, void *data) {
         struct set_dump *d = data;
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
-        if (!s)
-                oom();
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = xnonnull(nftnl_set_alloc());
         if (nftnl_set_nlmsg_parse(nlh, s) < 0)
                 return MNL_CB_ERROR;
         const char *t = nftnl_set_get_str(s, NFTNL_SET_TABLE);
@@ -279,9 +273,7 @@ static int set_cb(const struct nlmsghdr *nlh, void *data) {
 static int dump_sets(struct mnl_socket *nl, const char *table, struct names *ret) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
         struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSET, FAMILY, NLM_F_DUMP, seq_next());
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
-        if (!s)
-                oom();
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = xnonnull(nftnl_set_alloc());
         nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
         nftnl_set_nlmsg_build_payload(nlh, s);
         struct set_dump d = { .table = table };
@@ -294,6 +286,14 @@ static int dump_sets(struct mnl_socket *nl, const char *table, struct names *ret
         }
         *ret = d.names;
         return 0;
+}
+
+static struct nftnl_set *set_new(const char *table, const char *name) {
+        struct nftnl_set *s = xnonnull(nftnl_set_alloc());
+        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, FAMILY);
+        nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
+        nftnl_set_set_str(s, NFTNL_SET_NAME, name);
+        return s;
 }
 
 /* One element of @sandboxes or @dns_clients. chain is "" for plain sets. */
@@ -315,12 +315,7 @@ static int elem_cb(const struct nlmsghdr *nlh, void *data) {
 static int dump_elems(struct mnl_socket *nl, const char *table, const char *set, struct elem **ret, size_t *ret_n) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
         struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, FAMILY, NLM_F_DUMP, seq_next());
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
-        if (!s)
-                oom();
-        nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
-        nftnl_set_set_str(s, NFTNL_SET_NAME, set);
-        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, FAMILY);
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = set_new(table, set);
         nftnl_set_elems_nlmsg_build_payload(nlh, s);
 
         struct elem_dump d = { .set = s };
@@ -335,9 +330,8 @@ static int dump_elems(struct mnl_socket *nl, const char *table, const char *set,
 
         struct elem *v = NULL;
         size_t n = 0;
-        _cleanup_(nftnl_set_elems_iter_destroyp) struct nftnl_set_elems_iter *it = nftnl_set_elems_iter_create(s);
-        if (!it)
-                oom();
+        _cleanup_(nftnl_set_elems_iter_destroyp) struct nftnl_set_elems_iter *it =
+                xnonnull(nftnl_set_elems_iter_create(s));
         for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e; e = nftnl_set_elems_iter_next(it)) {
                 uint32_t klen = 0;
                 const void *k = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
@@ -527,16 +521,6 @@ static int batch_send(struct mnl_socket *nl, struct batch *b, char *err, size_t 
 
 /* ---------------------------------------------------------------- object builders */
 
-static struct nftnl_set *set_new(const char *table, const char *name) {
-        struct nftnl_set *s = nftnl_set_alloc();
-        if (!s)
-                oom();
-        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, FAMILY);
-        nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
-        nftnl_set_set_str(s, NFTNL_SET_NAME, name);
-        return s;
-}
-
 static uint32_t set_id_next(void) {
         static uint32_t id;
         return ++id;
@@ -566,9 +550,7 @@ static void flush_set(struct batch *b, const char *table, const char *name) {
 }
 
 static struct nftnl_set_elem *elem_new(uint32_t key_host, uint32_t flags) {
-        struct nftnl_set_elem *e = nftnl_set_elem_alloc();
-        if (!e)
-                oom();
+        struct nftnl_set_elem *e = xnonnull(nftnl_set_elem_alloc());
         uint32_t be = htonl(key_host);
         nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, &be, sizeof(be));
         if (flags)
@@ -655,9 +637,7 @@ static void add_interval_elems(struct batch *b, const char *table, const char *s
 }
 
 static struct nftnl_chain *chain_new(const char *table, const char *name) {
-        struct nftnl_chain *c = nftnl_chain_alloc();
-        if (!c)
-                oom();
+        struct nftnl_chain *c = xnonnull(nftnl_chain_alloc());
         nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, FAMILY);
         nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, table);
         nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name);
@@ -665,9 +645,7 @@ static struct nftnl_chain *chain_new(const char *table, const char *name) {
 }
 
 static struct nftnl_rule *rule_new(const char *table, const char *chain) {
-        struct nftnl_rule *r = nftnl_rule_alloc();
-        if (!r)
-                oom();
+        struct nftnl_rule *r = xnonnull(nftnl_rule_alloc());
         nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, FAMILY);
         nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table);
         nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain);
@@ -706,9 +684,7 @@ static void del_set(struct batch *b, const char *table, const char *name) {
 /* ---- rule expressions */
 
 static struct nftnl_expr *expr(struct nftnl_rule *r, const char *name) {
-        struct nftnl_expr *e = nftnl_expr_alloc(name);
-        if (!e)
-                oom();
+        struct nftnl_expr *e = xnonnull(nftnl_expr_alloc(name));
         nftnl_rule_add_expr(r, e);
         return e;
 }
@@ -1035,13 +1011,24 @@ struct init_args {
         uint32_t resolver;
 };
 
+/* What both sandbox chains start with, in a chain created or flushed here:
+ * established/related accept, non-IPv4 drop, DNS to the resolver accept. */
+static void sandbox_chain_head(struct batch *b, const struct init_args *a, const char *chain) {
+        add_chain(b, a->table, chain, -1, 0);
+        chain_op(b, NFT_MSG_DELRULE, a->table, chain);
+        rule_ct_established(b, a->table, chain);
+        rule_non_ipv4_drop(b, a->table, chain);
+        if (a->cfg->dns_resolver) {
+                rule_dns(b, a->table, chain, a->resolver, IPPROTO_UDP);
+                rule_dns(b, a->table, chain, a->resolver, IPPROTO_TCP);
+        }
+}
+
 static int fill_init(struct batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
         const struct init_args *a = ud;
         (void) err;
         (void) errlen;
-        _cleanup_(nftnl_table_freep) struct nftnl_table *t = nftnl_table_alloc();
-        if (!t)
-                oom();
+        _cleanup_(nftnl_table_freep) struct nftnl_table *t = xnonnull(nftnl_table_alloc());
         nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, FAMILY);
         nftnl_table_set_str(t, NFTNL_TABLE_NAME, a->table);
         BATCH_PUT(b, nftnl_table_nlmsg_build_payload, t, NFT_MSG_NEWTABLE, NLM_F_CREATE, "add table inet %s", a->table);
@@ -1053,14 +1040,7 @@ static int fill_init(struct batch *b, const struct view *v, void *ud, char *err,
         add_set(b, a->table, MAP_SANDBOXES, false, true);
 
         /* sbx_egress: everything forwarded from a sandbox bridge. */
-        add_chain(b, a->table, CHAIN_EGRESS, -1, 0);
-        chain_op(b, NFT_MSG_DELRULE, a->table, CHAIN_EGRESS);
-        rule_ct_established(b, a->table, CHAIN_EGRESS);
-        rule_non_ipv4_drop(b, a->table, CHAIN_EGRESS);
-        if (a->cfg->dns_resolver) {
-                rule_dns(b, a->table, CHAIN_EGRESS, a->resolver, IPPROTO_UDP);
-                rule_dns(b, a->table, CHAIN_EGRESS, a->resolver, IPPROTO_TCP);
-        }
+        sandbox_chain_head(b, a, CHAIN_EGRESS);
         rule_daddr_set(b, a->table, CHAIN_EGRESS, SET_DENY, NF_DROP);
         for (size_t j = 0; j < a->n_br; j++)
                 rule_oif_drop(b, a->table, CHAIN_EGRESS, a->cfg->bridges[j]);
@@ -1068,14 +1048,7 @@ static int fill_init(struct batch *b, const struct view *v, void *ud, char *err,
         rule_counter(b, a->table, CHAIN_EGRESS, NF_DROP);
 
         /* sbx_to_host: sandbox -> this host goes through input, not forward. */
-        add_chain(b, a->table, CHAIN_TO_HOST, -1, 0);
-        chain_op(b, NFT_MSG_DELRULE, a->table, CHAIN_TO_HOST);
-        rule_ct_established(b, a->table, CHAIN_TO_HOST);
-        rule_non_ipv4_drop(b, a->table, CHAIN_TO_HOST);
-        if (a->cfg->dns_resolver) {
-                rule_dns(b, a->table, CHAIN_TO_HOST, a->resolver, IPPROTO_UDP);
-                rule_dns(b, a->table, CHAIN_TO_HOST, a->resolver, IPPROTO_TCP);
-        }
+        sandbox_chain_head(b, a, CHAIN_TO_HOST);
         /* Everything else a sandbox sends to this host (unicast to any of its
          * addresses, broadcast, multicast) is dropped: the input hook only
          * sees traffic for the host itself. */
@@ -1526,9 +1499,7 @@ static struct egress_stats *stats_slot(struct stats_dump *d, const char *id) {
 
 static int rule_stats_cb(const struct nlmsghdr *nlh, void *data) {
         struct stats_dump *d = data;
-        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
-        if (!r)
-                oom();
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = xnonnull(nftnl_rule_alloc());
         if (nftnl_rule_nlmsg_parse(nlh, r) < 0)
                 return MNL_CB_ERROR;
         const char *t = nftnl_rule_get_str(r, NFTNL_RULE_TABLE);
@@ -1539,9 +1510,7 @@ static int rule_stats_cb(const struct nlmsghdr *nlh, void *data) {
         uint64_t pk = 0, by = 0;
         bool have_ctr = false;
         int verdict = NO_VERDICT;
-        struct nftnl_expr_iter *it = nftnl_expr_iter_create(r);
-        if (!it)
-                oom();
+        struct nftnl_expr_iter *it = xnonnull(nftnl_expr_iter_create(r));
         for (struct nftnl_expr *e = nftnl_expr_iter_next(it); e; e = nftnl_expr_iter_next(it)) {
                 const char *name = nftnl_expr_get_str(e, NFTNL_EXPR_NAME);
                 if (streq(name, "counter")) {
