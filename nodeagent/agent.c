@@ -38,6 +38,7 @@
 #include "nodeagent.h"
 #include "pj_node.h"
 #include "strutil.h"
+#include "ticker.h"
 
 #define MAX_MESSAGE (1024 * 1024)
 /* A message's header and body frames follow its basic.deliver at once; a broker that
@@ -448,56 +449,28 @@ static void reply(amqp_connection_state_t conn, const struct agent_config *cfg, 
 /* The watchdog is fed from its own thread on a timer, so a long apply (slow name
  * resolution, a busy queue) cannot get the agent killed; it stops feeding once a
  * child has died, and the main loop exits then anyway. */
-static struct {
-        pthread_t thread;
-        bool running, stop;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        uint64_t usec;
-} wd = { .lock = PTHREAD_MUTEX_INITIALIZER };
+static struct ticker wd = TICKER_INIT;
+static uint64_t wd_usec;
 
 static void *watchdog_main(void *ud) {
         (void) ud;
-        pthread_mutex_lock(&wd.lock);
-        while (!wd.stop) {
+        do {
                 /* Not privsep_healthy(): a call in progress holds its lock for up to 30 s. */
                 if (!privsep_failed())
                         sd_notify(0, "WATCHDOG=1");
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                uint64_t ns = (uint64_t) ts.tv_nsec + wd.usec / 2 * 1000;
-                ts.tv_sec += (time_t) (ns / 1000000000);
-                ts.tv_nsec = (long) (ns % 1000000000);
-                pthread_cond_timedwait(&wd.cond, &wd.lock, &ts);
-        }
-        pthread_mutex_unlock(&wd.lock);
+        } while (ticker_sleep(&wd, (int64_t) (wd_usec / 2000)));
         return NULL;
 }
 
 static void watchdog_start(void) {
-        if (sd_watchdog_enabled(0, &wd.usec) <= 0 || wd.usec == 0)
+        if (sd_watchdog_enabled(0, &wd_usec) <= 0 || wd_usec == 0)
                 return;
-        cond_init_monotonic(&wd.cond);
-        /* Signals (SIGTERM, SIGINT) are the main thread's business. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        wd.running = pthread_create(&wd.thread, NULL, watchdog_main, NULL) == 0;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (!wd.running)
+        if (ticker_start(&wd, watchdog_main, NULL) < 0)
                 log_warning("cannot start the watchdog thread; systemd may restart the agent");
 }
 
 static void watchdog_stop(void) {
-        if (!wd.running)
-                return;
-        pthread_mutex_lock(&wd.lock);
-        wd.stop = true;
-        pthread_cond_signal(&wd.cond);
-        pthread_mutex_unlock(&wd.lock);
-        pthread_join(wd.thread, NULL);
-        pthread_cond_destroy(&wd.cond);
-        wd.running = false;
+        ticker_stop(&wd);
 }
 
 /* Reads the content of the delivery d (at most MAX_MESSAGE bytes kept; see

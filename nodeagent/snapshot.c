@@ -22,7 +22,6 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +40,7 @@
 #include "metrics.h"
 #include "nodeagent.h"
 #include "strutil.h"
+#include "ticker.h"
 
 #define CH 1
 #define MAX_JOB_BODY (16 * 1024)
@@ -559,12 +559,7 @@ int snapshot_start(const struct agent_config *cfg) {
                 return -ENOTCONN;
         st.cfg = cfg;
         atomic_store(&st.stop, false);
-        /* Signals stay the main thread's business. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        int r = -pthread_create(&st.thread, NULL, snap_main, (void *) cfg);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        int r = thread_create_nosig(&st.thread, NULL, snap_main, (void *) cfg);
         if (r < 0)
                 return r;
         st.running = true;
