@@ -170,6 +170,20 @@ static void add_ms(cJSON *o, const char *k, int64_t ms, const char *field) {
         log_ctx_set(field, buf);
 }
 
+/* docker_step, its duration added to out as key and to the log context as field. */
+static int timed_step(cJSON *out, const char *key, const char *field, enum ps_type type, const char *sid,
+                      const char *container, long tmo, struct ps_result *res) {
+        int64_t t = mono_ms();
+        int r = docker_step(type, sid, container, tmo, res);
+        add_ms(out, key, mono_ms() - t, field);
+        return r;
+}
+
+/* Why a step failed: what the docker process said, else the errno's text. */
+static const char *step_why(const struct ps_result *res, int r) {
+        return res->msg[0] ? res->msg : strerror(-r);
+}
+
 char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len, bool redelivered) {
         _cleanup_json_ cJSON *in = NULL;
         char perr[128];
@@ -218,27 +232,21 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
                 goto failed;
         }
 
-        t = mono_ms();
-        r = docker_step(PS_DOCKER_COMMIT, sid, container, tmo, &res);
-        add_ms(out, "commit_ms", mono_ms() - t, "COMMIT_MS");
+        r = timed_step(out, "commit_ms", "COMMIT_MS", PS_DOCKER_COMMIT, sid, container, tmo, &res);
         if (r < 0) {
-                snprintf(reason, sizeof(reason), "%s", res.msg[0] ? res.msg : strerror(-r));
+                snprintf(reason, sizeof(reason), "%s", step_why(&res, r));
                 goto failed_prune;
         }
-        t = mono_ms();
-        r = docker_step(PS_DOCKER_PUSH, sid, NULL, tmo, &res);
-        add_ms(out, "push_ms", mono_ms() - t, "PUSH_MS");
+        r = timed_step(out, "push_ms", "PUSH_MS", PS_DOCKER_PUSH, sid, NULL, tmo, &res);
         if (r < 0) {
-                snprintf(reason, sizeof(reason), "%s", res.msg[0] ? res.msg : strerror(-r));
+                snprintf(reason, sizeof(reason), "%s", step_why(&res, r));
                 goto failed_prune;
         }
         pushed = xstrdup(res.msg);
-        t = mono_ms();
-        r = docker_step(PS_DOCKER_VERIFY, sid, NULL, tmo, &res);
-        add_ms(out, "verify_ms", mono_ms() - t, "VERIFY_MS");
+        r = timed_step(out, "verify_ms", "VERIFY_MS", PS_DOCKER_VERIFY, sid, NULL, tmo, &res);
         if (r < 0 || sscanf(res.msg, "%199s %" SCNd64, d, &size) != 2) {
                 snprintf(reason, sizeof(reason), "pushed, but the registry does not show it: %s",
-                         res.msg[0] ? res.msg : strerror(-r));
+                         step_why(&res, r));
                 goto failed_prune;
         }
         if (strcmp(d, pushed) != 0) {
@@ -246,9 +254,7 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
                 goto failed_prune;
         }
         digest = xstrdup(d);
-        t = mono_ms();
-        r = docker_step(PS_DOCKER_REMOVE, sid, NULL, tmo, &res);
-        add_ms(out, "prune_ms", mono_ms() - t, "PRUNE_MS");
+        r = timed_step(out, "prune_ms", "PRUNE_MS", PS_DOCKER_REMOVE, sid, NULL, tmo, &res);
         if (r < 0)
                 /* The snapshot is good; the timer's prune takes the image later. */
                 log_warning("snapshot pushed, but the local image stays for now: %s", res.msg);
@@ -272,9 +278,7 @@ failed:
         log_warning("snapshot failed: %s", reason);
         agent_metrics_observe_snapshot((double) (mono_ms() - t0) / 1000.0, false);
 out:;
-        char *text = cJSON_PrintUnformatted(out);
-        if (!text)
-                oom();
+        char *text = xnonnull(cJSON_PrintUnformatted(out));
         log_ctx_set("SNAPSHOT_ID", NULL);
         log_ctx_set("SANDBOX_ID", NULL);
         log_ctx_set("COMMIT_MS", NULL);
