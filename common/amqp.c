@@ -99,12 +99,8 @@ int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_ma
         struct timeval tv = ms_to_tv(timeout_ms);
         int r, s;
 
-        amqp_connection_state_t conn = amqp_new_connection();
-        if (!conn)
-                oom();
-        amqp_socket_t *sock = amqp_tcp_socket_new(conn);
-        if (!sock)
-                oom();
+        amqp_connection_state_t conn = xnonnull(amqp_new_connection());
+        amqp_socket_t *sock = xnonnull(amqp_tcp_socket_new(conn));
         s = amqp_socket_open_noblock(sock, u->host, u->port, &tv);
         if (s != AMQP_STATUS_OK) {
                 fmt_err(err, errlen, "cannot reach RabbitMQ at %s:%d: %s", u->host, u->port, amqp_error_string2(s));

@@ -511,9 +511,7 @@ int docker_container_list(struct docker *d, const char *label_filter, char ***re
         if (!label_filter || !*label_filter || !ret_ids)
                 return -EINVAL;
         cJSON_AddItemToObject(f, "label", strv_to_json((const char *const[]) { label_filter, NULL }));
-        ftext = cJSON_PrintUnformatted(f);
-        if (!ftext)
-                oom();
+        ftext = xnonnull(cJSON_PrintUnformatted(f));
         fesc = httpc_escape(ftext);
         path = xasprintf("/containers/json?all=1&filters=%s", fesc);
         r = dcall(d, "GET", path, NULL, 0, &resp);
@@ -919,9 +917,7 @@ int docker_image_list(struct docker *d, const char *reference, char ***ret_refs)
         if (!reference || !*reference || !ret_refs)
                 return -EINVAL;
         cJSON_AddItemToObject(f, "reference", strv_to_json((const char *const[]) { reference, NULL }));
-        ftext = cJSON_PrintUnformatted(f);
-        if (!ftext)
-                oom();
+        ftext = xnonnull(cJSON_PrintUnformatted(f));
         fesc = httpc_escape(ftext);
         path = xasprintf("/images/json?filters=%s", fesc);
         r = dcall(d, "GET", path, NULL, 0, &resp);

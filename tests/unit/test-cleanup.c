@@ -60,6 +60,21 @@ TEST(xalloc_helpers) {
                 ASSERT_EQ(c[i], 0);
         c = xrealloc(c, 1024 * sizeof(int));
         ASSERT_NOT_NULL(c);
+        ASSERT_TRUE(xnonnull(c) == c);
+}
+
+TEST(xnonnull_of_null_aborts) {
+        pid_t p = fork();
+        ASSERT_TRUE(p >= 0);
+        if (p == 0) {
+                int devnull = open("/dev/null", O_WRONLY);
+                dup2(devnull, STDERR_FILENO);
+                (void) xnonnull(NULL);
+                _exit(0);
+        }
+        int st;
+        waitpid(p, &st, 0);
+        ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
 }
 
 TEST(out_of_memory_aborts_with_a_message) {
