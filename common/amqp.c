@@ -234,3 +234,38 @@ int amqpx_wait_confirm(amqp_connection_state_t conn, uint64_t tag, int64_t deadl
                 }
         }
 }
+
+amqp_basic_properties_t amqpx_json_props(uint8_t delivery_mode, const char *app_id, const char *user_id) {
+        amqp_basic_properties_t p = { 0 };
+        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG;
+        p.content_type = amqp_cstring_bytes("application/json");
+        p.delivery_mode = delivery_mode;
+        if (app_id) {
+                p._flags |= AMQP_BASIC_APP_ID_FLAG;
+                p.app_id = amqp_cstring_bytes(app_id);
+        }
+        if (user_id) {
+                p._flags |= AMQP_BASIC_USER_ID_FLAG;
+                p.user_id = amqp_cstring_bytes(user_id);
+        }
+        return p;
+}
+
+int amqpx_consume_wait(amqp_connection_state_t conn, struct timeval *tv, amqp_frame_t *ret) {
+        amqp_maybe_release_buffers(conn);
+        int s = amqp_simple_wait_frame_noblock(conn, ret, tv);
+        if (s == AMQP_STATUS_TIMEOUT)
+                return 0;
+        if (s != AMQP_STATUS_OK)
+                return -ECONNRESET;
+        if (ret->frame_type != AMQP_FRAME_METHOD)
+                return 0;
+        switch (ret->payload.method.id) {
+        case AMQP_CHANNEL_CLOSE_METHOD:
+        case AMQP_CONNECTION_CLOSE_METHOD:
+        case AMQP_BASIC_CANCEL_METHOD:
+                return -ECONNRESET;
+        default:
+                return 1;
+        }
+}

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/time.h>
 
 /* A parsed amqp:// URL. The strings point into buf (owned). */
 struct amqpx_url {
@@ -78,3 +79,14 @@ int amqpx_read_content(amqp_connection_state_t conn, amqp_channel_t ch, int64_t 
  * unroutable (basic.return: its content frames follow, unread); -ETIMEDOUT at the
  * deadline (mono_ms() clock); -ECONNRESET when the connection or channel broke. */
 int amqpx_wait_confirm(amqp_connection_state_t conn, uint64_t tag, int64_t deadline);
+
+/* Properties of a JSON message: content type application/json and delivery_mode
+ * (1 transient, 2 persistent); app_id and user_id when not NULL (RabbitMQ refuses
+ * a user_id that is not the connection's own login). The caller adds the rest. */
+amqp_basic_properties_t amqpx_json_props(uint8_t delivery_mode, const char *app_id, const char *user_id);
+
+/* One turn of a consumer's loop: releases the buffers of the last frame, then waits
+ * up to *tv for the next one. 1 with *ret when a method frame came; 0 when nothing
+ * or another kind of frame came; -ECONNRESET when the connection broke, or the
+ * broker closed the channel or the connection or cancelled the consumer. */
+int amqpx_consume_wait(amqp_connection_state_t conn, struct timeval *tv, amqp_frame_t *ret);

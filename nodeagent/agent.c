@@ -178,12 +178,16 @@ void agent_config_done(struct agent_config *c) {
         memset(c, 0, sizeof(*c));
 }
 
-static int rpc_ok(amqp_connection_state_t conn, const char *what) {
+int agent_rpc_ok(amqp_connection_state_t conn, const char *what, int prio, const char *prefix) {
         char why[256];
         int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, why, sizeof(why));
         if (r < 0)
-                log_error("%s", why);
+                log_full_errno(prio, 0, "%s%s", prefix, why);
         return r;
+}
+
+static int rpc_ok(amqp_connection_state_t conn, const char *what) {
+        return agent_rpc_ok(conn, what, LOG_ERR, "");
 }
 
 /* node.sync: at start-up (and after every reconnect) the agent asks controld which
@@ -429,15 +433,8 @@ static void reply(amqp_connection_state_t conn, const struct agent_config *cfg, 
                   const struct delivery *d, const char *text) {
         if (!d->c.reply_to[0])
                 return;
-        amqp_basic_properties_t p = { 0 };
-        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
-                   AMQP_BASIC_USER_ID_FLAG;
-        p.content_type = amqp_cstring_bytes("application/json");
-        p.delivery_mode = 1;
-        /* Who answers: controld accepts a reply only from the node it asked. RabbitMQ
-         * refuses a user_id that is not the connection's own login. */
-        p.app_id = amqp_cstring_bytes(cfg->node_id);
-        p.user_id = amqp_cstring_bytes(user);
+        /* Who answers: controld accepts a reply only from the node it asked. */
+        amqp_basic_properties_t p = amqpx_json_props(1, cfg->node_id, user);
         if (d->c.has_corr) {
                 p._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
                 p.correlation_id = amqp_cstring_bytes(d->c.correlation_id);
@@ -487,14 +484,8 @@ static void sync_send(amqp_connection_state_t conn, const struct agent_config *c
         strscpy(m.node_id, cfg->node_id, sizeof(m.node_id));
         _cleanup_free_ char *body = pj_node_msg_format(&m);
         snprintf(sync_st.corr, sizeof(sync_st.corr), "sync-%s-%u-%" PRId64, cfg->node_id, ++sync_st.attempt, mono_ms());
-        amqp_basic_properties_t p = { 0 };
-        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
-                   AMQP_BASIC_USER_ID_FLAG | AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG |
-                   AMQP_BASIC_EXPIRATION_FLAG;
-        p.content_type = amqp_cstring_bytes("application/json");
-        p.delivery_mode = 1;
-        p.app_id = amqp_cstring_bytes(cfg->node_id);
-        p.user_id = amqp_cstring_bytes(user);
+        amqp_basic_properties_t p = amqpx_json_props(1, cfg->node_id, user);
+        p._flags |= AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_EXPIRATION_FLAG;
         p.reply_to = sync_st.reply_q;
         p.correlation_id = amqp_cstring_bytes(sync_st.corr);
         p.expiration = amqp_cstring_bytes("10000");
@@ -516,13 +507,8 @@ static void resolved_send(amqp_connection_state_t conn, const struct agent_confi
                 strscpy(m.node_id, cfg->node_id, sizeof(m.node_id));
                 strscpy(m.sandbox_id, u[i].sandbox_id, sizeof(m.sandbox_id));
                 _cleanup_free_ char *body = pj_node_msg_format(&m);
-                amqp_basic_properties_t p = { 0 };
-                p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
-                           AMQP_BASIC_USER_ID_FLAG | AMQP_BASIC_EXPIRATION_FLAG;
-                p.content_type = amqp_cstring_bytes("application/json");
-                p.delivery_mode = 1;
-                p.app_id = amqp_cstring_bytes(cfg->node_id);
-                p.user_id = amqp_cstring_bytes(user);
+                amqp_basic_properties_t p = amqpx_json_props(1, cfg->node_id, user);
+                p._flags |= AMQP_BASIC_EXPIRATION_FLAG;
                 p.expiration = amqp_cstring_bytes("60000");
                 amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("controld"), 0, 0, &p,
                                    amqp_cstring_bytes(body));
@@ -834,17 +820,12 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                 /* Names being resolved are polled often; otherwise the broker is waited for. */
                 struct timeval tv = { .tv_sec = n_jobs ? 0 : 1, .tv_usec = n_jobs ? JOBS_TICK_MS * 1000 : 0 };
                 amqp_frame_t f;
-                amqp_maybe_release_buffers(conn);
-                int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
-                if (s == AMQP_STATUS_TIMEOUT)
+                int s = amqpx_consume_wait(conn, &tv, &f);
+                if (s <= 0) {
+                        if (s < 0)
+                                return s;
                         continue;
-                if (s != AMQP_STATUS_OK)
-                        return -ECONNRESET;
-                if (f.frame_type != AMQP_FRAME_METHOD)
-                        continue;
-                if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-                    f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD || f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)
-                        return -ECONNRESET;
+                }
                 if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD && f.channel == CH) {
                         /* Only node.sync is published mandatory by us: nobody bound "controld". */
                         struct delivery rd = { 0 };

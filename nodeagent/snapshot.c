@@ -333,11 +333,23 @@ static void *job_main(void *ud) {
 }
 
 static int rpc_ok(amqp_connection_state_t conn, const char *what) {
-        char why[256];
-        int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, why, sizeof(why));
+        return agent_rpc_ok(conn, what, LOG_WARNING, "snapshot queue: ");
+}
+
+/* Declares the durable queue name and binds it to exchange with key; tag goes
+ * into the name of a failed call in the log. */
+static int queue_bound(amqp_connection_state_t conn, const char *name, const char *exchange, const char *key,
+                       const char *tag) {
+        char what[64];
+        amqp_queue_declare(conn, CH, amqp_cstring_bytes(name), 0, 1, 0, 0, amqp_empty_table);
+        snprintf(what, sizeof(what), "queue.declare%s", tag);
+        int r = rpc_ok(conn, what);
         if (r < 0)
-                log_warning("snapshot queue: %s", why);
-        return r;
+                return r;
+        amqp_queue_bind(conn, CH, amqp_cstring_bytes(name), amqp_cstring_bytes(exchange), amqp_cstring_bytes(key),
+                        amqp_empty_table);
+        snprintf(what, sizeof(what), "queue.bind%s", tag);
+        return rpc_ok(conn, what);
 }
 
 static amqp_connection_state_t connect_snap(const struct agent_config *cfg, const struct amqpx_url *u) {
@@ -358,19 +370,8 @@ static amqp_connection_state_t connect_snap(const struct agent_config *cfg, cons
         amqp_confirm_select(conn, CH);
         if (rpc_ok(conn, "confirm.select") < 0)
                 goto fail;
-        amqp_queue_declare(conn, CH, amqp_cstring_bytes(jobs), 0, 1, 0, 0, amqp_empty_table);
-        if (rpc_ok(conn, "queue.declare") < 0)
-                goto fail;
-        amqp_queue_bind(conn, CH, amqp_cstring_bytes(jobs), amqp_cstring_bytes(cfg->exchange),
-                        amqp_cstring_bytes(jobs_key), amqp_empty_table);
-        if (rpc_ok(conn, "queue.bind") < 0)
-                goto fail;
-        amqp_queue_declare(conn, CH, amqp_cstring_bytes(events), 0, 1, 0, 0, amqp_empty_table);
-        if (rpc_ok(conn, "queue.declare (events)") < 0)
-                goto fail;
-        amqp_queue_bind(conn, CH, amqp_cstring_bytes(events), amqp_cstring_bytes(cfg->exchange),
-                        amqp_cstring_bytes("snapshot.events"), amqp_empty_table);
-        if (rpc_ok(conn, "queue.bind (events)") < 0)
+        if (queue_bound(conn, jobs, cfg->exchange, jobs_key, "") < 0 ||
+            queue_bound(conn, events, cfg->exchange, "snapshot.events", " (events)") < 0)
                 goto fail;
         amqp_basic_qos(conn, CH, 0, 1, 0);
         if (rpc_ok(conn, "basic.qos") < 0)
@@ -400,13 +401,7 @@ static int read_body(amqp_connection_state_t conn, char **ret_body, size_t *ret_
  * 0 when confirmed; < 0 otherwise (the job is then not acked and comes back). */
 static int publish_event(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
                          uint64_t *next_tag, const char *text) {
-        amqp_basic_properties_t p = { 0 };
-        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
-                   AMQP_BASIC_USER_ID_FLAG;
-        p.content_type = amqp_cstring_bytes("application/json");
-        p.delivery_mode = 2;
-        p.app_id = amqp_cstring_bytes(cfg->node_id);
-        p.user_id = amqp_cstring_bytes(user);
+        amqp_basic_properties_t p = amqpx_json_props(2, cfg->node_id, user);
         if (amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("snapshot.events"), 1, 0,
                                &p, amqp_cstring_bytes(text)) != AMQP_STATUS_OK)
                 return -ECONNRESET;
@@ -516,19 +511,10 @@ static void *snap_main(void *ud) {
                         }
                         struct timeval tv = { .tv_sec = 1 };
                         amqp_frame_t f;
-                        amqp_maybe_release_buffers(conn);
-                        int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
-                        if (s == AMQP_STATUS_TIMEOUT)
-                                continue;
-                        if (s != AMQP_STATUS_OK)
+                        int s = amqpx_consume_wait(conn, &tv, &f);
+                        if (s < 0)
                                 break;
-                        if (f.frame_type != AMQP_FRAME_METHOD || f.channel != CH)
-                                continue;
-                        if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-                            f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
-                            f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)
-                                break;
-                        if (f.payload.method.id != AMQP_BASIC_DELIVER_METHOD)
+                        if (s == 0 || f.channel != CH || f.payload.method.id != AMQP_BASIC_DELIVER_METHOD)
                                 continue;
                         const amqp_basic_deliver_t *dm = f.payload.method.decoded;
                         uint64_t tag = dm->delivery_tag;
