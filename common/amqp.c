@@ -148,9 +148,10 @@ int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch,
 int amqpx_wait_frame_until(amqp_connection_state_t conn, int64_t deadline, amqp_frame_t *ret) {
         long left = (long) (deadline - mono_ms());
         if (left <= 0)
-                return AMQP_STATUS_TIMEOUT;
+                return -ETIMEDOUT;
         struct timeval tv = ms_to_tv(left);
-        return amqp_simple_wait_frame_noblock(conn, ret, &tv);
+        int s = amqp_simple_wait_frame_noblock(conn, ret, &tv);
+        return s == AMQP_STATUS_OK ? 0 : s == AMQP_STATUS_TIMEOUT ? -ETIMEDOUT : -ECONNRESET;
 }
 
 static void copy_short(char dst[256], amqp_bytes_t b) {
@@ -166,11 +167,9 @@ int amqpx_read_content(amqp_connection_state_t conn, amqp_channel_t ch, int64_t 
         bool have_header = false;
         for (;;) {
                 amqp_frame_t f;
-                int s = amqpx_wait_frame_until(conn, deadline, &f);
-                if (s == AMQP_STATUS_TIMEOUT)
-                        return -ETIMEDOUT;
-                if (s != AMQP_STATUS_OK)
-                        return -ECONNRESET;
+                int r = amqpx_wait_frame_until(conn, deadline, &f);
+                if (r < 0)
+                        return r;
                 if (f.frame_type == AMQP_FRAME_METHOD)
                         return -ECONNRESET;     /* a close, or a broker out of protocol */
                 if (f.channel != ch)
@@ -208,11 +207,9 @@ int amqpx_read_content(amqp_connection_state_t conn, amqp_channel_t ch, int64_t 
 int amqpx_wait_confirm(amqp_connection_state_t conn, uint64_t tag, int64_t deadline) {
         for (;;) {
                 amqp_frame_t f;
-                int s = amqpx_wait_frame_until(conn, deadline, &f);
-                if (s == AMQP_STATUS_TIMEOUT)
-                        return -ETIMEDOUT;
-                if (s != AMQP_STATUS_OK)
-                        return -ECONNRESET;
+                int r = amqpx_wait_frame_until(conn, deadline, &f);
+                if (r < 0)
+                        return r;
                 if (f.frame_type != AMQP_FRAME_METHOD)
                         continue;
                 switch (f.payload.method.id) {

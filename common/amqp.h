@@ -50,9 +50,8 @@ int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_ma
 int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch, const char *exchange, char *err,
                                 size_t errlen);
 
-/* Waits for the next frame until deadline (mono_ms() clock). AMQP_STATUS_OK with
- * *ret filled, AMQP_STATUS_TIMEOUT once the deadline has passed, or the library's
- * error status. */
+/* Waits for the next frame until deadline (mono_ms() clock). 0 with *ret filled,
+ * -ETIMEDOUT once the deadline has passed, -ECONNRESET when the connection broke. */
 int amqpx_wait_frame_until(amqp_connection_state_t conn, int64_t deadline, amqp_frame_t *ret);
 
 /* What the header frame of a delivery carried, copied out of rabbitmq-c's pool

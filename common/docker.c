@@ -156,6 +156,13 @@ static bool valid_tag(const char *s) {
                 xasprintf(fmt, _ep_, ##__VA_ARGS__);                            \
         })
 
+/* dcall (defined below) without a body, on escaped_path(fmt, name, ...). */
+#define dcall_path(d, method, timeout_ms, ret, fmt, name, ...)                          \
+        ({                                                                              \
+                _cleanup_free_ char *_dp_ = escaped_path(fmt, name, ##__VA_ARGS__);     \
+                dcall((d), (method), _dp_, NULL, (timeout_ms), (ret));                  \
+        })
+
 struct dresp {
         long status;
         cJSON *json;
@@ -452,8 +459,8 @@ int docker_container_remove(struct docker *d, const char *id, bool force, bool r
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/containers/%s?force=%d&v=%d", id, force, remove_volumes);
-        int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
+        int r = dcall_path(d, "DELETE", TIMEOUT_REMOVE_MS, &resp, "/containers/%s?force=%d&v=%d", id, force,
+                           remove_volumes);
         return r == -EEXIST ? -EBUSY : r;
 }
 
@@ -461,8 +468,7 @@ int docker_container_inspect(struct docker *d, const char *id_or_name, struct do
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id_or_name))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/containers/%s/json", id_or_name);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/containers/%s/json", id_or_name);
         if (r == -ENOENT) {
                 *ret = (struct docker_container_state) { .exists = false, .exit_code = -1 };
                 return 0;
@@ -502,25 +508,32 @@ int docker_container_inspect(struct docker *d, const char *id_or_name, struct do
         return 0;
 }
 
-int docker_container_list(struct docker *d, const char *label_filter, char ***ret_ids) {
-        _cleanup_(dresp_done) struct dresp resp = {};
+/* GET path_head + filters={"key":["value"]}, whose answer must be a JSON array
+ * (what names the call in the error). 0 with the array in ret->json, or < 0. */
+static int dlist(struct docker *d, const char *path_head, const char *key, const char *value, const char *what,
+                 struct dresp *ret) {
         _cleanup_json_ cJSON *f = cJSON_CreateObject();
-        _cleanup_free_ char *ftext = NULL, *fesc = NULL, *path = NULL;
-        int r;
-
-        if (!label_filter || !*label_filter || !ret_ids)
-                return -EINVAL;
-        cJSON_AddItemToObject(f, "label", strv_to_json((const char *const[]) { label_filter, NULL }));
-        ftext = xnonnull(cJSON_PrintUnformatted(f));
-        fesc = httpc_escape(ftext);
-        path = xasprintf("/containers/json?all=1&filters=%s", fesc);
-        r = dcall(d, "GET", path, NULL, 0, &resp);
+        cJSON_AddItemToObject(f, key, strv_to_json((const char *const[]) { value, NULL }));
+        _cleanup_free_ char *ftext = xnonnull(cJSON_PrintUnformatted(f));
+        _cleanup_free_ char *fesc = httpc_escape(ftext);
+        _cleanup_free_ char *path = xasprintf("%sfilters=%s", path_head, fesc);
+        int r = dcall(d, "GET", path, NULL, 0, ret);
         if (r < 0)
                 return r;
-        if (!cJSON_IsArray(resp.json)) {
-                set_error("container list returned no array");
+        if (!cJSON_IsArray(ret->json)) {
+                set_error("%s returned no array", what);
                 return -EBADMSG;
         }
+        return 0;
+}
+
+int docker_container_list(struct docker *d, const char *label_filter, char ***ret_ids) {
+        _cleanup_(dresp_done) struct dresp resp = {};
+        if (!label_filter || !*label_filter || !ret_ids)
+                return -EINVAL;
+        int r = dlist(d, "/containers/json?all=1&", "label", label_filter, "container list", &resp);
+        if (r < 0)
+                return r;
         size_t n = (size_t) cJSON_GetArraySize(resp.json), k = 0;
         char **v = xnew0(char *, n + 1);
         const cJSON *c;
@@ -562,8 +575,7 @@ int docker_volume_remove(struct docker *d, const char *name, bool force) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(name))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/volumes/%s?force=%d", name, force);
-        int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
+        int r = dcall_path(d, "DELETE", TIMEOUT_REMOVE_MS, &resp, "/volumes/%s?force=%d", name, force);
         return r == -EEXIST ? -EBUSY : r;
 }
 
@@ -571,8 +583,7 @@ int docker_volume_remove(struct docker *d, const char *name, bool force) {
  * match counts. Returns 0 with *ret_id set, -ENOENT, or another error. */
 static int network_lookup(struct docker *d, const char *name, char **ret_id) {
         _cleanup_(dresp_done) struct dresp resp = {};
-        _cleanup_free_ char *path = escaped_path("/networks/%s", name);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/networks/%s", name);
         if (r < 0)
                 return r;
         const char *n = json_str(resp.json, "Name"), *id = json_str(resp.json, "Id");
@@ -633,16 +644,13 @@ int docker_network_ensure_bridge(struct docker *d, const char *name, const char 
 
 int docker_network_remove(struct docker *d, const char *name) {
         _cleanup_(dresp_done) struct dresp resp = {};
-        _cleanup_free_ char *id = NULL, *path = NULL;
-        int r;
-
+        _cleanup_free_ char *id = NULL;
         if (!valid_name(name))
                 return -EINVAL;
-        r = network_lookup(d, name, &id);
+        int r = network_lookup(d, name, &id);
         if (r < 0)
                 return r;
-        path = escaped_path("/networks/%s", id);
-        r = dcall(d, "DELETE", path, NULL, 0, &resp);
+        r = dcall_path(d, "DELETE", 0, &resp, "/networks/%s", id);
         /* "has active endpoints" comes back as 403 (Forbidden) on 20.10 */
         return (r == -EACCES || r == -EEXIST) ? -EBUSY : r;
 }
@@ -653,8 +661,7 @@ int docker_container_stats(struct docker *d, const char *id, struct docker_stats
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/containers/%s/stats?stream=false&one-shot=true", id);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/containers/%s/stats?stream=false&one-shot=true", id);
         if (r < 0)
                 return r;
         if (!cJSON_IsObject(resp.json)) {
@@ -706,8 +713,7 @@ int docker_image_exists(struct docker *d, const char *ref) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_ref(ref))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/images/%s/json", ref);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/images/%s/json", ref);
         if (r == -ENOENT) {
                 clear_error();
                 return 0;
@@ -719,8 +725,7 @@ int docker_image_remove(struct docker *d, const char *ref, bool force) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_ref(ref))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/images/%s?force=%d&noprune=0", ref, force);
-        int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
+        int r = dcall_path(d, "DELETE", TIMEOUT_REMOVE_MS, &resp, "/images/%s?force=%d&noprune=0", ref, force);
         return r == -EEXIST ? -EBUSY : r;
 }
 
@@ -819,9 +824,18 @@ static bool valid_b64(const char *s) {
         return true;
 }
 
-/* POSTs to a registry-streaming endpoint (push, pull) with X-Registry-Auth and reads the whole
- * JSON-lines progress stream into c. The HTTP status, or < 0 from the transport. */
-static long image_stream(struct docker *d, const char *url, const char *auth, struct push_ctx *c) {
+/* POSTs the push (or pull) of name:tag with X-Registry-Auth (registry_auth_b64, "e30="
+ * = {} when NULL) and reads the whole JSON-lines progress stream into c. The HTTP
+ * status; -EINVAL for an invalid name (or a digest), tag or auth; < 0 from the transport. */
+static long image_stream(struct docker *d, bool push, const char *name, const char *tag, const char *registry_auth_b64,
+                         struct push_ctx *c) {
+        const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
+        if (!valid_ref(name) || strchr(name, '@') || !valid_tag(tag) || !valid_b64(auth))
+                return -EINVAL;
+        _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(tag);
+        _cleanup_free_ char *url =
+                push ? xasprintf("http://localhost" DOCKER_API_PREFIX "/images/%s/push?tag=%s", en, et)
+                     : xasprintf("http://localhost" DOCKER_API_PREFIX "/images/create?fromImage=%s&tag=%s", en, et);
         _cleanup_free_ char *hdr = xasprintf("X-Registry-Auth: %s", auth);
         const char *hdrs[] = { hdr, NULL };
         struct httpc_resp resp = {};
@@ -846,14 +860,8 @@ static long image_stream(struct docker *d, const char *url, const char *auth, st
 int docker_image_push(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64,
                       char **ret_digest, int64_t *ret_size) {
         const char *t = tag ? tag : "latest";
-        const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
-
-        if (!valid_ref(name) || strchr(name, '@') || !valid_tag(t) || !valid_b64(auth))
-                return -EINVAL;
-        _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(t);
-        _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "/images/%s/push?tag=%s", en, et);
         _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
-        long status = image_stream(d, url, auth, &c);
+        long status = image_stream(d, true, name, t, registry_auth_b64, &c);
         if (status < 0)
                 return (int) status;
 
@@ -881,14 +889,8 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
 
 int docker_image_pull(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64) {
         const char *t = tag ? tag : "latest";
-        const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
-
-        if (!valid_ref(name) || strchr(name, '@') || !valid_tag(t) || !valid_b64(auth))
-                return -EINVAL;
-        _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(t);
-        _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "/images/create?fromImage=%s&tag=%s", en, et);
         _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
-        long status = image_stream(d, url, auth, &c);
+        long status = image_stream(d, false, name, t, registry_auth_b64, &c);
         if (status < 0)
                 return (int) status;
         if (status >= 400 || c.failed) {
@@ -910,23 +912,11 @@ int docker_image_pull(struct docker *d, const char *name, const char *tag, const
 
 int docker_image_list(struct docker *d, const char *reference, char ***ret_refs) {
         _cleanup_(dresp_done) struct dresp resp = {};
-        _cleanup_json_ cJSON *f = cJSON_CreateObject();
-        _cleanup_free_ char *ftext = NULL, *fesc = NULL, *path = NULL;
-        int r;
-
         if (!reference || !*reference || !ret_refs)
                 return -EINVAL;
-        cJSON_AddItemToObject(f, "reference", strv_to_json((const char *const[]) { reference, NULL }));
-        ftext = xnonnull(cJSON_PrintUnformatted(f));
-        fesc = httpc_escape(ftext);
-        path = xasprintf("/images/json?filters=%s", fesc);
-        r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dlist(d, "/images/json?", "reference", reference, "image list", &resp);
         if (r < 0)
                 return r;
-        if (!cJSON_IsArray(resp.json)) {
-                set_error("image list returned no array");
-                return -EBADMSG;
-        }
         char **v = xnew0(char *, 1);
         size_t k = 0;
         const cJSON *img, *tag;
@@ -947,8 +937,7 @@ int docker_image_size(struct docker *d, const char *ref, int64_t *ret_size) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_ref(ref))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/images/%s/json", ref);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/images/%s/json", ref);
         if (r < 0)
                 return r;
         if (ret_size)
@@ -994,8 +983,7 @@ int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exe
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(exec_id))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/exec/%s/json", exec_id);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/exec/%s/json", exec_id);
         if (r < 0)
                 return r;
         const cJSON *ec = cJSON_GetObjectItemCaseSensitive(resp.json, "ExitCode");
