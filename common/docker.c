@@ -120,8 +120,7 @@ static bool valid_name(const char *s) {
         if (!s || !*s || strlen(s) > 255)
                 return false;
         for (const char *c = s; *c; c++) {
-                bool alnum = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
-                if (!alnum && (c == s || !strchr("_.-", *c)))
+                if (!ascii_alnum(*c) && (c == s || !strchr("_.-", *c)))
                         return false;
         }
         return true;
@@ -133,8 +132,7 @@ static bool valid_ref(const char *s) {
         if (!s || !*s || strlen(s) > 512)
                 return false;
         for (const char *c = s; *c; c++) {
-                bool alnum = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
-                if (!alnum && !strchr("_.-/:@", *c))
+                if (!ascii_alnum(*c) && !strchr("_.-/:@", *c))
                         return false;
                 if ((c == s || c[-1] == '/') && (*c == '.' || *c == '/'))
                         return false;
@@ -818,8 +816,7 @@ static bool valid_b64(const char *s) {
         if (!*s || strlen(s) > 8192)
                 return false;
         for (; *s; s++)
-                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-                      strchr("+/=-_", *s)))
+                if (!ascii_alnum(*s) && !strchr("+/=-_", *s))
                         return false;
         return true;
 }

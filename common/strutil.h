@@ -43,6 +43,11 @@ bool hexid_valid(const char *s);
 bool hexid_valid_n(const char *s, size_t len);
 void hexid_new(char out[HEXID_LEN + 1]);
 
+/* [A-Za-z0-9], whatever the locale says. */
+static inline bool ascii_alnum(char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
 /* Value 0..15 of a hex digit (either case), -1 for anything else. */
 int unhexchar(char c);
 

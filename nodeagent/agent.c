@@ -131,8 +131,7 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
                 goto out;
         }
         for (const char *p = ret->node_id; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-                      *p == '_' || *p == '.')) {
+                if (!ascii_alnum(*p) && !strchr("-_.", *p)) {
                         snprintf(err, errlen, "%s: [agent] node_id may only hold letters, digits, '-', '_' and '.'", path);
                         r = -EINVAL;
                         goto out;

@@ -890,8 +890,7 @@ static bool table_name_valid(const char *s) {
         if (n == 0 || n > TABLE_NAME_MAX)
                 return false;
         for (const char *p = s; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-                      *p == '_' || *p == '-'))
+                if (!ascii_alnum(*p) && *p != '_' && *p != '-')
                         return false;
         return true;
 }

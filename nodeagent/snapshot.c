@@ -154,8 +154,7 @@ bool snapshot_container_ref_valid(const char *s, size_t n) {
                 return false;
         for (size_t i = 0; i < n - UUID_LEN - 1; i++) {
                 char ch = s[i];
-                bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
-                if (!alnum && (i == 0 || !strchr("_.-", ch)))
+                if (!ascii_alnum(ch) && (i == 0 || !strchr("_.-", ch)))
                         return false;
         }
         return true;
