@@ -293,34 +293,29 @@ int docker_runtime_path(struct docker *d, const char *name, char **ret_path) {
         return 0;
 }
 
-int docker_storage_driver(struct docker *d, char **ret_driver) {
+/* The string key of GET /info (with abs_path: an absolute path), xstrdup'd into *ret
+ * when ret is not NULL; -EBADMSG when it is missing. */
+static int info_string(struct docker *d, const char *key, bool abs_path, char **ret) {
         _cleanup_(dresp_done) struct dresp resp = {};
         int r = dcall(d, "GET", "/info", NULL, 0, &resp);
         if (r < 0)
                 return r;
-        const char *drv = json_str(resp.json, "Driver");
-        if (!drv) {
-                set_error("unexpected /info response (no Driver)");
+        const char *v = json_str(resp.json, key);
+        if (!v || (abs_path && *v != '/')) {
+                set_error("unexpected /info response (no %s)", key);
                 return -EBADMSG;
         }
-        if (ret_driver)
-                *ret_driver = xstrdup(drv);
+        if (ret)
+                *ret = xstrdup(v);
         return 0;
 }
 
+int docker_storage_driver(struct docker *d, char **ret_driver) {
+        return info_string(d, "Driver", false, ret_driver);
+}
+
 int docker_root_dir(struct docker *d, char **ret_dir) {
-        _cleanup_(dresp_done) struct dresp resp = {};
-        int r = dcall(d, "GET", "/info", NULL, 0, &resp);
-        if (r < 0)
-                return r;
-        const char *dir = json_str(resp.json, "DockerRootDir");
-        if (!dir || *dir != '/') {
-                set_error("unexpected /info response (no DockerRootDir)");
-                return -EBADMSG;
-        }
-        if (ret_dir)
-                *ret_dir = xstrdup(dir);
-        return 0;
+        return info_string(d, "DockerRootDir", true, ret_dir);
 }
 
 /* ---- containers --------------------------------------------------------------- */
