@@ -320,6 +320,19 @@ int docker_root_dir(struct docker *d, char **ret_dir) {
 
 /* ---- containers --------------------------------------------------------------- */
 
+/* The "Id" of a create call's answer, xstrdup'd into *ret when ret is not NULL;
+ * -EBADMSG (what names the call) when it has none. */
+static int answer_id(const struct dresp *resp, const char *what, char **ret) {
+        const char *id = json_str(resp->json, "Id");
+        if (!id || !*id) {
+                set_error("%s returned no Id", what);
+                return -EBADMSG;
+        }
+        if (ret)
+                *ret = xstrdup(id);
+        return 0;
+}
+
 int docker_container_create(struct docker *d, const struct docker_create_opts *o, char **ret_id) {
         _cleanup_json_ cJSON *b = NULL;
         _cleanup_(dresp_done) struct dresp resp = {};
@@ -406,13 +419,7 @@ int docker_container_create(struct docker *d, const struct docker_create_opts *o
         r = dcall(d, "POST", path, b, TIMEOUT_CREATE_MS, &resp);
         if (r < 0)
                 return r;
-        const char *id = json_str(resp.json, "Id");
-        if (!id || !*id) {
-                set_error("container create returned no Id");
-                return -EBADMSG;
-        }
-        *ret_id = xstrdup(id);
-        return 0;
+        return answer_id(&resp, "container create", ret_id);
 }
 
 /* POST /containers/{id}/<action><query> with no body; 304 is success. */
@@ -733,14 +740,7 @@ int docker_commit(struct docker *d, const char *container, const char *repo, con
         int r = dcall(d, "POST", path, b, TIMEOUT_COMMIT_MS, &resp);
         if (r < 0)
                 return r;
-        const char *id = json_str(resp.json, "Id");
-        if (!id || !*id) {
-                set_error("commit returned no Id");
-                return -EBADMSG;
-        }
-        if (ret_image_id)
-                *ret_image_id = xstrdup(id);
-        return 0;
+        return answer_id(&resp, "commit", ret_image_id);
 }
 
 /* ---- push ------------------------------------------------------------------------ */
@@ -962,13 +962,7 @@ int docker_exec_create(struct docker *d, const char *container, const struct doc
                 return -ESRCH;
         if (r < 0)
                 return r;
-        const char *id = json_str(resp.json, "Id");
-        if (!id || !*id) {
-                set_error("exec create returned no Id");
-                return -EBADMSG;
-        }
-        *ret_exec_id = xstrdup(id);
-        return 0;
+        return answer_id(&resp, "exec create", ret_exec_id);
 }
 
 int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exec_info *ret) {
