@@ -99,12 +99,8 @@ int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_ma
         struct timeval tv = ms_to_tv(timeout_ms);
         int r, s;
 
-        amqp_connection_state_t conn = amqp_new_connection();
-        if (!conn)
-                oom();
-        amqp_socket_t *sock = amqp_tcp_socket_new(conn);
-        if (!sock)
-                oom();
+        amqp_connection_state_t conn = xnonnull(amqp_new_connection());
+        amqp_socket_t *sock = xnonnull(amqp_tcp_socket_new(conn));
         s = amqp_socket_open_noblock(sock, u->host, u->port, &tv);
         if (s != AMQP_STATUS_OK) {
                 fmt_err(err, errlen, "cannot reach RabbitMQ at %s:%d: %s", u->host, u->port, amqp_error_string2(s));
@@ -147,4 +143,126 @@ int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch,
         amqp_exchange_declare(conn, ch, amqp_cstring_bytes(exchange), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
                               amqp_empty_table);
         return amqpx_rpc_check(amqp_get_rpc_reply(conn), "exchange.declare", err, errlen);
+}
+
+int amqpx_wait_frame_until(amqp_connection_state_t conn, int64_t deadline, amqp_frame_t *ret) {
+        long left = (long) (deadline - mono_ms());
+        if (left <= 0)
+                return -ETIMEDOUT;
+        struct timeval tv = ms_to_tv(left);
+        int s = amqp_simple_wait_frame_noblock(conn, ret, &tv);
+        return s == AMQP_STATUS_OK ? 0 : s == AMQP_STATUS_TIMEOUT ? -ETIMEDOUT : -ECONNRESET;
+}
+
+static void copy_short(char dst[256], amqp_bytes_t b) {
+        size_t n = b.len < 255 ? b.len : 255;
+        memcpy(dst, b.bytes, n);
+        dst[n] = 0;
+}
+
+int amqpx_read_content(amqp_connection_state_t conn, amqp_channel_t ch, int64_t deadline, uint64_t max,
+                       struct amqpx_content *c, char **ret_body) {
+        _cleanup_free_ char *body = NULL;
+        uint64_t got = 0;
+        bool have_header = false;
+        for (;;) {
+                amqp_frame_t f;
+                int r = amqpx_wait_frame_until(conn, deadline, &f);
+                if (r < 0)
+                        return r;
+                if (f.frame_type == AMQP_FRAME_METHOD)
+                        return -ECONNRESET;     /* a close, or a broker out of protocol */
+                if (f.channel != ch)
+                        continue;
+                if (f.frame_type == AMQP_FRAME_HEADER && !have_header) {
+                        const amqp_basic_properties_t *p = f.payload.properties.decoded;
+                        have_header = true;
+                        c->size = f.payload.properties.body_size;
+                        if (p && (p->_flags & AMQP_BASIC_REPLY_TO_FLAG))
+                                copy_short(c->reply_to, p->reply_to);
+                        if (p && (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG)) {
+                                copy_short(c->correlation_id, p->correlation_id);
+                                c->has_corr = true;
+                        }
+                        if (c->size <= max)
+                                body = xmalloc(c->size + 1);
+                } else if (f.frame_type == AMQP_FRAME_BODY && have_header) {
+                        amqp_bytes_t b = f.payload.body_fragment;
+                        if (b.len > c->size - got)
+                                return -ECONNRESET;     /* more body than announced */
+                        if (body)
+                                memcpy(body + got, b.bytes, b.len);
+                        got += b.len;
+                }
+                amqp_maybe_release_buffers_on_channel(conn, ch);
+                if (have_header && got == c->size) {
+                        if (body)
+                                body[got] = 0;
+                        *ret_body = TAKE_PTR(body);
+                        return 0;
+                }
+        }
+}
+
+int amqpx_wait_confirm(amqp_connection_state_t conn, uint64_t tag, int64_t deadline) {
+        for (;;) {
+                amqp_frame_t f;
+                int r = amqpx_wait_frame_until(conn, deadline, &f);
+                if (r < 0)
+                        return r;
+                if (f.frame_type != AMQP_FRAME_METHOD)
+                        continue;
+                switch (f.payload.method.id) {
+                case AMQP_BASIC_ACK_METHOD: {
+                        const amqp_basic_ack_t *a = f.payload.method.decoded;
+                        if (a->delivery_tag == tag || (a->multiple && a->delivery_tag >= tag))
+                                return 0;
+                        break;
+                }
+                case AMQP_BASIC_NACK_METHOD:
+                        return -EIO;
+                case AMQP_BASIC_RETURN_METHOD:
+                        return -ENXIO;
+                case AMQP_CHANNEL_CLOSE_METHOD:
+                case AMQP_CONNECTION_CLOSE_METHOD:
+                        return -ECONNRESET;
+                default:
+                        break;
+                }
+        }
+}
+
+amqp_basic_properties_t amqpx_json_props(uint8_t delivery_mode, const char *app_id, const char *user_id) {
+        amqp_basic_properties_t p = { 0 };
+        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG;
+        p.content_type = amqp_cstring_bytes("application/json");
+        p.delivery_mode = delivery_mode;
+        if (app_id) {
+                p._flags |= AMQP_BASIC_APP_ID_FLAG;
+                p.app_id = amqp_cstring_bytes(app_id);
+        }
+        if (user_id) {
+                p._flags |= AMQP_BASIC_USER_ID_FLAG;
+                p.user_id = amqp_cstring_bytes(user_id);
+        }
+        return p;
+}
+
+int amqpx_consume_wait(amqp_connection_state_t conn, struct timeval *tv, amqp_frame_t *ret) {
+        amqp_maybe_release_buffers(conn);
+        int s = amqp_simple_wait_frame_noblock(conn, ret, tv);
+        if (s == AMQP_STATUS_TIMEOUT)
+                return 0;
+        if (s != AMQP_STATUS_OK)
+                return -ECONNRESET;
+        if (ret->frame_type != AMQP_FRAME_METHOD)
+                return 0;
+        switch (ret->payload.method.id) {
+        case AMQP_CHANNEL_CLOSE_METHOD:
+        case AMQP_CONNECTION_CLOSE_METHOD:
+        case AMQP_BASIC_CANCEL_METHOD:
+                return -ECONNRESET;
+        default:
+                return 1;
+        }
 }

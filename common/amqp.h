@@ -12,7 +12,10 @@
 
 #include_next <amqp.h>
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/time.h>
 
 /* A parsed amqp:// URL. The strings point into buf (owned). */
 struct amqpx_url {
@@ -46,3 +49,43 @@ int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_ma
  * agents share. 0 or amqpx_rpc_check's errors. */
 int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch, const char *exchange, char *err,
                                 size_t errlen);
+
+/* Waits for the next frame until deadline (mono_ms() clock). 0 with *ret filled,
+ * -ETIMEDOUT once the deadline has passed, -ECONNRESET when the connection broke. */
+int amqpx_wait_frame_until(amqp_connection_state_t conn, int64_t deadline, amqp_frame_t *ret);
+
+/* What the header frame of a delivery carried, copied out of rabbitmq-c's pool
+ * (reply_to and correlation_id cut at 255 bytes). */
+struct amqpx_content {
+        uint64_t size;
+        char reply_to[256];
+        char correlation_id[256];
+        bool has_corr;
+};
+
+/* Reads the header and body frames of the delivery just announced on channel ch
+ * until deadline (mono_ms() clock), keeping at most max bytes: the header's
+ * body_size is checked before any body is read, and an oversized body is read off
+ * the socket and dropped frame by frame. Frames of other channels are skipped.
+ * Returns 0 with *c filled and *ret_body (NUL-terminated, caller frees; NULL when
+ * over max); -ETIMEDOUT at the deadline; -ECONNRESET when the connection broke, a
+ * method frame came instead, or more body arrived than announced. */
+int amqpx_read_content(amqp_connection_state_t conn, amqp_channel_t ch, int64_t deadline, uint64_t max,
+                       struct amqpx_content *c, char **ret_body);
+
+/* Waits until the broker confirms the publish with delivery tag tag (the channel is
+ * in confirm mode). 0 when acked; -EIO when nacked; -ENXIO when it came back
+ * unroutable (basic.return: its content frames follow, unread); -ETIMEDOUT at the
+ * deadline (mono_ms() clock); -ECONNRESET when the connection or channel broke. */
+int amqpx_wait_confirm(amqp_connection_state_t conn, uint64_t tag, int64_t deadline);
+
+/* Properties of a JSON message: content type application/json and delivery_mode
+ * (1 transient, 2 persistent); app_id and user_id when not NULL (RabbitMQ refuses
+ * a user_id that is not the connection's own login). The caller adds the rest. */
+amqp_basic_properties_t amqpx_json_props(uint8_t delivery_mode, const char *app_id, const char *user_id);
+
+/* One turn of a consumer's loop: releases the buffers of the last frame, then waits
+ * up to *tv for the next one. 1 with *ret when a method frame came; 0 when nothing
+ * or another kind of frame came; -ECONNRESET when the connection broke, or the
+ * broker closed the channel or the connection or cancelled the consumer. */
+int amqpx_consume_wait(amqp_connection_state_t conn, struct timeval *tv, amqp_frame_t *ret);

@@ -62,3 +62,10 @@ char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 char *xasprintf(const char *fmt, ...) _printf_(1, 2);
 #define xnew0(type, n) ((type *) xcalloc((n), sizeof(type)))
+/* p, or oom() when p is NULL: for allocators that are not ours (libnftnl's *_alloc,
+ * cJSON's printers), so their failure ends the same way as xmalloc's. */
+static inline void *xnonnull(void *p) {
+        if (!p)
+                oom();
+        return p;
+}

@@ -127,8 +127,7 @@ static bool is_key_char(char ch) {
         return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_';
 }
 static bool is_subname_char(char ch) {
-        return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-               ch == '.' || ch == '_' || ch == '-';
+        return ascii_alnum(ch) || ch == '.' || ch == '_' || ch == '-';
 }
 static bool all_chars(const char *s, size_t n, bool (*ok)(char)) {
         if (n == 0 || n > CONF_MAX_NAME)

@@ -119,8 +119,7 @@ static bool valid_name(const char *s) {
         if (!s || !*s || strlen(s) > 255)
                 return false;
         for (const char *c = s; *c; c++) {
-                bool alnum = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
-                if (!alnum && (c == s || !strchr("_.-", *c)))
+                if (!ascii_alnum(*c) && (c == s || !strchr("_.-", *c)))
                         return false;
         }
         return true;
@@ -132,8 +131,7 @@ static bool valid_ref(const char *s) {
         if (!s || !*s || strlen(s) > 512)
                 return false;
         for (const char *c = s; *c; c++) {
-                bool alnum = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
-                if (!alnum && !strchr("_.-/:@", *c))
+                if (!ascii_alnum(*c) && !strchr("_.-/:@", *c))
                         return false;
                 if ((c == s || c[-1] == '/') && (*c == '.' || *c == '/'))
                         return false;
@@ -153,6 +151,13 @@ static bool valid_tag(const char *s) {
         ({                                                                      \
                 _cleanup_free_ char *_ep_ = httpc_escape(name);                 \
                 xasprintf(fmt, _ep_, ##__VA_ARGS__);                            \
+        })
+
+/* dcall (defined below) without a body, on escaped_path(fmt, name, ...). */
+#define dcall_path(d, method, timeout_ms, ret, fmt, name, ...)                          \
+        ({                                                                              \
+                _cleanup_free_ char *_dp_ = escaped_path(fmt, name, ##__VA_ARGS__);     \
+                dcall((d), (method), _dp_, NULL, (timeout_ms), (ret));                  \
         })
 
 struct dresp {
@@ -287,37 +292,45 @@ int docker_runtime_path(struct docker *d, const char *name, char **ret_path) {
         return 0;
 }
 
-int docker_storage_driver(struct docker *d, char **ret_driver) {
+/* The string key of GET /info (with abs_path: an absolute path), xstrdup'd into *ret
+ * when ret is not NULL; -EBADMSG when it is missing. */
+static int info_string(struct docker *d, const char *key, bool abs_path, char **ret) {
         _cleanup_(dresp_done) struct dresp resp = {};
         int r = dcall(d, "GET", "/info", NULL, 0, &resp);
         if (r < 0)
                 return r;
-        const char *drv = json_str(resp.json, "Driver");
-        if (!drv) {
-                set_error("unexpected /info response (no Driver)");
+        const char *v = json_str(resp.json, key);
+        if (!v || (abs_path && *v != '/')) {
+                set_error("unexpected /info response (no %s)", key);
                 return -EBADMSG;
         }
-        if (ret_driver)
-                *ret_driver = xstrdup(drv);
+        if (ret)
+                *ret = xstrdup(v);
         return 0;
+}
+
+int docker_storage_driver(struct docker *d, char **ret_driver) {
+        return info_string(d, "Driver", false, ret_driver);
 }
 
 int docker_root_dir(struct docker *d, char **ret_dir) {
-        _cleanup_(dresp_done) struct dresp resp = {};
-        int r = dcall(d, "GET", "/info", NULL, 0, &resp);
-        if (r < 0)
-                return r;
-        const char *dir = json_str(resp.json, "DockerRootDir");
-        if (!dir || *dir != '/') {
-                set_error("unexpected /info response (no DockerRootDir)");
-                return -EBADMSG;
-        }
-        if (ret_dir)
-                *ret_dir = xstrdup(dir);
-        return 0;
+        return info_string(d, "DockerRootDir", true, ret_dir);
 }
 
 /* ---- containers --------------------------------------------------------------- */
+
+/* The "Id" of a create call's answer, xstrdup'd into *ret when ret is not NULL;
+ * -EBADMSG (what names the call) when it has none. */
+static int answer_id(const struct dresp *resp, const char *what, char **ret) {
+        const char *id = json_str(resp->json, "Id");
+        if (!id || !*id) {
+                set_error("%s returned no Id", what);
+                return -EBADMSG;
+        }
+        if (ret)
+                *ret = xstrdup(id);
+        return 0;
+}
 
 int docker_container_create(struct docker *d, const struct docker_create_opts *o, char **ret_id) {
         _cleanup_json_ cJSON *b = NULL;
@@ -405,13 +418,7 @@ int docker_container_create(struct docker *d, const struct docker_create_opts *o
         r = dcall(d, "POST", path, b, TIMEOUT_CREATE_MS, &resp);
         if (r < 0)
                 return r;
-        const char *id = json_str(resp.json, "Id");
-        if (!id || !*id) {
-                set_error("container create returned no Id");
-                return -EBADMSG;
-        }
-        *ret_id = xstrdup(id);
-        return 0;
+        return answer_id(&resp, "container create", ret_id);
 }
 
 /* POST /containers/{id}/<action><query> with no body; 304 is success. */
@@ -451,8 +458,8 @@ int docker_container_remove(struct docker *d, const char *id, bool force, bool r
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/containers/%s?force=%d&v=%d", id, force, remove_volumes);
-        int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
+        int r = dcall_path(d, "DELETE", TIMEOUT_REMOVE_MS, &resp, "/containers/%s?force=%d&v=%d", id, force,
+                           remove_volumes);
         return r == -EEXIST ? -EBUSY : r;
 }
 
@@ -460,8 +467,7 @@ int docker_container_inspect(struct docker *d, const char *id_or_name, struct do
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id_or_name))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/containers/%s/json", id_or_name);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/containers/%s/json", id_or_name);
         if (r == -ENOENT) {
                 *ret = (struct docker_container_state) { .exists = false, .exit_code = -1 };
                 return 0;
@@ -501,27 +507,32 @@ int docker_container_inspect(struct docker *d, const char *id_or_name, struct do
         return 0;
 }
 
-int docker_container_list(struct docker *d, const char *label_filter, char ***ret_ids) {
-        _cleanup_(dresp_done) struct dresp resp = {};
+/* GET path_head + filters={"key":["value"]}, whose answer must be a JSON array
+ * (what names the call in the error). 0 with the array in ret->json, or < 0. */
+static int dlist(struct docker *d, const char *path_head, const char *key, const char *value, const char *what,
+                 struct dresp *ret) {
         _cleanup_json_ cJSON *f = cJSON_CreateObject();
-        _cleanup_free_ char *ftext = NULL, *fesc = NULL, *path = NULL;
-        int r;
-
-        if (!label_filter || !*label_filter || !ret_ids)
-                return -EINVAL;
-        cJSON_AddItemToObject(f, "label", strv_to_json((const char *const[]) { label_filter, NULL }));
-        ftext = cJSON_PrintUnformatted(f);
-        if (!ftext)
-                oom();
-        fesc = httpc_escape(ftext);
-        path = xasprintf("/containers/json?all=1&filters=%s", fesc);
-        r = dcall(d, "GET", path, NULL, 0, &resp);
+        cJSON_AddItemToObject(f, key, strv_to_json((const char *const[]) { value, NULL }));
+        _cleanup_free_ char *ftext = xnonnull(cJSON_PrintUnformatted(f));
+        _cleanup_free_ char *fesc = httpc_escape(ftext);
+        _cleanup_free_ char *path = xasprintf("%sfilters=%s", path_head, fesc);
+        int r = dcall(d, "GET", path, NULL, 0, ret);
         if (r < 0)
                 return r;
-        if (!cJSON_IsArray(resp.json)) {
-                set_error("container list returned no array");
+        if (!cJSON_IsArray(ret->json)) {
+                set_error("%s returned no array", what);
                 return -EBADMSG;
         }
+        return 0;
+}
+
+int docker_container_list(struct docker *d, const char *label_filter, char ***ret_ids) {
+        _cleanup_(dresp_done) struct dresp resp = {};
+        if (!label_filter || !*label_filter || !ret_ids)
+                return -EINVAL;
+        int r = dlist(d, "/containers/json?all=1&", "label", label_filter, "container list", &resp);
+        if (r < 0)
+                return r;
         size_t n = (size_t) cJSON_GetArraySize(resp.json), k = 0;
         char **v = xnew0(char *, n + 1);
         const cJSON *c;
@@ -563,8 +574,7 @@ int docker_volume_remove(struct docker *d, const char *name, bool force) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(name))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/volumes/%s?force=%d", name, force);
-        int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
+        int r = dcall_path(d, "DELETE", TIMEOUT_REMOVE_MS, &resp, "/volumes/%s?force=%d", name, force);
         return r == -EEXIST ? -EBUSY : r;
 }
 
@@ -572,8 +582,7 @@ int docker_volume_remove(struct docker *d, const char *name, bool force) {
  * match counts. Returns 0 with *ret_id set, -ENOENT, or another error. */
 static int network_lookup(struct docker *d, const char *name, char **ret_id) {
         _cleanup_(dresp_done) struct dresp resp = {};
-        _cleanup_free_ char *path = escaped_path("/networks/%s", name);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/networks/%s", name);
         if (r < 0)
                 return r;
         const char *n = json_str(resp.json, "Name"), *id = json_str(resp.json, "Id");
@@ -634,16 +643,13 @@ int docker_network_ensure_bridge(struct docker *d, const char *name, const char 
 
 int docker_network_remove(struct docker *d, const char *name) {
         _cleanup_(dresp_done) struct dresp resp = {};
-        _cleanup_free_ char *id = NULL, *path = NULL;
-        int r;
-
+        _cleanup_free_ char *id = NULL;
         if (!valid_name(name))
                 return -EINVAL;
-        r = network_lookup(d, name, &id);
+        int r = network_lookup(d, name, &id);
         if (r < 0)
                 return r;
-        path = escaped_path("/networks/%s", id);
-        r = dcall(d, "DELETE", path, NULL, 0, &resp);
+        r = dcall_path(d, "DELETE", 0, &resp, "/networks/%s", id);
         /* "has active endpoints" comes back as 403 (Forbidden) on 20.10 */
         return (r == -EACCES || r == -EEXIST) ? -EBUSY : r;
 }
@@ -654,8 +660,7 @@ int docker_container_stats(struct docker *d, const char *id, struct docker_stats
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(id))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/containers/%s/stats?stream=false&one-shot=true", id);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/containers/%s/stats?stream=false&one-shot=true", id);
         if (r < 0)
                 return r;
         if (!cJSON_IsObject(resp.json)) {
@@ -707,8 +712,7 @@ int docker_image_exists(struct docker *d, const char *ref) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_ref(ref))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/images/%s/json", ref);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/images/%s/json", ref);
         if (r == -ENOENT) {
                 clear_error();
                 return 0;
@@ -720,8 +724,7 @@ int docker_image_remove(struct docker *d, const char *ref, bool force) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_ref(ref))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/images/%s?force=%d&noprune=0", ref, force);
-        int r = dcall(d, "DELETE", path, NULL, TIMEOUT_REMOVE_MS, &resp);
+        int r = dcall_path(d, "DELETE", TIMEOUT_REMOVE_MS, &resp, "/images/%s?force=%d&noprune=0", ref, force);
         return r == -EEXIST ? -EBUSY : r;
 }
 
@@ -736,14 +739,7 @@ int docker_commit(struct docker *d, const char *container, const char *repo, con
         int r = dcall(d, "POST", path, b, TIMEOUT_COMMIT_MS, &resp);
         if (r < 0)
                 return r;
-        const char *id = json_str(resp.json, "Id");
-        if (!id || !*id) {
-                set_error("commit returned no Id");
-                return -EBADMSG;
-        }
-        if (ret_image_id)
-                *ret_image_id = xstrdup(id);
-        return 0;
+        return answer_id(&resp, "commit", ret_image_id);
 }
 
 /* ---- push ------------------------------------------------------------------------ */
@@ -814,15 +810,23 @@ static bool valid_b64(const char *s) {
         if (!*s || strlen(s) > 8192)
                 return false;
         for (; *s; s++)
-                if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-                      strchr("+/=-_", *s)))
+                if (!ascii_alnum(*s) && !strchr("+/=-_", *s))
                         return false;
         return true;
 }
 
-/* POSTs to a registry-streaming endpoint (push, pull) with X-Registry-Auth and reads the whole
- * JSON-lines progress stream into c. The HTTP status, or < 0 from the transport. */
-static long image_stream(struct docker *d, const char *url, const char *auth, struct push_ctx *c) {
+/* POSTs the push (or pull) of name:tag with X-Registry-Auth (registry_auth_b64, "e30="
+ * = {} when NULL) and reads the whole JSON-lines progress stream into c. The HTTP
+ * status; -EINVAL for an invalid name (or a digest), tag or auth; < 0 from the transport. */
+static long image_stream(struct docker *d, bool push, const char *name, const char *tag, const char *registry_auth_b64,
+                         struct push_ctx *c) {
+        const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
+        if (!valid_ref(name) || strchr(name, '@') || !valid_tag(tag) || !valid_b64(auth))
+                return -EINVAL;
+        _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(tag);
+        _cleanup_free_ char *url =
+                push ? xasprintf("http://localhost" DOCKER_API_PREFIX "/images/%s/push?tag=%s", en, et)
+                     : xasprintf("http://localhost" DOCKER_API_PREFIX "/images/create?fromImage=%s&tag=%s", en, et);
         _cleanup_free_ char *hdr = xasprintf("X-Registry-Auth: %s", auth);
         const char *hdrs[] = { hdr, NULL };
         struct httpc_resp resp = {};
@@ -847,14 +851,8 @@ static long image_stream(struct docker *d, const char *url, const char *auth, st
 int docker_image_push(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64,
                       char **ret_digest, int64_t *ret_size) {
         const char *t = tag ? tag : "latest";
-        const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
-
-        if (!valid_ref(name) || strchr(name, '@') || !valid_tag(t) || !valid_b64(auth))
-                return -EINVAL;
-        _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(t);
-        _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "/images/%s/push?tag=%s", en, et);
         _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
-        long status = image_stream(d, url, auth, &c);
+        long status = image_stream(d, true, name, t, registry_auth_b64, &c);
         if (status < 0)
                 return (int) status;
 
@@ -882,14 +880,8 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
 
 int docker_image_pull(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64) {
         const char *t = tag ? tag : "latest";
-        const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
-
-        if (!valid_ref(name) || strchr(name, '@') || !valid_tag(t) || !valid_b64(auth))
-                return -EINVAL;
-        _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(t);
-        _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "/images/create?fromImage=%s&tag=%s", en, et);
         _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
-        long status = image_stream(d, url, auth, &c);
+        long status = image_stream(d, false, name, t, registry_auth_b64, &c);
         if (status < 0)
                 return (int) status;
         if (status >= 400 || c.failed) {
@@ -911,25 +903,11 @@ int docker_image_pull(struct docker *d, const char *name, const char *tag, const
 
 int docker_image_list(struct docker *d, const char *reference, char ***ret_refs) {
         _cleanup_(dresp_done) struct dresp resp = {};
-        _cleanup_json_ cJSON *f = cJSON_CreateObject();
-        _cleanup_free_ char *ftext = NULL, *fesc = NULL, *path = NULL;
-        int r;
-
         if (!reference || !*reference || !ret_refs)
                 return -EINVAL;
-        cJSON_AddItemToObject(f, "reference", strv_to_json((const char *const[]) { reference, NULL }));
-        ftext = cJSON_PrintUnformatted(f);
-        if (!ftext)
-                oom();
-        fesc = httpc_escape(ftext);
-        path = xasprintf("/images/json?filters=%s", fesc);
-        r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dlist(d, "/images/json?", "reference", reference, "image list", &resp);
         if (r < 0)
                 return r;
-        if (!cJSON_IsArray(resp.json)) {
-                set_error("image list returned no array");
-                return -EBADMSG;
-        }
         char **v = xnew0(char *, 1);
         size_t k = 0;
         const cJSON *img, *tag;
@@ -950,8 +928,7 @@ int docker_image_size(struct docker *d, const char *ref, int64_t *ret_size) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_ref(ref))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/images/%s/json", ref);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/images/%s/json", ref);
         if (r < 0)
                 return r;
         if (ret_size)
@@ -984,21 +961,14 @@ int docker_exec_create(struct docker *d, const char *container, const struct doc
                 return -ESRCH;
         if (r < 0)
                 return r;
-        const char *id = json_str(resp.json, "Id");
-        if (!id || !*id) {
-                set_error("exec create returned no Id");
-                return -EBADMSG;
-        }
-        *ret_exec_id = xstrdup(id);
-        return 0;
+        return answer_id(&resp, "exec create", ret_exec_id);
 }
 
 int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exec_info *ret) {
         _cleanup_(dresp_done) struct dresp resp = {};
         if (!valid_name(exec_id))
                 return -EINVAL;
-        _cleanup_free_ char *path = escaped_path("/exec/%s/json", exec_id);
-        int r = dcall(d, "GET", path, NULL, 0, &resp);
+        int r = dcall_path(d, "GET", 0, &resp, "/exec/%s/json", exec_id);
         if (r < 0)
                 return r;
         const cJSON *ec = cJSON_GetObjectItemCaseSensitive(resp.json, "ExitCode");

@@ -51,9 +51,7 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *userdata) {
 }
 
 static struct curl_slist *slist_add(struct curl_slist *l, const char *s) {
-        struct curl_slist *n = curl_slist_append(l, s);
-        if (!n)
-                oom();
+        struct curl_slist *n = xnonnull(curl_slist_append(l, s));
         return n;
 }
 
@@ -204,9 +202,7 @@ int httpc_do_json_body(const struct httpc_req *base, const cJSON *body, struct h
         struct httpc_req req = *base;
 
         if (body) {
-                text = cJSON_PrintUnformatted(body);
-                if (!text)
-                        oom();
+                text = xnonnull(cJSON_PrintUnformatted(body));
                 req.body = text;
                 req.body_len = strlen(text);
                 req.content_type = "application/json";

@@ -130,9 +130,7 @@ char *json_print(const cJSON *j) {
 
         if (!j)
                 return xstrdup("null");
-        s = cJSON_PrintUnformatted(j);
-        if (!s)
-                oom();
+        s = xnonnull(cJSON_PrintUnformatted(j));
         return s;
 }
 

@@ -22,9 +22,7 @@ char *registry_auth_header_value(const struct registry *r) {
         cJSON_AddStringToObject(o, "username", r->username);
         cJSON_AddStringToObject(o, "password", r->password ? r->password : "");
         cJSON_AddStringToObject(o, "serveraddress", r->host);
-        _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
-        if (!text)
-                oom();
+        _cleanup_free_ char *text = xnonnull(cJSON_PrintUnformatted(o));
         char *b = base64_encode(text, strlen(text), NULL);
         /* Docker decodes this header as URL-safe base64. */
         for (char *p = b; *p; p++)

@@ -179,7 +179,7 @@ bool hexid_valid(const char *s) {
 
 /* getrandom() blocks only until the pool is initialised once after boot;
  * afterwards it cannot fail for sizes we use except on EINTR. */
-static void random_bytes(void *p, size_t n) {
+void random_fill(void *p, size_t n) {
         uint8_t *b = p;
         while (n > 0) {
                 ssize_t k = getrandom(b, n, 0);
@@ -204,13 +204,13 @@ static void hex_encode(const uint8_t *in, size_t n, char *out) {
 
 void hexid_new(char out[HEXID_LEN + 1]) {
         uint8_t b[HEXID_LEN / 2];
-        random_bytes(b, sizeof(b));
+        random_fill(b, sizeof(b));
         hex_encode(b, sizeof(b), out);
 }
 
 void random_token(char *out, size_t nbytes_of_entropy) {
         _cleanup_free_ uint8_t *b = xmalloc(nbytes_of_entropy);
-        random_bytes(b, nbytes_of_entropy);
+        random_fill(b, nbytes_of_entropy);
         hex_encode(b, nbytes_of_entropy, out);
         OPENSSL_cleanse(b, nbytes_of_entropy);
 }

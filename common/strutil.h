@@ -43,8 +43,17 @@ bool hexid_valid(const char *s);
 bool hexid_valid_n(const char *s, size_t len);
 void hexid_new(char out[HEXID_LEN + 1]);
 
+/* [A-Za-z0-9], whatever the locale says. */
+static inline bool ascii_alnum(char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
 /* Value 0..15 of a hex digit (either case), -1 for anything else. */
 int unhexchar(char c);
+
+/* Fills p with n bytes from getrandom(), retrying on EINTR; aborts on any other
+ * failure (none is possible once the pool is initialised), so it never fails. */
+void random_fill(void *p, size_t n);
 
 /* Lowercase hex of nbytes_of_entropy bytes from getrandom(); out must hold
  * 2 * nbytes_of_entropy + 1 bytes. Hex is url-safe and never needs escaping. */

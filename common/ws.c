@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <openssl/evp.h>
 
 #include "cleanup.h"
@@ -14,20 +13,6 @@
 /* What ws_reader_feed accepts beyond one maximal frame: one receive buffer's worth. */
 #define WS_FEED_SLACK ((size_t) 64 << 10)
 #define WS_MAX_RESPONSE_HEAD ((size_t) 16 << 10)
-
-static void ws_random(void *p, size_t n) {
-        uint8_t *b = p;
-        while (n > 0) {
-                ssize_t k = getrandom(b, n, 0);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        abort();
-                }
-                b += k;
-                n -= (size_t) k;
-        }
-}
 
 static bool opcode_known(uint8_t op) {
         return op == WS_OP_CONT || op == WS_OP_TEXT || op == WS_OP_BINARY || op == WS_OP_CLOSE || op == WS_OP_PING ||
@@ -121,7 +106,7 @@ int ws_frame_encode_key(struct strbuf *out, bool fin, uint8_t opcode, const void
 int ws_frame_encode(struct strbuf *out, enum ws_role role, bool fin, uint8_t opcode, const void *payload, size_t len) {
         uint8_t key[4];
         if (role == WS_ROLE_CLIENT) {
-                ws_random(key, sizeof(key));
+                random_fill(key, sizeof(key));
                 return ws_frame_encode_key(out, fin, opcode, payload, len, key);
         }
         return ws_frame_encode_key(out, fin, opcode, payload, len, NULL);
@@ -365,7 +350,7 @@ int ws_reader_next(struct ws_reader *r, struct ws_message *ret) {
 
 void ws_key_new(char out[WS_KEY_LEN + 1]) {
         uint8_t raw[16];
-        ws_random(raw, sizeof(raw));
+        random_fill(raw, sizeof(raw));
         _cleanup_free_ char *b = base64_encode(raw, sizeof(raw), NULL);
         memcpy(out, b, WS_KEY_LEN + 1);
 }

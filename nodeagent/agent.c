@@ -38,6 +38,7 @@
 #include "nodeagent.h"
 #include "pj_node.h"
 #include "strutil.h"
+#include "ticker.h"
 
 #define MAX_MESSAGE (1024 * 1024)
 /* A message's header and body frames follow its basic.deliver at once; a broker that
@@ -130,8 +131,7 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
                 goto out;
         }
         for (const char *p = ret->node_id; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-                      *p == '_' || *p == '.')) {
+                if (!ascii_alnum(*p) && !strchr("-_.", *p)) {
                         snprintf(err, errlen, "%s: [agent] node_id may only hold letters, digits, '-', '_' and '.'", path);
                         r = -EINVAL;
                         goto out;
@@ -167,12 +167,16 @@ void agent_config_done(struct agent_config *c) {
         memset(c, 0, sizeof(*c));
 }
 
-static int rpc_ok(amqp_connection_state_t conn, const char *what) {
+int agent_rpc_ok(amqp_connection_state_t conn, const char *what, int prio, const char *prefix) {
         char why[256];
         int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, why, sizeof(why));
         if (r < 0)
-                log_error("%s", why);
+                log_full_errno(prio, 0, "%s%s", prefix, why);
         return r;
+}
+
+static int rpc_ok(amqp_connection_state_t conn, const char *what) {
+        return agent_rpc_ok(conn, what, LOG_ERR, "");
 }
 
 /* node.sync: at start-up (and after every reconnect) the agent asks controld which
@@ -408,147 +412,60 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
         return text;
 }
 
-/* What the header frame of a delivery told us, copied out of rabbitmq-c's pool. */
+/* A delivery: its tag from basic.deliver, then what its header frame told us. */
 struct delivery {
         uint64_t tag;
-        uint64_t size;
-        char reply_to[256];
-        char correlation_id[256];
-        bool has_corr;
+        struct amqpx_content c;
 };
-
-static void copy_short(char dst[256], amqp_bytes_t b) {
-        size_t n = b.len < 255 ? b.len : 255;
-        memcpy(dst, b.bytes, n);
-        dst[n] = 0;
-}
 
 static void reply(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
                   const struct delivery *d, const char *text) {
-        if (!d->reply_to[0])
+        if (!d->c.reply_to[0])
                 return;
-        amqp_basic_properties_t p = { 0 };
-        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
-                   AMQP_BASIC_USER_ID_FLAG;
-        p.content_type = amqp_cstring_bytes("application/json");
-        p.delivery_mode = 1;
-        /* Who answers: controld accepts a reply only from the node it asked. RabbitMQ
-         * refuses a user_id that is not the connection's own login. */
-        p.app_id = amqp_cstring_bytes(cfg->node_id);
-        p.user_id = amqp_cstring_bytes(user);
-        if (d->has_corr) {
+        /* Who answers: controld accepts a reply only from the node it asked. */
+        amqp_basic_properties_t p = amqpx_json_props(1, cfg->node_id, user);
+        if (d->c.has_corr) {
                 p._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
-                p.correlation_id = amqp_cstring_bytes(d->correlation_id);
+                p.correlation_id = amqp_cstring_bytes(d->c.correlation_id);
         }
-        amqp_basic_publish(conn, CH, amqp_empty_bytes, amqp_cstring_bytes(d->reply_to), 0, 0, &p,
+        amqp_basic_publish(conn, CH, amqp_empty_bytes, amqp_cstring_bytes(d->c.reply_to), 0, 0, &p,
                            amqp_cstring_bytes(text));
 }
 
 /* The watchdog is fed from its own thread on a timer, so a long apply (slow name
  * resolution, a busy queue) cannot get the agent killed; it stops feeding once a
  * child has died, and the main loop exits then anyway. */
-static struct {
-        pthread_t thread;
-        bool running, stop;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        uint64_t usec;
-} wd = { .lock = PTHREAD_MUTEX_INITIALIZER };
+static struct ticker wd = TICKER_INIT;
+static uint64_t wd_usec;
 
 static void *watchdog_main(void *ud) {
         (void) ud;
-        pthread_mutex_lock(&wd.lock);
-        while (!wd.stop) {
+        do {
                 /* Not privsep_healthy(): a call in progress holds its lock for up to 30 s. */
                 if (!privsep_failed())
                         sd_notify(0, "WATCHDOG=1");
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                uint64_t ns = (uint64_t) ts.tv_nsec + wd.usec / 2 * 1000;
-                ts.tv_sec += (time_t) (ns / 1000000000);
-                ts.tv_nsec = (long) (ns % 1000000000);
-                pthread_cond_timedwait(&wd.cond, &wd.lock, &ts);
-        }
-        pthread_mutex_unlock(&wd.lock);
+        } while (ticker_sleep(&wd, (int64_t) (wd_usec / 2000)));
         return NULL;
 }
 
 static void watchdog_start(void) {
-        if (sd_watchdog_enabled(0, &wd.usec) <= 0 || wd.usec == 0)
+        if (sd_watchdog_enabled(0, &wd_usec) <= 0 || wd_usec == 0)
                 return;
-        cond_init_monotonic(&wd.cond);
-        /* Signals (SIGTERM, SIGINT) are the main thread's business. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        wd.running = pthread_create(&wd.thread, NULL, watchdog_main, NULL) == 0;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (!wd.running)
+        if (ticker_start(&wd, watchdog_main, NULL) < 0)
                 log_warning("cannot start the watchdog thread; systemd may restart the agent");
 }
 
 static void watchdog_stop(void) {
-        if (!wd.running)
-                return;
-        pthread_mutex_lock(&wd.lock);
-        wd.stop = true;
-        pthread_cond_signal(&wd.cond);
-        pthread_mutex_unlock(&wd.lock);
-        pthread_join(wd.thread, NULL);
-        pthread_cond_destroy(&wd.cond);
-        wd.running = false;
+        ticker_stop(&wd);
 }
 
-/* Reads frames until the content of the delivery d has arrived, keeping at most
- * MAX_MESSAGE bytes: the header frame's body_size is checked before any body is
- * read, and an oversized body is read off the socket and dropped frame by frame.
- * Returns 0 with *ret_body (NULL when oversized; size in d->size), or -ECONNRESET. */
+/* Reads the content of the delivery d (at most MAX_MESSAGE bytes kept; see
+ * amqpx_read_content). 0 with *ret_body (NULL when oversized), or < 0. */
 static int read_content(amqp_connection_state_t conn, struct delivery *d, char **ret_body) {
-        _cleanup_free_ char *body = NULL;
-        uint64_t got = 0;
-        bool have_header = false;
-        int64_t deadline = mono_ms() + CONTENT_TIMEOUT_MS;
-        for (;;) {
-                long left = (long) (deadline - mono_ms());
-                if (left <= 0)
-                        return log_warning_errno(-ETIMEDOUT, "RabbitMQ stalled in the middle of a message");
-                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
-                amqp_frame_t f;
-                int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
-                if (s != AMQP_STATUS_OK)
-                        return -ECONNRESET;
-                if (f.frame_type == AMQP_FRAME_METHOD)
-                        return -ECONNRESET;     /* a close, or a broker out of protocol */
-                if (f.channel != CH)
-                        continue;
-                if (f.frame_type == AMQP_FRAME_HEADER && !have_header) {
-                        const amqp_basic_properties_t *p = f.payload.properties.decoded;
-                        have_header = true;
-                        d->size = f.payload.properties.body_size;
-                        if (p && (p->_flags & AMQP_BASIC_REPLY_TO_FLAG))
-                                copy_short(d->reply_to, p->reply_to);
-                        if (p && (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG)) {
-                                copy_short(d->correlation_id, p->correlation_id);
-                                d->has_corr = true;
-                        }
-                        if (d->size <= MAX_MESSAGE)
-                                body = xmalloc(d->size + 1);
-                } else if (f.frame_type == AMQP_FRAME_BODY && have_header) {
-                        amqp_bytes_t b = f.payload.body_fragment;
-                        if (b.len > d->size - got)
-                                return -ECONNRESET;     /* more body than announced */
-                        if (body)
-                                memcpy(body + got, b.bytes, b.len);
-                        got += b.len;
-                }
-                amqp_maybe_release_buffers_on_channel(conn, CH);
-                if (have_header && got == d->size) {
-                        if (body)
-                                body[got] = 0;
-                        *ret_body = TAKE_PTR(body);
-                        return 0;
-                }
-        }
+        int r = amqpx_read_content(conn, CH, mono_ms() + CONTENT_TIMEOUT_MS, MAX_MESSAGE, &d->c, ret_body);
+        if (r == -ETIMEDOUT)
+                log_warning_errno(r, "RabbitMQ stalled in the middle of a message");
+        return r;
 }
 
 static void sync_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
@@ -556,14 +473,8 @@ static void sync_send(amqp_connection_state_t conn, const struct agent_config *c
         strscpy(m.node_id, cfg->node_id, sizeof(m.node_id));
         _cleanup_free_ char *body = pj_node_msg_format(&m);
         snprintf(sync_st.corr, sizeof(sync_st.corr), "sync-%s-%u-%" PRId64, cfg->node_id, ++sync_st.attempt, mono_ms());
-        amqp_basic_properties_t p = { 0 };
-        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
-                   AMQP_BASIC_USER_ID_FLAG | AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG |
-                   AMQP_BASIC_EXPIRATION_FLAG;
-        p.content_type = amqp_cstring_bytes("application/json");
-        p.delivery_mode = 1;
-        p.app_id = amqp_cstring_bytes(cfg->node_id);
-        p.user_id = amqp_cstring_bytes(user);
+        amqp_basic_properties_t p = amqpx_json_props(1, cfg->node_id, user);
+        p._flags |= AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_EXPIRATION_FLAG;
         p.reply_to = sync_st.reply_q;
         p.correlation_id = amqp_cstring_bytes(sync_st.corr);
         p.expiration = amqp_cstring_bytes("10000");
@@ -585,13 +496,8 @@ static void resolved_send(amqp_connection_state_t conn, const struct agent_confi
                 strscpy(m.node_id, cfg->node_id, sizeof(m.node_id));
                 strscpy(m.sandbox_id, u[i].sandbox_id, sizeof(m.sandbox_id));
                 _cleanup_free_ char *body = pj_node_msg_format(&m);
-                amqp_basic_properties_t p = { 0 };
-                p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
-                           AMQP_BASIC_USER_ID_FLAG | AMQP_BASIC_EXPIRATION_FLAG;
-                p.content_type = amqp_cstring_bytes("application/json");
-                p.delivery_mode = 1;
-                p.app_id = amqp_cstring_bytes(cfg->node_id);
-                p.user_id = amqp_cstring_bytes(user);
+                amqp_basic_properties_t p = amqpx_json_props(1, cfg->node_id, user);
+                p._flags |= AMQP_BASIC_EXPIRATION_FLAG;
                 p.expiration = amqp_cstring_bytes("60000");
                 amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("controld"), 0, 0, &p,
                                    amqp_cstring_bytes(body));
@@ -662,13 +568,13 @@ static int sync_prune(const struct pj_node_reply *r) {
 }
 
 static void sync_on_reply(const struct agent_config *cfg, const struct delivery *d, const char *body) {
-        if (!sync_st.sent_at || !d->has_corr || strcmp(d->correlation_id, sync_st.corr) != 0) {
+        if (!sync_st.sent_at || !d->c.has_corr || strcmp(d->c.correlation_id, sync_st.corr) != 0) {
                 log_debug("ignoring a reply that answers no node.sync in flight");
                 return;
         }
         struct pj_node_reply r;
         struct pj_error pe;
-        if (pj_node_reply_parse(body, d->size, &r, &pe) < 0) {
+        if (pj_node_reply_parse(body, d->c.size, &r, &pe) < 0) {
                 sync_retry_later("controld's answer does not parse");
                 return;
         }
@@ -857,7 +763,7 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
         char why[256];
         struct pj_node_msg m = { 0 };
         struct pj_error pe = { 0 };
-        bool parsed = pj_node_msg_parse(body, d->size, &m, &pe) >= 0;
+        bool parsed = pj_node_msg_parse(body, d->c.size, &m, &pe) >= 0;
         _cleanup_free_ char *out = NULL;
         if (parsed && cfg->egress_enabled && (m.type == PJ_NODE_EGRESS_APPLY || m.type == PJ_NODE_EGRESS_REMOVE)) {
                 if (n_jobs < jobs_max(cfg)) {
@@ -878,7 +784,7 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
                 out = handle_parsed(cfg, &m);
                 pj_node_msg_done(&m);
         } else
-                out = agent_handle(cfg, body, d->size);
+                out = agent_handle(cfg, body, d->c.size);
         /* A child that died during this request: no reply it could have made counts. */
         if (!privsep_healthy(why, sizeof(why)))
                 return log_error_errno(-ECHILD, "%s; no longer consuming", why);
@@ -903,17 +809,12 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                 /* Names being resolved are polled often; otherwise the broker is waited for. */
                 struct timeval tv = { .tv_sec = n_jobs ? 0 : 1, .tv_usec = n_jobs ? JOBS_TICK_MS * 1000 : 0 };
                 amqp_frame_t f;
-                amqp_maybe_release_buffers(conn);
-                int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
-                if (s == AMQP_STATUS_TIMEOUT)
+                int s = amqpx_consume_wait(conn, &tv, &f);
+                if (s <= 0) {
+                        if (s < 0)
+                                return s;
                         continue;
-                if (s != AMQP_STATUS_OK)
-                        return -ECONNRESET;
-                if (f.frame_type != AMQP_FRAME_METHOD)
-                        continue;
-                if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-                    f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD || f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)
-                        return -ECONNRESET;
+                }
                 if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD && f.channel == CH) {
                         /* Only node.sync is published mandatory by us: nobody bound "controld". */
                         struct delivery rd = { 0 };
@@ -944,12 +845,12 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                 log_ctx_set("NODE_ID", cfg->node_id);
                 _cleanup_free_ char *out = NULL;
                 if (!body) {
-                        log_warning("refusing a %" PRIu64 " byte message (limit %d); its body was not kept", d.size,
+                        log_warning("refusing a %" PRIu64 " byte message (limit %d); its body was not kept", d.c.size,
                                     MAX_MESSAGE);
                         struct pj_node_reply big = { .ok = false };
                         snprintf(big.node_id, sizeof(big.node_id), "%s", cfg->node_id);
                         snprintf(big.error, sizeof(big.error), "message too large (%" PRIu64 " bytes, limit %d)",
-                                 d.size, MAX_MESSAGE);
+                                 d.c.size, MAX_MESSAGE);
                         out = pj_node_reply_format(&big);
                         reply(conn, cfg, user, &d, out);
                         amqp_basic_reject(conn, CH, d.tag, 0);

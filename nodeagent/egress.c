@@ -169,9 +169,7 @@ static uint32_t seq_next(void) {
 }
 
 static int gen_cb(const struct nlmsghdr *nlh, void *data) {
-        _cleanup_(nftnl_gen_freep) struct nftnl_gen *g = nftnl_gen_alloc();
-        if (!g)
-                oom();
+        _cleanup_(nftnl_gen_freep) struct nftnl_gen *g = xnonnull(nftnl_gen_alloc());
         if (nftnl_gen_nlmsg_parse(nlh, g) < 0)
                 return MNL_CB_ERROR;
         *(uint32_t *) data = nftnl_gen_get_u32(g, NFTNL_GEN_ID);
@@ -224,9 +222,7 @@ static void chain_dump_done(struct chain_dump *d) {
 
 static int chain_cb(const struct nlmsghdr *nlh, void *data) {
         struct chain_dump *d = data;
-        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = nftnl_chain_alloc();
-        if (!c)
-                oom();
+        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = xnonnull(nftnl_chain_alloc());
         if (nftnl_chain_nlmsg_parse(nlh, c) < 0)
                 return MNL_CB_ERROR;
         const char *t = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
@@ -264,9 +260,7 @@ struct set_dump {
 
 static int set_cb(const struct nlmsghdr *nlh, void *data) {
         struct set_dump *d = data;
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
-        if (!s)
-                oom();
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = xnonnull(nftnl_set_alloc());
         if (nftnl_set_nlmsg_parse(nlh, s) < 0)
                 return MNL_CB_ERROR;
         const char *t = nftnl_set_get_str(s, NFTNL_SET_TABLE);
@@ -279,9 +273,7 @@ static int set_cb(const struct nlmsghdr *nlh, void *data) {
 static int dump_sets(struct mnl_socket *nl, const char *table, struct names *ret) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
         struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSET, FAMILY, NLM_F_DUMP, seq_next());
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
-        if (!s)
-                oom();
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = xnonnull(nftnl_set_alloc());
         nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
         nftnl_set_nlmsg_build_payload(nlh, s);
         struct set_dump d = { .table = table };
@@ -294,6 +286,14 @@ static int dump_sets(struct mnl_socket *nl, const char *table, struct names *ret
         }
         *ret = d.names;
         return 0;
+}
+
+static struct nftnl_set *set_new(const char *table, const char *name) {
+        struct nftnl_set *s = xnonnull(nftnl_set_alloc());
+        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, FAMILY);
+        nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
+        nftnl_set_set_str(s, NFTNL_SET_NAME, name);
+        return s;
 }
 
 /* One element of @sandboxes or @dns_clients. chain is "" for plain sets. */
@@ -315,12 +315,7 @@ static int elem_cb(const struct nlmsghdr *nlh, void *data) {
 static int dump_elems(struct mnl_socket *nl, const char *table, const char *set, struct elem **ret, size_t *ret_n) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
         struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, FAMILY, NLM_F_DUMP, seq_next());
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
-        if (!s)
-                oom();
-        nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
-        nftnl_set_set_str(s, NFTNL_SET_NAME, set);
-        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, FAMILY);
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = set_new(table, set);
         nftnl_set_elems_nlmsg_build_payload(nlh, s);
 
         struct elem_dump d = { .set = s };
@@ -335,9 +330,8 @@ static int dump_elems(struct mnl_socket *nl, const char *table, const char *set,
 
         struct elem *v = NULL;
         size_t n = 0;
-        _cleanup_(nftnl_set_elems_iter_destroyp) struct nftnl_set_elems_iter *it = nftnl_set_elems_iter_create(s);
-        if (!it)
-                oom();
+        _cleanup_(nftnl_set_elems_iter_destroyp) struct nftnl_set_elems_iter *it =
+                xnonnull(nftnl_set_elems_iter_create(s));
         for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e; e = nftnl_set_elems_iter_next(it)) {
                 uint32_t klen = 0;
                 const void *k = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
@@ -425,6 +419,16 @@ static struct nlmsghdr *batch_msg(struct batch *b, uint16_t type, uint16_t flags
         b->n_acked++;
         return nftnl_nlmsg_build_hdr(batch_room(b), type, FAMILY, flags | NLM_F_ACK, seq);
 }
+
+/* One object message: the header (what the printf-style rest says it does, for
+ * error reports), the object's payload from build (libnftnl's
+ * nftnl_*_nlmsg_build_payload for obj), committed to the batch. */
+#define BATCH_PUT(b, build, obj, type, flags, ...)                                    \
+        do {                                                                          \
+                struct nlmsghdr *nlh_ = batch_msg((b), (type), (flags), __VA_ARGS__); \
+                build(nlh_, (obj));                                                   \
+                batch_commit((b), nlh_);                                              \
+        } while (0)
 
 static const char *batch_what(const struct batch *b, uint32_t seq) {
         if (seq == b->seq0)
@@ -517,16 +521,6 @@ static int batch_send(struct mnl_socket *nl, struct batch *b, char *err, size_t 
 
 /* ---------------------------------------------------------------- object builders */
 
-static struct nftnl_set *set_new(const char *table, const char *name) {
-        struct nftnl_set *s = nftnl_set_alloc();
-        if (!s)
-                oom();
-        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, FAMILY);
-        nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
-        nftnl_set_set_str(s, NFTNL_SET_NAME, name);
-        return s;
-}
-
 static uint32_t set_id_next(void) {
         static uint32_t id;
         return ++id;
@@ -546,23 +540,17 @@ static void add_set(struct batch *b, const char *table, const char *name, bool i
         nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, KEY_TYPE_IPV4);
         nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, sizeof(uint32_t));
         nftnl_set_set_u32(s, NFTNL_SET_ID, set_id_next());
-        struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWSET, NLM_F_CREATE, "add set %s", name);
-        nftnl_set_nlmsg_build_payload(nlh, s);
-        batch_commit(b, nlh);
+        BATCH_PUT(b, nftnl_set_nlmsg_build_payload, s, NFT_MSG_NEWSET, NLM_F_CREATE, "add set %s", name);
 }
 
 /* DELSETELEM with no elements = flush the set. */
 static void flush_set(struct batch *b, const char *table, const char *name) {
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = set_new(table, name);
-        struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_DELSETELEM, 0, "flush set %s", name);
-        nftnl_set_elems_nlmsg_build_payload(nlh, s);
-        batch_commit(b, nlh);
+        BATCH_PUT(b, nftnl_set_elems_nlmsg_build_payload, s, NFT_MSG_DELSETELEM, 0, "flush set %s", name);
 }
 
 static struct nftnl_set_elem *elem_new(uint32_t key_host, uint32_t flags) {
-        struct nftnl_set_elem *e = nftnl_set_elem_alloc();
-        if (!e)
-                oom();
+        struct nftnl_set_elem *e = xnonnull(nftnl_set_elem_alloc());
         uint32_t be = htonl(key_host);
         nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, &be, sizeof(be));
         if (flags)
@@ -583,11 +571,9 @@ static void elem_op(struct batch *b, uint16_t type, const char *table, const cha
         struct in_addr a = { htonl(key) };
         char ip[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &a, ip, sizeof(ip));
-        struct nlmsghdr *nlh = batch_msg(b, type, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0, "%s element %s %s %s",
-                                         type == NFT_MSG_NEWSETELEM ? "add" : "delete", ip,
-                                         type == NFT_MSG_NEWSETELEM ? "to" : "from", set);
-        nftnl_set_elems_nlmsg_build_payload(nlh, s);
-        batch_commit(b, nlh);
+        BATCH_PUT(b, nftnl_set_elems_nlmsg_build_payload, s, type, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0,
+                  "%s element %s %s %s", type == NFT_MSG_NEWSETELEM ? "add" : "delete", ip,
+                  type == NFT_MSG_NEWSETELEM ? "to" : "from", set);
 }
 
 struct range {
@@ -645,20 +631,29 @@ static void add_interval_elems(struct batch *b, const char *table, const char *s
                 size_t end = off + ELEMS_PER_MSG < ne ? off + ELEMS_PER_MSG : ne;
                 for (size_t i = off; i < end; i++)
                         nftnl_set_elem_add(s, elem_new(ev[i].key, ev[i].flags));
-                struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWSETELEM, NLM_F_CREATE, "add %zu elements to set %s",
-                                                 end - off, set);
-                nftnl_set_elems_nlmsg_build_payload(nlh, s);
-                batch_commit(b, nlh);
+                BATCH_PUT(b, nftnl_set_elems_nlmsg_build_payload, s, NFT_MSG_NEWSETELEM, NLM_F_CREATE,
+                          "add %zu elements to set %s", end - off, set);
         }
 }
 
-static void add_chain(struct batch *b, const char *table, const char *name, int hooknum, int prio) {
-        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = nftnl_chain_alloc();
-        if (!c)
-                oom();
+static struct nftnl_chain *chain_new(const char *table, const char *name) {
+        struct nftnl_chain *c = xnonnull(nftnl_chain_alloc());
         nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, FAMILY);
         nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, table);
         nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name);
+        return c;
+}
+
+static struct nftnl_rule *rule_new(const char *table, const char *chain) {
+        struct nftnl_rule *r = xnonnull(nftnl_rule_alloc());
+        nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, FAMILY);
+        nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table);
+        nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain);
+        return r;
+}
+
+static void add_chain(struct batch *b, const char *table, const char *name, int hooknum, int prio) {
+        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = chain_new(table, name);
         if (hooknum >= 0) {
                 nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, (uint32_t) hooknum);
                 nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, prio);
@@ -667,49 +662,29 @@ static void add_chain(struct batch *b, const char *table, const char *name, int 
                  * the bridges' traffic ends in our explicit drops. */
                 nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, NF_ACCEPT);
         }
-        struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWCHAIN, NLM_F_CREATE, "add chain %s", name);
-        nftnl_chain_nlmsg_build_payload(nlh, c);
-        batch_commit(b, nlh);
+        BATCH_PUT(b, nftnl_chain_nlmsg_build_payload, c, NFT_MSG_NEWCHAIN, NLM_F_CREATE, "add chain %s", name);
 }
 
 /* type DELRULE (table+chain, no handle) flushes; DELCHAIN deletes. */
 static void chain_op(struct batch *b, uint16_t type, const char *table, const char *name) {
-        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = nftnl_chain_alloc();
-        if (!c)
-                oom();
         if (type == NFT_MSG_DELRULE) {
-                _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
-                if (!r)
-                        oom();
-                nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, FAMILY);
-                nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table);
-                nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, name);
-                struct nlmsghdr *nlh = batch_msg(b, type, 0, "flush chain %s", name);
-                nftnl_rule_nlmsg_build_payload(nlh, r);
-                batch_commit(b, nlh);
+                _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = rule_new(table, name);
+                BATCH_PUT(b, nftnl_rule_nlmsg_build_payload, r, type, 0, "flush chain %s", name);
                 return;
         }
-        nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, FAMILY);
-        nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, table);
-        nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name);
-        struct nlmsghdr *nlh = batch_msg(b, type, 0, "delete chain %s", name);
-        nftnl_chain_nlmsg_build_payload(nlh, c);
-        batch_commit(b, nlh);
+        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = chain_new(table, name);
+        BATCH_PUT(b, nftnl_chain_nlmsg_build_payload, c, type, 0, "delete chain %s", name);
 }
 
 static void del_set(struct batch *b, const char *table, const char *name) {
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = set_new(table, name);
-        struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_DELSET, 0, "delete set %s", name);
-        nftnl_set_nlmsg_build_payload(nlh, s);
-        batch_commit(b, nlh);
+        BATCH_PUT(b, nftnl_set_nlmsg_build_payload, s, NFT_MSG_DELSET, 0, "delete set %s", name);
 }
 
 /* ---- rule expressions */
 
 static struct nftnl_expr *expr(struct nftnl_rule *r, const char *name) {
-        struct nftnl_expr *e = nftnl_expr_alloc(name);
-        if (!e)
-                oom();
+        struct nftnl_expr *e = xnonnull(nftnl_expr_alloc(name));
         nftnl_rule_add_expr(r, e);
         return e;
 }
@@ -766,39 +741,45 @@ static void x_ip_addr(struct nftnl_rule *r, bool daddr) {
         x_payload(r, NFT_PAYLOAD_NETWORK_HEADER, daddr ? 16 : 12, 4);
 }
 
-static struct nftnl_rule *rule_new(const char *table, const char *chain) {
-        struct nftnl_rule *r = nftnl_rule_alloc();
-        if (!r)
-                oom();
-        nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, FAMILY);
-        nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table);
-        nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain);
-        return r;
+/* meta iifname/oifname (key) == ifname, compared over the whole IFNAMSIZ buffer */
+static void x_ifname(struct nftnl_rule *r, uint32_t key, const char *ifname) {
+        char name[IFNAMSIZ] = { 0 };
+        strscpy(name, ifname, sizeof(name));
+        x_meta(r, key);
+        x_cmp(r, NFT_CMP_EQ, name, sizeof(name));
+}
+
+/* reg 1 = (reg 1 & mask) ^ xor, over len bytes */
+static void x_bitwise(struct nftnl_rule *r, const void *mask, const void *xor, uint32_t len) {
+        struct nftnl_expr *e = expr(r, "bitwise");
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, len);
+        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, mask, len);
+        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, xor, len);
+}
+
+/* ct state in states: (ct state & states) != 0 */
+static void x_ct_state_any(struct nftnl_rule *r, uint32_t states) {
+        struct nftnl_expr *e = expr(r, "ct");
+        nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+        uint32_t zero = 0;
+        x_bitwise(r, &states, &zero, sizeof(states));
+        x_cmp(r, NFT_CMP_NEQ, &zero, sizeof(zero));
 }
 
 static void rule_add(struct batch *b, struct nftnl_rule *r, const char *what) {
         const char *chain = nftnl_rule_get_str(r, NFTNL_RULE_CHAIN);
-        struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, "add rule \"%s\" to chain %s",
-                                         what, chain);
-        nftnl_rule_nlmsg_build_payload(nlh, r);
-        batch_commit(b, nlh);
+        BATCH_PUT(b, nftnl_rule_nlmsg_build_payload, r, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND,
+                  "add rule \"%s\" to chain %s", what, chain);
         nftnl_rule_free(r);
 }
 
 /* ct state established,related accept */
 static void rule_ct_established(struct batch *b, const char *table, const char *chain) {
         struct nftnl_rule *r = rule_new(table, chain);
-        struct nftnl_expr *e = expr(r, "ct");
-        nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
-        uint32_t mask = NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED), zero = 0;
-        e = expr(r, "bitwise");
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof(uint32_t));
-        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
-        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
-        x_cmp(r, NFT_CMP_NEQ, &zero, sizeof(zero));
+        x_ct_state_any(r, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
         x_verdict(r, NF_ACCEPT, NULL);
         rule_add(b, r, "ct state established,related accept");
 }
@@ -865,10 +846,7 @@ static void rule_vmap_saddr(struct batch *b, const char *table, const char *chai
 /* oifname NAME counter drop: routed into a sandbox bridge = sandbox to sandbox. */
 static void rule_oif_drop(struct batch *b, const char *table, const char *chain, const char *ifname) {
         struct nftnl_rule *r = rule_new(table, chain);
-        char name[IFNAMSIZ] = { 0 };
-        strscpy(name, ifname, sizeof(name));
-        x_meta(r, NFT_META_OIFNAME);
-        x_cmp(r, NFT_CMP_EQ, name, sizeof(name));
+        x_ifname(r, NFT_META_OIFNAME, ifname);
         x_counter(r);
         x_verdict(r, NF_DROP, NULL);
         rule_add(b, r, "oifname drop");
@@ -877,10 +855,7 @@ static void rule_oif_drop(struct batch *b, const char *table, const char *chain,
 /* iifname NAME jump CHAIN */
 static void rule_iif_jump(struct batch *b, const char *table, const char *chain, const char *ifname, const char *to) {
         struct nftnl_rule *r = rule_new(table, chain);
-        char name[IFNAMSIZ] = { 0 };
-        strscpy(name, ifname, sizeof(name));
-        x_meta(r, NFT_META_IIFNAME);
-        x_cmp(r, NFT_CMP_EQ, name, sizeof(name));
+        x_ifname(r, NFT_META_IIFNAME, ifname);
         x_verdict(r, NFT_JUMP, to);
         rule_add(b, r, "iifname jump");
 }
@@ -894,32 +869,14 @@ static void rule_iif_jump(struct batch *b, const char *table, const char *chain,
  * (ct_revoke) would come back the moment the peer retransmits; so it is dropped. */
 static void rule_into_not_syn_drop(struct batch *b, const char *table, const char *chain, const char *ifname) {
         struct nftnl_rule *r = rule_new(table, chain);
-        char name[IFNAMSIZ] = { 0 };
-        strscpy(name, ifname, sizeof(name));
-        x_meta(r, NFT_META_OIFNAME);
-        x_cmp(r, NFT_CMP_EQ, name, sizeof(name));
-        struct nftnl_expr *e = expr(r, "ct");
-        nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
-        uint32_t mask = NF_CT_STATE_BIT(IP_CT_NEW), zero = 0;
-        e = expr(r, "bitwise");
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof(uint32_t));
-        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
-        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
-        x_cmp(r, NFT_CMP_NEQ, &zero, sizeof(zero));
+        x_ifname(r, NFT_META_OIFNAME, ifname);
+        x_ct_state_any(r, NF_CT_STATE_BIT(IP_CT_NEW));
         uint8_t tcp = IPPROTO_TCP;
         x_meta(r, NFT_META_L4PROTO);
         x_cmp(r, NFT_CMP_EQ, &tcp, sizeof(tcp));
         x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
         uint8_t fmask = 0x01 | 0x02 | 0x04 | 0x10, fzero = 0, syn = 0x02;       /* fin syn rst ack */
-        e = expr(r, "bitwise");
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 1);
-        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &fmask, sizeof(fmask));
-        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &fzero, sizeof(fzero));
+        x_bitwise(r, &fmask, &fzero, sizeof(fmask));
         x_cmp(r, NFT_CMP_NEQ, &syn, sizeof(syn));
         x_counter(r);
         x_verdict(r, NF_DROP, NULL);
@@ -933,8 +890,7 @@ static bool table_name_valid(const char *s) {
         if (n == 0 || n > TABLE_NAME_MAX)
                 return false;
         for (const char *p = s; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-                      *p == '_' || *p == '-'))
+                if (!ascii_alnum(*p) && *p != '_' && *p != '-')
                         return false;
         return true;
 }
@@ -1054,18 +1010,27 @@ struct init_args {
         uint32_t resolver;
 };
 
+/* What both sandbox chains start with, in a chain created or flushed here:
+ * established/related accept, non-IPv4 drop, DNS to the resolver accept. */
+static void sandbox_chain_head(struct batch *b, const struct init_args *a, const char *chain) {
+        add_chain(b, a->table, chain, -1, 0);
+        chain_op(b, NFT_MSG_DELRULE, a->table, chain);
+        rule_ct_established(b, a->table, chain);
+        rule_non_ipv4_drop(b, a->table, chain);
+        if (a->cfg->dns_resolver) {
+                rule_dns(b, a->table, chain, a->resolver, IPPROTO_UDP);
+                rule_dns(b, a->table, chain, a->resolver, IPPROTO_TCP);
+        }
+}
+
 static int fill_init(struct batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
         const struct init_args *a = ud;
         (void) err;
         (void) errlen;
-        _cleanup_(nftnl_table_freep) struct nftnl_table *t = nftnl_table_alloc();
-        if (!t)
-                oom();
+        _cleanup_(nftnl_table_freep) struct nftnl_table *t = xnonnull(nftnl_table_alloc());
         nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, FAMILY);
         nftnl_table_set_str(t, NFTNL_TABLE_NAME, a->table);
-        struct nlmsghdr *nlh = batch_msg(b, NFT_MSG_NEWTABLE, NLM_F_CREATE, "add table inet %s", a->table);
-        nftnl_table_nlmsg_build_payload(nlh, t);
-        batch_commit(b, nlh);
+        BATCH_PUT(b, nftnl_table_nlmsg_build_payload, t, NFT_MSG_NEWTABLE, NLM_F_CREATE, "add table inet %s", a->table);
 
         add_set(b, a->table, SET_DENY, true, false);
         flush_set(b, a->table, SET_DENY);
@@ -1074,14 +1039,7 @@ static int fill_init(struct batch *b, const struct view *v, void *ud, char *err,
         add_set(b, a->table, MAP_SANDBOXES, false, true);
 
         /* sbx_egress: everything forwarded from a sandbox bridge. */
-        add_chain(b, a->table, CHAIN_EGRESS, -1, 0);
-        chain_op(b, NFT_MSG_DELRULE, a->table, CHAIN_EGRESS);
-        rule_ct_established(b, a->table, CHAIN_EGRESS);
-        rule_non_ipv4_drop(b, a->table, CHAIN_EGRESS);
-        if (a->cfg->dns_resolver) {
-                rule_dns(b, a->table, CHAIN_EGRESS, a->resolver, IPPROTO_UDP);
-                rule_dns(b, a->table, CHAIN_EGRESS, a->resolver, IPPROTO_TCP);
-        }
+        sandbox_chain_head(b, a, CHAIN_EGRESS);
         rule_daddr_set(b, a->table, CHAIN_EGRESS, SET_DENY, NF_DROP);
         for (size_t j = 0; j < a->n_br; j++)
                 rule_oif_drop(b, a->table, CHAIN_EGRESS, a->cfg->bridges[j]);
@@ -1089,14 +1047,7 @@ static int fill_init(struct batch *b, const struct view *v, void *ud, char *err,
         rule_counter(b, a->table, CHAIN_EGRESS, NF_DROP);
 
         /* sbx_to_host: sandbox -> this host goes through input, not forward. */
-        add_chain(b, a->table, CHAIN_TO_HOST, -1, 0);
-        chain_op(b, NFT_MSG_DELRULE, a->table, CHAIN_TO_HOST);
-        rule_ct_established(b, a->table, CHAIN_TO_HOST);
-        rule_non_ipv4_drop(b, a->table, CHAIN_TO_HOST);
-        if (a->cfg->dns_resolver) {
-                rule_dns(b, a->table, CHAIN_TO_HOST, a->resolver, IPPROTO_UDP);
-                rule_dns(b, a->table, CHAIN_TO_HOST, a->resolver, IPPROTO_TCP);
-        }
+        sandbox_chain_head(b, a, CHAIN_TO_HOST);
         /* Everything else a sandbox sends to this host (unicast to any of its
          * addresses, broadcast, multicast) is dropped: the input hook only
          * sees traffic for the host itself. */
@@ -1547,9 +1498,7 @@ static struct egress_stats *stats_slot(struct stats_dump *d, const char *id) {
 
 static int rule_stats_cb(const struct nlmsghdr *nlh, void *data) {
         struct stats_dump *d = data;
-        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
-        if (!r)
-                oom();
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = xnonnull(nftnl_rule_alloc());
         if (nftnl_rule_nlmsg_parse(nlh, r) < 0)
                 return MNL_CB_ERROR;
         const char *t = nftnl_rule_get_str(r, NFTNL_RULE_TABLE);
@@ -1560,9 +1509,7 @@ static int rule_stats_cb(const struct nlmsghdr *nlh, void *data) {
         uint64_t pk = 0, by = 0;
         bool have_ctr = false;
         int verdict = NO_VERDICT;
-        struct nftnl_expr_iter *it = nftnl_expr_iter_create(r);
-        if (!it)
-                oom();
+        struct nftnl_expr_iter *it = xnonnull(nftnl_expr_iter_create(r));
         for (struct nftnl_expr *e = nftnl_expr_iter_next(it); e; e = nftnl_expr_iter_next(it)) {
                 const char *name = nftnl_expr_get_str(e, NFTNL_EXPR_NAME);
                 if (streq(name, "counter")) {

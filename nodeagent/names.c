@@ -26,7 +26,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +37,7 @@
 #include "nodeagent.h"
 #include "pj_node.h"
 #include "strutil.h"
+#include "ticker.h"
 
 /* Lookups abandoned after their deadline that may still be running. */
 #define LOOKUPS_MAX 64
@@ -104,13 +104,8 @@ static int lookup_start(const char *host, struct lookup **ret) {
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&at, 256 * 1024);
-        /* Signals are the main thread's business. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
         pthread_t t;
-        int r = -pthread_create(&t, &at, lookup_main, l);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        int r = thread_create_nosig(&t, &at, lookup_main, l);
         pthread_attr_destroy(&at);
         if (r < 0) {
                 atomic_fetch_sub(&lookups_running, 1);
@@ -556,28 +551,12 @@ int names_resolved_get(const char *sandbox_id, struct pj_node_resolved **ret, si
 
 /* ---------------------------------------------------------------- the refresher thread */
 
-static struct {
-        pthread_t thread;
-        bool running, stop;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-} rf = { .lock = PTHREAD_MUTEX_INITIALIZER };
+static struct ticker rf = TICKER_INIT;
 
 static void *refresh_main(void *ud) {
         (void) ud;
-        pthread_mutex_lock(&rf.lock);
-        while (!rf.stop) {
-                int64_t until = mono_ms() + interval_ms;
-                struct timespec ts = { .tv_sec = until / 1000, .tv_nsec = (until % 1000) * 1000000 };
-                while (!rf.stop && mono_ms() < until)
-                        pthread_cond_timedwait(&rf.cond, &rf.lock, &ts);
-                if (rf.stop)
-                        break;
-                pthread_mutex_unlock(&rf.lock);
+        while (ticker_sleep(&rf, interval_ms))
                 (void) names_refresh_once();
-                pthread_mutex_lock(&rf.lock);
-        }
-        pthread_mutex_unlock(&rf.lock);
         return NULL;
 }
 
@@ -589,27 +568,9 @@ void names_configure(int64_t resolve_timeout_ms, int64_t resolve_interval_ms) {
 }
 
 int names_refresh_start(void) {
-        if (rf.running)
-                return 0;
-        cond_init_monotonic(&rf.cond);
-        rf.stop = false;
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        int r = -pthread_create(&rf.thread, NULL, refresh_main, NULL);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        rf.running = r == 0;
-        return r;
+        return ticker_start(&rf, refresh_main, NULL);
 }
 
 void names_refresh_stop(void) {
-        if (!rf.running)
-                return;
-        pthread_mutex_lock(&rf.lock);
-        rf.stop = true;
-        pthread_cond_signal(&rf.cond);
-        pthread_mutex_unlock(&rf.lock);
-        pthread_join(rf.thread, NULL);
-        pthread_cond_destroy(&rf.cond);
-        rf.running = false;
+        ticker_stop(&rf);
 }

@@ -631,16 +631,22 @@ static int call_locked(enum ps_child kind, const void *buf, size_t len, uint32_t
         return ret->r;
 }
 
-int privsep_call_timeout(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret) {
-        if (kind >= PS_CHILD_MAX || len < sizeof(struct ps_hdr) || timeout_ms <= 0)
-                return -EINVAL;
-        pthread_mutex_lock(&call_locks[kind]);
+/* With call_locks[kind] held: stamps req's header (version, length, the next
+ * sequence number) and makes the call. */
+static int call_stamped(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret) {
         struct ps_hdr *h = req;
         h->version = PS_VERSION;
         h->len = (uint32_t) len;
         h->seq = ++children[kind].seq;
         h->reserved = 0;
-        int r = call_locked(kind, req, len, h->seq, timeout_ms, ret);
+        return call_locked(kind, req, len, h->seq, timeout_ms, ret);
+}
+
+int privsep_call_timeout(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret) {
+        if (kind >= PS_CHILD_MAX || len < sizeof(struct ps_hdr) || timeout_ms <= 0)
+                return -EINVAL;
+        pthread_mutex_lock(&call_locks[kind]);
+        int r = call_stamped(kind, req, len, timeout_ms, ret);
         pthread_mutex_unlock(&call_locks[kind]);
         return r;
 }
@@ -654,12 +660,7 @@ int privsep_try_call(enum ps_child kind, void *req, size_t len, struct ps_result
                 return -EINVAL;
         if (pthread_mutex_trylock(&call_locks[kind]) != 0)
                 return -EBUSY;
-        struct ps_hdr *h = req;
-        h->version = PS_VERSION;
-        h->len = (uint32_t) len;
-        h->seq = ++children[kind].seq;
-        h->reserved = 0;
-        int r = call_locked(kind, req, len, h->seq, PS_CALL_TIMEOUT_MS, ret);
+        int r = call_stamped(kind, req, len, PS_CALL_TIMEOUT_MS, ret);
         pthread_mutex_unlock(&call_locks[kind]);
         return r;
 }

@@ -22,7 +22,6 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +40,7 @@
 #include "metrics.h"
 #include "nodeagent.h"
 #include "strutil.h"
+#include "ticker.h"
 
 #define CH 1
 #define MAX_JOB_BODY (16 * 1024)
@@ -150,8 +150,7 @@ bool snapshot_container_ref_valid(const char *s, size_t n) {
                 return false;
         for (size_t i = 0; i < n - UUID_LEN - 1; i++) {
                 char ch = s[i];
-                bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
-                if (!alnum && (i == 0 || !strchr("_.-", ch)))
+                if (!ascii_alnum(ch) && (i == 0 || !strchr("_.-", ch)))
                         return false;
         }
         return true;
@@ -164,6 +163,20 @@ static void add_ms(cJSON *o, const char *k, int64_t ms, const char *field) {
         cJSON_AddNumberToObject(o, k, (double) ms);
         snprintf(buf, sizeof(buf), "%" PRId64, ms);
         log_ctx_set(field, buf);
+}
+
+/* docker_step, its duration added to out as key and to the log context as field. */
+static int timed_step(cJSON *out, const char *key, const char *field, enum ps_type type, const char *sid,
+                      const char *container, long tmo, struct ps_result *res) {
+        int64_t t = mono_ms();
+        int r = docker_step(type, sid, container, tmo, res);
+        add_ms(out, key, mono_ms() - t, field);
+        return r;
+}
+
+/* Why a step failed: what the docker process said, else the errno's text. */
+static const char *step_why(const struct ps_result *res, int r) {
+        return res->msg[0] ? res->msg : strerror(-r);
 }
 
 char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len, bool redelivered) {
@@ -214,27 +227,21 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
                 goto failed;
         }
 
-        t = mono_ms();
-        r = docker_step(PS_DOCKER_COMMIT, sid, container, tmo, &res);
-        add_ms(out, "commit_ms", mono_ms() - t, "COMMIT_MS");
+        r = timed_step(out, "commit_ms", "COMMIT_MS", PS_DOCKER_COMMIT, sid, container, tmo, &res);
         if (r < 0) {
-                snprintf(reason, sizeof(reason), "%s", res.msg[0] ? res.msg : strerror(-r));
+                snprintf(reason, sizeof(reason), "%s", step_why(&res, r));
                 goto failed_prune;
         }
-        t = mono_ms();
-        r = docker_step(PS_DOCKER_PUSH, sid, NULL, tmo, &res);
-        add_ms(out, "push_ms", mono_ms() - t, "PUSH_MS");
+        r = timed_step(out, "push_ms", "PUSH_MS", PS_DOCKER_PUSH, sid, NULL, tmo, &res);
         if (r < 0) {
-                snprintf(reason, sizeof(reason), "%s", res.msg[0] ? res.msg : strerror(-r));
+                snprintf(reason, sizeof(reason), "%s", step_why(&res, r));
                 goto failed_prune;
         }
         pushed = xstrdup(res.msg);
-        t = mono_ms();
-        r = docker_step(PS_DOCKER_VERIFY, sid, NULL, tmo, &res);
-        add_ms(out, "verify_ms", mono_ms() - t, "VERIFY_MS");
+        r = timed_step(out, "verify_ms", "VERIFY_MS", PS_DOCKER_VERIFY, sid, NULL, tmo, &res);
         if (r < 0 || sscanf(res.msg, "%199s %" SCNd64, d, &size) != 2) {
                 snprintf(reason, sizeof(reason), "pushed, but the registry does not show it: %s",
-                         res.msg[0] ? res.msg : strerror(-r));
+                         step_why(&res, r));
                 goto failed_prune;
         }
         if (strcmp(d, pushed) != 0) {
@@ -242,9 +249,7 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
                 goto failed_prune;
         }
         digest = xstrdup(d);
-        t = mono_ms();
-        r = docker_step(PS_DOCKER_REMOVE, sid, NULL, tmo, &res);
-        add_ms(out, "prune_ms", mono_ms() - t, "PRUNE_MS");
+        r = timed_step(out, "prune_ms", "PRUNE_MS", PS_DOCKER_REMOVE, sid, NULL, tmo, &res);
         if (r < 0)
                 /* The snapshot is good; the timer's prune takes the image later. */
                 log_warning("snapshot pushed, but the local image stays for now: %s", res.msg);
@@ -268,9 +273,7 @@ failed:
         log_warning("snapshot failed: %s", reason);
         agent_metrics_observe_snapshot((double) (mono_ms() - t0) / 1000.0, false);
 out:;
-        char *text = cJSON_PrintUnformatted(out);
-        if (!text)
-                oom();
+        char *text = xnonnull(cJSON_PrintUnformatted(out));
         log_ctx_set("SNAPSHOT_ID", NULL);
         log_ctx_set("SANDBOX_ID", NULL);
         log_ctx_set("COMMIT_MS", NULL);
@@ -325,11 +328,23 @@ static void *job_main(void *ud) {
 }
 
 static int rpc_ok(amqp_connection_state_t conn, const char *what) {
-        char why[256];
-        int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, why, sizeof(why));
+        return agent_rpc_ok(conn, what, LOG_WARNING, "snapshot queue: ");
+}
+
+/* Declares the durable queue name and binds it to exchange with key; tag goes
+ * into the name of a failed call in the log. */
+static int queue_bound(amqp_connection_state_t conn, const char *name, const char *exchange, const char *key,
+                       const char *tag) {
+        char what[64];
+        amqp_queue_declare(conn, CH, amqp_cstring_bytes(name), 0, 1, 0, 0, amqp_empty_table);
+        snprintf(what, sizeof(what), "queue.declare%s", tag);
+        int r = rpc_ok(conn, what);
         if (r < 0)
-                log_warning("snapshot queue: %s", why);
-        return r;
+                return r;
+        amqp_queue_bind(conn, CH, amqp_cstring_bytes(name), amqp_cstring_bytes(exchange), amqp_cstring_bytes(key),
+                        amqp_empty_table);
+        snprintf(what, sizeof(what), "queue.bind%s", tag);
+        return rpc_ok(conn, what);
 }
 
 static amqp_connection_state_t connect_snap(const struct agent_config *cfg, const struct amqpx_url *u) {
@@ -350,19 +365,8 @@ static amqp_connection_state_t connect_snap(const struct agent_config *cfg, cons
         amqp_confirm_select(conn, CH);
         if (rpc_ok(conn, "confirm.select") < 0)
                 goto fail;
-        amqp_queue_declare(conn, CH, amqp_cstring_bytes(jobs), 0, 1, 0, 0, amqp_empty_table);
-        if (rpc_ok(conn, "queue.declare") < 0)
-                goto fail;
-        amqp_queue_bind(conn, CH, amqp_cstring_bytes(jobs), amqp_cstring_bytes(cfg->exchange),
-                        amqp_cstring_bytes(jobs_key), amqp_empty_table);
-        if (rpc_ok(conn, "queue.bind") < 0)
-                goto fail;
-        amqp_queue_declare(conn, CH, amqp_cstring_bytes(events), 0, 1, 0, 0, amqp_empty_table);
-        if (rpc_ok(conn, "queue.declare (events)") < 0)
-                goto fail;
-        amqp_queue_bind(conn, CH, amqp_cstring_bytes(events), amqp_cstring_bytes(cfg->exchange),
-                        amqp_cstring_bytes("snapshot.events"), amqp_empty_table);
-        if (rpc_ok(conn, "queue.bind (events)") < 0)
+        if (queue_bound(conn, jobs, cfg->exchange, jobs_key, "") < 0 ||
+            queue_bound(conn, events, cfg->exchange, "snapshot.events", " (events)") < 0)
                 goto fail;
         amqp_basic_qos(conn, CH, 0, 1, 0);
         if (rpc_ok(conn, "basic.qos") < 0)
@@ -377,99 +381,35 @@ fail:
         return NULL;
 }
 
-/* Reads the header and body frames of the delivery just announced. 0 with *ret_body
- * (NULL when over MAX_JOB_BODY: read and dropped), or -ECONNRESET. */
+/* Reads the content of the delivery just announced. 0 with *ret_body (NULL when
+ * over MAX_JOB_BODY: read and dropped) and its size in *ret_len, or < 0. */
 static int read_body(amqp_connection_state_t conn, char **ret_body, size_t *ret_len) {
-        _cleanup_free_ char *body = NULL;
-        uint64_t size = 0, got = 0;
-        bool have_header = false;
-        int64_t deadline = mono_ms() + 30000;
-        for (;;) {
-                long left = (long) (deadline - mono_ms());
-                if (left <= 0)
-                        return -ECONNRESET;
-                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
-                amqp_frame_t f;
-                if (amqp_simple_wait_frame_noblock(conn, &f, &tv) != AMQP_STATUS_OK || f.frame_type == AMQP_FRAME_METHOD)
-                        return -ECONNRESET;
-                if (f.channel != CH)
-                        continue;
-                if (f.frame_type == AMQP_FRAME_HEADER && !have_header) {
-                        have_header = true;
-                        size = f.payload.properties.body_size;
-                        if (size <= MAX_JOB_BODY)
-                                body = xmalloc(size + 1);
-                } else if (f.frame_type == AMQP_FRAME_BODY && have_header) {
-                        amqp_bytes_t b = f.payload.body_fragment;
-                        if (b.len > size - got)
-                                return -ECONNRESET;
-                        if (body)
-                                memcpy(body + got, b.bytes, b.len);
-                        got += b.len;
-                }
-                amqp_maybe_release_buffers_on_channel(conn, CH);
-                if (have_header && got == size) {
-                        if (body)
-                                body[got] = 0;
-                        *ret_body = TAKE_PTR(body);
-                        *ret_len = size;
-                        return 0;
-                }
-        }
+        struct amqpx_content c = { 0 };
+        int r = amqpx_read_content(conn, CH, mono_ms() + 30000, MAX_JOB_BODY, &c, ret_body);
+        if (r < 0)
+                return r;
+        *ret_len = c.size;
+        return 0;
 }
 
 /* Publishes the outcome (persistent, mandatory) and waits for the broker's confirm.
  * 0 when confirmed; < 0 otherwise (the job is then not acked and comes back). */
 static int publish_event(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
                          uint64_t *next_tag, const char *text) {
-        amqp_basic_properties_t p = { 0 };
-        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
-                   AMQP_BASIC_USER_ID_FLAG;
-        p.content_type = amqp_cstring_bytes("application/json");
-        p.delivery_mode = 2;
-        p.app_id = amqp_cstring_bytes(cfg->node_id);
-        p.user_id = amqp_cstring_bytes(user);
+        amqp_basic_properties_t p = amqpx_json_props(2, cfg->node_id, user);
         if (amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("snapshot.events"), 1, 0,
                                &p, amqp_cstring_bytes(text)) != AMQP_STATUS_OK)
                 return -ECONNRESET;
         uint64_t tag = ++*next_tag;
-        int64_t deadline = mono_ms() + CONFIRM_TIMEOUT_MS;
-        for (;;) {
-                long left = (long) (deadline - mono_ms());
-                if (left <= 0)
-                        return -ETIMEDOUT;
-                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
-                amqp_frame_t f;
-                int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
-                if (s == AMQP_STATUS_TIMEOUT)
-                        return -ETIMEDOUT;
-                if (s != AMQP_STATUS_OK)
-                        return -ECONNRESET;
-                if (f.frame_type != AMQP_FRAME_METHOD)
-                        continue;
-                switch (f.payload.method.id) {
-                case AMQP_BASIC_ACK_METHOD: {
-                        const amqp_basic_ack_t *a = f.payload.method.decoded;
-                        if (a->delivery_tag == tag || (a->multiple && a->delivery_tag >= tag))
-                                return 0;
-                        break;
-                }
-                case AMQP_BASIC_NACK_METHOD:
-                        return -EIO;
-                case AMQP_BASIC_RETURN_METHOD: {
-                        char *rb = NULL;
-                        size_t rl = 0;
-                        (void) read_body(conn, &rb, &rl);
-                        free(rb);
-                        return -ENXIO;
-                }
-                case AMQP_CHANNEL_CLOSE_METHOD:
-                case AMQP_CONNECTION_CLOSE_METHOD:
-                        return -ECONNRESET;
-                default:
-                        break;
-                }
+        int r = amqpx_wait_confirm(conn, tag, mono_ms() + CONFIRM_TIMEOUT_MS);
+        if (r == -ENXIO) {
+                /* Unroutable: the returned message's content follows; read it off. */
+                char *rb = NULL;
+                size_t rl = 0;
+                (void) read_body(conn, &rb, &rl);
+                free(rb);
         }
+        return r;
 }
 
 /* Runs one job on a worker thread while servicing the connection. 0 when its outcome was
@@ -566,19 +506,10 @@ static void *snap_main(void *ud) {
                         }
                         struct timeval tv = { .tv_sec = 1 };
                         amqp_frame_t f;
-                        amqp_maybe_release_buffers(conn);
-                        int s = amqp_simple_wait_frame_noblock(conn, &f, &tv);
-                        if (s == AMQP_STATUS_TIMEOUT)
-                                continue;
-                        if (s != AMQP_STATUS_OK)
+                        int s = amqpx_consume_wait(conn, &tv, &f);
+                        if (s < 0)
                                 break;
-                        if (f.frame_type != AMQP_FRAME_METHOD || f.channel != CH)
-                                continue;
-                        if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-                            f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
-                            f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)
-                                break;
-                        if (f.payload.method.id != AMQP_BASIC_DELIVER_METHOD)
+                        if (s == 0 || f.channel != CH || f.payload.method.id != AMQP_BASIC_DELIVER_METHOD)
                                 continue;
                         const amqp_basic_deliver_t *dm = f.payload.method.decoded;
                         uint64_t tag = dm->delivery_tag;
@@ -613,12 +544,7 @@ int snapshot_start(const struct agent_config *cfg) {
                 return -ENOTCONN;
         st.cfg = cfg;
         atomic_store(&st.stop, false);
-        /* Signals stay the main thread's business. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        int r = -pthread_create(&st.thread, NULL, snap_main, (void *) cfg);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        int r = thread_create_nosig(&st.thread, NULL, snap_main, (void *) cfg);
         if (r < 0)
                 return r;
         st.running = true;

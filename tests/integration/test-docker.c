@@ -551,6 +551,32 @@ static int raw_cb(int type, const uint8_t *data, size_t len, void *ud) {
         return 0;
 }
 
+/* Reads the hijacked stream fd to its end (pre: what came with the answer's head) into
+ * c, NUL-terminated, and closes fd. With eid: whether that exec was seen running (exit
+ * code -1, a pid) while its stream was open. */
+static bool read_stream(struct docker *d, const char *eid, int fd, const uint8_t *pre, size_t pre_len,
+                        struct raw_ctx *c) {
+        struct docker_demux m = {};
+        ASSERT_OK(docker_demux_feed(&m, pre, pre_len, raw_cb, c));
+        bool saw_running = false;
+        for (;;) {
+                uint8_t b[4096];
+                ssize_t n = read(fd, b, sizeof(b));
+                if (n <= 0)
+                        break;
+                ASSERT_OK(docker_demux_feed(&m, b, (size_t) n, raw_cb, c));
+                struct docker_exec_info info;
+                if (eid && !saw_running && docker_exec_inspect(d, eid, &info) == 0 && info.running) {
+                        saw_running = true;
+                        ASSERT_EQ(info.exit_code, -1);
+                        ASSERT_TRUE(info.pid > 0);
+                }
+        }
+        close(fd);
+        c->out[c->len] = 0;
+        return saw_running;
+}
+
 TEST(exec_start_raw_stream) {
         struct docker *d = need_docker();
         _cleanup_free_ char *id = start_container(d, NULL, NULL, 0, NULL, NULL);
@@ -571,25 +597,8 @@ TEST(exec_start_raw_stream) {
         ASSERT_EQ(send(fd, "ping\n", 5, MSG_NOSIGNAL), 5);
         ASSERT_EQ(shutdown(fd, SHUT_WR), 0);
 
-        struct docker_demux m = {};
         struct raw_ctx c = {};
-        ASSERT_OK(docker_demux_feed(&m, pre, pre_len, raw_cb, &c));
-        bool saw_running = false;
-        for (;;) {
-                uint8_t b[4096];
-                ssize_t n = read(fd, b, sizeof(b));
-                if (n <= 0)
-                        break;
-                ASSERT_OK(docker_demux_feed(&m, b, (size_t) n, raw_cb, &c));
-                if (!saw_running && docker_exec_inspect(d, eid, &info) == 0 && info.running) {
-                        saw_running = true;
-                        ASSERT_EQ(info.exit_code, -1);
-                        ASSERT_TRUE(info.pid > 0);
-                }
-        }
-        close(fd);
-        ASSERT_TRUE(saw_running);
-        c.out[c.len] = 0;
+        ASSERT_TRUE(read_stream(d, eid, fd, pre, pre_len, &c));
         ASSERT_STREQ(c.out, "got:ping\n");
         for (int i = 0; i < 200; i++) {
                 ASSERT_OK(docker_exec_inspect(d, eid, &info));
@@ -606,19 +615,9 @@ TEST(exec_start_raw_stream) {
         uint8_t *pre2 = NULL;
         size_t pre2_len = 0;
         ASSERT_OK(docker_exec_start(d, eid, &fd2, &pre2, &pre2_len));
-        struct docker_demux m2 = {};
         struct raw_ctx c2 = {};
-        ASSERT_OK(docker_demux_feed(&m2, pre2, pre2_len, raw_cb, &c2));
+        (void) read_stream(d, NULL, fd2, pre2, pre2_len, &c2);
         free(pre2);
-        for (;;) {
-                uint8_t b[4096];
-                ssize_t n = read(fd2, b, sizeof(b));
-                if (n <= 0)
-                        break;
-                ASSERT_OK(docker_demux_feed(&m2, b, (size_t) n, raw_cb, &c2));
-        }
-        close(fd2);
-        c2.out[c2.len] = 0;
         ASSERT_CONTAINS(c2.out, "has already run");
 
         ASSERT_EQ(docker_exec_start(d, "0000000000000000000000000000000000000000000000000000000000000000", &fd2, &pre2, &pre2_len), -ENOENT);

@@ -156,6 +156,16 @@ static void add_listener(int ns, uint16_t port) {
         enter(T.node_fd);
 }
 
+/* The far side of a veth in namespace ns: lo and eth0 up, eth0 holding addrs
+ * (NULL-terminated), the default route via gw. */
+static void host_side(int ns, char *gw, char **addrs) {
+        RUN(ns, "ip", "link", "set", "lo", "up");
+        for (; *addrs; addrs++)
+                RUN(ns, "ip", "addr", "add", *addrs, "dev", "eth0");
+        RUN(ns, "ip", "link", "set", "eth0", "up");
+        RUN(ns, "ip", "route", "add", "default", "via", gw);
+}
+
 /* The node namespace with sandbox and world attached; see the header comment. */
 static void topology(void) {
         if (unshare(CLONE_NEWNET) < 0)
@@ -193,25 +203,11 @@ static void topology(void) {
         RUN(n, "ip", "route", "add", "203.0.113.0/24", "via", "198.51.100.2");
         write_file("/proc/sys/net/ipv4/ip_forward", "1");
 
-        RUN(s, "ip", "link", "set", "lo", "up");
-        RUN(s, "ip", "addr", "add", "169.254.90.2/24", "dev", "eth0");
-        RUN(s, "ip", "addr", "add", "169.254.90.3/24", "dev", "eth0");
-        RUN(s, "ip", "link", "set", "eth0", "up");
-        RUN(s, "ip", "route", "add", "default", "via", "169.254.90.1");
-
-        RUN(w, "ip", "link", "set", "lo", "up");
-        RUN(w, "ip", "addr", "add", "198.51.100.2/24", "dev", "eth0");
-        RUN(w, "ip", "addr", "add", "198.51.100.3/24", "dev", "eth0");
-        RUN(w, "ip", "addr", "add", "198.51.100.4/24", "dev", "eth0");
-        RUN(w, "ip", "addr", "add", "203.0.113.5/32", "dev", "eth0");
-        RUN(w, "ip", "addr", "add", "169.254.169.254/32", "dev", "eth0");
-        RUN(w, "ip", "link", "set", "eth0", "up");
-        RUN(w, "ip", "route", "add", "default", "via", "198.51.100.1");
-
-        RUN(s2, "ip", "link", "set", "lo", "up");
-        RUN(s2, "ip", "addr", "add", "169.254.90.4/24", "dev", "eth0");
-        RUN(s2, "ip", "link", "set", "eth0", "up");
-        RUN(s2, "ip", "route", "add", "default", "via", "169.254.90.1");
+        host_side(s, "169.254.90.1", (char *[]) { "169.254.90.2/24", "169.254.90.3/24", NULL });
+        host_side(w, "198.51.100.1",
+                  (char *[]) { "198.51.100.2/24", "198.51.100.3/24", "198.51.100.4/24", "203.0.113.5/32",
+                               "169.254.169.254/32", NULL });
+        host_side(s2, "169.254.90.1", (char *[]) { "169.254.90.4/24", NULL });
 
         add_listener(w, PORT);
         add_listener(w, 53);

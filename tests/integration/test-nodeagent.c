@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <sys/mount.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -281,39 +282,73 @@ TEST(handler_replies_for_every_input) {
 /* The agent's egress handlers program real nftables, inside a network namespace of the test's own. */
 /* Into a network and mount namespace of the test's own, with an /etc/hosts of its making
  * ("127.0.0.1 localhost" and then hosts_text), visible only in that mount namespace. */
-static void netns_with_hosts(const char *hosts_text) {
-        if (unshare(CLONE_NEWNET | CLONE_NEWNS) < 0)
-                TEST_SKIP("cannot create network and mount namespaces here");
+/* Rewrites the test's /etc/hosts in place (the bind mount follows the inode). */
+static void hosts_rewrite(const char *hosts_text) {
         char hosts[512];
         snprintf(hosts, sizeof(hosts), "%s/hosts", test_tmpdir());
         FILE *hf = fopen(hosts, "w");
         ASSERT_NOT_NULL(hf);
         fprintf(hf, "127.0.0.1 localhost\n%s", hosts_text);
         fclose(hf);
+}
+
+static void netns_with_hosts(const char *hosts_text) {
+        if (unshare(CLONE_NEWNET | CLONE_NEWNS) < 0)
+                TEST_SKIP("cannot create network and mount namespaces here");
+        hosts_rewrite(hosts_text);
+        char hosts[512];
+        snprintf(hosts, sizeof(hosts), "%s/hosts", test_tmpdir());
         ASSERT_EQ(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
         ASSERT_EQ(mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL), 0);
+}
+
+/* The [egress] configuration the in-namespace tests share: table paddock, bridge pdkbr0. */
+static struct agent_config egress_cfg(char *node) {
+        static char *bridges[] = { "pdkbr0", NULL };
+        return (struct agent_config) { .node_id = node, .egress_enabled = true, .egress_table = "paddock",
+                                       .egress_bridges = bridges, .egress_priority = -10 };
+}
+
+static char *nft_dump(void) {
+        char *argv[] = { "nft", "--json", "list", "table", "inet", "paddock", NULL };
+        char *dump = NULL;
+        ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
+        return dump;
+}
+
+/* Messages: an egress.apply restricting sandbox (%s) at ip (%s) to allow (%s: the items
+ * of a JSON array); an egress.remove of sandbox (%s) at ip (%s). */
+#define APPLY_RESTRICTED                                                                        \
+        "{\"type\":\"egress.apply\",\"sandbox_id\":\"%s\",\"ip\":\"%s\",\"mode\":\"restricted\",\"allow\":[%s]}"
+#define REMOVE "{\"type\":\"egress.remove\",\"sandbox_id\":\"%s\",\"ip\":\"%s\"}"
+
+/* The agent's reply to an egress.apply restricting sandbox sbx at ip to allow. */
+static char *apply_restricted(const struct agent_config *cfg, const char *sbx, const char *ip, const char *allow) {
+        _cleanup_free_ char *m = xasprintf(APPLY_RESTRICTED, sbx, ip, allow);
+        return agent_handle(cfg, m, strlen(m));
+}
+
+/* The agent's reply to an egress.remove of sandbox sbx at ip. */
+static char *remove_sandbox(const struct agent_config *cfg, const char *sbx, const char *ip) {
+        _cleanup_free_ char *m = xasprintf(REMOVE, sbx, ip);
+        return agent_handle(cfg, m, strlen(m));
 }
 
 TEST(egress_messages_program_the_firewall) {
         /* A hostname the agent can resolve without any DNS. */
         netns_with_hosts("203.0.113.20 api.paddock.test\n");
-        char *bridges[] = { "pdkbr0", NULL };
-        struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true, .egress_table = "paddock",
-                                    .egress_bridges = bridges, .egress_priority = -10 };
+        struct agent_config cfg = egress_cfg("n-egress");
         egress_init_or_skip(&cfg);
 
 #define SB "0123456789abcdef01234567"
-        static const char apply[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.7\","
-                                    "\"mode\":\"restricted\",\"allow\":[\"169.254.77.10\",\"api.paddock.test\",\"10.0.0.0/8\"]}";
-        _cleanup_free_ char *a = agent_handle(&cfg, apply, strlen(apply));
+        _cleanup_free_ char *a =
+                apply_restricted(&cfg, SB, "169.254.90.7", "\"169.254.77.10\",\"api.paddock.test\",\"10.0.0.0/8\"");
         ASSERT_CONTAINS(a, "\"ok\":true");
         /* The reply says what each name resolved to (controld writes them into the
          * sandbox's /etc/hosts: restricted sandboxes get no DNS) and when it took effect. */
         ASSERT_CONTAINS(a, "\"resolved\":[{\"name\":\"api.paddock.test\",\"addrs\":[\"203.0.113.20\"],\"at\":");
         ASSERT_CONTAINS(a, "\"applied_at\":");
-        char *argv[] = { "nft", "--json", "list", "table", "inet", "paddock", NULL };
-        _cleanup_free_ char *dump = NULL;
-        ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
+        _cleanup_free_ char *dump = nft_dump();
         ASSERT_CONTAINS(dump, "sbx_" SB);
         ASSERT_CONTAINS(dump, "169.254.77.10");
         ASSERT_CONTAINS(dump, "203.0.113.20");    /* api.paddock.test, resolved by the agent */
@@ -325,25 +360,20 @@ TEST(egress_messages_program_the_firewall) {
                             "\"dropped_packets\":0,\"dropped_bytes\":0}]");
 
         /* A name that does not resolve fails the apply; the enforced policy stays as it was. */
-        static const char bad[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.7\","
-                                  "\"mode\":\"restricted\",\"allow\":[\"no-such-host.invalid\"]}";
-        _cleanup_free_ char *b = agent_handle(&cfg, bad, strlen(bad));
+        _cleanup_free_ char *b = apply_restricted(&cfg, SB, "169.254.90.7", "\"no-such-host.invalid\"");
         ASSERT_CONTAINS(b, "\"ok\":false");
         ASSERT_CONTAINS(b, "cannot resolve");
         ASSERT_TRUE(strstr(b, "resolved") == NULL && strstr(b, "applied_at") == NULL);
         free(dump);
-        dump = NULL;
-        ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
+        dump = nft_dump();
         ASSERT_CONTAINS(dump, "169.254.77.10");
 
-        static const char rm[] = "{\"type\":\"egress.remove\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.7\"}";
-        _cleanup_free_ char *c = agent_handle(&cfg, rm, strlen(rm));
+        _cleanup_free_ char *c = remove_sandbox(&cfg, SB, "169.254.90.7");
         ASSERT_CONTAINS(c, "\"ok\":true");
         free(dump);
-        dump = NULL;
-        ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
+        dump = nft_dump();
         ASSERT_TRUE(strstr(dump, "sbx_" SB) == NULL);
-        _cleanup_free_ char *d = agent_handle(&cfg, rm, strlen(rm));   /* idempotent */
+        _cleanup_free_ char *d = remove_sandbox(&cfg, SB, "169.254.90.7");   /* idempotent */
         ASSERT_CONTAINS(d, "\"ok\":true");
 #undef SB
 }
@@ -354,21 +384,14 @@ TEST(egress_messages_program_the_firewall) {
  * latency, removes, and the chain count the egress process reports. */
 TEST(metrics_count_egress_applies_removes_and_chains) {
         netns_with_hosts("203.0.113.21 ok.paddock.test\n");
-        char *bridges[] = { "pdkbr0", NULL };
-        struct agent_config cfg = { .node_id = "n-metrics", .egress_enabled = true, .egress_table = "paddock",
-                                    .egress_bridges = bridges, .egress_priority = -10 };
+        struct agent_config cfg = egress_cfg("n-metrics");
         egress_init_or_skip(&cfg);
 #define SB "abcdefabcdefabcdefabcdef"
-        static const char apply[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.8\","
-                                    "\"mode\":\"restricted\",\"allow\":[\"ok.paddock.test\"]}";
-        static const char bad[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.8\","
-                                  "\"mode\":\"restricted\",\"allow\":[\"no-such-host.invalid\"]}";
-        static const char rm[] = "{\"type\":\"egress.remove\",\"sandbox_id\":\"" SB "\",\"ip\":\"169.254.90.8\"}";
         _cleanup_free_ char *t0 = agent_metrics_render();
         ASSERT_CONTAINS(t0, "\npaddock_agent_egress_chains 0\n");
-        _cleanup_free_ char *a = agent_handle(&cfg, apply, strlen(apply));
+        _cleanup_free_ char *a = apply_restricted(&cfg, SB, "169.254.90.8", "\"ok.paddock.test\"");
         ASSERT_CONTAINS(a, "\"ok\":true");
-        _cleanup_free_ char *b = agent_handle(&cfg, bad, strlen(bad));
+        _cleanup_free_ char *b = apply_restricted(&cfg, SB, "169.254.90.8", "\"no-such-host.invalid\"");
         ASSERT_CONTAINS(b, "\"ok\":false");
         agent_metrics_tick(&cfg);
         _cleanup_free_ char *t1 = agent_metrics_render();
@@ -377,7 +400,7 @@ TEST(metrics_count_egress_applies_removes_and_chains) {
         ASSERT_CONTAINS(t1, "paddock_agent_egress_apply_seconds_bucket{le=\"+Inf\"} 2\n");
         ASSERT_CONTAINS(t1, "paddock_agent_egress_apply_seconds_count 2\n");
         ASSERT_CONTAINS(t1, "\npaddock_agent_egress_chains 1\n");
-        _cleanup_free_ char *c = agent_handle(&cfg, rm, strlen(rm));
+        _cleanup_free_ char *c = remove_sandbox(&cfg, SB, "169.254.90.8");
         ASSERT_CONTAINS(c, "\"ok\":true");
         agent_metrics_tick(&cfg);
         _cleanup_free_ char *t2 = agent_metrics_render();
@@ -774,17 +797,24 @@ static void egress_setup(const char *hosts_text) {
         ASSERT_TRUE(fd >= 0);
         ASSERT_TRUE(dup2(fd, STDERR_FILENO) >= 0);
         close(fd);
-        static char *bridges[] = { "pdkbr0", NULL };
-        static struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true, .egress_table = "paddock",
-                                           .egress_bridges = bridges, .egress_priority = -10 };
+        static struct agent_config cfg;
+        cfg = egress_cfg("n-egress");
         egress_init_or_skip(&cfg);
 }
 
-static char *nft_dump(void) {
-        char *argv[] = { "nft", "--json", "list", "table", "inet", "paddock", NULL };
-        char *dump = NULL;
-        ASSERT_EQ(test_run_capture(argv, &dump, 1 << 20), 0);
-        return dump;
+/* egress_setup with stderr kept (the agent's log and our failures stay visible);
+ * *ret_home and *ret_ns: the network namespace the test started in, and its own. */
+static void egress_setup_visible(const char *hosts_text, int *ret_home, int *ret_ns) {
+        int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(home >= 0);
+        int saved_err = dup(STDERR_FILENO);
+        egress_setup(hosts_text);
+        dup2(saved_err, STDERR_FILENO);
+        close(saved_err);
+        int ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(ns >= 0);
+        *ret_home = home;
+        *ret_ns = ns;
 }
 
 #define SBX "0123456789abcdef01234567"
@@ -837,8 +867,7 @@ TEST(egress_child_holds_only_net_admin_and_refuses_malformed_requests) {
                 usleep(10000);
         ASSERT_FALSE(privsep_healthy(why, sizeof(why)));
         struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true };
-        static const char rm[] = "{\"type\":\"egress.remove\",\"sandbox_id\":\"" SBX "\",\"ip\":\"169.254.90.7\"}";
-        _cleanup_free_ char *reply = agent_handle(&cfg, rm, strlen(rm));
+        _cleanup_free_ char *reply = remove_sandbox(&cfg, SBX, "169.254.90.7");
         ASSERT_CONTAINS(reply, "\"ok\":false");
         ASSERT_CONTAINS(reply, "egress process is not running");
         /* The table stays as it was. */
@@ -861,16 +890,12 @@ TEST(allowlist_expansion_is_bounded_and_fails_closed) {
         egress_setup(hosts);
         struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true };
 
-        static const char ok[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SBX "\",\"ip\":\"169.254.90.7\","
-                                 "\"mode\":\"restricted\",\"allow\":[\"169.254.77.10\",\"h1.paddock.test\"]}";
-        _cleanup_free_ char *a = agent_handle(&cfg, ok, strlen(ok));
+        _cleanup_free_ char *a = apply_restricted(&cfg, SBX, "169.254.90.7", "\"169.254.77.10\",\"h1.paddock.test\"");
         ASSERT_CONTAINS(a, "\"ok\":true");
         _cleanup_free_ char *dump = nft_dump();
         ASSERT_CONTAINS(dump, "169.254.77.10");
 
-        static const char one[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SBX "\",\"ip\":\"169.254.90.7\","
-                                  "\"mode\":\"restricted\",\"allow\":[\"many.paddock.test\"]}";
-        _cleanup_free_ char *b = agent_handle(&cfg, one, strlen(one));
+        _cleanup_free_ char *b = apply_restricted(&cfg, SBX, "169.254.90.7", "\"many.paddock.test\"");
         ASSERT_CONTAINS(b, "\"ok\":false");
         ASSERT_CONTAINS(b, "many.paddock.test resolves to more than 32 addresses");
 
@@ -941,6 +966,17 @@ TEST_FULL(watchdog_is_fed_while_busy, 60) {
 
 static struct agent_config sync_cfg;
 
+/* sync_cfg: the shared [egress] configuration on an exchange and node id of the test's
+ * own (paddock.test-<tag>-<pid>, n-<tag>-<pid>; exchange and nid hold them). */
+static void sync_cfg_set(const char *tag, int64_t prefetch, char exchange[static 64], char nid[static 64]) {
+        snprintf(exchange, 64, "paddock.test-%s-%d", tag, getpid());
+        snprintf(nid, 64, "n-%s-%d", tag, getpid());
+        sync_cfg = egress_cfg(nid);
+        sync_cfg.amqp_url = "amqp://guest:guest@127.0.0.1:5672/";
+        sync_cfg.exchange = exchange;
+        sync_cfg.prefetch = prefetch;
+}
+
 static void *agent_thread(void *ud) {
         (void) ud;
         (void) agent_run(&sync_cfg);
@@ -972,22 +1008,11 @@ static amqp_connection_state_t fake_controld(const char *exchange, bool bind) {
 
 TEST_FULL(node_sync_converges_and_fails_closed_without_controld, 90) {
         need_rabbit();
-        int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-        ASSERT_TRUE(home >= 0);
-        int saved_err = dup(STDERR_FILENO);
-        egress_setup("");
-        dup2(saved_err, STDERR_FILENO);         /* the agent's log and our failures stay visible */
-        close(saved_err);
-        int ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-        ASSERT_TRUE(ns >= 0);
+        int home, ns;
+        egress_setup_visible("", &home, &ns);
         static const char *const ids[] = { "aaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbb", "cccccccccccccccccccccccc" };
         char exchange[64], nid[64];
-        snprintf(exchange, sizeof(exchange), "paddock.test-sync-%d", getpid());
-        snprintf(nid, sizeof(nid), "n-sync-%d", getpid());
-        static char *bridges[] = { "pdkbr0", NULL };
-        sync_cfg = (struct agent_config) { .node_id = nid, .amqp_url = "amqp://guest:guest@127.0.0.1:5672/",
-                                           .exchange = exchange, .prefetch = 8, .egress_enabled = true,
-                                           .egress_table = "paddock", .egress_bridges = bridges, .egress_priority = -10 };
+        sync_cfg_set("sync", 8, exchange, nid);
         for (int i = 0; i < 3; i++) {
                 char body[256];
                 snprintf(body, sizeof(body), "{\"type\":\"egress.apply\",\"sandbox_id\":\"%s\",\"ip\":\"169.254.90.%d\","
@@ -1049,25 +1074,14 @@ TEST_FULL(node_sync_converges_and_fails_closed_without_controld, 90) {
         close(home);
 }
 
-/* Rewrites the test's /etc/hosts in place (the bind mount follows the inode). */
-static void hosts_rewrite(const char *hosts_text) {
-        char hosts[512];
-        snprintf(hosts, sizeof(hosts), "%s/hosts", test_tmpdir());
-        FILE *hf = fopen(hosts, "w");
-        ASSERT_NOT_NULL(hf);
-        fprintf(hf, "127.0.0.1 localhost\n%s", hosts_text);
-        fclose(hf);
-}
-
 /* Names are looked up again on a timer; when the answer changes, the sandbox's set is
  * swapped in one batch (old addresses out, new ones in), and the same answer changes
  * nothing. A name that stops resolving keeps its last confirmed addresses. */
 TEST_FULL(names_are_re_resolved_and_the_set_swapped, 60) {
         egress_setup("198.51.100.20 move.paddock.test\n");
         struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true };
-        static const char apply[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SBX "\",\"ip\":\"169.254.90.7\","
-                                    "\"mode\":\"restricted\",\"allow\":[\"203.0.113.9\",\"move.paddock.test\"]}";
-        _cleanup_free_ char *a = agent_handle(&cfg, apply, strlen(apply));
+#define MOVE_ALLOW "\"203.0.113.9\",\"move.paddock.test\""
+        _cleanup_free_ char *a = apply_restricted(&cfg, SBX, "169.254.90.7", MOVE_ALLOW);
         ASSERT_CONTAINS(a, "\"ok\":true");
         _cleanup_free_ char *d1 = nft_dump();
         ASSERT_CONTAINS(d1, "198.51.100.20");
@@ -1121,16 +1135,14 @@ TEST_FULL(names_are_re_resolved_and_the_set_swapped, 60) {
         ASSERT_CONTAINS(d4, "198.51.100.22");
 
         /* A newer apply without names ends the refreshing of this sandbox. */
-        static const char plain[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SBX "\",\"ip\":\"169.254.90.7\","
-                                    "\"mode\":\"restricted\",\"allow\":[\"203.0.113.9\"]}";
-        _cleanup_free_ char *b = agent_handle(&cfg, plain, strlen(plain));
+        _cleanup_free_ char *b = apply_restricted(&cfg, SBX, "169.254.90.7", "\"203.0.113.9\"");
         ASSERT_CONTAINS(b, "\"ok\":true");
         ASSERT_EQ(names_resolved_get(SBX, &rv, &n), -ENOENT);
 
         /* Another sandbox taking the address over ends the old one's refreshing too: a
          * refresh must never hand the address back to a sandbox that left. */
         hosts_rewrite("198.51.100.22 move.paddock.test\n");
-        _cleanup_free_ char *again = agent_handle(&cfg, apply, strlen(apply));
+        _cleanup_free_ char *again = apply_restricted(&cfg, SBX, "169.254.90.7", MOVE_ALLOW);
         ASSERT_CONTAINS(again, "\"ok\":true");
         ASSERT_OK(names_resolved_get(SBX, &rv, &n));
         free(rv);
@@ -1143,6 +1155,7 @@ TEST_FULL(names_are_re_resolved_and_the_set_swapped, 60) {
         ASSERT_EQ(names_refresh_once(), 0);
         _cleanup_free_ char *d5 = nft_dump();
         ASSERT_FALSE(strstr(d5, "198.51.100.23"));
+#undef MOVE_ALLOW
 }
 
 /* A resolver that never answers costs an apply at most [egress] resolve_timeout, and the
@@ -1166,10 +1179,8 @@ TEST_FULL(name_resolution_is_bounded_in_time, 60) {
         ASSERT_EQ(mount(rc, "/etc/resolv.conf", NULL, MS_BIND, NULL), 0);
 
         struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true, .egress_resolve_timeout_ms = 700 };
-        static const char slow[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SBX "\",\"ip\":\"169.254.90.7\","
-                                   "\"mode\":\"restricted\",\"allow\":[\"slow.paddock.test\",\"203.0.113.9\"]}";
         int64_t t0 = mono_ms();
-        _cleanup_free_ char *a = agent_handle(&cfg, slow, strlen(slow));
+        _cleanup_free_ char *a = apply_restricted(&cfg, SBX, "169.254.90.7", "\"slow.paddock.test\",\"203.0.113.9\"");
         int64_t took = mono_ms() - t0;
         ASSERT_CONTAINS(a, "\"ok\":false");
         ASSERT_CONTAINS(a, "resolving slow.paddock.test took longer than 700 ms");
@@ -1325,8 +1336,15 @@ static void dns_wait_queries(int want) {
         ASSERT_TRUE(q >= want);
 }
 
-static void send_to_agent(amqp_connection_state_t conn, const char *exchange, const char *key, amqp_bytes_t reply_q,
-                          const char *corr, const char *body) {
+/* Publishes the message printf(fmt, ...) to key with a reply queue and correlation id. */
+_printf_(6, 7) static void send_to_agent(amqp_connection_state_t conn, const char *exchange, const char *key,
+                                         amqp_bytes_t reply_q, const char *corr, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        _cleanup_free_ char *body = NULL;
+        if (vasprintf(&body, fmt, ap) < 0)
+                oom();
+        va_end(ap);
         amqp_basic_properties_t p = { 0 };
         p._flags = AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
         p.reply_to = reply_q;
@@ -1374,14 +1392,8 @@ static double metric_value(const char *text, const char *line_prefix) {
  * a DNS answer the test withholds until it says so. */
 TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
         need_rabbit();
-        int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-        ASSERT_TRUE(home >= 0);
-        int saved_err = dup(STDERR_FILENO);
-        egress_setup("203.0.113.31 fast.paddock.test\n");
-        dup2(saved_err, STDERR_FILENO);
-        close(saved_err);
-        int ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-        ASSERT_TRUE(ns >= 0);
+        int home, ns;
+        egress_setup_visible("203.0.113.31 fast.paddock.test\n", &home, &ns);
         /* The agent's threads talk to RabbitMQ, and so to our resolver, from here (loopback). */
         ASSERT_EQ(setns(home, CLONE_NEWNET), 0);
         dns_start();
@@ -1389,14 +1401,9 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
 #define SLOW "dddddddddddddddddddddddd"
 #define FAST "eeeeeeeeeeeeeeeeeeeeeeee"
         char exchange[64], nid[64];
-        snprintf(exchange, sizeof(exchange), "paddock.test-async-%d", getpid());
-        snprintf(nid, sizeof(nid), "n-async-%d", getpid());
-        static char *bridges[] = { "pdkbr0", NULL };
+        sync_cfg_set("async", 3, exchange, nid);
         /* A bound far beyond the test's own timeouts: only the order of events decides. */
-        sync_cfg = (struct agent_config) { .node_id = nid, .amqp_url = "amqp://guest:guest@127.0.0.1:5672/",
-                                           .exchange = exchange, .prefetch = 3, .egress_enabled = true,
-                                           .egress_table = "paddock", .egress_bridges = bridges, .egress_priority = -10,
-                                           .egress_resolve_timeout_ms = 60000 };
+        sync_cfg.egress_resolve_timeout_ms = 60000;
         _cleanup_free_ char *m0 = agent_metrics_render();
         double ok0 = metric_value(m0, "paddock_agent_egress_applies_total{result=\"ok\"} ");
         double n0 = metric_value(m0, "paddock_agent_egress_apply_seconds_count ");
@@ -1421,13 +1428,11 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
         }
         ASSERT_TRUE(ready);
 
-        send_to_agent(c, exchange, nid, rq, "apply-slow",
-                      "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SLOW "\",\"ip\":\"169.254.90.21\","
-                      "\"mode\":\"restricted\",\"allow\":[\"slow.paddock.test\"]}");
+        send_to_agent(c, exchange, nid, rq, "apply-slow", APPLY_RESTRICTED, SLOW, "169.254.90.21",
+                      "\"slow.paddock.test\"");
         dns_wait_queries(1);    /* the agent is resolving it now, and will until we release the answer */
-        send_to_agent(c, exchange, nid, rq, "apply-fast",
-                      "{\"type\":\"egress.apply\",\"sandbox_id\":\"" FAST "\",\"ip\":\"169.254.90.22\","
-                      "\"mode\":\"restricted\",\"allow\":[\"fast.paddock.test\"]}");
+        send_to_agent(c, exchange, nid, rq, "apply-fast", APPLY_RESTRICTED, FAST, "169.254.90.22",
+                      "\"fast.paddock.test\"");
         ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
         ASSERT_STREQ(corr, "apply-fast");
         ASSERT_CONTAINS(body, "\"ok\":true");
@@ -1437,8 +1442,7 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
 
         /* A remove right behind the slow apply, then a ping: the ping is answered at once
          * (a waiting message holds up nobody else either) and proves the remove was taken. */
-        send_to_agent(c, exchange, nid, rq, "remove-slow",
-                      "{\"type\":\"egress.remove\",\"sandbox_id\":\"" SLOW "\",\"ip\":\"169.254.90.21\"}");
+        send_to_agent(c, exchange, nid, rq, "remove-slow", REMOVE, SLOW, "169.254.90.21");
         send_to_agent(c, exchange, nid, rq, "ping", "{\"type\":\"ping\"}");
         free(body);
         body = NULL;
@@ -1473,19 +1477,11 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
 #define I "c0c0c0c0c0c0c0c0c0c0c0c0"
 #define J "d0d0d0d0d0d0d0d0d0d0d0d0"
         dns_hold();
-        send_to_agent(c, exchange, nid, rq, "apply-g",
-                      "{\"type\":\"egress.apply\",\"sandbox_id\":\"" G "\",\"ip\":\"169.254.90.31\","
-                      "\"mode\":\"restricted\",\"allow\":[\"slow-g.paddock.test\"]}");
-        send_to_agent(c, exchange, nid, rq, "apply-h",
-                      "{\"type\":\"egress.apply\",\"sandbox_id\":\"" H "\",\"ip\":\"169.254.90.32\","
-                      "\"mode\":\"restricted\",\"allow\":[\"slow-h.paddock.test\"]}");
+        send_to_agent(c, exchange, nid, rq, "apply-g", APPLY_RESTRICTED, G, "169.254.90.31", "\"slow-g.paddock.test\"");
+        send_to_agent(c, exchange, nid, rq, "apply-h", APPLY_RESTRICTED, H, "169.254.90.32", "\"slow-h.paddock.test\"");
         dns_wait_queries(2);
-        send_to_agent(c, exchange, nid, rq, "apply-i",
-                      "{\"type\":\"egress.apply\",\"sandbox_id\":\"" I "\",\"ip\":\"169.254.90.33\","
-                      "\"mode\":\"restricted\",\"allow\":[\"slow-i.paddock.test\"]}");
-        send_to_agent(c, exchange, nid, rq, "apply-j",
-                      "{\"type\":\"egress.apply\",\"sandbox_id\":\"" J "\",\"ip\":\"169.254.90.34\","
-                      "\"mode\":\"restricted\",\"allow\":[\"203.0.113.9\"]}");
+        send_to_agent(c, exchange, nid, rq, "apply-i", APPLY_RESTRICTED, I, "169.254.90.33", "\"slow-i.paddock.test\"");
+        send_to_agent(c, exchange, nid, rq, "apply-j", APPLY_RESTRICTED, J, "169.254.90.34", "\"203.0.113.9\"");
         free(body);
         body = NULL;
         ASSERT_EQ(next_reply(c, 20, corr, &body), 0);

@@ -114,11 +114,20 @@ static long elapsed_ms(const struct timespec *t0) {
         return (t1.tv_sec - t0->tv_sec) * 1000 + (t1.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
-TEST_FULL(ping_round_trip, 30) {
+/* The common start: RabbitMQ up, an agent started with tag, and a client on EXCHANGE
+ * once that agent consumes (*ret_agent). */
+static struct nodebus *client_with_agent(const char *tag, struct agent **ret_agent) {
         need_rabbit();
-        struct agent *a = start_agent("ping");
+        struct agent *a = start_agent(tag);
         struct nodebus *c = new_client(EXCHANGE);
         wait_consuming(c, a);
+        *ret_agent = a;
+        return c;
+}
+
+TEST_FULL(ping_round_trip, 30) {
+        struct agent *a;
+        struct nodebus *c = client_with_agent("ping", &a);
 
         _cleanup_free_ char *reply = NULL;
         char err[512] = "";
@@ -154,10 +163,8 @@ TEST_FULL(unknown_node_fails_fast_with_enxio, 30) {
 }
 
 TEST_FULL(killed_agent_fails_fast_with_enxio, 30) {
-        need_rabbit();
-        struct agent *a = start_agent("killed");
-        struct nodebus *c = new_client(EXCHANGE);
-        wait_consuming(c, a);
+        struct agent *a;
+        struct nodebus *c = client_with_agent("killed", &a);
         kill(a->pid, SIGKILL);
         waitpid(a->pid, NULL, 0);
         a->pid = 0;
@@ -250,10 +257,8 @@ TEST_FULL(hung_agent_times_out_at_deadline_and_late_reply_is_ignored, 40) {
 }
 
 TEST_FULL(agent_refusal_is_eremoteio_with_its_text, 30) {
-        need_rabbit();
-        struct agent *a = start_agent("refuse");
-        struct nodebus *c = new_client(EXCHANGE);
-        wait_consuming(c, a);
+        struct agent *a;
+        struct nodebus *c = client_with_agent("refuse", &a);
         char err[512] = "";
         cJSON *j = NULL;
         /* This agent does not enforce egress (not enabled in its config): it must say no. */
@@ -311,10 +316,8 @@ static void *worker_run(void *ud) {
 }
 
 TEST_FULL(concurrent_requests_get_their_own_replies, 60) {
-        need_rabbit();
-        struct agent *a = start_agent("conc");
-        struct nodebus *c = new_client(EXCHANGE);
-        wait_consuming(c, a);
+        struct agent *a;
+        struct nodebus *c = client_with_agent("conc", &a);
         struct worker w[N_THREADS];
         memset(w, 0, sizeof(w));
         for (int i = 0; i < N_THREADS; i++) {
@@ -436,10 +439,8 @@ TEST_FULL(channel_closed_by_broker_is_eio_then_reopened, 30) {
 }
 
 TEST_FULL(body_limit_is_one_mib, 30) {
-        need_rabbit();
-        struct agent *a = start_agent("big");
-        struct nodebus *c = new_client(EXCHANGE);
-        wait_consuming(c, a);
+        struct agent *a;
+        struct nodebus *c = client_with_agent("big", &a);
         size_t n = AMQP_CLIENT_MAX_BODY;
         _cleanup_free_ char *body = xmalloc(n + 2);
         const char *head = "{\"type\":\"ping\",\"pad\":\"";

@@ -7,31 +7,47 @@
 #include "testlib.h"
 
 TEST(url_defaults_and_fields) {
-        struct amqpx_url u;
-        char err[256] = "";
-        ASSERT_OK(amqpx_url_parse("amqp://alice:s3cret@rabbit.example:5673/prod", &u, err, sizeof(err)));
-        ASSERT_STREQ(u.host, "rabbit.example");
-        ASSERT_EQ(u.port, 5673);
-        ASSERT_STREQ(u.user, "alice");
-        ASSERT_STREQ(u.password, "s3cret");
-        ASSERT_STREQ(u.vhost, "prod");
-        amqpx_url_done(&u);
-        ASSERT_NULL(u.buf);
+        /* Defaults: guest/guest, 5672, vhost "/" with or without the trailing slash; a
+         * percent-encoded vhost is decoded. */
+        static const struct {
+                const char *url, *host;
+                int port;
+                const char *user, *password, *vhost;
+        } cases[] = {
+                { "amqp://alice:s3cret@rabbit.example:5673/prod", "rabbit.example", 5673, "alice", "s3cret", "prod" },
+                { "amqp://127.0.0.1", "127.0.0.1", 5672, "guest", "guest", "/" },
+                { "amqp://guest:guest@127.0.0.1:5672/", "127.0.0.1", 5672, "guest", "guest", "/" },
+                { "amqp://h/%2ftenants", "h", 5672, "guest", "guest", "/tenants" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                struct amqpx_url u;
+                char err[256] = "";
+                ASSERT_OK(amqpx_url_parse(cases[i].url, &u, err, sizeof(err)));
+                ASSERT_STREQ(u.host, cases[i].host);
+                ASSERT_EQ(u.port, cases[i].port);
+                ASSERT_STREQ(u.user, cases[i].user);
+                ASSERT_STREQ(u.password, cases[i].password);
+                ASSERT_STREQ(u.vhost, cases[i].vhost);
+                amqpx_url_done(&u);
+                ASSERT_NULL(u.buf);
+        }
+}
 
-        /* Defaults: guest/guest, 5672, vhost "/" with or without the trailing slash. */
-        ASSERT_OK(amqpx_url_parse("amqp://127.0.0.1", &u, err, sizeof(err)));
-        ASSERT_STREQ(u.user, "guest");
-        ASSERT_STREQ(u.password, "guest");
-        ASSERT_EQ(u.port, 5672);
-        ASSERT_STREQ(u.vhost, "/");
-        amqpx_url_done(&u);
-        ASSERT_OK(amqpx_url_parse("amqp://guest:guest@127.0.0.1:5672/", &u, err, sizeof(err)));
-        ASSERT_STREQ(u.vhost, "/");
-        amqpx_url_done(&u);
-        /* A percent-encoded vhost. */
-        ASSERT_OK(amqpx_url_parse("amqp://h/%2ftenants", &u, err, sizeof(err)));
-        ASSERT_STREQ(u.vhost, "/tenants");
-        amqpx_url_done(&u);
+static bool bytes_eq(amqp_bytes_t b, const char *s) {
+        return b.len == strlen(s) && memcmp(b.bytes, s, b.len) == 0;
+}
+
+TEST(json_props_set_only_what_is_given) {
+        amqp_basic_properties_t p = amqpx_json_props(2, "node-1", "agent");
+        ASSERT_EQ(p._flags, AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_APP_ID_FLAG |
+                                    AMQP_BASIC_USER_ID_FLAG);
+        ASSERT_TRUE(bytes_eq(p.content_type, "application/json"));
+        ASSERT_EQ(p.delivery_mode, 2);
+        ASSERT_TRUE(bytes_eq(p.app_id, "node-1"));
+        ASSERT_TRUE(bytes_eq(p.user_id, "agent"));
+        p = amqpx_json_props(1, NULL, NULL);
+        ASSERT_EQ(p._flags, AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG);
+        ASSERT_EQ(p.delivery_mode, 1);
 }
 
 TEST(url_refusals_leave_ret_untouched) {

@@ -60,22 +60,42 @@ TEST(xalloc_helpers) {
                 ASSERT_EQ(c[i], 0);
         c = xrealloc(c, 1024 * sizeof(int));
         ASSERT_NOT_NULL(c);
+        ASSERT_TRUE(xnonnull(c) == c);
 }
 
-TEST(out_of_memory_aborts_with_a_message) {
+/* Runs fn in a child with stderr silenced; the child's wait status. */
+static int status_of(void (*fn)(void)) {
         pid_t p = fork();
         ASSERT_TRUE(p >= 0);
         if (p == 0) {
                 int devnull = open("/dev/null", O_WRONLY);
                 dup2(devnull, STDERR_FILENO);
-                void *x = xmalloc((size_t) -1 / 2);  /* cannot succeed */
-                (void) x;
+                fn();
                 _exit(0);
         }
         int st;
         waitpid(p, &st, 0);
+        return st;
+}
+
+static void huge_xmalloc(void) {
+        void *x = xmalloc((size_t) -1 / 2);  /* cannot succeed */
+        (void) x;
+}
+
+TEST(out_of_memory_aborts_with_a_message) {
+        int st = status_of(huge_xmalloc);
         /* abort(); under AddressSanitizer its allocator reports and exits non-zero first. */
         ASSERT_TRUE((WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT) || (WIFEXITED(st) && WEXITSTATUS(st) != 0));
+}
+
+static void xnonnull_of_null(void) {
+        (void) xnonnull(NULL);
+}
+
+TEST(xnonnull_of_null_aborts) {
+        int st = status_of(xnonnull_of_null);
+        ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
 }
 
 TEST(json_cleanup) {

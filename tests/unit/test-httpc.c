@@ -101,7 +101,13 @@ struct server {
         char sock[256];
 };
 
-static void server_start(struct server *s) {
+static char *url_of(const struct server *s, const char *path) {
+        return xasprintf("%s%s", s->url, path);
+}
+
+/* Starts the echo server on TCP and on a unix socket; the TCP URL of path (xmalloc'd),
+ * NULL when path is NULL. */
+static char *server_start(struct server *s, const char *path) {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION;
         struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -129,6 +135,7 @@ static void server_start(struct server *s) {
                                   MHD_OPTION_LISTEN_SOCKET, fd,
                                   MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
         ASSERT_NOT_NULL(s->unx);
+        return path ? url_of(s, path) : NULL;
 }
 
 static void server_stop(struct server *s) {
@@ -139,13 +146,9 @@ static void server_stop(struct server *s) {
         unlink(s->sock);
 }
 
-static char *url_of(const struct server *s, const char *path) {
-        return xasprintf("%s%s", s->url, path);
-}
-
 TEST(methods_and_bodies_over_tcp_and_unix) {
         struct server s;
-        server_start(&s);
+        server_start(&s, NULL);
 
         for (int transport = 0; transport < 2; transport++) {
                 const char *sock = transport ? s.sock : NULL;
@@ -184,8 +187,7 @@ TEST(methods_and_bodies_over_tcp_and_unix) {
 
 TEST(binary_body_and_default_content_type) {
         struct server s;
-        server_start(&s);
-        _cleanup_free_ char *u = url_of(&s, "/echo");
+        _cleanup_free_ char *u = server_start(&s, "/echo");
         const char bin[] = { 'a', 0, 'b' };
         struct httpc_req req = { .method = "POST", .url = u, .body = bin, .body_len = sizeof(bin) };
         struct httpc_resp resp = {};
@@ -206,8 +208,7 @@ TEST(binary_body_and_default_content_type) {
 
 TEST(json_helper_sends_json_content_type) {
         struct server s;
-        server_start(&s);
-        _cleanup_free_ char *u = url_of(&s, "/echo");
+        _cleanup_free_ char *u = server_start(&s, "/echo");
         _cleanup_json_ cJSON *body = cJSON_CreateObject();
         cJSON_AddStringToObject(body, "hello", "w\"orld");
         long status = 0;
@@ -237,7 +238,7 @@ TEST(json_helper_sends_json_content_type) {
 
 TEST(status_codes) {
         struct server s;
-        server_start(&s);
+        server_start(&s, NULL);
         const int codes[] = { 201, 204, 304, 400, 409, 418, 500, 503 };
         for (size_t i = 0; i < ELEMENTSOF(codes); i++) {
                 _cleanup_free_ char *p = xasprintf("/status/%d", codes[i]);
@@ -267,8 +268,7 @@ static double now_ms(void) {
 
 TEST(timeout) {
         struct server s;
-        server_start(&s);
-        _cleanup_free_ char *u = url_of(&s, "/sleep");
+        _cleanup_free_ char *u = server_start(&s, "/sleep");
         struct httpc_req req = { .url = u, .timeout_ms = 300 };
         struct httpc_resp resp = {};
         double t0 = now_ms();
@@ -284,8 +284,7 @@ TEST(timeout) {
 
 TEST(max_response_cap) {
         struct server s;
-        server_start(&s);
-        _cleanup_free_ char *u = url_of(&s, "/big");
+        _cleanup_free_ char *u = server_start(&s, "/big");
         struct httpc_req req = { .url = u, .max_response = 1000 };
         struct httpc_resp resp = {};
         ASSERT_EQ(httpc_do(&req, &resp), -EMSGSIZE);
@@ -363,8 +362,7 @@ static int on_data(const void *data, size_t len, void *ud) {
 
 TEST(streaming_and_abort) {
         struct server s;
-        server_start(&s);
-        _cleanup_free_ char *u = url_of(&s, "/big");
+        _cleanup_free_ char *u = server_start(&s, "/big");
 
         struct stream_ctx c = { .pattern_ok = true };
         /* max_response does not apply to streamed bodies */
