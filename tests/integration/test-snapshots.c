@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agenttest.h"
 #include "cleanup.h"
 #include "ctltest.h"
 #include "strutil.h"
@@ -54,54 +55,20 @@ static void agent_stop(void *ud) {
         test_stop_child(&agent_pid);
 }
 
-static void agent_kill(void) {
-        kill(agent_pid, SIGKILL);
-        waitpid(agent_pid, NULL, 0);
-        agent_pid = 0;
-}
-
-/* Waits until the agent's log (from offset `from`) holds `what`; false after timeout_s. */
-static bool log_has(const char *path, off_t from, const char *what, int timeout_s) {
-        for (int i = 0; i <= timeout_s * 20; i++) {
-                FILE *lf = fopen(path, "r");
-                if (lf) {
-                        fseek(lf, from, SEEK_SET);
-                        static char buf[1 << 20];
-                        size_t n = fread(buf, 1, sizeof(buf) - 1, lf);
-                        buf[n] = 0;
-                        fclose(lf);
-                        if (strstr(buf, what))
-                                return true;
-                }
-                usleep(50000);
-        }
-        return false;
+/* The registry login lines of both sides' config ("" when the registry wants none). */
+static const char *reg_login(void) {
+        static char login[256];
+        login[0] = 0;
+        if (reg_user)
+                snprintf(login, sizeof(login), "username = %s\npassword = %s\n", reg_user, reg_pass);
+        return login;
 }
 
 static void agent_start(void) {
-        FILE *f = fopen(agent_conf, "w");
-        ASSERT_NOT_NULL(f);
-        fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\nexchange = %s\n"
-                   "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = %s\nprune_interval = 5s\ntimeout = 120s\n",
-                ctld_nomad() ? "nomad" : node_id, exchange, registry, repo, disk_floor);
-        if (reg_user)
-                fprintf(f, "username = %s\npassword = %s\n", reg_user, reg_pass);
-        if (ctld_nomad())
-                fprintf(f, "[nomad]\naddress = %s\n", standin.url);
-        fclose(f);
-        int logfd = open(agent_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        off_t from = lseek(logfd, 0, SEEK_END);
-        agent_pid = fork();
-        ASSERT_TRUE(agent_pid >= 0);
-        if (agent_pid == 0) {
-                dup2(logfd, 1);
-                dup2(logfd, 2);
-                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", agent_conf, (char *) NULL);
-                _exit(127);
-        }
-        close(logfd);
-        if (!log_has(agent_log, from, "consuming snapshot jobs", 10))
-                test_fail(__FILE__, __LINE__, "nodeagent did not start consuming snapshot jobs; see %s", agent_log);
+        agenttest_write_conf(agent_conf, ctld_nomad() ? "nomad" : node_id, exchange, ctld_nomad() ? standin.url : NULL,
+                             "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = %s\nprune_interval = 5s\ntimeout = 120s\n%s",
+                             registry, repo, disk_floor, reg_login());
+        agent_pid = agenttest_start(agent_conf, agent_log, "consuming snapshot jobs");
 }
 
 /* The usual opening: services present, ids of this run, controld with [snapshots]. */
@@ -134,15 +101,13 @@ static char *setup(struct ctld *c, const char *reg, const char *timeout, const c
         test_on_exit(agent_stop, NULL);
         if (with_agent)
                 agent_start();
-        char extra[2048], login[256] = "";
-        if (reg_user)
-                snprintf(login, sizeof(login), "username = %s\npassword = %s\n", reg_user, reg_pass);
+        char extra[2048];
         snprintf(extra, sizeof(extra),
                  "[docker]\nnode_id = %s\n"
                  "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n"
                  "[snapshots]\nregistry = %s\nrepository = %s\ntimeout = %s\ntick = 500ms\n%s"
                  "[plan \"snap\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n%s",
-                 node_id, exchange, registry, repo, timeout, login, more ? more : "");
+                 node_id, exchange, registry, repo, timeout, reg_login(), more ? more : "");
         if (ctld_nomad())
                 ctld_start_nomad(c, &standin, NULL, NULL, extra);
         else
@@ -308,8 +273,8 @@ TEST_FULL(snapshot_restore_keeps_every_canary, 400) {
         HTTP_EXPECT(&c, "DELETE", path, key, NULL, 404);
 
         /* Journal fields and metrics. */
-        ASSERT_TRUE(log_has(agent_log, 0, "SNAPSHOT_ID=", 1));
-        ASSERT_TRUE(log_has(agent_log, 0, "PUSH_MS=", 1));
+        ASSERT_TRUE(test_log_has(agent_log, 0, "SNAPSHOT_ID=", 1));
+        ASSERT_TRUE(test_log_has(agent_log, 0, "PUSH_MS=", 1));
         http_req(&c, "GET", "/metrics", NULL, NULL, &r);
         ASSERT_CONTAINS(r.body, "phase=\"snapshot_total\"");
         ASSERT_CONTAINS(r.body, "phase=\"snapshot_push\"");
@@ -485,9 +450,9 @@ TEST_FULL(agent_killed_mid_snapshot_completes_on_redelivery, 300) {
         }
         snap_post(&c, key, sb, "killed", sid);
         /* Kill the agent once it has the job in hand (its commit or push is running). */
-        ASSERT_TRUE(log_has(agent_log, from, "snapshot job taken", 10));
-        agent_kill();
-        if (log_has(agent_log, from, "snapshot completed", 0))
+        ASSERT_TRUE(test_log_has(agent_log, from, "snapshot job taken", 10));
+        agenttest_kill(&agent_pid);
+        if (test_log_has(agent_log, from, "snapshot completed", 0))
                 test_fail(__FILE__, __LINE__, "the agent finished before it was killed; nothing was tested");
         cJSON *mid = snap_find(&c, key, sid);
         ASSERT_STREQ(jstr(mid, "status"), "creating");
@@ -522,7 +487,7 @@ TEST_FULL(outcome_survives_a_controld_restart, 240) {
                 fclose(lf);
         }
         agent_start();
-        ASSERT_TRUE(log_has(agent_log, from, "snapshot completed", 120));
+        ASSERT_TRUE(test_log_has(agent_log, from, "snapshot completed", 120));
         ctld_start_daemon(&c);
         _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 30);
         if (strcmp(jstr(s, "status"), "ready") != 0)
