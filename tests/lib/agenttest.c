@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +41,11 @@ void agenttest_write_conf(const char *path, const char *node_id, const char *exc
         if (nomad_url)
                 fprintf(f, "[nomad]\naddress = %s\n", nomad_url);
         ASSERT_EQ(fclose(f), 0);
+}
+
+off_t test_log_end(const char *path) {
+        struct stat st;
+        return stat(path, &st) == 0 ? st.st_size : 0;
 }
 
 pid_t agenttest_start(const char *conf, const char *log, const char *ready) {

@@ -21,3 +21,7 @@ void agenttest_kill(pid_t *pid);
 /* True once the file at path holds `what` after its first `from` bytes (the first 1 MiB of
  * that is read); polled every 50 ms, false after timeout_s seconds (0: looked at once). */
 bool test_log_has(const char *path, off_t from, const char *what, int timeout_s);
+
+/* The size of the file at path now (0 if it does not exist): pass it to test_log_has as
+ * `from` to look only at what is written after this point. */
+off_t test_log_end(const char *path);
