@@ -12,26 +12,17 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+PROG=run-all
+# shellcheck source=tests/env/lib.sh
+. tests/env/lib.sh
 export PADDOCK_BUILD=${PADDOCK_BUILD:-build}
-export PADDOCK_STATE=${PADDOCK_STATE:-/var/tmp/paddock-dev}
 export PADDOCK_TEST_IMAGE=paddock/busybox:local
 export PADDOCK_PY_IMAGE=paddock/python-3.11:local
 export PADDOCK_NODE_IMAGE=paddock/node-18:local
 export PADDOCK_BASE_IMAGE=paddock/debian-12:local
 LIMIT=${PADDOCK_TEST_TIMEOUT:-1200}
 
-mkdir -p "$PADDOCK_STATE"
-RECORD=$(mktemp "$PADDOCK_STATE/check.started.XXXXXX")
-rm -f "$RECORD"
-finish() {
-        local rc=$?
-        if [[ -f $RECORD ]]; then
-                tests/env/services.sh stop --started-by "$RECORD" || echo "run-all: warning: stopping services failed" >&2
-        fi
-        rm -f "$RECORD"
-        return $rc
-}
-trap finish EXIT
+record_services check
 TPID=""
 trap '[[ -z $TPID ]] || kill -KILL "$TPID" 2>/dev/null; exit 130' INT TERM
 

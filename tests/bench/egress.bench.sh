@@ -1,5 +1,5 @@
 # egress.bench.sh — sourced by tests/bench/run.sh (B, WORK, IMG, N and the helpers ms,
-# pct, ratio are set there).
+# pct, ratio, ctld_* are set there).
 #
 # 1. One egress apply with 1, 100 and 1000 sandboxes on the node against `nft -f` of
 #    the equivalent change, interleaved in one run, in a network namespace of the
@@ -39,8 +39,9 @@ bridges = $eg_br
 CONF
 	"$B/nodeagent" -d -f "$WORK/eg-agent.conf" 2>"$WORK/eg-agent.log" &
 	eg_agent=$!
-	sed -e "s/^listen = .*/listen = 127.0.0.1:18125/" -e "s#^path = .*#path = $WORK/eg-controld.db#" "$WORK/controld.conf" >"$WORK/eg-controld.conf"
-	cat >>"$WORK/eg-controld.conf" <<CONF
+	{
+		ctld_conf 18125 "$WORK/eg-controld.db"
+		cat <<CONF
 [docker]
 network = paddock-bench-eg
 subnet = 169.254.68.0/24
@@ -53,12 +54,11 @@ node_id = $eg_node
 url = amqp://guest:guest@127.0.0.1:5672
 exchange = $eg_x
 CONF
-	"$B/controld" -d -f "$WORK/eg-controld.conf" 2>"$WORK/eg-controld.log" &
-	eg_ctl=$!
+	} >"$WORK/eg-controld.conf"
 	eg_url=http://127.0.0.1:18125
-	for _ in $(seq 100); do curl -sf "$eg_url/healthz" >/dev/null && break; sleep 0.1; done
-	eg_acc=$("$B/controld" admin -f "$WORK/eg-controld.conf" account create bench-eg)
-	eg_key=$("$B/controld" admin -f "$WORK/eg-controld.conf" key issue "$eg_acc" 2>/dev/null)
+	ctld_up "$WORK/eg-controld.conf" "$WORK/eg-controld.log" "$eg_url"
+	eg_ctl=$CTLD_UP_PID
+	eg_key=$(ctld_key "$WORK/eg-controld.conf" bench-eg)
 	: >"$WORK/eg-open.ms"; : >"$WORK/eg-restr.ms"
 	eg_create() {
 		local t0 t1 id
@@ -76,8 +76,7 @@ CONF
 	eg_o95=$(pct 95 <"$WORK/eg-open.ms"); eg_r95=$(pct 95 <"$WORK/eg-restr.ms")
 	printf '%-44s %12s %12s %8s  %s\n' "create-to-ready p50 (ms) restricted vs open" "$eg_r50" "$eg_o50" "$(ratio "$eg_r50" "$eg_o50")" "<= 1.2"
 	printf '%-44s %12s %12s %8s  %s\n' "create-to-ready p95 (ms) restricted vs open" "$eg_r95" "$eg_o95" "$(ratio "$eg_r95" "$eg_o95")" "<= 1.2"
-	"$B/controld" admin -f "$WORK/eg-controld.conf" sandbox list 2>/dev/null | awk '$3 != "destroyed" {print $1}' |
-		while read -r id; do "$B/controld" admin -f "$WORK/eg-controld.conf" sandbox destroy "$id" >/dev/null 2>&1; done
+	ctld_destroy_all "$WORK/eg-controld.conf"
 	kill "$eg_ctl" 2>/dev/null; wait "$eg_ctl" 2>/dev/null
 	kill "$eg_agent" 2>/dev/null; wait "$eg_agent" 2>/dev/null
 	nft delete table inet "$eg_tab" 2>/dev/null
@@ -85,4 +84,4 @@ CONF
 else
 	echo "egress bench: RabbitMQ could not be started; create-to-ready restricted vs open skipped" >&2
 fi
-unset eg_k eg_n eg_o50 eg_o99 eg_b50 eg_b99 eg_id eg_node eg_x eg_tab eg_br eg_agent eg_ctl eg_url eg_acc eg_key eg_r50 eg_r95 eg_o95
+unset eg_k eg_n eg_o50 eg_o99 eg_b50 eg_b99 eg_id eg_node eg_x eg_tab eg_br eg_agent eg_ctl eg_url eg_key eg_r50 eg_r95 eg_o95

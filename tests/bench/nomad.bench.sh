@@ -1,5 +1,5 @@
 # nomad.bench.sh — sourced by tests/bench/run.sh (URL, KEY, B, WORK, IMG, N and the helpers
-# ms, pct, ratio are set there). The Nomad driver beside the Docker driver: a second controld on
+# ms, pct, ratio, ctld_* are set there). The Nomad driver beside the Docker driver: a second controld on
 # the Nomad driver against the Nomad stand-in (tests/nomad), which places real containers on
 # the same dockerd with the same runtime, interleaved run by run with the Docker driver's
 # controld of run.sh. What the ratio shows is the driver's own cost: register, blocking waits
@@ -15,8 +15,7 @@ mkdir -p "$nb_dir"
 nb_cleanup() {
 	set +e
 	if [ -n "${NB_CPID:-}" ] && [ -f "${nb_dir:-/nonexistent}/controld.conf" ]; then
-		"$B/controld" admin -f "$nb_dir/controld.conf" sandbox list 2>/dev/null | awk '$3 != "destroyed" {print $1}' |
-			while read -r id; do "$B/controld" admin -f "$nb_dir/controld.conf" sandbox destroy "$id" >/dev/null 2>&1; done
+		ctld_destroy_all "$nb_dir/controld.conf"
 	fi
 	[ -n "${NB_CPID:-}" ] && kill "$NB_CPID" 2>/dev/null && wait "$NB_CPID" 2>/dev/null
 	[ -n "${NB_SPID:-}" ] && kill "$NB_SPID" 2>/dev/null && wait "$NB_SPID" 2>/dev/null
@@ -32,15 +31,13 @@ else
 		>"$nb_dir/standin.log" 2>&1 &
 	NB_SPID=$!
 	for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$nb_sport/v1/nodes" && break; sleep 0.1; done
-	sed -e "s#^listen = .*#listen = 127.0.0.1:$nb_port#" -e "s#^path = .*#path = $nb_dir/controld.db#" \
-		"$WORK/controld.conf" >"$nb_dir/controld.conf"
-	printf '[scheduler]\ndriver = nomad\n[nomad]\naddress = http://127.0.0.1:%s\nruntime_network = runsc-net\n' "$nb_sport" \
-		>>"$nb_dir/controld.conf"
-	"$B/controld" -d -f "$nb_dir/controld.conf" 2>"$nb_dir/controld.log" &
-	NB_CPID=$!
-	for _ in $(seq 100); do curl -sf "$nb_url/healthz" >/dev/null && break; sleep 0.1; done
-	nb_acc=$("$B/controld" admin -f "$nb_dir/controld.conf" account create bench)
-	nb_key=$("$B/controld" admin -f "$nb_dir/controld.conf" key issue "$nb_acc" 2>/dev/null)
+	{
+		ctld_conf "$nb_port" "$nb_dir/controld.db"
+		printf '[scheduler]\ndriver = nomad\n[nomad]\naddress = http://127.0.0.1:%s\nruntime_network = runsc-net\n' "$nb_sport"
+	} >"$nb_dir/controld.conf"
+	ctld_up "$nb_dir/controld.conf" "$nb_dir/controld.log" "$nb_url"
+	NB_CPID=$CTLD_UP_PID
+	nb_key=$(ctld_key "$nb_dir/controld.conf" bench)
 
 	nb_create() { curl -sf -X POST "$1/sandboxes" -H "x-brimble-key: $2" -H 'content-type: application/json' -d '{}' | jq -r .data.id; }
 	nb_delete() { curl -sf -X DELETE "$1/sandboxes/$3" -H "x-brimble-key: $2" >/dev/null || true; }
@@ -72,4 +69,4 @@ else
 	printf '%-44s %12s %12s %8s  %s\n' "create-to-ready p50 (ms) nomad vs docker drv" "$nb_c_n" "$nb_c_d" "$(ratio "$nb_c_n" "$nb_c_d")" "info (stand-in)"
 	printf '%-44s %12s %12s %8s  %s\n' "exec true p50 (ms) nomad vs docker driver" "$nb_e_n" "$nb_e_d" "$(ratio "$nb_e_n" "$nb_e_d")" "info (stand-in)"
 fi
-unset nb_port nb_sport nb_url nb_acc nb_key nb_idn nb_idd nb_c_n nb_c_d nb_e_n nb_e_d
+unset nb_port nb_sport nb_url nb_key nb_idn nb_idd nb_c_n nb_c_d nb_e_n nb_e_d

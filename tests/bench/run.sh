@@ -16,29 +16,16 @@ STARTED=$WORK/started
 CTL_PID=""
 BASE_PID=""
 
-cleanup() {
-	set +e
-	[ -n "$CTL_PID" ] && kill "$CTL_PID" 2>/dev/null && wait "$CTL_PID" 2>/dev/null
-	[ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null && wait "$BASE_PID" 2>/dev/null
-	if [ -f "$WORK/controld.conf" ]; then
-		"$B/controld" admin -f "$WORK/controld.conf" sandbox list 2>/dev/null | awk '$3 != "destroyed" {print $1}' |
-			while read -r id; do "$B/controld" admin -f "$WORK/controld.conf" sandbox destroy "$id" >/dev/null 2>&1; done
-	fi
-	docker ps -aq --filter label=paddock.bench=1 | xargs -r docker rm -f >/dev/null 2>&1
-	[ -f "$STARTED" ] && tests/env/services.sh stop --started-by "$STARTED" >/dev/null 2>&1
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-tests/env/services.sh start --record "$STARTED" docker >/dev/null
-tests/env/images.sh >/dev/null
-
-cat > "$WORK/controld.conf" <<CONF
+# The controlds of the bench (this one and those of the *.bench.sh parts), all alike but for
+# what a part appends to the config.
+# ctld_conf PORT DB: the base config on stdout.
+ctld_conf() {
+	cat <<CONF
 [server]
-listen = 127.0.0.1:$PORT
+listen = 127.0.0.1:$1
 log_level = warning
 [store]
-path = $WORK/controld.db
+path = $2
 [defaults]
 template = python-3.11
 [region "local"]
@@ -49,12 +36,45 @@ max_concurrent = 1000
 [template "python-3.11"]
 image = $IMG
 CONF
-"$B/controld" -d -f "$WORK/controld.conf" 2>"$WORK/controld.log" &
-CTL_PID=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.1; done
-ACC=$("$B/controld" admin -f "$WORK/controld.conf" account create bench)
-KEY=$("$B/controld" admin -f "$WORK/controld.conf" key issue "$ACC" 2>/dev/null)
+}
+# ctld_up CONF LOG URL: starts controld -d -f CONF (stderr to LOG), pid in CTLD_UP_PID; waits up
+# to 10 s for URL/healthz.
+ctld_up() {
+	"$B/controld" -d -f "$1" 2>"$2" &
+	CTLD_UP_PID=$!
+	for _ in $(seq 100); do curl -sf "$3/healthz" >/dev/null && break; sleep 0.1; done
+}
+# ctld_key CONF NAME: a new account NAME and a key for it (printed).
+ctld_key() {
+	local acc
+	acc=$("$B/controld" admin -f "$1" account create "$2")
+	"$B/controld" admin -f "$1" key issue "$acc" 2>/dev/null
+}
+# ctld_destroy_all CONF: destroys every sandbox the controld of CONF still has.
+ctld_destroy_all() {
+	"$B/controld" admin -f "$1" sandbox list 2>/dev/null | awk '$3 != "destroyed" {print $1}' |
+		while read -r id; do "$B/controld" admin -f "$1" sandbox destroy "$id" >/dev/null 2>&1; done
+}
+
+cleanup() {
+	set +e
+	[ -n "$CTL_PID" ] && kill "$CTL_PID" 2>/dev/null && wait "$CTL_PID" 2>/dev/null
+	[ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null && wait "$BASE_PID" 2>/dev/null
+	[ -f "$WORK/controld.conf" ] && ctld_destroy_all "$WORK/controld.conf"
+	docker ps -aq --filter label=paddock.bench=1 | xargs -r docker rm -f >/dev/null 2>&1
+	[ -f "$STARTED" ] && tests/env/services.sh stop --started-by "$STARTED" >/dev/null 2>&1
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+tests/env/services.sh start --record "$STARTED" docker >/dev/null
+tests/env/images.sh >/dev/null
+
 URL=http://127.0.0.1:$PORT
+ctld_conf "$PORT" "$WORK/controld.db" >"$WORK/controld.conf"
+ctld_up "$WORK/controld.conf" "$WORK/controld.log" "$URL"
+CTL_PID=$CTLD_UP_PID
+KEY=$(ctld_key "$WORK/controld.conf" bench)
 
 ms() { date +%s%3N; }
 pct() { sort -n | awk -v p="$1" '{a[NR]=$1} END {i=int((NR-1)*p/100)+1; print a[i]}'; }

@@ -1,5 +1,5 @@
 # snapshot.bench.sh — sourced by tests/bench/run.sh (URL, KEY, B, WORK, IMG, N and the helpers
-# ms, pct, ratio are set there). Snapshots need a node agent and RabbitMQ, so this part runs
+# ms, pct, ratio, ctld_* are set there). Snapshots need a node agent and RabbitMQ, so this part runs
 # its own controld (with [amqp]) and nodeagent on a node id and exchange of its own, and
 # stops both at the end.
 #
@@ -21,8 +21,7 @@ SN_AGENT=""
 sn_cleanup() {
 	set +e
 	if [ -n "$SN_CTL" ]; then
-		"$B/controld" admin -f "$WORK/snap-controld.conf" sandbox list 2>/dev/null | awk '$3 != "destroyed" {print $1}' |
-			while read -r id; do "$B/controld" admin -f "$WORK/snap-controld.conf" sandbox destroy "$id" >/dev/null 2>&1; done
+		ctld_destroy_all "$WORK/snap-controld.conf"
 		kill "$SN_CTL" 2>/dev/null && wait "$SN_CTL" 2>/dev/null
 	fi
 	[ -n "$SN_AGENT" ] && kill "$SN_AGENT" 2>/dev/null && wait "$SN_AGENT" 2>/dev/null
@@ -51,12 +50,9 @@ disk_floor = 64M
 CONF
 "$B/nodeagent" -d -f "$WORK/snap-agent.conf" 2>"$WORK/snap-agent.log" &
 SN_AGENT=$!
-cat >"$WORK/snap-controld.conf" <<CONF
-[server]
-listen = 127.0.0.1:$SN_PORT
-log_level = warning
-[store]
-path = $WORK/snap-controld.db
+{
+	ctld_conf "$SN_PORT" "$WORK/snap-controld.db"
+	cat <<CONF
 [docker]
 node_id = $SN_NODE
 [amqp]
@@ -66,22 +62,12 @@ exchange = $SN_EX
 registry = $SN_REG
 repository = $SN_REPO
 tick = 200ms
-[defaults]
-template = python-3.11
-[region "local"]
-id = 6a06df21cc6bef51342e199e
-name = local
-[plan "default"]
-max_concurrent = 1000
-[template "python-3.11"]
-image = $IMG
 CONF
-"$B/controld" -d -f "$WORK/snap-controld.conf" 2>"$WORK/snap-controld.log" &
-SN_CTL=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SN_PORT/healthz" >/dev/null && break; sleep 0.1; done
-SN_ACC=$("$B/controld" admin -f "$WORK/snap-controld.conf" account create bench)
-SN_KEY=$("$B/controld" admin -f "$WORK/snap-controld.conf" key issue "$SN_ACC" 2>/dev/null)
+} >"$WORK/snap-controld.conf"
 SN_URL=http://127.0.0.1:$SN_PORT
+ctld_up "$WORK/snap-controld.conf" "$WORK/snap-controld.log" "$SN_URL"
+SN_CTL=$CTLD_UP_PID
+SN_KEY=$(ctld_key "$WORK/snap-controld.conf" bench)
 sn_api() { curl -sf -X "$1" "$SN_URL$2" -H "x-brimble-key: $SN_KEY" -H 'content-type: application/json' ${3:+-d "$3"}; }
 DENY='"egress":{"mode":"deny_all"}'
 

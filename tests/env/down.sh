@@ -5,27 +5,24 @@
 set -euo pipefail
 PROG=down
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-cd "$ROOT"
 # shellcheck source=tests/env/lib.sh
 . "$HERE/lib.sh"
+cd "$PADDOCK_ROOT"
 
-DEV=${PADDOCK_DEV_DIR:-$ROOT/build/dev}
 # stop_daemon NAME: stop the process in $DEV/NAME.pid if it is still a NAME.
 stop_daemon() {
-        local pid=""
-        if [[ -r $DEV/$1.pid ]]; then
-                read -r pid <"$DEV/$1.pid" || pid=""
-                if [[ $pid =~ ^[0-9]+$ && $(readlink "/proc/$pid/exe" 2>/dev/null) == */"$1"* ]] && ! pid_gone "$pid"; then
-                        kill_and_wait "$pid" 10
-                        say "$1 (pid $pid) stopped"
-                else
-                        say "$1 not running"
-                fi
-                rm -f "$DEV/$1.pid"
-        else
+        local pid
+        if [[ ! -r $DEV/$1.pid ]]; then
                 say "$1 not running (no $DEV/$1.pid)"
+                return
         fi
+        if pid=$(daemon_pid "$1"); then
+                kill_and_wait "$pid" 10
+                say "$1 (pid $pid) stopped"
+        else
+                say "$1 not running"
+        fi
+        rm -f "$DEV/$1.pid"
 }
 stop_daemon controld
 stop_daemon nodeagent

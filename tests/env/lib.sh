@@ -5,6 +5,11 @@ PADDOCK_STATE=${PADDOCK_STATE:-/var/tmp/paddock-dev}
 export PADDOCK_STATE
 DOCKER_SOCK=/var/run/docker.sock
 
+PADDOCK_ENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PADDOCK_ROOT=$(cd "$PADDOCK_ENV_DIR/../.." && pwd)
+# Where `make up` keeps its daemons' configs, logs and pid files.
+DEV=${PADDOCK_DEV_DIR:-$PADDOCK_ROOT/build/dev}
+
 say()  { printf '%s: %s\n' "${PROG:-paddock}" "$*"; }
 warn() { printf '%s: warning: %s\n' "${PROG:-paddock}" "$*" >&2; }
 die()  { printf '%s: error: %s\n' "${PROG:-paddock}" "$*" >&2; exit 1; }
@@ -165,4 +170,33 @@ debian_mirror() {
                 [[ -z $u ]] || { echo "${u%/}"; return; }
         done
         echo http://deb.debian.org/debian
+}
+
+# record_services TAG: for a run that starts the services it needs (run-all, soak): RECORD
+# names a fresh file under $PADDOCK_STATE for `services.sh start --record`, and the EXIT trap
+# (finish, which keeps the exit status) stops exactly the services listed there.
+record_services() {
+        mkdir -p "$PADDOCK_STATE"
+        RECORD=$(mktemp "$PADDOCK_STATE/$1.started.XXXXXX")
+        rm -f "$RECORD"
+        trap finish EXIT
+}
+finish() {
+        local rc=$?
+        if [[ -f $RECORD ]]; then
+                "$PADDOCK_ENV_DIR/services.sh" stop --started-by "$RECORD" || warn "stopping services failed"
+        fi
+        rm -f "$RECORD"
+        return $rc
+}
+
+# daemon_pid NAME: the PID in $DEV/NAME.pid if that process is still a NAME.
+daemon_pid() {
+        local pid
+        [[ -r $DEV/$1.pid ]] || return 1
+        read -r pid <"$DEV/$1.pid" || return 1
+        [[ $pid =~ ^[0-9]+$ ]] || return 1
+        [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == */"$1"* ]] || return 1
+        pid_gone "$pid" && return 1
+        echo "$pid"
 }

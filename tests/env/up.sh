@@ -15,10 +15,9 @@
 set -euo pipefail
 PROG=up
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
-cd "$ROOT"
 # shellcheck source=tests/env/lib.sh
 . "$HERE/lib.sh"
+cd "$PADDOCK_ROOT"
 
 # await_start NAME PID LOG WHAT CHECK...: until CHECK succeeds; if NAME (pid PID, pid file
 # $DEV/NAME.pid) exits first or 20 s pass, show LOG and die.
@@ -43,13 +42,12 @@ await_start() {
 BUILD=${PADDOCK_BUILD:-build}
 PORT=${PADDOCK_PORT:-8080}
 URL=http://127.0.0.1:$PORT
-DEV=${PADDOCK_DEV_DIR:-$ROOT/build/dev}
 CONF=$DEV/controld.conf
 AGENT_CONF=$DEV/nodeagent.conf
 CONTROLD=$BUILD/controld
-[[ $CONTROLD == /* ]] || CONTROLD=$ROOT/$CONTROLD
+[[ $CONTROLD == /* ]] || CONTROLD=$PADDOCK_ROOT/$CONTROLD
 NODEAGENT=$BUILD/nodeagent
-[[ $NODEAGENT == /* ]] || NODEAGENT=$ROOT/$NODEAGENT
+[[ $NODEAGENT == /* ]] || NODEAGENT=$PADDOCK_ROOT/$NODEAGENT
 AMQP_URL=amqp://guest:guest@127.0.0.1:5672
 # The Paddock bridge: controld creates the Docker network with this Linux bridge name, the
 # agent's firewall holds every sandbox on it.
@@ -82,17 +80,6 @@ if [[ ! -x $CONTROLD || ! -x $NODEAGENT ]]; then
         say "controld was NOT started. Build with 'make', then run 'make up' again. 'make down' stops the services."
         exit 0
 fi
-
-# daemon_pid NAME: the PID in $DEV/NAME.pid if that process is still a NAME.
-daemon_pid() {
-        local pid
-        [[ -r $DEV/$1.pid ]] || return 1
-        read -r pid <"$DEV/$1.pid" || return 1
-        [[ $pid =~ ^[0-9]+$ ]] || return 1
-        [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == */"$1"* ]] || return 1
-        pid_gone "$pid" && return 1
-        echo "$pid"
-}
 
 # ------------------------------------------------------------------ the Paddock bridge
 # A network left by an older controld has a Docker-chosen bridge name the agent would not

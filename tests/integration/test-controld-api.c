@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agenttest.h"
 #include "cleanup.h"
 #include "ctltest.h"
 #include "testlib.h"
@@ -1441,15 +1442,7 @@ TEST_FULL(admin_node_drain_undrain_list, 240) {
         fprintf(f, "[agent]\nnode_id = %s\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n", node, exchange);
         fclose(f);
         test_on_exit(ndt_agent_stop, NULL);
-        ndt_agent_pid = fork();
-        ASSERT_TRUE(ndt_agent_pid >= 0);
-        if (ndt_agent_pid == 0) {
-                int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-                dup2(fd, 1);
-                dup2(fd, 2);
-                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", conf, (char *) NULL);
-                _exit(127);
-        }
+        ndt_agent_pid = agenttest_start(conf, logp, NULL);
         snprintf(want, sizeof(want), "%s\tactive\t2\tup\t", node);
         bool up = false;
         for (int i = 0; i < 150 && !up; i++) {

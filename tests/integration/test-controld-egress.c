@@ -33,6 +33,7 @@
 
 #include <amqp.h>
 
+#include "agenttest.h"
 #include "amqptest.h"
 #include "amqp.h"
 #include "cleanup.h"
@@ -215,40 +216,9 @@ static void table_drop(void *ud) {
 static struct nstandin standin;
 
 static void agent_start(void) {
-        FILE *f = fopen(agent_conf, "w");
-        ASSERT_NOT_NULL(f);
-        fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\nexchange = %s\n"
-                   "[egress]\nenable = true\ntable = %s\nbridges = " BRIDGE "\nresolve_interval = 1s\n",
-                ctld_nomad() ? "nomad" : node_id, exchange, table);
-        if (ctld_nomad())
-                fprintf(f, "[nomad]\naddress = %s\n", standin.url);
-        fclose(f);
-        int logfd = open(agent_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        off_t from = lseek(logfd, 0, SEEK_END);
-        agent_pid = fork();
-        ASSERT_TRUE(agent_pid >= 0);
-        if (agent_pid == 0) {
-                dup2(logfd, 1);
-                dup2(logfd, 2);
-                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", agent_conf, (char *) NULL);
-                _exit(127);
-        }
-        close(logfd);
-        for (int i = 0; i < 200; i++) {
-                _cleanup_free_ char *text = NULL;
-                FILE *lf = fopen(agent_log, "r");
-                if (lf) {
-                        fseek(lf, from, SEEK_SET);
-                        char buf[8192];
-                        size_t n = fread(buf, 1, sizeof(buf) - 1, lf);
-                        buf[n] = 0;
-                        fclose(lf);
-                        if (strstr(buf, "consuming node messages"))
-                                return;
-                }
-                usleep(50000);
-        }
-        test_fail(__FILE__, __LINE__, "nodeagent did not start consuming; see %s", agent_log);
+        agenttest_write_conf(agent_conf, ctld_nomad() ? "nomad" : node_id, exchange, ctld_nomad() ? standin.url : NULL,
+                             "[egress]\nenable = true\ntable = %s\nbridges = " BRIDGE "\nresolve_interval = 1s\n", table);
+        agent_pid = agenttest_start(agent_conf, agent_log, "consuming node messages");
 }
 
 static void networks_drop(void *ud) {
@@ -585,9 +555,7 @@ TEST_FULL(egress_end_to_end, 900) {
         hosts_set(NULL);
 
         /* The agent dies: creates that need it answer 503 within the deadline and leave nothing. */
-        kill(agent_pid, SIGKILL);
-        waitpid(agent_pid, NULL, 0);
-        agent_pid = 0;
+        agenttest_kill(&agent_pid);
         const char *bodies[] = { "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.2\"]}}",
                                  "{\"template\":\"python-3.11\"}" };
         for (size_t i = 0; i < 2; i++) {

@@ -13,6 +13,27 @@
 #include "strutil.h"
 #include "testlib.h"
 
+/* method /sandboxes/{id}<suffix> answers status and, with msg, exactly that message. */
+static void sb_expect(struct ctld *c, const char *method, const char *key, const char *id, const char *suffix, long status,
+                      const char *msg) {
+        char path[128];
+        struct hres r;
+        snprintf(path, sizeof(path), "/sandboxes/%s%s", id, suffix);
+        http_req(c, method, path, key, NULL, &r);
+        if (r.status != status)
+                test_fail(__FILE__, __LINE__, "%s %s: HTTP %ld, want %ld: %.400s", method, path, r.status, status, r.body);
+        if (msg)
+                ASSERT_STREQ(hres_message(&r), msg);
+        hres_done(&r);
+}
+
+/* GET /sandboxes/{id}; the response is the caller's (hres_done). */
+static void sb_get(struct ctld *c, const char *key, const char *id, struct hres *r) {
+        char path[64];
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(c, "GET", path, key, NULL, r);
+}
+
 TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
         struct ctld c;
         struct hres r;
@@ -44,8 +65,7 @@ TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
                 ASSERT_CONTAINS(out, " 268435456 300 4096 [ALL] [no-new-privileges]");
         }
 
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "GET", path, key, NULL, &r);
+        sb_get(&c, key, id, &r);
         ASSERT_EQ(r.status, 200);
         ASSERT_STREQ(hres_message(&r), "Sandbox fetched");
         ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
@@ -59,11 +79,7 @@ TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
         hres_done(&r);
 
         /* pause -> paused, container gone */
-        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_message(&r), "Sandbox pause requested");
-        hres_done(&r);
+        sb_expect(&c, "POST", key, id, "/pause", 200, "Sandbox pause requested");
         snprintf(path, sizeof(path), "/sandboxes/%s/wait?timeout=60", id);
         http_req(&c, "GET", path, key, NULL, &r);
         ASSERT_EQ(r.status, 200);
@@ -73,28 +89,16 @@ TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
         ASSERT_FALSE(docker_container_exists(container_name(id)));
 
         /* pausing a paused sandbox is a clear 400 */
-        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_STREQ(hres_message(&r), "Sandbox is paused; only ready sandboxes can be paused");
-        hres_done(&r);
+        sb_expect(&c, "POST", key, id, "/pause", 400, "Sandbox is paused; only ready sandboxes can be paused");
 
         /* resume -> ready, a fresh container */
-        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_message(&r), "Sandbox resume requested");
-        hres_done(&r);
+        sb_expect(&c, "POST", key, id, "/resume", 200, "Sandbox resume requested");
         snprintf(path, sizeof(path), "/sandboxes/%s/wait?timeout=60&status=ready", id);
         http_req(&c, "GET", path, key, NULL, &r);
         ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "status")->valuestring, "ready");
         hres_done(&r);
         ASSERT_TRUE(docker_container_running(container_name(id)));
-        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
-        http_req(&c, "POST", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_STREQ(hres_message(&r), "Sandbox is ready; only paused sandboxes can be resumed");
-        hres_done(&r);
+        sb_expect(&c, "POST", key, id, "/resume", 400, "Sandbox is ready; only paused sandboxes can be resumed");
 
         /* list shows it */
         http_req(&c, "GET", "/sandboxes?page=1&limit=10", key, NULL, &r);
@@ -152,8 +156,7 @@ TEST_FULL(tenant_isolation_is_404_never_403, 120) {
         ASSERT_EQ(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "totalCount")->valueint, 0);
         hres_done(&r);
         /* A's sandbox is untouched by B's attempts. */
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "GET", path, ka, NULL, &r);
+        sb_get(&c, ka, id, &r);
         ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
         hres_done(&r);
         ASSERT_TRUE(docker_container_running(container_name(id)));
@@ -245,35 +248,29 @@ TEST_FULL(quota_race_admits_exactly_the_cap, 240) {
         /* Destroying one frees a slot. */
         char id[25];
         ASSERT_EQ(sscanf(out, "%24s", id), 1);
-        char path[64];
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        sb_expect(&c, "DELETE", key, id, "", 204, NULL);
         ctld_create(&c, key, NULL, id);
 }
 
 TEST_FULL(restart_keeps_records_and_live_sandboxes, 180) {
         struct ctld c;
         struct hres r;
-        char id[25], path[96];
+        char id[25];
         _cleanup_free_ char *key = ctld_start_with_account(&c, "survivor", NULL);
         ctld_create(&c, key, "{\"name\":\"keep-me\"}", id);
         ctld_restart(&c);
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "GET", path, key, NULL, &r);
+        sb_get(&c, key, id, &r);
         ASSERT_EQ(r.status, 200);
         ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
         ASSERT_STREQ(hres_data_str(&r, "name"), "keep-me");
         hres_done(&r);
         ASSERT_TRUE(docker_container_running(container_name(id)));
         /* Still usable: pause/resume/destroy work after the restart. */
-        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
-        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
+        sb_expect(&c, "POST", key, id, "/pause", 200, NULL);
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "paused", 60), "paused");
-        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
-        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
+        sb_expect(&c, "POST", key, id, "/resume", 200, NULL);
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        sb_expect(&c, "DELETE", key, id, "", 204, NULL);
         ASSERT_FALSE(docker_container_exists(container_name(id)));
 }
 
@@ -293,9 +290,7 @@ TEST_FULL(provisioning_failure_is_503_and_leaves_nothing, 120) {
         char id[25];
         ASSERT_EQ(sscanf(out, "%24s", id), 1);
         ASSERT_FALSE(docker_container_exists(container_name(id)));
-        char path[64];
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "GET", path, key, NULL, &r);
+        sb_get(&c, key, id, &r);
         ASSERT_STREQ(hres_data_str(&r, "status"), "failed");
         ASSERT_STREQ(hres_data_str(&r, "destroy_reason"), "failed");
         ASSERT_CONTAINS(hres_data_str(&r, "failure_reason"), "not present");
@@ -316,9 +311,7 @@ TEST(deny_all_has_no_network) {
         ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
         ASSERT_CONTAINS(out, "none runsc");
         struct hres r;
-        char path[64];
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "GET", path, key, NULL, &r);
+        sb_get(&c, key, id, &r);
         cJSON *d = cJSON_GetObjectItem(r.json, "data");
         ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(d, "block_outbound")));
         ASSERT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "egress"), "mode")->valuestring, "deny_all");
@@ -417,15 +410,12 @@ TEST_FULL(restart_heals_records_left_mid_operation, 180) {
                 usleep(100000);
         ASSERT_FALSE(docker_container_exists(container_name(e)));
         struct hres r;
-        char path[96];
-        snprintf(path, sizeof(path), "/sandboxes/%s", a);
-        http_req(&c, "GET", path, key, NULL, &r);
+        sb_get(&c, key, a, &r);
         ASSERT_STREQ(hres_data_str(&r, "destroy_reason"), "failed");
         ASSERT_CONTAINS(hres_data_str(&r, "failure_reason"), "starting");
         hres_done(&r);
         /* Healed sandboxes are usable: the paused one resumes. */
-        snprintf(path, sizeof(path), "/sandboxes/%s/resume", b);
-        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
+        sb_expect(&c, "POST", key, b, "/resume", 200, NULL);
         ASSERT_STREQ(ctld_wait_status(&c, key, b, "ready", 60), "ready");
         ASSERT_TRUE(docker_container_running(container_name(b)));
 }
@@ -495,8 +485,7 @@ TEST_FULL(failed_resume_releases_the_volume, 120) {
         ctld_start(&c, NULL, extra);
         _cleanup_free_ char *key = ctld_account_key(&c, "unlucky-resume", NULL, NULL);
         ctld_create(&c, key, "{\"template\":\"vanishing\",\"persistent\":true,\"persistentDiskGB\":10}", id);
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "GET", path, key, NULL, &r);
+        sb_get(&c, key, id, &r);
         char vol[25];
         snprintf(vol, sizeof(vol), "%s", hres_data_str(&r, "volume_id"));
         hres_done(&r);
@@ -506,11 +495,9 @@ TEST_FULL(failed_resume_releases_the_volume, 120) {
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "paused", 60), "paused");
         char *rmi_argv[] = { "docker", "rmi", tag, NULL };
         ASSERT_EQ(test_run_capture(rmi_argv, NULL, 4096), 0);
-        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
-        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
+        sb_expect(&c, "POST", key, id, "/resume", 200, NULL);
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "failed", 60), "failed");
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        http_req(&c, "GET", path, key, NULL, &r);
+        sb_get(&c, key, id, &r);
         ASSERT_CONTAINS(hres_data_str(&r, "failure_reason"), tag);
         ASSERT_STREQ(hres_data_str(&r, "destroy_reason"), "failed");
         hres_done(&r);
@@ -565,14 +552,31 @@ TEST_FULL(volume_being_deleted_cannot_be_attached, 120) {
         ASSERT_TRUE(test_run_capture(argv, NULL, 65536) != 0);   /* the Docker volume is gone too */
 }
 
+/* A NOTIFY_SOCKET of this test's own (set in the environment for the controld started next). */
+static int notify_socket(const char *name) {
+        char path[300];
+        snprintf(path, sizeof(path), "%s/%s-%d.sock", test_tmpdir(), name, getpid());
+        return test_notify_socket(path, 0);
+}
+
+/* One datagram from the notify socket fd into buf (NUL-terminated); false if none comes
+ * within timeout_ms. */
+static bool notify_recv(int fd, int timeout_ms, char *buf, size_t size) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (poll(&p, 1, timeout_ms) != 1)
+                return false;
+        ssize_t n = recv(fd, buf, size - 1, 0);
+        ASSERT_TRUE(n > 0);
+        buf[n] = 0;
+        return true;
+}
+
 /* WatchdogSec=: with WATCHDOG_USEC set, controld pings WATCHDOG=1 about every
  * WATCHDOG_USEC/2 while serving, and never before READY=1. */
 TEST_FULL(pings_systemd_watchdog, 60) {
         struct ctld c;
-        char path[300];
         need_docker();
-        snprintf(path, sizeof(path), "%s/wd-%d.sock", test_tmpdir(), getpid());
-        int fd = test_notify_socket(path, 0);
+        int fd = notify_socket("wd");
         setenv("WATCHDOG_USEC", "400000", 1);
         ctld_start(&c, NULL, NULL);
         unsetenv("NOTIFY_SOCKET");
@@ -582,12 +586,8 @@ TEST_FULL(pings_systemd_watchdog, 60) {
         int64_t t_first = 0, t_last = 0, end = mono_ms() + 10000;
         while (pings < 5 && mono_ms() < end) {
                 char buf[512];
-                struct pollfd p = { .fd = fd, .events = POLLIN };
-                if (poll(&p, 1, 1000) != 1)
+                if (!notify_recv(fd, 1000, buf, sizeof(buf)))
                         continue;
-                ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
-                ASSERT_TRUE(n > 0);
-                buf[n] = 0;
                 if (strstr(buf, "READY=1"))
                         ready = true;
                 if (strstr(buf, "WATCHDOG=1")) {
@@ -607,24 +607,15 @@ TEST_FULL(pings_systemd_watchdog, 60) {
 /* systemd Type=notify: READY=1 once serving, STOPPING=1 on SIGTERM. */
 TEST_FULL(notifies_systemd_ready_and_stopping, 60) {
         struct ctld c;
-        char path[300];
         need_docker();
-        snprintf(path, sizeof(path), "%s/notify-%d.sock", test_tmpdir(), getpid());
-        int fd = test_notify_socket(path, 0);
+        int fd = notify_socket("notify");
         ctld_start(&c, NULL, NULL);
         unsetenv("NOTIFY_SOCKET");
         char buf[512] = "";
-        struct pollfd p = { .fd = fd, .events = POLLIN };
-        ASSERT_EQ(poll(&p, 1, 5000), 1);
-        ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
-        ASSERT_TRUE(n > 0);
-        buf[n] = 0;
+        ASSERT_TRUE(notify_recv(fd, 5000, buf, sizeof(buf)));
         ASSERT_CONTAINS(buf, "READY=1");
         ctld_stop_daemon(&c);
-        ASSERT_EQ(poll(&p, 1, 5000), 1);
-        n = recv(fd, buf, sizeof(buf) - 1, 0);
-        ASSERT_TRUE(n > 0);
-        buf[n] = 0;
+        ASSERT_TRUE(notify_recv(fd, 5000, buf, sizeof(buf)));
         ASSERT_CONTAINS(buf, "STOPPING=1");
         close(fd);
 }

@@ -25,17 +25,23 @@ static char *raw_frames(const char *body, const char *type) {
         return strbuf_steal(&b);
 }
 
+/* POST /sandboxes/{id}/exec with a raw JSON body. */
+static void exec_body(struct ctld *c, const char *key, const char *id, const char *body, struct hres *r) {
+        char path[128];
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        http_req(c, "POST", path, key, body, r);
+}
+
 TEST_FULL(exec_output_keeps_nul_bytes, 180) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
-        char id[25], path[128];
+        char id[25];
         _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "bytes", id);
-        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
 
         /* Buffered. The shell's printf writes the NULs; the quote, backslash and newline
          * next to them must be escaped as usual. */
-        http_req(&c, "POST", path, key,
-                 "{\"cmd\":\"printf 'a\\\\0b\\\\0'; printf 'x\\\\0\\\\0\\\"\\\\\\\\\\\\ny' >&2\"}", &r);
+        exec_body(&c, key, id,
+                  "{\"cmd\":\"printf 'a\\\\0b\\\\0'; printf 'x\\\\0\\\\0\\\"\\\\\\\\\\\\ny' >&2\"}", &r);
         ASSERT_EQ(r.status, 200);
         ASSERT_CONTAINS(r.body, "\"stdout\":\"a\\u0000b\\u0000\"");
         ASSERT_CONTAINS(r.body, "\"stderr\":\"x\\u0000\\u0000\\\"\\\\\\ny\"");
@@ -46,7 +52,7 @@ TEST_FULL(exec_output_keeps_nul_bytes, 180) {
         hres_done(&r);
 
         /* Streamed: the same bytes in the frames. */
-        http_req(&c, "POST", path, key, "{\"cmd\":\"printf 'a\\\\0b'; printf '\\\\0z' >&2\",\"stream\":true}", &r);
+        exec_body(&c, key, id, "{\"cmd\":\"printf 'a\\\\0b'; printf '\\\\0z' >&2\",\"stream\":true}", &r);
         ASSERT_EQ(r.status, 200);
         ASSERT_CONTAINS(r.content_type, "text/event-stream");
         _cleanup_free_ char *out = raw_frames(r.body, "stdout");
@@ -57,7 +63,7 @@ TEST_FULL(exec_output_keeps_nul_bytes, 180) {
         hres_done(&r);
 
         /* A NUL-free output is unchanged. */
-        http_req(&c, "POST", path, key, "{\"cmd\":\"printf plain\"}", &r);
+        exec_body(&c, key, id, "{\"cmd\":\"printf plain\"}", &r);
         ASSERT_EQ(r.status, 200);
         ASSERT_STREQ(hres_data_str(&r, "stdout"), "plain");
         ASSERT_STREQ(hres_data_str(&r, "stderr"), "");

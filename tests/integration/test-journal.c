@@ -279,24 +279,35 @@ static int journal_stream_fd(const char *ident, int prio) {
         return fd;
 }
 
-static void body_auto_detects_stream(void) {
-        char ident[32], marker[64], env[64];
+/* fork(), where the child is started the way systemd starts a service: its stderr is a journal
+ * stream with identifier ident, and JOURNAL_STREAM names it. Returns what fork() does. */
+static pid_t fork_on_journal_stream(const char *ident) {
         struct stat st;
-        int fd, status;
-        pid_t child;
+        char env[64];
+        int fd = journal_stream_fd(ident, LOG_INFO);
+        ASSERT_EQ(fstat(fd, &st), 0);
+        snprintf(env, sizeof(env), "%llu:%llu", (unsigned long long) st.st_dev, (unsigned long long) st.st_ino);
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                dup2(fd, STDERR_FILENO);
+                setenv("JOURNAL_STREAM", env, 1);
+                return 0;
+        }
+        close(fd);
+        return pid;
+}
+
+static void body_auto_detects_stream(void) {
+        char ident[32], marker[64];
+        int status;
 
         unique_ident(ident, sizeof(ident));
         snprintf(marker, sizeof(marker), "marker-%s", ident + 10);
-        fd = journal_stream_fd(ident, LOG_INFO);
-        ASSERT_EQ(fstat(fd, &st), 0);
-        snprintf(env, sizeof(env), "%llu:%llu", (unsigned long long) st.st_dev, (unsigned long long) st.st_ino);
 
         /* The child is what systemd would start: stderr is the stream, JOURNAL_STREAM names it. */
-        child = fork();
-        ASSERT_TRUE(child >= 0);
+        pid_t child = fork_on_journal_stream(ident);
         if (child == 0) {
-                dup2(fd, STDERR_FILENO);
-                setenv("JOURNAL_STREAM", env, 1);
                 log_open(ident, LOG_TARGET_AUTO);
                 if (!log_to_journal()) {
                         dprintf(STDERR_FILENO, "journal NOT detected %s\n", marker);
@@ -309,7 +320,6 @@ static void body_auto_detects_stream(void) {
                 log_notice("auto event %s", marker);
                 _exit(0);
         }
-        close(fd);
         while (waitpid(child, &status, 0) < 0 && errno == EINTR)
                 ;
         ASSERT_TRUE(WIFEXITED(status));
@@ -387,20 +397,11 @@ static pid_t d_pid;
 /* Starts build/controld on c's config the way systemd does: no -d, stderr is a journal
  * stream named by JOURNAL_STREAM, so events go to journald as structured entries. */
 static void controld_under_journal(struct ctld *c) {
-        struct stat st;
-        char env[64];
-        int fd = journal_stream_fd("controld", LOG_INFO);
-        ASSERT_EQ(fstat(fd, &st), 0);
-        snprintf(env, sizeof(env), "%llu:%llu", (unsigned long long) st.st_dev, (unsigned long long) st.st_ino);
-        d_pid = fork();
-        ASSERT_TRUE(d_pid >= 0);
+        d_pid = fork_on_journal_stream("controld");
         if (d_pid == 0) {
-                dup2(fd, STDERR_FILENO);
-                setenv("JOURNAL_STREAM", env, 1);
                 execl(test_build_path("controld"), "controld", "-f", c->conf, (char *) NULL);
                 _exit(127);
         }
-        close(fd);
         c->pid = d_pid;
         c->shadow->pid = d_pid;  /* the exit hook stops it and destroys what it made */
         for (int i = 0; i < 300 && !test_port_open(c->port); i++)

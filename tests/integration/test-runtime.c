@@ -65,13 +65,35 @@ static void post_run(struct box *b, const char *what, const char *key, const cha
         http_req(&b->c, "POST", path, key ? key : b->key, body, r);
 }
 
-/* POST /code {"language": language, "code": code} with the box's key. */
-static void post_code(struct box *b, const char *language, const char *code, struct hres *r) {
+/* post_run, and the answer must have this status (the response is dropped). */
+static void post_expect(struct box *b, const char *what, const char *key, const char *id, const char *body, long status) {
+        struct hres r;
+        post_run(b, what, key, id, body, &r);
+        if (r.status != status)
+                test_fail(__FILE__, __LINE__, "POST %s %s -> %ld, want %ld: %.400s", what, body, r.status, status, r.body);
+        hres_done(&r);
+}
+
+/* POST /code with a raw JSON body: asserts 200, then stdout (unless NULL) and exit_code
+ * (unless -1). The response is the caller's, for more checks (hres_done). */
+static void code_ok(struct box *b, const char *body, const char *want_stdout, int want_exit, struct hres *r) {
+        post_run(b, "code", NULL, NULL, body, r);
+        if (r->status != 200)
+                test_fail(__FILE__, __LINE__, "code %s -> %ld %.400s", body, r->status, r->body);
+        if (want_stdout)
+                ASSERT_STREQ(hres_data_str(r, "stdout"), want_stdout);
+        if (want_exit >= 0)
+                ASSERT_EQ(data_int(r, "exit_code"), want_exit);
+}
+
+/* code_ok with the body {"language": language, "code": code}. */
+static void code_json_ok(struct box *b, const char *language, const char *code, const char *want_stdout, int want_exit,
+                         struct hres *r) {
         _cleanup_json_ cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "language", language);
         cJSON_AddStringToObject(o, "code", code);
         _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
-        post_run(b, "code", NULL, NULL, body, r);
+        code_ok(b, body, want_stdout, want_exit, r);
 }
 
 /* Exec cmd with optional extra JSON members (",\"cwd\":\"/tmp\""). Asserts 200. */
@@ -85,6 +107,30 @@ static void exec_ok(struct box *b, const char *cmd, const char *extra_members, s
         post_run(b, "exec", NULL, NULL, body, r);
         if (r->status != 200)
                 test_fail(__FILE__, __LINE__, "exec %s -> %ld %.400s", body, r->status, r->body);
+}
+
+/* exec_ok; the command must exit 0 having printed exactly want on stdout. */
+static void exec_prints(struct box *b, const char *cmd, const char *extra_members, const char *want) {
+        struct hres r;
+        exec_ok(b, cmd, extra_members, &r);
+        const char *out = hres_data_str(&r, "stdout");
+        if (data_int(&r, "exit_code") != 0 || !out || strcmp(out, want) != 0)
+                test_fail(__FILE__, __LINE__, "%s: exit %lld, stdout \"%s\", want exit 0 and \"%s\"", cmd,
+                          data_int(&r, "exit_code"), out ? out : "(none)", want);
+        hres_done(&r);
+}
+
+/* A command that prints "alive PID: CMDLINE" for each live (not zombie) process whose command
+ * line matches the shell case pattern pat, then "end". It reads /proc/PID/stat whole: a
+ * program's name (comm) may hold spaces and ')'. Static buffer. */
+static const char *alive_probe(const char *pat) {
+        static char cmd[1024];
+        snprintf(cmd, sizeof(cmd),
+                 "for d in /proc/[0-9]*; do s=$(cat $d/stat 2>/dev/null) || continue; s=${s##*) }; "
+                 "[ \"${s%%%% *}\" = Z ] && continue; c=$(tr '\\000' ' ' < $d/cmdline 2>/dev/null); "
+                 "case \"$c\" in %s) echo \"alive ${d#/proc/}: $c\";; esac; done; echo end",
+                 pat);
+        return cmd;
 }
 
 /* Runs cmd and returns its stdout (caller frees); asserts exit 0. */
@@ -128,6 +174,45 @@ static void put_file(struct box *b, const char *path, const void *data, size_t l
 
 static void get_file(struct box *b, const char *path, struct hres *r) {
         http_req(&b->c, "GET", sb_path(b, "/files%s", path), b->key, NULL, r);
+}
+
+/* A curl handle for /sandboxes/{id}<rest> of the box, with its key and the extra headers
+ * (NULL-terminated, or NULL) in *ret_hl, timeout_s and no signals. The caller sets the rest,
+ * performs, and frees both (curl_slist_free_all, curl_easy_cleanup). */
+static CURL *box_curl(struct box *b, const char *rest, const char *const *headers, long timeout_s, struct curl_slist **ret_hl) {
+        char url[256], kh[300];
+        snprintf(url, sizeof(url), "%s/sandboxes/%s%s", b->c.url, b->id, rest);
+        snprintf(kh, sizeof(kh), "x-brimble-key: %s", b->key);
+        CURL *h = curl_easy_init();
+        struct curl_slist *hl = curl_slist_append(NULL, kh);
+        for (size_t i = 0; headers && headers[i]; i++)
+                hl = curl_slist_append(hl, headers[i]);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, timeout_s);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        *ret_hl = hl;
+        return h;
+}
+
+/* PUT /files<path> of len bytes at data answers status (the response is dropped). */
+static void put_expect(struct box *b, const char *path, const void *data, size_t len, long status) {
+        struct hres r;
+        put_file(b, path, data, len, &r);
+        if (r.status != status)
+                test_fail(__FILE__, __LINE__, "PUT %s -> %ld, want %ld: %.400s", path, r.status, status, r.body);
+        hres_done(&r);
+}
+
+/* GET /files<path> answers status; with want non-NULL, 200 and exactly the len bytes at want. */
+static void get_expect(struct box *b, const char *path, long status, const void *want, size_t len) {
+        struct hres r;
+        get_file(b, path, &r);
+        if (r.status != status)
+                test_fail(__FILE__, __LINE__, "GET %s -> %ld, want %ld: %.400s", path, r.status, status, r.body);
+        if (want && (r.len != len || (len && memcmp(r.body, want, len) != 0)))
+                test_fail(__FILE__, __LINE__, "GET %s: %zu bytes, not the %zu written", path, r.len, len);
+        hres_done(&r);
 }
 
 /* ---- SSE client ---- */
@@ -202,19 +287,12 @@ static size_t sse_header(char *p, size_t sz, size_t nm, void *ud) {
 }
 
 static void sse_run(struct box *b, const char *what, const char *body, struct sse *s) {
-        char url[256], kh[300];
-        CURL *h = curl_easy_init();
-        struct curl_slist *hl = NULL;
-        snprintf(url, sizeof(url), "%s/sandboxes/%s/%s", b->c.url, b->id, what);
-        snprintf(kh, sizeof(kh), "x-brimble-key: %s", b->key);
-        hl = curl_slist_append(hl, kh);
-        hl = curl_slist_append(hl, "Content-Type: application/json");
-        hl = curl_slist_append(hl, "Expect:");
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        static const char *const headers[] = { "Content-Type: application/json", "Expect:", NULL };
+        char rest[64];
+        struct curl_slist *hl;
+        snprintf(rest, sizeof(rest), "/%s", what);
+        CURL *h = box_curl(b, rest, headers, 120L, &hl);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, sse_header);
@@ -253,6 +331,20 @@ static const char *frames_joined(const struct sse *s, const char *type) {
         return buf;
 }
 
+/* sse_run, then: 200, stdout and stderr frames that join to out and err, and a last frame
+ * `done` (with exit_code want_exit unless -1). */
+static void sse_expect(struct box *b, const char *what, const char *body, const char *out, const char *err, int want_exit) {
+        struct sse s = { 0 };
+        sse_run(b, what, body, &s);
+        ASSERT_EQ(s.status, 200);
+        ASSERT_STREQ(frames_joined(&s, "stdout"), out);
+        ASSERT_STREQ(frames_joined(&s, "stderr"), err);
+        ASSERT_STREQ(frame_type(&s, s.n - 1), "done");
+        if (want_exit >= 0)
+                ASSERT_EQ(cJSON_GetObjectItem(s.f[s.n - 1].j, "exit_code")->valueint, want_exit);
+        sse_done(&s);
+}
+
 /* ================= exec ================= */
 
 TEST_FULL(exec_output_exit_codes_env_cwd, 150) {
@@ -271,9 +363,7 @@ TEST_FULL(exec_output_exit_codes_env_cwd, 150) {
         hres_done(&r);
 
         /* Pipes, && and redirects work (it is a shell command). */
-        exec_ok(&b, "printf 'b\\na\\n' | sort && echo x > /tmp/redir && cat /tmp/redir", NULL, &r);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "a\nb\nx\n");
-        hres_done(&r);
+        exec_prints(&b, "printf 'b\\na\\n' | sort && echo x > /tmp/redir && cat /tmp/redir", NULL, "a\nb\nx\n");
 
         static const int codes[] = { 0, 1, 3, 255 };
         for (size_t i = 0; i < ELEMENTSOF(codes); i++) {
@@ -291,26 +381,15 @@ TEST_FULL(exec_output_exit_codes_env_cwd, 150) {
         hres_done(&r);
 
         /* env: layered for this call only; the image's PATH still finds python3; same-named keys override. */
-        exec_ok(&b, "echo \"$FOO|$HOME\"; python3 -c 'print(6*7)'",
-                ",\"env\":{\"FOO\":\"bar baz\",\"HOME\":\"/tmp/h\"}", &r);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "bar baz|/tmp/h\n42\n");
-        ASSERT_EQ(data_int(&r, "exit_code"), 0);
-        hres_done(&r);
-        exec_ok(&b, "echo \"${FOO-unset}|$HOME\"", NULL, &r);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "unset|/root\n");
-        hres_done(&r);
+        exec_prints(&b, "echo \"$FOO|$HOME\"; python3 -c 'print(6*7)'", ",\"env\":{\"FOO\":\"bar baz\",\"HOME\":\"/tmp/h\"}",
+                    "bar baz|/tmp/h\n42\n");
+        exec_prints(&b, "echo \"${FOO-unset}|$HOME\"", NULL, "unset|/root\n");
         /* Values reach the process verbatim (no shell expansion of the value). */
-        exec_ok(&b, "printf '%s' \"$V\"", ",\"env\":{\"V\":\"$(id) `x` \\\\ \\\"q\\\" ;\"}", &r);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "$(id) `x` \\ \"q\" ;");
-        hres_done(&r);
+        exec_prints(&b, "printf '%s' \"$V\"", ",\"env\":{\"V\":\"$(id) `x` \\\\ \\\"q\\\" ;\"}", "$(id) `x` \\ \"q\" ;");
 
         /* cwd: default "/", custom "/tmp". */
-        exec_ok(&b, "pwd", NULL, &r);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "/\n");
-        hres_done(&r);
-        exec_ok(&b, "pwd", ",\"cwd\":\"/tmp\"", &r);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "/tmp\n");
-        hres_done(&r);
+        exec_prints(&b, "pwd", NULL, "/\n");
+        exec_prints(&b, "pwd", ",\"cwd\":\"/tmp\"", "/tmp\n");
         /* A cwd that does not exist fails clearly and quickly. */
         {
                 int64_t t0 = now_mono_ms();
@@ -362,9 +441,7 @@ TEST_FULL(exec_streams_order_and_utf8, 120) {
         hres_done(&r);
 
         /* A multi-byte character split across two writes (with a pause between) stays intact. */
-        exec_ok(&b, "printf '\\342\\202'; sleep 0.3; printf '\\254 euro'", NULL, &r);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "\xe2\x82\xac euro");
-        hres_done(&r);
+        exec_prints(&b, "printf '\\342\\202'; sleep 0.3; printf '\\254 euro'", NULL, "\xe2\x82\xac euro");
 
         /* A truncated sequence at the very end is replaced, not dropped silently into invalid JSON. */
         exec_ok(&b, "printf 'x\\342\\202'", NULL, &r);
@@ -405,12 +482,8 @@ TEST_FULL(exec_validation_and_access, 120) {
 
         /* Another account cannot see or run anything in this sandbox. */
         _cleanup_free_ char *bob = ctld_account_key(&b.c, "bob", NULL, NULL);
-        post_run(&b, "exec", bob, NULL, "{\"cmd\":\"echo pwned > /tmp/pwned\"}", &r);
-        ASSERT_EQ(r.status, 404);
-        hres_done(&r);
-        post_run(&b, "code", bob, NULL, "{\"language\":\"python\",\"code\":\"print(1)\"}", &r);
-        ASSERT_EQ(r.status, 404);
-        hres_done(&r);
+        post_expect(&b, "exec", bob, NULL, "{\"cmd\":\"echo pwned > /tmp/pwned\"}", 404);
+        post_expect(&b, "code", bob, NULL, "{\"language\":\"python\",\"code\":\"print(1)\"}", 404);
         {
                 char kh[300];
                 snprintf(kh, sizeof(kh), "x-brimble-key: %s", bob);
@@ -428,12 +501,8 @@ TEST_FULL(exec_validation_and_access, 120) {
         _cleanup_free_ char *o = sh(&b, "[ -e /tmp/pwned ] && echo present || echo absent");
         ASSERT_STREQ(o, "absent\n");
         /* No key: 401; unknown sandbox: 404; malformed id: 400 or 404. */
-        post_run(&b, "exec", "", NULL, "{\"cmd\":\"true\"}", &r);
-        ASSERT_EQ(r.status, 401);
-        hres_done(&r);
-        post_run(&b, "exec", NULL, "0123456789abcdef01234567", "{\"cmd\":\"true\"}", &r);
-        ASSERT_EQ(r.status, 404);
-        hres_done(&r);
+        post_expect(&b, "exec", "", NULL, "{\"cmd\":\"true\"}", 401);
+        post_expect(&b, "exec", NULL, "0123456789abcdef01234567", "{\"cmd\":\"true\"}", 404);
 }
 
 TEST_FULL(exec_timeout_kills_the_whole_tree, 120) {
@@ -452,9 +521,7 @@ TEST_FULL(exec_timeout_kills_the_whole_tree, 120) {
         hres_done(&r);
 
         /* No sleep is left running (zombies, state Z, are dead). */
-        _cleanup_free_ char *o = sh(&b, "for f in /proc/[0-9]*/stat; do read -r pid comm state rest < \"$f\" 2>/dev/null || continue; "
-                                        "[ \"$comm\" = '(sleep)' ] && [ \"$state\" != Z ] && echo \"alive $pid $state\"; done; echo end");
-        ASSERT_STREQ(o, "end\n");
+        exec_prints(&b, alive_probe("'sleep '*"), NULL, "end\n");
 
         /* Output written before the kill is kept. */
         exec_ok(&b, "echo before; sleep 60", ",\"timeout_seconds\":1", &r);
@@ -466,11 +533,8 @@ TEST_FULL(exec_timeout_kills_the_whole_tree, 120) {
         exec_ok(&b, "setsid sh -c 'trap \"\" TERM HUP INT; sleep 77' & sleep 60", ",\"timeout_seconds\":2", &r);
         ASSERT_TRUE(data_true(&r, "timed_out"));
         hres_done(&r);
-        free(o);
-        o = sh(&b, "sleep 0.5; for d in /proc/[0-9]*; do read -r pid comm state rest < $d/stat 2>/dev/null || continue; "
-                   "[ \"$state\" = Z ] && continue; c=$(tr '\\000' ' ' < $d/cmdline 2>/dev/null); "
-                   "case \"$c\" in 'sleep 77'*) echo \"alive $pid\";; esac; done; echo end");
-        ASSERT_STREQ(o, "end\n");
+        usleep(500000);
+        exec_prints(&b, alive_probe("'sleep 77'*"), NULL, "end\n");
 
         /* A program whose name has a space or a ')' (comm in /proc/PID/stat; programs set their own
          * names with prctl(PR_SET_NAME) too) is part of the tree all the same. */
@@ -478,11 +542,8 @@ TEST_FULL(exec_timeout_kills_the_whole_tree, 120) {
                 ",\"timeout_seconds\":2", &r);
         ASSERT_TRUE(data_true(&r, "timed_out"));
         hres_done(&r);
-        free(o);
-        o = sh(&b, "sleep 0.5; for d in /proc/[0-9]*; do s=$(cat $d/stat 2>/dev/null) || continue; s=${s##*) }; "
-                   "[ \"${s%% *}\" = Z ] && continue; c=$(tr '\\000' ' ' < $d/cmdline 2>/dev/null); "
-                   "case \"$c\" in '/tmp/c d 102'*|'/tmp/x) S 1  103'*) echo \"alive ${d#/proc/}: $c\";; esac; done; echo end");
-        ASSERT_STREQ(o, "end\n");
+        usleep(500000);
+        exec_prints(&b, alive_probe("'/tmp/c d 102'*|'/tmp/x) S 1  103'*"), NULL, "end\n");
 }
 
 TEST_FULL(exec_output_cap, 120) {
@@ -525,11 +586,8 @@ TEST_FULL(code_python_and_node, 180) {
         struct hres r;
         box_start(&b, NULL, NODE_TEMPLATE, NULL);
 
-        post_run(&b, "code", NULL, NULL, "{\"language\":\"python\",\"code\":\"print(6*7)\"}", &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "42\n");
+        code_ok(&b, "{\"language\":\"python\",\"code\":\"print(6*7)\"}", "42\n", 0, &r);
         ASSERT_STREQ(hres_data_str(&r, "stderr"), "");
-        ASSERT_EQ(data_int(&r, "exit_code"), 0);
         hres_done(&r);
 
         /* Code a shell would mangle: quotes, backslashes, $(...), backticks, multi-line. */
@@ -539,27 +597,19 @@ TEST_FULL(code_python_and_node, 180) {
                 "for i in range(2):\n"
                 "    print(\"line\", i)\n";
         {
-                post_code(&b, "python", tricky_py, &r);
-                ASSERT_EQ(r.status, 200);
-                ASSERT_STREQ(hres_data_str(&r, "stdout"), "it's \"quoted\" $(echo no) `echo no` $HOME \\ end\nline 0\nline 1\n");
-                ASSERT_EQ(data_int(&r, "exit_code"), 0);
+                code_json_ok(&b, "python", tricky_py, "it's \"quoted\" $(echo no) `echo no` $HOME \\ end\nline 0\nline 1\n", 0, &r);
                 hres_done(&r);
         }
 
         /* An exception: traceback on stderr, exit 1. */
-        post_run(&b, "code", NULL, NULL, "{\"language\":\"python\",\"code\":\"print('before')\\nraise ValueError('boom')\"}", &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "before\n");
+        code_ok(&b, "{\"language\":\"python\",\"code\":\"print('before')\\nraise ValueError('boom')\"}", "before\n", 1, &r);
         ASSERT_CONTAINS(hres_data_str(&r, "stderr"), "Traceback");
         ASSERT_CONTAINS(hres_data_str(&r, "stderr"), "ValueError: boom");
-        ASSERT_EQ(data_int(&r, "exit_code"), 1);
         hres_done(&r);
 
         /* env and cwd apply to code too. */
-        post_run(&b, "code", NULL, NULL,
-                 "{\"language\":\"python\",\"code\":\"import os; print(os.environ['X'], os.getcwd())\",\"env\":{\"X\":\"y\"},\"cwd\":\"/tmp\"}", &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "y /tmp\n");
+        code_ok(&b, "{\"language\":\"python\",\"code\":\"import os; print(os.environ['X'], os.getcwd())\",\"env\":{\"X\":\"y\"},\"cwd\":\"/tmp\"}",
+                "y /tmp\n", -1, &r);
         hres_done(&r);
 
         /* The snippet file does not linger in /tmp. */
@@ -571,12 +621,10 @@ TEST_FULL(code_python_and_node, 180) {
 
         /* Timeout. */
         int64_t t0 = now_mono_ms();
-        post_run(&b, "code", NULL, NULL, "{\"language\":\"python\",\"code\":\"import time\\nprint('x', flush=True)\\ntime.sleep(100)\",\"timeout_seconds\":2}", &r);
+        code_ok(&b, "{\"language\":\"python\",\"code\":\"import time\\nprint('x', flush=True)\\ntime.sleep(100)\",\"timeout_seconds\":2}",
+                "x\n", 137, &r);
         ASSERT_LE(now_mono_ms() - t0, 10000);
-        ASSERT_EQ(r.status, 200);
         ASSERT_TRUE(data_true(&r, "timed_out"));
-        ASSERT_EQ(data_int(&r, "exit_code"), 137);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "x\n");
         hres_done(&r);
 
 
@@ -601,24 +649,16 @@ TEST_FULL(code_python_and_node, 180) {
         snprintf(pyid, sizeof(pyid), "%s", b.id);
         ctld_create(&b.c, b.key, "{\"template\":\"node-18\"}", nid);
         snprintf(b.id, sizeof(b.id), "%s", nid);
-        post_run(&b, "code", NULL, NULL, "{\"language\":\"node\",\"code\":\"console.log(6*7)\"}", &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "42\n");
-        ASSERT_EQ(data_int(&r, "exit_code"), 0);
+        code_ok(&b, "{\"language\":\"node\",\"code\":\"console.log(6*7)\"}", "42\n", 0, &r);
         hres_done(&r);
         {
                 static const char js[] = "const s = `tick ${'$'}(x) \\\\ \"dq\" 'sq'`;\nconsole.log(s);\nconsole.error('to stderr');\nprocess.exit(3);\n";
-                post_code(&b, "node", js, &r);
-                ASSERT_EQ(r.status, 200);
-                ASSERT_STREQ(hres_data_str(&r, "stdout"), "tick $(x) \\ \"dq\" 'sq'\n");
+                code_json_ok(&b, "node", js, "tick $(x) \\ \"dq\" 'sq'\n", 3, &r);
                 ASSERT_STREQ(hres_data_str(&r, "stderr"), "to stderr\n");
-                ASSERT_EQ(data_int(&r, "exit_code"), 3);
                 hres_done(&r);
         }
-        post_run(&b, "code", NULL, NULL, "{\"language\":\"node\",\"code\":\"throw new Error('kaboom')\"}", &r);
-        ASSERT_EQ(r.status, 200);
+        code_ok(&b, "{\"language\":\"node\",\"code\":\"throw new Error('kaboom')\"}", NULL, 1, &r);
         ASSERT_CONTAINS(hres_data_str(&r, "stderr"), "kaboom");
-        ASSERT_EQ(data_int(&r, "exit_code"), 1);
         hres_done(&r);
 
         /* The snippet of the python run killed at its timeout is not left behind in /tmp either. */
@@ -661,21 +701,11 @@ TEST_FULL(stream_frames_arrive_as_produced, 120) {
         sse_done(&s);
 
         /* stderr frames are typed stderr; a non-zero exit shows in done. */
-        sse_run(&b, "exec", "{\"cmd\":\"echo o; echo e >&2; exit 4\",\"stream\":true}", &s);
-        ASSERT_EQ(s.status, 200);
-        ASSERT_STREQ(frames_joined(&s, "stdout"), "o\n");
-        ASSERT_STREQ(frames_joined(&s, "stderr"), "e\n");
-        ASSERT_STREQ(frame_type(&s, s.n - 1), "done");
-        ASSERT_EQ(cJSON_GetObjectItem(s.f[s.n - 1].j, "exit_code")->valueint, 4);
-        sse_done(&s);
+        sse_expect(&b, "exec", "{\"cmd\":\"echo o; echo e >&2; exit 4\",\"stream\":true}", "o\n", "e\n", 4);
 
         /* Streamed code works the same way. */
-        sse_run(&b, "code", "{\"language\":\"python\",\"code\":\"import sys\\nprint('py')\\nsys.stderr.write('pe\\\\n')\",\"stream\":true}", &s);
-        ASSERT_EQ(s.status, 200);
-        ASSERT_STREQ(frames_joined(&s, "stdout"), "py\n");
-        ASSERT_STREQ(frames_joined(&s, "stderr"), "pe\n");
-        ASSERT_STREQ(frame_type(&s, s.n - 1), "done");
-        sse_done(&s);
+        sse_expect(&b, "code", "{\"language\":\"python\",\"code\":\"import sys\\nprint('py')\\nsys.stderr.write('pe\\\\n')\",\"stream\":true}",
+                   "py\n", "pe\n", -1);
 
         /* Invalid UTF-8 in a stream: frames are still valid JSON with U+FFFD. */
         sse_run(&b, "exec", "{\"cmd\":\"printf 'a\\\\377b'\",\"stream\":true}", &s);
@@ -684,10 +714,7 @@ TEST_FULL(stream_frames_arrive_as_produced, 120) {
         sse_done(&s);
 
         /* Validation errors are still plain JSON 400s, not streams. */
-        struct hres r;
-        post_run(&b, "exec", NULL, NULL, "{\"cmd\":\"true\",\"stream\":\"yes\"}", &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        post_expect(&b, "exec", NULL, NULL, "{\"cmd\":\"true\",\"stream\":\"yes\"}", 400);
 }
 
 TEST_FULL(stream_timeout_and_disconnect, 120) {
@@ -714,10 +741,7 @@ TEST_FULL(stream_timeout_and_disconnect, 120) {
         ASSERT_EQ(s.n, 1);
         ASSERT_STREQ(frame_data(&s, 0), "started\n");
         sse_done(&s);
-        static const char probe[] =
-                "for d in /proc/[0-9]*; do read -r pid comm state rest < $d/stat 2>/dev/null || continue; "
-                "[ \"$state\" = Z ] && continue; c=$(tr '\\000' ' ' < $d/cmdline 2>/dev/null); "
-                "case \"$c\" in 'sleep 1000'*) echo \"alive $pid\";; esac; done; echo end";
+        const char *probe = alive_probe("'sleep 1000'*");
         /* It was really running: the probe itself works (sanity check with a live one). */
         {
                 struct hres r;
@@ -774,9 +798,7 @@ TEST_FULL(stream_output_before_stdin_is_capped, 150) {
         ASSERT_STREQ(left, "0\n");
         free(sh(&b, "rm -f /usr/local/bin/cat"));
         struct hres r;
-        post_code(&b, "python", "print(6*7)", &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "42\n");
+        code_json_ok(&b, "python", "print(6*7)", "42\n", -1, &r);
         hres_done(&r);
         HTTP_EXPECT(&b.c, "GET", "/healthz", NULL, NULL, 200);
 }
@@ -833,57 +855,27 @@ TEST_FULL(files_round_trip, 150) {
                 ASSERT_STREQ(o, expect);
         }
         /* Overwrite with something shorter: truncated, not merged. */
-        put_file(&b, "/root/x", "short", 5, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
-        get_file(&b, "/root/x", &r);
-        ASSERT_EQ(r.len, 5);
-        ASSERT_TRUE(!memcmp(r.body, "short", 5));
-        hres_done(&r);
+        put_expect(&b, "/root/x", "short", 5, 204);
+        get_expect(&b, "/root/x", 200, "short", 5);
 
         /* Empty file. */
-        put_file(&b, "/tmp/empty", NULL, 0, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
-        get_file(&b, "/tmp/empty", &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_EQ(r.len, 0);
-        hres_done(&r);
-        {
-                _cleanup_free_ char *o = sh(&b, "wc -c < /tmp/empty");
-                ASSERT_STREQ(o, "0\n");
-        }
+        put_expect(&b, "/tmp/empty", NULL, 0, 204);
+        get_expect(&b, "/tmp/empty", 200, "", 0);
+        exec_prints(&b, "wc -c < /tmp/empty", NULL, "0\n");
 
         /* Spaces and unicode, URL-encoded in the request; the sandbox sees the decoded name. */
-        put_file(&b, "/tmp/my%20file%20%C3%A9%E2%82%AC.txt", "uni", 3, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
-        {
-                _cleanup_free_ char *o = sh(&b, "cat '/tmp/my file \xc3\xa9\xe2\x82\xac.txt'");
-                ASSERT_STREQ(o, "uni");
-        }
-        get_file(&b, "/tmp/my%20file%20%C3%A9%E2%82%AC.txt", &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_EQ(r.len, 3);
-        hres_done(&r);
+        put_expect(&b, "/tmp/my%20file%20%C3%A9%E2%82%AC.txt", "uni", 3, 204);
+        exec_prints(&b, "cat '/tmp/my file \xc3\xa9\xe2\x82\xac.txt'", NULL, "uni");
+        get_expect(&b, "/tmp/my%20file%20%C3%A9%E2%82%AC.txt", 200, "uni", 3);
         /* Shell metacharacters in a name are just characters. */
-        put_file(&b, "/tmp/%24%28touch%20owned-x%29%3B%60touch%20owned-y%60", "meta", 4, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
-        {
-                _cleanup_free_ char *o = sh(&b, "cat '/tmp/$(touch owned-x);`touch owned-y`'; [ -e /owned-x ] || [ -e /owned-y ] || echo ' no-owned'");
-                ASSERT_STREQ(o, "meta no-owned\n");
-        }
+        put_expect(&b, "/tmp/%24%28touch%20owned-x%29%3B%60touch%20owned-y%60", "meta", 4, 204);
+        exec_prints(&b, "cat '/tmp/$(touch owned-x);`touch owned-y`'; [ -e /owned-x ] || [ -e /owned-y ] || echo ' no-owned'", NULL, "meta no-owned\n");
 
         /* Nothing lands on the host. */
         char canary[96];
         snprintf(canary, sizeof(canary), "/tmp/paddock-host-canary-%08lx%04x", (unsigned long) random(), (unsigned) getpid() & 0xffff);
-        put_file(&b, canary, "canary", 6, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
-        get_file(&b, canary, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        put_expect(&b, canary, "canary", 6, 204);
+        get_expect(&b, canary, 200, NULL, 0);
         ASSERT_TRUE(access(canary, F_OK) < 0 && errno == ENOENT);
 }
 
@@ -909,9 +901,7 @@ TEST_FULL(files_errors_and_traversal, 120) {
                 hres_done(&r);
         }
         /* A parent that is a file. */
-        put_file(&b, "/etc/hostname/x", "x", 1, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        put_expect(&b, "/etc/hostname/x", "x", 1, 400);
         get_file(&b, "/tmp/none", &r);
         ASSERT_EQ(r.status, 404);
         ASSERT_STREQ(hres_message(&r), "File not found: /tmp/none");
@@ -920,9 +910,7 @@ TEST_FULL(files_errors_and_traversal, 120) {
         ASSERT_EQ(r.status, 400);
         ASSERT_NOT_NULL(hres_message(&r));
         hres_done(&r);
-        put_file(&b, "/tmp", "x", 1, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        put_expect(&b, "/tmp", "x", 1, 400);
 
         /* Traversal: "." and ".." components are refused, also when URL-encoded. */
         static const char *const trav[] = { "/tmp/../etc/passwd", "/tmp/./x", "/tmp/%2e%2e/etc/passwd", "/tmp/%2E%2E/etc/passwd",
@@ -1010,22 +998,15 @@ static size_t discard(char *p, size_t sz, size_t nm, void *ud) {
  * and curl's result in *ret_rc. */
 static long put_zeros(struct box *b, const char *path, size_t *left, bool with_length, const char *const *headers,
                       CURLcode *ret_rc) {
-        char url[256], kh[300];
-        snprintf(url, sizeof(url), "%s/sandboxes/%s/files%s", b->c.url, b->id, path);
-        snprintf(kh, sizeof(kh), "x-brimble-key: %s", b->key);
-        CURL *h = curl_easy_init();
-        struct curl_slist *hl = curl_slist_append(NULL, kh);
-        for (size_t i = 0; headers[i]; i++)
-                hl = curl_slist_append(hl, headers[i]);
-        curl_easy_setopt(h, CURLOPT_URL, url);
+        char rest[256];
+        struct curl_slist *hl;
+        snprintf(rest, sizeof(rest), "/files%s", path);
+        CURL *h = box_curl(b, rest, headers, 60L, &hl);
         curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
         if (with_length)
                 curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t) *left);
         curl_easy_setopt(h, CURLOPT_READFUNCTION, zero_reader);
         curl_easy_setopt(h, CURLOPT_READDATA, left);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
         *ret_rc = curl_easy_perform(h);
         long st = 0;
@@ -1057,9 +1038,7 @@ TEST_FULL(files_size_cap_before_body, 120) {
         size_t cap = 1024 * 1024;
         _cleanup_free_ char *blob = xmalloc(cap + 1);
         memset(blob, 'q', cap + 1);
-        put_file(&b, "/tmp/at-cap", blob, cap, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        put_expect(&b, "/tmp/at-cap", blob, cap, 204);
         /* One byte over, the way curl sends a big body (Expect: 100-continue): a clean 413 and
          * the body never goes out. */
         {
@@ -1150,15 +1129,9 @@ TEST_FULL(files_persistent_volume_across_pause_resume, 180) {
         ASSERT_EQ(r.status, 400);
         ASSERT_CONTAINS(hres_message(&r), "paused");
         hres_done(&r);
-        post_run(&b, "code", NULL, NULL, "{\"language\":\"python\",\"code\":\"print(1)\"}", &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
-        get_file(&b, "/workspace/x", &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
-        put_file(&b, "/workspace/y", "y", 1, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        post_expect(&b, "code", NULL, NULL, "{\"language\":\"python\",\"code\":\"print(1)\"}", 400);
+        get_expect(&b, "/workspace/x", 400, NULL, 0);
+        put_expect(&b, "/workspace/y", "y", 1, 400);
         {
                 struct sse s = { 0 };
                 sse_run(&b, "exec", "{\"cmd\":\"true\",\"stream\":true}", &s);
@@ -1213,22 +1186,10 @@ TEST_FULL(files_batch, 120) {
                              "Destination directory does not exist: /nope");
         }
         hres_done(&r);
-        get_file(&b, "/tmp/a.txt", &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_EQ(r.len, 5);
-        ASSERT_TRUE(!memcmp(r.body, "hello", 5));
-        hres_done(&r);
-        get_file(&b, "/root/b.bin", &r);
-        ASSERT_EQ(r.len, 4);
-        ASSERT_TRUE(!memcmp(r.body, "\0\377\0\1", 4));
-        hres_done(&r);
-        get_file(&b, "/tmp/d.txt", &r);
-        ASSERT_EQ(r.status, 404);
-        hres_done(&r);
-        get_file(&b, "/tmp/empty", &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_EQ(r.len, 0);
-        hres_done(&r);
+        get_expect(&b, "/tmp/a.txt", 200, "hello", 5);
+        get_expect(&b, "/root/b.bin", 200, "\0\377\0\1", 4);
+        get_expect(&b, "/tmp/d.txt", 404, NULL, 0);
+        get_expect(&b, "/tmp/empty", 200, "", 0);
 
         /* More than 100 files: 400, nothing written. */
         {
@@ -1429,12 +1390,8 @@ TEST_FULL(files_refuse_devices_and_pipes, 120) {
         hres_done(&r);
         exec_ok(&b, "mkfifo /tmp/pipe", NULL, &r);
         hres_done(&r);
-        get_file(&b, "/tmp/pipe", &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
-        put_file(&b, "/tmp/pipe", "x", 1, &r);
-        ASSERT_EQ(r.status, 400);
-        hres_done(&r);
+        get_expect(&b, "/tmp/pipe", 400, NULL, 0);
+        put_expect(&b, "/tmp/pipe", "x", 1, 400);
 }
 
 struct bg_stream { struct box *b; struct sse s; };
@@ -1447,7 +1404,6 @@ static void *bg_stream_run(void *p) {
 TEST_FULL(shutdown_does_not_wait_for_long_commands, 120) {
         struct box b;
         struct bg_stream x = { .b = &b };
-        struct hres r;
         pthread_t t;
         box_start(&b, NULL, NULL, NULL);
         ASSERT_EQ(pthread_create(&t, NULL, bg_stream_run, &x), 0);
@@ -1472,9 +1428,7 @@ TEST_FULL(shutdown_does_not_wait_for_long_commands, 120) {
         sse_done(&x.s);
         /* The command did not outlive the stream. */
         ctld_start_daemon(&b.c);
-        exec_ok(&b, count_sleeps, NULL, &r);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "0\n");
-        hres_done(&r);
+        exec_prints(&b, count_sleeps, NULL, "0\n");
 }
 
 /* The user's env applies to the user's command only: a PATH that puts a fake cat and rm
@@ -1529,9 +1483,7 @@ TEST_FULL(file_transfers_take_slots_and_accounts_are_limited, 150) {
         ASSERT_EQ(r.status, 429);
         ASSERT_CONTAINS(hres_message(&r), "Too many commands running in this sandbox (limit 2)");
         hres_done(&r);
-        get_file(&b, "/etc/hostname", &r);
-        ASSERT_EQ(r.status, 429);
-        hres_done(&r);
+        get_expect(&b, "/etc/hostname", 429, NULL, 0);
         /* A third operation in the other sandbox fills the account... */
         char path[128];
         snprintf(path, sizeof(path), "/sandboxes/%s/exec", id2);
@@ -1547,9 +1499,7 @@ TEST_FULL(file_transfers_take_slots_and_accounts_are_limited, 150) {
                 ASSERT_EQ(p[i].status, 200);
         }
         /* Everything given back: files and execs work again. */
-        put_file(&b, "/tmp/f", "hello", 5, &r);
-        ASSERT_EQ(r.status, 204);
-        hres_done(&r);
+        put_expect(&b, "/tmp/f", "hello", 5, 204);
         http_req(&b.c, "POST", path, b.key, "{\"cmd\":\"echo yes\"}", &r);
         ASSERT_EQ(r.status, 200);
         ASSERT_STREQ(hres_data_str(&r, "stdout"), "yes\n");
@@ -1560,7 +1510,6 @@ TEST_FULL(file_transfers_take_slots_and_accounts_are_limited, 150) {
  * idle: both arrive whole well after the timeout. */
 TEST_FULL(idle_timeout_spares_long_execs, 120) {
         struct box b;
-        struct hres r;
         box_start(&b, "connection_timeout = 2s", NULL, NULL);
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(b.c.port) };
@@ -1574,9 +1523,7 @@ TEST_FULL(idle_timeout_spares_long_execs, 120) {
         ASSERT_TRUE(now_mono_ms() - t0 < 8000);
         close(fd);
 
-        exec_ok(&b, "sleep 6; echo done", ",\"timeout_seconds\":60", &r);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "done\n");
-        hres_done(&r);
+        exec_prints(&b, "sleep 6; echo done", ",\"timeout_seconds\":60", "done\n");
         struct sse s = { 0 };
         sse_run(&b, "exec", "{\"cmd\":\"sleep 6; echo done\",\"stream\":true,\"timeout_seconds\":60}", &s);
         ASSERT_EQ(s.status, 200);
@@ -1628,16 +1575,9 @@ TEST_FULL(download_has_a_deadline, 120) {
         struct box b;
         box_start(&b, "transfer_timeout = 2s", NULL, NULL);
         free(sh(&b, "head -c 40000000 /dev/zero > /tmp/big"));
-        char url[256], kh[300];
-        snprintf(url, sizeof(url), "%s/sandboxes/%s/files/tmp/big", b.c.url, b.id);
-        snprintf(kh, sizeof(kh), "x-brimble-key: %s", b.key);
-        CURL *h = curl_easy_init();
-        struct curl_slist *hl = curl_slist_append(NULL, kh);
+        struct curl_slist *hl;
+        CURL *h = box_curl(&b, "/files/tmp/big", NULL, 45L, &hl);
         struct slow_dl d = { 0 };
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, 45L);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t) 500000);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, slow_dl_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &d);

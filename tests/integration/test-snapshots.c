@@ -12,17 +12,16 @@
  * container as Nomad's docker driver names it; a restore is a job whose docker task pulls
  * the snapshot image (the stand-in pulls it as Nomad does).
  */
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "agenttest.h"
 #include "cleanup.h"
 #include "ctltest.h"
+#include "regtest.h"
 #include "strutil.h"
 #include "testlib.h"
 
@@ -54,58 +53,26 @@ static void agent_stop(void *ud) {
         test_stop_child(&agent_pid);
 }
 
-static void agent_kill(void) {
-        kill(agent_pid, SIGKILL);
-        waitpid(agent_pid, NULL, 0);
-        agent_pid = 0;
-}
-
-/* Waits until the agent's log (from offset `from`) holds `what`; false after timeout_s. */
-static bool log_has(const char *path, off_t from, const char *what, int timeout_s) {
-        for (int i = 0; i <= timeout_s * 20; i++) {
-                FILE *lf = fopen(path, "r");
-                if (lf) {
-                        fseek(lf, from, SEEK_SET);
-                        static char buf[1 << 20];
-                        size_t n = fread(buf, 1, sizeof(buf) - 1, lf);
-                        buf[n] = 0;
-                        fclose(lf);
-                        if (strstr(buf, what))
-                                return true;
-                }
-                usleep(50000);
-        }
-        return false;
+/* The registry login lines of both sides' config ("" when the registry wants none). */
+static const char *reg_login(void) {
+        static char login[256];
+        login[0] = 0;
+        if (reg_user)
+                snprintf(login, sizeof(login), "username = %s\npassword = %s\n", reg_user, reg_pass);
+        return login;
 }
 
 static void agent_start(void) {
-        FILE *f = fopen(agent_conf, "w");
-        ASSERT_NOT_NULL(f);
-        fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672/\nexchange = %s\n"
-                   "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = %s\nprune_interval = 5s\ntimeout = 120s\n",
-                ctld_nomad() ? "nomad" : node_id, exchange, registry, repo, disk_floor);
-        if (reg_user)
-                fprintf(f, "username = %s\npassword = %s\n", reg_user, reg_pass);
-        if (ctld_nomad())
-                fprintf(f, "[nomad]\naddress = %s\n", standin.url);
-        fclose(f);
-        int logfd = open(agent_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        off_t from = lseek(logfd, 0, SEEK_END);
-        agent_pid = fork();
-        ASSERT_TRUE(agent_pid >= 0);
-        if (agent_pid == 0) {
-                dup2(logfd, 1);
-                dup2(logfd, 2);
-                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", agent_conf, (char *) NULL);
-                _exit(127);
-        }
-        close(logfd);
-        if (!log_has(agent_log, from, "consuming snapshot jobs", 10))
-                test_fail(__FILE__, __LINE__, "nodeagent did not start consuming snapshot jobs; see %s", agent_log);
+        agenttest_write_conf(agent_conf, ctld_nomad() ? "nomad" : node_id, exchange, ctld_nomad() ? standin.url : NULL,
+                             "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = %s\nprune_interval = 5s\ntimeout = 120s\n%s",
+                             registry, repo, disk_floor, reg_login());
+        agent_pid = agenttest_start(agent_conf, agent_log, "consuming snapshot jobs");
 }
 
-/* The usual opening: services present, ids of this run, controld with [snapshots]. */
-static char *setup(struct ctld *c, const char *reg, const char *timeout, const char *more, bool with_agent) {
+/* The usual opening: services present, ids of this run, controld with [snapshots], an account
+ * (its key returned) and, with ret_sb, a deny_all sandbox of that account to snapshot. */
+static char *setup(struct ctld *c, const char *reg, const char *timeout, const char *more, bool with_agent,
+                   char ret_sb[25]) {
         need_docker();
         if (access(test_build_path("nodeagent"), X_OK) != 0)
                 TEST_SKIP("nodeagent is not built");
@@ -134,20 +101,21 @@ static char *setup(struct ctld *c, const char *reg, const char *timeout, const c
         test_on_exit(agent_stop, NULL);
         if (with_agent)
                 agent_start();
-        char extra[2048], login[256] = "";
-        if (reg_user)
-                snprintf(login, sizeof(login), "username = %s\npassword = %s\n", reg_user, reg_pass);
+        char extra[2048];
         snprintf(extra, sizeof(extra),
                  "[docker]\nnode_id = %s\n"
                  "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n"
                  "[snapshots]\nregistry = %s\nrepository = %s\ntimeout = %s\ntick = 500ms\n%s"
                  "[plan \"snap\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n%s",
-                 node_id, exchange, registry, repo, timeout, login, more ? more : "");
+                 node_id, exchange, registry, repo, timeout, reg_login(), more ? more : "");
         if (ctld_nomad())
                 ctld_start_nomad(c, &standin, NULL, NULL, extra);
         else
                 ctld_start(c, NULL, extra);
-        return ctld_account_key(c, "snap", "snap", NULL);
+        char *key = ctld_account_key(c, "snap", "snap", NULL);
+        if (ret_sb)
+                ctld_create(c, key, DENY, ret_sb);
+        return key;
 }
 
 /* POST a snapshot; asserts 202 + creating and the published fields; returns its id. */
@@ -205,6 +173,39 @@ static cJSON *snap_wait(struct ctld *c, const char *key, const char *id, int tim
         test_fail(__FILE__, __LINE__, "snapshot %s still creating after %d s; agent log %s", id, timeout_s, agent_log);
 }
 
+/* snap_wait, and the snapshot must have become ready (else the test fails with the reason). */
+static cJSON *snap_wait_ready(struct ctld *c, const char *key, const char *id, int timeout_s) {
+        cJSON *s = snap_wait(c, key, id, timeout_s);
+        if (strcmp(jstr(s, "status"), "ready") != 0)
+                test_fail(__FILE__, __LINE__, "snapshot %s: %s", jstr(s, "status"), jstr(s, "failure_reason"));
+        return s;
+}
+
+/* snap_wait, and the snapshot must have failed, its failure_reason naming `why`. */
+static cJSON *snap_wait_failed(struct ctld *c, const char *key, const char *id, int timeout_s, const char *why) {
+        cJSON *s = snap_wait(c, key, id, timeout_s);
+        const char *reason = jstr(s, "failure_reason");
+        if (strcmp(jstr(s, "status"), "failed") != 0 || !reason || !strstr(reason, why))
+                test_fail(__FILE__, __LINE__, "snapshot %s: %s (%s); want failed with \"%s\"", id, jstr(s, "status"),
+                          reason ? reason : "no reason", why);
+        return s;
+}
+
+/* DELETE path_fmt (one %s: id) answers status. */
+#define DELETE_EXPECT(c, key, path_fmt, id, status)                                  \
+        do {                                                                         \
+                char _p[128];                                                        \
+                snprintf(_p, sizeof(_p), path_fmt, id);                              \
+                HTTP_EXPECT(c, "DELETE", _p, key, NULL, status);                     \
+        } while (0)
+
+/* The create body of a deny_all restore of snapshot sid (static buffer). */
+static const char *restore_body(const char *sid) {
+        static char body[128];
+        snprintf(body, sizeof(body), "{\"fromSnapshot\":\"%s\",\"egress\":{\"mode\":\"deny_all\"}}", sid);
+        return body;
+}
+
 static bool local_image(const char *id) {
         char tag[160];
         snprintf(tag, sizeof(tag), "%s/%s:%s", registry, repo, id);
@@ -240,12 +241,11 @@ static char *exec_out(struct ctld *c, const char *key, const char *id, const cha
 
 TEST_FULL(snapshot_restore_keeps_every_canary, 400) {
         static struct ctld c;
-        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
-        _cleanup_free_ char *other = ctld_account_key(&c, "other", "snap", NULL);
         char sb[25], sid[25], sb2[25], path[128];
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, sb);
+        _cleanup_free_ char *other = ctld_account_key(&c, "other", "snap", NULL);
         struct hres r;
 
-        ctld_create(&c, key, DENY, sb);
         _cleanup_free_ char *before = exec_out(
                 &c, key, sb,
                 "set -e; mkdir -p /opt/x /usr/local /home/u; for f in /root/c1 /etc/c2 /opt/x/c3 /usr/local/c4 /home/u/c5; "
@@ -259,9 +259,7 @@ TEST_FULL(snapshot_restore_keeps_every_canary, 400) {
         HTTP_EXPECT(&c, "POST", path, other, "{\"name\":\"x\"}", 404);
 
         snap_post(&c, key, sb, "canaries", sid);
-        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 120);
-        if (strcmp(jstr(s, "status"), "ready") != 0)
-                test_fail(__FILE__, __LINE__, "snapshot %s: %s", jstr(s, "status"), jstr(s, "failure_reason"));
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_ready(&c, key, sid, 120);
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(s, "size_bytes");
         ASSERT_TRUE(cJSON_IsNumber(size) && size->valuedouble > 5 * 65536);
         ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s, "failure_reason")));
@@ -279,18 +277,14 @@ TEST_FULL(snapshot_restore_keeps_every_canary, 400) {
         ASSERT_EQ(r.status, 200);
         ASSERT_CONTAINS(r.body, "\"totalCount\":0");
         hres_done(&r);
-        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
-        HTTP_EXPECT(&c, "DELETE", path, other, NULL, 404);
+        DELETE_EXPECT(&c, other, "/sandboxes/snapshots/%s", sid, 404);
 
         /* Another account cannot restore it either. */
-        char body[128];
-        snprintf(body, sizeof(body), "{\"fromSnapshot\":\"%s\",\"egress\":{\"mode\":\"deny_all\"}}", sid);
-        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", other, body, 404, "Snapshot not found");
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", other, restore_body(sid), 404, "Snapshot not found");
 
         /* Destroy, restore: the node pulls the image, every canary is identical. */
-        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
-        ctld_create(&c, key, body, sb2);
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
+        ctld_create(&c, key, restore_body(sid), sb2);
         snprintf(path, sizeof(path), "/sandboxes/%s", sb2);
         http_req(&c, "GET", path, key, NULL, &r);
         ASSERT_STREQ(hres_data_str(&r, "from_snapshot"), sid);
@@ -299,17 +293,15 @@ TEST_FULL(snapshot_restore_keeps_every_canary, 400) {
         ASSERT_STREQ(after, before);
 
         /* Delete: the registry manifest and the record are gone. */
-        snprintf(path, sizeof(path), "/sandboxes/%s", sb2);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
-        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb2, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
         ASSERT_EQ(manifest_status(sid), 404);
         ASSERT_TRUE(snap_find(&c, key, sid) == NULL);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 404);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 404);
 
         /* Journal fields and metrics. */
-        ASSERT_TRUE(log_has(agent_log, 0, "SNAPSHOT_ID=", 1));
-        ASSERT_TRUE(log_has(agent_log, 0, "PUSH_MS=", 1));
+        ASSERT_TRUE(test_log_has(agent_log, 0, "SNAPSHOT_ID=", 1));
+        ASSERT_TRUE(test_log_has(agent_log, 0, "PUSH_MS=", 1));
         http_req(&c, "GET", "/metrics", NULL, NULL, &r);
         ASSERT_CONTAINS(r.body, "phase=\"snapshot_total\"");
         ASSERT_CONTAINS(r.body, "phase=\"snapshot_push\"");
@@ -320,111 +312,51 @@ TEST_FULL(snapshot_restore_keeps_every_canary, 400) {
         ASSERT_FALSE(local_image(sid));
 }
 
-static pid_t reg_pid;
-
-static void registry_stop(void *ud) {
-        (void) ud;
-        test_stop_child(&reg_pid);
-}
-
-/* A registry of our own on a loopback port (reg = "127.0.0.1:<port>"); with htpasswd (a
- * "user:bcrypt" line) it wants that login. Skips the test when it cannot start. */
-static void own_registry(int port, const char *htpasswd, char reg[32]) {
-        char conf[512], dir[512], htp[512], auth[700] = "";
-        snprintf(reg, 32, "127.0.0.1:%d", port);
-        snprintf(dir, sizeof(dir), "%s/registry", test_tmpdir());
-        snprintf(conf, sizeof(conf), "%s/registry.yml", test_tmpdir());
-        if (htpasswd) {
-                snprintf(htp, sizeof(htp), "%s/registry.htpasswd", test_tmpdir());
-                FILE *h = fopen(htp, "w");
-                ASSERT_NOT_NULL(h);
-                fputs(htpasswd, h);
-                fclose(h);
-                snprintf(auth, sizeof(auth), "auth: {htpasswd: {realm: snapshots-test, path: %s}}\n", htp);
-        }
-        FILE *f = fopen(conf, "w");
-        ASSERT_NOT_NULL(f);
-        fprintf(f, "version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}, delete: {enabled: true}}\n"
-                   "http: {addr: %s}\n%s", dir, reg, auth);
-        fclose(f);
-        reg_pid = fork();
-        ASSERT_TRUE(reg_pid >= 0);
-        if (reg_pid == 0) {
-                int null = open("/dev/null", O_WRONLY);
-                dup2(null, 1);
-                dup2(null, 2);
-                execlp("docker-registry", "docker-registry", "serve", conf, (char *) NULL);
-                _exit(127);
-        }
-        test_on_exit(registry_stop, NULL);
-        bool up = false;
-        for (int i = 0; i < 100 && !(up = test_port_open(port)); i++)
-                usleep(100000);
-        if (!up)
-                TEST_SKIP("could not start a registry of our own (docker-registry)");
-}
-
 TEST_FULL(registry_unreachable_fails_with_the_reason, 240) {
         /* A registry of our own on a loopback port, started and then stopped. */
         int port = 15000 + (int) (getpid() % 2000);
         char reg[32];
-        own_registry(port, NULL, reg);
+        regtest_start(port, NULL, reg);
 
         static struct ctld c;
-        _cleanup_free_ char *key = setup(&c, reg, "120s", NULL, true);
         char sb[25], sid[25];
-        ctld_create(&c, key, DENY, sb);
-        registry_stop(NULL);
+        _cleanup_free_ char *key = setup(&c, reg, "120s", NULL, true, sb);
+        regtest_stop();
         ASSERT_FALSE(test_port_open(port));
 
         snap_post(&c, key, sb, "no-registry", sid);
-        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 120);
-        ASSERT_STREQ(jstr(s, "status"), "failed");
-        ASSERT_CONTAINS(jstr(s, "failure_reason"), "push failed");
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_failed(&c, key, sid, 120, "push failed");
         ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s, "size_bytes")));
         ASSERT_FALSE(local_image(sid));
         /* A failed snapshot cannot be restored; it can be deleted. */
-        char body[128], path[96];
-        snprintf(body, sizeof(body), "{\"fromSnapshot\":\"%s\",\"egress\":{\"mode\":\"deny_all\"}}", sid);
-        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key, body, 400, "only a ready snapshot");
-        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key, restore_body(sid), 400, "only a ready snapshot");
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
 }
 
 /* A registry that wants a login: the agent pushes with [snapshot] username/password; the
  * restore pulls with controld's [snapshots] ones (the Docker driver pulls itself; on Nomad the
  * job's docker task carries them in its auth block and the stand-in pulls as Nomad does). */
 TEST_FULL(restore_from_a_registry_that_wants_a_login, 300) {
-        char *hash_argv[] = { "python3", "-c",
-                              "import crypt; print('snapper:' + crypt.crypt('snap-pw', crypt.mksalt(crypt.METHOD_BLOWFISH)))",
-                              NULL };
-        _cleanup_free_ char *line = NULL;
-        if (test_run_capture(hash_argv, &line, 4096) != 0 || !line || !strstr(line, "snapper:$2"))
-                TEST_SKIP("cannot make a bcrypt htpasswd line (python3 crypt)");
+        _cleanup_free_ char *line = regtest_htpasswd("snapper", "snap-pw");
         char reg[32];
-        own_registry(17000 + (int) (getpid() % 2000), line, reg);
+        regtest_start(17000 + (int) (getpid() % 2000), line, reg);
         reg_user = "snapper";
         reg_pass = "snap-pw";
 
         static struct ctld c;
-        _cleanup_free_ char *key = setup(&c, reg, "120s", NULL, true);
-        char sb[25], sid[25], sb2[25], path[96], body[128];
-        ctld_create(&c, key, DENY, sb);
+        char sb[25], sid[25], sb2[25];
+        _cleanup_free_ char *key = setup(&c, reg, "120s", NULL, true, sb);
         _cleanup_free_ char *before = exec_out(&c, key, sb, "head -c 65536 /dev/urandom > /root/c1; sha256sum /root/c1");
         snap_post(&c, key, sb, "behind-a-login", sid);
-        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 120);
-        if (strcmp(jstr(s, "status"), "ready") != 0)
-                test_fail(__FILE__, __LINE__, "snapshot %s: %s", jstr(s, "status"), jstr(s, "failure_reason"));
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_ready(&c, key, sid, 120);
         ASSERT_FALSE(local_image(sid));
         /* The registry really wants the login: an anonymous pull is refused. */
         char tag[160];
         snprintf(tag, sizeof(tag), "%s/%s:%s", registry, repo, sid);
         ASSERT_TRUE(RUN("docker", "pull", tag) != 0);
 
-        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
-        snprintf(body, sizeof(body), "{\"fromSnapshot\":\"%s\",\"egress\":{\"mode\":\"deny_all\"}}", sid);
-        ctld_create(&c, key, body, sb2);
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
+        ctld_create(&c, key, restore_body(sid), sb2);
         _cleanup_free_ char *after = exec_out(&c, key, sb2, "sha256sum /root/c1");
         ASSERT_STREQ(after, before);
         if (ctld_nomad()) {
@@ -449,115 +381,80 @@ TEST_FULL(restore_from_a_registry_that_wants_a_login, 300) {
                 ASSERT_STREQ(jstr(auth, "password"), "snap-pw");
                 ASSERT_STREQ(jstr(auth, "server_address"), reg);
         }
-        snprintf(path, sizeof(path), "/sandboxes/%s", sb2);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
-        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb2, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
 }
 
 TEST_FULL(free_disk_under_the_floor_refuses, 120) {
         static struct ctld c;
         disk_floor = "1024T";
-        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
         char sb[25], sid[25];
-        ctld_create(&c, key, DENY, sb);
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, sb);
         snap_post(&c, key, sb, "full", sid);
-        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 60);
-        ASSERT_STREQ(jstr(s, "status"), "failed");
-        ASSERT_CONTAINS(jstr(s, "failure_reason"), "under the snapshot floor");
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_failed(&c, key, sid, 60, "under the snapshot floor");
         ASSERT_FALSE(local_image(sid));
         ASSERT_EQ(manifest_status(sid), 404);
 }
 
 TEST_FULL(agent_killed_mid_snapshot_completes_on_redelivery, 300) {
         static struct ctld c;
-        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
         char sb[25], sid[25];
-        ctld_create(&c, key, DENY, sb);
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, sb);
         _cleanup_free_ char *out = exec_out(&c, key, sb, "head -c 4000000 /dev/urandom > /root/big; echo ok");
-        off_t from = 0;
-        {
-                FILE *lf = fopen(agent_log, "r");
-                ASSERT_NOT_NULL(lf);
-                fseek(lf, 0, SEEK_END);
-                from = ftell(lf);
-                fclose(lf);
-        }
+        off_t from = test_log_end(agent_log);
         snap_post(&c, key, sb, "killed", sid);
         /* Kill the agent once it has the job in hand (its commit or push is running). */
-        ASSERT_TRUE(log_has(agent_log, from, "snapshot job taken", 10));
-        agent_kill();
-        if (log_has(agent_log, from, "snapshot completed", 0))
+        ASSERT_TRUE(test_log_has(agent_log, from, "snapshot job taken", 10));
+        agenttest_kill(&agent_pid);
+        if (test_log_has(agent_log, from, "snapshot completed", 0))
                 test_fail(__FILE__, __LINE__, "the agent finished before it was killed; nothing was tested");
         cJSON *mid = snap_find(&c, key, sid);
         ASSERT_STREQ(jstr(mid, "status"), "creating");
         cJSON_Delete(mid);
         agent_start();
-        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 120);
-        if (strcmp(jstr(s, "status"), "ready") != 0)
-                test_fail(__FILE__, __LINE__, "redelivered snapshot %s: %s", jstr(s, "status"), jstr(s, "failure_reason"));
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_ready(&c, key, sid, 120);
         ASSERT_EQ(manifest_status(sid), 200);
         ASSERT_FALSE(local_image(sid));
-        char path[96];
-        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
 }
 
 /* Job queued while the agent is down, outcome published while controld is down: both wait in
  * their durable queues, and the snapshot becomes ready once both are back. */
 TEST_FULL(outcome_survives_a_controld_restart, 240) {
         static struct ctld c;
-        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
         char sb[25], sid[25];
-        ctld_create(&c, key, DENY, sb);
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, sb);
         agent_stop(NULL);
         snap_post(&c, key, sb, "while-away", sid);
         ctld_stop_daemon(&c);
-        off_t from = 0;
-        {
-                FILE *lf = fopen(agent_log, "r");
-                ASSERT_NOT_NULL(lf);
-                fseek(lf, 0, SEEK_END);
-                from = ftell(lf);
-                fclose(lf);
-        }
+        off_t from = test_log_end(agent_log);
         agent_start();
-        ASSERT_TRUE(log_has(agent_log, from, "snapshot completed", 120));
+        ASSERT_TRUE(test_log_has(agent_log, from, "snapshot completed", 120));
         ctld_start_daemon(&c);
-        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 30);
-        if (strcmp(jstr(s, "status"), "ready") != 0)
-                test_fail(__FILE__, __LINE__, "snapshot %s: %s", jstr(s, "status"), jstr(s, "failure_reason"));
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_ready(&c, key, sid, 30);
         ASSERT_EQ(manifest_status(sid), 200);
-        char path[96];
-        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
 }
 
 TEST_FULL(no_agent_past_the_deadline_fails, 120) {
         static struct ctld c;
-        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "10s", NULL, false);
         char sb[25], sid[25];
-        ctld_create(&c, key, DENY, sb);
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "10s", NULL, false, sb);
         snap_post(&c, key, sb, "orphan", sid);
-        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 40);
-        ASSERT_STREQ(jstr(s, "status"), "failed");
-        ASSERT_CONTAINS(jstr(s, "failure_reason"), "did not finish the snapshot within 10 s");
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_failed(&c, key, sid, 40, "did not finish the snapshot within 10 s");
         /* A snapshot of a sandbox that is not ready is refused. */
         char path[96];
-        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
         snprintf(path, sizeof(path), "/sandboxes/%s/snapshots", sb);
         HTTP_EXPECT_MSG(&c, "POST", path, key, "{\"name\":\"late\"}", 400, "must be ready");
 }
 
 TEST_FULL(destroy_mid_snapshot_is_safe, 240) {
         static struct ctld c;
-        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true);
-        char sb[25], sid[25], path[96];
-        ctld_create(&c, key, DENY, sb);
+        char sb[25], sid[25];
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, sb);
         snap_post(&c, key, sb, "racing", sid);
-        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
         _cleanup_(cJSON_Deletep) cJSON *s = snap_wait(&c, key, sid, 120);
         /* Either outcome is honest; what matters is that it ends and leaves nothing behind. */
         if (!strcmp(jstr(s, "status"), "failed"))
@@ -565,8 +462,7 @@ TEST_FULL(destroy_mid_snapshot_is_safe, 240) {
         else
                 ASSERT_STREQ(jstr(s, "status"), "ready");
         ASSERT_FALSE(local_image(sid));
-        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", sid);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
         ASSERT_EQ(manifest_status(sid), 404);
 }
 
@@ -591,7 +487,7 @@ static int snap_ids(struct ctld *c, const char *key, const char *status, char *o
 
 TEST_FULL(automatic_schedule_and_retention, 420) {
         static struct ctld c;
-        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", "snapshot_max_count = 1\n", true);
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", "snapshot_max_count = 1\n", true, NULL);
         char sb[25], first[512] = "", now[512];
         HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
                         "{\"snapshotMode\":\"automatic\",\"snapshotFrequency\":\"61 * * * *\"}", 400, "minute field");
@@ -614,17 +510,13 @@ TEST_FULL(automatic_schedule_and_retention, 420) {
         ASSERT_EQ(manifest_status(first), 404);
         ASSERT_TRUE(snap_find(&c, key, first) == NULL);
         /* Stop the schedule before deleting what is left. */
-        char path[96];
-        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
         char all[1024];
         for (int i = 0; i < 120 && snap_ids(&c, key, "creating", all, sizeof(all)) > 0; i++)
                 usleep(500000);
         snap_ids(&c, key, "ready", all, sizeof(all));
-        for (char *p = strtok(all, ","); p; p = strtok(NULL, ",")) {
-                snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", p);
-                HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
-        }
+        for (char *p = strtok(all, ","); p; p = strtok(NULL, ","))
+                DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", p, 204);
 }
 
 /* Age retention: an automatic snapshot older than the plan's snapshot_max_age goes with its
@@ -632,8 +524,8 @@ TEST_FULL(automatic_schedule_and_retention, 420) {
 TEST_FULL(automatic_snapshots_expire_by_age_after_destroy, 420) {
         static struct ctld c;
         _cleanup_free_ char *key =
-                setup(&c, SHARED_REGISTRY, "120s", "snapshot_max_count = 10\nsnapshot_max_age = 1m\n", true);
-        char sb[25], autoid[512] = "", manual[25], path[96];
+                setup(&c, SHARED_REGISTRY, "120s", "snapshot_max_count = 10\nsnapshot_max_age = 1m\n", true, NULL);
+        char sb[25], autoid[512] = "", manual[25];
         ctld_create(&c, key,
                     "{\"snapshotMode\":\"automatic\",\"snapshotFrequency\":\"* * * * *\",\"egress\":{\"mode\":\"deny_all\"}}",
                     sb);
@@ -646,8 +538,7 @@ TEST_FULL(automatic_snapshots_expire_by_age_after_destroy, 420) {
                 usleep(500000);
         ASSERT_EQ(snap_ids(&c, key, "ready", autoid, sizeof(autoid)), 2);
         /* Stop the schedule: retention must act on a destroyed sandbox's snapshots too. */
-        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
         char all[1024];
         for (int i = 0; i < 120 && snap_ids(&c, key, "creating", all, sizeof(all)) > 0; i++)
                 usleep(500000);
@@ -661,6 +552,5 @@ TEST_FULL(automatic_snapshots_expire_by_age_after_destroy, 420) {
         for (char *p = strtok(autoid, ","); p; p = strtok(NULL, ","))
                 if (strcmp(p, manual) != 0)
                         ASSERT_EQ(manifest_status(p), 404);
-        snprintf(path, sizeof(path), "/sandboxes/snapshots/%s", manual);
-        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", manual, 204);
 }

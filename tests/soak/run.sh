@@ -9,26 +9,17 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
+PROG=soak
+# shellcheck source=tests/env/lib.sh
+. tests/env/lib.sh
 export PADDOCK_BUILD=${PADDOCK_BUILD:-build}
-export PADDOCK_STATE=${PADDOCK_STATE:-/var/tmp/paddock-dev}
 export PADDOCK_TEST_IMAGE=paddock/busybox:local
 export PADDOCK_PY_IMAGE=paddock/python-3.11:local
 export SOAK_SECONDS=${SOAK_SECONDS:-180}
 # The test runner's per-test timeout: the load, plus teardown and settling.
 export TEST_TIMEOUT=$((SOAK_SECONDS + 900))
 
-mkdir -p "$PADDOCK_STATE"
-RECORD=$(mktemp "$PADDOCK_STATE/soak.started.XXXXXX")
-rm -f "$RECORD"
-finish() {
-        local rc=$?
-        if [[ -f $RECORD ]]; then
-                tests/env/services.sh stop --started-by "$RECORD" || echo "soak: warning: stopping services failed" >&2
-        fi
-        rm -f "$RECORD"
-        return $rc
-}
-trap finish EXIT
+record_services soak
 tests/env/services.sh start --record "$RECORD"
 tests/env/images.sh
 "$PADDOCK_BUILD/tests/soak/soak" </dev/null
