@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cleanup.h"
+#include "cron.h"
 #include "pj_api.h"
 #include "pj_json.h"
 #include "strutil.h"
@@ -268,107 +269,31 @@ static int mount_path_check(const char *p, size_t n, struct pj_error *err) {
         return 0;
 }
 
-/* Cron: one field of "*", "*" "/" n, "a", "a-b", "a-b/n" items, comma
- * separated. Returns NULL when valid, else the reason (possibly in why). */
-static const char *cron_field_check(const char *s, size_t n, int min, int max, char *why, size_t why_len) {
-        size_t i = 0;
-        if (n == 0)
-                return "empty field";
-        for (;;) {
-                int a = min, b = max;
-                bool range = false;
-                if (i < n && s[i] == '*') {
-                        range = true;
-                        i++;
-                } else {
-                        for (int k = 0; k < 2; k++) {
-                                size_t d = 0;
-                                int v = 0;
-                                while (i < n && s[i] >= '0' && s[i] <= '9' && d < 3) {
-                                        v = v * 10 + (s[i] - '0');
-                                        i++;
-                                        d++;
-                                }
-                                if (d == 0 || d > 2)
-                                        return "expected a number, '*' or a range";
-                                if (v < min || v > max) {
-                                        snprintf(why, why_len, "value %d is outside %d-%d", v, min, max);
-                                        return why;
-                                }
-                                if (k == 1) {
-                                        b = v;
-                                        break;
-                                }
-                                a = b = v;
-                                if (i < n && s[i] == '-') {
-                                        range = true;
-                                        i++;
-                                } else
-                                        break;
-                        }
-                        if (a > b) {
-                                snprintf(why, why_len, "range %d-%d is backwards", a, b);
-                                return why;
-                        }
-                }
-                if (i < n && s[i] == '/') {
-                        if (!range)
-                                return "a step needs '*' or a range before '/'";
-                        i++;
-                        size_t d = 0;
-                        int v = 0;
-                        while (i < n && s[i] >= '0' && s[i] <= '9' && d < 3) {
-                                v = v * 10 + (s[i] - '0');
-                                i++;
-                                d++;
-                        }
-                        if (d == 0 || d > 2 || v < 1 || v > max - min + 1)
-                                return "the step after '/' must be a number within the field's range";
-                }
-                if (i == n)
-                        return NULL;
-                if (s[i] != ',')
-                        return "unexpected character";
-                i++;
-        }
-}
-
+/* snapshotFrequency: the grammar is common/cron.c's, which the scheduler fires by; the
+ * value is stored with single spaces between the fields. */
 static int cron_check(const char *s, size_t n, char **ret_norm, struct pj_error *err) {
-        static const struct {
-                const char *name;
-                int min, max;
-        } fields[5] = {
-                { "minute", 0, 59 }, { "hour", 0, 23 }, { "day-of-month", 1, 31 }, { "month", 1, 12 }, { "day-of-week", 0, 7 },
-        };
         const char *f = "snapshotFrequency";
+        struct cron_error ce;
+        struct cron c;
         if (n > 128)
                 return pj_error_set(err, f, "snapshotFrequency must be at most 128 characters");
-        char norm[130];
-        size_t o = 0, i = 0;
-        int k = 0;
-        for (;;) {
-                while (i < n && (s[i] == ' ' || s[i] == '\t'))
-                        i++;
-                if (i == n || k == 5)
-                        break;
-                size_t start = i;
-                while (i < n && s[i] != ' ' && s[i] != '\t')
-                        i++;
-                char buf[80];
-                const char *why = cron_field_check(s + start, i - start, fields[k].min, fields[k].max, buf,
-                                                   sizeof(buf));
-                if (why)
-                        return pj_error_set(err, f, "snapshotFrequency is not a valid cron expression: %s field: %s",
-                                    fields[k].name, why);
-                if (o)
-                        norm[o++] = ' ';
-                memcpy(norm + o, s + start, i - start);
-                o += i - start;
-                k++;
+        if (cron_parse_detail(s, &c, &ce) < 0) {
+                if (ce.field < 0)
+                        return pj_error_set(err, f,
+                                    "snapshotFrequency must be a 5-field cron expression (minute hour day-of-month month day-of-week), e.g. \"0 */2 * * *\"");
+                return pj_error_set(err, f, "snapshotFrequency is not a valid cron expression: %s field: %s",
+                            cron_field_names[ce.field], ce.why);
         }
-        if (k != 5 || i != n)
-                return pj_error_set(err, f,
-                            "snapshotFrequency must be a 5-field cron expression (minute hour day-of-month month day-of-week), e.g. \"0 */2 * * *\"");
+        char norm[130];
+        size_t o = 0;
+        for (size_t i = 0; i < n;) {
+                size_t l = strcspn(s + i, " \t");
+                if (l && o)
+                        norm[o++] = ' ';
+                memcpy(norm + o, s + i, l);
+                o += l;
+                i += l + (i + l < n);
+        }
         norm[o] = '\0';
         *ret_norm = xstrdup(norm);
         return 0;
