@@ -1,5 +1,5 @@
 /* render.c — JSON of the API's resources: sandboxes, volumes, templates, regions,
- * stats, pages, exec and upload results, health. The one place the public wire shape of a resource is written;
+ * snapshots, stats, pages, exec and upload results, health. The one place the public wire shape of a resource is written;
  * handlers build nothing of it themselves. Every function returns a new cJSON tree
  * owned by the caller. */
 #include <stdio.h>
@@ -155,6 +155,23 @@ cJSON *volume_to_json(struct ctl *c, const struct volume *v) {
         json_add_time(o, "last_attached_at", v->last_attached_at);
         json_add_time(o, "created_at", v->created_at);
         json_add_time(o, "updated_at", v->updated_at);
+        return o;
+}
+
+cJSON *snapshot_to_json(const struct snapshot *sn) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "id", sn->id);
+        json_add_str(o, "sandbox_id", sn->sandbox_id);
+        json_add_str(o, "name", sn->name);
+        json_add_str(o, "image_tag", sn->image_tag);
+        json_add_str(o, "source_template", sn->source_template);
+        json_add_str(o, "status", snap_status_str(sn->status));
+        json_add_str(o, "failure_reason", sn->failure_reason);
+        if (sn->size_bytes >= 0)
+                cJSON_AddNumberToObject(o, "size_bytes", (double) sn->size_bytes);
+        else
+                cJSON_AddNullToObject(o, "size_bytes");
+        json_add_time(o, "created_at", sn->created_at);
         return o;
 }
 

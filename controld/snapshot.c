@@ -68,23 +68,6 @@ char *ctl_snapshot_registry_auth(const struct ctl *c) {
         return registry_auth_header_value(&r);
 }
 
-cJSON *snapshot_to_json(const struct snapshot *sn) {
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "id", sn->id);
-        json_add_str(o, "sandbox_id", sn->sandbox_id);
-        json_add_str(o, "name", sn->name);
-        json_add_str(o, "image_tag", sn->image_tag);
-        json_add_str(o, "source_template", sn->source_template);
-        json_add_str(o, "status", snap_status_str(sn->status));
-        json_add_str(o, "failure_reason", sn->failure_reason);
-        if (sn->size_bytes >= 0)
-                cJSON_AddNumberToObject(o, "size_bytes", (double) sn->size_bytes);
-        else
-                cJSON_AddNullToObject(o, "size_bytes");
-        json_add_time(o, "created_at", sn->created_at);
-        return o;
-}
-
 /* ---------------------------------------------------------------- publishing jobs */
 
 static int pub_connect(struct snapbus *b, char *err, size_t errlen) {
