@@ -46,3 +46,8 @@ int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_ma
  * agents share. 0 or amqpx_rpc_check's errors. */
 int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch, const char *exchange, char *err,
                                 size_t errlen);
+
+/* Waits up to timeout_ms for the next delivery on conn (any channel). 1 with *ret filled
+ * (the caller acks and amqp_destroy_envelope()s it), 0 when nothing came in time,
+ * -ECONNRESET when the connection was closed or broke (reconnect). */
+int amqpx_consume_next(amqp_connection_state_t conn, amqp_envelope_t *ret, long timeout_ms);

@@ -456,12 +456,10 @@ static void *events_main(void *ud) {
                 backoff_ms = 200;
                 while (!atomic_load(&b->stop)) {
                         amqp_envelope_t env;
-                        struct timeval tv = { .tv_sec = 1 };
-                        amqp_maybe_release_buffers(conn);
-                        amqp_rpc_reply_t x = amqp_consume_message(conn, &env, &tv, 0);
-                        if (x.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && x.library_error == AMQP_STATUS_TIMEOUT)
+                        int got = amqpx_consume_next(conn, &env, 1000);
+                        if (got == 0)
                                 continue;
-                        if (x.reply_type != AMQP_RESPONSE_NORMAL)
+                        if (got < 0)
                                 break;   /* a close or a broken connection: reconnect */
                         _cleanup_free_ char *node = NULL;
                         if (env.message.properties._flags & AMQP_BASIC_APP_ID_FLAG)
