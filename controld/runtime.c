@@ -663,36 +663,38 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                                 d);
 }
 
+/* exec and code once their bodies parsed: the caller's sandbox of the route, then
+ * run_and_respond() with the request's cwd, env, timeout and stream. */
+static enum MHD_Result run_request(struct req *r, const struct pj_run *run, const char *token, const char **argv,
+                                   const char *stdin_file, const char *stdin_data, size_t stdin_len) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
+        if (runtime_sandbox(r, r->m.id, &sb) < 0)
+                return MHD_YES;
+        _cleanup_(strv_freep) char **env = env_list(run->env_keys, run->env_values, run->n_env);
+        return run_and_respond(r, &sb, token, argv, env, run->cwd, run->timeout_s, run->stream, stdin_file, stdin_data,
+                               stdin_len);
+}
+
 enum MHD_Result runtime_post_exec(struct req *r) {
-        const char *id = r->m.id;
         _cleanup_(pj_exec_done) struct pj_exec in = { 0 };
         struct pj_error pe = { 0 };
-        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         if (pj_exec_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_error(r, 400, "%s", pe.message);
-        if (runtime_sandbox(r, id, &sb) < 0)
-                return MHD_YES;
-        _cleanup_(strv_freep) char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { "/bin/sh", "-c", in.cmd, NULL };
-        return run_and_respond(r, &sb, NULL, argv, env, in.cwd, in.timeout_s, in.stream, NULL, NULL, 0);
+        return run_request(r, &in.run, NULL, argv, NULL, NULL, 0);
 }
 
 enum MHD_Result runtime_post_code(struct req *r) {
-        const char *id = r->m.id;
         _cleanup_(pj_code_done) struct pj_code in = { 0 };
         struct pj_error pe = { 0 };
-        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         if (pj_code_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_error(r, 400, "%s", pe.message);
-        if (runtime_sandbox(r, id, &sb) < 0)
-                return MHD_YES;
         bool py = !strcmp(in.language, "python");
         char tok[25], path[64];
         hexid_new(tok);
         snprintf(path, sizeof(path), "/tmp/.paddock-code-%s.%s", tok, py ? "py" : "js");
-        _cleanup_(strv_freep) char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { py ? "python3" : "node", path, NULL };
-        return run_and_respond(r, &sb, tok, argv, env, in.cwd, in.timeout_s, in.stream, path, in.code, strlen(in.code));
+        return run_request(r, &in.run, tok, argv, path, in.code, strlen(in.code));
 }
 
 /* ---- files ---- */

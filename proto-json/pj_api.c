@@ -560,27 +560,19 @@ static bool env_key_ok(const struct pj_json *m) {
         return true;
 }
 
-struct run_common {
-        int timeout_s;
-        char *cwd;
-        char **env_keys, **env_values;
-        size_t n_env;
-        bool stream;
-};
-
-static void run_common_done(struct run_common *rc) {
-        free(rc->cwd);
-        env_free(rc->env_keys, rc->env_values, rc->n_env);
-        *rc = (struct run_common) {};
+static void run_done(struct pj_run *run) {
+        free(run->cwd);
+        env_free(run->env_keys, run->env_values, run->n_env);
+        *run = (struct pj_run) {};
 }
 
 /* timeout_seconds, cwd, env, stream: shared by exec and code. */
-static int parse_run_common(const struct pj_json *root, struct run_common *ret, struct pj_error *err) {
-        _cleanup_(run_common_done) struct run_common rc = { .timeout_s = 30 };
+static int parse_run(const struct pj_json *root, struct pj_run *ret, struct pj_error *err) {
+        _cleanup_(run_done) struct pj_run run = { .timeout_s = 30 };
         const struct pj_json *v;
         int r;
 
-        if ((r = get_int(root, "", "timeout_seconds", 1, 300, NULL, &rc.timeout_s, err)) < 0)
+        if ((r = get_int(root, "", "timeout_seconds", 1, 300, NULL, &run.timeout_s, err)) < 0)
                 return r;
 
         r = get_str(root, "", "cwd", &v, err);
@@ -591,7 +583,7 @@ static int parse_run_common(const struct pj_json *root, struct run_common *ret, 
                 if (r < 0)
                         return r;
         }
-        rc.cwd = xstrdup(v ? v->str : "/");
+        run.cwd = xstrdup(v ? v->str : "/");
 
         const struct pj_json *env = pj_json_member(root, "env");
         if (env) {
@@ -599,8 +591,8 @@ static int parse_run_common(const struct pj_json *root, struct run_common *ret, 
                         return pj_error_set(err, "env", "env must be an object mapping variable names to string values");
                 if (env->n > 128)
                         return pj_error_set(err, "env", "env must have at most 128 entries");
-                rc.env_keys = xnew0(char *, env->n);
-                rc.env_values = xnew0(char *, env->n);
+                run.env_keys = xnew0(char *, env->n);
+                run.env_values = xnew0(char *, env->n);
                 for (const struct pj_json *m = env->child; m; m = m->next) {
                         char path[PATH_MAX_LEN], q[300];
                         if (!env_key_ok(m))
@@ -608,8 +600,8 @@ static int parse_run_common(const struct pj_json *root, struct run_common *ret, 
                                             "env key '%s' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*, at most 256 characters)",
                                             sanitize(q, sizeof(q), m->key, m->key_len, 64));
                         mkpath(path, "env", m->key);
-                        for (size_t i = 0; i < rc.n_env; i++)
-                                if (strcmp(rc.env_keys[i], m->key) == 0)
+                        for (size_t i = 0; i < run.n_env; i++)
+                                if (strcmp(run.env_keys[i], m->key) == 0)
                                         return pj_error_set(err, path, "Duplicate field '%s'", path);
                         if (m->type != PJ_JSON_STRING)
                                 return pj_error_set(err, path, "%s must be a string", path);
@@ -617,16 +609,16 @@ static int parse_run_common(const struct pj_json *root, struct run_common *ret, 
                                 return pj_error_set(err, path, "%s must be at most 32768 bytes", path);
                         if (memchr(m->str, '\0', m->str_len))
                                 return pj_error_set(err, path, "%s must not contain NUL characters", path);
-                        rc.env_keys[rc.n_env] = xstrdup(m->key);
-                        rc.env_values[rc.n_env] = xstrdup(m->str);
-                        rc.n_env++;
+                        run.env_keys[run.n_env] = xstrdup(m->key);
+                        run.env_values[run.n_env] = xstrdup(m->str);
+                        run.n_env++;
                 }
         }
 
-        if ((r = get_bool(root, "", "stream", NULL, &rc.stream, err)) < 0)
+        if ((r = get_bool(root, "", "stream", NULL, &run.stream, err)) < 0)
                 return r;
-        *ret = rc;
-        rc = (struct run_common) {};
+        *ret = run;
+        run = (struct pj_run) {};
         return 0;
 }
 
@@ -634,23 +626,9 @@ void pj_exec_done(struct pj_exec *e) {
         if (!e)
                 return;
         free(e->cmd);
-        free(e->cwd);
-        env_free(e->env_keys, e->env_values, e->n_env);
+        run_done(&e->run);
         *e = (struct pj_exec) {};
 }
-
-/* Moves the fields parse_run_common() filled into a pj_exec or pj_code
- * (both spell them the same) and leaves rc owning nothing. */
-#define TAKE_RUN_COMMON(dst, rc)                                \
-        do {                                                    \
-                (dst).timeout_s = (rc).timeout_s;               \
-                (dst).cwd = TAKE_PTR((rc).cwd);                 \
-                (dst).env_keys = TAKE_PTR((rc).env_keys);       \
-                (dst).env_values = TAKE_PTR((rc).env_values);   \
-                (dst).n_env = (rc).n_env;                       \
-                (dst).stream = (rc).stream;                     \
-                (rc).n_env = 0;                                 \
-        } while (0)
 
 /* The required, non-empty text member key (cmd, code) of at most max bytes. */
 static int get_text(const struct pj_json *root, const char *key, size_t max, const char *max_note,
@@ -670,17 +648,16 @@ static int get_text(const struct pj_json *root, const char *key, size_t max, con
 int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_error *err) {
         static const char *const fields[] = { "cmd", "timeout_seconds", "cwd", "env", "stream" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        _cleanup_(run_common_done) struct run_common rc = {};
+        struct pj_run run;
         const struct pj_json *cmd;
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
             (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
-            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = parse_run_common(root, &rc, err)) < 0)
+            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = parse_run(root, &run, err)) < 0)
                 return r;
 
-        *ret = (struct pj_exec) { .cmd = xstrdup(cmd->str) };
-        TAKE_RUN_COMMON(*ret, rc);
+        *ret = (struct pj_exec) { .cmd = xstrdup(cmd->str), .run = run };
         return 0;
 }
 
@@ -689,15 +666,14 @@ void pj_code_done(struct pj_code *c) {
                 return;
         free(c->language);
         free(c->code);
-        free(c->cwd);
-        env_free(c->env_keys, c->env_values, c->n_env);
+        run_done(&c->run);
         *c = (struct pj_code) {};
 }
 
 int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_error *err) {
         static const char *const fields[] = { "language", "code", "timeout_seconds", "cwd", "env", "stream" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        _cleanup_(run_common_done) struct run_common rc = {};
+        struct pj_run run;
         const struct pj_json *lang, *code;
         int r;
 
@@ -712,11 +688,10 @@ int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_e
         if (strcmp(lang->str, "python") != 0 && strcmp(lang->str, "node") != 0)
                 return pj_error_set(err, "language", "language must be one of python, node");
         if ((r = get_text(root, "code", 1024 * 1024, " (1 MiB)", &code, err)) < 0 ||
-            (r = parse_run_common(root, &rc, err)) < 0)
+            (r = parse_run(root, &run, err)) < 0)
                 return r;
 
-        *ret = (struct pj_code) { .language = xstrdup(lang->str), .code = xstrdup(code->str) };
-        TAKE_RUN_COMMON(*ret, rc);
+        *ret = (struct pj_code) { .language = xstrdup(lang->str), .code = xstrdup(code->str), .run = run };
         return 0;
 }
 

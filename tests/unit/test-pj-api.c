@@ -790,38 +790,38 @@ TEST(exec_valid) {
         _cleanup_free_ char *b = q("{'cmd':'ls -la | wc -l && echo done > /tmp/x'}");
         ASSERT_EQ(pj_exec_parse(b, strlen(b), &x, &e), 0);
         ASSERT_STREQ(x.cmd, "ls -la | wc -l && echo done > /tmp/x");
-        ASSERT_EQ(x.timeout_s, 30);
-        ASSERT_STREQ(x.cwd, "/");
-        ASSERT_EQ(x.n_env, 0);
-        ASSERT_FALSE(x.stream);
+        ASSERT_EQ(x.run.timeout_s, 30);
+        ASSERT_STREQ(x.run.cwd, "/");
+        ASSERT_EQ(x.run.n_env, 0);
+        ASSERT_FALSE(x.run.stream);
         pj_exec_done(&x);
 
         _cleanup_free_ char *b2 = q("{'cmd':'env','timeout_seconds':300,'cwd':'/home/user','env':{'NODE_ENV':'production',"
                                     "'_x1':'','DATABASE_URL':'postgres://u:p@h/db?x=\\u00e9'},'stream':true}");
         ASSERT_EQ(pj_exec_parse(b2, strlen(b2), &x, &e), 0);
-        ASSERT_EQ(x.timeout_s, 300);
-        ASSERT_STREQ(x.cwd, "/home/user");
-        ASSERT_EQ(x.n_env, 3);
-        ASSERT_STREQ(x.env_keys[0], "NODE_ENV");
-        ASSERT_STREQ(x.env_values[0], "production");
-        ASSERT_STREQ(x.env_keys[1], "_x1");
-        ASSERT_STREQ(x.env_values[1], "");
-        ASSERT_STREQ(x.env_keys[2], "DATABASE_URL");
-        ASSERT_STREQ(x.env_values[2], "postgres://u:p@h/db?x=\xc3\xa9");
-        ASSERT_TRUE(x.stream);
+        ASSERT_EQ(x.run.timeout_s, 300);
+        ASSERT_STREQ(x.run.cwd, "/home/user");
+        ASSERT_EQ(x.run.n_env, 3);
+        ASSERT_STREQ(x.run.env_keys[0], "NODE_ENV");
+        ASSERT_STREQ(x.run.env_values[0], "production");
+        ASSERT_STREQ(x.run.env_keys[1], "_x1");
+        ASSERT_STREQ(x.run.env_values[1], "");
+        ASSERT_STREQ(x.run.env_keys[2], "DATABASE_URL");
+        ASSERT_STREQ(x.run.env_values[2], "postgres://u:p@h/db?x=\xc3\xa9");
+        ASSERT_TRUE(x.run.stream);
         pj_exec_done(&x);
         pj_exec_done(&x);
         pj_exec_done(NULL);
 
         _cleanup_free_ char *b3 = q("{'cmd':'x','timeout_seconds':1,'cwd':'/','env':{},'stream':false}");
         ASSERT_EQ(pj_exec_parse(b3, strlen(b3), &x, &e), 0);
-        ASSERT_EQ(x.timeout_s, 1);
+        ASSERT_EQ(x.run.timeout_s, 1);
         pj_exec_done(&x);
 
         _cleanup_free_ char *b4 = q("{'cmd':'x','timeout_seconds':null,'cwd':null,'env':null,'stream':null}");
         ASSERT_EQ(pj_exec_parse(b4, strlen(b4), &x, &e), 0);
-        ASSERT_EQ(x.timeout_s, 30);
-        ASSERT_STREQ(x.cwd, "/");
+        ASSERT_EQ(x.run.timeout_s, 30);
+        ASSERT_STREQ(x.run.cwd, "/");
         pj_exec_done(&x);
 }
 
@@ -855,8 +855,8 @@ TEST(exec_limits) {
                 snprintf(b + o, cap - (size_t) o, "}}");
                 if (count == 128) {
                         ASSERT_EQ(pj_exec_parse(b, strlen(b), &x, &e), 0);
-                        ASSERT_EQ(x.n_env, 128);
-                        ASSERT_STREQ(x.env_keys[127], "V127");
+                        ASSERT_EQ(x.run.n_env, 128);
+                        ASSERT_STREQ(x.run.env_keys[127], "V127");
                         pj_exec_done(&x);
                 } else
                         check_bad_raw(do_exec, b, strlen(b), "env", "env must have at most 128 entries", __LINE__);
@@ -896,7 +896,7 @@ TEST(exec_limits) {
                 snprintf(b + o + len, 64, "\"}");
                 if (len == 4096) {
                         ASSERT_EQ(pj_exec_parse(b, strlen(b), &x, &e), 0);
-                        ASSERT_EQ(strlen(x.cwd), 4096);
+                        ASSERT_EQ(strlen(x.run.cwd), 4096);
                         pj_exec_done(&x);
                 } else
                         check_bad_raw(do_exec, b, strlen(b), "cwd", "cwd must be at most 4096 bytes", __LINE__);
@@ -969,12 +969,12 @@ TEST(code_valid) {
                 ASSERT_EQ(pj_code_parse(b, strlen(b), &c, &e), 0);
                 ASSERT_STREQ(c.language, langs[i]);
                 ASSERT_STREQ(c.code, "print(1)\nprint(2)");
-                ASSERT_EQ(c.timeout_s, 10);
-                ASSERT_STREQ(c.cwd, "/srv");
-                ASSERT_EQ(c.n_env, 1);
-                ASSERT_STREQ(c.env_keys[0], "OPENAI_API_KEY");
-                ASSERT_STREQ(c.env_values[0], "sk-1");
-                ASSERT_TRUE(c.stream);
+                ASSERT_EQ(c.run.timeout_s, 10);
+                ASSERT_STREQ(c.run.cwd, "/srv");
+                ASSERT_EQ(c.run.n_env, 1);
+                ASSERT_STREQ(c.run.env_keys[0], "OPENAI_API_KEY");
+                ASSERT_STREQ(c.run.env_values[0], "sk-1");
+                ASSERT_TRUE(c.run.stream);
                 pj_code_done(&c);
                 pj_code_done(&c);
         }
@@ -982,9 +982,9 @@ TEST(code_valid) {
         struct pj_error e = {};
         _cleanup_free_ char *b = q("{'language':'node','code':'1'}");
         ASSERT_EQ(pj_code_parse(b, strlen(b), &c, &e), 0);
-        ASSERT_EQ(c.timeout_s, 30);
-        ASSERT_STREQ(c.cwd, "/");
-        ASSERT_FALSE(c.stream);
+        ASSERT_EQ(c.run.timeout_s, 30);
+        ASSERT_STREQ(c.run.cwd, "/");
+        ASSERT_FALSE(c.run.stream);
         pj_code_done(&c);
         pj_code_done(NULL);
 
