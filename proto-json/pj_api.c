@@ -188,6 +188,19 @@ static int get_hex24(const struct pj_json *obj, const char *key, char **ret, str
         return 1;
 }
 
+/* A string member that must be dflt (also when absent) or other. */
+static int get_word(const struct pj_json *obj, const char *key, const char *dflt, const char *other, char **ret,
+                    struct pj_error *err) {
+        const struct pj_json *v;
+        int r = get_str(obj, "", key, &v, err);
+        if (r < 0)
+                return r;
+        if (v && strcmp(v->str, dflt) != 0 && strcmp(v->str, other) != 0)
+                return pj_error_set(err, key, "%s must be one of %s, %s", key, dflt, other);
+        *ret = xstrdup(v ? v->str : dflt);
+        return 0;
+}
+
 /* Display names: 1..64 code points, no C0/DEL/C1 controls and no bidi
  * override/isolate characters (they make names render misleadingly). */
 static bool display_name_ok(const struct pj_json *v) {
@@ -351,8 +364,7 @@ static int parse_egress(const struct pj_json *obj, const char *prefix, bool upda
                 if (r < 0) /* cannot happen: length was checked above */
                         return pj_error_set(err, path, "%s must have at most %d entries", path, PJ_EGRESS_MAX_ALLOW);
         }
-        *ret = e;
-        e = (struct pj_egress) {};
+        *ret = TAKE_STRUCT(e);
         return 0;
 }
 
@@ -509,12 +521,8 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
         } else
                 c.mount_path = xstrdup("/workspace");
 
-        r = get_str(root, "", "snapshotMode", &v, err);
-        if (r < 0)
+        if ((r = get_word(root, "snapshotMode", "manual", "automatic", &c.snapshot_mode, err)) < 0)
                 return r;
-        if (v && strcmp(v->str, "manual") != 0 && strcmp(v->str, "automatic") != 0)
-                return pj_error_set(err, "snapshotMode", "snapshotMode must be one of manual, automatic");
-        c.snapshot_mode = xstrdup(v ? v->str : "manual");
         bool automatic = strcmp(c.snapshot_mode, "automatic") == 0;
 
         r = get_str(root, "", "snapshotFrequency", &v, err);
@@ -532,8 +540,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                         return r;
         }
 
-        *ret = c;
-        c = (struct pj_sandbox_create) {};
+        *ret = TAKE_STRUCT(c);
         return 0;
 }
 
@@ -617,8 +624,7 @@ static int parse_run(const struct pj_json *root, struct pj_run *ret, struct pj_e
 
         if ((r = get_bool(root, "", "stream", NULL, &run.stream, err)) < 0)
                 return r;
-        *ret = run;
-        run = (struct pj_run) {};
+        *ret = TAKE_STRUCT(run);
         return 0;
 }
 
@@ -764,7 +770,6 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
         static const char *const fields[] = { "name", "sizeGB", "region", "type", "teamId" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_volume_create_done) struct pj_volume_create c = {};
-        const struct pj_json *v;
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
@@ -780,16 +785,10 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
                 return r;
         if (r == 0)
                 return pj_error_set(err, "region", "region is required (a region id from GET /sandboxes/regions)");
-        r = get_str(root, "", "type", &v, err);
-        if (r < 0)
+        if ((r = get_word(root, "type", "web", "sandbox", &c.type, err)) < 0 ||
+            (r = get_hex24(root, "teamId", &c.team_id, err)) < 0)
                 return r;
-        if (v && strcmp(v->str, "web") != 0 && strcmp(v->str, "sandbox") != 0)
-                return pj_error_set(err, "type", "type must be one of web, sandbox");
-        c.type = xstrdup(v ? v->str : "web");
-        if ((r = get_hex24(root, "teamId", &c.team_id, err)) < 0)
-                return r;
-        *ret = c;
-        c = (struct pj_volume_create) {};
+        *ret = TAKE_STRUCT(c);
         return 0;
 }
 
@@ -892,7 +891,6 @@ int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, si
                         return pj_error_set(err, "files", "files add up to more than %zu bytes; the limit is %zu bytes per batch",
                                     max_total_bytes, max_total_bytes);
         }
-        *ret = b;
-        b = (struct pj_files_batch) {};
+        *ret = TAKE_STRUCT(b);
         return 0;
 }
