@@ -298,6 +298,56 @@ TEST(json_huge_bodies) {
 
 /* ---- POST /sandboxes ---------------------------------------------------- */
 
+/* Every member of got equals want's (strings by content, NULL only to NULL). */
+static void check_create(const struct pj_sandbox_create *got, const struct pj_sandbox_create *want, int line) {
+#define SAME_STR(m)                                                                                          \
+        if (got->m ? !want->m || strcmp(got->m, want->m) != 0 : want->m != NULL)                            \
+                test_fail(__FILE__, line, #m ": \"%s\" != \"%s\"", got->m ? got->m : "(null)", want->m ? want->m : "(null)")
+#define SAME_INT(m)                                                                                          \
+        if (got->m != want->m)                                                                               \
+                test_fail(__FILE__, line, #m ": %lld != %lld", (long long) got->m, (long long) want->m)
+        SAME_STR(name);
+        SAME_STR(template_name);
+        SAME_STR(team_id);
+        SAME_STR(environment_id);
+        SAME_STR(volume_id);
+        SAME_STR(from_snapshot);
+        SAME_STR(region);
+        SAME_INT(has_cpu);
+        SAME_INT(has_memory);
+        SAME_INT(has_disk);
+        SAME_INT(cpu);
+        SAME_INT(memory);
+        SAME_INT(disk);
+        SAME_INT(auto_destroy);
+        SAME_STR(destroy_timeout);
+        SAME_INT(destroy_timeout_s);
+        SAME_INT(one_shot);
+        SAME_INT(block_outbound_set);
+        SAME_INT(block_outbound);
+        SAME_INT(egress_set);
+        SAME_INT(egress.mode);
+        SAME_INT(egress.n_allow);
+        for (size_t i = 0; i < got->egress.n_allow; i++)
+                SAME_STR(egress.allow[i]);
+        SAME_INT(persistent);
+        SAME_INT(has_persistent_disk_gb);
+        SAME_INT(persistent_disk_gb);
+        SAME_STR(mount_path);
+        SAME_STR(snapshot_mode);
+        SAME_STR(snapshot_frequency);
+#undef SAME_STR
+#undef SAME_INT
+}
+
+/* What an empty body means. */
+static const struct pj_sandbox_create create_default = {
+        .egress.mode = PJ_EGRESS_OPEN,
+        .mount_path = "/workspace",
+        .snapshot_mode = "manual",
+};
+
+
 TEST(create_defaults) {
         const char *bodies[] = { "", "{}", " \t\r\n{ }\n", "{'name':null,'template':null,'teamId':null,'environmentId':null,"
                                  "'region':null,'specs':null,'autoDestroy':null,'destroyTimeout':null,'oneShot':null,"
@@ -308,27 +358,7 @@ TEST(create_defaults) {
         for (size_t i = 0; i < ELEMENTSOF(bodies); i++) {
                 struct pj_sandbox_create c = {};
                 ASSERT_EQ(create(bodies[i], &c), 0);
-                ASSERT_NULL(c.name);
-                ASSERT_NULL(c.template_name);
-                ASSERT_NULL(c.team_id);
-                ASSERT_NULL(c.environment_id);
-                ASSERT_NULL(c.volume_id);
-                ASSERT_NULL(c.from_snapshot);
-                ASSERT_NULL(c.region);
-                ASSERT_FALSE(c.has_cpu || c.has_memory || c.has_disk);
-                ASSERT_FALSE(c.auto_destroy);
-                ASSERT_NULL(c.destroy_timeout);
-                ASSERT_EQ(c.destroy_timeout_s, 0);
-                ASSERT_FALSE(c.one_shot);
-                ASSERT_FALSE(c.block_outbound_set);
-                ASSERT_FALSE(c.egress_set);
-                ASSERT_EQ(c.egress.mode, PJ_EGRESS_OPEN);
-                ASSERT_EQ(c.egress.n_allow, 0);
-                ASSERT_FALSE(c.persistent);
-                ASSERT_FALSE(c.has_persistent_disk_gb);
-                ASSERT_STREQ(c.mount_path, "/workspace");
-                ASSERT_STREQ(c.snapshot_mode, "manual");
-                ASSERT_NULL(c.snapshot_frequency);
+                check_create(&c, &create_default, __LINE__);
                 pj_sandbox_create_done(&c);
         }
         /* NULL body with len 0 too */
@@ -349,34 +379,21 @@ TEST(create_full) {
                          "'snapshotFrequency':' 0  */2 * *\\t* ','mountPath':'/home/user/data'}",
                          &c),
                   0);
-        ASSERT_STREQ(c.name, "my box");
-        ASSERT_STREQ(c.template_name, "python-3.12");
-        ASSERT_STREQ(c.team_id, "0123456789abcdef01234567");
-        ASSERT_STREQ(c.environment_id, "aaaaaaaaaaaaaaaaaaaaaaaa");
-        ASSERT_STREQ(c.region, "us-east-1");
-        ASSERT_STREQ(c.from_snapshot, "ffffffffffffffffffffffff");
-        ASSERT_NULL(c.volume_id);
-        ASSERT_TRUE(c.has_cpu && c.has_memory && c.has_disk);
-        ASSERT_EQ(c.cpu, 2000);
-        ASSERT_EQ(c.memory, 2048);
-        ASSERT_EQ(c.disk, 5);
-        ASSERT_TRUE(c.auto_destroy);
-        ASSERT_STREQ(c.destroy_timeout, "12h");
-        ASSERT_EQ(c.destroy_timeout_s, 12 * 3600);
-        ASSERT_TRUE(c.one_shot);
-        ASSERT_FALSE(c.block_outbound_set);
-        ASSERT_TRUE(c.egress_set);
-        ASSERT_EQ(c.egress.mode, PJ_EGRESS_RESTRICTED);
-        ASSERT_EQ(c.egress.n_allow, 3);
-        ASSERT_STREQ(c.egress.allow[0], "1.1.1.1");
-        ASSERT_STREQ(c.egress.allow[1], "api.example.com");
-        ASSERT_STREQ(c.egress.allow[2], "10.0.0.0/8");
-        ASSERT_TRUE(c.persistent);
-        ASSERT_TRUE(c.has_persistent_disk_gb);
-        ASSERT_EQ(c.persistent_disk_gb, 50);
-        ASSERT_STREQ(c.snapshot_mode, "automatic");
-        ASSERT_STREQ(c.snapshot_frequency, "0 */2 * * *");
-        ASSERT_STREQ(c.mount_path, "/home/user/data");
+        check_create(&c,
+                     &(struct pj_sandbox_create) {
+                             .name = "my box", .template_name = "python-3.12", .team_id = "0123456789abcdef01234567",
+                             .environment_id = "aaaaaaaaaaaaaaaaaaaaaaaa", .region = "us-east-1",
+                             .from_snapshot = "ffffffffffffffffffffffff",
+                             .has_cpu = true, .has_memory = true, .has_disk = true, .cpu = 2000, .memory = 2048, .disk = 5,
+                             .auto_destroy = true, .destroy_timeout = "12h", .destroy_timeout_s = 12 * 3600, .one_shot = true,
+                             .egress_set = true,
+                             .egress = { .mode = PJ_EGRESS_RESTRICTED, .n_allow = 3,
+                                         .allow = (char *[]) { "1.1.1.1", "api.example.com", "10.0.0.0/8" } },
+                             .persistent = true, .has_persistent_disk_gb = true, .persistent_disk_gb = 50,
+                             .mount_path = "/home/user/data", .snapshot_mode = "automatic",
+                             .snapshot_frequency = "0 */2 * * *",
+                     },
+                     __LINE__);
         pj_sandbox_create_done(&c);
         ASSERT_NULL(c.name);
         pj_sandbox_create_done(&c); /* idempotent */
