@@ -31,36 +31,19 @@ static int do_create(const char *b, size_t l, struct pj_error *e) {
         pj_sandbox_create_done(&c);
         return r;
 }
-static int do_exec(const char *b, size_t l, struct pj_error *e) {
-        struct pj_exec x = {};
-        int r = pj_exec_parse(b, l, &x, e);
-        pj_exec_done(&x);
-        return r;
-}
-static int do_code(const char *b, size_t l, struct pj_error *e) {
-        struct pj_code x = {};
-        int r = pj_code_parse(b, l, &x, e);
-        pj_code_done(&x);
-        return r;
-}
-static int do_egress(const char *b, size_t l, struct pj_error *e) {
-        struct pj_egress_update x = {};
-        int r = pj_egress_update_parse(b, l, &x, e);
-        pj_egress_update_done(&x);
-        return r;
-}
-static int do_snapshot(const char *b, size_t l, struct pj_error *e) {
-        struct pj_snapshot_create x = {};
-        int r = pj_snapshot_create_parse(b, l, &x, e);
-        pj_snapshot_create_done(&x);
-        return r;
-}
-static int do_volume(const char *b, size_t l, struct pj_error *e) {
-        struct pj_volume_create x = {};
-        int r = pj_volume_create_parse(b, l, &x, e);
-        pj_volume_create_done(&x);
-        return r;
-}
+/* do_<name>: parse a body into a struct pj_<name> and release it, for the tables. */
+#define DEFINE_DO(name, type)                                              \
+        static int do_##name(const char *b, size_t l, struct pj_error *e) { \
+                struct type x = {};                                         \
+                int r = type##_parse(b, l, &x, e);                          \
+                type##_done(&x);                                            \
+                return r;                                                   \
+        }
+DEFINE_DO(exec, pj_exec)
+DEFINE_DO(code, pj_code)
+DEFINE_DO(egress, pj_egress_update)
+DEFINE_DO(snapshot, pj_snapshot_create)
+DEFINE_DO(volume, pj_volume_create)
 static int do_batch(const char *b, size_t l, struct pj_error *e) {
         struct pj_files_batch x = {};
         int r = pj_files_batch_parse(b, l, 1 << 20, 4 << 20, &x, e);
