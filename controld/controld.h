@@ -437,6 +437,9 @@ struct exec_result {
 };
 cJSON *exec_result_to_json(const struct exec_result *x);
 cJSON *exec_done_frame_to_json(const struct exec_result *x);
+/* The other SSE frames: {"type":"stdout"|"stderr","data":...} and {"type":"error","message":...}. */
+cJSON *exec_output_frame_to_json(const char *type, const char *data, size_t len);
+cJSON *exec_error_frame_to_json(const char *message);
 /* Batch upload: one file's outcome (error NULL = success), and the summary (results consumed). */
 cJSON *batch_file_to_json(const char *path, size_t bytes, const char *error);
 cJSON *batch_summary_to_json(int uploaded, int failed, cJSON *results);

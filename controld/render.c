@@ -266,6 +266,20 @@ cJSON *exec_done_frame_to_json(const struct exec_result *x) {
         return o;
 }
 
+cJSON *exec_output_frame_to_json(const char *type, const char *data, size_t len) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "type", type);
+        json_add_strn(o, "data", data, len);  /* every byte, NUL as \u0000 */
+        return o;
+}
+
+cJSON *exec_error_frame_to_json(const char *message) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "type", "error");
+        json_add_str(o, "message", message);
+        return o;
+}
+
 cJSON *batch_file_to_json(const char *path, size_t bytes, const char *error) {
         cJSON *o = cJSON_CreateObject();
         json_add_str(o, "path", path);
