@@ -825,31 +825,52 @@ TEST(exec_valid) {
         pj_exec_done(&x);
 }
 
+/* prefix, then len bytes repeating unit, then suffix: a body of a chosen size (xmalloc'd). */
+static char *sized_body(const char *prefix, const char *unit, size_t len, const char *suffix) {
+        size_t p = strlen(prefix), u = strlen(unit), x = strlen(suffix);
+        char *b = xmalloc(p + len + x + 1);
+        memcpy(b, prefix, p);
+        for (size_t i = 0; i < len; i++)
+                b[p + i] = unit[i % u];
+        memcpy(b + p + len, suffix, x + 1);
+        return b;
+}
+
+/* With max bytes of unit between prefix and suffix the body parses; with one more it is
+ * refused naming field, with msg. */
+static void check_max(parse_fn fn, const char *prefix, const char *unit, size_t max, const char *suffix, const char *field,
+                      const char *msg, int line) {
+        _cleanup_free_ char *ok = sized_body(prefix, unit, max, suffix);
+        _cleanup_free_ char *over = sized_body(prefix, unit, max + 1, suffix);
+        struct pj_error e = {};
+        if (fn(ok, strlen(ok), &e) != 0)
+                test_fail(__FILE__, line, "%zu bytes refused: [%s] %s", max, e.field, e.message);
+        check_bad_raw(fn, over, strlen(over), field, msg, line);
+}
+
 TEST(exec_limits) {
         struct pj_exec x = {};
         struct pj_error e = {};
-        /* cmd of exactly 65536 bytes is fine, one more is not */
-        size_t n = 65536;
-        char *b = xmalloc(n + 64);
-        int o = snprintf(b, 64, "{\"cmd\":\"");
-        memset(b + o, 'a', n);
-        snprintf(b + o + n, 64, "\"}");
-        ASSERT_EQ(pj_exec_parse(b, strlen(b), &x, &e), 0);
+        check_max(do_exec, "{\"cmd\":\"", "a", 65536, "\"}", "cmd", "cmd must be at most 65536 bytes", __LINE__);
+        check_max(do_exec, "{\"cmd\":\"x\",\"env\":{\"K\":\"", "v", 32768, "\"}}", "env.K",
+                  "env.K must be at most 32768 bytes", __LINE__);
+        check_max(do_exec, "{\"cmd\":\"x\",\"env\":{\"", "K", 256, "\":\"v\"}}", "env", "is not a valid variable name",
+                  __LINE__);
+        /* cwd components of 99 bytes: 4096 bytes in all is the limit */
+        char unit[101] = "/";
+        memset(unit + 1, 'd', 99);
+        check_max(do_exec, "{\"cmd\":\"x\",\"cwd\":\"", unit, 4096, "\"}", "cwd", "cwd must be at most 4096 bytes",
+                  __LINE__);
+        _cleanup_free_ char *cwd = sized_body("{\"cmd\":\"x\",\"cwd\":\"", unit, 4096, "\"}");
+        ASSERT_EQ(pj_exec_parse(cwd, strlen(cwd), &x, &e), 0);
+        ASSERT_EQ(strlen(x.run.cwd), 4096);
         pj_exec_done(&x);
-        free(b);
-        n++;
-        b = xmalloc(n + 64);
-        o = snprintf(b, 64, "{\"cmd\":\"");
-        memset(b + o, 'a', n);
-        snprintf(b + o + n, 64, "\"}");
-        check_bad_raw(do_exec, b, strlen(b), "cmd", "cmd must be at most 65536 bytes", __LINE__);
-        free(b);
 
-        /* 128 env entries fine, 129 not; value of 32768 fine, 32769 not */
+        /* 128 env entries fine, 129 not */
         for (int count = 128; count <= 129; count++) {
                 size_t cap = 64 + (size_t) count * 32;
-                b = xmalloc(cap);
-                o = snprintf(b, cap, "{\"cmd\":\"x\",\"env\":{");
+                _cleanup_free_ char *b = xmalloc(cap);
+                int o = snprintf(b, cap, "{\"cmd\":\"x\",\"env\":{");
                 for (int i = 0; i < count; i++)
                         o += snprintf(b + o, cap - (size_t) o, "%s\"V%d\":\"%d\"", i ? "," : "", i, i);
                 snprintf(b + o, cap - (size_t) o, "}}");
@@ -860,47 +881,6 @@ TEST(exec_limits) {
                         pj_exec_done(&x);
                 } else
                         check_bad_raw(do_exec, b, strlen(b), "env", "env must have at most 128 entries", __LINE__);
-                free(b);
-        }
-        for (size_t len = 32768; len <= 32769; len++) {
-                b = xmalloc(len + 64);
-                o = snprintf(b, 64, "{\"cmd\":\"x\",\"env\":{\"K\":\"");
-                memset(b + o, 'v', len);
-                snprintf(b + o + len, 64, "\"}}");
-                if (len == 32768) {
-                        ASSERT_EQ(pj_exec_parse(b, strlen(b), &x, &e), 0);
-                        pj_exec_done(&x);
-                } else
-                        check_bad_raw(do_exec, b, strlen(b), "env.K", "env.K must be at most 32768 bytes", __LINE__);
-                free(b);
-        }
-        /* env key of 256 characters fine, 257 not */
-        for (size_t len = 256; len <= 257; len++) {
-                b = xmalloc(len + 64);
-                o = snprintf(b, 64, "{\"cmd\":\"x\",\"env\":{\"");
-                memset(b + o, 'K', len);
-                snprintf(b + o + len, 64, "\":\"v\"}}");
-                if (len == 256) {
-                        ASSERT_EQ(pj_exec_parse(b, strlen(b), &x, &e), 0);
-                        pj_exec_done(&x);
-                } else
-                        check_bad_raw(do_exec, b, strlen(b), "env", "is not a valid variable name", __LINE__);
-                free(b);
-        }
-        /* cwd of 4096 bytes fine, 4097 not */
-        for (size_t len = 4096; len <= 4097; len++) {
-                b = xmalloc(len + 64);
-                o = snprintf(b, 64, "{\"cmd\":\"x\",\"cwd\":\"");
-                for (size_t i = 0; i < len; i++)
-                        b[o + (int) i] = i % 100 == 0 ? '/' : 'd';
-                snprintf(b + o + len, 64, "\"}");
-                if (len == 4096) {
-                        ASSERT_EQ(pj_exec_parse(b, strlen(b), &x, &e), 0);
-                        ASSERT_EQ(strlen(x.run.cwd), 4096);
-                        pj_exec_done(&x);
-                } else
-                        check_bad_raw(do_exec, b, strlen(b), "cwd", "cwd must be at most 4096 bytes", __LINE__);
-                free(b);
         }
 }
 
@@ -988,14 +968,9 @@ TEST(code_valid) {
         pj_code_done(&c);
         pj_code_done(NULL);
 
-        /* 1 MiB + 1 of code */
-        size_t n = 1024 * 1024 + 1;
-        char *big = xmalloc(n + 64);
-        int o = snprintf(big, 64, "{\"language\":\"node\",\"code\":\"");
-        memset(big + o, 'x', n);
-        snprintf(big + o + n, 64, "\"}");
-        check_bad_raw(do_code, big, strlen(big), "code", "code must be at most 1048576 bytes", __LINE__);
-        free(big);
+        /* 1 MiB of code, and one byte more */
+        check_max(do_code, "{\"language\":\"node\",\"code\":\"", "x", 1024 * 1024, "\"}", "code",
+                  "code must be at most 1048576 bytes", __LINE__);
 }
 
 static const struct bad_case bad_code[] = {
