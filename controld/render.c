@@ -1,7 +1,7 @@
-/* render.c — JSON of the API's resources: sandboxes, volumes, templates, regions,
- * snapshots, stats, pages, exec and upload results, health. The one place the public wire shape of a resource is written;
- * handlers build nothing of it themselves. Every function returns a new cJSON tree
- * owned by the caller. */
+/* render.c — JSON of the API's resources: sandboxes, volumes, snapshots, templates,
+ * regions, stats, pages, exec and upload results and stream frames, health. The one place
+ * the public wire shape of a resource is written; handlers build nothing of it themselves.
+ * Every function returns a new cJSON tree owned by the caller. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
