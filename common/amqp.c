@@ -266,3 +266,12 @@ int amqpx_consume_wait(amqp_connection_state_t conn, struct timeval *tv, amqp_fr
                 return 1;
         }
 }
+
+int amqpx_consume_next(amqp_connection_state_t conn, amqp_envelope_t *ret, long timeout_ms) {
+        struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+        amqp_maybe_release_buffers(conn);
+        amqp_rpc_reply_t x = amqp_consume_message(conn, ret, &tv, 0);
+        if (x.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && x.library_error == AMQP_STATUS_TIMEOUT)
+                return 0;
+        return x.reply_type == AMQP_RESPONSE_NORMAL ? 1 : -ECONNRESET;
+}

@@ -89,3 +89,8 @@ amqp_basic_properties_t amqpx_json_props(uint8_t delivery_mode, const char *app_
  * or another kind of frame came; -ECONNRESET when the connection broke, or the
  * broker closed the channel or the connection or cancelled the consumer. */
 int amqpx_consume_wait(amqp_connection_state_t conn, struct timeval *tv, amqp_frame_t *ret);
+
+/* Waits up to timeout_ms for the next delivery on conn (any channel). 1 with *ret filled
+ * (the caller acks and amqp_destroy_envelope()s it), 0 when nothing came in time,
+ * -ECONNRESET when the connection was closed or broke (reconnect). */
+int amqpx_consume_next(amqp_connection_state_t conn, amqp_envelope_t *ret, long timeout_ms);

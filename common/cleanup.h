@@ -22,6 +22,8 @@
 
 #define TAKE_PTR(p) ({ __typeof__(p) _tp_ = (p); (p) = NULL; _tp_; })
 #define TAKE_FD(fd) ({ int _tf_ = (fd); (fd) = -1; _tf_; })
+/* The value of struct s, leaving s zeroed (so its _cleanup_ destructor frees nothing). */
+#define TAKE_STRUCT(s) ({ __typeof__(s) _ts_ = (s); (s) = (__typeof__(s)) {}; _ts_; })
 
 #define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)            \
         static inline void func##p(type *p) {              \

@@ -4,8 +4,7 @@
  * Fields take numbers, '*', ranges "a-b", steps "*" "/n" and "a-b/n", and comma lists;
  * day-of-week 0 and 7 are Sunday. As in Vixie cron, when both day-of-month and
  * day-of-week are restricted (neither starts with '*'), a day matches if EITHER does.
- * No names (JAN, MON) and no macros (@daily): the API edge (proto-json) accepts the
- * same grammar. Library-like: no logging, no allocation.
+ * No names (JAN, MON) and no macros (@daily). Library-like: no logging, no allocation.
  */
 #pragma once
 
@@ -22,8 +21,22 @@ struct cron {
 };
 
 /* Parses expr. 0 and *ret filled, or -EINVAL with *ret_why (static text, optional) saying
- * which field is wrong; *ret untouched on failure. */
+ * which field is wrong ("bad hour field", "fewer than 5 fields"); *ret untouched on failure. */
 int cron_parse(const char *expr, struct cron *ret, const char **ret_why);
+
+/* The field names in order, for messages: "minute" ... "day-of-week". */
+extern const char *const cron_field_names[5];
+
+/* Why an expression was refused, in words a user can act on. */
+struct cron_error {
+        int field;              /* 0..4: the field at fault (cron_field_names); -1: the field count */
+        const char *why;        /* "value 60 is outside 0-59", "more than 5 fields"; may point into buf */
+        char buf[64];
+};
+
+/* cron_parse() with the detail: on -EINVAL *ret_err (optional) says which field is wrong and
+ * why. The API edge (proto-json) validates with this, so both accept the same grammar. */
+int cron_parse_detail(const char *expr, struct cron *ret, struct cron_error *ret_err);
 
 /* The first fire time strictly after `after` (Unix seconds, UTC), at second 0 of a minute.
  * -1 when nothing matches within 5 years (e.g. "0 0 31 2 *"). */

@@ -82,20 +82,31 @@ static bool load_sandbox(struct req *r, struct sandbox *sb, enum MHD_Result *ret
         return k >= 0;
 }
 
-static enum MHD_Result get_sandbox(struct req *r) {
+/* Answers and returns < 0 unless the caller owns the sandbox of the route. */
+static int own_sandbox(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        enum MHD_Result res;
+        return load_sandbox(r, &sb, &res) ? 0 : -1;
+}
+
+/* GET of a view of the caller's sandbox of the route: sandbox_to_json, ctl_egress_to_json. */
+static enum MHD_Result respond_sandbox_view(struct req *r, const char *message,
+                                           cJSON *(*view)(struct ctl *c, const struct sandbox *sb)) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         enum MHD_Result res;
         if (!load_sandbox(r, &sb, &res))
                 return res;
-        return respond_envelope(r, 200, "Sandbox fetched", sandbox_to_json(r->c, &sb));
+        return respond_envelope(r, 200, message, view(r->c, &sb));
+}
+
+static enum MHD_Result get_sandbox(struct req *r) {
+        return respond_sandbox_view(r, "Sandbox fetched", sandbox_to_json);
 }
 
 static enum MHD_Result delete_sandbox(struct req *r) {
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct api_error e = { 0 };
-        enum MHD_Result res;
-        if (!load_sandbox(r, &sb, &res))
-                return res;
+        if (own_sandbox(r) < 0)
+                return MHD_YES;
         log_ctx_set("SANDBOX_ID", r->m.id);
         int k = sandbox_destroy(r->c, r->m.id, "user", &e);
         if (k < 0)
@@ -233,22 +244,21 @@ static enum MHD_Result get_volume(struct req *r) {
         return respond_envelope(r, 200, "Volume fetched", volume_to_json(r->c, &v));
 }
 
-static enum MHD_Result delete_volume(struct req *r) {
+/* DELETE of the caller's volume or snapshot of the route: 204 or the domain's error. */
+static enum MHD_Result respond_delete(struct req *r,
+                                     int (*del)(struct ctl *c, const struct account *acc, const char *id, struct api_error *err)) {
         struct api_error e = { 0 };
-        int k = volume_delete(r->c, &r->acc, r->m.id, &e);
+        int k = del(r->c, &r->acc, r->m.id, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
         return respond_empty(r, 204);
 }
 
-/* ---- egress (enforced by the node agents, egress.c) and snapshots (snapshot.c) ---- */
-
-/* Answers and returns < 0 unless the caller owns the sandbox of the route. */
-static int own_sandbox(struct req *r) {
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
-        enum MHD_Result res;
-        return load_sandbox(r, &sb, &res) ? 0 : -1;
+static enum MHD_Result delete_volume(struct req *r) {
+        return respond_delete(r, volume_delete);
 }
+
+/* ---- egress (enforced by the node agents, egress.c) and snapshots (snapshot.c) ---- */
 
 static enum MHD_Result put_egress(struct req *r) {
         _cleanup_(pj_egress_update_done) struct pj_egress_update u = { 0 };
@@ -268,11 +278,7 @@ static enum MHD_Result put_egress(struct req *r) {
 }
 
 static enum MHD_Result get_egress(struct req *r) {
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
-        enum MHD_Result res;
-        if (!load_sandbox(r, &sb, &res))
-                return res;
-        return respond_envelope(r, 200, "Sandbox egress fetched", ctl_egress_to_json(r->c, &sb));
+        return respond_sandbox_view(r, "Sandbox egress fetched", ctl_egress_to_json);
 }
 
 static enum MHD_Result snapshot_page(struct req *r, const char *sandbox_id) {
@@ -295,11 +301,7 @@ static enum MHD_Result list_snapshots(struct req *r) {
 }
 
 static enum MHD_Result delete_snapshot(struct req *r) {
-        struct api_error e = { 0 };
-        int k = snapshot_delete(r->c, &r->acc, r->m.id, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
-        return respond_empty(r, 204);
+        return respond_delete(r, snapshot_delete);
 }
 
 static enum MHD_Result list_sandbox_snapshots(struct req *r) {

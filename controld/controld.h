@@ -429,6 +429,7 @@ cJSON *sandbox_created_to_json(const struct sandbox *sb);
  * (true when the mode changed, i.e. the node now enforces another network profile). */
 cJSON *egress_update_to_json(struct ctl *c, const struct sandbox *sb, bool network_updated);
 cJSON *volume_to_json(struct ctl *c, const struct volume *v);
+cJSON *snapshot_to_json(const struct snapshot *sn);
 cJSON *region_to_json(const struct region *r);
 cJSON *template_to_json(const struct template *t);
 cJSON *timings_to_json(const struct sb_timings *t);
@@ -447,6 +448,9 @@ struct exec_result {
 };
 cJSON *exec_result_to_json(const struct exec_result *x);
 cJSON *exec_done_frame_to_json(const struct exec_result *x);
+/* The other SSE frames: {"type":"stdout"|"stderr","data":...} and {"type":"error","message":...}. */
+cJSON *exec_output_frame_to_json(const char *type, const char *data, size_t len);
+cJSON *exec_error_frame_to_json(const char *message);
 /* Batch upload: one file's outcome (error NULL = success), and the summary (results consumed). */
 cJSON *batch_file_to_json(const char *path, size_t bytes, const char *error);
 cJSON *batch_summary_to_json(int uploaded, int failed, cJSON *results);
@@ -529,7 +533,6 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
 int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct api_error *err);
 /* Deletes the registry manifest, then the record. -EBUSY while creating. */
 int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err);
-cJSON *snapshot_to_json(const struct snapshot *sn);
 /* Applies one agent event (JSON body, node = the publisher's app_id). For tests. 0 or -errno. */
 int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size_t len);
 /* The registry's credentials as Docker's X-Registry-Auth value (xmalloc'd), for pulls. */

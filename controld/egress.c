@@ -484,13 +484,10 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
         log_info("node.sync responder consuming %s (exchange %s, routing key %s)", SYNC_QUEUE, b->exchange, SYNC_KEY);
         while (!c->stopping) {
                 amqp_envelope_t env;
-                struct timeval tv = { .tv_sec = 1 };
-                amqp_maybe_release_buffers(conn);
-                amqp_rpc_reply_t x = amqp_consume_message(conn, &env, &tv, 0);
-                if (x.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && x.library_error == AMQP_STATUS_TIMEOUT)
+                r = amqpx_consume_next(conn, &env, 1000);
+                if (r == 0)
                         continue;
-                if (x.reply_type != AMQP_RESPONSE_NORMAL) {
-                        r = -ECONNRESET;
+                if (r < 0) {
                         snprintf(err, sizeof(err), "the connection to the broker broke");
                         goto out;
                 }

@@ -1,7 +1,7 @@
-/* render.c — JSON of the API's resources: sandboxes, volumes, templates, regions,
- * stats, pages, exec and upload results, health. The one place the public wire shape of a resource is written;
- * handlers build nothing of it themselves. Every function returns a new cJSON tree
- * owned by the caller. */
+/* render.c — JSON of the API's resources: sandboxes, volumes, snapshots, templates,
+ * regions, stats, pages, exec and upload results and stream frames, health. The one place
+ * the public wire shape of a resource is written; handlers build nothing of it themselves.
+ * Every function returns a new cJSON tree owned by the caller. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +158,23 @@ cJSON *volume_to_json(struct ctl *c, const struct volume *v) {
         return o;
 }
 
+cJSON *snapshot_to_json(const struct snapshot *sn) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "id", sn->id);
+        json_add_str(o, "sandbox_id", sn->sandbox_id);
+        json_add_str(o, "name", sn->name);
+        json_add_str(o, "image_tag", sn->image_tag);
+        json_add_str(o, "source_template", sn->source_template);
+        json_add_str(o, "status", snap_status_str(sn->status));
+        json_add_str(o, "failure_reason", sn->failure_reason);
+        if (sn->size_bytes >= 0)
+                cJSON_AddNumberToObject(o, "size_bytes", (double) sn->size_bytes);
+        else
+                cJSON_AddNullToObject(o, "size_bytes");
+        json_add_time(o, "created_at", sn->created_at);
+        return o;
+}
+
 /* GET /sandboxes/{id}/stats: samples s[0..n) (oldest first) since `since` over `hours`. */
 cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, size_t n, int64_t since, int64_t hours) {
         /* ~250 evenly spaced buckets over the window; empty buckets are skipped. */
@@ -246,6 +263,20 @@ cJSON *exec_done_frame_to_json(const struct exec_result *x) {
                 json_add_bool(o, "oom_killed", true);
                 json_add_str(o, "message", OOM_MESSAGE);
         }
+        return o;
+}
+
+cJSON *exec_output_frame_to_json(const char *type, const char *data, size_t len) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "type", type);
+        json_add_strn(o, "data", data, len);  /* every byte, NUL as \u0000 */
+        return o;
+}
+
+cJSON *exec_error_frame_to_json(const char *message) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "type", "error");
+        json_add_str(o, "message", message);
         return o;
 }
 

@@ -282,14 +282,19 @@ static struct run *run_free(struct run *x) {
         return NULL;
 }
 
-static void append_frame(struct run *x, const char *type, const char *data, size_t len) {
-        _cleanup_json_ cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "type", type);
-        json_add_strn(o, "data", data, len);  /* every byte, NUL as \u0000 */
+/* Queues one SSE frame, "data: <o>\n\n" (o consumed). */
+static void queue_frame(struct run *x, cJSON *o) {
         _cleanup_free_ char *j = json_print(o);
+        cJSON_Delete(o);
         strbuf_append(&x->pending, "data: ", 6);
         strbuf_append(&x->pending, j, strlen(j));
         strbuf_append(&x->pending, "\n\n", 2);
+}
+
+/* Queues the stream's last frame, an error saying message. */
+static void queue_error_frame(struct run *x, const char *message) {
+        queue_frame(x, exec_error_frame_to_json(message));
+        x->finished = true;
 }
 
 static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
@@ -307,7 +312,7 @@ static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
         strbuf_init(&t->buf, 0);
         text_append(t, data, len, false);
         if (t->buf.len)
-                append_frame(x, stream == 1 ? "stdout" : "stderr", t->buf.buf, t->buf.len);
+                queue_frame(x, exec_output_frame_to_json(stream == 1 ? "stdout" : "stderr", t->buf.buf, t->buf.len));
         return 0;
 }
 
@@ -342,7 +347,7 @@ static void flush_carries(struct run *x) {
                 strbuf_done(&t->buf);
                 strbuf_init(&t->buf, 0);
                 text_append(t, NULL, 0, true);
-                append_frame(x, k == 1 ? "stdout" : "stderr", t->buf.buf, t->buf.len);
+                queue_frame(x, exec_output_frame_to_json(k == 1 ? "stdout" : "stderr", t->buf.buf, t->buf.len));
         }
 }
 
@@ -449,12 +454,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 if (x->c->stopping) {
                         /* Shutdown must not wait for a command that may run for minutes. */
                         kill_tree(x);
-                        _cleanup_json_ cJSON *o = cJSON_CreateObject();
-                        json_add_str(o, "type", "error");
-                        json_add_str(o, "message", "controld is shutting down; the command was stopped");
-                        _cleanup_free_ char *j = json_print(o);
-                        strbuf_printf(&x->pending, "data: %s\n\n", j);
-                        x->finished = true;
+                        queue_error_frame(x, "controld is shutting down; the command was stopped");
                         continue;
                 }
                 /* Short waits so shutdown and deadlines are noticed within a second. */
@@ -472,14 +472,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 }
                 if (k < 0) {
-                        _cleanup_json_ cJSON *o = cJSON_CreateObject();
-                        json_add_str(o, "type", "error");
-                        json_add_str(o, "message", x->overflow ? "The command's output outran the client; it was stopped"
-                                                               : "Lost the connection to the sandbox process");
-                        _cleanup_free_ char *j = json_print(o);
-                        strbuf_printf(&x->pending, "data: %s\n\n", j);
+                        queue_error_frame(x, x->overflow ? "The command's output outran the client; it was stopped"
+                                                         : "Lost the connection to the sandbox process");
                         kill_tree(x);
-                        x->finished = true;
                         continue;
                 }
                 if (k == 1) {
@@ -499,9 +494,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 }
                 struct exec_result res = { .exit_code = x->exit_code, .duration_ms = mono_ms() - x->t0,
                                            .timed_out = x->timed_out, .oom_killed = x->oom_killed };
-                _cleanup_json_ cJSON *o = exec_done_frame_to_json(&res);
-                _cleanup_free_ char *j = json_print(o);
-                strbuf_printf(&x->pending, "data: %s\n\n", j);
+                queue_frame(x, exec_done_frame_to_json(&res));
         }
 }
 
@@ -577,16 +570,11 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                         kill_tree(x);
                         strbuf_done(&x->pending);
                         strbuf_init(&x->pending, 0);
-                        _cleanup_json_ cJSON *o = cJSON_CreateObject();
-                        json_add_str(o, "type", "error");
                         char msg[200];
                         snprintf(msg, sizeof(msg),
                                  "The command wrote more than %zu bytes of output before its input was sent; it was stopped",
                                  STREAM_PENDING_CAP);
-                        json_add_str(o, "message", msg);
-                        _cleanup_free_ char *j = json_print(o);
-                        strbuf_printf(&x->pending, "data: %s\n\n", j);
-                        x->finished = true;
+                        queue_error_frame(x, msg);
                 } else if (k < 0 && k != -EPIPE) {
                         run_free(x);
                         return respond_error(r, 503, "Could not send input to the sandbox: %s", strerror(-k));
@@ -663,36 +651,38 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                                 d);
 }
 
+/* exec and code once their bodies parsed: the caller's sandbox of the route, then
+ * run_and_respond() with the request's cwd, env, timeout and stream. */
+static enum MHD_Result run_request(struct req *r, const struct pj_run *run, const char *token, const char **argv,
+                                   const char *stdin_file, const char *stdin_data, size_t stdin_len) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
+        if (runtime_sandbox(r, r->m.id, &sb) < 0)
+                return MHD_YES;
+        _cleanup_(strv_freep) char **env = env_list(run->env_keys, run->env_values, run->n_env);
+        return run_and_respond(r, &sb, token, argv, env, run->cwd, run->timeout_s, run->stream, stdin_file, stdin_data,
+                               stdin_len);
+}
+
 enum MHD_Result runtime_post_exec(struct req *r) {
-        const char *id = r->m.id;
         _cleanup_(pj_exec_done) struct pj_exec in = { 0 };
         struct pj_error pe = { 0 };
-        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         if (pj_exec_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_error(r, 400, "%s", pe.message);
-        if (runtime_sandbox(r, id, &sb) < 0)
-                return MHD_YES;
-        _cleanup_(strv_freep) char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { "/bin/sh", "-c", in.cmd, NULL };
-        return run_and_respond(r, &sb, NULL, argv, env, in.cwd, in.timeout_s, in.stream, NULL, NULL, 0);
+        return run_request(r, &in.run, NULL, argv, NULL, NULL, 0);
 }
 
 enum MHD_Result runtime_post_code(struct req *r) {
-        const char *id = r->m.id;
         _cleanup_(pj_code_done) struct pj_code in = { 0 };
         struct pj_error pe = { 0 };
-        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         if (pj_code_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_error(r, 400, "%s", pe.message);
-        if (runtime_sandbox(r, id, &sb) < 0)
-                return MHD_YES;
         bool py = !strcmp(in.language, "python");
         char tok[25], path[64];
         hexid_new(tok);
         snprintf(path, sizeof(path), "/tmp/.paddock-code-%s.%s", tok, py ? "py" : "js");
-        _cleanup_(strv_freep) char **env = env_list(in.env_keys, in.env_values, in.n_env);
         const char *argv[] = { py ? "python3" : "node", path, NULL };
-        return run_and_respond(r, &sb, tok, argv, env, in.cwd, in.timeout_s, in.stream, path, in.code, strlen(in.code));
+        return run_request(r, &in.run, tok, argv, path, in.code, strlen(in.code));
 }
 
 /* ---- files ---- */

@@ -68,23 +68,6 @@ char *ctl_snapshot_registry_auth(const struct ctl *c) {
         return registry_auth_header_value(&r);
 }
 
-cJSON *snapshot_to_json(const struct snapshot *sn) {
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "id", sn->id);
-        json_add_str(o, "sandbox_id", sn->sandbox_id);
-        json_add_str(o, "name", sn->name);
-        json_add_str(o, "image_tag", sn->image_tag);
-        json_add_str(o, "source_template", sn->source_template);
-        json_add_str(o, "status", snap_status_str(sn->status));
-        json_add_str(o, "failure_reason", sn->failure_reason);
-        if (sn->size_bytes >= 0)
-                cJSON_AddNumberToObject(o, "size_bytes", (double) sn->size_bytes);
-        else
-                cJSON_AddNullToObject(o, "size_bytes");
-        json_add_time(o, "created_at", sn->created_at);
-        return o;
-}
-
 /* ---------------------------------------------------------------- publishing jobs */
 
 static int pub_connect(struct snapbus *b, char *err, size_t errlen) {
@@ -473,12 +456,10 @@ static void *events_main(void *ud) {
                 backoff_ms = 200;
                 while (!atomic_load(&b->stop)) {
                         amqp_envelope_t env;
-                        struct timeval tv = { .tv_sec = 1 };
-                        amqp_maybe_release_buffers(conn);
-                        amqp_rpc_reply_t x = amqp_consume_message(conn, &env, &tv, 0);
-                        if (x.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && x.library_error == AMQP_STATUS_TIMEOUT)
+                        int got = amqpx_consume_next(conn, &env, 1000);
+                        if (got == 0)
                                 continue;
-                        if (x.reply_type != AMQP_RESPONSE_NORMAL)
+                        if (got < 0)
                                 break;   /* a close or a broken connection: reconnect */
                         _cleanup_free_ char *node = NULL;
                         if (env.message.properties._flags & AMQP_BASIC_APP_ID_FLAG)

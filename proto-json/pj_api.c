@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cleanup.h"
+#include "cron.h"
 #include "pj_api.h"
 #include "pj_json.h"
 #include "strutil.h"
@@ -187,6 +188,19 @@ static int get_hex24(const struct pj_json *obj, const char *key, char **ret, str
         return 1;
 }
 
+/* A string member that must be dflt (also when absent) or other. */
+static int get_word(const struct pj_json *obj, const char *key, const char *dflt, const char *other, char **ret,
+                    struct pj_error *err) {
+        const struct pj_json *v;
+        int r = get_str(obj, "", key, &v, err);
+        if (r < 0)
+                return r;
+        if (v && strcmp(v->str, dflt) != 0 && strcmp(v->str, other) != 0)
+                return pj_error_set(err, key, "%s must be one of %s, %s", key, dflt, other);
+        *ret = xstrdup(v ? v->str : dflt);
+        return 0;
+}
+
 /* Display names: 1..64 code points, no C0/DEL/C1 controls and no bidi
  * override/isolate characters (they make names render misleadingly). */
 static bool display_name_ok(const struct pj_json *v) {
@@ -268,107 +282,31 @@ static int mount_path_check(const char *p, size_t n, struct pj_error *err) {
         return 0;
 }
 
-/* Cron: one field of "*", "*" "/" n, "a", "a-b", "a-b/n" items, comma
- * separated. Returns NULL when valid, else the reason (possibly in why). */
-static const char *cron_field_check(const char *s, size_t n, int min, int max, char *why, size_t why_len) {
-        size_t i = 0;
-        if (n == 0)
-                return "empty field";
-        for (;;) {
-                int a = min, b = max;
-                bool range = false;
-                if (i < n && s[i] == '*') {
-                        range = true;
-                        i++;
-                } else {
-                        for (int k = 0; k < 2; k++) {
-                                size_t d = 0;
-                                int v = 0;
-                                while (i < n && s[i] >= '0' && s[i] <= '9' && d < 3) {
-                                        v = v * 10 + (s[i] - '0');
-                                        i++;
-                                        d++;
-                                }
-                                if (d == 0 || d > 2)
-                                        return "expected a number, '*' or a range";
-                                if (v < min || v > max) {
-                                        snprintf(why, why_len, "value %d is outside %d-%d", v, min, max);
-                                        return why;
-                                }
-                                if (k == 1) {
-                                        b = v;
-                                        break;
-                                }
-                                a = b = v;
-                                if (i < n && s[i] == '-') {
-                                        range = true;
-                                        i++;
-                                } else
-                                        break;
-                        }
-                        if (a > b) {
-                                snprintf(why, why_len, "range %d-%d is backwards", a, b);
-                                return why;
-                        }
-                }
-                if (i < n && s[i] == '/') {
-                        if (!range)
-                                return "a step needs '*' or a range before '/'";
-                        i++;
-                        size_t d = 0;
-                        int v = 0;
-                        while (i < n && s[i] >= '0' && s[i] <= '9' && d < 3) {
-                                v = v * 10 + (s[i] - '0');
-                                i++;
-                                d++;
-                        }
-                        if (d == 0 || d > 2 || v < 1 || v > max - min + 1)
-                                return "the step after '/' must be a number within the field's range";
-                }
-                if (i == n)
-                        return NULL;
-                if (s[i] != ',')
-                        return "unexpected character";
-                i++;
-        }
-}
-
+/* snapshotFrequency: the grammar is common/cron.c's, which the scheduler fires by; the
+ * value is stored with single spaces between the fields. */
 static int cron_check(const char *s, size_t n, char **ret_norm, struct pj_error *err) {
-        static const struct {
-                const char *name;
-                int min, max;
-        } fields[5] = {
-                { "minute", 0, 59 }, { "hour", 0, 23 }, { "day-of-month", 1, 31 }, { "month", 1, 12 }, { "day-of-week", 0, 7 },
-        };
         const char *f = "snapshotFrequency";
+        struct cron_error ce;
+        struct cron c;
         if (n > 128)
                 return pj_error_set(err, f, "snapshotFrequency must be at most 128 characters");
-        char norm[130];
-        size_t o = 0, i = 0;
-        int k = 0;
-        for (;;) {
-                while (i < n && (s[i] == ' ' || s[i] == '\t'))
-                        i++;
-                if (i == n || k == 5)
-                        break;
-                size_t start = i;
-                while (i < n && s[i] != ' ' && s[i] != '\t')
-                        i++;
-                char buf[80];
-                const char *why = cron_field_check(s + start, i - start, fields[k].min, fields[k].max, buf,
-                                                   sizeof(buf));
-                if (why)
-                        return pj_error_set(err, f, "snapshotFrequency is not a valid cron expression: %s field: %s",
-                                    fields[k].name, why);
-                if (o)
-                        norm[o++] = ' ';
-                memcpy(norm + o, s + start, i - start);
-                o += i - start;
-                k++;
+        if (cron_parse_detail(s, &c, &ce) < 0) {
+                if (ce.field < 0)
+                        return pj_error_set(err, f,
+                                    "snapshotFrequency must be a 5-field cron expression (minute hour day-of-month month day-of-week), e.g. \"0 */2 * * *\"");
+                return pj_error_set(err, f, "snapshotFrequency is not a valid cron expression: %s field: %s",
+                            cron_field_names[ce.field], ce.why);
         }
-        if (k != 5 || i != n)
-                return pj_error_set(err, f,
-                            "snapshotFrequency must be a 5-field cron expression (minute hour day-of-month month day-of-week), e.g. \"0 */2 * * *\"");
+        char norm[130];
+        size_t o = 0;
+        for (size_t i = 0; i < n;) {
+                size_t l = strcspn(s + i, " \t");
+                if (l && o)
+                        norm[o++] = ' ';
+                memcpy(norm + o, s + i, l);
+                o += l;
+                i += l + (i + l < n);
+        }
         norm[o] = '\0';
         *ret_norm = xstrdup(norm);
         return 0;
@@ -426,8 +364,7 @@ static int parse_egress(const struct pj_json *obj, const char *prefix, bool upda
                 if (r < 0) /* cannot happen: length was checked above */
                         return pj_error_set(err, path, "%s must have at most %d entries", path, PJ_EGRESS_MAX_ALLOW);
         }
-        *ret = e;
-        e = (struct pj_egress) {};
+        *ret = TAKE_STRUCT(e);
         return 0;
 }
 
@@ -575,12 +512,8 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
         } else
                 c.mount_path = xstrdup("/workspace");
 
-        r = get_str(root, "", "snapshotMode", &v, err);
-        if (r < 0)
+        if ((r = get_word(root, "snapshotMode", "manual", "automatic", &c.snapshot_mode, err)) < 0)
                 return r;
-        if (v && strcmp(v->str, "manual") != 0 && strcmp(v->str, "automatic") != 0)
-                return pj_error_set(err, "snapshotMode", "snapshotMode must be one of manual, automatic");
-        c.snapshot_mode = xstrdup(v ? v->str : "manual");
         bool automatic = strcmp(c.snapshot_mode, "automatic") == 0;
 
         r = get_str(root, "", "snapshotFrequency", &v, err);
@@ -598,8 +531,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                         return r;
         }
 
-        *ret = c;
-        c = (struct pj_sandbox_create) {};
+        *ret = TAKE_STRUCT(c);
         return 0;
 }
 
@@ -624,27 +556,19 @@ static bool env_key_ok(const struct pj_json *m) {
         return true;
 }
 
-struct run_common {
-        int timeout_s;
-        char *cwd;
-        char **env_keys, **env_values;
-        size_t n_env;
-        bool stream;
-};
-
-static void run_common_done(struct run_common *rc) {
-        free(rc->cwd);
-        env_free(rc->env_keys, rc->env_values, rc->n_env);
-        *rc = (struct run_common) {};
+static void run_done(struct pj_run *run) {
+        free(run->cwd);
+        env_free(run->env_keys, run->env_values, run->n_env);
+        *run = (struct pj_run) {};
 }
 
 /* timeout_seconds, cwd, env, stream: shared by exec and code. */
-static int parse_run_common(const struct pj_json *root, struct run_common *ret, struct pj_error *err) {
-        _cleanup_(run_common_done) struct run_common rc = { .timeout_s = 30 };
+static int parse_run(const struct pj_json *root, struct pj_run *ret, struct pj_error *err) {
+        _cleanup_(run_done) struct pj_run run = { .timeout_s = 30 };
         const struct pj_json *v;
         int r;
 
-        if ((r = get_int(root, "", "timeout_seconds", 1, 300, NULL, &rc.timeout_s, err)) < 0)
+        if ((r = get_int(root, "", "timeout_seconds", 1, 300, NULL, &run.timeout_s, err)) < 0)
                 return r;
 
         r = get_str(root, "", "cwd", &v, err);
@@ -655,7 +579,7 @@ static int parse_run_common(const struct pj_json *root, struct run_common *ret, 
                 if (r < 0)
                         return r;
         }
-        rc.cwd = xstrdup(v ? v->str : "/");
+        run.cwd = xstrdup(v ? v->str : "/");
 
         const struct pj_json *env = pj_json_member(root, "env");
         if (env) {
@@ -663,8 +587,8 @@ static int parse_run_common(const struct pj_json *root, struct run_common *ret, 
                         return pj_error_set(err, "env", "env must be an object mapping variable names to string values");
                 if (env->n > 128)
                         return pj_error_set(err, "env", "env must have at most 128 entries");
-                rc.env_keys = xnew0(char *, env->n);
-                rc.env_values = xnew0(char *, env->n);
+                run.env_keys = xnew0(char *, env->n);
+                run.env_values = xnew0(char *, env->n);
                 for (const struct pj_json *m = env->child; m; m = m->next) {
                         char path[PATH_MAX_LEN], q[300];
                         if (!env_key_ok(m))
@@ -672,8 +596,8 @@ static int parse_run_common(const struct pj_json *root, struct run_common *ret, 
                                             "env key '%s' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*, at most 256 characters)",
                                             sanitize(q, sizeof(q), m->key, m->key_len, 64));
                         mkpath(path, "env", m->key);
-                        for (size_t i = 0; i < rc.n_env; i++)
-                                if (strcmp(rc.env_keys[i], m->key) == 0)
+                        for (size_t i = 0; i < run.n_env; i++)
+                                if (strcmp(run.env_keys[i], m->key) == 0)
                                         return pj_error_set(err, path, "Duplicate field '%s'", path);
                         if (m->type != PJ_JSON_STRING)
                                 return pj_error_set(err, path, "%s must be a string", path);
@@ -681,39 +605,25 @@ static int parse_run_common(const struct pj_json *root, struct run_common *ret, 
                                 return pj_error_set(err, path, "%s must be at most 32768 bytes", path);
                         if (memchr(m->str, '\0', m->str_len))
                                 return pj_error_set(err, path, "%s must not contain NUL characters", path);
-                        rc.env_keys[rc.n_env] = xstrdup(m->key);
-                        rc.env_values[rc.n_env] = xstrdup(m->str);
-                        rc.n_env++;
+                        run.env_keys[run.n_env] = xstrdup(m->key);
+                        run.env_values[run.n_env] = xstrdup(m->str);
+                        run.n_env++;
                 }
         }
 
-        if ((r = get_bool(root, "", "stream", NULL, &rc.stream, err)) < 0)
+        if ((r = get_bool(root, "", "stream", NULL, &run.stream, err)) < 0)
                 return r;
-        *ret = rc;
-        rc = (struct run_common) {};
+        *ret = TAKE_STRUCT(run);
         return 0;
 }
 
 void pj_exec_done(struct pj_exec *e) {
         if (!e)
                 return;
-        free_many(e->cmd, e->cwd);
-        env_free(e->env_keys, e->env_values, e->n_env);
+        free(e->cmd);
+        run_done(&e->run);
         *e = (struct pj_exec) {};
 }
-
-/* Moves the fields parse_run_common() filled into a pj_exec or pj_code
- * (both spell them the same) and leaves rc owning nothing. */
-#define TAKE_RUN_COMMON(dst, rc)                                \
-        do {                                                    \
-                (dst).timeout_s = (rc).timeout_s;               \
-                (dst).cwd = TAKE_PTR((rc).cwd);                 \
-                (dst).env_keys = TAKE_PTR((rc).env_keys);       \
-                (dst).env_values = TAKE_PTR((rc).env_values);   \
-                (dst).n_env = (rc).n_env;                       \
-                (dst).stream = (rc).stream;                     \
-                (rc).n_env = 0;                                 \
-        } while (0)
 
 /* The required, non-empty text member key (cmd, code) of at most max bytes. */
 static int get_text(const struct pj_json *root, const char *key, size_t max, const char *max_note,
@@ -733,32 +643,31 @@ static int get_text(const struct pj_json *root, const char *key, size_t max, con
 int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_error *err) {
         static const char *const fields[] = { "cmd", "timeout_seconds", "cwd", "env", "stream" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        _cleanup_(run_common_done) struct run_common rc = {};
+        struct pj_run run;
         const struct pj_json *cmd;
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
             (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
-            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = parse_run_common(root, &rc, err)) < 0)
+            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = parse_run(root, &run, err)) < 0)
                 return r;
 
-        *ret = (struct pj_exec) { .cmd = xstrdup(cmd->str) };
-        TAKE_RUN_COMMON(*ret, rc);
+        *ret = (struct pj_exec) { .cmd = xstrdup(cmd->str), .run = run };
         return 0;
 }
 
 void pj_code_done(struct pj_code *c) {
         if (!c)
                 return;
-        free_many(c->language, c->code, c->cwd);
-        env_free(c->env_keys, c->env_values, c->n_env);
+        free_many(c->language, c->code);
+        run_done(&c->run);
         *c = (struct pj_code) {};
 }
 
 int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_error *err) {
         static const char *const fields[] = { "language", "code", "timeout_seconds", "cwd", "env", "stream" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        _cleanup_(run_common_done) struct run_common rc = {};
+        struct pj_run run;
         const struct pj_json *lang, *code;
         int r;
 
@@ -773,11 +682,10 @@ int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_e
         if (strcmp(lang->str, "python") != 0 && strcmp(lang->str, "node") != 0)
                 return pj_error_set(err, "language", "language must be one of python, node");
         if ((r = get_text(root, "code", 1024 * 1024, " (1 MiB)", &code, err)) < 0 ||
-            (r = parse_run_common(root, &rc, err)) < 0)
+            (r = parse_run(root, &run, err)) < 0)
                 return r;
 
-        *ret = (struct pj_code) { .language = xstrdup(lang->str), .code = xstrdup(code->str) };
-        TAKE_RUN_COMMON(*ret, rc);
+        *ret = (struct pj_code) { .language = xstrdup(lang->str), .code = xstrdup(code->str), .run = run };
         return 0;
 }
 
@@ -847,7 +755,6 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
         static const char *const fields[] = { "name", "sizeGB", "region", "type", "teamId" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_volume_create_done) struct pj_volume_create c = {};
-        const struct pj_json *v;
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
@@ -863,16 +770,10 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
                 return r;
         if (r == 0)
                 return pj_error_set(err, "region", "region is required (a region id from GET /sandboxes/regions)");
-        r = get_str(root, "", "type", &v, err);
-        if (r < 0)
+        if ((r = get_word(root, "type", "web", "sandbox", &c.type, err)) < 0 ||
+            (r = get_hex24(root, "teamId", &c.team_id, err)) < 0)
                 return r;
-        if (v && strcmp(v->str, "web") != 0 && strcmp(v->str, "sandbox") != 0)
-                return pj_error_set(err, "type", "type must be one of web, sandbox");
-        c.type = xstrdup(v ? v->str : "web");
-        if ((r = get_hex24(root, "teamId", &c.team_id, err)) < 0)
-                return r;
-        *ret = c;
-        c = (struct pj_volume_create) {};
+        *ret = TAKE_STRUCT(c);
         return 0;
 }
 
@@ -972,7 +873,6 @@ int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, si
                         return pj_error_set(err, "files", "files add up to more than %zu bytes; the limit is %zu bytes per batch",
                                     max_total_bytes, max_total_bytes);
         }
-        *ret = b;
-        b = (struct pj_files_batch) {};
+        *ret = TAKE_STRUCT(b);
         return 0;
 }

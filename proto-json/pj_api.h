@@ -102,10 +102,8 @@ struct pj_sandbox_create {
         char *snapshot_frequency;
 };
 
-/* POST /sandboxes/{id}/exec. Empty body is an error. */
-struct pj_exec {
-        /* "cmd": required shell command, 1..65536 bytes. */
-        char *cmd;
+/* What exec and code have in common: how and where the command runs. */
+struct pj_run {
         /* "timeout_seconds": 1..300, default 30. */
         int timeout_s;
         /* "cwd": absolute sandbox path (see pj_sandbox_path_check, "/" also
@@ -120,18 +118,20 @@ struct pj_exec {
         bool stream;
 };
 
+/* POST /sandboxes/{id}/exec. Empty body is an error. */
+struct pj_exec {
+        /* "cmd": required shell command, 1..65536 bytes. */
+        char *cmd;
+        struct pj_run run;
+};
+
 /* POST /sandboxes/{id}/code. Empty body is an error. */
 struct pj_code {
         /* "language": required, "python" or "node". */
         char *language;
         /* "code": required, 1 byte .. 1 MiB. */
         char *code;
-        /* As in struct pj_exec. */
-        int timeout_s;
-        char *cwd;
-        char **env_keys, **env_values;
-        size_t n_env;
-        bool stream;
+        struct pj_run run;
 };
 
 /* PUT /sandboxes/{id}/egress. "mode" required; "allow" required with at

@@ -62,7 +62,7 @@ static bool only_keys(const cJSON *o, const char *const *allowed, const char **r
         return true;
 }
 
-static int parse_resolved(const cJSON *a, struct pj_node_reply *r, struct pj_error *err);
+static int parse_resolved(const cJSON *o, struct pj_node_resolved **ret, size_t *ret_n, struct pj_error *err);
 
 /* "resolved":[{"name","addrs":[...],"at"}] */
 static void add_resolved(cJSON *o, const struct pj_node_resolved *v, size_t n) {
@@ -143,16 +143,11 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                 return pj_error_set(err, "sandbox_id", "sandbox_id must be 24 lowercase hex characters");
         snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sid);
         if (m.type == PJ_NODE_EGRESS_RESOLVED) {
-                struct pj_node_reply rr = { 0 };
-                const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "resolved");
-                if (!a)
+                int k = parse_resolved(o, &m.resolved, &m.n_resolved, err);
+                if (k < 0)
+                        return k;
+                if (k == 0)
                         return pj_error_set(err, "resolved", "resolved is required");
-                if (parse_resolved(a, &rr, err) < 0) {
-                        pj_node_reply_done(&rr);
-                        return -EINVAL;
-                }
-                m.resolved = TAKE_PTR(rr.resolved);
-                m.n_resolved = rr.n_resolved;
                 *ret = m;
                 return 0;
         }
@@ -278,91 +273,97 @@ static bool get_count(const cJSON *o, const char *k, uint64_t *ret) {
         return true;
 }
 
-static int parse_resolved(const cJSON *a, struct pj_node_reply *r, struct pj_error *err) {
+/* Parses one entry (field: its path, "live[3]") into the zeroed slot. 0 or -EINVAL. */
+typedef int entry_parser(const cJSON *e, const char *field, void *slot, struct pj_error *err);
+
+/* The array member `key` of o, of at most max entries, each of size bytes parsed by parse.
+ * 1 when present: *ret is a new array (NULL when empty) of *ret_n entries and *ret_has (optional)
+ * true; 0 when absent; -EINVAL. Nothing is touched unless it returns 1. */
+static int parse_array(const cJSON *o, const char *key, int max, size_t size, entry_parser *parse, void **ret,
+                       size_t *ret_n, bool *ret_has, struct pj_error *err) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
+        if (!a)
+                return 0;
         if (!cJSON_IsArray(a))
-                return pj_error_set(err, "resolved", "resolved must be an array");
+                return pj_error_set(err, key, "%s must be an array", key);
         int n = cJSON_GetArraySize(a);
-        if (n > PJ_EGRESS_MAX_ALLOW)
-                return pj_error_set(err, "resolved", "resolved must have at most %d entries", PJ_EGRESS_MAX_ALLOW);
-        r->resolved = n ? xcalloc((size_t) n, sizeof(*r->resolved)) : NULL;
-        int i = 0;
+        if (n > max)
+                return pj_error_set(err, key, "%s must have at most %d entries", key, max);
+        _cleanup_free_ char *v = n ? xcalloc((size_t) n, size) : NULL;
+        size_t i = 0;
         const cJSON *e;
         cJSON_ArrayForEach(e, a) {
-                struct pj_node_resolved *x = &r->resolved[i];
                 char field[48];
-                snprintf(field, sizeof(field), "resolved[%d]", i);
-                struct pj_allow_entry ae;
-                const char *name = cJSON_IsObject(e) ? json_get_str(e, "name") : NULL;
-                if (!name || pj_allow_entry_parse(name, &ae, NULL, 0, NULL, 0) < 0 || ae.kind != PJ_ALLOW_HOSTNAME)
-                        return pj_error_set(err, field, "%s.name must be a hostname", field);
-                snprintf(x->name, sizeof(x->name), "%s", ae.host);
-                if (!json_get_int(e, "at", &x->at_ms) || x->at_ms < 0)
-                        return pj_error_set(err, field, "%s.at must be unix milliseconds", field);
-                const cJSON *ad = cJSON_GetObjectItemCaseSensitive(e, "addrs");
-                if (!cJSON_IsArray(ad) || cJSON_GetArraySize(ad) > PJ_NODE_MAX_ADDRS_PER_NAME)
-                        return pj_error_set(err, field, "%s.addrs must be an array of at most %d IPv4 addresses", field,
-                                            PJ_NODE_MAX_ADDRS_PER_NAME);
-                const cJSON *s;
-                cJSON_ArrayForEach(s, ad) {
-                        if (!cJSON_IsString(s) || ip_parse(s->valuestring, &x->addrs[x->n_addrs]) < 0)
-                                return pj_error_set(err, field, "%s.addrs must hold dotted-quad IPv4 addresses", field);
-                        x->n_addrs++;
-                }
+                snprintf(field, sizeof(field), "%s[%zu]", key, i);
+                int k = parse(e, field, v + i * size, err);
+                if (k < 0)
+                        return k;
                 i++;
-                r->n_resolved = (size_t) i;
+        }
+        *ret = TAKE_PTR(v);
+        *ret_n = i;
+        if (ret_has)
+                *ret_has = true;
+        return 1;
+}
+
+static int entry_sandbox_id(const cJSON *e, const char *field, char ret[static 25], struct pj_error *err) {
+        const char *sid = cJSON_IsObject(e) ? json_get_str(e, "sandbox_id") : NULL;
+        if (!sid || !hexid_valid(sid))
+                return pj_error_set(err, field, "%s.sandbox_id must be 24 lowercase hex characters", field);
+        snprintf(ret, 25, "%s", sid);
+        return 0;
+}
+
+static int resolved_entry(const cJSON *e, const char *field, void *slot, struct pj_error *err) {
+        struct pj_node_resolved *x = slot;
+        struct pj_allow_entry ae;
+        const char *name = cJSON_IsObject(e) ? json_get_str(e, "name") : NULL;
+        if (!name || pj_allow_entry_parse(name, &ae, NULL, 0, NULL, 0) < 0 || ae.kind != PJ_ALLOW_HOSTNAME)
+                return pj_error_set(err, field, "%s.name must be a hostname", field);
+        snprintf(x->name, sizeof(x->name), "%s", ae.host);
+        if (!json_get_int(e, "at", &x->at_ms) || x->at_ms < 0)
+                return pj_error_set(err, field, "%s.at must be unix milliseconds", field);
+        const cJSON *ad = cJSON_GetObjectItemCaseSensitive(e, "addrs");
+        if (!cJSON_IsArray(ad) || cJSON_GetArraySize(ad) > PJ_NODE_MAX_ADDRS_PER_NAME)
+                return pj_error_set(err, field, "%s.addrs must be an array of at most %d IPv4 addresses", field,
+                                    PJ_NODE_MAX_ADDRS_PER_NAME);
+        const cJSON *s;
+        cJSON_ArrayForEach(s, ad) {
+                if (!cJSON_IsString(s) || ip_parse(s->valuestring, &x->addrs[x->n_addrs]) < 0)
+                        return pj_error_set(err, field, "%s.addrs must hold dotted-quad IPv4 addresses", field);
+                x->n_addrs++;
         }
         return 0;
 }
 
-static int parse_stats(const cJSON *a, struct pj_node_reply *r, struct pj_error *err) {
-        if (!cJSON_IsArray(a))
-                return pj_error_set(err, "sandboxes", "sandboxes must be an array");
-        int n = cJSON_GetArraySize(a);
-        if (n > PJ_NODE_MAX_STATS)
-                return pj_error_set(err, "sandboxes", "sandboxes must have at most %d entries", PJ_NODE_MAX_STATS);
-        r->has_stats = true;
-        r->stats = n ? xcalloc((size_t) n, sizeof(*r->stats)) : NULL;
-        int i = 0;
-        const cJSON *e;
-        cJSON_ArrayForEach(e, a) {
-                struct pj_node_sbx_stats *x = &r->stats[i];
-                char field[48];
-                snprintf(field, sizeof(field), "sandboxes[%d]", i);
-                const char *sid = cJSON_IsObject(e) ? json_get_str(e, "sandbox_id") : NULL;
-                if (!sid || !hexid_valid(sid))
-                        return pj_error_set(err, field, "%s.sandbox_id must be 24 lowercase hex characters", field);
-                snprintf(x->sandbox_id, sizeof(x->sandbox_id), "%s", sid);
-                if (!get_count(e, "allowed_packets", &x->allowed_packets) || !get_count(e, "allowed_bytes", &x->allowed_bytes) ||
-                    !get_count(e, "dropped_packets", &x->dropped_packets) || !get_count(e, "dropped_bytes", &x->dropped_bytes))
-                        return pj_error_set(err, field, "%s counters must be non-negative integers", field);
-                i++;
-                r->n_stats = (size_t) i;
-        }
+/* "resolved": in egress.resolved messages and in replies. As parse_array(). */
+static int parse_resolved(const cJSON *o, struct pj_node_resolved **ret, size_t *ret_n, struct pj_error *err) {
+        void *v = NULL;
+        int k = parse_array(o, "resolved", PJ_EGRESS_MAX_ALLOW, sizeof(**ret), resolved_entry, &v, ret_n, NULL, err);
+        if (k > 0)
+                *ret = v;
+        return k;
+}
+
+static int stats_entry(const cJSON *e, const char *field, void *slot, struct pj_error *err) {
+        struct pj_node_sbx_stats *x = slot;
+        int k = entry_sandbox_id(e, field, x->sandbox_id, err);
+        if (k < 0)
+                return k;
+        if (!get_count(e, "allowed_packets", &x->allowed_packets) || !get_count(e, "allowed_bytes", &x->allowed_bytes) ||
+            !get_count(e, "dropped_packets", &x->dropped_packets) || !get_count(e, "dropped_bytes", &x->dropped_bytes))
+                return pj_error_set(err, field, "%s counters must be non-negative integers", field);
         return 0;
 }
 
-static int parse_live(const cJSON *a, struct pj_node_reply *r, struct pj_error *err) {
-        if (!cJSON_IsArray(a))
-                return pj_error_set(err, "live", "live must be an array");
-        int n = cJSON_GetArraySize(a);
-        if (n > PJ_NODE_MAX_LIVE)
-                return pj_error_set(err, "live", "live must have at most %d entries", PJ_NODE_MAX_LIVE);
-        r->has_live = true;
-        r->live = n ? xcalloc((size_t) n, sizeof(*r->live)) : NULL;
-        int i = 0;
-        const cJSON *e;
-        cJSON_ArrayForEach(e, a) {
-                char field[32];
-                snprintf(field, sizeof(field), "live[%d]", i);
-                const char *sid = cJSON_IsObject(e) ? json_get_str(e, "sandbox_id") : NULL;
-                if (!sid || !hexid_valid(sid))
-                        return pj_error_set(err, field, "%s.sandbox_id must be 24 lowercase hex characters", field);
-                snprintf(r->live[i].sandbox_id, sizeof(r->live[i].sandbox_id), "%s", sid);
-                if (ip_parse(json_get_str(e, "ip"), &r->live[i].ip) < 0)
-                        return pj_error_set(err, field, "%s.ip must be a dotted-quad IPv4 address", field);
-                i++;
-                r->n_live = (size_t) i;
-        }
+static int live_entry(const cJSON *e, const char *field, void *slot, struct pj_error *err) {
+        struct pj_node_live *x = slot;
+        int k = entry_sandbox_id(e, field, x->sandbox_id, err);
+        if (k < 0)
+                return k;
+        if (ip_parse(json_get_str(e, "ip"), &x->ip) < 0)
+                return pj_error_set(err, field, "%s.ip must be a dotted-quad IPv4 address", field);
         return 0;
 }
 
@@ -370,7 +371,6 @@ int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret,
         char jerr[256] = "";
         _cleanup_json_ cJSON *o = NULL;
         struct pj_node_reply r = { 0 };
-        const cJSON *a;
         int k;
         memset(err, 0, sizeof(*err));
         /* sandboxes: 4096 entries of 6 values each, plus the envelope */
@@ -394,11 +394,16 @@ int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret,
         if (cJSON_GetObjectItemCaseSensitive(o, "applied_at") &&
             (!json_get_int(o, "applied_at", &r.applied_at_ms) || r.applied_at_ms < 0))
                 return pj_error_set(err, "applied_at", "applied_at must be unix milliseconds");
-        if ((a = cJSON_GetObjectItemCaseSensitive(o, "resolved")) && (k = parse_resolved(a, &r, err)) < 0)
-                goto fail;
-        if ((a = cJSON_GetObjectItemCaseSensitive(o, "sandboxes")) && (k = parse_stats(a, &r, err)) < 0)
-                goto fail;
-        if ((a = cJSON_GetObjectItemCaseSensitive(o, "live")) && (k = parse_live(a, &r, err)) < 0)
+        void *stats = NULL, *live = NULL;
+        k = parse_resolved(o, &r.resolved, &r.n_resolved, err);
+        if (k >= 0)
+                k = parse_array(o, "sandboxes", PJ_NODE_MAX_STATS, sizeof(*r.stats), stats_entry, &stats, &r.n_stats,
+                                &r.has_stats, err);
+        if (k >= 0)
+                k = parse_array(o, "live", PJ_NODE_MAX_LIVE, sizeof(*r.live), live_entry, &live, &r.n_live, &r.has_live, err);
+        r.stats = stats;
+        r.live = live;
+        if (k < 0)
                 goto fail;
         *ret = r;
         return 0;

@@ -91,18 +91,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         });
         RUN(pj_exec, pj_exec_parse(b, size, &v, &e), pj_exec_done, {
                 FUZZ_ASSERT(v.cmd && v.cmd[0] && strlen(v.cmd) <= 65536, "cmd");
-                FUZZ_ASSERT(v.timeout_s >= 1 && v.timeout_s <= 300, "timeout %d", v.timeout_s);
-                FUZZ_ASSERT(v.cwd && v.cwd[0] == '/', "cwd");
-                if (strcmp(v.cwd, "/"))
-                        check_path(v.cwd);
-                check_env(v.env_keys, v.env_values, v.n_env);
+                FUZZ_ASSERT(v.run.timeout_s >= 1 && v.run.timeout_s <= 300, "timeout %d", v.run.timeout_s);
+                FUZZ_ASSERT(v.run.cwd && v.run.cwd[0] == '/', "cwd");
+                if (strcmp(v.run.cwd, "/"))
+                        check_path(v.run.cwd);
+                check_env(v.run.env_keys, v.run.env_values, v.run.n_env);
         });
         RUN(pj_code, pj_code_parse(b, size, &v, &e), pj_code_done, {
                 FUZZ_ASSERT(v.language && (!strcmp(v.language, "python") || !strcmp(v.language, "node")), "language");
                 FUZZ_ASSERT(v.code && v.code[0] && strlen(v.code) <= 1 << 20, "code");
-                FUZZ_ASSERT(v.timeout_s >= 1 && v.timeout_s <= 300, "timeout %d", v.timeout_s);
-                FUZZ_ASSERT(v.cwd && v.cwd[0] == '/', "cwd");
-                check_env(v.env_keys, v.env_values, v.n_env);
+                FUZZ_ASSERT(v.run.timeout_s >= 1 && v.run.timeout_s <= 300, "timeout %d", v.run.timeout_s);
+                FUZZ_ASSERT(v.run.cwd && v.run.cwd[0] == '/', "cwd");
+                check_env(v.run.env_keys, v.run.env_values, v.run.n_env);
         });
         RUN(pj_egress_update, pj_egress_update_parse(b, size, &v, &e), pj_egress_update_done, {
                 check_egress(&v.egress);

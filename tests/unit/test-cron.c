@@ -71,3 +71,25 @@ TEST(refusals_name_the_field) {
         }
 }
 
+
+TEST(detail_names_the_field_and_the_reason) {
+        static const struct { const char *expr; int field; const char *why; } cases[] = {
+                { "* * * *", -1, "fewer than 5 fields" },
+                { "* * * * * *", -1, "more than 5 fields" },
+                { "60 * * * *", 0, "value 60 is outside 0-59" },
+                { "* * 0 * *", 2, "value 0 is outside 1-31" },
+                { "5-1 * * * *", 0, "range 5-1 is backwards" },
+                { "* 5/2 * * *", 1, "a step needs '*' or a range before '/'" },
+                { "* * * */13 *", 3, "the step after '/' must be a number within the field's range" },
+                { "* * * * 1,", 4, "expected a number, '*' or a range" },
+                { "* * * * 1x", 4, "unexpected character" },
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                struct cron c;
+                struct cron_error e;
+                ASSERT_EQ(cron_parse_detail(cases[i].expr, &c, &e), -EINVAL);
+                ASSERT_EQ(e.field, cases[i].field);
+                ASSERT_STREQ(e.why, cases[i].why);
+        }
+        ASSERT_STREQ(cron_field_names[2], "day-of-month");
+}

@@ -105,17 +105,22 @@ TEST(nomad_config_values_and_errors) {
         ASSERT_TRUE(strstr(err, "supported: docker, nomad"));
 }
 
+/* The job c builds for sb equals ref, field by field; what names the case when it does not. */
+static void check_job(const cJSON *ref, const struct config *c, const struct sandbox *sb, const char *what, int line) {
+        _cleanup_json_ cJSON *job = nomad_job_build(c, "feedfacefeedfacefeedface", sb);
+        char diff[4096];
+        int n = json_diff(ref, job, NULL, diff, sizeof(diff));
+        if (n)
+                test_fail(__FILE__, line, "%d differences from packaging/nomad/sandbox-job.json (%s):\n%s", n, what, diff);
+}
+
 TEST(nomad_job_matches_reference_file) {
         struct config *c = conf_ok("[scheduler]\ndriver = nomad\n");
         struct sandbox sb;
         reference_sandbox(&sb);
-        _cleanup_json_ cJSON *job = nomad_job_build(c, "feedfacefeedfacefeedface", &sb);
         _cleanup_json_ cJSON *ref = json_load_file("packaging/nomad/sandbox-job.json");
         ASSERT_TRUE(ref != NULL);
-        char diff[4096];
-        int n = json_diff(ref, job, NULL, diff, sizeof(diff));
-        if (n)
-                test_fail(__FILE__, __LINE__, "%d differences from packaging/nomad/sandbox-job.json:\n%s", n, diff);
+        check_job(ref, c, &sb, "reference sandbox", __LINE__);
         sandbox_clear(&sb);
         config_free(c);
 }
@@ -180,7 +185,6 @@ TEST(nomad_job_from_snapshot_image_and_registry_auth) {
         free(sb.image);
         sb.image = xstrdup("reg.internal:5000/paddock/snapshots:fedcba9876543210fedcba98");
         sb.from_snapshot = xstrdup("fedcba9876543210fedcba98");
-        _cleanup_json_ cJSON *job = nomad_job_build(c, "feedfacefeedfacefeedface", &sb);
         _cleanup_json_ cJSON *ref = json_load_file("packaging/nomad/sandbox-job.json");
         ASSERT_TRUE(ref != NULL);
         cJSON *rconf = cJSON_GetObjectItem(
@@ -193,33 +197,22 @@ TEST(nomad_job_from_snapshot_image_and_registry_auth) {
         cJSON_ReplaceItemInObject(rconf, "image", cJSON_CreateString("reg.internal:5000/paddock/snapshots:fedcba9876543210fedcba98"));
         cJSON_AddItemToObject(rconf, "auth", cJSON_Parse("[{\"username\":\"pusher\",\"password\":\"s3cret\","
                                                          "\"server_address\":\"reg.internal:5000\"}]"));
-        char diff[4096];
-        int n = json_diff(ref, job, NULL, diff, sizeof(diff));
-        if (n)
-                test_fail(__FILE__, __LINE__, "%d differences from the reference with the snapshot's image and auth:\n%s", n, diff);
+        check_job(ref, c, &sb, "the snapshot's image and auth", __LINE__);
 
         /* An anonymous registry: the image, no auth block. */
         config_free(c);
         c = conf_ok("[scheduler]\ndriver = nomad\n[snapshots]\nregistry = reg.internal:5000\n");
-        cJSON_Delete(job);
-        job = nomad_job_build(c, "feedfacefeedfacefeedface", &sb);
         cJSON_DeleteItemFromObject(rconf, "auth");
-        n = json_diff(ref, job, NULL, diff, sizeof(diff));
-        if (n)
-                test_fail(__FILE__, __LINE__, "%d differences (anonymous registry):\n%s", n, diff);
+        check_job(ref, c, &sb, "anonymous registry", __LINE__);
 
         /* A template sandbox never carries the snapshot registry's credentials. */
         config_free(c);
         c = conf_ok(snaps);
         sandbox_clear(&sb);
         reference_sandbox(&sb);
-        cJSON_Delete(job);
-        job = nomad_job_build(c, "feedfacefeedfacefeedface", &sb);
         cJSON_Delete(ref);
         ref = json_load_file("packaging/nomad/sandbox-job.json");
-        n = json_diff(ref, job, NULL, diff, sizeof(diff));
-        if (n)
-                test_fail(__FILE__, __LINE__, "%d differences (template sandbox):\n%s", n, diff);
+        check_job(ref, c, &sb, "template sandbox", __LINE__);
         sandbox_clear(&sb);
         config_free(c);
 }
@@ -278,6 +271,20 @@ TEST(nomad_allocs_pick_newest_after_index) {
         ASSERT_EQ(nomad_allocs_pick(obj, 0, &a), -EINVAL);
 }
 
+/* text parses as an allocation in phase, on node_id (NULL: none), saying reason. */
+static void check_alloc(const char *text, enum nomad_alloc_phase phase, const char *node_id, const char *reason, int line) {
+        _cleanup_json_ cJSON *j = cJSON_Parse(text);
+        struct nomad_alloc a = { 0 };
+        if (nomad_alloc_parse(j, &a) < 0)
+                test_fail(__FILE__, line, "not parsed: %s", text);
+        if (a.phase != phase || !a.reason || strcmp(a.reason, reason) != 0 ||
+            (node_id ? !a.node_id || strcmp(a.node_id, node_id) != 0 : a.node_id != NULL))
+                test_fail(__FILE__, line, "phase %d (want %d), node %s (want %s), reason \"%s\" (want \"%s\")", a.phase,
+                          phase, a.node_id ? a.node_id : "(none)", node_id ? node_id : "(none)",
+                          a.reason ? a.reason : "(none)", reason);
+        nomad_alloc_clear(&a);
+}
+
 TEST(nomad_alloc_failed_reason_from_task_events) {
         /* The docker driver refusing runsc: the Driver Failure event carries the reason;
          * "Not Restarting" follows it and must not hide it. */
@@ -298,37 +305,21 @@ TEST(nomad_alloc_failed_reason_from_task_events) {
         nomad_alloc_clear(&a);
 
         /* Lost: the node went away; no task events say so. */
-        static const char lost[] = "{\"ID\":\"a2\",\"NodeID\":\"n1\",\"ClientStatus\":\"lost\",\"DesiredStatus\":\"stop\","
-                                   "\"ClientDescription\":\"alloc is lost since its node is down\",\"TaskStates\":{}}";
-        cJSON *l = cJSON_Parse(lost);
-        ASSERT_OK(nomad_alloc_parse(l, &a));
-        ASSERT_EQ(a.phase, NOMAD_ALLOC_FAILED);
-        ASSERT_STREQ(a.reason, "allocation lost: alloc is lost since its node is down");
-        nomad_alloc_clear(&a);
-        cJSON_Delete(l);
+        check_alloc("{\"ID\":\"a2\",\"NodeID\":\"n1\",\"ClientStatus\":\"lost\",\"DesiredStatus\":\"stop\","
+                    "\"ClientDescription\":\"alloc is lost since its node is down\",\"TaskStates\":{}}",
+                    NOMAD_ALLOC_FAILED, "n1", "allocation lost: alloc is lost since its node is down", __LINE__);
 
         /* Pending: the latest event says what it waits for. */
-        static const char pending[] = "{\"ID\":\"a3\",\"ClientStatus\":\"pending\",\"DesiredStatus\":\"run\",\"TaskStates\":"
-                                      "{\"sandbox\":{\"State\":\"pending\",\"Events\":[{\"Type\":\"Driver\",\"Time\":9,"
-                                      "\"DisplayMessage\":\"Downloading image\"}]}}}";
-        cJSON *p = cJSON_Parse(pending);
-        ASSERT_OK(nomad_alloc_parse(p, &a));
-        ASSERT_EQ(a.phase, NOMAD_ALLOC_PENDING);
-        ASSERT_STREQ(a.reason, "Driver: Downloading image");
-        ASSERT_TRUE(a.node_id == NULL);
-        nomad_alloc_clear(&a);
-        cJSON_Delete(p);
+        check_alloc("{\"ID\":\"a3\",\"ClientStatus\":\"pending\",\"DesiredStatus\":\"run\",\"TaskStates\":"
+                    "{\"sandbox\":{\"State\":\"pending\",\"Events\":[{\"Type\":\"Driver\",\"Time\":9,"
+                    "\"DisplayMessage\":\"Downloading image\"}]}}}",
+                    NOMAD_ALLOC_PENDING, NULL, "Driver: Downloading image", __LINE__);
 
         /* A task that exited by itself (the keepalive killed). */
-        static const char died[] = "{\"ID\":\"a4\",\"ClientStatus\":\"failed\",\"TaskStates\":{\"sandbox\":{\"State\":\"dead\","
-                                   "\"Events\":[{\"Type\":\"Terminated\",\"Time\":5,\"ExitCode\":137,\"Signal\":9,"
-                                   "\"Details\":{\"oom_killed\":\"true\"}}]}}}";
-        cJSON *dd = cJSON_Parse(died);
-        ASSERT_OK(nomad_alloc_parse(dd, &a));
-        ASSERT_EQ(a.phase, NOMAD_ALLOC_FAILED);
-        ASSERT_STREQ(a.reason, "Terminated: exit code 137, signal 9");
-        nomad_alloc_clear(&a);
-        cJSON_Delete(dd);
+        check_alloc("{\"ID\":\"a4\",\"ClientStatus\":\"failed\",\"TaskStates\":{\"sandbox\":{\"State\":\"dead\","
+                    "\"Events\":[{\"Type\":\"Terminated\",\"Time\":5,\"ExitCode\":137,\"Signal\":9,"
+                    "\"Details\":{\"oom_killed\":\"true\"}}]}}}",
+                    NOMAD_ALLOC_FAILED, NULL, "Terminated: exit code 137, signal 9", __LINE__);
 
         cJSON *noid = cJSON_Parse("{\"ClientStatus\":\"running\"}");
         ASSERT_EQ(nomad_alloc_parse(noid, &a), -EINVAL);

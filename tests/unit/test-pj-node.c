@@ -40,6 +40,9 @@ TEST(round_trip_every_type) {
         ASSERT_STREQ(p, "{\"type\":\"ping\"}");
 }
 
+/* An egress.apply for SID with the given members after sandbox_id. */
+#define APPLY(members) "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\"," members "}"
+
 TEST(refusals_name_the_field) {
         static const struct { const char *body, *field; } bad[] = {
                 { "[]", "" },
@@ -47,12 +50,12 @@ TEST(refusals_name_the_field) {
                 { "{}", "type" },
                 { "{\"type\":\"ping\",\"x\":1}", "x" },
                 { "{\"type\":\"egress.apply\",\"sandbox_id\":\"XYZ\",\"ip\":\"1.2.3.4\",\"mode\":\"open\"}", "sandbox_id" },
-                { "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"::1\",\"mode\":\"open\"}", "ip" },
-                { "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"1.2.3\",\"mode\":\"open\"}", "ip" },
-                { "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"1.2.3.4\",\"mode\":\"wide\"}", "mode" },
-                { "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"1.2.3.4\",\"mode\":\"open\",\"allow\":[\"1.1.1.1\"]}", "allow" },
-                { "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"1.2.3.4\",\"mode\":\"restricted\",\"allow\":[\"*.x.com\"]}", "allow[0]" },
-                { "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"1.2.3.4\",\"mode\":\"restricted\",\"allow\":[1]}", "allow[0]" },
+                { APPLY("\"ip\":\"::1\",\"mode\":\"open\""), "ip" },
+                { APPLY("\"ip\":\"1.2.3\",\"mode\":\"open\""), "ip" },
+                { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"wide\""), "mode" },
+                { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"open\",\"allow\":[\"1.1.1.1\"]"), "allow" },
+                { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"restricted\",\"allow\":[\"*.x.com\"]"), "allow[0]" },
+                { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"restricted\",\"allow\":[1]"), "allow[0]" },
                 { "{\"type\":\"egress.remove\",\"sandbox_id\":\"" SID "\",\"ip\":\"1.2.3.4\",\"mode\":\"open\"}", "mode" },
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
