@@ -598,6 +598,18 @@ int store_meta_get(struct store *s, const char *key, char **ret) {
 
 /* ---- accounts and keys ---- */
 
+/* A record type's array destructor (name_array_free, NULL-safe) and the untyped
+ * row-clearing callback its table hands to the generic row readers. */
+#define DEFINE_RECORD_FREE(name)                                        \
+        void name##_array_free(struct name *a, size_t n) {              \
+                for (size_t i = 0; a && i < n; i++)                     \
+                        name##_clear(&a[i]);                            \
+                free(a);                                                \
+        }                                                               \
+        static void name##_clear_row(void *row) {                       \
+                name##_clear(row);                                      \
+        }
+
 void account_clear(struct account *a) {
         if (!a)
                 return;
@@ -750,15 +762,7 @@ void sandbox_clear(struct sandbox *s) {
         memset(s, 0, sizeof(*s));
 }
 
-void sandbox_array_free(struct sandbox *a, size_t n) {
-        for (size_t i = 0; i < n; i++)
-                sandbox_clear(&a[i]);
-        free(a);
-}
-
-static void sandbox_clear_row(void *row) {
-        sandbox_clear(row);
-}
+DEFINE_RECORD_FREE(sandbox)
 
 /* The sandbox columns stored in another form than their field's. */
 static void sb_status_read(sqlite3_stmt *st, int i, void *row) {
@@ -934,15 +938,7 @@ void volume_clear(struct volume *v) {
         memset(v, 0, sizeof(*v));
 }
 
-void volume_array_free(struct volume *a, size_t n) {
-        for (size_t i = 0; i < n; i++)
-                volume_clear(&a[i]);
-        free(a);
-}
-
-static void volume_clear_row(void *row) {
-        volume_clear(row);
-}
+DEFINE_RECORD_FREE(volume)
 
 #define ROW struct volume
 static const struct column volume_columns[] = {
@@ -1163,15 +1159,7 @@ void snapshot_clear(struct snapshot *sn) {
         memset(sn, 0, sizeof(*sn));
 }
 
-void snapshot_array_free(struct snapshot *a, size_t n) {
-        for (size_t i = 0; a && i < n; i++)
-                snapshot_clear(&a[i]);
-        free(a);
-}
-
-static void snapshot_clear_row(void *row) {
-        snapshot_clear(row);
-}
+DEFINE_RECORD_FREE(snapshot)
 
 static void snap_status_read(sqlite3_stmt *st, int i, void *row) {
         ((struct snapshot *) row)->status = snap_status_from_str((const char *) sqlite3_column_text(st, i));
