@@ -1077,6 +1077,10 @@ static enum MHD_Result reply_err(struct MHD_Connection *c, unsigned code, const 
         return reply_raw(c, code, "text/plain; charset=utf-8", m, 0, false);
 }
 
+enum MHD_Result standin_reply_text(struct MHD_Connection *c, unsigned code, const char *text) {
+        return reply_err(c, code, "%s", text);
+}
+
 /* Takes ownership of j (NULL = no body, as Nomad's handlers that return nil). */
 static enum MHD_Result reply_json(struct MHD_Connection *c, cJSON *j, uint64_t index, bool query) {
         if (!j)
