@@ -1348,11 +1348,9 @@ static void canonicalize(cJSON *job, const char *ns) {
                         json_add_int(g, "Count", 1);
 }
 
-static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, const char *url_id) {
+/* PUT /v1/jobs (id NULL) and PUT /v1/job/:id. */
+static enum MHD_Result h_register(struct MHD_Connection *c, const cJSON *body, const char *url_id) {
         enum MHD_Result ret;
-        _cleanup_json_ cJSON *body = parse_body(rq, &ret, c);
-        if (!body)
-                return ret;
         cJSON *job = cJSON_GetObjectItem(body, "Job");
         if (!cJSON_IsObject(job))
                 return reply_err(c, 400, "Job must be specified");
@@ -1444,7 +1442,7 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
         return reply_job_write_locked(c, j, evaluate(j, "job-register"), false);
 }
 
-static enum MHD_Result h_job_get(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_job_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         enum MHD_Result ret;
         struct job_key k = { query_ns(c), id };
         if (query_lock(c, rel_job, &k, &ret) < 0)
@@ -1453,7 +1451,7 @@ static enum MHD_Result h_job_get(struct MHD_Connection *c, const char *id) {
         return reply_found_locked(c, j ? job_json(j) : NULL, rel_job(&k), "job not found");
 }
 
-static enum MHD_Result h_job_allocs(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_job_allocs(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         enum MHD_Result ret;
         struct job_key k = { query_ns(c), id };
         if (query_lock(c, rel_job_allocs, &k, &ret) < 0)
@@ -1470,7 +1468,7 @@ static enum MHD_Result h_job_allocs(struct MHD_Connection *c, const char *id) {
         return reply_query_locked(c, arr, idx_allocs);
 }
 
-static enum MHD_Result h_job_evals(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_job_evals(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         enum MHD_Result ret;
         struct job_key k = { query_ns(c), id };
         if (query_lock(c, rel_job_evals, &k, &ret) < 0)
@@ -1482,7 +1480,7 @@ static enum MHD_Result h_job_evals(struct MHD_Connection *c, const char *id) {
         return reply_query_locked(c, arr, idx_evals);
 }
 
-static enum MHD_Result h_job_delete(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_job_delete(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         const char *p = arg(c, "purge");
         bool purge = false;
         if (p && *p) {
@@ -1513,11 +1511,8 @@ static enum MHD_Result h_job_delete(struct MHD_Connection *c, const char *id) {
         return reply_job_write_locked(c, j, e, true);
 }
 
-static enum MHD_Result h_job_scale(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result h_job_scale(struct MHD_Connection *c, const cJSON *body, const char *id) {
         enum MHD_Result ret;
-        _cleanup_json_ cJSON *body = parse_body(rq, &ret, c);
-        if (!body)
-                return ret;
         const cJSON *target = cJSON_GetObjectItem(body, "Target");
         const char *tj = json_get_str(target, "Job");
         if (tj && *tj && strcmp(tj, id) != 0)
@@ -1556,7 +1551,7 @@ static enum MHD_Result h_job_scale(struct MHD_Connection *c, struct req *rq, con
         return reply_job_write_locked(c, j, e, false);
 }
 
-static enum MHD_Result h_alloc_get(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_alloc_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         enum MHD_Result ret;
         if (query_lock(c, rel_alloc, id, &ret) < 0)
                 return ret;
@@ -1564,13 +1559,13 @@ static enum MHD_Result h_alloc_get(struct MHD_Connection *c, const char *id) {
         return reply_found_locked(c, a ? alloc_json(a, true) : NULL, a ? a->modify_index : 0, "alloc not found");
 }
 
-static enum MHD_Result h_eval_get(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_eval_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         pthread_mutex_lock(&mu);
         struct eval *e = eval_find(id);
         return reply_found_locked(c, e ? eval_json(e) : NULL, e ? e->modify_index : 0, "eval not found");
 }
 
-static enum MHD_Result h_nodes(struct MHD_Connection *c) {
+static enum MHD_Result h_nodes(struct MHD_Connection *c, _unused_ const cJSON *body, _unused_ const char *id) {
         enum MHD_Result ret;
         if (query_lock(c, rel_table, &idx_nodes, &ret) < 0)
                 return ret;
@@ -1582,13 +1577,13 @@ static enum MHD_Result h_nodes(struct MHD_Connection *c) {
         return reply_query_locked(c, arr, idx_nodes);
 }
 
-static enum MHD_Result h_node_get(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_node_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         pthread_mutex_lock(&mu);
         struct node *n = node_by_id(id);
         return reply_found_locked(c, n ? node_full(n) : NULL, n ? n->modify_index : 0, "node not found");
 }
 
-static enum MHD_Result h_node_allocs(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_node_allocs(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         pthread_mutex_lock(&mu);
         cJSON *arr = cJSON_CreateArray();
         for (struct alloc *a = allocs; a; a = a->next)
@@ -1597,11 +1592,8 @@ static enum MHD_Result h_node_allocs(struct MHD_Connection *c, const char *id) {
         return reply_query_locked(c, arr, idx_allocs);
 }
 
-static enum MHD_Result h_node_eligibility(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result h_node_eligibility(struct MHD_Connection *c, const cJSON *body, const char *id) {
         enum MHD_Result ret;
-        _cleanup_json_ cJSON *body = parse_body(rq, &ret, c);
-        if (!body)
-                return ret;
         const char *el = json_get_str(body, "Eligibility");
         if (!el || (strcmp(el, "eligible") != 0 && strcmp(el, "ineligible") != 0))
                 return reply_err(c, 500, "invalid scheduling eligibility \"%s\"", el ? el : "");
@@ -1622,7 +1614,7 @@ static enum MHD_Result h_node_eligibility(struct MHD_Connection *c, struct req *
         return reply_write_locked(c, out, n->modify_index);
 }
 
-static enum MHD_Result h_agent_self(struct MHD_Connection *c) {
+static enum MHD_Result h_agent_self(struct MHD_Connection *c, _unused_ const cJSON *body, _unused_ const char *id) {
         struct node *n = &nodes[cfg.agent_node];
         cJSON *o = cJSON_CreateObject();
         cJSON *conf = cJSON_AddObjectToObject(o, "config");
@@ -1662,11 +1654,8 @@ static enum MHD_Result h_agent_self(struct MHD_Connection *c) {
 }
 
 /* CSI: PUT /v1/volume/csi/:id/create and PUT /v1/volume/csi/:id (register). */
-static enum MHD_Result h_volume_put(struct MHD_Connection *c, struct req *rq, const char *id, bool create) {
+static enum MHD_Result volume_put(struct MHD_Connection *c, const cJSON *body, const char *id, bool create) {
         enum MHD_Result ret;
-        _cleanup_json_ cJSON *body = parse_body(rq, &ret, c);
-        if (!body)
-                return ret;
         cJSON *vols = cJSON_GetObjectItem(body, "Volumes");
         if (cJSON_GetArraySize(vols) == 0)
                 return reply_err(c, 400, "Must specify at least one volume");
@@ -1745,13 +1734,13 @@ static enum MHD_Result h_volume_put(struct MHD_Connection *c, struct req *rq, co
         return reply_json(c, out, idx, false);
 }
 
-static enum MHD_Result h_volume_get(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_volume_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         pthread_mutex_lock(&mu);
         struct volume *v = volume_find(query_ns(c), id);
         return reply_found_locked(c, v ? volume_json(v) : NULL, v ? v->modify_index : 0, "volume not found");
 }
 
-static enum MHD_Result h_volumes_list(struct MHD_Connection *c) {
+static enum MHD_Result h_volumes_list(struct MHD_Connection *c, _unused_ const cJSON *body, _unused_ const char *id) {
         pthread_mutex_lock(&mu);
         cJSON *arr = cJSON_CreateArray();
         const char *ns = query_ns(c);
@@ -1762,7 +1751,7 @@ static enum MHD_Result h_volumes_list(struct MHD_Connection *c) {
 }
 
 /* DELETE /v1/volume/csi/:id (deregister, keeps the data) and /v1/volume/csi/:id/delete. */
-static enum MHD_Result h_volume_delete(struct MHD_Connection *c, const char *id, bool destroy) {
+static enum MHD_Result volume_delete(struct MHD_Connection *c, const char *id, bool destroy) {
         enum MHD_Result ret;
         if (acl_denied(c, &ret))
                 return ret;
@@ -1795,6 +1784,19 @@ static enum MHD_Result h_volume_delete(struct MHD_Connection *c, const char *id,
         cJSON_Delete(v->spec);
         free(v);
         return reply_json(c, NULL, idx, false);
+}
+
+static enum MHD_Result h_volume_create(struct MHD_Connection *c, const cJSON *body, const char *id) {
+        return volume_put(c, body, id, true);
+}
+static enum MHD_Result h_volume_register(struct MHD_Connection *c, const cJSON *body, const char *id) {
+        return volume_put(c, body, id, false);
+}
+static enum MHD_Result h_volume_destroy(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
+        return volume_delete(c, id, true);
+}
+static enum MHD_Result h_volume_deregister(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
+        return volume_delete(c, id, false);
 }
 
 /* ---- /_standin: faults and state for tests ---- */
@@ -1909,9 +1911,73 @@ static const char *split_id(const char *after, char *id, size_t size) {
 static bool is(const char *m, const char *a) { return strcmp(m, a) == 0; }
 static bool is_write(const char *m) { return is(m, "PUT") || is(m, "POST"); }
 
-static enum MHD_Result route(struct MHD_Connection *c, const char *m, const char *url, struct req *rq) {
-        char id[512];
+/* GET /v1/jobs: the job stubs of the namespace ("*" = all). */
+static enum MHD_Result h_jobs_list(struct MHD_Connection *c, _unused_ const cJSON *body, _unused_ const char *id) {
+        pthread_mutex_lock(&mu);
+        cJSON *arr = cJSON_CreateArray();
+        for (struct job *j = jobs; j; j = j->next)
+                if (!j->purged && (is(query_ns(c), "*") || is(j->ns, query_ns(c)))) {
+                        cJSON *s = cJSON_CreateObject();
+                        json_add_str(s, "ID", j->id);
+                        json_add_str(s, "Name", j->id);
+                        json_add_str(s, "Namespace", j->ns);
+                        json_add_str(s, "Type", str_or(json_get_str(j->job, "Type"), "service"));
+                        json_add_str(s, "Status", job_status(j));
+                        json_add_bool(s, "Stop", j->stop);
+                        cJSON_AddItemToObject(s, "Meta", cJSON_Duplicate(cJSON_GetObjectItem(j->job, "Meta"), true));
+                        json_add_int(s, "CreateIndex", (int64_t) j->create_index);
+                        json_add_int(s, "ModifyIndex", (int64_t) j->modify_index);
+                        json_add_int(s, "JobModifyIndex", (int64_t) j->job_modify_index);
+                        cJSON_AddItemToArray(arr, s);
+                }
+        return reply_query_locked(c, arr, idx_jobs);
+}
+
+enum verb { GET, WRITE /* PUT or POST */, DEL };
+
+/* The Nomad API the stand-in serves. A row with an id matches prefix + <id> + ("/" rest);
+ * rest NULL takes any rest. A path some row matches answers 405 for another method. WRITE
+ * handlers get the request's JSON body, parsed (a bad one is answered 400 before them). */
+static const struct route {
+        const char *prefix;
+        bool has_id;
         const char *rest;
+        enum verb verb;
+        enum MHD_Result (*fn)(struct MHD_Connection *c, const cJSON *body, const char *id);
+} routes[] = {
+        { "/v1/jobs", false, NULL, WRITE, h_register },
+        { "/v1/jobs", false, NULL, GET, h_jobs_list },
+        { "/v1/job/", true, "", GET, h_job_get },
+        { "/v1/job/", true, "", WRITE, h_register },
+        { "/v1/job/", true, "", DEL, h_job_delete },
+        { "/v1/job/", true, "allocations", GET, h_job_allocs },
+        { "/v1/job/", true, "evaluations", GET, h_job_evals },
+        { "/v1/job/", true, "scale", WRITE, h_job_scale },
+        { "/v1/allocation/", true, "", GET, h_alloc_get },
+        { "/v1/evaluation/", true, NULL, GET, h_eval_get },
+        { "/v1/nodes", false, NULL, GET, h_nodes },
+        { "/v1/node/", true, "", GET, h_node_get },
+        { "/v1/node/", true, "allocations", GET, h_node_allocs },
+        { "/v1/node/", true, "eligibility", WRITE, h_node_eligibility },
+        { "/v1/agent/self", false, NULL, GET, h_agent_self },
+        { "/v1/volumes", false, NULL, GET, h_volumes_list },
+        { "/v1/volume/csi/", true, "create", WRITE, h_volume_create },
+        { "/v1/volume/csi/", true, "delete", DEL, h_volume_destroy },
+        { "/v1/volume/csi/", true, "", WRITE, h_volume_register },
+        { "/v1/volume/csi/", true, "", GET, h_volume_get },
+        { "/v1/volume/csi/", true, "", DEL, h_volume_deregister },
+};
+
+static bool verb_is(enum verb v, const char *m) {
+        switch (v) {
+        case GET: return is(m, "GET");
+        case WRITE: return is_write(m);
+        case DEL: return is(m, "DELETE");
+        }
+        return false;
+}
+
+static enum MHD_Result route(struct MHD_Connection *c, const char *m, const char *url, struct req *rq) {
         if (startswith(url, "/_standin/"))
                 return h_standin(c, m, url, rq);
 
@@ -1932,101 +1998,32 @@ static enum MHD_Result route(struct MHD_Connection *c, const char *m, const char
         if ((!handler_checks || is(url, "/v1/agent/self")) && acl_denied(c, &ret))
                 return ret;
 
-        if (is(url, "/v1/jobs")) {
-                if (is_write(m))
-                        return h_register(c, rq, NULL);
-                if (is(m, "GET")) {
-                        pthread_mutex_lock(&mu);
-                        cJSON *arr = cJSON_CreateArray();
-                        for (struct job *j = jobs; j; j = j->next)
-                                if (!j->purged && (is(query_ns(c), "*") || is(j->ns, query_ns(c)))) {
-                                        cJSON *s = cJSON_CreateObject();
-                                        json_add_str(s, "ID", j->id);
-                                        json_add_str(s, "Name", j->id);
-                                        json_add_str(s, "Namespace", j->ns);
-                                        json_add_str(s, "Type", str_or(json_get_str(j->job, "Type"), "service"));
-                                        json_add_str(s, "Status", job_status(j));
-                                        json_add_bool(s, "Stop", j->stop);
-                                        cJSON_AddItemToObject(s, "Meta",
-                                                              cJSON_Duplicate(cJSON_GetObjectItem(j->job, "Meta"), true));
-                                        json_add_int(s, "CreateIndex", (int64_t) j->create_index);
-                                        json_add_int(s, "ModifyIndex", (int64_t) j->modify_index);
-                                        json_add_int(s, "JobModifyIndex", (int64_t) j->job_modify_index);
-                                        cJSON_AddItemToArray(arr, s);
-                                }
-                        return reply_query_locked(c, arr, idx_jobs);
-                }
-                return reply_err(c, 405, "Invalid method");
-        }
-        if (startswith(url, "/v1/job/")) {
-                rest = split_id(url + 8, id, sizeof(id));
-                if (!*id)
-                        return reply_err(c, 404, "Not Found");
-                if (is(rest, "")) {
-                        if (is(m, "GET"))
-                                return h_job_get(c, id);
-                        if (is_write(m))
-                                return h_register(c, rq, id);
-                        if (is(m, "DELETE"))
-                                return h_job_delete(c, id);
-                        return reply_err(c, 405, "Invalid method");
-                }
-                if (is(rest, "allocations"))
-                        return is(m, "GET") ? h_job_allocs(c, id) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "evaluations"))
-                        return is(m, "GET") ? h_job_evals(c, id) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "scale"))
-                        return is_write(m) ? h_job_scale(c, rq, id) : reply_err(c, 405, "Invalid method");
-                return reply_err(c, 404, "Not Found");
-        }
-        if (startswith(url, "/v1/allocation/")) {
-                rest = split_id(url + 15, id, sizeof(id));
-                if (is(rest, ""))
-                        return is(m, "GET") ? h_alloc_get(c, id) : reply_err(c, 405, "Invalid method");
-                return reply_err(c, 404, "Not Found");
-        }
-        if (startswith(url, "/v1/evaluation/")) {
-                split_id(url + 15, id, sizeof(id));
-                return is(m, "GET") ? h_eval_get(c, id) : reply_err(c, 405, "Invalid method");
-        }
+        char id[512];
         if (exec) {
-                split_id(url + 22, id, sizeof(id));
+                split_id(url + strlen("/v1/client/allocation/"), id, sizeof(id));
                 return exec_handle(c, id, request_token(c));
         }
-        if (is(url, "/v1/nodes"))
-                return is(m, "GET") ? h_nodes(c) : reply_err(c, 405, "Invalid method");
-        if (startswith(url, "/v1/node/")) {
-                rest = split_id(url + 9, id, sizeof(id));
-                if (is(rest, ""))
-                        return is(m, "GET") ? h_node_get(c, id) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "allocations"))
-                        return is(m, "GET") ? h_node_allocs(c, id) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "eligibility"))
-                        return is_write(m) ? h_node_eligibility(c, rq, id) : reply_err(c, 405, "Invalid method");
-                return reply_err(c, 404, "Not Found");
-        }
-        if (is(url, "/v1/agent/self"))
-                return is(m, "GET") ? h_agent_self(c) : reply_err(c, 405, "Invalid method");
-        if (is(url, "/v1/volumes"))
-                return is(m, "GET") ? h_volumes_list(c) : reply_err(c, 405, "Invalid method");
-        if (startswith(url, "/v1/volume/csi/")) {
-                rest = split_id(url + 15, id, sizeof(id));
-                if (is(rest, "create"))
-                        return is_write(m) ? h_volume_put(c, rq, id, true) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "delete"))
-                        return is(m, "DELETE") ? h_volume_delete(c, id, true) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "")) {
-                        if (is_write(m))
-                                return h_volume_put(c, rq, id, false);
-                        if (is(m, "GET"))
-                                return h_volume_get(c, id);
-                        if (is(m, "DELETE"))
-                                return h_volume_delete(c, id, false);
-                        return reply_err(c, 405, "Invalid method");
+        bool known = false;
+        for (size_t i = 0; i < ELEMENTSOF(routes); i++) {
+                const struct route *r = &routes[i];
+                if (!r->has_id ? !is(url, r->prefix) : !startswith(url, r->prefix))
+                        continue;
+                if (r->has_id) {
+                        const char *rest = split_id(url + strlen(r->prefix), id, sizeof(id));
+                        if (r->rest && !is(rest, r->rest))
+                                continue;
+                        if (!*id && is(r->prefix, "/v1/job/"))
+                                continue;   /* Nomad's job routes want an ID: 404 */
                 }
-                return reply_err(c, 404, "Not Found");
+                known = true;
+                if (!verb_is(r->verb, m))
+                        continue;
+                if (r->verb != WRITE)
+                        return r->fn(c, NULL, r->has_id ? id : NULL);
+                _cleanup_json_ cJSON *body = parse_body(rq, &ret, c);
+                return body ? r->fn(c, body, r->has_id ? id : NULL) : ret;
         }
-        return reply_err(c, 404, "Not Found");
+        return known ? reply_err(c, 405, "Invalid method") : reply_err(c, 404, "Not Found");
 }
 
 static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *k, const char *v) {
