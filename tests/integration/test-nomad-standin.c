@@ -20,6 +20,7 @@
 #include "httpc.h"
 #include "json.h"
 #include "registry.h"
+#include "regtest.h"
 #include "strutil.h"
 #include "testlib.h"
 #include "ws.h"
@@ -940,12 +941,10 @@ TEST(csi_volumes) {
 
 /* ---- image pulls (Nomad's docker driver: a missing image is pulled with the task's auth) ---- */
 
-static pid_t preg_pid;
 static char preg_image[160];
 
-static void preg_stop(void *ud) {
+static void preg_image_remove(void *ud) {
         (void) ud;
-        test_stop_child(&preg_pid);
         if (preg_image[0]) {
                 char *argv[] = { "docker", "rmi", "-f", preg_image, NULL };
                 test_run_capture(argv, NULL, 4096);
@@ -992,41 +991,10 @@ static char *task_events(struct standin *s, const char *a) {
 TEST_FULL(missing_image_is_pulled_with_the_task_auth, 240) {
         /* A registry of our own that wants a login (htpasswd, bcrypt), on a loopback port. */
         int port = 17000 + (int) (getpid() % 2000);
-        char reg[32], dir[512], conf[512], htp[512];
-        snprintf(reg, sizeof(reg), "127.0.0.1:%d", port);
-        snprintf(dir, sizeof(dir), "%s/preg", test_tmpdir());
-        snprintf(conf, sizeof(conf), "%s/preg.yml", test_tmpdir());
-        snprintf(htp, sizeof(htp), "%s/preg.htpasswd", test_tmpdir());
-        char *hash_argv[] = { "python3", "-c",
-                              "import crypt; print('puller:' + crypt.crypt('pull-pw', crypt.mksalt(crypt.METHOD_BLOWFISH)))",
-                              NULL };
-        _cleanup_free_ char *line = NULL;
-        if (test_run_capture(hash_argv, &line, 4096) != 0 || !line || !strstr(line, "puller:$2"))
-                TEST_SKIP("cannot make a bcrypt htpasswd line (python3 crypt)");
-        FILE *f = fopen(htp, "w");
-        ASSERT_NOT_NULL(f);
-        fputs(line, f);
-        fclose(f);
-        f = fopen(conf, "w");
-        ASSERT_NOT_NULL(f);
-        fprintf(f, "version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n"
-                   "auth: {htpasswd: {realm: standin-test, path: %s}}\n", dir, reg, htp);
-        fclose(f);
-        test_on_exit(preg_stop, NULL);
-        preg_pid = fork();
-        ASSERT_TRUE(preg_pid >= 0);
-        if (preg_pid == 0) {
-                int null = open("/dev/null", O_WRONLY);
-                dup2(null, 1);
-                dup2(null, 2);
-                execlp("docker-registry", "docker-registry", "serve", conf, (char *) NULL);
-                _exit(127);
-        }
-        bool up = false;
-        for (int i = 0; i < 100 && !(up = test_port_open(port)); i++)
-                usleep(100000);
-        if (!up)
-                TEST_SKIP("could not start a registry of our own (docker-registry)");
+        char reg[32];
+        _cleanup_free_ char *htpasswd = regtest_htpasswd("puller", "pull-pw");
+        regtest_start(port, htpasswd, reg);
+        test_on_exit(preg_image_remove, NULL);
 
         struct standin *s = standin_start(NULL);
         /* The test image goes to that registry and leaves this dockerd. */
