@@ -1,5 +1,6 @@
 /* httpc.c — libcurl wrapper: one easy handle per request, bounded buffering. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
@@ -252,4 +253,37 @@ char *httpc_escape(const char *s) {
         }
         *p = 0;
         return out;
+}
+
+void httpc_tls_files(CURL *h, const char *ca_file, const char *cert_file, const char *key_file) {
+        if (ca_file && *ca_file)
+                curl_easy_setopt(h, CURLOPT_CAINFO, ca_file);
+        if (cert_file && *cert_file)
+                curl_easy_setopt(h, CURLOPT_SSLCERT, cert_file);
+        if (key_file && *key_file)
+                curl_easy_setopt(h, CURLOPT_SSLKEY, key_file);
+}
+
+int httpc_send_all(CURL *h, curl_socket_t fd, const void *data, size_t len, int64_t deadline_ms) {
+        const uint8_t *p = data;
+        while (len > 0) {
+                size_t sent = 0;
+                CURLcode cc = curl_easy_send(h, p, len, &sent);
+                if (cc == CURLE_AGAIN) {
+                        struct pollfd pf = { .fd = fd, .events = POLLOUT };
+                        int64_t left = deadline_ms - mono_ms();
+                        if (left <= 0)
+                                return -ETIMEDOUT;
+                        if (poll(&pf, 1, (int) left) < 0 && errno != EINTR)
+                                return -errno;
+                        continue;
+                }
+                if (cc != CURLE_OK) {
+                        log_debug("stream send failed: %s", curl_easy_strerror(cc));
+                        return -EPIPE;
+                }
+                p += sent;
+                len -= sent;
+        }
+        return 0;
 }

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
 #include <cjson/cJSON.h>
+#include <curl/curl.h>
 
 #define HTTPC_TIMEOUT_MS_DEFAULT         30000L
 #define HTTPC_CONNECT_TIMEOUT_MS_DEFAULT 5000L
@@ -56,6 +58,14 @@ void httpc_resp_done(struct httpc_resp *r);
  * ret_status/ret_json may be NULL. timeout_ms 0 = default. Errors as httpc_do(). */
 int httpc_json(const char *method, const char *url, const char *unix_socket, const cJSON *body,
                long timeout_ms, long *ret_status, cJSON **ret_json);
+
+/* For callers that drive a libcurl handle themselves (blocking queries, CONNECT_ONLY streams). */
+/* The TLS files a config names (NULL or "" = libcurl's default): CA bundle, client cert and key. */
+void httpc_tls_files(CURL *h, const char *ca_file, const char *cert_file, const char *key_file);
+/* Sends all len bytes on a CONNECT_ONLY handle whose socket is fd, polling while it would
+ * block, until deadline_ms (mono_ms()). 0, -ETIMEDOUT, -errno of poll(), or -EPIPE when libcurl
+ * fails the send. */
+int httpc_send_all(CURL *h, curl_socket_t fd, const void *data, size_t len, int64_t deadline_ms);
 
 /* URL-encodes a query (or path) component: everything except A-Z a-z 0-9 - . _ ~
  * becomes %XX. Returns an xmalloc'd string. */

@@ -24,6 +24,7 @@
 #include "controld.h"
 #include "driver-nomad.h"
 #include "driver.h"
+#include "httpc.h"
 #include "json.h"
 #include "log.h"
 #include "strutil.h"
@@ -493,13 +494,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
 }
 
 static void curl_tls(struct ndriver *n, CURL *h) {
-        struct config *cfg = n->cfg;
-        if (cfg->nomad_ca_file[0])
-                curl_easy_setopt(h, CURLOPT_CAINFO, cfg->nomad_ca_file);
-        if (cfg->nomad_cert_file[0])
-                curl_easy_setopt(h, CURLOPT_SSLCERT, cfg->nomad_cert_file);
-        if (cfg->nomad_key_file[0])
-                curl_easy_setopt(h, CURLOPT_SSLKEY, cfg->nomad_key_file);
+        httpc_tls_files(h, n->cfg->nomad_ca_file, n->cfg->nomad_cert_file, n->cfg->nomad_key_file);
 }
 
 /* The query string every request carries: namespace and region from the config. */
@@ -1052,28 +1047,10 @@ struct exec_session {
 };
 
 static int ws_send_all(struct exec_session *s, const void *data, size_t len, int64_t deadline) {
-        const uint8_t *p = data;
-        while (len > 0) {
-                size_t sent = 0;
-                CURLcode cc = curl_easy_send(s->h, p, len, &sent);
-                if (cc == CURLE_AGAIN) {
-                        struct pollfd pf = { .fd = s->fd, .events = POLLOUT };
-                        int64_t left = deadline - mono_ms();
-                        if (left <= 0)
-                                return -ETIMEDOUT;
-                        if (poll(&pf, 1, (int) left) < 0 && errno != EINTR)
-                                return -errno;
-                        continue;
-                }
-                if (cc != CURLE_OK) {
-                        log_debug("exec stream send failed: %s", curl_easy_strerror(cc));
-                        return -EPIPE;
-                }
-                p += sent;
-                len -= sent;
-        }
-        s->last_send = mono_ms();
-        return 0;
+        int r = httpc_send_all(s->h, s->fd, data, len, deadline);
+        if (r >= 0)
+                s->last_send = mono_ms();
+        return r;
 }
 
 static int ws_send(struct exec_session *s, uint8_t opcode, const void *data, size_t len, int64_t deadline) {

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "cleanup.h"
+#include "httpc.h"
 #include "json.h"
 #include "log.h"
 #include "nodeagent.h"
@@ -54,12 +55,7 @@ int agent_nomad_node_id(const struct agent_config *cfg, char **ret, char *err, s
         curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-        if (cfg->nomad_ca_file[0])
-                curl_easy_setopt(c, CURLOPT_CAINFO, cfg->nomad_ca_file);
-        if (cfg->nomad_cert_file[0])
-                curl_easy_setopt(c, CURLOPT_SSLCERT, cfg->nomad_cert_file);
-        if (cfg->nomad_key_file[0])
-                curl_easy_setopt(c, CURLOPT_SSLKEY, cfg->nomad_key_file);
+        httpc_tls_files(c, cfg->nomad_ca_file, cfg->nomad_cert_file, cfg->nomad_key_file);
         CURLcode cc = curl_easy_perform(c);
         if (cc == CURLE_OK)
                 curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);

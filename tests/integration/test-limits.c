@@ -46,15 +46,8 @@ static int run_controld(const char *docker_section, int wait_s, pid_t *ret_pid, 
                 "[template \"busybox\"]\nimage = paddock/busybox:local\n",
                 dir, docker_section);
         fclose(f);
-        pid_t p = fork();
-        ASSERT_TRUE(p >= 0);
-        if (p == 0) {
-                int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-                dup2(fd, STDERR_FILENO);
-                dup2(fd, STDOUT_FILENO);
-                execl(test_build_path("controld"), "controld", "-d", "-f", conf, (char *) NULL);
-                _exit(127);
-        }
+        const char *argv[] = { "controld", "-d", "-f", conf, NULL };
+        pid_t p = test_spawn_logged(test_build_path("controld"), argv, log);
         *ret_log = log;
         for (int i = 0; i < wait_s * 10; i++) {
                 int st;

@@ -1,7 +1,6 @@
 /* controld on the Nomad driver against the Nomad stand-in (tests/nomad): the job it registers,
  * blocking waits, pause/resume by scaling, exec over the alloc exec WebSocket, and every fault
  * the stand-in injects ending in a clean 503 or `failed` with Nomad's reason and no job left. */
-#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -40,6 +39,12 @@ static void env_start(struct env *e, const char *const *args, const char *nomad_
         nstandin_start(&e->s, dir, all);
         ctld_start_nomad(&e->c, &e->s, nomad_extra, NULL, NULL);
         e->key = ctld_account_key(&e->c, "nomad", NULL, e->account);
+}
+
+/* env_start with one stand-in fault armed (a JSON object for /_standin/fault). */
+static void env_start_fault(struct env *e, const char *nomad_extra, const char *fault) {
+        env_start(e, NULL, nomad_extra);
+        nstandin_fault(&e->s, fault);
 }
 
 /* Bodies of the requests with this method and exact path, in order. */
@@ -214,8 +219,7 @@ TEST_FULL(nomad_lifecycle_exec_pause_resume_destroy, 240) {
 TEST_FULL(nomad_slow_placement_uses_blocking_queries, 180) {
         struct env e;
         char id[25];
-        env_start(&e, NULL, NULL);
-        nstandin_fault(&e.s, "{\"slow_placement_ms\":4000}");
+        env_start_fault(&e, NULL, "{\"slow_placement_ms\":4000}");
         int64_t t0 = now_ms();
         ctld_create(&e.c, e.key, NULL, id);
         ASSERT_GE(now_ms() - t0, 3500);
@@ -244,8 +248,7 @@ TEST_FULL(nomad_slow_placement_uses_blocking_queries, 180) {
 
 TEST_FULL(nomad_fault_placement_failure, 180) {
         struct env e;
-        env_start(&e, NULL, NULL);
-        nstandin_fault(&e.s, "{\"fail_placement\":1}");
+        env_start_fault(&e, NULL, "{\"fail_placement\":1}");
         create_expect_503(&e, NULL, "no Nomad node could place the sandbox");
         /* The next one places. */
         char id[25];
@@ -255,8 +258,8 @@ TEST_FULL(nomad_fault_placement_failure, 180) {
 
 TEST_FULL(nomad_fault_driver_failure_reason, 180) {
         struct env e;
-        env_start(&e, NULL, NULL);
-        nstandin_fault(&e.s, "{\"driver_failure\":1,\"driver_message\":\"requested runtime \\\"runsc\\\" is not allowed\"}");
+        env_start_fault(&e, NULL,
+                        "{\"driver_failure\":1,\"driver_message\":\"requested runtime \\\"runsc\\\" is not allowed\"}");
         create_expect_503(&e, NULL, "requested runtime \"runsc\" is not allowed");
         /* The log line names the job and the allocation (journal fields NOMAD_JOB_ID, ALLOC_ID). */
         _cleanup_free_ char *log = NULL;
@@ -273,8 +276,7 @@ TEST_FULL(nomad_fault_driver_failure_reason, 180) {
 
 TEST_FULL(nomad_fault_slow_placement_times_out, 180) {
         struct env e;
-        env_start(&e, NULL, "placement_timeout = 2s\n");
-        nstandin_fault(&e.s, "{\"slow_placement_ms\":6000}");
+        env_start_fault(&e, "placement_timeout = 2s\n", "{\"slow_placement_ms\":6000}");
         int64_t t0 = now_ms();
         create_expect_503(&e, NULL, "Nomad did not start the sandbox within 2s");
         ASSERT_LE(now_ms() - t0, 5000);
@@ -286,8 +288,7 @@ TEST_FULL(nomad_fault_slow_placement_times_out, 180) {
 
 TEST_FULL(nomad_fault_http_500, 180) {
         struct env e;
-        env_start(&e, NULL, NULL);
-        nstandin_fault(&e.s, "{\"http_500\":1}");
+        env_start_fault(&e, NULL, "{\"http_500\":1}");
         create_expect_503(&e, NULL, "Nomad answered 500: rpc error: No cluster leader");
         ctld_stop(&e.c);
 }
@@ -296,9 +297,8 @@ TEST_FULL(nomad_fault_http_500, 180) {
 TEST_FULL(nomad_fault_alloc_lost_later, 180) {
         struct env e;
         char id[25], path[128];
-        env_start(&e, NULL, NULL);
         /* The stand-in arms the loss when it places: this sandbox's node goes away 3 s after. */
-        nstandin_fault(&e.s, "{\"lose_after_ms\":3000,\"lose_count\":1}");
+        env_start_fault(&e, NULL, "{\"lose_after_ms\":3000,\"lose_count\":1}");
         ctld_create(&e.c, e.key, NULL, id);
         ASSERT_STREQ(ctld_wait_status(&e.c, e.key, id, "destroyed", 60), "destroyed");
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
@@ -388,16 +388,8 @@ static void agent_start(struct agent *a, const char *dir, const char *name, cons
         ASSERT_NOT_NULL(f);
         fputs(text, f);
         fclose(f);
-        pid_t p = fork();
-        ASSERT_TRUE(p >= 0);
-        if (p == 0) {
-                int fd = open(a->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-                dup2(fd, STDERR_FILENO);
-                dup2(fd, STDOUT_FILENO);
-                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", a->conf, (char *) NULL);
-                _exit(127);
-        }
-        a->pid = p;
+        const char *argv[] = { "nodeagent", "-d", "-f", a->conf, NULL };
+        a->pid = test_spawn_logged(test_build_path("nodeagent"), argv, a->log);
         test_on_exit(agent_stop_hook, a);
         for (int i = 0; i < 300; i++) {
                 _cleanup_free_ char *out = NULL;

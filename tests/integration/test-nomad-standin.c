@@ -7,11 +7,9 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +20,7 @@
 #include "httpc.h"
 #include "json.h"
 #include "registry.h"
+#include "regtest.h"
 #include "strutil.h"
 #include "testlib.h"
 #include "ws.h"
@@ -37,17 +36,6 @@ struct standin {
         struct ctld http;     /* only .url is used, for http_req_full */
         char node_ids[2][37];
 };
-
-static int free_port(void) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = { .sin_family = AF_INET };
-        socklen_t l = sizeof(a);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || getsockname(fd, (struct sockaddr *) &a, &l) < 0)
-                abort();
-        close(fd);
-        return ntohs(a.sin_port);
-}
 
 static void remove_labelled(const char *instance) {
         _cleanup_free_ char *f = xasprintf("label=paddock.nomad-standin=%s", instance);
@@ -91,16 +79,21 @@ static void stop_hook(void *ud) {
 
 static void req(struct standin *s, const char *method, const char *path, const char *token, const char *body,
                 struct hres *ret) {
-        char th[256];
-        const char *h[3] = { NULL, NULL, NULL };
-        int n = 0;
-        if (token) {
-                snprintf(th, sizeof(th), "X-Nomad-Token: %s", token);
-                h[n++] = th;
-        }
-        if (body)
-                h[n++] = "Content-Type: application/json";
-        http_req_full(&s->http, method, path, h, body, body ? strlen(body) : 0, ret);
+        http_req_keyed(&s->http, method, path, "X-Nomad-Token", token, body, ret);
+}
+
+/* One request whose answer must have this status and, unless text is NULL, exactly this body
+ * (Nomad's plain-text errors); else the test fails at the caller's line. */
+#define EXPECT_ANSWER(s, method, path, token, body, status, text) \
+        expect_answer_at(__LINE__, s, method, path, token, body, status, text)
+static void expect_answer_at(int line, struct standin *s, const char *method, const char *path, const char *token,
+                             const char *body, long status, const char *text) {
+        struct hres r;
+        req(s, method, path, token, body, &r);
+        if (r.status != status || (text && strcmp(r.body, text) != 0))
+                test_fail(__FILE__, line, "%s %s: %ld \"%s\", want %ld \"%s\"", method, path, r.status, r.body, status,
+                          text ? text : "(any body)");
+        hres_done(&r);
 }
 
 /* A response header's value (static buffer), or NULL. */
@@ -133,7 +126,7 @@ static struct standin *standin_start(const char *const *extra) {
         if (!test_have_docker())
                 TEST_SKIP("no docker");
         struct standin *s = xnew0(struct standin, 1);
-        s->port = free_port();
+        s->port = test_free_port();
         snprintf(s->instance, sizeof(s->instance), "test-%d-%d", (int) getpid(), s->port);
         const char *dir = test_tmpdir();
         snprintf(s->record, sizeof(s->record), "%s/requests.jsonl", dir);
@@ -149,15 +142,7 @@ static struct standin *standin_start(const char *const *extra) {
                 argv[n++] = *e;
         argv[n] = NULL;
         test_on_exit(stop_hook, s);
-        pid_t p = fork();
-        ASSERT_TRUE(p >= 0);
-        if (p == 0) {
-                int fd = open(s->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-                dup2(fd, STDERR_FILENO);
-                dup2(fd, STDOUT_FILENO);
-                execv(test_build_path("tests/nomad/nomad-standin"), (char *const *) argv);
-                _exit(127);
-        }
+        pid_t p = test_spawn_logged(test_build_path("tests/nomad/nomad-standin"), argv, s->log);
         s->pid = p;
         for (int i = 0; i < 200 && !test_port_open(s->port); i++) {
                 int st;
@@ -287,21 +272,7 @@ struct wsconn {
 };
 
 static int ws_send_all(struct wsconn *w, const void *p, size_t n) {
-        const char *b = p;
-        while (n > 0) {
-                size_t sent = 0;
-                CURLcode rc = curl_easy_send(w->h, b, n, &sent);
-                if (rc == CURLE_AGAIN) {
-                        struct pollfd pf = { .fd = w->fd, .events = POLLOUT };
-                        poll(&pf, 1, 1000);
-                        continue;
-                }
-                if (rc != CURLE_OK)
-                        return -EIO;
-                b += sent;
-                n -= sent;
-        }
-        return 0;
+        return httpc_send_all(w->h, w->fd, p, n, mono_ms() + 30000);
 }
 
 /* Receives into buf; 0 on EOF, < 0 on timeout/error. */
@@ -548,9 +519,7 @@ TEST(register_place_blocking_and_deregister) {
         ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 
         /* Purged: the job is gone, its container is removed. */
-        req(s, "GET", "/v1/job/sbx-life?namespace=sandboxes", TOKEN, NULL, &r);
-        ASSERT_EQ(r.status, 404);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "GET", "/v1/job/sbx-life?namespace=sandboxes", TOKEN, NULL, 404, NULL);
         for (int i = 0; i < 100 && container_exists(cname); i++)
                 usleep(100000);
         ASSERT_FALSE(container_exists(cname));
@@ -587,38 +556,16 @@ TEST(nomad_answers_for_unknown_things_and_bad_queries) {
         hres_done(&r);
         _cleanup_json_ cJSON *l = get_json(s, "/v1/job/never-registered/allocations", 200);
         ASSERT_TRUE(cJSON_IsArray(l) && cJSON_GetArraySize(l) == 0);
-        req(s, "GET", "/v1/allocation/00000000-0000-0000-0000-000000000000", TOKEN, NULL, &r);
-        ASSERT_EQ(r.status, 404);
-        ASSERT_STREQ(r.body, "alloc not found");
-        hres_done(&r);
-        req(s, "GET", "/v1/job/x/allocations?index=1&wait=soon", TOKEN, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_STREQ(r.body, "Invalid wait time");
-        hres_done(&r);
-        req(s, "GET", "/v1/job/x/allocations?index=abc", TOKEN, NULL, &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_STREQ(r.body, "Invalid index");
-        hres_done(&r);
-        req(s, "PUT", "/v1/jobs", TOKEN, "{}", &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_STREQ(r.body, "Job must be specified");
-        hres_done(&r);
-        req(s, "PUT", "/v1/jobs", TOKEN, "{\"Job\":{\"Name\":\"x\"}}", &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_STREQ(r.body, "Job ID hasn't been provided");
-        hres_done(&r);
-        req(s, "PUT", "/v1/jobs", TOKEN, "{\"Job\":{\"ID\":\"x\",\"Namespace\":\"sandboxes\",\"NodePool\":\"nope\",\"TaskGroups\":[]}}", &r);
-        ASSERT_EQ(r.status, 500);
-        ASSERT_STREQ(r.body, "job \"x\" is in nonexistent node pool \"nope\"");
-        hres_done(&r);
-        req(s, "PATCH", "/v1/jobs", TOKEN, NULL, &r);
-        ASSERT_EQ(r.status, 405);
-        ASSERT_STREQ(r.body, "Invalid method");
-        hres_done(&r);
-        req(s, "POST", "/v1/job/ghost/scale", TOKEN, "{\"Count\":0,\"Target\":{\"Group\":\"sbx\"}}", &r);
-        ASSERT_EQ(r.status, 404);
-        ASSERT_STREQ(r.body, "job \"ghost\" not found");
-        hres_done(&r);
+        EXPECT_ANSWER(s, "GET", "/v1/allocation/00000000-0000-0000-0000-000000000000", TOKEN, NULL, 404, "alloc not found");
+        EXPECT_ANSWER(s, "GET", "/v1/job/x/allocations?index=1&wait=soon", TOKEN, NULL, 400, "Invalid wait time");
+        EXPECT_ANSWER(s, "GET", "/v1/job/x/allocations?index=abc", TOKEN, NULL, 400, "Invalid index");
+        EXPECT_ANSWER(s, "PUT", "/v1/jobs", TOKEN, "{}", 400, "Job must be specified");
+        EXPECT_ANSWER(s, "PUT", "/v1/jobs", TOKEN, "{\"Job\":{\"Name\":\"x\"}}", 400, "Job ID hasn't been provided");
+        EXPECT_ANSWER(s, "PUT", "/v1/jobs", TOKEN, "{\"Job\":{\"ID\":\"x\",\"Namespace\":\"sandboxes\",\"NodePool\":\"nope\",\"TaskGroups\":[]}}",
+                      500, "job \"x\" is in nonexistent node pool \"nope\"");
+        EXPECT_ANSWER(s, "PATCH", "/v1/jobs", TOKEN, NULL, 405, "Invalid method");
+        EXPECT_ANSWER(s, "POST", "/v1/job/ghost/scale", TOKEN, "{\"Count\":0,\"Target\":{\"Group\":\"sbx\"}}", 404,
+                      "job \"ghost\" not found");
 }
 
 TEST(acl_tokens) {
@@ -629,17 +576,10 @@ TEST(acl_tokens) {
         ASSERT_STREQ(r.body, "Permission denied");
         ASSERT_TRUE(startswith(r.content_type, "text/plain"));
         hres_done(&r);
-        req(s, "GET", "/v1/nodes", "wrong", NULL, &r);
-        ASSERT_EQ(r.status, 403);
-        ASSERT_STREQ(r.body, "ACL token not found");
-        hres_done(&r);
+        EXPECT_ANSWER(s, "GET", "/v1/nodes", "wrong", NULL, 403, "ACL token not found");
         _cleanup_free_ char *b = job_body("sbx-acl", "cni/sandbox-open", NULL);
-        req(s, "PUT", "/v1/jobs", NULL, b, &r);
-        ASSERT_EQ(r.status, 403);
-        hres_done(&r);
-        req(s, "DELETE", "/v1/job/sbx-acl?purge=true", "wrong", NULL, &r);
-        ASSERT_EQ(r.status, 403);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "PUT", "/v1/jobs", NULL, b, 403, NULL);
+        EXPECT_ANSWER(s, "DELETE", "/v1/job/sbx-acl?purge=true", "wrong", NULL, 403, NULL);
         /* Authorization: Bearer works as X-Nomad-Token does. */
         const char *bearer[] = { "Authorization: Bearer " TOKEN, NULL };
         http_req_full(&s->http, "GET", "/v1/nodes", bearer, NULL, 0, &r);
@@ -654,6 +594,24 @@ TEST(acl_tokens) {
         _cleanup_json_ cJSON *n = get_json(s, np, 200);
         ASSERT_STREQ(json_get_str(n, "Status"), "ready");
         ASSERT_STREQ(json_get_str(n, "NodePool"), "sandbox");
+}
+
+/* An exec of `true` that must end in a close frame with this code and exactly this reason
+ * (the refusals Nomad sends after the upgrade); else the test fails at the caller's line. */
+#define EXPECT_EXEC_CLOSE(s, alloc, task, token, code, reason) \
+        expect_exec_close_at(__LINE__, s, alloc, task, token, code, reason)
+static void expect_exec_close_at(int line, struct standin *s, const char *alloc, const char *task, const char *token,
+                                 uint16_t code, const char *reason) {
+        struct wsconn w;
+        struct exec_result res;
+        if (ws_open(s, &w, alloc, task, "[\"true\"]", token) != 101)
+                test_fail(__FILE__, line, "exec %s/%s: the upgrade was refused", alloc, task);
+        exec_collect(&w, &res);
+        ws_close_conn(&w);
+        if (res.close_code != code || strcmp(res.close_reason, reason) != 0)
+                test_fail(__FILE__, line, "exec %s/%s closed %u \"%s\", want %u \"%s\"", alloc, task, res.close_code,
+                          res.close_reason, code, reason);
+        exec_result_done(&res);
 }
 
 TEST(exec_round_trip_under_runsc) {
@@ -692,24 +650,9 @@ TEST(exec_round_trip_under_runsc) {
         exec_result_done(&res);
 
         /* Errors after the upgrade are close frames with Nomad's codes. */
-        ASSERT_EQ(ws_open(s, &w, alloc, "nosuchtask", "[\"true\"]", TOKEN), 101);
-        exec_collect(&w, &res);
-        ws_close_conn(&w);
-        ASSERT_EQ(res.close_code, WS_CLOSE_POLICY);
-        ASSERT_STREQ(res.close_reason, "unknown task name \"nosuchtask\"");
-        exec_result_done(&res);
-        ASSERT_EQ(ws_open(s, &w, alloc, "run", "[\"true\"]", NULL), 101);
-        exec_collect(&w, &res);
-        ws_close_conn(&w);
-        ASSERT_EQ(res.close_code, WS_CLOSE_INTERNAL_ERROR);
-        ASSERT_STREQ(res.close_reason, "Permission denied");
-        exec_result_done(&res);
-        ASSERT_EQ(ws_open(s, &w, alloc, "run", "[\"true\"]", "wrong"), 101);
-        exec_collect(&w, &res);
-        ws_close_conn(&w);
-        ASSERT_EQ(res.close_code, WS_CLOSE_POLICY);
-        ASSERT_STREQ(res.close_reason, "ACL token not found");
-        exec_result_done(&res);
+        EXPECT_EXEC_CLOSE(s, alloc, "nosuchtask", TOKEN, WS_CLOSE_POLICY, "unknown task name \"nosuchtask\"");
+        EXPECT_EXEC_CLOSE(s, alloc, "run", NULL, WS_CLOSE_INTERNAL_ERROR, "Permission denied");
+        EXPECT_EXEC_CLOSE(s, alloc, "run", "wrong", WS_CLOSE_POLICY, "ACL token not found");
         /* Pings are answered, also mid-session; a client close is echoed. */
         ASSERT_EQ(ws_open(s, &w, alloc, "run", "[\"/bin/sh\",\"-c\",\"cat\"]", TOKEN), 101);
         struct strbuf fb = STRBUF_INIT(0);
@@ -736,12 +679,8 @@ TEST(exec_round_trip_under_runsc) {
         ws_close_conn(&w);
         ASSERT_EQ(res.close_code, WS_CLOSE_PROTOCOL_ERROR);
         exec_result_done(&res);
-        ASSERT_EQ(ws_open(s, &w, "00000000-0000-0000-0000-000000000000", "run", "[\"true\"]", TOKEN), 101);
-        exec_collect(&w, &res);
-        ws_close_conn(&w);
-        ASSERT_EQ(res.close_code, WS_CLOSE_POLICY);
-        ASSERT_CONTAINS(res.close_reason, "Unknown allocation");
-        exec_result_done(&res);
+        EXPECT_EXEC_CLOSE(s, "00000000-0000-0000-0000-000000000000", "run", TOKEN, WS_CLOSE_POLICY,
+                          "Unknown allocation \"00000000-0000-0000-0000-000000000000\"");
 }
 
 TEST(scale_to_zero_and_back_places_a_new_allocation) {
@@ -766,10 +705,8 @@ TEST(scale_to_zero_and_back_places_a_new_allocation) {
         ASSERT_STREQ(json_get_str(a, "DesiredStatus"), "stop");
         ASSERT_STREQ(json_get_str(a, "ClientStatus"), "complete");
         ASSERT_FALSE(container_exists(cname));
-        req(s, "POST", "/v1/job/sbx-scale/scale?namespace=sandboxes", TOKEN,
-            "{\"Count\":1,\"Target\":{\"Job\":\"sbx-scale\",\"Group\":\"sbx\"},\"Message\":\"resume\"}", &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "POST", "/v1/job/sbx-scale/scale?namespace=sandboxes", TOKEN,
+                      "{\"Count\":1,\"Target\":{\"Job\":\"sbx-scale\",\"Group\":\"sbx\"},\"Message\":\"resume\"}", 200, NULL);
         /* The new allocation: another id, running. */
         time_t end = time(NULL) + 60;
         alloc2[0] = 0;
@@ -788,11 +725,9 @@ TEST(scale_to_zero_and_back_places_a_new_allocation) {
         }
         ASSERT_STREQ(status, "running");
         ASSERT_TRUE(strcmp(alloc, alloc2) != 0);
-        req(s, "POST", "/v1/job/sbx-scale/scale?namespace=sandboxes", TOKEN,
-            "{\"Count\":0,\"Target\":{\"Group\":\"nogroup\"}}", &r);
-        ASSERT_EQ(r.status, 400);
-        ASSERT_STREQ(r.body, "task group \"nogroup\" specified for scaling does not exist in job");
-        hres_done(&r);
+        EXPECT_ANSWER(s, "POST", "/v1/job/sbx-scale/scale?namespace=sandboxes", TOKEN,
+                      "{\"Count\":0,\"Target\":{\"Group\":\"nogroup\"}}", 400,
+                      "task group \"nogroup\" specified for scaling does not exist in job");
 }
 
 TEST(two_nodes_spread_pinned_and_eligibility) {
@@ -812,10 +747,7 @@ TEST(two_nodes_spread_pinned_and_eligibility) {
         /* Node 1 ineligible: the next placement lands on node 0. */
         _cleanup_free_ char *ep = xasprintf("/v1/node/%s/eligibility", s->node_ids[1]);
         _cleanup_free_ char *eb = xasprintf("{\"NodeID\":\"%s\",\"Eligibility\":\"ineligible\"}", s->node_ids[1]);
-        struct hres r;
-        req(s, "POST", ep, TOKEN, eb, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "POST", ep, TOKEN, eb, 200, NULL);
         for (int i = 0; i < 2; i++) {
                 char id[16];
                 snprintf(id, sizeof(id), "sbx-e%d", i);
@@ -842,9 +774,7 @@ TEST(faults_are_visible) {
         struct standin *s = standin_start(NULL);
         struct hres r;
         /* HTTP 500 on the next N requests. */
-        req(s, "POST", "/_standin/fault", NULL, "{\"http_500\":2}", &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "POST", "/_standin/fault", NULL, "{\"http_500\":2}", 200, NULL);
         for (int i = 0; i < 3; i++) {
                 req(s, "GET", "/v1/nodes", TOKEN, NULL, &r);
                 ASSERT_EQ(r.status, i < 2 ? 500 : 200);
@@ -854,8 +784,7 @@ TEST(faults_are_visible) {
         }
 
         /* Placement failure: no allocation, the eval says why. */
-        req(s, "POST", "/_standin/fault", NULL, "{\"fail_placement\":1}", &r);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "POST", "/_standin/fault", NULL, "{\"fail_placement\":1}", 200, NULL);
         char eval[64], a[64], st[32];
         register_job(s, "sbx-f1", "cni/sandbox-open", NULL, eval);
         _cleanup_json_ cJSON *l = get_json(s, "/v1/job/sbx-f1/allocations?namespace=sandboxes", 200);
@@ -867,9 +796,8 @@ TEST(faults_are_visible) {
         ASSERT_EQ(cJSON_GetArraySize(evl), 1);
 
         /* Driver failure: the allocation fails with the reason in its task events, no container. */
-        req(s, "POST", "/_standin/fault", NULL,
-            "{\"driver_failure\":1,\"driver_message\":\"requested runtime \\\"runsc\\\" is not allowed\"}", &r);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "POST", "/_standin/fault", NULL,
+                      "{\"driver_failure\":1,\"driver_message\":\"requested runtime \\\"runsc\\\" is not allowed\"}", 200, NULL);
         register_job(s, "sbx-f2", "cni/sandbox-open", NULL, NULL);
         wait_alloc(s, "sbx-f2", 30, a, st, NULL);
         ASSERT_STREQ(st, "failed");
@@ -890,15 +818,14 @@ TEST(faults_are_visible) {
         ASSERT_FALSE(container_exists(cn));
 
         /* Slow placement: pending for the delay, then running. */
-        req(s, "POST", "/_standin/fault", NULL, "{\"slow_placement_ms\":1500}", &r);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "POST", "/_standin/fault", NULL, "{\"slow_placement_ms\":1500}", 200, NULL);
         int64_t t0 = mono_ms();
         register_job(s, "sbx-f3", "cni/sandbox-open", NULL, NULL);
         wait_alloc(s, "sbx-f3", 60, a, st, NULL);
         ASSERT_STREQ(st, "running");
         ASSERT_GE(mono_ms() - t0, 1400);
-        req(s, "POST", "/_standin/fault", NULL, "{\"slow_placement_ms\":0,\"lose_after_ms\":1000,\"lose_count\":1}", &r);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "POST", "/_standin/fault", NULL, "{\"slow_placement_ms\":0,\"lose_after_ms\":1000,\"lose_count\":1}",
+                      200, NULL);
 
         /* Lost later: running, then ClientStatus lost, container gone. */
         register_job(s, "sbx-f4", "cni/sandbox-open", NULL, NULL);
@@ -921,8 +848,7 @@ TEST(faults_are_visible) {
         register_job(s, "sbx-f5", "cni/sandbox-open", NULL, NULL);
         wait_alloc(s, "sbx-f5", 60, a5, st, NULL);
         ASSERT_STREQ(st, "running");
-        req(s, "POST", "/_standin/fault", NULL, "{\"exec_1011\":1}", &r);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "POST", "/_standin/fault", NULL, "{\"exec_1011\":1}", 200, NULL);
         struct wsconn w;
         struct exec_result res;
         ASSERT_EQ(ws_open(s, &w, a5, "run", "[\"true\"]", TOKEN), 101);
@@ -944,7 +870,7 @@ TEST(fault_flags_on_the_command_line) {
         if (!test_have_docker())
                 TEST_SKIP("no docker");
         /* standin_start() asserts /v1/nodes answers 200, so this start is by hand. */
-        int port = free_port();
+        int port = test_free_port();
         char listen[64], inst[64];
         snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
         snprintf(inst, sizeof(inst), "test-flags-%d", port);
@@ -963,10 +889,7 @@ TEST(fault_flags_on_the_command_line) {
         u->pid = p;
         for (int i = 0; i < 200 && !test_port_open(port); i++)
                 usleep(25000);
-        struct hres r;
-        req(u, "GET", "/v1/nodes", NULL, NULL, &r);   /* no --token: ACLs off */
-        ASSERT_EQ(r.status, 500);
-        hres_done(&r);
+        EXPECT_ANSWER(u, "GET", "/v1/nodes", NULL, NULL, 500, NULL);   /* no --token: ACLs off */
         _cleanup_json_ cJSON *n = get_json(u, "/v1/nodes", 200);
         strscpy(u->node_ids[1], json_get_str(cJSON_GetArrayItem(n, 1), "ID"), 37);
         char a[64], st[32];
@@ -1002,21 +925,12 @@ TEST(csi_volumes) {
         _cleanup_free_ char *cn = xasprintf("run-%s", a);
         _cleanup_free_ char *mnt = docker_inspect(cn, "{{range .Mounts}}{{.Name}}:{{.Destination}}{{end}}");
         ASSERT_STREQ(mnt, "nomad-standin-csi-sandboxes-vol-t1:/workspace");
-        req(s, "DELETE", "/v1/volume/csi/vol-t1/delete?namespace=sandboxes", TOKEN, NULL, &r);
-        ASSERT_EQ(r.status, 500);
-        ASSERT_STREQ(r.body, "volume in use: vol-t1");
-        hres_done(&r);
-        req(s, "DELETE", "/v1/job/sbx-vol?purge=true&namespace=sandboxes", TOKEN, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "DELETE", "/v1/volume/csi/vol-t1/delete?namespace=sandboxes", TOKEN, NULL, 500, "volume in use: vol-t1");
+        EXPECT_ANSWER(s, "DELETE", "/v1/job/sbx-vol?purge=true&namespace=sandboxes", TOKEN, NULL, 200, NULL);
         for (int i = 0; i < 100 && container_exists(cn); i++)
                 usleep(100000);
-        req(s, "DELETE", "/v1/volume/csi/vol-t1/delete?namespace=sandboxes", TOKEN, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        hres_done(&r);
-        req(s, "GET", "/v1/volume/csi/vol-t1?namespace=sandboxes", TOKEN, NULL, &r);
-        ASSERT_EQ(r.status, 404);
-        hres_done(&r);
+        EXPECT_ANSWER(s, "DELETE", "/v1/volume/csi/vol-t1/delete?namespace=sandboxes", TOKEN, NULL, 200, NULL);
+        EXPECT_ANSWER(s, "GET", "/v1/volume/csi/vol-t1?namespace=sandboxes", TOKEN, NULL, 404, NULL);
         /* A job that asks for a volume that does not exist is not placed. */
         char eval[64];
         register_job(s, "sbx-novol", "cni/sandbox-open", "vol-missing", eval);
@@ -1027,12 +941,10 @@ TEST(csi_volumes) {
 
 /* ---- image pulls (Nomad's docker driver: a missing image is pulled with the task's auth) ---- */
 
-static pid_t preg_pid;
 static char preg_image[160];
 
-static void preg_stop(void *ud) {
+static void preg_image_remove(void *ud) {
         (void) ud;
-        test_stop_child(&preg_pid);
         if (preg_image[0]) {
                 char *argv[] = { "docker", "rmi", "-f", preg_image, NULL };
                 test_run_capture(argv, NULL, 4096);
@@ -1079,41 +991,10 @@ static char *task_events(struct standin *s, const char *a) {
 TEST_FULL(missing_image_is_pulled_with_the_task_auth, 240) {
         /* A registry of our own that wants a login (htpasswd, bcrypt), on a loopback port. */
         int port = 17000 + (int) (getpid() % 2000);
-        char reg[32], dir[512], conf[512], htp[512];
-        snprintf(reg, sizeof(reg), "127.0.0.1:%d", port);
-        snprintf(dir, sizeof(dir), "%s/preg", test_tmpdir());
-        snprintf(conf, sizeof(conf), "%s/preg.yml", test_tmpdir());
-        snprintf(htp, sizeof(htp), "%s/preg.htpasswd", test_tmpdir());
-        char *hash_argv[] = { "python3", "-c",
-                              "import crypt; print('puller:' + crypt.crypt('pull-pw', crypt.mksalt(crypt.METHOD_BLOWFISH)))",
-                              NULL };
-        _cleanup_free_ char *line = NULL;
-        if (test_run_capture(hash_argv, &line, 4096) != 0 || !line || !strstr(line, "puller:$2"))
-                TEST_SKIP("cannot make a bcrypt htpasswd line (python3 crypt)");
-        FILE *f = fopen(htp, "w");
-        ASSERT_NOT_NULL(f);
-        fputs(line, f);
-        fclose(f);
-        f = fopen(conf, "w");
-        ASSERT_NOT_NULL(f);
-        fprintf(f, "version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n"
-                   "auth: {htpasswd: {realm: standin-test, path: %s}}\n", dir, reg, htp);
-        fclose(f);
-        test_on_exit(preg_stop, NULL);
-        preg_pid = fork();
-        ASSERT_TRUE(preg_pid >= 0);
-        if (preg_pid == 0) {
-                int null = open("/dev/null", O_WRONLY);
-                dup2(null, 1);
-                dup2(null, 2);
-                execlp("docker-registry", "docker-registry", "serve", conf, (char *) NULL);
-                _exit(127);
-        }
-        bool up = false;
-        for (int i = 0; i < 100 && !(up = test_port_open(port)); i++)
-                usleep(100000);
-        if (!up)
-                TEST_SKIP("could not start a registry of our own (docker-registry)");
+        char reg[32];
+        _cleanup_free_ char *htpasswd = regtest_htpasswd("puller", "pull-pw");
+        regtest_start(port, htpasswd, reg);
+        test_on_exit(preg_image_remove, NULL);
 
         struct standin *s = standin_start(NULL);
         /* The test image goes to that registry and leaves this dockerd. */

@@ -1,14 +1,11 @@
 /* ctltest.c — see ctltest.h. */
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,17 +14,6 @@
 #include "cleanup.h"
 #include "ctltest.h"
 #include "testlib.h"
-
-static int free_port(void) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = { .sin_family = AF_INET };
-        socklen_t l = sizeof(a);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || getsockname(fd, (struct sockaddr *) &a, &l) < 0)
-                abort();
-        close(fd);
-        return ntohs(a.sin_port);
-}
 
 static const char *env_or(const char *k, const char *def) {
         const char *v = getenv(k);
@@ -85,15 +71,8 @@ static void sync_shadow(struct ctld *c) {
 }
 
 static void spawn(struct ctld *c) {
-        pid_t p = fork();
-        ASSERT_TRUE(p >= 0);
-        if (p == 0) {
-                int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-                dup2(fd, STDERR_FILENO);
-                dup2(fd, STDOUT_FILENO);
-                execl(test_build_path("controld"), "controld", "-d", "-f", c->conf, (char *) NULL);
-                _exit(127);
-        }
+        const char *argv[] = { "controld", "-d", "-f", c->conf, NULL };
+        pid_t p = test_spawn_logged(test_build_path("controld"), argv, c->log);
         c->pid = p;
         sync_shadow(c);
         for (int i = 0; i < 300; i++) {
@@ -171,7 +150,7 @@ static void ctld_launch(struct ctld *c, const char *server_extra, const char *ex
         snprintf(c->conf, sizeof(c->conf), "%s/controld.conf", c->dir);
         snprintf(c->log, sizeof(c->log), "%s/controld.log", c->dir);
         snprintf(c->extra, sizeof(c->extra), "%s", extra ? extra : "");
-        c->port = free_port();
+        c->port = test_free_port();
         snprintf(c->url, sizeof(c->url), "http://127.0.0.1:%d", c->port);
         write_conf(c, server_extra);
         c->shadow = xnew0(struct ctld, 1);
@@ -381,17 +360,22 @@ void http_req_full(struct ctld *c, const char *method, const char *path, const c
         ret->json = cJSON_ParseWithLength(ret->body, ret->len);
 }
 
-void http_req(struct ctld *c, const char *method, const char *path, const char *key, const char *body, struct hres *ret) {
+void http_req_keyed(struct ctld *c, const char *method, const char *path, const char *key_header, const char *key,
+                    const char *body, struct hres *ret) {
         char kh[512];
         const char *hdrs[3] = { NULL, NULL, NULL };
         int n = 0;
         if (key) {
-                snprintf(kh, sizeof(kh), "x-brimble-key: %s", key);
+                snprintf(kh, sizeof(kh), "%s: %s", key_header, key);
                 hdrs[n++] = kh;
         }
         if (body)
                 hdrs[n++] = "Content-Type: application/json";
         http_req_full(c, method, path, hdrs, body, body ? strlen(body) : 0, ret);
+}
+
+void http_req(struct ctld *c, const char *method, const char *path, const char *key, const char *body, struct hres *ret) {
+        http_req_keyed(c, method, path, "x-brimble-key", key, body, ret);
 }
 
 void ctld_exec(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *ret) {

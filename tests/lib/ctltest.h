@@ -74,6 +74,9 @@ struct hres {
 };
 /* One request. key NULL = no auth header; body NULL = none. */
 void http_req(struct ctld *c, const char *method, const char *path, const char *key, const char *body, struct hres *ret);
+/* The same with the key in another header (e.g. "X-Nomad-Token" for the Nomad stand-in). */
+void http_req_keyed(struct ctld *c, const char *method, const char *path, const char *key_header, const char *key,
+                    const char *body, struct hres *ret);
 void http_req_full(struct ctld *c, const char *method, const char *path, const char *const *headers, const void *body,
                    size_t body_len, struct hres *ret);
 void hres_done(struct hres *r);

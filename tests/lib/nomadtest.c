@@ -1,72 +1,35 @@
 /* nomadtest.c — see nomadtest.h. */
-#include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "httpc.h"
 #include "nomadtest.h"
 #include "testlib.h"
-
-static int free_port(void) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = { .sin_family = AF_INET };
-        socklen_t l = sizeof(a);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || getsockname(fd, (struct sockaddr *) &a, &l) < 0)
-                abort();
-        close(fd);
-        return ntohs(a.sin_port);
-}
 
 void need_nstandin(void) {
         if (access(test_build_path("tests/nomad/nomad-standin"), X_OK) != 0)
                 TEST_SKIP("the Nomad stand-in is not built (build/tests/nomad/nomad-standin)");
 }
 
-struct sink { char *buf; size_t len; };
-static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
-        struct sink *s = ud;
-        size_t k = sz * n;
-        s->buf = xrealloc(s->buf, s->len + k + 1);
-        memcpy(s->buf + s->len, p, k);
-        s->len += k;
-        s->buf[s->len] = 0;
-        return k;
-}
-
+/* One request to the stand-in: its status (0 when it did not answer), the body in *ret (NULL = dropped). */
 static long call(struct nstandin *s, const char *method, const char *path, const char *body, char **ret) {
-        CURL *h = curl_easy_init();
-        struct sink k = { 0 };
-        char url[1024];
-        long st = 0;
-        struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
-        snprintf(url, sizeof(url), "%s%s", s->url, path);
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &k);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-        if (body)
-                curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        if (curl_easy_perform(h) == CURLE_OK)
-                curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-        curl_easy_cleanup(h);
-        curl_slist_free_all(hl);
+        _cleanup_free_ char *url = xasprintf("%s%s", s->url, path);
+        struct httpc_req rq = { .method = method, .url = url, .body = body, .body_len = body ? strlen(body) : 0,
+                                .content_type = "application/json" };
+        struct httpc_resp r = { 0 };
+        if (httpc_do(&rq, &r) < 0)
+                return 0;
         if (ret)
-                *ret = k.buf;
-        else
-                free(k.buf);
+                *ret = TAKE_PTR(r.body);
+        long st = r.status;
+        httpc_resp_done(&r);
         return st;
 }
 
@@ -74,7 +37,7 @@ static void nstandin_stop_hook(void *ud) { nstandin_stop(ud); }
 
 void nstandin_start(struct nstandin *s, const char *dir, const char *const *args) {
         memset(s, 0, sizeof(*s));
-        s->port = free_port();
+        s->port = test_free_port();
         snprintf(s->url, sizeof(s->url), "http://127.0.0.1:%d", s->port);
         snprintf(s->record, sizeof(s->record), "%s/nomad-requests.log", dir);
         snprintf(s->log, sizeof(s->log), "%s/nomad-standin.log", dir);
@@ -90,15 +53,7 @@ void nstandin_start(struct nstandin *s, const char *dir, const char *const *args
         for (const char *const *a = args; a && *a && n < 46; a++)
                 argv[n++] = *a;
         argv[n] = NULL;
-        pid_t p = fork();
-        ASSERT_TRUE(p >= 0);
-        if (p == 0) {
-                int fd = open(s->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-                dup2(fd, STDERR_FILENO);
-                dup2(fd, STDOUT_FILENO);
-                execv(argv[0], (char *const *) argv);
-                _exit(127);
-        }
+        pid_t p = test_spawn_logged(argv[0], argv, s->log);
         s->pid = p;
         struct nstandin *shadow = xnew0(struct nstandin, 1);
         *shadow = *s;

@@ -125,6 +125,29 @@ bool test_port_open(int port) {
         return fd >= 0 && connect(fd, (struct sockaddr *) &a, sizeof(a)) == 0;
 }
 
+int test_free_port(void) {
+        _cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET };
+        socklen_t l = sizeof(a);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || getsockname(fd, (struct sockaddr *) &a, &l) < 0)
+                abort();
+        return ntohs(a.sin_port);
+}
+
+pid_t test_spawn_logged(const char *path, const char *const argv[], const char *log) {
+        pid_t p = fork();
+        ASSERT_TRUE(p >= 0);
+        if (p == 0) {
+                int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+                dup2(fd, STDERR_FILENO);
+                dup2(fd, STDOUT_FILENO);
+                execv(path, (char *const *) argv);
+                _exit(127);
+        }
+        return p;
+}
+
 bool test_have_docker(void) {
         _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_un a = { .sun_family = AF_UNIX, .sun_path = "/var/run/docker.sock" };

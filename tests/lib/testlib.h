@@ -113,6 +113,11 @@ void test_stop_child(pid_t *pid);
 char *test_random_input(unsigned *seed, int max_len, bool any_byte, const char *alphabet, size_t *ret_len);
 /* Is a TCP port on 127.0.0.1 accepting? */
 bool test_port_open(int port);
+/* A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick). */
+int test_free_port(void);
+/* Starts path with argv (argv[0] included, NULL-terminated), its stdout and stderr appended
+ * to the file log. Returns the child's pid; the caller waits for it. */
+pid_t test_spawn_logged(const char *path, const char *const argv[], const char *log);
 /* Is the docker socket answering? */
 bool test_have_docker(void);
 /* Run argv (no shell), capture stdout (up to cap bytes, NUL-terminated, caller frees). Returns exit status or -errno. */

@@ -422,26 +422,12 @@ enum MHD_Result exec_handle(struct MHD_Connection *conn, const char *alloc_id, c
         const char *key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-WebSocket-Key");
         const char *ver = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-WebSocket-Version");
         bool upgrade = header_has_token(conn, "Connection", "upgrade") && header_has_token(conn, "Upgrade", "websocket");
-        struct MHD_Response *resp;
-        enum MHD_Result ret;
-        if (!upgrade) {
-                /* Not a WebSocket request: the handler runs and finds no connection (500). */
-                static const char msg[] = "websocket connection not found in context";
-                resp = MHD_create_response_from_buffer(sizeof(msg) - 1, (void *) msg, MHD_RESPMEM_PERSISTENT);
-                MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
-                ret = MHD_queue_response(conn, 500, resp);
-                MHD_destroy_response(resp);
-                return ret;
-        }
-        if (!ws_key_valid(key) || !ver || strcmp(ver, "13") != 0) {
-                /* gorilla/websocket's Upgrader refuses with 400 and its own text. */
-                static const char msg[] = "Bad Request\nwebsocket: not a websocket handshake: 'Sec-WebSocket-Key' header must be Base64 encoded value of 16-byte in length\n";
-                resp = MHD_create_response_from_buffer(sizeof(msg) - 1, (void *) msg, MHD_RESPMEM_PERSISTENT);
-                MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
-                ret = MHD_queue_response(conn, 400, resp);
-                MHD_destroy_response(resp);
-                return ret;
-        }
+        if (!upgrade)   /* Not a WebSocket request: the handler runs and finds no connection (500). */
+                return standin_reply_text(conn, 500, "websocket connection not found in context");
+        if (!ws_key_valid(key) || !ver || strcmp(ver, "13") != 0)   /* gorilla/websocket's Upgrader refuses */
+                return standin_reply_text(conn, 400,
+                                          "Bad Request\nwebsocket: not a websocket handshake: 'Sec-WebSocket-Key' header must "
+                                          "be Base64 encoded value of 16-byte in length\n");
         struct exec_ctx *x = xnew0(struct exec_ctx, 1);
         x->alloc_id = xstrdup(alloc_id);
         x->task = dup_arg(conn, "task");
@@ -452,14 +438,14 @@ enum MHD_Result exec_handle(struct MHD_Connection *conn, const char *alloc_id, c
         x->path = xasprintf("/v1/client/allocation/%s/exec", alloc_id);
         char accept[WS_ACCEPT_LEN + 1];
         ws_accept_for_key(key, accept);
-        resp = MHD_create_response_for_upgrade(on_upgrade, x);
+        struct MHD_Response *resp = MHD_create_response_for_upgrade(on_upgrade, x);
         if (!resp) {
                 ctx_free(x);
                 return MHD_NO;
         }
         MHD_add_response_header(resp, "Upgrade", "websocket");
         MHD_add_response_header(resp, "Sec-WebSocket-Accept", accept);
-        ret = MHD_queue_response(conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
+        enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
         MHD_destroy_response(resp);
         return ret;
 }

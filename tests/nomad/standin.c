@@ -1077,6 +1077,10 @@ static enum MHD_Result reply_err(struct MHD_Connection *c, unsigned code, const 
         return reply_raw(c, code, "text/plain; charset=utf-8", m, 0, false);
 }
 
+enum MHD_Result standin_reply_text(struct MHD_Connection *c, unsigned code, const char *text) {
+        return reply_err(c, code, "%s", text);
+}
+
 /* Takes ownership of j (NULL = no body, as Nomad's handlers that return nil). */
 static enum MHD_Result reply_json(struct MHD_Connection *c, cJSON *j, uint64_t index, bool query) {
         if (!j)
@@ -1193,6 +1197,71 @@ static void block_until(uint64_t min_index, int64_t wait_ms, uint64_t (*relevant
                         break;
 }
 
+/* Parses ?index=&wait=, takes the lock and, for a blocking query, waits until relevant(ud)
+ * passes the index. 0 with the lock held, or -1 having replied 400 (not locked). */
+static int query_lock(struct MHD_Connection *c, uint64_t (*relevant)(const void *), const void *ud,
+                      enum MHD_Result *ret) {
+        uint64_t min;
+        int64_t wait;
+        if (parse_blocking(c, &min, &wait, ret) < 0)
+                return -1;
+        pthread_mutex_lock(&mu);
+        block_until(min, wait, relevant, ud);
+        return 0;
+}
+
+/* Answers a read with o at index idx. Called locked, unlocks first (printing happens
+ * outside the lock). */
+static enum MHD_Result reply_query_locked(struct MHD_Connection *c, cJSON *o, uint64_t idx) {
+        pthread_mutex_unlock(&mu);
+        return reply_json(c, o, idx, true);
+}
+
+/* The same for one object; o NULL: it is missing, 404 with that message. */
+static enum MHD_Result reply_found_locked(struct MHD_Connection *c, cJSON *o, uint64_t idx, const char *missing) {
+        if (o)
+                return reply_query_locked(c, o, idx);
+        pthread_mutex_unlock(&mu);
+        return reply_err(c, 404, "%s", missing);
+}
+
+/* Answers a write with out and the QueryMeta Nomad embeds in its write responses.
+ * Called locked, unlocks first. */
+static enum MHD_Result reply_write_locked(struct MHD_Connection *c, cJSON *out, uint64_t idx) {
+        json_add_int(out, "Index", (int64_t) idx);
+        json_add_int(out, "LastContact", 0);
+        json_add_bool(out, "KnownLeader", false);
+        json_add_str(out, "NextToken", "");
+        pthread_mutex_unlock(&mu);
+        return reply_json(c, out, idx, false);
+}
+
+/* Whether the request's token is refused; then *ret holds the 403 already sent. */
+static bool acl_denied(struct MHD_Connection *c, enum MHD_Result *ret) {
+        const char *msg = "";
+        int code = standin_acl(request_token(c), &msg);
+        if (code)
+                *ret = reply_err(c, (unsigned) code, "%s", msg);
+        return code != 0;
+}
+
+/* Nomad's JobRegisterResponse (register and scale answer with it), or its
+ * JobDeregisterResponse, for job j (NULL: deregistering a job Nomad does not know) and the
+ * evaluation the write made (NULL: none). Called locked, unlocks. */
+static enum MHD_Result reply_job_write_locked(struct MHD_Connection *c, const struct job *j, const struct eval *e,
+                                              bool deregister) {
+        cJSON *out = cJSON_CreateObject();
+        json_add_str(out, "EvalID", e ? e->id : "");
+        json_add_int(out, "EvalCreateIndex", e ? (int64_t) e->create_index : 0);
+        json_add_int(out, "JobModifyIndex", j ? (int64_t) j->job_modify_index : 0);
+        if (deregister) {
+                json_add_str(out, "VolumeEvalID", "");
+                json_add_int(out, "VolumeEvalIndex", 0);
+        } else
+                json_add_str(out, "Warnings", "");
+        return reply_write_locked(c, out, e ? e->create_index : raft_index);
+}
+
 struct job_key { const char *ns, *id; };
 
 static uint64_t rel_job_allocs(const void *ud) {
@@ -1279,11 +1348,9 @@ static void canonicalize(cJSON *job, const char *ns) {
                         json_add_int(g, "Count", 1);
 }
 
-static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, const char *url_id) {
+/* PUT /v1/jobs (id NULL) and PUT /v1/job/:id. */
+static enum MHD_Result h_register(struct MHD_Connection *c, const cJSON *body, const char *url_id) {
         enum MHD_Result ret;
-        _cleanup_json_ cJSON *body = parse_body(rq, &ret, c);
-        if (!body)
-                return ret;
         cJSON *job = cJSON_GetObjectItem(body, "Job");
         if (!cJSON_IsObject(job))
                 return reply_err(c, 400, "Job must be specified");
@@ -1319,11 +1386,8 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
                                          "1 error occurred:\n\t* Task Group %s should have a valid restart policy: "
                                          "Unsupported restart mode: \"%s\"\n\n", json_get_str(g, "Name"), mode);
         }
-        const char *tok = request_token(c);
-        const char *msg = "";
-        int code = standin_acl(tok, &msg);
-        if (code)
-                return reply_err(c, (unsigned) code, "%s", msg);
+        if (acl_denied(c, &ret))
+                return ret;
 
         pthread_mutex_lock(&mu);
         struct job *j = job_find(ns, id);
@@ -1375,50 +1439,23 @@ static enum MHD_Result h_register(struct MHD_Connection *c, struct req *rq, cons
                         j->create_index = j->modify_index;
         } else
                 cJSON_Delete(copy);
-        struct eval *e = evaluate(j, "job-register");
-        cJSON *out = cJSON_CreateObject();
-        json_add_str(out, "EvalID", e->id);
-        json_add_int(out, "EvalCreateIndex", (int64_t) e->create_index);
-        json_add_int(out, "JobModifyIndex", (int64_t) j->job_modify_index);
-        json_add_str(out, "Warnings", "");
-        json_add_int(out, "Index", (int64_t) e->create_index);
-        json_add_int(out, "LastContact", 0);
-        json_add_bool(out, "KnownLeader", false);
-        json_add_str(out, "NextToken", "");   /* the embedded QueryMeta */
-        uint64_t idx = e->create_index;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, out, idx, false);
+        return reply_job_write_locked(c, j, evaluate(j, "job-register"), false);
 }
 
-static enum MHD_Result h_job_get(struct MHD_Connection *c, const char *id) {
-        uint64_t min;
-        int64_t wait;
+static enum MHD_Result h_job_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         enum MHD_Result ret;
-        if (parse_blocking(c, &min, &wait, &ret) < 0)
-                return ret;
         struct job_key k = { query_ns(c), id };
-        pthread_mutex_lock(&mu);
-        block_until(min, wait, rel_job, &k);
+        if (query_lock(c, rel_job, &k, &ret) < 0)
+                return ret;
         struct job *j = job_find(k.ns, id);
-        if (!j) {
-                pthread_mutex_unlock(&mu);
-                return reply_err(c, 404, "job not found");
-        }
-        cJSON *o = job_json(j);
-        uint64_t idx = rel_job(&k);
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, o, idx, true);
+        return reply_found_locked(c, j ? job_json(j) : NULL, rel_job(&k), "job not found");
 }
 
-static enum MHD_Result h_job_allocs(struct MHD_Connection *c, const char *id) {
-        uint64_t min;
-        int64_t wait;
+static enum MHD_Result h_job_allocs(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         enum MHD_Result ret;
-        if (parse_blocking(c, &min, &wait, &ret) < 0)
-                return ret;
         struct job_key k = { query_ns(c), id };
-        pthread_mutex_lock(&mu);
-        block_until(min, wait, rel_job_allocs, &k);
+        if (query_lock(c, rel_job_allocs, &k, &ret) < 0)
+                return ret;
         cJSON *arr = cJSON_CreateArray();
         /* state.AllocsByJob: without all=true only the allocations of the job as it exists now
          * (same CreateIndex), so a purged and re-registered ID does not show its past. */
@@ -1428,30 +1465,22 @@ static enum MHD_Result h_job_allocs(struct MHD_Connection *c, const char *id) {
                 if (strcmp(a->job_id, id) == 0 && strcmp(a->ns, k.ns) == 0 &&
                     (!j || a->job_create_index == j->create_index))
                         cJSON_AddItemToArray(arr, alloc_json(a, false));
-        uint64_t idx = idx_allocs;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, arr, idx, true);
+        return reply_query_locked(c, arr, idx_allocs);
 }
 
-static enum MHD_Result h_job_evals(struct MHD_Connection *c, const char *id) {
-        uint64_t min;
-        int64_t wait;
+static enum MHD_Result h_job_evals(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         enum MHD_Result ret;
-        if (parse_blocking(c, &min, &wait, &ret) < 0)
-                return ret;
         struct job_key k = { query_ns(c), id };
-        pthread_mutex_lock(&mu);
-        block_until(min, wait, rel_job_evals, &k);
+        if (query_lock(c, rel_job_evals, &k, &ret) < 0)
+                return ret;
         cJSON *arr = cJSON_CreateArray();
         for (struct eval *e = evals; e; e = e->next)
                 if (strcmp(e->job_id, id) == 0 && strcmp(e->ns, k.ns) == 0)
                         cJSON_AddItemToArray(arr, eval_json(e));
-        uint64_t idx = idx_evals;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, arr, idx, true);
+        return reply_query_locked(c, arr, idx_evals);
 }
 
-static enum MHD_Result h_job_delete(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_job_delete(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         const char *p = arg(c, "purge");
         bool purge = false;
         if (p && *p) {
@@ -1463,49 +1492,27 @@ static enum MHD_Result h_job_delete(struct MHD_Connection *c, const char *id) {
                         return reply_err(c, 500, "Failed to parse value of \"purge\" (%s) as a bool: strconv.ParseBool: "
                                          "parsing \"%s\": invalid syntax", p, p);
         }
-        const char *msg = "";
-        int code = standin_acl(request_token(c), &msg);
-        if (code)
-                return reply_err(c, (unsigned) code, "%s", msg);
+        enum MHD_Result ret;
+        if (acl_denied(c, &ret))
+                return ret;
         const char *ns = query_ns(c);
         pthread_mutex_lock(&mu);
         struct job *j = job_find(ns, id);
-        cJSON *out = cJSON_CreateObject();
-        uint64_t idx;
-        if (!j) {
-                /* Nomad answers 200 with an empty EvalID for a job it does not know. */
-                json_add_str(out, "EvalID", "");
-                json_add_int(out, "EvalCreateIndex", 0);
-                json_add_int(out, "JobModifyIndex", 0);
-                idx = raft_index;
-        } else {
+        struct eval *e = NULL;   /* Nomad answers 200 with an empty EvalID for a job it does not know. */
+        if (j) {
                 j->stop = true;
                 if (purge)
                         j->purged = true;
                 j->modify_index = bump(&idx_jobs);
                 j->job_modify_index = j->modify_index;
                 cJSON_ReplaceItemInObject(j->job, "Stop", cJSON_CreateBool(true));
-                struct eval *e = evaluate(j, "job-deregister");
-                json_add_str(out, "EvalID", e->id);
-                json_add_int(out, "EvalCreateIndex", (int64_t) e->create_index);
-                json_add_int(out, "JobModifyIndex", (int64_t) j->job_modify_index);
-                idx = e->create_index;
+                e = evaluate(j, "job-deregister");
         }
-        json_add_str(out, "VolumeEvalID", "");
-        json_add_int(out, "VolumeEvalIndex", 0);
-        json_add_int(out, "Index", (int64_t) idx);
-        json_add_int(out, "LastContact", 0);
-        json_add_bool(out, "KnownLeader", false);
-        json_add_str(out, "NextToken", "");   /* the embedded QueryMeta */
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, out, idx, false);
+        return reply_job_write_locked(c, j, e, true);
 }
 
-static enum MHD_Result h_job_scale(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result h_job_scale(struct MHD_Connection *c, const cJSON *body, const char *id) {
         enum MHD_Result ret;
-        _cleanup_json_ cJSON *body = parse_body(rq, &ret, c);
-        if (!body)
-                return ret;
         const cJSON *target = cJSON_GetObjectItem(body, "Target");
         const char *tj = json_get_str(target, "Job");
         if (tj && *tj && strcmp(tj, id) != 0)
@@ -1518,10 +1525,8 @@ static enum MHD_Result h_job_scale(struct MHD_Connection *c, struct req *rq, con
         bool has_count = cnt && !cJSON_IsNull(cnt);
         if (has_count && (!json_get_int(body, "Count", &count) || count < 0))
                 return reply_err(c, 500, "scaling action count can't be negative");
-        const char *msg = "";
-        int code = standin_acl(request_token(c), &msg);
-        if (code)
-                return reply_err(c, (unsigned) code, "%s", msg);
+        if (acl_denied(c, &ret))
+                return ret;
         const char *ns = query_ns(c);
         pthread_mutex_lock(&mu);
         struct job *j = job_find(ns, id);
@@ -1534,119 +1539,66 @@ static enum MHD_Result h_job_scale(struct MHD_Connection *c, struct req *rq, con
                 pthread_mutex_unlock(&mu);
                 return reply_err(c, 400, "task group \"%s\" specified for scaling does not exist in job", group);
         }
-        cJSON *out = cJSON_CreateObject();
-        uint64_t idx;
+        struct eval *e = NULL;   /* no Count: nothing changes, no evaluation */
         if (has_count) {
                 cJSON_ReplaceItemInObject(g, "Count", cJSON_CreateNumber((double) count));
                 j->version++;
                 cJSON_ReplaceItemInObject(j->job, "Version", cJSON_CreateNumber(j->version));
                 j->modify_index = bump(&idx_jobs);
                 j->job_modify_index = j->modify_index;
-                struct eval *e = evaluate(j, "job-scaling");
-                json_add_str(out, "EvalID", e->id);
-                json_add_int(out, "EvalCreateIndex", (int64_t) e->create_index);
-                idx = e->create_index;
-        } else {
-                json_add_str(out, "EvalID", "");
-                json_add_int(out, "EvalCreateIndex", 0);
-                idx = raft_index;
+                e = evaluate(j, "job-scaling");
         }
-        json_add_int(out, "JobModifyIndex", (int64_t) j->job_modify_index);
-        json_add_str(out, "Warnings", "");
-        json_add_int(out, "Index", (int64_t) idx);
-        json_add_int(out, "LastContact", 0);
-        json_add_bool(out, "KnownLeader", false);
-        json_add_str(out, "NextToken", "");   /* the embedded QueryMeta */
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, out, idx, false);
+        return reply_job_write_locked(c, j, e, false);
 }
 
-static enum MHD_Result h_alloc_get(struct MHD_Connection *c, const char *id) {
-        uint64_t min;
-        int64_t wait;
+static enum MHD_Result h_alloc_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         enum MHD_Result ret;
-        if (parse_blocking(c, &min, &wait, &ret) < 0)
+        if (query_lock(c, rel_alloc, id, &ret) < 0)
                 return ret;
-        pthread_mutex_lock(&mu);
-        block_until(min, wait, rel_alloc, id);
         struct alloc *a = alloc_find(id);
-        if (!a) {
-                pthread_mutex_unlock(&mu);
-                return reply_err(c, 404, "alloc not found");
-        }
-        cJSON *o = alloc_json(a, true);
-        uint64_t idx = a->modify_index;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, o, idx, true);
+        return reply_found_locked(c, a ? alloc_json(a, true) : NULL, a ? a->modify_index : 0, "alloc not found");
 }
 
-static enum MHD_Result h_eval_get(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_eval_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         pthread_mutex_lock(&mu);
         struct eval *e = eval_find(id);
-        if (!e) {
-                pthread_mutex_unlock(&mu);
-                return reply_err(c, 404, "eval not found");
-        }
-        cJSON *o = eval_json(e);
-        uint64_t idx = e->modify_index;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, o, idx, true);
+        return reply_found_locked(c, e ? eval_json(e) : NULL, e ? e->modify_index : 0, "eval not found");
 }
 
-static enum MHD_Result h_nodes(struct MHD_Connection *c) {
-        uint64_t min;
-        int64_t wait;
+static enum MHD_Result h_nodes(struct MHD_Connection *c, _unused_ const cJSON *body, _unused_ const char *id) {
         enum MHD_Result ret;
-        if (parse_blocking(c, &min, &wait, &ret) < 0)
+        if (query_lock(c, rel_table, &idx_nodes, &ret) < 0)
                 return ret;
-        pthread_mutex_lock(&mu);
-        block_until(min, wait, rel_table, &idx_nodes);
         cJSON *arr = cJSON_CreateArray();
         const char *prefix = arg(c, "prefix");
         for (int i = 0; i < cfg.n_nodes; i++)
                 if (!prefix || startswith(nodes[i].id, prefix))
                         cJSON_AddItemToArray(arr, node_stub(&nodes[i]));
-        uint64_t idx = idx_nodes;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, arr, idx, true);
+        return reply_query_locked(c, arr, idx_nodes);
 }
 
-static enum MHD_Result h_node_get(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_node_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         pthread_mutex_lock(&mu);
         struct node *n = node_by_id(id);
-        if (!n) {
-                pthread_mutex_unlock(&mu);
-                return reply_err(c, 404, "node not found");
-        }
-        cJSON *o = node_full(n);
-        uint64_t idx = n->modify_index;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, o, idx, true);
+        return reply_found_locked(c, n ? node_full(n) : NULL, n ? n->modify_index : 0, "node not found");
 }
 
-static enum MHD_Result h_node_allocs(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_node_allocs(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         pthread_mutex_lock(&mu);
         cJSON *arr = cJSON_CreateArray();
         for (struct alloc *a = allocs; a; a = a->next)
                 if (strcmp(a->node_id, id) == 0)
                         cJSON_AddItemToArray(arr, alloc_json(a, true));
-        uint64_t idx = idx_allocs;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, arr, idx, true);
+        return reply_query_locked(c, arr, idx_allocs);
 }
 
-static enum MHD_Result h_node_eligibility(struct MHD_Connection *c, struct req *rq, const char *id) {
+static enum MHD_Result h_node_eligibility(struct MHD_Connection *c, const cJSON *body, const char *id) {
         enum MHD_Result ret;
-        _cleanup_json_ cJSON *body = parse_body(rq, &ret, c);
-        if (!body)
-                return ret;
         const char *el = json_get_str(body, "Eligibility");
         if (!el || (strcmp(el, "eligible") != 0 && strcmp(el, "ineligible") != 0))
                 return reply_err(c, 500, "invalid scheduling eligibility \"%s\"", el ? el : "");
-        const char *msg = "";
-        int code = standin_acl(request_token(c), &msg);
-        if (code)
-                return reply_err(c, (unsigned) code, "%s", msg);
+        if (acl_denied(c, &ret))
+                return ret;
         pthread_mutex_lock(&mu);
         struct node *n = node_by_id(id);
         if (!n) {
@@ -1659,16 +1611,10 @@ static enum MHD_Result h_node_eligibility(struct MHD_Connection *c, struct req *
         cJSON_AddNullToObject(out, "EvalIDs");
         json_add_int(out, "EvalCreateIndex", 0);
         json_add_int(out, "NodeModifyIndex", (int64_t) n->modify_index);
-        json_add_int(out, "Index", (int64_t) n->modify_index);
-        json_add_int(out, "LastContact", 0);
-        json_add_bool(out, "KnownLeader", false);
-        json_add_str(out, "NextToken", "");   /* the embedded QueryMeta */
-        uint64_t idx = n->modify_index;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, out, idx, false);
+        return reply_write_locked(c, out, n->modify_index);
 }
 
-static enum MHD_Result h_agent_self(struct MHD_Connection *c) {
+static enum MHD_Result h_agent_self(struct MHD_Connection *c, _unused_ const cJSON *body, _unused_ const char *id) {
         struct node *n = &nodes[cfg.agent_node];
         cJSON *o = cJSON_CreateObject();
         cJSON *conf = cJSON_AddObjectToObject(o, "config");
@@ -1708,18 +1654,13 @@ static enum MHD_Result h_agent_self(struct MHD_Connection *c) {
 }
 
 /* CSI: PUT /v1/volume/csi/:id/create and PUT /v1/volume/csi/:id (register). */
-static enum MHD_Result h_volume_put(struct MHD_Connection *c, struct req *rq, const char *id, bool create) {
+static enum MHD_Result volume_put(struct MHD_Connection *c, const cJSON *body, const char *id, bool create) {
         enum MHD_Result ret;
-        _cleanup_json_ cJSON *body = parse_body(rq, &ret, c);
-        if (!body)
-                return ret;
         cJSON *vols = cJSON_GetObjectItem(body, "Volumes");
         if (cJSON_GetArraySize(vols) == 0)
                 return reply_err(c, 400, "Must specify at least one volume");
-        const char *msg = "";
-        int code = standin_acl(request_token(c), &msg);
-        if (code)
-                return reply_err(c, (unsigned) code, "%s", msg);
+        if (acl_denied(c, &ret))
+                return ret;
         cJSON *out = cJSON_CreateObject();
         cJSON *outv = cJSON_AddArrayToObject(out, "Volumes");
         uint64_t idx = 0;
@@ -1793,37 +1734,27 @@ static enum MHD_Result h_volume_put(struct MHD_Connection *c, struct req *rq, co
         return reply_json(c, out, idx, false);
 }
 
-static enum MHD_Result h_volume_get(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result h_volume_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         pthread_mutex_lock(&mu);
         struct volume *v = volume_find(query_ns(c), id);
-        if (!v) {
-                pthread_mutex_unlock(&mu);
-                return reply_err(c, 404, "volume not found");
-        }
-        cJSON *o = volume_json(v);
-        uint64_t idx = v->modify_index;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, o, idx, true);
+        return reply_found_locked(c, v ? volume_json(v) : NULL, v ? v->modify_index : 0, "volume not found");
 }
 
-static enum MHD_Result h_volumes_list(struct MHD_Connection *c) {
+static enum MHD_Result h_volumes_list(struct MHD_Connection *c, _unused_ const cJSON *body, _unused_ const char *id) {
         pthread_mutex_lock(&mu);
         cJSON *arr = cJSON_CreateArray();
         const char *ns = query_ns(c);
         for (struct volume *v = volumes; v; v = v->next)
                 if (strcmp(ns, "*") == 0 || strcmp(v->ns, ns) == 0)
                         cJSON_AddItemToArray(arr, volume_json(v));
-        uint64_t idx = idx_vols;
-        pthread_mutex_unlock(&mu);
-        return reply_json(c, arr, idx, true);
+        return reply_query_locked(c, arr, idx_vols);
 }
 
 /* DELETE /v1/volume/csi/:id (deregister, keeps the data) and /v1/volume/csi/:id/delete. */
-static enum MHD_Result h_volume_delete(struct MHD_Connection *c, const char *id, bool destroy) {
-        const char *msg = "";
-        int code = standin_acl(request_token(c), &msg);
-        if (code)
-                return reply_err(c, (unsigned) code, "%s", msg);
+static enum MHD_Result volume_delete(struct MHD_Connection *c, const char *id, bool destroy) {
+        enum MHD_Result ret;
+        if (acl_denied(c, &ret))
+                return ret;
         const char *force = arg(c, "force");
         bool forced = force && strcmp(force, "true") == 0;
         pthread_mutex_lock(&mu);
@@ -1853,6 +1784,19 @@ static enum MHD_Result h_volume_delete(struct MHD_Connection *c, const char *id,
         cJSON_Delete(v->spec);
         free(v);
         return reply_json(c, NULL, idx, false);
+}
+
+static enum MHD_Result h_volume_create(struct MHD_Connection *c, const cJSON *body, const char *id) {
+        return volume_put(c, body, id, true);
+}
+static enum MHD_Result h_volume_register(struct MHD_Connection *c, const cJSON *body, const char *id) {
+        return volume_put(c, body, id, false);
+}
+static enum MHD_Result h_volume_destroy(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
+        return volume_delete(c, id, true);
+}
+static enum MHD_Result h_volume_deregister(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
+        return volume_delete(c, id, false);
 }
 
 /* ---- /_standin: faults and state for tests ---- */
@@ -1967,9 +1911,73 @@ static const char *split_id(const char *after, char *id, size_t size) {
 static bool is(const char *m, const char *a) { return strcmp(m, a) == 0; }
 static bool is_write(const char *m) { return is(m, "PUT") || is(m, "POST"); }
 
-static enum MHD_Result route(struct MHD_Connection *c, const char *m, const char *url, struct req *rq) {
-        char id[512];
+/* GET /v1/jobs: the job stubs of the namespace ("*" = all). */
+static enum MHD_Result h_jobs_list(struct MHD_Connection *c, _unused_ const cJSON *body, _unused_ const char *id) {
+        pthread_mutex_lock(&mu);
+        cJSON *arr = cJSON_CreateArray();
+        for (struct job *j = jobs; j; j = j->next)
+                if (!j->purged && (is(query_ns(c), "*") || is(j->ns, query_ns(c)))) {
+                        cJSON *s = cJSON_CreateObject();
+                        json_add_str(s, "ID", j->id);
+                        json_add_str(s, "Name", j->id);
+                        json_add_str(s, "Namespace", j->ns);
+                        json_add_str(s, "Type", str_or(json_get_str(j->job, "Type"), "service"));
+                        json_add_str(s, "Status", job_status(j));
+                        json_add_bool(s, "Stop", j->stop);
+                        cJSON_AddItemToObject(s, "Meta", cJSON_Duplicate(cJSON_GetObjectItem(j->job, "Meta"), true));
+                        json_add_int(s, "CreateIndex", (int64_t) j->create_index);
+                        json_add_int(s, "ModifyIndex", (int64_t) j->modify_index);
+                        json_add_int(s, "JobModifyIndex", (int64_t) j->job_modify_index);
+                        cJSON_AddItemToArray(arr, s);
+                }
+        return reply_query_locked(c, arr, idx_jobs);
+}
+
+enum verb { GET, WRITE /* PUT or POST */, DEL };
+
+/* The Nomad API the stand-in serves. A row with an id matches prefix + <id> + ("/" rest);
+ * rest NULL takes any rest. A path some row matches answers 405 for another method. WRITE
+ * handlers get the request's JSON body, parsed (a bad one is answered 400 before them). */
+static const struct route {
+        const char *prefix;
+        bool has_id;
         const char *rest;
+        enum verb verb;
+        enum MHD_Result (*fn)(struct MHD_Connection *c, const cJSON *body, const char *id);
+} routes[] = {
+        { "/v1/jobs", false, NULL, WRITE, h_register },
+        { "/v1/jobs", false, NULL, GET, h_jobs_list },
+        { "/v1/job/", true, "", GET, h_job_get },
+        { "/v1/job/", true, "", WRITE, h_register },
+        { "/v1/job/", true, "", DEL, h_job_delete },
+        { "/v1/job/", true, "allocations", GET, h_job_allocs },
+        { "/v1/job/", true, "evaluations", GET, h_job_evals },
+        { "/v1/job/", true, "scale", WRITE, h_job_scale },
+        { "/v1/allocation/", true, "", GET, h_alloc_get },
+        { "/v1/evaluation/", true, NULL, GET, h_eval_get },
+        { "/v1/nodes", false, NULL, GET, h_nodes },
+        { "/v1/node/", true, "", GET, h_node_get },
+        { "/v1/node/", true, "allocations", GET, h_node_allocs },
+        { "/v1/node/", true, "eligibility", WRITE, h_node_eligibility },
+        { "/v1/agent/self", false, NULL, GET, h_agent_self },
+        { "/v1/volumes", false, NULL, GET, h_volumes_list },
+        { "/v1/volume/csi/", true, "create", WRITE, h_volume_create },
+        { "/v1/volume/csi/", true, "delete", DEL, h_volume_destroy },
+        { "/v1/volume/csi/", true, "", WRITE, h_volume_register },
+        { "/v1/volume/csi/", true, "", GET, h_volume_get },
+        { "/v1/volume/csi/", true, "", DEL, h_volume_deregister },
+};
+
+static bool verb_is(enum verb v, const char *m) {
+        switch (v) {
+        case GET: return is(m, "GET");
+        case WRITE: return is_write(m);
+        case DEL: return is(m, "DELETE");
+        }
+        return false;
+}
+
+static enum MHD_Result route(struct MHD_Connection *c, const char *m, const char *url, struct req *rq) {
         if (startswith(url, "/_standin/"))
                 return h_standin(c, m, url, rq);
 
@@ -1982,113 +1990,40 @@ static enum MHD_Result route(struct MHD_Connection *c, const char *m, const char
                 return reply_err(c, 500, "rpc error: No cluster leader (nomad-standin injected fault)");
 
         /* Reads need a token too once ACLs are on (namespace read-job etc.); writes check it
-         * in their handler after the body is validated, as Nomad's RPC layer does. */
-        const char *msg = "";
-        int code = standin_acl(request_token(c), &msg);
+         * in their handler after the body is validated, as Nomad's RPC layer does, exec
+         * sessions as they start. /v1/agent/self wants one whatever the method. */
         bool exec = startswith(url, "/v1/client/allocation/") && endswith(url, "/exec");
-        if (code && !exec && !is(url, "/v1/agent/self") && !is_write(m) && !is(m, "DELETE"))
-                return reply_err(c, (unsigned) code, "%s", msg);
+        bool handler_checks = exec || is_write(m) || is(m, "DELETE");
+        enum MHD_Result ret;
+        if ((!handler_checks || is(url, "/v1/agent/self")) && acl_denied(c, &ret))
+                return ret;
 
-        if (is(url, "/v1/jobs")) {
-                if (is_write(m))
-                        return h_register(c, rq, NULL);
-                if (is(m, "GET")) {
-                        pthread_mutex_lock(&mu);
-                        cJSON *arr = cJSON_CreateArray();
-                        for (struct job *j = jobs; j; j = j->next)
-                                if (!j->purged && (is(query_ns(c), "*") || is(j->ns, query_ns(c)))) {
-                                        cJSON *s = cJSON_CreateObject();
-                                        json_add_str(s, "ID", j->id);
-                                        json_add_str(s, "Name", j->id);
-                                        json_add_str(s, "Namespace", j->ns);
-                                        json_add_str(s, "Type", str_or(json_get_str(j->job, "Type"), "service"));
-                                        json_add_str(s, "Status", job_status(j));
-                                        json_add_bool(s, "Stop", j->stop);
-                                        cJSON_AddItemToObject(s, "Meta",
-                                                              cJSON_Duplicate(cJSON_GetObjectItem(j->job, "Meta"), true));
-                                        json_add_int(s, "CreateIndex", (int64_t) j->create_index);
-                                        json_add_int(s, "ModifyIndex", (int64_t) j->modify_index);
-                                        json_add_int(s, "JobModifyIndex", (int64_t) j->job_modify_index);
-                                        cJSON_AddItemToArray(arr, s);
-                                }
-                        uint64_t idx = idx_jobs;
-                        pthread_mutex_unlock(&mu);
-                        return reply_json(c, arr, idx, true);
-                }
-                return reply_err(c, 405, "Invalid method");
-        }
-        if (startswith(url, "/v1/job/")) {
-                rest = split_id(url + 8, id, sizeof(id));
-                if (!*id)
-                        return reply_err(c, 404, "Not Found");
-                if (is(rest, "")) {
-                        if (is(m, "GET"))
-                                return h_job_get(c, id);
-                        if (is_write(m))
-                                return h_register(c, rq, id);
-                        if (is(m, "DELETE"))
-                                return h_job_delete(c, id);
-                        return reply_err(c, 405, "Invalid method");
-                }
-                if (is(rest, "allocations"))
-                        return is(m, "GET") ? h_job_allocs(c, id) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "evaluations"))
-                        return is(m, "GET") ? h_job_evals(c, id) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "scale"))
-                        return is_write(m) ? h_job_scale(c, rq, id) : reply_err(c, 405, "Invalid method");
-                return reply_err(c, 404, "Not Found");
-        }
-        if (startswith(url, "/v1/allocation/")) {
-                rest = split_id(url + 15, id, sizeof(id));
-                if (is(rest, ""))
-                        return is(m, "GET") ? h_alloc_get(c, id) : reply_err(c, 405, "Invalid method");
-                return reply_err(c, 404, "Not Found");
-        }
-        if (startswith(url, "/v1/evaluation/")) {
-                split_id(url + 15, id, sizeof(id));
-                return is(m, "GET") ? h_eval_get(c, id) : reply_err(c, 405, "Invalid method");
-        }
+        char id[512];
         if (exec) {
-                split_id(url + 22, id, sizeof(id));
+                split_id(url + strlen("/v1/client/allocation/"), id, sizeof(id));
                 return exec_handle(c, id, request_token(c));
         }
-        if (is(url, "/v1/nodes"))
-                return is(m, "GET") ? h_nodes(c) : reply_err(c, 405, "Invalid method");
-        if (startswith(url, "/v1/node/")) {
-                rest = split_id(url + 9, id, sizeof(id));
-                if (is(rest, ""))
-                        return is(m, "GET") ? h_node_get(c, id) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "allocations"))
-                        return is(m, "GET") ? h_node_allocs(c, id) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "eligibility"))
-                        return is_write(m) ? h_node_eligibility(c, rq, id) : reply_err(c, 405, "Invalid method");
-                return reply_err(c, 404, "Not Found");
-        }
-        if (is(url, "/v1/agent/self")) {
-                if (code)
-                        return reply_err(c, (unsigned) code, "%s", msg);
-                return is(m, "GET") ? h_agent_self(c) : reply_err(c, 405, "Invalid method");
-        }
-        if (is(url, "/v1/volumes"))
-                return is(m, "GET") ? h_volumes_list(c) : reply_err(c, 405, "Invalid method");
-        if (startswith(url, "/v1/volume/csi/")) {
-                rest = split_id(url + 15, id, sizeof(id));
-                if (is(rest, "create"))
-                        return is_write(m) ? h_volume_put(c, rq, id, true) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "delete"))
-                        return is(m, "DELETE") ? h_volume_delete(c, id, true) : reply_err(c, 405, "Invalid method");
-                if (is(rest, "")) {
-                        if (is_write(m))
-                                return h_volume_put(c, rq, id, false);
-                        if (is(m, "GET"))
-                                return h_volume_get(c, id);
-                        if (is(m, "DELETE"))
-                                return h_volume_delete(c, id, false);
-                        return reply_err(c, 405, "Invalid method");
+        bool known = false;
+        for (size_t i = 0; i < ELEMENTSOF(routes); i++) {
+                const struct route *r = &routes[i];
+                if (!r->has_id ? !is(url, r->prefix) : !startswith(url, r->prefix))
+                        continue;
+                if (r->has_id) {
+                        const char *rest = split_id(url + strlen(r->prefix), id, sizeof(id));
+                        if (r->rest && !is(rest, r->rest))
+                                continue;
+                        if (!*id && is(r->prefix, "/v1/job/"))
+                                continue;   /* Nomad's job routes want an ID: 404 */
                 }
-                return reply_err(c, 404, "Not Found");
+                known = true;
+                if (!verb_is(r->verb, m))
+                        continue;
+                if (r->verb != WRITE)
+                        return r->fn(c, NULL, r->has_id ? id : NULL);
+                _cleanup_json_ cJSON *body = parse_body(rq, &ret, c);
+                return body ? r->fn(c, body, r->has_id ? id : NULL) : ret;
         }
-        return reply_err(c, 404, "Not Found");
+        return known ? reply_err(c, 405, "Invalid method") : reply_err(c, 404, "Not Found");
 }
 
 static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *k, const char *v) {

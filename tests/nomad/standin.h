@@ -24,6 +24,8 @@ int standin_acl(const char *token, const char **ret_msg);
 int standin_exec_target(const char *alloc_id, const char *task, char *container, size_t size, char **ret_msg);
 /* Takes one pending "exec closed with 1011" fault: true when this session must fail. */
 bool standin_take_exec_fault(void);
+/* A plain-text answer (text/plain; charset=utf-8), as Nomad's HTTP layer writes its errors. */
+enum MHD_Result standin_reply_text(struct MHD_Connection *c, unsigned code, const char *text);
 /* Appends one line to the request log (no-op without --record). kind "ws-in" / "ws-out". */
 void standin_record_ws(const char *path, const char *kind, const char *text, size_t len);
 
