@@ -262,15 +262,23 @@ static void task_event(struct alloc *a, const char *type, const char *display, b
         cJSON_AddItemToArray(evs, e);
 }
 
+
+/* Sets member key of o to item, in place when o has it (keeping its position), else at the
+ * end. cJSON_ReplaceItemInObject alone drops (and leaks) the item when the key is absent. */
+static void json_put(cJSON *o, const char *key, cJSON *item) {
+        if (!cJSON_ReplaceItemInObjectCaseSensitive(o, key, item))
+                cJSON_AddItemToObject(o, key, item);
+}
+
 static void task_state_set(struct alloc *a, const char *state, bool failed) {
-        cJSON_ReplaceItemInObjectCaseSensitive(a->task_state, "State", cJSON_CreateString(state));
-        cJSON_ReplaceItemInObjectCaseSensitive(a->task_state, "Failed", cJSON_CreateBool(failed));
+        json_put(a->task_state, "State", cJSON_CreateString(state));
+        json_put(a->task_state, "Failed", cJSON_CreateBool(failed));
         char t[40];
         rfc3339_ns(now_ns(), t);
         if (strcmp(state, "running") == 0)
-                cJSON_ReplaceItemInObjectCaseSensitive(a->task_state, "StartedAt", cJSON_CreateString(t));
+                json_put(a->task_state, "StartedAt", cJSON_CreateString(t));
         if (strcmp(state, "dead") == 0)
-                cJSON_ReplaceItemInObjectCaseSensitive(a->task_state, "FinishedAt", cJSON_CreateString(t));
+                json_put(a->task_state, "FinishedAt", cJSON_CreateString(t));
 }
 
 static void alloc_touch(struct alloc *a) {
@@ -1000,7 +1008,7 @@ static cJSON *job_json(const struct job *j) {
         cJSON *o = cJSON_Duplicate(j->job, true);
         cJSON_DeleteItemFromObject(o, "Status");
         json_add_str(o, "Status", job_status(j));
-        cJSON_ReplaceItemInObject(o, "Stop", cJSON_CreateBool(j->stop));
+        json_put(o, "Stop", cJSON_CreateBool(j->stop));
         json_add_int(o, "CreateIndex", (int64_t) j->create_index);
         json_add_int(o, "ModifyIndex", (int64_t) j->modify_index);
         json_add_int(o, "JobModifyIndex", (int64_t) j->job_modify_index);
@@ -1010,11 +1018,11 @@ static cJSON *job_json(const struct job *j) {
 static cJSON *volume_json(const struct volume *v) {
         cJSON *o = cJSON_Duplicate(v->spec, true);
         cJSON_DeleteItemFromObject(o, "Secrets");
-        cJSON_ReplaceItemInObject(o, "ID", cJSON_CreateString(v->id));
-        cJSON_ReplaceItemInObject(o, "Namespace", cJSON_CreateString(v->ns));
-        cJSON_ReplaceItemInObject(o, "Name", cJSON_CreateString(v->name));
-        cJSON_ReplaceItemInObject(o, "PluginID", cJSON_CreateString(v->plugin));
-        cJSON_ReplaceItemInObject(o, "ExternalID", cJSON_CreateString(v->external_id));
+        json_put(o, "ID", cJSON_CreateString(v->id));
+        json_put(o, "Namespace", cJSON_CreateString(v->ns));
+        json_put(o, "Name", cJSON_CreateString(v->name));
+        json_put(o, "PluginID", cJSON_CreateString(v->plugin));
+        json_put(o, "ExternalID", cJSON_CreateString(v->external_id));
         json_add_int(o, "Capacity", v->capacity);
         json_add_bool(o, "Schedulable", true);
         int claims = 0;
@@ -1505,7 +1513,7 @@ static enum MHD_Result h_job_delete(struct MHD_Connection *c, _unused_ const cJS
                         j->purged = true;
                 j->modify_index = bump(&idx_jobs);
                 j->job_modify_index = j->modify_index;
-                cJSON_ReplaceItemInObject(j->job, "Stop", cJSON_CreateBool(true));
+                json_put(j->job, "Stop", cJSON_CreateBool(true));
                 e = evaluate(j, "job-deregister");
         }
         return reply_job_write_locked(c, j, e, true);
@@ -1541,9 +1549,9 @@ static enum MHD_Result h_job_scale(struct MHD_Connection *c, const cJSON *body, 
         }
         struct eval *e = NULL;   /* no Count: nothing changes, no evaluation */
         if (has_count) {
-                cJSON_ReplaceItemInObject(g, "Count", cJSON_CreateNumber((double) count));
+                json_put(g, "Count", cJSON_CreateNumber((double) count));
                 j->version++;
-                cJSON_ReplaceItemInObject(j->job, "Version", cJSON_CreateNumber(j->version));
+                json_put(j->job, "Version", cJSON_CreateNumber(j->version));
                 j->modify_index = bump(&idx_jobs);
                 j->job_modify_index = j->modify_index;
                 e = evaluate(j, "job-scaling");
