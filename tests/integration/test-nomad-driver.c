@@ -16,7 +16,7 @@
 struct env {
         struct nstandin s;
         struct ctld c;
-        char *key;
+        char key[128];
         char account[25];
 };
 
@@ -38,7 +38,8 @@ static void env_start(struct env *e, const char *const *args, const char *nomad_
         all[n] = NULL;
         nstandin_start(&e->s, dir, all);
         ctld_start_nomad(&e->c, &e->s, nomad_extra, NULL, NULL);
-        e->key = ctld_account_key(&e->c, "nomad", NULL, e->account);
+        _cleanup_free_ char *key = ctld_account_key(&e->c, "nomad", NULL, e->account);
+        snprintf(e->key, sizeof(e->key), "%s", key);
 }
 
 /* env_start with one stand-in fault armed (a JSON object for /_standin/fault). */
