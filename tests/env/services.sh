@@ -126,6 +126,7 @@ rabbit_env() {
         export RABBITMQ_NODE_PORT=5672 ERL_EPMD_ADDRESS=127.0.0.1 RABBITMQ_DIST_PORT=25672
         export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
         export RABBITMQ_CONFIG_FILE=$STATE/rabbitmq.conf
+        export RABBITMQ_MNESIA_BASE=$STATE/rabbitmq/mnesia
 }
 
 # spawn SVC CMD...: start CMD detached in its own session (so it is a process-group leader
@@ -319,6 +320,11 @@ start_rabbitmq() {
         else
                 rm -f "$RUN/rabbitmq.epmd-foreign"
         fi
+        # The broker's data is the test run's, and starts empty: the tests' unique exchanges leave
+        # durable queues behind, and a broker recovers every durable queue at boot with a file
+        # handle each; hundreds of them (seen: 935 against 927 handles) hang its start for good.
+        rm -rf "$STATE/rabbitmq"
+        install -d -o rabbitmq -g rabbitmq -m 0750 "$STATE/rabbitmq"
         rabbit_env
         spawn rabbitmq rabbitmq-server
         wait_ready rabbitmq 90
