@@ -30,6 +30,7 @@
 #include "agenttest.h"
 #include "cleanup.h"
 #include "ctltest.h"
+#include "amqptest.h"
 #include "testlib.h"
 
 #define LOCAL_REGION "6a06df21cc6bef51342e199e"
@@ -1374,8 +1375,7 @@ static const char *node_line(struct ctld *c, const char *node) {
 TEST_FULL(admin_node_drain_undrain_list, 240) {
         static struct ctld c;
         need_docker();
-        if (!test_port_open(5672))
-                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672");
+        amqptest_need_broker();
         char node[32], exchange[48], extra[512], want[128];
         snprintf(node, sizeof(node), "ndt-%d", (int) getpid());
         snprintf(exchange, sizeof(exchange), "paddock.ndt-%d", (int) getpid());

@@ -393,8 +393,7 @@ static char *egt_start(struct ctld *c) {
         need_docker();
         if (access(test_build_path("nodeagent"), X_OK) != 0)
                 TEST_SKIP("nodeagent is not built");
-        if (!test_port_open(5672))
-                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672");
+        amqptest_need_broker();
         if (!route_free("198.51.100.0/24") || !route_free("203.0.113.0/24"))
                 TEST_SKIP("198.51.100.0/24 or 203.0.113.0/24 is already routed on this host");
 

@@ -35,11 +35,6 @@
 static pid_t agent_pid;
 static char node_id[64], conf_path[512], log_path[512];
 
-static void need_rabbit(void) {
-        if (!test_port_open(5672))
-                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672 (tests/env/services.sh start rabbitmq)");
-}
-
 static void stop_agent(void *ud) {
         (void) ud;
         test_stop_child(&agent_pid);
@@ -181,7 +176,7 @@ static int notify_socket_env(const char *name, int flags, char npath[static 300]
 TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {
         struct client c = { 0 };
         char npath[300];
-        need_rabbit();
+        amqptest_need_broker();
         write_conf(NULL);
         /* systemd Type=notify: READY=1 once the queue consumes. */
         int nfd = notify_socket_env("notify.sock", 0, npath);
@@ -566,7 +561,7 @@ static int http10(int port, const char *method, const char *path, char **ret) {
 /* nodeagent serves /metrics only where it is told, only on loopback, with every family
  * present from the start, and counts a reconnect to the broker. */
 TEST_FULL(metrics_served_on_loopback_and_count_reconnects, 90) {
-        need_rabbit();
+        amqptest_need_broker();
         static const char *const refused[][2] = {
                 { "0.0.0.0:9464", "not a loopback address" },
                 { "192.0.2.1:9464", "not a loopback address" },
@@ -690,7 +685,7 @@ static pid_t find_child(pid_t parent, const char *name) {
 
 TEST_FULL(parent_holds_no_capabilities_and_a_dead_child_stops_it, 60) {
         struct client c = { 0 };
-        need_rabbit();
+        amqptest_need_broker();
         if (geteuid() != 0)
                 TEST_SKIP("needs root to see capabilities dropped");
         write_conf(NULL);
@@ -752,7 +747,7 @@ static long vm_hwm_kb(pid_t pid) {
 
 TEST_FULL(oversized_message_is_refused_before_its_body_is_read, 60) {
         struct client c = { 0 };
-        need_rabbit();
+        amqptest_need_broker();
         write_conf(NULL);
         start_agent();
         client_open(&c);
@@ -924,7 +919,7 @@ TEST(allowlist_expansion_is_bounded_and_fails_closed) {
 TEST_FULL(watchdog_is_fed_while_busy, 60) {
         struct client c = { 0 };
         char npath[300];
-        need_rabbit();
+        amqptest_need_broker();
         write_conf(NULL);
         int nfd = notify_socket_env("wd-notify.sock", SOCK_NONBLOCK, npath);
         setenv("WATCHDOG_USEC", "1000000", 1);     /* fed every 0.5 s */
@@ -1007,7 +1002,7 @@ static amqp_connection_state_t fake_controld(const char *exchange, bool bind) {
 }
 
 TEST_FULL(node_sync_converges_and_fails_closed_without_controld, 90) {
-        need_rabbit();
+        amqptest_need_broker();
         int home, ns;
         egress_setup_visible("", &home, &ns);
         static const char *const ids[] = { "aaaaaaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbbbbbb", "cccccccccccccccccccccccc" };
@@ -1391,7 +1386,7 @@ static double metric_value(const char *text, const char *line_prefix) {
  * an apply without names still goes through. Ordering is all this asserts; "slow" is
  * a DNS answer the test withholds until it says so. */
 TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
-        need_rabbit();
+        amqptest_need_broker();
         int home, ns;
         egress_setup_visible("203.0.113.31 fast.paddock.test\n", &home, &ns);
         /* The agent's threads talk to RabbitMQ, and so to our resolver, from here (loopback). */

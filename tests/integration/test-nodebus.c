@@ -39,11 +39,6 @@ struct agent {
 static struct agent agents[MAX_AGENTS];
 static int n_agents;
 
-static void need_rabbit(void) {
-        if (!test_port_open(5672))
-                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672 (tests/env/services.sh start rabbitmq)");
-}
-
 static void stop_agents(void *ud) {
         (void) ud;
         for (int i = 0; i < n_agents; i++) {
@@ -117,7 +112,7 @@ static long elapsed_ms(const struct timespec *t0) {
 /* The common start: RabbitMQ up, an agent started with tag, and a client on EXCHANGE
  * once that agent consumes (*ret_agent). */
 static struct nodebus *client_with_agent(const char *tag, struct agent **ret_agent) {
-        need_rabbit();
+        amqptest_need_broker();
         struct agent *a = start_agent(tag);
         struct nodebus *c = new_client(EXCHANGE);
         wait_consuming(c, a);
@@ -144,7 +139,7 @@ TEST_FULL(ping_round_trip, 30) {
 }
 
 TEST_FULL(unknown_node_fails_fast_with_enxio, 30) {
-        need_rabbit();
+        amqptest_need_broker();
         struct nodebus *c = new_client(EXCHANGE);
         char node[64], err[512] = "";
         snprintf(node, sizeof(node), "amqptest-%d-nobody", (int) getpid());
@@ -211,7 +206,7 @@ static void *bg_run(void *ud) {
 }
 
 TEST_FULL(hung_agent_times_out_at_deadline_and_late_reply_is_ignored, 40) {
-        need_rabbit();
+        amqptest_need_broker();
         struct agent *hung = start_agent("hung");
         struct agent *live = start_agent("live");
         struct nodebus *c = new_client(EXCHANGE);
@@ -365,7 +360,7 @@ static int close_my_connection(void) {
 }
 
 TEST_FULL(lost_connection_fails_cleanly_then_reconnects, 60) {
-        need_rabbit();
+        amqptest_need_broker();
         if (access("/usr/sbin/" RABBITMQCTL, X_OK) != 0 && access("/usr/bin/" RABBITMQCTL, X_OK) != 0)
                 TEST_SKIP("rabbitmqctl is not installed");
         struct agent *a = start_agent("lost");
@@ -413,7 +408,7 @@ static void delete_exchange(const char *name) {
 }
 
 TEST_FULL(channel_closed_by_broker_is_eio_then_reopened, 30) {
-        need_rabbit();
+        amqptest_need_broker();
         char exch[64], node[64], err[512] = "";
         snprintf(exch, sizeof(exch), "paddock.test.%d", (int) getpid());
         snprintf(node, sizeof(node), "amqptest-%d-chan", (int) getpid());
@@ -475,7 +470,7 @@ TEST_FULL(bad_arguments_and_urls, 30) {
         ASSERT_EQ(nodebus_new("amqp://guest:guest@127.0.0.1:1/", EXCHANGE, &c, err, sizeof(err)), -ECONNREFUSED);
         ASSERT_CONTAINS(err, "127.0.0.1:1");
         ASSERT_NULL(c);
-        need_rabbit();
+        amqptest_need_broker();
         ASSERT_EQ(nodebus_new("amqp://guest:wrong@127.0.0.1:5672/", EXCHANGE, &c, err, sizeof(err)), -EACCES);
         ASSERT_CONTAINS(err, "refused the login for user guest");
         ASSERT_FALSE(strstr(err, "wrong"));   /* never echo the password */
@@ -556,7 +551,7 @@ static void *bg_run_ok(void *ud) {
 }
 
 TEST_FULL(reply_is_taken_only_from_the_node_asked, 30) {
-        need_rabbit();
+        amqptest_need_broker();
         struct fake_agent f = { 0 };
         fake_agent_open(&f, "imposter");
         struct nodebus *c = new_client(EXCHANGE);

@@ -11,6 +11,7 @@
 #include "jsondiff.h"
 #include "nomadtest.h"
 #include "strutil.h"
+#include "amqptest.h"
 #include "testlib.h"
 
 struct env {
@@ -418,8 +419,7 @@ static char *file_text(const char *path) {
 TEST_FULL(nomad_two_nodes_each_agent_gets_its_own, 240) {
         need_docker();
         need_nstandin();
-        if (!test_port_open(5672))
-                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672");
+        amqptest_need_broker();
         struct nstandin s;
         char dir[256];
         snprintf(dir, sizeof(dir), "%s/two-%d", test_tmpdir(), getpid());

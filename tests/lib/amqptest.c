@@ -4,6 +4,11 @@
 #include "amqptest.h"
 #include "testlib.h"
 
+void amqptest_need_broker(void) {
+        if (!test_port_open(5672))
+                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672 (tests/env/services.sh start rabbitmq)");
+}
+
 amqp_connection_state_t amqptest_connect(const char *exchange) {
         amqp_connection_state_t conn = amqp_new_connection();
         amqp_socket_t *s = amqp_tcp_socket_new(conn);
@@ -25,4 +30,19 @@ amqp_bytes_t amqptest_queue(amqp_connection_state_t conn) {
         amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
         ASSERT_NOT_NULL(q);
         return amqp_bytes_malloc_dup(q->queue);
+}
+
+int amqptest_queue_consumers(const char *name) {
+        amqp_connection_state_t conn = amqptest_connect(NULL);
+        amqp_queue_declare_ok_t *q = amqp_queue_declare(conn, 1, amqp_cstring_bytes(name), 1, 0, 0, 0, amqp_empty_table);
+        int n = q ? (int) q->consumer_count : -1;
+        amqp_destroy_connection(conn);
+        return n;
+}
+
+void amqptest_queue_delete(const char *name) {
+        amqp_connection_state_t conn = amqptest_connect(NULL);
+        amqp_queue_delete(conn, 1, amqp_cstring_bytes(name), 0, 0);
+        ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
+        amqp_destroy_connection(conn);
 }

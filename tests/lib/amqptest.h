@@ -4,6 +4,9 @@
 
 #include <amqp.h>
 
+/* Skips the test (a failure under CI=true) when the test broker is not listening. */
+void amqptest_need_broker(void);
+
 /* Connected and logged in, channel 1 open; with exchange non-NULL that direct, durable
  * exchange is declared too. Any failure fails the test. */
 amqp_connection_state_t amqptest_connect(const char *exchange);
@@ -11,3 +14,10 @@ amqp_connection_state_t amqptest_connect(const char *exchange);
 /* A server-named, exclusive, auto-delete queue on channel 1; the name is the caller's
  * (amqp_bytes_free). */
 amqp_bytes_t amqptest_queue(amqp_connection_state_t conn);
+
+/* The number of consumers on the named queue, or -1 when it does not exist (asked on a
+ * connection of its own: a passive declare of a missing queue closes the channel). */
+int amqptest_queue_consumers(const char *name);
+
+/* Deletes the named queue (as an operator would; its consumers are cancelled). */
+void amqptest_queue_delete(const char *name);
