@@ -110,10 +110,20 @@ int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_ma
         long left = (long) (deadline - mono_ms());
         tv = ms_to_tv(left > 0 ? left : 1);
         amqp_set_handshake_timeout(conn, &tv);
-        amqp_table_entry_t prop = { .key = amqp_cstring_bytes("connection_name"),
-                                    .value = { .kind = AMQP_FIELD_KIND_UTF8,
-                                               .value.bytes = amqp_cstring_bytes(conn_name ? conn_name : "paddock") } };
-        amqp_table_t props = { .num_entries = 1, .entries = &prop };
+        /* consumer_cancel_notify: without it RabbitMQ drops a consumer whose queue is deleted
+         * without a word, and we would wait on it forever; with it a basic.cancel arrives and
+         * the consumer reconnects and declares its queue again. (rabbitmq-c merges these
+         * capabilities with its own.) */
+        amqp_table_entry_t cap = { .key = amqp_cstring_bytes("consumer_cancel_notify"),
+                                   .value = { .kind = AMQP_FIELD_KIND_BOOLEAN, .value.boolean = 1 } };
+        amqp_table_entry_t prop[] = {
+                { .key = amqp_cstring_bytes("connection_name"),
+                  .value = { .kind = AMQP_FIELD_KIND_UTF8,
+                             .value.bytes = amqp_cstring_bytes(conn_name ? conn_name : "paddock") } },
+                { .key = amqp_cstring_bytes("capabilities"),
+                  .value = { .kind = AMQP_FIELD_KIND_TABLE, .value.table = { .num_entries = 1, .entries = &cap } } },
+        };
+        amqp_table_t props = { .num_entries = 2, .entries = prop };
         amqp_rpc_reply_t lr = amqp_login_with_properties(conn, u->vhost, 0, frame_max > 0 ? frame_max : AMQP_DEFAULT_FRAME_SIZE,
                                                          heartbeat_s, &props, AMQP_SASL_METHOD_PLAIN, u->user,
                                                          u->password);
@@ -183,6 +193,10 @@ int amqpx_read_content(amqp_connection_state_t conn, amqp_channel_t ch, int64_t 
                         if (p && (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG)) {
                                 copy_short(c->correlation_id, p->correlation_id);
                                 c->has_corr = true;
+                        }
+                        if (p && (p->_flags & AMQP_BASIC_APP_ID_FLAG)) {
+                                copy_short(c->app_id, p->app_id);
+                                c->has_app_id = true;
                         }
                         if (c->size <= max)
                                 body = xmalloc(c->size + 1);
@@ -267,11 +281,17 @@ int amqpx_consume_wait(amqp_connection_state_t conn, struct timeval *tv, amqp_fr
         }
 }
 
-int amqpx_consume_next(amqp_connection_state_t conn, amqp_envelope_t *ret, long timeout_ms) {
-        struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
-        amqp_maybe_release_buffers(conn);
-        amqp_rpc_reply_t x = amqp_consume_message(conn, ret, &tv, 0);
-        if (x.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && x.library_error == AMQP_STATUS_TIMEOUT)
+int amqpx_next_delivery(amqp_connection_state_t conn, amqp_channel_t ch, long timeout_ms, long content_timeout_ms,
+                        uint64_t max, struct amqpx_delivery *d, char **ret_body) {
+        struct timeval tv = ms_to_tv(timeout_ms);
+        amqp_frame_t f;
+        int r = amqpx_consume_wait(conn, &tv, &f);
+        if (r <= 0)
+                return r;
+        if (f.channel != ch || f.payload.method.id != AMQP_BASIC_DELIVER_METHOD)
                 return 0;
-        return x.reply_type == AMQP_RESPONSE_NORMAL ? 1 : -ECONNRESET;
+        const amqp_basic_deliver_t *dm = f.payload.method.decoded;
+        *d = (struct amqpx_delivery) { .tag = dm->delivery_tag, .redelivered = dm->redelivered };
+        r = amqpx_read_content(conn, ch, mono_ms() + content_timeout_ms, max, &d->c, ret_body);
+        return r < 0 ? r : 1;
 }

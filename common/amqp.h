@@ -55,12 +55,14 @@ int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch,
 int amqpx_wait_frame_until(amqp_connection_state_t conn, int64_t deadline, amqp_frame_t *ret);
 
 /* What the header frame of a delivery carried, copied out of rabbitmq-c's pool
- * (reply_to and correlation_id cut at 255 bytes). */
+ * (reply_to, correlation_id and app_id cut at 255 bytes: AMQP short strings are no longer). */
 struct amqpx_content {
         uint64_t size;
         char reply_to[256];
         char correlation_id[256];
         bool has_corr;
+        char app_id[256];
+        bool has_app_id;
 };
 
 /* Reads the header and body frames of the delivery just announced on channel ch
@@ -90,7 +92,18 @@ amqp_basic_properties_t amqpx_json_props(uint8_t delivery_mode, const char *app_
  * broker closed the channel or the connection or cancelled the consumer. */
 int amqpx_consume_wait(amqp_connection_state_t conn, struct timeval *tv, amqp_frame_t *ret);
 
-/* Waits up to timeout_ms for the next delivery on conn (any channel). 1 with *ret filled
- * (the caller acks and amqp_destroy_envelope()s it), 0 when nothing came in time,
- * -ECONNRESET when the connection was closed or broke (reconnect). */
-int amqpx_consume_next(amqp_connection_state_t conn, amqp_envelope_t *ret, long timeout_ms);
+/* A delivery: the tag and redelivered flag of its basic.deliver, then what its header said. */
+struct amqpx_delivery {
+        uint64_t tag;
+        bool redelivered;
+        struct amqpx_content c;
+};
+
+/* One turn of a plain consumer on channel ch (amqpx_consume_wait, then
+ * amqpx_read_content with max and content_timeout_ms): waits up to timeout_ms for the
+ * next basic.deliver on ch and reads its content. 1 with *d filled and *ret_body
+ * (caller frees; NULL when the body was over max: read off the socket and dropped, so
+ * the caller rejects d->tag); 0 when nothing came in time or another frame came;
+ * -ETIMEDOUT when the content stalled; -ECONNRESET as amqpx_consume_wait. */
+int amqpx_next_delivery(amqp_connection_state_t conn, amqp_channel_t ch, long timeout_ms, long content_timeout_ms,
+                        uint64_t max, struct amqpx_delivery *d, char **ret_body);

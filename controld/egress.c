@@ -483,21 +483,21 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                 goto out;
         log_info("node.sync responder consuming %s (exchange %s, routing key %s)", SYNC_QUEUE, b->exchange, SYNC_KEY);
         while (!c->stopping) {
-                amqp_envelope_t env;
-                r = amqpx_consume_next(conn, &env, 1000);
+                struct amqpx_delivery d;
+                _cleanup_free_ char *body = NULL;
+                r = amqpx_next_delivery(conn, SYNC_CH, 1000, 30000, PJ_NODE_MAX_MESSAGE, &d, &body);
                 if (r == 0)
                         continue;
                 if (r < 0) {
-                        snprintf(err, sizeof(err), "the connection to the broker broke");
+                        snprintf(err, sizeof(err), "the connection to the broker broke or stalled");
                         goto out;
                 }
-                amqp_basic_properties_t *pr = &env.message.properties;
                 struct pj_node_msg m = { 0 };
                 struct pj_error pe = { 0 };
-                bool from_node = (pr->_flags & AMQP_BASIC_APP_ID_FLAG) && env.message.body.len <= PJ_NODE_MAX_MESSAGE &&
-                                 pj_node_msg_parse(env.message.body.bytes, env.message.body.len, &m, &pe) == 0 &&
-                                 pr->app_id.len == strlen(m.node_id) && !memcmp(pr->app_id.bytes, m.node_id, pr->app_id.len);
-                bool from_agent = from_node && m.type == PJ_NODE_NODE_SYNC && (pr->_flags & AMQP_BASIC_REPLY_TO_FLAG);
+                bool from_node = d.c.has_app_id && body &&
+                                 pj_node_msg_parse(body, (size_t) d.c.size, &m, &pe) == 0 &&
+                                 strcmp(d.c.app_id, m.node_id) == 0;
+                bool from_agent = from_node && m.type == PJ_NODE_NODE_SYNC && d.c.reply_to[0];
                 if (from_node && m.type == PJ_NODE_EGRESS_RESOLVED && m.node_id[0]) {
                         struct pj_node_reply rr = { .resolved = m.resolved, .n_resolved = m.n_resolved };
                         _cleanup_free_ char *rtext = pj_node_reply_format(&rr);
@@ -509,24 +509,24 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                         log_warning("node.sync responder: dropped a message that is not a node.sync from the node it names");
                 else {
                         (void) store_node_touch(c->store, m.node_id, now_ms());  /* agent liveness: admin node list */
-                        _cleanup_free_ char *body = sync_answer(c, m.node_id);
+                        _cleanup_free_ char *answer = sync_answer(c, m.node_id);
                         amqp_basic_properties_t rp = { ._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
                                                                  AMQP_BASIC_APP_ID_FLAG,
                                                        .content_type = amqp_cstring_bytes("application/json"),
                                                        .delivery_mode = 1,
                                                        .app_id = amqp_cstring_bytes("controld") };
-                        if (pr->_flags & AMQP_BASIC_CORRELATION_ID_FLAG) {
+                        if (d.c.has_corr) {
                                 rp._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
-                                rp.correlation_id = pr->correlation_id;
+                                rp.correlation_id = amqp_cstring_bytes(d.c.correlation_id);
                         }
-                        amqp_basic_publish(conn, SYNC_CH, amqp_empty_bytes, pr->reply_to, 0, 0, &rp, amqp_cstring_bytes(body));
+                        amqp_basic_publish(conn, SYNC_CH, amqp_empty_bytes, amqp_cstring_bytes(d.c.reply_to), 0, 0, &rp,
+                                           amqp_cstring_bytes(answer));
                         log_info("node.sync from node %s answered", m.node_id);
                         if (ctl_spawn_job(c, resync_job, xstrdup(m.node_id)) < 0)
                                 log_error("node.sync: could not start re-applying the node's policies");
                 }
                 pj_node_msg_done(&m);
-                amqp_basic_ack(conn, SYNC_CH, env.delivery_tag, 0);
-                amqp_destroy_envelope(&env);
+                amqp_basic_ack(conn, SYNC_CH, d.tag, 0);
         }
         r = 0;
 out:

@@ -114,50 +114,31 @@ static int publish_once(struct snapbus *b, const char *node, const char *body, c
         if ((r = declare_jobs_queue(b, node, err, errlen)) < 0)
                 return r;
         _cleanup_free_ char *key = xasprintf("snapshot.%s", node);
-        amqp_basic_properties_t p = { 0 };
-        p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG;
-        p.content_type = amqp_cstring_bytes("application/json");
-        p.delivery_mode = 2;
+        amqp_basic_properties_t p = amqpx_json_props(2, NULL, NULL);
         if (amqp_basic_publish(b->pub, CH, amqp_cstring_bytes(b->c->cfg->amqp_exchange), amqp_cstring_bytes(key), 1, 0, &p,
                                amqp_cstring_bytes(body)) != AMQP_STATUS_OK) {
                 snprintf(err, errlen, "the connection to RabbitMQ broke while publishing");
                 return -ECONNRESET;
         }
         uint64_t tag = ++b->pub_tag;
-        int64_t deadline = mono_ms() + PUBLISH_TIMEOUT_MS;
-        for (;;) {
-                long left = (long) (deadline - mono_ms());
-                if (left <= 0) {
-                        snprintf(err, errlen, "RabbitMQ did not confirm the job within %d ms", PUBLISH_TIMEOUT_MS);
-                        return -ETIMEDOUT;
-                }
-                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
-                amqp_frame_t f;
-                int s = amqp_simple_wait_frame_noblock(b->pub, &f, &tv);
-                if (s == AMQP_STATUS_TIMEOUT)
-                        continue;
-                if (s != AMQP_STATUS_OK) {
-                        snprintf(err, errlen, "the connection to RabbitMQ broke: %s", amqp_error_string2(s));
-                        return -ECONNRESET;
-                }
-                if (f.frame_type != AMQP_FRAME_METHOD)
-                        continue;
-                if (f.payload.method.id == AMQP_BASIC_ACK_METHOD) {
-                        const amqp_basic_ack_t *a = f.payload.method.decoded;
-                        if (a->delivery_tag == tag || (a->multiple && a->delivery_tag >= tag))
-                                return 0;
-                } else if (f.payload.method.id == AMQP_BASIC_NACK_METHOD) {
-                        snprintf(err, errlen, "RabbitMQ refused the job (nack)");
-                        return -EIO;
-                } else if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD) {
-                        snprintf(err, errlen, "RabbitMQ has no queue for node %s", node);
-                        return -ENXIO;   /* the content frames follow; the connection is dropped */
-                } else if (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-                           f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD) {
-                        snprintf(err, errlen, "RabbitMQ closed the channel");
-                        return -ECONNRESET;
-                }
+        switch ((r = amqpx_wait_confirm(b->pub, tag, mono_ms() + PUBLISH_TIMEOUT_MS))) {
+        case 0:
+                break;
+        case -ETIMEDOUT:
+                snprintf(err, errlen, "RabbitMQ did not confirm the job within %d ms", PUBLISH_TIMEOUT_MS);
+                break;
+        case -EIO:
+                snprintf(err, errlen, "RabbitMQ refused the job (nack)");
+                break;
+        case -ENXIO:
+                /* The returned content frames follow unread; the caller drops the connection. */
+                snprintf(err, errlen, "RabbitMQ has no queue for node %s", node);
+                break;
+        default:
+                snprintf(err, errlen, "the connection to RabbitMQ broke, or it closed the channel");
+                break;
         }
+        return r;
 }
 
 static int publish_job(struct snapbus *b, const char *node, const char *body, char *err, size_t errlen) {
@@ -455,30 +436,26 @@ static void *events_main(void *ud) {
                 }
                 backoff_ms = 200;
                 while (!atomic_load(&b->stop)) {
-                        amqp_envelope_t env;
-                        int got = amqpx_consume_next(conn, &env, 1000);
+                        struct amqpx_delivery d;
+                        _cleanup_free_ char *body = NULL;
+                        int got = amqpx_next_delivery(conn, CH, 1000, 30000, MAX_EVENT_BODY, &d, &body);
                         if (got == 0)
                                 continue;
                         if (got < 0)
-                                break;   /* a close or a broken connection: reconnect */
-                        _cleanup_free_ char *node = NULL;
-                        if (env.message.properties._flags & AMQP_BASIC_APP_ID_FLAG)
-                                node = xstrndup(env.message.properties.app_id.bytes, env.message.properties.app_id.len);
+                                break;   /* a close, a broken connection or a stalled one: reconnect */
+                        const char *node = d.c.has_app_id ? d.c.app_id : NULL;
                         log_ctx_reset();
-                        int r = env.message.body.len > MAX_EVENT_BODY
-                                        ? -EMSGSIZE
-                                        : snapshot_apply_event(b->c, node, env.message.body.bytes, env.message.body.len);
+                        int r = !body ? -EMSGSIZE : snapshot_apply_event(b->c, node, body, (size_t) d.c.size);
                         if (r == -EIO) {
                                 /* Our store failed: the outcome stays queued and comes back. */
-                                amqp_basic_nack(conn, CH, env.delivery_tag, 0, 1);
-                                amqp_destroy_envelope(&env);
+                                amqp_basic_nack(conn, CH, d.tag, 0, 1);
                                 usleep(1000 * 1000);
                                 continue;
                         }
                         if (r < 0)
-                                log_warning("dropping a malformed snapshot outcome from node %s", node ? node : "(none)");
-                        amqp_basic_ack(conn, CH, env.delivery_tag, 0);
-                        amqp_destroy_envelope(&env);
+                                log_warning("dropping a malformed snapshot outcome from node %s (%" PRIu64 " bytes)",
+                                            node ? node : "(none)", d.c.size);
+                        amqp_basic_ack(conn, CH, d.tag, 0);
                         ctl_notify_status(b->c);
                 }
                 amqp_connection_close(conn, AMQP_REPLY_SUCCESS);

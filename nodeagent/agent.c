@@ -412,14 +412,8 @@ char *agent_handle(const struct agent_config *cfg, const char *body, size_t len)
         return text;
 }
 
-/* A delivery: its tag from basic.deliver, then what its header frame told us. */
-struct delivery {
-        uint64_t tag;
-        struct amqpx_content c;
-};
-
 static void reply(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
-                  const struct delivery *d, const char *text) {
+                  const struct amqpx_delivery *d, const char *text) {
         if (!d->c.reply_to[0])
                 return;
         /* Who answers: controld accepts a reply only from the node it asked. */
@@ -461,7 +455,7 @@ static void watchdog_stop(void) {
 
 /* Reads the content of the delivery d (at most MAX_MESSAGE bytes kept; see
  * amqpx_read_content). 0 with *ret_body (NULL when oversized), or < 0. */
-static int read_content(amqp_connection_state_t conn, struct delivery *d, char **ret_body) {
+static int read_content(amqp_connection_state_t conn, struct amqpx_delivery *d, char **ret_body) {
         int r = amqpx_read_content(conn, CH, mono_ms() + CONTENT_TIMEOUT_MS, MAX_MESSAGE, &d->c, ret_body);
         if (r == -ETIMEDOUT)
                 log_warning_errno(r, "RabbitMQ stalled in the middle of a message");
@@ -567,7 +561,7 @@ static int sync_prune(const struct pj_node_reply *r) {
         return removed;
 }
 
-static void sync_on_reply(const struct agent_config *cfg, const struct delivery *d, const char *body) {
+static void sync_on_reply(const struct agent_config *cfg, const struct amqpx_delivery *d, const char *body) {
         if (!sync_st.sent_at || !d->c.has_corr || strcmp(d->c.correlation_id, sync_st.corr) != 0) {
                 log_debug("ignoring a reply that answers no node.sync in flight");
                 return;
@@ -634,7 +628,7 @@ static void sync_tick(amqp_connection_state_t conn, const struct agent_config *c
 #define JOBS_TICK_MS 10
 
 struct job {
-        struct delivery d;
+        struct amqpx_delivery d;
         struct pj_node_msg m;           /* parsed, owned */
         struct names_apply *na;         /* resolving; NULL: waiting behind an earlier job */
         int64_t t0;                     /* mono ms when the agent took the message */
@@ -759,7 +753,7 @@ static int jobs_run(amqp_connection_state_t conn, const struct agent_config *cfg
 
 /* Takes one delivery's body: egress changes become jobs, the rest is answered now. */
 static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
-                    const struct delivery *d, const char *body) {
+                    const struct amqpx_delivery *d, const char *body) {
         char why[256];
         struct pj_node_msg m = { 0 };
         struct pj_error pe = { 0 };
@@ -817,7 +811,7 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                 }
                 if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD && f.channel == CH) {
                         /* Only node.sync is published mandatory by us: nobody bound "controld". */
-                        struct delivery rd = { 0 };
+                        struct amqpx_delivery rd = { 0 };
                         _cleanup_free_ char *rbody = NULL;
                         if (read_content(conn, &rd, &rbody) < 0)
                                 return -ECONNRESET;
@@ -828,7 +822,7 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                 if (f.payload.method.id != AMQP_BASIC_DELIVER_METHOD || f.channel != CH)
                         continue;
                 const amqp_basic_deliver_t *dm = f.payload.method.decoded;
-                struct delivery d = { .tag = dm->delivery_tag };
+                struct amqpx_delivery d = { .tag = dm->delivery_tag };
                 bool is_reply = dm->routing_key.len == sync_st.reply_q.len &&
                                 !memcmp(dm->routing_key.bytes, sync_st.reply_q.bytes, dm->routing_key.len) &&
                                 dm->exchange.len == 0;

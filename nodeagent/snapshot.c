@@ -381,17 +381,6 @@ fail:
         return NULL;
 }
 
-/* Reads the content of the delivery just announced. 0 with *ret_body (NULL when
- * over MAX_JOB_BODY: read and dropped) and its size in *ret_len, or < 0. */
-static int read_body(amqp_connection_state_t conn, char **ret_body, size_t *ret_len) {
-        struct amqpx_content c = { 0 };
-        int r = amqpx_read_content(conn, CH, mono_ms() + 30000, MAX_JOB_BODY, &c, ret_body);
-        if (r < 0)
-                return r;
-        *ret_len = c.size;
-        return 0;
-}
-
 /* Publishes the outcome (persistent, mandatory) and waits for the broker's confirm.
  * 0 when confirmed; < 0 otherwise (the job is then not acked and comes back). */
 static int publish_event(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
@@ -404,10 +393,9 @@ static int publish_event(amqp_connection_state_t conn, const struct agent_config
         int r = amqpx_wait_confirm(conn, tag, mono_ms() + CONFIRM_TIMEOUT_MS);
         if (r == -ENXIO) {
                 /* Unroutable: the returned message's content follows; read it off. */
-                char *rb = NULL;
-                size_t rl = 0;
-                (void) read_body(conn, &rb, &rl);
-                free(rb);
+                struct amqpx_content rc = { 0 };
+                _cleanup_free_ char *rb = NULL;
+                (void) amqpx_read_content(conn, CH, mono_ms() + 30000, MAX_JOB_BODY, &rc, &rb);
         }
         return r;
 }
@@ -504,27 +492,19 @@ static void *snap_main(void *ud) {
                                 prune(cfg, "timer");
                                 next_prune = mono_ms() + (int64_t) cfg->snap_prune_interval_ms;
                         }
-                        struct timeval tv = { .tv_sec = 1 };
-                        amqp_frame_t f;
-                        int s = amqpx_consume_wait(conn, &tv, &f);
+                        struct amqpx_delivery d;
+                        _cleanup_free_ char *body = NULL;
+                        int s = amqpx_next_delivery(conn, CH, 1000, 30000, MAX_JOB_BODY, &d, &body);
                         if (s < 0)
                                 break;
-                        if (s == 0 || f.channel != CH || f.payload.method.id != AMQP_BASIC_DELIVER_METHOD)
+                        if (s == 0)
                                 continue;
-                        const amqp_basic_deliver_t *dm = f.payload.method.decoded;
-                        uint64_t tag = dm->delivery_tag;
-                        bool redelivered = dm->redelivered;
-                        char *body = NULL;
-                        size_t len = 0;
-                        if (read_body(conn, &body, &len) < 0)
-                                break;
                         if (!body) {
-                                log_warning("dropping a %zu byte snapshot job (limit %d)", len, MAX_JOB_BODY);
-                                amqp_basic_reject(conn, CH, tag, 0);
+                                log_warning("dropping a %" PRIu64 " byte snapshot job (limit %d)", d.c.size, MAX_JOB_BODY);
+                                amqp_basic_reject(conn, CH, d.tag, 0);
                                 continue;
                         }
-                        int r = run_job(conn, cfg, u.user, &next_tag, tag, redelivered, body, len);
-                        free(body);
+                        int r = run_job(conn, cfg, u.user, &next_tag, d.tag, d.redelivered, body, (size_t) d.c.size);
                         if (r < 0)
                                 break;
                         if (privsep_failed())

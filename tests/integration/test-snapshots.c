@@ -23,6 +23,7 @@
 #include "ctltest.h"
 #include "regtest.h"
 #include "strutil.h"
+#include "amqptest.h"
 #include "testlib.h"
 
 #define SHARED_REGISTRY "127.0.0.1:5000"
@@ -76,8 +77,7 @@ static char *setup(struct ctld *c, const char *reg, const char *timeout, const c
         need_docker();
         if (access(test_build_path("nodeagent"), X_OK) != 0)
                 TEST_SKIP("nodeagent is not built");
-        if (!test_port_open(5672))
-                TEST_SKIP("RabbitMQ is not listening on 127.0.0.1:5672");
+        amqptest_need_broker();
         if (!test_port_open(5000))
                 TEST_SKIP("no registry on 127.0.0.1:5000");
         int id4 = (int) (getpid() % 100000);
@@ -432,6 +432,39 @@ TEST_FULL(outcome_survives_a_controld_restart, 240) {
         ASSERT_TRUE(test_log_has(agent_log, from, "snapshot completed", 120));
         ctld_start_daemon(&c);
         _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_ready(&c, key, sid, 30);
+        ASSERT_EQ(manifest_status(sid), 200);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
+}
+
+/* True once the named queue exists with a consumer, within timeout_s. */
+static bool queue_consumed(const char *name, int timeout_s) {
+        for (int i = 0; i < timeout_s * 10; i++) {
+                if (amqptest_queue_consumers(name) > 0)
+                        return true;
+                usleep(100 * 1000);
+        }
+        return false;
+}
+
+/* An operator (or a broker policy) deletes the job and outcome queues under running daemons:
+ * RabbitMQ cancels both consumers, they reconnect and declare their queues again, and the
+ * next snapshot goes through. (Unannounced, a cancelled consumer would wait forever.) */
+TEST_FULL(deleted_queues_come_back_and_snapshots_still_flow, 300) {
+        static struct ctld c;
+        char sb[25], sid[25], jobs[160], events[160];
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, sb);
+        snprintf(jobs, sizeof(jobs), "%s.snapshots.%s", exchange, node_id);
+        snprintf(events, sizeof(events), "%s.snapshot-events", exchange);
+        ASSERT_TRUE(queue_consumed(jobs, 20));
+        ASSERT_TRUE(queue_consumed(events, 20));
+        off_t from = test_log_end(agent_log);
+        amqptest_queue_delete(jobs);
+        amqptest_queue_delete(events);
+        ASSERT_TRUE(test_log_has(agent_log, from, "consuming snapshot jobs", 30));
+        ASSERT_TRUE(queue_consumed(jobs, 30));
+        ASSERT_TRUE(queue_consumed(events, 30));
+        snap_post(&c, key, sb, "after-delete", sid);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_ready(&c, key, sid, 120);
         ASSERT_EQ(manifest_status(sid), 200);
         DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
 }
