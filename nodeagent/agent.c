@@ -198,7 +198,7 @@ static struct {
 
 static amqp_connection_state_t connect_broker(const struct agent_config *cfg, const struct amqpx_url *u,
                                               amqp_bytes_t *ret_queue) {
-        _cleanup_free_ char *qname = xasprintf("nodeagent.%s", cfg->node_id);
+        _cleanup_free_ char *qname = xasprintf("%s.nodeagent.%s", cfg->exchange, cfg->node_id);
         _cleanup_free_ char *cname = xasprintf("paddock-nodeagent[%s]", cfg->node_id);
         amqp_connection_state_t conn = NULL;
         char why[512];

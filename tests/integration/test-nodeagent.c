@@ -24,6 +24,7 @@
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
 
+#include "agenttest.h"
 #include "amqptest.h"
 #include "cleanup.h"
 #include "metrics.h"
@@ -67,15 +68,22 @@ static void start_agent(void) {
 struct client {
         amqp_connection_state_t conn;
         amqp_bytes_t reply_q;
+        const char *exchange;
 };
 
-static void client_open(struct client *c) {
-        c->conn = amqptest_connect("paddock.nodes");
+/* A client publishing on exchange (NULL: the default, paddock.nodes). */
+static void client_open_on(struct client *c, const char *exchange) {
+        c->exchange = exchange ? exchange : "paddock.nodes";
+        c->conn = amqptest_connect(c->exchange);
         c->reply_q = amqptest_queue(c->conn);
         amqp_basic_consume(c->conn, 1, c->reply_q, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
         amqp_confirm_select(c->conn, 1);
         ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
+}
+
+static void client_open(struct client *c) {
+        client_open_on(c, NULL);
 }
 
 static void client_close(struct client *c) {
@@ -93,7 +101,7 @@ static int publish(struct client *c, const char *key, const char *body, const ch
         p.reply_to = c->reply_q;
         p.correlation_id = amqp_cstring_bytes(corr);
         p.content_type = amqp_cstring_bytes("application/json");
-        ASSERT_EQ(amqp_basic_publish(c->conn, 1, amqp_cstring_bytes("paddock.nodes"), amqp_cstring_bytes(key), 1, 0, &p,
+        ASSERT_EQ(amqp_basic_publish(c->conn, 1, amqp_cstring_bytes(c->exchange), amqp_cstring_bytes(key), 1, 0, &p,
                                      amqp_cstring_bytes(body)),
                   AMQP_STATUS_OK);
         bool returned = false;
@@ -223,6 +231,42 @@ TEST_FULL(routes_by_node_id_and_replies_with_correlation, 60) {
         stop_agent(NULL);
         ASSERT_EQ(publish_until_returned(&c, node_id, "corr-6"), 1);
         client_close(&c);
+}
+
+/* Two deployments on one broker, each with its own exchange, may both have a node called the
+ * same (literal node ids such as "local"): each agent gets a queue of its own exchange's. (The
+ * queue was once nodeagent.<id> for all: the second agent's exclusive declare was refused, and
+ * it never consumed.) */
+static pid_t twins[2];
+
+static void twins_stop(void *ud) {
+        (void) ud;
+        test_stop_child(&twins[0]);
+        test_stop_child(&twins[1]);
+}
+
+TEST_FULL(same_node_id_in_two_deployments, 60) {
+        amqptest_need_broker();
+        char nid[64], ex[2][64], conf[2][512], log[2][512];
+        test_on_exit(twins_stop, NULL);
+        snprintf(nid, sizeof(nid), "twin-%d", getpid());
+        for (int i = 0; i < 2; i++) {
+                snprintf(ex[i], sizeof(ex[i]), "paddock.twin%d-%d", i, getpid());
+                snprintf(conf[i], sizeof(conf[i]), "%s/twin%d.conf", test_tmpdir(), i);
+                snprintf(log[i], sizeof(log[i]), "%s/twin%d.log", test_tmpdir(), i);
+                agenttest_write_conf(conf[i], nid, ex[i], NULL, "%s", "");
+                twins[i] = agenttest_start(conf[i], log[i], "consuming node messages");
+        }
+        /* Each answers a ping on its own exchange. */
+        for (int i = 0; i < 2; i++) {
+                struct client c = { 0 };
+                _cleanup_free_ char *reply = NULL;
+                client_open_on(&c, ex[i]);
+                ASSERT_EQ(publish(&c, nid, "{\"type\":\"ping\"}", "twin", &reply), 0);
+                ASSERT_CONTAINS(reply, "\"ok\":true");
+                client_close(&c);
+                ASSERT_FALSE(test_log_has(log[i], 0, "queue.declare", 0));
+        }
 }
 
 TEST(config_check_and_bad_configs) {
