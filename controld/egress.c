@@ -359,12 +359,12 @@ void ctl_egress_metrics_render(struct strbuf *b) {
  *
  * An agent that starts asks for its node's desired state: it publishes
  * {"type":"node.sync","node_id":...} with routing key "controld" (app_id = its node id)
- * and reply_to/correlation_id. We consume the shared queue paddock.controld (several
- * controlds may share it), answer the ready sandboxes of that node whose policy needs
- * the agent, then re-apply each of them through the normal path on a job thread.
+ * and reply_to/correlation_id. We consume the queue <exchange>.controld (the controlds of
+ * one deployment share it; another deployment on the same broker has its own exchange,
+ * hence its own queue), answer the ready sandboxes of that node whose policy needs the
+ * agent, then re-apply each of them through the normal path on a job thread.
  */
 
-#define SYNC_QUEUE "paddock.controld"
 #define SYNC_KEY "controld"
 #define SYNC_CH 1
 
@@ -372,6 +372,7 @@ struct egress_bus {
         pthread_t thread;
         struct amqpx_url url;
         char *exchange;
+        char *queue;    /* <exchange>.controld */
 };
 
 static void resync_job(struct ctl *c, char *node) {
@@ -470,18 +471,18 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
         }
         if ((r = amqpx_channel_open_exchange(conn, SYNC_CH, b->exchange, err, sizeof(err))) < 0)
                 goto out;
-        amqp_queue_declare(conn, SYNC_CH, amqp_cstring_bytes(SYNC_QUEUE), 0, 0, 0, 1, amqp_empty_table);
+        amqp_queue_declare(conn, SYNC_CH, amqp_cstring_bytes(b->queue), 0, 0, 0, 1, amqp_empty_table);
         if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", err, sizeof(err))) < 0)
                 goto out;
-        amqp_queue_bind(conn, SYNC_CH, amqp_cstring_bytes(SYNC_QUEUE), amqp_cstring_bytes(b->exchange),
+        amqp_queue_bind(conn, SYNC_CH, amqp_cstring_bytes(b->queue), amqp_cstring_bytes(b->exchange),
                         amqp_cstring_bytes(SYNC_KEY), amqp_empty_table);
         if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.bind", err, sizeof(err))) < 0)
                 goto out;
         amqp_basic_qos(conn, SYNC_CH, 0, 4, 0);
-        amqp_basic_consume(conn, SYNC_CH, amqp_cstring_bytes(SYNC_QUEUE), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+        amqp_basic_consume(conn, SYNC_CH, amqp_cstring_bytes(b->queue), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
         if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.consume", err, sizeof(err))) < 0)
                 goto out;
-        log_info("node.sync responder consuming %s (exchange %s, routing key %s)", SYNC_QUEUE, b->exchange, SYNC_KEY);
+        log_info("node.sync responder consuming %s (exchange %s, routing key %s)", b->queue, b->exchange, SYNC_KEY);
         while (!c->stopping) {
                 struct amqpx_delivery d;
                 _cleanup_free_ char *body = NULL;
@@ -557,13 +558,13 @@ int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen) {
                 return r;
         }
         b->exchange = xstrdup(c->cfg->amqp_exchange);
+        b->queue = xasprintf("%s.controld", b->exchange);
         c->egbus = b;
         r = -pthread_create(&b->thread, NULL, sync_thread, c);
         if (r < 0) {
                 snprintf(err, errlen, "pthread_create: %s", strerror(-r));
                 amqpx_url_done(&b->url);
-                free(b->exchange);
-                free(b);
+                free_many(b->exchange, b->queue, b);
                 c->egbus = NULL;
         }
         return r;
@@ -576,7 +577,6 @@ void ctl_egress_sync_stop(struct ctl *c) {
         c->stopping = 1;
         pthread_join(b->thread, NULL);
         amqpx_url_done(&b->url);
-        free(b->exchange);
-        free(b);
+        free_many(b->exchange, b->queue, b);
         c->egbus = NULL;
 }

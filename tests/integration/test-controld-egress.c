@@ -772,3 +772,30 @@ TEST_FULL(tightening_ends_forbidden_connections, 600) {
         ASSERT_CONTAINS(after, "ok");
         ASSERT_TRUE(strcmp(after, before) != 0);
 }
+
+/* Two deployments on one broker, each with its own exchange: an agent's node.sync is answered
+ * by its own deployment's controld only. (Both once consumed one queue, paddock.controld, so
+ * about half of B's syncs reached A, which knows none of B's sandboxes and answered "none".) */
+TEST_FULL(node_sync_stays_within_its_deployment, 300) {
+        need_docker();
+        amqptest_need_broker();
+        static struct ctld a, b;
+        int id4 = (int) (getpid() % 10000);
+        char ex_a[64], extra[256];
+        snprintf(ex_a, sizeof(ex_a), "paddock.sqa-%d", id4);
+        snprintf(exchange, sizeof(exchange), "paddock.sqb-%d", id4);
+        snprintf(extra, sizeof(extra), "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n", ex_a);
+        ctld_start(&a, NULL, extra);
+        snprintf(extra, sizeof(extra), "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n", exchange);
+        ctld_start(&b, NULL, extra);
+        /* Both responders are consuming before the first sync is sent. */
+        ASSERT_TRUE(test_log_has(a.log, 0, "node.sync responder consuming", 20));
+        ASSERT_TRUE(test_log_has(b.log, 0, "node.sync responder consuming", 20));
+        off_t from_a = test_log_end(a.log), from_b = test_log_end(b.log);
+        for (int i = 0; i < 8; i++) {
+                _cleanup_(cJSON_Deletep) cJSON *reply = node_sync("sq-node");
+                ASSERT_TRUE(cJSON_IsArray(cJSON_GetObjectItem(reply, "live")));
+        }
+        ASSERT_TRUE(test_log_has(b.log, from_b, "node.sync from node sq-node answered", 10));
+        ASSERT_FALSE(test_log_has(a.log, from_a, "node.sync from node sq-node", 0));
+}
