@@ -4,7 +4,6 @@
 # this script once per suite in NOMAD_SUITES; the suite is the name without "-nomad".
 # Left out, with the reason (PADDOCK_TEST_EXCLUDE, substrings of test names):
 #   test-controld
-#     stats_come_from_samples   the stand-in serves no /v1/client/allocation/:id/stats
 #     orphan_reaping_leaves     two controlds on one engine: here each gets its own stand-in
 #     docker_outage             a Docker outage is not a Nomad outage
 #   test-runtime
@@ -16,7 +15,7 @@ here=$(dirname "$0")
 name=$(basename "$0")
 suite=${name%-nomad}
 case $suite in
-test-controld) ex=stats_come_from_samples,orphan_reaping_leaves,docker_outage ;;
+test-controld) ex=orphan_reaping_leaves,docker_outage ;;
 test-runtime) ex=stream_output_before_stdin_is_capped ;;
 *) ex= ;;
 esac

@@ -468,6 +468,18 @@ TEST(register_place_blocking_and_deregister) {
         _cleanup_free_ char *lab = docker_inspect(cname, "{{index .Config.Labels \"com.hashicorp.nomad.alloc_id\"}}");
         ASSERT_STREQ(lab, alloc);
 
+        /* Its resource usage as the client reports it: the allocation's and the task's. */
+        _cleanup_free_ char *sp = xasprintf("/v1/client/allocation/%s/stats", alloc);
+        _cleanup_json_ cJSON *usage = get_json(s, sp, 200);
+        for (int k = 0; k < 2; k++) {
+                const cJSON *ru = cJSON_GetObjectItem(k ? cJSON_GetObjectItem(cJSON_GetObjectItem(usage, "Tasks"), "run") : usage,
+                                                      "ResourceUsage");
+                ASSERT_TRUE(cJSON_GetObjectItem(cJSON_GetObjectItem(ru, "MemoryStats"), "Usage")->valuedouble > 0);
+                ASSERT_TRUE(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(ru, "CpuStats"), "Percent")));
+                ASSERT_TRUE(cJSON_IsArray(cJSON_GetObjectItem(cJSON_GetObjectItem(ru, "CpuStats"), "Measured")));
+        }
+        ASSERT_TRUE(cJSON_GetObjectItem(usage, "Timestamp")->valuedouble > 1.7e18);
+
         /* The job reads back whole, with its indexes and status, in its namespace only. */
         _cleanup_json_ cJSON *j = get_json(s, "/v1/job/sbx-life?namespace=sandboxes", 200);
         ASSERT_STREQ(json_get_str(j, "Status"), "running");
@@ -557,6 +569,8 @@ TEST(nomad_answers_for_unknown_things_and_bad_queries) {
         _cleanup_json_ cJSON *l = get_json(s, "/v1/job/never-registered/allocations", 200);
         ASSERT_TRUE(cJSON_IsArray(l) && cJSON_GetArraySize(l) == 0);
         EXPECT_ANSWER(s, "GET", "/v1/allocation/00000000-0000-0000-0000-000000000000", TOKEN, NULL, 404, "alloc not found");
+        EXPECT_ANSWER(s, "GET", "/v1/client/allocation/00000000-0000-0000-0000-000000000000/stats", TOKEN, NULL, 404,
+                      "Unknown allocation \"00000000-0000-0000-0000-000000000000\"");
         EXPECT_ANSWER(s, "GET", "/v1/job/x/allocations?index=1&wait=soon", TOKEN, NULL, 400, "Invalid wait time");
         EXPECT_ANSWER(s, "GET", "/v1/job/x/allocations?index=abc", TOKEN, NULL, 400, "Invalid index");
         EXPECT_ANSWER(s, "PUT", "/v1/jobs", TOKEN, "{}", 400, "Job must be specified");

@@ -94,6 +94,7 @@ struct alloc {
         cJSON *task_state;         /* {State, Failed, Restarts, StartedAt, FinishedAt, Events} */
         char address[64];
         char *container;
+        uint64_t stats_cpu_ns, stats_sys_ns;   /* the previous stats sample's counters */
         uint64_t create_index, modify_index;
         uint64_t job_create_index;   /* which incarnation of the job (a purged ID may come back) */
         int64_t create_time, modify_time;
@@ -1567,6 +1568,74 @@ static enum MHD_Result h_alloc_get(struct MHD_Connection *c, _unused_ const cJSO
         return reply_found_locked(c, a ? alloc_json(a, true) : NULL, a ? a->modify_index : 0, "alloc not found");
 }
 
+/* The per-core clock behind CpuStats.TotalTicks (Nomad: the fingerprinted MHz of the node
+ * divided by its cores; the stand-in's nodes have no fingerprint). */
+#define STANDIN_CORE_MHZ 2000.0
+
+static cJSON *usage_json(const struct docker_stats *st, double percent) {
+        cJSON *ru = cJSON_CreateObject();
+        cJSON *m = cJSON_AddObjectToObject(ru, "MemoryStats");
+        /* Nomad's docker driver on cgroup v2 measures Cache, Swap and Usage (RSS is v1 only). */
+        json_add_int(m, "RSS", 0);
+        json_add_int(m, "Cache", 0);
+        json_add_int(m, "Swap", 0);
+        json_add_int(m, "MappedFile", 0);
+        json_add_int(m, "Usage", (int64_t) st->mem_usage);
+        json_add_int(m, "MaxUsage", 0);
+        json_add_int(m, "KernelUsage", 0);
+        json_add_int(m, "KernelMaxUsage", 0);
+        cJSON *mm = cJSON_AddArrayToObject(m, "Measured");
+        for (const char *const *f = (const char *const[]) { "Cache", "Swap", "Usage", NULL }; *f; f++)
+                cJSON_AddItemToArray(mm, cJSON_CreateString(*f));
+        cJSON *cs = cJSON_AddObjectToObject(ru, "CpuStats");
+        cJSON_AddNumberToObject(cs, "SystemMode", 0);
+        cJSON_AddNumberToObject(cs, "UserMode", 0);
+        cJSON_AddNumberToObject(cs, "TotalTicks", percent / 100.0 * STANDIN_CORE_MHZ);
+        json_add_int(cs, "ThrottledPeriods", 0);
+        json_add_int(cs, "ThrottledTime", 0);
+        cJSON_AddNumberToObject(cs, "Percent", percent);
+        cJSON *cm = cJSON_AddArrayToObject(cs, "Measured");
+        for (const char *const *f = (const char *const[]) { "Throttled Periods", "Throttled Time", "Percent", NULL }; *f; f++)
+                cJSON_AddItemToArray(cm, cJSON_CreateString(*f));
+        cJSON_AddNullToObject(ru, "DeviceStats");
+        return ru;
+}
+
+/* GET /v1/client/allocation/:id/stats: Nomad's AllocResourceUsage of the allocation's one task,
+ * from Docker's numbers for its container. Percent is over the time since the previous request
+ * (Nomad's collector keeps the stream's previous sample; docker stats semantics: 100 = one
+ * core); the first is 0. An allocation with no running task is unknown to the client. */
+static enum MHD_Result h_alloc_stats(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
+        pthread_mutex_lock(&mu);
+        struct alloc *a = alloc_find(id);
+        _cleanup_free_ char *cid = a && a->container ? xstrdup(a->container) : NULL;
+        _cleanup_free_ char *task = a && a->task ? xstrdup(a->task) : NULL;
+        pthread_mutex_unlock(&mu);
+        struct docker_stats st = { 0 };
+        if (!cid || docker_container_stats(dk, cid, &st) < 0 || !st.valid)
+                return reply_err(c, 404, "Unknown allocation \"%s\"", id);
+        double percent = 0;
+        pthread_mutex_lock(&mu);
+        if ((a = alloc_find(id))) {
+                if (a->stats_sys_ns && st.system_ns > a->stats_sys_ns && st.cpu_total_ns >= a->stats_cpu_ns)
+                        percent = (double) (st.cpu_total_ns - a->stats_cpu_ns) / (double) (st.system_ns - a->stats_sys_ns) *
+                                  (st.online_cpus ? st.online_cpus : 1) * 100.0;
+                a->stats_cpu_ns = st.cpu_total_ns;
+                a->stats_sys_ns = st.system_ns;
+        }
+        pthread_mutex_unlock(&mu);
+        int64_t ts = now_ns();
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "ResourceUsage", usage_json(&st, percent));
+        cJSON *tasks = cJSON_AddObjectToObject(o, "Tasks");
+        cJSON *t = cJSON_AddObjectToObject(tasks, task ? task : "sandbox");
+        cJSON_AddItemToObject(t, "ResourceUsage", usage_json(&st, percent));
+        json_add_int(t, "Timestamp", ts);
+        cJSON_AddNullToObject(t, "Pids");
+        json_add_int(o, "Timestamp", ts);
+        return reply_json(c, o, 0, false);
+}
+
 static enum MHD_Result h_eval_get(struct MHD_Connection *c, _unused_ const cJSON *body, const char *id) {
         pthread_mutex_lock(&mu);
         struct eval *e = eval_find(id);
@@ -1962,6 +2031,7 @@ static const struct route {
         { "/v1/job/", true, "evaluations", GET, h_job_evals },
         { "/v1/job/", true, "scale", WRITE, h_job_scale },
         { "/v1/allocation/", true, "", GET, h_alloc_get },
+        { "/v1/client/allocation/", true, "stats", GET, h_alloc_stats },
         { "/v1/evaluation/", true, NULL, GET, h_eval_get },
         { "/v1/nodes", false, NULL, GET, h_nodes },
         { "/v1/node/", true, "", GET, h_node_get },
