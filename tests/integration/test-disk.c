@@ -102,7 +102,7 @@ TEST_FULL(disk_spec_caps_the_sandbox_root, 420) {
         struct ctld c;
         char id[25], other[25];
         ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = xstrdup(ctld_account_key(&c, "dora", NULL, NULL));
+        _cleanup_free_ char *key = ctld_account_key(&c, "dora", NULL, NULL);
         ctld_create(&c, key, "{\"template\":\"busybox\",\"specs\":{\"disk\":1}}", id);
         ctld_create(&c, key, "{\"template\":\"busybox\",\"specs\":{\"disk\":2}}", other);
 
@@ -129,7 +129,7 @@ TEST_FULL(volume_size_caps_the_volume, 420) {
         char id[25], vid[25], path[256], body[256];
         _cleanup_free_ char *extra = xasprintf("[docker]\nvolume_root = %s\n", vroot);
         ctld_start(&c, NULL, extra);
-        _cleanup_free_ char *key = xstrdup(ctld_account_key(&c, "vera", NULL, NULL));
+        _cleanup_free_ char *key = ctld_account_key(&c, "vera", NULL, NULL);
 
         struct hres r;
         http_req(&c, "POST", "/volumes", key, "{\"name\":\"capped\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}", &r);

@@ -179,7 +179,7 @@ TEST_FULL(cpu_spec_is_a_hard_cap, 120) {
         struct ctld c;
         char id[25], cid[80];
         ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = xstrdup(ctld_account_key(&c, "cora", NULL, NULL));
+        _cleanup_free_ char *key = ctld_account_key(&c, "cora", NULL, NULL);
         ctld_create(&c, key, "{\"template\":\"python-3.11\",\"specs\":{\"cpu\":500,\"memory\":256}}", id);
         container_id(id, cid);
 
@@ -210,7 +210,7 @@ TEST_FULL(out_of_memory_is_reported, 150) {
         struct ctld c;
         char id[25];
         ctld_start(&c, NULL, NULL);
-        _cleanup_free_ char *key = xstrdup(ctld_account_key(&c, "olga", NULL, NULL));
+        _cleanup_free_ char *key = ctld_account_key(&c, "olga", NULL, NULL);
         ctld_create(&c, key, "{\"template\":\"python-3.11\",\"specs\":{\"memory\":128}}", id);
 
         /* Within the limit: an ordinary answer. */

@@ -96,7 +96,7 @@ static void battery(const char *tmpl, const char *image_env, const char *image_d
         snprintf(tconf, sizeof(tconf), "[template \"%s\"]\nimage = %s\nmemory = 1024\n", tmpl, env_or(image_env, image_def));
         /* python-3.11 is part of ctltest's base config. */
         ctld_start(&c, NULL, strcmp(tmpl, "python-3.11") ? tconf : "");
-        _cleanup_free_ char *key = xstrdup(ctld_account_key(&c, "tess", NULL, NULL));
+        _cleanup_free_ char *key = ctld_account_key(&c, "tess", NULL, NULL);
         snprintf(body, sizeof(body), "{\"template\":\"%s\"}", tmpl);
         ctld_create(&c, key, body, id);
         run_checks(&c, key, id, tmpl, common_checks);

@@ -55,7 +55,7 @@ void ctld_start_daemon(struct ctld *c);
 void ctld_stop(struct ctld *c);
 /* controld admin ...: returns exit status; stdout in *ret_out (optional). */
 int ctld_admin(struct ctld *c, char **ret_out, const char *arg1, ...) __attribute__((sentinel));
-/* Creates an account (plan may be NULL) and returns a fresh API key (static storage per call: copy it). */
+/* Creates an account (plan may be NULL) and returns a fresh API key (the caller frees it). */
 char *ctld_account_key(struct ctld *c, const char *name, const char *plan, char ret_account_id[25]);
 /* The usual start of a test: needs Docker, starts controld with the default config and
  * returns an API key of a new account `name` (its id in ret_account_id when non-NULL). */
