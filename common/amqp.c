@@ -281,8 +281,8 @@ int amqpx_consume_wait(amqp_connection_state_t conn, struct timeval *tv, amqp_fr
         }
 }
 
-int amqpx_next_delivery(amqp_connection_state_t conn, amqp_channel_t ch, long timeout_ms, long content_timeout_ms,
-                        uint64_t max, struct amqpx_delivery *d, char **ret_body) {
+int amqpx_next_delivery(amqp_connection_state_t conn, amqp_channel_t ch, long timeout_ms, uint64_t max,
+                        struct amqpx_delivery *d, char **ret_body) {
         struct timeval tv = ms_to_tv(timeout_ms);
         amqp_frame_t f;
         int r = amqpx_consume_wait(conn, &tv, &f);
@@ -292,6 +292,6 @@ int amqpx_next_delivery(amqp_connection_state_t conn, amqp_channel_t ch, long ti
                 return 0;
         const amqp_basic_deliver_t *dm = f.payload.method.decoded;
         *d = (struct amqpx_delivery) { .tag = dm->delivery_tag, .redelivered = dm->redelivered };
-        r = amqpx_read_content(conn, ch, mono_ms() + content_timeout_ms, max, &d->c, ret_body);
+        r = amqpx_read_content(conn, ch, mono_ms() + AMQPX_CONTENT_TIMEOUT_MS, max, &d->c, ret_body);
         return r < 0 ? r : 1;
 }

@@ -65,6 +65,10 @@ struct amqpx_content {
         bool has_app_id;
 };
 
+/* How long the rest of a message may take to arrive once its basic.deliver (or
+ * basic.return) has: past it the broker is taken as stalled and the connection replaced. */
+#define AMQPX_CONTENT_TIMEOUT_MS 30000
+
 /* Reads the header and body frames of the delivery just announced on channel ch
  * until deadline (mono_ms() clock), keeping at most max bytes: the header's
  * body_size is checked before any body is read, and an oversized body is read off
@@ -100,10 +104,10 @@ struct amqpx_delivery {
 };
 
 /* One turn of a plain consumer on channel ch (amqpx_consume_wait, then
- * amqpx_read_content with max and content_timeout_ms): waits up to timeout_ms for the
+ * amqpx_read_content with max and AMQPX_CONTENT_TIMEOUT_MS): waits up to timeout_ms for the
  * next basic.deliver on ch and reads its content. 1 with *d filled and *ret_body
  * (caller frees; NULL when the body was over max: read off the socket and dropped, so
  * the caller rejects d->tag); 0 when nothing came in time or another frame came;
  * -ETIMEDOUT when the content stalled; -ECONNRESET as amqpx_consume_wait. */
-int amqpx_next_delivery(amqp_connection_state_t conn, amqp_channel_t ch, long timeout_ms, long content_timeout_ms,
-                        uint64_t max, struct amqpx_delivery *d, char **ret_body);
+int amqpx_next_delivery(amqp_connection_state_t conn, amqp_channel_t ch, long timeout_ms, uint64_t max,
+                        struct amqpx_delivery *d, char **ret_body);

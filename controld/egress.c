@@ -486,7 +486,7 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
         while (!c->stopping) {
                 struct amqpx_delivery d;
                 _cleanup_free_ char *body = NULL;
-                r = amqpx_next_delivery(conn, SYNC_CH, 1000, 30000, PJ_NODE_MAX_MESSAGE, &d, &body);
+                r = amqpx_next_delivery(conn, SYNC_CH, 1000, PJ_NODE_MAX_MESSAGE, &d, &body);
                 if (r == 0)
                         continue;
                 if (r < 0) {
@@ -511,11 +511,7 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                 else {
                         (void) store_node_touch(c->store, m.node_id, now_ms());  /* agent liveness: admin node list */
                         _cleanup_free_ char *answer = sync_answer(c, m.node_id);
-                        amqp_basic_properties_t rp = { ._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
-                                                                 AMQP_BASIC_APP_ID_FLAG,
-                                                       .content_type = amqp_cstring_bytes("application/json"),
-                                                       .delivery_mode = 1,
-                                                       .app_id = amqp_cstring_bytes("controld") };
+                        amqp_basic_properties_t rp = amqpx_json_props(1, "controld", NULL);
                         if (d.c.has_corr) {
                                 rp._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
                                 rp.correlation_id = amqp_cstring_bytes(d.c.correlation_id);

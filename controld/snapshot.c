@@ -438,7 +438,7 @@ static void *events_main(void *ud) {
                 while (!atomic_load(&b->stop)) {
                         struct amqpx_delivery d;
                         _cleanup_free_ char *body = NULL;
-                        int got = amqpx_next_delivery(conn, CH, 1000, 30000, MAX_EVENT_BODY, &d, &body);
+                        int got = amqpx_next_delivery(conn, CH, 1000, MAX_EVENT_BODY, &d, &body);
                         if (got == 0)
                                 continue;
                         if (got < 0)

@@ -41,9 +41,6 @@
 #include "ticker.h"
 
 #define MAX_MESSAGE (1024 * 1024)
-/* A message's header and body frames follow its basic.deliver at once; a broker that
- * stalls in the middle of one is treated as a broken connection. */
-#define CONTENT_TIMEOUT_MS 30000
 #define CH 1
 
 static volatile sig_atomic_t stop_requested;
@@ -456,7 +453,7 @@ static void watchdog_stop(void) {
 /* Reads the content of the delivery d (at most MAX_MESSAGE bytes kept; see
  * amqpx_read_content). 0 with *ret_body (NULL when oversized), or < 0. */
 static int read_content(amqp_connection_state_t conn, struct amqpx_delivery *d, char **ret_body) {
-        int r = amqpx_read_content(conn, CH, mono_ms() + CONTENT_TIMEOUT_MS, MAX_MESSAGE, &d->c, ret_body);
+        int r = amqpx_read_content(conn, CH, mono_ms() + AMQPX_CONTENT_TIMEOUT_MS, MAX_MESSAGE, &d->c, ret_body);
         if (r == -ETIMEDOUT)
                 log_warning_errno(r, "RabbitMQ stalled in the middle of a message");
         return r;

@@ -395,7 +395,7 @@ static int publish_event(amqp_connection_state_t conn, const struct agent_config
                 /* Unroutable: the returned message's content follows; read it off. */
                 struct amqpx_content rc = { 0 };
                 _cleanup_free_ char *rb = NULL;
-                (void) amqpx_read_content(conn, CH, mono_ms() + 30000, MAX_JOB_BODY, &rc, &rb);
+                (void) amqpx_read_content(conn, CH, mono_ms() + AMQPX_CONTENT_TIMEOUT_MS, MAX_JOB_BODY, &rc, &rb);
         }
         return r;
 }
@@ -494,7 +494,7 @@ static void *snap_main(void *ud) {
                         }
                         struct amqpx_delivery d;
                         _cleanup_free_ char *body = NULL;
-                        int s = amqpx_next_delivery(conn, CH, 1000, 30000, MAX_JOB_BODY, &d, &body);
+                        int s = amqpx_next_delivery(conn, CH, 1000, MAX_JOB_BODY, &d, &body);
                         if (s < 0)
                                 break;
                         if (s == 0)

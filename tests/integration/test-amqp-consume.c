@@ -41,7 +41,7 @@ static void consume(amqp_connection_state_t conn, amqp_bytes_t q) {
 static char *next(amqp_connection_state_t conn, uint64_t max, struct amqpx_delivery *d) {
         char *body = NULL;
         for (int i = 0; i < 50; i++) {
-                int r = amqpx_next_delivery(conn, CH, 100, 5000, max, d, &body);
+                int r = amqpx_next_delivery(conn, CH, 100, max, d, &body);
                 ASSERT_TRUE(r >= 0);
                 if (r == 1)
                         return body;
@@ -155,7 +155,7 @@ TEST_FULL(an_empty_queue_gives_nothing_and_a_rejected_message_comes_back_redeliv
         fx_open(&f);
         struct amqpx_delivery d;
         char *body = NULL;
-        ASSERT_EQ(amqpx_next_delivery(f.conn, CH, 300, 5000, 1024, &d, &body), 0);
+        ASSERT_EQ(amqpx_next_delivery(f.conn, CH, 300, 1024, &d, &body), 0);
         ASSERT_NULL(body);
 
         publish(f.conn, f.q, NULL, NULL, NULL, amqp_cstring_bytes("again"));
@@ -185,7 +185,7 @@ TEST_FULL(a_consumer_the_broker_cancels_is_a_broken_connection, 30) {
         char *body = NULL;
         int r = 0;
         for (int i = 0; i < 50 && r == 0; i++)
-                r = amqpx_next_delivery(conn, CH, 100, 5000, 1024, &d, &body);
+                r = amqpx_next_delivery(conn, CH, 100, 1024, &d, &body);
         ASSERT_EQ(r, -ECONNRESET);
         ASSERT_NULL(body);
 }
