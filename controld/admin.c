@@ -32,6 +32,8 @@ static void admin_usage(void) {
         fprintf(stderr,
                 "usage: controld admin -f CONF account create NAME [--plan PLAN]\n"
                 "       controld admin -f CONF account list\n"
+                "       controld admin -f CONF account plan ACCOUNT PLAN\n"
+                "       controld admin -f CONF account limits ACCOUNT [KEY=N|KEY=plan ...]\n"
                 "       controld admin -f CONF key issue ACCOUNT\n"
                 "       controld admin -f CONF key list ACCOUNT\n"
                 "       controld admin -f CONF key revoke KEY_ID|PREFIX\n"
@@ -40,7 +42,8 @@ static void admin_usage(void) {
                 "       controld admin -f CONF backup PATH\n"
                 "       controld admin -f CONF node list\n"
                 "       controld admin -f CONF node drain|undrain NODE_ID\n"
-                "ACCOUNT is an account id or name.\n");
+                "ACCOUNT is an account id or name. limits KEY is one of max_concurrent, max_cpu,\n"
+                "max_memory, max_disk, max_volume_gb, max_volumes; KEY=plan goes back to the plan's amount.\n");
 }
 
 static int resolve_account(struct ctl *c, const char *k, struct account *ret) {
@@ -79,9 +82,100 @@ static bool name_ok(const char *s) {
         return true;
 }
 
+/* Prints each limit the account runs under and whether its plan or the account sets it. */
+static int print_limits(struct ctl *c, const struct account *a) {
+        struct plan buf;
+        const struct plan *p = config_account_plan(c->cfg, a, &buf);
+        if (!p) {
+                fprintf(stderr, "Account %s has plan '%s', which %s does not configure\n", a->name, a->plan, c->cfg->path);
+                return -ENOENT;
+        }
+        printf("plan\t%s\n", a->plan);
+        for (size_t k = 0; k < _PLAN_LIMIT_MAX; k++)
+                printf("%s\t%lld\t%s\n", config_plan_limits[k].key, (long long) *config_plan_limit(&buf, k),
+                       a->limits[k] >= 0 ? "account" : "plan");
+        return 0;
+}
+
+/* KEY=N or KEY=plan, checked against the range the config itself allows for KEY. */
+static int parse_limit(const char *arg, enum plan_limit *ret_k, int64_t *ret_v) {
+        const char *eq = strchr(arg, '=');
+        char key[32];
+        if (!eq || (size_t) (eq - arg) >= sizeof(key)) {
+                fprintf(stderr, "'%s': expected KEY=N or KEY=plan\n", arg);
+                return -EINVAL;
+        }
+        snprintf(key, sizeof(key), "%.*s", (int) (eq - arg), arg);
+        int k = config_plan_limit_from_key(key);
+        if (k < 0) {
+                fprintf(stderr, "'%s' is not a plan limit (max_concurrent, max_cpu, max_memory, max_disk, max_volume_gb, "
+                                "max_volumes)\n", key);
+                return -EINVAL;
+        }
+        const struct plan_limit_info *l = &config_plan_limits[k];
+        int64_t v = -1;
+        if (strcmp(eq + 1, "plan") != 0 && (safe_atoi64(eq + 1, &v) < 0 || v < l->min || v > l->max)) {
+                fprintf(stderr, "%s must be an integer from %lld to %lld, or 'plan'\n", key, (long long) l->min,
+                        (long long) l->max);
+                return -EINVAL;
+        }
+        *ret_k = (enum plan_limit) k;
+        *ret_v = v;
+        return 0;
+}
+
+static int account_limits(struct ctl *c, const char *who, int n, char **args) {
+        _cleanup_(account_clear) struct account a = { 0 };
+        enum plan_limit keys[_PLAN_LIMIT_MAX * 4];
+        int64_t vals[ELEMENTSOF(keys)];
+        int r;
+        if ((size_t) n > ELEMENTSOF(keys)) {
+                fprintf(stderr, "Too many limits at once (at most %zu)\n", ELEMENTSOF(keys));
+                return -E2BIG;
+        }
+        /* All checked before any is written: a typo changes nothing. */
+        for (int i = 0; i < n; i++)
+                if ((r = parse_limit(args[i], &keys[i], &vals[i])) < 0)
+                        return r;
+        if ((r = resolve_account(c, who, &a)) < 0)
+                return r;
+        for (int i = 0; i < n; i++)
+                if ((r = store_account_set_limit(c->store, a.id, keys[i], vals[i])) < 0) {
+                        fprintf(stderr, "Failed to set %s: %s\n", config_plan_limits[keys[i]].key, strerror(-r));
+                        return r;
+                }
+        account_clear(&a);
+        if ((r = resolve_account(c, who, &a)) < 0)
+                return r;
+        return print_limits(c, &a);
+}
+
+static int account_plan(struct ctl *c, const char *who, const char *plan) {
+        _cleanup_(account_clear) struct account a = { 0 };
+        int r;
+        if (!config_plan(c->cfg, plan)) {
+                fprintf(stderr, "No plan '%s' in %s\n", plan, c->cfg->path);
+                return -EINVAL;
+        }
+        if ((r = resolve_account(c, who, &a)) < 0)
+                return r;
+        if ((r = store_account_set_plan(c->store, a.id, plan)) < 0) {
+                fprintf(stderr, "Failed to set the plan: %s\n", strerror(-r));
+                return r;
+        }
+        account_clear(&a);
+        if ((r = resolve_account(c, who, &a)) < 0)
+                return r;
+        return print_limits(c, &a);
+}
+
 static int cmd_account(struct ctl *c, int argc, char **argv) {
         if (argc >= 1 && !strcmp(argv[0], "list"))
                 return store_account_foreach(c->store, print_account, NULL);
+        if (argc >= 2 && !strcmp(argv[0], "limits"))
+                return account_limits(c, argv[1], argc - 2, argv + 2);
+        if (argc == 3 && !strcmp(argv[0], "plan"))
+                return account_plan(c, argv[1], argv[2]);
         if (argc >= 2 && !strcmp(argv[0], "create")) {
                 const char *name = argv[1], *plan = c->cfg->default_plan;
                 struct account a = { 0 };

@@ -118,14 +118,14 @@ static bool settled(enum sb_status s) {
         return s == SB_READY || s == SB_PAUSED || s == SB_FAILED || s == SB_DESTROYED;
 }
 
-static bool wait_done(const struct sandbox *sb, int want) {
+static bool wait_done(const struct sandbox *sb, const void *ud) {
+        int want = *(const int *) ud;
         return want >= 0 ? ((int) sb->status == want || sb->status == SB_FAILED || sb->status == SB_DESTROYED)
                          : settled(sb->status);
 }
 
 static enum MHD_Result wait_sandbox(struct req *r) {
         struct ctl *c = r->c;
-        const char *id = r->m.id;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         const char *ts = req_query(r, "timeout"), *ss = req_query(r, "status");
         int64_t timeout = 30;
@@ -139,35 +139,8 @@ static enum MHD_Result wait_sandbox(struct req *r) {
         enum MHD_Result res;
         if (!load_sandbox(r, &sb, &res))
                 return res;
-
-        struct timespec deadline;
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_sec += timeout;
-        for (;;) {
-                bool done = wait_done(&sb, want);
-                if (done || c->stopping)
-                        break;
-                pthread_mutex_lock(&c->wait_lock);
-                uint64_t gen = c->status_gen;
-                int rc = 0;
-                /* Re-read after taking the lock so no notification is missed. */
-                sandbox_clear(&sb);
-                if (store_sandbox_get(c->store, id, &sb) < 0) {
-                        pthread_mutex_unlock(&c->wait_lock);
-                        return respond_error(r, 500, "Failed to read the sandbox record");
-                }
-                done = wait_done(&sb, want);
-                while (!done && gen == c->status_gen && rc == 0 && !c->stopping)
-                        rc = pthread_cond_timedwait(&c->wait_cond, &c->wait_lock, &deadline);
-                pthread_mutex_unlock(&c->wait_lock);
-                if (done)
-                        break;
-                sandbox_clear(&sb);
-                if (store_sandbox_get(c->store, id, &sb) < 0)
-                        return respond_error(r, 500, "Failed to read the sandbox record");
-                if (rc == ETIMEDOUT)
-                        break;
-        }
+        if (ctl_wait_sandbox(c, r->m.id, wait_done, &want, timeout * 1000, &sb) < 0)
+                return respond_error(r, 500, "Failed to read the sandbox record");
         return respond_envelope(r, 200, "Sandbox fetched", sandbox_to_json(c, &sb));
 }
 

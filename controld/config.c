@@ -1,5 +1,6 @@
 /* config.c — controld.conf: every key has a default and a limit; typos are errors. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,23 +89,48 @@ static int load_sections(struct config *c, struct conf *cf, const char *sec, siz
         return 0;
 }
 
+const struct plan_limit_info config_plan_limits[_PLAN_LIMIT_MAX] = {
+        [PLAN_MAX_CONCURRENT] = { "max_concurrent", 3, 0, 100000, offsetof(struct plan, max_concurrent) },
+        [PLAN_MAX_CPU] = { "max_cpu", 2000, 1, 2000, offsetof(struct plan, max_cpu) },
+        [PLAN_MAX_MEMORY] = { "max_memory", 2048, 1, 2048, offsetof(struct plan, max_memory) },
+        [PLAN_MAX_DISK] = { "max_disk", 5, 1, 5, offsetof(struct plan, max_disk) },
+        [PLAN_MAX_VOLUME_GB] = { "max_volume_gb", 50, 10, 50, offsetof(struct plan, max_volume_gb) },
+        [PLAN_MAX_VOLUMES] = { "max_volumes", 2, 0, 10000, offsetof(struct plan, max_volumes) },
+};
+
+int config_plan_limit_from_key(const char *key) {
+        for (size_t k = 0; k < _PLAN_LIMIT_MAX; k++)
+                if (!strcmp(config_plan_limits[k].key, key))
+                        return (int) k;
+        return -EINVAL;
+}
+
+int64_t *config_plan_limit(struct plan *p, enum plan_limit k) {
+        return (int64_t *) (void *) ((char *) p + config_plan_limits[k].offset);
+}
+
+const struct plan *config_account_plan(const struct config *c, const struct account *acc, struct plan *buf) {
+        const struct plan *p = config_plan(c, acc->plan);
+        if (!p)
+                return NULL;
+        *buf = *p;
+        for (size_t k = 0; k < _PLAN_LIMIT_MAX; k++)
+                if (acc->limits[k] >= 0)
+                        *config_plan_limit(buf, k) = acc->limits[k];
+        return buf;
+}
+
 static int load_plan(struct config *c, struct conf *cf, const char *nm, void *item, char *err, size_t errlen) {
         struct plan *p = item;
         uint64_t lifetime;
         int r;
         p->name = xstrdup(nm);
-#define PI(key, def, min, max, field)                                                                     \
-        do {                                                                                              \
-                if ((r = conf_get_int(cf, "plan", nm, key, def, min, max, &p->field, err, errlen)) < 0) \
-                        return r;                                                                         \
-        } while (0)
-        PI("max_concurrent", 3, 0, 100000, max_concurrent);
-        PI("max_cpu", 2000, 1, 2000, max_cpu);
-        PI("max_memory", 2048, 1, 2048, max_memory);
-        PI("max_disk", 5, 1, 5, max_disk);
-        PI("max_volume_gb", 50, 10, 50, max_volume_gb);
-        PI("max_volumes", 2, 0, 10000, max_volumes);
-#undef PI
+        for (size_t k = 0; k < _PLAN_LIMIT_MAX; k++) {
+                const struct plan_limit_info *l = &config_plan_limits[k];
+                if ((r = conf_get_int(cf, "plan", nm, l->key, l->def, l->min, l->max, config_plan_limit(p, k), err,
+                                      errlen)) < 0)
+                        return r;
+        }
         if ((r = get_amount(cf, nm, "spending_limit", c->path, &p->spending_limit, err, errlen)) < 0 ||
             (r = get_amount(cf, nm, "price_cpu_mhz_hour", c->path, &p->price_cpu_mhz_hour, err, errlen)) < 0 ||
             (r = get_amount(cf, nm, "price_mb_hour", c->path, &p->price_mb_hour, err, errlen)) < 0)
@@ -271,6 +297,7 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         D("scheduler", "reap_interval", 10, 1, 3600, reap_interval_s);
         D("scheduler", "stuck_starting", 300, 10, 24 * 3600, stuck_starting_s);
         D("scheduler", "paused_max", 7 * 24 * 3600, 60, 90 * 24 * 3600, paused_max_s);
+        D("scheduler", "pause_wait", 60, 0, 600, pause_wait_s);
 
         S("docker", "socket", "/var/run/docker.sock", 255, docker_socket);
         S("docker", "runtime", "runsc", 64, docker_runtime);

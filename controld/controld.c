@@ -54,6 +54,45 @@ void ctl_notify_status(struct ctl *c) {
         pthread_mutex_unlock(&c->wait_lock);
 }
 
+int ctl_wait_sandbox(struct ctl *c, const char *id, bool (*done)(const struct sandbox *sb, const void *ud),
+                     const void *ud, int64_t timeout_ms, struct sandbox *sb) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+                deadline.tv_sec++;
+                deadline.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&c->wait_lock);
+        for (;;) {
+                /* Read under the lock: a change recorded after this read bumps status_gen, so
+                 * no notification falls between the read and the wait. */
+                uint64_t gen = c->status_gen;
+                sandbox_clear(sb);
+                if (store_sandbox_get(c->store, id, sb) < 0) {
+                        pthread_mutex_unlock(&c->wait_lock);
+                        return -EIO;
+                }
+                if (done(sb, ud)) {
+                        pthread_mutex_unlock(&c->wait_lock);
+                        return 1;
+                }
+                int rc = 0;
+                while (gen == c->status_gen && rc == 0 && !c->stopping)
+                        rc = pthread_cond_timedwait(&c->wait_cond, &c->wait_lock, &deadline);
+                if (rc == ETIMEDOUT || c->stopping)
+                        break;
+        }
+        /* The last read may predate the last change: one more look before saying no. */
+        sandbox_clear(sb);
+        int r = store_sandbox_get(c->store, id, sb);
+        pthread_mutex_unlock(&c->wait_lock);
+        if (r < 0)
+                return -EIO;
+        return done(sb, ud) ? 1 : 0;
+}
+
 struct job { struct ctl *c; void (*fn)(struct ctl *c, char *arg); char *arg; };
 
 static void *job_thread(void *p) {

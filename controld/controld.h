@@ -71,6 +71,7 @@ struct config {
         uint64_t create_timeout_s;
         uint64_t stats_interval_s, stats_retention_s;
         uint64_t reap_interval_s, stuck_starting_s, paused_max_s;
+        uint64_t pause_wait_s;                       /* pause answers once paused, or after this */
         /* [docker] */
         char *docker_socket, *docker_runtime, *docker_runtime_net;
         char *docker_network, *docker_subnet, *docker_gateway;     /* open egress */
@@ -111,6 +112,25 @@ struct config {
 int config_load(const char *path, struct config **ret, char *err, size_t errlen);
 struct config *config_free(struct config *c);
 const struct plan *config_plan(const struct config *c, const char *name);
+
+/* The plan amounts an operator may also set for one account (`controld admin account limits`):
+ * their config key (also the accounts column), default, range, and place in struct plan. */
+enum plan_limit {
+        PLAN_MAX_CONCURRENT, PLAN_MAX_CPU, PLAN_MAX_MEMORY, PLAN_MAX_DISK, PLAN_MAX_VOLUME_GB, PLAN_MAX_VOLUMES,
+        _PLAN_LIMIT_MAX,
+};
+struct plan_limit_info {
+        const char *key;
+        int64_t def, min, max;
+        size_t offset;                  /* of its int64_t in struct plan */
+};
+extern const struct plan_limit_info config_plan_limits[_PLAN_LIMIT_MAX];
+int config_plan_limit_from_key(const char *key);   /* enum plan_limit, or -EINVAL */
+int64_t *config_plan_limit(struct plan *p, enum plan_limit k);
+struct account;
+/* acc's plan with the account's own limits applied, built in *buf (it shares the plan's strings);
+ * NULL when acc's plan is not configured. */
+const struct plan *config_account_plan(const struct config *c, const struct account *acc, struct plan *buf);
 const struct template *config_template(const struct config *c, const char *name);
 /* By key, by name or by 24-hex id. */
 const struct region *config_region(const struct config *c, const char *key_or_id);
@@ -129,6 +149,7 @@ struct account {
         char id[SANDBOX_ID_LEN + 1];
         char *name, *plan;
         int64_t created_at;
+        int64_t limits[_PLAN_LIMIT_MAX];        /* this account's own plan amounts; -1 = the plan's */
 };
 
 /* A sandbox's egress policy, parsed: entries are structs, never text, from the API
@@ -188,6 +209,9 @@ struct store *store_close(struct store *s);
 int store_account_create(struct store *s, const char *name, const char *plan, struct account *ret);
 int store_account_get(struct store *s, const char *id, struct account *ret);
 int store_account_by_name(struct store *s, const char *name, struct account *ret);
+/* value -1 returns the account to its plan's amount; -ENOENT when there is no such account. */
+int store_account_set_limit(struct store *s, const char *id, enum plan_limit k, int64_t value);
+int store_account_set_plan(struct store *s, const char *id, const char *plan);
 void account_clear(struct account *a);
 /* Iterates all accounts: cb returns <0 to stop. */
 int store_account_foreach(struct store *s, int (*cb)(const struct account *a, void *ud), void *ud);
@@ -337,6 +361,11 @@ struct ctl {
 void ctl_sandbox_lock(struct ctl *c, const char *id);
 void ctl_sandbox_unlock(struct ctl *c, const char *id);
 void ctl_notify_status(struct ctl *c);
+/* Reads sandbox id into *sb until done(sb, ud) holds, waking on every status notification, for
+ * at most timeout_ms or until controld stops. Returns 1 when done, 0 when not (time is up or
+ * controld is stopping; *sb is the last record read), <0 when the record cannot be read. */
+int ctl_wait_sandbox(struct ctl *c, const char *id, bool (*done)(const struct sandbox *sb, const void *ud),
+                     const void *ud, int64_t timeout_ms, struct sandbox *sb);
 /* Runs fn(ctx) on a detached thread counted in jobs_running (drained at exit). */
 int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, char *arg), char *arg_owned);
 

@@ -177,7 +177,8 @@ static int check_node_accepting(struct ctl *c, struct api_error *err) {
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in, struct sandbox *ret,
                    struct api_error *err) {
         const struct config *cfg = c->cfg;
-        const struct plan *plan = config_plan(cfg, acc->plan);
+        struct plan plan_buf;
+        const struct plan *plan = config_account_plan(cfg, acc, &plan_buf);
         const struct template *tpl;
         const struct region *g;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
@@ -536,11 +537,38 @@ static int transition(struct ctl *c, const struct sandbox *sb, enum sb_status fr
         return 0;
 }
 
-int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
-        return transition(c, sb, SB_READY, SB_PAUSING, "paused", pause_job, err);
+static bool not_pausing(const struct sandbox *sb, const void *ud) {
+        (void) ud;
+        return sb->status != SB_PAUSING;
 }
 
+/* Pause answers once the sandbox is paused (or the pause failed and it is ready again), so a
+ * client that pauses and then resumes at once finds it paused. Past [scheduler] pause_wait the
+ * answer is the same acknowledgement with the sandbox still pausing. */
+int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
+        int r = transition(c, sb, SB_READY, SB_PAUSING, "paused", pause_job, err);
+        if (r < 0)
+                return r;
+        _cleanup_sandbox_ struct sandbox now = { 0 };
+        if (ctl_wait_sandbox(c, sb->id, not_pausing, NULL, (int64_t) c->cfg->pause_wait_s * 1000, &now) == 0)
+                log_info("sandbox still pausing after %llus; answering anyway", (unsigned long long) c->cfg->pause_wait_s);
+        return 0;
+}
+
+/* A resume that finds the sandbox pausing waits for the pause to settle (at most [scheduler]
+ * create_timeout, the bound on provisioning work, whatever pause_wait says), then resumes it;
+ * resuming or ready sandboxes are refused as before. */
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
+        _cleanup_sandbox_ struct sandbox now = { 0 };
+        if (sb->status == SB_PAUSING) {
+                int k = ctl_wait_sandbox(c, sb->id, not_pausing, NULL, (int64_t) c->cfg->create_timeout_s * 1000, &now);
+                if (k < 0)
+                        return API_ERR(err, -EIO, "Failed to read the sandbox record");
+                if (k == 0)
+                        return API_ERR(err, -EBUSY, "Sandbox is still pausing after %llus; resume it once it is paused",
+                                       (unsigned long long) c->cfg->create_timeout_s);
+                sb = &now;
+        }
         int r = sb->status == SB_PAUSED ? check_node_accepting(c, err) : 0;  /* else transition says why not */
         if (r < 0)
                 return r;

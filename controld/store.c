@@ -61,6 +61,13 @@ static const char *const migrations[] = {
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         /* 3: a volume whose backend removal is under way: no sandbox may attach it meanwhile */
         "ALTER TABLE volumes ADD COLUMN deleting INTEGER NOT NULL DEFAULT 0;",
+        /* 4: an account's own plan amounts (controld admin account limits); -1 = its plan's */
+        "ALTER TABLE accounts ADD COLUMN max_concurrent INTEGER NOT NULL DEFAULT -1;"
+        "ALTER TABLE accounts ADD COLUMN max_cpu INTEGER NOT NULL DEFAULT -1;"
+        "ALTER TABLE accounts ADD COLUMN max_memory INTEGER NOT NULL DEFAULT -1;"
+        "ALTER TABLE accounts ADD COLUMN max_disk INTEGER NOT NULL DEFAULT -1;"
+        "ALTER TABLE accounts ADD COLUMN max_volume_gb INTEGER NOT NULL DEFAULT -1;"
+        "ALTER TABLE accounts ADD COLUMN max_volumes INTEGER NOT NULL DEFAULT -1;",
 };
 
 /* Nodes an operator drained, and when each node's agent was last heard from. Created
@@ -624,6 +631,10 @@ static void account_clear_row(void *row) {
 #define ROW struct account
 static const struct column account_columns[] = {
         C_ID("id", id), C_TEXT("name", name), C_TEXT("plan", plan), C_INT("created_at", created_at),
+        /* Named as config_plan_limits[] names them: store_account_set_limit writes by that name. */
+        C_INT("max_concurrent", limits[PLAN_MAX_CONCURRENT]), C_INT("max_cpu", limits[PLAN_MAX_CPU]),
+        C_INT("max_memory", limits[PLAN_MAX_MEMORY]), C_INT("max_disk", limits[PLAN_MAX_DISK]),
+        C_INT("max_volume_gb", limits[PLAN_MAX_VOLUME_GB]), C_INT("max_volumes", limits[PLAN_MAX_VOLUMES]),
 };
 #undef ROW
 static const struct table accounts = {
@@ -644,6 +655,8 @@ int store_account_create(struct store *s, const char *name, const char *plan, st
         if (ret) {
                 *ret = (struct account) { .name = xstrdup(name), .plan = xstrdup(plan), .created_at = now };
                 memcpy(ret->id, id, sizeof(ret->id));
+                for (size_t k = 0; k < _PLAN_LIMIT_MAX; k++)
+                        ret->limits[k] = -1;
         }
         return 0;
 }
@@ -656,6 +669,20 @@ int store_account_get(struct store *s, const char *id, struct account *ret) {
 int store_account_by_name(struct store *s, const char *name, struct account *ret) {
         LOCKED(s);
         return get_row(s, &accounts, "name = ?", PARAMS(p_text(name)), ret);
+}
+
+int store_account_set_limit(struct store *s, const char *id, enum plan_limit k, int64_t value) {
+        LOCKED(s);
+        /* The column name is ours (config_plan_limits), never the caller's text. */
+        _cleanup_free_ char *sql = xasprintf("UPDATE accounts SET %s = ? WHERE id = ?", config_plan_limits[k].key);
+        int r = run_changes(s, sql, PARAMS(p_int(value < 0 ? -1 : value), p_text(id)));
+        return r < 0 ? r : r == 0 ? -ENOENT : 0;
+}
+
+int store_account_set_plan(struct store *s, const char *id, const char *plan) {
+        LOCKED(s);
+        int r = run_changes(s, "UPDATE accounts SET plan = ? WHERE id = ?", PARAMS(p_text(plan), p_text(id)));
+        return r < 0 ? r : r == 0 ? -ENOENT : 0;
 }
 
 int store_key_lookup(struct store *s, const char *key_hash, struct account *ret) {

@@ -28,7 +28,8 @@ int volume_record(struct ctl *c, const struct plan *plan, const struct volume *v
 int volume_create(struct ctl *c, const struct account *acc, const struct pj_volume_create *in, struct volume *ret,
                   struct api_error *err) {
         _cleanup_volume_ struct volume v = { 0 };
-        const struct plan *plan = config_plan(c->cfg, acc->plan);
+        struct plan plan_buf;
+        const struct plan *plan = config_account_plan(c->cfg, acc, &plan_buf);
         char derr[256] = "";
 
         const struct region *g = config_region(c->cfg, in->region);

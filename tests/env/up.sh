@@ -156,11 +156,16 @@ country = Local
 continent = Local
 enabled = true
 [plan "dev"]
-max_concurrent = 10
+# Room for the SDKs' examples to run again and again: a persistent sandbox's volume stays after
+# destroy (DELETE /volumes/{id} removes it), so the count is generous. Per account, without
+# editing this file: controld admin -f <this file> account limits dev max_volumes=N
+max_concurrent = 20
 regions = local
 max_cpu = 2000
 max_memory = 2048
 max_disk = 5
+max_volume_gb = 50
+max_volumes = 10000
 [template "python-3.11"]
 image = paddock/python-3.11:local
 display_name = Python 3.11

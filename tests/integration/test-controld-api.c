@@ -419,6 +419,70 @@ TEST_FULL(create_validation_rules_are_400_and_create_nothing, 120) {
 /* ------------------------------------------------------------------------------------------ */
 /* 2. Plan limits: 403 with the published-style messages; unknown names are 400.               */
 
+/* controld admin account limits / plan: an operator raises one account's caps without editing
+ * the config; the running daemon applies them at the account's next request, other accounts
+ * keep the plan's, KEY=plan goes back, and a bad key or value changes nothing. */
+TEST_FULL(admin_account_limits_apply_at_once_to_that_account_only, 120) {
+        static struct ctld c; /* static: the exit hook uses it after the test function returns */
+        char acc[25];
+        need_docker();
+        ctld_start(&c, NULL, "[plan \"roomy\"]\nmax_volumes = 10\n");
+        _cleanup_free_ char *key = ctld_account_key(&c, "raised", NULL, acc);
+        _cleanup_free_ char *other = ctld_account_key(&c, "plain", NULL, NULL);
+        const char *vol = "{\"name\":\"v%d\",\"sizeGB\":10,\"region\":\"" LOCAL_REGION "\"}";
+        char body[160];
+        for (int i = 0; i < 2; i++) {
+                snprintf(body, sizeof(body), vol, i);
+                HTTP_EXPECT(&c, "POST", "/volumes", key, body, 201);
+                HTTP_EXPECT(&c, "POST", "/volumes", other, body, 201);
+        }
+        snprintf(body, sizeof(body), vol, 2);
+        EXPECT_ERROR(&c, "POST", "/volumes", key, body, 403,
+                     "Your plan allows up to 2 volumes. Delete an existing one or upgrade.");
+
+        _cleanup_free_ char *out = NULL;
+        ASSERT_EQ(ctld_admin(&c, &out, "account", "limits", "raised", "max_volumes=4", "max_volume_gb=50", NULL), 0);
+        ASSERT_CONTAINS(out, "plan\tdefault\n");
+        ASSERT_CONTAINS(out, "max_volumes\t4\taccount\n");
+        ASSERT_CONTAINS(out, "max_volume_gb\t50\taccount\n");
+        ASSERT_CONTAINS(out, "max_concurrent\t3\tplan\n");
+        /* No restart: the next request runs under the new caps; the other account does not. */
+        HTTP_EXPECT(&c, "POST", "/volumes", key, body, 201);
+        EXPECT_ERROR(&c, "POST", "/volumes", other, body, 403,
+                     "Your plan allows up to 2 volumes. Delete an existing one or upgrade.");
+        HTTP_EXPECT(&c, "POST", "/volumes", key, "{\"name\":\"big\",\"sizeGB\":50,\"region\":\"" LOCAL_REGION "\"}", 201);
+        snprintf(body, sizeof(body), vol, 3);
+        EXPECT_ERROR(&c, "POST", "/volumes", key, body, 403,
+                     "Your plan allows up to 4 volumes. Delete an existing one or upgrade.");
+
+        /* Refused whole: a bad key or an out-of-range value, even beside a good one. */
+        ASSERT_NE(ctld_admin(&c, NULL, "account", "limits", "raised", "max_volumes=9", "max_bananas=1", NULL), 0);
+        ASSERT_NE(ctld_admin(&c, NULL, "account", "limits", "raised", "max_volumes=9", "max_cpu=5000", NULL), 0);
+        ASSERT_NE(ctld_admin(&c, NULL, "account", "limits", "raised", "max_volumes", NULL), 0);
+        ASSERT_NE(ctld_admin(&c, NULL, "account", "limits", "nobody", "max_volumes=9", NULL), 0);
+        free(out);
+        out = NULL;
+        ASSERT_EQ(ctld_admin(&c, &out, "account", "limits", acc, NULL), 0); /* by id; shows only */
+        ASSERT_CONTAINS(out, "max_volumes\t4\taccount\n");
+
+        /* Back to the plan's amount. */
+        free(out);
+        out = NULL;
+        ASSERT_EQ(ctld_admin(&c, &out, "account", "limits", "raised", "max_volumes=plan", NULL), 0);
+        ASSERT_CONTAINS(out, "max_volumes\t2\tplan\n");
+        EXPECT_ERROR(&c, "POST", "/volumes", key, body, 403,
+                     "Your plan allows up to 2 volumes. Delete an existing one or upgrade.");
+
+        /* Another plan for the account; an unknown plan is refused. */
+        free(out);
+        out = NULL;
+        ASSERT_EQ(ctld_admin(&c, &out, "account", "plan", "raised", "roomy", NULL), 0);
+        ASSERT_CONTAINS(out, "plan\troomy\n");
+        ASSERT_CONTAINS(out, "max_volumes\t10\tplan\n");
+        HTTP_EXPECT(&c, "POST", "/volumes", key, body, 201);
+        ASSERT_NE(ctld_admin(&c, NULL, "account", "plan", "raised", "no-such-plan", NULL), 0);
+}
+
 TEST_FULL(plan_limits_are_403_unknown_names_400, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         char acc[25], id[25];

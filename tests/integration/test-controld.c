@@ -130,6 +130,64 @@ TEST_FULL(lifecycle_create_get_pause_resume_destroy, 180) {
         HTTP_EXPECT_MSG(&c, "POST", path, key, NULL, 400, "destroyed");
 }
 
+/* The Brimble SDK's own flow (issue 25): pause, one refresh, resume at once. The pause answers
+ * once the sandbox is paused, so the refresh sees `paused` and the resume is accepted; the
+ * workspace comes back. */
+TEST_FULL(sdk_pause_then_resume_at_once, 180) {
+        struct ctld c;
+        struct hres r;
+        char id[25];
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "sdk-user", NULL);
+        ctld_create(&c, key, "{\"persistent\":true,\"persistentDiskGB\":10}", id);
+        ctld_exec(&c, key, id, "echo kept > /workspace/note", 30, &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+
+        sb_expect(&c, "POST", key, id, "/pause", 200, "Sandbox pause requested");
+        sb_get(&c, key, id, &r);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "paused");
+        hres_done(&r);
+        ASSERT_FALSE(docker_container_exists(container_name(id)));
+        sb_expect(&c, "POST", key, id, "/resume", 200, "Sandbox resume requested");
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
+        ctld_exec(&c, key, id, "cat /workspace/note", 30, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "kept\n");
+        hres_done(&r);
+        /* Unchanged: resuming a ready sandbox is refused. */
+        sb_expect(&c, "POST", key, id, "/resume", 400, "Sandbox is ready; only paused sandboxes can be resumed");
+        ctld_stop(&c);
+}
+
+/* [scheduler] pause_wait = 0: the pause is acknowledged while the sandbox is still pausing (as
+ * the published contract allows), and a resume sent then waits for the pause to settle and
+ * resumes instead of refusing. Whether the acknowledgement beats the container's removal is up
+ * to the machine, so a few rounds run until one resume is sent while the GET said pausing. */
+TEST_FULL(resume_of_a_pausing_sandbox_waits_for_the_pause, 300) {
+        struct ctld c;
+        struct hres r;
+        char id[25];
+        need_docker();
+        ctld_start(&c, NULL, "[scheduler]\npause_wait = 0s\n");
+        _cleanup_free_ char *key = ctld_account_key(&c, "hasty", NULL, NULL);
+        ctld_create(&c, key, NULL, id);
+        int hit = 0;
+        for (int round = 0; round < 5 && !hit; round++) {
+                sb_expect(&c, "POST", key, id, "/pause", 200, "Sandbox pause requested");
+                sb_get(&c, key, id, &r);
+                hit = !strcmp(hres_data_str(&r, "status"), "pausing");
+                hres_done(&r);
+                sb_expect(&c, "POST", key, id, "/resume", 200, "Sandbox resume requested");
+                ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
+        }
+        ASSERT_TRUE(hit);
+        ctld_exec(&c, key, id, "echo alive", 30, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "alive\n");
+        hres_done(&r);
+        ctld_stop(&c);
+}
+
 TEST_FULL(tenant_isolation_is_404_never_403, 120) {
         struct ctld c;
         struct hres r;

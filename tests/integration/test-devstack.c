@@ -72,6 +72,39 @@ static int read_pid(const char *name) {
         return pid > 0 && alive(pid) ? pid : 0;
 }
 
+/* An SDK example's persistent flow on make up's dev plan: create with a volume, write to the
+ * workspace, pause, resume at once (the SDK's sequence), read it back, destroy. */
+static void persistent_flow(struct ctld *c, const char *key, int round) {
+        struct hres r;
+        char id[25], path[96], body[160];
+        http_req(c, "POST", "/sandboxes", key, "{\"template\":\"python-3.11\",\"persistent\":true,\"persistentDiskGB\":10}", &r);
+        if (r.status != 201)
+                test_fail(__FILE__, __LINE__, "round %d: create: HTTP %ld: %.300s", round, r.status, r.body);
+        snprintf(id, sizeof(id), "%s", hres_data_str(&r, "id"));
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        snprintf(body, sizeof(body), "{\"cmd\":\"echo round-%d > /workspace/r\"}", round);
+        HTTP_EXPECT(c, "POST", path, key, body, 200);
+        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
+        HTTP_EXPECT(c, "POST", path, key, NULL, 200);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(c, "GET", path, key, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "paused");
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
+        HTTP_EXPECT(c, "POST", path, key, NULL, 200);
+        ASSERT_STREQ(ctld_wait_status(c, key, id, "ready", 90), "ready");
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        http_req(c, "POST", path, key, "{\"cmd\":\"cat /workspace/r\"}", &r);
+        ASSERT_EQ(r.status, 200);
+        char want[32];
+        snprintf(want, sizeof(want), "round-%d\n", round);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), want);
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        HTTP_EXPECT(c, "DELETE", path, key, NULL, 204);
+}
+
 TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         if (!test_have_docker())
                 TEST_SKIP("dockerd is not answering");
@@ -139,6 +172,11 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         hres_done(&r);
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
         HTTP_EXPECT(&c, "DELETE", path, key1, NULL, 204);
+
+        /* The SDK examples' persistent flow, three times in a row: the volumes of destroyed
+         * sandboxes stay, and the dev plan has room for them. */
+        for (int round = 1; round <= 3; round++)
+                persistent_flow(&c, key1, round);
 
         /* A node agent runs beside controld and confirms egress: a restricted sandbox is created. */
         int agent1 = read_pid("nodeagent"), ctl1 = read_pid("controld");

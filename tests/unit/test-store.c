@@ -185,13 +185,13 @@ TEST(open_creates_current_schema_and_reopens) {
         struct store *s = storetest_open("fresh");
         s = store_close(s);
         ASSERT_NULL(s);
-        ASSERT_EQ(raw_int("fresh", "SELECT MAX(version) FROM schema_version"), 3);
-        ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 3);
+        ASSERT_EQ(raw_int("fresh", "SELECT MAX(version) FROM schema_version"), 4);
+        ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 4);
         ASSERT_EQ(raw_int("fresh", "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
         /* Reopening runs no migration twice. */
         s = storetest_open("fresh");
         store_close(s);
-        ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 3);
+        ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 4);
         ASSERT_NULL(store_close(NULL));
 }
 
@@ -219,17 +219,22 @@ TEST(migration_from_version_2_keeps_data) {
         ASSERT_OK(store_volume_attach(s, vol, sb_id, "/data", 5));
         ASSERT_OK(store_key_add(s, acc, "hash-old", "pd_old", key_id));
         store_close(s);
-        raw_sql("old", "ALTER TABLE volumes DROP COLUMN deleting; DELETE FROM schema_version WHERE version > 2;");
+        raw_sql("old", "ALTER TABLE volumes DROP COLUMN deleting; ALTER TABLE accounts DROP COLUMN max_concurrent;"
+                       "ALTER TABLE accounts DROP COLUMN max_cpu; ALTER TABLE accounts DROP COLUMN max_memory;"
+                       "ALTER TABLE accounts DROP COLUMN max_disk; ALTER TABLE accounts DROP COLUMN max_volume_gb;"
+                       "ALTER TABLE accounts DROP COLUMN max_volumes; DELETE FROM schema_version WHERE version > 2;");
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 0);
 
         s = storetest_open("old");
-        ASSERT_EQ(raw_int("old", "SELECT MAX(version) FROM schema_version"), 3);
+        ASSERT_EQ(raw_int("old", "SELECT MAX(version) FROM schema_version"), 4);
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 1);
         ASSERT_EQ(raw_int("old", "SELECT deleting FROM volumes"), 0);
         struct account a = { 0 };
         ASSERT_OK(store_key_lookup(s, "hash-old", &a));
         ASSERT_STREQ(a.id, acc);
         ASSERT_STREQ(a.name, "old-timer");
+        for (size_t k = 0; k < _PLAN_LIMIT_MAX; k++)
+                ASSERT_EQ(a.limits[k], -1); /* migration 4: an old account runs under its plan's */
         account_clear(&a);
         struct sandbox sb = { 0 };
         ASSERT_OK(store_sandbox_get(s, sb_id, &sb));
@@ -253,6 +258,31 @@ TEST(migration_failure_rolls_back_and_reports) {
         ASSERT_TRUE(store_open(storetest_path("broken"), &s) < 0);
         ASSERT_TRUE(s == (struct store *) 0x1);
         ASSERT_EQ(raw_int("broken", "SELECT MAX(version) FROM schema_version"), 2);
+}
+
+/* Every per-account limit is written under the column the account row reads back (the
+ * column names and config_plan_limits[] must agree), and -1 returns it to the plan's. */
+TEST(account_limits_round_trip_every_key) {
+        char acc[25];
+        struct store *s = storetest_open("limits");
+        storetest_new_account(s, "tuned", acc);
+        for (size_t k = 0; k < _PLAN_LIMIT_MAX; k++)
+                ASSERT_OK(store_account_set_limit(s, acc, k, 100 + (int64_t) k));
+        ASSERT_OK(store_account_set_plan(s, acc, "gold"));
+        struct account a = { 0 };
+        ASSERT_OK(store_account_get(s, acc, &a));
+        ASSERT_STREQ(a.plan, "gold");
+        for (size_t k = 0; k < _PLAN_LIMIT_MAX; k++)
+                ASSERT_EQ(a.limits[k], 100 + (int64_t) k);
+        account_clear(&a);
+        ASSERT_OK(store_account_set_limit(s, acc, PLAN_MAX_VOLUMES, -1));
+        ASSERT_OK(store_account_by_name(s, "tuned", &a));
+        ASSERT_EQ(a.limits[PLAN_MAX_VOLUMES], -1);
+        ASSERT_EQ(a.limits[PLAN_MAX_CONCURRENT], 100);
+        account_clear(&a);
+        ASSERT_EQ(store_account_set_limit(s, "000000000000000000000000", PLAN_MAX_CPU, 5), -ENOENT);
+        ASSERT_EQ(store_account_set_plan(s, "000000000000000000000000", "gold"), -ENOENT);
+        store_close(s);
 }
 
 /* ---- meta ---- */
