@@ -351,8 +351,8 @@ static int cmd_node(struct ctl *c, int argc, char **argv) {
                         fprintf(stderr, "Invalid node id '%s'\n", id);
                         return -EINVAL;
                 }
-                if (c->drv && c->drv->node_set_eligible) {
-                        int r = c->drv->node_set_eligible(c->drv, id, !drain, err, sizeof(err));
+                if (c->drv && c->drv->ops->node_set_eligible) {
+                        int r = c->drv->ops->node_set_eligible(c->drv, id, !drain, err, sizeof(err));
                         if (r < 0) {
                                 fprintf(stderr, "Failed to mark node %s %s: %s\n", id, drain ? "ineligible" : "eligible", err);
                                 return r;

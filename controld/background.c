@@ -57,7 +57,7 @@ static void sample_and_meter(struct ctl *c, int64_t dt_ms) {
         billing_period(now, period);
         for (size_t i = 0; i < n && !c->stopping; i++) {
                 struct driver_sample s;
-                if (c->drv->sample(c->drv, &a[i], &s) == 0 && s.valid) {
+                if (c->drv->ops->sample(c->drv, &a[i], &s) == 0 && s.valid) {
                         double cpu, net;
                         rates(a[i].id, &s, now, &cpu, &net);
                         store_stats_add(c->store, a[i].id, now, cpu, s.mem_percent, net);
@@ -102,7 +102,7 @@ static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t 
                 /* A runtime operation still in flight reports how the sandbox died (out of
                  * memory, say) from the container's state: it must find it there first. It ends
                  * soon (its own liveness checks and deadline); the next round reaps. */
-                if (c->drv->running(c->drv, sb, &code) == 0 && runtime_active(sb->id) == 0)
+                if (c->drv->ops->running(c->drv, sb, &code) == 0 && runtime_active(sb->id) == 0)
                         return sb->one_shot ? "one_shot_stopped" : "failed";
         }
         return NULL;
@@ -127,7 +127,7 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
         log_ctx_set("DESTROY_REASON", why);
         log_notice("reaping sandbox: %s", why);
         /* The workload first: if removing it fails, nothing changed and the next round retries. */
-        r = c->drv->remove(c->drv, &sb, derr, sizeof(derr));
+        r = c->drv->ops->remove(c->drv, &sb, derr, sizeof(derr));
         if (r < 0) {
                 log_warning("reaper could not destroy the sandbox: %s", derr);
                 goto out;
@@ -213,7 +213,7 @@ static void reconcile_after_start(struct ctl *c) {
                 log_ctx_set("SANDBOX_ID", sb->id);
                 ctl_sandbox_lock(c, sb->id);
                 /* Whatever half-made workload exists goes; the volume stays. */
-                if (c->drv->remove(c->drv, sb, err, sizeof(err)) < 0) {
+                if (c->drv->ops->remove(c->drv, sb, err, sizeof(err)) < 0) {
                         log_warning("could not heal a sandbox left %s by a crash: %s", sb_status_str(sb->status), err);
                         ctl_sandbox_unlock(c, sb->id);
                         continue;
@@ -245,7 +245,7 @@ static void reconcile_after_start(struct ctl *c) {
 /* Workloads of this instance whose record is gone, destroyed, failed or paused. */
 static void reap_orphans(struct ctl *c) {
         char **ids = NULL;
-        if (!c->drv->list || c->drv->list(c->drv, &ids) < 0)
+        if (!c->drv->ops->list || c->drv->ops->list(c->drv, &ids) < 0)
                 return;
         for (char **p = ids; p && *p && !c->stopping; p++) {
                 struct sandbox sb = { 0 };
@@ -256,7 +256,7 @@ static void reap_orphans(struct ctl *c) {
                 if (orphan) {
                         log_ctx_set("SANDBOX_ID", *p);
                         log_notice("removing an orphaned workload (record %s)", r == -ENOENT ? "missing" : sb_status_str(sb.status));
-                        c->drv->remove_by_id(c->drv, *p);
+                        c->drv->ops->remove_by_id(c->drv, *p);
                 }
                 ctl_sandbox_unlock(c, *p);
                 sandbox_clear(&sb);

@@ -330,7 +330,7 @@ int store_snapshot_list_stuck(struct store *s, int64_t before, struct snapshot *
 /* A sandbox's automatic snapshots that are not creating, newest first. */
 int store_snapshot_list_auto(struct store *s, const char *sandbox_id, struct snapshot **ret, size_t *ret_n);
 
-/* ---- the daemon (controld.c) ---- */
+/* ---- one controld: its parts (daemon.c) and shared services (ctl.c) ---- */
 
 struct driver;
 struct metrics;
@@ -521,10 +521,11 @@ void background_stop(struct ctl *c);
 int64_t runtime_active(const char *sandbox_id);
 int background_reap_one(struct ctl *c, const char *id, int64_t now);
 
-/* ---- the daemon (controld.c) ---- */
+/* ---- a controld's parts, opened and closed (daemon.c) ---- */
 int ctl_open(struct ctl *c, const char *conf_path, bool with_driver);
 void ctl_close(struct ctl *c);
-int controld_main(int argc, char **argv);
+/* ctl.c: a struct ctl's locks and conditions, nothing else opened. */
+void ctl_init(struct ctl *c);
 
 /* ---- egress enforcement through the node agents (egress.c) ---- */
 struct strbuf;

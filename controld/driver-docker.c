@@ -34,13 +34,6 @@ static struct ddriver *P(struct driver *d) { return d->priv; }
 
 static struct docker *D(struct driver *d) { return ((struct ddriver *) d->priv)->docker; }
 
-void placement_clear(struct placement *p) {
-        if (!p)
-                return;
-        free_many(p->container_id, p->node_id, p->job_id, p->alloc_id, p->ip);
-        memset(p, 0, sizeof(*p));
-}
-
 static const char *dmsg(int r) { return *docker_last_error() ? docker_last_error() : strerror(-r); }
 
 /* A sandbox must run under gVisor: the runtime has to be one Docker knows and whose executable
@@ -626,6 +619,27 @@ static void dd_exec_free(struct exec_session *s) {
         free_many(s->container, s->pre, s->exec_id, s);
 }
 
+static const struct driver_ops docker_ops = {
+        .init = dd_init,
+        .ping = dd_ping,
+        .done = dd_done,
+        .place = dd_place,
+        .remove = dd_remove,
+        .running = dd_running,
+        .sample = dd_sample,
+        .volume_create = dd_volume_create,
+        .volume_remove = dd_volume_remove,
+        .list = dd_list,
+        .remove_by_id = dd_remove_by_id,
+        .exec_start = dd_exec_start,
+        .exec_write = dd_exec_write,
+        .exec_close_stdin = dd_exec_close_stdin,
+        .exec_read = dd_exec_read,
+        .exec_exit_code = dd_exec_exit_code,
+        .exec_oom_killed = dd_exec_oom_killed,
+        .exec_free = dd_exec_free,
+};
+
 int driver_docker_new(struct ctl *c, struct driver **ret) {
         struct driver *d = xnew0(struct driver, 1);
         struct ddriver *p = xnew0(struct ddriver, 1);
@@ -637,33 +651,7 @@ int driver_docker_new(struct ctl *c, struct driver **ret) {
         d->name = "docker";
         d->ctl = c;
         d->priv = p;
-        d->init = dd_init;
-        d->ping = dd_ping;
-        d->done = dd_done;
-        d->place = dd_place;
-        d->remove = dd_remove;
-        d->running = dd_running;
-        d->sample = dd_sample;
-        d->volume_create = dd_volume_create;
-        d->volume_remove = dd_volume_remove;
-        d->list = dd_list;
-        d->remove_by_id = dd_remove_by_id;
-        d->exec_start = dd_exec_start;
-        d->exec_write = dd_exec_write;
-        d->exec_close_stdin = dd_exec_close_stdin;
-        d->exec_read = dd_exec_read;
-        d->exec_exit_code = dd_exec_exit_code;
-        d->exec_oom_killed = dd_exec_oom_killed;
-        d->exec_free = dd_exec_free;
+        d->ops = &docker_ops;
         *ret = d;
         return 0;
-}
-
-struct driver *driver_free(struct driver *d) {
-        if (!d)
-                return NULL;
-        if (d->done)
-                d->done(d);
-        free(d);
-        return NULL;
 }

@@ -1467,6 +1467,28 @@ static void nd_done(struct driver *d) {
         d->priv = NULL;
 }
 
+static const struct driver_ops nomad_ops = {
+        .init = nd_init,
+        .ping = nd_ping,
+        .done = nd_done,
+        .place = nd_place,
+        .remove = nd_remove,
+        .running = nd_running,
+        .sample = nd_sample,
+        .volume_create = nd_volume_create,
+        .volume_remove = nd_volume_remove,
+        .list = nd_list,
+        .remove_by_id = nd_remove_by_id,
+        .exec_start = nd_exec_start,
+        .exec_write = nd_exec_write,
+        .exec_close_stdin = nd_exec_close_stdin,
+        .exec_read = nd_exec_read,
+        .exec_exit_code = nd_exec_exit_code,
+        .exec_oom_killed = nd_exec_oom_killed,
+        .exec_free = nd_exec_free,
+        .node_set_eligible = nd_node_set_eligible,
+};
+
 int driver_nomad_new(struct ctl *c, struct driver **ret) {
         struct config *cfg = c->cfg;
         struct driver *d = xnew0(struct driver, 1);
@@ -1485,25 +1507,7 @@ int driver_nomad_new(struct ctl *c, struct driver **ret) {
         d->name = "nomad";
         d->ctl = c;
         d->priv = n;
-        d->init = nd_init;
-        d->ping = nd_ping;
-        d->done = nd_done;
-        d->place = nd_place;
-        d->remove = nd_remove;
-        d->running = nd_running;
-        d->sample = nd_sample;
-        d->volume_create = nd_volume_create;
-        d->volume_remove = nd_volume_remove;
-        d->list = nd_list;
-        d->remove_by_id = nd_remove_by_id;
-        d->exec_start = nd_exec_start;
-        d->exec_write = nd_exec_write;
-        d->exec_close_stdin = nd_exec_close_stdin;
-        d->exec_read = nd_exec_read;
-        d->exec_exit_code = nd_exec_exit_code;
-        d->exec_oom_killed = nd_exec_oom_killed;
-        d->exec_free = nd_exec_free;
-        d->node_set_eligible = nd_node_set_eligible;
+        d->ops = &nomad_ops;
         *ret = d;
         return 0;
 }

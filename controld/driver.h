@@ -43,10 +43,8 @@ struct exec_spec {
 /* Output callback: stream 1 = stdout, 2 = stderr. Returning < 0 stops the read. */
 typedef int (*exec_output_cb)(int stream, const uint8_t *data, size_t len, void *ud);
 
-struct driver {
-        const char *name;
-        struct ctl *ctl;
-        void *priv;
+/* What a driver does: one static const table per driver (driver-docker.c, driver-nomad.c). */
+struct driver_ops {
         int (*init)(struct driver *d, char *err, size_t errlen);
         /* Is the backend answering right now? (for /healthz) */
         int (*ping)(struct driver *d);
@@ -89,7 +87,17 @@ struct driver {
         int (*node_set_eligible)(struct driver *d, const char *node_id, bool eligible, char *err, size_t errlen);
 };
 
+struct driver {
+        const char *name;
+        struct ctl *ctl;
+        void *priv;
+        const struct driver_ops *ops;
+};
+
+/* driver.c: the driver [scheduler] driver names (docker or nomad), not yet initialised. */
+int driver_new(struct ctl *c, struct driver **ret);
+struct driver *driver_free(struct driver *d);
+/* Each driver's constructor, called only by driver_new. */
 int driver_docker_new(struct ctl *c, struct driver **ret);
 /* driver-nomad.c: sandboxes as Nomad jobs ([nomad] in the config). */
 int driver_nomad_new(struct ctl *c, struct driver **ret);
-struct driver *driver_free(struct driver *d);

@@ -162,24 +162,24 @@ static int write_hosts(struct ctl *c, const struct sandbox *sb, const cJSON *res
                                 strbuf_printf(&b, "%s\t%s\n", a->valuestring, e.host);
                 }
         }
-        r = c->drv->exec_start(c->drv, sb, &spec, &s, err, errlen);
+        r = c->drv->ops->exec_start(c->drv, sb, &spec, &s, err, errlen);
         if (r < 0)
                 return r;
         int64_t deadline = mono_ms() + 10000;
-        r = c->drv->exec_write(s, b.buf, b.len, 5000, discard_output, NULL);
+        r = c->drv->ops->exec_write(s, b.buf, b.len, 5000, discard_output, NULL);
         if (r >= 0)
-                r = c->drv->exec_close_stdin(s);
-        while (r >= 0 && (r = c->drv->exec_read(s, 1000, -1, discard_output, NULL)) == 0)
+                r = c->drv->ops->exec_close_stdin(s);
+        while (r >= 0 && (r = c->drv->ops->exec_read(s, 1000, -1, discard_output, NULL)) == 0)
                 if (mono_ms() > deadline) {
                         r = -ETIMEDOUT;
                         break;
                 }
-        if (r >= 0 && c->drv->exec_exit_code(s, &code) >= 0 && code != 0) {
+        if (r >= 0 && c->drv->ops->exec_exit_code(s, &code) >= 0 && code != 0) {
                 snprintf(err, errlen, "writing /etc/hosts exited with %d", code);
                 r = -EIO;
         } else if (r < 0)
                 snprintf(err, errlen, "writing /etc/hosts failed: %s", strerror(-r));
-        c->drv->exec_free(s);
+        c->drv->ops->exec_free(s);
         return r < 0 ? r : 0;
 }
 

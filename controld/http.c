@@ -478,7 +478,7 @@ enum MHD_Result http_get_healthz(struct req *r) {
         struct ctl *c = r->c;
         /* Degraded (503) when the scheduler backend does not answer: this controld
          * could not create or run anything. */
-        int rc = c->drv && c->drv->ping ? c->drv->ping(c->drv) : -ENODEV;
+        int rc = c->drv && c->drv->ops->ping ? c->drv->ops->ping(c->drv) : -ENODEV;
         return respond_json(r, rc >= 0 ? 200 : 503, health_to_json(rc >= 0, c->drv ? c->drv->name : NULL));
 }
 

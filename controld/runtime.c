@@ -253,14 +253,14 @@ static void kill_tree(struct run *x) {
         if (x->killed)
                 return;
         x->killed = true;
-        if (x->drv->exec_start(x->drv, &x->sb, &spec, &k, err, sizeof(err)) < 0) {
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &k, err, sizeof(err)) < 0) {
                 log_warning("could not start the process killer: %s", err);
                 return;
         }
         int64_t end = mono_ms() + 10000;
-        while (mono_ms() < end && x->drv->exec_read(k, 1000, -1, NULL, NULL) == 0)
+        while (mono_ms() < end && x->drv->ops->exec_read(k, 1000, -1, NULL, NULL) == 0)
                 ;
-        x->drv->exec_free(k);
+        x->drv->ops->exec_free(k);
 }
 
 static struct run *run_free(struct run *x) {
@@ -269,7 +269,7 @@ static struct run *run_free(struct run *x) {
         if (x->s && !x->finished && !x->killed)
                 kill_tree(x);
         if (x->s)
-                x->drv->exec_free(x->s);
+                x->drv->ops->exec_free(x->s);
         if (x->slot)
                 runtime_slots_release(&x->sb);
         strbuf_done(&x->out.buf);
@@ -360,7 +360,7 @@ static void time_out(struct run *x) {
         kill_tree(x);
         int64_t end = mono_ms() + DRAIN_AFTER_KILL_MS;
         while (mono_ms() < end) {
-                int r = x->drv->exec_read(x->s, 500, -1, on_output, x);
+                int r = x->drv->ops->exec_read(x->s, 500, -1, on_output, x);
                 if (r != 0)
                         break;
         }
@@ -370,9 +370,9 @@ static void finish(struct run *x) {
         flush_carries(x);
         if (x->timed_out)
                 x->exit_code = 137;
-        else if (x->drv->exec_exit_code(x->s, &x->exit_code) < 0)
+        else if (x->drv->ops->exec_exit_code(x->s, &x->exit_code) < 0)
                 x->exit_code = -1;
-        if (!x->timed_out && x->exit_code != 0 && x->drv->exec_oom_killed && x->drv->exec_oom_killed(x->s) > 0) {
+        if (!x->timed_out && x->exit_code != 0 && x->drv->ops->exec_oom_killed && x->drv->ops->exec_oom_killed(x->s) > 0) {
                 x->oom_killed = true;
                 x->exit_code = 137;
                 log_ctx_set("SANDBOX_ID", x->sb.id);
@@ -464,7 +464,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         wait = 1000;
                 if (wait < 0)
                         wait = 0;
-                int k = x->drv->exec_read(x->s, (int) wait, x->client_fd, on_output, x);
+                int k = x->drv->ops->exec_read(x->s, (int) wait, x->client_fd, on_output, x);
                 if (k == -ECONNRESET) {
                         x->client_gone = true;
                         log_info("client went away during a streamed exec; killing it");
@@ -558,12 +558,12 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
         fill_exec_spec(&spec, argv, NULL, "/", stdin_data != NULL);
         x->t0 = mono_ms();
         x->deadline = x->t0 + (int64_t) timeout_s * 1000;
-        if (x->drv->exec_start(x->drv, &x->sb, &spec, &x->s, err, sizeof(err)) < 0) {
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &x->s, err, sizeof(err)) < 0) {
                 run_free(x);
                 return respond_error(r, 503, "Could not run the command: %s", err);
         }
         if (stdin_data) {
-                int k = x->drv->exec_write(x->s, stdin_data, stdin_len, STDIN_WRITE_TIMEOUT_MS, on_output, x);
+                int k = x->drv->ops->exec_write(x->s, stdin_data, stdin_len, STDIN_WRITE_TIMEOUT_MS, on_output, x);
                 if (x->overflow) {
                         /* Output while the input was still going in, more than we keep: stop it. */
                         log_notice("exec wrote more than %zu bytes before its input was sent; killing it", STREAM_PENDING_CAP);
@@ -579,7 +579,7 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                         run_free(x);
                         return respond_error(r, 503, "Could not send input to the sandbox: %s", strerror(-k));
                 }
-                x->drv->exec_close_stdin(x->s);
+                x->drv->ops->exec_close_stdin(x->s);
         }
 
         if (stream) {
@@ -626,7 +626,7 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
                         time_out(x);
                         break;
                 }
-                int k = x->drv->exec_read(x->s, (int) (wait > 1000 ? 1000 : wait), -1, on_output, x);
+                int k = x->drv->ops->exec_read(x->s, (int) (wait > 1000 ? 1000 : wait), -1, on_output, x);
                 if (k == 1)
                         break;
                 if (k < 0) {
@@ -715,7 +715,7 @@ static int upload_sink(struct req *r, const char *data, size_t len) {
         }
         if (u->process_gone)
                 return 0;  /* discard: the answer is already decided */
-        int k = u->x->drv->exec_write(u->x->s, data, len, STDIN_WRITE_TIMEOUT_MS, on_output, u->x);
+        int k = u->x->drv->ops->exec_write(u->x->s, data, len, STDIN_WRITE_TIMEOUT_MS, on_output, u->x);
         if (k == -EPIPE) {
                 u->process_gone = true;
                 return 0;
@@ -743,7 +743,7 @@ static int finish_file_exec(struct run *x) {
                         kill_tree(x);
                         return -ETIMEDOUT;
                 }
-                int k = x->drv->exec_read(x->s, 1000, -1, on_output, x);
+                int k = x->drv->ops->exec_read(x->s, 1000, -1, on_output, x);
                 if (k == 1)
                         break;
                 if (k < 0)
@@ -819,7 +819,7 @@ static int start_file_exec(struct req *r, struct sandbox *sb, const char *script
         const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/", "", "0", "/bin/sh", "-c", script, "paddock", path, NULL };
         struct exec_spec spec;
         fill_exec_spec(&spec, argv, NULL, "/", want_stdin);
-        if (x->drv->exec_start(x->drv, &x->sb, &spec, &x->s, err, sizeof(err)) < 0) {
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &x->s, err, sizeof(err)) < 0) {
                 run_free(x);
                 if (!quiet)
                         respond_error(r, 503, "Could not reach the sandbox: %s", err);
@@ -872,7 +872,7 @@ enum MHD_Result runtime_put_file(struct req *r) {
                                      (unsigned long long) r->c->cfg->transfer_timeout_s);
         if (u->error)
                 return respond_error(r, 503, "Failed to send the file to the sandbox: %s", strerror(-u->error));
-        u->x->drv->exec_close_stdin(u->x->s);
+        u->x->drv->ops->exec_close_stdin(u->x->s);
         int code = finish_file_exec(u->x);
         if (code < 0)
                 return respond_error(r, 503, "The sandbox did not finish writing %s: %s", u->path, strerror(-code));
@@ -918,7 +918,7 @@ static ssize_t dl_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         kill_tree(d->x);
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 }
-                int k = d->x->drv->exec_read(d->x->s, 1000, d->client_fd, dl_output, d);
+                int k = d->x->drv->ops->exec_read(d->x->s, 1000, d->client_fd, dl_output, d);
                 if (k == 0)
                         continue;
                 if (k == 1)
@@ -953,7 +953,7 @@ enum MHD_Result runtime_get_file(struct req *r) {
         /* Wait for the first bytes or the end, so a missing file is a real 404. */
         int64_t end = mono_ms() + 60000;
         while (d->first.len == 0 && !d->eof) {
-                int k = d->x->drv->exec_read(d->x->s, 1000, -1, dl_output, d);
+                int k = d->x->drv->ops->exec_read(d->x->s, 1000, -1, dl_output, d);
                 if (k == 1)
                         d->eof = true;
                 else if (k < 0 || mono_ms() > end) {
@@ -963,7 +963,7 @@ enum MHD_Result runtime_get_file(struct req *r) {
         }
         if (d->eof) {
                 int code = -1;
-                (void) d->x->drv->exec_exit_code(d->x->s, &code);  /* unknown stays -1: "Failed to read" */
+                (void) d->x->drv->ops->exec_exit_code(d->x->s, &code);  /* unknown stays -1: "Failed to read" */
                 d->x->finished = true;
                 const char *e = d->x->err.buf.buf ? d->x->err.buf.buf : "";
                 enum MHD_Result res;
@@ -1018,8 +1018,8 @@ enum MHD_Result runtime_post_batch(struct req *r) {
                                          k == -EUSERS ? "Too many commands or transfers running; retry when one finishes"
                                                       : "Could not reach the sandbox");
                         } else {
-                                k = f->len ? x->drv->exec_write(x->s, f->data, f->len, STDIN_WRITE_TIMEOUT_MS, on_output, x) : 0;
-                                x->drv->exec_close_stdin(x->s);
+                                k = f->len ? x->drv->ops->exec_write(x->s, f->data, f->len, STDIN_WRITE_TIMEOUT_MS, on_output, x) : 0;
+                                x->drv->ops->exec_close_stdin(x->s);
                                 int code = finish_file_exec(x);
                                 if (code < 0)
                                         snprintf(msg, sizeof(msg), "The sandbox did not finish writing: %s", strerror(-code));

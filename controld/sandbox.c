@@ -100,7 +100,7 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
         v.last_attached_at = v.created_at = v.updated_at = now;
         if ((r = volume_record(c, plan, &v, err)) < 0)
                 return r;
-        r = c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr));
+        r = c->drv->ops->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr));
         if (r < 0) {
                 (void) store_volume_begin_delete(c->store, v.id, sandbox_id);  /* the row is attached to us */
                 (void) store_volume_delete(c->store, v.id);
@@ -118,7 +118,7 @@ static void drop_implicit_volume(struct ctl *c, const char *vol_id) {
         /* Detach-and-mark before the backend volume goes: nobody may attach it in between. A
          * backend failure keeps the (detached) row, so the user sees the volume and can delete it. */
         if (store_volume_begin_delete(c->store, vol_id, v.attached_sandbox_id) == 0) {
-                if (c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr)) == 0)
+                if (c->drv->ops->volume_remove(c->drv, v.handle, derr, sizeof(derr)) == 0)
                         (void) store_volume_delete(c->store, vol_id);
                 else
                         (void) store_volume_abort_delete(c->store, vol_id);
@@ -130,7 +130,7 @@ static void drop_implicit_volume(struct ctl *c, const char *vol_id) {
  * applied (briefly: it may be the agent that is gone). */
 static void unplace_unenforced(struct ctl *c, struct sandbox *sb) {
         char e2[256];
-        if (c->drv->remove(c->drv, sb, e2, sizeof(e2)) < 0)
+        if (c->drv->ops->remove(c->drv, sb, e2, sizeof(e2)) < 0)
                 log_error("could not remove the container of a sandbox whose egress is not enforced: %s", e2);
         (void) ctl_egress_remove_timeout(c, sb, 1000, e2, sizeof(e2));
 }
@@ -166,7 +166,7 @@ static void sandbox_log_ctx_clearp(int *unused) {
 /* A drained node takes no new sandboxes (controld admin node drain). A driver with one node
  * (no node_set_eligible) is refused here; a multi-node scheduler skips ineligible nodes itself. */
 static int check_node_accepting(struct ctl *c, struct api_error *err) {
-        if (c->drv->node_set_eligible)
+        if (c->drv->ops->node_set_eligible)
                 return 0;
         if (store_node_drained(c->store, c->cfg->docker_node_id) > 0)
                 return API_ERR(err, -EHOSTUNREACH,
@@ -330,7 +330,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
 
         int64_t t2 = mono_ms();
         struct placement pl = { 0 };
-        r = c->drv->place(c->drv, &sb, &pl, reason, sizeof(reason));
+        r = c->drv->ops->place(c->drv, &sb, &pl, reason, sizeof(reason));
         metrics_observe_phase(c->metrics, "place", (double) (mono_ms() - t2) / 1000.0);
         if (r < 0) {
                 r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
@@ -411,7 +411,7 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                         return API_ERR(err, -EIO, "Failed to read the sandbox record");
                 if (sb.status == SB_DESTROYED)
                         return 0;
-                r = c->drv->remove(c->drv, &sb, derr, sizeof(derr));
+                r = c->drv->ops->remove(c->drv, &sb, derr, sizeof(derr));
                 if (r < 0) {
                         sandbox_lock_release(&lock);
                         sandbox_log_ctx(&sb);
@@ -460,7 +460,7 @@ static void settle_job(struct ctl *c, const char *id, enum sb_status from, const
 static void pause_step(struct ctl *c, struct sandbox *sb) {
         char derr[256] = "";
         sandbox_log_ctx(sb);
-        if (c->drv->remove(c->drv, sb, derr, sizeof(derr)) < 0) {
+        if (c->drv->ops->remove(c->drv, sb, derr, sizeof(derr)) < 0) {
                 log_error("sandbox pause failed: %s", derr);
                 sb->status = SB_READY;  /* still running: back to ready, the user may retry */
         } else {
@@ -483,7 +483,7 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
         int64_t t0 = mono_ms();
         bool ok = false;
         log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(sb->egress.mode));
-        if (c->drv->place(c->drv, sb, &pl, reason, sizeof(reason)) == 0) {
+        if (c->drv->ops->place(c->drv, sb, &pl, reason, sizeof(reason)) == 0) {
                 /* Nothing runs on failure (place unwinds). */
                 apply_placement(sb, &pl);
                 placement_clear(&pl);

@@ -55,7 +55,7 @@ int volume_create(struct ctl *c, const struct account *acc, const struct pj_volu
         int k = volume_record(c, plan, &v, err);
         if (k < 0)
                 return k;
-        if (c->drv->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr)) < 0) {
+        if (c->drv->ops->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr)) < 0) {
                 (void) store_volume_delete(c->store, v.id);
                 return API_ERR(err, -EHOSTUNREACH, "Volume provisioning failed: %s", derr);
         }
@@ -89,7 +89,7 @@ int volume_delete(struct ctl *c, const struct account *acc, const char *id, stru
                 return API_ERR(err, -ENOENT, "Volume not found");
         if (k < 0)
                 return API_ERR(err, -EIO, "Failed to delete the volume record");
-        if (c->drv->volume_remove(c->drv, v.handle, derr, sizeof(derr)) < 0) {
+        if (c->drv->ops->volume_remove(c->drv, v.handle, derr, sizeof(derr)) < 0) {
                 (void) store_volume_abort_delete(c->store, id);
                 return API_ERR(err, -EHOSTUNREACH, "Volume deletion failed: %s", derr);
         }

@@ -41,7 +41,8 @@ static int fake_remove(struct driver *d, const struct sandbox *sb, char *err, si
         return fake.remove_rc;
 }
 
-static struct driver fake_driver = { .name = "fake", .running = fake_running, .remove = fake_remove };
+static const struct driver_ops fake_ops = { .running = fake_running, .remove = fake_remove };
+static struct driver fake_driver = { .name = "fake", .ops = &fake_ops };
 
 static void setup(struct ctl *c, struct config *cfg) {
         memset(c, 0, sizeof(*c));

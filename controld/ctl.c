@@ -1,0 +1,137 @@
+/* ctl.c — services every part of controld shares: the per-sandbox locks, status-change
+ * notification and waiting on it (/wait, pause, resume), and detached job threads. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "log.h"
+#include "strutil.h"
+
+static unsigned lock_index(const char *id) {
+        unsigned h = 2166136261u;
+        for (; *id; id++)
+                h = (h ^ (unsigned char) *id) * 16777619u;
+        return h % 64;
+}
+
+void ctl_sandbox_lock(struct ctl *c, const char *id) { pthread_mutex_lock(&c->sb_locks[lock_index(id)]); }
+void ctl_sandbox_unlock(struct ctl *c, const char *id) { pthread_mutex_unlock(&c->sb_locks[lock_index(id)]); }
+
+struct sandbox_lock sandbox_lock_take(struct ctl *c, const char *id) {
+        struct sandbox_lock l = { .c = c };
+        snprintf(l.id, sizeof(l.id), "%s", id);
+        ctl_sandbox_lock(c, l.id);
+        return l;
+}
+
+void sandbox_lock_release(struct sandbox_lock *l) {
+        if (!l->c)
+                return;
+        ctl_sandbox_unlock(l->c, l->id);
+        l->c = NULL;
+}
+
+void ctl_notify_status(struct ctl *c) {
+        pthread_mutex_lock(&c->wait_lock);
+        c->status_gen++;
+        pthread_cond_broadcast(&c->wait_cond);
+        pthread_mutex_unlock(&c->wait_lock);
+}
+
+int ctl_wait_sandbox(struct ctl *c, const char *id, bool (*done)(const struct sandbox *sb, const void *ud),
+                     const void *ud, int64_t timeout_ms, struct sandbox *sb) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+                deadline.tv_sec++;
+                deadline.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&c->wait_lock);
+        for (;;) {
+                /* Read under the lock: a change recorded after this read bumps status_gen, so
+                 * no notification falls between the read and the wait. */
+                uint64_t gen = c->status_gen;
+                sandbox_clear(sb);
+                if (store_sandbox_get(c->store, id, sb) < 0) {
+                        pthread_mutex_unlock(&c->wait_lock);
+                        return -EIO;
+                }
+                if (done(sb, ud)) {
+                        pthread_mutex_unlock(&c->wait_lock);
+                        return 1;
+                }
+                int rc = 0;
+                while (gen == c->status_gen && rc == 0 && !c->stopping)
+                        rc = pthread_cond_timedwait(&c->wait_cond, &c->wait_lock, &deadline);
+                if (rc == ETIMEDOUT || c->stopping)
+                        break;
+        }
+        /* The last read may predate the last change: one more look before saying no. */
+        sandbox_clear(sb);
+        int r = store_sandbox_get(c->store, id, sb);
+        pthread_mutex_unlock(&c->wait_lock);
+        if (r < 0)
+                return -EIO;
+        return done(sb, ud) ? 1 : 0;
+}
+
+struct job { struct ctl *c; void (*fn)(struct ctl *c, char *arg); char *arg; };
+
+static void *job_thread(void *p) {
+        struct job *j = p;
+        j->fn(j->c, j->arg);
+        log_ctx_reset();
+        pthread_mutex_lock(&j->c->jobs_lock);
+        j->c->jobs_running--;
+        pthread_cond_broadcast(&j->c->jobs_cond);
+        pthread_mutex_unlock(&j->c->jobs_lock);
+        free(j->arg);
+        free(j);
+        return NULL;
+}
+
+int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, char *arg), char *arg) {
+        struct job *j = xnew0(struct job, 1);
+        pthread_t t;
+        pthread_attr_t at;
+        *j = (struct job) { c, fn, arg };
+        pthread_mutex_lock(&c->jobs_lock);
+        if (c->stopping) {
+                pthread_mutex_unlock(&c->jobs_lock);
+                free(arg);
+                free(j);
+                return -ESHUTDOWN;
+        }
+        c->jobs_running++;
+        pthread_mutex_unlock(&c->jobs_lock);
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        int r = pthread_create(&t, &at, job_thread, j);
+        pthread_attr_destroy(&at);
+        if (r != 0) {
+                pthread_mutex_lock(&c->jobs_lock);
+                c->jobs_running--;
+                pthread_mutex_unlock(&c->jobs_lock);
+                free(arg);
+                free(j);
+                return -r;
+        }
+        return 0;
+}
+
+void ctl_init(struct ctl *c) {
+        memset(c, 0, sizeof(*c));
+        pthread_mutex_init(&c->wait_lock, NULL);
+        cond_init_monotonic(&c->wait_cond);
+        for (size_t i = 0; i < ELEMENTSOF(c->sb_locks); i++)
+                pthread_mutex_init(&c->sb_locks[i], NULL);
+        pthread_mutex_init(&c->jobs_lock, NULL);
+        pthread_cond_init(&c->jobs_cond, NULL);
+}

@@ -1,0 +1,72 @@
+/* daemon.c — opens and closes the parts of a controld (config, store, metrics, the scheduler
+ * driver, the node bus): shared by the daemon (main.c) and the admin CLI (admin.c). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "driver.h"
+#include "nodebus.h"
+#include "log.h"
+#include "strutil.h"
+
+/* Opens config, store and driver: shared by the daemon and the admin CLI. */
+int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
+        char err[1024] = "";
+        int r;
+        ctl_init(c);
+        r = config_load(conf_path, &c->cfg, err, sizeof(err));
+        if (r < 0) {
+                fprintf(stderr, "%s\n", err);
+                return r;
+        }
+        r = store_open(c->cfg->db_path, &c->store);
+        if (r < 0)
+                return log_error_errno(r, "Failed to open the store %s: %m", c->cfg->db_path);
+        {
+                char fresh[HEXID_LEN + 1];
+                hexid_new(fresh);
+                r = store_meta_get_or_set(c->store, "instance_id", fresh, &c->instance_id);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to read the instance id from the store: %m");
+        }
+        c->metrics = metrics_new();
+        if (with_driver) {
+                r = driver_new(c, &c->drv);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to set up the %s driver: %m", c->cfg->driver);
+                r = c->drv->ops->init(c->drv, err, sizeof(err));
+                if (r < 0)
+                        return log_error_errno(r, "Scheduler driver failed to start: %s", err);
+                if (c->cfg->amqp_url) {
+                        r = nodebus_new(c->cfg->amqp_url, c->cfg->amqp_exchange, &c->bus, err, sizeof(err));
+                        if (r < 0)
+                                return log_error_errno(r, "Failed to connect to the node bus ([amqp] url): %s", err);
+                        log_info("egress enforced by node agents over exchange %s (confirm within %llums)",
+                                 c->cfg->amqp_exchange, (unsigned long long) c->cfg->egress_timeout_ms);
+                } else
+                        log_warning("[amqp] url is not set: NO node agent enforces egress. restricted and open sandboxes "
+                                    "get the plain bridge with no allowlist and no always-deny set; only deny_all "
+                                    "(no network) holds. Set [amqp] url to enforce egress.");
+        }
+        return 0;
+}
+
+void ctl_close(struct ctl *c) {
+        pthread_mutex_lock(&c->jobs_lock);
+        c->stopping = 1;
+        while (c->jobs_running > 0)
+                pthread_cond_wait(&c->jobs_cond, &c->jobs_lock);
+        pthread_mutex_unlock(&c->jobs_lock);
+        ctl_egress_sync_stop(c);
+        ctl_snapshot_stop(c);
+        c->drv = driver_free(c->drv);
+        c->bus = nodebus_free(c->bus);
+        c->store = store_close(c->store);
+        c->metrics = metrics_free(c->metrics);
+        c->cfg = config_free(c->cfg);
+        free(c->instance_id);
+        c->instance_id = NULL;
+}
