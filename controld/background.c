@@ -54,7 +54,7 @@ static void sample_and_meter(struct ctl *c, int64_t dt_ms) {
                 return;
         int64_t now = now_ms();
         char period[8];
-        billing_period(now, period);
+        store_usage_period(now, period);
         for (size_t i = 0; i < n && !c->stopping; i++) {
                 struct driver_sample s;
                 if (c->drv->ops->sample(c->drv, &a[i], &s) == 0 && s.valid) {

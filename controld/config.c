@@ -109,6 +109,15 @@ int64_t *config_plan_limit(struct plan *p, enum plan_limit k) {
         return (int64_t *) (void *) ((char *) p + config_plan_limits[k].offset);
 }
 
+bool config_plan_allows_region(const struct plan *p, const struct region *g) {
+        if (!p->regions)
+                return true;
+        for (char **k = p->regions; *k; k++)
+                if (!strcmp(*k, g->key) || !strcmp(*k, g->name) || !strcmp(*k, g->id))
+                        return true;
+        return false;
+}
+
 const struct plan *config_account_plan(const struct config *c, const struct account *acc, struct plan *buf) {
         const struct plan *p = config_plan(c, acc->plan);
         if (!p)

@@ -112,6 +112,8 @@ struct config {
 int config_load(const char *path, struct config **ret, char *err, size_t errlen);
 struct config *config_free(struct config *c);
 const struct plan *config_plan(const struct config *c, const char *name);
+/* Region g is one the plan lists (by key, name or id), or the plan lists none. */
+bool config_plan_allows_region(const struct plan *p, const struct region *g);
 
 /* The plan amounts an operator may also set for one account (`controld admin account limits`):
  * their config key (also the accounts column), default, range, and place in struct plan. */
@@ -279,6 +281,8 @@ int store_volume_attach(struct store *s, const char *vol_id, const char *sandbox
 int store_volume_detach_sandbox(struct store *s, const char *sandbox_id, int64_t now);
 
 /* Usage metering: period is "YYYY-MM". */
+/* The spending period of a timestamp (ms), as usage rows are keyed: "YYYY-MM" in UTC. */
+void store_usage_period(int64_t ms, char out[8]);
 int store_usage_add(struct store *s, const char *account_id, const char *period, double cpu_mhz_s, double mb_s, double cost);
 int store_usage_get(struct store *s, const char *account_id, const char *period, double *ret_cost);
 
@@ -304,6 +308,7 @@ int store_node_list(struct store *s, struct node_info **ret, size_t *ret_n);
 /* Snapshots (snapshot.c has the lifecycle; the rows live here). */
 enum snap_status { SNAP_CREATING, SNAP_READY, SNAP_FAILED, _SNAP_STATUS_MAX };
 const char *snap_status_str(enum snap_status s);
+enum snap_status snap_status_from_str(const char *t);   /* unknown -> SNAP_FAILED */
 struct snapshot {
         char id[SANDBOX_ID_LEN + 1];
         char account_id[SANDBOX_ID_LEN + 1];
@@ -418,9 +423,6 @@ void sandbox_log_ctx(const struct sandbox *sb);
 int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id, const struct pj_egress *in,
                        struct sandbox *ret, bool *ret_network_updated, struct api_error *err);
 int64_t destroy_timeout_seconds(const char *s);
-/* The spending period of a timestamp (ms): "YYYY-MM" in UTC. */
-void billing_period(int64_t ms, char out[8]);
-bool plan_allows_region(const struct plan *p, const struct region *g);
 
 /* ---- typed sandbox data (sbtypes.c) ---- */
 void sb_egress_done(struct sb_egress *e);
@@ -437,6 +439,8 @@ void sb_egress_allow_from_text(struct sb_egress *e, const char *text);
 void sb_timings_set(struct sb_timings *t, enum sb_phase p, int64_t ms);
 const char *sb_phase_name(enum sb_phase p);   /* "validate_ms" ... */
 char *sb_timings_to_text(const struct sb_timings *t);
+/* {"<phase>_ms": n, ...} for the recorded phases (render.c puts it under "timings"). */
+cJSON *sb_timings_to_json(const struct sb_timings *t);
 void sb_timings_from_text(struct sb_timings *t, const char *text);
 
 /* ---- volumes (volume.c): 0 or a negative errno, as sandbox.c ---- */
@@ -461,7 +465,7 @@ cJSON *volume_to_json(struct ctl *c, const struct volume *v);
 cJSON *snapshot_to_json(const struct snapshot *sn);
 cJSON *region_to_json(const struct region *r);
 cJSON *template_to_json(const struct template *t);
-cJSON *timings_to_json(const struct sb_timings *t);
+
 cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, size_t n, int64_t since, int64_t hours);
 /* Exec and code answers: the JSON result, and the last SSE frame of a stream. */
 /* What an exec answer and its done frame say when the memory limit killed the command. */
@@ -488,8 +492,8 @@ cJSON *health_to_json(bool ok, const char *driver);
 /* {data: items (consumed), totalCount, currentPage, totalPages, limit}. */
 cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit);
 /* "region": {...} or null; "k": RFC 3339 or null when ms == 0. */
-void json_add_region(cJSON *o, const struct region *g);
-void json_add_time(cJSON *o, const char *k, int64_t ms);
+void render_add_region(cJSON *o, const struct region *g);
+void render_add_time(cJSON *o, const char *k, int64_t ms);
 
 /* ---- HTTP server (http.c; the route table is in api.c, see http.h) ---- */
 struct http_server;

@@ -301,7 +301,7 @@ cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
         const cJSON *at = cJSON_GetObjectItemCaseSensitive(rec, "applied_at");
         if (cJSON_IsNumber(at))
                 applied_at = (int64_t) at->valuedouble;
-        json_add_time(o, "applied_at", applied_at);
+        render_add_time(o, "applied_at", applied_at);
         const cJSON *rj = cJSON_GetObjectItemCaseSensitive(rec, "resolved");
         cJSON_AddItemToObject(o, "resolved", cJSON_IsArray(rj) ? cJSON_Duplicate(rj, true) : cJSON_CreateArray());
 

@@ -29,7 +29,7 @@ cJSON *template_to_json(const struct template *t) {
         return o;
 }
 
-void json_add_region(cJSON *o, const struct region *g) {
+void render_add_region(cJSON *o, const struct region *g) {
         if (g)
                 cJSON_AddItemToObject(o, "region", region_to_json(g));
         else
@@ -47,7 +47,7 @@ cJSON *region_to_json(const struct region *g) {
         return o;
 }
 
-void json_add_time(cJSON *o, const char *k, int64_t ms) {
+void render_add_time(cJSON *o, const char *k, int64_t ms) {
         if (ms) {
                 char buf[32];
                 format_rfc3339_ms(ms, buf);
@@ -89,7 +89,7 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         cJSON *o = sandbox_head_to_json(sb);
         const struct region *g = config_region(c->cfg, sb->region_key);
 
-        json_add_region(o, g);
+        render_add_region(o, g);
         cJSON *specs = cJSON_AddObjectToObject(o, "specs");
         json_add_int(specs, "cpu", sb->cpu);
         json_add_int(specs, "memory", sb->memory);
@@ -107,36 +107,27 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
                 cJSON_AddNullToObject(o, "persistent_disk_gb");
         json_add_str(o, "volume_id", sb->volume_id);
         json_add_str(o, "mount_path", sb->volume_id ? sb->mount_path : NULL);
-        json_add_time(o, "paused_at", sb->paused_at);
+        render_add_time(o, "paused_at", sb->paused_at);
         json_add_str(o, "from_snapshot", sb->from_snapshot);
         json_add_str(o, "snapshot_mode", sb->snapshot_mode ? sb->snapshot_mode : "manual");
         json_add_str(o, "snapshot_frequency", sb->snapshot_frequency);
-        json_add_time(o, "created_at", sb->created_at);
-        json_add_time(o, "last_activity_at", sb->last_activity_at);
-        json_add_time(o, "expires_at", sb->expires_at);
-        json_add_time(o, "destroyed_at", sb->status == SB_DESTROYED || sb->status == SB_FAILED ? sb->destroyed_at : 0);
+        render_add_time(o, "created_at", sb->created_at);
+        render_add_time(o, "last_activity_at", sb->last_activity_at);
+        render_add_time(o, "expires_at", sb->expires_at);
+        render_add_time(o, "destroyed_at", sb->status == SB_DESTROYED || sb->status == SB_FAILED ? sb->destroyed_at : 0);
         json_add_str(o, "destroy_reason", sb->destroy_reason);
         json_add_str(o, "failure_reason", sb->failure_reason);
-        cJSON_AddItemToObject(o, "timings", timings_to_json(&sb->timings));
-        return o;
-}
-
-/* {"<phase>_ms": n, ...} for the recorded phases, in phase order. */
-cJSON *timings_to_json(const struct sb_timings *t) {
-        cJSON *o = cJSON_CreateObject();
-        for (int p = 0; p < _SB_PHASE_MAX; p++)
-                if (t->set & (1u << p))
-                        cJSON_AddNumberToObject(o, sb_phase_name((enum sb_phase) p), (double) t->ms[p]);
+        cJSON_AddItemToObject(o, "timings", sb_timings_to_json(&sb->timings));
         return o;
 }
 
 /* The short answer of POST /sandboxes. */
 cJSON *sandbox_created_to_json(const struct sandbox *sb) {
         cJSON *o = sandbox_head_to_json(sb);
-        json_add_time(o, "created_at", sb->created_at);
-        json_add_time(o, "expires_at", sb->expires_at);
+        render_add_time(o, "created_at", sb->created_at);
+        render_add_time(o, "expires_at", sb->expires_at);
         if (sb->timings.set)
-                cJSON_AddItemToObject(o, "timings", timings_to_json(&sb->timings));
+                cJSON_AddItemToObject(o, "timings", sb_timings_to_json(&sb->timings));
         return o;
 }
 
@@ -148,13 +139,13 @@ cJSON *volume_to_json(struct ctl *c, const struct volume *v) {
         json_add_str(o, "team", v->team);
         json_add_str(o, "volume_handle", v->handle);
         json_add_int(o, "size", v->size_gb);
-        json_add_region(o, config_region(c->cfg, v->region_key));
+        render_add_region(o, config_region(c->cfg, v->region_key));
         json_add_str(o, "mount_path", v->attached_sandbox_id ? v->mount_path : NULL);
         json_add_str(o, "attached_sandbox_id", v->attached_sandbox_id);
         cJSON_AddNullToObject(o, "attached_project_id");
-        json_add_time(o, "last_attached_at", v->last_attached_at);
-        json_add_time(o, "created_at", v->created_at);
-        json_add_time(o, "updated_at", v->updated_at);
+        render_add_time(o, "last_attached_at", v->last_attached_at);
+        render_add_time(o, "created_at", v->created_at);
+        render_add_time(o, "updated_at", v->updated_at);
         return o;
 }
 
@@ -171,7 +162,7 @@ cJSON *snapshot_to_json(const struct snapshot *sn) {
                 cJSON_AddNumberToObject(o, "size_bytes", (double) sn->size_bytes);
         else
                 cJSON_AddNullToObject(o, "size_bytes");
-        json_add_time(o, "created_at", sn->created_at);
+        render_add_time(o, "created_at", sn->created_at);
         return o;
 }
 

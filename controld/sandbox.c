@@ -38,22 +38,6 @@ int64_t destroy_timeout_seconds(const char *s) {
         return 0;
 }
 
-void billing_period(int64_t ms, char out[8]) {
-        time_t t = (time_t) (ms / 1000);
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        snprintf(out, 8, "%04d-%02d", tm.tm_year + 1900, tm.tm_mon + 1);
-}
-
-bool plan_allows_region(const struct plan *p, const struct region *g) {
-        if (!p->regions)
-                return true;
-        for (char **k = p->regions; *k; k++)
-                if (!strcmp(*k, g->key) || !strcmp(*k, g->name) || !strcmp(*k, g->id))
-                        return true;
-        return false;
-}
-
 static void replace_str(char **dst, const char *v) {
         free(*dst);
         *dst = v ? xstrdup(v) : NULL;
@@ -200,7 +184,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                                in->region);
         if (!g->enabled)
                 return API_ERR(err, -EPERM, "Region %s is not accepting new sandboxes.", g->name);
-        if (!plan_allows_region(plan, g))
+        if (!config_plan_allows_region(plan, g))
                 return API_ERR(err, -EPERM, "Your plan does not allow sandboxes in region %s. Pick another region or upgrade.",
                                g->name);
 
@@ -222,7 +206,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
 
         if (plan->spending_limit > 0) {
                 double spent = 0;
-                billing_period(now, period);
+                store_usage_period(now, period);
                 (void) store_usage_get(c->store, acc->id, period, &spent);  /* no row yet = nothing spent */
                 if (spent >= plan->spending_limit)
                         return API_ERR(err, -EDQUOT, "Sandbox creation paused, spending limit reached. Raise the limit or wait for "

@@ -1,6 +1,6 @@
-/* sbtypes.c — a sandbox's typed data (egress policy, phase timings) and the text
- * the store keeps for them. Inside controld these are structs; text exists only in
- * the store's columns and, through render.c, on the wire. */
+/* sbtypes.c — a sandbox's typed data (status and snapshot-status names, egress policy,
+ * phase timings) and the text the store keeps for them. Inside controld these are structs
+ * and enums; text exists only in the store's columns and, through render.c, on the wire. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +84,7 @@ void sb_timings_set(struct sb_timings *t, enum sb_phase p, int64_t ms) {
 char *sb_timings_to_text(const struct sb_timings *t) {
         if (!t->set)
                 return NULL;
-        _cleanup_json_ cJSON *o = timings_to_json(t);
+        _cleanup_json_ cJSON *o = sb_timings_to_json(t);
         return json_print(o);
 }
 
@@ -96,4 +96,64 @@ void sb_timings_from_text(struct sb_timings *t, const char *text) {
                 if (cJSON_IsNumber(v))
                         sb_timings_set(t, (enum sb_phase) p, (int64_t) v->valuedouble);
         }
+}
+
+/* ---- status names ---- */
+
+static const char *const status_names[_SB_STATUS_MAX] = {
+        [SB_STARTING] = "starting", [SB_READY] = "ready",     [SB_PAUSING] = "pausing",   [SB_PAUSED] = "paused",
+        [SB_RESUMING] = "resuming", [SB_FAILED] = "failed",   [SB_DESTROYED] = "destroyed",
+};
+
+const char *sb_status_str(enum sb_status s) {
+        return s < _SB_STATUS_MAX ? status_names[s] : "unknown";
+}
+
+int sb_status_from_str(const char *s) {
+        for (int i = 0; s && i < _SB_STATUS_MAX; i++)
+                if (!strcmp(status_names[i], s))
+                        return i;
+        return -EINVAL;
+}
+
+bool sb_status_active(enum sb_status s) {
+        switch (s) {
+        case SB_STARTING:
+        case SB_READY:
+        case SB_PAUSING:
+        case SB_PAUSED:
+        case SB_RESUMING:
+                return true;
+        case SB_FAILED:
+        case SB_DESTROYED:
+        case _SB_STATUS_MAX:
+                return false;
+        }
+        return false;
+}
+
+static const char *const snap_status_names[_SNAP_STATUS_MAX] = {
+        [SNAP_CREATING] = "creating", [SNAP_READY] = "ready", [SNAP_FAILED] = "failed",
+};
+
+const char *snap_status_str(enum snap_status st) {
+        return st < _SNAP_STATUS_MAX ? snap_status_names[st] : "failed";
+}
+
+enum snap_status snap_status_from_str(const char *t) {
+        for (int i = 0; i < _SNAP_STATUS_MAX; i++)
+                if (t && !strcmp(t, snap_status_names[i]))
+                        return (enum snap_status) i;
+        return SNAP_FAILED;
+}
+
+/* ---- phase timings as JSON ---- */
+
+/* {"<phase>_ms": n, ...} for the recorded phases, in phase order. */
+cJSON *sb_timings_to_json(const struct sb_timings *t) {
+        cJSON *o = cJSON_CreateObject();
+        for (int p = 0; p < _SB_PHASE_MAX; p++)
+                if (t->set & (1u << p))
+                        cJSON_AddNumberToObject(o, sb_phase_name((enum sb_phase) p), (double) t->ms[p]);
+        return o;
 }

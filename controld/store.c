@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sqlite3.h>
 
 #include "cleanup.h"
@@ -746,38 +747,6 @@ int store_key_foreach(struct store *s, const char *account_id,
 
 /* ---- sandboxes ---- */
 
-static const char *const status_names[_SB_STATUS_MAX] = {
-        [SB_STARTING] = "starting", [SB_READY] = "ready",     [SB_PAUSING] = "pausing",   [SB_PAUSED] = "paused",
-        [SB_RESUMING] = "resuming", [SB_FAILED] = "failed",   [SB_DESTROYED] = "destroyed",
-};
-
-const char *sb_status_str(enum sb_status s) {
-        return s < _SB_STATUS_MAX ? status_names[s] : "unknown";
-}
-
-int sb_status_from_str(const char *s) {
-        for (int i = 0; s && i < _SB_STATUS_MAX; i++)
-                if (!strcmp(status_names[i], s))
-                        return i;
-        return -EINVAL;
-}
-
-bool sb_status_active(enum sb_status s) {
-        switch (s) {
-        case SB_STARTING:
-        case SB_READY:
-        case SB_PAUSING:
-        case SB_PAUSED:
-        case SB_RESUMING:
-                return true;
-        case SB_FAILED:
-        case SB_DESTROYED:
-        case _SB_STATUS_MAX:
-                return false;
-        }
-        return false;
-}
-
 void sandbox_clear(struct sandbox *s) {
         if (!s)
                 return;
@@ -1057,6 +1026,13 @@ int store_volume_detach_sandbox(struct store *s, const char *sandbox_id, int64_t
 
 /* ---- usage and stats ---- */
 
+void store_usage_period(int64_t ms, char out[8]) {
+        time_t t = (time_t) (ms / 1000);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        snprintf(out, 8, "%04d-%02d", tm.tm_year + 1900, tm.tm_mon + 1);
+}
+
 int store_usage_add(struct store *s, const char *account_id, const char *period, double cpu_mhz_s, double mb_s, double cost) {
         LOCKED(s);
         return run(s, "INSERT INTO usage (account_id, period, cpu_mhz_seconds, mb_seconds, cost) VALUES (?,?,?,?,?)"
@@ -1163,21 +1139,6 @@ int store_node_list(struct store *s, struct node_info **ret, size_t *ret_n) {
 }
 
 /* ---- snapshots ---- */
-
-static const char *const snap_status_names[_SNAP_STATUS_MAX] = {
-        [SNAP_CREATING] = "creating", [SNAP_READY] = "ready", [SNAP_FAILED] = "failed",
-};
-
-const char *snap_status_str(enum snap_status st) {
-        return st < _SNAP_STATUS_MAX ? snap_status_names[st] : "failed";
-}
-
-static enum snap_status snap_status_from_str(const char *t) {
-        for (int i = 0; i < _SNAP_STATUS_MAX; i++)
-                if (t && !strcmp(t, snap_status_names[i]))
-                        return (enum snap_status) i;
-        return SNAP_FAILED;
-}
 
 void snapshot_clear(struct snapshot *sn) {
         if (!sn)

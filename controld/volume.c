@@ -40,7 +40,7 @@ int volume_create(struct ctl *c, const struct account *acc, const struct pj_volu
                 return API_ERR(err, -EPERM, "Your account's plan '%s' is not available on this server.", acc->plan);
         if (!g->enabled)
                 return API_ERR(err, -EPERM, "Region %s is not accepting new volumes.", g->name);
-        if (!plan_allows_region(plan, g))
+        if (!config_plan_allows_region(plan, g))
                 return API_ERR(err, -EPERM, "Your plan does not allow volumes in region %s. Pick another region or upgrade.",
                                g->name);
         hexid_new(v.id);
