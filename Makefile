@@ -29,8 +29,16 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wmissing-prototypes -Wswitch-enum \
            -Wno-format-nonliteral -Wno-format-truncation
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS := -std=gnu17 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE -pthread \
-              -Icommon -Iproto-json -Icontrold -Inodeagent -Itests/lib $(PKG_CFLAGS) -MMD -MP
+# Include paths per layer, so a controld file cannot pick up a nodeagent header by accident
+# (nor common/ or proto-json/ one of a daemon's): each sees only itself and what lies below.
+# Tests see everything.
+INC := -Icommon -Iproto-json -Icontrold -Inodeagent -Itests/lib
+$(BUILD)/obj/common/%.o: INC := -Icommon
+$(BUILD)/obj/proto-json/%.o: INC := -Icommon -Iproto-json
+$(BUILD)/obj/controld/%.o: INC := -Icommon -Iproto-json -Icontrold
+$(BUILD)/obj/nodeagent/%.o: INC := -Icommon -Iproto-json -Inodeagent
+ALL_CFLAGS = -std=gnu17 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE -pthread \
+              $(INC) $(PKG_CFLAGS) -MMD -MP
 LDLIBS  := $(PKG_LIBS) -pthread -lm
 LDFLAGS += $(SANFLAGS)
 
