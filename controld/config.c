@@ -472,6 +472,14 @@ struct config *config_free(struct config *c) {
         return NULL;
 }
 
+struct registry config_snapshot_registry(const struct config *c) {
+        return (struct registry) {
+                .host = c->snap_registry,
+                .username = c->snap_username && *c->snap_username ? c->snap_username : NULL,
+                .password = c->snap_password,
+        };
+}
+
 const struct plan *config_plan(const struct config *c, const char *name) {
         for (size_t i = 0; name && i < c->n_plans; i++)
                 if (!strcmp(c->plans[i].name, name))

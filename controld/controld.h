@@ -12,6 +12,8 @@
 #include <sqlite3.h>
 #include <cjson/cJSON.h>
 
+#include "registry.h"
+
 #include "cleanup.h"
 #include "pj_api.h"
 #include "strutil.h"
@@ -112,6 +114,8 @@ struct config {
 int config_load(const char *path, struct config **ret, char *err, size_t errlen);
 struct config *config_free(struct config *c);
 const struct plan *config_plan(const struct config *c, const char *name);
+/* The snapshot registry and its credentials ([snapshots]); the strings are the config's. */
+struct registry config_snapshot_registry(const struct config *c);
 /* Region g is one the plan lists (by key, name or id), or the plan lists none. */
 bool config_plan_allows_region(const struct plan *p, const struct region *g);
 
@@ -406,11 +410,11 @@ void sandbox_lock_release(struct sandbox_lock *l);
 /* Each returns 0 or a negative errno with err->message set (see struct api_error). */
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in,
                    struct sandbox *ret, struct api_error *err);
-/* The API's answer to loading one of the caller's records by id, given what a
+/* ctl.c: the API's answer to loading one of the caller's records by id, given what a
  * store_*_get_owned() returned: 0, -ENOENT (none, or another account's) or -EIO, with the
  * message naming the record `what` ("sandbox", "volume"). */
 int record_load_result(int r, const char *what, struct api_error *err);
-/* Loads a sandbox owned by acc (-ENOENT for others'). */
+/* ctl.c: loads a sandbox owned by acc (-ENOENT for others'). */
 int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err);
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err);
 int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err);
@@ -497,7 +501,7 @@ void render_add_time(cJSON *o, const char *k, int64_t ms);
 
 /* ---- HTTP server (http.c; the route table is in api.c, see http.h) ---- */
 struct http_server;
-int http_start(struct ctl *c, struct http_server **ret);
+/* http_start is declared in http.h, beside the router type it takes. */
 struct http_server *http_stop(struct http_server *h);
 /* Actual bound port (for listen = ...:0). */
 int http_port(struct http_server *h);
@@ -507,7 +511,9 @@ struct metrics *metrics_new(void);
 struct metrics *metrics_free(struct metrics *m);
 void metrics_observe_request(struct metrics *m, const char *route, const char *method, int status, double seconds);
 void metrics_observe_phase(struct metrics *m, const char *phase, double seconds);
-char *metrics_render(struct ctl *c);
+struct strbuf;
+/* Appends controld's own series (requests, phases, sandboxes by status) to out. */
+void metrics_render(struct ctl *c, struct strbuf *out);
 
 /* ---- admin CLI (admin.c) ---- */
 int admin_main(int argc, char **argv);
@@ -569,5 +575,3 @@ int snapshot_load(struct ctl *c, const struct account *acc, const char *id, stru
 int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err);
 /* Applies one agent event (JSON body, node = the publisher's app_id). For tests. 0 or -errno. */
 int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size_t len);
-/* The registry's credentials as Docker's X-Registry-Auth value (xmalloc'd), for pulls. */
-char *ctl_snapshot_registry_auth(const struct ctl *c);

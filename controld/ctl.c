@@ -1,5 +1,7 @@
 /* ctl.c — services every part of controld shares: the per-sandbox locks, status-change
- * notification and waiting on it (/wait, pause, resume), and detached job threads. */
+ * notification and waiting on it (/wait, pause, resume), detached job threads, and loading
+ * a record an account owns (not found = 404 for anyone else's). */
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -134,4 +136,18 @@ void ctl_init(struct ctl *c) {
                 pthread_mutex_init(&c->sb_locks[i], NULL);
         pthread_mutex_init(&c->jobs_lock, NULL);
         pthread_cond_init(&c->jobs_cond, NULL);
+}
+
+/* ---- an account's own records, with the errors a user should see ---- */
+
+int record_load_result(int r, const char *what, struct api_error *err) {
+        if (r == -ENOENT)
+                return API_ERR(err, -ENOENT, "%c%s not found", toupper((unsigned char) what[0]), what + 1);
+        return r < 0 ? API_ERR(err, -EIO, "Failed to read the %s record", what) : 0;
+}
+
+int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err) {
+        if (!hexid_valid(id))
+                return API_ERR(err, -EINVAL, "Invalid sandbox id");
+        return record_load_result(store_sandbox_get_owned(c->store, acc->id, id, ret), "sandbox", err);
 }

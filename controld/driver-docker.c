@@ -152,7 +152,8 @@ static int pull_snapshot_image(struct driver *d, const char *image, char *err, s
                 return -EINVAL;
         }
         _cleanup_free_ char *repo = xstrndup(image, (size_t) (colon - image));
-        _cleanup_free_ char *auth = ctl_snapshot_registry_auth(d->ctl);
+        struct registry reg = config_snapshot_registry(d->ctl->cfg);
+        _cleanup_free_ char *auth = registry_auth_header_value(&reg);
         int64_t t0 = mono_ms();
         int r = docker_image_pull(D(d), repo, colon + 1, auth);
         if (r < 0) {

@@ -26,6 +26,7 @@
 struct http_server {
         struct ctl *c;
         struct MHD_Daemon *d;
+        http_router route;
 };
 
 const char *req_query(struct req *r, const char *key) {
@@ -414,7 +415,7 @@ static enum MHD_Result respond_too_large(struct req *r) {
 static enum MHD_Result first_call(struct req *r) {
         if (strstr(r->path, "%00") || strcasestr(r->path, "%2f"))
                 return respond_error(r, 400, "The path must not contain %%00 or %%2F; write '/' literally");
-        enum route_status st = route_match(r->method, r->path, &r->m);
+        enum route_status st = r->srv->route(r->method, r->path, &r->m);
         const struct route *rt = r->m.row;
         r->route = rt ? rt->label : NULL;
         /* An unknown path asks for a key too: no probing the API without one. */
@@ -483,7 +484,11 @@ enum MHD_Result http_get_healthz(struct req *r) {
 }
 
 enum MHD_Result http_get_metrics(struct req *r) {
-        char *m = metrics_render(r->c);
+        struct strbuf b;
+        strbuf_init(&b, 0);
+        metrics_render(r->c, &b);
+        ctl_egress_metrics_render(&b);
+        char *m = strbuf_steal(&b);
         struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(m), m, free);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
         return respond_response(r, 200, resp);
@@ -491,13 +496,15 @@ enum MHD_Result http_get_metrics(struct req *r) {
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
-        struct ctl *c = cls;
+        struct http_server *h = cls;
+        struct ctl *c = h->c;
         struct req *r = *con_cls;
         (void) version;
 
         if (r)
                 return later_call(r, upload_data, upload_data_size);
         r = xnew0(struct req, 1);
+        r->srv = h;
         r->c = c;
         r->conn = conn;
         r->method = method;
@@ -559,7 +566,7 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap) {
         log_debug("libmicrohttpd: %s", buf);
 }
 
-int http_start(struct ctl *c, struct http_server **ret) {
+int http_start(struct ctl *c, http_router route, struct http_server **ret) {
         struct config *cfg = c->cfg;
         struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t) cfg->listen_port) };
         struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) cfg->listen_port) };
@@ -577,7 +584,8 @@ int http_start(struct ctl *c, struct http_server **ret) {
         guess_init(cfg);
         struct http_server *h = xnew0(struct http_server, 1);
         h->c = c;
-        h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, c,
+        h->route = route;
+        h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
                                 MHD_OPTION_SOCK_ADDR, sa,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned) cfg->max_connections,

@@ -63,6 +63,10 @@ struct route_match {
 /* Matches method and path (decoded, without query) against the route table.
  * Never allocates; ret->rest points into path. Returns ret->status. */
 enum route_status route_match(const char *method, const char *path, struct route_match *ret);
+/* What the server asks to find a request's route (api.c's route_match for the REST API). */
+typedef enum route_status (*http_router)(const char *method, const char *path, struct route_match *ret);
+/* Serves [server] listen; each request's route comes from route. */
+int http_start(struct ctl *c, http_router route, struct http_server **ret);
 /* Percent-decodes s in place (libmicrohttpd's unescape callback); "%00" and "%2F"/"%2f"
  * stay encoded so no NUL or '/' appears that the client did not send literally.
  * Returns the new length. */
@@ -100,6 +104,7 @@ struct req {
         bool linger;                     /* answered before reading a body: drain before close */
         /* The route and its parameters (r->m.id, r->m.rest). */
         struct route_match m;
+        struct http_server *srv;         /* the server that took the request */
 };
 
 const char *req_query(struct req *r, const char *key);

@@ -20,6 +20,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "http.h"
 #include "driver.h"
 #include "nodebus.h"
 #include "log.h"
@@ -226,7 +227,7 @@ static int controld_main(int argc, char **argv) {
                 if (ctl_snapshot_start(&c, err, sizeof(err)) < 0)
                         log_error("snapshots are not available: %s", err);
         }
-        r = http_start(&c, &http);
+        r = http_start(&c, route_match, &http);
         if (r < 0) {
                 background_stop(&c);
                 ctl_close(&c);

@@ -147,38 +147,34 @@ static void render_hist(struct strbuf *b, const char *name, const char *lk, cons
         strbuf_printf(b, "%s_count{%s=\"%s\"} %llu\n", name, lk, lv, (unsigned long long) h->count);
 }
 
-char *metrics_render(struct ctl *c) {
+void metrics_render(struct ctl *c, struct strbuf *out) {
         struct metrics *m = c->metrics;
-        struct strbuf b;
         int64_t counts[_SB_STATUS_MAX];
         char e1[LABEL_MAX], e2[LABEL_MAX];
 
-        strbuf_init(&b, 0);
-        strbuf_printf(&b, "# HELP paddock_http_requests_total HTTP requests by route, method and status.\n"
+        strbuf_printf(out, "# HELP paddock_http_requests_total HTTP requests by route, method and status.\n"
                           "# TYPE paddock_http_requests_total counter\n");
         pthread_mutex_lock(&m->lock);
         for (size_t i = 0; i < m->n_req; i++)
-                strbuf_printf(&b, "paddock_http_requests_total{route=\"%s\",method=\"%s\",status=\"%d\"} %llu\n",
+                strbuf_printf(out, "paddock_http_requests_total{route=\"%s\",method=\"%s\",status=\"%d\"} %llu\n",
                               label_esc(m->req[i].route, e1), label_esc(m->req[i].method, e2), m->req[i].status,
                               (unsigned long long) m->req[i].count);
-        strbuf_printf(&b, "# HELP paddock_http_request_duration_seconds HTTP request latency by route.\n"
+        strbuf_printf(out, "# HELP paddock_http_request_duration_seconds HTTP request latency by route.\n"
                           "# TYPE paddock_http_request_duration_seconds histogram\n");
         for (size_t i = 0; i < m->n_lat; i++)
-                render_hist(&b, "paddock_http_request_duration_seconds", "route", m->lat[i].name, &m->lat[i].h);
-        strbuf_printf(&b, "# HELP paddock_provision_phase_seconds Sandbox provisioning time by phase.\n"
+                render_hist(out, "paddock_http_request_duration_seconds", "route", m->lat[i].name, &m->lat[i].h);
+        strbuf_printf(out, "# HELP paddock_provision_phase_seconds Sandbox provisioning time by phase.\n"
                           "# TYPE paddock_provision_phase_seconds histogram\n");
         for (size_t i = 0; i < m->n_ph; i++)
-                render_hist(&b, "paddock_provision_phase_seconds", "phase", m->ph[i].name, &m->ph[i].h);
-        strbuf_printf(&b, "# HELP paddock_metrics_series_dropped_total Observations not counted because their series table was full.\n"
+                render_hist(out, "paddock_provision_phase_seconds", "phase", m->ph[i].name, &m->ph[i].h);
+        strbuf_printf(out, "# HELP paddock_metrics_series_dropped_total Observations not counted because their series table was full.\n"
                           "# TYPE paddock_metrics_series_dropped_total counter\n"
                           "paddock_metrics_series_dropped_total %llu\n", (unsigned long long) m->dropped);
         pthread_mutex_unlock(&m->lock);
 
-        strbuf_printf(&b, "# HELP paddock_sandboxes Sandbox records by status.\n# TYPE paddock_sandboxes gauge\n");
+        strbuf_printf(out, "# HELP paddock_sandboxes Sandbox records by status.\n# TYPE paddock_sandboxes gauge\n");
         if (store_sandbox_count_by_status(c->store, counts) >= 0)
                 for (int s = 0; s < _SB_STATUS_MAX; s++)
-                        strbuf_printf(&b, "paddock_sandboxes{status=\"%s\"} %lld\n", label_esc(sb_status_str((enum sb_status) s), e1),
+                        strbuf_printf(out, "paddock_sandboxes{status=\"%s\"} %lld\n", label_esc(sb_status_str((enum sb_status) s), e1),
                                       (long long) counts[s]);
-        ctl_egress_metrics_render(&b);
-        return strbuf_steal(&b);
 }

@@ -51,18 +51,6 @@ static void apply_placement(struct sandbox *sb, struct placement *p) {
         replace_str(&sb->ip, p->ip);
 }
 
-int record_load_result(int r, const char *what, struct api_error *err) {
-        if (r == -ENOENT)
-                return API_ERR(err, -ENOENT, "%c%s not found", toupper((unsigned char) what[0]), what + 1);
-        return r < 0 ? API_ERR(err, -EIO, "Failed to read the %s record", what) : 0;
-}
-
-int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err) {
-        if (!hexid_valid(id))
-                return API_ERR(err, -EINVAL, "Invalid sandbox id");
-        return record_load_result(store_sandbox_get_owned(c->store, acc->id, id, ret), "sandbox", err);
-}
-
 /* Creates a fresh per-sandbox volume (persistent: true). */
 static int create_implicit_volume(struct ctl *c, const struct account *acc, const struct plan *plan, const struct region *g,
                                   const char *sandbox_id, int size_gb, const char *mount_path, char ret_id[25],

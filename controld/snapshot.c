@@ -55,19 +55,6 @@ struct snapbus {
         pthread_cond_t cond;
 };
 
-static struct registry reg_of(const struct ctl *c) {
-        return (struct registry) {
-                .host = c->cfg->snap_registry,
-                .username = c->cfg->snap_username && *c->cfg->snap_username ? c->cfg->snap_username : NULL,
-                .password = c->cfg->snap_password,
-        };
-}
-
-char *ctl_snapshot_registry_auth(const struct ctl *c) {
-        struct registry r = reg_of(c);
-        return registry_auth_header_value(&r);
-}
-
 /* ---------------------------------------------------------------- publishing jobs */
 
 static int pub_connect(struct snapbus *b, char *err, size_t errlen) {
@@ -229,7 +216,7 @@ int snapshot_load(struct ctl *c, const struct account *acc, const char *id, stru
 /* The manifest of sn in the registry, by the digest we recorded or, when there is none
  * (failed, or from before the outcome), whatever the tag points at. */
 static int delete_image(struct ctl *c, const struct snapshot *sn, char *err, size_t errlen) {
-        struct registry reg = reg_of(c);
+        struct registry reg = config_snapshot_registry(c->cfg);
         _cleanup_free_ char *digest = sn->digest ? xstrdup(sn->digest) : NULL;
         int r;
         if (!digest) {
@@ -305,7 +292,7 @@ static double jnum(const cJSON *o, const char *k, double def) {
 
 /* Drops the registry image of an outcome nobody will record (deleted or timed out meanwhile). */
 static void drop_orphan(struct ctl *c, const char *id, const char *digest) {
-        struct registry reg = reg_of(c);
+        struct registry reg = config_snapshot_registry(c->cfg);
         if (!digest)
                 return;
         int r = registry_manifest_delete(&reg, c->cfg->snap_repository, digest);
