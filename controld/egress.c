@@ -370,7 +370,6 @@ void ctl_egress_metrics_render(struct strbuf *b) {
 
 struct egress_bus {
         pthread_t thread;
-        struct amqpx_url url;
         char *exchange;
         char *queue;    /* <exchange>.controld */
 };
@@ -464,13 +463,11 @@ static char *sync_answer(struct ctl *c, const char *node) {
 static int sync_session(struct ctl *c, struct egress_bus *b) {
         amqp_connection_state_t conn = NULL;
         char err[512] = "";
-        int r = amqpx_connect(&b->url, "paddock-controld-sync", 0, 30, 5000, &conn, err, sizeof(err));
+        int r = nodebus_connect(c->bus, "sync", SYNC_CH, &conn, err, sizeof(err));
         if (r < 0) {
                 log_warning("node.sync responder: %s", err);
                 return r;
         }
-        if ((r = amqpx_channel_open_exchange(conn, SYNC_CH, b->exchange, err, sizeof(err))) < 0)
-                goto out;
         amqp_queue_declare(conn, SYNC_CH, amqp_cstring_bytes(b->queue), 0, 0, 0, 1, amqp_empty_table);
         if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", err, sizeof(err))) < 0)
                 goto out;
@@ -548,18 +545,13 @@ int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen) {
         if (!c->bus || !c->cfg->amqp_url)
                 return 0;
         struct egress_bus *b = xnew0(struct egress_bus, 1);
-        int r = amqpx_url_parse(c->cfg->amqp_url, &b->url, err, errlen);
-        if (r < 0) {
-                free(b);
-                return r;
-        }
+        int r;
         b->exchange = xstrdup(c->cfg->amqp_exchange);
         b->queue = xasprintf("%s.controld", b->exchange);
         c->egbus = b;
         r = -pthread_create(&b->thread, NULL, sync_thread, c);
         if (r < 0) {
                 snprintf(err, errlen, "pthread_create: %s", strerror(-r));
-                amqpx_url_done(&b->url);
                 free_many(b->exchange, b->queue, b);
                 c->egbus = NULL;
         }
@@ -572,7 +564,6 @@ void ctl_egress_sync_stop(struct ctl *c) {
                 return;
         c->stopping = 1;
         pthread_join(b->thread, NULL);
-        amqpx_url_done(&b->url);
         free_many(b->exchange, b->queue, b);
         c->egbus = NULL;
 }

@@ -618,6 +618,27 @@ int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body,
         return 0;
 }
 
+int nodebus_connect(struct nodebus *c, const char *role, amqp_channel_t ch, amqp_connection_state_t *ret, char *err,
+                    size_t errlen) {
+        char name[64];
+        amqp_connection_state_t conn = NULL;
+        snprintf(name, sizeof(name), "paddock-controld-%s", role);
+        int r = amqpx_connect(&c->url, name, AMQP_DEFAULT_FRAME_SIZE, AMQP_CLIENT_HEARTBEAT_S, CONNECT_TIMEOUT_MS, &conn,
+                              err, errlen);
+        if (r < 0)
+                return r;
+        if ((r = amqpx_channel_open_exchange(conn, ch, c->exchange, err, errlen)) < 0) {
+                amqp_destroy_connection(conn);
+                return r;
+        }
+        *ret = conn;
+        return 0;
+}
+
+const char *nodebus_exchange(const struct nodebus *c) {
+        return c->exchange;
+}
+
 int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, char *err, size_t errlen) {
         if (!url || !exchange || !ret) {
                 fmt_err(err, errlen, "invalid arguments");

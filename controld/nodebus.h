@@ -57,6 +57,15 @@ int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, cha
 /* Closes the connection. No request may be running. Accepts NULL; returns NULL. */
 struct nodebus *nodebus_free(struct nodebus *c);
 
+/* controld's one way to open another broker connection (the node.sync responder, snapshot
+ * jobs and events each need their own: a connection is one thread's): the bus's URL, the
+ * name "paddock-controld-<role>", the common frame size, heartbeat and connect timeout, and
+ * channel ch opened with the bus's exchange declared. *ret is the caller's to close. */
+int nodebus_connect(struct nodebus *c, const char *role, amqp_channel_t ch, amqp_connection_state_t *ret, char *err,
+                    size_t errlen);
+/* The exchange the bus publishes to (the config's [amqp] exchange). */
+const char *nodebus_exchange(const struct nodebus *c);
+
 /* Publishes body (JSON text, at most AMQP_CLIENT_MAX_BODY bytes) for node_id and waits
  * at most timeout_ms for the agent's reply. Returns 0 with *ret_reply = the reply body
  * (xmalloc'd, NUL-terminated, caller frees); on failure a negative errno from the table

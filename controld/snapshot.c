@@ -35,6 +35,7 @@
 #include "cron.h"
 #include "json.h"
 #include "log.h"
+#include "nodebus.h"
 #include "registry.h"
 #include "strutil.h"
 
@@ -44,7 +45,6 @@
 
 struct snapbus {
         struct ctl *c;
-        struct amqpx_url url;
         pthread_mutex_t pub_lock;
         amqp_connection_state_t pub;     /* NULL: connect at the next publish */
         uint64_t pub_tag;
@@ -59,11 +59,9 @@ struct snapbus {
 
 static int pub_connect(struct snapbus *b, char *err, size_t errlen) {
         amqp_connection_state_t conn = NULL;
-        int r = amqpx_connect(&b->url, "paddock-controld-snapshots", 131072, 30, 5000, &conn, err, errlen);
+        int r = nodebus_connect(b->c->bus, "snapshots", CH, &conn, err, errlen);
         if (r < 0)
                 return r;
-        if ((r = amqpx_channel_open_exchange(conn, CH, b->c->cfg->amqp_exchange, err, errlen)) < 0)
-                goto fail;
         amqp_confirm_select(conn, CH);
         if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "confirm.select", err, errlen)) < 0)
                 goto fail;
@@ -383,12 +381,10 @@ static amqp_connection_state_t events_connect(struct snapbus *b) {
         _cleanup_free_ char *q = xasprintf("%s.snapshot-events", c->cfg->amqp_exchange);
         amqp_connection_state_t conn = NULL;
         char err[512];
-        if (amqpx_connect(&b->url, "paddock-controld-snapshot-events", 131072, 30, 5000, &conn, err, sizeof(err)) < 0) {
+        if (nodebus_connect(c->bus, "snapshot-events", CH, &conn, err, sizeof(err)) < 0) {
                 log_warning("snapshot events: %s; retrying", err);
                 return NULL;
         }
-        if (amqpx_channel_open_exchange(conn, CH, c->cfg->amqp_exchange, err, sizeof(err)) < 0)
-                goto fail;
         amqp_queue_declare(conn, CH, amqp_cstring_bytes(q), 0, 1, 0, 0, amqp_empty_table);
         if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", err, sizeof(err)) < 0)
                 goto fail;
@@ -570,15 +566,10 @@ static void *tick_main(void *ud) {
 }
 
 int ctl_snapshot_start(struct ctl *c, char *err, size_t errlen) {
-        if (!c->cfg->amqp_url)
+        if (!c->bus)
                 return 0;
         struct snapbus *b = xnew0(struct snapbus, 1);
         b->c = c;
-        int r = amqpx_url_parse(c->cfg->amqp_url, &b->url, err, errlen);
-        if (r < 0) {
-                free(b);
-                return r;
-        }
         pthread_mutex_init(&b->pub_lock, NULL);
         pthread_mutex_init(&b->lock, NULL);
         cond_init_monotonic(&b->cond);
@@ -610,6 +601,5 @@ void ctl_snapshot_stop(struct ctl *c) {
         pthread_mutex_destroy(&b->pub_lock);
         pthread_mutex_destroy(&b->lock);
         pthread_cond_destroy(&b->cond);
-        amqpx_url_done(&b->url);
         free(b);
 }
