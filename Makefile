@@ -1,6 +1,8 @@
 # Paddock build. Objects and binaries go under $(BUILD); source folders stay clean.
 #   make                      build build/controld and build/nodeagent
 #   make check                install/start what the tests need, run every test
+#   make unit                 build and run only the unit tests (build/tests/unit/*): seconds,
+#                             no services started
 #   make SANITIZE=address,undefined check   the same tests, sanitized (in build/san)
 #   make up / make down       local stack on the embedded default (sqlite + docker driver)
 #   make up NOMAD_ADDR=http://127.0.0.1:4646 [NOMAD_TOKEN=...]   the same on the Nomad driver
@@ -66,7 +68,7 @@ INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(IN
 FAKE_BINS  := $(patsubst tests/fakes/%.c,$(BUILD)/tests/fakes/%,$(FAKES_SRC))
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
 
-.PHONY: all check tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link soak
+.PHONY: all check unit tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link soak
 all: $(BUILD)/controld $(BUILD)/nodeagent
 
 $(BUILD)/obj/%.o: %.c
@@ -94,7 +96,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIBS) $(LDLIBS)
 
 # Both drivers: these API suites run a second time on the Nomad driver (<suite>-nomad).
-NOMAD_SUITES := test-controld test-runtime test-controld-egress test-snapshots
+NOMAD_SUITES := test-controld test-runtime-exec test-runtime-stream test-runtime-files test-runtime-limits \
+                test-controld-egress test-snapshots
 NOMAD_VARIANTS := $(patsubst %,$(BUILD)/tests/integration/%-nomad,$(NOMAD_SUITES))
 $(NOMAD_VARIANTS): $(BUILD)/tests/integration/%-nomad: tests/integration/nomad-variant.sh
 	@mkdir -p $(dir $@)
@@ -147,6 +150,10 @@ soak: deps
 check: deps
 	$(MAKE) tests
 	PADDOCK_BUILD=$(BUILD) tests/run-all.sh
+
+# The unit tests alone: no deps, no services, same per-program result lines as check.
+unit: $(UNIT_BINS)
+	@rc=0; for t in $(UNIT_BINS); do echo "===== $$t ====="; PADDOCK_BUILD=$(BUILD) $$t </dev/null || rc=1; done; exit $$rc
 
 bench: deps
 	$(MAKE) tests

@@ -6,7 +6,7 @@
 #   test-controld
 #     orphan_reaping_leaves     two controlds on one engine: here each gets its own stand-in
 #     docker_outage             a Docker outage is not a Nomad outage
-#   test-runtime
+#   test-runtime-stream
 #     stream_output_before_stdin_is_capped  the 1 MB of input fits in the TCP and stand-in
 #                                 buffers, so no output comes before it is all sent; the cap is
 #                                 controld's (runtime.c), the same for both drivers
@@ -16,7 +16,7 @@ name=$(basename "$0")
 suite=${name%-nomad}
 case $suite in
 test-controld) ex=orphan_reaping_leaves,docker_outage ;;
-test-runtime) ex=stream_output_before_stdin_is_capped ;;
+test-runtime-stream) ex=stream_output_before_stdin_is_capped ;;
 *) ex= ;;
 esac
 PADDOCK_DRIVER=nomad PADDOCK_TEST_EXCLUDE=${PADDOCK_TEST_EXCLUDE:+$PADDOCK_TEST_EXCLUDE,}$ex exec "$here/$suite" "$@"

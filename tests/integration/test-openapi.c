@@ -15,7 +15,7 @@
  *     types, enums and nullability as documented.
  *
  * Each test's struct ctld is static: the harness's exit hook runs after the test function
- * has returned (see test-controld-api.c). */
+ * has returned (see test-controld-api-create.c). */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>

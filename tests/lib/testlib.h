@@ -6,7 +6,8 @@
  * default 120; a test may raise its own with TEST_SET_TIMEOUT before running).
  * The program ends with one line "N passed, N failed" (plus ", N skipped") and
  * exits non-zero on any failure. Arguments filter tests by substring.
- * A test that needs a service that is absent calls TEST_SKIP("why").
+ * A test that needs a service that is absent calls TEST_SKIP("why"). Under CI=true a skip
+ * counts as failed: CI machines have every service, so a skip there hides a broken setup.
  */
 #pragma once
 
