@@ -102,9 +102,11 @@ static const struct { int err, status; } errno_status[] = {
         { EDQUOT, 403 },       /* over a plan limit */
         { ENOENT, 404 },       /* not found, or not the caller's */
         { ESTALE, 409 },       /* changed meanwhile: fetch and retry */
+        { ETIMEDOUT, 408 },    /* the client's transfer took too long */
         { EFBIG, 413 },        /* body or file too large */
         { EUSERS, 429 },       /* too many at once: retry later */
         { EIO, 500 },          /* our store failed */
+        { EREMOTEIO, 500 },    /* the sandbox reported a failure (the message says which) */
         { EOPNOTSUPP, 501 },   /* not available on this server */
         { EHOSTUNREACH, 503 }, /* the scheduler or the sandbox did not do its part */
         { EAGAIN, 503 },       /* shutting down or busy: retry shortly */
