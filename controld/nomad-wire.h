@@ -1,4 +1,4 @@
-/* driver-nomad.h — the pure parts of the Nomad driver (driver-nomad.c), for unit tests.
+/* nomad-wire.h — the pure parts of the Nomad driver (nomad-wire.c), for unit tests.
  *
  * The job builder and the parsers of Nomad's answers do no I/O: tests feed them canned
  * responses (PROTOCOLS.md section 1) and compare the job with packaging/nomad/sandbox-job.json.
@@ -24,6 +24,10 @@ struct sandbox;
 #define NOMAD_META_SANDBOX "paddock_sandbox_id"
 #define NOMAD_META_ACCOUNT "paddock_account_id"
 #define NOMAD_META_INSTANCE "paddock_controld"
+/* The largest alloc exec frame we take (stdout/stderr data arrives base64 in JSON). */
+#define NOMAD_EXEC_MAX_MESSAGE ((size_t) 4 << 20)
+/* A copy of s, or NULL when s is NULL or empty. xmalloc'd. */
+char *nomad_str_or_null(const char *s);
 
 /* "sandbox-<id>", xmalloc'd. */
 char *nomad_job_id(const char *sandbox_id);

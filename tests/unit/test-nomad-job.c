@@ -8,7 +8,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
-#include "driver-nomad.h"
+#include "nomad-wire.h"
 #include "json.h"
 #include "jsondiff.h"
 #include "nodeagent.h"
