@@ -327,6 +327,17 @@ void strbuf_done(struct strbuf *b) {
         strbuf_init(b, b->max);
 }
 
+size_t strbuf_drain(struct strbuf *b, size_t *off, char *buf, size_t max) {
+        size_t n = b->len - *off;
+        if (n > max)
+                n = max;
+        memcpy(buf, b->buf + *off, n);
+        *off += n;
+        if (*off == b->len)
+                b->len = *off = 0;
+        return n;
+}
+
 char *strbuf_steal(struct strbuf *b) {
         char *s = b->buf ? b->buf : xstrdup("");
         b->buf = NULL;

@@ -99,6 +99,9 @@ void strbuf_done(struct strbuf *b);
 /* NUL-terminated content (never NULL), ownership moves to the caller; b is
  * reset to empty with the same max. */
 char *strbuf_steal(struct strbuf *b);
+/* A reader's step through b: copies up to max bytes from *off into buf; once all of b is out,
+ * b is emptied (kept allocated) for the next chunk. Returns the bytes copied. */
+size_t strbuf_drain(struct strbuf *b, size_t *off, char *buf, size_t max);
 
 /* Standard alphabet, padded. Result is NUL-terminated; *ret_len (optional)
  * excludes the NUL. */

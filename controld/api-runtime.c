@@ -71,25 +71,12 @@ static int sse_output(void *ud, int stream, const char *text, size_t len) {
         return 0;
 }
 
-/* Copies up to max bytes of b from *off into buf for a content reader; once all of b is
- * out, b is emptied (kept allocated) for the next chunk. Returns the bytes copied. */
-static size_t drain_to(struct strbuf *b, size_t *off, char *buf, size_t max) {
-        size_t n = b->len - *off;
-        if (n > max)
-                n = max;
-        memcpy(buf, b->buf + *off, n);
-        *off += n;
-        if (*off == b->len)
-                b->len = *off = 0;
-        return n;
-}
-
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         struct sse *t = cls;
         (void) pos;
         for (;;) {
                 if (t->pending_off < t->pending.len)
-                        return (ssize_t) drain_to(&t->pending, &t->pending_off, buf, max);
+                        return (ssize_t) strbuf_drain(&t->pending, &t->pending_off, buf, max);
                 if (t->done)
                         return MHD_CONTENT_READER_END_OF_STREAM;
                 /* Short waits so shutdown and deadlines are noticed within a second. */

@@ -696,23 +696,10 @@ int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, 
         return 0;
 }
 
-/* Copies up to max bytes of b from *off into buf; once all of b is out, b is emptied (kept
- * allocated) for the next chunk. Returns the bytes copied. */
-static size_t drain_to(struct strbuf *b, size_t *off, char *buf, size_t max) {
-        size_t n = b->len - *off;
-        if (n > max)
-                n = max;
-        memcpy(buf, b->buf + *off, n);
-        *off += n;
-        if (*off == b->len)
-                b->len = *off = 0;
-        return n;
-}
-
 ssize_t runtime_file_read(struct runtime_run *x, int client_fd, char *buf, size_t max) {
         for (;;) {
                 if (x->data_off < x->data.len)
-                        return (ssize_t) drain_to(&x->data, &x->data_off, buf, max);
+                        return (ssize_t) strbuf_drain(&x->data, &x->data_off, buf, max);
                 if (x->data_eof) {
                         x->finished = true;
                         return 0;

@@ -335,6 +335,28 @@ TEST(hexid_valid_n_counts_bytes) {
         ASSERT_FALSE(hexid_valid_n(NULL, 24));
 }
 
+/* A content reader drains a buffer in pieces; once it is all out the buffer is empty again
+ * for the next chunk, its allocation kept. */
+TEST(strbuf_drain_in_pieces_then_empty) {
+        _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(0);
+        char out[8];
+        size_t off = 0;
+        ASSERT_EQ(strbuf_append(&b, "hello world", 11), 0);
+        ASSERT_EQ(strbuf_drain(&b, &off, out, 5), 5);
+        ASSERT_TRUE(!memcmp(out, "hello", 5));
+        ASSERT_EQ(off, 5);
+        ASSERT_EQ(b.len, 11);
+        ASSERT_EQ(strbuf_drain(&b, &off, out, sizeof(out)), 6);
+        ASSERT_TRUE(!memcmp(out, " world", 6));
+        ASSERT_EQ(b.len, 0);
+        ASSERT_EQ(off, 0);
+        ASSERT_NOT_NULL(b.buf);
+        ASSERT_EQ(strbuf_drain(&b, &off, out, sizeof(out)), 0);
+        ASSERT_EQ(strbuf_append(&b, "ab", 2), 0);
+        ASSERT_EQ(strbuf_drain(&b, &off, out, sizeof(out)), 2);
+        ASSERT_TRUE(!memcmp(out, "ab", 2));
+}
+
 TEST(strbuf_cleanup_and_exact_cap) {
         {
                 _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(4);
