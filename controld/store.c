@@ -4,6 +4,11 @@
  * mutex is what makes "count then insert" quota checks exact under
  * concurrency. Records are written before side effects so reapers can heal.
  * Returns 0 / -errno; -ENOENT when a row is missing. Never logs above debug.
+ *
+ * Why one file of ~1.2k lines: it is the only place that speaks SQL. The row mapping (column
+ * tables, binds, reads, the capped inserts) is static here, so no other file can build a
+ * query or bind a column by hand; each record type (accounts and keys, sandboxes, volumes,
+ * usage, stats, nodes, snapshots) is one banner section of it.
  */
 #include <assert.h>
 #include <errno.h>
