@@ -164,16 +164,8 @@ void agent_config_done(struct agent_config *c) {
         memset(c, 0, sizeof(*c));
 }
 
-int agent_rpc_ok(amqp_connection_state_t conn, const char *what, int prio, const char *prefix) {
-        char why[256];
-        int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, why, sizeof(why));
-        if (r < 0)
-                log_full_errno(prio, 0, "%s%s", prefix, why);
-        return r;
-}
-
 static int rpc_ok(amqp_connection_state_t conn, const char *what) {
-        return agent_rpc_ok(conn, what, LOG_ERR, "");
+        return amqpx_rpc_ok(conn, what, LOG_ERR, "");
 }
 
 /* node.sync: at start-up (and after every reconnect) the agent asks controld which
@@ -200,7 +192,7 @@ static amqp_connection_state_t connect_broker(const struct agent_config *cfg, co
         amqp_connection_state_t conn = NULL;
         char why[512];
 
-        int r = amqpx_connect(u, cname, 131072, 30, 10000, &conn, why, sizeof(why));
+        int r = amqpx_connect(u, cname, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S, AMQPX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why));
         if (r < 0) {
                 if (r == -EACCES)
                         log_error("%s", why);

@@ -77,9 +77,6 @@ void agent_config_done(struct agent_config *c);
 char *agent_handle(const struct agent_config *cfg, const char *body, size_t len);
 /* Connects, consumes until SIGTERM/SIGINT, reconnecting with backoff. */
 int agent_run(const struct agent_config *cfg);
-/* amqpx_rpc_check of conn's last synchronous call; a failure is logged at prio,
- * its text after prefix. */
-int agent_rpc_ok(amqp_connection_state_t conn, const char *what, int prio, const char *prefix);
 
 /* privsep.c — privilege separation, the way OpenBSD's relayd and smtpd do it.
  *

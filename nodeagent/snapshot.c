@@ -328,7 +328,7 @@ static void *job_main(void *ud) {
 }
 
 static int rpc_ok(amqp_connection_state_t conn, const char *what) {
-        return agent_rpc_ok(conn, what, LOG_WARNING, "snapshot queue: ");
+        return amqpx_rpc_ok(conn, what, LOG_WARNING, "snapshot queue: ");
 }
 
 /* Declares the durable queue name and binds it to exchange with key; tag goes
@@ -354,7 +354,7 @@ static amqp_connection_state_t connect_snap(const struct agent_config *cfg, cons
         _cleanup_free_ char *cname = xasprintf("paddock-nodeagent-snapshots[%s]", cfg->node_id);
         amqp_connection_state_t conn = NULL;
         char why[512];
-        if (amqpx_connect(u, cname, 131072, 30, 10000, &conn, why, sizeof(why)) < 0) {
+        if (amqpx_connect(u, cname, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S, AMQPX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why)) < 0) {
                 log_warning("snapshot queue: %s; retrying", why);
                 return NULL;
         }
