@@ -39,10 +39,7 @@ struct agent_config {
         char *nomad_addr, *nomad_token, *nomad_ca_file, *nomad_cert_file, *nomad_key_file;
 };
 
-/* snapshot.c: the [snapshot] keys of the configuration (called by agent_config_load). */
-struct conf;
-int snapshot_config_load(struct conf *cf, struct agent_config *ret, char *err, size_t errlen);
-void snapshot_config_done(struct agent_config *c);
+/* snapshot.c */
 /* The container a snapshot.create names, s[0..n): Docker's 64-hex id, the Docker driver's
  * "paddock-<24 hex>", or a Nomad task container "<task>-<alloc uuid>" (Nomad's docker
  * driver names it so; the task name in Docker's name characters). At most PS_CONTAINER_MAX. */
@@ -70,9 +67,12 @@ int agent_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, 
  * returns its result (0, or its -errno with its reason in err). */
 int agent_egress_init(const struct agent_config *cfg, char *err, size_t errlen);
 
-/* agent.c */
+/* config.c: reads path ([snapshot] included); on failure -errno with "file: [section] key: ..."
+ * in err and *ret zeroed. agent_config_done frees what it holds. */
 int agent_config_load(const char *path, struct agent_config *ret, char *err, size_t errlen);
 void agent_config_done(struct agent_config *c);
+
+/* agent.c */
 /* The reply (JSON text, xmalloc'd) for one message body. */
 char *agent_handle(const struct agent_config *cfg, const char *body, size_t len);
 /* Connects, consumes until SIGTERM/SIGINT, reconnecting with backoff. */
