@@ -40,7 +40,7 @@
 #include "ticker.h"
 
 #define MAX_MESSAGE (1024 * 1024)
-#define CH 1
+#define CH AGENT_CH
 
 static volatile sig_atomic_t stop_requested;
 
@@ -52,23 +52,6 @@ static void on_signal(int sig) {
 static int rpc_ok(amqp_connection_state_t conn, const char *what) {
         return amqpx_rpc_ok(conn, what, LOG_ERR, "");
 }
-
-/* node.sync: at start-up (and after every reconnect) the agent asks controld which
- * sandboxes are live on this node and removes the chains of all others; controld
- * then re-publishes egress.apply for the live ones. Until an answer comes the table
- * stays as it is (fail closed: a sandbox without a confirmed chain has no egress);
- * no route or no answer within SYNC_TIMEOUT_MS -> retried with backoff. */
-#define SYNC_TIMEOUT_MS 10000
-#define SYNC_BACKOFF_MAX_MS 300000
-static struct {
-        amqp_bytes_t reply_q;           /* exclusive, server-named, consumed with no-ack */
-        char corr[64];
-        int64_t sent_at;                /* mono ms; 0 = nothing in flight */
-        int64_t next_at;                /* mono ms of the next attempt; 0 = none (converged) */
-        int backoff_ms;
-        unsigned attempt;
-        bool converged;                 /* once, for tests and the log */
-} sync_st = { .backoff_ms = 1000 };
 
 static amqp_connection_state_t connect_broker(const struct agent_config *cfg, const struct amqpx_url *u,
                                               amqp_bytes_t *ret_queue) {
@@ -109,9 +92,7 @@ static amqp_connection_state_t connect_broker(const struct agent_config *cfg, co
         amqp_queue_declare_ok_t *rq = amqp_queue_declare(conn, CH, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
         if (rpc_ok(conn, "queue.declare (replies)") < 0 || !rq)
                 goto fail_q;
-        amqp_bytes_free(sync_st.reply_q);
-        sync_st.reply_q = amqp_bytes_malloc_dup(rq->queue);
-        amqp_basic_consume(conn, CH, sync_st.reply_q, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
+        amqp_basic_consume(conn, CH, reconcile_reply_queue_set(rq->queue), amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         if (rpc_ok(conn, "basic.consume (replies)") < 0)
                 goto fail_q;
         return conn;
@@ -336,23 +317,6 @@ static int read_content(amqp_connection_state_t conn, struct amqpx_delivery *d, 
         return r;
 }
 
-static void sync_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
-        struct pj_node_msg m = { .type = PJ_NODE_NODE_SYNC };
-        strscpy(m.node_id, cfg->node_id, sizeof(m.node_id));
-        _cleanup_free_ char *body = pj_node_msg_format(&m);
-        snprintf(sync_st.corr, sizeof(sync_st.corr), "sync-%s-%u-%" PRId64, cfg->node_id, ++sync_st.attempt, mono_ms());
-        amqp_basic_properties_t p = amqpx_json_props(1, cfg->node_id, user);
-        p._flags |= AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_EXPIRATION_FLAG;
-        p.reply_to = sync_st.reply_q;
-        p.correlation_id = amqp_cstring_bytes(sync_st.corr);
-        p.expiration = amqp_cstring_bytes("10000");
-        amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("controld"), 1, 0, &p,
-                           amqp_cstring_bytes(body));
-        sync_st.sent_at = mono_ms();
-        sync_st.next_at = 0;
-        log_info("node.sync sent to controld (attempt %u)", sync_st.attempt);
-}
-
 /* Tells controld what re-resolved names now enforce (it updates GET /egress and the
  * sandbox's /etc/hosts). Fire and forget: if it is lost, the next apply carries it. */
 static void resolved_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
@@ -372,107 +336,6 @@ static void resolved_send(amqp_connection_state_t conn, const struct agent_confi
                 free(u[i].resolved);
         }
         free(u);
-}
-
-static void sync_retry_later(const char *why) {
-        sync_st.sent_at = 0;
-        sync_st.next_at = mono_ms() + sync_st.backoff_ms;
-        log_warning("node.sync: %s; keeping the firewall as it is and asking again in %d s", why, sync_st.backoff_ms / 1000);
-        sync_st.backoff_ms = sync_st.backoff_ms * 2 > SYNC_BACKOFF_MAX_MS ? SYNC_BACKOFF_MAX_MS : sync_st.backoff_ms * 2;
-}
-
-static bool live_has(const struct pj_node_reply *r, const char *id) {
-        for (size_t i = 0; i < r->n_live; i++)
-                if (!strcmp(r->live[i].sandbox_id, id))
-                        return true;
-        return false;
-}
-
-/* Removes the chain of every sandbox not in r->live. Returns how many were removed, or -errno. */
-static int sync_prune(const struct pj_node_reply *r) {
-        _cleanup_strv_free_ char **stale = NULL;
-        size_t n_stale = 0;
-        uint32_t total = 0;
-        for (uint32_t off = 0;; off += PS_LIST_PAGE) {
-                struct ps_egress_list req = { .hdr.type = PS_EGRESS_LIST, .offset = off };
-                struct ps_result res;
-                int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
-                if (k < 0)
-                        return log_warning_errno(k, "node.sync: cannot list the egress table: %s", res.msg);
-                char *colon = strchr(res.msg, ':');
-                if (!colon)
-                        return log_warning_errno(-EBADMSG, "node.sync: the egress process listed nothing readable");
-                total = (uint32_t) strtoul(res.msg, NULL, 10);
-                const char *list = colon + 1;
-                size_t got = strlen(list) / EGRESS_ID_LEN;
-                for (size_t i = 0; i < got; i++) {
-                        char id[EGRESS_ID_LEN + 1];
-                        memcpy(id, list + i * EGRESS_ID_LEN, EGRESS_ID_LEN);
-                        id[EGRESS_ID_LEN] = 0;
-                        if (live_has(r, id))
-                                continue;
-                        stale = xrealloc(stale, (n_stale + 2) * sizeof(char *));
-                        stale[n_stale++] = xstrdup(id);
-                        stale[n_stale] = NULL;
-                }
-                if (got == 0 || off + PS_LIST_PAGE >= total)
-                        break;
-        }
-        int removed = 0;
-        for (size_t i = 0; i < n_stale; i++) {
-                struct ps_egress_remove req = { .hdr.type = PS_EGRESS_REMOVE };
-                struct ps_result res;
-                strscpy(req.sandbox_id, stale[i], sizeof(req.sandbox_id));
-                int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
-                if (k < 0)
-                        return log_warning_errno(k, "node.sync: cannot remove stale sandbox %s: %s", stale[i], res.msg);
-                names_forget(stale[i]);         /* no refresh may bring its rules back */
-                log_ctx_set("SANDBOX_ID", stale[i]);
-                log_info("node.sync: removed the egress chain of a sandbox controld no longer has here");
-                log_ctx_set("SANDBOX_ID", NULL);
-                removed++;
-        }
-        return removed;
-}
-
-static void sync_on_reply(const struct agent_config *cfg, const struct amqpx_delivery *d, const char *body) {
-        if (!sync_st.sent_at || !d->c.has_corr || strcmp(d->c.correlation_id, sync_st.corr) != 0) {
-                log_debug("ignoring a reply that answers no node.sync in flight");
-                return;
-        }
-        struct pj_node_reply r;
-        struct pj_error pe;
-        if (pj_node_reply_parse(body, d->c.size, &r, &pe) < 0) {
-                sync_retry_later("controld's answer does not parse");
-                return;
-        }
-        if (!r.ok || strcmp(r.type, "node.sync") != 0 || strcmp(r.node_id, cfg->node_id) != 0 || !r.has_live) {
-                char why[700];
-                snprintf(why, sizeof(why), "controld did not confirm (%s)", r.ok ? "no live list for this node" : r.error);
-                pj_node_reply_done(&r);
-                sync_retry_later(why);
-                return;
-        }
-        int k = cfg->egress_enabled ? sync_prune(&r) : 0;
-        if (k < 0) {
-                pj_node_reply_done(&r);
-                sync_retry_later("pruning failed");
-                return;
-        }
-        log_info("node.sync: converged: %zu live sandboxes, %d stale chains removed", r.n_live, k);
-        sync_st.sent_at = 0;
-        sync_st.next_at = 0;
-        sync_st.backoff_ms = 1000;
-        sync_st.converged = true;
-        pj_node_reply_done(&r);
-}
-
-static void sync_tick(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
-        int64_t now = mono_ms();
-        if (sync_st.sent_at && now - sync_st.sent_at >= SYNC_TIMEOUT_MS)
-                sync_retry_later("no answer from controld within 10 s");
-        if (!sync_st.sent_at && sync_st.next_at && now >= sync_st.next_at)
-                sync_send(conn, cfg, user);
 }
 
 /* ---------------------------------------------------------------- egress jobs
@@ -664,14 +527,14 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
 static int consume_loop(const struct agent_config *cfg, const char *user, amqp_connection_state_t conn) {
         char why[256];
         /* Every (re)connection converges again: controld may have changed its mind meanwhile. */
-        sync_send(conn, cfg, user);
+        reconcile_send(conn, cfg, user);
         while (!stop_requested) {
                 if (!privsep_healthy(why, sizeof(why)))
                         return log_error_errno(-ECHILD, "%s; no longer consuming", why);
                 int k = jobs_run(conn, cfg, user);
                 if (k < 0)
                         return k;
-                sync_tick(conn, cfg, user);
+                reconcile_tick(conn, cfg, user);
                 agent_metrics_tick(cfg);
                 resolved_send(conn, cfg, user);
                 /* Names being resolved are polled often; otherwise the broker is waited for. */
@@ -689,23 +552,20 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                         _cleanup_free_ char *rbody = NULL;
                         if (read_content(conn, &rd, &rbody) < 0)
                                 return -ECONNRESET;
-                        if (sync_st.sent_at)
-                                sync_retry_later("no controld is bound to the exchange (returned unroutable)");
+                        reconcile_on_return();
                         continue;
                 }
                 if (f.payload.method.id != AMQP_BASIC_DELIVER_METHOD || f.channel != CH)
                         continue;
                 const amqp_basic_deliver_t *dm = f.payload.method.decoded;
                 struct amqpx_delivery d = { .tag = dm->delivery_tag };
-                bool is_reply = dm->routing_key.len == sync_st.reply_q.len &&
-                                !memcmp(dm->routing_key.bytes, sync_st.reply_q.bytes, dm->routing_key.len) &&
-                                dm->exchange.len == 0;
+                bool is_reply = reconcile_is_reply(dm);
                 _cleanup_free_ char *body = NULL;
                 if (read_content(conn, &d, &body) < 0)
                         return -ECONNRESET;
                 if (is_reply) {
                         if (body)
-                                sync_on_reply(cfg, &d, body);
+                                reconcile_on_reply(cfg, &d, body);
                         continue;       /* consumed with no-ack */
                 }
 

@@ -72,11 +72,26 @@ int agent_egress_init(const struct agent_config *cfg, char *err, size_t errlen);
 int agent_config_load(const char *path, struct agent_config *ret, char *err, size_t errlen);
 void agent_config_done(struct agent_config *c);
 
-/* agent.c */
+/* agent.c: the one channel of the consumer's connection (reconcile.c publishes on it too). */
+#define AGENT_CH 1
 /* The reply (JSON text, xmalloc'd) for one message body. */
 char *agent_handle(const struct agent_config *cfg, const char *body, size_t len);
 /* Connects, consumes until SIGTERM/SIGINT, reconnecting with backoff. */
 int agent_run(const struct agent_config *cfg);
+
+/* reconcile.c — node.sync (see there). All on the consumer thread.
+ * reconcile_send: asks controld which sandboxes live here (after every (re)connect).
+ * reconcile_tick: a timed-out ask is retried with backoff; a due retry is sent.
+ * reconcile_on_reply: controld's answer on the reply queue; stale chains are removed.
+ * reconcile_on_return: a node.sync came back unroutable.
+ * reconcile_reply_queue_set: the reply queue of this connection (copied; the copy is returned).
+ * reconcile_is_reply: dm was delivered to that reply queue. */
+void reconcile_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user);
+void reconcile_tick(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user);
+void reconcile_on_reply(const struct agent_config *cfg, const struct amqpx_delivery *d, const char *body);
+void reconcile_on_return(void);
+amqp_bytes_t reconcile_reply_queue_set(amqp_bytes_t q);
+bool reconcile_is_reply(const amqp_basic_deliver_t *dm);
 
 /* privsep.c — privilege separation, the way OpenBSD's relayd and smtpd do it.
  *
