@@ -153,10 +153,8 @@ static int chain_cb(const struct nlmsghdr *nlh, void *data) {
 
 /* Chains of our table (the kernel's chain dump does not filter by table). */
 static int dump_chains(struct mnl_socket *nl, const char *table, struct chain_dump *ret) {
-        char buf[MNL_SOCKET_BUFFER_SIZE];
-        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETCHAIN, NFT_FAMILY, NLM_F_DUMP, nft_seq_next());
         *ret = (struct chain_dump) { .table = table, .fwd_prio = -1, .in_prio = -1, .into_prio = -1 };
-        int r = nft_query(nl, nlh, true, chain_cb, ret);
+        int r = nft_dump(nl, NFT_MSG_GETCHAIN, NULL, chain_cb, ret);
         if (r < 0)
                 names_done(&ret->names);
         return r;
@@ -180,13 +178,10 @@ static int set_cb(const struct nlmsghdr *nlh, void *data) {
 }
 
 static int dump_sets(struct mnl_socket *nl, const char *table, struct names *ret) {
-        char buf[MNL_SOCKET_BUFFER_SIZE];
-        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSET, NFT_FAMILY, NLM_F_DUMP, nft_seq_next());
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = xnonnull(nftnl_set_alloc());
         nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
-        nftnl_set_nlmsg_build_payload(nlh, s);
         struct set_dump d = { .table = table };
-        int r = nft_query(nl, nlh, true, set_cb, &d);
+        int r = nft_dump(nl, NFT_MSG_GETSET, s, set_cb, &d);
         if (r == -ENOENT)       /* no table */
                 r = 0;
         if (r < 0) {
@@ -850,10 +845,8 @@ int egress_stats(struct egress_stats **ret) {
         int r = nft_open(&nl);
         if (r < 0)
                 return r;
-        char buf[MNL_SOCKET_BUFFER_SIZE];
-        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFT_FAMILY, NLM_F_DUMP, nft_seq_next());
         struct stats_dump d = { .table = table };
-        r = nft_query(nl, nlh, true, rule_stats_cb, &d);
+        r = nft_dump(nl, NFT_MSG_GETRULE, NULL, rule_stats_cb, &d);
         if (r < 0 && r != -ENOENT) {
                 free(d.v);
                 return r;

@@ -112,6 +112,16 @@ static int gen_cb(const struct nlmsghdr *nlh, void *data) {
         return MNL_CB_OK;
 }
 
+int nft_dump(struct mnl_socket *nl, uint16_t type, struct nftnl_set *filter, mnl_cb_t cb, void *data) {
+        char buf[MNL_SOCKET_BUFFER_SIZE];
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, type, NFT_FAMILY, NLM_F_DUMP, nft_seq_next());
+        if (filter && type == NFT_MSG_GETSETELEM)
+                nftnl_set_elems_nlmsg_build_payload(nlh, filter);
+        else if (filter)
+                nftnl_set_nlmsg_build_payload(nlh, filter);
+        return nft_query(nl, nlh, true, cb, data);
+}
+
 int nft_get_genid(struct mnl_socket *nl, uint32_t *ret) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
         struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETGEN, AF_UNSPEC, 0, nft_seq_next());
@@ -137,13 +147,9 @@ static int elem_cb(const struct nlmsghdr *nlh, void *data) {
 
 /* Elements of a set/map with 4-byte keys; a missing set (or table) is empty. */
 int nft_dump_elems(struct mnl_socket *nl, const char *table, const char *set, struct nft_elem **ret, size_t *ret_n) {
-        char buf[MNL_SOCKET_BUFFER_SIZE];
-        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFT_FAMILY, NLM_F_DUMP, nft_seq_next());
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = nft_set_new(table, set);
-        nftnl_set_elems_nlmsg_build_payload(nlh, s);
-
         struct elem_dump d = { .set = s };
-        int r = nft_query(nl, nlh, true, elem_cb, &d);
+        int r = nft_dump(nl, NFT_MSG_GETSETELEM, s, elem_cb, &d);
         if (r == -ENOENT) {
                 *ret = NULL;
                 *ret_n = 0;

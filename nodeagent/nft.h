@@ -56,6 +56,10 @@ int nft_get_genid(struct mnl_socket *nl, uint32_t *ret);
 void nft_restart_backoff(int attempt);
 
 /* ---- dumps */
+/* The one dump request: every object of type (NFT_MSG_GETCHAIN, GETSET, GETSETELEM,
+ * GETRULE) in NFT_FAMILY, cb run over each. filter (GETSET, GETSETELEM) names the
+ * table, and for elements the set; NULL for none. 0 or -errno (-ENOENT: no such table or set). */
+int nft_dump(struct mnl_socket *nl, uint16_t type, struct nftnl_set *filter, mnl_cb_t cb, void *data);
 /* One element of @sandboxes or @dns_clients. chain is "" for plain sets. */
 struct nft_elem {
         uint32_t key;           /* host order */
