@@ -56,12 +56,12 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
 
 /* nomad-self.c: node_id = nomad. The client node id from GET /v1/agent/self
  * (stats.client.node_id) of the local agent at [nomad] address; -errno with err set. */
-int agent_nomad_node_id(const struct agent_config *cfg, char **ret, char *err, size_t errlen);
+int nomad_self_node_id(const struct agent_config *cfg, char **ret, char *err, size_t errlen);
 /* The node id in an /v1/agent/self answer; -ENOENT when the agent runs no client. */
-int agent_nomad_self_parse(const char *body, size_t len, char **ret);
+int nomad_self_parse(const char *body, size_t len, char **ret);
 /* Replaces node_id = nomad with the id the local agent reports, retrying for up to
  * timeout_ms (the agent may start after us). 0 when there was nothing to do or it worked. */
-int agent_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, size_t errlen);
+int nomad_self_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, size_t errlen);
 
 /* agent.c: starts the egress child, which programs the firewall from [egress];
  * returns its result (0, or its -errno with its reason in err). */
