@@ -98,8 +98,9 @@ bool reconcile_is_reply(const amqp_basic_deliver_t *dm);
  * The parent (AMQP, JSON, name resolution) drops every capability after start-up.
  * Privileged work happens in children it forks first, each reached over its own
  * SOCK_SEQPACKET socketpair with fixed-size, versioned binary messages:
- *   egress child: only CAP_NET_ADMIN; owns egress.c; never parses JSON or touches the network;
- *   docker child: owns the Docker socket and the registry credentials (snapshots: commit,
+ *   egress child: only CAP_NET_ADMIN; owns egress.c (with nft.c, conntrack.c); never parses
+ *                 JSON or touches the network;
+ *   docker child: privsep-docker.c; owns the Docker socket and the registry credentials (snapshots: commit,
  *                 push, verify, remove, prune); no capabilities.
  * Every message a child reads is checked before use: its size is exactly the size
  * of its type, the version matches, every field is in range (relayd's IMSG_SIZE_CHECK).
