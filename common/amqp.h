@@ -6,7 +6,8 @@
  * #include_next: every `#include <amqp.h>` in the tree gets both.
  *
  * Names carry the amqpx_ prefix (amqp_ is librabbitmq's). Library-like: logs at
- * debug only; errors are -errno plus a sentence in err that never holds the password.
+ * debug only (amqpx_rpc_ok, which logs at its caller's priority, excepted); errors
+ * are -errno plus a sentence in err that never holds the password.
  */
 #pragma once
 
