@@ -10,6 +10,10 @@
  * This is the parent of privsep.c: it holds no capabilities once started. Egress
  * changes go to the egress child as fixed-size binary requests; hostnames are
  * resolved here, never in a privileged process.
+ *
+ * Here: the connection, the consuming loop and the queue of egress jobs. The
+ * configuration is read in config.c; node.sync convergence is reconcile.c's, driven
+ * from this loop.
  */
 #include <arpa/inet.h>
 #include <errno.h>
