@@ -148,7 +148,7 @@ static int chain_cb(const struct nlmsghdr *nlh, void *data) {
 /* Chains of our table (the kernel's chain dump does not filter by table). */
 static int dump_chains(struct mnl_socket *nl, const char *table, struct chain_dump *ret) {
         *ret = (struct chain_dump) { .table = table, .fwd_prio = -1, .in_prio = -1, .into_prio = -1 };
-        int r = nft_dump(nl, NFT_MSG_GETCHAIN, NULL, chain_cb, ret);
+        int r = nft_dump_objects(nl, NFT_MSG_GETCHAIN, NULL, chain_cb, ret);
         if (r < 0)
                 names_done(&ret->names);
         return r;
@@ -175,7 +175,7 @@ static int dump_sets(struct mnl_socket *nl, const char *table, struct names *ret
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = xnonnull(nftnl_set_alloc());
         nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
         struct set_dump d = { .table = table };
-        int r = nft_dump(nl, NFT_MSG_GETSET, s, set_cb, &d);
+        int r = nft_dump_objects(nl, NFT_MSG_GETSET, s, set_cb, &d);
         if (r == -ENOENT)       /* no table */
                 r = 0;
         if (r < 0) {
@@ -840,7 +840,7 @@ int egress_stats(struct egress_stats **ret) {
         if (r < 0)
                 return r;
         struct stats_dump d = { .table = table };
-        r = nft_dump(nl, NFT_MSG_GETRULE, NULL, rule_stats_cb, &d);
+        r = nft_dump_objects(nl, NFT_MSG_GETRULE, NULL, rule_stats_cb, &d);
         if (r < 0 && r != -ENOENT) {
                 free(d.v);
                 return r;

@@ -112,7 +112,7 @@ static int gen_cb(const struct nlmsghdr *nlh, void *data) {
         return MNL_CB_OK;
 }
 
-int nft_dump(struct mnl_socket *nl, uint16_t type, struct nftnl_set *filter, mnl_cb_t cb, void *data) {
+int nft_dump_objects(struct mnl_socket *nl, uint16_t type, struct nftnl_set *filter, mnl_cb_t cb, void *data) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
         struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, type, NFT_FAMILY, NLM_F_DUMP, nft_seq_next());
         if (filter && type == NFT_MSG_GETSETELEM)
@@ -149,7 +149,7 @@ static int elem_cb(const struct nlmsghdr *nlh, void *data) {
 int nft_dump_elems(struct mnl_socket *nl, const char *table, const char *set, struct nft_elem **ret, size_t *ret_n) {
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = nft_set_new(table, set);
         struct elem_dump d = { .set = s };
-        int r = nft_dump(nl, NFT_MSG_GETSETELEM, s, elem_cb, &d);
+        int r = nft_dump_objects(nl, NFT_MSG_GETSETELEM, s, elem_cb, &d);
         if (r == -ENOENT) {
                 *ret = NULL;
                 *ret_n = 0;

@@ -59,7 +59,7 @@ void nft_restart_backoff(int attempt);
 /* The one dump request: every object of type (NFT_MSG_GETCHAIN, GETSET, GETSETELEM,
  * GETRULE) in NFT_FAMILY, cb run over each. filter (GETSET, GETSETELEM) names the
  * table, and for elements the set; NULL for none. 0 or -errno (-ENOENT: no such table or set). */
-int nft_dump(struct mnl_socket *nl, uint16_t type, struct nftnl_set *filter, mnl_cb_t cb, void *data);
+int nft_dump_objects(struct mnl_socket *nl, uint16_t type, struct nftnl_set *filter, mnl_cb_t cb, void *data);
 /* One element of @sandboxes or @dns_clients. chain is "" for plain sets. */
 struct nft_elem {
         uint32_t key;           /* host order */
