@@ -11,6 +11,7 @@
 
 #include "amqp.h"
 #include "cleanup.h"
+#include "log.h"
 #include "strutil.h"
 
 static struct timeval ms_to_tv(long ms) {
@@ -78,6 +79,14 @@ int amqpx_rpc_check(amqp_rpc_reply_t x, const char *what, char *err, size_t errl
         }
         fmt_err(err, errlen, "RabbitMQ %s: unexpected reply", what);
         return -EPROTO;
+}
+
+int amqpx_rpc_ok(amqp_connection_state_t conn, const char *what, int prio, const char *prefix) {
+        char why[256];
+        int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, why, sizeof(why));
+        if (r < 0)
+                log_full_errno(prio, 0, "%s%s", prefix, why);
+        return r;
 }
 
 static int status_to_errno(int status) {

@@ -6,7 +6,8 @@
  * #include_next: every `#include <amqp.h>` in the tree gets both.
  *
  * Names carry the amqpx_ prefix (amqp_ is librabbitmq's). Library-like: logs at
- * debug only; errors are -errno plus a sentence in err that never holds the password.
+ * debug only (amqpx_rpc_ok, which logs at its caller's priority, excepted); errors
+ * are -errno plus a sentence in err that never holds the password.
  */
 #pragma once
 
@@ -36,12 +37,23 @@ void amqpx_url_done(struct amqpx_url *u);
  *   -EACCES (ACCESS_REFUSED / NOT_ALLOWED close), -EPROTO (anything else). */
 int amqpx_rpc_check(amqp_rpc_reply_t x, const char *what, char *err, size_t errlen);
 
+/* amqpx_rpc_check of conn's last synchronous call. The one exception to debug-only
+ * logging in this module, because its callers (the agent's consumers) all want the
+ * same line: a failure is logged at prio, its text after prefix. */
+int amqpx_rpc_ok(amqp_connection_state_t conn, const char *what, int prio, const char *prefix);
+
 /* Opens a TCP connection to u and logs in (PLAIN) within timeout_ms, announcing
  * conn_name as the connection_name client property (shown by rabbitmqctl).
  * frame_max 0 = AMQP_DEFAULT_FRAME_SIZE. On success *ret is a logged-in
  * connection with no channel open (caller destroys it); untouched on failure.
  * Errors: -ECONNREFUSED / -EHOSTUNREACH / -ETIMEDOUT (cannot reach), -EACCES
  * (login refused, including the broker hanging up on bad credentials). */
+/* What the node agent's connections ask for: frame_max, heartbeat, and the bound on
+ * connecting and logging in. */
+#define AMQPX_FRAME_MAX 131072
+#define AMQPX_HEARTBEAT_S 30
+#define AMQPX_CONNECT_TIMEOUT_MS 10000
+
 int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_max, int heartbeat_s, long timeout_ms,
                   amqp_connection_state_t *ret, char *err, size_t errlen);
 

@@ -10,6 +10,10 @@
  * This is the parent of privsep.c: it holds no capabilities once started. Egress
  * changes go to the egress child as fixed-size binary requests; hostnames are
  * resolved here, never in a privileged process.
+ *
+ * Here: the connection, the consuming loop and the queue of egress jobs. The
+ * configuration is read in config.c; node.sync convergence is reconcile.c's, driven
+ * from this loop.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,7 +34,6 @@
 #include "amqp.h"
 
 #include "cleanup.h"
-#include "conf.h"
 #include "json.h"
 #include "log.h"
 #include "egress.h"
@@ -41,7 +44,7 @@
 #include "ticker.h"
 
 #define MAX_MESSAGE (1024 * 1024)
-#define CH 1
+#define CH AGENT_CH
 
 static volatile sig_atomic_t stop_requested;
 
@@ -50,148 +53,9 @@ static void on_signal(int sig) {
         stop_requested = 1;
 }
 
-int agent_config_load(const char *path, struct agent_config *ret, char *err, size_t errlen) {
-        struct conf *cf = NULL;
-        const char *v;
-        int r;
-        memset(ret, 0, sizeof(*ret));
-        if ((r = conf_parse_file(path, &cf, err, errlen)) < 0)
-                return r;
-#define STR(sec, key, def, max, field)                                                         \
-        do {                                                                                   \
-                if ((r = conf_get_string(cf, sec, NULL, key, def, max, &v, err, errlen)) < 0) \
-                        goto out;                                                              \
-                ret->field = v ? xstrdup(v) : NULL;                                            \
-        } while (0)
-        STR("agent", "node_id", NULL, 128, node_id);
-        STR("agent", "log_level", "info", 16, log_level);
-        STR("amqp", "url", "amqp://guest:guest@127.0.0.1:5672", 1024, amqp_url);
-        STR("amqp", "exchange", "paddock.nodes", 128, exchange);
-        STR("egress", "table", "paddock", 64, egress_table);
-        STR("egress", "dns_resolver", NULL, 16, egress_dns);
-        STR("metrics", "listen", NULL, 64, metrics_listen);
-        STR("nomad", "address", "http://127.0.0.1:4646", 512, nomad_addr);
-        STR("nomad", "token", "", 256, nomad_token);
-        STR("nomad", "ca_file", "", 1024, nomad_ca_file);
-        STR("nomad", "cert_file", "", 1024, nomad_cert_file);
-        STR("nomad", "key_file", "", 1024, nomad_key_file);
-#undef STR
-        if ((r = conf_get_int(cf, "amqp", NULL, "prefetch", 8, 1, 1000, &ret->prefetch, err, errlen)) < 0)
-                goto out;
-        if ((r = conf_get_bool(cf, "egress", NULL, "enable", false, &ret->egress_enabled, err, errlen)) < 0)
-                goto out;
-        if ((r = conf_get_list(cf, "egress", NULL, "bridges", 64, 15, &ret->egress_bridges, err, errlen)) < 0 ||
-            (r = conf_get_list(cf, "egress", NULL, "deny", 1024, 18, &ret->egress_deny, err, errlen)) < 0 ||
-            (r = conf_get_int(cf, "egress", NULL, "priority", -10, -400, 400, &ret->egress_priority, err, errlen)) < 0 ||
-            (r = conf_get_duration_ms(cf, "egress", NULL, "resolve_timeout", NAMES_TIMEOUT_DEFAULT_MS, 100, 60000,
-                                      &ret->egress_resolve_timeout_ms, err, errlen)) < 0 ||
-            (r = conf_get_duration_ms(cf, "egress", NULL, "resolve_interval", NAMES_INTERVAL_DEFAULT_MS, 1000,
-                                      86400000, &ret->egress_resolve_interval_ms, err, errlen)) < 0)
-                goto out;
-        if (!ret->egress_deny) {
-                /* Absent key: the internal ranges no sandbox may reach. An explicit
-                 * "deny =" (empty) means none beyond the built-in set. */
-                static const char *const def[] = { "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", NULL };
-                ret->egress_deny = xnew0(char *, ELEMENTSOF(def));
-                for (size_t i = 0; def[i]; i++)
-                        ret->egress_deny[i] = xstrdup(def[i]);
-        }
-        if (ret->metrics_listen && !*ret->metrics_listen) {
-                free(ret->metrics_listen);
-                ret->metrics_listen = NULL;
-        }
-        if (ret->metrics_listen) {
-                struct sockaddr_storage ss;
-                socklen_t sl;
-                char why[256];
-                if ((r = agent_metrics_parse_listen(ret->metrics_listen, &ss, &sl, why, sizeof(why))) < 0) {
-                        snprintf(err, errlen, "%s: [metrics] listen: %s", path, why);
-                        goto out;
-                }
-        }
-        if (ret->egress_dns && !*ret->egress_dns) {
-                free(ret->egress_dns);
-                ret->egress_dns = NULL;
-        }
-        if (ret->egress_enabled && !ret->egress_bridges) {
-                snprintf(err, errlen, "%s: [egress] bridges is required when enable = true", path);
-                r = -EINVAL;
-                goto out;
-        }
-        if ((r = snapshot_config_load(cf, ret, err, errlen)) < 0)
-                goto out;
-        if ((r = conf_check_unused(cf, err, errlen)) < 0)
-                goto out;
-        if (!ret->node_id || !*ret->node_id) {
-                snprintf(err, errlen, "%s: [agent] node_id is required", path);
-                r = -EINVAL;
-                goto out;
-        }
-        for (const char *p = ret->node_id; *p; p++)
-                if (!ascii_alnum(*p) && !strchr("-_.", *p)) {
-                        snprintf(err, errlen, "%s: [agent] node_id may only hold letters, digits, '-', '_' and '.'", path);
-                        r = -EINVAL;
-                        goto out;
-                }
-        if (log_level_from_string(ret->log_level) < 0) {
-                snprintf(err, errlen, "%s: [agent] log_level must be debug, info, notice, warning or error", path);
-                r = -EINVAL;
-                goto out;
-        }
-        {
-                struct amqpx_url u;
-                char why[256];
-                if ((r = amqpx_url_parse(ret->amqp_url, &u, why, sizeof(why))) < 0) {
-                        snprintf(err, errlen, "%s: [amqp] url: %s", path, why);
-                        goto out;
-                }
-                amqpx_url_done(&u);
-        }
-        r = 0;
-out:
-        conf_free(cf);
-        if (r < 0)
-                agent_config_done(ret);
-        return r;
-}
-
-void agent_config_done(struct agent_config *c) {
-        snapshot_config_done(c);
-        strv_free(c->egress_bridges);
-        strv_free(c->egress_deny);
-        free_many(c->egress_table, c->egress_dns, c->metrics_listen, c->node_id, c->log_level, c->amqp_url,
-                  c->exchange, c->nomad_addr, c->nomad_token, c->nomad_ca_file, c->nomad_cert_file, c->nomad_key_file);
-        memset(c, 0, sizeof(*c));
-}
-
-int agent_rpc_ok(amqp_connection_state_t conn, const char *what, int prio, const char *prefix) {
-        char why[256];
-        int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, why, sizeof(why));
-        if (r < 0)
-                log_full_errno(prio, 0, "%s%s", prefix, why);
-        return r;
-}
-
 static int rpc_ok(amqp_connection_state_t conn, const char *what) {
-        return agent_rpc_ok(conn, what, LOG_ERR, "");
+        return amqpx_rpc_ok(conn, what, LOG_ERR, "");
 }
-
-/* node.sync: at start-up (and after every reconnect) the agent asks controld which
- * sandboxes are live on this node and removes the chains of all others; controld
- * then re-publishes egress.apply for the live ones. Until an answer comes the table
- * stays as it is (fail closed: a sandbox without a confirmed chain has no egress);
- * no route or no answer within SYNC_TIMEOUT_MS -> retried with backoff. */
-#define SYNC_TIMEOUT_MS 10000
-#define SYNC_BACKOFF_MAX_MS 300000
-static struct {
-        amqp_bytes_t reply_q;           /* exclusive, server-named, consumed with no-ack */
-        char corr[64];
-        int64_t sent_at;                /* mono ms; 0 = nothing in flight */
-        int64_t next_at;                /* mono ms of the next attempt; 0 = none (converged) */
-        int backoff_ms;
-        unsigned attempt;
-        bool converged;                 /* once, for tests and the log */
-} sync_st = { .backoff_ms = 1000 };
 
 static amqp_connection_state_t connect_broker(const struct agent_config *cfg, const struct amqpx_url *u,
                                               amqp_bytes_t *ret_queue) {
@@ -200,7 +64,7 @@ static amqp_connection_state_t connect_broker(const struct agent_config *cfg, co
         amqp_connection_state_t conn = NULL;
         char why[512];
 
-        int r = amqpx_connect(u, cname, 131072, 30, 10000, &conn, why, sizeof(why));
+        int r = amqpx_connect(u, cname, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S, AMQPX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why));
         if (r < 0) {
                 if (r == -EACCES)
                         log_error("%s", why);
@@ -232,9 +96,7 @@ static amqp_connection_state_t connect_broker(const struct agent_config *cfg, co
         amqp_queue_declare_ok_t *rq = amqp_queue_declare(conn, CH, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
         if (rpc_ok(conn, "queue.declare (replies)") < 0 || !rq)
                 goto fail_q;
-        amqp_bytes_free(sync_st.reply_q);
-        sync_st.reply_q = amqp_bytes_malloc_dup(rq->queue);
-        amqp_basic_consume(conn, CH, sync_st.reply_q, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
+        amqp_basic_consume(conn, CH, reconcile_reply_queue_set(rq->queue), amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         if (rpc_ok(conn, "basic.consume (replies)") < 0)
                 goto fail_q;
         return conn;
@@ -459,23 +321,6 @@ static int read_content(amqp_connection_state_t conn, struct amqpx_delivery *d, 
         return r;
 }
 
-static void sync_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
-        struct pj_node_msg m = { .type = PJ_NODE_NODE_SYNC };
-        strscpy(m.node_id, cfg->node_id, sizeof(m.node_id));
-        _cleanup_free_ char *body = pj_node_msg_format(&m);
-        snprintf(sync_st.corr, sizeof(sync_st.corr), "sync-%s-%u-%" PRId64, cfg->node_id, ++sync_st.attempt, mono_ms());
-        amqp_basic_properties_t p = amqpx_json_props(1, cfg->node_id, user);
-        p._flags |= AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_EXPIRATION_FLAG;
-        p.reply_to = sync_st.reply_q;
-        p.correlation_id = amqp_cstring_bytes(sync_st.corr);
-        p.expiration = amqp_cstring_bytes("10000");
-        amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("controld"), 1, 0, &p,
-                           amqp_cstring_bytes(body));
-        sync_st.sent_at = mono_ms();
-        sync_st.next_at = 0;
-        log_info("node.sync sent to controld (attempt %u)", sync_st.attempt);
-}
-
 /* Tells controld what re-resolved names now enforce (it updates GET /egress and the
  * sandbox's /etc/hosts). Fire and forget: if it is lost, the next apply carries it. */
 static void resolved_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
@@ -495,107 +340,6 @@ static void resolved_send(amqp_connection_state_t conn, const struct agent_confi
                 free(u[i].resolved);
         }
         free(u);
-}
-
-static void sync_retry_later(const char *why) {
-        sync_st.sent_at = 0;
-        sync_st.next_at = mono_ms() + sync_st.backoff_ms;
-        log_warning("node.sync: %s; keeping the firewall as it is and asking again in %d s", why, sync_st.backoff_ms / 1000);
-        sync_st.backoff_ms = sync_st.backoff_ms * 2 > SYNC_BACKOFF_MAX_MS ? SYNC_BACKOFF_MAX_MS : sync_st.backoff_ms * 2;
-}
-
-static bool live_has(const struct pj_node_reply *r, const char *id) {
-        for (size_t i = 0; i < r->n_live; i++)
-                if (!strcmp(r->live[i].sandbox_id, id))
-                        return true;
-        return false;
-}
-
-/* Removes the chain of every sandbox not in r->live. Returns how many were removed, or -errno. */
-static int sync_prune(const struct pj_node_reply *r) {
-        _cleanup_strv_free_ char **stale = NULL;
-        size_t n_stale = 0;
-        uint32_t total = 0;
-        for (uint32_t off = 0;; off += PS_LIST_PAGE) {
-                struct ps_egress_list req = { .hdr.type = PS_EGRESS_LIST, .offset = off };
-                struct ps_result res;
-                int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
-                if (k < 0)
-                        return log_warning_errno(k, "node.sync: cannot list the egress table: %s", res.msg);
-                char *colon = strchr(res.msg, ':');
-                if (!colon)
-                        return log_warning_errno(-EBADMSG, "node.sync: the egress process listed nothing readable");
-                total = (uint32_t) strtoul(res.msg, NULL, 10);
-                const char *list = colon + 1;
-                size_t got = strlen(list) / EGRESS_ID_LEN;
-                for (size_t i = 0; i < got; i++) {
-                        char id[EGRESS_ID_LEN + 1];
-                        memcpy(id, list + i * EGRESS_ID_LEN, EGRESS_ID_LEN);
-                        id[EGRESS_ID_LEN] = 0;
-                        if (live_has(r, id))
-                                continue;
-                        stale = xrealloc(stale, (n_stale + 2) * sizeof(char *));
-                        stale[n_stale++] = xstrdup(id);
-                        stale[n_stale] = NULL;
-                }
-                if (got == 0 || off + PS_LIST_PAGE >= total)
-                        break;
-        }
-        int removed = 0;
-        for (size_t i = 0; i < n_stale; i++) {
-                struct ps_egress_remove req = { .hdr.type = PS_EGRESS_REMOVE };
-                struct ps_result res;
-                strscpy(req.sandbox_id, stale[i], sizeof(req.sandbox_id));
-                int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
-                if (k < 0)
-                        return log_warning_errno(k, "node.sync: cannot remove stale sandbox %s: %s", stale[i], res.msg);
-                names_forget(stale[i]);         /* no refresh may bring its rules back */
-                log_ctx_set("SANDBOX_ID", stale[i]);
-                log_info("node.sync: removed the egress chain of a sandbox controld no longer has here");
-                log_ctx_set("SANDBOX_ID", NULL);
-                removed++;
-        }
-        return removed;
-}
-
-static void sync_on_reply(const struct agent_config *cfg, const struct amqpx_delivery *d, const char *body) {
-        if (!sync_st.sent_at || !d->c.has_corr || strcmp(d->c.correlation_id, sync_st.corr) != 0) {
-                log_debug("ignoring a reply that answers no node.sync in flight");
-                return;
-        }
-        struct pj_node_reply r;
-        struct pj_error pe;
-        if (pj_node_reply_parse(body, d->c.size, &r, &pe) < 0) {
-                sync_retry_later("controld's answer does not parse");
-                return;
-        }
-        if (!r.ok || strcmp(r.type, "node.sync") != 0 || strcmp(r.node_id, cfg->node_id) != 0 || !r.has_live) {
-                char why[700];
-                snprintf(why, sizeof(why), "controld did not confirm (%s)", r.ok ? "no live list for this node" : r.error);
-                pj_node_reply_done(&r);
-                sync_retry_later(why);
-                return;
-        }
-        int k = cfg->egress_enabled ? sync_prune(&r) : 0;
-        if (k < 0) {
-                pj_node_reply_done(&r);
-                sync_retry_later("pruning failed");
-                return;
-        }
-        log_info("node.sync: converged: %zu live sandboxes, %d stale chains removed", r.n_live, k);
-        sync_st.sent_at = 0;
-        sync_st.next_at = 0;
-        sync_st.backoff_ms = 1000;
-        sync_st.converged = true;
-        pj_node_reply_done(&r);
-}
-
-static void sync_tick(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
-        int64_t now = mono_ms();
-        if (sync_st.sent_at && now - sync_st.sent_at >= SYNC_TIMEOUT_MS)
-                sync_retry_later("no answer from controld within 10 s");
-        if (!sync_st.sent_at && sync_st.next_at && now >= sync_st.next_at)
-                sync_send(conn, cfg, user);
 }
 
 /* ---------------------------------------------------------------- egress jobs
@@ -787,14 +531,14 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
 static int consume_loop(const struct agent_config *cfg, const char *user, amqp_connection_state_t conn) {
         char why[256];
         /* Every (re)connection converges again: controld may have changed its mind meanwhile. */
-        sync_send(conn, cfg, user);
+        reconcile_send(conn, cfg, user);
         while (!stop_requested) {
                 if (!privsep_healthy(why, sizeof(why)))
                         return log_error_errno(-ECHILD, "%s; no longer consuming", why);
                 int k = jobs_run(conn, cfg, user);
                 if (k < 0)
                         return k;
-                sync_tick(conn, cfg, user);
+                reconcile_tick(conn, cfg, user);
                 agent_metrics_tick(cfg);
                 resolved_send(conn, cfg, user);
                 /* Names being resolved are polled often; otherwise the broker is waited for. */
@@ -812,23 +556,20 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                         _cleanup_free_ char *rbody = NULL;
                         if (read_content(conn, &rd, &rbody) < 0)
                                 return -ECONNRESET;
-                        if (sync_st.sent_at)
-                                sync_retry_later("no controld is bound to the exchange (returned unroutable)");
+                        reconcile_on_return();
                         continue;
                 }
                 if (f.payload.method.id != AMQP_BASIC_DELIVER_METHOD || f.channel != CH)
                         continue;
                 const amqp_basic_deliver_t *dm = f.payload.method.decoded;
                 struct amqpx_delivery d = { .tag = dm->delivery_tag };
-                bool is_reply = dm->routing_key.len == sync_st.reply_q.len &&
-                                !memcmp(dm->routing_key.bytes, sync_st.reply_q.bytes, dm->routing_key.len) &&
-                                dm->exchange.len == 0;
+                bool is_reply = reconcile_is_reply(dm);
                 _cleanup_free_ char *body = NULL;
                 if (read_content(conn, &d, &body) < 0)
                         return -ECONNRESET;
                 if (is_reply) {
                         if (body)
-                                sync_on_reply(cfg, &d, body);
+                                reconcile_on_reply(cfg, &d, body);
                         continue;       /* consumed with no-ack */
                 }
 

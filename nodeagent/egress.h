@@ -2,7 +2,7 @@
  *
  * Everything lives in ONE table (`inet paddock` by default) and every change is
  * ONE atomic netlink batch (libnftnl + libmnl): the kernel either takes all of
- * it or none of it. Layout (see egress.c for the exact rules):
+ * it or none of it. Layout (see egress.c for the exact rules; nft.c sends them):
  *
  *   set node_deny   ipv4 intervals: 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 (always)
  *                   plus cfg->deny_cidrs (operator internal CIDRs)

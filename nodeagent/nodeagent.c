@@ -59,7 +59,7 @@ int nodeagent_main(int argc, char **argv) {
                 return 0;
         }
         log_set_max_level(log_level_from_string(cfg.log_level));
-        int r = agent_resolve_node_id(&cfg, 30000, err, sizeof(err));
+        int r = nomad_self_resolve_node_id(&cfg, 30000, err, sizeof(err));
         if (r < 0) {
                 log_error("%s", err);
                 agent_config_done(&cfg);

@@ -39,10 +39,7 @@ struct agent_config {
         char *nomad_addr, *nomad_token, *nomad_ca_file, *nomad_cert_file, *nomad_key_file;
 };
 
-/* snapshot.c: the [snapshot] keys of the configuration (called by agent_config_load). */
-struct conf;
-int snapshot_config_load(struct conf *cf, struct agent_config *ret, char *err, size_t errlen);
-void snapshot_config_done(struct agent_config *c);
+/* snapshot.c */
 /* The container a snapshot.create names, s[0..n): Docker's 64-hex id, the Docker driver's
  * "paddock-<24 hex>", or a Nomad task container "<task>-<alloc uuid>" (Nomad's docker
  * driver names it so; the task name in Docker's name characters). At most PS_CONTAINER_MAX. */
@@ -59,35 +56,51 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
 
 /* nomad-self.c: node_id = nomad. The client node id from GET /v1/agent/self
  * (stats.client.node_id) of the local agent at [nomad] address; -errno with err set. */
-int agent_nomad_node_id(const struct agent_config *cfg, char **ret, char *err, size_t errlen);
+int nomad_self_node_id(const struct agent_config *cfg, char **ret, char *err, size_t errlen);
 /* The node id in an /v1/agent/self answer; -ENOENT when the agent runs no client. */
-int agent_nomad_self_parse(const char *body, size_t len, char **ret);
+int nomad_self_parse(const char *body, size_t len, char **ret);
 /* Replaces node_id = nomad with the id the local agent reports, retrying for up to
  * timeout_ms (the agent may start after us). 0 when there was nothing to do or it worked. */
-int agent_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, size_t errlen);
+int nomad_self_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, size_t errlen);
 
 /* agent.c: starts the egress child, which programs the firewall from [egress];
  * returns its result (0, or its -errno with its reason in err). */
 int agent_egress_init(const struct agent_config *cfg, char *err, size_t errlen);
 
-/* agent.c */
+/* config.c: reads path ([snapshot] included); on failure -errno with "file: [section] key: ..."
+ * in err and *ret zeroed. agent_config_done frees what it holds. */
 int agent_config_load(const char *path, struct agent_config *ret, char *err, size_t errlen);
 void agent_config_done(struct agent_config *c);
+
+/* agent.c: the one channel of the consumer's connection (reconcile.c publishes on it too). */
+#define AGENT_CH 1
 /* The reply (JSON text, xmalloc'd) for one message body. */
 char *agent_handle(const struct agent_config *cfg, const char *body, size_t len);
 /* Connects, consumes until SIGTERM/SIGINT, reconnecting with backoff. */
 int agent_run(const struct agent_config *cfg);
-/* amqpx_rpc_check of conn's last synchronous call; a failure is logged at prio,
- * its text after prefix. */
-int agent_rpc_ok(amqp_connection_state_t conn, const char *what, int prio, const char *prefix);
+
+/* reconcile.c — node.sync (see there). All on the consumer thread.
+ * reconcile_send: asks controld which sandboxes live here (after every (re)connect).
+ * reconcile_tick: a timed-out ask is retried with backoff; a due retry is sent.
+ * reconcile_on_reply: controld's answer on the reply queue; stale chains are removed.
+ * reconcile_on_return: a node.sync came back unroutable.
+ * reconcile_reply_queue_set: the reply queue of this connection (copied; the copy is returned).
+ * reconcile_is_reply: dm was delivered to that reply queue. */
+void reconcile_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user);
+void reconcile_tick(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user);
+void reconcile_on_reply(const struct agent_config *cfg, const struct amqpx_delivery *d, const char *body);
+void reconcile_on_return(void);
+amqp_bytes_t reconcile_reply_queue_set(amqp_bytes_t q);
+bool reconcile_is_reply(const amqp_basic_deliver_t *dm);
 
 /* privsep.c — privilege separation, the way OpenBSD's relayd and smtpd do it.
  *
  * The parent (AMQP, JSON, name resolution) drops every capability after start-up.
  * Privileged work happens in children it forks first, each reached over its own
  * SOCK_SEQPACKET socketpair with fixed-size, versioned binary messages:
- *   egress child: only CAP_NET_ADMIN; owns egress.c; never parses JSON or touches the network;
- *   docker child: owns the Docker socket and the registry credentials (snapshots: commit,
+ *   egress child: only CAP_NET_ADMIN; owns egress.c (with nft.c, conntrack.c); never parses
+ *                 JSON or touches the network;
+ *   docker child: privsep-docker.c; owns the Docker socket and the registry credentials (snapshots: commit,
  *                 push, verify, remove, prune); no capabilities.
  * Every message a child reads is checked before use: its size is exactly the size
  * of its type, the version matches, every field is in range (relayd's IMSG_SIZE_CHECK).

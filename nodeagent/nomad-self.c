@@ -20,7 +20,7 @@
 #include "nodeagent.h"
 #include "strutil.h"
 
-int agent_nomad_self_parse(const char *body, size_t len, char **ret) {
+int nomad_self_parse(const char *body, size_t len, char **ret) {
         _cleanup_json_ cJSON *j = NULL;
         char perr[128];
         if (json_parse(body, len, 4 << 20, 64, &j, perr, sizeof(perr)) < 0)
@@ -37,7 +37,7 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
         return strbuf_append(ud, p, sz * n) < 0 ? 0 : sz * n;
 }
 
-int agent_nomad_node_id(const struct agent_config *cfg, char **ret, char *err, size_t errlen) {
+int nomad_self_node_id(const struct agent_config *cfg, char **ret, char *err, size_t errlen) {
         _cleanup_free_ char *url = xasprintf("%s/v1/agent/self", cfg->nomad_addr);
         _cleanup_free_ char *hdr = cfg->nomad_token[0] ? xasprintf("X-Nomad-Token: %s", cfg->nomad_token) : NULL;
         struct curl_slist *h = hdr ? curl_slist_append(NULL, hdr) : NULL;
@@ -72,7 +72,7 @@ int agent_nomad_node_id(const struct agent_config *cfg, char **ret, char *err, s
                         (int) (k > 200 ? 200 : k), b.buf ? b.buf : "",
                         status == 403 ? " (check [nomad] token: it needs agent:read)" : "");
                 r = status == 403 ? -EACCES : -EREMOTEIO;
-        } else if ((r = agent_nomad_self_parse(b.buf, b.len, ret)) < 0)
+        } else if ((r = nomad_self_parse(b.buf, b.len, ret)) < 0)
                 fmt_err(err, errlen, "node_id = nomad: the Nomad agent at %s %s", cfg->nomad_addr,
                         r == -ENOENT ? "runs no client (stats.client.node_id is missing): run nodeagent on a Nomad client"
                                      : "sent an answer that is not JSON");
@@ -80,13 +80,13 @@ int agent_nomad_node_id(const struct agent_config *cfg, char **ret, char *err, s
         return r;
 }
 
-int agent_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, size_t errlen) {
+int nomad_self_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, size_t errlen) {
         if (strcmp(cfg->node_id, "nomad") != 0)
                 return 0;
         int64_t deadline = mono_ms() + timeout_ms;
         for (unsigned attempt = 0;; attempt++) {
                 char *id = NULL;
-                int r = agent_nomad_node_id(cfg, &id, err, errlen);
+                int r = nomad_self_node_id(cfg, &id, err, errlen);
                 if (r == 0) {
                         bool ok = *id != 0;
                         for (const char *p = id; *p; p++)

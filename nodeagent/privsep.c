@@ -1,5 +1,7 @@
 /* privsep.c — the agent's privileged children and the checked messages they take
- * (contract in nodeagent.h, under "privsep.c").
+ * (contract in nodeagent.h, under "privsep.c"). What a child does with a checked
+ * message is elsewhere: the egress child's work in egress.c, the docker child's in
+ * privsep-docker.c.
  *
  * The wire is a SOCK_SEQPACKET socketpair: one send() is one message, so a short
  * or long message is seen as such (MSG_TRUNC gives the real length) instead of
@@ -20,18 +22,16 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "docker.h"
 #include "egress.h"
 #include "log.h"
 #include "nodeagent.h"
-#include "registry.h"
+#include "privsep.h"
 #include "strutil.h"
 
 #ifndef SECBIT_NOROOT
@@ -116,8 +116,7 @@ static void result_init(struct ps_result *ret, uint16_t type, uint32_t seq) {
 }
 
 /* Fills ret with the refusal; returns -EBADMSG. */
-static int refuse(struct ps_result *ret, const char *fmt, ...) _printf_(2, 3);
-static int refuse(struct ps_result *ret, const char *fmt, ...) {
+int privsep_refuse(struct ps_result *ret, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(ret->msg, sizeof(ret->msg), fmt, ap);
@@ -125,7 +124,7 @@ static int refuse(struct ps_result *ret, const char *fmt, ...) {
         return ret->r = -EBADMSG;
 }
 
-static bool zero(const void *p, size_t n) {
+bool privsep_zero(const void *p, size_t n) {
         const uint8_t *b = p;
         for (size_t i = 0; i < n; i++)
                 if (b[i])
@@ -134,36 +133,36 @@ static bool zero(const void *p, size_t n) {
 }
 
 /* A sandbox id field: exactly 24 lowercase hex and a NUL, nothing else. */
-static bool id_field_valid(const char id[EGRESS_ID_LEN + 1]) {
+bool privsep_id_field_valid(const char id[EGRESS_ID_LEN + 1]) {
         return memchr(id, 0, EGRESS_ID_LEN + 1) == id + EGRESS_ID_LEN && hexid_valid(id);
 }
 
 static int check_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
-        if (!id_field_valid(m->sandbox_id))
-                return refuse(ret, "sandbox_id is not 24 lowercase hex characters");
+        if (!privsep_id_field_valid(m->sandbox_id))
+                return privsep_refuse(ret, "sandbox_id is not 24 lowercase hex characters");
         if (m->ip == 0 || m->ip == 0xffffffffu)
-                return refuse(ret, "ip is not a usable IPv4 address");
+                return privsep_refuse(ret, "ip is not a usable IPv4 address");
         switch ((enum pj_egress_mode) m->mode) {
         case PJ_EGRESS_OPEN:
         case PJ_EGRESS_RESTRICTED:
         case PJ_EGRESS_DENY_ALL:
                 break;
         default:
-                return refuse(ret, "mode %u is not an egress mode", m->mode);
+                return privsep_refuse(ret, "mode %u is not an egress mode", m->mode);
         }
-        if (!zero(m->pad, sizeof(m->pad)))
-                return refuse(ret, "padding is not zero");
+        if (!privsep_zero(m->pad, sizeof(m->pad)))
+                return privsep_refuse(ret, "padding is not zero");
         if (m->n_allow > EGRESS_MAX_ALLOW)
-                return refuse(ret, "n_allow %u is over %d", m->n_allow, EGRESS_MAX_ALLOW);
+                return privsep_refuse(ret, "n_allow %u is over %d", m->n_allow, EGRESS_MAX_ALLOW);
         if (m->n_allow > 0 && m->mode != PJ_EGRESS_RESTRICTED)
-                return refuse(ret, "allow entries are only for restricted mode");
+                return privsep_refuse(ret, "allow entries are only for restricted mode");
         for (uint32_t i = 0; i < m->n_allow; i++)
-                if (m->allow[i].prefix > 32 || !zero(m->allow[i].pad, sizeof(m->allow[i].pad)))
-                        return refuse(ret, "allow[%u] has prefix %u (0..32) or non-zero padding", i,
+                if (m->allow[i].prefix > 32 || !privsep_zero(m->allow[i].pad, sizeof(m->allow[i].pad)))
+                        return privsep_refuse(ret, "allow[%u] has prefix %u (0..32) or non-zero padding", i,
                                       m->allow[i].prefix);
         /* Unused slots must be zero too: nothing but what n_allow says is in the message. */
-        if (!zero(&m->allow[m->n_allow], (EGRESS_MAX_ALLOW - m->n_allow) * sizeof(m->allow[0])))
-                return refuse(ret, "allow entries past n_allow are not zero");
+        if (!privsep_zero(&m->allow[m->n_allow], (EGRESS_MAX_ALLOW - m->n_allow) * sizeof(m->allow[0])))
+                return privsep_refuse(ret, "allow entries past n_allow are not zero");
         return 0;
 }
 
@@ -185,160 +184,19 @@ static void do_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
         ret->r = egress_apply(&p, ret->msg, sizeof(ret->msg));
 }
 
-/* ---------------------------------------------------------------- the docker child's work */
-
-/* Set in the docker child only (child_main); NULL elsewhere (unit tests call
- * privsep_child_handle directly: docker steps then answer -ENOTCONN). */
-static struct docker *dk;
-static const struct agent_config *dk_cfg;
-
-/* A container reference (snapshot_container_ref_valid), NUL-terminated, zeros after it. */
-static bool container_field_valid(const char c[PS_CONTAINER_MAX + 1]) {
-        const char *nul = memchr(c, 0, PS_CONTAINER_MAX + 1);
-        if (!nul)
-                return false;
-        size_t n = (size_t) (nul - c);
-        return snapshot_container_ref_valid(c, n) && zero(nul, PS_CONTAINER_MAX + 1 - n);
-}
-
-static int check_docker(uint16_t type, const struct ps_docker *m, struct ps_result *ret) {
-        bool want_id = type != PS_DOCKER_PRUNE, want_container = type == PS_DOCKER_COMMIT;
-        if (want_id ? !id_field_valid(m->snapshot_id) : !zero(m->snapshot_id, sizeof(m->snapshot_id)))
-                return refuse(ret, "snapshot_id is not 24 lowercase hex characters (or not empty for a prune)");
-        if (want_container ? !container_field_valid(m->container) : !zero(m->container, sizeof(m->container)))
-                return refuse(ret, "container is not a container id or sandbox container name (or not empty)");
-        if (!zero(m->pad, sizeof(m->pad)))
-                return refuse(ret, "padding is not zero");
-        return 0;
-}
-
-static void dk_fail(struct ps_result *ret, int r, const char *what) {
-        const char *dm = docker_last_error();
-        snprintf(ret->msg, sizeof(ret->msg), "%s: %s", what, dm && *dm ? dm : strerror(-r));
-        ret->r = r;
-}
-
-static void do_docker(uint16_t type, const struct ps_docker *m, struct ps_result *ret) {
-        if (!dk) {
-                snprintf(ret->msg, sizeof(ret->msg), "this process holds no Docker connection");
-                ret->r = -ENOTCONN;
-                return;
-        }
-        struct registry reg = { .host = dk_cfg->snap_registry, .username = dk_cfg->snap_username,
-                                .password = dk_cfg->snap_password };
-        _cleanup_free_ char *repo = xasprintf("%s/%s", dk_cfg->snap_registry, dk_cfg->snap_repository);
-        _cleanup_free_ char *ref = xasprintf("%s:%s", repo, m->snapshot_id);
-        int r;
-        switch ((enum ps_type) type) {
-        case PS_DOCKER_COMMIT: {
-                struct statvfs sv;
-                _cleanup_free_ char *root = dk_cfg->snap_docker_root ? xstrdup(dk_cfg->snap_docker_root) : NULL;
-                if (!root && (r = docker_root_dir(dk, &root)) < 0) {
-                        dk_fail(ret, r, "cannot ask Docker for its data directory");
-                        return;
-                }
-                if (statvfs(root, &sv) < 0) {
-                        ret->r = -errno;
-                        snprintf(ret->msg, sizeof(ret->msg), "cannot read the free space of %s: %s", root, strerror(errno));
-                        return;
-                }
-                uint64_t free_b = (uint64_t) sv.f_bavail * sv.f_frsize;
-                if (free_b < dk_cfg->snap_disk_floor) {
-                        snprintf(ret->msg, sizeof(ret->msg),
-                                 "the node has %" PRIu64 " MiB free on %s, under the snapshot floor of %" PRIu64 " MiB",
-                                 free_b >> 20, root, dk_cfg->snap_disk_floor >> 20);
-                        ret->r = -ENOSPC;
-                        return;
-                }
-                _cleanup_free_ char *image = NULL;
-                r = docker_commit(dk, m->container, repo, m->snapshot_id, &image);
-                if (r == -ENOENT) {
-                        snprintf(ret->msg, sizeof(ret->msg), "the sandbox's container is gone (destroyed or paused)");
-                        ret->r = r;
-                } else if (r < 0)
-                        dk_fail(ret, r, "commit failed");
-                else
-                        snprintf(ret->msg, sizeof(ret->msg), "%s", image);
-                return;
-        }
-        case PS_DOCKER_PUSH: {
-                _cleanup_free_ char *auth = registry_auth_header_value(&reg), *digest = NULL;
-                r = docker_image_push(dk, repo, m->snapshot_id, auth, &digest, NULL);
-                if (r < 0)
-                        dk_fail(ret, r, "push failed");
-                else
-                        snprintf(ret->msg, sizeof(ret->msg), "%s", digest);
-                return;
-        }
-        case PS_DOCKER_VERIFY: {
-                _cleanup_free_ char *digest = NULL;
-                int64_t size = 0;
-                r = registry_manifest_digest(&reg, dk_cfg->snap_repository, m->snapshot_id, &digest, &size);
-                if (r == -ENOENT) {
-                        snprintf(ret->msg, sizeof(ret->msg), "the registry has no manifest %s", ref);
-                        ret->r = r;
-                } else if (r < 0) {
-                        snprintf(ret->msg, sizeof(ret->msg), "cannot read the manifest %s from the registry: %s", ref,
-                                 strerror(-r));
-                        ret->r = r;
-                } else
-                        snprintf(ret->msg, sizeof(ret->msg), "%s %" PRId64, digest, size);
-                return;
-        }
-        case PS_DOCKER_REMOVE:
-                r = docker_image_remove(dk, ref, false);
-                if (r < 0 && r != -ENOENT)
-                        dk_fail(ret, r, "cannot remove the local image");
-                return;
-        case PS_DOCKER_PRUNE: {
-                _cleanup_free_ char *filter = xasprintf("%s:*", repo);
-                char **refs = NULL;
-                r = docker_image_list(dk, filter, &refs);
-                if (r < 0) {
-                        dk_fail(ret, r, "cannot list local snapshot images");
-                        return;
-                }
-                int removed = 0, kept = 0;
-                /* In use (a sandbox restored from it runs here): Docker refuses, the image stays. */
-                for (char **p = refs; *p; p++)
-                        if (docker_image_remove(dk, *p, false) >= 0)
-                                removed++;
-                        else
-                                kept++;
-                strv_free(refs);
-                snprintf(ret->msg, sizeof(ret->msg), "%d %d", removed, kept);
-                return;
-        }
-        case PS_READY:
-        case PS_PING:
-        case PS_EGRESS_APPLY:
-        case PS_EGRESS_REMOVE:
-        case PS_RESULT:
-        case PS_EGRESS_LIST:
-        case PS_EGRESS_STATS:
-                break;
-        }
-        refuse(ret, "message type %u is not a docker step", type);
-}
-
-static bool is_docker_type(uint16_t t) {
-        return t == PS_DOCKER_COMMIT || t == PS_DOCKER_PUSH || t == PS_DOCKER_VERIFY || t == PS_DOCKER_REMOVE ||
-               t == PS_DOCKER_PRUNE;
-}
-
 static int child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
         struct ps_hdr h;
         result_init(ret, PS_RESULT, 0);
         if (len < sizeof(h))
-                return refuse(ret, "a %zu byte message is shorter than its header", len);
+                return privsep_refuse(ret, "a %zu byte message is shorter than its header", len);
         memcpy(&h, buf, sizeof(h));
         ret->hdr.seq = h.seq;
         if (h.version != PS_VERSION)
-                return refuse(ret, "version %u, want %u", h.version, PS_VERSION);
+                return privsep_refuse(ret, "version %u, want %u", h.version, PS_VERSION);
         if (h.len != len)
-                return refuse(ret, "header says %u bytes, the message has %zu", h.len, len);
+                return privsep_refuse(ret, "header says %u bytes, the message has %zu", h.len, len);
         if (h.reserved != 0)
-                return refuse(ret, "reserved header field is not zero");
+                return privsep_refuse(ret, "reserved header field is not zero");
 
         size_t want;
         switch ((enum ps_type) h.type) {
@@ -365,14 +223,14 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_READY:
         case PS_RESULT:
         default:
-                return refuse(ret, "message type %u is not a request", h.type);
+                return privsep_refuse(ret, "message type %u is not a request", h.type);
         }
         if (len != want)
-                return refuse(ret, "type %u takes %zu bytes, got %zu", h.type, want, len);
-        if (kind == PS_CHILD_DOCKER && h.type != PS_PING && !is_docker_type(h.type))
-                return refuse(ret, "the docker process does not take message type %u", h.type);
-        if (kind == PS_CHILD_EGRESS && is_docker_type(h.type))
-                return refuse(ret, "the egress process does not take message type %u", h.type);
+                return privsep_refuse(ret, "type %u takes %zu bytes, got %zu", h.type, want, len);
+        if (kind == PS_CHILD_DOCKER && h.type != PS_PING && !privsep_docker_type(h.type))
+                return privsep_refuse(ret, "the docker process does not take message type %u", h.type);
+        if (kind == PS_CHILD_EGRESS && privsep_docker_type(h.type))
+                return privsep_refuse(ret, "the egress process does not take message type %u", h.type);
 
         switch ((enum ps_type) h.type) {
         case PS_PING:
@@ -391,17 +249,17 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_EGRESS_REMOVE: {
                 struct ps_egress_remove m;
                 memcpy(&m, buf, sizeof(m));
-                if (!id_field_valid(m.sandbox_id))
-                        return refuse(ret, "sandbox_id is not 24 lowercase hex characters");
-                if (!zero(m.pad, sizeof(m.pad)))
-                        return refuse(ret, "padding is not zero");
+                if (!privsep_id_field_valid(m.sandbox_id))
+                        return privsep_refuse(ret, "sandbox_id is not 24 lowercase hex characters");
+                if (!privsep_zero(m.pad, sizeof(m.pad)))
+                        return privsep_refuse(ret, "padding is not zero");
                 return ret->r = egress_remove(m.sandbox_id, m.ip, ret->msg, sizeof(ret->msg));
         }
         case PS_EGRESS_LIST: {
                 struct ps_egress_list m;
                 memcpy(&m, buf, sizeof(m));
                 if (m.reserved != 0)
-                        return refuse(ret, "reserved field is not zero");
+                        return privsep_refuse(ret, "reserved field is not zero");
                 char **ids = NULL;
                 int n = egress_list(&ids);
                 if (n < 0) {
@@ -422,7 +280,7 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
                 struct ps_egress_list m;
                 memcpy(&m, buf, sizeof(m));
                 if (m.reserved != 0)
-                        return refuse(ret, "reserved field is not zero");
+                        return privsep_refuse(ret, "reserved field is not zero");
                 if (m.offset == 0 || !snap) {
                         free(snap);
                         snap = NULL;
@@ -448,16 +306,16 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_DOCKER_PRUNE: {
                 struct ps_docker m;
                 memcpy(&m, buf, sizeof(m));
-                if (check_docker(h.type, &m, ret) < 0)
+                if (privsep_docker_check(h.type, &m, ret) < 0)
                         return ret->r;
-                do_docker(h.type, &m, ret);
+                privsep_docker_do(h.type, &m, ret);
                 return ret->r;
         }
         case PS_READY:
         case PS_RESULT:
                 break;
         }
-        return refuse(ret, "message type %u is not a request", h.type);
+        return privsep_refuse(ret, "message type %u is not a request", h.type);
 }
 
 void privsep_child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
@@ -513,13 +371,8 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
                         .priority = (int) cfg->egress_priority,
                 };
                 r = egress_init(&ec, res.msg, sizeof(res.msg));
-        } else if (kind == PS_CHILD_DOCKER && cfg && cfg->snap_registry) {
-                dk_cfg = cfg;
-                r = docker_new(cfg->snap_docker_socket, &dk);
-                if (r < 0)
-                        fmt_err(res.msg, sizeof(res.msg), "cannot use the Docker socket %s: %s",
-                                cfg->snap_docker_socket ? cfg->snap_docker_socket : DOCKER_SOCKET_DEFAULT, strerror(-r));
-        }
+        } else if (kind == PS_CHILD_DOCKER && cfg && cfg->snap_registry)
+                r = privsep_docker_init(cfg, res.msg, sizeof(res.msg));
         res.r = r;
         if (send_all(fd, &res, sizeof(res)) < 0 || r < 0)
                 _exit(r < 0 ? 1 : 0);
@@ -539,7 +392,7 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
                         struct ps_hdr h;
                         memcpy(&h, buf, sizeof(h));     /* the start of it did arrive */
                         result_init(&res, PS_RESULT, h.seq);
-                        refuse(&res, "a %zd byte message is larger than any request", n);
+                        privsep_refuse(&res, "a %zd byte message is larger than any request", n);
                 } else
                         privsep_child_handle(kind, buf, (size_t) n, &res);
                 if (res.r == -EBADMSG)
@@ -609,7 +462,7 @@ static int call_locked(enum ps_child kind, const void *buf, size_t len, uint32_t
         int r = send_all(children[kind].fd, buf, len);
         if (r == -EMSGSIZE || r == -ENOBUFS) {
                 result_init(ret, PS_RESULT, seq);
-                refuse(ret, "message of %zu bytes cannot be sent", len);
+                privsep_refuse(ret, "message of %zu bytes cannot be sent", len);
                 return ret->r;
         }
         if (r < 0) {

@@ -33,8 +33,6 @@
 #include "amqp.h"
 
 #include "cleanup.h"
-#include "conf.h"
-#include "docker.h"
 #include "json.h"
 #include "log.h"
 #include "metrics.h"
@@ -45,56 +43,6 @@
 #define CH 1
 #define MAX_JOB_BODY (16 * 1024)
 #define CONFIRM_TIMEOUT_MS 10000
-
-/* ---------------------------------------------------------------- configuration */
-
-static bool repository_valid(const char *s) {
-        if (!*s || *s == '/' || s[strlen(s) - 1] == '/' || strstr(s, "//"))
-                return false;
-        for (; *s; s++)
-                if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || strchr("._-/", *s)))
-                        return false;
-        return true;
-}
-
-int snapshot_config_load(struct conf *cf, struct agent_config *ret, char *err, size_t errlen) {
-        const char *v;
-        int r;
-#define STR(key, def, max, field)                                                                  \
-        do {                                                                                       \
-                if ((r = conf_get_string(cf, "snapshot", NULL, key, def, max, &v, err, errlen)) < 0) \
-                        return r;                                                                  \
-                ret->field = v && *v ? xstrdup(v) : NULL;                                          \
-        } while (0)
-        STR("registry", "127.0.0.1:5000", 255, snap_registry);
-        STR("repository", "paddock/snapshots", 200, snap_repository);
-        STR("username", NULL, 255, snap_username);
-        STR("password", NULL, 255, snap_password);
-        STR("docker_socket", DOCKER_SOCKET_DEFAULT, 255, snap_docker_socket);
-        STR("docker_root", NULL, 1024, snap_docker_root);   /* NULL: Docker's own DockerRootDir */
-#undef STR
-        if ((r = conf_get_size(cf, "snapshot", NULL, "disk_floor", UINT64_C(1) << 30, 0, UINT64_C(1) << 50,
-                               &ret->snap_disk_floor, err, errlen)) < 0 ||
-            (r = conf_get_duration_ms(cf, "snapshot", NULL, "prune_interval", 300000, 1000, 86400000,
-                                      &ret->snap_prune_interval_ms, err, errlen)) < 0 ||
-            (r = conf_get_duration_ms(cf, "snapshot", NULL, "timeout", 1800000, 1000, 86400000, &ret->snap_timeout_ms,
-                                      err, errlen)) < 0)
-                return r;
-        if (!ret->snap_registry || !ret->snap_repository || !ret->snap_docker_socket) {
-                snprintf(err, errlen, "[snapshot] registry, repository and docker_socket may not be empty");
-                return -EINVAL;
-        }
-        if (!repository_valid(ret->snap_repository)) {
-                snprintf(err, errlen, "[snapshot] repository must be lowercase path components like paddock/snapshots");
-                return -EINVAL;
-        }
-        return 0;
-}
-
-void snapshot_config_done(struct agent_config *c) {
-        free_many(c->snap_registry, c->snap_repository, c->snap_username, c->snap_password, c->snap_docker_socket,
-                  c->snap_docker_root);
-}
 
 /* ---------------------------------------------------------------- one job */
 
@@ -328,7 +276,7 @@ static void *job_main(void *ud) {
 }
 
 static int rpc_ok(amqp_connection_state_t conn, const char *what) {
-        return agent_rpc_ok(conn, what, LOG_WARNING, "snapshot queue: ");
+        return amqpx_rpc_ok(conn, what, LOG_WARNING, "snapshot queue: ");
 }
 
 /* Declares the durable queue name and binds it to exchange with key; tag goes
@@ -354,7 +302,7 @@ static amqp_connection_state_t connect_snap(const struct agent_config *cfg, cons
         _cleanup_free_ char *cname = xasprintf("paddock-nodeagent-snapshots[%s]", cfg->node_id);
         amqp_connection_state_t conn = NULL;
         char why[512];
-        if (amqpx_connect(u, cname, 131072, 30, 10000, &conn, why, sizeof(why)) < 0) {
+        if (amqpx_connect(u, cname, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S, AMQPX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why)) < 0) {
                 log_warning("snapshot queue: %s; retrying", why);
                 return NULL;
         }

@@ -444,12 +444,12 @@ TEST(nodeagent_agent_self_node_id) {
                 "\"last_heartbeat\":\"3.2s\",\"node_id\":\"2f1c3a8e-7f0b-4a9e-9d1e-5c6b7a8d9e0f\",\"num_allocations\":\"1\"},"
                 "\"nomad\":{\"leader\":\"true\"},\"runtime\":{\"arch\":\"amd64\"}}}";
         char *id = NULL;
-        ASSERT_OK(agent_nomad_self_parse(self, strlen(self), &id));
+        ASSERT_OK(nomad_self_parse(self, strlen(self), &id));
         ASSERT_STREQ(id, "2f1c3a8e-7f0b-4a9e-9d1e-5c6b7a8d9e0f");
         free(id);
         static const char server_only[] = "{\"config\":{},\"stats\":{\"nomad\":{\"leader\":\"true\"}}}";
-        ASSERT_EQ(agent_nomad_self_parse(server_only, strlen(server_only), &id), -ENOENT);
-        ASSERT_EQ(agent_nomad_self_parse("Permission denied", 17, &id), -EBADMSG);
+        ASSERT_EQ(nomad_self_parse(server_only, strlen(server_only), &id), -ENOENT);
+        ASSERT_EQ(nomad_self_parse("Permission denied", 17, &id), -EBADMSG);
 }
 
 /* A literal node id is left alone; nomad with no agent answering fails with the address. */
@@ -457,7 +457,7 @@ TEST(nodeagent_resolve_node_id) {
         struct agent_config cfg = { 0 };
         char err[512] = "";
         cfg.node_id = xstrdup("node-7");
-        ASSERT_OK(agent_resolve_node_id(&cfg, 100, err, sizeof(err)));
+        ASSERT_OK(nomad_self_resolve_node_id(&cfg, 100, err, sizeof(err)));
         ASSERT_STREQ(cfg.node_id, "node-7");
         free(cfg.node_id);
         cfg.node_id = xstrdup("nomad");
@@ -466,7 +466,7 @@ TEST(nodeagent_resolve_node_id) {
         cfg.nomad_ca_file = xstrdup("");
         cfg.nomad_cert_file = xstrdup("");
         cfg.nomad_key_file = xstrdup("");
-        ASSERT_EQ(agent_resolve_node_id(&cfg, 100, err, sizeof(err)), -EHOSTUNREACH);
+        ASSERT_EQ(nomad_self_resolve_node_id(&cfg, 100, err, sizeof(err)), -EHOSTUNREACH);
         ASSERT_TRUE(strstr(err, "node_id = nomad: the Nomad agent at http://127.0.0.1:1 did not answer"));
         ASSERT_STREQ(cfg.node_id, "nomad");
         agent_config_done(&cfg);

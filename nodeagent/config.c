@@ -1,0 +1,184 @@
+/* config.c — the agent's configuration file: every key of [agent], [amqp], [egress],
+ * [metrics], [snapshot] and [nomad], with its default and its limit, read in one place.
+ * Errors say file, section and key; the file is read once at start-up (and by -n).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "amqp.h"
+#include "cleanup.h"
+#include "conf.h"
+#include "docker.h"
+#include "log.h"
+#include "metrics.h"
+#include "nodeagent.h"
+#include "strutil.h"
+
+/* ---------------------------------------------------------------- [snapshot] */
+
+static bool repository_valid(const char *s) {
+        if (!*s || *s == '/' || s[strlen(s) - 1] == '/' || strstr(s, "//"))
+                return false;
+        for (; *s; s++)
+                if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || strchr("._-/", *s)))
+                        return false;
+        return true;
+}
+
+static int snapshot_config_load(struct conf *cf, struct agent_config *ret, char *err, size_t errlen) {
+        const char *v;
+        int r;
+#define STR(key, def, max, field)                                                                  \
+        do {                                                                                       \
+                if ((r = conf_get_string(cf, "snapshot", NULL, key, def, max, &v, err, errlen)) < 0) \
+                        return r;                                                                  \
+                ret->field = v && *v ? xstrdup(v) : NULL;                                          \
+        } while (0)
+        STR("registry", "127.0.0.1:5000", 255, snap_registry);
+        STR("repository", "paddock/snapshots", 200, snap_repository);
+        STR("username", NULL, 255, snap_username);
+        STR("password", NULL, 255, snap_password);
+        STR("docker_socket", DOCKER_SOCKET_DEFAULT, 255, snap_docker_socket);
+        STR("docker_root", NULL, 1024, snap_docker_root);   /* NULL: Docker's own DockerRootDir */
+#undef STR
+        if ((r = conf_get_size(cf, "snapshot", NULL, "disk_floor", UINT64_C(1) << 30, 0, UINT64_C(1) << 50,
+                               &ret->snap_disk_floor, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "snapshot", NULL, "prune_interval", 300000, 1000, 86400000,
+                                      &ret->snap_prune_interval_ms, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "snapshot", NULL, "timeout", 1800000, 1000, 86400000, &ret->snap_timeout_ms,
+                                      err, errlen)) < 0)
+                return r;
+        if (!ret->snap_registry || !ret->snap_repository || !ret->snap_docker_socket) {
+                snprintf(err, errlen, "[snapshot] registry, repository and docker_socket may not be empty");
+                return -EINVAL;
+        }
+        if (!repository_valid(ret->snap_repository)) {
+                snprintf(err, errlen, "[snapshot] repository must be lowercase path components like paddock/snapshots");
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static void snapshot_config_done(struct agent_config *c) {
+        free_many(c->snap_registry, c->snap_repository, c->snap_username, c->snap_password, c->snap_docker_socket,
+                  c->snap_docker_root);
+}
+
+/* ---------------------------------------------------------------- the whole file */
+
+int agent_config_load(const char *path, struct agent_config *ret, char *err, size_t errlen) {
+        struct conf *cf = NULL;
+        const char *v;
+        int r;
+        memset(ret, 0, sizeof(*ret));
+        if ((r = conf_parse_file(path, &cf, err, errlen)) < 0)
+                return r;
+#define STR(sec, key, def, max, field)                                                         \
+        do {                                                                                   \
+                if ((r = conf_get_string(cf, sec, NULL, key, def, max, &v, err, errlen)) < 0) \
+                        goto out;                                                              \
+                ret->field = v ? xstrdup(v) : NULL;                                            \
+        } while (0)
+        STR("agent", "node_id", NULL, 128, node_id);
+        STR("agent", "log_level", "info", 16, log_level);
+        STR("amqp", "url", "amqp://guest:guest@127.0.0.1:5672", 1024, amqp_url);
+        STR("amqp", "exchange", "paddock.nodes", 128, exchange);
+        STR("egress", "table", "paddock", 64, egress_table);
+        STR("egress", "dns_resolver", NULL, 16, egress_dns);
+        STR("metrics", "listen", NULL, 64, metrics_listen);
+        STR("nomad", "address", "http://127.0.0.1:4646", 512, nomad_addr);
+        STR("nomad", "token", "", 256, nomad_token);
+        STR("nomad", "ca_file", "", 1024, nomad_ca_file);
+        STR("nomad", "cert_file", "", 1024, nomad_cert_file);
+        STR("nomad", "key_file", "", 1024, nomad_key_file);
+#undef STR
+        if ((r = conf_get_int(cf, "amqp", NULL, "prefetch", 8, 1, 1000, &ret->prefetch, err, errlen)) < 0)
+                goto out;
+        if ((r = conf_get_bool(cf, "egress", NULL, "enable", false, &ret->egress_enabled, err, errlen)) < 0)
+                goto out;
+        if ((r = conf_get_list(cf, "egress", NULL, "bridges", 64, 15, &ret->egress_bridges, err, errlen)) < 0 ||
+            (r = conf_get_list(cf, "egress", NULL, "deny", 1024, 18, &ret->egress_deny, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "egress", NULL, "priority", -10, -400, 400, &ret->egress_priority, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "egress", NULL, "resolve_timeout", NAMES_TIMEOUT_DEFAULT_MS, 100, 60000,
+                                      &ret->egress_resolve_timeout_ms, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "egress", NULL, "resolve_interval", NAMES_INTERVAL_DEFAULT_MS, 1000,
+                                      86400000, &ret->egress_resolve_interval_ms, err, errlen)) < 0)
+                goto out;
+        if (!ret->egress_deny) {
+                /* Absent key: the internal ranges no sandbox may reach. An explicit
+                 * "deny =" (empty) means none beyond the built-in set. */
+                static const char *const def[] = { "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", NULL };
+                ret->egress_deny = xnew0(char *, ELEMENTSOF(def));
+                for (size_t i = 0; def[i]; i++)
+                        ret->egress_deny[i] = xstrdup(def[i]);
+        }
+        if (ret->metrics_listen && !*ret->metrics_listen) {
+                free(ret->metrics_listen);
+                ret->metrics_listen = NULL;
+        }
+        if (ret->metrics_listen) {
+                struct sockaddr_storage ss;
+                socklen_t sl;
+                char why[256];
+                if ((r = agent_metrics_parse_listen(ret->metrics_listen, &ss, &sl, why, sizeof(why))) < 0) {
+                        snprintf(err, errlen, "%s: [metrics] listen: %s", path, why);
+                        goto out;
+                }
+        }
+        if (ret->egress_dns && !*ret->egress_dns) {
+                free(ret->egress_dns);
+                ret->egress_dns = NULL;
+        }
+        if (ret->egress_enabled && !ret->egress_bridges) {
+                snprintf(err, errlen, "%s: [egress] bridges is required when enable = true", path);
+                r = -EINVAL;
+                goto out;
+        }
+        if ((r = snapshot_config_load(cf, ret, err, errlen)) < 0)
+                goto out;
+        if ((r = conf_check_unused(cf, err, errlen)) < 0)
+                goto out;
+        if (!ret->node_id || !*ret->node_id) {
+                snprintf(err, errlen, "%s: [agent] node_id is required", path);
+                r = -EINVAL;
+                goto out;
+        }
+        for (const char *p = ret->node_id; *p; p++)
+                if (!ascii_alnum(*p) && !strchr("-_.", *p)) {
+                        snprintf(err, errlen, "%s: [agent] node_id may only hold letters, digits, '-', '_' and '.'", path);
+                        r = -EINVAL;
+                        goto out;
+                }
+        if (log_level_from_string(ret->log_level) < 0) {
+                snprintf(err, errlen, "%s: [agent] log_level must be debug, info, notice, warning or error", path);
+                r = -EINVAL;
+                goto out;
+        }
+        {
+                struct amqpx_url u;
+                char why[256];
+                if ((r = amqpx_url_parse(ret->amqp_url, &u, why, sizeof(why))) < 0) {
+                        snprintf(err, errlen, "%s: [amqp] url: %s", path, why);
+                        goto out;
+                }
+                amqpx_url_done(&u);
+        }
+        r = 0;
+out:
+        conf_free(cf);
+        if (r < 0)
+                agent_config_done(ret);
+        return r;
+}
+
+void agent_config_done(struct agent_config *c) {
+        snapshot_config_done(c);
+        strv_free(c->egress_bridges);
+        strv_free(c->egress_deny);
+        free_many(c->egress_table, c->egress_dns, c->metrics_listen, c->node_id, c->log_level, c->amqp_url,
+                  c->exchange, c->nomad_addr, c->nomad_token, c->nomad_ca_file, c->nomad_cert_file, c->nomad_key_file);
+        memset(c, 0, sizeof(*c));
+}

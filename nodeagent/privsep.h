@@ -1,0 +1,29 @@
+/* privsep.h — shared by privsep.c (the plumbing, the message checks) and
+ * privsep-docker.c (the docker child's work). Private to nodeagent/; the contract
+ * of privilege separation itself is in nodeagent.h, under "privsep.c". */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cleanup.h"
+#include "nodeagent.h"
+
+/* privsep.c: fills ret with the refusal; returns -EBADMSG. */
+int privsep_refuse(struct ps_result *ret, const char *fmt, ...) _printf_(2, 3);
+/* n bytes at p are all zero. */
+bool privsep_zero(const void *p, size_t n);
+/* A sandbox id field: exactly 24 lowercase hex and a NUL, nothing else. */
+bool privsep_id_field_valid(const char id[EGRESS_ID_LEN + 1]);
+
+/* privsep-docker.c, in the docker child */
+/* Opens cfg's Docker socket for the steps to come; 0, or -errno with the reason in msg. */
+int privsep_docker_init(const struct agent_config *cfg, char *msg, size_t msglen);
+/* t is one of the PS_DOCKER_* steps. */
+bool privsep_docker_type(uint16_t t);
+/* Checks a ps_docker's fields for type (ids, container, padding); 0 or privsep_refuse's -EBADMSG. */
+int privsep_docker_check(uint16_t type, const struct ps_docker *m, struct ps_result *ret);
+/* Does the checked step; fills ret->r and ret->msg. Without privsep_docker_init
+ * (unit tests) every step answers -ENOTCONN. */
+void privsep_docker_do(uint16_t type, const struct ps_docker *m, struct ps_result *ret);
