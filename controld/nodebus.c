@@ -38,7 +38,6 @@
 #include "strutil.h"
 
 #define CH 1
-#define CONNECT_TIMEOUT_MS 10000L
 #define CLOSE_TIMEOUT_MS 2000L
 /* Longest stretch the pumper spends in poll() without calling into rabbitmq-c,
  * which is where heartbeats are sent. */
@@ -171,7 +170,7 @@ static int setup_channel(struct nodebus *c, long deadline, char *err, size_t err
                 return -ETIMEDOUT;
         }
         /* Bounds each synchronous call; requests themselves never use an RPC. */
-        struct timeval tv = ms_to_tv(left < CONNECT_TIMEOUT_MS ? left : CONNECT_TIMEOUT_MS);
+        struct timeval tv = ms_to_tv(left < AMQPX_CONNECT_TIMEOUT_MS ? left : AMQPX_CONNECT_TIMEOUT_MS);
         amqp_set_rpc_timeout(c->conn, &tv);
         if ((r = amqpx_channel_open_exchange(c->conn, CH, c->exchange, err, errlen)) < 0)
                 return r;
@@ -204,8 +203,8 @@ static int client_connect(struct nodebus *c, long deadline, char *err, size_t er
                 fmt_err(err, errlen, "no time left to connect to RabbitMQ");
                 return -ETIMEDOUT;
         }
-        int r = amqpx_connect(&c->url, c->conn_name, AMQP_DEFAULT_FRAME_SIZE, AMQP_CLIENT_HEARTBEAT_S,
-                              left < CONNECT_TIMEOUT_MS ? left : CONNECT_TIMEOUT_MS, &c->conn, err, errlen);
+        int r = amqpx_connect(&c->url, c->conn_name, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S,
+                              left < AMQPX_CONNECT_TIMEOUT_MS ? left : AMQPX_CONNECT_TIMEOUT_MS, &c->conn, err, errlen);
         if (r < 0)
                 return r;
         if ((r = setup_channel(c, deadline, err, errlen)) < 0)
@@ -623,7 +622,7 @@ int nodebus_connect(struct nodebus *c, const char *role, amqp_channel_t ch, amqp
         char name[64];
         amqp_connection_state_t conn = NULL;
         snprintf(name, sizeof(name), "paddock-controld-%s", role);
-        int r = amqpx_connect(&c->url, name, AMQP_DEFAULT_FRAME_SIZE, AMQP_CLIENT_HEARTBEAT_S, CONNECT_TIMEOUT_MS, &conn,
+        int r = amqpx_connect(&c->url, name, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S, AMQPX_CONNECT_TIMEOUT_MS, &conn,
                               err, errlen);
         if (r < 0)
                 return r;
@@ -665,7 +664,7 @@ int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, cha
         cond_init_monotonic(&c->cond);
 
         pthread_mutex_lock(&c->lock);
-        r = client_connect(c, (long) mono_ms() + CONNECT_TIMEOUT_MS, err, errlen);
+        r = client_connect(c, (long) mono_ms() + AMQPX_CONNECT_TIMEOUT_MS, err, errlen);
         pthread_mutex_unlock(&c->lock);
         if (r < 0) {
                 nodebus_free(c);

@@ -43,7 +43,6 @@
 #include <cjson/cJSON.h>
 
 #define AMQP_CLIENT_MAX_BODY (1024 * 1024)
-#define AMQP_CLIENT_HEARTBEAT_S 30
 
 struct nodebus;
 
