@@ -210,6 +210,16 @@ int store_meta_get_or_set(struct store *s, const char *key, const char *value_if
 int store_meta_put(struct store *s, const char *key, const char *value);
 /* The value of key (caller frees), or -ENOENT. */
 int store_meta_get(struct store *s, const char *key, char **ret);
+/* The last egress apply of a sandbox, as its node's agent confirmed it: when, and what each
+ * allowlisted hostname resolved to (for GET /sandboxes/{id}/egress; survives a restart). put
+ * replaces what was there; get returns -ENOENT when nothing is recorded, else a list of at most
+ * PJ_EGRESS_MAX_ALLOW the caller frees. */
+struct pj_node_resolved;
+int store_egress_applied_put(struct store *s, const char *sandbox_id, const char *node, int64_t applied_at,
+                             const struct pj_node_resolved *res, size_t n);
+int store_egress_applied_get(struct store *s, const char *sandbox_id, int64_t *ret_applied_at,
+                             struct pj_node_resolved **ret, size_t *ret_n);
+int store_egress_applied_forget(struct store *s, const char *sandbox_id);
 struct store *store_close(struct store *s);
 
 int store_account_create(struct store *s, const char *name, const char *plan, struct account *ret);
@@ -376,7 +386,7 @@ void ctl_notify_status(struct ctl *c);
 int ctl_wait_sandbox(struct ctl *c, const char *id, bool (*done)(const struct sandbox *sb, const void *ud),
                      const void *ud, int64_t timeout_ms, struct sandbox *sb);
 /* Runs fn(ctx) on a detached thread counted in jobs_running (drained at exit). */
-int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, char *arg), char *arg_owned);
+int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, void *arg), void *arg_owned);
 
 /* ---- sandbox lifecycle (sandbox.c) ---- */
 

@@ -84,7 +84,7 @@ int ctl_wait_sandbox(struct ctl *c, const char *id, bool (*done)(const struct sa
         return done(sb, ud) ? 1 : 0;
 }
 
-struct job { struct ctl *c; void (*fn)(struct ctl *c, char *arg); char *arg; };
+struct job { struct ctl *c; void (*fn)(struct ctl *c, void *arg); void *arg; };
 
 static void *job_thread(void *p) {
         struct job *j = p;
@@ -99,7 +99,7 @@ static void *job_thread(void *p) {
         return NULL;
 }
 
-int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, char *arg), char *arg) {
+int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, void *arg), void *arg) {
         struct job *j = xnew0(struct job, 1);
         pthread_t t;
         pthread_attr_t at;

@@ -32,29 +32,13 @@ static atomic_ullong n_apply_ok, n_apply_fail, n_remove_ok, n_remove_fail, n_hos
 
 /* ---- last apply per sandbox (for GET /egress) ----
  *
- * Kept in the store's meta table under "egress.applied:<id>" as the JSON
- * {"node":..., "applied_at":<unix ms>, "resolved":[...the agent's answer...]},
- * so that it survives a controld restart; removed with the sandbox's rules. */
+ * The store keeps when the node's agent confirmed the last apply and what each allowlisted
+ * hostname resolved to, so GET /egress shows it after a controld restart; removed with the
+ * sandbox's rules. */
 
-static void applied_key(const char *id, char key[64]) {
-        snprintf(key, 64, "egress.applied:%s", id);
-}
-
-static void applied_forget(struct ctl *c, const char *id) {
-        char key[64];
-        applied_key(id, key);
-        (void) store_meta_put(c->store, key, NULL);
-}
-
-static void applied_record(struct ctl *c, const char *id, const char *node, const cJSON *resolved) {
-        char key[64];
-        applied_key(id, key);
-        _cleanup_json_ cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "node", node);
-        cJSON_AddNumberToObject(o, "applied_at", (double) now_ms());
-        cJSON_AddItemToObject(o, "resolved", cJSON_IsArray(resolved) ? cJSON_Duplicate(resolved, true) : cJSON_CreateArray());
-        _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
-        int r = store_meta_put(c->store, key, text);
+static void applied_record(struct ctl *c, const char *id, const char *node, const struct pj_node_resolved *res,
+                           size_t n) {
+        int r = store_egress_applied_put(c->store, id, node, now_ms(), res, n);
         if (r < 0)
                 log_warning("cannot record the egress apply in the store: %s (GET /egress will not show it)", strerror(-r));
 }
@@ -138,28 +122,25 @@ static int discard_output(int stream, const uint8_t *data, size_t len, void *ud)
 /* Writes the agent's resolved names into the sandbox's /etc/hosts, so a restricted
  * sandbox (which gets no DNS) can use the names it may reach. The content goes on
  * stdin to a fixed command; no user string reaches a shell. */
-static int write_hosts(struct ctl *c, const struct sandbox *sb, const cJSON *resolved, char *err, size_t errlen) {
+static int write_hosts(struct ctl *c, const struct sandbox *sb, const struct pj_node_resolved *res, size_t n, char *err,
+                       size_t errlen) {
         _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(64 * 1024);
         /* /etc/hosts is a bind mount of the engine's: rewritten in place, never renamed over. */
         const char *argv[] = { "/bin/sh", "-c", "cat > /etc/hosts", NULL };
         struct exec_spec spec = { .argv = argv, .want_stdin = true };
         struct exec_session *s = NULL;
-        const cJSON *it;
         int r, code = -1;
 
         strbuf_printf(&b, "# written by Paddock: the names this sandbox's egress allowlist permits\n"
                           "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
-        cJSON_ArrayForEach(it, resolved) {
-                const char *name = json_get_str(it, "name");
-                const cJSON *addrs = cJSON_GetObjectItemCaseSensitive(it, "addrs"), *a;
+        for (size_t i = 0; i < n; i++) {
                 struct pj_allow_entry e;
-                /* Names and addresses come from the agent; still, only valid ones get in. */
-                if (!name || pj_allow_entry_parse(name, &e, NULL, 0, NULL, 0) < 0 || e.kind != PJ_ALLOW_HOSTNAME)
+                /* Names come from the agent (the codec checked them); still, only valid ones get in. */
+                if (pj_allow_entry_parse(res[i].name, &e, NULL, 0, NULL, 0) < 0 || e.kind != PJ_ALLOW_HOSTNAME)
                         continue;
-                cJSON_ArrayForEach(a, addrs) {
-                        uint32_t ip;
-                        if (cJSON_IsString(a) && parse_ip(a->valuestring, &ip) == 0)
-                                strbuf_printf(&b, "%s\t%s\n", a->valuestring, e.host);
+                for (size_t k = 0; k < res[i].n_addrs; k++) {
+                        uint32_t a = res[i].addrs[k];
+                        strbuf_printf(&b, "%u.%u.%u.%u\t%s\n", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255, e.host);
                 }
         }
         r = c->drv->ops->exec_start(c->drv, sb, &spec, &s, err, errlen);
@@ -185,7 +166,7 @@ static int write_hosts(struct ctl *c, const struct sandbox *sb, const cJSON *res
 
 int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen) {
         _cleanup_free_ char *body = NULL;
-        _cleanup_json_ cJSON *reply = NULL;
+        _cleanup_(pj_node_reply_done) struct pj_node_reply reply = { 0 };
         uint32_t ip;
         int64_t t0 = mono_ms();
         int r;
@@ -219,19 +200,19 @@ int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_eg
         atomic_fetch_add(&n_apply_ok, 1);
         metrics_observe_phase(c->metrics, "egress_apply", (double) (mono_ms() - t0) / 1000.0);
 
-        const cJSON *resolved = cJSON_GetObjectItemCaseSensitive(reply, "resolved");
-        applied_record(c, sb->id, sb->node_id, resolved);
+        applied_record(c, sb->id, sb->node_id, reply.resolved, reply.n_resolved);
 
         if (pol->mode == PJ_EGRESS_RESTRICTED) {
                 bool has_names = false;
                 for (size_t i = 0; i < pol->n_allow; i++)
                         has_names |= pol->allow[i].kind == PJ_ALLOW_HOSTNAME;
-                if (has_names && !cJSON_IsArray(resolved)) {
+                /* The agent lists what it resolved only when there is something (never []). */
+                if (has_names && reply.n_resolved == 0) {
                         log_warning("egress applied, but the agent on node %s sent no resolved names: /etc/hosts not written",
                                     sb->node_id);
-                } else if (has_names || cJSON_IsArray(resolved)) {
+                } else if (has_names) {
                         char herr[256] = "";
-                        if (write_hosts(c, sb, cJSON_IsArray(resolved) ? resolved : NULL, herr, sizeof(herr)) < 0) {
+                        if (write_hosts(c, sb, reply.resolved, reply.n_resolved, herr, sizeof(herr)) < 0) {
                                 atomic_fetch_add(&n_hosts_failed, 1);
                                 log_warning("egress applied, but /etc/hosts could not be written: %s", herr);
                         } else
@@ -256,7 +237,7 @@ int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long time
         uint32_t ip;
         int r;
 
-        applied_forget(c, sb->id);
+        (void) store_egress_applied_forget(c->store, sb->id);
         /* Anything with an address on the bridge may have rules (deny_all set by PUT included). */
         if (!c->bus || !sb->node_id || parse_ip(sb->ip, &ip) < 0)
                 return 0;
@@ -292,41 +273,32 @@ cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
                 cJSON_AddNullToObject(o, "node");
 
         int64_t applied_at = 0;
-        _cleanup_free_ char *text = NULL;
-        _cleanup_json_ cJSON *rec = NULL;
-        char key[64];
-        applied_key(sb->id, key);
-        if (store_meta_get(c->store, key, &text) == 0)
-                rec = cJSON_Parse(text);
-        const cJSON *at = cJSON_GetObjectItemCaseSensitive(rec, "applied_at");
-        if (cJSON_IsNumber(at))
-                applied_at = (int64_t) at->valuedouble;
+        _cleanup_free_ struct pj_node_resolved *res = NULL;
+        size_t n_res = 0;
+        if (store_egress_applied_get(c->store, sb->id, &applied_at, &res, &n_res) < 0)
+                applied_at = 0;
         render_add_time(o, "applied_at", applied_at);
-        const cJSON *rj = cJSON_GetObjectItemCaseSensitive(rec, "resolved");
-        cJSON_AddItemToObject(o, "resolved", cJSON_IsArray(rj) ? cJSON_Duplicate(rj, true) : cJSON_CreateArray());
+        cJSON_AddItemToObject(o, "resolved", pj_node_resolved_to_json(res, n_res));
 
         /* Counters, from the agent (bounded wait; absent when it cannot say). */
         cJSON *counters = NULL;
         if (c->bus && sb->node_id && sb->egress.mode != PJ_EGRESS_DENY_ALL && sb->status == SB_READY) {
-                _cleanup_json_ cJSON *reply = NULL;
+                _cleanup_(pj_node_reply_done) struct pj_node_reply reply = { 0 };
                 char err[256] = "";
                 long t = (long) c->cfg->egress_timeout_ms;
                 if (t > 2000)
                         t = 2000;
                 if (nodebus_request_ok(c->bus, sb->node_id, "{\"type\":\"egress.stats\"}", t, &reply, err, sizeof(err)) == 0) {
-                        const cJSON *list = cJSON_GetObjectItemCaseSensitive(reply, "sandboxes"), *it;
-                        const cJSON *one = cJSON_GetObjectItemCaseSensitive(list, sb->id);
-                        if (one)
-                                counters = cJSON_Duplicate(one, true);
-                        else
-                                cJSON_ArrayForEach(it, list) {
-                                        const char *id = json_get_str(it, "sandbox_id");
-                                        if (id && !strcmp(id, sb->id)) {
-                                                counters = cJSON_Duplicate(it, true);
-                                                cJSON_DeleteItemFromObjectCaseSensitive(counters, "sandbox_id");
-                                                break;
-                                        }
-                                }
+                        for (size_t i = 0; i < reply.n_stats && !counters; i++) {
+                                const struct pj_node_sbx_stats *x = &reply.stats[i];
+                                if (strcmp(x->sandbox_id, sb->id) != 0)
+                                        continue;
+                                counters = cJSON_CreateObject();
+                                json_add_int(counters, "allowed_packets", (int64_t) x->allowed_packets);
+                                json_add_int(counters, "allowed_bytes", (int64_t) x->allowed_bytes);
+                                json_add_int(counters, "dropped_packets", (int64_t) x->dropped_packets);
+                                json_add_int(counters, "dropped_bytes", (int64_t) x->dropped_bytes);
+                        }
                 } else
                         log_debug("egress.stats from node %s: %s", sb->node_id, err);
         }
@@ -365,7 +337,6 @@ void ctl_egress_metrics_render(struct strbuf *b) {
  * agent, then re-apply each of them through the normal path on a job thread.
  */
 
-#define SYNC_KEY "controld"
 #define SYNC_CH 1
 
 struct egress_bus {
@@ -374,7 +345,8 @@ struct egress_bus {
         char *queue;    /* <exchange>.controld */
 };
 
-static void resync_job(struct ctl *c, char *node) {
+static void resync_job(struct ctl *c, void *arg) {
+        const char *node = arg;
         struct sandbox *a = NULL;
         size_t n = 0, done = 0, failed = 0;
         if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0)
@@ -403,26 +375,26 @@ static void resync_job(struct ctl *c, char *node) {
  * enforces other addresses. arg is "<node> <id> <resolved JSON>". If the sandbox is
  * still ready on that node, the record for GET /egress and the sandbox's /etc/hosts
  * follow; anything else (moved, paused, gone) is ignored: its next apply says more. */
-static void resolved_job(struct ctl *c, char *arg) {
-        char *id = strchr(arg, ' ');
-        char *json = id ? strchr(id + 1, ' ') : NULL;
-        if (!json)
-                return;
-        *id++ = 0;
-        *json++ = 0;
-        const char *node = arg;
-        _cleanup_json_ cJSON *resolved = cJSON_Parse(json);
-        if (!cJSON_IsArray(resolved))
-                return;
+/* An egress.resolved from a node, as the job that applies it gets it: one allocation. */
+struct resolved_update {
+        char node[129];
+        char sandbox_id[25];
+        size_t n;
+        struct pj_node_resolved res[];
+};
+
+static void resolved_job(struct ctl *c, void *arg) {
+        const struct resolved_update *u = arg;
+        const char *node = u->node, *id = u->sandbox_id;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         SANDBOX_LOCK_GUARD(lock, c, id);
         if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_READY || !sb.node_id ||
             strcmp(sb.node_id, node) != 0 || sb.egress.mode != PJ_EGRESS_RESTRICTED)
                 return;
         log_ctx_set("SANDBOX_ID", sb.id);
-        applied_record(c, sb.id, node, resolved);
+        applied_record(c, sb.id, node, u->res, u->n);
         char herr[256] = "";
-        if (write_hosts(c, &sb, resolved, herr, sizeof(herr)) < 0) {
+        if (write_hosts(c, &sb, u->res, u->n, herr, sizeof(herr)) < 0) {
                 atomic_fetch_add(&n_hosts_failed, 1);
                 log_warning("allowlisted names resolve differently on node %s, but /etc/hosts could not be rewritten: %s",
                             node, herr);
@@ -472,14 +444,14 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
         if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", err, sizeof(err))) < 0)
                 goto out;
         amqp_queue_bind(conn, SYNC_CH, amqp_cstring_bytes(b->queue), amqp_cstring_bytes(b->exchange),
-                        amqp_cstring_bytes(SYNC_KEY), amqp_empty_table);
+                        amqp_cstring_bytes(PJ_NODE_KEY_CONTROLD), amqp_empty_table);
         if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.bind", err, sizeof(err))) < 0)
                 goto out;
         amqp_basic_qos(conn, SYNC_CH, 0, 4, 0);
         amqp_basic_consume(conn, SYNC_CH, amqp_cstring_bytes(b->queue), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
         if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.consume", err, sizeof(err))) < 0)
                 goto out;
-        log_info("node.sync responder consuming %s (exchange %s, routing key %s)", b->queue, b->exchange, SYNC_KEY);
+        log_info("node.sync responder consuming %s (exchange %s, routing key %s)", b->queue, b->exchange, PJ_NODE_KEY_CONTROLD);
         while (!c->stopping) {
                 struct amqpx_delivery d;
                 _cleanup_free_ char *body = NULL;
@@ -497,11 +469,13 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                                  strcmp(d.c.app_id, m.node_id) == 0;
                 bool from_agent = from_node && m.type == PJ_NODE_NODE_SYNC && d.c.reply_to[0];
                 if (from_node && m.type == PJ_NODE_EGRESS_RESOLVED && m.node_id[0]) {
-                        struct pj_node_reply rr = { .resolved = m.resolved, .n_resolved = m.n_resolved };
-                        _cleanup_free_ char *rtext = pj_node_reply_format(&rr);
-                        _cleanup_json_ cJSON *rj = cJSON_Parse(rtext);
-                        _cleanup_free_ char *arr = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(rj, "resolved"));
-                        if (arr && ctl_spawn_job(c, resolved_job, xasprintf("%s %s %s", m.node_id, m.sandbox_id, arr)) < 0)
+                        struct resolved_update *u = xmalloc(sizeof(*u) + m.n_resolved * sizeof(u->res[0]));
+                        snprintf(u->node, sizeof(u->node), "%s", m.node_id);
+                        snprintf(u->sandbox_id, sizeof(u->sandbox_id), "%s", m.sandbox_id);
+                        u->n = m.n_resolved;
+                        if (m.n_resolved)
+                                memcpy(u->res, m.resolved, m.n_resolved * sizeof(u->res[0]));
+                        if (ctl_spawn_job(c, resolved_job, u) < 0)
                                 log_warning("egress.resolved from node %s: could not start updating the sandbox", m.node_id);
                 } else if (!from_agent)
                         log_warning("node.sync responder: dropped a message that is not a node.sync from the node it names");
@@ -547,7 +521,8 @@ int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen) {
         struct egress_bus *b = xnew0(struct egress_bus, 1);
         int r;
         b->exchange = xstrdup(c->cfg->amqp_exchange);
-        b->queue = xasprintf("%s.controld", b->exchange);
+        char q[PJ_NODE_QUEUE_MAX];
+        b->queue = xstrdup(pj_node_queue_controld(b->exchange, q));
         c->egbus = b;
         r = -pthread_create(&b->thread, NULL, sync_thread, c);
         if (r < 0) {

@@ -32,6 +32,7 @@
 
 #include "amqp.h"
 #include "nodebus.h"
+#include "pj_node.h"
 #include "cleanup.h"
 #include "json.h"
 #include "log.h"
@@ -583,37 +584,34 @@ out_unlocked_err:
         return r;
 }
 
-int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body, long timeout_ms, cJSON **ret_reply,
-                    char *err, size_t errlen) {
+int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body, long timeout_ms,
+                       struct pj_node_reply *ret_reply, char *err, size_t errlen) {
         _cleanup_free_ char *text = NULL;
-        _cleanup_json_ cJSON *j = NULL;
-        char why[256] = "";
+        struct pj_node_reply rep = { 0 };
+        struct pj_error pe = { 0 };
         int r = nodebus_request(c, node_id, body, timeout_ms, &text, err, errlen);
         if (r < 0)
                 return r;
-        if (json_parse(text, strlen(text), AMQP_CLIENT_MAX_BODY, 64, &j, why, sizeof(why)) < 0 || !cJSON_IsObject(j)) {
-                fmt_err(err, errlen, "the agent on node %s sent a reply that is not a JSON object%s%s", node_id,
-                        why[0] ? ": " : "", why);
+        if (pj_node_reply_parse(text, strlen(text), &rep, &pe) < 0) {
+                fmt_err(err, errlen, "the agent on node %s sent a reply that does not parse: %s%s%s", node_id,
+                        pe.field[0] ? pe.field : "", pe.field[0] ? ": " : "", pe.message);
                 return -EBADMSG;
         }
-        const char *from = json_get_str(j, "node_id");
-        if (!from || strcmp(from, node_id) != 0) {
+        if (strcmp(rep.node_id, node_id) != 0) {
                 fmt_err(err, errlen, "the reply to a request for node %s says it comes from node %s", node_id,
-                        from ? from : "(none)");
+                        rep.node_id[0] ? rep.node_id : "(none)");
+                pj_node_reply_done(&rep);
                 return -EBADMSG;
         }
-        const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
-        if (!cJSON_IsBool(ok)) {
-                fmt_err(err, errlen, "the agent on node %s sent a reply without a boolean \"ok\"", node_id);
-                return -EBADMSG;
-        }
-        if (!cJSON_IsTrue(ok)) {
-                const char *e = json_get_str(j, "error");
-                fmt_err(err, errlen, "the agent on node %s refused: %s", node_id, e && *e ? e : "(no reason given)");
+        if (!rep.ok) {
+                fmt_err(err, errlen, "the agent on node %s refused: %s", node_id, rep.error);
+                pj_node_reply_done(&rep);
                 return -EREMOTEIO;
         }
         if (ret_reply)
-                *ret_reply = TAKE_PTR(j);
+                *ret_reply = rep;
+        else
+                pj_node_reply_done(&rep);
         return 0;
 }
 

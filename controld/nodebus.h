@@ -72,9 +72,12 @@ const char *nodebus_exchange(const struct nodebus *c);
 int nodebus_request(struct nodebus *c, const char *node_id, const char *body, long timeout_ms, char **ret_reply,
                  char *err, size_t errlen);
 
-/* nodebus_request, then the reply must be a JSON object with "ok": true.
+/* nodebus_request, then the reply, read with proto-json's one reply codec (pj_node_reply_parse),
+ * must say "ok": true and come from node_id.
  *   -EREMOTEIO  "ok": false; err holds the agent's "error" text
- *   -EBADMSG    the reply is not a JSON object with a boolean "ok" and a "node_id" equal to node_id
- * On success *ret_reply (may be NULL if unwanted) is the parsed reply, owned by the caller. */
-int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body, long timeout_ms, cJSON **ret_reply,
-                    char *err, size_t errlen);
+ *   -EBADMSG    the reply does not parse, or its "node_id" is not node_id
+ * On success *ret_reply (may be NULL if unwanted) is the typed reply, the caller's to release
+ * with pj_node_reply_done(). */
+struct pj_node_reply;
+int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body, long timeout_ms,
+                       struct pj_node_reply *ret_reply, char *err, size_t errlen);

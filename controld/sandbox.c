@@ -445,7 +445,7 @@ static void pause_step(struct ctl *c, struct sandbox *sb) {
         }
 }
 
-static void pause_job(struct ctl *c, char *id) {
+static void pause_job(struct ctl *c, void *id) {
         settle_job(c, id, SB_PAUSING, "pause", pause_step);
 }
 
@@ -486,12 +486,12 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
         }
 }
 
-static void resume_job(struct ctl *c, char *id) {
+static void resume_job(struct ctl *c, void *id) {
         settle_job(c, id, SB_RESUMING, "resume", resume_step);
 }
 
 static int transition(struct ctl *c, const struct sandbox *sb, enum sb_status from, enum sb_status to, const char *verb,
-                      void (*job)(struct ctl *, char *), struct api_error *err) {
+                      void (*job)(struct ctl *, void *), struct api_error *err) {
         if (sb->status != from)
                 return API_ERR(err, -EBUSY, "Sandbox is %s; only %s sandboxes can be %s", sb_status_str(sb->status),
                                sb_status_str(from), verb);

@@ -22,6 +22,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "pj_node.h"
 #include "log.h"
 #include "strutil.h"
 
@@ -74,6 +75,19 @@ static const char *const migrations[] = {
         "ALTER TABLE accounts ADD COLUMN max_disk INTEGER NOT NULL DEFAULT -1;"
         "ALTER TABLE accounts ADD COLUMN max_volume_gb INTEGER NOT NULL DEFAULT -1;"
         "ALTER TABLE accounts ADD COLUMN max_volumes INTEGER NOT NULL DEFAULT -1;",
+        /* 5: the last egress apply per sandbox as rows (was JSON text under meta
+         * "egress.applied:<id>", moved here as it was) */
+        "CREATE TABLE egress_applied (sandbox_id TEXT PRIMARY KEY, node TEXT NOT NULL, applied_at INTEGER NOT NULL);"
+        "CREATE TABLE egress_resolved (sandbox_id TEXT NOT NULL, pos INTEGER NOT NULL, name TEXT NOT NULL,"
+        "  addrs TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(sandbox_id, pos));"
+        "INSERT INTO egress_applied SELECT substr(key, 16), COALESCE(json_extract(value, '$.node'), ''),"
+        "  COALESCE(json_extract(value, '$.applied_at'), 0) FROM meta"
+        "  WHERE key LIKE 'egress.applied:%' AND json_valid(value);"
+        "INSERT INTO egress_resolved SELECT substr(m.key, 16), r.key, COALESCE(json_extract(r.value, '$.name'), ''),"
+        "  COALESCE((SELECT group_concat(a.value, ' ') FROM json_each(r.value, '$.addrs') a), ''),"
+        "  COALESCE(json_extract(r.value, '$.at'), 0)"
+        "  FROM meta m, json_each(m.value, '$.resolved') r WHERE m.key LIKE 'egress.applied:%' AND json_valid(m.value);"
+        "DELETE FROM meta WHERE key LIKE 'egress.applied:%';",
 };
 
 /* Nodes an operator drained, and when each node's agent was last heard from. Created
@@ -607,6 +621,88 @@ int store_meta_put(struct store *s, const char *key, const char *value) {
 int store_meta_get(struct store *s, const char *key, char **ret) {
         LOCKED(s);
         return meta_value(s, key, ret);
+}
+
+/* ---- the last egress apply per sandbox ---- */
+
+int store_egress_applied_put(struct store *s, const char *sandbox_id, const char *node, int64_t applied_at,
+                             const struct pj_node_resolved *res, size_t n) {
+        LOCKED(s);
+        int r;
+        if ((r = exec_sql(s, "BEGIN IMMEDIATE")) < 0)
+                return r;
+        r = run(s, "DELETE FROM egress_resolved WHERE sandbox_id = ?", PARAMS(p_text(sandbox_id)));
+        if (r >= 0)
+                r = run(s, "INSERT OR REPLACE INTO egress_applied (sandbox_id, node, applied_at) VALUES (?, ?, ?)",
+                        PARAMS(p_text(sandbox_id), p_text(node), p_int(applied_at)));
+        for (size_t i = 0; r >= 0 && i < n; i++) {
+                /* The addresses as one column: dotted quads, space-separated. */
+                char text[PJ_NODE_MAX_ADDRS_PER_NAME * 16 + 1] = "", ip[16];
+                size_t len = 0;
+                for (size_t k = 0; k < res[i].n_addrs && k < PJ_NODE_MAX_ADDRS_PER_NAME; k++) {
+                        uint32_t a = res[i].addrs[k];
+                        snprintf(ip, sizeof(ip), "%u.%u.%u.%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
+                        len += (size_t) snprintf(text + len, sizeof(text) - len, "%s%s", k ? " " : "", ip);
+                }
+                r = run(s, "INSERT INTO egress_resolved (sandbox_id, pos, name, addrs, at) VALUES (?, ?, ?, ?, ?)",
+                        PARAMS(p_text(sandbox_id), p_int((int64_t) i), p_text(res[i].name), p_text(text),
+                               p_int(res[i].at_ms)));
+        }
+        if (r < 0) {
+                exec_sql(s, "ROLLBACK");
+                return r;
+        }
+        return exec_sql(s, "COMMIT");
+}
+
+int store_egress_applied_get(struct store *s, const char *sandbox_id, int64_t *ret_applied_at,
+                             struct pj_node_resolved **ret, size_t *ret_n) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = query(s, "SELECT applied_at FROM egress_applied WHERE sandbox_id = ?", PARAMS(p_text(sandbox_id)), &st);
+        if (r < 0)
+                return r;
+        if (r == 0)
+                return -ENOENT;
+        int64_t at = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(TAKE_PTR(st));
+        if ((r = stmt_new(s, "SELECT name, addrs, at FROM egress_resolved WHERE sandbox_id = ? ORDER BY pos LIMIT ?",
+                          PARAMS(p_text(sandbox_id), p_int(PJ_EGRESS_MAX_ALLOW)), &st)) < 0)
+                return r;
+        struct pj_node_resolved *v = xnew0(struct pj_node_resolved, PJ_EGRESS_MAX_ALLOW);
+        size_t n = 0;
+        while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+                struct pj_node_resolved *x = &v[n++];
+                const char *name = (const char *) sqlite3_column_text(st, 0);
+                const char *addrs = (const char *) sqlite3_column_text(st, 1);
+                snprintf(x->name, sizeof(x->name), "%s", name ? name : "");
+                x->at_ms = sqlite3_column_int64(st, 2);
+                for (const char *p = addrs; p && *p && x->n_addrs < PJ_NODE_MAX_ADDRS_PER_NAME;) {
+                        unsigned b[4];
+                        int used = 0;
+                        if (sscanf(p, "%u.%u.%u.%u%n", &b[0], &b[1], &b[2], &b[3], &used) != 4 || b[0] > 255 ||
+                            b[1] > 255 || b[2] > 255 || b[3] > 255)
+                                break;
+                        x->addrs[x->n_addrs++] = (uint32_t) b[0] << 24 | b[1] << 16 | b[2] << 8 | b[3];
+                        p += used;
+                        while (*p == ' ')
+                                p++;
+                }
+        }
+        if (r != SQLITE_DONE) {
+                free(v);
+                return sqlite_to_errno(r) ?: -EIO;
+        }
+        *ret_applied_at = at;
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}
+
+int store_egress_applied_forget(struct store *s, const char *sandbox_id) {
+        LOCKED(s);
+        int r = run(s, "DELETE FROM egress_resolved WHERE sandbox_id = ?", PARAMS(p_text(sandbox_id)));
+        return r < 0 ? r : run(s, "DELETE FROM egress_applied WHERE sandbox_id = ?", PARAMS(p_text(sandbox_id)));
 }
 
 /* ---- accounts and keys ---- */

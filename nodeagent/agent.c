@@ -59,7 +59,8 @@ static int rpc_ok(amqp_connection_state_t conn, const char *what) {
 
 static amqp_connection_state_t connect_broker(const struct agent_config *cfg, const struct amqpx_url *u,
                                               amqp_bytes_t *ret_queue) {
-        _cleanup_free_ char *qname = xasprintf("%s.nodeagent.%s", cfg->exchange, cfg->node_id);
+        char qname[PJ_NODE_QUEUE_MAX];
+        pj_node_queue_agent(cfg->exchange, cfg->node_id, qname);
         _cleanup_free_ char *cname = xasprintf("paddock-nodeagent[%s]", cfg->node_id);
         amqp_connection_state_t conn = NULL;
         char why[512];
@@ -335,7 +336,7 @@ static void resolved_send(amqp_connection_state_t conn, const struct agent_confi
                 amqp_basic_properties_t p = amqpx_json_props(1, cfg->node_id, user);
                 p._flags |= AMQP_BASIC_EXPIRATION_FLAG;
                 p.expiration = amqp_cstring_bytes("60000");
-                amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("controld"), 0, 0, &p,
+                amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes(PJ_NODE_KEY_CONTROLD), 0, 0, &p,
                                    amqp_cstring_bytes(body));
                 free(u[i].resolved);
         }
@@ -551,7 +552,7 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                         continue;
                 }
                 if (f.payload.method.id == AMQP_BASIC_RETURN_METHOD && f.channel == CH) {
-                        /* Only node.sync is published mandatory by us: nobody bound "controld". */
+                        /* Only node.sync is published mandatory by us: nobody bound PJ_NODE_KEY_CONTROLD. */
                         struct amqpx_delivery rd = { 0 };
                         _cleanup_free_ char *rbody = NULL;
                         if (read_content(conn, &rd, &rbody) < 0)

@@ -45,7 +45,7 @@ void reconcile_send(amqp_connection_state_t conn, const struct agent_config *cfg
         p.reply_to = sync_st.reply_q;
         p.correlation_id = amqp_cstring_bytes(sync_st.corr);
         p.expiration = amqp_cstring_bytes("10000");
-        amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("controld"), 1, 0, &p,
+        amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes(PJ_NODE_KEY_CONTROLD), 1, 0, &p,
                            amqp_cstring_bytes(body));
         sync_st.sent_at = mono_ms();
         sync_st.next_at = 0;

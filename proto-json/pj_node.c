@@ -64,10 +64,9 @@ static bool only_keys(const cJSON *o, const char *const *allowed, const char **r
 
 static int parse_resolved(const cJSON *o, struct pj_node_resolved **ret, size_t *ret_n, struct pj_error *err);
 
-/* "resolved":[{"name","addrs":[...],"at"}] */
-static void add_resolved(cJSON *o, const struct pj_node_resolved *v, size_t n) {
+cJSON *pj_node_resolved_to_json(const struct pj_node_resolved *v, size_t n) {
         char ip[INET_ADDRSTRLEN];
-        cJSON *a = cJSON_AddArrayToObject(o, "resolved");
+        cJSON *a = cJSON_CreateArray();
         for (size_t i = 0; i < n; i++) {
                 const struct pj_node_resolved *x = &v[i];
                 cJSON *e = cJSON_CreateObject();
@@ -80,6 +79,11 @@ static void add_resolved(cJSON *o, const struct pj_node_resolved *v, size_t n) {
                 json_add_int(e, "at", x->at_ms);
                 cJSON_AddItemToArray(a, e);
         }
+        return a;
+}
+
+static void add_resolved(cJSON *o, const struct pj_node_resolved *v, size_t n) {
+        cJSON_AddItemToObject(o, "resolved", pj_node_resolved_to_json(v, n));
 }
 
 int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, struct pj_error *err) {
@@ -186,6 +190,16 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
         }
         *ret = m;
         return 0;
+}
+
+char *pj_node_queue_controld(const char *exchange, char buf[PJ_NODE_QUEUE_MAX]) {
+        snprintf(buf, PJ_NODE_QUEUE_MAX, "%s.controld", exchange);
+        return buf;
+}
+
+char *pj_node_queue_agent(const char *exchange, const char *node_id, char buf[PJ_NODE_QUEUE_MAX]) {
+        snprintf(buf, PJ_NODE_QUEUE_MAX, "%s.nodeagent.%s", exchange, node_id);
+        return buf;
 }
 
 char *pj_node_msg_format(const struct pj_node_msg *m) {

@@ -32,6 +32,17 @@
 #include "pj.h"
 #include "pj_egress.h"
 
+/* Where these messages travel, on the one direct exchange both daemons declare (the config's
+ * [amqp] exchange). Requests to a node are routed by its node id; the agent consumes them on its
+ * exclusive queue. What agents send controld (node.sync, egress.resolved) goes with routing key
+ * PJ_NODE_KEY_CONTROLD to controld's queue. Queue names carry the exchange so two deployments
+ * can share a broker. Each writes "<exchange>.<...>" into buf (at most PJ_NODE_QUEUE_MAX bytes
+ * with the NUL) and returns buf. */
+#define PJ_NODE_KEY_CONTROLD "controld"
+#define PJ_NODE_QUEUE_MAX 512
+char *pj_node_queue_controld(const char *exchange, char buf[PJ_NODE_QUEUE_MAX]);
+char *pj_node_queue_agent(const char *exchange, const char *node_id, char buf[PJ_NODE_QUEUE_MAX]);
+
 #define PJ_NODE_MAX_MESSAGE (64 * 1024)
 /* Replies can list every sandbox of a node. */
 #define PJ_NODE_MAX_REPLY (1024 * 1024)
@@ -75,6 +86,11 @@ struct pj_node_resolved {
         size_t n_addrs;
         int64_t at_ms;                                  /* when resolved, unix ms */
 };
+
+/* [{"name","addrs":["a.b.c.d",...],"at":<unix ms>}, ...]: the "resolved" list as replies and
+ * egress.resolved carry it, and as GET /sandboxes/{id}/egress shows it. New tree. */
+struct cJSON;
+struct cJSON *pj_node_resolved_to_json(const struct pj_node_resolved *v, size_t n);
 
 struct pj_node_sbx_stats {
         char sandbox_id[25];

@@ -19,6 +19,7 @@
 
 #include "amqptest.h"
 #include "nodebus.h"
+#include "pj_node.h"
 #include "cleanup.h"
 #include "json.h"
 #include "strutil.h"
@@ -130,9 +131,11 @@ TEST_FULL(ping_round_trip, 30) {
         ASSERT_CONTAINS(reply, "\"ok\":true");
         ASSERT_CONTAINS(reply, a->node_id);
 
-        _cleanup_json_ cJSON *j = NULL;
+        _cleanup_(pj_node_reply_done) struct pj_node_reply j = { 0 };
         ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, &j, err, sizeof(err)), 0);
-        ASSERT_STREQ(json_get_str(j, "node_id"), a->node_id);
+        ASSERT_STREQ(j.node_id, a->node_id);
+        ASSERT_TRUE(j.ok);
+        ASSERT_STREQ(j.type, "ping");
         /* Without an out-parameter too. */
         ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, NULL, err, sizeof(err)), 0);
         nodebus_free(c);
@@ -255,14 +258,14 @@ TEST_FULL(agent_refusal_is_eremoteio_with_its_text, 30) {
         struct agent *a;
         struct nodebus *c = client_with_agent("refuse", &a);
         char err[512] = "";
-        cJSON *j = NULL;
+        struct pj_node_reply j = { 0 };
         /* This agent does not enforce egress (not enabled in its config): it must say no. */
         ASSERT_EQ(nodebus_request_ok(c, a->node_id,
                                   "{\"type\":\"egress.apply\",\"sandbox_id\":\"0123456789abcdef01234567\","
                                   "\"ip\":\"169.254.90.7\",\"mode\":\"deny_all\"}",
                                   5000, &j, err, sizeof(err)),
                   -EREMOTEIO);
-        ASSERT_NULL(j);
+        ASSERT_EQ(j.node_id[0], 0); /* untouched on failure */
         ASSERT_CONTAINS(err, "the agent on node");
         ASSERT_CONTAINS(err, a->node_id);
         ASSERT_CONTAINS(err, "egress");

@@ -10,6 +10,25 @@
 
 static int parse(const char *s, struct pj_node_msg *m, struct pj_error *e) { return pj_node_msg_parse(s, strlen(s), m, e); }
 
+/* The queues of the node flows, named once here for both daemons. */
+TEST(queue_names_carry_the_exchange) {
+        char buf[PJ_NODE_QUEUE_MAX];
+        ASSERT_STREQ(pj_node_queue_controld("paddock.nodes", buf), "paddock.nodes.controld");
+        ASSERT_STREQ(pj_node_queue_agent("paddock.nodes", "node-7", buf), "paddock.nodes.nodeagent.node-7");
+        ASSERT_STREQ(PJ_NODE_KEY_CONTROLD, "controld");
+}
+
+/* GET /egress shows the resolved list in the shape the agent's replies carry it. */
+TEST(resolved_list_renders_like_the_reply) {
+        struct pj_node_resolved v = { .name = "api.example.com", .addrs = { 0xcb007105 }, .n_addrs = 1, .at_ms = 7 };
+        _cleanup_json_ cJSON *a = pj_node_resolved_to_json(&v, 1);
+        _cleanup_free_ char *t = cJSON_PrintUnformatted(a);
+        ASSERT_STREQ(t, "[{\"name\":\"api.example.com\",\"addrs\":[\"203.0.113.5\"],\"at\":7}]");
+        _cleanup_json_ cJSON *e = pj_node_resolved_to_json(NULL, 0);
+        _cleanup_free_ char *te = cJSON_PrintUnformatted(e);
+        ASSERT_STREQ(te, "[]");
+}
+
 TEST(round_trip_every_type) {
         struct pj_node_msg m = { 0 }, back = { 0 };
         struct pj_error e;

@@ -9,6 +9,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "pj_node.h"
 #include "storetest.h"
 #include "strutil.h"
 #include "testlib.h"
@@ -185,13 +186,13 @@ TEST(open_creates_current_schema_and_reopens) {
         struct store *s = storetest_open("fresh");
         s = store_close(s);
         ASSERT_NULL(s);
-        ASSERT_EQ(raw_int("fresh", "SELECT MAX(version) FROM schema_version"), 4);
-        ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 4);
+        ASSERT_EQ(raw_int("fresh", "SELECT MAX(version) FROM schema_version"), 5);
+        ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 5);
         ASSERT_EQ(raw_int("fresh", "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
         /* Reopening runs no migration twice. */
         s = storetest_open("fresh");
         store_close(s);
-        ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 4);
+        ASSERT_EQ(raw_int("fresh", "SELECT COUNT(*) FROM schema_version"), 5);
         ASSERT_NULL(store_close(NULL));
 }
 
@@ -222,11 +223,12 @@ TEST(migration_from_version_2_keeps_data) {
         raw_sql("old", "ALTER TABLE volumes DROP COLUMN deleting; ALTER TABLE accounts DROP COLUMN max_concurrent;"
                        "ALTER TABLE accounts DROP COLUMN max_cpu; ALTER TABLE accounts DROP COLUMN max_memory;"
                        "ALTER TABLE accounts DROP COLUMN max_disk; ALTER TABLE accounts DROP COLUMN max_volume_gb;"
-                       "ALTER TABLE accounts DROP COLUMN max_volumes; DELETE FROM schema_version WHERE version > 2;");
+                       "ALTER TABLE accounts DROP COLUMN max_volumes; DROP TABLE egress_resolved; DROP TABLE egress_applied;"
+                       "DELETE FROM schema_version WHERE version > 2;");
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 0);
 
         s = storetest_open("old");
-        ASSERT_EQ(raw_int("old", "SELECT MAX(version) FROM schema_version"), 4);
+        ASSERT_EQ(raw_int("old", "SELECT MAX(version) FROM schema_version"), 5);
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 1);
         ASSERT_EQ(raw_int("old", "SELECT deleting FROM volumes"), 0);
         struct account a = { 0 };
@@ -282,6 +284,68 @@ TEST(account_limits_round_trip_every_key) {
         account_clear(&a);
         ASSERT_EQ(store_account_set_limit(s, "000000000000000000000000", PLAN_MAX_CPU, 5), -ENOENT);
         ASSERT_EQ(store_account_set_plan(s, "000000000000000000000000", "gold"), -ENOENT);
+        store_close(s);
+}
+
+/* The last egress apply: the typed resolved list goes in and comes back as it was, a second
+ * put replaces it, forget removes it. */
+TEST(egress_applied_round_trip) {
+        struct store *s = storetest_open("applied");
+        const char *id = "0123456789abcdef01234567";
+        struct pj_node_resolved in[2] = {
+                { .name = "api.example.com", .addrs = { 0xcb007105, 0xcb007106 }, .n_addrs = 2, .at_ms = 1700000000123 },
+                { .name = "pypi.org", .addrs = { 0xc6336407 }, .n_addrs = 1, .at_ms = 42 },
+        };
+        struct pj_node_resolved *out = NULL;
+        size_t n = 0;
+        int64_t at = 0;
+        ASSERT_EQ(store_egress_applied_get(s, id, &at, &out, &n), -ENOENT);
+        ASSERT_OK(store_egress_applied_put(s, id, "node-a", 555, in, 2));
+        ASSERT_OK(store_egress_applied_get(s, id, &at, &out, &n));
+        ASSERT_EQ(at, 555);
+        ASSERT_EQ(n, 2);
+        for (size_t i = 0; i < 2; i++) {
+                ASSERT_STREQ(out[i].name, in[i].name);
+                ASSERT_EQ(out[i].n_addrs, in[i].n_addrs);
+                ASSERT_EQ(out[i].at_ms, in[i].at_ms);
+                for (size_t k = 0; k < in[i].n_addrs; k++)
+                        ASSERT_EQ(out[i].addrs[k], in[i].addrs[k]);
+        }
+        free(out);
+        ASSERT_OK(store_egress_applied_put(s, id, "node-a", 777, in + 1, 1));
+        ASSERT_OK(store_egress_applied_get(s, id, &at, &out, &n));
+        ASSERT_EQ(at, 777);
+        ASSERT_EQ(n, 1);
+        ASSERT_STREQ(out[0].name, "pypi.org");
+        free(out);
+        ASSERT_OK(store_egress_applied_forget(s, id));
+        ASSERT_EQ(store_egress_applied_get(s, id, &at, &out, &n), -ENOENT);
+        store_close(s);
+}
+
+/* Migration 5: what an older controld kept as JSON text under meta "egress.applied:<id>"
+ * becomes rows, nothing lost, and the meta row goes. */
+TEST(migration_5_moves_the_applied_records) {
+        struct store *s = storetest_open("applied-old");
+        store_close(s);
+        raw_sql("applied-old", "DROP TABLE egress_resolved; DROP TABLE egress_applied; DELETE FROM schema_version WHERE version > 4;"
+                               "INSERT INTO meta VALUES ('egress.applied:0123456789abcdef01234567', "
+                               "'{\"node\":\"n1\",\"applied_at\":123,\"resolved\":[{\"name\":\"api.example.com\","
+                               "\"addrs\":[\"203.0.113.5\",\"203.0.113.6\"],\"at\":99}]}');");
+        s = storetest_open("applied-old");
+        struct pj_node_resolved *out = NULL;
+        size_t n = 0;
+        int64_t at = 0;
+        ASSERT_OK(store_egress_applied_get(s, "0123456789abcdef01234567", &at, &out, &n));
+        ASSERT_EQ(at, 123);
+        ASSERT_EQ(n, 1);
+        ASSERT_STREQ(out[0].name, "api.example.com");
+        ASSERT_EQ(out[0].n_addrs, 2);
+        ASSERT_EQ(out[0].addrs[0], 0xcb007105u);
+        ASSERT_EQ(out[0].addrs[1], 0xcb007106u);
+        ASSERT_EQ(out[0].at_ms, 99);
+        free(out);
+        ASSERT_EQ(raw_int("applied-old", "SELECT COUNT(*) FROM meta WHERE key LIKE 'egress.applied:%'"), 0);
         store_close(s);
 }
 
