@@ -33,14 +33,13 @@
 #include "cleanup.h"
 #include "controld.h"
 #include "cron.h"
-#include "json.h"
 #include "log.h"
 #include "nodebus.h"
+#include "pj_snapshot.h"
 #include "registry.h"
 #include "strutil.h"
 
 #define CH 1
-#define MAX_EVENT_BODY (64 * 1024)
 #define PUBLISH_TIMEOUT_MS 5000
 
 struct snapbus {
@@ -80,8 +79,8 @@ static void pub_drop(struct snapbus *b) {
 }
 
 static int declare_jobs_queue(struct snapbus *b, const char *node, char *err, size_t errlen) {
-        _cleanup_free_ char *q = xasprintf("%s.snapshots.%s", b->c->cfg->amqp_exchange, node);
-        _cleanup_free_ char *key = xasprintf("snapshot.%s", node);
+        _cleanup_free_ char *q = pj_snapshot_jobs_queue(b->c->cfg->amqp_exchange, node);
+        _cleanup_free_ char *key = pj_snapshot_jobs_key(node);
         amqp_queue_declare(b->pub, CH, amqp_cstring_bytes(q), 0, 1, 0, 0, amqp_empty_table);
         int r = amqpx_rpc_check(amqp_get_rpc_reply(b->pub), "queue.declare", err, errlen);
         if (r < 0)
@@ -98,7 +97,7 @@ static int publish_once(struct snapbus *b, const char *node, const char *body, c
                 return r;
         if ((r = declare_jobs_queue(b, node, err, errlen)) < 0)
                 return r;
-        _cleanup_free_ char *key = xasprintf("snapshot.%s", node);
+        _cleanup_free_ char *key = pj_snapshot_jobs_key(node);
         amqp_basic_properties_t p = amqpx_json_props(2, NULL, NULL);
         if (amqp_basic_publish(b->pub, CH, amqp_cstring_bytes(b->c->cfg->amqp_exchange), amqp_cstring_bytes(key), 1, 0, &p,
                                amqp_cstring_bytes(body)) != AMQP_STATUS_OK) {
@@ -175,13 +174,15 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
         log_ctx_set("SANDBOX_ID", sb.id);
         log_ctx_set("NODE_ID", sb.node_id);
 
-        _cleanup_json_ cJSON *job = cJSON_CreateObject();
-        json_add_str(job, "type", "snapshot.create");
-        json_add_str(job, "snapshot_id", sn.id);
-        json_add_str(job, "sandbox_id", sb.id);
-        json_add_str(job, "container_id", sb.container_id);
-        json_add_str(job, "node_id", sb.node_id);
-        _cleanup_free_ char *body = json_print(job);
+        struct pj_snapshot_job job = { 0 };
+        strscpy(job.snapshot_id, sn.id, sizeof(job.snapshot_id));
+        strscpy(job.sandbox_id, sb.id, sizeof(job.sandbox_id));
+        /* One that does not fit is no reference the agent would commit: it then reports the
+         * job failed, as it does for any invalid one; a cut one could name another container. */
+        if (strlen(sb.container_id) < sizeof(job.container_id))
+                strscpy(job.container_id, sb.container_id, sizeof(job.container_id));
+        strscpy(job.node_id, sb.node_id, sizeof(job.node_id));
+        _cleanup_free_ char *body = pj_snapshot_job_format(&job);
         char perr[256] = "";
         r = publish_job(c->snapbus, sb.node_id, body, perr, sizeof(perr));
         if (r < 0) {
@@ -278,16 +279,6 @@ int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, st
 
 /* ---------------------------------------------------------------- agents' outcomes */
 
-static const char *jstr(const cJSON *o, const char *k) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-        return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static double jnum(const cJSON *o, const char *k, double def) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-        return cJSON_IsNumber(v) ? v->valuedouble : def;
-}
-
 /* Drops the registry image of an outcome nobody will record (deleted or timed out meanwhile). */
 static void drop_orphan(struct ctl *c, const char *id, const char *digest) {
         struct registry reg = config_snapshot_registry(c->cfg);
@@ -301,19 +292,16 @@ static void drop_orphan(struct ctl *c, const char *id, const char *digest) {
 }
 
 int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size_t len) {
-        _cleanup_json_ cJSON *e = NULL;
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
-        char perr[128];
-        if (json_parse(body, len, MAX_EVENT_BODY, 4, &e, perr, sizeof(perr)) < 0 || !cJSON_IsObject(e))
+        struct pj_snapshot_event e;
+        struct pj_error perr;
+        if (pj_snapshot_event_parse(body, len, &e, &perr) < 0) {
+                log_warning("dropping a malformed snapshot outcome from node %s: %s", node ? node : "(none)",
+                            perr.message);
                 return -EBADMSG;
-        const char *type = jstr(e, "type"), *id = jstr(e, "snapshot_id"), *digest = jstr(e, "digest");
-        if (!type || !id || strlen(id) != HEXID_LEN || !hexid_valid(id))
-                return -EBADMSG;
-        bool ok = !strcmp(type, "snapshot.completed");
-        if (!ok && strcmp(type, "snapshot.failed") != 0)
-                return -EBADMSG;
-        if (ok && (!digest || !startswith(digest, "sha256:") || strlen(digest) != 71))
-                return -EBADMSG;
+        }
+        bool ok = e.type == PJ_SNAPSHOT_COMPLETED;
+        const char *id = e.snapshot_id, *digest = ok ? e.digest : NULL;
         log_ctx_set("SNAPSHOT_ID", id);
         int r = store_snapshot_get(c->store, id, &sn);
         if (r == -ENOENT) {
@@ -332,24 +320,24 @@ int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size
         }
         log_ctx_set("SANDBOX_ID", sn.sandbox_id);
         log_ctx_set("NODE_ID", sn.node_id);
-        static const struct { const char *key, *field, *phase; } phases[] = {
-                { "commit_ms", "COMMIT_MS", "snapshot_commit" },
-                { "push_ms", "PUSH_MS", "snapshot_push" },
-                { "verify_ms", "VERIFY_MS", "snapshot_verify" },
-                { "prune_ms", "PRUNE_MS", "snapshot_prune" },
+        static const struct { enum pj_snapshot_phase p; const char *field, *phase; } phases[] = {
+                { PJ_SNAPSHOT_PHASE_COMMIT, "COMMIT_MS", "snapshot_commit" },
+                { PJ_SNAPSHOT_PHASE_PUSH, "PUSH_MS", "snapshot_push" },
+                { PJ_SNAPSHOT_PHASE_VERIFY, "VERIFY_MS", "snapshot_verify" },
+                { PJ_SNAPSHOT_PHASE_PRUNE, "PRUNE_MS", "snapshot_prune" },
         };
         for (size_t i = 0; i < ELEMENTSOF(phases); i++) {
-                double ms = jnum(e, phases[i].key, -1);
+                int64_t ms = e.ms[phases[i].p];
                 if (ms < 0)
                         continue;
                 char buf[32];
-                snprintf(buf, sizeof(buf), "%.0f", ms);
+                snprintf(buf, sizeof(buf), "%" PRId64, ms);
                 log_ctx_set(phases[i].field, buf);
-                metrics_observe_phase(c->metrics, phases[i].phase, ms / 1000.0);
+                metrics_observe_phase(c->metrics, phases[i].phase, (double) ms / 1000.0);
         }
         double total_s = (double) (now_ms() - sn.created_at) / 1000.0;
         if (ok) {
-                int64_t size = (int64_t) jnum(e, "size_bytes", -1);
+                int64_t size = e.size_bytes;
                 r = store_snapshot_finish(c->store, id, SNAP_READY, digest, size, NULL, now_ms());
                 if (r == -ESTALE && sn.status == SNAP_FAILED)
                         drop_orphan(c, id, digest);   /* timed out meanwhile: its image has no use */
@@ -358,10 +346,8 @@ int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size
                         log_info("snapshot ready (%s, %" PRId64 " bytes) in %.1f s", digest, size, total_s);
                 }
         } else {
-                const char *why = jstr(e, "reason");
-                _cleanup_free_ char *reason = xasprintf("%s", why && *why ? why : "the node agent reported a failure");
-                if (strlen(reason) > 500)
-                        reason[500] = 0;
+                /* The codec has cut it to PJ_SNAPSHOT_MAX_REASON bytes. */
+                const char *reason = e.reason[0] ? e.reason : "the node agent reported a failure";
                 r = store_snapshot_finish(c->store, id, SNAP_FAILED, NULL, -1, reason, now_ms());
                 if (r == 0) {
                         metrics_observe_phase(c->metrics, "snapshot_failed", total_s);
@@ -378,7 +364,7 @@ int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size
 
 static amqp_connection_state_t events_connect(struct snapbus *b) {
         struct ctl *c = b->c;
-        _cleanup_free_ char *q = xasprintf("%s.snapshot-events", c->cfg->amqp_exchange);
+        _cleanup_free_ char *q = pj_snapshot_events_queue(c->cfg->amqp_exchange);
         amqp_connection_state_t conn = NULL;
         char err[512];
         if (nodebus_connect(c->bus, "snapshot-events", CH, &conn, err, sizeof(err)) < 0) {
@@ -389,7 +375,7 @@ static amqp_connection_state_t events_connect(struct snapbus *b) {
         if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", err, sizeof(err)) < 0)
                 goto fail;
         amqp_queue_bind(conn, CH, amqp_cstring_bytes(q), amqp_cstring_bytes(c->cfg->amqp_exchange),
-                        amqp_cstring_bytes("snapshot.events"), amqp_empty_table);
+                        amqp_cstring_bytes(PJ_SNAPSHOT_EVENTS_KEY), amqp_empty_table);
         if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.bind", err, sizeof(err)) < 0)
                 goto fail;
         amqp_basic_qos(conn, CH, 0, 16, 0);
@@ -421,7 +407,7 @@ static void *events_main(void *ud) {
                 while (!atomic_load(&b->stop)) {
                         struct amqpx_delivery d;
                         _cleanup_free_ char *body = NULL;
-                        int got = amqpx_next_delivery(conn, CH, 1000, MAX_EVENT_BODY, &d, &body);
+                        int got = amqpx_next_delivery(conn, CH, 1000, PJ_SNAPSHOT_MAX_EVENT, &d, &body);
                         if (got == 0)
                                 continue;
                         if (got < 0)
@@ -435,7 +421,7 @@ static void *events_main(void *ud) {
                                 usleep(1000 * 1000);
                                 continue;
                         }
-                        if (r < 0)
+                        if (r < 0 && r != -EBADMSG)     /* snapshot_apply_event said why */
                                 log_warning("dropping a malformed snapshot outcome from node %s (%" PRIu64 " bytes)",
                                             node ? node : "(none)", d.c.size);
                         amqp_basic_ack(conn, CH, d.tag, 0);

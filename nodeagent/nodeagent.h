@@ -40,10 +40,6 @@ struct agent_config {
 };
 
 /* snapshot.c */
-/* The container a snapshot.create names, s[0..n): Docker's 64-hex id, the Docker driver's
- * "paddock-<24 hex>", or a Nomad task container "<task>-<alloc uuid>" (Nomad's docker
- * driver names it so; the task name in Docker's name characters). At most PS_CONTAINER_MAX. */
-bool snapshot_container_ref_valid(const char *s, size_t n);
 /* Starts the snapshot worker thread: its own RabbitMQ connection consuming the node's durable
  * snapshot queue (one job at a time, acked after its outcome is published), crash leftovers
  * pruned before the first job and on a timer. 0 or -errno. */
@@ -182,7 +178,7 @@ struct ps_egress_list {
 struct ps_docker {
         struct ps_hdr hdr;
         char snapshot_id[EGRESS_ID_LEN + 1];    /* 24 lowercase hex + NUL; "" for PRUNE */
-        char container[PS_CONTAINER_MAX + 1];   /* snapshot_container_ref_valid; COMMIT only */
+        char container[PS_CONTAINER_MAX + 1];   /* pj_snapshot_container_ref_valid; COMMIT only */
         uint8_t pad[6];                         /* 0 */
 };
 

@@ -13,6 +13,7 @@
 #include "cleanup.h"
 #include "docker.h"
 #include "nodeagent.h"
+#include "pj_snapshot.h"
 #include "privsep.h"
 #include "registry.h"
 #include "strutil.h"
@@ -22,13 +23,14 @@
 static struct docker *dk;
 static const struct agent_config *dk_cfg;
 
-/* A container reference (snapshot_container_ref_valid), NUL-terminated, zeros after it. */
+/* A container reference (pj_snapshot_container_ref_valid), NUL-terminated, zeros after it. */
+_Static_assert(PS_CONTAINER_MAX == PJ_SNAPSHOT_MAX_CONTAINER, "the job's container reference fits the message");
 static bool container_field_valid(const char c[PS_CONTAINER_MAX + 1]) {
         const char *nul = memchr(c, 0, PS_CONTAINER_MAX + 1);
         if (!nul)
                 return false;
         size_t n = (size_t) (nul - c);
-        return snapshot_container_ref_valid(c, n) && privsep_zero(nul, PS_CONTAINER_MAX + 1 - n);
+        return pj_snapshot_container_ref_valid(c, n) && privsep_zero(nul, PS_CONTAINER_MAX + 1 - n);
 }
 
 int privsep_docker_check(uint16_t type, const struct ps_docker *m, struct ps_result *ret) {

@@ -33,15 +33,14 @@
 #include "amqp.h"
 
 #include "cleanup.h"
-#include "json.h"
 #include "log.h"
 #include "metrics.h"
 #include "nodeagent.h"
+#include "pj_snapshot.h"
 #include "strutil.h"
 #include "ticker.h"
 
 #define CH 1
-#define MAX_JOB_BODY (16 * 1024)
 #define CONFIRM_TIMEOUT_MS 10000
 
 /* ---------------------------------------------------------------- one job */
@@ -60,65 +59,19 @@ static int docker_step(enum ps_type type, const char *snapshot_id, const char *c
         return r;
 }
 
-static const char *jstr(const cJSON *o, const char *k) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-        return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static bool lower_hex(const char *s, size_t n) {
-        for (size_t i = 0; i < n; i++)
-                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-                        return false;
-        return true;
-}
-
-/* Nomad's allocation ids: a UUID in lowercase, 8-4-4-4-12. */
-static bool uuid_valid(const char *s) {
-        static const size_t groups[] = { 8, 4, 4, 4, 12 };
-        for (size_t g = 0; g < ELEMENTSOF(groups); g++) {
-                if (!lower_hex(s, groups[g]))
-                        return false;
-                s += groups[g];
-                if (g + 1 < ELEMENTSOF(groups) && *s++ != '-')
-                        return false;
-        }
-        return true;
-}
-
-bool snapshot_container_ref_valid(const char *s, size_t n) {
-        enum { UUID_LEN = 36 };
-        if (!s || n == 0 || n > PS_CONTAINER_MAX || memchr(s, 0, n))
-                return false;
-        if (n == 64)
-                return lower_hex(s, n);
-        if (n == 8 + HEXID_LEN && !memcmp(s, "paddock-", 8))
-                return lower_hex(s + 8, HEXID_LEN);
-        /* <task>-<alloc_id>: Docker's name rule for the task part, [a-zA-Z0-9][a-zA-Z0-9_.-]*. */
-        if (n < UUID_LEN + 2 || s[n - UUID_LEN - 1] != '-' || !uuid_valid(s + n - UUID_LEN))
-                return false;
-        for (size_t i = 0; i < n - UUID_LEN - 1; i++) {
-                char ch = s[i];
-                if (!ascii_alnum(ch) && (i == 0 || !strchr("_.-", ch)))
-                        return false;
-        }
-        return true;
-}
-
-static bool container_valid(const char *s) { return s && snapshot_container_ref_valid(s, strlen(s)); }
-
-static void add_ms(cJSON *o, const char *k, int64_t ms, const char *field) {
+static void set_ms(struct pj_snapshot_event *ev, enum pj_snapshot_phase p, int64_t ms, const char *field) {
         char buf[32];
-        cJSON_AddNumberToObject(o, k, (double) ms);
+        ev->ms[p] = ms;
         snprintf(buf, sizeof(buf), "%" PRId64, ms);
         log_ctx_set(field, buf);
 }
 
-/* docker_step, its duration added to out as key and to the log context as field. */
-static int timed_step(cJSON *out, const char *key, const char *field, enum ps_type type, const char *sid,
-                      const char *container, long tmo, struct ps_result *res) {
+/* docker_step, its duration recorded in ev as phase p and in the log context as field. */
+static int timed_step(struct pj_snapshot_event *ev, enum pj_snapshot_phase p, const char *field, enum ps_type type,
+                      const char *sid, const char *container, long tmo, struct ps_result *res) {
         int64_t t = mono_ms();
         int r = docker_step(type, sid, container, tmo, res);
-        add_ms(out, key, mono_ms() - t, field);
+        set_ms(ev, p, mono_ms() - t, field);
         return r;
 }
 
@@ -128,29 +81,24 @@ static const char *step_why(const struct ps_result *res, int r) {
 }
 
 char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len, bool redelivered) {
-        _cleanup_json_ cJSON *in = NULL;
-        char perr[128];
-        if (json_parse(body, len, MAX_JOB_BODY, 4, &in, perr, sizeof(perr)) < 0) {
-                log_warning("dropping a snapshot job that is not JSON: %s", perr);
+        struct pj_snapshot_job job;
+        struct pj_error perr;
+        if (pj_snapshot_job_parse(body, len, &job, &perr) < 0) {
+                log_warning("dropping a message on the snapshot queue that is not a snapshot.create job: %s", perr.message);
                 return NULL;
         }
-        const char *type = jstr(in, "type"), *sid = jstr(in, "snapshot_id"), *sbid = jstr(in, "sandbox_id"),
-                   *container = jstr(in, "container_id");
-        if (!cJSON_IsObject(in) || !type || strcmp(type, "snapshot.create") != 0 || !sid || strlen(sid) != HEXID_LEN ||
-            !hexid_valid(sid)) {
-                log_warning("dropping a message on the snapshot queue that is not a snapshot.create with a snapshot_id");
-                return NULL;
-        }
-        cJSON *out = cJSON_CreateObject();
-        _cleanup_json_ cJSON *outp = out;
-        cJSON_AddStringToObject(out, "snapshot_id", sid);
-        cJSON_AddStringToObject(out, "node_id", cfg->node_id);
+        const char *sid = job.snapshot_id, *container = job.container_id;
+        /* The outcome's type is settled at the end; the ids and timings gather on the way. */
+        struct pj_snapshot_event ev;
+        pj_snapshot_event_init(&ev, PJ_SNAPSHOT_FAILED);
+        strscpy(ev.snapshot_id, sid, sizeof(ev.snapshot_id));
+        strscpy(ev.node_id, cfg->node_id, sizeof(ev.node_id));
         log_ctx_set("SNAPSHOT_ID", sid);
-        if (sbid && strlen(sbid) == HEXID_LEN && hexid_valid(sbid)) {
-                cJSON_AddStringToObject(out, "sandbox_id", sbid);
-                log_ctx_set("SANDBOX_ID", sbid);
+        if (job.sandbox_id[0]) {
+                strscpy(ev.sandbox_id, job.sandbox_id, sizeof(ev.sandbox_id));
+                log_ctx_set("SANDBOX_ID", job.sandbox_id);
         }
-        log_info("snapshot job taken (container %s)", container ? container : "(none)");
+        log_info("snapshot job taken (container %s)", container[0] ? container : "(none or invalid)");
         long tmo = (long) cfg->snap_timeout_ms;
         struct ps_result res;
         char reason[600] = "";
@@ -170,23 +118,23 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
                         goto done;
                 }
         }
-        if (!container_valid(container)) {
+        if (!container[0]) {
                 snprintf(reason, sizeof(reason), "the request names no valid container");
                 goto failed;
         }
 
-        r = timed_step(out, "commit_ms", "COMMIT_MS", PS_DOCKER_COMMIT, sid, container, tmo, &res);
+        r = timed_step(&ev, PJ_SNAPSHOT_PHASE_COMMIT, "COMMIT_MS", PS_DOCKER_COMMIT, sid, container, tmo, &res);
         if (r < 0) {
                 snprintf(reason, sizeof(reason), "%s", step_why(&res, r));
                 goto failed_prune;
         }
-        r = timed_step(out, "push_ms", "PUSH_MS", PS_DOCKER_PUSH, sid, NULL, tmo, &res);
+        r = timed_step(&ev, PJ_SNAPSHOT_PHASE_PUSH, "PUSH_MS", PS_DOCKER_PUSH, sid, NULL, tmo, &res);
         if (r < 0) {
                 snprintf(reason, sizeof(reason), "%s", step_why(&res, r));
                 goto failed_prune;
         }
         pushed = xstrdup(res.msg);
-        r = timed_step(out, "verify_ms", "VERIFY_MS", PS_DOCKER_VERIFY, sid, NULL, tmo, &res);
+        r = timed_step(&ev, PJ_SNAPSHOT_PHASE_VERIFY, "VERIFY_MS", PS_DOCKER_VERIFY, sid, NULL, tmo, &res);
         if (r < 0 || sscanf(res.msg, "%199s %" SCNd64, d, &size) != 2) {
                 snprintf(reason, sizeof(reason), "pushed, but the registry does not show it: %s",
                          step_why(&res, r));
@@ -197,15 +145,20 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
                 goto failed_prune;
         }
         digest = xstrdup(d);
-        r = timed_step(out, "prune_ms", "PRUNE_MS", PS_DOCKER_REMOVE, sid, NULL, tmo, &res);
+        r = timed_step(&ev, PJ_SNAPSHOT_PHASE_PRUNE, "PRUNE_MS", PS_DOCKER_REMOVE, sid, NULL, tmo, &res);
         if (r < 0)
                 /* The snapshot is good; the timer's prune takes the image later. */
                 log_warning("snapshot pushed, but the local image stays for now: %s", res.msg);
 done:
-        cJSON_AddStringToObject(out, "type", "snapshot.completed");
-        cJSON_AddStringToObject(out, "digest", digest);
-        cJSON_AddNumberToObject(out, "size_bytes", (double) size);
-        cJSON_AddNumberToObject(out, "total_ms", (double) (mono_ms() - t0));
+        if (strlen(digest) >= sizeof(ev.digest)) {
+                /* Longer than any sha256 digest: cut to fit, it could read as another one. */
+                snprintf(reason, sizeof(reason), "the registry reported a digest that is not one: %.80s", digest);
+                goto failed;
+        }
+        ev.type = PJ_SNAPSHOT_COMPLETED;
+        strscpy(ev.digest, digest, sizeof(ev.digest));
+        ev.size_bytes = size;
+        ev.ms[PJ_SNAPSHOT_PHASE_TOTAL] = mono_ms() - t0;
         log_info("snapshot completed in %" PRId64 " ms (%s, %" PRId64 " bytes)", mono_ms() - t0, digest, size);
         agent_metrics_observe_snapshot((double) (mono_ms() - t0) / 1000.0, true);
         goto out;
@@ -214,14 +167,14 @@ failed_prune:
         t = mono_ms();
         if (docker_step(PS_DOCKER_REMOVE, sid, NULL, tmo, &res) < 0)
                 log_warning("cannot remove the local image of a failed snapshot: %s", res.msg);
-        add_ms(out, "prune_ms", mono_ms() - t, "PRUNE_MS");
+        set_ms(&ev, PJ_SNAPSHOT_PHASE_PRUNE, mono_ms() - t, "PRUNE_MS");
 failed:
-        cJSON_AddStringToObject(out, "type", "snapshot.failed");
-        cJSON_AddStringToObject(out, "reason", reason);
+        ev.type = PJ_SNAPSHOT_FAILED;
+        utf8_copy_trunc(ev.reason, sizeof(ev.reason), reason);
         log_warning("snapshot failed: %s", reason);
         agent_metrics_observe_snapshot((double) (mono_ms() - t0) / 1000.0, false);
 out:;
-        char *text = xnonnull(cJSON_PrintUnformatted(out));
+        char *text = pj_snapshot_event_format(&ev);
         log_ctx_set("SNAPSHOT_ID", NULL);
         log_ctx_set("SANDBOX_ID", NULL);
         log_ctx_set("COMMIT_MS", NULL);
@@ -296,9 +249,9 @@ static int queue_bound(amqp_connection_state_t conn, const char *name, const cha
 }
 
 static amqp_connection_state_t connect_snap(const struct agent_config *cfg, const struct amqpx_url *u) {
-        _cleanup_free_ char *jobs = xasprintf("%s.snapshots.%s", cfg->exchange, cfg->node_id);
-        _cleanup_free_ char *jobs_key = xasprintf("snapshot.%s", cfg->node_id);
-        _cleanup_free_ char *events = xasprintf("%s.snapshot-events", cfg->exchange);
+        _cleanup_free_ char *jobs = pj_snapshot_jobs_queue(cfg->exchange, cfg->node_id);
+        _cleanup_free_ char *jobs_key = pj_snapshot_jobs_key(cfg->node_id);
+        _cleanup_free_ char *events = pj_snapshot_events_queue(cfg->exchange);
         _cleanup_free_ char *cname = xasprintf("paddock-nodeagent-snapshots[%s]", cfg->node_id);
         amqp_connection_state_t conn = NULL;
         char why[512];
@@ -314,7 +267,7 @@ static amqp_connection_state_t connect_snap(const struct agent_config *cfg, cons
         if (rpc_ok(conn, "confirm.select") < 0)
                 goto fail;
         if (queue_bound(conn, jobs, cfg->exchange, jobs_key, "") < 0 ||
-            queue_bound(conn, events, cfg->exchange, "snapshot.events", " (events)") < 0)
+            queue_bound(conn, events, cfg->exchange, PJ_SNAPSHOT_EVENTS_KEY, " (events)") < 0)
                 goto fail;
         amqp_basic_qos(conn, CH, 0, 1, 0);
         if (rpc_ok(conn, "basic.qos") < 0)
@@ -334,7 +287,7 @@ fail:
 static int publish_event(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
                          uint64_t *next_tag, const char *text) {
         amqp_basic_properties_t p = amqpx_json_props(2, cfg->node_id, user);
-        if (amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes("snapshot.events"), 1, 0,
+        if (amqp_basic_publish(conn, CH, amqp_cstring_bytes(cfg->exchange), amqp_cstring_bytes(PJ_SNAPSHOT_EVENTS_KEY), 1, 0,
                                &p, amqp_cstring_bytes(text)) != AMQP_STATUS_OK)
                 return -ECONNRESET;
         uint64_t tag = ++*next_tag;
@@ -343,7 +296,7 @@ static int publish_event(amqp_connection_state_t conn, const struct agent_config
                 /* Unroutable: the returned message's content follows; read it off. */
                 struct amqpx_content rc = { 0 };
                 _cleanup_free_ char *rb = NULL;
-                (void) amqpx_read_content(conn, CH, mono_ms() + AMQPX_CONTENT_TIMEOUT_MS, MAX_JOB_BODY, &rc, &rb);
+                (void) amqpx_read_content(conn, CH, mono_ms() + AMQPX_CONTENT_TIMEOUT_MS, PJ_SNAPSHOT_MAX_JOB, &rc, &rb);
         }
         return r;
 }
@@ -442,13 +395,13 @@ static void *snap_main(void *ud) {
                         }
                         struct amqpx_delivery d;
                         _cleanup_free_ char *body = NULL;
-                        int s = amqpx_next_delivery(conn, CH, 1000, MAX_JOB_BODY, &d, &body);
+                        int s = amqpx_next_delivery(conn, CH, 1000, PJ_SNAPSHOT_MAX_JOB, &d, &body);
                         if (s < 0)
                                 break;
                         if (s == 0)
                                 continue;
                         if (!body) {
-                                log_warning("dropping a %" PRIu64 " byte snapshot job (limit %d)", d.c.size, MAX_JOB_BODY);
+                                log_warning("dropping a %" PRIu64 " byte snapshot job (limit %d)", d.c.size, PJ_SNAPSHOT_MAX_JOB);
                                 amqp_basic_reject(conn, CH, d.tag, 0);
                                 continue;
                         }
