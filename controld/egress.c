@@ -521,8 +521,7 @@ int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen) {
         struct egress_bus *b = xnew0(struct egress_bus, 1);
         int r;
         b->exchange = xstrdup(c->cfg->amqp_exchange);
-        char q[PJ_NODE_QUEUE_MAX];
-        b->queue = xstrdup(pj_node_queue_controld(b->exchange, q));
+        b->queue = pj_node_queue_controld(b->exchange);
         c->egbus = b;
         r = -pthread_create(&b->thread, NULL, sync_thread, c);
         if (r < 0) {

@@ -59,8 +59,7 @@ static int rpc_ok(amqp_connection_state_t conn, const char *what) {
 
 static amqp_connection_state_t connect_broker(const struct agent_config *cfg, const struct amqpx_url *u,
                                               amqp_bytes_t *ret_queue) {
-        char qname[PJ_NODE_QUEUE_MAX];
-        pj_node_queue_agent(cfg->exchange, cfg->node_id, qname);
+        _cleanup_free_ char *qname = pj_node_queue_agent(cfg->exchange, cfg->node_id);
         _cleanup_free_ char *cname = xasprintf("paddock-nodeagent[%s]", cfg->node_id);
         amqp_connection_state_t conn = NULL;
         char why[512];

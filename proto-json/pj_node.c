@@ -192,14 +192,12 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
         return 0;
 }
 
-char *pj_node_queue_controld(const char *exchange, char buf[PJ_NODE_QUEUE_MAX]) {
-        snprintf(buf, PJ_NODE_QUEUE_MAX, "%s.controld", exchange);
-        return buf;
+char *pj_node_queue_controld(const char *exchange) {
+        return xasprintf("%s.controld", exchange);
 }
 
-char *pj_node_queue_agent(const char *exchange, const char *node_id, char buf[PJ_NODE_QUEUE_MAX]) {
-        snprintf(buf, PJ_NODE_QUEUE_MAX, "%s.nodeagent.%s", exchange, node_id);
-        return buf;
+char *pj_node_queue_agent(const char *exchange, const char *node_id) {
+        return xasprintf("%s.nodeagent.%s", exchange, node_id);
 }
 
 char *pj_node_msg_format(const struct pj_node_msg *m) {

@@ -36,12 +36,10 @@
  * [amqp] exchange). Requests to a node are routed by its node id; the agent consumes them on its
  * exclusive queue. What agents send controld (node.sync, egress.resolved) goes with routing key
  * PJ_NODE_KEY_CONTROLD to controld's queue. Queue names carry the exchange so two deployments
- * can share a broker. Each writes "<exchange>.<...>" into buf (at most PJ_NODE_QUEUE_MAX bytes
- * with the NUL) and returns buf. */
+ * can share a broker. Each returns the name, xmalloc'd (as pj_snapshot.h's queue names). */
 #define PJ_NODE_KEY_CONTROLD "controld"
-#define PJ_NODE_QUEUE_MAX 512
-char *pj_node_queue_controld(const char *exchange, char buf[PJ_NODE_QUEUE_MAX]);
-char *pj_node_queue_agent(const char *exchange, const char *node_id, char buf[PJ_NODE_QUEUE_MAX]);
+char *pj_node_queue_controld(const char *exchange);                    /* <exchange>.controld */
+char *pj_node_queue_agent(const char *exchange, const char *node_id);  /* <exchange>.nodeagent.<node> */
 
 #define PJ_NODE_MAX_MESSAGE (64 * 1024)
 /* Replies can list every sandbox of a node. */

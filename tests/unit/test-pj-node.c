@@ -12,9 +12,10 @@ static int parse(const char *s, struct pj_node_msg *m, struct pj_error *e) { ret
 
 /* The queues of the node flows, named once here for both daemons. */
 TEST(queue_names_carry_the_exchange) {
-        char buf[PJ_NODE_QUEUE_MAX];
-        ASSERT_STREQ(pj_node_queue_controld("paddock.nodes", buf), "paddock.nodes.controld");
-        ASSERT_STREQ(pj_node_queue_agent("paddock.nodes", "node-7", buf), "paddock.nodes.nodeagent.node-7");
+        _cleanup_free_ char *q = pj_node_queue_controld("paddock.nodes");
+        _cleanup_free_ char *a = pj_node_queue_agent("paddock.nodes", "node-7");
+        ASSERT_STREQ(q, "paddock.nodes.controld");
+        ASSERT_STREQ(a, "paddock.nodes.nodeagent.node-7");
         ASSERT_STREQ(PJ_NODE_KEY_CONTROLD, "controld");
 }
 
