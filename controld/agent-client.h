@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cleanup.h"
 #include "pj_agent.h"
 
 struct agent_client;
@@ -29,6 +30,7 @@ int agent_client_connect(const char *path, const char *secret, int timeout_ms, s
                          struct pj_error *err);
 /* Closes the connection and frees c; NULL is fine. Returns NULL. */
 struct agent_client *agent_client_free(struct agent_client *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct agent_client *, agent_client_free)
 
 /* Encodes and sends m: 0, -ETIMEDOUT, -EPIPE, or the encoder's -EINVAL/-EMSGSIZE. */
 int agent_client_send(struct agent_client *c, const struct pj_agent_msg *m, int timeout_ms);

@@ -903,9 +903,7 @@ static void dispatch(struct conn *c, struct pj_agent_msg *m) {
 /* ---------------------------------------------------------------- connections */
 
 static void conn_close(struct conn *c) {
-        for (size_t i = 0; i < PI_MAX_CHANS; i++)
-                if (c->chans[i].used)
-                        chan_close(c, &c->chans[i]);
+        /* first the processes (chan_close detaches them), then the channels */
         for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++) {
                 struct proc *p = &S.procs[i];
                 if (p->used && p->conn == c) {
@@ -914,6 +912,9 @@ static void conn_close(struct conn *c) {
                                 proc_signal_group(p, SIGKILL);
                 }
         }
+        for (size_t i = 0; i < PI_MAX_CHANS; i++)
+                if (c->chans[i].used)
+                        chan_close(c, &c->chans[i]);
         close(c->fd);
         free(c->payload);
         pj_agent_buf_done(&c->out);
