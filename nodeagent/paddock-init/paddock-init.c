@@ -1226,25 +1226,30 @@ static int read_secret(int fd) {
         return 0;
 }
 
+/* Binds "<path>.new" and renames it over path once it listens, so the socket appears only
+ * when a connect() to it works. */
 static int listen_on(const char *path) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        if (strlen(path) >= sizeof(sa.sun_path))
+        if (strlen(path) + 4 >= sizeof(sa.sun_path))
                 return -ENAMETOOLONG;
-        strcpy(sa.sun_path, path);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s.new", path);
         struct stat st;
-        if (lstat(path, &st) == 0) {
-                if (!S_ISSOCK(st.st_mode))
-                        return -EEXIST; /* never unlink what is not a stale socket of ours */
-                unlink(path);
-        }
+        const char *names[] = { path, sa.sun_path };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (lstat(names[i], &st) == 0) {
+                        if (!S_ISSOCK(st.st_mode))
+                                return -EEXIST; /* never unlink what is not a stale socket of ours */
+                        unlink(names[i]);
+                }
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return -errno;
         mode_t old = umask(0177);
         int r = bind(fd, (struct sockaddr *) &sa, sizeof(sa));
         umask(old);
-        if (r < 0 || listen(fd, PI_MAX_CONNS) < 0) {
+        if (r < 0 || listen(fd, PI_MAX_CONNS) < 0 || rename(sa.sun_path, path) < 0) {
                 r = -errno;
+                unlink(sa.sun_path);
                 close(fd);
                 return r;
         }

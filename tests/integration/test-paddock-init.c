@@ -66,6 +66,27 @@ static void start_agent(void) {
         ASSERT_OK(stat(secret, &st) < 0 ? -errno : 0);
 }
 
+/* Ends the agent with SIGTERM as the runtime would: it must exit 0 and have logged no
+ * sanitizer report (build/san runs a sanitized agent; LeakSanitizer reports at its exit). */
+static void finish_agent(void) {
+        char log[300];
+        snprintf(log, sizeof(log), "%s/agent.log", test_tmpdir());
+        ASSERT_OK(kill(agent_pid, SIGTERM));
+        int st = 0;
+        pid_t w = 0;
+        for (int i = 0; i < 1500 && (w = waitpid(agent_pid, &st, WNOHANG)) == 0; i++)
+                usleep(10000);
+        ASSERT_EQ(w, agent_pid);
+        agent_pid = 0;
+        _cleanup_free_ char *text = NULL;
+        char *argv[] = { "cat", log, NULL };
+        ASSERT_OK(test_run_capture(argv, &text, 1 << 20));
+        if (strstr(text, "Sanitizer") || strstr(text, "runtime error"))
+                test_fail(__FILE__, __LINE__, "the agent logged a sanitizer report:\n%s", text);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                test_fail(__FILE__, __LINE__, "the agent ended with status 0x%x:\n%s", st, text);
+}
+
 static struct agent_client *conn(void) {
         struct agent_client *c = NULL;
         struct pj_error e = { 0 };
@@ -186,6 +207,7 @@ TEST(exec_echo_output_and_exit_code) {
         spawn(c, 5, (char *[]) { "pwd", NULL }, &(struct pj_agent_fields) { .cwd = "/tmp" });
         collect(c, 5, &r);
         ASSERT_STREQ(r.out, "/tmp\n");
+        finish_agent();
 }
 
 TEST(stdin_line_by_line) {
@@ -202,6 +224,7 @@ TEST(stdin_line_by_line) {
         struct run r;
         collect(c, 7, &r);
         ASSERT_EQ(r.code, 0);
+        finish_agent();
 }
 
 TEST(sigint_ends_sleep) {
@@ -213,6 +236,7 @@ TEST(sigint_ends_sleep) {
         collect(c, 3, &r);
         ASSERT_EQ(r.code, -1);
         ASSERT_EQ(r.signo, SIGINT);
+        finish_agent();
 }
 
 TEST(reattach_replays_output) {
@@ -254,6 +278,7 @@ TEST(reattach_replays_output) {
         agent_frame_done(&f);
         collect(c2, 10, &r);
         ASSERT_EQ(r.signo, SIGKILL);
+        finish_agent();
 }
 
 TEST(pty_tty_and_resize) {
@@ -275,6 +300,7 @@ TEST(pty_tty_and_resize) {
         wait_output(c, 2, "50 132", acc, sizeof(acc));
         collect(c, 2, &r);
         ASSERT_EQ(r.code, 0);
+        finish_agent();
 }
 
 /* Zombie children of pid, from /proc. */
@@ -338,6 +364,7 @@ TEST(orphans_are_reaped) {
         }
         ASSERT_EQ(z, 0);
         ASSERT_EQ(kids, 0);
+        finish_agent();
 }
 
 TEST(wrong_secret_is_refused) {
@@ -348,6 +375,7 @@ TEST(wrong_secret_is_refused) {
         ASSERT_EQ(agent_client_connect(sock_path, SECRET "x", T, &c, &e), -EACCES);
         ASSERT_NULL(c);
         agent_client_free(conn());
+        finish_agent();
 }
 
 TEST(huge_frame_closes_only_that_connection) {
@@ -390,6 +418,7 @@ TEST(huge_frame_closes_only_that_connection) {
         spawn(c2, 1, (char *[]) { "true", NULL }, NULL);
         collect(c2, 1, &r);
         ASSERT_EQ(r.code, 0);
+        finish_agent();
 }
 
 TEST(symlink_socket_is_refused) {
@@ -403,6 +432,7 @@ TEST(symlink_socket_is_refused) {
         snprintf(file, sizeof(file), "%s/secret", test_tmpdir());
         ASSERT_EQ(agent_client_connect(file, SECRET, T, &c, NULL), -ENOTSOCK);
         agent_client_free(conn());
+        finish_agent();
 }
 
 static void expect_ok(struct agent_client *c, uint32_t id) {
@@ -529,6 +559,7 @@ TEST(files_round_trip) {
         ASSERT_EQ(f.m.f.err, ENOENT);
         ASSERT_CONTAINS(f.m.f.message, "/no/such/file");
         agent_frame_done(&f);
+        finish_agent();
 }
 
 /* A TCP echo server for one connection: echoes until EOF, then closes. */
@@ -586,6 +617,7 @@ TEST(forward_tcp_both_ways) {
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ECONNREFUSED);
         agent_frame_done(&f);
+        finish_agent();
 }
 
 /* Not an assertion: how long a spawn round trip takes (SPAWN -> SPAWNED -> EXIT of `true`). */
@@ -602,6 +634,7 @@ TEST(measure_spawn_round_trip) {
         }
         double ms = ms_since(&t0);
         printf("  100 sequential `true` spawns: %.1f ms total, %.2f ms per round trip\n", ms, ms / 100);
+        finish_agent();
 }
 
 TEST(sigterm_stops_the_agent) {

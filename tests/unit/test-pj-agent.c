@@ -8,7 +8,10 @@
 #include "pj_agent.h"
 #include "testlib.h"
 
-/* Encodes m, checks the header, decodes back into *back. */
+/* The payload the last round_trip() decoded: back->data points into it. */
+static uint8_t *kept;
+
+/* Encodes m, checks the header, decodes back into *back (valid until the next call). */
 static void round_trip(const struct pj_agent_msg *m, struct pj_agent_msg *back) {
         struct pj_agent_buf b = { 0 };
         struct pj_agent_header h;
@@ -20,7 +23,8 @@ static void round_trip(const struct pj_agent_msg *m, struct pj_agent_msg *back) 
         ASSERT_EQ(h.id, m->id);
         ASSERT_EQ(h.len, b.len - PJ_AGENT_HEADER_SIZE);
         /* data points into the payload: keep a copy alive for the caller */
-        uint8_t *payload = xmalloc(h.len + 1);
+        free(kept);
+        uint8_t *payload = kept = xmalloc(h.len + 1);
         memcpy(payload, b.p + PJ_AGENT_HEADER_SIZE, h.len);
         if (pj_agent_msg_decode(&h, payload, h.len, back, &e) < 0)
                 test_fail(__FILE__, __LINE__, "decode %s: %s: %s", pj_agent_type_name(m->type), e.field, e.message);
@@ -31,7 +35,6 @@ static void round_trip(const struct pj_agent_msg *m, struct pj_agent_msg *back) 
         ASSERT_TRUE(memcmp(b.p, b2.p, b.len) == 0);
         pj_agent_buf_done(&b);
         pj_agent_buf_done(&b2);
-        /* payload intentionally leaked for back->data; tests are short-lived processes */
 }
 
 #define HAS(tag) PJ_AGENT_BIT(PJ_AGENT_T_##tag)
@@ -188,6 +191,8 @@ TEST(round_trip_every_message) {
         round_trip(&m, &back);
         ASSERT_EQ(back.f.port, 8080);
         pj_agent_msg_done(&back);
+        free(kept);
+        kept = NULL;
 }
 
 /* A frame built by hand: header + given payload. Decodes; returns the result, err filled. */
