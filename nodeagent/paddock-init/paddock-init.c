@@ -262,12 +262,19 @@ static void exit_fields(const struct proc *p, struct pj_agent_fields *f) {
         }
 }
 
+/* EXIT ends the channel: its id is free again and the process, no longer watched, may give
+ * its slot to a new one (proc_slot). */
 static void proc_send_exit(struct proc *p) {
         if (!p->conn)
                 return;
+        struct conn *c = p->conn;
         struct pj_agent_msg m = { .type = PJ_AGENT_EXIT, .id = p->chan };
         exit_fields(p, &m.f);
-        send_msg(p->conn, &m);
+        send_msg(c, &m);
+        struct chan *ch = c->used && p->conn == c ? chan_find(c, p->chan) : NULL;
+        if (ch)
+                chan_close(c, ch);
+        p->conn = NULL;
 }
 
 /* EXIT once the process is reaped and its output is drained (or the grace ran out: an
@@ -474,11 +481,14 @@ static void do_spawn(struct conn *c, const struct pj_agent_msg *m) {
 
         if (S.shutting_down)
                 return send_error(c, m->id, ESHUTDOWN, "The sandbox is shutting down.");
-        if (chan_find(c, m->id))
-                return send_error(c, m->id, EBUSY, "Channel %u is in use on this connection.", m->id);
+        struct chan *ch = chan_new(c, m->id, CH_PROC);
+        if (!ch)
+                return;
         struct proc *p = proc_slot();
-        if (!p)
+        if (!p) {
+                chan_close(c, ch);
                 return send_error(c, m->id, EAGAIN, "%d processes are running or watched, the limit.", PJ_AGENT_MAX_PROCS);
+        }
         if (pipe2(ep, O_CLOEXEC) < 0)
                 goto fail;
         if (pty) {
@@ -520,6 +530,7 @@ static void do_spawn(struct conn *c, const struct pj_agent_msg *m) {
                         close(perr[0]);
                 if (master >= 0)
                         close(master);
+                chan_close(c, ch);
                 return send_error(c, m->id, child_err, "Cannot start %s: %s.", m->argv[0], strerror(child_err));
         }
         *p = (struct proc) { .used = true, .pid = pid, .tag = xstrdup(m->f.tag ? m->f.tag : ""), .pty = pty,
@@ -534,12 +545,9 @@ static void do_spawn(struct conn *c, const struct pj_agent_msg *m) {
         set_nonblock(p->fd_out);
         if (p->fd_err >= 0)
                 set_nonblock(p->fd_err);
-        struct chan *ch = chan_new(c, m->id, CH_PROC);
-        if (ch) {
-                ch->proc = p;
-                p->conn = c;
-                p->chan = m->id;
-        }
+        ch->proc = p;
+        p->conn = c;
+        p->chan = m->id;
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SPAWNED, .id = m->id, .f.pid = (uint32_t) pid });
         return;
 fail:
@@ -548,6 +556,7 @@ fail:
         for (size_t i = 0; i < ELEMENTSOF(all); i++)
                 if (*all[i] >= 0)
                         close(*all[i]);
+        chan_close(c, ch);
         send_error(c, m->id, r, "Cannot start %s: %s.", m->argv[0], strerror(r));
 }
 

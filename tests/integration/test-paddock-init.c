@@ -25,6 +25,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(DIR *, closedir)
 
 #define SECRET "correct horse battery staple"
 #define T 10000 /* ms per frame */
+#define PI_TEST_CONNS 70 /* the agent takes 64 */
 
 static pid_t agent_pid;
 static char sock_path[256];
@@ -620,6 +621,89 @@ TEST(forward_tcp_both_ways) {
         finish_agent();
 }
 
+/* The agent's resident memory in KiB, from /proc. */
+static long agent_rss_kib(void) {
+        char p[64], buf[4096];
+        snprintf(p, sizeof(p), "/proc/%d/status", agent_pid);
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        ASSERT_TRUE(n > 0);
+        buf[n] = 0;
+        char *v = strstr(buf, "VmRSS:");
+        ASSERT_NOT_NULL(v);
+        return atol(v + 6);
+}
+
+TEST(floods_are_bounded) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        struct agent_frame f = { 0 };
+        long rss0 = agent_rss_kib();
+
+        /* stdin nobody drains, flooded: the agent stops reading this client */
+        spawn(c, 2, (char *[]) { "sleep", "100", NULL },
+              &(struct pj_agent_fields) { .present = PJ_AGENT_BIT(PJ_AGENT_T_STDIN), .stdin_pipe = true });
+        /* a process that writes without end to a client that does not read: the agent stops
+         * reading the pipe (the writer blocks) instead of buffering */
+        spawn(c, 1, (char *[]) { "yes", "flood flood flood flood", NULL }, NULL);
+        static uint8_t chunk[PJ_AGENT_MAX_DATA];
+        memset(chunk, 'x', sizeof(chunk));
+        int r = 0, sent = 0;
+        for (; sent < 64 && r == 0; sent++)
+                r = agent_client_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN, .id = 2, .data = chunk,
+                                                                  .data_len = sizeof(chunk) },
+                                      500);
+        ASSERT_EQ(r, -ETIMEDOUT);
+        printf("  stdin flood: the agent stopped taking it after about %d MiB\n", sent);
+        sleep(1);
+        long rss1 = agent_rss_kib();
+        printf("  agent RSS %ld KiB before, %ld KiB during the floods\n", rss0, rss1);
+        ASSERT_LE(rss1 - rss0, 48 * 1024);
+
+        /* the other connections are served meanwhile */
+        _cleanup_(agent_client_freep) struct agent_client *other = conn();
+        struct run run;
+        spawn(other, 1, (char *[]) { "echo", "ok", NULL }, NULL);
+        collect(other, 1, &run);
+        ASSERT_STREQ(run.out, "ok\n");
+
+        /* reading resumes the flow */
+        size_t got = 0;
+        while (got < (4u << 20)) {
+                recv_frame(c, &f);
+                if (f.m.type == PJ_AGENT_OUTPUT && f.m.id == 1)
+                        got += f.m.data_len;
+                agent_frame_done(&f);
+        }
+
+        /* a client flooding garbage after HELLO is cut off; the agent stays */
+        _cleanup_(agent_client_freep) struct agent_client *bad = conn();
+        uint8_t junk[PJ_AGENT_HEADER_SIZE + 16] = { 0, 0, 0, 16, PJ_AGENT_SPAWN };
+        memset(junk + PJ_AGENT_HEADER_SIZE, 0xee, 16);
+        ASSERT_OK(agent_client_send_raw(bad, junk, sizeof(junk), T));
+        recv_frame(bad, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, EPROTO);
+        agent_frame_done(&f);
+        ASSERT_EQ(agent_client_recv(bad, T, &f, NULL), -ECONNRESET);
+
+        /* connections beyond the limit are closed at once */
+        struct agent_client *many[PI_TEST_CONNS] = { 0 };
+        int refused = 0;
+        for (int i = 0; i < PI_TEST_CONNS; i++) {
+                struct pj_error e;
+                if (agent_client_connect(sock_path, SECRET, T, &many[i], &e) < 0)
+                        refused++;
+        }
+        printf("  %d connections tried beyond 2 open: %d refused\n", PI_TEST_CONNS, refused);
+        ASSERT_EQ(refused, PI_TEST_CONNS - 62);
+        for (int i = 0; i < PI_TEST_CONNS; i++)
+                agent_client_free(many[i]);
+        finish_agent();
+}
+
 /* Not an assertion: how long a spawn round trip takes (SPAWN -> SPAWNED -> EXIT of `true`). */
 TEST(measure_spawn_round_trip) {
         start_agent();
@@ -634,6 +718,18 @@ TEST(measure_spawn_round_trip) {
         }
         double ms = ms_since(&t0);
         printf("  100 sequential `true` spawns: %.1f ms total, %.2f ms per round trip\n", ms, ms / 100);
+        /* one connection outlives the process table: EXIT frees the channel and the slot, the
+         * oldest finished processes are evicted, ids are reused */
+        for (uint32_t i = 0; i < 300; i++) {
+                spawn(c, 1 + i % 3, (char *[]) { "true", NULL }, NULL);
+                collect(c, 1 + i % 3, &r);
+        }
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_LIST, .id = 1 });
+        struct agent_frame f = { 0 };
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_PROCS);
+        ASSERT_EQ(f.m.n_entries, PJ_AGENT_MAX_PROCS);
+        agent_frame_done(&f);
         finish_agent();
 }
 
