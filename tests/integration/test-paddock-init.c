@@ -3,6 +3,7 @@
  * (controld/agent-client.c) drives it. No Docker, no services. Each test starts its own agent. */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -208,7 +209,39 @@ TEST(exec_echo_output_and_exit_code) {
         spawn(c, 5, (char *[]) { "pwd", NULL }, &(struct pj_agent_fields) { .cwd = "/tmp" });
         collect(c, 5, &r);
         ASSERT_STREQ(r.out, "/tmp\n");
+        /* numeric uid/gid (CI runs as root; elsewhere the agent cannot switch) */
+        if (geteuid() == 0) {
+                spawn(c, 6, (char *[]) { "sh", "-c", "echo $(id -u) $(id -g) $(id -G)", NULL },
+                      &(struct pj_agent_fields) { .present = PJ_AGENT_BIT(PJ_AGENT_T_UID) | PJ_AGENT_BIT(PJ_AGENT_T_GID),
+                                                  .uid = 65534, .gid = 65533 });
+                collect(c, 6, &r);
+                ASSERT_STREQ(r.out, "65534 65533 65533\n");
+        }
         finish_agent();
+}
+
+/* The plain build's agent is static (no PT_INTERP): it runs in any image. The sanitized one is
+ * dynamic by design (the sanitizer runtimes are shared libraries). */
+TEST(agent_binary_is_static) {
+        const char *bin = test_build_path("paddock-init");
+        int fd = open(bin, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        Elf64_Ehdr eh;
+        ASSERT_EQ(pread(fd, &eh, sizeof(eh), 0), (ssize_t) sizeof(eh));
+        ASSERT_TRUE(memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0);
+        bool interp = false;
+        for (int i = 0; i < eh.e_phnum; i++) {
+                Elf64_Phdr ph;
+                ASSERT_EQ(pread(fd, &ph, sizeof(ph), (off_t) (eh.e_phoff + (size_t) i * eh.e_phentsize)), (ssize_t) sizeof(ph));
+                interp |= ph.p_type == PT_INTERP;
+        }
+        close(fd);
+        const char *b = getenv("PADDOCK_BUILD");
+        if (b && strstr(b, "san")) {
+                printf("  sanitized build: the agent is %s\n", interp ? "dynamic, as designed" : "static");
+                return;
+        }
+        ASSERT_FALSE(interp);
 }
 
 TEST(stdin_line_by_line) {
