@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cleanup.h"
 #include "pj_agent.h"
 
 /* Bounds of the agent itself (documented in AGENT-PROTOCOL.md "Bounds"). */
@@ -38,3 +39,115 @@ int files_open_write(const char *path, bool has_mode, uint32_t mode, bool parent
  * or '..'), at most PI_LISTDIR_MAX entries in all; *ret_truncated when there were more. */
 int files_listdir(const char *path, void (*emit)(void *ud, struct pj_agent_fields *e, size_t n), void *ud,
                   bool *ret_truncated);
+
+/* ---- shared state (defined in paddock-init.c; one thread, so no locking) */
+struct chunk {
+        struct chunk *next;
+        uint8_t stream;
+        uint32_t len;
+        uint8_t data[];
+};
+
+/* Bytes waiting to be written to a non-blocking fd. */
+struct pending {
+        struct pj_agent_buf b;
+        size_t off;
+};
+
+struct conn;
+
+struct proc {
+        bool used;
+        pid_t pid;
+        char *tag;
+        bool reaped, finished; /* finished: EXIT is decided (reaped and output drained) */
+        int status;
+        uint64_t reaped_ms;
+        bool pty, kill_on_detach;
+        int fd_in, fd_out, fd_err; /* pty: fd_out is the master, fd_in a dup of it */
+        struct pending in;
+        bool in_close; /* STDIN_CLOSE: close fd_in once in is written */
+        struct chunk *ring_head, *ring_tail;
+        size_t ring_bytes;
+        struct conn *conn; /* attached: output goes to (conn, chan) */
+        uint32_t chan;
+        uint64_t seq; /* spawn order, for eviction */
+};
+
+enum chan_kind { CH_PROC, CH_READ, CH_WRITE, CH_FORWARD };
+
+struct chan {
+        bool used;
+        uint32_t id;
+        enum chan_kind kind;
+        struct proc *proc;
+        int fd;
+        bool failed;             /* WRITE: an ERROR was sent, DATA is dropped until END */
+        bool connecting, rd_eof, wr_end, wr_shut;
+        struct pending out;      /* FORWARD: bytes for the socket */
+};
+
+struct conn {
+        bool used;
+        int fd;
+        bool hello, closing;
+        uint64_t deadline_ms; /* HELLO, or the flush before a close */
+        uint8_t hdr[PJ_AGENT_HEADER_SIZE];
+        size_t hdr_got;
+        struct pj_agent_header h;
+        bool have_h;
+        uint8_t *payload;
+        size_t pay_got;
+        struct pj_agent_buf out;
+        size_t out_off;
+        struct chan *chans; /* PI_MAX_CHANS */
+        unsigned n_forwards;
+};
+
+struct pi_state {
+        int listen_fd, sig_fd;
+        char *secret;
+        size_t secret_len;
+        struct conn conns[PI_MAX_CONNS];
+        struct proc procs[PJ_AGENT_MAX_PROCS];
+        uint64_t seq;
+        bool shutting_down;
+        uint64_t shutdown_ms;
+};
+extern struct pi_state pi;
+
+/* paddock-init.c: */
+void pi_log(const char *level, const char *fmt, ...) _printf_(2, 3);
+uint64_t pi_now_ms(void);
+
+/* conn.c: connections, channels, the request dispatch, files and forwards glue. Sending
+ * never fails: a connection whose unsent output passes PI_OUT_MAX is closed instead. */
+size_t conn_out_pending(const struct conn *c);
+void conn_send(struct conn *c, const struct pj_agent_msg *m);
+void conn_send_error(struct conn *c, uint32_t id, int err, const char *fmt, ...) _printf_(4, 5);
+void conn_send_simple(struct conn *c, uint8_t type, uint32_t id);
+struct chan *chan_find(struct conn *c, uint32_t id);
+struct chan *chan_new(struct conn *c, uint32_t id, enum chan_kind kind);
+void chan_close(struct conn *c, struct chan *ch);
+bool pending_put(struct pending *p, const uint8_t *d, size_t n);
+size_t pending_len(const struct pending *p);
+void fwd_flush(struct conn *c, struct chan *ch);
+void fwd_read(struct conn *c, struct chan *ch);
+void fwd_connected(struct conn *c, struct chan *ch);
+void conn_read_step(struct conn *c, struct chan *ch);
+void conn_close(struct conn *c);
+bool conn_blocked(const struct conn *c);
+void conn_read(struct conn *c);
+void conn_write(struct conn *c);
+void conn_accept(void);
+
+/* proc.c: spawned processes (fork/exec, pipes or a PTY, the replay ring, reaping, EXIT). */
+void proc_maybe_finish(struct proc *p, uint64_t now);
+void proc_read(struct proc *p, int *fdp, uint8_t stream);
+void proc_write_stdin(struct proc *p);
+void proc_reap(void);
+void proc_spawn(struct conn *c, const struct pj_agent_msg *m);
+struct proc *proc_of_chan(struct conn *c, uint32_t id);
+void proc_attach(struct conn *c, const struct pj_agent_msg *m);
+void proc_list(struct conn *c, const struct pj_agent_msg *m);
+void proc_signal_group(struct proc *p, int sig);
