@@ -39,6 +39,7 @@ $(BUILD)/obj/common/%.o: INC := -Icommon
 $(BUILD)/obj/proto-json/%.o: INC := -Icommon -Iproto-json
 $(BUILD)/obj/controld/%.o: INC := -Icommon -Iproto-json -Icontrold
 $(BUILD)/obj/nodeagent/%.o: INC := -Icommon -Iproto-json -Inodeagent
+$(BUILD)/obj/nodeagent/paddock-init/%.o: INC := -Icommon -Iproto-json -Inodeagent/paddock-init
 ALL_CFLAGS = -std=gnu17 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE -pthread \
               $(INC) $(PKG_CFLAGS) -MMD -MP
 LDLIBS  := $(PKG_LIBS) -pthread -lm
@@ -69,7 +70,7 @@ FAKE_BINS  := $(patsubst tests/fakes/%.c,$(BUILD)/tests/fakes/%,$(FAKES_SRC))
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
 
 .PHONY: all check unit tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link soak
-all: $(BUILD)/controld $(BUILD)/nodeagent
+all: $(BUILD)/controld $(BUILD)/nodeagent $(BUILD)/paddock-init
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -89,6 +90,15 @@ $(BUILD)/controld: $(call obj,controld/main.c) $(LIBCTL) $(LIBPJ) $(LIBCOMMON)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/nodeagent: $(call obj,nodeagent/main.c) $(LIBAGENT) $(LIBPJ) $(LIBCOMMON)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# paddock-init, PID 1 of every sandbox (nodeagent/paddock-init/, proto-json/AGENT-PROTOCOL.md):
+# a static binary of its own files, the agent codec, pj.c (struct pj_error) and xalloc.c, nothing
+# else (no pkg-config libraries). Static only in the plain build: the sanitizers need their
+# shared runtime, so build/san has a dynamic, sanitized one for the same tests.
+INIT_SRC    := $(wildcard nodeagent/paddock-init/*.c) proto-json/pj_agent.c proto-json/pj.c common/xalloc.c
+INIT_STATIC := $(if $(SANITIZE),,-static)
+$(BUILD)/paddock-init: $(call obj,$(INIT_SRC))
+	$(CC) $(LDFLAGS) $(INIT_STATIC) -o $@ $^
 
 TEST_LIBS := $(LIBTEST) $(LIBCTL) $(LIBAGENT) $(LIBPJ) $(LIBCOMMON)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)

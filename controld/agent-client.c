@@ -1,0 +1,176 @@
+/* agent-client.c — see agent-client.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent-client.h"
+#include "cleanup.h"
+
+struct agent_client {
+        int fd;
+};
+
+static int64_t mono_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits until fd is ready for ev or the deadline passes. */
+static int wait_fd(int fd, short ev, int64_t deadline) {
+        for (;;) {
+                int64_t left = deadline - mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd p = { .fd = fd, .events = ev };
+                int r = poll(&p, 1, (int) (left > 60000 ? 60000 : left));
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r < 0)
+                        return -errno;
+                if (r > 0)
+                        return 0;
+        }
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n, int64_t deadline) {
+        while (n) {
+                ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0 && errno == EAGAIN) {
+                        int r = wait_fd(fd, POLLOUT, deadline);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                if (k < 0)
+                        return -errno;
+                p += k;
+                n -= (size_t) k;
+        }
+        return 0;
+}
+
+static int read_all(int fd, uint8_t *p, size_t n, int64_t deadline) {
+        while (n) {
+                ssize_t k = read(fd, p, n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0 && errno == EAGAIN) {
+                        int r = wait_fd(fd, POLLIN, deadline);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                if (k < 0)
+                        return errno == ECONNRESET ? -ECONNRESET : -errno;
+                if (k == 0)
+                        return -ECONNRESET;
+                p += k;
+                n -= (size_t) k;
+        }
+        return 0;
+}
+
+void agent_frame_done(struct agent_frame *f) {
+        pj_agent_msg_done(&f->m);
+        free(f->payload);
+        f->payload = NULL;
+}
+
+struct agent_client *agent_client_free(struct agent_client *c) {
+        if (c) {
+                if (c->fd >= 0)
+                        close(c->fd);
+                free(c);
+        }
+        return NULL;
+}
+
+int agent_client_fd(const struct agent_client *c) { return c->fd; }
+
+int agent_client_send_raw(struct agent_client *c, const void *p, size_t n, int timeout_ms) {
+        return write_all(c->fd, p, n, mono_ms() + timeout_ms);
+}
+
+int agent_client_send(struct agent_client *c, const struct pj_agent_msg *m, int timeout_ms) {
+        _cleanup_(pj_agent_buf_done) struct pj_agent_buf b = { 0 };
+        int r = pj_agent_msg_encode(m, &b, NULL);
+        if (r < 0)
+                return r;
+        return write_all(c->fd, b.p, b.len, mono_ms() + timeout_ms);
+}
+
+int agent_client_recv(struct agent_client *c, int timeout_ms, struct agent_frame *ret, struct pj_error *err) {
+        int64_t deadline = mono_ms() + timeout_ms;
+        uint8_t hdr[PJ_AGENT_HEADER_SIZE];
+        struct pj_agent_header h;
+        int r = read_all(c->fd, hdr, sizeof(hdr), deadline);
+        if (r < 0)
+                return r;
+        if (pj_agent_header_decode(hdr, &h, err) < 0)
+                return -EPROTO;
+        _cleanup_free_ uint8_t *payload = xmalloc(h.len ? h.len : 1);
+        r = read_all(c->fd, payload, h.len, deadline);
+        if (r < 0)
+                return r;
+        struct pj_agent_msg m = { 0 };
+        if (pj_agent_msg_decode(&h, payload, h.len, &m, err) < 0)
+                return -EPROTO;
+        *ret = (struct agent_frame) { .m = m, .payload = TAKE_PTR(payload) };
+        return 0;
+}
+
+int agent_client_connect(const char *path, const char *secret, int timeout_ms, struct agent_client **ret,
+                         struct pj_error *err) {
+        int64_t deadline = mono_ms() + timeout_ms;
+        _cleanup_close_ int pfd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (pfd < 0)
+                return -errno;
+        struct stat st;
+        if (fstat(pfd, &st) < 0)
+                return -errno;
+        if (!S_ISSOCK(st.st_mode))
+                return -ENOTSOCK;
+        /* connect to the inode we checked, not to whatever the path names by now */
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", pfd);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
+                if (errno != EINPROGRESS && errno != EAGAIN)
+                        return -errno;
+                int r = wait_fd(fd, POLLOUT, deadline);
+                if (r < 0)
+                        return r;
+        }
+        struct agent_client *c = xnew0(struct agent_client, 1);
+        c->fd = TAKE_FD(fd);
+        int r = agent_client_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_HELLO, .f.secret = (char *) secret },
+                                  (int) (deadline - mono_ms()));
+        struct agent_frame f = { 0 };
+        if (r >= 0)
+                r = agent_client_recv(c, (int) (deadline - mono_ms()), &f, err);
+        if (r >= 0 && f.m.type != PJ_AGENT_HELLO_OK) {
+                r = f.m.type == PJ_AGENT_ERROR && f.m.f.err == EACCES ? -EACCES : -EPROTO;
+                if (err)
+                        pj_error_set(err, "", "The agent answered HELLO with %s: %s", pj_agent_type_name(f.m.type),
+                                     f.m.f.message ? f.m.f.message : "");
+        }
+        agent_frame_done(&f);
+        if (r < 0) {
+                agent_client_free(c);
+                return r;
+        }
+        *ret = c;
+        return 0;
+}

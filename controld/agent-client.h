@@ -1,0 +1,44 @@
+/* agent-client.h — the host side of the paddock-init protocol (proto-json/AGENT-PROTOCOL.md):
+ * connect to an agent's Unix socket, say HELLO, send and receive frames.
+ *
+ * Blocking calls with a deadline each (no read waits longer than its timeout_ms); every
+ * length is checked by pj_agent_header_decode() before the payload is allocated. Not
+ * thread-safe: one user per client. The library logs nothing; errors are -errno. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cleanup.h"
+#include "pj_agent.h"
+
+struct agent_client;
+
+/* A received frame: m.data points into payload, both released by agent_frame_done(). */
+struct agent_frame {
+        struct pj_agent_msg m;
+        uint8_t *payload;
+};
+void agent_frame_done(struct agent_frame *f);
+
+/* Connects to the socket at path without following a symlink there (open O_PATH|O_NOFOLLOW,
+ * fstat must say socket, connect through /proc/self/fd/N), sends HELLO {secret} and waits
+ * for HELLO_OK, all within timeout_ms. Returns 0 with *ret set; -ENOTSOCK when path is not a
+ * socket (a symlink included), -EACCES when the agent refused the secret, -ETIMEDOUT,
+ * -EPROTO when the agent answered something else (err filled when not NULL). */
+int agent_client_connect(const char *path, const char *secret, int timeout_ms, struct agent_client **ret,
+                         struct pj_error *err);
+/* Closes the connection and frees c; NULL is fine. Returns NULL. */
+struct agent_client *agent_client_free(struct agent_client *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct agent_client *, agent_client_free)
+
+/* Encodes and sends m: 0, -ETIMEDOUT, -EPIPE, or the encoder's -EINVAL/-EMSGSIZE. */
+int agent_client_send(struct agent_client *c, const struct pj_agent_msg *m, int timeout_ms);
+/* Sends bytes as they are (tests: hostile frames). */
+int agent_client_send_raw(struct agent_client *c, const void *p, size_t n, int timeout_ms);
+/* The next frame, within timeout_ms: 0 with *ret filled; -ETIMEDOUT; -ECONNRESET when the
+ * agent closed the connection; -EPROTO for a frame the codec refuses (err says why; the
+ * connection is then out of step and should be freed). */
+int agent_client_recv(struct agent_client *c, int timeout_ms, struct agent_frame *ret, struct pj_error *err);
+/* The socket, for poll() by a caller that multiplexes. */
+int agent_client_fd(const struct agent_client *c);

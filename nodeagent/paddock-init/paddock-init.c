@@ -1,0 +1,387 @@
+/* paddock-init.c — PID 1 of a sandbox: reaps orphans, forwards termination signals to the
+ * process groups it started, and serves the agent protocol (proto-json/AGENT-PROTOCOL.md) on
+ * a Unix socket: spawn processes (pipes or a PTY), stream their output, keep a bounded
+ * replay of it, file operations, TCP forwards to 127.0.0.1.
+ *
+ *   paddock-init --socket PATH (--secret-file PATH | --secret-fd N)
+ *
+ * Not PID 1 (tests): PADDOCK_INIT_SUBREAPER=1 makes it a child subreaper instead.
+ * One thread, poll() over non-blocking fds; signals through a signalfd. Every resource a
+ * client can make us hold is bounded (paddock-init.h); a client that breaks the protocol or
+ * does not read its output is disconnected, the agent and its processes stay. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "paddock-init.h"
+
+/* ---------------------------------------------------------------- logging */
+
+void pi_log(const char *level, const char *fmt, ...) {
+        char line[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        int n = snprintf(line, sizeof(line), "paddock-init: %s: ", level);
+        vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+        va_end(ap);
+        size_t len = strlen(line);
+        if (len < sizeof(line) - 1)
+                line[len++] = '\n';
+        ssize_t _unused_ w = write(STDERR_FILENO, line, len);
+}
+
+uint64_t pi_now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+}
+
+/* ---------------------------------------------------------------- state */
+
+struct pi_state pi = { .listen_fd = -1, .sig_fd = -1 };
+
+/* ---------------------------------------------------------------- main loop */
+
+static void on_signal(void) {
+        struct signalfd_siginfo si;
+        while (read(pi.sig_fd, &si, sizeof(si)) == sizeof(si)) {
+                int sig = (int) si.ssi_signo;
+                if (sig == SIGCHLD)
+                        continue;
+                /* tini's job: the signal goes to what we started (each its own process group) */
+                for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
+                        if (pi.procs[i].used)
+                                proc_signal_group(&pi.procs[i], sig);
+                if ((sig == SIGTERM || sig == SIGINT) && !pi.shutting_down) {
+                        pi_log("info", "%s: stopping once the processes have exited", strsignal(sig));
+                        pi.shutting_down = true;
+                        pi.shutdown_ms = pi_now_ms();
+                }
+        }
+        proc_reap();
+}
+
+static bool any_running(void) {
+        for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
+                if (pi.procs[i].used && !pi.procs[i].reaped)
+                        return true;
+        return false;
+}
+
+enum pk { PK_LISTEN, PK_SIG, PK_CONN, PK_OUT, PK_ERR, PK_IN, PK_FWD };
+struct pref {
+        enum pk kind;
+        void *ptr;
+        struct conn *conn;
+};
+
+#define MAX_POLL (2 + PI_MAX_CONNS * (1 + PI_MAX_FORWARDS) + PJ_AGENT_MAX_PROCS * 3)
+
+static int serve(void) {
+        static struct pollfd pfd[MAX_POLL];
+        static struct pref ref[MAX_POLL];
+
+        for (;;) {
+                uint64_t now = pi_now_ms();
+                size_t n = 0;
+                int timeout = 1000;
+                bool work = false;
+
+                if (pi.shutting_down) {
+                        if (!any_running())
+                                return 0;
+                        if (now > pi.shutdown_ms + PI_SHUTDOWN_MS) {
+                                for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
+                                        if (pi.procs[i].used)
+                                                proc_signal_group(&pi.procs[i], SIGKILL);
+                        }
+                }
+#define ADD(fd_, ev_, kind_, ptr_, conn_) \
+        do { \
+                pfd[n] = (struct pollfd) { .fd = (fd_), .events = (ev_) }; \
+                ref[n++] = (struct pref) { (kind_), (ptr_), (conn_) }; \
+        } while (0)
+                ADD(pi.sig_fd, POLLIN, PK_SIG, NULL, NULL);
+                if (!pi.shutting_down)
+                        ADD(pi.listen_fd, POLLIN, PK_LISTEN, NULL, NULL);
+                for (size_t i = 0; i < PI_MAX_CONNS; i++) {
+                        struct conn *c = &pi.conns[i];
+                        if (!c->used)
+                                continue;
+                        if ((!c->hello || c->closing) && now >= c->deadline_ms) {
+                                conn_close(c);
+                                continue;
+                        }
+                        if (!c->hello || c->closing)
+                                timeout = 100;
+                        short ev = (conn_blocked(c) ? 0 : POLLIN) | (conn_out_pending(c) ? POLLOUT : 0);
+                        ADD(c->fd, ev, PK_CONN, c, c);
+                        for (size_t k = 0; k < PI_MAX_CHANS; k++) {
+                                struct chan *ch = &c->chans[k];
+                                if (!ch->used)
+                                        continue;
+                                if (ch->kind == CH_READ && conn_out_pending(c) < PI_WATERMARK)
+                                        work = true;
+                                if (ch->kind != CH_FORWARD)
+                                        continue;
+                                short fe = ch->connecting || pending_len(&ch->out) ? POLLOUT : 0;
+                                if (!ch->connecting && !ch->rd_eof && conn_out_pending(c) < PI_WATERMARK)
+                                        fe |= POLLIN;
+                                ADD(ch->fd, fe, PK_FWD, ch, c);
+                        }
+                }
+                for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++) {
+                        struct proc *p = &pi.procs[i];
+                        if (!p->used)
+                                continue;
+                        if (p->reaped && !p->finished)
+                                timeout = 50; /* the exit grace */
+                        bool slow = p->conn && conn_out_pending(p->conn) >= PI_WATERMARK;
+                        if (p->fd_out >= 0 && !slow)
+                                ADD(p->fd_out, POLLIN, PK_OUT, p, NULL);
+                        if (p->fd_err >= 0 && !slow)
+                                ADD(p->fd_err, POLLIN, PK_ERR, p, NULL);
+                        if (p->fd_in >= 0 && pending_len(&p->in))
+                                ADD(p->fd_in, POLLOUT, PK_IN, p, NULL);
+                }
+#undef ADD
+                int r = poll(pfd, n, work ? 0 : timeout);
+                if (r < 0 && errno != EINTR)
+                        return -errno;
+                for (size_t i = 0; r > 0 && i < n; i++) {
+                        short re = pfd[i].revents;
+                        if (!re)
+                                continue;
+                        struct conn *c = ref[i].conn;
+                        if (c && !c->used)
+                                continue; /* closed earlier in this round */
+                        switch (ref[i].kind) {
+                        case PK_LISTEN:
+                                conn_accept();
+                                break;
+                        case PK_SIG:
+                                on_signal();
+                                break;
+                        case PK_CONN:
+                                if (re & POLLOUT)
+                                        conn_write(c);
+                                if (c->used && (re & (POLLIN | POLLHUP | POLLERR)))
+                                        conn_read(c);
+                                break;
+                        case PK_FWD: {
+                                struct chan *ch = ref[i].ptr;
+                                if (!ch->used)
+                                        break;
+                                if (ch->connecting) {
+                                        fwd_connected(c, ch);
+                                        break;
+                                }
+                                if (re & POLLOUT)
+                                        fwd_flush(c, ch);
+                                if (ch->used && !ch->rd_eof && (re & (POLLIN | POLLHUP | POLLERR)))
+                                        fwd_read(c, ch);
+                                break;
+                        }
+                        case PK_OUT:
+                        case PK_ERR: {
+                                struct proc *p = ref[i].ptr;
+                                int *fdp = ref[i].kind == PK_OUT ? &p->fd_out : &p->fd_err;
+                                if (p->used && *fdp == pfd[i].fd)
+                                        proc_read(p, fdp, ref[i].kind == PK_OUT ? 1 : 2);
+                                break;
+                        }
+                        case PK_IN: {
+                                struct proc *p = ref[i].ptr;
+                                if (p->used && p->fd_in == pfd[i].fd)
+                                        proc_write_stdin(p);
+                                break;
+                        }
+                        }
+                }
+                /* READ transfers, and the exit grace of processes whose orphans hold their pipes */
+                now = pi_now_ms();
+                for (size_t i = 0; i < PI_MAX_CONNS; i++) {
+                        struct conn *c = &pi.conns[i];
+                        for (size_t k = 0; c->used && k < PI_MAX_CHANS; k++)
+                                if (c->chans[k].used && c->chans[k].kind == CH_READ && conn_out_pending(c) < PI_WATERMARK)
+                                        conn_read_step(c, &c->chans[k]);
+                        if (c->used && conn_out_pending(c))
+                                conn_write(c);
+                }
+                for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
+                        proc_maybe_finish(&pi.procs[i], now);
+        }
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int read_secret(int fd) {
+        char buf[PJ_AGENT_MAX_SECRET + 2];
+        size_t n = 0;
+        while (n < sizeof(buf)) {
+                ssize_t k = read(fd, buf + n, sizeof(buf) - n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return -errno;
+                if (k == 0)
+                        break;
+                n += (size_t) k;
+        }
+        if (n && buf[n - 1] == '\n')
+                n--;
+        if (n == 0 || n > PJ_AGENT_MAX_SECRET || memchr(buf, 0, n))
+                return -EINVAL;
+        pi.secret = xstrndup(buf, n);
+        pi.secret_len = n;
+        explicit_bzero(buf, sizeof(buf));
+        return 0;
+}
+
+/* Binds "<path>.new" and renames it over path once it listens, so the socket appears only
+ * when a connect() to it works. */
+static int listen_on(const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        if (strlen(path) + 4 >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s.new", path);
+        struct stat st;
+        const char *names[] = { path, sa.sun_path };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (lstat(names[i], &st) == 0) {
+                        if (!S_ISSOCK(st.st_mode))
+                                return -EEXIST; /* never unlink what is not a stale socket of ours */
+                        unlink(names[i]);
+                }
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        mode_t old = umask(0177);
+        int r = bind(fd, (struct sockaddr *) &sa, sizeof(sa));
+        umask(old);
+        if (r < 0 || listen(fd, PI_MAX_CONNS) < 0 || rename(sa.sun_path, path) < 0) {
+                r = -errno;
+                unlink(sa.sun_path);
+                close(fd);
+                return r;
+        }
+        return fd;
+}
+
+static _noreturn_ void usage(int code) {
+        fprintf(code ? stderr : stdout,
+                "usage: paddock-init --socket PATH (--secret-file PATH | --secret-fd N)\n"
+                "  PID 1 of a Paddock sandbox: reaps, forwards signals, serves the agent protocol.\n"
+                "  PADDOCK_INIT_SUBREAPER=1 runs it as a child subreaper when it is not PID 1 (tests).\n");
+        exit(code);
+}
+
+int main(int argc, char **argv) {
+        static const struct option opts[] = {
+                { "socket", required_argument, NULL, 's' },
+                { "secret-file", required_argument, NULL, 'f' },
+                { "secret-fd", required_argument, NULL, 'F' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        const char *sock = NULL, *secret_file = NULL;
+        int secret_fd = -1, o, r;
+
+        while ((o = getopt_long(argc, argv, "h", opts, NULL)) >= 0)
+                switch (o) {
+                case 's':
+                        sock = optarg;
+                        break;
+                case 'f':
+                        secret_file = optarg;
+                        break;
+                case 'F':
+                        secret_fd = atoi(optarg);
+                        break;
+                case 'h':
+                        usage(0);
+                default:
+                        usage(2);
+                }
+        if (!sock || (!secret_file) == (secret_fd < 0))
+                usage(2);
+        if (sock[0] != '/') {
+                pi_log("error", "--socket must be an absolute path");
+                return 2;
+        }
+        if (getpid() != 1) {
+                const char *e = getenv("PADDOCK_INIT_SUBREAPER");
+                if (!e || strcmp(e, "1")) {
+                        pi_log("error", "not PID 1; set PADDOCK_INIT_SUBREAPER=1 to run as a subreaper (tests)");
+                        return 1;
+                }
+                if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
+                        pi_log("error", "cannot become a child subreaper: %s", strerror(errno));
+                        return 1;
+                }
+        }
+        /* The secret: read once, never written anywhere, the file left as it is. */
+        int fd = secret_file ? open(secret_file, O_RDONLY | O_CLOEXEC | O_NOCTTY) : secret_fd;
+        r = fd < 0 ? -errno : read_secret(fd);
+        if (fd >= 0)
+                close(fd);
+        if (r < 0) {
+                pi_log("error", "cannot read the secret (%s): %s", secret_file ? secret_file : "fd",
+                    r == -EINVAL ? "empty, longer than 1024 bytes or containing NUL" : strerror(-r));
+                return 1;
+        }
+
+        sigset_t mask;
+        sigemptyset(&mask);
+        int sigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH };
+        for (size_t i = 0; i < ELEMENTSOF(sigs); i++)
+                sigaddset(&mask, sigs[i]);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        pi.sig_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+        if (pi.sig_fd < 0) {
+                pi_log("error", "signalfd: %s", strerror(errno));
+                return 1;
+        }
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max && rl.rlim_cur < 8192) {
+                rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
+                setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        if (chdir("/") < 0)
+                pi_log("warning", "chdir /: %s", strerror(errno));
+        for (size_t i = 0; i < PI_MAX_CONNS; i++)
+                pi.conns[i] = (struct conn) { .fd = -1, .chans = xnew0(struct chan, PI_MAX_CHANS) };
+        for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
+                pi.procs[i] = (struct proc) { .fd_in = -1, .fd_out = -1, .fd_err = -1 };
+        pi.listen_fd = listen_on(sock);
+        if (pi.listen_fd < 0) {
+                pi_log("error", "cannot listen on %s: %s", sock, strerror(-pi.listen_fd));
+                return 1;
+        }
+        pi_log("info", "serving on %s (protocol %d)", sock, PJ_AGENT_VERSION);
+        r = serve();
+        unlink(sock);
+        if (r < 0) {
+                pi_log("error", "poll: %s", strerror(-r));
+                return 1;
+        }
+        return 0;
+}
+

@@ -1,0 +1,153 @@
+/* paddock-init.h — private header of paddock-init, the PID 1 of every sandbox
+ * (proto-json/AGENT-PROTOCOL.md). Static binary: libc, proto-json/pj_agent.c, pj.c and
+ * common/xalloc.c only; no NSS calls (no getpwnam), no threads. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cleanup.h"
+#include "pj_agent.h"
+
+/* Bounds of the agent itself (documented in AGENT-PROTOCOL.md "Bounds"). */
+#define PI_MAX_CONNS 64
+#define PI_MAX_CHANS 256           /* open channels per connection */
+#define PI_MAX_FORWARDS 32         /* FORWARD channels per connection */
+#define PI_RING_MAX (1024 * 1024)  /* output kept per process for ATTACH */
+#define PI_CHUNK (64 * 1024)       /* bytes read from a pipe, file or socket at once */
+#define PI_WATERMARK (256 * 1024)  /* a connection's unsent output above which we stop reading for it */
+#define PI_OUT_MAX (32u * 1024 * 1024) /* unsent output that gets a connection closed */
+#define PI_PENDING_MAX (256 * 1024) /* bytes waiting for a stdin or a forward above which the client is not read */
+#define PI_HELLO_MS 5000           /* a connection must say HELLO within this */
+#define PI_EXIT_GRACE_MS 500       /* output drained this long after an exit, then EXIT is sent */
+#define PI_LISTDIR_MAX 65536       /* entries one LISTDIR returns (then END truncated) */
+#define PI_SHUTDOWN_MS 10000       /* after SIGTERM, SIGKILL what is left after this */
+
+/* files.c: synchronous file operations; >= 0 or -errno. Relative paths are resolved
+ * against / (the agent's cwd). */
+int files_stat(const char *path, struct pj_agent_fields *ret);
+int files_mkdir(const char *path, bool parents, uint32_t mode);
+int files_move(const char *from, const char *to);
+int files_remove(const char *path, bool recursive);
+/* A regular file opened for reading (O_NONBLOCK, so a FIFO cannot hang the agent): fd. */
+int files_open_read(const char *path);
+/* Created or truncated for writing; mode applied when has_mode (else 0644 for new files);
+ * parent directories made (0755) when parents. Returns the fd. */
+int files_open_write(const char *path, bool has_mode, uint32_t mode, bool parents);
+/* Calls emit for batches of at most PJ_AGENT_MAX_DIRENTS entries (lstat of each, no '.'
+ * or '..'), at most PI_LISTDIR_MAX entries in all; *ret_truncated when there were more. */
+int files_listdir(const char *path, void (*emit)(void *ud, struct pj_agent_fields *e, size_t n), void *ud,
+                  bool *ret_truncated);
+
+/* ---- shared state (defined in paddock-init.c; one thread, so no locking) */
+struct chunk {
+        struct chunk *next;
+        uint8_t stream;
+        uint32_t len;
+        uint8_t data[];
+};
+
+/* Bytes waiting to be written to a non-blocking fd. */
+struct pending {
+        struct pj_agent_buf b;
+        size_t off;
+};
+
+struct conn;
+
+struct proc {
+        bool used;
+        pid_t pid;
+        char *tag;
+        bool reaped, finished; /* finished: EXIT is decided (reaped and output drained) */
+        int status;
+        uint64_t reaped_ms;
+        bool pty, kill_on_detach;
+        int fd_in, fd_out, fd_err; /* pty: fd_out is the master, fd_in a dup of it */
+        struct pending in;
+        bool in_close; /* STDIN_CLOSE: close fd_in once in is written */
+        struct chunk *ring_head, *ring_tail;
+        size_t ring_bytes;
+        struct conn *conn; /* attached: output goes to (conn, chan) */
+        uint32_t chan;
+        uint64_t seq; /* spawn order, for eviction */
+};
+
+enum chan_kind { CH_PROC, CH_READ, CH_WRITE, CH_FORWARD };
+
+struct chan {
+        bool used;
+        uint32_t id;
+        enum chan_kind kind;
+        struct proc *proc;
+        int fd;
+        bool failed;             /* WRITE: an ERROR was sent, DATA is dropped until END */
+        bool connecting, rd_eof, wr_end, wr_shut;
+        struct pending out;      /* FORWARD: bytes for the socket */
+};
+
+struct conn {
+        bool used;
+        int fd;
+        bool hello, closing;
+        uint64_t deadline_ms; /* HELLO, or the flush before a close */
+        uint8_t hdr[PJ_AGENT_HEADER_SIZE];
+        size_t hdr_got;
+        struct pj_agent_header h;
+        bool have_h;
+        uint8_t *payload;
+        size_t pay_got;
+        struct pj_agent_buf out;
+        size_t out_off;
+        struct chan *chans; /* PI_MAX_CHANS */
+        unsigned n_forwards;
+};
+
+struct pi_state {
+        int listen_fd, sig_fd;
+        char *secret;
+        size_t secret_len;
+        struct conn conns[PI_MAX_CONNS];
+        struct proc procs[PJ_AGENT_MAX_PROCS];
+        uint64_t seq;
+        bool shutting_down;
+        uint64_t shutdown_ms;
+};
+extern struct pi_state pi;
+
+/* paddock-init.c: */
+void pi_log(const char *level, const char *fmt, ...) _printf_(2, 3);
+uint64_t pi_now_ms(void);
+
+/* conn.c: connections, channels, the request dispatch, files and forwards glue. Sending
+ * never fails: a connection whose unsent output passes PI_OUT_MAX is closed instead. */
+size_t conn_out_pending(const struct conn *c);
+void conn_send(struct conn *c, const struct pj_agent_msg *m);
+void conn_send_error(struct conn *c, uint32_t id, int err, const char *fmt, ...) _printf_(4, 5);
+void conn_send_simple(struct conn *c, uint8_t type, uint32_t id);
+struct chan *chan_find(struct conn *c, uint32_t id);
+struct chan *chan_new(struct conn *c, uint32_t id, enum chan_kind kind);
+void chan_close(struct conn *c, struct chan *ch);
+bool pending_put(struct pending *p, const uint8_t *d, size_t n);
+size_t pending_len(const struct pending *p);
+void fwd_flush(struct conn *c, struct chan *ch);
+void fwd_read(struct conn *c, struct chan *ch);
+void fwd_connected(struct conn *c, struct chan *ch);
+void conn_read_step(struct conn *c, struct chan *ch);
+void conn_close(struct conn *c);
+bool conn_blocked(const struct conn *c);
+void conn_read(struct conn *c);
+void conn_write(struct conn *c);
+void conn_accept(void);
+
+/* proc.c: spawned processes (fork/exec, pipes or a PTY, the replay ring, reaping, EXIT). */
+void proc_maybe_finish(struct proc *p, uint64_t now);
+void proc_read(struct proc *p, int *fdp, uint8_t stream);
+void proc_write_stdin(struct proc *p);
+void proc_reap(void);
+void proc_spawn(struct conn *c, const struct pj_agent_msg *m);
+struct proc *proc_of_chan(struct conn *c, uint32_t id);
+void proc_attach(struct conn *c, const struct pj_agent_msg *m);
+void proc_list(struct conn *c, const struct pj_agent_msg *m);
+void proc_signal_group(struct proc *p, int sig);

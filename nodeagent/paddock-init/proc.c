@@ -1,0 +1,416 @@
+/* proc.c — the processes paddock-init spawns: fork + execve (PATH lookup like execvp), pipes
+ * or a PTY, stdin queue, a bounded output ring for ATTACH, reaping (ours and orphans), EXIT. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "paddock-init.h"
+
+static void ring_add(struct proc *p, uint8_t stream, const uint8_t *d, size_t n) {
+        struct chunk *k = xmalloc(sizeof(*k) + n);
+        *k = (struct chunk) { .stream = stream, .len = (uint32_t) n };
+        memcpy(k->data, d, n);
+        if (p->ring_tail)
+                p->ring_tail->next = k;
+        else
+                p->ring_head = k;
+        p->ring_tail = k;
+        p->ring_bytes += n;
+        while (p->ring_bytes > PI_RING_MAX && p->ring_head != p->ring_tail) {
+                struct chunk *h = p->ring_head;
+                p->ring_head = h->next;
+                p->ring_bytes -= h->len;
+                free(h);
+        }
+}
+
+static void proc_free(struct proc *p) {
+        for (struct chunk *k = p->ring_head, *n; k; k = n) {
+                n = k->next;
+                free(k);
+        }
+        if (p->fd_in >= 0)
+                close(p->fd_in);
+        if (p->fd_out >= 0)
+                close(p->fd_out);
+        if (p->fd_err >= 0)
+                close(p->fd_err);
+        pj_agent_buf_done(&p->in.b);
+        free(p->tag);
+        *p = (struct proc) { .fd_in = -1, .fd_out = -1, .fd_err = -1 };
+}
+
+static void exit_fields(const struct proc *p, struct pj_agent_fields *f) {
+        if (WIFSIGNALED(p->status)) {
+                f->code = -1;
+                f->signo = (uint32_t) WTERMSIG(p->status);
+        } else {
+                f->code = WEXITSTATUS(p->status);
+                f->signo = 0;
+        }
+}
+
+/* EXIT ends the channel: its id is free again and the process, no longer watched, may give
+ * its slot to a new one (proc_slot). */
+static void proc_send_exit(struct proc *p) {
+        if (!p->conn)
+                return;
+        struct conn *c = p->conn;
+        struct pj_agent_msg m = { .type = PJ_AGENT_EXIT, .id = p->chan };
+        exit_fields(p, &m.f);
+        conn_send(c, &m);
+        struct chan *ch = c->used && p->conn == c ? chan_find(c, p->chan) : NULL;
+        if (ch)
+                chan_close(c, ch);
+        p->conn = NULL;
+}
+
+/* EXIT once the process is reaped and its output is drained (or the grace ran out: an
+ * orphan still holds the pipe). */
+void proc_maybe_finish(struct proc *p, uint64_t now) {
+        if (!p->used || p->finished || !p->reaped)
+                return;
+        if ((p->fd_out >= 0 || p->fd_err >= 0) && now < p->reaped_ms + PI_EXIT_GRACE_MS)
+                return;
+        if (p->fd_out >= 0)
+                close(p->fd_out);
+        if (p->fd_err >= 0)
+                close(p->fd_err);
+        if (p->fd_in >= 0)
+                close(p->fd_in);
+        p->fd_out = p->fd_err = p->fd_in = -1;
+        pj_agent_buf_done(&p->in.b);
+        p->in.off = 0;
+        p->finished = true;
+        proc_send_exit(p);
+}
+
+static void proc_output(struct proc *p, uint8_t stream, const uint8_t *d, size_t n) {
+        ring_add(p, stream, d, n);
+        if (p->conn)
+                conn_send(p->conn, &(struct pj_agent_msg) { .type = PJ_AGENT_OUTPUT, .id = p->chan, .f.stream = stream,
+                                                           .data = d, .data_len = n });
+}
+
+void proc_read(struct proc *p, int *fdp, uint8_t stream) {
+        static uint8_t buf[PI_CHUNK];
+        ssize_t n = read(*fdp, buf, sizeof(buf));
+        if (n > 0) {
+                proc_output(p, stream, buf, (size_t) n);
+                return;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return;
+        /* EOF, or EIO on a PTY master once the last slave is closed */
+        if (p->pty && *fdp == p->fd_out && p->fd_in >= 0) {
+                close(p->fd_in);
+                p->fd_in = -1;
+        }
+        close(*fdp);
+        *fdp = -1;
+        proc_maybe_finish(p, pi_now_ms());
+}
+
+void proc_write_stdin(struct proc *p) {
+        while (p->in.off < p->in.b.len) {
+                ssize_t n = write(p->fd_in, p->in.b.p + p->in.off, p->in.b.len - p->in.off);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                if (n < 0) { /* EPIPE: the reader is gone; what is left is dropped */
+                        p->in.off = p->in.b.len;
+                        break;
+                }
+                p->in.off += (size_t) n;
+        }
+        p->in.b.len = p->in.off = 0;
+        if (p->in_close) {
+                if (p->pty) {
+                        /* a PTY has no half-close: EOT, what ^D at a terminal sends */
+                        ssize_t _unused_ w = write(p->fd_in, "\x04", 1);
+                } else {
+                        close(p->fd_in);
+                        p->fd_in = -1;
+                }
+                p->in_close = false;
+        }
+}
+
+static struct proc *proc_by_pid(pid_t pid) {
+        for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
+                if (pi.procs[i].used && pi.procs[i].pid == pid)
+                        return &pi.procs[i];
+        return NULL;
+}
+
+/* A free slot; when all are taken, the oldest finished process that nobody watches gives
+ * its slot up. NULL when every slot holds a live or watched process. */
+static struct proc *proc_slot(void) {
+        struct proc *old = NULL;
+        for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++) {
+                struct proc *p = &pi.procs[i];
+                if (!p->used)
+                        return p;
+                if (p->finished && !p->conn && (!old || p->seq < old->seq))
+                        old = p;
+        }
+        if (old)
+                proc_free(old);
+        return old;
+}
+
+void proc_reap(void) {
+        for (;;) {
+                int st;
+                pid_t pid = waitpid(-1, &st, WNOHANG);
+                if (pid <= 0)
+                        return;
+                struct proc *p = proc_by_pid(pid);
+                if (!p)
+                        continue; /* an orphan: reaped, nothing to report */
+                p->reaped = true;
+                p->status = st;
+                p->reaped_ms = pi_now_ms();
+                proc_maybe_finish(p, p->reaped_ms);
+        }
+}
+
+/* "PATH=" of the request's environment, or the default execvp uses. */
+static const char *env_path(char **env) {
+        for (char **e = env; e && *e; e++)
+                if (!strncmp(*e, "PATH=", 5))
+                        return *e + 5;
+        return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+}
+
+/* In the child: execve argv[0], looked up in PATH like execvp (without its /bin/sh
+ * fallback for ENOEXEC). Returns the errno to report. */
+static int child_exec(char **argv, char **env) {
+        static char *empty[] = { NULL };
+        char **envp = env ? env : empty;
+        if (strchr(argv[0], '/')) {
+                execve(argv[0], argv, envp);
+                return errno;
+        }
+        const char *path = env_path(env);
+        int err = ENOENT;
+        char full[PJ_AGENT_MAX_PATH + 256];
+        for (const char *s = path;;) {
+                const char *e = strchrnul(s, ':');
+                size_t dl = (size_t) (e - s);
+                if (dl + 1 + strlen(argv[0]) + 1 <= sizeof(full)) {
+                        if (dl == 0)
+                                snprintf(full, sizeof(full), "%s", argv[0]);
+                        else
+                                snprintf(full, sizeof(full), "%.*s/%s", (int) dl, s, argv[0]);
+                        execve(full, argv, envp);
+                        if (errno == EACCES)
+                                err = EACCES;
+                        else if (errno != ENOENT && errno != ENOTDIR)
+                                return errno;
+                }
+                if (!*e)
+                        return err;
+                s = e + 1;
+        }
+}
+
+static _noreturn_ void child(const struct pj_agent_msg *m, int in, int out, int err, const char *pts, int errpipe) {
+        sigset_t all;
+        sigemptyset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        for (int s = 1; s < NSIG; s++)
+                signal(s, SIG_DFL);
+        int e = 0;
+        if (pts) {
+                if (setsid() < 0)
+                        e = errno;
+                int t = e ? -1 : open(pts, O_RDWR);
+                if (!e && (t < 0 || ioctl(t, TIOCSCTTY, 0) < 0))
+                        e = errno;
+                in = out = err = t;
+        } else if (setpgid(0, 0) < 0)
+                e = errno;
+        if (!e && in < 0 && (in = open("/dev/null", O_RDONLY)) < 0)
+                e = errno;
+        if (!e && (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0))
+                e = errno;
+        if (!e && m->f.cwd && chdir(m->f.cwd) < 0)
+                e = errno;
+        bool has_uid = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_UID), has_gid = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_GID);
+        if (!e && (has_uid || has_gid) && setgroups(0, NULL) < 0 && errno != EPERM)
+                e = errno;
+        if (!e && has_gid && setgid(m->f.gid) < 0)
+                e = errno;
+        if (!e && has_uid && setuid(m->f.uid) < 0)
+                e = errno;
+        if (!e) {
+                /* whatever we inherited from our own parent must not leak into a sandbox process */
+                for (int fd = 3; fd < 1024; fd++)
+                        if (fd != errpipe)
+                                fcntl(fd, F_SETFD, FD_CLOEXEC);
+                e = child_exec(m->argv, m->env);
+        }
+        ssize_t _unused_ w = write(errpipe, &e, sizeof(e));
+        _exit(127);
+}
+
+static int set_nonblock(int fd) {
+        int fl = fcntl(fd, F_GETFL);
+        return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
+}
+
+void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
+        bool pty = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_ROWS);
+        int pin[2] = { -1, -1 }, pout[2] = { -1, -1 }, perr[2] = { -1, -1 }, ep[2] = { -1, -1 }, master = -1;
+        char pts[128] = "";
+        int r = 0;
+
+        if (pi.shutting_down)
+                return conn_send_error(c, m->id, ESHUTDOWN, "The sandbox is shutting down.");
+        struct chan *ch = chan_new(c, m->id, CH_PROC);
+        if (!ch)
+                return;
+        struct proc *p = proc_slot();
+        if (!p) {
+                chan_close(c, ch);
+                return conn_send_error(c, m->id, EAGAIN, "%d processes are running or watched, the limit.", PJ_AGENT_MAX_PROCS);
+        }
+        if (pipe2(ep, O_CLOEXEC) < 0)
+                goto fail;
+        if (pty) {
+                struct winsize ws = { .ws_row = (unsigned short) m->f.rows, .ws_col = (unsigned short) m->f.cols };
+                master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+                if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || ptsname_r(master, pts, sizeof(pts)) != 0 ||
+                    ioctl(master, TIOCSWINSZ, &ws) < 0)
+                        goto fail;
+        } else {
+                if ((m->f.stdin_pipe && pipe2(pin, O_CLOEXEC) < 0) || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0)
+                        goto fail;
+        }
+        pid_t pid = fork();
+        if (pid < 0)
+                goto fail;
+        if (pid == 0)
+                child(m, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
+        close(ep[1]);
+        ep[1] = -1;
+        if (pin[0] >= 0)
+                close(pin[0]);
+        if (pout[1] >= 0)
+                close(pout[1]);
+        if (perr[1] >= 0)
+                close(perr[1]);
+        int child_err = 0;
+        ssize_t n;
+        while ((n = read(ep[0], &child_err, sizeof(child_err))) < 0 && errno == EINTR)
+                ;
+        close(ep[0]);
+        if (n == sizeof(child_err)) {
+                while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                if (pin[1] >= 0)
+                        close(pin[1]);
+                if (pout[0] >= 0)
+                        close(pout[0]);
+                if (perr[0] >= 0)
+                        close(perr[0]);
+                if (master >= 0)
+                        close(master);
+                chan_close(c, ch);
+                return conn_send_error(c, m->id, child_err, "Cannot start %s: %s.", m->argv[0], strerror(child_err));
+        }
+        *p = (struct proc) { .used = true, .pid = pid, .tag = xstrdup(m->f.tag ? m->f.tag : ""), .pty = pty,
+                             .kill_on_detach = m->f.kill_on_detach, .fd_in = pin[1], .fd_out = pout[0], .fd_err = perr[0],
+                             .seq = ++pi.seq };
+        if (pty) {
+                p->fd_out = master;
+                p->fd_in = fcntl(master, F_DUPFD_CLOEXEC, 3);
+        }
+        if (p->fd_in >= 0)
+                set_nonblock(p->fd_in);
+        set_nonblock(p->fd_out);
+        if (p->fd_err >= 0)
+                set_nonblock(p->fd_err);
+        ch->proc = p;
+        p->conn = c;
+        p->chan = m->id;
+        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SPAWNED, .id = m->id, .f.pid = (uint32_t) pid });
+        return;
+fail:
+        r = errno;
+        int *all[] = { &pin[0], &pin[1], &pout[0], &pout[1], &perr[0], &perr[1], &ep[0], &ep[1], &master };
+        for (size_t i = 0; i < ELEMENTSOF(all); i++)
+                if (*all[i] >= 0)
+                        close(*all[i]);
+        chan_close(c, ch);
+        conn_send_error(c, m->id, r, "Cannot start %s: %s.", m->argv[0], strerror(r));
+}
+
+/* The process on channel id of c, or NULL with an ERROR sent. */
+struct proc *proc_of_chan(struct conn *c, uint32_t id) {
+        struct chan *ch = chan_find(c, id);
+        if (!ch || ch->kind != CH_PROC || !ch->proc || ch->proc->conn != c) {
+                conn_send_error(c, id, EBADF, "Channel %u has no process on this connection.", id);
+                return NULL;
+        }
+        return ch->proc;
+}
+
+void proc_attach(struct conn *c, const struct pj_agent_msg *m) {
+        struct proc *p = proc_by_pid((pid_t) m->f.pid);
+        if (!p)
+                return conn_send_error(c, m->id, ESRCH, "No process %u is known.", m->f.pid);
+        struct chan *ch = chan_new(c, m->id, CH_PROC);
+        if (!ch)
+                return;
+        if (p->conn) { /* the newest watcher wins */
+                struct chan *old = chan_find(p->conn, p->chan);
+                if (old)
+                        chan_close(p->conn, old);
+        }
+        ch->proc = p;
+        p->conn = c;
+        p->chan = m->id;
+        conn_send_simple(c, PJ_AGENT_OK, m->id);
+        for (struct chunk *k = p->ring_head; k; k = k->next)
+                conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_OUTPUT, .id = m->id, .f.stream = k->stream,
+                                                     .data = k->data, .data_len = k->len });
+        if (p->finished)
+                proc_send_exit(p);
+}
+
+void proc_list(struct conn *c, const struct pj_agent_msg *m) {
+        struct pj_agent_fields e[PJ_AGENT_MAX_PROCS];
+        size_t n = 0;
+        for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++) {
+                struct proc *p = &pi.procs[i];
+                if (!p->used)
+                        continue;
+                e[n] = (struct pj_agent_fields) { .present = PJ_AGENT_BIT(PJ_AGENT_T_TAG), .pid = (uint32_t) p->pid,
+                                                  .tag = p->tag, .running = !p->finished };
+                if (p->finished) {
+                        exit_fields(p, &e[n]);
+                        e[n].present |= PJ_AGENT_BIT(PJ_AGENT_T_CODE) | PJ_AGENT_BIT(PJ_AGENT_T_SIGNAL);
+                }
+                n++;
+        }
+        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_PROCS, .id = m->id, .entries = e, .n_entries = n });
+}
+
+void proc_signal_group(struct proc *p, int sig) {
+        if (p->reaped)
+                return;
+        if (kill(-p->pid, sig) < 0)
+                kill(p->pid, sig);
+}
+

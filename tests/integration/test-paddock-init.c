@@ -1,0 +1,781 @@
+/* paddock-init (nodeagent/paddock-init/) outside any container: the agent runs as a child
+ * subreaper (PADDOCK_INIT_SUBREAPER=1) on a socket in a temp dir, and the host-side client
+ * (controld/agent-client.c) drives it. No Docker, no services. Each test starts its own agent. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent-client.h"
+#include "cleanup.h"
+#include "testlib.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(DIR *, closedir)
+
+#define SECRET "correct horse battery staple"
+#define T 10000 /* ms per frame */
+#define PI_TEST_CONNS 70 /* the agent takes 64 */
+
+static pid_t agent_pid;
+static char sock_path[256];
+
+static void stop_agent(void *ud _unused_) {
+        if (agent_pid > 0) {
+                kill(agent_pid, SIGKILL);
+                waitpid(agent_pid, NULL, 0);
+                agent_pid = 0;
+        }
+}
+
+static double ms_since(const struct timespec *t0) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (t.tv_sec - t0->tv_sec) * 1e3 + (t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static void start_agent(void) {
+        const char *dir = test_tmpdir();
+        char secret[300], log[300];
+        snprintf(secret, sizeof(secret), "%s/secret", dir);
+        snprintf(log, sizeof(log), "%s/agent.log", dir);
+        snprintf(sock_path, sizeof(sock_path), "%s/agent.sock", dir);
+        int fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(write(fd, SECRET "\n", strlen(SECRET) + 1), (ssize_t) strlen(SECRET) + 1);
+        close(fd);
+        setenv("PADDOCK_INIT_SUBREAPER", "1", 1);
+        const char *bin = test_build_path("paddock-init");
+        const char *argv[] = { bin, "--socket", sock_path, "--secret-file", secret, NULL };
+        agent_pid = test_spawn_logged(bin, argv, log);
+        test_on_exit(stop_agent, NULL);
+        struct stat st;
+        for (int i = 0; i < 500 && stat(sock_path, &st) < 0; i++)
+                usleep(10000);
+        ASSERT_OK(stat(sock_path, &st) < 0 ? -errno : 0);
+        /* the secret file is left as it was: read only */
+        ASSERT_OK(stat(secret, &st) < 0 ? -errno : 0);
+}
+
+/* Ends the agent with SIGTERM as the runtime would: it must exit 0 and have logged no
+ * sanitizer report (build/san runs a sanitized agent; LeakSanitizer reports at its exit). */
+static void finish_agent(void) {
+        char log[300];
+        snprintf(log, sizeof(log), "%s/agent.log", test_tmpdir());
+        ASSERT_OK(kill(agent_pid, SIGTERM));
+        int st = 0;
+        pid_t w = 0;
+        for (int i = 0; i < 1500 && (w = waitpid(agent_pid, &st, WNOHANG)) == 0; i++)
+                usleep(10000);
+        ASSERT_EQ(w, agent_pid);
+        agent_pid = 0;
+        _cleanup_free_ char *text = NULL;
+        char *argv[] = { "cat", log, NULL };
+        ASSERT_OK(test_run_capture(argv, &text, 1 << 20));
+        if (strstr(text, "Sanitizer") || strstr(text, "runtime error"))
+                test_fail(__FILE__, __LINE__, "the agent logged a sanitizer report:\n%s", text);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                test_fail(__FILE__, __LINE__, "the agent ended with status 0x%x:\n%s", st, text);
+}
+
+static struct agent_client *conn(void) {
+        struct agent_client *c = NULL;
+        struct pj_error e = { 0 };
+        int r = agent_client_connect(sock_path, SECRET, T, &c, &e);
+        if (r < 0)
+                test_fail(__FILE__, __LINE__, "connect: %s %s", strerror(-r), e.message);
+        return c;
+}
+
+static void recv_frame_at(int line, struct agent_client *c, struct agent_frame *f) {
+        struct pj_error e = { 0 };
+        int r = agent_client_recv(c, T, f, &e);
+        if (r < 0)
+                test_fail(__FILE__, line, "recv: %s %s", strerror(-r), e.message);
+}
+#define recv_frame(c, f) recv_frame_at(__LINE__, (c), (f))
+
+static void send_msg(struct agent_client *c, const struct pj_agent_msg *m) { ASSERT_OK(agent_client_send(c, m, T)); }
+
+static char *env_default[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", NULL };
+
+/* SPAWN argv on channel id; returns the pid (fails the test on ERROR). extra: optional fields. */
+static pid_t spawn(struct agent_client *c, uint32_t id, char **argv, const struct pj_agent_fields *extra) {
+        size_t n = 0;
+        while (argv[n])
+                n++;
+        struct pj_agent_msg m = { .type = PJ_AGENT_SPAWN, .id = id, .argv = argv, .n_argv = n, .env = env_default,
+                                  .n_env = 2 };
+        if (extra)
+                m.f = *extra;
+        send_msg(c, &m);
+        struct agent_frame f = { 0 };
+        recv_frame(c, &f);
+        if (f.m.type == PJ_AGENT_ERROR)
+                test_fail(__FILE__, __LINE__, "SPAWN %s: %s", argv[0], f.m.f.message);
+        ASSERT_EQ(f.m.type, PJ_AGENT_SPAWNED);
+        ASSERT_EQ(f.m.id, id);
+        pid_t pid = (pid_t) f.m.f.pid;
+        agent_frame_done(&f);
+        return pid;
+}
+
+struct run {
+        char out[65536], err[65536];
+        size_t n_out, n_err;
+        int code, signo;
+};
+
+/* Collects OUTPUT on id until EXIT. */
+static void collect(struct agent_client *c, uint32_t id, struct run *r) {
+        memset(r, 0, sizeof(*r));
+        for (;;) {
+                struct agent_frame f = { 0 };
+                recv_frame(c, &f);
+                ASSERT_EQ(f.m.id, id);
+                if (f.m.type == PJ_AGENT_OUTPUT) {
+                        char *dst = f.m.f.stream == 1 ? r->out : r->err;
+                        size_t *n = f.m.f.stream == 1 ? &r->n_out : &r->n_err;
+                        size_t k = f.m.data_len < sizeof(r->out) - 1 - *n ? f.m.data_len : sizeof(r->out) - 1 - *n;
+                        memcpy(dst + *n, f.m.data, k);
+                        *n += k;
+                } else if (f.m.type == PJ_AGENT_EXIT) {
+                        r->code = f.m.f.code;
+                        r->signo = (int) f.m.f.signo;
+                        agent_frame_done(&f);
+                        return;
+                } else
+                        test_fail(__FILE__, __LINE__, "unexpected %s: %s", pj_agent_type_name(f.m.type),
+                                  f.m.f.message ? f.m.f.message : "");
+                agent_frame_done(&f);
+        }
+}
+
+/* Reads OUTPUT on id until the stdout seen so far contains want. */
+static void wait_output(struct agent_client *c, uint32_t id, const char *want, char *acc, size_t cap) {
+        size_t n = strlen(acc);
+        while (!strstr(acc, want)) {
+                struct agent_frame f = { 0 };
+                recv_frame(c, &f);
+                ASSERT_EQ(f.m.type, PJ_AGENT_OUTPUT);
+                ASSERT_EQ(f.m.id, id);
+                size_t k = f.m.data_len < cap - 1 - n ? f.m.data_len : cap - 1 - n;
+                memcpy(acc + n, f.m.data, k);
+                n += k;
+                acc[n] = 0;
+                agent_frame_done(&f);
+        }
+}
+
+TEST(exec_echo_output_and_exit_code) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        struct run r;
+        spawn(c, 1, (char *[]) { "echo", "hi", NULL }, NULL);
+        collect(c, 1, &r);
+        ASSERT_STREQ(r.out, "hi\n");
+        ASSERT_EQ(r.code, 0);
+        spawn(c, 2, (char *[]) { "sh", "-c", "echo out; echo err >&2; exit 3", NULL }, NULL);
+        collect(c, 2, &r);
+        ASSERT_STREQ(r.out, "out\n");
+        ASSERT_STREQ(r.err, "err\n");
+        ASSERT_EQ(r.code, 3);
+        /* env is exactly the request's */
+        spawn(c, 3, (char *[]) { "sh", "-c", "env | sort", NULL }, NULL);
+        collect(c, 3, &r);
+        ASSERT_CONTAINS(r.out, "HOME=/tmp\n");
+        ASSERT_TRUE(strstr(r.out, "PADDOCK_INIT_SUBREAPER") == NULL);
+        /* a program that is not there */
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SPAWN, .id = 4, .argv = (char *[]) { "no-such-prog", NULL },
+                                             .n_argv = 1, .env = env_default, .n_env = 2 });
+        struct agent_frame f = { 0 };
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, ENOENT);
+        ASSERT_CONTAINS(f.m.f.message, "no-such-prog");
+        agent_frame_done(&f);
+        /* cwd */
+        spawn(c, 5, (char *[]) { "pwd", NULL }, &(struct pj_agent_fields) { .cwd = "/tmp" });
+        collect(c, 5, &r);
+        ASSERT_STREQ(r.out, "/tmp\n");
+        /* numeric uid/gid (CI runs as root; elsewhere the agent cannot switch) */
+        if (geteuid() == 0) {
+                spawn(c, 6, (char *[]) { "sh", "-c", "echo $(id -u) $(id -g) $(id -G)", NULL },
+                      &(struct pj_agent_fields) { .present = PJ_AGENT_BIT(PJ_AGENT_T_UID) | PJ_AGENT_BIT(PJ_AGENT_T_GID),
+                                                  .uid = 65534, .gid = 65533 });
+                collect(c, 6, &r);
+                ASSERT_STREQ(r.out, "65534 65533 65533\n");
+        }
+        finish_agent();
+}
+
+/* The plain build's agent is static (no PT_INTERP): it runs in any image. The sanitized one is
+ * dynamic by design (the sanitizer runtimes are shared libraries). */
+TEST(agent_binary_is_static) {
+        const char *bin = test_build_path("paddock-init");
+        int fd = open(bin, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        Elf64_Ehdr eh;
+        ASSERT_EQ(pread(fd, &eh, sizeof(eh), 0), (ssize_t) sizeof(eh));
+        ASSERT_TRUE(memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0);
+        bool interp = false;
+        for (int i = 0; i < eh.e_phnum; i++) {
+                Elf64_Phdr ph;
+                ASSERT_EQ(pread(fd, &ph, sizeof(ph), (off_t) (eh.e_phoff + (size_t) i * eh.e_phentsize)), (ssize_t) sizeof(ph));
+                interp |= ph.p_type == PT_INTERP;
+        }
+        close(fd);
+        const char *b = getenv("PADDOCK_BUILD");
+        if (b && strstr(b, "san")) {
+                printf("  sanitized build: the agent is %s\n", interp ? "dynamic, as designed" : "static");
+                return;
+        }
+        ASSERT_FALSE(interp);
+}
+
+TEST(stdin_line_by_line) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        spawn(c, 7, (char *[]) { "cat", NULL }, &(struct pj_agent_fields) { .present = PJ_AGENT_BIT(PJ_AGENT_T_STDIN),
+                                                                             .stdin_pipe = true });
+        char acc[4096] = "";
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN, .id = 7, .data = (const uint8_t *) "one\n", .data_len = 4 });
+        wait_output(c, 7, "one\n", acc, sizeof(acc));
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN, .id = 7, .data = (const uint8_t *) "two\n", .data_len = 4 });
+        wait_output(c, 7, "one\ntwo\n", acc, sizeof(acc));
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN_CLOSE, .id = 7 });
+        struct run r;
+        collect(c, 7, &r);
+        ASSERT_EQ(r.code, 0);
+        finish_agent();
+}
+
+TEST(sigint_ends_sleep) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        spawn(c, 3, (char *[]) { "sleep", "100", NULL }, NULL);
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SIGNAL, .id = 3, .f.signo = SIGINT });
+        struct run r;
+        collect(c, 3, &r);
+        ASSERT_EQ(r.code, -1);
+        ASSERT_EQ(r.signo, SIGINT);
+        finish_agent();
+}
+
+TEST(reattach_replays_output) {
+        start_agent();
+        struct agent_client *c = conn();
+        pid_t pid = spawn(c, 1, (char *[]) { "sh", "-c", "echo one; sleep 0.3; echo two", NULL },
+                          &(struct pj_agent_fields) { .tag = "job" });
+        agent_client_free(c); /* gone: the process keeps running */
+        usleep(800 * 1000);
+        _cleanup_(agent_client_freep) struct agent_client *c2 = conn();
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_LIST, .id = 2 });
+        struct agent_frame f = { 0 };
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_PROCS);
+        ASSERT_EQ(f.m.n_entries, 1);
+        ASSERT_EQ(f.m.entries[0].pid, pid);
+        ASSERT_STREQ(f.m.entries[0].tag, "job");
+        ASSERT_FALSE(f.m.entries[0].running);
+        ASSERT_EQ(f.m.entries[0].code, 0);
+        agent_frame_done(&f);
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_ATTACH, .id = 9, .f.pid = (uint32_t) pid });
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_OK);
+        agent_frame_done(&f);
+        struct run r;
+        collect(c2, 9, &r);
+        ASSERT_STREQ(r.out, "one\ntwo\n");
+        ASSERT_EQ(r.code, 0);
+
+        /* kill_on_detach: the process dies with its connection */
+        struct agent_client *c3 = conn();
+        pid_t p2 = spawn(c3, 1, (char *[]) { "sleep", "100", NULL },
+                         &(struct pj_agent_fields) { .present = PJ_AGENT_BIT(PJ_AGENT_T_KILL_ON_DETACH), .kill_on_detach = true });
+        agent_client_free(c3);
+        usleep(300 * 1000);
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_ATTACH, .id = 10, .f.pid = (uint32_t) p2 });
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_OK);
+        agent_frame_done(&f);
+        collect(c2, 10, &r);
+        ASSERT_EQ(r.signo, SIGKILL);
+        finish_agent();
+}
+
+TEST(pty_tty_and_resize) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        struct pj_agent_fields pty = { .present = PJ_AGENT_BIT(PJ_AGENT_T_ROWS) | PJ_AGENT_BIT(PJ_AGENT_T_COLS), .rows = 24,
+                                       .cols = 80 };
+        struct run r;
+        spawn(c, 1, (char *[]) { "tty", NULL }, &pty);
+        collect(c, 1, &r);
+        ASSERT_TRUE(strncmp(r.out, "/dev/pts/", 9) == 0);
+        ASSERT_EQ(r.n_err, 0); /* a PTY has one stream */
+
+        spawn(c, 2, (char *[]) { "sh", "-c", "stty size; read x; stty size", NULL }, &pty);
+        char acc[4096] = "";
+        wait_output(c, 2, "24 80", acc, sizeof(acc));
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_RESIZE, .id = 2, .f = { .rows = 50, .cols = 132 } });
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN, .id = 2, .data = (const uint8_t *) "go\n", .data_len = 3 });
+        wait_output(c, 2, "50 132", acc, sizeof(acc));
+        collect(c, 2, &r);
+        ASSERT_EQ(r.code, 0);
+        finish_agent();
+}
+
+/* Zombie children of pid, from /proc. */
+static int zombies_of(pid_t parent, int *ret_children) {
+        _cleanup_(closedirp) DIR *d = opendir("/proc");
+        struct dirent *de;
+        int z = 0, n = 0;
+        while ((de = readdir(d))) {
+                char p[300], buf[512];
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                snprintf(p, sizeof(p), "/proc/%s/stat", de->d_name);
+                int fd = open(p, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                ssize_t k = read(fd, buf, sizeof(buf) - 1);
+                close(fd);
+                if (k <= 0)
+                        continue;
+                buf[k] = 0;
+                char *rp = strrchr(buf, ')');
+                char state;
+                int ppid;
+                if (!rp || sscanf(rp + 2, "%c %d", &state, &ppid) != 2 || ppid != parent)
+                        continue;
+                n++;
+                z += state == 'Z';
+        }
+        *ret_children = n;
+        return z;
+}
+
+TEST(orphans_are_reaped) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        struct run r;
+        spawn(c, 1, (char *[]) { "sh", "-c", "for i in $(seq 100); do sleep 0.2 & done", NULL }, NULL);
+        collect(c, 1, &r);
+        ASSERT_EQ(r.code, 0);
+        int z = 0, kids = 0;
+        for (int i = 0; i < 50; i++) {
+                usleep(100 * 1000);
+                z = zombies_of(agent_pid, &kids);
+                if (kids == 0)
+                        break;
+        }
+        printf("  after 100 orphans: %d children of the agent left, %d zombies\n", kids, z);
+        ASSERT_EQ(z, 0);
+        ASSERT_EQ(kids, 0);
+
+        /* the same with orphans that do not hold the output pipe: EXIT comes at once, and the
+         * orphans are seen reparented to the agent (the subreaper) before they are reaped */
+        spawn(c, 2, (char *[]) { "sh", "-c", "for i in $(seq 100); do sleep 0.5 >/dev/null 2>&1 & done", NULL }, NULL);
+        collect(c, 2, &r);
+        z = zombies_of(agent_pid, &kids);
+        printf("  right after the exit: %d children of the agent (orphans reparented to it)\n", kids);
+        ASSERT_GE(kids, 50);
+        for (int i = 0; i < 50 && kids; i++) {
+                usleep(100 * 1000);
+                z = zombies_of(agent_pid, &kids);
+        }
+        ASSERT_EQ(z, 0);
+        ASSERT_EQ(kids, 0);
+        finish_agent();
+}
+
+TEST(wrong_secret_is_refused) {
+        start_agent();
+        struct agent_client *c = NULL;
+        struct pj_error e = { 0 };
+        ASSERT_EQ(agent_client_connect(sock_path, "wrong", T, &c, &e), -EACCES);
+        ASSERT_EQ(agent_client_connect(sock_path, SECRET "x", T, &c, &e), -EACCES);
+        ASSERT_NULL(c);
+        agent_client_free(conn());
+        finish_agent();
+}
+
+TEST(huge_frame_closes_only_that_connection) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *bystander = conn();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        uint8_t h[PJ_AGENT_HEADER_SIZE];
+        pj_agent_header_encode(h, &(struct pj_agent_header) { .len = 0xffffffffu, .type = PJ_AGENT_DATA, .id = 1 });
+        ASSERT_OK(agent_client_send_raw(c, h, sizeof(h), T));
+        struct agent_frame f = { 0 };
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, EPROTO);
+        ASSERT_CONTAINS(f.m.f.message, "limit");
+        agent_frame_done(&f);
+        ASSERT_EQ(agent_client_recv(c, T, &f, NULL), -ECONNRESET);
+
+        /* garbage before HELLO */
+        {
+                int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_un sa = { .sun_family = AF_UNIX };
+                snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+                ASSERT_OK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)));
+                char junk[4096];
+                unsigned seed = 5;
+                for (size_t i = 0; i < sizeof(junk); i++)
+                        junk[i] = (char) rand_r(&seed);
+                ssize_t _unused_ w = write(fd, junk, sizeof(junk));
+                char b[256];
+                while (read(fd, b, sizeof(b)) > 0)
+                        ;
+                close(fd);
+        }
+        /* the agent still serves, the others and new ones */
+        struct run r;
+        spawn(bystander, 1, (char *[]) { "echo", "still", NULL }, NULL);
+        collect(bystander, 1, &r);
+        ASSERT_STREQ(r.out, "still\n");
+        _cleanup_(agent_client_freep) struct agent_client *c2 = conn();
+        spawn(c2, 1, (char *[]) { "true", NULL }, NULL);
+        collect(c2, 1, &r);
+        ASSERT_EQ(r.code, 0);
+        finish_agent();
+}
+
+TEST(symlink_socket_is_refused) {
+        start_agent();
+        char link[300];
+        snprintf(link, sizeof(link), "%s/link.sock", test_tmpdir());
+        ASSERT_OK(symlink(sock_path, link));
+        struct agent_client *c = NULL;
+        ASSERT_EQ(agent_client_connect(link, SECRET, T, &c, NULL), -ENOTSOCK);
+        char file[300];
+        snprintf(file, sizeof(file), "%s/secret", test_tmpdir());
+        ASSERT_EQ(agent_client_connect(file, SECRET, T, &c, NULL), -ENOTSOCK);
+        agent_client_free(conn());
+        finish_agent();
+}
+
+static void expect_ok(struct agent_client *c, uint32_t id) {
+        struct agent_frame f = { 0 };
+        recv_frame(c, &f);
+        if (f.m.type == PJ_AGENT_ERROR)
+                test_fail(__FILE__, __LINE__, "ERROR %u: %s", f.m.f.err, f.m.f.message);
+        ASSERT_EQ(f.m.type, PJ_AGENT_OK);
+        ASSERT_EQ(f.m.id, id);
+        agent_frame_done(&f);
+}
+
+TEST(files_round_trip) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        char dir[300], path[400], dir2[400], moved[500];
+        snprintf(dir, sizeof(dir), "%s/files", test_tmpdir());
+        snprintf(path, sizeof(path), "%s/a/b/f.txt", dir);
+        snprintf(dir2, sizeof(dir2), "%s/x/y", dir);
+        snprintf(moved, sizeof(moved), "%s/g.txt", dir2);
+        struct agent_frame f = { 0 };
+
+        /* WRITE in two DATA chunks, parents made, mode applied */
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_WRITE, .id = 1,
+                                             .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_MODE) | PJ_AGENT_BIT(PJ_AGENT_T_PARENTS),
+                                                    .path = path, .mode = 0600, .parents = true } });
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_DATA, .id = 1, .data = (const uint8_t *) "hel", .data_len = 3 });
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_DATA, .id = 1, .data = (const uint8_t *) "lo\0!", .data_len = 4 });
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_END, .id = 1 });
+        expect_ok(c, 1);
+
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_STAT, .id = 2, .f.path = path });
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_STAT_OK);
+        ASSERT_EQ(f.m.f.ftype, PJ_AGENT_FT_FILE);
+        ASSERT_EQ(f.m.f.size, 7);
+        ASSERT_EQ(f.m.f.mode, 0600);
+        ASSERT_TRUE(f.m.f.mtime_ns > 1600000000LL * 1000000000LL);
+        agent_frame_done(&f);
+
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_READ, .id = 3, .f.path = path });
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_DATA);
+        ASSERT_EQ(f.m.data_len, 7);
+        ASSERT_TRUE(memcmp(f.m.data, "hello\0!", 7) == 0);
+        agent_frame_done(&f);
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_END);
+        agent_frame_done(&f);
+
+        /* a big file comes back in several chunks, whole */
+        char big[300];
+        snprintf(big, sizeof(big), "%s/big", dir);
+        {
+                int fd = open(big, O_WRONLY | O_CREAT, 0644);
+                uint8_t *buf = xmalloc(3 << 20);
+                for (size_t i = 0; i < (3u << 20); i++)
+                        buf[i] = (uint8_t) (i * 7);
+                ASSERT_EQ(write(fd, buf, 3 << 20), 3 << 20);
+                close(fd);
+                send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_READ, .id = 4, .f.path = big });
+                size_t got = 0;
+                for (;;) {
+                        recv_frame(c, &f);
+                        if (f.m.type == PJ_AGENT_END)
+                                break;
+                        ASSERT_EQ(f.m.type, PJ_AGENT_DATA);
+                        ASSERT_TRUE(got + f.m.data_len <= (3u << 20));
+                        ASSERT_TRUE(memcmp(f.m.data, buf + got, f.m.data_len) == 0);
+                        got += f.m.data_len;
+                        agent_frame_done(&f);
+                }
+                agent_frame_done(&f);
+                ASSERT_EQ(got, 3 << 20);
+                free(buf);
+        }
+
+        char sub[400];
+        snprintf(sub, sizeof(sub), "%s/a/b", dir);
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_LISTDIR, .id = 5, .f.path = sub });
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_DIRENTS);
+        ASSERT_EQ(f.m.n_entries, 1);
+        ASSERT_STREQ(f.m.entries[0].name, "f.txt");
+        ASSERT_EQ(f.m.entries[0].ftype, PJ_AGENT_FT_FILE);
+        ASSERT_EQ(f.m.entries[0].size, 7);
+        agent_frame_done(&f);
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_END);
+        ASSERT_FALSE(f.m.f.truncated);
+        agent_frame_done(&f);
+
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_MKDIR, .id = 6,
+                                             .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PARENTS), .path = dir2, .parents = true } });
+        expect_ok(c, 6);
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_MKDIR, .id = 7, .f.path = dir2 });
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, EEXIST);
+        agent_frame_done(&f);
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_MOVE, .id = 8, .f = { .path = path, .to = moved } });
+        expect_ok(c, 8);
+        struct stat st;
+        ASSERT_OK(stat(moved, &st));
+        ASSERT_EQ(st.st_size, 7);
+
+        /* not recursive: a non-empty directory stays */
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_REMOVE, .id = 9, .f.path = dir });
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, ENOTEMPTY);
+        agent_frame_done(&f);
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_REMOVE, .id = 10,
+                                             .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_RECURSIVE), .path = dir, .recursive = true } });
+        expect_ok(c, 10);
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_STAT, .id = 11, .f.path = dir });
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, ENOENT);
+        agent_frame_done(&f);
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_READ, .id = 12, .f.path = "/no/such/file" });
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, ENOENT);
+        ASSERT_CONTAINS(f.m.f.message, "/no/such/file");
+        agent_frame_done(&f);
+        finish_agent();
+}
+
+/* A TCP echo server for one connection: echoes until EOF, then closes. */
+static void *echo_server(void *arg) {
+        int lfd = *(int *) arg;
+        int fd = accept(lfd, NULL, NULL);
+        char b[4096];
+        ssize_t n;
+        while ((n = read(fd, b, sizeof(b))) > 0)
+                if (write(fd, b, (size_t) n) != n)
+                        break;
+        close(fd);
+        return NULL;
+}
+
+TEST(forward_tcp_both_ways) {
+        start_agent();
+        int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        ASSERT_OK(bind(lfd, (struct sockaddr *) &sa, sizeof(sa)));
+        ASSERT_OK(listen(lfd, 1));
+        socklen_t sl = sizeof(sa);
+        getsockname(lfd, (struct sockaddr *) &sa, &sl);
+        pthread_t th;
+        pthread_create(&th, NULL, echo_server, &lfd);
+
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        struct agent_frame f = { 0 };
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_FORWARD, .id = 5, .f.port = ntohs(sa.sin_port) });
+        expect_ok(c, 5);
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_DATA, .id = 5, .data = (const uint8_t *) "ping\n", .data_len = 5 });
+        char acc[64] = "";
+        size_t n = 0;
+        while (n < 5) {
+                recv_frame(c, &f);
+                ASSERT_EQ(f.m.type, PJ_AGENT_DATA);
+                memcpy(acc + n, f.m.data, f.m.data_len);
+                n += f.m.data_len;
+                agent_frame_done(&f);
+        }
+        ASSERT_STREQ(acc, "ping\n");
+        /* half-close: the server sees EOF, closes, we get END */
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_END, .id = 5 });
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_END);
+        ASSERT_EQ(f.m.id, 5);
+        agent_frame_done(&f);
+        pthread_join(th, NULL);
+        close(lfd);
+
+        /* a closed port */
+        int port = test_free_port();
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_FORWARD, .id = 6, .f.port = (uint32_t) port });
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, ECONNREFUSED);
+        agent_frame_done(&f);
+        finish_agent();
+}
+
+/* The agent's resident memory in KiB, from /proc. */
+static long agent_rss_kib(void) {
+        char p[64], buf[4096];
+        snprintf(p, sizeof(p), "/proc/%d/status", agent_pid);
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        ASSERT_TRUE(n > 0);
+        buf[n] = 0;
+        char *v = strstr(buf, "VmRSS:");
+        ASSERT_NOT_NULL(v);
+        return atol(v + 6);
+}
+
+TEST(floods_are_bounded) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        struct agent_frame f = { 0 };
+        long rss0 = agent_rss_kib();
+
+        /* stdin nobody drains, flooded: the agent stops reading this client */
+        spawn(c, 2, (char *[]) { "sleep", "100", NULL },
+              &(struct pj_agent_fields) { .present = PJ_AGENT_BIT(PJ_AGENT_T_STDIN), .stdin_pipe = true });
+        /* a process that writes without end to a client that does not read: the agent stops
+         * reading the pipe (the writer blocks) instead of buffering */
+        spawn(c, 1, (char *[]) { "yes", "flood flood flood flood", NULL }, NULL);
+        static uint8_t chunk[PJ_AGENT_MAX_DATA];
+        memset(chunk, 'x', sizeof(chunk));
+        int r = 0, sent = 0;
+        for (; sent < 64 && r == 0; sent++)
+                r = agent_client_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN, .id = 2, .data = chunk,
+                                                                  .data_len = sizeof(chunk) },
+                                      500);
+        ASSERT_EQ(r, -ETIMEDOUT);
+        printf("  stdin flood: the agent stopped taking it after about %d MiB\n", sent);
+        sleep(1);
+        long rss1 = agent_rss_kib();
+        printf("  agent RSS %ld KiB before, %ld KiB during the floods\n", rss0, rss1);
+        ASSERT_LE(rss1 - rss0, 48 * 1024);
+
+        /* the other connections are served meanwhile */
+        _cleanup_(agent_client_freep) struct agent_client *other = conn();
+        struct run run;
+        spawn(other, 1, (char *[]) { "echo", "ok", NULL }, NULL);
+        collect(other, 1, &run);
+        ASSERT_STREQ(run.out, "ok\n");
+
+        /* reading resumes the flow */
+        size_t got = 0;
+        while (got < (4u << 20)) {
+                recv_frame(c, &f);
+                if (f.m.type == PJ_AGENT_OUTPUT && f.m.id == 1)
+                        got += f.m.data_len;
+                agent_frame_done(&f);
+        }
+
+        /* a client flooding garbage after HELLO is cut off; the agent stays */
+        _cleanup_(agent_client_freep) struct agent_client *bad = conn();
+        uint8_t junk[PJ_AGENT_HEADER_SIZE + 16] = { 0, 0, 0, 16, PJ_AGENT_SPAWN };
+        memset(junk + PJ_AGENT_HEADER_SIZE, 0xee, 16);
+        ASSERT_OK(agent_client_send_raw(bad, junk, sizeof(junk), T));
+        recv_frame(bad, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, EPROTO);
+        agent_frame_done(&f);
+        ASSERT_EQ(agent_client_recv(bad, T, &f, NULL), -ECONNRESET);
+
+        /* connections beyond the limit are closed at once */
+        struct agent_client *many[PI_TEST_CONNS] = { 0 };
+        int refused = 0;
+        for (int i = 0; i < PI_TEST_CONNS; i++) {
+                struct pj_error e;
+                if (agent_client_connect(sock_path, SECRET, T, &many[i], &e) < 0)
+                        refused++;
+        }
+        printf("  %d connections tried beyond 2 open: %d refused\n", PI_TEST_CONNS, refused);
+        ASSERT_EQ(refused, PI_TEST_CONNS - 62);
+        for (int i = 0; i < PI_TEST_CONNS; i++)
+                agent_client_free(many[i]);
+        finish_agent();
+}
+
+/* Not an assertion: how long a spawn round trip takes (SPAWN -> SPAWNED -> EXIT of `true`). */
+TEST(measure_spawn_round_trip) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        struct run r;
+        for (uint32_t i = 0; i < 100; i++) {
+                spawn(c, 100 + i, (char *[]) { "true", NULL }, NULL);
+                collect(c, 100 + i, &r);
+                ASSERT_EQ(r.code, 0);
+        }
+        double ms = ms_since(&t0);
+        printf("  100 sequential `true` spawns: %.1f ms total, %.2f ms per round trip\n", ms, ms / 100);
+        /* one connection outlives the process table: EXIT frees the channel and the slot, the
+         * oldest finished processes are evicted, ids are reused */
+        for (uint32_t i = 0; i < 300; i++) {
+                spawn(c, 1 + i % 3, (char *[]) { "true", NULL }, NULL);
+                collect(c, 1 + i % 3, &r);
+        }
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_LIST, .id = 1 });
+        struct agent_frame f = { 0 };
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_PROCS);
+        ASSERT_EQ(f.m.n_entries, PJ_AGENT_MAX_PROCS);
+        agent_frame_done(&f);
+        finish_agent();
+}
+
+TEST(sigterm_stops_the_agent) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        spawn(c, 1, (char *[]) { "sleep", "100", NULL }, NULL);
+        ASSERT_OK(kill(agent_pid, SIGTERM));
+        struct run r;
+        collect(c, 1, &r); /* forwarded to the sleep's group */
+        ASSERT_EQ(r.signo, SIGTERM);
+        int st;
+        ASSERT_EQ(waitpid(agent_pid, &st, 0), agent_pid);
+        agent_pid = 0;
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
