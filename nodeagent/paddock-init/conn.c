@@ -140,6 +140,13 @@ bool pending_put(struct pending *p, const uint8_t *d, size_t n) {
 
 size_t pending_len(const struct pending *p) { return p->b.len - p->off; }
 
+/* The forwarded TCP connection broke: its channel ends with the reason. */
+static void fwd_fail(struct conn *c, struct chan *ch, int err) {
+        uint32_t id = ch->id;
+        chan_close(c, ch);
+        conn_send_error(c, id, err, "The forwarded connection failed: %s.", strerror(err));
+}
+
 /* Writes what is pending for a forward socket; half-closes once the client said END. */
 void fwd_flush(struct conn *c, struct chan *ch) {
         while (pending_len(&ch->out)) {
@@ -148,12 +155,8 @@ void fwd_flush(struct conn *c, struct chan *ch) {
                         continue;
                 if (n < 0 && errno == EAGAIN)
                         return;
-                if (n < 0) {
-                        int r = errno;
-                        uint32_t id = ch->id;
-                        chan_close(c, ch);
-                        return conn_send_error(c, id, r, "The forwarded connection failed: %s.", strerror(r));
-                }
+                if (n < 0)
+                        return fwd_fail(c, ch, errno);
                 ch->out.off += (size_t) n;
         }
         ch->out.b.len = ch->out.off = 0;
@@ -170,12 +173,8 @@ void fwd_read(struct conn *c, struct chan *ch) {
         ssize_t n = recv(ch->fd, buf, sizeof(buf), 0);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return;
-        if (n < 0) {
-                int r = errno;
-                uint32_t id = ch->id;
-                chan_close(c, ch);
-                return conn_send_error(c, id, r, "The forwarded connection failed: %s.", strerror(r));
-        }
+        if (n < 0)
+                return fwd_fail(c, ch, errno);
         if (n > 0)
                 return conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_DATA, .id = ch->id, .data = buf,
                                                             .data_len = (size_t) n });
