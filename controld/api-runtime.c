@@ -1,7 +1,7 @@
 /* api-runtime.c — the Brimble REST/SSE adapter of the runtime core: POST exec and code
  * (JSON, or an SSE stream with `stream: true`), PUT and GET of files, batch upload. It
  * parses the request (proto-json), calls runtime.c, and takes every status from the one
- * errno-to-status table (respond_errno). */
+ * errno-to-status table (respond_errno, respond_errno_msg): no status is written here. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,7 +204,7 @@ enum MHD_Result runtime_post_exec(struct req *r) {
         _cleanup_(pj_exec_done) struct pj_exec in = { 0 };
         struct pj_error pe = { 0 };
         if (pj_exec_parse(r->body.buf, r->body.len, &in, &pe) < 0)
-                return respond_error(r, 400, "%s", pe.message);
+                return respond_errno_msg(r, -EINVAL, "%s", pe.message);
         const char *argv[] = { "/bin/sh", "-c", in.cmd, NULL };
         return run_request(r, &in.run, NULL, argv, NULL, NULL, 0);
 }
@@ -213,7 +213,7 @@ enum MHD_Result runtime_post_code(struct req *r) {
         _cleanup_(pj_code_done) struct pj_code in = { 0 };
         struct pj_error pe = { 0 };
         if (pj_code_parse(r->body.buf, r->body.len, &in, &pe) < 0)
-                return respond_error(r, 400, "%s", pe.message);
+                return respond_errno_msg(r, -EINVAL, "%s", pe.message);
         bool py = !strcmp(in.language, "python");
         char tok[25], path[64];
         hexid_new(tok);
@@ -283,12 +283,12 @@ enum MHD_Result runtime_prepare_put_file(struct req *r) {
         int64_t len = -1;
 
         if (pj_sandbox_path_check(path, &pe, "path") < 0)
-                return respond_error(r, 400, "%s", pe.message);
+                return respond_errno_msg(r, -EINVAL, "%s", pe.message);
         if (cl && (safe_atoi64(cl, &len) < 0 || len < 0))
-                return respond_error(r, 400, "Content-Length must be a non-negative integer");
+                return respond_errno_msg(r, -EINVAL, "Content-Length must be a non-negative integer");
         if (len >= 0 && (uint64_t) len > c->cfg->max_file)
-                return respond_error(r, 413, "File too large: %lld bytes, the limit is %llu bytes", (long long) len,
-                                     (unsigned long long) c->cfg->max_file);
+                return respond_errno_msg(r, -EFBIG, "File too large: %lld bytes, the limit is %llu bytes",
+                                         (long long) len, (unsigned long long) c->cfg->max_file);
         if (ready_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
         struct upload *u = xnew0(struct upload, 1);
@@ -309,19 +309,23 @@ enum MHD_Result runtime_put_file(struct req *r) {
         struct upload *u = r->sink_ud;
         struct api_error e = { 0 };
         if (!u)
-                return respond_error(r, 500, "Upload was not prepared");
+                return respond_errno_msg(r, -EIO, "Upload was not prepared");
         if (u->too_large)
-                return respond_error(r, 413, "File too large: the limit is %llu bytes", (unsigned long long) u->limit);
+                return respond_errno_msg(r, -EFBIG, "File too large: the limit is %llu bytes",
+                                         (unsigned long long) u->limit);
         if (u->timed_out)
-                return respond_error(r, 408, "Upload of %s took longer than %llu s (transfer_timeout); it was abandoned", u->path,
-                                     (unsigned long long) r->c->cfg->transfer_timeout_s);
+                return respond_errno_msg(r, -ETIMEDOUT,
+                                         "Upload of %s took longer than %llu s (transfer_timeout); it was abandoned", u->path,
+                                         (unsigned long long) r->c->cfg->transfer_timeout_s);
         if (u->error)
-                return respond_error(r, 503, "Failed to send the file to the sandbox: %s", strerror(-u->error));
+                return respond_errno_msg(r, -EHOSTUNREACH, "Failed to send the file to the sandbox: %s",
+                                         strerror(-u->error));
         int k = runtime_file_write_finish(u->x, u->path, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
         if (u->process_gone)
-                return respond_error(r, 500, "The sandbox stopped reading %s before the upload ended", u->path);
+                return respond_errno_msg(r, -EREMOTEIO, "The sandbox stopped reading %s before the upload ended",
+                                         u->path);
         return respond_empty(r, 204);
 }
 
@@ -349,7 +353,7 @@ enum MHD_Result runtime_get_file(struct req *r) {
         struct api_error e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         if (pj_sandbox_path_check(path, &pe, "path") < 0)
-                return respond_error(r, 400, "%s", pe.message);
+                return respond_errno_msg(r, -EINVAL, "%s", pe.message);
         if (ready_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
         struct runtime_run *x = NULL;
@@ -382,7 +386,7 @@ enum MHD_Result runtime_post_batch(struct req *r) {
         int uploaded = 0, failed = 0;
 
         if (pj_files_batch_parse(r->body.buf, r->body.len, c->cfg->max_file, c->cfg->max_body, &in, &pe) < 0)
-                return respond_error(r, 400, "%s", pe.message);
+                return respond_errno_msg(r, -EINVAL, "%s", pe.message);
         if (ready_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
         cJSON *results = cJSON_CreateArray();

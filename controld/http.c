@@ -126,6 +126,15 @@ enum MHD_Result respond_errno(struct req *r, int err, const struct api_error *e)
         return respond_error(r, http_status_from_errno(err), "%s", e && e->message[0] ? e->message : "Internal error");
 }
 
+enum MHD_Result respond_errno_msg(struct req *r, int err, const char *fmt, ...) {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        return respond_error(r, http_status_from_errno(err), "%s", msg);
+}
+
 /* {"message": msg} with one extra header (Allow, Retry-After). */
 static enum MHD_Result respond_message_with_header(struct req *r, int status, const char *msg, const char *header,
                                                    const char *value) {
