@@ -17,6 +17,7 @@
 #include "cleanup.h"
 #include "docker.h"
 #include "docker-private.h"
+#include "fdio.h"
 #include "httpc.h"
 #include "log.h"
 #include "strutil.h"
@@ -63,60 +64,6 @@ int docker_exec_inspect(struct docker *d, const char *exec_id, struct docker_exe
                 .pid = (int) docker_json_num(resp.json, "Pid"),
         };
         return 0;
-}
-
-/* Waits for fd to become ready for events until deadline. 0 ready, -ETIMEDOUT, -errno. */
-static int wait_fd(int fd, short events, int64_t deadline) {
-        for (;;) {
-                int64_t left = deadline - mono_ms();
-                if (left <= 0)
-                        return -ETIMEDOUT;
-                struct pollfd p = { .fd = fd, .events = events };
-                int n = poll(&p, 1, left > 1000000 ? 1000000 : (int) left);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                if (n > 0)
-                        return 0;
-        }
-}
-
-static int send_all(int fd, const char *buf, size_t len, int64_t deadline) {
-        while (len > 0) {
-                ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0 && errno == EAGAIN) {
-                        int r = wait_fd(fd, POLLOUT, deadline);
-                        if (r < 0)
-                                return r;
-                        continue;
-                }
-                if (n < 0)
-                        return -errno;
-                buf += n;
-                len -= (size_t) n;
-        }
-        return 0;
-}
-
-/* Reads once (waiting until deadline). Returns bytes, 0 on EOF, -errno. */
-static ssize_t recv_some(int fd, void *buf, size_t len, int64_t deadline) {
-        for (;;) {
-                ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
-                if (n >= 0)
-                        return n;
-                if (errno == EINTR)
-                        continue;
-                if (errno == ECONNRESET)
-                        return 0;
-                if (errno != EAGAIN)
-                        return -errno;
-                int r = wait_fd(fd, POLLIN, deadline);
-                if (r < 0)
-                        return r;
-        }
 }
 
 static int connect_unix(struct docker *d, int *ret_fd) {
@@ -175,7 +122,7 @@ int docker_exec_start(struct docker *d, const char *exec_id, int *ret_fd, uint8_
                         "Content-Length: %zu\r\n"
                         "\r\n%s",
                         e, sizeof(body) - 1, body);
-        r = send_all(fd, req, strlen(req), deadline);
+        r = fd_send_all(fd, req, strlen(req), deadline);
         if (r < 0)
                 return docker_transport_error(d, r);
 
@@ -186,7 +133,7 @@ int docker_exec_start(struct docker *d, const char *exec_id, int *ret_fd, uint8_
                         docker_set_error("exec start: response head over %d bytes", EXEC_HEAD_MAX);
                         return -EBADMSG;
                 }
-                ssize_t n = recv_some(fd, head + have, EXEC_HEAD_MAX - have, deadline);
+                ssize_t n = fd_recv_some(fd, head + have, EXEC_HEAD_MAX - have, deadline);
                 if (n < 0)
                         return docker_transport_error(d, (int) n);
                 if (n == 0) {
@@ -228,7 +175,7 @@ int docker_exec_start(struct docker *d, const char *exec_id, int *ret_fd, uint8_
         size_t eblen = have - head_len < want ? have - head_len : want;
         memcpy(eb, head + head_len, eblen);
         while (eblen < want) {
-                ssize_t n = recv_some(fd, eb + eblen, want - eblen, mono_ms() + 5000);
+                ssize_t n = fd_recv_some(fd, eb + eblen, want - eblen, mono_ms() + 5000);
                 if (n <= 0)
                         break;
                 eblen += (size_t) n;

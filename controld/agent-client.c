@@ -11,67 +11,20 @@
 #include <unistd.h>
 
 #include "agent-client.h"
+#include "fdio.h"
 #include "cleanup.h"
+#include "strutil.h"
 
 struct agent_client {
         int fd;
 };
 
-static int64_t mono_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Waits until fd is ready for ev or the deadline passes. */
-static int wait_fd(int fd, short ev, int64_t deadline) {
-        for (;;) {
-                int64_t left = deadline - mono_ms();
-                if (left <= 0)
-                        return -ETIMEDOUT;
-                struct pollfd p = { .fd = fd, .events = ev };
-                int r = poll(&p, 1, (int) (left > 60000 ? 60000 : left));
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r < 0)
-                        return -errno;
-                if (r > 0)
-                        return 0;
-        }
-}
-
-static int write_all(int fd, const uint8_t *p, size_t n, int64_t deadline) {
-        while (n) {
-                ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0 && errno == EAGAIN) {
-                        int r = wait_fd(fd, POLLOUT, deadline);
-                        if (r < 0)
-                                return r;
-                        continue;
-                }
-                if (k < 0)
-                        return -errno;
-                p += k;
-                n -= (size_t) k;
-        }
-        return 0;
-}
-
+/* Exactly n bytes, or -ECONNRESET when the stream ends first. */
 static int read_all(int fd, uint8_t *p, size_t n, int64_t deadline) {
         while (n) {
-                ssize_t k = read(fd, p, n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0 && errno == EAGAIN) {
-                        int r = wait_fd(fd, POLLIN, deadline);
-                        if (r < 0)
-                                return r;
-                        continue;
-                }
+                ssize_t k = fd_recv_some(fd, p, n, deadline);
                 if (k < 0)
-                        return errno == ECONNRESET ? -ECONNRESET : -errno;
+                        return (int) k;
                 if (k == 0)
                         return -ECONNRESET;
                 p += k;
@@ -98,7 +51,7 @@ struct agent_client *agent_client_free(struct agent_client *c) {
 int agent_client_fd(const struct agent_client *c) { return c->fd; }
 
 int agent_client_send_raw(struct agent_client *c, const void *p, size_t n, int timeout_ms) {
-        return write_all(c->fd, p, n, mono_ms() + timeout_ms);
+        return fd_send_all(c->fd, p, n, mono_ms() + timeout_ms);
 }
 
 int agent_client_send(struct agent_client *c, const struct pj_agent_msg *m, int timeout_ms) {
@@ -106,7 +59,7 @@ int agent_client_send(struct agent_client *c, const struct pj_agent_msg *m, int 
         int r = pj_agent_msg_encode(m, &b, NULL);
         if (r < 0)
                 return r;
-        return write_all(c->fd, b.p, b.len, mono_ms() + timeout_ms);
+        return fd_send_all(c->fd, b.p, b.len, mono_ms() + timeout_ms);
 }
 
 int agent_client_recv(struct agent_client *c, int timeout_ms, struct agent_frame *ret, struct pj_error *err) {
@@ -149,7 +102,7 @@ int agent_client_connect(const char *path, const char *secret, int timeout_ms, s
         if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
                 if (errno != EINPROGRESS && errno != EAGAIN)
                         return -errno;
-                int r = wait_fd(fd, POLLOUT, deadline);
+                int r = fd_wait(fd, POLLOUT, deadline);
                 if (r < 0)
                         return r;
         }

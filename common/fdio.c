@@ -1,0 +1,60 @@
+/* fdio.c — socket reads and writes bounded by a deadline (fdio.h). */
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include "fdio.h"
+#include "strutil.h"
+
+int fd_wait(int fd, short events, int64_t deadline) {
+        for (;;) {
+                int64_t left = deadline - mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd p = { .fd = fd, .events = events };
+                int n = poll(&p, 1, left > 60000 ? 60000 : (int) left);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (n > 0)
+                        return 0;
+        }
+}
+
+int fd_send_all(int fd, const void *buf, size_t len, int64_t deadline) {
+        const char *p = buf;
+        while (len > 0) {
+                ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN) {
+                        int r = fd_wait(fd, POLLOUT, deadline);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                if (n < 0)
+                        return -errno;
+                p += n;
+                len -= (size_t) n;
+        }
+        return 0;
+}
+
+ssize_t fd_recv_some(int fd, void *buf, size_t len, int64_t deadline) {
+        for (;;) {
+                ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
+                if (n >= 0)
+                        return n;
+                if (errno == EINTR)
+                        continue;
+                if (errno == ECONNRESET)
+                        return 0;
+                if (errno != EAGAIN)
+                        return -errno;
+                int r = fd_wait(fd, POLLIN, deadline);
+                if (r < 0)
+                        return r;
+        }
+}
