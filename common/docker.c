@@ -313,11 +313,14 @@ int docker_container_create(struct docker *d, const struct docker_create_opts *o
             !labels_valid(o->labels, o->n_labels) || (o->n_mounts > 0 && !o->mounts))
                 return -EINVAL;
         for (size_t i = 0; i < o->n_mounts; i++)
-                if (!docker_valid_name(o->mounts[i].volume) || !o->mounts[i].target || o->mounts[i].target[0] != '/')
+                if ((o->mounts[i].bind ? o->mounts[i].bind[0] != '/' : !docker_valid_name(o->mounts[i].volume)) ||
+                    !o->mounts[i].target || o->mounts[i].target[0] != '/')
                         return -EINVAL;
 
         b = cJSON_CreateObject();
         cJSON_AddStringToObject(b, "Image", o->image);
+        if (o->entrypoint)
+                cJSON_AddItemToObject(b, "Entrypoint", docker_strv_to_json(o->entrypoint));
         if (o->cmd)
                 cJSON_AddItemToObject(b, "Cmd", docker_strv_to_json(o->cmd));
         if (o->env)
@@ -366,8 +369,8 @@ int docker_container_create(struct docker *d, const struct docker_create_opts *o
                 cJSON *m = cJSON_AddArrayToObject(hc, "Mounts");
                 for (size_t i = 0; i < o->n_mounts; i++) {
                         cJSON *e = cJSON_CreateObject();
-                        cJSON_AddStringToObject(e, "Type", "volume");
-                        cJSON_AddStringToObject(e, "Source", o->mounts[i].volume);
+                        cJSON_AddStringToObject(e, "Type", o->mounts[i].bind ? "bind" : "volume");
+                        cJSON_AddStringToObject(e, "Source", o->mounts[i].bind ? o->mounts[i].bind : o->mounts[i].volume);
                         cJSON_AddStringToObject(e, "Target", o->mounts[i].target);
                         cJSON_AddBoolToObject(e, "ReadOnly", o->mounts[i].read_only);
                         cJSON_AddItemToArray(m, e);
@@ -536,6 +539,25 @@ int docker_volume_create_bind(struct docker *d, const char *name, const char *de
                 cJSON_AddStringToObject(o, "o", "bind");
                 cJSON_AddStringToObject(o, "device", device);
         }
+        cJSON_AddItemToObject(b, "Labels", labels_to_json(labels, n));
+        return docker_call(d, "POST", "/volumes/create", b, 0, &resp);
+}
+
+int docker_volume_create_tmpfs(struct docker *d, const char *name, int64_t size_bytes, const struct docker_kv *labels,
+                               size_t n) {
+        _cleanup_(docker_resp_done) struct docker_resp resp = {};
+        _cleanup_json_ cJSON *b = NULL;
+        if (!docker_valid_name(name) || !labels_valid(labels, n) || size_bytes <= 0)
+                return -EINVAL;
+        char opts[128];
+        snprintf(opts, sizeof(opts), "size=%" PRId64 ",mode=0700,nosuid,nodev,noexec", size_bytes);
+        b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "Name", name);
+        cJSON_AddStringToObject(b, "Driver", "local");
+        cJSON *o = cJSON_AddObjectToObject(b, "DriverOpts");
+        cJSON_AddStringToObject(o, "type", "tmpfs");
+        cJSON_AddStringToObject(o, "device", "tmpfs");
+        cJSON_AddStringToObject(o, "o", opts);
         cJSON_AddItemToObject(b, "Labels", labels_to_json(labels, n));
         return docker_call(d, "POST", "/volumes/create", b, 0, &resp);
 }

@@ -51,11 +51,13 @@ int docker_root_dir(struct docker *d, char **ret_dir);
 
 struct docker_kv { const char *key, *value; };
 /* A named volume mounted at target. */
-struct docker_mount { const char *volume; const char *target; bool read_only; };
+/* A named volume (volume), or a host path bound in (bind: absolute, the caller's own path). */
+struct docker_mount { const char *volume; const char *target; bool read_only; const char *bind; };
 
 struct docker_create_opts {
         const char *name;                /* optional */
         const char *image;
+        const char *const *entrypoint;   /* NULL-terminated, optional (image default) */
         const char *const *cmd;          /* NULL-terminated, optional (image default) */
         const char *const *env;          /* "K=V", NULL-terminated */
         const struct docker_kv *labels;
@@ -112,6 +114,10 @@ int docker_volume_create(struct docker *d, const char *name, const struct docker
  * driver opts type=none, o=bind). Removing the volume leaves the directory. */
 int docker_volume_create_bind(struct docker *d, const char *name, const char *device, const struct docker_kv *labels,
                               size_t n);
+/* A local volume that is a tmpfs of size_bytes (mode 0700, nosuid, nodev, noexec), mounted
+ * by Docker while a container uses it (at <root>/volumes/<name>/_data). */
+int docker_volume_create_tmpfs(struct docker *d, const char *name, int64_t size_bytes, const struct docker_kv *labels,
+                               size_t n);
 /* -ENOENT if missing, -EBUSY if in use. */
 int docker_volume_remove(struct docker *d, const char *name, bool force);
 /* Creates a bridge network if no network of that exact name exists; existing -> 0 (its

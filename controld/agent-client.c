@@ -17,21 +17,14 @@
 
 struct agent_client {
         int fd;
+        /* the frame being received: header bytes, then the payload (allocated once the
+         * header has been checked) */
+        uint8_t hdr[PJ_AGENT_HEADER_SIZE];
+        size_t hdr_got;
+        struct pj_agent_header h;
+        uint8_t *payload;
+        size_t payload_got;
 };
-
-/* Exactly n bytes, or -ECONNRESET when the stream ends first. */
-static int read_all(int fd, uint8_t *p, size_t n, int64_t deadline) {
-        while (n) {
-                ssize_t k = fd_recv_some(fd, p, n, deadline);
-                if (k < 0)
-                        return (int) k;
-                if (k == 0)
-                        return -ECONNRESET;
-                p += k;
-                n -= (size_t) k;
-        }
-        return 0;
-}
 
 void agent_frame_done(struct agent_frame *f) {
         pj_agent_msg_done(&f->m);
@@ -43,6 +36,7 @@ struct agent_client *agent_client_free(struct agent_client *c) {
         if (c) {
                 if (c->fd >= 0)
                         close(c->fd);
+                free(c->payload);
                 free(c);
         }
         return NULL;
@@ -62,24 +56,75 @@ int agent_client_send(struct agent_client *c, const struct pj_agent_msg *m, int 
         return fd_send_all(c->fd, b.p, b.len, mono_ms() + timeout_ms);
 }
 
+/* Reads what the socket has (never blocking) into the frame under way: 1 with *ret filled
+ * when a whole frame is in, 0 when more bytes are needed, < 0 as agent_client_recv. */
+int agent_client_try_recv(struct agent_client *c, struct agent_frame *ret, struct pj_error *err) {
+        for (;;) {
+                if (c->hdr_got < sizeof(c->hdr)) {
+                        ssize_t k = recv(c->fd, c->hdr + c->hdr_got, sizeof(c->hdr) - c->hdr_got, MSG_DONTWAIT);
+                        if (k < 0)
+                                return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+                        if (k == 0)
+                                return -ECONNRESET;
+                        c->hdr_got += (size_t) k;
+                        if (c->hdr_got < sizeof(c->hdr))
+                                continue;
+                        if (pj_agent_header_decode(c->hdr, &c->h, err) < 0)
+                                return -EPROTO;
+                        /* the header is checked: h.len <= 1 MiB */
+                        c->payload = xmalloc(c->h.len ? c->h.len : 1);
+                        c->payload_got = 0;
+                }
+                if (c->payload_got < c->h.len) {
+                        ssize_t k = recv(c->fd, c->payload + c->payload_got, c->h.len - c->payload_got, MSG_DONTWAIT);
+                        if (k < 0)
+                                return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+                        if (k == 0)
+                                return -ECONNRESET;
+                        c->payload_got += (size_t) k;
+                        if (c->payload_got < c->h.len)
+                                continue;
+                }
+                struct pj_agent_msg m = { 0 };
+                _cleanup_free_ uint8_t *payload = TAKE_PTR(c->payload);
+                c->hdr_got = 0;
+                if (pj_agent_msg_decode(&c->h, payload, c->h.len, &m, err) < 0)
+                        return -EPROTO;
+                *ret = (struct agent_frame) { .m = m, .payload = TAKE_PTR(payload) };
+                return 1;
+        }
+}
+
 int agent_client_recv(struct agent_client *c, int timeout_ms, struct agent_frame *ret, struct pj_error *err) {
         int64_t deadline = mono_ms() + timeout_ms;
-        uint8_t hdr[PJ_AGENT_HEADER_SIZE];
-        struct pj_agent_header h;
-        int r = read_all(c->fd, hdr, sizeof(hdr), deadline);
-        if (r < 0)
-                return r;
-        if (pj_agent_header_decode(hdr, &h, err) < 0)
-                return -EPROTO;
-        _cleanup_free_ uint8_t *payload = xmalloc(h.len ? h.len : 1);
-        r = read_all(c->fd, payload, h.len, deadline);
-        if (r < 0)
-                return r;
-        struct pj_agent_msg m = { 0 };
-        if (pj_agent_msg_decode(&h, payload, h.len, &m, err) < 0)
-                return -EPROTO;
-        *ret = (struct agent_frame) { .m = m, .payload = TAKE_PTR(payload) };
-        return 0;
+        for (;;) {
+                int r = agent_client_try_recv(c, ret, err);
+                if (r != 0)
+                        return r < 0 ? r : 0;
+                r = fd_wait(c->fd, POLLIN, deadline);
+                if (r < 0)
+                        return r;
+        }
+}
+
+/* The kernel's overflow uid: what root of another user namespace shows as here. */
+static uid_t overflow_uid(void) {
+        static uid_t cached = (uid_t) -1;
+        if (cached == (uid_t) -1) {
+                uid_t v = 65534;
+                FILE *f = fopen("/proc/sys/kernel/overflowuid", "re");
+                unsigned u;
+                if (f && fscanf(f, "%u", &u) == 1)
+                        v = (uid_t) u;
+                if (f)
+                        fclose(f);
+                cached = v;
+        }
+        return cached;
+}
+
+bool agent_socket_owner_ok(uid_t uid) {
+        return uid == 0 || uid == geteuid() || uid == overflow_uid();
 }
 
 int agent_client_connect(const char *path, const char *secret, int timeout_ms, struct agent_client **ret,
@@ -93,6 +138,8 @@ int agent_client_connect(const char *path, const char *secret, int timeout_ms, s
                 return -errno;
         if (!S_ISSOCK(st.st_mode))
                 return -ENOTSOCK;
+        if (!agent_socket_owner_ok(st.st_uid))
+                return -EPERM;
         /* connect to the inode we checked, not to whatever the path names by now */
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", pfd);

@@ -6,7 +6,9 @@
  * thread-safe: one user per client. The library logs nothing; errors are -errno. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <stdint.h>
 
 #include "cleanup.h"
@@ -40,5 +42,14 @@ int agent_client_send_raw(struct agent_client *c, const void *p, size_t n, int t
  * agent closed the connection; -EPROTO for a frame the codec refuses (err says why; the
  * connection is then out of step and should be freed). */
 int agent_client_recv(struct agent_client *c, int timeout_ms, struct agent_frame *ret, struct pj_error *err);
+/* Without blocking: 1 with *ret filled when a whole frame has arrived, 0 when the socket has
+ * no more for now (poll agent_client_fd for POLLIN), < 0 as agent_client_recv. Partial frames
+ * are kept in the client between calls; the payload is allocated only after its header
+ * passed pj_agent_header_decode(). */
+int agent_client_try_recv(struct agent_client *c, struct agent_frame *ret, struct pj_error *err);
+/* Who may own an agent socket: root (the gVisor gofer makes it), us, or the overflow uid
+ * (root as seen from a user namespace such as systemd's PrivateUsers=). Anyone else's
+ * socket is refused (-EPERM). */
+bool agent_socket_owner_ok(uid_t uid);
 /* The socket, for poll() by a caller that multiplexes. */
 int agent_client_fd(const struct agent_client *c);

@@ -328,6 +328,18 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
                 goto fail;
         }
         S("docker", "bridge", "paddock-sandbox", 15, docker_bridge);
+        /* The in-sandbox agent (paddock-init): its binary, bound read-only into every sandbox
+         * as PID 1 ("" = next to controld's own executable, else /usr/lib/paddock/paddock-init;
+         * "none" = no agent: tini and the exec path as before), and where each sandbox's socket
+         * directory and secret file live ("" = "agents" beside the store). */
+        S("init", "binary", "", 1024, init_binary);
+        S("init", "dir", "", 1024, init_dir);
+        if ((c->init_binary[0] && c->init_binary[0] != '/' && strcmp(c->init_binary, "none")) ||
+            (c->init_dir[0] && c->init_dir[0] != '/')) {
+                snprintf(err, errlen, "%s: [init] binary and dir must be absolute paths", path);
+                r = -EINVAL;
+                goto fail;
+        }
         S("docker", "node_id", "local", 128, docker_node_id);
 
         if ((r = load_nomad(c, cf, err, errlen)) < 0)
@@ -415,6 +427,8 @@ struct config *config_free(struct config *c) {
         free(c->driver);
         free(c->docker_socket);
         free(c->docker_runtime);
+        free(c->init_binary);
+        free(c->init_dir);
         free(c->docker_network);
         free(c->docker_runtime_net);
         free(c->docker_network_internal);

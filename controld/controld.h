@@ -82,6 +82,9 @@ struct config {
         char *docker_volume_root;                    /* "" = volumes uncapped */
         char *docker_node_id;                        /* this engine's node: the routing key of its agent */
         char *docker_bridge;                         /* Linux name of the open network's bridge (the agent's egress bridge) */
+        /* [init]: the in-sandbox agent (agent.c) */
+        char *init_binary;                           /* "" = found at start; "none" = no agent */
+        char *init_dir;                              /* "" = <store dir>/agents */
         /* [amqp]: the node bus. amqp_url NULL = no agent: egress policies are stored, not enforced */
         char *amqp_url, *amqp_exchange;
         uint64_t egress_timeout_ms;                  /* bound on one egress.apply/remove round trip */
@@ -362,6 +365,9 @@ struct ctl {
         struct config *cfg;
         struct store *store;
         struct driver *drv;
+        char *agent_binary;              /* the in-sandbox agent (agent.c); NULL = off */
+        char *agent_dir;                 /* its secret files */
+        char agent_key[65];              /* secrets are HMAC(agent_key, sandbox id) */
         struct metrics *metrics;
         struct nodebus *bus;             /* NULL when [amqp] url is unset: egress is not enforced */
         struct egress_bus *egbus;        /* node.sync responder (egress.c) */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cleanup.h"
+#include "agent.h"
 #include "controld.h"
 #include "driver.h"
 #include "nodebus.h"
@@ -33,6 +34,8 @@ int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
                         return log_error_errno(r, "Failed to read the instance id from the store: %m");
         }
         c->metrics = metrics_new();
+        if (with_driver && (r = agent_host_init(c, err, sizeof(err))) < 0)
+                return log_error_errno(r, "%s", err);
         if (with_driver) {
                 r = driver_new(c, &c->drv);
                 if (r < 0)
@@ -67,6 +70,7 @@ void ctl_close(struct ctl *c) {
         c->store = store_close(c->store);
         c->metrics = metrics_free(c->metrics);
         c->cfg = config_free(c->cfg);
+        agent_host_done(c);
         free(c->instance_id);
         c->instance_id = NULL;
 }

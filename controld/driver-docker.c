@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "btrfs.h"
+#include "agent.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "docker.h"
@@ -28,6 +29,7 @@ struct ddriver {
         struct docker *docker;
         bool disk_caps;      /* the storage driver takes StorageOpt size: specs.disk is enforced */
         bool volume_caps;    /* [docker] volume_root is on btrfs with quotas: sizeGB is enforced */
+        char *root_dir;      /* Docker's data root: agent sockets are under <root>/volumes/ */
 };
 
 static struct ddriver *P(struct driver *d) { return d->priv; }
@@ -129,6 +131,10 @@ static int dd_init(struct driver *d, char *err, size_t errlen) {
                 return r;
         }
         check_disk_caps(d);
+        if (d->ctl->agent_binary && (r = docker_root_dir(D(d), &P(d)->root_dir)) < 0) {
+                snprintf(err, errlen, "Docker engine did not say its data root (for agent sockets): %s", dmsg(r));
+                return r;
+        }
         return 0;
 }
 
@@ -138,6 +144,7 @@ static void dd_done(struct driver *d) {
         struct ddriver *p = d->priv;
         if (p) {
                 docker_free(p->docker);
+                free(p->root_dir);
                 free(p);
         }
         d->priv = NULL;
@@ -174,15 +181,18 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         struct docker_kv labels[] = { { "paddock.sandbox", sb->id },
                                       { "paddock.account", sb->account_id },
                                       { "paddock.controld", d->ctl->instance_id } };
-        struct docker_mount mnt = { 0 };
-        _cleanup_free_ char *vol_handle = NULL;
+        struct docker_mount mnts[4] = { { 0 } };
+        size_t n_mnts = 0;
+        _cleanup_free_ char *vol_handle = NULL, *run_vol = NULL, *secret_path = NULL;
+        bool agent = d->ctl->agent_binary != NULL;
         bool deny = sb->egress.mode == PJ_EGRESS_DENY_ALL;
         bool restricted = sb->egress.mode == PJ_EGRESS_RESTRICTED;
         const char *runtime = deny ? cfg->docker_runtime : cfg->docker_runtime_net;
         struct docker_create_opts o = {
                 .name = name,
                 .image = sb->image,
-                .cmd = cmd,
+                .cmd = agent ? NULL : cmd,
+                .entrypoint = agent ? agent_entrypoint() : NULL,
                 .labels = labels,
                 .n_labels = ELEMENTSOF(labels),
                 .runtime = runtime,
@@ -200,8 +210,8 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 /* Under gVisor capabilities are confined to the sandbox kernel; runc gets none. */
                 .cap_add_all = runtime && startswith(runtime, "runsc"),
                 .no_new_privileges = true,
-                /* tini as PID 1 reaps what killed exec trees leave behind. */
-                .init = true,
+                /* PID 1 reaps what killed exec trees leave behind: our agent, else tini. */
+                .init = !agent,
                 .extra_hosts = extra_hosts,
                 .storage_size_gb = P(d)->disk_caps ? sb->disk : 0,
         };
@@ -209,10 +219,28 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
 
         if (sb->volume_id) {
                 vol_handle = xasprintf("paddock-vol-%s", sb->volume_id);
-                mnt = (struct docker_mount) { .volume = vol_handle, .target = sb->mount_path ? sb->mount_path : "/workspace" };
-                o.mounts = &mnt;
-                o.n_mounts = 1;
+                mnts[n_mnts++] = (struct docker_mount) { .volume = vol_handle,
+                                                         .target = sb->mount_path ? sb->mount_path : "/workspace" };
         }
+        if (agent) {
+                /* The agent: its binary and secret read-only, its socket directory a small tmpfs
+                 * (the sandbox can write there) that runsc --host-uds=create makes the socket in. */
+                run_vol = xasprintf("paddock-init-%s", sb->id);
+                struct docker_kv vl[] = { { "paddock.sandbox", sb->id }, { "paddock.controld", d->ctl->instance_id } };
+                r = docker_volume_create_tmpfs(D(d), run_vol, AGENT_RUN_BYTES, vl, ELEMENTSOF(vl));
+                if (r >= 0)
+                        r = agent_secret_write(d->ctl, sb->id);
+                if (r < 0) {
+                        snprintf(err, errlen, "cannot prepare the sandbox agent: %s", dmsg(r));
+                        return r;
+                }
+                secret_path = agent_secret_path(d->ctl, sb->id);
+                mnts[n_mnts++] = (struct docker_mount) { .bind = d->ctl->agent_binary, .target = AGENT_IN_BINARY, .read_only = true };
+                mnts[n_mnts++] = (struct docker_mount) { .bind = secret_path, .target = AGENT_IN_SECRET, .read_only = true };
+                mnts[n_mnts++] = (struct docker_mount) { .volume = run_vol, .target = AGENT_IN_RUN };
+        }
+        o.mounts = n_mnts ? mnts : NULL;
+        o.n_mounts = n_mnts;
 
         /* A leftover container of the same sandbox (crash between steps) is replaced. */
         (void) docker_container_remove(D(d), name, true, false);
@@ -272,6 +300,15 @@ unwind:
         return r;
 }
 
+/* The agent's socket volume and secret of a sandbox whose container is gone. */
+static void agent_parts_remove(struct driver *d, const char *sandbox_id) {
+        _cleanup_free_ char *run_vol = xasprintf("paddock-init-%s", sandbox_id);
+        int r = docker_volume_remove(D(d), run_vol, true);
+        if (r < 0 && r != -ENOENT)
+                log_warning("cannot remove the agent volume %s: %s", run_vol, dmsg(r));
+        agent_secret_remove(d->ctl, sandbox_id);
+}
+
 static int dd_remove(struct driver *d, const struct sandbox *sb, char *err, size_t errlen) {
         _cleanup_free_ char *name = xasprintf("paddock-%s", sb->id);
         int r = docker_container_remove(D(d), sb->container_id ? sb->container_id : name, true, false);
@@ -281,6 +318,7 @@ static int dd_remove(struct driver *d, const struct sandbox *sb, char *err, size
                 snprintf(err, errlen, "container removal failed: %s", dmsg(r));
                 return r;
         }
+        agent_parts_remove(d, sb->id);
         return 0;
 }
 
@@ -385,7 +423,19 @@ static int dd_list(struct driver *d, char ***ret) {
 static int dd_remove_by_id(struct driver *d, const char *sandbox_id) {
         _cleanup_free_ char *name = xasprintf("paddock-%s", sandbox_id);
         int r = docker_container_remove(D(d), name, true, false);
-        return r == -ENOENT ? 0 : r;
+        if (r < 0 && r != -ENOENT)
+                return r;
+        agent_parts_remove(d, sandbox_id);
+        return 0;
+}
+
+static int dd_agent_socket(struct driver *d, const struct sandbox *sb, char **ret_path, char *err, size_t errlen) {
+        if (!P(d)->root_dir) {
+                snprintf(err, errlen, "the driver has no agent sockets");
+                return -EOPNOTSUPP;
+        }
+        *ret_path = xasprintf("%s/volumes/paddock-init-%s/_data/agent.sock", P(d)->root_dir, sb->id);
+        return 0;
 }
 
 /* ---- exec sessions over the hijacked Docker exec stream ---- */
@@ -593,6 +643,29 @@ static int dd_exec_exit_code(struct exec_session *s, int *ret) {
         return -ETIMEDOUT;
 }
 
+/* After the sandbox's process vanished: did its memory limit kill it? The kernel kills the
+ * sandbox a moment before Docker records why, and containerd's OOM event can take seconds to
+ * land on a busy host: a stopped container gets 5 s, a running one `patience` polls of 20 ms. */
+static int container_oom_killed(struct docker *dk, const char *container, int patience) {
+        struct docker_container_state st;
+        for (int i = 0; i < 250; i++) {
+                int r = docker_container_inspect(dk, container, &st);
+                if (r < 0)
+                        return r;
+                if (died_of_oom(&st))
+                        return 1;
+                if (st.exists && st.running && i >= patience)
+                        return 0;
+                usleep(20000);
+        }
+        return 0;
+}
+
+static int dd_oom_killed(struct driver *d, const struct sandbox *sb) {
+        _cleanup_free_ char *name = xasprintf("paddock-%s", sb->id);
+        return container_oom_killed(D(d), sb->container_id ? sb->container_id : name, 250);
+}
+
 static int dd_exec_oom_killed(struct exec_session *s) {
         struct docker_container_state st;
         /* The kernel kills the sandbox a moment before Docker records why; on a busy host
@@ -632,6 +705,8 @@ static const struct driver_ops docker_ops = {
         .volume_remove = dd_volume_remove,
         .list = dd_list,
         .remove_by_id = dd_remove_by_id,
+        .agent_socket = dd_agent_socket,
+        .oom_killed = dd_oom_killed,
         .exec_start = dd_exec_start,
         .exec_write = dd_exec_write,
         .exec_close_stdin = dd_exec_close_stdin,

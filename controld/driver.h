@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 struct ctl;
+struct driver;
 struct sandbox;
 struct docker_stats;
 
@@ -83,6 +84,12 @@ struct driver_ops {
          * under gVisor that takes the whole sandbox down), 0 when not, < 0 on errors. */
         int (*exec_oom_killed)(struct exec_session *s);
         void (*exec_free)(struct exec_session *s);
+        /* Optional (NULL = no agent path): the host path of sb's agent socket (xmalloc'd), or
+         * -errno with err. The caller opens it without following links (agent-client.c). */
+        int (*agent_socket)(struct driver *d, const struct sandbox *sb, char **ret_path, char *err, size_t errlen);
+        /* Optional: whether sb's memory limit killed it (the sandbox is gone or going; waits a
+         * few seconds for the engine to record why). 1 yes, 0 no, < 0 errors. */
+        int (*oom_killed)(struct driver *d, const struct sandbox *sb);
         /* Optional: mark a node (in)eligible for new sandboxes. NULL = the driver has one node. */
         int (*node_set_eligible)(struct driver *d, const char *node_id, bool eligible, char *err, size_t errlen);
 };

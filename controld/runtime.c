@@ -10,10 +10,13 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent-exec.h"
+#include "agent.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "driver.h"
@@ -221,7 +224,10 @@ struct runtime_run {
         struct ctl *c;
         struct driver *drv;
         struct sandbox sb;
-        struct exec_session *s;
+        struct exec_session *s;       /* through the driver's exec path, or */
+        struct agent_exec *ax;        /* a process through the sandbox's agent, or */
+        struct agent_file *af;        /* a file transfer through the agent */
+        char *snippet;                /* code file written through the agent, removed at the end */
         char token[25];
         int64_t t0, deadline;
         bool timed_out, killed, finished, client_gone;
@@ -241,13 +247,65 @@ struct runtime_run {
         bool data_eof;
 };
 
+/* The session of a run, whichever transport carries it. */
+static int rx_read(struct runtime_run *x, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
+        if (x->ax)
+                return agent_exec_read(x->ax, timeout_ms, watch_fd, cb, ud);
+        if (x->af)
+                return agent_file_read(x->af, timeout_ms, watch_fd, cb, ud);
+        return x->drv->ops->exec_read(x->s, timeout_ms, watch_fd, cb, ud);
+}
+
+static int rx_write(struct runtime_run *x, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud) {
+        if (x->ax)
+                return agent_exec_write(x->ax, data, len, timeout_ms, cb, ud);
+        if (x->af)
+                return agent_file_write(x->af, data, len, timeout_ms);
+        return x->drv->ops->exec_write(x->s, data, len, timeout_ms, cb, ud);
+}
+
+static void rx_close_stdin(struct runtime_run *x) {
+        if (x->ax)
+                (void) agent_exec_close_stdin(x->ax);
+        else if (x->s)
+                x->drv->ops->exec_close_stdin(x->s);
+}
+
+static int rx_exit_code(struct runtime_run *x, int *ret) {
+        if (x->ax)
+                return agent_exec_exit_code(x->ax, ret);
+        return x->drv->ops->exec_exit_code(x->s, ret);
+}
+
+static bool rx_active(const struct runtime_run *x) { return x->s || x->ax || x->af; }
+
+/* A snippet written through the agent goes when its run does (best effort, bounded). */
+static void snippet_remove(struct runtime_run *x) {
+        if (!x->snippet)
+                return;
+        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        char msg[256];
+        if (agent_connect(x->c, &x->sb, &cl, msg, sizeof(msg)) == 0)
+                (void) agent_remove(cl, x->snippet, 5000);
+        free(x->snippet);
+        x->snippet = NULL;
+}
+
 static void kill_tree(struct runtime_run *x) {
+        if (x->killed)
+                return;
+        if (x->ax || x->af) {
+                /* the agent's process group (the whole tree unless a process left it with setsid)
+                 * dies; a transfer just ends with its connection */
+                x->killed = true;
+                if (x->ax)
+                        (void) agent_exec_signal(x->ax, SIGKILL);
+                return;
+        }
         const char *argv[] = { "/bin/sh", "-c", killer_script, "paddock", x->token, NULL };
         struct exec_spec spec = { .argv = argv };
         struct exec_session *k = NULL;
         char err[256];
-        if (x->killed)
-                return;
         x->killed = true;
         if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &k, err, sizeof(err)) < 0) {
                 log_warning("could not start the process killer: %s", err);
@@ -270,10 +328,13 @@ bool runtime_ended(const struct runtime_run *x) {
 struct runtime_run *runtime_free(struct runtime_run *x) {
         if (!x)
                 return NULL;
-        if (x->s && !x->finished && !x->killed)
+        if (rx_active(x) && !x->finished && !x->killed)
                 kill_tree(x);
         if (x->s)
                 x->drv->ops->exec_free(x->s);
+        agent_exec_free(x->ax);
+        agent_file_free(x->af);
+        snippet_remove(x);
         if (x->slot)
                 runtime_slots_release(&x->sb);
         strbuf_done(&x->out.buf);
@@ -349,7 +410,7 @@ static void time_out(struct runtime_run *x) {
         kill_tree(x);
         int64_t end = mono_ms() + DRAIN_AFTER_KILL_MS;
         while (mono_ms() < end) {
-                int r = x->drv->ops->exec_read(x->s, 500, -1, on_output, x);
+                int r = rx_read(x, 500, -1, on_output, x);
                 if (r != 0)
                         break;
         }
@@ -359,9 +420,16 @@ static void finish(struct runtime_run *x) {
         flush_carries(x);
         if (x->timed_out)
                 x->exit_code = 137;
-        else if (x->drv->ops->exec_exit_code(x->s, &x->exit_code) < 0)
+        else if (rx_exit_code(x, &x->exit_code) < 0)
                 x->exit_code = -1;
-        if (!x->timed_out && x->exit_code != 0 && x->drv->ops->exec_oom_killed && x->drv->ops->exec_oom_killed(x->s) > 0) {
+        bool oom = false;
+        if (!x->timed_out && x->exit_code != 0) {
+                if (x->ax)   /* under gVisor the memory limit takes the whole sandbox, its agent too */
+                        oom = agent_exec_lost(x->ax) && x->drv->ops->oom_killed && x->drv->ops->oom_killed(x->drv, &x->sb) > 0;
+                else
+                        oom = x->drv->ops->exec_oom_killed && x->drv->ops->exec_oom_killed(x->s) > 0;
+        }
+        if (oom) {
                 x->oom_killed = true;
                 x->exit_code = 137;
                 log_ctx_set("SANDBOX_ID", x->sb.id);
@@ -416,22 +484,44 @@ int runtime_load_ready(struct ctl *c, const struct account *acc, const char *id,
 
 /* ---- commands ---- */
 
-int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *cmd, runtime_output_fn output, void *ud,
-                  struct runtime_run **ret, struct api_error *err) {
+/* The run's process through the sandbox's agent: 0; -EOPNOTSUPP when there is no agent to
+ * use (the caller takes the driver's exec path); other -errno with err filled. */
+static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, struct api_error *err) {
+        char msg[512] = "";
+        struct agent_client *cl = NULL;
+        int k = agent_connect(x->c, &x->sb, &cl, msg, sizeof(msg));
+        if (k < 0) {
+                if (agent_fallback_ok(k)) {
+                        if (k != -EOPNOTSUPP)
+                                log_info("no agent answer (%s); using the driver's exec path", msg);
+                        return -EOPNOTSUPP;
+                }
+                return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+        }
+        if (cmd->stdin_file && cmd->stdin_data) {
+                k = agent_put_small(cl, cmd->stdin_file, cmd->stdin_data, cmd->stdin_len, STDIN_WRITE_TIMEOUT_MS, msg,
+                                    sizeof(msg));
+                if (k < 0) {
+                        agent_client_free(cl);
+                        return API_ERR(err, k == -ENOSPC || k == -EDQUOT ? -ENOSPC : -EHOSTUNREACH, "Could not run the code: %s",
+                                       msg);
+                }
+                x->snippet = xstrdup(cmd->stdin_file);
+        }
+        struct agent_spawn sp = { .argv = cmd->argv, .env = (const char *const *) cmd->env, .cwd = cmd->cwd,
+                                  .want_stdin = cmd->stdin_data && !cmd->stdin_file, .kill_on_detach = true };
+        k = agent_exec_start(cl, &sp, &x->ax, msg, sizeof(msg));
+        if (k < 0)
+                return API_ERR(err, k == -EUSERS ? -EUSERS : k == -EINVAL ? -EINVAL : -EHOSTUNREACH, "Could not run the command: %s",
+                               msg);
+        return 0;
+}
+
+/* The run's process through the driver's exec path, in the wrapper script. */
+static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd, struct api_error *err) {
         char msg[512] = "";
         size_t n = 0, n_env = 0, n_user = 0;
         char n_env_s[16];
-
-        if (runtime_slots_take(c, sb, msg, sizeof(msg)) < 0) {
-                sandbox_clear(sb);
-                return API_ERR(err, -EUSERS, "%s", msg);
-        }
-        struct runtime_run *x = run_new(c, sb);
-        if (cmd->token)
-                snprintf(x->token, sizeof(x->token), "%s", cmd->token);
-        x->slot = true;
-        x->output = output;
-        x->output_ud = ud;
         while (cmd->env && cmd->env[n_env])
                 n_env++;
         while (cmd->argv[n_user])
@@ -453,14 +543,35 @@ int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *c
         argv[n] = NULL;
 
         struct exec_spec spec = { .argv = argv, .cwd = "/", .want_stdin = cmd->stdin_data != NULL };
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &x->s, msg, sizeof(msg)) < 0)
+                return API_ERR(err, -EHOSTUNREACH, "Could not run the command: %s", msg);
+        return 0;
+}
+
+int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *cmd, runtime_output_fn output, void *ud,
+                  struct runtime_run **ret, struct api_error *err) {
+        char msg[512] = "";
+        if (runtime_slots_take(c, sb, msg, sizeof(msg)) < 0) {
+                sandbox_clear(sb);
+                return API_ERR(err, -EUSERS, "%s", msg);
+        }
+        struct runtime_run *x = run_new(c, sb);
+        if (cmd->token)
+                snprintf(x->token, sizeof(x->token), "%s", cmd->token);
+        x->slot = true;
+        x->output = output;
+        x->output_ud = ud;
         x->t0 = mono_ms();
         x->deadline = x->t0 + (int64_t) cmd->timeout_s * 1000;
-        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &x->s, msg, sizeof(msg)) < 0) {
+        int k = start_on_agent(x, cmd, err);
+        if (k == -EOPNOTSUPP)
+                k = start_on_driver(x, cmd, err);
+        if (k < 0) {
                 runtime_free(x);
-                return API_ERR(err, -EHOSTUNREACH, "Could not run the command: %s", msg);
+                return k;
         }
-        if (cmd->stdin_data) {
-                int k = x->drv->ops->exec_write(x->s, cmd->stdin_data, cmd->stdin_len, STDIN_WRITE_TIMEOUT_MS, on_output, x);
+        if (cmd->stdin_data && !x->snippet) {
+                k = rx_write(x, cmd->stdin_data, cmd->stdin_len, STDIN_WRITE_TIMEOUT_MS, on_output, x);
                 if (x->overflow) {
                         /* Output while the input was still going in, more than the caller keeps. */
                         log_notice("exec wrote more output than its caller keeps before its input was sent; killing it");
@@ -469,7 +580,7 @@ int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *c
                         runtime_free(x);
                         return API_ERR(err, -EHOSTUNREACH, "Could not send input to the sandbox: %s", strerror(-k));
                 }
-                x->drv->ops->exec_close_stdin(x->s);
+                rx_close_stdin(x);
         }
         *ret = x;
         return 0;
@@ -490,7 +601,7 @@ int runtime_wait(struct runtime_run *x, struct exec_result *ret, struct api_erro
                         time_out(x);
                         break;
                 }
-                int k = x->drv->ops->exec_read(x->s, (int) (wait > 1000 ? 1000 : wait), -1, on_output, x);
+                int k = rx_read(x, (int) (wait > 1000 ? 1000 : wait), -1, on_output, x);
                 if (k == 1)
                         break;
                 if (k < 0)
@@ -514,7 +625,7 @@ enum runtime_step runtime_step(struct runtime_run *x, int max_wait_ms, int clien
                 wait = max_wait_ms;
         if (wait < 0)
                 wait = 0;
-        int k = x->drv->ops->exec_read(x->s, (int) wait, client_fd, on_output, x);
+        int k = rx_read(x, (int) wait, client_fd, on_output, x);
         if (k == -ECONNRESET) {
                 x->client_gone = true;
                 log_info("client went away during a streamed exec; killing it");
@@ -553,6 +664,22 @@ static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script
         x->deadline = mono_ms() + (int64_t) c->cfg->transfer_timeout_s * 1000;
         strbuf_done(&x->err.buf);
         strbuf_init(&x->err.buf, ERR_CAP);
+        struct agent_client *cl = NULL;
+        int k = agent_connect(c, &x->sb, &cl, msg, sizeof(msg));
+        if (k == 0) {
+                k = want_stdin ? agent_file_write_open(cl, path, &x->af, msg, sizeof(msg))
+                               : agent_file_read_open(cl, path, &x->af, msg, sizeof(msg));
+                if (k < 0) {
+                        runtime_free(x);
+                        return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                }
+                *ret = x;
+                return 0;
+        }
+        if (!agent_fallback_ok(k)) {
+                runtime_free(x);
+                return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+        }
         const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/", "", "0", "/bin/sh", "-c", script, "paddock", path, NULL };
         struct exec_spec spec = { .argv = argv, .cwd = "/", .want_stdin = want_stdin };
         if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &x->s, msg, sizeof(msg)) < 0) {
@@ -633,10 +760,57 @@ int runtime_file_write_start(struct ctl *c, struct sandbox *sb, const char *path
 int runtime_file_write(struct runtime_run *x, const void *data, size_t len) {
         if (mono_ms() > x->deadline)
                 return -ETIMEDOUT;
-        return x->drv->ops->exec_write(x->s, data, len, STDIN_WRITE_TIMEOUT_MS, on_output, x);
+        return rx_write(x, data, len, STDIN_WRITE_TIMEOUT_MS, on_output, x);
+}
+
+/* The agent's verdict on a write as the user's error (0 when it wrote). */
+static int agent_put_error(int k, const char *path, const char *why, struct api_error *err) {
+        char dir[4097];
+        snprintf(dir, sizeof(dir), "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir)
+                *slash = 0;
+        else
+                snprintf(dir, sizeof(dir), "/");
+        switch (k) {
+        case 0:
+                return 0;
+        case -ENOENT:
+        case -ENOTDIR:
+                return API_ERR(err, -EINVAL, "Destination directory does not exist: %s", dir);
+        case -EISDIR:
+                return API_ERR(err, -EINVAL, "Destination is a directory: %s", path);
+        case -EINVAL:
+        case -ENXIO:
+                return API_ERR(err, -EINVAL, "Destination is not a regular file (device, pipe or socket): %s", path);
+        case -EACCES:
+        case -EPERM:
+        case -EROFS:
+                return API_ERR(err, -EPERM, "Permission denied writing to %s", path);
+        case -EIO:
+                if (startswith(path, "/proc/") || startswith(path, "/sys/"))
+                        return API_ERR(err, -EPERM, "Permission denied writing to %s", path);
+                break;
+        case -ENOSPC:
+        case -EDQUOT:
+                return API_ERR(err, -ENOSPC, "No space left in the sandbox writing %s", path);
+        case -ETIMEDOUT:
+        case -ECONNRESET:
+        case -EPIPE:
+                return API_ERR(err, -EHOSTUNREACH, "The sandbox did not finish writing %s: %s", path, why);
+        default:
+                break;
+        }
+        return API_ERR(err, -EREMOTEIO, "Failed to write %s: %s", path, why && *why ? why : "unknown error");
 }
 
 int runtime_file_write_finish(struct runtime_run *x, const char *path, struct api_error *err) {
+        if (x->af) {
+                char why[512] = "";
+                int k = agent_file_write_finish(x->af, FILE_FINISH_TIMEOUT_MS, why, sizeof(why));
+                x->finished = true;
+                return agent_put_error(k, path, why, err);
+        }
         x->drv->ops->exec_close_stdin(x->s);
         int code = finish_file_exec(x);
         if (code < 0)
@@ -660,10 +834,24 @@ int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, 
         /* Wait for the first bytes or the end, so a missing file is a real 404. */
         int64_t end = mono_ms() + 60000;
         while (x->data.len == 0 && !x->data_eof) {
-                k = x->drv->ops->exec_read(x->s, 1000, -1, read_output, x);
+                k = rx_read(x, 1000, -1, read_output, x);
                 if (k == 1)
                         x->data_eof = true;
-                else if (k < 0 || mono_ms() > end) {
+                else if (x->af && k < 0 && k != -ECONNRESET && k != -EPROTO && k != -ENOBUFS) {
+                        x->finished = true;
+                        if (k == -ENOENT || k == -ENOTDIR)
+                                k = API_ERR(err, -ENOENT, "File not found: %s", path);
+                        else if (k == -EISDIR)
+                                k = API_ERR(err, -EINVAL, "Path is a directory: %s", path);
+                        else if (k == -EINVAL || k == -ENXIO)
+                                k = API_ERR(err, -EINVAL, "Path is not a regular file (device, pipe or socket): %s", path);
+                        else if (k == -EACCES || k == -EPERM)
+                                k = API_ERR(err, -EPERM, "Permission denied reading %s", path);
+                        else
+                                k = API_ERR(err, -EREMOTEIO, "Failed to read %s: %s", path, strerror(-k));
+                        runtime_free(x);
+                        return k;
+                } else if (k < 0 || mono_ms() > end) {
                         runtime_free(x);
                         return API_ERR(err, -EHOSTUNREACH, "Lost the connection to the sandbox reading %s", path);
                 }
@@ -672,7 +860,10 @@ int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, 
         *ret_all_len = 0;
         if (x->data_eof) {
                 int code = -1;
-                (void) x->drv->ops->exec_exit_code(x->s, &code);  /* unknown stays -1: "Failed to read" */
+                if (x->af)
+                        code = 0;   /* the agent ended the read with END: the whole file came */
+                else
+                        (void) x->drv->ops->exec_exit_code(x->s, &code);  /* unknown stays -1: "Failed to read" */
                 x->finished = true;
                 const char *e = x->err.buf.buf ? x->err.buf.buf : "";
                 if (code == 3)
@@ -713,7 +904,7 @@ ssize_t runtime_file_read(struct runtime_run *x, int client_fd, char *buf, size_
                         kill_tree(x);
                         return -ETIMEDOUT;
                 }
-                int k = x->drv->ops->exec_read(x->s, 1000, client_fd, read_output, x);
+                int k = rx_read(x, 1000, client_fd, read_output, x);
                 if (k == 1)
                         x->data_eof = true;
                 else if (k < 0)

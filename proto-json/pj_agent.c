@@ -68,6 +68,7 @@ static const struct field fields[PJ_AGENT_T_MAX + 1] = {
         [PJ_AGENT_T_NAME] = { "name", K_STR, F(name), 1, PJ_AGENT_MAX_NAME },
         [PJ_AGENT_T_RUNNING] = { "running", K_BOOL, F(running), 0, 1 },
         [PJ_AGENT_T_TRUNCATED] = { "truncated", K_BOOL, F(truncated), 0, 1 },
+        [PJ_AGENT_T_BASE_ENV] = { "base_env", K_BOOL, F(base_env), 0, 1 },
 };
 #undef F
 
@@ -79,13 +80,13 @@ struct spec {
 static const struct spec specs[256] = {
         [PJ_AGENT_HELLO] = { "HELLO", B(SECRET), B(SECRET) },
         [PJ_AGENT_HELLO_OK] = { "HELLO_OK", B(VERSION), B(VERSION) },
-        [PJ_AGENT_ERROR] = { "ERROR", B(ERRNO) | B(MESSAGE), B(ERRNO) },
+        [PJ_AGENT_ERROR] = { "ERROR", B(ERRNO) | B(MESSAGE) | B(PATH), B(ERRNO) },
         [PJ_AGENT_OK] = { "OK", 0, 0 },
         [PJ_AGENT_DATA] = { "DATA", B(DATA), B(DATA) },
         [PJ_AGENT_END] = { "END", B(TRUNCATED), 0 },
         [PJ_AGENT_SPAWN] = { "SPAWN",
                              B(ARGV) | B(ENV) | B(CWD) | B(UID) | B(GID) | B(STDIN) | B(ROWS) | B(COLS) | B(TAG) |
-                                     B(KILL_ON_DETACH),
+                                     B(KILL_ON_DETACH) | B(BASE_ENV),
                              B(ARGV) },
         [PJ_AGENT_SPAWNED] = { "SPAWNED", B(PID), B(PID) },
         [PJ_AGENT_STDIN] = { "STDIN", B(DATA), B(DATA) },

@@ -106,7 +106,8 @@ enum pj_agent_tag {
         PJ_AGENT_T_NAME = 31,
         PJ_AGENT_T_RUNNING = 32,
         PJ_AGENT_T_TRUNCATED = 33,
-        PJ_AGENT_T_MAX = 33,
+        PJ_AGENT_T_BASE_ENV = 34,
+        PJ_AGENT_T_MAX = 34,
 };
 
 #define PJ_AGENT_BIT(tag) (UINT64_C(1) << (tag))
@@ -142,6 +143,7 @@ struct pj_agent_fields {
         uint32_t rows, cols; /* SPAWN (both or neither: a PTY), RESIZE; 1..65535 */
         char *tag;           /* SPAWN, PROCS entry; <= PJ_AGENT_MAX_TAG */
         bool kill_on_detach; /* SPAWN: SIGKILL the process group when this connection goes */
+        bool base_env;       /* SPAWN: env is layered over the agent's own environment */
         uint32_t pid;
         uint8_t stream;      /* OUTPUT: 1 stdout (and a PTY), 2 stderr */
         int32_t code;        /* EXIT, PROCS entry: exit status, or -1 when killed by signal */

@@ -114,8 +114,8 @@ int files_open_write(const char *path, bool has_mode, uint32_t mode, bool parent
         if (fd < 0)
                 return -errno;
         struct stat st;
-        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (has_mode && fchmod(fd, mode) < 0)) {
-                int r = errno ? -errno : -EINVAL;
+        int r = fstat(fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL : has_mode && fchmod(fd, mode) < 0 ? -errno : 0;
+        if (r < 0) {
                 close(fd);
                 return r;
         }

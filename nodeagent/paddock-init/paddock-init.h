@@ -125,6 +125,8 @@ uint64_t pi_now_ms(void);
 size_t conn_out_pending(const struct conn *c);
 void conn_send(struct conn *c, const struct pj_agent_msg *m);
 void conn_send_error(struct conn *c, uint32_t id, int err, const char *fmt, ...) _printf_(4, 5);
+/* An ERROR that names the path at fault (SPAWN: the working directory). */
+void conn_send_error_path(struct conn *c, uint32_t id, int err, const char *path, const char *fmt, ...) _printf_(5, 6);
 void conn_send_simple(struct conn *c, uint8_t type, uint32_t id);
 struct chan *chan_find(struct conn *c, uint32_t id);
 struct chan *chan_new(struct conn *c, uint32_t id, enum chan_kind kind);

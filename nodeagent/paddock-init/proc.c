@@ -1,5 +1,6 @@
 /* proc.c — the processes paddock-init spawns: fork + execve (PATH lookup like execvp), pipes
  * or a PTY, stdin queue, a bounded output ring for ATTACH, reaping (ours and orphans), EXIT. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -194,14 +195,12 @@ static const char *env_path(char **env) {
 
 /* In the child: execve argv[0], looked up in PATH like execvp (without its /bin/sh
  * fallback for ENOEXEC). Returns the errno to report. */
-static int child_exec(char **argv, char **env) {
-        static char *empty[] = { NULL };
-        char **envp = env ? env : empty;
+static int child_exec(char **argv, char **envp) {
         if (strchr(argv[0], '/')) {
                 execve(argv[0], argv, envp);
                 return errno;
         }
-        const char *path = env_path(env);
+        const char *path = env_path(envp);
         int err = ENOENT;
         char full[PJ_AGENT_MAX_PATH + 256];
         for (const char *s = path;;) {
@@ -224,7 +223,14 @@ static int child_exec(char **argv, char **env) {
         }
 }
 
-static _noreturn_ void child(const struct pj_agent_msg *m, int in, int out, int err, const char *pts, int errpipe) {
+/* What the child reports on its error pipe when it cannot exec: the step and the errno. */
+enum { STEP_SETUP = 0, STEP_CWD = 1, STEP_EXEC = 2 };
+struct child_fail {
+        int step, err;
+};
+
+static _noreturn_ void child(const struct pj_agent_msg *m, char **envp, int in, int out, int err, const char *pts,
+                             int errpipe) {
         sigset_t all;
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
@@ -244,8 +250,11 @@ static _noreturn_ void child(const struct pj_agent_msg *m, int in, int out, int 
                 e = errno;
         if (!e && (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0))
                 e = errno;
-        if (!e && m->f.cwd && chdir(m->f.cwd) < 0)
+        int step = STEP_SETUP;
+        if (!e && m->f.cwd && chdir(m->f.cwd) < 0) {
                 e = errno;
+                step = STEP_CWD;
+        }
         bool has_uid = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_UID), has_gid = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_GID);
         if (!e && (has_uid || has_gid) && setgroups(0, NULL) < 0 && errno != EPERM)
                 e = errno;
@@ -258,9 +267,11 @@ static _noreturn_ void child(const struct pj_agent_msg *m, int in, int out, int 
                 for (int fd = 3; fd < 1024; fd++)
                         if (fd != errpipe)
                                 fcntl(fd, F_SETFD, FD_CLOEXEC);
-                e = child_exec(m->argv, m->env);
+                e = child_exec(m->argv, envp);
+                step = STEP_EXEC;
         }
-        ssize_t _unused_ w = write(errpipe, &e, sizeof(e));
+        struct child_fail cf = { step, e };
+        ssize_t _unused_ w = write(errpipe, &cf, sizeof(cf));
         _exit(127);
 }
 
@@ -269,10 +280,36 @@ static int set_nonblock(int fd) {
         return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
 }
 
+/* The environment of a new process: the request's, or (base_env) the agent's own with the
+ * request's entries layered over it (same name: the request wins). The array is the
+ * caller's to free; the strings belong to the message and to environ. */
+static char **spawn_env(const struct pj_agent_msg *m) {
+        size_t n_base = 0;
+        if (m->f.base_env)
+                while (environ[n_base])
+                        n_base++;
+        char **envp = xnew0(char *, n_base + m->n_env + 1);
+        size_t n = 0;
+        for (size_t i = 0; i < n_base; i++) {
+                const char *eq = strchr(environ[i], '=');
+                size_t klen = eq ? (size_t) (eq - environ[i]) + 1 : strlen(environ[i]);
+                bool over = false;
+                for (size_t j = 0; j < m->n_env && !over; j++)
+                        over = !strncmp(m->env[j], environ[i], klen);
+                if (!over && strncmp(environ[i], "PADDOCK_INIT_", 13))
+                        envp[n++] = environ[i];
+        }
+        for (size_t j = 0; j < m->n_env; j++)
+                envp[n++] = m->env[j];
+        envp[n] = NULL;
+        return envp;
+}
+
 void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
         bool pty = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_ROWS);
         int pin[2] = { -1, -1 }, pout[2] = { -1, -1 }, perr[2] = { -1, -1 }, ep[2] = { -1, -1 }, master = -1;
         char pts[128] = "";
+        _cleanup_free_ char **envp = NULL;
         int r = 0;
 
         if (pi.shutting_down)
@@ -297,11 +334,12 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                 if ((m->f.stdin_pipe && pipe2(pin, O_CLOEXEC) < 0) || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0)
                         goto fail;
         }
+        envp = spawn_env(m);
         pid_t pid = fork();
         if (pid < 0)
                 goto fail;
         if (pid == 0)
-                child(m, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
+                child(m, envp, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
         close(ep[1]);
         ep[1] = -1;
         if (pin[0] >= 0)
@@ -310,12 +348,12 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                 close(pout[1]);
         if (perr[1] >= 0)
                 close(perr[1]);
-        int child_err = 0;
+        struct child_fail cf = { 0 };
         ssize_t n;
-        while ((n = read(ep[0], &child_err, sizeof(child_err))) < 0 && errno == EINTR)
+        while ((n = read(ep[0], &cf, sizeof(cf))) < 0 && errno == EINTR)
                 ;
         close(ep[0]);
-        if (n == sizeof(child_err)) {
+        if (n == sizeof(cf)) {
                 while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
                         ;
                 if (pin[1] >= 0)
@@ -327,7 +365,10 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                 if (master >= 0)
                         close(master);
                 chan_close(c, ch);
-                return conn_send_error(c, m->id, child_err, "Cannot start %s: %s.", m->argv[0], strerror(child_err));
+                if (cf.step == STEP_CWD)
+                        return conn_send_error_path(c, m->id, cf.err, m->f.cwd, "Cannot use working directory %s: %s.",
+                                                    m->f.cwd, strerror(cf.err));
+                return conn_send_error(c, m->id, cf.err, "Cannot start %s: %s.", m->argv[0], strerror(cf.err));
         }
         *p = (struct proc) { .used = true, .pid = pid, .tag = xstrdup(m->f.tag ? m->f.tag : ""), .pty = pty,
                              .kill_on_detach = m->f.kill_on_detach, .fd_in = pin[1], .fd_out = pout[0], .fd_err = perr[0],
@@ -407,9 +448,73 @@ void proc_list(struct conn *c, const struct pj_agent_msg *m) {
         conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_PROCS, .id = m->id, .entries = e, .n_entries = n });
 }
 
+/* The parent pid in /proc/PID/stat: the fields after the LAST ")" (a name may hold ")"). */
+static pid_t stat_ppid(pid_t pid) {
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return -1;
+        buf[n] = 0;
+        char *e = strrchr(buf, ')');
+        int ppid;
+        char state;
+        if (!e || sscanf(e + 1, " %c %d", &state, &ppid) != 2)
+                return -1;
+        return (pid_t) ppid;
+}
+
+/* SIGKILL for p's whole tree: its process group, and every descendant that left it (setsid)
+ * while still a descendant. Each one found is stopped first so none forks away meanwhile;
+ * the list is bounded (a fork bomb larger than it loses the rest to the group kill and
+ * the pids limit). */
+#define KILL_TREE_MAX 4096
+static void kill_tree(pid_t root) {
+        static pid_t list[KILL_TREE_MAX];
+        size_t n = 0;
+        list[n++] = root;
+        kill(root, SIGSTOP);
+        for (bool more = true; more && n < KILL_TREE_MAX;) {
+                more = false;
+                DIR *d = opendir("/proc");
+                if (!d)
+                        break;
+                struct dirent *de;
+                while ((de = readdir(d)) && n < KILL_TREE_MAX) {
+                        char *end;
+                        long v = strtol(de->d_name, &end, 10);
+                        if (*end || v <= 1)
+                                continue;
+                        pid_t pid = (pid_t) v, ppid = stat_ppid(pid);
+                        bool parent_in = false, in = false;
+                        for (size_t i = 0; i < n && !(parent_in && in); i++) {
+                                parent_in |= list[i] == ppid;
+                                in |= list[i] == pid;
+                        }
+                        if (parent_in && !in) {
+                                list[n++] = pid;
+                                kill(pid, SIGSTOP);
+                                more = true;
+                        }
+                }
+                closedir(d);
+        }
+        kill(-root, SIGKILL);
+        for (size_t i = 0; i < n; i++)
+                kill(list[i], SIGKILL);
+}
+
 void proc_signal_group(struct proc *p, int sig) {
         if (p->reaped)
                 return;
+        if (sig == SIGKILL) {
+                kill_tree(p->pid);
+                return;
+        }
         if (kill(-p->pid, sig) < 0)
                 kill(p->pid, sig);
 }

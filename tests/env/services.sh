@@ -171,6 +171,8 @@ wait_ready() {
 #   --overlay2=none  the sandbox's root writes land in the container's overlay upper dir, so
 #                    `docker commit` (snapshots) captures them; with runsc's default root overlay
 #                    they stay in sandbox memory and a snapshot captures nothing.
+#   --host-uds=create the in-sandbox agent's Unix socket, made in a directory bound in from the
+#                    host, is a host socket controld connects to (the agent transport)
 #   --network=...    runsc        none     deny_all sandboxes: no network at all
 #                    runsc-net    sandbox  (runsc's own netstack) where it starts, else host
 #                                          (detected at each dockerd start, logged, and kept in
@@ -179,7 +181,7 @@ wait_ready() {
 #                    runsc-hostnet host    gVisor uses the container's namespace as Docker set it
 #                    runsc-netstack sandbox the probe (and for hosts where it works)
 RUNSC=/usr/bin/runsc
-RUNSC_ARGS='"--overlay2=none"'
+RUNSC_ARGS='"--overlay2=none", "--host-uds=create"'
 
 # Docker's data-root is on btrfs, so disk limits hold (issue 9): the btrfs storage driver
 # takes `--storage-opt size=` (specs.disk caps the sandbox's writable layer, a qgroup on its

@@ -1,0 +1,527 @@
+/* agent-exec.c — see agent-exec.h. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "agent-exec.h"
+#include "cleanup.h"
+#include "fdio.h"
+#include "log.h"
+#include "strutil.h"
+
+#define CHAN_PROC 1
+#define CHAN_FILE 2
+#define CHAN_SMALL 3
+#define SPAWN_TIMEOUT_MS 30000
+/* STDIN and DATA frames we send: big enough for speed, small enough to interleave. */
+#define CHUNK (256 * 1024)
+
+struct agent_exec {
+        struct agent_client *cl;
+        pid_t pid;
+        bool ended, lost, stdin_closed;
+        int32_t code;
+        uint32_t signo;
+        /* a SPAWN the agent refused for the user's reasons: this on stderr, then this code */
+        char *synth_err;
+        int synth_code;
+};
+
+/* Sends the encoded frame while taking in (and handing to on_frame) what the agent sends
+ * meanwhile, so neither side stalls on a full socket. */
+typedef int (*frame_fn)(struct agent_frame *f, void *ud);
+
+static int pump(struct agent_client *cl, frame_fn on_frame, void *ud) {
+        for (;;) {
+                struct agent_frame f = { 0 };
+                struct pj_error perr = { 0 };
+                int r = agent_client_try_recv(cl, &f, &perr);
+                if (r <= 0) {
+                        if (r == -EPROTO)
+                                log_warning("agent sent a frame the codec refuses: %s: %s", perr.field, perr.message);
+                        return r;
+                }
+                r = on_frame ? on_frame(&f, ud) : -EPROTO;
+                agent_frame_done(&f);
+                if (r < 0)
+                        return r;
+        }
+}
+
+static int send_interleaved(struct agent_client *cl, const struct pj_agent_msg *m, int64_t deadline, frame_fn on_frame,
+                            void *ud) {
+        _cleanup_(pj_agent_buf_done) struct pj_agent_buf b = { 0 };
+        int r = pj_agent_msg_encode(m, &b, NULL);
+        if (r < 0)
+                return r;
+        size_t off = 0;
+        int fd = agent_client_fd(cl);
+        while (off < b.len) {
+                ssize_t k = send(fd, b.p + off, b.len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (k > 0) {
+                        off += (size_t) k;
+                        continue;
+                }
+                if (k < 0 && errno != EAGAIN && errno != EINTR)
+                        return errno == EPIPE || errno == ECONNRESET ? -EPIPE : -errno;
+                int64_t left = deadline - mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                struct pollfd p = { .fd = fd, .events = POLLOUT | POLLIN };
+                if (poll(&p, 1, (int) (left > 1000 ? 1000 : left)) < 0 && errno != EINTR)
+                        return -errno;
+                if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+                        r = pump(cl, on_frame, ud);
+                        if (r < 0)
+                                return r == -ECONNRESET ? -EPIPE : r;
+                }
+        }
+        return 0;
+}
+
+/* ---- processes ---- */
+
+struct proc_ctx {
+        struct agent_exec *x;
+        exec_output_cb cb;
+        void *ud;
+        int cb_r;
+};
+
+static int proc_frame(struct agent_frame *f, void *ud) {
+        struct proc_ctx *p = ud;
+        struct agent_exec *x = p->x;
+        if (f->m.id != CHAN_PROC || x->ended)
+                return -EPROTO;
+        switch (f->m.type) {
+        case PJ_AGENT_OUTPUT:
+                if (p->cb && p->cb_r >= 0) {
+                        int r = p->cb(f->m.f.stream, f->m.data, f->m.data_len, p->ud);
+                        if (r < 0)
+                                p->cb_r = r;
+                }
+                return 0;
+        case PJ_AGENT_EXIT:
+                x->ended = true;
+                x->code = f->m.f.code;
+                x->signo = f->m.f.signo;
+                return 0;
+        case PJ_AGENT_ERROR:
+                /* STDIN after the process closed its end: the input is dropped, as a pipe would */
+                if (f->m.f.err == EPIPE) {
+                        x->stdin_closed = true;
+                        return 0;
+                }
+                log_debug("agent: %s", f->m.f.message ? f->m.f.message : "error");
+                return 0;
+        default:
+                return -EPROTO;
+        }
+}
+
+int agent_exec_start(struct agent_client *cl, const struct agent_spawn *spec, struct agent_exec **ret, char *err,
+                     size_t errlen) {
+        struct agent_exec *x = xnew0(struct agent_exec, 1);
+        x->cl = cl;
+        size_t n_argv = 0, n_env = 0;
+        while (spec->argv[n_argv])
+                n_argv++;
+        while (spec->env && spec->env[n_env])
+                n_env++;
+        struct pj_agent_msg m = {
+                .type = PJ_AGENT_SPAWN, .id = CHAN_PROC, .argv = (char **) spec->argv, .n_argv = n_argv,
+                .env = (char **) spec->env, .n_env = n_env,
+                .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_BASE_ENV) | PJ_AGENT_BIT(PJ_AGENT_T_STDIN) |
+                                  PJ_AGENT_BIT(PJ_AGENT_T_KILL_ON_DETACH),
+                       .base_env = true, .stdin_pipe = spec->want_stdin, .kill_on_detach = spec->kill_on_detach,
+                       .cwd = (char *) (spec->cwd ? spec->cwd : "/"), .tag = (char *) spec->tag },
+        };
+        if (spec->rows && spec->cols) {
+                m.f.present |= PJ_AGENT_BIT(PJ_AGENT_T_ROWS) | PJ_AGENT_BIT(PJ_AGENT_T_COLS);
+                m.f.rows = spec->rows;
+                m.f.cols = spec->cols;
+        }
+        if (spec->tag)
+                m.f.present |= PJ_AGENT_BIT(PJ_AGENT_T_TAG);
+        struct pj_error perr = { 0 };
+        _cleanup_(pj_agent_buf_done) struct pj_agent_buf b = { 0 };
+        int r = pj_agent_msg_encode(&m, &b, &perr);
+        if (r < 0) {
+                snprintf(err, errlen, "%s", perr.message);
+                agent_exec_free(x);
+                return -EINVAL;
+        }
+        r = agent_client_send_raw(cl, b.p, b.len, SPAWN_TIMEOUT_MS);
+        struct agent_frame f = { 0 };
+        if (r >= 0)
+                r = agent_client_recv(cl, SPAWN_TIMEOUT_MS, &f, &perr);
+        if (r < 0) {
+                snprintf(err, errlen, "the agent did not take the command: %s", strerror(-r));
+                agent_exec_free(x);
+                return r;
+        }
+        if (f.m.id == CHAN_PROC && f.m.type == PJ_AGENT_SPAWNED) {
+                x->pid = (pid_t) f.m.f.pid;
+        } else if (f.m.id == CHAN_PROC && f.m.type == PJ_AGENT_ERROR) {
+                int e = (int) f.m.f.err;
+                if (f.m.f.path) {
+                        x->synth_err = xasprintf("paddock: cannot use working directory %s: %s\n", f.m.f.path,
+                                                 e == ENOENT ? "no such directory" : strerror(e));
+                        x->synth_code = 126;
+                } else if (e == ENOENT || e == ENOTDIR) {
+                        x->synth_err = xasprintf("paddock: %s: command not found\n", spec->argv[0]);
+                        x->synth_code = 127;
+                } else if (e == EACCES || e == ENOEXEC || e == EISDIR || e == EPERM) {
+                        x->synth_err = xasprintf("paddock: %s: cannot run: %s\n", spec->argv[0], strerror(e));
+                        x->synth_code = 126;
+                } else {
+                        snprintf(err, errlen, "the agent could not start the command: %s",
+                                 f.m.f.message ? f.m.f.message : strerror(e));
+                        agent_frame_done(&f);
+                        agent_exec_free(x);
+                        return e == EAGAIN ? -EUSERS : -EHOSTUNREACH;
+                }
+        } else {
+                snprintf(err, errlen, "the agent answered SPAWN with %s", pj_agent_type_name(f.m.type) ?: "?");
+                agent_frame_done(&f);
+                agent_exec_free(x);
+                return -EPROTO;
+        }
+        agent_frame_done(&f);
+        *ret = x;
+        return 0;
+}
+
+int agent_exec_write(struct agent_exec *x, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud) {
+        if (x->synth_err || x->ended || x->stdin_closed || x->lost)
+                return -EPIPE;
+        int64_t deadline = mono_ms() + timeout_ms;
+        struct proc_ctx p = { x, cb, ud, 0 };
+        const uint8_t *d = data;
+        while (len) {
+                size_t n = len > CHUNK ? CHUNK : len;
+                struct pj_agent_msg m = { .type = PJ_AGENT_STDIN, .id = CHAN_PROC, .data = d, .data_len = n };
+                int r = send_interleaved(x->cl, &m, deadline, proc_frame, &p);
+                if (r == -EPIPE)
+                        x->lost = !x->ended;
+                if (r < 0)
+                        return r;
+                if (p.cb_r < 0)
+                        return p.cb_r;
+                if (x->ended || x->stdin_closed)
+                        return -EPIPE;
+                d += n;
+                len -= n;
+        }
+        return 0;
+}
+
+int agent_exec_close_stdin(struct agent_exec *x) {
+        if (x->synth_err || x->ended || x->stdin_closed || x->lost)
+                return 0;
+        x->stdin_closed = true;
+        struct pj_agent_msg m = { .type = PJ_AGENT_STDIN_CLOSE, .id = CHAN_PROC };
+        struct proc_ctx p = { x, NULL, NULL, 0 };
+        int r = send_interleaved(x->cl, &m, mono_ms() + 10000, proc_frame, &p);
+        return r == -EPIPE ? 0 : r;
+}
+
+int agent_exec_read(struct agent_exec *x, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
+        if (x->synth_err) {
+                if (cb && x->synth_err[0])
+                        (void) cb(2, (const uint8_t *) x->synth_err, strlen(x->synth_err), ud);
+                x->synth_err[0] = 0;
+                return 1;
+        }
+        if (x->ended || x->lost)
+                return 1;
+        int64_t deadline = mono_ms() + timeout_ms;
+        struct proc_ctx p = { x, cb, ud, 0 };
+        for (;;) {
+                int r = pump(x->cl, proc_frame, &p);
+                if (r == -ECONNRESET) {
+                        x->lost = true;
+                        return 1;
+                }
+                if (r < 0)
+                        return r;
+                if (p.cb_r < 0)
+                        return p.cb_r;
+                if (x->ended)
+                        return 1;
+                struct pollfd pf[2] = { { .fd = agent_client_fd(x->cl), .events = POLLIN },
+                                        { .fd = watch_fd, .events = POLLRDHUP } };
+                int64_t left = deadline - mono_ms();
+                if (left < 0)
+                        left = 0;
+                int k = poll(pf, watch_fd >= 0 ? 2 : 1, (int) left);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return -errno;
+                if (watch_fd >= 0 && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        return -ECONNRESET;
+                if (k == 0)
+                        return 0;
+        }
+}
+
+int agent_exec_exit_code(struct agent_exec *x, int *ret) {
+        if (x->synth_code) {
+                *ret = x->synth_code;
+                return 0;
+        }
+        if (!x->ended)
+                return -ESRCH;
+        *ret = x->code >= 0 ? x->code : 128 + (int) x->signo;
+        return 0;
+}
+
+int agent_exec_signal(struct agent_exec *x, int sig) {
+        if (x->synth_err || x->ended || x->lost)
+                return 0;
+        struct pj_agent_msg m = { .type = PJ_AGENT_SIGNAL, .id = CHAN_PROC, .f.signo = (uint32_t) sig };
+        struct proc_ctx p = { x, NULL, NULL, 0 };
+        int r = send_interleaved(x->cl, &m, mono_ms() + 5000, proc_frame, &p);
+        return r == -EPIPE ? 0 : r;
+}
+
+pid_t agent_exec_pid(const struct agent_exec *x) { return x->pid; }
+
+bool agent_exec_lost(const struct agent_exec *x) { return x->lost; }
+
+void agent_exec_free(struct agent_exec *x) {
+        if (!x)
+                return;
+        agent_client_free(x->cl);
+        free(x->synth_err);
+        free(x);
+}
+
+/* ---- files ---- */
+
+struct agent_file {
+        struct agent_client *cl;
+        bool ended, failed;
+        int err;          /* the agent's errno (positive) once failed */
+        char *message;
+        exec_output_cb cb;
+        void *ud;
+        int cb_r;
+};
+
+static int file_frame(struct agent_frame *f, void *ud) {
+        struct agent_file *a = ud;
+        if (f->m.id != CHAN_FILE || a->ended)
+                return -EPROTO;
+        switch (f->m.type) {
+        case PJ_AGENT_DATA:
+                if (a->cb && a->cb_r >= 0) {
+                        int r = a->cb(1, f->m.data, f->m.data_len, a->ud);
+                        if (r < 0)
+                                a->cb_r = r;
+                }
+                return 0;
+        case PJ_AGENT_END:
+        case PJ_AGENT_OK:
+                a->ended = true;
+                return 0;
+        case PJ_AGENT_ERROR:
+                a->ended = a->failed = true;
+                a->err = (int) f->m.f.err;
+                free(a->message);
+                a->message = xstrdup(f->m.f.message ? f->m.f.message : strerror(a->err));
+                return 0;
+        default:
+                return -EPROTO;
+        }
+}
+
+static struct agent_file *file_new(struct agent_client *cl) {
+        struct agent_file *a = xnew0(struct agent_file, 1);
+        a->cl = cl;
+        return a;
+}
+
+/* Waits up to timeout_ms for the next frames of the transfer; as agent_file_read. */
+static int file_wait(struct agent_file *a, int timeout_ms, int watch_fd) {
+        int64_t deadline = mono_ms() + timeout_ms;
+        for (;;) {
+                int r = pump(a->cl, file_frame, a);
+                if (r < 0)
+                        return r;
+                if (a->cb_r < 0)
+                        return a->cb_r;
+                if (a->ended)
+                        return 1;
+                struct pollfd pf[2] = { { .fd = agent_client_fd(a->cl), .events = POLLIN },
+                                        { .fd = watch_fd, .events = POLLRDHUP } };
+                int64_t left = deadline - mono_ms();
+                if (left < 0)
+                        left = 0;
+                int k = poll(pf, watch_fd >= 0 ? 2 : 1, (int) left);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return -errno;
+                if (watch_fd >= 0 && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        return -ECONNRESET;
+                if (k == 0)
+                        return 0;
+        }
+}
+
+int agent_file_read_open(struct agent_client *cl, const char *path, struct agent_file **ret, char *err, size_t errlen) {
+        struct agent_file *a = file_new(cl);
+        struct pj_agent_msg m = { .type = PJ_AGENT_READ, .id = CHAN_FILE, .f.path = (char *) path };
+        int r = send_interleaved(cl, &m, mono_ms() + 10000, file_frame, a);
+        if (r < 0) {
+                snprintf(err, errlen, "the agent did not take the read: %s", strerror(-r));
+                agent_file_free(a);
+                return r;
+        }
+        *ret = a;
+        return 0;
+}
+
+int agent_file_read(struct agent_file *a, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
+        a->cb = cb;
+        a->ud = ud;
+        a->cb_r = 0;
+        int r = a->ended ? 1 : file_wait(a, timeout_ms, watch_fd);
+        a->cb = NULL;
+        if (r == 1 && a->failed)
+                return -a->err;
+        return r;
+}
+
+int agent_file_write_open(struct agent_client *cl, const char *path, struct agent_file **ret, char *err, size_t errlen) {
+        struct agent_file *a = file_new(cl);
+        struct pj_agent_msg m = { .type = PJ_AGENT_WRITE, .id = CHAN_FILE, .f.path = (char *) path };
+        int r = send_interleaved(cl, &m, mono_ms() + 10000, file_frame, a);
+        if (r < 0) {
+                snprintf(err, errlen, "the agent did not take the write: %s", strerror(-r));
+                agent_file_free(a);
+                return r;
+        }
+        *ret = a;
+        return 0;
+}
+
+int agent_file_write(struct agent_file *a, const void *data, size_t len, int timeout_ms) {
+        int64_t deadline = mono_ms() + timeout_ms;
+        const uint8_t *d = data;
+        while (len) {
+                if (a->ended)   /* the agent refused it already: the rest is not wanted */
+                        return -EPIPE;
+                size_t n = len > CHUNK ? CHUNK : len;
+                struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = CHAN_FILE, .data = d, .data_len = n };
+                int r = send_interleaved(a->cl, &m, deadline, file_frame, a);
+                if (r < 0)
+                        return r;
+                d += n;
+                len -= n;
+        }
+        return 0;
+}
+
+int agent_file_write_finish(struct agent_file *a, int timeout_ms, char *err, size_t errlen) {
+        int64_t deadline = mono_ms() + timeout_ms;
+        if (!a->ended) {
+                struct pj_agent_msg m = { .type = PJ_AGENT_END, .id = CHAN_FILE };
+                int r = send_interleaved(a->cl, &m, deadline, file_frame, a);
+                if (r < 0 && !a->ended) {
+                        snprintf(err, errlen, "%s", strerror(-r));
+                        return r;
+                }
+        }
+        while (!a->ended) {
+                int r = file_wait(a, (int) (deadline - mono_ms() > 0 ? deadline - mono_ms() : 0), -1);
+                if (r < 0) {
+                        snprintf(err, errlen, "%s", strerror(-r));
+                        return r;
+                }
+                if (r == 0) {
+                        snprintf(err, errlen, "the agent did not confirm the write in time");
+                        return -ETIMEDOUT;
+                }
+        }
+        if (a->failed) {
+                snprintf(err, errlen, "%s", a->message ? a->message : strerror(a->err));
+                return -a->err;
+        }
+        return 0;
+}
+
+void agent_file_free(struct agent_file *a) {
+        if (!a)
+                return;
+        agent_client_free(a->cl);
+        free(a->message);
+        free(a);
+}
+
+/* One request on CHAN_SMALL and its OK/ERROR. */
+static int small_frame(struct agent_frame *f, void *ud) {
+        int *res = ud;
+        if (f->m.id != CHAN_SMALL)
+                return -EPROTO;
+        if (f->m.type == PJ_AGENT_OK)
+                *res = 1;
+        else if (f->m.type == PJ_AGENT_ERROR)
+                *res = -(int) f->m.f.err;
+        else
+                return -EPROTO;
+        return 0;
+}
+
+static int small_wait(struct agent_client *cl, int *res, int64_t deadline) {
+        while (*res == 0) {
+                int r = pump(cl, small_frame, res);
+                if (r < 0)
+                        return r;
+                if (*res)
+                        break;
+                r = fd_wait(agent_client_fd(cl), POLLIN, deadline);
+                if (r < 0)
+                        return r;
+        }
+        return *res < 0 ? *res : 0;
+}
+
+int agent_put_small(struct agent_client *cl, const char *path, const void *data, size_t len, int timeout_ms, char *err,
+                    size_t errlen) {
+        int64_t deadline = mono_ms() + timeout_ms;
+        int res = 0, r;
+        struct pj_agent_msg m = { .type = PJ_AGENT_WRITE, .id = CHAN_SMALL, .f.path = (char *) path };
+        r = send_interleaved(cl, &m, deadline, small_frame, &res);
+        const uint8_t *d = data;
+        while (r >= 0 && len && !res) {
+                size_t n = len > CHUNK ? CHUNK : len;
+                m = (struct pj_agent_msg) { .type = PJ_AGENT_DATA, .id = CHAN_SMALL, .data = d, .data_len = n };
+                r = send_interleaved(cl, &m, deadline, small_frame, &res);
+                d += n;
+                len -= n;
+        }
+        if (r >= 0 && !res) {
+                m = (struct pj_agent_msg) { .type = PJ_AGENT_END, .id = CHAN_SMALL };
+                r = send_interleaved(cl, &m, deadline, small_frame, &res);
+        }
+        if (r >= 0)
+                r = small_wait(cl, &res, deadline);
+        if (r < 0)
+                snprintf(err, errlen, "cannot write %s in the sandbox: %s", path, strerror(-r));
+        return r;
+}
+
+int agent_remove(struct agent_client *cl, const char *path, int timeout_ms) {
+        int64_t deadline = mono_ms() + timeout_ms;
+        int res = 0;
+        struct pj_agent_msg m = { .type = PJ_AGENT_REMOVE, .id = CHAN_SMALL, .f.path = (char *) path };
+        int r = send_interleaved(cl, &m, deadline, small_frame, &res);
+        return r < 0 ? r : small_wait(cl, &res, deadline);
+}

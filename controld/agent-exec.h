@@ -1,0 +1,61 @@
+/* agent-exec.h — a process or a file transfer in a sandbox through its agent (one connection
+ * each), with the same shape as the driver's exec sessions so runtime.c drives either.
+ *
+ * Everything the agent says is hostile: frames are bounded by the codec, unknown or
+ * out-of-order frames end the session (-EPROTO), and no wait is longer than its timeout. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agent-client.h"
+#include "driver.h"
+
+struct agent_exec;
+
+struct agent_spawn {
+        const char *const *argv;   /* NULL-terminated; run directly (no shell of ours) */
+        const char *const *env;    /* "K=V" layered over the sandbox's environment */
+        const char *cwd;           /* NULL = "/" */
+        bool want_stdin;
+        bool kill_on_detach;       /* the process group dies with this connection */
+        const char *tag;           /* NULL = none */
+        uint32_t rows, cols;       /* both > 0: a PTY */
+};
+
+/* Spawns on cl (taken over, freed with the session, also on failure). A SPAWN the agent
+ * refuses for the user's reasons is not an error: the session then yields a message on
+ * stderr and the shell's exit code (cwd missing: 126; program not found: 127; not
+ * executable: 126). -errno with err for the rest. */
+int agent_exec_start(struct agent_client *cl, const struct agent_spawn *spec, struct agent_exec **ret, char *err,
+                     size_t errlen);
+/* Same contracts as driver_ops exec_write / exec_close_stdin / exec_read / exec_exit_code. */
+int agent_exec_write(struct agent_exec *x, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud);
+int agent_exec_close_stdin(struct agent_exec *x);
+int agent_exec_read(struct agent_exec *x, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
+int agent_exec_exit_code(struct agent_exec *x, int *ret);
+/* SIGNAL to the process group; 0 once sent (or when it has already ended). */
+int agent_exec_signal(struct agent_exec *x, int sig);
+pid_t agent_exec_pid(const struct agent_exec *x);
+/* The connection dropped before EXIT (the sandbox or its agent went away). */
+bool agent_exec_lost(const struct agent_exec *x);
+void agent_exec_free(struct agent_exec *x);
+
+/* Files through the agent. A read: open (first DATA or the end, so a missing file is an
+ * error at once), then chunks; a write: open, data, finish (the agent's verdict). Errors are
+ * the agent's errno, negative. */
+struct agent_file;
+int agent_file_read_open(struct agent_client *cl, const char *path, struct agent_file **ret, char *err, size_t errlen);
+/* Next bytes into cb: 1 at the end, 0 when the wait ended first, < 0 errors (-ECONNRESET
+ * when watch_fd hung up). */
+int agent_file_read(struct agent_file *f, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
+int agent_file_write_open(struct agent_client *cl, const char *path, struct agent_file **ret, char *err, size_t errlen);
+int agent_file_write(struct agent_file *f, const void *data, size_t len, int timeout_ms);
+int agent_file_write_finish(struct agent_file *f, int timeout_ms, char *err, size_t errlen);
+void agent_file_free(struct agent_file *f);
+/* Writes/removes a whole small file on cl without taking it (code snippets). */
+int agent_put_small(struct agent_client *cl, const char *path, const void *data, size_t len, int timeout_ms, char *err,
+                    size_t errlen);
+int agent_remove(struct agent_client *cl, const char *path, int timeout_ms);

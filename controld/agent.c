@@ -1,0 +1,158 @@
+/* agent.c — see agent.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "cleanup.h"
+#include "controld.h"
+#include "driver.h"
+#include "log.h"
+#include "strutil.h"
+
+#define INSTALLED_BINARY "/usr/lib/paddock/paddock-init"
+
+static bool executable(const char *p) {
+        struct stat st;
+        return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, X_OK) == 0;
+}
+
+/* "" in [init] binary: beside controld's own executable (a build tree), else installed. */
+static char *find_binary(void) {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n > 0) {
+                self[n] = 0;
+                char *slash = strrchr(self, '/');
+                if (slash) {
+                        _cleanup_free_ char *p = xasprintf("%.*s/paddock-init", (int) (slash - self), self);
+                        if (executable(p))
+                                return TAKE_PTR(p);
+                }
+        }
+        return executable(INSTALLED_BINARY) ? xstrdup(INSTALLED_BINARY) : NULL;
+}
+
+int agent_host_init(struct ctl *c, char *err, size_t errlen) {
+        const struct config *cfg = c->cfg;
+        if (!strcmp(cfg->init_binary, "none")) {
+                log_info("in-sandbox agent off ([init] binary = none): sandboxes run tini, commands go through the driver");
+                return 0;
+        }
+        _cleanup_free_ char *bin = cfg->init_binary[0] ? xstrdup(cfg->init_binary) : find_binary();
+        if (!bin || !executable(bin)) {
+                log_warning("in-sandbox agent off: %s is not an executable file; sandboxes run tini and commands go through "
+                            "the driver's exec path (slower; no /processes)",
+                            bin ? bin : "paddock-init (beside controld or " INSTALLED_BINARY ")");
+                return 0;
+        }
+        if (cfg->init_dir[0])
+                c->agent_dir = xstrdup(cfg->init_dir);
+        else {
+                const char *slash = strrchr(cfg->db_path, '/');
+                c->agent_dir = slash ? xasprintf("%.*s/agents", (int) (slash - cfg->db_path), cfg->db_path)
+                                     : xstrdup("agents");
+        }
+        if (mkdir(c->agent_dir, 0700) < 0 && errno != EEXIST) {
+                snprintf(err, errlen, "cannot make the agent directory %s ([init] dir): %s", c->agent_dir, strerror(errno));
+                return -errno;
+        }
+        char fresh[65];
+        random_token(fresh, 32);
+        _cleanup_free_ char *key = NULL;
+        int r = store_meta_get_or_set(c->store, "agent_key", fresh, &key);
+        if (r < 0) {
+                snprintf(err, errlen, "cannot read the agent key from the store: %s", strerror(-r));
+                return r;
+        }
+        snprintf(c->agent_key, sizeof(c->agent_key), "%s", key);
+        c->agent_binary = TAKE_PTR(bin);
+        log_info("in-sandbox agent: %s, secrets in %s", c->agent_binary, c->agent_dir);
+        return 0;
+}
+
+void agent_host_done(struct ctl *c) {
+        free(c->agent_binary);
+        c->agent_binary = NULL;
+        free(c->agent_dir);
+        c->agent_dir = NULL;
+        explicit_bzero(c->agent_key, sizeof(c->agent_key));
+}
+
+void agent_secret(const struct ctl *c, const char *sandbox_id, char out[AGENT_SECRET_LEN + 1]) {
+        unsigned char mac[EVP_MAX_MD_SIZE];
+        unsigned len = 0;
+        _cleanup_free_ char *msg = xasprintf("paddock-agent:%s", sandbox_id);
+        HMAC(EVP_sha256(), c->agent_key, (int) strlen(c->agent_key), (const unsigned char *) msg, strlen(msg), mac, &len);
+        for (unsigned i = 0; i < 32; i++)
+                snprintf(out + 2 * i, 3, "%02x", mac[i]);
+        out[AGENT_SECRET_LEN] = 0;
+        explicit_bzero(mac, sizeof(mac));
+}
+
+char *agent_secret_path(const struct ctl *c, const char *sandbox_id) {
+        return xasprintf("%s/%s.secret", c->agent_dir, sandbox_id);
+}
+
+int agent_secret_write(const struct ctl *c, const char *sandbox_id) {
+        char secret[AGENT_SECRET_LEN + 1];
+        _cleanup_free_ char *path = agent_secret_path(c, sandbox_id);
+        _cleanup_free_ char *tmp = xasprintf("%s.new", path);
+        agent_secret(c, sandbox_id, secret);
+        (void) unlink(tmp);
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
+        int r = fd < 0 ? -errno : (write(fd, secret, AGENT_SECRET_LEN) == AGENT_SECRET_LEN ? 0 : -EIO);
+        explicit_bzero(secret, sizeof(secret));
+        if (r >= 0 && rename(tmp, path) < 0)
+                r = -errno;
+        if (r < 0)
+                (void) unlink(tmp);
+        return r < 0 ? r : 0;
+}
+
+void agent_secret_remove(const struct ctl *c, const char *sandbox_id) {
+        if (!c->agent_dir)
+                return;
+        _cleanup_free_ char *path = agent_secret_path(c, sandbox_id);
+        if (unlink(path) < 0 && errno != ENOENT)
+                log_warning("cannot remove the agent secret %s: %s", path, strerror(errno));
+}
+
+const char *const *agent_entrypoint(void) {
+        static const char *const argv[] = { AGENT_IN_BINARY, "--socket", AGENT_IN_SOCKET, "--secret-file", AGENT_IN_SECRET,
+                                            NULL };
+        return argv;
+}
+
+int agent_connect(struct ctl *c, const struct sandbox *sb, struct agent_client **ret, char *err, size_t errlen) {
+        if (!c->agent_binary || !c->drv->ops->agent_socket) {
+                snprintf(err, errlen, "this controld runs no in-sandbox agent");
+                return -EOPNOTSUPP;
+        }
+        _cleanup_free_ char *path = NULL;
+        int r = c->drv->ops->agent_socket(c->drv, sb, &path, err, errlen);
+        if (r < 0)
+                return r;
+        char secret[AGENT_SECRET_LEN + 1];
+        agent_secret(c, sb->id, secret);
+        struct pj_error perr = { 0 };
+        r = agent_client_connect(path, secret, AGENT_CONNECT_TIMEOUT_MS, ret, &perr);
+        explicit_bzero(secret, sizeof(secret));
+        if (r < 0)
+                snprintf(err, errlen, "the sandbox's agent at %s: %s%s%s", path,
+                         r == -ENOTSOCK ? "not a socket" : r == -EPERM ? "socket of an unexpected owner" : strerror(-r),
+                         perr.message[0] ? ": " : "", perr.message);
+        return r;
+}
+
+bool agent_fallback_ok(int r) {
+        return r == -EOPNOTSUPP || r == -ENOENT || r == -ECONNREFUSED || r == -ENOTSOCK || r == -EPERM || r == -EACCES ||
+               r == -ETIMEDOUT || r == -ECONNRESET || r == -EPROTO || r == -EPIPE;
+}
