@@ -35,12 +35,20 @@ struct agent_exec {
  * meanwhile, so neither side stalls on a full socket. */
 typedef int (*frame_fn)(struct agent_frame *f, void *ud);
 
+/* At most this many frames per pump, so a flood cannot keep a caller from its deadlines. */
+#define PUMP_BUDGET 64
+
+/* Takes in what the agent has sent: the number of frames handled (0 when none was there),
+ * or < 0. */
 static int pump(struct agent_client *cl, frame_fn on_frame, void *ud) {
-        for (;;) {
+        int n = 0;
+        for (; n < PUMP_BUDGET; n++) {
                 struct agent_frame f = { 0 };
                 struct pj_error perr = { 0 };
                 int r = agent_client_try_recv(cl, &f, &perr);
-                if (r <= 0) {
+                if (r == 0)
+                        return n;
+                if (r < 0) {
                         if (r == -EPROTO)
                                 log_warning("agent sent a frame the codec refuses: %s: %s", perr.field, perr.message);
                         return r;
@@ -50,6 +58,7 @@ static int pump(struct agent_client *cl, frame_fn on_frame, void *ud) {
                 if (r < 0)
                         return r;
         }
+        return n;
 }
 
 static int send_interleaved(struct agent_client *cl, const struct pj_agent_msg *m, int64_t deadline, frame_fn on_frame,
@@ -99,10 +108,10 @@ static int proc_frame(struct agent_frame *f, void *ud) {
                 return -EPROTO;
         switch (f->m.type) {
         case PJ_AGENT_OUTPUT:
-                if (p->cb && p->cb_r >= 0) {
+                if (p->cb) {
                         int r = p->cb(f->m.f.stream, f->m.data, f->m.data_len, p->ud);
                         if (r < 0)
-                                p->cb_r = r;
+                                return (p->cb_r = r);   /* the caller takes no more now */
                 }
                 return 0;
         case PJ_AGENT_EXIT:
@@ -253,6 +262,8 @@ int agent_exec_read(struct agent_exec *x, int timeout_ms, int watch_fd, exec_out
                         return p.cb_r;
                 if (x->ended)
                         return 1;
+                if (r > 0)
+                        return 0;   /* output came: the caller checks its deadlines, then reads on */
                 struct pollfd pf[2] = { { .fd = agent_client_fd(x->cl), .events = POLLIN },
                                         { .fd = watch_fd, .events = POLLRDHUP } };
                 int64_t left = deadline - mono_ms();
@@ -320,10 +331,10 @@ static int file_frame(struct agent_frame *f, void *ud) {
                 return -EPROTO;
         switch (f->m.type) {
         case PJ_AGENT_DATA:
-                if (a->cb && a->cb_r >= 0) {
+                if (a->cb) {
                         int r = a->cb(1, f->m.data, f->m.data_len, a->ud);
                         if (r < 0)
-                                a->cb_r = r;
+                                return (a->cb_r = r);
                 }
                 return 0;
         case PJ_AGENT_END:
@@ -358,6 +369,8 @@ static int file_wait(struct agent_file *a, int timeout_ms, int watch_fd) {
                         return a->cb_r;
                 if (a->ended)
                         return 1;
+                if (r > 0)
+                        return 0;
                 struct pollfd pf[2] = { { .fd = agent_client_fd(a->cl), .events = POLLIN },
                                         { .fd = watch_fd, .events = POLLRDHUP } };
                 int64_t left = deadline - mono_ms();
@@ -445,7 +458,7 @@ int agent_file_write_finish(struct agent_file *a, int timeout_ms, char *err, siz
                         snprintf(err, errlen, "%s", strerror(-r));
                         return r;
                 }
-                if (r == 0) {
+                if (r == 0 && mono_ms() >= deadline) {
                         snprintf(err, errlen, "the agent did not confirm the write in time");
                         return -ETIMEDOUT;
                 }
@@ -524,4 +537,90 @@ int agent_remove(struct agent_client *cl, const char *path, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_REMOVE, .id = CHAN_SMALL, .f.path = (char *) path };
         int r = send_interleaved(cl, &m, deadline, small_frame, &res);
         return r < 0 ? r : small_wait(cl, &res, deadline);
+}
+
+/* ---- processes the agent keeps ---- */
+
+int agent_exec_attach(struct agent_client *cl, uint32_t pid, struct agent_exec **ret, char *err, size_t errlen) {
+        struct agent_exec *x = xnew0(struct agent_exec, 1);
+        x->cl = cl;
+        x->stdin_closed = true;   /* stdin of an attached process goes by pid (agent_proc_stdin) */
+        x->pid = (pid_t) pid;
+        struct pj_agent_msg m = { .type = PJ_AGENT_ATTACH, .id = CHAN_PROC, .f.pid = pid };
+        struct pj_error perr = { 0 };
+        int r = agent_client_send(cl, &m, SPAWN_TIMEOUT_MS);
+        struct agent_frame f = { 0 };
+        if (r >= 0)
+                r = agent_client_recv(cl, SPAWN_TIMEOUT_MS, &f, &perr);
+        if (r >= 0 && (f.m.id != CHAN_PROC || (f.m.type != PJ_AGENT_OK && f.m.type != PJ_AGENT_ERROR)))
+                r = -EPROTO;
+        if (r >= 0 && f.m.type == PJ_AGENT_ERROR)
+                r = -(int) f.m.f.err;
+        if (r < 0) {
+                snprintf(err, errlen, "%s", r == -ESRCH ? "no such process" : strerror(-r));
+                agent_frame_done(&f);
+                agent_exec_free(x);
+                return r;
+        }
+        agent_frame_done(&f);
+        *ret = x;
+        return 0;
+}
+
+static int proc_request(struct agent_client *cl, const struct pj_agent_msg *m, int64_t deadline) {
+        int res = 0;
+        int r = send_interleaved(cl, m, deadline, small_frame, &res);
+        return r < 0 ? r : small_wait(cl, &res, deadline);
+}
+
+int agent_proc_stdin(struct agent_client *cl, uint32_t pid, const void *data, size_t len, bool close, int timeout_ms) {
+        int64_t deadline = mono_ms() + timeout_ms;
+        const uint8_t *d = data;
+        while (len) {
+                size_t n = len > CHUNK ? CHUNK : len;
+                struct pj_agent_msg m = { .type = PJ_AGENT_STDIN, .id = CHAN_SMALL, .data = d, .data_len = n,
+                                          .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = pid } };
+                int r = proc_request(cl, &m, deadline);
+                if (r < 0)
+                        return r;
+                d += n;
+                len -= n;
+        }
+        if (!close)
+                return 0;
+        struct pj_agent_msg m = { .type = PJ_AGENT_STDIN_CLOSE, .id = CHAN_SMALL,
+                                  .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = pid } };
+        return proc_request(cl, &m, deadline);
+}
+
+int agent_proc_signal(struct agent_client *cl, uint32_t pid, int sig, int timeout_ms) {
+        struct pj_agent_msg m = { .type = PJ_AGENT_SIGNAL, .id = CHAN_SMALL,
+                                  .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = pid, .signo = (uint32_t) sig } };
+        return proc_request(cl, &m, mono_ms() + timeout_ms);
+}
+
+int agent_proc_resize(struct agent_client *cl, uint32_t pid, uint32_t rows, uint32_t cols, int timeout_ms) {
+        struct pj_agent_msg m = { .type = PJ_AGENT_RESIZE, .id = CHAN_SMALL,
+                                  .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = pid, .rows = rows, .cols = cols } };
+        return proc_request(cl, &m, mono_ms() + timeout_ms);
+}
+
+int agent_proc_list(struct agent_client *cl, struct pj_agent_fields **ret, size_t *ret_n, int timeout_ms) {
+        struct pj_agent_msg m = { .type = PJ_AGENT_LIST, .id = CHAN_SMALL };
+        struct pj_error perr = { 0 };
+        int r = agent_client_send(cl, &m, timeout_ms);
+        struct agent_frame f = { 0 };
+        if (r >= 0)
+                r = agent_client_recv(cl, timeout_ms, &f, &perr);
+        if (r >= 0 && (f.m.id != CHAN_SMALL || f.m.type != PJ_AGENT_PROCS))
+                r = f.m.type == PJ_AGENT_ERROR ? -(int) f.m.f.err : -EPROTO;
+        if (r < 0) {
+                agent_frame_done(&f);
+                return r;
+        }
+        *ret = TAKE_PTR(f.m.entries);
+        *ret_n = f.m.n_entries;
+        f.m.n_entries = 0;
+        agent_frame_done(&f);
+        return 0;
 }

@@ -59,3 +59,17 @@ void agent_file_free(struct agent_file *f);
 int agent_put_small(struct agent_client *cl, const char *path, const void *data, size_t len, int timeout_ms, char *err,
                     size_t errlen);
 int agent_remove(struct agent_client *cl, const char *path, int timeout_ms);
+
+/* ---- processes the agent keeps (the /processes API) ---- */
+
+/* ATTACH on cl (taken over): the process's buffered output (the last 1 MiB), then live
+ * output and its EXIT, read with agent_exec_read. -ESRCH: no such process. */
+int agent_exec_attach(struct agent_client *cl, uint32_t pid, struct agent_exec **ret, char *err, size_t errlen);
+/* A pid-addressed STDIN (chunked), STDIN_CLOSE, SIGNAL or RESIZE on cl (not taken), each
+ * answered OK or ERROR: 0 or -errno (ESRCH gone, EPIPE no stdin, ENOTTY no terminal). */
+int agent_proc_stdin(struct agent_client *cl, uint32_t pid, const void *data, size_t len, bool close, int timeout_ms);
+int agent_proc_signal(struct agent_client *cl, uint32_t pid, int sig, int timeout_ms);
+int agent_proc_resize(struct agent_client *cl, uint32_t pid, uint32_t rows, uint32_t cols, int timeout_ms);
+/* LIST: the processes the agent keeps; *ret (n entries, pj_agent_fields_done each, then
+ * free) is bounded by PJ_AGENT_MAX_PROCS. */
+int agent_proc_list(struct agent_client *cl, struct pj_agent_fields **ret, size_t *ret_n, int timeout_ms);

@@ -19,8 +19,7 @@
  * writing the code to stdin can pile up, and past this the command is killed. */
 #define STREAM_PENDING_CAP ((size_t) 4 << 20)
 
-/* Loads the route's sandbox, ready, for a runtime call; answers the error itself. */
-static int ready_sandbox(struct req *r, const char *id, struct sandbox *ret) {
+int runtime_ready_sandbox(struct req *r, const char *id, struct sandbox *ret) {
         struct api_error e = { 0 };
         int k = runtime_load_ready(r->c, &r->acc, id, ret, &e);
         if (k < 0)
@@ -28,7 +27,7 @@ static int ready_sandbox(struct req *r, const char *id, struct sandbox *ret) {
         return k;
 }
 
-static char **env_list(char **keys, char **values, size_t n) {
+char **runtime_env_list(char **keys, char **values, size_t n) {
         char **v = xnew0(char *, n + 1);
         for (size_t i = 0; i < n; i++)
                 v[i] = xasprintf("%s=%s", keys[i], values[i]);
@@ -190,9 +189,9 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
 static enum MHD_Result run_request(struct req *r, const struct pj_run *run, const char *token, const char **argv,
                                    const char *stdin_file, const char *stdin_data, size_t stdin_len) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
-        if (ready_sandbox(r, r->m.id, &sb) < 0)
+        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
                 return MHD_YES;
-        _cleanup_(strv_freep) char **env = env_list(run->env_keys, run->env_values, run->n_env);
+        _cleanup_(strv_freep) char **env = runtime_env_list(run->env_keys, run->env_values, run->n_env);
         struct runtime_cmd cmd = {
                 .argv = argv, .env = env, .cwd = run->cwd, .timeout_s = run->timeout_s, .token = token,
                 .stdin_file = stdin_file, .stdin_data = stdin_data, .stdin_len = stdin_len,
@@ -206,7 +205,7 @@ enum MHD_Result runtime_post_exec(struct req *r) {
         if (pj_exec_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_errno_msg(r, -EINVAL, "%s", pe.message);
         const char *argv[] = { "/bin/sh", "-c", in.cmd, NULL };
-        return run_request(r, &in.run, NULL, argv, NULL, NULL, 0);
+        return run_request(r, &in.run, NULL, argv, NULL, in.stdin_data, in.stdin_len);
 }
 
 enum MHD_Result runtime_post_code(struct req *r) {
@@ -289,7 +288,7 @@ enum MHD_Result runtime_prepare_put_file(struct req *r) {
         if (len >= 0 && (uint64_t) len > c->cfg->max_file)
                 return respond_errno_msg(r, -EFBIG, "File too large: %lld bytes, the limit is %llu bytes",
                                          (long long) len, (unsigned long long) c->cfg->max_file);
-        if (ready_sandbox(r, id, &sb) < 0)
+        if (runtime_ready_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
         struct upload *u = xnew0(struct upload, 1);
         u->limit = c->cfg->max_file;
@@ -354,7 +353,7 @@ enum MHD_Result runtime_get_file(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         if (pj_sandbox_path_check(path, &pe, "path") < 0)
                 return respond_errno_msg(r, -EINVAL, "%s", pe.message);
-        if (ready_sandbox(r, id, &sb) < 0)
+        if (runtime_ready_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
         struct runtime_run *x = NULL;
         const void *all = NULL;
@@ -387,7 +386,7 @@ enum MHD_Result runtime_post_batch(struct req *r) {
 
         if (pj_files_batch_parse(r->body.buf, r->body.len, c->cfg->max_file, c->cfg->max_body, &in, &pe) < 0)
                 return respond_errno_msg(r, -EINVAL, "%s", pe.message);
-        if (ready_sandbox(r, id, &sb) < 0)
+        if (runtime_ready_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
         cJSON *results = cJSON_CreateArray();
         for (size_t i = 0; i < in.n_files; i++) {

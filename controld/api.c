@@ -333,6 +333,12 @@ static const struct route routes[] = {
         { "POST",   "/sandboxes/{id}/files/batch",      "/sandboxes/{id}/files/batch",    SB,         true,  false, L, NULL, runtime_post_batch },
         { "GET",    "/sandboxes/{id}/files/{path*}",    "/sandboxes/{id}/files/{path}",   SB,         true,  false, J, NULL, runtime_get_file },
         { "PUT",    "/sandboxes/{id}/files/{path*}",    "/sandboxes/{id}/files/{path}",   SB,         true,  false, S, runtime_prepare_put_file, runtime_put_file },
+        { "GET",    "/sandboxes/{id}/processes",        "/sandboxes/{id}/processes",      SB,         true,  false, J, NULL, process_get_list },
+        { "POST",   "/sandboxes/{id}/processes",        "/sandboxes/{id}/processes",      SB,         true,  false, J, NULL, process_post_start },
+        { "GET",    "/sandboxes/{id}/processes/{pid}/stream", "/sandboxes/{id}/processes/{pid}/stream", SB, true, false, J, NULL, process_get_stream },
+        { "POST",   "/sandboxes/{id}/processes/{pid}/stdin", "/sandboxes/{id}/processes/{pid}/stdin", SB, true, false, L, NULL, process_post_stdin },
+        { "POST",   "/sandboxes/{id}/processes/{pid}/signal", "/sandboxes/{id}/processes/{pid}/signal", SB, true, false, J, NULL, process_post_signal },
+        { "POST",   "/sandboxes/{id}/processes/{pid}/resize", "/sandboxes/{id}/processes/{pid}/resize", SB, true, false, J, NULL, process_post_resize },
         { "GET",    "/volumes",                         "/volumes",                       NULL,       true,  false, J, NULL, list_volumes },
         { "POST",   "/volumes",                         "/volumes",                       NULL,       true,  false, J, NULL, post_volume },
         { "GET",    "/volumes/{id}",                    "/volumes/{id}",                  "volume",   true,  false, J, NULL, get_volume },
@@ -352,7 +358,8 @@ const struct route *route_table(size_t *ret_n) {
 /* Walks pattern and path together. Repeated and trailing slashes in the path do not make
  * segments. Sets *ret_id, *ret_id_len to the {id} segment and *ret_rest to the {path*}
  * rest (from the '/' before it). No allocation, one pass over each string. */
-static bool pattern_match(const char *pat, const char *path, const char **ret_id, size_t *ret_id_len, const char **ret_rest) {
+static bool pattern_match(const char *pat, const char *path, const char **ret_id, size_t *ret_id_len, const char **ret_rest,
+                          int64_t *ret_pid) {
         const char *p = pat, *s = path;
         for (;;) {
                 while (*p == '/')
@@ -372,6 +379,19 @@ static bool pattern_match(const char *pat, const char *path, const char **ret_id
                 if (pn == 4 && !memcmp(p, "{id}", 4)) {
                         *ret_id = s;
                         *ret_id_len = sn;
+                } else if (pn == 5 && !memcmp(p, "{pid}", 5)) {
+                        /* a process id: 1..2^31-1 in plain decimal, else no match (404) */
+                        int64_t v = 0;
+                        if (sn == 0 || sn > 10 || s[0] == '0')
+                                return false;
+                        for (size_t k = 0; k < sn; k++) {
+                                if (s[k] < '0' || s[k] > '9')
+                                        return false;
+                                v = v * 10 + (s[k] - '0');
+                        }
+                        if (v > INT32_MAX)
+                                return false;
+                        *ret_pid = v;
                 } else if (pn != sn || memcmp(p, s, pn) != 0)
                         return false;
                 p = pe;
@@ -387,10 +407,11 @@ enum route_status route_match(const char *method, const char *path, struct route
         const struct route *first = NULL;
         const char *id = NULL, *rest = NULL;
         size_t id_len = 0, i;
+        int64_t pid = 0;
 
         *ret = (struct route_match) { .status = ROUTE_NOT_FOUND };
-        for (i = 0; i < ELEMENTSOF(routes); i++, id = rest = NULL)
-                if (pattern_match(routes[i].pattern, path, &id, &id_len, &rest)) {
+        for (i = 0; i < ELEMENTSOF(routes); i++, id = rest = NULL, pid = 0)
+                if (pattern_match(routes[i].pattern, path, &id, &id_len, &rest, &pid)) {
                         first = &routes[i];
                         break;
                 }
@@ -398,6 +419,7 @@ enum route_status route_match(const char *method, const char *path, struct route
                 return ret->status;
         ret->row = first;
         ret->rest = rest;
+        ret->pid = (uint32_t) pid;
         if (id) {
                 if (id_len != SANDBOX_ID_LEN)
                         return (ret->status = ROUTE_BAD_ID);

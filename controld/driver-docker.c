@@ -8,6 +8,7 @@
  * restricted sandboxes sit on an internal network with no way out instead.
  */
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,33 @@ static int pull_snapshot_image(struct driver *d, const char *image, char *err, s
         return 0;
 }
 
+/* A sandbox is ready once its agent listens: its socket appears (bounded by the create
+ * deadline). When it does not, commands take the driver's exec path; the usual cause is a
+ * runtime without --host-uds=create, which is said once. */
+static void wait_agent_socket(struct driver *d, const struct sandbox *sb, int64_t deadline) {
+        static bool warned;
+        _cleanup_free_ char *path = xasprintf("%s/volumes/paddock-init-%s/_data/agent.sock", P(d)->root_dir, sb->id);
+        int64_t end = mono_ms() + 10000;
+        if (end > deadline)
+                end = deadline;
+        for (;;) {
+                struct stat st;
+                if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+                        return;
+                if (mono_ms() > end)
+                        break;
+                usleep(2000);
+        }
+        log_ctx_set("SANDBOX_ID", sb->id);
+        if (!warned) {
+                warned = true;
+                log_warning("the sandbox's agent socket did not appear at %s: commands use the driver's exec path and "
+                            "/processes answers 503. Does the runtime run with --host-uds=create (packaging/daemon.json)?",
+                            path);
+        } else
+                log_notice("the sandbox's agent socket did not appear; commands use the driver's exec path");
+}
+
 static int dd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, char *err, size_t errlen) {
         struct config *cfg = d->ctl->cfg;
         _cleanup_free_ char *name = xasprintf("paddock-%s", sb->id);
@@ -290,6 +318,8 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 }
                 usleep(20 * 1000);
         }
+        if (agent)
+                wait_agent_socket(d, sb, deadline);
         memset(ret, 0, sizeof(*ret));
         ret->container_id = TAKE_PTR(id);
         ret->node_id = xstrdup(d->ctl->cfg->docker_node_id);

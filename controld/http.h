@@ -58,6 +58,7 @@ struct route_match {
         char allow[64];                  /* "GET, POST" for 405 */
         char id[SANDBOX_ID_LEN + 1];     /* {id}, valid when status == ROUTE_FOUND */
         const char *rest;                /* {path*}: points into the matched path; NULL without */
+        uint32_t pid;                    /* {pid}: 1..2^31-1; 0 without */
 };
 
 /* Matches method and path (decoded, without query) against the route table.
@@ -136,6 +137,17 @@ enum MHD_Result http_get_healthz(struct req *r);
 enum MHD_Result http_get_metrics(struct req *r);
 /* runtime.c */
 enum MHD_Result runtime_post_exec(struct req *r);
+/* Loads the route's sandbox, ready, for a runtime call; answers the error itself (< 0). */
+int runtime_ready_sandbox(struct req *r, const char *id, struct sandbox *ret);
+/* "K=V" strings of a request's env (strv_free). */
+char **runtime_env_list(char **keys, char **values, size_t n);
+/* api-process.c: processes that outlive their request (ours, beyond the Brimble API) */
+enum MHD_Result process_get_list(struct req *r);
+enum MHD_Result process_post_start(struct req *r);
+enum MHD_Result process_get_stream(struct req *r);
+enum MHD_Result process_post_stdin(struct req *r);
+enum MHD_Result process_post_signal(struct req *r);
+enum MHD_Result process_post_resize(struct req *r);
 enum MHD_Result runtime_post_code(struct req *r);
 enum MHD_Result runtime_prepare_put_file(struct req *r);
 enum MHD_Result runtime_put_file(struct req *r);

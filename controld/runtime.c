@@ -511,6 +511,12 @@ static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, 
         struct agent_spawn sp = { .argv = cmd->argv, .env = (const char *const *) cmd->env, .cwd = cmd->cwd,
                                   .want_stdin = cmd->stdin_data && !cmd->stdin_file, .kill_on_detach = true };
         k = agent_exec_start(cl, &sp, &x->ax, msg, sizeof(msg));
+        if (k == -EPROTO || k == -ECONNRESET || k == -ETIMEDOUT || k == -EPIPE) {
+                /* the agent answered HELLO but not SPAWN: something in the sandbox broke it */
+                log_notice("the sandbox's agent failed the command (%s); using the driver's exec path", msg);
+                snippet_remove(x);
+                return -EOPNOTSUPP;
+        }
         if (k < 0)
                 return API_ERR(err, k == -EUSERS ? -EUSERS : k == -EINVAL ? -EINVAL : -EHOSTUNREACH, "Could not run the command: %s",
                                msg);

@@ -621,6 +621,7 @@ void pj_exec_done(struct pj_exec *e) {
         if (!e)
                 return;
         free(e->cmd);
+        free(e->stdin_data);
         run_done(&e->run);
         *e = (struct pj_exec) {};
 }
@@ -641,18 +642,162 @@ static int get_text(const struct pj_json *root, const char *key, size_t max, con
 }
 
 int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_error *err) {
-        static const char *const fields[] = { "cmd", "timeout_seconds", "cwd", "env", "stream" };
+        static const char *const fields[] = { "cmd", "timeout_seconds", "cwd", "env", "stream", "stdin" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         struct pj_run run;
-        const struct pj_json *cmd;
+        const struct pj_json *cmd, *in;
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
             (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
-            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = parse_run(root, &run, err)) < 0)
+            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = get_str(root, "", "stdin", &in, err)) < 0)
+                return r;
+        if (in && in->str_len > 1024 * 1024)
+                return pj_error_set(err, "stdin", "stdin must be at most 1048576 bytes (1 MiB)");
+        if ((r = parse_run(root, &run, err)) < 0)
                 return r;
 
         *ret = (struct pj_exec) { .cmd = xstrdup(cmd->str), .run = run };
+        if (in) {
+                ret->stdin_data = xstrndup(in->str, in->str_len);
+                ret->stdin_len = in->str_len;
+        }
+        return 0;
+}
+
+/* ---- processes ----------------------------------------------------------- */
+
+void pj_process_start_done(struct pj_process_start *p) {
+        if (!p)
+                return;
+        free_many(p->cmd, p->cwd, p->tag);
+        env_free(p->env_keys, p->env_values, p->n_env);
+        *p = (struct pj_process_start) {};
+}
+
+int pj_process_start_parse(const char *body, size_t len, struct pj_process_start *ret, struct pj_error *err) {
+        static const char *const fields[] = { "cmd", "cwd", "env", "tag", "stdin", "pty" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        _cleanup_(run_done) struct pj_run run = { 0 };
+        const struct pj_json *cmd, *tag, *pty;
+        bool in = false;
+        int r, rows = 0, cols = 0;
+
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
+            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = get_str(root, "", "tag", &tag, err)) < 0 ||
+            (r = get_bool(root, "", "stdin", NULL, &in, err)) < 0)
+                return r;
+        if (tag) {
+                if (tag->str_len == 0 || tag->str_len > PJ_PROCESS_TAG_MAX)
+                        return pj_error_set(err, "tag", "tag must be 1..%d bytes", PJ_PROCESS_TAG_MAX);
+                for (size_t i = 0; i < tag->str_len; i++)
+                        if ((unsigned char) tag->str[i] < 0x20 || tag->str[i] == 0x7f)
+                                return pj_error_set(err, "tag", "tag must not contain control characters");
+                if (!utf8_valid(tag->str, tag->str_len))
+                        return pj_error_set(err, "tag", "tag must be valid UTF-8");
+        }
+        pty = pj_json_member(root, "pty");
+        if (pty) {
+                static const char *const pf[] = { "rows", "cols" };
+                if (pty->type != PJ_JSON_OBJECT)
+                        return pj_error_set(err, "pty", "pty must be an object {\"rows\": N, \"cols\": N}");
+                if ((r = check_fields(pty, "pty", pf, ELEMENTSOF(pf), err)) < 0 ||
+                    (r = get_int(pty, "pty", "rows", 1, 1000, NULL, &rows, err)) < 0 ||
+                    (r = get_int(pty, "pty", "cols", 1, 1000, NULL, &cols, err)) < 0)
+                        return r;
+                if (!rows)
+                        rows = 24;
+                if (!cols)
+                        cols = 80;
+        }
+        if ((r = parse_run(root, &run, err)) < 0)
+                return r;
+        *ret = (struct pj_process_start) { .cmd = xstrdup(cmd->str), .cwd = TAKE_PTR(run.cwd),
+                                           .env_keys = TAKE_PTR(run.env_keys), .env_values = TAKE_PTR(run.env_values),
+                                           .n_env = run.n_env, .tag = tag ? xstrdup(tag->str) : NULL,
+                                           .stdin_open = in, .rows = rows, .cols = cols };
+        run.n_env = 0;
+        return 0;
+}
+
+void pj_process_stdin_done(struct pj_process_stdin *p) {
+        if (!p)
+                return;
+        free(p->data);
+        *p = (struct pj_process_stdin) {};
+}
+
+int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin *ret, struct pj_error *err) {
+        static const char *const fields[] = { "data", "close" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        const struct pj_json *d;
+        bool close = false, has_close = false;
+        int r;
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
+            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = get_str(root, "", "data", &d, err)) < 0 ||
+            (r = get_bool(root, "", "close", &has_close, &close, err)) < 0)
+                return r;
+        if (!d && !close)
+                return pj_error_set(err, "data", "data is required (or close: true)");
+        if (d && d->str_len > 1024 * 1024)
+                return pj_error_set(err, "data", "data must be at most 1048576 bytes (1 MiB)");
+        *ret = (struct pj_process_stdin) { .data = xstrndup(d ? d->str : "", d ? d->str_len : 0),
+                                           .len = d ? d->str_len : 0, .close = close };
+        return 0;
+}
+
+int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct pj_error *err) {
+        static const char *const fields[] = { "signal" };
+        static const struct { const char *name; int no; } names[] = {
+                { "HUP", 1 }, { "INT", 2 }, { "QUIT", 3 }, { "KILL", 9 }, { "USR1", 10 }, { "USR2", 12 },
+                { "PIPE", 13 }, { "ALRM", 14 }, { "TERM", 15 }, { "CONT", 18 }, { "STOP", 19 }, { "TSTP", 20 },
+                { "WINCH", 28 },
+        };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        int r;
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
+            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+                return r;
+        const struct pj_json *m = pj_json_member(root, "signal");
+        if (!m)
+                return pj_error_set(err, "signal", "signal is required: a name such as SIGINT or SIGTERM, or a number 1..64");
+        if (m->type == PJ_JSON_NUMBER) {
+                int no = 0;
+                if ((r = get_int(root, "", "signal", 1, 64, NULL, &no, err)) < 0)
+                        return r;
+                *ret_signo = no;
+                return 0;
+        }
+        if (m->type == PJ_JSON_STRING) {
+                const char *s = m->str;
+                if (!strncmp(s, "SIG", 3))
+                        s += 3;
+                for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                        if (!strcmp(s, names[i].name)) {
+                                *ret_signo = names[i].no;
+                                return 0;
+                        }
+        }
+        char q[80];
+        return pj_error_set(err, "signal",
+                            "signal '%s' is not one we send: use HUP, INT, QUIT, KILL, USR1, USR2, PIPE, ALRM, TERM, CONT, STOP, "
+                            "TSTP or WINCH (with or without SIG), or a number 1..64",
+                            m->type == PJ_JSON_STRING ? sanitize(q, sizeof(q), m->str, m->str_len, 32) : "(not a string)");
+}
+
+int pj_process_resize_parse(const char *body, size_t len, int *ret_rows, int *ret_cols, struct pj_error *err) {
+        static const char *const fields[] = { "rows", "cols" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        bool hr = false, hc = false;
+        int r;
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
+            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = get_int(root, "", "rows", 1, 1000, &hr, ret_rows, err)) < 0 ||
+            (r = get_int(root, "", "cols", 1, 1000, &hc, ret_cols, err)) < 0)
+                return r;
+        if (!hr || !hc)
+                return pj_error_set(err, hr ? "cols" : "rows", "%s is required (1..1000)", hr ? "cols" : "rows");
         return 0;
 }
 

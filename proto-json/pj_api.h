@@ -122,8 +122,38 @@ struct pj_run {
 struct pj_exec {
         /* "cmd": required shell command, 1..65536 bytes. */
         char *cmd;
+        /* "stdin": optional text given to the command as its standard input (then closed),
+         * at most 1 MiB. NULL = none (stdin is /dev/null). */
+        char *stdin_data;
+        size_t stdin_len;
         struct pj_run run;
 };
+
+/* POST /sandboxes/{id}/processes: a process that outlives the request. */
+#define PJ_PROCESS_TAG_MAX 256
+struct pj_process_start {
+        char *cmd;            /* "cmd": required shell command, 1..65536 bytes */
+        char *cwd;            /* "cwd": as exec, default "/" */
+        char **env_keys, **env_values;   /* "env": as exec */
+        size_t n_env;
+        char *tag;            /* "tag": optional, 1..256 bytes of printable text; NULL = none */
+        bool stdin_open;      /* "stdin": true keeps a stdin pipe open for POST .../stdin */
+        int rows, cols;       /* "pty": {"rows", "cols"} 1..1000 each: a terminal; 0 = none */
+};
+/* POST /sandboxes/{id}/processes/{pid}/stdin */
+struct pj_process_stdin {
+        char *data;           /* "data": text, at most 1 MiB; may be "" (with close) */
+        size_t len;
+        bool close;           /* "close": close stdin after data (EOF; on a terminal ^D) */
+};
+/* POST /sandboxes/{id}/processes/{pid}/signal: "signal" a name (SIGINT, INT, ...) or 1..64. */
+int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct pj_error *err);
+/* POST /sandboxes/{id}/processes/{pid}/resize: {"rows", "cols"} 1..1000. */
+int pj_process_resize_parse(const char *body, size_t len, int *ret_rows, int *ret_cols, struct pj_error *err);
+int pj_process_start_parse(const char *body, size_t len, struct pj_process_start *ret, struct pj_error *err);
+void pj_process_start_done(struct pj_process_start *p);
+int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin *ret, struct pj_error *err);
+void pj_process_stdin_done(struct pj_process_stdin *p);
 
 /* POST /sandboxes/{id}/code. Empty body is an error. */
 struct pj_code {

@@ -292,7 +292,7 @@ static void dispatch(struct conn *c, struct pj_agent_msg *m) {
                 return proc_spawn(c, m);
         case PJ_AGENT_STDIN:
         case PJ_AGENT_STDIN_CLOSE: {
-                struct proc *p = proc_of_chan(c, m->id);
+                struct proc *p = proc_of_request(c, m);
                 if (!p)
                         return;
                 if (p->fd_in < 0 || p->in_close)
@@ -301,25 +301,33 @@ static void dispatch(struct conn *c, struct pj_agent_msg *m) {
                         pending_put(&p->in, m->data, m->data_len);
                 else
                         p->in_close = true;
-                return proc_write_stdin(p);
+                proc_write_stdin(p);
+                if (PJ_AGENT_HAS(&m->f, PJ_AGENT_T_PID))
+                        conn_send_simple(c, PJ_AGENT_OK, m->id);
+                return;
         }
         case PJ_AGENT_SIGNAL: {
-                struct proc *p = proc_of_chan(c, m->id);
+                struct proc *p = proc_of_request(c, m);
                 if (!p)
                         return;
                 if (p->reaped)
                         return conn_send_error(c, m->id, ESRCH, "Process %d has exited.", p->pid);
-                return proc_signal_group(p, (int) m->f.signo);
+                proc_signal_group(p, (int) m->f.signo);
+                if (PJ_AGENT_HAS(&m->f, PJ_AGENT_T_PID))
+                        conn_send_simple(c, PJ_AGENT_OK, m->id);
+                return;
         }
         case PJ_AGENT_RESIZE: {
-                struct proc *p = proc_of_chan(c, m->id);
+                struct proc *p = proc_of_request(c, m);
                 if (!p)
                         return;
                 struct winsize ws = { .ws_row = (unsigned short) m->f.rows, .ws_col = (unsigned short) m->f.cols };
-                if (!p->pty || p->fd_out < 0)
+                if (!p->pty || p->fd_out < 0 || p->reaped)
                         return conn_send_error(c, m->id, ENOTTY, "Process %d has no terminal.", p->pid);
                 if (ioctl(p->fd_out, TIOCSWINSZ, &ws) < 0)
                         return conn_send_error(c, m->id, errno, "Cannot resize: %s.", strerror(errno));
+                if (PJ_AGENT_HAS(&m->f, PJ_AGENT_T_PID))
+                        conn_send_simple(c, PJ_AGENT_OK, m->id);
                 return;
         }
         case PJ_AGENT_LIST:

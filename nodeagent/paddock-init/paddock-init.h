@@ -150,6 +150,8 @@ void proc_write_stdin(struct proc *p);
 void proc_reap(void);
 void proc_spawn(struct conn *c, const struct pj_agent_msg *m);
 struct proc *proc_of_chan(struct conn *c, uint32_t id);
+struct proc *proc_of_request(struct conn *c, const struct pj_agent_msg *m);
+struct proc *proc_by_pid(pid_t pid);
 void proc_attach(struct conn *c, const struct pj_agent_msg *m);
 void proc_list(struct conn *c, const struct pj_agent_msg *m);
 void proc_signal_group(struct proc *p, int sig);

@@ -146,7 +146,7 @@ void proc_write_stdin(struct proc *p) {
         }
 }
 
-static struct proc *proc_by_pid(pid_t pid) {
+struct proc *proc_by_pid(pid_t pid) {
         for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
                 if (pi.procs[i].used && pi.procs[i].pid == pid)
                         return &pi.procs[i];
@@ -398,6 +398,18 @@ fail:
 }
 
 /* The process on channel id of c, or NULL with an ERROR sent. */
+/* The process a STDIN/STDIN_CLOSE/SIGNAL/RESIZE is for: by pid when the frame names one (any
+ * connection may; the reply is then OK or ERROR on the frame's id), else the process of the
+ * frame's channel on this connection. NULL with an ERROR sent. */
+struct proc *proc_of_request(struct conn *c, const struct pj_agent_msg *m) {
+        if (!PJ_AGENT_HAS(&m->f, PJ_AGENT_T_PID))
+                return proc_of_chan(c, m->id);
+        struct proc *p = proc_by_pid((pid_t) m->f.pid);
+        if (!p)
+                conn_send_error(c, m->id, ESRCH, "No process %u is known.", m->f.pid);
+        return p;
+}
+
 struct proc *proc_of_chan(struct conn *c, uint32_t id) {
         struct chan *ch = chan_find(c, id);
         if (!ch || ch->kind != CH_PROC || !ch->proc || ch->proc->conn != c) {

@@ -130,6 +130,13 @@ char *sh(struct box *b, const char *cmd) {
 }
 
 /* sh(cmd) every 0.5 s until it prints want or timeout_ms pass; returns the last output. */
+bool box_agent(struct box *b) {
+        _cleanup_free_ char *o = sh(b, "[ -S /.paddock/run/agent.sock ] && [ \"$(tr '\\000' ' ' < /proc/1/cmdline)\" = "
+                                       "'/.paddock/init --socket /.paddock/run/agent.sock --secret-file /.paddock/secret ' ] "
+                                       "&& echo agent || echo exec");
+        return !strcmp(o, "agent\n");
+}
+
 char *sh_until(struct box *b, const char *cmd, const char *want, int64_t timeout_ms) {
         int64_t t0 = now_mono_ms();
         for (;;) {
@@ -239,6 +246,8 @@ static size_t sse_write(char *p, size_t sz, size_t nm, void *ud) {
         sse_parse(s);
         if (s->abort_after_first_data && s->n > 0)
                 return 0;
+        if (s->stop_when && strstr(frames_joined(s, "stdout"), s->stop_when))
+                return 0;
         return k;
 }
 
@@ -266,6 +275,20 @@ void sse_run(struct box *b, const char *what, const char *body, struct sse *s) {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &s->status);
         curl_slist_free_all(hl);
         curl_easy_cleanup(h); /* closes the connection: a disconnect when aborted */
+}
+
+void sse_get(struct box *b, const char *rest, long timeout_s, struct sse *s) {
+        struct curl_slist *hl;
+        CURL *h = box_curl(b, rest, NULL, timeout_s, &hl);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, sse_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, s);
+        s->t0 = now_mono_ms();
+        s->rc = curl_easy_perform(h);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &s->status);
+        curl_slist_free_all(hl);
+        curl_easy_cleanup(h);
 }
 
 void sse_done(struct sse *s) {

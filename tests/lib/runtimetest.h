@@ -58,6 +58,9 @@ const char *alive_probe(const char *pat);
 
 /* Runs cmd and returns its stdout (caller frees); asserts exit 0. */
 char *sh(struct box *b, const char *cmd);
+/* Whether b's commands go through the in-sandbox agent (paddock-init as PID 1, its socket
+ * there) rather than the driver's exec path, whose wrapper leaves a pid record per exec. */
+bool box_agent(struct box *b);
 
 /* sh(cmd) every 0.5 s until it prints want or timeout_ms pass; returns the last output. */
 char *sh_until(struct box *b, const char *cmd, const char *want, int64_t timeout_ms);
@@ -98,6 +101,7 @@ struct sse {
         int bad_json;
         int64_t t0;
         bool abort_after_first_data;
+        const char *stop_when;   /* disconnect once the stdout frames hold this text */
         long status;
         char content_type[128];
         CURLcode rc;
@@ -107,6 +111,9 @@ struct sse {
  * frees with sse_done); with s->abort_after_first_data the client disconnects after the
  * first data frame. */
 void sse_run(struct box *b, const char *what, const char *body, struct sse *s);
+
+/* GET /sandboxes/{id}<rest> of the box as a stream into s (as sse_run), for at most timeout_s. */
+void sse_get(struct box *b, const char *rest, long timeout_s, struct sse *s);
 
 void sse_done(struct sse *s);
 

@@ -1,0 +1,289 @@
+/* api-process.c — the REST/SSE adapter of process.c: /sandboxes/{id}/processes, ours beyond
+ * the Brimble API (proto-json/openapi.yaml). Parses (proto-json), calls process.c, takes
+ * every status from the errno table. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent-exec.h"
+#include "cleanup.h"
+#include "controld.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "process.h"
+#include "strutil.h"
+
+/* Frames queued for a slow client before the stream stops reading from the agent (the
+ * agent then keeps the output in its own bounded buffer). */
+#define PENDING_CAP ((size_t) 1 << 20)
+
+static enum MHD_Result bad_body(struct req *r, const struct pj_error *pe) {
+        return respond_errno_msg(r, -EINVAL, "%s", pe->message);
+}
+
+enum MHD_Result process_post_start(struct req *r) {
+        _cleanup_(pj_process_start_done) struct pj_process_start in = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (pj_process_start_parse(r->body.buf, r->body.len, &in, &pe) < 0)
+                return bad_body(r, &pe);
+        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+                return MHD_YES;
+        _cleanup_(strv_freep) char **env = runtime_env_list(in.env_keys, in.env_values, in.n_env);
+        struct process_spec spec = { .cmd = in.cmd, .env = env, .cwd = in.cwd, .tag = in.tag, .stdin_open = in.stdin_open,
+                                     .rows = in.rows, .cols = in.cols };
+        uint32_t pid = 0;
+        int k = process_start(r->c, &sb, &spec, &pid, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        cJSON *d = cJSON_CreateObject();
+        json_add_int(d, "pid", pid);
+        json_add_str(d, "tag", in.tag);
+        json_add_bool(d, "stdin", in.stdin_open);
+        json_add_bool(d, "pty", in.rows > 0);
+        return respond_envelope(r, 201, "Process started", d);
+}
+
+enum MHD_Result process_get_list(struct req *r) {
+        struct api_error e = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+                return MHD_YES;
+        struct pj_agent_fields *v = NULL;
+        size_t n = 0;
+        int k = process_list(r->c, &sb, &v, &n, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        cJSON *d = cJSON_CreateObject();
+        cJSON *a = cJSON_AddArrayToObject(d, "processes");
+        for (size_t i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject();
+                json_add_int(o, "pid", v[i].pid);
+                json_add_str(o, "tag", v[i].tag && v[i].tag[0] ? v[i].tag : NULL);
+                json_add_bool(o, "running", v[i].running);
+                if (!v[i].running) {
+                        json_add_int(o, "exit_code", v[i].code >= 0 ? v[i].code : 128 + (int) v[i].signo);
+                        if (v[i].signo)
+                                json_add_int(o, "signal", v[i].signo);
+                }
+                cJSON_AddItemToArray(a, o);
+                pj_agent_fields_done(&v[i]);
+        }
+        free(v);
+        return respond_envelope(r, 200, "Processes listed", d);
+}
+
+enum MHD_Result process_post_stdin(struct req *r) {
+        _cleanup_(pj_process_stdin_done) struct pj_process_stdin in = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (pj_process_stdin_parse(r->body.buf, r->body.len, &in, &pe) < 0)
+                return bad_body(r, &pe);
+        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+                return MHD_YES;
+        int k = process_stdin(r->c, &sb, r->m.pid, in.data, in.len, in.close, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        cJSON *d = cJSON_CreateObject();
+        json_add_int(d, "pid", r->m.pid);
+        json_add_int(d, "bytes", (int64_t) in.len);
+        json_add_bool(d, "closed", in.close);
+        return respond_envelope(r, 200, "Input sent", d);
+}
+
+enum MHD_Result process_post_signal(struct req *r) {
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        int sig = 0;
+        if (pj_process_signal_parse(r->body.buf, r->body.len, &sig, &pe) < 0)
+                return bad_body(r, &pe);
+        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+                return MHD_YES;
+        int k = process_signal(r->c, &sb, r->m.pid, sig, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        cJSON *d = cJSON_CreateObject();
+        json_add_int(d, "pid", r->m.pid);
+        json_add_int(d, "signal", sig);
+        return respond_envelope(r, 200, "Signal sent", d);
+}
+
+enum MHD_Result process_post_resize(struct req *r) {
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        int rows = 0, cols = 0;
+        if (pj_process_resize_parse(r->body.buf, r->body.len, &rows, &cols, &pe) < 0)
+                return bad_body(r, &pe);
+        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+                return MHD_YES;
+        int k = process_resize(r->c, &sb, r->m.pid, rows, cols, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        cJSON *d = cJSON_CreateObject();
+        json_add_int(d, "pid", r->m.pid);
+        json_add_int(d, "rows", rows);
+        json_add_int(d, "cols", cols);
+        return respond_envelope(r, 200, "Terminal resized", d);
+}
+
+/* ---- the output stream: SSE frames as exec's (stdout, stderr, done) ---- */
+
+struct pstream {
+        struct ctl *c;
+        struct agent_exec *x;
+        struct strbuf pending;
+        size_t pending_off;
+        uint8_t carry[2][4];          /* an incomplete UTF-8 sequence per stream */
+        size_t carry_len[2];
+        bool done;
+        int client_fd;
+        int64_t last_sent;
+        bool counted;
+};
+
+static void queue(struct pstream *t, cJSON *o) {
+        _cleanup_free_ char *j = json_print(o);
+        cJSON_Delete(o);
+        strbuf_append(&t->pending, "data: ", 6);
+        strbuf_append(&t->pending, j, strlen(j));
+        strbuf_append(&t->pending, "\n\n", 2);
+}
+
+static size_t seq_len(uint8_t c) {
+        return c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+}
+
+/* Output bytes as valid UTF-8 text: a sequence split across chunks is carried to the next
+ * one; invalid bytes become U+FFFD. */
+static int ps_output(int stream, const uint8_t *data, size_t len, void *ud) {
+        struct pstream *t = ud;
+        int k = stream == 2 ? 1 : 0;
+        struct strbuf b;
+        strbuf_init(&b, 0);
+        uint8_t buf[8];
+        size_t i = 0;
+        while (t->carry_len[k] && i < len) {
+                size_t need = seq_len(t->carry[k][0]);
+                t->carry[k][t->carry_len[k]++] = data[i++];
+                if (t->carry_len[k] == need) {
+                        memcpy(buf, t->carry[k], need);
+                        strbuf_append(&b, utf8_valid((char *) buf, need) ? (char *) buf : "\xef\xbf\xbd",
+                                      utf8_valid((char *) buf, need) ? need : 3);
+                        t->carry_len[k] = 0;
+                }
+        }
+        while (i < len) {
+                size_t n = seq_len(data[i]);
+                if (n == 0 || (i + n <= len && !utf8_valid((const char *) data + i, n))) {
+                        strbuf_append(&b, "\xef\xbf\xbd", 3);
+                        i++;
+                        continue;
+                }
+                if (i + n > len) {
+                        memcpy(t->carry[k], data + i, len - i);
+                        t->carry_len[k] = len - i;
+                        break;
+                }
+                strbuf_append(&b, data + i, n);
+                i += n;
+        }
+        if (b.len)
+                queue(t, exec_output_frame_to_json(stream == 2 ? "stderr" : "stdout", b.buf, b.len));
+        strbuf_done(&b);
+        return t->pending.len - t->pending_off > PENDING_CAP ? -ENOBUFS : 0;
+}
+
+static ssize_t ps_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        struct pstream *t = cls;
+        (void) pos;
+        for (;;) {
+                if (t->pending_off < t->pending.len)
+                        return (ssize_t) strbuf_drain(&t->pending, &t->pending_off, buf, max);
+                if (t->done)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                if (t->c->stopping) {
+                        queue(t, exec_error_frame_to_json("controld is shutting down; the process keeps running: reattach"));
+                        t->done = true;
+                        continue;
+                }
+                int k = agent_exec_read(t->x, 1000, t->client_fd, ps_output, t);
+                if (k == -ECONNRESET)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (k < 0 && k != -ENOBUFS) {
+                        queue(t, exec_error_frame_to_json("Lost the connection to the sandbox's process agent"));
+                        t->done = true;
+                        continue;
+                }
+                if (k == 1) {
+                        int code = -1;
+                        if (agent_exec_lost(t->x)) {
+                                queue(t, exec_error_frame_to_json(
+                                                 "The sandbox's process agent went away (the sandbox stopped, or another client "
+                                                 "attached to this process)"));
+                        } else {
+                                (void) agent_exec_exit_code(t->x, &code);
+                                queue(t, exec_done_frame_to_json(&(struct exec_result) { .exit_code = code }));
+                        }
+                        t->done = true;
+                        continue;
+                }
+                if (t->pending.len == t->pending_off) {
+                        if (mono_ms() - t->last_sent >= (int64_t) t->c->cfg->stream_keepalive_ms) {
+                                strbuf_append(&t->pending, ": keep-alive\n\n", 14);
+                                t->last_sent = mono_ms();
+                        }
+                } else
+                        t->last_sent = mono_ms();
+        }
+}
+
+static void ps_free(void *cls) {
+        struct pstream *t = cls;
+        if (t->counted) {
+                pthread_mutex_lock(&t->c->jobs_lock);
+                t->c->streams_running--;
+                pthread_cond_broadcast(&t->c->jobs_cond);
+                pthread_mutex_unlock(&t->c->jobs_lock);
+        }
+        agent_exec_free(t->x);   /* detaches only: the process keeps running */
+        strbuf_done(&t->pending);
+        free(t);
+}
+
+enum MHD_Result process_get_stream(struct req *r) {
+        struct api_error e = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+                return MHD_YES;
+        struct pstream *t = xnew0(struct pstream, 1);
+        t->c = r->c;
+        strbuf_init(&t->pending, 0);
+        strbuf_append(&t->pending, ": open\n\n", 8);
+        int k = process_attach(r->c, &sb, r->m.pid, &t->x, &e);
+        if (k < 0) {
+                strbuf_done(&t->pending);
+                free(t);
+                return respond_errno(r, k, &e);
+        }
+        /* A process may run for days: the connection lives while the client does (noticed
+         * at once through its fd) and keep-alives flow. */
+        (void) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t->client_fd = ci ? ci->connect_fd : -1;
+        t->last_sent = mono_ms();
+        pthread_mutex_lock(&r->c->jobs_lock);
+        r->c->streams_running++;
+        t->counted = true;
+        pthread_mutex_unlock(&r->c->jobs_lock);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, ps_reader, t, ps_free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        return respond_response(r, 200, resp);
+}

@@ -1,0 +1,136 @@
+/* process.c — processes that outlive their request, kept by the sandbox's agent: start one
+ * detached, list them, attach to one's output, write its stdin, signal it, resize its
+ * terminal. The domain part of /sandboxes/{id}/processes (api-process.c is the adapter): no
+ * HTTP here, every call returns 0 or -errno with the user's message in struct api_error.
+ *
+ * Every call is its own connection to the agent, so a stuck or hostile agent holds only
+ * that call (each bounded by PROCESS_TIMEOUT_MS) and nothing of controld. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent-exec.h"
+#include "agent.h"
+#include "cleanup.h"
+#include "controld.h"
+#include "process.h"
+#include "log.h"
+#include "strutil.h"
+
+#define PROCESS_TIMEOUT_MS 10000
+
+static int connect_for(struct ctl *c, const struct sandbox *sb, struct agent_client **ret, struct api_error *err) {
+        char msg[512];
+        int r = agent_connect(c, sb, ret, msg, sizeof(msg));
+        if (r == -EOPNOTSUPP)
+                return API_ERR(err, -EOPNOTSUPP,
+                               "Processes need the in-sandbox agent, which this server does not run; exec still works");
+        if (r < 0) {
+                log_ctx_set("SANDBOX_ID", sb->id);
+                log_notice("process call: %s", msg);
+                return API_ERR(err, -EHOSTUNREACH,
+                               "The sandbox's process agent is not answering (the sandbox may predate it, or something in it "
+                               "replaced or stopped it); exec still works");
+        }
+        return 0;
+}
+
+static int gone(int r, uint32_t pid, struct api_error *err) {
+        if (r == -ESRCH)
+                return API_ERR(err, -ENOENT, "Process %u not found in this sandbox", pid);
+        if (r == -EPIPE)
+                return API_ERR(err, -EBUSY, "Process %u has no stdin open (start it with \"stdin\": true; it may have closed it)", pid);
+        if (r == -ENOTTY)
+                return API_ERR(err, -EBUSY, "Process %u has no terminal (start it with \"pty\")", pid);
+        return API_ERR(err, -EHOSTUNREACH, "The sandbox's process agent failed: %s", strerror(-r));
+}
+
+static int collect(int stream, const uint8_t *data, size_t len, void *ud) {
+        (void) stream;
+        return strbuf_append(ud, data, len) < 0 ? -ENOBUFS : 0;
+}
+
+int process_start(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, uint32_t *ret_pid,
+                  struct api_error *err) {
+        struct agent_client *cl = NULL;
+        int r = connect_for(c, sb, &cl, err);
+        if (r < 0)
+                return r;
+        const char *argv[] = { "/bin/sh", "-c", spec->cmd, NULL };
+        struct agent_spawn sp = { .argv = argv, .env = (const char *const *) spec->env, .cwd = spec->cwd,
+                                  .want_stdin = spec->stdin_open, .tag = spec->tag,
+                                  .rows = (uint32_t) spec->rows, .cols = (uint32_t) spec->cols };
+        struct agent_exec *x = NULL;
+        char msg[512];
+        r = agent_exec_start(cl, &sp, &x, msg, sizeof(msg));
+        if (r == -EUSERS)
+                return API_ERR(err, -EUSERS, "This sandbox holds %d processes, the most it keeps; let one finish first",
+                               PJ_AGENT_MAX_PROCS);
+        if (r < 0)
+                return API_ERR(err, -EHOSTUNREACH, "Could not start the process: %s", msg);
+        /* A refusal for the user's reasons (missing cwd, no such program) comes back as a
+         * session that ended at once, with the reason as its stderr. */
+        if (!agent_exec_pid(x)) {
+                struct strbuf why;
+                strbuf_init(&why, 1024);
+                (void) agent_exec_read(x, 0, -1, collect, &why);
+                agent_exec_free(x);
+                while (why.len && why.buf[why.len - 1] == '\n')
+                        why.buf[--why.len] = 0;
+                r = API_ERR(err, -EINVAL, "The process cannot start: %s", why.buf ? why.buf : "refused");
+                strbuf_done(&why);
+                return r;
+        }
+        *ret_pid = (uint32_t) agent_exec_pid(x);
+        agent_exec_free(x);   /* detached: the process stays, its output goes to the agent's buffer */
+        return 0;
+}
+
+int process_list(struct ctl *c, const struct sandbox *sb, struct pj_agent_fields **ret, size_t *ret_n,
+                 struct api_error *err) {
+        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        int r = connect_for(c, sb, &cl, err);
+        if (r < 0)
+                return r;
+        r = agent_proc_list(cl, ret, ret_n, PROCESS_TIMEOUT_MS);
+        return r < 0 ? gone(r, 0, err) : 0;
+}
+
+int process_attach(struct ctl *c, const struct sandbox *sb, uint32_t pid, struct agent_exec **ret, struct api_error *err) {
+        struct agent_client *cl = NULL;
+        int r = connect_for(c, sb, &cl, err);
+        if (r < 0)
+                return r;
+        char msg[256];
+        r = agent_exec_attach(cl, pid, ret, msg, sizeof(msg));
+        return r < 0 ? gone(r, pid, err) : 0;
+}
+
+int process_stdin(struct ctl *c, const struct sandbox *sb, uint32_t pid, const char *data, size_t len, bool close,
+                  struct api_error *err) {
+        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        int r = connect_for(c, sb, &cl, err);
+        if (r < 0)
+                return r;
+        r = agent_proc_stdin(cl, pid, data, len, close, PROCESS_TIMEOUT_MS);
+        return r < 0 ? gone(r, pid, err) : 0;
+}
+
+int process_signal(struct ctl *c, const struct sandbox *sb, uint32_t pid, int sig, struct api_error *err) {
+        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        int r = connect_for(c, sb, &cl, err);
+        if (r < 0)
+                return r;
+        r = agent_proc_signal(cl, pid, sig, PROCESS_TIMEOUT_MS);
+        return r < 0 ? gone(r, pid, err) : 0;
+}
+
+int process_resize(struct ctl *c, const struct sandbox *sb, uint32_t pid, int rows, int cols, struct api_error *err) {
+        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        int r = connect_for(c, sb, &cl, err);
+        if (r < 0)
+                return r;
+        r = agent_proc_resize(cl, pid, (uint32_t) rows, (uint32_t) cols, PROCESS_TIMEOUT_MS);
+        return r < 0 ? gone(r, pid, err) : 0;
+}

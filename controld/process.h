@@ -1,0 +1,40 @@
+/* process.h — processes kept by the sandbox's agent (process.c): the domain part of
+ * /sandboxes/{id}/processes. Every call returns 0 or -errno with the user's message:
+ * -ENOENT no such process, -EBUSY it has no stdin / no terminal, -EUSERS the sandbox holds
+ * the most processes it keeps, -EOPNOTSUPP this server runs no agent, -EHOSTUNREACH the
+ * agent is not answering. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pj_agent.h"
+
+struct ctl;
+struct sandbox;
+struct api_error;
+struct agent_exec;
+
+struct process_spec {
+        const char *cmd;          /* run by /bin/sh -c */
+        char **env;               /* "K=V" over the sandbox's environment; NULL = none */
+        const char *cwd;          /* NULL = "/" */
+        const char *tag;          /* NULL = none */
+        bool stdin_open;          /* a stdin pipe for process_stdin */
+        int rows, cols;           /* > 0: a terminal of that size */
+};
+
+int process_start(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, uint32_t *ret_pid,
+                  struct api_error *err);
+/* The processes the agent keeps (running, or finished and still listed); *ret holds *ret_n
+ * entries: pj_agent_fields_done() each, then free(). */
+int process_list(struct ctl *c, const struct sandbox *sb, struct pj_agent_fields **ret, size_t *ret_n,
+                 struct api_error *err);
+/* A session on pid's output: what the agent buffered (the last 1 MiB), then live output and
+ * the exit, read with agent_exec_read(). The newest attach wins: an older one ends. */
+int process_attach(struct ctl *c, const struct sandbox *sb, uint32_t pid, struct agent_exec **ret, struct api_error *err);
+int process_stdin(struct ctl *c, const struct sandbox *sb, uint32_t pid, const char *data, size_t len, bool close,
+                  struct api_error *err);
+int process_signal(struct ctl *c, const struct sandbox *sb, uint32_t pid, int sig, struct api_error *err);
+int process_resize(struct ctl *c, const struct sandbox *sb, uint32_t pid, int rows, int cols, struct api_error *err);
