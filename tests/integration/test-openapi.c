@@ -172,14 +172,17 @@ static const char *request_content_type(cJSON *spec, cJSON *op) {
         return content->child ? content->child->string : NULL;
 }
 
-/* "/sandboxes/{id}/files/{path}" -> a concrete URL: ids become UNKNOWN_ID, {path} a file path. */
+/* "/sandboxes/{id}/files/{path}" -> a concrete URL: ids become UNKNOWN_ID, {path} a file path,
+ * {pid} a process id. */
 static void concrete_path(const char *tmpl, char *out, size_t len) {
         size_t o = 0;
         for (const char *s = tmpl; *s && o + 1 < len;) {
                 if (*s == '{') {
                         const char *e = strchr(s, '}');
                         ASSERT_NOT_NULL(e);
-                        const char *v = (e - s == 5 && !strncmp(s, "{path}", 6)) ? "tmp/openapi-probe" : UNKNOWN_ID;
+                        const char *v = (e - s == 5 && !strncmp(s, "{path}", 6)) ? "tmp/openapi-probe"
+                                        : (e - s == 4 && !strncmp(s, "{pid}", 5))  ? "4242"
+                                                                                  : UNKNOWN_ID;
                         o += (size_t) snprintf(out + o, len - o, "%s", v);
                         s = e + 1;
                 } else

@@ -273,6 +273,97 @@ TEST(sigint_ends_sleep) {
         finish_agent();
 }
 
+/* base_env layers the request's env over the agent's own; a missing cwd is an ERROR naming it;
+ * STDIN and SIGNAL by pid work from another connection and are answered OK; KILL takes what
+ * left the process group with setsid too. */
+TEST(base_env_cwd_error_and_pid_addressing) {
+        setenv("PADDOCK_TEST_BASE", "from-agent", 1);
+        setenv("PADDOCK_TEST_OVER", "agent", 1);
+        start_agent();
+        unsetenv("PADDOCK_TEST_BASE");
+        unsetenv("PADDOCK_TEST_OVER");
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        struct pj_agent_fields base = { .present = PJ_AGENT_BIT(PJ_AGENT_T_BASE_ENV), .base_env = true };
+        char *over[] = { "PADDOCK_TEST_OVER=request", NULL };
+        struct pj_agent_msg m = { .type = PJ_AGENT_SPAWN, .id = 1,
+                                  .argv = (char *[]) { "/bin/sh", "-c", "echo $PADDOCK_TEST_BASE $PADDOCK_TEST_OVER; env | grep -c PADDOCK_INIT_ || true", NULL },
+                                  .n_argv = 3, .env = over, .n_env = 1, .f = base };
+        send_msg(c, &m);
+        struct agent_frame f = { 0 };
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_SPAWNED);
+        agent_frame_done(&f);
+        struct run r;
+        collect(c, 1, &r);
+        ASSERT_STREQ(r.out, "from-agent request\n0\n");
+        /* Without base_env the request's env is all there is. */
+        spawn(c, 2, (char *[]) { "/bin/sh", "-c", "echo ${PADDOCK_TEST_BASE-unset}", NULL }, NULL);
+        collect(c, 2, &r);
+        ASSERT_STREQ(r.out, "unset\n");
+
+        struct pj_agent_fields cwd = { .cwd = "/no/such/dir" };
+        m = (struct pj_agent_msg) { .type = PJ_AGENT_SPAWN, .id = 3, .argv = (char *[]) { "pwd", NULL }, .n_argv = 1,
+                                    .env = env_default, .n_env = 2, .f = cwd };
+        send_msg(c, &m);
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, ENOENT);
+        ASSERT_STREQ(f.m.f.path, "/no/such/dir");
+        agent_frame_done(&f);
+        m = (struct pj_agent_msg) { .type = PJ_AGENT_SPAWN, .id = 3, .argv = (char *[]) { "no-such-program-x", NULL },
+                                    .n_argv = 1, .env = env_default, .n_env = 2 };
+        send_msg(c, &m);
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, ENOENT);
+        ASSERT_NULL(f.m.f.path);
+        agent_frame_done(&f);
+
+        /* A process with stdin, fed and signalled from a second connection by pid. */
+        struct pj_agent_fields in = { .present = PJ_AGENT_BIT(PJ_AGENT_T_STDIN), .stdin_pipe = true };
+        pid_t cat = spawn(c, 4, (char *[]) { "cat", NULL }, &in);
+        _cleanup_(agent_client_freep) struct agent_client *c2 = conn();
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN, .id = 9, .data = (const uint8_t *) "by pid\n", .data_len = 7,
+                                              .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = (uint32_t) cat } });
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_OK);
+        ASSERT_EQ(f.m.id, 9);
+        agent_frame_done(&f);
+        char acc[256] = "";
+        wait_output(c, 4, "by pid\n", acc, sizeof(acc));
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN_CLOSE, .id = 10,
+                                              .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = (uint32_t) cat } });
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_OK);
+        agent_frame_done(&f);
+        collect(c, 4, &r);
+        ASSERT_EQ(r.code, 0);
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_SIGNAL, .id = 11,
+                                              .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = 999999, .signo = 15 } });
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, ESRCH);
+        agent_frame_done(&f);
+
+        /* KILL by pid takes a setsid escapee too. */
+        pid_t tree = spawn(c, 5, (char *[]) { "/bin/sh", "-c", "setsid sleep 77 & echo started; wait", NULL }, NULL);
+        acc[0] = 0;
+        wait_output(c, 5, "started\n", acc, sizeof(acc));
+        usleep(200000);
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_SIGNAL, .id = 12,
+                                              .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = (uint32_t) tree, .signo = 9 } });
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_OK);
+        agent_frame_done(&f);
+        collect(c, 5, &r);
+        ASSERT_EQ(r.signo, SIGKILL);
+        usleep(300000);
+        /* no "sleep 77" is left among this test's processes */
+        _cleanup_free_ char *left = NULL;
+        ASSERT_EQ(test_run_capture((char *const[]) { "pgrep", "-f", "^sleep 77$", NULL }, &left, 4096), 1);
+        finish_agent();
+}
+
 TEST(reattach_replays_output) {
         start_agent();
         struct agent_client *c = conn();

@@ -825,6 +825,92 @@ TEST(exec_valid) {
         pj_exec_done(&x);
 }
 
+TEST(exec_stdin_and_processes) {
+        struct pj_error e = {};
+        struct pj_exec x = {};
+        _cleanup_free_ char *b = q("{'cmd':'wc -c','stdin':'hello\\n'}");
+        ASSERT_EQ(pj_exec_parse(b, strlen(b), &x, &e), 0);
+        ASSERT_EQ(x.stdin_len, 6);
+        ASSERT_STREQ(x.stdin_data, "hello\n");
+        pj_exec_done(&x);
+        _cleanup_free_ char *b1 = q("{'cmd':'x','stdin':7}");
+        ASSERT_EQ(pj_exec_parse(b1, strlen(b1), &x, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "stdin");
+
+        struct pj_process_start p = {};
+        _cleanup_free_ char *b2 = q("{'cmd':'python3 -i','tag':'repl','stdin':true,'pty':{'rows':40,'cols':120},"
+                                    "'env':{'A':'1'},'cwd':'/tmp'}");
+        ASSERT_EQ(pj_process_start_parse(b2, strlen(b2), &p, &e), 0);
+        ASSERT_STREQ(p.cmd, "python3 -i");
+        ASSERT_STREQ(p.tag, "repl");
+        ASSERT_TRUE(p.stdin_open);
+        ASSERT_EQ(p.rows, 40);
+        ASSERT_EQ(p.cols, 120);
+        ASSERT_EQ(p.n_env, 1);
+        ASSERT_STREQ(p.cwd, "/tmp");
+        pj_process_start_done(&p);
+        _cleanup_free_ char *b3 = q("{'cmd':'top','pty':{}}");
+        ASSERT_EQ(pj_process_start_parse(b3, strlen(b3), &p, &e), 0);
+        ASSERT_EQ(p.rows, 24);
+        ASSERT_EQ(p.cols, 80);
+        ASSERT_NULL(p.tag);
+        pj_process_start_done(&p);
+        static const struct { const char *body, *field; } bad[] = {
+                { "{}", "cmd" },
+                { "{'cmd':''}", "cmd" },
+                { "{'cmd':'x','tag':''}", "tag" },
+                { "{'cmd':'x','tag':'a\\u0007b'}", "tag" },
+                { "{'cmd':'x','pty':{'rows':1001}}", "pty.rows" },
+                { "{'cmd':'x','pty':{'cols':0}}", "pty.cols" },
+                { "{'cmd':'x','pty':{'depth':3}}", "pty.depth" },
+                { "{'cmd':'x','pty':3}", "pty" },
+                { "{'cmd':'x','stdin':'yes'}", "stdin" },
+                { "{'cmd':'x','timeout_seconds':5}", "timeout_seconds" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                _cleanup_free_ char *bb = q(bad[i].body);
+                e = (struct pj_error) {};
+                if (pj_process_start_parse(bb, strlen(bb), &p, &e) != -EINVAL || strcmp(e.field, bad[i].field))
+                        test_fail(__FILE__, __LINE__, "%s: field '%s' (%s), want '%s'", bad[i].body, e.field, e.message,
+                                  bad[i].field);
+        }
+
+        struct pj_process_stdin in = {};
+        _cleanup_free_ char *b4 = q("{'data':'6*7\\n'}");
+        ASSERT_EQ(pj_process_stdin_parse(b4, strlen(b4), &in, &e), 0);
+        ASSERT_EQ(in.len, 4);
+        ASSERT_FALSE(in.close);
+        pj_process_stdin_done(&in);
+        _cleanup_free_ char *b5 = q("{'close':true}");
+        ASSERT_EQ(pj_process_stdin_parse(b5, strlen(b5), &in, &e), 0);
+        ASSERT_TRUE(in.close);
+        ASSERT_EQ(in.len, 0);
+        pj_process_stdin_done(&in);
+        _cleanup_free_ char *b6 = q("{}");
+        ASSERT_EQ(pj_process_stdin_parse(b6, strlen(b6), &in, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "data");
+
+        int sig = 0, rows = 0, cols = 0;
+        static const struct { const char *body; int want; } sigs[] = {
+                { "{'signal':'SIGINT'}", 2 }, { "{'signal':'TERM'}", 15 }, { "{'signal':9}", 9 }, { "{'signal':64}", 64 },
+                { "{'signal':'SIGWINCH'}", 28 }, { "{'signal':0}", -1 }, { "{'signal':65}", -1 }, { "{'signal':'SIGFOO'}", -1 },
+                { "{'signal':true}", -1 }, { "{}", -1 }, { "{'signal':2,'x':1}", -1 },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(sigs); i++) {
+                _cleanup_free_ char *bb = q(sigs[i].body);
+                int r = pj_process_signal_parse(bb, strlen(bb), &sig, &e);
+                if (sigs[i].want < 0 ? r != -EINVAL : r != 0 || sig != sigs[i].want)
+                        test_fail(__FILE__, __LINE__, "%s -> %d (signal %d)", sigs[i].body, r, sig);
+        }
+        _cleanup_free_ char *b7 = q("{'rows':30,'cols':100}");
+        ASSERT_EQ(pj_process_resize_parse(b7, strlen(b7), &rows, &cols, &e), 0);
+        ASSERT_EQ(rows, 30);
+        ASSERT_EQ(cols, 100);
+        _cleanup_free_ char *b8 = q("{'rows':30}");
+        ASSERT_EQ(pj_process_resize_parse(b8, strlen(b8), &rows, &cols, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "cols");
+}
+
 /* prefix, then len bytes repeating unit, then suffix: a body of a chosen size (xmalloc'd). */
 static char *sized_body(const char *prefix, const char *unit, size_t len, const char *suffix) {
         size_t p = strlen(prefix), u = strlen(unit), x = strlen(suffix);
