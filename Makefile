@@ -184,6 +184,8 @@ install: all
 		$(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d $(DESTDIR)$(PREFIX)/share/paddock/systemd \
 		$(DESTDIR)$(PREFIX)/share/paddock/cni $(DESTDIR)$(PREFIX)/share/paddock/nomad
 	install -m 0755 $(BUILD)/controld $(BUILD)/nodeagent $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/lib/paddock
+	install -m 0755 $(BUILD)/paddock-init $(DESTDIR)$(PREFIX)/lib/paddock/paddock-init
 	install -m 0644 packaging/controld.conf.example packaging/nodeagent.conf.example $(DESTDIR)/etc/paddock/
 	for u in paddock-controld paddock-nodeagent; do \
 		sed 's#/usr/bin/#$(PREFIX)/bin/#g' packaging/$$u.service > $(DESTDIR)/lib/systemd/system/$$u.service; done

@@ -92,6 +92,23 @@ static int send_interleaved(struct agent_client *cl, const struct pj_agent_msg *
         return 0;
 }
 
+/* Waits until the agent has bytes (1), the deadline passed (0), or the client at watch_fd
+ * (-1 = none) hung up (-ECONNRESET). */
+static int wait_agent_or_client(struct agent_client *cl, int watch_fd, int64_t deadline) {
+        for (;;) {
+                struct pollfd pf[2] = { { .fd = agent_client_fd(cl), .events = POLLIN }, { .fd = watch_fd, .events = POLLRDHUP } };
+                int64_t left = deadline - mono_ms();
+                int k = poll(pf, watch_fd >= 0 ? 2 : 1, (int) (left < 0 ? 0 : left));
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return -errno;
+                if (watch_fd >= 0 && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        return -ECONNRESET;
+                return k > 0;
+        }
+}
+
 /* ---- processes ---- */
 
 struct proc_ctx {
@@ -264,20 +281,9 @@ int agent_exec_read(struct agent_exec *x, int timeout_ms, int watch_fd, exec_out
                         return 1;
                 if (r > 0)
                         return 0;   /* output came: the caller checks its deadlines, then reads on */
-                struct pollfd pf[2] = { { .fd = agent_client_fd(x->cl), .events = POLLIN },
-                                        { .fd = watch_fd, .events = POLLRDHUP } };
-                int64_t left = deadline - mono_ms();
-                if (left < 0)
-                        left = 0;
-                int k = poll(pf, watch_fd >= 0 ? 2 : 1, (int) left);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0)
-                        return -errno;
-                if (watch_fd >= 0 && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
-                        return -ECONNRESET;
-                if (k == 0)
-                        return 0;
+                r = wait_agent_or_client(x->cl, watch_fd, deadline);
+                if (r <= 0)
+                        return r;
         }
 }
 
@@ -371,20 +377,9 @@ static int file_wait(struct agent_file *a, int timeout_ms, int watch_fd) {
                         return 1;
                 if (r > 0)
                         return 0;
-                struct pollfd pf[2] = { { .fd = agent_client_fd(a->cl), .events = POLLIN },
-                                        { .fd = watch_fd, .events = POLLRDHUP } };
-                int64_t left = deadline - mono_ms();
-                if (left < 0)
-                        left = 0;
-                int k = poll(pf, watch_fd >= 0 ? 2 : 1, (int) left);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0)
-                        return -errno;
-                if (watch_fd >= 0 && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
-                        return -ECONNRESET;
-                if (k == 0)
-                        return 0;
+                r = wait_agent_or_client(a->cl, watch_fd, deadline);
+                if (r <= 0)
+                        return r;
         }
 }
 

@@ -37,7 +37,9 @@ static char *find_binary(void) {
                                 return TAKE_PTR(p);
                 }
         }
-        return executable(INSTALLED_BINARY) ? xstrdup(INSTALLED_BINARY) : NULL;
+        if (executable(INSTALLED_BINARY))
+                return xstrdup(INSTALLED_BINARY);
+        return executable("/usr/local/lib/paddock/paddock-init") ? xstrdup("/usr/local/lib/paddock/paddock-init") : NULL;
 }
 
 int agent_host_init(struct ctl *c, char *err, size_t errlen) {

@@ -233,24 +233,14 @@ static ssize_t ps_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         t->done = true;
                         continue;
                 }
-                if (t->pending.len == t->pending_off) {
-                        if (mono_ms() - t->last_sent >= (int64_t) t->c->cfg->stream_keepalive_ms) {
-                                strbuf_append(&t->pending, ": keep-alive\n\n", 14);
-                                t->last_sent = mono_ms();
-                        }
-                } else
-                        t->last_sent = mono_ms();
+                sse_keepalive(&t->pending, t->pending.len != t->pending_off, &t->last_sent, (int64_t) t->c->cfg->stream_keepalive_ms);
         }
 }
 
 static void ps_free(void *cls) {
         struct pstream *t = cls;
-        if (t->counted) {
-                pthread_mutex_lock(&t->c->jobs_lock);
-                t->c->streams_running--;
-                pthread_cond_broadcast(&t->c->jobs_cond);
-                pthread_mutex_unlock(&t->c->jobs_lock);
-        }
+        if (t->counted)
+                sse_stream_count(t->c, -1);
         agent_exec_free(t->x);   /* detaches only: the process keeps running */
         strbuf_done(&t->pending);
         free(t);
@@ -277,10 +267,8 @@ enum MHD_Result process_get_stream(struct req *r) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         t->client_fd = ci ? ci->connect_fd : -1;
         t->last_sent = mono_ms();
-        pthread_mutex_lock(&r->c->jobs_lock);
-        r->c->streams_running++;
+        sse_stream_count(r->c, +1);
         t->counted = true;
-        pthread_mutex_unlock(&r->c->jobs_lock);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, ps_reader, t, ps_free);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");

@@ -94,24 +94,14 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 case RUNTIME_RUNNING:
                         break;
                 }
-                if (t->pending.len == 0) {
-                        if (mono_ms() - t->last_sent >= (int64_t) t->c->cfg->stream_keepalive_ms) {
-                                strbuf_append(&t->pending, ": keep-alive\n\n", 14);
-                                t->last_sent = mono_ms();
-                        }
-                } else
-                        t->last_sent = mono_ms();
+                sse_keepalive(&t->pending, t->pending.len != 0, &t->last_sent, (int64_t) t->c->cfg->stream_keepalive_ms);
         }
 }
 
 static void sse_free(void *cls) {
         struct sse *t = cls;
-        if (t->counted) {
-                pthread_mutex_lock(&t->c->jobs_lock);
-                t->c->streams_running--;
-                pthread_cond_broadcast(&t->c->jobs_cond);
-                pthread_mutex_unlock(&t->c->jobs_lock);
-        }
+        if (t->counted)
+                sse_stream_count(t->c, -1);
         if (!runtime_ended(t->x))
                 log_info("streamed exec ended before the process; killing it");
         runtime_free(t->x);
@@ -173,10 +163,8 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         t->client_fd = ci ? ci->connect_fd : -1;
         t->last_sent = mono_ms();
-        pthread_mutex_lock(&c->jobs_lock);
-        c->streams_running++;
+        sse_stream_count(c, +1);
         t->counted = true;
-        pthread_mutex_unlock(&c->jobs_lock);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_reader, t, sse_free);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");

@@ -629,3 +629,19 @@ struct http_server *http_stop(struct http_server *h) {
         free(h);
         return NULL;
 }
+
+void sse_stream_count(struct ctl *c, int delta) {
+        pthread_mutex_lock(&c->jobs_lock);
+        c->streams_running += delta;
+        pthread_cond_broadcast(&c->jobs_cond);
+        pthread_mutex_unlock(&c->jobs_lock);
+}
+
+void sse_keepalive(struct strbuf *pending, bool unsent, int64_t *last_sent, int64_t keepalive_ms) {
+        if (unsent)
+                *last_sent = mono_ms();
+        else if (mono_ms() - *last_sent >= keepalive_ms) {
+                strbuf_append(pending, ": keep-alive\n\n", 14);
+                *last_sent = mono_ms();
+        }
+}

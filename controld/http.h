@@ -141,6 +141,10 @@ enum MHD_Result runtime_post_exec(struct req *r);
 int runtime_ready_sandbox(struct req *r, const char *id, struct sandbox *ret);
 /* "K=V" strings of a request's env (strv_free). */
 char **runtime_env_list(char **keys, char **values, size_t n);
+/* SSE helpers shared by the streamed answers: the count of open streams (shutdown lets
+ * them say goodbye) and the keep-alive comment when nothing was sent for keepalive_ms. */
+void sse_stream_count(struct ctl *c, int delta);
+void sse_keepalive(struct strbuf *pending, bool unsent, int64_t *last_sent, int64_t keepalive_ms);
 /* api-process.c: processes that outlive their request (ours, beyond the Brimble API) */
 enum MHD_Result process_get_list(struct req *r);
 enum MHD_Result process_post_start(struct req *r);

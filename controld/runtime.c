@@ -714,6 +714,16 @@ static int finish_file_exec(struct runtime_run *x) {
         return x->exit_code;
 }
 
+/* The directory a file path is in ("/" for a file at the root), for messages. */
+static void parent_dir(const char *path, char *dir, size_t n) {
+        snprintf(dir, n, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir)
+                *slash = 0;
+        else
+                snprintf(dir, n, "/");
+}
+
 /* The put script's exit code as -errno with the user's message in err (0 when it wrote). */
 static int put_error(int code, const char *path, const char *stderr_raw, struct api_error *err) {
         char dir[4097], stderr_buf[ERR_CAP + 1];
@@ -729,12 +739,7 @@ static int put_error(int code, const char *path, const char *stderr_raw, struct 
                                 *q = ' ';
                 stderr_text = stderr_buf;
         }
-        snprintf(dir, sizeof(dir), "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash && slash != dir)
-                *slash = 0;
-        else
-                snprintf(dir, sizeof(dir), "/");
+        parent_dir(path, dir, sizeof(dir));
         switch (code) {
         case 0:
                 return 0;
@@ -772,12 +777,7 @@ int runtime_file_write(struct runtime_run *x, const void *data, size_t len) {
 /* The agent's verdict on a write as the user's error (0 when it wrote). */
 static int agent_put_error(int k, const char *path, const char *why, struct api_error *err) {
         char dir[4097];
-        snprintf(dir, sizeof(dir), "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash && slash != dir)
-                *slash = 0;
-        else
-                snprintf(dir, sizeof(dir), "/");
+        parent_dir(path, dir, sizeof(dir));
         switch (k) {
         case 0:
                 return 0;

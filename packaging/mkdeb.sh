@@ -14,7 +14,7 @@ BUILD=${1:?usage: mkdeb.sh BUILD OUTDIR}
 OUT=${2:?usage: mkdeb.sh BUILD OUTDIR}
 
 die() { echo "mkdeb: $*" >&2; exit 1; }
-for b in controld nodeagent; do
+for b in controld nodeagent paddock-init; do
         [[ -x $BUILD/$b ]] || die "$BUILD/$b is missing: run make first"
 done
 command -v dpkg-deb >/dev/null || die "dpkg-deb is missing (apt-get install dpkg)"
@@ -89,6 +89,11 @@ build_pkg() {
                 ;;
         nodeagent)
                 # Host reference configs: copied into place by the operator (OPERATIONS.md).
+                # PID 1 of every sandbox on this node, bound in read-only (static: needs nothing of
+                # the image). controld's local Docker driver finds it here too.
+                install -d "$d/usr/lib/paddock"
+                install -m 0755 "$BUILD/paddock-init" "$d/usr/lib/paddock/paddock-init"
+                strip --strip-unneeded --remove-section=.comment --remove-section=.note "$d/usr/lib/paddock/paddock-init" 2>/dev/null || true
                 install -d "$d/usr/share/paddock/cni" "$d/usr/share/paddock/nomad"
                 install -m 0644 "$HERE"/cni/*.conflist "$d/usr/share/paddock/cni/"
                 install -m 0644 "$HERE"/nomad/*.hcl "$d/usr/share/paddock/nomad/"

@@ -32,26 +32,26 @@ void conn_send(struct conn *c, const struct pj_agent_msg *m) {
         }
 }
 
-void conn_send_error(struct conn *c, uint32_t id, int err, const char *fmt, ...) {
+static void send_error_v(struct conn *c, uint32_t id, int err, const char *path, const char *fmt, va_list ap) {
         char msg[PJ_AGENT_MAX_MESSAGE];
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_ERROR, .id = id,
+                                             .f = { .err = err > 0 && err < 4096 ? (uint32_t) err : EIO, .message = msg,
+                                                    .path = (char *) path } });
+}
+
+void conn_send_error(struct conn *c, uint32_t id, int err, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof(msg), fmt, ap);
+        send_error_v(c, id, err, NULL, fmt, ap);
         va_end(ap);
-        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_ERROR, .id = id,
-                                             .f = { .err = err > 0 && err < 4096 ? (uint32_t) err : EIO, .message = msg } });
 }
 
 void conn_send_error_path(struct conn *c, uint32_t id, int err, const char *path, const char *fmt, ...) {
-        char msg[PJ_AGENT_MAX_MESSAGE];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof(msg), fmt, ap);
+        send_error_v(c, id, err, path, fmt, ap);
         va_end(ap);
-        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_ERROR, .id = id,
-                                             .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PATH),
-                                                    .err = err > 0 && err < 4096 ? (uint32_t) err : EIO,
-                                                    .message = msg, .path = (char *) path } });
 }
 
 void conn_send_simple(struct conn *c, uint8_t type, uint32_t id) {

@@ -109,8 +109,11 @@ printf '\n%-44s %12s %12s %8s  %s\n' "benchmark" "paddock" "baseline" "ratio" "g
 printf '%-44s %12s %12s %8s  %s\n' "create-to-ready p50 (ms) vs docker run -d" "$a50" "$d50" "$(ratio "$a50" "$d50")" "<= 1.3"
 printf '%-44s %12s %12s %8s  %s\n' "create-to-ready p95 (ms) vs docker run -d" "$a95" "$d95" "$(ratio "$a95" "$d95")" "<= 1.3"
 printf '%-44s %12s %12s %8s  %s\n' "GET /sandboxes/{id} req/s @64 vs bare MHD" "$ours" "$base" "$(ratio "$ours" "$base")" ">= 0.5"
+# BENCH_PARTS="runtime egress": only those parts (tests/bench/<part>.bench.sh); default all.
 for extra in tests/bench/*.bench.sh; do
 	[ -e "$extra" ] || continue
+	part=$(basename "$extra" .bench.sh)
+	[[ -z ${BENCH_PARTS:-} || " $BENCH_PARTS " == *" $part "* ]] || continue
 	URL="$URL" KEY="$KEY" B="$B" WORK="$WORK" IMG="$IMG" N="$N" source "$extra"
 done
 echo
