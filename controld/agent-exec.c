@@ -323,6 +323,8 @@ void agent_exec_free(struct agent_exec *x) {
 
 struct agent_file {
         struct agent_client *cl;
+        uint8_t *out;     /* a write's bytes not yet sent: gathered to CHUNK-sized DATA frames */
+        size_t out_len;
         bool ended, failed;
         int err;          /* the agent's errno (positive) once failed */
         char *message;
@@ -420,25 +422,44 @@ int agent_file_write_open(struct agent_client *cl, const char *path, struct agen
         return 0;
 }
 
+static int file_send(struct agent_file *a, const uint8_t *d, size_t n, int64_t deadline) {
+        if (a->ended)   /* the agent refused it already: the rest is not wanted */
+                return -EPIPE;
+        struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = CHAN_FILE, .data = d, .data_len = n };
+        return send_interleaved(a->cl, &m, deadline, file_frame, a);
+}
+
 int agent_file_write(struct agent_file *a, const void *data, size_t len, int timeout_ms) {
         int64_t deadline = mono_ms() + timeout_ms;
         const uint8_t *d = data;
+        if (!a->out)
+                a->out = xmalloc(CHUNK);
         while (len) {
-                if (a->ended)   /* the agent refused it already: the rest is not wanted */
-                        return -EPIPE;
-                size_t n = len > CHUNK ? CHUNK : len;
-                struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = CHAN_FILE, .data = d, .data_len = n };
-                int r = send_interleaved(a->cl, &m, deadline, file_frame, a);
-                if (r < 0)
-                        return r;
+                size_t n = CHUNK - a->out_len < len ? CHUNK - a->out_len : len;
+                memcpy(a->out + a->out_len, d, n);
+                a->out_len += n;
                 d += n;
                 len -= n;
+                if (a->out_len == CHUNK) {
+                        int r = file_send(a, a->out, a->out_len, deadline);
+                        a->out_len = 0;
+                        if (r < 0)
+                                return r;
+                }
         }
         return 0;
 }
 
 int agent_file_write_finish(struct agent_file *a, int timeout_ms, char *err, size_t errlen) {
         int64_t deadline = mono_ms() + timeout_ms;
+        if (a->out_len && !a->ended) {
+                int r = file_send(a, a->out, a->out_len, deadline);
+                a->out_len = 0;
+                if (r < 0 && !a->ended) {
+                        snprintf(err, errlen, "%s", strerror(-r));
+                        return r;
+                }
+        }
         if (!a->ended) {
                 struct pj_agent_msg m = { .type = PJ_AGENT_END, .id = CHAN_FILE };
                 int r = send_interleaved(a->cl, &m, deadline, file_frame, a);
@@ -470,6 +491,7 @@ void agent_file_free(struct agent_file *a) {
                 return;
         agent_client_free(a->cl);
         free(a->message);
+        free(a->out);
         free(a);
 }
 

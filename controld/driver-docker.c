@@ -199,6 +199,8 @@ static void wait_agent_socket(struct driver *d, const struct sandbox *sb, int64_
                 log_notice("the sandbox's agent socket did not appear; commands use the driver's exec path");
 }
 
+static void agent_parts_remove(struct driver *d, const char *sandbox_id);
+
 static int dd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, char *err, size_t errlen) {
         struct config *cfg = d->ctl->cfg;
         _cleanup_free_ char *name = xasprintf("paddock-%s", sb->id);
@@ -260,7 +262,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                         r = agent_secret_write(d->ctl, sb->id);
                 if (r < 0) {
                         snprintf(err, errlen, "cannot prepare the sandbox agent: %s", dmsg(r));
-                        return r;
+                        goto unwind;
                 }
                 secret_path = agent_secret_path(d->ctl, sb->id);
                 mnts[n_mnts++] = (struct docker_mount) { .bind = d->ctl->agent_binary, .target = AGENT_IN_BINARY, .read_only = true };
@@ -279,7 +281,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         for (int attempt = 0; r == -ENOENT && sb->from_snapshot && attempt < 2; attempt++) {
                 r = pull_snapshot_image(d, sb->image, err, errlen);
                 if (r < 0)
-                        return r;
+                        goto unwind;
                 r = docker_container_create(D(d), &o, &id);
         }
         if (r < 0) {
@@ -287,7 +289,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                         snprintf(err, errlen, "template image %s is not present on the node: %s", sb->image, dmsg(r));
                 else
                         snprintf(err, errlen, "container create failed: %s", dmsg(r));
-                return r;
+                goto unwind;
         }
         r = docker_container_start(D(d), id);
         if (r < 0) {
@@ -326,7 +328,10 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         ret->ip = xstrdup(st.ip);
         return 0;
 unwind:
-        (void) docker_container_remove(D(d), id, true, false);
+        if (id)
+                (void) docker_container_remove(D(d), id, true, false);
+        if (agent)
+                agent_parts_remove(d, sb->id);
         return r;
 }
 

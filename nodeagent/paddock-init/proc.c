@@ -275,6 +275,18 @@ static _noreturn_ void child(const struct pj_agent_msg *m, char **envp, int in, 
         _exit(127);
 }
 
+/* vfork: no copy of the agent's address space for a child that only sets itself up and
+ * execs (under gVisor a fork's copy is most of a spawn's cost). The child runs on this
+ * function's stack and never returns here (child() execs or _exits); the parent resumes once
+ * it has. Kept apart so no local of the caller can be clobbered. */
+static __attribute__((noinline)) pid_t start_child(const struct pj_agent_msg *m, char **envp, int in, int out, int err,
+                                                   const char *pts, int errpipe) {
+        pid_t pid = vfork();
+        if (pid == 0)
+                child(m, envp, in, out, err, pts, errpipe);
+        return pid;
+}
+
 static int set_nonblock(int fd) {
         int fl = fcntl(fd, F_GETFL);
         return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
@@ -335,11 +347,9 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                         goto fail;
         }
         envp = spawn_env(m);
-        pid_t pid = fork();
+        pid_t pid = start_child(m, envp, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
         if (pid < 0)
                 goto fail;
-        if (pid == 0)
-                child(m, envp, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
         close(ep[1]);
         ep[1] = -1;
         if (pin[0] >= 0)
