@@ -301,6 +301,15 @@ static bool reaches(struct ctld *c, const char *key, const char *id, const char 
         http_req(c, "GET", path, key, NULL, &r);
         fprintf(stderr, "  %s did not reach %s; GET %s: %ld %s\n", id, ip, path, r.status, r.body ?: "");
         hres_done(&r);
+        /* What the agent was doing, and the routes and rules the probe went through. */
+        char *tail[] = { "tail", "-n", "25", agent_log, NULL };
+        _cleanup_free_ char *log = NULL, *route = NULL, *fwd = NULL;
+        (void) test_run_capture(tail, &log, 1 << 16);
+        (void) test_run_capture((char *[]) { "ip", "route", "get", (char *) ip, NULL }, &route, 4096);
+        (void) test_run_capture((char *[]) { "sh", "-c", "iptables -S FORWARD 2>&1 | head -n 20; nft list ruleset 2>&1 | grep -c rule", NULL },
+                                &fwd, 1 << 14);
+        fprintf(stderr, "  agent log (last 25 lines):\n%s\n  ip route get %s: %s  FORWARD:\n%s\n", log ?: "", ip, route ?: "",
+                fwd ?: "");
         return false;
 }
 
