@@ -94,7 +94,7 @@ rt_n=${BENCH_RSS_SANDBOXES:-100}
 rt_rss0=$(rt_rss)
 seq "$rt_n" | xargs -P 4 -I@ sh -c 'id=$(curl -sf -X POST "$0/sandboxes" -H "x-brimble-key: $1" -H "content-type: application/json" \
 	-d "{}" | jq -r .data.id) && curl -sf -o /dev/null -X POST "$0/sandboxes/$id/processes" -H "x-brimble-key: $1" \
-	-H "content-type: application/json" -d "{\"cmd\":\"while :; do echo tick @; done\"}" && echo "$id"' "$URL" "$KEY" >"$WORK/rt-rss-ids" || true
+	-H "content-type: application/json" -d "{\"cmd\":\"while :; do echo tick @; sleep 0.1; done\"}" && echo "$id"' "$URL" "$KEY" >"$WORK/rt-rss-ids" || true
 rt_held=$(wc -l <"$WORK/rt-rss-ids")
 sleep 5
 rt_rss1=$(rt_rss)
