@@ -251,12 +251,21 @@ static void reap_orphans(struct ctl *c) {
                 struct sandbox sb = { 0 };
                 ctl_sandbox_lock(c, *p);
                 int r = store_sandbox_get(c->store, *p, &sb);
-                bool orphan = r == -ENOENT ||
-                              (r >= 0 && (sb.status == SB_DESTROYED || sb.status == SB_FAILED || sb.status == SB_PAUSED));
-                if (orphan) {
+                bool orphan = r == -ENOENT || (r >= 0 && (sb.status == SB_DESTROYED || sb.status == SB_FAILED));
+                /* A paused sandbox keeps what the driver keeps for it (on Nomad its job, scaled to
+                 * 0): only a workload still running now is stray, and it goes the way a pause
+                 * takes it. The list above may predate a pause that finished since. */
+                bool stray = r >= 0 && sb.status == SB_PAUSED && c->drv->ops->running(c->drv, &sb, NULL) == 1;
+                if (orphan || stray) {
                         log_ctx_set("SANDBOX_ID", *p);
                         log_notice("removing an orphaned workload (record %s)", r == -ENOENT ? "missing" : sb_status_str(sb.status));
+                }
+                if (orphan)
                         c->drv->ops->remove_by_id(c->drv, *p);
+                else if (stray) {
+                        char err[256];
+                        if (c->drv->ops->remove(c->drv, &sb, err, sizeof(err)) < 0)
+                                log_warning("could not stop the paused sandbox's workload: %s", err);
                 }
                 ctl_sandbox_unlock(c, *p);
                 sandbox_clear(&sb);
