@@ -99,6 +99,17 @@ INIT_SRC    := $(wildcard nodeagent/paddock-init/*.c) proto-json/pj_agent.c prot
 INIT_STATIC := $(if $(SANITIZE),,-static)
 $(BUILD)/paddock-init: $(call obj,$(INIT_SRC))
 	$(CC) $(LDFLAGS) $(INIT_STATIC) -o $@ $^
+# The sanitized build's agent cannot run inside a sandbox (no sanitizer runtime there): it gets a
+# plain static one beside it, paddock-init.static, which controld binds into sandboxes first.
+ifneq ($(SANITIZE),)
+INIT_STATIC_OBJ := $(patsubst %.c,$(BUILD)/obj-init-static/%.o,$(INIT_SRC))
+$(BUILD)/obj-init-static/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu17 $(WARN) $(CFLAGS) -D_GNU_SOURCE -Icommon -Iproto-json -Inodeagent/paddock-init -c $< -o $@
+$(BUILD)/paddock-init.static: $(INIT_STATIC_OBJ)
+	$(CC) -static -o $@ $^
+all: $(BUILD)/paddock-init.static
+endif
 
 TEST_LIBS := $(LIBTEST) $(LIBCTL) $(LIBAGENT) $(LIBPJ) $(LIBCOMMON)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)

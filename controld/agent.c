@@ -32,6 +32,10 @@ static char *find_binary(void) {
                 self[n] = 0;
                 char *slash = strrchr(self, '/');
                 if (slash) {
+                        /* a sanitized build's own agent needs its runtime: its static twin goes first */
+                        _cleanup_free_ char *st = xasprintf("%.*s/paddock-init.static", (int) (slash - self), self);
+                        if (executable(st))
+                                return TAKE_PTR(st);
                         _cleanup_free_ char *p = xasprintf("%.*s/paddock-init", (int) (slash - self), self);
                         if (executable(p))
                                 return TAKE_PTR(p);
