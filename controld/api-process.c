@@ -147,13 +147,7 @@ struct pstream {
         bool counted;
 };
 
-static void queue(struct pstream *t, cJSON *o) {
-        _cleanup_free_ char *j = json_print(o);
-        cJSON_Delete(o);
-        strbuf_append(&t->pending, "data: ", 6);
-        strbuf_append(&t->pending, j, strlen(j));
-        strbuf_append(&t->pending, "\n\n", 2);
-}
+static void queue(struct pstream *t, cJSON *o) { sse_queue_json(&t->pending, o); }
 
 static size_t seq_len(uint8_t c) {
         return c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;

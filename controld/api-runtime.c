@@ -47,14 +47,8 @@ struct sse {
         bool counted;                 /* in ctl->streams_running */
 };
 
-/* Queues one SSE frame, "data: <o>\n\n" (o consumed). */
-static void queue_frame(struct sse *t, cJSON *o) {
-        _cleanup_free_ char *j = json_print(o);
-        cJSON_Delete(o);
-        strbuf_append(&t->pending, "data: ", 6);
-        strbuf_append(&t->pending, j, strlen(j));
-        strbuf_append(&t->pending, "\n\n", 2);
-}
+/* Queues one SSE frame (o consumed). */
+static void queue_frame(struct sse *t, cJSON *o) { sse_queue_json(&t->pending, o); }
 
 /* Queues the stream's last frame, an error saying message. */
 static void queue_error_frame(struct sse *t, const char *message) {

@@ -645,3 +645,11 @@ void sse_keepalive(struct strbuf *pending, bool unsent, int64_t *last_sent, int6
                 *last_sent = mono_ms();
         }
 }
+
+void sse_queue_json(struct strbuf *pending, cJSON *o) {
+        _cleanup_free_ char *j = json_print(o);
+        cJSON_Delete(o);
+        strbuf_append(pending, "data: ", 6);
+        strbuf_append(pending, j, strlen(j));
+        strbuf_append(pending, "\n\n", 2);
+}

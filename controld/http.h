@@ -145,6 +145,8 @@ char **runtime_env_list(char **keys, char **values, size_t n);
  * them say goodbye) and the keep-alive comment when nothing was sent for keepalive_ms. */
 void sse_stream_count(struct ctl *c, int delta);
 void sse_keepalive(struct strbuf *pending, bool unsent, int64_t *last_sent, int64_t keepalive_ms);
+/* Appends one SSE frame, "data: <o>\n\n", to pending (o consumed). */
+void sse_queue_json(struct strbuf *pending, cJSON *o);
 /* api-process.c: processes that outlive their request (ours, beyond the Brimble API) */
 enum MHD_Result process_get_list(struct req *r);
 enum MHD_Result process_post_start(struct req *r);

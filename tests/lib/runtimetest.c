@@ -259,27 +259,9 @@ static size_t sse_header(char *p, size_t sz, size_t nm, void *ud) {
         return k;
 }
 
-void sse_run(struct box *b, const char *what, const char *body, struct sse *s) {
-        static const char *const headers[] = { "Content-Type: application/json", "Expect:", NULL };
-        char rest[64];
-        struct curl_slist *hl;
-        snprintf(rest, sizeof(rest), "/%s", what);
-        CURL *h = box_curl(b, rest, headers, 120L, &hl);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_write);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
-        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, sse_header);
-        curl_easy_setopt(h, CURLOPT_HEADERDATA, s);
-        s->t0 = now_mono_ms();
-        s->rc = curl_easy_perform(h);
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &s->status);
-        curl_slist_free_all(hl);
-        curl_easy_cleanup(h); /* closes the connection: a disconnect when aborted */
-}
-
-void sse_get(struct box *b, const char *rest, long timeout_s, struct sse *s) {
-        struct curl_slist *hl;
-        CURL *h = box_curl(b, rest, NULL, timeout_s, &hl);
+/* Reads the answer of h into s as SSE frames, then frees h and hl (closing the connection:
+ * a disconnect when the reader stopped early). */
+static void sse_perform(CURL *h, struct curl_slist *hl, struct sse *s) {
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, sse_header);
@@ -289,6 +271,22 @@ void sse_get(struct box *b, const char *rest, long timeout_s, struct sse *s) {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &s->status);
         curl_slist_free_all(hl);
         curl_easy_cleanup(h);
+}
+
+void sse_run(struct box *b, const char *what, const char *body, struct sse *s) {
+        static const char *const headers[] = { "Content-Type: application/json", "Expect:", NULL };
+        char rest[64];
+        struct curl_slist *hl;
+        snprintf(rest, sizeof(rest), "/%s", what);
+        CURL *h = box_curl(b, rest, headers, 120L, &hl);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        sse_perform(h, hl, s);
+}
+
+void sse_get(struct box *b, const char *rest, long timeout_s, struct sse *s) {
+        struct curl_slist *hl;
+        CURL *h = box_curl(b, rest, NULL, timeout_s, &hl);
+        sse_perform(h, hl, s);
 }
 
 void sse_done(struct sse *s) {
