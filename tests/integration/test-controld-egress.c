@@ -292,24 +292,30 @@ static int connect_probe(struct ctld *c, const char *key, const char *id, const 
  * out of a sandbox just started on a loaded 2-core host is not taken for a block. When it
  * does not, the sandbox's GET /egress goes to stderr: its allowed/dropped counters tell
  * whether our rules dropped the packets or they were lost elsewhere. */
-static bool reaches(struct ctld *c, const char *key, const char *id, const char *ip) {
-        if (connect_probe(c, key, id, ip, 5, 2) == 0)
-                return true;
+static void egress_diag(struct ctld *c, const char *key, const char *id, const char *ip) {
         char path[96];
         snprintf(path, sizeof(path), "/sandboxes/%s/egress", id);
         struct hres r;
         http_req(c, "GET", path, key, NULL, &r);
         fprintf(stderr, "  %s did not reach %s; GET %s: %ld %s\n", id, ip, path, r.status, r.body ?: "");
         hres_done(&r);
-        /* What the agent was doing, and the routes and rules the probe went through. */
+        /* What the agent was doing, and the routes, rules and conntrack entries the probe met. */
         char *tail[] = { "tail", "-n", "25", agent_log, NULL };
         _cleanup_free_ char *log = NULL, *route = NULL, *fwd = NULL;
         (void) test_run_capture(tail, &log, 1 << 16);
         (void) test_run_capture((char *[]) { "ip", "route", "get", (char *) ip, NULL }, &route, 4096);
-        (void) test_run_capture((char *[]) { "sh", "-c", "iptables -S FORWARD 2>&1 | head -n 20; nft list ruleset 2>&1 | grep -c rule", NULL },
+        (void) test_run_capture((char *[]) { "sh", "-c", "iptables -S FORWARD 2>&1 | head -n 20; nft list ruleset 2>&1 | grep -c rule; "
+                                                         "conntrack -L -d 198.51.100.0/24 2>&1 | head -n 10; ip neigh 2>&1 | head -n 20",
+                                             NULL },
                                 &fwd, 1 << 14);
         fprintf(stderr, "  agent log (last 25 lines):\n%s\n  ip route get %s: %s  FORWARD:\n%s\n", log ?: "", ip, route ?: "",
                 fwd ?: "");
+}
+
+static bool reaches(struct ctld *c, const char *key, const char *id, const char *ip) {
+        if (connect_probe(c, key, id, ip, 5, 2) == 0)
+                return true;
+        egress_diag(c, key, id, ip);
         return false;
 }
 
@@ -708,19 +714,20 @@ TEST_FULL(pause_resume_keeps_the_policy, 600) {
 /* A process in the sandbox that holds a TCP connection to ip:ECHO_PORT open and says in
  * /tmp/egt-conn-<tag> whether it still works: "ok N" after each echoed byte (one every
  * 0.3 s), "dead" after three unanswered ones (1 s each), "closed" when the peer ends it.
- * It connects with five tries of 2 s (a fresh sandbox's first connection can be slow on a
- * loaded host), and says "no connection" when none worked. */
+ * It connects with ten tries of 2 s (a fresh sandbox's first connection can be slow on a
+ * loaded host), and says "no connection: <last error>" when none worked. */
 static const char holder_py[] =
         "import socket, sys, time\n"
         "def say(t):\n"
         "    with open('/tmp/egt-conn-' + sys.argv[2], 'w') as f: f.write(t)\n"
-        "for i in range(5):\n"
+        "err = ''\n"
+        "for i in range(10):\n"
         "    try:\n"
         "        s = socket.create_connection((sys.argv[1], int(sys.argv[3])), 2); break\n"
-        "    except OSError:\n"
-        "        time.sleep(1)\n"
+        "    except OSError as e:\n"
+        "        err = repr(e); time.sleep(1)\n"
         "else:\n"
-        "    say('no connection'); sys.exit(0)\n"
+        "    say('no connection: ' + err); sys.exit(0)\n"
         "s.settimeout(1)\n"
         "n = miss = 0\n"
         "while True:\n"
@@ -774,8 +781,13 @@ TEST_FULL(tightening_ends_forbidden_connections, 600) {
         create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, id);
         holder_start(&c, key, id, "198.51.100.2", "a");
         holder_start(&c, key, id, "198.51.100.3", "b");
-        ASSERT_CONTAINS(holder_wait(&c, key, id, "a", "ok", 30000), "ok");
-        ASSERT_CONTAINS(holder_wait(&c, key, id, "b", "ok", 30000), "ok");
+        static const char *const held[][2] = { { "a", "198.51.100.2" }, { "b", "198.51.100.3" } };
+        for (size_t i = 0; i < ELEMENTSOF(held); i++) {
+                const char *st = holder_wait(&c, key, id, held[i][0], "ok", 45000);
+                if (strncmp(st, "ok", 2) != 0)
+                        egress_diag(&c, key, id, held[i][1]);
+                ASSERT_CONTAINS(st, "ok");
+        }
 
         snprintf(path, sizeof(path), "/sandboxes/%s/egress", id);
         HTTP_EXPECT(&c, "PUT", path, key, "{\"mode\":\"restricted\",\"allow\":[\"198.51.100.3\"]}", 200);
