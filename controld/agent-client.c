@@ -12,6 +12,7 @@
 
 #include "agent-client.h"
 #include "fdio.h"
+#include "unixsock.h"
 #include "cleanup.h"
 #include "strutil.h"
 
@@ -107,54 +108,21 @@ int agent_client_recv(struct agent_client *c, int timeout_ms, struct agent_frame
         }
 }
 
-/* The kernel's overflow uid: what root of another user namespace shows as here. */
-static uid_t overflow_uid(void) {
-        static uid_t cached = (uid_t) -1;
-        if (cached == (uid_t) -1) {
-                uid_t v = 65534;
-                FILE *f = fopen("/proc/sys/kernel/overflowuid", "re");
-                unsigned u;
-                if (f && fscanf(f, "%u", &u) == 1)
-                        v = (uid_t) u;
-                if (f)
-                        fclose(f);
-                cached = v;
-        }
-        return cached;
-}
-
-bool agent_socket_owner_ok(uid_t uid) {
-        return uid == 0 || uid == geteuid() || uid == overflow_uid();
-}
+bool agent_socket_owner_ok(uid_t uid) { return unix_socket_owner_ok(uid); }
 
 int agent_client_connect(const char *path, const char *secret, int timeout_ms, struct agent_client **ret,
                          struct pj_error *err) {
         int64_t deadline = mono_ms() + timeout_ms;
-        _cleanup_close_ int pfd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        if (pfd < 0)
-                return -errno;
-        struct stat st;
-        if (fstat(pfd, &st) < 0)
-                return -errno;
-        if (!S_ISSOCK(st.st_mode))
-                return -ENOTSOCK;
-        if (!agent_socket_owner_ok(st.st_uid))
-                return -EPERM;
-        /* connect to the inode we checked, not to whatever the path names by now */
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d", pfd);
-        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        int fd = unix_connect_nofollow(path, deadline);
         if (fd < 0)
-                return -errno;
-        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
-                if (errno != EINPROGRESS && errno != EAGAIN)
-                        return -errno;
-                int r = fd_wait(fd, POLLOUT, deadline);
-                if (r < 0)
-                        return r;
-        }
+                return fd == -EAGAIN ? -ECONNREFUSED : fd;
+        return agent_client_connect_fd(fd, secret, deadline, ret, err);
+}
+
+int agent_client_connect_fd(int fd, const char *secret, int64_t deadline, struct agent_client **ret,
+                            struct pj_error *err) {
         struct agent_client *c = xnew0(struct agent_client, 1);
-        c->fd = TAKE_FD(fd);
+        c->fd = fd;
         int r = agent_client_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_HELLO, .f.secret = (char *) secret },
                                   (int) (deadline - mono_ms()));
         struct agent_frame f = { 0 };

@@ -30,6 +30,10 @@ void agent_frame_done(struct agent_frame *f);
  * -EPROTO when the agent answered something else (err filled when not NULL). */
 int agent_client_connect(const char *path, const char *secret, int timeout_ms, struct agent_client **ret,
                          struct pj_error *err);
+/* The same over an fd already connected to the agent (the relay's): sends HELLO and waits
+ * for HELLO_OK by deadline (mono_ms()). Takes fd in every case (closed on failure). */
+int agent_client_connect_fd(int fd, const char *secret, int64_t deadline, struct agent_client **ret,
+                            struct pj_error *err);
 /* Closes the connection and frees c; NULL is fine. Returns NULL. */
 struct agent_client *agent_client_free(struct agent_client *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct agent_client *, agent_client_free)
