@@ -7,6 +7,8 @@
  */
 #pragma once
 
+#include <stddef.h>
+
 struct pj_error {
         char field[128];
         char message[512];
@@ -16,3 +18,9 @@ struct pj_error {
  * truncating both to fit. Always returns -EINVAL so parsers can
  * `return pj_error_set(err, ...)`. */
 int pj_error_set(struct pj_error *err, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Reads a secret from fd (to its end, at most max + 1 bytes looked at): one trailing newline
+ * dropped, then min..max bytes with no NUL. 0 with *ret (xmalloc'd, NUL-terminated) and
+ * *ret_len; -EINVAL for a wrong size or a NUL, -errno for a failed read. The bytes read are
+ * wiped from the stack. Both the agent's secret and the relay's deployment secret. */
+int pj_secret_read(int fd, size_t min, size_t max, char **ret, size_t *ret_len);

@@ -3,7 +3,7 @@
  * a Unix socket: spawn processes (pipes or a PTY), stream their output, keep a bounded
  * replay of it, file operations, TCP forwards to 127.0.0.1.
  *
- *   paddock-init --socket PATH (--secret-file PATH | --secret-fd N)
+ *   paddock-init --socket PATH (--secret-file PATH | --secret-fd N | --secret-env NAME)
  *
  * Not PID 1 (tests): PADDOCK_INIT_SUBREAPER=1 makes it a child subreaper instead.
  * One thread, poll() over non-blocking fds; signals through a signalfd. Every resource a
@@ -231,28 +231,7 @@ static int serve(void) {
 
 /* ---------------------------------------------------------------- setup */
 
-static int read_secret(int fd) {
-        char buf[PJ_AGENT_MAX_SECRET + 2];
-        size_t n = 0;
-        while (n < sizeof(buf)) {
-                ssize_t k = read(fd, buf + n, sizeof(buf) - n);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0)
-                        return -errno;
-                if (k == 0)
-                        break;
-                n += (size_t) k;
-        }
-        if (n && buf[n - 1] == '\n')
-                n--;
-        if (n == 0 || n > PJ_AGENT_MAX_SECRET || memchr(buf, 0, n))
-                return -EINVAL;
-        pi.secret = xstrndup(buf, n);
-        pi.secret_len = n;
-        explicit_bzero(buf, sizeof(buf));
-        return 0;
-}
+static int read_secret(int fd) { return pj_secret_read(fd, 1, PJ_AGENT_MAX_SECRET, &pi.secret, &pi.secret_len); }
 
 /* Binds "<path>.new" and renames it over path once it listens, so the socket appears only
  * when a connect() to it works. */
@@ -286,7 +265,9 @@ static int listen_on(const char *path) {
 
 static _noreturn_ void usage(int code) {
         fprintf(code ? stderr : stdout,
-                "usage: paddock-init --socket PATH (--secret-file PATH | --secret-fd N)\n"
+                "usage: paddock-init --socket PATH (--secret-file PATH | --secret-fd N | --secret-env NAME)\n"
+                "  --secret-env: the secret is in environment variable NAME (which the agent then\n"
+                "  removes; names starting PADDOCK_INIT_ never reach the processes it starts).\n"
                 "  PID 1 of a Paddock sandbox: reaps, forwards signals, serves the agent protocol.\n"
                 "  PADDOCK_INIT_SUBREAPER=1 runs it as a child subreaper when it is not PID 1 (tests).\n");
         exit(code);
@@ -297,10 +278,11 @@ int main(int argc, char **argv) {
                 { "socket", required_argument, NULL, 's' },
                 { "secret-file", required_argument, NULL, 'f' },
                 { "secret-fd", required_argument, NULL, 'F' },
+                { "secret-env", required_argument, NULL, 'e' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        const char *sock = NULL, *secret_file = NULL;
+        const char *sock = NULL, *secret_file = NULL, *secret_env = NULL;
         int secret_fd = -1, o, r;
 
         while ((o = getopt_long(argc, argv, "h", opts, NULL)) >= 0)
@@ -314,12 +296,15 @@ int main(int argc, char **argv) {
                 case 'F':
                         secret_fd = atoi(optarg);
                         break;
+                case 'e':
+                        secret_env = optarg;
+                        break;
                 case 'h':
                         usage(0);
                 default:
                         usage(2);
                 }
-        if (!sock || (!secret_file) == (secret_fd < 0))
+        if (!sock || (secret_file != NULL) + (secret_fd >= 0) + (secret_env != NULL) != 1)
                 usage(2);
         if (sock[0] != '/') {
                 pi_log("error", "--socket must be an absolute path");
@@ -336,9 +321,23 @@ int main(int argc, char **argv) {
                         return 1;
                 }
         }
-        /* The secret: read once, never written anywhere, the file left as it is. */
-        int fd = secret_file ? open(secret_file, O_RDONLY | O_CLOEXEC | O_NOCTTY) : secret_fd;
-        r = fd < 0 ? -errno : read_secret(fd);
+        /* The secret: read once, never written anywhere, the file left as it is; from the
+         * environment (the Nomad driver's way to hand it over), the variable is wiped. */
+        if (secret_env) {
+                char *v = getenv(secret_env);
+                size_t n = v ? strlen(v) : 0;
+                if (n == 0 || n > PJ_AGENT_MAX_SECRET) {
+                        pi_log("error", "cannot read the secret ($%s): %s", secret_env,
+                               n ? "longer than 1024 bytes" : "not set or empty");
+                        return 1;
+                }
+                pi.secret = xstrndup(v, n);
+                pi.secret_len = n;
+                explicit_bzero(v, n);
+                unsetenv(secret_env);
+        }
+        int fd = secret_env ? -1 : secret_file ? open(secret_file, O_RDONLY | O_CLOEXEC | O_NOCTTY) : secret_fd;
+        r = secret_env ? 0 : fd < 0 ? -errno : read_secret(fd);
         if (fd >= 0)
                 close(fd);
         if (r < 0) {
