@@ -15,6 +15,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "nodeagent.h"
+#include "pj_relay.h"
 #include "strutil.h"
 
 /* ---------------------------------------------------------------- [snapshot] */
@@ -59,6 +60,37 @@ static int snapshot_config_load(struct conf *cf, struct agent_config *ret, char 
                 snprintf(err, errlen, "[snapshot] repository must be lowercase path components like paddock/snapshots");
                 return -EINVAL;
         }
+        return 0;
+}
+
+/* [relay]: listen (unset = no relay), secret_file (required with listen), docker_root,
+ * max_connections. */
+static int relay_config_load(struct conf *cf, const char *path, struct agent_config *ret, char *err, size_t errlen) {
+        const char *listen = NULL, *secret = NULL, *root = NULL;
+        int r;
+        if ((r = conf_get_string(cf, "relay", NULL, "listen", NULL, 64, &listen, err, errlen)) < 0 ||
+            (r = conf_get_string(cf, "relay", NULL, "secret_file", NULL, 1024, &secret, err, errlen)) < 0 ||
+            (r = conf_get_string(cf, "relay", NULL, "docker_root", "/var/lib/docker", 512, &root, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "relay", NULL, "max_connections", 256, 1, 4096, &ret->relay_max_conns, err, errlen)) < 0)
+                return r;
+        if (!listen || !*listen)
+                return 0;
+        if (!secret || !*secret) {
+                snprintf(err, errlen, "%s: [relay] secret_file is required with listen", path);
+                return -EINVAL;
+        }
+        if (root[0] != '/') {
+                snprintf(err, errlen, "%s: [relay] docker_root must be an absolute path", path);
+                return -EINVAL;
+        }
+        r = pj_relay_secret_load(secret, &ret->relay_secret, &ret->relay_secret_len);
+        if (r < 0) {
+                snprintf(err, errlen, "%s: [relay] secret_file %s: %s", path, secret,
+                         r == -EINVAL ? "must hold 16..1024 bytes and no NUL" : strerror(-r));
+                return r;
+        }
+        ret->relay_listen = xstrdup(listen);
+        ret->relay_docker_root = xstrdup(root);
         return 0;
 }
 
@@ -139,6 +171,8 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
         }
         if ((r = snapshot_config_load(cf, ret, err, errlen)) < 0)
                 goto out;
+        if ((r = relay_config_load(cf, path, ret, err, errlen)) < 0)
+                goto out;
         if ((r = conf_check_unused(cf, err, errlen)) < 0)
                 goto out;
         if (!ret->node_id || !*ret->node_id) {
@@ -176,6 +210,9 @@ out:
 
 void agent_config_done(struct agent_config *c) {
         snapshot_config_done(c);
+        if (c->relay_secret)
+                explicit_bzero(c->relay_secret, c->relay_secret_len);
+        free_many(c->relay_listen, c->relay_secret, c->relay_docker_root);
         strv_free(c->egress_bridges);
         strv_free(c->egress_deny);
         free_many(c->egress_table, c->egress_dns, c->metrics_listen, c->node_id, c->log_level, c->amqp_url,

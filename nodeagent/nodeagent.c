@@ -21,6 +21,8 @@ static int start_children(const struct agent_config *cfg) {
         }
         if ((r = privsep_spawn(PS_CHILD_DOCKER, cfg, err, sizeof(err))) < 0)
                 return log_error_errno(r, "Cannot start the docker process: %s", err);
+        if (cfg->relay_listen && (r = privsep_spawn(PS_CHILD_RELAY, cfg, err, sizeof(err))) < 0)
+                return log_error_errno(r, "Cannot start the relay process: %s", err);
         if ((r = caps_drop_except(0)) < 0)
                 return log_error_errno(r, "Cannot drop capabilities: %m");
         log_debug("capabilities dropped; egress process %d, docker process %d", (int) privsep_child_pid(PS_CHILD_EGRESS),
@@ -73,8 +75,14 @@ int nodeagent_main(int argc, char **argv) {
                 log_error("Cannot serve /metrics: %s", err);
         else if (r >= 0 && cfg.metrics_listen)
                 log_info("serving /metrics on %s", cfg.metrics_listen);
+        if (r >= 0 && (r = relay_start(&cfg, err, sizeof(err))) < 0)
+                log_error("Cannot start the agent relay: %s", err);
+        else if (r >= 0 && cfg.relay_listen)
+                log_info("relaying to in-sandbox agents on %s (sockets under %s/volumes)", cfg.relay_listen,
+                         cfg.relay_docker_root);
         if (r >= 0)
                 r = agent_run(&cfg);
+        relay_stop();
         agent_metrics_stop();
         snapshot_stop();
         privsep_stop();

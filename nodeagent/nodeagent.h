@@ -37,7 +37,26 @@ struct agent_config {
         uint64_t snap_timeout_ms;     /* bound on one commit or push */
         /* [nomad]: the local Nomad agent, asked for this node's id when node_id = nomad */
         char *nomad_addr, *nomad_token, *nomad_ca_file, *nomad_cert_file, *nomad_key_file;
+        /* [relay]: controld's way to the in-sandbox agents of this node (relay.c); off when
+         * listen is unset */
+        char *relay_listen;           /* "IPv4:PORT" */
+        char *relay_secret;           /* the deployment secret (from secret_file); never logged */
+        size_t relay_secret_len;
+        char *relay_docker_root;      /* Docker's data root: agent sockets are in its volumes */
+        int64_t relay_max_conns;
 };
+
+/* relay.c, in the parent: listens on [relay] listen and serves each connection on a thread
+ * of its own (at most max_connections): the handshake of pj_relay.h, the agent socket's fd
+ * from the relay child, then bytes both ways through bounded buffers. 0 or -errno with err. */
+int relay_start(const struct agent_config *cfg, char *err, size_t errlen);
+void relay_stop(void);
+/* Connections being relayed now (metrics, tests). */
+int relay_active(void);
+/* relay.c, in the relay child: connects to the agent socket of sandbox_id (24 hex) under
+ * [relay] docker_root without following a link at its place; the connected fd in *ret_fd,
+ * or -errno with the reason in msg. */
+int relay_open_agent(const struct agent_config *cfg, const char *sandbox_id, int *ret_fd, char *msg, size_t msglen);
 
 /* snapshot.c */
 /* Starts the snapshot worker thread: its own RabbitMQ connection consuming the node's durable
@@ -98,6 +117,9 @@ bool reconcile_is_reply(const amqp_basic_deliver_t *dm);
  *                 JSON or touches the network;
  *   docker child: privsep-docker.c; owns the Docker socket and the registry credentials (snapshots: commit,
  *                 push, verify, remove, prune); no capabilities.
+ *   relay child:  only CAP_DAC_OVERRIDE (agent sockets live in Docker's root-only data root);
+ *                 connects to a sandbox's agent socket and passes the connected fd back
+ *                 (SCM_RIGHTS); never reads a byte from it.
  * Every message a child reads is checked before use: its size is exactly the size
  * of its type, the version matches, every field is in range (relayd's IMSG_SIZE_CHECK).
  * A malformed one is refused with -EBADMSG and logged, never acted on.
@@ -107,7 +129,7 @@ bool reconcile_is_reply(const amqp_basic_deliver_t *dm);
 #define PS_VERSION 1
 #define PS_MSG_MAX 512
 
-enum ps_child { PS_CHILD_EGRESS, PS_CHILD_DOCKER, PS_CHILD_MAX };
+enum ps_child { PS_CHILD_EGRESS, PS_CHILD_DOCKER, PS_CHILD_RELAY, PS_CHILD_MAX };
 
 enum ps_type {
         PS_READY = 1,           /* child -> parent once, as a ps_result: start-up result */
@@ -122,6 +144,7 @@ enum ps_type {
         PS_DOCKER_VERIFY,       /* parent -> docker child: struct ps_docker; msg = "<digest> <size>" from the registry */
         PS_DOCKER_REMOVE,       /* parent -> docker child: struct ps_docker; the local image */
         PS_DOCKER_PRUNE,        /* parent -> docker child: struct ps_docker (ids empty); msg = "<removed> <kept>" */
+        PS_RELAY_OPEN,          /* parent -> relay child: struct ps_relay_open; the result carries the fd */
 };
 
 struct ps_hdr {
@@ -182,6 +205,12 @@ struct ps_docker {
         uint8_t pad[6];                         /* 0 */
 };
 
+struct ps_relay_open {
+        struct ps_hdr hdr;
+        char sandbox_id[EGRESS_ID_LEN + 1];     /* 24 lowercase hex + NUL */
+        uint8_t pad[7];                         /* 0 */
+};
+
 struct ps_result {
         struct ps_hdr hdr;
         int32_t r;                              /* 0 or -errno */
@@ -203,6 +232,9 @@ int privsep_call_timeout(enum ps_child kind, void *req, size_t len, long timeout
 /* privsep_call, or -EBUSY at once when another call to that child is in progress (a ping
  * must not wait behind a snapshot push: a child that is working is alive). */
 int privsep_try_call(enum ps_child kind, void *req, size_t len, struct ps_result *ret);
+/* privsep_call_timeout for a request whose answer carries an fd (PS_RELAY_OPEN): 0 with
+ * *ret_fd set (the caller's to close), or the child's -errno with *ret_fd = -1. */
+int privsep_call_fd(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret, int *ret_fd);
 /* For tests: sends buf as it is and waits for the result, like privsep_call. */
 int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret);
 /* false (why filled) when a started child has died or broke the protocol. */

@@ -141,6 +141,7 @@ void privsep_docker_do(uint16_t type, const struct ps_docker *m, struct ps_resul
                 snprintf(ret->msg, sizeof(ret->msg), "%d %d", removed, kept);
                 return;
         }
+        case PS_RELAY_OPEN:
         case PS_READY:
         case PS_PING:
         case PS_EGRESS_APPLY:

@@ -58,7 +58,14 @@ _Static_assert(PS_STATS_PAGE * (EGRESS_ID_LEN + 4 * 21 + 1) + 12 < PS_MSG_MAX, "
 static const char *const child_names[PS_CHILD_MAX] = {
         [PS_CHILD_EGRESS] = "egress",
         [PS_CHILD_DOCKER] = "docker",
+        [PS_CHILD_RELAY] = "relay",
 };
+_Static_assert(sizeof(struct ps_relay_open) == 48, "ps_relay_open layout");
+
+/* In a child: the fd the request just handled hands back with its result (PS_RELAY_OPEN). */
+static int child_pass_fd = -1;
+/* The configuration a child was started with (the relay child needs its docker_root). */
+static const struct agent_config *child_cfg;
 
 static pthread_mutex_t ps_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Held for a whole call to one child (a push may take minutes): the egress child is never
@@ -220,6 +227,9 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_DOCKER_PRUNE:
                 want = sizeof(struct ps_docker);
                 break;
+        case PS_RELAY_OPEN:
+                want = sizeof(struct ps_relay_open);
+                break;
         case PS_READY:
         case PS_RESULT:
         default:
@@ -229,8 +239,10 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
                 return privsep_refuse(ret, "type %u takes %zu bytes, got %zu", h.type, want, len);
         if (kind == PS_CHILD_DOCKER && h.type != PS_PING && !privsep_docker_type(h.type))
                 return privsep_refuse(ret, "the docker process does not take message type %u", h.type);
-        if (kind == PS_CHILD_EGRESS && privsep_docker_type(h.type))
+        if (kind == PS_CHILD_EGRESS && (privsep_docker_type(h.type) || h.type == PS_RELAY_OPEN))
                 return privsep_refuse(ret, "the egress process does not take message type %u", h.type);
+        if ((kind == PS_CHILD_RELAY) != (h.type == PS_RELAY_OPEN) && h.type != PS_PING)
+                return privsep_refuse(ret, "the %s process does not take message type %u", child_names[kind], h.type);
 
         switch ((enum ps_type) h.type) {
         case PS_PING:
@@ -311,6 +323,19 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
                 privsep_docker_do(h.type, &m, ret);
                 return ret->r;
         }
+        case PS_RELAY_OPEN: {
+                struct ps_relay_open m;
+                memcpy(&m, buf, sizeof(m));
+                if (!privsep_id_field_valid(m.sandbox_id))
+                        return privsep_refuse(ret, "sandbox_id is not 24 lowercase hex characters");
+                if (!privsep_zero(m.pad, sizeof(m.pad)))
+                        return privsep_refuse(ret, "padding is not zero");
+                if (!child_cfg || !child_cfg->relay_docker_root) {
+                        snprintf(ret->msg, sizeof(ret->msg), "this process has no [relay] configuration");
+                        return ret->r = -ENOTCONN;
+                }
+                return ret->r = relay_open_agent(child_cfg, m.sandbox_id, &child_pass_fd, ret->msg, sizeof(ret->msg));
+        }
         case PS_READY:
         case PS_RESULT:
                 break;
@@ -342,6 +367,30 @@ static int send_all(int fd, const void *buf, size_t len) {
         }
 }
 
+/* One message with fd attached (SCM_RIGHTS). */
+static int send_with_fd(int sock, const void *buf, size_t len, int pass) {
+        union {
+                char b[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } u;
+        memset(&u, 0, sizeof(u));
+        struct iovec iov = { .iov_base = (void *) buf, .iov_len = len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &pass, sizeof(int));
+        for (;;) {
+                ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+                if (n == (ssize_t) len)
+                        return 0;
+                if (n < 0 && errno == EINTR)
+                        continue;
+                return n < 0 ? -errno : -EMSGSIZE;
+        }
+}
+
 static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent_config *cfg) {
         struct ps_result res;
         char name[16];
@@ -359,7 +408,10 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
         log_ctx_set("PROCESS", child_names[kind]);
 
         result_init(&res, PS_READY, 0);
-        r = caps_drop_except(kind == PS_CHILD_EGRESS ? UINT64_C(1) << CAP_NET_ADMIN : 0);
+        child_cfg = cfg;
+        r = caps_drop_except(kind == PS_CHILD_EGRESS  ? UINT64_C(1) << CAP_NET_ADMIN
+                             : kind == PS_CHILD_RELAY ? UINT64_C(1) << CAP_DAC_OVERRIDE
+                                                      : 0);
         if (r < 0)
                 fmt_err(res.msg, sizeof(res.msg), "cannot drop capabilities: %s", strerror(-r));
         else if (kind == PS_CHILD_EGRESS) {
@@ -397,7 +449,13 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
                         privsep_child_handle(kind, buf, (size_t) n, &res);
                 if (res.r == -EBADMSG)
                         log_warning("%s process refused a malformed request: %s", child_names[kind], res.msg);
-                if (send_all(fd, &res, sizeof(res)) < 0)
+                int sent = child_pass_fd >= 0 ? send_with_fd(fd, &res, sizeof(res), child_pass_fd)
+                                              : send_all(fd, &res, sizeof(res));
+                if (child_pass_fd >= 0) {
+                        close(child_pass_fd);
+                        child_pass_fd = -1;
+                }
+                if (sent < 0)
                         _exit(1);
         }
         _exit(0);
@@ -419,7 +477,7 @@ static void mark_failed(enum ps_child kind, const char *fmt, ...) {
 
 /* Waits for one message from the child into ret; 0 or -errno (-ETIMEDOUT, -EPIPE, -EBADMSG). */
 static int read_result(enum ps_child kind, uint16_t want_type, uint32_t seq, long timeout_ms,
-                       struct ps_result *ret) {
+                       struct ps_result *ret, int *ret_fd) {
         int fd = children[kind].fd;
         int64_t deadline = mono_ms() + timeout_ms;
         for (;;) {
@@ -434,9 +492,29 @@ static int read_result(enum ps_child kind, uint16_t want_type, uint32_t seq, lon
                         return -errno;
                 if (n == 0)
                         return -ETIMEDOUT;
-                ssize_t got = recv(fd, ret, sizeof(*ret), MSG_TRUNC | MSG_DONTWAIT);
+                union {
+                        char b[CMSG_SPACE(sizeof(int))];
+                        struct cmsghdr align;
+                } u;
+                struct iovec iov = { .iov_base = ret, .iov_len = sizeof(*ret) };
+                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+                ssize_t got = recvmsg(fd, &mh, MSG_TRUNC | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
                 if (got < 0 && (errno == EINTR || errno == EAGAIN))
                         continue;
+                /* An fd that came along goes to the caller that asked for one, else it is closed. */
+                for (struct cmsghdr *cm = got > 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm))
+                        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+                            cm->cmsg_len >= CMSG_LEN(sizeof(int))) {
+                                size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                                for (size_t i = 0; i < nfd; i++) {
+                                        int pfd;
+                                        memcpy(&pfd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+                                        if (ret_fd && *ret_fd < 0)
+                                                *ret_fd = pfd;
+                                        else
+                                                close(pfd);
+                                }
+                        }
                 if (got < 0)
                         return -errno;
                 if (got == 0)
@@ -444,14 +522,19 @@ static int read_result(enum ps_child kind, uint16_t want_type, uint32_t seq, lon
                 /* The child is trusted less than the kernel, more than the network: still check. */
                 if ((size_t) got != sizeof(*ret) || ret->hdr.version != PS_VERSION || ret->hdr.type != want_type ||
                     ret->hdr.len != sizeof(*ret) || ret->hdr.seq != seq || !memchr(ret->msg, 0, sizeof(ret->msg)) ||
-                    ret->r > 0)
+                    ret->r > 0) {
+                        if (ret_fd && *ret_fd >= 0) {
+                                close(*ret_fd);
+                                *ret_fd = -1;
+                        }
                         return -EBADMSG;
+                }
                 return 0;
         }
 }
 
 static int call_locked(enum ps_child kind, const void *buf, size_t len, uint32_t seq, long timeout_ms,
-                       struct ps_result *ret) {
+                       struct ps_result *ret, int *ret_fd) {
         pthread_mutex_lock(&ps_lock);
         bool gone = children[kind].fd < 0, failed = children[kind].failed;
         pthread_mutex_unlock(&ps_lock);
@@ -471,7 +554,7 @@ static int call_locked(enum ps_child kind, const void *buf, size_t len, uint32_t
                 pthread_mutex_unlock(&ps_lock);
                 return -EPIPE;
         }
-        r = read_result(kind, PS_RESULT, seq, timeout_ms, ret);
+        r = read_result(kind, PS_RESULT, seq, timeout_ms, ret, ret_fd);
         if (r < 0) {
                 pthread_mutex_lock(&ps_lock);
                 mark_failed(kind, "the %s process %s", child_names[kind],
@@ -486,20 +569,36 @@ static int call_locked(enum ps_child kind, const void *buf, size_t len, uint32_t
 
 /* With call_locks[kind] held: stamps req's header (version, length, the next
  * sequence number) and makes the call. */
-static int call_stamped(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret) {
+static int call_stamped(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret, int *ret_fd) {
         struct ps_hdr *h = req;
         h->version = PS_VERSION;
         h->len = (uint32_t) len;
         h->seq = ++children[kind].seq;
         h->reserved = 0;
-        return call_locked(kind, req, len, h->seq, timeout_ms, ret);
+        return call_locked(kind, req, len, h->seq, timeout_ms, ret, ret_fd);
+}
+
+int privsep_call_fd(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret, int *ret_fd) {
+        *ret_fd = -1;
+        if (kind >= PS_CHILD_MAX || len < sizeof(struct ps_hdr) || timeout_ms <= 0)
+                return -EINVAL;
+        pthread_mutex_lock(&call_locks[kind]);
+        int r = call_stamped(kind, req, len, timeout_ms, ret, ret_fd);
+        pthread_mutex_unlock(&call_locks[kind]);
+        if (r < 0 && *ret_fd >= 0) {
+                close(*ret_fd);
+                *ret_fd = -1;
+        }
+        if (r == 0 && *ret_fd < 0)
+                return -EBADMSG;       /* said yes, passed nothing */
+        return r;
 }
 
 int privsep_call_timeout(enum ps_child kind, void *req, size_t len, long timeout_ms, struct ps_result *ret) {
         if (kind >= PS_CHILD_MAX || len < sizeof(struct ps_hdr) || timeout_ms <= 0)
                 return -EINVAL;
         pthread_mutex_lock(&call_locks[kind]);
-        int r = call_stamped(kind, req, len, timeout_ms, ret);
+        int r = call_stamped(kind, req, len, timeout_ms, ret, NULL);
         pthread_mutex_unlock(&call_locks[kind]);
         return r;
 }
@@ -513,7 +612,7 @@ int privsep_try_call(enum ps_child kind, void *req, size_t len, struct ps_result
                 return -EINVAL;
         if (pthread_mutex_trylock(&call_locks[kind]) != 0)
                 return -EBUSY;
-        int r = call_stamped(kind, req, len, PS_CALL_TIMEOUT_MS, ret);
+        int r = call_stamped(kind, req, len, PS_CALL_TIMEOUT_MS, ret, NULL);
         pthread_mutex_unlock(&call_locks[kind]);
         return r;
 }
@@ -526,7 +625,7 @@ int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_
                 memcpy(&h, buf, sizeof(h));
         pthread_mutex_lock(&call_locks[kind]);
         /* The child echoes the seq it could read, 0 when the header itself was short. */
-        int r = call_locked(kind, buf, len, len >= sizeof(h) ? h.seq : 0, PS_CALL_TIMEOUT_MS, ret);
+        int r = call_locked(kind, buf, len, len >= sizeof(h) ? h.seq : 0, PS_CALL_TIMEOUT_MS, ret, NULL);
         pthread_mutex_unlock(&call_locks[kind]);
         return r;
 }
@@ -567,7 +666,7 @@ int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err,
         pthread_mutex_lock(&ps_lock);
         children[kind] = (typeof(children[kind])) { .pid = pid, .fd = sv[0] };
         struct ps_result res;
-        int r = read_result(kind, PS_READY, 0, PS_READY_TIMEOUT_MS, &res);
+        int r = read_result(kind, PS_READY, 0, PS_READY_TIMEOUT_MS, &res, NULL);
         pthread_mutex_unlock(&ps_lock);
         if (r < 0) {
                 fmt_err(err, errlen, "the %s process did not start (%s)", child_names[kind], strerror(-r));
