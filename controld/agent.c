@@ -1,5 +1,6 @@
 /* agent.c — see agent.h. */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/evp.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "pj_relay.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "driver.h"
@@ -46,12 +48,50 @@ static char *find_binary(void) {
         return executable("/usr/local/lib/paddock/paddock-init") ? xstrdup("/usr/local/lib/paddock/paddock-init") : NULL;
 }
 
+static int agent_key_load(struct ctl *c, char *err, size_t errlen) {
+        char fresh[65];
+        random_token(fresh, 32);
+        _cleanup_free_ char *key = NULL;
+        int r = store_meta_get_or_set(c->store, "agent_key", fresh, &key);
+        if (r < 0) {
+                snprintf(err, errlen, "cannot read the agent key from the store: %s", strerror(-r));
+                return r;
+        }
+        snprintf(c->agent_key, sizeof(c->agent_key), "%s", key);
+        return 0;
+}
+
+/* Nomad: the binary is on the nodes (not checked here), secrets go in the job's environment,
+ * and controld reaches each agent through its node's relay. */
+static int agent_host_init_nomad(struct ctl *c, char *err, size_t errlen) {
+        const struct config *cfg = c->cfg;
+        if (!cfg->nomad_relay_secret_file[0]) {
+                log_info("in-sandbox agent off on Nomad ([nomad] relay_secret_file unset): sandboxes run tail -f, commands "
+                         "go through alloc exec");
+                return 0;
+        }
+        int r = pj_relay_secret_load(cfg->nomad_relay_secret_file, &c->relay_secret, &c->relay_secret_len);
+        if (r < 0) {
+                snprintf(err, errlen, "[nomad] relay_secret_file %s: %s", cfg->nomad_relay_secret_file,
+                         r == -EINVAL ? "must hold 16..1024 bytes and no NUL" : strerror(-r));
+                return r;
+        }
+        if ((r = agent_key_load(c, err, errlen)) < 0)
+                return r;
+        c->agent_binary = xstrdup(cfg->nomad_agent_binary);
+        log_info("in-sandbox agent on Nomad: %s on the nodes, reached through their relays on port %" PRId64,
+                 c->agent_binary, cfg->nomad_relay_port);
+        return 0;
+}
+
 int agent_host_init(struct ctl *c, char *err, size_t errlen) {
         const struct config *cfg = c->cfg;
         if (!strcmp(cfg->init_binary, "none")) {
                 log_info("in-sandbox agent off ([init] binary = none): sandboxes run tini, commands go through the driver");
                 return 0;
         }
+        if (!strcmp(cfg->driver, "nomad"))
+                return agent_host_init_nomad(c, err, errlen);
         _cleanup_free_ char *bin = cfg->init_binary[0] ? xstrdup(cfg->init_binary) : find_binary();
         if (!bin || !executable(bin)) {
                 log_warning("in-sandbox agent off: %s is not an executable file; sandboxes run tini and commands go through "
@@ -70,15 +110,9 @@ int agent_host_init(struct ctl *c, char *err, size_t errlen) {
                 snprintf(err, errlen, "cannot make the agent directory %s ([init] dir): %s", c->agent_dir, strerror(errno));
                 return -errno;
         }
-        char fresh[65];
-        random_token(fresh, 32);
-        _cleanup_free_ char *key = NULL;
-        int r = store_meta_get_or_set(c->store, "agent_key", fresh, &key);
-        if (r < 0) {
-                snprintf(err, errlen, "cannot read the agent key from the store: %s", strerror(-r));
+        int r = agent_key_load(c, err, errlen);
+        if (r < 0)
                 return r;
-        }
-        snprintf(c->agent_key, sizeof(c->agent_key), "%s", key);
         c->agent_binary = TAKE_PTR(bin);
         log_info("in-sandbox agent: %s, secrets in %s", c->agent_binary, c->agent_dir);
         return 0;
@@ -90,6 +124,10 @@ void agent_host_done(struct ctl *c) {
         free(c->agent_dir);
         c->agent_dir = NULL;
         explicit_bzero(c->agent_key, sizeof(c->agent_key));
+        if (c->relay_secret)
+                explicit_bzero(c->relay_secret, c->relay_secret_len);
+        free(c->relay_secret);
+        c->relay_secret = NULL;
 }
 
 void agent_secret(const struct ctl *c, const char *sandbox_id, char out[AGENT_SECRET_LEN + 1]) {
@@ -138,9 +176,24 @@ const char *const *agent_entrypoint(void) {
 }
 
 int agent_connect(struct ctl *c, const struct sandbox *sb, struct agent_client **ret, char *err, size_t errlen) {
-        if (!c->agent_binary || !c->drv->ops->agent_socket) {
+        if (!c->agent_binary || (!c->drv->ops->agent_socket && !c->drv->ops->agent_dial)) {
                 snprintf(err, errlen, "this controld runs no in-sandbox agent");
                 return -EOPNOTSUPP;
+        }
+        if (c->drv->ops->agent_dial) {
+                int64_t deadline = mono_ms() + AGENT_CONNECT_TIMEOUT_MS;
+                int fd = c->drv->ops->agent_dial(c->drv, sb, deadline, err, errlen);
+                if (fd < 0)
+                        return fd;
+                char secret[AGENT_SECRET_LEN + 1];
+                agent_secret(c, sb->id, secret);
+                struct pj_error perr = { 0 };
+                int r = agent_client_connect_fd(fd, secret, deadline, ret, &perr);
+                explicit_bzero(secret, sizeof(secret));
+                if (r < 0)
+                        snprintf(err, errlen, "the sandbox's agent (through its node's relay): %s%s%s", strerror(-r),
+                                 perr.message[0] ? ": " : "", perr.message);
+                return r;
         }
         _cleanup_free_ char *path = NULL;
         int r = c->drv->ops->agent_socket(c->drv, sb, &path, err, errlen);

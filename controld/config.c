@@ -212,6 +212,10 @@ static int load_nomad(struct config *c, struct conf *cf, char *err, size_t errle
                     0 ||
             (r = conf_get_int(cf, "nomad", NULL, "pids_limit", 4096, 16, 1 << 22, &c->nomad_pids_limit, err, errlen)) < 0 ||
             (r = get_str(cf, "nomad", NULL, "csi_plugin_id", "", 128, &c->nomad_csi_plugin_id, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "agent_binary", "/usr/lib/paddock/paddock-init", 512, &c->nomad_agent_binary,
+                         err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "relay_secret_file", "", 1024, &c->nomad_relay_secret_file, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "nomad", NULL, "relay_port", 7433, 1, 65535, &c->nomad_relay_port, err, errlen)) < 0 ||
             (r = conf_get_duration_ms(cf, "nomad", NULL, "request_timeout", 30000, 100, 600000, &c->nomad_request_timeout_ms,
                                       err, errlen)) < 0 ||
             (r = conf_get_duration_ms(cf, "nomad", NULL, "placement_timeout", 120000, 1000, 3600000,
@@ -459,6 +463,8 @@ struct config *config_free(struct config *c) {
         free(c->nomad_runtime);
         free(c->nomad_runtime_net);
         free(c->nomad_csi_plugin_id);
+        free(c->nomad_agent_binary);
+        free(c->nomad_relay_secret_file);
         free(c->default_template);
         free(c->default_region);
         free(c->default_plan);

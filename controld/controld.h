@@ -103,6 +103,10 @@ struct config {
         char *nomad_runtime, *nomad_runtime_net;     /* Docker runtimes: deny_all / with a CNI network */
         int64_t nomad_pids_limit;
         char *nomad_csi_plugin_id;                   /* "" = no persistent volumes */
+        /* The in-sandbox agent on Nomad: the binary's path on the nodes, the deployment secret
+         * of the nodes' relays ("" = no agent on Nomad: tail -f and alloc exec) and their port. */
+        char *nomad_agent_binary, *nomad_relay_secret_file;
+        int64_t nomad_relay_port;
         uint64_t nomad_request_timeout_ms;           /* one plain HTTP request */
         uint64_t nomad_placement_timeout_ms;         /* register -> allocation running */
         uint64_t nomad_blocking_wait_ms;             /* `wait` of one blocking query */
@@ -368,6 +372,8 @@ struct ctl {
         char *agent_binary;              /* the in-sandbox agent (agent.c); NULL = off */
         char *agent_dir;                 /* its secret files */
         char agent_key[65];              /* secrets are HMAC(agent_key, sandbox id) */
+        char *relay_secret;              /* Nomad: the nodes' relay secret ([nomad] relay_secret_file) */
+        size_t relay_secret_len;
         struct metrics *metrics;
         struct nodebus *bus;             /* NULL when [amqp] url is unset: egress is not enforced */
         struct egress_bus *egbus;        /* node.sync responder (egress.c) */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <curl/curl.h>
 
+#include "agent.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "nomad-private.h"
@@ -371,6 +372,31 @@ static int wait_alloc(struct ndriver *n, const char *job, int64_t min_index, int
         }
 }
 
+/* The agent makes its socket a moment after the task starts: the first command should not
+ * have to take the slow path. Waits up to 10 s (within deadline); a sandbox whose agent never
+ * answers still runs (commands then go through alloc exec), with one warning. */
+static void wait_agent(struct driver *d, const struct sandbox *sb, const char *node_id, int64_t deadline) {
+        struct sandbox t = *sb;
+        t.node_id = (char *) node_id;
+        int64_t until = mono_ms() + 10000;
+        if (until > deadline)
+                until = deadline;
+        char err[512] = "";
+        for (int i = 0;; i++) {
+                struct agent_client *ac = NULL;
+                int r = agent_connect(d->ctl, &t, &ac, err, sizeof(err));
+                agent_client_free(ac);
+                if (r == 0)
+                        return;
+                if (mono_ms() >= until) {
+                        log_warning("the sandbox's agent did not answer within 10 s (%s); commands go through alloc exec",
+                                    err);
+                        return;
+                }
+                usleep(i < 20 ? 20000 : 100000);
+        }
+}
+
 static int nd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, char *err, size_t errlen) {
         struct ndriver *n = N(d);
         _cleanup_free_ char *job = nomad_job_id(sb->id);
@@ -391,7 +417,12 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
                         goto fail;
         }
         if (!scaled) {
-                _cleanup_json_ cJSON *body = nomad_job_build(n->cfg, d->ctl->instance_id, sb);
+                char secret[AGENT_SECRET_LEN + 1];
+                if (d->ctl->agent_binary)
+                        agent_secret(d->ctl, sb->id, secret);
+                _cleanup_json_ cJSON *body = nomad_job_build(n->cfg, d->ctl->instance_id, sb,
+                                                             d->ctl->agent_binary ? secret : NULL);
+                explicit_bzero(secret, sizeof(secret));
                 _cleanup_json_ cJSON *j = NULL;
                 int64_t hidx = 0;
                 r = nomad_json(n, "PUT", "/v1/jobs", NULL, body, "registering the job", &j, &hidx, err, errlen);
@@ -421,6 +452,8 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
         ret->node_id = xstrdup(a.node_id ? a.node_id : "");
         ret->ip = nomad_alloc_address(full) ?: xstrdup("");
         log_info("Nomad allocation running on node %s (address %s)", ret->node_id, ret->ip);
+        if (d->ctl->agent_binary)
+                wait_agent(d, sb, ret->node_id, deadline);
         nomad_alloc_clear(&a);
         log_ctx_set("NOMAD_JOB_ID", NULL);
         log_ctx_set("ALLOC_ID", NULL);
@@ -662,6 +695,7 @@ static const struct driver_ops nomad_ops = {
         .exec_oom_killed = nomad_exec_oom_killed,
         .exec_free = nomad_exec_free,
         .node_set_eligible = nd_node_set_eligible,
+        .agent_dial = nomad_agent_dial,
 };
 
 int driver_nomad_new(struct ctl *c, struct driver **ret) {

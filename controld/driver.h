@@ -87,6 +87,10 @@ struct driver_ops {
         /* Optional (NULL = no agent path): the host path of sb's agent socket (xmalloc'd), or
          * -errno with err. The caller opens it without following links (agent-client.c). */
         int (*agent_socket)(struct driver *d, const struct sandbox *sb, char **ret_path, char *err, size_t errlen);
+        /* Optional, instead of agent_socket (Nomad): a stream connected to sb's agent (through
+         * its node's relay) by deadline (mono_ms()), the fd or -errno with err; the caller says
+         * HELLO over it. */
+        int (*agent_dial)(struct driver *d, const struct sandbox *sb, int64_t deadline, char *err, size_t errlen);
         /* Optional: whether sb's memory limit killed it (the sandbox is gone or going; waits a
          * few seconds for the engine to record why). 1 yes, 0 no, < 0 errors. */
         int (*oom_killed)(struct driver *d, const struct sandbox *sb);

@@ -38,6 +38,9 @@ void nomad_ctx_ids(const char *job, const char *alloc);
 int nomad_json(struct ndriver *n, const char *method, const char *path, const char *query, const cJSON *body,
                const char *what, cJSON **ret_json, int64_t *ret_index, char *err, size_t errlen);
 
+/* nomad-relay.c: driver_ops.agent_dial (see there). */
+int nomad_agent_dial(struct driver *d, const struct sandbox *sb, int64_t deadline, char *err, size_t errlen);
+
 /* nomad-exec.c: the driver_ops exec calls. */
 int nomad_exec_start(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec, struct exec_session **ret,
                      char *err, size_t errlen);

@@ -25,8 +25,8 @@ static int connect_for(struct ctl *c, const struct sandbox *sb, struct agent_cli
         int r = agent_connect(c, sb, ret, msg, sizeof(msg));
         if (r == -EOPNOTSUPP)
                 return API_ERR(err, -EOPNOTSUPP,
-                               "Processes need the in-sandbox agent, which this server cannot reach on its driver (the Nomad "
-                               "driver has no relay to it yet, or [init] binary = none); exec still works");
+                               "Processes need the in-sandbox agent, which this server runs without ([init] binary = none, "
+                               "or on Nomad no [nomad] relay_secret_file); exec still works");
         if (r < 0) {
                 log_ctx_set("SANDBOX_ID", sb->id);
                 log_notice("process call: %s", msg);

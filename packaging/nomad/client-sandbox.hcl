@@ -33,9 +33,13 @@ plugin "docker" {
 
     allow_privileged = false
 
-    # No host paths in sandboxes; persistent data goes through CSI volumes.
+    # Enabled for the in-sandbox agent only: controld's sandbox jobs bind one host path,
+    # the agent binary (/usr/lib/paddock/paddock-init, read-only), and mount a 64 KiB tmpfs
+    # volume of the local driver for its socket. Tenants never choose a mount: the job spec
+    # is controld's. Without the agent ([nomad] relay_secret_file unset) this can be false.
+    # Persistent data goes through CSI volumes.
     volumes {
-      enabled = false
+      enabled = true
     }
 
     # Images: committed snapshots are removed by the agent; keep pulled templates warm.

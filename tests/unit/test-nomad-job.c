@@ -107,7 +107,7 @@ TEST(nomad_config_values_and_errors) {
 
 /* The job c builds for sb equals ref, field by field; what names the case when it does not. */
 static void check_job(const cJSON *ref, const struct config *c, const struct sandbox *sb, const char *what, int line) {
-        _cleanup_json_ cJSON *job = nomad_job_build(c, "feedfacefeedfacefeedface", sb);
+        _cleanup_json_ cJSON *job = nomad_job_build(c, "feedfacefeedfacefeedface", sb, NULL);
         char diff[4096];
         int n = json_diff(ref, job, NULL, diff, sizeof(diff));
         if (n)
@@ -131,7 +131,7 @@ TEST(nomad_job_diff_catches_changes) {
         struct sandbox sb;
         reference_sandbox(&sb);
         sb.memory = 1024;
-        _cleanup_json_ cJSON *job = nomad_job_build(c, "feedfacefeedfacefeedface", &sb);
+        _cleanup_json_ cJSON *job = nomad_job_build(c, "feedfacefeedfacefeedface", &sb, NULL);
         _cleanup_json_ cJSON *ref = json_load_file("packaging/nomad/sandbox-job.json");
         char diff[4096];
         ASSERT_EQ(json_diff(ref, job, NULL, diff, sizeof(diff)), 2);
@@ -151,7 +151,7 @@ TEST(nomad_job_by_egress_mode_and_without_volume) {
         free(sb.volume_id);
         sb.volume_id = NULL;
         sb.egress.mode = PJ_EGRESS_DENY_ALL;
-        _cleanup_json_ cJSON *job = nomad_job_build(c, "i", &sb);
+        _cleanup_json_ cJSON *job = nomad_job_build(c, "i", &sb, NULL);
         cJSON *j = cJSON_GetObjectItem(job, "Job");
         cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "TaskGroups"), 0);
         cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(g, "Tasks"), 0);
@@ -163,7 +163,7 @@ TEST(nomad_job_by_egress_mode_and_without_volume) {
         cJSON_Delete(job);
 
         sb.egress.mode = PJ_EGRESS_OPEN;
-        job = nomad_job_build(c, "i", &sb);
+        job = nomad_job_build(c, "i", &sb, NULL);
         j = cJSON_GetObjectItem(job, "Job");
         g = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "TaskGroups"), 0);
         t = cJSON_GetArrayItem(cJSON_GetObjectItem(g, "Tasks"), 0);
