@@ -118,7 +118,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
 
 # Both drivers: these API suites run a second time on the Nomad driver (<suite>-nomad).
 NOMAD_SUITES := test-controld test-runtime-exec test-runtime-stream test-runtime-files test-runtime-limits \
-                test-controld-egress test-snapshots
+                test-controld-egress test-snapshots test-processes
 NOMAD_VARIANTS := $(patsubst %,$(BUILD)/tests/integration/%-nomad,$(NOMAD_SUITES))
 $(NOMAD_VARIANTS): $(BUILD)/tests/integration/%-nomad: tests/integration/nomad-variant.sh
 	@mkdir -p $(dir $@)
@@ -203,7 +203,7 @@ install: all
 	install -m 0644 packaging/sysusers-controld.conf $(DESTDIR)/usr/lib/sysusers.d/paddock-controld.conf
 	install -m 0644 packaging/sysusers-nodeagent.conf $(DESTDIR)/usr/lib/sysusers.d/paddock-nodeagent.conf
 	install -m 0644 packaging/tmpfiles-controld.conf $(DESTDIR)/usr/lib/tmpfiles.d/paddock-controld.conf
-	install -m 0644 packaging/controld-docker-driver.conf $(DESTDIR)$(PREFIX)/share/paddock/systemd/
+	install -m 0644 packaging/controld-docker-driver.conf packaging/nodeagent-relay.conf $(DESTDIR)$(PREFIX)/share/paddock/systemd/
 	install -m 0644 packaging/cni/*.conflist $(DESTDIR)$(PREFIX)/share/paddock/cni/
 	install -m 0644 packaging/nomad/*.hcl $(DESTDIR)$(PREFIX)/share/paddock/nomad/
 	if [ -f packaging/daemon.json ]; then install -D -m 0644 packaging/daemon.json $(DESTDIR)$(PREFIX)/share/paddock/docker/daemon.json; fi

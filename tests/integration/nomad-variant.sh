@@ -1,6 +1,9 @@
 #!/bin/sh
 # <suite>-nomad: an API suite again, on the Nomad driver against the Nomad stand-in (the
-# controld harness starts one per controld when PADDOCK_DRIVER=nomad). The Makefile installs
+# controld harness starts one per controld when PADDOCK_DRIVER=nomad), with the in-sandbox
+# agent reached through a node agent's relay (PADDOCK_NOMAD_RELAY=1: the harness starts a
+# nodeagent with [relay] beside each controld, as every Nomad client node runs one). The
+# Nomad path without the agent (alloc exec) is test-nomad-driver's. The Makefile installs
 # this script once per suite in NOMAD_SUITES; the suite is the name without "-nomad".
 # Left out, with the reason (PADDOCK_TEST_EXCLUDE, substrings of test names):
 #   test-controld
@@ -19,4 +22,4 @@ test-controld) ex=orphan_reaping_leaves,docker_outage ;;
 test-runtime-stream) ex=stream_output_before_stdin_is_capped ;;
 *) ex= ;;
 esac
-PADDOCK_DRIVER=nomad PADDOCK_TEST_EXCLUDE=${PADDOCK_TEST_EXCLUDE:+$PADDOCK_TEST_EXCLUDE,}$ex exec "$here/$suite" "$@"
+PADDOCK_DRIVER=nomad PADDOCK_NOMAD_RELAY=1 PADDOCK_TEST_EXCLUDE=${PADDOCK_TEST_EXCLUDE:+$PADDOCK_TEST_EXCLUDE,}$ex exec "$here/$suite" "$@"

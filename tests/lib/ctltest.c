@@ -13,6 +13,7 @@
 
 #include "cleanup.h"
 #include "ctltest.h"
+#include "strutil.h"
 #include "testlib.h"
 
 static const char *env_or(const char *k, const char *def) {
@@ -23,6 +24,68 @@ static const char *env_or(const char *k, const char *def) {
 bool ctld_nomad(void) {
         const char *d = getenv("PADDOCK_DRIVER");
         return d && !strcmp(d, "nomad");
+}
+
+bool ctld_nomad_relay(void) {
+        const char *v = getenv("PADDOCK_NOMAD_RELAY");
+        return ctld_nomad() && v && !strcmp(v, "1");
+}
+
+/* Docker's data root (where the agent sockets' volumes live). */
+static const char *docker_root(void) {
+        static char root[512];
+        if (!root[0]) {
+                char *argv[] = { "docker", "info", "-f", "{{.DockerRootDir}}", NULL };
+                _cleanup_free_ char *out = NULL;
+                ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
+                ASSERT_NOT_NULL(out);
+                out[strcspn(out, "\n")] = 0;
+                snprintf(root, sizeof(root), "%s", out);
+        }
+        return root;
+}
+
+static void relay_stop(struct ctld *c) {
+        if (c->relay_pid <= 0 || kill(c->relay_pid, 0) < 0)
+                return;
+        kill(c->relay_pid, SIGTERM);
+        for (int i = 0; i < 500 && waitpid(c->relay_pid, NULL, WNOHANG) != c->relay_pid; i++)
+                usleep(10000);
+        kill(c->relay_pid, SIGKILL);
+        (void) waitpid(c->relay_pid, NULL, WNOHANG);
+        c->relay_pid = 0;
+}
+
+/* A nodeagent that only relays (no egress; the broker may or may not be there: it retries). */
+static void relay_start(struct ctld *c) {
+        char conf[400], log[400];
+        snprintf(c->relay_secret, sizeof(c->relay_secret), "%s/relay.secret", c->dir);
+        FILE *f = fopen(c->relay_secret, "w");
+        ASSERT_NOT_NULL(f);
+        char tok[65];
+        random_token(tok, 32);
+        fprintf(f, "%s\n", tok);
+        fclose(f);
+        c->relay_port = test_free_port();
+        snprintf(conf, sizeof(conf), "%s/relay.conf", c->dir);
+        snprintf(log, sizeof(log), "%s/relay.log", c->dir);
+        f = fopen(conf, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f, "[agent]\nnode_id = relay-%d-%d\nlog_level = debug\n[amqp]\nexchange = paddock.relay-%d-%d\n"
+                   "[relay]\nlisten = 127.0.0.1:%d\nsecret_file = %s\ndocker_root = %s\n",
+                (int) getpid(), c->relay_port, (int) getpid(), c->relay_port, c->relay_port, c->relay_secret, docker_root());
+        fclose(f);
+        const char *argv[] = { "nodeagent", "-d", "-f", conf, NULL };
+        c->relay_pid = test_spawn_logged(test_build_path("nodeagent"), argv, log);
+        for (int i = 0; i < 500 && !test_port_open(c->relay_port); i++) {
+                int st;
+                if (waitpid(c->relay_pid, &st, WNOHANG) == c->relay_pid) {
+                        c->relay_pid = 0;
+                        test_fail(__FILE__, __LINE__, "the relay's nodeagent exited during start; see %s", log);
+                }
+                usleep(10000);
+        }
+        ASSERT_TRUE(test_port_open(c->relay_port));
 }
 
 /* The stand-in a ctld of this process talks to, for container_name(). */
@@ -38,6 +101,13 @@ static void write_conf(struct ctld *c, const char *server_extra) {
                                                            { "placement_timeout", "60s" },
                                                            { "csi_plugin_id", "standin-csi" } };
                 fprintf(f, "[nomad]\naddress = %s\n%s\n", c->nomad_url, c->nomad_extra);
+                if (c->relay_port) {
+                        const char *bin = test_build_path("paddock-init.static");
+                        if (access(bin, X_OK) != 0)
+                                bin = test_build_path("paddock-init");
+                        fprintf(f, "agent_binary = %s\nrelay_secret_file = %s\nrelay_port = %d\n", bin, c->relay_secret,
+                                c->relay_port);
+                }
                 for (size_t i = 0; i < ELEMENTSOF(defaults); i++)
                         if (!strstr(c->nomad_extra, defaults[i][0]))
                                 fprintf(f, "%s = %s\n", defaults[i][0], defaults[i][1]);
@@ -147,6 +217,8 @@ void ctld_start_nomad(struct ctld *c, struct nstandin *s, const char *nomad_extr
 }
 
 static void ctld_launch(struct ctld *c, const char *server_extra, const char *extra) {
+        if (ctld_nomad_relay() && !c->relay_port)
+                relay_start(c);
         snprintf(c->conf, sizeof(c->conf), "%s/controld.conf", c->dir);
         snprintf(c->log, sizeof(c->log), "%s/controld.log", c->dir);
         snprintf(c->extra, sizeof(c->extra), "%s", extra ? extra : "");
@@ -236,6 +308,7 @@ void ctld_stop(struct ctld *c) {
                 }
         }
         c->dir[0] = 0;
+        relay_stop(c);
         if (c->own_standin) {
                 nstandin_stop(&c->standin);   /* removes its containers and volumes */
                 if (current_standin == &c->standin)

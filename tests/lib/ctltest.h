@@ -34,6 +34,11 @@ struct ctld {
         bool own_standin;
         char nomad_url[64];
         char nomad_extra[1024];
+        /* Nomad driver with PADDOCK_NOMAD_RELAY=1: a nodeagent of this ctld's own serving the
+         * agent relay on relay_port (log in dir/relay.log), with the secret in relay_secret. */
+        pid_t relay_pid;
+        int relay_port;
+        char relay_secret[300];
         /* Heap copy used by the exit hook: the test's struct lives on a stack frame that is
          * gone by the time exit hooks run. Kept in sync on every start/stop. */
         struct ctld *shadow;
@@ -47,6 +52,9 @@ void ctld_start(struct ctld *c, const char *server_extra, const char *extra);
  * nomad_extra: more [nomad] keys (may be NULL). */
 void ctld_start_nomad(struct ctld *c, struct nstandin *s, const char *nomad_extra, const char *server_extra,
                       const char *extra);
+/* Whether ctld_start on the Nomad driver puts the in-sandbox agent and a node relay in the
+ * path (PADDOCK_NOMAD_RELAY=1). */
+bool ctld_nomad_relay(void);
 /* Restart on the same config and database; or stop and start the daemon alone (the store
  * and the sandboxes stay), e.g. to edit the store in between. */
 void ctld_restart(struct ctld *c);

@@ -50,6 +50,8 @@ void nstandin_start(struct nstandin *s, const char *dir, const char *const *args
         argv[n++] = listen;
         argv[n++] = "--record";
         argv[n++] = s->record;
+        /* as packaging/nomad/client-sandbox.hcl: the docker plugin's volumes.enabled */
+        argv[n++] = "--volumes-enabled";
         for (const char *const *a = args; a && *a && n < 46; a++)
                 argv[n++] = *a;
         argv[n] = NULL;

@@ -298,6 +298,71 @@ static int ensure_image(struct alloc *a, const cJSON *conf, const char *image, c
         return 0;
 }
 
+/* The docker config's `mounts` as Nomad's docker driver takes them: bind (an absolute host
+ * path needs the plugin's volumes.enabled), volume (a named Docker volume; with a
+ * driver_config only the local driver's tmpfs is supported here, and it needs volumes.enabled
+ * as on Nomad). Appended to mounts[*n..max). */
+static int task_mounts(const cJSON *c, struct docker_mount *mounts, size_t max, size_t *n, char **ret_err) {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(c, "mounts")) {
+                const char *type = str_or(json_get_str(x, "type"), "volume");
+                const char *target = json_get_str(x, "target"), *source = json_get_str(x, "source");
+                bool ro = cJSON_IsTrue(cJSON_GetObjectItem(x, "readonly"));
+                if (!target || !*target || !source || !*source) {
+                        *ret_err = xstrdup("failed to create container configuration: mount target and source are required");
+                        return -EINVAL;
+                }
+                if (*n == max) {
+                        *ret_err = xstrdup("nomad-standin: too many mounts");
+                        return -EINVAL;
+                }
+                if (!strcmp(type, "bind")) {
+                        if (source[0] != '/') {
+                                *ret_err = xstrdup("nomad-standin: only absolute bind sources are supported");
+                                return -EINVAL;
+                        }
+                        if (!cfg.volumes_enabled) {
+                                *ret_err = xasprintf("volumes are not enabled; cannot mount host paths: \"%s\"", source);
+                                return -EPERM;
+                        }
+                        mounts[(*n)++] = (struct docker_mount) { .bind = source, .target = target, .read_only = ro };
+                        continue;
+                }
+                if (strcmp(type, "volume") != 0) {
+                        *ret_err = xasprintf("nomad-standin: mount type \"%s\" is not supported", type);
+                        return -EINVAL;
+                }
+                const cJSON *dc = cJSON_GetObjectItem(cJSON_GetObjectItem(x, "volume_options"), "driver_config");
+                const char *drv = json_get_str(dc, "name");
+                struct docker_kv lbl[] = { { LABEL_KEY, cfg.instance } };
+                int r;
+                if (drv && *drv) {
+                        if (!cfg.volumes_enabled) {
+                                *ret_err = xasprintf("volumes are not enabled; cannot use volume driver \"%s\"", drv);
+                                return -EPERM;
+                        }
+                        const cJSON *o0 = cJSON_GetArrayItem(cJSON_GetObjectItem(dc, "options"), 0);
+                        const char *vt = json_get_str(o0, "type"), *vo = json_get_str(o0, "o");
+                        const char *sz = vo ? strstr(vo, "size=") : NULL;
+                        int64_t bytes = sz ? strtoll(sz + 5, NULL, 10) : 0;
+                        if (strcmp(drv, "local") != 0 || !vt || strcmp(vt, "tmpfs") != 0 || bytes <= 0) {
+                                *ret_err = xstrdup("nomad-standin: of volume drivers only local tmpfs volumes with a size are supported");
+                                return -EINVAL;
+                        }
+                        r = docker_volume_create_tmpfs(standin_docker(), source, bytes, lbl, ELEMENTSOF(lbl));
+                } else
+                        r = docker_volume_create(standin_docker(), source, lbl, ELEMENTSOF(lbl));
+                if (r < 0) {
+                        *ret_err = xasprintf("failed to create volume \"%s\": %s", source,
+                                             str_or(docker_last_error(), strerror(-r)));
+                        return r;
+                }
+                standin_volume_made(source);
+                mounts[(*n)++] = (struct docker_mount) { .volume = source, .target = target, .read_only = ro };
+        }
+        return 0;
+}
+
 /* Builds the container from the task's docker config as Nomad's docker driver does. */
 static int start_container(struct alloc *a, char **ret_id, char **ret_err) {
         const cJSON *g = group_of(a->job, a->group);
@@ -318,8 +383,24 @@ static int start_container(struct alloc *a, char **ret_id, char **ret_err) {
         cJSON_ArrayForEach(x, cJSON_GetObjectItem(c, "args"))
                 if (cJSON_IsString(x))
                         argv[n++] = x->valuestring;
+        /* entrypoint is a list; it replaces the image's, as docker's --entrypoint */
+        const cJSON *ep = cJSON_GetObjectItem(c, "entrypoint");
+        _cleanup_free_ const char **epv = xnew0(const char *, (size_t) cJSON_GetArraySize(ep) + 1);
+        size_t ne = 0;
+        cJSON_ArrayForEach(x, ep)
+                if (cJSON_IsString(x))
+                        epv[ne++] = x->valuestring;
+        /* The task's Env, as K=V (Nomad adds its NOMAD_* variables too; the stand-in does not). */
+        const cJSON *tenv = cJSON_GetObjectItem(t, "Env");
+        _cleanup_free_ char **envv = xnew0(char *, (size_t) cJSON_GetArraySize(tenv) + 1);
+        size_t nenv = 0;
+        cJSON_ArrayForEach(x, tenv)
+                if (cJSON_IsString(x) && x->string)
+                        envv[nenv++] = xasprintf("%s=%s", x->string, x->valuestring);
         struct docker_create_opts o = {
                 .image = image,
+                .entrypoint = ne ? epv : NULL,
+                .env = nenv ? (const char *const *) envv : NULL,
                 .cmd = n ? argv : NULL,
                 .runtime = json_get_str(c, "runtime"),
                 .network_mode = docker_network_for(group_net_mode(g)),
@@ -380,6 +461,12 @@ static int start_container(struct alloc *a, char **ret_id, char **ret_err) {
                 mounts[nm++] = (struct docker_mount) { .volume = dname, .target = json_get_str(x, "Destination"),
                                                        .read_only = cJSON_IsTrue(cJSON_GetObjectItem(x, "ReadOnly")) };
         }
+        int mr = task_mounts(c, mounts, ELEMENTSOF(mounts), &nm, ret_err);
+        if (mr < 0) {
+                for (size_t i = 0; i < nenv; i++)
+                        free(envv[i]);
+                return mr;
+        }
         o.mounts = mounts;
         o.n_mounts = nm;
         struct docker_kv labels[] = {
@@ -398,6 +485,8 @@ static int start_container(struct alloc *a, char **ret_id, char **ret_err) {
         if (r < 0)
                 return r;
         r = docker_container_create(standin_docker(), &o, &id);
+        for (size_t i = 0; i < nenv; i++)
+                free(envv[i]);
         if (r == -ENOENT) {
                 *ret_err = xasprintf("Failed to pull `%s`: image not present on the stand-in's dockerd", image);
                 return r;

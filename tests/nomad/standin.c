@@ -254,6 +254,21 @@ static void on_signal(int sig) {
         stopping = 1;
 }
 
+static char **made_volumes;
+static size_t n_made;
+
+void standin_volume_made(const char *name) {
+        pthread_mutex_lock(&mu);
+        for (size_t i = 0; i < n_made; i++)
+                if (!strcmp(made_volumes[i], name)) {
+                        pthread_mutex_unlock(&mu);
+                        return;
+                }
+        made_volumes = xrealloc(made_volumes, (n_made + 1) * sizeof(*made_volumes));
+        made_volumes[n_made++] = xstrdup(name);
+        pthread_mutex_unlock(&mu);
+}
+
 static void cleanup_docker(void) {
         _cleanup_strv_free_ char **ids = NULL;
         _cleanup_free_ char *f = xasprintf("%s=%s", LABEL_KEY, cfg.instance);
@@ -263,6 +278,8 @@ static void cleanup_docker(void) {
         pthread_mutex_lock(&mu);
         for (struct volume *v = volumes; v; v = v->next)
                 docker_volume_remove(dk, v->docker_name, true);
+        for (size_t i = 0; i < n_made; i++)
+                docker_volume_remove(dk, made_volumes[i], true);
         pthread_mutex_unlock(&mu);
 }
 
@@ -271,7 +288,7 @@ static void usage(void) {
                 "usage: nomad-standin --listen ADDR:PORT [--token T] [--nodes N] [--placement spread|node:N]\n"
                 "         [--agent-node N] [--node-pool P] [--datacenter DC] [--region R] [--namespaces a,b]\n"
                 "         [--net-map cni/NAME=DOCKERNET,...] [--docker SOCKET] [--record FILE]\n"
-                "         [--csi-plugin ID] [--instance LABEL] [--fault KEY=VALUE]...\n");
+                "         [--csi-plugin ID] [--instance LABEL] [--volumes-enabled] [--fault KEY=VALUE]...\n");
 }
 
 int main(int argc, char **argv) {
@@ -284,6 +301,7 @@ int main(int argc, char **argv) {
                 { "docker", required_argument, NULL, 'd' },     { "record", required_argument, NULL, 'r' },
                 { "csi-plugin", required_argument, NULL, 'c' }, { "instance", required_argument, NULL, 'i' },
                 { "fault", required_argument, NULL, 'f' },      { "help", no_argument, NULL, 'h' },
+                { "volumes-enabled", no_argument, NULL, 'V' },
                 {},
         };
         const char *listen = "127.0.0.1:4646", *namespaces = "default,sandboxes";
@@ -306,6 +324,7 @@ int main(int argc, char **argv) {
                 case 'd': cfg.docker_socket = optarg; break;
                 case 'r': cfg.record = optarg; break;
                 case 'c': cfg.csi_plugin = optarg; break;
+                case 'V': cfg.volumes_enabled = true; break;
                 case 'i': cfg.instance = optarg; break;
                 case 'm': {
                         _cleanup_free_ char *s = xstrdup(optarg);

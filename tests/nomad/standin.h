@@ -101,6 +101,7 @@ struct standin_config {
         char *docker_socket;
         char *record;
         char *csi_plugin;          /* NULL = any plugin id is accepted */
+        bool volumes_enabled;      /* the docker plugin's volumes.enabled (host binds, volume drivers) */
         char *instance;            /* label value on everything we create */
 };
 
@@ -126,6 +127,8 @@ struct docker *standin_docker(void);
 int standin_exec_target(const char *alloc_id, const char *task, char *container, size_t size, char **ret_msg);
 /* Takes one pending "exec closed with 1011" fault: true when this session must fail. */
 bool standin_take_exec_fault(void);
+/* Docker volumes a task's mounts made (removed at exit, as nothing on a real node would). */
+void standin_volume_made(const char *name);
 /* Appends one line to the request log (no-op without --record). kind "ws-in" / "ws-out". */
 void standin_record_ws(const char *path, const char *kind, const char *text, size_t len);
 extern uint64_t raft_index, idx_jobs, idx_allocs, idx_evals, idx_nodes, idx_vols;
