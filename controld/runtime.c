@@ -7,6 +7,9 @@
  * inside the sandbox with a fixed script and the user's strings passed as separate argv
  * entries. Each exec records its process id in the sandbox so a timeout or a vanished
  * client can kill the whole process tree.
+ *
+ * About 900 lines: one run type serves commands and file transfers on both paths (the agent
+ * and the driver's exec), and its state machine reads best in one place.
  */
 #include <errno.h>
 #include <poll.h>
@@ -453,8 +456,16 @@ static void result_of(const struct runtime_run *x, struct exec_result *ret) {
         }
 }
 
-static struct runtime_run *run_new(struct ctl *c, struct sandbox *sb) {
+/* Takes one of the sandbox's runtime slots and makes the run that holds it (sb moves into
+ * it); -EUSERS with err when every slot is taken (sb is cleared either way). */
+static int run_new(struct ctl *c, struct sandbox *sb, struct runtime_run **ret, struct api_error *err) {
+        char msg[512] = "";
+        if (runtime_slots_take(c, sb, msg, sizeof(msg)) < 0) {
+                sandbox_clear(sb);
+                return API_ERR(err, -EUSERS, "%s", msg);
+        }
         struct runtime_run *x = xnew0(struct runtime_run, 1);
+        x->slot = true;
         x->c = c;
         x->drv = c->drv;
         x->sb = *sb;
@@ -463,7 +474,8 @@ static struct runtime_run *run_new(struct ctl *c, struct sandbox *sb) {
         strbuf_init(&x->out.buf, c->cfg->max_exec_output);
         strbuf_init(&x->err.buf, c->cfg->max_exec_output);
         strbuf_init(&x->data, 0);
-        return x;
+        *ret = x;
+        return 0;
 }
 
 int runtime_load_ready(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret,
@@ -556,20 +568,17 @@ static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd,
 
 int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *cmd, runtime_output_fn output, void *ud,
                   struct runtime_run **ret, struct api_error *err) {
-        char msg[512] = "";
-        if (runtime_slots_take(c, sb, msg, sizeof(msg)) < 0) {
-                sandbox_clear(sb);
-                return API_ERR(err, -EUSERS, "%s", msg);
-        }
-        struct runtime_run *x = run_new(c, sb);
+        struct runtime_run *x = NULL;
+        int k = run_new(c, sb, &x, err);
+        if (k < 0)
+                return k;
         if (cmd->token)
                 snprintf(x->token, sizeof(x->token), "%s", cmd->token);
-        x->slot = true;
         x->output = output;
         x->output_ud = ud;
         x->t0 = mono_ms();
         x->deadline = x->t0 + (int64_t) cmd->timeout_s * 1000;
-        int k = start_on_agent(x, cmd, err);
+        k = start_on_agent(x, cmd, err);
         if (k == -EOPNOTSUPP)
                 k = start_on_driver(x, cmd, err);
         if (k < 0) {
@@ -661,17 +670,15 @@ enum runtime_step runtime_step(struct runtime_run *x, int max_wait_ms, int clien
 static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script, const char *path, bool want_stdin,
                            struct runtime_run **ret, struct api_error *err) {
         char msg[512] = "";
-        if (runtime_slots_take(c, sb, msg, sizeof(msg)) < 0) {
-                sandbox_clear(sb);
-                return API_ERR(err, -EUSERS, "%s", msg);
-        }
-        struct runtime_run *x = run_new(c, sb);
-        x->slot = true;
+        struct runtime_run *x = NULL;
+        int k = run_new(c, sb, &x, err);
+        if (k < 0)
+                return k;
         x->deadline = mono_ms() + (int64_t) c->cfg->transfer_timeout_s * 1000;
         strbuf_done(&x->err.buf);
         strbuf_init(&x->err.buf, ERR_CAP);
         struct agent_client *cl = NULL;
-        int k = agent_connect(c, &x->sb, &cl, msg, sizeof(msg));
+        k = agent_connect(c, &x->sb, &cl, msg, sizeof(msg));
         if (k == 0) {
                 k = want_stdin ? agent_file_write_open(cl, path, &x->af, msg, sizeof(msg))
                                : agent_file_read_open(cl, path, &x->af, msg, sizeof(msg));
