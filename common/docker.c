@@ -1,5 +1,6 @@
 /* docker.c — Docker Engine API 1.41 client: the calls, over libcurl. The exec transport (the
- * hijacked raw AF_UNIX stream and its demux) is docker-exec.c. */
+ * hijacked raw AF_UNIX stream and its demux) is docker-exec.c. About 900 lines: one short
+ * function per Engine call over one request helper; they share nothing else to split along. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
