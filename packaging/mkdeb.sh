@@ -91,8 +91,9 @@ build_pkg() {
                 # Host reference configs: copied into place by the operator (OPERATIONS.md).
                 # PID 1 of every sandbox on this node, bound in read-only (static: needs nothing of
                 # the image). controld's local Docker driver finds it here too.
-                install -d "$d/usr/lib/paddock"
+                install -d "$d/usr/lib/paddock" "$d/usr/share/paddock/systemd"
                 install -m 0755 "$BUILD/paddock-init" "$d/usr/lib/paddock/paddock-init"
+                install -m 0644 "$HERE/nodeagent-relay.conf" "$d/usr/share/paddock/systemd/"
                 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$d/usr/lib/paddock/paddock-init" 2>/dev/null || true
                 install -d "$d/usr/share/paddock/cni" "$d/usr/share/paddock/nomad"
                 install -m 0644 "$HERE"/cni/*.conflist "$d/usr/share/paddock/cni/"

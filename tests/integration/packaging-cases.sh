@@ -55,6 +55,7 @@ case_deb() {
                  usr/lib/tmpfiles.d/paddock-controld.conf:644 \
                  usr/share/doc/paddock-controld/OPERATIONS.md:644 usr/share/doc/paddock-nodeagent/copyright:644 \
                  usr/share/paddock/systemd/controld-docker-driver.conf:644 \
+                 usr/share/paddock/systemd/nodeagent-relay.conf:644 \
                  usr/share/paddock/cni/sandbox-no-egress.conflist:644 usr/share/paddock/cni/sandbox-restricted.conflist:644 \
                  usr/share/paddock/cni/sandbox-open.conflist:644 usr/share/paddock/nomad/client-sandbox.hcl:644 \
                  usr/share/paddock/nomad/namespace-sandboxes.hcl:644 usr/share/paddock/nomad/node-pool-sandbox.hcl:644; do
@@ -192,6 +193,13 @@ case_units() {
         out=$(cd "$R" && systemd-analyze verify --root="$R" lib/systemd/system/paddock-controld.service 2>&1) ||
                 fail "systemd-analyze verify with the docker drop-in: $out"
         [[ -z $out ]] || fail "systemd-analyze verify with the docker drop-in complained: $out"
+        mkdir -p "$R/etc/systemd/system/paddock-nodeagent.service.d"
+        cp "$R/usr/share/paddock/systemd/nodeagent-relay.conf" "$R/etc/systemd/system/paddock-nodeagent.service.d/relay.conf"
+        out=$(cd "$R" && systemd-analyze verify --root="$R" lib/systemd/system/paddock-nodeagent.service 2>&1) ||
+                fail "systemd-analyze verify with the relay drop-in: $out"
+        [[ -z $out ]] || fail "systemd-analyze verify with the relay drop-in complained: $out"
+        grep -qxF "AmbientCapabilities=CAP_NET_ADMIN CAP_DAC_OVERRIDE" "$R/etc/systemd/system/paddock-nodeagent.service.d/relay.conf" ||
+                fail "the relay drop-in does not keep CAP_DAC_OVERRIDE"
         cd=$(exposure "$R" paddock-controld.service)
         echo "exposure: paddock-controld $c (max $MAX_CONTROLD), with docker-driver drop-in $cd (max $MAX_CONTROLD_DOCKER), paddock-nodeagent $n (max $MAX_NODEAGENT)"
         [[ -n $c && -n $n && -n $cd ]] || fail "no exposure score from systemd-analyze security"
