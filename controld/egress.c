@@ -404,13 +404,30 @@ static void resolved_job(struct ctl *c, void *arg) {
         }
 }
 
+/* Appends the sandboxes in status st to *a (n entries). 0 or -errno. */
+static int list_append_status(struct ctl *c, enum sb_status st, struct sandbox **a, size_t *n) {
+        struct sandbox *b = NULL;
+        size_t m = 0;
+        int r = store_sandbox_list_status(c->store, NULL, st, &b, &m);
+        if (r < 0 || m == 0)
+                return r;
+        *a = xrealloc(*a, (*n + m) * sizeof(**a));
+        memcpy(*a + *n, b, m * sizeof(*b));
+        *n += m;
+        free(b);     /* the entries moved into *a */
+        return 0;
+}
+
 static char *sync_answer(struct ctl *c, const char *node) {
         struct sandbox *a = NULL;
         size_t n = 0;
         struct pj_node_reply rep = { .ok = true, .has_live = true };
         snprintf(rep.type, sizeof(rep.type), "node.sync");
         snprintf(rep.node_id, sizeof(rep.node_id), "%s", node);
-        if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0) {
+        /* Live: ready, and also starting or resuming once placed here (their policy may be on the
+         * node already, before the record says ready): the agent would otherwise remove it. */
+        if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0 || list_append_status(c, SB_STARTING, &a, &n) < 0 ||
+            list_append_status(c, SB_RESUMING, &a, &n) < 0) {
                 rep.ok = false;
                 rep.has_live = false;
                 snprintf(rep.error, sizeof(rep.error), "controld could not read its store");

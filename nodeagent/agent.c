@@ -501,6 +501,8 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
         bool parsed = pj_node_msg_parse(body, d->c.size, &m, &pe) >= 0;
         _cleanup_free_ char *out = NULL;
         if (parsed && cfg->egress_enabled && (m.type == PJ_NODE_EGRESS_APPLY || m.type == PJ_NODE_EGRESS_REMOVE)) {
+                if (m.type == PJ_NODE_EGRESS_APPLY)
+                        reconcile_note_apply(m.sandbox_id);
                 if (n_jobs < jobs_max(cfg)) {
                         jobs = xrealloc(jobs, (n_jobs + 1) * sizeof(*jobs));
                         jobs[n_jobs++] = (struct job) { .d = *d, .m = m, .t0 = mono_ms() };

@@ -100,13 +100,16 @@ int agent_run(const struct agent_config *cfg);
  * reconcile_on_reply: controld's answer on the reply queue; stale chains are removed.
  * reconcile_on_return: a node.sync came back unroutable.
  * reconcile_reply_queue_set: the reply queue of this connection (copied; the copy is returned).
- * reconcile_is_reply: dm was delivered to that reply queue. */
+ * reconcile_is_reply: dm was delivered to that reply queue.
+ * reconcile_note_apply: an egress.apply for this sandbox arrived: while a node.sync is in flight,
+ *   its answer (computed before) must not remove that sandbox's chain. */
 void reconcile_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user);
 void reconcile_tick(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user);
 void reconcile_on_reply(const struct agent_config *cfg, const struct amqpx_delivery *d, const char *body);
 void reconcile_on_return(void);
 amqp_bytes_t reconcile_reply_queue_set(amqp_bytes_t q);
 bool reconcile_is_reply(const amqp_basic_deliver_t *dm);
+void reconcile_note_apply(const char *sandbox_id);
 
 /* privsep.c — privilege separation, the way OpenBSD's relayd and smtpd do it.
  *

@@ -33,7 +33,39 @@ static struct {
         int backoff_ms;
         unsigned attempt;
         bool converged;                 /* once, for tests and the log */
+        /* Sandboxes whose egress.apply arrived after the ask went out: controld's answer may have
+         * been computed before their record said they live here, so it cannot condemn them. */
+        char **applied;
+        size_t n_applied;
+        bool applied_overflow;          /* more than SYNC_APPLIED_MAX: prune nothing this round */
 } sync_st = { .backoff_ms = 1000 };
+#define SYNC_APPLIED_MAX 4096
+
+static void applied_clear(void) {
+        strv_free(sync_st.applied);
+        sync_st.applied = NULL;
+        sync_st.n_applied = 0;
+        sync_st.applied_overflow = false;
+}
+
+void reconcile_note_apply(const char *sandbox_id) {
+        if (!sync_st.sent_at || sync_st.applied_overflow)
+                return;
+        if (sync_st.n_applied == SYNC_APPLIED_MAX) {
+                sync_st.applied_overflow = true;
+                return;
+        }
+        sync_st.applied = xrealloc(sync_st.applied, (sync_st.n_applied + 2) * sizeof(char *));
+        sync_st.applied[sync_st.n_applied++] = xstrdup(sandbox_id);
+        sync_st.applied[sync_st.n_applied] = NULL;
+}
+
+static bool applied_since_ask(const char *id) {
+        for (size_t i = 0; i < sync_st.n_applied; i++)
+                if (!strcmp(sync_st.applied[i], id))
+                        return true;
+        return false;
+}
 
 void reconcile_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
         struct pj_node_msg m = { .type = PJ_NODE_NODE_SYNC };
@@ -49,6 +81,7 @@ void reconcile_send(amqp_connection_state_t conn, const struct agent_config *cfg
                            amqp_cstring_bytes(body));
         sync_st.sent_at = mono_ms();
         sync_st.next_at = 0;
+        applied_clear();
         log_info("node.sync sent to controld (attempt %u)", sync_st.attempt);
 }
 
@@ -87,7 +120,7 @@ static int sync_prune(const struct pj_node_reply *r) {
                         char id[EGRESS_ID_LEN + 1];
                         memcpy(id, list + i * EGRESS_ID_LEN, EGRESS_ID_LEN);
                         id[EGRESS_ID_LEN] = 0;
-                        if (live_has(r, id))
+                        if (live_has(r, id) || applied_since_ask(id))
                                 continue;
                         stale = xrealloc(stale, (n_stale + 2) * sizeof(char *));
                         stale[n_stale++] = xstrdup(id);
@@ -131,7 +164,8 @@ void reconcile_on_reply(const struct agent_config *cfg, const struct amqpx_deliv
                 sync_retry_later(why);
                 return;
         }
-        int k = cfg->egress_enabled ? sync_prune(&r) : 0;
+        /* too many applies raced this ask to tell which are safe: prune at the next ask */
+        int k = cfg->egress_enabled && !sync_st.applied_overflow ? sync_prune(&r) : 0;
         if (k < 0) {
                 pj_node_reply_done(&r);
                 sync_retry_later("pruning failed");
@@ -142,6 +176,7 @@ void reconcile_on_reply(const struct agent_config *cfg, const struct amqpx_deliv
         sync_st.next_at = 0;
         sync_st.backoff_ms = 1000;
         sync_st.converged = true;
+        applied_clear();
         pj_node_reply_done(&r);
 }
 

@@ -89,6 +89,19 @@ TEST_FULL(node_sync_converges_and_fails_closed_without_controld, 90) {
         amqp_basic_properties_t *rp = &env.message.properties;
         ASSERT_TRUE((rp->_flags & AMQP_BASIC_REPLY_TO_FLAG) && (rp->_flags & AMQP_BASIC_CORRELATION_ID_FLAG));
         ASSERT_TRUE(rp->_flags & AMQP_BASIC_EXPIRATION_FLAG);
+        /* An apply that lands after the ask went out, while controld is still answering from a
+         * store read made before that sandbox was recorded here: the answer must not remove it
+         * (a create racing a sync, seen in CI as an open sandbox that could reach nothing). */
+        static const char late[] = "dddddddddddddddddddddddd";
+        struct client cl;
+        client_open_on(&cl, exchange);
+        _cleanup_free_ char *late_reply = NULL;
+        ASSERT_EQ(publish(&cl, nid, "{\"type\":\"egress.apply\",\"sandbox_id\":\"dddddddddddddddddddddddd\","
+                                    "\"ip\":\"169.254.90.13\",\"mode\":\"open\"}",
+                          "late-apply", &late_reply),
+                  0);
+        ASSERT_CONTAINS(late_reply, "\"ok\":true");
+        ASSERT_TRUE(nft_has_chain(ns, home, late));
         amqp_basic_properties_t p = { 0 };
         p._flags = AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
         p.correlation_id = rp->correlation_id;
@@ -107,6 +120,8 @@ TEST_FULL(node_sync_converges_and_fails_closed_without_controld, 90) {
         }
         ASSERT_TRUE(pruned);
         ASSERT_TRUE(nft_has_chain(ns, home, ids[0]));   /* the live one is kept */
+        ASSERT_TRUE(nft_has_chain(ns, home, late));     /* and the one applied after the ask */
+        client_close(&cl);
 
         kill(getpid(), SIGTERM);
         pthread_join(th, NULL);
