@@ -15,7 +15,7 @@
 PREFIX  ?= /usr/local
 DESTDIR ?=
 CC      ?= cc
-PKGS    := libmicrohttpd libcurl libcjson librabbitmq libnftnl libmnl sqlite3 libsystemd libcrypto
+PKGS    := libmicrohttpd libcurl libcjson librabbitmq libnftnl libmnl sqlite3 libsystemd libssl libcrypto
 
 ifneq ($(SANITIZE),)
 BUILD   ?= build/san

@@ -13,6 +13,7 @@
 
 #include "agent.h"
 #include "pj_relay.h"
+#include "tlsbridge.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "driver.h"
@@ -78,9 +79,17 @@ static int agent_host_init_nomad(struct ctl *c, char *err, size_t errlen) {
         }
         if ((r = agent_key_load(c, err, errlen)) < 0)
                 return r;
+        if (cfg->nomad_relay_tls_ca[0]) {
+                char terr[300] = "";
+                c->relay_tls = tls_client_ctx(cfg->nomad_relay_tls_ca, terr, sizeof(terr));
+                if (!c->relay_tls) {
+                        snprintf(err, errlen, "[nomad] relay_tls_ca %s: %s", cfg->nomad_relay_tls_ca, terr);
+                        return -EINVAL;
+                }
+        }
         c->agent_binary = xstrdup(cfg->nomad_agent_binary);
-        log_info("in-sandbox agent on Nomad: %s on the nodes, reached through their relays on port %" PRId64,
-                 c->agent_binary, cfg->nomad_relay_port);
+        log_info("in-sandbox agent on Nomad: %s on the nodes, reached through their relays on port %" PRId64 "%s",
+                 c->agent_binary, cfg->nomad_relay_port, c->relay_tls ? " with TLS" : "");
         return 0;
 }
 
@@ -128,6 +137,8 @@ void agent_host_done(struct ctl *c) {
                 explicit_bzero(c->relay_secret, c->relay_secret_len);
         free(c->relay_secret);
         c->relay_secret = NULL;
+        SSL_CTX_free(c->relay_tls);
+        c->relay_tls = NULL;
 }
 
 void agent_secret(const struct ctl *c, const char *sandbox_id, char out[AGENT_SECRET_LEN + 1]) {

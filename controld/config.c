@@ -216,6 +216,7 @@ static int load_nomad(struct config *c, struct conf *cf, char *err, size_t errle
                          err, errlen)) < 0 ||
             (r = get_str(cf, "nomad", NULL, "relay_secret_file", "", 1024, &c->nomad_relay_secret_file, err, errlen)) < 0 ||
             (r = conf_get_int(cf, "nomad", NULL, "relay_port", 7433, 1, 65535, &c->nomad_relay_port, err, errlen)) < 0 ||
+            (r = get_str(cf, "nomad", NULL, "relay_tls_ca", "", 1024, &c->nomad_relay_tls_ca, err, errlen)) < 0 ||
             (r = conf_get_duration_ms(cf, "nomad", NULL, "request_timeout", 30000, 100, 600000, &c->nomad_request_timeout_ms,
                                       err, errlen)) < 0 ||
             (r = conf_get_duration_ms(cf, "nomad", NULL, "placement_timeout", 120000, 1000, 3600000,
@@ -465,6 +466,7 @@ struct config *config_free(struct config *c) {
         free(c->nomad_csi_plugin_id);
         free(c->nomad_agent_binary);
         free(c->nomad_relay_secret_file);
+        free(c->nomad_relay_tls_ca);
         free(c->default_template);
         free(c->default_region);
         free(c->default_plan);

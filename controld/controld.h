@@ -106,6 +106,7 @@ struct config {
         /* The in-sandbox agent on Nomad: the binary's path on the nodes, the deployment secret
          * of the nodes' relays ("" = no agent on Nomad: tail -f and alloc exec) and their port. */
         char *nomad_agent_binary, *nomad_relay_secret_file;
+        char *nomad_relay_tls_ca;                    /* "" = plain TCP to the relays; else verify them */
         int64_t nomad_relay_port;
         uint64_t nomad_request_timeout_ms;           /* one plain HTTP request */
         uint64_t nomad_placement_timeout_ms;         /* register -> allocation running */
@@ -374,6 +375,7 @@ struct ctl {
         char agent_key[65];              /* secrets are HMAC(agent_key, sandbox id) */
         char *relay_secret;              /* Nomad: the nodes' relay secret ([nomad] relay_secret_file) */
         size_t relay_secret_len;
+        struct ssl_ctx_st *relay_tls;    /* [nomad] relay_tls_ca: TLS to the relays; NULL = plain */
         struct metrics *metrics;
         struct nodebus *bus;             /* NULL when [amqp] url is unset: egress is not enforced */
         struct egress_bus *egbus;        /* node.sync responder (egress.c) */

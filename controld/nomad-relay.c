@@ -27,6 +27,7 @@
 #include "nomad-private.h"
 #include "pj_relay.h"
 #include "strutil.h"
+#include "tlsbridge.h"
 
 #define NODE_CACHE 256
 #define NODE_TTL_MS (5 * 60 * 1000)
@@ -171,6 +172,15 @@ int nomad_agent_dial(struct driver *d, const struct sandbox *sb, int64_t deadlin
                 snprintf(err, errlen, "the relay of node %s at %s:%d: %s", sb->node_id, host, port, strerror(-fd));
                 /* no relay there: the caller may take the driver's exec path */
                 return fd == -ETIMEDOUT ? fd : -ECONNREFUSED;
+        }
+        if (c->relay_tls) {
+                char terr[300] = "";
+                fd = tls_bridge(c->relay_tls, fd, host, deadline, terr, sizeof(terr));
+                if (fd < 0) {
+                        snprintf(err, errlen, "the relay of node %s at %s:%d: %s", sb->node_id, host, port, terr);
+                        /* a relay that is not there for us: the driver's exec path serves the call */
+                        return fd == -ETIMEDOUT ? fd : -EPROTO;
+                }
         }
         r = pj_relay_client_handshake(fd, c->relay_secret, c->relay_secret_len, sb->id, deadline);
         if (r < 0) {

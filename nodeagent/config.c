@@ -64,11 +64,13 @@ static int snapshot_config_load(struct conf *cf, struct agent_config *ret, char 
 }
 
 /* [relay]: listen (unset = no relay), secret_file (required with listen), docker_root,
- * max_connections. */
+ * max_connections, tls_cert + tls_key (both or neither). */
 static int relay_config_load(struct conf *cf, const char *path, struct agent_config *ret, char *err, size_t errlen) {
-        const char *listen = NULL, *secret = NULL, *root = NULL;
+        const char *listen = NULL, *secret = NULL, *root = NULL, *cert = NULL, *key = NULL;
         int r;
         if ((r = conf_get_string(cf, "relay", NULL, "listen", NULL, 64, &listen, err, errlen)) < 0 ||
+            (r = conf_get_string(cf, "relay", NULL, "tls_cert", NULL, 1024, &cert, err, errlen)) < 0 ||
+            (r = conf_get_string(cf, "relay", NULL, "tls_key", NULL, 1024, &key, err, errlen)) < 0 ||
             (r = conf_get_string(cf, "relay", NULL, "secret_file", NULL, 1024, &secret, err, errlen)) < 0 ||
             (r = conf_get_string(cf, "relay", NULL, "docker_root", "/var/lib/docker", 512, &root, err, errlen)) < 0 ||
             (r = conf_get_int(cf, "relay", NULL, "max_connections", 256, 1, 4096, &ret->relay_max_conns, err, errlen)) < 0)
@@ -83,6 +85,10 @@ static int relay_config_load(struct conf *cf, const char *path, struct agent_con
                 snprintf(err, errlen, "%s: [relay] docker_root must be an absolute path", path);
                 return -EINVAL;
         }
+        if (!(cert && *cert) != !(key && *key)) {
+                snprintf(err, errlen, "%s: [relay] tls_cert and tls_key go together (TLS needs both, plain TCP neither)", path);
+                return -EINVAL;
+        }
         r = pj_relay_secret_load(secret, &ret->relay_secret, &ret->relay_secret_len);
         if (r < 0) {
                 snprintf(err, errlen, "%s: [relay] secret_file %s: %s", path, secret,
@@ -91,6 +97,10 @@ static int relay_config_load(struct conf *cf, const char *path, struct agent_con
         }
         ret->relay_listen = xstrdup(listen);
         ret->relay_docker_root = xstrdup(root);
+        if (cert && *cert) {
+                ret->relay_tls_cert = xstrdup(cert);
+                ret->relay_tls_key = xstrdup(key);
+        }
         return 0;
 }
 
@@ -212,7 +222,7 @@ void agent_config_done(struct agent_config *c) {
         snapshot_config_done(c);
         if (c->relay_secret)
                 explicit_bzero(c->relay_secret, c->relay_secret_len);
-        free_many(c->relay_listen, c->relay_secret, c->relay_docker_root);
+        free_many(c->relay_listen, c->relay_secret, c->relay_docker_root, c->relay_tls_cert, c->relay_tls_key);
         strv_free(c->egress_bridges);
         strv_free(c->egress_deny);
         free_many(c->egress_table, c->egress_dns, c->metrics_listen, c->node_id, c->log_level, c->amqp_url,

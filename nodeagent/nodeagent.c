@@ -78,7 +78,8 @@ int nodeagent_main(int argc, char **argv) {
         if (r >= 0 && (r = relay_start(&cfg, err, sizeof(err))) < 0)
                 log_error("Cannot start the agent relay: %s", err);
         else if (r >= 0 && cfg.relay_listen)
-                log_info("relaying to in-sandbox agents on %s (sockets under %s/volumes)", cfg.relay_listen,
+                log_info("relaying to in-sandbox agents on %s%s (sockets under %s/volumes)", cfg.relay_listen,
+                         cfg.relay_tls_cert ? " with TLS" : "",
                          cfg.relay_docker_root);
         if (r >= 0)
                 r = agent_run(&cfg);

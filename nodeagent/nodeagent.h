@@ -43,6 +43,7 @@ struct agent_config {
         char *relay_secret;           /* the deployment secret (from secret_file); never logged */
         size_t relay_secret_len;
         char *relay_docker_root;      /* Docker's data root: agent sockets are in its volumes */
+        char *relay_tls_cert, *relay_tls_key;   /* PEM files; NULL = plain TCP */
         int64_t relay_max_conns;
 };
 

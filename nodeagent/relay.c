@@ -34,6 +34,7 @@
 #include "nodeagent.h"
 #include "pj_relay.h"
 #include "strutil.h"
+#include "tlsbridge.h"
 #include "unixsock.h"
 
 #define RELAY_BUF (64 * 1024)
@@ -66,6 +67,7 @@ int relay_open_agent(const struct agent_config *cfg, const char *sandbox_id, int
 /* ---------------------------------------------------------------- parent: listener */
 
 static const struct agent_config *rcfg;
+static SSL_CTX *tls;            /* [relay] tls_cert/tls_key; NULL = plain TCP */
 static int listen_fd = -1, stop_pipe[2] = { -1, -1 };
 static pthread_t accept_thread;
 static bool started;
@@ -178,9 +180,19 @@ static void *conn_main(void *arg) {
         int64_t deadline = mono_ms() + PJ_RELAY_HANDSHAKE_MS;
         uint8_t greeting[PJ_RELAY_GREETING_LEN], hello[PJ_RELAY_HELLO_LEN];
         char id[PJ_RELAY_ID_LEN + 1] = "";
+        int r = 0;
+        if (tls) {
+                /* the TCP connection becomes the bridge's; we speak on its plain end */
+                char terr[256] = "";
+                fd = tls_bridge(tls, fd, NULL, deadline, terr, sizeof(terr));
+                if (fd < 0) {
+                        log_info("relay: %s: %s", cn->peer, terr);
+                        goto done;
+                }
+        }
         memcpy(greeting, PJ_RELAY_MAGIC, PJ_RELAY_MAGIC_LEN);
         random_fill(greeting + PJ_RELAY_MAGIC_LEN, PJ_RELAY_CHALLENGE_LEN);
-        int r = fd_send_all(fd, greeting, sizeof(greeting), deadline);
+        r = fd_send_all(fd, greeting, sizeof(greeting), deadline);
         if (r >= 0)
                 r = read_exact(fd, hello, sizeof(hello), deadline);
         if (r < 0) {
@@ -214,6 +226,7 @@ static void *conn_main(void *arg) {
 out:
         explicit_bzero(hello, sizeof(hello));
         close(fd);
+done:
         free(cn);
         atomic_fetch_sub(&active, 1);
         return NULL;
@@ -241,7 +254,10 @@ static void *accept_main(void *arg) {
                 }
                 if (atomic_fetch_add(&active, 1) >= rcfg->relay_max_conns) {
                         atomic_fetch_sub(&active, 1);
-                        (void) send_status(fd, EBUSY, mono_ms() + 100);
+                        /* plain TCP: say why; under TLS a plain status would only garble the
+                         * client's handshake, so the close alone says it */
+                        if (!tls)
+                                (void) send_status(fd, EBUSY, mono_ms() + 100);
                         close(fd);
                         continue;
                 }
@@ -279,6 +295,15 @@ int relay_start(const struct agent_config *cfg, char *err, size_t errlen) {
                 return -EINVAL;
         }
         rcfg = cfg;
+        if (cfg->relay_tls_cert) {
+                char terr[300] = "";
+                tls = tls_server_ctx(cfg->relay_tls_cert, cfg->relay_tls_key, terr, sizeof(terr));
+                if (!tls) {
+                        snprintf(err, errlen, "[relay] tls_cert %s / tls_key %s: %s", cfg->relay_tls_cert, cfg->relay_tls_key,
+                                 terr);
+                        return -EINVAL;
+                }
+        }
         listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int one = 1;
         if (listen_fd < 0 || setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
@@ -310,4 +335,7 @@ void relay_stop(void) {
                 if (stop_pipe[i] >= 0)
                         close(stop_pipe[i]);
         listen_fd = stop_pipe[0] = stop_pipe[1] = -1;
+        /* bridges still running hold their own SSL (and its reference to the context) */
+        SSL_CTX_free(tls);
+        tls = NULL;
 }

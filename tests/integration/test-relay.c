@@ -27,6 +27,8 @@
 #include "pj_relay.h"
 #include "strutil.h"
 #include "testlib.h"
+#include "tlsbridge.h"
+#include "tlstest.h"
 
 #define AGENT_SECRET "the sandbox's own agent secret"
 #define RELAY_SECRET "0123456789abcdef0123456789abcdef"
@@ -318,4 +320,99 @@ TEST(the_relay_needs_a_secret_of_sane_size) {
         ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
         ASSERT_TRUE(test_log_has(log, 0, "[relay] secret_file", 0));
         ASSERT_TRUE(test_log_has(log, 0, "16..1024 bytes", 0));
+}
+
+/* ---- TLS ([relay] tls_cert/tls_key; controld's [nomad] relay_tls_ca) ---- */
+
+static struct tlstest tls_files;
+
+static void start_tls_relay(void) {
+        tlstest_make(&tls_files, test_tmpdir(), "relay", "IP:127.0.0.1");
+        char extra[700];
+        snprintf(extra, sizeof(extra), "tls_cert = %s\ntls_key = %s\n", tls_files.cert, tls_files.key);
+        start_relay(extra);
+        ASSERT_TRUE(test_log_has(relay_log, 0, "with TLS", 0));
+}
+
+/* TCP to the relay, then TLS as controld does it: a plain fd, or -errno with err. */
+static int tls_dial(const char *ca, const char *host, char *err, size_t errlen) {
+        SSL_CTX *ctx = tls_client_ctx(ca, err, errlen);
+        ASSERT_NOT_NULL(ctx);
+        int fd = tls_bridge(ctx, tcp_dial(), host, mono_ms() + T, err, errlen);
+        SSL_CTX_free(ctx);
+        return fd;
+}
+
+TEST(over_tls_commands_pass_and_the_bytes_on_the_wire_are_not_plain) {
+        start_tls_relay();
+        start_init();
+        char err[300] = "";
+        int fd = tls_dial(tls_files.ca, "127.0.0.1", err, sizeof(err));
+        if (fd < 0)
+                test_fail(__FILE__, __LINE__, "TLS to the relay: %s", err);
+        ASSERT_STATUS(-pj_relay_client_handshake(fd, RELAY_SECRET, strlen(RELAY_SECRET), SB_ID, mono_ms() + T), 0);
+        struct out o;
+        ASSERT_EQ(run_on(fd, (const char *const[]) { "sh", "-c", "head -c 200000 /dev/zero | wc -c; echo secret-output", NULL },
+                         &o),
+                  0);
+        ASSERT_STREQ(o.buf, "200000\nsecret-output\n");
+        /* a plain client gets no greeting from a TLS relay: nothing in clear */
+        int p = tcp_dial();
+        uint8_t b[64];
+        struct pollfd pf = { .fd = p, .events = POLLIN };
+        ASSERT_OK(fd_send_all(p, "hello?\n", 7, mono_ms() + T));
+        if (poll(&pf, 1, 2000) == 1) {
+                ssize_t k = recv(p, b, sizeof(b), 0);
+                ASSERT_TRUE(k <= 0 || memmem(b, (size_t) k, PJ_RELAY_MAGIC, PJ_RELAY_MAGIC_LEN) == NULL);
+        }
+        close(p);
+        /* several at once, each its own bridge */
+        int fds[4];
+        for (int i = 0; i < 4; i++) {
+                fds[i] = tls_dial(tls_files.ca, "127.0.0.1", err, sizeof(err));
+                ASSERT_TRUE(fds[i] >= 0);
+                ASSERT_OK(pj_relay_client_handshake(fds[i], RELAY_SECRET, strlen(RELAY_SECRET), SB_ID, mono_ms() + T));
+        }
+        for (int i = 0; i < 4; i++) {
+                ASSERT_EQ(run_on(fds[i], (const char *const[]) { "echo", "one of four", NULL }, &o), 0);
+                ASSERT_STREQ(o.buf, "one of four\n");
+        }
+}
+
+TEST(over_tls_a_relay_our_ca_did_not_sign_or_another_name_is_refused) {
+        start_tls_relay();
+        start_init();
+        struct tlstest other;
+        tlstest_make(&other, test_tmpdir(), "other", "IP:127.0.0.1");
+        char err[300] = "";
+        ASSERT_EQ(tls_dial(other.ca, "127.0.0.1", err, sizeof(err)), -EPROTO);
+        ASSERT_CONTAINS(err, "does not verify");
+        /* the right CA, but the certificate is for 127.0.0.1, not this name */
+        ASSERT_EQ(tls_dial(tls_files.ca, "relay.example", err, sizeof(err)), -EPROTO);
+        ASSERT_CONTAINS(err, "does not verify");
+        ASSERT_EQ(tls_dial(tls_files.ca, "127.0.0.2", err, sizeof(err)), -EPROTO);
+        /* and the relay still serves the right client */
+        int fd = tls_dial(tls_files.ca, "127.0.0.1", err, sizeof(err));
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_OK(pj_relay_client_handshake(fd, RELAY_SECRET, strlen(RELAY_SECRET), SB_ID, mono_ms() + T));
+        close(fd);
+}
+
+TEST(tls_cert_and_key_go_together) {
+        snprintf(root, sizeof(root), "%s/docker-root", test_tmpdir());
+        char secret[300], conf[300], log[300];
+        snprintf(secret, sizeof(secret), "%s/relay.secret", test_tmpdir());
+        write_file(secret, RELAY_SECRET "\n", 0600);
+        snprintf(conf, sizeof(conf), "%s/nodeagent.conf", test_tmpdir());
+        snprintf(log, sizeof(log), "%s/nodeagent.log", test_tmpdir());
+        agenttest_write_conf(conf, "relay-bad", "paddock.test-relay-bad", NULL,
+                             "[relay]\nlisten = 127.0.0.1:%d\nsecret_file = %s\ntls_cert = /etc/hostname\n", test_free_port(),
+                             secret);
+        const char *argv[] = { "nodeagent", "-d", "-f", conf, NULL };
+        pid_t pid = test_spawn_logged(test_build_path("nodeagent"), argv, log);
+        int st = 0;
+        for (int i = 0; i < 500 && waitpid(pid, &st, WNOHANG) == 0; i++)
+                usleep(10000);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+        ASSERT_TRUE(test_log_has(log, 0, "tls_cert and tls_key go together", 0));
 }

@@ -15,6 +15,7 @@
 #include "ctltest.h"
 #include "strutil.h"
 #include "testlib.h"
+#include "tlstest.h"
 
 static const char *env_or(const char *k, const char *def) {
         const char *v = getenv(k);
@@ -71,9 +72,14 @@ static void relay_start(struct ctld *c) {
         snprintf(log, sizeof(log), "%s/relay.log", c->dir);
         f = fopen(conf, "w");
         ASSERT_NOT_NULL(f);
+        /* with TLS, as a production relay should run: controld verifies it against this CA */
+        struct tlstest t;
+        tlstest_make(&t, c->dir, "relay", "IP:127.0.0.1");
+        snprintf(c->relay_ca, sizeof(c->relay_ca), "%s", t.ca);
         fprintf(f, "[agent]\nnode_id = relay-%d-%d\nlog_level = debug\n[amqp]\nexchange = paddock.relay-%d-%d\n"
-                   "[relay]\nlisten = 127.0.0.1:%d\nsecret_file = %s\ndocker_root = %s\n",
-                (int) getpid(), c->relay_port, (int) getpid(), c->relay_port, c->relay_port, c->relay_secret, docker_root());
+                   "[relay]\nlisten = 127.0.0.1:%d\nsecret_file = %s\ndocker_root = %s\ntls_cert = %s\ntls_key = %s\n",
+                (int) getpid(), c->relay_port, (int) getpid(), c->relay_port, c->relay_port, c->relay_secret, docker_root(),
+                t.cert, t.key);
         fclose(f);
         const char *argv[] = { "nodeagent", "-d", "-f", conf, NULL };
         c->relay_pid = test_spawn_logged(test_build_path("nodeagent"), argv, log);
@@ -105,8 +111,8 @@ static void write_conf(struct ctld *c, const char *server_extra) {
                         const char *bin = test_build_path("paddock-init.static");
                         if (access(bin, X_OK) != 0)
                                 bin = test_build_path("paddock-init");
-                        fprintf(f, "agent_binary = %s\nrelay_secret_file = %s\nrelay_port = %d\n", bin, c->relay_secret,
-                                c->relay_port);
+                        fprintf(f, "agent_binary = %s\nrelay_secret_file = %s\nrelay_port = %d\nrelay_tls_ca = %s\n", bin,
+                                c->relay_secret, c->relay_port, c->relay_ca);
                 }
                 for (size_t i = 0; i < ELEMENTSOF(defaults); i++)
                         if (!strstr(c->nomad_extra, defaults[i][0]))

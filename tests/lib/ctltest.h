@@ -39,6 +39,7 @@ struct ctld {
         pid_t relay_pid;
         int relay_port;
         char relay_secret[300];
+        char relay_ca[300];      /* the relay speaks TLS; controld checks it against this CA */
         /* Heap copy used by the exit hook: the test's struct lives on a stack frame that is
          * gone by the time exit hooks run. Kept in sync on every start/stop. */
         struct ctld *shadow;
@@ -52,8 +53,8 @@ void ctld_start(struct ctld *c, const char *server_extra, const char *extra);
  * nomad_extra: more [nomad] keys (may be NULL). */
 void ctld_start_nomad(struct ctld *c, struct nstandin *s, const char *nomad_extra, const char *server_extra,
                       const char *extra);
-/* Whether ctld_start on the Nomad driver puts the in-sandbox agent and a node relay in the
- * path (PADDOCK_NOMAD_RELAY=1). */
+/* Whether ctld_start on the Nomad driver puts the in-sandbox agent and a node relay (with TLS)
+ * in the path (PADDOCK_NOMAD_RELAY=1). */
 bool ctld_nomad_relay(void);
 /* Restart on the same config and database; or stop and start the daemon alone (the store
  * and the sandboxes stay), e.g. to edit the store in between. */
