@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,8 @@
 #include "tlsbridge.h"
 
 #define BRIDGE_BUF (64 * 1024)
+
+static atomic_int live;         /* bridge threads not yet done with their memory */
 
 static void ssl_err(char *err, size_t errlen, const char *what) {
         unsigned long e = ERR_get_error();
@@ -175,7 +178,16 @@ static void *bridge_main(void *arg) {
         close(b->local);
         free(b);
         OPENSSL_thread_stop();
+        atomic_fetch_sub(&live, 1);
         return NULL;
+}
+
+int tls_bridges_live(void) { return atomic_load(&live); }
+
+void tls_bridges_wait(int timeout_ms) {
+        int64_t until = mono_ms() + timeout_ms;
+        while (atomic_load(&live) > 0 && mono_ms() < until)
+                usleep(10000);
 }
 
 int tls_bridge(SSL_CTX *ctx, int tcp_fd, const char *host, int64_t deadline, char *err, size_t errlen) {
@@ -249,9 +261,11 @@ int tls_bridge(SSL_CTX *ctx, int tcp_fd, const char *host, int64_t deadline, cha
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&at, 256 * 1024);
         pthread_t t;
+        atomic_fetch_add(&live, 1);
         r = pthread_create(&t, &at, bridge_main, b);
         pthread_attr_destroy(&at);
         if (r != 0) {
+                atomic_fetch_sub(&live, 1);
                 snprintf(err, errlen, "cannot start the TLS bridge thread");
                 SSL_free(ssl);
                 close(tcp_fd);

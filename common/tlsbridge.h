@@ -23,3 +23,8 @@ SSL_CTX *tls_client_ctx(const char *ca_file, char *err, size_t errlen);
  * blocking) or -errno with err: -ETIMEDOUT, -EPROTO (TLS failed: err says why, e.g. a
  * certificate that does not verify), -ECONNRESET, -EAGAIN (no thread). */
 int tls_bridge(SSL_CTX *ctx, int tcp_fd, const char *host, int64_t deadline, char *err, size_t errlen);
+
+/* Bridges whose thread still runs; and a wait, at most timeout_ms, until none does (at shut
+ * down, once their connections are closed, so their memory is freed before exit). */
+int tls_bridges_live(void);
+void tls_bridges_wait(int timeout_ms);

@@ -137,6 +137,8 @@ void agent_host_done(struct ctl *c) {
                 explicit_bzero(c->relay_secret, c->relay_secret_len);
         free(c->relay_secret);
         c->relay_secret = NULL;
+        if (c->relay_tls)
+                tls_bridges_wait(2000);     /* connections are closed by now: let their bridges end */
         SSL_CTX_free(c->relay_tls);
         c->relay_tls = NULL;
 }

@@ -335,7 +335,10 @@ void relay_stop(void) {
                 if (stop_pipe[i] >= 0)
                         close(stop_pipe[i]);
         listen_fd = stop_pipe[0] = stop_pipe[1] = -1;
-        /* bridges still running hold their own SSL (and its reference to the context) */
+        /* bridges still running hold their own SSL (and its reference to the context); those whose
+         * connections have ended get a moment to free theirs */
+        if (tls)
+                tls_bridges_wait(1000);
         SSL_CTX_free(tls);
         tls = NULL;
 }

@@ -89,6 +89,8 @@ static void write_past_cap(struct ctld *c, const char *key, const char *id, cons
         cmd = xasprintf("sync; wc -c < %s", file);
         exec_req(c, key, id, cmd, 60, &r);
         long long written = atoll(hres_data_str(&r, "stdout"));
+        if (written < 512 * MB)
+                fprintf(stderr, "  %s: %.600s\n", cmd, r.body);
         hres_done(&r);
         long long used = before - free_bytes(data_root);
         fprintf(stderr, "  %s holds %lld MB; the host's filesystem lost %lld MB\n", file, written / MB, used / MB);

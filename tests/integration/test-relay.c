@@ -377,6 +377,9 @@ TEST(over_tls_commands_pass_and_the_bytes_on_the_wire_are_not_plain) {
                 ASSERT_EQ(run_on(fds[i], (const char *const[]) { "echo", "one of four", NULL }, &o), 0);
                 ASSERT_STREQ(o.buf, "one of four\n");
         }
+        /* every bridge ends with its connection (run_on closed each) */
+        tls_bridges_wait(5000);
+        ASSERT_EQ(tls_bridges_live(), 0);
 }
 
 TEST(over_tls_a_relay_our_ca_did_not_sign_or_another_name_is_refused) {
@@ -396,6 +399,8 @@ TEST(over_tls_a_relay_our_ca_did_not_sign_or_another_name_is_refused) {
         ASSERT_TRUE(fd >= 0);
         ASSERT_OK(pj_relay_client_handshake(fd, RELAY_SECRET, strlen(RELAY_SECRET), SB_ID, mono_ms() + T));
         close(fd);
+        tls_bridges_wait(5000);         /* the closed connection's bridge frees its memory */
+        ASSERT_EQ(tls_bridges_live(), 0);
 }
 
 TEST(tls_cert_and_key_go_together) {
