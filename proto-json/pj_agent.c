@@ -69,6 +69,7 @@ static const struct field fields[PJ_AGENT_T_MAX + 1] = {
         [PJ_AGENT_T_RUNNING] = { "running", K_BOOL, F(running), 0, 1 },
         [PJ_AGENT_T_TRUNCATED] = { "truncated", K_BOOL, F(truncated), 0, 1 },
         [PJ_AGENT_T_BASE_ENV] = { "base_env", K_BOOL, F(base_env), 0, 1 },
+        [PJ_AGENT_T_EVENT] = { "event", K_U8, F(event), 1, 5 },
 };
 #undef F
 
@@ -108,6 +109,8 @@ static const struct spec specs[256] = {
         [PJ_AGENT_MOVE] = { "MOVE", B(PATH) | B(TO), B(PATH) | B(TO) },
         [PJ_AGENT_REMOVE] = { "REMOVE", B(PATH) | B(RECURSIVE), B(PATH) },
         [PJ_AGENT_FORWARD] = { "FORWARD", B(PORT), B(PORT) },
+        [PJ_AGENT_WATCH] = { "WATCH", B(PATH) | B(RECURSIVE), B(PATH) },
+        [PJ_AGENT_EVENT] = { "EVENT", B(PATH) | B(EVENT) | B(FTYPE), B(PATH) | B(EVENT) },
 };
 /* The nested entries: a PROCS process and a DIRENTS directory entry. */
 static const struct spec spec_proc = { "procs", B(PID) | B(TAG) | B(RUNNING) | B(CODE) | B(SIGNAL), B(PID) | B(RUNNING) };

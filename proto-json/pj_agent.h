@@ -70,6 +70,8 @@ enum pj_agent_type {
         PJ_AGENT_MOVE = 37,
         PJ_AGENT_REMOVE = 38,
         PJ_AGENT_FORWARD = 40,
+        PJ_AGENT_WATCH = 41,
+        PJ_AGENT_EVENT = 42,
 };
 
 enum pj_agent_tag {
@@ -107,7 +109,8 @@ enum pj_agent_tag {
         PJ_AGENT_T_RUNNING = 32,
         PJ_AGENT_T_TRUNCATED = 33,
         PJ_AGENT_T_BASE_ENV = 34,
-        PJ_AGENT_T_MAX = 34,
+        PJ_AGENT_T_EVENT = 35,
+        PJ_AGENT_T_MAX = 35,
 };
 
 #define PJ_AGENT_BIT(tag) (UINT64_C(1) << (tag))
@@ -118,6 +121,15 @@ enum pj_agent_ftype {
         PJ_AGENT_FT_DIR = 2,
         PJ_AGENT_FT_SYMLINK = 3,
         PJ_AGENT_FT_OTHER = 4,
+};
+
+/* EVENT: what happened to `path` (relative to the watched directory) */
+enum pj_agent_event {
+        PJ_AGENT_EV_CREATE = 1,
+        PJ_AGENT_EV_WRITE = 2,     /* modified (and closed after writing) */
+        PJ_AGENT_EV_REMOVE = 3,
+        PJ_AGENT_EV_RENAME = 4,    /* moved away from path (or out of the watched tree) */
+        PJ_AGENT_EV_CHMOD = 5,     /* attributes */
 };
 
 struct pj_agent_header {
@@ -157,6 +169,7 @@ struct pj_agent_fields {
         int64_t mtime_ns;    /* nanoseconds since the epoch */
         uint32_t port;       /* FORWARD, 1..65535 */
         char *name;          /* DIRENTS entry, <= PJ_AGENT_MAX_NAME, no '/' */
+        uint8_t event;       /* EVENT: enum pj_agent_event */
 };
 
 /* A decoded (or to-be-encoded) message. data points into the payload buffer given to

@@ -101,6 +101,8 @@ void chan_close(struct conn *c, struct chan *ch) {
                 ch->proc->conn = NULL;
         if (ch->kind == CH_FORWARD)
                 c->n_forwards--;
+        if (ch->kind == CH_WATCH)
+                watch_chan_closed(c, ch->id);
         if (ch->fd >= 0)
                 close(ch->fd);
         pj_agent_buf_done(&ch->out.b);
@@ -232,6 +234,8 @@ void conn_read_step(struct conn *c, struct chan *ch) {
 /* DATA / END on a channel: WRITE file, FORWARD socket. */
 static void do_data(struct conn *c, const struct pj_agent_msg *m) {
         struct chan *ch = chan_find(c, m->id);
+        if (ch && ch->kind == CH_WATCH && m->type == PJ_AGENT_END)
+                return watch_cancel(c, ch);
         if (!ch || (ch->kind != CH_WRITE && ch->kind != CH_FORWARD))
                 return conn_send_error(c, m->id, EBADF, "Channel %u takes no %s.", m->id, pj_agent_type_name(m->type));
         if (ch->kind == CH_FORWARD) {
@@ -390,6 +394,8 @@ static void dispatch(struct conn *c, struct pj_agent_msg *m) {
                 return reply(c, m->id, files_remove(m->f.path, m->f.recursive), "remove", m->f.path);
         case PJ_AGENT_FORWARD:
                 return fwd_open(c, m);
+        case PJ_AGENT_WATCH:
+                return watch_open(c, m);
         case PJ_AGENT_HELLO:
         case PJ_AGENT_HELLO_OK:
         case PJ_AGENT_ERROR:
@@ -400,6 +406,7 @@ static void dispatch(struct conn *c, struct pj_agent_msg *m) {
         case PJ_AGENT_PROCS:
         case PJ_AGENT_STAT_OK:
         case PJ_AGENT_DIRENTS:
+        case PJ_AGENT_EVENT:
                 break;
         }
         conn_fail(c, m->id, "%s is not a request.", pj_agent_type_name(m->type));

@@ -54,7 +54,7 @@ uint64_t pi_now_ms(void) {
 
 /* ---------------------------------------------------------------- state */
 
-struct pi_state pi = { .listen_fd = -1, .sig_fd = -1 };
+struct pi_state pi = { .listen_fd = -1, .sig_fd = -1, .ino_fd = -1 };
 
 /* ---------------------------------------------------------------- main loop */
 
@@ -84,14 +84,14 @@ static bool any_running(void) {
         return false;
 }
 
-enum pk { PK_LISTEN, PK_SIG, PK_CONN, PK_OUT, PK_ERR, PK_IN, PK_FWD };
+enum pk { PK_LISTEN, PK_SIG, PK_CONN, PK_OUT, PK_ERR, PK_IN, PK_FWD, PK_INO };
 struct pref {
         enum pk kind;
         void *ptr;
         struct conn *conn;
 };
 
-#define MAX_POLL (2 + PI_MAX_CONNS * (1 + PI_MAX_FORWARDS) + PJ_AGENT_MAX_PROCS * 3)
+#define MAX_POLL (3 + PI_MAX_CONNS * (1 + PI_MAX_FORWARDS) + PJ_AGENT_MAX_PROCS * 3)
 
 static int serve(void) {
         static struct pollfd pfd[MAX_POLL];
@@ -120,6 +120,8 @@ static int serve(void) {
                 ADD(pi.sig_fd, POLLIN, PK_SIG, NULL, NULL);
                 if (!pi.shutting_down)
                         ADD(pi.listen_fd, POLLIN, PK_LISTEN, NULL, NULL);
+                if (watch_fd() >= 0)
+                        ADD(watch_fd(), POLLIN, PK_INO, NULL, NULL);
                 for (size_t i = 0; i < PI_MAX_CONNS; i++) {
                         struct conn *c = &pi.conns[i];
                         if (!c->used)
@@ -177,6 +179,9 @@ static int serve(void) {
                                 break;
                         case PK_SIG:
                                 on_signal();
+                                break;
+                        case PK_INO:
+                                watch_read();
                                 break;
                         case PK_CONN:
                                 if (re & POLLOUT)

@@ -23,6 +23,8 @@
 #define PI_EXIT_GRACE_MS 500       /* output drained this long after an exit, then EXIT is sent */
 #define PI_LISTDIR_MAX 65536       /* entries one LISTDIR returns (then END truncated) */
 #define PI_SHUTDOWN_MS 10000       /* after SIGTERM, SIGKILL what is left after this */
+#define PI_MAX_WATCHES 16          /* WATCH channels per connection */
+#define PI_WATCH_DIRS 4096         /* directories watched at once in the whole sandbox */
 
 /* files.c: synchronous file operations; >= 0 or -errno. Relative paths are resolved
  * against / (the agent's cwd). */
@@ -74,7 +76,7 @@ struct proc {
         uint64_t seq; /* spawn order, for eviction */
 };
 
-enum chan_kind { CH_PROC, CH_READ, CH_WRITE, CH_FORWARD };
+enum chan_kind { CH_PROC, CH_READ, CH_WRITE, CH_FORWARD, CH_WATCH };
 
 struct chan {
         bool used;
@@ -106,6 +108,7 @@ struct conn {
 
 struct pi_state {
         int listen_fd, sig_fd;
+        int ino_fd;             /* inotify, made at the first WATCH; -1 before */
         char *secret;
         size_t secret_len;
         struct conn conns[PI_MAX_CONNS];
@@ -142,6 +145,15 @@ bool conn_blocked(const struct conn *c);
 void conn_read(struct conn *c);
 void conn_write(struct conn *c);
 void conn_accept(void);
+
+/* watch.c: WATCH channels over one inotify fd. watch_fd: the fd to poll (-1: nothing watched);
+ * watch_read: its events to the watching channels; watch_chan_closed: a channel's rows go;
+ * watch_cancel: the client's END on a watch channel. */
+int watch_fd(void);
+void watch_open(struct conn *c, const struct pj_agent_msg *m);
+void watch_read(void);
+void watch_chan_closed(struct conn *c, uint32_t chan);
+void watch_cancel(struct conn *c, struct chan *ch);
 
 /* proc.c: spawned processes (fork/exec, pipes or a PTY, the replay ring, reaping, EXIT). */
 void proc_maybe_finish(struct proc *p, uint64_t now);

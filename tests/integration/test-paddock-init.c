@@ -700,6 +700,127 @@ static void *echo_server(void *arg) {
         return NULL;
 }
 
+/* WATCH: the directory's changes as EVENT frames; recursive takes the tree, new directories
+ * included; the client's END or the directory's removal ends it. */
+static void next_event(struct agent_client *c, uint32_t id, const char *path, uint8_t event) {
+        for (;;) {
+                struct agent_frame f = { 0 };
+                recv_frame(c, &f);
+                if (f.m.type == PJ_AGENT_ERROR)
+                        test_fail(__FILE__, __LINE__, "ERROR %u: %s", f.m.f.err, f.m.f.message);
+                ASSERT_EQ(f.m.type, PJ_AGENT_EVENT);
+                ASSERT_EQ(f.m.id, id);
+                bool match = !strcmp(f.m.f.path, path) && f.m.f.event == event;
+                agent_frame_done(&f);
+                if (match)
+                        return;
+        }
+}
+
+static void expect_end(struct agent_client *c, uint32_t id, bool truncated) {
+        for (;;) {
+                struct agent_frame f = { 0 };
+                recv_frame(c, &f);
+                ASSERT_EQ(f.m.id, id);
+                if (f.m.type == PJ_AGENT_EVENT) {
+                        agent_frame_done(&f);
+                        continue;
+                }
+                ASSERT_EQ(f.m.type, PJ_AGENT_END);
+                ASSERT_EQ(f.m.f.truncated, truncated);
+                agent_frame_done(&f);
+                return;
+        }
+}
+
+TEST(watch_reports_changes_in_the_tree) {
+        start_agent();
+        char dir[300], p1[400], p2[400], sub[400], deep[400];
+        snprintf(dir, sizeof(dir), "%s/w", test_tmpdir());
+        ASSERT_OK(mkdir(dir, 0755) < 0 ? -errno : 0);
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .id = 1,
+                                             .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_RECURSIVE), .path = dir,
+                                                    .recursive = true } });
+        expect_ok(c, 1);
+        snprintf(p1, sizeof(p1), "%s/a.txt", dir);
+        int fd = open(p1, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ASSERT_TRUE(fd >= 0);
+        next_event(c, 1, "a.txt", PJ_AGENT_EV_CREATE);
+        ASSERT_EQ(write(fd, "x", 1), 1);
+        close(fd);
+        next_event(c, 1, "a.txt", PJ_AGENT_EV_WRITE);
+        ASSERT_OK(chmod(p1, 0600));
+        next_event(c, 1, "a.txt", PJ_AGENT_EV_CHMOD);
+        snprintf(p2, sizeof(p2), "%s/b.txt", dir);
+        ASSERT_OK(rename(p1, p2));
+        next_event(c, 1, "a.txt", PJ_AGENT_EV_RENAME);
+        next_event(c, 1, "b.txt", PJ_AGENT_EV_CREATE);
+        /* a directory made after the WATCH is watched too */
+        snprintf(sub, sizeof(sub), "%s/sub", dir);
+        ASSERT_OK(mkdir(sub, 0755));
+        next_event(c, 1, "sub", PJ_AGENT_EV_CREATE);
+        snprintf(deep, sizeof(deep), "%s/sub/deep.txt", dir);
+        fd = open(deep, O_WRONLY | O_CREAT, 0644);
+        ASSERT_TRUE(fd >= 0);
+        close(fd);
+        next_event(c, 1, "sub/deep.txt", PJ_AGENT_EV_CREATE);
+        ASSERT_OK(unlink(p2));
+        next_event(c, 1, "b.txt", PJ_AGENT_EV_REMOVE);
+
+        /* a second connection, not recursive, on the same directory: no sub/ events, and when
+         * it ends the first one still gets its events (the kernel shares the watch) */
+        _cleanup_(agent_client_freep) struct agent_client *c2 = conn();
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .id = 7, .f = { .path = dir } });
+        expect_ok(c2, 7);
+        fd = open(deep, O_WRONLY | O_TRUNC);
+        ASSERT_TRUE(fd >= 0);
+        close(fd);
+        snprintf(p1, sizeof(p1), "%s/top.txt", dir);
+        fd = open(p1, O_WRONLY | O_CREAT, 0644);
+        close(fd);
+        /* the first event on the plain watch is top.txt: sub/deep.txt's WRITE, earlier, was not sent */
+        struct agent_frame f = { 0 };
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_EVENT);
+        ASSERT_STREQ(f.m.f.path, "top.txt");
+        ASSERT_EQ(f.m.f.event, PJ_AGENT_EV_CREATE);
+        ASSERT_EQ(f.m.f.ftype, PJ_AGENT_FT_FILE);
+        agent_frame_done(&f);
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_END, .id = 7 });
+        expect_end(c2, 7, false);
+        ASSERT_OK(unlink(p1));
+        next_event(c, 1, "top.txt", PJ_AGENT_EV_REMOVE);
+
+        /* refusals */
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .id = 8, .f = { .path = deep } });
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, ENOTDIR);
+        agent_frame_done(&f);
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .id = 9, .f = { .path = "/no/such/dir" } });
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, ENOENT);
+        agent_frame_done(&f);
+        for (uint32_t i = 0; i < 16; i++) {
+                send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .id = 100 + i, .f = { .path = dir } });
+                expect_ok(c2, 100 + i);
+        }
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .id = 200, .f = { .path = dir } });
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
+        ASSERT_EQ(f.m.f.err, EMFILE);
+        agent_frame_done(&f);
+
+        /* the watched directory goes: the watch ends (not truncated) */
+        ASSERT_OK(unlink(deep));
+        ASSERT_OK(rmdir(sub));
+        ASSERT_OK(rmdir(dir));
+        expect_end(c, 1, false);
+        finish_agent();
+}
+
 TEST(forward_tcp_both_ways) {
         start_agent();
         int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

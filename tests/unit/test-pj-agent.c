@@ -191,6 +191,19 @@ TEST(round_trip_every_message) {
         round_trip(&m, &back);
         ASSERT_EQ(back.f.port, 8080);
         pj_agent_msg_done(&back);
+        m = (struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .f = { .present = HAS(RECURSIVE), .path = "/w", .recursive = true } };
+        round_trip(&m, &back);
+        ASSERT_STREQ(back.f.path, "/w");
+        ASSERT_TRUE(back.f.recursive);
+        pj_agent_msg_done(&back);
+        m = (struct pj_agent_msg) { .type = PJ_AGENT_EVENT,
+                                    .f = { .present = HAS(FTYPE), .path = "sub/x", .event = PJ_AGENT_EV_RENAME,
+                                           .ftype = PJ_AGENT_FT_DIR } };
+        round_trip(&m, &back);
+        ASSERT_STREQ(back.f.path, "sub/x");
+        ASSERT_EQ(back.f.event, PJ_AGENT_EV_RENAME);
+        ASSERT_EQ(back.f.ftype, PJ_AGENT_FT_DIR);
+        pj_agent_msg_done(&back);
         free(kept);
         kept = NULL;
 }
@@ -297,6 +310,17 @@ TEST(bad_tags_duplicates_and_ranges) {
         ASSERT_EQ(decode_raw(PJ_AGENT_FORWARD, &p, &m, &e), -EINVAL); /* missing */
         ASSERT_STREQ(e.field, "port");
         ASSERT_CONTAINS(e.message, "required");
+
+        /* EVENT: an event kind out of range, or none */
+        pj_agent_put_bytes(&p, PJ_AGENT_T_PATH, "x", 1);
+        pj_agent_put_bytes(&p, PJ_AGENT_T_EVENT, "\x09", 1);
+        ASSERT_EQ(decode_raw(PJ_AGENT_EVENT, &p, &m, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "event");
+        pj_agent_buf_done(&p);
+        pj_agent_put_bytes(&p, PJ_AGENT_T_PATH, "x", 1);
+        ASSERT_EQ(decode_raw(PJ_AGENT_EVENT, &p, &m, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "event");
+        pj_agent_buf_done(&p);
 
         pj_agent_put_bytes(&p, PJ_AGENT_T_PATH, "/a\0b", 4);
         ASSERT_EQ(decode_raw(PJ_AGENT_READ, &p, &m, &e), -EINVAL);
