@@ -16,6 +16,7 @@
 #define CHAN_PROC 1
 #define CHAN_FILE 2
 #define CHAN_SMALL 3
+#define CHAN_WATCH 4
 #define SPAWN_TIMEOUT_MS 30000
 /* STDIN and DATA frames we send: big enough for speed, small enough to interleave. */
 #define CHUNK (256 * 1024)
@@ -640,4 +641,98 @@ int agent_proc_list(struct agent_client *cl, struct pj_agent_fields **ret, size_
         f.m.n_entries = 0;
         agent_frame_done(&f);
         return 0;
+}
+
+/* ---- watching a directory ---- */
+
+struct agent_watch {
+        struct agent_client *cl;
+        bool ended, truncated;
+};
+
+int agent_watch_open(struct agent_client *cl, const char *path, bool recursive, struct agent_watch **ret, char *err,
+                     size_t errlen) {
+        struct agent_watch *w = xnew0(struct agent_watch, 1);
+        w->cl = cl;
+        struct pj_agent_msg m = { .type = PJ_AGENT_WATCH, .id = CHAN_WATCH,
+                                  .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_RECURSIVE), .path = (char *) path,
+                                         .recursive = recursive } };
+        struct pj_error perr = { 0 };
+        int r = agent_client_send(cl, &m, SPAWN_TIMEOUT_MS);
+        struct agent_frame f = { 0 };
+        if (r >= 0)
+                r = agent_client_recv(cl, SPAWN_TIMEOUT_MS, &f, &perr);
+        if (r >= 0 && (f.m.id != CHAN_WATCH || (f.m.type != PJ_AGENT_OK && f.m.type != PJ_AGENT_ERROR)))
+                r = -EPROTO;
+        if (r >= 0 && f.m.type == PJ_AGENT_ERROR) {
+                r = -(int) f.m.f.err;
+                snprintf(err, errlen, "%s", f.m.f.message ? f.m.f.message : strerror(-r));
+        } else if (r < 0)
+                snprintf(err, errlen, "%s", strerror(-r));
+        agent_frame_done(&f);
+        if (r < 0) {
+                agent_watch_free(w);
+                return r;
+        }
+        *ret = w;
+        return 0;
+}
+
+struct watch_ctx {
+        struct agent_watch *w;
+        agent_watch_cb cb;
+        void *ud;
+        int cb_r;
+};
+
+static int watch_frame(struct agent_frame *f, void *ud) {
+        struct watch_ctx *p = ud;
+        if (f->m.id != CHAN_WATCH || p->w->ended)
+                return -EPROTO;
+        switch (f->m.type) {
+        case PJ_AGENT_EVENT:
+                if (p->cb && p->cb_r >= 0)
+                        p->cb_r = p->cb(f->m.f.event, f->m.f.path, f->m.f.ftype == PJ_AGENT_FT_DIR, p->ud);
+                return 0;
+        case PJ_AGENT_END:
+                p->w->ended = true;
+                p->w->truncated = f->m.f.truncated;
+                return 0;
+        default:
+                return -EPROTO;
+        }
+}
+
+int agent_watch_read(struct agent_watch *w, int timeout_ms, int watch_fd, agent_watch_cb cb, void *ud) {
+        if (w->ended)
+                return 1;
+        int64_t deadline = mono_ms() + timeout_ms;
+        struct watch_ctx p = { w, cb, ud, 0 };
+        for (;;) {
+                int r = pump(w->cl, watch_frame, &p);
+                if (r == -ECONNRESET) {
+                        w->ended = w->truncated = true;   /* the agent went away: events may be lost */
+                        return 1;
+                }
+                if (r < 0)
+                        return r;
+                if (p.cb_r < 0)
+                        return p.cb_r;
+                if (w->ended)
+                        return 1;
+                if (r > 0)
+                        return 0;
+                r = wait_agent_or_client(w->cl, watch_fd, deadline);
+                if (r <= 0)
+                        return r;
+        }
+}
+
+bool agent_watch_truncated(const struct agent_watch *w) { return w->truncated; }
+
+void agent_watch_free(struct agent_watch *w) {
+        if (!w)
+                return;
+        agent_client_free(w->cl);   /* the agent drops the watch with the connection */
+        free(w);
 }

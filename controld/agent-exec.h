@@ -73,3 +73,19 @@ int agent_proc_resize(struct agent_client *cl, uint32_t pid, uint32_t rows, uint
 /* LIST: the processes the agent keeps; *ret (n entries, pj_agent_fields_done each, then
  * free) is bounded by PJ_AGENT_MAX_PROCS. */
 int agent_proc_list(struct agent_client *cl, struct pj_agent_fields **ret, size_t *ret_n, int timeout_ms);
+
+/* ---- watching a directory (WATCH) ---- */
+
+struct agent_watch;
+/* One change: event is enum pj_agent_event, path relative to the watched directory. < 0 stops
+ * the read (returned by agent_watch_read). */
+typedef int (*agent_watch_cb)(int event, const char *path, bool dir, void *ud);
+/* WATCH path on cl (taken over, freed with the watch, also on failure): 0 once the agent
+ * watches; -errno with err (-ENOENT, -ENOTDIR, -EMFILE, -ENOSPC are the agent's refusals). */
+int agent_watch_open(struct agent_client *cl, const char *path, bool recursive, struct agent_watch **ret, char *err,
+                     size_t errlen);
+/* Events into cb: 1 when the watch has ended (agent_watch_truncated says whether events were
+ * lost), 0 when the wait ended first, < 0 errors (-ECONNRESET: watch_fd hung up). */
+int agent_watch_read(struct agent_watch *w, int timeout_ms, int watch_fd, agent_watch_cb cb, void *ud);
+bool agent_watch_truncated(const struct agent_watch *w);
+void agent_watch_free(struct agent_watch *w);

@@ -269,3 +269,132 @@ enum MHD_Result process_get_stream(struct req *r) {
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
         return respond_response(r, 200, resp);
 }
+
+/* ---- GET /sandboxes/{id}/watch?path=&recursive=: a directory's changes as SSE ---- */
+
+struct wstream {
+        struct ctl *c;
+        struct agent_watch *w;
+        struct strbuf pending;
+        size_t pending_off;
+        bool done, counted;
+        int client_fd;
+        int64_t last_sent;
+};
+
+static const char *const event_names[] = {
+        [PJ_AGENT_EV_CREATE] = "create", [PJ_AGENT_EV_WRITE] = "write", [PJ_AGENT_EV_REMOVE] = "remove",
+        [PJ_AGENT_EV_RENAME] = "rename", [PJ_AGENT_EV_CHMOD] = "chmod",
+};
+
+static int ws_event(int event, const char *path, bool dir, void *ud) {
+        struct wstream *t = ud;
+        if (event < 1 || event > PJ_AGENT_EV_CHMOD)
+                return 0;
+        /* a file name is bytes: what is not UTF-8 is shown as U+FFFD, as in command output */
+        struct strbuf b;
+        strbuf_init(&b, 0);
+        for (size_t i = 0, n = strlen(path); i < n;) {
+                size_t bad = utf8_first_invalid(path + i, n - i);
+                strbuf_append(&b, path + i, bad);
+                i += bad;
+                if (i < n) {
+                        strbuf_append(&b, "\xef\xbf\xbd", 3);
+                        i++;
+                }
+        }
+        strbuf_append(&b, "", 1);
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "type", "event");
+        json_add_str(o, "event", event_names[event]);
+        json_add_str(o, "path", b.buf);
+        json_add_bool(o, "dir", dir);
+        strbuf_done(&b);
+        sse_queue_json(&t->pending, o);
+        return t->pending.len - t->pending_off > PENDING_CAP ? -ENOBUFS : 0;
+}
+
+static void queue_end(struct wstream *t, bool truncated) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "type", "end");
+        json_add_bool(o, "truncated", truncated);
+        sse_queue_json(&t->pending, o);
+        t->done = true;
+}
+
+static ssize_t ws_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        struct wstream *t = cls;
+        (void) pos;
+        for (;;) {
+                if (t->pending_off < t->pending.len)
+                        return (ssize_t) strbuf_drain(&t->pending, &t->pending_off, buf, max);
+                if (t->done)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                if (t->c->stopping) {
+                        queue_end(t, true);
+                        continue;
+                }
+                int k = agent_watch_read(t->w, 1000, t->client_fd, ws_event, t);
+                if (k == -ECONNRESET)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (k < 0 && k != -ENOBUFS) {
+                        sse_queue_json(&t->pending, exec_error_frame_to_json("Lost the connection to the sandbox's agent"));
+                        t->done = true;
+                        continue;
+                }
+                if (k == 1) {
+                        queue_end(t, agent_watch_truncated(t->w));
+                        continue;
+                }
+                sse_keepalive(&t->pending, t->pending.len != t->pending_off, &t->last_sent,
+                              (int64_t) t->c->cfg->stream_keepalive_ms);
+        }
+}
+
+static void ws_free(void *cls) {
+        struct wstream *t = cls;
+        if (t->counted)
+                sse_stream_count(t->c, -1);
+        agent_watch_free(t->w);
+        strbuf_done(&t->pending);
+        free(t);
+}
+
+enum MHD_Result watch_get_stream(struct req *r) {
+        struct api_error e = { 0 };
+        struct pj_error pe = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        const char *path = req_query(r, "path"), *rec = req_query(r, "recursive");
+        if (!path || !*path)
+                return bad_body(r, &(struct pj_error) { .field = "path", .message = "path is required: the directory to watch" });
+        if (pj_sandbox_path_check(path, &pe, "path") < 0)
+                return bad_body(r, &pe);
+        bool recursive = false;
+        if (rec && !strcmp(rec, "true"))
+                recursive = true;
+        else if (rec && strcmp(rec, "false") != 0)
+                return bad_body(r, &(struct pj_error) { .field = "recursive", .message = "recursive must be true or false" });
+        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+                return MHD_YES;
+        struct wstream *t = xnew0(struct wstream, 1);
+        t->c = r->c;
+        strbuf_init(&t->pending, 0);
+        strbuf_append(&t->pending, ": open\n\n", 8);
+        int k = process_watch(r->c, &sb, path, recursive, &t->w, &e);
+        if (k < 0) {
+                strbuf_done(&t->pending);
+                free(t);
+                return respond_errno(r, k, &e);
+        }
+        (void) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t->client_fd = ci ? ci->connect_fd : -1;
+        t->last_sent = mono_ms();
+        sse_stream_count(r->c, +1);
+        t->counted = true;
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, ws_reader, t, ws_free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        return respond_response(r, 200, resp);
+}

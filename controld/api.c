@@ -339,6 +339,7 @@ static const struct route routes[] = {
         { "POST",   "/sandboxes/{id}/processes/{pid}/stdin", "/sandboxes/{id}/processes/{pid}/stdin", SB, true, false, L, NULL, process_post_stdin },
         { "POST",   "/sandboxes/{id}/processes/{pid}/signal", "/sandboxes/{id}/processes/{pid}/signal", SB, true, false, J, NULL, process_post_signal },
         { "POST",   "/sandboxes/{id}/processes/{pid}/resize", "/sandboxes/{id}/processes/{pid}/resize", SB, true, false, J, NULL, process_post_resize },
+        { "GET",    "/sandboxes/{id}/watch",            "/sandboxes/{id}/watch",          SB,         true,  false, J, NULL, watch_get_stream },
         { "GET",    "/volumes",                         "/volumes",                       NULL,       true,  false, J, NULL, list_volumes },
         { "POST",   "/volumes",                         "/volumes",                       NULL,       true,  false, J, NULL, post_volume },
         { "GET",    "/volumes/{id}",                    "/volumes/{id}",                  "volume",   true,  false, J, NULL, get_volume },

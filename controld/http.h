@@ -154,6 +154,8 @@ enum MHD_Result process_get_stream(struct req *r);
 enum MHD_Result process_post_stdin(struct req *r);
 enum MHD_Result process_post_signal(struct req *r);
 enum MHD_Result process_post_resize(struct req *r);
+/* GET /sandboxes/{id}/watch: a directory's changes as SSE */
+enum MHD_Result watch_get_stream(struct req *r);
 enum MHD_Result runtime_post_code(struct req *r);
 enum MHD_Result runtime_prepare_put_file(struct req *r);
 enum MHD_Result runtime_put_file(struct req *r);

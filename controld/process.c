@@ -135,3 +135,28 @@ int process_resize(struct ctl *c, const struct sandbox *sb, uint32_t pid, int ro
         r = agent_proc_resize(cl, pid, (uint32_t) rows, (uint32_t) cols, PROCESS_TIMEOUT_MS);
         return r < 0 ? gone(r, pid, err) : 0;
 }
+
+int process_watch(struct ctl *c, const struct sandbox *sb, const char *path, bool recursive, struct agent_watch **ret,
+                  struct api_error *err) {
+        struct agent_client *cl = NULL;
+        int r = connect_for(c, sb, &cl, err);
+        if (r < 0)
+                return r;
+        char msg[512] = "";
+        r = agent_watch_open(cl, path, recursive, ret, msg, sizeof(msg));
+        switch (r) {
+        case 0:
+                return 0;
+        case -ENOENT:
+                return API_ERR(err, -ENOENT, "Directory not found in the sandbox: %s", path);
+        case -ENOTDIR:
+                return API_ERR(err, -EINVAL, "path is not a directory: %s", path);
+        case -EACCES:
+                return API_ERR(err, -EPERM, "The sandbox's agent may not read %s", path);
+        case -EMFILE:
+        case -ENOSPC:
+                return API_ERR(err, -EUSERS, "%s", msg);
+        default:
+                return API_ERR(err, -EHOSTUNREACH, "Could not watch %s: %s", path, msg);
+        }
+}

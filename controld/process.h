@@ -1,5 +1,5 @@
 /* process.h — processes kept by the sandbox's agent (process.c): the domain part of
- * /sandboxes/{id}/processes. Every call returns 0 or -errno with the user's message:
+ * /sandboxes/{id}/processes, and of /sandboxes/{id}/watch (a directory's changes). Every call returns 0 or -errno with the user's message:
  * -ENOENT no such process, -EBUSY it has no stdin / no terminal, -EUSERS the sandbox holds
  * the most processes it keeps, -EOPNOTSUPP this server runs no agent, -EHOSTUNREACH the
  * agent is not answering. */
@@ -15,6 +15,7 @@ struct ctl;
 struct sandbox;
 struct api_error;
 struct agent_exec;
+struct agent_watch;
 
 struct process_spec {
         const char *cmd;          /* run by /bin/sh -c */
@@ -38,3 +39,8 @@ int process_stdin(struct ctl *c, const struct sandbox *sb, uint32_t pid, const c
                   struct api_error *err);
 int process_signal(struct ctl *c, const struct sandbox *sb, uint32_t pid, int sig, struct api_error *err);
 int process_resize(struct ctl *c, const struct sandbox *sb, uint32_t pid, int rows, int cols, struct api_error *err);
+/* A watch on the sandbox directory path (absolute; with recursive its tree), read with
+ * agent_watch_read(). -ENOENT no such directory, -EINVAL not a directory, -EUSERS too many
+ * watches (16 per connection; 4096 directories per sandbox). */
+int process_watch(struct ctl *c, const struct sandbox *sb, const char *path, bool recursive, struct agent_watch **ret,
+                  struct api_error *err);

@@ -83,9 +83,17 @@ static int add_dir(struct conn *c, uint32_t chan, bool recursive, const char *di
         return 0;
 }
 
+static void send_event(struct conn *c, uint32_t chan, const char *path, uint8_t kind, bool dir) {
+        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_EVENT, .id = chan,
+                                             .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_FTYPE), .path = (char *) path,
+                                                    .event = kind, .ftype = dir ? PJ_AGENT_FT_DIR : PJ_AGENT_FT_FILE } });
+}
+
 /* The subdirectories of dir, depth first, each as a row (no symlinks followed, no other file
- * system entered). 0 or -ENOSPC / -errno. */
-static int add_tree(struct conn *c, uint32_t chan, const char *dir, const char *rel, dev_t dev, int depth) {
+ * system entered). With announce (a directory that appeared after the WATCH), every entry
+ * found gets a CREATE: what was made in it before its watch was in place is not lost. 0 or
+ * -ENOSPC / -errno. */
+static int add_tree(struct conn *c, uint32_t chan, const char *dir, const char *rel, dev_t dev, int depth, bool announce) {
         if (depth > 64)
                 return 0;
         _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -101,15 +109,19 @@ static int add_tree(struct conn *c, uint32_t chan, const char *dir, const char *
                 if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
                         continue;
                 struct stat st;
-                if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) || st.st_dev != dev)
+                if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                         continue;
                 char path[PJ_AGENT_MAX_PATH], sub[PJ_AGENT_MAX_PATH];
                 if ((size_t) snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path) ||
                     (size_t) snprintf(sub, sizeof(sub), "%s%s%s", rel, *rel ? "/" : "", e->d_name) >= sizeof(sub))
                         continue;
+                if (announce)
+                        send_event(c, chan, sub, PJ_AGENT_EV_CREATE, S_ISDIR(st.st_mode));
+                if (!S_ISDIR(st.st_mode) || st.st_dev != dev)
+                        continue;
                 r = add_dir(c, chan, true, path, sub);
                 if (r == 0)
-                        r = add_tree(c, chan, path, sub, dev, depth + 1);
+                        r = add_tree(c, chan, path, sub, dev, depth + 1, announce);
                 else if (r != -ENOSPC)
                         r = 0; /* gone meanwhile, or not ours to read: not fatal */
         }
@@ -135,7 +147,7 @@ void watch_open(struct conn *c, const struct pj_agent_msg *m) {
                 return;
         int r = add_dir(c, m->id, m->f.recursive, m->f.path, "");
         if (r == 0 && m->f.recursive)
-                r = add_tree(c, m->id, m->f.path, "", st.st_dev, 0);
+                r = add_tree(c, m->id, m->f.path, "", st.st_dev, 0, false);
         if (r < 0) {
                 watch_chan_closed(c, m->id);
                 chan_close(c, ch);
@@ -210,10 +222,7 @@ static void one_event(const struct inotify_event *ev) {
                 if ((size_t) snprintf(path, sizeof(path), "%s%s%s", w->rel, *w->rel ? "/" : "", ev->name) >= sizeof(path))
                         continue;
                 bool dir = (ev->mask & IN_ISDIR) != 0;
-                conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_EVENT, .id = chan,
-                                                     .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_FTYPE), .path = path,
-                                                            .event = kind,
-                                                            .ftype = dir ? PJ_AGENT_FT_DIR : PJ_AGENT_FT_FILE } });
+                send_event(c, chan, path, kind, dir);
                 if (dir && w->recursive && (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
                         /* a new subdirectory: watch it (and what it already holds) too */
                         char abs[PJ_AGENT_MAX_PATH];
@@ -223,7 +232,7 @@ static void one_event(const struct inotify_event *ev) {
                         /* w may move as rows are added: nothing of it is used from here on */
                         int r = lstat(abs, &st) < 0 ? -errno : add_dir(c, chan, true, abs, path);
                         if (r == 0)
-                                r = add_tree(c, chan, abs, path, st.st_dev, 1);
+                                r = add_tree(c, chan, abs, path, st.st_dev, 1, true);
                         if (r == -ENOSPC) {
                                 watch_end(c, chan, true);
                                 return;

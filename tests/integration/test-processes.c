@@ -297,6 +297,70 @@ static void take_over(struct box *b, const char *mode) {
         sse_done(&s);
 }
 
+/* GET /watch: what a process in the sandbox does to a directory arrives as events (gVisor's
+ * inotify), a directory made later included, and the stream ends when the directory goes. */
+static bool has_event(const struct sse *s, const char *event, const char *path, bool dir) {
+        for (int i = 0; i < s->n; i++) {
+                const cJSON *j = s->f[i].j;
+                if (!strcmp(frame_type(s, i), "event") && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "event")), event) &&
+                    !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "path")), path) &&
+                    cJSON_IsTrue(cJSON_GetObjectItem(j, "dir")) == dir)
+                        return true;
+        }
+        return false;
+}
+
+TEST_FULL(watch_follows_a_directory, 180) {
+        struct box b;
+        box_with_agent(&b, NULL);
+        exec_prints(&b, "mkdir -p /tmp/w/old && echo ready", NULL, "ready\n");
+        /* the changes start once the watch is surely open, and end by removing the directory */
+        start_proc(&b, "{\"cmd\":\"sleep 3; touch /tmp/w/a; mkdir /tmp/w/s; echo x > /tmp/w/s/b; mv /tmp/w/a /tmp/w/c; "
+                       "chmod 600 /tmp/w/c; echo y >> /tmp/w/old/f; rm -rf /tmp/w\"}");
+        struct sse s = { 0 };
+        sse_get(&b, "/watch?path=/tmp/w&recursive=true", 60, &s);
+        if (s.status != 200)
+                test_fail(__FILE__, __LINE__, "GET /watch -> %ld: %s", s.status, s.all ? s.all : "");
+        ASSERT_STREQ(s.content_type, "text/event-stream");
+        ASSERT_TRUE(has_event(&s, "create", "a", false));
+        ASSERT_TRUE(has_event(&s, "create", "s", true));
+        ASSERT_TRUE(has_event(&s, "create", "s/b", false));
+        ASSERT_TRUE(has_event(&s, "write", "s/b", false));
+        ASSERT_TRUE(has_event(&s, "rename", "a", false));
+        ASSERT_TRUE(has_event(&s, "create", "c", false));
+        ASSERT_TRUE(has_event(&s, "chmod", "c", false));
+        ASSERT_TRUE(has_event(&s, "create", "old/f", false));   /* a directory that was there before */
+        ASSERT_TRUE(has_event(&s, "remove", "c", false));
+        /* last: the end, not truncated (the directory went) */
+        ASSERT_GE(s.n, 2);
+        ASSERT_STREQ(frame_type(&s, s.n - 1), "end");
+        ASSERT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(s.f[s.n - 1].j, "truncated")));
+        sse_done(&s);
+
+        /* bad input names the field; a missing directory is 404 */
+        struct hres r;
+        http_req(&b.c, "GET", proc_path(&b, "/watch"), b.key, NULL, &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(r.body, "path is required");
+        hres_done(&r);
+        http_req(&b.c, "GET", proc_path(&b, "/watch?path=tmp"), b.key, NULL, &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(r.body, "path");
+        hres_done(&r);
+        http_req(&b.c, "GET", proc_path(&b, "/watch?path=/tmp&recursive=yes"), b.key, NULL, &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(r.body, "recursive must be true or false");
+        hres_done(&r);
+        http_req(&b.c, "GET", proc_path(&b, "/watch?path=/no/such/dir"), b.key, NULL, &r);
+        ASSERT_EQ(r.status, 404);
+        ASSERT_CONTAINS(r.body, "Directory not found");
+        hres_done(&r);
+        http_req(&b.c, "GET", proc_path(&b, "/watch?path=/etc/hostname"), b.key, NULL, &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(r.body, "not a directory");
+        hres_done(&r);
+}
+
 TEST_FULL(hostile_agents_break_only_their_sandbox, 300) {
         struct box b;
         box_with_agent(&b, NULL);
