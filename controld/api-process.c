@@ -197,10 +197,9 @@ static ssize_t ps_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         struct pstream *t = cls;
         (void) pos;
         for (;;) {
-                if (t->pending_off < t->pending.len)
-                        return (ssize_t) strbuf_drain(&t->pending, &t->pending_off, buf, max);
-                if (t->done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
+                ssize_t got = sse_pending(&t->pending, &t->pending_off, t->done, buf, max);
+                if (got)
+                        return got;
                 if (t->c->stopping) {
                         queue(t, exec_error_frame_to_json("controld is shutting down; the process keeps running: reattach"));
                         t->done = true;
@@ -257,17 +256,7 @@ enum MHD_Result process_get_stream(struct req *r) {
         }
         /* A process may run for days: the connection lives while the client does (noticed
          * at once through its fd) and keep-alives flow. */
-        (void) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        t->client_fd = ci ? ci->connect_fd : -1;
-        t->last_sent = mono_ms();
-        sse_stream_count(r->c, +1);
-        t->counted = true;
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, ps_reader, t, ps_free);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        return respond_response(r, 200, resp);
+        return sse_respond(r, 0, ps_reader, ps_free, t, &t->client_fd, &t->last_sent, &t->counted);
 }
 
 /* ---- GET /sandboxes/{id}/watch?path=&recursive=: a directory's changes as SSE ---- */
@@ -326,10 +315,9 @@ static ssize_t ws_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         struct wstream *t = cls;
         (void) pos;
         for (;;) {
-                if (t->pending_off < t->pending.len)
-                        return (ssize_t) strbuf_drain(&t->pending, &t->pending_off, buf, max);
-                if (t->done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
+                ssize_t got = sse_pending(&t->pending, &t->pending_off, t->done, buf, max);
+                if (got)
+                        return got;
                 if (t->c->stopping) {
                         queue_end(t, true);
                         continue;
@@ -386,15 +374,6 @@ enum MHD_Result watch_get_stream(struct req *r) {
                 free(t);
                 return respond_errno(r, k, &e);
         }
-        (void) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        t->client_fd = ci ? ci->connect_fd : -1;
-        t->last_sent = mono_ms();
-        sse_stream_count(r->c, +1);
-        t->counted = true;
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, ws_reader, t, ws_free);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        return respond_response(r, 200, resp);
+        /* as a process stream: it lives while the client does */
+        return sse_respond(r, 0, ws_reader, ws_free, t, &t->client_fd, &t->last_sent, &t->counted);
 }

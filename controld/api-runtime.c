@@ -68,10 +68,9 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         struct sse *t = cls;
         (void) pos;
         for (;;) {
-                if (t->pending_off < t->pending.len)
-                        return (ssize_t) strbuf_drain(&t->pending, &t->pending_off, buf, max);
-                if (t->done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
+                ssize_t got = sse_pending(&t->pending, &t->pending_off, t->done, buf, max);
+                if (got)
+                        return got;
                 /* Short waits so shutdown and deadlines are noticed within a second. */
                 struct exec_result res;
                 char msg[256];
@@ -152,18 +151,8 @@ static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const 
          * server's idle timeout would take for a dead connection and cut. The exec's own
          * deadline (plus the time to say goodbye) bounds this connection instead; a client that
          * goes away is still noticed at once through client_fd. */
-        (void) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT,
-                                         (unsigned) cmd->timeout_s + 30u + (unsigned) (c->cfg->stream_keepalive_ms / 1000));
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        t->client_fd = ci ? ci->connect_fd : -1;
-        t->last_sent = mono_ms();
-        sse_stream_count(c, +1);
-        t->counted = true;
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_reader, t, sse_free);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        return respond_response(r, 200, resp);
+        return sse_respond(r, (unsigned) cmd->timeout_s + 30u + (unsigned) (c->cfg->stream_keepalive_ms / 1000), sse_reader,
+                           sse_free, t, &t->client_fd, &t->last_sent, &t->counted);
 }
 
 /* exec and code once their bodies parsed: the caller's sandbox of the route, then

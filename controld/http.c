@@ -637,6 +637,28 @@ void sse_stream_count(struct ctl *c, int delta) {
         pthread_mutex_unlock(&c->jobs_lock);
 }
 
+enum MHD_Result sse_respond(struct req *r, unsigned idle_timeout_s, MHD_ContentReaderCallback reader,
+                            MHD_ContentReaderFreeCallback free_cb, void *cls, int *ret_client_fd, int64_t *ret_last_sent,
+                            bool *ret_counted) {
+        (void) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, idle_timeout_s);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *ret_client_fd = ci ? ci->connect_fd : -1;
+        *ret_last_sent = mono_ms();
+        sse_stream_count(r->c, +1);
+        *ret_counted = true;
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, reader, cls, free_cb);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        return respond_response(r, 200, resp);
+}
+
+ssize_t sse_pending(struct strbuf *pending, size_t *off, bool done, char *buf, size_t max) {
+        if (*off < pending->len)
+                return (ssize_t) strbuf_drain(pending, off, buf, max);
+        return done ? MHD_CONTENT_READER_END_OF_STREAM : 0;
+}
+
 void sse_keepalive(struct strbuf *pending, bool unsent, int64_t *last_sent, int64_t keepalive_ms) {
         if (unsent)
                 *last_sent = mono_ms();

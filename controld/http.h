@@ -145,6 +145,16 @@ char **runtime_env_list(char **keys, char **values, size_t n);
  * them say goodbye) and the keep-alive comment when nothing was sent for keepalive_ms. */
 void sse_stream_count(struct ctl *c, int delta);
 void sse_keepalive(struct strbuf *pending, bool unsent, int64_t *last_sent, int64_t keepalive_ms);
+/* Answers 200 text/event-stream (no-cache, no proxy buffering) from reader over cls (freed by
+ * free_cb), with the connection's idle timeout set to idle_timeout_s (0: none; the reader waits
+ * inside its callback): the client's fd (to notice it leaving), the time of the last byte and
+ * the stream counted (sse_stream_count; free_cb uncounts when *ret_counted). */
+enum MHD_Result sse_respond(struct req *r, unsigned idle_timeout_s, MHD_ContentReaderCallback reader,
+                            MHD_ContentReaderFreeCallback free_cb, void *cls, int *ret_client_fd, int64_t *ret_last_sent,
+                            bool *ret_counted);
+/* A stream reader's first step: the bytes still queued (into buf), else the end once done;
+ * 0 when there is nothing to give yet (the reader then waits for more). */
+ssize_t sse_pending(struct strbuf *pending, size_t *off, bool done, char *buf, size_t max);
 /* Appends one SSE frame, "data: <o>\n\n", to pending (o consumed). */
 void sse_queue_json(struct strbuf *pending, cJSON *o);
 /* api-process.c: processes that outlive their request (ours, beyond the Brimble API) */
