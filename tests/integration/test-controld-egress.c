@@ -279,7 +279,8 @@ static int connect_probe(struct ctld *c, const char *key, const char *id, const 
                  tries, ip, PORT, secs);
         struct hres r;
         http_req(c, "POST", path, key, body, &r);
-        ASSERT_EQ(r.status, 200);
+        if (r.status != 200)
+                test_fail(__FILE__, __LINE__, "probe exec in %s -> %ld %.500s", id, r.status, r.body);
         cJSON *d = cJSON_GetObjectItem(r.json, "data");
         int code = (int) cJSON_GetNumberValue(cJSON_GetObjectItem(d, "exit_code"));
         hres_done(&r);

@@ -608,6 +608,9 @@ TEST(acl_tokens) {
         _cleanup_json_ cJSON *n = get_json(s, np, 200);
         ASSERT_STREQ(json_get_str(n, "Status"), "ready");
         ASSERT_STREQ(json_get_str(n, "NodePool"), "sandbox");
+        /* HTTPAddr is host:port, as Nomad's (controld finds a node's relay host there) */
+        _cleanup_free_ char *http = xasprintf("127.0.0.1:%d", s->port);
+        ASSERT_STREQ(json_get_str(n, "HTTPAddr"), http);
 }
 
 /* An exec of `true` that must end in a close frame with this code and exactly this reason

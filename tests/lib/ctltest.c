@@ -1,6 +1,7 @@
 /* ctltest.c — see ctltest.h. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -82,7 +83,16 @@ static void relay_start(struct ctld *c) {
                 t.cert, t.key);
         fclose(f);
         const char *argv[] = { "nodeagent", "-d", "-f", conf, NULL };
+        /* The test's systemd notify socket (if any) is controld's to use, not this agent's. */
+        _cleanup_free_ char *ns = getenv("NOTIFY_SOCKET") ? xstrdup(getenv("NOTIFY_SOCKET")) : NULL;
+        _cleanup_free_ char *wu = getenv("WATCHDOG_USEC") ? xstrdup(getenv("WATCHDOG_USEC")) : NULL;
+        unsetenv("NOTIFY_SOCKET");
+        unsetenv("WATCHDOG_USEC");
         c->relay_pid = test_spawn_logged(test_build_path("nodeagent"), argv, log);
+        if (ns)
+                setenv("NOTIFY_SOCKET", ns, 1);
+        if (wu)
+                setenv("WATCHDOG_USEC", wu, 1);
         for (int i = 0; i < 500 && !test_port_open(c->relay_port); i++) {
                 int st;
                 if (waitpid(c->relay_pid, &st, WNOHANG) == c->relay_pid) {
@@ -108,9 +118,11 @@ static void write_conf(struct ctld *c, const char *server_extra) {
                                                            { "csi_plugin_id", "standin-csi" } };
                 fprintf(f, "[nomad]\naddress = %s\n%s\n", c->nomad_url, c->nomad_extra);
                 if (c->relay_port) {
-                        const char *bin = test_build_path("paddock-init.static");
-                        if (access(bin, X_OK) != 0)
-                                bin = test_build_path("paddock-init");
+                        /* absolute: Nomad binds only absolute host paths */
+                        char bin[PATH_MAX];
+                        if (!realpath(test_build_path("paddock-init.static"), bin) &&
+                            !realpath(test_build_path("paddock-init"), bin))
+                                test_fail(__FILE__, __LINE__, "no paddock-init built");
                         fprintf(f, "agent_binary = %s\nrelay_secret_file = %s\nrelay_port = %d\nrelay_tls_ca = %s\n", bin,
                                 c->relay_secret, c->relay_port, c->relay_ca);
                 }

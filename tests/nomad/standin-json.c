@@ -121,7 +121,9 @@ cJSON *node_stub(const struct node *n) {
 
 cJSON *node_full(const struct node *n) {
         cJSON *o = node_stub(n);
-        json_add_str(o, "HTTPAddr", cfg.listen_addr);
+        /* as Nomad: the client's HTTP address, host:port (the node relay's host comes from it) */
+        _cleanup_free_ char *http = xasprintf("%s:%d", cfg.listen_addr, cfg.port);
+        json_add_str(o, "HTTPAddr", http);
         json_add_bool(o, "TLSEnabled", false);
         cJSON *at = cJSON_AddObjectToObject(o, "Attributes");
         json_add_str(at, "driver.docker", "1");
