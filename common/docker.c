@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -569,6 +570,45 @@ int docker_volume_remove(struct docker *d, const char *name, bool force) {
                 return -EINVAL;
         int r = dcall_path(d, "DELETE", TIMEOUT_REMOVE_MS, &resp, "/volumes/%s?force=%d", name, force);
         return r == -EEXIST ? -EBUSY : r;
+}
+
+int docker_volume_list_dangling(struct docker *d, const char *prefix, struct docker_volume_info **ret, size_t *ret_n) {
+        _cleanup_(docker_resp_done) struct docker_resp resp = {};
+        if (!prefix || !*prefix || !ret || !ret_n)
+                return -EINVAL;
+        _cleanup_json_ cJSON *f = cJSON_CreateObject();
+        cJSON_AddItemToObject(f, "dangling", docker_strv_to_json((const char *const[]) { "true", NULL }));
+        cJSON_AddItemToObject(f, "name", docker_strv_to_json((const char *const[]) { prefix, NULL }));
+        _cleanup_free_ char *ftext = xnonnull(cJSON_PrintUnformatted(f));
+        _cleanup_free_ char *fesc = httpc_escape(ftext);
+        _cleanup_free_ char *path = xasprintf("/volumes?filters=%s", fesc);
+        int r = docker_call(d, "GET", path, NULL, 0, &resp);
+        if (r < 0)
+                return r;
+        const cJSON *vols = cJSON_GetObjectItemCaseSensitive(resp.json, "Volumes");
+        size_t n = 0, cap = (size_t) cJSON_GetArraySize(vols);
+        struct docker_volume_info *v = xnew0(struct docker_volume_info, cap ? cap : 1);
+        const cJSON *x;
+        cJSON_ArrayForEach(x, vols) {
+                const char *name = json_str(x, "Name"), *at = json_str(x, "CreatedAt");
+                /* the name filter matches anywhere in the name: keep those that start with it */
+                if (!name || strncmp(name, prefix, strlen(prefix)) != 0)
+                        continue;
+                struct tm tm = { 0 };
+                const char *end = at ? strptime(at, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+                v[n].name = xstrdup(name);
+                v[n].created_s = end ? (int64_t) timegm(&tm) : 0;   /* unknown: 0, the caller decides */
+                n++;
+        }
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}
+
+void docker_volume_info_free(struct docker_volume_info *v, size_t n) {
+        for (size_t i = 0; v && i < n; i++)
+                free(v[i].name);
+        free(v);
 }
 
 /* Docker resolves /networks/{x} by id, exact name or id prefix; only an exact name

@@ -120,6 +120,15 @@ int docker_volume_create_tmpfs(struct docker *d, const char *name, int64_t size_
                                size_t n);
 /* -ENOENT if missing, -EBUSY if in use. */
 int docker_volume_remove(struct docker *d, const char *name, bool force);
+/* Volumes no container uses whose name starts with prefix, with their creation time (seconds
+ * since the epoch; 0 when Docker's CreatedAt does not parse). *ret (n entries) is freed with
+ * docker_volume_info_free. */
+struct docker_volume_info {
+        char *name;
+        int64_t created_s;
+};
+int docker_volume_list_dangling(struct docker *d, const char *prefix, struct docker_volume_info **ret, size_t *ret_n);
+void docker_volume_info_free(struct docker_volume_info *v, size_t n);
 /* Creates a bridge network if no network of that exact name exists; existing -> 0 (its
  * settings are not compared). subnet/gateway optional. */
 int docker_network_ensure(struct docker *d, const char *name, const char *subnet, const char *gateway,

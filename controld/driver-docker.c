@@ -177,7 +177,7 @@ static int pull_snapshot_image(struct driver *d, const char *image, char *err, s
  * runtime without --host-uds=create, which is said once. */
 static void wait_agent_socket(struct driver *d, const struct sandbox *sb, int64_t deadline) {
         static bool warned;
-        _cleanup_free_ char *path = xasprintf("%s/volumes/paddock-init-%s/_data/agent.sock", P(d)->root_dir, sb->id);
+        _cleanup_free_ char *path = xasprintf("%s/volumes/" PJ_AGENT_VOLUME_PREFIX "%s/_data/" PJ_AGENT_SOCKET_NAME, P(d)->root_dir, sb->id);
         int64_t end = mono_ms() + 10000;
         if (end > deadline)
                 end = deadline;
@@ -255,7 +255,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         if (agent) {
                 /* The agent: its binary and secret read-only, its socket directory a small tmpfs
                  * (the sandbox can write there) that runsc --host-uds=create makes the socket in. */
-                run_vol = xasprintf("paddock-init-%s", sb->id);
+                run_vol = xasprintf(PJ_AGENT_VOLUME_PREFIX "%s", sb->id);
                 struct docker_kv vl[] = { { "paddock.sandbox", sb->id }, { "paddock.controld", d->ctl->instance_id } };
                 r = docker_volume_create_tmpfs(D(d), run_vol, AGENT_RUN_BYTES, vl, ELEMENTSOF(vl));
                 if (r >= 0)
@@ -337,7 +337,7 @@ unwind:
 
 /* The agent's socket volume and secret of a sandbox whose container is gone. */
 static void agent_parts_remove(struct driver *d, const char *sandbox_id) {
-        _cleanup_free_ char *run_vol = xasprintf("paddock-init-%s", sandbox_id);
+        _cleanup_free_ char *run_vol = xasprintf(PJ_AGENT_VOLUME_PREFIX "%s", sandbox_id);
         int r = docker_volume_remove(D(d), run_vol, true);
         if (r < 0 && r != -ENOENT)
                 log_warning("cannot remove the agent volume %s: %s", run_vol, dmsg(r));
@@ -469,7 +469,7 @@ static int dd_agent_socket(struct driver *d, const struct sandbox *sb, char **re
                 snprintf(err, errlen, "the driver has no agent sockets");
                 return -EOPNOTSUPP;
         }
-        *ret_path = xasprintf("%s/volumes/paddock-init-%s/_data/agent.sock", P(d)->root_dir, sb->id);
+        *ret_path = xasprintf("%s/volumes/" PJ_AGENT_VOLUME_PREFIX "%s/_data/" PJ_AGENT_SOCKET_NAME, P(d)->root_dir, sb->id);
         return 0;
 }
 

@@ -41,7 +41,7 @@ int64_t nomad_volume_bytes(int64_t size_gb);
  * 64 KiB tmpfs Docker volume NOMAD_AGENT_VOLUME_PREFIX<id> (the node's relay finds the socket
  * there) and the secret in the task's environment as NOMAD_AGENT_SECRET_ENV (the agent wipes
  * it; its children never see it). */
-#define NOMAD_AGENT_VOLUME_PREFIX "paddock-init-"
+#define NOMAD_AGENT_VOLUME_PREFIX PJ_AGENT_VOLUME_PREFIX
 #define NOMAD_AGENT_SECRET_ENV "PADDOCK_INIT_SECRET"
 cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const struct sandbox *sb,
                        const char *agent_secret);

@@ -1,5 +1,6 @@
 /* privsep-docker.c — the docker child's work: snapshot steps (commit after a free-disk
- * check, push, verify against the registry, remove, prune), each one message from the
+ * check, push, verify against the registry, remove, prune; the prune also takes the agent
+ * socket volumes no sandbox uses any more), each one message from the
  * parent already checked for size and version by privsep.c. This process owns the
  * Docker socket and the registry credentials; the credentials never travel.
  */
@@ -9,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <time.h>
 
 #include "cleanup.h"
 #include "docker.h"
 #include "nodeagent.h"
+#include "pj_agent.h"
 #include "pj_snapshot.h"
 #include "privsep.h"
 #include "registry.h"
@@ -42,6 +45,29 @@ int privsep_docker_check(uint16_t type, const struct ps_docker *m, struct ps_res
         if (!privsep_zero(m->pad, sizeof(m->pad)))
                 return privsep_refuse(ret, "padding is not zero");
         return 0;
+}
+
+/* The in-sandbox agent's socket volumes (PJ_AGENT_VOLUME_PREFIX<sandbox id>) that no container
+ * uses any more: Nomad's docker driver makes one per sandbox job and leaves it when the job goes.
+ * Only those older than a prune interval go, so a volume made for a container about to start
+ * (the local driver makes it first) is never taken. A volume in use is refused by Docker and
+ * stays. Returns how many were removed. */
+static int prune_agent_volumes(void) {
+        struct docker_volume_info *v = NULL;
+        size_t n = 0;
+        if (docker_volume_list_dangling(dk, PJ_AGENT_VOLUME_PREFIX, &v, &n) < 0)
+                return 0;
+        int64_t now = (int64_t) time(NULL), min_age = (int64_t) (dk_cfg ? dk_cfg->snap_prune_interval_ms / 1000 : 300);
+        int removed = 0;
+        for (size_t i = 0; i < n; i++) {
+                const char *id = v[i].name + strlen(PJ_AGENT_VOLUME_PREFIX);
+                if (strlen(id) != EGRESS_ID_LEN || !hexid_valid(id) || v[i].created_s <= 0 || now - v[i].created_s < min_age)
+                        continue;
+                if (docker_volume_remove(dk, v[i].name, false) >= 0)
+                        removed++;
+        }
+        docker_volume_info_free(v, n);
+        return removed;
 }
 
 static void dk_fail(struct ps_result *ret, int r, const char *what) {
@@ -138,7 +164,7 @@ void privsep_docker_do(uint16_t type, const struct ps_docker *m, struct ps_resul
                         else
                                 kept++;
                 strv_free(refs);
-                snprintf(ret->msg, sizeof(ret->msg), "%d %d", removed, kept);
+                snprintf(ret->msg, sizeof(ret->msg), "%d %d %d", removed, kept, prune_agent_volumes());
                 return;
         }
         case PS_RELAY_OPEN:

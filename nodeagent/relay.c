@@ -32,6 +32,7 @@
 #include "fdio.h"
 #include "log.h"
 #include "nodeagent.h"
+#include "pj_agent.h"
 #include "pj_relay.h"
 #include "strutil.h"
 #include "tlsbridge.h"
@@ -45,7 +46,7 @@
 
 int relay_open_agent(const struct agent_config *cfg, const char *sandbox_id, int *ret_fd, char *msg, size_t msglen) {
         char path[1024];
-        if ((size_t) snprintf(path, sizeof(path), "%s/volumes/paddock-init-%s/_data/agent.sock", cfg->relay_docker_root,
+        if ((size_t) snprintf(path, sizeof(path), "%s/volumes/" PJ_AGENT_VOLUME_PREFIX "%s/_data/" PJ_AGENT_SOCKET_NAME, cfg->relay_docker_root,
                               sandbox_id) >= sizeof(path)) {
                 snprintf(msg, msglen, "the agent socket path is too long");
                 return -ENAMETOOLONG;

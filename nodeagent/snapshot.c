@@ -191,10 +191,12 @@ static void prune(const struct agent_config *cfg, const char *when) {
                 log_warning("snapshot prune (%s) failed: %s", when, res.msg);
                 return;
         }
-        int removed = 0, kept = 0;
-        (void) sscanf(res.msg, "%d %d", &removed, &kept);
+        int removed = 0, kept = 0, volumes = 0;
+        (void) sscanf(res.msg, "%d %d %d", &removed, &kept, &volumes);
         if (removed > 0 || kept > 0)
                 log_info("snapshot prune (%s): removed %d local snapshot images, %d in use stay", when, removed, kept);
+        if (volumes > 0)
+                log_info("prune (%s): removed %d agent socket volumes of sandboxes gone from this node", when, volumes);
 }
 
 /* ---------------------------------------------------------------- the consumer thread */

@@ -42,6 +42,12 @@
 /* The most DATA/STDIN/OUTPUT bytes one frame carries: the payload minus one TLV header. */
 #define PJ_AGENT_MAX_DATA (PJ_AGENT_MAX_PAYLOAD - PJ_AGENT_TLV_HEADER)
 
+/* Where the host finds a sandbox's agent socket, on both drivers: the Docker volume
+ * PJ_AGENT_VOLUME_PREFIX<sandbox id> (a small tmpfs, mounted in the sandbox at /.paddock/run),
+ * at <docker root>/volumes/<that volume>/_data/PJ_AGENT_SOCKET_NAME. */
+#define PJ_AGENT_VOLUME_PREFIX "paddock-init-"
+#define PJ_AGENT_SOCKET_NAME "agent.sock"
+
 enum pj_agent_type {
         PJ_AGENT_HELLO = 1,
         PJ_AGENT_HELLO_OK = 2,

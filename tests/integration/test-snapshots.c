@@ -396,6 +396,38 @@ TEST_FULL(free_disk_under_the_floor_refuses, 120) {
         ASSERT_EQ(manifest_status(sid), 404);
 }
 
+/* The prune that runs every prune_interval also takes the agent socket volumes no sandbox uses
+ * any more (Nomad's docker driver leaves one per finished job): ours only, unused only. */
+TEST_FULL(leftover_agent_volumes_are_pruned, 120) {
+        static struct ctld c;
+        char sb[25];
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, sb);
+        char gone[64], other[64];
+        char hex[25];
+        hexid_new(hex);
+        snprintf(gone, sizeof(gone), "paddock-init-%s", hex);
+        snprintf(other, sizeof(other), "paddock-init-not-a-sandbox-%d", (int) getpid());
+        ASSERT_EQ(RUN("docker", "volume", "create", gone), 0);
+        ASSERT_EQ(RUN("docker", "volume", "create", other), 0);
+        bool pruned = false;
+        for (int i = 0; i < 60 && !pruned; i++) {
+                usleep(500000);
+                pruned = RUN("docker", "volume", "inspect", gone) != 0;
+        }
+        ASSERT_TRUE(pruned);
+        ASSERT_TRUE(test_log_has(agent_log, 0, "agent socket volumes of sandboxes gone", 5));
+        /* not a sandbox's name: stays; the running sandbox's own volume: stays, and its agent answers */
+        ASSERT_EQ(RUN("docker", "volume", "inspect", other), 0);
+        ASSERT_EQ(RUN("docker", "volume", "rm", other), 0);
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", sb);
+        struct hres r;
+        http_req(&c, "POST", path, key, "{\"cmd\":\"test -S /.paddock/run/agent.sock && echo alive\"}", &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "alive\n");
+        hres_done(&r);
+}
+
 TEST_FULL(agent_killed_mid_snapshot_completes_on_redelivery, 300) {
         static struct ctld c;
         char sb[25], sid[25];
