@@ -379,7 +379,9 @@ TEST(nomad_client_plugin_config) {
         /* cap_add ALL (inside gVisor) must be within allow_caps. */
         ASSERT_TRUE(str_array_has(cJSON_GetObjectItem(cfg, "allow_caps"), "all"));
         ASSERT_FALSE(cJSON_IsTrue(cJSON_GetObjectItem(cfg, "allow_privileged")));
-        ASSERT_TRUE(cJSON_IsFalse(at(cfg, "volumes", "enabled", NULL)));
+        /* Enabled for the in-sandbox agent's read-only binary bind: the job spec is controld's,
+         * tenants choose no mount. */
+        ASSERT_TRUE(cJSON_IsTrue(at(cfg, "volumes", "enabled", NULL)));
         /* The client joins the pool the namespace sends sandboxes to, and only runs docker. */
         ASSERT_STREQ(cJSON_GetStringValue(at(j, "client", "node_pool", NULL)), "sandbox");
         ASSERT_STREQ(cJSON_GetStringValue(at(j, "client", "options", "driver.allowlist")), "docker");

@@ -131,9 +131,16 @@ char *sh(struct box *b, const char *cmd) {
 
 /* sh(cmd) every 0.5 s until it prints want or timeout_ms pass; returns the last output. */
 bool box_agent(struct box *b) {
-        _cleanup_free_ char *o = sh(b, "[ -S /.paddock/run/agent.sock ] && [ \"$(tr '\\000' ' ' < /proc/1/cmdline)\" = "
-                                       "'/.paddock/init --socket /.paddock/run/agent.sock --secret-file /.paddock/secret ' ] "
-                                       "&& echo agent || echo exec");
+        /* the local driver binds the secret as a file; the Nomad job hands it over in the
+         * environment (which the agent wipes) */
+        _cleanup_free_ char *o =
+                sh(b, ctld_nomad() ? "[ -S /.paddock/run/agent.sock ] && [ \"$(tr '\\000' ' ' < /proc/1/cmdline)\" = "
+                                     "'/.paddock/init --socket /.paddock/run/agent.sock --secret-env PADDOCK_INIT_SECRET ' ] "
+                                     "&& ! tr '\\000' '\\n' < /proc/1/environ | grep -q '^PADDOCK_INIT_SECRET=.' "
+                                     "&& echo agent || echo exec"
+                                   : "[ -S /.paddock/run/agent.sock ] && [ \"$(tr '\\000' ' ' < /proc/1/cmdline)\" = "
+                                     "'/.paddock/init --socket /.paddock/run/agent.sock --secret-file /.paddock/secret ' ] "
+                                     "&& echo agent || echo exec");
         return !strcmp(o, "agent\n");
 }
 
