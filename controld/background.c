@@ -231,6 +231,8 @@ static void reconcile_after_start(struct ctl *c) {
                         sb->paused_at = now_ms();
                 free(sb->container_id);
                 sb->container_id = NULL;
+                free(sb->ip);           /* placed before the crash: the address went with the workload */
+                sb->ip = NULL;
                 enum sb_status seen = sb->status;
                 sb->status = to;
                 if (store_sandbox_update_cas(c->store, sb, seen) < 0)

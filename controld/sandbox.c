@@ -312,6 +312,16 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         placement_clear(&pl);
         sandbox_log_ctx(&sb);  /* placed: NODE_ID, NOMAD_JOB_ID, ALLOC_ID on what follows */
         sb_timings_set(&sb.timings, SB_PHASE_PLACE, mono_ms() - t2);
+        /* The placement is on the record before the node is asked to enforce: a node.sync its
+         * agent sends meanwhile must find this sandbox live there, or the chain just applied is
+         * removed as stale (sync_answer in egress.c reads node and address from the store). */
+        r = store_sandbox_update_cas(c->store, &sb, SB_STARTING);
+        if (r < 0) {
+                unplace_unenforced(c, &sb);
+                snprintf(reason, sizeof(reason), "failed to record the placement");
+                r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+                goto fail;
+        }
         /* Ready only once the node's agent enforces the policy: fail closed otherwise. */
         {
                 char eerr[384] = "";
@@ -460,7 +470,12 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                 apply_placement(sb, &pl);
                 placement_clear(&pl);
                 sandbox_log_ctx(sb);
-                if (ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0)
+                /* On the record before the apply, as in create: a node.sync meanwhile keeps it. */
+                if (store_sandbox_update_cas(c->store, sb, SB_RESUMING) < 0) {
+                        unplace_unenforced(c, sb);
+                        replace_str(&sb->container_id, NULL);
+                        snprintf(reason, sizeof(reason), "failed to record the placement");
+                } else if (ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0)
                         ok = true;
                 else {
                         unplace_unenforced(c, sb);
