@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -295,22 +296,27 @@ static int connect_probe(struct ctld *c, const char *key, const char *id, const 
  * whether our rules dropped the packets or they were lost elsewhere. */
 static void egress_diag(struct ctld *c, const char *key, const char *id, const char *ip) {
         char path[96];
+        /* Routes, rules and neighbours first; the sandbox's own chain, its counters and the
+         * agent's log last, where a truncated CI excerpt (which keeps the tail) still has them. */
+        _cleanup_free_ char *log = NULL, *route = NULL, *fwd = NULL, *chain = NULL;
+        char *tail[] = { "tail", "-n", "25", agent_log, NULL };
+        (void) test_run_capture(tail, &log, 1 << 16);
+        (void) test_run_capture((char *[]) { "ip", "route", "get", (char *) ip, NULL }, &route, 4096);
+        (void) test_run_capture((char *[]) { "sh", "-c", "iptables -S FORWARD 2>&1 | head -n 20; ip neigh 2>&1 | head -n 20", NULL },
+                                &fwd, 1 << 14);
+        (void) test_run_capture((char *[]) { "nft", "list", "table", "inet", table, NULL }, &chain, 1 << 16);
+        fprintf(stderr, "  ip route get %s: %s  FORWARD and neighbours:\n%s\n", ip, route ?: "", fwd ?: "");
+        /* The chains, the sandbox addresses mapped to them and the test hosts' rules. */
+        fprintf(stderr, "  table inet %s (chains, sandbox addresses, test hosts):\n", table);
+        for (char *save = NULL, *l = chain ? strtok_r(chain, "\n", &save) : NULL; l; l = strtok_r(NULL, "\n", &save))
+                if (strstr(l, id) || strstr(l, "198.51.100") || strstr(l, "169.254.66") || strstr(l, "policy") || strstr(l, "chain"))
+                        fprintf(stderr, "    %s\n", l);
+        fprintf(stderr, "  agent log (last 25 lines):\n%s\n", log ?: "");
         snprintf(path, sizeof(path), "/sandboxes/%s/egress", id);
         struct hres r;
         http_req(c, "GET", path, key, NULL, &r);
         fprintf(stderr, "  %s did not reach %s; GET %s: %ld %s\n", id, ip, path, r.status, r.body ?: "");
         hres_done(&r);
-        /* What the agent was doing, and the routes, rules and conntrack entries the probe met. */
-        char *tail[] = { "tail", "-n", "25", agent_log, NULL };
-        _cleanup_free_ char *log = NULL, *route = NULL, *fwd = NULL;
-        (void) test_run_capture(tail, &log, 1 << 16);
-        (void) test_run_capture((char *[]) { "ip", "route", "get", (char *) ip, NULL }, &route, 4096);
-        (void) test_run_capture((char *[]) { "sh", "-c", "iptables -S FORWARD 2>&1 | head -n 20; nft list ruleset 2>&1 | grep -c rule; "
-                                                         "conntrack -L -d 198.51.100.0/24 2>&1 | head -n 10; ip neigh 2>&1 | head -n 20",
-                                             NULL },
-                                &fwd, 1 << 14);
-        fprintf(stderr, "  agent log (last 25 lines):\n%s\n  ip route get %s: %s  FORWARD:\n%s\n", log ?: "", ip, route ?: "",
-                fwd ?: "");
 }
 
 static bool reaches(struct ctld *c, const char *key, const char *id, const char *ip) {
@@ -828,4 +834,74 @@ TEST_FULL(node_sync_stays_within_its_deployment, 300) {
         }
         ASSERT_TRUE(test_log_has(b.log, from_b, "node.sync from node sq-node answered", 10));
         ASSERT_FALSE(test_log_has(a.log, from_a, "node.sync from node sq-node", 0));
+}
+
+/* A create, on a thread of its own: the sandbox stays placed-but-unconfirmed while it runs. */
+struct bg_create {
+        struct ctld *c;
+        const char *key;
+        long status;
+};
+
+static void *bg_create_run(void *arg) {
+        struct bg_create *x = arg;
+        struct hres r;
+        http_req(x->c, "POST", "/sandboxes", x->key, "{}", &r);
+        x->status = r.status;
+        hres_done(&r);
+        return NULL;
+}
+
+/* A node.sync that reaches controld between a sandbox's placement and its agent's confirmation
+ * must list that sandbox as live on the node: its chain may be on the node already, and an agent
+ * told otherwise removes it, so the sandbox comes up "ready" with no way out. Here the node's
+ * queue is bound but nobody answers, so the create waits out egress_timeout, which is the window. */
+TEST_FULL(a_placed_sandbox_is_live_to_node_sync_before_it_is_ready, 180) {
+        need_docker();
+        amqptest_need_broker();
+        static struct ctld c;
+        int id4 = (int) (getpid() % 10000);
+        char node[32], extra[512];
+        snprintf(node, sizeof(node), "sqp-%d", id4);
+        snprintf(exchange, sizeof(exchange), "paddock.sqp-%d", id4);
+        snprintf(extra, sizeof(extra),
+                 "[docker]\nnode_id = %s\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\negress_timeout = 6s\n",
+                 node, exchange);
+        ctld_start(&c, NULL, extra);
+        ASSERT_TRUE(test_log_has(c.log, 0, "node.sync responder consuming", 20));
+        _cleanup_free_ char *key = ctld_account_key(&c, "sqp", NULL, NULL);
+
+        /* The node's agent queue: bound, never consumed. */
+        amqp_connection_state_t conn = amqptest_connect(exchange);
+        amqp_bytes_t q = amqptest_queue(conn);
+        ASSERT_NOT_NULL(amqp_queue_bind(conn, 1, q, amqp_cstring_bytes(exchange), amqp_cstring_bytes(node), amqp_empty_table));
+
+        struct bg_create x = { .c = &c, .key = key };
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, bg_create_run, &x), 0);
+        /* The apply reaches the queue once the container runs and has its address. */
+        bool seen = false;
+        for (int i = 0; i < 100 && !seen; i++) {
+                amqp_rpc_reply_t rr = { 0 };
+                amqp_queue_declare_ok_t *d = amqp_queue_declare(conn, 1, q, 1, 0, 1, 1, amqp_empty_table);
+                rr = amqp_get_rpc_reply(conn);
+                ASSERT_EQ(rr.reply_type, AMQP_RESPONSE_NORMAL);
+                seen = d && d->message_count > 0;
+                if (!seen)
+                        usleep(50 * 1000);
+        }
+        ASSERT_TRUE(seen);
+        _cleanup_(cJSON_Deletep) cJSON *during = node_sync(node);
+        const cJSON *live = cJSON_GetObjectItem(during, "live");
+        ASSERT_EQ(cJSON_GetArraySize(live), 1);
+        ASSERT_TRUE(cJSON_IsString(cJSON_GetObjectItem(cJSON_GetArrayItem(live, 0), "ip")));
+
+        ASSERT_EQ(pthread_join(t, NULL), 0);
+        /* Nobody confirmed: fail closed, and the failed sandbox is no longer live anywhere. */
+        ASSERT_EQ(x.status, 503);
+        _cleanup_(cJSON_Deletep) cJSON *after = node_sync(node);
+        ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(after, "live")), 0);
+        amqp_bytes_free(q);
+        amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(conn);
 }
