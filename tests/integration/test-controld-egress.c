@@ -861,13 +861,24 @@ TEST_FULL(a_placed_sandbox_is_live_to_node_sync_before_it_is_ready, 180) {
         amqptest_need_broker();
         static struct ctld c;
         int id4 = (int) (getpid() % 10000);
-        char node[32], extra[512];
-        snprintf(node, sizeof(node), "sqp-%d", id4);
+        char node[sizeof(node_id)], extra[512];
         snprintf(exchange, sizeof(exchange), "paddock.sqp-%d", id4);
-        snprintf(extra, sizeof(extra),
-                 "[docker]\nnode_id = %s\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\negress_timeout = 6s\n",
-                 node, exchange);
-        ctld_start(&c, NULL, extra);
+        if (ctld_nomad()) {
+                /* The node is the stand-in's (placement node:1), the network this test's bridge. */
+                test_on_exit(networks_drop, NULL);
+                standin_up();
+                snprintf(node, sizeof(node), "%s", node_id);
+                snprintf(extra, sizeof(extra), "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\negress_timeout = 6s\n",
+                         exchange);
+                ctld_start_nomad(&c, &standin, NULL, NULL, extra);
+        } else {
+                snprintf(node, sizeof(node), "sqp-%d", id4);
+                snprintf(extra, sizeof(extra),
+                         "[docker]\nnode_id = %s\n[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n"
+                         "egress_timeout = 6s\n",
+                         node, exchange);
+                ctld_start(&c, NULL, extra);
+        }
         ASSERT_TRUE(test_log_has(c.log, 0, "node.sync responder consuming", 20));
         _cleanup_free_ char *key = ctld_account_key(&c, "sqp", NULL, NULL);
 
