@@ -42,6 +42,7 @@ static void admin_usage(void) {
                 "       controld admin -f CONF backup PATH\n"
                 "       controld admin -f CONF node list\n"
                 "       controld admin -f CONF node drain|undrain NODE_ID\n"
+                "       controld admin -f CONF pool [list]\n"
                 "ACCOUNT is an account id or name. limits KEY is one of max_concurrent, max_cpu,\n"
                 "max_memory, max_disk, max_volume_gb, max_volumes; KEY=plan goes back to the plan's amount.\n");
 }
@@ -478,6 +479,39 @@ fail:
         return -EIO;
 }
 
+/* `pool`: each configured pool (name, template, specs, egress class, target size), then
+ * each member (id, pool, state, age, node, container). */
+static int cmd_pool(struct ctl *c, int argc, char **argv) {
+        (void) argv;
+        if (argc > 1 || (argc == 1 && strcmp(argv[0], "list") != 0)) {
+                admin_usage();
+                return -EINVAL;
+        }
+        struct pool_member *a = NULL;
+        size_t n = 0;
+        int r = store_pool_list(c->store, NULL, &a, &n);
+        if (r < 0) {
+                fprintf(stderr, "Failed to read the pool members: %s\n", strerror(-r));
+                return r;
+        }
+        int64_t now = now_ms();
+        for (size_t i = 0; i < c->cfg->n_pools; i++) {
+                const struct pool_conf *p = &c->cfg->pools[i];
+                size_t ready = 0, starting = 0;
+                for (size_t k = 0; k < n; k++)
+                        if (!strcmp(a[k].pool, p->name))
+                                (*(strcmp(a[k].state, "ready") ? &starting : &ready))++;
+                printf("pool\t%s\ttemplate=%s\tcpu=%lld\tmemory=%lld\tdisk=%lld\tegress=%s\tsize=%lld\tready=%zu\tstarting=%zu\n",
+                       p->name, p->template_name, (long long) p->cpu, (long long) p->memory, (long long) p->disk,
+                       p->networked ? "networked" : "deny_all", (long long) p->size, ready, starting);
+        }
+        for (size_t k = 0; k < n; k++)
+                printf("member\t%s\t%s\t%s\t%llds\t%s\t%s\n", a[k].id, a[k].pool, a[k].state,
+                       (long long) ((now - a[k].created_at) / 1000), a[k].node_id ?: "-", a[k].container_id ?: "-");
+        pool_member_array_free(a, n);
+        return 0;
+}
+
 int admin_main(int argc, char **argv) {
         const char *conf = "/etc/paddock/controld.conf";
         struct ctl c;
@@ -541,6 +575,8 @@ int admin_main(int argc, char **argv) {
                 r = cmd_sandbox(&c, argc - i - 1, argv + i + 1);
         else if (!strcmp(argv[i], "node"))
                 r = cmd_node(&c, argc - i - 1, argv + i + 1);
+        else if (!strcmp(argv[i], "pool"))
+                r = cmd_pool(&c, argc - i - 1, argv + i + 1);
         else {
                 admin_usage();
                 r = -EINVAL;

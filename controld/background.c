@@ -253,7 +253,8 @@ static void reap_orphans(struct ctl *c) {
                 struct sandbox sb = { 0 };
                 ctl_sandbox_lock(c, *p);
                 int r = store_sandbox_get(c->store, *p, &sb);
-                bool orphan = r == -ENOENT || (r >= 0 && (sb.status == SB_DESTROYED || sb.status == SB_FAILED));
+                /* A warm pool member has no sandbox record: its pool row owns it. */
+                bool orphan = (r == -ENOENT && !pool_owns(c, *p)) || (r >= 0 && (sb.status == SB_DESTROYED || sb.status == SB_FAILED));
                 /* A paused sandbox keeps what the driver keeps for it (on Nomad its job, scaled to
                  * 0): only a workload still running now is stray, and it goes the way a pause
                  * takes it. The list above may predate a pause that finished since. */
@@ -323,6 +324,7 @@ static void *bg_main(void *p) {
                         reap_orphans(c);
                         last_reap = now;
                 }
+                pool_tick(c);
                 if (now - last_ping >= NODE_PING_INTERVAL_MS) {
                         ping_nodes(c);
                         last_ping = mono_ms();
@@ -343,6 +345,7 @@ int background_start(struct ctl *c) {
         /* Before the API serves anything: healing a record must not race a request that
          * touches the same record (a fresh 'starting' one, a volume being deleted). */
         reconcile_after_start(c);
+        pool_start(c);
         int r = pthread_create(&bg_thread, NULL, bg_main, c);
         if (r != 0)
                 return log_error_errno(-r, "Failed to start the background thread: %m");

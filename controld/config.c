@@ -174,6 +174,47 @@ static int load_template(struct config *c, struct conf *cf, const char *nm, void
         return 0;
 }
 
+#define POOL_MAX_SIZE 256
+static int load_pool(struct config *c, struct conf *cf, const char *nm, void *item, char *err, size_t errlen) {
+        struct pool_conf *p = item;
+        _cleanup_free_ char *egress = NULL;
+        uint64_t age = 0;
+        int r;
+        p->name = xstrdup(nm);
+        if ((r = get_req_str(cf, "pool", nm, "template", 64, &p->template_name, c->path, err, errlen)) < 0)
+                return r;
+        const struct template *t = config_template(c, p->template_name);
+        if (!t) {
+                snprintf(err, errlen, "%s: [pool \"%s\"] template '%s' is not a configured template", c->path, nm, p->template_name);
+                return -EINVAL;
+        }
+        if ((r = conf_get_int(cf, "pool", nm, "cpu", t->cpu, 1, 2000, &p->cpu, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "pool", nm, "memory", t->memory, 1, 2048, &p->memory, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "pool", nm, "disk", t->disk, 1, 5, &p->disk, err, errlen)) < 0 ||
+            (r = get_str(cf, "pool", nm, "egress", "networked", 16, &egress, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "pool", nm, "size", 2, 0, POOL_MAX_SIZE, &p->size, err, errlen)) < 0 ||
+            (r = conf_get_duration_ms(cf, "pool", nm, "max_age", 3600 * 1000, 10 * 1000, 7ULL * 24 * 3600 * 1000, &age, err,
+                                      errlen)) < 0 ||
+            (r = conf_get_int(cf, "pool", nm, "refill_rate", 60, 1, 6000, &p->refill_per_min, err, errlen)) < 0)
+                return r;
+        p->max_age_ms = (int64_t) age;
+        if (!strcmp(egress, "networked"))
+                p->networked = true;
+        else if (strcmp(egress, "deny_all") != 0) {
+                snprintf(err, errlen, "%s: [pool \"%s\"] egress must be networked or deny_all, not '%s'", c->path, nm, egress);
+                return -EINVAL;
+        }
+        /* Two pools for one kind of sandbox would split its claims for nothing. */
+        for (struct pool_conf *o = c->pools; o < p; o++)
+                if (!strcmp(o->template_name, p->template_name) && o->cpu == p->cpu && o->memory == p->memory &&
+                    o->disk == p->disk && o->networked == p->networked) {
+                        snprintf(err, errlen, "%s: [pool \"%s\"] and [pool \"%s\"] hold the same template, specs and egress class",
+                                 c->path, o->name, nm);
+                        return -EINVAL;
+                }
+        return 0;
+}
+
 static int load_region(struct config *c, struct conf *cf, const char *nm, void *item, char *err, size_t errlen) {
         struct region *g = item;
         int r;
@@ -381,7 +422,8 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
             (r = load_sections(c, cf, "template", sizeof(struct template), &c->templates, &c->n_templates, load_template, err,
                                errlen)) < 0 ||
             (r = load_sections(c, cf, "region", sizeof(struct region), &c->regions, &c->n_regions, load_region, err,
-                               errlen)) < 0)
+                               errlen)) < 0 ||
+            (r = load_sections(c, cf, "pool", sizeof(struct pool_conf), &c->pools, &c->n_pools, load_pool, err, errlen)) < 0)
                 goto fail;
         if ((r = conf_check_unused(cf, err, errlen)) < 0)
                 goto fail;
@@ -475,6 +517,9 @@ struct config *config_free(struct config *c) {
                 strv_free(c->plans[i].regions);
         }
         free(c->plans);
+        for (size_t i = 0; i < c->n_pools; i++)
+                free_many(c->pools[i].name, c->pools[i].template_name);
+        free(c->pools);
         for (size_t i = 0; i < c->n_templates; i++) {
                 free(c->templates[i].name);
                 free(c->templates[i].image);

@@ -41,6 +41,18 @@ struct template {
         int64_t cpu, memory, disk;      /* default specs */
 };
 
+/* [pool "<name>"]: sandboxes started ahead of time for one template, specs and egress class,
+ * claimed whole by a matching create (pool.c). */
+struct pool_conf {
+        char *name;
+        char *template_name;
+        int64_t cpu, memory, disk;      /* exact specs a create must ask for (the template's by default) */
+        bool networked;                 /* egress = networked (open/restricted creates) or deny_all */
+        int64_t size;                   /* members kept ready */
+        int64_t max_age_ms;             /* a member older than this is replaced */
+        int64_t refill_per_min;         /* members started per minute at most */
+};
+
 struct region {
         char *key;                      /* the [region "key"] name */
         char *id;                       /* 24 hex */
@@ -116,6 +128,7 @@ struct config {
         int64_t default_lifetime_s;
         struct plan *plans; size_t n_plans;
         struct template *templates; size_t n_templates;
+        struct pool_conf *pools; size_t n_pools;
         struct region *regions; size_t n_regions;
 };
 
@@ -175,7 +188,7 @@ struct sb_egress {
 };
 
 /* Provisioning phase durations, as rendered under "timings" (<phase>_ms). */
-enum sb_phase { SB_PHASE_VALIDATE, SB_PHASE_RECORD, SB_PHASE_PLACE, SB_PHASE_TOTAL, SB_PHASE_RESUME, _SB_PHASE_MAX };
+enum sb_phase { SB_PHASE_VALIDATE, SB_PHASE_RECORD, SB_PHASE_PLACE, SB_PHASE_TOTAL, SB_PHASE_RESUME, SB_PHASE_CLAIM, _SB_PHASE_MAX };
 struct sb_timings {
         int64_t ms[_SB_PHASE_MAX];
         unsigned set;                    /* bit (1 << phase) per recorded phase */
@@ -327,6 +340,48 @@ int store_node_set_drained(struct store *s, const char *id, bool drained, int64_
 int store_node_drained(struct store *s, const char *id);
 /* Every node in the table or with a live sandbox, by id; *ret is freed with free(). */
 int store_node_list(struct store *s, struct node_info **ret, size_t *ret_n);
+/* ---- warm pools (pool.c) ---- */
+enum pool_miss {
+        POOL_MISS_NO_POOL,      /* no pool holds this template, these specs and egress class */
+        POOL_MISS_VOLUME,       /* volumeId or persistent */
+        POOL_MISS_SNAPSHOT,     /* fromSnapshot */
+        POOL_MISS_ONE_SHOT,
+        POOL_MISS_NO_AGENT,     /* restricted egress without node agents (another network) */
+        POOL_MISS_EMPTY,        /* the pool had no ready member */
+        _POOL_MISS_MAX
+};
+struct pj_sandbox_create;
+struct ctl;
+struct strbuf;
+/* The pool a create could claim from: NULL with *miss = NO_POOL when none holds its kind; the
+ * pool with *miss set when the create asks for what no member can give; else the pool. */
+const struct pool_conf *pool_match(const struct ctl *c, const struct template *tpl, int64_t cpu, int64_t memory, int64_t disk,
+                                   const struct pj_sandbox_create *in, enum pool_miss *miss);
+void pool_note(const struct ctl *c, const struct pool_conf *p, bool hit, enum pool_miss miss);
+const char *pool_miss_name(enum pool_miss m);
+void pool_start(struct ctl *c);         /* before serving: heals what a stop left, then serves */
+void pool_tick(struct ctl *c);          /* background thread: retire and refill */
+bool pool_owns(struct ctl *c, const char *id);
+void pool_metrics_render(struct ctl *c, struct strbuf *b);
+/* Warm pool members (pool.c has the lifecycle; the rows live here). */
+struct pool_member {
+        char id[SANDBOX_ID_LEN + 1];    /* the sandbox id it will have once claimed */
+        char *pool, *image;
+        char *state;                    /* "starting" (workload being made) or "ready" */
+        int64_t created_at;             /* ms since the epoch */
+        char *container_id, *node_id, *job_id, *alloc_id, *ip;   /* its placement, once ready */
+};
+void pool_member_clear(struct pool_member *m);
+void pool_member_array_free(struct pool_member *a, size_t n);
+int store_pool_insert(struct store *s, const struct pool_member *m);
+int store_pool_update(struct store *s, const struct pool_member *m);      /* -ENOENT: gone */
+int store_pool_delete(struct store *s, const char *id);                   /* -ENOENT: gone (claimed) */
+int store_pool_get(struct store *s, const char *id, struct pool_member *ret);
+int store_pool_list(struct store *s, const char *pool, struct pool_member **ret, size_t *ret_n);   /* pool NULL: all */
+/* The claim, one transaction: within account sb->account_id's max_concurrent (-EDQUOT), the
+ * oldest ready member of pool made from image is deleted and sb inserted with its id and
+ * placement. -ENOENT: none ready. */
+int store_pool_claim(struct store *s, const char *pool, const char *image, struct sandbox *sb, int64_t max_concurrent);
 /* Snapshots (snapshot.c has the lifecycle; the rows live here). */
 enum snap_status { SNAP_CREATING, SNAP_READY, SNAP_FAILED, _SNAP_STATUS_MAX };
 const char *snap_status_str(enum snap_status s);

@@ -499,6 +499,7 @@ enum MHD_Result http_get_metrics(struct req *r) {
         strbuf_init(&b, 0);
         metrics_render(r->c, &b);
         ctl_egress_metrics_render(&b);
+        pool_metrics_render(r->c, &b);
         char *m = strbuf_steal(&b);
         struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(m), m, free);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");

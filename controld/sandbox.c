@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "cleanup.h"
+#include "fault.h"
 #include "controld.h"
 #include "driver.h"
 #include "json.h"
@@ -267,8 +268,26 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb.driver = xstrdup(c->drv->name);
         sb_timings_set(&sb.timings, SB_PHASE_VALIDATE, mono_ms() - t0);
 
+        /* A warm pool member when one matches exactly: the record takes its id and placement
+         * in the same transaction that takes it from the pool. Otherwise the cold path. */
         int64_t t1 = mono_ms();
-        r = store_sandbox_insert_capped(c->store, &sb, plan->max_concurrent);
+        enum pool_miss miss = POOL_MISS_NO_POOL;
+        const struct pool_conf *pool = pool_match(c, tpl, cpu, mem, disk, in, &miss);
+        bool claimed = false;
+        r = -ENOENT;
+        if (pool && miss == POOL_MISS_NO_POOL) {
+                r = store_pool_claim(c->store, pool->name, sb.image, &sb, plan->max_concurrent);
+                claimed = r == 0;
+                if (r < 0 && r != -EDQUOT) {
+                        if (r != -ENOENT)
+                                log_warning("pool %s: the claim failed (%s); taking the cold path", pool->name, strerror(-r));
+                        miss = POOL_MISS_EMPTY;
+                }
+        }
+        if (r != -EDQUOT)
+                pool_note(c, pool, claimed, miss);
+        if (!claimed && r != -EDQUOT)
+                r = store_sandbox_insert_capped(c->store, &sb, plan->max_concurrent);
         if (r == -EDQUOT)
                 return API_ERR(err, -EDQUOT, "Your plan allows up to %lld sandboxes. Destroy an existing one or upgrade.",
                                (long long) plan->max_concurrent);
@@ -301,17 +320,22 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
 
         int64_t t2 = mono_ms();
-        struct placement pl = { 0 };
-        r = c->drv->ops->place(c->drv, &sb, &pl, reason, sizeof(reason));
-        metrics_observe_phase(c->metrics, "place", (double) (mono_ms() - t2) / 1000.0);
-        if (r < 0) {
-                r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
-                goto fail;
+        if (!claimed) {
+                struct placement pl = { 0 };
+                r = c->drv->ops->place(c->drv, &sb, &pl, reason, sizeof(reason));
+                metrics_observe_phase(c->metrics, "place", (double) (mono_ms() - t2) / 1000.0);
+                if (r < 0) {
+                        r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+                        goto fail;
+                }
+                apply_placement(&sb, &pl);
+                placement_clear(&pl);
+                sb_timings_set(&sb.timings, SB_PHASE_PLACE, mono_ms() - t2);
+        } else {
+                log_info("sandbox claimed from pool %s", pool->name);
+                fault_point("pool.claim.committed");
         }
-        apply_placement(&sb, &pl);
-        placement_clear(&pl);
         sandbox_log_ctx(&sb);  /* placed: NODE_ID, NOMAD_JOB_ID, ALLOC_ID on what follows */
-        sb_timings_set(&sb.timings, SB_PHASE_PLACE, mono_ms() - t2);
         /* The placement is on the record before the node is asked to enforce: a node.sync its
          * agent sends meanwhile must find this sandbox live there, or the chain just applied is
          * removed as stale (sync_answer in egress.c reads node and address from the store). */
@@ -332,6 +356,11 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                         r = API_ERR(err, -EHOSTUNREACH, "%s", reason);
                         goto fail;
                 }
+        }
+        if (claimed) {
+                /* The claim: from the pool's transaction to the policy in force. */
+                sb_timings_set(&sb.timings, SB_PHASE_CLAIM, mono_ms() - t1);
+                metrics_observe_phase(c->metrics, "claim", (double) (mono_ms() - t1) / 1000.0);
         }
         sb_timings_set(&sb.timings, SB_PHASE_TOTAL, mono_ms() - t0);
         sb.status = SB_READY;

@@ -67,7 +67,7 @@ void sb_egress_allow_from_text(struct sb_egress *e, const char *text) {
 
 static const char *const phase_names[_SB_PHASE_MAX] = {
         [SB_PHASE_VALIDATE] = "validate_ms", [SB_PHASE_RECORD] = "record_ms", [SB_PHASE_PLACE] = "place_ms",
-        [SB_PHASE_TOTAL] = "total_ms",       [SB_PHASE_RESUME] = "resume_ms",
+        [SB_PHASE_TOTAL] = "total_ms",       [SB_PHASE_RESUME] = "resume_ms",   [SB_PHASE_CLAIM] = "claim_ms",
 };
 
 const char *sb_phase_name(enum sb_phase p) {

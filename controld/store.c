@@ -108,6 +108,15 @@ static const char snapshot_schema[] =
         "CREATE INDEX IF NOT EXISTS snapshots_sandbox ON snapshots(sandbox_id, created_at DESC);"
         "CREATE INDEX IF NOT EXISTS snapshots_status ON snapshots(status);";
 
+/* Warm pool members (pool.c): a row is written before its workload is made and deleted
+ * before it goes, so every pooled workload has exactly one owner: this row, or after a
+ * claim (one transaction deletes the row and inserts the sandbox) the sandbox record. */
+static const char pool_schema[] =
+        "CREATE TABLE IF NOT EXISTS pool_members (id TEXT PRIMARY KEY, pool TEXT NOT NULL, image TEXT NOT NULL,"
+        "  state TEXT NOT NULL, created_at INTEGER NOT NULL, container_id TEXT, node_id TEXT, job_id TEXT, alloc_id TEXT,"
+        "  ip TEXT);"
+        "CREATE INDEX IF NOT EXISTS pool_members_pool ON pool_members(pool, state, created_at);";
+
 static int sqlite_to_errno(int rc) {
         switch (rc & 0xff) {
         case SQLITE_OK:
@@ -572,7 +581,7 @@ int store_open(const char *path, struct store **ret) {
                 goto fail;
         /* Outside the numbered migrations on purpose: idempotent, so it can be merged with
          * other branches' migrations in any order. */
-        if ((r = exec_sql(s, snapshot_schema)) < 0)
+        if ((r = exec_sql(s, snapshot_schema)) < 0 || (r = exec_sql(s, pool_schema)) < 0)
                 goto fail;
         *ret = s;
         return 0;
@@ -1211,8 +1220,11 @@ int store_node_list(struct store *s, struct node_info **ret, size_t *ret_n) {
         LOCKED(s);
         _cleanup_stmt_ sqlite3_stmt *st = NULL;
         int r;
-        if ((r = prepare(s, "WITH live AS (SELECT node_id, COUNT(*) AS n FROM sandboxes WHERE node_id IS NOT NULL AND node_id <> ''"
-                            "   AND status IN ('starting', 'ready', 'pausing', 'resuming') GROUP BY node_id),"
+        /* Pool members hold the node's capacity as much as sandboxes do: they count as live. */
+        if ((r = prepare(s, "WITH live AS (SELECT node_id, COUNT(*) AS n FROM (SELECT node_id FROM sandboxes"
+                            "   WHERE status IN ('starting', 'ready', 'pausing', 'resuming')"
+                            "   UNION ALL SELECT node_id FROM pool_members) WHERE node_id IS NOT NULL AND node_id <> ''"
+                            "   GROUP BY node_id),"
                             " ids AS (SELECT id FROM nodes UNION SELECT node_id FROM live)"
                             " SELECT ids.id, COALESCE(n.drained, 0), COALESCE(n.drained_at, 0), COALESCE(n.last_contact_at, 0),"
                             "   COALESCE(live.n, 0)"
@@ -1315,4 +1327,93 @@ int store_snapshot_list_auto(struct store *s, const char *sandbox_id, struct sna
         return select_rows(s, &snapshots, "WHERE sandbox_id = ? AND automatic = 1 AND status != 'creating'"
                                           " ORDER BY created_at DESC, id DESC",
                            PARAMS(p_text(sandbox_id)), ret, ret_n);
+}
+
+/* ---- warm pool members ---- */
+
+void pool_member_clear(struct pool_member *m) {
+        if (!m)
+                return;
+        free_many(m->pool, m->image, m->state, m->container_id, m->node_id, m->job_id, m->alloc_id, m->ip);
+        memset(m, 0, sizeof(*m));
+}
+
+DEFINE_RECORD_FREE(pool_member)
+
+#define ROW struct pool_member
+static const struct column pool_member_columns[] = {
+        C_ID("id", id), C_TEXT("pool", pool), C_TEXT("image", image), C_TEXT("state", state),
+        C_INT("created_at", created_at), C_TEXT("container_id", container_id), C_TEXT("node_id", node_id),
+        C_TEXT("job_id", job_id), C_TEXT("alloc_id", alloc_id), C_TEXT("ip", ip),
+};
+#undef ROW
+static const struct table pool_members = {
+        "pool_members", pool_member_columns, ELEMENTSOF(pool_member_columns), sizeof(struct pool_member), pool_member_clear_row,
+};
+
+int store_pool_insert(struct store *s, const struct pool_member *m) {
+        LOCKED(s);
+        return insert_row(s, &pool_members, m);
+}
+
+int store_pool_update(struct store *s, const struct pool_member *m) {
+        LOCKED(s);
+        int r = update_row(s, &pool_members, m, "id = ?1", NULL, 0);
+        return r < 0 ? r : r > 0 ? 0 : -ENOENT;
+}
+
+int store_pool_delete(struct store *s, const char *id) {
+        LOCKED(s);
+        int r = run_changes(s, "DELETE FROM pool_members WHERE id = ?", PARAMS(p_text(id)));
+        return r == 0 ? -ENOENT : r < 0 ? r : 0;
+}
+
+int store_pool_get(struct store *s, const char *id, struct pool_member *ret) {
+        LOCKED(s);
+        return get_row(s, &pool_members, "id = ?", PARAMS(p_text(id)), ret);
+}
+
+int store_pool_list(struct store *s, const char *pool, struct pool_member **ret, size_t *ret_n) {
+        LOCKED(s);
+        return select_rows(s, &pool_members, "WHERE (?1 IS NULL OR pool = ?1) ORDER BY pool, created_at, id LIMIT 100000",
+                           PARAMS(p_text(pool)), ret, ret_n);
+}
+
+int store_pool_claim(struct store *s, const char *pool, const char *image, struct sandbox *sb, int64_t max_concurrent) {
+        LOCKED(s);
+        _cleanup_(pool_member_clear) struct pool_member m = { 0 };
+        int64_t count;
+        int r;
+        if ((r = exec_sql(s, "BEGIN IMMEDIATE")) < 0)
+                return r;
+        if ((r = query_int(s, "SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND status IN "
+                              "('starting','ready','pausing','paused','resuming')",
+                           PARAMS(p_text(sb->account_id)), &count)) < 0)
+                goto rollback;
+        if (max_concurrent >= 0 && count >= max_concurrent) {
+                r = -EDQUOT;
+                goto rollback;
+        }
+        /* The oldest ready member made from this very image. */
+        if ((r = get_row(s, &pool_members, "pool = ? AND image = ? AND state = 'ready' ORDER BY created_at, id LIMIT 1",
+                         PARAMS(p_text(pool), p_text(image)), &m)) < 0)
+                goto rollback;
+        if ((r = run_changes(s, "DELETE FROM pool_members WHERE id = ?", PARAMS(p_text(m.id)))) != 1) {
+                r = r < 0 ? r : -ESTALE;
+                goto rollback;
+        }
+        snprintf(sb->id, sizeof(sb->id), "%s", m.id);
+        free_many(sb->container_id, sb->node_id, sb->job_id, sb->alloc_id, sb->ip);
+        sb->container_id = m.container_id;
+        sb->node_id = m.node_id;
+        sb->job_id = m.job_id;
+        sb->alloc_id = m.alloc_id;
+        sb->ip = m.ip;
+        m.container_id = m.node_id = m.job_id = m.alloc_id = m.ip = NULL;
+        if ((r = insert_row(s, &sandboxes, sb)) < 0)
+                goto rollback;
+        return exec_sql(s, "COMMIT");
+rollback:
+        exec_sql(s, "ROLLBACK");
+        return r;
 }

@@ -325,6 +325,22 @@ void ctld_stop(struct ctld *c) {
                         test_run_capture(rm, NULL, 4096);
                 }
         }
+        /* Warm pool members outlive a controld by design (the next start serves them again):
+         * a test's go with the test. */
+        char *pq[] = { "sqlite3", db, "SELECT id FROM pool_members", NULL };
+        _cleanup_free_ char *members = NULL;
+        if (test_run_capture(pq, &members, 1 << 16) == 0 && members) {
+                char *save = NULL;
+                for (char *id = strtok_r(members, "\n", &save); id; id = strtok_r(NULL, "\n", &save)) {
+                        char name[64], vol[64];
+                        snprintf(name, sizeof(name), "paddock-%s", id);
+                        snprintf(vol, sizeof(vol), "paddock-init-%s", id);
+                        char *rm[] = { "docker", "rm", "-f", name, NULL };
+                        char *rmv[] = { "docker", "volume", "rm", "-f", vol, NULL };
+                        test_run_capture(rm, NULL, 4096);
+                        test_run_capture(rmv, NULL, 4096);
+                }
+        }
         c->dir[0] = 0;
         relay_stop(c);
         if (c->own_standin) {
