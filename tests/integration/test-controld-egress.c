@@ -411,6 +411,9 @@ static void standin_up(void) {
 /* Everything a test here needs: the world, the agent (with its own node id, exchange and
  * table), controld on this test's bridge (and, on the Nomad driver, the stand-in first).
  * Returns the API key of an account on plan "wide". */
+/* More config for the next egt_start (a pool, say). */
+static const char *egt_more = "";
+
 static char *egt_start(struct ctld *c) {
         need_docker();
         if (access(test_build_path("nodeagent"), X_OK) != 0)
@@ -434,13 +437,13 @@ static char *egt_start(struct ctld *c) {
         test_on_exit(agent_stop, NULL);
         agent_start();
 
-        char extra[1024];
+        char extra[2048];
         snprintf(extra, sizeof(extra),
                  "[docker]\nnetwork = paddock-egt\nsubnet = 169.254.66.0/24\ngateway = 169.254.66.1\nbridge = " BRIDGE "\n"
                  "network_internal = paddock-egt-int\nsubnet_internal = 169.254.67.0/24\nnode_id = %s\n"
                  "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\negress_timeout = 3s\n"
-                 "[plan \"wide\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n",
-                 node_id, exchange);
+                 "[plan \"wide\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n%s",
+                 node_id, exchange, egt_more);
         if (ctld_nomad())
                 ctld_start_nomad(c, &standin, NULL, NULL, extra);
         else
@@ -915,4 +918,36 @@ TEST_FULL(a_placed_sandbox_is_live_to_node_sync_before_it_is_ready, 180) {
         amqp_bytes_free(q);
         amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
         amqp_destroy_connection(conn);
+}
+
+/* A networked warm pool member sits on the sandbox network with no policy: the node's
+ * default drops everything it sends. Claimed as a restricted sandbox, its allowlist holds
+ * from the first probe, and nothing else gets through. */
+TEST_FULL(a_pooled_member_reaches_nothing_until_claimed, 600) {
+        static struct ctld c;
+        egt_more = "[pool \"py\"]\ntemplate = python-3.11\nsize = 1\nrefill_rate = 600\n";
+        _cleanup_free_ char *key = egt_start(&c);
+        _cleanup_free_ char *member = NULL;
+        for (int i = 0; i < 1800; i++) {
+                free(member);
+                member = ctld_db_query(&c, "SELECT id FROM pool_members WHERE state = 'ready'");
+                if (strlen(member) > 24)
+                        break;
+                usleep(100 * 1000);
+        }
+        ASSERT_TRUE(strlen(member) > 24);
+        member[24] = 0;
+        char probe[256];
+        snprintf(probe, sizeof(probe),
+                 "import socket,sys\nfor i in range(3):\n  try:\n    socket.create_connection(('198.51.100.2',%d),1); sys.exit(0)\n"
+                 "  except Exception: pass\nsys.exit(7)", PORT);
+        ASSERT_EQ(RUN("docker", "exec", container_name(member), "python3", "-c", probe), 7);
+
+        char id[25];
+        create_expect(&c, key, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.2\"]}}",
+                      201, id);
+        ASSERT_STREQ(id, member);       /* the member, claimed */
+        ASSERT_TRUE(reaches(&c, key, id, "198.51.100.2"));
+        ASSERT_TRUE(blocked(&c, key, id, "198.51.100.3"));
+        ASSERT_TRUE(blocked(&c, key, id, "203.0.113.2"));
 }

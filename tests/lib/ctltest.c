@@ -292,6 +292,29 @@ void ctld_stop_daemon(struct ctld *c) {
 
 void ctld_start_daemon(struct ctld *c) { spawn(c); }
 
+char *ctld_db_query(struct ctld *c, const char *sql) {
+        char db[400];
+        snprintf(db, sizeof(db), "%s/controld.db", c->dir);
+        char *argv[] = { "sqlite3", db, (char *) sql, NULL };
+        char *out = NULL;
+        if (test_run_capture(argv, &out, 1 << 16) != 0)
+                test_fail(__FILE__, __LINE__, "sqlite3 %s \"%s\" failed", db, sql);
+        return out ? out : xstrdup("");
+}
+
+int ctld_wait_exit(struct ctld *c, int timeout_s) {
+        int st = 0;
+        for (int i = 0; c->pid > 0 && i < timeout_s * 100; i++) {
+                if (waitpid(c->pid, &st, WNOHANG) == c->pid) {
+                        c->pid = 0;
+                        sync_shadow(c);
+                        return st;
+                }
+                usleep(10000);
+        }
+        return -1;
+}
+
 void ctld_restart(struct ctld *c) {
         ctld_stop_daemon(c);
         spawn(c);

@@ -61,6 +61,12 @@ bool ctld_nomad_relay(void);
 void ctld_restart(struct ctld *c);
 void ctld_stop_daemon(struct ctld *c);
 void ctld_start_daemon(struct ctld *c);
+/* One query of controld's store through the sqlite3 shell (running or not): its output, one
+ * row a line (the caller frees it). */
+char *ctld_db_query(struct ctld *c, const char *sql);
+/* Waits up to timeout_s for the daemon to exit by itself (a crash point, say): its wait status,
+ * or -1 when it still runs. */
+int ctld_wait_exit(struct ctld *c, int timeout_s);
 void ctld_stop(struct ctld *c);
 /* controld admin ...: returns exit status; stdout in *ret_out (optional). */
 int ctld_admin(struct ctld *c, char **ret_out, const char *arg1, ...) __attribute__((sentinel));

@@ -1,5 +1,7 @@
 /* storetest.c — see storetest.h. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "storetest.h"
@@ -28,4 +30,18 @@ void storetest_new_account(struct store *s, const char *name, char ret_id[SANDBO
         ASSERT_OK(store_account_create(s, name, "default", &a));
         memcpy(ret_id, a.id, SANDBOX_ID_LEN + 1);
         account_clear(&a);
+}
+
+struct config *storetest_config(const char *text, char *err, size_t errlen, int *ret_r) {
+        char path[] = "/tmp/paddock-test-conf.XXXXXX";
+        int fd = mkstemp(path);
+        if (fd < 0)
+                test_fail(__FILE__, __LINE__, "mkstemp: %m");
+        if (write(fd, text, strlen(text)) != (ssize_t) strlen(text))
+                test_fail(__FILE__, __LINE__, "write: %m");
+        close(fd);
+        struct config *c = NULL;
+        *ret_r = config_load(path, &c, err, errlen);
+        unlink(path);
+        return c;
 }

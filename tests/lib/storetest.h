@@ -12,3 +12,7 @@ struct store *storetest_open(const char *name);
 void storetest_closep(struct store **s);
 /* A new account called name on the "default" plan; its id in ret_id. */
 void storetest_new_account(struct store *s, const char *name, char ret_id[SANDBOX_ID_LEN + 1]);
+
+/* controld's config parsed from text (written to a temporary file and loaded as controld
+ * would): the config, or NULL with *ret_r < 0 and the reason in err. */
+struct config *storetest_config(const char *text, char *err, size_t errlen, int *ret_r);

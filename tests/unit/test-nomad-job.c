@@ -13,24 +13,15 @@
 #include "jsondiff.h"
 #include "nodeagent.h"
 #include "strutil.h"
+#include "storetest.h"
 #include "testlib.h"
 
 static const char base_conf[] = "[template \"python-3.11\"]\nimage = paddock/python-3.11:local\n"
                                 "[region \"eu\"]\nid = 0123456789abcdef01234567\n";
 
 static struct config *load_conf(const char *extra, char *err, size_t errlen, int *ret_r) {
-        char path[] = "/tmp/test-nomad-job.XXXXXX";
-        int fd = mkstemp(path);
-        if (fd < 0)
-                test_fail(__FILE__, __LINE__, "mkstemp: %m");
         _cleanup_free_ char *text = xasprintf("%s%s", base_conf, extra ? extra : "");
-        if (write(fd, text, strlen(text)) != (ssize_t) strlen(text))
-                test_fail(__FILE__, __LINE__, "write: %m");
-        close(fd);
-        struct config *c = NULL;
-        *ret_r = config_load(path, &c, err, errlen);
-        unlink(path);
-        return c;
+        return storetest_config(text, err, errlen, ret_r);
 }
 
 static struct config *conf_ok(const char *extra) {

@@ -17,18 +17,8 @@ static const char base_conf[] = "[template \"busybox\"]\nimage = paddock/busybox
                                 "[region \"local\"]\nid = 0123456789abcdef01234567\n";
 
 static struct config *load_conf(const char *extra, char *err, size_t errlen, int *ret_r) {
-        char path[] = "/tmp/test-pool.XXXXXX";
-        int fd = mkstemp(path);
-        if (fd < 0)
-                test_fail(__FILE__, __LINE__, "mkstemp: %m");
         _cleanup_free_ char *text = xasprintf("%s%s", base_conf, extra ? extra : "");
-        if (write(fd, text, strlen(text)) != (ssize_t) strlen(text))
-                test_fail(__FILE__, __LINE__, "write: %m");
-        close(fd);
-        struct config *c = NULL;
-        *ret_r = config_load(path, &c, err, errlen);
-        unlink(path);
-        return c;
+        return storetest_config(text, err, errlen, ret_r);
 }
 
 static void conf_refused(const char *extra, const char *want) {
