@@ -25,6 +25,19 @@ stop_daemon() {
         rm -f "$DEV/$1.pid"
 }
 stop_daemon controld
+# Warm pool members belong to no one and outlive a controld by design (the next start serves
+# them again); `make down` means the stack goes, so they go too: rows first, then workloads.
+if [[ -r $DEV/controld.db ]] && command -v sqlite3 >/dev/null; then
+        n=0
+        for id in $(sqlite3 "$DEV/controld.db" 'SELECT id FROM pool_members' 2>/dev/null); do
+                [[ $id =~ ^[0-9a-f]{24}$ ]] || continue
+                sqlite3 "$DEV/controld.db" "DELETE FROM pool_members WHERE id = '$id'"
+                docker rm -f "paddock-$id" >/dev/null 2>&1 || true
+                docker volume rm -f "paddock-init-$id" >/dev/null 2>&1 || true
+                n=$((n + 1))
+        done
+        ((n == 0)) || say "$n warm pool members removed"
+fi
 stop_daemon nodeagent
 # The agent leaves its firewall in place when it stops (fail closed: sandboxes that still run
 # keep their rules). With no sandbox left on the bridge there is nothing to hold, and the
