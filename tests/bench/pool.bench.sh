@@ -67,15 +67,17 @@ done
 # 3. A burst: pool full, 10 creates at once.
 pl_wait_full
 : >"$WORK/pl-burst"
+pl_pids=()
 for _ in $(seq 10); do
-	( t0=$EPOCHREALTIME
-	  code=$(curl -s -o "$WORK/pl-burst-body.$BASHPID" -w '%{http_code}' -X POST "$PL_URL/sandboxes" -H "x-brimble-key: $PL_KEY" \
+	( me=$BASHPID t0=$EPOCHREALTIME
+	  code=$(curl -s -o "$WORK/pl-burst-body.$me" -w '%{http_code}' -X POST "$PL_URL/sandboxes" -H "x-brimble-key: $PL_KEY" \
 		-H 'content-type: application/json' -d '{}')
 	  t1=$EPOCHREALTIME
-	  echo "$code $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", (b - a) * 1000 }') $(jq -r .data.id "$WORK/pl-burst-body.$BASHPID")" \
+	  echo "$code $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", (b - a) * 1000 }') $(jq -r .data.id "$WORK/pl-burst-body.$me")" \
 		>>"$WORK/pl-burst" ) &
+	pl_pids+=($!)
 done
-wait
+wait "${pl_pids[@]}"    # not a bare wait: the controlds are this shell's background jobs too
 t0=$EPOCHREALTIME
 pl_wait_full
 pl_refill_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
@@ -101,11 +103,6 @@ printf '%-44s %12s %12s %8s  %s\n' "pool of 10 full again after the burst (s)" "
 printf '%-44s %12s %12s %8s  %s\n' "idle pool member: memory, CPU" "$pl_mem" "$pl_cpu" "" "(info)"
 printf '%-44s %s\n' "  published TTI p50 (computesdk, May 2026)" "declaw 42 ms, Daytona 186, E2B 491, Vercel 671, Modal 1700; Brimble 1500-3000"
 
-kill "$PL_PID" 2>/dev/null && wait "$PL_PID" 2>/dev/null
-ctld_destroy_all "$WORK/pool.conf"
-# Pool members outlive controld by design: the bench's go with it.
-sqlite3 "$WORK/pool.db" 'SELECT id FROM pool_members' 2>/dev/null | while read -r id; do
-	docker rm -f "paddock-$id" >/dev/null 2>&1
-	docker volume rm -f "paddock-init-$id" >/dev/null 2>&1
-done
-unset pl_n pl_size PL_PORT PL_URL PL_PID PL_KEY pl_h50 pl_h95 pl_m50 pl_d50 pl_burst_ok pl_burst_p50 pl_refill_s pl_member pl_mem pl_cpu
+# The pool's controld, its sandboxes and its members (which outlive a controld by design) go
+# in run.sh's cleanup, also when the bench is interrupted.
+unset pl_n pl_size PL_PORT PL_URL PL_KEY pl_h50 pl_h95 pl_m50 pl_d50 pl_burst_ok pl_burst_p50 pl_refill_s pl_member pl_mem pl_cpu

@@ -61,6 +61,13 @@ cleanup() {
 	[ -n "$CTL_PID" ] && kill "$CTL_PID" 2>/dev/null && wait "$CTL_PID" 2>/dev/null
 	[ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null && wait "$BASE_PID" 2>/dev/null
 	[ -f "$WORK/controld.conf" ] && ctld_destroy_all "$WORK/controld.conf"
+	# A part's own controld (pool.bench.sh) and the warm pool members it leaves by design.
+	[ -n "${PL_PID:-}" ] && kill "$PL_PID" 2>/dev/null && wait "$PL_PID" 2>/dev/null
+	[ -f "$WORK/pool.conf" ] && ctld_destroy_all "$WORK/pool.conf"
+	[ -f "$WORK/pool.db" ] && sqlite3 "$WORK/pool.db" 'SELECT id FROM pool_members' 2>/dev/null | while read -r id; do
+		docker rm -f "paddock-$id" >/dev/null 2>&1
+		docker volume rm -f "paddock-init-$id" >/dev/null 2>&1
+	done
 	docker ps -aq --filter label=paddock.bench=1 | xargs -r docker rm -f >/dev/null 2>&1
 	[ -f "$STARTED" ] && tests/env/services.sh stop --started-by "$STARTED" >/dev/null 2>&1
 	rm -rf "$WORK"

@@ -213,8 +213,29 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         ASSERT_EQ(read_pid("controld"), ctl1);
         HTTP_EXPECT(&c, "DELETE", path, key2, NULL, 204);
 
-        /* `make down`: the daemon and its listener are gone. */
+        /* make up keeps a warm pool of 2 python-3.11 sandboxes. */
+        char db[700], q[] = "SELECT id FROM pool_members WHERE state = 'ready'";
+        snprintf(db, sizeof(db), "%s/controld.db", devdir);
+        _cleanup_free_ char *members = NULL;
+        for (int i = 0; i < 1200; i++) {
+                free(members);
+                members = NULL;
+                char *argv[] = { "sqlite3", db, q, NULL };
+                ASSERT_EQ(test_run_capture(argv, &members, 4096), 0);
+                if (members && strlen(members) == 2 * 25)
+                        break;
+                usleep(100 * 1000);
+        }
+        ASSERT_TRUE(members && strlen(members) == 2 * 25);
+
+        /* `make down`: the daemon and its listener are gone, and so are the pool's members. */
         ASSERT_EQ(run_script("tests/env/down.sh", &out3), 0);
+        ASSERT_CONTAINS(out3, "2 warm pool members removed");
+        for (char *save = NULL, *mid = strtok_r(members, "\n", &save); mid; mid = strtok_r(NULL, "\n", &save)) {
+                char name[64];
+                snprintf(name, sizeof(name), "paddock-%s", mid);
+                ASSERT_FALSE(docker_container_exists(name));
+        }
         ASSERT_FALSE(test_port_open(port));
         char pidfile[600];
         snprintf(pidfile, sizeof(pidfile), "%s/controld.pid", devdir);

@@ -145,7 +145,14 @@ TEST_FULL(claims_serve_one_tenant_once_and_the_pool_refills, 600) {
         ASSERT_TRUE(has_line(before, b));
         ASSERT_TRUE(strcmp(a, b) != 0);
         ASSERT_TRUE(claimed(&c, ka, a));
+        /* Nothing of the pool's shows: no process the tenant did not start. */
+        char ppath[112];
+        snprintf(ppath, sizeof(ppath), "/sandboxes/%s/processes", a);
         struct hres r;
+        http_req(&c, "GET", ppath, ka, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "processes")), 0);
+        hres_done(&r);
         ctld_exec(&c, ka, a, "echo pooled", 30, &r);
         ASSERT_EQ(r.status, 200);
         ASSERT_STREQ(hres_data_str(&r, "stdout"), "pooled\n");
