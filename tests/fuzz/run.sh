@@ -3,7 +3,7 @@
 #
 #   tests/fuzz/run.sh [SECONDS]      what `make fuzz` (default 60 s each) and, through
 #                                    build/tests/integration/test-fuzz, `make check`
-#                                    (20 s each) call.
+#                                    (10 s each) call.
 #
 # Installs clang and libclang-rt-14-dev with apt-get only when they are missing, builds
 # the targets (make fuzz-targets: build/fuzz/, clang, ASan+UBSan), then per target:
@@ -19,7 +19,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 [[ -d $ROOT/tests/fuzz ]] || ROOT=@ROOT@
 cd "$ROOT" || exit 1
-SECONDS_EACH=${1:-${FUZZ_SECONDS:-20}}
+SECONDS_EACH=${1:-${FUZZ_SECONDS:-10}}
 FB=build/fuzz
 LOG=$(mktemp "${TMPDIR:-/tmp}/paddock-fuzz.XXXXXX")
 trap 'rm -f "$LOG"' EXIT

@@ -117,6 +117,21 @@ static double metric(struct ctld *c, const char *series) {
         return v;
 }
 
+/* The live sandboxes `controld admin node list` counts over all nodes. */
+static int live_on_nodes(struct ctld *c) {
+        _cleanup_free_ char *out = NULL;
+        ASSERT_EQ(ctld_admin(c, &out, "node", "list", NULL), 0);
+        int sum = 0;
+        char *save = NULL;
+        for (char *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+                char id[130], state[16];
+                int live = 0;
+                if (sscanf(l, "%129s %15s %d", id, state, &live) == 3)
+                        sum += live;
+        }
+        return sum;
+}
+
 static bool claimed(struct ctld *c, const char *key, const char *id) {
         char path[96];
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
@@ -134,6 +149,8 @@ TEST_FULL(claims_serve_one_tenant_once_and_the_pool_refills, 600) {
         pool_start(&c, 2, NULL);
         wait_ready(&c, 2, 180);
         assert_one_owner_each(&c);
+        /* Members hold their node's capacity: the node list counts them as live. */
+        ASSERT_EQ(live_on_nodes(&c), 2);
         _cleanup_free_ char *before = db_query(&c, "SELECT id FROM pool_members");
         _cleanup_free_ char *ka = ctld_account_key(&c, "alice", "pool", NULL), *kb = ctld_account_key(&c, "bob", "pool", NULL);
 
@@ -241,6 +258,28 @@ TEST_FULL(members_stay_warm_across_a_restart_and_a_new_image_replaces_them, 600)
         save = NULL;
         for (char *id = strtok_r(again, "\n", &save); id; id = strtok_r(NULL, "\n", &save))
                 ASSERT_FALSE(workload_running(&c, id));
+        assert_one_owner_each(&c);
+}
+
+/* A member older than max_age is replaced by a new one, and its workload goes. */
+TEST_FULL(members_past_max_age_are_replaced, 300) {
+        static struct ctld c;
+        need_docker();
+        char extra[1024];
+        snprintf(extra, sizeof(extra), POOL_CONF "max_age = 10s\n", getenv("PADDOCK_TEST_IMAGE") ?: "paddock/busybox:local", 1);
+        ctld_start(&c, NULL, extra);
+        wait_ready(&c, 1, 180);
+        _cleanup_free_ char *old = db_query(&c, "SELECT id FROM pool_members");
+        old[strcspn(old, "\n")] = 0;
+        char q[160];
+        snprintf(q, sizeof(q), "SELECT COUNT(*) FROM pool_members WHERE state = 'ready' AND id <> '%s'", old);
+        for (int i = 0; i < 600 && db_count(&c, q) != 1; i++)
+                usleep(100 * 1000);
+        ASSERT_EQ(db_count(&c, q), 1);
+        for (int i = 0; i < 300 && workload_running(&c, old); i++)
+                usleep(100 * 1000);
+        ASSERT_FALSE(workload_running(&c, old));
+        ASSERT_EQ(metric(&c, "paddock_pool_retired_total{pool=\"bb\"} "), 1);
         assert_one_owner_each(&c);
 }
 
