@@ -303,23 +303,29 @@ TEST(a_peer_that_goes_away_frees_its_place) {
         }
 }
 
-TEST(the_relay_needs_a_secret_of_sane_size) {
+/* A nodeagent whose [relay] has the secret secret_text and the extra keys more must refuse to
+ * start, saying want. */
+static void expect_start_refused(const char *secret_text, const char *more, const char *want) {
         snprintf(root, sizeof(root), "%s/docker-root", test_tmpdir());
         char secret[300], conf[300], log[300];
-        snprintf(secret, sizeof(secret), "%s/short.secret", test_tmpdir());
-        write_file(secret, "short\n", 0600);
+        snprintf(secret, sizeof(secret), "%s/refused.secret", test_tmpdir());
+        write_file(secret, secret_text, 0600);
         snprintf(conf, sizeof(conf), "%s/nodeagent.conf", test_tmpdir());
         snprintf(log, sizeof(log), "%s/nodeagent.log", test_tmpdir());
-        agenttest_write_conf(conf, "relay-bad", "paddock.test-relay-bad", NULL,
-                             "[relay]\nlisten = 127.0.0.1:%d\nsecret_file = %s\n", test_free_port(), secret);
+        agenttest_write_conf(conf, "relay-bad", "paddock.test-relay-bad", NULL, "[relay]\nlisten = 127.0.0.1:%d\nsecret_file = %s\n%s",
+                             test_free_port(), secret, more);
         const char *argv[] = { "nodeagent", "-d", "-f", conf, NULL };
         pid_t pid = test_spawn_logged(test_build_path("nodeagent"), argv, log);
         int st = 0;
         for (int i = 0; i < 500 && waitpid(pid, &st, WNOHANG) == 0; i++)
                 usleep(10000);
         ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
-        ASSERT_TRUE(test_log_has(log, 0, "[relay] secret_file", 0));
-        ASSERT_TRUE(test_log_has(log, 0, "16..1024 bytes", 0));
+        ASSERT_TRUE(test_log_has(log, 0, want, 0));
+}
+
+TEST(the_relay_needs_a_secret_of_sane_size) {
+        expect_start_refused("short\n", "", "[relay] secret_file");
+        expect_start_refused("short\n", "", "16..1024 bytes");
 }
 
 /* ---- TLS ([relay] tls_cert/tls_key; controld's [nomad] relay_tls_ca) ---- */
@@ -404,20 +410,5 @@ TEST(over_tls_a_relay_our_ca_did_not_sign_or_another_name_is_refused) {
 }
 
 TEST(tls_cert_and_key_go_together) {
-        snprintf(root, sizeof(root), "%s/docker-root", test_tmpdir());
-        char secret[300], conf[300], log[300];
-        snprintf(secret, sizeof(secret), "%s/relay.secret", test_tmpdir());
-        write_file(secret, RELAY_SECRET "\n", 0600);
-        snprintf(conf, sizeof(conf), "%s/nodeagent.conf", test_tmpdir());
-        snprintf(log, sizeof(log), "%s/nodeagent.log", test_tmpdir());
-        agenttest_write_conf(conf, "relay-bad", "paddock.test-relay-bad", NULL,
-                             "[relay]\nlisten = 127.0.0.1:%d\nsecret_file = %s\ntls_cert = /etc/hostname\n", test_free_port(),
-                             secret);
-        const char *argv[] = { "nodeagent", "-d", "-f", conf, NULL };
-        pid_t pid = test_spawn_logged(test_build_path("nodeagent"), argv, log);
-        int st = 0;
-        for (int i = 0; i < 500 && waitpid(pid, &st, WNOHANG) == 0; i++)
-                usleep(10000);
-        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
-        ASSERT_TRUE(test_log_has(log, 0, "tls_cert and tls_key go together", 0));
+        expect_start_refused(RELAY_SECRET "\n", "tls_cert = /etc/hostname\n", "tls_cert and tls_key go together");
 }
