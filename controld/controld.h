@@ -342,6 +342,7 @@ int store_node_drained(struct store *s, const char *id);
 int store_node_list(struct store *s, struct node_info **ret, size_t *ret_n);
 /* ---- warm pools (pool.c) ---- */
 enum pool_miss {
+        POOL_MISS_NONE,         /* a hit: the create can claim a member of the pool matched */
         POOL_MISS_NO_POOL,      /* no pool holds this template, these specs and egress class */
         POOL_MISS_VOLUME,       /* volumeId or persistent */
         POOL_MISS_SNAPSHOT,     /* fromSnapshot */
@@ -353,11 +354,12 @@ enum pool_miss {
 struct pj_sandbox_create;
 struct ctl;
 struct strbuf;
-/* The pool a create could claim from: NULL with *miss = NO_POOL when none holds its kind; the
- * pool with *miss set when the create asks for what no member can give; else the pool. */
+/* The pool that holds a create's kind (NULL: none, *miss = NO_POOL). *miss = NONE when the
+ * create may claim from it, else why it may not (it asks for what no member can give). */
 const struct pool_conf *pool_match(const struct ctl *c, const struct template *tpl, int64_t cpu, int64_t memory, int64_t disk,
                                    const struct pj_sandbox_create *in, enum pool_miss *miss);
-void pool_note(const struct ctl *c, const struct pool_conf *p, bool hit, enum pool_miss miss);
+/* Counts a create's outcome: a hit (miss = NONE) or a miss and why, on pool p (NULL: none matched). */
+void pool_note(const struct ctl *c, const struct pool_conf *p, enum pool_miss miss);
 const char *pool_miss_name(enum pool_miss m);
 void pool_start(struct ctl *c);         /* before serving: heals what a stop left, then serves */
 void pool_tick(struct ctl *c);          /* background thread: retire and refill */

@@ -37,7 +37,7 @@
 #define POOL_FAIL_LOG_MS 60000          /* a pool that cannot refill says so this often at most */
 
 static const char *const miss_names[_POOL_MISS_MAX] = {
-        [POOL_MISS_NO_POOL] = "no_pool",   [POOL_MISS_VOLUME] = "volume",
+        [POOL_MISS_NONE] = "none",         [POOL_MISS_NO_POOL] = "no_pool",   [POOL_MISS_VOLUME] = "volume",
         [POOL_MISS_SNAPSHOT] = "snapshot", [POOL_MISS_ONE_SHOT] = "one_shot",
         [POOL_MISS_NO_AGENT] = "restricted_without_agent", [POOL_MISS_EMPTY] = "empty",
 };
@@ -90,17 +90,17 @@ const struct pool_conf *pool_match(const struct ctl *c, const struct template *t
         else if (in->egress.mode == PJ_EGRESS_RESTRICTED && !c->bus)
                 *miss = POOL_MISS_NO_AGENT;     /* without an agent, restricted means another network */
         else
-                return p;
-        return *miss == POOL_MISS_NO_POOL ? NULL : p;
+                *miss = POOL_MISS_NONE;
+        return p;
 }
 
-void pool_note(const struct ctl *c, const struct pool_conf *p, bool hit, enum pool_miss miss) {
+void pool_note(const struct ctl *c, const struct pool_conf *p, enum pool_miss miss) {
         size_t i = 0;
         if (!c->cfg->n_pools)
                 return;         /* no pools: nothing to count */
         pthread_mutex_lock(&lock);
         if (p && states && pool_by_name(c, p->name, &i)) {
-                if (hit)
+                if (miss == POOL_MISS_NONE)
                         states[i].hits++;
                 else if ((unsigned) miss < _POOL_MISS_MAX)
                         states[i].misses[miss]++;
@@ -410,7 +410,7 @@ void pool_metrics_render(struct ctl *c, struct strbuf *b) {
                 strbuf_printf(b, "paddock_pool_claims_total{pool=\"%s\",result=\"hit\",reason=\"\"} %llu\n", c->cfg->pools[i].name,
                               (unsigned long long) states[i].hits);
                 for (int k = 0; k < _POOL_MISS_MAX; k++)
-                        if (k != POOL_MISS_NO_POOL)
+                        if (k != POOL_MISS_NONE && k != POOL_MISS_NO_POOL)
                                 strbuf_printf(b, "paddock_pool_claims_total{pool=\"%s\",result=\"miss\",reason=\"%s\"} %llu\n",
                                               c->cfg->pools[i].name, miss_names[k], (unsigned long long) states[i].misses[k]);
         }

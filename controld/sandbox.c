@@ -271,23 +271,21 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         /* A warm pool member when one matches exactly: the record takes its id and placement
          * in the same transaction that takes it from the pool. Otherwise the cold path. */
         int64_t t1 = mono_ms();
-        enum pool_miss miss = POOL_MISS_NO_POOL;
+        enum pool_miss miss;
         const struct pool_conf *pool = pool_match(c, tpl, cpu, mem, disk, in, &miss);
-        bool claimed = false;
         r = -ENOENT;
-        if (pool && miss == POOL_MISS_NO_POOL) {
-                r = store_pool_claim(c->store, pool->name, sb.image, &sb, plan->max_concurrent);
-                claimed = r == 0;
-                if (r < 0 && r != -EDQUOT) {
-                        if (r != -ENOENT)
-                                log_warning("pool %s: the claim failed (%s); taking the cold path", pool->name, strerror(-r));
-                        miss = POOL_MISS_EMPTY;
-                }
+        if (miss == POOL_MISS_NONE && (r = store_pool_claim(c->store, pool->name, sb.image, &sb, plan->max_concurrent)) < 0 &&
+            r != -EDQUOT) {
+                if (r != -ENOENT)
+                        log_warning("pool %s: the claim failed (%s); taking the cold path", pool->name, strerror(-r));
+                miss = POOL_MISS_EMPTY;
         }
-        if (r != -EDQUOT)
-                pool_note(c, pool, claimed, miss);
-        if (!claimed && r != -EDQUOT)
-                r = store_sandbox_insert_capped(c->store, &sb, plan->max_concurrent);
+        bool claimed = r == 0;
+        if (r != -EDQUOT) {
+                pool_note(c, pool, miss);
+                if (!claimed)
+                        r = store_sandbox_insert_capped(c->store, &sb, plan->max_concurrent);
+        }
         if (r == -EDQUOT)
                 return API_ERR(err, -EDQUOT, "Your plan allows up to %lld sandboxes. Destroy an existing one or upgrade.",
                                (long long) plan->max_concurrent);
@@ -331,20 +329,22 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 apply_placement(&sb, &pl);
                 placement_clear(&pl);
                 sb_timings_set(&sb.timings, SB_PHASE_PLACE, mono_ms() - t2);
+                sandbox_log_ctx(&sb);  /* placed: NODE_ID, NOMAD_JOB_ID, ALLOC_ID on what follows */
+                /* The placement is on the record before the node is asked to enforce: a node.sync
+                 * its agent sends meanwhile must find this sandbox live there, or the chain just
+                 * applied is removed as stale (sync_answer in egress.c reads node and address from
+                 * the store). A claim inserted the record with its placement already. */
+                r = store_sandbox_update_cas(c->store, &sb, SB_STARTING);
+                if (r < 0) {
+                        unplace_unenforced(c, &sb);
+                        snprintf(reason, sizeof(reason), "failed to record the placement");
+                        r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+                        goto fail;
+                }
         } else {
+                sandbox_log_ctx(&sb);
                 log_info("sandbox claimed from pool %s", pool->name);
                 fault_point("pool.claim.committed");
-        }
-        sandbox_log_ctx(&sb);  /* placed: NODE_ID, NOMAD_JOB_ID, ALLOC_ID on what follows */
-        /* The placement is on the record before the node is asked to enforce: a node.sync its
-         * agent sends meanwhile must find this sandbox live there, or the chain just applied is
-         * removed as stale (sync_answer in egress.c reads node and address from the store). */
-        r = store_sandbox_update_cas(c->store, &sb, SB_STARTING);
-        if (r < 0) {
-                unplace_unenforced(c, &sb);
-                snprintf(reason, sizeof(reason), "failed to record the placement");
-                r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
-                goto fail;
         }
         /* Ready only once the node's agent enforces the policy: fail closed otherwise. */
         {

@@ -69,7 +69,6 @@ static const struct pool_conf *match(struct ctl *c, const char *body, enum pool_
         ASSERT_NOT_NULL(t);
         int64_t cpu = in.has_cpu ? in.cpu : t->cpu, mem = in.has_memory ? in.memory : t->memory,
                 disk = in.has_disk ? in.disk : t->disk;
-        *miss = POOL_MISS_NO_POOL;
         const struct pool_conf *p = pool_match(c, t, cpu, mem, disk, &in, miss);
         pj_sandbox_create_done(&in);
         return p;
@@ -81,7 +80,7 @@ static const struct pool_conf *match(struct ctl *c, const char *body, enum pool_
                 const struct pool_conf *p_ = match(c, body, &m_);    \
                 ASSERT_NOT_NULL(p_);                                 \
                 ASSERT_STREQ(p_->name, pool);                        \
-                ASSERT_EQ(m_, POOL_MISS_NO_POOL);                    \
+                ASSERT_EQ(m_, POOL_MISS_NONE);                       \
         } while (0)
 #define EXPECT_MISS(c, body, why)                                                  \
         do {                                                                       \
