@@ -43,6 +43,8 @@ struct exec_spec {
 };
 /* Output callback: stream 1 = stdout, 2 = stderr. Returning < 0 stops the read. */
 typedef int (*exec_output_cb)(int stream, const uint8_t *data, size_t len, void *ud);
+/* An exec_output_cb that drops what it is given (commands run for their effect alone). */
+int exec_output_discard(int stream, const uint8_t *data, size_t len, void *ud);
 
 /* What a driver does: one static const table per driver (driver-docker.c, driver-nomad.c). */
 struct driver_ops {

@@ -114,11 +114,6 @@ static char *apply_body(const struct sandbox *sb, const struct sb_egress *pol, u
         return body;
 }
 
-static int discard_output(int stream, const uint8_t *data, size_t len, void *ud) {
-        (void) stream, (void) data, (void) len, (void) ud;
-        return 0;
-}
-
 /* Writes the agent's resolved names into the sandbox's /etc/hosts, so a restricted
  * sandbox (which gets no DNS) can use the names it may reach. The content goes on
  * stdin to a fixed command; no user string reaches a shell. */
@@ -147,10 +142,10 @@ static int write_hosts(struct ctl *c, const struct sandbox *sb, const struct pj_
         if (r < 0)
                 return r;
         int64_t deadline = mono_ms() + 10000;
-        r = c->drv->ops->exec_write(s, b.buf, b.len, 5000, discard_output, NULL);
+        r = c->drv->ops->exec_write(s, b.buf, b.len, 5000, exec_output_discard, NULL);
         if (r >= 0)
                 r = c->drv->ops->exec_close_stdin(s);
-        while (r >= 0 && (r = c->drv->ops->exec_read(s, 1000, -1, discard_output, NULL)) == 0)
+        while (r >= 0 && (r = c->drv->ops->exec_read(s, 1000, -1, exec_output_discard, NULL)) == 0)
                 if (mono_ms() > deadline) {
                         r = -ETIMEDOUT;
                         break;

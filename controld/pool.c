@@ -147,11 +147,6 @@ static void member_remove(struct ctl *c, const struct pool_member *m) {
         }
 }
 
-static int discard(int stream, const uint8_t *data, size_t len, void *ud) {
-        (void) stream, (void) data, (void) len, (void) ud;
-        return 0;
-}
-
 /* One `sh -c true` in the member before it is offered: a gVisor sandbox's first command pays
  * one-off costs (the shell's pages into the sandbox kernel) that the tenant's first command
  * should not. Through the driver's exec, not the agent, so the agent's process table (what
@@ -166,7 +161,7 @@ static void member_warm(struct ctl *c, const struct sandbox *sb) {
                 return;
         }
         int64_t deadline = mono_ms() + 10000;
-        while (c->drv->ops->exec_read(x, 1000, -1, discard, NULL) == 0 && mono_ms() < deadline)
+        while (c->drv->ops->exec_read(x, 1000, -1, exec_output_discard, NULL) == 0 && mono_ms() < deadline)
                 ;
         c->drv->ops->exec_free(x);
 }
@@ -300,20 +295,19 @@ void pool_tick(struct ctl *c) {
                 size_t idx = (size_t) -1;
                 const struct pool_conf *p = pool_by_name(c, m->pool, &idx);
                 const struct template *t = p ? config_template(c->cfg, p->template_name) : NULL;
-                bool ready = !strcmp(m->state, "ready");
                 /* A starting member is its refill job's (counted as in flight); pool_start
-                 * removes those a stop left behind. */
-                if (p && t && !ready)
+                 * removes those a stop left behind. Only ready ones go past this. */
+                if (p && t && strcmp(m->state, "ready") != 0)
                         continue;
                 if (!p || !t)
                         retire(c, m, idx, "its pool is no longer configured");
-                else if (ready && strcmp(m->image, t->image) != 0)
+                else if (strcmp(m->image, t->image) != 0)
                         retire(c, m, idx, "the template's image changed");
-                else if (ready && now - m->created_at >= p->max_age_ms)
+                else if (now - m->created_at >= p->max_age_ms)
                         retire(c, m, idx, "older than max_age");
-                else if (ready && count[idx] >= p->size)
+                else if (count[idx] >= p->size)
                         retire(c, m, idx, "more members than the pool's size");
-                else if (ready && health && !member_alive(c, m))
+                else if (health && !member_alive(c, m))
                         retire(c, m, idx, "its workload stopped");
                 else
                         count[idx]++;

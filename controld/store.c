@@ -929,12 +929,13 @@ static const struct table sandboxes = {
         "sandboxes", sandbox_columns, ELEMENTSOF(sandbox_columns), sizeof(struct sandbox), sandbox_clear_row,
 };
 
+/* What counts toward an account's max_concurrent: its sandboxes in every live state. */
+static const char held_sandboxes_sql[] = "SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND status IN "
+                                         "('starting','ready','pausing','paused','resuming')";
+
 int store_sandbox_insert_capped(struct store *s, const struct sandbox *sb, int64_t max_concurrent) {
         LOCKED(s);
-        return insert_capped(s, &sandboxes, sb,
-                             "SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND status IN "
-                             "('starting','ready','pausing','paused','resuming')",
-                             sb->account_id, max_concurrent);
+        return insert_capped(s, &sandboxes, sb, held_sandboxes_sql, sb->account_id, max_concurrent);
 }
 
 int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret) {
@@ -1386,9 +1387,7 @@ int store_pool_claim(struct store *s, const char *pool, const char *image, struc
         int r;
         if ((r = exec_sql(s, "BEGIN IMMEDIATE")) < 0)
                 return r;
-        if ((r = query_int(s, "SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND status IN "
-                              "('starting','ready','pausing','paused','resuming')",
-                           PARAMS(p_text(sb->account_id)), &count)) < 0)
+        if ((r = query_int(s, held_sandboxes_sql, PARAMS(p_text(sb->account_id)), &count)) < 0)
                 goto rollback;
         if (max_concurrent >= 0 && count >= max_concurrent) {
                 r = -EDQUOT;

@@ -28,10 +28,8 @@ static void pool_start(struct ctld *c, int size, const char *img) {
         ctld_start(c, NULL, extra);
 }
 
-static char *db_query(struct ctld *c, const char *sql) { return ctld_db_query(c, sql); }
-
 static int db_count(struct ctld *c, const char *sql) {
-        _cleanup_free_ char *out = db_query(c, sql);
+        _cleanup_free_ char *out = ctld_db_query(c, sql);
         return atoi(out);
 }
 
@@ -50,7 +48,7 @@ static void wait_ready(struct ctld *c, int want, int timeout_s) {
                         return;
                 usleep(100 * 1000);
         }
-        _cleanup_free_ char *rows = db_query(c, "SELECT id, state FROM pool_members");
+        _cleanup_free_ char *rows = ctld_db_query(c, "SELECT id, state FROM pool_members");
         test_fail(__FILE__, __LINE__, "the pool did not reach %d ready members in %d s; members:\n%s", want, timeout_s, rows);
 }
 
@@ -75,7 +73,7 @@ static char *workload_ids(struct ctld *c) {
                 }
                 return strbuf_steal(&b);
         }
-        _cleanup_free_ char *inst = db_query(c, "SELECT value FROM meta WHERE key = 'instance_id'");
+        _cleanup_free_ char *inst = ctld_db_query(c, "SELECT value FROM meta WHERE key = 'instance_id'");
         inst[strcspn(inst, "\n")] = 0;
         char filter[128];
         snprintf(filter, sizeof(filter), "label=paddock.controld=%s", inst);
@@ -89,8 +87,8 @@ static char *workload_ids(struct ctld *c) {
  * that should run has its workload. */
 static void assert_one_owner_each(struct ctld *c) {
         _cleanup_free_ char *work = workload_ids(c);
-        _cleanup_free_ char *members = db_query(c, "SELECT id FROM pool_members");
-        _cleanup_free_ char *live = db_query(c, "SELECT id FROM sandboxes WHERE status IN ('starting','ready','pausing','resuming')");
+        _cleanup_free_ char *members = ctld_db_query(c, "SELECT id FROM pool_members");
+        _cleanup_free_ char *live = ctld_db_query(c, "SELECT id FROM sandboxes WHERE status IN ('starting','ready','pausing','resuming')");
         char *save = NULL;
         _cleanup_free_ char *w = xstrdup(work);
         for (char *id = strtok_r(w, "\n", &save); id; id = strtok_r(NULL, "\n", &save)) {
@@ -99,7 +97,7 @@ static void assert_one_owner_each(struct ctld *c) {
                         test_fail(__FILE__, __LINE__, "workload %s has %d owners (members:\n%s\nlive records:\n%s)", id, owners,
                                   members, live);
         }
-        _cleanup_free_ char *ready = db_query(c, "SELECT id FROM pool_members WHERE state = 'ready'");
+        _cleanup_free_ char *ready = ctld_db_query(c, "SELECT id FROM pool_members WHERE state = 'ready'");
         _cleanup_free_ char *r = xstrdup(ready);
         save = NULL;
         for (char *id = strtok_r(r, "\n", &save); id; id = strtok_r(NULL, "\n", &save))
@@ -151,7 +149,7 @@ TEST_FULL(claims_serve_one_tenant_once_and_the_pool_refills, 600) {
         assert_one_owner_each(&c);
         /* Members hold their node's capacity: the node list counts them as live. */
         ASSERT_EQ(live_on_nodes(&c), 2);
-        _cleanup_free_ char *before = db_query(&c, "SELECT id FROM pool_members");
+        _cleanup_free_ char *before = ctld_db_query(&c, "SELECT id FROM pool_members");
         _cleanup_free_ char *ka = ctld_account_key(&c, "alice", "pool", NULL), *kb = ctld_account_key(&c, "bob", "pool", NULL);
 
         /* Two tenants, two members, never the same one; each answers at once through its agent. */
@@ -186,7 +184,7 @@ TEST_FULL(claims_serve_one_tenant_once_and_the_pool_refills, 600) {
 
         /* The pool refills with new members. */
         wait_ready(&c, 2, 180);
-        _cleanup_free_ char *after = db_query(&c, "SELECT id FROM pool_members ORDER BY id");
+        _cleanup_free_ char *after = ctld_db_query(&c, "SELECT id FROM pool_members ORDER BY id");
         ASSERT_FALSE(has_line(after, a));
         ASSERT_FALSE(has_line(after, b));
         assert_one_owner_each(&c);
@@ -199,7 +197,7 @@ TEST_FULL(claims_serve_one_tenant_once_and_the_pool_refills, 600) {
         ASSERT_FALSE(claimed(&c, ka, m1));
         ASSERT_FALSE(claimed(&c, ka, m2));
         ASSERT_FALSE(has_line(after, m1));
-        _cleanup_free_ char *still = db_query(&c, "SELECT id FROM pool_members WHERE state = 'ready' ORDER BY id");
+        _cleanup_free_ char *still = ctld_db_query(&c, "SELECT id FROM pool_members WHERE state = 'ready' ORDER BY id");
         ASSERT_STREQ(still, after);
         ASSERT_EQ(metric(&c, "paddock_pool_claims_total{pool=\"\",result=\"miss\",reason=\"no_pool\"} "), 1);
         ASSERT_EQ(metric(&c, "paddock_pool_claims_total{pool=\"bb\",result=\"miss\",reason=\"one_shot\"} "), 1);
@@ -214,11 +212,11 @@ TEST_FULL(members_stay_warm_across_a_restart_and_a_new_image_replaces_them, 600)
         static struct ctld c;
         pool_start(&c, 2, NULL);
         wait_ready(&c, 2, 180);
-        _cleanup_free_ char *first = db_query(&c, "SELECT id FROM pool_members ORDER BY id");
+        _cleanup_free_ char *first = ctld_db_query(&c, "SELECT id FROM pool_members ORDER BY id");
         ctld_restart(&c);
         /* The same members serve after the restart: nothing was remade. */
         usleep(1500 * 1000);
-        _cleanup_free_ char *again = db_query(&c, "SELECT id FROM pool_members ORDER BY id");
+        _cleanup_free_ char *again = ctld_db_query(&c, "SELECT id FROM pool_members ORDER BY id");
         ASSERT_STREQ(again, first);
         assert_one_owner_each(&c);
 
@@ -269,7 +267,7 @@ TEST_FULL(members_past_max_age_are_replaced, 300) {
         snprintf(extra, sizeof(extra), POOL_CONF "max_age = 10s\n", getenv("PADDOCK_TEST_IMAGE") ?: "paddock/busybox:local", 1);
         ctld_start(&c, NULL, extra);
         wait_ready(&c, 1, 180);
-        _cleanup_free_ char *old = db_query(&c, "SELECT id FROM pool_members");
+        _cleanup_free_ char *old = ctld_db_query(&c, "SELECT id FROM pool_members");
         old[strcspn(old, "\n")] = 0;
         char q[160];
         snprintf(q, sizeof(q), "SELECT COUNT(*) FROM pool_members WHERE state = 'ready' AND id <> '%s'", old);
@@ -295,7 +293,7 @@ static void crash_at(const char *point) {
         setenv("PADDOCK_FAULT", point, 1);
         ctld_start_daemon(&c);
         unsetenv("PADDOCK_FAULT");
-        _cleanup_free_ char *member = db_query(&c, "SELECT id FROM pool_members");
+        _cleanup_free_ char *member = ctld_db_query(&c, "SELECT id FROM pool_members");
         member[strcspn(member, "\n")] = 0;
 
         struct hres r;
@@ -318,7 +316,7 @@ static void crash_at(const char *point) {
                 ASSERT_EQ(db_count(&c, "SELECT COUNT(*) FROM pool_members"), 0);
         } else
                 ASSERT_EQ(db_count(&c, "SELECT COUNT(*) FROM pool_members WHERE state = 'starting'"), 1);
-        _cleanup_free_ char *half = db_query(&c, "SELECT id FROM pool_members WHERE state = 'starting'");
+        _cleanup_free_ char *half = ctld_db_query(&c, "SELECT id FROM pool_members WHERE state = 'starting'");
         half[strcspn(half, "\n")] = 0;
 
         ctld_start_daemon(&c);
