@@ -108,6 +108,16 @@ static void unplace_unenforced(struct ctl *c, struct sandbox *sb) {
         (void) ctl_egress_remove_timeout(c, sb, 1000, e2, sizeof(e2));
 }
 
+/* Writes the record of sb, a create still `starting` in the store, or when that fails removes
+ * its workload: the container runs but the record can't say so, so unwind rather than leak it. */
+static int record_or_unplace(struct ctl *c, struct sandbox *sb, char *reason, size_t reasonlen, struct api_error *err) {
+        if (store_sandbox_update_cas(c->store, sb, SB_STARTING) == 0)
+                return 0;
+        unplace_unenforced(c, sb);
+        snprintf(reason, reasonlen, "failed to record the placement");
+        return API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+}
+
 /* A create that fails with one of these went wrong after it was accepted: the record
  * stays as 'failed'. Any other error is a refusal and leaves nothing behind. */
 static bool create_failed(int r) {
@@ -334,13 +344,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                  * its agent sends meanwhile must find this sandbox live there, or the chain just
                  * applied is removed as stale (sync_answer in egress.c reads node and address from
                  * the store). A claim inserted the record with its placement already. */
-                r = store_sandbox_update_cas(c->store, &sb, SB_STARTING);
-                if (r < 0) {
-                        unplace_unenforced(c, &sb);
-                        snprintf(reason, sizeof(reason), "failed to record the placement");
-                        r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+                if ((r = record_or_unplace(c, &sb, reason, sizeof(reason), err)) < 0)
                         goto fail;
-                }
         } else {
                 sandbox_log_ctx(&sb);
                 log_info("sandbox claimed from pool %s", pool->name);
@@ -364,14 +369,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
         sb_timings_set(&sb.timings, SB_PHASE_TOTAL, mono_ms() - t0);
         sb.status = SB_READY;
-        r = store_sandbox_update_cas(c->store, &sb, SB_STARTING);
-        if (r < 0) {
-                /* The container runs but the record can't say so: unwind rather than leak it. */
-                unplace_unenforced(c, &sb);
-                snprintf(reason, sizeof(reason), "failed to record the placement");
-                r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+        if ((r = record_or_unplace(c, &sb, reason, sizeof(reason), err)) < 0)
                 goto fail;
-        }
         sandbox_lock_release(&lock);
         metrics_observe_phase(c->metrics, "create_total", (double) (mono_ms() - t0) / 1000.0);
         log_info("sandbox ready in %lldms", (long long) (mono_ms() - t0));
