@@ -458,6 +458,10 @@ int docker_container_inspect(struct docker *d, const char *id_or_name, struct do
         struct docker_container_state s = { .exists = true };
         s.running = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "Running"));
         s.exit_code = (int) docker_json_num(st, "ExitCode");
+        {
+                double pid = docker_json_num(st, "Pid");
+                s.pid = pid > 0 && pid < 1 << 30 ? (int) pid : 0;
+        }
         s.oom_killed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "OOMKilled"));
         copy_str(s.status, sizeof(s.status), json_str(st, "Status"));
         copy_str(s.started_at, sizeof(s.started_at), json_str(st, "StartedAt"));

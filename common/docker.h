@@ -94,6 +94,7 @@ struct docker_container_state {
         bool exists, running;
         bool oom_killed;          /* State.OOMKilled: the kernel's OOM killer hit the container */
         int exit_code;
+        int pid;                  /* State.Pid: the container's first process on the host (0 if none) */
         char status[32];          /* created|running|paused|restarting|removing|exited|dead */
         char ip[64];              /* first network's IPAddress, "" if none */
         char started_at[40], finished_at[40];

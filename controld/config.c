@@ -365,6 +365,7 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         S("docker", "subnet", "169.254.90.0/24", 64, docker_subnet);
         S("docker", "gateway", "169.254.90.1", 64, docker_gateway);
         I("docker", "pids_limit", 4096, 16, 1 << 22, docker_pids_limit);
+        I("docker", "cpu_burst", 100, 0, 100, docker_cpu_burst);
         /* Where capped volumes live: a directory on btrfs (a subvolume with a qgroup limit per
          * volume). Empty: volumes are plain Docker volumes and sizeGB is not enforced. */
         S("docker", "volume_root", "", 1024, docker_volume_root);

@@ -91,6 +91,7 @@ struct config {
         char *docker_network, *docker_subnet, *docker_gateway;     /* open egress */
         char *docker_network_internal, *docker_subnet_internal;     /* restricted, until an agent confirms */
         int64_t docker_pids_limit;
+        int64_t docker_cpu_burst;                    /* % of the CFS quota a sandbox may bank for bursts; 0 = none */
         char *docker_volume_root;                    /* "" = volumes uncapped */
         char *docker_node_id;                        /* this engine's node: the routing key of its agent */
         char *docker_bridge;                         /* Linux name of the open network's bridge (the agent's egress bridge) */

@@ -35,6 +35,10 @@
 #define POOL_INFLIGHT 2                 /* members being started at once, per pool */
 #define POOL_HEALTH_INTERVAL_MS 10000   /* how often ready members' workloads are checked */
 #define POOL_FAIL_LOG_MS 60000          /* a pool that cannot refill says so this often at most */
+/* A refill waits this long after the pool's last claim unless the pool is empty: starting a
+ * container takes both cores of a small node for most of a second, and the claimed
+ * sandbox's first commands (what its user waits for) should not share them with it. */
+#define POOL_CLAIM_QUIET_MS 1000
 
 static const char *const miss_names[_POOL_MISS_MAX] = {
         [POOL_MISS_NONE] = "none",         [POOL_MISS_NO_POOL] = "no_pool",   [POOL_MISS_VOLUME] = "volume",
@@ -47,6 +51,7 @@ struct pool_state {
         uint64_t misses[_POOL_MISS_MAX];
         int inflight;                   /* refill jobs running */
         int64_t next_start;             /* mono ms: the rate's next slot */
+        int64_t quiet_until;            /* mono ms: no refill before, unless the pool is empty */
         int64_t last_fail_log;          /* mono ms */
 };
 
@@ -100,8 +105,10 @@ void pool_note(const struct ctl *c, const struct pool_conf *p, enum pool_miss mi
                 return;         /* no pools: nothing to count */
         pthread_mutex_lock(&lock);
         if (p && states && pool_by_name(c, p->name, &i)) {
-                if (miss == POOL_MISS_NONE)
+                if (miss == POOL_MISS_NONE) {
                         states[i].hits++;
+                        states[i].quiet_until = mono_ms() + POOL_CLAIM_QUIET_MS;
+                }
                 else if ((unsigned) miss < _POOL_MISS_MAX)
                         states[i].misses[miss]++;
         } else if ((unsigned) miss < _POOL_MISS_MAX)
@@ -320,7 +327,8 @@ void pool_tick(struct ctl *c) {
                 for (;;) {
                         pthread_mutex_lock(&lock);
                         struct pool_state *st = &states[i];
-                        bool go = count[i] + st->inflight < p->size && st->inflight < POOL_INFLIGHT && mono >= st->next_start;
+                        bool go = count[i] + st->inflight < p->size && st->inflight < POOL_INFLIGHT && mono >= st->next_start &&
+                                  (mono >= st->quiet_until || count[i] == 0);
                         if (go) {
                                 st->inflight++;
                                 int64_t gap = 60000 / p->refill_per_min;

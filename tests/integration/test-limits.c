@@ -205,6 +205,61 @@ TEST_FULL(cpu_spec_is_a_hard_cap, 120) {
         ctld_stop(&c);
 }
 
+/* One value of the container's CPU cgroup: file_v1 under cgroup v1's cpu hierarchy, else
+ * file_v2 in the unified one (key "" reads the file's number, else that key's line). */
+static long long cgroup_cpu_value(const char *cid, const char *file_v1, const char *file_v2, const char *key) {
+        const char *dirs[] = { "/sys/fs/cgroup/cpu/docker/%s", "/sys/fs/cgroup/cpu,cpuacct/docker/%s",
+                               "/sys/fs/cgroup/docker/%s", "/sys/fs/cgroup/system.slice/docker-%s.scope" };
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+                char dir[300], path[400];
+                snprintf(dir, sizeof(dir), dirs[i], cid);
+                snprintf(path, sizeof(path), "%s/%s", dir, i < 2 ? file_v1 : file_v2);
+                _cleanup_fclose_ FILE *f = fopen(path, "r");
+                if (!f)
+                        continue;
+                char k[64];
+                long long v = -1;
+                if (!*key) {
+                        ASSERT_EQ(fscanf(f, "%lld", &v), 1);
+                        return v;
+                }
+                while (fscanf(f, "%63s %lld", k, &v) == 2)
+                        if (!strcmp(k, key))
+                                return v;
+                test_fail(__FILE__, __LINE__, "%s has no %s", path, key);
+        }
+        test_fail(__FILE__, __LINE__, "no CPU cgroup found for container %s", cid);
+}
+
+/* A sandbox idle for a while may spend its banked quota at once (CFS burst): its first
+ * command after a pause is not throttled mid-way. On by default (one period's quota);
+ * `[docker] cpu_burst = 0` turns it off, and then the same command finds no bank. */
+TEST_FULL(an_idle_sandbox_may_burst_above_its_cpu_quota, 150) {
+        need_docker();
+        for (int on = 1; on >= 0; on--) {
+                struct ctld c;
+                char id[25], cid[80];
+                ctld_start(&c, NULL, on ? NULL : "[docker]\ncpu_burst = 0\n");
+                _cleanup_free_ char *key = ctld_account_key(&c, "bea", NULL, NULL);
+                ctld_create(&c, key, "{\"template\":\"python-3.11\",\"specs\":{\"cpu\":500,\"memory\":256}}", id);
+                container_id(id, cid);
+                ASSERT_EQ(cgroup_cpu_value(cid, "cpu.cfs_burst_us", "cpu.max.burst", ""), on ? 50000 : 0);
+                usleep(300 * 1000);   /* idle: the bank fills */
+                struct hres r;
+                /* Two busy loops use the 50 ms quota of a period in 25 ms; the rest is the bank. */
+                ctld_exec(&c, key, id, "for i in 1 2; do timeout 0.5 sh -c 'while :; do :; done' & done; wait", 30, &r);
+                ASSERT_EQ(r.status, 200);
+                hres_done(&r);
+                long long bursts = cgroup_cpu_value(cid, "cpu.stat", "cpu.stat", "nr_bursts");
+                fprintf(stderr, "  cpu_burst %s: %lld bursts\n", on ? "on" : "off", bursts);
+                if (on)
+                        ASSERT_GE(bursts, 1);
+                else
+                        ASSERT_EQ(bursts, 0);
+                ctld_stop(&c);
+        }
+}
+
 TEST_FULL(out_of_memory_is_reported, 150) {
         need_docker();
         struct ctld c;

@@ -220,6 +220,23 @@ TEST(exec_echo_output_and_exit_code) {
         finish_agent();
 }
 
+/* A command starts clean: none of the descriptors the agent inherited (here its log file,
+ * which the test's spawner opens without O_CLOEXEC), no blocked or ignored signal (the agent
+ * blocks the ones its signalfd reads and ignores SIGPIPE). */
+TEST(commands_inherit_no_descriptor_and_no_signal_state) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        struct run r;
+        spawn(c, 1, (char *[]) { "sh", "-c", "ls -l /proc/self/fd/ | grep -c agent.log; cat /proc/self/status", NULL }, NULL);
+        collect(c, 1, &r);
+        ASSERT_EQ(r.code, 0);
+        if (strncmp(r.out, "0\n", 2) != 0)
+                test_fail(__FILE__, __LINE__, "a command holds the agent's log file:\n%s", r.out);
+        ASSERT_CONTAINS(r.out, "SigBlk:\t0000000000000000\n");
+        ASSERT_CONTAINS(r.out, "SigIgn:\t0000000000000000\n");
+        finish_agent();
+}
+
 /* The plain build's agent is static (no PT_INTERP): it runs in any image. The sanitized one is
  * dynamic by design (the sanitizer runtimes are shared libraries). */
 TEST(agent_binary_is_static) {
