@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -844,6 +845,7 @@ struct bg_create {
         struct ctld *c;
         const char *key;
         long status;
+        atomic_bool done;
 };
 
 static void *bg_create_run(void *arg) {
@@ -852,6 +854,7 @@ static void *bg_create_run(void *arg) {
         http_req(x->c, "POST", "/sandboxes", x->key, "{}", &r);
         x->status = r.status;
         hres_done(&r);
+        atomic_store(&x->done, true);
         return NULL;
 }
 
@@ -893,9 +896,10 @@ TEST_FULL(a_placed_sandbox_is_live_to_node_sync_before_it_is_ready, 180) {
         struct bg_create x = { .c = &c, .key = key };
         pthread_t t;
         ASSERT_EQ(pthread_create(&t, NULL, bg_create_run, &x), 0);
-        /* The apply reaches the queue once the container runs and has its address. */
+        /* The apply reaches the queue once the container runs and has its address (a container
+         * start takes seconds on a loaded host: wait as long as the create is still going). */
         bool seen = false;
-        for (int i = 0; i < 100 && !seen; i++) {
+        for (int i = 0; i < 1200 && !seen && !atomic_load(&x.done); i++) {
                 amqp_rpc_reply_t rr = { 0 };
                 amqp_queue_declare_ok_t *d = amqp_queue_declare(conn, 1, q, 1, 0, 1, 1, amqp_empty_table);
                 rr = amqp_get_rpc_reply(conn);

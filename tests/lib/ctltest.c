@@ -163,7 +163,8 @@ static void spawn(struct ctld *c) {
         pid_t p = test_spawn_logged(test_build_path("controld"), argv, c->log);
         c->pid = p;
         sync_shadow(c);
-        for (int i = 0; i < 300; i++) {
+        /* Up to 30 s: a start asks Docker a few things, and a loaded host answers slowly. */
+        for (int i = 0; i < 1500; i++) {
                 struct hres r = { 0 };
                 if (test_port_open(c->port)) {
                         http_req(c, "GET", "/healthz", NULL, NULL, &r);
