@@ -174,9 +174,6 @@ static int pull_snapshot_image(struct driver *d, const char *image, char *err, s
         return 0;
 }
 
-/* A sandbox is ready once its agent listens: its socket appears (bounded by the create
- * deadline). When it does not, commands take the driver's exec path; the usual cause is a
- * runtime without --host-uds=create, which is said once. */
 /* The cgroup directory of pid's CPU controller: cgroup v1's cpu hierarchy when there is one
  * (*v2 = false), else the unified one. The path is read from the host's /proc for a host
  * process (the container's runtime), never from anything the sandbox writes. */
@@ -243,6 +240,9 @@ static void cpu_burst_apply(struct driver *d, const struct sandbox *sb, int pid)
                            strerror(-r));
 }
 
+/* A sandbox is ready once its agent listens: its socket appears (bounded by the create
+ * deadline). When it does not, commands take the driver's exec path; the usual cause is a
+ * runtime without --host-uds=create, which is said once. */
 static void wait_agent_socket(struct driver *d, const struct sandbox *sb, int64_t deadline) {
         static bool warned;
         _cleanup_free_ char *path = xasprintf("%s/volumes/" PJ_AGENT_VOLUME_PREFIX "%s/_data/" PJ_AGENT_SOCKET_NAME, P(d)->root_dir, sb->id);
