@@ -378,6 +378,11 @@ int main(int argc, char **argv) {
          * there cost ~30 ms of CPU per command on a nested-virtualization host). Every fd
          * the agent opens later is O_CLOEXEC. */
         mark_inherited_cloexec();
+        /* Likewise the signal dispositions we inherited (a shell's background job starts with
+         * SIGINT and SIGQUIT ignored): defaults once here, so a command's child need not. */
+        for (int s = 1; s < NSIG; s++)
+                if (s != SIGKILL && s != SIGSTOP)
+                        (void) signal(s, SIG_DFL);
 
         sigset_t mask;
         sigemptyset(&mask);

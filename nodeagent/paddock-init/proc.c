@@ -74,13 +74,29 @@ static void proc_send_exit(struct proc *p) {
         p->conn = NULL;
 }
 
+static void proc_output(struct proc *p, uint8_t stream, const uint8_t *d, size_t n);
+
+/* What a pipe holds right now (bounded): output written before the exit must not be lost
+ * because the agent got the CPU late and the grace ran out before it read the pipe. */
+static void drain_ready(struct proc *p, int fd, uint8_t stream) {
+        static uint8_t buf[PI_CHUNK];
+        for (int i = 0; fd >= 0 && i < 4; i++) {
+                ssize_t n = read(fd, buf, sizeof(buf));
+                if (n <= 0)
+                        break;
+                proc_output(p, stream, buf, (size_t) n);
+        }
+}
+
 /* EXIT once the process is reaped and its output is drained (or the grace ran out: an
- * orphan still holds the pipe). */
+ * orphan still holds the pipe; what is in it already is still sent). */
 void proc_maybe_finish(struct proc *p, uint64_t now) {
         if (!p->used || p->finished || !p->reaped)
                 return;
         if ((p->fd_out >= 0 || p->fd_err >= 0) && now < p->reaped_ms + PI_EXIT_GRACE_MS)
                 return;
+        drain_ready(p, p->fd_out, 1);
+        drain_ready(p, p->fd_err, 2);
         if (p->fd_out >= 0)
                 close(p->fd_out);
         if (p->fd_err >= 0)
@@ -231,9 +247,9 @@ struct child_fail {
 
 static _noreturn_ void child(const struct pj_agent_msg *m, char **envp, int in, int out, int err, const char *pts,
                              int errpipe) {
-        /* The agent blocks the signals its signalfd reads and ignores SIGPIPE; nothing else
-         * differs from the defaults (handled signals are reset by execve anyway). Few
-         * syscalls here: each one delays the spawn (see mark_inherited_cloexec). */
+        /* The agent blocks the signals its signalfd reads and ignores SIGPIPE; every other
+         * disposition it reset to the default at start (handled signals are reset by execve
+         * anyway). Few syscalls here: each one delays the spawn (see mark_inherited_cloexec). */
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
