@@ -359,7 +359,8 @@ struct strbuf;
  * create may claim from it, else why it may not (it asks for what no member can give). */
 const struct pool_conf *pool_match(const struct ctl *c, const struct template *tpl, int64_t cpu, int64_t memory, int64_t disk,
                                    const struct pj_sandbox_create *in, enum pool_miss *miss);
-/* Counts a create's outcome: a hit (miss = NONE) or a miss and why, on pool p (NULL: none matched). */
+/* Counts a create's outcome: a hit (miss = NONE) or a miss and why, on pool p (NULL: none matched).
+ * A hit also holds the pool's refill back for a moment (pool.c, POOL_CLAIM_QUIET_MS). */
 void pool_note(const struct ctl *c, const struct pool_conf *p, enum pool_miss miss);
 const char *pool_miss_name(enum pool_miss m);
 void pool_start(struct ctl *c);         /* before serving: heals what a stop left, then serves */

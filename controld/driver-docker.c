@@ -216,12 +216,12 @@ static int cpu_cgroup_dir(int pid, char *dir, size_t n, bool *v2) {
  * half a 500-millicore period). The long-run average stays at the quota. Docker has no
  * setting for it, so it is written to the container's cgroup. Best effort: a kernel or
  * cgroup layout without it keeps the plain quota (said once). */
-static void cpu_burst_apply(struct driver *d, const struct sandbox *sb, int pid) {
+static void cpu_burst_apply(struct driver *d, int64_t nano_cpus, int pid) {
         static atomic_bool said;
         int64_t pct = d->ctl->cfg->docker_cpu_burst;
         if (pct <= 0 || pid <= 0)
                 return;
-        int64_t quota_us = (sb->cpu < 10 ? 10 : sb->cpu) * 100;   /* NanoCpus over Docker's 100 ms period */
+        int64_t quota_us = nano_cpus / 10000;   /* the quota Docker sets for NanoCpus: its period is 100 ms */
         int64_t burst_us = quota_us * pct / 100;
         char dir[600], file[700], val[32];
         bool v2 = false;
@@ -388,7 +388,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 }
                 usleep(20 * 1000);
         }
-        cpu_burst_apply(d, sb, st.pid);
+        cpu_burst_apply(d, o.nano_cpus, st.pid);
         if (agent)
                 wait_agent_socket(d, sb, deadline);
         memset(ret, 0, sizeof(*ret));

@@ -76,15 +76,16 @@ static void proc_send_exit(struct proc *p) {
 
 static void proc_output(struct proc *p, uint8_t stream, const uint8_t *d, size_t n);
 
+static uint8_t chunk[PI_CHUNK];         /* what one read of a process's pipe takes */
+
 /* What a pipe holds right now (bounded): output written before the exit must not be lost
  * because the agent got the CPU late and the grace ran out before it read the pipe. */
 static void drain_ready(struct proc *p, int fd, uint8_t stream) {
-        static uint8_t buf[PI_CHUNK];
         for (int i = 0; fd >= 0 && i < 4; i++) {
-                ssize_t n = read(fd, buf, sizeof(buf));
+                ssize_t n = read(fd, chunk, sizeof(chunk));
                 if (n <= 0)
                         break;
-                proc_output(p, stream, buf, (size_t) n);
+                proc_output(p, stream, chunk, (size_t) n);
         }
 }
 
@@ -118,10 +119,9 @@ static void proc_output(struct proc *p, uint8_t stream, const uint8_t *d, size_t
 }
 
 void proc_read(struct proc *p, int *fdp, uint8_t stream) {
-        static uint8_t buf[PI_CHUNK];
-        ssize_t n = read(*fdp, buf, sizeof(buf));
+        ssize_t n = read(*fdp, chunk, sizeof(chunk));
         if (n > 0) {
-                proc_output(p, stream, buf, (size_t) n);
+                proc_output(p, stream, chunk, (size_t) n);
                 return;
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
