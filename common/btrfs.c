@@ -11,6 +11,9 @@
 #include "btrfs.h"
 #include "strutil.h"
 
+/* Not in the uapi headers of every distribution yet (Linux 6.7 added it). */
+#define BTRFS_QUOTA_CTL_ENABLE_SIMPLE 4
+
 int btrfs_is_btrfs(const char *path) {
         struct statfs s;
         if (statfs(path, &s) < 0)
@@ -34,10 +37,17 @@ int btrfs_quota_enable(const char *path) {
         int fd = open_dir(path), r = 0;
         if (fd < 0)
                 return fd;
-        struct btrfs_ioctl_quota_ctl_args q = { .cmd = BTRFS_QUOTA_CTL_ENABLE };
-        /* Enabling quotas that are already on is a no-op for the kernel. */
-        if (ioctl(fd, BTRFS_IOC_QUOTA_CTL, &q) < 0)
-                r = -errno;
+        /* Simple quotas (kernel 6.7+) first: they charge an extent to the subvolume that wrote
+         * it, with no backref walk on every extent change and every subvolume removal. Full
+         * qgroup accounting made btrfs-cleaner a whole core's work on a node that starts and
+         * removes sandboxes all day. An older kernel refuses the command (EINVAL): full then.
+         * Enabling quotas that are already on (in either mode) is a no-op for the kernel. */
+        struct btrfs_ioctl_quota_ctl_args q = { .cmd = BTRFS_QUOTA_CTL_ENABLE_SIMPLE };
+        if (ioctl(fd, BTRFS_IOC_QUOTA_CTL, &q) < 0) {
+                q = (struct btrfs_ioctl_quota_ctl_args) { .cmd = BTRFS_QUOTA_CTL_ENABLE };
+                if (errno != EINVAL || ioctl(fd, BTRFS_IOC_QUOTA_CTL, &q) < 0)
+                        r = -errno;
+        }
         close(fd);
         return r;
 }

@@ -15,8 +15,10 @@
 /* 1 if path is on a btrfs filesystem, 0 if on another one, -errno if it cannot be checked. */
 int btrfs_is_btrfs(const char *path);
 
-/* Turns on quota accounting (qgroups) for the filesystem holding path; already on -> 0.
- * Needs CAP_SYS_ADMIN. */
+/* Turns on quota accounting for the filesystem holding path: simple quotas where the kernel
+ * has them (6.7+), full qgroups otherwise; already on (either mode) -> 0. Needs CAP_SYS_ADMIN.
+ * Limits hold in both modes; under simple quotas a snapshot's limit counts only what is
+ * written into it, not the data it shares with its origin. */
 int btrfs_quota_enable(const char *path);
 
 /* Creates subvolume parent/name and limits what it references to limit_bytes (0 = no limit).
