@@ -688,6 +688,14 @@ int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err);
  * the node, -ETIMEDOUT no answer in time, -EREMOTEIO the agent refused, ...). On success for
  * restricted policies the names the agent resolved are written into the sandbox's /etc/hosts. */
 int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen);
+/* The sandbox's /etc/hosts for the names an apply resolved, into out (initialised here; the
+ * caller frees it with strbuf_done). Every list a valid policy can produce fits whole: at most
+ * ctl_egress_hosts_max() bytes (50 names x 32 addresses of the longest name, ~424 KiB). A list
+ * that would not fit is refused (-E2BIG, err says why), never cut. */
+struct pj_node_resolved;
+struct strbuf;
+int ctl_egress_hosts_render(const struct pj_node_resolved *res, size_t n, struct strbuf *out, char *err, size_t errlen);
+size_t ctl_egress_hosts_max(void);
 /* Asks the agent to drop sb's rules (best effort; failures are logged and returned). */
 int ctl_egress_remove(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen);
 int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long timeout_ms, char *err, size_t errlen);

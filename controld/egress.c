@@ -117,27 +117,53 @@ static char *apply_body(const struct sandbox *sb, const struct sb_egress *pol, u
 /* Writes the agent's resolved names into the sandbox's /etc/hosts, so a restricted
  * sandbox (which gets no DNS) can use the names it may reach. The content goes on
  * stdin to a fixed command; no user string reaches a shell. */
+/* The longest line: a dotted quad, a tab, a hostname, a newline. */
+#define HOSTS_LINE_MAX (sizeof("255.255.255.255\t") - 1 + sizeof(((struct pj_allow_entry *) 0)->host) - 1 + 1)
+#define HOSTS_HEADER "# written by Paddock: the names this sandbox's egress allowlist permits\n" \
+                     "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+int ctl_egress_hosts_render(const struct pj_node_resolved *res, size_t n, struct strbuf *out, char *err, size_t errlen) {
+        /* Room for the largest list a policy can produce, so a valid one is never cut. */
+        strbuf_init(out, ctl_egress_hosts_max());
+        if (n > PJ_EGRESS_MAX_ALLOW) {
+                snprintf(err, errlen, "%zu resolved names, more than the %d an allowlist may hold", n, PJ_EGRESS_MAX_ALLOW);
+                return -E2BIG;
+        }
+        strbuf_append(out, HOSTS_HEADER, sizeof(HOSTS_HEADER) - 1);
+        for (size_t i = 0; i < n; i++) {
+                struct pj_allow_entry e;
+                /* Names come from the agent (the codec checked them); still, only valid ones get in. */
+                if (pj_allow_entry_parse(res[i].name, &e, NULL, 0, NULL, 0) < 0 || e.kind != PJ_ALLOW_HOSTNAME)
+                        continue;
+                for (size_t k = 0; k < res[i].n_addrs && k < PJ_NODE_MAX_ADDRS_PER_NAME; k++) {
+                        uint32_t a = res[i].addrs[k];
+                        strbuf_printf(out, "%u.%u.%u.%u\t%s\n", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255, e.host);
+                }
+        }
+        /* Cannot happen with the bounds above; a cut file would silently drop names. */
+        if (out->truncated) {
+                snprintf(err, errlen, "/etc/hosts would exceed its %zu bytes", ctl_egress_hosts_max());
+                strbuf_done(out);
+                return -E2BIG;
+        }
+        return 0;
+}
+
+size_t ctl_egress_hosts_max(void) {
+        return sizeof(HOSTS_HEADER) - 1 + (size_t) PJ_EGRESS_MAX_ALLOW * PJ_NODE_MAX_ADDRS_PER_NAME * HOSTS_LINE_MAX;
+}
+
 static int write_hosts(struct ctl *c, const struct sandbox *sb, const struct pj_node_resolved *res, size_t n, char *err,
                        size_t errlen) {
-        _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(64 * 1024);
+        _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(0);
         /* /etc/hosts is a bind mount of the engine's: rewritten in place, never renamed over. */
         const char *argv[] = { "/bin/sh", "-c", "cat > /etc/hosts", NULL };
         struct exec_spec spec = { .argv = argv, .want_stdin = true };
         struct exec_session *s = NULL;
         int r, code = -1;
 
-        strbuf_printf(&b, "# written by Paddock: the names this sandbox's egress allowlist permits\n"
-                          "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
-        for (size_t i = 0; i < n; i++) {
-                struct pj_allow_entry e;
-                /* Names come from the agent (the codec checked them); still, only valid ones get in. */
-                if (pj_allow_entry_parse(res[i].name, &e, NULL, 0, NULL, 0) < 0 || e.kind != PJ_ALLOW_HOSTNAME)
-                        continue;
-                for (size_t k = 0; k < res[i].n_addrs; k++) {
-                        uint32_t a = res[i].addrs[k];
-                        strbuf_printf(&b, "%u.%u.%u.%u\t%s\n", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255, e.host);
-                }
-        }
+        if ((r = ctl_egress_hosts_render(res, n, &b, err, errlen)) < 0)
+                return r;
         r = c->drv->ops->exec_start(c->drv, sb, &spec, &s, err, errlen);
         if (r < 0)
                 return r;
@@ -207,7 +233,13 @@ int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_eg
                                     sb->node_id);
                 } else if (has_names) {
                         char herr[256] = "";
-                        if (write_hosts(c, sb, reply.resolved, reply.n_resolved, herr, sizeof(herr)) < 0) {
+                        r = write_hosts(c, sb, reply.resolved, reply.n_resolved, herr, sizeof(herr));
+                        if (r == -E2BIG) {
+                                /* The names would not all be in /etc/hosts: the apply fails, with why. */
+                                atomic_fetch_add(&n_hosts_failed, 1);
+                                snprintf(err, errlen, "the allowlist's names could not all be written to /etc/hosts: %s", herr);
+                                goto fail;
+                        } else if (r < 0) {
                                 atomic_fetch_add(&n_hosts_failed, 1);
                                 log_warning("egress applied, but /etc/hosts could not be written: %s", herr);
                         } else
