@@ -99,6 +99,9 @@ static int parse_ip(const char *s, uint32_t *ret) {
 static char *apply_body(const struct sandbox *sb, const struct sb_egress *pol, uint32_t ip) {
         struct pj_node_msg m = { .type = PJ_NODE_EGRESS_APPLY, .ip = ip };
         snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sb->id);
+        /* The agent budgets hostname lookups per account: one tenant's names fail only it. */
+        if (hexid_valid(sb->account_id))
+                snprintf(m.account_id, sizeof(m.account_id), "%s", sb->account_id);
         m.egress.mode = pol->mode;
         if (pol->mode == PJ_EGRESS_RESTRICTED && pol->n_allow > 0) {
                 m.egress.allow = xnew0(char *, pol->n_allow + 1);

@@ -235,7 +235,7 @@ static char *handle_parsed(const struct agent_config *cfg, const struct pj_node_
                 int64_t t0 = mono_ms();
                 if (m->type == PJ_NODE_EGRESS_APPLY) {
                         names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
-                        r = names_apply(m->sandbox_id, m->ip, &m->egress, &out, err, sizeof(err));
+                        r = names_apply(m->sandbox_id, m->account_id, m->ip, &m->egress, &out, err, sizeof(err));
                 } else
                         r = names_remove(m->sandbox_id, m->ip, err, sizeof(err));
                 egress_done(m, t0, r, err);
@@ -443,7 +443,7 @@ static char *job_start(const struct agent_config *cfg, struct job *j) {
                 r = -EBUSY;
         } else {
                 names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
-                r = names_apply_start(j->m.sandbox_id, j->m.ip, &j->m.egress, &j->na, err, sizeof(err));
+                r = names_apply_start(j->m.sandbox_id, j->m.account_id, j->m.ip, &j->m.egress, &j->na, err, sizeof(err));
                 if (r >= 0 && !names_apply_ready(j->na))
                         return NULL;
                 if (r >= 0)

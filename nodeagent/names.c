@@ -4,7 +4,8 @@
  * A lookup runs on a thread of its own under a deadline, so a resolver that never
  * answers costs at most resolve_timeout, never the agent: getaddrinfo() cannot be
  * cancelled, so a lookup that overruns is abandoned (it frees its own state when it
- * finally returns) and at most LOOKUPS_MAX may be outstanding. All names of one
+ * finally returns). Outstanding lookups are budgeted per sandbox, per account and per node
+ * (budget_take), so a tenant's names that never answer fail only that tenant. All names of one
  * policy are looked up at once under one deadline. The consumer does not wait for
  * them: it starts them (names_apply_start), goes on consuming, and polls
  * names_apply_ready; the refresher, which has nothing else to do, waits.
@@ -39,10 +40,92 @@
 #include "strutil.h"
 #include "ticker.h"
 
-/* Lookups abandoned after their deadline that may still be running. */
-#define LOOKUPS_MAX 64
+/* Lookups that may still be running, abandoned ones (past their deadline) included, are
+ * budgeted three ways, so that one tenant's names that never answer fail only that tenant:
+ * per sandbox one full allowlist's worth, per account two, per node LOOKUPS_MAX. */
+#define LOOKUPS_MAX 512
+#define LOOKUPS_PER_SANDBOX PJ_EGRESS_MAX_ALLOW
+#define LOOKUPS_PER_ACCOUNT (2 * PJ_EGRESS_MAX_ALLOW)
 
 static atomic_int lookups_running;
+
+/* Running lookups per owner (a sandbox or an account id): at most LOOKUPS_MAX owners of each
+ * kind can hold one, so the tables are bounded by the node's budget. */
+struct owner_count {
+        char id[EGRESS_ID_LEN + 1];
+        int n;
+};
+static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct owner_count by_sandbox[LOOKUPS_MAX], by_account[LOOKUPS_MAX];
+static size_t n_by_sandbox, n_by_account;
+
+static struct owner_count *owner_find(struct owner_count *t, size_t n, const char *id) {
+        for (size_t i = 0; i < n; i++)
+                if (!strcmp(t[i].id, id))
+                        return &t[i];
+        return NULL;
+}
+
+/* Under budget_lock: one more lookup for id (the caller checked its budget). */
+static void owner_add(struct owner_count *t, size_t *n, const char *id) {
+        struct owner_count *o = owner_find(t, *n, id);
+        if (!o) {
+                o = &t[(*n)++];         /* room: fewer owners than running lookups < LOOKUPS_MAX */
+                strscpy(o->id, id, sizeof(o->id));
+                o->n = 0;
+        }
+        o->n++;
+}
+
+static void owner_sub(struct owner_count *t, size_t *n, const char *id) {
+        struct owner_count *o = owner_find(t, *n, id);
+        if (o && --o->n <= 0)
+                *o = t[--(*n)];
+}
+
+static int owner_n(struct owner_count *t, size_t n, const char *id) {
+        struct owner_count *o = owner_find(t, n, id);
+        return o ? o->n : 0;
+}
+
+/* Takes a place for one lookup of sandbox (account may be ""): 0, or -EBUSY / -EDQUOT with
+ * the reason in err. */
+static int budget_take(const char *sandbox, const char *account, char *err, size_t errlen) {
+        int r = 0;
+        pthread_mutex_lock(&budget_lock);
+        if (atomic_load(&lookups_running) >= LOOKUPS_MAX) {
+                snprintf(err, errlen, "the node has %d hostname lookups outstanding, its limit", LOOKUPS_MAX);
+                r = -EBUSY;
+        } else if (owner_n(by_sandbox, n_by_sandbox, sandbox) >= LOOKUPS_PER_SANDBOX) {
+                snprintf(err, errlen,
+                         "this sandbox already has %d hostname lookups outstanding (names whose nameserver did not "
+                         "answer in time); try again when they end",
+                         LOOKUPS_PER_SANDBOX);
+                r = -EDQUOT;
+        } else if (*account && owner_n(by_account, n_by_account, account) >= LOOKUPS_PER_ACCOUNT) {
+                snprintf(err, errlen,
+                         "this account's sandboxes already have %d hostname lookups outstanding on this node (names "
+                         "whose nameserver did not answer in time); try again when they end",
+                         LOOKUPS_PER_ACCOUNT);
+                r = -EDQUOT;
+        } else {
+                atomic_fetch_add(&lookups_running, 1);
+                owner_add(by_sandbox, &n_by_sandbox, sandbox);
+                if (*account)
+                        owner_add(by_account, &n_by_account, account);
+        }
+        pthread_mutex_unlock(&budget_lock);
+        return r;
+}
+
+static void budget_give(const char *sandbox, const char *account) {
+        pthread_mutex_lock(&budget_lock);
+        atomic_fetch_sub(&lookups_running, 1);
+        owner_sub(by_sandbox, &n_by_sandbox, sandbox);
+        if (*account)
+                owner_sub(by_account, &n_by_account, account);
+        pthread_mutex_unlock(&budget_lock);
+}
 
 struct lookup {
         pthread_mutex_t mu;
@@ -50,6 +133,7 @@ struct lookup {
         int refs;               /* the thread and the waiter */
         bool done;
         char host[PJ_ALLOW_NORM_MAX];
+        char sandbox[EGRESS_ID_LEN + 1], account[EGRESS_ID_LEN + 1];   /* whose budget it counts against */
         int gai;                /* getaddrinfo() result */
         uint32_t addrs[NAMES_MAX_ADDRS_PER_NAME + 1];
         size_t n;               /* distinct addresses, at most one past the cap */
@@ -85,30 +169,33 @@ static void *lookup_main(void *ud) {
         pthread_mutex_unlock(&l->mu);
         if (res)
                 freeaddrinfo(res);
-        atomic_fetch_sub(&lookups_running, 1);
+        budget_give(l->sandbox, l->account);
         lookup_unref(l);
         return NULL;
 }
 
-static int lookup_start(const char *host, struct lookup **ret) {
-        if (atomic_fetch_add(&lookups_running, 1) >= LOOKUPS_MAX) {
-                atomic_fetch_sub(&lookups_running, 1);
-                return -EBUSY;
-        }
+static int lookup_start(const char *host, const char *sandbox, const char *account, struct lookup **ret, char *err,
+                        size_t errlen) {
+        int r = budget_take(sandbox, account, err, errlen);
+        if (r < 0)
+                return r;
         struct lookup *l = xnew0(struct lookup, 1);
         pthread_mutex_init(&l->mu, NULL);
         cond_init_monotonic(&l->cv);
         l->refs = 2;
         strscpy(l->host, host, sizeof(l->host));
+        strscpy(l->sandbox, sandbox, sizeof(l->sandbox));
+        strscpy(l->account, account, sizeof(l->account));
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&at, 256 * 1024);
         pthread_t t;
-        int r = thread_create_nosig(&t, &at, lookup_main, l);
+        r = thread_create_nosig(&t, &at, lookup_main, l);
         pthread_attr_destroy(&at);
         if (r < 0) {
-                atomic_fetch_sub(&lookups_running, 1);
+                snprintf(err, errlen, "%s", strerror(-r));
+                budget_give(sandbox, account);
                 pthread_mutex_destroy(&l->mu);
                 pthread_cond_destroy(&l->cv);
                 free(l);
@@ -154,6 +241,7 @@ static int allow_append(struct ps_egress_apply *req, uint32_t addr, int prefix, 
  * pointer; the lookups it started are shared with their threads (refcounted). */
 struct names_apply {
         char sandbox_id[EGRESS_ID_LEN + 1];
+        char account[EGRESS_ID_LEN + 1];
         uint32_t ip;
         struct pj_egress pol;           /* a copy: the caller's message may be gone by the finish */
         struct pj_allow_entry *e;       /* pol.allow parsed, one per entry */
@@ -176,10 +264,13 @@ struct names_apply *names_apply_free(struct names_apply *a) {
         return NULL;
 }
 
-int names_apply_start(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct names_apply **ret,
-                      char *err, size_t errlen) {
+int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
+                      struct names_apply **ret, char *err, size_t errlen) {
+        if (!account)
+                account = "";
         struct names_apply *a = xnew0(struct names_apply, 1);
         strscpy(a->sandbox_id, sandbox_id, sizeof(a->sandbox_id));
+        strscpy(a->account, account, sizeof(a->account));
         a->ip = ip;
         pj_egress_copy(&a->pol, pol);
         a->n = pol->mode == PJ_EGRESS_RESTRICTED ? pol->n_allow : 0;
@@ -195,10 +286,12 @@ int names_apply_start(const char *sandbox_id, uint32_t ip, const struct pj_egres
                 }
         }
         /* Every name at once, under one deadline. */
-        for (size_t i = 0; r == 0 && i < a->n; i++)
-                if (a->e[i].kind == PJ_ALLOW_HOSTNAME && (r = lookup_start(a->e[i].host, &a->lk[i])) < 0)
-                        snprintf(err, errlen, "cannot resolve %s now: %s", a->e[i].host,
-                                 r == -EBUSY ? "too many lookups are still outstanding" : strerror(-r));
+        for (size_t i = 0; r == 0 && i < a->n; i++) {
+                char why[256];
+                if (a->e[i].kind == PJ_ALLOW_HOSTNAME &&
+                    (r = lookup_start(a->e[i].host, sandbox_id, account, &a->lk[i], why, sizeof(why))) < 0)
+                        snprintf(err, errlen, "cannot resolve %s now: %s", a->e[i].host, why);
+        }
         a->deadline = mono_ms() + timeout_ms;
         if (r < 0) {
                 names_apply_free(a);
@@ -295,10 +388,11 @@ static int build_from(struct names_apply *a, struct ps_egress_apply *req, struct
         return 0;
 }
 
-int names_build(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct ps_egress_apply *req,
-                struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err, size_t errlen) {
+int names_build(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
+                struct ps_egress_apply *req, struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err,
+                size_t errlen) {
         struct names_apply *a = NULL;
-        int r = names_apply_start(sandbox_id, ip, pol, &a, err, errlen);
+        int r = names_apply_start(sandbox_id, account, ip, pol, &a, err, errlen);
         if (r < 0)
                 return r;
         r = build_from(a, req, ret_resolved, ret_n, err, errlen);
@@ -310,6 +404,7 @@ int names_build(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol
 
 struct tracked {
         char id[EGRESS_ID_LEN + 1];
+        char account[EGRESS_ID_LEN + 1];        /* "" when controld did not say */
         uint32_t ip;
         char **allow;           /* strv: the policy's entries as controld sent them */
         size_t n_allow;
@@ -374,8 +469,8 @@ static void tracked_drop(const char *id) {
 }
 
 /* Under apply_lock: what the egress child now enforces for id. */
-static void tracked_set(const char *id, uint32_t ip, const struct pj_egress *pol, const struct pj_node_resolved *rv,
-                        size_t n_rv) {
+static void tracked_set(const char *id, const char *account, uint32_t ip, const struct pj_egress *pol,
+                        const struct pj_node_resolved *rv, size_t n_rv) {
         tracked_drop(id);
         /* The apply took ip over from whoever held it (egress_apply replaced that map
          * element): a refresh of the old holder must never take it back. */
@@ -390,6 +485,7 @@ static void tracked_set(const char *id, uint32_t ip, const struct pj_egress *pol
         struct tracked *t = &table[n_table++];
         *t = (struct tracked) { .ip = ip, .n_allow = pol->n_allow, .n_resolved = n_rv, .gen = gen_next++ };
         strscpy(t->id, id, sizeof(t->id));
+        strscpy(t->account, account, sizeof(t->account));
         t->allow = xnew0(char *, pol->n_allow + 1);
         for (size_t i = 0; i < pol->n_allow; i++)
                 t->allow[i] = xstrdup(pol->allow[i]);
@@ -417,7 +513,7 @@ int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *e
                 pthread_mutex_lock(&apply_lock);
                 r = call_apply(req, err, errlen);
                 if (r >= 0)
-                        tracked_set(a->sandbox_id, a->ip, &a->pol, rv, n_rv);
+                        tracked_set(a->sandbox_id, a->account, a->ip, &a->pol, rv, n_rv);
                 pthread_mutex_unlock(&apply_lock);
         }
         names_apply_free(a);
@@ -431,10 +527,10 @@ int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *e
         return 0;
 }
 
-int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct pj_node_reply *out, char *err,
-                size_t errlen) {
+int names_apply(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
+                struct pj_node_reply *out, char *err, size_t errlen) {
         struct names_apply *a = NULL;
-        int r = names_apply_start(sandbox_id, ip, pol, &a, err, errlen);
+        int r = names_apply_start(sandbox_id, account, ip, pol, &a, err, errlen);
         if (r < 0)
                 return r;
         return names_apply_finish(a, out, err, errlen);
@@ -499,7 +595,7 @@ int names_refresh_once(void) {
                 size_t n_rv = 0;
                 char err[512] = "";
                 log_ctx_set("SANDBOX_ID", snap[i].id);
-                int r = names_build(snap[i].id, snap[i].ip, &pol, req, &rv, &n_rv, err, sizeof(err));
+                int r = names_build(snap[i].id, snap[i].account, snap[i].ip, &pol, req, &rv, &n_rv, err, sizeof(err));
                 if (r < 0) {
                         log_warning("re-resolving the allowlist failed, the addresses confirmed last stay: %s", err);
                         log_ctx_set("SANDBOX_ID", NULL);

@@ -269,17 +269,21 @@ struct pj_node_reply;
 struct pj_node_resolved;
 /* Sets the resolution bound and the refresh period (0 = keep the default). */
 void names_configure(int64_t resolve_timeout_ms, int64_t resolve_interval_ms);
-/* Builds the egress child's request for pol: literal entries as they are, every hostname
+/* Hostname lookups still running (abandoned ones past their deadline included) are budgeted:
+ * 50 per sandbox, 100 per account (account: controld's id, "" or NULL when not given), 512
+ * per node; past one, the apply fails at once and says which budget is spent.
+ * Builds the egress child's request for pol: literal entries as they are, every hostname
  * resolved (all at once, within the timeout; IPv4 only). Each append is bounded by
  * EGRESS_MAX_ALLOW and each name by NAMES_MAX_ADDRS_PER_NAME. On success *ret_resolved
  * (free()) says what each name gave; on failure -errno with the reason in err. */
-int names_build(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct ps_egress_apply *req,
-                struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err, size_t errlen);
+int names_build(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
+                struct ps_egress_apply *req, struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err,
+                size_t errlen);
 /* Resolves, has the egress child apply, and remembers the policy for refreshes; fills
  * out->applied_at_ms and out->resolved. Fails closed: on error nothing changed.
  * Blocks for up to the resolution bound: names_apply_start + names_apply_finish. */
-int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct pj_node_reply *out,
-                char *err, size_t errlen);
+int names_apply(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
+                struct pj_node_reply *out, char *err, size_t errlen);
 /* The same in two steps, for a caller that must not wait (the consumer loop):
  * names_apply_start checks pol's entries and starts looking up every hostname at once
  * (the deadline is now + the resolution bound); it keeps copies of what it needs.
@@ -292,8 +296,8 @@ int names_apply(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol
  * names_apply; it consumes a. names_apply_free abandons a: nothing is applied, lookups
  * still running free their own state when they end. Accepts NULL, returns NULL. */
 struct names_apply;
-int names_apply_start(const char *sandbox_id, uint32_t ip, const struct pj_egress *pol, struct names_apply **ret,
-                      char *err, size_t errlen);
+int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
+                      struct names_apply **ret, char *err, size_t errlen);
 bool names_apply_ready(const struct names_apply *a);
 bool names_policy_resolves(const struct pj_egress *pol);
 int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *err, size_t errlen);

@@ -116,7 +116,7 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                 return pj_error_set(err, "type", "type '%.64s' is not a known message type", type);
 
         static const char *const ping_keys[] = { "type", NULL };
-        static const char *const apply_keys[] = { "type", "sandbox_id", "ip", "mode", "allow", NULL };
+        static const char *const apply_keys[] = { "type", "sandbox_id", "ip", "mode", "allow", "account", NULL };
         static const char *const remove_keys[] = { "type", "sandbox_id", "ip", NULL };
         static const char *const sync_keys[] = { "type", "node_id", NULL };
         static const char *const resolved_keys[] = { "type", "node_id", "sandbox_id", "resolved", NULL };
@@ -162,6 +162,12 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                 return 0;
         }
 
+        const cJSON *acc = cJSON_GetObjectItemCaseSensitive(o, "account");
+        if (acc && !cJSON_IsNull(acc)) {
+                if (!cJSON_IsString(acc) || !hexid_valid(acc->valuestring))
+                        return pj_error_set(err, "account", "account must be 24 lowercase hex characters");
+                snprintf(m.account_id, sizeof(m.account_id), "%s", acc->valuestring);
+        }
         const char *mode = json_get_str(o, "mode");
         if (!mode || pj_egress_mode_from_string(mode, &m.egress.mode) < 0)
                 return pj_error_set(err, "mode", "mode must be one of open, restricted, deny_all");
@@ -216,6 +222,8 @@ char *pj_node_msg_format(const struct pj_node_msg *m) {
                 json_add_str(o, "ip", ip);
         }
         if (m->type == PJ_NODE_EGRESS_APPLY) {
+                if (m->account_id[0])
+                        json_add_str(o, "account", m->account_id);
                 json_add_str(o, "mode", pj_egress_mode_to_string(m->egress.mode));
                 cJSON *a = cJSON_AddArrayToObject(o, "allow");
                 for (size_t i = 0; i < m->egress.n_allow; i++)

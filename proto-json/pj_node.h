@@ -65,6 +65,8 @@ struct pj_node_msg {
         char sandbox_id[25];     /* egress.*: 24 lowercase hex */
         uint32_t ip;             /* egress.*: sandbox IPv4, host byte order */
         struct pj_egress egress; /* egress.apply: normalised policy (allow only for restricted) */
+        char account_id[25];     /* egress.apply, optional: the sandbox's account, 24 lowercase hex
+                                  * or "" (the agent's per-account lookup budget) */
         char node_id[129];       /* node.sync, egress.resolved: the sending agent's node id */
         struct pj_node_resolved *resolved;      /* egress.resolved (owned; <= PJ_EGRESS_MAX_ALLOW) */
         size_t n_resolved;

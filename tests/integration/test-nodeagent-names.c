@@ -82,7 +82,7 @@ static void dns_answer(const struct dns_query *x) {
 
 static void *dns_main(void *ud) {
         (void) ud;
-        static struct dns_query held[16];
+        static struct dns_query held[256];
         size_t n_held = 0;
         for (;;) {
                 pthread_mutex_lock(&dns.mu);
@@ -224,6 +224,24 @@ static double metric_value(const char *text, const char *line_prefix) {
         return strtod(p + strlen(line_prefix), NULL);
 }
 
+/* Starts the agent on a thread and waits until it answers a ping; its thread. */
+static pthread_t agent_up(amqp_connection_state_t c, const char *exchange, const char *nid, amqp_bytes_t rq) {
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, agent_thread, NULL), 0);
+        bool ready = false;
+        for (int i = 0; i < 100 && !ready; i++) {
+                send_to_agent(c, exchange, nid, rq, "ready-probe", "{\"type\":\"ping\"}");
+                amqp_envelope_t env;
+                struct timeval tv = { .tv_usec = 200000 };
+                amqp_maybe_release_buffers(c);
+                ready = amqp_consume_message(c, &env, &tv, 0).reply_type == AMQP_RESPONSE_NORMAL;
+                if (ready)
+                        amqp_destroy_envelope(&env);
+        }
+        ASSERT_TRUE(ready);
+        return th;
+}
+
 /* An apply whose names resolve slowly holds up no other sandbox: another sandbox's apply
  * sent after it is answered (and enforced) first, and the slow one's sandbox has no chain
  * until its own apply completes. A remove sent for that sandbox meanwhile waits behind
@@ -253,21 +271,9 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
         amqp_bytes_t rq = amqptest_queue(c);
         amqp_basic_consume(c, 1, rq, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         ASSERT_EQ(amqp_get_rpc_reply(c).reply_type, AMQP_RESPONSE_NORMAL);
-        pthread_t th;
-        ASSERT_EQ(pthread_create(&th, NULL, agent_thread, NULL), 0);
+        pthread_t th = agent_up(c, exchange, nid, rq);
         char corr[64];
         _cleanup_free_ char *body = NULL;
-        bool ready = false;
-        for (int i = 0; i < 100 && !ready; i++) {
-                send_to_agent(c, exchange, nid, rq, "ready-probe", "{\"type\":\"ping\"}");
-                amqp_envelope_t env;
-                struct timeval tv = { .tv_usec = 200000 };
-                amqp_maybe_release_buffers(c);
-                ready = amqp_consume_message(c, &env, &tv, 0).reply_type == AMQP_RESPONSE_NORMAL;
-                if (ready)
-                        amqp_destroy_envelope(&env);
-        }
-        ASSERT_TRUE(ready);
 
         send_to_agent(c, exchange, nid, rq, "apply-slow", APPLY_RESTRICTED, SLOW, "169.254.90.21",
                       "\"slow.paddock.test\"");
@@ -364,4 +370,117 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
         close(home);
 #undef SLOW
 #undef FAST
+}
+
+/* The allow list text of n names "<prefix><i>.hang.paddock.test" (quoted, comma-separated). */
+static char *hang_names(const char *prefix, int n) {
+        struct strbuf b = STRBUF_INIT(0);
+        for (int i = 0; i < n; i++)
+                strbuf_printf(&b, "%s\"%s%d.hang.paddock.test\"", i ? "," : "", prefix, i);
+        return strbuf_steal(&b);
+}
+
+#define APPLY_ACCOUNT                                                                                  \
+        "{\"type\":\"egress.apply\",\"sandbox_id\":\"%s\",\"ip\":\"%s\",\"account\":\"%s\","              \
+        "\"mode\":\"restricted\",\"allow\":[%s]}"
+
+/* The issue-24 finding: names whose nameserver never answers are abandoned past the deadline
+ * but keep their lookup running; they used to share 64 places on the node, so one tenant
+ * applying 50 such names twice made every other tenant's hostname applies fail. Now they
+ * count against their sandbox (50) and account (100): the tenant's own further applies fail,
+ * saying which budget is spent, and another account's names still resolve. */
+TEST_FULL(one_tenants_names_that_never_answer_fail_only_that_tenant, 120) {
+        amqptest_need_broker();
+        int home, ns;
+        egress_setup_visible("203.0.113.41 other.paddock.test\n", &home, &ns);
+        ASSERT_EQ(setns(home, CLONE_NEWNET), 0);
+        dns_start();    /* withholds every answer until released */
+
+#define A1 "a1a1a1a1a1a1a1a1a1a1a1a1"
+#define A2 "a2a2a2a2a2a2a2a2a2a2a2a2"
+#define A3 "a3a3a3a3a3a3a3a3a3a3a3a3"
+#define B1 "b1b1b1b1b1b1b1b1b1b1b1b1"
+#define ACC_X "aaaaaaaaaaaaaaaaaaaaaaaa"
+#define ACC_Y "bbbbbbbbbbbbbbbbbbbbbbbb"
+        char exchange[64], nid[64];
+        sync_cfg_set("budget", 3, exchange, nid);
+        sync_cfg.egress_resolve_timeout_ms = 1000;
+        amqp_connection_state_t c = amqptest_connect(exchange);
+        amqp_bytes_t rq = amqptest_queue(c);
+        amqp_basic_consume(c, 1, rq, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
+        ASSERT_EQ(amqp_get_rpc_reply(c).reply_type, AMQP_RESPONSE_NORMAL);
+        pthread_t th = agent_up(c, exchange, nid, rq);
+        char corr[64];
+        _cleanup_free_ char *names_a = hang_names("a", 50), *names_b = hang_names("b", 50), *body = NULL;
+
+        /* 50 names that never answer: the apply fails at its deadline, the lookups stay. */
+        send_to_agent(c, exchange, nid, rq, "a1-first", APPLY_ACCOUNT, A1, "169.254.90.41", ACC_X, names_a);
+        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
+        ASSERT_STREQ(corr, "a1-first");
+        ASSERT_CONTAINS(body, "\"ok\":false");
+        ASSERT_CONTAINS(body, "took longer than 1000 ms");
+        dns_wait_queries(50);
+        /* The same again: this sandbox's budget is spent, and the reply says so at once. */
+        send_to_agent(c, exchange, nid, rq, "a1-again", APPLY_ACCOUNT, A1, "169.254.90.41", ACC_X, names_a);
+        free(body);
+        body = NULL;
+        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
+        ASSERT_STREQ(corr, "a1-again");
+        ASSERT_CONTAINS(body, "\"ok\":false");
+        ASSERT_CONTAINS(body, "this sandbox already has 50 hostname lookups outstanding");
+        /* A second sandbox of the same account takes the account's other 50. */
+        send_to_agent(c, exchange, nid, rq, "a2", APPLY_ACCOUNT, A2, "169.254.90.42", ACC_X, names_b);
+        free(body);
+        body = NULL;
+        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
+        ASSERT_STREQ(corr, "a2");
+        ASSERT_CONTAINS(body, "took longer than 1000 ms");
+        /* A third: the account's budget is spent. */
+        send_to_agent(c, exchange, nid, rq, "a3", APPLY_ACCOUNT, A3, "169.254.90.43", ACC_X, "\"other.paddock.test\"");
+        free(body);
+        body = NULL;
+        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
+        ASSERT_STREQ(corr, "a3");
+        ASSERT_CONTAINS(body, "\"ok\":false");
+        ASSERT_CONTAINS(body, "this account's sandboxes already have 100 hostname lookups outstanding");
+        ASSERT_FALSE(nft_has_chain(ns, home, A3));
+        /* Another tenant on the node: its names resolve and its policy holds. */
+        send_to_agent(c, exchange, nid, rq, "b1", APPLY_ACCOUNT, B1, "169.254.90.44", ACC_Y, "\"other.paddock.test\"");
+        free(body);
+        body = NULL;
+        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
+        ASSERT_STREQ(corr, "b1");
+        ASSERT_CONTAINS(body, "\"ok\":true");
+        ASSERT_CONTAINS(body, "203.0.113.41");
+        ASSERT_TRUE(nft_has_chain(ns, home, B1));
+        /* Once the nameserver answers, the tenant's places come back. */
+        dns_release();
+        bool ok = false;
+        for (int i = 0; i < 50 && !ok; i++) {
+                send_to_agent(c, exchange, nid, rq, "a3-later", APPLY_ACCOUNT, A3, "169.254.90.43", ACC_X,
+                              "\"other.paddock.test\"");
+                free(body);
+                body = NULL;
+                ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
+                ok = strstr(body, "\"ok\":true") != NULL;
+                if (!ok)
+                        usleep(100000);
+        }
+        ASSERT_TRUE(ok);
+        ASSERT_TRUE(nft_has_chain(ns, home, A3));
+
+        kill(getpid(), SIGTERM);
+        pthread_join(th, NULL);
+        amqp_exchange_delete(c, 1, amqp_cstring_bytes(exchange), 0);
+        amqp_bytes_free(rq);
+        amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(c);
+        close(ns);
+        close(home);
+#undef A1
+#undef A2
+#undef A3
+#undef B1
+#undef ACC_X
+#undef ACC_Y
 }

@@ -51,6 +51,16 @@ TEST(round_trip_every_type) {
         pj_node_msg_done(&m);
         pj_node_msg_done(&back);
 
+        /* The account rides along when controld knows it (the agent's lookup budget). */
+        ASSERT_OK(parse("{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\","
+                        "\"account\":\"aaaaaaaaaaaaaaaaaaaaaaaa\",\"mode\":\"open\"}",
+                        &m, &e));
+        ASSERT_STREQ(m.account_id, "aaaaaaaaaaaaaaaaaaaaaaaa");
+        _cleanup_free_ char *acc = pj_node_msg_format(&m);
+        ASSERT_CONTAINS(acc, "\"account\":\"aaaaaaaaaaaaaaaaaaaaaaaa\"");
+        pj_node_msg_done(&m);
+        ASSERT_NULL(strstr(text, "\"account\""));     /* none given, none sent */
+
         ASSERT_OK(parse("{\"type\":\"egress.remove\",\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\"}", &m, &e));
         ASSERT_EQ(m.type, PJ_NODE_EGRESS_REMOVE);
         pj_node_msg_done(&m);
@@ -73,6 +83,8 @@ TEST(refusals_name_the_field) {
                 { APPLY("\"ip\":\"::1\",\"mode\":\"open\""), "ip" },
                 { APPLY("\"ip\":\"1.2.3\",\"mode\":\"open\""), "ip" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"wide\""), "mode" },
+                { APPLY("\"ip\":\"1.2.3.4\",\"account\":\"../etc\",\"mode\":\"open\""), "account" },
+                { APPLY("\"ip\":\"1.2.3.4\",\"account\":7,\"mode\":\"open\""), "account" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"open\",\"allow\":[\"1.1.1.1\"]"), "allow" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"restricted\",\"allow\":[\"*.x.com\"]"), "allow[0]" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"restricted\",\"allow\":[1]"), "allow[0]" },
