@@ -111,6 +111,9 @@ struct conf *conf_free(struct conf *c) {
         }
         for (size_t i = 0; i < c->n_ents; i++) {
                 free(c->ents[i].key);
+                /* Values may be secrets (passwords): none is left behind in freed memory. */
+                if (c->ents[i].value)
+                        explicit_bzero(c->ents[i].value, strlen(c->ents[i].value));
                 free(c->ents[i].value);
         }
         free(c->secs);
@@ -379,7 +382,9 @@ int conf_parse_file(const char *path, struct conf **ret, char *err, size_t errle
                         break;
                 len += (size_t) n;
         }
-        return conf_parse_string(buf, len, path, ret, err, errlen);
+        int r = conf_parse_string(buf, len, path, ret, err, errlen);
+        explicit_bzero(buf, len);       /* the file's text may hold secrets */
+        return r;
 }
 
 /* Finds the entry and marks it and its section used. */

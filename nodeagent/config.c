@@ -218,6 +218,19 @@ out:
         return r;
 }
 
+void agent_config_scrub_docker_secrets(struct agent_config *c) {
+        if (c->snap_password) {
+                explicit_bzero(c->snap_password, strlen(c->snap_password));
+                free(c->snap_password);
+                c->snap_password = NULL;
+        }
+        if (c->snap_username) {
+                explicit_bzero(c->snap_username, strlen(c->snap_username));
+                free(c->snap_username);
+                c->snap_username = NULL;
+        }
+}
+
 void agent_config_done(struct agent_config *c) {
         snapshot_config_done(c);
         if (c->relay_secret)

@@ -43,7 +43,7 @@
 /* Lookups that may still be running, abandoned ones (past their deadline) included, are
  * budgeted three ways, so that one tenant's names that never answer fail only that tenant:
  * per sandbox one full allowlist's worth, per account two, per node LOOKUPS_MAX. */
-#define LOOKUPS_MAX 512
+#define LOOKUPS_MAX 192           /* threads: under the unit's TasksMax=256 with room for the rest */
 #define LOOKUPS_PER_SANDBOX PJ_EGRESS_MAX_ALLOW
 #define LOOKUPS_PER_ACCOUNT (2 * PJ_EGRESS_MAX_ALLOW)
 

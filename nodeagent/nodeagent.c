@@ -8,8 +8,9 @@
 #include "nodeagent.h"
 
 /* The privileged children first, while we still hold the capabilities they keep;
- * then the parent drops every capability before it reads anything from the network. */
-static int start_children(const struct agent_config *cfg) {
+ * then the parent drops every capability, its supplementary groups and the secrets only
+ * the docker process needs, before it reads anything from the network. */
+static int start_children(struct agent_config *cfg) {
         char err[512] = "";
         int r;
         if (cfg->egress_enabled) {
@@ -23,6 +24,11 @@ static int start_children(const struct agent_config *cfg) {
                 return log_error_errno(r, "Cannot start the docker process: %s", err);
         if (cfg->relay_listen && (r = privsep_spawn(PS_CHILD_RELAY, cfg, err, sizeof(err))) < 0)
                 return log_error_errno(r, "Cannot start the relay process: %s", err);
+        /* The docker group is root on the host through its socket, and the registry
+         * credentials are the node's push rights: both stay with the docker process alone. */
+        agent_config_scrub_docker_secrets(cfg);
+        if ((r = groups_drop()) < 0)
+                return log_error_errno(r, "Cannot drop the supplementary groups (the unit must grant CAP_SETGID): %m");
         if ((r = caps_drop_except(0)) < 0)
                 return log_error_errno(r, "Cannot drop capabilities: %m");
         log_debug("capabilities dropped; egress process %d, docker process %d", (int) privsep_child_pid(PS_CHILD_EGRESS),

@@ -254,6 +254,12 @@ void privsep_stop(void);
  * inheritable, ambient and (when allowed) bounding sets and sets no-new-privs.
  * Capabilities are per thread: call before creating threads. 0 or -errno. */
 int caps_drop_except(uint64_t keep);
+/* Drops every supplementary group (needs CAP_SETGID when there are any). 0 or -errno. Every
+ * process but the docker one calls it: the docker group reaches /var/run/docker.sock. */
+int groups_drop(void);
+/* Wipes and frees what only the docker process needs (the registry credentials): the parent
+ * calls it once that process is started. */
+void agent_config_scrub_docker_secrets(struct agent_config *c);
 /* The child's side of one message: checks buf (size, version, type, every field) and
  * acts on it. Always fills ret (hdr, r, msg): -EBADMSG and the reason for a malformed
  * message, which is then not acted on. */
@@ -270,7 +276,7 @@ struct pj_node_resolved;
 /* Sets the resolution bound and the refresh period (0 = keep the default). */
 void names_configure(int64_t resolve_timeout_ms, int64_t resolve_interval_ms);
 /* Hostname lookups still running (abandoned ones past their deadline included) are budgeted:
- * 50 per sandbox, 100 per account (account: controld's id, "" or NULL when not given), 512
+ * 50 per sandbox, 100 per account (account: controld's id, "" or NULL when not given), 192
  * per node; past one, the apply fails at once and says which budget is spent.
  * Builds the egress child's request for pol: literal entries as they are, every hostname
  * resolved (all at once, within the timeout; IPv4 only). Each append is bounded by

@@ -10,6 +10,7 @@
  * and a child that came from different builds.
  */
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <linux/capability.h>
 #include <poll.h>
@@ -113,6 +114,16 @@ int caps_drop_except(uint64_t keep) {
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 return -errno;
         return 0;
+}
+
+int groups_drop(void) {
+        int n = getgroups(0, NULL);
+        if (n < 0)
+                return -errno;
+        if (n == 0)
+                return 0;
+        /* Needs CAP_SETGID (the unit grants it; every process drops it with the rest). */
+        return setgroups(0, NULL) < 0 ? -errno : 0;
 }
 
 /* ---------------------------------------------------------------- message checks (child side) */
@@ -409,10 +420,14 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
 
         result_init(&res, PS_READY, 0);
         child_cfg = cfg;
-        r = caps_drop_except(kind == PS_CHILD_EGRESS  ? UINT64_C(1) << CAP_NET_ADMIN
-                             : kind == PS_CHILD_RELAY ? UINT64_C(1) << CAP_DAC_OVERRIDE
-                                                      : 0);
+        /* Only the docker process keeps the supplementary groups (the docker group: root on the
+         * host through the socket); the others have no use for them. */
+        r = kind == PS_CHILD_DOCKER ? 0 : groups_drop();
         if (r < 0)
+                fmt_err(res.msg, sizeof(res.msg), "cannot drop the supplementary groups: %s", strerror(-r));
+        else if ((r = caps_drop_except(kind == PS_CHILD_EGRESS  ? UINT64_C(1) << CAP_NET_ADMIN
+                                       : kind == PS_CHILD_RELAY ? UINT64_C(1) << CAP_DAC_OVERRIDE
+                                                                : 0)) < 0)
                 fmt_err(res.msg, sizeof(res.msg), "cannot drop capabilities: %s", strerror(-r));
         else if (kind == PS_CHILD_EGRESS) {
                 struct egress_config ec = {

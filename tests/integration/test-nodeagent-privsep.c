@@ -2,6 +2,11 @@
  * CAP_NET_ADMIN, oversized or malformed messages are refused, the watchdog is fed. */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <sys/mount.h>
@@ -52,6 +57,8 @@ static void proc_status(pid_t pid, const char *key, char *out, size_t outlen) {
                         while (*v == '\t' || *v == ' ')
                                 v++;
                         v[strcspn(v, "\n")] = 0;
+                        for (size_t e = strlen(v); e > 0 && (v[e - 1] == ' ' || v[e - 1] == '\t'); e--)
+                                v[e - 1] = 0;
                         snprintf(out, outlen, "%s", v);
                         break;
                 }
@@ -137,6 +144,130 @@ TEST_FULL(parent_holds_no_capabilities_and_a_dead_child_stops_it, 60) {
         ASSERT_EQ(test_run_capture(cat, &log, 1 << 20), 0);
         ASSERT_CONTAINS(log, "docker process was killed by signal 9");
         ASSERT_CONTAINS(log, "no longer consuming");
+        client_close(&c);
+}
+
+/* Starts the agent the way its unit does: user nobody with the docker group as its one
+ * supplementary group and only CAP_NET_ADMIN and CAP_SETGID, ambient. */
+static void start_agent_as_unit_user(gid_t docker_gid) {
+        pid_t p = fork();
+        ASSERT_TRUE(p >= 0);
+        if (p == 0) {
+                int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+                dup2(fd, STDERR_FILENO);
+                gid_t g[1] = { docker_gid };
+                uint64_t keep = (UINT64_C(1) << CAP_NET_ADMIN) | (UINT64_C(1) << CAP_SETGID);
+                struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+                struct __user_cap_data_struct d[2] = { { .effective = (uint32_t) keep, .permitted = (uint32_t) keep,
+                                                         .inheritable = (uint32_t) keep } };
+                if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 || setgroups(1, g) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+                    setresuid(65534, 65534, 65534) < 0 || syscall(SYS_capset, &h, d) < 0 ||
+                    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_NET_ADMIN, 0, 0) < 0 ||
+                    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SETGID, 0, 0) < 0) {
+                        dprintf(STDERR_FILENO, "test: cannot become the unit's user: %s\n", strerror(errno));
+                        _exit(126);
+                }
+                execl(test_build_path("nodeagent"), "nodeagent", "-d", "-f", conf_path, (char *) NULL);
+                _exit(127);
+        }
+        agent_pid = p;
+        test_on_exit(stop_agent, NULL);
+}
+
+/* connect() to the Docker socket with the uid, gid and groups process pid has: 0 or -errno. */
+static int docker_connect_as(pid_t pid) {
+        char uid[128], gid[128], groups[512];
+        proc_status(pid, "Uid", uid, sizeof(uid));
+        proc_status(pid, "Gid", gid, sizeof(gid));
+        proc_status(pid, "Groups", groups, sizeof(groups));
+        pid_t p = fork();
+        ASSERT_TRUE(p >= 0);
+        if (p == 0) {
+                gid_t g[64];
+                int n = 0;
+                for (char *t = strtok(groups, " "); t && n < 64; t = strtok(NULL, " "))
+                        g[n++] = (gid_t) atoi(t);
+                if (setgroups((size_t) n, g) < 0 || setresgid((gid_t) atoi(gid), (gid_t) atoi(gid), (gid_t) atoi(gid)) < 0 ||
+                    setresuid((uid_t) atoi(uid), (uid_t) atoi(uid), (uid_t) atoi(uid)) < 0)
+                        _exit(100);
+                int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_un a = { .sun_family = AF_UNIX, .sun_path = "/var/run/docker.sock" };
+                _exit(connect(s, (struct sockaddr *) &a, sizeof(a)) == 0 ? 0 : errno);
+        }
+        int st = 0;
+        ASSERT_EQ(waitpid(p, &st, 0), p);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 100);
+        return -WEXITSTATUS(st);
+}
+
+/* Whether needle is anywhere in pid's readable memory (every mapping /proc/<pid>/maps lists). */
+static bool memory_holds(pid_t pid, const char *needle) {
+        char path[64], line[512];
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int) pid);
+        FILE *maps = fopen(path, "r");
+        ASSERT_NOT_NULL(maps);
+        snprintf(path, sizeof(path), "/proc/%d/mem", (int) pid);
+        int mem = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(mem >= 0);
+        bool found = false;
+        size_t nl = strlen(needle);
+        while (!found && fgets(line, sizeof(line), maps)) {
+                unsigned long lo, hi;
+                char perms[8];
+                if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || perms[0] != 'r' || strstr(line, "[vvar") ||
+                    strstr(line, "[vsyscall]"))
+                        continue;
+                size_t len = hi - lo;
+                _cleanup_free_ char *buf = xmalloc(len);
+                ssize_t got = pread(mem, buf, len, (off_t) lo);
+                found = got > 0 && memmem(buf, (size_t) got, needle, nl) != NULL;
+        }
+        close(mem);
+        fclose(maps);
+        return found;
+}
+
+/* Issue 24: the docker group (root on the host through its socket) and the registry
+ * credentials stay with the docker process. The parent, which parses what comes off the
+ * network, has no supplementary group and cannot connect to the socket with its credentials,
+ * and holds no copy of the password; the docker process has both (so the checks can fail). */
+TEST_FULL(only_the_docker_process_has_the_docker_group_and_the_credentials, 60) {
+        struct client c = { 0 };
+        amqptest_need_broker();
+        if (geteuid() != 0)
+                TEST_SKIP("needs root to start the agent as its unit's user");
+        struct group *dg = getgrnam("docker");
+        if (!dg)
+                TEST_SKIP("no docker group on this host");
+        gid_t docker_gid = dg->gr_gid;
+        const char *canary = "pw-canary-7f3a9c2e5b1d4f60";
+        _cleanup_free_ char *extra = xasprintf("[snapshot]\nusername = user-canary-0b9e\npassword = %s\n", canary);
+        write_conf(extra);
+        ASSERT_EQ(chmod(test_tmpdir(), 0755), 0);
+        ASSERT_EQ(chmod(conf_path, 0644), 0);
+        start_agent_as_unit_user(docker_gid);
+        client_open(&c);
+        wait_agent_ready(&c);
+
+        pid_t docker = find_child(agent_pid, "agent-docker");
+        ASSERT_TRUE(docker > 0);
+        char v[256], want[32];
+        proc_status(agent_pid, "Uid", v, sizeof(v));
+        ASSERT_TRUE(strncmp(v, "65534", 5) == 0);
+        proc_status(agent_pid, "Groups", v, sizeof(v));
+        ASSERT_STREQ(v, "");
+        proc_status(docker, "Groups", v, sizeof(v));
+        snprintf(want, sizeof(want), "%u", (unsigned) docker_gid);
+        ASSERT_STREQ(v, want);
+        ASSERT_EQ(docker_connect_as(agent_pid), -EACCES);
+        ASSERT_EQ(docker_connect_as(docker), 0);
+        /* And it does its work: a ping round trip while we look. */
+        _cleanup_free_ char *r = NULL;
+        ASSERT_EQ(publish(&c, node_id, "{\"type\":\"ping\"}", "groups-ping", &r), 0);
+        ASSERT_CONTAINS(r, "\"ok\":true");
+
+        ASSERT_FALSE(memory_holds(agent_pid, canary));
+        ASSERT_TRUE(memory_holds(docker, canary));
         client_close(&c);
 }
 
