@@ -331,6 +331,7 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
                                       errlen)) < 0)
                 goto fail;
         S("server", "log_level", "info", 16, log_level);
+        S("server", "metrics_token_file", "", 1024, metrics_token_file);
         if (log_level_from_string(c->log_level) < 0) {
                 snprintf(err, errlen, "%s: [server] log_level must be debug, info, notice, warning or error", path);
                 r = -EINVAL;
@@ -471,6 +472,7 @@ struct config *config_free(struct config *c) {
         free(c->path);
         free(c->listen_addr);
         free(c->log_level);
+        free(c->metrics_token_file);
         free(c->db_path);
         free(c->driver);
         free(c->docker_socket);

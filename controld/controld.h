@@ -78,6 +78,7 @@ struct config {
         int64_t auth_failure_addresses;              /* addresses remembered at most */
         uint64_t stream_keepalive_ms;                /* SSE comment on quiet streams */
         char *log_level;
+        char *metrics_token_file;                    /* "" = /metrics open to whoever reaches the port */
         /* [store] */
         char *db_path;
         /* [scheduler] */

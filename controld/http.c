@@ -21,6 +21,7 @@
 #include "http.h"
 #include "json.h"
 #include "log.h"
+#include "pj_relay.h"
 #include "strutil.h"
 
 struct http_server {
@@ -28,6 +29,10 @@ struct http_server {
         struct MHD_Daemon *d;
         http_router route;
 };
+
+/* [server] metrics_token_file, read at start: NULL = /metrics needs no token. */
+static char *metrics_token;
+static size_t metrics_token_len;
 
 const char *req_query(struct req *r, const char *key) {
         return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
@@ -494,7 +499,23 @@ enum MHD_Result http_get_healthz(struct req *r) {
         return respond_json(r, rc >= 0 ? 200 : 503, health_to_json(rc >= 0, c->drv ? c->drv->name : NULL));
 }
 
+/* Constant-time: how much of the token matched tells a guesser nothing. */
+static bool token_equal(const char *got, size_t got_len) {
+        unsigned char d = got_len != metrics_token_len;
+        for (size_t i = 0; i < metrics_token_len; i++)
+                d |= (unsigned char) (metrics_token[i] ^ (i < got_len ? got[i] : 0));
+        return d == 0;
+}
+
 enum MHD_Result http_get_metrics(struct req *r) {
+        if (metrics_token) {
+                const char *auth = req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
+                const char *tok = auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
+                if (!tok || !token_equal(tok, strlen(tok)))
+                        return respond_message_with_header(
+                                r, 401, "/metrics needs the metrics token: send it as Authorization: Bearer <token>",
+                                MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"paddock-metrics\"");
+        }
         struct strbuf b;
         strbuf_init(&b, 0);
         metrics_render(r->c, &b);
@@ -594,6 +615,15 @@ int http_start(struct ctl *c, http_router route, struct http_server **ret) {
                 return log_error_errno(-EINVAL, "listen address '%s' is not an IP address", cfg->listen_addr);
 
         guess_init(cfg);
+        if (cfg->metrics_token_file && *cfg->metrics_token_file) {
+                int r = pj_relay_secret_load(cfg->metrics_token_file, &metrics_token, &metrics_token_len);
+                if (r < 0)
+                        return log_error_errno(r, "[server] metrics_token_file %s: %s (16..1024 bytes, no NUL)",
+                                               cfg->metrics_token_file, strerror(-r));
+                log_info("/metrics needs the token from %s", cfg->metrics_token_file);
+        } else
+                log_notice("/metrics is open to anyone who reaches %s:%d: set [server] metrics_token_file to require a token",
+                           cfg->listen_addr, cfg->listen_port);
         struct http_server *h = xnew0(struct http_server, 1);
         h->c = c;
         h->route = route;
@@ -628,6 +658,11 @@ struct http_server *http_stop(struct http_server *h) {
         if (h->d)
                 MHD_stop_daemon(h->d);
         free(h);
+        if (metrics_token) {
+                explicit_bzero(metrics_token, metrics_token_len);
+                free(metrics_token);
+                metrics_token = NULL;
+        }
         return NULL;
 }
 

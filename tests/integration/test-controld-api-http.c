@@ -399,6 +399,72 @@ TEST_FULL(healthz_and_metrics_without_auth, 90) {
         ASSERT_TRUE(strstr(m, "junk") == NULL);
 }
 
+/* With [server] metrics_token_file, /metrics answers only the token (issue 24: the page
+ * was open to anyone who reached the API port); a wrong or missing token is a 401 that
+ * says what to send, and a token file that is too short keeps controld from starting. */
+TEST_FULL(metrics_token_guards_the_page, 90) {
+        static struct ctld c; /* static: the exit hook uses it after the test function returns */
+        struct hres r;
+        char tok_path[512], server[600];
+        snprintf(tok_path, sizeof(tok_path), "%s/metrics.token", test_tmpdir());
+        FILE *f = fopen(tok_path, "w");
+        ASSERT_NOT_NULL(f);
+        fputs("m3tr1cs-t0ken-5f2a9d81c4e7\n", f);
+        fclose(f);
+        snprintf(server, sizeof(server), "metrics_token_file = %s\n", tok_path);
+        ctld_start(&c, server, NULL);
+
+        http_req(&c, "GET", "/metrics", NULL, NULL, &r);
+        ASSERT_EQ(r.status, 401);
+        ASSERT_CONTAINS(hres_message(&r), "Authorization: Bearer <token>");
+        ASSERT_CONTAINS(r.headers, "Bearer realm=\"paddock-metrics\"");
+        hres_done(&r);
+        static const char *const wrong[] = { "m3tr1cs-t0ken-5f2a9d81c4e", "m3tr1cs-t0ken-5f2a9d81c4e7x", "", "nope" };
+        for (size_t i = 0; i < ELEMENTSOF(wrong); i++) {
+                char h[96];
+                snprintf(h, sizeof(h), "Bearer %s", wrong[i]);
+                http_req_keyed(&c, "GET", "/metrics", "Authorization", h, NULL, &r);
+                ASSERT_EQ(r.status, 401);
+                hres_done(&r);
+        }
+        http_req_keyed(&c, "GET", "/metrics", "Authorization", "Bearer m3tr1cs-t0ken-5f2a9d81c4e7", NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_CONTAINS(r.body, "# TYPE paddock_http_requests_total counter");
+        hres_done(&r);
+        /* /healthz stays open for load balancers. */
+        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+        ctld_stop(&c);
+
+        /* A token too short to be one: controld says so and does not start. */
+        f = fopen(tok_path, "w");
+        ASSERT_NOT_NULL(f);
+        fputs("short\n", f);
+        fclose(f);
+        char log[600];
+        snprintf(log, sizeof(log), "%s/short-token.log", test_tmpdir());
+        const char *argv[] = { "controld", "-d", "-f", c.conf, NULL };
+        pid_t p = test_spawn_logged(test_build_path("controld"), argv, log);
+        int st = 0;
+        pid_t w = 0;
+        for (int i = 0; i < 600 && w == 0; i++) {
+                w = waitpid(p, &st, WNOHANG);
+                if (w == 0)
+                        usleep(50000);
+        }
+        if (w == 0) {
+                kill(p, SIGKILL);
+                waitpid(p, NULL, 0);
+        }
+        ASSERT_EQ(w, p);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+        _cleanup_free_ char *out = NULL;
+        char *cat[] = { "cat", log, NULL };
+        ASSERT_EQ(test_run_capture(cat, &out, 1 << 20), 0);
+        ASSERT_CONTAINS(out, "metrics_token_file");
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* 10. Hostile input never crashes the daemon.                                                 */
 
