@@ -29,7 +29,8 @@
  * the original source is still the sandbox's address). Connections opened TO
  * the sandbox (reply direction from it) are ingress and left alone. */
 
-#define CT_DELETE_MAX 65536     /* entries one revoke deletes; a sandbox holding more is cut at that */
+#define CT_DELETE_MAX 65536     /* entries one round collects: memory for one round is bounded */
+#define CT_ROUNDS_MAX 64        /* rounds one revoke runs: 4 Mi entries, past any nf_conntrack_max */
 
 struct ct_entry {
         uint32_t dst;                   /* original destination, host order */
@@ -124,14 +125,12 @@ static int ack_cb(const struct nlmsghdr *nlh, void *data) {
         return MNL_CB_OK;
 }
 
-/* Deletes the conntrack entries sandbox address src opened towards a destination
- * outside keep (all of them when n_keep is 0). Returns how many were deleted, or
- * -errno with err filled. Entries that expire meanwhile are not an error. */
-int conntrack_revoke(uint32_t src, const struct nft_range *keep, size_t n_keep, char *err, size_t errlen) {
-        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
-        int r = nft_open(&nl);
-        if (r < 0)
-                return nft_errf(err, errlen, r, "cannot open a conntrack netlink socket: %s", strerror(-r));
+/* One round: lists up to CT_DELETE_MAX of the entries to delete and deletes them.
+ * Returns how many were deleted and sets *ret_full when the list was cut at the bound
+ * (more may be left), or -errno with err filled. */
+static int revoke_round(struct mnl_socket *nl, uint32_t src, const struct nft_range *keep, size_t n_keep,
+                        bool *ret_full, char *err, size_t errlen) {
+        int r;
         char buf[MNL_SOCKET_BUFFER_SIZE];
         struct nlmsghdr *nlh = ct_msg(buf, IPCTNL_MSG_CT_GET, NLM_F_DUMP);
         struct ct_dump d = { .src = src, .keep = keep, .n_keep = n_keep };
@@ -158,6 +157,31 @@ int conntrack_revoke(uint32_t src, const struct nft_range *keep, size_t n_keep, 
                 }
                 deleted++;
         }
+        *ret_full = d.n >= CT_DELETE_MAX;
         free(d.v);
         return deleted;
+}
+
+/* Deletes the conntrack entries sandbox address src opened towards a destination
+ * outside keep (all of them when n_keep is 0), in rounds of at most CT_DELETE_MAX until
+ * a round finds fewer: a sandbox holding more entries than one round loses them all.
+ * Returns how many were deleted, or -errno with err filled. Entries that expire meanwhile
+ * are not an error. */
+int conntrack_revoke(uint32_t src, const struct nft_range *keep, size_t n_keep, char *err, size_t errlen) {
+        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+        int r = nft_open(&nl);
+        if (r < 0)
+                return nft_errf(err, errlen, r, "cannot open a conntrack netlink socket: %s", strerror(-r));
+        int total = 0;
+        bool full = true;
+        /* A round that deleted nothing although its list was full cannot make progress. */
+        for (int round = 0; full && round < CT_ROUNDS_MAX; round++) {
+                r = revoke_round(nl, src, keep, n_keep, &full, err, errlen);
+                if (r < 0)
+                        return r;
+                total += r;
+                if (r == 0)
+                        break;
+        }
+        return total;
 }

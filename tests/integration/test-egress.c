@@ -41,6 +41,9 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <libmnl/libmnl.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_conntrack.h>
 
 #include "cleanup.h"
 #include "egress.h"
@@ -944,6 +947,120 @@ TEST_FULL(tightening_ends_forbidden_connections, 60) {
         ASSERT_TRUE(conn_works(c4, s4));
         apply(ID_C, SBX_A, PJ_EGRESS_RESTRICTED, allow2);
         ASSERT_TRUE(conn_killed(c4, s4));
+}
+
+/* ------------------------------------------------------------ more flows than one round */
+
+static struct nlmsghdr *ct_put(char *buf, uint16_t type, uint16_t flags, uint32_t seq) {
+        struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+        nlh->nlmsg_type = (NFNL_SUBSYS_CTNETLINK << 8) | type;
+        nlh->nlmsg_flags = NLM_F_REQUEST | flags;
+        nlh->nlmsg_seq = seq;
+        struct nfgenmsg *g = mnl_nlmsg_put_extra_header(nlh, sizeof(*g));
+        g->nfgen_family = AF_INET;
+        g->version = NFNETLINK_V0;
+        return nlh;
+}
+
+static void ct_tuple(struct nlmsghdr *nlh, uint16_t type, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport) {
+        struct nlattr *t = mnl_attr_nest_start(nlh, type);
+        struct nlattr *ip = mnl_attr_nest_start(nlh, CTA_TUPLE_IP);
+        mnl_attr_put_u32(nlh, CTA_IP_V4_SRC, htonl(src));
+        mnl_attr_put_u32(nlh, CTA_IP_V4_DST, htonl(dst));
+        mnl_attr_nest_end(nlh, ip);
+        struct nlattr *pr = mnl_attr_nest_start(nlh, CTA_TUPLE_PROTO);
+        mnl_attr_put_u8(nlh, CTA_PROTO_NUM, IPPROTO_UDP);
+        mnl_attr_put_u16(nlh, CTA_PROTO_SRC_PORT, htons(sport));
+        mnl_attr_put_u16(nlh, CTA_PROTO_DST_PORT, htons(dport));
+        mnl_attr_nest_end(nlh, pr);
+        mnl_attr_nest_end(nlh, t);
+}
+
+/* Creates n UDP conntrack entries src -> dst:53 (source ports from 1024), as a busy
+ * sandbox's flows would, straight through ctnetlink: many messages per send, errors read. */
+static void ct_inject(struct mnl_socket *nl, uint32_t src, uint32_t dst, int n) {
+        static char buf[64 * 1024];
+        size_t off = 0;
+        for (int i = 0; i < n; i++) {
+                struct nlmsghdr *nlh = ct_put(buf + off, IPCTNL_MSG_CT_NEW, NLM_F_CREATE | NLM_F_EXCL, (uint32_t) i + 1);
+                uint16_t sport = (uint16_t) (1024 + i);
+                ct_tuple(nlh, CTA_TUPLE_ORIG, src, dst, sport, 53);
+                ct_tuple(nlh, CTA_TUPLE_REPLY, dst, src, 53, sport);
+                mnl_attr_put_u32(nlh, CTA_TIMEOUT, htonl(600));
+                off += nlh->nlmsg_len;
+                if (off > sizeof(buf) - 512 || i == n - 1) {
+                        ASSERT_EQ(mnl_socket_sendto(nl, buf, off), (ssize_t) off);
+                        off = 0;
+                        char rb[8192];
+                        ssize_t got;
+                        while ((got = recv(mnl_socket_get_fd(nl), rb, sizeof(rb), MSG_DONTWAIT)) > 0) {
+                                const struct nlmsghdr *h = (const struct nlmsghdr *) rb;
+                                if (h->nlmsg_type == NLMSG_ERROR && ((const struct nlmsgerr *) mnl_nlmsg_get_payload(h))->error)
+                                        test_fail(__FILE__, __LINE__, "conntrack entry not created: %s",
+                                                  strerror(-((const struct nlmsgerr *) mnl_nlmsg_get_payload(h))->error));
+                        }
+                }
+        }
+}
+
+struct ct_count {
+        uint32_t src;
+        int n;
+};
+
+static int ct_count_attr(const struct nlattr *a, void *data) {
+        const struct nlattr **tb = data;
+        if (mnl_attr_get_type(a) <= CTA_MAX)
+                tb[mnl_attr_get_type(a)] = a;
+        return MNL_CB_OK;
+}
+
+static int ct_count_cb(const struct nlmsghdr *nlh, void *data) {
+        struct ct_count *c = data;
+        const struct nlattr *tb[CTA_MAX + 1] = { 0 }, *tt[CTA_MAX + 1] = { 0 }, *ti[CTA_MAX + 1] = { 0 };
+        mnl_attr_parse(nlh, sizeof(struct nfgenmsg), ct_count_attr, tb);
+        if (tb[CTA_TUPLE_ORIG] && mnl_attr_parse_nested(tb[CTA_TUPLE_ORIG], ct_count_attr, tt) >= 0 && tt[CTA_TUPLE_IP] &&
+            mnl_attr_parse_nested(tt[CTA_TUPLE_IP], ct_count_attr, ti) >= 0 && ti[CTA_IP_V4_SRC] &&
+            ntohl(mnl_attr_get_u32(ti[CTA_IP_V4_SRC])) == c->src)
+                c->n++;
+        return MNL_CB_OK;
+}
+
+/* How many conntrack entries src opened, from a dump of this namespace's table. */
+static int ct_count_from(struct mnl_socket *nl, uint32_t src) {
+        static char buf[32768];
+        struct nlmsghdr *nlh = ct_put(buf, IPCTNL_MSG_CT_GET, NLM_F_DUMP, 1u << 30);
+        ASSERT_TRUE(mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) >= 0);
+        struct ct_count c = { .src = src };
+        for (;;) {
+                ssize_t got = mnl_socket_recvfrom(nl, buf, sizeof(buf));
+                ASSERT_TRUE(got > 0);
+                int r = mnl_cb_run(buf, (size_t) got, 1u << 30, mnl_socket_get_portid(nl), ct_count_cb, &c);
+                if (r <= MNL_CB_STOP)
+                        break;
+        }
+        return c.n;
+}
+
+/* Issue 24: a revoke deleted at most 65536 entries, so a sandbox that opened more kept the
+ * rest of its flows past a tightening. 70000 flows (two destinations): all of them end. */
+TEST_FULL(tightening_ends_more_flows_than_one_round_holds, 90) {
+        setup();
+        init_default(NULL);
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        struct mnl_socket *nl = mnl_socket_open(NETLINK_NETFILTER);
+        ASSERT_NOT_NULL(nl);
+        ASSERT_EQ(mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID), 0);
+        int rcvbuf = 8 << 20;
+        (void) setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf));
+        ct_inject(nl, SBX_A, WORLD1, 35000);
+        ct_inject(nl, SBX_A, WORLD2, 35000);
+        ct_inject(nl, SBX_B, WORLD1, 10);       /* another sandbox's flows stay */
+        ASSERT_EQ(ct_count_from(nl, SBX_A), 70000);
+        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        ASSERT_EQ(ct_count_from(nl, SBX_A), 0);
+        ASSERT_EQ(ct_count_from(nl, SBX_B), 10);
+        mnl_socket_close(nl);
 }
 
 /* ------------------------------------------------------------ read back = intended policy */
