@@ -375,8 +375,10 @@ static int fill_init(struct nft_batch *b, const struct view *v, void *ud, char *
                 for (size_t j = 0; j < a->n_br; j++) {
                         if (bases[i].to)
                                 nft_rule_iif_jump(b, a->table, bases[i].name, a->cfg->bridges[j], bases[i].to);
-                        else
+                        else {
+                                nft_rule_into_new_drop(b, a->table, bases[i].name, a->cfg->bridges[j]);
                                 nft_rule_into_not_syn_drop(b, a->table, bases[i].name, a->cfg->bridges[j]);
+                        }
                 }
         }
 

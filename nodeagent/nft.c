@@ -666,6 +666,25 @@ void nft_rule_iif_jump(struct nft_batch *b, const char *table, const char *chain
         rule_add(b, r, "iifname jump");
 }
 
+/* oifname NAME iifname != NAME ct state new,invalid counter drop
+ *
+ * Nothing from the node's network (another host, another bridge) opens a flow into a
+ * sandbox: only replies to what the sandbox opened come in. The node's own connections
+ * (output, not forward) and sandbox-to-sandbox traffic on the bridge (the sandbox chains
+ * decide) are not seen here. */
+void nft_rule_into_new_drop(struct nft_batch *b, const char *table, const char *chain, const char *ifname) {
+        struct nftnl_rule *r = rule_new(table, chain);
+        x_ifname(r, NFT_META_OIFNAME, ifname);
+        char name[IFNAMSIZ] = { 0 };
+        strscpy(name, ifname, sizeof(name));
+        x_meta(r, NFT_META_IIFNAME);
+        x_cmp(r, NFT_CMP_NEQ, name, sizeof(name));
+        x_ct_state_any(r, NF_CT_STATE_BIT(IP_CT_NEW) | NF_CT_STATE_INVALID_BIT);
+        x_counter(r);
+        x_verdict(r, NF_DROP, NULL);
+        rule_add(b, r, "oifname iifname != ct state new,invalid drop");
+}
+
 /* oifname NAME ct state new tcp flags & (fin|syn|rst|ack) != syn counter drop
  *
  * A TCP packet towards a sandbox that conntrack has no entry for and that opens

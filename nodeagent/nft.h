@@ -141,3 +141,4 @@ void nft_rule_vmap_saddr(struct nft_batch *b, const char *table, const char *cha
 void nft_rule_oif_drop(struct nft_batch *b, const char *table, const char *chain, const char *ifname);
 void nft_rule_iif_jump(struct nft_batch *b, const char *table, const char *chain, const char *ifname, const char *to);
 void nft_rule_into_not_syn_drop(struct nft_batch *b, const char *table, const char *chain, const char *ifname);
+void nft_rule_into_new_drop(struct nft_batch *b, const char *table, const char *chain, const char *ifname);

@@ -426,10 +426,10 @@ TEST_FULL(fail_closed_without_policy, 30) {
         _cleanup_json_ cJSON *j = nft_json();
         ASSERT_GE(counter_packets(j, "sbx_egress", "drop"), 1);
         ASSERT_EQ(listed(ID_A), false);
-        /* Connections INTO the sandbox (from the node, from the world) still
-         * work: the sandbox's replies are ct established. Ingress is not ours. */
+        /* Connections INTO the sandbox: the node's own still work (the sandbox's replies
+         * are ct established); the world's are dropped on the way in. */
         ASSERT_TRUE(probe_from(T.node_fd, GW_SBX, SBX_A, PORT));
-        ASSERT_TRUE(probe_from(T.world_fd, WORLD1, SBX_A, PORT));
+        ASSERT_FALSE(probe_from(T.world_fd, WORLD1, SBX_A, PORT));
 }
 
 TEST_FULL(dns_resolver_on_the_node, 30) {
@@ -949,6 +949,30 @@ TEST_FULL(tightening_ends_forbidden_connections, 60) {
         ASSERT_TRUE(conn_killed(c4, s4));
 }
 
+/* Issue 24: a host on the node's network could open connections into a sandbox (only
+ * mid-stream TCP was dropped on the way in). Now only replies come in; the sandbox's own
+ * connections and the node's still work. */
+TEST_FULL(nothing_from_outside_opens_a_connection_into_a_sandbox, 30) {
+        setup();
+        ASSERT_TRUE(probe_from(T.world_fd, WORLD1, SBX_A, PORT));      /* without us, it could */
+        init_default(NULL);
+        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        for (int i = 0; i < 3; i++)
+                ASSERT_FALSE(probe_from(T.world_fd, WORLD1, SBX_A, PORT));
+        ASSERT_FALSE(probe_from(T.world_fd, WORLD3, SBX_A, PORT));
+        REACH(SBX_A, WORLD1);
+        bool node_reaches = false;
+        for (int i = 0; i < 3 && !node_reaches; i++)
+                node_reaches = probe_from(T.node_fd, GW_SBX, SBX_A, PORT);
+        ASSERT_TRUE(node_reaches);
+        /* Restricted and deny_all sandboxes take nothing in either. */
+        static const char *const allow1[] = { "198.51.100.2", NULL };
+        apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow1);
+        ASSERT_FALSE(probe_from(T.world_fd, WORLD1, SBX_A, PORT));
+        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        ASSERT_FALSE(probe_from(T.world_fd, WORLD1, SBX_A, PORT));
+}
+
 /* ------------------------------------------------------------ more flows than one round */
 
 static struct nlmsghdr *ct_put(char *buf, uint16_t type, uint16_t flags, uint32_t seq) {
@@ -1167,5 +1191,6 @@ TEST_FULL(json_read_back_matches_the_intended_policy, 30) {
         _cleanup_free_ char *fwd = chain_shape(j, "forward_sbx");
         ASSERT_STREQ(fwd, "match jump sbx_egress\n");
         _cleanup_free_ char *into = chain_shape(j, "into_sbx");
-        ASSERT_STREQ(into, "match match match counter drop\n");     /* oifname, ct state new, tcp flags */
+        ASSERT_STREQ(into, "match match match counter drop\n"      /* oifname, iifname !=, ct state new,invalid */
+                           "match match match counter drop\n");     /* oifname, ct state new, tcp flags */
 }
