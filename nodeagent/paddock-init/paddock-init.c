@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -299,6 +301,21 @@ static _noreturn_ void usage(int code) {
         exit(code);
 }
 
+/* Every signal back to its default action, through the kernel's rt_sigaction: the C
+ * library refuses its own reserved signals (32 and 33 in glibc), yet a parent that ignored
+ * them (seen: a CI harness) passes that on through exec, and a command would inherit it. */
+static void reset_signal_dispositions(void) {
+        struct {
+                void (*handler)(int);
+                unsigned long flags;
+                void (*restorer)(void);
+                uint64_t mask;
+        } dfl = { .handler = SIG_DFL };
+        for (int s = 1; s <= 64; s++)
+                if (s != SIGKILL && s != SIGSTOP)
+                        (void) syscall(SYS_rt_sigaction, s, &dfl, NULL, sizeof(dfl.mask));
+}
+
 int main(int argc, char **argv) {
         static const struct option opts[] = {
                 { "socket", required_argument, NULL, 's' },
@@ -380,9 +397,7 @@ int main(int argc, char **argv) {
         mark_inherited_cloexec();
         /* Likewise the signal dispositions we inherited (a shell's background job starts with
          * SIGINT and SIGQUIT ignored): defaults once here, so a command's child need not. */
-        for (int s = 1; s < NSIG; s++)
-                if (s != SIGKILL && s != SIGSTOP)
-                        (void) signal(s, SIG_DFL);
+        reset_signal_dispositions();
 
         sigset_t mask;
         sigemptyset(&mask);
