@@ -264,6 +264,36 @@ int docker_runtime_path(struct docker *d, const char *name, char **ret_path) {
         return 0;
 }
 
+int docker_runtime_network(struct docker *d, const char *name, char **ret_mode) {
+        _cleanup_(docker_resp_done) struct docker_resp resp = {};
+        if (!name || !*name)
+                return -EINVAL;
+        int r = docker_call(d, "GET", "/info", NULL, 0, &resp);
+        if (r < 0)
+                return r;
+        const cJSON *rts = cJSON_GetObjectItemCaseSensitive(resp.json, "Runtimes");
+        if (!cJSON_IsObject(rts)) {
+                docker_set_error("unexpected /info response (no Runtimes)");
+                return -EBADMSG;
+        }
+        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rts, name);
+        if (!cJSON_IsObject(rt))
+                return -ENOENT;
+        /* runsc's own default is its netstack ("sandbox"); the last --network= wins. */
+        const char *mode = "sandbox";
+        const cJSON *a;
+        cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(rt, "runtimeArgs")) {
+                const char *v = cJSON_GetStringValue(a);
+                if (v && startswith(v, "--network="))
+                        mode = v + strlen("--network=");
+                else if (v && startswith(v, "-network="))
+                        mode = v + strlen("-network=");
+        }
+        if (ret_mode)
+                *ret_mode = xstrndup(mode, 32);
+        return 0;
+}
+
 /* The string key of GET /info (with abs_path: an absolute path), xstrdup'd into *ret
  * when ret is not NULL; -EBADMSG when it is missing. */
 static int info_string(struct docker *d, const char *key, bool abs_path, char **ret) {
@@ -929,7 +959,7 @@ int docker_image_pull(struct docker *d, const char *name, const char *tag, const
                 return status >= 400 ? docker_map_status(status) : -EIO;
         }
         /* The stream can end without an error line and still leave nothing behind. */
-        _cleanup_free_ char *ref = xasprintf("%s:%s", name, t);
+        _cleanup_free_ char *ref = xasprintf("%s%c%s", name, startswith(t, "sha256:") ? '@' : ':', t);
         int r = docker_image_exists(d, ref);
         if (r == 0) {
                 docker_set_error("pull of %s ended without the image", ref);

@@ -43,6 +43,10 @@ int docker_version(struct docker *d, char **ret_version, char **ret_api);
 /* The executable Docker runs for the named OCI runtime (its "path" in /info Runtimes,
  * xmalloc'd; may be a bare name like "runc"). -ENOENT: Docker knows no such runtime. */
 int docker_runtime_path(struct docker *d, const char *name, char **ret_path);
+/* The gVisor network mode the named runtime runs sandboxes with: the value of its last
+ * --network= argument ("sandbox", runsc's own netstack, when it has none; "host" means the
+ * sandbox's socket calls go to the host kernel), xmalloc'd. -ENOENT: no such runtime. */
+int docker_runtime_network(struct docker *d, const char *name, char **ret_mode);
 
 /* The daemon's storage driver (/info "Driver", e.g. "overlay2", "btrfs"), xmalloc'd. */
 int docker_storage_driver(struct docker *d, char **ret_driver);
@@ -218,7 +222,8 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
                       char **ret_digest, int64_t *ret_size);
 /* -ENOENT if missing, -EBUSY if used by a container (without force). */
 int docker_image_remove(struct docker *d, const char *ref, bool force);
-/* Pulls name:tag (registry_auth_b64 as for push). Reads the whole progress stream: an
+/* Pulls name:tag, or name@tag when tag is a digest (sha256:...), registry_auth_b64 as for
+ * push. Reads the whole progress stream: an
  * error line -> -EIO with its message in docker_last_error(); success also needs the
  * image to be there afterwards. */
 int docker_image_pull(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64);

@@ -249,7 +249,7 @@ static int load_nomad(struct config *c, struct conf *cf, char *err, size_t errle
             (r = get_str(cf, "nomad", NULL, "cni_no_egress", "sandbox-no-egress", 128, &c->nomad_cni_no_egress, err,
                          errlen)) < 0 ||
             (r = get_str(cf, "nomad", NULL, "runtime", "runsc", 64, &c->nomad_runtime, err, errlen)) < 0 ||
-            (r = get_str(cf, "nomad", NULL, "runtime_network", "runsc-hostnet", 64, &c->nomad_runtime_net, err, errlen)) <
+            (r = get_str(cf, "nomad", NULL, "runtime_network", "runsc-net", 64, &c->nomad_runtime_net, err, errlen)) <
                     0 ||
             (r = conf_get_int(cf, "nomad", NULL, "pids_limit", 4096, 16, 1 << 22, &c->nomad_pids_limit, err, errlen)) < 0 ||
             (r = get_str(cf, "nomad", NULL, "csi_plugin_id", "", 128, &c->nomad_csi_plugin_id, err, errlen)) < 0 ||

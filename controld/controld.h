@@ -688,6 +688,19 @@ int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err);
  * confirm (deny_all, no node bus). Else a negative errno, err says why (-ENXIO no agent for
  * the node, -ETIMEDOUT no answer in time, -EREMOTEIO the agent refused, ...). On success for
  * restricted policies the names the agent resolved are written into the sandbox's /etc/hosts. */
+/* The image a restore of sn runs: repo@digest when the snapshot's digest is known (a tag
+ * overwritten in the registry cannot swap the tenant's image), else its tag. xmalloc'd. */
+char *snapshot_image_ref(const struct snapshot *sn);
+/* The gVisor network mode networked sandboxes run with (network.c): "sandbox" (runsc's own
+ * netstack) or "host" (socket calls handled by the host kernel: a wider attack surface).
+ * sandbox_network_note records what the local driver read from its runtime (node NULL) or
+ * what a node's agent reported with node.sync; a "host" is logged loudly, once per node.
+ * sandbox_network_json: {"mode": "sandbox"|"host"|"mixed"|"unknown", "host_nodes": [...]}
+ * for /healthz ("mixed": some nodes run host mode). At most NETWORK_NODES_MAX nodes are
+ * remembered; host_nodes lists at most 64. */
+#define NETWORK_NODES_MAX 4096
+void sandbox_network_note(const char *node, const char *mode);
+struct cJSON *sandbox_network_json(void);
 int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen);
 /* The sandbox's /etc/hosts for the names an apply resolved, into out (initialised here; the
  * caller frees it with strbuf_done). Every list a valid policy can produce fits whole: at most

@@ -120,6 +120,10 @@ static int dd_init(struct driver *d, char *err, size_t errlen) {
         if ((r = check_runtime(d, "runtime", cfg->docker_runtime, err, errlen)) < 0 ||
             (r = check_runtime(d, "runtime_network", cfg->docker_runtime_net, err, errlen)) < 0)
                 return r;
+        /* gVisor's own network stack, or the host kernel's: said at start and in /healthz. */
+        _cleanup_free_ char *mode = NULL;
+        if (docker_runtime_network(D(d), cfg->docker_runtime_net, &mode) >= 0)
+                sandbox_network_note(NULL, mode);
         r = docker_network_ensure_bridge(D(d), cfg->docker_network, cfg->docker_subnet, cfg->docker_gateway, false,
                                          cfg->docker_bridge, lbl, 1);
         if (r < 0) {
@@ -156,7 +160,9 @@ static void dd_done(struct driver *d) {
 
 /* Pulls "<registry>/<repo>:<tag>" with the [snapshots] credentials. */
 static int pull_snapshot_image(struct driver *d, const char *image, char *err, size_t errlen) {
-        const char *colon = strrchr(image, ':'), *slash = strrchr(image, '/');
+        /* repo@sha256:... (by digest, what restores use) or repo:tag. */
+        const char *slash = strrchr(image, '/'), *at = strchr(slash ? slash : image, '@');
+        const char *colon = at ? at : strrchr(image, ':');
         if (!colon || (slash && colon < slash)) {
                 snprintf(err, errlen, "snapshot image %s has no tag", image);
                 return -EINVAL;

@@ -528,6 +528,7 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                         log_warning("node.sync responder: dropped a message that is not a node.sync from the node it names");
                 else {
                         (void) store_node_touch(c->store, m.node_id, now_ms());  /* agent liveness: admin node list */
+                        sandbox_network_note(m.node_id, m.sandbox_network[0] ? m.sandbox_network : NULL);
                         _cleanup_free_ char *answer = sync_answer(c, m.node_id);
                         amqp_basic_properties_t rp = amqpx_json_props(1, "controld", NULL);
                         if (d.c.has_corr) {

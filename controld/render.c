@@ -155,6 +155,7 @@ cJSON *snapshot_to_json(const struct snapshot *sn) {
         json_add_str(o, "sandbox_id", sn->sandbox_id);
         json_add_str(o, "name", sn->name);
         json_add_str(o, "image_tag", sn->image_tag);
+        json_add_str(o, "digest", sn->digest);
         json_add_str(o, "source_template", sn->source_template);
         json_add_str(o, "status", snap_status_str(sn->status));
         json_add_str(o, "failure_reason", sn->failure_reason);
@@ -294,5 +295,6 @@ cJSON *health_to_json(bool ok, const char *driver) {
         json_add_str(o, "status", ok ? "ok" : "degraded");
         json_add_str(o, "driver", driver);
         json_add_bool(o, "driver_reachable", ok);
+        cJSON_AddItemToObject(o, "sandbox_network", sandbox_network_json());
         return o;
 }

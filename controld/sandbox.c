@@ -248,7 +248,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 sb.name = xasprintf("%s-%.4s", animals[(unsigned char) suffix[0] % ELEMENTSOF(animals)], suffix + 1);
         }
         sb.template_name = xstrdup(tpl->name);
-        sb.image = xstrdup(in->from_snapshot ? snap.image_tag : tpl->image);
+        sb.image = in->from_snapshot ? snapshot_image_ref(&snap) : xstrdup(tpl->image);
         sb.from_snapshot = in->from_snapshot ? xstrdup(snap.id) : NULL;
         sb.status = SB_STARTING;
         sb.region_key = xstrdup(g->key);

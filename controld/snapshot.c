@@ -589,3 +589,20 @@ void ctl_snapshot_stop(struct ctl *c) {
         pthread_cond_destroy(&b->cond);
         free(b);
 }
+
+/* A digest as the registry names manifests: sha256 and 64 lowercase hex digits. */
+static bool digest_valid(const char *d) {
+        if (!d || !startswith(d, "sha256:") || strlen(d) != 7 + 64)
+                return false;
+        for (const char *p = d + 7; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
+char *snapshot_image_ref(const struct snapshot *sn) {
+        const char *colon = strrchr(sn->image_tag, ':'), *slash = strrchr(sn->image_tag, '/');
+        if (!digest_valid(sn->digest) || !colon || (slash && colon < slash))
+                return xstrdup(sn->image_tag);
+        return xasprintf("%.*s@%s", (int) (colon - sn->image_tag), sn->image_tag, sn->digest);
+}

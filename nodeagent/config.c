@@ -105,6 +105,7 @@ static int relay_config_load(struct conf *cf, const char *path, struct agent_con
 }
 
 static void snapshot_config_done(struct agent_config *c) {
+        free(c->runtime_network);
         free_many(c->snap_registry, c->snap_repository, c->snap_username, c->snap_password, c->snap_docker_socket,
                   c->snap_docker_root);
 }
@@ -126,6 +127,7 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
         } while (0)
         STR("agent", "node_id", NULL, 128, node_id);
         STR("agent", "log_level", "info", 16, log_level);
+        STR("agent", "runtime_network", "runsc-net", 64, runtime_network);
         STR("amqp", "url", "amqp://guest:guest@127.0.0.1:5672", 1024, amqp_url);
         STR("amqp", "exchange", "paddock.nodes", 128, exchange);
         STR("egress", "table", "paddock", 64, egress_table);

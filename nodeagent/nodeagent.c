@@ -6,6 +6,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "nodeagent.h"
+#include "strutil.h"
 
 /* The privileged children first, while we still hold the capabilities they keep;
  * then the parent drops every capability, its supplementary groups and the secrets only
@@ -22,6 +23,15 @@ static int start_children(struct agent_config *cfg) {
         }
         if ((r = privsep_spawn(PS_CHILD_DOCKER, cfg, err, sizeof(err))) < 0)
                 return log_error_errno(r, "Cannot start the docker process: %s", err);
+        const char *net = privsep_ready_note(PS_CHILD_DOCKER);
+        if (!strcmp(net, "network=host"))
+                log_warning("sandboxes on this node run with gVisor's HOST network mode ([agent] runtime_network = %s): "
+                            "their socket calls are handled by the host kernel's network stack, not gVisor's own. "
+                            "Use --network=sandbox where runsc's netstack starts; controld's /healthz lists this node",
+                            cfg->runtime_network);
+        else if (startswith(net, "network="))
+                log_info("sandboxes on this node run with gVisor's %s network mode ([agent] runtime_network = %s)",
+                         net + strlen("network="), cfg->runtime_network);
         if (cfg->relay_listen && (r = privsep_spawn(PS_CHILD_RELAY, cfg, err, sizeof(err))) < 0)
                 return log_error_errno(r, "Cannot start the relay process: %s", err);
         /* The docker group is root on the host through its socket, and the registry

@@ -12,6 +12,8 @@
 struct agent_config {
         char *node_id;        /* routing key of this node's queue (the Nomad node ID in production) */
         char *log_level;
+        char *runtime_network;  /* the Docker runtime of networked sandboxes here ([agent] runtime_network):
+                                 * its gVisor network mode is reported to controld with node.sync */
         char *amqp_url;
         char *exchange;       /* direct exchange shared with controld */
         int64_t prefetch;
@@ -225,6 +227,9 @@ struct ps_result {
  * and waits for its PS_READY. Returns the child's start-up result: 0, or -errno with
  * its reason in err (the child is gone then). */
 int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err, size_t errlen);
+/* What the child said when it became ready ("" for most; the docker process says
+ * "network=<mode>", the gVisor network mode of [agent] runtime_network). */
+const char *privsep_ready_note(enum ps_child kind);
 /* Sends req (a ps_* message; hdr.version/len/seq are filled here) and waits for the
  * result. Returns the child's r, with ret->msg; -EPIPE when the child is gone or
  * answered out of protocol (the child is then considered dead); -ENOTCONN when it

@@ -14,6 +14,7 @@
 
 #include "cleanup.h"
 #include "docker.h"
+#include "log.h"
 #include "nodeagent.h"
 #include "pj_agent.h"
 #include "pj_snapshot.h"
@@ -188,8 +189,21 @@ bool privsep_docker_type(uint16_t t) {
 int privsep_docker_init(const struct agent_config *cfg, char *msg, size_t msglen) {
         dk_cfg = cfg;
         int r = docker_new(cfg->snap_docker_socket, &dk);
-        if (r < 0)
+        if (r < 0) {
                 fmt_err(msg, msglen, "cannot use the Docker socket %s: %s",
                         cfg->snap_docker_socket ? cfg->snap_docker_socket : DOCKER_SOCKET_DEFAULT, strerror(-r));
-        return r;
+                return r;
+        }
+        /* On success msg carries "network=<mode>" back to the parent: the gVisor network mode
+         * of the runtime sandboxes here run with (the parent reports it with node.sync). */
+        _cleanup_free_ char *mode = NULL;
+        int k = cfg->runtime_network && *cfg->runtime_network ? docker_runtime_network(dk, cfg->runtime_network, &mode)
+                                                                : -ENOENT;
+        if (k == -ENOENT && cfg->runtime_network && *cfg->runtime_network)
+                log_warning("[agent] runtime_network = %s: Docker knows no runtime of that name; the node reports its "
+                            "sandbox network as unknown", cfg->runtime_network);
+        else if (k < 0)
+                log_warning("cannot read Docker's runtimes: %s", strerror(-k));
+        fmt_err(msg, msglen, "network=%s", k >= 0 && mode ? mode : "unknown");
+        return 0;
 }

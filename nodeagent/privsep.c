@@ -82,6 +82,9 @@ static struct {
         uint32_t seq;
 } children[PS_CHILD_MAX] = { [0 ... PS_CHILD_MAX - 1] = { .fd = -1 } };
 
+/* What each child said with its READY (the docker process: "network=<mode>"). */
+static char ready_notes[PS_CHILD_MAX][64];
+
 /* ---------------------------------------------------------------- capabilities */
 
 int caps_drop_except(uint64_t keep) {
@@ -696,8 +699,13 @@ int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err,
                 children[kind] = (typeof(children[kind])) { .fd = -1 };
                 return r;
         }
+        strscpy(ready_notes[kind], res.msg, sizeof(ready_notes[kind]));
         log_debug("%s process started (pid %d)", child_names[kind], (int) pid);
         return 0;
+}
+
+const char *privsep_ready_note(enum ps_child kind) {
+        return kind < PS_CHILD_MAX ? ready_notes[kind] : "";
 }
 
 bool privsep_healthy(char *why, size_t whylen) {

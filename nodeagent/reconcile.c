@@ -70,6 +70,10 @@ static bool applied_since_ask(const char *id) {
 void reconcile_send(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
         struct pj_node_msg m = { .type = PJ_NODE_NODE_SYNC };
         strscpy(m.node_id, cfg->node_id, sizeof(m.node_id));
+        /* The docker process read it at start ("network=<mode>"); controld shows it in /healthz. */
+        const char *note = privsep_ready_note(PS_CHILD_DOCKER);
+        if (startswith(note, "network="))
+                strscpy(m.sandbox_network, note + strlen("network="), sizeof(m.sandbox_network));
         _cleanup_free_ char *body = pj_node_msg_format(&m);
         snprintf(sync_st.corr, sizeof(sync_st.corr), "sync-%s-%u-%" PRId64, cfg->node_id, ++sync_st.attempt, mono_ms());
         amqp_basic_properties_t p = amqpx_json_props(1, cfg->node_id, user);

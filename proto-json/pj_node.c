@@ -118,7 +118,7 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
         static const char *const ping_keys[] = { "type", NULL };
         static const char *const apply_keys[] = { "type", "sandbox_id", "ip", "mode", "allow", "account", NULL };
         static const char *const remove_keys[] = { "type", "sandbox_id", "ip", NULL };
-        static const char *const sync_keys[] = { "type", "node_id", NULL };
+        static const char *const sync_keys[] = { "type", "node_id", "sandbox_network", NULL };
         static const char *const resolved_keys[] = { "type", "node_id", "sandbox_id", "resolved", NULL };
         const char *const *keys = m.type == PJ_NODE_EGRESS_APPLY      ? apply_keys
                                   : m.type == PJ_NODE_EGRESS_REMOVE   ? remove_keys
@@ -137,6 +137,18 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                         return pj_error_set(err, "node_id", "node_id must be 1..128 letters, digits, '-', '_' or '.'");
                 snprintf(m.node_id, sizeof(m.node_id), "%s", nid);
                 if (m.type == PJ_NODE_NODE_SYNC) {
+                        const cJSON *net = cJSON_GetObjectItemCaseSensitive(o, "sandbox_network");
+                        if (net && !cJSON_IsNull(net)) {
+                                const char *v = cJSON_GetStringValue(net);
+                                size_t n = v ? strlen(v) : 0;
+                                bool ok = n >= 1 && n < sizeof(m.sandbox_network);
+                                for (size_t i = 0; ok && i < n; i++)
+                                        ok = v[i] >= 'a' && v[i] <= 'z';
+                                if (!ok)
+                                        return pj_error_set(err, "sandbox_network",
+                                                            "sandbox_network must be 1..15 lowercase letters");
+                                snprintf(m.sandbox_network, sizeof(m.sandbox_network), "%s", v);
+                        }
                         *ret = m;
                         return 0;
                 }
@@ -211,6 +223,8 @@ char *pj_node_msg_format(const struct pj_node_msg *m) {
         json_add_str(o, "type", pj_node_type_to_string(m->type));
         if (m->type == PJ_NODE_NODE_SYNC || m->type == PJ_NODE_EGRESS_RESOLVED)
                 json_add_str(o, "node_id", m->node_id);
+        if (m->type == PJ_NODE_NODE_SYNC && m->sandbox_network[0])
+                json_add_str(o, "sandbox_network", m->sandbox_network);
         if (m->type == PJ_NODE_EGRESS_RESOLVED) {
                 json_add_str(o, "sandbox_id", m->sandbox_id);
                 add_resolved(o, m->resolved, m->n_resolved);

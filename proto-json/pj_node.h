@@ -68,6 +68,8 @@ struct pj_node_msg {
         char account_id[25];     /* egress.apply, optional: the sandbox's account, 24 lowercase hex
                                   * or "" (the agent's per-account lookup budget) */
         char node_id[129];       /* node.sync, egress.resolved: the sending agent's node id */
+        char sandbox_network[16]; /* node.sync, optional: the gVisor network mode of the node's
+                                   * networked sandboxes ("sandbox", "host", ...; 1..15 of a-z) or "" */
         struct pj_node_resolved *resolved;      /* egress.resolved (owned; <= PJ_EGRESS_MAX_ALLOW) */
         size_t n_resolved;
 };

@@ -19,10 +19,12 @@ client {
 
 plugin "docker" {
   config {
-    # runsc: gVisor with --network=none (deny_all); runsc-hostnet: gVisor inside the CNI
-    # network namespace (restricted, open). Both are registered in Docker's daemon.json.
+    # runsc: gVisor with --network=none (deny_all); runsc-net: gVisor's own network stack
+    # inside the CNI network namespace (restricted, open); runsc-hostnet: the host-network
+    # fallback, for nodes where runsc's netstack cannot start (the node's daemon.json then
+    # defines runsc-net that way and its agent reports it). All in Docker's daemon.json.
     # runc stays allowed for Nomad's own pause containers only; jobs always ask for runsc.
-    allow_runtimes = ["runc", "runsc", "runsc-hostnet"]
+    allow_runtimes = ["runc", "runsc", "runsc-net", "runsc-hostnet"]
 
     # Upper bound for a job's pids_limit (controld sends 4096 by default, [docker] pids_limit).
     pids_limit = 4096

@@ -228,8 +228,15 @@ static void networks_drop(void *ud) {
         RUN("docker", "network", "rm", "paddock-egt", "paddock-egt-int");
 }
 
+static cJSON *node_sync_saying(const char *node, const char *network);
+
 /* What an agent of node `node` sends at start-up: node.sync to controld; returns the reply. */
 static cJSON *node_sync(const char *node) {
+        return node_sync_saying(node, NULL);
+}
+
+/* The same, with the node's sandbox_network when network is not NULL. */
+static cJSON *node_sync_saying(const char *node, const char *network) {
         amqp_connection_state_t conn = NULL;
         struct amqpx_url u;
         char err[256] = "", body[256];
@@ -242,7 +249,11 @@ static cJSON *node_sync(const char *node) {
         amqp_basic_properties_t pr = { ._flags = AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_APP_ID_FLAG,
                                        .reply_to = queue, .correlation_id = amqp_cstring_bytes("egt-sync-1"),
                                        .app_id = amqp_cstring_bytes(node) };
-        snprintf(body, sizeof(body), "{\"type\":\"node.sync\",\"node_id\":\"%s\"}", node);
+        if (network)
+                snprintf(body, sizeof(body), "{\"type\":\"node.sync\",\"node_id\":\"%s\",\"sandbox_network\":\"%s\"}", node,
+                         network);
+        else
+                snprintf(body, sizeof(body), "{\"type\":\"node.sync\",\"node_id\":\"%s\"}", node);
         ASSERT_EQ(amqp_basic_publish(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("controld"), 0, 0, &pr,
                                      amqp_cstring_bytes(body)), 0);
         amqp_envelope_t env;
@@ -840,6 +851,66 @@ TEST_FULL(node_sync_stays_within_its_deployment, 300) {
         }
         ASSERT_TRUE(test_log_has(b.log, from_b, "node.sync from node sq-node answered", 10));
         ASSERT_FALSE(test_log_has(a.log, from_a, "node.sync from node sq-node", 0));
+}
+
+/* The gVisor network mode of runtime runsc-net as this host's dockerd defines it: the value of
+ * its last --network= argument ("sandbox", runsc's default, when none). */
+static char *runtime_network_mode(void) {
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "docker", "info", "--format", "{{json .Runtimes}}", NULL };
+        ASSERT_EQ(test_run_capture(argv, &out, 1 << 20), 0);
+        _cleanup_(cJSON_Deletep) cJSON *j = cJSON_Parse(out);
+        const cJSON *a;
+        const char *mode = "sandbox";
+        cJSON_ArrayForEach(a, cJSON_GetObjectItem(cJSON_GetObjectItem(j, "runsc-net"), "runtimeArgs")) {
+                const char *v = cJSON_GetStringValue(a);
+                if (v && !strncmp(v, "--network=", 10))
+                        mode = v + 10;
+        }
+        return xstrdup(mode);
+}
+
+/* Issue 24: sandboxes fell back to gVisor's host network mode without a word. Now the mode is
+ * read from the runtime (the local driver) or reported by each node's agent with node.sync
+ * (Nomad), said in the journal and shown in /healthz; on this host it is whatever dockerd's
+ * runsc-net is (services.sh picks host mode where runsc's netstack cannot start). A node.sync
+ * from another node saying "host" lists that node. */
+TEST_FULL(healthz_says_which_network_mode_sandboxes_run_with, 300) {
+        static struct ctld c;
+        _cleanup_free_ char *key = egt_start(&c);
+        _cleanup_free_ char *want = runtime_network_mode();
+        ASSERT_TRUE(test_log_has(agent_log, 0, "network mode ([agent] runtime_network = runsc-net)", 20));
+        if (!strcmp(want, "host"))
+                ASSERT_TRUE(test_log_has(agent_log, 0, "HOST network mode", 0));
+        struct hres r;
+        bool seen = false;
+        for (int i = 0; i < 100 && !seen; i++) {
+                http_req(&c, "GET", "/healthz", NULL, NULL, &r);
+                ASSERT_EQ(r.status, 200);
+                const cJSON *net = cJSON_GetObjectItem(r.json, "sandbox_network");
+                ASSERT_NOT_NULL(net);
+                const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(net, "mode"));
+                /* On Nomad the mode comes with the agent's node.sync: until then, unknown. */
+                seen = mode && !strcmp(mode, want);
+                if (seen && !strcmp(want, "host") && ctld_nomad())
+                        ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(net, "host_nodes")), 1);
+                hres_done(&r);
+                if (!seen)
+                        usleep(100000);
+        }
+        ASSERT_TRUE(seen);
+        if (!strcmp(want, "host"))
+                ASSERT_TRUE(test_log_has(c.log, 0, "HOST network mode", 0));
+
+        /* A node that says host mode is listed, and a malformed report is refused. */
+        _cleanup_(cJSON_Deletep) cJSON *reply = node_sync_saying("hn-node", "host");
+        ASSERT_TRUE(cJSON_IsArray(cJSON_GetObjectItem(reply, "live")));
+        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
+        _cleanup_free_ char *hosts = cJSON_PrintUnformatted(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "sandbox_network"), "host_nodes"));
+        ASSERT_CONTAINS(hosts, "\"hn-node\"");
+        hres_done(&r);
+        ASSERT_TRUE(test_log_has(c.log, 0, "on node hn-node run with gVisor's HOST network mode", 0));
+        (void) key;
 }
 
 /* A create, on a thread of its own: the sandbox stays placed-but-unconfirmed while it runs. */

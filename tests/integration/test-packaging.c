@@ -368,10 +368,10 @@ TEST(nomad_client_plugin_config) {
         _cleanup_(cJSON_Deletep) cJSON *j = load_hcl("packaging/nomad/client-sandbox.hcl");
         cJSON *cfg = at(j, "plugin", "docker", "config");
         ASSERT_NOT_NULL(cfg);
-        /* Jobs ask for runtime runsc (deny_all) or runsc-hostnet (CNI networks): both allowed. */
+        /* Jobs ask for runtime runsc (deny_all) or runsc-net (CNI networks): both allowed. */
         cJSON *rt = cJSON_GetObjectItem(cfg, "allow_runtimes");
         ASSERT_TRUE(str_array_has(rt, "runsc"));
-        ASSERT_TRUE(str_array_has(rt, "runsc-hostnet"));
+        ASSERT_TRUE(str_array_has(rt, "runsc-net"));
         /* The job's pids_limit (controld's [docker] pids_limit, 4096) must not exceed the plugin's. */
         cJSON *pl = cJSON_GetObjectItem(cfg, "pids_limit");
         ASSERT_TRUE(cJSON_IsNumber(pl));

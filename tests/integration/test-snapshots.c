@@ -375,12 +375,45 @@ TEST_FULL(restore_from_a_registry_that_wants_a_login, 300) {
                                         "Config");
                 }
                 ASSERT_NOT_NULL(conf);
-                ASSERT_STREQ(jstr(conf, "image"), tag);
+                /* By digest: repository@sha256:..., never the tag. */
+                char by_digest[256];
+                snprintf(by_digest, sizeof(by_digest), "%s/%s@%s", registry, repo, jstr(s, "digest"));
+                ASSERT_STREQ(jstr(conf, "image"), by_digest);
                 const cJSON *auth = cJSON_GetArrayItem(cJSON_GetObjectItem(conf, "auth"), 0);
                 ASSERT_STREQ(jstr(auth, "username"), "snapper");
                 ASSERT_STREQ(jstr(auth, "password"), "snap-pw");
                 ASSERT_STREQ(jstr(auth, "server_address"), reg);
         }
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb2, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
+}
+
+/* Issue 24: restores pulled by tag, so whoever could push to the repository could swap a
+ * tenant's snapshot for another image under the same tag. A restore now runs the digest
+ * recorded when the snapshot completed: overwriting the tag changes nothing. */
+TEST_FULL(an_overwritten_tag_cannot_swap_a_restore, 300) {
+        static struct ctld c;
+        char sb[25], sid[25], sb2[25];
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, sb);
+        (void) exec_out(&c, key, sb, "echo the-tenants-own > /root/who");
+        snap_post(&c, key, sb, "by-digest", sid);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_ready(&c, key, sid, 120);
+        const char *digest = jstr(s, "digest");
+        ASSERT_NOT_NULL(digest);
+        ASSERT_TRUE(strncmp(digest, "sha256:", 7) == 0 && strlen(digest) == 71);
+        ASSERT_FALSE(local_image(sid));
+
+        /* Someone pushes another image under the snapshot's tag. */
+        char tag[160];
+        snprintf(tag, sizeof(tag), "%s/%s:%s", registry, repo, sid);
+        ASSERT_EQ(RUN("docker", "tag", getenv("PADDOCK_TEST_IMAGE") ? getenv("PADDOCK_TEST_IMAGE") : "paddock/busybox:local", tag), 0);
+        ASSERT_EQ(RUN("docker", "push", tag), 0);
+        ASSERT_EQ(RUN("docker", "image", "rm", tag), 0);
+
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
+        ctld_create(&c, key, restore_body(sid), sb2);
+        _cleanup_free_ char *who = exec_out(&c, key, sb2, "cat /root/who");
+        ASSERT_STREQ(who, "the-tenants-own\n");
         DELETE_EXPECT(&c, key, "/sandboxes/%s", sb2, 204);
         DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
 }

@@ -273,14 +273,14 @@ static int ensure_image(struct alloc *a, const cJSON *conf, const char *image, c
         int r = docker_image_exists(standin_docker(), image);
         if (r > 0)
                 return 0;
-        const char *slash = strrchr(image, '/'), *colon = strrchr(image, ':');
+        /* repo:tag, repo (latest) or repo@sha256:... (by digest, as Nomad's docker driver takes it). */
+        const char *slash = strrchr(image, '/'), *at = strchr(slash ? slash : image, '@');
+        const char *colon = at ? at : strrchr(image, ':');
         if (colon && slash && colon < slash)
                 colon = NULL;
-        if (r < 0 || strchr(image, '@')) {
-                *ret_err = xasprintf("Failed to pull `%s`: %s", image,
-                                     r < 0 ? str_or(docker_last_error(), strerror(-r))
-                                           : "nomad-standin: digest references are not supported");
-                return r < 0 ? r : -EINVAL;
+        if (r < 0) {
+                *ret_err = xasprintf("Failed to pull `%s`: %s", image, str_or(docker_last_error(), strerror(-r)));
+                return r;
         }
         pthread_mutex_lock(&mu);
         task_event(a, "Driver", "Downloading image", false, NULL, -1);

@@ -61,7 +61,7 @@ TEST(nomad_config_defaults) {
         ASSERT_STREQ(c->nomad_cni_restricted, "sandbox-restricted");
         ASSERT_STREQ(c->nomad_cni_no_egress, "sandbox-no-egress");
         ASSERT_STREQ(c->nomad_runtime, "runsc");
-        ASSERT_STREQ(c->nomad_runtime_net, "runsc-hostnet");
+        ASSERT_STREQ(c->nomad_runtime_net, "runsc-net");
         ASSERT_STREQ(c->nomad_csi_plugin_id, "");
         ASSERT_EQ(c->nomad_pids_limit, 4096);
         ASSERT_EQ(c->nomad_placement_timeout_ms, 120000);

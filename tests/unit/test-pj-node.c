@@ -64,6 +64,12 @@ TEST(round_trip_every_type) {
         ASSERT_OK(parse("{\"type\":\"egress.remove\",\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\"}", &m, &e));
         ASSERT_EQ(m.type, PJ_NODE_EGRESS_REMOVE);
         pj_node_msg_done(&m);
+        /* node.sync may say the node's gVisor network mode. */
+        ASSERT_OK(parse("{\"type\":\"node.sync\",\"node_id\":\"n1\",\"sandbox_network\":\"host\"}", &m, &e));
+        ASSERT_STREQ(m.sandbox_network, "host");
+        _cleanup_free_ char *sync = pj_node_msg_format(&m);
+        ASSERT_STREQ(sync, "{\"type\":\"node.sync\",\"node_id\":\"n1\",\"sandbox_network\":\"host\"}");
+        pj_node_msg_done(&m);
         ASSERT_OK(parse("{\"type\":\"ping\"}", &m, &e));
         ASSERT_EQ(m.type, PJ_NODE_PING);
         _cleanup_free_ char *p = pj_node_msg_format(&m);
@@ -85,6 +91,9 @@ TEST(refusals_name_the_field) {
                 { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"wide\""), "mode" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"account\":\"../etc\",\"mode\":\"open\""), "account" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"account\":7,\"mode\":\"open\""), "account" },
+                { "{\"type\":\"node.sync\",\"node_id\":\"n1\",\"sandbox_network\":\"Host\"}", "sandbox_network" },
+                { "{\"type\":\"node.sync\",\"node_id\":\"n1\",\"sandbox_network\":\"\"}", "sandbox_network" },
+                { "{\"type\":\"node.sync\",\"node_id\":\"n1\",\"sandbox_network\":\"abcdefghijklmnop\"}", "sandbox_network" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"open\",\"allow\":[\"1.1.1.1\"]"), "allow" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"restricted\",\"allow\":[\"*.x.com\"]"), "allow[0]" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"restricted\",\"allow\":[1]"), "allow[0]" },
