@@ -444,13 +444,19 @@ struct ctl {
         pthread_mutex_t wait_lock;       /* status-change broadcast for /wait */
         pthread_cond_t wait_cond;
         uint64_t status_gen;
-        pthread_mutex_t sb_locks[64];    /* striped per-sandbox operation locks */
+        /* Per-sandbox operation locks: one entry per sandbox id held or waited for (ctl.c), so
+         * one sandbox's slow operation (an image pull, a start, an egress apply) never holds up
+         * another's. Entries live only while someone holds or waits: bounded by the threads. */
+        pthread_mutex_t sb_lock_mu;
+        struct sb_lock_entry *sb_locks;
         pthread_mutex_t jobs_lock;
         pthread_cond_t jobs_cond;
         int jobs_running;
         int streams_running;             /* SSE exec streams; shutdown lets them say goodbye */
 };
 
+/* Takes sandbox id's operation lock (waiting while another thread holds it) / gives it back.
+ * Locks of different ids never wait on each other. Not recursive. */
 void ctl_sandbox_lock(struct ctl *c, const char *id);
 void ctl_sandbox_unlock(struct ctl *c, const char *id);
 void ctl_notify_status(struct ctl *c);

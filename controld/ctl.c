@@ -14,15 +14,60 @@
 #include "log.h"
 #include "strutil.h"
 
-static unsigned lock_index(const char *id) {
-        unsigned h = 2166136261u;
-        for (; *id; id++)
-                h = (h ^ (unsigned char) *id) * 16777619u;
-        return h % 64;
+/* One sandbox id's lock: there while it is held or waited for (the list is as long as the
+ * threads that lock, never longer). It used to be 64 stripes by hash, and one tenant's slow
+ * create held every sandbox of its stripe, other tenants' destroys and pauses included. */
+struct sb_lock_entry {
+        struct sb_lock_entry *next;
+        char id[SANDBOX_ID_LEN + 1];
+        bool held;
+        int waiters;
+        pthread_cond_t cv;
+};
+
+static struct sb_lock_entry *lock_find(struct ctl *c, const char *id) {
+        for (struct sb_lock_entry *e = c->sb_locks; e; e = e->next)
+                if (!strcmp(e->id, id))
+                        return e;
+        return NULL;
 }
 
-void ctl_sandbox_lock(struct ctl *c, const char *id) { pthread_mutex_lock(&c->sb_locks[lock_index(id)]); }
-void ctl_sandbox_unlock(struct ctl *c, const char *id) { pthread_mutex_unlock(&c->sb_locks[lock_index(id)]); }
+void ctl_sandbox_lock(struct ctl *c, const char *id) {
+        pthread_mutex_lock(&c->sb_lock_mu);
+        struct sb_lock_entry *e = lock_find(c, id);
+        if (!e) {
+                e = xnew0(struct sb_lock_entry, 1);
+                strscpy(e->id, id, sizeof(e->id));
+                pthread_cond_init(&e->cv, NULL);
+                e->next = c->sb_locks;
+                c->sb_locks = e;
+        }
+        e->waiters++;
+        while (e->held)
+                pthread_cond_wait(&e->cv, &c->sb_lock_mu);
+        e->waiters--;
+        e->held = true;
+        pthread_mutex_unlock(&c->sb_lock_mu);
+}
+
+void ctl_sandbox_unlock(struct ctl *c, const char *id) {
+        pthread_mutex_lock(&c->sb_lock_mu);
+        struct sb_lock_entry **pp = &c->sb_locks;
+        while (*pp && strcmp((*pp)->id, id) != 0)
+                pp = &(*pp)->next;
+        struct sb_lock_entry *e = *pp;
+        if (e) {
+                e->held = false;
+                if (e->waiters > 0)
+                        pthread_cond_signal(&e->cv);
+                else {
+                        *pp = e->next;
+                        pthread_cond_destroy(&e->cv);
+                        free(e);
+                }
+        }
+        pthread_mutex_unlock(&c->sb_lock_mu);
+}
 
 struct sandbox_lock sandbox_lock_take(struct ctl *c, const char *id) {
         struct sandbox_lock l = { .c = c };
@@ -132,8 +177,7 @@ void ctl_init(struct ctl *c) {
         memset(c, 0, sizeof(*c));
         pthread_mutex_init(&c->wait_lock, NULL);
         cond_init_monotonic(&c->wait_cond);
-        for (size_t i = 0; i < ELEMENTSOF(c->sb_locks); i++)
-                pthread_mutex_init(&c->sb_locks[i], NULL);
+        pthread_mutex_init(&c->sb_lock_mu, NULL);
         pthread_mutex_init(&c->jobs_lock, NULL);
         pthread_cond_init(&c->jobs_cond, NULL);
 }

@@ -6,7 +6,7 @@
  *
  * The record is written as 'starting' BEFORE any side effect, so a crash
  * between steps leaves something a reaper can heal. Operations on one sandbox
- * are serialised by a striped lock; status moves by compare-and-set.
+ * are serialised by a per-sandbox lock; status moves by compare-and-set.
  */
 #include <ctype.h>
 #include <errno.h>
