@@ -58,8 +58,8 @@ static void setup(struct ctl *c, struct config *cfg) {
         c->drv = &fake_driver;
         pthread_mutex_init(&c->wait_lock, NULL);
         pthread_cond_init(&c->wait_cond, NULL);
-        for (size_t i = 0; i < ELEMENTSOF(c->sb_locks); i++)
-                pthread_mutex_init(&c->sb_locks[i], NULL);
+        pthread_mutex_init(&c->sb_lock_mu, NULL);
+        c->sb_locks = NULL;
         the_ctl = c;
 }
 
