@@ -69,7 +69,7 @@ INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(IN
 FAKE_BINS  := $(patsubst tests/fakes/%.c,$(BUILD)/tests/fakes/%,$(FAKES_SRC))
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
 
-.PHONY: all check unit tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link soak
+.PHONY: all check unit unit-bins tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link soak
 all: $(BUILD)/controld $(BUILD)/nodeagent $(BUILD)/paddock-init
 
 $(BUILD)/obj/%.o: %.c
@@ -168,9 +168,19 @@ soak: deps
 	PADDOCK_BUILD=$(BUILD) SOAK_SECONDS=$(SOAK_SECONDS) tests/soak/run.sh
 
 # The README's test command. Installs and starts what the tests need, runs all, stops it.
+# The unit tests also run built with ASan and UBSan (build/san): check runs both.
+ifeq ($(SANITIZE),)
+check: deps
+	$(MAKE) tests
+	$(MAKE) SANITIZE=address,undefined BUILD=build/san unit-bins
+	PADDOCK_BUILD=$(BUILD) PADDOCK_SAN_BUILD=build/san tests/run-all.sh
+else
 check: deps
 	$(MAKE) tests
 	PADDOCK_BUILD=$(BUILD) tests/run-all.sh
+endif
+
+unit-bins: $(UNIT_BINS)
 
 # The unit tests alone: no deps, no services, same per-program result lines as check.
 unit: $(UNIT_BINS)

@@ -9,7 +9,8 @@
 #
 # Under CI=true a skipped test counts as failed (in each program and in the total here).
 #
-# Environment: PADDOCK_BUILD (default build), PADDOCK_STATE, PADDOCK_TEST_TIMEOUT (seconds per
+# Environment: PADDOCK_BUILD (default build), PADDOCK_SAN_BUILD (a sanitized build: its unit
+# tests run too), PADDOCK_STATE, PADDOCK_TEST_TIMEOUT (seconds per
 # program, default 1200), PADDOCK_TESTS (optional glob on program names, e.g. 'test-log*').
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,7 +33,11 @@ tests/env/services.sh start --record "$RECORD"
 tests/env/images.sh
 
 progs=()
-for dir in "$PADDOCK_BUILD/tests/unit" "$PADDOCK_BUILD/tests/integration"; do
+# PADDOCK_SAN_BUILD (optional): a sanitized build whose unit tests run too, after the plain ones.
+dirs=("$PADDOCK_BUILD/tests/unit")
+[[ -z ${PADDOCK_SAN_BUILD:-} ]] || dirs+=("$PADDOCK_SAN_BUILD/tests/unit")
+dirs+=("$PADDOCK_BUILD/tests/integration")
+for dir in "${dirs[@]}"; do
         [[ -d $dir ]] || continue
         while IFS= read -r f; do
                 # shellcheck disable=SC2053
@@ -48,12 +53,17 @@ OUT=$(mktemp "${TMPDIR:-/tmp}/paddock-test-out.XXXXXX")
 trap 'rm -f "$OUT"; finish' EXIT
 for prog in "${progs[@]}"; do
         name=${prog#"$PADDOCK_BUILD"/tests/}
+        penv=("PADDOCK_BUILD=$PADDOCK_BUILD")
+        if [[ -n ${PADDOCK_SAN_BUILD:-} && $prog == "$PADDOCK_SAN_BUILD"/tests/* ]]; then
+                name=sanitized-${prog#"$PADDOCK_SAN_BUILD"/tests/}
+                penv=("PADDOCK_BUILD=$PADDOCK_SAN_BUILD")
+        fi
         printf '\n===== %s =====\n' "$name"
         t0=$EPOCHREALTIME
         # stdin closed; output to a file, shown live. Not a pipe: a stray background process
         # holding the program's stdout must not make us wait forever. timeout -s KILL kills
         # the program's whole process group.
-        timeout -s KILL "$LIMIT" "$prog" </dev/null >"$OUT" 2>&1 &
+        env "${penv[@]}" timeout -s KILL "$LIMIT" "$prog" </dev/null >"$OUT" 2>&1 &
         TPID=$!
         tail -n +1 -s 0.1 --pid="$TPID" -f "$OUT" || true
         rc=0
