@@ -154,6 +154,12 @@ static int load_plan(struct config *c, struct conf *cf, const char *nm, void *it
                                       365ULL * 24 * 3600 * 1000, &lifetime, err, errlen)) < 0)
                 return r;
         p->snapshot_max_age_s = (int64_t) (lifetime / 1000);
+        if ((r = conf_get_int(cf, "plan", nm, "snapshot_max_manual", 50, 0, 100000, &p->snapshot_max_manual, err, errlen)) <
+                    0 ||
+            (r = conf_get_int(cf, "plan", nm, "snapshot_max_inflight", 2, 1, 100, &p->snapshot_max_inflight, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "plan", nm, "snapshot_max_total_gb", 50, 1, 1000000, &p->snapshot_max_total_gb, err,
+                              errlen)) < 0)
+                return r;
         if (conf_has_section(cf, "plan", nm) &&
             (r = conf_get_list(cf, "plan", nm, "regions", 64, 64, &p->regions, err, errlen)) < 0)
                 return r;

@@ -34,6 +34,9 @@ struct plan {
         int64_t max_lifetime_s;         /* hard cap on a sandbox's life */
         int64_t snapshot_max_count;     /* automatic snapshots kept per sandbox (oldest go first) */
         int64_t snapshot_max_age_s;     /* automatic snapshots older than this are deleted */
+        int64_t snapshot_max_manual;    /* manual snapshots per account (creating + ready) */
+        int64_t snapshot_max_inflight;  /* snapshots being taken at once per account */
+        int64_t snapshot_max_total_gb;  /* registry bytes of an account's ready snapshots, GB */
 };
 
 struct template {
@@ -404,6 +407,14 @@ struct snapshot {
 void snapshot_clear(struct snapshot *s);
 void snapshot_array_free(struct snapshot *a, size_t n);
 int store_snapshot_insert(struct store *s, const struct snapshot *sn);
+/* The same within the account's plan, checked and inserted in one transaction (concurrent
+ * requests cannot both take the last place): -EDQUOT with *ret_which = the cap in the way. */
+struct snapshot_caps {
+        int64_t max_manual, max_inflight, max_total_bytes;
+};
+enum { SNAPSHOT_CAP_MANUAL = 1, SNAPSHOT_CAP_INFLIGHT, SNAPSHOT_CAP_BYTES };
+int store_snapshot_insert_capped(struct store *s, const struct snapshot *sn, const struct snapshot_caps *caps,
+                                 int *ret_which);
 int store_snapshot_get(struct store *s, const char *id, struct snapshot *ret);
 /* creating -> ready|failed; -ESTALE when it is no longer creating, -ENOENT when gone. */
 int store_snapshot_finish(struct store *s, const char *id, enum snap_status to, const char *digest, int64_t size_bytes,

@@ -168,7 +168,31 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
         sn.automatic = automatic;
         sn.size_bytes = -1;
         sn.created_at = now_ms();
-        if (store_snapshot_insert(c->store, &sn) < 0)
+        /* The plan's limits, per account: a tenant's snapshots cannot fill the registry, and with
+         * at most snapshot_max_inflight of its jobs queued on a node, another tenant's job waits
+         * behind a bounded number of them (the node runs one at a time, in order). */
+        struct plan plan_buf;
+        const struct plan *plan = config_account_plan(c->cfg, acc, &plan_buf);
+        if (!plan)
+                return API_ERR(err, -EPERM, "Your account's plan is not available on this server");
+        struct snapshot_caps caps = { .max_manual = plan->snapshot_max_manual,
+                                      .max_inflight = plan->snapshot_max_inflight,
+                                      .max_total_bytes = plan->snapshot_max_total_gb << 30 };
+        int which = 0;
+        r = store_snapshot_insert_capped(c->store, &sn, &caps, &which);
+        if (r == -EDQUOT && which == SNAPSHOT_CAP_MANUAL)
+                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld snapshots (snapshot_max_manual). Delete one first.",
+                               (long long) caps.max_manual);
+        if (r == -EDQUOT && which == SNAPSHOT_CAP_INFLIGHT)
+                return API_ERR(err, -EUSERS,
+                               "Your plan allows %lld snapshots in progress at once (snapshot_max_inflight); retry when one "
+                               "is ready",
+                               (long long) caps.max_inflight);
+        if (r == -EDQUOT && which == SNAPSHOT_CAP_BYTES)
+                return API_ERR(err, -EDQUOT,
+                               "Your snapshots use your plan's %lld GB (snapshot_max_total_gb). Delete some first.",
+                               (long long) plan->snapshot_max_total_gb);
+        if (r < 0)
                 return API_ERR(err, -EIO, "Failed to record the snapshot");
         log_ctx_set("SNAPSHOT_ID", sn.id);
         log_ctx_set("SANDBOX_ID", sb.id);

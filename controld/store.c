@@ -1288,6 +1288,39 @@ int store_snapshot_insert(struct store *s, const struct snapshot *sn) {
         return insert_row(s, &snapshots, sn);
 }
 
+int store_snapshot_insert_capped(struct store *s, const struct snapshot *sn, const struct snapshot_caps *caps,
+                                 int *ret_which) {
+        LOCKED(s);
+        int64_t manual = 0, inflight = 0, bytes = 0;
+        int r;
+        *ret_which = 0;
+        if ((r = exec_sql(s, "BEGIN IMMEDIATE")) < 0)
+                return r;
+        if ((r = query_int(s, "SELECT COUNT(*) FROM snapshots WHERE account_id = ? AND automatic = 0 AND status != 'failed'",
+                           PARAMS(p_text(sn->account_id)), &manual)) < 0 ||
+            (r = query_int(s, "SELECT COUNT(*) FROM snapshots WHERE account_id = ? AND status = 'creating'",
+                           PARAMS(p_text(sn->account_id)), &inflight)) < 0 ||
+            (r = query_int(s, "SELECT COALESCE(SUM(size_bytes), 0) FROM snapshots WHERE account_id = ? AND status = 'ready'",
+                           PARAMS(p_text(sn->account_id)), &bytes)) < 0)
+                goto rollback;
+        if (!sn->automatic && manual >= caps->max_manual)
+                *ret_which = SNAPSHOT_CAP_MANUAL;
+        else if (inflight >= caps->max_inflight)
+                *ret_which = SNAPSHOT_CAP_INFLIGHT;
+        else if (bytes >= caps->max_total_bytes)
+                *ret_which = SNAPSHOT_CAP_BYTES;
+        if (*ret_which) {
+                r = -EDQUOT;
+                goto rollback;
+        }
+        if ((r = insert_row(s, &snapshots, sn)) < 0)
+                goto rollback;
+        return exec_sql(s, "COMMIT");
+rollback:
+        exec_sql(s, "ROLLBACK");
+        return r;
+}
+
 int store_snapshot_get(struct store *s, const char *id, struct snapshot *ret) {
         LOCKED(s);
         return get_row(s, &snapshots, "id = ?", PARAMS(p_text(id)), ret);

@@ -547,6 +547,41 @@ TEST_FULL(no_agent_past_the_deadline_fails, 120) {
         HTTP_EXPECT_MSG(&c, "POST", path, key, "{\"name\":\"late\"}", 400, "must be ready");
 }
 
+/* Issue 24: snapshots had no per-account limits. The plan's snapshot_max_inflight (here 2),
+ * snapshot_max_manual (3) and snapshot_max_total_gb (1) hold per account, each refused with
+ * the reason, and another account keeps its own budget. No agent runs, so jobs stay creating;
+ * "ready" and its size are written to the store as the agent's outcome would. */
+TEST_FULL(plan_limits_bound_each_accounts_snapshots, 120) {
+        static struct ctld c;
+        char sb[25], a[25], b[25], x[25], sb_o[25], o1[25], path[96], q[200];
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s",
+                                         "snapshot_max_manual = 3\nsnapshot_max_inflight = 2\nsnapshot_max_total_gb = 1\n",
+                                         false, sb);
+        snprintf(path, sizeof(path), "/sandboxes/%s/snapshots", sb);
+        snap_post(&c, key, sb, "a", a);
+        snap_post(&c, key, sb, "b", b);
+        HTTP_EXPECT_MSG(&c, "POST", path, key, "{\"name\":\"c\"}", 429, "2 snapshots in progress at once");
+        /* Another account: its own budget. */
+        _cleanup_free_ char *other = ctld_account_key(&c, "other", "snap", NULL);
+        ctld_create(&c, other, DENY, sb_o);
+        snap_post(&c, other, sb_o, "o1", o1);
+
+        /* a is done, 1 GiB in the registry: the account's bytes are used up. */
+        snprintf(q, sizeof(q), "UPDATE snapshots SET status = 'ready', size_bytes = 1073741824 WHERE id = '%s'", a);
+        free(ctld_db_query(&c, q));
+        HTTP_EXPECT_MSG(&c, "POST", path, key, "{\"name\":\"c\"}", 403, "use your plan's 1 GB (snapshot_max_total_gb)");
+        snprintf(q, sizeof(q), "UPDATE snapshots SET size_bytes = 1000 WHERE id = '%s'", a);
+        free(ctld_db_query(&c, q));
+        snap_post(&c, key, sb, "c", x);
+        /* a, b and c are the 3 manual snapshots the plan allows. */
+        snprintf(q, sizeof(q), "UPDATE snapshots SET status = 'ready', size_bytes = 1000 WHERE id IN ('%s', '%s')", b, x);
+        free(ctld_db_query(&c, q));
+        HTTP_EXPECT_MSG(&c, "POST", path, key, "{\"name\":\"d\"}", 403, "up to 3 snapshots (snapshot_max_manual)");
+        /* Deleting one frees its place (the registry has no manifest for it: that is fine). */
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", b, 204);
+        snap_post(&c, key, sb, "d", x);
+}
+
 TEST_FULL(destroy_mid_snapshot_is_safe, 240) {
         static struct ctld c;
         char sb[25], sid[25];
