@@ -207,6 +207,10 @@ int amqpx_read_content(amqp_connection_state_t conn, amqp_channel_t ch, int64_t 
                                 copy_short(c->app_id, p->app_id);
                                 c->has_app_id = true;
                         }
+                        if (p && (p->_flags & AMQP_BASIC_USER_ID_FLAG)) {
+                                copy_short(c->user_id, p->user_id);
+                                c->has_user_id = true;
+                        }
                         if (c->size <= max)
                                 body = xmalloc(c->size + 1);
                 } else if (f.frame_type == AMQP_FRAME_BODY && have_header) {
@@ -303,4 +307,24 @@ int amqpx_next_delivery(amqp_connection_state_t conn, amqp_channel_t ch, long ti
         *d = (struct amqpx_delivery) { .tag = dm->delivery_tag, .redelivered = dm->redelivered };
         r = amqpx_read_content(conn, ch, mono_ms() + AMQPX_CONTENT_TIMEOUT_MS, max, &d->c, ret_body);
         return r < 0 ? r : 1;
+}
+
+bool amqpx_login_is(const char *tmpl, const char *node, const char *user_id) {
+        if (!tmpl || !*tmpl)
+                return true;
+        if (!user_id || !node)
+                return false;
+        struct strbuf want = STRBUF_INIT(1024);
+        for (const char *p = tmpl; *p;) {
+                const char *ph = strstr(p, "{node}");
+                size_t n = ph ? (size_t) (ph - p) : strlen(p);
+                strbuf_append(&want, p, n);
+                if (!ph)
+                        break;
+                strbuf_append(&want, node, strlen(node));
+                p = ph + strlen("{node}");
+        }
+        bool ok = !want.truncated && want.buf && !strcmp(want.buf, user_id);
+        strbuf_done(&want);
+        return ok;
 }

@@ -75,7 +75,15 @@ struct amqpx_content {
         bool has_corr;
         char app_id[256];
         bool has_app_id;
+        char user_id[256];      /* RabbitMQ checked it is the publisher's login */
+        bool has_user_id;
 };
+
+/* Whether user_id (NULL: the message had none) is the broker login tmpl names for node:
+ * tmpl with every "{node}" replaced by node (e.g. "paddock-node-{node}"). An empty or NULL
+ * tmpl checks nothing (true). RabbitMQ refuses a publish whose user_id is not the
+ * publisher's own login, so a match proves who sent it; app_id proves nothing. */
+bool amqpx_login_is(const char *tmpl, const char *node, const char *user_id);
 
 /* How long the rest of a message may take to arrive once its basic.deliver (or
  * basic.return) has: past it the broker is taken as stalled and the connection replaced. */

@@ -133,6 +133,16 @@ static bool valid_tag(const char *s) {
         return docker_valid_name(s) && strlen(s) <= 128;
 }
 
+/* A manifest digest as pulls take it in place of a tag: sha256 and 64 lowercase hex digits. */
+static bool valid_digest(const char *s) {
+        if (!s || strncmp(s, "sha256:", 7) != 0 || strlen(s) != 7 + 64)
+                return false;
+        for (s += 7; *s; s++)
+                if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+                        return false;
+        return true;
+}
+
 /* ---- request core ------------------------------------------------------------- */
 
 
@@ -888,7 +898,7 @@ static bool valid_b64(const char *s) {
 static long image_stream(struct docker *d, bool push, const char *name, const char *tag, const char *registry_auth_b64,
                          struct push_ctx *c) {
         const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
-        if (!valid_ref(name) || strchr(name, '@') || !valid_tag(tag) || !valid_b64(auth))
+        if (!valid_ref(name) || strchr(name, '@') || !(valid_tag(tag) || (!push && valid_digest(tag))) || !valid_b64(auth))
                 return -EINVAL;
         _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(tag);
         _cleanup_free_ char *url =

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amqp.h"
 #include "cleanup.h"
 #include "conf.h"
 #include "controld.h"
@@ -405,6 +406,17 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
                 c->amqp_url = NULL;
         }
         S("amqp", "exchange", "paddock.nodes", 128, amqp_exchange);
+        S("amqp", "node_login", "", 255, amqp_node_login);
+        if (c->amqp_url) {
+                /* Our own login goes in every message's user_id (RabbitMQ checks it), so agents
+                 * can tell a command from controld from one any other broker user published. */
+                struct amqpx_url u;
+                char uerr[256] = "";
+                if (amqpx_url_parse(c->amqp_url, &u, uerr, sizeof(uerr)) == 0) {
+                        c->amqp_login = xstrdup(u.user);
+                        amqpx_url_done(&u);
+                }
+        }
         if ((r = conf_get_duration_ms(cf, "amqp", NULL, "egress_timeout", 10000, 100, 120000, &c->egress_timeout_ms, err,
                                       errlen)) < 0)
                 goto fail;
@@ -496,6 +508,8 @@ struct config *config_free(struct config *c) {
         free(c->docker_node_id);
         free(c->amqp_url);
         free(c->amqp_exchange);
+        free(c->amqp_node_login);
+        free(c->amqp_login);
         free(c->snap_registry);
         free(c->snap_repository);
         free(c->snap_username);

@@ -104,6 +104,8 @@ struct config {
         char *init_dir;                              /* "" = <store dir>/agents */
         /* [amqp]: the node bus. amqp_url NULL = no agent: egress policies are stored, not enforced */
         char *amqp_url, *amqp_exchange;
+        char *amqp_node_login;           /* "" = unchecked; else each node's broker login, {node} = its id */
+        char *amqp_login;                /* the user of amqp_url (NULL without one): our messages' user_id */
         uint64_t egress_timeout_ms;                  /* bound on one egress.apply/remove round trip */
         bool docker_allow_unsandboxed;               /* tests only: accept runtimes that are not gVisor */
         /* [snapshots]: the registry the node agents push to (same values as their [snapshot]) */

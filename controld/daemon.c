@@ -49,6 +49,15 @@ int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
                                 return log_error_errno(r, "Failed to connect to the node bus ([amqp] url): %s", err);
                         log_info("egress enforced by node agents over exchange %s (confirm within %llums)",
                                  c->cfg->amqp_exchange, (unsigned long long) c->cfg->egress_timeout_ms);
+                        nodebus_set_node_login(c->bus, c->cfg->amqp_node_login);
+                        if (*c->cfg->amqp_node_login)
+                                log_info("node messages count only from each node's broker login (%s)",
+                                         c->cfg->amqp_node_login);
+                        else
+                                log_warning("[amqp] node_login is not set: which node a message comes from is taken "
+                                            "from its app_id, which any user of the broker can set. Give each node a "
+                                            "broker user of its own and set node_login (e.g. paddock-node-{node}); "
+                                            "see OPERATIONS.md");
                 } else
                         log_warning("[amqp] url is not set: NO node agent enforces egress. restricted and open sandboxes "
                                     "get the plain bridge with no allowlist and no always-deny set; only deny_all "

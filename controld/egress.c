@@ -513,7 +513,8 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                 struct pj_error pe = { 0 };
                 bool from_node = d.c.has_app_id && body &&
                                  pj_node_msg_parse(body, (size_t) d.c.size, &m, &pe) == 0 &&
-                                 strcmp(d.c.app_id, m.node_id) == 0;
+                                 strcmp(d.c.app_id, m.node_id) == 0 &&
+                                 amqpx_login_is(c->cfg->amqp_node_login, m.node_id, d.c.has_user_id ? d.c.user_id : NULL);
                 bool from_agent = from_node && m.type == PJ_NODE_NODE_SYNC && d.c.reply_to[0];
                 if (from_node && m.type == PJ_NODE_EGRESS_RESOLVED && m.node_id[0]) {
                         struct resolved_update *u = xmalloc(sizeof(*u) + m.n_resolved * sizeof(u->res[0]));
@@ -530,7 +531,7 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                         (void) store_node_touch(c->store, m.node_id, now_ms());  /* agent liveness: admin node list */
                         sandbox_network_note(m.node_id, m.sandbox_network[0] ? m.sandbox_network : NULL);
                         _cleanup_free_ char *answer = sync_answer(c, m.node_id);
-                        amqp_basic_properties_t rp = amqpx_json_props(1, "controld", NULL);
+                        amqp_basic_properties_t rp = amqpx_json_props(1, "controld", c->cfg->amqp_login);
                         if (d.c.has_corr) {
                                 rp._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
                                 rp.correlation_id = amqp_cstring_bytes(d.c.correlation_id);

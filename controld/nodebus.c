@@ -65,6 +65,7 @@ struct nodebus {
 
         struct amqpx_url url;
         char *exchange;
+        char *node_login;       /* [amqp] node_login: who may answer for a node ("" = unchecked) */
         char conn_name[64];
 
         amqp_connection_state_t conn;   /* NULL: connect at the next request */
@@ -95,6 +96,18 @@ static struct timeval ms_to_tv(long ms) {
 static bool bytes_eq(amqp_bytes_t b, const char *s) {
         size_t n = strlen(s);
         return b.len == n && n > 0 && memcmp(b.bytes, s, n) == 0;
+}
+
+/* The reply's user_id is node's broker login ([amqp] node_login), or nothing is checked. */
+static bool reply_login_ok(const struct nodebus *c, const amqp_basic_properties_t *pr, const char *node) {
+        if (!c->node_login || !*c->node_login)
+                return true;
+        if (!(pr->_flags & AMQP_BASIC_USER_ID_FLAG) || pr->user_id.len == 0 || pr->user_id.len > 255)
+                return false;
+        char user[256];
+        memcpy(user, pr->user_id.bytes, pr->user_id.len);
+        user[pr->user_id.len] = 0;
+        return amqpx_login_is(c->node_login, node, user);
 }
 
 static struct pending *find_pending(struct nodebus *c, amqp_bytes_t id) {
@@ -236,7 +249,8 @@ static void handle_header(struct nodebus *c, const amqp_frame_t *f) {
                         p = find_pending(c, pr->correlation_id);
                 if (!p || p->done)
                         log_debug("amqp: dropping a reply nobody waits for (late or foreign)");
-                else if (!pr || !(pr->_flags & AMQP_BASIC_APP_ID_FLAG) || !bytes_eq(pr->app_id, p->node_id))
+                else if (!pr || !(pr->_flags & AMQP_BASIC_APP_ID_FLAG) || !bytes_eq(pr->app_id, p->node_id) ||
+                         !reply_login_ok(c, pr, p->node_id))
                         /* Only the node we asked may answer; the request keeps waiting for it. */
                         log_debug("amqp: dropping a reply to %s that claims to come from node %.*s, not %s", p->id,
                                   pr && (pr->_flags & AMQP_BASIC_APP_ID_FLAG) ? (int) pr->app_id.len : 6,
@@ -525,6 +539,11 @@ int nodebus_request(struct nodebus *c, const char *node_id, const char *body, lo
                 .reply_to = c->reply_q,
                 .expiration = amqp_cstring_bytes(expiration),
         };
+        /* Our login as user_id (RabbitMQ checks it): the agent's proof the command is ours. */
+        if (c->url.user && *c->url.user) {
+                props._flags |= AMQP_BASIC_USER_ID_FLAG;
+                props.user_id = amqp_cstring_bytes(c->url.user);
+        }
         amqp_bytes_t b = { .len = len, .bytes = (void *) body };
         int s = amqp_basic_publish(c->conn, CH, amqp_cstring_bytes(c->exchange), amqp_cstring_bytes(node_id), 1, 0,
                                    &props, b);
@@ -690,6 +709,14 @@ struct nodebus *nodebus_free(struct nodebus *c) {
         close(c->wakefd);
         amqpx_url_done(&c->url);
         free(c->exchange);
+        free(c->node_login);
         free(c);
         return NULL;
+}
+
+void nodebus_set_node_login(struct nodebus *c, const char *tmpl) {
+        pthread_mutex_lock(&c->lock);
+        free(c->node_login);
+        c->node_login = tmpl && *tmpl ? xstrdup(tmpl) : NULL;
+        pthread_mutex_unlock(&c->lock);
 }

@@ -52,6 +52,9 @@ struct nodebus;
  * (at most 10 s) so that a wrong URL or credentials show at startup. On success *ret is
  * owned by the caller (nodebus_free). */
 int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, char *err, size_t errlen);
+/* Replies count only when their user_id is the node's broker login: tmpl with "{node}" for
+ * the node id ([amqp] node_login). NULL or "" checks only app_id, which any user can set. */
+void nodebus_set_node_login(struct nodebus *c, const char *tmpl);
 
 /* Closes the connection. No request may be running. Accepts NULL; returns NULL. */
 struct nodebus *nodebus_free(struct nodebus *c);

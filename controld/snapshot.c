@@ -98,7 +98,7 @@ static int publish_once(struct snapbus *b, const char *node, const char *body, c
         if ((r = declare_jobs_queue(b, node, err, errlen)) < 0)
                 return r;
         _cleanup_free_ char *key = pj_snapshot_jobs_key(node);
-        amqp_basic_properties_t p = amqpx_json_props(2, NULL, NULL);
+        amqp_basic_properties_t p = amqpx_json_props(2, NULL, b->c->cfg->amqp_login);
         if (amqp_basic_publish(b->pub, CH, amqp_cstring_bytes(b->c->cfg->amqp_exchange), amqp_cstring_bytes(key), 1, 0, &p,
                                amqp_cstring_bytes(body)) != AMQP_STATUS_OK) {
                 snprintf(err, errlen, "the connection to RabbitMQ broke while publishing");
@@ -436,7 +436,11 @@ static void *events_main(void *ud) {
                                 continue;
                         if (got < 0)
                                 break;   /* a close, a broken connection or a stalled one: reconnect */
-                        const char *node = d.c.has_app_id ? d.c.app_id : NULL;
+                        /* The node the event says it is from, when its login proves it ([amqp] node_login). */
+                        const char *node = d.c.has_app_id && amqpx_login_is(b->c->cfg->amqp_node_login, d.c.app_id,
+                                                                            d.c.has_user_id ? d.c.user_id : NULL)
+                                                   ? d.c.app_id
+                                                   : NULL;
                         log_ctx_reset();
                         int r = !body ? -EMSGSIZE : snapshot_apply_event(b->c, node, body, (size_t) d.c.size);
                         if (r == -EIO) {

@@ -569,14 +569,26 @@ static int consume_loop(const struct agent_config *cfg, const char *user, amqp_c
                 _cleanup_free_ char *body = NULL;
                 if (read_content(conn, &d, &body) < 0)
                         return -ECONNRESET;
+                /* Only controld's broker login may command us ([amqp] controld_login): RabbitMQ
+                 * checked user_id against the publisher's login; app_id and reply_to prove nothing. */
+                bool from_controld = amqpx_login_is(cfg->controld_login, "", d.c.has_user_id ? d.c.user_id : NULL);
                 if (is_reply) {
-                        if (body)
+                        if (body && from_controld)
                                 reconcile_on_reply(cfg, &d, body);
+                        else if (body)
+                                log_warning("ignoring a node.sync answer not published by controld's login (%s)",
+                                            d.c.has_user_id ? d.c.user_id : "no user_id");
                         continue;       /* consumed with no-ack */
                 }
 
                 log_ctx_reset();
                 log_ctx_set("NODE_ID", cfg->node_id);
+                if (!from_controld) {
+                        log_warning("refusing a message not published by controld's login %s (user_id %s)",
+                                    cfg->controld_login, d.c.has_user_id ? d.c.user_id : "absent");
+                        amqp_basic_reject(conn, CH, d.tag, 0);
+                        continue;
+                }
                 _cleanup_free_ char *out = NULL;
                 if (!body) {
                         log_warning("refusing a %" PRIu64 " byte message (limit %d); its body was not kept", d.c.size,
@@ -608,6 +620,11 @@ int agent_run(const struct agent_config *cfg) {
         if ((r = amqpx_url_parse(cfg->amqp_url, &u, why, sizeof(why))) < 0)
                 return log_error_errno(r, "[amqp] url: %s", why);
         log_ctx_set("NODE_ID", cfg->node_id);
+        if (!cfg->controld_login || !*cfg->controld_login)
+                log_warning("[amqp] controld_login is not set: any user of the broker that can publish to this node's "
+                            "queue is obeyed. Give controld a broker user of its own and name it here; see OPERATIONS.md");
+        else
+                log_info("commands count only from controld's broker login %s", cfg->controld_login);
         watchdog_start();
         if (cfg->egress_enabled) {
                 names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);

@@ -106,6 +106,7 @@ static int relay_config_load(struct conf *cf, const char *path, struct agent_con
 
 static void snapshot_config_done(struct agent_config *c) {
         free(c->runtime_network);
+        free(c->controld_login);
         free_many(c->snap_registry, c->snap_repository, c->snap_username, c->snap_password, c->snap_docker_socket,
                   c->snap_docker_root);
 }
@@ -130,6 +131,7 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
         STR("agent", "runtime_network", "runsc-net", 64, runtime_network);
         STR("amqp", "url", "amqp://guest:guest@127.0.0.1:5672", 1024, amqp_url);
         STR("amqp", "exchange", "paddock.nodes", 128, exchange);
+        STR("amqp", "controld_login", "", 255, controld_login);
         STR("egress", "table", "paddock", 64, egress_table);
         STR("egress", "dns_resolver", NULL, 16, egress_dns);
         STR("metrics", "listen", NULL, 64, metrics_listen);

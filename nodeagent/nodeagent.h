@@ -16,6 +16,7 @@ struct agent_config {
                                  * its gVisor network mode is reported to controld with node.sync */
         char *amqp_url;
         char *exchange;       /* direct exchange shared with controld */
+        char *controld_login; /* [amqp] controld_login: the broker user whose messages are commands; "" = any */
         int64_t prefetch;
         /* [egress] */
         bool egress_enabled;

@@ -407,6 +407,12 @@ static void *snap_main(void *ud) {
                                 amqp_basic_reject(conn, CH, d.tag, 0);
                                 continue;
                         }
+                        if (!amqpx_login_is(cfg->controld_login, "", d.c.has_user_id ? d.c.user_id : NULL)) {
+                                log_warning("dropping a snapshot job not published by controld's login %s (user_id %s)",
+                                            cfg->controld_login, d.c.has_user_id ? d.c.user_id : "absent");
+                                amqp_basic_reject(conn, CH, d.tag, 0);
+                                continue;
+                        }
                         int r = run_job(conn, cfg, u.user, &next_tag, d.tag, d.redelivered, body, (size_t) d.c.size);
                         if (r < 0)
                                 break;

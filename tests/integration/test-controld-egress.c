@@ -228,19 +228,28 @@ static void networks_drop(void *ud) {
         RUN("docker", "network", "rm", "paddock-egt", "paddock-egt-int");
 }
 
-static cJSON *node_sync_saying(const char *node, const char *network);
+static cJSON *node_sync_as(const char *node, const char *network, const char *user, const char *password,
+                           bool want_reply);
 
 /* What an agent of node `node` sends at start-up: node.sync to controld; returns the reply. */
 static cJSON *node_sync(const char *node) {
-        return node_sync_saying(node, NULL);
+        return node_sync_as(node, NULL, NULL, NULL, true);
 }
 
 /* The same, with the node's sandbox_network when network is not NULL. */
 static cJSON *node_sync_saying(const char *node, const char *network) {
+        return node_sync_as(node, network, NULL, NULL, true);
+}
+
+/* The same, logged in as user (with user_id = user; NULL: guest, no user_id). want_reply:
+ * the reply, asserted; else NULL, asserting that none came within 5 s. */
+static cJSON *node_sync_as(const char *node, const char *network, const char *user, const char *password,
+                           bool want_reply) {
         amqp_connection_state_t conn = NULL;
         struct amqpx_url u;
-        char err[256] = "", body[256];
-        ASSERT_EQ(amqpx_url_parse("amqp://guest:guest@127.0.0.1:5672", &u, err, sizeof(err)), 0);
+        char err[256] = "", body[256], url[256];
+        snprintf(url, sizeof(url), "amqp://%s:%s@127.0.0.1:5672", user ? user : "guest", user ? password : "guest");
+        ASSERT_EQ(amqpx_url_parse(url, &u, err, sizeof(err)), 0);
         ASSERT_EQ(amqpx_connect(&u, "test-controld-egress", 0, 30, 5000, &conn, err, sizeof(err)), 0);
         amqpx_url_done(&u);
         ASSERT_EQ(amqpx_channel_open_exchange(conn, 1, exchange, err, sizeof(err)), 0);
@@ -249,6 +258,10 @@ static cJSON *node_sync_saying(const char *node, const char *network) {
         amqp_basic_properties_t pr = { ._flags = AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_APP_ID_FLAG,
                                        .reply_to = queue, .correlation_id = amqp_cstring_bytes("egt-sync-1"),
                                        .app_id = amqp_cstring_bytes(node) };
+        if (user) {
+                pr._flags |= AMQP_BASIC_USER_ID_FLAG;
+                pr.user_id = amqp_cstring_bytes(user);
+        }
         if (network)
                 snprintf(body, sizeof(body), "{\"type\":\"node.sync\",\"node_id\":\"%s\",\"sandbox_network\":\"%s\"}", node,
                          network);
@@ -257,8 +270,16 @@ static cJSON *node_sync_saying(const char *node, const char *network) {
         ASSERT_EQ(amqp_basic_publish(conn, 1, amqp_cstring_bytes(exchange), amqp_cstring_bytes("controld"), 0, 0, &pr,
                                      amqp_cstring_bytes(body)), 0);
         amqp_envelope_t env;
-        struct timeval tv = { .tv_sec = 10 };
+        struct timeval tv = { .tv_sec = want_reply ? 10 : 5 };
         amqp_rpc_reply_t x = amqp_consume_message(conn, &env, &tv, 0);
+        if (!want_reply) {
+                if (x.reply_type == AMQP_RESPONSE_NORMAL)
+                        test_fail(__FILE__, __LINE__, "controld answered a node.sync for %s from %s", node, user ? user : "guest");
+                amqp_bytes_free(queue);
+                amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+                amqp_destroy_connection(conn);
+                return NULL;
+        }
         ASSERT_EQ(x.reply_type, AMQP_RESPONSE_NORMAL);
         ASSERT_TRUE(env.message.properties.correlation_id.len == 10 &&
                     !memcmp(env.message.properties.correlation_id.bytes, "egt-sync-1", 10));
@@ -911,6 +932,36 @@ TEST_FULL(healthz_says_which_network_mode_sandboxes_run_with, 300) {
         hres_done(&r);
         ASSERT_TRUE(test_log_has(c.log, 0, "on node hn-node run with gVisor's HOST network mode", 0));
         (void) key;
+}
+
+/* Issue 24: controld took a node's messages from whoever set app_id to that node. With [amqp]
+ * node_login (here pdk-nl-{node}) only the node's own broker login counts: a node.sync from
+ * guest naming the node is dropped unanswered, one from another node's login too, and the
+ * node's own is answered. */
+TEST_FULL(node_messages_count_only_from_the_nodes_login, 120) {
+        need_docker();
+        amqptest_need_broker();
+        static struct ctld c;
+        char node[32], login[64], other[64], extra[512];
+        int id4 = (int) (getpid() % 10000);
+        snprintf(node, sizeof(node), "nl-%d", id4);
+        snprintf(login, sizeof(login), "pdk-nl-%s", node);
+        snprintf(other, sizeof(other), "pdk-nl-nl-x%d", id4);
+        amqptest_user_add(login, "nl-pw-3e7d");
+        amqptest_user_add(other, "nl-pw-3e7d");
+        snprintf(exchange, sizeof(exchange), "paddock.nl-%d", id4);
+        snprintf(extra, sizeof(extra), "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\nnode_login = pdk-nl-{node}\n",
+                 exchange);
+        ctld_start(&c, NULL, extra);
+        ASSERT_TRUE(test_log_has(c.log, 0, "node.sync responder consuming", 20));
+        ASSERT_TRUE(test_log_has(c.log, 0, "node messages count only from each node's broker login (pdk-nl-{node})", 0));
+        off_t from = test_log_end(c.log);
+        ASSERT_NULL(node_sync_as(node, NULL, NULL, NULL, false));
+        ASSERT_NULL(node_sync_as(node, NULL, other, "nl-pw-3e7d", false));
+        ASSERT_TRUE(test_log_has(c.log, from, "dropped a message that is not a node.sync from the node it names", 0));
+        _cleanup_(cJSON_Deletep) cJSON *reply = node_sync_as(node, NULL, login, "nl-pw-3e7d", true);
+        ASSERT_TRUE(cJSON_IsArray(cJSON_GetObjectItem(reply, "live")));
+        ASSERT_TRUE(test_log_has(c.log, from, "answered", 10));
 }
 
 /* A create, on a thread of its own: the sandbox stays placed-but-unconfirmed while it runs. */

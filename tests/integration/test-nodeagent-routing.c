@@ -99,6 +99,59 @@ static void twins_stop(void *ud) {
         test_stop_child(&twins[1]);
 }
 
+/* Issue 24: the agent obeyed any broker user that could publish to its queue. With [amqp]
+ * controld_login it takes commands only from that login (RabbitMQ checks a message's user_id
+ * against its publisher's login): a message from another user, saying its own user_id or
+ * none, is refused and answered by nothing; controld's is answered. */
+TEST_FULL(only_controlds_login_commands_the_agent, 90) {
+        amqptest_need_broker();
+        char ctl_user[64], node_user[64];
+        snprintf(ctl_user, sizeof(ctl_user), "pdk-ctl-%d", (int) getpid());
+        snprintf(node_user, sizeof(node_user), "pdk-node-%d", (int) getpid());
+        amqptest_user_add(ctl_user, "ctl-pw-0a9f");
+        amqptest_user_add(node_user, "node-pw-7c21");
+        write_conf(NULL);       /* names node_id, conf_path and log_path; rewritten below */
+        FILE *f = fopen(conf_path, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f, "[agent]\nnode_id = %s\nlog_level = debug\n[amqp]\nurl = amqp://%s:node-pw-7c21@127.0.0.1:5672/\n"
+                   "controld_login = %s\n",
+                node_id, node_user, ctl_user);
+        fclose(f);
+        start_agent();
+        struct client ctl = { 0 }, other = { 0 };
+        client_open_as(&ctl, NULL, ctl_user, "ctl-pw-0a9f");
+        wait_agent_ready(&ctl);
+        ASSERT_TRUE(test_log_has(log_path, 0, "commands count only from controld's broker login", 0));
+
+        /* guest, without a user_id and then with its own: refused, no answer. */
+        client_open(&other);
+        for (int i = 0; i < 2; i++) {
+                other.user_id = i ? "guest" : NULL;
+                amqp_basic_properties_t p = { ._flags = AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG,
+                                              .reply_to = other.reply_q, .correlation_id = amqp_cstring_bytes("spoof") };
+                if (other.user_id) {
+                        p._flags |= AMQP_BASIC_USER_ID_FLAG;
+                        p.user_id = amqp_cstring_bytes(other.user_id);
+                }
+                ASSERT_EQ(amqp_basic_publish(other.conn, 1, amqp_cstring_bytes(other.exchange), amqp_cstring_bytes(node_id), 0,
+                                             0, &p, amqp_cstring_bytes("{\"type\":\"ping\"}")),
+                          AMQP_STATUS_OK);
+        }
+        ASSERT_TRUE(test_log_has(log_path, 0, "refusing a message not published by controld's login", 10));
+        amqp_envelope_t env;
+        struct timeval tv = { .tv_sec = 2 };
+        amqp_maybe_release_buffers(other.conn);
+        amqp_rpc_reply_t rr = amqp_consume_message(other.conn, &env, &tv, 0);
+        if (rr.reply_type == AMQP_RESPONSE_NORMAL)
+                test_fail(__FILE__, __LINE__, "the agent answered a message not from controld's login");
+        /* controld's own still works. */
+        _cleanup_free_ char *r = NULL;
+        ASSERT_EQ(publish(&ctl, node_id, "{\"type\":\"ping\"}", "from-ctl", &r), 0);
+        ASSERT_CONTAINS(r, "\"ok\":true");
+        client_close(&other);
+        client_close(&ctl);
+}
+
 TEST_FULL(same_node_id_in_two_deployments, 60) {
         amqptest_need_broker();
         char nid[64], ex[2][64], conf[2][512], log[2][512];

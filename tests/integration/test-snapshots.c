@@ -45,8 +45,8 @@ static void queues_drop(void *ud) {
         char q1[160], q2[160];
         snprintf(q1, sizeof(q1), "%s.snapshots.%s", exchange, node_id);
         snprintf(q2, sizeof(q2), "%s.snapshot-events", exchange);
-        RUN("rabbitmqctl", "-q", "delete_queue", q1);
-        RUN("rabbitmqctl", "-q", "delete_queue", q2);
+        RUN("rabbitmqctl", "-n", "rabbit@localhost", "-q", "delete_queue", q1);
+        RUN("rabbitmqctl", "-n", "rabbit@localhost", "-q", "delete_queue", q2);
 }
 
 static void agent_stop(void *ud) {

@@ -1,7 +1,10 @@
 /* amqptest.c — see amqptest.h. */
 #include <amqp_tcp_socket.h>
 
+#include <stdlib.h>
+
 #include "amqptest.h"
+#include "cleanup.h"
 #include "testlib.h"
 
 void amqptest_need_broker(void) {
@@ -10,11 +13,32 @@ void amqptest_need_broker(void) {
 }
 
 amqp_connection_state_t amqptest_connect(const char *exchange) {
+        return amqptest_connect_as("guest", "guest", exchange);
+}
+
+static void user_delete(void *ud) {
+        char *user = ud;
+        char *argv[] = { "rabbitmqctl", "-n", "rabbit@localhost", "-q", "delete_user", user, NULL };
+        (void) test_run_capture(argv, NULL, 1 << 16);
+        free(user);
+}
+
+void amqptest_user_add(const char *user, const char *password) {
+        char *del[] = { "rabbitmqctl", "-n", "rabbit@localhost", "-q", "delete_user", (char *) user, NULL };
+        (void) test_run_capture(del, NULL, 1 << 16);    /* a leftover of an earlier run */
+        char *add[] = { "rabbitmqctl", "-n", "rabbit@localhost", "-q", "add_user", (char *) user, (char *) password, NULL };
+        ASSERT_EQ(test_run_capture(add, NULL, 1 << 16), 0);
+        test_on_exit(user_delete, xstrdup(user));
+        char *perm[] = { "rabbitmqctl", "-n", "rabbit@localhost", "-q", "set_permissions", "-p", "/", (char *) user, ".*", ".*", ".*", NULL };
+        ASSERT_EQ(test_run_capture(perm, NULL, 1 << 16), 0);
+}
+
+amqp_connection_state_t amqptest_connect_as(const char *user, const char *password, const char *exchange) {
         amqp_connection_state_t conn = amqp_new_connection();
         amqp_socket_t *s = amqp_tcp_socket_new(conn);
         ASSERT_NOT_NULL(s);
         ASSERT_EQ(amqp_socket_open(s, "127.0.0.1", 5672), AMQP_STATUS_OK);
-        ASSERT_EQ(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest", "guest").reply_type,
+        ASSERT_EQ(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, user, password).reply_type,
                   AMQP_RESPONSE_NORMAL);
         amqp_channel_open(conn, 1);
         ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);

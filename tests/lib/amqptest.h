@@ -10,6 +10,11 @@ void amqptest_need_broker(void);
 /* Connected and logged in, channel 1 open; with exchange non-NULL that direct, durable
  * exchange is declared too. Any failure fails the test. */
 amqp_connection_state_t amqptest_connect(const char *exchange);
+/* The same, logged in as user. */
+amqp_connection_state_t amqptest_connect_as(const char *user, const char *password, const char *exchange);
+/* A broker user of the test's own with every permission on vhost "/" (rabbitmqctl; deleted
+ * when the test ends, and first if a run before left it). */
+void amqptest_user_add(const char *user, const char *password);
 
 /* A server-named, exclusive, auto-delete queue on channel 1; the name is the caller's
  * (amqp_bytes_free). */

@@ -69,8 +69,14 @@ void start_agent(void) {
 
 /* A client publishing on exchange (NULL: the default, paddock.nodes). */
 void client_open_on(struct client *c, const char *exchange) {
+        client_open_as(c, exchange, "guest", "guest");
+        c->user_id = NULL;
+}
+
+void client_open_as(struct client *c, const char *exchange, const char *user, const char *password) {
         c->exchange = exchange ? exchange : "paddock.nodes";
-        c->conn = amqptest_connect(c->exchange);
+        c->user_id = user;
+        c->conn = amqptest_connect_as(user, password, c->exchange);
         c->reply_q = amqptest_queue(c->conn);
         amqp_basic_consume(c->conn, 1, c->reply_q, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         ASSERT_EQ(amqp_get_rpc_reply(c->conn).reply_type, AMQP_RESPONSE_NORMAL);
@@ -97,6 +103,10 @@ int publish(struct client *c, const char *key, const char *body, const char *cor
         p.reply_to = c->reply_q;
         p.correlation_id = amqp_cstring_bytes(corr);
         p.content_type = amqp_cstring_bytes("application/json");
+        if (c->user_id) {
+                p._flags |= AMQP_BASIC_USER_ID_FLAG;
+                p.user_id = amqp_cstring_bytes(c->user_id);
+        }
         ASSERT_EQ(amqp_basic_publish(c->conn, 1, amqp_cstring_bytes(c->exchange), amqp_cstring_bytes(key), 1, 0, &p,
                                      amqp_cstring_bytes(body)),
                   AMQP_STATUS_OK);

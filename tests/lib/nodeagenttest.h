@@ -18,6 +18,7 @@ struct client {
         amqp_connection_state_t conn;
         amqp_bytes_t reply_q;
         const char *exchange;
+        const char *user_id;    /* set on every publish (the login, which RabbitMQ checks); NULL = none */
 };
 
 extern pid_t agent_pid;
@@ -29,6 +30,8 @@ void stop_agent(void *ud);
 void write_conf(const char *extra);
 void start_agent(void);
 void client_open_on(struct client *c, const char *exchange);
+/* Logged in as user, with user_id = user on every publish. */
+void client_open_as(struct client *c, const char *exchange, const char *user, const char *password);
 void client_open(struct client *c);
 void client_close(struct client *c);
 int publish(struct client *c, const char *key, const char *body, const char *corr, char **ret_reply);
