@@ -721,6 +721,8 @@ char *snapshot_image_ref(const struct snapshot *sn);
 void sandbox_network_note(const char *node, const char *mode);
 struct cJSON *sandbox_network_json(void);
 int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen);
+/* On a job thread: every ready sandbox's recorded policy applied again (called once at start). */
+void ctl_egress_resync_all(struct ctl *c);
 /* The sandbox's /etc/hosts for the names an apply resolved, into out (initialised here; the
  * caller frees it with strbuf_done). Every list a valid policy can produce fits whole: at most
  * ctl_egress_hosts_max() bytes (50 names x 32 addresses of the longest name, ~424 KiB). A list

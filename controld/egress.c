@@ -401,6 +401,41 @@ static void resync_job(struct ctl *c, void *arg) {
         log_info("node.sync from %s: %zu policies re-applied, %zu failed", node, done, failed);
 }
 
+/* At start: every ready sandbox's recorded policy applied again, whatever its node. A crash
+ * between an agent's apply and its record (a PUT) leaves the node enforcing what the record
+ * does not say, and the node's agent, still connected, sends no node.sync to repair it. */
+static void start_resync_job(struct ctl *c, void *arg) {
+        (void) arg;
+        struct sandbox *a = NULL;
+        size_t n = 0, done = 0, failed = 0;
+        if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n && !c->stopping; i++) {
+                if (!a[i].node_id || !a[i].ip)
+                        continue;
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                char err[384] = "";
+                SANDBOX_LOCK_GUARD(lock, c, a[i].id);
+                if (store_sandbox_get(c->store, a[i].id, &sb) < 0 || sb.status != SB_READY || !sb.ip)
+                        continue;
+                log_ctx_set("SANDBOX_ID", sb.id);
+                if (ctl_egress_apply(c, &sb, NULL, err, sizeof(err)) < 0)
+                        failed++;
+                else
+                        done++;
+                log_ctx_set("SANDBOX_ID", NULL);
+        }
+        sandbox_array_free(a, n);
+        if (done || failed)
+                log_info("after the start: %zu recorded policies re-applied, %zu failed (the node agents retry on node.sync)",
+                         done, failed);
+}
+
+void ctl_egress_resync_all(struct ctl *c) {
+        if (c->bus && ctl_spawn_job(c, start_resync_job, NULL) < 0)
+                log_error("could not start re-applying the recorded egress policies");
+}
+
 /* egress.resolved: the agent of node re-resolved a restricted sandbox's names and now
  * enforces other addresses. arg is "<node> <id> <resolved JSON>". If the sandbox is
  * still ready on that node, the record for GET /egress and the sandbox's /etc/hosts

@@ -295,6 +295,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 pool_note(c, pool, miss);
                 if (!claimed)
                         r = store_sandbox_insert_capped(c->store, &sb, plan->max_concurrent);
+                if (!claimed && r == 0)
+                        fault_point("create.recorded");
         }
         if (r == -EDQUOT)
                 return API_ERR(err, -EDQUOT, "Your plan allows up to %lld sandboxes. Destroy an existing one or upgrade.",
@@ -346,6 +348,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                  * the store). A claim inserted the record with its placement already. */
                 if ((r = record_or_unplace(c, &sb, reason, sizeof(reason), err)) < 0)
                         goto fail;
+                fault_point("create.placed");
         } else {
                 sandbox_log_ctx(&sb);
                 log_info("sandbox claimed from pool %s", pool->name);
@@ -361,6 +364,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                         r = API_ERR(err, -EHOSTUNREACH, "%s", reason);
                         goto fail;
                 }
+                fault_point("create.egress_applied");
         }
         if (claimed) {
                 /* The claim: from the pool's transaction to the policy in force. */
@@ -430,6 +434,7 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                         sandbox_log_ctx_clear();
                         return API_ERR(err, -EHOSTUNREACH, "Could not destroy the sandbox right now: %s. Retry the request.", derr);
                 }
+                fault_point("destroy.removed");
                 (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
                 (void) store_volume_detach_sandbox(c->store, id, now_ms());
                 enum sb_status was = sb.status;
@@ -634,6 +639,7 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
                                                   "converges.");
                 }
         }
+        fault_point("egress.put.applied");
         bool changed = sb.egress.mode != want.mode;
         sb_egress_done(&sb.egress);
         sb.egress = want;

@@ -964,6 +964,98 @@ TEST_FULL(node_messages_count_only_from_the_nodes_login, 120) {
         ASSERT_TRUE(test_log_has(c.log, from, "answered", 10));
 }
 
+/* Whether the agent's table holds a chain for sandbox id. */
+static bool chain_left(const char *id) {
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "nft", "list", "table", "inet", table, NULL };
+        ASSERT_EQ(test_run_capture(argv, &out, 4 << 20), 0);
+        char name[40];
+        snprintf(name, sizeof(name), "sbx_%s", id);
+        return strstr(out, name) != NULL;
+}
+
+/* Restarts controld with PADDOCK_FAULT=point, runs method path (body) as key, and asserts
+ * the process died there (SIGKILL, no answer); then starts it again as it was. */
+static void crash_at(struct ctld *c, const char *point, const char *method, const char *path, const char *key,
+                     const char *body) {
+        ctld_stop_daemon(c);
+        setenv("PADDOCK_FAULT", point, 1);
+        ctld_start_daemon(c);
+        unsetenv("PADDOCK_FAULT");
+        struct hres r;
+        http_req(c, method, path, key, body, &r);
+        if (r.status > 0)
+                test_fail(__FILE__, __LINE__, "%s %s answered %ld although controld should have died at %s: %.300s", method,
+                          path, r.status, point, r.body);
+        hres_done(&r);
+        int st = ctld_wait_exit(c, 120);
+        ASSERT_TRUE(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+        ctld_start_daemon(c);
+}
+
+/* The newest sandbox of the account (the one a killed create left), by its record. */
+static void newest_sandbox(struct ctld *c, char id[25]) {
+        _cleanup_free_ char *out = ctld_db_query(c, "SELECT id FROM sandboxes ORDER BY created_at DESC, id LIMIT 1");
+        ASSERT_NOT_NULL(out);
+        out[strcspn(out, "\n")] = 0;
+        ASSERT_EQ(strlen(out), 24);
+        snprintf(id, 25, "%s", out);
+}
+
+/* Issue 24's crash matrix (controld's part, both drivers): controld SIGKILLed after each step
+ * of a create (recorded, placed, egress applied), of a destroy (workload removed) and of an
+ * egress PUT (applied on the node, not recorded). After a restart: no container or Nomad job
+ * and no nft chain is left of a sandbox that is not ready, every record is in a final state
+ * with its reason, and the node enforces what the record says. */
+TEST_FULL(controld_killed_mid_operation_leaves_nothing_behind, 600) {
+        static struct ctld c;
+        _cleanup_free_ char *key = egt_start(&c);
+        static const char *const create_points[] = { "create.recorded", "create.placed", "create.egress_applied" };
+        for (size_t i = 0; i < ELEMENTSOF(create_points); i++) {
+                crash_at(&c, create_points[i], "POST", "/sandboxes", key, "{\"template\":\"python-3.11\"}");
+                char id[25], path[96];
+                newest_sandbox(&c, id);
+                snprintf(path, sizeof(path), "/sandboxes/%s", id);
+                struct hres r;
+                http_req(&c, "GET", path, key, NULL, &r);
+                ASSERT_EQ(r.status, 200);
+                if (strcmp(hres_data_str(&r, "status") ?: "", "failed") != 0)
+                        test_fail(__FILE__, __LINE__, "after %s: %.400s", create_points[i], r.body);
+                ASSERT_CONTAINS(r.body, "controld stopped while the sandbox was starting");
+                hres_done(&r);
+                assert_nothing_left(id);
+                ASSERT_FALSE(chain_left(id));
+        }
+
+        /* A destroy killed once the workload is gone: the reaper finishes it. */
+        char d[25], path[96];
+        create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, d);
+        ASSERT_TRUE(chain_left(d));
+        snprintf(path, sizeof(path), "/sandboxes/%s", d);
+        crash_at(&c, "destroy.removed", "DELETE", path, key, NULL);
+        ASSERT_STREQ(ctld_wait_status(&c, key, d, "destroyed", 60), "destroyed");
+        assert_nothing_left(d);
+        ASSERT_FALSE(chain_left(d));
+
+        /* A PUT killed between the node's apply and the record: after the restart the node
+         * enforces the recorded policy (open), not the one that was never recorded. */
+        char o[25];
+        create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, o);
+        ASSERT_TRUE(reaches(&c, key, o, "198.51.100.2"));
+        snprintf(path, sizeof(path), "/sandboxes/%s/egress", o);
+        crash_at(&c, "egress.put.applied", "PUT", path, key, "{\"mode\":\"restricted\",\"allow\":[\"203.0.113.0/24\"]}");
+        struct hres r;
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_CONTAINS(r.body, "\"mode\":\"open\"");
+        hres_done(&r);
+        bool back = false;
+        for (int i = 0; i < 10 && !back; i++)
+                back = reaches(&c, key, o, "198.51.100.2");
+        ASSERT_TRUE(back);
+        ASSERT_TRUE(test_log_has(c.log, 0, "recorded policies re-applied", 0));
+}
+
 /* A create, on a thread of its own: the sandbox stays placed-but-unconfirmed while it runs. */
 struct bg_create {
         struct ctld *c;
