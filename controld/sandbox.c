@@ -508,7 +508,7 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                         unplace_unenforced(c, sb);
                         replace_str(&sb->container_id, NULL);
                         snprintf(reason, sizeof(reason), "failed to record the placement");
-                } else if (ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0)
+                } else if (fault_point("resume.placed"), ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0)
                         ok = true;
                 else {
                         unplace_unenforced(c, sb);

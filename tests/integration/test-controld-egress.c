@@ -976,17 +976,27 @@ static bool chain_left(const char *id) {
 
 /* Restarts controld with PADDOCK_FAULT=point, runs method path (body) as key, and asserts
  * the process died there (SIGKILL, no answer); then starts it again as it was. */
+static void crash_at_answered(struct ctld *c, const char *point, const char *method, const char *path, const char *key,
+                              const char *body, long answered);
+
 static void crash_at(struct ctld *c, const char *point, const char *method, const char *path, const char *key,
                      const char *body) {
+        crash_at_answered(c, point, method, path, key, body, 0);
+}
+
+/* The same for an operation that answers first (answered: its status) and then dies on a job
+ * thread. */
+static void crash_at_answered(struct ctld *c, const char *point, const char *method, const char *path, const char *key,
+                              const char *body, long answered) {
         ctld_stop_daemon(c);
         setenv("PADDOCK_FAULT", point, 1);
         ctld_start_daemon(c);
         unsetenv("PADDOCK_FAULT");
         struct hres r;
         http_req(c, method, path, key, body, &r);
-        if (r.status > 0)
-                test_fail(__FILE__, __LINE__, "%s %s answered %ld although controld should have died at %s: %.300s", method,
-                          path, r.status, point, r.body);
+        if (answered ? r.status != answered : r.status > 0)
+                test_fail(__FILE__, __LINE__, "%s %s answered %ld at %s: %.300s", method, path, r.status, point,
+                          r.body ? r.body : "");
         hres_done(&r);
         int st = ctld_wait_exit(c, 120);
         ASSERT_TRUE(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
@@ -1054,6 +1064,28 @@ TEST_FULL(controld_killed_mid_operation_leaves_nothing_behind, 600) {
                 back = reaches(&c, key, o, "198.51.100.2");
         ASSERT_TRUE(back);
         ASSERT_TRUE(test_log_has(c.log, 0, "recorded policies re-applied", 0));
+
+        /* A resume killed once placed, before the agent enforced anything: back to paused with
+         * nothing running and no chain, and a resume afterwards works. */
+        char p[25];
+        create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, p);
+        snprintf(path, sizeof(path), "/sandboxes/%s/pause", p);
+        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
+        ASSERT_STREQ(ctld_wait_status(&c, key, p, "paused", 60), "paused");
+        snprintf(path, sizeof(path), "/sandboxes/%s/resume", p);
+        crash_at_answered(&c, "resume.placed", "POST", path, key, NULL, 200);
+        ASSERT_STREQ(ctld_wait_status(&c, key, p, "paused", 30), "paused");
+        /* Paused keeps no container (on Nomad its job stays, scaled to 0). */
+        char lbl[96];
+        if (ctld_nomad())
+                snprintf(lbl, sizeof(lbl), "label=com.hashicorp.nomad.job_id=sandbox-%s", p);
+        else
+                snprintf(lbl, sizeof(lbl), "name=paddock-%s", p);
+        ASSERT_EQ(count_containers(lbl), 0);
+        ASSERT_FALSE(chain_left(p));
+        HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
+        ASSERT_STREQ(ctld_wait_status(&c, key, p, "ready", 120), "ready");
+        ASSERT_TRUE(reaches(&c, key, p, "198.51.100.2"));
 }
 
 /* A create, on a thread of its own: the sandbox stays placed-but-unconfirmed while it runs. */
