@@ -169,14 +169,16 @@ soak: deps
 
 # The README's test command. Installs and starts what the tests need, runs all, stops it.
 # The unit tests also run built with ASan and UBSan (build/san): check runs both.
+# The builds use every core (CI's 2 included) unless make was given -j itself.
+CHECK_J := $(if $(findstring j,$(firstword $(MAKEFLAGS))),,-j$(shell nproc))
 ifeq ($(SANITIZE),)
 check: deps
-	$(MAKE) tests
-	$(MAKE) SANITIZE=address,undefined BUILD=build/san unit-bins
+	$(MAKE) $(CHECK_J) tests
+	$(MAKE) $(CHECK_J) SANITIZE=address,undefined BUILD=build/san unit-bins
 	PADDOCK_BUILD=$(BUILD) PADDOCK_SAN_BUILD=build/san tests/run-all.sh
 else
 check: deps
-	$(MAKE) tests
+	$(MAKE) $(CHECK_J) tests
 	PADDOCK_BUILD=$(BUILD) tests/run-all.sh
 endif
 

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "cleanup.h"
+#include "fault.h"
 #include "log.h"
 #include "nodeagent.h"
 #include "pj_node.h"
@@ -515,6 +516,8 @@ int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *e
                 if (r >= 0)
                         tracked_set(a->sandbox_id, a->account, a->ip, &a->pol, rv, n_rv);
                 pthread_mutex_unlock(&apply_lock);
+                if (r >= 0)
+                        fault_point("agent.apply.applied");     /* crash tests: enforced, not confirmed */
         }
         names_apply_free(a);
         if (r < 0) {

@@ -1088,6 +1088,44 @@ TEST_FULL(controld_killed_mid_operation_leaves_nothing_behind, 600) {
         ASSERT_TRUE(reaches(&c, key, p, "198.51.100.2"));
 }
 
+/* The crash matrix's agent part: nodeagent SIGKILLed right after it enforced a create's policy
+ * and before it confirmed it. The create fails closed (503) with nothing left running; once the
+ * agent is back, its node.sync removes the chain it left, and creates work again. */
+TEST_FULL(nodeagent_killed_mid_apply_leaves_nothing_behind, 300) {
+        static struct ctld c;
+        _cleanup_free_ char *key = egt_start(&c);
+        test_stop_child(&agent_pid);
+        setenv("PADDOCK_FAULT", "agent.apply.applied", 1);
+        agent_start();
+        unsetenv("PADDOCK_FAULT");
+        pid_t dying = agent_pid;
+        struct hres r;
+        http_req(&c, "POST", "/sandboxes", key, "{\"template\":\"python-3.11\"}", &r);
+        ASSERT_EQ(r.status, 503);
+        ASSERT_CONTAINS(hres_message(&r), "Egress policy could not be enforced");
+        hres_done(&r);
+        int st = 0;
+        ASSERT_EQ(waitpid(dying, &st, 0), dying);
+        ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+        agent_pid = 0;
+        char id[25];
+        newest_sandbox(&c, id);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "failed", 30), "failed");
+        assert_nothing_left(id);
+        ASSERT_TRUE(chain_left(id));            /* what the killed agent enforced stays... */
+        agent_start();
+        bool gone = false;
+        for (int i = 0; i < 200 && !gone; i++) {
+                gone = !chain_left(id);         /* ...until its node.sync says the sandbox is not live */
+                if (!gone)
+                        usleep(100000);
+        }
+        ASSERT_TRUE(gone);
+        char ok[25];
+        create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, ok);
+        ASSERT_TRUE(reaches(&c, key, ok, "198.51.100.2"));
+}
+
 /* A create, on a thread of its own: the sandbox stays placed-but-unconfirmed while it runs. */
 struct bg_create {
         struct ctld *c;
