@@ -133,8 +133,7 @@ static bool valid_tag(const char *s) {
         return docker_valid_name(s) && strlen(s) <= 128;
 }
 
-/* A manifest digest as pulls take it in place of a tag: sha256 and 64 lowercase hex digits. */
-static bool valid_digest(const char *s) {
+bool docker_valid_digest(const char *s) {
         if (!s || strncmp(s, "sha256:", 7) != 0 || strlen(s) != 7 + 64)
                 return false;
         for (s += 7; *s; s++)
@@ -253,21 +252,29 @@ int docker_version(struct docker *d, char **ret_version, char **ret_api) {
         return 0;
 }
 
-int docker_runtime_path(struct docker *d, const char *name, char **ret_path) {
-        _cleanup_(docker_resp_done) struct docker_resp resp = {};
+/* The named runtime's object in GET /info "Runtimes" (it lives in *resp): 0 with *ret_rt,
+ * -ENOENT when Docker knows no such runtime, or the call's error. */
+static int runtime_entry(struct docker *d, const char *name, struct docker_resp *resp, const cJSON **ret_rt) {
         if (!name || !*name)
                 return -EINVAL;
-        int r = docker_call(d, "GET", "/info", NULL, 0, &resp);
+        int r = docker_call(d, "GET", "/info", NULL, 0, resp);
         if (r < 0)
                 return r;
-        const cJSON *rts = cJSON_GetObjectItemCaseSensitive(resp.json, "Runtimes");
+        const cJSON *rts = cJSON_GetObjectItemCaseSensitive(resp->json, "Runtimes");
         if (!cJSON_IsObject(rts)) {
                 docker_set_error("unexpected /info response (no Runtimes)");
                 return -EBADMSG;
         }
-        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rts, name);
-        if (!cJSON_IsObject(rt))
-                return -ENOENT;
+        *ret_rt = cJSON_GetObjectItemCaseSensitive(rts, name);
+        return cJSON_IsObject(*ret_rt) ? 0 : -ENOENT;
+}
+
+int docker_runtime_path(struct docker *d, const char *name, char **ret_path) {
+        _cleanup_(docker_resp_done) struct docker_resp resp = {};
+        const cJSON *rt = NULL;
+        int r = runtime_entry(d, name, &resp, &rt);
+        if (r < 0)
+                return r;
         const char *path = json_str(rt, "path");
         if (ret_path)
                 *ret_path = xstrdup(path ? path : "");
@@ -276,19 +283,10 @@ int docker_runtime_path(struct docker *d, const char *name, char **ret_path) {
 
 int docker_runtime_network(struct docker *d, const char *name, char **ret_mode) {
         _cleanup_(docker_resp_done) struct docker_resp resp = {};
-        if (!name || !*name)
-                return -EINVAL;
-        int r = docker_call(d, "GET", "/info", NULL, 0, &resp);
+        const cJSON *rt = NULL;
+        int r = runtime_entry(d, name, &resp, &rt);
         if (r < 0)
                 return r;
-        const cJSON *rts = cJSON_GetObjectItemCaseSensitive(resp.json, "Runtimes");
-        if (!cJSON_IsObject(rts)) {
-                docker_set_error("unexpected /info response (no Runtimes)");
-                return -EBADMSG;
-        }
-        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rts, name);
-        if (!cJSON_IsObject(rt))
-                return -ENOENT;
         /* runsc's own default is its netstack ("sandbox"); the last --network= wins. */
         const char *mode = "sandbox";
         const cJSON *a;
@@ -898,7 +896,7 @@ static bool valid_b64(const char *s) {
 static long image_stream(struct docker *d, bool push, const char *name, const char *tag, const char *registry_auth_b64,
                          struct push_ctx *c) {
         const char *auth = registry_auth_b64 ? registry_auth_b64 : "e30=";
-        if (!valid_ref(name) || strchr(name, '@') || !(valid_tag(tag) || (!push && valid_digest(tag))) || !valid_b64(auth))
+        if (!valid_ref(name) || strchr(name, '@') || !(valid_tag(tag) || (!push && docker_valid_digest(tag))) || !valid_b64(auth))
                 return -EINVAL;
         _cleanup_free_ char *en = httpc_escape(name), *et = httpc_escape(tag);
         _cleanup_free_ char *url =
@@ -969,7 +967,7 @@ int docker_image_pull(struct docker *d, const char *name, const char *tag, const
                 return status >= 400 ? docker_map_status(status) : -EIO;
         }
         /* The stream can end without an error line and still leave nothing behind. */
-        _cleanup_free_ char *ref = xasprintf("%s%c%s", name, startswith(t, "sha256:") ? '@' : ':', t);
+        _cleanup_free_ char *ref = xasprintf("%s%c%s", name, docker_valid_digest(t) ? '@' : ':', t);
         int r = docker_image_exists(d, ref);
         if (r == 0) {
                 docker_set_error("pull of %s ended without the image", ref);

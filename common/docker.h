@@ -43,6 +43,9 @@ int docker_version(struct docker *d, char **ret_version, char **ret_api);
 /* The executable Docker runs for the named OCI runtime (its "path" in /info Runtimes,
  * xmalloc'd; may be a bare name like "runc"). -ENOENT: Docker knows no such runtime. */
 int docker_runtime_path(struct docker *d, const char *name, char **ret_path);
+/* A manifest digest as registries name manifests and pulls take it in place of a tag:
+ * "sha256:" and 64 lowercase hex digits. */
+bool docker_valid_digest(const char *s);
 /* The gVisor network mode the named runtime runs sandboxes with: the value of its last
  * --network= argument ("sandbox", runsc's own netstack, when it has none; "host" means the
  * sandbox's socket calls go to the host kernel), xmalloc'd. -ENOENT: no such runtime. */

@@ -375,14 +375,15 @@ struct egress_bus {
         char *queue;    /* <exchange>.controld */
 };
 
-static void resync_job(struct ctl *c, void *arg) {
-        const char *node = arg;
+/* The recorded policy of every ready, networked sandbox on node (NULL: on any node) applied
+ * again; counts the outcomes in *done and *failed. */
+static void reapply_ready(struct ctl *c, const char *node, size_t *done, size_t *failed) {
         struct sandbox *a = NULL;
-        size_t n = 0, done = 0, failed = 0;
+        size_t n = 0;
         if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0)
                 return;
         for (size_t i = 0; i < n && !c->stopping; i++) {
-                if (!a[i].node_id || strcmp(a[i].node_id, node) != 0 || !a[i].ip)
+                if (!a[i].node_id || (node && strcmp(a[i].node_id, node) != 0) || !a[i].ip)
                         continue;
                 _cleanup_sandbox_ struct sandbox sb = { 0 };
                 char err[384] = "";
@@ -392,12 +393,18 @@ static void resync_job(struct ctl *c, void *arg) {
                         continue;
                 log_ctx_set("SANDBOX_ID", sb.id);
                 if (ctl_egress_apply(c, &sb, NULL, err, sizeof(err)) < 0)
-                        failed++;
+                        (*failed)++;
                 else
-                        done++;
+                        (*done)++;
                 log_ctx_set("SANDBOX_ID", NULL);
         }
         sandbox_array_free(a, n);
+}
+
+static void resync_job(struct ctl *c, void *arg) {
+        const char *node = arg;
+        size_t done = 0, failed = 0;
+        reapply_ready(c, node, &done, &failed);
         log_info("node.sync from %s: %zu policies re-applied, %zu failed", node, done, failed);
 }
 
@@ -406,26 +413,8 @@ static void resync_job(struct ctl *c, void *arg) {
  * does not say, and the node's agent, still connected, sends no node.sync to repair it. */
 static void start_resync_job(struct ctl *c, void *arg) {
         (void) arg;
-        struct sandbox *a = NULL;
-        size_t n = 0, done = 0, failed = 0;
-        if (store_sandbox_list_status(c->store, NULL, SB_READY, &a, &n) < 0)
-                return;
-        for (size_t i = 0; i < n && !c->stopping; i++) {
-                if (!a[i].node_id || !a[i].ip)
-                        continue;
-                _cleanup_sandbox_ struct sandbox sb = { 0 };
-                char err[384] = "";
-                SANDBOX_LOCK_GUARD(lock, c, a[i].id);
-                if (store_sandbox_get(c->store, a[i].id, &sb) < 0 || sb.status != SB_READY || !sb.ip)
-                        continue;
-                log_ctx_set("SANDBOX_ID", sb.id);
-                if (ctl_egress_apply(c, &sb, NULL, err, sizeof(err)) < 0)
-                        failed++;
-                else
-                        done++;
-                log_ctx_set("SANDBOX_ID", NULL);
-        }
-        sandbox_array_free(a, n);
+        size_t done = 0, failed = 0;
+        reapply_ready(c, NULL, &done, &failed);
         if (done || failed)
                 log_info("after the start: %zu recorded policies re-applied, %zu failed (the node agents retry on node.sync)",
                          done, failed);

@@ -32,6 +32,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "docker.h"
 #include "cron.h"
 #include "log.h"
 #include "nodebus.h"
@@ -618,19 +619,9 @@ void ctl_snapshot_stop(struct ctl *c) {
         free(b);
 }
 
-/* A digest as the registry names manifests: sha256 and 64 lowercase hex digits. */
-static bool digest_valid(const char *d) {
-        if (!d || !startswith(d, "sha256:") || strlen(d) != 7 + 64)
-                return false;
-        for (const char *p = d + 7; *p; p++)
-                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-                        return false;
-        return true;
-}
-
 char *snapshot_image_ref(const struct snapshot *sn) {
         const char *colon = strrchr(sn->image_tag, ':'), *slash = strrchr(sn->image_tag, '/');
-        if (!digest_valid(sn->digest) || !colon || (slash && colon < slash))
+        if (!docker_valid_digest(sn->digest) || !colon || (slash && colon < slash))
                 return xstrdup(sn->image_tag);
         return xasprintf("%.*s@%s", (int) (colon - sn->image_tag), sn->image_tag, sn->digest);
 }

@@ -384,6 +384,18 @@ static char *hang_names(const char *prefix, int n) {
         "{\"type\":\"egress.apply\",\"sandbox_id\":\"%s\",\"ip\":\"%s\",\"account\":\"%s\","              \
         "\"mode\":\"restricted\",\"allow\":[%s]}"
 
+/* Sends an egress.apply (APPLY_ACCOUNT) under correlation id corr and returns the body of the
+ * next reply (caller frees), asserting it answers corr. */
+static char *apply_and_reply(amqp_connection_state_t c, const char *exchange, const char *nid, amqp_bytes_t rq,
+                             const char *corr, const char *sid, const char *ip, const char *account, const char *allow) {
+        send_to_agent(c, exchange, nid, rq, corr, APPLY_ACCOUNT, sid, ip, account, allow);
+        char got[64];
+        char *body = NULL;
+        ASSERT_EQ(next_reply(c, 20, got, &body), 0);
+        ASSERT_STREQ(got, corr);
+        return body;
+}
+
 /* The issue-24 finding: names whose nameserver never answers are abandoned past the deadline
  * but keep their lookup running; they used to share 64 places on the node, so one tenant
  * applying 50 such names twice made every other tenant's hostname applies fail. Now they
@@ -410,46 +422,31 @@ TEST_FULL(one_tenants_names_that_never_answer_fail_only_that_tenant, 120) {
         amqp_basic_consume(c, 1, rq, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         ASSERT_EQ(amqp_get_rpc_reply(c).reply_type, AMQP_RESPONSE_NORMAL);
         pthread_t th = agent_up(c, exchange, nid, rq);
-        char corr[64];
         _cleanup_free_ char *names_a = hang_names("a", 50), *names_b = hang_names("b", 50), *body = NULL;
 
         /* 50 names that never answer: the apply fails at its deadline, the lookups stay. */
-        send_to_agent(c, exchange, nid, rq, "a1-first", APPLY_ACCOUNT, A1, "169.254.90.41", ACC_X, names_a);
-        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
-        ASSERT_STREQ(corr, "a1-first");
+        body = apply_and_reply(c, exchange, nid, rq, "a1-first", A1, "169.254.90.41", ACC_X, names_a);
         ASSERT_CONTAINS(body, "\"ok\":false");
         ASSERT_CONTAINS(body, "took longer than 1000 ms");
         dns_wait_queries(50);
         /* The same again: this sandbox's budget is spent, and the reply says so at once. */
-        send_to_agent(c, exchange, nid, rq, "a1-again", APPLY_ACCOUNT, A1, "169.254.90.41", ACC_X, names_a);
         free(body);
-        body = NULL;
-        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
-        ASSERT_STREQ(corr, "a1-again");
+        body = apply_and_reply(c, exchange, nid, rq, "a1-again", A1, "169.254.90.41", ACC_X, names_a);
         ASSERT_CONTAINS(body, "\"ok\":false");
         ASSERT_CONTAINS(body, "this sandbox already has 50 hostname lookups outstanding");
         /* A second sandbox of the same account takes the account's other 50. */
-        send_to_agent(c, exchange, nid, rq, "a2", APPLY_ACCOUNT, A2, "169.254.90.42", ACC_X, names_b);
         free(body);
-        body = NULL;
-        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
-        ASSERT_STREQ(corr, "a2");
+        body = apply_and_reply(c, exchange, nid, rq, "a2", A2, "169.254.90.42", ACC_X, names_b);
         ASSERT_CONTAINS(body, "took longer than 1000 ms");
         /* A third: the account's budget is spent. */
-        send_to_agent(c, exchange, nid, rq, "a3", APPLY_ACCOUNT, A3, "169.254.90.43", ACC_X, "\"other.paddock.test\"");
         free(body);
-        body = NULL;
-        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
-        ASSERT_STREQ(corr, "a3");
+        body = apply_and_reply(c, exchange, nid, rq, "a3", A3, "169.254.90.43", ACC_X, "\"other.paddock.test\"");
         ASSERT_CONTAINS(body, "\"ok\":false");
         ASSERT_CONTAINS(body, "this account's sandboxes already have 100 hostname lookups outstanding");
         ASSERT_FALSE(nft_has_chain(ns, home, A3));
         /* Another tenant on the node: its names resolve and its policy holds. */
-        send_to_agent(c, exchange, nid, rq, "b1", APPLY_ACCOUNT, B1, "169.254.90.44", ACC_Y, "\"other.paddock.test\"");
         free(body);
-        body = NULL;
-        ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
-        ASSERT_STREQ(corr, "b1");
+        body = apply_and_reply(c, exchange, nid, rq, "b1", B1, "169.254.90.44", ACC_Y, "\"other.paddock.test\"");
         ASSERT_CONTAINS(body, "\"ok\":true");
         ASSERT_CONTAINS(body, "203.0.113.41");
         ASSERT_TRUE(nft_has_chain(ns, home, B1));
@@ -457,11 +454,8 @@ TEST_FULL(one_tenants_names_that_never_answer_fail_only_that_tenant, 120) {
         dns_release();
         bool ok = false;
         for (int i = 0; i < 50 && !ok; i++) {
-                send_to_agent(c, exchange, nid, rq, "a3-later", APPLY_ACCOUNT, A3, "169.254.90.43", ACC_X,
-                              "\"other.paddock.test\"");
                 free(body);
-                body = NULL;
-                ASSERT_EQ(next_reply(c, 20, corr, &body), 0);
+                body = apply_and_reply(c, exchange, nid, rq, "a3-later", A3, "169.254.90.43", ACC_X, "\"other.paddock.test\"");
                 ok = strstr(body, "\"ok\":true") != NULL;
                 if (!ok)
                         usleep(100000);
