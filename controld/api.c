@@ -11,6 +11,7 @@
 #include "driver.h"
 #include "http.h"
 #include "json.h"
+#include "preview.h"
 #include "log.h"
 #include "strutil.h"
 
@@ -333,6 +334,9 @@ static const struct route routes[] = {
         { "POST",   "/sandboxes/{id}/files/batch",      "/sandboxes/{id}/files/batch",    SB,         true,  false, L, NULL, runtime_post_batch },
         { "GET",    "/sandboxes/{id}/files/{path*}",    "/sandboxes/{id}/files/{path}",   SB,         true,  false, J, NULL, runtime_get_file },
         { "PUT",    "/sandboxes/{id}/files/{path*}",    "/sandboxes/{id}/files/{path}",   SB,         true,  false, S, runtime_prepare_put_file, runtime_put_file },
+        { "GET",    "/sandboxes/{id}/previews",         "/sandboxes/{id}/previews",       SB,         true,  false, J, NULL, preview_list },
+        { "POST",   "/sandboxes/{id}/previews",         "/sandboxes/{id}/previews",       SB,         true,  false, J, NULL, preview_post },
+        { "DELETE", "/sandboxes/{id}/previews/{pid}",   "/sandboxes/{id}/previews/{port}", SB,        true,  false, J, NULL, preview_delete },
         { "GET",    "/sandboxes/{id}/processes",        "/sandboxes/{id}/processes",      SB,         true,  false, J, NULL, process_get_list },
         { "POST",   "/sandboxes/{id}/processes",        "/sandboxes/{id}/processes",      SB,         true,  false, J, NULL, process_post_start },
         { "GET",    "/sandboxes/{id}/processes/{pid}/stream", "/sandboxes/{id}/processes/{pid}/stream", SB, true, false, J, NULL, process_get_stream },

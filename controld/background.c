@@ -177,6 +177,9 @@ static void reap(struct ctl *c) {
         }
         log_ctx_reset();
         sandbox_array_free(a, n);
+        /* Preview URLs of gone sandboxes and expired ones: the proxy refuses them already;
+         * this keeps the table from growing. */
+        (void) store_preview_prune(c->store, now);
 }
 
 /* After a start, no operation of this process is in flight: a record still in a transient

@@ -337,6 +337,38 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         if ((r = conf_get_duration_ms(cf, "server", NULL, "stream_keepalive", 15000, 1000, 300000, &c->stream_keepalive_ms, err,
                                       errlen)) < 0)
                 goto fail;
+        {
+                _cleanup_free_ char *pl = NULL;
+                if ((r = get_str(cf, "preview", NULL, "listen", "", 255, &pl, err, errlen)) < 0)
+                        goto fail;
+                if (*pl && parse_listen(pl, &c->preview_listen_addr, &c->preview_listen_port) < 0) {
+                        snprintf(err, errlen, "%s: [preview] listen must be ADDRESS:PORT or empty (got '%s')", path, pl);
+                        r = -EINVAL;
+                        goto fail;
+                }
+        }
+        S("preview", "domain", "", 200, preview_domain);
+        S("preview", "scheme", "https", 8, preview_scheme);
+        S("preview", "public_url", "", 255, preview_public_url);
+        if (strcmp(c->preview_scheme, "http") && strcmp(c->preview_scheme, "https")) {
+                snprintf(err, errlen, "%s: [preview] scheme must be http or https", path);
+                r = -EINVAL;
+                goto fail;
+        }
+        for (const char *d = c->preview_domain; *d; d++)
+                if (!((*d >= 'a' && *d <= 'z') || (*d >= '0' && *d <= '9') || *d == '-' || *d == '.')) {
+                        snprintf(err, errlen, "%s: [preview] domain must be a lowercase DNS name (got '%s')", path,
+                                 c->preview_domain);
+                        r = -EINVAL;
+                        goto fail;
+                }
+        I("preview", "max_connections", 512, 1, 65536, preview_max_connections);
+        I("preview", "per_sandbox_connections", 32, 1, 4096, preview_per_sandbox);
+        I("preview", "per_sandbox_previews", 16, 1, 256, preview_max_per_sandbox);
+        Z("preview", "max_header", 16 * KIB, 1 * KIB, 256 * KIB, preview_max_header);
+        D("preview", "idle_timeout", 300, 1, 24 * 3600, preview_idle_timeout_s);
+        D("preview", "default_expiry", 3600, 60, 365 * 24 * 3600, preview_default_expiry_s);
+        D("preview", "max_expiry", 7 * 24 * 3600, 60, 365 * 24 * 3600, preview_max_expiry_s);
         S("server", "log_level", "info", 16, log_level);
         S("server", "metrics_token_file", "", 1024, metrics_token_file);
         if (log_level_from_string(c->log_level) < 0) {
@@ -490,6 +522,7 @@ struct config *config_free(struct config *c) {
         free(c->path);
         free(c->listen_addr);
         free(c->log_level);
+        free_many(c->preview_listen_addr, c->preview_domain, c->preview_scheme, c->preview_public_url);
         free(c->metrics_token_file);
         free(c->db_path);
         free(c->driver);

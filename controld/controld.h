@@ -82,6 +82,18 @@ struct config {
         uint64_t stream_keepalive_ms;                /* SSE comment on quiet streams */
         char *log_level;
         char *metrics_token_file;                    /* "" = /metrics open to whoever reaches the port */
+        /* [preview]: preview URLs (preview.c). listen "" = off. */
+        char *preview_listen_addr;                   /* NULL = previews off */
+        int preview_listen_port;
+        char *preview_domain;                        /* "" = path form http://<listen>/p/<id>/<port>/ */
+        char *preview_scheme;                        /* of URLs under domain: "https" (the operator's proxy) */
+        char *preview_public_url;                    /* "" = http://<listen>: base of path-form URLs */
+        int64_t preview_max_connections;             /* proxied connections at once, all sandboxes */
+        int64_t preview_per_sandbox;                 /* proxied connections at once, per sandbox */
+        int64_t preview_max_per_sandbox;             /* previews (ports) per sandbox */
+        uint64_t preview_max_header;                 /* request head, bytes */
+        uint64_t preview_idle_timeout_s;             /* no byte either way this long: closed */
+        uint64_t preview_default_expiry_s, preview_max_expiry_s;
         /* [store] */
         char *db_path;
         /* [scheduler] */
@@ -222,6 +234,17 @@ struct sandbox {
 };
 void sandbox_clear(struct sandbox *s);
 
+/* A preview URL: a port inside a sandbox reachable through the preview listener (preview.c).
+ * One per (sandbox, port); the token itself is shown once, the store keeps its SHA-256. */
+struct preview {
+        char sandbox_id[SANDBOX_ID_LEN + 1];
+        char account_id[SANDBOX_ID_LEN + 1];
+        int port;
+        char token_sha256[65];          /* hex */
+        bool public_, keep_host;
+        int64_t created_at, expires_at; /* ms */
+};
+
 struct volume {
         char id[SANDBOX_ID_LEN + 1];
         char account_id[SANDBOX_ID_LEN + 1];
@@ -271,6 +294,15 @@ int store_key_foreach(struct store *s, const char *account_id,
 /* Atomically: count the account's active sandboxes, refuse with -EDQUOT when >= max_concurrent,
  * else insert sb as 'starting'. Exact under concurrency. */
 int store_sandbox_insert_capped(struct store *s, const struct sandbox *sb, int64_t max_concurrent);
+/* Previews: put replaces the (sandbox, port) row, refusing a new port beyond max_per_sandbox
+ * live ones (-EDQUOT; expired rows are dropped first); get/delete -ENOENT when absent; list
+ * the sandbox's unexpired ones (at most 256, caller frees). delete_sandbox drops them all. */
+int store_preview_put(struct store *s, const struct preview *p, int64_t now_ms, int64_t max_per_sandbox);
+int store_preview_get(struct store *s, const char *sandbox_id, int port, struct preview *ret);
+int store_preview_list(struct store *s, const char *sandbox_id, int64_t now_ms, struct preview **ret, size_t *ret_n);
+int store_preview_delete(struct store *s, const char *sandbox_id, int port);
+int store_preview_delete_sandbox(struct store *s, const char *sandbox_id);
+int store_preview_prune(struct store *s, int64_t now_ms);
 int store_sandbox_get(struct store *s, const char *id, struct sandbox *ret);
 /* As store_sandbox_get, but -ENOENT also when the sandbox is another account's. */
 int store_sandbox_get_owned(struct store *s, const char *account_id, const char *id, struct sandbox *ret);

@@ -20,6 +20,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "preview.h"
 #include "http.h"
 #include "driver.h"
 #include "nodebus.h"
@@ -233,6 +234,12 @@ static int controld_main(int argc, char **argv) {
                 ctl_close(&c);
                 return 1;
         }
+        if (preview_start(&c) < 0) {
+                http = http_stop(http);
+                background_stop(&c);
+                ctl_close(&c);
+                return 1;
+        }
         log_info("controld ready on %s:%d (driver %s, store %s)", c.cfg->listen_addr, http_port(http), c.drv->name,
                  c.cfg->db_path);
         sd_notify(0, "READY=1\nSTATUS=serving");
@@ -266,6 +273,7 @@ static int controld_main(int argc, char **argv) {
                 pthread_mutex_unlock(&c.jobs_lock);
         }
         http = http_stop(http);
+        preview_stop();
         background_stop(&c);
         ctl_close(&c);
         return 0;

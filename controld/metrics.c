@@ -14,6 +14,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "preview.h"
 #include "strutil.h"
 
 static const double buckets[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 };
@@ -177,4 +178,5 @@ void metrics_render(struct ctl *c, struct strbuf *out) {
                 for (int s = 0; s < _SB_STATUS_MAX; s++)
                         strbuf_printf(out, "paddock_sandboxes{status=\"%s\"} %lld\n", label_esc(sb_status_str((enum sb_status) s), e1),
                                       (long long) counts[s]);
+        preview_metrics_render(out);
 }

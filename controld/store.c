@@ -117,6 +117,12 @@ static const char pool_schema[] =
         "  ip TEXT);"
         "CREATE INDEX IF NOT EXISTS pool_members_pool ON pool_members(pool, state, created_at);";
 
+/* Preview URLs (preview.c): self-contained, as the tables above. */
+static const char preview_schema[] =
+        "CREATE TABLE IF NOT EXISTS previews (sandbox_id TEXT NOT NULL, port INTEGER NOT NULL, account_id TEXT NOT NULL,"
+        "  token_sha256 TEXT NOT NULL, public INTEGER NOT NULL, keep_host INTEGER NOT NULL, created_at INTEGER NOT NULL,"
+        "  expires_at INTEGER NOT NULL, PRIMARY KEY (sandbox_id, port));";
+
 static int sqlite_to_errno(int rc) {
         switch (rc & 0xff) {
         case SQLITE_OK:
@@ -581,7 +587,8 @@ int store_open(const char *path, struct store **ret) {
                 goto fail;
         /* Outside the numbered migrations on purpose: idempotent, so it can be merged with
          * other branches' migrations in any order. */
-        if ((r = exec_sql(s, snapshot_schema)) < 0 || (r = exec_sql(s, pool_schema)) < 0)
+        if ((r = exec_sql(s, snapshot_schema)) < 0 || (r = exec_sql(s, pool_schema)) < 0 ||
+            (r = exec_sql(s, preview_schema)) < 0)
                 goto fail;
         *ret = s;
         return 0;
@@ -1448,4 +1455,94 @@ int store_pool_claim(struct store *s, const char *pool, const char *image, struc
 rollback:
         exec_sql(s, "ROLLBACK");
         return r;
+}
+
+/* ---- preview URLs ---- */
+
+static void preview_from_row(sqlite3_stmt *st, struct preview *p) {
+        *p = (struct preview) { 0 };
+        snprintf(p->sandbox_id, sizeof(p->sandbox_id), "%s", (const char *) sqlite3_column_text(st, 0) ?: "");
+        p->port = sqlite3_column_int(st, 1);
+        snprintf(p->account_id, sizeof(p->account_id), "%s", (const char *) sqlite3_column_text(st, 2) ?: "");
+        snprintf(p->token_sha256, sizeof(p->token_sha256), "%s", (const char *) sqlite3_column_text(st, 3) ?: "");
+        p->public_ = sqlite3_column_int(st, 4) != 0;
+        p->keep_host = sqlite3_column_int(st, 5) != 0;
+        p->created_at = sqlite3_column_int64(st, 6);
+        p->expires_at = sqlite3_column_int64(st, 7);
+}
+
+#define PREVIEW_COLS "sandbox_id, port, account_id, token_sha256, public, keep_host, created_at, expires_at"
+
+int store_preview_put(struct store *s, const struct preview *p, int64_t now_ms, int64_t max_per_sandbox) {
+        LOCKED(s);
+        int64_t n = 0;
+        int r;
+        if ((r = exec_sql(s, "BEGIN IMMEDIATE")) < 0)
+                return r;
+        if ((r = run(s, "DELETE FROM previews WHERE sandbox_id = ? AND expires_at <= ?", PARAMS(p_text(p->sandbox_id),
+                                                                                            p_int(now_ms)))) < 0 ||
+            (r = query_int(s, "SELECT COUNT(*) FROM previews WHERE sandbox_id = ? AND port != ?",
+                           PARAMS(p_text(p->sandbox_id), p_int(p->port)), &n)) < 0)
+                goto rollback;
+        if (n >= max_per_sandbox) {
+                r = -EDQUOT;
+                goto rollback;
+        }
+        if ((r = run(s, "INSERT OR REPLACE INTO previews (" PREVIEW_COLS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     PARAMS(p_text(p->sandbox_id), p_int(p->port), p_text(p->account_id), p_text(p->token_sha256),
+                            p_int(p->public_), p_int(p->keep_host), p_int(p->created_at), p_int(p->expires_at)))) < 0)
+                goto rollback;
+        return exec_sql(s, "COMMIT");
+rollback:
+        (void) exec_sql(s, "ROLLBACK");
+        return r;
+}
+
+int store_preview_get(struct store *s, const char *sandbox_id, int port, struct preview *ret) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = query(s, "SELECT " PREVIEW_COLS " FROM previews WHERE sandbox_id = ? AND port = ?",
+                      PARAMS(p_text(sandbox_id), p_int(port)), &st);
+        if (r <= 0)
+                return r ?: -ENOENT;
+        preview_from_row(st, ret);
+        return 0;
+}
+
+int store_preview_list(struct store *s, const char *sandbox_id, int64_t now_ms, struct preview **ret, size_t *ret_n) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = stmt_new(s, "SELECT " PREVIEW_COLS " FROM previews WHERE sandbox_id = ? AND expires_at > ? ORDER BY port LIMIT 256",
+                         PARAMS(p_text(sandbox_id), p_int(now_ms)), &st);
+        if (r < 0)
+                return r;
+        struct preview *v = xnew0(struct preview, 256);
+        size_t n = 0;
+        while ((r = sqlite3_step(st)) == SQLITE_ROW && n < 256)
+                preview_from_row(st, &v[n++]);
+        if (r != SQLITE_ROW && r != SQLITE_DONE) {
+                free(v);
+                return sqlite_to_errno(r) ?: -EIO;
+        }
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}
+
+int store_preview_delete(struct store *s, const char *sandbox_id, int port) {
+        LOCKED(s);
+        int r = run_changes(s, "DELETE FROM previews WHERE sandbox_id = ? AND port = ?", PARAMS(p_text(sandbox_id), p_int(port)));
+        return r == 0 ? -ENOENT : r < 0 ? r : 0;
+}
+
+int store_preview_delete_sandbox(struct store *s, const char *sandbox_id) {
+        LOCKED(s);
+        return run(s, "DELETE FROM previews WHERE sandbox_id = ?", PARAMS(p_text(sandbox_id)));
+}
+
+int store_preview_prune(struct store *s, int64_t now_ms) {
+        LOCKED(s);
+        return run(s, "DELETE FROM previews WHERE expires_at <= ? OR sandbox_id NOT IN"
+                      " (SELECT id FROM sandboxes WHERE status NOT IN ('destroyed', 'failed'))",
+                   PARAMS(p_int(now_ms)));
 }

@@ -790,6 +790,25 @@ int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct
                             m->type == PJ_JSON_STRING ? sanitize(q, sizeof(q), m->str, m->str_len, 32) : "(not a string)");
 }
 
+int pj_preview_create_parse(const char *body, size_t len, struct pj_preview_create *ret, struct pj_error *err) {
+        static const char *const fields[] = { "port", "expiresIn", "public", "keepHost" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        struct pj_preview_create p = { 0 };
+        int r;
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
+            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+                return r;
+        if (!pj_json_member(root, "port"))
+                return pj_error_set(err, "port", "port is required: the TCP port (1..65535) a server listens on inside the sandbox");
+        if ((r = get_int(root, "", "port", 1, 65535, NULL, &p.port, err)) < 0 ||
+            (r = get_int(root, "", "expiresIn", 1, 31536000, NULL, &p.expires_in_s, err)) < 0 ||
+            (r = get_bool(root, "", "public", NULL, &p.public_, err)) < 0 ||
+            (r = get_bool(root, "", "keepHost", NULL, &p.keep_host, err)) < 0)
+                return r;
+        *ret = p;
+        return 0;
+}
+
 int pj_process_resize_parse(const char *body, size_t len, int *ret_rows, int *ret_cols, struct pj_error *err) {
         static const char *const fields[] = { "rows", "cols" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;

@@ -155,6 +155,16 @@ void pj_process_start_done(struct pj_process_start *p);
 int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin *ret, struct pj_error *err);
 void pj_process_stdin_done(struct pj_process_stdin *p);
 
+/* POST /sandboxes/{id}/previews: {"port" 1..65535 (required), "expiresIn" seconds 1..31536000,
+ * "public", "keepHost"}. Unknown fields are refused by name. */
+struct pj_preview_create {
+        int port;
+        int expires_in_s;     /* 0 = the server's default */
+        bool public_;         /* no token needed */
+        bool keep_host;       /* pass the client's Host header instead of localhost:<port> */
+};
+int pj_preview_create_parse(const char *body, size_t len, struct pj_preview_create *ret, struct pj_error *err);
+
 /* POST /sandboxes/{id}/code. Empty body is an error. */
 struct pj_code {
         /* "language": required, "python" or "node". */

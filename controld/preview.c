@@ -1,0 +1,952 @@
+/* preview.c — preview URLs: a server listening on a port inside a sandbox, reached from a
+ * browser through controld's preview listener ([preview] listen) and the sandbox's agent
+ * (a FORWARD channel to 127.0.0.1:<port> inside), so a server bound to localhost works and no
+ * path into the sandbox's network is ever opened, whatever its egress mode.
+ *
+ * URL forms: <port>-<id>.<domain> (Host routing, [preview] domain set; TLS is the operator's
+ * proxy's) and http://<listen>/p/<id>/<port>/ (always; the prefix is stripped before the
+ * request goes in). A preview needs its token unless public: X-Paddock-Preview-Token, or
+ * ?paddock_token= once (answered with a cookie and a redirect to the same URL without it),
+ * or that cookie. Each client connection is one thread: it reads the request head (bounded
+ * in size and time), checks the preview, the token and the sandbox, opens a FORWARD, sends
+ * the head rewritten (Host localhost:<port> unless keepHost, Connection: close unless the
+ * request upgrades, our token and cookie removed) and then passes bytes both ways until
+ * either side ends, the connection idles, or the preview is revoked or expires.
+ *
+ * The sandbox's side is hostile: every frame from the agent is bounded by the codec before
+ * anything is allocated, writes to the client have a timeout, and a stuck agent holds only
+ * its own connection thread. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "cleanup.h"
+#include "controld.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "preview.h"
+#include "strutil.h"
+
+#define HEAD_TIMEOUT_MS 10000        /* the whole request head, from accept */
+#define FORWARD_TIMEOUT_MS 10000     /* FORWARD's answer */
+#define SEND_TIMEOUT_MS 30000        /* one write to the client or the agent */
+#define MAX_HEADERS 100
+#define CHUNK (64 * 1024)
+#define TOKEN_PARAM "paddock_token"
+#define TOKEN_HEADER "X-Paddock-Preview-Token"
+
+enum { M_UNKNOWN = _SB_STATUS_MAX, M_SLOTS };
+
+static struct {
+        struct ctl *c;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        int listen_fd;
+        int port;                 /* bound */
+        pthread_t thread;
+        bool running;
+        volatile int stopping;
+        int64_t conns;
+        struct per_sb { char id[SANDBOX_ID_LEN + 1]; int64_t n; } *per;
+        size_t n_per;
+        unsigned gen;             /* bumped when a preview is replaced or revoked */
+        uint64_t requests[M_SLOTS], bytes_in[M_SLOTS], bytes_out[M_SLOTS];
+} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .listen_fd = -1 };
+
+static void count(int slot, uint64_t req, uint64_t in, uint64_t out) {
+        pthread_mutex_lock(&P.lock);
+        P.requests[slot] += req;
+        P.bytes_in[slot] += in;
+        P.bytes_out[slot] += out;
+        pthread_mutex_unlock(&P.lock);
+}
+
+static void bump_gen(void) {
+        pthread_mutex_lock(&P.lock);
+        P.gen++;
+        pthread_mutex_unlock(&P.lock);
+}
+
+static unsigned gen_now(void) {
+        pthread_mutex_lock(&P.lock);
+        unsigned g = P.gen;
+        pthread_mutex_unlock(&P.lock);
+        return g;
+}
+
+void preview_metrics_render(struct strbuf *out) {
+        static const char *const names[] = { "requests_total", "bytes_in_total", "bytes_out_total" };
+        static const char *const help[] = { "Preview requests by the sandbox's status (unknown: no such preview).",
+                                            "Preview bytes from clients into sandboxes, by the sandbox's status.",
+                                            "Preview bytes from sandboxes to clients, by the sandbox's status." };
+        pthread_mutex_lock(&P.lock);
+        for (int k = 0; k < 3; k++) {
+                const uint64_t *v = k == 0 ? P.requests : k == 1 ? P.bytes_in : P.bytes_out;
+                strbuf_printf(out, "# HELP paddock_preview_%s %s\n# TYPE paddock_preview_%s counter\n", names[k], help[k],
+                              names[k]);
+                for (int s = 0; s < M_SLOTS; s++)
+                        strbuf_printf(out, "paddock_preview_%s{status=\"%s\"} %llu\n", names[k],
+                                      s == M_UNKNOWN ? "unknown" : sb_status_str((enum sb_status) s), (unsigned long long) v[s]);
+        }
+        strbuf_printf(out, "# HELP paddock_preview_connections Proxied preview connections open now.\n"
+                           "# TYPE paddock_preview_connections gauge\npaddock_preview_connections %lld\n",
+                      (long long) P.conns);
+        pthread_mutex_unlock(&P.lock);
+}
+
+/* ---- tokens and URLs ---- */
+
+static bool token_ok(const struct preview *p, const char *token) {
+        if (!token || !*token || strlen(token) > 256)
+                return false;
+        char h[65];
+        sha256_hex(token, strlen(token), h);
+        return CRYPTO_memcmp(h, p->token_sha256, 64) == 0;
+}
+
+char *preview_url(const struct ctl *c, const char *sandbox_id, int port) {
+        const struct config *cfg = c->cfg;
+        if (*cfg->preview_domain)
+                return xasprintf("%s://%d-%s.%s/", cfg->preview_scheme, port, sandbox_id, cfg->preview_domain);
+        if (*cfg->preview_public_url) {
+                size_t n = strlen(cfg->preview_public_url);
+                return xasprintf("%.*s/p/%s/%d/", (int) (n && cfg->preview_public_url[n - 1] == '/' ? n - 1 : n),
+                                 cfg->preview_public_url, sandbox_id, port);
+        }
+        bool v6 = strchr(cfg->preview_listen_addr, ':') != NULL;
+        return xasprintf("http://%s%s%s:%d/p/%s/%d/", v6 ? "[" : "", cfg->preview_listen_addr, v6 ? "]" : "",
+                         P.port > 0 ? P.port : cfg->preview_listen_port, sandbox_id, port);
+}
+
+/* ---- the REST side: POST/GET/DELETE /sandboxes/{id}/previews ---- */
+
+static cJSON *preview_json(struct ctl *c, const struct preview *p, const char *token) {
+        cJSON *o = cJSON_CreateObject();
+        char t[32];
+        json_add_int(o, "port", p->port);
+        _cleanup_free_ char *url = preview_url(c, p->sandbox_id, p->port);
+        json_add_str(o, "url", url);
+        if (token)
+                json_add_str(o, "token", token);
+        json_add_bool(o, "public", p->public_);
+        json_add_bool(o, "keepHost", p->keep_host);
+        format_rfc3339_ms(p->created_at, t);
+        json_add_str(o, "createdAt", t);
+        format_rfc3339_ms(p->expires_at, t);
+        json_add_str(o, "expiresAt", t);
+        return o;
+}
+
+static bool previews_on(struct req *r) {
+        if (r->c->cfg->preview_listen_addr)
+                return true;
+        (void) respond_errno_msg(r, -EOPNOTSUPP, "Preview URLs are off on this server ([preview] listen is not set)");
+        return false;
+}
+
+enum MHD_Result preview_post(struct req *r) {
+        struct pj_preview_create in = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        const struct config *cfg = r->c->cfg;
+        if (pj_preview_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)
+                return respond_errno_msg(r, -EINVAL, "%s", pe.message);
+        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        if (!previews_on(r))
+                return MHD_YES;
+        if (sb.status == SB_DESTROYED || sb.status == SB_FAILED)
+                return respond_errno_msg(r, -ENOENT, "Sandbox is %s: it has no previews", sb_status_str(sb.status));
+        uint64_t exp = in.expires_in_s ? (uint64_t) in.expires_in_s : cfg->preview_default_expiry_s;
+        if (exp > cfg->preview_max_expiry_s)
+                return respond_errno_msg(r, -EINVAL, "expiresIn must be at most %llu seconds on this server",
+                                         (unsigned long long) cfg->preview_max_expiry_s);
+        char token[65];
+        random_token(token, 32);
+        struct preview p = { .port = in.port, .public_ = in.public_, .keep_host = in.keep_host, .created_at = now_ms() };
+        snprintf(p.sandbox_id, sizeof(p.sandbox_id), "%s", sb.id);
+        snprintf(p.account_id, sizeof(p.account_id), "%s", sb.account_id);
+        sha256_hex(token, strlen(token), p.token_sha256);
+        p.expires_at = p.created_at + (int64_t) exp * 1000;
+        k = store_preview_put(r->c->store, &p, p.created_at, cfg->preview_max_per_sandbox);
+        if (k == -EDQUOT)
+                return respond_errno_msg(r, -EDQUOT, "A sandbox has at most %lld previews: delete one first (port)",
+                                         (long long) cfg->preview_max_per_sandbox);
+        if (k < 0)
+                return respond_errno_msg(r, k, "Could not store the preview: %s", strerror(-k));
+        bump_gen();   /* a replaced preview's old token stops working at once */
+        log_ctx_set("SANDBOX_ID", sb.id);
+        char t[32];
+        format_rfc3339_ms(p.expires_at, t);
+        log_info("preview opened: port %d, %s, until %s", p.port, p.public_ ? "public" : "token required", t);
+        cJSON *d = preview_json(r->c, &p, token);
+        explicit_bzero(token, sizeof(token));
+        return respond_envelope(r, 201, "Preview created", d);
+}
+
+enum MHD_Result preview_list(struct req *r) {
+        struct api_error e = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        if (!previews_on(r))
+                return MHD_YES;
+        _cleanup_free_ struct preview *v = NULL;
+        size_t n = 0;
+        if ((k = store_preview_list(r->c->store, sb.id, now_ms(), &v, &n)) < 0)
+                return respond_errno_msg(r, k, "Could not list previews: %s", strerror(-k));
+        cJSON *d = cJSON_CreateObject();
+        cJSON *a = cJSON_AddArrayToObject(d, "previews");
+        for (size_t i = 0; i < n; i++)
+                cJSON_AddItemToArray(a, preview_json(r->c, &v[i], NULL));
+        return respond_envelope(r, 200, "Previews listed", d);
+}
+
+enum MHD_Result preview_delete(struct req *r) {
+        struct api_error e = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        if (!previews_on(r))
+                return MHD_YES;
+        if (r->m.pid > 65535)
+                return respond_errno_msg(r, -EINVAL, "port must be between 1 and 65535");
+        k = store_preview_delete(r->c->store, sb.id, (int) r->m.pid);
+        if (k == -ENOENT)
+                return respond_errno_msg(r, -ENOENT, "No preview of port %u on this sandbox", r->m.pid);
+        if (k < 0)
+                return respond_errno_msg(r, k, "Could not delete the preview: %s", strerror(-k));
+        bump_gen();
+        log_ctx_set("SANDBOX_ID", sb.id);
+        log_info("preview revoked: port %u", r->m.pid);
+        cJSON *d = cJSON_CreateObject();
+        json_add_int(d, "port", r->m.pid);
+        return respond_envelope(r, 200, "Preview deleted", d);
+}
+
+/* ---- the proxy ---- */
+
+struct hdr {
+        const char *name, *value;   /* NUL-terminated inside the connection's head buffer */
+};
+
+struct pconn {
+        int fd;
+        char peer[INET6_ADDRSTRLEN];
+        char head[256 * 1024 + 1];   /* [preview] max_header is at most 256 KiB */
+        size_t head_len, got;        /* head bytes (to the blank line); bytes read in all */
+        char *method, *target, *version;
+        struct hdr h[MAX_HEADERS];
+        size_t n_h;
+        /* the route */
+        char id[SANDBOX_ID_LEN + 1];
+        int port;
+        bool path_form;
+        const char *rest;            /* target after /p/<id>/<port> (path form), else target */
+        bool counted_sb;
+};
+
+static bool send_all(int fd, const void *p, size_t n) {
+        const char *s = p;
+        while (n > 0) {
+                ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return false;
+                s += k;
+                n -= (size_t) k;
+        }
+        return true;
+}
+
+static void page(struct pconn *pc, int status, const char *reason, const char *extra_headers, const char *fmt, ...)
+        __attribute__((format(printf, 5, 6)));
+static void page(struct pconn *pc, int status, const char *reason, const char *extra_headers, const char *fmt, ...) {
+        char msg[1024], body[2048], head[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        int bn = snprintf(body, sizeof(body),
+                          "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>%d %s</title></head>\n"
+                          "<body style=\"font-family:sans-serif;margin:3em\"><h1>%d %s</h1>\n<p>%s</p>\n"
+                          "<p style=\"color:#777\">Paddock preview</p></body></html>\n",
+                          status, reason, status, reason, msg);
+        int hn = snprintf(head, sizeof(head),
+                          "HTTP/1.1 %d %s\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %d\r\n"
+                          "Cache-Control: no-store\r\nConnection: close\r\nX-Paddock-Preview-Error: %s\r\n%s\r\n",
+                          status, reason, bn, msg, extra_headers ? extra_headers : "");
+        (void) send_all(pc->fd, head, (size_t) hn);
+        if (!pc->method || strcmp(pc->method, "HEAD"))
+                (void) send_all(pc->fd, body, (size_t) bn);
+}
+
+static const char *header(const struct pconn *pc, const char *name) {
+        for (size_t i = 0; i < pc->n_h; i++)
+                if (!strcasecmp(pc->h[i].name, name))
+                        return pc->h[i].value;
+        return NULL;
+}
+
+static bool tchar(char ch) {
+        return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || strchr("!#$%&'*+-.^_`|~", ch);
+}
+
+/* Reads the head (to the blank line) within HEAD_TIMEOUT_MS and max bytes: 0, or an HTTP
+ * status to answer (408, 431, 400), or -1 when the client went away. */
+static int read_head(struct pconn *pc, size_t max) {
+        int64_t deadline = mono_ms() + HEAD_TIMEOUT_MS;
+        for (;;) {
+                char *end = pc->got >= 4 ? memmem(pc->head, pc->got, "\r\n\r\n", 4) : NULL;
+                if (end) {
+                        pc->head_len = (size_t) (end - pc->head) + 4;
+                        return 0;
+                }
+                if (pc->got >= max)
+                        return 431;
+                int64_t left = deadline - mono_ms();
+                if (left <= 0)
+                        return 408;
+                if (P.stopping)
+                        return -1;
+                struct pollfd pfd = { .fd = pc->fd, .events = POLLIN };
+                int k = poll(&pfd, 1, (int) (left < 1000 ? left : 1000));
+                if (k < 0 && errno != EINTR)
+                        return -1;
+                if (k <= 0)
+                        continue;
+                ssize_t n = recv(pc->fd, pc->head + pc->got, max - pc->got, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        return -1;
+                pc->got += (size_t) n;
+        }
+}
+
+/* Splits the head in place: request line and headers. 0 or 400. */
+static int parse_head(struct pconn *pc) {
+        char *s = pc->head, *end = pc->head + pc->head_len - 2;   /* at the final CRLF */
+        char *eol = memmem(s, (size_t) (end - s), "\r\n", 2);
+        if (!eol)
+                return 400;
+        *eol = 0;
+        if (strlen(s) != (size_t) (eol - s))
+                return 400;   /* a NUL in the request line */
+        char *sp1 = strchr(s, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+        if (!sp1 || !sp2 || strchr(sp2 + 1, ' '))
+                return 400;
+        *sp1 = *sp2 = 0;
+        pc->method = s;
+        pc->target = sp1 + 1;
+        pc->version = sp2 + 1;
+        if (!*pc->method || pc->target[0] != '/' || (strcmp(pc->version, "HTTP/1.1") && strcmp(pc->version, "HTTP/1.0")))
+                return 400;
+        for (const char *m = pc->method; *m; m++)
+                if (!tchar(*m))
+                        return 400;
+        for (const char *t = pc->target; *t; t++)
+                if ((unsigned char) *t <= 0x20 || *t == 0x7f)
+                        return 400;
+        s = eol + 2;
+        while (s < end) {
+                eol = memmem(s, (size_t) (end + 2 - s), "\r\n", 2);
+                if (!eol || pc->n_h >= MAX_HEADERS)
+                        return 400;
+                *eol = 0;
+                char *colon = strchr(s, ':');
+                if (!colon || colon == s || (size_t) (eol - s) != strlen(s))
+                        return 400;   /* no name, obs-fold, or a NUL */
+                for (char *q = s; q < colon; q++)
+                        if (!tchar(*q))
+                                return 400;
+                *colon = 0;
+                char *v = colon + 1;
+                while (*v == ' ' || *v == '\t')
+                        v++;
+                char *ve = eol;
+                while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+                        *--ve = 0;
+                for (char *q = v; *q; q++)
+                        if (*q == '\r' || *q == '\n')
+                                return 400;
+                pc->h[pc->n_h++] = (struct hdr) { s, v };
+                s = eol + 2;
+        }
+        return 0;
+}
+
+static bool parse_port(const char *s, size_t n, int *ret) {
+        int v = 0;
+        if (n == 0 || n > 5 || s[0] == '0')
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                if (s[i] < '0' || s[i] > '9')
+                        return false;
+                v = v * 10 + (s[i] - '0');
+        }
+        if (v < 1 || v > 65535)
+                return false;
+        *ret = v;
+        return true;
+}
+
+static bool hex24(const char *s) {
+        for (int i = 0; i < SANDBOX_ID_LEN; i++)
+                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                        return false;
+        return true;
+}
+
+/* Finds the preview a request is for: Host <port>-<id>.<domain>, else /p/<id>/<port>/. */
+static bool route(struct pconn *pc, const char *domain) {
+        const char *host = header(pc, "Host");
+        if (*domain && host) {
+                const char *dash = strchr(host, '-');
+                size_t dl = strlen(domain);
+                if (dash && strlen(dash + 1) >= SANDBOX_ID_LEN + 1 + dl && hex24(dash + 1) &&
+                    dash[1 + SANDBOX_ID_LEN] == '.' && !strncasecmp(dash + 2 + SANDBOX_ID_LEN, domain, dl)) {
+                        const char *after = dash + 2 + SANDBOX_ID_LEN + dl;
+                        if ((*after == 0 || *after == ':') && parse_port(host, (size_t) (dash - host), &pc->port)) {
+                                memcpy(pc->id, dash + 1, SANDBOX_ID_LEN);
+                                pc->id[SANDBOX_ID_LEN] = 0;
+                                pc->rest = pc->target;
+                                return true;
+                        }
+                }
+        }
+        const char *t = pc->target;
+        if (strncmp(t, "/p/", 3) || strlen(t) < 3 + SANDBOX_ID_LEN + 2 || !hex24(t + 3) || t[3 + SANDBOX_ID_LEN] != '/')
+                return false;
+        const char *ps = t + 4 + SANDBOX_ID_LEN, *pe = ps + strcspn(ps, "/?");
+        if (!parse_port(ps, (size_t) (pe - ps), &pc->port))
+                return false;
+        memcpy(pc->id, t + 3, SANDBOX_ID_LEN);
+        pc->id[SANDBOX_ID_LEN] = 0;
+        pc->path_form = true;
+        pc->rest = pe;
+        return true;
+}
+
+/* The value of our token parameter in the query of target (xmalloc'd, raw), or NULL; and
+ * target without it in *ret_stripped. */
+static char *take_query_token(const char *target, char **ret_stripped) {
+        const char *q = strchr(target, '?');
+        char *tok = NULL;
+        struct strbuf out;
+        strbuf_init(&out, 0);
+        strbuf_append(&out, target, q ? (size_t) (q - target) : strlen(target));
+        if (q) {
+                const char *s = q + 1;
+                bool first = true;
+                while (*s) {
+                        const char *e = strchrnul(s, '&');
+                        size_t n = (size_t) (e - s);
+                        size_t pl = strlen(TOKEN_PARAM);
+                        if (n > pl && !strncmp(s, TOKEN_PARAM "=", pl + 1)) {
+                                free(tok);
+                                tok = xstrndup(s + pl + 1, n - pl - 1);
+                        } else if (n) {
+                                strbuf_append(&out, first ? "?" : "&", 1);
+                                strbuf_append(&out, s, n);
+                                first = false;
+                        }
+                        s = *e ? e + 1 : e;
+                }
+        }
+        *ret_stripped = strbuf_steal(&out);
+        return tok;
+}
+
+static void cookie_name(const struct pconn *pc, char out[64]) {
+        snprintf(out, 64, "paddock_preview_%d_%s", pc->port, pc->id);
+}
+
+/* Our cookie's value from the Cookie headers (xmalloc'd), or NULL. */
+static char *cookie_token(const struct pconn *pc) {
+        char name[64];
+        cookie_name(pc, name);
+        size_t nl = strlen(name);
+        for (size_t i = 0; i < pc->n_h; i++) {
+                if (strcasecmp(pc->h[i].name, "Cookie"))
+                        continue;
+                const char *s = pc->h[i].value;
+                while (*s) {
+                        while (*s == ' ' || *s == ';')
+                                s++;
+                        const char *e = strchrnul(s, ';');
+                        if ((size_t) (e - s) > nl && !strncmp(s, name, nl) && s[nl] == '=')
+                                return xstrndup(s + nl + 1, (size_t) (e - s) - nl - 1);
+                        s = e;
+                }
+        }
+        return NULL;
+}
+
+/* Cookie header values without our cookie ("" when nothing else is left). */
+static char *cookies_without_ours(const struct pconn *pc, const char *value) {
+        char name[64];
+        cookie_name(pc, name);
+        size_t nl = strlen(name);
+        struct strbuf out;
+        strbuf_init(&out, 0);
+        const char *s = value;
+        while (*s) {
+                while (*s == ' ' || *s == ';')
+                        s++;
+                const char *e = strchrnul(s, ';');
+                if (e > s && !((size_t) (e - s) > nl && !strncmp(s, name, nl) && s[nl] == '=')) {
+                        if (out.len)
+                                strbuf_append(&out, "; ", 2);
+                        strbuf_append(&out, s, (size_t) (e - s));
+                }
+                s = e;
+        }
+        return strbuf_steal(&out) ?: xstrdup("");
+}
+
+static bool hop_by_hop(const char *name) {
+        static const char *const drop[] = { "Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer",
+                                             "Upgrade", "Host", TOKEN_HEADER, "X-Forwarded-For", "X-Forwarded-Host",
+                                             "X-Forwarded-Proto", "Forwarded", "Cookie" };
+        for (size_t i = 0; i < ELEMENTSOF(drop); i++)
+                if (!strcasecmp(name, drop[i]))
+                        return true;
+        return false;
+}
+
+/* The head as it goes to the sandbox. */
+static char *rewrite_head(struct pconn *pc, const struct preview *p, const char *target) {
+        struct strbuf b;
+        strbuf_init(&b, 0);
+        const char *upgrade = header(pc, "Upgrade");
+        const char *host = header(pc, "Host");
+        strbuf_printf(&b, "%s %s %s\r\n", pc->method, target, pc->version);
+        if (p->keep_host && host)
+                strbuf_printf(&b, "Host: %s\r\n", host);
+        else
+                strbuf_printf(&b, "Host: localhost:%d\r\n", pc->port);
+        for (size_t i = 0; i < pc->n_h; i++) {
+                if (!strcasecmp(pc->h[i].name, "Cookie")) {
+                        _cleanup_free_ char *rest = cookies_without_ours(pc, pc->h[i].value);
+                        if (*rest)
+                                strbuf_printf(&b, "Cookie: %s\r\n", rest);
+                        continue;
+                }
+                if (hop_by_hop(pc->h[i].name))
+                        continue;
+                strbuf_printf(&b, "%s: %s\r\n", pc->h[i].name, pc->h[i].value);
+        }
+        if (upgrade) {
+                strbuf_printf(&b, "Connection: Upgrade\r\nUpgrade: %s\r\n", upgrade);
+        } else
+                strbuf_printf(&b, "Connection: close\r\n");
+        strbuf_printf(&b, "X-Forwarded-For: %s\r\nX-Forwarded-Proto: %s\r\n", pc->peer,
+                      *P.c->cfg->preview_domain && !pc->path_form ? P.c->cfg->preview_scheme : "http");
+        if (host)
+                strbuf_printf(&b, "X-Forwarded-Host: %s\r\n", host);
+        strbuf_append(&b, "\r\n", 2);
+        return strbuf_steal(&b);
+}
+
+static bool sb_slot_take(const char *id, int64_t max) {
+        bool ok = false;
+        pthread_mutex_lock(&P.lock);
+        struct per_sb *free_slot = NULL, *mine = NULL;
+        for (size_t i = 0; i < P.n_per; i++) {
+                if (!strcmp(P.per[i].id, id))
+                        mine = &P.per[i];
+                else if (P.per[i].n == 0 && !free_slot)
+                        free_slot = &P.per[i];
+        }
+        if (!mine && free_slot) {
+                mine = free_slot;
+                snprintf(mine->id, sizeof(mine->id), "%s", id);
+        }
+        if (mine && mine->n < max) {
+                mine->n++;
+                ok = true;
+        }
+        pthread_mutex_unlock(&P.lock);
+        return ok;
+}
+
+static void sb_slot_give(const char *id) {
+        pthread_mutex_lock(&P.lock);
+        for (size_t i = 0; i < P.n_per; i++)
+                if (!strcmp(P.per[i].id, id) && P.per[i].n > 0) {
+                        if (--P.per[i].n == 0)
+                                P.per[i].id[0] = 0;
+                        break;
+                }
+        pthread_mutex_unlock(&P.lock);
+}
+
+/* Still the same preview, unexpired? (after a revocation or a replacement: no) */
+static bool still_valid(const struct preview *p) {
+        struct preview now = { 0 };
+        if (store_preview_get(P.c->store, p->sandbox_id, p->port, &now) < 0)
+                return false;
+        return now.expires_at > now_ms() && !strcmp(now.token_sha256, p->token_sha256);
+}
+
+/* Bytes both ways until one side ends both directions, idles out, or the preview goes. */
+static void pump(struct pconn *pc, struct agent_client *ac, const struct preview *p, int slot) {
+        const struct config *cfg = P.c->cfg;
+        uint8_t *buf = xmalloc(CHUNK);
+        bool client_eof = false, agent_eof = false;
+        uint64_t in = 0, out = 0;
+        unsigned gen = gen_now();
+        int64_t last = mono_ms();
+        /* what came after the head in the first read: the body's start */
+        if (pc->got > pc->head_len) {
+                size_t n = pc->got - pc->head_len;
+                struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = (uint8_t *) pc->head + pc->head_len,
+                                          .data_len = n };
+                if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
+                        goto done;
+                in += n;
+        }
+        while (!(client_eof && agent_eof) && !P.stopping) {
+                struct pollfd pfd[2] = { { .fd = pc->fd, .events = client_eof ? 0 : POLLIN },
+                                         { .fd = agent_client_fd(ac), .events = POLLIN } };
+                /* frames already buffered in the client first */
+                struct agent_frame f;
+                struct pj_error pe = { 0 };
+                int k = agent_client_try_recv(ac, &f, &pe);
+                if (k < 0)
+                        break;
+                if (k == 1) {
+                        last = mono_ms();
+                        bool stop = false;
+                        if (f.m.type == PJ_AGENT_DATA && f.m.id == 1) {
+                                if (!send_all(pc->fd, f.m.data, f.m.data_len))
+                                        stop = true;
+                                out += f.m.data_len;
+                        } else if (f.m.type == PJ_AGENT_END) {
+                                agent_eof = true;
+                                (void) shutdown(pc->fd, SHUT_WR);
+                        } else
+                                stop = true;   /* ERROR, or anything else: the channel is over */
+                        agent_frame_done(&f);
+                        if (stop)
+                                break;
+                        continue;
+                }
+                k = poll(pfd, 2, 1000);
+                if (k < 0 && errno != EINTR)
+                        break;
+                if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+                        ssize_t n = recv(pc->fd, buf, CHUNK, 0);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        last = mono_ms();
+                        if (n <= 0) {
+                                client_eof = true;
+                                struct pj_agent_msg m = { .type = PJ_AGENT_END, .id = 1 };
+                                if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
+                                        break;
+                        } else {
+                                struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = buf, .data_len = (size_t) n };
+                                if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
+                                        break;
+                                in += (uint64_t) n;
+                        }
+                }
+                if (k == 0 || (pfd[1].revents & POLLIN) == 0) {
+                        if (mono_ms() - last > (int64_t) cfg->preview_idle_timeout_s * 1000)
+                                break;
+                        if (now_ms() >= p->expires_at)
+                                break;
+                        unsigned g = gen_now();
+                        if (g != gen) {
+                                gen = g;
+                                if (!still_valid(p))
+                                        break;
+                        }
+                }
+        }
+done:
+        free(buf);
+        count(slot, 0, in, out);
+}
+
+static void serve(struct pconn *pc) {
+        const struct config *cfg = P.c->cfg;
+        int k = read_head(pc, cfg->preview_max_header);
+        if (k < 0)
+                return;
+        if (k == 408)
+                return page(pc, 408, "Request Timeout", NULL, "The request head did not arrive in time.");
+        if (k == 431)
+                return page(pc, 431, "Request Header Fields Too Large", NULL, "The request head is larger than %llu bytes.",
+                            (unsigned long long) cfg->preview_max_header);
+        if (parse_head(pc) != 0) {
+                pc->method = NULL;
+                return page(pc, 400, "Bad Request", NULL, "The request is not valid HTTP/1.1.");
+        }
+        if (!route(pc, cfg->preview_domain)) {
+                count(M_UNKNOWN, 1, 0, 0);
+                return page(pc, 404, "Not Found", NULL,
+                            "This is Paddock's preview server: a preview URL looks like /p/&lt;sandbox id&gt;/&lt;port&gt;/%s.",
+                            *cfg->preview_domain ? " or &lt;port&gt;-&lt;sandbox id&gt;.&lt;domain&gt;" : "");
+        }
+        if (pc->path_form && *pc->rest != '/') {
+                /* /p/<id>/<port> alone: relative links need the trailing slash */
+                char loc[128];
+                snprintf(loc, sizeof(loc), "Location: /p/%s/%d/%s\r\n", pc->id, pc->port, pc->rest);
+                return page(pc, 308, "Permanent Redirect", loc, "The preview is at /p/%s/%d/.", pc->id, pc->port);
+        }
+        struct preview p = { 0 };
+        if (store_preview_get(P.c->store, pc->id, pc->port, &p) < 0) {
+                count(M_UNKNOWN, 1, 0, 0);
+                return page(pc, 404, "Not Found", NULL, "There is no preview of port %d on sandbox %s (never made, or revoked).",
+                            pc->port, pc->id);
+        }
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (store_sandbox_get(P.c->store, pc->id, &sb) < 0 || strcmp(sb.account_id, p.account_id)) {
+                count(M_UNKNOWN, 1, 0, 0);
+                return page(pc, 404, "Not Found", NULL, "Sandbox %s does not exist.", pc->id);
+        }
+        int slot = (int) sb.status;
+        count(slot, 1, 0, 0);
+        if (p.expires_at <= now_ms())
+                return page(pc, 410, "Gone", NULL, "This preview expired.");
+        /* the token: header, our query parameter, or our cookie */
+        _cleanup_free_ char *stripped = NULL;
+        _cleanup_free_ char *qtok = take_query_token(pc->rest, &stripped);
+        _cleanup_free_ char *ctok = cookie_token(pc);
+        const char *htok = header(pc, TOKEN_HEADER);
+        if (!p.public_) {
+                const char *tok = htok ? htok : qtok ? qtok : ctok;
+                if (!tok)
+                        return page(pc, 401, "Unauthorized", NULL,
+                                    "This preview needs its token: open the URL with ?" TOKEN_PARAM "=&lt;token&gt; once, or send "
+                                    "the " TOKEN_HEADER " header.");
+                if (!token_ok(&p, tok))
+                        return page(pc, 403, "Forbidden", NULL, "The token is not this preview's (wrong, replaced or revoked).");
+                if (qtok && !htok && (!strcmp(pc->method, "GET") || !strcmp(pc->method, "HEAD"))) {
+                        /* once: the cookie from now on, and the URL without the token */
+                        char name[64], hdrs[1024 + 512];
+                        cookie_name(pc, name);
+                        int64_t age = (p.expires_at - now_ms()) / 1000;
+                        /* Location: the same URL without the token */
+                        char loc[512];
+                        if (pc->path_form)
+                                snprintf(loc, sizeof(loc), "/p/%s/%d%s", pc->id, pc->port, stripped);
+                        else
+                                snprintf(loc, sizeof(loc), "%s", stripped);
+                        snprintf(hdrs, sizeof(hdrs),
+                                 "Set-Cookie: %s=%s; Path=/%s%s; Max-Age=%lld; HttpOnly; SameSite=Lax\r\nLocation: %s\r\n", name,
+                                 qtok, pc->path_form ? "p/" : "", pc->path_form ? pc->id : "", (long long) (age > 0 ? age : 1),
+                                 loc);
+                        if (strlen(stripped) > 400)
+                                return page(pc, 414, "URI Too Long", NULL, "The URL is too long.");
+                        return page(pc, 302, "Found", hdrs, "The preview continues at the same URL without the token.");
+                }
+        }
+        if (sb.status == SB_PAUSED || sb.status == SB_PAUSING)
+                return page(pc, 503, "Service Unavailable", "Retry-After: 10\r\n",
+                            "Sandbox %s is paused: resume it and this preview works again.", sb.id);
+        if (sb.status == SB_DESTROYED || sb.status == SB_FAILED)
+                return page(pc, 410, "Gone", NULL, "Sandbox %s is %s.", sb.id, sb_status_str(sb.status));
+        if (sb.status != SB_READY)
+                return page(pc, 503, "Service Unavailable", "Retry-After: 2\r\n", "Sandbox %s is %s.", sb.id,
+                            sb_status_str(sb.status));
+        if (!sb_slot_take(sb.id, cfg->preview_per_sandbox))
+                return page(pc, 429, "Too Many Requests", "Retry-After: 1\r\n",
+                            "This sandbox already has %lld preview connections open.", (long long) cfg->preview_per_sandbox);
+        pc->counted_sb = true;
+
+        char err[512] = "";
+        _cleanup_(agent_client_freep) struct agent_client *ac = NULL;
+        k = agent_connect(P.c, &sb, &ac, err, sizeof(err));
+        if (k < 0) {
+                log_ctx_set("SANDBOX_ID", sb.id);
+                log_notice("preview of port %d: the agent did not answer: %s", pc->port, err);
+                return page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering, so the preview cannot reach it.");
+        }
+        struct pj_agent_msg fwd = { .type = PJ_AGENT_FORWARD, .id = 1, .f.port = (uint32_t) pc->port };
+        if (agent_client_send(ac, &fwd, SEND_TIMEOUT_MS) < 0)
+                return page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering.");
+        struct agent_frame f;
+        struct pj_error pe = { 0 };
+        k = agent_client_recv(ac, FORWARD_TIMEOUT_MS, &f, &pe);
+        if (k < 0)
+                return page(pc, 504, "Gateway Timeout", NULL, "The sandbox's agent did not answer in time.");
+        bool ok = f.m.type == PJ_AGENT_OK && f.m.id == 1;
+        int e = f.m.type == PJ_AGENT_ERROR ? (int) f.m.f.err : 0;
+        agent_frame_done(&f);
+        if (!ok) {
+                if (e == ECONNREFUSED)
+                        return page(pc, 502, "Bad Gateway", NULL,
+                                    "Nothing is listening on port %d inside the sandbox. Start a server there (listening on "
+                                    "127.0.0.1 or 0.0.0.0) and reload.",
+                                    pc->port);
+                return page(pc, 502, "Bad Gateway", NULL, "Port %d inside the sandbox cannot be reached: %s.", pc->port,
+                            e ? strerror(e) : "unexpected answer");
+        }
+        const char *target = pc->path_form ? (*stripped ? stripped : "/") : stripped;
+        _cleanup_free_ char *head = rewrite_head(pc, &p, target);
+        struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = (uint8_t *) head, .data_len = strlen(head) };
+        if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
+                return page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent stopped answering.");
+        count(slot, 0, m.data_len, 0);
+        pump(pc, ac, &p, slot);
+}
+
+static void *conn_main(void *arg) {
+        struct pconn *pc = arg;
+        struct timeval tv = { .tv_sec = SEND_TIMEOUT_MS / 1000 };
+        (void) setsockopt(pc->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        serve(pc);
+        if (pc->counted_sb)
+                sb_slot_give(pc->id);
+        close(pc->fd);
+        free(pc);
+        log_ctx_reset();
+        pthread_mutex_lock(&P.lock);
+        P.conns--;
+        pthread_cond_broadcast(&P.cond);
+        pthread_mutex_unlock(&P.lock);
+        return NULL;
+}
+
+static void *listen_main(void *arg) {
+        (void) arg;
+        while (!P.stopping) {
+                struct pollfd pfd = { .fd = P.listen_fd, .events = POLLIN };
+                if (poll(&pfd, 1, 500) <= 0)
+                        continue;
+                struct sockaddr_storage ss;
+                socklen_t sl = sizeof(ss);
+                int fd = accept4(P.listen_fd, (struct sockaddr *) &ss, &sl, SOCK_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                pthread_mutex_lock(&P.lock);
+                bool full = P.conns >= P.c->cfg->preview_max_connections;
+                if (!full)
+                        P.conns++;
+                pthread_mutex_unlock(&P.lock);
+                if (full) {
+                        static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
+                                                   "Connection: close\r\n\r\n";
+                        (void) send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                        close(fd);
+                        continue;
+                }
+                struct pconn *pc = xnew0(struct pconn, 1);
+                pc->fd = fd;
+                if (ss.ss_family == AF_INET)
+                        inet_ntop(AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, pc->peer, sizeof(pc->peer));
+                else if (ss.ss_family == AF_INET6)
+                        inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, pc->peer, sizeof(pc->peer));
+                pthread_attr_t at;
+                pthread_t t;
+                pthread_attr_init(&at);
+                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+                pthread_attr_setstacksize(&at, 256 * 1024);
+                if (pthread_create(&t, &at, conn_main, pc) != 0) {
+                        close(fd);
+                        free(pc);
+                        pthread_mutex_lock(&P.lock);
+                        P.conns--;
+                        pthread_mutex_unlock(&P.lock);
+                }
+                pthread_attr_destroy(&at);
+        }
+        return NULL;
+}
+
+int preview_start(struct ctl *c) {
+        const struct config *cfg = c->cfg;
+        P.c = c;
+        if (!cfg->preview_listen_addr) {
+                log_info("preview URLs off ([preview] listen unset)");
+                return 0;
+        }
+        struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t) cfg->preview_listen_port) };
+        struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) cfg->preview_listen_port) };
+        struct sockaddr *sa;
+        socklen_t sl;
+        if (inet_pton(AF_INET, cfg->preview_listen_addr, &a4.sin_addr) == 1)
+                sa = (struct sockaddr *) &a4, sl = sizeof(a4);
+        else if (inet_pton(AF_INET6, cfg->preview_listen_addr, &a6.sin6_addr) == 1)
+                sa = (struct sockaddr *) &a6, sl = sizeof(a6);
+        else
+                return log_error_errno(-EINVAL, "[preview] listen address '%s' is not an IP address", cfg->preview_listen_addr);
+        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return log_error_errno(-errno, "preview listener: socket: %m");
+        int one = 1;
+        (void) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, sa, sl) < 0 || listen(fd, 256) < 0) {
+                int e = -errno;
+                close(fd);
+                return log_error_errno(e, "preview listener: cannot listen on %s:%d: %s", cfg->preview_listen_addr,
+                                       cfg->preview_listen_port, strerror(-e));
+        }
+        struct sockaddr_storage got;
+        socklen_t gl = sizeof(got);
+        if (getsockname(fd, (struct sockaddr *) &got, &gl) == 0)
+                P.port = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *) &got)->sin_port
+                                                        : ((struct sockaddr_in6 *) &got)->sin6_port);
+        P.listen_fd = fd;
+        P.n_per = (size_t) cfg->preview_max_connections;
+        P.per = xnew0(struct per_sb, P.n_per);
+        P.stopping = 0;
+        if (pthread_create(&P.thread, NULL, listen_main, NULL) != 0) {
+                close(fd);
+                P.listen_fd = -1;
+                return log_error_errno(-EAGAIN, "preview listener: no thread");
+        }
+        P.running = true;
+        log_info("preview URLs on %s:%d (%s)", cfg->preview_listen_addr, P.port,
+                 *cfg->preview_domain ? cfg->preview_domain : "path form /p/<id>/<port>/");
+        return 0;
+}
+
+int preview_port(void) {
+        return P.port;
+}
+
+void preview_stop(void) {
+        if (!P.running)
+                return;
+        P.stopping = 1;
+        pthread_join(P.thread, NULL);
+        close(P.listen_fd);
+        P.listen_fd = -1;
+        /* connection threads notice within a second; they use the store, so wait for them */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 15;
+        pthread_mutex_lock(&P.lock);
+        while (P.conns > 0 && pthread_cond_timedwait(&P.cond, &P.lock, &ts) == 0)
+                ;
+        bool left = P.conns > 0;
+        pthread_mutex_unlock(&P.lock);
+        if (left)
+                log_warning("preview listener: connections still open at stop");
+        else {
+                free(P.per);
+                P.per = NULL;
+        }
+        P.running = false;
+}

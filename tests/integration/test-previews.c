@@ -1,0 +1,360 @@
+/* test-previews.c — preview URLs as a person with a browser meets them (issue 22): a server
+ * bound to 127.0.0.1 inside a deny_all sandbox answers through its preview URL; a WebSocket
+ * echo server works through it; a dev server that checks Host accepts what arrives; and every
+ * refusal is a clear page at once: no token, a wrong one, another account's, a revoked or
+ * expired preview, a paused or destroyed sandbox. The client here speaks raw HTTP/1.1 over a
+ * socket, so every header is the test's own choice. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "runtimetest.h"
+#include "testlib.h"
+
+#define PREVIEW_CONF "[preview]\nlisten = 127.0.0.1:0\n"
+
+/* The preview listener's port and the path of a preview URL (http://127.0.0.1:P/p/<id>/<port>/). */
+static void split_url(const char *url, int *ret_port, char *path, size_t pathlen) {
+        ASSERT_NOT_NULL(url);
+        const char *hp = strstr(url, "127.0.0.1:");
+        ASSERT_NOT_NULL(hp);
+        *ret_port = atoi(hp + strlen("127.0.0.1:"));
+        const char *p = strchr(hp, '/');
+        ASSERT_NOT_NULL(p);
+        snprintf(path, pathlen, "%s", p);
+}
+
+static int dial(int port) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_GE(fd, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(connect(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        return fd;
+}
+
+/* Reads until the peer closes, or until want appears (NULL: close only), within timeout_ms. */
+static char *read_until(int fd, const char *want, int timeout_ms) {
+        size_t cap = 1 << 20, len = 0;
+        char *buf = xmalloc(cap + 1);
+        int64_t deadline = now_mono_ms() + timeout_ms;
+        for (;;) {
+                buf[len] = 0;
+                if (want && strstr(buf, want))
+                        break;
+                int64_t left = deadline - now_mono_ms();
+                if (left <= 0)
+                        test_fail(__FILE__, __LINE__, "no %s within %d ms; got: %.400s", want ? want : "close", timeout_ms, buf);
+                struct pollfd pfd = { .fd = fd, .events = POLLIN };
+                if (poll(&pfd, 1, (int) left) <= 0)
+                        continue;
+                ssize_t n = recv(fd, buf + len, cap - len, 0);
+                if (n <= 0)
+                        break;
+                len += (size_t) n;
+                if (len == cap)
+                        break;
+        }
+        buf[len] = 0;
+        return buf;
+}
+
+/* One request (raw head + optional body), the whole answer back (the proxy closes). */
+static char *raw(int port, const char *req) {
+        int fd = dial(port);
+        ASSERT_TRUE(send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t) strlen(req));
+        char *resp = read_until(fd, NULL, 20000);
+        close(fd);
+        return resp;
+}
+
+static char *slurp(const char *path) {
+        FILE *f = fopen(path, "r");
+        ASSERT_NOT_NULL(f);
+        size_t cap = 8 << 20;
+        char *buf = xmalloc(cap + 1);
+        size_t n = fread(buf, 1, cap, f);
+        buf[n] = 0;
+        fclose(f);
+        return buf;
+}
+
+static long status_of(const char *resp) {
+        long st = 0;
+        if (sscanf(resp, "HTTP/1.%*d %ld", &st) != 1)
+                test_fail(__FILE__, __LINE__, "not an HTTP answer: %.300s", resp);
+        return st;
+}
+
+/* GET path with extra header lines ("" for none): the answer must have status want and
+ * contain part (unless NULL). Returns it (caller frees). */
+static char *get_expect_at(int line, int port, const char *path, const char *headers, long want, const char *part) {
+        char req[4096];
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n", path, port, headers);
+        char *resp = raw(port, req);
+        if (status_of(resp) != want || (part && !strstr(resp, part)))
+                test_fail(__FILE__, line, "GET %s -> %.600s\n(want %ld with \"%s\")", path, resp, want, part ? part : "");
+        return resp;
+}
+#define GET_EXPECT(port, path, headers, want, part) free(get_expect_at(__LINE__, port, path, headers, want, part))
+
+/* POST /previews: 201, and its url and token (token NULL for a public one's caller). */
+static void make_preview(struct box *b, const char *body, char *url, size_t urllen, char *token, size_t toklen) {
+        struct hres r;
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s/previews", b->id);
+        http_req(&b->c, "POST", path, b->key, body, &r);
+        if (r.status != 201)
+                test_fail(__FILE__, __LINE__, "POST previews %s -> %ld %s", body, r.status, r.body);
+        snprintf(url, urllen, "%s", cJSON_GetStringValue(data_item(&r, "url")) ?: "");
+        if (token)
+                snprintf(token, toklen, "%s", cJSON_GetStringValue(data_item(&r, "token")) ?: "");
+        hres_done(&r);
+}
+
+static void start_detached(struct box *b, const char *cmd) {
+        struct hres r;
+        char path[96], body[1024];
+        snprintf(path, sizeof(path), "/sandboxes/%s/processes", b->id);
+        snprintf(body, sizeof(body), "{\"cmd\":\"%s\"}", cmd);
+        http_req(&b->c, "POST", path, b->key, body, &r);
+        if (r.status != 201)
+                test_fail(__FILE__, __LINE__, "POST /processes %s -> %ld %s", body, r.status, r.body);
+        hres_done(&r);
+}
+
+/* A WebSocket echo server in plain Python (no packages in a deny_all sandbox). */
+static const char ws_server[] =
+        "import socket, hashlib, base64\n"
+        "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind(('127.0.0.1', 8765)); s.listen(8)\n"
+        "while True:\n"
+        "    c, _ = s.accept(); h = b''\n"
+        "    while b'\\r\\n\\r\\n' not in h:\n"
+        "        d = c.recv(4096)\n"
+        "        if not d: break\n"
+        "        h += d\n"
+        "    key = [l.split(b':', 1)[1].strip() for l in h.split(b'\\r\\n') if l.lower().startswith(b'sec-websocket-key:')]\n"
+        "    if not key: c.close(); continue\n"
+        "    acc = base64.b64encode(hashlib.sha1(key[0] + b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())\n"
+        "    c.sendall(b'HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\n'\n"
+        "              b'Sec-WebSocket-Accept: ' + acc + b'\\r\\n\\r\\n')\n"
+        "    f = c.recv(2); n = f[1] & 127; m = c.recv(4); p = b''\n"
+        "    while len(p) < n: p += c.recv(n - len(p))\n"
+        "    p = bytes(x ^ m[i % 4] for i, x in enumerate(p))\n"
+        "    c.sendall(bytes([0x81, len(b'echo:' + p)]) + b'echo:' + p); c.close()\n";
+
+/* A dev server that, like Vite's, refuses a Host it does not know. */
+static const char host_server[] =
+        "import http.server\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        ok = self.headers.get('Host') == 'localhost:5173'\n"
+        "        b = (b'host-ok ' if ok else b'host-refused ') + self.headers.get('Host', '').encode() + b' '"
+        " + self.path.encode() + b' cookie=' + self.headers.get('Cookie', '-').encode()\n"
+        "        self.send_response(200 if ok else 403); self.send_header('Content-Length', str(len(b)))\n"
+        "        self.end_headers(); self.wfile.write(b)\n"
+        "http.server.ThreadingHTTPServer(('127.0.0.1', 5173), H).serve_forever()\n";
+
+TEST_FULL(preview_of_a_localhost_server_in_a_deny_all_sandbox, 300) {
+        struct box b;
+        box_start(&b, NULL, PREVIEW_CONF, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}");
+        char ppath[128], url[256], token[128], path[512], hdr[512];
+        int port = 0;
+        snprintf(ppath, sizeof(ppath), "/sandboxes/%s/previews", b.id);
+
+        /* Bad bodies name their field. */
+        HTTP_EXPECT_MSG(&b.c, "POST", ppath, b.key, "{}", 400, "port");
+        HTTP_EXPECT_MSG(&b.c, "POST", ppath, b.key, "{\"port\":0}", 400, "port");
+        HTTP_EXPECT_MSG(&b.c, "POST", ppath, b.key, "{\"port\":65536}", 400, "port");
+        HTTP_EXPECT_MSG(&b.c, "POST", ppath, b.key, "{\"port\":8000,\"nope\":1}", 400, "nope");
+        HTTP_EXPECT_MSG(&b.c, "POST", ppath, b.key, "{\"port\":8000,\"public\":\"yes\"}", 400, "public");
+        HTTP_EXPECT_MSG(&b.c, "POST", ppath, b.key, "{\"port\":8000,\"expiresIn\":0}", 400, "expiresIn");
+
+        make_preview(&b, "{\"port\":8000}", url, sizeof(url), token, sizeof(token));
+        split_url(url, &port, path, sizeof(path));
+        ASSERT_EQ(strlen(token), 64);
+        /* Nothing listens yet: a clear 502 page at once, not a hang. */
+        snprintf(hdr, sizeof(hdr), "X-Paddock-Preview-Token: %s\r\n", token);
+        GET_EXPECT(port, path, hdr, 502, "Nothing is listening on port 8000");
+
+        free(sh(&b, "mkdir -p /tmp/www && echo hello-preview > /tmp/www/hi.txt"));
+        start_detached(&b, "exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www");
+        char hi[600];
+        snprintf(hi, sizeof(hi), "%shi.txt", path);
+        for (int i = 0;; i++) {
+                char req[1024];
+                snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", hi, hdr);
+                _cleanup_free_ char *resp = raw(port, req);
+                if (status_of(resp) == 200) {
+                        ASSERT_CONTAINS(resp, "hello-preview");
+                        break;
+                }
+                if (i == 100)
+                        test_fail(__FILE__, __LINE__, "the server never answered through the preview: %.400s", resp);
+                usleep(100000);
+        }
+
+        /* No token, a wrong one: refused with a page that says so. */
+        GET_EXPECT(port, hi, "", 401, "needs its token");
+        GET_EXPECT(port, hi, "X-Paddock-Preview-Token: 0000000000000000000000000000000000000000000000000000000000000000\r\n",
+                   403, "not this preview");
+        /* The token once in the URL: a cookie and the same URL without it; the cookie then works. */
+        char q[700];
+        snprintf(q, sizeof(q), "%s?a=1&paddock_token=%s", hi, token);
+        _cleanup_free_ char *redir = get_expect_at(__LINE__, port, q, "", 302, "Set-Cookie: paddock_preview_8000_");
+        char loc[700];
+        snprintf(loc, sizeof(loc), "Location: %s?a=1\r\n", hi);
+        ASSERT_CONTAINS(redir, loc);
+        ASSERT_CONTAINS(redir, "HttpOnly");
+        char cookie[300];
+        snprintf(cookie, sizeof(cookie), "Cookie: theirs=1; paddock_preview_8000_%s=%s\r\n", b.id, token);
+        GET_EXPECT(port, hi, cookie, 200, "hello-preview");
+
+        /* The list shows it, never its token. */
+        struct hres r;
+        http_req(&b.c, "GET", ppath, b.key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_CONTAINS(r.body, "\"port\":8000");
+        ASSERT_CONTAINS(r.body, url);
+        ASSERT_NULL(strstr(r.body, token));
+        hres_done(&r);
+
+        /* A dev server that checks Host gets localhost:<port>; our cookie and token stay out. */
+        char url2[256], token2[128], path2[512];
+        put_expect(&b, "/tmp/host.py", host_server, strlen(host_server), 204);
+        start_detached(&b, "exec python3 /tmp/host.py");
+        make_preview(&b, "{\"port\":5173}", url2, sizeof(url2), token2, sizeof(token2));
+        int port2;
+        split_url(url2, &port2, path2, sizeof(path2));
+        snprintf(cookie, sizeof(cookie), "Cookie: theirs=1; paddock_preview_5173_%s=%s\r\n", b.id, token2);
+        char sub[600];
+        snprintf(sub, sizeof(sub), "%ssub/page", path2);
+        for (int i = 0;; i++) {
+                char req[1024];
+                snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: preview.example\r\n%s\r\n", sub, cookie);
+                _cleanup_free_ char *resp = raw(port2, req);
+                if (status_of(resp) != 502) {
+                        if (status_of(resp) != 200 || !strstr(resp, "host-ok localhost:5173 /sub/page cookie=theirs=1"))
+                                test_fail(__FILE__, __LINE__, "the Host-checking server said: %.500s", resp);
+                        ASSERT_NULL(strstr(resp, token2));
+                        break;
+                }
+                if (i == 100)
+                        test_fail(__FILE__, __LINE__, "the Host-checking server never came up: %.300s", resp);
+                usleep(100000);
+        }
+        /* keepHost passes the client's Host: this server then refuses it, as it would directly. */
+        make_preview(&b, "{\"port\":5173,\"keepHost\":true,\"public\":true}", url2, sizeof(url2), NULL, 0);
+        GET_EXPECT(port2, sub, "", 403, "host-refused 127.0.0.1:");
+        /* ... and replacing the preview retired the old token at once. */
+        snprintf(hdr, sizeof(hdr), "X-Paddock-Preview-Token: %s\r\n", token2);
+        make_preview(&b, "{\"port\":5173}", url2, sizeof(url2), token2, sizeof(token2));
+        GET_EXPECT(port2, sub, hdr, 403, "not this preview");
+
+        /* WebSocket through a public preview: the upgrade and frames pass both ways. */
+        put_expect(&b, "/tmp/ws.py", ws_server, strlen(ws_server), 204);
+        start_detached(&b, "exec python3 /tmp/ws.py");
+        char url3[256], path3[512];
+        make_preview(&b, "{\"port\":8765,\"public\":true}", url3, sizeof(url3), NULL, 0);
+        int port3;
+        split_url(url3, &port3, path3, sizeof(path3));
+        for (int i = 0;; i++) {
+                int fd = dial(port3);
+                char req[1024];
+                snprintf(req, sizeof(req),
+                         "GET %s HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+                         path3);
+                ASSERT_TRUE(send(fd, req, strlen(req), MSG_NOSIGNAL) > 0);
+                _cleanup_free_ char *resp = read_until(fd, "\r\n\r\n", 20000);
+                if (status_of(resp) == 502 && i < 100) {
+                        close(fd);
+                        usleep(100000);
+                        continue;
+                }
+                ASSERT_EQ(status_of(resp), 101);
+                ASSERT_CONTAINS(resp, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+                /* a masked text frame "ping-ws" */
+                const char msg[] = "ping-ws";
+                unsigned char fr[2 + 4 + sizeof(msg) - 1], mask[4] = { 1, 2, 3, 4 };
+                fr[0] = 0x81;
+                fr[1] = 0x80 | (unsigned char) (sizeof(msg) - 1);
+                memcpy(fr + 2, mask, 4);
+                for (size_t k = 0; k < sizeof(msg) - 1; k++)
+                        fr[6 + k] = (unsigned char) msg[k] ^ mask[k % 4];
+                ASSERT_TRUE(send(fd, fr, sizeof(fr), MSG_NOSIGNAL) == (ssize_t) sizeof(fr));
+                _cleanup_free_ char *echo = read_until(fd, "echo:ping-ws", 20000);
+                close(fd);
+                break;
+        }
+
+        /* Another account: cannot see, make or revoke this sandbox's previews, and its own
+         * preview's token does not open this one. */
+        char bob_id[25];
+        _cleanup_free_ char *bob = ctld_account_key(&b.c, "bob", NULL, NULL);
+        HTTP_EXPECT(&b.c, "GET", ppath, bob, NULL, 404);
+        HTTP_EXPECT(&b.c, "POST", ppath, bob, "{\"port\":8000}", 404);
+        snprintf(path, sizeof(path), "%s/8000", ppath);
+        HTTP_EXPECT(&b.c, "DELETE", path, bob, NULL, 404);
+        ctld_create(&b.c, bob, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}", bob_id);
+        char bpath[96];
+        snprintf(bpath, sizeof(bpath), "/sandboxes/%s/previews", bob_id);
+        http_req(&b.c, "POST", bpath, bob, "{\"port\":8000}", &r);
+        ASSERT_EQ(r.status, 201);
+        snprintf(hdr, sizeof(hdr), "X-Paddock-Preview-Token: %s\r\n", cJSON_GetStringValue(data_item(&r, "token")));
+        hres_done(&r);
+        GET_EXPECT(port, hi, hdr, 403, "not this preview");
+
+        /* Revoked: at once. Expired: at once. */
+        snprintf(hdr, sizeof(hdr), "X-Paddock-Preview-Token: %s\r\n", token);
+        GET_EXPECT(port, hi, hdr, 200, "hello-preview");
+        HTTP_EXPECT(&b.c, "DELETE", path, b.key, NULL, 200);
+        HTTP_EXPECT(&b.c, "DELETE", path, b.key, NULL, 404);
+        GET_EXPECT(port, hi, hdr, 404, "no preview of port 8000");
+        make_preview(&b, "{\"port\":8000,\"expiresIn\":1}", url, sizeof(url), token, sizeof(token));
+        snprintf(hdr, sizeof(hdr), "X-Paddock-Preview-Token: %s\r\n", token);
+        usleep(1300000);
+        GET_EXPECT(port, hi, hdr, 410, "expired");
+
+        /* Not a preview URL, a bad request, a head too large: pages, not hangs. */
+        GET_EXPECT(port, "/elsewhere", "", 404, "preview URL looks like");
+        _cleanup_free_ char *bad = raw(port, "GET /p/ HTTP/1.1\r\nHost x\r\n\r\n");
+        ASSERT_EQ(status_of(bad), 400);
+        char *huge = xmalloc(40000);
+        memset(huge, 'a', 39999);
+        huge[39999] = 0;
+        char *big = xasprintf("GET / HTTP/1.1\r\nX-Big: %s\r\n\r\n", huge);
+        _cleanup_free_ char *tl = raw(port, big);
+        ASSERT_EQ(status_of(tl), 431);
+        free(big);
+        free(huge);
+
+        /* Metrics count what passed; the journal has the preview opened. */
+        http_req(&b.c, "GET", "/metrics", NULL, NULL, &r);
+        ASSERT_CONTAINS(r.body, "paddock_preview_requests_total{status=\"ready\"}");
+        ASSERT_NULL(strstr(r.body, "paddock_preview_bytes_out_total{status=\"ready\"} 0\n"));
+        hres_done(&r);
+        _cleanup_free_ char *log = slurp(b.c.log);
+        ASSERT_CONTAINS(log, "preview opened: port 8000");
+
+        /* Paused: a page that says so, at once. Destroyed: gone. */
+        make_preview(&b, "{\"port\":8000}", url, sizeof(url), token, sizeof(token));
+        snprintf(hdr, sizeof(hdr), "X-Paddock-Preview-Token: %s\r\n", token);
+        char op_path[96];
+        snprintf(op_path, sizeof(op_path), "/sandboxes/%s/pause", b.id);
+        HTTP_EXPECT(&b.c, "POST", op_path, b.key, NULL, 200);
+        ASSERT_STREQ(ctld_wait_status(&b.c, b.key, b.id, "paused", 60), "paused");
+        GET_EXPECT(port, hi, hdr, 503, "is paused");
+        snprintf(op_path, sizeof(op_path), "/sandboxes/%s", b.id);
+        HTTP_EXPECT(&b.c, "DELETE", op_path, b.key, NULL, 204);
+        ASSERT_STREQ(ctld_wait_status(&b.c, b.key, b.id, "destroyed", 60), "destroyed");
+        GET_EXPECT(port, hi, hdr, 410, "destroyed");
+}
