@@ -41,6 +41,7 @@ await_start() {
 
 BUILD=${PADDOCK_BUILD:-build}
 PORT=${PADDOCK_PORT:-8080}
+PREVIEW_PORT=${PADDOCK_PREVIEW_PORT:-8081}
 URL=http://127.0.0.1:$PORT
 CONF=$DEV/controld.conf
 AGENT_CONF=$DEV/nodeagent.conf
@@ -131,6 +132,8 @@ fi
 cat >"$CONF" <<EOF
 [server]
 listen = 127.0.0.1:$PORT
+[preview]
+listen = 127.0.0.1:$PREVIEW_PORT
 [store]
 path = $DEV/controld.db
 [scheduler]
@@ -243,6 +246,10 @@ Paddock is up at $URL   (key and URL also in $DEV/env)
   curl -s -X POST $URL/sandboxes -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"template":"python-3.11"}'
   curl -s -X POST $URL/sandboxes/<id>/exec -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"cmd":"python3 -c \\"print(6*7)\\""}'
   curl -s -X DELETE $URL/sandboxes/<id> -H "x-brimble-key: $KEY"
+
+  # preview a server running in the sandbox (prints a URL to open in a browser with its token)
+  curl -s -X POST $URL/sandboxes/<id>/processes -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"cmd":"python3 -m http.server 8000 --bind 127.0.0.1"}'
+  curl -s -X POST $URL/sandboxes/<id>/previews -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"port":8000}' | jq -r '.data.url + "?paddock_token=" + .data.token'
 
   make down    # stop controld, the node agent and the services 'make up' started
 EOF

@@ -11,12 +11,14 @@
 #include "testlib.h"
 
 static char devdir[512], state[512];
-static int port;
+static int port, preview_port;
 
 static int run_script(const char *script, char **out) {
         char portstr[16];
         snprintf(portstr, sizeof(portstr), "%d", port);
         setenv("PADDOCK_PORT", portstr, 1);
+        snprintf(portstr, sizeof(portstr), "%d", preview_port);
+        setenv("PADDOCK_PREVIEW_PORT", portstr, 1);
         setenv("PADDOCK_DEV_DIR", devdir, 1);
         setenv("PADDOCK_STATE", state, 1);
         char *argv[] = { (char *) script, NULL };
@@ -116,6 +118,7 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         ctld_start(&probe, NULL, NULL);   /* only to borrow a free port, then release it */
         port = probe.port;
         ctld_stop(&probe);
+        preview_port = test_free_port();
         test_on_exit(down_hook, NULL);
 
         _cleanup_free_ char *out1 = NULL, *out2 = NULL, *out3 = NULL;

@@ -182,6 +182,7 @@ static void concrete_path(const char *tmpl, char *out, size_t len) {
                         ASSERT_NOT_NULL(e);
                         const char *v = (e - s == 5 && !strncmp(s, "{path}", 6)) ? "tmp/openapi-probe"
                                         : (e - s == 4 && !strncmp(s, "{pid}", 5))  ? "4242"
+                                        : (e - s == 5 && !strncmp(s, "{port}", 6)) ? "8000"
                                                                                   : UNKNOWN_ID;
                         o += (size_t) snprintf(out + o, len - o, "%s", v);
                         s = e + 1;

@@ -911,6 +911,30 @@ TEST(exec_stdin_and_processes) {
         ASSERT_STREQ(e.field, "cols");
 }
 
+TEST(preview_create_bodies) {
+        struct pj_preview_create p;
+        struct pj_error e = { 0 };
+        _cleanup_free_ char *ok = q("{'port':8000,'expiresIn':120,'public':true,'keepHost':false}");
+        ASSERT_EQ(pj_preview_create_parse(ok, strlen(ok), &p, &e), 0);
+        ASSERT_EQ(p.port, 8000);
+        ASSERT_EQ(p.expires_in_s, 120);
+        ASSERT_TRUE(p.public_);
+        ASSERT_FALSE(p.keep_host);
+        static const struct { const char *body, *field; } bad[] = {
+                { "{}", "port" }, { "{'port':0}", "port" }, { "{'port':65536}", "port" }, { "{'port':'80'}", "port" },
+                { "{'port':80.5}", "port" }, { "{'port':80,'expiresIn':0}", "expiresIn" },
+                { "{'port':80,'expiresIn':31536001}", "expiresIn" }, { "{'port':80,'public':1}", "public" },
+                { "{'port':80,'keepHost':'yes'}", "keepHost" }, { "{'port':80,'host':'x'}", "host" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                _cleanup_free_ char *bb = q(bad[i].body);
+                e = (struct pj_error) { 0 };
+                if (pj_preview_create_parse(bb, strlen(bb), &p, &e) != -EINVAL || strcmp(e.field, bad[i].field))
+                        test_fail(__FILE__, __LINE__, "%s -> field '%s' (want '%s')", bad[i].body, e.field, bad[i].field);
+        }
+        ASSERT_EQ(pj_preview_create_parse("", 0, &p, &e), -EINVAL);
+}
+
 /* prefix, then len bytes repeating unit, then suffix: a body of a chosen size (xmalloc'd). */
 static char *sized_body(const char *prefix, const char *unit, size_t len, const char *suffix) {
         size_t p = strlen(prefix), u = strlen(unit), x = strlen(suffix);
