@@ -124,6 +124,17 @@ $(NOMAD_VARIANTS): $(BUILD)/tests/integration/%-nomad: tests/integration/nomad-v
 	@mkdir -p $(dir $@)
 	install -m 0755 $< $@
 
+# The terminal page's xterm.js (MIT), from npm at build time: controld serves it from
+# $(BUILD)/web (installed: /usr/share/paddock/web); no CDN at run time.
+XTERM_PKGS := @xterm/xterm@5.5.0 @xterm/addon-fit@0.10.0
+.PHONY: web
+web: $(BUILD)/web/xterm.js
+$(BUILD)/web/xterm.js:
+	@mkdir -p $(BUILD)/npm-web $(BUILD)/web
+	cd $(BUILD)/npm-web && npm install --no-audit --no-fund --no-save --prefix . $(XTERM_PKGS) >/dev/null
+	cp $(BUILD)/npm-web/node_modules/@xterm/xterm/css/xterm.css $(BUILD)/npm-web/node_modules/@xterm/addon-fit/lib/addon-fit.js $(BUILD)/web/
+	cp $(BUILD)/npm-web/node_modules/@xterm/xterm/lib/xterm.js $(BUILD)/web/xterm.js
+tests: web
 tests: $(NOMAD_VARIANTS)
 tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak \
 	$(BUILD)/tests/nomad/nomad-standin
@@ -196,7 +207,7 @@ deps:
 	tests/env/services.sh install
 
 up: deps
-	$(MAKE) all
+	$(MAKE) all web
 	PADDOCK_BUILD=$(BUILD) tests/env/up.sh
 
 down:

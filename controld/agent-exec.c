@@ -308,6 +308,19 @@ int agent_exec_signal(struct agent_exec *x, int sig) {
         return r == -EPIPE ? 0 : r;
 }
 
+int agent_exec_resize(struct agent_exec *x, uint32_t rows, uint32_t cols, exec_output_cb cb, void *ud) {
+        if (x->synth_err || x->ended || x->lost)
+                return 0;
+        struct pj_agent_msg m = { .type = PJ_AGENT_RESIZE, .id = CHAN_PROC,
+                                  .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_ROWS) | PJ_AGENT_BIT(PJ_AGENT_T_COLS),
+                                         .rows = rows, .cols = cols } };
+        struct proc_ctx p = { x, cb, ud, 0 };
+        int r = send_interleaved(x->cl, &m, mono_ms() + 5000, proc_frame, &p);
+        return r == -EPIPE ? 0 : r < 0 ? r : p.cb_r;
+}
+
+int agent_exec_fd(const struct agent_exec *x) { return agent_client_fd(x->cl); }
+
 pid_t agent_exec_pid(const struct agent_exec *x) { return x->pid; }
 
 bool agent_exec_lost(const struct agent_exec *x) { return x->lost; }

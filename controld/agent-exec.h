@@ -38,6 +38,10 @@ int agent_exec_read(struct agent_exec *x, int timeout_ms, int watch_fd, exec_out
 int agent_exec_exit_code(struct agent_exec *x, int *ret);
 /* SIGNAL to the process group; 0 once sent (or when it has already ended). */
 int agent_exec_signal(struct agent_exec *x, int sig);
+/* RESIZE of the session's terminal (output that arrives meanwhile goes to cb); 0 once sent. */
+int agent_exec_resize(struct agent_exec *x, uint32_t rows, uint32_t cols, exec_output_cb cb, void *ud);
+/* The agent connection's fd, for poll() by a caller that also waits on its client. */
+int agent_exec_fd(const struct agent_exec *x);
 pid_t agent_exec_pid(const struct agent_exec *x);
 /* The connection dropped before EXIT (the sandbox or its agent went away). */
 bool agent_exec_lost(const struct agent_exec *x);

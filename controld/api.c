@@ -12,6 +12,7 @@
 #include "http.h"
 #include "json.h"
 #include "preview.h"
+#include "terminal.h"
 #include "log.h"
 #include "strutil.h"
 
@@ -313,6 +314,10 @@ static const struct route routes[] = {
         /* method   pattern                             label                             noun        auth   head   body prepare handler */
         { "GET",    "/healthz",                         "/healthz",                       NULL,       false, true,  J, NULL, http_get_healthz },
         { "GET",    "/metrics",                         "/metrics",                       NULL,       false, true,  J, NULL, http_get_metrics },
+        { "GET",    "/terminal/xterm.js",               "/terminal/xterm.js",             NULL,       false, true,  J, NULL, terminal_get_asset },
+        { "GET",    "/terminal/xterm.css",              "/terminal/xterm.css",            NULL,       false, true,  J, NULL, terminal_get_asset },
+        { "GET",    "/terminal/addon-fit.js",           "/terminal/addon-fit.js",         NULL,       false, true,  J, NULL, terminal_get_asset },
+        { "GET",    "/terminal/terminal.js",            "/terminal/terminal.js",          NULL,       false, true,  J, NULL, terminal_get_asset },
         { "GET",    "/sandbox/templates",               "/sandbox/templates",             NULL,       true,  false, J, NULL, get_templates },
         { "GET",    "/sandboxes",                       "/sandboxes",                     NULL,       true,  false, J, NULL, list_sandboxes },
         { "POST",   "/sandboxes",                       "/sandboxes",                     NULL,       true,  false, J, NULL, post_sandboxes },
@@ -334,6 +339,9 @@ static const struct route routes[] = {
         { "POST",   "/sandboxes/{id}/files/batch",      "/sandboxes/{id}/files/batch",    SB,         true,  false, L, NULL, runtime_post_batch },
         { "GET",    "/sandboxes/{id}/files/{path*}",    "/sandboxes/{id}/files/{path}",   SB,         true,  false, J, NULL, runtime_get_file },
         { "PUT",    "/sandboxes/{id}/files/{path*}",    "/sandboxes/{id}/files/{path}",   SB,         true,  false, S, runtime_prepare_put_file, runtime_put_file },
+        { "GET",    "/sandboxes/{id}/pty",              "/sandboxes/{id}/pty",            SB,         false, false, J, NULL, terminal_get_pty },
+        { "POST",   "/sandboxes/{id}/pty/token",        "/sandboxes/{id}/pty/token",      SB,         true,  false, J, NULL, terminal_post_token },
+        { "GET",    "/sandboxes/{id}/terminal",         "/sandboxes/{id}/terminal",       SB,         false, false, J, NULL, terminal_get_page },
         { "GET",    "/sandboxes/{id}/previews",         "/sandboxes/{id}/previews",       SB,         true,  false, J, NULL, preview_list },
         { "POST",   "/sandboxes/{id}/previews",         "/sandboxes/{id}/previews",       SB,         true,  false, J, NULL, preview_post },
         { "DELETE", "/sandboxes/{id}/previews/{pid}",   "/sandboxes/{id}/previews/{port}", SB,        true,  false, J, NULL, preview_delete },

@@ -371,6 +371,7 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         D("preview", "max_expiry", 7 * 24 * 3600, 60, 365 * 24 * 3600, preview_max_expiry_s);
         S("server", "log_level", "info", 16, log_level);
         S("server", "metrics_token_file", "", 1024, metrics_token_file);
+        S("server", "web_dir", "", 1024, web_dir);
         if (log_level_from_string(c->log_level) < 0) {
                 snprintf(err, errlen, "%s: [server] log_level must be debug, info, notice, warning or error", path);
                 r = -EINVAL;
@@ -524,6 +525,7 @@ struct config *config_free(struct config *c) {
         free(c->log_level);
         free_many(c->preview_listen_addr, c->preview_domain, c->preview_scheme, c->preview_public_url);
         free(c->metrics_token_file);
+        free(c->web_dir);
         free(c->db_path);
         free(c->driver);
         free(c->docker_socket);

@@ -82,6 +82,7 @@ struct config {
         uint64_t stream_keepalive_ms;                /* SSE comment on quiet streams */
         char *log_level;
         char *metrics_token_file;                    /* "" = /metrics open to whoever reaches the port */
+        char *web_dir;                               /* the terminal page's xterm.js; "" = found at start */
         /* [preview]: preview URLs (preview.c). listen "" = off. */
         char *preview_listen_addr;                   /* NULL = previews off */
         int preview_listen_port;

@@ -306,7 +306,7 @@ static void respond_too_many_guesses(struct req *r, int64_t wait_s) {
 }
 
 /* Resolves the API key from x-brimble-key or Authorization: Bearer. */
-static int authenticate(struct req *r) {
+int http_authenticate(struct req *r) {
         const char *key = req_header(r, "x-brimble-key");
         const char *auth = req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
         char hash[65];
@@ -435,7 +435,7 @@ static enum MHD_Result first_call(struct req *r) {
         const struct route *rt = r->m.row;
         r->route = rt ? rt->label : NULL;
         /* An unknown path asks for a key too: no probing the API without one. */
-        if ((!rt || rt->auth) && authenticate(r) < 0)
+        if ((!rt || rt->auth) && http_authenticate(r) < 0)
                 return MHD_YES;
         switch (st) {
         case ROUTE_NOT_FOUND:
@@ -604,7 +604,8 @@ int http_start(struct ctl *c, http_router route, struct http_server **ret) {
         struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t) cfg->listen_port) };
         struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) cfg->listen_port) };
         struct sockaddr *sa;
-        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
+                         MHD_ALLOW_UPGRADE;
 
         if (inet_pton(AF_INET, cfg->listen_addr, &a4.sin_addr) == 1)
                 sa = (struct sockaddr *) &a4;

@@ -109,6 +109,8 @@ struct req {
 };
 
 const char *req_query(struct req *r, const char *key);
+/* Resolves the API key headers into r->acc: 0, or < 0 with the 401/429 sent. */
+int http_authenticate(struct req *r);
 const char *req_header(struct req *r, const char *key);
 
 /* Answer helpers. Each queues one response; returns MHD_YES/NO for the access handler. */
