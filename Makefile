@@ -118,7 +118,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
 
 # Both drivers: these API suites run a second time on the Nomad driver (<suite>-nomad).
 NOMAD_SUITES := test-controld test-runtime-exec test-runtime-stream test-runtime-files test-runtime-limits \
-                test-controld-egress test-snapshots test-processes test-pool test-previews
+                test-controld-egress test-snapshots test-processes test-pool test-previews test-terminal
 NOMAD_VARIANTS := $(patsubst %,$(BUILD)/tests/integration/%-nomad,$(NOMAD_SUITES))
 $(NOMAD_VARIANTS): $(BUILD)/tests/integration/%-nomad: tests/integration/nomad-variant.sh
 	@mkdir -p $(dir $@)
@@ -134,7 +134,14 @@ $(BUILD)/web/xterm.js:
 	cd $(BUILD)/npm-web && npm install --no-audit --no-fund --no-save --prefix . $(XTERM_PKGS) >/dev/null
 	cp $(BUILD)/npm-web/node_modules/@xterm/xterm/css/xterm.css $(BUILD)/npm-web/node_modules/@xterm/addon-fit/lib/addon-fit.js $(BUILD)/web/
 	cp $(BUILD)/npm-web/node_modules/@xterm/xterm/lib/xterm.js $(BUILD)/web/xterm.js
-tests: web
+tests: web $(BUILD)/npm-test/node_modules/puppeteer-core/package.json $(BUILD)/npm-test/terminal.mjs
+$(BUILD)/npm-test/terminal.mjs: tests/browser/terminal.mjs
+	@mkdir -p $(dir $@)
+	cp $< $@
+# The terminal's browser test drives headless Chromium (Debian's) with puppeteer-core (npm).
+$(BUILD)/npm-test/node_modules/puppeteer-core/package.json:
+	@mkdir -p $(BUILD)/npm-test
+	cd $(BUILD)/npm-test && PUPPETEER_SKIP_DOWNLOAD=1 npm install --no-audit --no-fund --no-save --prefix . puppeteer-core@24.43.1 >/dev/null
 tests: $(NOMAD_VARIANTS)
 tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak \
 	$(BUILD)/tests/nomad/nomad-standin

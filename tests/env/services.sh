@@ -31,7 +31,7 @@ LOGS=$STATE/logs
 PACKAGES=(docker.io runsc docker-registry rabbitmq-server amqp-tools nftables iproute2
           busybox-static debootstrap xfsprogs btrfs-progs libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
           librabbitmq-dev libnftnl-dev libmnl-dev libsqlite3-dev libsystemd-dev libssl-dev
-          pkg-config sqlite3 wrk curl jq ca-certificates python3-yaml)
+          pkg-config sqlite3 wrk curl jq ca-certificates python3-yaml chromium fonts-dejavu-core)
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cleanup.h"
@@ -233,4 +234,36 @@ TEST_FULL(terminal_over_a_websocket, 240) {
         ASSERT_TRUE(r.len > 100000);
         hres_done(&r);
         HTTP_EXPECT(&b.c, "GET", "/healthz", NULL, NULL, 200);
+}
+
+/* The page in a real browser: headless Chromium (Debian's) driven by puppeteer-core
+ * (tests/browser/terminal.mjs): it loads, `echo hi` typed shows `hi`, and a resized window
+ * reaches `stty size`. The screenshot stays in the build tree for a person to look at. */
+TEST_FULL(terminal_page_in_headless_chromium, 240) {
+        if (access("/usr/bin/chromium", X_OK) != 0)
+                TEST_SKIP("chromium is not installed (tests/env/services.sh install adds it)");
+        const char *script = test_build_path("npm-test/terminal.mjs");
+        if (access(script, R_OK) != 0)
+                TEST_SKIP("build/npm-test/terminal.mjs is missing (make tests installs puppeteer-core and copies it)");
+        _cleanup_free_ char *script_copy = xstrdup(script);
+        struct box b;
+        box_start(&b, NULL, NULL, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}");
+        struct hres r;
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s/pty/token", b.id);
+        http_req(&b.c, "POST", path, b.key, "", &r);
+        ASSERT_EQ(r.status, 201);
+        _cleanup_free_ char *url = xasprintf("%s%s", b.c.url, cJSON_GetStringValue(data_item(&r, "terminalPath")));
+        hres_done(&r);
+        _cleanup_free_ char *shot = xasprintf("%s/terminal-screenshot.png", test_build_path("test-artifacts"));
+        _cleanup_free_ char *dir = xstrdup(test_build_path("test-artifacts"));
+        (void) mkdir(dir, 0755);
+        setenv("TERMINAL_URL", url, 1);
+        setenv("SCREENSHOT", shot, 1);
+        char *argv[] = { "node", script_copy, NULL };
+        _cleanup_free_ char *out = NULL;
+        int rc = test_run_capture(argv, &out, 1 << 20);
+        if (rc != 0 || !strstr(out ?: "", "ok rows="))
+                test_fail(__FILE__, __LINE__, "the browser test failed (exit %d):\n%s", rc, out ?: "");
+        fprintf(stderr, "  %s  screenshot: %s\n", out, shot);
 }
