@@ -610,7 +610,7 @@ static bool still_valid(const struct preview *p) {
 static void pump(struct pconn *pc, struct agent_client *ac, const struct preview *p, int slot) {
         const struct config *cfg = P.c->cfg;
         uint8_t *buf = xmalloc(CHUNK);
-        bool client_eof = false, agent_eof = false;
+        bool agent_eof = false;
         uint64_t in = 0, out = 0;
         unsigned gen = gen_now();
         int64_t last = mono_ms();
@@ -623,8 +623,8 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                         goto done;
                 in += n;
         }
-        while (!(client_eof && agent_eof) && !P.stopping) {
-                struct pollfd pfd[2] = { { .fd = pc->fd, .events = client_eof ? 0 : POLLIN },
+        while (!agent_eof && !P.stopping) {
+                struct pollfd pfd[2] = { { .fd = pc->fd, .events = POLLIN },
                                          { .fd = agent_client_fd(ac), .events = POLLIN } };
                 /* frames already buffered in the client first */
                 struct agent_frame f;
@@ -658,10 +658,12 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                                 continue;
                         last = mono_ms();
                         if (n <= 0) {
-                                client_eof = true;
+                                /* The client is gone (as nginx does, a half-close counts as going:
+                                 * HTTP clients do not half-close and wait): tell the server, free
+                                 * the place. */
                                 struct pj_agent_msg m = { .type = PJ_AGENT_END, .id = 1 };
-                                if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
-                                        break;
+                                (void) agent_client_send(ac, &m, 1000);
+                                break;
                         } else {
                                 struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = buf, .data_len = (size_t) n };
                                 if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)

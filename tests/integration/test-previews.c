@@ -358,3 +358,78 @@ TEST_FULL(preview_of_a_localhost_server_in_a_deny_all_sandbox, 300) {
         ASSERT_STREQ(ctld_wait_status(&b.c, b.key, b.id, "destroyed", 60), "destroyed");
         GET_EXPECT(port, hi, hdr, 410, "destroyed");
 }
+
+/* With [preview] domain: <port>-<id>.<domain> routes by Host, the URL says so, the path is
+ * passed as it is (no prefix), and a Host of another domain or a malformed one is no preview. */
+TEST_FULL(preview_by_host_name_under_a_domain, 180) {
+        struct box b;
+        int lport = test_free_port();
+        char conf[256];
+        snprintf(conf, sizeof(conf), "[preview]\nlisten = 127.0.0.1:%d\ndomain = preview.test\nper_sandbox_connections = 2\n",
+                 lport);
+        box_start(&b, NULL, conf, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}");
+        char url[256], want[128], hdr[512];
+        make_preview(&b, "{\"port\":8000,\"public\":true}", url, sizeof(url), NULL, 0);
+        snprintf(want, sizeof(want), "https://8000-%s.preview.test/", b.id);
+        ASSERT_STREQ(url, want);
+        free(sh(&b, "mkdir -p /tmp/www/sub && echo by-host > /tmp/www/sub/x.txt"));
+        start_detached(&b, "exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www");
+        snprintf(hdr, sizeof(hdr), "GET /sub/x.txt HTTP/1.1\r\nHost: 8000-%s.preview.test\r\n\r\n", b.id);
+        for (int i = 0;; i++) {
+                _cleanup_free_ char *resp = raw(lport, hdr);
+                if (status_of(resp) == 200) {
+                        ASSERT_CONTAINS(resp, "by-host");
+                        break;
+                }
+                if (i == 100)
+                        test_fail(__FILE__, __LINE__, "no answer by Host: %.400s", resp);
+                usleep(100000);
+        }
+        /* with the listener's port in Host too (a proxy that keeps it) */
+        snprintf(hdr, sizeof(hdr), "GET /sub/x.txt HTTP/1.1\r\nHost: 8000-%s.PREVIEW.test:443\r\n\r\n", b.id);
+        _cleanup_free_ char *r2 = raw(lport, hdr);
+        ASSERT_EQ(status_of(r2), 200);
+        snprintf(hdr, sizeof(hdr), "GET /sub/x.txt HTTP/1.1\r\nHost: 8000-%s.other.test\r\n\r\n", b.id);
+        _cleanup_free_ char *r3 = raw(lport, hdr);
+        ASSERT_EQ(status_of(r3), 404);
+        snprintf(hdr, sizeof(hdr), "GET /sub/x.txt HTTP/1.1\r\nHost: 99999-%s.preview.test\r\n\r\n", b.id);
+        _cleanup_free_ char *r4 = raw(lport, hdr);
+        ASSERT_EQ(status_of(r4), 404);
+        /* a port without a preview on a real sandbox: no preview, said so */
+        snprintf(hdr, sizeof(hdr), "GET / HTTP/1.1\r\nHost: 8001-%s.preview.test\r\n\r\n", b.id);
+        _cleanup_free_ char *r5 = raw(lport, hdr);
+        ASSERT_EQ(status_of(r5), 404);
+        ASSERT_CONTAINS(r5, "no preview of port 8001");
+
+        /* Connections per sandbox are bounded: two held by a server that accepts and never
+         * answers, the third is told to come back (429), and one closing frees its place. */
+        start_detached(&b, "exec python3 -c 'import socket,time\\ns=socket.socket()\\ns.bind((\\\"127.0.0.1\\\",9000))\\n"
+                           "s.listen(8)\\nk=[s.accept() for _ in range(8)]\\ntime.sleep(600)'");
+        make_preview(&b, "{\"port\":9000,\"public\":true}", url, sizeof(url), NULL, 0);
+        snprintf(hdr, sizeof(hdr), "GET / HTTP/1.1\r\nHost: 9000-%s.preview.test\r\n\r\n", b.id);
+        int held[2] = { -1, -1 };
+        for (int i = 0, tries = 0; i < 2; tries++) {
+                /* held = no answer within half a second (before the server is up: a 502 page) */
+                ASSERT_TRUE(tries < 100);
+                held[i] = dial(lport);
+                ASSERT_TRUE(send(held[i], hdr, strlen(hdr), MSG_NOSIGNAL) > 0);
+                struct pollfd hp = { .fd = held[i], .events = POLLIN };
+                if (poll(&hp, 1, 500) == 0) {
+                        i++;
+                        continue;
+                }
+                close(held[i]);
+                usleep(200000);
+        }
+        usleep(500000);
+        _cleanup_free_ char *r6 = raw(lport, hdr);
+        ASSERT_EQ(status_of(r6), 429);
+        close(held[0]);
+        usleep(1500000);
+        int again = dial(lport);
+        ASSERT_TRUE(send(again, hdr, strlen(hdr), MSG_NOSIGNAL) > 0);
+        struct pollfd pfd = { .fd = again, .events = POLLIN };
+        ASSERT_EQ(poll(&pfd, 1, 1000), 0);   /* held, not refused */
+        close(again);
+        close(held[1]);
+}
