@@ -69,6 +69,18 @@ static bool session_take(const char *id) {
         return ok;
 }
 
+/* Would session_take succeed now? (the HTTP answer; the place is taken once upgraded, so a
+ * client that goes before the upgrade holds nothing) */
+static bool session_room(const char *id) {
+        bool ok = true;
+        pthread_mutex_lock(&sessions_lock);
+        for (size_t i = 0; i < ELEMENTSOF(sessions); i++)
+                if (sessions[i].n > 0 && !strcmp(sessions[i].id, id))
+                        ok = sessions[i].n < PTY_PER_SANDBOX;
+        pthread_mutex_unlock(&sessions_lock);
+        return ok;
+}
+
 static void session_give(const char *id) {
         pthread_mutex_lock(&sessions_lock);
         for (size_t i = 0; i < ELEMENTSOF(sessions); i++)
@@ -349,8 +361,11 @@ static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *req_cls, co
         (void) conn;
         (void) req_cls;
         sse_stream_count(s->c, +1);
-        run_session(s, sock, extra_in, extra_in_size);
-        session_give(s->sb.id);
+        if (session_take(s->sb.id)) {
+                run_session(s, sock, extra_in, extra_in_size);
+                session_give(s->sb.id);
+        } else
+                send_close(sock, 1013, "too many terminals on this sandbox");   /* a race past session_room */
         sse_stream_count(s->c, -1);
         sandbox_clear(&s->sb);
         free(s->cmd);
@@ -415,7 +430,7 @@ enum MHD_Result terminal_get_pty(struct req *r) {
                 return respond_error(r, 400, "cwd must be an absolute path");
         if (sb.status != SB_READY)
                 return respond_error(r, 409, "Sandbox is %s; a terminal needs a ready sandbox", sb_status_str(sb.status));
-        if (!session_take(sb.id))
+        if (!session_room(sb.id))
                 return respond_error(r, 429, "This sandbox already has %d terminals open", PTY_PER_SANDBOX);
         struct pty_session *s = xnew0(struct pty_session, 1);
         s->c = r->c;
@@ -427,7 +442,6 @@ enum MHD_Result terminal_get_pty(struct req *r) {
         s->cols = cols;
         struct MHD_Response *resp = MHD_create_response_for_upgrade(upgrade_cb, s);
         if (!resp) {
-                session_give(s->sb.id);
                 sandbox_clear(&s->sb);
                 free(s->cmd);
                 free(s->cwd);

@@ -430,6 +430,13 @@ TEST_FULL(preview_by_host_name_under_a_domain, 180) {
         ASSERT_TRUE(send(again, hdr, strlen(hdr), MSG_NOSIGNAL) > 0);
         struct pollfd pfd = { .fd = again, .events = POLLIN };
         ASSERT_EQ(poll(&pfd, 1, 1000), 0);   /* held, not refused */
+        /* Revoking the preview ends the connections open through it within a second or two. */
+        char dpath[96];
+        snprintf(dpath, sizeof(dpath), "/sandboxes/%s/previews/9000", b.id);
+        HTTP_EXPECT(&b.c, "DELETE", dpath, b.key, NULL, 200);
+        int64_t t0 = now_mono_ms();
+        _cleanup_free_ char *rest = read_until(again, NULL, 5000);
+        ASSERT_TRUE(now_mono_ms() - t0 < 4000);
         close(again);
         close(held[1]);
 }

@@ -218,6 +218,16 @@ TEST_FULL(terminal_over_a_websocket, 240) {
         snprintf(path, sizeof(path), "/sandboxes/%s/pty?token=%s", b.id, tok);   /* alice's own still works */
         ASSERT_EQ(ws_open(&b.c, path, NULL, &w), 101);
         wsc_done(&w);
+        /* 8 terminals per sandbox: the ninth is told so (429) */
+        struct wsc many[8];
+        usleep(1500000);   /* the sessions closed above are noticed within a second */
+        snprintf(path, sizeof(path), "/sandboxes/%s/pty?cmd=sleep%%20100", b.id);
+        for (int i = 0; i < 8; i++)
+                if (ws_open(&b.c, path, kh, &many[i]) != 101)
+                        test_fail(__FILE__, __LINE__, "terminal %d of 8 refused", i + 1);
+        ASSERT_EQ(ws_open(&b.c, path, kh, &w), 429);
+        for (int i = 0; i < 8; i++)
+                wsc_done(&many[i]);
         snprintf(path, sizeof(path), "/sandboxes/%s/pty?rows=0", b.id);
         ASSERT_EQ(ws_open(&b.c, path, kh, &w), 400);
         snprintf(path, sizeof(path), "/sandboxes/%s/pty", b.id);
