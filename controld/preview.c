@@ -711,7 +711,9 @@ static void serve(struct pconn *pc) {
         }
         if (pc->path_form && *pc->rest != '/') {
                 /* /p/<id>/<port> alone: relative links need the trailing slash */
-                char loc[128];
+                char loc[1200];
+                if (strlen(pc->rest) > 1024)
+                        return page(pc, 414, "URI Too Long", NULL, "The URL is too long.");
                 snprintf(loc, sizeof(loc), "Location: /p/%s/%d/%s\r\n", pc->id, pc->port, pc->rest);
                 return page(pc, 308, "Permanent Redirect", loc, "The preview is at /p/%s/%d/.", pc->id, pc->port);
         }
@@ -746,6 +748,8 @@ static void serve(struct pconn *pc) {
                 if (qtok && !htok && (!strcmp(pc->method, "GET") || !strcmp(pc->method, "HEAD"))) {
                         /* once: the cookie from now on, and the URL without the token */
                         char name[64], hdrs[1024 + 512];
+                        if (strlen(stripped) > 400)
+                                return page(pc, 414, "URI Too Long", NULL, "The URL is too long.");
                         cookie_name(pc, name);
                         int64_t age = (p.expires_at - now_ms()) / 1000;
                         /* Location: the same URL without the token */
@@ -758,8 +762,6 @@ static void serve(struct pconn *pc) {
                                  "Set-Cookie: %s=%s; Path=/%s%s; Max-Age=%lld; HttpOnly; SameSite=Lax\r\nLocation: %s\r\n", name,
                                  qtok, pc->path_form ? "p/" : "", pc->path_form ? pc->id : "", (long long) (age > 0 ? age : 1),
                                  loc);
-                        if (strlen(stripped) > 400)
-                                return page(pc, 414, "URI Too Long", NULL, "The URL is too long.");
                         return page(pc, 302, "Found", hdrs, "The preview continues at the same URL without the token.");
                 }
         }

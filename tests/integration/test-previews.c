@@ -324,6 +324,11 @@ TEST_FULL(preview_of_a_localhost_server_in_a_deny_all_sandbox, 300) {
         usleep(1300000);
         GET_EXPECT(port, hi, hdr, 410, "expired");
 
+        /* Without the trailing slash: sent to it (relative links need it). */
+        char noslash[128], want_loc[160];
+        snprintf(noslash, sizeof(noslash), "/p/%s/8000?q=1", b.id);
+        snprintf(want_loc, sizeof(want_loc), "Location: /p/%s/8000/?q=1\r\n", b.id);
+        GET_EXPECT(port, noslash, "", 308, want_loc);
         /* Not a preview URL, a bad request, a head too large: pages, not hangs. */
         GET_EXPECT(port, "/elsewhere", "", 404, "preview URL looks like");
         _cleanup_free_ char *bad = raw(port, "GET /p/ HTTP/1.1\r\nHost x\r\n\r\n");
