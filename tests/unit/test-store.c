@@ -1083,3 +1083,47 @@ TEST(nodes_drain_contact_and_live_counts) {
         free(n);
         store_close(s);
 }
+
+/* ---- preview URLs ---- */
+
+TEST(previews_put_replace_list_bound_delete_prune) {
+        char id[25];
+        _cleanup_(storetest_closep) struct store *s = ready_sandbox_store("previews", id);
+        struct preview p = { .port = 8000, .created_at = 1000, .expires_at = 5000 };
+        memcpy(p.sandbox_id, id, 25);
+        snprintf(p.account_id, sizeof(p.account_id), "%s", "000000000000000000000001");
+        memset(p.token_sha256, 'a', 64);
+        ASSERT_OK(store_preview_put(s, &p, 1000, 2));
+        /* the same port again replaces (new token), not a second row */
+        memset(p.token_sha256, 'b', 64);
+        p.public_ = true;
+        ASSERT_OK(store_preview_put(s, &p, 1000, 2));
+        struct preview got = { 0 };
+        ASSERT_OK(store_preview_get(s, id, 8000, &got));
+        ASSERT_EQ(got.token_sha256[0], 'b');
+        ASSERT_TRUE(got.public_);
+        ASSERT_EQ(got.expires_at, 5000);
+        p.port = 8001;
+        ASSERT_OK(store_preview_put(s, &p, 1000, 2));
+        p.port = 8002;
+        ASSERT_EQ(store_preview_put(s, &p, 1000, 2), -EDQUOT);   /* two ports at most */
+        /* expired rows do not count against the bound and are not listed */
+        ASSERT_OK(store_preview_put(s, &p, 6000, 2));
+        _cleanup_free_ struct preview *v = NULL;
+        size_t n = 0;
+        ASSERT_OK(store_preview_list(s, id, 1000, &v, &n));
+        ASSERT_EQ(n, 1);
+        ASSERT_EQ(v[0].port, 8002);
+        ASSERT_OK(store_preview_delete(s, id, 8002));
+        ASSERT_EQ(store_preview_delete(s, id, 8002), -ENOENT);
+        ASSERT_EQ(store_preview_get(s, id, 8002, &got), -ENOENT);
+        /* prune: expired ones, and every one of a destroyed sandbox */
+        p.port = 9000;
+        p.expires_at = 100000;
+        ASSERT_OK(store_preview_put(s, &p, 1000, 2));
+        ASSERT_OK(store_preview_prune(s, 2000));
+        ASSERT_OK(store_preview_get(s, id, 9000, &got));
+        ASSERT_OK(store_sandbox_cas_status(s, id, SB_READY, SB_DESTROYED));
+        ASSERT_OK(store_preview_prune(s, 2000));
+        ASSERT_EQ(store_preview_get(s, id, 9000, &got), -ENOENT);
+}
