@@ -16,6 +16,7 @@ NB_SPID=""
 NB_APID=""
 mkdir -p "$nb_dir"
 nb_cleanup() {
+	[ -z "${BENCH_DEBUG:-}" ] || tail -n 30 "$WORK/nomad/controld.log" >&2
 	set +e
 	[ -n "${NB_APID:-}" ] && kill "$NB_APID" 2>/dev/null && wait "$NB_APID" 2>/dev/null
 	if [ -n "${NB_CPID:-}" ] && [ -f "${nb_dir:-/nonexistent}/controld.conf" ]; then
@@ -30,7 +31,8 @@ trap 'nb_cleanup; cleanup' EXIT
 if [ ! -x "$B/tests/nomad/nomad-standin" ]; then
 	echo "nomad bench: $B/tests/nomad/nomad-standin is not built; skipped" >&2
 else
-	"$B/tests/nomad/nomad-standin" --listen "127.0.0.1:$nb_sport" \
+	# --volumes-enabled: as packaging/nomad/client-sandbox.hcl (the agent binary is a host-path mount)
+	"$B/tests/nomad/nomad-standin" --listen "127.0.0.1:$nb_sport" --volumes-enabled \
 		--net-map cni/sandbox-open=paddock-sandbox,cni/sandbox-restricted=paddock-restricted,cni/sandbox-no-egress=none \
 		>"$nb_dir/standin.log" 2>&1 &
 	NB_SPID=$!
