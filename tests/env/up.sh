@@ -127,6 +127,9 @@ else
         if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT" 2>/dev/null; then
                 die "127.0.0.1:$PORT is already in use by something else ($(ss -Hltnp "sport = :$PORT" | awk '{print $NF}' | head -n1)); set PADDOCK_PORT to another port"
         fi
+        if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PREVIEW_PORT" 2>/dev/null; then
+                die "127.0.0.1:$PREVIEW_PORT (preview URLs) is already in use by something else ($(ss -Hltnp "sport = :$PREVIEW_PORT" | awk '{print $NF}' | head -n1)); set PADDOCK_PREVIEW_PORT to another port"
+        fi
 fi
 
 cat >"$CONF" <<EOF
