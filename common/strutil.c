@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -569,4 +570,14 @@ void cond_init_monotonic(pthread_cond_t *cond) {
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(cond, &ca);
         pthread_condattr_destroy(&ca);
+}
+
+char *path_beside_self(const char *name) {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n <= 0)
+                return NULL;
+        self[n] = 0;
+        char *slash = strrchr(self, '/');
+        return slash ? xasprintf("%.*s/%s", (int) (slash - self), self, name) : NULL;
 }

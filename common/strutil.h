@@ -58,6 +58,9 @@ void random_fill(void *p, size_t n);
 /* Lowercase hex of nbytes_of_entropy bytes from getrandom(); out must hold
  * 2 * nbytes_of_entropy + 1 bytes. Hex is url-safe and never needs escaping. */
 void random_token(char *out, size_t nbytes_of_entropy);
+/* "<the directory of this process's executable>/<name>" (xmalloc'd), or NULL when
+ * /proc/self/exe cannot be read: what a build tree keeps beside its binaries. */
+char *path_beside_self(const char *name);
 
 /* Lowercase hex SHA-256 of data. */
 void sha256_hex(const void *data, size_t len, char out[65]);

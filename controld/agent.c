@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <stdio.h>
@@ -29,20 +28,12 @@ static bool executable(const char *p) {
 
 /* "" in [init] binary: beside controld's own executable (a build tree), else installed. */
 static char *find_binary(void) {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n > 0) {
-                self[n] = 0;
-                char *slash = strrchr(self, '/');
-                if (slash) {
-                        /* a sanitized build's own agent needs its runtime: its static twin goes first */
-                        _cleanup_free_ char *st = xasprintf("%.*s/paddock-init.static", (int) (slash - self), self);
-                        if (executable(st))
-                                return TAKE_PTR(st);
-                        _cleanup_free_ char *p = xasprintf("%.*s/paddock-init", (int) (slash - self), self);
-                        if (executable(p))
-                                return TAKE_PTR(p);
-                }
+        /* a sanitized build's own agent needs its runtime: its static twin goes first */
+        static const char *const beside[] = { "paddock-init.static", "paddock-init" };
+        for (size_t i = 0; i < ELEMENTSOF(beside); i++) {
+                _cleanup_free_ char *p = path_beside_self(beside[i]);
+                if (p && executable(p))
+                        return TAKE_PTR(p);
         }
         if (executable(INSTALLED_BINARY))
                 return xstrdup(INSTALLED_BINARY);

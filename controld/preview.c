@@ -32,10 +32,12 @@
 #include "agent.h"
 #include "cleanup.h"
 #include "controld.h"
+#include "fdio.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
 #include "preview.h"
+#include "sbcount.h"
 #include "strutil.h"
 
 #define HEAD_TIMEOUT_MS 10000        /* the whole request head, from accept */
@@ -58,11 +60,10 @@ static struct {
         bool running;
         volatile int stopping;
         int64_t conns;
-        struct per_sb { char id[SANDBOX_ID_LEN + 1]; int64_t n; } *per;
-        size_t n_per;
+        struct sb_counts per;     /* open connections per sandbox */
         unsigned gen;             /* bumped when a preview is replaced or revoked */
         uint64_t requests[M_SLOTS], bytes_in[M_SLOTS], bytes_out[M_SLOTS];
-} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .listen_fd = -1 };
+} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .listen_fd = -1, .per = SB_COUNTS_INIT };
 
 static void count(int slot, uint64_t req, uint64_t in, uint64_t out) {
         pthread_mutex_lock(&P.lock);
@@ -148,25 +149,29 @@ static cJSON *preview_json(struct ctl *c, const struct preview *p, const char *t
         return o;
 }
 
-static bool previews_on(struct req *r) {
-        if (r->c->cfg->preview_listen_addr)
-                return true;
-        (void) respond_errno_msg(r, -EOPNOTSUPP, "Preview URLs are off on this server ([preview] listen is not set)");
-        return false;
+/* The caller's sandbox of the route into *sb, with previews on: 0, or < 0 with the answer sent. */
+static int preview_sandbox(struct req *r, struct sandbox *sb) {
+        struct api_error e = { 0 };
+        int k = sandbox_load(r->c, &r->acc, r->m.id, sb, &e);
+        if (k < 0) {
+                (void) respond_errno(r, k, &e);
+                return k;
+        }
+        if (!r->c->cfg->preview_listen_addr) {
+                (void) respond_errno_msg(r, -EOPNOTSUPP, "Preview URLs are off on this server ([preview] listen is not set)");
+                return -EOPNOTSUPP;
+        }
+        return 0;
 }
 
 enum MHD_Result preview_post(struct req *r) {
         struct pj_preview_create in = { 0 };
         struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         const struct config *cfg = r->c->cfg;
         if (pj_preview_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_errno_msg(r, -EINVAL, "%s", pe.message);
-        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
-        if (!previews_on(r))
+        if (preview_sandbox(r, &sb) < 0)
                 return MHD_YES;
         if (sb.status == SB_DESTROYED || sb.status == SB_FAILED)
                 return respond_errno_msg(r, -ENOENT, "Sandbox is %s: it has no previews", sb_status_str(sb.status));
@@ -181,7 +186,7 @@ enum MHD_Result preview_post(struct req *r) {
         snprintf(p.account_id, sizeof(p.account_id), "%s", sb.account_id);
         sha256_hex(token, strlen(token), p.token_sha256);
         p.expires_at = p.created_at + (int64_t) exp * 1000;
-        k = store_preview_put(r->c->store, &p, p.created_at, cfg->preview_max_per_sandbox);
+        int k = store_preview_put(r->c->store, &p, p.created_at, cfg->preview_max_per_sandbox);
         if (k == -EDQUOT)
                 return respond_errno_msg(r, -EDQUOT, "A sandbox has at most %lld previews: delete one first (port)",
                                          (long long) cfg->preview_max_per_sandbox);
@@ -198,12 +203,9 @@ enum MHD_Result preview_post(struct req *r) {
 }
 
 enum MHD_Result preview_list(struct req *r) {
-        struct api_error e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
-        if (!previews_on(r))
+        int k;
+        if (preview_sandbox(r, &sb) < 0)
                 return MHD_YES;
         _cleanup_free_ struct preview *v = NULL;
         size_t n = 0;
@@ -217,12 +219,9 @@ enum MHD_Result preview_list(struct req *r) {
 }
 
 enum MHD_Result preview_delete(struct req *r) {
-        struct api_error e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
-        if (!previews_on(r))
+        int k;
+        if (preview_sandbox(r, &sb) < 0)
                 return MHD_YES;
         if (r->m.pid > 65535)
                 return respond_errno_msg(r, -EINVAL, "port must be between 1 and 65535");
@@ -261,18 +260,9 @@ struct pconn {
         bool counted_sb;
 };
 
+/* A whole write to the client, bounded: a client that stops reading holds us SEND_TIMEOUT_MS. */
 static bool send_all(int fd, const void *p, size_t n) {
-        const char *s = p;
-        while (n > 0) {
-                ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return false;
-                s += k;
-                n -= (size_t) k;
-        }
-        return true;
+        return fd_send_all(fd, p, n, mono_ms() + SEND_TIMEOUT_MS) == 0;
 }
 
 static void page(struct pconn *pc, int status, const char *reason, const char *extra_headers, const char *fmt, ...)
@@ -524,7 +514,7 @@ static char *cookies_without_ours(const struct pconn *pc, const char *value) {
 static bool hop_by_hop(const char *name) {
         static const char *const drop[] = { "Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer",
                                              "Upgrade", "Host", TOKEN_HEADER, "X-Forwarded-For", "X-Forwarded-Host",
-                                             "X-Forwarded-Proto", "Forwarded", "Cookie" };
+                                             "X-Forwarded-Proto", "Forwarded" };
         for (size_t i = 0; i < ELEMENTSOF(drop); i++)
                 if (!strcasecmp(name, drop[i]))
                         return true;
@@ -563,39 +553,6 @@ static char *rewrite_head(struct pconn *pc, const struct preview *p, const char 
                 strbuf_printf(&b, "X-Forwarded-Host: %s\r\n", host);
         strbuf_append(&b, "\r\n", 2);
         return strbuf_steal(&b);
-}
-
-static bool sb_slot_take(const char *id, int64_t max) {
-        bool ok = false;
-        pthread_mutex_lock(&P.lock);
-        struct per_sb *free_slot = NULL, *mine = NULL;
-        for (size_t i = 0; i < P.n_per; i++) {
-                if (!strcmp(P.per[i].id, id))
-                        mine = &P.per[i];
-                else if (P.per[i].n == 0 && !free_slot)
-                        free_slot = &P.per[i];
-        }
-        if (!mine && free_slot) {
-                mine = free_slot;
-                snprintf(mine->id, sizeof(mine->id), "%s", id);
-        }
-        if (mine && mine->n < max) {
-                mine->n++;
-                ok = true;
-        }
-        pthread_mutex_unlock(&P.lock);
-        return ok;
-}
-
-static void sb_slot_give(const char *id) {
-        pthread_mutex_lock(&P.lock);
-        for (size_t i = 0; i < P.n_per; i++)
-                if (!strcmp(P.per[i].id, id) && P.per[i].n > 0) {
-                        if (--P.per[i].n == 0)
-                                P.per[i].id[0] = 0;
-                        break;
-                }
-        pthread_mutex_unlock(&P.lock);
 }
 
 /* Still the same preview, unexpired? (after a revocation or a replacement: no) */
@@ -773,7 +730,7 @@ static void serve(struct pconn *pc) {
         if (sb.status != SB_READY)
                 return page(pc, 503, "Service Unavailable", "Retry-After: 2\r\n", "Sandbox %s is %s.", sb.id,
                             sb_status_str(sb.status));
-        if (!sb_slot_take(sb.id, cfg->preview_per_sandbox))
+        if (!sb_counts_take(&P.per, sb.id, cfg->preview_per_sandbox))
                 return page(pc, 429, "Too Many Requests", "Retry-After: 1\r\n",
                             "This sandbox already has %lld preview connections open.", (long long) cfg->preview_per_sandbox);
         pc->counted_sb = true;
@@ -817,11 +774,9 @@ static void serve(struct pconn *pc) {
 
 static void *conn_main(void *arg) {
         struct pconn *pc = arg;
-        struct timeval tv = { .tv_sec = SEND_TIMEOUT_MS / 1000 };
-        (void) setsockopt(pc->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         serve(pc);
         if (pc->counted_sb)
-                sb_slot_give(pc->id);
+                sb_counts_give(&P.per, pc->id);
         close(pc->fd);
         free(pc);
         log_ctx_reset();
@@ -912,8 +867,7 @@ int preview_start(struct ctl *c) {
                 P.port = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *) &got)->sin_port
                                                         : ((struct sockaddr_in6 *) &got)->sin6_port);
         P.listen_fd = fd;
-        P.n_per = (size_t) cfg->preview_max_connections;
-        P.per = xnew0(struct per_sb, P.n_per);
+        sb_counts_init(&P.per, (size_t) cfg->preview_max_connections);
         P.stopping = 0;
         if (pthread_create(&P.thread, NULL, listen_main, NULL) != 0) {
                 close(fd);
@@ -948,9 +902,7 @@ void preview_stop(void) {
         pthread_mutex_unlock(&P.lock);
         if (left)
                 log_warning("preview listener: connections still open at stop");
-        else {
-                free(P.per);
-                P.per = NULL;
-        }
+        else
+                sb_counts_done(&P.per);
         P.running = false;
 }

@@ -12,7 +12,6 @@
  * a client that stops reading gets its writes timed out (the session ends). */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -32,9 +31,11 @@
 #include "agent.h"
 #include "cleanup.h"
 #include "controld.h"
+#include "fdio.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
+#include "sbcount.h"
 #include "strutil.h"
 #include "terminal.h"
 #include "ws.h"
@@ -44,52 +45,8 @@
 #define PTY_MAX_MESSAGE (64 * 1024)
 #define SEND_TIMEOUT_S 30
 
-static pthread_mutex_t sessions_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { char id[SANDBOX_ID_LEN + 1]; int n; } sessions[256];
-
-static bool session_take(const char *id) {
-        bool ok = false;
-        pthread_mutex_lock(&sessions_lock);
-        int mine = -1, empty = -1;
-        for (int i = 0; i < (int) ELEMENTSOF(sessions); i++) {
-                if (sessions[i].n > 0 && !strcmp(sessions[i].id, id))
-                        mine = i;
-                else if (sessions[i].n == 0 && empty < 0)
-                        empty = i;
-        }
-        if (mine < 0 && empty >= 0) {
-                mine = empty;
-                snprintf(sessions[mine].id, sizeof(sessions[mine].id), "%s", id);
-        }
-        if (mine >= 0 && sessions[mine].n < PTY_PER_SANDBOX) {
-                sessions[mine].n++;
-                ok = true;
-        }
-        pthread_mutex_unlock(&sessions_lock);
-        return ok;
-}
-
-/* Would session_take succeed now? (the HTTP answer; the place is taken once upgraded, so a
- * client that goes before the upgrade holds nothing) */
-static bool session_room(const char *id) {
-        bool ok = true;
-        pthread_mutex_lock(&sessions_lock);
-        for (size_t i = 0; i < ELEMENTSOF(sessions); i++)
-                if (sessions[i].n > 0 && !strcmp(sessions[i].id, id))
-                        ok = sessions[i].n < PTY_PER_SANDBOX;
-        pthread_mutex_unlock(&sessions_lock);
-        return ok;
-}
-
-static void session_give(const char *id) {
-        pthread_mutex_lock(&sessions_lock);
-        for (size_t i = 0; i < ELEMENTSOF(sessions); i++)
-                if (sessions[i].n > 0 && !strcmp(sessions[i].id, id)) {
-                        sessions[i].n--;
-                        break;
-                }
-        pthread_mutex_unlock(&sessions_lock);
-}
+/* Terminals open per sandbox (PTY_PER_SANDBOX each, 256 sandboxes with terminals at once). */
+static struct sb_counts sessions = SB_COUNTS_INIT;
 
 /* ---- tokens: "<expiry s>.<hex HMAC(agent key, pty|sandbox|account|expiry)>" ---- */
 
@@ -175,18 +132,9 @@ struct out_ctx {
         bool failed;
 };
 
+/* A whole write to the client, bounded: a client that stops reading ends its session. */
 static bool send_all(int fd, const void *p, size_t n) {
-        const char *s = p;
-        while (n > 0) {
-                ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return false;
-                s += k;
-                n -= (size_t) k;
-        }
-        return true;
+        return fd_send_all(fd, p, n, mono_ms() + SEND_TIMEOUT_S * 1000) == 0;
 }
 
 static bool send_frame(int fd, uint8_t opcode, const void *p, size_t n) {
@@ -231,8 +179,6 @@ static int parse_resize(const uint8_t *p, size_t n, uint32_t *rows, uint32_t *co
 
 static void run_session(struct pty_session *s, int fd, const char *extra_in, size_t extra_n) {
         struct ctl *c = s->c;
-        struct timeval tv = { .tv_sec = SEND_TIMEOUT_S };
-        (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         int fl = fcntl(fd, F_GETFL);
         if (fl >= 0 && (fl & O_NONBLOCK))
                 (void) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -361,11 +307,11 @@ static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *req_cls, co
         (void) conn;
         (void) req_cls;
         sse_stream_count(s->c, +1);
-        if (session_take(s->sb.id)) {
+        if (sb_counts_take(&sessions, s->sb.id, PTY_PER_SANDBOX)) {
                 run_session(s, sock, extra_in, extra_in_size);
-                session_give(s->sb.id);
+                sb_counts_give(&sessions, s->sb.id);
         } else
-                send_close(sock, 1013, "too many terminals on this sandbox");   /* a race past session_room */
+                send_close(sock, 1013, "too many terminals on this sandbox");   /* a race past sb_counts_room */
         sse_stream_count(s->c, -1);
         sandbox_clear(&s->sb);
         free(s->cmd);
@@ -430,7 +376,8 @@ enum MHD_Result terminal_get_pty(struct req *r) {
                 return respond_error(r, 400, "cwd must be an absolute path");
         if (sb.status != SB_READY)
                 return respond_error(r, 409, "Sandbox is %s; a terminal needs a ready sandbox", sb_status_str(sb.status));
-        if (!session_room(sb.id))
+        sb_counts_init(&sessions, 256);
+        if (!sb_counts_room(&sessions, sb.id, PTY_PER_SANDBOX))
                 return respond_error(r, 429, "This sandbox already has %d terminals open", PTY_PER_SANDBOX);
         struct pty_session *s = xnew0(struct pty_session, 1);
         s->c = r->c;
@@ -509,18 +456,10 @@ enum MHD_Result terminal_get_page(struct req *r) {
 static char *web_dir(const struct ctl *c) {
         if (c->cfg->web_dir && *c->cfg->web_dir)
                 return xstrdup(c->cfg->web_dir);
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n > 0) {
-                self[n] = 0;
-                char *slash = strrchr(self, '/');
-                if (slash) {
-                        _cleanup_free_ char *d = xasprintf("%.*s/web", (int) (slash - self), self);
-                        struct stat st;
-                        if (stat(d, &st) == 0 && S_ISDIR(st.st_mode))
-                                return TAKE_PTR(d);
-                }
-        }
+        _cleanup_free_ char *d = path_beside_self("web");
+        struct stat st;
+        if (d && stat(d, &st) == 0 && S_ISDIR(st.st_mode))
+                return TAKE_PTR(d);
         return xstrdup("/usr/share/paddock/web");
 }
 
