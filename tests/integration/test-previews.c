@@ -93,6 +93,21 @@ static long status_of(const char *resp) {
         return st;
 }
 
+/* raw(), again while the answer is a 502 (the server inside is not listening yet), for up to
+ * 10 s: the first other answer (caller frees). */
+static char *raw_once_up_at(int line, int port, const char *req) {
+        for (int i = 0;; i++) {
+                char *resp = raw(port, req);
+                if (status_of(resp) != 502)
+                        return resp;
+                if (i == 100)
+                        test_fail(__FILE__, line, "the server inside never came up: %.300s", resp);
+                free(resp);
+                usleep(100000);
+        }
+}
+#define RAW_ONCE_UP(port, req) raw_once_up_at(__LINE__, port, req)
+
 /* GET path with extra header lines ("" for none): the answer must have status want and
  * contain part (unless NULL). Returns it (caller frees). */
 static char *get_expect_at(int line, int port, const char *path, const char *headers, long want, const char *part) {
@@ -189,18 +204,11 @@ TEST_FULL(preview_of_a_localhost_server_in_a_deny_all_sandbox, 300) {
         start_detached(&b, "exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www");
         char hi[600];
         snprintf(hi, sizeof(hi), "%shi.txt", path);
-        for (int i = 0;; i++) {
-                char req[1024];
-                snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", hi, hdr);
-                _cleanup_free_ char *resp = raw(port, req);
-                if (status_of(resp) == 200) {
-                        ASSERT_CONTAINS(resp, "hello-preview");
-                        break;
-                }
-                if (i == 100)
-                        test_fail(__FILE__, __LINE__, "the server never answered through the preview: %.400s", resp);
-                usleep(100000);
-        }
+        char req[1024];
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", hi, hdr);
+        _cleanup_free_ char *first = RAW_ONCE_UP(port, req);
+        ASSERT_EQ(status_of(first), 200);
+        ASSERT_CONTAINS(first, "hello-preview");
 
         /* No token, a wrong one: refused with a page that says so. */
         GET_EXPECT(port, hi, "", 401, "needs its token");
@@ -237,20 +245,11 @@ TEST_FULL(preview_of_a_localhost_server_in_a_deny_all_sandbox, 300) {
         snprintf(cookie, sizeof(cookie), "Cookie: theirs=1; paddock_preview_5173_%s=%s\r\n", b.id, token2);
         char sub[600];
         snprintf(sub, sizeof(sub), "%ssub/page", path2);
-        for (int i = 0;; i++) {
-                char req[1024];
-                snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: preview.example\r\n%s\r\n", sub, cookie);
-                _cleanup_free_ char *resp = raw(port2, req);
-                if (status_of(resp) != 502) {
-                        if (status_of(resp) != 200 || !strstr(resp, "host-ok localhost:5173 /sub/page cookie=theirs=1"))
-                                test_fail(__FILE__, __LINE__, "the Host-checking server said: %.500s", resp);
-                        ASSERT_NULL(strstr(resp, token2));
-                        break;
-                }
-                if (i == 100)
-                        test_fail(__FILE__, __LINE__, "the Host-checking server never came up: %.300s", resp);
-                usleep(100000);
-        }
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: preview.example\r\n%s\r\n", sub, cookie);
+        _cleanup_free_ char *hresp = RAW_ONCE_UP(port2, req);
+        if (status_of(hresp) != 200 || !strstr(hresp, "host-ok localhost:5173 /sub/page cookie=theirs=1"))
+                test_fail(__FILE__, __LINE__, "the Host-checking server said: %.500s", hresp);
+        ASSERT_NULL(strstr(hresp, token2));
         /* keepHost passes the client's Host: this server then refuses it, as it would directly. */
         make_preview(&b, "{\"port\":5173,\"keepHost\":true,\"public\":true}", url2, sizeof(url2), NULL, 0);
         GET_EXPECT(port2, sub, "", 403, "host-refused 127.0.0.1:");
@@ -268,7 +267,6 @@ TEST_FULL(preview_of_a_localhost_server_in_a_deny_all_sandbox, 300) {
         split_url(url3, &port3, path3, sizeof(path3));
         for (int i = 0;; i++) {
                 int fd = dial(port3);
-                char req[1024];
                 snprintf(req, sizeof(req),
                          "GET %s HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
@@ -380,16 +378,9 @@ TEST_FULL(preview_by_host_name_under_a_domain, 180) {
         free(sh(&b, "mkdir -p /tmp/www/sub && echo by-host > /tmp/www/sub/x.txt"));
         start_detached(&b, "exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/www");
         snprintf(hdr, sizeof(hdr), "GET /sub/x.txt HTTP/1.1\r\nHost: 8000-%s.preview.test\r\n\r\n", b.id);
-        for (int i = 0;; i++) {
-                _cleanup_free_ char *resp = raw(lport, hdr);
-                if (status_of(resp) == 200) {
-                        ASSERT_CONTAINS(resp, "by-host");
-                        break;
-                }
-                if (i == 100)
-                        test_fail(__FILE__, __LINE__, "no answer by Host: %.400s", resp);
-                usleep(100000);
-        }
+        _cleanup_free_ char *r1 = RAW_ONCE_UP(lport, hdr);
+        ASSERT_EQ(status_of(r1), 200);
+        ASSERT_CONTAINS(r1, "by-host");
         /* with the listener's port in Host too (a proxy that keeps it) */
         snprintf(hdr, sizeof(hdr), "GET /sub/x.txt HTTP/1.1\r\nHost: 8000-%s.PREVIEW.test:443\r\n\r\n", b.id);
         _cleanup_free_ char *r2 = raw(lport, hdr);
