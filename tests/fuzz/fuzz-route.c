@@ -8,7 +8,8 @@
  *     without '%' comes back unchanged;
  *   - route_match agrees with an independent segment-by-segment matcher over
  *     route_table() (first pattern that matches wins; repeated and trailing
- *     slashes make no segment; {id} and {path*} need a non-empty segment);
+ *     slashes make no segment; {id} and {path*} need a non-empty segment, {pid}
+ *     a decimal 1..2^31-1 without a leading zero);
  *   - FOUND: the row's method is the request's (or HEAD on a head row), {id} is 24
  *     lowercase hex, {path*} points into the path at a '/';
  *     BAD_METHOD: "Allow" is terminated, non-empty and does not list the method;
@@ -59,6 +60,19 @@ static bool seg_is(const struct seg *g, const char *lit) {
         return g->n == strlen(lit) && !memcmp(g->p, lit, g->n);
 }
 
+/* A {pid} segment: 1..2^31-1 in plain decimal (no sign, no leading zero). */
+static bool seg_is_pid(const struct seg *g) {
+        if (g->n == 0 || g->n > 10 || g->p[0] == '0')
+                return false;
+        long long v = 0;
+        for (size_t k = 0; k < g->n; k++) {
+                if (g->p[k] < '0' || g->p[k] > '9')
+                        return false;
+                v = v * 10 + (g->p[k] - '0');
+        }
+        return v <= 2147483647LL;
+}
+
 /* The reference matcher: does pattern match the path's segments? */
 static bool ref_match(const char *pattern, const struct seg *ps, size_t pn) {
         struct seg pat[MAX_SEGS];
@@ -71,6 +85,11 @@ static bool ref_match(const char *pattern, const struct seg *ps, size_t pn) {
                         return false;
                 if (seg_is(&pat[i], "{id}"))
                         continue;
+                if (seg_is(&pat[i], "{pid}")) {
+                        if (!seg_is_pid(&ps[i]))
+                                return false;
+                        continue;
+                }
                 if (pat[i].n != ps[i].n || memcmp(pat[i].p, ps[i].p, ps[i].n))
                         return false;
         }
@@ -132,6 +151,10 @@ static void check_route(const char *method, const char *path) {
                         FUZZ_ASSERT(m.rest[strspn(m.rest, "/")], "empty rest");
                 } else
                         FUZZ_ASSERT(!m.rest, "rest set for %s", m.row->pattern);
+                if (strstr(want->pattern, "{pid}"))
+                        FUZZ_ASSERT(m.pid >= 1 && m.pid <= 2147483647u, "pid %u out of range", m.pid);
+                else
+                        FUZZ_ASSERT(m.pid == 0, "pid %u set for %s", m.pid, m.row->pattern);
                 break;
         case ROUTE_BAD_METHOD: {
                 FUZZ_ASSERT(memchr(m.allow, 0, sizeof(m.allow)) && m.allow[0], "Allow empty or unterminated");
