@@ -537,6 +537,13 @@ static int small_wait(struct agent_client *cl, int *res, int64_t deadline) {
         return *res < 0 ? *res : 0;
 }
 
+/* One request on CHAN_SMALL answered OK (0) or ERROR (-errno) by deadline. */
+static int proc_request(struct agent_client *cl, const struct pj_agent_msg *m, int64_t deadline) {
+        int res = 0;
+        int r = send_interleaved(cl, m, deadline, small_frame, &res);
+        return r < 0 ? r : small_wait(cl, &res, deadline);
+}
+
 int agent_put_small(struct agent_client *cl, const char *path, const void *data, size_t len, int timeout_ms, char *err,
                     size_t errlen) {
         int64_t deadline = mono_ms() + timeout_ms;
@@ -563,11 +570,92 @@ int agent_put_small(struct agent_client *cl, const char *path, const void *data,
 }
 
 int agent_remove(struct agent_client *cl, const char *path, int timeout_ms) {
-        int64_t deadline = mono_ms() + timeout_ms;
-        int res = 0;
         struct pj_agent_msg m = { .type = PJ_AGENT_REMOVE, .id = CHAN_SMALL, .f.path = (char *) path };
-        int r = send_interleaved(cl, &m, deadline, small_frame, &res);
-        return r < 0 ? r : small_wait(cl, &res, deadline);
+        return proc_request(cl, &m, mono_ms() + timeout_ms);
+}
+
+/* ---- file system calls (STAT, LISTDIR, MKDIR, MOVE, REMOVE) ---- */
+
+/* One request on CHAN_SMALL whose answer is a single frame of type want (or ERROR). */
+static int small_call(struct agent_client *cl, const struct pj_agent_msg *m, uint8_t want, int timeout_ms,
+                      struct agent_frame *ret) {
+        struct pj_error perr = { 0 };
+        int r = agent_client_send(cl, m, timeout_ms);
+        if (r < 0)
+                return r;
+        r = agent_client_recv(cl, timeout_ms, ret, &perr);
+        if (r < 0)
+                return r;
+        if (ret->m.id != CHAN_SMALL)
+                r = -EPROTO;
+        else if (ret->m.type == PJ_AGENT_ERROR)
+                r = -(int) ret->m.f.err;
+        else if (ret->m.type != want)
+                r = -EPROTO;
+        if (r < 0)
+                agent_frame_done(ret);
+        return r;
+}
+
+int agent_fs_stat(struct agent_client *cl, const char *path, struct agent_stat *ret, int timeout_ms) {
+        struct pj_agent_msg m = { .type = PJ_AGENT_STAT, .id = CHAN_SMALL, .f.path = (char *) path };
+        struct agent_frame f = { 0 };
+        int r = small_call(cl, &m, PJ_AGENT_STAT_OK, timeout_ms, &f);
+        if (r < 0)
+                return r;
+        *ret = (struct agent_stat) { .type = f.m.f.ftype, .size = f.m.f.size, .mode = f.m.f.mode, .mtime_ns = f.m.f.mtime_ns };
+        agent_frame_done(&f);
+        return 0;
+}
+
+int agent_fs_listdir(struct agent_client *cl, const char *path, agent_dirent_cb cb, void *ud, int timeout_ms,
+                     bool *ret_truncated) {
+        struct pj_agent_msg m = { .type = PJ_AGENT_LISTDIR, .id = CHAN_SMALL, .f.path = (char *) path };
+        struct pj_error perr = { 0 };
+        int64_t deadline = mono_ms() + timeout_ms;
+        int r = agent_client_send(cl, &m, timeout_ms);
+        int cb_r = 0;
+        while (r >= 0) {
+                int64_t left = deadline - mono_ms();
+                struct agent_frame f = { 0 };
+                r = left <= 0 ? -ETIMEDOUT : agent_client_recv(cl, (int) left, &f, &perr);
+                if (r < 0)
+                        break;
+                if (f.m.id != CHAN_SMALL)
+                        r = -EPROTO;
+                else if (f.m.type == PJ_AGENT_ERROR)
+                        r = -(int) f.m.f.err;
+                else if (f.m.type == PJ_AGENT_DIRENTS) {
+                        for (size_t i = 0; i < f.m.n_entries && cb_r >= 0; i++)
+                                cb_r = cb(&f.m.entries[i], ud);
+                } else if (f.m.type == PJ_AGENT_END) {
+                        if (ret_truncated)
+                                *ret_truncated = f.m.f.truncated;
+                        agent_frame_done(&f);
+                        return cb_r < 0 ? cb_r : 0;
+                } else
+                        r = -EPROTO;
+                agent_frame_done(&f);
+        }
+        return r;
+}
+
+int agent_fs_mkdir(struct agent_client *cl, const char *path, bool parents, int timeout_ms) {
+        struct pj_agent_msg m = { .type = PJ_AGENT_MKDIR, .id = CHAN_SMALL,
+                                  .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PARENTS), .path = (char *) path, .parents = parents } };
+        return proc_request(cl, &m, mono_ms() + timeout_ms);
+}
+
+int agent_fs_move(struct agent_client *cl, const char *from, const char *to, int timeout_ms) {
+        struct pj_agent_msg m = { .type = PJ_AGENT_MOVE, .id = CHAN_SMALL, .f = { .path = (char *) from, .to = (char *) to } };
+        return proc_request(cl, &m, mono_ms() + timeout_ms);
+}
+
+int agent_fs_remove(struct agent_client *cl, const char *path, bool recursive, int timeout_ms) {
+        struct pj_agent_msg m = { .type = PJ_AGENT_REMOVE, .id = CHAN_SMALL,
+                                  .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_RECURSIVE), .path = (char *) path,
+                                         .recursive = recursive } };
+        return proc_request(cl, &m, mono_ms() + timeout_ms);
 }
 
 /* ---- processes the agent keeps ---- */
@@ -596,12 +684,6 @@ int agent_exec_attach(struct agent_client *cl, uint32_t pid, struct agent_exec *
         agent_frame_done(&f);
         *ret = x;
         return 0;
-}
-
-static int proc_request(struct agent_client *cl, const struct pj_agent_msg *m, int64_t deadline) {
-        int res = 0;
-        int r = send_interleaved(cl, m, deadline, small_frame, &res);
-        return r < 0 ? r : small_wait(cl, &res, deadline);
 }
 
 int agent_proc_stdin(struct agent_client *cl, uint32_t pid, const void *data, size_t len, bool close, int timeout_ms) {

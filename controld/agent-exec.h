@@ -64,6 +64,22 @@ int agent_put_small(struct agent_client *cl, const char *path, const void *data,
                     size_t errlen);
 int agent_remove(struct agent_client *cl, const char *path, int timeout_ms);
 
+/* File system calls on cl (not taken), each bounded by timeout_ms: 0 or the agent's -errno. */
+struct agent_stat {
+        uint8_t type;                    /* enum pj_agent_ftype */
+        uint64_t size;
+        uint32_t mode;                   /* permission bits */
+        int64_t mtime_ns;
+};
+int agent_fs_stat(struct agent_client *cl, const char *path, struct agent_stat *ret, int timeout_ms);
+/* Each entry (lstat'ed; name, type, size, mode, mtime) to cb; < 0 from cb stops (returned). */
+typedef int (*agent_dirent_cb)(const struct pj_agent_fields *e, void *ud);
+int agent_fs_listdir(struct agent_client *cl, const char *path, agent_dirent_cb cb, void *ud, int timeout_ms,
+                     bool *ret_truncated);
+int agent_fs_mkdir(struct agent_client *cl, const char *path, bool parents, int timeout_ms);
+int agent_fs_move(struct agent_client *cl, const char *from, const char *to, int timeout_ms);
+int agent_fs_remove(struct agent_client *cl, const char *path, bool recursive, int timeout_ms);
+
 /* ---- processes the agent keeps (the /processes API) ---- */
 
 /* ATTACH on cl (taken over): the process's buffered output (the last 1 MiB), then live

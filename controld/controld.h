@@ -232,6 +232,9 @@ struct sandbox {
         char *destroy_reason, *failure_reason;
         char *driver, *job_id, *alloc_id, *node_id, *container_id, *ip;
         struct sb_timings timings;
+        /* JSON objects of strings, NULL when none: metadata (E2B's, filterable) and variables
+         * layered under every process's own environment (E2B's envVars) */
+        char *metadata, *env;
 };
 void sandbox_clear(struct sandbox *s);
 
@@ -566,6 +569,9 @@ int64_t destroy_timeout_seconds(const char *s);
 
 /* ---- typed sandbox data (sbtypes.c) ---- */
 void sb_egress_done(struct sb_egress *e);
+/* The environment a process of sb gets: sb's own variables (E2B's envVars) with req_env
+ * ("K=V", NULL-terminated, may be NULL) layered over them, the request's winning. strv_free. */
+char **sb_env_layer(const struct sandbox *sb, char *const *req_env);
 /* From a policy proto-json validated: each entry parsed once into its struct. -EINVAL
  * (and *dst untouched) if an entry does not parse. */
 int sb_egress_from_pj(struct sb_egress *dst, const struct pj_egress *src);

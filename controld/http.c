@@ -27,8 +27,11 @@
 struct http_server {
         struct ctl *c;
         struct MHD_Daemon *d;
-        http_router route;
+        struct http_flavor fl;
+        bool main;                       /* the [server] listener: owns the metrics token */
 };
+
+static const struct http_flavor brimble_flavor = { .key_header = "x-brimble-key" };
 
 /* [server] metrics_token_file, read at start: NULL = /metrics needs no token. */
 static char *metrics_token;
@@ -79,6 +82,8 @@ enum MHD_Result respond_json(struct req *r, int status, cJSON *body) {
 }
 
 enum MHD_Result respond_envelope(struct req *r, int status, const char *message, cJSON *data) {
+        if (!data && r->srv && r->srv->fl.error_body)
+                return respond_json(r, status, r->srv->fl.error_body(status, message));
         cJSON *o = cJSON_CreateObject();
         json_add_str(o, "message", message);
         if (data)
@@ -143,8 +148,13 @@ enum MHD_Result respond_errno_msg(struct req *r, int err, const char *fmt, ...) 
 /* {"message": msg} with one extra header (Allow, Retry-After). */
 static enum MHD_Result respond_message_with_header(struct req *r, int status, const char *msg, const char *header,
                                                    const char *value) {
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "message", msg);
+        cJSON *o;
+        if (r->srv && r->srv->fl.error_body)
+                o = r->srv->fl.error_body(status, msg);
+        else {
+                o = cJSON_CreateObject();
+                json_add_str(o, "message", msg);
+        }
         char *s = json_print(o);
         cJSON_Delete(o);
         struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
@@ -307,7 +317,8 @@ static void respond_too_many_guesses(struct req *r, int64_t wait_s) {
 
 /* Resolves the API key from x-brimble-key or Authorization: Bearer. */
 int http_authenticate(struct req *r) {
-        const char *key = req_header(r, "x-brimble-key");
+        const char *key_header = r->srv ? r->srv->fl.key_header : brimble_flavor.key_header;
+        const char *key = req_header(r, key_header);
         const char *auth = req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
         char hash[65];
 
@@ -318,7 +329,7 @@ int http_authenticate(struct req *r) {
                         key++;
         }
         if (!key || !*key) {
-                respond_error(r, 401, "Missing API key: send it in the x-brimble-key header or as Authorization: Bearer <key>");
+                respond_error(r, 401, "Missing API key: send it in the %s header or as Authorization: Bearer <key>", key_header);
                 return -EACCES;
         }
         uint8_t who[16];
@@ -431,7 +442,7 @@ static enum MHD_Result respond_too_large(struct req *r) {
 static enum MHD_Result first_call(struct req *r) {
         if (strstr(r->path, "%00") || strcasestr(r->path, "%2f"))
                 return respond_error(r, 400, "The path must not contain %%00 or %%2F; write '/' literally");
-        enum route_status st = r->srv->route(r->method, r->path, &r->m);
+        enum route_status st = r->srv->fl.route_req ? r->srv->fl.route_req(r) : r->srv->fl.route(r->method, r->path, &r->m);
         const struct route *rt = r->m.row;
         r->route = rt ? rt->label : NULL;
         /* An unknown path asks for a key too: no probing the API without one. */
@@ -601,20 +612,10 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap) {
 
 int http_start(struct ctl *c, http_router route, struct http_server **ret) {
         struct config *cfg = c->cfg;
-        struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t) cfg->listen_port) };
-        struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) cfg->listen_port) };
-        struct sockaddr *sa;
-        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
-                         MHD_ALLOW_UPGRADE;
-
-        if (inet_pton(AF_INET, cfg->listen_addr, &a4.sin_addr) == 1)
-                sa = (struct sockaddr *) &a4;
-        else if (inet_pton(AF_INET6, cfg->listen_addr, &a6.sin6_addr) == 1) {
-                sa = (struct sockaddr *) &a6;
-                flags |= MHD_USE_IPv6;
-        } else
-                return log_error_errno(-EINVAL, "listen address '%s' is not an IP address", cfg->listen_addr);
-
+        struct http_flavor fl = brimble_flavor;
+        fl.route = route;
+        fl.listen_addr = cfg->listen_addr;
+        fl.listen_port = cfg->listen_port;
         guess_init(cfg);
         if (cfg->metrics_token_file && *cfg->metrics_token_file) {
                 int r = pj_relay_secret_load(cfg->metrics_token_file, &metrics_token, &metrics_token_len);
@@ -625,12 +626,46 @@ int http_start(struct ctl *c, http_router route, struct http_server **ret) {
         } else
                 log_notice("/metrics is open to anyone who reaches %s:%d: set [server] metrics_token_file to require a token",
                            cfg->listen_addr, cfg->listen_port);
+        int r = http_start_flavor(c, &fl, ret);
+        if (r >= 0)
+                (*ret)->main = true;
+        else if (metrics_token) {
+                explicit_bzero(metrics_token, metrics_token_len);
+                free(metrics_token);
+                metrics_token = NULL;
+        }
+        return r;
+}
+
+int http_start_flavor(struct ctl *c, const struct http_flavor *fl, struct http_server **ret) {
+        struct config *cfg = c->cfg;
+        struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t) fl->listen_port) };
+        struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) fl->listen_port) };
+        struct sockaddr *sa = NULL;
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
+                         MHD_ALLOW_UPGRADE;
+
+        if (!fl->listen_addr)
+                flags |= MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;   /* connections come by http_add_connection */
+        else if (inet_pton(AF_INET, fl->listen_addr, &a4.sin_addr) == 1)
+                sa = (struct sockaddr *) &a4;
+        else if (inet_pton(AF_INET6, fl->listen_addr, &a6.sin6_addr) == 1) {
+                sa = (struct sockaddr *) &a6;
+                flags |= MHD_USE_IPv6;
+        } else
+                return log_error_errno(-EINVAL, "listen address '%s' is not an IP address", fl->listen_addr);
+
         struct http_server *h = xnew0(struct http_server, 1);
         h->c = c;
-        h->route = route;
+        h->fl = *fl;
+        if (!h->fl.key_header)
+                h->fl.key_header = brimble_flavor.key_header;
+        struct MHD_OptionItem sock[] = {
+                { sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_END, 0, sa },
+                { MHD_OPTION_END, 0, NULL },
+        };
         h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
-                                MHD_OPTION_SOCK_ADDR, sa,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned) cfg->max_connections,
                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned) cfg->per_ip_connections,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) cfg->conn_timeout_s,
@@ -638,14 +673,22 @@ int http_start(struct ctl *c, http_router route, struct http_server **ret) {
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, c,
                                 MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+                                MHD_OPTION_ARRAY, sock,
                                 MHD_OPTION_END);
         if (!h->d) {
                 free(h);
+                if (!fl->listen_addr)
+                        return log_error_errno(-EAGAIN, "Failed to start an HTTP server without a listener");
                 return log_error_errno(-EADDRINUSE, "Failed to listen on %s:%d (address in use or not allowed)",
-                                       cfg->listen_addr, cfg->listen_port);
+                                       fl->listen_addr, fl->listen_port);
         }
         *ret = h;
         return 0;
+}
+
+int http_add_connection(struct http_server *h, int fd, const struct sockaddr *sa, socklen_t sl) {
+        /* MHD owns fd from here, also when it refuses it (at a connection limit) */
+        return MHD_add_connection(h->d, fd, sa, sl) == MHD_YES ? 0 : -EUSERS;
 }
 
 int http_port(struct http_server *h) {
@@ -656,10 +699,11 @@ int http_port(struct http_server *h) {
 struct http_server *http_stop(struct http_server *h) {
         if (!h)
                 return NULL;
+        bool main = h->main;
         if (h->d)
                 MHD_stop_daemon(h->d);
         free(h);
-        if (metrics_token) {
+        if (main && metrics_token) {
                 explicit_bzero(metrics_token, metrics_token_len);
                 free(metrics_token);
                 metrics_token = NULL;
@@ -711,4 +755,8 @@ void sse_queue_json(struct strbuf *pending, cJSON *o) {
         strbuf_append(pending, "data: ", 6);
         strbuf_append(pending, j, strlen(j));
         strbuf_append(pending, "\n\n", 2);
+}
+
+void *http_server_ud(const struct http_server *h) {
+        return h->fl.ud;
 }

@@ -68,6 +68,23 @@ enum route_status route_match(const char *method, const char *path, struct route
 typedef enum route_status (*http_router)(const char *method, const char *path, struct route_match *ret);
 /* Serves [server] listen; each request's route comes from route. */
 int http_start(struct ctl *c, http_router route, struct http_server **ret);
+/* What sets one HTTP server apart from another (the Brimble API's, E2B's). */
+struct http_flavor {
+        const char *listen_addr;         /* NULL: no listener; connections come by http_add_connection */
+        int listen_port;
+        http_router route;               /* by method and path */
+        /* by the whole request (its headers too): sets r->m and returns its status; NULL: route */
+        enum route_status (*route_req)(struct req *r);
+        const char *key_header;          /* the API key's header; NULL: x-brimble-key */
+        /* the JSON of an error answer; NULL: {"message": message} */
+        cJSON *(*error_body)(int status, const char *message);
+        void *ud;                        /* the flavor's own (r->srv's, http_server_ud) */
+};
+int http_start_flavor(struct ctl *c, const struct http_flavor *fl, struct http_server **ret);
+/* Hands a connection accepted elsewhere to h (started without a listener); fd is h's in
+ * every case (closed when refused at a connection limit: -EUSERS). */
+int http_add_connection(struct http_server *h, int fd, const struct sockaddr *sa, socklen_t sl);
+void *http_server_ud(const struct http_server *h);
 /* Percent-decodes s in place (libmicrohttpd's unescape callback); "%00" and "%2F"/"%2f"
  * stay encoded so no NUL or '/' appears that the client did not send literally.
  * Returns the new length. */

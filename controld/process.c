@@ -52,14 +52,16 @@ static int collect(int stream, const uint8_t *data, size_t len, void *ud) {
         return strbuf_append(ud, data, len) < 0 ? -ENOBUFS : 0;
 }
 
-int process_start(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, uint32_t *ret_pid,
-                  struct api_error *err) {
+int process_start_session(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec,
+                          struct agent_exec **ret, struct api_error *err) {
         struct agent_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
-        const char *argv[] = { "/bin/sh", "-c", spec->cmd, NULL };
-        struct agent_spawn sp = { .argv = argv, .env = (const char *const *) spec->env, .cwd = spec->cwd,
+        const char *sh_argv[] = { "/bin/sh", "-c", spec->cmd, NULL };
+        const char *const *argv = spec->argv ? spec->argv : sh_argv;
+        _cleanup_strv_free_ char **env = sb_env_layer(sb, spec->env);
+        struct agent_spawn sp = { .argv = argv, .env = (const char *const *) env, .cwd = spec->cwd,
                                   .want_stdin = spec->stdin_open, .tag = spec->tag,
                                   .rows = (uint32_t) spec->rows, .cols = (uint32_t) spec->cols };
         struct agent_exec *x = NULL;
@@ -83,6 +85,16 @@ int process_start(struct ctl *c, const struct sandbox *sb, const struct process_
                 strbuf_done(&why);
                 return r;
         }
+        *ret = x;
+        return 0;
+}
+
+int process_start(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, uint32_t *ret_pid,
+                  struct api_error *err) {
+        struct agent_exec *x = NULL;
+        int r = process_start_session(c, sb, spec, &x, err);
+        if (r < 0)
+                return r;
         *ret_pid = (uint32_t) agent_exec_pid(x);
         agent_exec_free(x);   /* detached: the process stays, its output goes to the agent's buffer */
         return 0;

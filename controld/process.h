@@ -19,6 +19,7 @@ struct agent_watch;
 
 struct process_spec {
         const char *cmd;          /* run by /bin/sh -c */
+        const char *const *argv;  /* instead of cmd: run as it is (NULL-terminated) */
         char **env;               /* "K=V" over the sandbox's environment; NULL = none */
         const char *cwd;          /* NULL = "/" */
         const char *tag;          /* NULL = none */
@@ -28,6 +29,10 @@ struct process_spec {
 
 int process_start(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, uint32_t *ret_pid,
                   struct api_error *err);
+/* process_start keeping the session: its output and exit are read from *ret (agent_exec_pid
+ * is the pid); freeing it detaches, the process keeps running. */
+int process_start_session(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec,
+                          struct agent_exec **ret, struct api_error *err);
 /* The processes the agent keeps (running, or finished and still listed); *ret holds *ret_n
  * entries: pj_agent_fields_done() each, then free(). */
 int process_list(struct ctl *c, const struct sandbox *sb, struct pj_agent_fields **ret, size_t *ret_n,

@@ -578,9 +578,14 @@ int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *c
         x->output_ud = ud;
         x->t0 = mono_ms();
         x->deadline = x->t0 + (int64_t) cmd->timeout_s * 1000;
-        k = start_on_agent(x, cmd, err);
+        /* the sandbox's own variables (E2B's envVars) under the request's */
+        _cleanup_strv_free_ char **env = sb->env ? sb_env_layer(sb, cmd->env) : NULL;
+        struct runtime_cmd layered = *cmd;
+        if (env)
+                layered.env = env;
+        k = start_on_agent(x, &layered, err);
         if (k == -EOPNOTSUPP)
-                k = start_on_driver(x, cmd, err);
+                k = start_on_driver(x, &layered, err);
         if (k < 0) {
                 runtime_free(x);
                 return k;

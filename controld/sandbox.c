@@ -271,7 +271,11 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb.snapshot_mode = xstrdup(in->snapshot_mode ? in->snapshot_mode : "manual");
         sb.snapshot_frequency = in->snapshot_frequency ? xstrdup(in->snapshot_frequency) : NULL;
         sb.created_at = sb.last_activity_at = now;
+        sb.metadata = in->metadata_json ? xstrdup(in->metadata_json) : NULL;
+        sb.env = in->env_json ? xstrdup(in->env_json) : NULL;
         int64_t life = in->auto_destroy && in->destroy_timeout_s > 0 ? in->destroy_timeout_s : cfg->default_lifetime_s;
+        if (in->lifetime_s > 0)
+                life = in->lifetime_s;
         if (life > plan->max_lifetime_s)
                 life = plan->max_lifetime_s;
         sb.expires_at = now + life * 1000;

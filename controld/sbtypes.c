@@ -157,3 +157,25 @@ cJSON *sb_timings_to_json(const struct sb_timings *t) {
                         cJSON_AddNumberToObject(o, sb_phase_name((enum sb_phase) p), (double) t->ms[p]);
         return o;
 }
+
+char **sb_env_layer(const struct sandbox *sb, char *const *req_env) {
+        size_t n_req = strv_length(req_env), n = 0;
+        _cleanup_(cJSON_Deletep) cJSON *o = sb->env ? cJSON_Parse(sb->env) : NULL;
+        size_t n_sb = o ? (size_t) cJSON_GetArraySize(o) : 0;
+        char **v = xnew0(char *, n_sb + n_req + 1);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, o) {
+                if (!cJSON_IsString(it) || !it->string)
+                        continue;
+                size_t kl = strlen(it->string);
+                bool overridden = false;
+                for (size_t i = 0; i < n_req && !overridden; i++)
+                        overridden = !strncmp(req_env[i], it->string, kl) && req_env[i][kl] == '=';
+                if (!overridden)
+                        v[n++] = xasprintf("%s=%s", it->string, it->valuestring);
+        }
+        for (size_t i = 0; i < n_req; i++)
+                v[n++] = xstrdup(req_env[i]);
+        v[n] = NULL;
+        return v;
+}

@@ -88,6 +88,10 @@ static const char *const migrations[] = {
         "  COALESCE(json_extract(r.value, '$.at'), 0)"
         "  FROM meta m, json_each(m.value, '$.resolved') r WHERE m.key LIKE 'egress.applied:%' AND json_valid(m.value);"
         "DELETE FROM meta WHERE key LIKE 'egress.applied:%';",
+        /* 6: what E2B's API sets at create: metadata (filterable) and the environment of every
+         * process, each a JSON object of strings; NULL for sandboxes made without */
+        "ALTER TABLE sandboxes ADD COLUMN metadata TEXT;"
+        "ALTER TABLE sandboxes ADD COLUMN env TEXT;",
 };
 
 /* Nodes an operator drained, and when each node's agent was last heard from. Created
@@ -870,7 +874,7 @@ void sandbox_clear(struct sandbox *s) {
         free_many(s->name, s->template_name, s->image, s->region_key, s->team, s->project_environment,
                   s->destroy_timeout, s->volume_id, s->mount_path, s->from_snapshot, s->snapshot_mode,
                   s->snapshot_frequency, s->destroy_reason, s->failure_reason, s->driver, s->job_id, s->alloc_id,
-                  s->node_id, s->container_id, s->ip);
+                  s->node_id, s->container_id, s->ip, s->metadata, s->env);
         sb_egress_done(&s->egress);
         memset(s, 0, sizeof(*s));
 }
@@ -930,6 +934,7 @@ static const struct column sandbox_columns[] = {
         C_TEXT("destroy_reason", destroy_reason), C_TEXT("failure_reason", failure_reason),
         C_TEXT("driver", driver), C_TEXT("job_id", job_id), C_TEXT("alloc_id", alloc_id), C_TEXT("node_id", node_id),
         C_TEXT("container_id", container_id), C_TEXT("ip", ip), C_CUSTOM("timings", sb_timings),
+        C_TEXT("metadata", metadata), C_TEXT("env", env),
 };
 #undef ROW
 static const struct table sandboxes = {

@@ -3,9 +3,8 @@
  * The bytes are read by the strict reader in pj_json.c; the validators below
  * walk its tree with the field path at hand for error messages.
  *
- * One file (~1000 lines) on purpose: every body of the Brimble API goes through the same
- * field-path helpers (check_fields, get_str, get_int, ...) at the top, which stay private to it;
- * splitting it would export them. A second public API's bodies get a file of their own.
+ * Every body of the Brimble API goes through the field-path helpers of pj_fields.c, which
+ * E2B's bodies (pj_e2b.c) share.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,157 +16,7 @@
 #include "pj_json.h"
 #include "strutil.h"
 
-/* ---- quoting user text in messages ------------------------------------ */
-
-/* Renders untrusted bytes for a message: printable ASCII as is (quotes and
- * backslashes escaped), anything else as \xNN, at most max_in input bytes
- * followed by "..." when cut. */
-static const char *sanitize(char *buf, size_t size, const char *s, size_t n, size_t max_in) {
-        size_t o = 0;
-        bool cut = n > max_in;
-        if (cut)
-                n = max_in;
-        for (size_t i = 0; i < n && o + 8 < size; i++) {
-                unsigned char c = (unsigned char) s[i];
-                if (c == '"' || c == '\\' || c == '\'') {
-                        buf[o++] = '\\';
-                        buf[o++] = (char) c;
-                } else if (c >= 0x20 && c < 0x7f)
-                        buf[o++] = (char) c;
-                else
-                        o += (size_t) snprintf(buf + o, size - o, "\\x%02x", c);
-        }
-        if (cut && o + 4 < size) {
-                memcpy(buf + o, "...", 3);
-                o += 3;
-        }
-        buf[o < size ? o : size - 1] = '\0';
-        return buf;
-}
-
-/* ---- tree access with field paths -------------------------------------- */
-
-#define PATH_MAX_LEN 128
-
-static const char *mkpath(char buf[static PATH_MAX_LEN], const char *prefix, const char *key) {
-        if (!prefix || !*prefix)
-                snprintf(buf, PATH_MAX_LEN, "%s", key);
-        else
-                snprintf(buf, PATH_MAX_LEN, "%s.%s", prefix, key);
-        return buf;
-}
-
-static const char *mkindex(char buf[static PATH_MAX_LEN], const char *prefix, size_t i) {
-        snprintf(buf, PATH_MAX_LEN, "%s[%zu]", prefix, i);
-        return buf;
-}
-
-/* Lowercase with '_' and '-' dropped: "destroy_timeout" ~ "destroyTimeout". */
-static bool loosely_equal(const char *a, size_t an, const char *b) {
-        char x[80], y[80];
-        size_t xn = 0, yn = 0;
-        for (size_t i = 0; i < an && xn < sizeof(x); i++)
-                if (a[i] != '_' && a[i] != '-')
-                        x[xn++] = (char) ((a[i] >= 'A' && a[i] <= 'Z') ? a[i] - 'A' + 'a' : a[i]);
-        for (size_t i = 0; b[i] && yn < sizeof(y); i++)
-                if (b[i] != '_' && b[i] != '-')
-                        y[yn++] = (char) ((b[i] >= 'A' && b[i] <= 'Z') ? b[i] - 'A' + 'a' : b[i]);
-        return xn == yn && memcmp(x, y, xn) == 0;
-}
-
-/* Rejects members not in allowed[] and members given twice. */
-static int check_fields(const struct pj_json *obj, const char *prefix, const char *const *allowed, size_t n_allowed,
-                        struct pj_error *err) {
-        uint64_t seen = 0;
-        for (const struct pj_json *m = obj->child; m; m = m->next) {
-                size_t i;
-                for (i = 0; i < n_allowed; i++)
-                        if (pj_json_key_is(m, allowed[i]))
-                                break;
-                char k[300], path[PATH_MAX_LEN];
-                if (i == n_allowed) {
-                        sanitize(k, sizeof(k), m->key, m->key_len, 64);
-                        mkpath(path, prefix, k);
-                        const char *hint = NULL;
-                        if (m->key_len < 64)
-                                for (size_t j = 0; j < n_allowed && !hint; j++)
-                                        if (loosely_equal(m->key, m->key_len, allowed[j]))
-                                                hint = allowed[j];
-                        if (hint) {
-                                char h[PATH_MAX_LEN];
-                                return pj_error_set(err, path, "Unknown field '%s'; did you mean '%s'?", path,
-                                            mkpath(h, prefix, hint));
-                        }
-                        return pj_error_set(err, path, "Unknown field '%s'", path);
-                }
-                if (seen & (UINT64_C(1) << i))
-                        return pj_error_set(err, mkpath(path, prefix, allowed[i]), "Duplicate field '%s'", path);
-                seen |= UINT64_C(1) << i;
-        }
-        return 0;
-}
-
-/* String member. 0 absent (*ret NULL), 1 present, -EINVAL. Never contains NUL. */
-static int get_str(const struct pj_json *obj, const char *prefix, const char *key, const struct pj_json **ret,
-                   struct pj_error *err) {
-        char path[PATH_MAX_LEN];
-        const struct pj_json *m = pj_json_member(obj, key);
-        *ret = NULL;
-        if (!m)
-                return 0;
-        if (m->type != PJ_JSON_STRING)
-                return pj_error_set(err, mkpath(path, prefix, key), "%s must be a string", path);
-        if (memchr(m->str, '\0', m->str_len))
-                return pj_error_set(err, mkpath(path, prefix, key), "%s must not contain NUL characters", path);
-        *ret = m;
-        return 1;
-}
-
-/* Strict integer literal (no fraction, no exponent) to int64; false when not
- * an integer or outside ±10^18. */
-static bool number_to_int(const struct pj_json *v, int64_t *ret) {
-        const char *s = v->str;
-        bool neg = *s == '-';
-        if (neg)
-                s++;
-        if (strspn(s, "0123456789") != strlen(s) || strlen(s) > 18)
-                return false;
-        int64_t x = 0;
-        for (; *s; s++)
-                x = x * 10 + (*s - '0');
-        *ret = neg ? -x : x;
-        return true;
-}
-
-static int get_int(const struct pj_json *obj, const char *prefix, const char *key, int min, int max, bool *ret_has,
-                   int *ret, struct pj_error *err) {
-        char path[PATH_MAX_LEN];
-        const struct pj_json *m = pj_json_member(obj, key);
-        int64_t x;
-        if (!m)
-                return 0;
-        if (m->type != PJ_JSON_NUMBER || !number_to_int(m, &x) || x < min || x > max)
-                return pj_error_set(err, mkpath(path, prefix, key), "%s must be an integer between %d and %d", path, min,
-                            max);
-        if (ret_has)
-                *ret_has = true;
-        *ret = (int) x;
-        return 1;
-}
-
-static int get_bool(const struct pj_json *obj, const char *prefix, const char *key, bool *ret_has, bool *ret,
-                    struct pj_error *err) {
-        char path[PATH_MAX_LEN];
-        const struct pj_json *m = pj_json_member(obj, key);
-        if (!m)
-                return 0;
-        if (m->type != PJ_JSON_TRUE && m->type != PJ_JSON_FALSE)
-                return pj_error_set(err, mkpath(path, prefix, key), "%s must be true or false", path);
-        if (ret_has)
-                *ret_has = true;
-        *ret = m->type == PJ_JSON_TRUE;
-        return 1;
-}
+#include "pj_fields.h"
 
 /* ---- value checks ------------------------------------------------------ */
 
@@ -183,7 +32,7 @@ static bool all_chars_in(const char *s, size_t n, const char *set) {
 
 static int get_hex24(const struct pj_json *obj, const char *key, char **ret, struct pj_error *err) {
         const struct pj_json *v;
-        int r = get_str(obj, "", key, &v, err);
+        int r = pj_get_str(obj, "", key, &v, err);
         if (r <= 0)
                 return r;
         if (!hexid_valid_n(v->str, v->str_len))
@@ -196,7 +45,7 @@ static int get_hex24(const struct pj_json *obj, const char *key, char **ret, str
 static int get_word(const struct pj_json *obj, const char *key, const char *dflt, const char *other, char **ret,
                     struct pj_error *err) {
         const struct pj_json *v;
-        int r = get_str(obj, "", key, &v, err);
+        int r = pj_get_str(obj, "", key, &v, err);
         if (r < 0)
                 return r;
         if (v && strcmp(v->str, dflt) != 0 && strcmp(v->str, other) != 0)
@@ -322,18 +171,18 @@ static int cron_check(const char *s, size_t n, char **ret_norm, struct pj_error 
 static int parse_egress(const struct pj_json *obj, const char *prefix, bool update, struct pj_egress *ret,
                         struct pj_error *err) {
         static const char *const fields[] = { "mode", "allow" };
-        char path[PATH_MAX_LEN], mpath[PATH_MAX_LEN];
+        char path[PJ_PATH_MAX], mpath[PJ_PATH_MAX];
         _cleanup_(pj_egress_done) struct pj_egress e = {};
 
         if (obj->type != PJ_JSON_OBJECT)
                 return pj_error_set(err, prefix, "%s must be an object with mode and allow", prefix);
-        int r = check_fields(obj, prefix, fields, ELEMENTSOF(fields), err);
+        int r = pj_check_fields(obj, prefix, fields, ELEMENTSOF(fields), err);
         if (r < 0)
                 return r;
 
         const struct pj_json *mode;
-        mkpath(mpath, prefix, "mode");
-        r = get_str(obj, prefix, "mode", &mode, err);
+        pj_mkpath(mpath, prefix, "mode");
+        r = pj_get_str(obj, prefix, "mode", &mode, err);
         if (r < 0)
                 return r;
         if (r == 0)
@@ -341,7 +190,7 @@ static int parse_egress(const struct pj_json *obj, const char *prefix, bool upda
         if (pj_egress_mode_from_string(mode->str, &e.mode) < 0)
                 return pj_error_set(err, mpath, "%s must be one of open, restricted, deny_all", mpath);
 
-        mkpath(path, prefix, "allow");
+        pj_mkpath(path, prefix, "allow");
         const struct pj_json *allow = pj_json_member(obj, "allow");
         if (allow && allow->type != PJ_JSON_ARRAY)
                 return pj_error_set(err, path, "%s must be an array of strings", path);
@@ -355,8 +204,8 @@ static int parse_egress(const struct pj_json *obj, const char *prefix, bool upda
 
         size_t idx = 0;
         for (const struct pj_json *a = allow ? allow->child : NULL; a; a = a->next, idx++) {
-                char ipath[PATH_MAX_LEN], why[256], q[300];
-                mkindex(ipath, path, idx);
+                char ipath[PJ_PATH_MAX], why[256], q[300];
+                pj_mkindex(ipath, path, idx);
                 if (a->type != PJ_JSON_STRING)
                         return pj_error_set(err, ipath, "%s must be a string", ipath);
                 if (memchr(a->str, '\0', a->str_len))
@@ -364,7 +213,7 @@ static int parse_egress(const struct pj_json *obj, const char *prefix, bool upda
                 r = pj_egress_add_allow(&e, a->str, why, sizeof(why));
                 if (r == -EINVAL)
                         return pj_error_set(err, ipath, "%s (\"%s\") %s", ipath,
-                                    sanitize(q, sizeof(q), a->str, a->str_len, 64), why);
+                                    pj_sanitize(q, sizeof(q), a->str, a->str_len, 64), why);
                 if (r < 0) /* cannot happen: length was checked above */
                         return pj_error_set(err, path, "%s must have at most %d entries", path, PJ_EGRESS_MAX_ALLOW);
         }
@@ -379,7 +228,8 @@ void pj_sandbox_create_done(struct pj_sandbox_create *c) {
                 return;
         pj_egress_done(&c->egress);
         free_many(c->name, c->template_name, c->team_id, c->environment_id, c->volume_id, c->from_snapshot,
-                  c->region, c->destroy_timeout, c->mount_path, c->snapshot_mode, c->snapshot_frequency);
+                  c->region, c->destroy_timeout, c->mount_path, c->snapshot_mode, c->snapshot_frequency, c->metadata_json,
+                  c->env_json);
         *c = (struct pj_sandbox_create) {};
 }
 
@@ -405,11 +255,11 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
         r = pj_json_parse_object(body, len, true, &root, err);
         if (r < 0)
                 return r;
-        r = check_fields(root, "", fields, ELEMENTSOF(fields), err);
+        r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err);
         if (r < 0)
                 return r;
 
-        r = get_str(root, "", "name", &v, err);
+        r = pj_get_str(root, "", "name", &v, err);
         if (r < 0)
                 return r;
         if (v) {
@@ -418,7 +268,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                 c.name = xstrdup(v->str);
         }
 
-        r = get_str(root, "", "template", &v, err);
+        r = pj_get_str(root, "", "template", &v, err);
         if (r < 0)
                 return r;
         if (v) {
@@ -434,7 +284,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
             (r = get_hex24(root, "fromSnapshot", &c.from_snapshot, err)) < 0)
                 return r;
 
-        r = get_str(root, "", "region", &v, err);
+        r = pj_get_str(root, "", "region", &v, err);
         if (r < 0)
                 return r;
         if (v && strcmp(v->str, "auto") != 0) {
@@ -449,16 +299,16 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                 static const char *const spec_fields[] = { "cpu", "memory", "disk" };
                 if (specs->type != PJ_JSON_OBJECT)
                         return pj_error_set(err, "specs", "specs must be an object with cpu, memory and disk");
-                if ((r = check_fields(specs, "specs", spec_fields, ELEMENTSOF(spec_fields), err)) < 0 ||
-                    (r = get_int(specs, "specs", "cpu", 1, 2000, &c.has_cpu, &c.cpu, err)) < 0 ||
-                    (r = get_int(specs, "specs", "memory", 1, 2048, &c.has_memory, &c.memory, err)) < 0 ||
-                    (r = get_int(specs, "specs", "disk", 1, 5, &c.has_disk, &c.disk, err)) < 0)
+                if ((r = pj_check_fields(specs, "specs", spec_fields, ELEMENTSOF(spec_fields), err)) < 0 ||
+                    (r = pj_get_int(specs, "specs", "cpu", 1, 2000, &c.has_cpu, &c.cpu, err)) < 0 ||
+                    (r = pj_get_int(specs, "specs", "memory", 1, 2048, &c.has_memory, &c.memory, err)) < 0 ||
+                    (r = pj_get_int(specs, "specs", "disk", 1, 5, &c.has_disk, &c.disk, err)) < 0)
                         return r;
         }
 
-        if ((r = get_bool(root, "", "autoDestroy", NULL, &c.auto_destroy, err)) < 0)
+        if ((r = pj_get_bool(root, "", "autoDestroy", NULL, &c.auto_destroy, err)) < 0)
                 return r;
-        r = get_str(root, "", "destroyTimeout", &v, err);
+        r = pj_get_str(root, "", "destroyTimeout", &v, err);
         if (r < 0)
                 return r;
         if (c.auto_destroy) {
@@ -473,8 +323,8 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                         return pj_error_set(err, "destroyTimeout", "destroyTimeout must be one of 30m, 1h, 3h, 6h, 12h, 18h");
         }
 
-        if ((r = get_bool(root, "", "oneShot", NULL, &c.one_shot, err)) < 0 ||
-            (r = get_bool(root, "", "blockOutbound", &c.block_outbound_set, &c.block_outbound, err)) < 0)
+        if ((r = pj_get_bool(root, "", "oneShot", NULL, &c.one_shot, err)) < 0 ||
+            (r = pj_get_bool(root, "", "blockOutbound", &c.block_outbound_set, &c.block_outbound, err)) < 0)
                 return r;
 
         const struct pj_json *egress = pj_json_member(root, "egress");
@@ -489,8 +339,8 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
         } else
                 c.egress.mode = c.block_outbound ? PJ_EGRESS_DENY_ALL : PJ_EGRESS_OPEN;
 
-        if ((r = get_bool(root, "", "persistent", NULL, &c.persistent, err)) < 0 ||
-            (r = get_int(root, "", "persistentDiskGB", 10, 50, &c.has_persistent_disk_gb, &c.persistent_disk_gb,
+        if ((r = pj_get_bool(root, "", "persistent", NULL, &c.persistent, err)) < 0 ||
+            (r = pj_get_int(root, "", "persistentDiskGB", 10, 50, &c.has_persistent_disk_gb, &c.persistent_disk_gb,
                          err)) < 0)
                 return r;
         if (c.volume_id && c.persistent)
@@ -505,7 +355,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                 return pj_error_set(err, "persistentDiskGB",
                             "persistentDiskGB is required when persistent is true (an integer between 10 and 50)");
 
-        r = get_str(root, "", "mountPath", &v, err);
+        r = pj_get_str(root, "", "mountPath", &v, err);
         if (r < 0)
                 return r;
         if (v) {
@@ -520,7 +370,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
                 return r;
         bool automatic = strcmp(c.snapshot_mode, "automatic") == 0;
 
-        r = get_str(root, "", "snapshotFrequency", &v, err);
+        r = pj_get_str(root, "", "snapshotFrequency", &v, err);
         if (r < 0)
                 return r;
         if (automatic && !v)
@@ -572,10 +422,10 @@ static int parse_run(const struct pj_json *root, struct pj_run *ret, struct pj_e
         const struct pj_json *v;
         int r;
 
-        if ((r = get_int(root, "", "timeout_seconds", 1, 300, NULL, &run.timeout_s, err)) < 0)
+        if ((r = pj_get_int(root, "", "timeout_seconds", 1, 300, NULL, &run.timeout_s, err)) < 0)
                 return r;
 
-        r = get_str(root, "", "cwd", &v, err);
+        r = pj_get_str(root, "", "cwd", &v, err);
         if (r < 0)
                 return r;
         if (v && strcmp(v->str, "/") != 0) {
@@ -594,12 +444,12 @@ static int parse_run(const struct pj_json *root, struct pj_run *ret, struct pj_e
                 run.env_keys = xnew0(char *, env->n);
                 run.env_values = xnew0(char *, env->n);
                 for (const struct pj_json *m = env->child; m; m = m->next) {
-                        char path[PATH_MAX_LEN], q[300];
+                        char path[PJ_PATH_MAX], q[300];
                         if (!env_key_ok(m))
                                 return pj_error_set(err, "env",
                                             "env key '%s' is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*, at most 256 characters)",
-                                            sanitize(q, sizeof(q), m->key, m->key_len, 64));
-                        mkpath(path, "env", m->key);
+                                            pj_sanitize(q, sizeof(q), m->key, m->key_len, 64));
+                        pj_mkpath(path, "env", m->key);
                         for (size_t i = 0; i < run.n_env; i++)
                                 if (strcmp(run.env_keys[i], m->key) == 0)
                                         return pj_error_set(err, path, "Duplicate field '%s'", path);
@@ -615,7 +465,7 @@ static int parse_run(const struct pj_json *root, struct pj_run *ret, struct pj_e
                 }
         }
 
-        if ((r = get_bool(root, "", "stream", NULL, &run.stream, err)) < 0)
+        if ((r = pj_get_bool(root, "", "stream", NULL, &run.stream, err)) < 0)
                 return r;
         *ret = TAKE_STRUCT(run);
         return 0;
@@ -633,7 +483,7 @@ void pj_exec_done(struct pj_exec *e) {
 /* The required, non-empty text member key (cmd, code) of at most max bytes. */
 static int get_text(const struct pj_json *root, const char *key, size_t max, const char *max_note,
                     const struct pj_json **ret, struct pj_error *err) {
-        int r = get_str(root, "", key, ret, err);
+        int r = pj_get_str(root, "", key, ret, err);
         if (r < 0)
                 return r;
         if (!*ret)
@@ -653,8 +503,8 @@ int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_e
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
-            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = get_str(root, "", "stdin", &in, err)) < 0)
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = pj_get_str(root, "", "stdin", &in, err)) < 0)
                 return r;
         if (in && in->str_len > 1024 * 1024)
                 return pj_error_set(err, "stdin", "stdin must be at most 1048576 bytes (1 MiB)");
@@ -688,9 +538,9 @@ int pj_process_start_parse(const char *body, size_t len, struct pj_process_start
         int r, rows = 0, cols = 0;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
-            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = get_str(root, "", "tag", &tag, err)) < 0 ||
-            (r = get_bool(root, "", "stdin", NULL, &in, err)) < 0)
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = pj_get_str(root, "", "tag", &tag, err)) < 0 ||
+            (r = pj_get_bool(root, "", "stdin", NULL, &in, err)) < 0)
                 return r;
         if (tag) {
                 if (tag->str_len == 0 || tag->str_len > PJ_PROCESS_TAG_MAX)
@@ -706,9 +556,9 @@ int pj_process_start_parse(const char *body, size_t len, struct pj_process_start
                 static const char *const pf[] = { "rows", "cols" };
                 if (pty->type != PJ_JSON_OBJECT)
                         return pj_error_set(err, "pty", "pty must be an object {\"rows\": N, \"cols\": N}");
-                if ((r = check_fields(pty, "pty", pf, ELEMENTSOF(pf), err)) < 0 ||
-                    (r = get_int(pty, "pty", "rows", 1, 1000, NULL, &rows, err)) < 0 ||
-                    (r = get_int(pty, "pty", "cols", 1, 1000, NULL, &cols, err)) < 0)
+                if ((r = pj_check_fields(pty, "pty", pf, ELEMENTSOF(pf), err)) < 0 ||
+                    (r = pj_get_int(pty, "pty", "rows", 1, 1000, NULL, &rows, err)) < 0 ||
+                    (r = pj_get_int(pty, "pty", "cols", 1, 1000, NULL, &cols, err)) < 0)
                         return r;
                 if (!rows)
                         rows = 24;
@@ -739,8 +589,8 @@ int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin
         bool close = false, has_close = false;
         int r;
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = get_str(root, "", "data", &d, err)) < 0 ||
-            (r = get_bool(root, "", "close", &has_close, &close, err)) < 0)
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = pj_get_str(root, "", "data", &d, err)) < 0 ||
+            (r = pj_get_bool(root, "", "close", &has_close, &close, err)) < 0)
                 return r;
         if (!d && !close)
                 return pj_error_set(err, "data", "data is required (or close: true)");
@@ -761,14 +611,14 @@ int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         int r;
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
                 return r;
         const struct pj_json *m = pj_json_member(root, "signal");
         if (!m)
                 return pj_error_set(err, "signal", "signal is required: a name such as SIGINT or SIGTERM, or a number 1..64");
         if (m->type == PJ_JSON_NUMBER) {
                 int no = 0;
-                if ((r = get_int(root, "", "signal", 1, 64, NULL, &no, err)) < 0)
+                if ((r = pj_get_int(root, "", "signal", 1, 64, NULL, &no, err)) < 0)
                         return r;
                 *ret_signo = no;
                 return 0;
@@ -787,7 +637,7 @@ int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct
         return pj_error_set(err, "signal",
                             "signal '%s' is not one we send: use HUP, INT, QUIT, KILL, USR1, USR2, PIPE, ALRM, TERM, CONT, STOP, "
                             "TSTP or WINCH (with or without SIG), or a number 1..64",
-                            m->type == PJ_JSON_STRING ? sanitize(q, sizeof(q), m->str, m->str_len, 32) : "(not a string)");
+                            m->type == PJ_JSON_STRING ? pj_sanitize(q, sizeof(q), m->str, m->str_len, 32) : "(not a string)");
 }
 
 int pj_preview_create_parse(const char *body, size_t len, struct pj_preview_create *ret, struct pj_error *err) {
@@ -796,14 +646,14 @@ int pj_preview_create_parse(const char *body, size_t len, struct pj_preview_crea
         struct pj_preview_create p = { 0 };
         int r;
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
                 return r;
         if (!pj_json_member(root, "port"))
                 return pj_error_set(err, "port", "port is required: the TCP port (1..65535) a server listens on inside the sandbox");
-        if ((r = get_int(root, "", "port", 1, 65535, NULL, &p.port, err)) < 0 ||
-            (r = get_int(root, "", "expiresIn", 1, 31536000, NULL, &p.expires_in_s, err)) < 0 ||
-            (r = get_bool(root, "", "public", NULL, &p.public_, err)) < 0 ||
-            (r = get_bool(root, "", "keepHost", NULL, &p.keep_host, err)) < 0)
+        if ((r = pj_get_int(root, "", "port", 1, 65535, NULL, &p.port, err)) < 0 ||
+            (r = pj_get_int(root, "", "expiresIn", 1, 31536000, NULL, &p.expires_in_s, err)) < 0 ||
+            (r = pj_get_bool(root, "", "public", NULL, &p.public_, err)) < 0 ||
+            (r = pj_get_bool(root, "", "keepHost", NULL, &p.keep_host, err)) < 0)
                 return r;
         *ret = p;
         return 0;
@@ -815,9 +665,9 @@ int pj_process_resize_parse(const char *body, size_t len, int *ret_rows, int *re
         bool hr = false, hc = false;
         int r;
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
-            (r = get_int(root, "", "rows", 1, 1000, &hr, ret_rows, err)) < 0 ||
-            (r = get_int(root, "", "cols", 1, 1000, &hc, ret_cols, err)) < 0)
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = pj_get_int(root, "", "rows", 1, 1000, &hr, ret_rows, err)) < 0 ||
+            (r = pj_get_int(root, "", "cols", 1, 1000, &hc, ret_cols, err)) < 0)
                 return r;
         if (!hr || !hc)
                 return pj_error_set(err, hr ? "cols" : "rows", "%s is required (1..1000)", hr ? "cols" : "rows");
@@ -840,9 +690,9 @@ int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_e
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
                 return r;
-        r = get_str(root, "", "language", &lang, err);
+        r = pj_get_str(root, "", "language", &lang, err);
         if (r < 0)
                 return r;
         if (!lang)
@@ -881,7 +731,7 @@ int pj_egress_update_parse(const char *body, size_t len, struct pj_egress_update
 
 static int get_slug40(const struct pj_json *root, char **ret, struct pj_error *err) {
         const struct pj_json *v;
-        int r = get_str(root, "", "name", &v, err);
+        int r = pj_get_str(root, "", "name", &v, err);
         if (r < 0)
                 return r;
         if (!v)
@@ -906,7 +756,7 @@ int pj_snapshot_create_parse(const char *body, size_t len, struct pj_snapshot_cr
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = get_slug40(root, &name, err)) < 0)
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = get_slug40(root, &name, err)) < 0)
                 return r;
         ret->name = name;
         return 0;
@@ -926,9 +776,9 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = get_slug40(root, &c.name, err)) < 0)
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = get_slug40(root, &c.name, err)) < 0)
                 return r;
-        r = get_int(root, "", "sizeGB", 10, 50, NULL, &c.size_gb, err);
+        r = pj_get_int(root, "", "sizeGB", 10, 50, NULL, &c.size_gb, err);
         if (r < 0)
                 return r;
         if (r == 0)
@@ -970,17 +820,17 @@ static char *batch_entry(const struct pj_json *ent, const char *ipath, size_t ma
         if (path && path->type == PJ_JSON_STRING && !memchr(path->str, '\0', path->str_len))
                 f->path = xstrdup(path->str);
 
-        if (check_fields(ent, ipath, fields, ELEMENTSOF(fields), &e) < 0 || get_str(ent, ipath, "path", &path, &e) < 0)
+        if (pj_check_fields(ent, ipath, fields, ELEMENTSOF(fields), &e) < 0 || pj_get_str(ent, ipath, "path", &path, &e) < 0)
                 return xstrdup(e.message);
-        char p[PATH_MAX_LEN];
-        mkpath(p, ipath, "path");
+        char p[PJ_PATH_MAX];
+        pj_mkpath(p, ipath, "path");
         if (!path)
                 return xasprintf("%s is required", p);
         if (pj_sandbox_path_check(path->str, &e, p) < 0)
                 return xstrdup(e.message);
 
-        mkpath(p, ipath, "content_base64");
-        if (get_str(ent, ipath, "content_base64", &content, &e) < 0)
+        pj_mkpath(p, ipath, "content_base64");
+        if (pj_get_str(ent, ipath, "content_base64", &content, &e) < 0)
                 return xstrdup(e.message);
         if (!content)
                 return xasprintf("%s is required", p);
@@ -1005,7 +855,7 @@ int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, si
         int r;
 
         if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
                 return r;
         const struct pj_json *files = pj_json_member(root, "files");
         if (!files)
@@ -1020,9 +870,9 @@ int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, si
         b.n_files = files->n;
         size_t total = 0, i = 0;
         for (const struct pj_json *ent = files->child; ent; ent = ent->next, i++) {
-                char ipath[PATH_MAX_LEN];
+                char ipath[PJ_PATH_MAX];
                 struct pj_batch_file *f = &b.files[i];
-                mkindex(ipath, "files", i);
+                pj_mkindex(ipath, "files", i);
                 b.file_errors[i] = batch_entry(ent, ipath, max_file_bytes, f);
                 if (!b.file_errors[i])
                         for (size_t j = 0; j < i; j++)

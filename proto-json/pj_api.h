@@ -100,6 +100,11 @@ struct pj_sandbox_create {
          * snapshotMode is automatic, an error otherwise. Stored with single
          * spaces between fields. NULL when manual. */
         char *snapshot_frequency;
+        /* Not on the Brimble wire: other adapters (E2B's) set these. metadata_json and env_json
+         * are JSON objects of strings (NULL: none); lifetime_s > 0 replaces the default
+         * lifetime (destroyed that long after the create, auto_destroy false). */
+        char *metadata_json, *env_json;
+        int64_t lifetime_s;
 };
 
 /* What exec and code have in common: how and where the command runs. */
