@@ -2,7 +2,8 @@
  *
  *   account create NAME [--plan PLAN]   prints the account id (existing one if NAME exists)
  *   account list
- *   key issue ACCOUNT                   prints a new API key once (only its hash is stored)
+ *   key issue ACCOUNT [--e2b]           prints a new API key once (only its hash is stored);
+ *                                       --e2b: shaped e2b_<40 hex>, as E2B's SDKs require
  *   key list ACCOUNT
  *   key revoke KEY_ID|PREFIX
  *   sandbox list [--status S] [--account ACCOUNT]
@@ -34,7 +35,7 @@ static void admin_usage(void) {
                 "       controld admin -f CONF account list\n"
                 "       controld admin -f CONF account plan ACCOUNT PLAN\n"
                 "       controld admin -f CONF account limits ACCOUNT [KEY=N|KEY=plan ...]\n"
-                "       controld admin -f CONF key issue ACCOUNT\n"
+                "       controld admin -f CONF key issue ACCOUNT [--e2b]\n"
                 "       controld admin -f CONF key list ACCOUNT\n"
                 "       controld admin -f CONF key revoke KEY_ID|PREFIX\n"
                 "       controld admin -f CONF sandbox list [--status STATUS] [--account ACCOUNT]\n"
@@ -214,12 +215,14 @@ static int cmd_account(struct ctl *c, int argc, char **argv) {
 static int cmd_key(struct ctl *c, int argc, char **argv) {
         struct account a = { 0 };
         int r;
-        if (argc == 2 && !strcmp(argv[0], "issue")) {
+        bool e2b = argc == 3 && !strcmp(argv[0], "issue") && !strcmp(argv[2], "--e2b");
+        if ((argc == 2 || e2b) && !strcmp(argv[0], "issue")) {
                 char tok[65], key[80], hash[65], id[25], prefix[16];
                 if ((r = resolve_account(c, argv[1], &a)) < 0)
                         return r;
-                random_token(tok, 24);
-                snprintf(key, sizeof(key), "pdk_%s", tok);
+                /* E2B's SDKs take only keys shaped e2b_<hex> (random_token is hex) */
+                random_token(tok, e2b ? 20 : 24);
+                snprintf(key, sizeof(key), "%s_%s", e2b ? "e2b" : "pdk", tok);
                 sha256_hex(key, strlen(key), hash);
                 snprintf(prefix, sizeof(prefix), "%.12s", key);
                 r = store_key_add(c->store, a.id, hash, prefix, id);

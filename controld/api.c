@@ -417,15 +417,20 @@ static bool method_is(const struct route *rt, const char *method) {
 }
 
 enum route_status route_match(const char *method, const char *path, struct route_match *ret) {
+        return route_match_in(routes, ELEMENTSOF(routes), method, path, ret);
+}
+
+enum route_status route_match_in(const struct route *tab, size_t n_routes, const char *method, const char *path,
+                                 struct route_match *ret) {
         const struct route *first = NULL;
         const char *id = NULL, *rest = NULL;
         size_t id_len = 0, i;
         int64_t pid = 0;
 
         *ret = (struct route_match) { .status = ROUTE_NOT_FOUND };
-        for (i = 0; i < ELEMENTSOF(routes); i++, id = rest = NULL, pid = 0)
-                if (pattern_match(routes[i].pattern, path, &id, &id_len, &rest, &pid)) {
-                        first = &routes[i];
+        for (i = 0; i < n_routes; i++, id = rest = NULL, pid = 0)
+                if (pattern_match(tab[i].pattern, path, &id, &id_len, &rest, &pid)) {
+                        first = &tab[i];
                         break;
                 }
         if (!first)
@@ -445,13 +450,13 @@ enum route_status route_match(const char *method, const char *path, struct route
         }
         /* Rows of one pattern are adjacent. */
         size_t off = 0;
-        for (; i < ELEMENTSOF(routes) && !strcmp(routes[i].pattern, first->pattern); i++) {
-                if (method_is(&routes[i], method)) {
-                        ret->row = &routes[i];
+        for (; i < n_routes && !strcmp(tab[i].pattern, first->pattern); i++) {
+                if (method_is(&tab[i], method)) {
+                        ret->row = &tab[i];
                         ret->allow[0] = 0;
                         return (ret->status = ROUTE_FOUND);
                 }
-                int n = snprintf(ret->allow + off, sizeof(ret->allow) - off, "%s%s", off ? ", " : "", routes[i].method);
+                int n = snprintf(ret->allow + off, sizeof(ret->allow) - off, "%s%s", off ? ", " : "", tab[i].method);
                 if (n > 0 && (size_t) n < sizeof(ret->allow) - off)
                         off += (size_t) n;
         }

@@ -347,6 +347,26 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
                         goto fail;
                 }
         }
+        {
+                _cleanup_free_ char *el = NULL;
+                if ((r = get_str(cf, "e2b", NULL, "listen", "", 255, &el, err, errlen)) < 0)
+                        goto fail;
+                if (*el && parse_listen(el, &c->e2b_listen_addr, &c->e2b_listen_port) < 0) {
+                        snprintf(err, errlen, "%s: [e2b] listen must be ADDRESS:PORT or empty (got '%s')", path, el);
+                        r = -EINVAL;
+                        goto fail;
+                }
+        }
+        S("e2b", "domain", "", 200, e2b_domain);
+        for (const char *d = c->e2b_domain; *d; d++)
+                if (!((*d >= 'a' && *d <= 'z') || (*d >= '0' && *d <= '9') || *d == '-' || *d == '.' || *d == ':')) {
+                        snprintf(err, errlen, "%s: [e2b] domain must be a lowercase DNS name, optionally with :port (got '%s')",
+                                 path, c->e2b_domain);
+                        r = -EINVAL;
+                        goto fail;
+                }
+        S("e2b", "base_template", "debian-12", 64, e2b_base_template);
+        I("e2b", "max_connections", 512, 1, 65536, e2b_max_connections);
         S("preview", "domain", "", 200, preview_domain);
         S("preview", "scheme", "https", 8, preview_scheme);
         S("preview", "public_url", "", 255, preview_public_url);
@@ -524,6 +544,7 @@ struct config *config_free(struct config *c) {
         free(c->listen_addr);
         free(c->log_level);
         free_many(c->preview_listen_addr, c->preview_domain, c->preview_scheme, c->preview_public_url);
+        free_many(c->e2b_listen_addr, c->e2b_domain, c->e2b_base_template);
         free(c->metrics_token_file);
         free(c->web_dir);
         free(c->db_path);

@@ -83,6 +83,12 @@ struct config {
         char *log_level;
         char *metrics_token_file;                    /* "" = /metrics open to whoever reaches the port */
         char *web_dir;                               /* the terminal page's xterm.js; "" = found at start */
+        /* [e2b]: E2B's API (e2b.c, envd.c). listen "" = off. */
+        char *e2b_listen_addr;                       /* NULL = off */
+        int e2b_listen_port;
+        char *e2b_domain;                            /* sandboxes' domain: <port>-<id>.<domain>; "" = the listen address */
+        char *e2b_base_template;                     /* what templateID "base" means */
+        int64_t e2b_max_connections;                 /* client connections at once */
         /* [preview]: preview URLs (preview.c). listen "" = off. */
         char *preview_listen_addr;                   /* NULL = previews off */
         int preview_listen_port;
@@ -235,6 +241,7 @@ struct sandbox {
         /* JSON objects of strings, NULL when none: metadata (E2B's, filterable) and variables
          * layered under every process's own environment (E2B's envVars) */
         char *metadata, *env;
+        char *e2b;                       /* E2B's options for it (e2b.c), JSON; NULL: made through the Brimble API */
 };
 void sandbox_clear(struct sandbox *s);
 
@@ -331,6 +338,8 @@ int store_sandbox_list_status(struct store *s, const char *account_id, int statu
 /* Sandboxes automatic snapshots concern: live ones with snapshot_mode automatic, and any with an
  * automatic snapshot left (retention applies after destroy too). */
 int store_sandbox_list_automatic(struct store *s, struct sandbox **ret, size_t *ret_n);
+/* An account's sandboxes in every live state (not failed or destroyed), oldest first, at most max. */
+int store_sandbox_list_live(struct store *s, const char *account_id, int64_t max, struct sandbox **ret, size_t *ret_n);
 void sandbox_array_free(struct sandbox *a, size_t n);
 int store_sandbox_count_by_status(struct store *s, int64_t counts[_SB_STATUS_MAX]);
 

@@ -440,7 +440,7 @@ static enum MHD_Result respond_too_large(struct req *r) {
  * early answers (auth, routing errors, 413 from Content-Length, upload preparation)
  * happen before any body byte is read. */
 static enum MHD_Result first_call(struct req *r) {
-        if (strstr(r->path, "%00") || strcasestr(r->path, "%2f"))
+        if (!r->srv->fl.unescape_slash && (strstr(r->path, "%00") || strcasestr(r->path, "%2f")))
                 return respond_error(r, 400, "The path must not contain %%00 or %%2F; write '/' literally");
         enum route_status st = r->srv->fl.route_req ? r->srv->fl.route_req(r) : r->srv->fl.route(r->method, r->path, &r->m);
         const struct route *rt = r->m.row;
@@ -454,6 +454,8 @@ static enum MHD_Result first_call(struct req *r) {
         case ROUTE_BAD_METHOD:
                 return respond_method_not_allowed(r, r->m.allow);
         case ROUTE_BAD_ID:
+                if (r->srv->fl.bad_id_status)
+                        return respond_error(r, r->srv->fl.bad_id_status, "No %s with that id", rt->id_noun);
                 return respond_error(r, 400, "Invalid %s id", rt->id_noun);
         case ROUTE_FOUND:
                 break;
@@ -595,8 +597,22 @@ size_t http_path_unescape(char *s) {
 }
 
 static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
-        (void) cls;
+        const struct http_server *h = cls;
         (void) c;
+        if (h && h->fl.unescape_slash) {
+                /* everything but %00 (which would cut the text short) */
+                char *w = s;
+                for (char *r = s; *r;) {
+                        int hi, lo;
+                        if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0 && (hi | lo) != 0) {
+                                *w++ = (char) (hi * 16 + lo);
+                                r += 3;
+                        } else
+                                *w++ = *r++;
+                }
+                *w = 0;
+                return (size_t) (w - s);
+        }
         return http_path_unescape(s);
 }
 
@@ -671,7 +687,7 @@ int http_start_flavor(struct ctl *c, const struct http_flavor *fl, struct http_s
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) cfg->conn_timeout_s,
                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) cfg->max_header,
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, c,
-                                MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+                                MHD_OPTION_UNESCAPE_CALLBACK, unescape, h,
                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
                                 MHD_OPTION_ARRAY, sock,
                                 MHD_OPTION_END);

@@ -64,6 +64,9 @@ struct route_match {
 /* Matches method and path (decoded, without query) against the route table.
  * Never allocates; ret->rest points into path. Returns ret->status. */
 enum route_status route_match(const char *method, const char *path, struct route_match *ret);
+/* The same over another table (E2B's). */
+enum route_status route_match_in(const struct route *table, size_t n, const char *method, const char *path,
+                                 struct route_match *ret);
 /* What the server asks to find a request's route (api.c's route_match for the REST API). */
 typedef enum route_status (*http_router)(const char *method, const char *path, struct route_match *ret);
 /* Serves [server] listen; each request's route comes from route. */
@@ -78,6 +81,10 @@ struct http_flavor {
         const char *key_header;          /* the API key's header; NULL: x-brimble-key */
         /* the JSON of an error answer; NULL: {"message": message} */
         cJSON *(*error_body)(int status, const char *message);
+        int bad_id_status;               /* the answer to a malformed {id}; 0: 400 */
+        /* "%2F" in the URL and its query decodes to '/' (all routes are fixed strings); else it
+         * stays encoded, as http_path_unescape says */
+        bool unescape_slash;
         void *ud;                        /* the flavor's own (r->srv's, http_server_ud) */
 };
 int http_start_flavor(struct ctl *c, const struct http_flavor *fl, struct http_server **ret);

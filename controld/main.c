@@ -20,6 +20,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "e2b.h"
 #include "preview.h"
 #include "http.h"
 #include "driver.h"
@@ -240,6 +241,13 @@ static int controld_main(int argc, char **argv) {
                 ctl_close(&c);
                 return 1;
         }
+        if (e2b_start(&c) < 0) {
+                preview_stop();
+                http = http_stop(http);
+                background_stop(&c);
+                ctl_close(&c);
+                return 1;
+        }
         log_info("controld ready on %s:%d (driver %s, store %s)", c.cfg->listen_addr, http_port(http), c.drv->name,
                  c.cfg->db_path);
         sd_notify(0, "READY=1\nSTATUS=serving");
@@ -273,6 +281,7 @@ static int controld_main(int argc, char **argv) {
                 pthread_mutex_unlock(&c.jobs_lock);
         }
         http = http_stop(http);
+        e2b_stop();
         preview_stop();
         background_stop(&c);
         ctl_close(&c);

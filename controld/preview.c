@@ -258,6 +258,7 @@ struct pconn {
         bool path_form;
         const char *rest;            /* target after /p/<id>/<port> (path form), else target */
         bool counted_sb;
+        const char *scheme;          /* X-Forwarded-Proto; NULL: the preview settings say */
 };
 
 /* A whole write to the client, bounded: a client that stops reading holds us SEND_TIMEOUT_MS. */
@@ -522,13 +523,13 @@ static bool hop_by_hop(const char *name) {
 }
 
 /* The head as it goes to the sandbox. */
-static char *rewrite_head(struct pconn *pc, const struct preview *p, const char *target) {
+static char *rewrite_head(struct pconn *pc, bool keep_host, const char *target) {
         struct strbuf b;
         strbuf_init(&b, 0);
         const char *upgrade = header(pc, "Upgrade");
         const char *host = header(pc, "Host");
         strbuf_printf(&b, "%s %s %s\r\n", pc->method, target, pc->version);
-        if (p->keep_host && host)
+        if (keep_host && host)
                 strbuf_printf(&b, "Host: %s\r\n", host);
         else
                 strbuf_printf(&b, "Host: localhost:%d\r\n", pc->port);
@@ -548,7 +549,7 @@ static char *rewrite_head(struct pconn *pc, const struct preview *p, const char 
         } else
                 strbuf_printf(&b, "Connection: close\r\n");
         strbuf_printf(&b, "X-Forwarded-For: %s\r\nX-Forwarded-Proto: %s\r\n", pc->peer,
-                      *P.c->cfg->preview_domain && !pc->path_form ? P.c->cfg->preview_scheme : "http");
+                      pc->scheme ? pc->scheme : *P.c->cfg->preview_domain && !pc->path_form ? P.c->cfg->preview_scheme : "http");
         if (host)
                 strbuf_printf(&b, "X-Forwarded-Host: %s\r\n", host);
         strbuf_append(&b, "\r\n", 2);
@@ -631,10 +632,10 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                 if (k == 0 || (pfd[1].revents & POLLIN) == 0) {
                         if (mono_ms() - last > (int64_t) cfg->preview_idle_timeout_s * 1000)
                                 break;
-                        if (now_ms() >= p->expires_at)
+                        if (p && now_ms() >= p->expires_at)
                                 break;
                         unsigned g = gen_now();
-                        if (g != gen) {
+                        if (p && g != gen) {
                                 gen = g;
                                 if (!still_valid(p))
                                         break;
@@ -644,6 +645,46 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
 done:
         free(buf);
         count(slot, 0, in, out);
+}
+
+/* The sandbox is ready and the request allowed: FORWARD to the port inside, the head
+ * rewritten, then bytes both ways (p: the preview, NULL for E2B's port URLs). */
+static void forward(struct pconn *pc, const struct sandbox *sb, const struct preview *p, bool keep_host, const char *target,
+                    int slot) {
+        char err[512] = "";
+        _cleanup_(agent_client_freep) struct agent_client *ac = NULL;
+        int k = agent_connect(P.c, sb, &ac, err, sizeof(err));
+        if (k < 0) {
+                log_ctx_set("SANDBOX_ID", sb->id);
+                log_notice("preview of port %d: the agent did not answer: %s", pc->port, err);
+                return page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering, so the preview cannot reach it.");
+        }
+        struct pj_agent_msg fwd = { .type = PJ_AGENT_FORWARD, .id = 1, .f.port = (uint32_t) pc->port };
+        if (agent_client_send(ac, &fwd, SEND_TIMEOUT_MS) < 0)
+                return page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering.");
+        struct agent_frame f;
+        struct pj_error pe = { 0 };
+        k = agent_client_recv(ac, FORWARD_TIMEOUT_MS, &f, &pe);
+        if (k < 0)
+                return page(pc, 504, "Gateway Timeout", NULL, "The sandbox's agent did not answer in time.");
+        bool ok = f.m.type == PJ_AGENT_OK && f.m.id == 1;
+        int e = f.m.type == PJ_AGENT_ERROR ? (int) f.m.f.err : 0;
+        agent_frame_done(&f);
+        if (!ok) {
+                if (e == ECONNREFUSED)
+                        return page(pc, 502, "Bad Gateway", NULL,
+                                    "Nothing is listening on port %d inside the sandbox. Start a server there (listening on "
+                                    "127.0.0.1 or 0.0.0.0) and reload.",
+                                    pc->port);
+                return page(pc, 502, "Bad Gateway", NULL, "Port %d inside the sandbox cannot be reached: %s.", pc->port,
+                            e ? strerror(e) : "unexpected answer");
+        }
+        _cleanup_free_ char *head = rewrite_head(pc, keep_host, target);
+        struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = (uint8_t *) head, .data_len = strlen(head) };
+        if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
+                return page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent stopped answering.");
+        count(slot, 0, m.data_len, 0);
+        pump(pc, ac, p, slot);
 }
 
 static void serve(struct pconn *pc) {
@@ -734,42 +775,8 @@ static void serve(struct pconn *pc) {
                 return page(pc, 429, "Too Many Requests", "Retry-After: 1\r\n",
                             "This sandbox already has %lld preview connections open.", (long long) cfg->preview_per_sandbox);
         pc->counted_sb = true;
-
-        char err[512] = "";
-        _cleanup_(agent_client_freep) struct agent_client *ac = NULL;
-        k = agent_connect(P.c, &sb, &ac, err, sizeof(err));
-        if (k < 0) {
-                log_ctx_set("SANDBOX_ID", sb.id);
-                log_notice("preview of port %d: the agent did not answer: %s", pc->port, err);
-                return page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering, so the preview cannot reach it.");
-        }
-        struct pj_agent_msg fwd = { .type = PJ_AGENT_FORWARD, .id = 1, .f.port = (uint32_t) pc->port };
-        if (agent_client_send(ac, &fwd, SEND_TIMEOUT_MS) < 0)
-                return page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering.");
-        struct agent_frame f;
-        struct pj_error pe = { 0 };
-        k = agent_client_recv(ac, FORWARD_TIMEOUT_MS, &f, &pe);
-        if (k < 0)
-                return page(pc, 504, "Gateway Timeout", NULL, "The sandbox's agent did not answer in time.");
-        bool ok = f.m.type == PJ_AGENT_OK && f.m.id == 1;
-        int e = f.m.type == PJ_AGENT_ERROR ? (int) f.m.f.err : 0;
-        agent_frame_done(&f);
-        if (!ok) {
-                if (e == ECONNREFUSED)
-                        return page(pc, 502, "Bad Gateway", NULL,
-                                    "Nothing is listening on port %d inside the sandbox. Start a server there (listening on "
-                                    "127.0.0.1 or 0.0.0.0) and reload.",
-                                    pc->port);
-                return page(pc, 502, "Bad Gateway", NULL, "Port %d inside the sandbox cannot be reached: %s.", pc->port,
-                            e ? strerror(e) : "unexpected answer");
-        }
         const char *target = pc->path_form ? (*stripped ? stripped : "/") : stripped;
-        _cleanup_free_ char *head = rewrite_head(pc, &p, target);
-        struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = (uint8_t *) head, .data_len = strlen(head) };
-        if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
-                return page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent stopped answering.");
-        count(slot, 0, m.data_len, 0);
-        pump(pc, ac, &p, slot);
+        forward(pc, &sb, &p, p.keep_host, target, slot);
 }
 
 static void *conn_main(void *arg) {
@@ -905,4 +912,31 @@ void preview_stop(void) {
         else
                 sb_counts_done(&P.per);
         P.running = false;
+}
+
+void preview_forward_conn(struct ctl *c, int fd, const char *peer, const struct sandbox *sb, int port, uint64_t max_header) {
+        struct pconn *pc = xnew0(struct pconn, 1);
+        pc->fd = fd;
+        snprintf(pc->peer, sizeof(pc->peer), "%s", peer ? peer : "");
+        pc->port = port;
+        pc->scheme = "http";
+        snprintf(pc->id, sizeof(pc->id), "%s", sb->id);
+        if (!P.c)
+                P.c = c;
+        int k = read_head(pc, max_header < sizeof(pc->head) - 1 ? max_header : sizeof(pc->head) - 1);
+        if (k == 408)
+                page(pc, 408, "Request Timeout", NULL, "The request head did not arrive in time.");
+        else if (k == 431)
+                page(pc, 431, "Request Header Fields Too Large", NULL, "The request head is too large.");
+        else if (k == 0 && parse_head(pc) != 0) {
+                pc->method = NULL;
+                page(pc, 400, "Bad Request", NULL, "The request is not valid HTTP/1.1.");
+        } else if (k == 0) {
+                pc->rest = pc->target;
+                int slot = (int) sb->status;
+                count(slot, 1, 0, 0);
+                forward(pc, sb, NULL, false, pc->target, slot);
+        }
+        close(pc->fd);
+        free(pc);
 }

@@ -16,6 +16,11 @@ void preview_stop(void);
 int preview_port(void);
 /* A preview's URL (xmalloc'd). */
 char *preview_url(const struct ctl *c, const char *sandbox_id, int port);
+/* A connection another listener accepted (E2B's <port>-<id> URLs) for port inside sb, which
+ * the caller found ready and allowed: reads the request head (at most max_header bytes),
+ * forwards it and passes bytes both ways as a preview does. Takes fd (closed at the end). */
+struct sandbox;
+void preview_forward_conn(struct ctl *c, int fd, const char *peer, const struct sandbox *sb, int port, uint64_t max_header);
 /* paddock_preview_* series for /metrics. */
 void preview_metrics_render(struct strbuf *out);
 

@@ -273,6 +273,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb.created_at = sb.last_activity_at = now;
         sb.metadata = in->metadata_json ? xstrdup(in->metadata_json) : NULL;
         sb.env = in->env_json ? xstrdup(in->env_json) : NULL;
+        sb.e2b = in->e2b_json ? xstrdup(in->e2b_json) : NULL;
         int64_t life = in->auto_destroy && in->destroy_timeout_s > 0 ? in->destroy_timeout_s : cfg->default_lifetime_s;
         if (in->lifetime_s > 0)
                 life = in->lifetime_s;

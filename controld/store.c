@@ -89,9 +89,11 @@ static const char *const migrations[] = {
         "  FROM meta m, json_each(m.value, '$.resolved') r WHERE m.key LIKE 'egress.applied:%' AND json_valid(m.value);"
         "DELETE FROM meta WHERE key LIKE 'egress.applied:%';",
         /* 6: what E2B's API sets at create: metadata (filterable) and the environment of every
-         * process, each a JSON object of strings; NULL for sandboxes made without */
+         * process, each a JSON object of strings, and its own options (JSON); NULL for
+         * sandboxes made without */
         "ALTER TABLE sandboxes ADD COLUMN metadata TEXT;"
-        "ALTER TABLE sandboxes ADD COLUMN env TEXT;",
+        "ALTER TABLE sandboxes ADD COLUMN env TEXT;"
+        "ALTER TABLE sandboxes ADD COLUMN e2b TEXT;",
 };
 
 /* Nodes an operator drained, and when each node's agent was last heard from. Created
@@ -874,7 +876,7 @@ void sandbox_clear(struct sandbox *s) {
         free_many(s->name, s->template_name, s->image, s->region_key, s->team, s->project_environment,
                   s->destroy_timeout, s->volume_id, s->mount_path, s->from_snapshot, s->snapshot_mode,
                   s->snapshot_frequency, s->destroy_reason, s->failure_reason, s->driver, s->job_id, s->alloc_id,
-                  s->node_id, s->container_id, s->ip, s->metadata, s->env);
+                  s->node_id, s->container_id, s->ip, s->metadata, s->env, s->e2b);
         sb_egress_done(&s->egress);
         memset(s, 0, sizeof(*s));
 }
@@ -934,7 +936,7 @@ static const struct column sandbox_columns[] = {
         C_TEXT("destroy_reason", destroy_reason), C_TEXT("failure_reason", failure_reason),
         C_TEXT("driver", driver), C_TEXT("job_id", job_id), C_TEXT("alloc_id", alloc_id), C_TEXT("node_id", node_id),
         C_TEXT("container_id", container_id), C_TEXT("ip", ip), C_CUSTOM("timings", sb_timings),
-        C_TEXT("metadata", metadata), C_TEXT("env", env),
+        C_TEXT("metadata", metadata), C_TEXT("env", env), C_TEXT("e2b", e2b),
 };
 #undef ROW
 static const struct table sandboxes = {
@@ -1020,6 +1022,14 @@ int store_sandbox_list_status(struct store *s, const char *account_id, int statu
         return select_rows(s, &sandboxes,
                            "WHERE (?1 IS NULL OR account_id = ?1) AND (?2 IS NULL OR status = ?2) ORDER BY created_at",
                            PARAMS(p_text(account_id), p_status(status)), ret, ret_n);
+}
+
+int store_sandbox_list_live(struct store *s, const char *account_id, int64_t max, struct sandbox **ret, size_t *ret_n) {
+        LOCKED(s);
+        return select_rows(s, &sandboxes,
+                           "WHERE account_id = ?1 AND status IN ('starting','ready','pausing','paused','resuming')"
+                           " ORDER BY created_at LIMIT ?2",
+                           PARAMS(p_text(account_id), p_int(max)), ret, ret_n);
 }
 
 int store_sandbox_list_automatic(struct store *s, struct sandbox **ret, size_t *ret_n) {

@@ -229,7 +229,7 @@ void pj_sandbox_create_done(struct pj_sandbox_create *c) {
         pj_egress_done(&c->egress);
         free_many(c->name, c->template_name, c->team_id, c->environment_id, c->volume_id, c->from_snapshot,
                   c->region, c->destroy_timeout, c->mount_path, c->snapshot_mode, c->snapshot_frequency, c->metadata_json,
-                  c->env_json);
+                  c->env_json, c->e2b_json);
         *c = (struct pj_sandbox_create) {};
 }
 

@@ -104,6 +104,7 @@ struct pj_sandbox_create {
          * are JSON objects of strings (NULL: none); lifetime_s > 0 replaces the default
          * lifetime (destroyed that long after the create, auto_destroy false). */
         char *metadata_json, *env_json;
+        char *e2b_json;   /* the E2B adapter's own options, kept on the record as they are */
         int64_t lifetime_s;
 };
 

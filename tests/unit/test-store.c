@@ -97,7 +97,7 @@ static void expect_same_sandbox(const struct sandbox *got, const struct sandbox 
         SAME_NUM(created_at); SAME_NUM(last_activity_at); SAME_NUM(expires_at); SAME_NUM(paused_at);
         SAME_NUM(destroyed_at); SAME_TEXT(destroy_reason); SAME_TEXT(failure_reason);
         SAME_TEXT(driver); SAME_TEXT(job_id); SAME_TEXT(alloc_id); SAME_TEXT(node_id); SAME_TEXT(container_id);
-        SAME_TEXT(ip); expect_text("timings", got_timings, want_timings); SAME_TEXT(metadata); SAME_TEXT(env);
+        SAME_TEXT(ip); expect_text("timings", got_timings, want_timings); SAME_TEXT(metadata); SAME_TEXT(env); SAME_TEXT(e2b);
 }
 
 static void expect_same_volume(const struct volume *got, const struct volume *want) {
@@ -224,13 +224,13 @@ TEST(migration_from_version_2_keeps_data) {
                        "ALTER TABLE accounts DROP COLUMN max_cpu; ALTER TABLE accounts DROP COLUMN max_memory;"
                        "ALTER TABLE accounts DROP COLUMN max_disk; ALTER TABLE accounts DROP COLUMN max_volume_gb;"
                        "ALTER TABLE accounts DROP COLUMN max_volumes; DROP TABLE egress_resolved; DROP TABLE egress_applied;"
-                       "ALTER TABLE sandboxes DROP COLUMN metadata; ALTER TABLE sandboxes DROP COLUMN env;"
+                       "ALTER TABLE sandboxes DROP COLUMN metadata; ALTER TABLE sandboxes DROP COLUMN env; ALTER TABLE sandboxes DROP COLUMN e2b;"
                        "DELETE FROM schema_version WHERE version > 2;");
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 0);
 
         s = storetest_open("old");
         ASSERT_EQ(raw_int("old", "SELECT MAX(version) FROM schema_version"), 6);
-        ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('sandboxes') WHERE name IN ('metadata', 'env')"), 2);
+        ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('sandboxes') WHERE name IN ('metadata', 'env', 'e2b')"), 3);
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 1);
         ASSERT_EQ(raw_int("old", "SELECT deleting FROM volumes"), 0);
         struct account a = { 0 };
@@ -331,7 +331,7 @@ TEST(migration_5_moves_the_applied_records) {
         struct store *s = storetest_open("applied-old");
         store_close(s);
         raw_sql("applied-old", "DROP TABLE egress_resolved; DROP TABLE egress_applied; DELETE FROM schema_version WHERE version > 4;"
-                               "ALTER TABLE sandboxes DROP COLUMN metadata; ALTER TABLE sandboxes DROP COLUMN env;"
+                               "ALTER TABLE sandboxes DROP COLUMN metadata; ALTER TABLE sandboxes DROP COLUMN env; ALTER TABLE sandboxes DROP COLUMN e2b;"
                                "INSERT INTO meta VALUES ('egress.applied:0123456789abcdef01234567', "
                                "'{\"node\":\"n1\",\"applied_at\":123,\"resolved\":[{\"name\":\"api.example.com\","
                                "\"addrs\":[\"203.0.113.5\",\"203.0.113.6\"],\"at\":99}]}');");
@@ -515,6 +515,7 @@ TEST(sandbox_insert_get_update_round_trip_every_column) {
         in.paused_at = 77;
         in.metadata = xstrdup("{\"owner\":\"alice\"}");
         in.env = xstrdup("{\"A\":\"1\"}");
+        in.e2b = xstrdup("{\"templateID\":\"base\"}");
         free(in.team);
         in.team = NULL;
         ASSERT_OK(store_sandbox_update(s, &in));

@@ -1,0 +1,884 @@
+/* e2b.c — E2B's API on a listener of its own ([e2b] listen): E2B's SDKs (npm `e2b`, the
+ * Python `e2b`) work against Paddock when E2B_API_URL and E2B_SANDBOX_URL (or E2B_DOMAIN)
+ * point here.
+ *
+ * One listener serves three things, told apart by each connection's first request head
+ * (peeked, not read, so the server that takes the connection reads it whole):
+ *   - the control plane (E2B's openapi.yml: POST /sandboxes, GET /v2/sandboxes, ...), keys
+ *     in X-API-Key;
+ *   - envd's surface for port 49983 (envd.c): requests naming the sandbox in the
+ *     E2b-Sandbox-Id header (E2B_SANDBOX_URL) or by Host 49983-<id>.<domain>;
+ *   - any other port: Host <port>-<id>.<domain> (sandbox.getHost(port)) or E2b-Sandbox-Port,
+ *     passed to that port inside the sandbox through its agent, as a preview is.
+ * The first two run on a libmicrohttpd server without a listener of its own (http.c), the
+ * third on preview.c's forwarder. A sandbox made here is an ordinary Paddock sandbox: the
+ * same record, quotas, reapers, egress, metrics and journal, visible through the Brimble API.
+ *
+ * Everything a sandbox says stays hostile: envd.c reaches it only through its agent. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent-client.h"
+#include "agent.h"
+#include "cleanup.h"
+#include "controld.h"
+#include "e2b.h"
+#include "fdio.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "pj_e2b.h"
+#include "preview.h"
+#include "strutil.h"
+
+#define PEEK_TIMEOUT_MS 10000
+#define AGENT_READY_TIMEOUT_MS 30000
+#define LIST_MAX 10000
+
+static struct {
+        struct ctl *c;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        int listen_fd;
+        int port;
+        pthread_t thread;
+        bool running;
+        volatile int stopping;
+        int64_t conns;
+        struct http_server *srv;
+        char domain[256];
+} E = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .listen_fd = -1 };
+
+/* ---- tokens: derived, never stored ---- */
+
+void e2b_token(const struct ctl *c, const char *kind, const char *sandbox_id, char out[65]) {
+        unsigned char mac[EVP_MAX_MD_SIZE];
+        unsigned len = 0;
+        _cleanup_free_ char *msg = xasprintf("paddock-e2b-%s:%s", kind, sandbox_id);
+        HMAC(EVP_sha256(), c->agent_key, (int) strlen(c->agent_key), (const unsigned char *) msg, strlen(msg), mac, &len);
+        for (unsigned i = 0; i < 32; i++)
+                snprintf(out + 2 * i, 3, "%02x", mac[i]);
+        out[64] = 0;
+        explicit_bzero(mac, sizeof(mac));
+}
+
+bool e2b_token_ok(const struct ctl *c, const char *kind, const char *sandbox_id, const char *got) {
+        char want[65];
+        e2b_token(c, kind, sandbox_id, want);
+        bool ok = got && strlen(got) == 64 && CRYPTO_memcmp(want, got, 64) == 0;
+        explicit_bzero(want, sizeof(want));
+        return ok;
+}
+
+const char *e2b_domain(void) {
+        return E.domain;
+}
+
+/* The sandbox's E2B options (NULL members when it was made through the Brimble API). */
+static bool opt_public(const struct sandbox *sb) {
+        _cleanup_(cJSON_Deletep) cJSON *o = sb->e2b ? cJSON_Parse(sb->e2b) : NULL;
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "public");
+        return !cJSON_IsFalse(p);
+}
+
+static const char *template_of(const struct sandbox *sb, char *buf, size_t n) {
+        _cleanup_(cJSON_Deletep) cJSON *o = sb->e2b ? cJSON_Parse(sb->e2b) : NULL;
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "templateID"));
+        snprintf(buf, n, "%s", t ? t : sb->template_name ? sb->template_name : "");
+        return buf;
+}
+
+/* ---- answers ---- */
+
+static cJSON *error_body(int status, const char *message) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_int(o, "code", status);
+        json_add_str(o, "message", message);
+        return o;
+}
+
+static const char *state_of(enum sb_status s) {
+        return s == SB_PAUSED || s == SB_PAUSING ? "paused" : "running";
+}
+
+static bool live(enum sb_status s) {
+        return s != SB_DESTROYED && s != SB_FAILED;
+}
+
+static void add_time(cJSON *o, const char *k, int64_t ms) {
+        char t[32];
+        format_rfc3339_ms(ms, t);
+        json_add_str(o, k, t);
+}
+
+static cJSON *metadata_json(const struct sandbox *sb) {
+        cJSON *m = sb->metadata ? cJSON_Parse(sb->metadata) : NULL;
+        return m ? m : cJSON_CreateObject();
+}
+
+/* Sandbox (create, connect): what the SDK needs to reach envd. */
+static cJSON *sandbox_json(struct ctl *c, const struct sandbox *sb) {
+        char tok[65], tpl[160];
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "templateID", template_of(sb, tpl, sizeof(tpl)));
+        json_add_str(o, "sandboxID", sb->id);
+        json_add_str(o, "alias", sb->template_name);
+        json_add_str(o, "clientID", "paddock");
+        json_add_str(o, "envdVersion", PJ_E2B_ENVD_VERSION);
+        e2b_token(c, "envd", sb->id, tok);
+        json_add_str(o, "envdAccessToken", tok);
+        if (!opt_public(sb)) {
+                e2b_token(c, "traffic", sb->id, tok);
+                json_add_str(o, "trafficAccessToken", tok);
+        } else
+                cJSON_AddNullToObject(o, "trafficAccessToken");
+        json_add_str(o, "domain", E.domain);
+        explicit_bzero(tok, sizeof(tok));
+        return o;
+}
+
+/* SandboxDetail (detailed) and ListedSandbox. */
+static cJSON *listed_json(struct ctl *c, const struct sandbox *sb, bool detailed) {
+        char tpl[160];
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "templateID", template_of(sb, tpl, sizeof(tpl)));
+        json_add_str(o, "alias", sb->template_name);
+        json_add_str(o, "sandboxID", sb->id);
+        json_add_str(o, "clientID", "paddock");
+        add_time(o, "startedAt", sb->created_at);
+        add_time(o, "endAt", sb->expires_at);
+        json_add_int(o, "cpuCount", sb->cpu >= 1000 ? (sb->cpu + 999) / 1000 : 1);
+        json_add_int(o, "memoryMB", sb->memory);
+        json_add_int(o, "diskSizeMB", sb->disk * 1024);
+        cJSON_AddItemToObject(o, "metadata", metadata_json(sb));
+        json_add_str(o, "state", state_of(sb->status));
+        json_add_str(o, "envdVersion", PJ_E2B_ENVD_VERSION);
+        cJSON_AddItemToObject(o, "volumeMounts", cJSON_CreateArray());
+        if (detailed) {
+                char tok[65];
+                e2b_token(c, "envd", sb->id, tok);
+                json_add_str(o, "envdAccessToken", tok);
+                explicit_bzero(tok, sizeof(tok));
+                json_add_str(o, "domain", E.domain);
+                json_add_bool(o, "allowInternetAccess", sb->egress.mode == PJ_EGRESS_OPEN);
+                cJSON *net = cJSON_AddObjectToObject(o, "network");
+                json_add_bool(net, "allowPublicTraffic", opt_public(sb));
+                if (sb->egress.mode != PJ_EGRESS_OPEN) {
+                        cJSON *deny = cJSON_AddArrayToObject(net, "denyOut");
+                        cJSON_AddItemToArray(deny, cJSON_CreateString("0.0.0.0/0"));
+                        cJSON *allow = cJSON_AddArrayToObject(net, "allowOut");
+                        for (size_t i = 0; i < sb->egress.n_allow; i++) {
+                                char b[PJ_ALLOW_NORM_MAX];
+                                sb_allow_entry_format(&sb->egress.allow[i], b);
+                                cJSON_AddItemToArray(allow, cJSON_CreateString(b));
+                        }
+                }
+                cJSON *lc = cJSON_AddObjectToObject(o, "lifecycle");
+                json_add_str(lc, "onTimeout", "kill");
+                json_add_bool(lc, "autoResume", false);
+        }
+        return o;
+}
+
+static enum MHD_Result bad(struct req *r, const struct pj_error *pe) {
+        return respond_error(r, 400, "%s", pe->message);
+}
+
+/* The caller's sandbox at r->m.id, live: 0, or the 404 answered (destroyed ones are gone). */
+static int load_live(struct req *r, struct sandbox *sb) {
+        struct api_error e = { 0 };
+        int k = sandbox_load(r->c, &r->acc, r->m.id, sb, &e);
+        if (k == -ENOENT || (k == 0 && !live(sb->status))) {
+                respond_error(r, 404, "sandbox \"%s\" not found", r->m.id);
+                return -ENOENT;
+        }
+        if (k < 0) {
+                respond_errno(r, k, &e);
+                return k;
+        }
+        return 0;
+}
+
+/* Waits (bounded) until the sandbox's agent answers: E2B's 201 means envd is up. */
+static int wait_agent(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen) {
+        int64_t deadline = mono_ms() + AGENT_READY_TIMEOUT_MS;
+        int k;
+        for (;;) {
+                _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+                k = agent_connect(c, sb, &cl, err, errlen);
+                if (k == 0 || k == -EOPNOTSUPP || mono_ms() >= deadline || c->stopping)
+                        return k;
+                usleep(50 * 1000);
+        }
+}
+
+/* ---- the control plane ---- */
+
+static enum MHD_Result post_sandboxes(struct req *r) {
+        struct ctl *c = r->c;
+        _cleanup_(pj_e2b_create_done) struct pj_e2b_create in = { 0 };
+        _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create sc = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        struct plan pbuf;
+
+        if (pj_e2b_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)
+                return bad(r, &pe);
+        const char *tname = !strcmp(in.template_id, "base") ? c->cfg->e2b_base_template : in.template_id;
+        if (!config_template(c->cfg, tname))
+                return respond_error(r, 400, "templateID: no template \"%s\" on this server (\"base\" is %s; GET "
+                                             "/sandbox/templates on the Brimble API lists them)",
+                                     in.template_id, c->cfg->e2b_base_template);
+        const struct plan *plan = config_account_plan(c->cfg, &r->acc, &pbuf);
+        if (in.timeout_s < 1 || in.timeout_s > plan->max_lifetime_s)
+                return respond_error(r, 400, "timeout must be from 1 to %lld seconds on your plan",
+                                     (long long) plan->max_lifetime_s);
+        sc.template_name = xstrdup(tname);
+        pj_egress_copy(&sc.egress, &in.egress);
+        sc.egress_set = true;
+        sc.metadata_json = in.metadata_json ? xstrdup(in.metadata_json) : NULL;
+        sc.env_json = in.env_json ? xstrdup(in.env_json) : NULL;
+        sc.lifetime_s = in.timeout_s;
+        {
+                cJSON *o = cJSON_CreateObject();
+                json_add_str(o, "templateID", in.template_id);
+                json_add_bool(o, "public", in.public_traffic);
+                sc.e2b_json = json_print(o);
+                cJSON_Delete(o);
+        }
+        int k = sandbox_create(c, &r->acc, &sc, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        char err[256] = "";
+        k = wait_agent(c, &sb, err, sizeof(err));
+        if (k < 0) {
+                log_ctx_set("SANDBOX_ID", sb.id);
+                log_warning("e2b: the new sandbox's agent did not answer (%s); destroying it", err);
+                (void) sandbox_destroy(c, sb.id, "failed", &e);
+                return respond_error(r, 500, "The sandbox started but its agent (envd) did not answer: %s", err);
+        }
+        log_ctx_set("SANDBOX_ID", sb.id);
+        log_info("e2b: sandbox created template=%s timeout=%llds", in.template_id, (long long) in.timeout_s);
+        return respond_json(r, 201, sandbox_json(c, &sb));
+}
+
+static enum MHD_Result get_sandbox(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (load_live(r, &sb) < 0)
+                return MHD_YES;
+        return respond_json(r, 200, listed_json(r->c, &sb, true));
+}
+
+static enum MHD_Result delete_sandbox(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct api_error e = { 0 };
+        if (load_live(r, &sb) < 0)
+                return MHD_YES;
+        log_ctx_set("SANDBOX_ID", sb.id);
+        int k = sandbox_destroy(r->c, sb.id, "user", &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        return respond_empty(r, 204);
+}
+
+/* Sets the sandbox's end to now + timeout_s (extend_only: never earlier than it was). */
+static int set_end(struct req *r, const struct sandbox *sb0, int64_t timeout_s, bool extend_only) {
+        struct ctl *c = r->c;
+        struct plan pbuf;
+        const struct plan *plan = config_account_plan(c->cfg, &r->acc, &pbuf);
+        int64_t now = now_ms(), end = now + timeout_s * 1000, cap = sb0->created_at + plan->max_lifetime_s * 1000;
+        if (end > cap) {
+                respond_error(r, 400, "timeout: a sandbox lives at most %lld seconds on your plan; it can run until %lld s from now",
+                              (long long) plan->max_lifetime_s, (long long) ((cap - now) / 1000));
+                return -EINVAL;
+        }
+        SANDBOX_LOCK_GUARD(lock, c, sb0->id);
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (store_sandbox_get(c->store, sb0->id, &sb) < 0 || !live(sb.status)) {
+                respond_error(r, 404, "sandbox \"%s\" not found", sb0->id);
+                return -ENOENT;
+        }
+        if (extend_only && sb.expires_at >= end)
+                return 0;
+        sb.expires_at = end;
+        sb.auto_destroy = false;
+        if (store_sandbox_update(c->store, &sb) < 0) {
+                respond_error(r, 500, "Failed to record the timeout");
+                return -EIO;
+        }
+        return 0;
+}
+
+static enum MHD_Result post_timeout(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct pj_error pe = { 0 };
+        int64_t t = 0;
+        if (pj_e2b_timeout_parse(r->body.buf, r->body.len, &t, &pe) < 0)
+                return bad(r, &pe);
+        if (load_live(r, &sb) < 0)
+                return MHD_YES;
+        if (set_end(r, &sb, t, false) < 0)
+                return MHD_YES;
+        return respond_empty(r, 204);
+}
+
+static enum MHD_Result post_pause(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        bool memory = true;
+        if (pj_e2b_pause_parse(r->body.buf, r->body.len, &memory, &pe) < 0)
+                return bad(r, &pe);
+        if (load_live(r, &sb) < 0)
+                return MHD_YES;
+        if (sb.status == SB_PAUSED || sb.status == SB_PAUSING)
+                return respond_error(r, 409, "sandbox \"%s\" is already paused", sb.id);
+        if (memory)
+                return respond_error(r, 400, "memory: pausing with the memory kept is not supported on this server; pause "
+                                             "with keepMemory: false (memory: false)");
+        if (!sb.persistent)
+                return respond_error(r, 400, "memory: false: this sandbox has no persistent volume, so a pause would lose its "
+                                             "filesystem; pausing is refused rather than losing data");
+        int k = sandbox_pause(r->c, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        return respond_empty(r, 204);
+}
+
+static bool ready_or_gone(const struct sandbox *sb, const void *ud) {
+        (void) ud;
+        return sb->status == SB_READY || !live(sb->status) || sb->status == SB_PAUSED;
+}
+
+static enum MHD_Result post_connect(struct req *r) {
+        struct ctl *c = r->c;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        int64_t t = 0;
+        if (pj_e2b_connect_parse(r->body.buf, r->body.len, &t, &pe) < 0)
+                return bad(r, &pe);
+        if (load_live(r, &sb) < 0)
+                return MHD_YES;
+        int status = 200;
+        if (sb.status == SB_PAUSED || sb.status == SB_PAUSING) {
+                int k = sandbox_resume(c, &sb, &e);
+                if (k < 0)
+                        return respond_errno(r, k, &e);
+                status = 201;
+        }
+        if (sb.status != SB_READY) {
+                _cleanup_sandbox_ struct sandbox now = { 0 };
+                int k = ctl_wait_sandbox(c, sb.id, ready_or_gone, NULL, (int64_t) c->cfg->create_timeout_s * 1000, &now);
+                if (k <= 0 || now.status != SB_READY)
+                        return respond_error(r, 409, "sandbox \"%s\" is %s, not running", sb.id,
+                                             sb_status_str(k > 0 ? now.status : sb.status));
+                sandbox_clear(&sb);
+                sb = now;
+                now = (struct sandbox) { 0 };
+        }
+        char err[256] = "";
+        if (wait_agent(c, &sb, err, sizeof(err)) < 0)
+                return respond_error(r, 502, "The sandbox runs but its agent (envd) does not answer: %s", err);
+        if (set_end(r, &sb, t, true) < 0)
+                return MHD_YES;
+        return respond_json(r, status, sandbox_json(c, &sb));
+}
+
+static int cmp_created_asc(const void *a, const void *b) {
+        const struct sandbox *x = a, *y = b;
+        return x->created_at < y->created_at ? -1 : x->created_at > y->created_at ? 1 : strcmp(x->id, y->id);
+}
+
+/* RFC 3339 ("2026-12-05T10:00:00Z", fractions and offsets allowed) to ms since the epoch. */
+static int parse_time(const char *s, int64_t *ret) {
+        struct tm tm = { 0 };
+        const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (!p)
+                return -EINVAL;
+        int64_t ms = 0;
+        if (*p == '.') {
+                int digits = 0;
+                for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+                        if (digits < 3)
+                                ms = ms * 10 + (*p - '0');
+                if (!digits)
+                        return -EINVAL;
+                for (; digits < 3; digits++)
+                        ms *= 10;
+        }
+        int64_t off = 0;
+        if (*p == 'Z' || *p == 'z')
+                p++;
+        else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':') {
+                int h = (p[1] - '0') * 10 + (p[2] - '0'), m = (p[4] - '0') * 10 + (p[5] - '0');
+                off = (int64_t) (h * 60 + m) * 60 * (*p == '+' ? 1 : -1);
+                p += 6;
+        } else
+                return -EINVAL;
+        if (*p)
+                return -EINVAL;
+        *ret = ((int64_t) timegm(&tm) - off) * 1000 + ms;
+        return 0;
+}
+
+static bool metadata_matches(const struct sandbox *sb, const struct pj_e2b_kv *kv, size_t n) {
+        if (!n)
+                return true;
+        _cleanup_(cJSON_Deletep) cJSON *m = sb->metadata ? cJSON_Parse(sb->metadata) : NULL;
+        for (size_t i = 0; i < n; i++) {
+                const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, kv[i].key));
+                if (!v || strcmp(v, kv[i].value))
+                        return false;
+        }
+        return true;
+}
+
+/* GET /v2/sandboxes (and /sandboxes, E2B's first version: running ones, no paging). */
+static enum MHD_Result list_common(struct req *r, bool v2) {
+        struct ctl *c = r->c;
+        const char *mq = req_query(r, "metadata"), *st = req_query(r, "state"), *lim = req_query(r, "limit"),
+                   *tok = req_query(r, "nextToken"), *order = req_query(r, "order"), *tpl = req_query(r, "template"),
+                   *after = req_query(r, "startedAfter");
+        struct pj_e2b_kv *kv = NULL;
+        size_t nkv = 0;
+        struct pj_error pe = { 0 };
+        int64_t limit = 100, offset = 0;
+        bool want_running = true, want_paused = v2;
+        if (mq && pj_e2b_metadata_query_parse(mq, &kv, &nkv, &pe) < 0)
+                return bad(r, &pe);
+        if (st && v2) {
+                want_running = want_paused = false;
+                _cleanup_free_ char *s = xstrdup(st);
+                char *save = NULL;
+                for (char *t = strtok_r(s, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                        if (!strcmp(t, "running"))
+                                want_running = true;
+                        else if (!strcmp(t, "paused"))
+                                want_paused = true;
+                        else {
+                                pj_e2b_kv_free(kv, nkv);
+                                return respond_error(r, 400, "state must be running, paused or both (comma-separated)");
+                        }
+                }
+        }
+        if (lim && (safe_atoi64(lim, &limit) < 0 || limit < 1 || limit > 100)) {
+                pj_e2b_kv_free(kv, nkv);
+                return respond_error(r, 400, "limit must be an integer from 1 to 100");
+        }
+        if (tok && (safe_atoi64(tok, &offset) < 0 || offset < 0 || offset > LIST_MAX)) {
+                pj_e2b_kv_free(kv, nkv);
+                return respond_error(r, 400, "nextToken is not one this server gave");
+        }
+        if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
+                pj_e2b_kv_free(kv, nkv);
+                return respond_error(r, 400, "order must be asc or desc");
+        }
+        int64_t after_ms = 0;
+        if (after && parse_time(after, &after_ms) < 0) {
+                pj_e2b_kv_free(kv, nkv);
+                return respond_error(r, 400, "startedAfter must be an RFC 3339 time");
+        }
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        if (store_sandbox_list_live(c->store, r->acc.id, LIST_MAX, &a, &n) < 0) {
+                pj_e2b_kv_free(kv, nkv);
+                return respond_error(r, 500, "Failed to list sandboxes");
+        }
+        qsort(a, n, sizeof(*a), cmp_created_asc);
+        bool asc = order && !strcmp(order, "asc");
+        cJSON *items = cJSON_CreateArray();
+        int64_t seen = 0, added = 0;
+        bool more = false;
+        for (size_t j = 0; j < n; j++) {
+                const struct sandbox *sb = &a[asc ? j : n - 1 - j];
+                bool paused = sb->status == SB_PAUSED || sb->status == SB_PAUSING;
+                if ((paused && !want_paused) || (!paused && !want_running) || !metadata_matches(sb, kv, nkv) ||
+                    sb->created_at < after_ms)
+                        continue;
+                if (tpl) {
+                        char tb[160];
+                        if (strcmp(tpl, template_of(sb, tb, sizeof(tb))) && strcmp(tpl, sb->template_name))
+                                continue;
+                }
+                if (seen++ < offset)
+                        continue;
+                if (v2 && added == limit) {
+                        more = true;
+                        break;
+                }
+                cJSON_AddItemToArray(items, listed_json(c, sb, false));
+                added++;
+        }
+        sandbox_array_free(a, n);
+        pj_e2b_kv_free(kv, nkv);
+        char *s = json_print(items);
+        cJSON_Delete(items);
+        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        if (more) {
+                char nt[32];
+                snprintf(nt, sizeof(nt), "%lld", (long long) (offset + added));
+                MHD_add_response_header(resp, "X-Next-Token", nt);
+        }
+        return respond_response(r, 200, resp);
+}
+
+static enum MHD_Result list_v2(struct req *r) { return list_common(r, true); }
+static enum MHD_Result list_v1(struct req *r) { return list_common(r, false); }
+
+static enum MHD_Result get_health(struct req *r) {
+        return respond_empty(r, 204);
+}
+
+static enum MHD_Result misdirected(struct req *r) {
+        return respond_error(r, 421, "This connection carries E2B's API and envd; ports other than %d are reached on a "
+                                     "connection of their own (<port>-<sandbox id>.%s)",
+                             PJ_E2B_ENVD_PORT, E.domain);
+}
+
+/* ---- routes ---- */
+
+#define J ROUTE_BODY_JSON
+#define SB "sandbox"
+static const struct route control_routes[] = {
+        /* method   pattern                          label                                 noun auth   head   body prepare handler */
+        { "GET",    "/health",                       "e2b /health",                        NULL, false, true,  J, NULL, get_health },
+        { "GET",    "/sandboxes",                    "e2b /sandboxes",                     NULL, true,  false, J, NULL, list_v1 },
+        { "POST",   "/sandboxes",                    "e2b /sandboxes",                     NULL, true,  false, J, NULL, post_sandboxes },
+        { "GET",    "/sandboxes/{id}",               "e2b /sandboxes/{id}",                SB,   true,  false, J, NULL, get_sandbox },
+        { "DELETE", "/sandboxes/{id}",               "e2b /sandboxes/{id}",                SB,   true,  false, J, NULL, delete_sandbox },
+        { "POST",   "/sandboxes/{id}/timeout",       "e2b /sandboxes/{id}/timeout",        SB,   true,  false, J, NULL, post_timeout },
+        { "POST",   "/sandboxes/{id}/pause",         "e2b /sandboxes/{id}/pause",          SB,   true,  false, J, NULL, post_pause },
+        { "POST",   "/sandboxes/{id}/connect",       "e2b /sandboxes/{id}/connect",        SB,   true,  false, J, NULL, post_connect },
+        { "GET",    "/v2/sandboxes",                 "e2b /v2/sandboxes",                  NULL, true,  false, J, NULL, list_v2 },
+};
+static const struct route misdirected_row = { "GET", "/", "e2b misdirected", NULL, false, false, J, NULL, misdirected };
+#undef J
+#undef SB
+
+static bool hex24(const char *s, size_t n) {
+        if (n != SANDBOX_ID_LEN)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+                        return false;
+        return true;
+}
+
+/* Host <port>-<id>.<domain> (any port of the host part): 1 with port and id, else 0. */
+static int host_target(const char *host, size_t hl, int *ret_port, char id[SANDBOX_ID_LEN + 1]) {
+        const char *dash = memchr(host, '-', hl);
+        if (!dash || dash == host || dash - host > 5)
+                return 0;
+        int port = 0;
+        for (const char *p = host; p < dash; p++) {
+                if (*p < '0' || *p > '9')
+                        return 0;
+                port = port * 10 + (*p - '0');
+        }
+        if (port < 1 || port > 65535 || host[0] == '0')
+                return 0;
+        const char *idp = dash + 1, *end = host + hl;
+        if (end - idp < SANDBOX_ID_LEN + 2 || !hex24(idp, SANDBOX_ID_LEN) || idp[SANDBOX_ID_LEN] != '.')
+                return 0;
+        const char *dom = idp + SANDBOX_ID_LEN + 1;
+        /* the domain, compared without either side's :port */
+        size_t dl = (size_t) (end - dom), wl = strcspn(E.domain, ":");
+        const char *colon = memchr(dom, ':', dl);
+        if (colon)
+                dl = (size_t) (colon - dom);
+        if (dl != wl || strncasecmp(dom, E.domain, wl))
+                return 0;
+        *ret_port = port;
+        memcpy(id, idp, SANDBOX_ID_LEN);
+        id[SANDBOX_ID_LEN] = 0;
+        return 1;
+}
+
+/* Which sandbox and port a request names: 1 (sandbox side), 0 (the control plane), -1 a
+ * malformed sandbox id or port (answered as not found by the caller). */
+static int target_of(const char *host, const char *sid, const char *sport, char id[SANDBOX_ID_LEN + 1], int *ret_port) {
+        if (sid) {
+                if (!hex24(sid, strlen(sid)))
+                        return -1;
+                memcpy(id, sid, SANDBOX_ID_LEN + 1);
+                int64_t p = PJ_E2B_ENVD_PORT;
+                if (sport && (safe_atoi64(sport, &p) < 0 || p < 1 || p > 65535))
+                        return -1;
+                *ret_port = (int) p;
+                return 1;
+        }
+        if (host && host_target(host, strlen(host), ret_port, id))
+                return 1;
+        return 0;
+}
+
+static enum route_status route_req(struct req *r) {
+        char id[SANDBOX_ID_LEN + 1] = "";
+        int port = 0;
+        int t = target_of(req_header(r, "Host"), req_header(r, "E2b-Sandbox-Id"), req_header(r, "E2b-Sandbox-Port"), id, &port);
+        if (t == 0)
+                return route_match_in(control_routes, ELEMENTSOF(control_routes), r->method, r->path, &r->m);
+        if (t == 1 && port != PJ_E2B_ENVD_PORT) {
+                r->m = (struct route_match) { .status = ROUTE_FOUND, .row = &misdirected_row };
+                return ROUTE_FOUND;
+        }
+        return envd_route(r, t == 1 ? id : NULL);
+}
+
+/* ---- the listener: peek at the head, then hand the connection over ---- */
+
+struct econn {
+        int fd;
+        struct sockaddr_storage sa;
+        socklen_t sl;
+        char peer[INET6_ADDRSTRLEN];
+};
+
+/* The value of header name in the head (NUL-terminated copy into out), or NULL. */
+static const char *head_header(const char *head, size_t n, const char *name, char *out, size_t outlen) {
+        size_t nl = strlen(name);
+        const char *p = memmem(head, n, "\r\n", 2), *end = head + n;
+        while (p && p + 2 < end) {
+                p += 2;
+                const char *eol = memmem(p, (size_t) (end - p), "\r\n", 2);
+                if (!eol || eol == p)
+                        return NULL;
+                if ((size_t) (eol - p) > nl && p[nl] == ':' && !strncasecmp(p, name, nl)) {
+                        const char *v = p + nl + 1;
+                        while (v < eol && (*v == ' ' || *v == '\t'))
+                                v++;
+                        size_t vl = (size_t) (eol - v);
+                        while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+                                vl--;
+                        if (vl >= outlen || memchr(v, 0, vl))
+                                return NULL;
+                        memcpy(out, v, vl);
+                        out[vl] = 0;
+                        return out;
+                }
+                p = eol;
+        }
+        return NULL;
+}
+
+static void plain_answer(int fd, int status, const char *reason, const char *msg) {
+        char body[1024], head[512];
+        int bn = snprintf(body, sizeof(body), "{\"code\":%d,\"message\":\"%s\"}", status, msg);
+        int hn = snprintf(head, sizeof(head),
+                          "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+                          status, reason, bn);
+        (void) fd_send_all(fd, head, (size_t) hn, mono_ms() + 5000);
+        (void) fd_send_all(fd, body, (size_t) bn, mono_ms() + 5000);
+}
+
+/* A request to another port: the sandbox must exist, run, and (unless its traffic is public)
+ * the request must carry its traffic token. */
+static void forward_port(struct econn *ec, const char *head, size_t n, const char *id, int port) {
+        struct ctl *c = E.c;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (store_sandbox_get(c->store, id, &sb) < 0 || !live(sb.status))
+                return plain_answer(ec->fd, 502, "Bad Gateway", "The sandbox does not exist or is no longer running");
+        if (!opt_public(&sb)) {
+                char tok[128];
+                const char *got = head_header(head, n, "e2b-traffic-access-token", tok, sizeof(tok));
+                if (!e2b_token_ok(c, "traffic", sb.id, got))
+                        return plain_answer(ec->fd, 403, "Forbidden",
+                                            "This sandbox's ports need its traffic access token (e2b-traffic-access-token)");
+        }
+        if (sb.status != SB_READY)
+                return plain_answer(ec->fd, 502, "Bad Gateway", "The sandbox is not running (paused or starting)");
+        preview_forward_conn(c, ec->fd, ec->peer, &sb, port, c->cfg->max_header);
+        ec->fd = -1;   /* preview_forward_conn closed it */
+}
+
+static void serve(struct econn *ec) {
+        char head[65536];
+        size_t max = E.c->cfg->max_header < sizeof(head) ? E.c->cfg->max_header : sizeof(head);
+        int64_t deadline = mono_ms() + PEEK_TIMEOUT_MS;
+        ssize_t n = 0;
+        for (;;) {
+                struct pollfd pfd = { .fd = ec->fd, .events = POLLIN };
+                int64_t left = deadline - mono_ms();
+                if (left <= 0 || E.stopping)
+                        return;
+                int k = poll(&pfd, 1, (int) (left < 500 ? left : 500));
+                if (k <= 0)
+                        continue;
+                ssize_t got = recv(ec->fd, head, max, MSG_PEEK);
+                if (got <= 0)
+                        return;   /* gone before a request */
+                if (memmem(head, (size_t) got, "\r\n\r\n", 4) || (size_t) got >= max) {
+                        n = got;
+                        break;
+                }
+                if (got == n)
+                        usleep(5000);   /* the rest of the head is on its way (peeking does not wait) */
+                n = got;
+        }
+        char host[512], sid[64], sport[16], id[SANDBOX_ID_LEN + 1];
+        int port = 0;
+        int t = target_of(head_header(head, (size_t) n, "Host", host, sizeof(host)),
+                          head_header(head, (size_t) n, "E2b-Sandbox-Id", sid, sizeof(sid)),
+                          head_header(head, (size_t) n, "E2b-Sandbox-Port", sport, sizeof(sport)), id, &port);
+        if (t == 1 && port != PJ_E2B_ENVD_PORT)
+                return forward_port(ec, head, (size_t) n, id, port);
+        if (http_add_connection(E.srv, ec->fd, (struct sockaddr *) &ec->sa, ec->sl) < 0)
+                log_debug("e2b: the HTTP server refused a connection (at its limit)");
+        ec->fd = -1;
+}
+
+static void *conn_main(void *arg) {
+        struct econn *ec = arg;
+        serve(ec);
+        if (ec->fd >= 0)
+                close(ec->fd);
+        free(ec);
+        log_ctx_reset();
+        pthread_mutex_lock(&E.lock);
+        E.conns--;
+        pthread_cond_broadcast(&E.cond);
+        pthread_mutex_unlock(&E.lock);
+        return NULL;
+}
+
+static void *listen_main(void *arg) {
+        (void) arg;
+        while (!E.stopping) {
+                struct pollfd pfd = { .fd = E.listen_fd, .events = POLLIN };
+                if (poll(&pfd, 1, 500) <= 0)
+                        continue;
+                struct econn *ec = xnew0(struct econn, 1);
+                ec->sl = sizeof(ec->sa);
+                ec->fd = accept4(E.listen_fd, (struct sockaddr *) &ec->sa, &ec->sl, SOCK_CLOEXEC);
+                if (ec->fd < 0) {
+                        free(ec);
+                        continue;
+                }
+                pthread_mutex_lock(&E.lock);
+                bool full = E.conns >= E.c->cfg->e2b_max_connections;
+                if (!full)
+                        E.conns++;
+                pthread_mutex_unlock(&E.lock);
+                if (full) {
+                        static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
+                                                   "Connection: close\r\n\r\n";
+                        (void) send(ec->fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                        close(ec->fd);
+                        free(ec);
+                        continue;
+                }
+                if (ec->sa.ss_family == AF_INET)
+                        inet_ntop(AF_INET, &((struct sockaddr_in *) &ec->sa)->sin_addr, ec->peer, sizeof(ec->peer));
+                else if (ec->sa.ss_family == AF_INET6)
+                        inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ec->sa)->sin6_addr, ec->peer, sizeof(ec->peer));
+                pthread_attr_t at;
+                pthread_t t;
+                pthread_attr_init(&at);
+                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+                pthread_attr_setstacksize(&at, 512 * 1024);
+                if (pthread_create(&t, &at, conn_main, ec) != 0) {
+                        close(ec->fd);
+                        free(ec);
+                        pthread_mutex_lock(&E.lock);
+                        E.conns--;
+                        pthread_mutex_unlock(&E.lock);
+                }
+                pthread_attr_destroy(&at);
+        }
+        return NULL;
+}
+
+int e2b_start(struct ctl *c) {
+        const struct config *cfg = c->cfg;
+        E.c = c;
+        if (!cfg->e2b_listen_addr) {
+                log_info("E2B's API off ([e2b] listen unset)");
+                return 0;
+        }
+        struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t) cfg->e2b_listen_port) };
+        struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) cfg->e2b_listen_port) };
+        struct sockaddr *sa;
+        socklen_t sl;
+        if (inet_pton(AF_INET, cfg->e2b_listen_addr, &a4.sin_addr) == 1)
+                sa = (struct sockaddr *) &a4, sl = sizeof(a4);
+        else if (inet_pton(AF_INET6, cfg->e2b_listen_addr, &a6.sin6_addr) == 1)
+                sa = (struct sockaddr *) &a6, sl = sizeof(a6);
+        else
+                return log_error_errno(-EINVAL, "[e2b] listen address '%s' is not an IP address", cfg->e2b_listen_addr);
+        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return log_error_errno(-errno, "e2b listener: socket: %m");
+        int one = 1;
+        (void) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, sa, sl) < 0 || listen(fd, 256) < 0) {
+                int e = -errno;
+                close(fd);
+                return log_error_errno(e, "e2b listener: cannot listen on %s:%d: %s", cfg->e2b_listen_addr,
+                                       cfg->e2b_listen_port, strerror(-e));
+        }
+        struct sockaddr_storage got;
+        socklen_t gl = sizeof(got);
+        if (getsockname(fd, (struct sockaddr *) &got, &gl) == 0)
+                E.port = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *) &got)->sin_port
+                                                        : ((struct sockaddr_in6 *) &got)->sin6_port);
+        if (*cfg->e2b_domain)
+                snprintf(E.domain, sizeof(E.domain), "%s", cfg->e2b_domain);
+        else
+                snprintf(E.domain, sizeof(E.domain), "localhost:%d", E.port);
+        struct http_flavor fl = { .route_req = route_req, .key_header = "x-api-key", .error_body = error_body,
+                                  .bad_id_status = 404, .unescape_slash = true };
+        int r = http_start_flavor(c, &fl, &E.srv);
+        if (r < 0) {
+                close(fd);
+                return r;
+        }
+        E.listen_fd = fd;
+        E.stopping = 0;
+        if (pthread_create(&E.thread, NULL, listen_main, NULL) != 0) {
+                close(fd);
+                E.listen_fd = -1;
+                E.srv = http_stop(E.srv);
+                return log_error_errno(-EAGAIN, "e2b listener: no thread");
+        }
+        E.running = true;
+        log_info("E2B's API on %s:%d (sandbox domain %s)", cfg->e2b_listen_addr, E.port, E.domain);
+        return 0;
+}
+
+int e2b_port(void) {
+        return E.port;
+}
+
+void e2b_stop(void) {
+        if (!E.running)
+                return;
+        E.stopping = 1;
+        pthread_join(E.thread, NULL);
+        close(E.listen_fd);
+        E.listen_fd = -1;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 15;
+        pthread_mutex_lock(&E.lock);
+        while (E.conns > 0 && pthread_cond_timedwait(&E.cond, &E.lock, &ts) == 0)
+                ;
+        pthread_mutex_unlock(&E.lock);
+        E.srv = http_stop(E.srv);
+        E.running = false;
+}

@@ -1,0 +1,1255 @@
+/* envd.c — envd's surface (E2B's in-sandbox daemon, port 49983), served by controld over the
+ * sandbox's agent: the Connect protocol with the JSON codec for process.Process and
+ * filesystem.Filesystem (unary calls and server streams), and HTTP /files, /health, /envs.
+ *
+ * A request reaches here through e2b.c (E2b-Sandbox-Id or Host 49983-<id>.<domain>). It must
+ * carry the sandbox's access token (X-Access-Token, compared in constant time); the sandbox
+ * must be running. Processes run as root with HOME /root, which is also where relative paths
+ * start. Everything the agent says is bounded by its codec; every wait here has a deadline. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "agent-exec.h"
+#include "agent.h"
+#include "cleanup.h"
+#include "controld.h"
+#include "e2b.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "pj_e2b.h"
+#include "process.h"
+#include "strutil.h"
+
+#define HOME "/root"
+#define FS_TIMEOUT_MS 15000
+#define PENDING_CAP ((size_t) 1 << 20)
+#define LISTDIR_MAX 65536
+#define KEEPALIVE_DEFAULT_S 90
+
+/* ---- what List reports of a process: remembered at Start (the agent keeps no argv) ---- */
+
+#define PROCS_KEPT 4096
+struct kept {
+        char sandbox[SANDBOX_ID_LEN + 1];
+        uint32_t pid;
+        bool pty;
+        char *config;                    /* ProcessConfig as JSON text */
+};
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kept kept[PROCS_KEPT];
+static size_t kept_next;
+
+static void kept_put(const char *sandbox, uint32_t pid, bool pty, cJSON *config) {
+        pthread_mutex_lock(&kept_lock);
+        struct kept *k = &kept[kept_next++ % PROCS_KEPT];
+        free(k->config);
+        snprintf(k->sandbox, sizeof(k->sandbox), "%s", sandbox);
+        k->pid = pid;
+        k->pty = pty;
+        k->config = json_print(config);
+        pthread_mutex_unlock(&kept_lock);
+}
+
+/* The newest record of (sandbox, pid): its config (parsed, the caller's) and pty flag. */
+static cJSON *kept_get(const char *sandbox, uint32_t pid, bool *ret_pty) {
+        cJSON *o = NULL;
+        *ret_pty = false;
+        pthread_mutex_lock(&kept_lock);
+        for (size_t i = 0; i < PROCS_KEPT && !o; i++) {
+                struct kept *k = &kept[(kept_next - 1 - i) % PROCS_KEPT];
+                if (k->config && k->pid == pid && !strcmp(k->sandbox, sandbox)) {
+                        o = cJSON_Parse(k->config);
+                        *ret_pty = k->pty;
+                }
+        }
+        pthread_mutex_unlock(&kept_lock);
+        return o;
+}
+
+/* ---- answers ---- */
+
+static enum pj_connect_code code_of(int err) {
+        switch (-err) {
+        case ENOENT: return PJ_CONNECT_NOT_FOUND;
+        case EINVAL: return PJ_CONNECT_INVALID_ARGUMENT;
+        case EBUSY: return PJ_CONNECT_FAILED_PRECONDITION;
+        case EEXIST: return PJ_CONNECT_ALREADY_EXISTS;
+        case EPERM:
+        case EACCES: return PJ_CONNECT_PERMISSION_DENIED;
+        case EUSERS: return PJ_CONNECT_RESOURCE_EXHAUSTED;
+        case EOPNOTSUPP: return PJ_CONNECT_UNIMPLEMENTED;
+        case EHOSTUNREACH:
+        case EAGAIN: return PJ_CONNECT_UNAVAILABLE;
+        case ETIMEDOUT: return PJ_CONNECT_DEADLINE_EXCEEDED;
+        default: return PJ_CONNECT_INTERNAL;
+        }
+}
+
+static cJSON *connect_error(enum pj_connect_code code, const char *msg) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "code", pj_connect_code_name(code));
+        json_add_str(o, "message", msg);
+        return o;
+}
+
+static enum MHD_Result unary_error(struct req *r, enum pj_connect_code code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static enum MHD_Result unary_error(struct req *r, enum pj_connect_code code, const char *fmt, ...) {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        return respond_json(r, pj_connect_code_http(code), connect_error(code, msg));
+}
+
+static enum MHD_Result unary_ok(struct req *r, cJSON *o) {
+        char *s = json_print(o);
+        cJSON_Delete(o);
+        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        return respond_response(r, 200, resp);
+}
+
+/* One stream's frames; a finished stream ends with the end-of-stream envelope. */
+static void env_append(struct strbuf *b, uint8_t flags, cJSON *o) {
+        _cleanup_free_ char *s = json_print(o);
+        cJSON_Delete(o);
+        uint8_t h[5];
+        pj_connect_envelope_header(h, flags, (uint32_t) strlen(s));
+        strbuf_append(b, h, 5);
+        strbuf_append(b, s, strlen(s));
+}
+
+static void env_end(struct strbuf *b, enum pj_connect_code code, const char *msg) {
+        cJSON *o = cJSON_CreateObject();
+        if (code)
+                cJSON_AddItemToObject(o, "error", connect_error(code, msg));
+        env_append(b, PJ_CONNECT_FLAG_END, o);
+}
+
+/* ---- the request's sandbox ---- */
+
+/* The sandbox of r, checked: token, existence, running, user. Answers the error itself
+ * (connect: as a Connect error; else as envd's {code, message}) and returns < 0. */
+static int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
+        struct ctl *c = r->c;
+        const char *tok = req_header(r, "X-Access-Token");
+        int status = 0;
+        char msg[256] = "";
+        if (!r->m.id[0]) {
+                status = 502;
+                snprintf(msg, sizeof(msg), "The sandbox was not found");
+        } else if (!tok) {
+                status = 401;
+                snprintf(msg, sizeof(msg), "Missing the sandbox's access token (X-Access-Token)");
+        } else if (!e2b_token_ok(c, "envd", r->m.id, tok)) {
+                status = 401;
+                snprintf(msg, sizeof(msg), "The access token is not this sandbox's");
+        } else if (store_sandbox_get(c->store, r->m.id, sb) < 0 || sb->status == SB_DESTROYED || sb->status == SB_FAILED) {
+                status = 502;
+                snprintf(msg, sizeof(msg), "The sandbox %s was not found (destroyed, or it never existed)", r->m.id);
+        } else if (sb->status != SB_READY) {
+                status = 502;
+                snprintf(msg, sizeof(msg), "The sandbox %s is %s, not running", r->m.id, sb_status_str(sb->status));
+        }
+        if (!status) {
+                /* E2B's user: Authorization: Basic base64("<user>:"); only root exists here */
+                const char *auth = req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
+                if (auth && !strncasecmp(auth, "Basic ", 6)) {
+                        uint8_t *d = NULL;
+                        size_t dl = 0;
+                        const char *b = auth + 6;
+                        if (strlen(b) > 512 || base64_decode_flags(b, strlen(b), BASE64_PAD_OPTIONAL, &d, &dl) < 0 ||
+                            !(dl >= 4 && !memcmp(d, "root", 4) && (dl == 4 || d[4] == ':'))) {
+                                status = 400;
+                                snprintf(msg, sizeof(msg),
+                                         "user: only root exists in Paddock's sandboxes (leave user unset, or pass \"root\")");
+                        }
+                        free(d);
+                }
+        }
+        if (!status) {
+                const char *u = req_query(r, "username");
+                if (u && *u && strcmp(u, "root")) {
+                        status = 400;
+                        snprintf(msg, sizeof(msg), "username: only root exists in Paddock's sandboxes");
+                }
+        }
+        if (!status)
+                return 0;
+        sandbox_clear(sb);
+        if (connect) {
+                enum pj_connect_code code = status == 401 ? PJ_CONNECT_UNAUTHENTICATED
+                                            : status == 400 ? PJ_CONNECT_INVALID_ARGUMENT
+                                                            : PJ_CONNECT_UNAVAILABLE;
+                /* the SDK reads a 502 as "the sandbox is gone" as E2B's proxy sends it */
+                respond_json(r, status == 502 ? 502 : pj_connect_code_http(code), connect_error(code, msg));
+        } else
+                respond_error(r, status, "%s", msg);
+        return -EACCES;
+}
+
+/* An absolute path: "~" and relative paths are under HOME. NULL when too long. */
+static char *resolve(const char *p) {
+        char *out;
+        if (p[0] == '/')
+                out = xstrdup(p);
+        else if (!strcmp(p, "~"))
+                out = xstrdup(HOME);
+        else if (!strncmp(p, "~/", 2))
+                out = xasprintf(HOME "%s", p + 1);
+        else
+                out = xasprintf(HOME "/%s", p);
+        if (strlen(out) > 4096) {
+                free(out);
+                return NULL;
+        }
+        return out;
+}
+
+/* ---- the Connect request ---- */
+
+struct creq {
+        const char *msg;
+        size_t len;
+        int64_t timeout_ms;              /* Connect-Timeout-Ms; 0 none */
+        int keepalive_s;
+};
+
+/* Checks the protocol and finds the message: unary (application/json body) or a stream's
+ * single request envelope (application/connect+json). Answers errors itself (< 0). */
+static int connect_request(struct req *r, bool stream, struct creq *ret) {
+        const char *ct = req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE), *enc = req_header(r, stream ? "Connect-Content-Encoding" : "Content-Encoding");
+        const char *want = stream ? "application/connect+json" : "application/json";
+        *ret = (struct creq) { .keepalive_s = KEEPALIVE_DEFAULT_S };
+        if (!ct || strncasecmp(ct, want, strlen(want)) || (ct[strlen(want)] && ct[strlen(want)] != ';')) {
+                unary_error(r, PJ_CONNECT_UNIMPLEMENTED,
+                            "Content-Type must be %s: this envd speaks the Connect protocol with the JSON codec", want);
+                r->status = 415;
+                return -EINVAL;
+        }
+        if (enc && strcasecmp(enc, "identity")) {
+                unary_error(r, PJ_CONNECT_UNIMPLEMENTED, "%s %s is not supported (send it uncompressed)",
+                            stream ? "Connect-Content-Encoding" : "Content-Encoding", enc);
+                return -EINVAL;
+        }
+        const char *to = req_header(r, "Connect-Timeout-Ms"), *ka = req_header(r, "Keepalive-Ping-Interval");
+        int64_t v;
+        if (to) {
+                if (safe_atoi64(to, &v) < 0 || v < 0 || v > 9999999999LL) {
+                        unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "Connect-Timeout-Ms must be a whole number of milliseconds");
+                        return -EINVAL;
+                }
+                ret->timeout_ms = v;
+        }
+        if (ka && safe_atoi64(ka, &v) == 0 && v >= 1 && v <= 3600)
+                ret->keepalive_s = (int) v;
+        if (!stream) {
+                ret->msg = r->body.buf ? r->body.buf : "";
+                ret->len = r->body.len;
+                return 0;
+        }
+        uint8_t flags = 0;
+        const uint8_t *m = NULL;
+        size_t ml = 0, used = 0;
+        int k = pj_connect_envelope_decode((const uint8_t *) (r->body.buf ? r->body.buf : ""), r->body.len,
+                                           PJ_CONNECT_MAX_MESSAGE, &flags, &m, &ml, &used);
+        if (k <= 0 || used != r->body.len || flags) {
+                unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s",
+                            k == -EMSGSIZE ? "The request message is larger than the limit (2 MiB)"
+                            : k == -EPROTO ? "Compressed messages are not supported"
+                            : k == 0       ? "The request envelope is truncated"
+                                           : "The request must be exactly one message envelope");
+                return -EINVAL;
+        }
+        ret->msg = (const char *) m;
+        ret->len = ml;
+        return 0;
+}
+
+/* ---- streams ---- */
+
+enum skind { S_PROCESS, S_WATCH };
+
+struct cstream {
+        struct ctl *c;
+        enum skind kind;
+        struct agent_exec *x;
+        struct agent_watch *w;
+        bool pty;
+        struct strbuf pending;
+        size_t pending_off;
+        bool done, counted;
+        int client_fd;
+        int64_t last_sent, deadline, keepalive_ms;
+};
+
+static void s_event(struct cstream *t, cJSON *event) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, t->kind == S_PROCESS ? "event" : "event_unused", event);
+        if (t->kind == S_PROCESS)
+                env_append(&t->pending, 0, o);
+        else {
+                /* WatchDirResponse has its oneof at the top */
+                cJSON *inner = cJSON_DetachItemFromObject(o, "event_unused");
+                cJSON_Delete(o);
+                env_append(&t->pending, 0, inner);
+        }
+}
+
+static void s_end(struct cstream *t, enum pj_connect_code code, const char *msg) {
+        env_end(&t->pending, code, msg);
+        t->done = true;
+}
+
+static int s_output(int stream, const uint8_t *data, size_t len, void *ud) {
+        struct cstream *t = ud;
+        _cleanup_free_ char *b64 = base64_encode(data, len, NULL);
+        cJSON *ev = cJSON_CreateObject(), *d = cJSON_AddObjectToObject(ev, "data");
+        json_add_str(d, t->pty ? "pty" : stream == 2 ? "stderr" : "stdout", b64);
+        s_event(t, ev);
+        return t->pending.len - t->pending_off > PENDING_CAP ? -ENOBUFS : 0;
+}
+
+static const char *signal_word(int sig) {
+        switch (sig) {
+        case SIGKILL: return "killed";
+        case SIGTERM: return "terminated";
+        case SIGINT: return "interrupt";
+        case SIGHUP: return "hangup";
+        case SIGPIPE: return "broken pipe";
+        case SIGSEGV: return "segmentation fault";
+        case SIGABRT: return "aborted";
+        default: return NULL;
+        }
+}
+
+static void s_exit(struct cstream *t) {
+        int code = -1;
+        (void) agent_exec_exit_code(t->x, &code);
+        cJSON *ev = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(ev, "end");
+        char status[64];
+        if (code >= 0 && code <= 255) {
+                snprintf(status, sizeof(status), "exit status %d", code);
+                if (code)
+                        json_add_int(e, "exitCode", code);
+                json_add_bool(e, "exited", true);
+        } else {
+                int sig = code > 128 ? code - 128 : code < -1 ? -code : SIGKILL;
+                const char *w = signal_word(sig);
+                if (w)
+                        snprintf(status, sizeof(status), "signal: %s", w);
+                else
+                        snprintf(status, sizeof(status), "signal: %d", sig);
+                json_add_int(e, "exitCode", -1);
+        }
+        json_add_str(e, "status", status);
+        if (code != 0)
+                json_add_str(e, "error", status);
+        s_event(t, ev);
+        s_end(t, 0, NULL);
+}
+
+static int watch_event(int event, const char *path, bool dir, void *ud) {
+        static const char *const names[] = { [PJ_AGENT_EV_CREATE] = "EVENT_TYPE_CREATE", [PJ_AGENT_EV_WRITE] = "EVENT_TYPE_WRITE",
+                                             [PJ_AGENT_EV_REMOVE] = "EVENT_TYPE_REMOVE", [PJ_AGENT_EV_RENAME] = "EVENT_TYPE_RENAME",
+                                             [PJ_AGENT_EV_CHMOD] = "EVENT_TYPE_CHMOD" };
+        struct cstream *t = ud;
+        (void) dir;
+        if (event < 1 || event > PJ_AGENT_EV_CHMOD || !utf8_valid(path, strlen(path)))
+                return 0;
+        cJSON *ev = cJSON_CreateObject(), *f = cJSON_AddObjectToObject(ev, "filesystem");
+        json_add_str(f, "name", path);
+        json_add_str(f, "type", names[event]);
+        s_event(t, ev);
+        return t->pending.len - t->pending_off > PENDING_CAP ? -ENOBUFS : 0;
+}
+
+static void s_keepalive(struct cstream *t) {
+        if (t->pending.len != t->pending_off)
+                t->last_sent = mono_ms();
+        else if (mono_ms() - t->last_sent >= t->keepalive_ms) {
+                cJSON *ev = cJSON_CreateObject();
+                cJSON_AddObjectToObject(ev, "keepalive");
+                s_event(t, ev);
+                t->last_sent = mono_ms();
+        }
+}
+
+static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        struct cstream *t = cls;
+        (void) pos;
+        for (;;) {
+                ssize_t got = sse_pending(&t->pending, &t->pending_off, t->done, buf, max);
+                if (got)
+                        return got;
+                if (t->c->stopping) {
+                        s_end(t, PJ_CONNECT_UNAVAILABLE, "controld is shutting down; the process keeps running: reconnect");
+                        continue;
+                }
+                int64_t now = mono_ms();
+                if (t->deadline && now >= t->deadline) {
+                        if (t->kind == S_PROCESS)
+                                (void) agent_exec_signal(t->x, SIGKILL);   /* envd: the timeout ends the process */
+                        s_end(t, PJ_CONNECT_DEADLINE_EXCEEDED, "The request's deadline (Connect-Timeout-Ms) passed");
+                        continue;
+                }
+                int wait = 1000;
+                if (t->deadline && t->deadline - now < wait)
+                        wait = (int) (t->deadline - now);
+                int k = t->kind == S_PROCESS ? agent_exec_read(t->x, wait, t->client_fd, s_output, t)
+                                             : agent_watch_read(t->w, wait, t->client_fd, watch_event, t);
+                if (k == -ECONNRESET)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                if (k < 0 && k != -ENOBUFS) {
+                        s_end(t, PJ_CONNECT_UNAVAILABLE, "Lost the connection to the sandbox's agent");
+                        continue;
+                }
+                if (k == 1) {
+                        if (t->kind == S_WATCH)
+                                s_end(t, agent_watch_truncated(t->w) ? PJ_CONNECT_DATA_LOSS : 0,
+                                      "Events were lost (the watcher fell behind): list the directory again");
+                        else if (agent_exec_lost(t->x))
+                                s_end(t, PJ_CONNECT_UNAVAILABLE,
+                                      "The sandbox's agent went away (the sandbox stopped, or another client connected to "
+                                      "this process)");
+                        else
+                                s_exit(t);
+                        continue;
+                }
+                s_keepalive(t);
+        }
+}
+
+static void s_free(void *cls) {
+        struct cstream *t = cls;
+        if (t->counted)
+                sse_stream_count(t->c, -1);
+        agent_exec_free(t->x);   /* detaches: the process keeps running */
+        agent_watch_free(t->w);
+        strbuf_done(&t->pending);
+        free(t);
+}
+
+static struct cstream *s_new(struct req *r, enum skind kind, const struct creq *q) {
+        struct cstream *t = xnew0(struct cstream, 1);
+        t->c = r->c;
+        t->kind = kind;
+        strbuf_init(&t->pending, 0);
+        t->keepalive_ms = (int64_t) q->keepalive_s * 1000;
+        if (q->timeout_ms)
+                t->deadline = mono_ms() + q->timeout_ms;
+        return t;
+}
+
+static enum MHD_Result s_respond(struct req *r, struct cstream *t) {
+        (void) MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t->client_fd = ci ? ci->connect_fd : -1;
+        t->last_sent = mono_ms();
+        sse_stream_count(r->c, +1);
+        t->counted = true;
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, s_reader, t, s_free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/connect+json");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        return respond_response(r, 200, resp);
+}
+
+/* A stream that ends at once with an error (Connect streams answer 200 and say it at the end). */
+static enum MHD_Result s_fail(struct req *r, enum pj_connect_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static enum MHD_Result s_fail(struct req *r, enum pj_connect_code code, const char *fmt, ...) {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        struct strbuf b;
+        strbuf_init(&b, 0);
+        env_end(&b, code, msg);
+        enum MHD_Result res = respond_raw(r, 200, "application/connect+json", b.buf, b.len);
+        strbuf_done(&b);
+        return res;
+}
+
+/* ---- process.Process ---- */
+
+/* The pid a selector names: by pid as given, by tag the running process with it. */
+static int select_pid(struct ctl *c, const struct sandbox *sb, const struct pj_envd_selector *s, uint32_t *ret,
+                      struct api_error *e) {
+        if (s->pid) {
+                *ret = s->pid;
+                return 0;
+        }
+        struct pj_agent_fields *v = NULL;
+        size_t n = 0;
+        int k = process_list(c, sb, &v, &n, e);
+        if (k < 0)
+                return k;
+        uint32_t pid = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (!pid && v[i].running && v[i].tag && !strcmp(v[i].tag, s->tag))
+                        pid = v[i].pid;
+                pj_agent_fields_done(&v[i]);
+        }
+        free(v);
+        if (!pid)
+                return API_ERR(e, -ENOENT, "No running process with tag \"%s\"", s->tag);
+        *ret = pid;
+        return 0;
+}
+
+static enum MHD_Result p_start(struct req *r) {
+        struct creq q;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(pj_envd_start_done) struct pj_envd_start in = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        if (connect_request(r, true, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
+                return MHD_YES;
+        if (pj_envd_start_parse(q.msg, q.len, &in, &pe) < 0)
+                return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+        _cleanup_free_ char *cwd = resolve(in.cwd ? in.cwd : HOME);
+        if (!cwd)
+                return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "process.cwd is too long");
+        /* argv: cmd then args; env: HOME and the request's (the sandbox's own under them) */
+        _cleanup_free_ const char **argv = xnew0(const char *, in.n_args + 2);
+        argv[0] = in.cmd;
+        for (size_t i = 0; i < in.n_args; i++)
+                argv[i + 1] = in.args[i];
+        _cleanup_strv_free_ char **env = xnew0(char *, in.n_env + 2);
+        size_t ne = 0;
+        bool has_home = false;
+        for (size_t i = 0; i < in.n_env; i++) {
+                has_home |= !strcmp(in.env_keys[i], "HOME");
+                env[ne++] = xasprintf("%s=%s", in.env_keys[i], in.env_values[i]);
+        }
+        if (!has_home)
+                env[ne++] = xstrdup("HOME=" HOME);
+        struct process_spec spec = { .argv = argv, .env = env, .cwd = cwd, .tag = in.tag, .stdin_open = in.stdin_open,
+                                     .rows = (int) in.rows, .cols = (int) in.cols };
+        struct cstream *t = s_new(r, S_PROCESS, &q);
+        t->pty = in.pty;
+        int k = process_start_session(r->c, &sb, &spec, &t->x, &e);
+        if (k < 0) {
+                s_free(t);
+                return s_fail(r, code_of(k), "%s", e.message);
+        }
+        uint32_t pid = (uint32_t) agent_exec_pid(t->x);
+        /* what List reports of it */
+        cJSON *cfg = cJSON_CreateObject();
+        json_add_str(cfg, "cmd", in.cmd);
+        cJSON *a = cJSON_AddArrayToObject(cfg, "args");
+        for (size_t i = 0; i < in.n_args; i++)
+                cJSON_AddItemToArray(a, cJSON_CreateString(in.args[i]));
+        cJSON *ev = cJSON_AddObjectToObject(cfg, "envs");
+        for (size_t i = 0; i < in.n_env; i++)
+                json_add_str(ev, in.env_keys[i], in.env_values[i]);
+        json_add_str(cfg, "cwd", cwd);
+        kept_put(sb.id, pid, in.pty, cfg);
+        cJSON_Delete(cfg);
+        cJSON *start = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(start, "start");
+        json_add_int(s, "pid", pid);
+        s_event(t, start);
+        return s_respond(r, t);
+}
+
+static enum MHD_Result p_connect(struct req *r) {
+        struct creq q;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(pj_envd_selector_done) struct pj_envd_selector in = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        uint32_t pid = 0;
+        if (connect_request(r, true, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
+                return MHD_YES;
+        if (pj_envd_selector_parse(q.msg, q.len, &in, &pe) < 0)
+                return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+        int k = select_pid(r->c, &sb, &in, &pid, &e);
+        if (k < 0)
+                return s_fail(r, code_of(k), "%s", e.message);
+        struct cstream *t = s_new(r, S_PROCESS, &q);
+        _cleanup_(cJSON_Deletep) cJSON *cfg = kept_get(sb.id, pid, &t->pty);
+        t->deadline = 0;   /* a watcher's deadline ends the watch, not the process */
+        if (q.timeout_ms)
+                t->deadline = mono_ms() + q.timeout_ms;
+        k = process_attach(r->c, &sb, pid, &t->x, &e);
+        if (k < 0) {
+                s_free(t);
+                return s_fail(r, code_of(k), "%s", e.message);
+        }
+        cJSON *start = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(start, "start");
+        json_add_int(s, "pid", pid);
+        s_event(t, start);
+        return s_respond(r, t);
+}
+
+static enum MHD_Result p_list(struct req *r) {
+        struct creq q;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
+                return MHD_YES;
+        if (pj_envd_empty_parse(q.msg, q.len, &pe) < 0)
+                return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+        struct pj_agent_fields *v = NULL;
+        size_t n = 0;
+        int k = process_list(r->c, &sb, &v, &n, &e);
+        if (k < 0)
+                return unary_error(r, code_of(k), "%s", e.message);
+        cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "processes");
+        for (size_t i = 0; i < n; i++) {
+                if (v[i].running) {
+                        bool pty;
+                        cJSON *p = cJSON_CreateObject(), *cfg = kept_get(sb.id, v[i].pid, &pty);
+                        if (!cfg) {
+                                cfg = cJSON_CreateObject();
+                                json_add_str(cfg, "cmd", "");
+                        }
+                        cJSON_AddItemToObject(p, "config", cfg);
+                        json_add_int(p, "pid", v[i].pid);
+                        if (v[i].tag && *v[i].tag)
+                                json_add_str(p, "tag", v[i].tag);
+                        cJSON_AddItemToArray(a, p);
+                }
+                pj_agent_fields_done(&v[i]);
+        }
+        free(v);
+        return unary_ok(r, o);
+}
+
+static enum MHD_Result p_input(struct req *r) {
+        struct creq q;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(pj_envd_input_done) struct pj_envd_input in = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        uint32_t pid = 0;
+        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
+                return MHD_YES;
+        if (pj_envd_input_parse(q.msg, q.len, &in, &pe) < 0)
+                return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+        int k = select_pid(r->c, &sb, &in.process, &pid, &e);
+        if (k >= 0)
+                k = process_stdin(r->c, &sb, pid, (const char *) in.data, in.len, false, &e);
+        if (k < 0)
+                return unary_error(r, code_of(k), "%s", e.message);
+        return unary_ok(r, cJSON_CreateObject());
+}
+
+static enum MHD_Result p_signal(struct req *r) {
+        struct creq q;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(pj_envd_selector_done) struct pj_envd_selector in = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        uint32_t pid = 0;
+        int sig = 0;
+        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
+                return MHD_YES;
+        if (pj_envd_signal_parse(q.msg, q.len, &in, &sig, &pe) < 0)
+                return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+        int k = select_pid(r->c, &sb, &in, &pid, &e);
+        if (k >= 0)
+                k = process_signal(r->c, &sb, pid, sig, &e);
+        if (k < 0)
+                return unary_error(r, code_of(k), "%s", e.message);
+        return unary_ok(r, cJSON_CreateObject());
+}
+
+static enum MHD_Result p_close_stdin(struct req *r) {
+        struct creq q;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(pj_envd_selector_done) struct pj_envd_selector in = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        uint32_t pid = 0;
+        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
+                return MHD_YES;
+        if (pj_envd_selector_parse(q.msg, q.len, &in, &pe) < 0)
+                return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+        int k = select_pid(r->c, &sb, &in, &pid, &e);
+        if (k >= 0)
+                k = process_stdin(r->c, &sb, pid, NULL, 0, true, &e);
+        if (k < 0)
+                return unary_error(r, code_of(k), "%s", e.message);
+        return unary_ok(r, cJSON_CreateObject());
+}
+
+static enum MHD_Result p_update(struct req *r) {
+        struct creq q;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(pj_envd_selector_done) struct pj_envd_selector in = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        uint32_t pid = 0, rows = 0, cols = 0;
+        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
+                return MHD_YES;
+        if (pj_envd_update_parse(q.msg, q.len, &in, &rows, &cols, &pe) < 0)
+                return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+        int k = select_pid(r->c, &sb, &in, &pid, &e);
+        if (k >= 0 && rows)
+                k = process_resize(r->c, &sb, pid, (int) rows, (int) cols, &e);
+        if (k < 0)
+                return unary_error(r, code_of(k), "%s", e.message);
+        return unary_ok(r, cJSON_CreateObject());
+}
+
+static enum MHD_Result unimplemented(struct req *r) {
+        const char *name = strrchr(r->path, '/');
+        return unary_error(r, PJ_CONNECT_UNIMPLEMENTED, "%s is not implemented on this server (envd %s)", name ? name + 1 : r->path,
+                           PJ_E2B_ENVD_VERSION);
+}
+
+/* ---- filesystem.Filesystem ---- */
+
+static int fs_agent(struct req *r, const struct sandbox *sb, struct agent_client **ret) {
+        char msg[256];
+        int k = agent_connect(r->c, sb, ret, msg, sizeof(msg));
+        if (k < 0) {
+                unary_error(r, PJ_CONNECT_UNAVAILABLE, "The sandbox's agent is not answering: %s", msg);
+                return k;
+        }
+        return 0;
+}
+
+static enum MHD_Result fs_error(struct req *r, int k, const char *path) {
+        switch (-k) {
+        case ENOENT: return unary_error(r, PJ_CONNECT_NOT_FOUND, "path not found: %s", path);
+        case ENOTDIR: return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "path is not a directory: %s", path);
+        case EISDIR: return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "path is a directory: %s", path);
+        case EEXIST: return unary_error(r, PJ_CONNECT_ALREADY_EXISTS, "path already exists: %s", path);
+        case EACCES:
+        case EPERM: return unary_error(r, PJ_CONNECT_PERMISSION_DENIED, "permission denied: %s", path);
+        case EXDEV: return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "cannot move across file systems: %s", path);
+        case ENOTEMPTY: return unary_error(r, PJ_CONNECT_FAILED_PRECONDITION, "directory not empty: %s", path);
+        case EBUSY: return unary_error(r, PJ_CONNECT_FAILED_PRECONDITION, "path is in use or refused: %s", path);
+        case ENAMETOOLONG: return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "path is too long: %s", path);
+        case ETIMEDOUT: return unary_error(r, PJ_CONNECT_DEADLINE_EXCEEDED, "the sandbox did not answer in time");
+        default: return unary_error(r, PJ_CONNECT_INTERNAL, "%s: %s", path, strerror(-k));
+        }
+}
+
+static void perm_string(uint8_t type, uint32_t mode, char out[11]) {
+        static const char rwx[] = "rwxrwxrwx";
+        out[0] = type == PJ_AGENT_FT_DIR ? 'd' : type == PJ_AGENT_FT_SYMLINK ? 'L' : type == PJ_AGENT_FT_FILE ? '-' : '?';
+        for (int i = 0; i < 9; i++)
+                out[1 + i] = mode & (1u << (8 - i)) ? rwx[i] : '-';
+        out[10] = 0;
+}
+
+/* EntryInfo of path (its name and the rest from the agent). */
+static cJSON *entry_json(const char *path, uint8_t type, uint64_t size, uint32_t mode, int64_t mtime_ns) {
+        cJSON *o = cJSON_CreateObject();
+        const char *slash = strrchr(path, '/');
+        json_add_str(o, "name", slash && slash[1] ? slash + 1 : path);
+        json_add_str(o, "type", type == PJ_AGENT_FT_DIR ? "FILE_TYPE_DIRECTORY" : type == PJ_AGENT_FT_SYMLINK ? "FILE_TYPE_SYMLINK"
+                                : type == PJ_AGENT_FT_FILE                             ? "FILE_TYPE_FILE"
+                                                                                       : "FILE_TYPE_UNSPECIFIED");
+        json_add_str(o, "path", path);
+        char n[32];
+        snprintf(n, sizeof(n), "%llu", (unsigned long long) size);
+        json_add_str(o, "size", n);
+        /* Go's FileMode: the permission bits, the directory bit (1 << 31), the symlink bit (1 << 27) */
+        uint32_t gm = (mode & 0777) | (type == PJ_AGENT_FT_DIR ? 1u << 31 : 0) | (type == PJ_AGENT_FT_SYMLINK ? 1u << 27 : 0);
+        cJSON_AddItemToObject(o, "mode", cJSON_CreateNumber((double) gm));
+        char perms[11];
+        perm_string(type, mode, perms);
+        json_add_str(o, "permissions", perms);
+        json_add_str(o, "owner", "root");
+        json_add_str(o, "group", "root");
+        char t[64];
+        time_t secs = (time_t) (mtime_ns / 1000000000);
+        struct tm tm;
+        gmtime_r(&secs, &tm);
+        size_t l = strftime(t, sizeof(t), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(t + l, sizeof(t) - l, ".%09lldZ", (long long) (mtime_ns % 1000000000));
+        json_add_str(o, "modifiedTime", t);
+        return o;
+}
+
+static int stat_entry(struct agent_client *cl, const char *path, cJSON **ret) {
+        struct agent_stat st;
+        int k = agent_fs_stat(cl, path, &st, FS_TIMEOUT_MS);
+        if (k < 0)
+                return k;
+        *ret = entry_json(path, st.type, st.size, st.mode, st.mtime_ns);
+        return 0;
+}
+
+/* The prologue of the unary filesystem calls: the request, the sandbox, the message, a path
+ * resolved, the agent. < 0: answered. */
+static int fs_begin(struct req *r, enum pj_envd_fs_kind kind, struct sandbox *sb, struct pj_envd_fs *in, char **path, char **to,
+                    struct agent_client **cl) {
+        struct creq q;
+        struct pj_error pe = { 0 };
+        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, sb) < 0)
+                return -EINVAL;
+        if (pj_envd_fs_parse(q.msg, q.len, kind, in, &pe) < 0) {
+                unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+                return -EINVAL;
+        }
+        *path = resolve(in->path);
+        if (in->to)
+                *to = resolve(in->to);
+        if (!*path || (in->to && !*to)) {
+                unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "path is too long (at most 4096 bytes)");
+                return -EINVAL;
+        }
+        return fs_agent(r, sb, cl);
+}
+
+#define FS_LOCALS                                                    \
+        _cleanup_sandbox_ struct sandbox sb = { 0 };                 \
+        _cleanup_(pj_envd_fs_done) struct pj_envd_fs in = { 0 };     \
+        _cleanup_free_ char *path = NULL, *to = NULL;                \
+        _cleanup_(agent_client_freep) struct agent_client *cl = NULL
+
+static enum MHD_Result fs_stat(struct req *r) {
+        FS_LOCALS;
+        if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &cl) < 0)
+                return MHD_YES;
+        cJSON *e = NULL;
+        int k = stat_entry(cl, path, &e);
+        if (k < 0)
+                return fs_error(r, k, path);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "entry", e);
+        return unary_ok(r, o);
+}
+
+static enum MHD_Result fs_mkdir(struct req *r) {
+        FS_LOCALS;
+        if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &cl) < 0)
+                return MHD_YES;
+        struct agent_stat st;
+        int k = agent_fs_stat(cl, path, &st, FS_TIMEOUT_MS);
+        if (k == 0)
+                return unary_error(r, PJ_CONNECT_ALREADY_EXISTS, "directory already exists: %s", path);
+        if (k != -ENOENT)
+                return fs_error(r, k, path);
+        k = agent_fs_mkdir(cl, path, true, FS_TIMEOUT_MS);
+        cJSON *e = NULL;
+        if (k == 0)
+                k = stat_entry(cl, path, &e);
+        if (k < 0)
+                return fs_error(r, k, path);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "entry", e);
+        return unary_ok(r, o);
+}
+
+static enum MHD_Result fs_move(struct req *r) {
+        FS_LOCALS;
+        if (fs_begin(r, PJ_ENVD_FS_MOVE, &sb, &in, &path, &to, &cl) < 0)
+                return MHD_YES;
+        int k = agent_fs_move(cl, path, to, FS_TIMEOUT_MS);
+        if (k < 0)
+                return fs_error(r, k, path);
+        cJSON *e = NULL;
+        if ((k = stat_entry(cl, to, &e)) < 0)
+                return fs_error(r, k, to);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "entry", e);
+        return unary_ok(r, o);
+}
+
+static enum MHD_Result fs_remove(struct req *r) {
+        FS_LOCALS;
+        if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &cl) < 0)
+                return MHD_YES;
+        int k = agent_fs_remove(cl, path, true, FS_TIMEOUT_MS);
+        if (k < 0)
+                return fs_error(r, k, path);
+        return unary_ok(r, cJSON_CreateObject());
+}
+
+struct lsctx {
+        cJSON *entries;
+        const char *dir;
+        size_t n;
+        char **subdirs;                  /* directories found, for the next depth */
+        size_t n_sub;
+};
+
+static int ls_entry(const struct pj_agent_fields *e, void *ud) {
+        struct lsctx *x = ud;
+        if (!e->name || !utf8_valid(e->name, strlen(e->name)))
+                return 0;
+        if (++x->n > LISTDIR_MAX)
+                return -E2BIG;
+        _cleanup_free_ char *p = xasprintf("%s%s%s", x->dir, strcmp(x->dir, "/") ? "/" : "", e->name);
+        cJSON_AddItemToArray(x->entries, entry_json(p, e->ftype, e->size, e->mode, e->mtime_ns));
+        if (e->ftype == PJ_AGENT_FT_DIR) {
+                x->subdirs = xrealloc(x->subdirs, (x->n_sub + 1) * sizeof(char *));
+                x->subdirs[x->n_sub++] = TAKE_PTR(p);
+        }
+        return 0;
+}
+
+static enum MHD_Result fs_listdir(struct req *r) {
+        FS_LOCALS;
+        if (fs_begin(r, PJ_ENVD_FS_LISTDIR, &sb, &in, &path, &to, &cl) < 0)
+                return MHD_YES;
+        cJSON *o = cJSON_CreateObject();
+        struct lsctx x = { .entries = cJSON_AddArrayToObject(o, "entries") };
+        char **level = xnew0(char *, 1);
+        size_t n_level = 1;
+        level[0] = xstrdup(path);
+        int k = 0;
+        for (uint32_t d = 0; d < in.depth && n_level && k >= 0; d++) {
+                x.subdirs = NULL;
+                x.n_sub = 0;
+                for (size_t i = 0; i < n_level && k >= 0; i++) {
+                        x.dir = level[i];
+                        k = agent_fs_listdir(cl, level[i], ls_entry, &x, FS_TIMEOUT_MS, NULL);
+                        if (k < 0 && d > 0 && k != -E2BIG)
+                                k = 0;   /* a subdirectory that went away or cannot be read meanwhile */
+                }
+                for (size_t i = 0; i < n_level; i++)
+                        free(level[i]);
+                free(level);
+                level = x.subdirs;
+                n_level = x.n_sub;
+        }
+        for (size_t i = 0; i < n_level; i++)
+                free(level[i]);
+        free(level);
+        if (k == -E2BIG) {
+                cJSON_Delete(o);
+                return unary_error(r, PJ_CONNECT_RESOURCE_EXHAUSTED, "more than %d entries under %s: list with a smaller depth",
+                                   LISTDIR_MAX, path);
+        }
+        if (k < 0) {
+                cJSON_Delete(o);
+                return fs_error(r, k, path);
+        }
+        return unary_ok(r, o);
+}
+
+static enum MHD_Result fs_watch(struct req *r) {
+        struct creq q;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(pj_envd_fs_done) struct pj_envd_fs in = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        if (connect_request(r, true, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
+                return MHD_YES;
+        if (pj_envd_fs_parse(q.msg, q.len, PJ_ENVD_FS_WATCH, &in, &pe) < 0)
+                return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+        _cleanup_free_ char *path = resolve(in.path);
+        if (!path)
+                return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "path is too long");
+        struct cstream *t = s_new(r, S_WATCH, &q);
+        int k = process_watch(r->c, &sb, path, in.recursive, &t->w, &e);
+        if (k < 0) {
+                s_free(t);
+                return s_fail(r, k == -EINVAL ? PJ_CONNECT_INVALID_ARGUMENT : code_of(k), "%s", e.message);
+        }
+        cJSON *start = cJSON_CreateObject();
+        cJSON_AddObjectToObject(start, "start");
+        env_append(&t->pending, 0, start);
+        return s_respond(r, t);
+}
+
+/* ---- HTTP: /files, /health, /envs ---- */
+
+static enum MHD_Result get_health(struct req *r) {
+        return respond_empty(r, 204);
+}
+
+static enum MHD_Result get_envs(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (envd_sandbox(r, false, &sb) < 0)
+                return MHD_YES;
+        cJSON *o = sb.env ? cJSON_Parse(sb.env) : NULL;
+        return respond_json(r, 200, o ? o : cJSON_CreateObject());
+}
+
+struct download {
+        struct runtime_run *x;
+        int client_fd;
+};
+
+static ssize_t dl_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+        struct download *d = cls;
+        (void) pos;
+        ssize_t n = runtime_file_read(d->x, d->client_fd, buf, max);
+        return n > 0 ? n : n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void dl_free(void *cls) {
+        struct download *d = cls;
+        runtime_free(d->x);
+        free(d);
+}
+
+static enum MHD_Result get_files(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct api_error e = { 0 };
+        const char *p = req_query(r, "path");
+        if (envd_sandbox(r, false, &sb) < 0)
+                return MHD_YES;
+        if (!p || !*p)
+                return respond_error(r, 400, "path is required");
+        _cleanup_free_ char *path = resolve(p);
+        if (!path)
+                return respond_error(r, 400, "path is too long (at most 4096 bytes)");
+        struct runtime_run *x = NULL;
+        const void *all = NULL;
+        size_t all_len = 0;
+        int k = runtime_file_read_open(r->c, &sb, path, &x, &all, &all_len, &e);
+        if (k < 0)
+                return respond_error(r, http_status_from_errno(k) == 404 ? 404 : http_status_from_errno(k), "%s", e.message);
+        if (all) {
+                enum MHD_Result res = respond_raw(r, 200, "application/octet-stream", all, all_len);
+                runtime_free(x);
+                return res;
+        }
+        struct download *d = xnew0(struct download, 1);
+        d->x = x;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        d->client_fd = ci ? ci->connect_fd : -1;
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, dl_reader, d, dl_free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+        return respond_response(r, 200, resp);
+}
+
+/* POST /files: the body streams into the sandbox, as octet-stream (one file at ?path=) or as
+ * multipart/form-data (each "file" part to ?path=, or, without it, to the part's filename). */
+#define MAX_UPLOAD_FILES 256
+struct upload {
+        struct req *r;
+        struct sandbox sb;
+        bool multipart;
+        struct MHD_PostProcessor *pp;
+        char *query_path;
+        struct runtime_run *x;           /* the file being written */
+        char *cur;                       /* its path */
+        uint64_t received, limit;
+        int error;                       /* first failure: -errno */
+        char msg[512];
+        cJSON *written;                  /* [{name, type, path}] */
+        int files;
+};
+
+static void up_fail(struct upload *u, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void up_fail(struct upload *u, int err, const char *fmt, ...) {
+        if (u->error)
+                return;
+        u->error = err;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(u->msg, sizeof(u->msg), fmt, ap);
+        va_end(ap);
+        u->x = runtime_free(u->x);
+}
+
+static void up_finish(struct upload *u) {
+        if (!u->x)
+                return;
+        struct api_error e = { 0 };
+        int k = runtime_file_write_finish(u->x, u->cur, &e);
+        u->x = runtime_free(u->x);
+        if (k < 0)
+                return up_fail(u, k, "%s", e.message);
+        cJSON *o = cJSON_CreateObject();
+        const char *slash = strrchr(u->cur, '/');
+        json_add_str(o, "name", slash ? slash + 1 : u->cur);
+        json_add_str(o, "type", "file");
+        json_add_str(o, "path", u->cur);
+        cJSON_AddItemToArray(u->written, o);
+}
+
+static void up_open(struct upload *u, const char *raw_path) {
+        struct api_error e = { 0 };
+        char msg[256];
+        up_finish(u);
+        if (u->error)
+                return;
+        if (++u->files > MAX_UPLOAD_FILES)
+                return up_fail(u, -EINVAL, "at most %d files in one upload", MAX_UPLOAD_FILES);
+        free(u->cur);
+        u->cur = raw_path && *raw_path ? resolve(raw_path) : NULL;
+        if (!u->cur)
+                return up_fail(u, -EINVAL, "%s", raw_path && *raw_path ? "path is too long" : "path is required (?path=, or a file name)");
+        /* envd makes the parent directories */
+        char dir[4097];
+        snprintf(dir, sizeof(dir), "%s", u->cur);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+                *slash = 0;
+                struct agent_client *cl = NULL;
+                if (agent_connect(u->r->c, &u->sb, &cl, msg, sizeof(msg)) == 0) {
+                        (void) agent_fs_mkdir(cl, dir, true, FS_TIMEOUT_MS);
+                        agent_client_free(cl);
+                }
+        }
+        struct sandbox copy = { 0 };
+        if (store_sandbox_get(u->r->c->store, u->sb.id, &copy) < 0)
+                return up_fail(u, -ENOENT, "the sandbox is gone");
+        int k = runtime_file_write_start(u->r->c, &copy, u->cur, &u->x, &e);
+        sandbox_clear(&copy);
+        if (k < 0)
+                up_fail(u, k, "%s", e.message);
+}
+
+static void up_data(struct upload *u, const char *data, size_t len) {
+        if (u->error || !u->x)
+                return;
+        u->received += len;
+        if (u->received > u->limit)
+                return up_fail(u, -EFBIG, "the upload is larger than the limit (%llu bytes)", (unsigned long long) u->limit);
+        int k = runtime_file_write(u->x, data, len);
+        if (k < 0)
+                up_fail(u, k == -ETIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH, "writing %s in the sandbox failed: %s", u->cur,
+                        strerror(-k));
+}
+
+static enum MHD_Result up_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
+                               const char *content_type, const char *transfer_encoding, const char *data, uint64_t off,
+                               size_t size) {
+        struct upload *u = cls;
+        (void) kind;
+        (void) content_type;
+        (void) transfer_encoding;
+        if (strcmp(key, "file"))
+                return MHD_YES;   /* other fields are not files */
+        if (off == 0)
+                up_open(u, u->query_path && u->files == 0 ? u->query_path : filename);
+        if (size)
+                up_data(u, data, size);
+        return MHD_YES;
+}
+
+static int up_sink(struct req *r, const char *data, size_t len) {
+        struct upload *u = r->sink_ud;
+        if (len == (size_t) -1)
+                return 0;
+        if (u->multipart) {
+                if (len && MHD_post_process(u->pp, data, len) != MHD_YES)
+                        up_fail(u, -EINVAL, "the multipart body is malformed");
+        } else
+                up_data(u, data, len);
+        return 0;
+}
+
+static void up_free(void *ud) {
+        struct upload *u = ud;
+        if (!u)
+                return;
+        if (u->pp)
+                MHD_destroy_post_processor(u->pp);
+        runtime_free(u->x);
+        sandbox_clear(&u->sb);
+        cJSON_Delete(u->written);
+        free_many(u->query_path, u->cur);
+        free(u);
+}
+
+static enum MHD_Result prepare_post_files(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (envd_sandbox(r, false, &sb) < 0)
+                return MHD_YES;
+        const char *ct = req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE), *ce = req_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING);
+        const char *p = req_query(r, "path");
+        if (ce && strcasecmp(ce, "identity"))
+                return respond_error(r, 415, "Content-Encoding %s is not supported: upload uncompressed (gzip: false)", ce);
+        bool multipart = ct && !strncasecmp(ct, "multipart/form-data", 19);
+        bool octet = ct && !strncasecmp(ct, "application/octet-stream", 24);
+        if (!multipart && !octet)
+                return respond_error(r, 415, "Content-Type must be multipart/form-data or application/octet-stream");
+        if (octet && (!p || !*p))
+                return respond_error(r, 400, "path is required for an application/octet-stream upload");
+        struct upload *u = xnew0(struct upload, 1);
+        u->r = r;
+        u->sb = sb;
+        sb = (struct sandbox) { 0 };
+        u->multipart = multipart;
+        u->limit = r->c->cfg->max_file;
+        u->query_path = p && *p ? xstrdup(p) : NULL;
+        u->written = cJSON_CreateArray();
+        r->sink = up_sink;
+        r->sink_ud = u;
+        r->sink_free = up_free;
+        if (multipart) {
+                u->pp = MHD_create_post_processor(r->conn, 64 * 1024, up_part, u);
+                if (!u->pp)
+                        return respond_error(r, 400, "the multipart body has no boundary");
+        } else
+                up_open(u, u->query_path);
+        return MHD_YES;
+}
+
+static enum MHD_Result post_files(struct req *r) {
+        struct upload *u = r->sink_ud;
+        if (!u)
+                return respond_error(r, 500, "the upload was not prepared");
+        if (!u->error)
+                up_finish(u);
+        if (!u->error && u->files == 0)
+                up_fail(u, -EINVAL, "the body holds no file (a multipart part named \"file\")");
+        if (u->error) {
+                int st = u->error == -EFBIG ? 413 : u->error == -ENOSPC ? 507 : http_status_from_errno(u->error);
+                return respond_error(r, st, "%s", u->msg);
+        }
+        cJSON *w = u->written;
+        u->written = NULL;
+        return respond_json(r, 200, w);
+}
+
+/* ---- routes ---- */
+
+static enum MHD_Result not_found(struct req *r) {
+        return respond_error(r, 404, "No such envd endpoint: %s %s", r->method, r->path);
+}
+
+#define J ROUTE_BODY_JSON
+#define L ROUTE_BODY_LARGE
+#define S ROUTE_BODY_STREAM
+static const struct route envd_routes[] = {
+        /* method pattern                                   label                                  noun  auth   head   body prepare handler */
+        { "GET",  "/health",                                "envd /health",                        NULL, false, true,  J, NULL, get_health },
+        { "GET",  "/envs",                                  "envd /envs",                          NULL, false, false, J, NULL, get_envs },
+        { "GET",  "/files",                                 "envd /files",                         NULL, false, false, J, NULL, get_files },
+        { "POST", "/files",                                 "envd /files",                         NULL, false, false, S, prepare_post_files, post_files },
+        { "POST", "/process.Process/Start",                 "envd process.Start",                  NULL, false, false, L, NULL, p_start },
+        { "POST", "/process.Process/Connect",               "envd process.Connect",                NULL, false, false, L, NULL, p_connect },
+        { "POST", "/process.Process/List",                  "envd process.List",                   NULL, false, false, L, NULL, p_list },
+        { "POST", "/process.Process/SendInput",             "envd process.SendInput",              NULL, false, false, L, NULL, p_input },
+        { "POST", "/process.Process/SendSignal",            "envd process.SendSignal",             NULL, false, false, L, NULL, p_signal },
+        { "POST", "/process.Process/CloseStdin",            "envd process.CloseStdin",             NULL, false, false, L, NULL, p_close_stdin },
+        { "POST", "/process.Process/Update",                "envd process.Update",                 NULL, false, false, L, NULL, p_update },
+        { "POST", "/process.Process/StreamInput",           "envd process.StreamInput",            NULL, false, false, L, NULL, unimplemented },
+        { "POST", "/filesystem.Filesystem/Stat",            "envd filesystem.Stat",                NULL, false, false, L, NULL, fs_stat },
+        { "POST", "/filesystem.Filesystem/MakeDir",         "envd filesystem.MakeDir",             NULL, false, false, L, NULL, fs_mkdir },
+        { "POST", "/filesystem.Filesystem/Move",            "envd filesystem.Move",                NULL, false, false, L, NULL, fs_move },
+        { "POST", "/filesystem.Filesystem/ListDir",         "envd filesystem.ListDir",             NULL, false, false, L, NULL, fs_listdir },
+        { "POST", "/filesystem.Filesystem/Remove",          "envd filesystem.Remove",              NULL, false, false, L, NULL, fs_remove },
+        { "POST", "/filesystem.Filesystem/WatchDir",        "envd filesystem.WatchDir",            NULL, false, false, L, NULL, fs_watch },
+        { "POST", "/filesystem.Filesystem/CreateWatcher",   "envd filesystem.CreateWatcher",       NULL, false, false, L, NULL, unimplemented },
+        { "POST", "/filesystem.Filesystem/GetWatcherEvents", "envd filesystem.GetWatcherEvents",   NULL, false, false, L, NULL, unimplemented },
+        { "POST", "/filesystem.Filesystem/RemoveWatcher",   "envd filesystem.RemoveWatcher",       NULL, false, false, L, NULL, unimplemented },
+};
+static const struct route unknown_row = { "GET", "/", "envd unknown", NULL, false, false, J, NULL, not_found };
+#undef J
+#undef L
+#undef S
+
+enum route_status envd_route(struct req *r, const char *sandbox_id) {
+        enum route_status st = route_match_in(envd_routes, ELEMENTSOF(envd_routes), r->method, r->path, &r->m);
+        if (st == ROUTE_NOT_FOUND) {
+                r->m = (struct route_match) { .status = ROUTE_FOUND, .row = &unknown_row };
+                st = ROUTE_FOUND;
+        }
+        snprintf(r->m.id, sizeof(r->m.id), "%s", sandbox_id ? sandbox_id : "");
+        return st;
+}
