@@ -118,7 +118,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
 
 # Both drivers: these API suites run a second time on the Nomad driver (<suite>-nomad).
 NOMAD_SUITES := test-controld test-runtime-exec test-runtime-stream test-runtime-files test-runtime-limits \
-                test-controld-egress test-snapshots test-processes test-pool test-previews test-terminal
+                test-controld-egress test-snapshots test-processes test-pool test-previews test-terminal test-e2b
 NOMAD_VARIANTS := $(patsubst %,$(BUILD)/tests/integration/%-nomad,$(NOMAD_SUITES))
 $(NOMAD_VARIANTS): $(BUILD)/tests/integration/%-nomad: tests/integration/nomad-variant.sh
 	@mkdir -p $(dir $@)
@@ -142,6 +142,15 @@ $(BUILD)/npm-test/terminal.mjs: tests/browser/terminal.mjs
 $(BUILD)/npm-test/node_modules/puppeteer-core/package.json:
 	@mkdir -p $(BUILD)/npm-test
 	cd $(BUILD)/npm-test && PUPPETEER_SKIP_DOWNLOAD=1 npm install --no-audit --no-fund --no-save --prefix . puppeteer-core@24.43.1 >/dev/null
+# E2B's own SDK (npm `e2b`, pinned) for test-e2b, in a folder of its own beside the script.
+E2B_SDK := e2b@2.45.0
+tests: $(BUILD)/npm-e2b/node_modules/e2b/package.json $(BUILD)/npm-e2b/e2b-sdk.mjs
+$(BUILD)/npm-e2b/e2b-sdk.mjs: tests/e2b/sdk.mjs
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(BUILD)/npm-e2b/node_modules/e2b/package.json:
+	@mkdir -p $(BUILD)/npm-e2b
+	cd $(BUILD)/npm-e2b && npm install --no-audit --no-fund --no-save --prefix . $(E2B_SDK) >/dev/null
 tests: $(NOMAD_VARIANTS)
 tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak \
 	$(BUILD)/tests/nomad/nomad-standin

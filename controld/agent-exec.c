@@ -299,6 +299,10 @@ int agent_exec_exit_code(struct agent_exec *x, int *ret) {
         return 0;
 }
 
+int agent_exec_term_signal(const struct agent_exec *x) {
+        return x->ended && !x->synth_code && x->code < 0 ? (int) x->signo : 0;
+}
+
 int agent_exec_signal(struct agent_exec *x, int sig) {
         if (x->synth_err || x->ended || x->lost)
                 return 0;

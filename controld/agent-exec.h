@@ -36,6 +36,8 @@ int agent_exec_write(struct agent_exec *x, const void *data, size_t len, int tim
 int agent_exec_close_stdin(struct agent_exec *x);
 int agent_exec_read(struct agent_exec *x, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
 int agent_exec_exit_code(struct agent_exec *x, int *ret);
+/* The signal that ended the process (0: it exited, or has not ended). */
+int agent_exec_term_signal(const struct agent_exec *x);
 /* SIGNAL to the process group; 0 once sent (or when it has already ended). */
 int agent_exec_signal(struct agent_exec *x, int sig);
 /* RESIZE of the session's terminal (output that arrives meanwhile goes to cb); 0 once sent. */

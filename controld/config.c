@@ -367,6 +367,13 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
                 }
         S("e2b", "base_template", "debian-12", 64, e2b_base_template);
         I("e2b", "max_connections", 512, 1, 65536, e2b_max_connections);
+        S("e2b", "tls_cert", "", 1024, e2b_tls_cert);
+        S("e2b", "tls_key", "", 1024, e2b_tls_key);
+        if (!*c->e2b_tls_cert != !*c->e2b_tls_key) {
+                snprintf(err, errlen, "%s: [e2b] tls_cert and tls_key go together (both, or neither)", path);
+                r = -EINVAL;
+                goto fail;
+        }
         S("preview", "domain", "", 200, preview_domain);
         S("preview", "scheme", "https", 8, preview_scheme);
         S("preview", "public_url", "", 255, preview_public_url);
@@ -544,7 +551,7 @@ struct config *config_free(struct config *c) {
         free(c->listen_addr);
         free(c->log_level);
         free_many(c->preview_listen_addr, c->preview_domain, c->preview_scheme, c->preview_public_url);
-        free_many(c->e2b_listen_addr, c->e2b_domain, c->e2b_base_template);
+        free_many(c->e2b_listen_addr, c->e2b_domain, c->e2b_base_template, c->e2b_tls_cert, c->e2b_tls_key);
         free(c->metrics_token_file);
         free(c->web_dir);
         free(c->db_path);

@@ -89,6 +89,7 @@ struct config {
         char *e2b_domain;                            /* sandboxes' domain: <port>-<id>.<domain>; "" = the listen address */
         char *e2b_base_template;                     /* what templateID "base" means */
         int64_t e2b_max_connections;                 /* client connections at once */
+        char *e2b_tls_cert, *e2b_tls_key;            /* PEM; "" = plain HTTP (TLS by the operator's proxy) */
         /* [preview]: preview URLs (preview.c). listen "" = off. */
         char *preview_listen_addr;                   /* NULL = previews off */
         int preview_listen_port;

@@ -43,6 +43,7 @@
 #include "pj_e2b.h"
 #include "preview.h"
 #include "strutil.h"
+#include "tlsbridge.h"
 
 #define PEEK_TIMEOUT_MS 10000
 #define AGENT_READY_TIMEOUT_MS 30000
@@ -59,6 +60,7 @@ static struct {
         volatile int stopping;
         int64_t conns;
         struct http_server *srv;
+        SSL_CTX *tls;                    /* [e2b] tls_cert: TLS here; NULL: plain */
         char domain[256];
 } E = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .listen_fd = -1 };
 
@@ -545,6 +547,11 @@ static enum MHD_Result get_health(struct req *r) {
         return respond_empty(r, 204);
 }
 
+static enum MHD_Result bad_target(struct req *r) {
+        return respond_error(r, 400, "The sandbox is named wrongly: E2b-Sandbox-Id must be a sandbox id and E2b-Sandbox-Port "
+                                     "(or the port of a <port>-<id>.%s host) a port from 1 to 65535", E.domain);
+}
+
 static enum MHD_Result misdirected(struct req *r) {
         return respond_error(r, 421, "This connection carries E2B's API and envd; ports other than %d are reached on a "
                                      "connection of their own (<port>-<sandbox id>.%s)",
@@ -568,6 +575,7 @@ static const struct route control_routes[] = {
         { "GET",    "/v2/sandboxes",                 "e2b /v2/sandboxes",                  NULL, true,  false, J, NULL, list_v2 },
 };
 static const struct route misdirected_row = { "GET", "/", "e2b misdirected", NULL, false, false, J, NULL, misdirected };
+static const struct route bad_target_row = { "GET", "/", "e2b bad target", NULL, false, false, J, NULL, bad_target };
 #undef J
 #undef SB
 
@@ -580,31 +588,31 @@ static bool hex24(const char *s, size_t n) {
         return true;
 }
 
-/* Host <port>-<id>.<domain> (any port of the host part): 1 with port and id, else 0. */
+/* Host <port>-<id>.<domain> (the domain compared without either side's :port): 1 with port
+ * and id; -1 for that shape with a port outside 1-65535; else 0. */
 static int host_target(const char *host, size_t hl, int *ret_port, char id[SANDBOX_ID_LEN + 1]) {
         const char *dash = memchr(host, '-', hl);
-        if (!dash || dash == host || dash - host > 5)
+        if (!dash || dash == host || dash - host > 10)
                 return 0;
-        int port = 0;
+        int64_t port = 0;
         for (const char *p = host; p < dash; p++) {
                 if (*p < '0' || *p > '9')
                         return 0;
                 port = port * 10 + (*p - '0');
         }
-        if (port < 1 || port > 65535 || host[0] == '0')
-                return 0;
         const char *idp = dash + 1, *end = host + hl;
         if (end - idp < SANDBOX_ID_LEN + 2 || !hex24(idp, SANDBOX_ID_LEN) || idp[SANDBOX_ID_LEN] != '.')
                 return 0;
         const char *dom = idp + SANDBOX_ID_LEN + 1;
-        /* the domain, compared without either side's :port */
         size_t dl = (size_t) (end - dom), wl = strcspn(E.domain, ":");
         const char *colon = memchr(dom, ':', dl);
         if (colon)
                 dl = (size_t) (colon - dom);
         if (dl != wl || strncasecmp(dom, E.domain, wl))
                 return 0;
-        *ret_port = port;
+        if (port < 1 || port > 65535 || host[0] == '0')
+                return -1;
+        *ret_port = (int) port;
         memcpy(id, idp, SANDBOX_ID_LEN);
         id[SANDBOX_ID_LEN] = 0;
         return 1;
@@ -623,9 +631,7 @@ static int target_of(const char *host, const char *sid, const char *sport, char 
                 *ret_port = (int) p;
                 return 1;
         }
-        if (host && host_target(host, strlen(host), ret_port, id))
-                return 1;
-        return 0;
+        return host ? host_target(host, strlen(host), ret_port, id) : 0;
 }
 
 static enum route_status route_req(struct req *r) {
@@ -638,7 +644,11 @@ static enum route_status route_req(struct req *r) {
                 r->m = (struct route_match) { .status = ROUTE_FOUND, .row = &misdirected_row };
                 return ROUTE_FOUND;
         }
-        return envd_route(r, t == 1 ? id : NULL);
+        if (t < 0) {
+                r->m = (struct route_match) { .status = ROUTE_FOUND, .row = &bad_target_row };
+                return ROUTE_FOUND;
+        }
+        return envd_route(r, id);
 }
 
 /* ---- the listener: peek at the head, then hand the connection over ---- */
@@ -709,6 +719,17 @@ static void forward_port(struct econn *ec, const char *head, size_t n, const cha
 
 static void serve(struct econn *ec) {
         char head[65536];
+        if (E.tls) {
+                /* TLS ends here: from now on the connection is the bridge's plain end */
+                char err[256];
+                int fd = tls_bridge(E.tls, ec->fd, NULL, mono_ms() + PEEK_TIMEOUT_MS, err, sizeof(err));
+                ec->fd = -1;
+                if (fd < 0) {
+                        log_debug("e2b: TLS from %s failed: %s", ec->peer, err);
+                        return;
+                }
+                ec->fd = fd;
+        }
         size_t max = E.c->cfg->max_header < sizeof(head) ? E.c->cfg->max_header : sizeof(head);
         int64_t deadline = mono_ms() + PEEK_TIMEOUT_MS;
         ssize_t n = 0;
@@ -841,11 +862,21 @@ int e2b_start(struct ctl *c) {
                 snprintf(E.domain, sizeof(E.domain), "%s", cfg->e2b_domain);
         else
                 snprintf(E.domain, sizeof(E.domain), "localhost:%d", E.port);
+        if (*cfg->e2b_tls_cert) {
+                char err[512];
+                E.tls = tls_server_ctx(cfg->e2b_tls_cert, cfg->e2b_tls_key, err, sizeof(err));
+                if (!E.tls) {
+                        close(fd);
+                        return log_error_errno(-EINVAL, "[e2b] tls_cert/tls_key: %s", err);
+                }
+        }
         struct http_flavor fl = { .route_req = route_req, .key_header = "x-api-key", .error_body = error_body,
                                   .bad_id_status = 404, .unescape_slash = true };
         int r = http_start_flavor(c, &fl, &E.srv);
         if (r < 0) {
                 close(fd);
+                SSL_CTX_free(E.tls);
+                E.tls = NULL;
                 return r;
         }
         E.listen_fd = fd;
@@ -857,7 +888,8 @@ int e2b_start(struct ctl *c) {
                 return log_error_errno(-EAGAIN, "e2b listener: no thread");
         }
         E.running = true;
-        log_info("E2B's API on %s:%d (sandbox domain %s)", cfg->e2b_listen_addr, E.port, E.domain);
+        log_info("E2B's API on %s:%d (%s, sandbox domain %s)", cfg->e2b_listen_addr, E.port, E.tls ? "TLS" : "plain HTTP",
+                 E.domain);
         return 0;
 }
 
@@ -880,5 +912,10 @@ void e2b_stop(void) {
                 ;
         pthread_mutex_unlock(&E.lock);
         E.srv = http_stop(E.srv);
+        if (E.tls) {
+                tls_bridges_wait(2000);
+                SSL_CTX_free(E.tls);
+                E.tls = NULL;
+        }
         E.running = false;
 }

@@ -230,9 +230,10 @@ static int connect_request(struct req *r, bool stream, struct creq *ret) {
         const char *want = stream ? "application/connect+json" : "application/json";
         *ret = (struct creq) { .keepalive_s = KEEPALIVE_DEFAULT_S };
         if (!ct || strncasecmp(ct, want, strlen(want)) || (ct[strlen(want)] && ct[strlen(want)] != ';')) {
-                unary_error(r, PJ_CONNECT_UNIMPLEMENTED,
-                            "Content-Type must be %s: this envd speaks the Connect protocol with the JSON codec", want);
-                r->status = 415;
+                char msg[160];
+                snprintf(msg, sizeof(msg), "Content-Type must be %s: this envd speaks the Connect protocol with the JSON codec",
+                         want);
+                respond_json(r, 415, connect_error(PJ_CONNECT_UNIMPLEMENTED, msg));
                 return -EINVAL;
         }
         if (enc && strcasecmp(enc, "identity")) {
@@ -283,7 +284,8 @@ struct cstream {
         enum skind kind;
         struct agent_exec *x;
         struct agent_watch *w;
-        bool pty;
+        bool pty, kill_at_deadline;
+        char sandbox[SANDBOX_ID_LEN + 1];
         struct strbuf pending;
         size_t pending_off;
         bool done, counted;
@@ -332,17 +334,17 @@ static const char *signal_word(int sig) {
 }
 
 static void s_exit(struct cstream *t) {
-        int code = -1;
+        int code = -1, sig = agent_exec_term_signal(t->x);
         (void) agent_exec_exit_code(t->x, &code);
         cJSON *ev = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(ev, "end");
         char status[64];
-        if (code >= 0 && code <= 255) {
+        if (!sig) {
                 snprintf(status, sizeof(status), "exit status %d", code);
                 if (code)
                         json_add_int(e, "exitCode", code);
                 json_add_bool(e, "exited", true);
         } else {
-                int sig = code > 128 ? code - 128 : code < -1 ? -code : SIGKILL;
+                /* as Go's ProcessState says it: exit code -1, "signal: killed" */
                 const char *w = signal_word(sig);
                 if (w)
                         snprintf(status, sizeof(status), "signal: %s", w);
@@ -351,7 +353,7 @@ static void s_exit(struct cstream *t) {
                 json_add_int(e, "exitCode", -1);
         }
         json_add_str(e, "status", status);
-        if (code != 0)
+        if (sig || code)
                 json_add_str(e, "error", status);
         s_event(t, ev);
         s_end(t, 0, NULL);
@@ -383,6 +385,71 @@ static void s_keepalive(struct cstream *t) {
         }
 }
 
+/* Processes whose Start deadline outlives the client: killed at it by one thread (a job, so a
+ * shutdown waits for it). Bounded: when full, the process is killed at once instead. */
+#define LATER_MAX 1024
+static struct later {
+        char sandbox[SANDBOX_ID_LEN + 1];
+        uint32_t pid;
+        int64_t at;
+} later[LATER_MAX];
+static size_t n_later;
+static bool later_running;
+
+static void kill_one(struct ctl *c, const char *sandbox, uint32_t pid) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct api_error e = { 0 };
+        if (store_sandbox_get(c->store, sandbox, &sb) == 0 && sb.status == SB_READY)
+                (void) process_signal(c, &sb, pid, SIGKILL, &e);
+}
+
+static void later_job(struct ctl *c, void *arg) {
+        (void) arg;
+        for (;;) {
+                struct later due = { 0 };
+                pthread_mutex_lock(&kept_lock);
+                if (c->stopping || !n_later) {
+                        later_running = false;
+                        n_later = 0;
+                        pthread_mutex_unlock(&kept_lock);
+                        return;
+                }
+                int64_t now = mono_ms();
+                for (size_t i = 0; i < n_later; i++)
+                        if (later[i].at <= now) {
+                                due = later[i];
+                                later[i] = later[--n_later];
+                                break;
+                        }
+                pthread_mutex_unlock(&kept_lock);
+                if (due.pid)
+                        kill_one(c, due.sandbox, due.pid);
+                else
+                        usleep(100 * 1000);
+        }
+}
+
+static void kill_later(struct ctl *c, const char *sandbox, uint32_t pid, int64_t at) {
+        bool now = false, start = false;
+        pthread_mutex_lock(&kept_lock);
+        if (n_later == LATER_MAX)
+                now = true;
+        else {
+                later[n_later++] = (struct later) { .pid = pid, .at = at };
+                snprintf(later[n_later - 1].sandbox, sizeof(later[0].sandbox), "%s", sandbox);
+                start = !later_running;
+                later_running = true;
+        }
+        pthread_mutex_unlock(&kept_lock);
+        if (now)
+                kill_one(c, sandbox, pid);
+        if (start && ctl_spawn_job(c, later_job, NULL) < 0) {
+                pthread_mutex_lock(&kept_lock);
+                later_running = false;
+                pthread_mutex_unlock(&kept_lock);
+        }
+}
+
 static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         struct cstream *t = cls;
         (void) pos;
@@ -396,8 +463,8 @@ static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 }
                 int64_t now = mono_ms();
                 if (t->deadline && now >= t->deadline) {
-                        if (t->kind == S_PROCESS)
-                                (void) agent_exec_signal(t->x, SIGKILL);   /* envd: the timeout ends the process */
+                        if (t->kill_at_deadline)
+                                (void) agent_exec_signal(t->x, SIGKILL);   /* envd: Start's timeout ends the process */
                         s_end(t, PJ_CONNECT_DEADLINE_EXCEEDED, "The request's deadline (Connect-Timeout-Ms) passed");
                         continue;
                 }
@@ -406,8 +473,12 @@ static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         wait = (int) (t->deadline - now);
                 int k = t->kind == S_PROCESS ? agent_exec_read(t->x, wait, t->client_fd, s_output, t)
                                              : agent_watch_read(t->w, wait, t->client_fd, watch_event, t);
-                if (k == -ECONNRESET)
+                if (k == -ECONNRESET) {
+                        /* the client went; Start's timeout still ends the process at its time */
+                        if (t->kill_at_deadline && t->deadline && !agent_exec_term_signal(t->x))
+                                kill_later(t->c, t->sandbox, (uint32_t) agent_exec_pid(t->x), t->deadline);
                         return MHD_CONTENT_READER_END_WITH_ERROR;
+                }
                 if (k < 0 && k != -ENOBUFS) {
                         s_end(t, PJ_CONNECT_UNAVAILABLE, "Lost the connection to the sandbox's agent");
                         continue;
@@ -537,6 +608,8 @@ static enum MHD_Result p_start(struct req *r) {
                                      .rows = (int) in.rows, .cols = (int) in.cols };
         struct cstream *t = s_new(r, S_PROCESS, &q);
         t->pty = in.pty;
+        t->kill_at_deadline = true;
+        snprintf(t->sandbox, sizeof(t->sandbox), "%s", sb.id);
         int k = process_start_session(r->c, &sb, &spec, &t->x, &e);
         if (k < 0) {
                 s_free(t);
@@ -577,9 +650,7 @@ static enum MHD_Result p_connect(struct req *r) {
                 return s_fail(r, code_of(k), "%s", e.message);
         struct cstream *t = s_new(r, S_PROCESS, &q);
         _cleanup_(cJSON_Deletep) cJSON *cfg = kept_get(sb.id, pid, &t->pty);
-        t->deadline = 0;   /* a watcher's deadline ends the watch, not the process */
-        if (q.timeout_ms)
-                t->deadline = mono_ms() + q.timeout_ms;
+        /* Connect's deadline ends this stream, not the process (kill_at_deadline stays false) */
         k = process_attach(r->c, &sb, pid, &t->x, &e);
         if (k < 0) {
                 s_free(t);

@@ -1,0 +1,194 @@
+// sdk.mjs — E2B's own SDK (npm `e2b`, pinned in the Makefile) against Paddock, written as an E2B
+// user writes it and configured by environment only: E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL
+// (and, for getHost, E2B's sandbox domain as Paddock answers it). test-e2b runs it and reads its
+// lines: "ok <step>" for each step that held, "id <sandbox id>" for the C side's checks, and a
+// failure message with a non-zero exit otherwise.
+//
+// HOST_ADDR: where <port>-<id>.<domain> names resolve (the test's stand-in for wildcard DNS).
+import assert from 'node:assert/strict'
+import http from 'node:http'
+import { Sandbox, CommandExitError, TimeoutError, NotFoundError } from 'e2b'
+
+const hostAddr = process.env.HOST_ADDR || '127.0.0.1'
+const ok = (what) => console.log(`ok ${what}`)
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// GET http://<host>/ with <host> resolved to hostAddr, as wildcard DNS for the domain would.
+function getVia(host, path = '/') {
+  const [name, port] = host.split(':')
+  return new Promise((resolve, reject) => {
+    const req = http.get(
+      {
+        host: name,
+        port: Number(port) || 80,
+        path,
+        lookup: (_h, o, cb) => (o && o.all ? cb(null, [{ address: hostAddr, family: 4 }]) : cb(null, hostAddr, 4)),
+      },
+      (res) => {
+        let body = ''
+        res.setEncoding('utf8')
+        res.on('data', (d) => (body += d))
+        res.on('end', () => resolve({ status: res.statusCode, body }))
+      },
+    )
+    req.on('error', reject)
+    req.setTimeout(15000, () => req.destroy(new Error('timed out')))
+  })
+}
+
+const sbx = await Sandbox.create({ timeoutMs: 300_000, metadata: { suite: 'sdk', run: process.env.RUN_ID || 'x' }, envs: { GREETING: 'hello' } })
+console.log(`id ${sbx.sandboxId}`)
+ok('create')
+
+// ---- commands.run: output, exit codes, stderr, env, cwd, timeout
+{
+  const r = await sbx.commands.run('echo $GREETING; echo to-stderr >&2; pwd')
+  assert.equal(r.exitCode, 0)
+  assert.equal(r.stdout, 'hello\n/root\n')
+  assert.equal(r.stderr, 'to-stderr\n')
+  await assert.rejects(sbx.commands.run('echo partial; exit 7'), (e) => e instanceof CommandExitError && e.exitCode === 7 && e.stdout === 'partial\n')
+  const e2 = await sbx.commands.run('echo $A-$GREETING; pwd', { envs: { A: 'b', GREETING: 'over' }, cwd: '/tmp' })
+  assert.equal(e2.stdout, 'b-over\n/tmp\n')
+  await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1000 }), TimeoutError)
+  const gone = await sbx.commands.run('pgrep -x sleep || echo none')
+  assert.equal(gone.stdout.trim(), 'none', 'the timed-out command was killed')
+  ok('commands.run')
+}
+
+// ---- a background command: list, wait, kill
+{
+  const h = await sbx.commands.run('sleep 60', { background: true })
+  assert.ok(h.pid > 0)
+  const procs = await sbx.commands.list()
+  const me = procs.find((p) => p.pid === h.pid)
+  assert.ok(me, 'listed')
+  assert.equal(me.cmd, '/bin/bash')
+  assert.deepEqual(me.args, ['-l', '-c', 'sleep 60'])
+  assert.equal(await h.kill(), true)
+  await assert.rejects(h.wait(), (e) => e instanceof CommandExitError && e.exitCode === -1 && /signal: killed/.test(e.error))
+  const quick = await sbx.commands.run('sleep 0.3; echo done-bg', { background: true })
+  const res = await quick.wait()
+  assert.equal(res.stdout, 'done-bg\n')
+  // connect to a running one and see its exit
+  const later = await sbx.commands.run('sleep 1; exit 4', { background: true })
+  const again = await sbx.commands.connect(later.pid)
+  await assert.rejects(again.wait(), (e) => e instanceof CommandExitError && e.exitCode === 4)
+  ok('background wait kill connect')
+}
+
+// ---- stdin
+{
+  const c = await sbx.commands.run('tr a-z A-Z', { background: true, stdin: true })
+  await sbx.commands.sendStdin(c.pid, 'shout\n')
+  await sbx.commands.closeStdin(c.pid)
+  const r = await c.wait()
+  assert.equal(r.stdout, 'SHOUT\n')
+  ok('stdin')
+}
+
+// ---- files
+{
+  const w = await sbx.files.write('data/notes.txt', 'line one\n')
+  assert.equal(w.path, '/root/data/notes.txt')
+  assert.equal(await sbx.files.read('/root/data/notes.txt'), 'line one\n')
+  const bytes = new Uint8Array(70000).map((_, i) => (i * 7) & 0xff)
+  await sbx.files.write('/tmp/blob.bin', bytes)
+  const back = await sbx.files.read('/tmp/blob.bin', { format: 'bytes' })
+  assert.deepEqual(Buffer.from(back), Buffer.from(bytes))
+  await sbx.files.write([{ path: '/tmp/m/one.txt', data: '1' }, { path: '/tmp/m/two.txt', data: '2' }])
+  const names = (await sbx.files.list('/tmp/m')).map((e) => `${e.name}:${e.type}`).sort()
+  assert.deepEqual(names, ['one.txt:file', 'two.txt:file'])
+  assert.equal(await sbx.files.exists('/tmp/m/one.txt'), true)
+  assert.equal(await sbx.files.exists('/tmp/m/three.txt'), false)
+  assert.equal(await sbx.files.makeDir('/tmp/made/deep'), true)
+  assert.equal(await sbx.files.makeDir('/tmp/made/deep'), false)
+  const info = await sbx.files.getInfo('/tmp/made')
+  assert.equal(info.type, 'dir')
+  await sbx.files.rename('/tmp/m/two.txt', '/tmp/m/zwei.txt')
+  assert.equal(await sbx.files.read('/tmp/m/zwei.txt'), '2')
+  await sbx.files.remove('/tmp/m')
+  assert.equal(await sbx.files.exists('/tmp/m'), false)
+  await assert.rejects(sbx.files.read('/tmp/m/one.txt'), NotFoundError)
+  ok('files')
+}
+
+// ---- watchDir
+{
+  await sbx.files.makeDir('/tmp/watched')
+  const seen = []
+  const handle = await sbx.files.watchDir('/tmp/watched', (ev) => seen.push(`${ev.type}:${ev.name}`))
+  await sbx.files.write('/tmp/watched/new.txt', 'x')
+  for (let i = 0; i < 50 && !seen.some((s) => s === 'create:new.txt'); i++) await sleep(100)
+  await handle.stop()
+  assert.ok(seen.includes('create:new.txt'), `events: ${seen}`)
+  ok('watchDir')
+}
+
+// ---- pty
+{
+  let out = ''
+  const dec = new TextDecoder()
+  const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (out += dec.decode(d)) })
+  const enc = new TextEncoder()
+  await sbx.pty.sendInput(term.pid, enc.encode('stty size; tty\n'))
+  for (let i = 0; i < 50 && !/24 80[^]*\/dev\/pts\/\d+/.test(out); i++) await sleep(100)
+  assert.match(out, /24 80/)
+  assert.match(out, /\/dev\/pts\/\d+/)
+  await sbx.pty.resize(term.pid, { cols: 100, rows: 40 })
+  await sbx.pty.sendInput(term.pid, enc.encode('stty size; exit\n'))
+  await term.wait().catch(() => {})
+  assert.match(out, /40 100/)
+  ok('pty')
+}
+
+// ---- getHost: a server inside (bound to 127.0.0.1) reached from outside
+{
+  await sbx.files.write('/tmp/www/index.html', 'served-from-sandbox')
+  await sbx.commands.run('cd /tmp/www && exec python3 -m http.server 8000 --bind 127.0.0.1', { background: true, timeoutMs: 0 })
+  const host = sbx.getHost(8000)
+  assert.match(host, new RegExp(`^8000-${sbx.sandboxId}\\.`))
+  let res
+  for (let i = 0; i < 50; i++) {
+    res = await getVia(host, '/index.html')
+    if (res.status === 200) break
+    await sleep(200)
+  }
+  assert.equal(res.status, 200)
+  assert.equal(res.body, 'served-from-sandbox')
+  ok('getHost')
+}
+
+// ---- setTimeout, getInfo, list with metadata, connect
+{
+  await sbx.setTimeout(120_000)
+  const info = await sbx.getInfo()
+  const left = (info.endAt.getTime() - Date.now()) / 1000
+  assert.ok(left > 100 && left <= 121, `endAt ${left}s from now`)
+  assert.equal(info.state, 'running')
+  assert.deepEqual(info.metadata, { suite: 'sdk', run: process.env.RUN_ID || 'x' })
+  const found = await Sandbox.list({ query: { metadata: { run: process.env.RUN_ID || 'x' } } }).nextItems()
+  assert.deepEqual(found.map((s) => s.sandboxId), [sbx.sandboxId])
+  const none = await Sandbox.list({ query: { metadata: { run: 'no-such-run' } } }).nextItems()
+  assert.equal(none.length, 0)
+  const other = await Sandbox.connect(sbx.sandboxId)
+  assert.equal((await other.commands.run('echo via-connect')).stdout, 'via-connect\n')
+  assert.equal(await sbx.isRunning(), true)
+  ok('setTimeout list connect')
+}
+
+// ---- pause: refused rather than losing the filesystem (no persistent volume)
+{
+  await assert.rejects(sbx.pause(), /memory/)
+  await assert.rejects(Sandbox.pause(sbx.sandboxId, { keepMemory: false }), /lose its filesystem/)
+  ok('pause refused')
+}
+
+if (process.env.KEEP === '1') {
+  ok('kept')
+  process.exit(0) // the server's stream (timeoutMs: 0) would keep node waiting
+} else {
+  await sbx.kill()
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false)
+  await assert.rejects(Sandbox.getInfo(sbx.sandboxId), /not found/)
+  ok('kill')
+}

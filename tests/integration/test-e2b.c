@@ -1,0 +1,295 @@
+/* test-e2b.c — E2B's API as E2B's users meet it (issue 21). First E2B's own SDK (npm `e2b`,
+ * tests/e2b/sdk.mjs) runs a whole session against Paddock configured by environment only;
+ * then raw HTTP checks what the SDK never sends: wrong keys and tokens, another account's
+ * sandbox, refused fields named, bad Connect envelopes, a port outside 1-65535, Host routing
+ * under the domain, paging, and the same sandbox seen and destroyed through the Brimble API. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "ctltest.h"
+#include "runtimetest.h"
+#include "testlib.h"
+
+static void free_ptr(void *p) { free(p); }
+
+struct e2b {
+        struct ctld c;
+        int port;
+        char *key, *key_bob;
+};
+
+static char *admin_e2b_key(struct ctld *c, const char *name) {
+        _cleanup_free_ char *acc = NULL;
+        char *key = NULL;
+        ASSERT_EQ(ctld_admin(c, &acc, "account", "create", name, NULL), 0);
+        acc[strcspn(acc, "\n")] = 0;
+        ASSERT_EQ(ctld_admin(c, &key, "key", "issue", acc, "--e2b", NULL), 0);
+        key[strcspn(key, "\n")] = 0;
+        ASSERT_EQ(strlen(key), 44);
+        ASSERT_TRUE(strncmp(key, "e2b_", 4) == 0);
+        return key;
+}
+
+static void e2b_start(struct e2b *e) {
+        need_docker();
+        e->port = test_free_port();
+        char extra[256];
+        snprintf(extra, sizeof(extra), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = python-3.11\n", e->port);
+        ctld_start(&e->c, NULL, extra);
+        e->key = admin_e2b_key(&e->c, "alice");
+        e->key_bob = admin_e2b_key(&e->c, "bob");
+        test_on_exit(free_ptr, e->key);
+        test_on_exit(free_ptr, e->key_bob);
+}
+
+/* One request on its own connection (Connection: close): the whole answer, head and body. */
+static char *raw(int port, const char *head_fmt_done, const void *body, size_t len) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_GE(fd, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(connect(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        ASSERT_TRUE(send(fd, head_fmt_done, strlen(head_fmt_done), MSG_NOSIGNAL) == (ssize_t) strlen(head_fmt_done));
+        if (len)
+                ASSERT_TRUE(send(fd, body, len, MSG_NOSIGNAL) == (ssize_t) len);
+        size_t cap = 1 << 20, n = 0;
+        char *buf = xmalloc(cap + 1);
+        int64_t deadline = now_mono_ms() + 60000;
+        for (;;) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                ASSERT_TRUE(now_mono_ms() < deadline);
+                if (poll(&p, 1, 1000) <= 0)
+                        continue;
+                ssize_t k = recv(fd, buf + n, cap - n, 0);
+                if (k <= 0)
+                        break;
+                n += (size_t) k;
+        }
+        /* Connect envelopes hold NUL bytes in their headers: shown as '.', so text checks see it all */
+        for (size_t i = 0; i < n; i++)
+                if (!buf[i])
+                        buf[i] = '.';
+        buf[n] = 0;
+        close(fd);
+        return buf;
+}
+
+static int status_of(const char *resp) {
+        int st = 0;
+        ASSERT_EQ(sscanf(resp, "HTTP/1.1 %d", &st), 1);
+        return st;
+}
+
+static const char *body_of(const char *resp) {
+        const char *b = strstr(resp, "\r\n\r\n");
+        return b ? b + 4 : "";
+}
+
+/* A request with a JSON (or any) body and extra header lines ("K: V\r\n..."). */
+static char *req(struct e2b *e, const char *method, const char *path, const char *headers, const char *ctype, const void *body,
+                 size_t len) {
+        _cleanup_free_ char *head = xasprintf("%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n%s%s%s%s"
+                                              "Content-Length: %zu\r\n\r\n",
+                                              method, path, e->port, headers ? headers : "", ctype ? "Content-Type: " : "",
+                                              ctype ? ctype : "", ctype ? "\r\n" : "", len);
+        return raw(e->port, head, body, len);
+}
+
+static char *api(struct e2b *e, const char *method, const char *path, const char *key, const char *json) {
+        _cleanup_free_ char *h = key ? xasprintf("X-API-Key: %s\r\n", key) : xstrdup("");
+        return req(e, method, path, h, json ? "application/json" : NULL, json, json ? strlen(json) : 0);
+}
+
+#define EXPECT(resp, status, needle)                                                                                    \
+        do {                                                                                                            \
+                _cleanup_free_ char *_r = (resp);                                                                       \
+                if (status_of(_r) != (status) || !strstr(body_of(_r), (needle)))                                        \
+                        test_fail(__FILE__, __LINE__, "want %d with \"%s\", got: %.600s", (status), (needle), _r);       \
+        } while (0)
+
+/* POST /sandboxes as key: the new id and envd token. */
+static void create(struct e2b *e, const char *key, const char *body, char id[25], char token[65]) {
+        _cleanup_free_ char *r = api(e, "POST", "/sandboxes", key, body);
+        if (status_of(r) != 201)
+                test_fail(__FILE__, __LINE__, "create -> %.600s", r);
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(body_of(r));
+        ASSERT_NOT_NULL(o);
+        snprintf(id, 25, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandboxID")));
+        snprintf(token, 65, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdAccessToken")));
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdVersion")), "0.5.7");
+        ASSERT_EQ(strlen(id), 24);
+        ASSERT_EQ(strlen(token), 64);
+}
+
+/* A Connect call to envd of id: unary (application/json) or a stream (one envelope). */
+static char *envd(struct e2b *e, const char *id, const char *token, const char *method, bool stream, const void *msg, size_t len) {
+        _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\n%s%s%sConnect-Protocol-Version: 1\r\n", id,
+                                           token ? "X-Access-Token: " : "", token ? token : "", token ? "\r\n" : "");
+        _cleanup_free_ char *path = xasprintf("/%s", method);
+        if (!stream)
+                return req(e, "POST", path, h, "application/json", msg, len);
+        uint8_t *b = xmalloc(len + 5);
+        b[0] = 0;
+        b[1] = (uint8_t) (len >> 24), b[2] = (uint8_t) (len >> 16), b[3] = (uint8_t) (len >> 8), b[4] = (uint8_t) len;
+        memcpy(b + 5, msg, len);
+        char *r = req(e, "POST", path, h, "application/connect+json", b, len + 5);
+        free(b);
+        return r;
+}
+
+/* E2B's own SDK, a whole session, configured by environment only. */
+TEST_FULL(e2b_sdk_session, 600) {
+        const char *script = test_build_path("npm-e2b/e2b-sdk.mjs");
+        if (access(script, R_OK) != 0)
+                TEST_SKIP("build/npm-e2b/e2b-sdk.mjs is missing (make tests installs the e2b package and copies it)");
+        _cleanup_free_ char *script_copy = xstrdup(script);
+        struct e2b e;
+        e2b_start(&e);
+        char url[64], run[32];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", e.port);
+        snprintf(run, sizeof(run), "run%d", (int) getpid());
+        setenv("E2B_API_KEY", e.key, 1);
+        setenv("E2B_API_URL", url, 1);
+        setenv("E2B_SANDBOX_URL", url, 1);
+        setenv("RUN_ID", run, 1);
+        setenv("KEEP", "1", 1);
+        char *argv[] = { "node", script_copy, NULL };
+        _cleanup_free_ char *out = NULL;
+        int rc = test_run_capture(argv, &out, 1 << 20);
+        fprintf(stderr, "%s", out ? out : "");
+        if (rc != 0 || !strstr(out ? out : "", "ok kept"))
+                test_fail(__FILE__, __LINE__, "the SDK session failed (exit %d)", rc);
+        /* the same sandbox through the Brimble API: there, then destroyed there, gone here */
+        const char *idl = strstr(out, "id ");
+        ASSERT_NOT_NULL(idl);
+        char id[25];
+        snprintf(id, sizeof(id), "%.24s", idl + 3);
+        char path[64];
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        struct hres r;
+        http_req(&e.c, "GET", path, e.key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(cJSON_GetStringValue(data_item(&r, "status")), "ready");
+        hres_done(&r);
+        HTTP_EXPECT(&e.c, "DELETE", path, e.key, NULL, 204);
+        EXPECT(api(&e, "GET", path, e.key, NULL), 404, "not found");
+}
+
+TEST_FULL(e2b_refusals_and_routing, 600) {
+        struct e2b e;
+        e2b_start(&e);
+        /* keys */
+        EXPECT(api(&e, "GET", "/v2/sandboxes", NULL, NULL), 401, "\"code\":401");
+        EXPECT(api(&e, "GET", "/v2/sandboxes", "e2b_0000000000000000000000000000000000000000", NULL), 401, "Invalid API key");
+        EXPECT(api(&e, "GET", "/health", NULL, NULL), 204, "");
+        /* bodies: the field at fault named, never ignored */
+        EXPECT(api(&e, "POST", "/sandboxes", e.key, "{}"), 400, "templateID is required");
+        EXPECT(api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"colour\":1}"), 400, "Unknown field 'colour'");
+        EXPECT(api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"autoPause\":true}"), 400, "autoPause");
+        EXPECT(api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"secure\":false}"), 400, "secure");
+        EXPECT(api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"mcp\":{}}"), 400, "mcp");
+        EXPECT(api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"nope\"}"), 400, "templateID: no template");
+        EXPECT(api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"timeout\":99999999}"), 400, "timeout");
+        EXPECT(api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"envVars\":{\"1x\":\"y\"}}"), 400, "envVars.1x");
+        EXPECT(api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"network\":{\"denyOut\":[\"10.0.0.0/8\"]}}"), 400,
+               "network.denyOut[0]");
+        EXPECT(api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"network\":{\"maskRequestHost\":\"x\"}}"), 400,
+               "network.maskRequestHost");
+
+        char id[25], tok[65], id2[25], tok2[65];
+        create(&e, e.key, "{\"templateID\":\"base\",\"timeout\":300,\"metadata\":{\"k\":\"one\"}}", id, tok);
+        create(&e, e.key, "{\"templateID\":\"base\",\"timeout\":300,\"metadata\":{\"k\":\"two\"},"
+                          "\"network\":{\"allowPublicTraffic\":false}}",
+               id2, tok2);
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        /* another account: not found, not destroyable */
+        EXPECT(api(&e, "GET", path, e.key_bob, NULL), 404, "not found");
+        EXPECT(api(&e, "DELETE", path, e.key_bob, NULL), 404, "not found");
+        EXPECT(api(&e, "GET", "/sandboxes/not-a-paddock-id", e.key, NULL), 404, "");
+        EXPECT(api(&e, "GET", path, e.key, NULL), 200, "\"state\":\"running\"");
+        /* paging: one at a time, newest first, with X-Next-Token */
+        {
+                _cleanup_free_ char *p1 = api(&e, "GET", "/v2/sandboxes?limit=1", e.key, NULL);
+                ASSERT_EQ(status_of(p1), 200);
+                ASSERT_NOT_NULL(strstr(body_of(p1), id2));
+                ASSERT_NOT_NULL(strcasestr(p1, "X-Next-Token: 1"));
+                _cleanup_free_ char *p2 = api(&e, "GET", "/v2/sandboxes?limit=1&nextToken=1", e.key, NULL);
+                ASSERT_NOT_NULL(strstr(body_of(p2), id));
+                ASSERT_NULL(strcasestr(p2, "X-Next-Token"));
+                EXPECT(api(&e, "GET", "/v2/sandboxes?metadata=k%3Dtwo", e.key, NULL), 200, id2);
+                _cleanup_free_ char *p3 = api(&e, "GET", "/v2/sandboxes?metadata=k%3Dtwo", e.key, NULL);
+                ASSERT_NULL(strstr(body_of(p3), id));
+                EXPECT(api(&e, "GET", "/v2/sandboxes?limit=0", e.key, NULL), 400, "limit");
+                EXPECT(api(&e, "GET", "/v2/sandboxes?state=frozen", e.key, NULL), 400, "state");
+                EXPECT(api(&e, "GET", "/v2/sandboxes", e.key_bob, NULL), 200, "[]");
+        }
+        /* envd: the token, the sandbox's own and no other */
+        static const char stat_tmp[] = "{\"path\":\"/tmp\"}";
+        EXPECT(envd(&e, id, NULL, "filesystem.Filesystem/Stat", false, stat_tmp, strlen(stat_tmp)), 401, "unauthenticated");
+        EXPECT(envd(&e, id, tok2, "filesystem.Filesystem/Stat", false, stat_tmp, strlen(stat_tmp)), 401, "not this sandbox's");
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, stat_tmp, strlen(stat_tmp)), 200, "FILE_TYPE_DIRECTORY");
+        static const char extra_field[] = "{\"path\":\"/tmp\",\"extra\":1}";
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, extra_field, strlen(extra_field)), 400,
+               "Unknown field 'extra'");
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":", 8), 400, "invalid_argument");
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Nope", false, "{}", 2), 404, "No such envd endpoint");
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/CreateWatcher", false, "{\"path\":\"/tmp\"}", 15), 501, "unimplemented");
+        {
+                /* Connect streams: an envelope claiming 3 MiB, a truncated one, two messages */
+                static const char start[] = "{\"process\":{\"cmd\":\"/bin/echo\",\"args\":[\"hi\"]}}";
+                _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", id, tok);
+                uint8_t big[5 + 16] = { 0, 0, 0x30, 0, 0 };
+                EXPECT(req(&e, "POST", "/process.Process/Start", h, "application/connect+json", big, sizeof(big)), 400,
+                       "larger than the limit");
+                uint8_t cut[5 + 10] = { 0, 0, 0, 0, 40, '{' };
+                EXPECT(req(&e, "POST", "/process.Process/Start", h, "application/connect+json", cut, sizeof(cut)), 400, "truncated");
+                EXPECT(req(&e, "POST", "/process.Process/Start", h, "application/proto", start, strlen(start)), 415,
+                       "application/connect+json");
+                static const char bogus[] = "{\"process\":{\"cmd\":\"x\"},\"bogus\":1}";
+                EXPECT(envd(&e, id, tok, "process.Process/Start", true, bogus, strlen(bogus)), 200, "Unknown field 'bogus'");
+                EXPECT(envd(&e, id, tok, "process.Process/Start", true, start, strlen(start)), 200, "\"stdout\":\"aGkK\"");
+        }
+        /* a port outside 1-65535, and the misdirected one on an envd connection */
+        {
+                _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 70000\r\n", id);
+                EXPECT(req(&e, "GET", "/", h, NULL, NULL, 0), 400, "E2b-Sandbox-Port");
+                _cleanup_free_ char *h0 = xasprintf("E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 0\r\n", id);
+                EXPECT(req(&e, "GET", "/", h0, NULL, NULL, 0), 400, "E2b-Sandbox-Port");
+        }
+        /* Host routing under the domain: envd at 49983-<id>.localhost:<port>, another port forwarded */
+        {
+                _cleanup_free_ char *h = xasprintf("GET /health HTTP/1.1\r\nHost: 49983-%s.localhost:%d\r\nConnection: close\r\n\r\n", id,
+                                                   e.port);
+                EXPECT(raw(e.port, h, NULL, 0), 204, "");
+                _cleanup_free_ char *h2 = xasprintf("GET / HTTP/1.1\r\nHost: 8000-%s.localhost:%d\r\nConnection: close\r\n\r\n", id,
+                                                    e.port);
+                EXPECT(raw(e.port, h2, NULL, 0), 502, "Nothing is listening on port 8000");
+                /* not public: the traffic token is needed */
+                _cleanup_free_ char *h3 = xasprintf("GET / HTTP/1.1\r\nHost: 8000-%s.localhost:%d\r\nConnection: close\r\n\r\n", id2,
+                                                    e.port);
+                EXPECT(raw(e.port, h3, NULL, 0), 403, "traffic access token");
+                _cleanup_free_ char *h4 = xasprintf("GET / HTTP/1.1\r\nHost: 99999-%s.localhost:%d\r\nConnection: close\r\n\r\n", id,
+                                                    e.port);
+                EXPECT(raw(e.port, h4, NULL, 0), 400, "port");
+        }
+        /* timeout: set, refused beyond the plan, and through the Brimble API the same record */
+        snprintf(path, sizeof(path), "/sandboxes/%s/timeout", id);
+        EXPECT(api(&e, "POST", path, e.key, "{\"timeout\":60}"), 204, "");
+        EXPECT(api(&e, "POST", path, e.key, "{\"timeout\":-1}"), 400, "timeout");
+        EXPECT(api(&e, "POST", path, e.key, "{}"), 400, "timeout is required");
+        snprintf(path, sizeof(path), "/sandboxes/%s", id2);
+        HTTP_EXPECT(&e.c, "DELETE", path, e.key, NULL, 204);
+        EXPECT(api(&e, "GET", path, e.key, NULL), 404, "not found");
+        EXPECT(envd(&e, id2, tok2, "filesystem.Filesystem/Stat", false, stat_tmp, strlen(stat_tmp)), 502, "not found");
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        EXPECT(api(&e, "DELETE", path, e.key, NULL), 204, "");
+        EXPECT(api(&e, "DELETE", path, e.key, NULL), 404, "not found");
+}
