@@ -42,6 +42,7 @@ await_start() {
 BUILD=${PADDOCK_BUILD:-build}
 PORT=${PADDOCK_PORT:-8080}
 PREVIEW_PORT=${PADDOCK_PREVIEW_PORT:-8081}
+E2B_PORT=${PADDOCK_E2B_PORT:-3000}
 URL=http://127.0.0.1:$PORT
 CONF=$DEV/controld.conf
 AGENT_CONF=$DEV/nodeagent.conf
@@ -130,6 +131,9 @@ else
         if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PREVIEW_PORT" 2>/dev/null; then
                 die "127.0.0.1:$PREVIEW_PORT (preview URLs) is already in use by something else ($(ss -Hltnp "sport = :$PREVIEW_PORT" | awk '{print $NF}' | head -n1)); set PADDOCK_PREVIEW_PORT to another port"
         fi
+        if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$E2B_PORT" 2>/dev/null; then
+                die "127.0.0.1:$E2B_PORT (E2B's API) is already in use by something else ($(ss -Hltnp "sport = :$E2B_PORT" | awk '{print $NF}' | head -n1)); set PADDOCK_E2B_PORT to another port"
+        fi
 fi
 
 cat >"$CONF" <<EOF
@@ -137,6 +141,8 @@ cat >"$CONF" <<EOF
 listen = 127.0.0.1:$PORT
 [preview]
 listen = 127.0.0.1:$PREVIEW_PORT
+[e2b]
+listen = 127.0.0.1:$E2B_PORT
 [store]
 path = $DEV/controld.db
 [scheduler]
@@ -233,7 +239,18 @@ if [[ -z $KEY ]]; then
         code=$(status_with "$KEY")
         [[ $code == 200 ]] || warn "the new key gets HTTP $code from GET $URL/sandboxes (expected 200)"
 fi
-(umask 077; printf 'PADDOCK_URL=%s\nPADDOCK_API_KEY=%s\n' "$URL" "$KEY" >"$DEV/env.tmp")
+# E2B's SDKs take only keys shaped e2b_<hex>: the dev account holds one too
+E2B_KEY=""
+if [[ -r $DEV/env ]]; then
+        old=$(sed -n 's/^E2B_API_KEY=//p' "$DEV/env" | tail -n1)
+        [[ -n $old && $(status_with "$old") == 200 ]] && E2B_KEY=$old
+fi
+if [[ -z $E2B_KEY ]]; then
+        E2B_KEY=$("$CONTROLD" admin -f "$CONF" key issue dev --e2b) || die "controld admin key issue dev --e2b failed"
+        E2B_KEY=$(tail -n1 <<<"$E2B_KEY")
+fi
+(umask 077; printf 'PADDOCK_URL=%s\nPADDOCK_API_KEY=%s\nE2B_API_KEY=%s\nE2B_API_URL=http://127.0.0.1:%s\nE2B_SANDBOX_URL=http://127.0.0.1:%s\n' \
+        "$URL" "$KEY" "$E2B_KEY" "$E2B_PORT" "$E2B_PORT" >"$DEV/env.tmp")
 chmod 0600 "$DEV/env.tmp"
 mv "$DEV/env.tmp" "$DEV/env"
 
@@ -253,6 +270,9 @@ Paddock is up at $URL   (key and URL also in $DEV/env)
   # preview a server running in the sandbox (prints a URL to open in a browser with its token)
   curl -s -X POST $URL/sandboxes/<id>/processes -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"cmd":"python3 -m http.server 8000 --bind 127.0.0.1"}'
   curl -s -X POST $URL/sandboxes/<id>/previews -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"port":8000}' | jq -r '.data.url + "?paddock_token=" + .data.token'
+
+  # E2B's SDK (npm e2b / pip e2b) against this Paddock: set these three, then use it as usual
+  export E2B_API_KEY=$E2B_KEY E2B_API_URL=http://127.0.0.1:$E2B_PORT E2B_SANDBOX_URL=http://127.0.0.1:$E2B_PORT
 
   make down    # stop controld, the node agent and the services 'make up' started
 EOF

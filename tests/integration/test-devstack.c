@@ -11,7 +11,7 @@
 #include "testlib.h"
 
 static char devdir[512], state[512];
-static int port, preview_port;
+static int port, preview_port, e2b_port;
 
 static int run_script(const char *script, char **out) {
         char portstr[16];
@@ -19,6 +19,8 @@ static int run_script(const char *script, char **out) {
         setenv("PADDOCK_PORT", portstr, 1);
         snprintf(portstr, sizeof(portstr), "%d", preview_port);
         setenv("PADDOCK_PREVIEW_PORT", portstr, 1);
+        snprintf(portstr, sizeof(portstr), "%d", e2b_port);
+        setenv("PADDOCK_E2B_PORT", portstr, 1);
         setenv("PADDOCK_DEV_DIR", devdir, 1);
         setenv("PADDOCK_STATE", state, 1);
         char *argv[] = { (char *) script, NULL };
@@ -119,6 +121,9 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         port = probe.port;
         ctld_stop(&probe);
         preview_port = test_free_port();
+        do
+                e2b_port = test_free_port();
+        while (e2b_port == preview_port);
         test_on_exit(down_hook, NULL);
 
         _cleanup_free_ char *out1 = NULL, *out2 = NULL, *out3 = NULL;
@@ -138,6 +143,21 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         snprintf(envpath, sizeof(envpath), "%s/env", devdir);
         ASSERT_EQ(stat(envpath, &st), 0);
         ASSERT_EQ(st.st_mode & 0777, 0600);
+
+        /* E2B's API: an e2b_ key in the env file and in the printed export line, valid there */
+        _cleanup_free_ char *e2b_key1 = env_value("E2B_API_KEY");
+        ASSERT_NOT_NULL(e2b_key1);
+        ASSERT_TRUE(strncmp(e2b_key1, "e2b_", 4) == 0);
+        ASSERT_CONTAINS(out1, "export E2B_API_KEY=");
+        ASSERT_CONTAINS(out1, e2b_key1);
+        {
+                _cleanup_free_ char *cmd = xasprintf("curl -s -o /dev/null -w '%%{http_code}' -H 'X-API-Key: %s' "
+                                                     "http://127.0.0.1:%d/v2/sandboxes", e2b_key1, e2b_port);
+                char *argv[] = { "bash", "-c", cmd, NULL };
+                _cleanup_free_ char *res = NULL;
+                ASSERT_EQ(test_run_capture(argv, &res, 1 << 12), 0);
+                ASSERT_STREQ(res, "200");
+        }
 
         /* The printed one-paste command works as printed. */
         {
@@ -196,6 +216,8 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
         ASSERT_EQ(run_script("tests/env/up.sh", &out2), 0);
         _cleanup_free_ char *key2 = env_value("PADDOCK_API_KEY");
         ASSERT_STREQ(key2, key1);
+        _cleanup_free_ char *e2b_key2 = env_value("E2B_API_KEY");
+        ASSERT_STREQ(e2b_key2, e2b_key1);
         HTTP_EXPECT(&c, "GET", "/sandboxes", key2, NULL, 200);
         ASSERT_EQ(read_pid("nodeagent"), agent1);
         ASSERT_EQ(read_pid("controld"), ctl1);
