@@ -1,4 +1,5 @@
-/* Every public-API request validator in proto-json/pj_api.h, and through them
+/* Every public-API request validator in proto-json/pj_api.h and pj_e2b.h (E2B's bodies and
+ * envd's Connect messages), and through them
  * proto-json's own strict JSON reader (static in pj_api.c; every validator starts with
  * it). Each input goes through all of them, so an input that is good for one validator
  * is explored for all. Properties, from the contract in pj_api.h:
@@ -13,6 +14,7 @@
 #include "cleanup.h"
 #include "fuzz.h"
 #include "pj_api.h"
+#include "pj_e2b.h"
 
 #define MAX_FILE 4096
 #define MAX_TOTAL 65536
@@ -138,6 +140,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
                 FUZZ_ASSERT(total <= MAX_TOTAL, "total %zu", total);
         });
+
+        /* E2B's bodies and envd's messages */
+        RUN(pj_e2b_create, pj_e2b_create_parse(b, size, &v, &e), pj_e2b_create_done, {
+                FUZZ_ASSERT(v.template_id && v.template_id[0] && strlen(v.template_id) <= 128, "templateID");
+                FUZZ_ASSERT(v.timeout_s >= 0 && v.timeout_s <= PJ_E2B_MAX_TIMEOUT_S, "timeout %lld", (long long) v.timeout_s);
+                check_egress(&v.egress);
+        });
+        RUN(pj_envd_start, pj_envd_start_parse(b, size, &v, &e), pj_envd_start_done, {
+                FUZZ_ASSERT(v.cmd && v.cmd[0], "cmd");
+                FUZZ_ASSERT(v.args && !v.args[v.n_args] && v.n_args < PJ_E2B_MAX_ARGS, "%zu args", v.n_args);
+                FUZZ_ASSERT(!v.pty || (v.rows >= 1 && v.rows <= 65535 && v.cols >= 1 && v.cols <= 65535), "pty size");
+                check_env(v.env_keys, v.env_values, v.n_env);
+        });
+        RUN(pj_envd_input, pj_envd_input_parse(b, size, &v, &e), pj_envd_input_done, {
+                FUZZ_ASSERT(v.len <= PJ_E2B_MAX_INPUT, "input of %zu bytes", v.len);
+                FUZZ_ASSERT(!v.process.pid != !v.process.tag, "selector");
+        });
+        for (int k = PJ_ENVD_FS_PATH; k <= PJ_ENVD_FS_WATCH; k++)
+                RUN(pj_envd_fs, pj_envd_fs_parse(b, size, (enum pj_envd_fs_kind) k, &v, &e), pj_envd_fs_done, {
+                        FUZZ_ASSERT(v.path && v.path[0] && strlen(v.path) <= PJ_E2B_MAX_PATH, "path");
+                        FUZZ_ASSERT((k == PJ_ENVD_FS_MOVE) == (v.to != NULL), "destination");
+                        FUZZ_ASSERT(v.depth >= 1 && v.depth <= 64, "depth %u", v.depth);
+                });
 
         /* The path check on the input as a C string. */
         if (size <= 8192 && !memchr(data, 0, size)) {
