@@ -4,7 +4,8 @@
  * reschedules (a lost host fails the sandbox; it is never silently moved), network
  * cni/<profile> by egress mode, a docker task under gVisor. Placement waits with blocking
  * queries (index/wait) on the evaluation and then the allocations, never by polling in a tight
- * loop. A failed placement purges the job. Pause and resume scale the group to 0 and 1.
+ * loop. A failed placement purges the job. Pause and resume scale the group to 0 and 1 (a
+ * sandbox resuming from a snapshot image registers its job again with that image).
  * Exec and file transfer go over Nomad's alloc exec WebSocket, on a libcurl CONNECT_ONLY
  * connection (so TLS and mTLS are libcurl's) with common/ws framing.
  *
@@ -408,8 +409,10 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
         int r;
 
         nomad_ctx_ids(job, NULL);
-        /* Resume: the job is still registered at count 0; a new allocation comes from scaling. */
-        if (sb->status == SB_RESUMING) {
+        /* Resume: the job is still registered at count 0; a new allocation comes from scaling.
+         * A sandbox whose image became a snapshot meanwhile (E2B's pause keeps the filesystem
+         * so) registers the job again instead: its task must start from that image. */
+        if (sb->status == SB_RESUMING && !sb->from_snapshot) {
                 r = scale(n, job, 1, "resume", &eval, &min_index, err, errlen);
                 if (r >= 0)
                         scaled = true;

@@ -338,8 +338,15 @@ static enum MHD_Result post_timeout(struct req *r) {
         return respond_empty(r, 204);
 }
 
+#define PAUSE_SNAPSHOT "e2b-pause"
+
+/* A pause keeps the filesystem as E2B's does: a snapshot of the running container first (the
+ * snapshot machinery: the node's agent commits and pushes it), the sandbox's image becomes that
+ * snapshot, then Paddock's pause; connect resumes it from there. Memory is not kept. */
 static enum MHD_Result post_pause(struct req *r) {
+        struct ctl *c = r->c;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         struct pj_error pe = { 0 };
         struct api_error e = { 0 };
         bool memory = true;
@@ -351,13 +358,52 @@ static enum MHD_Result post_pause(struct req *r) {
                 return respond_error(r, 409, "sandbox \"%s\" is already paused", sb.id);
         if (memory)
                 return respond_error(r, 400, "memory: pausing with the memory kept is not supported on this server; pause "
-                                             "with keepMemory: false (memory: false)");
-        if (!sb.persistent)
-                return respond_error(r, 400, "memory: false: this sandbox has no persistent volume, so a pause would lose its "
-                                             "filesystem; pausing is refused rather than losing data");
-        int k = sandbox_pause(r->c, &sb, &e);
+                                             "with keepMemory: false (memory: false) to keep the filesystem");
+        log_ctx_set("SANDBOX_ID", sb.id);
+        int k = snapshot_create(c, &r->acc, sb.id, PAUSE_SNAPSHOT, false, &sn, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
+        /* the node's agent commits and pushes; its event settles the record */
+        char snap_id[SANDBOX_ID_LEN + 1];
+        snprintf(snap_id, sizeof(snap_id), "%s", sn.id);
+        int64_t deadline = mono_ms() + ((int64_t) c->cfg->snap_timeout_s + 10) * 1000;
+        while (sn.status == SNAP_CREATING && mono_ms() < deadline && !c->stopping) {
+                usleep(200 * 1000);
+                snapshot_clear(&sn);
+                if (store_snapshot_get(c->store, snap_id, &sn) < 0)
+                        return respond_error(r, 500, "The pause's snapshot record went away");
+        }
+        if (sn.status != SNAP_READY)
+                return respond_error(r, 500, "The pause's snapshot of the filesystem %s; the sandbox keeps running",
+                                     sn.status == SNAP_FAILED ? (sn.failure_reason ? sn.failure_reason : "failed") : "did not finish in time");
+        /* the sandbox resumes from the snapshot; the previous pause's snapshot is no longer needed */
+        _cleanup_free_ char *old_snap = NULL;
+        {
+                SANDBOX_LOCK_GUARD(lock, c, sb.id);
+                _cleanup_sandbox_ struct sandbox now = { 0 };
+                if (store_sandbox_get(c->store, sb.id, &now) < 0 || now.status != SB_READY)
+                        return respond_error(r, 409, "sandbox \"%s\" changed while it was being paused", sb.id);
+                old_snap = now.from_snapshot ? xstrdup(now.from_snapshot) : NULL;
+                free(now.image);
+                now.image = snapshot_image_ref(&sn);
+                free(now.from_snapshot);
+                now.from_snapshot = xstrdup(sn.id);
+                if (store_sandbox_update(c->store, &now) < 0)
+                        return respond_error(r, 500, "Failed to record the pause's snapshot");
+                sandbox_clear(&sb);
+                sb = now;
+                now = (struct sandbox) { 0 };
+        }
+        k = sandbox_pause(c, &sb, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        if (old_snap) {
+                _cleanup_(snapshot_clear) struct snapshot o = { 0 };
+                if (store_snapshot_get(c->store, old_snap, &o) == 0 && o.name && !strcmp(o.name, PAUSE_SNAPSHOT) &&
+                    !strcmp(o.sandbox_id, sb.id))
+                        (void) snapshot_delete(c, &r->acc, old_snap, &e);
+        }
+        log_info("e2b: sandbox paused, its filesystem in snapshot %s", sn.id);
         return respond_empty(r, 204);
 }
 

@@ -49,48 +49,9 @@ static void e2b_start(struct e2b *e) {
         test_on_exit(free_ptr, e->key_bob);
 }
 
-/* One request on its own connection (Connection: close): the whole answer, head and body. */
-static char *raw(int port, const char *head_fmt_done, const void *body, size_t len) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        ASSERT_GE(fd, 0);
-        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ASSERT_EQ(connect(fd, (struct sockaddr *) &a, sizeof(a)), 0);
-        ASSERT_TRUE(send(fd, head_fmt_done, strlen(head_fmt_done), MSG_NOSIGNAL) == (ssize_t) strlen(head_fmt_done));
-        if (len)
-                ASSERT_TRUE(send(fd, body, len, MSG_NOSIGNAL) == (ssize_t) len);
-        size_t cap = 1 << 20, n = 0;
-        char *buf = xmalloc(cap + 1);
-        int64_t deadline = now_mono_ms() + 60000;
-        for (;;) {
-                struct pollfd p = { .fd = fd, .events = POLLIN };
-                ASSERT_TRUE(now_mono_ms() < deadline);
-                if (poll(&p, 1, 1000) <= 0)
-                        continue;
-                ssize_t k = recv(fd, buf + n, cap - n, 0);
-                if (k <= 0)
-                        break;
-                n += (size_t) k;
-        }
-        /* Connect envelopes hold NUL bytes in their headers: shown as '.', so text checks see it all */
-        for (size_t i = 0; i < n; i++)
-                if (!buf[i])
-                        buf[i] = '.';
-        buf[n] = 0;
-        close(fd);
-        return buf;
-}
-
-static int status_of(const char *resp) {
-        int st = 0;
-        ASSERT_EQ(sscanf(resp, "HTTP/1.1 %d", &st), 1);
-        return st;
-}
-
-static const char *body_of(const char *resp) {
-        const char *b = strstr(resp, "\r\n\r\n");
-        return b ? b + 4 : "";
-}
+#define raw test_raw_http
+#define status_of test_raw_status
+#define body_of test_raw_body
 
 /* A request with a JSON (or any) body and extra header lines ("K: V\r\n..."). */
 static char *req(struct e2b *e, const char *method, const char *path, const char *headers, const char *ctype, const void *body,

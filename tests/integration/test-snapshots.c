@@ -687,3 +687,64 @@ TEST_FULL(automatic_snapshots_expire_by_age_after_destroy, 420) {
                         ASSERT_EQ(manifest_status(p), 404);
         DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", manual, 204);
 }
+
+/* E2B's pause (issue 21) keeps the filesystem through a snapshot: a file written through envd
+ * is there again after POST /pause {memory:false} and /connect; a second pause replaces the
+ * first pause's snapshot; a pause keeping memory is refused by name. */
+static char *e2b_call(int port, const char *method, const char *path, const char *key, const char *sandbox, const char *token,
+                      const char *ctype, const void *body, size_t len) {
+        _cleanup_free_ char *sbh = sandbox ? xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", sandbox, token) : xstrdup("");
+        _cleanup_free_ char *kh = key ? xasprintf("X-API-Key: %s\r\n", key) : xstrdup("");
+        _cleanup_free_ char *ct = ctype ? xasprintf("Content-Type: %s\r\n", ctype) : xstrdup("");
+        _cleanup_free_ char *head = xasprintf("%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n%s%s%s"
+                                              "Content-Length: %zu\r\n\r\n",
+                                              method, path, port, kh, sbh, ct, len);
+        return test_raw_http(port, head, body, len);
+}
+
+static void e2b_expect(int line, char *resp, int status, const char *needle) {
+        if (test_raw_status(resp) != status || !strstr(test_raw_body(resp), needle))
+                test_fail(__FILE__, line, "want %d with \"%s\", got: %.600s", status, needle, resp);
+        free(resp);
+}
+
+TEST_FULL(e2b_pause_keeps_the_filesystem, 600) {
+        struct ctld c;
+        int port = test_free_port();
+        char more[160];
+        snprintf(more, sizeof(more), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = busybox\n", port);
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", more, true, NULL);
+        static const char create[] = "{\"templateID\":\"base\",\"timeout\":900,\"allow_internet_access\":false}";
+        _cleanup_free_ char *cr = e2b_call(port, "POST", "/sandboxes", key, NULL, NULL, "application/json", create, strlen(create));
+        ASSERT_EQ(test_raw_status(cr), 201);
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(cr));
+        char id[25], tok[65], path[128];
+        snprintf(id, sizeof(id), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandboxID")));
+        snprintf(tok, sizeof(tok), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdAccessToken")));
+        e2b_expect(__LINE__, e2b_call(port, "POST", "/files?path=/data/keep.txt", NULL, id, tok, "application/octet-stream", "kept", 4),
+                   200, "/data/keep.txt");
+        snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
+        e2b_expect(__LINE__, e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{}", 2), 400, "memory");
+        for (int round = 1; round <= 2; round++) {
+                snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
+                e2b_expect(__LINE__, e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{\"memory\":false}", 16),
+                           204, "");
+                snprintf(path, sizeof(path), "/sandboxes/%s", id);
+                e2b_expect(__LINE__, e2b_call(port, "GET", path, key, NULL, NULL, NULL, NULL, 0), 200, "\"state\":\"paused\"");
+                e2b_expect(__LINE__, e2b_call(port, "GET", "/files?path=/data/keep.txt", NULL, id, tok, NULL, NULL, 0), 502,
+                           "paused");
+                snprintf(path, sizeof(path), "/sandboxes/%s/connect", id);
+                e2b_expect(__LINE__, e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{\"timeout\":900}", 15),
+                           201, id);
+                e2b_expect(__LINE__, e2b_call(port, "GET", "/files?path=/data/keep.txt", NULL, id, tok, NULL, NULL, 0), 200, "kept");
+        }
+        /* one pause snapshot is left (the second replaced the first), listed in the Brimble API */
+        struct hres r;
+        http_req(&c, "GET", "/sandboxes/snapshots", key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        int pauses = 0;
+        for (const char *p = r.body; (p = strstr(p, "\"e2b-pause\"")); p++)
+                pauses++;
+        hres_done(&r);
+        ASSERT_EQ(pauses, 1);
+}

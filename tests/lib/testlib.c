@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
+#include "strutil.h"
 #include "testlib.h"
 
 #define TEST_MAX 512
@@ -331,4 +333,47 @@ int test_notify_socket(const char *path, int flags) {
         ASSERT_EQ(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
         setenv("NOTIFY_SOCKET", path, 1);
         return fd;
+}
+
+char *test_raw_http(int port, const char *head, const void *body, size_t len) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_GE(fd, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(connect(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        ASSERT_TRUE(send(fd, head, strlen(head), MSG_NOSIGNAL) == (ssize_t) strlen(head));
+        if (len)
+                ASSERT_TRUE(send(fd, body, len, MSG_NOSIGNAL) == (ssize_t) len);
+        size_t cap = 1 << 20, n = 0;
+        char *buf = xmalloc(cap + 1);
+        int64_t deadline = mono_ms() + 60000;
+        for (;;) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                if (mono_ms() >= deadline)
+                        test_fail(__FILE__, __LINE__, "no whole answer from port %d within 60 s", port);
+                if (poll(&p, 1, 1000) <= 0)
+                        continue;
+                ssize_t k = recv(fd, buf + n, cap - n, 0);
+                if (k <= 0)
+                        break;
+                n += (size_t) k;
+        }
+        for (size_t i = 0; i < n; i++)
+                if (!buf[i])
+                        buf[i] = '.';
+        buf[n] = 0;
+        close(fd);
+        return buf;
+}
+
+int test_raw_status(const char *resp) {
+        int st = 0;
+        if (sscanf(resp, "HTTP/1.%*d %d", &st) != 1)
+                test_fail(__FILE__, __LINE__, "no status line in: %.300s", resp);
+        return st;
+}
+
+const char *test_raw_body(const char *resp) {
+        const char *b = strstr(resp, "\r\n\r\n");
+        return b ? b + 4 : "";
 }

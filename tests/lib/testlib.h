@@ -116,6 +116,14 @@ char *test_random_input(unsigned *seed, int max_len, bool any_byte, const char *
 bool test_port_open(int port);
 /* A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick). */
 int test_free_port(void);
+/* One HTTP exchange on its own connection to 127.0.0.1:port: head (whole, CRLFs and the blank
+ * line included) and len bytes of body sent, then everything read until the server closes,
+ * within 60 s. NUL bytes in the answer read as '.', so text checks see all of it (Connect
+ * envelopes). The caller frees it. */
+char *test_raw_http(int port, const char *head, const void *body, size_t len);
+/* Its status code (the test fails without a status line) and where its body starts. */
+int test_raw_status(const char *resp);
+const char *test_raw_body(const char *resp);
 /* Starts path with argv (argv[0] included, NULL-terminated), its stdout and stderr appended
  * to the file log. Returns the child's pid; the caller waits for it. */
 pid_t test_spawn_logged(const char *path, const char *const argv[], const char *log);
