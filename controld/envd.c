@@ -23,6 +23,8 @@
 #include "json.h"
 #include "log.h"
 #include "pj_e2b.h"
+#include "pj_fields.h"
+#include "pj_json.h"
 #include "process.h"
 #include "strutil.h"
 
@@ -1031,6 +1033,205 @@ static enum MHD_Result fs_watch(struct req *r) {
         return s_respond(r, t);
 }
 
+/* ---- watchers polled by id (CreateWatcher, GetWatcherEvents, RemoveWatcher: the sync Python
+ * SDK's watch_dir). Each holds one agent connection with its WATCH; events wait in the agent's
+ * bounded buffer until polled. Bounded: WATCHERS_MAX in all, WATCHERS_PER_SANDBOX each; one not
+ * polled for WATCHER_IDLE_MS is dropped. ---- */
+
+#define WATCHERS_MAX 256
+#define WATCHERS_PER_SANDBOX 8
+#define WATCHER_IDLE_MS (10 * 60 * 1000)
+#define WATCHER_EVENTS_MAX 4096
+
+struct watcher {
+        char id[SANDBOX_ID_LEN + 1];     /* the watcher's own id (random) */
+        char sandbox[SANDBOX_ID_LEN + 1];
+        struct agent_watch *w;
+        int64_t last_poll;
+        bool busy;                       /* a poll is reading it */
+};
+static pthread_mutex_t watchers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct watcher watchers[WATCHERS_MAX];
+
+/* Drops idle watchers (their connections closed outside the lock). */
+static void watchers_expire(void) {
+        struct agent_watch *gone[WATCHERS_MAX];
+        size_t n = 0;
+        int64_t now = mono_ms();
+        pthread_mutex_lock(&watchers_lock);
+        for (size_t i = 0; i < WATCHERS_MAX; i++)
+                if (watchers[i].w && !watchers[i].busy && now - watchers[i].last_poll > WATCHER_IDLE_MS) {
+                        gone[n++] = watchers[i].w;
+                        watchers[i] = (struct watcher) { 0 };
+                }
+        pthread_mutex_unlock(&watchers_lock);
+        for (size_t i = 0; i < n; i++)
+                agent_watch_free(gone[i]);
+}
+
+static enum MHD_Result fs_create_watcher(struct req *r) {
+        FS_LOCALS;
+        (void) cl;
+        struct creq q;
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
+                return MHD_YES;
+        if (pj_envd_fs_parse(q.msg, q.len, PJ_ENVD_FS_WATCH, &in, &pe) < 0)
+                return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+        path = resolve(in.path);
+        if (!path)
+                return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "path is too long");
+        watchers_expire();
+        pthread_mutex_lock(&watchers_lock);
+        size_t mine = 0, slot = WATCHERS_MAX;
+        for (size_t i = 0; i < WATCHERS_MAX; i++) {
+                if (watchers[i].id[0] && !strcmp(watchers[i].sandbox, sb.id))
+                        mine++;
+                if (!watchers[i].id[0] && slot == WATCHERS_MAX)
+                        slot = i;
+        }
+        if (mine >= WATCHERS_PER_SANDBOX || slot == WATCHERS_MAX) {
+                pthread_mutex_unlock(&watchers_lock);
+                return unary_error(r, PJ_CONNECT_RESOURCE_EXHAUSTED, "at most %d watchers per sandbox (%d on this server): "
+                                   "remove one first", WATCHERS_PER_SANDBOX, WATCHERS_MAX);
+        }
+        struct watcher *wt = &watchers[slot];
+        hexid_new(wt->id);
+        snprintf(wt->sandbox, sizeof(wt->sandbox), "%s", sb.id);
+        wt->busy = true;   /* reserved while the WATCH is set up */
+        wt->last_poll = mono_ms();
+        char id[SANDBOX_ID_LEN + 1];
+        memcpy(id, wt->id, sizeof(id));
+        pthread_mutex_unlock(&watchers_lock);
+        struct agent_watch *w = NULL;
+        int k = process_watch(r->c, &sb, path, in.recursive, &w, &e);
+        pthread_mutex_lock(&watchers_lock);
+        if (k < 0)
+                *wt = (struct watcher) { 0 };
+        else {
+                wt->w = w;
+                wt->busy = false;
+        }
+        pthread_mutex_unlock(&watchers_lock);
+        if (k < 0)
+                return unary_error(r, k == -EINVAL ? PJ_CONNECT_INVALID_ARGUMENT : code_of(k), "%s", e.message);
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "watcherId", id);
+        return unary_ok(r, o);
+}
+
+struct evlist {
+        cJSON *events;
+        size_t n;
+};
+
+static int collect_event(int event, const char *path, bool dir, void *ud) {
+        static const char *const names[] = { [PJ_AGENT_EV_CREATE] = "EVENT_TYPE_CREATE", [PJ_AGENT_EV_WRITE] = "EVENT_TYPE_WRITE",
+                                             [PJ_AGENT_EV_REMOVE] = "EVENT_TYPE_REMOVE", [PJ_AGENT_EV_RENAME] = "EVENT_TYPE_RENAME",
+                                             [PJ_AGENT_EV_CHMOD] = "EVENT_TYPE_CHMOD" };
+        struct evlist *l = ud;
+        (void) dir;
+        if (event < 1 || event > PJ_AGENT_EV_CHMOD || !utf8_valid(path, strlen(path)))
+                return 0;
+        cJSON *f = cJSON_CreateObject();
+        json_add_str(f, "name", path);
+        json_add_str(f, "type", names[event]);
+        cJSON_AddItemToArray(l->events, f);
+        return ++l->n >= WATCHER_EVENTS_MAX ? -ENOBUFS : 0;   /* the rest waits for the next poll */
+}
+
+/* The watcher id of a GetWatcherEvents / RemoveWatcher message, checked to be this sandbox's. */
+static int watcher_message(struct req *r, struct sandbox *sb, char id[SANDBOX_ID_LEN + 1]) {
+        struct creq q;
+        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, sb) < 0)
+                return -EINVAL;
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        struct pj_error pe = { 0 };
+        static const char *const names[] = { "watcherId", "watcher_id" };
+        const struct pj_json *v = NULL;
+        if (pj_json_parse_object(q.msg, q.len, true, &root, &pe) < 0 ||
+            pj_check_fields(root, "", names, ELEMENTSOF(names), &pe) < 0) {
+                unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+                return -EINVAL;
+        }
+        v = pj_json_member(root, "watcherId");
+        if (!v)
+                v = pj_json_member(root, "watcher_id");
+        if (!v || v->type != PJ_JSON_STRING || !hexid_valid_n(v->str, v->str_len)) {
+                unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "watcherId is required: the id CreateWatcher answered");
+                return -EINVAL;
+        }
+        memcpy(id, v->str, SANDBOX_ID_LEN);
+        id[SANDBOX_ID_LEN] = 0;
+        return 0;
+}
+
+/* The watcher, taken (busy) for the caller: its slot, or NULL (answered not_found). */
+static struct watcher *watcher_take(struct req *r, const struct sandbox *sb, const char *id) {
+        struct watcher *found = NULL;
+        pthread_mutex_lock(&watchers_lock);
+        for (size_t i = 0; i < WATCHERS_MAX && !found; i++)
+                if (watchers[i].w && !watchers[i].busy && !strcmp(watchers[i].id, id) && !strcmp(watchers[i].sandbox, sb->id))
+                        found = &watchers[i];
+        if (found)
+                found->busy = true;
+        pthread_mutex_unlock(&watchers_lock);
+        if (!found)
+                unary_error(r, PJ_CONNECT_NOT_FOUND, "watcher %s not found (removed, expired after 10 minutes without a poll, "
+                            "or in use by another poll)", id);
+        return found;
+}
+
+static enum MHD_Result fs_get_watcher_events(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        char id[SANDBOX_ID_LEN + 1];
+        if (watcher_message(r, &sb, id) < 0)
+                return MHD_YES;
+        struct watcher *wt = watcher_take(r, &sb, id);
+        if (!wt)
+                return MHD_YES;
+        cJSON *o = cJSON_CreateObject();
+        struct evlist l = { .events = cJSON_AddArrayToObject(o, "events") };
+        int k = agent_watch_read(wt->w, 0, -1, collect_event, &l);
+        bool ended = k == 1, truncated = ended && agent_watch_truncated(wt->w);
+        struct agent_watch *drop = NULL;
+        pthread_mutex_lock(&watchers_lock);
+        wt->busy = false;
+        wt->last_poll = mono_ms();
+        if (ended || (k < 0 && k != -ENOBUFS)) {
+                drop = wt->w;
+                *wt = (struct watcher) { 0 };
+        }
+        pthread_mutex_unlock(&watchers_lock);
+        agent_watch_free(drop);
+        if (truncated) {
+                cJSON_Delete(o);
+                return unary_error(r, PJ_CONNECT_DATA_LOSS, "events were lost (polled too slowly): list the directory again");
+        }
+        if (k < 0 && k != -ENOBUFS && !l.n) {
+                cJSON_Delete(o);
+                return unary_error(r, PJ_CONNECT_UNAVAILABLE, "lost the connection to the sandbox's agent");
+        }
+        return unary_ok(r, o);
+}
+
+static enum MHD_Result fs_remove_watcher(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        char id[SANDBOX_ID_LEN + 1];
+        if (watcher_message(r, &sb, id) < 0)
+                return MHD_YES;
+        struct watcher *wt = watcher_take(r, &sb, id);
+        if (!wt)
+                return MHD_YES;
+        pthread_mutex_lock(&watchers_lock);
+        struct agent_watch *drop = wt->w;
+        *wt = (struct watcher) { 0 };
+        pthread_mutex_unlock(&watchers_lock);
+        agent_watch_free(drop);
+        return unary_ok(r, cJSON_CreateObject());
+}
+
 /* ---- HTTP: /files, /health, /envs ---- */
 
 static enum MHD_Result get_health(struct req *r) {
@@ -1306,9 +1507,9 @@ static const struct route envd_routes[] = {
         { "POST", "/filesystem.Filesystem/ListDir",         "envd filesystem.ListDir",             NULL, false, false, L, NULL, fs_listdir },
         { "POST", "/filesystem.Filesystem/Remove",          "envd filesystem.Remove",              NULL, false, false, L, NULL, fs_remove },
         { "POST", "/filesystem.Filesystem/WatchDir",        "envd filesystem.WatchDir",            NULL, false, false, L, NULL, fs_watch },
-        { "POST", "/filesystem.Filesystem/CreateWatcher",   "envd filesystem.CreateWatcher",       NULL, false, false, L, NULL, unimplemented },
-        { "POST", "/filesystem.Filesystem/GetWatcherEvents", "envd filesystem.GetWatcherEvents",   NULL, false, false, L, NULL, unimplemented },
-        { "POST", "/filesystem.Filesystem/RemoveWatcher",   "envd filesystem.RemoveWatcher",       NULL, false, false, L, NULL, unimplemented },
+        { "POST", "/filesystem.Filesystem/CreateWatcher",   "envd filesystem.CreateWatcher",       NULL, false, false, L, NULL, fs_create_watcher },
+        { "POST", "/filesystem.Filesystem/GetWatcherEvents", "envd filesystem.GetWatcherEvents",   NULL, false, false, L, NULL, fs_get_watcher_events },
+        { "POST", "/filesystem.Filesystem/RemoveWatcher",   "envd filesystem.RemoveWatcher",       NULL, false, false, L, NULL, fs_remove_watcher },
 };
 static const struct route unknown_row = { "GET", "/", "envd unknown", NULL, false, false, J, NULL, not_found };
 #undef J

@@ -202,7 +202,36 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
                "Unknown field 'extra'");
         EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":", 8), 400, "invalid_argument");
         EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Nope", false, "{}", 2), 404, "No such envd endpoint");
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/CreateWatcher", false, "{\"path\":\"/tmp\"}", 15), 501, "unimplemented");
+        EXPECT(envd(&e, id, tok, "process.Process/StreamInput", false, "{}", 2), 501, "unimplemented");
+        {
+                /* the polled watchers (the sync Python SDK's watch_dir) */
+                static const char mk[] = "{\"path\":\"/tmp/pw\"}", cw[] = "{\"path\":\"/tmp/pw\",\"recursive\":false}";
+                EXPECT(envd(&e, id, tok, "filesystem.Filesystem/MakeDir", false, mk, strlen(mk)), 200, "FILE_TYPE_DIRECTORY");
+                _cleanup_free_ char *w = envd(&e, id, tok, "filesystem.Filesystem/CreateWatcher", false, cw, strlen(cw));
+                ASSERT_EQ(status_of(w), 200);
+                _cleanup_(cJSON_Deletep) cJSON *wo = cJSON_Parse(body_of(w));
+                const char *wid = cJSON_GetStringValue(cJSON_GetObjectItem(wo, "watcherId"));
+                ASSERT_NOT_NULL(wid);
+                _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", id, tok);
+                EXPECT(req(&e, "POST", "/files?path=/tmp/pw/seen.txt", h, "application/octet-stream", "x", 1), 200, "seen.txt");
+                _cleanup_free_ char *poll_msg = xasprintf("{\"watcherId\":\"%s\"}", wid);
+                char *ev = NULL;
+                for (int i = 0; i < 50; i++) {
+                        free(ev);
+                        ev = envd(&e, id, tok, "filesystem.Filesystem/GetWatcherEvents", false, poll_msg, strlen(poll_msg));
+                        ASSERT_EQ(status_of(ev), 200);
+                        if (strstr(body_of(ev), "seen.txt"))
+                                break;
+                        usleep(100000);
+                }
+                EXPECT(ev, 200, "\"name\":\"seen.txt\",\"type\":\"EVENT_TYPE_CREATE\"");
+                /* not another sandbox's: its token opens only its own watchers */
+                EXPECT(envd(&e, id2, tok2, "filesystem.Filesystem/GetWatcherEvents", false, poll_msg, strlen(poll_msg)), 404,
+                       "not found");
+                EXPECT(envd(&e, id, tok, "filesystem.Filesystem/RemoveWatcher", false, poll_msg, strlen(poll_msg)), 200, "{}");
+                EXPECT(envd(&e, id, tok, "filesystem.Filesystem/GetWatcherEvents", false, poll_msg, strlen(poll_msg)), 404,
+                       "not found");
+        }
         {
                 /* Connect streams: an envelope claiming 3 MiB, a truncated one, two messages */
                 static const char start[] = "{\"process\":{\"cmd\":\"/bin/echo\",\"args\":[\"hi\"]}}";
