@@ -547,7 +547,8 @@ static enum MHD_Result list_common(struct req *r, bool v2) {
                 pj_e2b_kv_free(kv, nkv);
                 return respond_error(r, 500, "Failed to list sandboxes");
         }
-        qsort(a, n, sizeof(*a), cmp_created_asc);
+        if (n)
+                qsort(a, n, sizeof(*a), cmp_created_asc);
         bool asc = order && !strcmp(order, "asc");
         cJSON *items = cJSON_CreateArray();
         int64_t seen = 0, added = 0;
