@@ -776,10 +776,54 @@ static enum MHD_Result p_update(struct req *r) {
         return unary_ok(r, cJSON_CreateObject());
 }
 
-static enum MHD_Result unimplemented(struct req *r) {
-        const char *name = strrchr(r->path, '/');
-        return unary_error(r, PJ_CONNECT_UNIMPLEMENTED, "%s is not implemented on this server (envd %s)", name ? name + 1 : r->path,
-                           PJ_E2B_ENVD_VERSION);
+/* StreamInput (client streaming): the request body is a stream of envelopes, start first, then
+ * data and keepalives; each data goes to the process's stdin in order. The body is read whole
+ * before this runs (bounded by [server] max_body), so input arrives when the request ends; the
+ * SDKs use SendInput. The answer: one empty message, then the end of the stream. */
+static enum MHD_Result p_stream_input(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct api_error e = { 0 };
+        const char *ct = req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+        if (!ct || strncasecmp(ct, "application/connect+json", 24))
+                return respond_json(r, 415, connect_error(PJ_CONNECT_UNIMPLEMENTED, "Content-Type must be application/connect+json"));
+        if (envd_sandbox(r, true, &sb) < 0)
+                return MHD_YES;
+        const uint8_t *p = (const uint8_t *) (r->body.buf ? r->body.buf : "");
+        size_t left = r->body.len;
+        uint32_t pid = 0;
+        for (size_t n = 0; left; n++) {
+                uint8_t flags = 0;
+                const uint8_t *m = NULL;
+                size_t ml = 0, used = 0;
+                int k = pj_connect_envelope_decode(p, left, PJ_CONNECT_MAX_MESSAGE, &flags, &m, &ml, &used);
+                if (k <= 0)
+                        return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "message %zu: %s", n,
+                                      k == -EMSGSIZE ? "larger than the limit (2 MiB)" : k == -EPROTO ? "compressed" : "truncated");
+                p += used;
+                left -= used;
+                enum pj_envd_stream_kind kind = 0;
+                _cleanup_(pj_envd_input_done) struct pj_envd_input in = { 0 };
+                struct pj_error pe = { 0 };
+                if (pj_envd_stream_input_parse((const char *) m, ml, &kind, &in, &pe) < 0)
+                        return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "message %zu: %s", n, pe.message);
+                if ((kind == PJ_ENVD_STREAM_START) != (n == 0))
+                        return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "message %zu: the first message, and only it, is start", n);
+                if (kind == PJ_ENVD_STREAM_START)
+                        k = select_pid(r->c, &sb, &in.process, &pid, &e);
+                else if (kind == PJ_ENVD_STREAM_DATA)
+                        k = process_stdin(r->c, &sb, pid, (const char *) in.data, in.len, false, &e);
+                if (k < 0)
+                        return s_fail(r, code_of(k), "%s", e.message);
+        }
+        if (!pid)
+                return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "the stream has no start message");
+        struct strbuf b;
+        strbuf_init(&b, 0);
+        env_append(&b, 0, cJSON_CreateObject());
+        env_end(&b, 0, NULL);
+        enum MHD_Result res = respond_raw(r, 200, "application/connect+json", b.buf, b.len);
+        strbuf_done(&b);
+        return res;
 }
 
 /* ---- filesystem.Filesystem ---- */
@@ -1500,7 +1544,7 @@ static const struct route envd_routes[] = {
         { "POST", "/process.Process/SendSignal",            "envd process.SendSignal",             NULL, false, false, L, NULL, p_signal },
         { "POST", "/process.Process/CloseStdin",            "envd process.CloseStdin",             NULL, false, false, L, NULL, p_close_stdin },
         { "POST", "/process.Process/Update",                "envd process.Update",                 NULL, false, false, L, NULL, p_update },
-        { "POST", "/process.Process/StreamInput",           "envd process.StreamInput",            NULL, false, false, L, NULL, unimplemented },
+        { "POST", "/process.Process/StreamInput",           "envd process.StreamInput",            NULL, false, false, L, NULL, p_stream_input },
         { "POST", "/filesystem.Filesystem/Stat",            "envd filesystem.Stat",                NULL, false, false, L, NULL, fs_stat },
         { "POST", "/filesystem.Filesystem/MakeDir",         "envd filesystem.MakeDir",             NULL, false, false, L, NULL, fs_mkdir },
         { "POST", "/filesystem.Filesystem/Move",            "envd filesystem.Move",                NULL, false, false, L, NULL, fs_move },

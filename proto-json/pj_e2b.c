@@ -681,25 +681,66 @@ static int bytes_field(const struct pj_json *m, const char *path, size_t max, ui
         return 0;
 }
 
+/* input: {stdin: base64} or {pty: base64}, at prefix. */
+static int input_field(const struct pj_json *in, const char *prefix, struct pj_envd_input *s, struct pj_error *err) {
+        static const char *const inames[] = { "stdin", "pty" };
+        char p[PJ_PATH_MAX];
+        if (!in || in->type != PJ_JSON_OBJECT)
+                return pj_error_set(err, prefix, "%s is required: {\"stdin\": base64} or {\"pty\": base64}", prefix);
+        int r = pj_check_fields(in, prefix, inames, ELEMENTSOF(inames), err);
+        if (r < 0)
+                return r;
+        const struct pj_json *sd = pj_json_member(in, "stdin"), *pt = pj_json_member(in, "pty");
+        if ((sd != NULL) == (pt != NULL))
+                return pj_error_set(err, prefix, "%s must have exactly one of stdin and pty", prefix);
+        s->pty = pt != NULL;
+        return bytes_field(sd ? sd : pt, pj_mkpath(p, prefix, sd ? "stdin" : "pty"), PJ_E2B_MAX_INPUT, &s->data, &s->len, err);
+}
+
 int pj_envd_input_parse(const char *msg, size_t len, struct pj_envd_input *ret, struct pj_error *err) {
-        static const char *const names[] = { "process", "input" }, *const inames[] = { "stdin", "pty" };
+        static const char *const names[] = { "process", "input" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_envd_input_done) struct pj_envd_input s = { 0 };
         int r = message(msg, len, &root, err);
         if (r < 0 || (r = check_message(root, "", names, ELEMENTSOF(names), err)) < 0 ||
-            (r = selector(pj_json_member(root, "process"), "process", &s.process, err)) < 0)
+            (r = selector(pj_json_member(root, "process"), "process", &s.process, err)) < 0 ||
+            (r = input_field(pj_json_member(root, "input"), "input", &s, err)) < 0)
                 return r;
-        const struct pj_json *in = pj_json_member(root, "input");
-        if (!in || in->type != PJ_JSON_OBJECT)
-                return pj_error_set(err, "input", "input is required: {\"stdin\": base64} or {\"pty\": base64}");
-        if ((r = pj_check_fields(in, "input", inames, ELEMENTSOF(inames), err)) < 0)
+        *ret = TAKE_STRUCT(s);
+        return 0;
+}
+
+int pj_envd_stream_input_parse(const char *msg, size_t len, enum pj_envd_stream_kind *ret_kind, struct pj_envd_input *ret,
+                               struct pj_error *err) {
+        static const char *const names[] = { "start", "data", "keepalive" }, *const start_names[] = { "process" },
+                                 *const data_names[] = { "input" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        _cleanup_(pj_envd_input_done) struct pj_envd_input s = { 0 };
+        int r = message(msg, len, &root, err);
+        if (r < 0 || (r = pj_check_fields(root, "", names, ELEMENTSOF(names), err)) < 0)
                 return r;
-        const struct pj_json *sd = pj_json_member(in, "stdin"), *pt = pj_json_member(in, "pty");
-        if ((sd != NULL) == (pt != NULL))
-                return pj_error_set(err, "input", "input must have exactly one of stdin and pty");
-        s.pty = pt != NULL;
-        if ((r = bytes_field(sd ? sd : pt, sd ? "input.stdin" : "input.pty", PJ_E2B_MAX_INPUT, &s.data, &s.len, err)) < 0)
-                return r;
+        if (root->n != 1)
+                return pj_error_set(err, "", "A StreamInputRequest has exactly one of start, data and keepalive");
+        const struct pj_json *m = root->child;
+        if (m->type != PJ_JSON_OBJECT)
+                return pj_error_set(err, m->key, "%s must be an object", m->key);
+        enum pj_envd_stream_kind kind;
+        if (pj_json_key_is(m, "start")) {
+                kind = PJ_ENVD_STREAM_START;
+                if ((r = pj_check_fields(m, "start", start_names, ELEMENTSOF(start_names), err)) < 0 ||
+                    (r = selector(pj_json_member(m, "process"), "start.process", &s.process, err)) < 0)
+                        return r;
+        } else if (pj_json_key_is(m, "data")) {
+                kind = PJ_ENVD_STREAM_DATA;
+                if ((r = pj_check_fields(m, "data", data_names, ELEMENTSOF(data_names), err)) < 0 ||
+                    (r = input_field(pj_json_member(m, "input"), "data.input", &s, err)) < 0)
+                        return r;
+        } else {
+                kind = PJ_ENVD_STREAM_KEEPALIVE;
+                if ((r = pj_check_fields(m, "keepalive", NULL, 0, err)) < 0)
+                        return r;
+        }
+        *ret_kind = kind;
         *ret = TAKE_STRUCT(s);
         return 0;
 }

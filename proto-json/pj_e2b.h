@@ -135,6 +135,11 @@ struct pj_envd_input {
 void pj_envd_input_done(struct pj_envd_input *s);
 int pj_envd_input_parse(const char *msg, size_t len, struct pj_envd_input *ret, struct pj_error *err);
 
+/* One StreamInputRequest: {start: {process}}, {data: {input}} or {keepalive: {}}. */
+enum pj_envd_stream_kind { PJ_ENVD_STREAM_START = 1, PJ_ENVD_STREAM_DATA, PJ_ENVD_STREAM_KEEPALIVE };
+int pj_envd_stream_input_parse(const char *msg, size_t len, enum pj_envd_stream_kind *ret_kind, struct pj_envd_input *ret,
+                               struct pj_error *err);
+
 /* SendSignalRequest: signal SIGNAL_SIGTERM (15) or SIGNAL_SIGKILL (9), by name or number. */
 int pj_envd_signal_parse(const char *msg, size_t len, struct pj_envd_selector *ret, int *ret_signo, struct pj_error *err);
 /* UpdateRequest: {process, pty: {size: {cols, rows}}}; rows/cols 0 when pty is absent. */

@@ -15,6 +15,7 @@
 #include "cleanup.h"
 #include "ctltest.h"
 #include "runtimetest.h"
+#include "strutil.h"
 #include "testlib.h"
 
 static void free_ptr(void *p) { free(p); }
@@ -202,7 +203,50 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
                "Unknown field 'extra'");
         EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":", 8), 400, "invalid_argument");
         EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Nope", false, "{}", 2), 404, "No such envd endpoint");
-        EXPECT(envd(&e, id, tok, "process.Process/StreamInput", false, "{}", 2), 501, "unimplemented");
+        {
+                /* StreamInput (client streaming): start, then data, in one body; the process was
+                 * started through the Brimble API, the same sandbox */
+                struct hres pr;
+                char ppath[96];
+                snprintf(ppath, sizeof(ppath), "/sandboxes/%s/processes", id);
+                http_req(&e.c, "POST", ppath, e.key, "{\"cmd\":\"head -c 6 > /tmp/si.txt\",\"stdin\":true}", &pr);
+                ASSERT_EQ(pr.status, 201);
+                long pid = (long) data_int(&pr, "pid");
+                hres_done(&pr);
+                _cleanup_free_ char *m1 = xasprintf("{\"start\":{\"process\":{\"pid\":%ld}}}", pid);
+                static const char m2[] = "{\"data\":{\"input\":{\"stdin\":\"Zmlyc3Qt\"}}}";  /* "first-" */
+                struct strbuf b;
+                strbuf_init(&b, 0);
+                const char *msgs[] = { m1, m2 };
+                for (size_t i = 0; i < 2; i++) {
+                        uint32_t n = (uint32_t) strlen(msgs[i]);
+                        uint8_t h[5] = { 0, (uint8_t) (n >> 24), (uint8_t) (n >> 16), (uint8_t) (n >> 8), (uint8_t) n };
+                        strbuf_append(&b, h, 5);
+                        strbuf_append(&b, msgs[i], n);
+                }
+                _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", id, tok);
+                {
+                        _cleanup_free_ char *si = req(&e, "POST", "/process.Process/StreamInput", h, "application/connect+json",
+                                                      b.buf, b.len);
+                        ASSERT_EQ(status_of(si), 200);
+                        /* a message {} and the end of the stream {} */
+                        ASSERT_TRUE(!strcmp(body_of(si), "....\x02{}\x02...\x02{}"));
+                }
+                /* data before start is refused */
+                EXPECT(req(&e, "POST", "/process.Process/StreamInput", h, "application/connect+json", b.buf + 5 + strlen(m1),
+                           b.len - 5 - strlen(m1)),
+                       200, "only it, is start");
+                strbuf_done(&b);
+                char *got = NULL;
+                for (int i = 0; i < 50; i++) {
+                        free(got);
+                        got = req(&e, "GET", "/files?path=/tmp/si.txt", h, NULL, NULL, 0);
+                        if (strstr(body_of(got), "first-"))
+                                break;
+                        usleep(100000);
+                }
+                EXPECT(got, 200, "first-");
+        }
         {
                 /* the polled watchers (the sync Python SDK's watch_dir) */
                 static const char mk[] = "{\"path\":\"/tmp/pw\"}", cw[] = "{\"path\":\"/tmp/pw\",\"recursive\":false}";

@@ -257,3 +257,23 @@ TEST(selector_input_signal_update_fs) {
         refused(__LINE__, pj_envd_fs_parse(S("{}"), PJ_ENVD_FS_PATH, &f, &e), &e, "path", "required");
         pj_envd_fs_done(&f);
 }
+
+TEST(stream_input_messages) {
+        struct pj_error e = { 0 };
+        enum pj_envd_stream_kind k = 0;
+        struct pj_envd_input in = { 0 };
+        ASSERT_OK(pj_envd_stream_input_parse(S("{\"start\":{\"process\":{\"pid\":9}}}"), &k, &in, &e));
+        ASSERT_EQ(k, PJ_ENVD_STREAM_START);
+        ASSERT_EQ(in.process.pid, 9);
+        pj_envd_input_done(&in);
+        ASSERT_OK(pj_envd_stream_input_parse(S("{\"data\":{\"input\":{\"stdin\":\"aGk=\"}}}"), &k, &in, &e));
+        ASSERT_EQ(k, PJ_ENVD_STREAM_DATA);
+        ASSERT_EQ(in.len, 2);
+        pj_envd_input_done(&in);
+        ASSERT_OK(pj_envd_stream_input_parse(S("{\"keepalive\":{}}"), &k, &in, &e));
+        ASSERT_EQ(k, PJ_ENVD_STREAM_KEEPALIVE);
+        refused(__LINE__, pj_envd_stream_input_parse(S("{\"keepalive\":{},\"data\":{}}"), &k, &in, &e), &e, "", "exactly one");
+        refused(__LINE__, pj_envd_stream_input_parse(S("{\"data\":{\"input\":{}}}"), &k, &in, &e), &e, "data.input", "exactly one");
+        refused(__LINE__, pj_envd_stream_input_parse(S("{\"start\":{}}"), &k, &in, &e), &e, "start.process", "required");
+        pj_envd_input_done(&in);
+}
