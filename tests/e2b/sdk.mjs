@@ -5,8 +5,11 @@
 // failure message with a non-zero exit otherwise.
 //
 // HOST_ADDR: where <port>-<id>.<domain> names resolve (the test's stand-in for wildcard DNS).
+// With an https E2B_API_URL the sandbox's ports are fetched over TLS too (NODE_EXTRA_CA_CERTS
+// names the CA, as it would for a private one).
 import assert from 'node:assert/strict'
 import http from 'node:http'
+import https from 'node:https'
 import { Sandbox, CommandExitError, TimeoutError, NotFoundError } from 'e2b'
 
 const hostAddr = process.env.HOST_ADDR || '127.0.0.1'
@@ -14,10 +17,11 @@ const ok = (what) => console.log(`ok ${what}`)
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
 // GET http://<host>/ with <host> resolved to hostAddr, as wildcard DNS for the domain would.
+const tls = (process.env.E2B_API_URL || '').startsWith('https:')
 function getVia(host, path = '/') {
   const [name, port] = host.split(':')
   return new Promise((resolve, reject) => {
-    const req = http.get(
+    const req = (tls ? https : http).get(
       {
         host: name,
         port: Number(port) || 80,

@@ -17,6 +17,7 @@
 #include "runtimetest.h"
 #include "strutil.h"
 #include "testlib.h"
+#include "tlstest.h"
 
 static void free_ptr(void *p) { free(p); }
 
@@ -38,16 +39,21 @@ static char *admin_e2b_key(struct ctld *c, const char *name) {
         return key;
 }
 
-static void e2b_start(struct e2b *e) {
+static void e2b_start_with(struct e2b *e, const char *more) {
         need_docker();
-        e->port = test_free_port();
-        char extra[256];
-        snprintf(extra, sizeof(extra), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = python-3.11\n", e->port);
+        if (!e->port)
+                e->port = test_free_port();
+        char extra[1024];
+        snprintf(extra, sizeof(extra), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = python-3.11\n%s", e->port, more ? more : "");
         ctld_start(&e->c, NULL, extra);
         e->key = admin_e2b_key(&e->c, "alice");
         e->key_bob = admin_e2b_key(&e->c, "bob");
         test_on_exit(free_ptr, e->key);
         test_on_exit(free_ptr, e->key_bob);
+}
+
+static void e2b_start(struct e2b *e) {
+        e2b_start_with(e, NULL);
 }
 
 #define raw test_raw_http
@@ -106,23 +112,35 @@ static char *envd(struct e2b *e, const char *id, const char *token, const char *
         return r;
 }
 
-/* E2B's own SDK, a whole session, configured by environment only. */
-TEST_FULL(e2b_sdk_session, 600) {
+/* E2B's own SDK, a whole session, configured by environment only (over TLS in controld when
+ * tls is set: the SDK trusts the test's CA through NODE_EXTRA_CA_CERTS). */
+static void sdk_session(bool tls) {
         const char *script = test_build_path("npm-e2b/e2b-sdk.mjs");
         if (access(script, R_OK) != 0)
                 TEST_SKIP("build/npm-e2b/e2b-sdk.mjs is missing (make tests installs the e2b package and copies it)");
         _cleanup_free_ char *script_copy = xstrdup(script);
-        struct e2b e;
-        e2b_start(&e);
+        struct e2b e = { 0 };
+        struct tlstest t;
+        char more[1024] = "";
+        if (tls) {
+                /* a wildcard certificate needs a domain of two labels at least (not *.localhost) */
+                tlstest_make(&t, test_tmpdir(), "e2b", "IP:127.0.0.1,DNS:*.e2b.paddock.test");
+                int port = test_free_port();
+                snprintf(more, sizeof(more), "tls_cert = %s\ntls_key = %s\ndomain = e2b.paddock.test:%d\n", t.cert, t.key, port);
+                e.port = port;
+                setenv("NODE_EXTRA_CA_CERTS", t.ca, 1);
+        }
+        e2b_start_with(&e, more);
         char url[64], run[32];
-        snprintf(url, sizeof(url), "http://127.0.0.1:%d", e.port);
+        snprintf(url, sizeof(url), "%s://127.0.0.1:%d", tls ? "https" : "http", e.port);
         snprintf(run, sizeof(run), "run%d", (int) getpid());
         setenv("E2B_API_KEY", e.key, 1);
         setenv("E2B_API_URL", url, 1);
         setenv("E2B_SANDBOX_URL", url, 1);
         setenv("RUN_ID", run, 1);
         setenv("KEEP", "1", 1);
-        char *argv[] = { "node", script_copy, NULL };
+        /* its stderr too: an assertion's message is what a failure shows */
+        char *argv[] = { "sh", "-c", "exec node \"$0\" 2>&1", script_copy, NULL };
         _cleanup_free_ char *out = NULL;
         int rc = test_run_capture(argv, &out, 1 << 20);
         fprintf(stderr, "%s", out ? out : "");
@@ -141,11 +159,20 @@ TEST_FULL(e2b_sdk_session, 600) {
         ASSERT_STREQ(cJSON_GetStringValue(data_item(&r, "status")), "ready");
         hres_done(&r);
         HTTP_EXPECT(&e.c, "DELETE", path, e.key, NULL, 204);
-        EXPECT(api(&e, "GET", path, e.key, NULL), 404, "not found");
+        if (!tls)
+                EXPECT(api(&e, "GET", path, e.key, NULL), 404, "not found");
+}
+
+TEST_FULL(e2b_sdk_session, 600) {
+        sdk_session(false);
+}
+
+TEST_FULL(e2b_sdk_session_over_tls, 600) {
+        sdk_session(true);
 }
 
 TEST_FULL(e2b_refusals_and_routing, 600) {
-        struct e2b e;
+        struct e2b e = { 0 };
         e2b_start(&e);
         /* keys */
         EXPECT(api(&e, "GET", "/v2/sandboxes", NULL, NULL), 401, "\"code\":401");
