@@ -3,7 +3,7 @@
 #
 #   tests/fuzz/run.sh [SECONDS]      what `make fuzz` (default 60 s each) and, through
 #                                    build/tests/integration/test-fuzz, `make check`
-#                                    (10 s each) call.
+#                                    (8 s each) call.
 #
 # Installs clang and libclang-rt-14-dev with apt-get only when they are missing, builds
 # the targets (make fuzz-targets: build/fuzz/, clang, ASan+UBSan), then per target:
@@ -19,7 +19,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 [[ -d $ROOT/tests/fuzz ]] || ROOT=@ROOT@
 cd "$ROOT" || exit 1
-SECONDS_EACH=${1:-${FUZZ_SECONDS:-10}}
+SECONDS_EACH=${1:-${FUZZ_SECONDS:-8}}
 FB=build/fuzz
 LOG=$(mktemp "${TMPDIR:-/tmp}/paddock-fuzz.XXXXXX")
 trap 'rm -f "$LOG"' EXIT
@@ -41,7 +41,7 @@ if ! have_toolchain; then
         fi
 fi
 
-if ! make -s fuzz-targets >"$LOG" 2>&1; then
+if ! make -s -j"$(nproc)" fuzz-targets >"$LOG" 2>&1; then
         tail -n 40 "$LOG"
         echo "fuzz: building the fuzz targets failed"
         echo "0 passed, 1 failed"
