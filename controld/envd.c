@@ -47,14 +47,28 @@ static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kept kept[PROCS_KEPT];
 static size_t kept_next;
 
+/* What one record may hold: PROCS_KEPT of them are at most 64 MiB however large the commands. */
+#define KEPT_CONFIG_MAX (16 * 1024)
+
 static void kept_put(const char *sandbox, uint32_t pid, bool pty, cJSON *config) {
+        char *text = json_print(config);
+        if (strlen(text) > KEPT_CONFIG_MAX) {
+                /* too large to keep whole: the command alone, cut, and no args or envs */
+                free(text);
+                const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItem(config, "cmd"));
+                cJSON *small = cJSON_CreateObject();
+                _cleanup_free_ char *cut = xstrndup(cmd ? cmd : "", 1024);
+                json_add_str(small, "cmd", utf8_valid(cut, strlen(cut)) ? cut : "");
+                text = json_print(small);
+                cJSON_Delete(small);
+        }
         pthread_mutex_lock(&kept_lock);
         struct kept *k = &kept[kept_next++ % PROCS_KEPT];
         free(k->config);
         snprintf(k->sandbox, sizeof(k->sandbox), "%s", sandbox);
         k->pid = pid;
         k->pty = pty;
-        k->config = json_print(config);
+        k->config = text;
         pthread_mutex_unlock(&kept_lock);
 }
 

@@ -581,7 +581,7 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                         goto done;
                 in += n;
         }
-        while (!agent_eof && !P.stopping) {
+        while (!agent_eof && !P.stopping && !P.c->stopping) {
                 struct pollfd pfd[2] = { { .fd = pc->fd, .events = POLLIN },
                                          { .fd = agent_client_fd(ac), .events = POLLIN } };
                 /* frames already buffered in the client first */
