@@ -317,19 +317,12 @@ static void dl_free(void *cls) {
         free(d);
 }
 
-enum MHD_Result runtime_get_file(struct req *r) {
-        const char *id = r->m.id, *path = r->m.rest;
-        struct pj_error pe = { 0 };
+enum MHD_Result runtime_respond_download(struct req *r, struct sandbox *sb, const char *path) {
         struct api_error e = { 0 };
-        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
-        if (pj_sandbox_path_check(path, &pe, "path") < 0)
-                return respond_errno_msg(r, -EINVAL, "%s", pe.message);
-        if (runtime_ready_sandbox(r, id, &sb) < 0)
-                return MHD_YES;
         struct runtime_run *x = NULL;
         const void *all = NULL;
         size_t all_len = 0;
-        int k = runtime_file_read_open(r->c, &sb, path, &x, &all, &all_len, &e);
+        int k = runtime_file_read_open(r->c, sb, path, &x, &all, &all_len, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
         if (all) {
@@ -345,6 +338,17 @@ enum MHD_Result runtime_get_file(struct req *r) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, dl_reader, d, dl_free);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
         return respond_response(r, 200, resp);
+}
+
+enum MHD_Result runtime_get_file(struct req *r) {
+        const char *id = r->m.id, *path = r->m.rest;
+        struct pj_error pe = { 0 };
+        _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
+        if (pj_sandbox_path_check(path, &pe, "path") < 0)
+                return respond_errno_msg(r, -EINVAL, "%s", pe.message);
+        if (runtime_ready_sandbox(r, id, &sb) < 0)
+                return MHD_YES;
+        return runtime_respond_download(r, &sb, path);
 }
 
 enum MHD_Result runtime_post_batch(struct req *r) {

@@ -39,6 +39,7 @@
 #include "fdio.h"
 #include "http.h"
 #include "json.h"
+#include "listener.h"
 #include "log.h"
 #include "pj_e2b.h"
 #include "preview.h"
@@ -51,18 +52,11 @@
 
 static struct {
         struct ctl *c;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        int listen_fd;
-        int port;
-        pthread_t thread;
-        bool running;
-        volatile int stopping;
-        int64_t conns;
+        struct listener L;               /* [e2b] listen */
         struct http_server *srv;
         SSL_CTX *tls;                    /* [e2b] tls_cert: TLS here; NULL: plain */
         char domain[256];
-} E = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .listen_fd = -1 };
+} E = { .L = LISTENER_INIT };
 
 /* ---- tokens: derived, never stored ---- */
 
@@ -783,7 +777,7 @@ static void serve(struct econn *ec) {
         for (;;) {
                 struct pollfd pfd = { .fd = ec->fd, .events = POLLIN };
                 int64_t left = deadline - mono_ms();
-                if (left <= 0 || E.stopping)
+                if (left <= 0 || E.L.stopping || E.c->stopping)
                         return;
                 int k = poll(&pfd, 1, (int) (left < 500 ? left : 500));
                 if (k <= 0)
@@ -811,65 +805,14 @@ static void serve(struct econn *ec) {
         ec->fd = -1;
 }
 
-static void *conn_main(void *arg) {
-        struct econn *ec = arg;
-        serve(ec);
-        if (ec->fd >= 0)
-                close(ec->fd);
-        free(ec);
-        log_ctx_reset();
-        pthread_mutex_lock(&E.lock);
-        E.conns--;
-        pthread_cond_broadcast(&E.cond);
-        pthread_mutex_unlock(&E.lock);
-        return NULL;
-}
-
-static void *listen_main(void *arg) {
-        (void) arg;
-        while (!E.stopping) {
-                struct pollfd pfd = { .fd = E.listen_fd, .events = POLLIN };
-                if (poll(&pfd, 1, 500) <= 0)
-                        continue;
-                struct econn *ec = xnew0(struct econn, 1);
-                ec->sl = sizeof(ec->sa);
-                ec->fd = accept4(E.listen_fd, (struct sockaddr *) &ec->sa, &ec->sl, SOCK_CLOEXEC);
-                if (ec->fd < 0) {
-                        free(ec);
-                        continue;
-                }
-                pthread_mutex_lock(&E.lock);
-                bool full = E.conns >= E.c->cfg->e2b_max_connections;
-                if (!full)
-                        E.conns++;
-                pthread_mutex_unlock(&E.lock);
-                if (full) {
-                        static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
-                                                   "Connection: close\r\n\r\n";
-                        (void) send(ec->fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-                        close(ec->fd);
-                        free(ec);
-                        continue;
-                }
-                if (ec->sa.ss_family == AF_INET)
-                        inet_ntop(AF_INET, &((struct sockaddr_in *) &ec->sa)->sin_addr, ec->peer, sizeof(ec->peer));
-                else if (ec->sa.ss_family == AF_INET6)
-                        inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ec->sa)->sin6_addr, ec->peer, sizeof(ec->peer));
-                pthread_attr_t at;
-                pthread_t t;
-                pthread_attr_init(&at);
-                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-                pthread_attr_setstacksize(&at, 512 * 1024);
-                if (pthread_create(&t, &at, conn_main, ec) != 0) {
-                        close(ec->fd);
-                        free(ec);
-                        pthread_mutex_lock(&E.lock);
-                        E.conns--;
-                        pthread_mutex_unlock(&E.lock);
-                }
-                pthread_attr_destroy(&at);
-        }
-        return NULL;
+static void serve_conn(struct listener *l, int fd, const struct sockaddr_storage *sa, socklen_t sl, const char *peer, void *ud) {
+        (void) l;
+        (void) ud;
+        struct econn ec = { .fd = fd, .sa = *sa, .sl = sl };
+        snprintf(ec.peer, sizeof(ec.peer), "%s", peer);
+        serve(&ec);
+        if (ec.fd >= 0)
+                close(ec.fd);
 }
 
 int e2b_start(struct ctl *c) {
@@ -879,90 +822,50 @@ int e2b_start(struct ctl *c) {
                 log_info("E2B's API off ([e2b] listen unset)");
                 return 0;
         }
-        struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t) cfg->e2b_listen_port) };
-        struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) cfg->e2b_listen_port) };
-        struct sockaddr *sa;
-        socklen_t sl;
-        if (inet_pton(AF_INET, cfg->e2b_listen_addr, &a4.sin_addr) == 1)
-                sa = (struct sockaddr *) &a4, sl = sizeof(a4);
-        else if (inet_pton(AF_INET6, cfg->e2b_listen_addr, &a6.sin6_addr) == 1)
-                sa = (struct sockaddr *) &a6, sl = sizeof(a6);
-        else
-                return log_error_errno(-EINVAL, "[e2b] listen address '%s' is not an IP address", cfg->e2b_listen_addr);
-        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return log_error_errno(-errno, "e2b listener: socket: %m");
-        int one = 1;
-        (void) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, sa, sl) < 0 || listen(fd, 256) < 0) {
-                int e = -errno;
-                close(fd);
-                return log_error_errno(e, "e2b listener: cannot listen on %s:%d: %s", cfg->e2b_listen_addr,
-                                       cfg->e2b_listen_port, strerror(-e));
-        }
-        struct sockaddr_storage got;
-        socklen_t gl = sizeof(got);
-        if (getsockname(fd, (struct sockaddr *) &got, &gl) == 0)
-                E.port = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *) &got)->sin_port
-                                                        : ((struct sockaddr_in6 *) &got)->sin6_port);
-        if (*cfg->e2b_domain)
-                snprintf(E.domain, sizeof(E.domain), "%s", cfg->e2b_domain);
-        else
-                snprintf(E.domain, sizeof(E.domain), "localhost:%d", E.port);
         if (*cfg->e2b_tls_cert) {
                 char err[512];
                 E.tls = tls_server_ctx(cfg->e2b_tls_cert, cfg->e2b_tls_key, err, sizeof(err));
-                if (!E.tls) {
-                        close(fd);
+                if (!E.tls)
                         return log_error_errno(-EINVAL, "[e2b] tls_cert/tls_key: %s", err);
-                }
         }
         struct http_flavor fl = { .route_req = route_req, .key_header = "x-api-key", .error_body = error_body,
                                   .bad_id_status = 404, .unescape_slash = true };
+        if (*cfg->e2b_domain)
+                snprintf(E.domain, sizeof(E.domain), "%s", cfg->e2b_domain);
+        else
+                snprintf(E.domain, sizeof(E.domain), "localhost:%d", cfg->e2b_listen_port);
         int r = http_start_flavor(c, &fl, &E.srv);
+        if (r >= 0) {
+                E.L.name = "e2b listener";
+                E.L.max_conns = cfg->e2b_max_connections;
+                E.L.serve = serve_conn;
+                r = listener_start(&E.L, cfg->e2b_listen_addr, cfg->e2b_listen_port);
+        }
         if (r < 0) {
-                close(fd);
+                E.srv = http_stop(E.srv);
                 SSL_CTX_free(E.tls);
                 E.tls = NULL;
                 return r;
         }
-        E.listen_fd = fd;
-        E.stopping = 0;
-        if (pthread_create(&E.thread, NULL, listen_main, NULL) != 0) {
-                close(fd);
-                E.listen_fd = -1;
-                E.srv = http_stop(E.srv);
-                return log_error_errno(-EAGAIN, "e2b listener: no thread");
-        }
-        E.running = true;
-        log_info("E2B's API on %s:%d (%s, sandbox domain %s)", cfg->e2b_listen_addr, E.port, E.tls ? "TLS" : "plain HTTP",
+        if (!*cfg->e2b_domain && !cfg->e2b_listen_port)
+                snprintf(E.domain, sizeof(E.domain), "localhost:%d", E.L.port);   /* port 0: the one bound */
+        log_info("E2B's API on %s:%d (%s, sandbox domain %s)", cfg->e2b_listen_addr, E.L.port, E.tls ? "TLS" : "plain HTTP",
                  E.domain);
         return 0;
 }
 
 int e2b_port(void) {
-        return E.port;
+        return E.L.port;
 }
 
 void e2b_stop(void) {
-        if (!E.running)
+        if (!E.L.running)
                 return;
-        E.stopping = 1;
-        pthread_join(E.thread, NULL);
-        close(E.listen_fd);
-        E.listen_fd = -1;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 15;
-        pthread_mutex_lock(&E.lock);
-        while (E.conns > 0 && pthread_cond_timedwait(&E.cond, &E.lock, &ts) == 0)
-                ;
-        pthread_mutex_unlock(&E.lock);
+        (void) listener_stop(&E.L, 15);
         E.srv = http_stop(E.srv);
         if (E.tls) {
                 tls_bridges_wait(2000);
                 SSL_CTX_free(E.tls);
                 E.tls = NULL;
         }
-        E.running = false;
 }

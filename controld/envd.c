@@ -375,17 +375,19 @@ static void s_exit(struct cstream *t) {
         s_end(t, 0, NULL);
 }
 
+/* The agent's EVENT codes as envd's EventType. */
+static const char *const event_names[] = { [PJ_AGENT_EV_CREATE] = "EVENT_TYPE_CREATE", [PJ_AGENT_EV_WRITE] = "EVENT_TYPE_WRITE",
+                                           [PJ_AGENT_EV_REMOVE] = "EVENT_TYPE_REMOVE", [PJ_AGENT_EV_RENAME] = "EVENT_TYPE_RENAME",
+                                           [PJ_AGENT_EV_CHMOD] = "EVENT_TYPE_CHMOD" };
+
 static int watch_event(int event, const char *path, bool dir, void *ud) {
-        static const char *const names[] = { [PJ_AGENT_EV_CREATE] = "EVENT_TYPE_CREATE", [PJ_AGENT_EV_WRITE] = "EVENT_TYPE_WRITE",
-                                             [PJ_AGENT_EV_REMOVE] = "EVENT_TYPE_REMOVE", [PJ_AGENT_EV_RENAME] = "EVENT_TYPE_RENAME",
-                                             [PJ_AGENT_EV_CHMOD] = "EVENT_TYPE_CHMOD" };
         struct cstream *t = ud;
         (void) dir;
         if (event < 1 || event > PJ_AGENT_EV_CHMOD || !utf8_valid(path, strlen(path)))
                 return 0;
         cJSON *ev = cJSON_CreateObject(), *f = cJSON_AddObjectToObject(ev, "filesystem");
         json_add_str(f, "name", path);
-        json_add_str(f, "type", names[event]);
+        json_add_str(f, "type", event_names[event]);
         s_event(t, ev);
         return t->pending.len - t->pending_off > PENDING_CAP ? -ENOBUFS : 0;
 }
@@ -713,82 +715,46 @@ static enum MHD_Result p_list(struct req *r) {
         return unary_ok(r, o);
 }
 
-static enum MHD_Result p_input(struct req *r) {
-        struct creq q;
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
-        _cleanup_(pj_envd_input_done) struct pj_envd_input in = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
-        uint32_t pid = 0;
-        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
-                return MHD_YES;
-        if (pj_envd_input_parse(q.msg, q.len, &in, &pe) < 0)
-                return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
-        int k = select_pid(r->c, &sb, &in.process, &pid, &e);
-        if (k >= 0)
-                k = process_stdin(r->c, &sb, pid, (const char *) in.data, in.len, false, &e);
-        if (k < 0)
-                return unary_error(r, code_of(k), "%s", e.message);
-        return unary_ok(r, cJSON_CreateObject());
-}
+/* The unary calls on one process (SendInput, SendSignal, CloseStdin, Update): the request, the
+ * sandbox, the message, the pid its selector names, then the call. */
+enum pcall { PC_INPUT, PC_SIGNAL, PC_CLOSE_STDIN, PC_UPDATE };
 
-static enum MHD_Result p_signal(struct req *r) {
+static enum MHD_Result p_unary(struct req *r, enum pcall what) {
         struct creq q;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        _cleanup_(pj_envd_selector_done) struct pj_envd_selector in = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
-        uint32_t pid = 0;
-        int sig = 0;
-        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
-                return MHD_YES;
-        if (pj_envd_signal_parse(q.msg, q.len, &in, &sig, &pe) < 0)
-                return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
-        int k = select_pid(r->c, &sb, &in, &pid, &e);
-        if (k >= 0)
-                k = process_signal(r->c, &sb, pid, sig, &e);
-        if (k < 0)
-                return unary_error(r, code_of(k), "%s", e.message);
-        return unary_ok(r, cJSON_CreateObject());
-}
-
-static enum MHD_Result p_close_stdin(struct req *r) {
-        struct creq q;
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
-        _cleanup_(pj_envd_selector_done) struct pj_envd_selector in = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
-        uint32_t pid = 0;
-        if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
-                return MHD_YES;
-        if (pj_envd_selector_parse(q.msg, q.len, &in, &pe) < 0)
-                return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
-        int k = select_pid(r->c, &sb, &in, &pid, &e);
-        if (k >= 0)
-                k = process_stdin(r->c, &sb, pid, NULL, 0, true, &e);
-        if (k < 0)
-                return unary_error(r, code_of(k), "%s", e.message);
-        return unary_ok(r, cJSON_CreateObject());
-}
-
-static enum MHD_Result p_update(struct req *r) {
-        struct creq q;
-        _cleanup_sandbox_ struct sandbox sb = { 0 };
-        _cleanup_(pj_envd_selector_done) struct pj_envd_selector in = { 0 };
+        _cleanup_(pj_envd_input_done) struct pj_envd_input in = { 0 };   /* .process for all; the data for SendInput */
         struct pj_error pe = { 0 };
         struct api_error e = { 0 };
         uint32_t pid = 0, rows = 0, cols = 0;
+        int sig = 0, k = 0;
         if (connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
                 return MHD_YES;
-        if (pj_envd_update_parse(q.msg, q.len, &in, &rows, &cols, &pe) < 0)
+        switch (what) {
+        case PC_INPUT: k = pj_envd_input_parse(q.msg, q.len, &in, &pe); break;
+        case PC_SIGNAL: k = pj_envd_signal_parse(q.msg, q.len, &in.process, &sig, &pe); break;
+        case PC_CLOSE_STDIN: k = pj_envd_selector_parse(q.msg, q.len, &in.process, &pe); break;
+        case PC_UPDATE: k = pj_envd_update_parse(q.msg, q.len, &in.process, &rows, &cols, &pe); break;
+        }
+        if (k < 0)
                 return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
-        int k = select_pid(r->c, &sb, &in, &pid, &e);
-        if (k >= 0 && rows)
-                k = process_resize(r->c, &sb, pid, (int) rows, (int) cols, &e);
+        k = select_pid(r->c, &sb, &in.process, &pid, &e);
+        if (k >= 0) {
+                switch (what) {
+                case PC_INPUT: k = process_stdin(r->c, &sb, pid, (const char *) in.data, in.len, false, &e); break;
+                case PC_SIGNAL: k = process_signal(r->c, &sb, pid, sig, &e); break;
+                case PC_CLOSE_STDIN: k = process_stdin(r->c, &sb, pid, NULL, 0, true, &e); break;
+                case PC_UPDATE: k = rows ? process_resize(r->c, &sb, pid, (int) rows, (int) cols, &e) : 0; break;
+                }
+        }
         if (k < 0)
                 return unary_error(r, code_of(k), "%s", e.message);
         return unary_ok(r, cJSON_CreateObject());
 }
+
+static enum MHD_Result p_input(struct req *r) { return p_unary(r, PC_INPUT); }
+static enum MHD_Result p_signal(struct req *r) { return p_unary(r, PC_SIGNAL); }
+static enum MHD_Result p_close_stdin(struct req *r) { return p_unary(r, PC_CLOSE_STDIN); }
+static enum MHD_Result p_update(struct req *r) { return p_unary(r, PC_UPDATE); }
 
 /* StreamInput (client streaming): the request body is a stream of envelopes, start first, then
  * data and keepalives; each data goes to the process's stdin in order. The body is read whole
@@ -907,6 +873,13 @@ static cJSON *entry_json(const char *path, uint8_t type, uint64_t size, uint32_t
         return o;
 }
 
+/* {"entry": e} (e consumed). */
+static enum MHD_Result entry_ok(struct req *r, cJSON *e) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "entry", e);
+        return unary_ok(r, o);
+}
+
 static int stat_entry(struct agent_client *cl, const char *path, cJSON **ret) {
         struct agent_stat st;
         int k = agent_fs_stat(cl, path, &st, FS_TIMEOUT_MS);
@@ -952,9 +925,7 @@ static enum MHD_Result fs_stat(struct req *r) {
         int k = stat_entry(cl, path, &e);
         if (k < 0)
                 return fs_error(r, k, path);
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "entry", e);
-        return unary_ok(r, o);
+        return entry_ok(r, e);
 }
 
 static enum MHD_Result fs_mkdir(struct req *r) {
@@ -973,9 +944,7 @@ static enum MHD_Result fs_mkdir(struct req *r) {
                 k = stat_entry(cl, path, &e);
         if (k < 0)
                 return fs_error(r, k, path);
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "entry", e);
-        return unary_ok(r, o);
+        return entry_ok(r, e);
 }
 
 static enum MHD_Result fs_move(struct req *r) {
@@ -988,9 +957,7 @@ static enum MHD_Result fs_move(struct req *r) {
         cJSON *e = NULL;
         if ((k = stat_entry(cl, to, &e)) < 0)
                 return fs_error(r, k, to);
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "entry", e);
-        return unary_ok(r, o);
+        return entry_ok(r, e);
 }
 
 static enum MHD_Result fs_remove(struct req *r) {
@@ -1185,16 +1152,13 @@ struct evlist {
 };
 
 static int collect_event(int event, const char *path, bool dir, void *ud) {
-        static const char *const names[] = { [PJ_AGENT_EV_CREATE] = "EVENT_TYPE_CREATE", [PJ_AGENT_EV_WRITE] = "EVENT_TYPE_WRITE",
-                                             [PJ_AGENT_EV_REMOVE] = "EVENT_TYPE_REMOVE", [PJ_AGENT_EV_RENAME] = "EVENT_TYPE_RENAME",
-                                             [PJ_AGENT_EV_CHMOD] = "EVENT_TYPE_CHMOD" };
         struct evlist *l = ud;
         (void) dir;
         if (event < 1 || event > PJ_AGENT_EV_CHMOD || !utf8_valid(path, strlen(path)))
                 return 0;
         cJSON *f = cJSON_CreateObject();
         json_add_str(f, "name", path);
-        json_add_str(f, "type", names[event]);
+        json_add_str(f, "type", event_names[event]);
         cJSON_AddItemToArray(l->events, f);
         return ++l->n >= WATCHER_EVENTS_MAX ? -ENOBUFS : 0;   /* the rest waits for the next poll */
 }
@@ -1304,27 +1268,8 @@ static enum MHD_Result get_envs(struct req *r) {
         return respond_json(r, 200, o ? o : cJSON_CreateObject());
 }
 
-struct download {
-        struct runtime_run *x;
-        int client_fd;
-};
-
-static ssize_t dl_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-        struct download *d = cls;
-        (void) pos;
-        ssize_t n = runtime_file_read(d->x, d->client_fd, buf, max);
-        return n > 0 ? n : n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
-}
-
-static void dl_free(void *cls) {
-        struct download *d = cls;
-        runtime_free(d->x);
-        free(d);
-}
-
 static enum MHD_Result get_files(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
         const char *p = req_query(r, "path");
         if (envd_sandbox(r, false, &sb) < 0)
                 return MHD_YES;
@@ -1333,24 +1278,7 @@ static enum MHD_Result get_files(struct req *r) {
         _cleanup_free_ char *path = resolve(p);
         if (!path)
                 return respond_error(r, 400, "path is too long (at most 4096 bytes)");
-        struct runtime_run *x = NULL;
-        const void *all = NULL;
-        size_t all_len = 0;
-        int k = runtime_file_read_open(r->c, &sb, path, &x, &all, &all_len, &e);
-        if (k < 0)
-                return respond_error(r, http_status_from_errno(k) == 404 ? 404 : http_status_from_errno(k), "%s", e.message);
-        if (all) {
-                enum MHD_Result res = respond_raw(r, 200, "application/octet-stream", all, all_len);
-                runtime_free(x);
-                return res;
-        }
-        struct download *d = xnew0(struct download, 1);
-        d->x = x;
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        d->client_fd = ci ? ci->connect_fd : -1;
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, dl_reader, d, dl_free);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
-        return respond_response(r, 200, resp);
+        return runtime_respond_download(r, &sb, path);
 }
 
 /* POST /files: the body streams into the sandbox, as octet-stream (one file at ?path=) or as

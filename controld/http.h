@@ -196,4 +196,6 @@ enum MHD_Result runtime_post_code(struct req *r);
 enum MHD_Result runtime_prepare_put_file(struct req *r);
 enum MHD_Result runtime_put_file(struct req *r);
 enum MHD_Result runtime_get_file(struct req *r);
+/* 200 with the file at path in sb streamed (the run takes sb's contents), or the error. */
+enum MHD_Result runtime_respond_download(struct req *r, struct sandbox *sb, const char *path);
 enum MHD_Result runtime_post_batch(struct req *r);

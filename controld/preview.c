@@ -35,6 +35,7 @@
 #include "fdio.h"
 #include "http.h"
 #include "json.h"
+#include "listener.h"
 #include "log.h"
 #include "preview.h"
 #include "sbcount.h"
@@ -52,18 +53,12 @@ enum { M_UNKNOWN = _SB_STATUS_MAX, M_SLOTS };
 
 static struct {
         struct ctl *c;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        int listen_fd;
-        int port;                 /* bound */
-        pthread_t thread;
-        bool running;
-        volatile int stopping;
-        int64_t conns;
+        pthread_mutex_t lock;     /* the counters */
+        struct listener L;        /* [preview] listen */
         struct sb_counts per;     /* open connections per sandbox */
         unsigned gen;             /* bumped when a preview is replaced or revoked */
         uint64_t requests[M_SLOTS], bytes_in[M_SLOTS], bytes_out[M_SLOTS];
-} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .listen_fd = -1, .per = SB_COUNTS_INIT };
+} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .L = LISTENER_INIT, .per = SB_COUNTS_INIT };
 
 static void count(int slot, uint64_t req, uint64_t in, uint64_t out) {
         pthread_mutex_lock(&P.lock);
@@ -100,10 +95,12 @@ void preview_metrics_render(struct strbuf *out) {
                         strbuf_printf(out, "paddock_preview_%s{status=\"%s\"} %llu\n", names[k],
                                       s == M_UNKNOWN ? "unknown" : sb_status_str((enum sb_status) s), (unsigned long long) v[s]);
         }
+        pthread_mutex_unlock(&P.lock);
+        pthread_mutex_lock(&P.L.lock);
         strbuf_printf(out, "# HELP paddock_preview_connections Proxied preview connections open now.\n"
                            "# TYPE paddock_preview_connections gauge\npaddock_preview_connections %lld\n",
-                      (long long) P.conns);
-        pthread_mutex_unlock(&P.lock);
+                      (long long) P.L.conns);
+        pthread_mutex_unlock(&P.L.lock);
 }
 
 /* ---- tokens and URLs ---- */
@@ -127,7 +124,7 @@ char *preview_url(const struct ctl *c, const char *sandbox_id, int port) {
         }
         bool v6 = strchr(cfg->preview_listen_addr, ':') != NULL;
         return xasprintf("http://%s%s%s:%d/p/%s/%d/", v6 ? "[" : "", cfg->preview_listen_addr, v6 ? "]" : "",
-                         P.port > 0 ? P.port : cfg->preview_listen_port, sandbox_id, port);
+                         P.L.port > 0 ? P.L.port : cfg->preview_listen_port, sandbox_id, port);
 }
 
 /* ---- the REST side: POST/GET/DELETE /sandboxes/{id}/previews ---- */
@@ -314,7 +311,7 @@ static int read_head(struct pconn *pc, size_t max) {
                 int64_t left = deadline - mono_ms();
                 if (left <= 0)
                         return 408;
-                if (P.stopping)
+                if (P.L.stopping || P.c->stopping)
                         return -1;
                 struct pollfd pfd = { .fd = pc->fd, .events = POLLIN };
                 int k = poll(&pfd, 1, (int) (left < 1000 ? left : 1000));
@@ -581,7 +578,7 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                         goto done;
                 in += n;
         }
-        while (!agent_eof && !P.stopping && !P.c->stopping) {
+        while (!agent_eof && !P.L.stopping && !P.c->stopping) {
                 struct pollfd pfd[2] = { { .fd = pc->fd, .events = POLLIN },
                                          { .fd = agent_client_fd(ac), .events = POLLIN } };
                 /* frames already buffered in the client first */
@@ -779,65 +776,19 @@ static void serve(struct pconn *pc) {
         forward(pc, &sb, &p, p.keep_host, target, slot);
 }
 
-static void *conn_main(void *arg) {
-        struct pconn *pc = arg;
+static void serve_conn(struct listener *l, int fd, const struct sockaddr_storage *sa, socklen_t sl, const char *peer, void *ud) {
+        (void) l;
+        (void) sa;
+        (void) sl;
+        (void) ud;
+        struct pconn *pc = xnew0(struct pconn, 1);
+        pc->fd = fd;
+        snprintf(pc->peer, sizeof(pc->peer), "%s", peer);
         serve(pc);
         if (pc->counted_sb)
                 sb_counts_give(&P.per, pc->id);
         close(pc->fd);
         free(pc);
-        log_ctx_reset();
-        pthread_mutex_lock(&P.lock);
-        P.conns--;
-        pthread_cond_broadcast(&P.cond);
-        pthread_mutex_unlock(&P.lock);
-        return NULL;
-}
-
-static void *listen_main(void *arg) {
-        (void) arg;
-        while (!P.stopping) {
-                struct pollfd pfd = { .fd = P.listen_fd, .events = POLLIN };
-                if (poll(&pfd, 1, 500) <= 0)
-                        continue;
-                struct sockaddr_storage ss;
-                socklen_t sl = sizeof(ss);
-                int fd = accept4(P.listen_fd, (struct sockaddr *) &ss, &sl, SOCK_CLOEXEC);
-                if (fd < 0)
-                        continue;
-                pthread_mutex_lock(&P.lock);
-                bool full = P.conns >= P.c->cfg->preview_max_connections;
-                if (!full)
-                        P.conns++;
-                pthread_mutex_unlock(&P.lock);
-                if (full) {
-                        static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
-                                                   "Connection: close\r\n\r\n";
-                        (void) send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-                        close(fd);
-                        continue;
-                }
-                struct pconn *pc = xnew0(struct pconn, 1);
-                pc->fd = fd;
-                if (ss.ss_family == AF_INET)
-                        inet_ntop(AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, pc->peer, sizeof(pc->peer));
-                else if (ss.ss_family == AF_INET6)
-                        inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, pc->peer, sizeof(pc->peer));
-                pthread_attr_t at;
-                pthread_t t;
-                pthread_attr_init(&at);
-                pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-                pthread_attr_setstacksize(&at, 256 * 1024);
-                if (pthread_create(&t, &at, conn_main, pc) != 0) {
-                        close(fd);
-                        free(pc);
-                        pthread_mutex_lock(&P.lock);
-                        P.conns--;
-                        pthread_mutex_unlock(&P.lock);
-                }
-                pthread_attr_destroy(&at);
-        }
-        return NULL;
 }
 
 int preview_start(struct ctl *c) {
@@ -847,71 +798,30 @@ int preview_start(struct ctl *c) {
                 log_info("preview URLs off ([preview] listen unset)");
                 return 0;
         }
-        struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t) cfg->preview_listen_port) };
-        struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) cfg->preview_listen_port) };
-        struct sockaddr *sa;
-        socklen_t sl;
-        if (inet_pton(AF_INET, cfg->preview_listen_addr, &a4.sin_addr) == 1)
-                sa = (struct sockaddr *) &a4, sl = sizeof(a4);
-        else if (inet_pton(AF_INET6, cfg->preview_listen_addr, &a6.sin6_addr) == 1)
-                sa = (struct sockaddr *) &a6, sl = sizeof(a6);
-        else
-                return log_error_errno(-EINVAL, "[preview] listen address '%s' is not an IP address", cfg->preview_listen_addr);
-        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return log_error_errno(-errno, "preview listener: socket: %m");
-        int one = 1;
-        (void) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, sa, sl) < 0 || listen(fd, 256) < 0) {
-                int e = -errno;
-                close(fd);
-                return log_error_errno(e, "preview listener: cannot listen on %s:%d: %s", cfg->preview_listen_addr,
-                                       cfg->preview_listen_port, strerror(-e));
-        }
-        struct sockaddr_storage got;
-        socklen_t gl = sizeof(got);
-        if (getsockname(fd, (struct sockaddr *) &got, &gl) == 0)
-                P.port = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *) &got)->sin_port
-                                                        : ((struct sockaddr_in6 *) &got)->sin6_port);
-        P.listen_fd = fd;
         sb_counts_init(&P.per, (size_t) cfg->preview_max_connections);
-        P.stopping = 0;
-        if (pthread_create(&P.thread, NULL, listen_main, NULL) != 0) {
-                close(fd);
-                P.listen_fd = -1;
-                return log_error_errno(-EAGAIN, "preview listener: no thread");
-        }
-        P.running = true;
-        log_info("preview URLs on %s:%d (%s)", cfg->preview_listen_addr, P.port,
+        P.L.name = "preview listener";
+        P.L.max_conns = cfg->preview_max_connections;
+        P.L.serve = serve_conn;
+        int r = listener_start(&P.L, cfg->preview_listen_addr, cfg->preview_listen_port);
+        if (r < 0)
+                return r;
+        log_info("preview URLs on %s:%d (%s)", cfg->preview_listen_addr, P.L.port,
                  *cfg->preview_domain ? cfg->preview_domain : "path form /p/<id>/<port>/");
         return 0;
 }
 
 int preview_port(void) {
-        return P.port;
+        return P.L.port;
 }
 
 void preview_stop(void) {
-        if (!P.running)
+        if (!P.L.running)
                 return;
-        P.stopping = 1;
-        pthread_join(P.thread, NULL);
-        close(P.listen_fd);
-        P.listen_fd = -1;
         /* connection threads notice within a second; they use the store, so wait for them */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 15;
-        pthread_mutex_lock(&P.lock);
-        while (P.conns > 0 && pthread_cond_timedwait(&P.cond, &P.lock, &ts) == 0)
-                ;
-        bool left = P.conns > 0;
-        pthread_mutex_unlock(&P.lock);
-        if (left)
-                log_warning("preview listener: connections still open at stop");
-        else
+        if (listener_stop(&P.L, 15))
                 sb_counts_done(&P.per);
-        P.running = false;
+        else
+                log_warning("preview listener: connections still open at stop");
 }
 
 void preview_forward_conn(struct ctl *c, int fd, const char *peer, const struct sandbox *sb, int port, uint64_t max_header) {

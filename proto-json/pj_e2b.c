@@ -258,32 +258,18 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
         return 0;
 }
 
-int pj_e2b_timeout_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err) {
-        static const char *const fields[] = { "timeout" };
-        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        int r = pj_json_parse_object(body, len, false, &root, err);
-        if (r < 0)
-                return r;
-        if ((r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
-                return r;
-        bool has = false;
-        if ((r = int_member(root, "timeout", 0, PJ_E2B_MAX_TIMEOUT_S, &has, ret_timeout_s, err)) < 0)
-                return r;
-        if (!has)
-                return pj_error_set(err, "timeout", "timeout is required: seconds from now");
-        return 0;
-}
-
-int pj_e2b_connect_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err) {
+/* {"timeout": N} and, for connect, "memory" (only false: a paused sandbox resumes from its
+ * filesystem). */
+static int timeout_body(const char *body, size_t len, bool connect, int64_t *ret_timeout_s, struct pj_error *err) {
         static const char *const fields[] = { "timeout", "memory" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         int r = pj_json_parse_object(body, len, false, &root, err);
         if (r < 0)
                 return r;
-        if ((r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+        if ((r = pj_check_fields(root, "", fields, connect ? 2 : 1, err)) < 0)
                 return r;
         bool has = false, mem = true;
-        if ((r = pj_get_bool(root, "", "memory", &has, &mem, err)) < 0)
+        if (connect && (r = pj_get_bool(root, "", "memory", &has, &mem, err)) < 0)
                 return r;
         if (has && mem)
                 return pj_error_set(err, "memory",
@@ -295,6 +281,14 @@ int pj_e2b_connect_parse(const char *body, size_t len, int64_t *ret_timeout_s, s
         if (!has)
                 return pj_error_set(err, "timeout", "timeout is required: seconds from now");
         return 0;
+}
+
+int pj_e2b_timeout_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err) {
+        return timeout_body(body, len, false, ret_timeout_s, err);
+}
+
+int pj_e2b_connect_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err) {
+        return timeout_body(body, len, true, ret_timeout_s, err);
 }
 
 int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct pj_error *err) {
