@@ -666,6 +666,8 @@ void metrics_observe_phase(struct metrics *m, const char *phase, double seconds)
 struct strbuf;
 /* Appends controld's own series (requests, phases, sandboxes by status) to out. */
 void metrics_render(struct ctl *c, struct strbuf *out);
+/* Another part's series, rendered after ours (main.c wires them: metrics.c calls no one). */
+void metrics_add_source(struct metrics *m, void (*render)(struct strbuf *out));
 
 /* ---- admin CLI (admin.c) ---- */
 int admin_main(int argc, char **argv);

@@ -18,9 +18,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -57,27 +54,6 @@ static struct {
         SSL_CTX *tls;                    /* [e2b] tls_cert: TLS here; NULL: plain */
         char domain[256];
 } E = { .L = LISTENER_INIT };
-
-/* ---- tokens: derived, never stored ---- */
-
-void e2b_token(const struct ctl *c, const char *kind, const char *sandbox_id, char out[65]) {
-        unsigned char mac[EVP_MAX_MD_SIZE];
-        unsigned len = 0;
-        _cleanup_free_ char *msg = xasprintf("paddock-e2b-%s:%s", kind, sandbox_id);
-        HMAC(EVP_sha256(), c->agent_key, (int) strlen(c->agent_key), (const unsigned char *) msg, strlen(msg), mac, &len);
-        for (unsigned i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", mac[i]);
-        out[64] = 0;
-        explicit_bzero(mac, sizeof(mac));
-}
-
-bool e2b_token_ok(const struct ctl *c, const char *kind, const char *sandbox_id, const char *got) {
-        char want[65];
-        e2b_token(c, kind, sandbox_id, want);
-        bool ok = got && strlen(got) == 64 && CRYPTO_memcmp(want, got, 64) == 0;
-        explicit_bzero(want, sizeof(want));
-        return ok;
-}
 
 const char *e2b_domain(void) {
         return E.domain;

@@ -15,7 +15,7 @@ void e2b_stop(void);
 int e2b_port(void);
 /* The domain sandboxes are reached under (<port>-<id>.<domain>). */
 const char *e2b_domain(void);
-/* A sandbox's tokens, HMAC(agent key, kind, id) in hex: kind "envd" (X-Access-Token) or
+/* envd.c: a sandbox's tokens, HMAC(agent key, kind, id) in hex: kind "envd" (X-Access-Token) or
  * "traffic" (e2b-traffic-access-token); nothing is stored. _ok compares in constant time. */
 void e2b_token(const struct ctl *c, const char *kind, const char *sandbox_id, char out[65]);
 bool e2b_token_ok(const struct ctl *c, const char *kind, const char *sandbox_id, const char *got);

@@ -7,6 +7,9 @@
  * must be running. Processes run as root with HOME /root, which is also where relative paths
  * start. Everything the agent says is bounded by its codec; every wait here has a deadline. */
 #include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +36,27 @@
 #define PENDING_CAP ((size_t) 1 << 20)
 #define LISTDIR_MAX 65536
 #define KEEPALIVE_DEFAULT_S 90
+
+/* ---- tokens: derived, never stored ---- */
+
+void e2b_token(const struct ctl *c, const char *kind, const char *sandbox_id, char out[65]) {
+        unsigned char mac[EVP_MAX_MD_SIZE];
+        unsigned len = 0;
+        _cleanup_free_ char *msg = xasprintf("paddock-e2b-%s:%s", kind, sandbox_id);
+        HMAC(EVP_sha256(), c->agent_key, (int) strlen(c->agent_key), (const unsigned char *) msg, strlen(msg), mac, &len);
+        for (unsigned i = 0; i < 32; i++)
+                snprintf(out + 2 * i, 3, "%02x", mac[i]);
+        out[64] = 0;
+        explicit_bzero(mac, sizeof(mac));
+}
+
+bool e2b_token_ok(const struct ctl *c, const char *kind, const char *sandbox_id, const char *got) {
+        char want[65];
+        e2b_token(c, kind, sandbox_id, want);
+        bool ok = got && strlen(got) == 64 && CRYPTO_memcmp(want, got, 64) == 0;
+        explicit_bzero(want, sizeof(want));
+        return ok;
+}
 
 /* ---- what List reports of a process: remembered at Start (the agent keeps no argv) ---- */
 

@@ -241,6 +241,7 @@ static int controld_main(int argc, char **argv) {
                 ctl_close(&c);
                 return 1;
         }
+        metrics_add_source(c.metrics, preview_metrics_render);
         if (e2b_start(&c) < 0) {
                 preview_stop();
                 http = http_stop(http);

@@ -14,7 +14,6 @@
 
 #include "cleanup.h"
 #include "controld.h"
-#include "preview.h"
 #include "strutil.h"
 
 static const double buckets[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 };
@@ -33,7 +32,16 @@ struct metrics {
         struct named_hist lat[64]; size_t n_lat;
         struct named_hist ph[16]; size_t n_ph;
         uint64_t dropped;  /* observations whose series did not fit a table */
+        void (*sources[8])(struct strbuf *out);   /* other parts' series (metrics_add_source) */
+        size_t n_sources;
 };
+
+void metrics_add_source(struct metrics *m, void (*render)(struct strbuf *out)) {
+        pthread_mutex_lock(&m->lock);
+        if (m->n_sources < ELEMENTSOF(m->sources))
+                m->sources[m->n_sources++] = render;
+        pthread_mutex_unlock(&m->lock);
+}
 
 struct metrics *metrics_new(void) {
         struct metrics *m = xnew0(struct metrics, 1);
@@ -178,5 +186,11 @@ void metrics_render(struct ctl *c, struct strbuf *out) {
                 for (int s = 0; s < _SB_STATUS_MAX; s++)
                         strbuf_printf(out, "paddock_sandboxes{status=\"%s\"} %lld\n", label_esc(sb_status_str((enum sb_status) s), e1),
                                       (long long) counts[s]);
-        preview_metrics_render(out);
+        pthread_mutex_lock(&m->lock);
+        size_t n = m->n_sources;
+        void (*sources[ELEMENTSOF(m->sources)])(struct strbuf *);
+        memcpy(sources, m->sources, sizeof(sources));
+        pthread_mutex_unlock(&m->lock);
+        for (size_t i = 0; i < n; i++)
+                sources[i](out);
 }

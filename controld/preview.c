@@ -58,26 +58,26 @@ static struct {
         struct sb_counts per;     /* open connections per sandbox */
         unsigned gen;             /* bumped when a preview is replaced or revoked */
         uint64_t requests[M_SLOTS], bytes_in[M_SLOTS], bytes_out[M_SLOTS];
-} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .L = LISTENER_INIT, .per = SB_COUNTS_INIT };
+} PV = { .lock = PTHREAD_MUTEX_INITIALIZER, .L = LISTENER_INIT, .per = SB_COUNTS_INIT };
 
 static void count(int slot, uint64_t req, uint64_t in, uint64_t out) {
-        pthread_mutex_lock(&P.lock);
-        P.requests[slot] += req;
-        P.bytes_in[slot] += in;
-        P.bytes_out[slot] += out;
-        pthread_mutex_unlock(&P.lock);
+        pthread_mutex_lock(&PV.lock);
+        PV.requests[slot] += req;
+        PV.bytes_in[slot] += in;
+        PV.bytes_out[slot] += out;
+        pthread_mutex_unlock(&PV.lock);
 }
 
 static void bump_gen(void) {
-        pthread_mutex_lock(&P.lock);
-        P.gen++;
-        pthread_mutex_unlock(&P.lock);
+        pthread_mutex_lock(&PV.lock);
+        PV.gen++;
+        pthread_mutex_unlock(&PV.lock);
 }
 
 static unsigned gen_now(void) {
-        pthread_mutex_lock(&P.lock);
-        unsigned g = P.gen;
-        pthread_mutex_unlock(&P.lock);
+        pthread_mutex_lock(&PV.lock);
+        unsigned g = PV.gen;
+        pthread_mutex_unlock(&PV.lock);
         return g;
 }
 
@@ -86,21 +86,21 @@ void preview_metrics_render(struct strbuf *out) {
         static const char *const help[] = { "Preview requests by the sandbox's status (unknown: no such preview).",
                                             "Preview bytes from clients into sandboxes, by the sandbox's status.",
                                             "Preview bytes from sandboxes to clients, by the sandbox's status." };
-        pthread_mutex_lock(&P.lock);
+        pthread_mutex_lock(&PV.lock);
         for (int k = 0; k < 3; k++) {
-                const uint64_t *v = k == 0 ? P.requests : k == 1 ? P.bytes_in : P.bytes_out;
+                const uint64_t *v = k == 0 ? PV.requests : k == 1 ? PV.bytes_in : PV.bytes_out;
                 strbuf_printf(out, "# HELP paddock_preview_%s %s\n# TYPE paddock_preview_%s counter\n", names[k], help[k],
                               names[k]);
                 for (int s = 0; s < M_SLOTS; s++)
                         strbuf_printf(out, "paddock_preview_%s{status=\"%s\"} %llu\n", names[k],
                                       s == M_UNKNOWN ? "unknown" : sb_status_str((enum sb_status) s), (unsigned long long) v[s]);
         }
-        pthread_mutex_unlock(&P.lock);
-        pthread_mutex_lock(&P.L.lock);
+        pthread_mutex_unlock(&PV.lock);
+        pthread_mutex_lock(&PV.L.lock);
         strbuf_printf(out, "# HELP paddock_preview_connections Proxied preview connections open now.\n"
                            "# TYPE paddock_preview_connections gauge\npaddock_preview_connections %lld\n",
-                      (long long) P.L.conns);
-        pthread_mutex_unlock(&P.L.lock);
+                      (long long) PV.L.conns);
+        pthread_mutex_unlock(&PV.L.lock);
 }
 
 /* ---- tokens and URLs ---- */
@@ -124,7 +124,7 @@ char *preview_url(const struct ctl *c, const char *sandbox_id, int port) {
         }
         bool v6 = strchr(cfg->preview_listen_addr, ':') != NULL;
         return xasprintf("http://%s%s%s:%d/p/%s/%d/", v6 ? "[" : "", cfg->preview_listen_addr, v6 ? "]" : "",
-                         P.L.port > 0 ? P.L.port : cfg->preview_listen_port, sandbox_id, port);
+                         PV.L.port > 0 ? PV.L.port : cfg->preview_listen_port, sandbox_id, port);
 }
 
 /* ---- the REST side: POST/GET/DELETE /sandboxes/{id}/previews ---- */
@@ -311,7 +311,7 @@ static int read_head(struct pconn *pc, size_t max) {
                 int64_t left = deadline - mono_ms();
                 if (left <= 0)
                         return 408;
-                if (P.L.stopping || P.c->stopping)
+                if (PV.L.stopping || PV.c->stopping)
                         return -1;
                 struct pollfd pfd = { .fd = pc->fd, .events = POLLIN };
                 int k = poll(&pfd, 1, (int) (left < 1000 ? left : 1000));
@@ -546,7 +546,7 @@ static char *rewrite_head(struct pconn *pc, bool keep_host, const char *target) 
         } else
                 strbuf_printf(&b, "Connection: close\r\n");
         strbuf_printf(&b, "X-Forwarded-For: %s\r\nX-Forwarded-Proto: %s\r\n", pc->peer,
-                      pc->scheme ? pc->scheme : *P.c->cfg->preview_domain && !pc->path_form ? P.c->cfg->preview_scheme : "http");
+                      pc->scheme ? pc->scheme : *PV.c->cfg->preview_domain && !pc->path_form ? PV.c->cfg->preview_scheme : "http");
         if (host)
                 strbuf_printf(&b, "X-Forwarded-Host: %s\r\n", host);
         strbuf_append(&b, "\r\n", 2);
@@ -556,14 +556,14 @@ static char *rewrite_head(struct pconn *pc, bool keep_host, const char *target) 
 /* Still the same preview, unexpired? (after a revocation or a replacement: no) */
 static bool still_valid(const struct preview *p) {
         struct preview now = { 0 };
-        if (store_preview_get(P.c->store, p->sandbox_id, p->port, &now) < 0)
+        if (store_preview_get(PV.c->store, p->sandbox_id, p->port, &now) < 0)
                 return false;
         return now.expires_at > now_ms() && !strcmp(now.token_sha256, p->token_sha256);
 }
 
 /* Bytes both ways until one side ends both directions, idles out, or the preview goes. */
 static void pump(struct pconn *pc, struct agent_client *ac, const struct preview *p, int slot) {
-        const struct config *cfg = P.c->cfg;
+        const struct config *cfg = PV.c->cfg;
         uint8_t *buf = xmalloc(CHUNK);
         bool agent_eof = false;
         uint64_t in = 0, out = 0;
@@ -578,7 +578,7 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                         goto done;
                 in += n;
         }
-        while (!agent_eof && !P.L.stopping && !P.c->stopping) {
+        while (!agent_eof && !PV.L.stopping && !PV.c->stopping) {
                 struct pollfd pfd[2] = { { .fd = pc->fd, .events = POLLIN },
                                          { .fd = agent_client_fd(ac), .events = POLLIN } };
                 /* frames already buffered in the client first */
@@ -650,7 +650,7 @@ static void forward(struct pconn *pc, const struct sandbox *sb, const struct pre
                     int slot) {
         char err[512] = "";
         _cleanup_(agent_client_freep) struct agent_client *ac = NULL;
-        int k = agent_connect(P.c, sb, &ac, err, sizeof(err));
+        int k = agent_connect(PV.c, sb, &ac, err, sizeof(err));
         if (k < 0) {
                 log_ctx_set("SANDBOX_ID", sb->id);
                 log_notice("preview of port %d: the agent did not answer: %s", pc->port, err);
@@ -685,7 +685,7 @@ static void forward(struct pconn *pc, const struct sandbox *sb, const struct pre
 }
 
 static void serve(struct pconn *pc) {
-        const struct config *cfg = P.c->cfg;
+        const struct config *cfg = PV.c->cfg;
         int k = read_head(pc, cfg->preview_max_header);
         if (k < 0)
                 return;
@@ -713,13 +713,13 @@ static void serve(struct pconn *pc) {
                 return page(pc, 308, "Permanent Redirect", loc, "The preview is at /p/%s/%d/.", pc->id, pc->port);
         }
         struct preview p = { 0 };
-        if (store_preview_get(P.c->store, pc->id, pc->port, &p) < 0) {
+        if (store_preview_get(PV.c->store, pc->id, pc->port, &p) < 0) {
                 count(M_UNKNOWN, 1, 0, 0);
                 return page(pc, 404, "Not Found", NULL, "There is no preview of port %d on sandbox %s (never made, or revoked).",
                             pc->port, pc->id);
         }
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        if (store_sandbox_get(P.c->store, pc->id, &sb) < 0 || strcmp(sb.account_id, p.account_id)) {
+        if (store_sandbox_get(PV.c->store, pc->id, &sb) < 0 || strcmp(sb.account_id, p.account_id)) {
                 count(M_UNKNOWN, 1, 0, 0);
                 return page(pc, 404, "Not Found", NULL, "Sandbox %s does not exist.", pc->id);
         }
@@ -768,7 +768,7 @@ static void serve(struct pconn *pc) {
         if (sb.status != SB_READY)
                 return page(pc, 503, "Service Unavailable", "Retry-After: 2\r\n", "Sandbox %s is %s.", sb.id,
                             sb_status_str(sb.status));
-        if (!sb_counts_take(&P.per, sb.id, cfg->preview_per_sandbox))
+        if (!sb_counts_take(&PV.per, sb.id, cfg->preview_per_sandbox))
                 return page(pc, 429, "Too Many Requests", "Retry-After: 1\r\n",
                             "This sandbox already has %lld preview connections open.", (long long) cfg->preview_per_sandbox);
         pc->counted_sb = true;
@@ -786,40 +786,40 @@ static void serve_conn(struct listener *l, int fd, const struct sockaddr_storage
         snprintf(pc->peer, sizeof(pc->peer), "%s", peer);
         serve(pc);
         if (pc->counted_sb)
-                sb_counts_give(&P.per, pc->id);
+                sb_counts_give(&PV.per, pc->id);
         close(pc->fd);
         free(pc);
 }
 
 int preview_start(struct ctl *c) {
         const struct config *cfg = c->cfg;
-        P.c = c;
+        PV.c = c;
         if (!cfg->preview_listen_addr) {
                 log_info("preview URLs off ([preview] listen unset)");
                 return 0;
         }
-        sb_counts_init(&P.per, (size_t) cfg->preview_max_connections);
-        P.L.name = "preview listener";
-        P.L.max_conns = cfg->preview_max_connections;
-        P.L.serve = serve_conn;
-        int r = listener_start(&P.L, cfg->preview_listen_addr, cfg->preview_listen_port);
+        sb_counts_init(&PV.per, (size_t) cfg->preview_max_connections);
+        PV.L.name = "preview listener";
+        PV.L.max_conns = cfg->preview_max_connections;
+        PV.L.serve = serve_conn;
+        int r = listener_start(&PV.L, cfg->preview_listen_addr, cfg->preview_listen_port);
         if (r < 0)
                 return r;
-        log_info("preview URLs on %s:%d (%s)", cfg->preview_listen_addr, P.L.port,
+        log_info("preview URLs on %s:%d (%s)", cfg->preview_listen_addr, PV.L.port,
                  *cfg->preview_domain ? cfg->preview_domain : "path form /p/<id>/<port>/");
         return 0;
 }
 
 int preview_port(void) {
-        return P.L.port;
+        return PV.L.port;
 }
 
 void preview_stop(void) {
-        if (!P.L.running)
+        if (!PV.L.running)
                 return;
         /* connection threads notice within a second; they use the store, so wait for them */
-        if (listener_stop(&P.L, 15))
-                sb_counts_done(&P.per);
+        if (listener_stop(&PV.L, 15))
+                sb_counts_done(&PV.per);
         else
                 log_warning("preview listener: connections still open at stop");
 }
@@ -831,8 +831,8 @@ void preview_forward_conn(struct ctl *c, int fd, const char *peer, const struct 
         pc->port = port;
         pc->scheme = "http";
         snprintf(pc->id, sizeof(pc->id), "%s", sb->id);
-        if (!P.c)
-                P.c = c;
+        if (!PV.c)
+                PV.c = c;
         int k = read_head(pc, max_header < sizeof(pc->head) - 1 ? max_header : sizeof(pc->head) - 1);
         if (k == 408)
                 page(pc, 408, "Request Timeout", NULL, "The request head did not arrive in time.");
