@@ -724,17 +724,10 @@ int agent_proc_resize(struct agent_client *cl, uint32_t pid, uint32_t rows, uint
 
 int agent_proc_list(struct agent_client *cl, struct pj_agent_fields **ret, size_t *ret_n, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_LIST, .id = CHAN_SMALL };
-        struct pj_error perr = { 0 };
-        int r = agent_client_send(cl, &m, timeout_ms);
         struct agent_frame f = { 0 };
-        if (r >= 0)
-                r = agent_client_recv(cl, timeout_ms, &f, &perr);
-        if (r >= 0 && (f.m.id != CHAN_SMALL || f.m.type != PJ_AGENT_PROCS))
-                r = f.m.type == PJ_AGENT_ERROR ? -(int) f.m.f.err : -EPROTO;
-        if (r < 0) {
-                agent_frame_done(&f);
+        int r = small_call(cl, &m, PJ_AGENT_PROCS, timeout_ms, &f);
+        if (r < 0)
                 return r;
-        }
         *ret = TAKE_PTR(f.m.entries);
         *ret_n = f.m.n_entries;
         f.m.n_entries = 0;

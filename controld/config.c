@@ -51,6 +51,20 @@ static int parse_listen(const char *s, char **ret_addr, int *ret_port) {
         return 0;
 }
 
+/* [sec] listen = ADDRESS:PORT of a listener that is off when empty (*ret_addr stays NULL). */
+static int get_optional_listen(struct conf *cf, const char *path, const char *sec, char **ret_addr, int *ret_port, char *err,
+                               size_t errlen) {
+        _cleanup_free_ char *v = NULL;
+        int r = get_str(cf, sec, NULL, "listen", "", 255, &v, err, errlen);
+        if (r < 0)
+                return r;
+        if (*v && parse_listen(v, ret_addr, ret_port) < 0) {
+                snprintf(err, errlen, "%s: [%s] listen must be ADDRESS:PORT or empty (got '%s')", path, sec, v);
+                return -EINVAL;
+        }
+        return 0;
+}
+
 /* One [plan] amount: a decimal number >= 0, default 0. */
 static int get_amount(struct conf *cf, const char *nm, const char *key, const char *path, double *out, char *err,
                       size_t errlen) {
@@ -337,26 +351,9 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         if ((r = conf_get_duration_ms(cf, "server", NULL, "stream_keepalive", 15000, 1000, 300000, &c->stream_keepalive_ms, err,
                                       errlen)) < 0)
                 goto fail;
-        {
-                _cleanup_free_ char *pl = NULL;
-                if ((r = get_str(cf, "preview", NULL, "listen", "", 255, &pl, err, errlen)) < 0)
-                        goto fail;
-                if (*pl && parse_listen(pl, &c->preview_listen_addr, &c->preview_listen_port) < 0) {
-                        snprintf(err, errlen, "%s: [preview] listen must be ADDRESS:PORT or empty (got '%s')", path, pl);
-                        r = -EINVAL;
-                        goto fail;
-                }
-        }
-        {
-                _cleanup_free_ char *el = NULL;
-                if ((r = get_str(cf, "e2b", NULL, "listen", "", 255, &el, err, errlen)) < 0)
-                        goto fail;
-                if (*el && parse_listen(el, &c->e2b_listen_addr, &c->e2b_listen_port) < 0) {
-                        snprintf(err, errlen, "%s: [e2b] listen must be ADDRESS:PORT or empty (got '%s')", path, el);
-                        r = -EINVAL;
-                        goto fail;
-                }
-        }
+        if ((r = get_optional_listen(cf, path, "preview", &c->preview_listen_addr, &c->preview_listen_port, err, errlen)) < 0 ||
+            (r = get_optional_listen(cf, path, "e2b", &c->e2b_listen_addr, &c->e2b_listen_port, err, errlen)) < 0)
+                goto fail;
         S("e2b", "domain", "", 200, e2b_domain);
         for (const char *d = c->e2b_domain; *d; d++)
                 if (!((*d >= 'a' && *d <= 'z') || (*d >= '0' && *d <= '9') || *d == '-' || *d == '.' || *d == ':')) {

@@ -96,20 +96,23 @@ static void kept_put(const char *sandbox, uint32_t pid, bool pty, cJSON *config)
         pthread_mutex_unlock(&kept_lock);
 }
 
-/* The newest record of (sandbox, pid): its config (parsed, the caller's) and pty flag. */
-static cJSON *kept_get(const char *sandbox, uint32_t pid, bool *ret_pty) {
-        cJSON *o = NULL;
+/* The newest record of (sandbox, pid): whether there is one, its pty flag and, when asked,
+ * its config (parsed, the caller's). */
+static bool kept_get(const char *sandbox, uint32_t pid, bool *ret_pty, cJSON **ret_config) {
+        bool found = false;
         *ret_pty = false;
         pthread_mutex_lock(&kept_lock);
-        for (size_t i = 0; i < PROCS_KEPT && !o; i++) {
+        for (size_t i = 0; i < PROCS_KEPT && !found; i++) {
                 struct kept *k = &kept[(kept_next - 1 - i) % PROCS_KEPT];
                 if (k->config && k->pid == pid && !strcmp(k->sandbox, sandbox)) {
-                        o = cJSON_Parse(k->config);
+                        found = true;
                         *ret_pty = k->pty;
+                        if (ret_config)
+                                *ret_config = cJSON_Parse(k->config);
                 }
         }
         pthread_mutex_unlock(&kept_lock);
-        return o;
+        return found;
 }
 
 /* ---- answers ---- */
@@ -333,17 +336,15 @@ struct cstream {
         int64_t last_sent, deadline, keepalive_ms;
 };
 
+/* One event: a process stream's message is {"event": {...}}; WatchDirResponse has its oneof at
+ * the top. */
 static void s_event(struct cstream *t, cJSON *event) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, t->kind == S_PROCESS ? "event" : "event_unused", event);
-        if (t->kind == S_PROCESS)
-                env_append(&t->pending, 0, o);
-        else {
-                /* WatchDirResponse has its oneof at the top */
-                cJSON *inner = cJSON_DetachItemFromObject(o, "event_unused");
-                cJSON_Delete(o);
-                env_append(&t->pending, 0, inner);
+        if (t->kind == S_PROCESS) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddItemToObject(o, "event", event);
+                event = o;
         }
+        env_append(&t->pending, 0, event);
 }
 
 static void s_end(struct cstream *t, enum pj_connect_code code, const char *msg) {
@@ -436,6 +437,7 @@ static struct later {
         int64_t at;
 } later[LATER_MAX];
 static size_t n_later;
+static pthread_mutex_t later_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool later_running;
 
 static void kill_one(struct ctl *c, const char *sandbox, uint32_t pid) {
@@ -449,11 +451,11 @@ static void later_job(struct ctl *c, void *arg) {
         (void) arg;
         for (;;) {
                 struct later due = { 0 };
-                pthread_mutex_lock(&kept_lock);
+                pthread_mutex_lock(&later_lock);
                 if (c->stopping || !n_later) {
                         later_running = false;
                         n_later = 0;
-                        pthread_mutex_unlock(&kept_lock);
+                        pthread_mutex_unlock(&later_lock);
                         return;
                 }
                 int64_t now = mono_ms();
@@ -463,7 +465,7 @@ static void later_job(struct ctl *c, void *arg) {
                                 later[i] = later[--n_later];
                                 break;
                         }
-                pthread_mutex_unlock(&kept_lock);
+                pthread_mutex_unlock(&later_lock);
                 if (due.pid)
                         kill_one(c, due.sandbox, due.pid);
                 else
@@ -473,7 +475,7 @@ static void later_job(struct ctl *c, void *arg) {
 
 static void kill_later(struct ctl *c, const char *sandbox, uint32_t pid, int64_t at) {
         bool now = false, start = false;
-        pthread_mutex_lock(&kept_lock);
+        pthread_mutex_lock(&later_lock);
         if (n_later == LATER_MAX)
                 now = true;
         else {
@@ -482,13 +484,13 @@ static void kill_later(struct ctl *c, const char *sandbox, uint32_t pid, int64_t
                 start = !later_running;
                 later_running = true;
         }
-        pthread_mutex_unlock(&kept_lock);
+        pthread_mutex_unlock(&later_lock);
         if (now)
                 kill_one(c, sandbox, pid);
         if (start && ctl_spawn_job(c, later_job, NULL) < 0) {
-                pthread_mutex_lock(&kept_lock);
+                pthread_mutex_lock(&later_lock);
                 later_running = false;
-                pthread_mutex_unlock(&kept_lock);
+                pthread_mutex_unlock(&later_lock);
         }
 }
 
@@ -691,7 +693,7 @@ static enum MHD_Result p_connect(struct req *r) {
         if (k < 0)
                 return s_fail(r, code_of(k), "%s", e.message);
         struct cstream *t = s_new(r, S_PROCESS, &q);
-        _cleanup_(cJSON_Deletep) cJSON *cfg = kept_get(sb.id, pid, &t->pty);
+        (void) kept_get(sb.id, pid, &t->pty, NULL);
         /* Connect's deadline ends this stream, not the process (kill_at_deadline stays false) */
         k = process_attach(r->c, &sb, pid, &t->x, &e);
         if (k < 0) {
@@ -722,8 +724,8 @@ static enum MHD_Result p_list(struct req *r) {
         for (size_t i = 0; i < n; i++) {
                 if (v[i].running) {
                         bool pty;
-                        cJSON *p = cJSON_CreateObject(), *cfg = kept_get(sb.id, v[i].pid, &pty);
-                        if (!cfg) {
+                        cJSON *p = cJSON_CreateObject(), *cfg = NULL;
+                        if (!kept_get(sb.id, v[i].pid, &pty, &cfg) || !cfg) {
                                 cfg = cJSON_CreateObject();
                                 json_add_str(cfg, "cmd", "");
                         }
@@ -1119,8 +1121,9 @@ static void watchers_expire(void) {
 }
 
 static enum MHD_Result fs_create_watcher(struct req *r) {
-        FS_LOCALS;
-        (void) cl;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(pj_envd_fs_done) struct pj_envd_fs in = { 0 };
+        _cleanup_free_ char *path = NULL;
         struct creq q;
         struct pj_error pe = { 0 };
         struct api_error e = { 0 };

@@ -579,14 +579,14 @@ static int hexval(char c) {
 /* Percent-decoding that never produces a NUL byte or a '/': "%00" and "%2F" stay
  * literally, so "/sandboxes/<id>%00/snapshots" can't be cut short into "/sandboxes/<id>"
  * and the request is refused with 400 by on_request. */
-size_t http_path_unescape(char *s) {
+/* Percent-decoding in place; "%00" always stays encoded (it would cut the text short), "%2F"
+ * too with keep_slash (a path separator the client escaped on purpose). */
+static size_t unescape_into(char *s, bool keep_slash) {
         char *w = s;
         for (char *r = s; *r;) {
                 int hi, lo;
-                /* NUL would cut the path short; '/' would add a path separator the client
-                 * escaped on purpose: both stay encoded and the router refuses them. */
                 if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0 && (hi | lo) != 0 &&
-                    hi * 16 + lo != '/') {
+                    !(keep_slash && hi * 16 + lo == '/')) {
                         *w++ = (char) (hi * 16 + lo);
                         r += 3;
                 } else
@@ -596,24 +596,15 @@ size_t http_path_unescape(char *s) {
         return (size_t) (w - s);
 }
 
+size_t http_path_unescape(char *s) {
+        /* both stay encoded, and the router refuses them */
+        return unescape_into(s, true);
+}
+
 static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
         const struct http_server *h = cls;
         (void) c;
-        if (h && h->fl.unescape_slash) {
-                /* everything but %00 (which would cut the text short) */
-                char *w = s;
-                for (char *r = s; *r;) {
-                        int hi, lo;
-                        if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0 && (hi | lo) != 0) {
-                                *w++ = (char) (hi * 16 + lo);
-                                r += 3;
-                        } else
-                                *w++ = *r++;
-                }
-                *w = 0;
-                return (size_t) (w - s);
-        }
-        return http_path_unescape(s);
+        return unescape_into(s, !(h && h->fl.unescape_slash));
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap) {

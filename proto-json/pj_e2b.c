@@ -541,6 +541,15 @@ static int selector(const struct pj_json *obj, const char *path, struct pj_envd_
         return 0;
 }
 
+/* A message on one process: only the fields in names[], "process" (the selector) among them. */
+static int process_message(const char *msg, size_t len, const char *const *names, size_t n, struct pj_json **root,
+                           struct pj_envd_selector *sel, struct pj_error *err) {
+        int r = message(msg, len, root, err);
+        if (r < 0 || (r = check_message(*root, "", names, n, err)) < 0)
+                return r;
+        return selector(pj_json_member(*root, "process"), "process", sel, err);
+}
+
 void pj_envd_selector_done(struct pj_envd_selector *s) {
         if (!s)
                 return;
@@ -639,9 +648,8 @@ int pj_envd_selector_parse(const char *msg, size_t len, struct pj_envd_selector 
         static const char *const names[] = { "process" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_envd_selector_done) struct pj_envd_selector s = { 0 };
-        int r = message(msg, len, &root, err);
-        if (r < 0 || (r = check_message(root, "", names, ELEMENTSOF(names), err)) < 0 ||
-            (r = selector(pj_json_member(root, "process"), "process", &s, err)) < 0)
+        int r = process_message(msg, len, names, ELEMENTSOF(names), &root, &s, err);
+        if (r < 0)
                 return r;
         *ret = TAKE_STRUCT(s);
         return 0;
@@ -695,10 +703,8 @@ int pj_envd_input_parse(const char *msg, size_t len, struct pj_envd_input *ret, 
         static const char *const names[] = { "process", "input" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_envd_input_done) struct pj_envd_input s = { 0 };
-        int r = message(msg, len, &root, err);
-        if (r < 0 || (r = check_message(root, "", names, ELEMENTSOF(names), err)) < 0 ||
-            (r = selector(pj_json_member(root, "process"), "process", &s.process, err)) < 0 ||
-            (r = input_field(pj_json_member(root, "input"), "input", &s, err)) < 0)
+        int r = process_message(msg, len, names, ELEMENTSOF(names), &root, &s.process, err);
+        if (r < 0 || (r = input_field(pj_json_member(root, "input"), "input", &s, err)) < 0)
                 return r;
         *ret = TAKE_STRUCT(s);
         return 0;
@@ -743,9 +749,8 @@ int pj_envd_signal_parse(const char *msg, size_t len, struct pj_envd_selector *r
         static const char *const names[] = { "process", "signal" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_envd_selector_done) struct pj_envd_selector s = { 0 };
-        int r = message(msg, len, &root, err);
-        if (r < 0 || (r = check_message(root, "", names, ELEMENTSOF(names), err)) < 0 ||
-            (r = selector(pj_json_member(root, "process"), "process", &s, err)) < 0)
+        int r = process_message(msg, len, names, ELEMENTSOF(names), &root, &s, err);
+        if (r < 0)
                 return r;
         const struct pj_json *sig = pj_json_member(root, "signal");
         int64_t n = 0;
@@ -767,9 +772,8 @@ int pj_envd_update_parse(const char *msg, size_t len, struct pj_envd_selector *r
         static const char *const names[] = { "process", "pty" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_envd_selector_done) struct pj_envd_selector s = { 0 };
-        int r = message(msg, len, &root, err);
-        if (r < 0 || (r = check_message(root, "", names, ELEMENTSOF(names), err)) < 0 ||
-            (r = selector(pj_json_member(root, "process"), "process", &s, err)) < 0)
+        int r = process_message(msg, len, names, ELEMENTSOF(names), &root, &s, err);
+        if (r < 0)
                 return r;
         const struct pj_json *pty = pj_json_member(root, "pty");
         *ret_rows = *ret_cols = 0;

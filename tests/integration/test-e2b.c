@@ -56,10 +56,6 @@ static void e2b_start(struct e2b *e) {
         e2b_start_with(e, NULL);
 }
 
-#define raw test_raw_http
-#define status_of test_raw_status
-#define body_of test_raw_body
-
 /* A request with a JSON (or any) body and extra header lines ("K: V\r\n..."). */
 static char *req(struct e2b *e, const char *method, const char *path, const char *headers, const char *ctype, const void *body,
                  size_t len) {
@@ -67,7 +63,7 @@ static char *req(struct e2b *e, const char *method, const char *path, const char
                                               "Content-Length: %zu\r\n\r\n",
                                               method, path, e->port, headers ? headers : "", ctype ? "Content-Type: " : "",
                                               ctype ? ctype : "", ctype ? "\r\n" : "", len);
-        return raw(e->port, head, body, len);
+        return test_raw_http(e->port, head, body, len);
 }
 
 static char *api(struct e2b *e, const char *method, const char *path, const char *key, const char *json) {
@@ -78,16 +74,16 @@ static char *api(struct e2b *e, const char *method, const char *path, const char
 #define EXPECT(resp, status, needle)                                                                                    \
         do {                                                                                                            \
                 _cleanup_free_ char *_r = (resp);                                                                       \
-                if (status_of(_r) != (status) || !strstr(body_of(_r), (needle)))                                        \
+                if (test_raw_status(_r) != (status) || !strstr(test_raw_body(_r), (needle)))                                        \
                         test_fail(__FILE__, __LINE__, "want %d with \"%s\", got: %.600s", (status), (needle), _r);       \
         } while (0)
 
 /* POST /sandboxes as key: the new id and envd token. */
 static void create(struct e2b *e, const char *key, const char *body, char id[25], char token[65]) {
         _cleanup_free_ char *r = api(e, "POST", "/sandboxes", key, body);
-        if (status_of(r) != 201)
+        if (test_raw_status(r) != 201)
                 test_fail(__FILE__, __LINE__, "create -> %.600s", r);
-        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(body_of(r));
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(r));
         ASSERT_NOT_NULL(o);
         snprintf(id, 25, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandboxID")));
         snprintf(token, 65, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdAccessToken")));
@@ -207,15 +203,15 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
         /* paging: one at a time, newest first, with X-Next-Token */
         {
                 _cleanup_free_ char *p1 = api(&e, "GET", "/v2/sandboxes?limit=1", e.key, NULL);
-                ASSERT_EQ(status_of(p1), 200);
-                ASSERT_NOT_NULL(strstr(body_of(p1), id2));
+                ASSERT_EQ(test_raw_status(p1), 200);
+                ASSERT_NOT_NULL(strstr(test_raw_body(p1), id2));
                 ASSERT_NOT_NULL(strcasestr(p1, "X-Next-Token: 1"));
                 _cleanup_free_ char *p2 = api(&e, "GET", "/v2/sandboxes?limit=1&nextToken=1", e.key, NULL);
-                ASSERT_NOT_NULL(strstr(body_of(p2), id));
+                ASSERT_NOT_NULL(strstr(test_raw_body(p2), id));
                 ASSERT_NULL(strcasestr(p2, "X-Next-Token"));
                 EXPECT(api(&e, "GET", "/v2/sandboxes?metadata=k%3Dtwo", e.key, NULL), 200, id2);
                 _cleanup_free_ char *p3 = api(&e, "GET", "/v2/sandboxes?metadata=k%3Dtwo", e.key, NULL);
-                ASSERT_NULL(strstr(body_of(p3), id));
+                ASSERT_NULL(strstr(test_raw_body(p3), id));
                 EXPECT(api(&e, "GET", "/v2/sandboxes?limit=0", e.key, NULL), 400, "limit");
                 EXPECT(api(&e, "GET", "/v2/sandboxes?state=frozen", e.key, NULL), 400, "state");
                 EXPECT(api(&e, "GET", "/v2/sandboxes", e.key_bob, NULL), 200, "[]");
@@ -255,9 +251,9 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
                 {
                         _cleanup_free_ char *si = req(&e, "POST", "/process.Process/StreamInput", h, "application/connect+json",
                                                       b.buf, b.len);
-                        ASSERT_EQ(status_of(si), 200);
+                        ASSERT_EQ(test_raw_status(si), 200);
                         /* a message {} and the end of the stream {} */
-                        ASSERT_TRUE(!strcmp(body_of(si), "....\x02{}\x02...\x02{}"));
+                        ASSERT_TRUE(!strcmp(test_raw_body(si), "....\x02{}\x02...\x02{}"));
                 }
                 /* data before start is refused */
                 EXPECT(req(&e, "POST", "/process.Process/StreamInput", h, "application/connect+json", b.buf + 5 + strlen(m1),
@@ -268,7 +264,7 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
                 for (int i = 0; i < 50; i++) {
                         free(got);
                         got = req(&e, "GET", "/files?path=/tmp/si.txt", h, NULL, NULL, 0);
-                        if (strstr(body_of(got), "first-"))
+                        if (strstr(test_raw_body(got), "first-"))
                                 break;
                         usleep(100000);
                 }
@@ -279,8 +275,8 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
                 static const char mk[] = "{\"path\":\"/tmp/pw\"}", cw[] = "{\"path\":\"/tmp/pw\",\"recursive\":false}";
                 EXPECT(envd(&e, id, tok, "filesystem.Filesystem/MakeDir", false, mk, strlen(mk)), 200, "FILE_TYPE_DIRECTORY");
                 _cleanup_free_ char *w = envd(&e, id, tok, "filesystem.Filesystem/CreateWatcher", false, cw, strlen(cw));
-                ASSERT_EQ(status_of(w), 200);
-                _cleanup_(cJSON_Deletep) cJSON *wo = cJSON_Parse(body_of(w));
+                ASSERT_EQ(test_raw_status(w), 200);
+                _cleanup_(cJSON_Deletep) cJSON *wo = cJSON_Parse(test_raw_body(w));
                 const char *wid = cJSON_GetStringValue(cJSON_GetObjectItem(wo, "watcherId"));
                 ASSERT_NOT_NULL(wid);
                 _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", id, tok);
@@ -290,8 +286,8 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
                 for (int i = 0; i < 50; i++) {
                         free(ev);
                         ev = envd(&e, id, tok, "filesystem.Filesystem/GetWatcherEvents", false, poll_msg, strlen(poll_msg));
-                        ASSERT_EQ(status_of(ev), 200);
-                        if (strstr(body_of(ev), "seen.txt"))
+                        ASSERT_EQ(test_raw_status(ev), 200);
+                        if (strstr(test_raw_body(ev), "seen.txt"))
                                 break;
                         usleep(100000);
                 }
@@ -329,17 +325,17 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
         {
                 _cleanup_free_ char *h = xasprintf("GET /health HTTP/1.1\r\nHost: 49983-%s.localhost:%d\r\nConnection: close\r\n\r\n", id,
                                                    e.port);
-                EXPECT(raw(e.port, h, NULL, 0), 204, "");
+                EXPECT(test_raw_http(e.port, h, NULL, 0), 204, "");
                 _cleanup_free_ char *h2 = xasprintf("GET / HTTP/1.1\r\nHost: 8000-%s.localhost:%d\r\nConnection: close\r\n\r\n", id,
                                                     e.port);
-                EXPECT(raw(e.port, h2, NULL, 0), 502, "Nothing is listening on port 8000");
+                EXPECT(test_raw_http(e.port, h2, NULL, 0), 502, "Nothing is listening on port 8000");
                 /* not public: the traffic token is needed */
                 _cleanup_free_ char *h3 = xasprintf("GET / HTTP/1.1\r\nHost: 8000-%s.localhost:%d\r\nConnection: close\r\n\r\n", id2,
                                                     e.port);
-                EXPECT(raw(e.port, h3, NULL, 0), 403, "traffic access token");
+                EXPECT(test_raw_http(e.port, h3, NULL, 0), 403, "traffic access token");
                 _cleanup_free_ char *h4 = xasprintf("GET / HTTP/1.1\r\nHost: 99999-%s.localhost:%d\r\nConnection: close\r\n\r\n", id,
                                                     e.port);
-                EXPECT(raw(e.port, h4, NULL, 0), 400, "port");
+                EXPECT(test_raw_http(e.port, h4, NULL, 0), 400, "port");
         }
         /* timeout: set, refused beyond the plan, and through the Brimble API the same record */
         snprintf(path, sizeof(path), "/sandboxes/%s/timeout", id);
