@@ -26,6 +26,7 @@
 #include "amqp.h"
 #include "nodebus.h"
 #include "pj_node.h"
+#include "pj_snapshot.h"
 #include "strutil.h"
 
 static atomic_ullong n_apply_ok, n_apply_fail, n_remove_ok, n_remove_fail, n_hosts_written, n_hosts_failed;
@@ -102,6 +103,9 @@ static char *apply_body(const struct sandbox *sb, const struct sb_egress *pol, u
         /* The agent budgets hostname lookups per account: one tenant's names fail only it. */
         if (hexid_valid(sb->account_id))
                 snprintf(m.account_id, sizeof(m.account_id), "%s", sb->account_id);
+        /* The agent binds the sandbox's bridge port to its address: no other sandbox sends as it. */
+        if (sb->container_id && pj_snapshot_container_ref_valid(sb->container_id, strlen(sb->container_id)))
+                snprintf(m.container, sizeof(m.container), "%s", sb->container_id);
         m.egress.mode = pol->mode;
         if (pol->mode == PJ_EGRESS_RESTRICTED && pol->n_allow > 0) {
                 m.egress.allow = xnew0(char *, pol->n_allow + 1);

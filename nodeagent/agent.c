@@ -201,6 +201,33 @@ static void egress_done(const struct pj_node_msg *m, int64_t t0, int r, const ch
         log_ctx_set("SANDBOX_ID", NULL);
 }
 
+/* The host pid of the container an egress.apply names (the egress child binds that
+ * sandbox's bridge port from it): 0 in *ret when the message names none; -errno with the
+ * reason when it names one that does not run here (the apply then fails: closed). */
+static int container_pid(const struct pj_node_msg *m, uint32_t *ret, char *err, size_t errlen) {
+        *ret = 0;
+        if (!m->container[0])
+                return 0;
+        struct ps_docker q = { .hdr.type = PS_DOCKER_PID };
+        strscpy(q.container, m->container, sizeof(q.container));
+        struct ps_result res;
+        int r = privsep_call_timeout(PS_CHILD_LOOKUP, &q, sizeof(q), 10000, &res);
+        if (r == -EPIPE || r == -ENOTCONN || r == -ETIMEDOUT)
+                snprintf(err, errlen, "the agent's lookup process is not answering");
+        else if (r < 0)
+                snprintf(err, errlen, "%s", res.msg);
+        if (r < 0)
+                return r;
+        char *end = NULL;
+        unsigned long v = strtoul(res.msg, &end, 10);
+        if (end == res.msg || *end || v == 0 || v > INT32_MAX) {
+                snprintf(err, errlen, "the lookup process answered no process id for container %s", m->container);
+                return -EBADMSG;
+        }
+        *ret = (uint32_t) v;
+        return 0;
+}
+
 /* The reply for one parsed message, its work done before returning (names waited for). */
 static char *handle_parsed(const struct agent_config *cfg, const struct pj_node_msg *m) {
         struct pj_node_reply out;
@@ -234,8 +261,11 @@ static char *handle_parsed(const struct agent_config *cfg, const struct pj_node_
                 }
                 int64_t t0 = mono_ms();
                 if (m->type == PJ_NODE_EGRESS_APPLY) {
+                        uint32_t pid = 0;
                         names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
-                        r = names_apply(m->sandbox_id, m->account_id, m->ip, &m->egress, &out, err, sizeof(err));
+                        r = container_pid(m, &pid, err, sizeof(err));
+                        if (r >= 0)
+                                r = names_apply(m->sandbox_id, m->account_id, m->ip, pid, &m->egress, &out, err, sizeof(err));
                 } else
                         r = names_remove(m->sandbox_id, m->ip, err, sizeof(err));
                 egress_done(m, t0, r, err);
@@ -442,8 +472,13 @@ static char *job_start(const struct agent_config *cfg, struct job *j) {
                          jobs_resolving(), cfg->node_id);
                 r = -EBUSY;
         } else {
+                uint32_t pid = 0;
                 names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
-                r = names_apply_start(j->m.sandbox_id, j->m.account_id, j->m.ip, &j->m.egress, &j->na, err, sizeof(err));
+                r = container_pid(&j->m, &pid, err, sizeof(err));
+                if (r >= 0)
+                        r = names_apply_start(j->m.sandbox_id, j->m.account_id, j->m.ip, &j->m.egress, &j->na, err, sizeof(err));
+                if (r >= 0)
+                        names_apply_bind(j->na, pid);
                 if (r >= 0 && !names_apply_ready(j->na))
                         return NULL;
                 if (r >= 0)

@@ -54,6 +54,10 @@
 #define SET_DENY "node_deny"
 #define SET_DNS "dns_clients"
 #define MAP_SANDBOXES "sandboxes"
+#define MAP_PORTS "ports"               /* table bridge: port -> jump sbx_<id> */
+#define CHAIN_GUARD "guard"             /* table bridge: prerouting, iifname vmap @ports */
+#define GUARD_PRIORITY (-300)
+#define GUARD_HOOK 0                    /* NF_BR_PRE_ROUTING (<linux/netfilter_bridge.h> clashes with <net/if.h>) */
 #define SBX_CHAIN_PREFIX "sbx_"
 #define ALLOW_SET_PREFIX "allow_"
 #define TABLE_NAME_MAX 255              /* NFT_NAME_MAXLEN - 1 */
@@ -76,6 +80,7 @@ static struct {
         char table[TABLE_NAME_MAX + 1];
         bool have_resolver;
         uint32_t resolver;              /* host order */
+        char *bridges[EGRESS_MAX_BRIDGES + 1];  /* NULL-terminated: where sandbox ports are */
 } st;
 
 static void lockp(pthread_mutex_t **m) {
@@ -241,19 +246,24 @@ static void sbx_names(const char *id, char chain[NAME_BUF], char set[NAME_BUF]) 
 /* ---------------------------------------------------------------- read, then write */
 
 /* What a change read from the table before building its batch. */
-enum { VIEW_ELEMS = 1 << 0, VIEW_CHAINS = 1 << 1, VIEW_SETS = 1 << 2 };
+enum { VIEW_ELEMS = 1 << 0, VIEW_CHAINS = 1 << 1, VIEW_SETS = 1 << 2, VIEW_PORTS = 1 << 3 };
 struct view {
         uint32_t genid;
         struct nft_elem *map, *dns;         /* VIEW_ELEMS: @sandboxes and @dns_clients */
         size_t n_map, n_dns;
         struct chain_dump cd;           /* VIEW_CHAINS */
         struct names sets;              /* VIEW_SETS */
+        struct nft_port_elem *ports;    /* VIEW_PORTS: the bridge table's @ports and chains */
+        size_t n_ports;
+        struct chain_dump br;
 };
 
 static void view_done(struct view *v) {
         free(v->map);
         free(v->dns);
+        free(v->ports);
         chain_dump_done(&v->cd);
+        chain_dump_done(&v->br);
         names_done(&v->sets);
         *v = (struct view) { 0 };
 }
@@ -273,7 +283,8 @@ static int read_then_write(const char *table, unsigned what, fill_fn fill, void 
                 r = nft_open(&nl);
                 if (r < 0)
                         return nft_errf(err, errlen, r, "cannot open a netfilter netlink socket: %s", strerror(-r));
-                _cleanup_(view_done) struct view v = { .cd = { .fwd_prio = -1, .in_prio = -1, .into_prio = -1 } };
+                _cleanup_(view_done) struct view v = { .cd = { .fwd_prio = -1, .in_prio = -1, .into_prio = -1 },
+                                                       .br = { .fwd_prio = -1, .in_prio = -1, .into_prio = -1 } };
                 r = nft_get_genid(nl, &v.genid);
                 if (r < 0)
                         return nft_errf(err, errlen, r, "cannot read the nftables generation: %s", strerror(-r));
@@ -286,6 +297,12 @@ static int read_then_write(const char *table, unsigned what, fill_fn fill, void 
                         r = dump_chains(nl, table, &v.cd);
                 if (r >= 0 && (what & VIEW_SETS))
                         r = dump_sets(nl, table, &v.sets);
+                if (r >= 0 && (what & VIEW_PORTS)) {
+                        r = nft_dump_port_elems(nl, table, MAP_PORTS, &v.ports, &v.n_ports);
+                        v.br = (struct chain_dump) { .table = table, .fwd_prio = -1, .in_prio = -1, .into_prio = -1 };
+                        if (r >= 0)
+                                r = nft_dump_objects_in(nl, NFPROTO_BRIDGE, NFT_MSG_GETCHAIN, NULL, chain_cb, &v.br);
+                }
                 if (r < 0)
                         return nft_errf(err, errlen, r, "cannot list the egress table: %s", strerror(-r));
 
@@ -382,6 +399,18 @@ static int fill_init(struct nft_batch *b, const struct view *v, void *ud, char *
                 }
         }
 
+        /* The guard: table bridge <table>, its port map kept (bindings survive a restart). */
+        b->family = NFPROTO_BRIDGE;
+        _cleanup_(nftnl_table_freep) struct nftnl_table *bt = xnonnull(nftnl_table_alloc());
+        nftnl_table_set_u32(bt, NFTNL_TABLE_FAMILY, NFPROTO_BRIDGE);
+        nftnl_table_set_str(bt, NFTNL_TABLE_NAME, a->table);
+        NFT_BATCH_PUT(b, nftnl_table_nlmsg_build_payload, bt, NFT_MSG_NEWTABLE, NLM_F_CREATE, "add table bridge %s", a->table);
+        nft_add_port_vmap(b, a->table, MAP_PORTS);
+        nft_add_chain(b, a->table, CHAIN_GUARD, GUARD_HOOK, GUARD_PRIORITY);
+        nft_chain_op(b, NFT_MSG_DELRULE, a->table, CHAIN_GUARD);
+        nft_rule_iif_vmap(b, a->table, CHAIN_GUARD, MAP_PORTS);
+        b->family = 0;
+
         return 1;
 }
 
@@ -457,6 +486,10 @@ int egress_init(const struct egress_config *cfg, char *err, size_t errlen) {
         if (r < 0)
                 return r;
         strscpy(st.table, table, sizeof(st.table));
+        for (size_t i = 0; i < ELEMENTSOF(st.bridges); i++) {
+                free(st.bridges[i]);
+                st.bridges[i] = i < n_br ? xstrdup(cfg->bridges[i]) : NULL;
+        }
         st.have_resolver = cfg->dns_resolver != NULL;
         st.resolver = resolver;
         st.ready = true;
@@ -527,6 +560,8 @@ struct apply_args {
         size_t n_gone;
         bool was_mapped;        /* ip already led to this sandbox's chain: it may have connections */
         bool taken_over;        /* ip led to another sandbox's chain: none of its connections are ours */
+        char port[IFNAMSIZ];    /* "" = the guard binding stays as it is */
+        uint8_t mac[6];
 };
 
 static void gone_add(uint32_t **v, size_t *n, uint32_t ip) {
@@ -603,6 +638,28 @@ static bool tightens(const struct last_policy *l, enum pj_egress_mode mode, cons
         return false;
 }
 
+/* The guard's part of an apply: chain (the sandbox's, in the bridge table) refilled for
+ * (ip, mac); port leads there and nowhere else does. */
+static void fill_guard(struct nft_batch *b, const struct view *v, const char *chain, const char *port, uint32_t ip,
+                       const uint8_t mac[6]) {
+        const char *table = st.table;
+        b->family = NFPROTO_BRIDGE;
+        nft_add_chain(b, table, chain, -1, 0);
+        nft_chain_op(b, NFT_MSG_DELRULE, table, chain);
+        nft_rules_port_guard(b, table, chain, ip, mac);
+        bool have = false;
+        for (size_t i = 0; i < v->n_ports; i++) {
+                bool ours = streq(v->ports[i].chain, chain), here = streq(v->ports[i].port, port);
+                if (ours && here)
+                        have = true;
+                else if (ours || here)  /* an older port of ours, or this port's binding of a sandbox gone */
+                        nft_port_elem_op(b, NFT_MSG_DELSETELEM, table, MAP_PORTS, v->ports[i].port, NULL);
+        }
+        if (!have)
+                nft_port_elem_op(b, NFT_MSG_NEWSETELEM, table, MAP_PORTS, port, chain);
+        b->family = 0;
+}
+
 static int fill_apply(struct nft_batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
         struct apply_args *a = ud;
         const struct egress_policy *p = a->p;
@@ -657,6 +714,8 @@ static int fill_apply(struct nft_batch *b, const struct view *v, void *ud, char 
                 nft_elem_op(b, NFT_MSG_NEWSETELEM, table, SET_DNS, p->ip, NULL);
         else if (elems_have_key(v->dns, v->n_dns, p->ip))
                 nft_elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, p->ip, NULL);
+        if (a->port[0])
+                fill_guard(b, v, chain, a->port, p->ip, a->mac);
         return 1;
 }
 
@@ -671,7 +730,10 @@ int egress_apply(const struct egress_policy *p, char *err, size_t errlen) {
                 return nft_errf(err, errlen, -ENOTCONN, "egress is not initialised");
         struct apply_args a = { .p = p, .allow = allow, .n_allow = n_allow };
         sbx_names(p->sandbox_id, a.chain, a.set);
-        r = read_then_write(st.table, VIEW_ELEMS, fill_apply, &a, err, errlen);
+        /* The port first: a sandbox whose port cannot be found is not applied (fail closed). */
+        if (p->pid && (r = egress_port_of_pid(p->pid, (const char *const *) st.bridges, a.port, a.mac, err, errlen)) < 0)
+                return r;
+        r = read_then_write(st.table, VIEW_ELEMS | (a.port[0] ? VIEW_PORTS : 0), fill_apply, &a, err, errlen);
         /* The new policy is in force: end what it forbids (retries of read_then_write
          * may have collected an address twice; gone_add keeps one). */
         for (size_t i = 0; r >= 0 && i < a.n_gone; i++)
@@ -734,6 +796,19 @@ static int fill_remove(struct nft_batch *b, const struct view *v, void *ud, char
                 nft_del_set(b, table, a->set);
                 any = true;
         }
+        /* The guard: its port's element, then its chain. */
+        b->family = NFPROTO_BRIDGE;
+        for (size_t i = 0; i < v->n_ports; i++)
+                if (streq(v->ports[i].chain, a->chain)) {
+                        nft_port_elem_op(b, NFT_MSG_DELSETELEM, table, MAP_PORTS, v->ports[i].port, NULL);
+                        any = true;
+                }
+        if (names_has(&v->br.names, a->chain)) {
+                nft_chain_op(b, NFT_MSG_DELRULE, table, a->chain);
+                nft_chain_op(b, NFT_MSG_DELCHAIN, table, a->chain);
+                any = true;
+        }
+        b->family = 0;
         return any ? 1 : 0;
 }
 
@@ -745,7 +820,7 @@ int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen)
                 return nft_errf(err, errlen, -ENOTCONN, "egress is not initialised");
         struct remove_args a = { .ip = ip };
         sbx_names(sandbox_id, a.chain, a.set);
-        int r = read_then_write(st.table, VIEW_ELEMS | VIEW_CHAINS | VIEW_SETS, fill_remove, &a, err, errlen);
+        int r = read_then_write(st.table, VIEW_ELEMS | VIEW_CHAINS | VIEW_SETS | VIEW_PORTS, fill_remove, &a, err, errlen);
         last_forget(sandbox_id);
         /* Paused or gone: nothing it opened from the addresses it held may go on. */
         for (size_t i = 0; r >= 0 && i < a.n_gone; i++)

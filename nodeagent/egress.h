@@ -70,6 +70,9 @@ struct egress_policy {
         enum pj_egress_mode mode;
         const struct pj_allow_entry *allow;     /* PJ_ALLOW_IPV4 / PJ_ALLOW_CIDR only: hostnames must */
         size_t n_allow;                         /* already be resolved into IPv4 entries by the caller */
+        uint32_t pid;                           /* a host process in the sandbox's network namespace: its
+                                                 * bridge port is bound (the guard below); 0 = the binding
+                                                 * stays as it is */
 };
 
 /* One atomic batch: chain sbx_<id> (created or flushed) with
@@ -87,6 +90,23 @@ struct egress_policy {
  * Returns 0, -EINVAL (bad id, mode or entry), -ENOTCONN (no egress_init), or the
  * kernel's -errno (for a failed conntrack deletion the rules are in force; err says so). */
 int egress_apply(const struct egress_policy *p, char *err, size_t errlen);
+/*
+ * The guard (same batch, table bridge <table>): a sandbox's policy is keyed on its source
+ * address, and a sandbox runs with every capability inside gVisor, so its bridge port is
+ * bound to it. With p->pid, egress_port_of_pid finds the port; chain sbx_<id> of the bridge
+ * table drops every frame from that port whose Ethernet source is not the sandbox's MAC,
+ * IPv4 whose source is not p->ip, ARP whose sender is not (p->ip, MAC), and anything that is
+ * neither IPv4 nor ARP; map ports (ifname : verdict, looked up by the prerouting chain
+ * guard) leads the port there (replacing an older port of this sandbox, or this port's
+ * element of a sandbox gone). Ports with no element pass: only sandboxes whose container
+ * controld named are bound (fake sandboxes in tests are not).
+ */
+
+/* The bridge port of the sandbox whose network namespace host process pid is in (the host
+ * end of its veth on one of bridges) and the MAC of its other end. 0, or -errno with the
+ * reason (no port, several, the process gone). port.c. */
+int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[16], uint8_t mac[6], char *err,
+                       size_t errlen);
 
 /* Removes everything of sandbox_id in one batch: map elements that jump to its
  * chain, ip from dns_clients (only if no other sandbox maps that ip), the chain

@@ -244,6 +244,7 @@ struct names_apply {
         char sandbox_id[EGRESS_ID_LEN + 1];
         char account[EGRESS_ID_LEN + 1];
         uint32_t ip;
+        uint32_t pid;                   /* names_apply_bind: a process in the sandbox's netns, or 0 */
         struct pj_egress pol;           /* a copy: the caller's message may be gone by the finish */
         struct pj_allow_entry *e;       /* pol.allow parsed, one per entry */
         struct lookup **lk;             /* one per hostname entry, NULL for literals */
@@ -302,6 +303,10 @@ int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, 
         return 0;
 }
 
+void names_apply_bind(struct names_apply *a, uint32_t pid) {
+        a->pid = pid;
+}
+
 bool names_apply_ready(const struct names_apply *a) {
         if (mono_ms() >= a->deadline)
                 return true;
@@ -338,6 +343,7 @@ static int build_from(struct names_apply *a, struct ps_egress_apply *req, struct
         strscpy(req->sandbox_id, a->sandbox_id, sizeof(req->sandbox_id));
         req->mode = (uint8_t) a->pol.mode;
         req->ip = a->ip;
+        req->pid = a->pid;
         *ret_resolved = NULL;
         *ret_n = 0;
         size_t n = a->n;
@@ -530,12 +536,13 @@ int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *e
         return 0;
 }
 
-int names_apply(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
+int names_apply(const char *sandbox_id, const char *account, uint32_t ip, uint32_t pid, const struct pj_egress *pol,
                 struct pj_node_reply *out, char *err, size_t errlen) {
         struct names_apply *a = NULL;
         int r = names_apply_start(sandbox_id, account, ip, pol, &a, err, errlen);
         if (r < 0)
                 return r;
+        names_apply_bind(a, pid);
         return names_apply_finish(a, out, err, errlen);
 }
 

@@ -113,8 +113,13 @@ static int gen_cb(const struct nlmsghdr *nlh, void *data) {
 }
 
 int nft_dump_objects(struct mnl_socket *nl, uint16_t type, struct nftnl_set *filter, mnl_cb_t cb, void *data) {
+        return nft_dump_objects_in(nl, NFT_FAMILY, type, filter, cb, data);
+}
+
+int nft_dump_objects_in(struct mnl_socket *nl, uint8_t family, uint16_t type, struct nftnl_set *filter, mnl_cb_t cb,
+                        void *data) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
-        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, type, NFT_FAMILY, NLM_F_DUMP, nft_seq_next());
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, type, family, NLM_F_DUMP, nft_seq_next());
         if (filter && type == NFT_MSG_GETSETELEM)
                 nftnl_set_elems_nlmsg_build_payload(nlh, filter);
         else if (filter)
@@ -215,6 +220,7 @@ void nft_batch_commit(struct nft_batch *b, struct nlmsghdr *nlh) {
 
 void nft_batch_begin(struct nft_batch *b, uint32_t genid) {
         *b = (struct nft_batch) { 0 };
+        b->family = 0;
         b->seq0 = nft_seq_next();
         b->seq = b->seq0;
         struct nlmsghdr *nlh = nftnl_batch_begin(batch_room(b), b->seq++);
@@ -237,7 +243,7 @@ struct nlmsghdr *nft_batch_msg(struct nft_batch *b, uint16_t type, uint16_t flag
         va_end(ap);
         b->n_what = idx + 1;
         b->n_acked++;
-        return nftnl_nlmsg_build_hdr(batch_room(b), type, NFT_FAMILY, flags | NLM_F_ACK, seq);
+        return nftnl_nlmsg_build_hdr(batch_room(b), type, b->family ? b->family : NFT_FAMILY, flags | NLM_F_ACK, seq);
 }
 
 static const char *batch_what(const struct nft_batch *b, uint32_t seq) {
@@ -708,3 +714,110 @@ void nft_rule_into_not_syn_drop(struct nft_batch *b, const char *table, const ch
         rule_add(b, r, "oifname ct state new tcp flags != syn drop");
 }
 
+
+/* ---------------------------------------------------------------- the bridge guard */
+
+#define KEY_TYPE_IFNAME 41              /* nft datatype ifname */
+#define ETHERTYPE_IPV4 0x0800
+#define ETHERTYPE_ARP 0x0806
+
+void nft_add_port_vmap(struct nft_batch *b, const char *table, const char *name) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nft_set_new(table, name);
+        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_MAP);
+        nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, NFT_DATA_VERDICT);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, KEY_TYPE_IFNAME);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, IFNAMSIZ);
+        nftnl_set_set_u32(s, NFTNL_SET_ID, set_id_next());
+        NFT_BATCH_PUT(b, nftnl_set_nlmsg_build_payload, s, NFT_MSG_NEWSET, NLM_F_CREATE, "add map %s", name);
+}
+
+void nft_port_elem_op(struct nft_batch *b, uint16_t type, const char *table, const char *map, const char *port,
+                      const char *jump_chain) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nft_set_new(table, map);
+        struct nftnl_set_elem *e = xnonnull(nftnl_set_elem_alloc());
+        char key[IFNAMSIZ] = { 0 };
+        strscpy(key, port, sizeof(key));
+        nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, sizeof(key));
+        if (jump_chain) {
+                nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, (uint32_t) NFT_JUMP);
+                nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, jump_chain);
+        }
+        nftnl_set_elem_add(s, e);
+        NFT_BATCH_PUT(b, nftnl_set_elems_nlmsg_build_payload, s, type, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0,
+                      "%s port %s %s map %s", type == NFT_MSG_NEWSETELEM ? "add" : "delete", key,
+                      type == NFT_MSG_NEWSETELEM ? "to" : "from", map);
+}
+
+void nft_rule_iif_vmap(struct nft_batch *b, const char *table, const char *chain, const char *map) {
+        struct nftnl_rule *r = rule_new(table, chain);
+        x_meta(r, NFT_META_IIFNAME);
+        x_lookup(r, map, true);
+        rule_add(b, r, "iifname vmap @ports");
+}
+
+/* [ether type == ether_type (host order; 0: any)] payload (base, off, len) != data counter drop */
+static void guard_drop(struct nft_batch *b, const char *table, const char *chain, uint16_t ether_type, uint32_t base,
+                       uint32_t off, const void *data, uint32_t len, const char *what) {
+        struct nftnl_rule *r = rule_new(table, chain);
+        if (ether_type) {
+                uint16_t et = htons(ether_type);
+                x_payload(r, NFT_PAYLOAD_LL_HEADER, 12, 2);
+                x_cmp(r, NFT_CMP_EQ, &et, sizeof(et));
+        }
+        x_payload(r, base, off, len);
+        x_cmp(r, NFT_CMP_NEQ, data, len);
+        x_counter(r);
+        x_verdict(r, NF_DROP, NULL);
+        rule_add(b, r, what);
+}
+
+void nft_rules_port_guard(struct nft_batch *b, const char *table, const char *chain, uint32_t ip, const uint8_t mac[6]) {
+        uint32_t ipbe = htonl(ip);
+        guard_drop(b, table, chain, 0, NFT_PAYLOAD_LL_HEADER, 6, mac, 6, "ether saddr != mac drop");
+        guard_drop(b, table, chain, ETHERTYPE_IPV4, NFT_PAYLOAD_NETWORK_HEADER, 12, &ipbe, 4, "ip saddr != ip drop");
+        /* ARP for Ethernet/IPv4: sender hardware address at 8, sender protocol address at 14 */
+        guard_drop(b, table, chain, ETHERTYPE_ARP, NFT_PAYLOAD_NETWORK_HEADER, 14, &ipbe, 4, "arp saddr ip != ip drop");
+        guard_drop(b, table, chain, ETHERTYPE_ARP, NFT_PAYLOAD_NETWORK_HEADER, 8, mac, 6, "arp saddr ether != mac drop");
+        struct nftnl_rule *r = rule_new(table, chain);
+        uint16_t v4 = htons(ETHERTYPE_IPV4), arp = htons(ETHERTYPE_ARP);
+        x_payload(r, NFT_PAYLOAD_LL_HEADER, 12, 2);
+        x_cmp(r, NFT_CMP_NEQ, &v4, sizeof(v4));
+        x_cmp(r, NFT_CMP_NEQ, &arp, sizeof(arp));
+        x_counter(r);
+        x_verdict(r, NF_DROP, NULL);
+        rule_add(b, r, "ether type != ip, arp drop");
+}
+
+int nft_dump_port_elems(struct mnl_socket *nl, const char *table, const char *map, struct nft_port_elem **ret,
+                        size_t *ret_n) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nft_set_new(table, map);
+        struct elem_dump d = { .set = s };
+        *ret = NULL;
+        *ret_n = 0;
+        int r = nft_dump_objects_in(nl, NFPROTO_BRIDGE, NFT_MSG_GETSETELEM, s, elem_cb, &d);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        struct nft_port_elem *v = NULL;
+        size_t n = 0;
+        _cleanup_(nftnl_set_elems_iter_destroyp) struct nftnl_set_elems_iter *it =
+                xnonnull(nftnl_set_elems_iter_create(s));
+        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e; e = nftnl_set_elems_iter_next(it)) {
+                uint32_t klen = 0;
+                const char *k = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &klen);
+                if (!k || klen != IFNAMSIZ || !memchr(k, 0, IFNAMSIZ))
+                        continue;
+                v = xrealloc(v, (n + 1) * sizeof(*v));
+                v[n] = (struct nft_port_elem) { 0 };
+                strscpy(v[n].port, k, sizeof(v[n].port));
+                const char *c = nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_CHAIN) ? nftnl_set_elem_get_str(e, NFTNL_SET_ELEM_CHAIN)
+                                                                                : NULL;
+                if (c)
+                        strscpy(v[n].chain, c, sizeof(v[n].chain));
+                n++;
+        }
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}

@@ -60,6 +60,9 @@ void nft_restart_backoff(int attempt);
  * GETRULE) in NFT_FAMILY, cb run over each. filter (GETSET, GETSETELEM) names the
  * table, and for elements the set; NULL for none. 0 or -errno (-ENOENT: no such table or set). */
 int nft_dump_objects(struct mnl_socket *nl, uint16_t type, struct nftnl_set *filter, mnl_cb_t cb, void *data);
+/* The same in another family (NFPROTO_BRIDGE). */
+int nft_dump_objects_in(struct mnl_socket *nl, uint8_t family, uint16_t type, struct nftnl_set *filter, mnl_cb_t cb,
+                        void *data);
 /* One element of @sandboxes or @dns_clients. chain is "" for plain sets. */
 struct nft_elem {
         uint32_t key;           /* host order */
@@ -79,6 +82,7 @@ struct nft_batch {
         char **what;            /* what[seq - seq0]: description of each acked message */
         size_t n_what;
         size_t n_acked;         /* messages that carry NLM_F_ACK */
+        uint8_t family;         /* of the next object messages: 0 = NFT_FAMILY; NFPROTO_BRIDGE for the guard */
 };
 
 void nft_batch_done(struct nft_batch *b);
@@ -126,6 +130,26 @@ void nft_add_interval_elems(struct nft_batch *b, const char *table, const char *
 void nft_add_chain(struct nft_batch *b, const char *table, const char *name, int hooknum, int prio);
 /* type DELRULE (table+chain, no handle) flushes; DELCHAIN deletes. */
 void nft_chain_op(struct nft_batch *b, uint16_t type, const char *table, const char *name);
+
+/* ---- the bridge guard (b->family = NFPROTO_BRIDGE around these) */
+/* A map ifname : verdict (the sandbox bridge ports, each to its sandbox's guard chain). */
+void nft_add_port_vmap(struct nft_batch *b, const char *table, const char *name);
+/* Adds (NEWSETELEM, port -> jump jump_chain) or deletes (DELSETELEM) one element of it. */
+void nft_port_elem_op(struct nft_batch *b, uint16_t type, const char *table, const char *map, const char *port,
+                      const char *jump_chain);
+/* iifname vmap @map */
+void nft_rule_iif_vmap(struct nft_batch *b, const char *table, const char *chain, const char *map);
+/* What one sandbox's port may send: frames from mac only; IPv4 from ip only; ARP whose sender
+ * is ip at mac only; nothing but IPv4 and ARP. Everything else counter drop. */
+void nft_rules_port_guard(struct nft_batch *b, const char *table, const char *chain, uint32_t ip, const uint8_t mac[6]);
+/* One element of a port map. */
+struct nft_port_elem {
+        char port[16];          /* IFNAMSIZ */
+        char chain[NFT_NAME_BUF];
+};
+/* Elements of a port map in table (family bridge); a missing map or table is empty. */
+int nft_dump_port_elems(struct mnl_socket *nl, const char *table, const char *map, struct nft_port_elem **ret,
+                        size_t *ret_n);
 
 /* ---- rules, appended to chain (see nft.c for each one's nft syntax) */
 void nft_rule_ct_established(struct nft_batch *b, const char *table, const char *chain);

@@ -32,6 +32,8 @@ static int start_children(struct agent_config *cfg) {
         else if (startswith(net, "network="))
                 log_info("sandboxes on this node run with gVisor's %s network mode ([agent] runtime_network = %s)",
                          net + strlen("network="), cfg->runtime_network);
+        if ((r = privsep_spawn(PS_CHILD_LOOKUP, cfg, err, sizeof(err))) < 0)
+                return log_error_errno(r, "Cannot start the lookup process: %s", err);
         if (cfg->relay_listen && (r = privsep_spawn(PS_CHILD_RELAY, cfg, err, sizeof(err))) < 0)
                 return log_error_errno(r, "Cannot start the relay process: %s", err);
         /* The docker group is root on the host through its socket, and the registry

@@ -133,10 +133,13 @@ void reconcile_note_apply(const char *sandbox_id);
  * A child exits when the parent goes (PR_SET_PDEATHSIG, EOF on its socket); the
  * parent treats a dead or misbehaving child as fatal: it stops consuming and exits
  * non-zero so that systemd restarts the unit (the nft table stays as it is). */
-#define PS_VERSION 1
+#define PS_VERSION 2
 #define PS_MSG_MAX 512
 
-enum ps_child { PS_CHILD_EGRESS, PS_CHILD_DOCKER, PS_CHILD_RELAY, PS_CHILD_MAX };
+/* The lookup child answers one question through the Docker socket (which host process a
+ * sandbox's container runs as, for the egress child's port binding) and is never busy with a
+ * snapshot step; it has the docker group but no capabilities and no registry credentials. */
+enum ps_child { PS_CHILD_EGRESS, PS_CHILD_DOCKER, PS_CHILD_RELAY, PS_CHILD_LOOKUP, PS_CHILD_MAX };
 
 enum ps_type {
         PS_READY = 1,           /* child -> parent once, as a ps_result: start-up result */
@@ -152,6 +155,8 @@ enum ps_type {
         PS_DOCKER_REMOVE,       /* parent -> docker child: struct ps_docker; the local image */
         PS_DOCKER_PRUNE,        /* parent -> docker child: struct ps_docker (ids empty); msg = "<removed> <kept>" */
         PS_RELAY_OPEN,          /* parent -> relay child: struct ps_relay_open; the result carries the fd */
+        PS_DOCKER_PID,          /* parent -> lookup child: struct ps_docker (container only); msg = "<host pid>"
+                                 * of the running container's first process */
 };
 
 struct ps_hdr {
@@ -179,6 +184,9 @@ struct ps_egress_apply {
         uint8_t pad[2];
         uint32_t ip;                            /* sandbox IPv4, host order, not 0 */
         uint32_t n_allow;                       /* <= EGRESS_MAX_ALLOW; restricted only */
+        uint32_t pid;                           /* a host process in the sandbox's network namespace
+                                                 * (its container's): bind its bridge port; 0 = keep
+                                                 * the binding the sandbox has */
         struct ps_allow allow[EGRESS_MAX_ALLOW];
 };
 
@@ -208,7 +216,7 @@ struct ps_egress_list {
 struct ps_docker {
         struct ps_hdr hdr;
         char snapshot_id[EGRESS_ID_LEN + 1];    /* 24 lowercase hex + NUL; "" for PRUNE */
-        char container[PS_CONTAINER_MAX + 1];   /* pj_snapshot_container_ref_valid; COMMIT only */
+        char container[PS_CONTAINER_MAX + 1];   /* pj_snapshot_container_ref_valid; COMMIT and PID only */
         uint8_t pad[6];                         /* 0 */
 };
 
@@ -294,7 +302,7 @@ int names_build(const char *sandbox_id, const char *account, uint32_t ip, const 
 /* Resolves, has the egress child apply, and remembers the policy for refreshes; fills
  * out->applied_at_ms and out->resolved. Fails closed: on error nothing changed.
  * Blocks for up to the resolution bound: names_apply_start + names_apply_finish. */
-int names_apply(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
+int names_apply(const char *sandbox_id, const char *account, uint32_t ip, uint32_t pid, const struct pj_egress *pol,
                 struct pj_node_reply *out, char *err, size_t errlen);
 /* The same in two steps, for a caller that must not wait (the consumer loop):
  * names_apply_start checks pol's entries and starts looking up every hostname at once
@@ -311,6 +319,9 @@ struct names_apply;
 int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
                       struct names_apply **ret, char *err, size_t errlen);
 bool names_apply_ready(const struct names_apply *a);
+/* The apply also binds the sandbox's bridge port: the one whose other end is in the network
+ * namespace of host process pid (its container's; agent_container_pid). 0 = no binding change. */
+void names_apply_bind(struct names_apply *a, uint32_t pid);
 bool names_policy_resolves(const struct pj_egress *pol);
 int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *err, size_t errlen);
 struct names_apply *names_apply_free(struct names_apply *a);

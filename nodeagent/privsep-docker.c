@@ -38,7 +38,8 @@ static bool container_field_valid(const char c[PS_CONTAINER_MAX + 1]) {
 }
 
 int privsep_docker_check(uint16_t type, const struct ps_docker *m, struct ps_result *ret) {
-        bool want_id = type != PS_DOCKER_PRUNE, want_container = type == PS_DOCKER_COMMIT;
+        bool want_id = type != PS_DOCKER_PRUNE && type != PS_DOCKER_PID,
+             want_container = type == PS_DOCKER_COMMIT || type == PS_DOCKER_PID;
         if (want_id ? !privsep_id_field_valid(m->snapshot_id) : !privsep_zero(m->snapshot_id, sizeof(m->snapshot_id)))
                 return privsep_refuse(ret, "snapshot_id is not 24 lowercase hex characters (or not empty for a prune)");
         if (want_container ? !container_field_valid(m->container) : !privsep_zero(m->container, sizeof(m->container)))
@@ -81,6 +82,19 @@ void privsep_docker_do(uint16_t type, const struct ps_docker *m, struct ps_resul
         if (!dk) {
                 snprintf(ret->msg, sizeof(ret->msg), "this process holds no Docker connection");
                 ret->r = -ENOTCONN;
+                return;
+        }
+        if (type == PS_DOCKER_PID) {
+                struct docker_container_state st;
+                int k = docker_container_inspect(dk, m->container, &st);
+                if (k < 0)
+                        dk_fail(ret, k, "cannot inspect the sandbox's container");
+                else if (!st.exists || !st.running || st.pid <= 0) {
+                        snprintf(ret->msg, sizeof(ret->msg), "the sandbox's container %s is not running on this node",
+                                 m->container);
+                        ret->r = -ESRCH;
+                } else
+                        snprintf(ret->msg, sizeof(ret->msg), "%d", st.pid);
                 return;
         }
         struct registry reg = { .host = dk_cfg->snap_registry, .username = dk_cfg->snap_username,
@@ -169,6 +183,7 @@ void privsep_docker_do(uint16_t type, const struct ps_docker *m, struct ps_resul
                 return;
         }
         case PS_RELAY_OPEN:
+        case PS_DOCKER_PID:
         case PS_READY:
         case PS_PING:
         case PS_EGRESS_APPLY:
@@ -184,6 +199,15 @@ void privsep_docker_do(uint16_t type, const struct ps_docker *m, struct ps_resul
 bool privsep_docker_type(uint16_t t) {
         return t == PS_DOCKER_COMMIT || t == PS_DOCKER_PUSH || t == PS_DOCKER_VERIFY || t == PS_DOCKER_REMOVE ||
                t == PS_DOCKER_PRUNE;
+}
+
+int privsep_lookup_init(const struct agent_config *cfg, char *msg, size_t msglen) {
+        dk_cfg = cfg;
+        int r = docker_new(cfg->snap_docker_socket, &dk);
+        if (r < 0)
+                fmt_err(msg, msglen, "cannot use the Docker socket %s: %s",
+                        cfg->snap_docker_socket ? cfg->snap_docker_socket : DOCKER_SOCKET_DEFAULT, strerror(-r));
+        return r;
 }
 
 int privsep_docker_init(const struct agent_config *cfg, char *msg, size_t msglen) {

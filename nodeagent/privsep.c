@@ -60,6 +60,7 @@ static const char *const child_names[PS_CHILD_MAX] = {
         [PS_CHILD_EGRESS] = "egress",
         [PS_CHILD_DOCKER] = "docker",
         [PS_CHILD_RELAY] = "relay",
+        [PS_CHILD_LOOKUP] = "lookup",
 };
 _Static_assert(sizeof(struct ps_relay_open) == 48, "ps_relay_open layout");
 
@@ -175,6 +176,8 @@ static int check_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
                 return privsep_refuse(ret, "padding is not zero");
         if (m->n_allow > EGRESS_MAX_ALLOW)
                 return privsep_refuse(ret, "n_allow %u is over %d", m->n_allow, EGRESS_MAX_ALLOW);
+        if (m->pid > INT32_MAX)
+                return privsep_refuse(ret, "pid %u is not a process id", m->pid);
         if (m->n_allow > 0 && m->mode != PJ_EGRESS_RESTRICTED)
                 return privsep_refuse(ret, "allow entries are only for restricted mode");
         for (uint32_t i = 0; i < m->n_allow; i++)
@@ -201,6 +204,7 @@ static void do_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
                 .mode = (enum pj_egress_mode) m->mode,
                 .allow = allow,
                 .n_allow = m->n_allow,
+                .pid = m->pid,
         };
         ret->r = egress_apply(&p, ret->msg, sizeof(ret->msg));
 }
@@ -239,6 +243,7 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_DOCKER_VERIFY:
         case PS_DOCKER_REMOVE:
         case PS_DOCKER_PRUNE:
+        case PS_DOCKER_PID:
                 want = sizeof(struct ps_docker);
                 break;
         case PS_RELAY_OPEN:
@@ -253,8 +258,10 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
                 return privsep_refuse(ret, "type %u takes %zu bytes, got %zu", h.type, want, len);
         if (kind == PS_CHILD_DOCKER && h.type != PS_PING && !privsep_docker_type(h.type))
                 return privsep_refuse(ret, "the docker process does not take message type %u", h.type);
-        if (kind == PS_CHILD_EGRESS && (privsep_docker_type(h.type) || h.type == PS_RELAY_OPEN))
+        if (kind == PS_CHILD_EGRESS && (privsep_docker_type(h.type) || h.type == PS_RELAY_OPEN || h.type == PS_DOCKER_PID))
                 return privsep_refuse(ret, "the egress process does not take message type %u", h.type);
+        if ((kind == PS_CHILD_LOOKUP) != (h.type == PS_DOCKER_PID) && h.type != PS_PING)
+                return privsep_refuse(ret, "the %s process does not take message type %u", child_names[kind], h.type);
         if ((kind == PS_CHILD_RELAY) != (h.type == PS_RELAY_OPEN) && h.type != PS_PING)
                 return privsep_refuse(ret, "the %s process does not take message type %u", child_names[kind], h.type);
 
@@ -329,7 +336,8 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_DOCKER_PUSH:
         case PS_DOCKER_VERIFY:
         case PS_DOCKER_REMOVE:
-        case PS_DOCKER_PRUNE: {
+        case PS_DOCKER_PRUNE:
+        case PS_DOCKER_PID: {
                 struct ps_docker m;
                 memcpy(&m, buf, sizeof(m));
                 if (privsep_docker_check(h.type, &m, ret) < 0)
@@ -425,7 +433,7 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
         child_cfg = cfg;
         /* Only the docker process keeps the supplementary groups (the docker group: root on the
          * host through the socket); the others have no use for them. */
-        r = kind == PS_CHILD_DOCKER ? 0 : groups_drop();
+        r = kind == PS_CHILD_DOCKER || kind == PS_CHILD_LOOKUP ? 0 : groups_drop();
         if (r < 0)
                 fmt_err(res.msg, sizeof(res.msg), "cannot drop the supplementary groups: %s", strerror(-r));
         else if ((r = caps_drop_except(kind == PS_CHILD_EGRESS  ? UINT64_C(1) << CAP_NET_ADMIN
@@ -443,6 +451,8 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
                 r = egress_init(&ec, res.msg, sizeof(res.msg));
         } else if (kind == PS_CHILD_DOCKER && cfg && cfg->snap_registry)
                 r = privsep_docker_init(cfg, res.msg, sizeof(res.msg));
+        else if (kind == PS_CHILD_LOOKUP && cfg)
+                r = privsep_lookup_init(cfg, res.msg, sizeof(res.msg));
         res.r = r;
         if (send_all(fd, &res, sizeof(res)) < 0 || r < 0)
                 _exit(r < 0 ? 1 : 0);

@@ -10,6 +10,7 @@
 #include "cleanup.h"
 #include "json.h"
 #include "pj_node.h"
+#include "pj_snapshot.h"
 #include "strutil.h"
 
 static const char *const type_names[] = {
@@ -116,7 +117,7 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                 return pj_error_set(err, "type", "type '%.64s' is not a known message type", type);
 
         static const char *const ping_keys[] = { "type", NULL };
-        static const char *const apply_keys[] = { "type", "sandbox_id", "ip", "mode", "allow", "account", NULL };
+        static const char *const apply_keys[] = { "type", "sandbox_id", "ip", "mode", "allow", "account", "container", NULL };
         static const char *const remove_keys[] = { "type", "sandbox_id", "ip", NULL };
         static const char *const sync_keys[] = { "type", "node_id", "sandbox_network", NULL };
         static const char *const resolved_keys[] = { "type", "node_id", "sandbox_id", "resolved", NULL };
@@ -180,6 +181,13 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                         return pj_error_set(err, "account", "account must be 24 lowercase hex characters");
                 snprintf(m.account_id, sizeof(m.account_id), "%s", acc->valuestring);
         }
+        const cJSON *ctr = cJSON_GetObjectItemCaseSensitive(o, "container");
+        if (ctr && !cJSON_IsNull(ctr)) {
+                if (!cJSON_IsString(ctr) || !pj_snapshot_container_ref_valid(ctr->valuestring, strlen(ctr->valuestring)) ||
+                    strlen(ctr->valuestring) >= sizeof(m.container))
+                        return pj_error_set(err, "container", "container must be a 64-hex container id, paddock-<sandbox id> or <task>-<allocation id>");
+                snprintf(m.container, sizeof(m.container), "%s", ctr->valuestring);
+        }
         const char *mode = json_get_str(o, "mode");
         if (!mode || pj_egress_mode_from_string(mode, &m.egress.mode) < 0)
                 return pj_error_set(err, "mode", "mode must be one of open, restricted, deny_all");
@@ -238,6 +246,8 @@ char *pj_node_msg_format(const struct pj_node_msg *m) {
         if (m->type == PJ_NODE_EGRESS_APPLY) {
                 if (m->account_id[0])
                         json_add_str(o, "account", m->account_id);
+                if (m->container[0])
+                        json_add_str(o, "container", m->container);
                 json_add_str(o, "mode", pj_egress_mode_to_string(m->egress.mode));
                 cJSON *a = cJSON_AddArrayToObject(o, "allow");
                 for (size_t i = 0; i < m->egress.n_allow; i++)

@@ -8,7 +8,10 @@
  *
  *   {"type":"ping"}
  *   {"type":"egress.apply","sandbox_id":"<24 hex>","ip":"169.254.90.7",
- *    "mode":"open|restricted|deny_all","allow":["1.1.1.1","10.0.0.0/8","api.example.com"]}
+ *    "mode":"open|restricted|deny_all","allow":["1.1.1.1","10.0.0.0/8","api.example.com"],
+ *    "container":"<the sandbox's container: id or name>"}   (container optional: the agent binds
+ *                                          the sandbox's bridge port to its address and MAC, so no
+ *                                          other sandbox can send as it; without it, no binding)
  *   {"type":"egress.remove","sandbox_id":"<24 hex>","ip":"169.254.90.7"}
  *   {"type":"egress.stats"}
  *   {"type":"node.sync","node_id":"<the agent's node id>"}    agent -> controld (routing key "controld")
@@ -67,6 +70,8 @@ struct pj_node_msg {
         struct pj_egress egress; /* egress.apply: normalised policy (allow only for restricted) */
         char account_id[25];     /* egress.apply, optional: the sandbox's account, 24 lowercase hex
                                   * or "" (the agent's per-account lookup budget) */
+        char container[65];      /* egress.apply, optional: the sandbox's container reference
+                                  * (pj_snapshot_container_ref_valid) or "" */
         char node_id[129];       /* node.sync, egress.resolved: the sending agent's node id */
         char sandbox_network[16]; /* node.sync, optional: the gVisor network mode of the node's
                                    * networked sandboxes ("sandbox", "host", ...; 1..15 of a-z) or "" */

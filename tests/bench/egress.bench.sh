@@ -80,6 +80,7 @@ CONF
 	kill "$eg_ctl" 2>/dev/null; wait "$eg_ctl" 2>/dev/null
 	kill "$eg_agent" 2>/dev/null; wait "$eg_agent" 2>/dev/null
 	nft delete table inet "$eg_tab" 2>/dev/null
+	nft delete table bridge "$eg_tab" 2>/dev/null
 	docker network rm paddock-bench-eg paddock-bench-eg-int >/dev/null 2>&1
 else
 	echo "egress bench: RabbitMQ could not be started; create-to-ready restricted vs open skipped" >&2

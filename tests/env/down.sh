@@ -45,6 +45,7 @@ stop_daemon nodeagent
 if command -v nft >/dev/null && nft list table inet paddock >/dev/null 2>&1; then
         if [[ -z $(docker ps -q --filter network=paddock-sandbox 2>/dev/null) ]]; then
                 nft delete table inet paddock && say "egress firewall (nft table inet paddock) removed: no sandbox left on the bridge"
+                nft delete table bridge paddock 2>/dev/null || true
         else
                 say "egress firewall (nft table inet paddock) kept: sandboxes still run on the bridge"
         fi

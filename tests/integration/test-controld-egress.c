@@ -45,9 +45,10 @@
 
 #define PORT 18081
 #define ECHO_PORT 18082
+#define UDP_PORT 18083
 #define BRIDGE "pdkegt0"
 
-static char node_id[64], exchange[64], table[32], agent_conf[512], agent_log[512];
+static char node_id[64], exchange[64], table[32], agent_conf[512], agent_log[512], udp_log[512];
 static pid_t agent_pid, world_pid;
 
 static int64_t now_ms_(void) {
@@ -106,14 +107,34 @@ static void world_up(void) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
                 signal(SIGCHLD, SIG_IGN);
                 char c = unshare(CLONE_NEWNET) < 0 ? 'E' : 'K';
-                int fd = listen_any(PORT), efd = listen_any(ECHO_PORT);
-                if (fd < 0 || efd < 0)
+                int fd = listen_any(PORT), efd = listen_any(ECHO_PORT), ufd = socket(AF_INET, SOCK_DGRAM, 0);
+                struct sockaddr_in ua = { .sin_family = AF_INET, .sin_port = htons(UDP_PORT) };
+                if (fd < 0 || efd < 0 || ufd < 0 || bind(ufd, (struct sockaddr *) &ua, sizeof(ua)) < 0)
                         c = 'E';
                 ssize_t _unused_ w = write(p[1], &c, 1);
                 for (;;) {
-                        struct pollfd pf[2] = { { .fd = fd, .events = POLLIN }, { .fd = efd, .events = POLLIN } };
-                        if (poll(pf, 2, -1) < 0)
+                        struct pollfd pf[3] = { { .fd = fd, .events = POLLIN }, { .fd = efd, .events = POLLIN },
+                                                { .fd = ufd, .events = POLLIN } };
+                        if (poll(pf, 3, -1) < 0)
                                 continue;
+                        if (pf[2].revents) {
+                                /* Each datagram as a line "<source address> <payload>" in udp_log. */
+                                char b[256], line[320];
+                                struct sockaddr_in from;
+                                socklen_t fl = sizeof(from);
+                                ssize_t k = recvfrom(ufd, b, sizeof(b) - 1, 0, (struct sockaddr *) &from, &fl);
+                                if (k > 0) {
+                                        b[k] = 0;
+                                        char src[INET_ADDRSTRLEN] = "";
+                                        inet_ntop(AF_INET, &from.sin_addr, src, sizeof(src));
+                                        int n = snprintf(line, sizeof(line), "%s %.*s\n", src, (int) strcspn(b, "\n"), b);
+                                        int lf = open(udp_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+                                        if (lf >= 0) {
+                                                ssize_t _unused_ lw = write(lf, line, (size_t) n);
+                                                close(lf);
+                                        }
+                                }
+                        }
                         if (pf[0].revents) {
                                 int s = accept(fd, NULL, NULL);
                                 if (s >= 0)
@@ -212,6 +233,7 @@ static void agent_stop(void *ud) {
 static void table_drop(void *ud) {
         (void) ud;
         RUN("nft", "delete", "table", "inet", table);
+        RUN("nft", "delete", "table", "bridge", table);
 }
 
 /* On the Nomad driver: the stand-in the agent asks for its node id and controld places on. */
@@ -461,6 +483,7 @@ static char *egt_start(struct ctld *c) {
         snprintf(table, sizeof(table), "pegt%d", id4);
         snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
         snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
+        snprintf(udp_log, sizeof(udp_log), "%s/world-udp.log", test_tmpdir());
         world_up();
         /* First in, last out: the networks go after every container on them. */
         test_on_exit(networks_drop, NULL);
@@ -664,6 +687,7 @@ TEST_FULL(egress_end_to_end, 900) {
         /* The node loses its firewall (a reboot), the agent comes back and asks for its
          * node's state: controld answers the live sandboxes and re-applies their policies. */
         ASSERT_EQ(RUN("nft", "delete", "table", "inet", table), 0);
+        ASSERT_EQ(RUN("nft", "delete", "table", "bridge", table), 0);
         agent_start();
         _cleanup_(cJSON_Deletep) cJSON *sync = node_sync(node_id);
         ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(sync, "ok")));
@@ -702,6 +726,97 @@ static void pause_or_resume(struct ctld *c, const char *key, const char *id, con
         snprintf(path, sizeof(path), "/sandboxes/%s/%s", id, what);
         HTTP_EXPECT(c, "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(c, key, id, until, 120), until);
+}
+
+/* Whether udp_log has a line with payload (the world's UDP listener writes one per datagram). */
+static bool udp_seen(const char *payload) {
+        FILE *f = fopen(udp_log, "re");
+        if (!f)
+                return false;
+        _cleanup_free_ char *log = xmalloc(1 << 16);
+        size_t n = fread(log, 1, (1 << 16) - 1, f);
+        fclose(f);
+        log[n] = 0;
+        char want[128];
+        snprintf(want, sizeof(want), " %s\n", payload);
+        return strstr(log, want) != NULL;
+}
+
+/* Sends one UDP datagram "payload" from sandbox id to 198.51.100.2:UDP_PORT. */
+static void udp_send(struct ctld *c, const char *key, const char *id, const char *payload) {
+        char cmd[256];
+        snprintf(cmd, sizeof(cmd),
+                 "python3 -c \"import socket;socket.socket(socket.AF_INET,socket.SOCK_DGRAM).sendto(b'%s',('198.51.100.2',%d))\"",
+                 payload, UDP_PORT);
+        ASSERT_EQ(run_in_sandbox(c, key, id, cmd, NULL), 0);
+}
+
+/* Policy is keyed on the source address, and a sandbox runs with every capability inside
+ * gVisor: one that gives its interface a neighbour's address and sends from it must get
+ * nowhere (nor take the neighbour's replies by answering ARP for it). */
+TEST_FULL(a_sandbox_cannot_send_as_another, 300) {
+        static struct ctld c;
+        _cleanup_free_ char *key = egt_start(&c);
+        char victim[25], spoofer[25], vip[64], payload[64];
+        int nonce = (int) getpid();
+        create_expect(&c, key, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.2\"]}}",
+                      201, victim);
+        create_expect(&c, key, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"203.0.113.2\"]}}",
+                      201, spoofer);
+        snprintf(vip, sizeof(vip), "%s", sandbox_ip(victim));
+
+        /* The control: the victim's datagrams arrive and are seen. */
+        snprintf(payload, sizeof(payload), "victim-%d", nonce);
+        int64_t until = now_ms_() + 20000;
+        do
+                udp_send(&c, key, victim, payload);
+        while (!udp_seen(payload) && now_ms_() < until && (usleep(300000), true));
+        ASSERT_TRUE(udp_seen(payload));
+
+        /* The spoofer adds the victim's address to its interface (netlink, as `ip addr add`
+         * does) and sends from it, several times. */
+        char script[1536];
+        snprintf(script, sizeof(script),
+                 "import socket,struct,time\n"
+                 "V='%s'\n"
+                 "s=socket.socket(socket.AF_NETLINK,socket.SOCK_RAW,0)\n"
+                 "a=socket.inet_aton(V)\n"
+                 "b=struct.pack('=BBBBI',socket.AF_INET,32,0,0,socket.if_nametoindex('eth0'))+struct.pack('=HH',8,2)+a+"
+                 "struct.pack('=HH',8,1)+a\n"
+                 "s.send(struct.pack('=IHHII',16+len(b),20,0x605,1,0)+b)\n"
+                 "r=s.recv(4096)\n"
+                 "print('added',-struct.unpack('=i',r[16:20])[0])\n"
+                 "u=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                 "u.bind((V,0))\n"
+                 "for i in range(10):\n"
+                 "  try: u.sendto(b'spoof-%d',('198.51.100.2',%d))\n"
+                 "  except OSError as e: print('send',e.errno)\n"
+                 "  time.sleep(0.2)\n"
+                 "print('sent')\n",
+                 vip, nonce, UDP_PORT);
+        size_t bl = 0;
+        _cleanup_free_ char *b64 = base64_encode(script, strlen(script), &bl);
+        _cleanup_free_ char *cmd = xasprintf("python3 -c \"import base64;exec(base64.b64decode('%s'))\"", b64);
+        _cleanup_free_ char *out = NULL;
+        ASSERT_EQ(run_in_sandbox(&c, key, spoofer, cmd, &out), 0);
+        /* The attempt itself worked: the address is on its interface and the sends went out. */
+        ASSERT_CONTAINS(out, "added 0");
+        ASSERT_CONTAINS(out, "sent");
+        usleep(1500 * 1000);
+        snprintf(payload, sizeof(payload), "spoof-%d", nonce);
+        ASSERT_FALSE(udp_seen(payload));
+
+        /* The victim is unharmed: its own traffic, replies included, still flows. */
+        ASSERT_TRUE(reaches(&c, key, victim, "198.51.100.2"));
+        snprintf(payload, sizeof(payload), "victim2-%d", nonce);
+        until = now_ms_() + 20000;
+        do
+                udp_send(&c, key, victim, payload);
+        while (!udp_seen(payload) && now_ms_() < until && (usleep(300000), true));
+        ASSERT_TRUE(udp_seen(payload));
+        /* and the spoofer's own address still gets only what its policy allows */
+        ASSERT_TRUE(reaches(&c, key, spoofer, "203.0.113.2"));
+        ASSERT_TRUE(blocked(&c, key, spoofer, "198.51.100.2"));
 }
 
 /* Resume places the sandbox anew (under Nomad a new allocation, maybe elsewhere, with a new

@@ -60,6 +60,15 @@ TEST(round_trip_every_type) {
         ASSERT_CONTAINS(acc, "\"account\":\"aaaaaaaaaaaaaaaaaaaaaaaa\"");
         pj_node_msg_done(&m);
         ASSERT_NULL(strstr(text, "\"account\""));     /* none given, none sent */
+        /* The container: the agent binds the sandbox's bridge port from it. */
+        ASSERT_OK(parse("{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\","
+                        "\"container\":\"paddock-" SID "\",\"mode\":\"open\"}",
+                        &m, &e));
+        ASSERT_STREQ(m.container, "paddock-" SID);
+        _cleanup_free_ char *ctr = pj_node_msg_format(&m);
+        ASSERT_CONTAINS(ctr, "\"container\":\"paddock-" SID "\"");
+        pj_node_msg_done(&m);
+        ASSERT_NULL(strstr(text, "\"container\""));
 
         ASSERT_OK(parse("{\"type\":\"egress.remove\",\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\"}", &m, &e));
         ASSERT_EQ(m.type, PJ_NODE_EGRESS_REMOVE);
@@ -91,6 +100,9 @@ TEST(refusals_name_the_field) {
                 { APPLY("\"ip\":\"1.2.3.4\",\"mode\":\"wide\""), "mode" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"account\":\"../etc\",\"mode\":\"open\""), "account" },
                 { APPLY("\"ip\":\"1.2.3.4\",\"account\":7,\"mode\":\"open\""), "account" },
+                { APPLY("\"ip\":\"1.2.3.4\",\"container\":\"../../etc\",\"mode\":\"open\""), "container" },
+                { APPLY("\"ip\":\"1.2.3.4\",\"container\":\"\",\"mode\":\"open\""), "container" },
+                { APPLY("\"ip\":\"1.2.3.4\",\"container\":[],\"mode\":\"open\""), "container" },
                 { "{\"type\":\"node.sync\",\"node_id\":\"n1\",\"sandbox_network\":\"Host\"}", "sandbox_network" },
                 { "{\"type\":\"node.sync\",\"node_id\":\"n1\",\"sandbox_network\":\"\"}", "sandbox_network" },
                 { "{\"type\":\"node.sync\",\"node_id\":\"n1\",\"sandbox_network\":\"abcdefghijklmnop\"}", "sandbox_network" },

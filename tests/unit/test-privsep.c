@@ -67,7 +67,7 @@ TEST(well_formed_apply_reaches_egress) {
         struct ps_ping ping = { .hdr = { .version = PS_VERSION, .type = PS_PING, .len = sizeof(ping), .seq = 3 } };
         ASSERT_EQ(handle(PS_CHILD_DOCKER, &ping, sizeof(ping), &res), 0);
         ASSERT_EQ(res.hdr.seq, 3);
-        ASSERT_CONTAINS(res.msg, "docker process, protocol 1");
+        ASSERT_CONTAINS(res.msg, "docker process, protocol 2");
 }
 
 TEST(sizes_and_headers_are_checked_first) {
@@ -120,6 +120,7 @@ TEST(every_apply_field_is_checked) {
         SPOIL(m->allow[2].addr = 1, "past n_allow");               /* smuggled past the count */
         SPOIL(m->allow[EGRESS_MAX_ALLOW - 1].prefix = 1, "past n_allow");
         SPOIL(m->mode = PJ_EGRESS_OPEN, "only for restricted");    /* entries with another mode */
+        SPOIL(m->pid = 0x80000000u, "pid");
         /* The full table is fine. */
         _cleanup_free_ struct ps_egress_apply *m = valid_apply();
         m->n_allow = EGRESS_MAX_ALLOW;
@@ -264,4 +265,29 @@ TEST(docker_steps_are_checked) {
         /* Wrong size for the type. */
         bad.hdr.len = sizeof(bad) - 4;
         EXPECT_REFUSED(PS_CHILD_DOCKER, &bad, sizeof(bad) - 4, "takes");
+}
+
+/* The lookup process answers which host process a container runs as, and nothing else; no
+ * other process takes that question. */
+TEST(container_pid_lookups_are_checked) {
+        struct ps_docker m = { .hdr = { .version = PS_VERSION, .type = PS_DOCKER_PID, .len = sizeof(m), .seq = 4 } };
+        struct ps_result res;
+        memcpy(m.container, "paddock-" SB, sizeof("paddock-" SB));
+        ASSERT_EQ(handle(PS_CHILD_LOOKUP, &m, sizeof(m), &res), -ENOTCONN);
+        EXPECT_REFUSED(PS_CHILD_DOCKER, &m, sizeof(m), "does not take");
+        EXPECT_REFUSED(PS_CHILD_EGRESS, &m, sizeof(m), "does not take");
+        EXPECT_REFUSED(PS_CHILD_RELAY, &m, sizeof(m), "does not take");
+        struct ps_docker bad = m;
+        memcpy(bad.snapshot_id, SB, sizeof(SB));        /* names nothing but the container */
+        EXPECT_REFUSED(PS_CHILD_LOOKUP, &bad, sizeof(bad), "snapshot_id");
+        bad = m;
+        memset(bad.container, 0, sizeof(bad.container));
+        EXPECT_REFUSED(PS_CHILD_LOOKUP, &bad, sizeof(bad), "container");
+        strcpy(bad.container, "../x");
+        EXPECT_REFUSED(PS_CHILD_LOOKUP, &bad, sizeof(bad), "container");
+        /* and a snapshot step is not the lookup process's */
+        bad = m;
+        bad.hdr.type = PS_DOCKER_COMMIT;
+        memcpy(bad.snapshot_id, SB, sizeof(SB));
+        EXPECT_REFUSED(PS_CHILD_LOOKUP, &bad, sizeof(bad), "does not take");
 }
