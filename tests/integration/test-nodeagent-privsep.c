@@ -217,10 +217,21 @@ static bool memory_holds(pid_t pid, const char *needle) {
                 if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || perms[0] != 'r' || strstr(line, "[vvar") ||
                     strstr(line, "[vsyscall]"))
                         continue;
-                size_t len = hi - lo;
-                _cleanup_free_ char *buf = xmalloc(len);
-                ssize_t got = pread(mem, buf, len, (off_t) lo);
-                found = got > 0 && memmem(buf, (size_t) got, needle, nl) != NULL;
+                /* Read in chunks that overlap by the needle's length; skip the sanitizer's
+                 * shadow (terabytes reserved, never heap or stack). */
+                if (hi - lo > (1UL << 32))
+                        continue;
+                enum { CHUNK = 1 << 20 };
+                _cleanup_free_ char *buf = xmalloc(CHUNK);
+                for (unsigned long at = lo; !found && at < hi; at += CHUNK - nl) {
+                        size_t want = hi - at < CHUNK ? hi - at : CHUNK;
+                        ssize_t got = pread(mem, buf, want, (off_t) at);
+                        if (got <= 0)
+                                break;
+                        found = memmem(buf, (size_t) got, needle, nl) != NULL;
+                        if ((size_t) got < want)
+                                break;
+                }
         }
         close(mem);
         fclose(maps);
