@@ -150,17 +150,21 @@ static int elem_cb(const struct nlmsghdr *nlh, void *data) {
         return nftnl_set_elems_nlmsg_parse(nlh, d->set) < 0 ? MNL_CB_ERROR : MNL_CB_OK;
 }
 
+/* The elements of table's set in family, parsed into s; 1, 0 when the set (or table) is
+ * missing, or -errno. */
+static int dump_set_elems(struct mnl_socket *nl, uint8_t family, struct nftnl_set *s) {
+        struct elem_dump d = { .set = s };
+        int r = nft_dump_objects_in(nl, family, NFT_MSG_GETSETELEM, s, elem_cb, &d);
+        return r == -ENOENT ? 0 : r < 0 ? r : 1;
+}
+
 /* Elements of a set/map with 4-byte keys; a missing set (or table) is empty. */
 int nft_dump_elems(struct mnl_socket *nl, const char *table, const char *set, struct nft_elem **ret, size_t *ret_n) {
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = nft_set_new(table, set);
-        struct elem_dump d = { .set = s };
-        int r = nft_dump_objects(nl, NFT_MSG_GETSETELEM, s, elem_cb, &d);
-        if (r == -ENOENT) {
-                *ret = NULL;
-                *ret_n = 0;
-                return 0;
-        }
-        if (r < 0)
+        *ret = NULL;
+        *ret_n = 0;
+        int r = dump_set_elems(nl, NFT_FAMILY, s);
+        if (r <= 0)
                 return r;
 
         struct nft_elem *v = NULL;
@@ -791,13 +795,10 @@ void nft_rules_port_guard(struct nft_batch *b, const char *table, const char *ch
 int nft_dump_port_elems(struct mnl_socket *nl, const char *table, const char *map, struct nft_port_elem **ret,
                         size_t *ret_n) {
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = nft_set_new(table, map);
-        struct elem_dump d = { .set = s };
         *ret = NULL;
         *ret_n = 0;
-        int r = nft_dump_objects_in(nl, NFPROTO_BRIDGE, NFT_MSG_GETSETELEM, s, elem_cb, &d);
-        if (r == -ENOENT)
-                return 0;
-        if (r < 0)
+        int r = dump_set_elems(nl, NFPROTO_BRIDGE, s);
+        if (r <= 0)
                 return r;
         struct nft_port_elem *v = NULL;
         size_t n = 0;

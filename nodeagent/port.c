@@ -14,7 +14,6 @@
 #include <net/if.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <libmnl/libmnl.h>
 
@@ -22,33 +21,6 @@
 #include "egress.h"
 #include "nft.h"
 #include "strutil.h"
-
-#define RECV_BUF (32 * 1024)
-
-static uint32_t seq_next(void) {
-        static uint32_t s;
-        if (s == 0)
-                s = (uint32_t) time(NULL) ^ 0x5a5a0000u;
-        return ++s;
-}
-
-/* Sends req and runs cb over every answer (a dump's parts included). 0 or -errno. */
-static int rt_query(struct mnl_socket *nl, struct nlmsghdr *req, mnl_cb_t cb, void *data) {
-        uint32_t portid = mnl_socket_get_portid(nl), seq = req->nlmsg_seq;
-        if (mnl_socket_sendto(nl, req, req->nlmsg_len) < 0)
-                return -errno;
-        _cleanup_free_ char *buf = xmalloc(RECV_BUF);
-        for (;;) {
-                ssize_t n = mnl_socket_recvfrom(nl, buf, RECV_BUF);
-                if (n < 0)
-                        return errno == EINTR ? -EINTR : -errno;
-                int r = mnl_cb_run(buf, (size_t) n, seq, portid, cb, data);
-                if (r < 0)
-                        return -errno;
-                if (r == MNL_CB_STOP || !(req->nlmsg_flags & NLM_F_DUMP))
-                        return 0;
-        }
-}
 
 static int nsid_cb(const struct nlmsghdr *nlh, void *data) {
         struct nlattr *a;
@@ -147,12 +119,12 @@ int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[IFNAM
         struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
         nlh->nlmsg_type = RTM_GETNSID;
         nlh->nlmsg_flags = NLM_F_REQUEST;
-        nlh->nlmsg_seq = seq_next();
+        nlh->nlmsg_seq = nft_seq_next();
         struct rtgenmsg *g = mnl_nlmsg_put_extra_header(nlh, sizeof(*g));
         g->rtgen_family = AF_UNSPEC;
         mnl_attr_put_u32(nlh, NETNSA_PID, pid);
         int32_t nsid = -1;
-        int r = rt_query(nl, nlh, nsid_cb, &nsid);
+        int r = nft_query(nl, nlh, false, nsid_cb, &nsid);
         if (r == -ESRCH)
                 return nft_errf(err, errlen, r, "the sandbox's container process %u is gone", pid);
         if (r < 0)
@@ -166,10 +138,10 @@ int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[IFNAM
         nlh = mnl_nlmsg_put_header(buf);
         nlh->nlmsg_type = RTM_GETLINK;
         nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-        nlh->nlmsg_seq = seq_next();
+        nlh->nlmsg_seq = nft_seq_next();
         struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof(*ifi));
         ifi->ifi_family = AF_UNSPEC;
-        r = rt_query(nl, nlh, link_cb, &s);
+        r = nft_query(nl, nlh, true, link_cb, &s);
         if (r < 0)
                 return nft_errf(err, errlen, r, "cannot list this host's interfaces: %s", strerror(-r));
         if (s.found == 0)
@@ -182,12 +154,12 @@ int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[IFNAM
         nlh = mnl_nlmsg_put_header(buf);
         nlh->nlmsg_type = RTM_GETLINK;
         nlh->nlmsg_flags = NLM_F_REQUEST;
-        nlh->nlmsg_seq = seq_next();
+        nlh->nlmsg_seq = nft_seq_next();
         ifi = mnl_nlmsg_put_extra_header(nlh, sizeof(*ifi));
         ifi->ifi_family = AF_UNSPEC;
         ifi->ifi_index = s.peer;
         mnl_attr_put_u32(nlh, IFLA_TARGET_NETNSID, (uint32_t) nsid);
-        r = rt_query(nl, nlh, mac_cb, &s);
+        r = nft_query(nl, nlh, false, mac_cb, &s);
         if (r < 0 || !s.have_mac)
                 return nft_errf(err, errlen, r < 0 ? r : -ENXIO, "cannot read the MAC address of port %s's other end: %s",
                                 s.port, r < 0 ? strerror(-r) : "none");
