@@ -9,7 +9,8 @@
 #   make bench                benchmarks (ratios against a baseline run side by side)
 #   make fuzz [FUZZ_SECONDS=600]   every libFuzzer target in tests/fuzz/ (default 60 s each);
 #                             make check runs each for 8 s (build/tests/integration/test-fuzz)
-#   make soak [SOAK_SECONDS=180]   bounded load test against a local controld (tests/soak/)
+#   make soak [SOAK_SECONDS=1800]  the soak: mixed work from many clients, then the leak table
+#   make load [LOAD_SECONDS=600 LOAD_CLIENTS=200]   200 clients of exec and files (tests/soak/)
 #   make install PREFIX=/usr DESTDIR=...
 
 PREFIX  ?= /usr/local
@@ -69,7 +70,7 @@ INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(IN
 FAKE_BINS  := $(patsubst tests/fakes/%.c,$(BUILD)/tests/fakes/%,$(FAKES_SRC))
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
 
-.PHONY: all check unit unit-bins tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link soak
+.PHONY: all check unit unit-bins tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link soak load
 all: $(BUILD)/controld $(BUILD)/nodeagent $(BUILD)/paddock-init
 
 $(BUILD)/obj/%.o: %.c
@@ -188,11 +189,16 @@ $(FUZZ_BUILD)/fuzz-route: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz-route.o $(FUZZ_BUILD
 fuzz:
 	tests/fuzz/run.sh $(FUZZ_SECONDS)
 
-# ---- soak: not part of check (minutes, one controld, real sandboxes) ----
-SOAK_SECONDS ?= 180
+# ---- soak and load: not part of check (minutes, a platform of their own, real sandboxes) ----
+SOAK_SECONDS ?= 1800
+LOAD_SECONDS ?= 600
+LOAD_CLIENTS ?= 200
 soak: deps
 	$(MAKE) tests
-	PADDOCK_BUILD=$(BUILD) SOAK_SECONDS=$(SOAK_SECONDS) tests/soak/run.sh
+	PADDOCK_BUILD=$(BUILD) SOAK_SECONDS=$(SOAK_SECONDS) tests/soak/run.sh soak
+load: deps
+	$(MAKE) tests
+	PADDOCK_BUILD=$(BUILD) LOAD_SECONDS=$(LOAD_SECONDS) LOAD_CLIENTS=$(LOAD_CLIENTS) tests/soak/run.sh load
 
 # The README's test command. Installs and starts what the tests need, runs all, stops it.
 # The unit tests also run built with ASan and UBSan (build/san): check runs both.

@@ -21,6 +21,7 @@
 #include "cleanup.h"
 #include "controld.h"
 #include "driver.h"
+#include "fault.h"
 #include "json.h"
 #include "log.h"
 #include "amqp.h"
@@ -249,8 +250,10 @@ int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_eg
                         } else if (r < 0) {
                                 atomic_fetch_add(&n_hosts_failed, 1);
                                 log_warning("egress applied, but /etc/hosts could not be written: %s", herr);
-                        } else
+                        } else {
                                 atomic_fetch_add(&n_hosts_written, 1);
+                                fault_point("egress.hosts_written");   /* crash tests */
+                        }
                 }
         }
         log_info("egress %s applied on node %s in %lldms", pj_egress_mode_to_string(pol->mode), sb->node_id,

@@ -380,6 +380,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb.status = SB_READY;
         if ((r = record_or_unplace(c, &sb, reason, sizeof(reason), err)) < 0)
                 goto fail;
+        fault_point("create.ready");    /* crash tests: recorded ready, not yet answered */
         sandbox_lock_release(&lock);
         metrics_observe_phase(c->metrics, "create_total", (double) (mono_ms() - t0) / 1000.0);
         log_info("sandbox ready in %lldms", (long long) (mono_ms() - t0));

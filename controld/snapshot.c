@@ -32,6 +32,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "fault.h"
 #include "docker.h"
 #include "cron.h"
 #include "log.h"
@@ -195,6 +196,7 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
                                (long long) plan->snapshot_max_total_gb);
         if (r < 0)
                 return API_ERR(err, -EIO, "Failed to record the snapshot");
+        fault_point("snapshot.recorded");       /* crash tests: recorded, no job yet */
         log_ctx_set("SNAPSHOT_ID", sn.id);
         log_ctx_set("SANDBOX_ID", sb.id);
         log_ctx_set("NODE_ID", sb.node_id);
@@ -217,6 +219,7 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
                 log_ctx_set("SNAPSHOT_ID", NULL);
                 return API_ERR(err, -EHOSTUNREACH, "Snapshot could not be started: %s. Retry the request.", perr);
         }
+        fault_point("snapshot.published");      /* crash tests: the job is the node's, no answer yet */
         log_info("snapshot creating name=%s%s", sn.name, automatic ? " (automatic)" : "");
         log_ctx_set("SNAPSHOT_ID", NULL);
         log_ctx_set("NODE_ID", NULL);

@@ -1135,9 +1135,18 @@ static void newest_sandbox(struct ctld *c, char id[25]) {
 TEST_FULL(controld_killed_mid_operation_leaves_nothing_behind, 600) {
         static struct ctld c;
         _cleanup_free_ char *key = egt_start(&c);
-        static const char *const create_points[] = { "create.recorded", "create.placed", "create.egress_applied" };
+        /* Create, killed after each step: the record, the placement, the node's apply, the
+         * /etc/hosts write of an allowlisted name. */
+        snprintf(test_name, sizeof(test_name), "crash-%d.paddock.test", (int) getpid());
+        hosts_set("198.51.100.2");
+        test_on_exit(hosts_drop, NULL);
+        char named[160];
+        snprintf(named, sizeof(named), "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"%s\"]}}",
+                 test_name);
+        static const char *const create_points[] = { "create.recorded", "create.placed", "create.egress_applied",
+                                                     "egress.hosts_written" };
         for (size_t i = 0; i < ELEMENTSOF(create_points); i++) {
-                crash_at(&c, create_points[i], "POST", "/sandboxes", key, "{\"template\":\"python-3.11\"}");
+                crash_at(&c, create_points[i], "POST", "/sandboxes", key, i == 3 ? named : "{\"template\":\"python-3.11\"}");
                 char id[25], path[96];
                 newest_sandbox(&c, id);
                 snprintf(path, sizeof(path), "/sandboxes/%s", id);
@@ -1151,6 +1160,15 @@ TEST_FULL(controld_killed_mid_operation_leaves_nothing_behind, 600) {
                 assert_nothing_left(id);
                 ASSERT_FALSE(chain_left(id));
         }
+
+        /* Killed once the record says ready, before the answer: after the restart the sandbox
+         * is ready, and its policy (the name's address only) holds. */
+        crash_at(&c, "create.ready", "POST", "/sandboxes", key, named);
+        char rd[25];
+        newest_sandbox(&c, rd);
+        ASSERT_STREQ(ctld_wait_status(&c, key, rd, "ready", 30), "ready");
+        ASSERT_TRUE(reaches(&c, key, rd, "198.51.100.2"));
+        ASSERT_TRUE(blocked(&c, key, rd, "198.51.100.3"));
 
         /* A destroy killed once the workload is gone: the reaper finishes it. */
         char d[25], path[96];
@@ -1239,6 +1257,101 @@ TEST_FULL(nodeagent_killed_mid_apply_leaves_nothing_behind, 300) {
         char ok[25];
         create_expect(&c, key, "{\"template\":\"python-3.11\"}", 201, ok);
         ASSERT_TRUE(reaches(&c, key, ok, "198.51.100.2"));
+}
+
+/* One create of a burst, on a thread of its own: its answer. */
+struct burst_create {
+        struct ctld *c;
+        const char *key;
+        long status;
+        char id[25], msg[300];
+};
+
+static void *burst_create_run(void *arg) {
+        struct burst_create *x = arg;
+        struct hres r;
+        http_req(x->c, "POST", "/sandboxes", x->key,
+                 "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.2\"]}}", &r);
+        x->status = r.status;
+        snprintf(x->id, sizeof(x->id), "%s", hres_data_str(&r, "id") ?: "");
+        snprintf(x->msg, sizeof(x->msg), "%s", hres_message(&r) ?: "");
+        hres_done(&r);
+        return NULL;
+}
+
+/* The broker goes away in the middle of a burst of creates and comes back: each create is
+ * either ready with its policy enforced or refused with a clear 503 leaving nothing behind;
+ * the agent and controld reconnect by themselves and the next creates work. */
+TEST_FULL(rabbitmq_restarted_during_a_burst_of_creates, 420) {
+        static struct ctld c;
+        _cleanup_free_ char *key = egt_start(&c);
+        off_t from = test_log_end(agent_log);
+        enum { N = 5 };
+        struct burst_create b[N];
+        pthread_t t[N];
+        for (int i = 0; i < N; i++) {
+                b[i] = (struct burst_create) { .c = &c, .key = key };
+                ASSERT_EQ(pthread_create(&t[i], NULL, burst_create_run, &b[i]), 0);
+        }
+        usleep(400 * 1000);
+        ASSERT_EQ(RUN("rabbitmqctl", "-n", "rabbit@localhost", "-q", "stop_app"), 0);
+        sleep(2);
+        ASSERT_EQ(RUN("rabbitmqctl", "-n", "rabbit@localhost", "-q", "start_app"), 0);
+        int ready = 0, refused = 0;
+        for (int i = 0; i < N; i++) {
+                ASSERT_EQ(pthread_join(t[i], NULL), 0);
+                if (b[i].status == 201)
+                        ready++;
+                else if (b[i].status == 503 && b[i].msg[0])
+                        refused++;
+                else
+                        test_fail(__FILE__, __LINE__, "create during the broker restart: %ld %s", b[i].status, b[i].msg);
+        }
+        fprintf(stderr, "  during the restart: %d ready, %d refused with 503 (%s)\n", ready, refused, refused ? b[N - 1].msg : "");
+        /* The agent reconnects and consumes again; then creates work again, by themselves. */
+        ASSERT_TRUE(test_log_has(agent_log, from, "lost the RabbitMQ connection", 30));
+        ASSERT_TRUE(test_log_has(agent_log, from, "consuming node messages", 60));
+        char fresh[25] = "";
+        int64_t until = now_ms_() + 60000;
+        while (!fresh[0] && now_ms_() < until) {
+                struct hres r;
+                http_req(&c, "POST", "/sandboxes", key,
+                         "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.2\"]}}", &r);
+                if (r.status == 201)
+                        snprintf(fresh, sizeof(fresh), "%s", hres_data_str(&r, "id") ?: "");
+                else if (r.status != 503)
+                        test_fail(__FILE__, __LINE__, "create after the restart: %ld %s", r.status, r.body);
+                hres_done(&r);
+                if (!fresh[0])
+                        sleep(1);
+        }
+        ASSERT_TRUE(fresh[0] != 0);
+        ASSERT_TRUE(reaches(&c, key, fresh, "198.51.100.2"));
+        ASSERT_TRUE(blocked(&c, key, fresh, "198.51.100.3"));
+        /* What became ready is enforced; what was refused left nothing (its record failed). */
+        for (int i = 0; i < N; i++) {
+                if (b[i].status == 201) {
+                        ASSERT_TRUE(reaches(&c, key, b[i].id, "198.51.100.2"));
+                        ASSERT_TRUE(blocked(&c, key, b[i].id, "198.51.100.3"));
+                }
+        }
+        struct hres r;
+        http_req(&c, "GET", "/sandboxes?limit=100", key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        const cJSON *it;
+        int seen = 0;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "data")) {
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(it, "id"));
+                const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(it, "status"));
+                ASSERT_NOT_NULL(id);
+                seen++;
+                if (st && (!strcmp(st, "failed") || !strcmp(st, "destroyed")))
+                        assert_nothing_left(id);
+                else
+                        ASSERT_STREQ(st, "ready");
+        }
+        hres_done(&r);
+        ASSERT_GE(seen, ready + 1);
 }
 
 /* A create, on a thread of its own: the sandbox stays placed-but-unconfirmed while it runs. */

@@ -529,6 +529,96 @@ TEST_FULL(docker_outage_is_visible_in_healthz_and_create, 90) {
         ctld_create(&c, key, NULL, id);
 }
 
+/* tests/env/services.sh on docker (stop or start): its exit status. */
+static int services_docker(const char *verb) {
+        char *argv[] = { "tests/env/services.sh", (char *) verb, "docker", NULL };
+        return test_run_capture(argv, NULL, 1 << 16);
+}
+
+static void docker_back(void *ud) {
+        (void) ud;
+        if (!test_have_docker())
+                (void) services_docker("start");
+}
+
+/* dockerd itself restarts under a running sandbox (its containers die with it, as without
+ * live-restore): while it is down the API says so (healthz, a clear 503 for exec and create,
+ * nothing hangs); once it is back the sandbox whose container died ends `failed` with the
+ * reason and nothing of it is left, and new sandboxes work, with no one's help. */
+TEST_FULL(dockerd_restarted_under_running_sandboxes, 300) {
+        struct ctld c;
+        struct hres r;
+        char id[25], path[96];
+        need_docker();
+        /* Only a dockerd services.sh started may be restarted, and only with nothing else on it. */
+        _cleanup_free_ char *st = NULL;
+        char *status_argv[] = { "tests/env/services.sh", "status", "docker", NULL };
+        if (test_run_capture(status_argv, &st, 4096) != 0 || !strstr(st, "(ours"))
+                TEST_SKIP("dockerd was not started by tests/env/services.sh: not this test's to restart");
+        _cleanup_free_ char *others = NULL;
+        char *ps_argv[] = { "docker", "ps", "-q", NULL };
+        ASSERT_EQ(test_run_capture(ps_argv, &others, 1 << 16), 0);
+        if (others && *others)
+                TEST_SKIP("other containers run on this dockerd (a `make up` stack?): restarting it would kill them");
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "dockerd-restart", NULL, NULL);
+        ctld_create(&c, key, NULL, id);
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
+        http_req(&c, "POST", path, key, "{\"cmd\":\"echo before\"}", &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+
+        test_on_exit(docker_back, NULL);
+        ASSERT_EQ(services_docker("stop"), 0);
+        /* The local driver's backend is Docker itself; under Nomad, Nomad still answers. */
+        if (!ctld_nomad()) {
+                http_req(&c, "GET", "/healthz", NULL, NULL, &r);
+                ASSERT_EQ(r.status, 503);
+                ASSERT_CONTAINS(r.body, "\"driver_reachable\":false");
+                hres_done(&r);
+        }
+        /* The exec is refused with a reason: Docker is unreachable, or (once the reaper saw the
+         * container die on the way down) the sandbox is over. */
+        http_req(&c, "POST", path, key, "{\"cmd\":\"echo during\"}", &r);
+        fprintf(stderr, "  exec while dockerd is down: %ld %.300s\n", r.status, r.body ?: "");
+        ASSERT_TRUE(r.status == 503 || (r.status == 400 && strstr(hres_message(&r) ?: "", "only ready sandboxes")));
+        hres_done(&r);
+        if (!ctld_nomad()) {
+                http_req(&c, "POST", "/sandboxes", key, "{}", &r);
+                ASSERT_EQ(r.status, 503);
+                ASSERT_CONTAINS(hres_message(&r), "Sandbox provisioning failed");
+                hres_done(&r);
+        }
+
+        ASSERT_EQ(services_docker("start"), 0);
+        HTTP_EXPECT(&c, "GET", "/healthz", NULL, NULL, 200);
+        /* The sandbox whose container died: over, as failed, nothing left. */
+        bool over = false;
+        for (int i = 0; i < 180 && !over; i++) {
+                sb_get(&c, key, id, &r);
+                const char *s1 = hres_data_str(&r, "status") ?: "";
+                over = !strcmp(s1, "failed") || !strcmp(s1, "destroyed");
+                if (over) {
+                        fprintf(stderr, "  the sandbox after the restart: %.400s\n", r.body);
+                        ASSERT_STREQ(hres_data_str(&r, "destroy_reason") ?: "", "failed");
+                }
+                hres_done(&r);
+                if (!over)
+                        usleep(500000);
+        }
+        ASSERT_TRUE(over);
+        ASSERT_FALSE(docker_container_exists(container_name(id)));
+        /* And the platform works again. */
+        char id2[25];
+        ctld_create(&c, key, NULL, id2);
+        snprintf(path, sizeof(path), "/sandboxes/%s/exec", id2);
+        http_req(&c, "POST", path, key, "{\"cmd\":\"echo after\"}", &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "after\n");
+        hres_done(&r);
+        ctld_stop(&c);
+}
+
 TEST_FULL(failed_resume_releases_the_volume, 120) {
         struct ctld c;
         struct hres r;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agenttest.h"
@@ -545,6 +546,47 @@ TEST_FULL(no_agent_past_the_deadline_fails, 120) {
         DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
         snprintf(path, sizeof(path), "/sandboxes/%s/snapshots", sb);
         HTTP_EXPECT_MSG(&c, "POST", path, key, "{\"name\":\"late\"}", 400, "must be ready");
+}
+
+/* controld SIGKILLed at point while it handles a snapshot POST (no answer comes), then
+ * started again; returns the snapshot the POST recorded. */
+static void snap_crash_at(struct ctld *c, const char *key, const char *sb, const char *point, char ret_id[25]) {
+        char path[96];
+        ctld_stop_daemon(c);
+        setenv("PADDOCK_FAULT", point, 1);
+        ctld_start_daemon(c);
+        unsetenv("PADDOCK_FAULT");
+        struct hres r;
+        snprintf(path, sizeof(path), "/sandboxes/%s/snapshots", sb);
+        http_req(c, "POST", path, key, "{\"name\":\"crashed\"}", &r);
+        if (r.status > 0)
+                test_fail(__FILE__, __LINE__, "snapshot POST answered %ld at %s: %.300s", r.status, point, r.body ?: "");
+        hres_done(&r);
+        int st = ctld_wait_exit(c, 60);
+        ASSERT_TRUE(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+        ctld_start_daemon(c);
+        _cleanup_free_ char *out = ctld_db_query(c, "SELECT id FROM snapshots ORDER BY created_at DESC, id LIMIT 1");
+        ASSERT_NOT_NULL(out);
+        out[strcspn(out, "\n")] = 0;
+        ASSERT_EQ(strlen(out), 24);
+        snprintf(ret_id, 25, "%s", out);
+}
+
+/* The crash matrix's snapshot part: controld killed once the snapshot is recorded (no job
+ * went out) ends it failed with the reason at its deadline, with no image; killed once the job
+ * is the node's, the snapshot completes and is ready after the restart. */
+TEST_FULL(controld_killed_mid_snapshot_ends_in_a_final_state, 180) {
+        static struct ctld c;
+        char sb[25], a[25], b[25];
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "10s", NULL, true, sb);
+        snap_crash_at(&c, key, sb, "snapshot.recorded", a);
+        _cleanup_(cJSON_Deletep) cJSON *fa = snap_wait_failed(&c, key, a, 40, "did not finish the snapshot within 10 s");
+        ASSERT_EQ(manifest_status(a), 404);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", a, 204);
+        snap_crash_at(&c, key, sb, "snapshot.published", b);
+        _cleanup_(cJSON_Deletep) cJSON *fb = snap_wait_ready(&c, key, b, 60);
+        ASSERT_EQ(manifest_status(b), 200);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", b, 204);
 }
 
 /* Issue 24: snapshots had no per-account limits. The plan's snapshot_max_inflight (here 2),
