@@ -305,8 +305,16 @@ static void one_cycle(struct client *cl, int iter) {
         if (iter % 4 == 0) {
                 snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
                 st = req(cl->key, "POST", path, NULL, &r);
-                bool paused = st == 200 && !strcmp(hres_data_str(&r, "status") ?: "", "paused");
                 hres_done(&r);
+                bool paused = false;
+                snprintf(path, sizeof(path), "/sandboxes/%s", id);
+                for (int i = 0; i < 240 && !paused && st == 200; i++) {
+                        long g = req(cl->key, "GET", path, NULL, &r);
+                        paused = g == 200 && !strcmp(hres_data_str(&r, "status") ?: "", "paused");
+                        hres_done(&r);
+                        if (!paused)
+                                usleep(250000);
+                }
                 snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
                 st = req(cl->key, "POST", path, NULL, &r);
                 hres_done(&r);
@@ -662,7 +670,7 @@ static const struct { const char *name; long slack; } leak_info[_L_MAX] = {
         [L_CTL_FDS] = { "controld fds", 2 },            [L_CTL_THREADS] = { "controld threads", 2 },
         [L_CTL_RSS] = { "controld RSS (KiB)", -1 },     [L_AGENT_FDS] = { "nodeagent fds", 2 },
         [L_AGENT_THREADS] = { "nodeagent threads", 2 }, [L_AGENT_RSS] = { "nodeagent RSS (KiB)", -1 },
-        [L_CHILD_FDS] = { "agent processes' fds", 2 },  [L_CONTAINERS] = { "sandbox containers", 0 },
+        [L_CHILD_FDS] = { "agent processes' fds", 2 },  [L_CONTAINERS] = { "containers (this run's)", 0 },
         [L_VOLUMES] = { "Docker volumes", 0 },          [L_CHAINS_INET] = { "nft chains, inet table", 0 },
         [L_ELEMS_INET] = { "nft @sandboxes elements", 0 }, [L_CHAINS_BRIDGE] = { "nft chains, bridge table", 0 },
         [L_ELEMS_BRIDGE] = { "nft @ports elements", 0 }, [L_ROWS_SANDBOXES] = { "store: live sandboxes", 0 },
@@ -745,7 +753,9 @@ static void leaks_now(long v[_L_MAX]) {
         proc_status(agent_pid, &v[L_AGENT_RSS], &v[L_AGENT_THREADS]);
         v[L_AGENT_FDS] = fds_of(agent_pid);
         v[L_CHILD_FDS] = child_fds(agent_pid);
-        v[L_CONTAINERS] = lines_of((char *[]) { "docker", "ps", "-aq", "--filter", "label=paddock.sandbox", NULL }, NULL);
+        v[L_CONTAINERS] = lines_of((char *[]) { "docker", "ps", "-aq", "--filter", "network=paddock-soak", "--filter",
+                                                "network=paddock-soak-int", NULL },
+                                   NULL);
         v[L_VOLUMES] = lines_of((char *[]) { "docker", "volume", "ls", "-q", NULL }, NULL);
         v[L_CHAINS_INET] = lines_of((char *[]) { "nft", "list", "table", "inet", table, NULL }, "\tchain ");
         v[L_ELEMS_INET] = lines_of((char *[]) { "nft", "list", "map", "inet", table, "sandboxes", NULL }, ": jump sbx_");
@@ -1017,6 +1027,11 @@ static long lreq(struct loader *l, const char *method, const char *path, const c
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
         curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        /* Each client from an address of its own (127.0.x.y, all loopback), as clients of a real
+         * deployment are: controld bounds connections per address ([server] per_ip_connections). */
+        char ifc[40];
+        snprintf(ifc, sizeof(ifc), "host!127.0.%d.%d", 1 + l->n / 250, 1 + l->n % 250);
+        curl_easy_setopt(h, CURLOPT_INTERFACE, ifc);
         if (body) {
                 curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
                 curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) len);
@@ -1049,6 +1064,8 @@ static int64_t mono_us(void) {
 
 /* Counts one answer: ok when good, 429 as documented (a short back-off), anything else bad. */
 static void lcount(struct loader *l, enum lop op, long st, bool good, int64_t us, const struct lbuf *b) {
+        if (st == 0)
+                atomic_fetch_add(&n_neterr, 1);
         if (st == 429) {
                 l->r429[op]++;
                 usleep(50000);
