@@ -303,6 +303,12 @@ static int read_then_write(const char *table, unsigned what, fill_fn fill, void 
                         if (r >= 0)
                                 r = nft_dump_objects_in(nl, NFPROTO_BRIDGE, NFT_MSG_GETCHAIN, NULL, chain_cb, &v.br);
                 }
+                if (r == -EINTR) {
+                        /* The ruleset changed during a dump (NLM_F_DUMP_INTR): read it again. */
+                        log_debug("nftables dump interrupted by a concurrent change; retrying");
+                        nft_restart_backoff(attempt);
+                        continue;
+                }
                 if (r < 0)
                         return nft_errf(err, errlen, r, "cannot list the egress table: %s", strerror(-r));
 

@@ -134,14 +134,27 @@ int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[IFNAM
                                 "the sandbox's network namespace (process %u) has no interface on this host's bridges", pid);
 
         /* The host's links: the one on a sandbox bridge whose other end is in nsid. */
-        struct link_scan s = { .nsid = nsid, .bridges = br_idx, .n_br = n_br };
-        nlh = mnl_nlmsg_put_header(buf);
-        nlh->nlmsg_type = RTM_GETLINK;
-        nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-        nlh->nlmsg_seq = nft_seq_next();
-        struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof(*ifi));
-        ifi->ifi_family = AF_UNSPEC;
-        r = nft_query(nl, nlh, true, link_cb, &s);
+        struct link_scan s;
+        struct ifinfomsg *ifi;
+        /* A dump that interfaces changed under (other sandboxes' veths come and go) ends
+         * interrupted (NLM_F_DUMP_INTR, EINTR): take it again. */
+        for (int attempt = 0; attempt < 20; attempt++) {
+                s = (struct link_scan) { .nsid = nsid, .bridges = br_idx, .n_br = n_br };
+                nlh = mnl_nlmsg_put_header(buf);
+                nlh->nlmsg_type = RTM_GETLINK;
+                nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+                nlh->nlmsg_seq = nft_seq_next();
+                ifi = mnl_nlmsg_put_extra_header(nlh, sizeof(*ifi));
+                ifi->ifi_family = AF_UNSPEC;
+                r = nft_query(nl, nlh, true, link_cb, &s);
+                if (r != -EINTR)
+                        break;
+                /* What is left of the interrupted dump is not ours to read: a fresh socket. */
+                mnl_socket_close(nl);
+                nl = mnl_socket_open(NETLINK_ROUTE);
+                if (!nl || mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
+                        return nft_errf(err, errlen, -errno, "cannot open a route netlink socket: %s", strerror(errno));
+        }
         if (r < 0)
                 return nft_errf(err, errlen, r, "cannot list this host's interfaces: %s", strerror(-r));
         if (s.found == 0)
