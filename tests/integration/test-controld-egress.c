@@ -1089,42 +1089,14 @@ static bool chain_left(const char *id) {
         return strstr(out, name) != NULL;
 }
 
-/* Restarts controld with PADDOCK_FAULT=point, runs method path (body) as key, and asserts
- * the process died there (SIGKILL, no answer); then starts it again as it was. */
-static void crash_at_answered(struct ctld *c, const char *point, const char *method, const char *path, const char *key,
-                              const char *body, long answered);
-
 static void crash_at(struct ctld *c, const char *point, const char *method, const char *path, const char *key,
                      const char *body) {
-        crash_at_answered(c, point, method, path, key, body, 0);
-}
-
-/* The same for an operation that answers first (answered: its status) and then dies on a job
- * thread. */
-static void crash_at_answered(struct ctld *c, const char *point, const char *method, const char *path, const char *key,
-                              const char *body, long answered) {
-        ctld_stop_daemon(c);
-        setenv("PADDOCK_FAULT", point, 1);
-        ctld_start_daemon(c);
-        unsetenv("PADDOCK_FAULT");
-        struct hres r;
-        http_req(c, method, path, key, body, &r);
-        if (answered ? r.status != answered : r.status > 0)
-                test_fail(__FILE__, __LINE__, "%s %s answered %ld at %s: %.300s", method, path, r.status, point,
-                          r.body ? r.body : "");
-        hres_done(&r);
-        int st = ctld_wait_exit(c, 120);
-        ASSERT_TRUE(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-        ctld_start_daemon(c);
+        ctld_crash_at(c, point, method, path, key, body, 0);
 }
 
 /* The newest sandbox of the account (the one a killed create left), by its record. */
 static void newest_sandbox(struct ctld *c, char id[25]) {
-        _cleanup_free_ char *out = ctld_db_query(c, "SELECT id FROM sandboxes ORDER BY created_at DESC, id LIMIT 1");
-        ASSERT_NOT_NULL(out);
-        out[strcspn(out, "\n")] = 0;
-        ASSERT_EQ(strlen(out), 24);
-        snprintf(id, 25, "%s", out);
+        ctld_newest_id(c, "sandboxes", id);
 }
 
 /* Issue 24's crash matrix (controld's part, both drivers): controld SIGKILLed after each step
@@ -1206,7 +1178,7 @@ TEST_FULL(controld_killed_mid_operation_leaves_nothing_behind, 600) {
         HTTP_EXPECT(&c, "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&c, key, p, "paused", 60), "paused");
         snprintf(path, sizeof(path), "/sandboxes/%s/resume", p);
-        crash_at_answered(&c, "resume.placed", "POST", path, key, NULL, 200);
+        ctld_crash_at(&c, "resume.placed", "POST", path, key, NULL, 200);
         ASSERT_STREQ(ctld_wait_status(&c, key, p, "paused", 30), "paused");
         /* Paused keeps no container (on Nomad its job stays, scaled to 0). */
         char lbl[96];

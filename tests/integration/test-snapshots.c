@@ -552,24 +552,9 @@ TEST_FULL(no_agent_past_the_deadline_fails, 120) {
  * started again; returns the snapshot the POST recorded. */
 static void snap_crash_at(struct ctld *c, const char *key, const char *sb, const char *point, char ret_id[25]) {
         char path[96];
-        ctld_stop_daemon(c);
-        setenv("PADDOCK_FAULT", point, 1);
-        ctld_start_daemon(c);
-        unsetenv("PADDOCK_FAULT");
-        struct hres r;
         snprintf(path, sizeof(path), "/sandboxes/%s/snapshots", sb);
-        http_req(c, "POST", path, key, "{\"name\":\"crashed\"}", &r);
-        if (r.status > 0)
-                test_fail(__FILE__, __LINE__, "snapshot POST answered %ld at %s: %.300s", r.status, point, r.body ?: "");
-        hres_done(&r);
-        int st = ctld_wait_exit(c, 60);
-        ASSERT_TRUE(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-        ctld_start_daemon(c);
-        _cleanup_free_ char *out = ctld_db_query(c, "SELECT id FROM snapshots ORDER BY created_at DESC, id LIMIT 1");
-        ASSERT_NOT_NULL(out);
-        out[strcspn(out, "\n")] = 0;
-        ASSERT_EQ(strlen(out), 24);
-        snprintf(ret_id, 25, "%s", out);
+        ctld_crash_at(c, point, "POST", path, key, "{\"name\":\"crashed\"}", 0);
+        ctld_newest_id(c, "snapshots", ret_id);
 }
 
 /* The crash matrix's snapshot part: controld killed once the snapshot is recorded (no job

@@ -618,3 +618,30 @@ bool docker_container_exists(const char *name) {
         _cleanup_free_ char *out = NULL;
         return docker_inspect_field(name, "{{.Id}}", &out) == 0;
 }
+
+void ctld_crash_at(struct ctld *c, const char *point, const char *method, const char *path, const char *key,
+                   const char *body, long answered) {
+        ctld_stop_daemon(c);
+        setenv("PADDOCK_FAULT", point, 1);
+        ctld_start_daemon(c);
+        unsetenv("PADDOCK_FAULT");
+        struct hres r;
+        http_req(c, method, path, key, body, &r);
+        if (answered ? r.status != answered : r.status > 0)
+                test_fail(__FILE__, __LINE__, "%s %s answered %ld at %s: %.300s", method, path, r.status, point,
+                          r.body ? r.body : "");
+        hres_done(&r);
+        int st = ctld_wait_exit(c, 120);
+        ASSERT_TRUE(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+        ctld_start_daemon(c);
+}
+
+void ctld_newest_id(struct ctld *c, const char *table, char id[25]) {
+        char sql[128];
+        snprintf(sql, sizeof(sql), "SELECT id FROM %s ORDER BY created_at DESC, id LIMIT 1", table);
+        _cleanup_free_ char *out = ctld_db_query(c, sql);
+        ASSERT_NOT_NULL(out);
+        out[strcspn(out, "\n")] = 0;
+        ASSERT_EQ(strlen(out), 24);
+        snprintf(id, 25, "%s", out);
+}

@@ -67,6 +67,14 @@ char *ctld_db_query(struct ctld *c, const char *sql);
 /* Waits up to timeout_s for the daemon to exit by itself (a crash point, say): its wait status,
  * or -1 when it still runs. */
 int ctld_wait_exit(struct ctld *c, int timeout_s);
+/* The crash matrix: controld restarted with PADDOCK_FAULT=point, one request that reaches that
+ * point (the daemon SIGKILLs itself there), then started again without the fault. answered: the
+ * status the request must get before the crash (an operation that answers first and dies on a
+ * job thread), or 0 when no answer may come. */
+/* The id of the newest row of table ("sandboxes", "snapshots") in controld's store. */
+void ctld_newest_id(struct ctld *c, const char *table, char id[25]);
+void ctld_crash_at(struct ctld *c, const char *point, const char *method, const char *path, const char *key,
+                   const char *body, long answered);
 void ctld_stop(struct ctld *c);
 /* controld admin ...: returns exit status; stdout in *ret_out (optional). */
 int ctld_admin(struct ctld *c, char **ret_out, const char *arg1, ...) __attribute__((sentinel));
