@@ -476,9 +476,8 @@ static char *job_start(const struct agent_config *cfg, struct job *j) {
                 names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
                 r = container_pid(&j->m, &pid, err, sizeof(err));
                 if (r >= 0)
-                        r = names_apply_start(j->m.sandbox_id, j->m.account_id, j->m.ip, &j->m.egress, &j->na, err, sizeof(err));
-                if (r >= 0)
-                        names_apply_bind(j->na, pid);
+                        r = names_apply_start(j->m.sandbox_id, j->m.account_id, j->m.ip, pid, &j->m.egress, &j->na, err,
+                                              sizeof(err));
                 if (r >= 0 && !names_apply_ready(j->na))
                         return NULL;
                 if (r >= 0)

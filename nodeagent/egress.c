@@ -150,10 +150,10 @@ static int chain_cb(const struct nlmsghdr *nlh, void *data) {
         return MNL_CB_OK;
 }
 
-/* Chains of our table (the kernel's chain dump does not filter by table). */
-static int dump_chains(struct mnl_socket *nl, const char *table, struct chain_dump *ret) {
+/* Chains of our table in family (the kernel's chain dump does not filter by table). */
+static int dump_chains(struct mnl_socket *nl, uint8_t family, const char *table, struct chain_dump *ret) {
         *ret = (struct chain_dump) { .table = table, .fwd_prio = -1, .in_prio = -1, .into_prio = -1 };
-        int r = nft_dump_objects(nl, NFT_MSG_GETCHAIN, NULL, chain_cb, ret);
+        int r = nft_dump_objects_in(nl, family, NFT_MSG_GETCHAIN, NULL, chain_cb, ret);
         if (r < 0)
                 names_done(&ret->names);
         return r;
@@ -283,8 +283,7 @@ static int read_then_write(const char *table, unsigned what, fill_fn fill, void 
                 r = nft_open(&nl);
                 if (r < 0)
                         return nft_errf(err, errlen, r, "cannot open a netfilter netlink socket: %s", strerror(-r));
-                _cleanup_(view_done) struct view v = { .cd = { .fwd_prio = -1, .in_prio = -1, .into_prio = -1 },
-                                                       .br = { .fwd_prio = -1, .in_prio = -1, .into_prio = -1 } };
+                _cleanup_(view_done) struct view v = { .cd = { .fwd_prio = -1, .in_prio = -1, .into_prio = -1 } };
                 r = nft_get_genid(nl, &v.genid);
                 if (r < 0)
                         return nft_errf(err, errlen, r, "cannot read the nftables generation: %s", strerror(-r));
@@ -294,14 +293,13 @@ static int read_then_write(const char *table, unsigned what, fill_fn fill, void 
                                 r = nft_dump_elems(nl, table, SET_DNS, &v.dns, &v.n_dns);
                 }
                 if (r >= 0 && (what & VIEW_CHAINS))
-                        r = dump_chains(nl, table, &v.cd);
+                        r = dump_chains(nl, NFT_FAMILY, table, &v.cd);
                 if (r >= 0 && (what & VIEW_SETS))
                         r = dump_sets(nl, table, &v.sets);
                 if (r >= 0 && (what & VIEW_PORTS)) {
                         r = nft_dump_port_elems(nl, table, MAP_PORTS, &v.ports, &v.n_ports);
-                        v.br = (struct chain_dump) { .table = table, .fwd_prio = -1, .in_prio = -1, .into_prio = -1 };
                         if (r >= 0)
-                                r = nft_dump_objects_in(nl, NFPROTO_BRIDGE, NFT_MSG_GETCHAIN, NULL, chain_cb, &v.br);
+                                r = dump_chains(nl, NFPROTO_BRIDGE, table, &v.br);
                 }
                 if (r == -EINTR) {
                         /* The ruleset changed during a dump (NLM_F_DUMP_INTR): read it again. */
@@ -843,7 +841,7 @@ int egress_list(char ***ret_sandbox_ids) {
         if (r < 0)
                 return r;
         struct chain_dump cd;
-        r = dump_chains(nl, table, &cd);
+        r = dump_chains(nl, NFT_FAMILY, table, &cd);
         if (r < 0)
                 return r;
         _cleanup_(names_done) struct names ids = { 0 };

@@ -244,7 +244,7 @@ struct names_apply {
         char sandbox_id[EGRESS_ID_LEN + 1];
         char account[EGRESS_ID_LEN + 1];
         uint32_t ip;
-        uint32_t pid;                   /* names_apply_bind: a process in the sandbox's netns, or 0 */
+        uint32_t pid;                   /* a process in the sandbox's netns (its port is bound), or 0 */
         struct pj_egress pol;           /* a copy: the caller's message may be gone by the finish */
         struct pj_allow_entry *e;       /* pol.allow parsed, one per entry */
         struct lookup **lk;             /* one per hostname entry, NULL for literals */
@@ -266,7 +266,7 @@ struct names_apply *names_apply_free(struct names_apply *a) {
         return NULL;
 }
 
-int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
+int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, uint32_t pid, const struct pj_egress *pol,
                       struct names_apply **ret, char *err, size_t errlen) {
         if (!account)
                 account = "";
@@ -274,6 +274,7 @@ int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, 
         strscpy(a->sandbox_id, sandbox_id, sizeof(a->sandbox_id));
         strscpy(a->account, account, sizeof(a->account));
         a->ip = ip;
+        a->pid = pid;
         pj_egress_copy(&a->pol, pol);
         a->n = pol->mode == PJ_EGRESS_RESTRICTED ? pol->n_allow : 0;
         a->e = xnew0(struct pj_allow_entry, a->n ? a->n : 1);
@@ -301,10 +302,6 @@ int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, 
         }
         *ret = a;
         return 0;
-}
-
-void names_apply_bind(struct names_apply *a, uint32_t pid) {
-        a->pid = pid;
 }
 
 bool names_apply_ready(const struct names_apply *a) {
@@ -399,7 +396,7 @@ int names_build(const char *sandbox_id, const char *account, uint32_t ip, const 
                 struct ps_egress_apply *req, struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err,
                 size_t errlen) {
         struct names_apply *a = NULL;
-        int r = names_apply_start(sandbox_id, account, ip, pol, &a, err, errlen);
+        int r = names_apply_start(sandbox_id, account, ip, 0, pol, &a, err, errlen);   /* the binding stays */
         if (r < 0)
                 return r;
         r = build_from(a, req, ret_resolved, ret_n, err, errlen);
@@ -539,10 +536,9 @@ int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *e
 int names_apply(const char *sandbox_id, const char *account, uint32_t ip, uint32_t pid, const struct pj_egress *pol,
                 struct pj_node_reply *out, char *err, size_t errlen) {
         struct names_apply *a = NULL;
-        int r = names_apply_start(sandbox_id, account, ip, pol, &a, err, errlen);
+        int r = names_apply_start(sandbox_id, account, ip, pid, pol, &a, err, errlen);
         if (r < 0)
                 return r;
-        names_apply_bind(a, pid);
         return names_apply_finish(a, out, err, errlen);
 }
 

@@ -224,7 +224,6 @@ void nft_batch_commit(struct nft_batch *b, struct nlmsghdr *nlh) {
 
 void nft_batch_begin(struct nft_batch *b, uint32_t genid) {
         *b = (struct nft_batch) { 0 };
-        b->family = 0;
         b->seq0 = nft_seq_next();
         b->seq = b->seq0;
         struct nlmsghdr *nlh = nftnl_batch_begin(batch_room(b), b->seq++);

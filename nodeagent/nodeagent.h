@@ -299,7 +299,9 @@ void names_configure(int64_t resolve_timeout_ms, int64_t resolve_interval_ms);
 int names_build(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
                 struct ps_egress_apply *req, struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err,
                 size_t errlen);
-/* Resolves, has the egress child apply, and remembers the policy for refreshes; fills
+/* Resolves, has the egress child apply (with pid, a host process in the sandbox's network
+ * namespace, its bridge port bound to it; 0 leaves the binding as it is), and remembers the
+ * policy for refreshes; fills
  * out->applied_at_ms and out->resolved. Fails closed: on error nothing changed.
  * Blocks for up to the resolution bound: names_apply_start + names_apply_finish. */
 int names_apply(const char *sandbox_id, const char *account, uint32_t ip, uint32_t pid, const struct pj_egress *pol,
@@ -316,12 +318,9 @@ int names_apply(const char *sandbox_id, const char *account, uint32_t ip, uint32
  * names_apply; it consumes a. names_apply_free abandons a: nothing is applied, lookups
  * still running free their own state when they end. Accepts NULL, returns NULL. */
 struct names_apply;
-int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
+int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, uint32_t pid, const struct pj_egress *pol,
                       struct names_apply **ret, char *err, size_t errlen);
 bool names_apply_ready(const struct names_apply *a);
-/* The apply also binds the sandbox's bridge port: the one whose other end is in the network
- * namespace of host process pid (its container's; agent_container_pid). 0 = no binding change. */
-void names_apply_bind(struct names_apply *a, uint32_t pid);
 bool names_policy_resolves(const struct pj_egress *pol);
 int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *err, size_t errlen);
 struct names_apply *names_apply_free(struct names_apply *a);

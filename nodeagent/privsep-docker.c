@@ -211,13 +211,9 @@ int privsep_lookup_init(const struct agent_config *cfg, char *msg, size_t msglen
 }
 
 int privsep_docker_init(const struct agent_config *cfg, char *msg, size_t msglen) {
-        dk_cfg = cfg;
-        int r = docker_new(cfg->snap_docker_socket, &dk);
-        if (r < 0) {
-                fmt_err(msg, msglen, "cannot use the Docker socket %s: %s",
-                        cfg->snap_docker_socket ? cfg->snap_docker_socket : DOCKER_SOCKET_DEFAULT, strerror(-r));
+        int r = privsep_lookup_init(cfg, msg, msglen);
+        if (r < 0)
                 return r;
-        }
         /* On success msg carries "network=<mode>" back to the parent: the gVisor network mode
          * of the runtime sandboxes here run with (the parent reports it with node.sync). */
         _cleanup_free_ char *mode = NULL;

@@ -258,7 +258,7 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
                 return privsep_refuse(ret, "type %u takes %zu bytes, got %zu", h.type, want, len);
         if (kind == PS_CHILD_DOCKER && h.type != PS_PING && !privsep_docker_type(h.type))
                 return privsep_refuse(ret, "the docker process does not take message type %u", h.type);
-        if (kind == PS_CHILD_EGRESS && (privsep_docker_type(h.type) || h.type == PS_RELAY_OPEN || h.type == PS_DOCKER_PID))
+        if (kind == PS_CHILD_EGRESS && (privsep_docker_type(h.type) || h.type == PS_RELAY_OPEN))
                 return privsep_refuse(ret, "the egress process does not take message type %u", h.type);
         if ((kind == PS_CHILD_LOOKUP) != (h.type == PS_DOCKER_PID) && h.type != PS_PING)
                 return privsep_refuse(ret, "the %s process does not take message type %u", child_names[kind], h.type);
@@ -431,8 +431,8 @@ static _noreturn_ void child_main(enum ps_child kind, int fd, const struct agent
 
         result_init(&res, PS_READY, 0);
         child_cfg = cfg;
-        /* Only the docker process keeps the supplementary groups (the docker group: root on the
-         * host through the socket); the others have no use for them. */
+        /* Only the docker and lookup processes keep the supplementary groups (the docker group:
+         * root on the host through the socket); the others have no use for them. */
         r = kind == PS_CHILD_DOCKER || kind == PS_CHILD_LOOKUP ? 0 : groups_drop();
         if (r < 0)
                 fmt_err(res.msg, sizeof(res.msg), "cannot drop the supplementary groups: %s", strerror(-r));

@@ -17,11 +17,12 @@ bool privsep_zero(const void *p, size_t n);
 /* A sandbox id field: exactly 24 lowercase hex and a NUL, nothing else. */
 bool privsep_id_field_valid(const char id[EGRESS_ID_LEN + 1]);
 
-/* privsep-docker.c, in the docker child */
-/* Opens cfg's Docker socket for the steps to come; 0, or -errno with the reason in msg. */
-int privsep_docker_init(const struct agent_config *cfg, char *msg, size_t msglen);
-/* Opens cfg's Docker socket for PS_DOCKER_PID in the lookup child; 0, or -errno with the reason. */
+/* privsep-docker.c, in the docker and lookup children */
+/* Opens cfg's Docker socket for the steps to come (the lookup child's PS_DOCKER_PID); 0, or
+ * -errno with the reason in msg. */
 int privsep_lookup_init(const struct agent_config *cfg, char *msg, size_t msglen);
+/* The same for the docker child's snapshot steps; on success msg says "network=<mode>". */
+int privsep_docker_init(const struct agent_config *cfg, char *msg, size_t msglen);
 /* t is one of the PS_DOCKER_* snapshot steps (not PS_DOCKER_PID, the lookup child's). */
 bool privsep_docker_type(uint16_t t);
 /* Checks a ps_docker's fields for type (ids, container, padding); 0 or privsep_refuse's -EBADMSG. */

@@ -13,6 +13,9 @@
 #include "pj_snapshot.h"
 #include "strutil.h"
 
+_Static_assert(sizeof(((struct pj_node_msg *) 0)->container) == PJ_SNAPSHOT_MAX_CONTAINER + 1,
+               "a valid container reference fits");
+
 static const char *const type_names[] = {
         [PJ_NODE_PING] = "ping",
         [PJ_NODE_EGRESS_APPLY] = "egress.apply",
@@ -183,8 +186,7 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
         }
         const cJSON *ctr = cJSON_GetObjectItemCaseSensitive(o, "container");
         if (ctr && !cJSON_IsNull(ctr)) {
-                if (!cJSON_IsString(ctr) || !pj_snapshot_container_ref_valid(ctr->valuestring, strlen(ctr->valuestring)) ||
-                    strlen(ctr->valuestring) >= sizeof(m.container))
+                if (!cJSON_IsString(ctr) || !pj_snapshot_container_ref_valid(ctr->valuestring, strlen(ctr->valuestring)))
                         return pj_error_set(err, "container", "container must be a 64-hex container id, paddock-<sandbox id> or <task>-<allocation id>");
                 snprintf(m.container, sizeof(m.container), "%s", ctr->valuestring);
         }
