@@ -43,11 +43,7 @@ static int run(char *const argv[]) {
 
 static void queues_drop(void *ud) {
         (void) ud;
-        char q1[160], q2[160];
-        snprintf(q1, sizeof(q1), "%s.snapshots.%s", exchange, node_id);
-        snprintf(q2, sizeof(q2), "%s.snapshot-events", exchange);
-        RUN("rabbitmqctl", "-n", "rabbit@localhost", "-q", "delete_queue", q1);
-        RUN("rabbitmqctl", "-n", "rabbit@localhost", "-q", "delete_queue", q2);
+        amqptest_snapshot_queues_drop(exchange, node_id);
 }
 
 static void agent_stop(void *ud) {

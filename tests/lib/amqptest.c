@@ -5,6 +5,7 @@
 
 #include "amqptest.h"
 #include "cleanup.h"
+#include "pj_snapshot.h"
 #include "testlib.h"
 
 void amqptest_need_broker(void) {
@@ -69,4 +70,13 @@ void amqptest_queue_delete(const char *name) {
         amqp_queue_delete(conn, 1, amqp_cstring_bytes(name), 0, 0);
         ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
         amqp_destroy_connection(conn);
+}
+
+void amqptest_snapshot_queues_drop(const char *exchange, const char *node) {
+        _cleanup_free_ char *jobs = pj_snapshot_jobs_queue(exchange, node), *events = pj_snapshot_events_queue(exchange);
+        const char *const names[] = { jobs, events };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++) {
+                char *argv[] = { "rabbitmqctl", "-n", "rabbit@localhost", "-q", "delete_queue", (char *) names[i], NULL };
+                (void) test_run_capture(argv, NULL, 1 << 16);
+        }
 }

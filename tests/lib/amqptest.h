@@ -24,5 +24,8 @@ amqp_bytes_t amqptest_queue(amqp_connection_state_t conn);
  * connection of its own: a passive declare of a missing queue closes the channel). */
 int amqptest_queue_consumers(const char *name);
 
+/* At a test's end: deletes the snapshot job queue of node and the outcome queue on exchange
+ * (pj_snapshot's names), whatever state they are in; nothing is asserted. */
+void amqptest_snapshot_queues_drop(const char *exchange, const char *node);
 /* Deletes the named queue (as an operator would; its consumers are cancelled). */
 void amqptest_queue_delete(const char *name);

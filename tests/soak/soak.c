@@ -238,6 +238,22 @@ static void snapshot_cycle(struct client *cl, const char *id, int iter) {
         ok_if(OP_SNAPSHOT, !strcmp(status, "ready") && d == 204, "snapshot not ready, or its delete refused", NULL);
 }
 
+/* Polls sandbox id until its status is want (60 s at most); whether it got there. */
+static bool wait_status(struct client *cl, const char *id, const char *want) {
+        char path[96];
+        struct hres r;
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        for (int i = 0; i < 240; i++) {
+                long g = req(cl->key, "GET", path, NULL, &r);
+                bool there = g == 200 && !strcmp(hres_data_str(&r, "status") ?: "", want);
+                hres_done(&r);
+                if (there)
+                        return true;
+                usleep(250000);
+        }
+        return false;
+}
+
 static void one_cycle(struct client *cl, int iter) {
         struct hres r;
         char id[25] = "", path[160], body[512];
@@ -306,27 +322,11 @@ static void one_cycle(struct client *cl, int iter) {
                 snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
                 st = req(cl->key, "POST", path, NULL, &r);
                 hres_done(&r);
-                bool paused = false;
-                snprintf(path, sizeof(path), "/sandboxes/%s", id);
-                for (int i = 0; i < 240 && !paused && st == 200; i++) {
-                        long g = req(cl->key, "GET", path, NULL, &r);
-                        paused = g == 200 && !strcmp(hres_data_str(&r, "status") ?: "", "paused");
-                        hres_done(&r);
-                        if (!paused)
-                                usleep(250000);
-                }
+                bool paused = st == 200 && wait_status(cl, id, "paused");
                 snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
                 st = req(cl->key, "POST", path, NULL, &r);
                 hres_done(&r);
-                bool ready = false;
-                snprintf(path, sizeof(path), "/sandboxes/%s", id);
-                for (int i = 0; i < 240 && !ready && st == 200; i++) {
-                        long g = req(cl->key, "GET", path, NULL, &r);
-                        ready = g == 200 && !strcmp(hres_data_str(&r, "status") ?: "", "ready");
-                        hres_done(&r);
-                        if (!ready)
-                                usleep(250000);
-                }
+                bool ready = st == 200 && wait_status(cl, id, "ready");
                 snprintf(path, sizeof(path), "/sandboxes/%s/exec", id);
                 long e = ready ? req(cl->key, "POST", path, "{\"cmd\":\"echo back\"}", &r) : 0;
                 ok_if(OP_PAUSE, paused && ready && e == 200 && !strcmp(hres_data_str(&r, "stdout") ?: "", "back\n"),
@@ -615,11 +615,7 @@ static void platform_down(void *ud) {
         test_stop_child(&agent_pid);
         RUN("nft", "delete", "table", "inet", table);
         RUN("nft", "delete", "table", "bridge", table);
-        char q1[160], q2[160];
-        snprintf(q1, sizeof(q1), "%s.snapshots.%s", exchange, node_id);
-        snprintf(q2, sizeof(q2), "%s.snapshot-events", exchange);
-        RUN("rabbitmqctl", "-n", "rabbit@localhost", "-q", "delete_queue", q1);
-        RUN("rabbitmqctl", "-n", "rabbit@localhost", "-q", "delete_queue", q2);
+        amqptest_snapshot_queues_drop(exchange, node_id);
 }
 
 static void networks_drop(void *ud) {
