@@ -367,6 +367,8 @@ static void req_free(struct req *r) {
                 return;
         if (r->sink_free)
                 r->sink_free(r->sink_ud);
+        if (r->on_end)
+                r->on_end(r->on_end_ud);
         strbuf_done(&r->body);
         free(r->path);
         account_clear(&r->acc);

@@ -124,6 +124,9 @@ struct req {
         void *sink_ud;
         void (*sink_free)(void *ud);     /* called when the request ends, however it ends */
         bool sink_failed;
+        /* Called once when the request ends, however it ends (after an upgrade's handler). */
+        void (*on_end)(void *ud);
+        void *on_end_ud;
         bool started;                    /* dispatch ran */
         bool in_headers;                 /* still in the first (headers-only) callback */
         bool linger;                     /* answered before reading a body: drain before close */

@@ -47,14 +47,6 @@ bool sb_counts_take(struct sb_counts *t, const char *id, int64_t max) {
         return ok;
 }
 
-bool sb_counts_room(struct sb_counts *t, const char *id, int64_t max) {
-        pthread_mutex_lock(&t->lock);
-        struct sb_count_slot *s = slot_of(t, id, false);
-        bool ok = s ? s->n < max : slot_of(t, id, true) != NULL;
-        pthread_mutex_unlock(&t->lock);
-        return ok;
-}
-
 void sb_counts_give(struct sb_counts *t, const char *id) {
         pthread_mutex_lock(&t->lock);
         struct sb_count_slot *s = slot_of(t, id, false);

@@ -28,7 +28,5 @@ void sb_counts_init(struct sb_counts *t, size_t cap);
 void sb_counts_done(struct sb_counts *t);
 /* One more for id unless it holds max already (or no slot is left): true when taken. */
 bool sb_counts_take(struct sb_counts *t, const char *id, int64_t max);
-/* Would sb_counts_take succeed now? */
-bool sb_counts_room(struct sb_counts *t, const char *id, int64_t max);
 /* One fewer for id. */
 void sb_counts_give(struct sb_counts *t, const char *id);

@@ -301,22 +301,25 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
         log_info("terminal closed%s%s", *close_reason ? ": " : "", close_reason);
 }
 
+/* The session's end: its place among the sandbox's terminals is given back. Runs when
+ * MHD ends the request, after upgrade_cb (or without it when the upgrade never happened). */
+static void session_end(void *ud) {
+        struct pty_session *s = ud;
+        sb_counts_give(&sessions, s->sb.id);
+        sandbox_clear(&s->sb);
+        free(s->cmd);
+        free(s->cwd);
+        free(s);
+}
+
 static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *req_cls, const char *extra_in, size_t extra_in_size,
                        MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
         struct pty_session *s = cls;
         (void) conn;
         (void) req_cls;
         sse_stream_count(s->c, +1);
-        if (sb_counts_take(&sessions, s->sb.id, PTY_PER_SANDBOX)) {
-                run_session(s, sock, extra_in, extra_in_size);
-                sb_counts_give(&sessions, s->sb.id);
-        } else
-                send_close(sock, 1013, "too many terminals on this sandbox");   /* a race past sb_counts_room */
+        run_session(s, sock, extra_in, extra_in_size);
         sse_stream_count(s->c, -1);
-        sandbox_clear(&s->sb);
-        free(s->cmd);
-        free(s->cwd);
-        free(s);
         log_ctx_reset();
         (void) MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 }
@@ -376,8 +379,10 @@ enum MHD_Result terminal_get_pty(struct req *r) {
                 return respond_error(r, 400, "cwd must be an absolute path");
         if (sb.status != SB_READY)
                 return respond_error(r, 409, "Sandbox is %s; a terminal needs a ready sandbox", sb_status_str(sb.status));
+        /* the place is taken before the 101: terminals opened one after another are refused
+         * in order, the ninth and not an earlier one whose handler ran late */
         sb_counts_init(&sessions, 256);
-        if (!sb_counts_room(&sessions, sb.id, PTY_PER_SANDBOX))
+        if (!sb_counts_take(&sessions, sb.id, PTY_PER_SANDBOX))
                 return respond_error(r, 429, "This sandbox already has %d terminals open", PTY_PER_SANDBOX);
         struct pty_session *s = xnew0(struct pty_session, 1);
         s->c = r->c;
@@ -389,12 +394,11 @@ enum MHD_Result terminal_get_pty(struct req *r) {
         s->cols = cols;
         struct MHD_Response *resp = MHD_create_response_for_upgrade(upgrade_cb, s);
         if (!resp) {
-                sandbox_clear(&s->sb);
-                free(s->cmd);
-                free(s->cwd);
-                free(s);
+                session_end(s);
                 return respond_error(r, 500, "This server cannot upgrade connections");
         }
+        r->on_end = session_end;
+        r->on_end_ud = s;
         char acc[WS_ACCEPT_LEN + 1];
         ws_accept_for_key(key, acc);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");

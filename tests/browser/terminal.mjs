@@ -38,7 +38,9 @@ try {
   const dims = () => page.evaluate(() => [window.paddockTerminal.term.rows, window.paddockTerminal.term.cols]);
   await page.click('#t');
   await page.keyboard.type('echo hi\n');
-  await waitFor(/^hi\s*$/m);
+  // the prompt after it: bash's readline reads the size and writes it back as it prepares
+  // a prompt, so a resize before that can be undone (on any Linux)
+  await waitFor(/^hi\s*\n[^\n]*[#$]\s*$/m);
   const before = await dims();
   await page.setViewport({ width: 1100, height: 700 });
   let after = await dims();

@@ -98,9 +98,14 @@ void test_skip(const char *why) {
         _exit(EXIT_SKIP);
 }
 
+/* PADDOCK_TEST_KEEP=1 keeps the test's directory (its daemons' logs) for a look after a failure. */
 static void rm_tmpdir(void) {
         if (!tmpdir_path[0])
                 return;
+        if (getenv("PADDOCK_TEST_KEEP")) {
+                fprintf(stderr, "  kept %s\n", tmpdir_path);
+                return;
+        }
         pid_t p = fork();
         if (p == 0) {
                 execlp("rm", "rm", "-rf", "--", tmpdir_path, (char *) NULL);
