@@ -16,6 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -568,6 +574,120 @@ TEST_FULL(controld_killed_mid_snapshot_ends_in_a_final_state, 180) {
         _cleanup_(cJSON_Deletep) cJSON *fb = snap_wait_ready(&c, key, b, 60);
         ASSERT_EQ(manifest_status(b), 200);
         DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", b, 204);
+}
+
+/* ---- the data-root disk full ---- */
+
+static char fill_path[PATH_MAX];
+
+/* Removes the fill; btrfs gives the space back at its next commit, which syncfs makes now. */
+static void fill_remove(void *ud) {
+        (void) ud;
+        if (!fill_path[0])
+                return;
+        (void) unlink(fill_path);
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", fill_path);
+        int fd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0) {
+                (void) syncfs(fd);
+                close(fd);
+        }
+        fill_path[0] = 0;
+}
+
+/* Free bytes on the filesystem of path. */
+static uint64_t fs_avail(const char *path) {
+        struct statfs st;
+        ASSERT_EQ(statfs(path, &st), 0);
+        return (uint64_t) st.f_bavail * (uint64_t) st.f_bsize;
+}
+
+/* Fills Docker's data-root filesystem (the btrfs image services.sh mounts: never the host's own
+ * disk) with one preallocated file until under 8 MiB are left; removed at exit whatever happens. */
+static void data_root_fill(char root[PATH_MAX]) {
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "docker", "info", "-f", "{{.DockerRootDir}}", NULL };
+        ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
+        snprintf(root, PATH_MAX, "%.*s", (int) strcspn(out, "\n"), out);
+        struct statfs st;
+        ASSERT_EQ(statfs(root, &st), 0);
+        if (st.f_type != BTRFS_SUPER_MAGIC)
+                TEST_SKIP("Docker's data-root is not the btrfs image tests/env/services.sh makes: not this test's to fill");
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof(parent), "%s", root);
+        snprintf(fill_path, sizeof(fill_path), "%s/paddock-test-fill-%d", dirname(parent), (int) getpid());
+        test_on_exit(fill_remove, NULL);
+        int fd = open(fill_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        ASSERT_TRUE(fd >= 0);
+        /* btrfs keeps some space back; take what fallocate gives in shrinking steps */
+        for (uint64_t step = UINT64_C(1) << 34; step >= UINT64_C(1) << 20 && fs_avail(root) > (UINT64_C(8) << 20);) {
+                struct stat sb;
+                ASSERT_EQ(fstat(fd, &sb), 0);
+                uint64_t want = fs_avail(root) - (UINT64_C(4) << 20);
+                if (want > step)
+                        want = step;
+                if (fallocate(fd, 0, sb.st_size, (off_t) want) < 0)
+                        step /= 2;
+        }
+        close(fd);
+        fprintf(stderr, "  data-root %s: %llu KiB free after the fill\n", root, (unsigned long long) (fs_avail(root) >> 10));
+        ASSERT_TRUE(fs_avail(root) <= (UINT64_C(8) << 20));
+}
+
+/* Issue 24's fault: Docker's data-root disk full during a snapshot and a create. The snapshot
+ * fails with the reason (the floor is set below what is left, so Docker's own ENOSPC is what
+ * stops it), the agent's journal says why, nothing of it is left; a create either works or is
+ * refused with the reason and leaves no container; once the space is back both work again
+ * without anyone touching the platform. */
+TEST_FULL(data_root_full_fails_with_the_reason_then_heals, 300) {
+        static struct ctld c;
+        char sb[25], sid[25], sid2[25], sb2[25], root[PATH_MAX];
+        disk_floor = "1M";
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, sb);
+        _cleanup_free_ char *w = exec_out(&c, key, sb, "head -c 48000000 /dev/urandom > /root/big && echo written");
+        ASSERT_STREQ(w, "written\n");
+        data_root_fill(root);
+
+        off_t from = test_log_end(agent_log);
+        snap_post(&c, key, sb, "full-disk", sid);
+        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_failed(&c, key, sid, 90, "no space left on device");
+        ASSERT_TRUE(test_log_has(agent_log, from, "no space left on device", 5));
+        ASSERT_FALSE(local_image(sid));
+        ASSERT_EQ(manifest_status(sid), 404);
+
+        struct hres r;
+        http_req(&c, "POST", "/sandboxes", key, DENY, &r);
+        fprintf(stderr, "  create on a full data-root: %ld %.300s\n", r.status, r.body ?: "");
+        if (r.status == 201) {
+                DELETE_EXPECT(&c, key, "/sandboxes/%s", hres_data_str(&r, "id"), 204);
+        } else {
+                ASSERT_TRUE(r.status == 503 || r.status == 507);
+                ASSERT_CONTAINS(hres_message(&r) ?: "", "space");
+                char failed[25];
+                ctld_newest_id(&c, "sandboxes", failed);
+                char name[64];
+                snprintf(name, sizeof(name), "paddock-%s", failed);
+                ASSERT_TRUE(RUN("docker", "container", "inspect", name) != 0);
+                snprintf(name, sizeof(name), "paddock-init-%s", failed);
+                ASSERT_TRUE(RUN("docker", "volume", "inspect", name) != 0);
+                ASSERT_TRUE(test_log_has(c.log, 0, "no space left on device", 2));
+        }
+        hres_done(&r);
+
+        /* The space comes back: both work again. */
+        fill_remove(NULL);
+        for (int i = 0; i < 60 && fs_avail(root) < (UINT64_C(1) << 30); i++)
+                usleep(500000);
+        ASSERT_TRUE(fs_avail(root) >= (UINT64_C(1) << 30));
+        snap_post(&c, key, sb, "after", sid2);
+        _cleanup_(cJSON_Deletep) cJSON *s2 = snap_wait_ready(&c, key, sid2, 120);
+        ctld_create(&c, key, DENY, sb2);
+        _cleanup_free_ char *again = exec_out(&c, key, sb2, "echo back");
+        ASSERT_STREQ(again, "back\n");
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb2, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid2, 204);
+        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", sid, 204);
 }
 
 /* Issue 24: snapshots had no per-account limits. The plan's snapshot_max_inflight (here 2),
