@@ -248,6 +248,11 @@ int test_main(int argc, char **argv) {
         for (int i = 0; i < n_tests; i++) {
                 struct test_entry *t = &tests[i];
                 int timeout = scale > 0 ? scale : t->timeout;
+#if defined(__SANITIZE_ADDRESS__)
+                /* ASan and UBSan make the code under test 2-4x slower: so is each test's limit */
+                if (scale <= 0)
+                        timeout *= 4;
+#endif
                 if (!selected(t->name, argc, argv))
                         continue;
                 double t0 = now_s();
