@@ -398,7 +398,7 @@ TEST_FULL(an_overwritten_tag_cannot_swap_a_restore, 300) {
         static struct ctld c;
         char sb[25], sid[25], sb2[25];
         _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, sb);
-        (void) exec_out(&c, key, sb, "echo the-tenants-own > /root/who");
+        free(exec_out(&c, key, sb, "echo the-tenants-own > /root/who"));
         snap_post(&c, key, sb, "by-digest", sid);
         _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_ready(&c, key, sid, 120);
         const char *digest = jstr(s, "digest");
