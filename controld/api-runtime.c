@@ -203,9 +203,9 @@ struct upload {
 };
 
 static int upload_sink(struct req *r, const char *data, size_t len) {
-        struct upload *u = r->sink_ud;
+        struct upload *u = r->ud;
         if (len == (size_t) -1)
-                return 0;  /* client went away: sink_free kills the exec */
+                return 0;  /* client went away: on_end kills the exec */
         u->received += len;
         if (u->received > u->limit) {
                 u->too_large = true;
@@ -270,13 +270,13 @@ enum MHD_Result runtime_prepare_put_file(struct req *r) {
                 return respond_errno(r, k, &e);
         }
         r->sink = upload_sink;
-        r->sink_ud = u;
-        r->sink_free = upload_free;
+        r->ud = u;
+        r->on_end = upload_free;
         return MHD_YES;
 }
 
 enum MHD_Result runtime_put_file(struct req *r) {
-        struct upload *u = r->sink_ud;
+        struct upload *u = r->ud;
         struct api_error e = { 0 };
         if (!u)
                 return respond_errno_msg(r, -EIO, "Upload was not prepared");

@@ -1416,7 +1416,7 @@ static enum MHD_Result up_part(void *cls, enum MHD_ValueKind kind, const char *k
 }
 
 static int up_sink(struct req *r, const char *data, size_t len) {
-        struct upload *u = r->sink_ud;
+        struct upload *u = r->ud;
         if (len == (size_t) -1)
                 return 0;
         if (u->multipart) {
@@ -1463,8 +1463,8 @@ static enum MHD_Result prepare_post_files(struct req *r) {
         u->query_path = p && *p ? xstrdup(p) : NULL;
         u->written = cJSON_CreateArray();
         r->sink = up_sink;
-        r->sink_ud = u;
-        r->sink_free = up_free;
+        r->ud = u;
+        r->on_end = up_free;
         if (multipart) {
                 u->pp = MHD_create_post_processor(r->conn, 64 * 1024, up_part, u);
                 if (!u->pp)
@@ -1475,7 +1475,7 @@ static enum MHD_Result prepare_post_files(struct req *r) {
 }
 
 static enum MHD_Result post_files(struct req *r) {
-        struct upload *u = r->sink_ud;
+        struct upload *u = r->ud;
         if (!u)
                 return respond_error(r, 500, "the upload was not prepared");
         if (!u->error)

@@ -365,10 +365,8 @@ int http_authenticate(struct req *r) {
 static void req_free(struct req *r) {
         if (!r)
                 return;
-        if (r->sink_free)
-                r->sink_free(r->sink_ud);
         if (r->on_end)
-                r->on_end(r->on_end_ud);
+                r->on_end(r->ud);
         strbuf_done(&r->body);
         free(r->path);
         account_clear(&r->acc);

@@ -119,14 +119,14 @@ struct req {
         struct strbuf body;
         bool body_too_large;
         uint64_t body_limit;
-        /* Streaming body (file upload). */
-        req_body_sink sink;
-        void *sink_ud;
-        void (*sink_free)(void *ud);     /* called when the request ends, however it ends */
-        bool sink_failed;
-        /* Called once when the request ends, however it ends (after an upgrade's handler). */
+        /* The route's state for this request (an upload's, a terminal's), and what frees it:
+         * on_end is called once when the request ends, however it ends (after an upgrade's
+         * handler too). */
+        void *ud;
         void (*on_end)(void *ud);
-        void *on_end_ud;
+        /* Streaming body (file upload), fed with ud. */
+        req_body_sink sink;
+        bool sink_failed;
         bool started;                    /* dispatch ran */
         bool in_headers;                 /* still in the first (headers-only) callback */
         bool linger;                     /* answered before reading a body: drain before close */

@@ -398,7 +398,7 @@ enum MHD_Result terminal_get_pty(struct req *r) {
                 return respond_error(r, 500, "This server cannot upgrade connections");
         }
         r->on_end = session_end;
-        r->on_end_ud = s;
+        r->ud = s;
         char acc[WS_ACCEPT_LEN + 1];
         ws_accept_for_key(key, acc);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, "websocket");
