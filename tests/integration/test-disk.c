@@ -38,7 +38,7 @@ static char *btrfs_data_root(void) {
         _cleanup_free_ char *drv = sh_line("docker info -f '{{.Driver}}' 2>/dev/null");
         if (strcmp(drv, "btrfs") != 0)
                 TEST_SKIP("Docker's storage driver is not btrfs (tests/env/services.sh puts its data-root on btrfs)");
-        char *root = sh_line("docker info -f '{{.DockerRootDir}}' 2>/dev/null");
+        char *root = xstrdup(ctld_docker_root());
         ASSERT_TRUE(root[0] == '/');
         return root;
 }

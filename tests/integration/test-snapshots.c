@@ -606,10 +606,7 @@ static uint64_t fs_avail(const char *path) {
 /* Fills Docker's data-root filesystem (the btrfs image services.sh mounts: never the host's own
  * disk) with one preallocated file until under 8 MiB are left; removed at exit whatever happens. */
 static void data_root_fill(char root[PATH_MAX]) {
-        _cleanup_free_ char *out = NULL;
-        char *argv[] = { "docker", "info", "-f", "{{.DockerRootDir}}", NULL };
-        ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
-        snprintf(root, PATH_MAX, "%.*s", (int) strcspn(out, "\n"), out);
+        snprintf(root, PATH_MAX, "%s", ctld_docker_root());
         struct statfs st;
         ASSERT_EQ(statfs(root, &st), 0);
         if (st.f_type != BTRFS_SUPER_MAGIC)

@@ -33,8 +33,7 @@ bool ctld_nomad_relay(void) {
         return ctld_nomad() && v && !strcmp(v, "1");
 }
 
-/* Docker's data root (where the agent sockets' volumes live). */
-static const char *docker_root(void) {
+const char *ctld_docker_root(void) {
         static char root[512];
         if (!root[0]) {
                 char *argv[] = { "docker", "info", "-f", "{{.DockerRootDir}}", NULL };
@@ -79,7 +78,7 @@ static void relay_start(struct ctld *c) {
         snprintf(c->relay_ca, sizeof(c->relay_ca), "%s", t.ca);
         fprintf(f, "[agent]\nnode_id = relay-%d-%d\nlog_level = debug\n[amqp]\nexchange = paddock.relay-%d-%d\n"
                    "[relay]\nlisten = 127.0.0.1:%d\nsecret_file = %s\ndocker_root = %s\ntls_cert = %s\ntls_key = %s\n",
-                (int) getpid(), c->relay_port, (int) getpid(), c->relay_port, c->relay_port, c->relay_secret, docker_root(),
+                (int) getpid(), c->relay_port, (int) getpid(), c->relay_port, c->relay_port, c->relay_secret, ctld_docker_root(),
                 t.cert, t.key);
         fclose(f);
         const char *argv[] = { "nodeagent", "-d", "-f", conf, NULL };

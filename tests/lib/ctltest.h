@@ -56,6 +56,8 @@ void ctld_start_nomad(struct ctld *c, struct nstandin *s, const char *nomad_extr
 /* Whether ctld_start on the Nomad driver puts the in-sandbox agent and a node relay (with TLS)
  * in the path (PADDOCK_NOMAD_RELAY=1). */
 bool ctld_nomad_relay(void);
+/* Docker's data root (`docker info`'s DockerRootDir; asked once). */
+const char *ctld_docker_root(void);
 /* Restart on the same config and database; or stop and start the daemon alone (the store
  * and the sandboxes stay), e.g. to edit the store in between. */
 void ctld_restart(struct ctld *c);
