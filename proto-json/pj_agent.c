@@ -162,15 +162,19 @@ void pj_agent_buf_done(struct pj_agent_buf *b) {
 void pj_agent_buf_put(struct pj_agent_buf *b, const void *p, size_t n) {
         if (n == 0)
                 return;
-        if (b->cap - b->len < n) {
-                size_t cap = b->cap ? b->cap : 256;
-                while (cap - b->len < n)
-                        cap *= 2;
-                b->p = xrealloc(b->p, cap);
-                b->cap = cap;
-        }
+        pj_agent_buf_reserve(b, n);
         memcpy(b->p + b->len, p, n);
         b->len += n;
+}
+
+void pj_agent_buf_reserve(struct pj_agent_buf *b, size_t n) {
+        if (b->cap - b->len >= n)
+                return;
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap - b->len < n)
+                cap *= 2;
+        b->p = xrealloc(b->p, cap);
+        b->cap = cap;
 }
 
 void pj_agent_put_bytes(struct pj_agent_buf *b, uint8_t tag, const void *p, size_t n) {
@@ -572,29 +576,52 @@ static int encode_strv(uint8_t tag, char *const *v, size_t n, size_t max, struct
         return 0;
 }
 
+static int pj_agent_msg_encode_body(const struct spec *sp, const struct pj_agent_msg *m, struct pj_agent_buf *b,
+                                    struct pj_error *err);
+
 int pj_agent_msg_encode(const struct pj_agent_msg *m, struct pj_agent_buf *out, struct pj_error *err) {
         const struct spec *sp = &specs[m->type];
-        _cleanup_(pj_agent_buf_done) struct pj_agent_buf b = { 0 };
         uint8_t hdr[PJ_AGENT_HEADER_SIZE] = { 0 };
         int r;
 
         if (!sp->name)
                 return pj_error_set(err, "type", "Unknown frame type %u.", m->type);
-        pj_agent_buf_put(&b, hdr, sizeof(hdr)); /* filled below */
-        r = encode_fields(sp, &m->f, &b, err);
+        /* Written in place at the end of out (a frame carrying data is one copy of it, the
+         * buffer grown once); on an error out is cut back to what it held. */
+        size_t start = out->len;
+        if ((sp->allow & PJ_AGENT_BIT(PJ_AGENT_T_DATA)) && m->data_len <= PJ_AGENT_MAX_DATA)
+                pj_agent_buf_reserve(out, PJ_AGENT_HEADER_SIZE + 256 + PJ_AGENT_TLV_HEADER + m->data_len);
+        pj_agent_buf_put(out, hdr, sizeof(hdr)); /* filled below */
+        r = pj_agent_msg_encode_body(sp, m, out, err);
+        if (r < 0) {
+                out->len = start;
+                return r;
+        }
+        size_t plen = out->len - start - PJ_AGENT_HEADER_SIZE;
+        if (plen > PJ_AGENT_MAX_PAYLOAD) {
+                out->len = start;
+                return -EMSGSIZE;
+        }
+        pj_agent_header_encode(out->p + start, &(struct pj_agent_header) { .len = (uint32_t) plen, .type = m->type, .id = m->id });
+        return 0;
+}
+
+static int pj_agent_msg_encode_body(const struct spec *sp, const struct pj_agent_msg *m, struct pj_agent_buf *b,
+                                    struct pj_error *err) {
+        int r = encode_fields(sp, &m->f, b, err);
         if (r < 0)
                 return r;
         if (sp->allow & PJ_AGENT_BIT(PJ_AGENT_T_ARGV)) {
                 if (m->n_argv == 0 || !m->argv[0][0])
                         return pj_error_set(err, "argv[0]", "Field argv[0] (the program) is required.");
-                if ((r = encode_strv(PJ_AGENT_T_ARGV, m->argv, m->n_argv, PJ_AGENT_MAX_ARGV, &b, err)) < 0 ||
-                    (r = encode_strv(PJ_AGENT_T_ENV, m->env, m->n_env, PJ_AGENT_MAX_ENV, &b, err)) < 0)
+                if ((r = encode_strv(PJ_AGENT_T_ARGV, m->argv, m->n_argv, PJ_AGENT_MAX_ARGV, b, err)) < 0 ||
+                    (r = encode_strv(PJ_AGENT_T_ENV, m->env, m->n_env, PJ_AGENT_MAX_ENV, b, err)) < 0)
                         return r;
         }
         if (sp->allow & PJ_AGENT_BIT(PJ_AGENT_T_DATA)) {
                 if (m->data_len > PJ_AGENT_MAX_DATA)
                         return -EMSGSIZE;
-                pj_agent_put_bytes(&b, PJ_AGENT_T_DATA, m->data, m->data_len);
+                pj_agent_put_bytes(b, PJ_AGENT_T_DATA, m->data, m->data_len);
         }
         uint8_t etag = sp->allow & PJ_AGENT_BIT(PJ_AGENT_T_PROC)     ? PJ_AGENT_T_PROC
                        : sp->allow & PJ_AGENT_BIT(PJ_AGENT_T_DIRENT) ? PJ_AGENT_T_DIRENT
@@ -610,14 +637,22 @@ int pj_agent_msg_encode(const struct pj_agent_msg *m, struct pj_agent_buf *out, 
                         r = encode_fields(es, &m->entries[i], &e, err);
                         if (r < 0)
                                 return r;
-                        pj_agent_put_bytes(&b, etag, e.p, e.len);
+                        pj_agent_put_bytes(b, etag, e.p, e.len);
                 }
         }
-        size_t plen = b.len - PJ_AGENT_HEADER_SIZE;
-        if (plen > PJ_AGENT_MAX_PAYLOAD)
+        return 0;
+}
+
+int pj_agent_data_prefix(uint8_t type, uint32_t id, size_t data_len,
+                         uint8_t out[PJ_AGENT_HEADER_SIZE + PJ_AGENT_TLV_HEADER]) {
+        if (!specs[type].name || specs[type].allow != PJ_AGENT_BIT(PJ_AGENT_T_DATA))
+                return -EINVAL;
+        if (data_len > PJ_AGENT_MAX_DATA)
                 return -EMSGSIZE;
-        pj_agent_header_encode(b.p, &(struct pj_agent_header) { .len = (uint32_t) plen, .type = m->type, .id = m->id });
-        pj_agent_buf_put(out, b.p, b.len);
+        pj_agent_header_encode(out, &(struct pj_agent_header) { .len = (uint32_t) (PJ_AGENT_TLV_HEADER + data_len),
+                                                                .type = type, .id = id });
+        out[PJ_AGENT_HEADER_SIZE] = PJ_AGENT_T_DATA;
+        put_be32(out + PJ_AGENT_HEADER_SIZE + 1, (uint32_t) data_len);
         return 0;
 }
 

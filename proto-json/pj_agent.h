@@ -210,6 +210,8 @@ struct pj_agent_buf {
 };
 void pj_agent_buf_done(struct pj_agent_buf *b);
 void pj_agent_buf_put(struct pj_agent_buf *b, const void *p, size_t n);
+/* Room for n more bytes (grown by doubling). */
+void pj_agent_buf_reserve(struct pj_agent_buf *b, size_t n);
 /* TLV writers, appending to b. */
 void pj_agent_put_bytes(struct pj_agent_buf *b, uint8_t tag, const void *p, size_t n);
 void pj_agent_put_u32(struct pj_agent_buf *b, uint8_t tag, uint32_t v);
@@ -226,6 +228,11 @@ int pj_agent_tlv_next(struct pj_agent_tlv_iter *it, uint8_t *ret_tag, const uint
  * payload would exceed PJ_AGENT_MAX_PAYLOAD (out unchanged), -EINVAL when m breaks a rule
  * the decoder checks (bad type, a required string missing, too many argv/env/entries). */
 int pj_agent_msg_encode(const struct pj_agent_msg *m, struct pj_agent_buf *out, struct pj_error *err);
+/* The 17 bytes that precede data_len bytes of data in a frame whose only field is data
+ * (DATA): the header and the field's tag and length. What pj_agent_msg_encode would write,
+ * for a sender that passes the data itself from where it is (writev). -EINVAL for another
+ * type, -EMSGSIZE above PJ_AGENT_MAX_DATA. */
+int pj_agent_data_prefix(uint8_t type, uint32_t id, size_t data_len, uint8_t out[PJ_AGENT_HEADER_SIZE + PJ_AGENT_TLV_HEADER]);
 /* Decodes the payload of a frame whose header h was accepted by pj_agent_header_decode()
  * (len == h->len). On success fills *ret (which must be zeroed or done) and returns 0; on
  * failure returns -EINVAL with err naming the field, *ret left empty. */

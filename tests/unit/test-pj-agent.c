@@ -415,6 +415,52 @@ TEST(oversized_payload_is_not_encoded) {
         free(big);
 }
 
+/* Encoding appends to what out holds and, on an error, leaves it as it was (the agent
+ * encodes straight into a connection's unsent output). */
+TEST(encode_appends_and_a_refused_frame_leaves_no_trace) {
+        struct pj_agent_buf out = { 0 };
+        struct pj_error e;
+        ASSERT_OK(pj_agent_msg_encode(&(struct pj_agent_msg) { .type = PJ_AGENT_END, .id = 1 }, &out, &e));
+        size_t one = out.len;
+        ASSERT_EQ(one, PJ_AGENT_HEADER_SIZE);
+        ASSERT_TRUE(pj_agent_msg_encode(&(struct pj_agent_msg) { .type = PJ_AGENT_SPAWN, .id = 2, .argv = (char *[]) { "", NULL },
+                                                                 .n_argv = 1 },
+                                        &out, &e) < 0);
+        ASSERT_STREQ(e.field, "argv[0]");
+        ASSERT_EQ(out.len, one);
+        ASSERT_OK(pj_agent_msg_encode(&(struct pj_agent_msg) { .type = PJ_AGENT_DATA, .id = 3, .data = (const uint8_t *) "abc", .data_len = 3 },
+                                      &out, &e));
+        struct pj_agent_header h;
+        ASSERT_OK(pj_agent_header_decode(out.p + one, &h, &e));
+        ASSERT_EQ(h.type, PJ_AGENT_DATA);
+        ASSERT_EQ(h.id, 3);
+        ASSERT_EQ(h.len, PJ_AGENT_TLV_HEADER + 3);
+        pj_agent_buf_done(&out);
+}
+
+/* The 17 bytes a writev sender puts before the data are what the encoder writes there. */
+TEST(data_prefix_is_the_encoded_frame_head) {
+        struct pj_agent_buf out = { 0 };
+        uint8_t pre[PJ_AGENT_HEADER_SIZE + PJ_AGENT_TLV_HEADER];
+        size_t sizes[] = { 0, 1, 4096, PJ_AGENT_MAX_DATA };
+        uint8_t *d = xcalloc(1, PJ_AGENT_MAX_DATA);
+        for (size_t i = 0; i < ELEMENTSOF(sizes); i++) {
+                out.len = 0;
+                ASSERT_OK(pj_agent_msg_encode(&(struct pj_agent_msg) { .type = PJ_AGENT_DATA, .id = 77, .data = d,
+                                                                       .data_len = sizes[i] },
+                                              &out, NULL));
+                ASSERT_OK(pj_agent_data_prefix(PJ_AGENT_DATA, 77, sizes[i], pre));
+                ASSERT_EQ(out.len, sizeof(pre) + sizes[i]);
+                ASSERT_TRUE(memcmp(out.p, pre, sizeof(pre)) == 0);
+        }
+        ASSERT_EQ(pj_agent_data_prefix(PJ_AGENT_DATA, 1, PJ_AGENT_MAX_DATA + 1, pre), -EMSGSIZE);
+        ASSERT_EQ(pj_agent_data_prefix(PJ_AGENT_OUTPUT, 1, 1, pre), -EINVAL); /* OUTPUT also carries a stream */
+        ASSERT_EQ(pj_agent_data_prefix(PJ_AGENT_SPAWN, 1, 1, pre), -EINVAL);
+        ASSERT_EQ(pj_agent_data_prefix(200, 1, 1, pre), -EINVAL);
+        pj_agent_buf_done(&out);
+        free(d);
+}
+
 TEST(secret_compare) {
         ASSERT_TRUE(pj_agent_secret_equal("abc", 3, "abc", 3));
         ASSERT_FALSE(pj_agent_secret_equal("abc", 3, "abd", 3));
