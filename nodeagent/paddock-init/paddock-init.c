@@ -73,11 +73,30 @@ static void on_signal(void) {
                                 proc_signal_group(&pi.procs[i], sig);
                 if ((sig == SIGTERM || sig == SIGINT) && !pi.shutting_down) {
                         pi_log("info", "%s: stopping once the processes have exited", strsignal(sig));
+                        spare_stop();
                         pi.shutting_down = true;
                         pi.shutdown_ms = pi_now_ms();
                 }
         }
         proc_reap();
+}
+
+/* Nothing the agent should answer first: no transfer or output waiting, no frame half read,
+ * and no command started or ended in the last PI_SPARE_QUIET_MS. A spare shell costs its
+ * sandbox CPU (tens of ms under gVisor): started between commands that come one after
+ * another it would eat the CPU quota the next one needs, so it waits for a pause. */
+static bool quiet(void) {
+        for (size_t i = 0; i < PI_MAX_CONNS; i++) {
+                const struct conn *c = &pi.conns[i];
+                if (!c->used)
+                        continue;
+                if (conn_out_pending(c) || (c->have_h && c->pay_got < c->h.len))
+                        return false;
+                for (size_t k = 0; k < PI_MAX_CHANS; k++)
+                        if (c->chans[k].used && c->chans[k].kind == CH_READ)
+                                return false;
+        }
+        return true;
 }
 
 static bool any_running(void) {
@@ -166,9 +185,20 @@ static int serve(void) {
                                 ADD(p->fd_in, POLLOUT, PK_IN, p, NULL);
                 }
 #undef ADD
-                int r = poll(pfd, n, work ? 0 : timeout);
+                /* A spare shell is started when a poll finds nothing to do after a pause (proc.c). */
+                bool want_spare = false;
+                if (!work && spare_wanted() && quiet()) {
+                        uint64_t due = pi.last_busy_ms + PI_SPARE_QUIET_MS;
+                        if (now >= due)
+                                want_spare = true;
+                        else if ((int) (due - now) < timeout)
+                                timeout = (int) (due - now);
+                }
+                int r = poll(pfd, n, work || want_spare ? 0 : timeout);
                 if (r < 0 && errno != EINTR)
                         return -errno;
+                if (r == 0 && want_spare)
+                        spare_start();
                 for (size_t i = 0; r > 0 && i < n; i++) {
                         short re = pfd[i].revents;
                         if (!re)

@@ -25,6 +25,8 @@
 #define PI_LISTDIR_MAX 65536       /* entries one LISTDIR returns (then END truncated) */
 #define PI_SHUTDOWN_MS 10000       /* after SIGTERM, SIGKILL what is left after this */
 #define PI_MAX_WATCHES 16          /* WATCH channels per connection */
+#define PI_SPARE_MAX_SCRIPT 4096   /* a longer /bin/sh -c script starts the cold way (proc.c) */
+#define PI_SPARE_QUIET_MS 40       /* a spare starts once no command started or ended for this long */
 #define PI_WATCH_DIRS 4096         /* directories watched at once in the whole sandbox */
 
 /* files.c: synchronous file operations; >= 0 or -errno. Relative paths are resolved
@@ -75,6 +77,7 @@ struct proc {
         struct conn *conn; /* attached: output goes to (conn, chan) */
         uint32_t chan;
         uint64_t seq; /* spawn order, for eviction */
+        uint64_t started_ms;
 };
 
 enum chan_kind { CH_PROC, CH_READ, CH_WRITE, CH_FORWARD, CH_WATCH };
@@ -116,6 +119,7 @@ struct pi_state {
         struct proc procs[PJ_AGENT_MAX_PROCS];
         uint64_t seq;
         bool shutting_down;
+        uint64_t last_busy_ms;  /* the last SPAWN or EXIT (a spare waits PI_SPARE_QUIET_MS after it) */
         uint64_t shutdown_ms;
 };
 extern struct pi_state pi;
@@ -162,6 +166,11 @@ void proc_read(struct proc *p, int *fdp, uint8_t stream);
 void proc_write_stdin(struct proc *p);
 void proc_reap(void);
 void proc_spawn(struct conn *c, const struct pj_agent_msg *m);
+/* The spare shell (proc.c): wanted when a /bin/sh -c command has started and none is at
+ * hand; started when the agent is idle; stopped (killed) at shutdown. */
+bool spare_wanted(void);
+void spare_start(void);
+void spare_stop(void);
 struct proc *proc_of_chan(struct conn *c, uint32_t id);
 struct proc *proc_of_request(struct conn *c, const struct pj_agent_msg *m);
 struct proc *proc_by_pid(pid_t pid);

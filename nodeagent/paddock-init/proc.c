@@ -62,6 +62,7 @@ static void exit_fields(const struct proc *p, struct pj_agent_fields *f) {
 /* EXIT ends the channel: its id is free again and the process, no longer watched, may give
  * its slot to a new one (proc_slot). */
 static void proc_send_exit(struct proc *p) {
+        pi.last_busy_ms = pi_now_ms();
         if (!p->conn)
                 return;
         struct conn *c = p->conn;
@@ -185,6 +186,8 @@ static struct proc *proc_slot(void) {
         return old;
 }
 
+static bool spare_reaped(pid_t pid);
+
 void proc_reap(void) {
         for (;;) {
                 int st;
@@ -192,8 +195,10 @@ void proc_reap(void) {
                 if (pid <= 0)
                         return;
                 struct proc *p = proc_by_pid(pid);
-                if (!p)
-                        continue; /* an orphan: reaped, nothing to report */
+                if (!p) {
+                        (void) spare_reaped(pid); /* else an orphan: reaped, nothing to report */
+                        continue;
+                }
                 p->reaped = true;
                 p->status = st;
                 p->reaped_ms = pi_now_ms();
@@ -245,8 +250,21 @@ struct child_fail {
         int step, err;
 };
 
-static _noreturn_ void child(const struct pj_agent_msg *m, char **envp, int in, int out, int err, const char *pts,
-                             int errpipe) {
+/* What a child is to become (from a SPAWN, or a spare shell's template). */
+struct child_spec {
+        char **argv, **envp;
+        const char *cwd;
+        bool has_uid, has_gid;
+        uint32_t uid, gid;
+};
+
+static struct child_spec spec_of(const struct pj_agent_msg *m, char **envp) {
+        return (struct child_spec) { .argv = m->argv, .envp = envp, .cwd = m->f.cwd,
+                                     .has_uid = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_UID), .has_gid = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_GID),
+                                     .uid = m->f.uid, .gid = m->f.gid };
+}
+
+static _noreturn_ void child(const struct child_spec *cs, int in, int out, int err, const char *pts, int errpipe) {
         /* The agent blocks the signals its signalfd reads and ignores SIGPIPE; every other
          * disposition it reset to the default at start (handled signals are reset by execve
          * anyway). Few syscalls here: each one delays the spawn (see mark_inherited_cloexec). */
@@ -269,24 +287,25 @@ static _noreturn_ void child(const struct pj_agent_msg *m, char **envp, int in, 
         if (!e && (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0))
                 e = errno;
         int step = STEP_SETUP;
-        if (!e && m->f.cwd && chdir(m->f.cwd) < 0) {
+        if (!e && cs->cwd && chdir(cs->cwd) < 0) {
                 e = errno;
                 step = STEP_CWD;
         }
-        bool has_uid = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_UID), has_gid = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_GID);
-        if (!e && (has_uid || has_gid) && setgroups(0, NULL) < 0 && errno != EPERM)
+        if (!e && (cs->has_uid || cs->has_gid) && setgroups(0, NULL) < 0 && errno != EPERM)
                 e = errno;
-        if (!e && has_gid && setgid(m->f.gid) < 0)
+        if (!e && cs->has_gid && setgid(cs->gid) < 0)
                 e = errno;
-        if (!e && has_uid && setuid(m->f.uid) < 0)
+        if (!e && cs->has_uid && setuid(cs->uid) < 0)
                 e = errno;
         if (!e) {
                 /* No fd loop: inherited ones were marked close-on-exec at start, ours are. */
-                e = child_exec(m->argv, envp);
+                e = child_exec(cs->argv, cs->envp);
                 step = STEP_EXEC;
         }
         struct child_fail cf = { step, e };
-        ssize_t _unused_ w = write(errpipe, &cf, sizeof(cf));
+        if (errpipe >= 0) {
+                ssize_t _unused_ w = write(errpipe, &cf, sizeof(cf));
+        }
         _exit(127);
 }
 
@@ -294,11 +313,11 @@ static _noreturn_ void child(const struct pj_agent_msg *m, char **envp, int in, 
  * execs (under gVisor a fork's copy is most of a spawn's cost). The child runs on this
  * function's stack and never returns here (child() execs or _exits); the parent resumes once
  * it has. Kept apart so no local of the caller can be clobbered. */
-static __attribute__((noinline)) pid_t start_child(const struct pj_agent_msg *m, char **envp, int in, int out, int err,
+static __attribute__((noinline)) pid_t start_child(const struct child_spec *cs, int in, int out, int err,
                                                    const char *pts, int errpipe) {
         pid_t pid = vfork();
         if (pid == 0)
-                child(m, envp, in, out, err, pts, errpipe);
+                child(cs, in, out, err, pts, errpipe);
         return pid;
 }
 
@@ -332,6 +351,215 @@ static char **spawn_env(const struct pj_agent_msg *m) {
         return envp;
 }
 
+/* ---- the spare shell
+ *
+ * Most commands arrive as /bin/sh -c SCRIPT with the same environment, directory and user
+ * each time (the API's exec, code and process calls). Starting /bin/sh is most of what a
+ * command costs under gVisor (an execve, the dynamic loader, the page faults of a fresh
+ * address space: 10-20 ms on a nested-virtualization host), so the agent keeps one shell
+ * started ahead, made exactly as the last such command was (environment, directory, user,
+ * process group, signals), waiting as `/bin/sh -s` for its script on a pipe. A command that
+ * matches takes it: the script is written into the pipe, which is then closed, and the shell
+ * runs it as it would have run -c SCRIPT; a new spare is started once the agent has been
+ * idle a moment (PI_SPARE_QUIET_MS). Only where /bin/sh is dash or busybox: both read a
+ * script from a pipe in whole blocks (so a `cat` in it reads end of file, as from the
+ * /dev/null a cold command has, and never the script's next line, as it would under bash,
+ * which reads -s input a byte at a time), and with -s neither catches SIGINT (dash does under
+ * -c, and a SIGINT that lands while it vforks a command would be lost for that command).
+ * What differs from -c: the shell's stdin is that pipe at its end, ps shows "/bin/sh -s",
+ * and the shell forks the script's last command instead of exec'ing it. Anything else (a
+ * PTY, stdin, another program, other arguments, a script over PI_SPARE_MAX_SCRIPT) starts
+ * the cold way. A spare that dies unused (its /bin/sh is missing, its directory went away,
+ * someone killed it) is not replaced until a command starts the cold way again. */
+struct spare {
+        pid_t pid;              /* 0: none */
+        int fd_script, fd_out, fd_err;
+        char *key;              /* spare_key() of the template it was made from */
+        size_t key_len;
+};
+static struct spare spare = { .fd_script = -1, .fd_out = -1, .fd_err = -1 };
+/* The template: the last cold /bin/sh -c command's environment, directory and user. */
+static struct {
+        bool set, wanted;
+        char **envp;            /* owned copies */
+        char *cwd;
+        bool has_uid, has_gid;
+        uint32_t uid, gid;
+        char *key;
+        size_t key_len;
+} tmpl;
+
+static bool spare_eligible(const struct pj_agent_msg *m) {
+        return !PJ_AGENT_HAS(&m->f, PJ_AGENT_T_ROWS) && !m->f.stdin_pipe && m->n_argv == 3 &&
+               !strcmp(m->argv[0], "/bin/sh") && !strcmp(m->argv[1], "-c") && strlen(m->argv[2]) <= PI_SPARE_MAX_SCRIPT;
+}
+
+/* Everything a shell is made from but its script, as one byte string (NUL-separated). */
+static char *spare_key(char **envp, const char *cwd, bool has_uid, uint32_t uid, bool has_gid, uint32_t gid,
+                       size_t *ret_len) {
+        struct pj_agent_buf b = { 0 };
+        char ids[64];
+        int n = snprintf(ids, sizeof(ids), "%c%u %c%u", has_uid ? 'u' : '-', uid, has_gid ? 'g' : '-', gid);
+        pj_agent_buf_put(&b, ids, (size_t) n + 1);
+        pj_agent_buf_put(&b, cwd ? cwd : "", strlen(cwd ? cwd : "") + 1);
+        for (char **e = envp; *e; e++)
+                pj_agent_buf_put(&b, *e, strlen(*e) + 1);
+        *ret_len = b.len;
+        return (char *) b.p;
+}
+
+static void spare_close_fds(void) {
+        int *fds[] = { &spare.fd_script, &spare.fd_out, &spare.fd_err };
+        for (size_t i = 0; i < ELEMENTSOF(fds); i++)
+                if (*fds[i] >= 0) {
+                        close(*fds[i]);
+                        *fds[i] = -1;
+                }
+}
+
+/* The spare is dropped: killed (reaped as any orphan is), its pipes closed. */
+static void spare_drop(void) {
+        if (spare.pid > 0)
+                kill(spare.pid, SIGKILL);
+        spare_close_fds();
+        free(spare.key);
+        spare = (struct spare) { .fd_script = -1, .fd_out = -1, .fd_err = -1 };
+}
+
+static void tmpl_clear(void) {
+        if (tmpl.envp)
+                for (char **e = tmpl.envp; *e; e++)
+                        free(*e);
+        free(tmpl.envp);
+        free(tmpl.cwd);
+        free(tmpl.key);
+        memset(&tmpl, 0, sizeof(tmpl));
+}
+
+/* After a cold /bin/sh -c start: its environment, directory and user are the template the
+ * next spare is made from (a different one replaces the spare at hand). */
+static void spare_remember(const struct child_spec *cs) {
+        size_t len;
+        char *key = spare_key(cs->envp, cs->cwd, cs->has_uid, cs->uid, cs->has_gid, cs->gid, &len);
+        if (tmpl.set && tmpl.key_len == len && !memcmp(tmpl.key, key, len)) {
+                free(key);
+                tmpl.wanted = true; /* a spare that died unused may be tried again */
+                return;
+        }
+        if (spare.pid > 0)
+                spare_drop();
+        tmpl_clear();
+        size_t n = 0;
+        while (cs->envp[n])
+                n++;
+        tmpl.envp = xnew0(char *, n + 1);
+        for (size_t i = 0; i < n; i++)
+                tmpl.envp[i] = xstrdup(cs->envp[i]);
+        tmpl.cwd = cs->cwd ? xstrdup(cs->cwd) : NULL;
+        tmpl.has_uid = cs->has_uid;
+        tmpl.has_gid = cs->has_gid;
+        tmpl.uid = cs->uid;
+        tmpl.gid = cs->gid;
+        tmpl.key = key;
+        tmpl.key_len = len;
+        tmpl.set = tmpl.wanted = true;
+}
+
+bool spare_wanted(void) { return tmpl.set && tmpl.wanted && spare.pid == 0 && !pi.shutting_down; }
+
+/* /bin/sh is dash or busybox (see above): the target of its symlinks, by name. */
+static bool sh_takes_spare(void) {
+        _cleanup_free_ char *real = realpath("/bin/sh", NULL);
+        const char *base = real ? strrchr(real, '/') : NULL;
+        return base && (!strcmp(base, "/dash") || !strcmp(base, "/busybox"));
+}
+
+/* Starts the spare from the template. fork, not vfork: the agent goes on at once instead
+ * of waiting for the shell's execve (the whole point is that nobody waits for it). */
+void spare_start(void) {
+        if (!spare_wanted())
+                return;
+        if (!sh_takes_spare()) {
+                tmpl.wanted = false;
+                return;
+        }
+        int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 };
+        if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
+                goto fail;
+        char *argv[] = { "/bin/sh", "-s", NULL };
+        struct child_spec cs = { .argv = argv, .envp = tmpl.envp, .cwd = tmpl.cwd, .has_uid = tmpl.has_uid,
+                                 .has_gid = tmpl.has_gid, .uid = tmpl.uid, .gid = tmpl.gid };
+        pid_t pid = fork();
+        if (pid < 0)
+                goto fail;
+        if (pid == 0)
+                child(&cs, in[0], out[1], err[1], NULL, -1);
+        close(in[0]);
+        close(out[1]);
+        close(err[1]);
+        set_nonblock(in[1]);
+        spare = (struct spare) { .pid = pid, .fd_script = in[1], .fd_out = out[0], .fd_err = err[0],
+                                 .key = xmalloc(tmpl.key_len), .key_len = tmpl.key_len };
+        memcpy(spare.key, tmpl.key, tmpl.key_len);
+        tmpl.wanted = false; /* until this one is taken */
+        return;
+fail:
+        tmpl.wanted = false;
+        int *all[] = { &in[0], &in[1], &out[0], &out[1], &err[0], &err[1] };
+        for (size_t i = 0; i < ELEMENTSOF(all); i++)
+                if (*all[i] >= 0)
+                        close(*all[i]);
+}
+
+/* proc_reap saw pid die: when it is the spare, it died unused; not replaced until a command
+ * starts the cold way with this template again. */
+static bool spare_reaped(pid_t pid) {
+        if (spare.pid <= 0 || pid != spare.pid)
+                return false;
+        spare.pid = 0;
+        spare_drop();
+        return true;
+}
+
+/* SPAWN /bin/sh -c SCRIPT by the spare when it was made for exactly this environment,
+ * directory and user. True when the process is started (SPAWNED sent). */
+static bool spare_take(struct conn *c, struct chan *ch, struct proc *p, const struct pj_agent_msg *m, char **envp) {
+        if (spare.pid <= 0)
+                return false;
+        size_t len;
+        _cleanup_free_ char *key = spare_key(envp, m->f.cwd, PJ_AGENT_HAS(&m->f, PJ_AGENT_T_UID), m->f.uid,
+                                             PJ_AGENT_HAS(&m->f, PJ_AGENT_T_GID), m->f.gid, &len);
+        if (len != spare.key_len || memcmp(key, spare.key, len))
+                return false;
+        /* <= PI_SPARE_MAX_SCRIPT bytes into an empty pipe: one write, never blocks */
+        const char *script = m->argv[2];
+        size_t n = strlen(script);
+        if (n && write(spare.fd_script, script, n) != (ssize_t) n) {
+                spare_drop(); /* it died (EPIPE) or cannot be fed: the cold way */
+                return false;
+        }
+        close(spare.fd_script);
+        spare.fd_script = -1;
+        *p = (struct proc) { .used = true, .pid = spare.pid, .tag = xstrdup(m->f.tag ? m->f.tag : ""),
+                             .kill_on_detach = m->f.kill_on_detach, .fd_in = -1, .fd_out = spare.fd_out,
+                             .fd_err = spare.fd_err, .seq = ++pi.seq, .started_ms = pi_now_ms() };
+        free(spare.key);
+        spare = (struct spare) { .fd_script = -1, .fd_out = -1, .fd_err = -1 };
+        tmpl.wanted = true;
+        set_nonblock(p->fd_out);
+        set_nonblock(p->fd_err);
+        ch->proc = p;
+        p->conn = c;
+        p->chan = m->id;
+        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SPAWNED, .id = m->id, .f.pid = (uint32_t) p->pid });
+        return true;
+}
+
+void spare_stop(void) {
+        spare_drop();
+        tmpl_clear();
+}
+
 void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
         bool pty = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_ROWS);
         int pin[2] = { -1, -1 }, pout[2] = { -1, -1 }, perr[2] = { -1, -1 }, ep[2] = { -1, -1 }, master = -1;
@@ -341,6 +569,7 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
 
         if (pi.shutting_down)
                 return conn_send_error(c, m->id, ESHUTDOWN, "The sandbox is shutting down.");
+        pi.last_busy_ms = pi_now_ms();
         struct chan *ch = chan_new(c, m->id, CH_PROC);
         if (!ch)
                 return;
@@ -362,7 +591,11 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                         goto fail;
         }
         envp = spawn_env(m);
-        pid_t pid = start_child(m, envp, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
+        bool spare_ok = spare_eligible(m);
+        if (spare_ok && spare_take(c, ch, p, m, envp))
+                return;
+        struct child_spec cs = spec_of(m, envp);
+        pid_t pid = start_child(&cs, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
         if (pid < 0)
                 goto fail;
         close(ep[1]);
@@ -397,7 +630,7 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
         }
         *p = (struct proc) { .used = true, .pid = pid, .tag = xstrdup(m->f.tag ? m->f.tag : ""), .pty = pty,
                              .kill_on_detach = m->f.kill_on_detach, .fd_in = pin[1], .fd_out = pout[0], .fd_err = perr[0],
-                             .seq = ++pi.seq };
+                             .seq = ++pi.seq, .started_ms = pi_now_ms() };
         if (pty) {
                 p->fd_out = master;
                 p->fd_in = fcntl(master, F_DUPFD_CLOEXEC, 3);
@@ -411,6 +644,8 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
         p->conn = c;
         p->chan = m->id;
         conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SPAWNED, .id = m->id, .f.pid = (uint32_t) pid });
+        if (spare_ok)
+                spare_remember(&cs);
         return;
 fail:
         r = errno;

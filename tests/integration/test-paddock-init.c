@@ -1015,6 +1015,135 @@ TEST(measure_spawn_round_trip) {
         finish_agent();
 }
 
+/* ---- the spare shell (proc.c): /bin/sh -c SCRIPT may be run by a shell started ahead */
+
+/* The agent's child that waits as the spare (argv "/bin/sh -s"), or 0. */
+static pid_t spare_of(pid_t parent) {
+        static const char want[] = "/bin/sh\0-s";
+        _cleanup_(closedirp) DIR *d = opendir("/proc");
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                char p[300], buf[512];
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                snprintf(p, sizeof(p), "/proc/%s/stat", de->d_name);
+                int fd = open(p, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                ssize_t k = read(fd, buf, sizeof(buf) - 1);
+                close(fd);
+                buf[k > 0 ? k : 0] = 0;
+                char *rp = strrchr(buf, ')');
+                char state;
+                int ppid;
+                if (!rp || sscanf(rp + 2, "%c %d", &state, &ppid) != 2 || ppid != parent || state == 'Z')
+                        continue;
+                snprintf(p, sizeof(p), "/proc/%s/cmdline", de->d_name);
+                fd = open(p, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                k = read(fd, buf, sizeof(buf));
+                close(fd);
+                if (k == (ssize_t) sizeof(want) && !memcmp(buf, want, sizeof(want)))
+                        return (pid_t) atoi(de->d_name);
+        }
+        return 0;
+}
+
+static pid_t wait_spare(void) {
+        pid_t s = 0;
+        for (int i = 0; i < 300 && !(s = spare_of(agent_pid)); i++)
+                usleep(10 * 1000);
+        if (!s)
+                test_fail(__FILE__, __LINE__, "no spare shell appeared within 3 s");
+        return s;
+}
+
+static pid_t sh_c(struct agent_client *c, uint32_t id, const char *script, const struct pj_agent_fields *extra,
+                  struct run *r) {
+        pid_t pid = spawn(c, id, (char *[]) { "/bin/sh", "-c", (char *) script, NULL }, extra);
+        collect(c, id, r);
+        return pid;
+}
+
+/* A command that a spare runs sees what a cold one would: its own fresh shell (nothing of
+ * the previous command's cd or export), the request's environment and directory, stdin at
+ * its end (a cat in the script neither waits nor eats the script's next line), the exit
+ * code, stderr, signals to its group. Another environment or directory is never run by a
+ * spare made for the last one; a spare killed from outside is replaced by a cold start. */
+TEST(spare_shell_runs_commands_as_a_cold_start_would) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        struct run r;
+        const struct pj_agent_fields in_tmp = { .cwd = "/tmp" };
+        ASSERT_EQ(spare_of(agent_pid), 0); /* none before a /bin/sh -c command */
+        sh_c(c, 1, "cd / && export X=1 && echo first", &in_tmp, &r);
+        ASSERT_STREQ(r.out, "first\n");
+
+        pid_t s = wait_spare();
+        pid_t pid = sh_c(c, 2, "pwd; echo ${X-unset}; cat; echo cat=$?\necho line2 >&2; exit 7", &in_tmp, &r);
+        ASSERT_EQ(pid, s); /* the spare ran it */
+        ASSERT_STREQ(r.out, "/tmp\nunset\ncat=0\n");
+        ASSERT_STREQ(r.err, "line2\n");
+        ASSERT_EQ(r.code, 7);
+
+        /* the environment exactly the request's; PATH lookups as the cold way */
+        s = wait_spare();
+        pid = sh_c(c, 3, "env | sort; echo $0", &in_tmp, &r);
+        ASSERT_EQ(pid, s);
+        ASSERT_STREQ(r.out, "HOME=/tmp\nPATH=/usr/local/bin:/usr/bin:/bin\nPWD=/tmp\n/bin/sh\n");
+
+        /* a signal reaches the script's commands (their group): SIGINT ends a sleep */
+        s = wait_spare();
+        pid = spawn(c, 4, (char *[]) { "/bin/sh", "-c", "sleep 100", NULL }, &in_tmp);
+        ASSERT_EQ(pid, s);
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SIGNAL, .id = 4, .f.signo = SIGINT });
+        collect(c, 4, &r);
+        ASSERT_EQ(r.signo, SIGINT);
+
+        /* another directory: the cold way (the spare was made for /tmp), then spares for it */
+        s = wait_spare();
+        pid = sh_c(c, 5, "pwd", &(struct pj_agent_fields) { .cwd = "/" }, &r);
+        ASSERT_TRUE(pid != s);
+        ASSERT_STREQ(r.out, "/\n");
+        pid_t s2 = wait_spare();
+        ASSERT_TRUE(s2 != s);
+        ASSERT_EQ(kill(s, 0) < 0 ? errno : 0, ESRCH); /* the old one is gone (killed, reaped) */
+        pid = sh_c(c, 6, "pwd", &(struct pj_agent_fields) { .cwd = "/" }, &r);
+        ASSERT_EQ(pid, s2);
+        ASSERT_STREQ(r.out, "/\n");
+
+        /* a script longer than the spare takes: the cold way, same answer */
+        s = wait_spare();
+        char big[6000];
+        memset(big, ' ', sizeof(big));
+        memcpy(big + sizeof(big) - 10, "echo big", 9);
+        pid = sh_c(c, 7, big, &(struct pj_agent_fields) { .cwd = "/" }, &r);
+        ASSERT_TRUE(pid != s);
+        ASSERT_STREQ(r.out, "big\n");
+
+        /* the spare killed from outside: the next command starts the cold way and works */
+        ASSERT_OK(kill(s, SIGKILL));
+        usleep(100 * 1000);
+        pid = sh_c(c, 8, "echo after", &(struct pj_agent_fields) { .cwd = "/" }, &r);
+        ASSERT_TRUE(pid != s);
+        ASSERT_STREQ(r.out, "after\n");
+        ASSERT_EQ(r.code, 0);
+
+        /* stopping the agent kills its spare */
+        s = wait_spare();
+        finish_agent();
+        char stat_path[64], st[256] = "";
+        snprintf(stat_path, sizeof(stat_path), "/proc/%d/stat", (int) s);
+        int fd = open(stat_path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+                ssize_t _unused_ k = read(fd, st, sizeof(st) - 1);
+                close(fd);
+        }
+        char *rp = strrchr(st, ')');
+        ASSERT_TRUE(fd < 0 || (rp && rp[2] == 'Z')); /* gone, or dead and not yet reaped by whoever inherited it */
+}
+
 TEST(sigterm_stops_the_agent) {
         start_agent();
         _cleanup_(agent_client_freep) struct agent_client *c = conn();

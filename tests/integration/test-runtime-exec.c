@@ -87,6 +87,19 @@ TEST_FULL(exec_output_exit_codes_env_cwd, 150) {
         /* The sandbox still works afterwards. */
         _cleanup_free_ char *o = sh(&b, "echo still-here");
         ASSERT_STREQ(o, "still-here\n");
+
+        /* After a pause a command runs in the spare shell the agent started ahead (its argv
+         * says so: AGENT-PROTOCOL.md), and it is what a cold /bin/sh -c would be: a fresh
+         * shell (nothing of the last command's cd or export), stdin at its end, the default
+         * directory, its own exit code and stderr. */
+        exec_prints(&b, "cd /tmp; export SPARE_X=1; echo set", NULL, "set\n");
+        usleep(500 * 1000);
+        exec_ok(&b, "tr '\\0' ' ' </proc/$$/cmdline; echo; pwd; echo ${SPARE_X-unset}; cat; echo cat=$?\necho e >&2; exit 5",
+                NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "stdout"), "/bin/sh -s \n/\nunset\ncat=0\n");
+        ASSERT_STREQ(hres_data_str(&r, "stderr"), "e\n");
+        ASSERT_EQ(data_int(&r, "exit_code"), 5);
+        hres_done(&r);
 }
 
 TEST_FULL(exec_streams_order_and_utf8, 120) {
