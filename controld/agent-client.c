@@ -24,11 +24,25 @@ struct agent_client {
         size_t hdr_got;
         struct pj_agent_header h;
         uint8_t *payload;
-        size_t payload_got;
+        size_t payload_got, payload_cap;
+        /* a payload buffer handed back by agent_client_recycle, for the next frame */
+        uint8_t *kept;
+        size_t kept_cap;
 };
 
 void agent_frame_done(struct agent_frame *f) {
         pj_agent_msg_done(&f->m);
+        free(f->payload);
+        f->payload = NULL;
+}
+
+void agent_client_recycle(struct agent_client *c, struct agent_frame *f) {
+        pj_agent_msg_done(&f->m);
+        if (f->payload && f->cap > c->kept_cap) {
+                free(c->kept);
+                c->kept = TAKE_PTR(f->payload);
+                c->kept_cap = f->cap;
+        }
         free(f->payload);
         f->payload = NULL;
 }
@@ -38,6 +52,7 @@ struct agent_client *agent_client_free(struct agent_client *c) {
                 if (c->fd >= 0)
                         close(c->fd);
                 free(c->payload);
+                free(c->kept);
                 free(c);
         }
         return NULL;
@@ -73,7 +88,14 @@ int agent_client_try_recv(struct agent_client *c, struct agent_frame *ret, struc
                         if (pj_agent_header_decode(c->hdr, &c->h, err) < 0)
                                 return -EPROTO;
                         /* the header is checked: h.len <= 1 MiB */
-                        c->payload = xmalloc(c->h.len ? c->h.len : 1);
+                        if (c->kept && c->kept_cap >= c->h.len) {
+                                c->payload = TAKE_PTR(c->kept);
+                                c->payload_cap = c->kept_cap;
+                                c->kept_cap = 0;
+                        } else {
+                                c->payload_cap = c->h.len ? c->h.len : 1;
+                                c->payload = xmalloc(c->payload_cap);
+                        }
                         c->payload_got = 0;
                 }
                 if (c->payload_got < c->h.len) {
@@ -91,7 +113,7 @@ int agent_client_try_recv(struct agent_client *c, struct agent_frame *ret, struc
                 c->hdr_got = 0;
                 if (pj_agent_msg_decode(&c->h, payload, c->h.len, &m, err) < 0)
                         return -EPROTO;
-                *ret = (struct agent_frame) { .m = m, .payload = TAKE_PTR(payload) };
+                *ret = (struct agent_frame) { .m = m, .payload = TAKE_PTR(payload), .cap = c->payload_cap };
                 return 1;
         }
 }
@@ -123,6 +145,11 @@ int agent_client_connect_fd(int fd, const char *secret, int64_t deadline, struct
                             struct pj_error *err) {
         struct agent_client *c = xnew0(struct agent_client, 1);
         c->fd = fd;
+        /* Room for a few 1 MiB file chunks in flight (a Unix socket's default is ~208 KiB:
+         * every chunk would be partial sends and polls). Best effort: the kernel caps it at
+         * net.core.wmem_max. */
+        int sz = 4 * 1024 * 1024;
+        (void) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
         int r = agent_client_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_HELLO, .f.secret = (char *) secret },
                                   (int) (deadline - mono_ms()));
         struct agent_frame f = { 0 };

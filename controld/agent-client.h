@@ -20,8 +20,13 @@ struct agent_client;
 struct agent_frame {
         struct pj_agent_msg m;
         uint8_t *payload;
+        size_t cap; /* payload's allocated size */
 };
 void agent_frame_done(struct agent_frame *f);
+/* agent_frame_done, keeping the frame's payload buffer for c's next frame (a download's 256
+ * KiB frames would each be an mmap, its page faults and a munmap). c must be the client the
+ * frame came from. */
+void agent_client_recycle(struct agent_client *c, struct agent_frame *f);
 
 /* Connects to the socket at path without following a symlink there (open O_PATH|O_NOFOLLOW,
  * fstat must say socket, connect through /proc/self/fd/N), sends HELLO {secret} and waits

@@ -19,8 +19,9 @@
 #define CHAN_SMALL 3
 #define CHAN_WATCH 4
 #define SPAWN_TIMEOUT_MS 30000
-/* STDIN and DATA frames we send: big enough for speed, small enough to interleave. */
-#define CHUNK (256 * 1024)
+/* STDIN and DATA frames we send: as large as a frame takes (fewer syscalls on both ends,
+ * each one a trap inside gVisor); a frame is sent whole before the next. */
+#define CHUNK (1024 * 1024 - 64)
 
 struct agent_exec {
         struct agent_client *cl;
@@ -56,7 +57,7 @@ static int pump(struct agent_client *cl, frame_fn on_frame, void *ud) {
                         return r;
                 }
                 r = on_frame ? on_frame(&f, ud) : -EPROTO;
-                agent_frame_done(&f);
+                agent_client_recycle(cl, &f);
                 if (r < 0)
                         return r;
         }

@@ -335,7 +335,7 @@ enum MHD_Result runtime_respond_download(struct req *r, struct sandbox *sb, cons
         d->x = x;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         d->client_fd = ci ? ci->connect_fd : -1;
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 256 * 1024, dl_reader, d, dl_free);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024 * 1024, dl_reader, d, dl_free);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
         return respond_response(r, 200, resp);
 }

@@ -212,9 +212,9 @@ void fwd_connected(struct conn *c, struct chan *ch) {
         conn_send_simple(c, PJ_AGENT_OK, ch->id);
 }
 
-/* A READ channel: one chunk per turn while the client keeps up. Chunks of a file are larger
- * than a pipe's: under gVisor every syscall is a trap, and a download is three per chunk
- * (poll, read, send), so 256 KiB per turn rather than 64 halves what a transfer costs. */
+/* A READ channel: one chunk per turn while the client keeps up. Chunks of a file are as
+ * large as a frame takes: under gVisor every syscall is a trap, and a download is three per
+ * chunk (poll, read, send); the sentry's CPU, not the copy, bounded downloads. */
 void conn_read_step(struct conn *c, struct chan *ch) {
         static uint8_t buf[PI_FILE_CHUNK];
         ssize_t n = read(ch->fd, buf, sizeof(buf));

@@ -16,7 +16,7 @@
 #define PI_MAX_FORWARDS 32         /* FORWARD channels per connection */
 #define PI_RING_MAX (1024 * 1024)  /* output kept per process for ATTACH */
 #define PI_CHUNK (64 * 1024)       /* bytes read from a pipe or socket at once */
-#define PI_FILE_CHUNK (256 * 1024) /* bytes read from a file at once (READ) */
+#define PI_FILE_CHUNK (1024 * 1024 - 64) /* bytes read from a file at once (READ) */
 #define PI_WATERMARK (256 * 1024)  /* a connection's unsent output above which we stop reading for it */
 #define PI_OUT_MAX (32u * 1024 * 1024) /* unsent output that gets a connection closed */
 #define PI_PENDING_MAX (256 * 1024) /* bytes waiting for a stdin or a forward above which the client is not read */

@@ -93,19 +93,18 @@ CONF
 	nb_exec() { curl -sf -o /dev/null -w '%{time_total}\n' -X POST "$1/sandboxes/$3/exec" -H "x-brimble-key: $2" \
 		-H 'content-type: application/json' -d '{"cmd":"true"}'; }
 	nb_exec "$nb_url" "$nb_key" "$nb_idn" >/dev/null; nb_exec "$URL" "$KEY" "$nb_idd" >/dev/null
-	: >"$WORK/nb-exec-nomad"; : >"$WORK/nb-exec-docker"
+	# 3. the relay against `docker exec` on the same (Nomad-placed) container, pair by pair as
+	# the runtime part does (each sandbox sees a pause between its calls, as an agent's
+	# commands do: the spare shell is ready; back to back is the runtime part's sequential row).
+	nb_ctr=$(docker ps -q --filter "label=com.hashicorp.nomad.job_id=sandbox-$nb_idn" | head -n1)
+	: >"$WORK/nb-exec-nomad"; : >"$WORK/nb-exec-docker"; : >"$WORK/nb-relay-dk"
 	for _ in $(seq $((N * 3))); do
 		nb_exec "$nb_url" "$nb_key" "$nb_idn" | awk '{printf "%.1f\n", $1 * 1000}' >>"$WORK/nb-exec-nomad"
+		t0=$EPOCHREALTIME; docker exec "$nb_ctr" true; t1=$EPOCHREALTIME
+		awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", (b - a) * 1000 }' >>"$WORK/nb-relay-dk"
 		nb_exec "$URL" "$KEY" "$nb_idd" | awk '{printf "%.1f\n", $1 * 1000}' >>"$WORK/nb-exec-docker"
 	done
 	nb_e_n=$(pct 50 <"$WORK/nb-exec-nomad"); nb_e_d=$(pct 50 <"$WORK/nb-exec-docker")
-	# 3. the relay against `docker exec` on the same (Nomad-placed) container
-	nb_ctr=$(docker ps -q --filter "label=com.hashicorp.nomad.job_id=sandbox-$nb_idn" | head -n1)
-	: >"$WORK/nb-relay-dk"
-	for _ in $(seq $((N * 3))); do
-		t0=$EPOCHREALTIME; docker exec "$nb_ctr" true; t1=$EPOCHREALTIME
-		awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", (b - a) * 1000 }' >>"$WORK/nb-relay-dk"
-	done
 	nb_r_dk=$(pct 50 <"$WORK/nb-relay-dk")
 	nb_delete "$nb_url" "$nb_key" "$nb_idn"; nb_delete "$URL" "$KEY" "$nb_idd"
 	nb_cleanup
