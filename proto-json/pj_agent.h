@@ -224,9 +224,10 @@ struct pj_agent_tlv_iter {
 };
 int pj_agent_tlv_next(struct pj_agent_tlv_iter *it, uint8_t *ret_tag, const uint8_t **ret_val, uint32_t *ret_len);
 
-/* Appends the whole frame (header + payload) of m to out. Returns 0, -EMSGSIZE when the
- * payload would exceed PJ_AGENT_MAX_PAYLOAD (out unchanged), -EINVAL when m breaks a rule
- * the decoder checks (bad type, a required string missing, too many argv/env/entries). */
+/* Appends the whole frame (header + payload) of m to out, encoded in place. Returns 0,
+ * -EMSGSIZE when the payload would exceed PJ_AGENT_MAX_PAYLOAD, -EINVAL when m breaks a rule
+ * the decoder checks (bad type, a required string missing, too many argv/env/entries); on
+ * an error out->len is what it was (its buffer may have grown: pj_agent_buf_done it). */
 int pj_agent_msg_encode(const struct pj_agent_msg *m, struct pj_agent_buf *out, struct pj_error *err);
 /* The 17 bytes that precede data_len bytes of data in a frame whose only field is data
  * (DATA): the header and the field's tag and length. What pj_agent_msg_encode would write,

@@ -396,6 +396,7 @@ TEST(too_many_argv_entries) {
                   -EINVAL);
         ASSERT_STREQ(e.field, "argv");
         ASSERT_EQ(out.len, 0);
+        pj_agent_buf_done(&out); /* encoding in place may have grown it */
         free(many);
 }
 
