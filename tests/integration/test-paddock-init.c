@@ -465,28 +465,33 @@ TEST(pty_tty_and_resize) {
         finish_agent();
 }
 
+/* State and parent of the process /proc/<name>; false when it is not a process (or gone). */
+static bool proc_state(const char *name, char *ret_state, int *ret_ppid) {
+        char p[300], buf[512];
+        if (name[0] < '0' || name[0] > '9')
+                return false;
+        snprintf(p, sizeof(p), "/proc/%s/stat", name);
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        ssize_t k = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (k <= 0)
+                return false;
+        buf[k] = 0;
+        char *rp = strrchr(buf, ')'); /* a name may hold ")" */
+        return rp && sscanf(rp + 2, "%c %d", ret_state, ret_ppid) == 2;
+}
+
 /* Zombie children of pid, from /proc. */
 static int zombies_of(pid_t parent, int *ret_children) {
         _cleanup_(closedirp) DIR *d = opendir("/proc");
         struct dirent *de;
         int z = 0, n = 0;
         while ((de = readdir(d))) {
-                char p[300], buf[512];
-                if (de->d_name[0] < '0' || de->d_name[0] > '9')
-                        continue;
-                snprintf(p, sizeof(p), "/proc/%s/stat", de->d_name);
-                int fd = open(p, O_RDONLY | O_CLOEXEC);
-                if (fd < 0)
-                        continue;
-                ssize_t k = read(fd, buf, sizeof(buf) - 1);
-                close(fd);
-                if (k <= 0)
-                        continue;
-                buf[k] = 0;
-                char *rp = strrchr(buf, ')');
                 char state;
                 int ppid;
-                if (!rp || sscanf(rp + 2, "%c %d", &state, &ppid) != 2 || ppid != parent)
+                if (!proc_state(de->d_name, &state, &ppid) || ppid != parent)
                         continue;
                 n++;
                 z += state == 'Z';
@@ -1023,26 +1028,15 @@ static pid_t spare_of(pid_t parent) {
         _cleanup_(closedirp) DIR *d = opendir("/proc");
         struct dirent *de;
         while ((de = readdir(d))) {
-                char p[300], buf[512];
-                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                char p[300], buf[512], state;
+                int ppid;
+                if (!proc_state(de->d_name, &state, &ppid) || ppid != parent || state == 'Z')
                         continue;
-                snprintf(p, sizeof(p), "/proc/%s/stat", de->d_name);
+                snprintf(p, sizeof(p), "/proc/%s/cmdline", de->d_name);
                 int fd = open(p, O_RDONLY | O_CLOEXEC);
                 if (fd < 0)
                         continue;
-                ssize_t k = read(fd, buf, sizeof(buf) - 1);
-                close(fd);
-                buf[k > 0 ? k : 0] = 0;
-                char *rp = strrchr(buf, ')');
-                char state;
-                int ppid;
-                if (!rp || sscanf(rp + 2, "%c %d", &state, &ppid) != 2 || ppid != parent || state == 'Z')
-                        continue;
-                snprintf(p, sizeof(p), "/proc/%s/cmdline", de->d_name);
-                fd = open(p, O_RDONLY | O_CLOEXEC);
-                if (fd < 0)
-                        continue;
-                k = read(fd, buf, sizeof(buf));
+                ssize_t k = read(fd, buf, sizeof(buf));
                 close(fd);
                 if (k == (ssize_t) sizeof(want) && !memcmp(buf, want, sizeof(want)))
                         return (pid_t) atoi(de->d_name);
@@ -1133,15 +1127,11 @@ TEST(spare_shell_runs_commands_as_a_cold_start_would) {
         /* stopping the agent kills its spare */
         s = wait_spare();
         finish_agent();
-        char stat_path[64], st[256] = "";
-        snprintf(stat_path, sizeof(stat_path), "/proc/%d/stat", (int) s);
-        int fd = open(stat_path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-                ssize_t _unused_ k = read(fd, st, sizeof(st) - 1);
-                close(fd);
-        }
-        char *rp = strrchr(st, ')');
-        ASSERT_TRUE(fd < 0 || (rp && rp[2] == 'Z')); /* gone, or dead and not yet reaped by whoever inherited it */
+        char name[32], state = 'Z';
+        int ppid;
+        snprintf(name, sizeof(name), "%d", (int) s);
+        if (proc_state(name, &state, &ppid))
+                ASSERT_EQ(state, 'Z'); /* dead, not yet reaped by whoever inherited it */
 }
 
 TEST(sigterm_stops_the_agent) {
