@@ -578,6 +578,10 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                 chan_close(c, ch);
                 return conn_send_error(c, m->id, EAGAIN, "%d processes are running or watched, the limit.", PJ_AGENT_MAX_PROCS);
         }
+        envp = spawn_env(m);
+        bool spare_ok = spare_eligible(m);
+        if (spare_ok && spare_take(c, ch, p, m, envp))
+                return;
         if (pipe2(ep, O_CLOEXEC) < 0)
                 goto fail;
         if (pty) {
@@ -590,10 +594,6 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                 if ((m->f.stdin_pipe && pipe2(pin, O_CLOEXEC) < 0) || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0)
                         goto fail;
         }
-        envp = spawn_env(m);
-        bool spare_ok = spare_eligible(m);
-        if (spare_ok && spare_take(c, ch, p, m, envp))
-                return;
         struct child_spec cs = spec_of(m, envp);
         pid_t pid = start_child(&cs, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
         if (pid < 0)

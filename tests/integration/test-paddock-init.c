@@ -1044,6 +1044,16 @@ static pid_t spare_of(pid_t parent) {
         return 0;
 }
 
+static int fds_of(pid_t pid) {
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/%d/fd", (int) pid);
+        _cleanup_(closedirp) DIR *d = opendir(p);
+        int n = 0;
+        while (d && readdir(d))
+                n++;
+        return n;
+}
+
 static pid_t wait_spare(void) {
         pid_t s = 0;
         for (int i = 0; i < 300 && !(s = spare_of(agent_pid)); i++)
@@ -1094,6 +1104,15 @@ TEST(spare_shell_runs_commands_as_a_cold_start_would) {
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SIGNAL, .id = 4, .f.signo = SIGINT });
         collect(c, 4, &r);
         ASSERT_EQ(r.signo, SIGINT);
+
+        /* a command served by a spare leaves no descriptor behind in the agent */
+        s = wait_spare();
+        int fds0 = fds_of(agent_pid);
+        for (uint32_t i = 0; i < 3; i++) {
+                ASSERT_EQ(sh_c(c, 40 + i, "true", &in_tmp, &r), s);
+                s = wait_spare();
+        }
+        ASSERT_EQ(fds_of(agent_pid), fds0);
 
         /* another directory: the cold way (the spare was made for /tmp), then spares for it */
         s = wait_spare();
