@@ -77,7 +77,6 @@ struct proc {
         struct conn *conn; /* attached: output goes to (conn, chan) */
         uint32_t chan;
         uint64_t seq; /* spawn order, for eviction */
-        uint64_t started_ms;
 };
 
 enum chan_kind { CH_PROC, CH_READ, CH_WRITE, CH_FORWARD, CH_WATCH };

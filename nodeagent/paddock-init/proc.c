@@ -351,6 +351,24 @@ static char **spawn_env(const struct pj_agent_msg *m) {
         return envp;
 }
 
+/* p (a free slot) becomes the process pid on channel ch of c, its pipes non-blocking;
+ * SPAWNED is sent. */
+static void proc_started(struct conn *c, struct chan *ch, struct proc *p, const struct pj_agent_msg *m, pid_t pid,
+                         bool pty, int fd_in, int fd_out, int fd_err) {
+        *p = (struct proc) { .used = true, .pid = pid, .tag = xstrdup(m->f.tag ? m->f.tag : ""), .pty = pty,
+                             .kill_on_detach = m->f.kill_on_detach, .fd_in = fd_in, .fd_out = fd_out, .fd_err = fd_err,
+                             .seq = ++pi.seq };
+        if (p->fd_in >= 0)
+                set_nonblock(p->fd_in);
+        set_nonblock(p->fd_out);
+        if (p->fd_err >= 0)
+                set_nonblock(p->fd_err);
+        ch->proc = p;
+        p->conn = c;
+        p->chan = m->id;
+        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SPAWNED, .id = m->id, .f.pid = (uint32_t) pid });
+}
+
 /* ---- the spare shell
  *
  * Most commands arrive as /bin/sh -c SCRIPT with the same environment, directory and user
@@ -372,19 +390,15 @@ static char **spawn_env(const struct pj_agent_msg *m) {
  * the cold way. A spare that dies unused (its /bin/sh is missing, its directory went away,
  * someone killed it) is not replaced until a command starts the cold way again. */
 struct spare {
-        pid_t pid;              /* 0: none */
+        pid_t pid;              /* 0: none; else made from the template as it is now */
         int fd_script, fd_out, fd_err;
-        char *key;              /* spare_key() of the template it was made from */
-        size_t key_len;
 };
 static struct spare spare = { .fd_script = -1, .fd_out = -1, .fd_err = -1 };
-/* The template: the last cold /bin/sh -c command's environment, directory and user. */
+/* The template: the last cold /bin/sh -c command's environment, directory and user (cs.envp
+ * and cs.cwd owned copies), and spare_key() of them. */
 static struct {
         bool set, wanted;
-        char **envp;            /* owned copies */
-        char *cwd;
-        bool has_uid, has_gid;
-        uint32_t uid, gid;
+        struct child_spec cs;
         char *key;
         size_t key_len;
 } tmpl;
@@ -395,14 +409,13 @@ static bool spare_eligible(const struct pj_agent_msg *m) {
 }
 
 /* Everything a shell is made from but its script, as one byte string (NUL-separated). */
-static char *spare_key(char **envp, const char *cwd, bool has_uid, uint32_t uid, bool has_gid, uint32_t gid,
-                       size_t *ret_len) {
+static char *spare_key(const struct child_spec *cs, size_t *ret_len) {
         struct pj_agent_buf b = { 0 };
         char ids[64];
-        int n = snprintf(ids, sizeof(ids), "%c%u %c%u", has_uid ? 'u' : '-', uid, has_gid ? 'g' : '-', gid);
+        int n = snprintf(ids, sizeof(ids), "%c%u %c%u", cs->has_uid ? 'u' : '-', cs->uid, cs->has_gid ? 'g' : '-', cs->gid);
         pj_agent_buf_put(&b, ids, (size_t) n + 1);
-        pj_agent_buf_put(&b, cwd ? cwd : "", strlen(cwd ? cwd : "") + 1);
-        for (char **e = envp; *e; e++)
+        pj_agent_buf_put(&b, cs->cwd ? cs->cwd : "", strlen(cs->cwd ? cs->cwd : "") + 1);
+        for (char **e = cs->envp; *e; e++)
                 pj_agent_buf_put(&b, *e, strlen(*e) + 1);
         *ret_len = b.len;
         return (char *) b.p;
@@ -422,46 +435,39 @@ static void spare_drop(void) {
         if (spare.pid > 0)
                 kill(spare.pid, SIGKILL);
         spare_close_fds();
-        free(spare.key);
-        spare = (struct spare) { .fd_script = -1, .fd_out = -1, .fd_err = -1 };
+        spare.pid = 0;
 }
 
 static void tmpl_clear(void) {
-        if (tmpl.envp)
-                for (char **e = tmpl.envp; *e; e++)
+        if (tmpl.cs.envp)
+                for (char **e = tmpl.cs.envp; *e; e++)
                         free(*e);
-        free(tmpl.envp);
-        free(tmpl.cwd);
+        free(tmpl.cs.envp);
+        free((char *) tmpl.cs.cwd);
         free(tmpl.key);
         memset(&tmpl, 0, sizeof(tmpl));
 }
 
-/* After a cold /bin/sh -c start: its environment, directory and user are the template the
- * next spare is made from (a different one replaces the spare at hand). */
-static void spare_remember(const struct child_spec *cs) {
-        size_t len;
-        char *key = spare_key(cs->envp, cs->cwd, cs->has_uid, cs->uid, cs->has_gid, cs->gid, &len);
-        if (tmpl.set && tmpl.key_len == len && !memcmp(tmpl.key, key, len)) {
+/* After a cold /bin/sh -c start of cs (whose spare_key() is key, taken over): the template
+ * the next spare is made from (a different one replaces the spare at hand). */
+static void spare_remember(const struct child_spec *cs, char *key, size_t key_len) {
+        if (tmpl.set && tmpl.key_len == key_len && !memcmp(tmpl.key, key, key_len)) {
                 free(key);
                 tmpl.wanted = true; /* a spare that died unused may be tried again */
                 return;
         }
-        if (spare.pid > 0)
-                spare_drop();
+        spare_drop();
         tmpl_clear();
         size_t n = 0;
         while (cs->envp[n])
                 n++;
-        tmpl.envp = xnew0(char *, n + 1);
+        char **envp = xnew0(char *, n + 1);
         for (size_t i = 0; i < n; i++)
-                tmpl.envp[i] = xstrdup(cs->envp[i]);
-        tmpl.cwd = cs->cwd ? xstrdup(cs->cwd) : NULL;
-        tmpl.has_uid = cs->has_uid;
-        tmpl.has_gid = cs->has_gid;
-        tmpl.uid = cs->uid;
-        tmpl.gid = cs->gid;
+                envp[i] = xstrdup(cs->envp[i]);
+        tmpl.cs = (struct child_spec) { .envp = envp, .cwd = cs->cwd ? xstrdup(cs->cwd) : NULL, .has_uid = cs->has_uid,
+                                        .has_gid = cs->has_gid, .uid = cs->uid, .gid = cs->gid };
         tmpl.key = key;
-        tmpl.key_len = len;
+        tmpl.key_len = key_len;
         tmpl.set = tmpl.wanted = true;
 }
 
@@ -487,8 +493,8 @@ void spare_start(void) {
         if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
                 goto fail;
         char *argv[] = { "/bin/sh", "-s", NULL };
-        struct child_spec cs = { .argv = argv, .envp = tmpl.envp, .cwd = tmpl.cwd, .has_uid = tmpl.has_uid,
-                                 .has_gid = tmpl.has_gid, .uid = tmpl.uid, .gid = tmpl.gid };
+        struct child_spec cs = tmpl.cs;
+        cs.argv = argv;
         pid_t pid = fork();
         if (pid < 0)
                 goto fail;
@@ -498,9 +504,7 @@ void spare_start(void) {
         close(out[1]);
         close(err[1]);
         set_nonblock(in[1]);
-        spare = (struct spare) { .pid = pid, .fd_script = in[1], .fd_out = out[0], .fd_err = err[0],
-                                 .key = xmalloc(tmpl.key_len), .key_len = tmpl.key_len };
-        memcpy(spare.key, tmpl.key, tmpl.key_len);
+        spare = (struct spare) { .pid = pid, .fd_script = in[1], .fd_out = out[0], .fd_err = err[0] };
         tmpl.wanted = false; /* until this one is taken */
         return;
 fail:
@@ -516,20 +520,17 @@ fail:
 static bool spare_reaped(pid_t pid) {
         if (spare.pid <= 0 || pid != spare.pid)
                 return false;
-        spare.pid = 0;
+        spare.pid = 0; /* reaped: nothing to kill */
         spare_drop();
         return true;
 }
 
 /* SPAWN /bin/sh -c SCRIPT by the spare when it was made for exactly this environment,
- * directory and user. True when the process is started (SPAWNED sent). */
-static bool spare_take(struct conn *c, struct chan *ch, struct proc *p, const struct pj_agent_msg *m, char **envp) {
-        if (spare.pid <= 0)
-                return false;
-        size_t len;
-        _cleanup_free_ char *key = spare_key(envp, m->f.cwd, PJ_AGENT_HAS(&m->f, PJ_AGENT_T_UID), m->f.uid,
-                                             PJ_AGENT_HAS(&m->f, PJ_AGENT_T_GID), m->f.gid, &len);
-        if (len != spare.key_len || memcmp(key, spare.key, len))
+ * directory and user (key: their spare_key()). True when the process is started (SPAWNED
+ * sent). */
+static bool spare_take(struct conn *c, struct chan *ch, struct proc *p, const struct pj_agent_msg *m, const char *key,
+                       size_t key_len) {
+        if (spare.pid <= 0 || key_len != tmpl.key_len || memcmp(key, tmpl.key, key_len))
                 return false;
         /* <= PI_SPARE_MAX_SCRIPT bytes into an empty pipe: one write, never blocks */
         const char *script = m->argv[2];
@@ -539,19 +540,9 @@ static bool spare_take(struct conn *c, struct chan *ch, struct proc *p, const st
                 return false;
         }
         close(spare.fd_script);
-        spare.fd_script = -1;
-        *p = (struct proc) { .used = true, .pid = spare.pid, .tag = xstrdup(m->f.tag ? m->f.tag : ""),
-                             .kill_on_detach = m->f.kill_on_detach, .fd_in = -1, .fd_out = spare.fd_out,
-                             .fd_err = spare.fd_err, .seq = ++pi.seq, .started_ms = pi_now_ms() };
-        free(spare.key);
+        proc_started(c, ch, p, m, spare.pid, false, -1, spare.fd_out, spare.fd_err);
         spare = (struct spare) { .fd_script = -1, .fd_out = -1, .fd_err = -1 };
         tmpl.wanted = true;
-        set_nonblock(p->fd_out);
-        set_nonblock(p->fd_err);
-        ch->proc = p;
-        p->conn = c;
-        p->chan = m->id;
-        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SPAWNED, .id = m->id, .f.pid = (uint32_t) p->pid });
         return true;
 }
 
@@ -579,9 +570,14 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                 return conn_send_error(c, m->id, EAGAIN, "%d processes are running or watched, the limit.", PJ_AGENT_MAX_PROCS);
         }
         envp = spawn_env(m);
-        bool spare_ok = spare_eligible(m);
-        if (spare_ok && spare_take(c, ch, p, m, envp))
-                return;
+        struct child_spec cs = spec_of(m, envp);
+        _cleanup_free_ char *key = NULL;
+        size_t key_len = 0;
+        if (spare_eligible(m)) {
+                key = spare_key(&cs, &key_len);
+                if (spare_take(c, ch, p, m, key, key_len))
+                        return;
+        }
         if (pipe2(ep, O_CLOEXEC) < 0)
                 goto fail;
         if (pty) {
@@ -594,7 +590,6 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                 if ((m->f.stdin_pipe && pipe2(pin, O_CLOEXEC) < 0) || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0)
                         goto fail;
         }
-        struct child_spec cs = spec_of(m, envp);
         pid_t pid = start_child(&cs, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
         if (pid < 0)
                 goto fail;
@@ -628,24 +623,13 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                                                     m->f.cwd, strerror(cf.err));
                 return conn_send_error(c, m->id, cf.err, "Cannot start %s: %s.", m->argv[0], strerror(cf.err));
         }
-        *p = (struct proc) { .used = true, .pid = pid, .tag = xstrdup(m->f.tag ? m->f.tag : ""), .pty = pty,
-                             .kill_on_detach = m->f.kill_on_detach, .fd_in = pin[1], .fd_out = pout[0], .fd_err = perr[0],
-                             .seq = ++pi.seq, .started_ms = pi_now_ms() };
         if (pty) {
-                p->fd_out = master;
-                p->fd_in = fcntl(master, F_DUPFD_CLOEXEC, 3);
+                pout[0] = master;
+                pin[1] = fcntl(master, F_DUPFD_CLOEXEC, 3);
         }
-        if (p->fd_in >= 0)
-                set_nonblock(p->fd_in);
-        set_nonblock(p->fd_out);
-        if (p->fd_err >= 0)
-                set_nonblock(p->fd_err);
-        ch->proc = p;
-        p->conn = c;
-        p->chan = m->id;
-        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SPAWNED, .id = m->id, .f.pid = (uint32_t) pid });
-        if (spare_ok)
-                spare_remember(&cs);
+        proc_started(c, ch, p, m, pid, pty, pin[1], pout[0], perr[0]);
+        if (key)
+                spare_remember(&cs, TAKE_PTR(key), key_len);
         return;
 fail:
         r = errno;
