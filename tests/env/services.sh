@@ -31,7 +31,8 @@ LOGS=$STATE/logs
 PACKAGES=(docker.io runsc docker-registry rabbitmq-server amqp-tools nftables iproute2
           busybox-static debootstrap xfsprogs btrfs-progs libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
           librabbitmq-dev libnftnl-dev libmnl-dev libsqlite3-dev libsystemd-dev libssl-dev
-          pkg-config sqlite3 wrk curl jq ca-certificates python3-yaml chromium fonts-dejavu-core)
+          pkg-config sqlite3 wrk curl jq ca-certificates python3-yaml chromium fonts-dejavu-core
+          ubuntu-archive-keyring)
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
@@ -40,7 +41,9 @@ need_root() { [[ $(id -u) == 0 ]] || die "must run as root (starts system daemon
 # ---------------------------------------------------------------------------- install
 # gVisor comes from Debian 13: bookworm's runsc (0.0~20221219) rejects the statx calls of
 # coreutils 9.1, so `ls` and `stat` fail in every Debian 12 sandbox. trixie is added as a source
-# from the mirror apt already uses, pinned so that runsc is the ONLY package taken from it.
+# from the mirror apt already uses, pinned so that runsc is the ONLY program taken from it (and
+# ubuntu-keyring + ubuntu-archive-keyring, the Ubuntu archive's signing keys as Debian ships them: images.sh
+# verifies the ubuntu-24 and python-3.12 bootstraps with them; bookworm has no such package).
 RUNSC_MIN=0.0~20240729
 TRIXIE_SOURCES=/etc/apt/sources.list.d/paddock-trixie.sources
 RUNSC_PIN=/etc/apt/preferences.d/paddock-runsc
@@ -73,12 +76,13 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
         write_if_changed "$RUNSC_PIN" <<'EOF' || true
-# Written by paddock tests/env/services.sh: nothing from trixie but runsc.
+# Written by paddock tests/env/services.sh: nothing from trixie but runsc (and Ubuntu's
+# archive keys, for images.sh).
 Package: *
 Pin: release n=trixie
 Pin-Priority: -10
 
-Package: runsc
+Package: runsc ubuntu-archive-keyring ubuntu-keyring
 Pin: release n=trixie
 Pin-Priority: 990
 EOF
