@@ -24,8 +24,13 @@ static enum MHD_Result pj_fail(struct req *r, const struct pj_error *e) {
 
 static enum MHD_Result get_templates(struct req *r) {
         cJSON *a = cJSON_CreateArray();
-        for (size_t i = 0; i < r->c->cfg->n_templates; i++)
-                cJSON_AddItemToArray(a, template_to_json(&r->c->cfg->templates[i]));
+        for (size_t i = 0; i < r->c->cfg->n_templates; i++) {
+                const struct template *t = &r->c->cfg->templates[i];
+                int64_t size = t->size_mb, bytes = 0;
+                if (size <= 0 && r->c->drv->ops->image_size && r->c->drv->ops->image_size(r->c->drv, t->image, &bytes) == 0)
+                        size = (bytes + 999999) / 1000000;
+                cJSON_AddItemToArray(a, template_to_json(t, size));
+        }
         return respond_envelope(r, 200, "Templates fetched", a);
 }
 

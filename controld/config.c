@@ -190,8 +190,18 @@ static int load_template(struct config *c, struct conf *cf, const char *nm, void
             (r = get_str(cf, "template", nm, "description", "", 512, &t->description, err, errlen)) < 0 ||
             (r = conf_get_int(cf, "template", nm, "cpu", 500, 1, 2000, &t->cpu, err, errlen)) < 0 ||
             (r = conf_get_int(cf, "template", nm, "memory", 512, 1, 2048, &t->memory, err, errlen)) < 0 ||
-            (r = conf_get_int(cf, "template", nm, "disk", 1, 1, 5, &t->disk, err, errlen)) < 0)
+            (r = conf_get_int(cf, "template", nm, "disk", 1, 1, 5, &t->disk, err, errlen)) < 0 ||
+            (r = get_str(cf, "template", nm, "language", NULL, 64, &t->language, err, errlen)) < 0 ||
+            (r = conf_get_list(cf, "template", nm, "tools", 32, 64, &t->tools, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "template", nm, "size_mb", 0, 0, 1000000, &t->size_mb, err, errlen)) < 0 ||
+            (r = get_str(cf, "template", nm, "start", NULL, 255, &t->start, err, errlen)) < 0 ||
+            (r = conf_get_int(cf, "template", nm, "start_timeout", 60, 1, 600, &t->start_timeout_s, err, errlen)) < 0)
                 return r;
+        if (t->start && (t->start[0] != '/' || strpbrk(t->start, " \t\n"))) {
+                snprintf(err, errlen, "%s: [template \"%s\"] start must be the absolute path of an executable in the image "
+                         "(no arguments): %s", c->path, nm, t->start);
+                return -EINVAL;
+        }
         return 0;
 }
 
@@ -608,6 +618,8 @@ struct config *config_free(struct config *c) {
                 free(c->templates[i].image);
                 free(c->templates[i].display_name);
                 free(c->templates[i].description);
+                free_many(c->templates[i].language, c->templates[i].start);
+                strv_free(c->templates[i].tools);
         }
         free(c->templates);
         for (size_t i = 0; i < c->n_regions; i++) {

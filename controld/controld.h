@@ -42,6 +42,15 @@ struct plan {
 struct template {
         char *name, *image, *display_name, *description;
         int64_t cpu, memory, disk;      /* default specs */
+        char *language;                 /* "Python 3.12" (GET /sandbox/templates); NULL = none */
+        char **tools;                   /* what else is in it, for the list; strv, may be empty */
+        int64_t size_mb;                /* stated image size; 0 = ask the driver (Docker) */
+        /* An executable in the image run (as root, no arguments, PADDOCK_DISK_GB and
+         * PADDOCK_MEMORY_MB in its environment) before the sandbox is ready, on every start
+         * (create, resume, restore, a pool member); it must exit 0 within start_timeout_s or the
+         * start fails with its output. The docker template starts dockerd with it. NULL = none. */
+        char *start;
+        int64_t start_timeout_s;
 };
 
 /* [pool "<name>"]: sandboxes started ahead of time for one template, specs and egress class,
@@ -620,7 +629,8 @@ cJSON *egress_update_to_json(struct ctl *c, const struct sandbox *sb, bool netwo
 cJSON *volume_to_json(struct ctl *c, const struct volume *v);
 cJSON *snapshot_to_json(const struct snapshot *sn);
 cJSON *region_to_json(const struct region *r);
-cJSON *template_to_json(const struct template *t);
+/* size_mb: the image's size (t->size_mb or the driver's answer), <= 0 = unknown (null). */
+cJSON *template_to_json(const struct template *t, int64_t size_mb);
 
 cJSON *stats_to_json(const struct sandbox *sb, const struct stats_sample *s, size_t n, int64_t since, int64_t hours);
 /* Exec and code answers: the JSON result, and the last SSE frame of a stream. */
@@ -772,6 +782,9 @@ char *snapshot_image_ref(const struct snapshot *sn);
 void sandbox_network_note(const char *node, const char *mode);
 struct cJSON *sandbox_network_json(void);
 int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen);
+/* sandbox.c: runs sb's template's `start` (if it has one) in the placed sandbox and waits for
+ * it; 0 when it exited 0, else -EIO with why (its output's end) in reason. */
+int template_start(struct ctl *c, const struct sandbox *sb, char *reason, size_t reasonlen);
 /* On a job thread: every ready sandbox's recorded policy applied again (called once at start). */
 void ctl_egress_resync_all(struct ctl *c);
 /* The sandbox's /etc/hosts for the names an apply resolved, into out (initialised here; the

@@ -803,6 +803,10 @@ static void dd_exec_free(struct exec_session *s) {
         free_many(s->container, s->pre, s->exec_id, s);
 }
 
+static int dd_image_size(struct driver *d, const char *image, int64_t *ret_bytes) {
+        return docker_image_size(D(d), image, ret_bytes);
+}
+
 static const struct driver_ops docker_ops = {
         .init = dd_init,
         .ping = dd_ping,
@@ -817,6 +821,7 @@ static const struct driver_ops docker_ops = {
         .remove_by_id = dd_remove_by_id,
         .agent_socket = dd_agent_socket,
         .oom_killed = dd_oom_killed,
+        .image_size = dd_image_size,
         .exec_start = dd_exec_start,
         .exec_write = dd_exec_write,
         .exec_close_stdin = dd_exec_close_stdin,

@@ -215,9 +215,14 @@ static void refill_job(struct ctl *c, void *arg) {
                 m.ip = pl.ip && *pl.ip ? xstrdup(pl.ip) : NULL;
                 _cleanup_sandbox_ struct sandbox placed = { 0 };
                 member_sandbox(c, p, &m, &placed);
-                member_warm(c, &placed);
-                r = store_pool_update(c->store, &m);
+                if (t->start)
+                        r = template_start(c, &placed, reason, sizeof(reason));
+                else
+                        member_warm(c, &placed);
                 if (r < 0) {
+                        member_remove(c, &m);
+                        (void) store_pool_delete(c->store, m.id);
+                } else if ((r = store_pool_update(c->store, &m)) < 0) {
                         /* Retired meanwhile (controld stopping, say): it is nobody's, so it goes. */
                         snprintf(reason, sizeof(reason), "the member's row is gone: %s", strerror(-r));
                         member_remove(c, &m);

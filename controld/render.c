@@ -21,11 +21,26 @@ cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit) {
         return o;
 }
 
-cJSON *template_to_json(const struct template *t) {
+cJSON *template_to_json(const struct template *t, int64_t size_mb) {
         cJSON *o = cJSON_CreateObject();
         json_add_str(o, "name", t->name);
         json_add_str(o, "display_name", t->display_name);
         json_add_str(o, "description", t->description);
+        if (t->language)
+                json_add_str(o, "language", t->language);
+        else
+                cJSON_AddNullToObject(o, "language");
+        cJSON *tools = cJSON_AddArrayToObject(o, "tools");
+        for (char **p = t->tools; p && *p; p++)
+                cJSON_AddItemToArray(tools, cJSON_CreateString(*p));
+        if (size_mb > 0)
+                cJSON_AddNumberToObject(o, "size_mb", (double) size_mb);
+        else
+                cJSON_AddNullToObject(o, "size_mb");
+        cJSON *specs = cJSON_AddObjectToObject(o, "default_specs");
+        cJSON_AddNumberToObject(specs, "cpu", (double) t->cpu);
+        cJSON_AddNumberToObject(specs, "memory", (double) t->memory);
+        cJSON_AddNumberToObject(specs, "disk", (double) t->disk);
         return o;
 }
 

