@@ -56,6 +56,17 @@ TEST(templates_and_regions_lists) {
                         test_fail(__FILE__, __LINE__, "template %s missing: %s", want[i].name, r.body);
                 ASSERT_STREQ(jstr(t, "display_name"), want[i].display);
                 ASSERT_STREQ(jstr(t, "description"), want[i].desc);
+                /* What it contains: the image's size as Docker holds it (null where the image is
+                 * missing), the default specs, language and tools (none configured here). */
+                const cJSON *size = cJSON_GetObjectItemCaseSensitive(t, "size_mb");
+                if (i == 2)
+                        ASSERT_TRUE(cJSON_IsNull(size));
+                else
+                        ASSERT_TRUE(cJSON_IsNumber(size) && size->valuedouble >= 1);
+                ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(t, "language")));
+                ASSERT_TRUE(cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(t, "tools")));
+                const cJSON *specs = cJSON_GetObjectItemCaseSensitive(t, "default_specs");
+                ASSERT_EQ((int) cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(specs, "memory")), i == 0 ? 128 : 512);
                 /* Images are an operator detail and stay out of the public list. */
                 ASSERT_TRUE(strstr(r.body, "paddock/does-not-exist") == NULL);
         }

@@ -183,3 +183,114 @@ TEST_FULL(template_python_3_12, 240) {
 TEST_FULL(template_node_24, 240) { battery("node-24", "PADDOCK_NODE24_IMAGE", "paddock/node-24:local", node24_checks, NULL); }
 TEST_FULL(template_bun_1, 240) { battery("bun-1", "PADDOCK_BUN_IMAGE", "paddock/bun-1:local", bun_checks, NULL); }
 TEST_FULL(template_docker, 240) { battery("docker", "PADDOCK_DOCKER_IMAGE", "paddock/docker:local", docker_checks, NULL); }
+
+/* ---- Docker inside a sandbox */
+
+static char *slurp(const char *path, size_t *ret_len) {
+        FILE *f = fopen(path, "rb");
+        if (!f)
+                test_fail(__FILE__, __LINE__, "cannot open %s", path);
+        size_t cap = 1 << 20, len = 0;
+        char *buf = xmalloc(cap);
+        size_t k;
+        while ((k = fread(buf + len, 1, cap - len, f)) > 0) {
+                len += k;
+                if (len == cap)
+                        buf = xrealloc(buf, cap *= 2);
+        }
+        fclose(f);
+        *ret_len = len;
+        return buf;
+}
+
+static void put_file_at(struct ctld *c, const char *key, const char *id, const char *path, const void *data, size_t len) {
+        char url[256], hk[160];
+        snprintf(url, sizeof(url), "/sandboxes/%s/files%s", id, path);
+        snprintf(hk, sizeof(hk), "x-brimble-key: %s", key);
+        const char *const headers[] = { hk, "content-type: application/octet-stream", NULL };
+        struct hres r;
+        http_req_full(c, "PUT", url, headers, data, len, &r);
+        if (r.status != 204)
+                test_fail(__FILE__, __LINE__, "PUT %s -> %ld %.300s", url, r.status, r.body);
+        hres_done(&r);
+}
+
+/* stdout of cmd in the sandbox, which must exit 0. */
+static char *sandbox_sh(struct ctld *c, const char *key, const char *id, const char *cmd) {
+        struct hres r;
+        ctld_exec(c, key, id, cmd, 120, &r);
+        const cJSON *ec = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "exit_code");
+        if (r.status != 200 || !cJSON_IsNumber(ec) || ec->valueint != 0)
+                test_fail(__FILE__, __LINE__, "`%s` -> %ld %.1500s", cmd, r.status, r.body);
+        char *out = xstrdup(hres_data_str(&r, "stdout") ?: "");
+        hres_done(&r);
+        return out;
+}
+
+static int host_containers(void) {
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "docker", "ps", "-aq", NULL };
+        ASSERT_EQ(test_run_capture(argv, &out, 1 << 20), 0);
+        int n = 0;
+        for (char *p = out; p && *p; p++)
+                n += *p == '\n';
+        return n;
+}
+
+/* A user builds an image FROM scratch with a static binary, loads another one from a tar
+ * (`docker save` output: no registry pull), and runs both, all inside the sandbox: the host's
+ * Docker sees one new container (the sandbox) and no new image, and destroy leaves nothing. */
+TEST_FULL(docker_builds_and_runs_inside_the_sandbox, 300) {
+        need_docker();
+        const char *image = env_or("PADDOCK_DOCKER_IMAGE", "paddock/docker:local");
+        need_image(image);
+        char tconf[768], id[25], tar[512];
+        snprintf(tconf, sizeof(tconf), "[template \"docker\"]\nimage = %s\nmemory = 1024\n" DOCKER_TEMPLATE_CONF, image);
+        struct ctld c;
+        ctld_start(&c, NULL, tconf);
+        _cleanup_free_ char *key = ctld_account_key(&c, "dora", NULL, NULL);
+        snprintf(tar, sizeof(tar), "%s/busybox-image.tar", test_tmpdir());
+        char *save[] = { "docker", "save", "-o", tar, (char *) env_or("PADDOCK_TEST_IMAGE", "paddock/busybox:local"), NULL };
+        ASSERT_EQ(test_run_capture(save, NULL, 1 << 16), 0);
+        int before = host_containers();
+
+        ctld_create(&c, key, "{\"template\":\"docker\"}", id);
+        ASSERT_EQ(host_containers(), before + 1);
+
+        /* FROM scratch: the host's static busybox and a Dockerfile, uploaded through the API. */
+        free(sandbox_sh(&c, key, id, "mkdir /root/ctx"));
+        size_t blen, tlen;
+        _cleanup_free_ char *bb = slurp("/bin/busybox", &blen);
+        put_file_at(&c, key, id, "/root/ctx/busybox", bb, blen);
+        static const char dockerfile[] = "FROM scratch\nCOPY busybox /bin/busybox\nENTRYPOINT [\"/bin/busybox\"]\n"
+                                         "CMD [\"echo\", \"hello from scratch\"]\n";
+        put_file_at(&c, key, id, "/root/ctx/Dockerfile", dockerfile, sizeof(dockerfile) - 1);
+        _cleanup_free_ char *built = sandbox_sh(&c, key, id,
+                "cd /root/ctx && chmod 0755 busybox && docker build -q -t hello:1 . >/dev/null && "
+                "docker run --rm --network=host hello:1 && docker run --rm --network=host hello:1 sh -c 'echo $((6 * 7))'");
+        ASSERT_STREQ(built, "hello from scratch\n42\n");
+
+        /* docker load of an image brought in as a file. */
+        _cleanup_free_ char *img = slurp(tar, &tlen);
+        put_file_at(&c, key, id, "/root/image.tar", img, tlen);
+        _cleanup_free_ char *loaded = sandbox_sh(&c, key, id,
+                "docker load -i /root/image.tar >/dev/null && docker run --name inner --network=host "
+                "paddock/busybox:local sh -c 'echo loaded uid=$(id -u)' && docker ps -a --format '{{.Names}} {{.Status}}'");
+        ASSERT_TRUE(strstr(loaded, "loaded uid=0\n") != NULL);
+        ASSERT_TRUE(strstr(loaded, "inner Exited (0)") != NULL);
+        _cleanup_free_ char *images = sandbox_sh(&c, key, id, "docker images --format '{{.Repository}}:{{.Tag}}' | sort");
+        ASSERT_STREQ(images, "hello:1\npaddock/busybox:local\n");
+
+        /* None of it on the host: one container (the sandbox), no hello image. */
+        ASSERT_EQ(host_containers(), before + 1);
+        char *inspect[] = { "docker", "image", "inspect", "hello:1", NULL };
+        ASSERT_TRUE(test_run_capture(inspect, NULL, 1 << 16) != 0);
+
+        char path[64];
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        for (int i = 0; i < 300 && host_containers() != before; i++)
+                usleep(100 * 1000);
+        ASSERT_EQ(host_containers(), before);
+        ctld_stop(&c);
+}

@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cleanup.h"
+#include "json.h"
 #include "controld.h"
 #include "pj_api.h"
 #include "storetest.h"
@@ -57,6 +60,41 @@ TEST(pool_config_defaults_and_refusals) {
         conf_refused("[pool \"x\"]\ntemplate = busybox\nsizes = 3\n", "sizes");
         conf_refused("[pool \"a\"]\ntemplate = busybox\n[pool \"b\"]\ntemplate = busybox\ncpu = 250\n",
                      "hold the same template, specs and egress class");
+}
+
+/* A template's contents for GET /sandbox/templates and its start command. */
+TEST(template_config_contents_start_and_refusals) {
+        char err[512] = "";
+        int r;
+        struct config *c = load_conf("[template \"docker\"]\nimage = paddock/docker:local\nlanguage = Docker 20.10\n"
+                                     "tools = docker, git , curl\nsize_mb = 433\nstart = /usr/local/lib/paddock/start-dockerd\n"
+                                     "start_timeout = 90\n", err, sizeof(err), &r);
+        ASSERT_EQ(r, 0);
+        const struct template *t = config_template(c, "docker");
+        ASSERT_NOT_NULL(t);
+        ASSERT_STREQ(t->language, "Docker 20.10");
+        ASSERT_EQ(strv_length(t->tools), 3);
+        ASSERT_STREQ(t->tools[1], "git");
+        ASSERT_STREQ(t->start, "/usr/local/lib/paddock/start-dockerd");
+        ASSERT_EQ(t->start_timeout_s, 90);
+        _cleanup_(cJSON_Deletep) cJSON *j = template_to_json(t, t->size_mb);
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(j);
+        ASSERT_STREQ(text, "{\"name\":\"docker\",\"display_name\":\"docker\",\"description\":\"\",\"language\":\"Docker 20.10\","
+                           "\"tools\":[\"docker\",\"git\",\"curl\"],\"size_mb\":433,"
+                           "\"default_specs\":{\"cpu\":500,\"memory\":512,\"disk\":1}}");
+        /* Nothing said: null language and size, no tools, no start. */
+        const struct template *b = config_template(c, "busybox");
+        ASSERT_NULL(b->start);
+        _cleanup_(cJSON_Deletep) cJSON *bj = template_to_json(b, 0);
+        _cleanup_free_ char *btext = cJSON_PrintUnformatted(bj);
+        ASSERT_CONTAINS(btext, "\"language\":null,\"tools\":[],\"size_mb\":null");
+        config_free(c);
+
+        conf_refused("[template \"d\"]\nimage = x\nstart = start-dockerd\n", "start must be the absolute path");
+        conf_refused("[template \"d\"]\nimage = x\nstart = /bin/sh -c true\n", "start must be the absolute path");
+        conf_refused("[template \"d\"]\nimage = x\nstart_timeout = 601\n", "start_timeout");
+        conf_refused("[template \"d\"]\nimage = x\nlanguage = "
+                     "0123456789012345678901234567890123456789012345678901234567890123456789\n", "language");
 }
 
 /* What pool_match says of body (a POST /sandboxes body) against the pools of conf. */
