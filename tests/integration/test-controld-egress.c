@@ -1441,3 +1441,64 @@ TEST_FULL(a_pooled_member_reaches_nothing_until_claimed, 600) {
         ASSERT_TRUE(blocked(&c, key, id, "198.51.100.3"));
         ASSERT_TRUE(blocked(&c, key, id, "203.0.113.2"));
 }
+
+/* Docker inside a sandbox: an inner container runs on the sandbox's own network (gVisor's;
+ * `--network=host` inside), so the sandbox's policy holds for it as for any process there. */
+TEST_FULL(docker_inside_a_sandbox_follows_its_policy, 300) {
+        const char *image = getenv("PADDOCK_DOCKER_IMAGE") ? getenv("PADDOCK_DOCKER_IMAGE") : "paddock/docker:local";
+        static char more[512];
+        snprintf(more, sizeof(more),
+                 "[template \"docker\"]\nimage = %s\nmemory = 1024\ndisk = 2\nstart = /usr/local/lib/paddock/start-dockerd\n", image);
+        egt_more = more;
+        static struct ctld c;
+        _cleanup_free_ char *key = egt_start(&c);
+        char id[25], url[128], hk[160];
+        create_expect(&c, key, "{\"template\":\"docker\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.2\"]}}", 201, id);
+
+        /* An image FROM scratch with the host's static busybox, built inside. */
+        FILE *f = fopen("/bin/busybox", "rb");
+        ASSERT_NOT_NULL(f);
+        size_t cap = 8 << 20, len = 0, k;
+        _cleanup_free_ char *bb = xmalloc(cap);
+        while ((k = fread(bb + len, 1, cap - len, f)) > 0)
+                len += k;
+        fclose(f);
+        ASSERT_TRUE(len > 0 && len < cap);
+        ASSERT_EQ(run_in_sandbox(&c, key, id, "mkdir -p /root/ctx", NULL), 0);
+        snprintf(url, sizeof(url), "/sandboxes/%s/files/root/ctx/busybox", id);
+        snprintf(hk, sizeof(hk), "x-brimble-key: %s", key);
+        const char *const headers[] = { hk, "content-type: application/octet-stream", NULL };
+        struct hres r;
+        http_req_full(&c, "PUT", url, headers, bb, len, &r);
+        ASSERT_EQ(r.status, 204);
+        hres_done(&r);
+        ASSERT_EQ(run_in_sandbox(&c, key, id,
+                                 "cd /root/ctx && chmod 0755 busybox && printf 'FROM scratch\\nCOPY busybox /bin/busybox\\n' > Dockerfile && "
+                                 "docker build -q -t probe . >/dev/null",
+                                 NULL), 0);
+
+        /* From an inner container: the allowed host answers, the others do not. Each probe
+         * tries up to five times (a first connection out of a fresh sandbox may be slow). */
+        char cmd[512];
+        snprintf(cmd, sizeof(cmd),
+                 "for i in 1 2 3 4 5; do docker run --rm --network=host probe /bin/busybox nc -w 2 198.51.100.2 %d </dev/null "
+                 "&& exit 0; done; exit 7", PORT);
+        if (run_in_sandbox(&c, key, id, cmd, NULL) != 0) {
+                egress_diag(&c, key, id, "198.51.100.2");
+                test_fail(__FILE__, __LINE__, "an inner container could not reach the allowed host");
+        }
+        const char *forbidden[] = { "198.51.100.3", "203.0.113.2" };
+        for (size_t i = 0; i < ELEMENTSOF(forbidden); i++) {
+                snprintf(cmd, sizeof(cmd),
+                         "for i in 1 2 3; do docker run --rm --network=host probe /bin/busybox nc -w 1 %s %d </dev/null "
+                         "&& exit 0; done; exit 7", forbidden[i], PORT);
+                ASSERT_EQ(run_in_sandbox(&c, key, id, cmd, NULL), 7);
+        }
+        /* The sandbox itself agrees (the inner network is the sandbox's): bash's /dev/tcp. */
+        snprintf(cmd, sizeof(cmd), "timeout 5 bash -c 'exec 3<>/dev/tcp/198.51.100.2/%d' && echo reached; "
+                 "timeout 3 bash -c 'exec 3<>/dev/tcp/198.51.100.3/%d' 2>/dev/null || echo blocked", PORT, PORT);
+        _cleanup_free_ char *out = NULL;
+        ASSERT_EQ(run_in_sandbox(&c, key, id, cmd, &out), 0);
+        ASSERT_STREQ(out, "reached\nblocked\n");
+        ctld_stop(&c);
+}
