@@ -174,10 +174,14 @@ int httpc_do(const struct httpc_req *req, struct httpc_resp *ret) {
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
 
+        struct curl_header *loc = NULL;
         *ret = (struct httpc_resp) {
                 .status = status,
                 .body_len = s.body.len,
                 .content_type = ct ? xstrdup(ct) : NULL,
+                .location = curl_easy_header(c, "Location", 0, CURLH_HEADER, -1, &loc) == CURLHE_OK && loc && loc->value
+                                    ? xstrdup(loc->value)
+                                    : NULL,
         };
         ret->body = strbuf_steal(&s.body);
         return 0;
@@ -186,7 +190,7 @@ int httpc_do(const struct httpc_req *req, struct httpc_resp *ret) {
 void httpc_resp_done(struct httpc_resp *r) {
         if (!r)
                 return;
-        free_many(r->body, r->content_type);
+        free_many(r->body, r->content_type, r->location);
         *r = (struct httpc_resp) {};
 }
 

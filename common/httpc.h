@@ -37,6 +37,7 @@ struct httpc_resp {
         char *body;                    /* always NUL-terminated (body_len excludes it); "" when streamed */
         size_t body_len;
         char *content_type;            /* NULL when the server sent none */
+        char *location;                /* the Location header (as sent), NULL when none */
 };
 
 /* Performs one request. Any HTTP status counts as success (look at ret->status).

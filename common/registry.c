@@ -124,3 +124,104 @@ int registry_manifest_delete(const struct registry *r, const char *repo, const c
         httpc_resp_done(&resp);
         return k == -ENOENT ? 0 : k;
 }
+
+/* A request to url with the registry's credentials (and one more header, or NULL). */
+static int call_url(const struct registry *r, const char *method, const char *url, const char *header, const char *ctype,
+                    const void *body, size_t len, long timeout_ms, struct httpc_resp *ret) {
+        _cleanup_free_ char *auth = NULL;
+        const char *hdrs[3] = { NULL, NULL, NULL };
+        size_t n = 0;
+        if (header)
+                hdrs[n++] = header;
+        if (r->username && *r->username) {
+                _cleanup_free_ char *up = xasprintf("%s:%s", r->username, r->password ? r->password : "");
+                _cleanup_free_ char *b = base64_encode(up, strlen(up), NULL);
+                auth = xasprintf("Authorization: Basic %s", b);
+                hdrs[n++] = auth;
+        }
+        struct httpc_req req = {
+                .method = method,
+                .url = url,
+                .headers = hdrs,
+                .body = body,
+                .body_len = len,
+                .content_type = body ? ctype : NULL,
+                .timeout_ms = timeout_ms > 0 ? timeout_ms : REGISTRY_TIMEOUT_MS,
+                .max_response = 1 << 20,
+        };
+        int k = httpc_do(&req, ret);
+        if (k < 0)
+                log_debug("registry: %s %s: %s", method, url, strerror(-k));
+        return k;
+}
+
+static bool digest_ok(const char *d) {
+        if (!d || !startswith(d, "sha256:") || strlen(d) != 71)
+                return false;
+        for (const char *p = d + 7; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
+int registry_blob_exists(const struct registry *r, const char *repo, const char *digest) {
+        if (!path_ok(repo) || !digest_ok(digest))
+                return -EINVAL;
+        _cleanup_free_ char *base = base_url(r);
+        _cleanup_free_ char *url = xasprintf("%s/v2/%s/blobs/%s", base, repo, digest);
+        struct httpc_resp resp = { 0 };
+        int k = call_url(r, "HEAD", url, NULL, NULL, NULL, 0, 0, &resp);
+        if (k < 0)
+                return k;
+        k = resp.status == 200 ? 1 : resp.status == 404 ? 0 : map_status(resp.status);
+        httpc_resp_done(&resp);
+        return k;
+}
+
+int registry_blob_upload(const struct registry *r, const char *repo, const char *digest, const void *data, size_t len,
+                         long timeout_ms) {
+        if (!path_ok(repo) || !digest_ok(digest))
+                return -EINVAL;
+        _cleanup_free_ char *base = base_url(r);
+        _cleanup_free_ char *url = xasprintf("%s/v2/%s/blobs/uploads/", base, repo);
+        struct httpc_resp resp = { 0 };
+        int k = call_url(r, "POST", url, NULL, NULL, NULL, 0, 0, &resp);
+        if (k < 0)
+                return k;
+        if (resp.status != 202 || !resp.location || !*resp.location) {
+                log_debug("registry: upload of %s to %s: status %ld, no session", digest, repo, resp.status);
+                k = resp.status == 202 ? -EIO : map_status(resp.status) ?: -EIO;
+                httpc_resp_done(&resp);
+                return k;
+        }
+        /* The session's URL: absolute, or a path on the registry. */
+        const char *loc = resp.location;
+        _cleanup_free_ char *put = xasprintf("%s%s%sdigest=%s", startswith(loc, "http://") || startswith(loc, "https://") ? "" : base,
+                                             loc, strchr(loc, '?') ? "&" : "?", digest);
+        httpc_resp_done(&resp);
+        k = call_url(r, "PUT", put, NULL, "application/octet-stream", data ? data : "", len, timeout_ms, &resp);
+        if (k < 0)
+                return k;
+        k = resp.status == 201 ? 0 : map_status(resp.status) ?: -EIO;
+        if (k < 0)
+                log_debug("registry: PUT of blob %s: status %ld %.200s", digest, resp.status, resp.body);
+        httpc_resp_done(&resp);
+        return k;
+}
+
+int registry_manifest_put(const struct registry *r, const char *repo, const char *tag, const char *media_type,
+                          const void *body, size_t len) {
+        if (!path_ok(repo) || !path_ok(tag) || strchr(tag, '/') || !media_type)
+                return -EINVAL;
+        _cleanup_free_ char *base = base_url(r);
+        _cleanup_free_ char *url = xasprintf("%s/v2/%s/manifests/%s", base, repo, tag);
+        struct httpc_resp resp = { 0 };
+        int k = call_url(r, "PUT", url, NULL, media_type, body, len, 0, &resp);
+        if (k < 0)
+                return k;
+        k = resp.status == 201 ? 0 : map_status(resp.status) ?: -EIO;
+        if (k < 0)
+                log_debug("registry: PUT of manifest %s:%s: status %ld %.300s", repo, tag, resp.status, resp.body);
+        httpc_resp_done(&resp);
+        return k;
+}

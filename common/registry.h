@@ -28,5 +28,15 @@ char *registry_auth_header_value(const struct registry *r);
 int registry_manifest_digest(const struct registry *r, const char *repo, const char *tag, char **ret_digest,
                              int64_t *ret_size);
 
+/* Whether the registry holds blob digest in repo: 1 yes, 0 no, < 0 errors. */
+int registry_blob_exists(const struct registry *r, const char *repo, const char *digest);
+/* Uploads len bytes at data as blob digest ("sha256:<hex>", which the registry checks) of
+ * repo: one POST for an upload session, one PUT with the whole body. */
+int registry_blob_upload(const struct registry *r, const char *repo, const char *digest, const void *data, size_t len,
+                         long timeout_ms);
+/* Puts a manifest (body as it is, media_type its Content-Type) as repo:tag. */
+int registry_manifest_put(const struct registry *r, const char *repo, const char *tag, const char *media_type,
+                          const void *body, size_t len);
+
 /* Deletes the manifest repo@digest. Already gone (404) counts as success. */
 int registry_manifest_delete(const struct registry *r, const char *repo, const char *digest);

@@ -348,6 +348,7 @@ int background_start(struct ctl *c) {
         /* Before the API serves anything: healing a record must not race a request that
          * touches the same record (a fresh 'starting' one, a volume being deleted). */
         reconcile_after_start(c);
+        utpl_recover(c);
         ctl_egress_resync_all(c);
         pool_start(c);
         int r = pthread_create(&bg_thread, NULL, bg_main, c);

@@ -495,6 +495,12 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         D("snapshots", "timeout", 1800, 10, 24 * 3600, snap_timeout_s);
         if ((r = conf_get_duration_ms(cf, "snapshots", NULL, "tick", 5000, 100, 60000, &c->snap_tick_ms, err, errlen)) < 0)
                 goto fail;
+        S("templates", "builder", "docker", 64, utpl_builder);
+        S("templates", "repository", "paddock/templates", 200, utpl_repository);
+        D("templates", "build_timeout", 600, 30, 3 * 3600, utpl_build_timeout_s);
+        Z("templates", "max_context", 16 * MIB, 1 * KIB, 256 * MIB, utpl_max_context);
+        Z("templates", "max_image", 2 * GIB, 1 * MIB, 64 * GIB, utpl_max_image);
+        I("templates", "max_per_account", 10, 0, 1000, utpl_max_per_account);
 
         S("defaults", "template", NULL, 64, default_template);
         S("defaults", "region", NULL, 64, default_region);
@@ -582,6 +588,7 @@ struct config *config_free(struct config *c) {
         free(c->amqp_login);
         free(c->snap_registry);
         free(c->snap_repository);
+        free_many(c->utpl_builder, c->utpl_repository);
         free(c->snap_username);
         free(c->snap_password);
         free(c->nomad_addr);

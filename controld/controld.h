@@ -142,6 +142,13 @@ struct config {
         char *snap_username, *snap_password;         /* NULL = anonymous; never logged */
         uint64_t snap_timeout_s;                     /* creating longer than this -> failed */
         uint64_t snap_tick_ms;                       /* schedule, retention and deadline checks */
+        /* [templates]: templates users build (usertemplate.c), pushed to the snapshot registry */
+        char *utpl_builder;                          /* the template builds run in ("docker") */
+        char *utpl_repository;                       /* "paddock/templates" (+ "/<account>-<name>") */
+        uint64_t utpl_build_timeout_s;               /* a whole build, upload included */
+        uint64_t utpl_max_context;                   /* bytes: Dockerfile + files */
+        uint64_t utpl_max_image;                     /* bytes: the image's compressed layers + config */
+        int64_t utpl_max_per_account;                /* building + ready */
         /* [nomad]: the production driver (driver-nomad.c) */
         char *nomad_addr, *nomad_token;              /* token "" = no ACL token (never logged) */
         char *nomad_ca_file, *nomad_cert_file, *nomad_key_file;   /* "" = system CAs / no client cert */
@@ -318,6 +325,43 @@ int store_sandbox_insert_capped(struct store *s, const struct sandbox *sb, int64
 /* Previews: put replaces the (sandbox, port) row, refusing a new port beyond max_per_sandbox
  * live ones (-EDQUOT; expired rows are dropped first); get/delete -ENOENT when absent; list
  * the sandbox's unexpired ones (at most 256, caller frees). delete_sandbox drops them all. */
+/* Templates users build (usertemplate.c). status: "building", "ready" or "failed". */
+struct user_template {
+        char id[25], account_id[25];
+        char *name, *status;
+        char *image;                    /* "<registry>/<repo>@sha256:..." once ready */
+        int64_t size_bytes;             /* compressed layers + config, once ready */
+        char *log;                      /* the build's output (its end), NULL before any */
+        char *error;                    /* why it failed */
+        char *builder_id;               /* the sandbox the build runs in */
+        int64_t created_at, finished_at;
+};
+void user_template_clear(struct user_template *t);
+/* -EEXIST: the account has a template of that name; -EDQUOT: it has max_per_account. */
+int store_utpl_insert_capped(struct store *s, const struct user_template *t, int64_t max_per_account);
+int store_utpl_get(struct store *s, const char *account_id, const char *name, struct user_template *ret);
+int store_utpl_get_id(struct store *s, const char *id, struct user_template *ret);
+int store_utpl_list(struct store *s, const char *account_id, struct user_template **ret, size_t *ret_n);
+/* By id; -ENOENT when the row is gone (deleted meanwhile). */
+int store_utpl_update(struct store *s, const struct user_template *t);
+int store_utpl_delete(struct store *s, const char *id);
+/* At start: builds a stopped controld left 'building' become failed; their builder sandboxes
+ * (strv) are for the caller to destroy. */
+int store_utpl_interrupted(struct store *s, int64_t now_ms, char ***ret_builder_ids);
+
+/* usertemplate.c: what sandbox create, the drivers and the start ask of templates users build. */
+struct ctl;
+/* 1..40 characters of a-z, 0-9 and '-', not starting or ending with '-'. */
+bool utpl_name_ok(const char *s);
+/* The account's ready template name as a struct template (its strings point into *row, which
+ * the caller clears after). -ENOENT: no such template of this account; -EBUSY: not ready. */
+int utpl_template_for(struct ctl *c, const struct account *acc, const char *name, struct template *ret,
+                      struct user_template *row);
+/* Whether image is one of the templates users built (in the registry, pulled on first use). */
+bool utpl_image(const struct config *cfg, const char *image);
+/* At start: builds a stopped controld left are failed, their sandboxes destroyed. */
+void utpl_recover(struct ctl *c);
+
 int store_preview_put(struct store *s, const struct preview *p, int64_t now_ms, int64_t max_per_sandbox);
 int store_preview_get(struct store *s, const char *sandbox_id, int port, struct preview *ret);
 int store_preview_list(struct store *s, const char *sandbox_id, int64_t now_ms, struct preview **ret, size_t *ret_n);

@@ -158,8 +158,10 @@ static void dd_done(struct driver *d) {
 }
 
 
-/* Pulls "<registry>/<repo>:<tag>" with the [snapshots] credentials. */
+/* Pulls "<registry>/<repo>:<tag>" (a snapshot, or a template a user built) with the
+ * [snapshots] credentials. */
 static int pull_snapshot_image(struct driver *d, const char *image, char *err, size_t errlen) {
+        bool user_template = utpl_image(d->ctl->cfg, image);
         /* repo@sha256:... (by digest, what restores use) or repo:tag. */
         const char *slash = strrchr(image, '/'), *at = strchr(slash ? slash : image, '@');
         const char *colon = at ? at : strrchr(image, ':');
@@ -173,10 +175,11 @@ static int pull_snapshot_image(struct driver *d, const char *image, char *err, s
         int64_t t0 = mono_ms();
         int r = docker_image_pull(D(d), repo, colon + 1, auth);
         if (r < 0) {
-                snprintf(err, errlen, "cannot pull the snapshot image %s: %s", image, dmsg(r));
+                snprintf(err, errlen, "cannot pull the %s image %s: %s", user_template ? "template" : "snapshot", image, dmsg(r));
                 return r;
         }
-        metrics_observe_phase(d->ctl->metrics, "snapshot_pull", (double) (mono_ms() - t0) / 1000.0);
+        metrics_observe_phase(d->ctl->metrics, user_template ? "template_pull" : "snapshot_pull",
+                              (double) (mono_ms() - t0) / 1000.0);
         return 0;
 }
 
@@ -352,7 +355,8 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         r = docker_container_create(D(d), &o, &id);
         /* A snapshot lives in the registry; this node fetches it on first use. Twice at most:
          * the agent's prune may take an unused image between our pull and our create. */
-        for (int attempt = 0; r == -ENOENT && sb->from_snapshot && attempt < 2; attempt++) {
+        for (int attempt = 0; r == -ENOENT && (sb->from_snapshot || utpl_image(d->ctl->cfg, sb->image)) && attempt < 2;
+             attempt++) {
                 r = pull_snapshot_image(d, sb->image, err, errlen);
                 if (r < 0)
                         goto unwind;
@@ -807,6 +811,10 @@ static int dd_image_size(struct driver *d, const char *image, int64_t *ret_bytes
         return docker_image_size(D(d), image, ret_bytes);
 }
 
+static int dd_image_remove(struct driver *d, const char *image) {
+        return docker_image_remove(D(d), image, false);
+}
+
 static const struct driver_ops docker_ops = {
         .init = dd_init,
         .ping = dd_ping,
@@ -822,6 +830,7 @@ static const struct driver_ops docker_ops = {
         .agent_socket = dd_agent_socket,
         .oom_killed = dd_oom_killed,
         .image_size = dd_image_size,
+        .image_remove = dd_image_remove,
         .exec_start = dd_exec_start,
         .exec_write = dd_exec_write,
         .exec_close_stdin = dd_exec_close_stdin,

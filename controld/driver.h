@@ -96,6 +96,8 @@ struct driver_ops {
         /* Optional: whether sb's memory limit killed it (the sandbox is gone or going; waits a
          * few seconds for the engine to record why). 1 yes, 0 no, < 0 errors. */
         int (*oom_killed)(struct driver *d, const struct sandbox *sb);
+        /* Optional: removes a node's copy of an image (best effort; in use = kept). */
+        int (*image_remove)(struct driver *d, const char *image);
         /* Optional: the size in bytes of an image as the backend holds it (-ENOENT: not there). */
         int (*image_size)(struct driver *d, const char *image, int64_t *ret_bytes);
         /* Optional: mark a node (in)eligible for new sandboxes. NULL = the driver has one node. */

@@ -243,6 +243,17 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 return API_ERR(err, -EPERM, "Your account's plan '%s' is not available on this server. Contact the operator.",
                                acc->plan);
         tpl = config_template(cfg, in->template_name ? in->template_name : cfg->default_template);
+        /* A template the account built (usertemplate.c); another account's name is unknown here. */
+        struct template own_tpl;
+        _cleanup_(user_template_clear) struct user_template own = { 0 };
+        if (!tpl && in->template_name) {
+                r = utpl_template_for(c, acc, in->template_name, &own_tpl, &own);
+                if (r == -EBUSY)
+                        return API_ERR(err, -EBUSY, "Template '%s' is not built yet (GET /templates/%s says how it goes)",
+                                       in->template_name, in->template_name);
+                if (r == 0)
+                        tpl = &own_tpl;
+        }
         if (!tpl)
                 return API_ERR(err, -EINVAL, "Unknown template '%s'. List the available ones with GET /sandbox/templates.",
                                in->template_name);

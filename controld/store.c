@@ -129,6 +129,13 @@ static const char preview_schema[] =
         "  token_sha256 TEXT NOT NULL, public INTEGER NOT NULL, keep_host INTEGER NOT NULL, created_at INTEGER NOT NULL,"
         "  expires_at INTEGER NOT NULL, PRIMARY KEY (sandbox_id, port));";
 
+/* Templates users build (usertemplate.c): self-contained, as the tables above. One row per
+ * account and name; the image is the registry reference by digest once ready. */
+static const char utpl_schema[] =
+        "CREATE TABLE IF NOT EXISTS user_templates (id TEXT PRIMARY KEY, account_id TEXT NOT NULL, name TEXT NOT NULL,"
+        "  status TEXT NOT NULL, image TEXT, size_bytes INTEGER, log TEXT, error TEXT, builder_id TEXT,"
+        "  created_at INTEGER NOT NULL, finished_at INTEGER, UNIQUE (account_id, name));";
+
 static int sqlite_to_errno(int rc) {
         switch (rc & 0xff) {
         case SQLITE_OK:
@@ -594,7 +601,7 @@ int store_open(const char *path, struct store **ret) {
         /* Outside the numbered migrations on purpose: idempotent, so it can be merged with
          * other branches' migrations in any order. */
         if ((r = exec_sql(s, snapshot_schema)) < 0 || (r = exec_sql(s, pool_schema)) < 0 ||
-            (r = exec_sql(s, preview_schema)) < 0)
+            (r = exec_sql(s, preview_schema)) < 0 || (r = exec_sql(s, utpl_schema)) < 0)
                 goto fail;
         *ret = s;
         return 0;
@@ -1560,4 +1567,143 @@ int store_preview_prune(struct store *s, int64_t now_ms) {
         return run(s, "DELETE FROM previews WHERE expires_at <= ? OR sandbox_id NOT IN"
                       " (SELECT id FROM sandboxes WHERE status NOT IN ('destroyed', 'failed'))",
                    PARAMS(p_int(now_ms)));
+}
+
+/* ---- templates users build ---- */
+
+void user_template_clear(struct user_template *t) {
+        if (!t)
+                return;
+        free_many(t->name, t->status, t->image, t->log, t->error, t->builder_id);
+        *t = (struct user_template) { 0 };
+}
+
+#define UTPL_COLS "id, account_id, name, status, image, size_bytes, log, error, builder_id, created_at, finished_at"
+
+static char *col_dup(sqlite3_stmt *st, int i) {
+        const char *v = (const char *) sqlite3_column_text(st, i);
+        return v ? xstrdup(v) : NULL;
+}
+
+static void utpl_from_row(sqlite3_stmt *st, struct user_template *t) {
+        *t = (struct user_template) { 0 };
+        snprintf(t->id, sizeof(t->id), "%s", (const char *) sqlite3_column_text(st, 0) ?: "");
+        snprintf(t->account_id, sizeof(t->account_id), "%s", (const char *) sqlite3_column_text(st, 1) ?: "");
+        t->name = col_dup(st, 2);
+        t->status = col_dup(st, 3);
+        t->image = col_dup(st, 4);
+        t->size_bytes = sqlite3_column_int64(st, 5);
+        t->log = col_dup(st, 6);
+        t->error = col_dup(st, 7);
+        t->builder_id = col_dup(st, 8);
+        t->created_at = sqlite3_column_int64(st, 9);
+        t->finished_at = sqlite3_column_int64(st, 10);
+}
+
+int store_utpl_insert_capped(struct store *s, const struct user_template *t, int64_t max_per_account) {
+        LOCKED(s);
+        int64_t n = 0;
+        int r;
+        if ((r = exec_sql(s, "BEGIN IMMEDIATE")) < 0)
+                return r;
+        if ((r = query_int(s, "SELECT COUNT(*) FROM user_templates WHERE account_id = ?", PARAMS(p_text(t->account_id)), &n)) < 0)
+                goto rollback;
+        if (n >= max_per_account) {
+                r = -EDQUOT;
+                goto rollback;
+        }
+        if ((r = run(s, "INSERT INTO user_templates (" UTPL_COLS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     PARAMS(p_text(t->id), p_text(t->account_id), p_text(t->name), p_text(t->status), p_text(t->image),
+                            p_opt(t->size_bytes), p_text(t->log), p_text(t->error), p_text(t->builder_id), p_int(t->created_at),
+                            p_opt(t->finished_at)))) < 0)
+                goto rollback;      /* -EEXIST: the account has one of that name */
+        return exec_sql(s, "COMMIT");
+rollback:
+        (void) exec_sql(s, "ROLLBACK");
+        return r;
+}
+
+int store_utpl_get(struct store *s, const char *account_id, const char *name, struct user_template *ret) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = query(s, "SELECT " UTPL_COLS " FROM user_templates WHERE account_id = ? AND name = ?",
+                      PARAMS(p_text(account_id), p_text(name)), &st);
+        if (r <= 0)
+                return r ?: -ENOENT;
+        utpl_from_row(st, ret);
+        return 0;
+}
+
+int store_utpl_get_id(struct store *s, const char *id, struct user_template *ret) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = query(s, "SELECT " UTPL_COLS " FROM user_templates WHERE id = ?", PARAMS(p_text(id)), &st);
+        if (r <= 0)
+                return r ?: -ENOENT;
+        utpl_from_row(st, ret);
+        return 0;
+}
+
+int store_utpl_list(struct store *s, const char *account_id, struct user_template **ret, size_t *ret_n) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = stmt_new(s, "SELECT " UTPL_COLS " FROM user_templates WHERE account_id = ? ORDER BY name LIMIT 1000",
+                         PARAMS(p_text(account_id)), &st);
+        if (r < 0)
+                return r;
+        size_t n = 0, cap = 8;
+        struct user_template *v = xnew0(struct user_template, cap);
+        while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+                if (n == cap)
+                        v = xrealloc(v, (cap *= 2) * sizeof(*v));
+                utpl_from_row(st, &v[n++]);
+        }
+        if (r != SQLITE_DONE) {
+                for (size_t i = 0; i < n; i++)
+                        user_template_clear(&v[i]);
+                free(v);
+                return sqlite_to_errno(r) ?: -EIO;
+        }
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}
+
+int store_utpl_update(struct store *s, const struct user_template *t) {
+        LOCKED(s);
+        int r = run_changes(s, "UPDATE user_templates SET status = ?, image = ?, size_bytes = ?, log = ?, error = ?,"
+                               " builder_id = ?, finished_at = ? WHERE id = ?",
+                            PARAMS(p_text(t->status), p_text(t->image), p_opt(t->size_bytes), p_text(t->log), p_text(t->error),
+                                   p_text(t->builder_id), p_opt(t->finished_at), p_text(t->id)));
+        return r == 0 ? -ENOENT : r < 0 ? r : 0;
+}
+
+int store_utpl_delete(struct store *s, const char *id) {
+        LOCKED(s);
+        int r = run_changes(s, "DELETE FROM user_templates WHERE id = ?", PARAMS(p_text(id)));
+        return r == 0 ? -ENOENT : r < 0 ? r : 0;
+}
+
+int store_utpl_interrupted(struct store *s, int64_t now_ms, char ***ret_builder_ids) {
+        LOCKED(s);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        int r = stmt_new(s, "SELECT builder_id FROM user_templates WHERE status = 'building' AND builder_id IS NOT NULL",
+                         NO_PARAMS, &st);
+        if (r < 0)
+                return r;
+        _cleanup_strv_free_ char **ids = xnew0(char *, 1);
+        size_t n = 0;
+        while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+                ids = xrealloc(ids, (n + 2) * sizeof(*ids));
+                ids[n++] = col_dup(st, 0);
+                ids[n] = NULL;
+        }
+        if (r != SQLITE_DONE)
+                return sqlite_to_errno(r) ?: -EIO;
+        if ((r = run(s, "UPDATE user_templates SET status = 'failed', finished_at = ?,"
+                        " error = 'controld stopped during the build; build it again' WHERE status = 'building'",
+                     PARAMS(p_int(now_ms)))) < 0)
+                return r;
+        *ret_builder_ids = TAKE_PTR(ids);
+        return 0;
 }

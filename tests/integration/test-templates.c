@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "apitest.h"
 #include "cleanup.h"
 #include "ctltest.h"
 #include "strutil.h"
@@ -292,5 +295,183 @@ TEST_FULL(docker_builds_and_runs_inside_the_sandbox, 300) {
         for (int i = 0; i < 300 && host_containers() != before; i++)
                 usleep(100 * 1000);
         ASSERT_EQ(host_containers(), before);
+        ctld_stop(&c);
+}
+
+/* ---- Templates users build */
+
+static const char *metric_count(struct ctld *c, const char *phase, char *out, size_t n) {
+        struct hres r;
+        http_req(c, "GET", "/metrics", NULL, NULL, &r);
+        char want[128];
+        snprintf(want, sizeof(want), "paddock_provision_phase_seconds_count{phase=\"%s\"} ", phase);
+        const char *p = r.body ? strstr(r.body, want) : NULL;
+        snprintf(out, n, "%s", p ? p + strlen(want) : "0");
+        out[strcspn(out, "\n")] = 0;
+        hres_done(&r);
+        return out;
+}
+
+/* POST /templates answers status with a message naming want. */
+static void build_refused(struct ctld *c, const char *key, const char *body, long status, const char *want) {
+        struct hres r;
+        http_req(c, "POST", "/templates", key, body, &r);
+        if (r.status != status || !hres_message(&r) || !strstr(hres_message(&r), want))
+                test_fail(__FILE__, __LINE__, "POST /templates %.200s: want %ld \"%s\", got %ld %.300s", body, status, want, r.status,
+                          r.body);
+        hres_done(&r);
+}
+
+static void registry_manifest(const char *image, long want) {
+        /* image = 127.0.0.1:5000/<repo>@sha256:...: GET it from the registry as a pull would. */
+        const char *slash = strchr(image, '/'), *at = strchr(image, '@');
+        ASSERT_TRUE(slash && at);
+        char url[512];
+        snprintf(url, sizeof(url), "http://%.*s/v2/%.*s/manifests/%s", (int) (slash - image), image, (int) (at - slash - 1),
+                 slash + 1, at + 1);
+        char *argv[] = { "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H",
+                         "Accept: application/vnd.docker.distribution.manifest.v2+json", url, NULL };
+        _cleanup_free_ char *out = NULL;
+        ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
+        if (atol(out) != want)
+                test_fail(__FILE__, __LINE__, "GET %s: %s, want %ld", url, out, want);
+}
+
+/* A user builds a template from a Dockerfile (FROM scratch, a static binary from `files`), in
+ * a docker sandbox of their account; uses it; another account cannot see or use it; a pull
+ * that fails is a 503 with nothing left; DELETE removes it from the registry. */
+TEST_FULL(a_user_builds_a_template_only_their_account_uses, 600) {
+        need_docker();
+        const char *image = env_or("PADDOCK_DOCKER_IMAGE", "paddock/docker:local");
+        need_image(image);
+        char tconf[768], id[25], id2[25], path[128], n1[32], n2[32];
+        snprintf(tconf, sizeof(tconf), "[template \"docker\"]\nimage = %s\nmemory = 1024\n" DOCKER_TEMPLATE_CONF
+                 "[templates]\nbuild_timeout = 300s\nmax_per_account = 2\nrepository = paddock/tt-%d\n", image, (int) getpid());
+        struct ctld c;
+        ctld_start(&c, NULL, tconf);
+        _cleanup_free_ char *key = ctld_account_key(&c, "builder", NULL, NULL);
+        _cleanup_free_ char *other = ctld_account_key(&c, "other", NULL, NULL);
+
+        /* Bad input names the field at fault; nothing is built. */
+        build_refused(&c, key, "{}", 400, "name:");
+        build_refused(&c, key, "{\"name\":\"Hello\",\"dockerfile\":\"FROM scratch\"}", 400, "name:");
+        build_refused(&c, key, "{\"name\":\"python-3.11\",\"dockerfile\":\"FROM scratch\"}", 400, "is a template of this server");
+        build_refused(&c, key, "{\"name\":\"x\"}", 400, "dockerfile:");
+        build_refused(&c, key, "{\"name\":\"x\",\"dockerfile\":\"FROM scratch\",\"files\":[{\"path\":\"../etc\",\"content\":\"\"}]}", 400,
+                      "files[0].path");
+        build_refused(&c, key, "{\"name\":\"x\",\"dockerfile\":\"FROM scratch\",\"files\":[{\"path\":\"a\",\"content\":\"!\","
+                               "\"encoding\":\"base64\"}]}", 400, "files[0].content");
+        build_refused(&c, key, "{\"name\":\"x\",\"dockerfile\":\"FROM scratch\",\"extra\":1}", 400, "Unknown field 'extra'");
+
+        /* The build: busybox as /bin/busybox and /bin/sh (execs run /bin/sh -c). */
+        size_t blen;
+        _cleanup_free_ char *bb = slurp("/bin/busybox", &blen);
+        _cleanup_free_ char *b64 = base64_encode(bb, blen, NULL);
+        _cleanup_(cJSON_Deletep) cJSON *req = cJSON_CreateObject();
+        cJSON_AddStringToObject(req, "name", "hello");
+        cJSON_AddStringToObject(req, "dockerfile", "FROM scratch\nCOPY bin/busybox /bin/busybox\nCOPY bin/busybox /bin/sh\n"
+                                                   "ENV GREETING=built\nCMD [\"/bin/sh\"]\n");
+        cJSON *files = cJSON_AddArrayToObject(req, "files");
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "path", "bin/busybox");
+        cJSON_AddStringToObject(f, "content", b64);
+        cJSON_AddStringToObject(f, "encoding", "base64");
+        cJSON_AddNumberToObject(f, "mode", 0755);
+        cJSON_AddItemToArray(files, f);
+        _cleanup_free_ char *body = cJSON_PrintUnformatted(req);
+        struct hres r;
+        http_req(&c, "POST", "/templates", key, body, &r);
+        ASSERT_ENVELOPE(&r, 202, "Template build started");
+        ASSERT_STREQ(hres_data_str(&r, "status"), "building");
+        hres_done(&r);
+        build_refused(&c, key, body, 409, "you have a template named 'hello'");
+
+        /* Until it is ready: its status and log as it goes. */
+        _cleanup_free_ char *img = NULL;
+        for (int i = 0; i < 600; i++) {
+                http_req(&c, "GET", "/templates/hello", key, NULL, &r);
+                ASSERT_EQ(r.status, 200);
+                const char *st = hres_data_str(&r, "status");
+                if (st && strcmp(st, "building")) {
+                        if (strcmp(st, "ready"))
+                                test_fail(__FILE__, __LINE__, "the build ended %s: %.3000s", st, r.body);
+                        ASSERT_CONTAINS(hres_data_str(&r, "log"), "Step 2/5 : COPY bin/busybox /bin/busybox");
+                        const cJSON *size = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "size_mb");
+                        ASSERT_TRUE(cJSON_IsNumber(size) && size->valuedouble >= 1);
+                        hres_done(&r);
+                        break;
+                }
+                hres_done(&r);
+                ASSERT_TRUE(i < 599);
+                usleep(500 * 1000);
+        }
+        /* The build sandbox is gone: the account has no sandbox left. */
+        http_req(&c, "GET", "/sandboxes", key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_TRUE(strstr(r.body, "template-build-hello") == NULL || strstr(r.body, "\"destroyed\"") != NULL);
+        hres_done(&r);
+        _cleanup_free_ char *row = ctld_db_query(&c, "SELECT image FROM user_templates WHERE name = 'hello'");
+        img = xstrdup(row);
+        img[strcspn(img, "\n")] = 0;
+        registry_manifest(img, 200);
+
+        /* Another account: not found, not listed, not usable. */
+        HTTP_EXPECT(&c, "GET", "/templates/hello", other, NULL, 404);
+        HTTP_EXPECT(&c, "DELETE", "/templates/hello", other, NULL, 404);
+        http_req(&c, "GET", "/templates", other, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r.json, "data")), 0);
+        hres_done(&r);
+        http_req(&c, "POST", "/sandboxes", other, "{\"template\":\"hello\"}", &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(hres_message(&r), "Unknown template 'hello'");
+        hres_done(&r);
+
+        /* Its account: the first create pulls the image to the node, the second uses the copy. */
+        ASSERT_STREQ(metric_count(&c, "template_pull", n1, sizeof(n1)), "0");
+        int base = host_containers();
+        ctld_create(&c, key, "{\"template\":\"hello\"}", id);
+        ASSERT_STREQ(metric_count(&c, "template_pull", n1, sizeof(n1)), "1");
+        _cleanup_free_ char *out = sandbox_sh(&c, key, id, "busybox echo $GREETING by $((6 * 7))");
+        ASSERT_STREQ(out, "built by 42\n");
+        ctld_create(&c, key, "{\"template\":\"hello\"}", id2);
+        ASSERT_STREQ(metric_count(&c, "template_pull", n2, sizeof(n2)), "1");
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id2);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        http_req(&c, "GET", "/templates", key, NULL, &r);
+        ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r.json, "data")), 1);
+        hres_done(&r);
+
+        /* A template whose image the registry lost (a digest it never had): the pull fails, a
+         * 503 with the reason, and no container is left. */
+        for (int i = 0; i < 300 && host_containers() != base; i++)
+                usleep(100 * 1000);     /* the destroyed sandboxes' containers go */
+        ASSERT_EQ(host_containers(), base);
+        {
+                char sql[600], lost[400];
+                snprintf(lost, sizeof(lost), "%.*s@sha256:%064d", (int) (strchr(img, '@') - img), img, 0);
+                snprintf(sql, sizeof(sql), "UPDATE user_templates SET image = '%s' WHERE name = 'hello'", lost);
+                free(ctld_db_query(&c, sql));
+        }
+        http_req(&c, "POST", "/sandboxes", key, "{\"template\":\"hello\"}", &r);
+        ASSERT_EQ(r.status, 503);
+        ASSERT_CONTAINS(hres_message(&r), "cannot pull the template image");
+        hres_done(&r);
+        ASSERT_EQ(host_containers(), base);
+        {
+                char sql[600];
+                snprintf(sql, sizeof(sql), "UPDATE user_templates SET image = '%s' WHERE name = 'hello'", img);
+                free(ctld_db_query(&c, sql));
+        }
+
+        /* DELETE: gone from the registry and for its account too. */
+        HTTP_EXPECT(&c, "DELETE", "/templates/hello", key, NULL, 204);
+        registry_manifest(img, 404);
+        HTTP_EXPECT(&c, "GET", "/templates/hello", key, NULL, 404);
+        http_req(&c, "POST", "/sandboxes", key, "{\"template\":\"hello\"}", &r);
+        ASSERT_EQ(r.status, 400);
+        hres_done(&r);
         ctld_stop(&c);
 }

@@ -1,0 +1,795 @@
+/* usertemplate.c — templates users build from their own Dockerfile (our API, not Brimble's):
+ *
+ *   POST   /templates         {name, dockerfile, files?}: 202, the build starts
+ *   GET    /templates         the caller's templates
+ *   GET    /templates/{name}  status (building, ready, failed), the build's log, size
+ *   DELETE /templates/{name}  stops a build, or removes the image from the registry
+ *
+ * A build never touches a host's Docker. It runs in a sandbox of the caller's account made
+ * from [templates] builder (the docker template: dockerd inside gVisor), under the account's
+ * plan, specs and default egress: the context goes in through the runtime's file calls, `docker
+ * build` and `docker save` run there, each layer is compressed there, and controld reads the
+ * results back through the same file calls, bounded ([templates] max_image), hashing as it
+ * reads. It then pushes the blobs and a schema-2 manifest to the snapshot registry itself, under
+ * <repository>/<account id>-<name>, and records the image by digest. Whatever the sandbox says
+ * (the manifest's paths, its sizes) is checked, never followed on the host: paths name files in
+ * the sandbox, read through its agent; the registry checks every digest we computed.
+ *
+ * A create naming the template (its account only; another account's name is unknown to it)
+ * gets that image; the node pulls it once and then uses its copy (driver-docker.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "driver.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "strutil.h"
+#include "usertemplate.h"
+
+#define UTPL_NAME_MAX 40
+#define UTPL_MAX_FILES 256
+#define UTPL_PATH_MAX 255
+#define UTPL_LOG_MAX (64 * 1024)
+#define UTPL_MAX_LAYERS 127
+#define BUILD_DIR "/root/.paddock-build"
+#define CTX_DIR BUILD_DIR "/ctx"
+#define IMG_DIR BUILD_DIR "/img"
+#define LOCAL_TAG "paddock-template-build"
+
+/* ---- names, paths, the request ---- */
+
+bool utpl_name_ok(const char *s) {
+        size_t n = s ? strlen(s) : 0;
+        if (n == 0 || n > UTPL_NAME_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char ch = s[i];
+                bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+                if (!alnum && (ch != '-' || i == 0 || i == n - 1))
+                        return false;
+        }
+        return true;
+}
+
+/* A context path: relative, components neither empty nor . or .., printable, bounded. */
+static bool ctx_path_ok(const char *p) {
+        size_t n = strlen(p);
+        if (n == 0 || n > UTPL_PATH_MAX || p[0] == '/')
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if ((unsigned char) p[i] < 0x20 || p[i] == 0x7f || p[i] == '\\')
+                        return false;
+        for (const char *c = p; *c;) {
+                const char *e = strchrnul(c, '/');
+                size_t k = (size_t) (e - c);
+                if (k == 0 || (k == 1 && c[0] == '.') || (k == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                c = *e ? e + 1 : e;
+        }
+        return true;
+}
+
+struct ctx_file {
+        char *path;
+        uint8_t *data;
+        size_t len;
+        int mode;               /* -1 = as written (0644) */
+};
+
+struct build_req {
+        char *name;
+        char *dockerfile;
+        struct ctx_file *files;
+        size_t n_files;
+};
+
+static void build_req_clear(struct build_req *b) {
+        for (size_t i = 0; i < b->n_files; i++)
+                free_many(b->files[i].path, b->files[i].data);
+        free_many(b->name, b->dockerfile, b->files);
+        *b = (struct build_req) { 0 };
+}
+
+/* Parses and checks a POST /templates body; the message names the field at fault. */
+static int build_req_parse(const struct config *cfg, const char *body, size_t len, struct build_req *ret, char *msg,
+                           size_t msglen) {
+        _cleanup_(cJSON_Deletep) cJSON *j = cJSON_ParseWithLength(body, len);
+        if (!cJSON_IsObject(j))
+                return snprintf(msg, msglen, "The body must be a JSON object {name, dockerfile, files?}"), -EINVAL;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, j)
+                if (strcmp(it->string, "name") && strcmp(it->string, "dockerfile") && strcmp(it->string, "files"))
+                        return snprintf(msg, msglen, "Unknown field '%.64s' (expected name, dockerfile, files)", it->string), -EINVAL;
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "name"));
+        if (name && config_template(cfg, name))
+                return snprintf(msg, msglen, "name: '%s' is a template of this server; pick another name", name), -EEXIST;
+        if (!name || !utpl_name_ok(name))
+                return snprintf(msg, msglen, "name: 1 to %d characters of a-z, 0-9 and '-', starting and ending with a letter or digit",
+                                UTPL_NAME_MAX), -EINVAL;
+        const char *df = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "dockerfile"));
+        size_t total = df ? strlen(df) : 0;
+        if (!df || total == 0)
+                return snprintf(msg, msglen, "dockerfile: required, the Dockerfile's text"), -EINVAL;
+        if (total > cfg->utpl_max_context)
+                return snprintf(msg, msglen, "dockerfile: over the build context limit of %llu bytes",
+                                (unsigned long long) cfg->utpl_max_context), -EFBIG;
+        _cleanup_(build_req_clear) struct build_req b = { .name = xstrdup(name), .dockerfile = xstrdup(df) };
+        const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+        if (files && !cJSON_IsNull(files)) {
+                if (!cJSON_IsArray(files))
+                        return snprintf(msg, msglen, "files: an array of {path, content, encoding?, mode?}"), -EINVAL;
+                int n = cJSON_GetArraySize(files);
+                if (n > UTPL_MAX_FILES)
+                        return snprintf(msg, msglen, "files: at most %d files", UTPL_MAX_FILES), -EINVAL;
+                b.files = xnew0(struct ctx_file, (size_t) n + 1);
+                int i = 0;
+                cJSON_ArrayForEach(it, files) {
+                        const cJSON *f;
+                        if (!cJSON_IsObject(it))
+                                return snprintf(msg, msglen, "files[%d]: an object {path, content, encoding?, mode?}", i), -EINVAL;
+                        cJSON_ArrayForEach(f, it)
+                                if (strcmp(f->string, "path") && strcmp(f->string, "content") && strcmp(f->string, "encoding") &&
+                                    strcmp(f->string, "mode"))
+                                        return snprintf(msg, msglen, "files[%d]: unknown field '%.64s'", i, f->string), -EINVAL;
+                        const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "path"));
+                        const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "content"));
+                        const cJSON *enc = cJSON_GetObjectItemCaseSensitive(it, "encoding");
+                        const cJSON *mode = cJSON_GetObjectItemCaseSensitive(it, "mode");
+                        if (!path || !ctx_path_ok(path))
+                                return snprintf(msg, msglen, "files[%d].path: a relative path of at most %d bytes, without '.', "
+                                                "'..' or empty components", i, UTPL_PATH_MAX), -EINVAL;
+                        if (!strcmp(path, "Dockerfile"))
+                                return snprintf(msg, msglen, "files[%d].path: the Dockerfile comes from 'dockerfile'", i), -EINVAL;
+                        for (int k = 0; k < i; k++)
+                                if (!strcmp(b.files[k].path, path))
+                                        return snprintf(msg, msglen, "files[%d].path: '%s' is given twice", i, path), -EINVAL;
+                        if (!content)
+                                return snprintf(msg, msglen, "files[%d].content: required (a string)", i), -EINVAL;
+                        const char *e = enc ? cJSON_GetStringValue(enc) : "utf-8";
+                        struct ctx_file *cf = &b.files[i];
+                        cf->path = xstrdup(path);
+                        cf->mode = -1;
+                        if (e && !strcmp(e, "base64")) {
+                                if (base64_decode(content, strlen(content), &cf->data, &cf->len) < 0)
+                                        return snprintf(msg, msglen, "files[%d].content: not valid base64", i), -EINVAL;
+                        } else if (e && !strcmp(e, "utf-8")) {
+                                cf->len = strlen(content);
+                                cf->data = (uint8_t *) xstrndup(content, cf->len);
+                        } else
+                                return snprintf(msg, msglen, "files[%d].encoding: utf-8 (default) or base64", i), -EINVAL;
+                        if (mode && !cJSON_IsNull(mode)) {
+                                if (!cJSON_IsNumber(mode) || mode->valuedouble < 0 || mode->valuedouble > 0777 ||
+                                    mode->valuedouble != (double) (int) mode->valuedouble)
+                                        return snprintf(msg, msglen, "files[%d].mode: a permission number 0 to 511 (0777)", i), -EINVAL;
+                                cf->mode = mode->valueint;
+                        }
+                        b.n_files = (size_t) ++i;
+                        total += cf->len;
+                        if (total > cfg->utpl_max_context)
+                                return snprintf(msg, msglen, "files: the build context is over its limit of %llu bytes",
+                                                (unsigned long long) cfg->utpl_max_context), -EFBIG;
+                }
+        }
+        *ret = b;
+        b = (struct build_req) { 0 };
+        return 0;
+}
+
+/* ---- what the API shows ---- */
+
+static cJSON *utpl_to_json(const struct user_template *t) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "name", t->name);
+        json_add_str(o, "status", t->status);
+        if (t->size_bytes > 0)
+                cJSON_AddNumberToObject(o, "size_mb", (double) ((t->size_bytes + 999999) / 1000000));
+        else
+                cJSON_AddNullToObject(o, "size_mb");
+        if (t->error)
+                json_add_str(o, "error", t->error);
+        else
+                cJSON_AddNullToObject(o, "error");
+        json_add_str(o, "log", t->log ? t->log : "");
+        render_add_time(o, "created_at", t->created_at);
+        render_add_time(o, "finished_at", t->finished_at);
+        return o;
+}
+
+/* ---- the build ---- */
+
+struct build_job {
+        char id[25];
+        char account_id[25];
+        struct build_req req;
+};
+
+/* The log: the build's output, its last UTPL_LOG_MAX bytes. */
+static void log_append(struct strbuf *log, const char *text, size_t len) {
+        strbuf_append(log, text, len);
+        if (log->len > UTPL_LOG_MAX) {
+                size_t drop = log->len - UTPL_LOG_MAX;
+                memmove(log->buf, log->buf + drop, log->len - drop);
+                log->len -= drop;
+                log->buf[log->len] = 0;
+        }
+}
+
+struct build {
+        struct ctl *c;
+        struct account acc;
+        struct user_template row;
+        char builder[25];
+        int64_t deadline;               /* mono_ms() */
+        struct strbuf log;
+        char why[512];
+};
+
+static int remaining_s(const struct build *b) {
+        int64_t ms = b->deadline - mono_ms();
+        return ms <= 0 ? 0 : (int) ((ms + 999) / 1000);
+}
+
+/* Still wanted: not deleted meanwhile, controld not stopping, time left. */
+static int still_wanted(struct build *b) {
+        _cleanup_(user_template_clear) struct user_template t = { 0 };
+        if (b->c->stopping)
+                return snprintf(b->why, sizeof(b->why), "controld stopped during the build; build it again"), -ECANCELED;
+        if (store_utpl_get_id(b->c->store, b->row.id, &t) < 0)
+                return -ECANCELED;      /* deleted: nobody to tell */
+        if (remaining_s(b) <= 0)
+                return snprintf(b->why, sizeof(b->why), "the build took longer than %llus ([templates] build_timeout)",
+                                (unsigned long long) b->c->cfg->utpl_build_timeout_s), -ETIMEDOUT;
+        return 0;
+}
+
+/* Runs argv in the builder (no shell), up to the build's deadline; its output goes to the log
+ * when to_log. 0 when it exited 0, else -EIO with why. */
+static int run_in_builder(struct build *b, const char *const *argv, bool to_log, const char *what) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct api_error e = { 0 };
+        int r = still_wanted(b);
+        if (r < 0)
+                return r;
+        if ((r = runtime_load_ready(b->c, &b->acc, b->builder, &sb, &e)) < 0)
+                return snprintf(b->why, sizeof(b->why), "%s: the build sandbox is gone: %s", what, e.message), -EIO;
+        struct runtime_cmd cmd = { .argv = argv, .cwd = CTX_DIR, .timeout_s = remaining_s(b) };
+        struct runtime_run *x = NULL;
+        if ((r = runtime_start(b->c, &sb, &cmd, NULL, NULL, &x, &e)) < 0)
+                return snprintf(b->why, sizeof(b->why), "%s: %s", what, e.message), -EIO;
+        struct exec_result res = { 0 };
+        r = runtime_wait(x, &res, &e);
+        if (r == 0 && (to_log || res.exit_code != 0)) {
+                if (res.out_len)
+                        log_append(&b->log, res.out, res.out_len);
+                if (res.err_len)
+                        log_append(&b->log, res.err, res.err_len);
+        }
+        if (r < 0)
+                snprintf(b->why, sizeof(b->why), "%s: %s", what, e.message);
+        else if (res.timed_out)
+                snprintf(b->why, sizeof(b->why), "%s: the build took longer than %llus ([templates] build_timeout)", what,
+                         (unsigned long long) b->c->cfg->utpl_build_timeout_s);
+        else if (res.oom_killed)
+                snprintf(b->why, sizeof(b->why), "%s: the build sandbox ran out of memory", what);
+        else if (res.exit_code != 0)
+                snprintf(b->why, sizeof(b->why), "%s exited with code %d (see the log)", what, res.exit_code);
+        runtime_free(x);
+        return r < 0 || res.exit_code != 0 ? -EIO : 0;
+}
+
+static int put_in_builder(struct build *b, const char *path, const void *data, size_t len) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct api_error e = { 0 };
+        struct runtime_run *x = NULL;
+        int r;
+        if ((r = runtime_load_ready(b->c, &b->acc, b->builder, &sb, &e)) < 0 ||
+            (r = runtime_file_write_start(b->c, &sb, path, &x, &e)) < 0)
+                return snprintf(b->why, sizeof(b->why), "writing the context (%s): %s", path, e.message), -EIO;
+        for (size_t off = 0; off < len && r >= 0;) {
+                size_t k = len - off < (1 << 20) ? len - off : (1 << 20);
+                r = runtime_file_write(x, (const uint8_t *) data + off, k);
+                off += k;
+        }
+        if (r >= 0)
+                r = runtime_file_write_finish(x, path, &e);
+        else
+                snprintf(e.message, sizeof(e.message), "%s", strerror(-r));
+        runtime_free(x);
+        if (r < 0)
+                return snprintf(b->why, sizeof(b->why), "writing the context (%s): %s", path, e.message), -EIO;
+        return 0;
+}
+
+static bool write_all(int fd, const void *data, size_t len) {
+        for (const char *p = data; len;) {
+                ssize_t k = write(fd, p, len);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return false;
+                p += k;
+                len -= (size_t) k;
+        }
+        return true;
+}
+
+/* Reads a file of the builder: into *ret_mem (max bytes, NUL-terminated) when fd < 0, else into
+ * fd; sha256 of what was read in hex (optional), its size in *ret_len. -EFBIG past max. */
+static int read_from_builder(struct build *b, const char *path, size_t max, int fd, char **ret_mem, size_t *ret_len,
+                             char hex[65]) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct api_error e = { 0 };
+        struct runtime_run *x = NULL;
+        const void *all = NULL;
+        size_t all_len = 0, total = 0;
+        struct strbuf mem = { 0 };
+        int r;
+        if ((r = still_wanted(b)) < 0)
+                return r;
+        if ((r = runtime_load_ready(b->c, &b->acc, b->builder, &sb, &e)) < 0 ||
+            (r = runtime_file_read_open(b->c, &sb, path, &x, &all, &all_len, &e)) < 0) {
+                runtime_free(x);
+                return snprintf(b->why, sizeof(b->why), "reading the image (%s): %s", path, e.message), -EIO;
+        }
+        EVP_MD_CTX *md = EVP_MD_CTX_new();
+        EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+        _cleanup_free_ char *buf = all ? NULL : xmalloc(1 << 20);
+        for (;;) {
+                const char *chunk;
+                ssize_t k;
+                if (all) {
+                        chunk = all;
+                        k = (ssize_t) all_len;
+                        all = NULL;
+                        if (k == 0)
+                                break;
+                } else {
+                        if (!buf)
+                                break;
+                        k = runtime_file_read(x, -1, buf, 1 << 20);
+                        chunk = buf;
+                        if (k <= 0) {
+                                r = (int) k;
+                                break;
+                        }
+                }
+                if (total + (size_t) k > max) {
+                        r = -EFBIG;
+                        break;
+                }
+                total += (size_t) k;
+                EVP_DigestUpdate(md, chunk, (size_t) k);
+                if (fd >= 0) {
+                        if (!write_all(fd, chunk, (size_t) k)) {
+                                r = -errno ?: -EIO;
+                                break;
+                        }
+                } else
+                        strbuf_append(&mem, chunk, (size_t) k);
+                if (!buf)
+                        break;  /* the whole file came with the open */
+        }
+        runtime_free(x);
+        unsigned char d[32];
+        unsigned dl = 0;
+        EVP_DigestFinal_ex(md, d, &dl);
+        EVP_MD_CTX_free(md);
+        if (r < 0) {
+                strbuf_done(&mem);
+                if (r == -EFBIG)
+                        return snprintf(b->why, sizeof(b->why), "the image is over its limit of %zu bytes ([templates] max_image)",
+                                        max), -EFBIG;
+                return snprintf(b->why, sizeof(b->why), "reading the image (%s): %s", path, strerror(-r)), -EIO;
+        }
+        if (hex)
+                for (unsigned i = 0; i < 32; i++)
+                        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+        if (ret_mem)
+                *ret_mem = strbuf_steal(&mem);
+        *ret_len = total;
+        return 0;
+}
+
+/* A file for a layer on its way to the registry: anonymous, beside the store. */
+static int layer_tmpfile(const struct config *cfg) {
+        _cleanup_free_ char *dir = xstrdup(cfg->db_path);
+        int fd = open(dirname(dir), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0)
+                fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        return fd < 0 ? -errno : fd;
+}
+
+static void repo_of(const struct config *cfg, const char *account_id, const char *name, char *out, size_t n) {
+        snprintf(out, n, "%s/%s-%s", cfg->utpl_repository, account_id, name);
+}
+
+/* An image path from docker save's manifest.json: relative, no '..', a bounded set of bytes. */
+static bool saved_path_ok(const char *p) {
+        if (!p || !*p || strlen(p) > 200 || p[0] == '/' || strstr(p, ".."))
+                return false;
+        for (; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("/._-", *p)))
+                        return false;
+        return true;
+}
+
+/* Pushes one blob read from the builder's path: to a temp file (hashing), then to the registry
+ * unless it has it already. */
+static int push_layer(struct build *b, const struct registry *reg, const char *repo, const char *path, size_t max,
+                      char digest[72], size_t *ret_len) {
+        int fd = layer_tmpfile(b->c->cfg);
+        if (fd < 0)
+                return snprintf(b->why, sizeof(b->why), "no room for a layer on controld's host: %s", strerror(-fd)), -EIO;
+        char hex[65];
+        size_t len = 0;
+        int r = read_from_builder(b, path, max, fd, NULL, &len, hex);
+        if (r < 0) {
+                close(fd);
+                return r;
+        }
+        snprintf(digest, 72, "sha256:%s", hex);
+        *ret_len = len;
+        if (registry_blob_exists(reg, repo, digest) == 1) {
+                close(fd);
+                return 0;
+        }
+        void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+        close(fd);
+        if (len && map == MAP_FAILED)
+                return snprintf(b->why, sizeof(b->why), "mapping a layer: %s", strerror(errno)), -EIO;
+        r = registry_blob_upload(reg, repo, digest, map, len, (long) remaining_s(b) * 1000 + 1000);
+        if (map)
+                munmap(map, len);
+        if (r < 0)
+                return snprintf(b->why, sizeof(b->why), "pushing a layer to the registry: %s", strerror(-r)), -EIO;
+        return 0;
+}
+
+static int push_image(struct build *b) {
+        const struct config *cfg = b->c->cfg;
+        struct registry reg = config_snapshot_registry(cfg);
+        char repo[300];
+        repo_of(cfg, b->acc.id, b->row.name, repo, sizeof(repo));
+        _cleanup_free_ char *mtext = NULL;
+        size_t mlen = 0;
+        int r;
+        if ((r = read_from_builder(b, IMG_DIR "/manifest.json", 64 * 1024, -1, &mtext, &mlen, NULL)) < 0)
+                return r;
+        _cleanup_(cJSON_Deletep) cJSON *m = cJSON_ParseWithLength(mtext, mlen);
+        const cJSON *one = cJSON_IsArray(m) && cJSON_GetArraySize(m) == 1 ? cJSON_GetArrayItem(m, 0) : NULL;
+        const char *config_path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(one, "Config"));
+        const cJSON *layers = cJSON_GetObjectItemCaseSensitive(one, "Layers"), *l;
+        int n_layers = cJSON_IsArray(layers) ? cJSON_GetArraySize(layers) : -1;
+        if (!saved_path_ok(config_path) || n_layers < 0 || n_layers > UTPL_MAX_LAYERS)
+                return snprintf(b->why, sizeof(b->why), "docker save wrote no image we can read (manifest.json), or over %d layers",
+                                UTPL_MAX_LAYERS), -EIO;
+        cJSON_ArrayForEach(l, layers)
+                if (!saved_path_ok(cJSON_GetStringValue(l)))
+                        return snprintf(b->why, sizeof(b->why), "docker save named a layer we do not read"), -EIO;
+
+        /* The image's config, as it is: the registry and the nodes check it against the layers. */
+        _cleanup_free_ char *ctext = NULL;
+        size_t clen = 0;
+        char cpath[256], chex[65], cdigest[72];
+        snprintf(cpath, sizeof(cpath), IMG_DIR "/%s", config_path);
+        if ((r = read_from_builder(b, cpath, 1 << 20, -1, &ctext, &clen, chex)) < 0)
+                return r;
+        _cleanup_(cJSON_Deletep) cJSON *cj = cJSON_ParseWithLength(ctext, clen);
+        const cJSON *diff = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cj, "rootfs"), "diff_ids");
+        if (!cJSON_IsArray(diff) || cJSON_GetArraySize(diff) != n_layers)
+                return snprintf(b->why, sizeof(b->why), "the image's config does not match its layers"), -EIO;
+
+        _cleanup_(cJSON_Deletep) cJSON *man = cJSON_CreateObject();
+        cJSON_AddNumberToObject(man, "schemaVersion", 2);
+        json_add_str(man, "mediaType", "application/vnd.docker.distribution.manifest.v2+json");
+        cJSON *mc = cJSON_AddObjectToObject(man, "config");
+        json_add_str(mc, "mediaType", "application/vnd.docker.container.image.v1+json");
+        cJSON_AddNumberToObject(mc, "size", (double) clen);
+        snprintf(cdigest, sizeof(cdigest), "sha256:%s", chex);
+        json_add_str(mc, "digest", cdigest);
+        cJSON *ml = cJSON_AddArrayToObject(man, "layers");
+        size_t total = clen;
+        int i = 0;
+        cJSON_ArrayForEach(l, layers) {
+                /* Compressed in the sandbox (its CPU, not ours), then read back and hashed here. */
+                char lpath[256], gz[264], digest[72];
+                snprintf(lpath, sizeof(lpath), IMG_DIR "/%s", cJSON_GetStringValue(l));
+                snprintf(gz, sizeof(gz), "%s.gz", lpath);
+                const char *const gzip[] = { "gzip", "-1", "-n", "-f", "--", lpath, NULL };
+                char what[64];
+                snprintf(what, sizeof(what), "compressing layer %d", i + 1);
+                if ((r = run_in_builder(b, gzip, false, what)) < 0)
+                        return r;
+                size_t len = 0;
+                if ((r = push_layer(b, &reg, repo, gz, cfg->utpl_max_image - total, digest, &len)) < 0)
+                        return r;
+                total += len;
+                cJSON *d = cJSON_CreateObject();
+                json_add_str(d, "mediaType", "application/vnd.docker.image.rootfs.diff.tar.gzip");
+                cJSON_AddNumberToObject(d, "size", (double) len);
+                json_add_str(d, "digest", digest);
+                cJSON_AddItemToArray(ml, d);
+                i++;
+        }
+        if (registry_blob_exists(&reg, repo, cdigest) != 1 &&
+            (r = registry_blob_upload(&reg, repo, cdigest, ctext, clen, 60000)) < 0)
+                return snprintf(b->why, sizeof(b->why), "pushing the image's config to the registry: %s", strerror(-r)), -EIO;
+        _cleanup_free_ char *body = cJSON_PrintUnformatted(man);
+        char mhex[65];
+        sha256_hex(body, strlen(body), mhex);
+        if ((r = registry_manifest_put(&reg, repo, b->row.id, "application/vnd.docker.distribution.manifest.v2+json", body,
+                                       strlen(body))) < 0)
+                return snprintf(b->why, sizeof(b->why), "pushing the manifest to the registry: %s", strerror(-r)), -EIO;
+        free(b->row.image);
+        b->row.image = xasprintf("%s/%s@sha256:%s", cfg->snap_registry, repo, mhex);
+        b->row.size_bytes = (int64_t) total;
+        return 0;
+}
+
+static int build_steps(struct build *b, struct build_req *q) {
+        const struct config *cfg = b->c->cfg;
+        int r;
+        /* The context: its directories, then each file, then the modes asked for. */
+        _cleanup_strv_free_ char **mk = xnew0(char *, q->n_files + 5);
+        size_t n = 0;
+        mk[n++] = xstrdup("mkdir");
+        mk[n++] = xstrdup("-p");
+        mk[n++] = xstrdup("--");
+        mk[n++] = xstrdup(CTX_DIR);
+        for (size_t i = 0; i < q->n_files; i++) {
+                const char *slash = strrchr(q->files[i].path, '/');
+                if (slash)
+                        mk[n++] = xasprintf(CTX_DIR "/%.*s", (int) (slash - q->files[i].path), q->files[i].path);
+        }
+        mk[n] = NULL;
+        /* mkdir runs with cwd CTX_DIR, which does not exist yet: from / first. */
+        {
+                const char *const root_mk[] = { "mkdir", "-p", "--", CTX_DIR, NULL };
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                struct api_error e = { 0 };
+                struct runtime_cmd cmd = { .argv = root_mk, .timeout_s = 30 };
+                struct runtime_run *x = NULL;
+                struct exec_result res = { 0 };
+                if ((r = runtime_load_ready(b->c, &b->acc, b->builder, &sb, &e)) < 0 ||
+                    (r = runtime_start(b->c, &sb, &cmd, NULL, NULL, &x, &e)) < 0 || (r = runtime_wait(x, &res, &e)) < 0 ||
+                    res.exit_code != 0) {
+                        runtime_free(x);
+                        return snprintf(b->why, sizeof(b->why), "preparing the build sandbox: %s",
+                                        e.message[0] ? e.message : "mkdir failed"), -EIO;
+                }
+                runtime_free(x);
+        }
+        if ((r = run_in_builder(b, (const char *const *) mk, false, "making the context's directories")) < 0)
+                return r;
+        if ((r = put_in_builder(b, CTX_DIR "/Dockerfile", q->dockerfile, strlen(q->dockerfile))) < 0)
+                return r;
+        for (size_t i = 0; i < q->n_files; i++) {
+                char path[UTPL_PATH_MAX + 64];
+                snprintf(path, sizeof(path), CTX_DIR "/%s", q->files[i].path);
+                if ((r = put_in_builder(b, path, q->files[i].data, q->files[i].len)) < 0)
+                        return r;
+                if (q->files[i].mode >= 0) {
+                        char mode[8];
+                        snprintf(mode, sizeof(mode), "%o", (unsigned) q->files[i].mode);
+                        const char *const chmod[] = { "chmod", mode, "--", path, NULL };
+                        if ((r = run_in_builder(b, chmod, false, "setting a file's mode")) < 0)
+                                return r;
+                }
+        }
+        /* The build itself, on the sandbox's network (the guide's way under gVisor). */
+        const char *const build[] = { "docker", "build", "--network=host", "-t", LOCAL_TAG, ".", NULL };
+        if ((r = run_in_builder(b, build, true, "docker build")) < 0)
+                return r;
+        const char *const save[] = { "docker", "save", "-o", BUILD_DIR "/image.tar", LOCAL_TAG, NULL };
+        const char *const mkimg[] = { "mkdir", "-p", IMG_DIR, NULL };
+        const char *const untar[] = { "tar", "-C", IMG_DIR, "-xf", BUILD_DIR "/image.tar", NULL };
+        const char *const rm[] = { "rm", "-f", BUILD_DIR "/image.tar", NULL };
+        if ((r = run_in_builder(b, save, false, "docker save")) < 0 || (r = run_in_builder(b, mkimg, false, "mkdir")) < 0 ||
+            (r = run_in_builder(b, untar, false, "unpacking the saved image")) < 0 ||
+            (r = run_in_builder(b, rm, false, "rm")) < 0)
+                return r;
+        (void) cfg;
+        return push_image(b);
+}
+
+static void build_job(struct ctl *c, void *arg) {
+        struct build_job *j = arg;
+        struct build b = { .c = c };
+        _cleanup_(build_req_clear) struct build_req q = j->req;
+        j->req = (struct build_req) { 0 };
+        int r;
+        log_ctx_set("TEMPLATE_ID", j->id);
+        if (store_utpl_get_id(c->store, j->id, &b.row) < 0)
+                return;
+        if (store_account_get(c->store, j->account_id, &b.acc) < 0) {
+                snprintf(b.why, sizeof(b.why), "the account is gone");
+                goto done;
+        }
+        b.deadline = mono_ms() + (int64_t) c->cfg->utpl_build_timeout_s * 1000;
+        {
+                /* The builder: a sandbox of the caller's account, as a create of theirs would be. */
+                struct pj_sandbox_create in = { 0 };
+                _cleanup_free_ char *nm = xasprintf("template-build-%s", b.row.name);
+                in.template_name = c->cfg->utpl_builder;
+                in.name = nm;
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                struct api_error e = { 0 };
+                if ((r = sandbox_create(c, &b.acc, &in, &sb, &e)) < 0) {
+                        snprintf(b.why, sizeof(b.why), "the build sandbox could not start: %s", e.message);
+                        goto done;
+                }
+                snprintf(b.builder, sizeof(b.builder), "%s", sb.id);
+                free(b.row.builder_id);
+                b.row.builder_id = xstrdup(sb.id);
+                if (store_utpl_update(c->store, &b.row) < 0)
+                        goto done;      /* deleted meanwhile */
+        }
+        log_info("template %s: building in sandbox %s", b.row.name, b.builder);
+        r = build_steps(&b, &q);
+        if (r == 0) {
+                free(b.row.status);
+                b.row.status = xstrdup("ready");
+                log_info("template %s ready: %s (%lld bytes)", b.row.name, b.row.image, (long long) b.row.size_bytes);
+        }
+done:
+        if (b.builder[0]) {
+                struct api_error e = { 0 };
+                if (sandbox_destroy(c, b.builder, "template build done", &e) < 0)
+                        log_warning("template %s: destroying build sandbox %s: %s", b.row.name, b.builder, e.message);
+        }
+        if (strcmp(b.row.status, "ready")) {
+                free(b.row.status);
+                b.row.status = xstrdup("failed");
+                free(b.row.error);
+                b.row.error = xstrdup(b.why[0] ? b.why : "the build failed");
+                log_warning("template %s failed: %s", b.row.name, b.row.error);
+        }
+        free(b.row.log);
+        b.row.log = xstrdup(b.log.buf ? b.log.buf : "");
+        b.row.finished_at = now_ms();
+        (void) store_utpl_update(c->store, &b.row);     /* -ENOENT: deleted meanwhile */
+        user_template_clear(&b.row);
+        account_clear(&b.acc);
+        strbuf_done(&b.log);
+        ctl_notify_status(c);
+}
+
+/* ---- handlers ---- */
+
+static bool registry_configured(const struct config *cfg) {
+        return cfg->snap_registry && *cfg->snap_registry;
+}
+
+enum MHD_Result utpl_post(struct req *r) {
+        const struct config *cfg = r->c->cfg;
+        char msg[512] = "";
+        if (!registry_configured(cfg) || !config_template(cfg, cfg->utpl_builder))
+                return respond_error(r, 501, "Building templates needs a registry ([snapshots] registry) and the builder "
+                                             "template '%s' ([templates] builder) on this server", cfg->utpl_builder);
+        _cleanup_(build_req_clear) struct build_req q = { 0 };
+        int k = build_req_parse(cfg, r->body.buf, r->body.len, &q, msg, sizeof(msg));
+        if (k < 0)
+                return respond_errno_msg(r, k, "%s", msg);
+        _cleanup_(user_template_clear) struct user_template t = { 0 };
+        hexid_new(t.id);
+        snprintf(t.account_id, sizeof(t.account_id), "%s", r->acc.id);
+        t.name = xstrdup(q.name);
+        t.status = xstrdup("building");
+        t.created_at = now_ms();
+        k = store_utpl_insert_capped(r->c->store, &t, cfg->utpl_max_per_account);
+        if (k == -EEXIST)
+                return respond_error(r, 409, "name: you have a template named '%s'; DELETE /templates/%s first", q.name, q.name);
+        if (k == -EDQUOT)
+                return respond_errno_msg(r, -EDQUOT, "You have %lld templates, the most this server allows ([templates] "
+                                                     "max_per_account); delete one first",
+                                         (long long) cfg->utpl_max_per_account);
+        if (k < 0)
+                return respond_errno_msg(r, -EIO, "Failed to record the template");
+        struct build_job *j = xnew0(struct build_job, 1);
+        snprintf(j->id, sizeof(j->id), "%s", t.id);
+        snprintf(j->account_id, sizeof(j->account_id), "%s", t.account_id);
+        j->req = q;
+        q = (struct build_req) { 0 };
+        if (ctl_spawn_job(r->c, build_job, j) < 0) {
+                (void) store_utpl_delete(r->c->store, t.id);
+                return respond_errno_msg(r, -EAGAIN, "controld is stopping; try again");
+        }
+        return respond_envelope(r, 202, "Template build started", utpl_to_json(&t));
+}
+
+enum MHD_Result utpl_list(struct req *r) {
+        struct user_template *v = NULL;
+        size_t n = 0;
+        if (store_utpl_list(r->c->store, r->acc.id, &v, &n) < 0)
+                return respond_errno_msg(r, -EIO, "Failed to read the templates");
+        cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++) {
+                cJSON_AddItemToArray(a, utpl_to_json(&v[i]));
+                user_template_clear(&v[i]);
+        }
+        free(v);
+        return respond_envelope(r, 200, "Templates fetched", a);
+}
+
+/* The {name} of /templates/{name}: one segment, a valid name. */
+static const char *name_of(struct req *r) {
+        const char *rest = r->m.rest;
+        if (!rest || rest[0] != '/' || strchr(rest + 1, '/') || !utpl_name_ok(rest + 1))
+                return NULL;
+        return rest + 1;
+}
+
+enum MHD_Result utpl_get(struct req *r) {
+        const char *name = name_of(r);
+        _cleanup_(user_template_clear) struct user_template t = { 0 };
+        if (!name || store_utpl_get(r->c->store, r->acc.id, name, &t) < 0)
+                return respond_error(r, 404, "Template not found");
+        return respond_envelope(r, 200, "Template fetched", utpl_to_json(&t));
+}
+
+enum MHD_Result utpl_delete(struct req *r) {
+        const char *name = name_of(r);
+        _cleanup_(user_template_clear) struct user_template t = { 0 };
+        if (!name || store_utpl_get(r->c->store, r->acc.id, name, &t) < 0)
+                return respond_error(r, 404, "Template not found");
+        /* The row first: a build in flight sees it gone at its next step and stops. */
+        if (store_utpl_delete(r->c->store, t.id) < 0)
+                return respond_error(r, 404, "Template not found");
+        if (t.image) {
+                const char *at = strchr(t.image, '@');
+                char repo[300];
+                repo_of(r->c->cfg, t.account_id, t.name, repo, sizeof(repo));
+                struct registry reg = config_snapshot_registry(r->c->cfg);
+                int k = at ? registry_manifest_delete(&reg, repo, at + 1) : -EINVAL;
+                if (k < 0)
+                        log_warning("template %s: the registry kept its image %s: %s", t.name, t.image, strerror(-k));
+                if (r->c->drv->ops->image_remove)
+                        (void) r->c->drv->ops->image_remove(r->c->drv, t.image);
+        }
+        log_info("template %s deleted", t.name);
+        return respond_empty(r, 204);
+}
+
+/* ---- a create naming one, and the start ---- */
+
+int utpl_template_for(struct ctl *c, const struct account *acc, const char *name, struct template *ret,
+                      struct user_template *row) {
+        if (!name || !utpl_name_ok(name) || store_utpl_get(c->store, acc->id, name, row) < 0)
+                return -ENOENT;
+        if (strcmp(row->status, "ready") || !row->image) {
+                user_template_clear(row);
+                return -EBUSY;
+        }
+        *ret = (struct template) { .name = row->name, .image = row->image, .display_name = row->name, .description = (char *) "",
+                                   .cpu = 500, .memory = 512, .disk = 1 };
+        return 0;
+}
+
+bool utpl_image(const struct config *cfg, const char *image) {
+        size_t n = cfg->snap_registry ? strlen(cfg->snap_registry) : 0, m = cfg->utpl_repository ? strlen(cfg->utpl_repository) : 0;
+        return n && m && image && !strncmp(image, cfg->snap_registry, n) && image[n] == '/' &&
+               !strncmp(image + n + 1, cfg->utpl_repository, m) && image[n + 1 + m] == '/';
+}
+
+void utpl_recover(struct ctl *c) {
+        _cleanup_strv_free_ char **ids = NULL;
+        if (store_utpl_interrupted(c->store, now_ms(), &ids) < 0)
+                return;
+        for (char **p = ids; p && *p; p++) {
+                struct api_error e = { 0 };
+                log_info("template build interrupted by a restart: destroying its sandbox %s", *p);
+                (void) sandbox_destroy(c, *p, "template build interrupted", &e);
+        }
+}
