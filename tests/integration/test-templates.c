@@ -346,7 +346,7 @@ TEST_FULL(a_user_builds_a_template_only_their_account_uses, 600) {
         need_image(image);
         char tconf[768], id[25], id2[25], path[128], n1[32], n2[32];
         snprintf(tconf, sizeof(tconf), "[template \"docker\"]\nimage = %s\nmemory = 1024\n" DOCKER_TEMPLATE_CONF
-                 "[templates]\nbuild_timeout = 300s\nmax_per_account = 2\nrepository = paddock/tt-%d\n", image, (int) getpid());
+                 "[templates]\nbuild_timeout = 300s\nmax_per_account = 2\nmax_context = 3M\nrepository = paddock/tt-%d\n", image, (int) getpid());
         struct ctld c;
         ctld_start(&c, NULL, tconf);
         _cleanup_free_ char *key = ctld_account_key(&c, "builder", NULL, NULL);
@@ -465,6 +465,43 @@ TEST_FULL(a_user_builds_a_template_only_their_account_uses, 600) {
                 snprintf(sql, sizeof(sql), "UPDATE user_templates SET image = '%s' WHERE name = 'hello'", img);
                 free(ctld_db_query(&c, sql));
         }
+
+        /* Limits: the context's size (before anything starts), and a failed build (no image
+         * to start FROM: nothing is pulled here) keeps its log and counts against the
+         * account's templates until deleted. */
+        {
+                _cleanup_free_ char *big = xmalloc(4 << 20);
+                memset(big, 'a', 4 << 20);
+                big[(4 << 20) - 1] = 0;
+                _cleanup_(cJSON_Deletep) cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "name", "big");
+                cJSON_AddStringToObject(o, "dockerfile", "FROM scratch\nCOPY f /f\n");
+                cJSON *fs = cJSON_AddArrayToObject(o, "files"), *one = cJSON_CreateObject();
+                cJSON_AddStringToObject(one, "path", "f");
+                cJSON_AddStringToObject(one, "content", big);
+                cJSON_AddItemToArray(fs, one);
+                _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
+                build_refused(&c, key, text, 413, "files: the build context is over its limit");
+        }
+        http_req(&c, "POST", "/templates", key, "{\"name\":\"nobase\",\"dockerfile\":\"FROM paddock-no-such-image:1\\n\"}", &r);
+        ASSERT_EQ(r.status, 202);
+        hres_done(&r);
+        build_refused(&c, key, "{\"name\":\"third\",\"dockerfile\":\"FROM scratch\"}", 403, "You have 2 templates");
+        for (int i = 0;; i++) {
+                http_req(&c, "GET", "/templates/nobase", key, NULL, &r);
+                ASSERT_EQ(r.status, 200);
+                if (strcmp(hres_data_str(&r, "status"), "building")) {
+                        ASSERT_STREQ(hres_data_str(&r, "status"), "failed");
+                        ASSERT_CONTAINS(hres_data_str(&r, "error"), "docker build exited with code 1");
+                        ASSERT_CONTAINS(hres_data_str(&r, "log"), "paddock-no-such-image");
+                        hres_done(&r);
+                        break;
+                }
+                hres_done(&r);
+                ASSERT_TRUE(i < 600);
+                usleep(500 * 1000);
+        }
+        HTTP_EXPECT(&c, "DELETE", "/templates/nobase", key, NULL, 204);
 
         /* DELETE: gone from the registry and for its account too. */
         HTTP_EXPECT(&c, "DELETE", "/templates/hello", key, NULL, 204);
