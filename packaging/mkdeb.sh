@@ -98,6 +98,8 @@ build_pkg() {
                 install -d "$d/usr/share/paddock/cni" "$d/usr/share/paddock/nomad"
                 install -m 0644 "$HERE"/cni/*.conflist "$d/usr/share/paddock/cni/"
                 install -m 0644 "$HERE"/nomad/*.hcl "$d/usr/share/paddock/nomad/"
+                # The docker template's start command, for operators who build that image.
+                install -D -m 0755 "$HERE/images/start-dockerd" "$d/usr/share/paddock/images/start-dockerd"
                 if [[ -f $HERE/daemon.json ]]; then
                         install -d "$d/usr/share/paddock/docker"
                         install -m 0644 "$HERE/daemon.json" "$d/usr/share/paddock/docker/"
