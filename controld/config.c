@@ -501,6 +501,7 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         Z("templates", "max_context", 6 * MIB, 1 * KIB, 256 * MIB, utpl_max_context);
         Z("templates", "max_image", 2 * GIB, 1 * MIB, 64 * GIB, utpl_max_image);
         I("templates", "max_per_account", 10, 0, 1000, utpl_max_per_account);
+        I("templates", "max_builds", 4, 1, 256, utpl_max_builds);
 
         S("defaults", "template", NULL, 64, default_template);
         S("defaults", "region", NULL, 64, default_region);

@@ -149,6 +149,7 @@ struct config {
         uint64_t utpl_max_context;                   /* bytes: Dockerfile + files */
         uint64_t utpl_max_image;                     /* bytes: the image's compressed layers + config */
         int64_t utpl_max_per_account;                /* building + ready */
+        int64_t utpl_max_builds;                     /* builds at once in one controld */
         /* [nomad]: the production driver (driver-nomad.c) */
         char *nomad_addr, *nomad_token;              /* token "" = no ACL token (never logged) */
         char *nomad_ca_file, *nomad_cert_file, *nomad_key_file;   /* "" = system CAs / no client cert */

@@ -27,6 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <stdatomic.h>
+
 #include <openssl/evp.h>
 
 #include "cleanup.h"
@@ -208,6 +210,10 @@ static cJSON *utpl_to_json(const struct user_template *t) {
 }
 
 /* ---- the build ---- */
+
+/* Builds running in this controld ([templates] max_builds): each holds a sandbox and, while a
+ * layer is on its way, up to max_image bytes of controld's disk. */
+static atomic_int builds_running;
 
 struct build_job {
         char id[25];
@@ -611,8 +617,10 @@ static void build_job(struct ctl *c, void *arg) {
         j->req = (struct build_req) { 0 };
         int r;
         log_ctx_set("TEMPLATE_ID", j->id);
-        if (store_utpl_get_id(c->store, j->id, &b.row) < 0)
+        if (store_utpl_get_id(c->store, j->id, &b.row) < 0) {
+                atomic_fetch_sub(&builds_running, 1);
                 return;
+        }
         if (store_account_get(c->store, j->account_id, &b.acc) < 0) {
                 snprintf(b.why, sizeof(b.why), "the account is gone");
                 goto done;
@@ -624,6 +632,16 @@ static void build_job(struct ctl *c, void *arg) {
                 _cleanup_free_ char *nm = xasprintf("template-build-%s", b.row.name);
                 in.template_name = c->cfg->utpl_builder;
                 in.name = nm;
+                /* The builder template's specs, within the account's plan. */
+                struct plan pb;
+                const struct plan *plan = config_account_plan(c->cfg, &b.acc, &pb);
+                const struct template *bt = config_template(c->cfg, c->cfg->utpl_builder);
+                if (plan && bt) {
+                        in.has_cpu = in.has_memory = in.has_disk = true;
+                        in.cpu = (int) (bt->cpu < plan->max_cpu ? bt->cpu : plan->max_cpu);
+                        in.memory = (int) (bt->memory < plan->max_memory ? bt->memory : plan->max_memory);
+                        in.disk = (int) (bt->disk < plan->max_disk ? bt->disk : plan->max_disk);
+                }
                 _cleanup_sandbox_ struct sandbox sb = { 0 };
                 struct api_error e = { 0 };
                 if ((r = sandbox_create(c, &b.acc, &in, &sb, &e)) < 0) {
@@ -659,7 +677,14 @@ done:
         free(b.row.log);
         b.row.log = xstrdup(b.log.buf ? b.log.buf : "");
         b.row.finished_at = now_ms();
-        (void) store_utpl_update(c->store, &b.row);     /* -ENOENT: deleted meanwhile */
+        if (store_utpl_update(c->store, &b.row) == -ENOENT && b.row.image) {
+                /* Deleted while it was being pushed: the registry keeps nothing of it. */
+                char repo[300];
+                struct registry reg = config_snapshot_registry(c->cfg);
+                repo_of(c->cfg, b.row.account_id, b.row.name, repo, sizeof(repo));
+                (void) registry_manifest_delete(&reg, repo, strchr(b.row.image, '@') + 1);
+        }
+        atomic_fetch_sub(&builds_running, 1);
         user_template_clear(&b.row);
         account_clear(&b.acc);
         strbuf_done(&b.log);
@@ -682,6 +707,12 @@ enum MHD_Result utpl_post(struct req *r) {
         int k = build_req_parse(cfg, r->body.buf, r->body.len, &q, msg, sizeof(msg));
         if (k < 0)
                 return respond_errno_msg(r, k, "%s", msg);
+        if (atomic_fetch_add(&builds_running, 1) >= cfg->utpl_max_builds) {
+                atomic_fetch_sub(&builds_running, 1);
+                return respond_errno_msg(r, -EUSERS, "%lld template builds are running on this server, its most ([templates] "
+                                                     "max_builds); try again in a minute",
+                                         (long long) cfg->utpl_max_builds);
+        }
         _cleanup_(user_template_clear) struct user_template t = { 0 };
         hexid_new(t.id);
         snprintf(t.account_id, sizeof(t.account_id), "%s", r->acc.id);
@@ -689,6 +720,8 @@ enum MHD_Result utpl_post(struct req *r) {
         t.status = xstrdup("building");
         t.created_at = now_ms();
         k = store_utpl_insert_capped(r->c->store, &t, cfg->utpl_max_per_account);
+        if (k < 0)
+                atomic_fetch_sub(&builds_running, 1);
         if (k == -EEXIST)
                 return respond_error(r, 409, "name: you have a template named '%s'; DELETE /templates/%s first", q.name, q.name);
         if (k == -EDQUOT)
@@ -703,6 +736,7 @@ enum MHD_Result utpl_post(struct req *r) {
         j->req = q;
         q = (struct build_req) { 0 };
         if (ctl_spawn_job(r->c, build_job, j) < 0) {
+                atomic_fetch_sub(&builds_running, 1);
                 (void) store_utpl_delete(r->c->store, t.id);
                 return respond_errno_msg(r, -EAGAIN, "controld is stopping; try again");
         }
