@@ -2,7 +2,8 @@
 # tests/run-all.sh — run the whole suite (what `make check` calls after building).
 #
 # Starts the services the tests need (only those not already running, and stops exactly those
-# at the end, even on failure), builds the template images, then runs every executable in
+# at the end, even on failure), builds the template images (in the background, while the unit
+# tests and the integration programs that need no image run), then runs every executable in
 # $PADDOCK_BUILD/tests/unit/ and then $PADDOCK_BUILD/tests/integration/, sorted. Each program
 # ends with "N passed, N failed[, N skipped]"; a program that crashes, times out or prints no
 # such line counts as 1 failed. The last line is the total; exit 1 if anything failed.
@@ -30,7 +31,23 @@ TPID=""
 trap '[[ -z $TPID ]] || kill -KILL "$TPID" 2>/dev/null; exit 130' INT TERM
 
 tests/env/services.sh start --record "$RECORD"
-tests/env/images.sh
+# The template images build (a few minutes on a fresh machine, download- and dpkg-bound) while
+# the programs that need no image run: the unit tests and those in NO_IMAGES. Every other
+# program waits for it.
+NO_IMAGES=" test-fuzz "
+IMAGES_LOG=$(mktemp "${TMPDIR:-/tmp}/paddock-images.XXXXXX")
+tests/env/images.sh >"$IMAGES_LOG" 2>&1 &
+IMAGES_PID=$!
+images_wait() {
+        [[ -n $IMAGES_PID ]] || return 0
+        local rc=0
+        wait "$IMAGES_PID" || rc=$?
+        IMAGES_PID=""
+        printf '\n===== template images =====\n'
+        cat "$IMAGES_LOG"
+        rm -f "$IMAGES_LOG"
+        ((rc == 0)) || die "tests/env/images.sh failed (exit $rc); its output is above"
+}
 
 progs=()
 # PADDOCK_SAN_BUILD (optional): a sanitized build whose unit tests run too, after the plain ones.
@@ -45,6 +62,12 @@ for dir in "${dirs[@]}"; do
                 progs+=("$f")
         done < <(find "$dir" -maxdepth 1 -type f -perm -u+x | LC_ALL=C sort)
 done
+# The programs that need no image first, so they overlap the image build.
+early=() late=()
+for f in "${progs[@]}"; do
+        if [[ $f == */tests/unit/* || $NO_IMAGES == *" $(basename "$f") "* ]]; then early+=("$f"); else late+=("$f"); fi
+done
+progs=("${early[@]}" "${late[@]}")
 ((${#progs[@]})) || echo "run-all: warning: no test programs under $PADDOCK_BUILD/tests/{unit,integration}" >&2
 
 TOTAL_P=0 TOTAL_F=0 TOTAL_S=0
@@ -52,6 +75,7 @@ SUMMARY=()
 OUT=$(mktemp "${TMPDIR:-/tmp}/paddock-test-out.XXXXXX")
 trap 'rm -f "$OUT"; finish' EXIT
 for prog in "${progs[@]}"; do
+        [[ $prog == */tests/unit/* || $NO_IMAGES == *" $(basename "$prog") "* ]] || images_wait
         name=${prog#"$PADDOCK_BUILD"/tests/}
         penv=("PADDOCK_BUILD=$PADDOCK_BUILD")
         if [[ -n ${PADDOCK_SAN_BUILD:-} && $prog == "$PADDOCK_SAN_BUILD"/tests/* ]]; then
@@ -105,6 +129,7 @@ for prog in "${progs[@]}"; do
         [[ -z $note ]] || echo "run-all: $name: $note" >&2
 done
 
+images_wait     # a run of unit tests alone still ends with the images built (or says why not)
 printf '\n===== summary =====\n'
 for e in "${SUMMARY[@]}"; do echo "$e"; done
 # Stop services before the final line so it stays the very last one.

@@ -10,9 +10,9 @@
 #     orphan_reaping_leaves     two controlds on one engine: here each gets its own stand-in
 #     docker_outage             a Docker outage is not a Nomad outage
 #   test-snapshots
-#     automatic_schedule_and_retention, automatic_snapshots_expire_by_age
+#     automatic_snapshots_kept_by_count_and_by_age
 #                                 the schedule and the retention are controld's (a cron tick and
-#                                 the store), the same for both drivers, and each waits for the
+#                                 the store), the same for both drivers, and it waits for the
 #                                 clock's minutes (2 to 3 of them); the Nomad path of a snapshot
 #                                 (commit by the task's container name, restore by a job) is in
 #                                 every other test of the suite
@@ -27,7 +27,7 @@ suite=${name%-nomad}
 case $suite in
 test-controld) ex=orphan_reaping_leaves,docker_outage ;;
 test-runtime-stream) ex=stream_output_before_stdin_is_capped ;;
-test-snapshots) ex=automatic_schedule_and_retention,automatic_snapshots_expire_by_age ;;
+test-snapshots) ex=automatic_snapshots_kept_by_count_and_by_age ;;
 *) ex= ;;
 esac
 PADDOCK_DRIVER=nomad PADDOCK_NOMAD_RELAY=1 PADDOCK_TEST_EXCLUDE=${PADDOCK_TEST_EXCLUDE:+$PADDOCK_TEST_EXCLUDE,}$ex exec "$here/$suite" "$@"

@@ -12,6 +12,7 @@
  * container as Nomad's docker driver names it; a restore is a job whose docker task pulls
  * the snapshot image (the stand-in pulls it as Nomad does).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -758,74 +759,102 @@ static int snap_ids(struct ctld *c, const char *key, const char *status, char *o
         return n;
 }
 
-TEST_FULL(automatic_schedule_and_retention, 420) {
-        static struct ctld c;
-        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", "snapshot_max_count = 1\n", true, NULL);
+/* Count retention (plan "snap": snapshot_max_count = 1): every minute a ready automatic
+ * snapshot, and the next one replaces it, the older going with its image. */
+struct auto_flow {
+        struct ctld *c;
+        const char *key;
+};
+
+static void *count_retention(void *p) {
+        struct auto_flow *f = p;
+        struct ctld *c = f->c;
+        const char *key = f->key;
         char sb[25], first[512] = "", now[512];
-        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
+        HTTP_EXPECT_MSG(c, "POST", "/sandboxes", key,
                         "{\"snapshotMode\":\"automatic\",\"snapshotFrequency\":\"61 * * * *\"}", 400, "minute field");
-        ctld_create(&c, key,
+        ctld_create(c, key,
                     "{\"snapshotMode\":\"automatic\",\"snapshotFrequency\":\"* * * * *\",\"egress\":{\"mode\":\"deny_all\"}}",
                     sb);
         /* Every minute: a ready automatic snapshot within two minutes. */
-        for (int i = 0; i < 130 * 2 && snap_ids(&c, key, "ready", first, sizeof(first)) < 1; i++)
+        for (int i = 0; i < 130 * 2 && snap_ids(c, key, "ready", first, sizeof(first)) < 1; i++)
                 usleep(500000);
-        ASSERT_EQ(snap_ids(&c, key, "ready", first, sizeof(first)), 1);
+        ASSERT_EQ(snap_ids(c, key, "ready", first, sizeof(first)), 1);
         ASSERT_EQ(manifest_status(first), 200);
         /* The next one replaces it: the plan keeps one, the older goes with its image. */
         bool replaced = false;
         for (int i = 0; i < 130 * 2 && !replaced; i++) {
-                replaced = snap_ids(&c, key, "ready", now, sizeof(now)) == 1 && strcmp(now, first) != 0;
+                replaced = snap_ids(c, key, "ready", now, sizeof(now)) == 1 && strcmp(now, first) != 0;
                 if (!replaced)
                         usleep(500000);
         }
         ASSERT_TRUE(replaced);
         ASSERT_EQ(manifest_status(first), 404);
-        ASSERT_TRUE(snap_find(&c, key, first) == NULL);
+        ASSERT_TRUE(snap_find(c, key, first) == NULL);
         /* Stop the schedule before deleting what is left. */
-        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
-        char all[1024];
-        for (int i = 0; i < 120 && snap_ids(&c, key, "creating", all, sizeof(all)) > 0; i++)
+        DELETE_EXPECT(c, key, "/sandboxes/%s", sb, 204);
+        char all[1024], *save = NULL;
+        for (int i = 0; i < 120 && snap_ids(c, key, "creating", all, sizeof(all)) > 0; i++)
                 usleep(500000);
-        snap_ids(&c, key, "ready", all, sizeof(all));
-        for (char *p = strtok(all, ","); p; p = strtok(NULL, ","))
-                DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", p, 204);
+        snap_ids(c, key, "ready", all, sizeof(all));
+        for (char *q = strtok_r(all, ",", &save); q; q = strtok_r(NULL, ",", &save))
+                DELETE_EXPECT(c, key, "/sandboxes/snapshots/%s", q, 204);
+        return NULL;
 }
 
-/* Age retention: an automatic snapshot older than the plan's snapshot_max_age goes with its
- * image, even when the count is under the cap and its sandbox is gone; a manual one stays. */
-TEST_FULL(automatic_snapshots_expire_by_age_after_destroy, 420) {
-        static struct ctld c;
-        _cleanup_free_ char *key =
-                setup(&c, SHARED_REGISTRY, "120s", "snapshot_max_count = 10\nsnapshot_max_age = 1m\n", true, NULL);
+/* Age retention (plan "snap-age": snapshot_max_age = 1m): an automatic snapshot older than that
+ * goes with its image, even when the count is under the cap and its sandbox is gone; a manual
+ * one stays. */
+static void *age_retention(void *p) {
+        struct auto_flow *f = p;
+        struct ctld *c = f->c;
+        const char *key = f->key;
         char sb[25], autoid[512] = "", manual[25];
-        ctld_create(&c, key,
+        ctld_create(c, key,
                     "{\"snapshotMode\":\"automatic\",\"snapshotFrequency\":\"* * * * *\",\"egress\":{\"mode\":\"deny_all\"}}",
                     sb);
-        snap_post(&c, key, sb, "kept-by-hand", manual);
-        cJSON *m = snap_wait(&c, key, manual, 120);
+        snap_post(c, key, sb, "kept-by-hand", manual);
+        cJSON *m = snap_wait(c, key, manual, 120);
         ASSERT_STREQ(jstr(m, "status"), "ready");
         cJSON_Delete(m);
         /* The first automatic one (the manual one is ready too: two ready, one automatic). */
-        for (int i = 0; i < 130 * 2 && snap_ids(&c, key, "ready", autoid, sizeof(autoid)) < 2; i++)
+        for (int i = 0; i < 130 * 2 && snap_ids(c, key, "ready", autoid, sizeof(autoid)) < 2; i++)
                 usleep(500000);
-        ASSERT_EQ(snap_ids(&c, key, "ready", autoid, sizeof(autoid)), 2);
+        ASSERT_EQ(snap_ids(c, key, "ready", autoid, sizeof(autoid)), 2);
         /* Stop the schedule: retention must act on a destroyed sandbox's snapshots too. */
-        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
-        char all[1024];
-        for (int i = 0; i < 120 && snap_ids(&c, key, "creating", all, sizeof(all)) > 0; i++)
+        DELETE_EXPECT(c, key, "/sandboxes/%s", sb, 204);
+        char all[1024], *save = NULL;
+        for (int i = 0; i < 120 && snap_ids(c, key, "creating", all, sizeof(all)) > 0; i++)
                 usleep(500000);
         /* Every automatic one (ready now) expires within a minute of its creation. */
         int n = 0;
-        for (int i = 0; i < 100 * 2 && (n = snap_ids(&c, key, "ready", all, sizeof(all))) > 1; i++)
+        for (int i = 0; i < 100 * 2 && (n = snap_ids(c, key, "ready", all, sizeof(all))) > 1; i++)
                 usleep(500000);
         ASSERT_EQ(n, 1);
         ASSERT_STREQ(all, manual);
         ASSERT_EQ(manifest_status(manual), 200);
-        for (char *p = strtok(autoid, ","); p; p = strtok(NULL, ","))
-                if (strcmp(p, manual) != 0)
-                        ASSERT_EQ(manifest_status(p), 404);
-        DELETE_EXPECT(&c, key, "/sandboxes/snapshots/%s", manual, 204);
+        for (char *q = strtok_r(autoid, ",", &save); q; q = strtok_r(NULL, ",", &save))
+                if (strcmp(q, manual) != 0)
+                        ASSERT_EQ(manifest_status(q), 404);
+        DELETE_EXPECT(c, key, "/sandboxes/snapshots/%s", manual, 204);
+        return NULL;
+}
+
+/* Both retentions of automatic snapshots, side by side: each waits on the minute schedule, so
+ * they share the wait (two accounts on two plans of one controld). */
+TEST_FULL(automatic_snapshots_kept_by_count_and_by_age, 480) {
+        static struct ctld c;
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s",
+                                         "snapshot_max_count = 1\n"
+                                         "[plan \"snap-age\"]\nmax_concurrent = 10\nregions = local\nmax_cpu = 1000\n"
+                                         "max_memory = 1024\nmax_disk = 5\nsnapshot_max_count = 10\nsnapshot_max_age = 1m\n",
+                                         true, NULL);
+        _cleanup_free_ char *age_key = ctld_account_key(&c, "age", "snap-age", NULL);
+        struct auto_flow count = { &c, key }, age = { &c, age_key };
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, age_retention, &age), 0);
+        count_retention(&count);
+        ASSERT_EQ(pthread_join(t, NULL), 0);
 }
 
 /* E2B's pause (issue 21) keeps the filesystem through a snapshot: a file written through envd
