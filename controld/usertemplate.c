@@ -163,6 +163,7 @@ static int build_req_parse(const struct config *cfg, const char *body, size_t le
                         struct ctx_file *cf = &b.files[i];
                         cf->path = xstrdup(path);
                         cf->mode = -1;
+                        b.n_files = (size_t) i + 1;     /* owned by b from here, whatever follows */
                         if (e && !strcmp(e, "base64")) {
                                 if (base64_decode(content, strlen(content), &cf->data, &cf->len) < 0)
                                         return snprintf(msg, msglen, "files[%d].content: not valid base64", i), -EINVAL;
@@ -177,7 +178,7 @@ static int build_req_parse(const struct config *cfg, const char *body, size_t le
                                         return snprintf(msg, msglen, "files[%d].mode: a permission number 0 to 511 (0777)", i), -EINVAL;
                                 cf->mode = mode->valueint;
                         }
-                        b.n_files = (size_t) ++i;
+                        i++;
                         total += cf->len;
                         if (total > cfg->utpl_max_context)
                                 return snprintf(msg, msglen, "files: the build context is over its limit of %llu bytes",
@@ -735,7 +736,9 @@ enum MHD_Result utpl_post(struct req *r) {
         snprintf(j->account_id, sizeof(j->account_id), "%s", t.account_id);
         j->req = q;
         q = (struct build_req) { 0 };
+        struct build_req owned = j->req;        /* ctl_spawn_job frees j alone when it fails */
         if (ctl_spawn_job(r->c, build_job, j) < 0) {
+                build_req_clear(&owned);
                 atomic_fetch_sub(&builds_running, 1);
                 (void) store_utpl_delete(r->c->store, t.id);
                 return respond_errno_msg(r, -EAGAIN, "controld is stopping; try again");
