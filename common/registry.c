@@ -45,31 +45,17 @@ static bool path_ok(const char *s) {
         return true;
 }
 
+static int call_url(const struct registry *r, const char *method, const char *url, const char *header, const char *ctype,
+                    const void *body, size_t len, long timeout_ms, struct httpc_resp *ret);
+
+/* A manifest call: repo's manifest ref (a tag or a digest). */
 static int call(const struct registry *r, const char *method, const char *repo, const char *ref,
                 struct httpc_resp *ret) {
         if (!path_ok(repo) || !path_ok(ref) || strchr(ref, '/'))
                 return -EINVAL;
         _cleanup_free_ char *base = base_url(r);
         _cleanup_free_ char *url = xasprintf("%s/v2/%s/manifests/%s", base, repo, ref);
-        _cleanup_free_ char *auth = NULL;
-        const char *hdrs[3] = { MANIFEST_ACCEPT, NULL, NULL };
-        if (r->username && *r->username) {
-                _cleanup_free_ char *up = xasprintf("%s:%s", r->username, r->password ? r->password : "");
-                _cleanup_free_ char *b = base64_encode(up, strlen(up), NULL);
-                auth = xasprintf("Authorization: Basic %s", b);
-                hdrs[1] = auth;
-        }
-        struct httpc_req req = {
-                .method = method,
-                .url = url,
-                .headers = hdrs,
-                .timeout_ms = REGISTRY_TIMEOUT_MS,
-                .max_response = 4 << 20,
-        };
-        int k = httpc_do(&req, ret);
-        if (k < 0)
-                log_debug("registry: %s %s: %s", method, url, strerror(-k));
-        return k;
+        return call_url(r, method, url, MANIFEST_ACCEPT, NULL, NULL, 0, 0, ret);
 }
 
 static int map_status(long s) {
@@ -147,7 +133,7 @@ static int call_url(const struct registry *r, const char *method, const char *ur
                 .body_len = len,
                 .content_type = body ? ctype : NULL,
                 .timeout_ms = timeout_ms > 0 ? timeout_ms : REGISTRY_TIMEOUT_MS,
-                .max_response = 1 << 20,
+                .max_response = 4 << 20,
         };
         int k = httpc_do(&req, ret);
         if (k < 0)
