@@ -97,6 +97,20 @@ TEST(template_config_contents_start_and_refusals) {
                      "0123456789012345678901234567890123456789012345678901234567890123456789\n", "language");
 }
 
+/* Names of the templates users build: what a registry repository and a create accept. */
+TEST(user_template_names) {
+        const char *good[] = { "a", "hello", "my-tools", "0", "a1-b2-c3", "abcdefghijabcdefghijabcdefghijabcdefghij" };
+        const char *bad[] = { "", "-a", "a-", "Hello", "a_b", "a.b", "a/b", "../x", "a b",
+                              "abcdefghijabcdefghijabcdefghijabcdefghijk" };
+        for (size_t i = 0; i < ELEMENTSOF(good); i++)
+                if (!utpl_name_ok(good[i]))
+                        test_fail(__FILE__, __LINE__, "'%s' should be a valid name", good[i]);
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                if (utpl_name_ok(bad[i]))
+                        test_fail(__FILE__, __LINE__, "'%s' should be refused", bad[i]);
+        ASSERT_FALSE(utpl_name_ok(NULL));
+}
+
 /* What pool_match says of body (a POST /sandboxes body) against the pools of conf. */
 static const struct pool_conf *match(struct ctl *c, const char *body, enum pool_miss *miss) {
         struct pj_sandbox_create in = { 0 };
