@@ -497,7 +497,7 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
                 goto fail;
         S("templates", "builder", "docker", 64, utpl_builder);
         S("templates", "repository", "paddock/templates", 200, utpl_repository);
-        D("templates", "build_timeout", 600, 30, 3 * 3600, utpl_build_timeout_s);
+        D("templates", "build_timeout", 600, 5, 3 * 3600, utpl_build_timeout_s);
         Z("templates", "max_context", 6 * MIB, 1 * KIB, 256 * MIB, utpl_max_context);
         Z("templates", "max_image", 2 * GIB, 1 * MIB, 64 * GIB, utpl_max_image);
         I("templates", "max_per_account", 10, 0, 1000, utpl_max_per_account);

@@ -563,3 +563,52 @@ TEST_FULL(a_user_builds_a_template_only_their_account_uses, 600) {
         hres_done(&r);
         ctld_stop(&c);
 }
+
+/* A build past [templates] build_timeout fails saying so, and its sandbox goes. */
+TEST_FULL(a_build_past_its_time_limit_fails_and_leaves_nothing, 300) {
+        need_docker();
+        const char *image = env_or("PADDOCK_DOCKER_IMAGE", "paddock/docker:local");
+        need_image(image);
+        char tconf[768];
+        snprintf(tconf, sizeof(tconf), "[template \"docker\"]\nimage = %s\nmemory = 1024\n" DOCKER_TEMPLATE_CONF
+                 "[templates]\nbuild_timeout = 5s\nrepository = paddock/tt-%d\n", image, (int) getpid());
+        struct ctld c;
+        ctld_start(&c, NULL, tconf);
+        _cleanup_free_ char *key = ctld_account_key(&c, "slow", NULL, NULL);
+        int before = host_containers();
+        /* Starting the build sandbox (dockerd) and forty layers take well over five seconds. */
+        struct strbuf df = STRBUF_INIT(0);
+        strbuf_printf(&df, "FROM scratch\n");
+        for (int i = 0; i < 40; i++)
+                strbuf_printf(&df, "COPY f /f%d\n", i);
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", "slow");
+        cJSON_AddStringToObject(o, "dockerfile", df.buf);
+        cJSON *fs = cJSON_AddArrayToObject(o, "files"), *one = cJSON_CreateObject();
+        cJSON_AddStringToObject(one, "path", "f");
+        cJSON_AddStringToObject(one, "content", "data\n");
+        cJSON_AddItemToArray(fs, one);
+        strbuf_done(&df);
+        _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
+        struct hres r;
+        http_req(&c, "POST", "/templates", key, body, &r);
+        ASSERT_EQ(r.status, 202);
+        hres_done(&r);
+        for (int i = 0;; i++) {
+                http_req(&c, "GET", "/templates/slow", key, NULL, &r);
+                ASSERT_EQ(r.status, 200);
+                if (strcmp(hres_data_str(&r, "status"), "building")) {
+                        ASSERT_STREQ(hres_data_str(&r, "status"), "failed");
+                        ASSERT_CONTAINS(hres_data_str(&r, "error"), "the build took longer than 5s ([templates] build_timeout)");
+                        hres_done(&r);
+                        break;
+                }
+                hres_done(&r);
+                ASSERT_TRUE(i < 240);
+                usleep(500 * 1000);
+        }
+        for (int i = 0; i < 300 && host_containers() != before; i++)
+                usleep(100 * 1000);
+        ASSERT_EQ(host_containers(), before);
+        ctld_stop(&c);
+}
