@@ -335,6 +335,10 @@ TEST_FULL(docker_builds_and_runs_inside_the_sandbox, 300) {
         _cleanup_free_ char *images = sandbox_sh(&c, key, id, "docker images --format '{{.Repository}}:{{.Tag}}' | sort");
         ASSERT_STREQ(images, "hello:1\npaddock/busybox:local\n");
 
+        /* Inner images and containers live within the sandbox's disk cap (specs.disk = 2 GB). */
+        _cleanup_free_ char *cap = sandbox_sh(&c, key, id, "df -k --output=size /var/lib/docker | tail -n1 | tr -d ' '");
+        ASSERT_STREQ(cap, "2097152\n");
+
         /* None of it on the host: one container (the sandbox), no hello image. */
         ASSERT_EQ(host_containers(), before + 1);
         char *inspect[] = { "docker", "image", "inspect", "hello:1", NULL };
