@@ -9,6 +9,7 @@
 #include "cleanup.h"
 #include "httpc.h"
 #include "log.h"
+#include "docker.h"
 #include "registry.h"
 #include "strutil.h"
 
@@ -141,17 +142,8 @@ static int call_url(const struct registry *r, const char *method, const char *ur
         return k;
 }
 
-static bool digest_ok(const char *d) {
-        if (!d || !startswith(d, "sha256:") || strlen(d) != 71)
-                return false;
-        for (const char *p = d + 7; *p; p++)
-                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-                        return false;
-        return true;
-}
-
 int registry_blob_exists(const struct registry *r, const char *repo, const char *digest) {
-        if (!path_ok(repo) || !digest_ok(digest))
+        if (!path_ok(repo) || !docker_valid_digest(digest))
                 return -EINVAL;
         _cleanup_free_ char *base = base_url(r);
         _cleanup_free_ char *url = xasprintf("%s/v2/%s/blobs/%s", base, repo, digest);
@@ -166,7 +158,7 @@ int registry_blob_exists(const struct registry *r, const char *repo, const char 
 
 int registry_blob_upload(const struct registry *r, const char *repo, const char *digest, const void *data, size_t len,
                          long timeout_ms) {
-        if (!path_ok(repo) || !digest_ok(digest))
+        if (!path_ok(repo) || !docker_valid_digest(digest))
                 return -EINVAL;
         _cleanup_free_ char *base = base_url(r);
         _cleanup_free_ char *url = xasprintf("%s/v2/%s/blobs/uploads/", base, repo);

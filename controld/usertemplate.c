@@ -271,7 +271,7 @@ static int run_in_builder(struct build *b, const char *const *argv, bool to_log,
                 return r;
         if ((r = runtime_load_ready(b->c, &b->acc, b->builder, &sb, &e)) < 0)
                 return snprintf(b->why, sizeof(b->why), "%s: the build sandbox is gone: %s", what, e.message), -EIO;
-        struct runtime_cmd cmd = { .argv = argv, .cwd = CTX_DIR, .timeout_s = remaining_s(b) };
+        struct runtime_cmd cmd = { .argv = argv, .timeout_s = remaining_s(b) };
         struct runtime_run *x = NULL;
         if ((r = runtime_start(b->c, &sb, &cmd, NULL, NULL, &x, &e)) < 0)
                 return snprintf(b->why, sizeof(b->why), "%s: %s", what, e.message), -EIO;
@@ -422,6 +422,15 @@ static void repo_of(const struct config *cfg, const char *account_id, const char
         snprintf(out, n, "%s/%s-%s", cfg->utpl_repository, account_id, name);
 }
 
+/* Deletes t's manifest (image "<registry>/<repo>@<digest>") from the registry. */
+static int drop_manifest(const struct config *cfg, const struct user_template *t) {
+        const char *at = t->image ? strchr(t->image, '@') : NULL;
+        char repo[300];
+        struct registry reg = config_snapshot_registry(cfg);
+        repo_of(cfg, t->account_id, t->name, repo, sizeof(repo));
+        return at ? registry_manifest_delete(&reg, repo, at + 1) : -EINVAL;
+}
+
 /* An image path from docker save's manifest.json: relative, no '..', a bounded set of bytes. */
 static bool saved_path_ok(const char *p) {
         if (!p || !*p || strlen(p) > 200 || p[0] == '/' || strstr(p, ".."))
@@ -546,7 +555,6 @@ static int push_image(struct build *b) {
 }
 
 static int build_steps(struct build *b, struct build_req *q) {
-        const struct config *cfg = b->c->cfg;
         int r;
         /* The context: its directories, then each file, then the modes asked for. */
         _cleanup_strv_free_ char **mk = xnew0(char *, q->n_files + 5);
@@ -561,23 +569,6 @@ static int build_steps(struct build *b, struct build_req *q) {
                         mk[n++] = xasprintf(CTX_DIR "/%.*s", (int) (slash - q->files[i].path), q->files[i].path);
         }
         mk[n] = NULL;
-        /* mkdir runs with cwd CTX_DIR, which does not exist yet: from / first. */
-        {
-                const char *const root_mk[] = { "mkdir", "-p", "--", CTX_DIR, NULL };
-                _cleanup_sandbox_ struct sandbox sb = { 0 };
-                struct api_error e = { 0 };
-                struct runtime_cmd cmd = { .argv = root_mk, .timeout_s = 30 };
-                struct runtime_run *x = NULL;
-                struct exec_result res = { 0 };
-                if ((r = runtime_load_ready(b->c, &b->acc, b->builder, &sb, &e)) < 0 ||
-                    (r = runtime_start(b->c, &sb, &cmd, NULL, NULL, &x, &e)) < 0 || (r = runtime_wait(x, &res, &e)) < 0 ||
-                    res.exit_code != 0) {
-                        runtime_free(x);
-                        return snprintf(b->why, sizeof(b->why), "preparing the build sandbox: %s",
-                                        e.message[0] ? e.message : "mkdir failed"), -EIO;
-                }
-                runtime_free(x);
-        }
         if ((r = run_in_builder(b, (const char *const *) mk, false, "making the context's directories")) < 0)
                 return r;
         if ((r = put_in_builder(b, CTX_DIR "/Dockerfile", q->dockerfile, strlen(q->dockerfile))) < 0)
@@ -596,7 +587,7 @@ static int build_steps(struct build *b, struct build_req *q) {
                 }
         }
         /* The build itself, on the sandbox's network (the guide's way under gVisor). */
-        const char *const build[] = { "docker", "build", "--network=host", "-t", LOCAL_TAG, ".", NULL };
+        const char *const build[] = { "docker", "build", "--network=host", "-t", LOCAL_TAG, CTX_DIR, NULL };
         if ((r = run_in_builder(b, build, true, "docker build")) < 0)
                 return r;
         const char *const save[] = { "docker", "save", "-o", BUILD_DIR "/image.tar", LOCAL_TAG, NULL };
@@ -607,7 +598,6 @@ static int build_steps(struct build *b, struct build_req *q) {
             (r = run_in_builder(b, untar, false, "unpacking the saved image")) < 0 ||
             (r = run_in_builder(b, rm, false, "rm")) < 0)
                 return r;
-        (void) cfg;
         return push_image(b);
 }
 
@@ -678,13 +668,8 @@ done:
         free(b.row.log);
         b.row.log = xstrdup(b.log.buf ? b.log.buf : "");
         b.row.finished_at = now_ms();
-        if (store_utpl_update(c->store, &b.row) == -ENOENT && b.row.image) {
-                /* Deleted while it was being pushed: the registry keeps nothing of it. */
-                char repo[300];
-                struct registry reg = config_snapshot_registry(c->cfg);
-                repo_of(c->cfg, b.row.account_id, b.row.name, repo, sizeof(repo));
-                (void) registry_manifest_delete(&reg, repo, strchr(b.row.image, '@') + 1);
-        }
+        if (store_utpl_update(c->store, &b.row) == -ENOENT && b.row.image)
+                (void) drop_manifest(c->cfg, &b.row);   /* deleted while it was being pushed */
         atomic_fetch_sub(&builds_running, 1);
         user_template_clear(&b.row);
         account_clear(&b.acc);
@@ -785,11 +770,7 @@ enum MHD_Result utpl_delete(struct req *r) {
         if (store_utpl_delete(r->c->store, t.id) < 0)
                 return respond_error(r, 404, "Template not found");
         if (t.image) {
-                const char *at = strchr(t.image, '@');
-                char repo[300];
-                repo_of(r->c->cfg, t.account_id, t.name, repo, sizeof(repo));
-                struct registry reg = config_snapshot_registry(r->c->cfg);
-                int k = at ? registry_manifest_delete(&reg, repo, at + 1) : -EINVAL;
+                int k = drop_manifest(r->c->cfg, &t);
                 if (k < 0)
                         log_warning("template %s: the registry kept its image %s: %s", t.name, t.image, strerror(-k));
                 if (r->c->drv->ops->image_remove)

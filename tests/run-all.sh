@@ -35,6 +35,7 @@ tests/env/services.sh start --record "$RECORD"
 # the programs that need no image run: the unit tests and those in NO_IMAGES. Every other
 # program waits for it.
 NO_IMAGES=" test-fuzz "
+needs_images() { [[ $1 != */tests/unit/* && $NO_IMAGES != *" $(basename "$1") "* ]]; }
 IMAGES_LOG=$(mktemp "${TMPDIR:-/tmp}/paddock-images.XXXXXX")
 tests/env/images.sh >"$IMAGES_LOG" 2>&1 &
 IMAGES_PID=$!
@@ -65,7 +66,7 @@ done
 # The programs that need no image first, so they overlap the image build.
 early=() late=()
 for f in "${progs[@]}"; do
-        if [[ $f == */tests/unit/* || $NO_IMAGES == *" $(basename "$f") "* ]]; then early+=("$f"); else late+=("$f"); fi
+        if needs_images "$f"; then late+=("$f"); else early+=("$f"); fi
 done
 progs=("${early[@]}" "${late[@]}")
 ((${#progs[@]})) || echo "run-all: warning: no test programs under $PADDOCK_BUILD/tests/{unit,integration}" >&2
@@ -75,7 +76,7 @@ SUMMARY=()
 OUT=$(mktemp "${TMPDIR:-/tmp}/paddock-test-out.XXXXXX")
 trap 'rm -f "$OUT"; finish' EXIT
 for prog in "${progs[@]}"; do
-        [[ $prog == */tests/unit/* || $NO_IMAGES == *" $(basename "$prog") "* ]] || images_wait
+        ! needs_images "$prog" || images_wait
         name=${prog#"$PADDOCK_BUILD"/tests/}
         penv=("PADDOCK_BUILD=$PADDOCK_BUILD")
         if [[ -n ${PADDOCK_SAN_BUILD:-} && $prog == "$PADDOCK_SAN_BUILD"/tests/* ]]; then
