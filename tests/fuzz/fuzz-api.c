@@ -63,7 +63,7 @@ static void check_env(char **keys, char **values, size_t n) {
 #define RUN(type, parse, done, check)                                                   \
         do {                                                                            \
                 struct type v, pristine;                                                \
-                struct pj_error e;                                                      \
+                struct pj_error e = { 0 }; /* not a previous RUN's message */           \
                 memset(&v, 0xa5, sizeof(v));                                            \
                 memset(&pristine, 0xa5, sizeof(pristine));                              \
                 int r = parse;                                                          \

@@ -216,6 +216,7 @@ TEST(handler_replies_for_every_input) {
         _cleanup_free_ char *c = agent_handle(&cfg, "", 0);
         ASSERT_CONTAINS(c, "\"ok\":false");
         char junk[256];
+        srandom(test_seed(1)); /* 1: glibc's own default, the inputs this test always had */
         for (int i = 0; i < 2000; i++) {
                 for (size_t k = 0; k < sizeof(junk); k++)
                         junk[k] = (char) (random() & 0xff);

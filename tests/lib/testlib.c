@@ -319,6 +319,15 @@ int test_main(int argc, char **argv) {
 /* Test programs are plain lists of TEST()s; main lives here. */
 int main(int argc, char **argv) { return test_main(argc, argv); }
 
+unsigned test_seed(unsigned dflt) {
+        const char *v = getenv("PADDOCK_TEST_SEED");
+        int64_t n = dflt;
+        if (v && *v && (safe_atoi64(v, &n) < 0 || n < 0 || n > UINT32_MAX))
+                test_fail(__FILE__, __LINE__, "PADDOCK_TEST_SEED=%s is not a number from 0 to %u", v, UINT32_MAX);
+        fprintf(stderr, "  seed %u (PADDOCK_TEST_SEED=%u replays it)\n", (unsigned) n, (unsigned) n);
+        return (unsigned) n;
+}
+
 char *test_random_input(unsigned *seed, int max_len, bool any_byte, const char *alphabet, size_t *ret_len) {
         size_t len = (size_t) (rand_r(seed) % max_len), na = strlen(alphabet);
         char *b = xmalloc(len ? len : 1);

@@ -109,6 +109,12 @@ const char *test_tmpdir(void);
 int test_notify_socket(const char *path, int flags);
 /* SIGTERM to *pid and wait for it, then *pid = 0; nothing when *pid <= 0. */
 void test_stop_child(pid_t *pid);
+/* The seed of a test that draws random inputs: $PADDOCK_TEST_SEED when set, else dflt (a
+ * fixed number keeps a run like the last; time(NULL) gives new inputs each run). Says which on
+ * stderr ("  seed N (PADDOCK_TEST_SEED=N replays it)"), so whatever fails can be run again
+ * with the same inputs: PADDOCK_TEST_SEED=N build/tests/unit/test-x name. A bad value fails
+ * the test. */
+unsigned test_seed(unsigned dflt);
 /* A fuzz input: rand_r(seed) % max_len bytes in a fresh xmalloc'd buffer (length in *ret_len),
  * each any byte when any_byte, else one of alphabet's (a C string). */
 char *test_random_input(unsigned *seed, int max_len, bool any_byte, const char *alphabet, size_t *ret_len);

@@ -32,7 +32,8 @@
  * Environment: SOAK_SECONDS, SOAK_CLIENTS, SOAK_RSS_SLACK_MB (default 48: how far above
  * its start RSS may settle), SOAK_SERVER_EXTRA ([server] keys for the controld config),
  * SOAK_NO_AMPLIFICATION=1 (leave out the many-tiny-JSON-values bodies, to tell their
- * memory cost apart from the rest). */
+ * memory cost apart from the rest), PADDOCK_TEST_SEED (the clients' random bodies and files;
+ * default 1, printed). */
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
@@ -788,11 +789,12 @@ TEST_FULL(soak, 1200) {
                n_clients, soak_seconds);
 
         struct client *cl = xnew0(struct client, (size_t) n_clients);
+        unsigned seed = test_seed(1); /* 1: the bodies and files this run always had */
         for (int i = 0; i < n_clients; i++) {
                 char name[32];
                 snprintf(name, sizeof(name), "soak-%d", i);
                 cl[i].n = i;
-                cl[i].seed = (unsigned) i * 7919u + 1;
+                cl[i].seed = (unsigned) i * 7919u + seed;
                 _cleanup_free_ char *k = ctld_account_key(&ctl, name, "soak", NULL);
                 snprintf(cl[i].key, sizeof(cl[i].key), "%s", k);
                 if (i % 2 == 0) {  /* half the clients also cycle a persistent volume */
@@ -1144,9 +1146,10 @@ TEST_FULL(load, 1200) {
                 ctld_create(&ctl, keys[i / 10], "{\"template\":\"python-3.11\",\"specs\":{\"memory\":512}}", sbs[i]);
         }
         struct loader *ls = xnew0(struct loader, (size_t) n_load);
+        unsigned seed = test_seed(1); /* 1: the files and order this run always had */
         for (int i = 0; i < n_load; i++) {
                 ls[i].n = i;
-                ls[i].seed = (unsigned) i * 2654435761u + 1;
+                ls[i].seed = (unsigned) i * 2654435761u + seed;
                 snprintf(ls[i].key, sizeof(ls[i].key), "%s", keys[(i % n_sbx) / 10]);
                 snprintf(ls[i].sb, sizeof(ls[i].sb), "%s", sbs[i % n_sbx]);
         }

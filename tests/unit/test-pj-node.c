@@ -143,6 +143,7 @@ TEST(replies_round_trip_and_random_bytes_never_crash) {
         ASSERT_STREQ(back.node_id, "n1");
         ASSERT_EQ(pj_node_reply_parse("{\"ok\":\"yes\"}", 12, &back, &e), -EINVAL);
         char junk[300];
+        srandom(test_seed(1)); /* 1: glibc's own default, the inputs this test always had */
         for (int i = 0; i < 5000; i++) {
                 size_t n = (size_t) (random() % sizeof(junk));
                 for (size_t k = 0; k < n; k++)

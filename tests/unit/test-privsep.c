@@ -142,7 +142,7 @@ TEST(remove_fields_are_checked) {
 
 TEST(random_bytes_are_never_acted_on) {
         _cleanup_free_ uint8_t *buf = xmalloc(sizeof(struct ps_egress_apply));
-        unsigned seed = 12345;
+        unsigned seed = test_seed(12345);
         for (int i = 0; i < 5000; i++) {
                 size_t len = (size_t) rand_r(&seed) % (sizeof(struct ps_egress_apply) + 1);
                 for (size_t k = 0; k < len; k++)
