@@ -143,15 +143,22 @@ $(BUILD)/npm-test/terminal.mjs: tests/browser/terminal.mjs
 $(BUILD)/npm-test/node_modules/puppeteer-core/package.json:
 	@mkdir -p $(BUILD)/npm-test
 	cd $(BUILD)/npm-test && PUPPETEER_SKIP_DOWNLOAD=1 npm install --no-audit --no-fund --no-save --prefix . puppeteer-core@24.43.1 >/dev/null
-# E2B's own SDK (npm `e2b`, pinned) for test-e2b, in a folder of its own beside the script.
-E2B_SDK := e2b@2.45.0
+# E2B's own SDK (npm `e2b`, pinned) for test-e2b, each version in a folder of its own beside the
+# script: the oldest we support (E2B_SDK_OLD, create on /sandboxes) and the current one
+# (E2B_SDK, create and connect on /v2/sandboxes). make bench's header says when npm has a newer.
+E2B_SDK_OLD := e2b@2.45.0
+E2B_SDK := e2b@2.51.0
 tests: $(BUILD)/npm-e2b/node_modules/e2b/package.json $(BUILD)/npm-e2b/e2b-sdk.mjs
-$(BUILD)/npm-e2b/e2b-sdk.mjs: tests/e2b/sdk.mjs
+tests: $(BUILD)/npm-e2b-current/node_modules/e2b/package.json $(BUILD)/npm-e2b-current/e2b-sdk.mjs
+$(BUILD)/npm-e2b/e2b-sdk.mjs $(BUILD)/npm-e2b-current/e2b-sdk.mjs: tests/e2b/sdk.mjs
 	@mkdir -p $(dir $@)
 	cp $< $@
 $(BUILD)/npm-e2b/node_modules/e2b/package.json:
 	@mkdir -p $(BUILD)/npm-e2b
-	cd $(BUILD)/npm-e2b && npm install --no-audit --no-fund --no-save --prefix . $(E2B_SDK) >/dev/null
+	cd $(BUILD)/npm-e2b && npm install --no-audit --no-fund --no-save --prefix . $(E2B_SDK_OLD) >/dev/null
+$(BUILD)/npm-e2b-current/node_modules/e2b/package.json:
+	@mkdir -p $(BUILD)/npm-e2b-current
+	cd $(BUILD)/npm-e2b-current && npm install --no-audit --no-fund --no-save --prefix . $(E2B_SDK) >/dev/null
 tests: $(NOMAD_VARIANTS)
 tests: all $(UNIT_BINS) $(INTEG_BINS) $(FAKE_BINS) $(BENCH_BINS) $(BUILD)/tests/integration/test-fuzz $(BUILD)/tests/soak/soak \
 	$(BUILD)/tests/nomad/nomad-standin

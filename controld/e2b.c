@@ -59,11 +59,15 @@ const char *e2b_domain(void) {
         return E.domain;
 }
 
-/* The sandbox's E2B options (NULL members when it was made through the Brimble API). */
+/* Whether the sandbox's ports answer anyone who reaches the E2B listener: only when its owner
+ * said so, E2B's allowPublicTraffic at create (E2B's default there). A sandbox made through
+ * the Brimble API or claimed from a pool has no E2B options and is never public here; its ports
+ * need the traffic token (or a preview, on the preview listener). Unreadable options: private. */
 static bool opt_public(const struct sandbox *sb) {
-        _cleanup_(cJSON_Deletep) cJSON *o = sb->e2b ? cJSON_Parse(sb->e2b) : NULL;
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "public");
-        return !cJSON_IsFalse(p);
+        if (!sb->e2b)
+                return false;
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(sb->e2b);
+        return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "public"));
 }
 
 static const char *template_of(const struct sandbox *sb, char *buf, size_t n) {
@@ -199,7 +203,9 @@ static int wait_agent(struct ctl *c, const struct sandbox *sb, char *err, size_t
 
 /* ---- the control plane ---- */
 
-static enum MHD_Result post_sandboxes(struct req *r) {
+/* POST /sandboxes (NewSandbox, SDKs up to 2.45) and POST /v2/sandboxes (NewSandboxV2, from
+ * 2.51): one body, but v2 leaves the timeout to the server (300 s when absent). */
+static enum MHD_Result create_common(struct req *r, bool v2) {
         struct ctl *c = r->c;
         _cleanup_(pj_e2b_create_done) struct pj_e2b_create in = { 0 };
         _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create sc = { 0 };
@@ -210,6 +216,8 @@ static enum MHD_Result post_sandboxes(struct req *r) {
 
         if (pj_e2b_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return bad(r, &pe);
+        if (v2 && !in.timeout_set)
+                in.timeout_s = PJ_E2B_V2_DEFAULT_TIMEOUT_S;
         const char *tname = !strcmp(in.template_id, "base") ? c->cfg->e2b_base_template : in.template_id;
         if (!config_template(c->cfg, tname))
                 return respond_error(r, 400, "templateID: no template \"%s\" on this server (\"base\" is %s; GET "
@@ -248,6 +256,9 @@ static enum MHD_Result post_sandboxes(struct req *r) {
         return respond_json(r, 201, sandbox_json(c, &sb));
 }
 
+static enum MHD_Result post_sandboxes(struct req *r) { return create_common(r, false); }
+static enum MHD_Result post_sandboxes_v2(struct req *r) { return create_common(r, true); }
+
 static enum MHD_Result get_sandbox(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (load_live(r, &sb) < 0)
@@ -273,7 +284,9 @@ static int set_end(struct req *r, const struct sandbox *sb0, int64_t timeout_s, 
         struct plan pbuf;
         const struct plan *plan = config_account_plan(c->cfg, &r->acc, &pbuf);
         int64_t now = now_ms(), end = now + timeout_s * 1000, cap = sb0->created_at + plan->max_lifetime_s * 1000;
-        if (end > cap) {
+        if (end > cap && extend_only)
+                end = cap;   /* connect: as long as the plan lets it live (E2B's connect clamps too) */
+        else if (end > cap) {
                 respond_error(r, 400, "timeout: a sandbox lives at most %lld seconds on your plan; it can run until %lld s from now",
                               (long long) plan->max_lifetime_s, (long long) ((cap - now) / 1000));
                 return -EINVAL;
@@ -382,13 +395,15 @@ static bool ready_or_gone(const struct sandbox *sb, const void *ud) {
         return sb->status == SB_READY || !live(sb->status) || sb->status == SB_PAUSED;
 }
 
-static enum MHD_Result post_connect(struct req *r) {
+/* POST /sandboxes/{id}/connect (timeout required) and /v2/sandboxes/{id}/connect (any body,
+ * timeout 300 s when absent): 200 when it was running, 201 when it was paused and resumed. */
+static enum MHD_Result connect_common(struct req *r, bool v2) {
         struct ctl *c = r->c;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct pj_error pe = { 0 };
         struct api_error e = { 0 };
         int64_t t = 0;
-        if (pj_e2b_connect_parse(r->body.buf, r->body.len, &t, &pe) < 0)
+        if (pj_e2b_connect_parse(r->body.buf, r->body.len, v2, &t, &pe) < 0)
                 return bad(r, &pe);
         if (load_live(r, &sb) < 0)
                 return MHD_YES;
@@ -416,6 +431,9 @@ static enum MHD_Result post_connect(struct req *r) {
                 return MHD_YES;
         return respond_json(r, status, sandbox_json(c, &sb));
 }
+
+static enum MHD_Result post_connect(struct req *r) { return connect_common(r, false); }
+static enum MHD_Result post_connect_v2(struct req *r) { return connect_common(r, true); }
 
 static int cmp_created_asc(const void *a, const void *b) {
         const struct sandbox *x = a, *y = b;
@@ -590,6 +608,8 @@ static const struct route control_routes[] = {
         { "POST",   "/sandboxes/{id}/pause",         "e2b /sandboxes/{id}/pause",          SB,   true,  false, J, NULL, post_pause },
         { "POST",   "/sandboxes/{id}/connect",       "e2b /sandboxes/{id}/connect",        SB,   true,  false, J, NULL, post_connect },
         { "GET",    "/v2/sandboxes",                 "e2b /v2/sandboxes",                  NULL, true,  false, J, NULL, list_v2 },
+        { "POST",   "/v2/sandboxes",                 "e2b /v2/sandboxes",                  NULL, true,  false, J, NULL, post_sandboxes_v2 },
+        { "POST",   "/v2/sandboxes/{id}/connect",    "e2b /v2/sandboxes/{id}/connect",     SB,   true,  false, J, NULL, post_connect_v2 },
 };
 static const struct route misdirected_row = { "GET", "/", "e2b misdirected", NULL, false, false, J, NULL, misdirected };
 static const struct route bad_target_row = { "GET", "/", "e2b bad target", NULL, false, false, J, NULL, bad_target };

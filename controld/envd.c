@@ -1283,8 +1283,20 @@ static enum MHD_Result fs_remove_watcher(struct req *r) {
 
 /* ---- HTTP: /files, /health, /envs ---- */
 
+/* Liveness, as the SDKs' isRunning() reads it: 204 while the sandbox runs, 502 (E2B's proxy
+ * body: sandboxId, message, code) once it is paused, killed or was never there. It says no
+ * more than that, so it wants no token (E2B's proxy answers the same way). */
 static enum MHD_Result get_health(struct req *r) {
-        return respond_empty(r, 204);
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (r->m.id[0] && store_sandbox_get(r->c->store, r->m.id, &sb) == 0 && sb.status == SB_READY)
+                return respond_empty(r, 204);
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "sandboxId", r->m.id);
+        json_add_str(o, "message", sb.id[0] && sb.status != SB_DESTROYED && sb.status != SB_FAILED
+                                           ? "The sandbox is not running (paused, pausing or starting)"
+                                           : "The sandbox was not found");
+        json_add_int(o, "code", 502);
+        return respond_json(r, 502, o);
 }
 
 static enum MHD_Result get_envs(struct req *r) {

@@ -106,7 +106,7 @@ static bool all_traffic(const char *s, size_t n) {
 
 static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, bool *ret_deny_all, struct pj_error *err) {
         static const char *const fields[] = { "allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost", "egressProxy",
-                                              "rules" };
+                                              "rules", "httpsPorts" };
         char path[PJ_PATH_MAX], q[300], why[256];
         if (net->type != PJ_JSON_OBJECT)
                 return pj_error_set(err, "network", "network must be an object");
@@ -117,6 +117,10 @@ static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, boo
                 return pj_error_set(err, "network.maskRequestHost",
                                     "network.maskRequestHost is not supported on this server: requests reach the sandbox "
                                     "with Host localhost:<port>");
+        if (pj_json_member(net, "httpsPorts"))
+                return pj_error_set(err, "network.httpsPorts",
+                                    "network.httpsPorts is not supported on this server: a sandbox's ports are reached "
+                                    "over the listener's own TLS (or plain HTTP), as the sandbox serves them");
         if (pj_json_member(net, "egressProxy"))
                 return pj_error_set(err, "network.egressProxy", "network.egressProxy is not supported on this server");
         const struct pj_json *rules = pj_json_member(net, "rules");
@@ -193,7 +197,7 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
             strspn(t->str, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/:-") != t->str_len)
                 return pj_error_set(err, "templateID", "templateID must be 1..128 characters of [A-Za-z0-9._/:-]");
         c.template_id = xstrndup(t->str, t->str_len);
-        if ((r = int_member(root, "timeout", 0, PJ_E2B_MAX_TIMEOUT_S, NULL, &c.timeout_s, err)) < 0)
+        if ((r = int_member(root, "timeout", 0, PJ_E2B_MAX_TIMEOUT_S, &c.timeout_set, &c.timeout_s, err)) < 0)
                 return r;
         bool v = false, has = false;
         if ((r = pj_get_bool(root, "", "autoPause", &has, &v, err)) < 0)
@@ -260,10 +264,10 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
 
 /* {"timeout": N} and, for connect, "memory" (only false: a paused sandbox resumes from its
  * filesystem). */
-static int timeout_body(const char *body, size_t len, bool connect, int64_t *ret_timeout_s, struct pj_error *err) {
+static int timeout_body(const char *body, size_t len, bool connect, bool v2, int64_t *ret_timeout_s, struct pj_error *err) {
         static const char *const fields[] = { "timeout", "memory" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        int r = pj_json_parse_object(body, len, false, &root, err);
+        int r = pj_json_parse_object(body, len, v2, &root, err);
         if (r < 0)
                 return r;
         if ((r = pj_check_fields(root, "", fields, connect ? 2 : 1, err)) < 0)
@@ -278,17 +282,19 @@ static int timeout_body(const char *body, size_t len, bool connect, int64_t *ret
         has = false;
         if ((r = int_member(root, "timeout", 0, PJ_E2B_MAX_TIMEOUT_S, &has, ret_timeout_s, err)) < 0)
                 return r;
-        if (!has)
+        if (!has && v2)
+                *ret_timeout_s = PJ_E2B_V2_DEFAULT_TIMEOUT_S;
+        else if (!has)
                 return pj_error_set(err, "timeout", "timeout is required: seconds from now");
         return 0;
 }
 
 int pj_e2b_timeout_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err) {
-        return timeout_body(body, len, false, ret_timeout_s, err);
+        return timeout_body(body, len, false, false, ret_timeout_s, err);
 }
 
-int pj_e2b_connect_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err) {
-        return timeout_body(body, len, true, ret_timeout_s, err);
+int pj_e2b_connect_parse(const char *body, size_t len, bool v2, int64_t *ret_timeout_s, struct pj_error *err) {
+        return timeout_body(body, len, true, v2, ret_timeout_s, err);
 }
 
 int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct pj_error *err) {

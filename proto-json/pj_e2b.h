@@ -20,6 +20,9 @@
  * (stdin, default user, closeStdin, octet-stream uploads, recursive watches). */
 #define PJ_E2B_ENVD_VERSION "0.5.7"
 #define PJ_E2B_ENVD_PORT 49983
+/* The server's default for NewSandboxV2.timeout and ConnectSandboxV2.timeout (POST
+ * /v2/sandboxes, /v2/sandboxes/{id}/connect): SDKs from 2.51 send none unless asked. */
+#define PJ_E2B_V2_DEFAULT_TIMEOUT_S 300
 /* The SDK's own default for NewSandbox.timeout when absent (seconds). */
 #define PJ_E2B_DEFAULT_TIMEOUT_S 15
 #define PJ_E2B_MAX_TIMEOUT_S (30 * 24 * 3600)
@@ -42,6 +45,7 @@
 struct pj_e2b_create {
         char *template_id;               /* required, 1..128 of [A-Za-z0-9._/:-] */
         int64_t timeout_s;               /* default PJ_E2B_DEFAULT_TIMEOUT_S; 0..PJ_E2B_MAX_TIMEOUT_S */
+        bool timeout_set;                /* given in the body (v2 defaults it to PJ_E2B_V2_DEFAULT_TIMEOUT_S) */
         char *metadata_json;             /* canonical JSON object of strings, NULL: none */
         char *env_json;                  /* likewise for envVars */
         struct pj_egress egress;         /* from allow_internet_access and network */
@@ -51,9 +55,11 @@ struct pj_e2b_create {
 void pj_e2b_create_done(struct pj_e2b_create *c);
 int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret, struct pj_error *err);
 
-/* {"timeout": seconds} (POST /sandboxes/{id}/timeout) and {"timeout", "memory"} (connect). */
+/* {"timeout": seconds} (POST /sandboxes/{id}/timeout) and {"timeout", "memory"} (connect).
+ * Connect: v1 (POST /sandboxes/{id}/connect) wants timeout; v2 (/v2/...) takes an empty body or
+ * {} and defaults it to PJ_E2B_V2_DEFAULT_TIMEOUT_S, as E2B's ConnectSandboxV2 does. */
 int pj_e2b_timeout_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err);
-int pj_e2b_connect_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err);
+int pj_e2b_connect_parse(const char *body, size_t len, bool v2, int64_t *ret_timeout_s, struct pj_error *err);
 /* {"memory": bool} (pause); *ret_memory true when absent. An empty body is {}. */
 int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct pj_error *err);
 

@@ -125,3 +125,12 @@ for extra in tests/bench/*.bench.sh; do
 done
 echo
 echo "(N=$N creates each, ${DUR}s per throughput run, image $IMG, runtime runsc)"
+# The E2B SDK the tests pin (Makefile E2B_SDK) against the newest npm has: users install the
+# newest, so a newer one is a reason to test it and move the pin.
+E2B_PIN=$(sed -n 's/^E2B_SDK := e2b@//p' Makefile)
+E2B_NPM=$(timeout 20 npm view e2b version 2>/dev/null || echo "unknown (npm did not answer)")
+if [[ $E2B_NPM == "$E2B_PIN" ]]; then
+	echo "(E2B SDK: tests pin e2b@$E2B_PIN, the newest on npm)"
+else
+	echo "(E2B SDK: tests pin e2b@$E2B_PIN; npm's newest is $E2B_NPM: test it and move the pin in the Makefile)"
+fi

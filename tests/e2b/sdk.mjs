@@ -194,6 +194,19 @@ ok('create')
   ok('pause refused')
 }
 
+// ---- a sandbox with every default: 300 s to live (the SDK sends no timeout from 2.51 on: the
+// server's default for /v2/sandboxes), running until killed, and not running after
+{
+  const plain = await Sandbox.create()
+  const info = await plain.getInfo()
+  const life = (info.endAt.getTime() - info.startedAt.getTime()) / 1000
+  assert.ok(life >= 299 && life <= 301, `default lifetime ${life}s`)
+  assert.equal(await plain.isRunning(), true)
+  await plain.kill()
+  assert.equal(await plain.isRunning(), false)
+  ok('defaults and isRunning')
+}
+
 if (process.env.KEEP === '1') {
   ok('kept')
   process.exit(0) // the server's stream (timeoutMs: 0) would keep node waiting

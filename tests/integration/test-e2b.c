@@ -110,10 +110,13 @@ static char *envd(struct e2b *e, const char *id, const char *token, const char *
 
 /* E2B's own SDK, a whole session, configured by environment only (over TLS in controld when
  * tls is set: the SDK trusts the test's CA through NODE_EXTRA_CA_CERTS). */
-static void sdk_session(bool tls) {
-        const char *script = test_build_path("npm-e2b/e2b-sdk.mjs");
+/* dir: npm-e2b (the oldest SDK we support, 2.45.0) or npm-e2b-current (the pinned current one,
+ * which creates and connects on /v2/sandboxes). */
+static void sdk_session(const char *dir, bool tls) {
+        _cleanup_free_ char *rel = xasprintf("%s/e2b-sdk.mjs", dir);
+        const char *script = test_build_path(rel);
         if (access(script, R_OK) != 0)
-                TEST_SKIP("build/npm-e2b/e2b-sdk.mjs is missing (make tests installs the e2b package and copies it)");
+                TEST_SKIP("build/npm-e2b*/e2b-sdk.mjs is missing (make tests installs the e2b packages and copies it)");
         _cleanup_free_ char *script_copy = xstrdup(script);
         struct e2b e = { 0 };
         struct tlstest t;
@@ -159,12 +162,89 @@ static void sdk_session(bool tls) {
                 EXPECT(api(&e, "GET", path, e.key, NULL), 404, "not found");
 }
 
-TEST_FULL(e2b_sdk_session, 600) {
-        sdk_session(false);
+TEST_FULL(e2b_sdk_session_oldest_supported, 600) {
+        sdk_session("npm-e2b", false);
 }
 
-TEST_FULL(e2b_sdk_session_over_tls, 600) {
-        sdk_session(true);
+TEST_FULL(e2b_sdk_session_current, 600) {
+        sdk_session("npm-e2b-current", false);
+}
+
+TEST_FULL(e2b_sdk_session_current_over_tls, 600) {
+        sdk_session("npm-e2b-current", true);
+}
+
+/* Issue 34: a sandbox made through the Brimble API has no E2B options, and its ports were open
+ * to anyone through the E2B listener (Host <port>-<id>.<domain> or the E2b-Sandbox-* headers).
+ * Only its owner's say-so (allowPublicTraffic at an E2B create) opens them; otherwise the
+ * traffic token is needed, and without it not one byte of the server's answer comes back. */
+TEST_FULL(brimble_sandbox_ports_need_the_traffic_token, 600) {
+        struct e2b e = { 0 };
+        e2b_start(&e);
+        struct hres r;
+        http_req(&e.c, "POST", "/sandboxes", e.key, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}", &r);
+        ASSERT_EQ(r.status, 201);
+        char id[25];
+        snprintf(id, sizeof(id), "%s", hres_data_str(&r, "id"));
+        hres_done(&r);
+        /* a server on 8888 that answers a secret */
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s/processes", id);
+        http_req(&e.c, "POST", path, e.key,
+                 "{\"cmd\":\"mkdir -p /tmp/www && echo brimble-secret > /tmp/www/index.html && cd /tmp/www && exec python3 -m "
+                 "http.server 8888 --bind 127.0.0.1\"}",
+                 &r);
+        ASSERT_EQ(r.status, 201);
+        hres_done(&r);
+        _cleanup_free_ char *tok_hdr = NULL;
+        {
+                /* its owner gets the traffic token from connect */
+                _cleanup_free_ char *cpath = xasprintf("/sandboxes/%s/connect", id);
+                _cleanup_free_ char *cr = api(&e, "POST", cpath, e.key, "{\"timeout\":300}");
+                ASSERT_EQ(test_raw_status(cr), 200);
+                _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(cr));
+                const char *tt = cJSON_GetStringValue(cJSON_GetObjectItem(o, "trafficAccessToken"));
+                ASSERT_NOT_NULL(tt);
+                tok_hdr = xasprintf("e2b-traffic-access-token: %s\r\n", tt);
+        }
+        /* with the token: the server answers (waiting for it to listen) */
+        char *got = NULL;
+        for (int i = 0; i < 100; i++) {
+                free(got);
+                _cleanup_free_ char *h = xasprintf("GET / HTTP/1.1\r\nHost: 8888-%s.localhost:%d\r\n%sConnection: close\r\n\r\n",
+                                                   id, e.port, tok_hdr);
+                got = test_raw_http(e.port, h, NULL, 0);
+                if (test_raw_status(got) == 200)
+                        break;
+                usleep(100000);
+        }
+        EXPECT(got, 200, "brimble-secret");
+        /* without it, by Host and by the E2B headers: refused, and no byte of the server's */
+        _cleanup_free_ char *h1 = xasprintf("GET / HTTP/1.1\r\nHost: 8888-%s.localhost:%d\r\nConnection: close\r\n\r\n", id, e.port);
+        _cleanup_free_ char *a1 = test_raw_http(e.port, h1, NULL, 0);
+        ASSERT_EQ(test_raw_status(a1), 403);
+        ASSERT_NULL(strstr(a1, "brimble-secret"));
+        _cleanup_free_ char *h2 = xasprintf("GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 8888\r\n"
+                                            "Connection: close\r\n\r\n",
+                                            e.port, id);
+        _cleanup_free_ char *a2 = test_raw_http(e.port, h2, NULL, 0);
+        ASSERT_EQ(test_raw_status(a2), 403);
+        ASSERT_NULL(strstr(a2, "brimble-secret"));
+        /* a wrong token, or another sandbox's, is no better */
+        _cleanup_free_ char *h3 = xasprintf("GET / HTTP/1.1\r\nHost: 8888-%s.localhost:%d\r\ne2b-traffic-access-token: %064d\r\n"
+                                            "Connection: close\r\n\r\n",
+                                            id, e.port, 0);
+        _cleanup_free_ char *a3 = test_raw_http(e.port, h3, NULL, 0);
+        ASSERT_EQ(test_raw_status(a3), 403);
+        ASSERT_NULL(strstr(a3, "brimble-secret"));
+        /* the E2B view says so too */
+        _cleanup_free_ char *gpath = xasprintf("/sandboxes/%s", id);
+        EXPECT(api(&e, "GET", gpath, e.key, NULL), 200, "\"allowPublicTraffic\":false");
+        /* and a sandbox whose owner made it public through E2B stays reachable without one */
+        char pid2[25], ptok[65];
+        create(&e, e.key, "{\"templateID\":\"base\",\"timeout\":300,\"network\":{\"allowPublicTraffic\":true}}", pid2, ptok);
+        _cleanup_free_ char *h4 = xasprintf("GET / HTTP/1.1\r\nHost: 8000-%s.localhost:%d\r\nConnection: close\r\n\r\n", pid2, e.port);
+        EXPECT(test_raw_http(e.port, h4, NULL, 0), 502, "Nothing is listening on port 8000");
 }
 
 TEST_FULL(e2b_refusals_and_routing, 600) {
@@ -188,6 +268,11 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
         EXPECT(api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"network\":{\"maskRequestHost\":\"x\"}}"), 400,
                "network.maskRequestHost");
 
+        /* v2 (SDK 2.51+): the same body checks on /v2/sandboxes, and its connect takes {} */
+        EXPECT(api(&e, "POST", "/v2/sandboxes", e.key, "{}"), 400, "templateID is required");
+        EXPECT(api(&e, "POST", "/v2/sandboxes", e.key, "{\"templateID\":\"base\",\"network\":{\"httpsPorts\":[443]}}"), 400,
+               "network.httpsPorts");
+        EXPECT(api(&e, "POST", "/v2/sandboxes/0123456789abcdef01234567/connect", e.key, "{}"), 404, "not found");
         char id[25], tok[65], id2[25], tok2[65];
         create(&e, e.key, "{\"templateID\":\"base\",\"timeout\":300,\"metadata\":{\"k\":\"one\"}}", id, tok);
         create(&e, e.key, "{\"templateID\":\"base\",\"timeout\":300,\"metadata\":{\"k\":\"two\"},"
@@ -337,6 +422,14 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
                                                     e.port);
                 EXPECT(test_raw_http(e.port, h4, NULL, 0), 400, "port");
         }
+        /* v2 connect of a running sandbox: 200, an empty body is 300 s, never shortening it */
+        {
+                _cleanup_free_ char *cp = xasprintf("/v2/sandboxes/%s/connect", id);
+                EXPECT(api(&e, "POST", cp, e.key, "{}"), 200, id);
+                EXPECT(api(&e, "POST", cp, e.key, NULL), 200, id);
+                EXPECT(api(&e, "POST", cp, e.key_bob, "{}"), 404, "not found");
+                EXPECT(api(&e, "POST", cp, e.key, "{\"timeot\":1}"), 400, "timeot");
+        }
         /* timeout: set, refused beyond the plan, and through the Brimble API the same record */
         snprintf(path, sizeof(path), "/sandboxes/%s/timeout", id);
         EXPECT(api(&e, "POST", path, e.key, "{\"timeout\":60}"), 204, "");
@@ -346,6 +439,18 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
         HTTP_EXPECT(&e.c, "DELETE", path, e.key, NULL, 204);
         EXPECT(api(&e, "GET", path, e.key, NULL), 404, "not found");
         EXPECT(envd(&e, id2, tok2, "filesystem.Filesystem/Stat", false, stat_tmp, strlen(stat_tmp)), 502, "not found");
+        /* liveness (the SDK's isRunning): 502 with E2B's body once killed, 204 while running */
+        {
+                _cleanup_free_ char *h = xasprintf("GET /health HTTP/1.1\r\nHost: 49983-%s.localhost:%d\r\nConnection: close\r\n\r\n",
+                                                   id2, e.port);
+                EXPECT(test_raw_http(e.port, h, NULL, 0), 502, "\"sandboxId\":\"");
+                _cleanup_free_ char *h2 = xasprintf("GET /health HTTP/1.1\r\nHost: 49983-%s.localhost:%d\r\nConnection: close\r\n\r\n",
+                                                    id, e.port);
+                EXPECT(test_raw_http(e.port, h2, NULL, 0), 204, "");
+                _cleanup_free_ char *h3 = xasprintf("GET /health HTTP/1.1\r\nHost: 49983-%024d.localhost:%d\r\nConnection: close\r\n\r\n",
+                                                    0, e.port);
+                EXPECT(test_raw_http(e.port, h3, NULL, 0), 502, "not found");
+        }
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
         EXPECT(api(&e, "DELETE", path, e.key, NULL), 204, "");
         EXPECT(api(&e, "DELETE", path, e.key, NULL), 404, "not found");

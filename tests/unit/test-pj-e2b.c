@@ -115,8 +115,17 @@ TEST(timeout_connect_and_pause_bodies) {
         ASSERT_OK(pj_e2b_timeout_parse(S("{\"timeout\":60}"), &t, &e));
         ASSERT_EQ(t, 60);
         refused(__LINE__, pj_e2b_timeout_parse(S("{}"), &t, &e), &e, "timeout", "required");
-        ASSERT_OK(pj_e2b_connect_parse(S("{\"timeout\":5}"), &t, &e));
-        refused(__LINE__, pj_e2b_connect_parse(S("{\"timeout\":5,\"memory\":true}"), &t, &e), &e, "memory", "not supported");
+        ASSERT_OK(pj_e2b_connect_parse(S("{\"timeout\":5}"), false, &t, &e));
+        refused(__LINE__, pj_e2b_connect_parse(S("{\"timeout\":5,\"memory\":true}"), false, &t, &e), &e, "memory", "not supported");
+        /* v2 (SDK 2.51+): an empty body or {} means 300 s; v1 wants the timeout */
+        refused(__LINE__, pj_e2b_connect_parse(S("{}"), false, &t, &e), &e, "timeout", "required");
+        ASSERT_OK(pj_e2b_connect_parse(S("{}"), true, &t, &e));
+        ASSERT_EQ(t, 300);
+        ASSERT_OK(pj_e2b_connect_parse(S(""), true, &t, &e));
+        ASSERT_EQ(t, 300);
+        ASSERT_OK(pj_e2b_connect_parse(S("{\"timeout\":42,\"memory\":false}"), true, &t, &e));
+        ASSERT_EQ(t, 42);
+        refused(__LINE__, pj_e2b_connect_parse(S("{\"timeot\":42}"), true, &t, &e), &e, "timeot", "Unknown field");
         ASSERT_OK(pj_e2b_pause_parse(S(""), &mem, &e));
         ASSERT_TRUE(mem);
         ASSERT_OK(pj_e2b_pause_parse(S("{\"memory\":false}"), &mem, &e));
