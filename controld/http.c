@@ -119,6 +119,7 @@ static const struct { int err, status; } errno_status[] = {
         { EREMOTEIO, 500 },    /* the sandbox reported a failure (the message says which) */
         { EOPNOTSUPP, 501 },   /* not available on this server */
         { EHOSTUNREACH, 503 }, /* the scheduler or the sandbox did not do its part */
+        { EINPROGRESS, 504 },  /* still under way when the answer's bound ran out */
         { EAGAIN, 503 },       /* shutting down or busy: retry shortly */
         { ENOSPC, 507 },       /* no space left */
 };

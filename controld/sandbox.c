@@ -564,13 +564,38 @@ static void settle_job(struct ctl *c, const char *id, enum sb_status from, const
         ctl_notify_status(c);
 }
 
+/* 1 when no snapshot of the sandbox is being taken (its commit reads the container), 0 when
+ * one is, -errno when the store cannot say. */
+static int no_snapshot_in_flight(struct ctl *c, const char *id) {
+        int64_t n = 0;
+        int r = store_snapshot_count_creating(c->store, id, &n);
+        return r < 0 ? r : n == 0;
+}
+
 static void pause_step(struct ctl *c, struct sandbox *sb) {
         char derr[256] = "";
         sandbox_log_ctx(sb);
+        int quiet = no_snapshot_in_flight(c, sb->id);
+        if (quiet <= 0) {
+                /* sandbox_pause waited for snapshots to settle; one taken since then (or a store
+                 * that cannot tell) must not have its container removed under its commit. */
+                snprintf(derr, sizeof(derr), "%s", quiet < 0 ? "the snapshot records could not be read"
+                                                             : "a snapshot of the sandbox is being taken; pause once it is ready");
+                log_warning("sandbox not paused: %s", derr);
+                sb->status = SB_READY;
+                _cleanup_free_ char *why = xasprintf("The pause did not happen: %s", derr);
+                replace_str(&sb->failure_reason, why);
+                return;
+        }
         if (c->drv->ops->remove(c->drv, sb, derr, sizeof(derr)) < 0) {
+                /* Still running: back to ready, as it was; the user may retry. The reason is on
+                 * the record for the answer (sandbox_pause) and for GET. */
                 log_error("sandbox pause failed: %s", derr);
-                sb->status = SB_READY;  /* still running: back to ready, the user may retry */
+                sb->status = SB_READY;
+                _cleanup_free_ char *why = xasprintf("The pause did not happen: %s", derr);
+                replace_str(&sb->failure_reason, why);
         } else {
+                replace_str(&sb->failure_reason, NULL);
                 (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
                 sb->status = SB_PAUSED;
                 sb->paused_at = now_ms();
@@ -613,15 +638,17 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                 }
         }
         if (!ok) {
-                /* The volume is released for another sandbox. */
-                log_ctx_set("DESTROY_REASON", "failed");
-                log_error("sandbox resume failed: %s", reason);
-                sb->status = SB_FAILED;
-                replace_str(&sb->failure_reason, reason);
-                replace_str(&sb->destroy_reason, "failed");
-                sb->destroyed_at = now_ms();
-                (void) store_volume_detach_sandbox(c->store, sb->id, now_ms());
+                /* A platform fault (no capacity, the image, the node's agent): the sandbox stays
+                 * paused as it was, its volume kept; the user may retry or destroy it. Nothing
+                 * of the attempt runs (place and the steps above unwound it). */
+                log_error("sandbox resume failed, still paused: %s", reason);
+                sb->status = SB_PAUSED;
+                replace_str(&sb->container_id, NULL);
+                replace_str(&sb->ip, NULL);
+                _cleanup_free_ char *why = xasprintf("The resume did not happen: %s", reason);
+                replace_str(&sb->failure_reason, why);
         } else {
+                replace_str(&sb->failure_reason, NULL);
                 sb->status = SB_READY;
                 sb->paused_at = 0;
                 sb->last_activity_at = now_ms();
@@ -658,22 +685,58 @@ static bool not_pausing(const struct sandbox *sb, const void *ud) {
         return sb->status != SB_PAUSING;
 }
 
-/* Pause answers once the sandbox is paused (or the pause failed and it is ready again), so a
- * client that pauses and then resumes at once finds it paused. Past [scheduler] pause_wait the
- * answer is the same acknowledgement with the sandbox still pausing. */
+static bool not_resuming(const struct sandbox *sb, const void *ud) {
+        (void) ud;
+        return sb->status != SB_RESUMING;
+}
+
+/* After a transition's job was started: waits (at most wait_s) for the sandbox to leave `via`
+ * and answers 0 only when it reached `want`. Otherwise the job left it as it was and the
+ * record's failure_reason says why; or it is still on the way, or something else (a destroy)
+ * came first: each is an error that says so, never a success. */
+static int settled(struct ctl *c, const char *id, enum sb_status via, enum sb_status want, uint64_t wait_s,
+                   const char *verb, struct api_error *err) {
+        _cleanup_sandbox_ struct sandbox now = { 0 };
+        int k = ctl_wait_sandbox(c, id, via == SB_PAUSING ? not_pausing : not_resuming, NULL, (int64_t) wait_s * 1000, &now);
+        if (k < 0)
+                return API_ERR(err, -EIO, "Failed to read the sandbox record");
+        if (k == 0)
+                return API_ERR(err, -EINPROGRESS, "Sandbox is still %s after %llus; GET it to see how it ends",
+                               sb_status_str(via), (unsigned long long) wait_s);
+        if (now.status == want)
+                return 0;
+        if (now.status == SB_READY || now.status == SB_PAUSED)
+                return API_ERR(err, -EHOSTUNREACH, "%s. The sandbox is %s, as it was; retry the request.",
+                               now.failure_reason ? now.failure_reason : "The transition did not happen", sb_status_str(now.status));
+        return API_ERR(err, -EBUSY, "Sandbox was not %s: it is %s now", verb, sb_status_str(now.status));
+}
+
+/* Pause answers once the sandbox is paused (200), or with the reason it is not (503, still
+ * ready and usable), so a client that pauses and then resumes at once finds it paused. The
+ * wait is bounded by [scheduler] pause_wait; past it the answer is 504, never a success. */
 int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
+        /* A snapshot being taken reads the container: the pause waits for it (a pause right
+         * after POST /snapshots is what SDK flows do), within the same bound. */
+        int64_t until = mono_ms() + (int64_t) c->cfg->pause_wait_s * 1000;
+        int quiet;
+        while ((quiet = no_snapshot_in_flight(c, sb->id)) == 0 && mono_ms() < until && !c->stopping)
+                usleep(100 * 1000);
+        if (quiet < 0)
+                return API_ERR(err, -EIO, "Failed to read the sandbox's snapshots");
+        if (quiet == 0)
+                return API_ERR(err, -EHOSTUNREACH, "A snapshot of the sandbox is still being taken after %llus; the sandbox "
+                                                   "is ready, as it was: pause it once the snapshot is ready",
+                               (unsigned long long) c->cfg->pause_wait_s);
         int r = transition(c, sb, SB_READY, SB_PAUSING, "paused", pause_job, err);
         if (r < 0)
                 return r;
-        _cleanup_sandbox_ struct sandbox now = { 0 };
-        if (ctl_wait_sandbox(c, sb->id, not_pausing, NULL, (int64_t) c->cfg->pause_wait_s * 1000, &now) == 0)
-                log_info("sandbox still pausing after %llus; answering anyway", (unsigned long long) c->cfg->pause_wait_s);
-        return 0;
+        return settled(c, sb->id, SB_PAUSING, SB_PAUSED, c->cfg->pause_wait_s, "paused", err);
 }
 
 /* A resume that finds the sandbox pausing waits for the pause to settle (at most [scheduler]
  * create_timeout, the bound on provisioning work, whatever pause_wait says), then resumes it;
- * resuming or ready sandboxes are refused as before. */
+ * resuming or ready sandboxes are refused as before. It answers once the sandbox is ready, or
+ * with the reason it is still paused. */
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
         _cleanup_sandbox_ struct sandbox now = { 0 };
         if (sb->status == SB_PAUSING) {
@@ -688,7 +751,10 @@ int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *er
         int r = sb->status == SB_PAUSED ? check_node_accepting(c, err) : 0;  /* else transition says why not */
         if (r < 0)
                 return r;
-        return transition(c, sb, SB_PAUSED, SB_RESUMING, "resumed", resume_job, err);
+        r = transition(c, sb, SB_PAUSED, SB_RESUMING, "resumed", resume_job, err);
+        if (r < 0)
+                return r;
+        return settled(c, sb->id, SB_RESUMING, SB_READY, c->cfg->create_timeout_s + 30, "resumed", err);
 }
 
 int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id, const struct pj_egress *in,

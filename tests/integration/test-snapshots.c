@@ -316,6 +316,71 @@ TEST_FULL(snapshot_restore_keeps_every_canary, 400) {
         ASSERT_FALSE(local_image(sid));
 }
 
+/* Issue 35: Brimble's SDK flow, snapshot then pause then resume, lost the sandbox (the pause
+ * answered 200, failed on a container the commit had left unkillable, and a reaper destroyed
+ * it). Each round: a snapshot, a pause sent while it is being taken and one sent after it is
+ * ready; every pause answers 200 only once the sandbox is paused, every resume once it is ready,
+ * and exec, files and the volume's data work after each. Both drivers. */
+TEST_FULL(snapshot_then_pause_keeps_the_sandbox, 600) {
+        static struct ctld c;
+        char sb[25], sid[25], path[128];
+        struct hres r;
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", NULL, true, NULL);
+        ctld_create(&c, key, "{\"egress\":{\"mode\":\"deny_all\"},\"persistent\":true,\"persistentDiskGB\":10}", sb);
+        for (int round = 0; round < 3; round++) {
+                char cmd[128], want[64];
+                snprintf(cmd, sizeof(cmd), "echo round-%d >> /workspace/log && cat /workspace/log | wc -l", round);
+                _cleanup_free_ char *n = exec_out(&c, key, sb, cmd);
+                snprintf(want, sizeof(want), "%d\n", round + 1);
+                ASSERT_STREQ(n, want);
+                char name[32];
+                snprintf(name, sizeof(name), "round-%d", round);
+                snap_post(&c, key, sb, name, sid);
+                if (round % 2) {
+                        /* after the snapshot is ready */
+                        _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_ready(&c, key, sid, 120);
+                }
+                /* during (even rounds) or after (odd): the answer is the state reached */
+                snprintf(path, sizeof(path), "/sandboxes/%s/pause", sb);
+                http_req(&c, "POST", path, key, NULL, &r);
+                if (r.status != 200)
+                        test_fail(__FILE__, __LINE__, "round %d: pause answered %ld: %.300s", round, r.status, r.body);
+                hres_done(&r);
+                snprintf(path, sizeof(path), "/sandboxes/%s", sb);
+                http_req(&c, "GET", path, key, NULL, &r);
+                ASSERT_STREQ(hres_data_str(&r, "status"), "paused");
+                hres_done(&r);
+                _cleanup_(cJSON_Deletep) cJSON *s2 = snap_wait_ready(&c, key, sid, 120);
+                snprintf(path, sizeof(path), "/sandboxes/%s/resume", sb);
+                http_req(&c, "POST", path, key, NULL, &r);
+                if (r.status != 200)
+                        test_fail(__FILE__, __LINE__, "round %d: resume answered %ld: %.300s", round, r.status, r.body);
+                hres_done(&r);
+                snprintf(path, sizeof(path), "/sandboxes/%s", sb);
+                http_req(&c, "GET", path, key, NULL, &r);
+                ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
+                hres_done(&r);
+                /* files after the round */
+                snprintf(path, sizeof(path), "/sandboxes/%s/files/workspace/f%d", sb, round);
+                HTTP_EXPECT(&c, "PUT", path, key, "payload", 204);
+                http_req(&c, "GET", path, key, NULL, &r);
+                ASSERT_EQ(r.status, 200);
+                ASSERT_STREQ(r.body, "payload");
+                hres_done(&r);
+        }
+        _cleanup_free_ char *all = exec_out(&c, key, sb, "cat /workspace/log");
+        ASSERT_STREQ(all, "round-0\nround-1\nround-2\n");
+        /* and destroy ends it, its workload gone */
+        DELETE_EXPECT(&c, key, "/sandboxes/%s", sb, 204);
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "destroyed");
+        ASSERT_STREQ(hres_data_str(&r, "destroy_reason"), "user");
+        hres_done(&r);
+        if (!ctld_nomad())
+                ASSERT_FALSE(docker_container_exists(container_name(sb)));
+}
+
 TEST_FULL(registry_unreachable_fails_with_the_reason, 240) {
         /* A registry of our own on a loopback port, started and then stopped. */
         int port = 15000 + (int) (getpid() % 2000);
