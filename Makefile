@@ -16,7 +16,7 @@
 PREFIX  ?= /usr/local
 DESTDIR ?=
 CC      ?= cc
-PKGS    := libmicrohttpd libcurl libcjson librabbitmq libnftnl libmnl sqlite3 libsystemd libssl libcrypto
+PKGS    := libmicrohttpd libcurl libcjson librabbitmq libnftnl libmnl sqlite3 libsystemd libssl libcrypto zlib
 
 ifneq ($(SANITIZE),)
 BUILD   ?= build/san

@@ -33,7 +33,7 @@ mkdir -p "$OUT"
 
 # Debian 12 packages of the libraries in the Makefile's PKGS, used without dpkg-shlibdeps.
 declare -A FALLBACK=(
-        [controld]="libc6 (>= 2.34), libcjson1 (>= 1.7.13), libcurl4 (>= 7.16.2), libmicrohttpd12 (>= 0.9.61), libsqlite3-0 (>= 3.7.15), libssl3 (>= 3.0.0), libsystemd0"
+        [controld]="libc6 (>= 2.34), libcjson1 (>= 1.7.13), libcurl4 (>= 7.16.2), libmicrohttpd12 (>= 0.9.61), libsqlite3-0 (>= 3.7.15), libssl3 (>= 3.0.0), libsystemd0, zlib1g (>= 1:1.2.0)"
         [nodeagent]="libc6 (>= 2.34), libcjson1 (>= 1.7.13), libmicrohttpd12 (>= 0.9.61), libmnl0 (>= 1.0.3-4~), libnftnl11 (>= 1.1.3), librabbitmq4 (>= 0.6.0), libssl3 (>= 3.0.0), libsystemd0"
 )
 

@@ -30,7 +30,7 @@ LOGS=$STATE/logs
 
 PACKAGES=(docker.io runsc docker-registry rabbitmq-server amqp-tools nftables iproute2
           busybox-static debootstrap xfsprogs btrfs-progs libmicrohttpd-dev libcurl4-openssl-dev libcjson-dev
-          librabbitmq-dev libnftnl-dev libmnl-dev libsqlite3-dev libsystemd-dev libssl-dev
+          librabbitmq-dev libnftnl-dev libmnl-dev libsqlite3-dev libsystemd-dev libssl-dev zlib1g-dev
           pkg-config sqlite3 wrk curl jq ca-certificates python3-yaml chromium fonts-dejavu-core
           ubuntu-archive-keyring)
 
