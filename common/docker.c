@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <strings.h>
@@ -352,10 +353,13 @@ int docker_container_create(struct docker *d, const struct docker_create_opts *o
         if (!o || !valid_ref(o->image) || (o->name && !docker_valid_name(o->name)) ||
             !labels_valid(o->labels, o->n_labels) || (o->n_mounts > 0 && !o->mounts))
                 return -EINVAL;
-        for (size_t i = 0; i < o->n_mounts; i++)
-                if ((o->mounts[i].bind ? o->mounts[i].bind[0] != '/' : !docker_valid_name(o->mounts[i].volume)) ||
-                    !o->mounts[i].target || o->mounts[i].target[0] != '/')
+        for (size_t i = 0; i < o->n_mounts; i++) {
+                const struct docker_mount *m = &o->mounts[i];
+                bool tmpfs = !m->bind && !m->volume;
+                if ((m->bind ? m->bind[0] != '/' : tmpfs ? m->tmpfs_bytes <= 0 : !docker_valid_name(m->volume)) ||
+                    !m->target || m->target[0] != '/')
                         return -EINVAL;
+        }
 
         b = cJSON_CreateObject();
         cJSON_AddStringToObject(b, "Image", o->image);
@@ -374,6 +378,9 @@ int docker_container_create(struct docker *d, const struct docker_create_opts *o
         cJSON_AddBoolToObject(b, "AttachStdout", false);
         cJSON_AddBoolToObject(b, "AttachStderr", false);
         cJSON_AddBoolToObject(b, "Tty", false);
+        if (o->no_healthcheck)
+                cJSON_AddItemToObject(cJSON_AddObjectToObject(b, "Healthcheck"), "Test",
+                                      docker_strv_to_json((const char *const[]) { "NONE", NULL }));
 
         hc = cJSON_AddObjectToObject(b, "HostConfig");
         if (o->runtime)
@@ -408,11 +415,18 @@ int docker_container_create(struct docker *d, const struct docker_create_opts *o
         if (o->n_mounts > 0) {
                 cJSON *m = cJSON_AddArrayToObject(hc, "Mounts");
                 for (size_t i = 0; i < o->n_mounts; i++) {
+                        const struct docker_mount *x = &o->mounts[i];
                         cJSON *e = cJSON_CreateObject();
-                        cJSON_AddStringToObject(e, "Type", o->mounts[i].bind ? "bind" : "volume");
-                        cJSON_AddStringToObject(e, "Source", o->mounts[i].bind ? o->mounts[i].bind : o->mounts[i].volume);
-                        cJSON_AddStringToObject(e, "Target", o->mounts[i].target);
-                        cJSON_AddBoolToObject(e, "ReadOnly", o->mounts[i].read_only);
+                        if (!x->bind && !x->volume) {
+                                cJSON_AddStringToObject(e, "Type", "tmpfs");
+                                cJSON_AddNumberToObject(cJSON_AddObjectToObject(e, "TmpfsOptions"), "SizeBytes",
+                                                        (double) x->tmpfs_bytes);
+                        } else {
+                                cJSON_AddStringToObject(e, "Type", x->bind ? "bind" : "volume");
+                                cJSON_AddStringToObject(e, "Source", x->bind ? x->bind : x->volume);
+                        }
+                        cJSON_AddStringToObject(e, "Target", x->target);
+                        cJSON_AddBoolToObject(e, "ReadOnly", x->read_only);
                         cJSON_AddItemToArray(m, e);
                 }
         }
@@ -793,6 +807,75 @@ int docker_image_exists(struct docker *d, const char *ref) {
                 return 0;
         }
         return r < 0 ? r : 1;
+}
+
+/* path cleaned as Go's filepath.Clean does for an absolute path, into out (size n). */
+static int clean_abs_path(const char *path, char *out, size_t n) {
+        size_t len = strlen(path), k = 0;
+        if (path[0] != '/' || len >= n || len > DOCKER_IMAGE_VOLUME_PATH_MAX)
+                return -EINVAL;
+        for (const char *p = path; *p; p++)
+                if ((unsigned char) *p < 0x20 || *p == 0x7f)
+                        return -EINVAL;
+        out[0] = 0;
+        for (const char *c = path; *c;) {
+                while (*c == '/')
+                        c++;
+                const char *e = strchrnul(c, '/');
+                size_t cl = (size_t) (e - c);
+                if (cl == 0 || (cl == 1 && c[0] == '.'))
+                        ;
+                else if (cl == 2 && c[0] == '.' && c[1] == '.') {
+                        while (k > 0 && out[k - 1] != '/')
+                                k--;
+                        if (k > 0)
+                                k--;    /* the '/' before the component */
+                } else {
+                        out[k++] = '/';
+                        memcpy(out + k, c, cl);
+                        k += cl;
+                }
+                out[k] = 0;
+                c = e;
+        }
+        return k == 0 ? -EINVAL : 0;    /* "/" itself: nothing may be mounted over the root */
+}
+
+static int strcmp_p(const void *a, const void *b) { return strcmp(*(char *const *) a, *(char *const *) b); }
+
+int docker_config_volumes(const cJSON *config, char ***ret) {
+        const cJSON *vols = cJSON_IsObject(config) ? cJSON_GetObjectItemCaseSensitive(config, "Volumes") : NULL, *v;
+        size_t n = 0, cap = (size_t) (cJSON_IsObject(vols) ? cJSON_GetArraySize(vols) : 0);
+        if (cap > DOCKER_IMAGE_VOLUMES_MAX)
+                return -E2BIG;
+        _cleanup_strv_free_ char **out = xnew0(char *, cap + 1);
+        if (cap)
+                cJSON_ArrayForEach(v, vols) {
+                        char clean[DOCKER_IMAGE_VOLUME_PATH_MAX + 2];
+                        if (!v->string || clean_abs_path(v->string, clean, sizeof(clean)) < 0)
+                                return -EINVAL;
+                        out[n++] = xstrdup(clean);
+                }
+        qsort(out, n, sizeof(*out), strcmp_p);
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+                if (k && !strcmp(out[k - 1], out[i]))
+                        free(out[i]);
+                else
+                        out[k++] = out[i];
+        out[k] = NULL;
+        *ret = TAKE_PTR(out);
+        return 0;
+}
+
+int docker_image_volumes(struct docker *d, const char *ref, char ***ret) {
+        _cleanup_(docker_resp_done) struct docker_resp resp = {};
+        if (!valid_ref(ref))
+                return -EINVAL;
+        int r = dcall_path(d, "GET", 0, &resp, "/images/%s/json", ref);
+        if (r < 0)
+                return r;
+        return docker_config_volumes(cJSON_GetObjectItemCaseSensitive(resp.json, "Config"), ret);
 }
 
 int docker_image_remove(struct docker *d, const char *ref, bool force) {

@@ -57,9 +57,9 @@ int docker_storage_driver(struct docker *d, char **ret_driver);
 int docker_root_dir(struct docker *d, char **ret_dir);
 
 struct docker_kv { const char *key, *value; };
-/* A named volume mounted at target. */
-/* A named volume (volume), or a host path bound in (bind: absolute, the caller's own path). */
-struct docker_mount { const char *volume; const char *target; bool read_only; const char *bind; };
+/* A named volume (volume), a host path bound in (bind: absolute, the caller's own path), or,
+ * with neither, a tmpfs of tmpfs_bytes (> 0) that lives and dies with the container. */
+struct docker_mount { const char *volume; const char *target; bool read_only; const char *bind; int64_t tmpfs_bytes; };
 
 struct docker_create_opts {
         const char *name;                /* optional */
@@ -85,6 +85,8 @@ struct docker_create_opts {
         int64_t tmpfs_size_bytes;        /* > 0: tmpfs on /tmp of that size (rw,nosuid,nodev) */
         int64_t storage_size_gb;         /* > 0: HostConfig.StorageOpt size (the writable layer's cap;
                                           * only btrfs, zfs and overlay2 on XFS pquota accept it) */
+        bool no_healthcheck;             /* Config.Healthcheck {"Test":["NONE"]}: the image's HEALTHCHECK
+                                          * never runs (the host would run it, outside the container's quota) */
 };
 /* -ENOENT: no such image (not pulled), -EEXIST: name taken, -EINVAL: e.g. unknown runtime.
  * *ret_id is the full id, xmalloc'd. */
@@ -166,6 +168,20 @@ int docker_container_stats(struct docker *d, const char *id, struct docker_stats
 
 /* 1 yes, 0 no, < 0 error. */
 int docker_image_exists(struct docker *d, const char *ref);
+
+/* The mount points an image's config declares (the keys of its "Volumes", the Dockerfile's
+ * VOLUME), for which Docker makes an anonymous volume under its data root at create unless
+ * something else is mounted there. config is the image config's "config" object (an inspect's
+ * "Config"); NULL or no Volumes: an empty list. Each path cleaned as Docker cleans it (no
+ * '.', '..', repeated or trailing '/'), sorted, without repeats. -E2BIG: more than
+ * DOCKER_IMAGE_VOLUMES_MAX; -EINVAL: a path that is not absolute, is "/" or has a control
+ * byte. *ret is NULL-terminated (strv_free). */
+#define DOCKER_IMAGE_VOLUMES_MAX 32
+#define DOCKER_IMAGE_VOLUME_PATH_MAX 1024
+struct cJSON;
+int docker_config_volumes(const struct cJSON *config, char ***ret);
+/* The same for a local image (GET /images/{ref}/json). -ENOENT: no such image. */
+int docker_image_volumes(struct docker *d, const char *ref, char ***ret);
 
 /* exec */
 struct docker_exec_opts {

@@ -100,6 +100,41 @@ int registry_manifest_digest(const struct registry *r, const char *repo, const c
         return k;
 }
 
+int registry_image_config(const struct registry *r, const char *repo, const char *ref, cJSON **ret) {
+        struct httpc_resp resp = { 0 };
+        int k = call(r, "GET", repo, ref, &resp);
+        if (k < 0)
+                return k;
+        if ((k = map_status(resp.status)) < 0) {
+                httpc_resp_done(&resp);
+                return k;
+        }
+        _cleanup_(cJSON_Deletep) cJSON *m = cJSON_ParseWithLength(resp.body, resp.body_len);
+        httpc_resp_done(&resp);
+        const char *digest = cJSON_GetStringValue(
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "config"), "digest"));
+        if (!digest || !docker_valid_digest(digest))
+                return -EBADMSG;        /* not a schema-2 image manifest */
+        _cleanup_free_ char *base = base_url(r);
+        _cleanup_free_ char *url = xasprintf("%s/v2/%s/blobs/%s", base, repo, digest);
+        if ((k = call_url(r, "GET", url, NULL, NULL, NULL, 0, 0, &resp)) < 0)
+                return k;
+        if ((k = map_status(resp.status)) < 0) {
+                httpc_resp_done(&resp);
+                return k;
+        }
+        char hex[65];
+        sha256_hex(resp.body, resp.body_len, hex);
+        cJSON *c = strcmp(hex, digest + 7) ? NULL : cJSON_ParseWithLength(resp.body, resp.body_len);
+        httpc_resp_done(&resp);
+        if (!cJSON_IsObject(c)) {
+                cJSON_Delete(c);
+                return -EBADMSG;
+        }
+        *ret = c;
+        return 0;
+}
+
 int registry_manifest_delete(const struct registry *r, const char *repo, const char *digest) {
         struct httpc_resp resp = { 0 };
         if (!digest || !startswith(digest, "sha256:"))

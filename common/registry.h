@@ -38,5 +38,11 @@ int registry_blob_upload(const struct registry *r, const char *repo, const char 
 int registry_manifest_put(const struct registry *r, const char *repo, const char *tag, const char *media_type,
                           const void *body, size_t len);
 
+/* The image config (the JSON blob a schema-2 manifest names) of repo:ref, ref a tag or a
+ * digest; checked against the digest the manifest gives. *ret is a new tree.
+ * -EBADMSG: no schema-2 manifest or a config that does not match or parse. */
+struct cJSON;
+int registry_image_config(const struct registry *r, const char *repo, const char *ref, struct cJSON **ret);
+
 /* Deletes the manifest repo@digest. Already gone (404) counts as success. */
 int registry_manifest_delete(const struct registry *r, const char *repo, const char *digest);

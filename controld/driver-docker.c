@@ -288,7 +288,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         struct docker_kv labels[] = { { "paddock.sandbox", sb->id },
                                       { "paddock.account", sb->account_id },
                                       { "paddock.controld", d->ctl->instance_id } };
-        struct docker_mount mnts[4] = { { 0 } };
+        struct docker_mount mnts[4 + DOCKER_IMAGE_VOLUMES_MAX] = { { 0 } };
         size_t n_mnts = 0;
         _cleanup_free_ char *vol_handle = NULL, *run_vol = NULL, *secret_path = NULL;
         bool agent = d->ctl->agent_binary != NULL;
@@ -321,7 +321,11 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 .init = !agent,
                 .extra_hosts = extra_hosts,
                 .storage_size_gb = P(d)->disk_caps ? sb->disk : 0,
+                /* An image's HEALTHCHECK would be run by the host's Docker, as often as the image
+                 * says, outside the sandbox's CPU quota: none runs. */
+                .no_healthcheck = true,
         };
+        _cleanup_strv_free_ char **image_vols = NULL;
         int r;
 
         if (sb->volume_id) {
@@ -346,11 +350,42 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 mnts[n_mnts++] = (struct docker_mount) { .bind = secret_path, .target = AGENT_IN_SECRET, .read_only = true };
                 mnts[n_mnts++] = (struct docker_mount) { .volume = run_vol, .target = AGENT_IN_RUN };
         }
+        /* The image's VOLUMEs: Docker would make an anonymous volume under its data root for
+         * each (outside the sandbox's disk cap, and kept after the container). A tmpfs of the
+         * sandbox's memory size goes over each instead: its pages count in the sandbox's memory
+         * and it ends with the container. A snapshot or a user's template is fetched first. */
+        r = docker_image_volumes(D(d), sb->image, &image_vols);
+        if (r == -ENOENT && (sb->from_snapshot || utpl_image(d->ctl->cfg, sb->image))) {
+                if ((r = pull_snapshot_image(d, sb->image, err, errlen)) < 0)
+                        goto unwind;
+                r = docker_image_volumes(D(d), sb->image, &image_vols);
+        }
+        if (r == -E2BIG || r == -EINVAL) {
+                if (r == -E2BIG)
+                        snprintf(err, errlen, "image %s declares more than %d VOLUMEs; it cannot run as a sandbox", sb->image,
+                                 DOCKER_IMAGE_VOLUMES_MAX);
+                else
+                        snprintf(err, errlen, "image %s declares a VOLUME that is not an absolute path below /; it cannot "
+                                              "run as a sandbox", sb->image);
+                r = -EINVAL;
+                goto unwind;
+        }
+        if (r < 0 && r != -ENOENT) {
+                snprintf(err, errlen, "cannot inspect the image %s: %s", sb->image, dmsg(r));
+                goto unwind;
+        }
+        for (char **v = image_vols; v && *v; v++) {
+                bool taken = false;
+                for (size_t i = 0; i < n_mnts; i++)
+                        taken = taken || !strcmp(mnts[i].target, *v);
+                if (!taken)
+                        mnts[n_mnts++] = (struct docker_mount) { .target = *v, .tmpfs_bytes = (int64_t) (sb->memory > 0 ? sb->memory : 64) << 20 };
+        }
         o.mounts = n_mnts ? mnts : NULL;
         o.n_mounts = n_mnts;
 
         /* A leftover container of the same sandbox (crash between steps) is replaced. */
-        (void) docker_container_remove(D(d), name, true, false);
+        (void) docker_container_remove(D(d), name, true, true);
 
         r = docker_container_create(D(d), &o, &id);
         /* A snapshot lives in the registry; this node fetches it on first use. Twice at most:
@@ -408,7 +443,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         return 0;
 unwind:
         if (id)
-                (void) docker_container_remove(D(d), id, true, false);
+                (void) docker_container_remove(D(d), id, true, true);
         if (agent)
                 agent_parts_remove(d, sb->id);
         return r;
@@ -425,9 +460,9 @@ static void agent_parts_remove(struct driver *d, const char *sandbox_id) {
 
 static int dd_remove(struct driver *d, const struct sandbox *sb, char *err, size_t errlen) {
         _cleanup_free_ char *name = xasprintf("paddock-%s", sb->id);
-        int r = docker_container_remove(D(d), sb->container_id ? sb->container_id : name, true, false);
+        int r = docker_container_remove(D(d), sb->container_id ? sb->container_id : name, true, true);
         if (r == -ENOENT && sb->container_id)
-                r = docker_container_remove(D(d), name, true, false);
+                r = docker_container_remove(D(d), name, true, true);
         if (r < 0 && r != -ENOENT) {
                 snprintf(err, errlen, "container removal failed: %s", dmsg(r));
                 return r;
@@ -536,7 +571,7 @@ static int dd_list(struct driver *d, char ***ret) {
 
 static int dd_remove_by_id(struct driver *d, const char *sandbox_id) {
         _cleanup_free_ char *name = xasprintf("paddock-%s", sandbox_id);
-        int r = docker_container_remove(D(d), name, true, false);
+        int r = docker_container_remove(D(d), name, true, true);
         if (r < 0 && r != -ENOENT)
                 return r;
         agent_parts_remove(d, sandbox_id);

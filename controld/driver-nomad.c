@@ -25,6 +25,7 @@
 #include "agent.h"
 #include "cleanup.h"
 #include "controld.h"
+#include "docker.h"
 #include "nomad-private.h"
 #include "nomad-wire.h"
 #include "driver.h"
@@ -32,6 +33,7 @@
 #include "json.h"
 #include "log.h"
 #include "strutil.h"
+#include "usertemplate.h"
 #include "ws.h"
 
 #define NOMAD_MAX_RESPONSE ((size_t) 16 << 20)
@@ -398,6 +400,30 @@ static void wait_agent(struct driver *d, const struct sandbox *sb, const char *n
         }
 }
 
+/* The VOLUMEs of an image from the snapshot registry (a user's template or a snapshot; what
+ * the operator's templates name is the operator's): a tmpfs of the sandbox's memory size over
+ * each, so the node's Docker makes no anonymous volume under its data root (outside the
+ * sandbox's disk cap, left behind when the job goes). Templates built here have none (they
+ * are normalised when pushed); this covers older ones and their snapshots. */
+static int image_volumes_tmpfs(struct ndriver *n, const struct sandbox *sb, cJSON *body, char *err, size_t errlen) {
+        if (!sb->from_snapshot && !utpl_image(n->cfg, sb->image))
+                return 0;
+        _cleanup_strv_free_ char **vols = NULL;
+        int r = utpl_image_volumes(n->cfg, sb->image, &vols);
+        if (r == -E2BIG)
+                snprintf(err, errlen, "image %s declares more than %d VOLUMEs; it cannot run as a sandbox", sb->image,
+                         DOCKER_IMAGE_VOLUMES_MAX);
+        else if (r == -EINVAL)
+                snprintf(err, errlen, "image %s declares a VOLUME that is not an absolute path below /; it cannot run "
+                                      "as a sandbox", sb->image);
+        else if (r < 0)
+                snprintf(err, errlen, "cannot read the config of image %s from the registry: %s", sb->image, strerror(-r));
+        if (r < 0)
+                return r == -E2BIG ? -EINVAL : r;
+        (void) nomad_job_add_tmpfs(body, (const char *const *) vols, (int64_t) (sb->memory > 0 ? sb->memory : 64) << 20);
+        return 0;
+}
+
 static int nd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, char *err, size_t errlen) {
         struct ndriver *n = N(d);
         _cleanup_free_ char *job = nomad_job_id(sb->id);
@@ -426,6 +452,8 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
                 _cleanup_json_ cJSON *body = nomad_job_build(n->cfg, d->ctl->instance_id, sb,
                                                              d->ctl->agent_binary ? secret : NULL);
                 explicit_bzero(secret, sizeof(secret));
+                if ((r = image_volumes_tmpfs(n, sb, body, err, errlen)) < 0)
+                        goto fail;
                 _cleanup_json_ cJSON *j = NULL;
                 int64_t hidx = 0;
                 r = nomad_json(n, "PUT", "/v1/jobs", NULL, body, "registering the job", &j, &hidx, err, errlen);

@@ -145,6 +145,9 @@ cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const 
                 cJSON_AddItemToObject(conf, "args", str_array(args));
         }
         json_add_bool(conf, "force_pull", false);
+        /* An image's HEALTHCHECK would be run by the node's Docker, as often as the image says,
+         * outside the sandbox's CPU quota: Nomad's docker driver sets {"Test":["NONE"]}. */
+        json_add_bool(cJSON_AddObjectToObject(conf, "healthchecks"), "disable", true);
         /* A snapshot lives in the snapshot registry: Nomad's docker driver pulls it on a node
          * that lacks it, with these credentials (X-Registry-Auth). Template images are the
          * node's own business (pre-pulled or the docker plugin's auth config). */
@@ -180,6 +183,40 @@ cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const 
                 cJSON_AddItemToArray(vms, m);
         }
         return root;
+}
+
+int nomad_job_add_tmpfs(cJSON *body, const char *const *paths, int64_t bytes) {
+        cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(body, "Job"), "TaskGroups"), 0),
+                "Tasks"), 0);
+        cJSON *conf = cJSON_GetObjectItemCaseSensitive(t, "Config");
+        if (!conf)
+                return -EINVAL;
+        cJSON *mounts = cJSON_GetObjectItemCaseSensitive(conf, "mounts");
+        if (!mounts)
+                mounts = cJSON_AddArrayToObject(conf, "mounts");
+        int added = 0;
+        for (; paths && *paths; paths++) {
+                bool taken = false;
+                const cJSON *m;
+                cJSON_ArrayForEach(m, mounts)
+                        taken = taken || !strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "target")) ?: "", *paths);
+                cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(t, "VolumeMounts"))
+                        taken = taken ||
+                                !strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "Destination")) ?: "", *paths);
+                if (taken)
+                        continue;
+                cJSON *x = cJSON_CreateObject();
+                json_add_str(x, "type", "tmpfs");
+                json_add_str(x, "target", *paths);
+                json_add_bool(x, "readonly", false);
+                json_add_int(cJSON_AddObjectToObject(x, "tmpfs_options"), "size", bytes);
+                cJSON_AddItemToArray(mounts, x);
+                added++;
+        }
+        if (!cJSON_GetArraySize(mounts))
+                cJSON_DeleteItemFromObjectCaseSensitive(conf, "mounts");
+        return added;
 }
 
 cJSON *nomad_volume_build(const struct config *cfg, const char *handle, int64_t size_gb) {

@@ -45,6 +45,10 @@ int64_t nomad_volume_bytes(int64_t size_gb);
 #define NOMAD_AGENT_SECRET_ENV "PADDOCK_INIT_SECRET"
 cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const struct sandbox *sb,
                        const char *agent_secret);
+/* Adds a tmpfs mount of bytes at each of paths (an image's VOLUMEs) to a register body's task,
+ * except where something is mounted already: Docker then makes no anonymous volume there.
+ * Returns how many were added, -EINVAL when body is not a job nomad_job_build made. */
+int nomad_job_add_tmpfs(cJSON *body, const char *const *paths, int64_t bytes);
 /* The CSI create body {"Volumes":[...]} for a volume handle. New tree. */
 cJSON *nomad_volume_build(const struct config *cfg, const char *handle, int64_t size_gb);
 

@@ -33,6 +33,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "docker.h"
 #include "driver.h"
 #include "http.h"
 #include "json.h"
@@ -473,6 +474,54 @@ static int push_layer(struct build *b, const struct registry *reg, const char *r
         return 0;
 }
 
+/* The parts of an image's config that the host's Docker (or Nomad's) would act on for the
+ * tenant, outside the sandbox: VOLUME (an anonymous volume under the node's data root, outside
+ * the sandbox's disk cap, left behind at every remove), HEALTHCHECK (a command the host runs as
+ * often as the image says, outside the sandbox's CPU quota), EXPOSE, STOPSIGNAL and the stop
+ * timeout, ONBUILD, and labels in our names (paddock.*) or Nomad's (com.hashicorp.nomad.*).
+ * Each is dropped from the image's "config" and its legacy "container_config"; what went from
+ * "config" is said in *said, for the build's log. Returns whether anything was dropped. */
+static bool config_normalise(cJSON *img, struct strbuf *said) {
+        static const struct { const char *key, *what; } drop[] = {
+                { "Volumes", "VOLUME" },         { "Healthcheck", "HEALTHCHECK" }, { "ExposedPorts", "EXPOSE" },
+                { "StopSignal", "STOPSIGNAL" }, { "StopTimeout", "the stop timeout" }, { "OnBuild", "ONBUILD" },
+        };
+        bool changed = false;
+        const char *const parts[] = { "config", "container_config" };
+        for (size_t p = 0; p < ELEMENTSOF(parts); p++) {
+                cJSON *c = cJSON_GetObjectItemCaseSensitive(img, parts[p]);
+                if (!cJSON_IsObject(c))
+                        continue;
+                bool tell = p == 0;
+                for (size_t i = 0; i < ELEMENTSOF(drop); i++) {
+                        cJSON *v = cJSON_GetObjectItemCaseSensitive(c, drop[i].key);
+                        if (!v)
+                                continue;
+                        bool empty = cJSON_IsNull(v) || ((cJSON_IsObject(v) || cJSON_IsArray(v)) && !v->child) ||
+                                     (cJSON_IsString(v) && !*v->valuestring) || (cJSON_IsNumber(v) && v->valuedouble == 0);
+                        if (!empty && tell) {
+                                strbuf_printf(said, "%s%s", said->len ? ", " : "", drop[i].what);
+                                if (cJSON_IsObject(v) && !strcmp(drop[i].key, "Volumes"))
+                                        for (const cJSON *x = v->child; x; x = x->next)
+                                                strbuf_printf(said, " %.200s", x->string ? x->string : "");
+                        }
+                        cJSON_DeleteItemFromObjectCaseSensitive(c, drop[i].key);
+                        changed = changed || !empty;
+                }
+                cJSON *labels = cJSON_GetObjectItemCaseSensitive(c, "Labels");
+                for (cJSON *l = cJSON_IsObject(labels) ? labels->child : NULL, *next; l; l = next) {
+                        next = l->next;
+                        if (!l->string || (strncmp(l->string, "paddock.", 8) && strncmp(l->string, "com.hashicorp.nomad.", 20)))
+                                continue;
+                        if (tell)
+                                strbuf_printf(said, "%sLABEL %.200s", said->len ? ", " : "", l->string);
+                        cJSON_Delete(cJSON_DetachItemViaPointer(labels, l));
+                        changed = true;
+                }
+        }
+        return changed;
+}
+
 static int push_image(struct build *b) {
         const struct config *cfg = b->c->cfg;
         struct registry reg = config_snapshot_registry(cfg);
@@ -495,7 +544,7 @@ static int push_image(struct build *b) {
                 if (!saved_path_ok(cJSON_GetStringValue(l)))
                         return snprintf(b->why, sizeof(b->why), "docker save named a layer we do not read"), -EIO;
 
-        /* The image's config, as it is: the registry and the nodes check it against the layers. */
+        /* The image's config: the registry and the nodes check it against the layers. */
         _cleanup_free_ char *ctext = NULL;
         size_t clen = 0;
         char cpath[256], chex[65], cdigest[72];
@@ -506,6 +555,20 @@ static int push_image(struct build *b) {
         const cJSON *diff = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cj, "rootfs"), "diff_ids");
         if (!cJSON_IsArray(diff) || cJSON_GetArraySize(diff) != n_layers)
                 return snprintf(b->why, sizeof(b->why), "the image's config does not match its layers"), -EIO;
+        /* Normalised: what the host would act on goes (the layers, which the config's diff_ids
+         * name, stay as they are); the registry stores the config we hash here. */
+        _cleanup_(strbuf_done) struct strbuf said = STRBUF_INIT(0);
+        if (config_normalise(cj, &said)) {
+                free(ctext);
+                ctext = xnonnull(cJSON_PrintUnformatted(cj));
+                clen = strlen(ctext);
+                sha256_hex(ctext, clen, chex);
+                if (said.len) {
+                        _cleanup_free_ char *line = xasprintf("paddock: not kept in the template's image (the host would act on "
+                                                              "it, outside the sandbox): %s\n", said.buf);
+                        log_append(&b->log, line, strlen(line));
+                }
+        }
 
         _cleanup_(cJSON_Deletep) cJSON *man = cJSON_CreateObject();
         cJSON_AddNumberToObject(man, "schemaVersion", 2);
@@ -799,6 +862,23 @@ bool utpl_image(const struct config *cfg, const char *image) {
         size_t n = cfg->snap_registry ? strlen(cfg->snap_registry) : 0, m = cfg->utpl_repository ? strlen(cfg->utpl_repository) : 0;
         return n && m && image && !strncmp(image, cfg->snap_registry, n) && image[n] == '/' &&
                !strncmp(image + n + 1, cfg->utpl_repository, m) && image[n + 1 + m] == '/';
+}
+
+int utpl_image_volumes(const struct config *cfg, const char *image, char ***ret) {
+        size_t n = cfg->snap_registry ? strlen(cfg->snap_registry) : 0;
+        if (!n || !image || strncmp(image, cfg->snap_registry, n) || image[n] != '/')
+                return -EINVAL;
+        const char *path = image + n + 1, *slash = strrchr(path, '/'), *at = strchr(path, '@');
+        const char *sep = at ? at : strrchr(slash ? slash : path, ':');
+        if (!sep)
+                return -EINVAL;
+        _cleanup_free_ char *repo = xstrndup(path, (size_t) (sep - path));
+        struct registry reg = config_snapshot_registry(cfg);
+        _cleanup_(cJSON_Deletep) cJSON *img = NULL;
+        int r = registry_image_config(&reg, repo, sep + 1, &img);
+        if (r < 0)
+                return r;
+        return docker_config_volumes(cJSON_GetObjectItemCaseSensitive(img, "config"), ret);
 }
 
 void utpl_recover(struct ctl *c) {

@@ -13,3 +13,8 @@ enum MHD_Result utpl_list(struct req *r);
 enum MHD_Result utpl_get(struct req *r);
 enum MHD_Result utpl_delete(struct req *r);
 
+
+/* The VOLUMEs (docker_config_volumes) of an image in the snapshot registry (a user's template
+ * or a snapshot: "<registry>/<repo>@<digest>" or ":<tag>"), read from its config there.
+ * -EINVAL: not an image of that registry; registry_image_config's errors. */
+int utpl_image_volumes(const struct config *cfg, const char *image, char ***ret);

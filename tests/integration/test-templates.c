@@ -3,10 +3,12 @@
  * (runsc 20221219 failed `ls` and `stat` with "Invalid argument"; 20240729 printed "Bad file
  * descriptor" for each symlink `ls -l` showed). Each template gets a sandbox created through
  * the API and a battery of execs; language and agent templates add their own checks. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <unistd.h>
 
@@ -615,4 +617,111 @@ TEST_FULL(a_build_past_its_time_limit_fails_and_leaves_nothing, 300) {
                 usleep(100 * 1000);
         ASSERT_EQ(host_containers(), before);
         ctld_stop(&c);
+}
+
+/* ---- What an image's config says that the host would act on */
+
+/* docker inspect -f fmt of a container, image or volume; NULL when it does not exist. */
+static char *inspect(const char *what, const char *fmt) {
+        char *argv[] = { "docker", "inspect", "-f", (char *) fmt, (char *) what, NULL };
+        char *out = NULL;
+        if (test_run_capture(argv, &out, 1 << 20) != 0) {
+                free(out);
+                return NULL;
+        }
+        return out ? out : xstrdup("");
+}
+
+/* An image like a template pushed before pushed images were normalised: the test image with
+ * VOLUME /data and a HEALTHCHECK every millisecond in its config, built on the host and pushed
+ * to the registry as <repo>:1. Its reference by digest. */
+static char *image_with_volume_and_healthcheck(const char *repo) {
+        char dir[512], df[600], tag[400];
+        snprintf(dir, sizeof(dir), "%s/volimg", test_tmpdir());
+        snprintf(df, sizeof(df), "%s/Dockerfile", dir);
+        ASSERT_EQ(mkdir(dir, 0755) == 0 || errno == EEXIST, 1);
+        FILE *f = fopen(df, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f, "FROM %s\nVOLUME /data\nHEALTHCHECK --interval=1ms --timeout=1s --retries=1 CMD true\n",
+                env_or("PADDOCK_TEST_IMAGE", "paddock/busybox:local"));
+        fclose(f);
+        snprintf(tag, sizeof(tag), "127.0.0.1:5000/%s:1", repo);
+        char *build[] = { "env", "DOCKER_BUILDKIT=0", "docker", "build", "-q", "-t", tag, dir, NULL };
+        ASSERT_EQ(test_run_capture(build, NULL, 1 << 16), 0);
+        char *push[] = { "docker", "push", tag, NULL };
+        ASSERT_EQ(test_run_capture(push, NULL, 1 << 20), 0);
+        char *ref = inspect(tag, "{{index .RepoDigests 0}}");
+        ASSERT_NOT_NULL(ref);
+        ref[strcspn(ref, "\n")] = 0;
+        ASSERT_CONTAINS(ref, "@sha256:");
+        /* The node pulls it from the registry, as it would a template's. */
+        char *rmi[] = { "docker", "rmi", "-f", tag, NULL };
+        ASSERT_EQ(test_run_capture(rmi, NULL, 1 << 16), 0);
+        return ref;
+}
+
+/* A template with VOLUME /data and a 1 ms HEALTHCHECK in its image (one pushed before pushed
+ * images were normalised; its snapshots inherit both): the host makes no volume for the sandbox
+ * (/data is a tmpfs in the sandbox's memory), runs no check, and the remove leaves no volume. */
+static void volume_and_healthcheck_not_obeyed(bool nomad) {
+        need_docker();
+        if (nomad) {
+                setenv("PADDOCK_DRIVER", "nomad", 1);
+                setenv("PADDOCK_NOMAD_RELAY", "1", 1);
+        }
+        char tconf[256], acc[25], tid[25], id[25], repo[200], sql[1024], path[64];
+        snprintf(tconf, sizeof(tconf), "[templates]\nrepository = paddock/tv-%d\n", (int) getpid());
+        struct ctld c;
+        ctld_start(&c, NULL, tconf);
+        _cleanup_free_ char *key = ctld_account_key(&c, "vol", NULL, acc);
+        snprintf(repo, sizeof(repo), "paddock/tv-%d/%s-legacy", (int) getpid(), acc);
+        _cleanup_free_ char *img = image_with_volume_and_healthcheck(repo);
+        hexid_new(tid);
+        snprintf(sql, sizeof(sql), "INSERT INTO user_templates (id, account_id, name, status, image, size_bytes, log, created_at, "
+                 "finished_at) VALUES ('%s', '%s', 'legacy', 'ready', '%s', 1000000, '', 1, 1)", tid, acc, img);
+        free(ctld_db_query(&c, sql));
+
+        ctld_create(&c, key, "{\"template\":\"legacy\"}", id);
+        const char *name = container_name(id);
+        _cleanup_free_ char *mounts = inspect(name, "{{range .Mounts}}{{.Type}} {{.Destination}} {{.Name}}\n{{end}}");
+        ASSERT_NOT_NULL(mounts);
+        /* No Docker volume at /data (an anonymous one lives under the node's data root, outside
+         * the disk cap, and was left behind by every remove): a tmpfs. */
+        ASSERT_TRUE(strstr(mounts, "volume /data") == NULL);
+        _cleanup_free_ char *tmpfs = inspect(name, "{{range .HostConfig.Mounts}}{{.Type}} {{.Target}}\n{{end}}");
+        ASSERT_CONTAINS(tmpfs, "tmpfs /data\n");
+        _cleanup_free_ char *data = sandbox_sh(&c, key, id, "echo kept > /data/f && cat /data/f");
+        ASSERT_STREQ(data, "kept\n");
+        /* No check: the container's healthcheck is NONE and, a while later, it has no health state. */
+        _cleanup_free_ char *hc = inspect(name, "{{json .Config.Healthcheck}}");
+        ASSERT_CONTAINS(hc, "\"Test\":[\"NONE\"]");
+        usleep(500 * 1000);
+        _cleanup_free_ char *health = inspect(name, "{{if .State.Health}}{{.State.Health.Status}} {{len .State.Health.Log}}{{else}}none{{end}}");
+        ASSERT_STREQ(health, "none\n");
+        /* The volumes the container had: none anonymous (64 hex digits), and after the remove
+         * none of them is left but the agent's socket volume, which the node agent's prune takes. */
+        int anonymous = 0;
+        char *save = NULL;
+        _cleanup_free_ char *m = xstrdup(mounts);
+        for (char *l = strtok_r(m, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+                const char *vname = strrchr(l, ' ');
+                anonymous += startswith(l, "volume ") && vname && strlen(vname + 1) == 64;
+        }
+        ASSERT_EQ(anonymous, 0);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        for (int i = 0; i < 300 && docker_container_exists(name); i++)
+                usleep(100 * 1000);
+        ASSERT_FALSE(docker_container_exists(name));
+        ctld_stop(&c);
+        char *rmi[] = { "docker", "rmi", "-f", img, NULL };
+        (void) test_run_capture(rmi, NULL, 1 << 16);
+}
+
+TEST_FULL(an_image_volume_and_healthcheck_are_not_obeyed_by_the_host, 300) {
+        volume_and_healthcheck_not_obeyed(false);
+}
+
+TEST_FULL(an_image_volume_and_healthcheck_are_not_obeyed_by_the_host_nomad, 300) {
+        volume_and_healthcheck_not_obeyed(true);
 }

@@ -308,6 +308,24 @@ static int task_mounts(const cJSON *c, struct docker_mount *mounts, size_t max, 
                 const char *type = str_or(json_get_str(x, "type"), "volume");
                 const char *target = json_get_str(x, "target"), *source = json_get_str(x, "source");
                 bool ro = cJSON_IsTrue(cJSON_GetObjectItem(x, "readonly"));
+                if (!strcmp(type, "tmpfs")) {
+                        /* Nomad: no source, tmpfs_options {size (bytes), mode} */
+                        int64_t bytes = 0;
+                        if (source && *source) {
+                                *ret_err = xstrdup("failed to create container configuration: invalid source, must be \"\" for tmpfs");
+                                return -EINVAL;
+                        }
+                        if (!target || target[0] != '/' || *n == max) {
+                                *ret_err = xstrdup(*n == max ? "nomad-standin: too many mounts" : "nomad-standin: a tmpfs needs an absolute target");
+                                return -EINVAL;
+                        }
+                        if (!json_get_int(cJSON_GetObjectItem(x, "tmpfs_options"), "size", &bytes) || bytes <= 0) {
+                                *ret_err = xstrdup("nomad-standin: only tmpfs mounts with tmpfs_options.size are supported");
+                                return -EINVAL;
+                        }
+                        mounts[(*n)++] = (struct docker_mount) { .target = target, .read_only = ro, .tmpfs_bytes = bytes };
+                        continue;
+                }
                 if (!target || !*target || !source || !*source) {
                         *ret_err = xstrdup("failed to create container configuration: mount target and source are required");
                         return -EINVAL;
@@ -420,6 +438,12 @@ static int start_container(struct alloc *a, char **ret_id, char **ret_err) {
                 o.memory_bytes = mem << 20;
         if (json_get_int(c, "pids_limit", &v))
                 o.pids_limit = v;
+        /* healthchecks { disable = true }: the image's HEALTHCHECK is replaced by {"Test":["NONE"]}
+         * (a block: an object, or an array of one as Nomad's JSON jobs write blocks). */
+        const cJSON *hcb = cJSON_GetObjectItem(c, "healthchecks");
+        if (cJSON_IsArray(hcb))
+                hcb = cJSON_GetArrayItem(hcb, 0);
+        o.no_healthcheck = cJSON_IsTrue(cJSON_GetObjectItem(hcb, "disable"));
         const cJSON *b = cJSON_GetObjectItem(c, "cpu_hard_limit");
         if (cJSON_IsTrue(b) && json_get_int(res, "CPU", &v))
                 o.nano_cpus = v * 1000000;   /* stand-in nodes: 1000 MHz per core */
@@ -445,7 +469,7 @@ static int start_container(struct alloc *a, char **ret_id, char **ret_err) {
                 o.no_new_privileges = true;
         }
         /* CSI volumes: the Docker volume behind each, mounted where the task asks. */
-        struct docker_mount mounts[8];
+        struct docker_mount mounts[8 + DOCKER_IMAGE_VOLUMES_MAX];
         size_t nm = 0;
         cJSON_ArrayForEach(x, cJSON_GetObjectItem(t, "VolumeMounts")) {
                 const char *vname = json_get_str(x, "Volume");
@@ -498,7 +522,7 @@ static int start_container(struct alloc *a, char **ret_id, char **ret_err) {
         r = docker_container_start(standin_docker(), id);
         if (r < 0) {
                 *ret_err = xasprintf("failed to start task: %s", str_or(docker_last_error(), strerror(-r)));
-                docker_container_remove(standin_docker(), id, true, false);
+                docker_container_remove(standin_docker(), id, true, true);
                 return r;
         }
         *ret_id = TAKE_PTR(id);
@@ -604,7 +628,7 @@ static void *place_thread(void *arg) {
                 }
                 pthread_mutex_unlock(&mu);
                 if (still)
-                        docker_container_remove(standin_docker(), cid, true, false);
+                        docker_container_remove(standin_docker(), cid, true, true);
         }
         worker_done();
         return NULL;
@@ -622,7 +646,7 @@ static void *stop_thread(void *arg) {
         }
         pthread_mutex_unlock(&mu);
         if (cid)
-                docker_container_remove(standin_docker(), cid, true, false);
+                docker_container_remove(standin_docker(), cid, true, true);
         pthread_mutex_lock(&mu);
         if (running) {
                 task_event(a, "Killed", "Task successfully killed", false, NULL, -1);

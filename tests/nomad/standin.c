@@ -274,7 +274,7 @@ static void cleanup_docker(void) {
         _cleanup_free_ char *f = xasprintf("%s=%s", LABEL_KEY, cfg.instance);
         if (docker_container_list(dk, f, &ids) == 0)
                 for (char **i = ids; *i; i++)
-                        docker_container_remove(dk, *i, true, false);
+                        docker_container_remove(dk, *i, true, true);
         pthread_mutex_lock(&mu);
         for (struct volume *v = volumes; v; v = v->next)
                 docker_volume_remove(dk, v->docker_name, true);
