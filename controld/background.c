@@ -162,6 +162,24 @@ out:
         return r;
 }
 
+/* Sandboxes at their end (autoDestroy, max lifetime, E2B's timeout) are ended within a second
+ * of it, not at the next full reap: this runs every pass of the loop (at least once a second)
+ * and reads only the expired ones. */
+#define EXPIRED_PER_PASS 64
+static void reap_expired(struct ctl *c) {
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        int64_t now = now_ms();
+        if (store_sandbox_list_expired(c->store, now, EXPIRED_PER_PASS, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n && !c->stopping; i++) {
+                log_ctx_set("SANDBOX_ID", a[i].id);
+                (void) background_reap_one(c, a[i].id, now);
+        }
+        log_ctx_reset();
+        sandbox_array_free(a, n);
+}
+
 static void reap(struct ctl *c) {
         struct sandbox *a = NULL;
         size_t n = 0;
@@ -327,6 +345,7 @@ static void *bg_main(void *p) {
                         reap_orphans(c);
                         last_reap = now;
                 }
+                reap_expired(c);
                 pool_tick(c);
                 if (now - last_ping >= NODE_PING_INTERVAL_MS) {
                         ping_nodes(c);

@@ -99,12 +99,17 @@ struct config {
         char *e2b_base_template;                     /* what templateID "base" means */
         int64_t e2b_max_connections;                 /* client connections at once */
         char *e2b_tls_cert, *e2b_tls_key;            /* PEM; "" = plain HTTP (TLS by the operator's proxy) */
+        int64_t e2b_per_address;                     /* connections at once from one client address */
+        uint64_t e2b_head_timeout_ms;                /* the first request head, from accept (TLS included) */
         /* [preview]: preview URLs (preview.c). listen "" = off. */
         char *preview_listen_addr;                   /* NULL = previews off */
         int preview_listen_port;
-        char *preview_domain;                        /* "" = path form http://<listen>/p/<id>/<port>/ */
+        char *preview_domain;                        /* <port>-<id>.<domain>[:port]; "" = localhost:<listen port> */
         char *preview_scheme;                        /* of URLs under domain: "https" (the operator's proxy) */
         char *preview_public_url;                    /* "" = http://<listen>: base of path-form URLs */
+        bool preview_path_form;                      /* opt-in, warned: /p/<id>/<port>/, one origin for all */
+        int64_t preview_per_address;                 /* connections at once from one client address */
+        uint64_t preview_head_timeout_ms;            /* the request head, from accept */
         int64_t preview_max_connections;             /* proxied connections at once, all sandboxes */
         int64_t preview_per_sandbox;                 /* proxied connections at once, per sandbox */
         int64_t preview_max_per_sandbox;             /* previews (ports) per sandbox */
@@ -394,6 +399,8 @@ int store_sandbox_list_status(struct store *s, const char *account_id, int statu
  * automatic snapshot left (retention applies after destroy too). */
 int store_sandbox_list_automatic(struct store *s, struct sandbox **ret, size_t *ret_n);
 /* An account's sandboxes in every live state (not failed or destroyed), oldest first, at most max. */
+/* Live sandboxes whose end (expires_at) is now or past, the earliest first, at most max. */
+int store_sandbox_list_expired(struct store *s, int64_t now_ms, int64_t max, struct sandbox **ret, size_t *ret_n);
 int store_sandbox_list_live(struct store *s, const char *account_id, int64_t max, struct sandbox **ret, size_t *ret_n);
 void sandbox_array_free(struct sandbox *a, size_t n);
 int store_sandbox_count_by_status(struct store *s, int64_t counts[_SB_STATUS_MAX]);
@@ -528,6 +535,8 @@ int store_snapshot_list(struct store *s, const char *account_id, const char *san
 /* creating since before `before` (ms), all accounts. */
 int store_snapshot_list_stuck(struct store *s, int64_t before, struct snapshot **ret, size_t *ret_n);
 /* A sandbox's automatic snapshots that are not creating, newest first. */
+/* How many snapshots of the sandbox are still being taken (status creating). */
+int store_snapshot_count_creating(struct store *s, const char *sandbox_id, int64_t *ret);
 int store_snapshot_list_auto(struct store *s, const char *sandbox_id, struct snapshot **ret, size_t *ret_n);
 
 /* ---- one controld: its parts (daemon.c) and shared services (ctl.c) ---- */

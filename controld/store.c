@@ -1031,6 +1031,14 @@ int store_sandbox_list_status(struct store *s, const char *account_id, int statu
                            PARAMS(p_text(account_id), p_status(status)), ret, ret_n);
 }
 
+int store_sandbox_list_expired(struct store *s, int64_t now_ms, int64_t max, struct sandbox **ret, size_t *ret_n) {
+        LOCKED(s);
+        return select_rows(s, &sandboxes,
+                           "WHERE status IN ('starting','ready','pausing','paused','resuming') AND expires_at <= ?1"
+                           " ORDER BY expires_at LIMIT ?2",
+                           PARAMS(p_int(now_ms), p_int(max)), ret, ret_n);
+}
+
 int store_sandbox_list_live(struct store *s, const char *account_id, int64_t max, struct sandbox **ret, size_t *ret_n) {
         LOCKED(s);
         return select_rows(s, &sandboxes,
@@ -1385,6 +1393,12 @@ int store_snapshot_list_stuck(struct store *s, int64_t before, struct snapshot *
         return select_rows(s, &snapshots, "WHERE status = 'creating' AND created_at < ?", PARAMS(p_int(before)), ret, ret_n);
 }
 
+int store_snapshot_count_creating(struct store *s, const char *sandbox_id, int64_t *ret) {
+        LOCKED(s);
+        return query_int(s, "SELECT COUNT(*) FROM snapshots WHERE sandbox_id = ? AND status = 'creating'",
+                         PARAMS(p_text(sandbox_id)), ret);
+}
+
 int store_snapshot_list_auto(struct store *s, const char *sandbox_id, struct snapshot **ret, size_t *ret_n) {
         LOCKED(s);
         return select_rows(s, &snapshots, "WHERE sandbox_id = ? AND automatic = 1 AND status != 'creating'"
@@ -1562,11 +1576,16 @@ int store_preview_delete_sandbox(struct store *s, const char *sandbox_id) {
         return run(s, "DELETE FROM previews WHERE sandbox_id = ?", PARAMS(p_text(sandbox_id)));
 }
 
+#define PREVIEW_KEEP_ENDED_MS (24LL * 3600 * 1000)
+
 int store_preview_prune(struct store *s, int64_t now_ms) {
         LOCKED(s);
-        return run(s, "DELETE FROM previews WHERE expires_at <= ? OR sandbox_id NOT IN"
-                      " (SELECT id FROM sandboxes WHERE status NOT IN ('destroyed', 'failed'))",
-                   PARAMS(p_int(now_ms)));
+        /* Kept a day past their end, so that a link opened then still says "expired" (or "the
+         * sandbox was destroyed"), 410, and not "never made" (404), however often this runs. */
+        return run(s, "DELETE FROM previews WHERE expires_at <= ?1 OR sandbox_id NOT IN (SELECT id FROM sandboxes)"
+                      " OR sandbox_id IN (SELECT id FROM sandboxes WHERE status IN ('destroyed', 'failed')"
+                      " AND COALESCE(destroyed_at, 0) <= ?1)",
+                   PARAMS(p_int(now_ms - PREVIEW_KEEP_ENDED_MS)));
 }
 
 /* ---- templates users build ---- */

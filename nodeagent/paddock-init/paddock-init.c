@@ -102,6 +102,17 @@ static bool any_running(void) {
         return false;
 }
 
+/* Every finished process's EXIT queued and every connection's output sent. */
+static bool all_said(void) {
+        for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
+                if (pi.procs[i].used && !pi.procs[i].finished)
+                        return false;
+        for (size_t i = 0; i < PI_MAX_CONNS; i++)
+                if (pi.conns[i].used && conn_out_pending(&pi.conns[i]))
+                        return false;
+        return true;
+}
+
 enum pk { PK_LISTEN, PK_SIG, PK_CONN, PK_OUT, PK_ERR, PK_IN, PK_FWD, PK_INO };
 struct pref {
         enum pk kind;
@@ -122,7 +133,12 @@ static int serve(void) {
                 bool work = false;
 
                 if (pi.shutting_down) {
-                        if (!any_running())
+                        /* Done once every process has exited and its EXIT (and last output)
+                         * has left: exiting with frames still queued resets the connection
+                         * and the client never learns how its command ended. A client that
+                         * does not read is waited for only until the deadline below. */
+                        if ((!any_running() && all_said()) ||
+                            now > pi.shutdown_ms + PI_SHUTDOWN_MS + PI_SHUTDOWN_FLUSH_MS)
                                 return 0;
                         if (now > pi.shutdown_ms + PI_SHUTDOWN_MS) {
                                 for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)

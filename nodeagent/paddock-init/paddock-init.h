@@ -24,6 +24,7 @@
 #define PI_EXIT_GRACE_MS 500       /* output drained this long after an exit, then EXIT is sent */
 #define PI_LISTDIR_MAX 65536       /* entries one LISTDIR returns (then END truncated) */
 #define PI_SHUTDOWN_MS 10000       /* after SIGTERM, SIGKILL what is left after this */
+#define PI_SHUTDOWN_FLUSH_MS 2000  /* then at most this long for the last frames to leave */
 #define PI_MAX_WATCHES 16          /* WATCH channels per connection */
 #define PI_SPARE_MAX_SCRIPT 4096   /* a longer /bin/sh -c script starts the cold way (proc.c) */
 #define PI_SPARE_QUIET_MS 40       /* a spare starts once no command started or ended for this long */

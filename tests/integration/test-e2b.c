@@ -174,6 +174,31 @@ TEST_FULL(e2b_sdk_session_current_over_tls, 600) {
         sdk_session("npm-e2b-current", true);
 }
 
+/* Issue 35: a sandbox ends at its end, not up to a reap interval later. The full reap runs
+ * once a minute here (PADDOCK_TEST_REAP_INTERVAL, read by ctld_start), so only the end-time
+ * check can end it in time; the bound leaves room
+ * for a slow machine (seconds), far below the minute the old reaper took. */
+TEST_FULL(a_sandbox_ends_at_its_timeout, 120) {
+        struct e2b e = { 0 };
+        setenv("PADDOCK_TEST_REAP_INTERVAL", "60s", 1);   /* the config the test's controld gets */
+        e2b_start_with(&e, NULL);
+        unsetenv("PADDOCK_TEST_REAP_INTERVAL");
+        char id[25], tok[65];
+        create(&e, e.key, "{\"templateID\":\"base\",\"timeout\":2}", id, tok);
+        int64_t t0 = mono_ms();
+        _cleanup_free_ char *path = xasprintf("/sandboxes/%s", id);
+        const char *st = ctld_wait_status(&e.c, e.key, id, "destroyed", 60);
+        ASSERT_STREQ(st, "destroyed");
+        int64_t took = mono_ms() - t0;
+        if (took > 2000 + 6000)
+                test_fail(__FILE__, __LINE__, "the sandbox ended %lld ms after its 2 s timeout", (long long) (took - 2000));
+        struct hres r;
+        http_req(&e.c, "GET", path, e.key, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "destroy_reason"), "max_lifetime");
+        hres_done(&r);
+        EXPECT(api(&e, "GET", path, e.key, NULL), 404, "not found");
+}
+
 /* Issue 34: a sandbox made through the Brimble API has no E2B options, and its ports were open
  * to anyone through the E2B listener (Host <port>-<id>.<domain> or the E2b-Sandbox-* headers).
  * Only its owner's say-so (allowPublicTraffic at an E2B create) opens them; otherwise the

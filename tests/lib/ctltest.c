@@ -132,7 +132,7 @@ static void write_conf(struct ctld *c, const char *server_extra) {
         fprintf(f,
                 "[server]\nlisten = 127.0.0.1:%d\nlog_level = debug\n%s\n"
                 "[store]\npath = %s/controld.db\n"
-                "[scheduler]\ndriver = %s\nstats_interval = 1s\nreap_interval = 1s\n"
+                "[scheduler]\ndriver = %s\nstats_interval = 1s\nreap_interval = %s\n"
                 "[defaults]\ntemplate = busybox\nregion = local\nplan = default\n"
                 "[region \"local\"]\nid = 6a06df21cc6bef51342e199e\nname = local\ncountry = Local\ncontinent = Local\n"
                 "[region \"far\"]\nid = 6a06df21cc6bef51342e1999\nname = far\ncountry = Far\ncontinent = Far\n"
@@ -144,7 +144,7 @@ static void write_conf(struct ctld *c, const char *server_extra) {
                 "[template \"missing-image\"]\nimage = paddock/does-not-exist:never\n"
                 "%s\n",
                 c->port, server_extra ? server_extra : "", c->dir, c->nomad_url[0] ? "nomad" : "docker",
-                env_or("PADDOCK_TEST_IMAGE", "paddock/busybox:local"),
+                env_or("PADDOCK_TEST_REAP_INTERVAL", "1s"), env_or("PADDOCK_TEST_IMAGE", "paddock/busybox:local"),
                 env_or("PADDOCK_PY_IMAGE", "paddock/python-3.11:local"), c->extra);
         fclose(f);
 }

@@ -1123,13 +1123,21 @@ TEST(previews_put_replace_list_bound_delete_prune) {
         ASSERT_OK(store_preview_delete(s, id, 8002));
         ASSERT_EQ(store_preview_delete(s, id, 8002), -ENOENT);
         ASSERT_EQ(store_preview_get(s, id, 8002, &got), -ENOENT);
-        /* prune: expired ones, and every one of a destroyed sandbox */
+        /* prune: a day after it expired, or after its sandbox was destroyed (until then it
+         * answers "expired"/"destroyed", 410, not "never made") */
         p.port = 9000;
         p.expires_at = 100000;
         ASSERT_OK(store_preview_put(s, &p, 1000, 2));
-        ASSERT_OK(store_preview_prune(s, 2000));
-        ASSERT_OK(store_preview_get(s, id, 9000, &got));
+        const int64_t day = 24LL * 3600 * 1000;
+        ASSERT_OK(store_preview_prune(s, 200000));
+        ASSERT_OK(store_preview_get(s, id, 9000, &got));         /* expired, kept */
+        ASSERT_OK(store_preview_prune(s, 100000 + day + 1));
+        ASSERT_EQ(store_preview_get(s, id, 9000, &got), -ENOENT);
+        p.expires_at = 10 * day;
+        ASSERT_OK(store_preview_put(s, &p, 1000, 2));
         ASSERT_OK(store_sandbox_cas_status(s, id, SB_READY, SB_DESTROYED));
         ASSERT_OK(store_preview_prune(s, 2000));
+        ASSERT_OK(store_preview_get(s, id, 9000, &got));         /* destroyed just now: kept */
+        ASSERT_OK(store_preview_prune(s, 2 * day));
         ASSERT_EQ(store_preview_get(s, id, 9000, &got), -ENOENT);
 }
