@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <zlib.h>
 
 #include "agent-exec.h"
 #include "agent.h"
@@ -58,23 +59,77 @@ bool e2b_token_ok(const struct ctl *c, const char *kind, const char *sandbox_id,
         return ok;
 }
 
-/* ---- what List reports of a process: remembered at Start (the agent keeps no argv) ---- */
+/* ---- what List reports of a process: remembered at Start (the agent keeps no argv) ----
+ *
+ * Per sandbox, never global: one sandbox's starts can evict only its own records. A sandbox
+ * keeps at most KEPT_PER_SANDBOX records and KEPT_BYTES_PER_SANDBOX of config text (its
+ * oldest go first); records of processes the agent no longer lists are dropped at List, and
+ * those of sandboxes that ended by the sweep (kept_sweep). */
 
-#define PROCS_KEPT 4096
+#define KEPT_PER_SANDBOX PJ_AGENT_MAX_PROCS
+#define KEPT_BYTES_PER_SANDBOX (1024 * 1024)
+/* What one record may hold. */
+#define KEPT_CONFIG_MAX (16 * 1024)
+#define KEPT_SWEEP_EVERY 64              /* puts between sweeps for sandboxes that ended */
+
 struct kept {
         char sandbox[SANDBOX_ID_LEN + 1];
         uint32_t pid;
         bool pty;
+        uint64_t seq;                    /* order of the puts: the oldest is evicted first */
         char *config;                    /* ProcessConfig as JSON text */
 };
 static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct kept kept[PROCS_KEPT];
-static size_t kept_next;
+static struct kept *kept;
+static size_t n_kept, cap_kept;
+static uint64_t kept_seq;
 
-/* What one record may hold: PROCS_KEPT of them are at most 64 MiB however large the commands. */
-#define KEPT_CONFIG_MAX (16 * 1024)
+static void kept_drop_at(size_t i) {
+        free(kept[i].config);
+        kept[i] = kept[--n_kept];
+}
 
-static void kept_put(const char *sandbox, uint32_t pid, bool pty, cJSON *config) {
+/* Drops the records of sandbox put up to max_seq; with keep_listed, only those whose pid is
+ * not among pids (n). Called with kept_lock held. */
+static void kept_drop_locked(const char *sandbox, const uint32_t *pids, size_t n, bool keep_listed, uint64_t max_seq) {
+        for (size_t i = 0; i < n_kept;) {
+                bool listed = false;
+                for (size_t j = 0; keep_listed && j < n && !listed; j++)
+                        listed = kept[i].pid == pids[j];
+                if (!strcmp(kept[i].sandbox, sandbox) && !listed && kept[i].seq <= max_seq)
+                        kept_drop_at(i);
+                else
+                        i++;
+        }
+}
+
+/* The sandboxes with records, each checked against the store outside the lock: the records
+ * of those that ended go. Bounded by the records there are. */
+static void kept_sweep(struct ctl *c) {
+        size_t n = 0;
+        char (*ids)[SANDBOX_ID_LEN + 1] = NULL;
+        pthread_mutex_lock(&kept_lock);
+        ids = xmalloc((n_kept + 1) * sizeof(*ids));
+        for (size_t i = 0; i < n_kept; i++) {
+                bool seen = false;
+                for (size_t j = 0; j < n && !seen; j++)
+                        seen = !strcmp(ids[j], kept[i].sandbox);
+                if (!seen)
+                        memcpy(ids[n++], kept[i].sandbox, SANDBOX_ID_LEN + 1);
+        }
+        pthread_mutex_unlock(&kept_lock);
+        for (size_t j = 0; j < n; j++) {
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                if (store_sandbox_get(c->store, ids[j], &sb) == 0 && sb.status != SB_DESTROYED && sb.status != SB_FAILED)
+                        continue;
+                pthread_mutex_lock(&kept_lock);
+                kept_drop_locked(ids[j], NULL, 0, false, UINT64_MAX);
+                pthread_mutex_unlock(&kept_lock);
+        }
+        free(ids);
+}
+
+static void kept_put(struct ctl *c, const char *sandbox, uint32_t pid, bool pty, cJSON *config) {
         char *text = json_print(config);
         if (strlen(text) > KEPT_CONFIG_MAX) {
                 /* too large to keep whole: the command alone, cut, and no args or envs */
@@ -86,25 +141,50 @@ static void kept_put(const char *sandbox, uint32_t pid, bool pty, cJSON *config)
                 text = json_print(small);
                 cJSON_Delete(small);
         }
+        bool sweep;
         pthread_mutex_lock(&kept_lock);
-        struct kept *k = &kept[kept_next++ % PROCS_KEPT];
-        free(k->config);
+        /* a pid the agent used again replaces its old record */
+        for (size_t i = 0; i < n_kept; i++)
+                if (kept[i].pid == pid && !strcmp(kept[i].sandbox, sandbox)) {
+                        kept_drop_at(i);
+                        break;
+                }
+        /* this sandbox's own oldest make room; nobody else's */
+        for (;;) {
+                size_t mine = 0, bytes = strlen(text), oldest = SIZE_MAX;
+                for (size_t i = 0; i < n_kept; i++)
+                        if (!strcmp(kept[i].sandbox, sandbox)) {
+                                mine++;
+                                bytes += strlen(kept[i].config);
+                                if (oldest == SIZE_MAX || kept[i].seq < kept[oldest].seq)
+                                        oldest = i;
+                        }
+                if (oldest == SIZE_MAX || (mine < KEPT_PER_SANDBOX && bytes <= KEPT_BYTES_PER_SANDBOX))
+                        break;
+                kept_drop_at(oldest);
+        }
+        if (n_kept == cap_kept) {
+                cap_kept = cap_kept ? 2 * cap_kept : 64;
+                kept = xrealloc(kept, cap_kept * sizeof(*kept));
+        }
+        struct kept *k = &kept[n_kept++];
+        *k = (struct kept) { .pid = pid, .pty = pty, .seq = ++kept_seq, .config = text };
         snprintf(k->sandbox, sizeof(k->sandbox), "%s", sandbox);
-        k->pid = pid;
-        k->pty = pty;
-        k->config = text;
+        sweep = kept_seq % KEPT_SWEEP_EVERY == 0;
         pthread_mutex_unlock(&kept_lock);
+        if (sweep)
+                kept_sweep(c);
 }
 
-/* The newest record of (sandbox, pid): whether there is one, its pty flag and, when asked,
- * its config (parsed, the caller's). */
+/* The record of (sandbox, pid): whether there is one, its pty flag and, when asked, its
+ * config (parsed, the caller's). */
 static bool kept_get(const char *sandbox, uint32_t pid, bool *ret_pty, cJSON **ret_config) {
         bool found = false;
         *ret_pty = false;
         pthread_mutex_lock(&kept_lock);
-        for (size_t i = 0; i < PROCS_KEPT && !found; i++) {
-                struct kept *k = &kept[(kept_next - 1 - i) % PROCS_KEPT];
-                if (k->config && k->pid == pid && !strcmp(k->sandbox, sandbox)) {
+        for (size_t i = 0; i < n_kept && !found; i++) {
+                struct kept *k = &kept[i];
+                if (k->pid == pid && !strcmp(k->sandbox, sandbox)) {
                         found = true;
                         *ret_pty = k->pty;
                         if (ret_config)
@@ -186,21 +266,22 @@ static int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
         const char *tok = req_header(r, "X-Access-Token");
         int status = 0;
         char msg[256] = "";
+        /* as E2B's proxy: a sandbox that is not running answers 502 before any token is read */
         if (!r->m.id[0]) {
                 status = 502;
                 snprintf(msg, sizeof(msg), "The sandbox was not found");
-        } else if (!tok) {
-                status = 401;
-                snprintf(msg, sizeof(msg), "Missing the sandbox's access token (X-Access-Token)");
-        } else if (!e2b_token_ok(c, "envd", r->m.id, tok)) {
-                status = 401;
-                snprintf(msg, sizeof(msg), "The access token is not this sandbox's");
         } else if (store_sandbox_get(c->store, r->m.id, sb) < 0 || sb->status == SB_DESTROYED || sb->status == SB_FAILED) {
                 status = 502;
                 snprintf(msg, sizeof(msg), "The sandbox %s was not found (destroyed, or it never existed)", r->m.id);
         } else if (sb->status != SB_READY) {
                 status = 502;
                 snprintf(msg, sizeof(msg), "The sandbox %s is %s, not running", r->m.id, sb_status_str(sb->status));
+        } else if (!tok) {
+                status = 401;
+                snprintf(msg, sizeof(msg), "Missing the sandbox's access token (X-Access-Token)");
+        } else if (!e2b_token_ok(c, "envd", r->m.id, tok)) {
+                status = 401;
+                snprintf(msg, sizeof(msg), "The access token is not this sandbox's");
         }
         if (!status) {
                 /* E2B's user: Authorization: Basic base64("<user>:"); only root exists here */
@@ -228,12 +309,16 @@ static int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
         if (!status)
                 return 0;
         sandbox_clear(sb);
-        if (connect) {
-                enum pj_connect_code code = status == 401 ? PJ_CONNECT_UNAUTHENTICATED
-                                            : status == 400 ? PJ_CONNECT_INVALID_ARGUMENT
-                                                            : PJ_CONNECT_UNAVAILABLE;
-                /* the SDK reads a 502 as "the sandbox is gone" as E2B's proxy sends it */
-                respond_json(r, status == 502 ? 502 : pj_connect_code_http(code), connect_error(code, msg));
+        if (status == 502) {
+                /* E2B's proxy body on every path; the SDKs read a 502 as "the sandbox is gone" */
+                cJSON *o = cJSON_CreateObject();
+                json_add_str(o, "sandboxId", r->m.id);
+                json_add_str(o, "message", msg);
+                json_add_int(o, "code", 502);
+                respond_json(r, 502, o);
+        } else if (connect) {
+                enum pj_connect_code code = status == 401 ? PJ_CONNECT_UNAUTHENTICATED : PJ_CONNECT_INVALID_ARGUMENT;
+                respond_json(r, pj_connect_code_http(code), connect_error(code, msg));
         } else
                 respond_error(r, status, "%s", msg);
         return -EACCES;
@@ -429,14 +514,19 @@ static void s_keepalive(struct cstream *t) {
 }
 
 /* Processes whose Start deadline outlives the client: killed at it by one thread (a job, so a
- * shutdown waits for it). Bounded: when full, the process is killed at once instead. */
-#define LATER_MAX 1024
-static struct later {
+ * shutdown waits for it). Bounded per sandbox, never globally, so that no sandbox's deadlines
+ * change another's: a sandbox with LATER_PER_SANDBOX waiting has its own new one killed at
+ * once. Every LATER_SWEEP_MS the entries of processes that ended, or of sandboxes that ended,
+ * are dropped. */
+#define LATER_PER_SANDBOX 64
+#define LATER_SWEEP_MS 5000
+struct later {
         char sandbox[SANDBOX_ID_LEN + 1];
         uint32_t pid;
         int64_t at;
-} later[LATER_MAX];
-static size_t n_later;
+};
+static struct later *later;
+static size_t n_later, cap_later;
 static pthread_mutex_t later_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool later_running;
 
@@ -447,8 +537,50 @@ static void kill_one(struct ctl *c, const char *sandbox, uint32_t pid) {
                 (void) process_signal(c, &sb, pid, SIGKILL, &e);
 }
 
+/* Drops the entries whose process no longer runs or whose sandbox ended; the agent asked
+ * outside the lock, once per sandbox. */
+static void later_sweep(struct ctl *c) {
+        size_t n = 0;
+        pthread_mutex_lock(&later_lock);
+        char (*ids)[SANDBOX_ID_LEN + 1] = xmalloc((n_later + 1) * sizeof(*ids));
+        for (size_t i = 0; i < n_later; i++) {
+                bool seen = false;
+                for (size_t j = 0; j < n && !seen; j++)
+                        seen = !strcmp(ids[j], later[i].sandbox);
+                if (!seen)
+                        memcpy(ids[n++], later[i].sandbox, SANDBOX_ID_LEN + 1);
+        }
+        pthread_mutex_unlock(&later_lock);
+        for (size_t j = 0; j < n && !c->stopping; j++) {
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                struct api_error e = { 0 };
+                struct pj_agent_fields *v = NULL;
+                size_t nv = 0;
+                bool gone = store_sandbox_get(c->store, ids[j], &sb) < 0 || sb.status == SB_DESTROYED || sb.status == SB_FAILED;
+                bool listed = !gone && sb.status == SB_READY && process_list(c, &sb, &v, &nv, &e) == 0;
+                if (!gone && !listed)
+                        continue;   /* paused, or the agent did not answer: ask again later */
+                pthread_mutex_lock(&later_lock);
+                for (size_t i = 0; i < n_later;) {
+                        bool running = false;
+                        for (size_t p = 0; p < nv && !running; p++)
+                                running = v[p].pid == later[i].pid && v[p].running;
+                        if (!strcmp(later[i].sandbox, ids[j]) && !running)
+                                later[i] = later[--n_later];
+                        else
+                                i++;
+                }
+                pthread_mutex_unlock(&later_lock);
+                for (size_t p = 0; p < nv; p++)
+                        pj_agent_fields_done(&v[p]);
+                free(v);
+        }
+        free(ids);
+}
+
 static void later_job(struct ctl *c, void *arg) {
         (void) arg;
+        int64_t swept = mono_ms();
         for (;;) {
                 struct later due = { 0 };
                 pthread_mutex_lock(&later_lock);
@@ -468,25 +600,38 @@ static void later_job(struct ctl *c, void *arg) {
                 pthread_mutex_unlock(&later_lock);
                 if (due.pid)
                         kill_one(c, due.sandbox, due.pid);
-                else
+                else if (now - swept >= LATER_SWEEP_MS) {
+                        later_sweep(c);
+                        swept = mono_ms();
+                } else
                         usleep(100 * 1000);
         }
 }
 
 static void kill_later(struct ctl *c, const char *sandbox, uint32_t pid, int64_t at) {
         bool now = false, start = false;
+        size_t mine = 0;
         pthread_mutex_lock(&later_lock);
-        if (n_later == LATER_MAX)
-                now = true;
+        for (size_t i = 0; i < n_later; i++)
+                mine += !strcmp(later[i].sandbox, sandbox);
+        if (mine >= LATER_PER_SANDBOX)
+                now = true;   /* this sandbox's own limit: nobody else's deadline moves */
         else {
+                if (n_later == cap_later) {
+                        cap_later = cap_later ? 2 * cap_later : 64;
+                        later = xrealloc(later, cap_later * sizeof(*later));
+                }
                 later[n_later++] = (struct later) { .pid = pid, .at = at };
                 snprintf(later[n_later - 1].sandbox, sizeof(later[0].sandbox), "%s", sandbox);
                 start = !later_running;
                 later_running = true;
         }
         pthread_mutex_unlock(&later_lock);
-        if (now)
+        if (now) {
+                log_info("a process's deadline is not kept: the sandbox has %d waiting; killed now SANDBOX_ID=%s",
+                         LATER_PER_SANDBOX, sandbox);
                 kill_one(c, sandbox, pid);
+        }
         if (start && ctl_spawn_job(c, later_job, NULL) < 0) {
                 pthread_mutex_lock(&later_lock);
                 later_running = false;
@@ -670,7 +815,7 @@ static enum MHD_Result p_start(struct req *r) {
         for (size_t i = 0; i < in.n_env; i++)
                 json_add_str(ev, in.env_keys[i], in.env_values[i]);
         json_add_str(cfg, "cwd", cwd);
-        kept_put(sb.id, pid, in.pty, cfg);
+        kept_put(r->c, sb.id, pid, in.pty, cfg);
         cJSON_Delete(cfg);
         cJSON *start = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(start, "start");
         json_add_int(s, "pid", pid);
@@ -717,9 +862,21 @@ static enum MHD_Result p_list(struct req *r) {
                 return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
         struct pj_agent_fields *v = NULL;
         size_t n = 0;
+        pthread_mutex_lock(&kept_lock);
+        uint64_t before = kept_seq;
+        pthread_mutex_unlock(&kept_lock);
         int k = process_list(r->c, &sb, &v, &n, &e);
         if (k < 0)
                 return unary_error(r, code_of(k), "%s", e.message);
+        /* records of processes the agent no longer lists go (not those put meanwhile) */
+        _cleanup_free_ uint32_t *pids = xnew0(uint32_t, n + 1);
+        for (size_t i = 0; i < n; i++)
+                pids[i] = v[i].pid;
+        pthread_mutex_lock(&kept_lock);
+        kept_drop_locked(sb.id, pids, n, true, before);
+        pthread_mutex_unlock(&kept_lock);
+        /* bounded: at most PJ_AGENT_MAX_PROCS entries, their configs at most
+         * KEPT_BYTES_PER_SANDBOX together, tags at most PJ_AGENT_MAX_TAG each */
         cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "processes");
         for (size_t i = 0; i < n; i++) {
                 if (v[i].running) {
@@ -869,21 +1026,38 @@ static void perm_string(uint8_t type, uint32_t mode, char out[11]) {
         out[10] = 0;
 }
 
-/* EntryInfo of path (its name and the rest from the agent). */
-static cJSON *entry_json(const char *path, uint8_t type, uint64_t size, uint32_t mode, int64_t mtime_ns) {
+/* What envd says of a symlink: its target's type and permission bits (unknown when the target
+ * is missing), and the target resolved. */
+struct linkinfo {
+        bool known;                      /* the target exists */
+        uint8_t type;
+        uint32_t mode;
+        const char *target;              /* NULL: not resolved */
+};
+
+/* EntryInfo of path, as envd's (lstat): name, type, size, mode (permission bits only, as
+ * envd's FileMode.Perm()), permissions (Go's FileMode string, "Lrwxrwxrwx" for a symlink),
+ * times. A symlink (type SYMLINK) takes its type and mode from link (envd follows it for
+ * those) and carries symlinkTarget. */
+static cJSON *entry_json(const char *path, uint8_t type, uint64_t size, uint32_t mode, int64_t mtime_ns,
+                         const struct linkinfo *link) {
         cJSON *o = cJSON_CreateObject();
         const char *slash = strrchr(path, '/');
+        uint8_t shown = type;
+        uint32_t perm = mode & 0777;
+        if (type == PJ_AGENT_FT_SYMLINK) {
+                shown = link && link->known ? link->type : PJ_AGENT_FT_OTHER;
+                perm = link && link->known ? link->mode & 0777 : 0;
+        }
         json_add_str(o, "name", slash && slash[1] ? slash + 1 : path);
-        json_add_str(o, "type", type == PJ_AGENT_FT_DIR ? "FILE_TYPE_DIRECTORY" : type == PJ_AGENT_FT_SYMLINK ? "FILE_TYPE_SYMLINK"
-                                : type == PJ_AGENT_FT_FILE                             ? "FILE_TYPE_FILE"
-                                                                                       : "FILE_TYPE_UNSPECIFIED");
+        json_add_str(o, "type", shown == PJ_AGENT_FT_DIR ? "FILE_TYPE_DIRECTORY" : shown == PJ_AGENT_FT_SYMLINK ? "FILE_TYPE_SYMLINK"
+                                : shown == PJ_AGENT_FT_FILE                              ? "FILE_TYPE_FILE"
+                                                                                         : "FILE_TYPE_UNSPECIFIED");
         json_add_str(o, "path", path);
         char n[32];
         snprintf(n, sizeof(n), "%llu", (unsigned long long) size);
         json_add_str(o, "size", n);
-        /* Go's FileMode: the permission bits, the directory bit (1 << 31), the symlink bit (1 << 27) */
-        uint32_t gm = (mode & 0777) | (type == PJ_AGENT_FT_DIR ? 1u << 31 : 0) | (type == PJ_AGENT_FT_SYMLINK ? 1u << 27 : 0);
-        cJSON_AddItemToObject(o, "mode", cJSON_CreateNumber((double) gm));
+        cJSON_AddItemToObject(o, "mode", cJSON_CreateNumber((double) perm));
         char perms[11];
         perm_string(type, mode, perms);
         json_add_str(o, "permissions", perms);
@@ -896,6 +1070,8 @@ static cJSON *entry_json(const char *path, uint8_t type, uint64_t size, uint32_t
         size_t l = strftime(t, sizeof(t), "%Y-%m-%dT%H:%M:%S", &tm);
         snprintf(t + l, sizeof(t) - l, ".%09lldZ", (long long) (mtime_ns % 1000000000));
         json_add_str(o, "modifiedTime", t);
+        if (type == PJ_AGENT_FT_SYMLINK)
+                json_add_str(o, "symlinkTarget", link && link->target ? link->target : path);
         return o;
 }
 
@@ -906,12 +1082,118 @@ static enum MHD_Result entry_ok(struct req *r, cJSON *e) {
         return unary_ok(r, o);
 }
 
-static int stat_entry(struct agent_client *cl, const char *path, cJSON **ret) {
+/* The targets of symlinks, resolved inside the sandbox (the agent has no readlink): one
+ * process, realpath per path (the path itself when it cannot be resolved, as envd does),
+ * NUL-separated. Bounded: LINKS_MAX paths, LINKS_OUT_MAX bytes of answer, LINKS_TIMEOUT_MS.
+ * *ret[i] is NULL where nothing usable came back. */
+#define LINKS_MAX 256
+#define LINKS_OUT_MAX (LINKS_MAX * 4100)
+#define LINKS_TIMEOUT_MS 10000
+
+static int links_out(int stream, const uint8_t *data, size_t len, void *ud) {
+        if (stream == 1)
+                (void) strbuf_append(ud, data, len);
+        return 0;
+}
+
+static void resolve_links(struct ctl *c, const struct sandbox *sb, char *const *paths, size_t n, char **ret) {
+        for (size_t i = 0; i < n; i++)
+                ret[i] = NULL;
+        if (!n || n > LINKS_MAX)
+                return;
+        _cleanup_free_ const char **argv = xnew0(const char *, n + 5);
+        argv[0] = "/bin/sh";
+        argv[1] = "-c";
+        argv[2] = "for p; do r=$(realpath -- \"$p\" 2>/dev/null) || r=$p; printf '%s\\0' \"$r\"; done";
+        argv[3] = "sh";
+        for (size_t i = 0; i < n; i++)
+                argv[4 + i] = paths[i];
+        struct process_spec spec = { .argv = argv, .cwd = "/" };
+        struct agent_exec *x = NULL;
+        struct api_error e = { 0 };
+        if (process_start_session(c, sb, &spec, &x, &e) < 0)
+                return;
+        _cleanup_strbuf_ struct strbuf out = STRBUF_INIT(LINKS_OUT_MAX);
+        int64_t deadline = mono_ms() + LINKS_TIMEOUT_MS;
+        int k = 0;
+        while (k == 0 && mono_ms() < deadline)
+                k = agent_exec_read(x, (int) (deadline - mono_ms()), -1, links_out, &out);
+        if (k != 1)
+                (void) agent_exec_signal(x, SIGKILL);
+        agent_exec_free(x);
+        if (k != 1 || out.truncated || !out.buf)
+                return;
+        const char *p = out.buf, *end = out.buf + out.len;
+        for (size_t i = 0; i < n && p < end; i++) {
+                const char *z = memchr(p, 0, (size_t) (end - p));
+                if (!z)
+                        break;
+                if (z > p && *p == '/' && utf8_valid(p, (size_t) (z - p)))
+                        ret[i] = xstrndup(p, (size_t) (z - p));
+                p = z + 1;
+        }
+}
+
+/* The link information of the symlink at path: its target's type and mode (the agent's STAT
+ * follows links) and its resolved target. target is the caller's to free. */
+static void link_info(struct ctl *c, const struct sandbox *sb, struct agent_client *cl, const char *path, struct linkinfo *ret,
+                      char **ret_target) {
         struct agent_stat st;
+        *ret = (struct linkinfo) { 0 };
+        if (agent_fs_stat(cl, path, &st, FS_TIMEOUT_MS) == 0)
+                *ret = (struct linkinfo) { .known = true, .type = st.type, .mode = st.mode };
+        char *p = (char *) path;
+        resolve_links(c, sb, &p, 1, ret_target);
+        ret->target = *ret_target;
+}
+
+/* lstat of path through the agent, which has none: its parent's listing (lstat'ed) names it.
+ * 1 and *ret when path is a symlink, 0 when it is not or cannot be told. */
+struct lfind {
+        const char *name;
+        struct agent_stat st;
+        bool found;
+};
+
+static int lfind_entry(const struct pj_agent_fields *e, void *ud) {
+        struct lfind *f = ud;
+        if (!f->found && e->name && !strcmp(e->name, f->name)) {
+                f->found = true;
+                f->st = (struct agent_stat) { .type = e->ftype, .size = e->size, .mode = e->mode, .mtime_ns = e->mtime_ns };
+                return -ECANCELED;   /* found: the rest of the listing is read and dropped */
+        }
+        return 0;
+}
+
+static int lstat_symlink(struct agent_client *cl, const char *path, struct agent_stat *ret) {
+        const char *slash = strrchr(path, '/');
+        if (!slash || !slash[1])
+                return 0;
+        _cleanup_free_ char *dir = slash == path ? xstrdup("/") : xstrndup(path, (size_t) (slash - path));
+        struct lfind f = { .name = slash + 1 };
+        (void) agent_fs_listdir(cl, dir, lfind_entry, &f, FS_TIMEOUT_MS, NULL);
+        if (!f.found || f.st.type != PJ_AGENT_FT_SYMLINK)
+                return 0;
+        *ret = f.st;
+        return 1;
+}
+
+static int stat_entry(struct ctl *c, const struct sandbox *sb, struct agent_client *cl, const char *path, cJSON **ret) {
+        struct agent_stat st, lst;
         int k = agent_fs_stat(cl, path, &st, FS_TIMEOUT_MS);
+        if (k == -ENOENT || k == -ELOOP || k >= 0) {
+                /* a symlink (a dangling one too): described as itself, as envd's lstat does */
+                if (lstat_symlink(cl, path, &lst) == 1) {
+                        struct linkinfo li;
+                        _cleanup_free_ char *target = NULL;
+                        link_info(c, sb, cl, path, &li, &target);
+                        *ret = entry_json(path, lst.type, lst.size, lst.mode, lst.mtime_ns, &li);
+                        return 0;
+                }
+        }
         if (k < 0)
                 return k;
-        *ret = entry_json(path, st.type, st.size, st.mode, st.mtime_ns);
+        *ret = entry_json(path, st.type, st.size, st.mode, st.mtime_ns, NULL);
         return 0;
 }
 
@@ -948,7 +1230,7 @@ static enum MHD_Result fs_stat(struct req *r) {
         if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &cl) < 0)
                 return MHD_YES;
         cJSON *e = NULL;
-        int k = stat_entry(cl, path, &e);
+        int k = stat_entry(r->c, &sb, cl, path, &e);
         if (k < 0)
                 return fs_error(r, k, path);
         return entry_ok(r, e);
@@ -967,7 +1249,7 @@ static enum MHD_Result fs_mkdir(struct req *r) {
         k = agent_fs_mkdir(cl, path, true, FS_TIMEOUT_MS);
         cJSON *e = NULL;
         if (k == 0)
-                k = stat_entry(cl, path, &e);
+                k = stat_entry(r->c, &sb, cl, path, &e);
         if (k < 0)
                 return fs_error(r, k, path);
         return entry_ok(r, e);
@@ -981,7 +1263,7 @@ static enum MHD_Result fs_move(struct req *r) {
         if (k < 0)
                 return fs_error(r, k, path);
         cJSON *e = NULL;
-        if ((k = stat_entry(cl, to, &e)) < 0)
+        if ((k = stat_entry(r->c, &sb, cl, to, &e)) < 0)
                 return fs_error(r, k, to);
         return entry_ok(r, e);
 }
@@ -991,40 +1273,84 @@ static enum MHD_Result fs_remove(struct req *r) {
         if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &cl) < 0)
                 return MHD_YES;
         int k = agent_fs_remove(cl, path, true, FS_TIMEOUT_MS);
+        if (k == -ENOENT)
+                k = 0;   /* envd's os.RemoveAll: nothing there is success */
         if (k < 0)
                 return fs_error(r, k, path);
         return unary_ok(r, cJSON_CreateObject());
 }
 
+/* ListDir's answer is built from what the sandbox says: bounded in entries (LISTDIR_MAX) and
+ * in bytes (LISTDIR_BYTES_MAX of JSON, counted while the entries arrive so that long names under
+ * a long path never grow it further), then sorted as envd's walk gives it: by name, each
+ * directory followed by what is under it. */
+#define LISTDIR_BYTES_MAX ((size_t) 16 << 20)
+#define LISTDIR_ENTRY_JSON 240           /* an entry's JSON besides its name and path */
+
+struct lsent {
+        char *path;
+        uint8_t type;
+        uint64_t size;
+        uint32_t mode;
+        int64_t mtime_ns;
+        struct linkinfo link;            /* symlinks: what they point at */
+        char *target;
+};
+
 struct lsctx {
-        cJSON *entries;
+        struct lsent *v;
+        size_t n, cap, bytes;
         const char *dir;
-        size_t n;
         char **subdirs;                  /* directories found, for the next depth */
         size_t n_sub;
 };
 
 static int ls_entry(const struct pj_agent_fields *e, void *ud) {
         struct lsctx *x = ud;
-        if (!e->name || !utf8_valid(e->name, strlen(e->name)))
+        if (!e->name || !utf8_valid(e->name, strlen(e->name)) || strchr(e->name, '/') || !strcmp(e->name, ".") ||
+            !strcmp(e->name, ".."))
                 return 0;
-        if (++x->n > LISTDIR_MAX)
+        if (x->n >= LISTDIR_MAX)
                 return -E2BIG;
-        _cleanup_free_ char *p = xasprintf("%s%s%s", x->dir, strcmp(x->dir, "/") ? "/" : "", e->name);
-        cJSON_AddItemToArray(x->entries, entry_json(p, e->ftype, e->size, e->mode, e->mtime_ns));
+        size_t dl = strlen(x->dir), nl = strlen(e->name);
+        x->bytes += LISTDIR_ENTRY_JSON + 2 * (dl + nl + 1);
+        if (x->bytes > LISTDIR_BYTES_MAX)
+                return -EMSGSIZE;
+        if (x->n == x->cap) {
+                x->cap = x->cap ? 2 * x->cap : 256;
+                x->v = xrealloc(x->v, x->cap * sizeof(*x->v));
+        }
+        char *p = xasprintf("%s%s%s", x->dir, strcmp(x->dir, "/") ? "/" : "", e->name);
+        x->v[x->n++] = (struct lsent) { .path = p, .type = e->ftype, .size = e->size, .mode = e->mode, .mtime_ns = e->mtime_ns };
         if (e->ftype == PJ_AGENT_FT_DIR) {
                 x->subdirs = xrealloc(x->subdirs, (x->n_sub + 1) * sizeof(char *));
-                x->subdirs[x->n_sub++] = TAKE_PTR(p);
+                x->subdirs[x->n_sub++] = xstrdup(p);
         }
         return 0;
+}
+
+/* Paths in walk order: compared byte by byte with '/' before every other byte, so that a
+ * directory's entries come right after it and before its next sibling ("a", "a/b", "a-c"). */
+static int walk_order(const void *pa, const void *pb) {
+        const unsigned char *a = (const unsigned char *) ((const struct lsent *) pa)->path;
+        const unsigned char *b = (const unsigned char *) ((const struct lsent *) pb)->path;
+        while (*a && *a == *b)
+                a++, b++;
+        int ca = *a == '/' ? 1 : *a ? *a + 1 : 0, cb = *b == '/' ? 1 : *b ? *b + 1 : 0;
+        return ca - cb;
+}
+
+static void free_strv_n(char **v, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                free(v[i]);
+        free(v);
 }
 
 static enum MHD_Result fs_listdir(struct req *r) {
         FS_LOCALS;
         if (fs_begin(r, PJ_ENVD_FS_LISTDIR, &sb, &in, &path, &to, &cl) < 0)
                 return MHD_YES;
-        cJSON *o = cJSON_CreateObject();
-        struct lsctx x = { .entries = cJSON_AddArrayToObject(o, "entries") };
+        struct lsctx x = { 0 };
         char **level = xnew0(char *, 1);
         size_t n_level = 1;
         level[0] = xstrdup(path);
@@ -1035,28 +1361,63 @@ static enum MHD_Result fs_listdir(struct req *r) {
                 for (size_t i = 0; i < n_level && k >= 0; i++) {
                         x.dir = level[i];
                         k = agent_fs_listdir(cl, level[i], ls_entry, &x, FS_TIMEOUT_MS, NULL);
-                        if (k < 0 && d > 0 && k != -E2BIG)
+                        if (k < 0 && d > 0 && k != -E2BIG && k != -EMSGSIZE)
                                 k = 0;   /* a subdirectory that went away or cannot be read meanwhile */
                 }
-                for (size_t i = 0; i < n_level; i++)
-                        free(level[i]);
-                free(level);
+                free_strv_n(level, n_level);
                 level = x.subdirs;
                 n_level = x.n_sub;
         }
-        for (size_t i = 0; i < n_level; i++)
-                free(level[i]);
-        free(level);
-        if (k == -E2BIG) {
-                cJSON_Delete(o);
-                return unary_error(r, PJ_CONNECT_RESOURCE_EXHAUSTED, "more than %d entries under %s: list with a smaller depth",
+        free_strv_n(level, n_level);
+        _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(0);
+        if (k >= 0) {
+                qsort(x.v, x.n, sizeof(*x.v), walk_order);
+                /* symlinks as envd shows them: the first LINKS_MAX with their targets */
+                char *lp[LINKS_MAX] = { 0 }, *lt[LINKS_MAX] = { 0 };
+                size_t li[LINKS_MAX], nl = 0;
+                for (size_t i = 0; i < x.n && nl < LINKS_MAX; i++)
+                        if (x.v[i].type == PJ_AGENT_FT_SYMLINK) {
+                                struct agent_stat st;
+                                if (agent_fs_stat(cl, x.v[i].path, &st, FS_TIMEOUT_MS) == 0)
+                                        x.v[i].link = (struct linkinfo) { .known = true, .type = st.type, .mode = st.mode };
+                                li[nl] = i;
+                                lp[nl++] = x.v[i].path;
+                        }
+                resolve_links(r->c, &sb, lp, nl, lt);
+                for (size_t j = 0; j < nl; j++) {
+                        x.v[li[j]].target = lt[j];
+                        x.v[li[j]].link.target = lt[j];
+                        x.bytes += lt[j] ? strlen(lt[j]) : 0;
+                }
+                strbuf_append(&b, "{\"entries\":[", 12);
+                for (size_t i = 0; i < x.n; i++) {
+                        cJSON *e = entry_json(x.v[i].path, x.v[i].type, x.v[i].size, x.v[i].mode, x.v[i].mtime_ns, &x.v[i].link);
+                        _cleanup_free_ char *s = json_print(e);
+                        cJSON_Delete(e);
+                        if (i)
+                                strbuf_append(&b, ",", 1);
+                        strbuf_append(&b, s, strlen(s));
+                }
+                strbuf_append(&b, "]}", 2);
+        }
+        for (size_t i = 0; i < x.n; i++)
+                free_many(x.v[i].path, x.v[i].target);
+        free(x.v);
+        if (k == -E2BIG)
+                return unary_error(r, PJ_CONNECT_RESOURCE_EXHAUSTED, "more than %d entries: list with a smaller depth (path %s)",
                                    LISTDIR_MAX, path);
-        }
-        if (k < 0) {
-                cJSON_Delete(o);
+        if (k == -EMSGSIZE)
+                return unary_error(r, PJ_CONNECT_RESOURCE_EXHAUSTED,
+                                   "the listing is larger than the limit (%zu MiB of answer): list with a smaller depth "
+                                   "or a directory further down (path %s)",
+                                   LISTDIR_BYTES_MAX >> 20, path);
+        if (k < 0)
                 return fs_error(r, k, path);
-        }
-        return unary_ok(r, o);
+        size_t len = b.len;
+        char *s = strbuf_steal(&b);
+        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(len, s, free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        return respond_response(r, 200, resp);
 }
 
 static enum MHD_Result fs_watch(struct req *r) {
@@ -1093,6 +1454,7 @@ static enum MHD_Result fs_watch(struct req *r) {
 #define WATCHERS_PER_SANDBOX 8
 #define WATCHER_IDLE_MS (10 * 60 * 1000)
 #define WATCHER_EVENTS_MAX 4096
+#define WATCHER_EVENTS_BYTES ((size_t) 1 << 20)   /* of one poll's answer (paths are up to 4 KiB each) */
 
 struct watcher {
         char id[SANDBOX_ID_LEN + 1];     /* the watcher's own id (random) */
@@ -1175,7 +1537,7 @@ static enum MHD_Result fs_create_watcher(struct req *r) {
 
 struct evlist {
         cJSON *events;
-        size_t n;
+        size_t n, bytes;
 };
 
 static int collect_event(int event, const char *path, bool dir, void *ud) {
@@ -1187,7 +1549,9 @@ static int collect_event(int event, const char *path, bool dir, void *ud) {
         json_add_str(f, "name", path);
         json_add_str(f, "type", event_names[event]);
         cJSON_AddItemToArray(l->events, f);
-        return ++l->n >= WATCHER_EVENTS_MAX ? -ENOBUFS : 0;   /* the rest waits for the next poll */
+        l->bytes += strlen(path) + 64;
+        /* the rest waits for the next poll */
+        return ++l->n >= WATCHER_EVENTS_MAX || l->bytes >= WATCHER_EVENTS_BYTES ? -ENOBUFS : 0;
 }
 
 /* The watcher id of a GetWatcherEvents / RemoveWatcher message, checked to be this sandbox's. */
@@ -1336,6 +1700,10 @@ struct upload {
         char msg[512];
         cJSON *written;                  /* [{name, type, path}] */
         int files;
+        bool gzip;                       /* Content-Encoding: gzip, inflated here */
+        z_stream z;
+        uint64_t inflated, inflate_limit;
+        bool z_ended;                    /* the gzip stream ended (what follows is refused) */
 };
 
 static void up_fail(struct upload *u, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1427,15 +1795,60 @@ static enum MHD_Result up_part(void *cls, enum MHD_ValueKind kind, const char *k
         return MHD_YES;
 }
 
-static int up_sink(struct req *r, const char *data, size_t len) {
-        struct upload *u = r->ud;
-        if (len == (size_t) -1)
-                return 0;
+static void up_body(struct upload *u, const char *data, size_t len) {
         if (u->multipart) {
                 if (len && MHD_post_process(u->pp, data, len) != MHD_YES)
                         up_fail(u, -EINVAL, "the multipart body is malformed");
         } else
                 up_data(u, data, len);
+}
+
+/* A gzip body (Content-Encoding: gzip) inflated as it arrives, in bounded pieces; what it
+ * inflates to is bounded by inflate_limit (a small gzip body may not grow into a large one). */
+static void up_inflate(struct upload *u, const char *data, size_t len) {
+        char out[64 * 1024];
+        if (u->z_ended) {
+                if (len)
+                        up_fail(u, -EINVAL, "the body holds bytes after the end of its gzip stream");
+                return;
+        }
+        u->z.next_in = (Bytef *) data;
+        u->z.avail_in = (uInt) len;
+        while (!u->error && (u->z.avail_in || len == 0)) {
+                u->z.next_out = (Bytef *) out;
+                u->z.avail_out = sizeof(out);
+                int k = inflate(&u->z, Z_NO_FLUSH);
+                size_t got = sizeof(out) - u->z.avail_out;
+                if (k != Z_OK && k != Z_STREAM_END && !(k == Z_BUF_ERROR && !got))
+                        return up_fail(u, -EINVAL, "the body is not valid gzip (Content-Encoding: gzip): %s",
+                                       u->z.msg ? u->z.msg : "corrupt data");
+                u->inflated += got;
+                if (u->inflated > u->inflate_limit)
+                        return up_fail(u, -EFBIG, "the upload, decompressed, is larger than the limit (%llu bytes)",
+                                       (unsigned long long) u->inflate_limit);
+                if (got)
+                        up_body(u, out, got);
+                if (k == Z_STREAM_END) {
+                        u->z_ended = true;
+                        if (u->z.avail_in)
+                                up_fail(u, -EINVAL, "the body holds bytes after the end of its gzip stream");
+                        return;
+                }
+                if (!got && !u->z.avail_in)
+                        return;
+        }
+}
+
+static int up_sink(struct req *r, const char *data, size_t len) {
+        struct upload *u = r->ud;
+        if (len == (size_t) -1)
+                return 0;
+        if (u->error)
+                return 0;
+        if (u->gzip)
+                up_inflate(u, data, len);
+        else
+                up_body(u, data, len);
         return 0;
 }
 
@@ -1445,6 +1858,8 @@ static void up_free(void *ud) {
                 return;
         if (u->pp)
                 MHD_destroy_post_processor(u->pp);
+        if (u->gzip)
+                inflateEnd(&u->z);
         runtime_free(u->x);
         sandbox_clear(&u->sb);
         cJSON_Delete(u->written);
@@ -1458,8 +1873,9 @@ static enum MHD_Result prepare_post_files(struct req *r) {
                 return MHD_YES;
         const char *ct = req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE), *ce = req_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING);
         const char *p = req_query(r, "path");
-        if (ce && strcasecmp(ce, "identity"))
-                return respond_error(r, 415, "Content-Encoding %s is not supported: upload uncompressed (gzip: false)", ce);
+        bool gzip = ce && !strcasecmp(ce, "gzip");
+        if (ce && !gzip && strcasecmp(ce, "identity"))
+                return respond_error(r, 415, "Content-Encoding %s is not supported: send gzip or identity", ce);
         bool multipart = ct && !strncasecmp(ct, "multipart/form-data", 19);
         bool octet = ct && !strncasecmp(ct, "application/octet-stream", 24);
         if (!multipart && !octet)
@@ -1474,6 +1890,15 @@ static enum MHD_Result prepare_post_files(struct req *r) {
         u->limit = r->c->cfg->max_file;
         u->query_path = p && *p ? xstrdup(p) : NULL;
         u->written = cJSON_CreateArray();
+        if (gzip) {
+                if (inflateInit2(&u->z, 16 + MAX_WBITS) != Z_OK) {
+                        up_free(u);
+                        return respond_error(r, 500, "could not start decompressing the upload");
+                }
+                u->gzip = true;
+                /* the files' bytes are bounded by limit in up_data; multipart framing gets 1 MiB more */
+                u->inflate_limit = u->limit + (multipart ? 1024 * 1024 : 0);
+        }
         r->sink = up_sink;
         r->ud = u;
         r->on_end = up_free;
@@ -1490,6 +1915,8 @@ static enum MHD_Result post_files(struct req *r) {
         struct upload *u = r->ud;
         if (!u)
                 return respond_error(r, 500, "the upload was not prepared");
+        if (!u->error && u->gzip && !u->z_ended)
+                up_fail(u, -EINVAL, "the gzip body is truncated (Content-Encoding: gzip)");
         if (!u->error)
                 up_finish(u);
         if (!u->error && u->files == 0)

@@ -1,0 +1,407 @@
+/* test-envd.c — envd's surface (controld/envd.c) against what a sandbox says and what other
+ * tenants do (issue 34), and as the current E2B SDK expects it (issue 38), through raw
+ * Connect/HTTP calls on the E2B listener:
+ *  - ListDir of a directory with many long names under a long path: a bounded answer (an
+ *    error naming the limit), and controld's memory stays bounded;
+ *  - one sandbox filling its table of deadlines leaves another's timed, disconnected command
+ *    running to its own deadline, and that other's process listing intact;
+ *  - files.remove of a missing path succeeds; Stat describes a symlink as itself (Lrwx...,
+ *    symlinkTarget); ListDir is sorted by name; mode is permission bits only; a dead or unknown
+ *    sandbox answers 502 with E2B's body on every path before any token is read; gzip uploads
+ *    (and a gzip bomb refused). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "cleanup.h"
+#include "ctltest.h"
+#include "strutil.h"
+#include "testlib.h"
+
+static void free_ptr(void *p) { free(p); }
+
+struct e2b {
+        struct ctld c;
+        int port;
+        char *key, *key_bob;
+};
+
+static char *admin_e2b_key(struct ctld *c, const char *name) {
+        _cleanup_free_ char *acc = NULL;
+        char *key = NULL;
+        ASSERT_EQ(ctld_admin(c, &acc, "account", "create", name, NULL), 0);
+        acc[strcspn(acc, "\n")] = 0;
+        ASSERT_EQ(ctld_admin(c, &key, "key", "issue", acc, "--e2b", NULL), 0);
+        key[strcspn(key, "\n")] = 0;
+        return key;
+}
+
+static void e2b_start(struct e2b *e, const char *server_extra) {
+        need_docker();
+        e->port = test_free_port();
+        char extra[1024];
+        snprintf(extra, sizeof(extra), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = python-3.11\n", e->port);
+        ctld_start(&e->c, server_extra, extra);
+        e->key = admin_e2b_key(&e->c, "alice");
+        e->key_bob = admin_e2b_key(&e->c, "bob");
+        test_on_exit(free_ptr, e->key);
+        test_on_exit(free_ptr, e->key_bob);
+}
+
+static char *req(struct e2b *e, const char *method, const char *path, const char *headers, const char *ctype, const void *body,
+                 size_t len) {
+        _cleanup_free_ char *head = xasprintf("%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n%s%s%s%s"
+                                              "Content-Length: %zu\r\n\r\n",
+                                              method, path, e->port, headers ? headers : "", ctype ? "Content-Type: " : "",
+                                              ctype ? ctype : "", ctype ? "\r\n" : "", len);
+        return test_raw_http(e->port, head, body, len);
+}
+
+static char *api(struct e2b *e, const char *method, const char *path, const char *key, const char *json) {
+        _cleanup_free_ char *h = key ? xasprintf("X-API-Key: %s\r\n", key) : xstrdup("");
+        return req(e, method, path, h, json ? "application/json" : NULL, json, json ? strlen(json) : 0);
+}
+
+#define EXPECT(resp, status, needle)                                                                                    \
+        do {                                                                                                            \
+                _cleanup_free_ char *_r = (resp);                                                                       \
+                if (test_raw_status(_r) != (status) || !strstr(test_raw_body(_r), (needle)))                            \
+                        test_fail(__FILE__, __LINE__, "want %d with \"%s\", got: %.800s", (status), (needle), _r);       \
+        } while (0)
+
+static void create(struct e2b *e, const char *key, char id[25], char token[65]) {
+        _cleanup_free_ char *r = api(e, "POST", "/sandboxes", key, "{\"templateID\":\"base\",\"timeout\":600}");
+        if (test_raw_status(r) != 201)
+                test_fail(__FILE__, __LINE__, "create -> %.600s", r);
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(r));
+        ASSERT_NOT_NULL(o);
+        snprintf(id, 25, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandboxID")));
+        snprintf(token, 65, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdAccessToken")));
+        /* the envd version reported stays the newest whose features are all served */
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdVersion")), "0.5.7");
+}
+
+static char *envd_h(struct e2b *e, const char *id, const char *token, const char *method, bool stream, const void *msg, size_t len,
+                    const char *more) {
+        _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\n%s%s%sConnect-Protocol-Version: 1\r\n%s", id,
+                                           token ? "X-Access-Token: " : "", token ? token : "", token ? "\r\n" : "", more ? more : "");
+        _cleanup_free_ char *path = xasprintf("/%s", method);
+        if (!stream)
+                return req(e, "POST", path, h, "application/json", msg, len);
+        uint8_t *b = xmalloc(len + 5);
+        b[0] = 0;
+        b[1] = (uint8_t) (len >> 24), b[2] = (uint8_t) (len >> 16), b[3] = (uint8_t) (len >> 8), b[4] = (uint8_t) len;
+        memcpy(b + 5, msg, len);
+        char *r = req(e, "POST", path, h, "application/connect+json", b, len + 5);
+        free(b);
+        return r;
+}
+
+static char *envd(struct e2b *e, const char *id, const char *token, const char *method, bool stream, const char *msg) {
+        return envd_h(e, id, token, method, stream, msg, strlen(msg), NULL);
+}
+
+/* A command run to its end through envd's Start (the stream's whole answer). */
+static char *run(struct e2b *e, const char *id, const char *token, const char *script) {
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_CreateObject();
+        cJSON *p = cJSON_AddObjectToObject(o, "process");
+        cJSON_AddStringToObject(p, "cmd", "/bin/sh");
+        cJSON *a = cJSON_AddArrayToObject(p, "args");
+        cJSON_AddItemToArray(a, cJSON_CreateString("-c"));
+        cJSON_AddItemToArray(a, cJSON_CreateString(script));
+        _cleanup_free_ char *m = cJSON_PrintUnformatted(o);
+        char *r = envd(e, id, token, "process.Process/Start", true, m);
+        ASSERT_EQ(test_raw_status(r), 200);
+        return r;
+}
+
+/* A connected socket to the listener with head+body sent. */
+static int open_req(struct e2b *e, const char *head, const void *body, size_t len) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_GE(fd, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t) e->port) };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(connect(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        ASSERT_TRUE(send(fd, head, strlen(head), MSG_NOSIGNAL) == (ssize_t) strlen(head));
+        if (len)
+                ASSERT_TRUE(send(fd, body, len, MSG_NOSIGNAL) == (ssize_t) len);
+        return fd;
+}
+
+/* Starts cmd (argv JSON of process) with Connect-Timeout-Ms, reads until the start event names
+ * the pid, then hangs up: the client is gone, the deadline stays the process's. The pid. */
+static unsigned start_detached(struct e2b *e, const char *id, const char *token, const char *process_json, long long timeout_ms) {
+        _cleanup_free_ char *msg = xasprintf("{\"process\":%s}", process_json);
+        size_t len = strlen(msg);
+        uint8_t *b = xmalloc(len + 5);
+        b[0] = 0;
+        b[1] = (uint8_t) (len >> 24), b[2] = (uint8_t) (len >> 16), b[3] = (uint8_t) (len >> 8), b[4] = (uint8_t) len;
+        memcpy(b + 5, msg, len);
+        _cleanup_free_ char *head = xasprintf("POST /process.Process/Start HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nE2b-Sandbox-Id: %s\r\n"
+                                              "X-Access-Token: %s\r\nConnect-Protocol-Version: 1\r\nConnect-Timeout-Ms: %lld\r\n"
+                                              "Content-Type: application/connect+json\r\nContent-Length: %zu\r\n\r\n",
+                                              e->port, id, token, timeout_ms, len + 5);
+        int fd = open_req(e, head, b, len + 5);
+        free(b);
+        char buf[8192];
+        size_t n = 0;
+        unsigned pid = 0;
+        int64_t deadline = mono_ms() + 30000;
+        while (!pid && mono_ms() < deadline && n < sizeof(buf) - 1) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                if (poll(&p, 1, 1000) <= 0)
+                        continue;
+                ssize_t k = recv(fd, buf + n, sizeof(buf) - 1 - n, 0);
+                if (k <= 0)
+                        break;
+                n += (size_t) k;
+                buf[n] = 0;
+                const char *s = strstr(buf, "\"pid\":");
+                if (s)
+                        pid = (unsigned) strtoul(s + 6, NULL, 10);
+        }
+        close(fd);
+        if (!pid)
+                test_fail(__FILE__, __LINE__, "no start event: %.400s", buf);
+        return pid;
+}
+
+/* Whether envd's List of the sandbox shows pid running (and, when cmd is given, with that
+ * command). */
+static bool listed(struct e2b *e, const char *id, const char *token, unsigned pid, const char *cmd) {
+        _cleanup_free_ char *r = envd(e, id, token, "process.Process/List", false, "{}");
+        ASSERT_EQ(test_raw_status(r), 200);
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(r));
+        ASSERT_NOT_NULL(o);
+        cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItem(o, "processes")) {
+                if ((unsigned) cJSON_GetNumberValue(cJSON_GetObjectItem(p, "pid")) != pid)
+                        continue;
+                if (!cmd)
+                        return true;
+                const char *c = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(p, "config"), "cmd"));
+                return c && !strcmp(c, cmd);
+        }
+        return false;
+}
+
+/* controld's memory from /proc: VmRSS or VmHWM in KiB. */
+static long vm_kib(pid_t pid, const char *key) {
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
+        FILE *f = fopen(path, "r");
+        ASSERT_NOT_NULL(f);
+        long v = -1;
+        while (fgets(line, sizeof(line), f))
+                if (!strncmp(line, key, strlen(key)) && line[strlen(key)] == ':')
+                        v = strtol(line + strlen(key) + 1, NULL, 10);
+        fclose(f);
+        return v;
+}
+
+/* Issue 34: ListDir's answer was bounded in entries only: 16.9 MiB from the agent (long names
+ * under a path near PATH_MAX) became a 296 MB answer and 654 MiB of controld's memory. Now the
+ * answer is bounded in bytes: an error naming the limit, and controld grows by far less. */
+TEST_FULL(listdir_of_long_names_is_bounded, 900) {
+        struct e2b e = { 0 };
+        e2b_start(&e, NULL);
+        char id[25], tok[65];
+        create(&e, e.key, id, tok);
+        /* 32000 files of 250-byte names in a directory whose path is about 3.8 KiB long */
+        _cleanup_free_ char *made = run(&e, id, tok,
+                                        "exec python3 -c \"\nimport os\nd='/root/deep'\nfor i in range(15): d += '/' + ('d%02d' % i) * 83\n"
+                                        "os.makedirs(d)\nfor i in range(32000):\n os.close(os.open(d + '/' + ('f%05d' % i).ljust(250, 'x'), "
+                                        "os.O_CREAT | os.O_WRONLY))\nopen('/root/deep.path', 'w').write(d)\nprint('made')\n\"");
+        ASSERT_NOT_NULL(strstr(made, "\"stdout\""));
+        _cleanup_free_ char *cat = run(&e, id, tok, "cat /root/deep.path");
+        const char *s = strstr(cat, "\"stdout\":\"");
+        ASSERT_NOT_NULL(s);
+        s += 10;
+        size_t b64len = strcspn(s, "\"");
+        uint8_t *dp = NULL;
+        size_t dl = 0;
+        ASSERT_EQ(base64_decode_flags(s, b64len, BASE64_PAD_OPTIONAL, &dp, &dl), 0);
+        _cleanup_free_ char *deep = xstrndup((const char *) dp, dl);
+        free(dp);
+        ASSERT_GE(strlen(deep), 3700);
+
+        long rss0 = vm_kib(e.c.pid, "VmRSS");
+        _cleanup_free_ char *msg = xasprintf("{\"path\":\"%s\",\"depth\":1}", deep);
+        _cleanup_free_ char *head = xasprintf("POST /filesystem.Filesystem/ListDir HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                                              "E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\nConnect-Protocol-Version: 1\r\n"
+                                              "Content-Type: application/json\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
+                                              e.port, id, tok, strlen(msg));
+        int fd = open_req(&e, head, msg, strlen(msg));
+        /* the whole answer counted, its start kept */
+        char first[4096] = "";
+        size_t total = 0;
+        int64_t deadline = mono_ms() + 240000;
+        for (;;) {
+                ASSERT_TRUE(mono_ms() < deadline);
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                if (poll(&p, 1, 1000) <= 0)
+                        continue;
+                char buf[65536];
+                ssize_t k = recv(fd, buf, sizeof(buf), 0);
+                if (k <= 0)
+                        break;
+                if (total < sizeof(first) - 1)
+                        memcpy(first + total, buf, (size_t) k < sizeof(first) - 1 - total ? (size_t) k : sizeof(first) - 1 - total);
+                total += (size_t) k;
+        }
+        close(fd);
+        long hwm = vm_kib(e.c.pid, "VmHWM");
+        fprintf(stderr, "ListDir answered %zu bytes; controld VmRSS before %ld KiB, VmHWM after %ld KiB\n", total, rss0, hwm);
+        ASSERT_TRUE(total < (size_t) 17 << 20);
+        ASSERT_TRUE(hwm - rss0 < 200 * 1024);
+        if (test_raw_status(first) != 429 || !strstr(first, "resource_exhausted") || !strstr(first, "larger than the limit (16 MiB"))
+                test_fail(__FILE__, __LINE__, "want resource_exhausted naming the limit, got: %.600s", first);
+        /* a smaller listing of the same sandbox still works */
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/ListDir", false, "{\"path\":\"/root\",\"depth\":1}"), 200, "deep.path");
+}
+
+/* Issue 34: the table of deadlines (Start's Connect-Timeout-Ms outliving its client) was global,
+ * 1024 entries: one sandbox's 1024 far deadlines made every other sandbox's timed, disconnected
+ * command die at once. Now it is per sandbox: A fills its own beyond its bound, and B's command
+ * runs to its deadline, with B's listing intact. */
+TEST_FULL(process_tables_are_per_sandbox, 900) {
+        struct e2b e = { 0 };
+        e2b_start(&e, NULL);
+        char a[25], atok[65], b[25], btok[65];
+        create(&e, e.key, a, atok);
+        create(&e, e.key_bob, b, btok);
+        /* B: a tagged command kept running (its listing is checked at the end) */
+        unsigned bl = start_detached(&e, b, btok, "{\"cmd\":\"sleep\",\"args\":[\"1000\"]}", 0);
+        ASSERT_TRUE(listed(&e, b, btok, bl, "sleep"));
+        /* A: 1100 timed commands, each with a deadline of ~115 days, each left by its client
+         * while it runs (1100 is more than the old table's 1024, and than A's own bound) */
+        for (int i = 0; i < 1100; i++)
+                (void) start_detached(&e, a, atok, "{\"cmd\":\"sleep\",\"args\":[\"2\"]}", 9999999999LL);
+        sleep(2);   /* the last ones' hang-ups are seen */
+        /* B: a timed command left by its client, deadline in 6 s */
+        unsigned bt = start_detached(&e, b, btok, "{\"cmd\":\"sleep\",\"args\":[\"1000\"]}", 6000);
+        int64_t t0 = mono_ms();
+        sleep(3);
+        ASSERT_TRUE(listed(&e, b, btok, bt, NULL));   /* still running: A did not shorten its deadline */
+        /* and it dies at its own deadline */
+        bool gone = false;
+        while (!gone && mono_ms() - t0 < 20000) {
+                gone = !listed(&e, b, btok, bt, NULL);
+                if (!gone)
+                        usleep(500 * 1000);
+        }
+        ASSERT_TRUE(gone);
+        ASSERT_GE(mono_ms() - t0, 5000);
+        /* B's listing still knows its other command after A's many starts */
+        ASSERT_TRUE(listed(&e, b, btok, bl, "sleep"));
+}
+
+static size_t gzip_buf(const void *in, size_t len, uint8_t **ret) {
+        z_stream z = { 0 };
+        ASSERT_EQ(deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+        size_t cap = deflateBound(&z, len);
+        uint8_t *out = xmalloc(cap);
+        z.next_in = (Bytef *) in;
+        z.avail_in = (uInt) len;
+        z.next_out = out;
+        z.avail_out = (uInt) cap;
+        ASSERT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+        size_t n = cap - z.avail_out;
+        deflateEnd(&z);
+        *ret = out;
+        return n;
+}
+
+/* Issue 38: envd as E2B's current SDK expects it. */
+TEST_FULL(envd_as_the_current_sdk_expects_it, 600) {
+        struct e2b e = { 0 };
+        e2b_start(&e, "max_file = 1M\n");
+        char id[25], tok[65];
+        create(&e, e.key, id, tok);
+        _cleanup_free_ char *setup = run(&e, id, tok,
+                                         "mkdir -p /root/s/a /root/s/b && touch /root/s/a-c /root/s/a/z /root/s/a/b /root/s/0 && "
+                                         "echo hi > /root/t.txt && chmod 640 /root/t.txt && ln -s t.txt /root/l.txt && "
+                                         "ln -s /nowhere /root/dangling && chmod 750 /root/s/b && echo done");
+        ASSERT_NOT_NULL(strstr(setup, "ZG9uZQo"));
+        /* files.remove of a missing path succeeds, as envd's os.RemoveAll */
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Remove", false, "{\"path\":\"/root/not-there\"}"), 200, "{}");
+        /* Stat of a symlink: the link itself, its target resolved; type and mode as its target's */
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200, "\"permissions\":\"Lrwxrwxrwx\"");
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200,
+               "\"symlinkTarget\":\"/root/t.txt\"");
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200, "\"name\":\"l.txt\"");
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200, "\"mode\":416");
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/dangling\"}"), 200,
+               "\"permissions\":\"Lrwxrwxrwx\"");
+        /* a plain file has no symlinkTarget; mode is the permission bits only, directories too */
+        {
+                _cleanup_free_ char *r = envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/t.txt\"}");
+                ASSERT_NOT_NULL(strstr(test_raw_body(r), "\"mode\":416"));
+                ASSERT_NOT_NULL(strstr(test_raw_body(r), "\"permissions\":\"-rw-r-----\""));
+                ASSERT_NULL(strstr(test_raw_body(r), "symlinkTarget"));
+        }
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/s/b\"}"), 200, "\"mode\":488,");
+        /* ListDir sorted by name, each directory followed by what is in it */
+        {
+                _cleanup_free_ char *r = envd(&e, id, tok, "filesystem.Filesystem/ListDir", false, "{\"path\":\"/root/s\",\"depth\":2}");
+                ASSERT_EQ(test_raw_status(r), 200);
+                _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(r));
+                ASSERT_NOT_NULL(o);
+                static const char *const want[] = { "/root/s/0", "/root/s/a", "/root/s/a/b", "/root/s/a/z", "/root/s/a-c", "/root/s/b" };
+                cJSON *en = cJSON_GetObjectItem(o, "entries");
+                ASSERT_EQ(cJSON_GetArraySize(en), (int) ELEMENTSOF(want));
+                for (size_t i = 0; i < ELEMENTSOF(want); i++)
+                        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(en, (int) i), "path")), want[i]);
+        }
+        /* ListDir shows a symlink as Stat does */
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/ListDir", false, "{\"path\":\"/root\"}"), 200,
+               "\"symlinkTarget\":\"/root/t.txt\"");
+        /* a dead or unknown sandbox: 502 with E2B's body on every path, before any token */
+        static const char unknown[] = "0123456789abcdef01234567";
+        EXPECT(envd(&e, unknown, NULL, "filesystem.Filesystem/Stat", false, "{\"path\":\"/\"}"), 502, "\"sandboxId\":\"0123456789abcdef01234567\"");
+        EXPECT(envd(&e, unknown, "bad", "process.Process/List", false, "{}"), 502, "\"code\":502");
+        {
+                _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\n", unknown);
+                EXPECT(req(&e, "GET", "/files?path=/etc/hostname", h, NULL, NULL, 0), 502, "\"sandboxId\"");
+                EXPECT(req(&e, "POST", "/files?path=/root/x", h, "application/octet-stream", "x", 1), 502, "\"message\"");
+                EXPECT(req(&e, "GET", "/envs", h, NULL, NULL, 0), 502, "\"code\":502");
+        }
+        /* a running sandbox still wants its token */
+        EXPECT(envd(&e, id, "bad", "process.Process/List", false, "{}"), 401, "unauthenticated");
+        {
+                _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\n", id);
+                EXPECT(req(&e, "GET", "/files?path=/etc/hostname", h, NULL, NULL, 0), 401, "token");
+        }
+        /* gzip uploads: inflated into the file; a bomb past max_file refused; bad gzip named */
+        _cleanup_free_ char *hz = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\nContent-Encoding: gzip\r\n", id, tok);
+        {
+                static const char text[] = "hello, gzip from the SDK\n";
+                uint8_t *gz = NULL;
+                size_t n = gzip_buf(text, strlen(text), &gz);
+                _cleanup_free_ char *r = req(&e, "POST", "/files?path=/root/g.txt", hz, "application/octet-stream", gz, n);
+                free(gz);
+                ASSERT_EQ(test_raw_status(r), 200);
+                _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", id, tok);
+                EXPECT(req(&e, "GET", "/files?path=/root/g.txt", h, NULL, NULL, 0), 200, "hello, gzip from the SDK");
+        }
+        {
+                size_t big = 8u << 20;
+                _cleanup_free_ char *zeros = xmalloc(big);
+                memset(zeros, 0, big);
+                uint8_t *gz = NULL;
+                size_t n = gzip_buf(zeros, big, &gz);
+                ASSERT_TRUE(n < 64 * 1024);
+                _cleanup_free_ char *r = req(&e, "POST", "/files?path=/root/bomb", hz, "application/octet-stream", gz, n);
+                free(gz);
+                ASSERT_EQ(test_raw_status(r), 413);
+                ASSERT_NOT_NULL(strstr(test_raw_body(r), "larger than the limit"));
+        }
+        EXPECT(req(&e, "POST", "/files?path=/root/bad", hz, "application/octet-stream", "not gzip at all", 15), 400, "gzip");
+}
+
