@@ -376,6 +376,10 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         I("e2b", "max_connections", 512, 1, 65536, e2b_max_connections);
         S("e2b", "tls_cert", "", 1024, e2b_tls_cert);
         S("e2b", "tls_key", "", 1024, e2b_tls_key);
+        I("e2b", "per_address_connections", 64, 1, 65536, e2b_per_address);
+        if ((r = conf_get_duration_ms(cf, "e2b", NULL, "head_timeout", 5000, 500, 60000, &c->e2b_head_timeout_ms, err,
+                                      errlen)) < 0)
+                goto fail;
         if (!*c->e2b_tls_cert != !*c->e2b_tls_key) {
                 snprintf(err, errlen, "%s: [e2b] tls_cert and tls_key go together (both, or neither)", path);
                 r = -EINVAL;
@@ -384,14 +388,20 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         S("preview", "domain", "", 200, preview_domain);
         S("preview", "scheme", "https", 8, preview_scheme);
         S("preview", "public_url", "", 255, preview_public_url);
+        if ((r = conf_get_bool(cf, "preview", NULL, "path_form", false, &c->preview_path_form, err, errlen)) < 0)
+                goto fail;
+        I("preview", "per_address_connections", 64, 1, 65536, preview_per_address);
+        if ((r = conf_get_duration_ms(cf, "preview", NULL, "head_timeout", 5000, 500, 60000, &c->preview_head_timeout_ms, err,
+                                      errlen)) < 0)
+                goto fail;
         if (strcmp(c->preview_scheme, "http") && strcmp(c->preview_scheme, "https")) {
                 snprintf(err, errlen, "%s: [preview] scheme must be http or https", path);
                 r = -EINVAL;
                 goto fail;
         }
         for (const char *d = c->preview_domain; *d; d++)
-                if (!((*d >= 'a' && *d <= 'z') || (*d >= '0' && *d <= '9') || *d == '-' || *d == '.')) {
-                        snprintf(err, errlen, "%s: [preview] domain must be a lowercase DNS name (got '%s')", path,
+                if (!((*d >= 'a' && *d <= 'z') || (*d >= '0' && *d <= '9') || *d == '-' || *d == '.' || *d == ':')) {
+                        snprintf(err, errlen, "%s: [preview] domain must be a lowercase DNS name, optionally with :port (got '%s')", path,
                                  c->preview_domain);
                         r = -EINVAL;
                         goto fail;

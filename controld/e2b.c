@@ -43,7 +43,6 @@
 #include "strutil.h"
 #include "tlsbridge.h"
 
-#define PEEK_TIMEOUT_MS 10000
 #define AGENT_READY_TIMEOUT_MS 30000
 #define LIST_MAX 10000
 
@@ -627,7 +626,7 @@ static bool hex24(const char *s, size_t n) {
 
 /* Host <port>-<id>.<domain> (the domain compared without either side's :port): 1 with port
  * and id; -1 for that shape with a port outside 1-65535; else 0. */
-static int host_target(const char *host, size_t hl, int *ret_port, char id[SANDBOX_ID_LEN + 1]) {
+static int host_target(const char *host, size_t hl, const char *domain, int *ret_port, char id[SANDBOX_ID_LEN + 1]) {
         const char *dash = memchr(host, '-', hl);
         if (!dash || dash == host || dash - host > 10)
                 return 0;
@@ -641,11 +640,11 @@ static int host_target(const char *host, size_t hl, int *ret_port, char id[SANDB
         if (end - idp < SANDBOX_ID_LEN + 2 || !hex24(idp, SANDBOX_ID_LEN) || idp[SANDBOX_ID_LEN] != '.')
                 return 0;
         const char *dom = idp + SANDBOX_ID_LEN + 1;
-        size_t dl = (size_t) (end - dom), wl = strcspn(E.domain, ":");
+        size_t dl = (size_t) (end - dom), wl = strcspn(domain, ":");
         const char *colon = memchr(dom, ':', dl);
         if (colon)
                 dl = (size_t) (colon - dom);
-        if (dl != wl || strncasecmp(dom, E.domain, wl))
+        if (dl != wl || strncasecmp(dom, domain, wl))
                 return 0;
         if (port < 1 || port > 65535 || host[0] == '0')
                 return -1;
@@ -657,7 +656,8 @@ static int host_target(const char *host, size_t hl, int *ret_port, char id[SANDB
 
 /* Which sandbox and port a request names: 1 (sandbox side), 0 (the control plane), -1 a
  * malformed sandbox id or port (answered as not found by the caller). */
-static int target_of(const char *host, const char *sid, const char *sport, char id[SANDBOX_ID_LEN + 1], int *ret_port) {
+static int target_of(const char *host, const char *sid, const char *sport, const char *domain, char id[SANDBOX_ID_LEN + 1],
+                     int *ret_port) {
         if (sid) {
                 if (!hex24(sid, strlen(sid)))
                         return -1;
@@ -668,13 +668,14 @@ static int target_of(const char *host, const char *sid, const char *sport, char 
                 *ret_port = (int) p;
                 return 1;
         }
-        return host ? host_target(host, strlen(host), ret_port, id) : 0;
+        return host ? host_target(host, strlen(host), domain, ret_port, id) : 0;
 }
 
 static enum route_status route_req(struct req *r) {
         char id[SANDBOX_ID_LEN + 1] = "";
         int port = 0;
-        int t = target_of(req_header(r, "Host"), req_header(r, "E2b-Sandbox-Id"), req_header(r, "E2b-Sandbox-Port"), id, &port);
+        int t = target_of(req_header(r, "Host"), req_header(r, "E2b-Sandbox-Id"), req_header(r, "E2b-Sandbox-Port"), E.domain, id,
+                          &port);
         if (t == 0)
                 return route_match_in(control_routes, ELEMENTSOF(control_routes), r->method, r->path, &r->m);
         if (t == 1 && port != PJ_E2B_ENVD_PORT) {
@@ -724,6 +725,12 @@ static const char *head_header(const char *head, size_t n, const char *name, cha
         return NULL;
 }
 
+int e2b_head_target(const char *head, size_t n, const char *domain, char *id, int *ret_port) {
+        char host[512], sid[64], sport[16];
+        return target_of(head_header(head, n, "Host", host, sizeof(host)), head_header(head, n, "E2b-Sandbox-Id", sid, sizeof(sid)),
+                         head_header(head, n, "E2b-Sandbox-Port", sport, sizeof(sport)), domain, id, ret_port);
+}
+
 static void plain_answer(int fd, int status, const char *reason, const char *msg) {
         char body[1024], head[512];
         int bn = snprintf(body, sizeof(body), "{\"code\":%d,\"message\":\"%s\"}", status, msg);
@@ -759,7 +766,7 @@ static void serve(struct econn *ec) {
         if (E.tls) {
                 /* TLS ends here: from now on the connection is the bridge's plain end */
                 char err[256];
-                int fd = tls_bridge(E.tls, ec->fd, NULL, mono_ms() + PEEK_TIMEOUT_MS, err, sizeof(err));
+                int fd = tls_bridge(E.tls, ec->fd, NULL, mono_ms() + (int64_t) E.c->cfg->e2b_head_timeout_ms, err, sizeof(err));
                 ec->fd = -1;
                 if (fd < 0) {
                         log_debug("e2b: TLS from %s failed: %s", ec->peer, err);
@@ -768,7 +775,7 @@ static void serve(struct econn *ec) {
                 ec->fd = fd;
         }
         size_t max = E.c->cfg->max_header < sizeof(head) ? E.c->cfg->max_header : sizeof(head);
-        int64_t deadline = mono_ms() + PEEK_TIMEOUT_MS;
+        int64_t deadline = mono_ms() + (int64_t) E.c->cfg->e2b_head_timeout_ms;
         ssize_t n = 0;
         for (;;) {
                 struct pollfd pfd = { .fd = ec->fd, .events = POLLIN };
@@ -789,11 +796,9 @@ static void serve(struct econn *ec) {
                         usleep(5000);   /* the rest of the head is on its way (peeking does not wait) */
                 n = got;
         }
-        char host[512], sid[64], sport[16], id[SANDBOX_ID_LEN + 1];
+        char id[SANDBOX_ID_LEN + 1];
         int port = 0;
-        int t = target_of(head_header(head, (size_t) n, "Host", host, sizeof(host)),
-                          head_header(head, (size_t) n, "E2b-Sandbox-Id", sid, sizeof(sid)),
-                          head_header(head, (size_t) n, "E2b-Sandbox-Port", sport, sizeof(sport)), id, &port);
+        int t = e2b_head_target(head, (size_t) n, E.domain, id, &port);
         if (t == 1 && port != PJ_E2B_ENVD_PORT)
                 return forward_port(ec, head, (size_t) n, id, port);
         if (http_add_connection(E.srv, ec->fd, (struct sockaddr *) &ec->sa, ec->sl) < 0)
@@ -834,6 +839,7 @@ int e2b_start(struct ctl *c) {
         if (r >= 0) {
                 E.L.name = "e2b listener";
                 E.L.max_conns = cfg->e2b_max_connections;
+                E.L.max_per_addr = cfg->e2b_per_address;
                 E.L.serve = serve_conn;
                 r = listener_start(&E.L, cfg->e2b_listen_addr, cfg->e2b_listen_port);
         }

@@ -41,13 +41,15 @@
 #include "sbcount.h"
 #include "strutil.h"
 
-#define HEAD_TIMEOUT_MS 10000        /* the whole request head, from accept */
+#define CHECK_MS 250                 /* how often an open connection looks at its preview again */
 #define FORWARD_TIMEOUT_MS 10000     /* FORWARD's answer */
 #define SEND_TIMEOUT_MS 30000        /* one write to the client or the agent */
 #define MAX_HEADERS 100
 #define CHUNK (64 * 1024)
 #define TOKEN_PARAM "paddock_token"
 #define TOKEN_HEADER "X-Paddock-Preview-Token"
+#define COOKIE_PREFIX "paddock_preview_"
+#define HOST_PREFIX "__Host-"
 
 enum { M_UNKNOWN = _SB_STATUS_MAX, M_SLOTS };
 
@@ -101,6 +103,7 @@ void preview_metrics_render(struct strbuf *out) {
                            "# TYPE paddock_preview_connections gauge\npaddock_preview_connections %lld\n",
                       (long long) PV.L.conns);
         pthread_mutex_unlock(&PV.L.lock);
+        listener_metrics_render(out);   /* the preview and E2B listeners' refusals */
 }
 
 /* ---- tokens and URLs ---- */
@@ -115,8 +118,14 @@ static bool token_ok(const struct preview *p, const char *token) {
 
 char *preview_url(const struct ctl *c, const char *sandbox_id, int port) {
         const struct config *cfg = c->cfg;
-        if (*cfg->preview_domain)
-                return xasprintf("%s://%d-%s.%s/", cfg->preview_scheme, port, sandbox_id, cfg->preview_domain);
+        if (!cfg->preview_path_form) {
+                /* each preview its own origin: <port>-<id>.<domain>, by default under localhost
+                 * (browsers resolve *.localhost to the loopback) on the listener's port */
+                if (*cfg->preview_domain)
+                        return xasprintf("%s://%d-%s.%s/", cfg->preview_scheme, port, sandbox_id, cfg->preview_domain);
+                return xasprintf("http://%d-%s.localhost:%d/", port, sandbox_id,
+                                 PV.L.port > 0 ? PV.L.port : cfg->preview_listen_port);
+        }
         if (*cfg->preview_public_url) {
                 size_t n = strlen(cfg->preview_public_url);
                 return xasprintf("%.*s/p/%s/%d/", (int) (n && cfg->preview_public_url[n - 1] == '/' ? n - 1 : n),
@@ -241,6 +250,20 @@ struct hdr {
         const char *name, *value;   /* NUL-terminated inside the connection's head buffer */
 };
 
+/* Where a chunked request body ends (RFC 9112 7.1), fed the body's bytes as they come. */
+enum { CS_SIZE, CS_EXT, CS_SIZE_LF, CS_DATA, CS_DATA_CR, CS_DATA_LF, CS_TRAILER_START, CS_TRAILER, CS_TRAILER_LF,
+       CS_END_LF, CS_DONE, CS_ERR };
+struct chunk_scan {
+        int st;
+        unsigned digits;
+        uint64_t size;
+};
+
+/* What the client may still send into the sandbox: the one request's body, then nothing (a
+ * request pipelined after it never reaches the app unrewritten: we answer one request per
+ * connection), or everything once the server switched protocols (101). */
+enum flow { FLOW_BODY, FLOW_HOLD, FLOW_RAW };
+
 struct pconn {
         int fd;
         char peer[INET6_ADDRSTRLEN];
@@ -256,6 +279,15 @@ struct pconn {
         const char *rest;            /* target after /p/<id>/<port> (path form), else target */
         bool counted_sb;
         const char *scheme;          /* X-Forwarded-Proto; NULL: the preview settings say */
+        bool secure;                 /* https: our cookie is __Host- and Secure */
+        /* the request's framing */
+        bool upgrade;                /* asked to switch protocols */
+        bool chunked;
+        uint64_t body_left;          /* Content-Length bytes still to pass */
+        struct chunk_scan cs;
+        enum flow flow;
+        char status[12];             /* the answer's first bytes, to see a 101 */
+        size_t status_len;
 };
 
 /* A whole write to the client, bounded: a client that stops reading holds us SEND_TIMEOUT_MS. */
@@ -296,10 +328,10 @@ static bool tchar(char ch) {
         return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || strchr("!#$%&'*+-.^_`|~", ch);
 }
 
-/* Reads the head (to the blank line) within HEAD_TIMEOUT_MS and max bytes: 0, or an HTTP
+/* Reads the head (to the blank line) within timeout_ms of now and max bytes: 0, or an HTTP
  * status to answer (408, 431, 400), or -1 when the client went away. */
-static int read_head(struct pconn *pc, size_t max) {
-        int64_t deadline = mono_ms() + HEAD_TIMEOUT_MS;
+static int read_head(struct pconn *pc, size_t max, uint64_t timeout_ms) {
+        int64_t deadline = mono_ms() + (int64_t) timeout_ms;
         for (;;) {
                 char *end = pc->got >= 4 ? memmem(pc->head, pc->got, "\r\n\r\n", 4) : NULL;
                 if (end) {
@@ -311,7 +343,7 @@ static int read_head(struct pconn *pc, size_t max) {
                 int64_t left = deadline - mono_ms();
                 if (left <= 0)
                         return 408;
-                if (PV.L.stopping || PV.c->stopping)
+                if (PV.L.stopping || (PV.c && PV.c->stopping))
                         return -1;
                 struct pollfd pfd = { .fd = pc->fd, .events = POLLIN };
                 int k = poll(&pfd, 1, (int) (left < 1000 ? left : 1000));
@@ -402,12 +434,13 @@ static bool hex24(const char *s) {
         return true;
 }
 
-/* Finds the preview a request is for: Host <port>-<id>.<domain>, else /p/<id>/<port>/. */
-static bool route(struct pconn *pc, const char *domain) {
+/* Finds the preview a request is for: Host <port>-<id>.<domain> (domain's own :port, if any,
+ * not compared), else, when path_form, /p/<id>/<port>/. */
+static bool route(struct pconn *pc, const char *domain, bool path_form) {
         const char *host = header(pc, "Host");
         if (*domain && host) {
                 const char *dash = strchr(host, '-');
-                size_t dl = strlen(domain);
+                size_t dl = strcspn(domain, ":");
                 if (dash && strlen(dash + 1) >= SANDBOX_ID_LEN + 1 + dl && hex24(dash + 1) &&
                     dash[1 + SANDBOX_ID_LEN] == '.' && !strncasecmp(dash + 2 + SANDBOX_ID_LEN, domain, dl)) {
                         const char *after = dash + 2 + SANDBOX_ID_LEN + dl;
@@ -420,7 +453,7 @@ static bool route(struct pconn *pc, const char *domain) {
                 }
         }
         const char *t = pc->target;
-        if (strncmp(t, "/p/", 3) || strlen(t) < 3 + SANDBOX_ID_LEN + 2 || !hex24(t + 3) || t[3 + SANDBOX_ID_LEN] != '/')
+        if (!path_form || strncmp(t, "/p/", 3) || strlen(t) < 3 + SANDBOX_ID_LEN + 2 || !hex24(t + 3) || t[3 + SANDBOX_ID_LEN] != '/')
                 return false;
         const char *ps = t + 4 + SANDBOX_ID_LEN, *pe = ps + strcspn(ps, "/?");
         if (!parse_port(ps, (size_t) (pe - ps), &pc->port))
@@ -463,7 +496,15 @@ static char *take_query_token(const char *target, char **ret_stripped) {
 }
 
 static void cookie_name(const struct pconn *pc, char out[64]) {
-        snprintf(out, 64, "paddock_preview_%d_%s", pc->port, pc->id);
+        snprintf(out, 64, "%s" COOKIE_PREFIX "%d_%s", pc->secure ? HOST_PREFIX : "", pc->port, pc->id);
+}
+
+/* Any preview's cookie (ours, of any preview, with or without __Host-): never for the app. */
+static bool our_cookie(const char *s, size_t n) {
+        size_t hl = strlen(HOST_PREFIX), pl = strlen(COOKIE_PREFIX);
+        if (n >= hl && !strncmp(s, HOST_PREFIX, hl))
+                s += hl, n -= hl;
+        return n >= pl && !strncmp(s, COOKIE_PREFIX, pl);
 }
 
 /* Our cookie's value from the Cookie headers (xmalloc'd), or NULL. */
@@ -487,11 +528,8 @@ static char *cookie_token(const struct pconn *pc) {
         return NULL;
 }
 
-/* Cookie header values without our cookie ("" when nothing else is left). */
-static char *cookies_without_ours(const struct pconn *pc, const char *value) {
-        char name[64];
-        cookie_name(pc, name);
-        size_t nl = strlen(name);
+/* Cookie header values without our cookies ("" when nothing else is left). */
+static char *cookies_without_ours(const char *value) {
         struct strbuf out;
         strbuf_init(&out, 0);
         const char *s = value;
@@ -499,7 +537,7 @@ static char *cookies_without_ours(const struct pconn *pc, const char *value) {
                 while (*s == ' ' || *s == ';')
                         s++;
                 const char *e = strchrnul(s, ';');
-                if (e > s && !((size_t) (e - s) > nl && !strncmp(s, name, nl) && s[nl] == '=')) {
+                if (e > s && !our_cookie(s, (size_t) (e - s))) {
                         if (out.len)
                                 strbuf_append(&out, "; ", 2);
                         strbuf_append(&out, s, (size_t) (e - s));
@@ -509,18 +547,20 @@ static char *cookies_without_ours(const struct pconn *pc, const char *value) {
         return strbuf_steal(&out) ?: xstrdup("");
 }
 
+/* Headers that never reach the app as the client sent them: hop-by-hop ones, ours (the
+ * preview token, E2B's traffic token), and what a proxy vouches for (we set our own). */
 static bool hop_by_hop(const char *name) {
         static const char *const drop[] = { "Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer",
-                                             "Upgrade", "Host", TOKEN_HEADER, "X-Forwarded-For", "X-Forwarded-Host",
-                                             "X-Forwarded-Proto", "Forwarded" };
+                                             "Upgrade", "Host", TOKEN_HEADER, "e2b-traffic-access-token", "Forwarded",
+                                             "X-Real-IP", "X-Client-IP", "True-Client-IP" };
         for (size_t i = 0; i < ELEMENTSOF(drop); i++)
                 if (!strcasecmp(name, drop[i]))
                         return true;
-        return false;
+        return !strncasecmp(name, "X-Forwarded-", strlen("X-Forwarded-"));
 }
 
-/* The head as it goes to the sandbox. */
-static char *rewrite_head(struct pconn *pc, bool keep_host, const char *target) {
+/* The head as it goes to the sandbox (scheme: X-Forwarded-Proto). */
+static char *rewrite_head(struct pconn *pc, bool keep_host, const char *target, const char *scheme) {
         struct strbuf b;
         strbuf_init(&b, 0);
         const char *upgrade = header(pc, "Upgrade");
@@ -532,7 +572,7 @@ static char *rewrite_head(struct pconn *pc, bool keep_host, const char *target) 
                 strbuf_printf(&b, "Host: localhost:%d\r\n", pc->port);
         for (size_t i = 0; i < pc->n_h; i++) {
                 if (!strcasecmp(pc->h[i].name, "Cookie")) {
-                        _cleanup_free_ char *rest = cookies_without_ours(pc, pc->h[i].value);
+                        _cleanup_free_ char *rest = cookies_without_ours(pc->h[i].value);
                         if (*rest)
                                 strbuf_printf(&b, "Cookie: %s\r\n", rest);
                         continue;
@@ -545,12 +585,171 @@ static char *rewrite_head(struct pconn *pc, bool keep_host, const char *target) 
                 strbuf_printf(&b, "Connection: Upgrade\r\nUpgrade: %s\r\n", upgrade);
         } else
                 strbuf_printf(&b, "Connection: close\r\n");
-        strbuf_printf(&b, "X-Forwarded-For: %s\r\nX-Forwarded-Proto: %s\r\n", pc->peer,
-                      pc->scheme ? pc->scheme : *PV.c->cfg->preview_domain && !pc->path_form ? PV.c->cfg->preview_scheme : "http");
+        strbuf_printf(&b, "X-Forwarded-For: %s\r\nX-Forwarded-Proto: %s\r\n", pc->peer, scheme);
         if (host)
                 strbuf_printf(&b, "X-Forwarded-Host: %s\r\n", host);
         strbuf_append(&b, "\r\n", 2);
         return strbuf_steal(&b);
+}
+
+/* How the request's body ends (RFC 9112 6.3): 0, or 400 for what a proxy must refuse (both
+ * Content-Length and Transfer-Encoding, a coding other than chunked last, Content-Lengths that
+ * disagree or are no number). */
+static int framing(struct pconn *pc) {
+        const char *te = NULL, *cl = NULL;
+        for (size_t i = 0; i < pc->n_h; i++) {
+                if (!strcasecmp(pc->h[i].name, "Transfer-Encoding")) {
+                        if (te)
+                                return 400;
+                        te = pc->h[i].value;
+                } else if (!strcasecmp(pc->h[i].name, "Content-Length")) {
+                        if (cl && strcmp(cl, pc->h[i].value))
+                                return 400;
+                        cl = pc->h[i].value;
+                }
+        }
+        pc->upgrade = header(pc, "Upgrade") != NULL;
+        pc->flow = FLOW_BODY;
+        if (te) {
+                size_t n = strlen(te);
+                if (cl || n < 7 || strcasecmp(te + n - 7, "chunked") || (n > 7 && te[n - 8] != ' ' && te[n - 8] != ','))
+                        return 400;
+                pc->chunked = true;
+                return 0;
+        }
+        if (cl) {
+                uint64_t v = 0;
+                if (!*cl || strlen(cl) > 18)
+                        return 400;
+                for (const char *q = cl; *q; q++) {
+                        if (*q < '0' || *q > '9')
+                                return 400;
+                        v = v * 10 + (uint64_t) (*q - '0');
+                }
+                pc->body_left = v;
+        }
+        if (!pc->chunked && pc->body_left == 0)
+                pc->flow = FLOW_HOLD;
+        return 0;
+}
+
+/* Feeds n body bytes to the chunk scanner: how many belong to the body (the rest is what came
+ * after it); cs->st is CS_DONE at its end, CS_ERR on a malformed body. */
+static size_t chunk_feed(struct chunk_scan *cs, const uint8_t *p, size_t n) {
+        size_t i = 0;
+        while (i < n && cs->st != CS_DONE && cs->st != CS_ERR) {
+                uint8_t ch = p[i];
+                switch (cs->st) {
+                case CS_SIZE: {
+                        int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+                        if (v >= 0 && cs->digits < 15) {
+                                cs->size = cs->size * 16 + (uint64_t) v;
+                                cs->digits++;
+                        } else if (cs->digits && (ch == ';' || ch == ' ' || ch == '\t'))
+                                cs->st = CS_EXT;
+                        else if (cs->digits && ch == '\r')
+                                cs->st = CS_SIZE_LF;
+                        else
+                                cs->st = CS_ERR;
+                        i++;
+                        break;
+                }
+                case CS_EXT:
+                        if (ch == '\r')
+                                cs->st = CS_SIZE_LF;
+                        else if (ch == '\n')
+                                cs->st = CS_ERR;
+                        i++;
+                        break;
+                case CS_SIZE_LF:
+                        cs->st = ch != '\n' ? CS_ERR : cs->size ? CS_DATA : CS_TRAILER_START;
+                        i++;
+                        break;
+                case CS_DATA: {
+                        size_t take = n - i < cs->size ? n - i : (size_t) cs->size;
+                        cs->size -= take;
+                        i += take;
+                        if (!cs->size)
+                                cs->st = CS_DATA_CR;
+                        break;
+                }
+                case CS_DATA_CR:
+                        cs->st = ch == '\r' ? CS_DATA_LF : CS_ERR;
+                        i++;
+                        break;
+                case CS_DATA_LF:
+                        cs->st = ch == '\n' ? CS_SIZE : CS_ERR;
+                        cs->digits = 0;
+                        cs->size = 0;
+                        i++;
+                        break;
+                case CS_TRAILER_START:
+                        cs->st = ch == '\r' ? CS_END_LF : ch == '\n' ? CS_ERR : CS_TRAILER;
+                        i++;
+                        break;
+                case CS_TRAILER:
+                        if (ch == '\r')
+                                cs->st = CS_TRAILER_LF;
+                        else if (ch == '\n')
+                                cs->st = CS_ERR;
+                        i++;
+                        break;
+                case CS_TRAILER_LF:
+                        cs->st = ch == '\n' ? CS_TRAILER_START : CS_ERR;
+                        i++;
+                        break;
+                case CS_END_LF:
+                        cs->st = ch == '\n' ? CS_DONE : CS_ERR;
+                        i++;
+                        break;
+                default:
+                        cs->st = CS_ERR;
+                        break;
+                }
+        }
+        return i;
+}
+
+/* Of n bytes from the client, how many go into the sandbox; the flow moves on at the body's
+ * end. -1: a malformed chunked body (the connection ends). */
+static ssize_t client_take(struct pconn *pc, const uint8_t *p, size_t n) {
+        switch (pc->flow) {
+        case FLOW_RAW:
+                return (ssize_t) n;
+        case FLOW_HOLD:
+                return 0;
+        case FLOW_BODY:
+                break;
+        }
+        size_t take;
+        if (pc->chunked) {
+                take = chunk_feed(&pc->cs, p, n);
+                if (pc->cs.st == CS_ERR)
+                        return -1;
+                if (pc->cs.st == CS_DONE)
+                        pc->flow = FLOW_HOLD;
+        } else {
+                take = n < pc->body_left ? n : (size_t) pc->body_left;
+                pc->body_left -= take;
+                if (!pc->body_left)
+                        pc->flow = FLOW_HOLD;
+        }
+        return (ssize_t) take;
+}
+
+/* The answer's first bytes: a 101 to an upgrade request lets the client's bytes pass raw. */
+static void saw_answer(struct pconn *pc, const uint8_t *p, size_t n) {
+        size_t want = sizeof(pc->status) - pc->status_len;
+        if (!want)
+                return;
+        if (n > want)
+                n = want;
+        memcpy(pc->status + pc->status_len, p, n);
+        pc->status_len += n;
+        if (pc->status_len == sizeof(pc->status) && pc->upgrade && pc->flow == FLOW_HOLD &&
+            (!memcmp(pc->status, "HTTP/1.1 101", 12) || !memcmp(pc->status, "HTTP/1.0 101", 12)))
+                pc->flow = FLOW_RAW;
 }
 
 /* Still the same preview, unexpired? (after a revocation or a replacement: no) */
@@ -568,18 +767,37 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
         bool agent_eof = false;
         uint64_t in = 0, out = 0;
         unsigned gen = gen_now();
-        int64_t last = mono_ms();
-        /* what came after the head in the first read: the body's start */
+        int64_t last = mono_ms(), next_check = last + CHECK_MS;
+        /* what came after the head in the first read: the body's start (and no more) */
         if (pc->got > pc->head_len) {
-                size_t n = pc->got - pc->head_len;
+                ssize_t n = client_take(pc, (uint8_t *) pc->head + pc->head_len, pc->got - pc->head_len);
                 struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = (uint8_t *) pc->head + pc->head_len,
-                                          .data_len = n };
-                if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
+                                          .data_len = (size_t) n };
+                if (n < 0 || (n > 0 && agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0))
                         goto done;
-                in += n;
+                in += (uint64_t) n;
         }
         while (!agent_eof && !PV.L.stopping && !PV.c->stopping) {
-                struct pollfd pfd[2] = { { .fd = pc->fd, .events = POLLIN },
+                /* On a clock, whatever the traffic: a revoked, replaced or expired preview, or an
+                 * idle connection, ends here even while bytes flow both ways. */
+                int64_t now = mono_ms();
+                if (now >= next_check) {
+                        next_check = now + CHECK_MS;
+                        if (now - last > (int64_t) cfg->preview_idle_timeout_s * 1000)
+                                break;
+                        if (p && now_ms() >= p->expires_at)
+                                break;
+                        unsigned g = gen_now();
+                        if (p && g != gen) {
+                                gen = g;
+                                if (!still_valid(p))
+                                        break;
+                        }
+                }
+                /* the client is read only while its bytes may pass (its request's body, or a
+                 * switched protocol); its going away (FIN: HTTP clients do not half-close and
+                 * wait) shows all the same */
+                struct pollfd pfd[2] = { { .fd = pc->fd, .events = pc->flow == FLOW_HOLD ? POLLRDHUP : POLLIN },
                                          { .fd = agent_client_fd(ac), .events = POLLIN } };
                 /* frames already buffered in the client first */
                 struct agent_frame f;
@@ -591,6 +809,7 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                         last = mono_ms();
                         bool stop = false;
                         if (f.m.type == PJ_AGENT_DATA && f.m.id == 1) {
+                                saw_answer(pc, f.m.data, f.m.data_len);
                                 if (!send_all(pc->fd, f.m.data, f.m.data_len))
                                         stop = true;
                                 out += f.m.data_len;
@@ -604,10 +823,17 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                                 break;
                         continue;
                 }
-                k = poll(pfd, 2, 1000);
+                int64_t wait = next_check - mono_ms();
+                k = poll(pfd, 2, (int) (wait < 0 ? 0 : wait > CHECK_MS ? CHECK_MS : wait));
                 if (k < 0 && errno != EINTR)
                         break;
-                if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+                if (pc->flow == FLOW_HOLD && (pfd[0].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+                        /* gone while we were not reading it: tell the server, free the place */
+                        struct pj_agent_msg m = { .type = PJ_AGENT_END, .id = 1 };
+                        (void) agent_client_send(ac, &m, 1000);
+                        break;
+                }
+                if (pc->flow != FLOW_HOLD && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) {
                         ssize_t n = recv(pc->fd, buf, CHUNK, 0);
                         if (n < 0 && errno == EINTR)
                                 continue;
@@ -620,22 +846,14 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                                 (void) agent_client_send(ac, &m, 1000);
                                 break;
                         } else {
-                                struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = buf, .data_len = (size_t) n };
-                                if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
+                                /* the body's bytes only; what a client pipelines after it is dropped */
+                                ssize_t take = client_take(pc, buf, (size_t) n);
+                                if (take < 0)
                                         break;
-                                in += (uint64_t) n;
-                        }
-                }
-                if (k == 0 || (pfd[1].revents & POLLIN) == 0) {
-                        if (mono_ms() - last > (int64_t) cfg->preview_idle_timeout_s * 1000)
-                                break;
-                        if (p && now_ms() >= p->expires_at)
-                                break;
-                        unsigned g = gen_now();
-                        if (p && g != gen) {
-                                gen = g;
-                                if (!still_valid(p))
+                                struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = buf, .data_len = (size_t) take };
+                                if (take > 0 && agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
                                         break;
+                                in += (uint64_t) take;
                         }
                 }
         }
@@ -676,7 +894,7 @@ static void forward(struct pconn *pc, const struct sandbox *sb, const struct pre
                 return page(pc, 502, "Bad Gateway", NULL, "Port %d inside the sandbox cannot be reached: %s.", pc->port,
                             e ? strerror(e) : "unexpected answer");
         }
-        _cleanup_free_ char *head = rewrite_head(pc, keep_host, target);
+        _cleanup_free_ char *head = rewrite_head(pc, keep_host, target, pc->scheme ? pc->scheme : pc->secure ? "https" : "http");
         struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = (uint8_t *) head, .data_len = strlen(head) };
         if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
                 return page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent stopped answering.");
@@ -684,9 +902,14 @@ static void forward(struct pconn *pc, const struct sandbox *sb, const struct pre
         pump(pc, ac, p, slot);
 }
 
+/* The domain Host-form URLs are under: [preview] domain, else localhost. */
+static const char *url_domain(const struct config *cfg) {
+        return *cfg->preview_domain ? cfg->preview_domain : "localhost";
+}
+
 static void serve(struct pconn *pc) {
         const struct config *cfg = PV.c->cfg;
-        int k = read_head(pc, cfg->preview_max_header);
+        int k = read_head(pc, cfg->preview_max_header, cfg->preview_head_timeout_ms);
         if (k < 0)
                 return;
         if (k == 408)
@@ -694,16 +917,17 @@ static void serve(struct pconn *pc) {
         if (k == 431)
                 return page(pc, 431, "Request Header Fields Too Large", NULL, "The request head is larger than %llu bytes.",
                             (unsigned long long) cfg->preview_max_header);
-        if (parse_head(pc) != 0) {
+        if (parse_head(pc) != 0 || framing(pc) != 0) {
                 pc->method = NULL;
                 return page(pc, 400, "Bad Request", NULL, "The request is not valid HTTP/1.1.");
         }
-        if (!route(pc, cfg->preview_domain)) {
+        if (!route(pc, url_domain(cfg), cfg->preview_path_form)) {
                 count(M_UNKNOWN, 1, 0, 0);
                 return page(pc, 404, "Not Found", NULL,
-                            "This is Paddock's preview server: a preview URL looks like /p/&lt;sandbox id&gt;/&lt;port&gt;/%s.",
-                            *cfg->preview_domain ? " or &lt;port&gt;-&lt;sandbox id&gt;.&lt;domain&gt;" : "");
+                            "This is Paddock's preview server: a preview URL looks like &lt;port&gt;-&lt;sandbox id&gt;.%s%s.",
+                            url_domain(cfg), cfg->preview_path_form ? " or /p/&lt;sandbox id&gt;/&lt;port&gt;/" : "");
         }
+        pc->secure = !pc->path_form && *cfg->preview_domain && !strcmp(cfg->preview_scheme, "https");
         if (pc->path_form && *pc->rest != '/') {
                 /* /p/<id>/<port> alone: relative links need the trailing slash */
                 char loc[1200];
@@ -754,9 +978,9 @@ static void serve(struct pconn *pc) {
                         else
                                 snprintf(loc, sizeof(loc), "%s", stripped);
                         snprintf(hdrs, sizeof(hdrs),
-                                 "Set-Cookie: %s=%s; Path=/%s%s; Max-Age=%lld; HttpOnly; SameSite=Lax\r\nLocation: %s\r\n", name,
-                                 qtok, pc->path_form ? "p/" : "", pc->path_form ? pc->id : "", (long long) (age > 0 ? age : 1),
-                                 loc);
+                                 "Set-Cookie: %s=%s; Path=/%s%s; Max-Age=%lld; HttpOnly; SameSite=Lax%s\r\nLocation: %s\r\n",
+                                 name, qtok, pc->path_form ? "p/" : "", pc->path_form ? pc->id : "",
+                                 (long long) (age > 0 ? age : 1), pc->secure ? "; Secure" : "", loc);
                         return page(pc, 302, "Found", hdrs, "The preview continues at the same URL without the token.");
                 }
         }
@@ -801,12 +1025,17 @@ int preview_start(struct ctl *c) {
         sb_counts_init(&PV.per, (size_t) cfg->preview_max_connections);
         PV.L.name = "preview listener";
         PV.L.max_conns = cfg->preview_max_connections;
+        PV.L.max_per_addr = cfg->preview_per_address;
         PV.L.serve = serve_conn;
         int r = listener_start(&PV.L, cfg->preview_listen_addr, cfg->preview_listen_port);
         if (r < 0)
                 return r;
-        log_info("preview URLs on %s:%d (%s)", cfg->preview_listen_addr, PV.L.port,
-                 *cfg->preview_domain ? cfg->preview_domain : "path form /p/<id>/<port>/");
+        log_info("preview URLs on %s:%d (<port>-<id>.%s%s)", cfg->preview_listen_addr, PV.L.port,
+                 *cfg->preview_domain ? cfg->preview_domain : "localhost:", *cfg->preview_domain ? "" : "<listen port>");
+        if (cfg->preview_path_form)
+                log_warning("[preview] path_form = true: preview URLs /p/<id>/<port>/ put every preview of every account on one "
+                            "browser origin, so one preview's page can read another's answers and cookies; use the "
+                            "<port>-<id>.<domain> form (the default) wherever untrusted code runs");
         return 0;
 }
 
@@ -833,12 +1062,12 @@ void preview_forward_conn(struct ctl *c, int fd, const char *peer, const struct 
         snprintf(pc->id, sizeof(pc->id), "%s", sb->id);
         if (!PV.c)
                 PV.c = c;
-        int k = read_head(pc, max_header < sizeof(pc->head) - 1 ? max_header : sizeof(pc->head) - 1);
+        int k = read_head(pc, max_header < sizeof(pc->head) - 1 ? max_header : sizeof(pc->head) - 1, c->cfg->e2b_head_timeout_ms);
         if (k == 408)
                 page(pc, 408, "Request Timeout", NULL, "The request head did not arrive in time.");
         else if (k == 431)
                 page(pc, 431, "Request Header Fields Too Large", NULL, "The request head is too large.");
-        else if (k == 0 && parse_head(pc) != 0) {
+        else if (k == 0 && (parse_head(pc) != 0 || framing(pc) != 0)) {
                 pc->method = NULL;
                 page(pc, 400, "Bad Request", NULL, "The request is not valid HTTP/1.1.");
         } else if (k == 0) {
@@ -849,4 +1078,47 @@ void preview_forward_conn(struct ctl *c, int fd, const char *peer, const struct 
         }
         close(pc->fd);
         free(pc);
+}
+
+/* preview_head_check's part past routing. */
+static void head_check_routed(struct pconn *pc, bool path_form) {
+        pc->secure = !pc->path_form;
+        _cleanup_free_ char *stripped = NULL;
+        _cleanup_free_ char *qtok = take_query_token(pc->rest, &stripped);
+        _cleanup_free_ char *ctok = cookie_token(pc);
+        _cleanup_free_ char *head = rewrite_head(pc, path_form, stripped, "https");
+        /* what the app receives: one head, never a second request of the client's */
+        size_t hl = strlen(head);
+        if (hl < 4 || memmem(head, hl, "\r\n\r\n", 4) != head + hl - 4)
+                abort();
+        size_t off = pc->head_len;
+        while (off < pc->got) {
+                ssize_t k = client_take(pc, (const uint8_t *) pc->head + off, pc->got - off);
+                if (k <= 0)
+                        break;
+                off += (size_t) k;
+        }
+        saw_answer(pc, (const uint8_t *) "HTTP/1.1 101 Switching", 22);
+}
+
+int preview_head_check(const uint8_t *buf, size_t n, const char *domain, bool path_form) {
+        struct pconn *pc = xnew0(struct pconn, 1);
+        int st = 0;
+        pc->fd = -1;
+        pc->got = n < sizeof(pc->head) - 1 ? n : sizeof(pc->head) - 1;
+        memcpy(pc->head, buf, pc->got);
+        char *end = pc->got >= 4 ? memmem(pc->head, pc->got, "\r\n\r\n", 4) : NULL;
+        if (!end)
+                st = 431;
+        else {
+                pc->head_len = (size_t) (end - pc->head) + 4;
+                if (parse_head(pc) != 0 || framing(pc) != 0)
+                        st = 400;
+                else if (!route(pc, domain, path_form))
+                        st = 404;
+                else
+                        head_check_routed(pc, path_form);
+        }
+        free(pc);
+        return st;
 }

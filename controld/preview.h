@@ -2,6 +2,8 @@
 #pragma once
 
 #include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "http.h"
 
@@ -21,6 +23,10 @@ char *preview_url(const struct ctl *c, const char *sandbox_id, int port);
  * forwards it and passes bytes both ways as a preview does. Takes fd (closed at the end). */
 struct sandbox;
 void preview_forward_conn(struct ctl *c, int fd, const char *peer, const struct sandbox *sb, int port, uint64_t max_header);
+/* The request-head side of a connection without one, for tests/fuzz/fuzz-preview-head.c: parses
+ * buf as a client's first bytes (head, then body) as serve does, routes it under domain, rewrites
+ * it and frames the body. 0, or the HTTP status a client would get (400, 404, 431). */
+int preview_head_check(const uint8_t *buf, size_t n, const char *domain, bool path_form);
 /* paddock_preview_* series for /metrics. */
 void preview_metrics_render(struct strbuf *out);
 
