@@ -628,13 +628,18 @@ int docker_volume_remove(struct docker *d, const char *name, bool force) {
         return r == -EEXIST ? -EBUSY : r;
 }
 
-int docker_volume_list_dangling(struct docker *d, const char *prefix, struct docker_volume_info **ret, size_t *ret_n) {
+/* Dangling volumes whose name starts with prefix, or (prefix NULL) that carry label. */
+static int volume_list_dangling(struct docker *d, const char *prefix, const char *label, struct docker_volume_info **ret,
+                                size_t *ret_n) {
         _cleanup_(docker_resp_done) struct docker_resp resp = {};
-        if (!prefix || !*prefix || !ret || !ret_n)
+        if ((prefix ? !*prefix : !label || !*label) || !ret || !ret_n)
                 return -EINVAL;
         _cleanup_json_ cJSON *f = cJSON_CreateObject();
         cJSON_AddItemToObject(f, "dangling", docker_strv_to_json((const char *const[]) { "true", NULL }));
-        cJSON_AddItemToObject(f, "name", docker_strv_to_json((const char *const[]) { prefix, NULL }));
+        if (prefix)
+                cJSON_AddItemToObject(f, "name", docker_strv_to_json((const char *const[]) { prefix, NULL }));
+        else
+                cJSON_AddItemToObject(f, "label", docker_strv_to_json((const char *const[]) { label, NULL }));
         _cleanup_free_ char *ftext = xnonnull(cJSON_PrintUnformatted(f));
         _cleanup_free_ char *fesc = httpc_escape(ftext);
         _cleanup_free_ char *path = xasprintf("/volumes?filters=%s", fesc);
@@ -648,10 +653,12 @@ int docker_volume_list_dangling(struct docker *d, const char *prefix, struct doc
         cJSON_ArrayForEach(x, vols) {
                 const char *name = json_str(x, "Name"), *at = json_str(x, "CreatedAt");
                 /* the name filter matches anywhere in the name: keep those that start with it */
-                if (!name || strncmp(name, prefix, strlen(prefix)) != 0)
+                if (!name || (prefix && strncmp(name, prefix, strlen(prefix)) != 0))
                         continue;
                 struct tm tm = { 0 };
                 const char *end = at ? strptime(at, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+                const char *lv = label ? json_str(cJSON_GetObjectItemCaseSensitive(x, "Labels"), label) : NULL;
+                v[n].label = lv ? xstrdup(lv) : NULL;
                 v[n].name = xstrdup(name);
                 v[n].created_s = end ? (int64_t) timegm(&tm) : 0;   /* unknown: 0, the caller decides */
                 n++;
@@ -661,9 +668,18 @@ int docker_volume_list_dangling(struct docker *d, const char *prefix, struct doc
         return 0;
 }
 
+int docker_volume_list_dangling(struct docker *d, const char *prefix, struct docker_volume_info **ret, size_t *ret_n) {
+        return prefix ? volume_list_dangling(d, prefix, NULL, ret, ret_n) : -EINVAL;
+}
+
+int docker_volume_list_dangling_labelled(struct docker *d, const char *label, struct docker_volume_info **ret,
+                                         size_t *ret_n) {
+        return volume_list_dangling(d, NULL, label, ret, ret_n);
+}
+
 void docker_volume_info_free(struct docker_volume_info *v, size_t n) {
         for (size_t i = 0; v && i < n; i++)
-                free(v[i].name);
+                free_many(v[i].name, v[i].label);
         free(v);
 }
 

@@ -136,8 +136,12 @@ int docker_volume_remove(struct docker *d, const char *name, bool force);
 struct docker_volume_info {
         char *name;
         int64_t created_s;
+        char *label;            /* the labelled list's label value; NULL otherwise */
 };
 int docker_volume_list_dangling(struct docker *d, const char *prefix, struct docker_volume_info **ret, size_t *ret_n);
+/* The same for volumes no container uses that carry the label key (any value, in ->label). */
+int docker_volume_list_dangling_labelled(struct docker *d, const char *label, struct docker_volume_info **ret,
+                                         size_t *ret_n);
 void docker_volume_info_free(struct docker_volume_info *v, size_t n);
 /* Creates a bridge network if no network of that exact name exists; existing -> 0 (its
  * settings are not compared). subnet/gateway optional. */

@@ -285,9 +285,13 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         const char *cmd[] = { "tail", "-f", "/dev/null", NULL };
         const char *extra_hosts[] = { "metadata.google.internal:127.0.0.1", "metadata:127.0.0.1",
                                       "instance-data:127.0.0.1", "metadata.azure.internal:127.0.0.1", NULL };
+        /* A warm-pool member is made for no account, and Docker cannot relabel a container when
+         * one claims it: it says paddock.pooled=1 instead of an account that would go stale. The
+         * owner of every sandbox is in its record (controld admin sandbox list --account). */
+        bool pooled = !sb->account_id[0];
         struct docker_kv labels[] = { { "paddock.sandbox", sb->id },
-                                      { "paddock.account", sb->account_id },
-                                      { "paddock.controld", d->ctl->instance_id } };
+                                      { "paddock.controld", d->ctl->instance_id },
+                                      { pooled ? "paddock.pooled" : "paddock.account", pooled ? "1" : sb->account_id } };
         struct docker_mount mnts[4 + DOCKER_IMAGE_VOLUMES_MAX] = { { 0 } };
         size_t n_mnts = 0;
         _cleanup_free_ char *vol_handle = NULL, *run_vol = NULL, *secret_path = NULL;

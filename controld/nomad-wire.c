@@ -66,7 +66,13 @@ cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const 
         cJSON_AddItemToObject(job, "Datacenters", str_array((const char *const *) cfg->nomad_datacenters));
         cJSON *meta = cJSON_AddObjectToObject(job, "Meta");
         json_add_str(meta, NOMAD_META_SANDBOX, sb->id);
-        json_add_str(meta, NOMAD_META_ACCOUNT, sb->account_id);
+        /* A warm-pool member is made for no account, and a claim cannot change a running job's
+         * meta (Nomad would replace the allocation): it says it was pooled; the owner is in the
+         * sandbox's record (controld admin sandbox list --account). */
+        if (sb->account_id[0])
+                json_add_str(meta, NOMAD_META_ACCOUNT, sb->account_id);
+        else
+                json_add_str(meta, NOMAD_META_POOLED, "1");
         json_add_str(meta, NOMAD_META_INSTANCE, instance_id);
 
         cJSON *groups = cJSON_AddArrayToObject(job, "TaskGroups");

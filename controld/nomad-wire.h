@@ -24,6 +24,8 @@ struct sandbox;
 #define NOMAD_META_SANDBOX "paddock_sandbox_id"
 #define NOMAD_META_ACCOUNT "paddock_account_id"
 #define NOMAD_META_INSTANCE "paddock_controld"
+/* Instead of the account on a warm-pool member's job (made before any account claims it). */
+#define NOMAD_META_POOLED "paddock_pooled"
 /* The largest alloc exec frame we take (stdout/stderr data arrives base64 in JSON). */
 #define NOMAD_EXEC_MAX_MESSAGE ((size_t) 4 << 20)
 /* A copy of s, or NULL when s is NULL or empty. xmalloc'd. */

@@ -142,6 +142,37 @@ static bool claimed(struct ctld *c, const char *key, const char *id) {
         return yes;
 }
 
+/* Who owns a claimed member, as an operator finds it: the sandbox's record (the admin's list
+ * by account shows it). The workload was made for no account and a claim cannot relabel it,
+ * so it says it was pooled (Docker label paddock.pooled, Nomad job meta paddock_pooled) and
+ * carries no account that would be stale. */
+static void assert_claimed_owner_findable(struct ctld *c, const char *account, const char *account_id, const char *id) {
+        _cleanup_free_ char *out = NULL;
+        ASSERT_EQ(ctld_admin(c, &out, "sandbox", "list", "--account", account, NULL), 0);
+        char want[64];
+        snprintf(want, sizeof(want), "%s\t%s\t", id, account_id);
+        ASSERT_CONTAINS(out, want);
+        if (ctld_nomad()) {
+                _cleanup_(cJSON_Deletep) cJSON *st = nstandin_state(&c->standin);
+                char job[40];
+                snprintf(job, sizeof(job), "sandbox-%s", id);
+                const cJSON *j, *meta = NULL;
+                cJSON_ArrayForEach(j, cJSON_GetObjectItem(st, "Jobs"))
+                        if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "ID")) ?: "", job))
+                                meta = cJSON_GetObjectItem(j, "Meta");
+                ASSERT_NOT_NULL(meta);
+                ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(meta, "paddock_pooled")), "1");
+                ASSERT_TRUE(cJSON_GetObjectItem(meta, "paddock_account_id") == NULL);
+                return;
+        }
+        char *argv[] = { "docker", "inspect", "-f", "{{json .Config.Labels}}", container_name(id), NULL };
+        _cleanup_free_ char *labels = NULL;
+        ASSERT_EQ(test_run_capture(argv, &labels, 1 << 16), 0);
+        ASSERT_CONTAINS(labels, "\"paddock.pooled\":\"1\"");
+        if (strstr(labels, "paddock.account"))
+                test_fail(__FILE__, __LINE__, "a claimed member's container carries an account label: %s", labels);
+}
+
 TEST_FULL(claims_serve_one_tenant_once_and_the_pool_refills, 600) {
         static struct ctld c;
         pool_start(&c, 2, NULL);
@@ -150,7 +181,8 @@ TEST_FULL(claims_serve_one_tenant_once_and_the_pool_refills, 600) {
         /* Members hold their node's capacity: the node list counts them as live. */
         ASSERT_EQ(live_on_nodes(&c), 2);
         _cleanup_free_ char *before = ctld_db_query(&c, "SELECT id FROM pool_members");
-        _cleanup_free_ char *ka = ctld_account_key(&c, "alice", "pool", NULL), *kb = ctld_account_key(&c, "bob", "pool", NULL);
+        char alice[25];
+        _cleanup_free_ char *ka = ctld_account_key(&c, "alice", "pool", alice), *kb = ctld_account_key(&c, "bob", "pool", NULL);
 
         /* Two tenants, two members, never the same one; each answers at once through its agent. */
         char a[25], b[25];
@@ -160,6 +192,7 @@ TEST_FULL(claims_serve_one_tenant_once_and_the_pool_refills, 600) {
         ASSERT_TRUE(has_line(before, b));
         ASSERT_TRUE(strcmp(a, b) != 0);
         ASSERT_TRUE(claimed(&c, ka, a));
+        assert_claimed_owner_findable(&c, "alice", alice, a);
         /* Nothing of the pool's shows: no process the tenant did not start. */
         char ppath[112];
         snprintf(ppath, sizeof(ppath), "/sandboxes/%s/processes", a);

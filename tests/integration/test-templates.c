@@ -394,6 +394,29 @@ static void registry_manifest(const char *image, long want) {
                 test_fail(__FILE__, __LINE__, "GET %s: %s, want %ld", url, out, want);
 }
 
+static char *inspect(const char *what, const char *fmt);
+
+/* The config blob of image (127.0.0.1:5000/<repo>@sha256:...) as a node's pull reads it. */
+static char *registry_config(const char *image) {
+        const char *slash = strchr(image, '/'), *at = strchr(image, '@');
+        ASSERT_TRUE(slash && at);
+        char url[512];
+        snprintf(url, sizeof(url), "http://%.*s/v2/%.*s/manifests/%s", (int) (slash - image), image, (int) (at - slash - 1),
+                 slash + 1, at + 1);
+        char *man[] = { "curl", "-sf", "-H", "Accept: application/vnd.docker.distribution.manifest.v2+json", url, NULL };
+        _cleanup_free_ char *m = NULL;
+        ASSERT_EQ(test_run_capture(man, &m, 1 << 20), 0);
+        _cleanup_(cJSON_Deletep) cJSON *mj = cJSON_Parse(m);
+        const char *digest = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "config"), "digest"));
+        ASSERT_NOT_NULL(digest);
+        snprintf(url, sizeof(url), "http://%.*s/v2/%.*s/blobs/%s", (int) (slash - image), image, (int) (at - slash - 1),
+                 slash + 1, digest);
+        char *blob[] = { "curl", "-sf", url, NULL };
+        char *out = NULL;
+        ASSERT_EQ(test_run_capture(blob, &out, 1 << 20), 0);
+        return out;
+}
+
 /* A user builds a template from a Dockerfile (FROM scratch, a static binary from `files`), in
  * a docker sandbox of their account; uses it; another account cannot see or use it; a pull
  * that fails is a 503 with nothing left; DELETE removes it from the registry. */
@@ -426,8 +449,11 @@ TEST_FULL(a_user_builds_a_template_only_their_account_uses, 600) {
         _cleanup_free_ char *b64 = base64_encode(bb, blen, NULL);
         _cleanup_(cJSON_Deletep) cJSON *req = cJSON_CreateObject();
         cJSON_AddStringToObject(req, "name", "hello");
+        /* What the host would act on (a volume, a check every millisecond, ...) is not kept. */
         cJSON_AddStringToObject(req, "dockerfile", "FROM scratch\nCOPY bin/busybox /bin/busybox\nCOPY bin/busybox /bin/sh\n"
-                                                   "ENV GREETING=built\nCMD [\"/bin/sh\"]\n");
+                                                   "ENV GREETING=built\nCMD [\"/bin/sh\"]\nVOLUME /data\n"
+                                                   "HEALTHCHECK --interval=1ms CMD [\"/bin/busybox\", \"true\"]\nEXPOSE 8080\n"
+                                                   "STOPSIGNAL SIGUSR1\nLABEL paddock.sandbox=000000000000000000000000 keep=yes\n");
         cJSON *files = cJSON_AddArrayToObject(req, "files");
         cJSON *f = cJSON_CreateObject();
         cJSON_AddStringToObject(f, "path", "bin/busybox");
@@ -452,7 +478,10 @@ TEST_FULL(a_user_builds_a_template_only_their_account_uses, 600) {
                 if (st && strcmp(st, "building")) {
                         if (strcmp(st, "ready"))
                                 test_fail(__FILE__, __LINE__, "the build ended %s: %.3000s", st, r.body);
-                        ASSERT_CONTAINS(hres_data_str(&r, "log"), "Step 2/5 : COPY bin/busybox /bin/busybox");
+                        ASSERT_CONTAINS(hres_data_str(&r, "log"), "Step 2/10 : COPY bin/busybox /bin/busybox");
+                        ASSERT_CONTAINS(hres_data_str(&r, "log"), "not kept in the template's image (the host would act on it, "
+                                                                  "outside the sandbox): VOLUME /data, HEALTHCHECK, EXPOSE, "
+                                                                  "STOPSIGNAL, LABEL paddock.sandbox");
                         const cJSON *size = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r.json, "data"), "size_mb");
                         ASSERT_TRUE(cJSON_IsNumber(size) && size->valuedouble >= 1);
                         hres_done(&r);
@@ -471,6 +500,21 @@ TEST_FULL(a_user_builds_a_template_only_their_account_uses, 600) {
         img = xstrdup(row);
         img[strcspn(img, "\n")] = 0;
         registry_manifest(img, 200);
+        {
+                /* The image's config as the registry serves it to nodes: normalised. */
+                _cleanup_free_ char *text = registry_config(img);
+                _cleanup_(cJSON_Deletep) cJSON *cj = cJSON_Parse(text);
+                const cJSON *cfg = cJSON_GetObjectItem(cj, "config");
+                _cleanup_free_ char *env = cJSON_PrintUnformatted(cJSON_GetObjectItem(cfg, "Env"));
+                ASSERT_CONTAINS(env, "GREETING=built");
+                const cJSON *labels = cJSON_GetObjectItem(cfg, "Labels");
+                ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(labels, "keep")), "yes");
+                ASSERT_TRUE(cJSON_GetObjectItem(labels, "paddock.sandbox") == NULL);
+                const char *gone[] = { "Volumes", "Healthcheck", "ExposedPorts", "StopSignal", NULL };
+                for (const char **g = gone; *g; g++)
+                        if (cJSON_GetObjectItem(cfg, *g))
+                                test_fail(__FILE__, __LINE__, "the pushed config keeps %s: %.2000s", *g, text);
+        }
 
         /* Another account: not found, not listed, not usable. */
         HTTP_EXPECT(&c, "GET", "/templates/hello", other, NULL, 404);
@@ -491,6 +535,13 @@ TEST_FULL(a_user_builds_a_template_only_their_account_uses, 600) {
         ASSERT_STREQ(metric_count(&c, "template_pull", n1, sizeof(n1)), "1");
         _cleanup_free_ char *out = sandbox_sh(&c, key, id, "busybox echo $GREETING by $((6 * 7))");
         ASSERT_STREQ(out, "built by 42\n");
+        {
+                _cleanup_free_ char *mounts = inspect(container_name(id), "{{range .Mounts}}{{.Type}} {{.Destination}}\n{{end}}");
+                ASSERT_NOT_NULL(mounts);
+                ASSERT_TRUE(strstr(mounts, "/data") == NULL);
+                _cleanup_free_ char *hc = inspect(container_name(id), "{{json .Config.Healthcheck}}");
+                ASSERT_CONTAINS(hc, "\"Test\":[\"NONE\"]");
+        }
         ctld_create(&c, key, "{\"template\":\"hello\"}", id2);
         ASSERT_STREQ(metric_count(&c, "template_pull", n2, sizeof(n2)), "1");
         snprintf(path, sizeof(path), "/sandboxes/%s", id);

@@ -8,6 +8,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "docker.h"
 #include "nomad-wire.h"
 #include "json.h"
 #include "jsondiff.h"
@@ -162,6 +163,74 @@ TEST(nomad_job_by_egress_mode_and_without_volume) {
         ASSERT_STREQ(json_get_str(cJSON_GetObjectItem(t, "Config"), "runtime"), "runsc-net");
         sandbox_clear(&sb);
         config_free(c);
+}
+
+/* What an image says that the node's Docker would act on: no healthcheck ever runs (the
+ * reference file has healthchecks.disable), and each VOLUME gets a tmpfs of the given size
+ * instead of an anonymous volume, except where something is mounted already. A warm-pool
+ * member (no account) says it was pooled instead of carrying an empty account. */
+TEST(nomad_job_tmpfs_over_image_volumes_and_pooled_meta) {
+        struct config *c = conf_ok("[scheduler]\ndriver = nomad\n");
+        struct sandbox sb;
+        reference_sandbox(&sb);
+        _cleanup_json_ cJSON *job = nomad_job_build(c, "i", &sb, NULL);
+        cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(job, "Job"),
+                                                                                                  "TaskGroups"), 0), "Tasks"), 0);
+        cJSON *conf = cJSON_GetObjectItem(t, "Config");
+        ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(conf, "healthchecks"), "disable")));
+        const char *vols[] = { "/data", "/workspace", "/var/cache", NULL };
+        ASSERT_EQ(nomad_job_add_tmpfs(job, vols, 512 << 20), 2);       /* /workspace is the volume's */
+        cJSON *mounts = cJSON_GetObjectItem(conf, "mounts");
+        ASSERT_EQ(cJSON_GetArraySize(mounts), 2);
+        cJSON *m0 = cJSON_GetArrayItem(mounts, 0);
+        ASSERT_STREQ(json_get_str(m0, "type"), "tmpfs");
+        ASSERT_STREQ(json_get_str(m0, "target"), "/data");
+        ASSERT_TRUE(cJSON_GetObjectItem(m0, "source") == NULL);
+        int64_t size = 0;
+        ASSERT_TRUE(json_get_int(cJSON_GetObjectItem(m0, "tmpfs_options"), "size", &size));
+        ASSERT_EQ(size, 512 << 20);
+        ASSERT_STREQ(json_get_str(cJSON_GetArrayItem(mounts, 1), "target"), "/var/cache");
+        ASSERT_EQ(nomad_job_add_tmpfs(job, NULL, 1), 0);
+        ASSERT_EQ(nomad_job_add_tmpfs(cJSON_GetObjectItem(job, "Job"), vols, 1), -EINVAL);
+        cJSON_Delete(job);
+
+        sb.account_id[0] = 0;
+        job = nomad_job_build(c, "i", &sb, NULL);
+        cJSON *meta = cJSON_GetObjectItem(cJSON_GetObjectItem(job, "Job"), "Meta");
+        ASSERT_STREQ(json_get_str(meta, "paddock_pooled"), "1");
+        ASSERT_TRUE(cJSON_GetObjectItem(meta, "paddock_account_id") == NULL);
+        sandbox_clear(&sb);
+        config_free(c);
+}
+
+/* An image config's VOLUMEs as Docker takes them: cleaned, sorted, once each; "/" or a relative
+ * path refused; a bounded count. */
+TEST(image_config_volumes_cleaned_and_bounded) {
+        char **v = NULL;
+        _cleanup_json_ cJSON *cfg = cJSON_Parse("{\"Volumes\":{\"/data/\":{},\"//var/./lib/../cache\":{},\"/data\":{}}}");
+        ASSERT_OK(docker_config_volumes(cfg, &v));
+        ASSERT_STREQ(v[0], "/data");
+        ASSERT_STREQ(v[1], "/var/cache");
+        ASSERT_TRUE(v[2] == NULL);
+        strv_free(v);
+        ASSERT_OK(docker_config_volumes(NULL, &v));
+        ASSERT_TRUE(v[0] == NULL);
+        strv_free(v);
+        const char *bad[] = { "{\"Volumes\":{\"/\":{}}}", "{\"Volumes\":{\"/a/..\":{}}}", "{\"Volumes\":{\"data\":{}}}",
+                              "{\"Volumes\":{\"/a\\nb\":{}}}", NULL };
+        for (const char **b = bad; *b; b++) {
+                _cleanup_json_ cJSON *x = cJSON_Parse(*b);
+                ASSERT_NOT_NULL(x);
+                ASSERT_EQ(docker_config_volumes(x, &v), -EINVAL);
+        }
+        _cleanup_json_ cJSON *many = cJSON_CreateObject();
+        cJSON *vo = cJSON_AddObjectToObject(many, "Volumes");
+        for (int i = 0; i <= DOCKER_IMAGE_VOLUMES_MAX; i++) {
+                char p[16];
+                snprintf(p, sizeof(p), "/v%d", i);
+                cJSON_AddObjectToObject(vo, p);
+        }
+        ASSERT_EQ(docker_config_volumes(many, &v), -E2BIG);
 }
 
 /* fromSnapshot: the task runs the snapshot's image and, when [snapshots] has credentials,
