@@ -1,6 +1,7 @@
 /* privsep-docker.c — the docker child's work: snapshot steps (commit after a free-disk
  * check, push, verify against the registry, remove, prune; the prune also takes the agent
- * socket volumes no sandbox uses any more), each one message from the
+ * socket volumes and the volumes labelled with a sandbox that no container uses any more),
+ * each one message from the
  * parent already checked for size and version by privsep.c. This process owns the
  * Docker socket and the registry credentials; the credentials never travel.
  */
@@ -50,7 +51,8 @@ int privsep_docker_check(uint16_t type, const struct ps_docker *m, struct ps_res
 }
 
 /* The in-sandbox agent's socket volumes (PJ_AGENT_VOLUME_PREFIX<sandbox id>) that no container
- * uses any more: Nomad's docker driver makes one per sandbox job and leaves it when the job goes.
+ * uses any more (Nomad's docker driver makes one per sandbox job and leaves it when the job
+ * goes), and any volume labelled paddock.sandbox that no container uses.
  * Only those older than a prune interval go, so a volume made for a container about to start
  * (the local driver makes it first) is never taken. A volume in use is refused by Docker and
  * stays. Returns how many were removed. */
@@ -64,6 +66,21 @@ static int prune_agent_volumes(void) {
         for (size_t i = 0; i < n; i++) {
                 const char *id = v[i].name + strlen(PJ_AGENT_VOLUME_PREFIX);
                 if (strlen(id) != EGRESS_ID_LEN || !hexid_valid(id) || v[i].created_s <= 0 || now - v[i].created_s < min_age)
+                        continue;
+                if (docker_volume_remove(dk, v[i].name, false) >= 0)
+                        removed++;
+        }
+        docker_volume_info_free(v, n);
+        /* Any other volume labelled with a sandbox (paddock.sandbox=<id>) that no container uses:
+         * its sandbox is gone from this node (a sandbox's container holds its volumes from the
+         * moment it exists; the age covers a volume made for a container about to start). */
+        v = NULL;
+        n = 0;
+        if (docker_volume_list_dangling_labelled(dk, "paddock.sandbox", &v, &n) < 0)
+                return removed;
+        for (size_t i = 0; i < n; i++) {
+                if (!v[i].label || strlen(v[i].label) != EGRESS_ID_LEN || !hexid_valid(v[i].label) || v[i].created_s <= 0 ||
+                    now - v[i].created_s < min_age)
                         continue;
                 if (docker_volume_remove(dk, v[i].name, false) >= 0)
                         removed++;

@@ -196,7 +196,7 @@ static void prune(const struct agent_config *cfg, const char *when) {
         if (removed > 0 || kept > 0)
                 log_info("snapshot prune (%s): removed %d local snapshot images, %d in use stay", when, removed, kept);
         if (volumes > 0)
-                log_info("prune (%s): removed %d agent socket volumes of sandboxes gone from this node", when, volumes);
+                log_info("prune (%s): removed %d agent socket volumes of sandboxes gone from this node (and volumes labelled with them)", when, volumes);
 }
 
 /* ---------------------------------------------------------------- the consumer thread */

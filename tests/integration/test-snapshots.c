@@ -511,12 +511,23 @@ TEST_FULL(leftover_agent_volumes_are_pruned, 120) {
         snprintf(other, sizeof(other), "paddock-init-not-a-sandbox-%d", (int) getpid());
         ASSERT_EQ(RUN("docker", "volume", "create", gone), 0);
         ASSERT_EQ(RUN("docker", "volume", "create", other), 0);
+        /* Any volume labelled with a sandbox that no container uses goes too (issue 34: one an
+         * image's VOLUME made, left by a remove); one whose label names no sandbox stays. */
+        char labelled[64], lbl[64], odd[64];
+        hexid_new(hex);
+        snprintf(labelled, sizeof(labelled), "paddock-test-labelled-%d", (int) getpid());
+        snprintf(lbl, sizeof(lbl), "paddock.sandbox=%s", hex);
+        snprintf(odd, sizeof(odd), "paddock-test-labelled-odd-%d", (int) getpid());
+        ASSERT_EQ(RUN("docker", "volume", "create", "--label", lbl, labelled), 0);
+        ASSERT_EQ(RUN("docker", "volume", "create", "--label", "paddock.sandbox=not-an-id", odd), 0);
         bool pruned = false;
         for (int i = 0; i < 60 && !pruned; i++) {
                 usleep(500000);
-                pruned = RUN("docker", "volume", "inspect", gone) != 0;
+                pruned = RUN("docker", "volume", "inspect", gone) != 0 && RUN("docker", "volume", "inspect", labelled) != 0;
         }
         ASSERT_TRUE(pruned);
+        ASSERT_EQ(RUN("docker", "volume", "inspect", odd), 0);
+        ASSERT_EQ(RUN("docker", "volume", "rm", odd), 0);
         ASSERT_TRUE(test_log_has(agent_log, 0, "agent socket volumes of sandboxes gone", 5));
         /* not a sandbox's name: stays; the running sandbox's own volume: stays, and its agent answers */
         ASSERT_EQ(RUN("docker", "volume", "inspect", other), 0);
