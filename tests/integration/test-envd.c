@@ -160,6 +160,9 @@ static unsigned start_detached(struct e2b *e, const char *id, const char *token,
                 ssize_t k = recv(fd, buf + n, sizeof(buf) - 1 - n, 0);
                 if (k <= 0)
                         break;
+                for (size_t i = n; i < n + (size_t) k; i++)
+                        if (!buf[i])
+                                buf[i] = '.';   /* the envelopes' length bytes */
                 n += (size_t) k;
                 buf[n] = 0;
                 const char *s = strstr(buf, "\"pid\":");
