@@ -189,8 +189,8 @@ fuzz-link: $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
 $(FUZZ_BUILD)/fuzz-%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz-%.o $(FUZZ_BUILD)/lib/libpj.a $(FUZZ_BUILD)/lib/libcommon.a
 	$(CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
 
-# The route matcher and path unescaping live in controld itself.
-$(FUZZ_BUILD)/fuzz-route: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz-route.o $(FUZZ_BUILD)/lib/libcontrold.a $(FUZZ_BUILD)/lib/libpj.a $(FUZZ_BUILD)/lib/libcommon.a
+# The route matcher and path unescaping, the preview and E2B request heads live in controld itself.
+$(FUZZ_BUILD)/fuzz-route $(FUZZ_BUILD)/fuzz-preview-head $(FUZZ_BUILD)/fuzz-e2b-head: $(FUZZ_BUILD)/fuzz-%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz-%.o $(FUZZ_BUILD)/lib/libcontrold.a $(FUZZ_BUILD)/lib/libpj.a $(FUZZ_BUILD)/lib/libcommon.a
 	$(CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
 
 fuzz:

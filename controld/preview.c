@@ -1081,7 +1081,7 @@ void preview_forward_conn(struct ctl *c, int fd, const char *peer, const struct 
 }
 
 /* preview_head_check's part past routing. */
-static void head_check_routed(struct pconn *pc, bool path_form) {
+static char *head_check_routed(struct pconn *pc, bool path_form) {
         pc->secure = !pc->path_form;
         _cleanup_free_ char *stripped = NULL;
         _cleanup_free_ char *qtok = take_query_token(pc->rest, &stripped);
@@ -1099,9 +1099,10 @@ static void head_check_routed(struct pconn *pc, bool path_form) {
                 off += (size_t) k;
         }
         saw_answer(pc, (const uint8_t *) "HTTP/1.1 101 Switching", 22);
+        return TAKE_PTR(head);
 }
 
-int preview_head_check(const uint8_t *buf, size_t n, const char *domain, bool path_form) {
+int preview_head_check(const uint8_t *buf, size_t n, const char *domain, bool path_form, char **ret_head) {
         struct pconn *pc = xnew0(struct pconn, 1);
         int st = 0;
         pc->fd = -1;
@@ -1116,8 +1117,13 @@ int preview_head_check(const uint8_t *buf, size_t n, const char *domain, bool pa
                         st = 400;
                 else if (!route(pc, domain, path_form))
                         st = 404;
-                else
-                        head_check_routed(pc, path_form);
+                else {
+                        char *h = head_check_routed(pc, path_form);
+                        if (ret_head)
+                                *ret_head = h;
+                        else
+                                free(h);
+                }
         }
         free(pc);
         return st;

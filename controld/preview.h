@@ -25,8 +25,9 @@ struct sandbox;
 void preview_forward_conn(struct ctl *c, int fd, const char *peer, const struct sandbox *sb, int port, uint64_t max_header);
 /* The request-head side of a connection without one, for tests/fuzz/fuzz-preview-head.c: parses
  * buf as a client's first bytes (head, then body) as serve does, routes it under domain, rewrites
- * it and frames the body. 0, or the HTTP status a client would get (400, 404, 431). */
-int preview_head_check(const uint8_t *buf, size_t n, const char *domain, bool path_form);
+ * it (as for https) and frames the body. 0 with the head as the app would get it in *ret_head
+ * (xmalloc'd; ret_head may be NULL), or the HTTP status a client would get (400, 404, 431). */
+int preview_head_check(const uint8_t *buf, size_t n, const char *domain, bool path_form, char **ret_head);
 /* paddock_preview_* series for /metrics. */
 void preview_metrics_render(struct strbuf *out);
 
