@@ -141,6 +141,10 @@ cat >"$CONF" <<EOF
 listen = 127.0.0.1:$PORT
 [preview]
 listen = 127.0.0.1:$PREVIEW_PORT
+# each preview its own browser origin, http://<port>-<id>.localhost:$PREVIEW_PORT/ (browsers resolve
+# *.localhost to the loopback); never the one-origin path form
+domain = localhost:$PREVIEW_PORT
+scheme = http
 [e2b]
 listen = 127.0.0.1:$E2B_PORT
 [store]
@@ -316,7 +320,8 @@ Paddock is up at $URL   (key and URL also in $DEV/env)
   curl -s -X POST $URL/sandboxes/<id>/exec -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"cmd":"python3 -c \\"print(6*7)\\""}'
   curl -s -X DELETE $URL/sandboxes/<id> -H "x-brimble-key: $KEY"
 
-  # preview a server running in the sandbox (prints a URL to open in a browser with its token)
+  # preview a server running in the sandbox (prints a URL to open in a browser with its token:
+  # http://8000-<id>.localhost:$PREVIEW_PORT/..., its own origin; browsers resolve *.localhost to this machine)
   curl -s -X POST $URL/sandboxes/<id>/processes -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"cmd":"python3 -m http.server 8000 --bind 127.0.0.1"}'
   curl -s -X POST $URL/sandboxes/<id>/previews -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"port":8000}' | jq -r '.data.url + "?paddock_token=" + .data.token'
 
