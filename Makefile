@@ -153,6 +153,11 @@ tests: $(BUILD)/npm-e2b-current/node_modules/e2b/package.json $(BUILD)/npm-e2b-c
 $(BUILD)/npm-e2b/e2b-sdk.mjs $(BUILD)/npm-e2b-current/e2b-sdk.mjs: tests/e2b/sdk.mjs
 	@mkdir -p $(dir $@)
 	cp $< $@
+# test-envd: the current SDK's filesystem calls (issue 38)
+tests: $(BUILD)/npm-e2b-current/e2b-envd.mjs
+$(BUILD)/npm-e2b-current/e2b-envd.mjs: tests/e2b/envd.mjs
+	@mkdir -p $(dir $@)
+	cp $< $@
 $(BUILD)/npm-e2b/node_modules/e2b/package.json:
 	@mkdir -p $(BUILD)/npm-e2b
 	cd $(BUILD)/npm-e2b && npm install --no-audit --no-fund --no-save --prefix . $(E2B_SDK_OLD) >/dev/null
