@@ -408,3 +408,23 @@ TEST_FULL(envd_as_the_current_sdk_expects_it, 600) {
         EXPECT(req(&e, "POST", "/files?path=/root/bad", hz, "application/octet-stream", "not gzip at all", 15), 400, "gzip");
 }
 
+/* The same through E2B's current SDK (npm e2b, tests/e2b/envd.mjs), configured by environment. */
+TEST_FULL(envd_through_the_current_sdk, 600) {
+        const char *script = test_build_path("npm-e2b-current/e2b-envd.mjs");
+        if (access(script, R_OK) != 0)
+                TEST_SKIP("npm-e2b-current/e2b-envd.mjs is missing (make tests installs the e2b package and copies it)");
+        _cleanup_free_ char *script_copy = xstrdup(script);
+        struct e2b e = { 0 };
+        e2b_start(&e, NULL);
+        char url[64];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", e.port);
+        setenv("E2B_API_KEY", e.key, 1);
+        setenv("E2B_API_URL", url, 1);
+        setenv("E2B_SANDBOX_URL", url, 1);
+        char *argv[] = { "sh", "-c", "exec node \"$0\" 2>&1", script_copy, NULL };
+        _cleanup_free_ char *out = NULL;
+        int rc = test_run_capture(argv, &out, 1 << 20);
+        fprintf(stderr, "%s", out ? out : "");
+        if (rc != 0 || !strstr(out ? out : "", "ok done"))
+                test_fail(__FILE__, __LINE__, "the SDK's envd calls failed (exit %d)", rc);
+}
