@@ -1104,7 +1104,8 @@ static void resolve_links(struct ctl *c, const struct sandbox *sb, char *const *
         _cleanup_free_ const char **argv = xnew0(const char *, n + 5);
         argv[0] = "/bin/sh";
         argv[1] = "-c";
-        argv[2] = "for p; do r=$(realpath -- \"$p\" 2>/dev/null) || r=$p; printf '%s\\0' \"$r\"; done";
+        /* the paths are absolute: no "--" needed (busybox's realpath takes none) */
+        argv[2] = "for p; do r=$(realpath \"$p\" 2>/dev/null) || r=$p; printf '%s\\0' \"$r\"; done";
         argv[3] = "sh";
         for (size_t i = 0; i < n; i++)
                 argv[4 + i] = paths[i];
@@ -1397,6 +1398,11 @@ static enum MHD_Result fs_listdir(struct req *r) {
                         if (i)
                                 strbuf_append(&b, ",", 1);
                         strbuf_append(&b, s, strlen(s));
+                        /* names JSON escapes at length (control bytes) go past the estimate */
+                        if (b.len > LISTDIR_BYTES_MAX + LINKS_OUT_MAX) {
+                                k = -EMSGSIZE;
+                                break;
+                        }
                 }
                 strbuf_append(&b, "]}", 2);
         }
@@ -1814,7 +1820,8 @@ static void up_inflate(struct upload *u, const char *data, size_t len) {
         }
         u->z.next_in = (Bytef *) data;
         u->z.avail_in = (uInt) len;
-        while (!u->error && (u->z.avail_in || len == 0)) {
+        /* until the input is used and inflate had room to spare (it may hold output back) */
+        do {
                 u->z.next_out = (Bytef *) out;
                 u->z.avail_out = sizeof(out);
                 int k = inflate(&u->z, Z_NO_FLUSH);
@@ -1834,9 +1841,7 @@ static void up_inflate(struct upload *u, const char *data, size_t len) {
                                 up_fail(u, -EINVAL, "the body holds bytes after the end of its gzip stream");
                         return;
                 }
-                if (!got && !u->z.avail_in)
-                        return;
-        }
+        } while (!u->error && (u->z.avail_in || u->z.avail_out == 0));
 }
 
 static int up_sink(struct req *r, const char *data, size_t len) {

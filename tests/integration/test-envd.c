@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <openssl/evp.h>
 #include <zlib.h>
 
 #include "cleanup.h"
@@ -392,6 +393,31 @@ TEST_FULL(envd_as_the_current_sdk_expects_it, 600) {
                 ASSERT_EQ(test_raw_status(r), 200);
                 _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", id, tok);
                 EXPECT(req(&e, "GET", "/files?path=/root/g.txt", h, NULL, NULL, 0), 200, "hello, gzip from the SDK");
+        }
+        {
+                /* one that inflates in many pieces (and compresses well: inflate holds output back) */
+                size_t n0 = 900 * 1024;
+                _cleanup_free_ char *text = xmalloc(n0);
+                for (size_t i = 0; i < n0; i++)
+                        text[i] = "abcabcabd\n"[(i * 7 + i / 4096) % 10];
+                uint8_t *gz = NULL;
+                size_t n = gzip_buf(text, n0, &gz);
+                _cleanup_free_ char *r = req(&e, "POST", "/files?path=/root/g2.txt", hz, "application/octet-stream", gz, n);
+                free(gz);
+                ASSERT_EQ(test_raw_status(r), 200);
+                EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/g2.txt\"}"), 200,
+                       "\"size\":\"921600\"");
+                _cleanup_free_ char *sum = run(&e, id, tok, "md5sum /root/g2.txt");
+                /* the same bytes as sent */
+                unsigned char md[16];
+                char hex[33];
+                EVP_Digest(text, n0, md, NULL, EVP_md5(), NULL);
+                for (int i = 0; i < 16; i++)
+                        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+                _cleanup_free_ char *b64 = base64_encode((const uint8_t *) hex, 32, NULL);
+                /* md5sum's line starts with the hex: its base64 starts with that of the first 30 bytes */
+                b64[40] = 0;
+                ASSERT_NOT_NULL(strstr(sum, b64));
         }
         {
                 size_t big = 8u << 20;
