@@ -869,7 +869,7 @@ int docker_config_volumes(const cJSON *config, char ***ret) {
                 cJSON_ArrayForEach(v, vols) {
                         char clean[DOCKER_IMAGE_VOLUME_PATH_MAX + 2];
                         if (!v->string || clean_abs_path(v->string, clean, sizeof(clean)) < 0)
-                                return -EINVAL;
+                                return -EDOM;
                         out[n++] = xstrdup(clean);
                 }
         qsort(out, n, sizeof(*out), strcmp_p);

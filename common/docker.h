@@ -178,7 +178,7 @@ int docker_image_exists(struct docker *d, const char *ref);
  * something else is mounted there. config is the image config's "config" object (an inspect's
  * "Config"); NULL or no Volumes: an empty list. Each path cleaned as Docker cleans it (no
  * '.', '..', repeated or trailing '/'), sorted, without repeats. -E2BIG: more than
- * DOCKER_IMAGE_VOLUMES_MAX; -EINVAL: a path that is not absolute, is "/" or has a control
+ * DOCKER_IMAGE_VOLUMES_MAX; -EDOM: a path that is not absolute, is "/" or has a control
  * byte. *ret is NULL-terminated (strv_free). */
 #define DOCKER_IMAGE_VOLUMES_MAX 32
 #define DOCKER_IMAGE_VOLUME_PATH_MAX 1024

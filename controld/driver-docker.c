@@ -364,7 +364,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                         goto unwind;
                 r = docker_image_volumes(D(d), sb->image, &image_vols);
         }
-        if (r == -E2BIG || r == -EINVAL) {
+        if (r == -E2BIG || r == -EDOM) {
                 if (r == -E2BIG)
                         snprintf(err, errlen, "image %s declares more than %d VOLUMEs; it cannot run as a sandbox", sb->image,
                                  DOCKER_IMAGE_VOLUMES_MAX);
@@ -383,7 +383,8 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 for (size_t i = 0; i < n_mnts; i++)
                         taken = taken || !strcmp(mnts[i].target, *v);
                 if (!taken)
-                        mnts[n_mnts++] = (struct docker_mount) { .target = *v, .tmpfs_bytes = (int64_t) (sb->memory > 0 ? sb->memory : 64) << 20 };
+                        mnts[n_mnts++] = (struct docker_mount) { .target = *v,
+                                                                 .tmpfs_bytes = (int64_t) (sb->memory > 0 ? sb->memory : 64) << 20 };
         }
         o.mounts = n_mnts ? mnts : NULL;
         o.n_mounts = n_mnts;

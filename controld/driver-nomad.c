@@ -413,13 +413,13 @@ static int image_volumes_tmpfs(struct ndriver *n, const struct sandbox *sb, cJSO
         if (r == -E2BIG)
                 snprintf(err, errlen, "image %s declares more than %d VOLUMEs; it cannot run as a sandbox", sb->image,
                          DOCKER_IMAGE_VOLUMES_MAX);
-        else if (r == -EINVAL)
+        else if (r == -EDOM)
                 snprintf(err, errlen, "image %s declares a VOLUME that is not an absolute path below /; it cannot run "
                                       "as a sandbox", sb->image);
         else if (r < 0)
                 snprintf(err, errlen, "cannot read the config of image %s from the registry: %s", sb->image, strerror(-r));
         if (r < 0)
-                return r == -E2BIG ? -EINVAL : r;
+                return r == -E2BIG || r == -EDOM ? -EINVAL : r;
         (void) nomad_job_add_tmpfs(body, (const char *const *) vols, (int64_t) (sb->memory > 0 ? sb->memory : 64) << 20);
         return 0;
 }

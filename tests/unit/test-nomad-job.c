@@ -221,7 +221,7 @@ TEST(image_config_volumes_cleaned_and_bounded) {
         for (const char **b = bad; *b; b++) {
                 _cleanup_json_ cJSON *x = cJSON_Parse(*b);
                 ASSERT_NOT_NULL(x);
-                ASSERT_EQ(docker_config_volumes(x, &v), -EINVAL);
+                ASSERT_EQ(docker_config_volumes(x, &v), -EDOM);
         }
         _cleanup_json_ cJSON *many = cJSON_CreateObject();
         cJSON *vo = cJSON_AddObjectToObject(many, "Volumes");
