@@ -152,6 +152,7 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
         /* Only now: the volume is free once the workload using it is gone and the record says so. */
         store_volume_detach_sandbox(c->store, id, now_ms());
         log_info("sandbox destroyed reason=%s", why);
+        snapshot_drop_pause_images(c, sb.account_id, sb.id);
         r = 1;
 out:
         log_ctx_set("DESTROY_REASON", NULL);

@@ -320,7 +320,6 @@ static enum MHD_Result post_timeout(struct req *r) {
         return respond_empty(r, 204);
 }
 
-#define PAUSE_SNAPSHOT "e2b-pause"
 
 /* A pause keeps the filesystem as E2B's does: a snapshot of the running container first (the
  * snapshot machinery: the node's agent commits and pushes it), the sandbox's image becomes that
@@ -342,7 +341,7 @@ static enum MHD_Result post_pause(struct req *r) {
                 return respond_error(r, 400, "memory: pausing with the memory kept is not supported on this server; pause "
                                              "with keepMemory: false (memory: false) to keep the filesystem");
         log_ctx_set("SANDBOX_ID", sb.id);
-        int k = snapshot_create(c, &r->acc, sb.id, PAUSE_SNAPSHOT, false, &sn, &e);
+        int k = snapshot_create(c, &r->acc, sb.id, SNAPSHOT_E2B_PAUSE, false, &sn, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
         /* the node's agent commits and pushes; its event settles the record */
@@ -381,7 +380,7 @@ static enum MHD_Result post_pause(struct req *r) {
                 return respond_errno(r, k, &e);
         if (old_snap) {
                 _cleanup_(snapshot_clear) struct snapshot o = { 0 };
-                if (store_snapshot_get(c->store, old_snap, &o) == 0 && o.name && !strcmp(o.name, PAUSE_SNAPSHOT) &&
+                if (store_snapshot_get(c->store, old_snap, &o) == 0 && o.name && !strcmp(o.name, SNAPSHOT_E2B_PAUSE) &&
                     !strcmp(o.sandbox_id, sb.id))
                         (void) snapshot_delete(c, &r->acc, old_snap, &e);
         }

@@ -49,7 +49,7 @@ static void apply_placement(struct sandbox *sb, struct placement *p) {
         replace_str(&sb->node_id, p->node_id);
         replace_str(&sb->job_id, p->job_id);
         replace_str(&sb->alloc_id, p->alloc_id);
-        replace_str(&sb->ip, p->ip);
+        replace_str(&sb->ip, p->ip && *p->ip ? p->ip : NULL);   /* deny_all: no address, "" from the engine */
 }
 
 /* Creates a fresh per-sandbox volume (persistent: true). */
@@ -529,16 +529,31 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                 fault_point("destroy.removed");
                 (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
                 (void) store_volume_detach_sandbox(c->store, id, now_ms());
-                enum sb_status was = sb.status;
-                sb.status = SB_DESTROYED;
-                sb.destroyed_at = now_ms();
-                if (!sb.destroy_reason || strcmp(sb.destroy_reason, "failed") != 0)
-                        replace_str(&sb.destroy_reason, reason);
-                r = store_sandbox_update_cas(c->store, &sb, was);
+                /* A pause or resume changes the status without this lock (a CAS, then its job
+                 * waits for the lock): the destroy wins over it. Re-read and record again; its
+                 * job then finds the sandbox destroyed and does nothing. */
+                for (int tries = 0;; tries++) {
+                        enum sb_status was = sb.status;
+                        sb.status = SB_DESTROYED;
+                        sb.destroyed_at = now_ms();
+                        if (!sb.destroy_reason || strcmp(sb.destroy_reason, "failed") != 0)
+                                replace_str(&sb.destroy_reason, reason);
+                        r = store_sandbox_update_cas(c->store, &sb, was);
+                        if (r != -ESTALE || tries == 8)
+                                break;
+                        sandbox_clear(&sb);
+                        if (store_sandbox_get(c->store, id, &sb) < 0)
+                                break;
+                        if (sb.status == SB_DESTROYED) {
+                                r = 0;
+                                break;
+                        }
+                }
         }
         sandbox_log_ctx(&sb);
         log_ctx_set("DESTROY_REASON", reason);
         log_info("sandbox destroyed reason=%s", reason);
+        snapshot_drop_pause_images(c, sb.account_id, sb.id);
         sandbox_log_ctx_clear();
         ctl_notify_status(c);
         return r < 0 ? API_ERR(err, -EIO, "Failed to record the destroy") : 0;
@@ -575,10 +590,14 @@ static int no_snapshot_in_flight(struct ctl *c, const char *id) {
 static void pause_step(struct ctl *c, struct sandbox *sb) {
         char derr[256] = "";
         sandbox_log_ctx(sb);
-        int quiet = no_snapshot_in_flight(c, sb->id);
+        /* sandbox_pause waited for snapshots to settle; one started since then (before the
+         * pause took the lock: snapshot_create checks the status under it) is waited for too,
+         * within the same bound: its commit reads the container being removed. */
+        int64_t until = mono_ms() + (int64_t) c->cfg->pause_wait_s * 1000;
+        int quiet;
+        while ((quiet = no_snapshot_in_flight(c, sb->id)) == 0 && mono_ms() < until && !c->stopping)
+                usleep(100 * 1000);
         if (quiet <= 0) {
-                /* sandbox_pause waited for snapshots to settle; one taken since then (or a store
-                 * that cannot tell) must not have its container removed under its commit. */
                 snprintf(derr, sizeof(derr), "%s", quiet < 0 ? "the snapshot records could not be read"
                                                              : "a snapshot of the sandbox is being taken; pause once it is ready");
                 log_warning("sandbox not paused: %s", derr);
@@ -778,7 +797,7 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
         if (sb.status != SB_READY)
                 return API_ERR(err, -EBUSY, "Sandbox is %s; egress can be changed only while it is ready",
                                sb_status_str(sb.status));
-        if (!sb.ip && want.mode != PJ_EGRESS_DENY_ALL)
+        if ((!sb.ip || !*sb.ip) && want.mode != PJ_EGRESS_DENY_ALL)
                 return API_ERR(err, -EINVAL,
                                "This sandbox was created with egress deny_all and has no network interface; create a new "
                                "sandbox with the policy you want");
@@ -786,7 +805,7 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
         SANDBOX_LOG_CTX_SCOPE;
         sandbox_log_ctx(&sb);
         log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(want.mode));
-        if (sb.ip) {
+        if (sb.ip && *sb.ip) {
                 r = ctl_egress_apply(c, &sb, &want, eerr, sizeof(eerr));
                 if (r < 0) {
                         /* The agent swaps a policy atomically, so a refusal leaves the old one; after a

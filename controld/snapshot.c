@@ -151,6 +151,10 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
         if (!c->snapbus)
                 return API_ERR(err, -EOPNOTSUPP,
                                "Snapshots need node agents, and this server has none ([amqp] url is not set)");
+        /* Under the sandbox's lock from the status check to the job's hand-over: a pause (which
+         * holds it while it removes the container) either comes first, and the snapshot is
+         * refused, or finds this snapshot in flight and waits for it. */
+        SANDBOX_LOCK_GUARD(lock, c, sandbox_id);
         r = sandbox_load(c, acc, sandbox_id, &sb, err);
         if (r < 0)
                 return r;
@@ -273,6 +277,22 @@ static int delete_record_and_image(struct ctl *c, const struct snapshot *sn, cha
                 return r;
         }
         return 0;
+}
+
+void snapshot_drop_pause_images(struct ctl *c, const char *account_id, const char *sandbox_id) {
+        struct snapshot *a = NULL;
+        size_t n = 0;
+        int64_t total = 0;
+        if (store_snapshot_list(c->store, account_id, sandbox_id, 0, 1000, &a, &n, &total) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                char err[256] = "";
+                if (!a[i].name || strcmp(a[i].name, SNAPSHOT_E2B_PAUSE) || a[i].status == SNAP_CREATING)
+                        continue;
+                if (delete_record_and_image(c, &a[i], err, sizeof(err)) < 0)
+                        log_warning("the E2B pause snapshot %s of a destroyed sandbox stays: %s", a[i].id, err);
+        }
+        snapshot_array_free(a, n);
 }
 
 int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err) {

@@ -3,7 +3,8 @@
 # test of that name against a platform of its own on loopback (soak: controld, a nodeagent,
 # RabbitMQ, the registry; load: controld). Starts the services it needs that are not running
 # (and stops exactly those afterwards), builds the template images, runs it and prints its
-# tables. Not part of `make check`.
+# tables, then (soak) the lifecycle model for LIFECYCLE_SECONDS (600) on both drivers. Not part
+# of `make check`, which runs the model for a bounded number of steps.
 #
 # Environment: SOAK_SECONDS (default 1800), SOAK_CLIENTS (6), SOAK_RSS_SLACK_MB (48),
 # SOAK_SERVER_EXTRA ([server] config keys); LOAD_SECONDS (600), LOAD_CLIENTS (200),
@@ -31,3 +32,11 @@ record_services soak
 tests/env/services.sh start --record "$RECORD"
 tests/env/images.sh
 "$PADDOCK_BUILD/tests/soak/soak" "$WHAT" </dev/null
+if [[ $WHAT == soak ]]; then
+	# The lifecycle model (tests/integration/test-lifecycle.c) for LIFECYCLE_SECONDS on each
+	# driver, with and without faults; each prints its table of operations, faults and outcomes.
+	export LIFECYCLE_SECONDS=${LIFECYCLE_SECONDS:-600}
+	export TEST_TIMEOUT=$((LIFECYCLE_SECONDS + 900))
+	"$PADDOCK_BUILD/tests/integration/test-lifecycle" </dev/null
+	"$PADDOCK_BUILD/tests/integration/test-lifecycle-nomad" </dev/null
+fi
