@@ -78,7 +78,7 @@ static void sample_and_meter(struct ctl *c, int64_t dt_ms) {
 /* Why the reaper should destroy sb, or NULL. sb must be fresh (read under the sandbox lock):
  * deciding from a stale list is how a sandbox paused a moment ago got destroyed as "failed"
  * (its container was gone because the pause removed it). */
-static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t now) {
+static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t now, int *ret_code) {
         switch (sb->status) {
         case SB_FAILED:     /* its workload, if any, is an orphan: reap_orphans removes it */
         case SB_DESTROYED:
@@ -102,8 +102,10 @@ static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t 
                 /* A runtime operation still in flight reports how the sandbox died (out of
                  * memory, say) from the container's state: it must find it there first. It ends
                  * soon (its own liveness checks and deadline); the next round reaps. */
-                if (c->drv->ops->running(c->drv, sb, &code) == 0 && runtime_active(sb->id) == 0)
+                if (c->drv->ops->running(c->drv, sb, &code) == 0 && runtime_active(sb->id) == 0) {
+                        *ret_code = code;
                         return sb->one_shot ? "one_shot_stopped" : "failed";
+                }
         }
         return NULL;
 }
@@ -117,7 +119,8 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
         r = store_sandbox_get(c->store, id, &sb);
         if (r < 0)
                 goto out;
-        const char *why = reap_reason(c, &sb, now);
+        int code = -1;
+        const char *why = reap_reason(c, &sb, now, &code);
         if (!why) {
                 r = 0;
                 goto out;
@@ -137,6 +140,13 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
         sb.destroyed_at = now_ms();
         free(sb.destroy_reason);
         sb.destroy_reason = xstrdup(why);
+        if (!strcmp(why, "failed") && seen == SB_READY && !sb.failure_reason)
+                /* Its workload is gone (it exited, was killed, or its host was lost): say so and
+                 * how, and that the volume, if any, stays. */
+                sb.failure_reason = code >= 0 ? xasprintf("The sandbox stopped on its own (exit code %d)%s", code,
+                                                          sb.volume_id ? "; its volume is kept" : "")
+                                              : xasprintf("The sandbox's workload is gone (its host or allocation was lost)%s",
+                                                          sb.volume_id ? "; its volume is kept" : "");
         r = store_sandbox_update_cas(c->store, &sb, seen);
         if (r == -ESTALE) {
                 /* A pause or resume moved it meanwhile (they change status without this lock): the

@@ -483,7 +483,7 @@ static int dd_running(struct driver *d, const struct sandbox *sb, int *ret_exit_
         if (r < 0)
                 return r;
         if (ret_exit_code)
-                *ret_exit_code = st.exit_code;
+                *ret_exit_code = st.exists ? st.exit_code : -1;   /* -1: no container left to say */
         return st.exists && st.running;
 }
 

@@ -91,11 +91,13 @@ TEST_FULL(reaper_one_shot_exit_and_vanished_container, 120) {
         op(&c, key, "GET", b, "/wait?timeout=15&status=destroyed", &r);
         ASSERT_STREQ(jstr(data_of(&r), "status"), "destroyed");
         ASSERT_STREQ(jstr(data_of(&r), "destroy_reason"), "failed");
+        ASSERT_CONTAINS(jstr(data_of(&r), "failure_reason"), "workload is gone");   /* and says why */
         hres_done(&r);
 
         op(&c, key, "GET", d, "/wait?timeout=15&status=destroyed", &r);
         ASSERT_STREQ(jstr(data_of(&r), "status"), "destroyed");
         ASSERT_STREQ(jstr(data_of(&r), "destroy_reason"), "failed");
+        ASSERT_CONTAINS(jstr(data_of(&r), "failure_reason"), "stopped on its own (exit code 137)");
         hres_done(&r);
         ASSERT_FALSE(docker_container_exists(container_name(d)));
 
