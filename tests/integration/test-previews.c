@@ -688,3 +688,23 @@ TEST_FULL(the_app_sees_no_header_of_ours_on_any_request, 240) {
                 free(resp);
         }
 }
+
+/* The path form (/p/<id>/<port>/: every preview on the listener's one origin) only when an
+ * operator opts in, and controld says at start what that costs. */
+TEST_FULL(the_path_form_is_an_explicit_warned_opt_in, 120) {
+        struct box b;
+        box_start(&b, NULL, "[preview]\nlisten = 127.0.0.1:0\npath_form = true\n",
+                  "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}");
+        char url[256], token[128], want[128], lhost[64], noslash[128], loc[160];
+        make_preview(&b, "{\"port\":8000}", url, sizeof(url), token, sizeof(token));
+        snprintf(want, sizeof(want), "/p/%s/8000/", b.id);
+        if (strncmp(url, "http://127.0.0.1:", 17) || !strstr(url, want))
+                test_fail(__FILE__, __LINE__, "not a path-form URL: %s", url);
+        snprintf(lhost, sizeof(lhost), "127.0.0.1:%d", atoi(url + 17));
+        snprintf(noslash, sizeof(noslash), "/p/%s/8000?q=1", b.id);
+        snprintf(loc, sizeof(loc), "Location: /p/%s/8000/?q=1\r\n", b.id);
+        GET_EXPECT(lhost, noslash, "", 308, loc);
+        GET_EXPECT(lhost, want, "", 401, "needs its token");
+        _cleanup_free_ char *log = slurp(b.c.log);
+        ASSERT_CONTAINS(log, "path_form = true: preview URLs /p/<id>/<port>/ put every preview of every account on one");
+}
