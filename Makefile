@@ -119,7 +119,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIBS)
 
 # Both drivers: these API suites run a second time on the Nomad driver (<suite>-nomad).
 NOMAD_SUITES := test-controld test-runtime-exec test-runtime-stream test-runtime-files test-runtime-limits \
-                test-controld-egress test-snapshots test-processes test-pool test-previews test-terminal test-e2b test-envd
+                test-controld-egress test-snapshots test-processes test-pool test-previews test-terminal test-e2b \
+                test-lifecycle test-envd
 NOMAD_VARIANTS := $(patsubst %,$(BUILD)/tests/integration/%-nomad,$(NOMAD_SUITES))
 $(NOMAD_VARIANTS): $(BUILD)/tests/integration/%-nomad: tests/integration/nomad-variant.sh
 	@mkdir -p $(dir $@)
