@@ -76,6 +76,8 @@ static const char *template_of(const struct sandbox *sb, char *buf, size_t n) {
         return buf;
 }
 
+static bool hex24(const char *s, size_t n);
+
 /* ---- answers ---- */
 
 static cJSON *error_body(int status, const char *message) {
@@ -218,7 +220,14 @@ static enum MHD_Result create_common(struct req *r, bool v2) {
         if (v2 && !in.timeout_set)
                 in.timeout_s = PJ_E2B_V2_DEFAULT_TIMEOUT_S;
         const char *tname = !strcmp(in.template_id, "base") ? c->cfg->e2b_base_template : in.template_id;
-        if (!config_template(c->cfg, tname))
+        /* E2B starts a sandbox from a snapshot by naming it as the template: ours are ids */
+        bool from_snapshot = false;
+        if (hex24(in.template_id, strlen(in.template_id))) {
+                _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
+                from_snapshot = snapshot_load(c, &r->acc, in.template_id, &sn, &e) == 0;
+                e = (struct api_error) { 0 };
+        }
+        if (!from_snapshot && !config_template(c->cfg, tname))
                 return respond_error(r, 400, "templateID: no template \"%s\" on this server (\"base\" is %s; GET "
                                              "/sandbox/templates on the Brimble API lists them)",
                                      in.template_id, c->cfg->e2b_base_template);
@@ -226,7 +235,10 @@ static enum MHD_Result create_common(struct req *r, bool v2) {
         if (in.timeout_s < 1 || in.timeout_s > plan->max_lifetime_s)
                 return respond_error(r, 400, "timeout must be from 1 to %lld seconds on your plan",
                                      (long long) plan->max_lifetime_s);
-        sc.template_name = xstrdup(tname);
+        if (from_snapshot)
+                sc.from_snapshot = xstrdup(in.template_id);   /* its template is the snapshot's source's */
+        else
+                sc.template_name = xstrdup(tname);
         pj_egress_copy(&sc.egress, &in.egress);
         sc.egress_set = true;
         sc.metadata_json = in.metadata_json ? xstrdup(in.metadata_json) : NULL;
@@ -321,6 +333,21 @@ static enum MHD_Result post_timeout(struct req *r) {
 }
 
 
+/* The node's agent commits and pushes a snapshot; its event settles the record. Waits (bounded
+ * by the snapshot timeout) until *sn is no longer creating, reloading it. */
+static int wait_snapshot(struct ctl *c, struct snapshot *sn) {
+        char id[SANDBOX_ID_LEN + 1];
+        snprintf(id, sizeof(id), "%s", sn->id);
+        int64_t deadline = mono_ms() + ((int64_t) c->cfg->snap_timeout_s + 10) * 1000;
+        while (sn->status == SNAP_CREATING && mono_ms() < deadline && !c->stopping) {
+                usleep(200 * 1000);
+                snapshot_clear(sn);
+                if (store_snapshot_get(c->store, id, sn) < 0)
+                        return -ENOENT;
+        }
+        return 0;
+}
+
 /* A pause keeps the filesystem as E2B's does: a snapshot of the running container first (the
  * snapshot machinery: the node's agent commits and pushes it), the sandbox's image becomes that
  * snapshot, then Paddock's pause; connect resumes it from there. Memory is not kept. */
@@ -344,16 +371,8 @@ static enum MHD_Result post_pause(struct req *r) {
         int k = snapshot_create(c, &r->acc, sb.id, SNAPSHOT_E2B_PAUSE, false, &sn, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
-        /* the node's agent commits and pushes; its event settles the record */
-        char snap_id[SANDBOX_ID_LEN + 1];
-        snprintf(snap_id, sizeof(snap_id), "%s", sn.id);
-        int64_t deadline = mono_ms() + ((int64_t) c->cfg->snap_timeout_s + 10) * 1000;
-        while (sn.status == SNAP_CREATING && mono_ms() < deadline && !c->stopping) {
-                usleep(200 * 1000);
-                snapshot_clear(&sn);
-                if (store_snapshot_get(c->store, snap_id, &sn) < 0)
-                        return respond_error(r, 500, "The pause's snapshot record went away");
-        }
+        if (wait_snapshot(c, &sn) < 0)
+                return respond_error(r, 500, "The pause's snapshot record went away");
         if (sn.status != SNAP_READY)
                 return respond_error(r, 500, "The pause's snapshot of the filesystem %s; the sandbox keeps running",
                                      sn.status == SNAP_FAILED ? (sn.failure_reason ? sn.failure_reason : "failed") : "did not finish in time");
@@ -386,6 +405,180 @@ static enum MHD_Result post_pause(struct req *r) {
         }
         log_info("e2b: sandbox paused, its filesystem in snapshot %s", sn.id);
         return respond_empty(r, 204);
+}
+
+/* POST /sandboxes/{id}/snapshots (createSnapshot): one of Paddock's snapshots, answered once it
+ * is made (E2B's is synchronous); its id starts sandboxes as a templateID and deletes it as
+ * DELETE /templates/{id}. */
+static enum MHD_Result post_snapshot(struct req *r) {
+        struct ctl *c = r->c;
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
+        _cleanup_free_ char *name = NULL;
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        if (pj_e2b_snapshot_parse(r->body.buf, r->body.len, &name, &pe) < 0)
+                return bad(r, &pe);
+        if (load_live(r, &sb) < 0)
+                return MHD_YES;
+        if (sb.status != SB_READY)
+                return respond_error(r, 409, "sandbox \"%s\" is %s; a snapshot is taken of a running sandbox", sb.id,
+                                     sb_status_str(sb.status));
+        log_ctx_set("SANDBOX_ID", sb.id);
+        int k = snapshot_create(c, &r->acc, sb.id, name, false, &sn, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        if (wait_snapshot(c, &sn) < 0)
+                return respond_error(r, 500, "The snapshot's record went away");
+        if (sn.status != SNAP_READY)
+                return respond_error(r, 500, "The snapshot %s", sn.status == SNAP_FAILED
+                                                                  ? (sn.failure_reason ? sn.failure_reason : "failed")
+                                                                  : "did not finish in time");
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "snapshotID", sn.id);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "names"), cJSON_CreateString(sn.name));
+        return respond_json(r, 201, o);
+}
+
+/* GET /snapshots?sandboxID=&name=&limit=&nextToken= (listSnapshots): the caller's ready snapshots,
+ * newest first (those E2B's pause takes are the sandbox's own, not listed). */
+static enum MHD_Result list_snapshots(struct req *r) {
+        struct ctl *c = r->c;
+        const char *sid = req_query(r, "sandboxID"), *name = req_query(r, "name"), *lim = req_query(r, "limit"),
+                   *tok = req_query(r, "nextToken");
+        int64_t limit = 100, offset = 0, total = 0;
+        if (sid && !hex24(sid, strlen(sid)))
+                return respond_json(r, 200, cJSON_CreateArray());   /* no sandbox of ours has that id */
+        if (lim && (safe_atoi64(lim, &limit) < 0 || limit < 1 || limit > 100))
+                return respond_error(r, 400, "limit must be an integer from 1 to 100");
+        if (tok && (safe_atoi64(tok, &offset) < 0 || offset < 0 || offset > LIST_MAX))
+                return respond_error(r, 400, "nextToken is not one this server gave");
+        struct snapshot *a = NULL;
+        size_t n = 0;
+        if (store_snapshot_list(c->store, r->acc.id, sid, 0, LIST_MAX, &a, &n, &total) < 0)
+                return respond_error(r, 500, "Failed to list snapshots");
+        cJSON *items = cJSON_CreateArray();
+        int64_t seen = 0, added = 0;
+        bool more = false;
+        for (size_t i = 0; i < n; i++) {
+                const struct snapshot *sn = &a[i];
+                if (sn->status != SNAP_READY || (sn->name && !strcmp(sn->name, SNAPSHOT_E2B_PAUSE)))
+                        continue;
+                if (name && strcmp(name, sn->id) && (!sn->name || strcmp(name, sn->name)))
+                        continue;
+                if (seen++ < offset)
+                        continue;
+                if (added == limit) {
+                        more = true;
+                        break;
+                }
+                cJSON *o = cJSON_CreateObject();
+                json_add_str(o, "snapshotID", sn->id);
+                cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "names"), cJSON_CreateString(sn->name ? sn->name : sn->id));
+                cJSON_AddItemToArray(items, o);
+                added++;
+        }
+        snapshot_array_free(a, n);
+        char *body = json_print(items);
+        cJSON_Delete(items);
+        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(body), body, free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        if (more) {
+                char nt[32];
+                snprintf(nt, sizeof(nt), "%lld", (long long) (offset + added));
+                MHD_add_response_header(resp, "X-Next-Token", nt);
+        }
+        return respond_response(r, 200, resp);
+}
+
+/* DELETE /templates/{id} (deleteSnapshot): a snapshot of the caller's; 404 (the SDK's false)
+ * for any other id. */
+static enum MHD_Result delete_template(struct req *r) {
+        struct api_error e = { 0 };
+        int k = snapshot_delete(r->c, &r->acc, r->m.id, &e);
+        if (k == -ENOENT)
+                return respond_error(r, 404, "snapshot or template \"%s\" not found", r->m.id);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        return respond_empty(r, 204);
+}
+
+/* PUT /sandboxes/{id}/network (updateNetwork): Paddock's egress change, enforced by the node's
+ * agent before the answer (the same record, the same GET /sandboxes/{id}/egress). */
+static enum MHD_Result put_network(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 }, now = { 0 };
+        _cleanup_(pj_egress_done) struct pj_egress want = { 0 };
+        struct pj_error pe = { 0 };
+        struct api_error e = { 0 };
+        bool changed = false;
+        if (pj_e2b_network_update_parse(r->body.buf, r->body.len, &want, &pe) < 0)
+                return bad(r, &pe);
+        if (load_live(r, &sb) < 0)
+                return MHD_YES;
+        if (sb.status != SB_READY)
+                return respond_error(r, 409, "sandbox \"%s\" is %s; its network changes while it runs", sb.id,
+                                     sb_status_str(sb.status));
+        log_ctx_set("SANDBOX_ID", sb.id);
+        int k = sandbox_set_egress(r->c, &r->acc, sb.id, &want, &now, &changed, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e);
+        return respond_empty(r, 204);
+}
+
+/* GET /sandboxes/{id}/metrics?start=&end= (getMetrics): Paddock's stats samples as E2B's
+ * SandboxMetric (seconds since the epoch; disk use is not sampled: 0). */
+#define METRICS_MAX 10000
+static enum MHD_Result get_metrics(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_free_ struct stats_sample *smp = NULL;
+        const char *qs = req_query(r, "start"), *qe = req_query(r, "end");
+        int64_t start = 0, end = 0;
+        size_t n = 0;
+        if (qs && (safe_atoi64(qs, &start) < 0 || start < 0 || start > INT64_MAX / 1000))
+                return respond_error(r, 400, "start must be a Unix time in seconds");
+        if (qe && (safe_atoi64(qe, &end) < 0 || end < 0 || end > INT64_MAX / 1000))
+                return respond_error(r, 400, "end must be a Unix time in seconds");
+        if (qs && qe && end < start)
+                return respond_error(r, 400, "end must not be before start");
+        if (load_live(r, &sb) < 0)
+                return MHD_YES;
+        int64_t from = qs ? start * 1000 : sb.created_at, to = qe ? end * 1000 + 999 : INT64_MAX;
+        if (store_stats_range(r->c->store, sb.id, from, &smp, &n) < 0)
+                return respond_error(r, 500, "Failed to read the sandbox's metrics");
+        cJSON *a = cJSON_CreateArray();
+        int64_t cpus = sb.cpu >= 1000 ? (sb.cpu + 999) / 1000 : 1, mem_total = sb.memory * 1024 * 1024;
+        size_t added = 0;
+        for (size_t i = 0; i < n && added < METRICS_MAX; i++) {
+                if (smp[i].ts_ms > to)
+                        continue;
+                cJSON *o = cJSON_CreateObject();
+                add_time(o, "timestamp", smp[i].ts_ms);
+                json_add_int(o, "timestampUnix", smp[i].ts_ms / 1000);
+                json_add_int(o, "cpuCount", cpus);
+                cJSON_AddNumberToObject(o, "cpuUsedPct", smp[i].cpu_pct);
+                json_add_int(o, "memUsed", (int64_t) (smp[i].mem_pct / 100.0 * (double) mem_total));
+                json_add_int(o, "memTotal", mem_total);
+                json_add_int(o, "memCache", 0);
+                json_add_int(o, "diskUsed", 0);
+                json_add_int(o, "diskTotal", sb.disk * 1024 * 1024 * 1024);
+                cJSON_AddItemToArray(a, o);
+                added++;
+        }
+        return respond_json(r, 200, a);
+}
+
+/* What E2B's SDK can call that this server does not serve: 501 with the reason (never a 404,
+ * which the SDK reads as "sandbox not found" or returns false for). */
+static enum MHD_Result not_served(struct req *r) {
+        const char *p = r->path;
+        const char *why =
+                strstr(p, "/fork") ? "forking a running sandbox needs its memory kept, which this server does not do yet"
+                : !strncmp(p, "/secrets", 8) ? "secrets are not served through E2B's API on this server"
+                : !strncmp(p, "/volumecontent", 14) ? "volume contents are reached through a sandbox that mounts the volume"
+                : !strncmp(p, "/volumes", 8) ? "volumes are Paddock's own here: use the Brimble API's /volumes"
+                : "building templates through E2B's API is not served here: Paddock builds templates from a "
+                  "Dockerfile (POST /templates on the Brimble API)";
+        return respond_error(r, 501, "Not implemented: %s", why);
 }
 
 static bool ready_or_gone(const struct sandbox *sb, const void *ud) {
@@ -595,6 +788,13 @@ static enum MHD_Result misdirected(struct req *r) {
 
 #define J ROUTE_BODY_JSON
 #define SB "sandbox"
+/* Every method of a path E2B's SDK may call that is not served here (not_served: 501). */
+#define NOT_SERVED(pat)                                                                          \
+        { "GET", pat, "e2b not served", NULL, true, false, J, NULL, not_served },                \
+        { "POST", pat, "e2b not served", NULL, true, false, J, NULL, not_served },               \
+        { "PUT", pat, "e2b not served", NULL, true, false, J, NULL, not_served },                \
+        { "PATCH", pat, "e2b not served", NULL, true, false, J, NULL, not_served },              \
+        { "DELETE", pat, "e2b not served", NULL, true, false, J, NULL, not_served }
 static const struct route control_routes[] = {
         /* method   pattern                          label                                 noun auth   head   body prepare handler */
         { "GET",    "/health",                       "e2b /health",                        NULL, false, true,  J, NULL, get_health },
@@ -608,9 +808,19 @@ static const struct route control_routes[] = {
         { "GET",    "/v2/sandboxes",                 "e2b /v2/sandboxes",                  NULL, true,  false, J, NULL, list_v2 },
         { "POST",   "/v2/sandboxes",                 "e2b /v2/sandboxes",                  NULL, true,  false, J, NULL, post_sandboxes_v2 },
         { "POST",   "/v2/sandboxes/{id}/connect",    "e2b /v2/sandboxes/{id}/connect",     SB,   true,  false, J, NULL, post_connect_v2 },
+        { "PUT",    "/sandboxes/{id}/network",       "e2b /sandboxes/{id}/network",        SB,   true,  false, J, NULL, put_network },
+        { "GET",    "/sandboxes/{id}/metrics",       "e2b /sandboxes/{id}/metrics",        SB,   true,  false, J, NULL, get_metrics },
+        { "POST",   "/sandboxes/{id}/snapshots",     "e2b /sandboxes/{id}/snapshots",      SB,   true,  false, J, NULL, post_snapshot },
+        { "GET",    "/snapshots",                    "e2b /snapshots",                     NULL, true,  false, J, NULL, list_snapshots },
+        { "DELETE", "/templates/{id}",               "e2b /templates/{id}",                "snapshot", true, false, J, NULL, delete_template },
+        { "POST",   "/sandboxes/{id}/fork",          "e2b not served",                     SB,   true,  false, J, NULL, not_served },
+        NOT_SERVED("/secrets"), NOT_SERVED("/secrets/{path*}"), NOT_SERVED("/volumes"), NOT_SERVED("/volumes/{path*}"),
+        NOT_SERVED("/volumecontent/{path*}"), NOT_SERVED("/v3/templates"), NOT_SERVED("/v2/templates/{path*}"),
+        NOT_SERVED("/templates"), NOT_SERVED("/templates/{path*}"),
 };
 static const struct route misdirected_row = { "GET", "/", "e2b misdirected", NULL, false, false, J, NULL, misdirected };
 static const struct route bad_target_row = { "GET", "/", "e2b bad target", NULL, false, false, J, NULL, bad_target };
+#undef NOT_SERVED
 #undef J
 #undef SB
 

@@ -104,13 +104,15 @@ static bool all_traffic(const char *s, size_t n) {
         return (n == 9 && !memcmp(s, "0.0.0.0/0", 9));
 }
 
-static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, bool *ret_deny_all, struct pj_error *err) {
+/* update: the body of updateNetwork (its own fields were checked by the caller). */
+static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, bool *ret_deny_all, bool update,
+                         struct pj_error *err) {
         static const char *const fields[] = { "allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost", "egressProxy",
                                               "rules", "httpsPorts" };
         char path[PJ_PATH_MAX], q[300], why[256];
         if (net->type != PJ_JSON_OBJECT)
                 return pj_error_set(err, "network", "network must be an object");
-        int r = pj_check_fields(net, "network", fields, ELEMENTSOF(fields), err);
+        int r = update ? 0 : pj_check_fields(net, "network", fields, ELEMENTSOF(fields), err);
         if (r < 0)
                 return r;
         if (pj_json_member(net, "maskRequestHost"))
@@ -240,7 +242,7 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
                                                          "volumes (the Brimble API)");
         bool deny_all = false;
         const struct pj_json *net = pj_json_member(root, "network");
-        if (net && (r = parse_network(net, &c, &deny_all, err)) < 0)
+        if (net && (r = parse_network(net, &c, &deny_all, false, err)) < 0)
                 return r;
         if (!inet)
                 deny_all = true;
@@ -295,6 +297,55 @@ int pj_e2b_timeout_parse(const char *body, size_t len, int64_t *ret_timeout_s, s
 
 int pj_e2b_connect_parse(const char *body, size_t len, bool v2, int64_t *ret_timeout_s, struct pj_error *err) {
         return timeout_body(body, len, true, v2, ret_timeout_s, err);
+}
+
+int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *ret, struct pj_error *err) {
+        static const char *const fields[] = { "allowOut", "denyOut", "egressProxy", "rules", "allow_internet_access" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
+        int r = pj_json_parse_object(body, len, false, &root, err);
+        if (r < 0)
+                return r;
+        if ((r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+                return r;
+        bool deny_all = false, has = false, inet = true;
+        if ((r = parse_network(root, &c, &deny_all, true, err)) < 0)
+                return r;
+        if ((r = pj_get_bool(root, "", "allow_internet_access", &has, &inet, err)) < 0)
+                return r;
+        if (has && !inet)
+                deny_all = true;
+        /* as at create: allowOut wins over denyOut; without a deny everything is allowed */
+        c.egress.mode = deny_all ? (c.egress.n_allow ? PJ_EGRESS_RESTRICTED : PJ_EGRESS_DENY_ALL) : PJ_EGRESS_OPEN;
+        if (!deny_all && c.egress.n_allow) {
+                for (size_t i = 0; i < c.egress.n_allow; i++)
+                        free(c.egress.allow[i]);
+                c.egress.n_allow = 0;
+        }
+        *ret = c.egress;
+        c.egress = (struct pj_egress) { 0 };
+        return 0;
+}
+
+int pj_e2b_snapshot_parse(const char *body, size_t len, char **ret_name, struct pj_error *err) {
+        static const char *const fields[] = { "name" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        int r = pj_json_parse_object(body, len, true, &root, err);
+        if (r < 0)
+                return r;
+        if ((r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+                return r;
+        const struct pj_json *n;
+        if ((r = pj_get_str(root, "", "name", &n, err)) < 0)
+                return r;
+        if (!n) {
+                *ret_name = xstrdup("snapshot");
+                return 0;
+        }
+        if (n->str_len < 1 || n->str_len > 40 || strspn(n->str, "abcdefghijklmnopqrstuvwxyz0123456789._-") != n->str_len)
+                return pj_error_set(err, "name", "name must be 1 to 40 characters of a-z, 0-9, '.', '_' and '-'");
+        *ret_name = xstrndup(n->str, n->str_len);
+        return 0;
 }
 
 int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct pj_error *err) {

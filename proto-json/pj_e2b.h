@@ -60,6 +60,12 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
  * {} and defaults it to PJ_E2B_V2_DEFAULT_TIMEOUT_S, as E2B's ConnectSandboxV2 does. */
 int pj_e2b_timeout_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err);
 int pj_e2b_connect_parse(const char *body, size_t len, bool v2, int64_t *ret_timeout_s, struct pj_error *err);
+/* PUT /sandboxes/{id}/network (updateNetwork): allowOut, denyOut (only 0.0.0.0/0),
+ * allow_internet_access; egressProxy and rules are refused by name. The policy in *ret, as a
+ * create's network would give it. */
+int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *ret, struct pj_error *err);
+/* POST /sandboxes/{id}/snapshots {name?}: the name, "snapshot" when absent. */
+int pj_e2b_snapshot_parse(const char *body, size_t len, char **ret_name, struct pj_error *err);
 /* {"memory": bool} (pause); *ret_memory true when absent. An empty body is {}. */
 int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct pj_error *err);
 

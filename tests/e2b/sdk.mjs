@@ -186,6 +186,22 @@ ok('create')
   ok('setTimeout list connect')
 }
 
+// ---- getMetrics (Paddock's stats samples), and what needs a node agent this server has not:
+// updateNetwork and createSnapshot are refused saying so (test-snapshots runs them for real)
+{
+  let metrics = []
+  for (let i = 0; i < 30 && metrics.length === 0; i++) {
+    metrics = await sbx.getMetrics()
+    if (metrics.length === 0) await sleep(200)
+  }
+  assert.ok(metrics.length > 0, 'metrics sampled')
+  const m = metrics[metrics.length - 1]
+  assert.ok(m.cpuCount >= 1 && m.memTotal > 0 && typeof m.cpuUsedPct === 'number', JSON.stringify(m))
+  await assert.rejects(sbx.updateNetwork({ allowOut: ['198.51.100.7'], denyOut: ['0.0.0.0/0'] }), /node agent/)
+  await assert.rejects(sbx.createSnapshot({ name: 'nope' }), /node agents/)
+  ok('metrics, network and snapshots')
+}
+
 // ---- pause: keeping memory is refused by name; keeping the filesystem takes a snapshot, which
 // needs node agents this test's server runs without (test-snapshots pauses and connects for real)
 {

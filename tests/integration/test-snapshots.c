@@ -381,6 +381,99 @@ TEST_FULL(snapshot_then_pause_keeps_the_sandbox, 600) {
                 ASSERT_FALSE(docker_container_exists(container_name(sb)));
 }
 
+/* E2B's snapshot calls (issue 38) onto Paddock's snapshots, one record for both APIs:
+ * createSnapshot answers once the snapshot is made, listSnapshots shows it, a sandbox starts
+ * from it named as the templateID with the files it held, deleteSnapshot removes it (then
+ * false: 404). updateNetwork on a deny_all sandbox is refused with the reason. Both drivers. */
+static char *e2b_raw(int port, const char *key, const char *method, const char *path, const char *json) {
+        _cleanup_free_ char *head = xasprintf("%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\nX-API-Key: %s\r\n"
+                                              "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                                              method, path, port, key, json ? strlen(json) : 0);
+        return test_raw_http(port, head, json, json ? strlen(json) : 0);
+}
+
+TEST_FULL(e2b_snapshot_calls_map_onto_snapshots, 400) {
+        static struct ctld c;
+        char sb[25], path[160];
+        int port = test_free_port();
+        char more[128];
+        snprintf(more, sizeof(more), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = busybox\n", port);
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", more, true, sb);
+        _cleanup_free_ char *other = ctld_account_key(&c, "other", "snap", NULL);
+        _cleanup_free_ char *w = exec_out(&c, key, sb, "echo kept-by-e2b > /root/mark && echo ok");
+        ASSERT_STREQ(w, "ok\n");
+        snprintf(path, sizeof(path), "/sandboxes/%s/snapshots", sb);
+        {
+                _cleanup_free_ char *bad = e2b_raw(port, key, "POST", path, "{\"name\":\"Bad Name\"}");
+                ASSERT_EQ(test_raw_status(bad), 400);
+                ASSERT_CONTAINS(test_raw_body(bad), "name must be");
+                _cleanup_free_ char *notyours = e2b_raw(port, other, "POST", path, "{}");
+                ASSERT_EQ(test_raw_status(notyours), 404);
+        }
+        _cleanup_free_ char *made = e2b_raw(port, key, "POST", path, "{\"name\":\"via-e2b\"}");
+        ASSERT_EQ(test_raw_status(made), 201);
+        _cleanup_(cJSON_Deletep) cJSON *mo = cJSON_Parse(test_raw_body(made));
+        const char *sid = cJSON_GetStringValue(cJSON_GetObjectItem(mo, "snapshotID"));
+        ASSERT_NOT_NULL(sid);
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(mo, "names"), 0)), "via-e2b");
+        /* the same record through the Brimble API, ready */
+        _cleanup_(cJSON_Deletep) cJSON *rec = snap_find(&c, key, sid);
+        ASSERT_NOT_NULL(rec);
+        ASSERT_STREQ(jstr(rec, "status"), "ready");
+        {
+                _cleanup_free_ char *l = e2b_raw(port, key, "GET", "/snapshots?limit=10", NULL);
+                ASSERT_EQ(test_raw_status(l), 200);
+                ASSERT_CONTAINS(test_raw_body(l), sid);
+                _cleanup_free_ char *lp = xasprintf("/snapshots?sandboxID=%s", sb);
+                _cleanup_free_ char *l2 = e2b_raw(port, key, "GET", lp, NULL);
+                ASSERT_CONTAINS(test_raw_body(l2), sid);
+                _cleanup_free_ char *l3 = e2b_raw(port, other, "GET", "/snapshots", NULL);
+                ASSERT_STREQ(test_raw_body(l3), "[]");
+        }
+        /* a sandbox from it, named as the template */
+        _cleanup_free_ char *cb = xasprintf("{\"templateID\":\"%s\",\"network\":{\"denyOut\":[\"0.0.0.0/0\"]}}", sid);
+        _cleanup_free_ char *nb = e2b_raw(port, key, "POST", "/v2/sandboxes", cb);
+        ASSERT_EQ(test_raw_status(nb), 201);
+        _cleanup_(cJSON_Deletep) cJSON *no = cJSON_Parse(test_raw_body(nb));
+        char sb2[25];
+        snprintf(sb2, sizeof(sb2), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(no, "sandboxID")));
+        _cleanup_free_ char *got = exec_out(&c, key, sb2, "cat /root/mark");
+        ASSERT_STREQ(got, "kept-by-e2b\n");
+        /* another account cannot start from it */
+        _cleanup_free_ char *ob = e2b_raw(port, other, "POST", "/v2/sandboxes", cb);
+        ASSERT_EQ(test_raw_status(ob), 400);
+        /* updateNetwork: a deny_all sandbox has no interface to open; the reason, not a 5xx */
+        snprintf(path, sizeof(path), "/sandboxes/%s/network", sb);
+        _cleanup_free_ char *un = e2b_raw(port, key, "PUT", path, "{\"allowOut\":[\"198.51.100.7\"],\"denyOut\":[\"0.0.0.0/0\"]}");
+        ASSERT_EQ(test_raw_status(un), 400);
+        ASSERT_CONTAINS(test_raw_body(un), "deny_all");
+        _cleanup_free_ char *un2 = e2b_raw(port, key, "PUT", path, "{\"rules\":{\"api.example.com\":[{}]}}");
+        ASSERT_EQ(test_raw_status(un2), 400);
+        ASSERT_CONTAINS(test_raw_body(un2), "rules");
+        /* what is not served answers 501 with the reason, never 404 */
+        snprintf(path, sizeof(path), "/sandboxes/%s/fork", sb);
+        _cleanup_free_ char *fk = e2b_raw(port, key, "POST", path, "{}");
+        ASSERT_EQ(test_raw_status(fk), 501);
+        _cleanup_free_ char *sec = e2b_raw(port, key, "GET", "/secrets", NULL);
+        ASSERT_EQ(test_raw_status(sec), 501);
+        _cleanup_free_ char *vol = e2b_raw(port, key, "POST", "/volumes", "{\"name\":\"v\"}");
+        ASSERT_EQ(test_raw_status(vol), 501);
+        _cleanup_free_ char *tpl = e2b_raw(port, key, "POST", "/v3/templates", "{\"name\":\"t\"}");
+        ASSERT_EQ(test_raw_status(tpl), 501);
+        /* deleteSnapshot: gone (the sandbox made from it keeps running), then false */
+        snprintf(path, sizeof(path), "/sandboxes/%s", sb2);
+        HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
+        snprintf(path, sizeof(path), "/templates/%s", sid);
+        _cleanup_free_ char *o404 = e2b_raw(port, other, "DELETE", path, NULL);
+        ASSERT_EQ(test_raw_status(o404), 404);
+        _cleanup_free_ char *d1 = e2b_raw(port, key, "DELETE", path, NULL);
+        ASSERT_EQ(test_raw_status(d1), 204);
+        _cleanup_free_ char *d2 = e2b_raw(port, key, "DELETE", path, NULL);
+        ASSERT_EQ(test_raw_status(d2), 404);
+        ASSERT_CONTAINS(test_raw_body(d2), "\"code\":404");
+        ASSERT_EQ(manifest_status(sid), 404);
+}
+
 TEST_FULL(registry_unreachable_fails_with_the_reason, 240) {
         /* A registry of our own on a loopback port, started and then stopped. */
         int port = 15000 + (int) (getpid() % 2000);
