@@ -14,6 +14,7 @@
 #include "log.h"
 #include "process.h"
 #include "strutil.h"
+#include "utf8-carry.h"
 
 /* Frames queued for a slow client before the stream stops reading from the agent (the
  * agent then keeps the output in its own bounded buffer). */
@@ -139,8 +140,7 @@ struct pstream {
         struct agent_exec *x;
         struct strbuf pending;
         size_t pending_off;
-        uint8_t carry[2][4];          /* an incomplete UTF-8 sequence per stream */
-        size_t carry_len[2];
+        struct utf8_carry carry[2];   /* an incomplete UTF-8 sequence per stream */
         bool done;
         int client_fd;
         int64_t last_sent;
@@ -149,48 +149,18 @@ struct pstream {
 
 static void queue(struct pstream *t, cJSON *o) { sse_queue_json(&t->pending, o); }
 
-static size_t seq_len(uint8_t c) {
-        return c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-}
-
-/* Output bytes as valid UTF-8 text: a sequence split across chunks is carried to the next
- * one; invalid bytes become U+FFFD. */
-static int ps_output(int stream, const uint8_t *data, size_t len, void *ud) {
-        struct pstream *t = ud;
-        int k = stream == 2 ? 1 : 0;
-        struct strbuf b;
-        strbuf_init(&b, 0);
-        uint8_t buf[8];
-        size_t i = 0;
-        while (t->carry_len[k] && i < len) {
-                size_t need = seq_len(t->carry[k][0]);
-                t->carry[k][t->carry_len[k]++] = data[i++];
-                if (t->carry_len[k] == need) {
-                        memcpy(buf, t->carry[k], need);
-                        strbuf_append(&b, utf8_valid((char *) buf, need) ? (char *) buf : "\xef\xbf\xbd",
-                                      utf8_valid((char *) buf, need) ? need : 3);
-                        t->carry_len[k] = 0;
-                }
-        }
-        while (i < len) {
-                size_t n = seq_len(data[i]);
-                if (n == 0 || (i + n <= len && !utf8_valid((const char *) data + i, n))) {
-                        strbuf_append(&b, "\xef\xbf\xbd", 3);
-                        i++;
-                        continue;
-                }
-                if (i + n > len) {
-                        memcpy(t->carry[k], data + i, len - i);
-                        t->carry_len[k] = len - i;
-                        break;
-                }
-                strbuf_append(&b, data + i, n);
-                i += n;
-        }
+/* Output bytes as valid UTF-8 text (utf8-carry.h): a sequence split across chunks is carried
+ * to the next one; with final, what is still carried is written as U+FFFD. */
+static int ps_text(struct pstream *t, int stream, const uint8_t *data, size_t len, bool final) {
+        _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(0);
+        (void) utf8_carry_append(&t->carry[stream == 2 ? 1 : 0], &b, data, len, final);
         if (b.len)
                 queue(t, exec_output_frame_to_json(stream == 2 ? "stderr" : "stdout", b.buf, b.len));
-        strbuf_done(&b);
         return t->pending.len - t->pending_off > PENDING_CAP ? -ENOBUFS : 0;
+}
+
+static int ps_output(int stream, const uint8_t *data, size_t len, void *ud) {
+        return ps_text(ud, stream, data, len, false);
 }
 
 static ssize_t ps_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -215,6 +185,8 @@ static ssize_t ps_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 }
                 if (k == 1) {
                         int code = -1;
+                        (void) ps_text(t, 1, NULL, 0, true);
+                        (void) ps_text(t, 2, NULL, 0, true);
                         if (agent_exec_lost(t->x)) {
                                 queue(t, exec_error_frame_to_json(
                                                  "The sandbox's process agent went away (the sandbox stopped, or another client "

@@ -25,6 +25,7 @@
 #include "driver.h"
 #include "log.h"
 #include "strutil.h"
+#include "utf8-carry.h"
 
 #define DRAIN_AFTER_KILL_MS 5000
 #define STDIN_WRITE_TIMEOUT_MS 60000
@@ -153,72 +154,12 @@ static void runtime_slots_release(const struct sandbox *sb) {
 
 struct text {
         struct strbuf buf;
-        uint8_t carry[4];
-        size_t carry_len;
+        struct utf8_carry carry;
 };
 
-static size_t utf8_seq_len(uint8_t c) {
-        return c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-}
-
-/* Appends bytes as valid UTF-8: invalid sequences become U+FFFD; an incomplete sequence at the
- * end is carried to the next call (or replaced when final). Returns -ENOBUFS past the cap. */
+/* Appends bytes as valid UTF-8 (utf8-carry.h). Returns -ENOBUFS past the cap. */
 static int text_append(struct text *t, const uint8_t *data, size_t len, bool final) {
-        static const char repl[] = "\xef\xbf\xbd";
-        uint8_t tmp[8];
-        size_t i = 0;
-        int r = 0;
-        /* Complete a carried sequence first. */
-        while (t->carry_len && i < len) {
-                size_t need = utf8_seq_len(t->carry[0]);
-                while (t->carry_len < need && i < len && (data[i] & 0xc0) == 0x80)
-                        t->carry[t->carry_len++] = data[i++];
-                if (t->carry_len == need) {
-                        memcpy(tmp, t->carry, need);
-                        r |= strbuf_append(&t->buf, utf8_valid((char *) tmp, need) ? (char *) tmp : repl,
-                                           utf8_valid((char *) tmp, need) ? need : 3);
-                } else if (i < len)
-                        r |= strbuf_append(&t->buf, repl, 3);
-                else
-                        break;
-                t->carry_len = 0;
-        }
-        size_t start = i;
-        while (i < len) {
-                uint8_t c = data[i];
-                if (c < 0x80) {
-                        i++;
-                        continue;
-                }
-                size_t n = utf8_seq_len(c);
-                if (n == 0) {
-                        r |= strbuf_append(&t->buf, data + start, i - start);
-                        r |= strbuf_append(&t->buf, repl, 3);
-                        start = ++i;
-                        continue;
-                }
-                if (i + n > len) {
-                        /* Maybe split across reads. */
-                        r |= strbuf_append(&t->buf, data + start, i - start);
-                        t->carry_len = len - i;
-                        memcpy(t->carry, data + i, t->carry_len);
-                        i = start = len;
-                        break;
-                }
-                if (!utf8_valid((const char *) data + i, n)) {
-                        r |= strbuf_append(&t->buf, data + start, i - start);
-                        r |= strbuf_append(&t->buf, repl, 3);
-                        start = ++i;
-                        continue;
-                }
-                i += n;
-        }
-        r |= strbuf_append(&t->buf, data + start, i - start);
-        if (final && t->carry_len) {
-                r |= strbuf_append(&t->buf, repl, 3);
-                t->carry_len = 0;
-        }
-        return r < 0 ? -ENOBUFS : 0;
+        return utf8_carry_append(&t->carry, &t->buf, data, len, final);
 }
 
 /* ---- a run: one exec of a fixed script ---- */
@@ -378,7 +319,7 @@ static void trim_partial_utf8(struct strbuf *b) {
                 back++;
         if (back < n) {
                 size_t start = n - 1 - back;
-                size_t want = utf8_seq_len((uint8_t) b->buf[start]);
+                size_t want = utf8_lead_len((uint8_t) b->buf[start]);
                 if (want > 1 && want > back + 1)
                         b->len = start;
         }
@@ -395,7 +336,7 @@ static void flush_carries(struct runtime_run *x) {
         }
         for (int k = 1; k <= 2; k++) {
                 struct text *t = k == 1 ? &x->sout : &x->serr;
-                if (!t->carry_len)
+                if (!t->carry.len)
                         continue;
                 strbuf_done(&t->buf);
                 strbuf_init(&t->buf, 0);
