@@ -1,5 +1,7 @@
-/* docker-private.h — what docker.c (calls) shares with docker-exec.c (the exec transport):
- * the client struct, one API call, the thread's last error. Not for users of docker.h. */
+/* docker-private.h — what docker.c (the client, the request helper) shares with the calls by
+ * API area (docker-container.c, docker-image.c) and the exec transport (docker-exec.c): the
+ * client struct, one API call, the thread's last error, the shared checks. Not for users of
+ * docker.h. */
 #pragma once
 
 #include <stdbool.h>
@@ -62,3 +64,12 @@ cJSON *docker_strv_to_json(const char *const *v);
 /* The "Id" of a create call's answer, xstrdup'd into *ret when ret is not NULL;
  * -EBADMSG (what names the call) when it has none. */
 int docker_answer_id(const struct docker_resp *resp, const char *what, char **ret);
+/* The string member key of o, or NULL. */
+const char *docker_json_str(const cJSON *o, const char *key);
+/* snprintf of s ("" for NULL) into dst of n bytes. */
+void docker_copy_str(char *dst, size_t n, const char *s);
+cJSON *docker_labels_to_json(const struct docker_kv *l, size_t n);
+bool docker_labels_valid(const struct docker_kv *l, size_t n);
+bool docker_valid_ref(const char *s);
+int docker_filtered_list(struct docker *d, const char *path_head, const char *key, const char *value, const char *what,
+                         struct docker_resp *ret);
