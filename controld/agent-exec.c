@@ -196,6 +196,11 @@ int agent_exec_start(struct agent_client *cl, const struct agent_spawn *spec, st
         }
         if (spec->tag)
                 m.f.present |= PJ_AGENT_BIT(PJ_AGENT_T_TAG);
+        if (spec->as_ids) {
+                m.f.present |= PJ_AGENT_BIT(PJ_AGENT_T_UID) | PJ_AGENT_BIT(PJ_AGENT_T_GID);
+                m.f.uid = spec->uid;
+                m.f.gid = spec->gid;
+        }
         struct pj_error perr = { 0 };
         _cleanup_(pj_agent_buf_done) struct pj_agent_buf b = { 0 };
         int r = pj_agent_msg_encode(&m, &b, &perr);

@@ -23,6 +23,8 @@ struct agent_spawn {
         bool kill_on_detach;       /* the process group dies with this connection */
         const char *tag;           /* NULL = none */
         uint32_t rows, cols;       /* both > 0: a PTY */
+        bool as_ids;               /* run as uid:gid, supplementary groups dropped */
+        uint32_t uid, gid;
 };
 
 /* Spawns on cl (taken over, freed with the session, also on failure). A SPAWN the agent

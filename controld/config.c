@@ -372,7 +372,14 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
                         r = -EINVAL;
                         goto fail;
                 }
-        S("e2b", "base_template", "debian-12", 64, e2b_base_template);
+        S("e2b", "base_template", "e2b-base", 64, e2b_base_template);
+        /* unset: e2b-base; "" (an empty list): none */
+        if ((r = conf_get_list(cf, "e2b", NULL, "user_templates", 64, 64, &c->e2b_user_templates, err, errlen)) < 0)
+                goto fail;
+        if (!c->e2b_user_templates) {
+                c->e2b_user_templates = xnew0(char *, 2);
+                c->e2b_user_templates[0] = xstrdup("e2b-base");
+        }
         I("e2b", "max_connections", 512, 1, 65536, e2b_max_connections);
         S("e2b", "tls_cert", "", 1024, e2b_tls_cert);
         S("e2b", "tls_key", "", 1024, e2b_tls_key);
@@ -576,6 +583,7 @@ struct config *config_free(struct config *c) {
         free(c->log_level);
         free_many(c->preview_listen_addr, c->preview_domain, c->preview_scheme, c->preview_public_url);
         free_many(c->e2b_listen_addr, c->e2b_domain, c->e2b_base_template, c->e2b_tls_cert, c->e2b_tls_key);
+        strv_free(c->e2b_user_templates);
         free(c->metrics_token_file);
         free(c->web_dir);
         free(c->db_path);

@@ -97,6 +97,7 @@ struct config {
         int e2b_listen_port;
         char *e2b_domain;                            /* sandboxes' domain: <port>-<id>.<domain>; "" = the listen address */
         char *e2b_base_template;                     /* what templateID "base" means */
+        char **e2b_user_templates;                   /* templates with E2B's `user` (uid 1000, /home/user): the default user of their E2B sandboxes */
         int64_t e2b_max_connections;                 /* client connections at once */
         char *e2b_tls_cert, *e2b_tls_key;            /* PEM; "" = plain HTTP (TLS by the operator's proxy) */
         int64_t e2b_per_address;                     /* connections at once from one client address */

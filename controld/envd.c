@@ -4,7 +4,9 @@
  *
  * A request reaches here through e2b.c (E2b-Sandbox-Id or Host 49983-<id>.<domain>). It must
  * carry the sandbox's access token (X-Access-Token, compared in constant time); the sandbox
- * must be running. Processes run as root with HOME /root, which is also where relative paths
+ * must be running. Commands, files and terminals are E2B's `user` (uid 1000, HOME /home/user) or
+ * root (HOME /root), as the request names them; unnamed, `user` in E2B sandboxes of a template
+ * with that account ([e2b] user_templates), root elsewhere. The home is where relative paths
  * start. Everything the agent says is bounded by its codec; every wait here has a deadline. */
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -32,7 +34,6 @@
 #include "process.h"
 #include "strutil.h"
 
-#define HOME "/root"
 #define FS_TIMEOUT_MS 15000
 #define PENDING_CAP ((size_t) 1 << 20)
 #define LISTDIR_MAX 65536
@@ -259,6 +260,84 @@ static void env_end(struct strbuf *b, enum pj_connect_code code, const char *msg
 
 /* ---- the request's sandbox ---- */
 
+/* E2B's users, with fixed ids: what a sandbox's /etc/passwd says is never asked (E2B's `base`
+ * has `user` as 1000:1000). Any other name is refused. */
+struct envd_user {
+        const char *name;
+        uint32_t uid, gid;
+        const char *home;
+};
+static const struct envd_user users[] = {
+        { "root", 0, 0, "/root" },
+        { "user", 1000, 1000, "/home/user" },
+};
+
+static const struct envd_user *user_by_name(const char *name, size_t len) {
+        for (size_t i = 0; i < ELEMENTSOF(users); i++)
+                if (strlen(users[i].name) == len && !memcmp(users[i].name, name, len))
+                        return &users[i];
+        return NULL;
+}
+
+/* The user the request names: Authorization: Basic base64("<user>:") (the SDKs' `user`), else
+ * ?username= (signed file URLs). *ret NULL: none named. < 0: a name not served, msg says so. */
+static int named_user(struct req *r, const struct envd_user **ret, char *msg, size_t msglen) {
+        const char *auth = req_header(r, MHD_HTTP_HEADER_AUTHORIZATION), *q = req_query(r, "username");
+        const char *field = NULL;
+        _cleanup_free_ uint8_t *d = NULL;
+        const char *name = NULL;
+        size_t len = 0;
+        if (ret)
+                *ret = NULL;
+        if (auth && !strncasecmp(auth, "Basic ", 6)) {
+                const char *b = auth + 6;
+                size_t dl = 0;
+                field = "user";
+                if (strlen(b) > 512 || base64_decode_flags(b, strlen(b), BASE64_PAD_OPTIONAL, &d, &dl) < 0) {
+                        snprintf(msg, msglen, "user: the Authorization header is not Basic base64(\"<user>:\")");
+                        return -EINVAL;
+                }
+                const uint8_t *colon = memchr(d, ':', dl);
+                name = (const char *) d;
+                len = colon ? (size_t) (colon - d) : dl;
+        } else if (q && *q) {
+                field = "username";
+                name = q;
+                len = strlen(q);
+        }
+        if (!field || (!len && !strcmp(field, "user")))
+                return 0;
+        const struct envd_user *u = user_by_name(name, len);
+        if (!u) {
+                char shown[65];
+                size_t n = 0;
+                for (size_t i = 0; i < len && n < sizeof(shown) - 1; i++)
+                        shown[n++] = name[i] >= 0x20 && name[i] < 0x7f && name[i] != '"' ? name[i] : '?';
+                shown[n] = 0;
+                snprintf(msg, msglen, "%s: no user \"%s%s\" in Paddock's sandboxes: E2B's \"user\" (uid 1000, /home/user) "
+                         "and \"root\" are served (or leave it unset)", field, shown, len > n ? "..." : "");
+                return -EINVAL;
+        }
+        if (ret)
+                *ret = u;
+        return 0;
+}
+
+/* Who runs the request's commands and owns its files: the user named, else `user` in an E2B
+ * sandbox of a template with that account, else root (the Brimble API's sandboxes included).
+ * Call after envd_sandbox() accepted the request. */
+static const struct envd_user *req_user(struct req *r, const struct sandbox *sb) {
+        const struct envd_user *u = NULL;
+        char msg[256];
+        if (named_user(r, &u, msg, sizeof(msg)) == 0 && u)
+                return u;
+        if (sb->e2b && sb->template_name)
+                for (char **t = r->c->cfg->e2b_user_templates; t && *t; t++)
+                        if (!strcmp(*t, sb->template_name))
+                                return &users[1];
+        return &users[0];
+}
+
 /* The sandbox of r, checked: token, existence, running, user. Answers the error itself
  * (connect: as a Connect error; else as envd's {code, message}) and returns < 0. */
 static int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
@@ -283,29 +362,8 @@ static int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
                 status = 401;
                 snprintf(msg, sizeof(msg), "The access token is not this sandbox's");
         }
-        if (!status) {
-                /* E2B's user: Authorization: Basic base64("<user>:"); only root exists here */
-                const char *auth = req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
-                if (auth && !strncasecmp(auth, "Basic ", 6)) {
-                        uint8_t *d = NULL;
-                        size_t dl = 0;
-                        const char *b = auth + 6;
-                        if (strlen(b) > 512 || base64_decode_flags(b, strlen(b), BASE64_PAD_OPTIONAL, &d, &dl) < 0 ||
-                            !(dl >= 4 && !memcmp(d, "root", 4) && (dl == 4 || d[4] == ':'))) {
-                                status = 400;
-                                snprintf(msg, sizeof(msg),
-                                         "user: only root exists in Paddock's sandboxes (leave user unset, or pass \"root\")");
-                        }
-                        free(d);
-                }
-        }
-        if (!status) {
-                const char *u = req_query(r, "username");
-                if (u && *u && strcmp(u, "root")) {
-                        status = 400;
-                        snprintf(msg, sizeof(msg), "username: only root exists in Paddock's sandboxes");
-                }
-        }
+        if (!status && named_user(r, NULL, msg, sizeof(msg)) < 0)
+                status = 400;
         if (!status)
                 return 0;
         sandbox_clear(sb);
@@ -324,17 +382,17 @@ static int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
         return -EACCES;
 }
 
-/* An absolute path: "~" and relative paths are under HOME. NULL when too long. */
-static char *resolve(const char *p) {
+/* An absolute path: "~" and relative paths are under home. NULL when too long. */
+static char *resolve(const char *p, const char *home) {
         char *out;
         if (p[0] == '/')
                 out = xstrdup(p);
         else if (!strcmp(p, "~"))
-                out = xstrdup(HOME);
+                out = xstrdup(home);
         else if (!strncmp(p, "~/", 2))
-                out = xasprintf(HOME "%s", p + 1);
+                out = xasprintf("%s%s", home, p + 1);
         else
-                out = xasprintf(HOME "/%s", p);
+                out = xasprintf("%s/%s", home, p);
         if (strlen(out) > 4096) {
                 free(out);
                 return NULL;
@@ -776,25 +834,34 @@ static enum MHD_Result p_start(struct req *r) {
                 return MHD_YES;
         if (pj_envd_start_parse(q.msg, q.len, &in, &pe) < 0)
                 return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
-        _cleanup_free_ char *cwd = resolve(in.cwd ? in.cwd : HOME);
+        const struct envd_user *user = req_user(r, &sb);
+        _cleanup_free_ char *cwd = resolve(in.cwd ? in.cwd : user->home, user->home);
         if (!cwd)
                 return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "process.cwd is too long");
-        /* argv: cmd then args; env: HOME and the request's (the sandbox's own under them) */
+        /* argv: cmd then args; env: HOME, USER, LOGNAME and the request's (the sandbox's own
+         * under them) */
         _cleanup_free_ const char **argv = xnew0(const char *, in.n_args + 2);
         argv[0] = in.cmd;
         for (size_t i = 0; i < in.n_args; i++)
                 argv[i + 1] = in.args[i];
-        _cleanup_strv_free_ char **env = xnew0(char *, in.n_env + 2);
+        _cleanup_strv_free_ char **env = xnew0(char *, in.n_env + 4);
         size_t ne = 0;
-        bool has_home = false;
+        bool has_home = false, has_user = false, has_logname = false;
         for (size_t i = 0; i < in.n_env; i++) {
                 has_home |= !strcmp(in.env_keys[i], "HOME");
+                has_user |= !strcmp(in.env_keys[i], "USER");
+                has_logname |= !strcmp(in.env_keys[i], "LOGNAME");
                 env[ne++] = xasprintf("%s=%s", in.env_keys[i], in.env_values[i]);
         }
         if (!has_home)
-                env[ne++] = xstrdup("HOME=" HOME);
+                env[ne++] = xasprintf("HOME=%s", user->home);
+        if (!has_user)
+                env[ne++] = xasprintf("USER=%s", user->name);
+        if (!has_logname)
+                env[ne++] = xasprintf("LOGNAME=%s", user->name);
         struct process_spec spec = { .argv = argv, .env = env, .cwd = cwd, .tag = in.tag, .stdin_open = in.stdin_open,
-                                     .rows = (int) in.rows, .cols = (int) in.cols };
+                                     .rows = (int) in.rows, .cols = (int) in.cols,
+                                     .as_ids = user->uid != 0, .uid = user->uid, .gid = user->gid };
         struct cstream *t = s_new(r, S_PROCESS, &q);
         t->pty = in.pty;
         t->kill_at_deadline = true;
@@ -1198,6 +1265,76 @@ static int stat_entry(struct ctl *c, const struct sandbox *sb, struct agent_clie
         return 0;
 }
 
+/* ---- files of E2B's `user` ----
+ *
+ * The agent writes and makes directories as root; what it makes for `user` is then given to
+ * user (chown, run as root in the sandbox with fixed ids, no shell). The directories a call
+ * creates are found before it, by stat from the path up: at most one per path component. */
+
+#define OWN_TIMEOUT_MS 10000
+#define OWN_MAX_PATHS 64
+
+/* The number of leading characters of path that exist already (path itself: its length);
+ * the components after them are what a mkdir -p / write makes. < 0: the agent failed. */
+static int existing_prefix(struct agent_client *cl, const char *path, size_t *ret) {
+        _cleanup_free_ char *p = xstrdup(path);
+        size_t len = strlen(p);
+        for (int steps = 0; len > 1 && steps < OWN_MAX_PATHS; steps++) {
+                struct agent_stat st;
+                p[len] = 0;
+                int k = agent_fs_stat(cl, p, &st, FS_TIMEOUT_MS);
+                if (k == 0)
+                        break;
+                if (k != -ENOENT)
+                        return k;
+                char *slash = strrchr(p, '/');
+                len = slash && slash != p ? (size_t) (slash - p) : 1;
+        }
+        *ret = len;
+        return 0;
+}
+
+/* Gives path, and every directory above it past its first `existing` characters, to user.
+ * 0 for root (nothing to do). */
+static int give_to_user(struct ctl *c, const struct sandbox *sb, const struct envd_user *user, const char *path,
+                        size_t existing, struct api_error *e) {
+        if (!user->uid)
+                return 0;
+        char ids[32];
+        snprintf(ids, sizeof(ids), "%u:%u", user->uid, user->gid);
+        const char *argv[OWN_MAX_PATHS + 5] = { "chown", "-h", ids };
+        size_t n = 3;
+        _cleanup_free_ char *p = xstrdup(path);
+        size_t len = strlen(p);
+        /* path, then each directory above it that the call made, deepest first */
+        argv[n++] = xstrdup(p);
+        for (size_t i = len; i > existing + 1 && n < ELEMENTSOF(argv) - 1; i--)
+                if (p[i - 1] == '/' && i - 1 > existing) {
+                        p[i - 1] = 0;
+                        argv[n++] = xstrdup(p);
+                }
+        argv[n] = NULL;
+        struct process_spec spec = { .argv = argv, .cwd = "/" };
+        struct agent_exec *x = NULL;
+        int k = process_start_session(c, sb, &spec, &x, e), code = -1;
+        if (k == 0) {
+                _cleanup_strbuf_ struct strbuf out = STRBUF_INIT(4096);
+                int64_t deadline = mono_ms() + OWN_TIMEOUT_MS;
+                while (k == 0 && mono_ms() < deadline)
+                        k = agent_exec_read(x, (int) (deadline - mono_ms()), -1, links_out, &out);
+                if (k != 1)
+                        (void) agent_exec_signal(x, SIGKILL);
+                else if (agent_exec_exit_code(x, &code) < 0)
+                        code = -1;
+                agent_exec_free(x);
+                k = k == 1 && code == 0 ? 0 : API_ERR(e, -EIO, "%s was made, but giving it to %s (chown %s) failed%s", path,
+                                                       user->name, ids, k == 1 ? "" : ": chown did not finish in time");
+        }
+        for (size_t i = 3; i < n; i++)
+                free((char *) argv[i]);
+        return k;
+}
+
 /* The prologue of the unary filesystem calls: the request, the sandbox, the message, a path
  * resolved, the agent. < 0: answered. */
 static int fs_begin(struct req *r, enum pj_envd_fs_kind kind, struct sandbox *sb, struct pj_envd_fs *in, char **path, char **to,
@@ -1210,9 +1347,10 @@ static int fs_begin(struct req *r, enum pj_envd_fs_kind kind, struct sandbox *sb
                 unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
                 return -EINVAL;
         }
-        *path = resolve(in->path);
+        const char *home = req_user(r, sb)->home;
+        *path = resolve(in->path, home);
         if (in->to)
-                *to = resolve(in->to);
+                *to = resolve(in->to, home);
         if (!*path || (in->to && !*to)) {
                 unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "path is too long (at most 4096 bytes)");
                 return -EINVAL;
@@ -1247,7 +1385,13 @@ static enum MHD_Result fs_mkdir(struct req *r) {
                 return unary_error(r, PJ_CONNECT_ALREADY_EXISTS, "directory already exists: %s", path);
         if (k != -ENOENT)
                 return fs_error(r, k, path);
+        size_t existing = 0;
+        struct api_error ae = { 0 };
+        if ((k = existing_prefix(cl, path, &existing)) < 0)
+                return fs_error(r, k, path);
         k = agent_fs_mkdir(cl, path, true, FS_TIMEOUT_MS);
+        if (k == 0 && give_to_user(r->c, &sb, req_user(r, &sb), path, existing, &ae) < 0)
+                return unary_error(r, PJ_CONNECT_INTERNAL, "%s", ae.message);
         cJSON *e = NULL;
         if (k == 0)
                 k = stat_entry(r->c, &sb, cl, path, &e);
@@ -1436,7 +1580,7 @@ static enum MHD_Result fs_watch(struct req *r) {
                 return MHD_YES;
         if (pj_envd_fs_parse(q.msg, q.len, PJ_ENVD_FS_WATCH, &in, &pe) < 0)
                 return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
-        _cleanup_free_ char *path = resolve(in.path);
+        _cleanup_free_ char *path = resolve(in.path, req_user(r, &sb)->home);
         if (!path)
                 return s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "path is too long");
         struct cstream *t = s_new(r, S_WATCH, &q);
@@ -1499,7 +1643,7 @@ static enum MHD_Result fs_create_watcher(struct req *r) {
                 return MHD_YES;
         if (pj_envd_fs_parse(q.msg, q.len, PJ_ENVD_FS_WATCH, &in, &pe) < 0)
                 return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
-        path = resolve(in.path);
+        path = resolve(in.path, req_user(r, &sb)->home);
         if (!path)
                 return unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "path is too long");
         watchers_expire();
@@ -1684,7 +1828,7 @@ static enum MHD_Result get_files(struct req *r) {
                 return MHD_YES;
         if (!p || !*p)
                 return respond_error(r, 400, "path is required");
-        _cleanup_free_ char *path = resolve(p);
+        _cleanup_free_ char *path = resolve(p, req_user(r, &sb)->home);
         if (!path)
                 return respond_error(r, 400, "path is too long (at most 4096 bytes)");
         return runtime_respond_download(r, &sb, path);
@@ -1701,6 +1845,8 @@ struct upload {
         char *query_path;
         struct runtime_run *x;           /* the file being written */
         char *cur;                       /* its path */
+        const struct envd_user *user;    /* who owns what the upload makes */
+        size_t existing;                 /* how much of cur existed before (strlen: the file did) */
         uint64_t received, limit;
         int error;                       /* first failure: -errno */
         char msg[512];
@@ -1730,6 +1876,9 @@ static void up_finish(struct upload *u) {
         struct api_error e = { 0 };
         int k = runtime_file_write_finish(u->x, u->cur, &e);
         u->x = runtime_free(u->x);
+        /* a new file (and the directories made for it) is the user's; one that was there keeps its owner */
+        if (k == 0 && u->existing < strlen(u->cur))
+                k = give_to_user(u->r->c, &u->sb, u->user, u->cur, u->existing, &e);
         if (k < 0)
                 return up_fail(u, k, "%s", e.message);
         cJSON *o = cJSON_CreateObject();
@@ -1749,20 +1898,23 @@ static void up_open(struct upload *u, const char *raw_path) {
         if (++u->files > MAX_UPLOAD_FILES)
                 return up_fail(u, -EINVAL, "at most %d files in one upload", MAX_UPLOAD_FILES);
         free(u->cur);
-        u->cur = raw_path && *raw_path ? resolve(raw_path) : NULL;
+        u->cur = raw_path && *raw_path ? resolve(raw_path, u->user->home) : NULL;
         if (!u->cur)
                 return up_fail(u, -EINVAL, "%s", raw_path && *raw_path ? "path is too long" : "path is required (?path=, or a file name)");
         /* envd makes the parent directories */
         char dir[4097];
         snprintf(dir, sizeof(dir), "%s", u->cur);
         char *slash = strrchr(dir, '/');
-        if (slash && slash != dir) {
-                *slash = 0;
-                struct agent_client *cl = NULL;
-                if (agent_connect(u->r->c, &u->sb, &cl, msg, sizeof(msg)) == 0) {
+        u->existing = strlen(u->cur);
+        struct agent_client *cl = NULL;
+        if (agent_connect(u->r->c, &u->sb, &cl, msg, sizeof(msg)) == 0) {
+                if (u->user->uid && existing_prefix(cl, u->cur, &u->existing) < 0)
+                        u->existing = strlen(u->cur);
+                if (slash && slash != dir) {
+                        *slash = 0;
                         (void) agent_fs_mkdir(cl, dir, true, FS_TIMEOUT_MS);
-                        agent_client_free(cl);
                 }
+                agent_client_free(cl);
         }
         struct sandbox copy = { 0 };
         if (store_sandbox_get(u->r->c->store, u->sb.id, &copy) < 0)
@@ -1889,6 +2041,7 @@ static enum MHD_Result prepare_post_files(struct req *r) {
                 return respond_error(r, 400, "path is required for an application/octet-stream upload");
         struct upload *u = xnew0(struct upload, 1);
         u->r = r;
+        u->user = req_user(r, &sb);
         u->sb = sb;
         sb = (struct sandbox) { 0 };
         u->multipart = multipart;

@@ -63,7 +63,8 @@ int process_start_session(struct ctl *c, const struct sandbox *sb, const struct 
         _cleanup_strv_free_ char **env = sb_env_layer(sb, spec->env);
         struct agent_spawn sp = { .argv = argv, .env = (const char *const *) env, .cwd = spec->cwd,
                                   .want_stdin = spec->stdin_open, .tag = spec->tag,
-                                  .rows = (uint32_t) spec->rows, .cols = (uint32_t) spec->cols };
+                                  .rows = (uint32_t) spec->rows, .cols = (uint32_t) spec->cols,
+                                  .as_ids = spec->as_ids, .uid = spec->uid, .gid = spec->gid };
         struct agent_exec *x = NULL;
         char msg[512];
         r = agent_exec_start(cl, &sp, &x, msg, sizeof(msg));

@@ -25,6 +25,8 @@ struct process_spec {
         const char *tag;          /* NULL = none */
         bool stdin_open;          /* a stdin pipe for process_stdin */
         int rows, cols;           /* > 0: a terminal of that size */
+        bool as_ids;              /* run as uid:gid (no supplementary groups); false = the agent's (root) */
+        uint32_t uid, gid;
 };
 
 int process_start(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, uint32_t *ret_pid,

