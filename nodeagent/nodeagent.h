@@ -57,7 +57,9 @@ int relay_start(const struct agent_config *cfg, char *err, size_t errlen);
 void relay_stop(void);
 /* Connections being relayed now (metrics, tests). */
 int relay_active(void);
-/* relay.c, in the relay child: connects to the agent socket of sandbox_id (24 hex) under
+/* A connect to an agent that is alive is immediate; this bounds a wedged one. */
+#define RELAY_OPEN_MS 2000
+/* relay-child.c, in the relay child: connects to the agent socket of sandbox_id (24 hex) under
  * [relay] docker_root without following a link at its place; the connected fd in *ret_fd,
  * or -errno with the reason in msg. */
 int relay_open_agent(const struct agent_config *cfg, const char *sandbox_id, int *ret_fd, char *msg, size_t msglen);

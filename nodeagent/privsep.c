@@ -137,28 +137,6 @@ static void result_init(struct ps_result *ret, uint16_t type, uint32_t seq) {
         ret->hdr = (struct ps_hdr) { .version = PS_VERSION, .type = type, .len = sizeof(*ret), .seq = seq };
 }
 
-/* Fills ret with the refusal; returns -EBADMSG. */
-int privsep_refuse(struct ps_result *ret, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ret->msg, sizeof(ret->msg), fmt, ap);
-        va_end(ap);
-        return ret->r = -EBADMSG;
-}
-
-bool privsep_zero(const void *p, size_t n) {
-        const uint8_t *b = p;
-        for (size_t i = 0; i < n; i++)
-                if (b[i])
-                        return false;
-        return true;
-}
-
-/* A sandbox id field: exactly 24 lowercase hex and a NUL, nothing else. */
-bool privsep_id_field_valid(const char id[EGRESS_ID_LEN + 1]) {
-        return memchr(id, 0, EGRESS_ID_LEN + 1) == id + EGRESS_ID_LEN && hexid_valid(id);
-}
-
 static int check_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
         if (!privsep_id_field_valid(m->sandbox_id))
                 return privsep_refuse(ret, "sandbox_id is not 24 lowercase hex characters");

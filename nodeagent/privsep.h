@@ -1,5 +1,5 @@
-/* privsep.h — shared by privsep.c (the plumbing, the message checks) and
- * privsep-docker.c (the docker child's work). Private to nodeagent/; the contract
+/* privsep.h — shared by privsep.c (the plumbing, the message checks), privsep-msg.c (the
+ * checks they build on) and privsep-docker.c (the docker child's work). Private to nodeagent/; the contract
  * of privilege separation itself is in nodeagent.h, under "privsep.c". */
 #pragma once
 
@@ -10,7 +10,7 @@
 #include "cleanup.h"
 #include "nodeagent.h"
 
-/* privsep.c: fills ret with the refusal; returns -EBADMSG. */
+/* privsep-msg.c: fills ret with the refusal; returns -EBADMSG. */
 int privsep_refuse(struct ps_result *ret, const char *fmt, ...) _printf_(2, 3);
 /* n bytes at p are all zero. */
 bool privsep_zero(const void *p, size_t n);

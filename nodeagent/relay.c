@@ -10,8 +10,9 @@
  * stop reading from the other side). TCP keepalive finds a controld that went away.
  *
  * The relay child (CAP_DAC_OVERRIDE only: the sockets are in Docker's root-only data root)
- * does relay_open_agent: <docker_root>/volumes/paddock-init-<id>/_data/agent.sock, the
- * tmpfs volume the sandbox's job mounts at /.paddock/run. The sandbox can write in that
+ * does relay_open_agent (relay-child.c, apart so that the children's dispatch in privsep.c
+ * and the listener here, which asks that child, do not call each other both ways):
+ * <docker_root>/volumes/paddock-init-<id>/_data/agent.sock, the tmpfs volume the sandbox's job mounts at /.paddock/run. The sandbox can write in that
  * directory, so the socket is opened without following a link (unixsock.h); the directories
  * above it are Docker's. */
 #include <arpa/inet.h>
@@ -39,31 +40,6 @@
 #include "unixsock.h"
 
 #define RELAY_BUF (64 * 1024)
-/* A connect to an agent that is alive is immediate; this bounds a wedged one. */
-#define RELAY_OPEN_MS 2000
-
-/* ---------------------------------------------------------------- relay child */
-
-int relay_open_agent(const struct agent_config *cfg, const char *sandbox_id, int *ret_fd, char *msg, size_t msglen) {
-        char path[1024];
-        if ((size_t) snprintf(path, sizeof(path), "%s/volumes/" PJ_AGENT_VOLUME_PREFIX "%s/_data/" PJ_AGENT_SOCKET_NAME, cfg->relay_docker_root,
-                              sandbox_id) >= sizeof(path)) {
-                snprintf(msg, msglen, "the agent socket path is too long");
-                return -ENAMETOOLONG;
-        }
-        int fd = unix_connect_nofollow(path, mono_ms() + RELAY_OPEN_MS);
-        if (fd < 0) {
-                snprintf(msg, msglen, "sandbox %s: %s", sandbox_id,
-                         fd == -ENOENT      ? "no agent socket on this node"
-                         : fd == -ENOTSOCK  ? "something other than a socket at the agent's place"
-                         : fd == -EPERM     ? "the agent socket has an unexpected owner"
-                         : fd == -EAGAIN    ? "the agent accepts no more connections"
-                                            : strerror(-fd));
-                return fd == -EAGAIN ? -EBUSY : fd;
-        }
-        *ret_fd = fd;
-        return 0;
-}
 
 /* ---------------------------------------------------------------- parent: listener */
 

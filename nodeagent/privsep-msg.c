@@ -1,0 +1,34 @@
+/* privsep-msg.c — the checks every child's message check uses (privsep.h): a refusal in the
+ * result, zero padding, a sandbox id field. Apart from privsep.c so that the checks of
+ * privsep.c and privsep-docker.c both build on them without the two files calling each
+ * other both ways. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nodeagent.h"
+#include "privsep.h"
+#include "strutil.h"
+
+/* Fills ret with the refusal; returns -EBADMSG. */
+int privsep_refuse(struct ps_result *ret, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ret->msg, sizeof(ret->msg), fmt, ap);
+        va_end(ap);
+        return ret->r = -EBADMSG;
+}
+
+bool privsep_zero(const void *p, size_t n) {
+        const uint8_t *b = p;
+        for (size_t i = 0; i < n; i++)
+                if (b[i])
+                        return false;
+        return true;
+}
+
+/* A sandbox id field: exactly 24 lowercase hex and a NUL, nothing else. */
+bool privsep_id_field_valid(const char id[EGRESS_ID_LEN + 1]) {
+        return memchr(id, 0, EGRESS_ID_LEN + 1) == id + EGRESS_ID_LEN && hexid_valid(id);
+}
