@@ -1,6 +1,7 @@
 /* conn.c — connections to the agent: frame reading with bounds before allocation, the
- * HELLO check, dispatch of requests to processes (proc.c), files (files.c) and TCP forwards,
- * output queues with backpressure. See AGENT-PROTOCOL.md. */
+ * HELLO check, dispatch of requests to processes (proc.c), files (files.c), watches (watch.c)
+ * and TCP forwards, closing. Sending and the channel table are chan.c's. See
+ * AGENT-PROTOCOL.md. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -12,51 +13,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "paddock-init.h"
-
-/* ---------------------------------------------------------------- sending */
-
-size_t conn_out_pending(const struct conn *c) { return c->out.len - c->out_off; }
-
-
-void conn_send(struct conn *c, const struct pj_agent_msg *m) {
-        struct pj_error e;
-        if (!c->used || c->closing)
-                return;
-        int r = pj_agent_msg_encode(m, &c->out, &e);
-        if (r < 0)
-                pi_log("warning", "cannot encode %s: %s", pj_agent_type_name(m->type), r == -EINVAL ? e.message : strerror(-r));
-        if (conn_out_pending(c) > PI_OUT_MAX) {
-                pi_log("info", "a client does not read its output (%zu bytes unsent); closing it", conn_out_pending(c));
-                conn_close(c);
-        }
-}
-
-static void send_error_v(struct conn *c, uint32_t id, int err, const char *path, const char *fmt, va_list ap) {
-        char msg[PJ_AGENT_MAX_MESSAGE];
-        vsnprintf(msg, sizeof(msg), fmt, ap);
-        conn_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_ERROR, .id = id,
-                                             .f = { .err = err > 0 && err < 4096 ? (uint32_t) err : EIO, .message = msg,
-                                                    .path = (char *) path } });
-}
-
-void conn_send_error(struct conn *c, uint32_t id, int err, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        send_error_v(c, id, err, NULL, fmt, ap);
-        va_end(ap);
-}
-
-void conn_send_error_path(struct conn *c, uint32_t id, int err, const char *path, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        send_error_v(c, id, err, path, fmt, ap);
-        va_end(ap);
-}
-
-void conn_send_simple(struct conn *c, uint8_t type, uint32_t id) {
-        conn_send(c, &(struct pj_agent_msg) { .type = type, .id = id });
-}
+#include "pi.h"
 
 /* Protocol violation: tell the client why, flush that, close. */
 static void conn_fail(struct conn *c, uint32_t id, const char *fmt, ...) _printf_(3, 4);
@@ -70,43 +27,6 @@ static void conn_fail(struct conn *c, uint32_t id, const char *fmt, ...) {
         conn_send_error(c, id, EPROTO, "%s", msg);
         c->closing = true;
         c->deadline_ms = pi_now_ms() + 1000;
-}
-
-/* ---------------------------------------------------------------- channels */
-
-struct chan *chan_find(struct conn *c, uint32_t id) {
-        for (size_t i = 0; i < PI_MAX_CHANS; i++)
-                if (c->chans[i].used && c->chans[i].id == id)
-                        return &c->chans[i];
-        return NULL;
-}
-
-/* A fresh channel id on c, or NULL with an ERROR sent. */
-struct chan *chan_new(struct conn *c, uint32_t id, enum chan_kind kind) {
-        if (chan_find(c, id)) {
-                conn_send_error(c, id, EBUSY, "Channel %u is in use on this connection.", id);
-                return NULL;
-        }
-        for (size_t i = 0; i < PI_MAX_CHANS; i++)
-                if (!c->chans[i].used) {
-                        c->chans[i] = (struct chan) { .used = true, .id = id, .kind = kind, .fd = -1 };
-                        return &c->chans[i];
-                }
-        conn_send_error(c, id, EMFILE, "This connection has %d channels open, the limit.", PI_MAX_CHANS);
-        return NULL;
-}
-
-void chan_close(struct conn *c, struct chan *ch) {
-        if (ch->kind == CH_PROC && ch->proc && ch->proc->conn == c && ch->proc->chan == ch->id)
-                ch->proc->conn = NULL;
-        if (ch->kind == CH_FORWARD)
-                c->n_forwards--;
-        if (ch->kind == CH_WATCH)
-                watch_chan_closed(c, ch->id);
-        if (ch->fd >= 0)
-                close(ch->fd);
-        pj_agent_buf_done(&ch->out.b);
-        *ch = (struct chan) { .fd = -1 };
 }
 
 /* ---------------------------------------------------------------- files and forwards */
@@ -144,15 +64,6 @@ static void fwd_open(struct conn *c, const struct pj_agent_msg *m) {
         }
         ch->connecting = true;
 }
-
-bool pending_put(struct pending *p, const uint8_t *d, size_t n) {
-        if (p->off && p->off == p->b.len)
-                p->b.len = p->off = 0;
-        pj_agent_buf_put(&p->b, d, n);
-        return true;
-}
-
-size_t pending_len(const struct pending *p) { return p->b.len - p->off; }
 
 /* The forwarded TCP connection broke: its channel ends with the reason. */
 static void fwd_fail(struct conn *c, struct chan *ch, int err) {
@@ -427,8 +338,11 @@ void conn_close(struct conn *c) {
                 }
         }
         for (size_t i = 0; i < PI_MAX_CHANS; i++)
-                if (c->chans[i].used)
+                if (c->chans[i].used) {
+                        if (c->chans[i].kind == CH_WATCH)
+                                watch_chan_closed(c, c->chans[i].id);
                         chan_close(c, &c->chans[i]);
+                }
         close(c->fd);
         free(c->payload);
         pj_agent_buf_done(&c->out);

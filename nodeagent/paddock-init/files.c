@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "paddock-init.h"
+#include "pi.h"
 
 static uint8_t ftype_of(mode_t m) {
         return S_ISREG(m) ? PJ_AGENT_FT_FILE : S_ISDIR(m) ? PJ_AGENT_FT_DIR : S_ISLNK(m) ? PJ_AGENT_FT_SYMLINK : PJ_AGENT_FT_OTHER;

@@ -7,7 +7,7 @@
  *
  * Not PID 1 (tests): PADDOCK_INIT_SUBREAPER=1 makes it a child subreaper instead.
  * One thread, poll() over non-blocking fds; signals through a signalfd. Every resource a
- * client can make us hold is bounded (paddock-init.h); a client that breaks the protocol or
+ * client can make us hold is bounded (pi.h); a client that breaks the protocol or
  * does not read its output is disconnected, the agent and its processes stay. */
 #include <dirent.h>
 #include <errno.h>
@@ -32,32 +32,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "paddock-init.h"
-
-/* ---------------------------------------------------------------- logging */
-
-void pi_log(const char *level, const char *fmt, ...) {
-        char line[1024];
-        va_list ap;
-        va_start(ap, fmt);
-        int n = snprintf(line, sizeof(line), "paddock-init: %s: ", level);
-        vsnprintf(line + n, sizeof(line) - n, fmt, ap);
-        va_end(ap);
-        size_t len = strlen(line);
-        if (len < sizeof(line) - 1)
-                line[len++] = '\n';
-        ssize_t _unused_ w = write(STDERR_FILENO, line, len);
-}
-
-uint64_t pi_now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-}
-
-/* ---------------------------------------------------------------- state */
-
-struct pi_state pi = { .listen_fd = -1, .sig_fd = -1, .ino_fd = -1 };
+#include "pi.h"
 
 /* ---------------------------------------------------------------- main loop */
 

@@ -1,4 +1,4 @@
-/* paddock-init.h — private header of paddock-init, the PID 1 of every sandbox
+/* pi.h — private header of paddock-init, the PID 1 of every sandbox
  * (proto-json/AGENT-PROTOCOL.md). Static binary: libc, proto-json/pj_agent.c, pj.c and
  * common/xalloc.c only; no NSS calls (no getpwnam), no threads. */
 #pragma once
@@ -46,7 +46,7 @@ int files_open_write(const char *path, bool has_mode, uint32_t mode, bool parent
 int files_listdir(const char *path, void (*emit)(void *ud, struct pj_agent_fields *e, size_t n), void *ud,
                   bool *ret_truncated);
 
-/* ---- shared state (defined in paddock-init.c; one thread, so no locking) */
+/* ---- shared state (defined in pi.c; one thread, so no locking) */
 struct chunk {
         struct chunk *next;
         uint8_t stream;
@@ -124,12 +124,14 @@ struct pi_state {
 };
 extern struct pi_state pi;
 
-/* paddock-init.c: */
+/* pi.c: */
 void pi_log(const char *level, const char *fmt, ...) _printf_(2, 3);
 uint64_t pi_now_ms(void);
 
-/* conn.c: connections, channels, the request dispatch, files and forwards glue. Sending
- * never fails: a connection whose unsent output passes PI_OUT_MAX is closed instead. */
+/* chan.c: sending and the channel table. Sending never fails: a connection whose unsent
+ * output passes PI_OUT_MAX is marked closing with its deadline passed, and the loop closes
+ * it before polling again. chan_close does not tidy a watch's rows: call watch_chan_closed
+ * first for a CH_WATCH channel. */
 size_t conn_out_pending(const struct conn *c);
 void conn_send(struct conn *c, const struct pj_agent_msg *m);
 void conn_send_error(struct conn *c, uint32_t id, int err, const char *fmt, ...) _printf_(4, 5);
@@ -141,6 +143,7 @@ struct chan *chan_new(struct conn *c, uint32_t id, enum chan_kind kind);
 void chan_close(struct conn *c, struct chan *ch);
 bool pending_put(struct pending *p, const uint8_t *d, size_t n);
 size_t pending_len(const struct pending *p);
+/* conn.c: connections, the request dispatch, files and forwards glue. */
 void fwd_flush(struct conn *c, struct chan *ch);
 void fwd_read(struct conn *c, struct chan *ch);
 void fwd_connected(struct conn *c, struct chan *ch);

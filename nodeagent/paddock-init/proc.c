@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "paddock-init.h"
+#include "pi.h"
 
 static void ring_add(struct proc *p, uint8_t stream, const uint8_t *d, size_t n) {
         struct chunk *k = xmalloc(sizeof(*k) + n);

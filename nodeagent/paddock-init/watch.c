@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "cleanup.h"
-#include "paddock-init.h"
+#include "pi.h"
 
 #define WATCH_MASK                                                                                                      \
         (IN_CREATE | IN_CLOSE_WRITE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | \
