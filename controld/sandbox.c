@@ -503,6 +503,14 @@ fail:
         return r;
 }
 
+/* 1 when no snapshot of the sandbox is being taken (its commit reads the container), 0 when
+ * one is, -errno when the store cannot say. */
+static int no_snapshot_in_flight(struct ctl *c, const char *id) {
+        int64_t n = 0;
+        int r = store_snapshot_count_creating(c->store, id, &n);
+        return r < 0 ? r : n == 0;
+}
+
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         char derr[256] = "";
@@ -517,6 +525,14 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                         return API_ERR(err, -EIO, "Failed to read the sandbox record");
                 if (sb.status == SB_DESTROYED)
                         return 0;
+                /* A snapshot the user asked for before the destroy is taken first (within
+                 * pause_wait): its commit reads the container, and under runsc a kill during the
+                 * commit's pause fails ("PID ... is zombie") until the commit is done. Past the
+                 * bound the snapshot fails with its reason. Snapshots cannot start meanwhile:
+                 * they check the status under this lock. */
+                int64_t until = mono_ms() + (int64_t) c->cfg->pause_wait_s * 1000;
+                while (sb.status == SB_READY && no_snapshot_in_flight(c, id) == 0 && mono_ms() < until && !c->stopping)
+                        usleep(100 * 1000);
                 r = c->drv->ops->remove(c->drv, &sb, derr, sizeof(derr));
                 if (r < 0) {
                         sandbox_lock_release(&lock);
@@ -577,14 +593,6 @@ static void settle_job(struct ctl *c, const char *id, enum sb_status from, const
                 }
         }
         ctl_notify_status(c);
-}
-
-/* 1 when no snapshot of the sandbox is being taken (its commit reads the container), 0 when
- * one is, -errno when the store cannot say. */
-static int no_snapshot_in_flight(struct ctl *c, const char *id) {
-        int64_t n = 0;
-        int r = store_snapshot_count_creating(c->store, id, &n);
-        return r < 0 ? r : n == 0;
 }
 
 static void pause_step(struct ctl *c, struct sandbox *sb) {

@@ -463,7 +463,7 @@ static void op_race(struct client *c) {
         if (!sb)
                 return;
         cur = sb;
-        int kind = rnd(c, 3);
+        int kind = rnd(c, 4);
         struct half a = { c, "POST", "", 0, NULL }, b = { c, "POST", "", 0, NULL };
         snprintf(a.path, sizeof(a.path), "/sandboxes/%s/pause", sb->id);
         if (kind == 0) /* pause twice */
@@ -471,8 +471,13 @@ static void op_race(struct client *c) {
         else if (kind == 1) { /* pause and destroy */
                 b.method = "DELETE";
                 snprintf(b.path, sizeof(b.path), "/sandboxes/%s", sb->id);
-        } else /* snapshot and pause */
+        } else if (kind == 2) /* snapshot and pause */
                 snprintf(b.path, sizeof(b.path), "/sandboxes/%s/snapshots", sb->id);
+        else { /* snapshot and destroy: a kill during the snapshot's commit fails under runsc */
+                snprintf(a.path, sizeof(a.path), "/sandboxes/%s/snapshots", sb->id);
+                b.method = "DELETE";
+                snprintf(b.path, sizeof(b.path), "/sandboxes/%s", sb->id);
+        }
         pthread_t ta, tb;
         ASSERT_EQ(pthread_create(&ta, NULL, half_main, &a), 0);
         ASSERT_EQ(pthread_create(&tb, NULL, half_main, &b), 0);
@@ -493,6 +498,18 @@ static void op_race(struct client *c) {
                 ok = b.st == 204 && (a.st == 200 || a.st == 400 || a.st == 409);
                 if (b.st == 204)
                         sb->st = M_DESTROYED;
+        } else if (kind == 3) {
+                /* the destroy always ends it (waiting for the commit if it must); the snapshot was
+                 * taken first (202) or found it destroyed (400) */
+                ok = b.st == 204 && (a.st == 202 || a.st == 400 || a.st == 403 || a.st == 429);
+                if (b.st == 204)
+                        sb->st = M_DESTROYED;
+                if (a.st == 202 && c->n_snap < MAX_SNAP) {
+                        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(a.out);
+                        const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "data"), "id"));
+                        if (id)
+                                snprintf(c->snap[c->n_snap++].id, 25, "%s", id);
+                }
         } else {
                 /* the snapshot came first (202, and the pause waited for it) or the pause did (400) */
                 ok = a.st == 200 && (b.st == 202 || b.st == 400 || b.st == 403 || b.st == 429);
