@@ -376,7 +376,17 @@ static int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
                 respond_json(r, 502, o);
         } else if (connect) {
                 enum pj_connect_code code = status == 401 ? PJ_CONNECT_UNAUTHENTICATED : PJ_CONNECT_INVALID_ARGUMENT;
-                respond_json(r, pj_connect_code_http(code), connect_error(code, msg));
+                const char *ct = req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+                if (ct && !strncasecmp(ct, "application/connect+json", 24)) {
+                        /* a stream's error is its end-of-stream message (HTTP 200), or the SDKs
+                         * see only "HTTP 400" */
+                        struct strbuf b;
+                        strbuf_init(&b, 0);
+                        env_end(&b, code, msg);
+                        respond_raw(r, 200, "application/connect+json", b.buf, b.len);
+                        strbuf_done(&b);
+                } else
+                        respond_json(r, pj_connect_code_http(code), connect_error(code, msg));
         } else
                 respond_error(r, status, "%s", msg);
         return -EACCES;

@@ -7,8 +7,37 @@ import { Sandbox, FileType, SandboxError } from 'e2b'
 const ok = (what) => console.log(`ok ${what}`)
 const sbx = await Sandbox.create({ timeoutMs: 300_000 })
 try {
+  // E2B's base (issue 38): user `user` in /home/user by default, sudo, root when named
+  assert.equal((await sbx.commands.run('whoami')).stdout, 'user\n')
+  assert.equal((await sbx.commands.run('pwd')).stdout, '/home/user\n')
+  assert.equal((await sbx.commands.run('whoami', { user: 'root' })).stdout, 'root\n')
+  assert.equal((await sbx.commands.run('sudo whoami')).stdout, 'root\n')
+  await sbx.files.write('/home/user/x', 'hello')
+  assert.match((await sbx.commands.run('ls -l /home/user/x')).stdout, /^-rw-r--r-- 1 user user 5 /)
+  await sbx.files.write('made/by/sdk.txt', 'deep')
+  assert.equal((await sbx.commands.run('stat -c %U made made/by made/by/sdk.txt')).stdout, 'user\nuser\nuser\n')
+  await assert.rejects(sbx.commands.run('true', { user: 'nobody' }), (e) => /no user "nobody"/.test(e.message))
+  ok('e2b user')
+  // agent frameworks: pip install (a local wheel: no network here), venv, node, as user
+  assert.match((await sbx.commands.run('python3 -m pip --version')).stdout, /^pip /)
+  await sbx.commands.run(`mkdir -p w && python3 -c "
+import zipfile
+z = zipfile.ZipFile('w/sdk_probe-0.1-py3-none-any.whl', 'w')
+z.writestr('sdk_probe/__init__.py', 'VALUE = 7\\n')
+z.writestr('sdk_probe-0.1.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: sdk-probe\\nVersion: 0.1\\n')
+z.writestr('sdk_probe-0.1.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')
+z.writestr('sdk_probe-0.1.dist-info/RECORD', '')
+"`)
+  await sbx.commands.run('pip install --user --no-index w/sdk_probe-0.1-py3-none-any.whl')
+  assert.equal((await sbx.commands.run('python3 -c "import sdk_probe; print(sdk_probe.VALUE, sdk_probe.__file__)"')).stdout,
+    '7 /home/user/.local/lib/python3.11/site-packages/sdk_probe/__init__.py\n')
+  await sbx.commands.run('python3 -m venv v && v/bin/pip install --no-index w/sdk_probe-0.1-py3-none-any.whl')
+  assert.equal((await sbx.commands.run('v/bin/python -c "import sdk_probe; print(sdk_probe.VALUE)"')).stdout, '7\n')
+  assert.match((await sbx.commands.run('node --version')).stdout, /^v\d+\./)
+  ok('pip venv node')
+
   // files.remove of a missing path succeeds, as envd's
-  await sbx.files.remove('/root/never-was')
+  await sbx.files.remove('/home/user/never-was')
   ok('remove missing')
 
   // getInfo of a symlink: the link, its target resolved, "Lrwx..." permissions

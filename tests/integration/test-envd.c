@@ -8,7 +8,11 @@
  *  - files.remove of a missing path succeeds; Stat describes a symlink as itself (Lrwx...,
  *    symlinkTarget); ListDir is sorted by name; mode is permission bits only; a dead or unknown
  *    sandbox answers 502 with E2B's body on every path before any token is read; gzip uploads
- *    (and a gzip bomb refused). */
+ *    (and a gzip bomb refused);
+ *  - sandboxes that look like E2B's base (issue 38): user `user` in /home/user by default for
+ *    commands, terminals and files (what is written is theirs), passwordless sudo, `root` when
+ *    named, other names refused, pip and venv and node work as user; the Brimble API's
+ *    sandboxes of the same template still run as root. Raw calls and the current SDK. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -43,16 +47,26 @@ static char *admin_e2b_key(struct ctld *c, const char *name) {
         return key;
 }
 
-static void e2b_start(struct e2b *e, const char *server_extra) {
+/* controld with the E2B listener; "base" is base_template. The e2b-base template (E2B's base:
+ * tests/env/images.sh) is configured as controld's example configuration has it. */
+static void e2b_start_base(struct e2b *e, const char *server_extra, const char *base) {
         need_docker();
         e->port = test_free_port();
         char extra[1024];
-        snprintf(extra, sizeof(extra), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = python-3.11\n", e->port);
+        const char *img = getenv("PADDOCK_E2B_IMAGE") ? getenv("PADDOCK_E2B_IMAGE") : "paddock/e2b-base:local";
+        snprintf(extra, sizeof(extra),
+                 "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = %s\n"
+                 "[template \"e2b-base\"]\nimage = %s\nstart = /usr/local/lib/paddock/start-e2b\n", e->port, base, img);
         ctld_start(&e->c, server_extra, extra);
         e->key = admin_e2b_key(&e->c, "alice");
         e->key_bob = admin_e2b_key(&e->c, "bob");
         test_on_exit(free_ptr, e->key);
         test_on_exit(free_ptr, e->key_bob);
+}
+
+/* The envd tests of mechanics run as root, in python-3.11 (no E2B user there). */
+static void e2b_start(struct e2b *e, const char *server_extra) {
+        e2b_start_base(e, server_extra, "python-3.11");
 }
 
 static char *req(struct e2b *e, const char *method, const char *path, const char *headers, const char *ctype, const void *body,
@@ -434,6 +448,154 @@ TEST_FULL(envd_as_the_current_sdk_expects_it, 600) {
         EXPECT(req(&e, "POST", "/files?path=/root/bad", hz, "application/octet-stream", "not gzip at all", 15), 400, "gzip");
 }
 
+/* What a Start stream's answer carried in field ("stdout", "stderr", "pty"), decoded and joined. */
+static char *output_of(const char *resp, const char *field) {
+        _cleanup_free_ char *needle = xasprintf("\"%s\":\"", field);
+        char *out = xstrdup("");
+        for (const char *p = strstr(resp, needle); p; p = strstr(p, needle)) {
+                p += strlen(needle);
+                size_t n = strcspn(p, "\"");
+                uint8_t *d = NULL;
+                size_t dl = 0;
+                ASSERT_EQ(base64_decode_flags(p, n, BASE64_PAD_OPTIONAL, &d, &dl), 0);
+                char *joined = xasprintf("%s%.*s", out, (int) dl, (const char *) d);
+                free(d);
+                free(out);
+                out = joined;
+                p += n;
+        }
+        return out;
+}
+
+/* Authorization: Basic base64("<user>:"), as the SDKs send `user` (NULL: none). */
+static char *user_header(const char *user) {
+        if (!user)
+                return xstrdup("");
+        _cleanup_free_ char *raw = xasprintf("%s:", user);
+        _cleanup_free_ char *b = base64_encode((const uint8_t *) raw, strlen(raw), NULL);
+        return xasprintf("Authorization: Basic %s\r\n", b);
+}
+
+/* The stdout of script run by /bin/sh through envd's Start as user (NULL: the default); its
+ * stderr, if any, is shown. */
+static char *sh_as(struct e2b *e, const char *id, const char *token, const char *user, const char *script) {
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_CreateObject();
+        cJSON *p = cJSON_AddObjectToObject(o, "process");
+        cJSON_AddStringToObject(p, "cmd", "/bin/sh");
+        cJSON *a = cJSON_AddArrayToObject(p, "args");
+        cJSON_AddItemToArray(a, cJSON_CreateString("-c"));
+        cJSON_AddItemToArray(a, cJSON_CreateString(script));
+        _cleanup_free_ char *m = cJSON_PrintUnformatted(o), *h = user_header(user);
+        _cleanup_free_ char *r = envd_h(e, id, token, "process.Process/Start", true, m, strlen(m), h);
+        if (test_raw_status(r) != 200)
+                test_fail(__FILE__, __LINE__, "Start `%s` as %s -> %.600s", script, user ? user : "(default)", r);
+        _cleanup_free_ char *err = output_of(r, "stderr");
+        if (*err)
+                fprintf(stderr, "stderr of `%.200s`: %s\n", script, err);
+        return output_of(r, "stdout");
+}
+
+#define ASSERT_OUT(e, id, tok, user, script, want)                                                                      \
+        do {                                                                                                            \
+                _cleanup_free_ char *_o = sh_as((e), (id), (tok), (user), (script));                                   \
+                if (strcmp(_o, (want)))                                                                                 \
+                        test_fail(__FILE__, __LINE__, "`%s` as %s: want \"%s\", got \"%s\"", (script),                  \
+                                  (user) ? (const char *) (user) : "(default)", (want), _o);                            \
+        } while (0)
+
+/* POST /files?path= (octet-stream) as user; the status. */
+static int upload_as(struct e2b *e, const char *id, const char *token, const char *user, const char *path, const char *text) {
+        _cleanup_free_ char *u = user_header(user);
+        _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n%s", id, token, u);
+        _cleanup_free_ char *q = xasprintf("/files?path=%s", path);
+        _cleanup_free_ char *r = req(e, "POST", q, h, "application/octet-stream", text, strlen(text));
+        if (test_raw_status(r) != 200)
+                fprintf(stderr, "upload %s -> %.400s\n", path, r);
+        return test_raw_status(r);
+}
+
+/* A pure-Python wheel made in the sandbox, no network: paddock_probe 0.1 (VALUE = 42). */
+#define MAKE_WHEEL                                                                                                      \
+        "python3 -c \"\nimport zipfile\nz = zipfile.ZipFile('/home/user/w/paddock_probe-0.1-py3-none-any.whl', 'w')\n"    \
+        "z.writestr('paddock_probe/__init__.py', 'VALUE = 42\\n')\n"                                                    \
+        "z.writestr('paddock_probe-0.1.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: paddock-probe\\nVersion: 0.1\\n')\n" \
+        "z.writestr('paddock_probe-0.1.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n" \
+        "z.writestr('paddock_probe-0.1.dist-info/RECORD', '')\nz.close()\n\""
+
+/* Issue 38: E2B's base template as E2B's SDKs and agent frameworks expect it. On the old code
+ * every command ran as root in /root and `user` was refused. */
+TEST_FULL(sandboxes_look_like_e2bs_base, 900) {
+        struct e2b e = { 0 };
+        e2b_start_base(&e, NULL, "e2b-base");
+        char id[25], tok[65];
+        create(&e, e.key, id, tok);
+        /* commands: user in /home/user by default; root when named; sudo without a password */
+        ASSERT_OUT(&e, id, tok, NULL, "whoami; pwd; echo $HOME $USER; id -u; id -g", "user\n/home/user\n/home/user user\n1000\n1000\n");
+        ASSERT_OUT(&e, id, tok, "user", "whoami; pwd", "user\n/home/user\n");
+        ASSERT_OUT(&e, id, tok, "root", "whoami; pwd; echo $HOME", "root\n/root\n/root\n");
+        ASSERT_OUT(&e, id, tok, NULL, "sudo whoami && sudo -n true && sudo sh -c 'echo $HOME' && echo sudo-ok", "root\n/root\nsudo-ok\n");
+        ASSERT_OUT(&e, id, tok, NULL, "sudo sh -c 'exit 3'; echo $?", "3\n");
+        /* a terminal (the SDK's pty.create) is user's too */
+        {
+                const char *m = "{\"process\":{\"cmd\":\"/bin/sh\",\"args\":[\"-c\",\"whoami; pwd\"]},\"pty\":{\"size\":{\"rows\":24,\"cols\":80}}}";
+                _cleanup_free_ char *r = envd(&e, id, tok, "process.Process/Start", true, m);
+                ASSERT_EQ(test_raw_status(r), 200);
+                _cleanup_free_ char *o = output_of(r, "pty");
+                if (!strstr(o, "user\r\n/home/user"))
+                        test_fail(__FILE__, __LINE__, "the terminal says \"%s\"", o);
+        }
+        /* files: what the default user writes or makes is theirs, with the directories made for it */
+        ASSERT_EQ(upload_as(&e, id, tok, NULL, "/home/user/x", "hello\n"), 200);
+        ASSERT_EQ(upload_as(&e, id, tok, NULL, "notes/deep/y.txt", "relative\n"), 200);
+        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/MakeDir", false, "{\"path\":\"made/a/b\"}"), 200, "/home/user/made/a/b");
+        ASSERT_EQ(upload_as(&e, id, tok, "root", "/home/user/r", "root's\n"), 200);
+        ASSERT_OUT(&e, id, tok, "root", "echo was > /home/user/pre && chmod 644 /home/user/pre && echo ok", "ok\n");
+        ASSERT_EQ(upload_as(&e, id, tok, NULL, "/home/user/pre", "rewritten\n"), 200);
+        ASSERT_OUT(&e, id, tok, NULL,
+                   "cd /home/user && stat -c '%U:%G %n' x notes notes/deep notes/deep/y.txt made made/a made/a/b r pre && cat x notes/deep/y.txt pre",
+                   "user:user x\nuser:user notes\nuser:user notes/deep\nuser:user notes/deep/y.txt\nuser:user made\n"
+                   "user:user made/a\nuser:user made/a/b\nroot:root r\nroot:root pre\nhello\nrelative\nrewritten\n");
+        ASSERT_OUT(&e, id, tok, NULL, "ls -l /home/user/x | cut -d' ' -f3,4", "user user\n");
+        /* a name not served: a 400 naming it, on the Connect calls and on /files */
+        {
+                _cleanup_free_ char *h = user_header("nobody");
+                const char *m = "{\"process\":{\"cmd\":\"/bin/true\"}}";
+                _cleanup_free_ char *r = envd_h(&e, id, tok, "process.Process/Start", true, m, strlen(m), h);
+                /* a stream's error: its end-of-stream message */
+                if (test_raw_status(r) != 200 || !strstr(r, "invalid_argument") || !strstr(r, "no user \\\"nobody\\\""))
+                        test_fail(__FILE__, __LINE__, "Start as nobody -> %.600s", r);
+                _cleanup_free_ char *hf = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", id, tok);
+                EXPECT(req(&e, "GET", "/files?path=/etc/hostname&username=nobody", hf, NULL, NULL, 0), 400, "username: no user");
+                EXPECT(req(&e, "GET", "/files?path=/home/user/x&username=user", hf, NULL, NULL, 0), 200, "hello");
+                EXPECT(req(&e, "GET", "/files?path=x", hf, NULL, NULL, 0), 200, "hello");
+        }
+        /* python3, pip and venv as user, offline: a local wheel installs where user can write */
+        ASSERT_OUT(&e, id, tok, NULL, "python3 -m pip --version | cut -d' ' -f1", "pip\n");
+        ASSERT_OUT(&e, id, tok, NULL, "mkdir -p w && " MAKE_WHEEL " && echo made", "made\n");
+        ASSERT_OUT(&e, id, tok, NULL,
+                   "pip install -q --no-index w/paddock_probe-0.1-py3-none-any.whl >/dev/null 2>&1; "
+                   "python3 -c 'import paddock_probe as p; print(p.VALUE, p.__file__.startswith(\"/home/user/.local/\"))'",
+                   "42 True\n");
+        ASSERT_OUT(&e, id, tok, NULL,
+                   "python3 -m venv v && v/bin/pip install -q --no-index w/paddock_probe-0.1-py3-none-any.whl >/dev/null 2>&1; "
+                   "v/bin/python -c 'import paddock_probe as p, sys; print(p.VALUE, sys.prefix)'",
+                   "42 /home/user/v\n");
+        ASSERT_OUT(&e, id, tok, NULL, "node -e 'console.log(process.versions.node.split(\".\")[0] >= 18, require(\"os\").userInfo().username)'",
+                   "true user\n");
+        /* the Brimble API's sandboxes of the same template keep its defaults: root */
+        {
+                _cleanup_free_ char *key = ctld_account_key(&e.c, "carol", NULL, NULL);
+                char bid[25];
+                ctld_create(&e.c, key, "{\"template\":\"e2b-base\"}", bid);
+                ASSERT_STREQ(ctld_wait_status(&e.c, key, bid, "ready", 180), "ready");
+                struct hres r;
+                ctld_exec(&e.c, key, bid, "whoami; echo $HOME", 60, &r);
+                ASSERT_EQ(r.status, 200);
+                ASSERT_STREQ(hres_data_str(&r, "stdout"), "root\n/root\n");
+                hres_done(&r);
+        }
+}
+
 /* The same through E2B's current SDK (npm e2b, tests/e2b/envd.mjs), configured by environment. */
 TEST_FULL(envd_through_the_current_sdk, 600) {
         const char *script = test_build_path("npm-e2b-current/e2b-envd.mjs");
@@ -441,7 +603,7 @@ TEST_FULL(envd_through_the_current_sdk, 600) {
                 TEST_SKIP("npm-e2b-current/e2b-envd.mjs is missing (make tests installs the e2b package and copies it)");
         _cleanup_free_ char *script_copy = xstrdup(script);
         struct e2b e = { 0 };
-        e2b_start(&e, NULL);
+        e2b_start_base(&e, NULL, "e2b-base");
         char url[64];
         snprintf(url, sizeof(url), "http://127.0.0.1:%d", e.port);
         setenv("E2B_API_KEY", e.key, 1);
