@@ -215,6 +215,13 @@ display_name = Bun 1
 description = Debian 12 with Bun 1 (TypeScript as it is), git, curl
 language = Bun 1
 tools = bun, bunx, git, curl, bash
+[template "e2b-base"]
+image = paddock/e2b-base:local
+display_name = E2B base
+description = What E2B's base template is: Debian 12 with Python 3.11 (pip, venv), Node.js, git, curl; user "user" (/home/user) with passwordless sudo
+language = Python 3.11
+tools = python3, pip, venv, node, sudo, git, curl, bash
+start = /usr/local/lib/paddock/start-e2b
 [template "debian-12"]
 image = paddock/debian-12:local
 display_name = Debian 12
