@@ -485,6 +485,7 @@ struct cstream {
         struct strbuf pending;
         size_t pending_off;
         bool done, counted;
+        bool drop;                       /* once pending is sent: drop the connection (sandbox gone) */
         int client_fd;
         int64_t last_sent, deadline, keepalive_ms;
 };
@@ -707,6 +708,21 @@ static void kill_later(struct ctl *c, const char *sandbox, uint32_t pid, int64_t
         }
 }
 
+/* The agent went away under a stream: if the sandbox no longer runs (killed, timed out, paused),
+ * the connection is dropped once what is pending is sent, as E2B's proxy drops it when a
+ * sandbox dies; the SDKs then ask /health (502) and raise their "sandbox was killed" error. A
+ * kill's record may lag its agent's end by a moment: asked for up to 2 s. */
+static bool s_sandbox_gone(struct cstream *t) {
+        for (int i = 0; i < 20; i++) {
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                if (store_sandbox_get(t->c->store, t->sandbox, &sb) < 0 || sb.status != SB_READY)
+                        return true;
+                if (i < 19)
+                        usleep(100 * 1000);
+        }
+        return false;
+}
+
 static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         struct cstream *t = cls;
         (void) pos;
@@ -714,6 +730,8 @@ static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 ssize_t got = sse_pending(&t->pending, &t->pending_off, t->done, buf, max);
                 if (got)
                         return got;
+                if (t->drop)
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
                 if (t->c->stopping) {
                         s_end(t, PJ_CONNECT_UNAVAILABLE, "controld is shutting down; the process keeps running: reconnect");
                         continue;
@@ -737,13 +755,18 @@ static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 }
                 if (k < 0 && k != -ENOBUFS) {
-                        s_end(t, PJ_CONNECT_UNAVAILABLE, "Lost the connection to the sandbox's agent");
+                        if (s_sandbox_gone(t))
+                                t->drop = true;
+                        else
+                                s_end(t, PJ_CONNECT_UNAVAILABLE, "Lost the connection to the sandbox's agent");
                         continue;
                 }
                 if (k == 1) {
                         if (t->kind == S_WATCH)
                                 s_end(t, agent_watch_truncated(t->w) ? PJ_CONNECT_DATA_LOSS : 0,
                                       "Events were lost (the watcher fell behind): list the directory again");
+                        else if (agent_exec_lost(t->x) && s_sandbox_gone(t))
+                                t->drop = true;
                         else if (agent_exec_lost(t->x))
                                 s_end(t, PJ_CONNECT_UNAVAILABLE,
                                       "The sandbox's agent went away (the sandbox stopped, or another client connected to "

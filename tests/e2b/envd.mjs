@@ -2,7 +2,7 @@
 // Paddock configured by environment only (E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL, as sdk.mjs).
 // test-envd runs it and reads "ok <step>" lines; a failure exits non-zero with its message.
 import assert from 'node:assert/strict'
-import { Sandbox, FileType, SandboxError } from 'e2b'
+import { Sandbox, FileType, SandboxError, TimeoutError } from 'e2b'
 
 const ok = (what) => console.log(`ok ${what}`)
 const sbx = await Sandbox.create({ timeoutMs: 300_000 })
@@ -77,6 +77,16 @@ z.writestr('sdk_probe-0.1.dist-info/RECORD', '')
   await assert.rejects(gone.files.list('/'), (e) => e instanceof SandboxError && !/401|unauthori/i.test(e.message))
   assert.equal(await gone.isRunning(), false)
   ok('killed sandbox')
+
+  // a command running when its sandbox is killed ends with the SDK's error for that
+  const doomed = await Sandbox.create({ timeoutMs: 300_000 })
+  let started
+  const seen = new Promise((resolve) => { started = resolve })
+  const running = doomed.commands.run('echo started; sleep 120', { onStdout: () => started() })
+  await seen
+  await Sandbox.kill(doomed.sandboxId)
+  await assert.rejects(running, (e) => e instanceof TimeoutError && /killed or reached its end of life/.test(e.message))
+  ok('killed mid-stream')
 } finally {
   await sbx.kill()
 }
