@@ -874,10 +874,12 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
 int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct api_error *err);
 /* Deletes the registry manifest, then the record. -EBUSY while creating. */
 int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err);
+/* Snapshots named name (not being taken) whose sandbox is destroyed or failed, at most max. */
+int store_snapshot_list_orphaned_pause(struct store *s, const char *name, int64_t max, struct snapshot **ret, size_t *ret_n);
 /* The name of the snapshots E2B's pause takes (the filesystem a resume starts from). */
 #define SNAPSHOT_E2B_PAUSE "e2b-pause"
 /* Deletes the E2B pause snapshots of a sandbox that is gone (registry image and record): nothing
- * else refers to them. Failures are logged; the snapshot reaper does not retry them. */
+ * else refers to them. What fails now, the snapshot tick retries. */
 void snapshot_drop_pause_images(struct ctl *c, const char *account_id, const char *sandbox_id);
 /* Applies one agent event (JSON body, node = the publisher's app_id). For tests. 0 or -errno. */
 int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size_t len);

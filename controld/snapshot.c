@@ -290,7 +290,8 @@ void snapshot_drop_pause_images(struct ctl *c, const char *account_id, const cha
                 if (!a[i].name || strcmp(a[i].name, SNAPSHOT_E2B_PAUSE) || a[i].status == SNAP_CREATING)
                         continue;
                 if (delete_record_and_image(c, &a[i], err, sizeof(err)) < 0)
-                        log_warning("the E2B pause snapshot %s of a destroyed sandbox stays: %s", a[i].id, err);
+                        log_warning("the E2B pause snapshot %s of a destroyed sandbox stays until the next try: %s", a[i].id,
+                                    err);
         }
         snapshot_array_free(a, n);
 }
@@ -508,6 +509,25 @@ static void reap_stuck(struct ctl *c) {
         snapshot_array_free(a, n);
 }
 
+/* E2B pause snapshots of sandboxes that are gone and that the destroy could not delete (the
+ * registry did not answer, or the snapshot was still being taken): retried every tick. */
+static void reap_pause_images(struct ctl *c) {
+        struct snapshot *a = NULL;
+        size_t n = 0;
+        if (store_snapshot_list_orphaned_pause(c->store, SNAPSHOT_E2B_PAUSE, 64, &a, &n) < 0)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                char err[256] = "";
+                int r = delete_record_and_image(c, &a[i], err, sizeof(err));
+                if (r < 0 && a[i].status == SNAP_FAILED)
+                        /* a failed one has no image unless its push finished: the record goes */
+                        r = store_snapshot_delete(c->store, a[i].id);
+                if (r < 0)
+                        log_debug("the E2B pause snapshot %s of a destroyed sandbox stays for now: %s", a[i].id, err);
+        }
+        snapshot_array_free(a, n);
+}
+
 static bool has_creating(struct ctl *c, const char *account_id, const char *sandbox_id) {
         struct snapshot *a = NULL;
         size_t n = 0;
@@ -595,6 +615,7 @@ static void *tick_main(void *ud) {
                 pthread_mutex_unlock(&b->lock);
                 int64_t now_s = now_ms() / 1000;
                 reap_stuck(c);
+                reap_pause_images(c);
                 schedules(c, prev_s, now_s);
                 prev_s = now_s;
                 pthread_mutex_lock(&b->lock);

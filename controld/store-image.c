@@ -127,6 +127,14 @@ int store_snapshot_count_creating(struct store *s, const char *sandbox_id, int64
                          PARAMS(p_text(sandbox_id)), ret);
 }
 
+int store_snapshot_list_orphaned_pause(struct store *s, const char *name, int64_t max, struct snapshot **ret, size_t *ret_n) {
+        LOCKED(s);
+        return select_rows(s, &snapshots, "WHERE name = ?1 AND status != 'creating' AND sandbox_id IN"
+                                          " (SELECT id FROM sandboxes WHERE status IN ('destroyed', 'failed'))"
+                                          " ORDER BY created_at LIMIT ?2",
+                           PARAMS(p_text(name), p_int(max)), ret, ret_n);
+}
+
 int store_snapshot_list_auto(struct store *s, const char *sandbox_id, struct snapshot **ret, size_t *ret_n) {
         LOCKED(s);
         return select_rows(s, &snapshots, "WHERE sandbox_id = ? AND automatic = 1 AND status != 'creating'"
