@@ -13,9 +13,12 @@
  *
  * With faults (the second test) a fault thread injects, at seeded random moments: the Docker
  * engine failing container calls (a faulty socket in front of it, tests/lib/dockerfault) or
- * being slow, the Nomad stand-in answering 500s or placing slowly, and the node agent killed
- * and started again. Every 5xx must then leave the sandbox as it was, and nothing a user did
- * not end may be lost.
+ * being slow, the Nomad stand-in answering 500s or placing slowly, the node agent killed and
+ * started again, the run's own registry stopped for a moment, RabbitMQ stopped and started
+ * (rabbitmqctl stop_app/start_app; LIFECYCLE_NO_BROKER_RESTART=1 leaves that out on a machine
+ * whose broker others use at the time). Every 5xx must then leave the sandbox as it was,
+ * nothing a user did not end may be lost, and once the faults end every client can make, use,
+ * snapshot and end a sandbox again (the platform healed by itself).
  *
  * At the end everything the model says is gone must be gone: no live sandbox record, no
  * container (or Nomad allocation container) of any sandbox the run made, no snapshot in the
@@ -40,6 +43,7 @@
 #include "ctltest.h"
 #include "dockerfault.h"
 #include "nomadtest.h"
+#include "regtest.h"
 #include "strutil.h"
 #include "testlib.h"
 
@@ -53,13 +57,16 @@
 static struct ctld ctl;
 static struct dfault dfault;
 static struct nstandin standin;
-static char node_id[40], exchange[64], repo[64], agent_conf[512], agent_log[512], e2b_url[64];
+static char node_id[40], exchange[64], repo[64], agent_conf[512], agent_log[512], e2b_url[64], registry[32] = "127.0.0.1:5000";
+static int registry_port;   /* a registry of the run's own (faults: it goes away), else 0: the shared one */
 static pid_t agent_pid;
 static pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
 static int e2b_port;
 static atomic_bool stop_all, faults_on;
-static atomic_long n_faults[4];
-static const char *const fault_names[] = { "engine fails", "engine slow", "agent restarted", "scheduler 500s" };
+enum { F_ENGINE_FAILS, F_ENGINE_SLOW, F_AGENT, F_SCHEDULER_500, F_REGISTRY, F_BROKER, _F_MAX };
+static atomic_long n_faults[_F_MAX];
+static const char *const fault_names[] = { "engine fails", "engine slow", "agent restarted", "scheduler 500s",
+                                           "registry down", "broker restarted" };
 
 /* ---- the first failure, from any thread ---- */
 
@@ -419,6 +426,18 @@ static void op_destroy(struct client *c, bool e2b) {
         check_state(c, sb, e2b ? "e2b kill" : "destroy");
 }
 
+/* Destroys sb through the Brimble API (204 expected) and records it. */
+static void op_destroy_one(struct client *c, struct msb *sb) {
+        _cleanup_free_ char *path = xasprintf("/sandboxes/%s", sb->id), *out = NULL;
+        long st = req(c, "DELETE", path, NULL, &out);
+        count(OP_DESTROY, st);
+        hist(sb, "destroy", st);
+        if (st != 204)
+                failf("client %d: destroy of %s answered %ld: %.200s (its history: %s)", c->n, sb->id, st, out, sb->history);
+        sb->st = M_DESTROYED;
+        check_state(c, sb, "destroy");
+}
+
 static void op_egress(struct client *c) {
         struct msb *sb = pick(c, -1);
         if (!sb)
@@ -591,9 +610,9 @@ static void *client_main(void *ud) {
 
 static void agent_start(void) {
         agenttest_write_conf(agent_conf, ctld_nomad() ? "nomad" : node_id, exchange, ctld_nomad() ? standin.url : NULL,
-                             "[snapshot]\nregistry = 127.0.0.1:5000\nrepository = %s\ndisk_floor = 64M\nprune_interval = 5s\n"
+                             "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = 64M\nprune_interval = 5s\n"
                              "timeout = 120s\n",
-                             repo);
+                             registry, repo);
         agent_pid = agenttest_start(agent_conf, agent_log, "consuming snapshot jobs");
 }
 
@@ -620,21 +639,41 @@ static void *fault_main(void *ud) {
                 sleep_ms_unless_stopped(1500 + (int) (rand_r(&rng) % 2500));
                 if (atomic_load(&stop_all))
                         break;
-                int f = (int) (rand_r(&rng) % 3);
+                int f = (int) (rand_r(&rng) % 5);
+                if (f == 4 && getenv("LIFECYCLE_NO_BROKER_RESTART"))
+                        f = 2;   /* the broker is shared with other runs on this machine */
                 if (f == 0) {
                         if (ctld_nomad()) {
                                 nstandin_fault(&standin, "{\"http_500\":2}");
-                                atomic_fetch_add(&n_faults[3], 1);
+                                atomic_fetch_add(&n_faults[F_SCHEDULER_500], 1);
                         } else {
                                 atomic_store(&dfault.fail_next, 1 + (int) (rand_r(&rng) % 2));
-                                atomic_fetch_add(&n_faults[0], 1);
+                                atomic_fetch_add(&n_faults[F_ENGINE_FAILS], 1);
+                        }
+                } else if (f == 3) {
+                        /* the registry away for a moment: pushes and pulls fail with the reason */
+                        regtest_stop();
+                        atomic_fetch_add(&n_faults[F_REGISTRY], 1);
+                        sleep_ms_unless_stopped(2500);
+                        char reg[32];
+                        regtest_start(registry_port, NULL, reg);
+                } else if (f == 4) {
+                        /* the broker restarted under the run: jobs and replies in flight */
+                        char *stop[] = { "rabbitmqctl", "-n", "rabbit@localhost", "-q", "stop_app", NULL };
+                        char *start[] = { "rabbitmqctl", "-n", "rabbit@localhost", "-q", "start_app", NULL };
+                        if (test_run_capture(stop, NULL, 1 << 16) == 0) {
+                                atomic_fetch_add(&n_faults[F_BROKER], 1);
+                                sleep_ms_unless_stopped(1500);
+                                int tries = 0;
+                                while (test_run_capture(start, NULL, 1 << 16) != 0 && tries++ < 10)
+                                        usleep(500 * 1000);
                         }
                 } else if (f == 1) {
                         if (ctld_nomad())
                                 nstandin_fault(&standin, "{\"slow_placement_ms\":1500}");
                         else
                                 atomic_store(&dfault.slow_ms, 1500);
-                        atomic_fetch_add(&n_faults[1], 1);
+                        atomic_fetch_add(&n_faults[F_ENGINE_SLOW], 1);
                         sleep_ms_unless_stopped(3000);
                         if (ctld_nomad())
                                 nstandin_fault(&standin, "{\"slow_placement_ms\":0}");
@@ -644,7 +683,7 @@ static void *fault_main(void *ud) {
                         pthread_mutex_lock(&agent_lock);
                         agenttest_kill(&agent_pid);
                         pthread_mutex_unlock(&agent_lock);
-                        atomic_fetch_add(&n_faults[2], 1);
+                        atomic_fetch_add(&n_faults[F_AGENT], 1);
                         sleep_ms_unless_stopped(1000);
                         pthread_mutex_lock(&agent_lock);
                         agent_start();
@@ -693,6 +732,10 @@ static void platform_up(bool faults) {
                 ASSERT_TRUE(cJSON_IsString(nid));
                 snprintf(node_id, sizeof(node_id), "%s", nid->valuestring);
         }
+        if (faults) {
+                registry_port = test_free_port();
+                regtest_start(registry_port, NULL, registry);
+        }
         test_on_exit(queues_drop, NULL);
         test_on_exit(agent_stop, NULL);
         agent_start();
@@ -707,9 +750,9 @@ static void platform_up(bool faults) {
         snprintf(extra, sizeof(extra),
                  "[docker]\nnode_id = %s\n%s"
                  "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n"
-                 "[snapshots]\nregistry = 127.0.0.1:5000\nrepository = %s\ntimeout = 120s\ntick = 500ms\n"
+                 "[snapshots]\nregistry = %s\nrepository = %s\ntimeout = 120s\ntick = 500ms\n"
                  "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = busybox\n" PLAN,
-                 node_id, sock, exchange, repo, e2b_port);
+                 node_id, sock, exchange, registry, repo, e2b_port);
         if (ctld_nomad())
                 ctld_start_nomad(&ctl, &standin, NULL, NULL, extra);
         else
@@ -717,7 +760,7 @@ static void platform_up(bool faults) {
 }
 
 static long registry_tags(void) {
-        _cleanup_free_ char *out = NULL, *url = xasprintf("http://127.0.0.1:5000/v2/%s/tags/list", repo);
+        _cleanup_free_ char *out = NULL, *url = xasprintf("http://%s/v2/%s/tags/list", registry, repo);
         char *argv[] = { "curl", "-s", url, NULL };
         if (test_run_capture(argv, &out, 1 << 20) != 0 || !out)
                 return -1;
@@ -753,7 +796,7 @@ static void print_table(struct client *cl, unsigned seed, int64_t ms) {
                 total += atomic_load(&op_2xx[i]) + atomic_load(&op_4xx[i]) + atomic_load(&op_5xx[i]);
         }
         printf("  %-22s %6ld\n", "operations", total);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < _F_MAX; i++)
                 if (atomic_load(&n_faults[i]))
                         printf("  fault: %-15s %6ld\n", fault_names[i], atomic_load(&n_faults[i]));
         if (dfault.running)
@@ -803,6 +846,42 @@ static void lifecycle_run(bool faults, unsigned dflt_seed) {
         if (!agent_pid)
                 agent_start();
         pthread_mutex_unlock(&agent_lock);
+
+        /* The platform heals: with the faults over, every client can make, use, snapshot and end
+         * a sandbox again (the node agent and broker reconnect by themselves). */
+        if (faults)
+                for (int i = 0; i < N_CLIENTS && !failure[0]; i++) {
+                        struct client *c = &cl[i];
+                        for (int j = 0; j < c->n_sb; j++)
+                                if (c->sb[j].st != M_DESTROYED) {
+                                        cur = &c->sb[j];
+                                        op_destroy_one(c, &c->sb[j]);
+                                }
+                        int64_t until = mono_ms() + 60 * 1000;
+                        long st = 0;
+                        _cleanup_free_ char *out = NULL;
+                        while (mono_ms() < until) {   /* the broker or agent may still be reconnecting */
+                                free(out);
+                                out = NULL;
+                                st = req(c, "POST", "/sandboxes", "{\"egress\":{\"mode\":\"deny_all\"}}", &out);
+                                if (st == 201)
+                                        break;
+                                usleep(500 * 1000);
+                        }
+                        if (st != 201) {
+                                failf("client %d: after the faults, create answered %ld: %.200s", i, st, out);
+                                break;
+                        }
+                        add_sb(c, out);
+                        struct msb *sb = &c->sb[c->n_sb - 1];
+                        cur = sb;
+                        c->steps++;
+                        op_exec(c);
+                        op_snapshot(c);
+                        op_destroy_one(c, sb);
+                }
+        if (failure[0])
+                test_fail(__FILE__, __LINE__, "%s (seed %u)", failure, seed);
 
         /* Every state the model holds, once more; then the user ends everything. */
         for (int i = 0; i < N_CLIENTS; i++) {
