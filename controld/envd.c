@@ -1308,14 +1308,19 @@ static int stat_entry(struct ctl *c, const struct sandbox *sb, struct agent_clie
 #define OWN_MAX_PATHS 64
 
 /* The number of leading characters of path that exist already (path itself: its length);
- * the components after them are what a mkdir -p / write makes. < 0: the agent failed. */
+ * the components after them are what a mkdir -p / write makes. < 0: the agent failed, or did
+ * not answer them all within FS_TIMEOUT_MS. */
 static int existing_prefix(struct agent_client *cl, const char *path, size_t *ret) {
         _cleanup_free_ char *p = xstrdup(path);
         size_t len = strlen(p);
+        int64_t deadline = mono_ms() + FS_TIMEOUT_MS;
         for (int steps = 0; len > 1 && steps < OWN_MAX_PATHS; steps++) {
                 struct agent_stat st;
                 p[len] = 0;
-                int k = agent_fs_stat(cl, p, &st, FS_TIMEOUT_MS);
+                int64_t left = deadline - mono_ms();
+                if (left <= 0)
+                        return -ETIMEDOUT;
+                int k = agent_fs_stat(cl, p, &st, (int) left);
                 if (k == 0)
                         break;
                 if (k != -ENOENT)
