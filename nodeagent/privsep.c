@@ -481,6 +481,28 @@ static void mark_failed(enum ps_child kind, const char *fmt, ...) {
         atomic_store(&any_failed, true);
 }
 
+/* The child's end closed under a request: a process that died says how once reaped, so the
+ * reason names the signal or status (it is reaped here, briefly waited for, before the socket's
+ * "gone" is all that is known). Called with ps_lock held. */
+static void mark_gone(enum ps_child kind, const char *what) {
+        for (int i = 0; i < 20 && children[kind].pid > 0; i++) {
+                int status;
+                pid_t p = waitpid(children[kind].pid, &status, WNOHANG);
+                if (p == children[kind].pid) {
+                        children[kind].pid = 0;
+                        if (WIFSIGNALED(status))
+                                mark_failed(kind, "the %s process was killed by signal %d", child_names[kind], WTERMSIG(status));
+                        else
+                                mark_failed(kind, "the %s process exited with status %d", child_names[kind], WEXITSTATUS(status));
+                        return;
+                }
+                if (p < 0)
+                        break;
+                usleep(10 * 1000);
+        }
+        mark_failed(kind, "the %s process %s", child_names[kind], what);
+}
+
 /* Waits for one message from the child into ret; 0 or -errno (-ETIMEDOUT, -EPIPE, -EBADMSG). */
 static int read_result(enum ps_child kind, uint16_t want_type, uint32_t seq, long timeout_ms,
                        struct ps_result *ret, int *ret_fd) {
@@ -555,18 +577,21 @@ static int call_locked(enum ps_child kind, const void *buf, size_t len, uint32_t
                 return ret->r;
         }
         if (r < 0) {
+                char what[128];
+                snprintf(what, sizeof(what), "is gone (%s)", strerror(-r));
                 pthread_mutex_lock(&ps_lock);
-                mark_failed(kind, "the %s process is gone (%s)", child_names[kind], strerror(-r));
+                mark_gone(kind, what);
                 pthread_mutex_unlock(&ps_lock);
                 return -EPIPE;
         }
         r = read_result(kind, PS_RESULT, seq, timeout_ms, ret, ret_fd);
         if (r < 0) {
                 pthread_mutex_lock(&ps_lock);
-                mark_failed(kind, "the %s process %s", child_names[kind],
-                            r == -ETIMEDOUT ? "did not answer in time"
-                            : r == -EBADMSG ? "answered out of protocol"
-                                            : "is gone");
+                if (r == -ETIMEDOUT || r == -EBADMSG)
+                        mark_failed(kind, "the %s process %s", child_names[kind],
+                                    r == -ETIMEDOUT ? "did not answer in time" : "answered out of protocol");
+                else
+                        mark_gone(kind, "is gone");
                 pthread_mutex_unlock(&ps_lock);
                 return -EPIPE;
         }
