@@ -557,8 +557,8 @@ TEST_FULL(one_address_cannot_hold_every_listener_connection, 180) {
         int eport = test_free_port();
         char conf[512];
         snprintf(conf, sizeof(conf),
-                 "[preview]\nlisten = 127.0.0.1:0\nper_address_connections = 4\n"
-                 "[e2b]\nlisten = 127.0.0.1:%d\nper_address_connections = 4\n",
+                 "[preview]\nlisten = 127.0.0.1:0\nper_address_connections = 4\nhead_timeout = 1s\n"
+                 "[e2b]\nlisten = 127.0.0.1:%d\nper_address_connections = 4\nhead_timeout = 1s\n",
                  eport);
         box_start(&b, NULL, conf, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}");
         char url[256], host[256], path[256];
@@ -587,6 +587,29 @@ TEST_FULL(one_address_cannot_hold_every_listener_connection, 180) {
                 close(fd);
                 for (int i = 0; i < 4; i++)
                         close(idle[i]);
+        }
+        /* a head that trickles in is cut at the head deadline (1 s here), whatever it sends:
+         * the connection is answered or closed well before a slowloris could hold it */
+        for (int k = 0; k < 2; k++) {
+                int fd = dial_from("127.0.0.3", ports[k]);
+                int64_t t0 = now_mono_ms();
+                bool closed = false;
+                static const char slow[] = "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+                ASSERT_TRUE(send(fd, slow, strlen(slow), MSG_NOSIGNAL) == (ssize_t) strlen(slow));
+                while (!closed && now_mono_ms() - t0 < 15000) {
+                        usleep(200000);
+                        if (send(fd, "a", 1, MSG_NOSIGNAL) != 1)
+                                closed = true;   /* reset: the server is done with it */
+                        char b1[512];
+                        ssize_t got = recv(fd, b1, sizeof(b1), MSG_DONTWAIT);
+                        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) || got > 0)
+                                closed = true;   /* answered (408) or closed */
+                }
+                int64_t took = now_mono_ms() - t0;
+                close(fd);
+                if (!closed || took > 8000)
+                        test_fail(__FILE__, __LINE__, "listener %d held a trickling head for %lld ms (deadline 1 s)", k,
+                                  (long long) took);
         }
         struct hres r;
         http_req(&b.c, "GET", "/metrics", NULL, NULL, &r);
