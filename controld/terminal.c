@@ -35,6 +35,7 @@
 #include "http.h"
 #include "json.h"
 #include "log.h"
+#include "pj_api.h"
 #include "sbcount.h"
 #include "strutil.h"
 #include "terminal.h"
@@ -160,23 +161,6 @@ static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
         return o->failed ? -EPIPE : 0;
 }
 
-/* {"type":"resize","rows":R,"cols":C} -> 1 with rows/cols; 0 when not a resize message. */
-static int parse_resize(const uint8_t *p, size_t n, uint32_t *rows, uint32_t *cols) {
-        if (n == 0 || p[0] != '{')
-                return 0;
-        _cleanup_(cJSON_Deletep) cJSON *j = cJSON_ParseWithLength((const char *) p, n);
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "type");
-        if (!j || !cJSON_IsString(t) || strcmp(t->valuestring, "resize"))
-                return 0;
-        const cJSON *rr = cJSON_GetObjectItemCaseSensitive(j, "rows"), *cc = cJSON_GetObjectItemCaseSensitive(j, "cols");
-        if (!cJSON_IsNumber(rr) || !cJSON_IsNumber(cc) || rr->valuedouble < 1 || rr->valuedouble > 1000 ||
-            cc->valuedouble < 1 || cc->valuedouble > 1000)
-                return -EINVAL;
-        *rows = (uint32_t) rr->valuedouble;
-        *cols = (uint32_t) cc->valuedouble;
-        return 1;
-}
-
 static void run_session(struct pty_session *s, int fd, const char *extra_in, size_t extra_n) {
         struct ctl *c = s->c;
         int fl = fcntl(fd, F_GETFL);
@@ -210,7 +194,7 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
         uint8_t buf[16384];
         uint16_t close_code = WS_CLOSE_NORMAL;
         const char *close_reason = "";
-        char reason[64];
+        char reason[123];      /* a WebSocket close reason holds at most 123 bytes */
         bool done = false, client_closed = false;
         if (extra_n)
                 (void) ws_reader_feed(&rd, extra_in, extra_n);
@@ -228,15 +212,17 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
                                 break;
                         }
                         uint32_t rows = 0, cols = 0;
+                        struct pj_error pe = { 0 };
                         int rz;
                         switch (m.opcode) {
                         case WS_OP_TEXT:
-                                rz = parse_resize(m.data, m.len, &rows, &cols);
+                                rz = pj_terminal_resize_parse((const char *) m.data, m.len, &rows, &cols, &pe);
                                 if (rz > 0)
                                         r = agent_exec_resize(x, rows, cols, on_output, &o);
                                 else if (rz < 0) {
                                         close_code = WS_CLOSE_POLICY;
-                                        close_reason = "resize needs rows and cols between 1 and 1000";
+                                        snprintf(reason, sizeof(reason), "resize: %s", pe.message);
+                                        close_reason = reason;
                                         done = true;
                                 } else
                                         r = agent_exec_write(x, m.data, m.len, SEND_TIMEOUT_S * 1000, on_output, &o);

@@ -601,6 +601,19 @@ int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin
         return 0;
 }
 
+int pj_pause_parse(const char *body, size_t len, bool *ret_keep_memory, struct pj_error *err) {
+        static const char *const fields[] = { "keepMemory" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        bool has = false, keep = false;
+        int r;
+        if ((r = pj_json_parse_object(body, len, true, &root, err)) < 0 ||
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = pj_get_bool(root, "", "keepMemory", &has, &keep, err)) < 0)
+                return r;
+        *ret_keep_memory = has && keep;
+        return 0;
+}
+
 int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct pj_error *err) {
         static const char *const fields[] = { "signal" };
         static const struct { const char *name; int no; } names[] = {
@@ -893,4 +906,27 @@ int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, si
         }
         *ret = TAKE_STRUCT(b);
         return 0;
+}
+
+/* ---- the terminal's control frames ---- */
+
+int pj_terminal_resize_parse(const char *msg, size_t len, uint32_t *ret_rows, uint32_t *ret_cols, struct pj_error *err) {
+        static const char *const fields[] = { "type", "rows", "cols" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        struct pj_error ignored = { 0 };
+        if (len == 0 || msg[0] != '{' || pj_json_parse_object(msg, len, false, &root, &ignored) < 0)
+                return 0;
+        const struct pj_json *t = pj_json_member(root, "type");
+        if (!t || t->type != PJ_JSON_STRING || t->str_len != 6 || memcmp(t->str, "resize", 6))
+                return 0;
+        int rows = 0, cols = 0, r;
+        if ((r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = pj_get_int(root, "", "rows", 1, 1000, NULL, &rows, err)) < 0 ||
+            (r = pj_get_int(root, "", "cols", 1, 1000, NULL, &cols, err)) < 0)
+                return r;
+        if (!rows || !cols)
+                return pj_error_set(err, rows ? "cols" : "rows", "%s is required: 1 to 1000", rows ? "cols" : "rows");
+        *ret_rows = (uint32_t) rows;
+        *ret_cols = (uint32_t) cols;
+        return 1;
 }

@@ -152,6 +152,9 @@ struct pj_process_stdin {
         size_t len;
         bool close;           /* "close": close stdin after data (EOF; on a terminal ^D) */
 };
+/* POST /sandboxes/{id}/pause: {"keepMemory": bool}, false when absent; an empty body is {}.
+ * Any other field is refused by name. */
+int pj_pause_parse(const char *body, size_t len, bool *ret_keep_memory, struct pj_error *err);
 /* POST /sandboxes/{id}/processes/{pid}/signal: "signal" a name (SIGINT, INT, ...) or 1..64. */
 int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct pj_error *err);
 /* POST /sandboxes/{id}/processes/{pid}/resize: {"rows", "cols"} 1..1000. */
@@ -236,6 +239,12 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
  * exceeds max_file_bytes is a per-file error. */
 int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, size_t max_total_bytes,
                          struct pj_files_batch *ret, struct pj_error *err);
+
+/* A text frame of the terminal's WebSocket: 1 with rows and cols (1..1000 each) when it is a
+ * resize message {"type":"resize","rows":R,"cols":C} (no other field); 0 when it is not a JSON
+ * object whose type is "resize" (the frame is typed input); -EINVAL, the field named, when it is
+ * a resize message that is wrong. */
+int pj_terminal_resize_parse(const char *msg, size_t len, uint32_t *ret_rows, uint32_t *ret_cols, struct pj_error *err);
 
 /* Release everything the struct owns and zero it. NULL-safe, idempotent. */
 void pj_sandbox_create_done(struct pj_sandbox_create *c);

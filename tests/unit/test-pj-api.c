@@ -1592,3 +1592,32 @@ TEST_FULL(fuzz_mutations, 600) {
                 }
         }
 }
+
+/* The terminal's resize frame: what is one, what is typed input, and what is refused with the
+ * field named (it was cJSON read by hand: 1.5 rows passed as 1, extra fields were ignored). */
+TEST(terminal_resize_frames) {
+        uint32_t rows = 0, cols = 0;
+        struct pj_error e = {};
+#define RZ(s) pj_terminal_resize_parse(s, strlen(s), &rows, &cols, &e)
+        ASSERT_EQ(RZ("{\"type\":\"resize\",\"rows\":33,\"cols\":101}"), 1);
+        ASSERT_EQ(rows, 33);
+        ASSERT_EQ(cols, 101);
+        /* typed input, whatever it looks like */
+        ASSERT_EQ(RZ("ls -l\n"), 0);
+        ASSERT_EQ(RZ("{\"type\":\"input\",\"rows\":1}"), 0);
+        ASSERT_EQ(RZ("{\"type\":\"resize\""), 0);   /* not JSON: typed */
+        ASSERT_EQ(RZ("[1,2]"), 0);
+        ASSERT_EQ(RZ(""), 0);
+        /* a resize that is wrong: refused, the field named */
+        ASSERT_EQ(RZ("{\"type\":\"resize\",\"rows\":1.5,\"cols\":80}"), -EINVAL);
+        ASSERT_STREQ(e.field, "rows");
+        ASSERT_EQ(RZ("{\"type\":\"resize\",\"rows\":24,\"cols\":0}"), -EINVAL);
+        ASSERT_STREQ(e.field, "cols");
+        ASSERT_EQ(RZ("{\"type\":\"resize\",\"rows\":24,\"cols\":1001}"), -EINVAL);
+        ASSERT_EQ(RZ("{\"type\":\"resize\",\"rows\":24}"), -EINVAL);
+        ASSERT_STREQ(e.field, "cols");
+        ASSERT_EQ(RZ("{\"type\":\"resize\",\"rows\":24,\"cols\":80,\"x\":1}"), -EINVAL);
+        ASSERT_NOT_NULL(strstr(e.message, "'x'"));
+        ASSERT_EQ(RZ("{\"type\":\"resize\",\"rows\":\"24\",\"cols\":80}"), -EINVAL);
+#undef RZ
+}
