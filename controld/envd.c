@@ -271,6 +271,7 @@ static const struct envd_user users[] = {
         { "root", 0, 0, "/root" },
         { "user", 1000, 1000, "/home/user" },
 };
+static const struct envd_user *const user_root = &users[0], *const user_e2b = &users[1];
 
 static const struct envd_user *user_by_name(const char *name, size_t len) {
         for (size_t i = 0; i < ELEMENTSOF(users); i++)
@@ -334,8 +335,8 @@ static const struct envd_user *req_user(struct req *r, const struct sandbox *sb)
         if (sb->e2b && sb->template_name)
                 for (char **t = r->c->cfg->e2b_user_templates; t && *t; t++)
                         if (!strcmp(*t, sb->template_name))
-                                return &users[1];
-        return &users[0];
+                                return user_e2b;
+        return user_root;
 }
 
 /* The sandbox of r, checked: token, existence, running, user. Answers the error itself
