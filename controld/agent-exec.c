@@ -689,6 +689,16 @@ int agent_fs_remove(struct agent_client *cl, const char *path, bool recursive, i
         return proc_request(cl, &m, mono_ms() + timeout_ms);
 }
 
+int agent_park(struct agent_client *cl, int timeout_ms) {
+        struct pj_agent_msg m = { .type = PJ_AGENT_PARK, .id = CHAN_SMALL };
+        struct agent_frame f = { 0 };
+        int r = small_call(cl, &m, PJ_AGENT_OK, timeout_ms, &f);
+        if (r < 0)
+                return r;
+        agent_frame_done(&f);
+        return 0;
+}
+
 /* ---- processes the agent keeps ---- */
 
 int agent_exec_attach(struct agent_client *cl, uint32_t pid, struct agent_exec **ret, char *err, size_t errlen) {

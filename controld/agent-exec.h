@@ -83,6 +83,10 @@ int agent_fs_listdir(struct agent_client *cl, const char *path, agent_dirent_cb 
 int agent_fs_mkdir(struct agent_client *cl, const char *path, bool parents, int timeout_ms);
 int agent_fs_move(struct agent_client *cl, const char *from, const char *to, int timeout_ms);
 int agent_fs_remove(struct agent_client *cl, const char *path, bool recursive, int timeout_ms);
+/* PARK (AGENT-PROTOCOL.md): once OK (0) the agent has closed its listener and connections,
+ * this one included, and unlinked its socket; PJ_AGENT_UNPARK_SIGNAL to the sandbox's PID 1
+ * undoes it. -errno: ERROR's, -ETIMEDOUT, -EPROTO. */
+int agent_park(struct agent_client *cl, int timeout_ms);
 
 /* ---- processes the agent keeps (the /processes API) ---- */
 

@@ -154,15 +154,27 @@ static enum MHD_Result wait_sandbox(struct req *r) {
 
 static enum MHD_Result pause_resume(struct req *r, bool pause) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
+        _cleanup_free_ char *note = NULL;
         struct api_error e = { 0 };
+        struct pj_error pe = { 0 };
+        bool keep_memory = false;
         enum MHD_Result res;
+        if (pause && pj_pause_parse(r->body.buf, r->body.len, &keep_memory, &pe) < 0)
+                return pj_fail(r, &pe);
         if (!load_sandbox(r, &sb, &res))
                 return res;
         log_ctx_set("SANDBOX_ID", r->m.id);
-        int k = pause ? sandbox_pause(r->c, &sb, &e) : sandbox_resume(r->c, &sb, &e);
+        int k = pause ? sandbox_pause(r->c, &sb, keep_memory, &e) : sandbox_resume(r->c, &sb, &note, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
-        return respond_envelope(r, 200, pause ? "Sandbox pause requested" : "Sandbox resume requested", NULL);
+        /* A resume that could not restore the memory kept says so (the sandbox started afresh). */
+        cJSON *data = NULL;
+        if (note) {
+                data = cJSON_CreateObject();
+                cJSON_AddBoolToObject(data, "memory_lost", true);
+                cJSON_AddStringToObject(data, "reason", note);
+        }
+        return respond_envelope(r, 200, note ? note : pause ? "Sandbox pause requested" : "Sandbox resume requested", data);
 }
 
 static enum MHD_Result post_pause(struct req *r) { return pause_resume(r, true); }

@@ -136,6 +136,7 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
                 goto out;
         }
         (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
+        sandbox_memory_forget(c, sb.id);   /* a kept checkpoint went with the workload */
         sb.status = SB_DESTROYED;
         sb.destroyed_at = now_ms();
         free(sb.destroy_reason);
@@ -290,7 +291,11 @@ static void reap_orphans(struct ctl *c) {
                 /* A paused sandbox keeps what the driver keeps for it (on Nomad its job, scaled to
                  * 0): only a workload still running now is stray, and it goes the way a pause
                  * takes it. The list above may predate a pause that finished since. */
-                bool stray = r >= 0 && sb.status == SB_PAUSED && c->drv->ops->running(c->drv, &sb, NULL) == 1;
+                /* Paused with its memory: the stopped workload holds the checkpoint, it is the
+                 * sandbox's (and never stray: Docker may say running a moment after the
+                 * checkpoint stopped it). */
+                bool stray = r >= 0 && sb.status == SB_PAUSED && sandbox_memory_kept(c, sb.id, NULL, NULL) == -ENOENT &&
+                             c->drv->ops->running(c->drv, &sb, NULL) == 1;
                 if (orphan || stray) {
                         log_ctx_set("SANDBOX_ID", *p);
                         log_notice("removing an orphaned workload (record %s)", r == -ENOENT ? "missing" : sb_status_str(sb.status));

@@ -630,8 +630,15 @@ int record_load_result(int r, const char *what, struct api_error *err);
 /* ctl.c: loads a sandbox owned by acc (-ENOENT for others'). */
 int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err);
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err);
-int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err);
-int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err);
+/* keep_memory: pause with the processes and memory (a checkpoint; local driver, deny_all
+ * sandboxes), -EINVAL/-EOPNOTSUPP naming why not. */
+int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct api_error *err);
+/* *ret_note (when not NULL; caller frees): set when the resume lost the memory the pause kept,
+ * saying why (the sandbox was started afresh from its filesystem). */
+int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct api_error *err);
+/* A sandbox paused with its memory: 0 with its checkpoint's name and size, -ENOENT when none. */
+int sandbox_memory_kept(struct ctl *c, const char *id, char **ret_checkpoint, int64_t *ret_bytes);
+void sandbox_memory_forget(struct ctl *c, const char *id);
 /* Sets the journal context of this thread for sb: SANDBOX_ID, and NODE_ID, NOMAD_JOB_ID,
  * ALLOC_ID where it is placed (removed when not, so no earlier sandbox's values linger). */
 void sandbox_log_ctx(const struct sandbox *sb);

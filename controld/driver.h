@@ -100,6 +100,18 @@ struct driver_ops {
         int (*image_remove)(struct driver *d, const char *image);
         /* Optional: the size in bytes of an image as the backend holds it (-ENOENT: not there). */
         int (*image_size)(struct driver *d, const char *image, int64_t *ret_bytes);
+        /* Optional (NULL: memory cannot be kept): parks sb's agent and saves its running
+         * workload, processes and memory, as checkpoint `name`; the workload is then stopped
+         * and kept (no CPU or memory used). *ret_bytes: the checkpoint's size on disk. On
+         * failure the workload runs on as it was (agent unparked) when it can; *ret_stopped
+         * says when it could not (then it is stopped). */
+        int (*checkpoint)(struct driver *d, const struct sandbox *sb, const char *name, int64_t *ret_bytes,
+                          bool *ret_stopped, char *err, size_t errlen);
+        /* Optional, with checkpoint: starts sb's kept workload from checkpoint `name`, in place,
+         * unparks its agent and waits (bounded) for it to listen; the checkpoint is removed once
+         * the workload runs. ret as place's. On failure the workload is stopped as it was. */
+        int (*restore)(struct driver *d, const struct sandbox *sb, const char *name, struct placement *ret, char *err,
+                       size_t errlen);
         /* Optional: mark a node (in)eligible for new sandboxes. NULL = the driver has one node. */
         int (*node_set_eligible)(struct driver *d, const char *node_id, bool eligible, char *err, size_t errlen);
 };

@@ -32,6 +32,7 @@
 #include "agent.h"
 #include "cleanup.h"
 #include "controld.h"
+#include "driver.h"
 #include "e2b.h"
 #include "fdio.h"
 #include "http.h"
@@ -364,10 +365,23 @@ static enum MHD_Result post_pause(struct req *r) {
                 return MHD_YES;
         if (sb.status == SB_PAUSED || sb.status == SB_PAUSING)
                 return respond_error(r, 409, "sandbox \"%s\" is already paused", sb.id);
-        if (memory)
-                return respond_error(r, 400, "memory: pausing with the memory kept is not supported on this server; pause "
-                                             "with keepMemory: false (memory: false) to keep the filesystem");
         log_ctx_set("SANDBOX_ID", sb.id);
+        if (memory) {
+                /* Paddock's pause with memory: the container and a checkpoint stay on the node. */
+                if (!c->drv->ops->checkpoint)
+                        return respond_error(r, 501, "memory: pausing with the memory kept needs the local (docker) driver; "
+                                                     "this server's %s driver keeps the filesystem only: pause with "
+                                                     "memory: false", c->drv->name);
+                if (sb.egress.mode != PJ_EGRESS_DENY_ALL)
+                        return respond_error(r, 400, "memory: only sandboxes without network access (allowInternetAccess: "
+                                                     "false) can be paused with their memory (gVisor cannot checkpoint "
+                                                     "host networking): pause with memory: false to keep the filesystem");
+                int k = sandbox_pause(c, &sb, true, &e);
+                if (k < 0)
+                        return respond_errno(r, k, &e);
+                log_info("e2b: sandbox paused with its memory");
+                return respond_empty(r, 204);
+        }
         int k = snapshot_create(c, &r->acc, sb.id, SNAPSHOT_E2B_PAUSE, false, &sn, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
@@ -394,7 +408,7 @@ static enum MHD_Result post_pause(struct req *r) {
                 sb = now;
                 now = (struct sandbox) { 0 };
         }
-        k = sandbox_pause(c, &sb, &e);
+        k = sandbox_pause(c, &sb, false, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
         if (old_snap) {
@@ -600,7 +614,10 @@ static enum MHD_Result connect_common(struct req *r, bool v2) {
                 return MHD_YES;
         int status = 200;
         if (sb.status == SB_PAUSED || sb.status == SB_PAUSING) {
-                int k = sandbox_resume(c, &sb, &e);
+                _cleanup_free_ char *lost = NULL;
+                int k = sandbox_resume(c, &sb, &lost, &e);
+                if (lost)
+                        log_warning("e2b connect: %s", lost);
                 if (k < 0)
                         return respond_errno(r, k, &e);
                 status = 201;

@@ -123,6 +123,12 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         json_add_str(o, "volume_id", sb->volume_id);
         json_add_str(o, "mount_path", sb->volume_id ? sb->mount_path : NULL);
         render_add_time(o, "paused_at", sb->paused_at);
+        /* Paused with its processes and memory (a checkpoint on the node's disk), and its size. */
+        int64_t ckpt_bytes = 0;
+        bool kept = (sb->status == SB_PAUSED || sb->status == SB_RESUMING) && sandbox_memory_kept(c, sb->id, NULL, &ckpt_bytes) == 0;
+        json_add_bool(o, "memory_kept", kept);
+        if (kept)
+                json_add_int(o, "checkpoint_bytes", ckpt_bytes);
         json_add_str(o, "from_snapshot", sb->from_snapshot);
         json_add_str(o, "snapshot_mode", sb->snapshot_mode ? sb->snapshot_mode : "manual");
         json_add_str(o, "snapshot_frequency", sb->snapshot_frequency);

@@ -569,10 +569,37 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
         sandbox_log_ctx(&sb);
         log_ctx_set("DESTROY_REASON", reason);
         log_info("sandbox destroyed reason=%s", reason);
+        sandbox_memory_forget(c, sb.id);   /* its checkpoint went with the container */
         snapshot_drop_pause_images(c, sb.account_id, sb.id);
         sandbox_log_ctx_clear();
         ctl_notify_status(c);
         return r < 0 ? API_ERR(err, -EIO, "Failed to record the destroy") : 0;
+}
+
+/* A sandbox paused with its memory: its driver kept the stopped workload and a checkpoint of
+ * it, named in the store's meta key "memory:<id>" as "<checkpoint> <bytes>". Absent: the
+ * pause kept the filesystem only (or the sandbox is not paused). */
+static char *memory_key(const char *id) { return xasprintf("memory:%s", id); }
+
+int sandbox_memory_kept(struct ctl *c, const char *id, char **ret_checkpoint, int64_t *ret_bytes) {
+        _cleanup_free_ char *key = memory_key(id), *v = NULL;
+        int r = store_meta_get(c->store, key, &v);
+        if (r < 0)
+                return r;
+        char *sp = strchr(v, ' ');
+        if (!sp)
+                return -EBADMSG;
+        *sp = 0;
+        if (ret_bytes)
+                *ret_bytes = strtoll(sp + 1, NULL, 10);
+        if (ret_checkpoint)
+                *ret_checkpoint = xstrdup(v);
+        return 0;
+}
+
+void sandbox_memory_forget(struct ctl *c, const char *id) {
+        _cleanup_free_ char *key = memory_key(id);
+        (void) store_meta_put(c->store, key, NULL);
 }
 
 /* Pause and resume run on a job thread, under the sandbox lock, and only while the sandbox
@@ -636,12 +663,103 @@ static void pause_job(struct ctl *c, void *id) {
         settle_job(c, id, SB_PAUSING, "pause", pause_step);
 }
 
+/* Pause with memory: the driver parks the agent and checkpoints the workload, which stays,
+ * stopped. When the checkpoint fails the sandbox runs on (ready, as it was) and the reason is
+ * on the record; when it also left the workload stopped, the sandbox is paused the filesystem
+ * way instead and the record says memory was not kept (sandbox_pause answers with it). */
+static void pause_memory_step(struct ctl *c, struct sandbox *sb) {
+        char derr[384] = "";
+        bool stopped = false;
+        int64_t bytes = 0, t0 = mono_ms();
+        sandbox_log_ctx(sb);
+        if (no_snapshot_in_flight(c, sb->id) != 1) {
+                sb->status = SB_READY;
+                replace_str(&sb->failure_reason, "The pause did not happen: a snapshot of the sandbox is being taken; pause "
+                                                 "once it is ready");
+                return;
+        }
+        _cleanup_free_ char *name = xasprintf("pm%lld", (long long) now_ms());
+        if (c->drv->ops->checkpoint(c->drv, sb, name, &bytes, &stopped, derr, sizeof(derr)) < 0) {
+                log_error("sandbox pause with memory failed: %s", derr);
+                _cleanup_free_ char *why = NULL, *cause = xstrdup(derr);
+                if (stopped && c->drv->ops->remove(c->drv, sb, derr, sizeof(derr)) >= 0) {
+                        why = xasprintf("Memory was not kept: %s; the sandbox was paused with its filesystem only", cause);
+                        (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
+                        sb->status = SB_PAUSED;
+                        sb->paused_at = now_ms();
+                        replace_str(&sb->container_id, NULL);
+                        replace_str(&sb->ip, NULL);
+                } else {
+                        why = xasprintf("The pause did not happen: %s", cause);
+                        sb->status = SB_READY;
+                }
+                replace_str(&sb->failure_reason, why);
+                return;
+        }
+        _cleanup_free_ char *key = memory_key(sb->id), *val = xasprintf("%s %lld", name, (long long) bytes);
+        if (store_meta_put(c->store, key, val) < 0)
+                log_error("failed to record the checkpoint %s of the paused sandbox", name);
+        replace_str(&sb->failure_reason, NULL);
+        (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
+        sb->status = SB_PAUSED;
+        sb->paused_at = now_ms();
+        log_info("sandbox paused with its memory in %lldms (checkpoint %s, %lld bytes)", (long long) (mono_ms() - t0), name,
+                 (long long) bytes);
+}
+
+static void pause_memory_job(struct ctl *c, void *id) {
+        settle_job(c, id, SB_PAUSING, "pause", pause_memory_step);
+}
+
+/* A sandbox paused with its memory is restored in place; when that fails, its workload goes
+ * and the resume starts it afresh from the filesystem, the record saying memory was lost and
+ * why (failure_reason on a ready sandbox, which sandbox_resume answers with). Returns 1 when
+ * restored, 0 when the caller is to start it afresh. */
+static int resume_memory(struct ctl *c, struct sandbox *sb, char **ret_lost) {
+        _cleanup_free_ char *ckpt = NULL;
+        char reason[512] = "", eerr[384] = "";
+        struct placement pl = { 0 };
+        if (sandbox_memory_kept(c, sb->id, &ckpt, NULL) < 0)
+                return 0;
+        if (!c->drv->ops->restore)
+                snprintf(reason, sizeof(reason), "this server's driver cannot restore a checkpoint");
+        else if (c->drv->ops->restore(c->drv, sb, ckpt, &pl, reason, sizeof(reason)) == 0) {
+                if (ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0) {
+                        apply_placement(sb, &pl);
+                        placement_clear(&pl);
+                        sandbox_memory_forget(c, sb->id);
+                        return 1;
+                }
+                placement_clear(&pl);
+                snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
+        }
+        log_error("sandbox restore with memory failed, starting it from its filesystem: %s", reason);
+        char derr[256] = "";
+        if (c->drv->ops->remove(c->drv, sb, derr, sizeof(derr)) < 0)
+                log_warning("could not remove the kept workload: %s", derr);
+        sandbox_memory_forget(c, sb->id);
+        replace_str(&sb->container_id, NULL);
+        replace_str(&sb->ip, NULL);
+        *ret_lost = xasprintf("Memory was lost: %s. The sandbox was started afresh from its filesystem", reason);
+        return 0;
+}
+
 static void resume_step(struct ctl *c, struct sandbox *sb) {
         struct placement pl = { 0 };
         char reason[512] = "", eerr[384] = "";
         int64_t t0 = mono_ms();
         bool ok = false;
+        _cleanup_free_ char *lost = NULL;
         log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(sb->egress.mode));
+        if (resume_memory(c, sb, &lost) == 1) {
+                replace_str(&sb->failure_reason, NULL);
+                sb->status = SB_READY;
+                sb->paused_at = 0;
+                sb->last_activity_at = now_ms();
+                sb_timings_set(&sb->timings, SB_PHASE_RESUME, mono_ms() - t0);
+                log_info("sandbox resumed with its memory in %lldms", (long long) (mono_ms() - t0));
+                return;
+        }
         if (c->drv->ops->place(c->drv, sb, &pl, reason, sizeof(reason)) == 0) {
                 /* Nothing runs on failure (place unwinds). */
                 apply_placement(sb, &pl);
@@ -675,7 +793,7 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                 _cleanup_free_ char *why = xasprintf("The resume did not happen: %s", reason);
                 replace_str(&sb->failure_reason, why);
         } else {
-                replace_str(&sb->failure_reason, NULL);
+                replace_str(&sb->failure_reason, lost);
                 sb->status = SB_READY;
                 sb->paused_at = 0;
                 sb->last_activity_at = now_ms();
@@ -741,7 +859,18 @@ static int settled(struct ctl *c, const char *id, enum sb_status via, enum sb_st
 /* Pause answers once the sandbox is paused (200), or with the reason it is not (503, still
  * ready and usable), so a client that pauses and then resumes at once finds it paused. The
  * wait is bounded by [scheduler] pause_wait; past it the answer is 504, never a success. */
-int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
+int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct api_error *err) {
+        if (keep_memory) {
+                if (!c->drv->ops->checkpoint)
+                        return API_ERR(err, -EOPNOTSUPP, "keepMemory: pausing with the memory kept needs the local (docker) "
+                                                         "driver; this server's %s driver keeps the filesystem only",
+                                       c->drv->name);
+                if (sb->egress.mode != PJ_EGRESS_DENY_ALL)
+                        return API_ERR(err, -EINVAL, "keepMemory: only sandboxes with egress deny_all can be paused with "
+                                                     "their memory (gVisor cannot checkpoint host networking); this one's "
+                                                     "egress is %s: pause it without keepMemory",
+                                       pj_egress_mode_to_string(sb->egress.mode));
+        }
         /* A snapshot being taken reads the container: the pause waits for it (a pause right
          * after POST /snapshots is what SDK flows do), within the same bound. */
         int64_t until = mono_ms() + (int64_t) c->cfg->pause_wait_s * 1000;
@@ -754,17 +883,24 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, struct api_error *err
                 return API_ERR(err, -EHOSTUNREACH, "A snapshot of the sandbox is still being taken after %llus; the sandbox "
                                                    "is ready, as it was: pause it once the snapshot is ready",
                                (unsigned long long) c->cfg->pause_wait_s);
-        int r = transition(c, sb, SB_READY, SB_PAUSING, "paused", pause_job, err);
+        int r = transition(c, sb, SB_READY, SB_PAUSING, "paused", keep_memory ? pause_memory_job : pause_job, err);
         if (r < 0)
                 return r;
-        return settled(c, sb->id, SB_PAUSING, SB_PAUSED, c->cfg->pause_wait_s, "paused", err);
+        /* gVisor writes all the sandbox's memory: a checkpoint may take longer than a removal. */
+        r = settled(c, sb->id, SB_PAUSING, SB_PAUSED, c->cfg->pause_wait_s + (keep_memory ? 300 : 0), "paused", err);
+        if (r < 0 || !keep_memory || sandbox_memory_kept(c, sb->id, NULL, NULL) == 0)
+                return r;
+        /* Paused, but the filesystem way: the checkpoint failed and stopped the workload. */
+        _cleanup_sandbox_ struct sandbox now = { 0 };
+        (void) store_sandbox_get(c->store, sb->id, &now);
+        return API_ERR(err, -EHOSTUNREACH, "%s", now.failure_reason ? now.failure_reason : "Memory was not kept");
 }
 
 /* A resume that finds the sandbox pausing waits for the pause to settle (at most [scheduler]
  * create_timeout, the bound on provisioning work, whatever pause_wait says), then resumes it;
  * resuming or ready sandboxes are refused as before. It answers once the sandbox is ready, or
  * with the reason it is still paused. */
-int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *err) {
+int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct api_error *err) {
         _cleanup_sandbox_ struct sandbox now = { 0 };
         if (sb->status == SB_PAUSING) {
                 int k = ctl_wait_sandbox(c, sb->id, not_pausing, NULL, (int64_t) c->cfg->create_timeout_s * 1000, &now);
@@ -781,7 +917,14 @@ int sandbox_resume(struct ctl *c, const struct sandbox *sb, struct api_error *er
         r = transition(c, sb, SB_PAUSED, SB_RESUMING, "resumed", resume_job, err);
         if (r < 0)
                 return r;
-        return settled(c, sb->id, SB_RESUMING, SB_READY, c->cfg->create_timeout_s + 30, "resumed", err);
+        r = settled(c, sb->id, SB_RESUMING, SB_READY, c->cfg->create_timeout_s + 30, "resumed", err);
+        if (r >= 0 && ret_note) {
+                /* A ready sandbox's failure_reason is what its resume lost (resume_memory). */
+                _cleanup_sandbox_ struct sandbox after = { 0 };
+                if (store_sandbox_get(c->store, sb->id, &after) == 0 && after.status == SB_READY && after.failure_reason)
+                        *ret_note = xstrdup(after.failure_reason);
+        }
+        return r;
 }
 
 int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id, const struct pj_egress *in,

@@ -38,12 +38,10 @@
 #include "http.h"
 #include "json.h"
 #include "log.h"
+#include "pj_api.h"
 #include "strutil.h"
 #include "usertemplate.h"
 
-#define UTPL_NAME_MAX 40
-#define UTPL_MAX_FILES 256
-#define UTPL_PATH_MAX 255
 #define UTPL_LOG_MAX (64 * 1024)
 #define UTPL_MAX_LAYERS 127
 #define BUILD_DIR "/root/.paddock-build"
@@ -54,141 +52,22 @@
 /* ---- names, paths, the request ---- */
 
 bool utpl_name_ok(const char *s) {
-        size_t n = s ? strlen(s) : 0;
-        if (n == 0 || n > UTPL_NAME_MAX)
-                return false;
-        for (size_t i = 0; i < n; i++) {
-                char ch = s[i];
-                bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
-                if (!alnum && (ch != '-' || i == 0 || i == n - 1))
-                        return false;
-        }
-        return true;
+        return pj_template_name_ok(s);
 }
 
-/* A context path: relative, components neither empty nor . or .., printable, bounded. */
-static bool ctx_path_ok(const char *p) {
-        size_t n = strlen(p);
-        if (n == 0 || n > UTPL_PATH_MAX || p[0] == '/')
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if ((unsigned char) p[i] < 0x20 || p[i] == 0x7f || p[i] == '\\')
-                        return false;
-        for (const char *c = p; *c;) {
-                const char *e = strchrnul(c, '/');
-                size_t k = (size_t) (e - c);
-                if (k == 0 || (k == 1 && c[0] == '.') || (k == 2 && c[0] == '.' && c[1] == '.'))
-                        return false;
-                c = *e ? e + 1 : e;
-        }
-        return true;
+static bool server_template(const char *name, void *ud) {
+        return config_template(ud, name) != NULL;
 }
 
-struct ctx_file {
-        char *path;
-        uint8_t *data;
-        size_t len;
-        int mode;               /* -1 = as written (0644) */
-};
-
-struct build_req {
-        char *name;
-        char *dockerfile;
-        struct ctx_file *files;
-        size_t n_files;
-};
-
-static void build_req_clear(struct build_req *b) {
-        for (size_t i = 0; i < b->n_files; i++)
-                free_many(b->files[i].path, b->files[i].data);
-        free_many(b->name, b->dockerfile, b->files);
-        *b = (struct build_req) { 0 };
-}
-
-/* Parses and checks a POST /templates body; the message names the field at fault. */
-static int build_req_parse(const struct config *cfg, const char *body, size_t len, struct build_req *ret, char *msg,
+/* Parses and checks a POST /templates body (proto-json: the field at fault named); its name must
+ * not be one of this server's templates. */
+static int build_req_parse(const struct config *cfg, const char *body, size_t len, struct pj_template_build *ret, char *msg,
                            size_t msglen) {
-        _cleanup_(cJSON_Deletep) cJSON *j = cJSON_ParseWithLength(body, len);
-        if (!cJSON_IsObject(j))
-                return snprintf(msg, msglen, "The body must be a JSON object {name, dockerfile, files?}"), -EINVAL;
-        const cJSON *it;
-        cJSON_ArrayForEach(it, j)
-                if (strcmp(it->string, "name") && strcmp(it->string, "dockerfile") && strcmp(it->string, "files"))
-                        return snprintf(msg, msglen, "Unknown field '%.64s' (expected name, dockerfile, files)", it->string), -EINVAL;
-        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "name"));
-        if (name && config_template(cfg, name))
-                return snprintf(msg, msglen, "name: '%s' is a template of this server; pick another name", name), -EEXIST;
-        if (!name || !utpl_name_ok(name))
-                return snprintf(msg, msglen, "name: 1 to %d characters of a-z, 0-9 and '-', starting and ending with a letter or digit",
-                                UTPL_NAME_MAX), -EINVAL;
-        const char *df = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "dockerfile"));
-        size_t total = df ? strlen(df) : 0;
-        if (!df || total == 0)
-                return snprintf(msg, msglen, "dockerfile: required, the Dockerfile's text"), -EINVAL;
-        if (total > cfg->utpl_max_context)
-                return snprintf(msg, msglen, "dockerfile: over the build context limit of %llu bytes",
-                                (unsigned long long) cfg->utpl_max_context), -EFBIG;
-        _cleanup_(build_req_clear) struct build_req b = { .name = xstrdup(name), .dockerfile = xstrdup(df) };
-        const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
-        if (files && !cJSON_IsNull(files)) {
-                if (!cJSON_IsArray(files))
-                        return snprintf(msg, msglen, "files: an array of {path, content, encoding?, mode?}"), -EINVAL;
-                int n = cJSON_GetArraySize(files);
-                if (n > UTPL_MAX_FILES)
-                        return snprintf(msg, msglen, "files: at most %d files", UTPL_MAX_FILES), -EINVAL;
-                b.files = xnew0(struct ctx_file, (size_t) n + 1);
-                int i = 0;
-                cJSON_ArrayForEach(it, files) {
-                        const cJSON *f;
-                        if (!cJSON_IsObject(it))
-                                return snprintf(msg, msglen, "files[%d]: an object {path, content, encoding?, mode?}", i), -EINVAL;
-                        cJSON_ArrayForEach(f, it)
-                                if (strcmp(f->string, "path") && strcmp(f->string, "content") && strcmp(f->string, "encoding") &&
-                                    strcmp(f->string, "mode"))
-                                        return snprintf(msg, msglen, "files[%d]: unknown field '%.64s'", i, f->string), -EINVAL;
-                        const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "path"));
-                        const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "content"));
-                        const cJSON *enc = cJSON_GetObjectItemCaseSensitive(it, "encoding");
-                        const cJSON *mode = cJSON_GetObjectItemCaseSensitive(it, "mode");
-                        if (!path || !ctx_path_ok(path))
-                                return snprintf(msg, msglen, "files[%d].path: a relative path of at most %d bytes, without '.', "
-                                                "'..' or empty components", i, UTPL_PATH_MAX), -EINVAL;
-                        if (!strcmp(path, "Dockerfile"))
-                                return snprintf(msg, msglen, "files[%d].path: the Dockerfile comes from 'dockerfile'", i), -EINVAL;
-                        for (int k = 0; k < i; k++)
-                                if (!strcmp(b.files[k].path, path))
-                                        return snprintf(msg, msglen, "files[%d].path: '%s' is given twice", i, path), -EINVAL;
-                        if (!content)
-                                return snprintf(msg, msglen, "files[%d].content: required (a string)", i), -EINVAL;
-                        const char *e = enc ? cJSON_GetStringValue(enc) : "utf-8";
-                        struct ctx_file *cf = &b.files[i];
-                        cf->path = xstrdup(path);
-                        cf->mode = -1;
-                        b.n_files = (size_t) i + 1;     /* owned by b from here, whatever follows */
-                        if (e && !strcmp(e, "base64")) {
-                                if (base64_decode(content, strlen(content), &cf->data, &cf->len) < 0)
-                                        return snprintf(msg, msglen, "files[%d].content: not valid base64", i), -EINVAL;
-                        } else if (e && !strcmp(e, "utf-8")) {
-                                cf->len = strlen(content);
-                                cf->data = (uint8_t *) xstrndup(content, cf->len);
-                        } else
-                                return snprintf(msg, msglen, "files[%d].encoding: utf-8 (default) or base64", i), -EINVAL;
-                        if (mode && !cJSON_IsNull(mode)) {
-                                if (!cJSON_IsNumber(mode) || mode->valuedouble < 0 || mode->valuedouble > 0777 ||
-                                    mode->valuedouble != (double) (int) mode->valuedouble)
-                                        return snprintf(msg, msglen, "files[%d].mode: a permission number 0 to 511 (0777)", i), -EINVAL;
-                                cf->mode = mode->valueint;
-                        }
-                        i++;
-                        total += cf->len;
-                        if (total > cfg->utpl_max_context)
-                                return snprintf(msg, msglen, "files: the build context is over its limit of %llu bytes",
-                                                (unsigned long long) cfg->utpl_max_context), -EFBIG;
-                }
-        }
-        *ret = b;
-        b = (struct build_req) { 0 };
-        return 0;
+        struct pj_error pe = { 0 };
+        int r = pj_template_build_parse(body, len, cfg->utpl_max_context, server_template, (void *) cfg, ret, &pe);
+        if (r < 0)
+                snprintf(msg, msglen, "%s", pe.message);
+        return r;
 }
 
 /* ---- what the API shows ---- */
@@ -220,7 +99,7 @@ static atomic_int builds_running;
 struct build_job {
         char id[25];
         char account_id[25];
-        struct build_req req;
+        struct pj_template_build req;
 };
 
 /* The log: the build's output, its last UTPL_LOG_MAX bytes. */
@@ -617,7 +496,7 @@ static int push_image(struct build *b) {
         return 0;
 }
 
-static int build_steps(struct build *b, struct build_req *q) {
+static int build_steps(struct build *b, struct pj_template_build *q) {
         int r;
         /* The context: its directories, then each file, then the modes asked for. */
         _cleanup_strv_free_ char **mk = xnew0(char *, q->n_files + 5);
@@ -634,10 +513,10 @@ static int build_steps(struct build *b, struct build_req *q) {
         mk[n] = NULL;
         if ((r = run_in_builder(b, (const char *const *) mk, false, "making the context's directories")) < 0)
                 return r;
-        if ((r = put_in_builder(b, CTX_DIR "/Dockerfile", q->dockerfile, strlen(q->dockerfile))) < 0)
+        if ((r = put_in_builder(b, CTX_DIR "/Dockerfile", q->dockerfile, q->dockerfile_len)) < 0)
                 return r;
         for (size_t i = 0; i < q->n_files; i++) {
-                char path[UTPL_PATH_MAX + 64];
+                char path[PJ_TEMPLATE_PATH_MAX + 64];
                 snprintf(path, sizeof(path), CTX_DIR "/%s", q->files[i].path);
                 if ((r = put_in_builder(b, path, q->files[i].data, q->files[i].len)) < 0)
                         return r;
@@ -667,8 +546,8 @@ static int build_steps(struct build *b, struct build_req *q) {
 static void build_job(struct ctl *c, void *arg) {
         struct build_job *j = arg;
         struct build b = { .c = c };
-        _cleanup_(build_req_clear) struct build_req q = j->req;
-        j->req = (struct build_req) { 0 };
+        _cleanup_(pj_template_build_done) struct pj_template_build q = j->req;
+        j->req = (struct pj_template_build) { 0 };
         int r;
         log_ctx_set("TEMPLATE_ID", j->id);
         if (store_utpl_get_id(c->store, j->id, &b.row) < 0) {
@@ -752,7 +631,7 @@ enum MHD_Result utpl_post(struct req *r) {
         if (!registry_configured(cfg) || !config_template(cfg, cfg->utpl_builder))
                 return respond_error(r, 501, "Building templates needs a registry ([snapshots] registry) and the builder "
                                              "template '%s' ([templates] builder) on this server", cfg->utpl_builder);
-        _cleanup_(build_req_clear) struct build_req q = { 0 };
+        _cleanup_(pj_template_build_done) struct pj_template_build q = { 0 };
         int k = build_req_parse(cfg, r->body.buf, r->body.len, &q, msg, sizeof(msg));
         if (k < 0)
                 return respond_errno_msg(r, k, "%s", msg);
@@ -783,10 +662,10 @@ enum MHD_Result utpl_post(struct req *r) {
         snprintf(j->id, sizeof(j->id), "%s", t.id);
         snprintf(j->account_id, sizeof(j->account_id), "%s", t.account_id);
         j->req = q;
-        q = (struct build_req) { 0 };
-        struct build_req owned = j->req;        /* ctl_spawn_job frees j alone when it fails */
+        q = (struct pj_template_build) { 0 };
+        struct pj_template_build owned = j->req;        /* ctl_spawn_job frees j alone when it fails */
         if (ctl_spawn_job(r->c, build_job, j) < 0) {
-                build_req_clear(&owned);
+                pj_template_build_done(&owned);
                 atomic_fetch_sub(&builds_running, 1);
                 (void) store_utpl_delete(r->c->store, t.id);
                 return respond_errno_msg(r, -EAGAIN, "controld is stopping; try again");

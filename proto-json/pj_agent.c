@@ -111,6 +111,7 @@ static const struct spec specs[256] = {
         [PJ_AGENT_FORWARD] = { "FORWARD", B(PORT), B(PORT) },
         [PJ_AGENT_WATCH] = { "WATCH", B(PATH) | B(RECURSIVE), B(PATH) },
         [PJ_AGENT_EVENT] = { "EVENT", B(PATH) | B(EVENT) | B(FTYPE), B(PATH) | B(EVENT) },
+        [PJ_AGENT_PARK] = { "PARK", 0, 0 },
 };
 /* The nested entries: a PROCS process and a DIRENTS directory entry. */
 static const struct spec spec_proc = { "procs", B(PID) | B(TAG) | B(RUNNING) | B(CODE) | B(SIGNAL), B(PID) | B(RUNNING) };

@@ -78,7 +78,16 @@ enum pj_agent_type {
         PJ_AGENT_FORWARD = 40,
         PJ_AGENT_WATCH = 41,
         PJ_AGENT_EVENT = 42,
+        PJ_AGENT_PARK = 43,
 };
+
+/* PARK (no fields, answered OK) makes the agent close its listener and every connection and
+ * unlink its socket, so that the sandbox can be checkpointed (gVisor cannot save a bound host
+ * socket). This signal, sent to PID 1 from outside (docker kill), makes it listen again on
+ * the same path, re-reading its secret file; it is never forwarded to the processes. SIGPWR:
+ * runsc's kill knows no realtime signal ("unknown signal 37"), and nothing in a sandbox has a
+ * use for SIGPWR sent to its init. */
+#define PJ_AGENT_UNPARK_SIGNAL 30
 
 enum pj_agent_tag {
         PJ_AGENT_T_SECRET = 1,

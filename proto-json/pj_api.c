@@ -930,3 +930,147 @@ int pj_terminal_resize_parse(const char *msg, size_t len, uint32_t *ret_rows, ui
         *ret_cols = (uint32_t) cols;
         return 1;
 }
+
+/* ---- templates users build ---- */
+
+bool pj_template_name_ok(const char *s) {
+        size_t n = s ? strlen(s) : 0;
+        if (n == 0 || n > PJ_TEMPLATE_NAME_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char ch = s[i];
+                bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+                if (!alnum && (ch != '-' || i == 0 || i == n - 1))
+                        return false;
+        }
+        return true;
+}
+
+bool pj_template_path_ok(const char *p, size_t n) {
+        if (n == 0 || n > PJ_TEMPLATE_PATH_MAX || p[0] == '/')
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if ((unsigned char) p[i] < 0x20 || p[i] == 0x7f || p[i] == '\\')
+                        return false;
+        for (const char *c = p, *end = p + n; c < end;) {
+                const char *e = memchr(c, '/', (size_t) (end - c));
+                if (!e)
+                        e = end;
+                size_t k = (size_t) (e - c);
+                if (k == 0 || (k == 1 && c[0] == '.') || (k == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                c = e < end ? e + 1 : e;
+                if (e < end && c == end)
+                        return false;   /* a trailing '/': an empty last component */
+        }
+        return true;
+}
+
+void pj_template_build_done(struct pj_template_build *b) {
+        if (!b)
+                return;
+        for (size_t i = 0; i < b->n_files; i++)
+                free_many(b->files[i].path, b->files[i].data);
+        free_many(b->name, b->dockerfile, b->files);
+        *b = (struct pj_template_build) {};
+}
+
+static int template_file_parse(const struct pj_json *it, size_t i, struct pj_template_build *b, struct pj_error *err) {
+        static const char *const fields[] = { "path", "content", "encoding", "mode" };
+        char ipath[PJ_PATH_MAX], p[PJ_PATH_MAX];
+        const struct pj_json *path = NULL, *content = NULL, *enc = NULL;
+        int r, mode = -1;
+        bool has_mode = false;
+        pj_mkindex(ipath, "files", i);
+        if (it->type != PJ_JSON_OBJECT)
+                return pj_error_set(err, ipath, "%s: an object {path, content, encoding?, mode?}", ipath);
+        if ((r = pj_check_fields(it, ipath, fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = pj_get_str(it, ipath, "path", &path, err)) < 0 || (r = pj_get_str(it, ipath, "encoding", &enc, err)) < 0 ||
+            (r = pj_get_int(it, ipath, "mode", 0, 0777, &has_mode, &mode, err)) < 0)
+                return r;
+        pj_mkpath(p, ipath, "path");
+        if (!path || memchr(path->str, 0, path->str_len) || !pj_template_path_ok(path->str, path->str_len))
+                return pj_error_set(err, p, "%s: a relative path of at most %d bytes, without '.', '..' or empty components",
+                                    p, PJ_TEMPLATE_PATH_MAX);
+        if (!strcmp(path->str, "Dockerfile"))
+                return pj_error_set(err, p, "%s: the Dockerfile comes from 'dockerfile'", p);
+        for (size_t k = 0; k < i; k++)
+                if (!strcmp(b->files[k].path, path->str))
+                        return pj_error_set(err, p, "%s: '%s' is given twice", p, path->str);
+        /* a file's text may hold any character, NUL included (pj_get_str refuses those) */
+        pj_mkpath(p, ipath, "content");
+        content = pj_json_member(it, "content");
+        if (!content || content->type != PJ_JSON_STRING)
+                return pj_error_set(err, p, "%s: required (a string)", p);
+        struct pj_template_file *f = &b->files[i];
+        f->path = xstrndup(path->str, path->str_len);
+        f->mode = has_mode ? mode : -1;
+        b->n_files = i + 1;     /* owned by b from here, whatever follows */
+        if (enc && enc->str_len == 6 && !memcmp(enc->str, "base64", 6)) {
+                if (base64_decode_flags(content->str, content->str_len, BASE64_PAD_OPTIONAL, &f->data, &f->len) < 0)
+                        return pj_error_set(err, p, "%s: not valid base64", p);
+        } else if (!enc || (enc->str_len == 5 && !memcmp(enc->str, "utf-8", 5))) {
+                f->len = content->str_len;
+                f->data = xmalloc(f->len + 1);
+                memcpy(f->data, content->str, f->len);
+                f->data[f->len] = 0;
+        } else {
+                pj_mkpath(p, ipath, "encoding");
+                return pj_error_set(err, p, "%s: utf-8 (default) or base64", p);
+        }
+        return 0;
+}
+
+int pj_template_build_parse(const char *body, size_t len, size_t max_context, bool (*taken)(const char *name, void *ud),
+                            void *ud, struct pj_template_build *ret, struct pj_error *err) {
+        static const char *const fields[] = { "name", "dockerfile", "files" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        _cleanup_(pj_template_build_done) struct pj_template_build b = {};
+        const struct pj_json *name = NULL, *df = NULL;
+        int r;
+        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
+            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = pj_get_str(root, "", "name", &name, err)) < 0 || (r = pj_get_str(root, "", "dockerfile", &df, err)) < 0)
+                return r;
+        if (name && taken && taken(name->str, ud)) {
+                pj_error_set(err, "name", "name: '%.64s' is a template of this server; pick another name", name->str);
+                return -EEXIST;
+        }
+        if (!name || memchr(name->str, 0, name->str_len) || !pj_template_name_ok(name->str))
+                return pj_error_set(err, "name",
+                                    "name: 1 to %d characters of a-z, 0-9 and '-', starting and ending with a letter or digit",
+                                    PJ_TEMPLATE_NAME_MAX);
+        if (!df || df->str_len == 0)
+                return pj_error_set(err, "dockerfile", "dockerfile: required, the Dockerfile's text");
+        if (memchr(df->str, 0, df->str_len))
+                return pj_error_set(err, "dockerfile", "dockerfile: text without NUL bytes");
+        size_t total = df->str_len;
+        if (total > max_context) {
+                pj_error_set(err, "dockerfile", "dockerfile: over the build context limit of %zu bytes", max_context);
+                return -EFBIG;
+        }
+        b.name = xstrndup(name->str, name->str_len);
+        b.dockerfile = xstrndup(df->str, df->str_len);
+        b.dockerfile_len = df->str_len;
+        const struct pj_json *files = pj_json_member(root, "files");
+        if (files) {
+                if (files->type != PJ_JSON_ARRAY)
+                        return pj_error_set(err, "files", "files: an array of {path, content, encoding?, mode?}");
+                if (files->n > PJ_TEMPLATE_MAX_FILES)
+                        return pj_error_set(err, "files", "files: at most %d files", PJ_TEMPLATE_MAX_FILES);
+                b.files = xnew0(struct pj_template_file, files->n + 1);
+                size_t i = 0;
+                for (const struct pj_json *it = files->child; it; it = it->next, i++) {
+                        if ((r = template_file_parse(it, i, &b, err)) < 0)
+                                return r;
+                        total += b.files[i].len;
+                        if (total > max_context) {
+                                pj_error_set(err, "files", "files: the build context is over its limit of %zu bytes", max_context);
+                                return -EFBIG;
+                        }
+                }
+        }
+        *ret = b;
+        b = (struct pj_template_build) {};
+        return 0;
+}

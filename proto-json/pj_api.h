@@ -240,6 +240,32 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
 int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, size_t max_total_bytes,
                          struct pj_files_batch *ret, struct pj_error *err);
 
+/* POST /templates: a template users build from a Dockerfile and a context of files. */
+#define PJ_TEMPLATE_NAME_MAX 40
+#define PJ_TEMPLATE_MAX_FILES 256
+#define PJ_TEMPLATE_PATH_MAX 255
+struct pj_template_file {
+        char *path;             /* relative, components neither empty nor . or .., no control bytes or '\\' */
+        uint8_t *data;          /* the decoded bytes (utf-8 as given, NULs included; or base64) */
+        size_t len;
+        int mode;               /* 0..0777, -1 = as written */
+};
+struct pj_template_build {
+        char *name;             /* 1..40 of a-z, 0-9 and '-', not at either end */
+        char *dockerfile;       /* its text, no NUL */
+        size_t dockerfile_len;
+        struct pj_template_file *files;
+        size_t n_files;
+};
+bool pj_template_name_ok(const char *s);
+bool pj_template_path_ok(const char *p, size_t n);
+/* The field at fault named; -EEXIST when taken(name, ud) says the name is taken (asked before
+ * its syntax: a server's own template names may be of another shape), -EFBIG when the
+ * Dockerfile and files decode to more than max_context bytes, -EINVAL otherwise. */
+int pj_template_build_parse(const char *body, size_t len, size_t max_context, bool (*taken)(const char *name, void *ud),
+                            void *ud, struct pj_template_build *ret, struct pj_error *err);
+void pj_template_build_done(struct pj_template_build *b);
+
 /* A text frame of the terminal's WebSocket: 1 with rows and cols (1..1000 each) when it is a
  * resize message {"type":"resize","rows":R,"cols":C} (no other field); 0 when it is not a JSON
  * object whose type is "resize" (the frame is typed input); -EINVAL, the field named, when it is

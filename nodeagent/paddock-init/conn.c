@@ -309,6 +309,8 @@ static void dispatch(struct conn *c, struct pj_agent_msg *m) {
                 return fwd_open(c, m);
         case PJ_AGENT_WATCH:
                 return watch_open(c, m);
+        case PJ_AGENT_PARK:
+                return pi_park(c, m->id);
         case PJ_AGENT_HELLO:
         case PJ_AGENT_HELLO_OK:
         case PJ_AGENT_ERROR:

@@ -34,6 +34,63 @@
 #include "cleanup.h"
 #include "pi.h"
 
+/* ---------------------------------------------------------------- park */
+
+static const char *sock_path, *secret_path;
+static int listen_on(const char *path);
+static int read_secret(int fd);
+
+/* PARK: a checkpoint of the sandbox (gVisor) cannot save a bound host socket, nor the
+ * connections accepted on it. The requester's OK is sent before its connection goes (it
+ * waits for nothing else); others lose theirs as on a restart. Processes stay. */
+void pi_park(struct conn *c, uint32_t id) {
+        for (size_t i = 0; i < PI_MAX_CONNS; i++)
+                if (pi.conns[i].used && &pi.conns[i] != c)
+                        conn_close(&pi.conns[i]);
+        if (pi.listen_fd >= 0)
+                close(pi.listen_fd);
+        pi.listen_fd = -1;
+        unlink(sock_path);
+        pi.parked = true;
+        conn_send_simple(c, PJ_AGENT_OK, id);
+        conn_write(c);
+        if (c->used)
+                conn_close(c);
+        pi_log("info", "parked: not listening until signal %d", PJ_AGENT_UNPARK_SIGNAL);
+}
+
+/* The unpark signal: listen again on the same path, with the secret the file holds now (a
+ * restored copy of a sandbox may have been given another). */
+static void unpark(void) {
+        if (!pi.parked)
+                return;
+        if (secret_path) {
+                int fd = open(secret_path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+                char *old = pi.secret;
+                size_t old_len = pi.secret_len;
+                pi.secret = NULL;
+                if (fd < 0 || read_secret(fd) < 0) {
+                        pi_log("warning", "cannot re-read the secret from %s; keeping the one read at start", secret_path);
+                        free(pi.secret);
+                        pi.secret = old;
+                        pi.secret_len = old_len;
+                } else {
+                        explicit_bzero(old, old_len);
+                        free(old);
+                }
+                if (fd >= 0)
+                        close(fd);
+        }
+        int fd = listen_on(sock_path);
+        if (fd < 0) {
+                pi_log("error", "unpark: cannot listen on %s: %s", sock_path, strerror(-fd));
+                return;   /* still parked: another signal retries */
+        }
+        pi.listen_fd = fd;
+        pi.parked = false;
+        pi_log("info", "unparked: serving on %s again", sock_path);
+}
+
 /* ---------------------------------------------------------------- main loop */
 
 static void on_signal(void) {
@@ -42,6 +99,10 @@ static void on_signal(void) {
                 int sig = (int) si.ssi_signo;
                 if (sig == SIGCHLD)
                         continue;
+                if (sig == PJ_AGENT_UNPARK_SIGNAL) {
+                        unpark();
+                        continue;
+                }
                 /* tini's job: the signal goes to what we started (each its own process group) */
                 for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
                         if (pi.procs[i].used)
@@ -127,7 +188,7 @@ static int serve(void) {
                 ref[n++] = (struct pref) { (kind_), (ptr_), (conn_) }; \
         } while (0)
                 ADD(pi.sig_fd, POLLIN, PK_SIG, NULL, NULL);
-                if (!pi.shutting_down)
+                if (!pi.shutting_down && !pi.parked)
                         ADD(pi.listen_fd, POLLIN, PK_LISTEN, NULL, NULL);
                 if (watch_fd() >= 0)
                         ADD(watch_fd(), POLLIN, PK_INO, NULL, NULL);
@@ -418,7 +479,7 @@ int main(int argc, char **argv) {
 
         sigset_t mask;
         sigemptyset(&mask);
-        int sigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH };
+        int sigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, PJ_AGENT_UNPARK_SIGNAL };
         for (size_t i = 0; i < ELEMENTSOF(sigs); i++)
                 sigaddset(&mask, sigs[i]);
         sigprocmask(SIG_BLOCK, &mask, NULL);
@@ -439,6 +500,8 @@ int main(int argc, char **argv) {
                 pi.conns[i] = (struct conn) { .fd = -1, .chans = xnew0(struct chan, PI_MAX_CHANS) };
         for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
                 pi.procs[i] = (struct proc) { .fd_in = -1, .fd_out = -1, .fd_err = -1 };
+        sock_path = sock;
+        secret_path = secret_file;
         pi.listen_fd = listen_on(sock);
         if (pi.listen_fd < 0) {
                 pi_log("error", "cannot listen on %s: %s", sock, strerror(-pi.listen_fd));
@@ -446,7 +509,8 @@ int main(int argc, char **argv) {
         }
         pi_log("info", "serving on %s (protocol %d)", sock, PJ_AGENT_VERSION);
         r = serve();
-        unlink(sock);
+        if (!pi.parked)
+                unlink(sock);
         if (r < 0) {
                 pi_log("error", "poll: %s", strerror(-r));
                 return 1;

@@ -119,6 +119,7 @@ struct pi_state {
         struct proc procs[PJ_AGENT_MAX_PROCS];
         uint64_t seq;
         bool shutting_down;
+        bool parked;            /* PARK: no listener, no connections, the socket unlinked */
         uint64_t last_busy_ms;  /* the last SPAWN or EXIT (a spare waits PI_SPARE_QUIET_MS after it) */
         uint64_t shutdown_ms;
 };
@@ -153,6 +154,9 @@ bool conn_blocked(const struct conn *c);
 void conn_read(struct conn *c);
 void conn_write(struct conn *c);
 void conn_accept(void);
+/* paddock-init.c: PARK's work (closes every connection but c, which is closed once its OK is
+ * sent, the listener, and unlinks the socket) and its undoing on PJ_AGENT_UNPARK_SIGNAL. */
+void pi_park(struct conn *c, uint32_t id);
 
 /* watch.c: WATCH channels over one inotify fd. watch_fd: the fd to poll (-1: nothing watched);
  * watch_read: its events to the watching channels; watch_chan_closed: a channel's rows go;

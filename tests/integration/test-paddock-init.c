@@ -1166,3 +1166,62 @@ TEST(sigterm_stops_the_agent) {
         agent_pid = 0;
         ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
+
+/* PARK (issue 37: a gVisor checkpoint cannot save a bound host socket): OK, then no listener,
+ * no connection and no socket file, the processes running on; the unpark signal brings the
+ * listener back on the same path, with the secret the file holds then; the signal is not
+ * forwarded to the processes, and without a park it changes nothing. */
+TEST(park_closes_the_listener_and_the_unpark_signal_reopens_it) {
+        start_agent();
+        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        pid_t pid = spawn(c, 1, (char *[]) { "sh", "-c", "while :; do sleep 0.05; done", NULL },
+                          NULL);
+        ASSERT_GE(pid, 2);
+        _cleanup_(agent_client_freep) struct agent_client *other = conn();
+        send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_PARK, .id = 7 });
+        struct agent_frame f = { 0 };
+        recv_frame(c, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_OK);
+        ASSERT_EQ(f.m.id, 7);
+        agent_frame_done(&f);
+        struct pj_error e = { 0 };
+        ASSERT_EQ(agent_client_recv(c, T, &f, &e), -ECONNRESET);
+        ASSERT_EQ(agent_client_recv(other, T, &f, &e), -ECONNRESET);
+        struct stat st;
+        ASSERT_TRUE(lstat(sock_path, &st) < 0 && errno == ENOENT);
+        /* a new secret in the file: the unparked agent takes it */
+        char secret[300];
+        snprintf(secret, sizeof(secret), "%s/secret", test_tmpdir());
+        int fd = open(secret, O_WRONLY | O_TRUNC);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(write(fd, "n3w-secret\n", 11), 11);
+        close(fd);
+        ASSERT_OK(kill(agent_pid, PJ_AGENT_UNPARK_SIGNAL));
+        for (int i = 0; i < 500 && lstat(sock_path, &st) < 0; i++)
+                usleep(10000);
+        ASSERT_TRUE(S_ISSOCK(st.st_mode));
+        struct agent_client *old = NULL;
+        ASSERT_EQ(agent_client_connect(sock_path, SECRET, T, &old, &e), -EACCES);
+        _cleanup_(agent_client_freep) struct agent_client *c2 = NULL;
+        ASSERT_OK(agent_client_connect(sock_path, "n3w-secret", T, &c2, &e));
+        /* the process lived on and was not sent the signal */
+        send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_ATTACH, .id = 2, .f.pid = (uint32_t) pid });
+        recv_frame(c2, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_OK);
+        agent_frame_done(&f);
+        /* unpark when not parked: nothing changes */
+        ASSERT_OK(kill(agent_pid, PJ_AGENT_UNPARK_SIGNAL));
+        usleep(100000);
+        _cleanup_(agent_client_freep) struct agent_client *c3 = NULL;
+        ASSERT_OK(agent_client_connect(sock_path, "n3w-secret", T, &c3, &e));
+        send_msg(c3, &(struct pj_agent_msg) { .type = PJ_AGENT_LIST, .id = 3 });
+        recv_frame(c3, &f);
+        ASSERT_EQ(f.m.type, PJ_AGENT_PROCS);
+        bool running = false;
+        for (size_t i = 0; i < f.m.n_entries; i++)
+                if (f.m.entries[i].pid == (uint32_t) pid)
+                        running = f.m.entries[i].running;
+        ASSERT_TRUE(running);
+        agent_frame_done(&f);
+        finish_agent();
+}

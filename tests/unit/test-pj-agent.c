@@ -204,6 +204,11 @@ TEST(round_trip_every_message) {
         ASSERT_EQ(back.f.event, PJ_AGENT_EV_RENAME);
         ASSERT_EQ(back.f.ftype, PJ_AGENT_FT_DIR);
         pj_agent_msg_done(&back);
+        m = (struct pj_agent_msg) { .type = PJ_AGENT_PARK, .id = 3 };
+        round_trip(&m, &back);
+        ASSERT_EQ(back.type, PJ_AGENT_PARK);
+        ASSERT_EQ(back.id, 3);
+        pj_agent_msg_done(&back);
         free(kept);
         kept = NULL;
 }

@@ -911,6 +911,28 @@ TEST(exec_stdin_and_processes) {
         ASSERT_STREQ(e.field, "cols");
 }
 
+/* POST /sandboxes/{id}/pause: keepMemory (issue 37), false when absent or the body is empty;
+ * other fields and other types refused by name. */
+TEST(pause_bodies) {
+        struct pj_error e;
+        static const struct { const char *body; int want; } cases[] = {
+                { "", 0 }, { "{}", 0 }, { "{'keepMemory':false}", 0 }, { "{'keepMemory':true}", 1 },
+                { "{'keepMemory':1}", -1 }, { "{'keepMemroy':true}", -1 }, { "[]", -1 }, { "{'keepMemory':true,'x':1}", -1 },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *b = q(cases[i].body);
+                bool keep = false;
+                memset(&e, 0, sizeof(e));
+                int r = pj_pause_parse(b, strlen(b), &keep, &e);
+                if (cases[i].want < 0 ? r != -EINVAL : r != 0 || keep != (cases[i].want == 1))
+                        test_fail(__FILE__, __LINE__, "%s -> %d (keep %d)", cases[i].body, r, keep);
+        }
+        _cleanup_free_ char *bad = q("{'keepMemroy':true}");
+        bool keep = false;
+        ASSERT_EQ(pj_pause_parse(bad, strlen(bad), &keep, &e), -EINVAL);
+        ASSERT_NOT_NULL(strstr(e.message, "keepMemroy"));
+}
+
 TEST(preview_create_bodies) {
         struct pj_preview_create p;
         struct pj_error e = { 0 };
@@ -1620,4 +1642,71 @@ TEST(terminal_resize_frames) {
         ASSERT_NOT_NULL(strstr(e.message, "'x'"));
         ASSERT_EQ(RZ("{\"type\":\"resize\",\"rows\":\"24\",\"cols\":80}"), -EINVAL);
 #undef RZ
+}
+
+/* POST /templates through proto-json: the field at fault named, the context's bytes exact
+ * (a NUL in a utf-8 file is kept: cJSON cut the file there), the limits. */
+TEST(template_build_bodies) {
+        struct pj_template_build b = {};
+        struct pj_error e = {};
+        static const char ok[] = "{\"name\":\"my-tpl\",\"dockerfile\":\"FROM scratch\\nCOPY a /a\\n\",\"files\":["
+                                 "{\"path\":\"dir/a\",\"content\":\"x\\u0000y\"},"
+                                 "{\"path\":\"b.bin\",\"content\":\"AAEC\",\"encoding\":\"base64\",\"mode\":493}]}";
+        ASSERT_EQ(pj_template_build_parse(ok, sizeof(ok) - 1, 1 << 20, NULL, NULL, &b, &e), 0);
+        ASSERT_STREQ(b.name, "my-tpl");
+        ASSERT_EQ(b.dockerfile_len, 23);
+        ASSERT_EQ(b.n_files, 2);
+        ASSERT_EQ(b.files[0].len, 3);
+        ASSERT_TRUE(!memcmp(b.files[0].data, "x\0y", 3));
+        ASSERT_EQ(b.files[0].mode, -1);
+        ASSERT_EQ(b.files[1].len, 3);
+        ASSERT_EQ(b.files[1].mode, 0755);
+        pj_template_build_done(&b);
+        static const struct {
+                const char *body, *field, *part;
+        } bad[] = {
+                { "{}", "name", "name:" },
+                { "{\"name\":\"Hello\",\"dockerfile\":\"FROM x\"}", "name", "name:" },
+                { "{\"name\":\"x\"}", "dockerfile", "dockerfile:" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\\u0000\"}", "dockerfile", "NUL" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"extra\":1}", "extra", "Unknown field 'extra'" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":{}}", "files", "an array" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"../etc\",\"content\":\"\"}]}", "files[0].path", "relative" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"a/\",\"content\":\"\"}]}", "files[0].path", "relative" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"Dockerfile\",\"content\":\"\"}]}", "files[0].path", "dockerfile" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"a\",\"content\":\"\"},{\"path\":\"a\",\"content\":\"\"}]}",
+                  "files[1].path", "given twice" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"a\"}]}", "files[0].content", "required" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"a\",\"content\":\"!\",\"encoding\":\"base64\"}]}",
+                  "files[0].content", "base64" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"a\",\"content\":\"\",\"encoding\":\"hex\"}]}",
+                  "files[0].encoding", "utf-8" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"a\",\"content\":\"\",\"mode\":1.5}]}",
+                  "files[0].mode", "integer" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"a\",\"content\":\"\",\"mode\":512}]}",
+                  "files[0].mode", "integer" },
+                { "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"a\",\"content\":\"\",\"size\":1}]}",
+                  "files[0].size", "Unknown field" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                e = (struct pj_error) {};
+                int r = pj_template_build_parse(bad[i].body, strlen(bad[i].body), 1 << 20, NULL, NULL, &b, &e);
+                if (r != -EINVAL || strcmp(e.field, bad[i].field) || !strstr(e.message, bad[i].part))
+                        test_fail(__FILE__, __LINE__, "%s: got %d field '%s' message '%s'", bad[i].body, r, e.field, e.message);
+        }
+        /* the context's limit: the Dockerfile and the decoded files together */
+        static const char big[] = "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[{\"path\":\"a\",\"content\":\"0123456789\"}]}";
+        ASSERT_EQ(pj_template_build_parse(big, sizeof(big) - 1, 12, NULL, NULL, &b, &e), -EFBIG);
+        ASSERT_NOT_NULL(strstr(e.message, "files: the build context is over its limit"));
+        ASSERT_EQ(pj_template_build_parse(big, sizeof(big) - 1, 3, NULL, NULL, &b, &e), -EFBIG);
+        ASSERT_STREQ(e.field, "dockerfile");
+        /* at most PJ_TEMPLATE_MAX_FILES entries */
+        size_t cap = 64 + (PJ_TEMPLATE_MAX_FILES + 1) * 40, n = 0;
+        _cleanup_free_ char *many = xmalloc(cap);
+        n += (size_t) snprintf(many + n, cap - n, "{\"name\":\"x\",\"dockerfile\":\"FROM x\",\"files\":[");
+        for (int i = 0; i <= PJ_TEMPLATE_MAX_FILES; i++)
+                n += (size_t) snprintf(many + n, cap - n, "%s{\"path\":\"f%d\",\"content\":\"\"}", i ? "," : "", i);
+        n += (size_t) snprintf(many + n, cap - n, "]}");
+        ASSERT_EQ(pj_template_build_parse(many, n, 1 << 20, NULL, NULL, &b, &e), -EINVAL);
+        ASSERT_NOT_NULL(strstr(e.message, "at most 256 files"));
 }
