@@ -12,7 +12,8 @@
  *  - sandboxes that look like E2B's base (issue 38): user `user` in /home/user by default for
  *    commands, terminals and files (what is written is theirs), passwordless sudo, `root` when
  *    named, other names refused, pip and venv and node work as user; the Brimble API's
- *    sandboxes of the same template still run as root. Raw calls and the current SDK. */
+ *    sandboxes of the same template still run as root. Raw calls and the current SDK;
+ *  - a command whose sandbox is killed under it ends with the SDK's "sandbox was killed" error. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
