@@ -43,7 +43,6 @@
 #include "usertemplate.h"
 
 #define UTPL_LOG_MAX (64 * 1024)
-#define UTPL_MAX_LAYERS 127
 #define BUILD_DIR "/root/.paddock-build"
 #define CTX_DIR BUILD_DIR "/ctx"
 #define IMG_DIR BUILD_DIR "/img"
@@ -312,15 +311,6 @@ static int drop_manifest(const struct config *cfg, const struct user_template *t
 }
 
 /* An image path from docker save's manifest.json: relative, no '..', a bounded set of bytes. */
-static bool saved_path_ok(const char *p) {
-        if (!p || !*p || strlen(p) > 200 || p[0] == '/' || strstr(p, ".."))
-                return false;
-        for (; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("/._-", *p)))
-                        return false;
-        return true;
-}
-
 /* Pushes one blob read from the builder's path: to a temp file (hashing), then to the registry
  * unless it has it already. */
 static int push_layer(struct build *b, const struct registry *reg, const char *repo, const char *path, size_t max,
@@ -411,17 +401,13 @@ static int push_image(struct build *b) {
         int r;
         if ((r = read_from_builder(b, IMG_DIR "/manifest.json", 64 * 1024, -1, &mtext, &mlen, NULL)) < 0)
                 return r;
-        _cleanup_(cJSON_Deletep) cJSON *m = cJSON_ParseWithLength(mtext, mlen);
-        const cJSON *one = cJSON_IsArray(m) && cJSON_GetArraySize(m) == 1 ? cJSON_GetArrayItem(m, 0) : NULL;
-        const char *config_path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(one, "Config"));
-        const cJSON *layers = cJSON_GetObjectItemCaseSensitive(one, "Layers"), *l;
-        int n_layers = cJSON_IsArray(layers) ? cJSON_GetArraySize(layers) : -1;
-        if (!saved_path_ok(config_path) || n_layers < 0 || n_layers > UTPL_MAX_LAYERS)
-                return snprintf(b->why, sizeof(b->why), "docker save wrote no image we can read (manifest.json), or over %d layers",
-                                UTPL_MAX_LAYERS), -EIO;
-        cJSON_ArrayForEach(l, layers)
-                if (!saved_path_ok(cJSON_GetStringValue(l)))
-                        return snprintf(b->why, sizeof(b->why), "docker save named a layer we do not read"), -EIO;
+        /* What the tenant's sandbox wrote: proto-json, bounded, every path checked, never followed */
+        _cleanup_(pj_saved_manifest_done) struct pj_saved_manifest sm = { 0 };
+        struct pj_error pe = { 0 };
+        if (pj_saved_manifest_parse(mtext, mlen, &sm, &pe) < 0)
+                return snprintf(b->why, sizeof(b->why), "docker save wrote no image we can read: %s", pe.message), -EIO;
+        const char *config_path = sm.config;
+        int n_layers = (int) sm.n_layers;
 
         /* The image's config: the registry and the nodes check it against the layers. */
         _cleanup_free_ char *ctext = NULL;
@@ -460,10 +446,10 @@ static int push_image(struct build *b) {
         cJSON *ml = cJSON_AddArrayToObject(man, "layers");
         size_t total = clen;
         int i = 0;
-        cJSON_ArrayForEach(l, layers) {
+        for (size_t li = 0; li < sm.n_layers; li++) {
                 /* Compressed in the sandbox (its CPU, not ours), then read back and hashed here. */
                 char lpath[256], gz[264], digest[72];
-                snprintf(lpath, sizeof(lpath), IMG_DIR "/%s", cJSON_GetStringValue(l));
+                snprintf(lpath, sizeof(lpath), IMG_DIR "/%s", sm.layers[li]);
                 snprintf(gz, sizeof(gz), "%s.gz", lpath);
                 const char *const gzip[] = { "gzip", "-1", "-n", "-f", "--", lpath, NULL };
                 char what[64];

@@ -1074,3 +1074,55 @@ int pj_template_build_parse(const char *body, size_t len, size_t max_context, bo
         b = (struct pj_template_build) {};
         return 0;
 }
+
+/* ---- docker save's manifest, from a tenant's build sandbox ---- */
+
+bool pj_saved_path_ok(const char *p, size_t n) {
+        if (n == 0 || n > 200 || p[0] == '/' || memmem(p, n, "..", 2))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') || (p[i] >= '0' && p[i] <= '9') ||
+                      p[i] == '/' || p[i] == '.' || p[i] == '_' || p[i] == '-'))
+                        return false;
+        return true;
+}
+
+void pj_saved_manifest_done(struct pj_saved_manifest *m) {
+        if (!m)
+                return;
+        for (size_t i = 0; i < m->n_layers; i++)
+                free(m->layers[i]);
+        free_many(m->config, m->layers);
+        *m = (struct pj_saved_manifest) {};
+}
+
+int pj_saved_manifest_parse(const char *text, size_t len, struct pj_saved_manifest *ret, struct pj_error *err) {
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        _cleanup_(pj_saved_manifest_done) struct pj_saved_manifest m = {};
+        int r = pj_json_parse(text, len, PJ_JSON_MAX_NODES, &root, err);
+        if (r < 0)
+                return r;
+        if (root->type != PJ_JSON_ARRAY || root->n != 1 || root->child->type != PJ_JSON_OBJECT)
+                return pj_error_set(err, "", "manifest.json: one image (an array of one object)");
+        const struct pj_json *one = root->child, *config = NULL, *layers = pj_json_member(one, "Layers");
+        if ((r = pj_get_str(one, "[0]", "Config", &config, err)) < 0)
+                return r;
+        if (!config || !pj_saved_path_ok(config->str, config->str_len))
+                return pj_error_set(err, "[0].Config", "manifest.json: [0].Config is not a path we read");
+        if (!layers || layers->type != PJ_JSON_ARRAY || layers->n > PJ_SAVED_MAX_LAYERS)
+                return pj_error_set(err, "[0].Layers", "manifest.json: [0].Layers: an array of at most %d paths",
+                                    PJ_SAVED_MAX_LAYERS);
+        m.config = xstrndup(config->str, config->str_len);
+        m.layers = xnew0(char *, layers->n + 1);
+        size_t i = 0;
+        for (const struct pj_json *l = layers->child; l; l = l->next, i++) {
+                char p[PJ_PATH_MAX];
+                pj_mkindex(p, "[0].Layers", i);
+                if (l->type != PJ_JSON_STRING || !pj_saved_path_ok(l->str, l->str_len))
+                        return pj_error_set(err, p, "manifest.json: %s is not a path we read", p);
+                m.layers[m.n_layers++] = xstrndup(l->str, l->str_len);
+        }
+        *ret = m;
+        m = (struct pj_saved_manifest) {};
+        return 0;
+}

@@ -266,6 +266,19 @@ int pj_template_build_parse(const char *body, size_t len, size_t max_context, bo
                             void *ud, struct pj_template_build *ret, struct pj_error *err);
 void pj_template_build_done(struct pj_template_build *b);
 
+/* docker save's manifest.json, as the tenant's build sandbox wrote it (untrusted): exactly one
+ * image, its Config and Layers paths relative, without '..', of [A-Za-z0-9/._-], at most 200
+ * bytes each; at most PJ_SAVED_MAX_LAYERS layers. */
+#define PJ_SAVED_MAX_LAYERS 127
+struct pj_saved_manifest {
+        char *config;
+        char **layers;
+        size_t n_layers;
+};
+bool pj_saved_path_ok(const char *p, size_t n);
+int pj_saved_manifest_parse(const char *text, size_t len, struct pj_saved_manifest *ret, struct pj_error *err);
+void pj_saved_manifest_done(struct pj_saved_manifest *m);
+
 /* A text frame of the terminal's WebSocket: 1 with rows and cols (1..1000 each) when it is a
  * resize message {"type":"resize","rows":R,"cols":C} (no other field); 0 when it is not a JSON
  * object whose type is "resize" (the frame is typed input); -EINVAL, the field named, when it is

@@ -1710,3 +1710,33 @@ TEST(template_build_bodies) {
         ASSERT_EQ(pj_template_build_parse(many, n, 1 << 20, NULL, NULL, &b, &e), -EINVAL);
         ASSERT_NOT_NULL(strstr(e.message, "at most 256 files"));
 }
+
+/* docker save's manifest.json from a tenant's build sandbox: one image, paths we read, bounded. */
+TEST(saved_manifests) {
+        struct pj_saved_manifest m = {};
+        struct pj_error e = {};
+        static const char ok[] = "[{\"Config\":\"abc.json\",\"RepoTags\":[\"x:1\"],\"Layers\":[\"l1/layer.tar\",\"l2/layer.tar\"]}]";
+        ASSERT_EQ(pj_saved_manifest_parse(ok, sizeof(ok) - 1, &m, &e), 0);
+        ASSERT_STREQ(m.config, "abc.json");
+        ASSERT_EQ(m.n_layers, 2);
+        ASSERT_STREQ(m.layers[1], "l2/layer.tar");
+        pj_saved_manifest_done(&m);
+        static const char *const bad[] = {
+                "{}", "[]", "[{},{}]", "[{\"Config\":\"/etc/shadow\",\"Layers\":[]}]", "[{\"Config\":\"../x\",\"Layers\":[]}]",
+                "[{\"Config\":\"a.json\"}]", "[{\"Config\":\"a.json\",\"Layers\":[\"a/../../b\"]}]",
+                "[{\"Config\":\"a.json\",\"Layers\":[1]}]", "[{\"Config\":\"a json\",\"Layers\":[]}]",
+                "[{\"Config\":\"a.json\",\"Layers\":[\"x\\u0000y\"]}]", "[{\"Config\":\"a.json\",\"Layers\":[\"l\"]", "",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                if (pj_saved_manifest_parse(bad[i], strlen(bad[i]), &m, &e) != -EINVAL)
+                        test_fail(__FILE__, __LINE__, "accepted: %s", bad[i]);
+        /* at most 127 layers */
+        size_t cap = 64 + 128 * 16, n = 0;
+        _cleanup_free_ char *many = xmalloc(cap);
+        n += (size_t) snprintf(many + n, cap - n, "[{\"Config\":\"c\",\"Layers\":[");
+        for (int i = 0; i < 128; i++)
+                n += (size_t) snprintf(many + n, cap - n, "%s\"l%d\"", i ? "," : "", i);
+        n += (size_t) snprintf(many + n, cap - n, "]}]");
+        ASSERT_EQ(pj_saved_manifest_parse(many, n, &m, &e), -EINVAL);
+        ASSERT_NOT_NULL(strstr(e.message, "at most 127"));
+}
