@@ -129,6 +129,8 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         json_add_bool(o, "memory_kept", kept);
         if (kept)
                 json_add_int(o, "checkpoint_bytes", ckpt_bytes);
+        else
+                cJSON_AddNullToObject(o, "checkpoint_bytes");
         json_add_str(o, "from_snapshot", sb->from_snapshot);
         json_add_str(o, "snapshot_mode", sb->snapshot_mode ? sb->snapshot_mode : "manual");
         json_add_str(o, "snapshot_frequency", sb->snapshot_frequency);
