@@ -53,7 +53,7 @@
 #define MAX_SNAP 16
 #define PLAN                                                                                                      \
         "[plan \"life\"]\nmax_concurrent = 2\nregions = local\nmax_cpu = 1000\nmax_memory = 1024\nmax_disk = 5\n" \
-        "snapshot_max_inflight = 4\n"                                                                            \
+        "snapshot_max_inflight = 4\nmax_volume_gb = 20\nmax_volumes = 2\n"                                         \
         "[pool \"life\"]\ntemplate = busybox\negress = deny_all\nsize = 2\nrefill_rate = 600\n"
 #define POOL_SIZE 2
 
@@ -97,6 +97,7 @@ static const char *const mst_names[] = { "ready", "paused", "destroyed" };
 struct msb {
         char id[25];
         enum mst st;
+        char volume[25];        /* persistent: its volume (kept after the destroy), else "" */
         char history[512];      /* what was done to it, for a failure's message */
 };
 
@@ -112,16 +113,19 @@ struct msnap {
 };
 
 enum op { OP_CREATE, OP_RESTORE, OP_EXEC, OP_FILES, OP_SNAPSHOT, OP_PAUSE, OP_RESUME, OP_DESTROY, OP_EGRESS,
-          OP_E2B_TIMEOUT, OP_E2B_PAUSE, OP_E2B_CONNECT, OP_E2B_KILL, OP_RACE, _OP_MAX };
+          OP_E2B_TIMEOUT, OP_E2B_PAUSE, OP_E2B_CONNECT, OP_E2B_KILL, OP_RACE, OP_PERSISTENT, OP_VOLUME_DELETE, _OP_MAX };
 static const char *const op_names[] = { "create", "create from snapshot", "exec", "file round trip", "snapshot", "pause",
                                         "resume", "destroy", "egress change", "e2b setTimeout", "e2b pause",
-                                        "e2b connect", "e2b kill", "two at once" };
-static const int op_weight[] = { 6, 2, 5, 3, 3, 5, 4, 2, 1, 2, 2, 3, 1, 2 };
+                                        "e2b connect", "e2b kill", "two at once", "create with a volume",
+                                        "volume delete" };
+static const int op_weight[] = { 6, 2, 5, 3, 3, 5, 4, 2, 1, 2, 2, 3, 1, 2, 2, 1 };
 static atomic_long op_2xx[_OP_MAX], op_4xx[_OP_MAX], op_5xx[_OP_MAX];
 
+#define MAX_VOL 2       /* the plan's max_volumes */
 struct client {
         int n;
         char key[64];
+        char vol[MAX_VOL][25];  /* the client's volumes ("" = none in that slot) */
         unsigned rng;
         struct msb sb[MAX_SB];
         int n_sb;
@@ -262,6 +266,63 @@ static void op_create(struct client *c, const char *from_snapshot) {
         }
         if (allowed(c, op, st, 201, 0, out))
                 add_sb(c, out);
+}
+
+static int free_vol_slot(const struct client *c) {
+        for (int i = 0; i < MAX_VOL; i++)
+                if (!c->vol[i][0])
+                        return i;
+        return -1;
+}
+
+/* A volume's sandbox in the model, or NULL (none live: the volume is detached). */
+static struct msb *vol_user(struct client *c, const char *vol) {
+        for (int i = 0; i < c->n_sb; i++)
+                if (c->sb[i].st != M_DESTROYED && !strcmp(c->sb[i].volume, vol))
+                        return &c->sb[i];
+        return NULL;
+}
+
+/* A create with a volume of its own (persistent): 403 past the plan's sandboxes or volumes. */
+static void op_persistent(struct client *c) {
+        int slot = free_vol_slot(c);
+        bool full = live_count(c) >= 2 || c->n_sb == MAX_SB || slot < 0;
+        _cleanup_free_ char *out = NULL;
+        long st = req(c, "POST", "/sandboxes", "{\"egress\":{\"mode\":\"deny_all\"},\"persistent\":true,\"persistentDiskGB\":10}",
+                      &out);
+        if (full) {
+                (void) allowed(c, OP_PERSISTENT, st, 403, 0, out);
+                return;
+        }
+        if (!allowed(c, OP_PERSISTENT, st, 201, 0, out))
+                return;
+        add_sb(c, out);
+        _cleanup_free_ char *path = xasprintf("/sandboxes/%s", c->sb[c->n_sb - 1].id), *got = NULL;
+        (void) req(c, "GET", path, NULL, &got);
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(got);
+        const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "data"), "volume_id"));
+        if (!v || strlen(v) != 24) {
+                failf("client %d: a persistent sandbox with no volume_id: %.300s", c->n, got);
+                return;
+        }
+        snprintf(c->sb[c->n_sb - 1].volume, 25, "%s", v);
+        snprintf(c->vol[slot], 25, "%s", v);
+}
+
+/* DELETE /volumes/{id}: 204 once its sandbox is gone, 400 while one uses it. */
+static void op_volume_delete(struct client *c) {
+        int cand[MAX_VOL], k = 0;
+        for (int i = 0; i < MAX_VOL; i++)
+                if (c->vol[i][0])
+                        cand[k++] = i;
+        if (!k)
+                return;
+        int slot = cand[rnd(c, k)];
+        struct msb *user = vol_user(c, c->vol[slot]);
+        _cleanup_free_ char *path = xasprintf("/volumes/%s", c->vol[slot]), *out = NULL;
+        long st = req(c, "DELETE", path, NULL, &out);
+        if (allowed(c, OP_VOLUME_DELETE, st, user ? 400 : 204, 0, out) && !user)
+                c->vol[slot][0] = 0;
 }
 
 static void op_exec(struct client *c) {
@@ -603,6 +664,8 @@ static void *client_main(void *ud) {
                 case OP_E2B_CONNECT: op_resume(c, true); break;
                 case OP_E2B_KILL: op_destroy(c, true); break;
                 case OP_RACE: op_race(c); break;
+                case OP_PERSISTENT: op_persistent(c); break;
+                case OP_VOLUME_DELETE: op_volume_delete(c); break;
                 case _OP_MAX: break;
                 }
         }
@@ -982,6 +1045,36 @@ static void lifecycle_run(bool faults, unsigned dflt_seed) {
                 printf("  pool claims (hits) %ld\n", hits);
                 if (hits < 1)
                         test_fail(__FILE__, __LINE__, "no create was served from the warm pool");
+        }
+        /* Volumes outlive their sandbox until deleted: the user deletes them, and nothing of
+         * them is left on the engine. */
+        for (int i = 0; i < N_CLIENTS; i++)
+                for (int v = 0; v < MAX_VOL; v++) {
+                        if (!cl[i].vol[v][0])
+                                continue;
+                        _cleanup_free_ char *path = xasprintf("/volumes/%s", cl[i].vol[v]), *out = NULL;
+                        long st = req(&cl[i], "DELETE", path, NULL, &out);
+                        if (st != 204)
+                                test_fail(__FILE__, __LINE__, "delete of volume %s at the end answered %ld: %.200s", cl[i].vol[v], st, out);
+                        _cleanup_free_ char *name = xasprintf("name=paddock-vol-%s", cl[i].vol[v]), *vl = NULL;
+                        char *argv[] = { "docker", "volume", "ls", "-q", "--filter", name, NULL };
+                        ASSERT_EQ(test_run_capture(argv, &vl, 1 << 16), 0);
+                        if (vl && *vl)
+                                test_fail(__FILE__, __LINE__, "volume %s is still on the engine after its delete", cl[i].vol[v]);
+                }
+        _cleanup_free_ char *vols = ctld_db_query(&ctl, "SELECT COUNT(*) FROM volumes");
+        ASSERT_STREQ(vols, "0\n");
+        /* Nomad: no job of any sandbox the run made is left registered */
+        if (ctld_nomad()) {
+                _cleanup_(cJSON_Deletep) cJSON *st = nstandin_state(&standin);
+                const cJSON *j;
+                cJSON_ArrayForEach(j, cJSON_GetObjectItem(st, "Jobs")) {
+                        const char *jid = cJSON_GetStringValue(cJSON_GetObjectItem(j, "ID"));
+                        for (int i = 0; jid && i < N_CLIENTS; i++)
+                                for (int k = 0; k < cl[i].n_sb; k++)
+                                        if (!strncmp(jid, "sandbox-", 8) && !strcmp(jid + 8, cl[i].sb[k].id))
+                                                test_fail(__FILE__, __LINE__, "the Nomad job %s is still registered", jid);
+                }
         }
         long tags = -1;
         for (int t = 0; t < 50 && tags != 0; t++) {
