@@ -927,6 +927,28 @@ static int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char 
         return 0;
 }
 
+/* Docker's checkpoint API exists only on an experimental daemon: asked each time (a daemon
+ * restarted with it needs no controld restart). */
+static int dd_checkpoint_ready(struct driver *d, char *err, size_t errlen) {
+        int r = docker_experimental(D(d));
+        if (r < 0) {
+                snprintf(err, errlen, "the Docker engine did not say whether it has experimental features: %s", dmsg(r));
+                return r;
+        }
+        if (r == 0) {
+                snprintf(err, errlen, "the Docker engine at %s runs without experimental features, which its checkpoint "
+                                      "API needs (\"experimental\": true in daemon.json, see packaging/daemon.json)",
+                         d->ctl->cfg->docker_socket);
+                return -EOPNOTSUPP;
+        }
+        if (!P(d)->root_dir) {
+                snprintf(err, errlen, "sandboxes run without the in-sandbox agent (paddock-init), which the checkpoint "
+                                      "needs");
+                return -EOPNOTSUPP;
+        }
+        return 0;
+}
+
 static int dd_restore(struct driver *d, const struct sandbox *sb, const char *name, struct placement *ret, char *err,
                       size_t errlen) {
         int64_t deadline = mono_ms() + (int64_t) d->ctl->cfg->create_timeout_s * 1000;
@@ -971,6 +993,7 @@ static const struct driver_ops docker_ops = {
         .place = dd_place,
         .remove = dd_remove,
         .checkpoint = dd_checkpoint,
+        .checkpoint_ready = dd_checkpoint_ready,
         .restore = dd_restore,
         .running = dd_running,
         .sample = dd_sample,

@@ -107,6 +107,9 @@ struct driver_ops {
          * says when it could not (then it is stopped). */
         int (*checkpoint)(struct driver *d, const struct sandbox *sb, const char *name, int64_t *ret_bytes,
                           bool *ret_stopped, char *err, size_t errlen);
+        /* With checkpoint: 0 when the backend can checkpoint now, else -EOPNOTSUPP (or another
+         * -errno) with the reason (e.g. Docker without experimental features). */
+        int (*checkpoint_ready)(struct driver *d, char *err, size_t errlen);
         /* Optional, with checkpoint: starts sb's kept workload from checkpoint `name`, in place,
          * unparks its agent and waits (bounded) for it to listen; the checkpoint is removed once
          * the workload runs. ret as place's. On failure the workload is stopped as it was. */

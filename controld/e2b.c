@@ -376,6 +376,10 @@ static enum MHD_Result post_pause(struct req *r) {
                         return respond_error(r, 400, "memory: only sandboxes without network access (allowInternetAccess: "
                                                      "false) can be paused with their memory (gVisor cannot checkpoint "
                                                      "host networking): pause with memory: false to keep the filesystem");
+                char why[384] = "";
+                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, why, sizeof(why)) < 0)
+                        return respond_error(r, 501, "memory: this server cannot keep memory now: %s; pause with "
+                                                     "memory: false", why);
                 int k = sandbox_pause(c, &sb, true, &e);
                 if (k < 0)
                         return respond_errno(r, k, &e);

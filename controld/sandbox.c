@@ -870,6 +870,9 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, str
                                                      "their memory (gVisor cannot checkpoint host networking); this one's "
                                                      "egress is %s: pause it without keepMemory",
                                        pj_egress_mode_to_string(sb->egress.mode));
+                char why[384] = "";
+                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, why, sizeof(why)) < 0)
+                        return API_ERR(err, -EOPNOTSUPP, "keepMemory: this server cannot keep memory now: %s", why);
         }
         /* A snapshot being taken reads the container: the pause waits for it (a pause right
          * after POST /snapshots is what SDK flows do), within the same bound. */

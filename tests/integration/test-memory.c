@@ -302,3 +302,27 @@ TEST_FULL(e2b_pause_default_keeps_memory_and_connect_resumes, 300) {
         ctld_stop(&c);
 #undef E2B
 }
+
+/* On a Docker engine without experimental features (the shared one here unless services.sh
+ * set it up; never under CI) keepMemory is refused by name, before anything is touched. */
+TEST_FULL(keep_memory_needs_an_experimental_docker, 120) {
+        need_docker();
+        if (experimental("unix:///var/run/docker.sock"))
+                TEST_SKIP("the shared Docker engine has experimental features");
+        struct ctld c = { 0 };
+        char id[25];
+        struct hres r;
+        ctld_start(&c, NULL, NULL);
+        _cleanup_free_ char *key = ctld_account_key(&c, "noexp", NULL, NULL);
+        ctld_create(&c, key, "{\"egress\":{\"mode\":\"deny_all\"}}", id);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
+        sb_post(&c, key, id, "pause", "{\"keepMemory\":true}", 501, &r);
+        ASSERT_NOT_NULL(strstr(hres_message(&r), "keepMemory"));
+        ASSERT_NOT_NULL(strstr(hres_message(&r), "experimental"));
+        hres_done(&r);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 5), "ready");
+        ctld_exec(&c, key, id, "echo still", 30, &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+        ctld_stop(&c);
+}

@@ -1062,7 +1062,17 @@ TEST_FULL(e2b_pause_keeps_the_filesystem, 600) {
         e2b_expect(__LINE__, e2b_call(port, "POST", "/files?path=/data/keep.txt", NULL, id, tok, "application/octet-stream", "kept", 4),
                    200, "/data/keep.txt");
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
-        e2b_expect(__LINE__, e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{}", 2), 400, "memory");
+        {
+                /* memory true (the default): kept on a Docker engine with experimental features (issue 37;
+                 * test-memory tests it), else refused by name */
+                _cleanup_free_ char *pr = e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{}", 2);
+                if (test_raw_status(pr) == 204) {
+                        snprintf(path, sizeof(path), "/sandboxes/%s/connect", id);
+                        e2b_expect(__LINE__, e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{\"timeout\":900}",
+                                                      15), 201, id);
+                } else if (test_raw_status(pr) != 501 || !strstr(test_raw_body(pr), "memory"))
+                        test_fail(__FILE__, __LINE__, "pause {} -> %.400s", pr);
+        }
         for (int round = 1; round <= 2; round++) {
                 snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
                 e2b_expect(__LINE__, e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{\"memory\":false}", 16),
