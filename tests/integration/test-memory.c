@@ -5,8 +5,9 @@
  * lost; E2B's pause() default keeps memory and connect resumes it.
  *
  * Docker's checkpoint API needs an experimental daemon. When the shared one is not
- * (`docker info`), the test uses (and when absent starts) its own at CKPT_SOCK, with the
- * runtimes of $PADDOCK_STATE/daemon.json, and the test images loaded into it. */
+ * (`docker info`), the test uses its own at CKPT_SOCK (one already running, or one it starts
+ * and stops again), with the runtimes of $PADDOCK_STATE/daemon.json and the test images
+ * loaded into it. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,17 @@ static bool has_image(const char *image) {
         return test_run_capture(argv, &out, 4096) == 0;
 }
 
+/* Our own dockerd, when this test started it: stopped (SIGTERM by its pid file, waited for)
+ * when the test ends, so that none is left behind. */
+static void ckpt_dockerd_stop(void *ud) {
+        (void) ud;
+        char *argv[] = { "sh", "-c",
+                         "p=$(cat " CKPT_DIR "/docker.pid 2>/dev/null) && kill \"$p\" && "
+                         "for i in $(seq 100); do kill -0 \"$p\" 2>/dev/null || exit 0; sleep 0.1; done",
+                         NULL };
+        (void) test_run_capture(argv, NULL, 0);
+}
+
 /* The [docker] section for controld: "" on an experimental shared daemon, else our own's. */
 static const char *ckpt_docker(void) {
         if (!experimental("unix://" CKPT_SOCK)) {
@@ -53,6 +65,7 @@ static const char *ckpt_docker(void) {
                 ASSERT_EQ(test_run_capture(argv, NULL, 0), 0);
                 for (int i = 0; i < 300 && !experimental("unix://" CKPT_SOCK); i++)
                         usleep(100000);
+                test_on_exit(ckpt_dockerd_stop, NULL);
                 if (!experimental("unix://" CKPT_SOCK))
                         TEST_SKIP("no experimental dockerd (shared one is not; ours did not start: " CKPT_DIR "/dockerd.log)");
         }
