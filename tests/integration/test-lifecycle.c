@@ -60,7 +60,13 @@
 static struct ctld ctl;
 static struct dfault dfault;
 static struct nstandin standin;
-static char node_id[40], exchange[64], repo[64], agent_conf[512], agent_log[512], e2b_url[64], registry[32] = "127.0.0.1:5000";
+static char node_id[40], exchange[64], repo[64], agent_conf[512], agent_log[512], e2b_url[64], registry[32] = "127.0.0.1:5000",
+            table[32];
+/* Networked sandboxes (egress open or restricted, enforced by the node agent's nftables on a
+ * bridge of the run's own): the Docker driver; on the Nomad stand-in the run's sandboxes are
+ * deny_all (test-controld-egress-nomad covers the CNI path). */
+#define BRIDGE "pdklfc0"
+static bool networked;
 static int registry_port;   /* a registry of the run's own (faults: it goes away), else 0: the shared one */
 static pid_t agent_pid;
 static pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -98,6 +104,7 @@ struct msb {
         char id[25];
         enum mst st;
         char volume[25];        /* persistent: its volume (kept after the destroy), else "" */
+        bool net;               /* egress open or restricted: a policy on the node */
         char history[512];      /* what was done to it, for a failure's message */
 };
 
@@ -251,8 +258,11 @@ static void add_sb(struct client *c, const char *body) {
 
 static void op_create(struct client *c, const char *from_snapshot) {
         enum op op = from_snapshot ? OP_RESTORE : OP_CREATE;
+        bool net = networked && !from_snapshot && rnd(c, 3) == 0;
         _cleanup_free_ char *body = from_snapshot ? xasprintf("{\"fromSnapshot\":\"%s\",\"egress\":{\"mode\":\"deny_all\"}}", from_snapshot)
-                                                  : xstrdup("{\"egress\":{\"mode\":\"deny_all\"}}");
+                                    : net ? xstrdup(rnd(c, 2) ? "{\"egress\":{\"mode\":\"open\"}}"
+                                                              : "{\"egress\":{\"mode\":\"restricted\",\"allow\":[\"203.0.113.9\"]}}")
+                                          : xstrdup("{\"egress\":{\"mode\":\"deny_all\"}}");
         _cleanup_free_ char *out = NULL;
         bool full = live_count(c) >= 2 || c->n_sb == MAX_SB;
         long st = req(c, "POST", "/sandboxes", body, &out);
@@ -264,8 +274,10 @@ static void op_create(struct client *c, const char *from_snapshot) {
                         count(op, st);
                 return;
         }
-        if (allowed(c, op, st, 201, 0, out))
+        if (allowed(c, op, st, 201, 0, out)) {
                 add_sb(c, out);
+                c->sb[c->n_sb - 1].net = net;
+        }
 }
 
 static int free_vol_slot(const struct client *c) {
@@ -508,9 +520,11 @@ static void op_egress(struct client *c) {
                 return;
         cur = sb;
         _cleanup_free_ char *path = xasprintf("/sandboxes/%s/egress", sb->id), *out = NULL;
-        long st = req(c, "PUT", path, "{\"mode\":\"restricted\",\"allow\":[\"198.51.100.7\"]}", &out);
-        /* deny_all sandboxes have no interface: refused with the reason (ready), or for the state */
-        (void) allowed(c, OP_EGRESS, st, 400, 0, out);
+        long st = req(c, "PUT", path,
+                      rnd(c, 2) ? "{\"mode\":\"restricted\",\"allow\":[\"198.51.100.7\"]}" : "{\"mode\":\"open\"}", &out);
+        /* a networked ready sandbox: enforced by the node before the 200; deny_all sandboxes have
+         * no interface (refused with the reason), and only ready ones change */
+        (void) allowed(c, OP_EGRESS, st, sb->net && sb->st == M_READY ? 200 : 400, 0, out);
         check_state(c, sb, "egress change");
 }
 
@@ -675,10 +689,13 @@ static void *client_main(void *ud) {
 /* ---- faults ---- */
 
 static void agent_start(void) {
+        char egress[160] = "";
+        if (networked)
+                snprintf(egress, sizeof(egress), "[egress]\nenable = true\ntable = %s\nbridges = " BRIDGE "\n", table);
         agenttest_write_conf(agent_conf, ctld_nomad() ? "nomad" : node_id, exchange, ctld_nomad() ? standin.url : NULL,
                              "[snapshot]\nregistry = %s\nrepository = %s\ndisk_floor = 64M\nprune_interval = 5s\n"
-                             "timeout = 120s\n",
-                             registry, repo);
+                             "timeout = 120s\n%s",
+                             registry, repo, egress);
         agent_pid = agenttest_start(agent_conf, agent_log, "consuming snapshot jobs");
 }
 
@@ -687,6 +704,31 @@ static void agent_stop(void *ud) {
         pthread_mutex_lock(&agent_lock);
         test_stop_child(&agent_pid);
         pthread_mutex_unlock(&agent_lock);
+}
+
+static void net_drop(void *ud) {
+        (void) ud;
+        char *t1[] = { "nft", "delete", "table", "inet", table, NULL }, *t2[] = { "nft", "delete", "table", "bridge", table, NULL };
+        char *n[] = { "docker", "network", "rm", "paddock-lfc", "paddock-lfc-int", NULL };
+        (void) test_run_capture(t1, NULL, 1 << 16);
+        (void) test_run_capture(t2, NULL, 1 << 16);
+        (void) test_run_capture(n, NULL, 1 << 16);
+}
+
+/* The sandbox chains in the agent's nft tables (inet and bridge). */
+static long sandbox_chains(void) {
+        long n = 0;
+        const char *const fam[] = { "inet", "bridge" };
+        for (int f = 0; f < 2; f++) {
+                char *argv[] = { "nft", "list", "table", (char *) fam[f], table, NULL };
+                _cleanup_free_ char *out = NULL;
+                if (test_run_capture(argv, &out, 1 << 22) != 0 || !out)
+                        continue;
+                /* a sandbox's chain is sbx_<its id>; sbx_egress and sbx_to_host are the table's own */
+                for (const char *p = out; (p = strstr(p, "\tchain sbx_")); p++)
+                        n += strspn(p + 11, "0123456789abcdef") == 24;
+        }
+        return n;
 }
 
 static void queues_drop(void *ud) {
@@ -784,6 +826,8 @@ static void platform_up(bool faults) {
         if (!test_port_open(5000))
                 TEST_SKIP("no registry on 127.0.0.1:5000");
         int id4 = (int) (getpid() % 100000);
+        networked = !ctld_nomad();
+        snprintf(table, sizeof(table), "plfc%d", id4);
         snprintf(node_id, sizeof(node_id), "lfc-%d", id4);
         snprintf(exchange, sizeof(exchange), "paddock.lfc-%d", id4);
         snprintf(repo, sizeof(repo), "paddock-test/life%d", id4);
@@ -802,6 +846,8 @@ static void platform_up(bool faults) {
                 registry_port = test_free_port();
                 regtest_start(registry_port, NULL, registry);
         }
+        if (networked)
+                test_on_exit(net_drop, NULL);   /* first in, last out: after every container on them */
         test_on_exit(queues_drop, NULL);
         test_on_exit(agent_stop, NULL);
         agent_start();
@@ -813,12 +859,17 @@ static void platform_up(bool faults) {
                 snprintf(sock, sizeof(sock), "socket = %s\n", dfault.path);
         }
         char extra[4096];
+        char net[512] = "";
+        if (networked)
+                snprintf(net, sizeof(net),
+                         "network = paddock-lfc\nsubnet = 169.254.70.0/24\ngateway = 169.254.70.1\nbridge = " BRIDGE "\n"
+                         "network_internal = paddock-lfc-int\nsubnet_internal = 169.254.71.0/24\n");
         snprintf(extra, sizeof(extra),
-                 "[docker]\nnode_id = %s\n%s"
+                 "[docker]\nnode_id = %s\n%s%s"
                  "[amqp]\nurl = amqp://guest:guest@127.0.0.1:5672\nexchange = %s\n"
                  "[snapshots]\nregistry = %s\nrepository = %s\ntimeout = 120s\ntick = 500ms\n"
                  "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = busybox\n" PLAN,
-                 node_id, sock, exchange, registry, repo, e2b_port);
+                 node_id, net, sock, exchange, registry, repo, e2b_port);
         if (ctld_nomad())
                 ctld_start_nomad(&ctl, &standin, NULL, NULL, extra);
         else
@@ -1062,6 +1113,32 @@ static void lifecycle_run(bool faults, unsigned dflt_seed) {
                         if (vl && *vl)
                                 test_fail(__FILE__, __LINE__, "volume %s is still on the engine after its delete", cl[i].vol[v]);
                 }
+        /* no policy of any sandbox left on the node (the destroy asked the agent to drop it) */
+        if (networked) {
+                long chains = -1;
+                for (int t = 0; t < 50 && chains != 0; t++) {
+                        chains = sandbox_chains();
+                        if (chains)
+                                usleep(200 * 1000);
+                }
+                if (chains != 0) {
+                        char *argv[] = { "nft", "list", "table", "inet", table, NULL };
+                        _cleanup_free_ char *out = NULL;
+                        (void) test_run_capture(argv, &out, 1 << 22);
+                        const char *p = out ? strstr(out, "\tchain sbx_") : NULL;
+                        while (p && strspn(p + 11, "0123456789abcdef") != 24)
+                                p = strstr(p + 1, "\tchain sbx_");
+                        char which[64] = "";
+                        if (p)
+                                snprintf(which, sizeof(which), "%.40s", p + 7);
+                        for (int i = 0; i < N_CLIENTS; i++)
+                                for (int k = 0; k < cl[i].n_sb; k++)
+                                        if (which[0] && strstr(which, cl[i].sb[k].id) == which + 4)
+                                                fprintf(stderr, "  %s: %s\n", cl[i].sb[k].id, cl[i].sb[k].history);
+                        test_fail(__FILE__, __LINE__, "%ld sandbox chain(s) left in the node's nft table %s (%s)", chains, table,
+                                  which);
+                }
+        }
         _cleanup_free_ char *vols = ctld_db_query(&ctl, "SELECT COUNT(*) FROM volumes");
         ASSERT_STREQ(vols, "0\n");
         /* Nomad: no job of any sandbox the run made is left registered */
