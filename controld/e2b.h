@@ -19,7 +19,7 @@ const char *e2b_domain(void);
  * or the E2b-Sandbox-Id/-Port headers: 1 with id (SANDBOX_ID_LEN + 1 bytes) and *ret_port; 0
  * the control plane; -1 a malformed id or port. Pure: tests/fuzz/fuzz-e2b-head.c calls it. */
 int e2b_head_target(const char *head, size_t n, const char *domain, char *id, int *ret_port);
-/* envd.c: a sandbox's tokens, HMAC(agent key, kind, id) in hex: kind "envd" (X-Access-Token) or
+/* envd-common.c: a sandbox's tokens, HMAC(agent key, kind, id) in hex: kind "envd" (X-Access-Token) or
  * "traffic" (e2b-traffic-access-token); nothing is stored. _ok compares in constant time. */
 void e2b_token(const struct ctl *c, const char *kind, const char *sandbox_id, char out[65]);
 bool e2b_token_ok(const struct ctl *c, const char *kind, const char *sandbox_id, const char *got);
