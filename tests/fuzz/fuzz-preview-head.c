@@ -18,9 +18,14 @@
 #include "fuzz.h"
 #include "preview.h"
 
+/* Header lines of head starting with prefix; the request line is no header (a method may be
+ * any token, "X-Forwarded-ProtoGET" included). */
 static size_t count_lines(const char *head, const char *prefix) {
         size_t n = 0, pl = strlen(prefix);
-        for (const char *l = head; *l; l = strstr(l, "\r\n") + 2) {
+        const char *first = strstr(head, "\r\n");
+        if (!first)
+                return 0;
+        for (const char *l = first + 2; *l; l = strstr(l, "\r\n") + 2) {
                 if (!strncasecmp(l, prefix, pl))
                         n++;
                 if (!strstr(l, "\r\n"))
