@@ -316,16 +316,68 @@ TEST_FULL(e2b_pause_default_keeps_memory_and_connect_resumes, 300) {
 #undef E2B
 }
 
-/* On a Docker engine without experimental features (the shared one here unless services.sh
- * set it up; never under CI) keepMemory is refused by name, before anything is touched. */
-TEST_FULL(keep_memory_needs_an_experimental_docker, 120) {
+#define NOEXP_DIR "/run/paddock-noexp"
+#define NOEXP_SOCK NOEXP_DIR "/docker.sock"
+
+static void noexp_dockerd_stop(void *ud) {
+        (void) ud;
+        char *argv[] = { "sh", "-c",
+                         "p=$(cat " NOEXP_DIR "/docker.pid 2>/dev/null) && kill \"$p\" && "
+                         "for i in $(seq 100); do kill -0 \"$p\" 2>/dev/null || exit 0; sleep 0.1; done",
+                         NULL };
+        (void) test_run_capture(argv, NULL, 0);
+}
+
+static bool answers(const char *host) {
+        char *argv[] = { "docker", "-H", (char *) host, "info", "-f", "{{.ExperimentalBuild}}", NULL };
+        return test_run_capture(argv, NULL, 4096) == 0;
+}
+
+/* The [docker] section for a controld on an engine WITHOUT experimental features: the shared
+ * one when it has none, else one of the test's own (started and stopped here, the test image
+ * loaded into it). services.sh sets the shared one up experimental, so under CI it is ours. */
+static const char *noexp_docker(void) {
         need_docker();
-        if (experimental("unix:///var/run/docker.sock"))
-                TEST_SKIP("the shared Docker engine has experimental features");
+        if (!experimental("unix:///var/run/docker.sock"))
+                return "";
+        const char *state = getenv("PADDOCK_STATE") ? getenv("PADDOCK_STATE") : "/var/tmp/paddock-dev";
+        _cleanup_free_ char *cmd = xasprintf(
+                "set -e; mkdir -p " NOEXP_DIR " /var/lib/docker-noexp; "
+                "python3 -c 'import json,sys; print(json.dumps({\"runtimes\": json.load(open(sys.argv[1]))[\"runtimes\"]}))' "
+                "'%s/daemon.json' > " NOEXP_DIR "/daemon.json; "
+                "setsid dockerd --host unix://" NOEXP_SOCK " --data-root /var/lib/docker-noexp "
+                "--exec-root " NOEXP_DIR "/exec --pidfile " NOEXP_DIR "/docker.pid --bridge none --iptables=false "
+                "--config-file " NOEXP_DIR "/daemon.json > " NOEXP_DIR "/dockerd.log 2>&1 < /dev/null &",
+                state);
+        char *argv[] = { "sh", "-c", cmd, NULL };
+        ASSERT_EQ(test_run_capture(argv, NULL, 0), 0);
+        test_on_exit(noexp_dockerd_stop, NULL);
+        for (int i = 0; i < 300 && !answers("unix://" NOEXP_SOCK); i++)
+                usleep(100000);
+        if (!answers("unix://" NOEXP_SOCK))
+                test_fail(__FILE__, __LINE__, "our own dockerd without experimental features did not start (" NOEXP_DIR "/dockerd.log)");
+        ASSERT_FALSE(experimental("unix://" NOEXP_SOCK));
+        setenv("DOCKER_HOST", "unix://" NOEXP_SOCK, 1);
+        const char *image = getenv("PADDOCK_TEST_IMAGE") ? getenv("PADDOCK_TEST_IMAGE") : "paddock/busybox:local";
+        /* its API answers before its containerd does: the load is what tells it is ready */
+        _cleanup_free_ char *load = xasprintf("docker -H unix:///var/run/docker.sock save '%s' | docker load", image);
+        char *largv[] = { "sh", "-c", load, NULL };
+        for (int i = 0; i < 60 && !has_image(image); i++)
+                if (test_run_capture(largv, NULL, 0) != 0)
+                        usleep(500000);
+        if (!has_image(image))
+                test_fail(__FILE__, __LINE__, "could not load %s into our own dockerd (" NOEXP_DIR "/dockerd.log)", image);
+        return "[docker]\nsocket = " NOEXP_SOCK "\n";
+}
+
+/* On a Docker engine without experimental features keepMemory is refused by name, before
+ * anything is touched (an engine of the test's own when the shared one has them). */
+TEST_FULL(keep_memory_needs_an_experimental_docker, 120) {
+        const char *docker = noexp_docker();
         struct ctld c = { 0 };
         char id[25];
         struct hres r;
-        ctld_start(&c, NULL, NULL);
+        ctld_start(&c, NULL, docker);
         _cleanup_free_ char *key = ctld_account_key(&c, "noexp", NULL, NULL);
         ctld_create(&c, key, "{\"egress\":{\"mode\":\"deny_all\"}}", id);
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
