@@ -511,6 +511,8 @@ static int no_snapshot_in_flight(struct ctl *c, const char *id) {
         return r < 0 ? r : n == 0;
 }
 
+#define DESTROY_SNAPSHOT_WAIT_S 10
+
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         char derr[256] = "";
@@ -525,12 +527,14 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                         return API_ERR(err, -EIO, "Failed to read the sandbox record");
                 if (sb.status == SB_DESTROYED)
                         return 0;
-                /* A snapshot the user asked for before the destroy is taken first (within
-                 * pause_wait): its commit reads the container, and under runsc a kill during the
-                 * commit's pause fails ("PID ... is zombie") until the commit is done. Past the
-                 * bound the snapshot fails with its reason. Snapshots cannot start meanwhile:
-                 * they check the status under this lock. */
-                int64_t until = mono_ms() + (int64_t) c->cfg->pause_wait_s * 1000;
+                /* A snapshot the user asked for before the destroy is taken first, for a few
+                 * seconds at most (a commit takes about one; a node agent that is down must not
+                 * make every destroy hang): its commit reads the container, and under runsc a
+                 * kill during the commit's pause fails ("PID ... is zombie") until the commit is
+                 * done. Past the bound the destroy goes on and the snapshot fails with its
+                 * reason. Snapshots cannot start meanwhile: they check the status under this lock. */
+                uint64_t wait_s = c->cfg->pause_wait_s < DESTROY_SNAPSHOT_WAIT_S ? c->cfg->pause_wait_s : DESTROY_SNAPSHOT_WAIT_S;
+                int64_t until = mono_ms() + (int64_t) wait_s * 1000;
                 while (sb.status == SB_READY && no_snapshot_in_flight(c, id) == 0 && mono_ms() < until && !c->stopping)
                         usleep(100 * 1000);
                 r = c->drv->ops->remove(c->drv, &sb, derr, sizeof(derr));
