@@ -239,7 +239,6 @@ docker_config() {
         local netmode=$1
         cat <<EOF
 {$(docker_storage)"bridge": "none",
- "experimental": true,
  "default-address-pools": [{"base": "169.254.80.0/20", "size": 24}],
  "runtimes": {"runsc": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=none"]},
               "runsc-net": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=$netmode"]},
