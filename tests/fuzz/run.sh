@@ -27,7 +27,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 1
 SECONDS_EACH=${1:-${FUZZ_SECONDS:-8}}
 # Not 0: to libFuzzer -seed=0 means "pick one yourself", which is what this replaces.
-SEED=${FUZZ_SEED:-$(((RANDOM << 15 | RANDOM) + 1))}
+SEED=${FUZZ_SEED:-$(((RANDOM << 15 | RANDOM) % 999999999 + 1))}
 if [[ ! $SEED =~ ^[1-9][0-9]{0,8}$ ]]; then
         echo "fuzz: FUZZ_SEED=$SEED is not a number from 1 to 999999999"
         echo "0 passed, 1 failed"
