@@ -334,6 +334,20 @@ static enum MHD_Result post_timeout(struct req *r) {
 }
 
 
+/* A page of a list: the JSON array items (taken), 200, and X-Next-Token (next) when more is set. */
+static enum MHD_Result respond_page(struct req *r, cJSON *items, bool more, int64_t next) {
+        char *body = json_print(items);
+        cJSON_Delete(items);
+        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(body), body, free);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        if (more) {
+                char nt[32];
+                snprintf(nt, sizeof(nt), "%lld", (long long) next);
+                MHD_add_response_header(resp, "X-Next-Token", nt);
+        }
+        return respond_response(r, 200, resp);
+}
+
 /* The node's agent commits and pushes a snapshot; its event settles the record. Waits (bounded
  * by the snapshot timeout) until *sn is no longer creating, reloading it. */
 static int wait_snapshot(struct ctl *c, struct snapshot *sn) {
@@ -497,16 +511,7 @@ static enum MHD_Result list_snapshots(struct req *r) {
                 added++;
         }
         snapshot_array_free(a, n);
-        char *body = json_print(items);
-        cJSON_Delete(items);
-        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(body), body, free);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-        if (more) {
-                char nt[32];
-                snprintf(nt, sizeof(nt), "%lld", (long long) (offset + added));
-                MHD_add_response_header(resp, "X-Next-Token", nt);
-        }
-        return respond_response(r, 200, resp);
+        return respond_page(r, items, more, offset + added);
 }
 
 /* DELETE /templates/{id} (deleteSnapshot): a snapshot of the caller's; 404 (the SDK's false)
@@ -775,16 +780,7 @@ static enum MHD_Result list_common(struct req *r, bool v2) {
         }
         sandbox_array_free(a, n);
         pj_e2b_kv_free(kv, nkv);
-        char *s = json_print(items);
-        cJSON_Delete(items);
-        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(s), s, free);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-        if (more) {
-                char nt[32];
-                snprintf(nt, sizeof(nt), "%lld", (long long) (offset + added));
-                MHD_add_response_header(resp, "X-Next-Token", nt);
-        }
-        return respond_response(r, 200, resp);
+        return respond_page(r, items, more, offset + added);
 }
 
 static enum MHD_Result list_v2(struct req *r) { return list_common(r, true); }

@@ -104,6 +104,17 @@ static bool all_traffic(const char *s, size_t n) {
         return (n == 9 && !memcmp(s, "0.0.0.0/0", 9));
 }
 
+/* The policy of a create's network or an updateNetwork: E2B's allowOut entries win over its
+ * denyOut; without a deny everything is allowed anyway (the entries are dropped). */
+static void egress_settle(struct pj_egress *e, bool deny_all) {
+        e->mode = deny_all ? (e->n_allow ? PJ_EGRESS_RESTRICTED : PJ_EGRESS_DENY_ALL) : PJ_EGRESS_OPEN;
+        if (!deny_all && e->n_allow) {
+                for (size_t i = 0; i < e->n_allow; i++)
+                        free(e->allow[i]);
+                e->n_allow = 0;
+        }
+}
+
 /* update: the body of updateNetwork (its own fields were checked by the caller). */
 static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, bool *ret_deny_all, bool update,
                          struct pj_error *err) {
@@ -246,13 +257,7 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
                 return r;
         if (!inet)
                 deny_all = true;
-        /* E2B: allowOut entries win over denyOut; without a deny, everything is allowed anyway */
-        c.egress.mode = deny_all ? (c.egress.n_allow ? PJ_EGRESS_RESTRICTED : PJ_EGRESS_DENY_ALL) : PJ_EGRESS_OPEN;
-        if (!deny_all && c.egress.n_allow) {
-                for (size_t i = 0; i < c.egress.n_allow; i++)
-                        free(c.egress.allow[i]);
-                c.egress.n_allow = 0;
-        }
+        egress_settle(&c.egress, deny_all);
         const struct pj_json *md = pj_json_member(root, "metadata");
         if (md && (r = string_map(md, "metadata", false, PJ_E2B_MAX_METADATA, PJ_E2B_MAX_METADATA_KEY,
                                   PJ_E2B_MAX_METADATA_VALUE, &c.metadata_json, NULL, NULL, NULL, err)) < 0)
@@ -315,13 +320,7 @@ int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *
                 return r;
         if (has && !inet)
                 deny_all = true;
-        /* as at create: allowOut wins over denyOut; without a deny everything is allowed */
-        c.egress.mode = deny_all ? (c.egress.n_allow ? PJ_EGRESS_RESTRICTED : PJ_EGRESS_DENY_ALL) : PJ_EGRESS_OPEN;
-        if (!deny_all && c.egress.n_allow) {
-                for (size_t i = 0; i < c.egress.n_allow; i++)
-                        free(c.egress.allow[i]);
-                c.egress.n_allow = 0;
-        }
+        egress_settle(&c.egress, deny_all);
         *ret = c.egress;
         c.egress = (struct pj_egress) { 0 };
         return 0;
