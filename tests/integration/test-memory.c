@@ -35,15 +35,44 @@ static bool has_image(const char *image) {
         return test_run_capture(argv, &out, 4096) == 0;
 }
 
-/* Our own dockerd, when this test started it: stopped (SIGTERM by its pid file, waited for)
- * when the test ends, so that none is left behind. */
-static void ckpt_dockerd_stop(void *ud) {
-        (void) ud;
-        char *argv[] = { "sh", "-c",
-                         "p=$(cat " CKPT_DIR "/docker.pid 2>/dev/null) && kill \"$p\" && "
-                         "for i in $(seq 100); do kill -0 \"$p\" 2>/dev/null || exit 0; sleep 0.1; done",
-                         NULL };
+/* A dockerd of the test's own in dir (socket dir/docker.sock, data root /var/lib/docker-<data>),
+ * with the runtimes of $PADDOCK_STATE/daemon.json, experimental or not; stopped (SIGTERM by its
+ * pid file, waited for) when the test ends, so that none is left behind. */
+static void own_dockerd_stop(void *ud) {
+        _cleanup_free_ char *cmd = xasprintf("p=$(cat %s/docker.pid 2>/dev/null) && kill \"$p\" && "
+                                             "for i in $(seq 100); do kill -0 \"$p\" 2>/dev/null || exit 0; sleep 0.1; done",
+                                             (const char *) ud);
+        char *argv[] = { "sh", "-c", cmd, NULL };
         (void) test_run_capture(argv, NULL, 0);
+}
+
+static void own_dockerd_start(const char *dir, const char *data, bool exp) {
+        const char *state = getenv("PADDOCK_STATE") ? getenv("PADDOCK_STATE") : "/var/tmp/paddock-dev";
+        _cleanup_free_ char *cmd = xasprintf(
+                "set -e; mkdir -p %1$s /var/lib/docker-%2$s; "
+                "python3 -c 'import json,sys; print(json.dumps({\"runtimes\": json.load(open(sys.argv[1]))[\"runtimes\"]}))' "
+                "'%3$s/daemon.json' > %1$s/daemon.json; "
+                "setsid dockerd %4$s--host unix://%1$s/docker.sock --data-root /var/lib/docker-%2$s "
+                "--exec-root %1$s/exec --pidfile %1$s/docker.pid --bridge none --iptables=false "
+                "--config-file %1$s/daemon.json > %1$s/dockerd.log 2>&1 < /dev/null &",
+                dir, data, state, exp ? "--experimental " : "");
+        char *argv[] = { "sh", "-c", cmd, NULL };
+        ASSERT_EQ(test_run_capture(argv, NULL, 0), 0);
+        test_on_exit(own_dockerd_stop, (void *) dir);
+}
+
+/* Each image into the engine DOCKER_HOST names, from the shared one, unless it has it. Its API
+ * answers before its containerd does: the load is what tells it is ready. */
+static void load_images(const char *const *images, size_t n, const char *log) {
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_free_ char *load = xasprintf("docker -H unix:///var/run/docker.sock save '%s' | docker load", images[i]);
+                char *argv[] = { "sh", "-c", load, NULL };
+                for (int t = 0; t < 60 && !has_image(images[i]); t++)
+                        if (test_run_capture(argv, NULL, 0) != 0)
+                                usleep(500000);
+                if (!has_image(images[i]))
+                        test_fail(__FILE__, __LINE__, "could not load %s into our own dockerd (%s)", images[i], log);
+        }
 }
 
 /* The [docker] section for controld: "" on an experimental shared daemon, else our own's. */
@@ -52,33 +81,16 @@ static const char *ckpt_docker(void) {
                 need_docker();
                 if (experimental("unix:///var/run/docker.sock"))
                         return "";
-                const char *state = getenv("PADDOCK_STATE") ? getenv("PADDOCK_STATE") : "/var/tmp/paddock-dev";
-                _cleanup_free_ char *cmd = xasprintf(
-                        "set -e; mkdir -p " CKPT_DIR " /var/lib/docker-ckpt; "
-                        "python3 -c 'import json,sys; print(json.dumps({\"runtimes\": json.load(open(sys.argv[1]))[\"runtimes\"]}))' "
-                        "'%s/daemon.json' > " CKPT_DIR "/daemon.json; "
-                        "setsid dockerd --experimental --host unix://" CKPT_SOCK " --data-root /var/lib/docker-ckpt "
-                        "--exec-root " CKPT_DIR "/exec --pidfile " CKPT_DIR "/docker.pid --bridge none --iptables=false "
-                        "--config-file " CKPT_DIR "/daemon.json > " CKPT_DIR "/dockerd.log 2>&1 < /dev/null &",
-                        state);
-                char *argv[] = { "sh", "-c", cmd, NULL };
-                ASSERT_EQ(test_run_capture(argv, NULL, 0), 0);
+                own_dockerd_start(CKPT_DIR, "ckpt", true);
                 for (int i = 0; i < 300 && !experimental("unix://" CKPT_SOCK); i++)
                         usleep(100000);
-                test_on_exit(ckpt_dockerd_stop, NULL);
                 if (!experimental("unix://" CKPT_SOCK))
                         TEST_SKIP("no experimental dockerd (shared one is not; ours did not start: " CKPT_DIR "/dockerd.log)");
         }
         setenv("DOCKER_HOST", "unix://" CKPT_SOCK, 1);
         const char *images[] = { getenv("PADDOCK_TEST_IMAGE") ? getenv("PADDOCK_TEST_IMAGE") : "paddock/busybox:local",
                                  getenv("PADDOCK_PY_IMAGE") ? getenv("PADDOCK_PY_IMAGE") : "paddock/python-3.11:local" };
-        for (size_t i = 0; i < ELEMENTSOF(images); i++)
-                if (!has_image(images[i])) {
-                        _cleanup_free_ char *cmd = xasprintf("docker -H unix:///var/run/docker.sock save '%s' | docker load",
-                                                             images[i]);
-                        char *argv[] = { "sh", "-c", cmd, NULL };
-                        ASSERT_EQ(test_run_capture(argv, NULL, 0), 0);
-                }
+        load_images(images, ELEMENTSOF(images), CKPT_DIR "/dockerd.log");
         return "[docker]\nsocket = " CKPT_SOCK "\n";
 }
 
@@ -319,15 +331,6 @@ TEST_FULL(e2b_pause_default_keeps_memory_and_connect_resumes, 300) {
 #define NOEXP_DIR "/run/paddock-noexp"
 #define NOEXP_SOCK NOEXP_DIR "/docker.sock"
 
-static void noexp_dockerd_stop(void *ud) {
-        (void) ud;
-        char *argv[] = { "sh", "-c",
-                         "p=$(cat " NOEXP_DIR "/docker.pid 2>/dev/null) && kill \"$p\" && "
-                         "for i in $(seq 100); do kill -0 \"$p\" 2>/dev/null || exit 0; sleep 0.1; done",
-                         NULL };
-        (void) test_run_capture(argv, NULL, 0);
-}
-
 static bool answers(const char *host) {
         char *argv[] = { "docker", "-H", (char *) host, "info", "-f", "{{.ExperimentalBuild}}", NULL };
         return test_run_capture(argv, NULL, 4096) == 0;
@@ -340,33 +343,15 @@ static const char *noexp_docker(void) {
         need_docker();
         if (!experimental("unix:///var/run/docker.sock"))
                 return "";
-        const char *state = getenv("PADDOCK_STATE") ? getenv("PADDOCK_STATE") : "/var/tmp/paddock-dev";
-        _cleanup_free_ char *cmd = xasprintf(
-                "set -e; mkdir -p " NOEXP_DIR " /var/lib/docker-noexp; "
-                "python3 -c 'import json,sys; print(json.dumps({\"runtimes\": json.load(open(sys.argv[1]))[\"runtimes\"]}))' "
-                "'%s/daemon.json' > " NOEXP_DIR "/daemon.json; "
-                "setsid dockerd --host unix://" NOEXP_SOCK " --data-root /var/lib/docker-noexp "
-                "--exec-root " NOEXP_DIR "/exec --pidfile " NOEXP_DIR "/docker.pid --bridge none --iptables=false "
-                "--config-file " NOEXP_DIR "/daemon.json > " NOEXP_DIR "/dockerd.log 2>&1 < /dev/null &",
-                state);
-        char *argv[] = { "sh", "-c", cmd, NULL };
-        ASSERT_EQ(test_run_capture(argv, NULL, 0), 0);
-        test_on_exit(noexp_dockerd_stop, NULL);
+        own_dockerd_start(NOEXP_DIR, "noexp", false);
         for (int i = 0; i < 300 && !answers("unix://" NOEXP_SOCK); i++)
                 usleep(100000);
         if (!answers("unix://" NOEXP_SOCK))
                 test_fail(__FILE__, __LINE__, "our own dockerd without experimental features did not start (" NOEXP_DIR "/dockerd.log)");
         ASSERT_FALSE(experimental("unix://" NOEXP_SOCK));
         setenv("DOCKER_HOST", "unix://" NOEXP_SOCK, 1);
-        const char *image = getenv("PADDOCK_TEST_IMAGE") ? getenv("PADDOCK_TEST_IMAGE") : "paddock/busybox:local";
-        /* its API answers before its containerd does: the load is what tells it is ready */
-        _cleanup_free_ char *load = xasprintf("docker -H unix:///var/run/docker.sock save '%s' | docker load", image);
-        char *largv[] = { "sh", "-c", load, NULL };
-        for (int i = 0; i < 60 && !has_image(image); i++)
-                if (test_run_capture(largv, NULL, 0) != 0)
-                        usleep(500000);
-        if (!has_image(image))
-                test_fail(__FILE__, __LINE__, "could not load %s into our own dockerd (" NOEXP_DIR "/dockerd.log)", image);
+        const char *images[] = { getenv("PADDOCK_TEST_IMAGE") ? getenv("PADDOCK_TEST_IMAGE") : "paddock/busybox:local" };
+        load_images(images, ELEMENTSOF(images), NOEXP_DIR "/dockerd.log");
         return "[docker]\nsocket = " NOEXP_SOCK "\n";
 }
 
