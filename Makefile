@@ -35,10 +35,25 @@ CFLAGS  ?= -O2 -g
 # Include paths per layer, so a controld file cannot pick up a nodeagent header by accident
 # (nor common/ or proto-json/ one of a daemon's): each sees only itself and what lies below.
 # Tests see everything.
-INC := -Icommon -Iproto-json -Icontrold -Inodeagent -Itests/lib
+# Inside controld the folders are layers (controld/README.md): edge/ over core/ over driver/ over
+# guest/ (the client of paddock-init), store/ under all but guest/; the top (main, config, the
+# shared services) sees every layer. A file sees its own layer and those below, so an include
+# upward does not compile.
+CTL_INC_STORE  := -Icontrold -Icontrold/store
+CTL_INC_GUEST  := -Icontrold/guest
+CTL_INC_DRIVER := -Icontrold -Icontrold/driver -Icontrold/guest -Icontrold/store
+CTL_INC_CORE   := -Icontrold -Icontrold/core -Icontrold/driver -Icontrold/guest -Icontrold/store
+CTL_INC_EDGE   := -Icontrold -Icontrold/edge -Icontrold/core -Icontrold/store
+CTL_INC_ALL    := -Icontrold -Icontrold/edge -Icontrold/core -Icontrold/driver -Icontrold/guest -Icontrold/store
+INC := -Icommon -Iproto-json $(CTL_INC_ALL) -Inodeagent -Itests/lib
 $(BUILD)/obj/common/%.o: INC := -Icommon
 $(BUILD)/obj/proto-json/%.o: INC := -Icommon -Iproto-json
-$(BUILD)/obj/controld/%.o: INC := -Icommon -Iproto-json -Icontrold
+$(BUILD)/obj/controld/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
+$(BUILD)/obj/controld/edge/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
+$(BUILD)/obj/controld/core/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
+$(BUILD)/obj/controld/driver/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
+$(BUILD)/obj/controld/guest/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
+$(BUILD)/obj/controld/store/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
 $(BUILD)/obj/nodeagent/%.o: INC := -Icommon -Iproto-json -Inodeagent
 $(BUILD)/obj/nodeagent/paddock-init/%.o: INC := -Icommon -Iproto-json -Inodeagent/paddock-init
 ALL_CFLAGS = -std=gnu17 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE -pthread \
@@ -48,7 +63,7 @@ LDFLAGS += $(SANFLAGS)
 
 COMMON_SRC   := $(wildcard common/*.c)
 PJ_SRC       := $(wildcard proto-json/*.c)
-CONTROLD_SRC := $(filter-out controld/main.c,$(wildcard controld/*.c))
+CONTROLD_SRC := $(filter-out controld/main.c,$(wildcard controld/*.c controld/*/*.c))
 AGENT_SRC    := $(filter-out nodeagent/main.c,$(wildcard nodeagent/*.c))
 TESTLIB_SRC  := $(wildcard tests/lib/*.c)
 UNIT_SRC     := $(wildcard tests/unit/test-*.c)

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cleanup.h"
-#include "agent.h"
+#include "guest.h"
 #include "controld.h"
 #include "driver.h"
 #include "nodebus.h"
@@ -34,7 +34,7 @@ int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
                         return log_error_errno(r, "Failed to read the instance id from the store: %m");
         }
         c->metrics = metrics_new();
-        if (with_driver && (r = agent_host_init(c, err, sizeof(err))) < 0)
+        if (with_driver && (r = guest_host_init(c, err, sizeof(err))) < 0)
                 return log_error_errno(r, "%s", err);
         if (with_driver) {
                 r = driver_new(c, &c->drv);
@@ -79,7 +79,7 @@ void ctl_close(struct ctl *c) {
         c->store = store_close(c->store);
         c->metrics = metrics_free(c->metrics);
         c->cfg = config_free(c->cfg);
-        agent_host_done(c);
+        guest_host_done(c);
         free(c->instance_id);
         c->instance_id = NULL;
 }

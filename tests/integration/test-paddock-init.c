@@ -19,7 +19,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "agent-client.h"
+#include "guest-conn.h"
 #include "cleanup.h"
 #include "testlib.h"
 
@@ -90,29 +90,29 @@ static void finish_agent(void) {
                 test_fail(__FILE__, __LINE__, "the agent ended with status 0x%x:\n%s", st, text);
 }
 
-static struct agent_client *conn(void) {
-        struct agent_client *c = NULL;
+static struct guest_client *conn(void) {
+        struct guest_client *c = NULL;
         struct pj_error e = { 0 };
-        int r = agent_client_connect(sock_path, SECRET, T, &c, &e);
+        int r = guest_client_connect(sock_path, SECRET, T, &c, &e);
         if (r < 0)
                 test_fail(__FILE__, __LINE__, "connect: %s %s", strerror(-r), e.message);
         return c;
 }
 
-static void recv_frame_at(int line, struct agent_client *c, struct agent_frame *f) {
+static void recv_frame_at(int line, struct guest_client *c, struct guest_frame *f) {
         struct pj_error e = { 0 };
-        int r = agent_client_recv(c, T, f, &e);
+        int r = guest_client_recv(c, T, f, &e);
         if (r < 0)
                 test_fail(__FILE__, line, "recv: %s %s", strerror(-r), e.message);
 }
 #define recv_frame(c, f) recv_frame_at(__LINE__, (c), (f))
 
-static void send_msg(struct agent_client *c, const struct pj_agent_msg *m) { ASSERT_OK(agent_client_send(c, m, T)); }
+static void send_msg(struct guest_client *c, const struct pj_agent_msg *m) { ASSERT_OK(guest_client_send(c, m, T)); }
 
 static char *env_default[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", NULL };
 
 /* SPAWN argv on channel id; returns the pid (fails the test on ERROR). extra: optional fields. */
-static pid_t spawn(struct agent_client *c, uint32_t id, char **argv, const struct pj_agent_fields *extra) {
+static pid_t spawn(struct guest_client *c, uint32_t id, char **argv, const struct pj_agent_fields *extra) {
         size_t n = 0;
         while (argv[n])
                 n++;
@@ -121,14 +121,14 @@ static pid_t spawn(struct agent_client *c, uint32_t id, char **argv, const struc
         if (extra)
                 m.f = *extra;
         send_msg(c, &m);
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
         recv_frame(c, &f);
         if (f.m.type == PJ_AGENT_ERROR)
                 test_fail(__FILE__, __LINE__, "SPAWN %s: %s", argv[0], f.m.f.message);
         ASSERT_EQ(f.m.type, PJ_AGENT_SPAWNED);
         ASSERT_EQ(f.m.id, id);
         pid_t pid = (pid_t) f.m.f.pid;
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         return pid;
 }
 
@@ -139,10 +139,10 @@ struct run {
 };
 
 /* Collects OUTPUT on id until EXIT. */
-static void collect(struct agent_client *c, uint32_t id, struct run *r) {
+static void collect(struct guest_client *c, uint32_t id, struct run *r) {
         memset(r, 0, sizeof(*r));
         for (;;) {
-                struct agent_frame f = { 0 };
+                struct guest_frame f = { 0 };
                 recv_frame(c, &f);
                 ASSERT_EQ(f.m.id, id);
                 if (f.m.type == PJ_AGENT_OUTPUT) {
@@ -154,20 +154,20 @@ static void collect(struct agent_client *c, uint32_t id, struct run *r) {
                 } else if (f.m.type == PJ_AGENT_EXIT) {
                         r->code = f.m.f.code;
                         r->signo = (int) f.m.f.signo;
-                        agent_frame_done(&f);
+                        guest_frame_done(&f);
                         return;
                 } else
                         test_fail(__FILE__, __LINE__, "unexpected %s: %s", pj_agent_type_name(f.m.type),
                                   f.m.f.message ? f.m.f.message : "");
-                agent_frame_done(&f);
+                guest_frame_done(&f);
         }
 }
 
 /* Reads OUTPUT on id until the stdout seen so far contains want. */
-static void wait_output(struct agent_client *c, uint32_t id, const char *want, char *acc, size_t cap) {
+static void wait_output(struct guest_client *c, uint32_t id, const char *want, char *acc, size_t cap) {
         size_t n = strlen(acc);
         while (!strstr(acc, want)) {
-                struct agent_frame f = { 0 };
+                struct guest_frame f = { 0 };
                 recv_frame(c, &f);
                 ASSERT_EQ(f.m.type, PJ_AGENT_OUTPUT);
                 ASSERT_EQ(f.m.id, id);
@@ -175,13 +175,13 @@ static void wait_output(struct agent_client *c, uint32_t id, const char *want, c
                 memcpy(acc + n, f.m.data, k);
                 n += k;
                 acc[n] = 0;
-                agent_frame_done(&f);
+                guest_frame_done(&f);
         }
 }
 
 TEST(exec_echo_output_and_exit_code) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         struct run r;
         spawn(c, 1, (char *[]) { "echo", "hi", NULL }, NULL);
         collect(c, 1, &r);
@@ -200,12 +200,12 @@ TEST(exec_echo_output_and_exit_code) {
         /* a program that is not there */
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SPAWN, .id = 4, .argv = (char *[]) { "no-such-prog", NULL },
                                              .n_argv = 1, .env = env_default, .n_env = 2 });
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ENOENT);
         ASSERT_CONTAINS(f.m.f.message, "no-such-prog");
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         /* cwd */
         spawn(c, 5, (char *[]) { "pwd", NULL }, &(struct pj_agent_fields) { .cwd = "/tmp" });
         collect(c, 5, &r);
@@ -245,7 +245,7 @@ TEST(commands_inherit_no_descriptor_and_no_signal_state) {
         start_agent();
         for (size_t i = 0; i < ELEMENTSOF(inherited); i++)
                 raw_disposition(inherited[i], SIG_DFL);
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         struct run r;
         spawn(c, 1, (char *[]) { "sh", "-c", "ls -l /proc/self/fd/ | grep -c agent.log; grep -E '^Sig(Blk|Ign):' /proc/self/status", NULL }, NULL);
         collect(c, 1, &r);
@@ -283,7 +283,7 @@ TEST(agent_binary_is_static) {
 
 TEST(stdin_line_by_line) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         spawn(c, 7, (char *[]) { "cat", NULL }, &(struct pj_agent_fields) { .present = PJ_AGENT_BIT(PJ_AGENT_T_STDIN),
                                                                              .stdin_pipe = true });
         char acc[4096] = "";
@@ -300,7 +300,7 @@ TEST(stdin_line_by_line) {
 
 TEST(sigint_ends_sleep) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         spawn(c, 3, (char *[]) { "sleep", "100", NULL }, NULL);
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_SIGNAL, .id = 3, .f.signo = SIGINT });
         struct run r;
@@ -319,17 +319,17 @@ TEST(base_env_cwd_error_and_pid_addressing) {
         start_agent();
         unsetenv("PADDOCK_TEST_BASE");
         unsetenv("PADDOCK_TEST_OVER");
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         struct pj_agent_fields base = { .present = PJ_AGENT_BIT(PJ_AGENT_T_BASE_ENV), .base_env = true };
         char *over[] = { "PADDOCK_TEST_OVER=request", NULL };
         struct pj_agent_msg m = { .type = PJ_AGENT_SPAWN, .id = 1,
                                   .argv = (char *[]) { "/bin/sh", "-c", "echo $PADDOCK_TEST_BASE $PADDOCK_TEST_OVER; env | grep -c PADDOCK_INIT_ || true", NULL },
                                   .n_argv = 3, .env = over, .n_env = 1, .f = base };
         send_msg(c, &m);
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_SPAWNED);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         struct run r;
         collect(c, 1, &r);
         ASSERT_STREQ(r.out, "from-agent request\n0\n");
@@ -346,7 +346,7 @@ TEST(base_env_cwd_error_and_pid_addressing) {
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ENOENT);
         ASSERT_STREQ(f.m.f.path, "/no/such/dir");
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         m = (struct pj_agent_msg) { .type = PJ_AGENT_SPAWN, .id = 3, .argv = (char *[]) { "no-such-program-x", NULL },
                                     .n_argv = 1, .env = env_default, .n_env = 2 };
         send_msg(c, &m);
@@ -354,25 +354,25 @@ TEST(base_env_cwd_error_and_pid_addressing) {
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ENOENT);
         ASSERT_NULL(f.m.f.path);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
 
         /* A process with stdin, fed and signalled from a second connection by pid. */
         struct pj_agent_fields in = { .present = PJ_AGENT_BIT(PJ_AGENT_T_STDIN), .stdin_pipe = true };
         pid_t cat = spawn(c, 4, (char *[]) { "cat", NULL }, &in);
-        _cleanup_(agent_client_freep) struct agent_client *c2 = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c2 = conn();
         send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN, .id = 9, .data = (const uint8_t *) "by pid\n", .data_len = 7,
                                               .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = (uint32_t) cat } });
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_OK);
         ASSERT_EQ(f.m.id, 9);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         char acc[256] = "";
         wait_output(c, 4, "by pid\n", acc, sizeof(acc));
         send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN_CLOSE, .id = 10,
                                               .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = (uint32_t) cat } });
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_OK);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         collect(c, 4, &r);
         ASSERT_EQ(r.code, 0);
         send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_SIGNAL, .id = 11,
@@ -380,7 +380,7 @@ TEST(base_env_cwd_error_and_pid_addressing) {
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ESRCH);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
 
         /* KILL by pid takes a setsid escapee too. */
         pid_t tree = spawn(c, 5, (char *[]) { "/bin/sh", "-c", "setsid sleep 77 & echo started; wait", NULL }, NULL);
@@ -391,7 +391,7 @@ TEST(base_env_cwd_error_and_pid_addressing) {
                                               .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = (uint32_t) tree, .signo = 9 } });
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_OK);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         collect(c, 5, &r);
         ASSERT_EQ(r.signo, SIGKILL);
         usleep(300000);
@@ -403,14 +403,14 @@ TEST(base_env_cwd_error_and_pid_addressing) {
 
 TEST(reattach_replays_output) {
         start_agent();
-        struct agent_client *c = conn();
+        struct guest_client *c = conn();
         pid_t pid = spawn(c, 1, (char *[]) { "sh", "-c", "echo one; sleep 0.3; echo two", NULL },
                           &(struct pj_agent_fields) { .tag = "job" });
-        agent_client_free(c); /* gone: the process keeps running */
+        guest_client_free(c); /* gone: the process keeps running */
         usleep(800 * 1000);
-        _cleanup_(agent_client_freep) struct agent_client *c2 = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c2 = conn();
         send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_LIST, .id = 2 });
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_PROCS);
         ASSERT_EQ(f.m.n_entries, 1);
@@ -418,26 +418,26 @@ TEST(reattach_replays_output) {
         ASSERT_STREQ(f.m.entries[0].tag, "job");
         ASSERT_FALSE(f.m.entries[0].running);
         ASSERT_EQ(f.m.entries[0].code, 0);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_ATTACH, .id = 9, .f.pid = (uint32_t) pid });
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_OK);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         struct run r;
         collect(c2, 9, &r);
         ASSERT_STREQ(r.out, "one\ntwo\n");
         ASSERT_EQ(r.code, 0);
 
         /* kill_on_detach: the process dies with its connection */
-        struct agent_client *c3 = conn();
+        struct guest_client *c3 = conn();
         pid_t p2 = spawn(c3, 1, (char *[]) { "sleep", "100", NULL },
                          &(struct pj_agent_fields) { .present = PJ_AGENT_BIT(PJ_AGENT_T_KILL_ON_DETACH), .kill_on_detach = true });
-        agent_client_free(c3);
+        guest_client_free(c3);
         usleep(300 * 1000);
         send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_ATTACH, .id = 10, .f.pid = (uint32_t) p2 });
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_OK);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         collect(c2, 10, &r);
         ASSERT_EQ(r.signo, SIGKILL);
         finish_agent();
@@ -445,7 +445,7 @@ TEST(reattach_replays_output) {
 
 TEST(pty_tty_and_resize) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         struct pj_agent_fields pty = { .present = PJ_AGENT_BIT(PJ_AGENT_T_ROWS) | PJ_AGENT_BIT(PJ_AGENT_T_COLS), .rows = 24,
                                        .cols = 80 };
         struct run r;
@@ -502,7 +502,7 @@ static int zombies_of(pid_t parent, int *ret_children) {
 
 TEST(orphans_are_reaped) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         struct run r;
         spawn(c, 1, (char *[]) { "sh", "-c", "for i in $(seq 100); do sleep 0.2 & done", NULL }, NULL);
         collect(c, 1, &r);
@@ -536,29 +536,29 @@ TEST(orphans_are_reaped) {
 
 TEST(wrong_secret_is_refused) {
         start_agent();
-        struct agent_client *c = NULL;
+        struct guest_client *c = NULL;
         struct pj_error e = { 0 };
-        ASSERT_EQ(agent_client_connect(sock_path, "wrong", T, &c, &e), -EACCES);
-        ASSERT_EQ(agent_client_connect(sock_path, SECRET "x", T, &c, &e), -EACCES);
+        ASSERT_EQ(guest_client_connect(sock_path, "wrong", T, &c, &e), -EACCES);
+        ASSERT_EQ(guest_client_connect(sock_path, SECRET "x", T, &c, &e), -EACCES);
         ASSERT_NULL(c);
-        agent_client_free(conn());
+        guest_client_free(conn());
         finish_agent();
 }
 
 TEST(huge_frame_closes_only_that_connection) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *bystander = conn();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *bystander = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         uint8_t h[PJ_AGENT_HEADER_SIZE];
         pj_agent_header_encode(h, &(struct pj_agent_header) { .len = 0xffffffffu, .type = PJ_AGENT_DATA, .id = 1 });
-        ASSERT_OK(agent_client_send_raw(c, h, sizeof(h), T));
-        struct agent_frame f = { 0 };
+        ASSERT_OK(guest_client_send_raw(c, h, sizeof(h), T));
+        struct guest_frame f = { 0 };
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, EPROTO);
         ASSERT_CONTAINS(f.m.f.message, "limit");
-        agent_frame_done(&f);
-        ASSERT_EQ(agent_client_recv(c, T, &f, NULL), -ECONNRESET);
+        guest_frame_done(&f);
+        ASSERT_EQ(guest_client_recv(c, T, &f, NULL), -ECONNRESET);
 
         /* garbage before HELLO */
         {
@@ -581,7 +581,7 @@ TEST(huge_frame_closes_only_that_connection) {
         spawn(bystander, 1, (char *[]) { "echo", "still", NULL }, NULL);
         collect(bystander, 1, &r);
         ASSERT_STREQ(r.out, "still\n");
-        _cleanup_(agent_client_freep) struct agent_client *c2 = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c2 = conn();
         spawn(c2, 1, (char *[]) { "true", NULL }, NULL);
         collect(c2, 1, &r);
         ASSERT_EQ(r.code, 0);
@@ -593,34 +593,34 @@ TEST(symlink_socket_is_refused) {
         char link[300];
         snprintf(link, sizeof(link), "%s/link.sock", test_tmpdir());
         ASSERT_OK(symlink(sock_path, link));
-        struct agent_client *c = NULL;
-        ASSERT_EQ(agent_client_connect(link, SECRET, T, &c, NULL), -ENOTSOCK);
+        struct guest_client *c = NULL;
+        ASSERT_EQ(guest_client_connect(link, SECRET, T, &c, NULL), -ENOTSOCK);
         char file[300];
         snprintf(file, sizeof(file), "%s/secret", test_tmpdir());
-        ASSERT_EQ(agent_client_connect(file, SECRET, T, &c, NULL), -ENOTSOCK);
-        agent_client_free(conn());
+        ASSERT_EQ(guest_client_connect(file, SECRET, T, &c, NULL), -ENOTSOCK);
+        guest_client_free(conn());
         finish_agent();
 }
 
-static void expect_ok(struct agent_client *c, uint32_t id) {
-        struct agent_frame f = { 0 };
+static void expect_ok(struct guest_client *c, uint32_t id) {
+        struct guest_frame f = { 0 };
         recv_frame(c, &f);
         if (f.m.type == PJ_AGENT_ERROR)
                 test_fail(__FILE__, __LINE__, "ERROR %u: %s", f.m.f.err, f.m.f.message);
         ASSERT_EQ(f.m.type, PJ_AGENT_OK);
         ASSERT_EQ(f.m.id, id);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
 }
 
 TEST(files_round_trip) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         char dir[300], path[400], dir2[400], moved[500];
         snprintf(dir, sizeof(dir), "%s/files", test_tmpdir());
         snprintf(path, sizeof(path), "%s/a/b/f.txt", dir);
         snprintf(dir2, sizeof(dir2), "%s/x/y", dir);
         snprintf(moved, sizeof(moved), "%s/g.txt", dir2);
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
 
         /* WRITE in two DATA chunks, parents made, mode applied */
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_WRITE, .id = 1,
@@ -638,17 +638,17 @@ TEST(files_round_trip) {
         ASSERT_EQ(f.m.f.size, 7);
         ASSERT_EQ(f.m.f.mode, 0600);
         ASSERT_TRUE(f.m.f.mtime_ns > 1600000000LL * 1000000000LL);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
 
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_READ, .id = 3, .f.path = path });
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_DATA);
         ASSERT_EQ(f.m.data_len, 7);
         ASSERT_TRUE(memcmp(f.m.data, "hello\0!", 7) == 0);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_END);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
 
         /* a big file comes back in several chunks, whole */
         char big[300];
@@ -670,9 +670,9 @@ TEST(files_round_trip) {
                         ASSERT_TRUE(got + f.m.data_len <= (3u << 20));
                         ASSERT_TRUE(memcmp(f.m.data, buf + got, f.m.data_len) == 0);
                         got += f.m.data_len;
-                        agent_frame_done(&f);
+                        guest_frame_done(&f);
                 }
-                agent_frame_done(&f);
+                guest_frame_done(&f);
                 ASSERT_EQ(got, 3 << 20);
                 free(buf);
         }
@@ -686,11 +686,11 @@ TEST(files_round_trip) {
         ASSERT_STREQ(f.m.entries[0].name, "f.txt");
         ASSERT_EQ(f.m.entries[0].ftype, PJ_AGENT_FT_FILE);
         ASSERT_EQ(f.m.entries[0].size, 7);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_END);
         ASSERT_FALSE(f.m.f.truncated);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
 
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_MKDIR, .id = 6,
                                              .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PARENTS), .path = dir2, .parents = true } });
@@ -699,7 +699,7 @@ TEST(files_round_trip) {
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, EEXIST);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_MOVE, .id = 8, .f = { .path = path, .to = moved } });
         expect_ok(c, 8);
         struct stat st;
@@ -711,7 +711,7 @@ TEST(files_round_trip) {
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ENOTEMPTY);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_REMOVE, .id = 10,
                                              .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_RECURSIVE), .path = dir, .recursive = true } });
         expect_ok(c, 10);
@@ -719,13 +719,13 @@ TEST(files_round_trip) {
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ENOENT);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_READ, .id = 12, .f.path = "/no/such/file" });
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ENOENT);
         ASSERT_CONTAINS(f.m.f.message, "/no/such/file");
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         finish_agent();
 }
 
@@ -744,33 +744,33 @@ static void *echo_server(void *arg) {
 
 /* WATCH: the directory's changes as EVENT frames; recursive takes the tree, new directories
  * included; the client's END or the directory's removal ends it. */
-static void next_event(struct agent_client *c, uint32_t id, const char *path, uint8_t event) {
+static void next_event(struct guest_client *c, uint32_t id, const char *path, uint8_t event) {
         for (;;) {
-                struct agent_frame f = { 0 };
+                struct guest_frame f = { 0 };
                 recv_frame(c, &f);
                 if (f.m.type == PJ_AGENT_ERROR)
                         test_fail(__FILE__, __LINE__, "ERROR %u: %s", f.m.f.err, f.m.f.message);
                 ASSERT_EQ(f.m.type, PJ_AGENT_EVENT);
                 ASSERT_EQ(f.m.id, id);
                 bool match = !strcmp(f.m.f.path, path) && f.m.f.event == event;
-                agent_frame_done(&f);
+                guest_frame_done(&f);
                 if (match)
                         return;
         }
 }
 
-static void expect_end(struct agent_client *c, uint32_t id, bool truncated) {
+static void expect_end(struct guest_client *c, uint32_t id, bool truncated) {
         for (;;) {
-                struct agent_frame f = { 0 };
+                struct guest_frame f = { 0 };
                 recv_frame(c, &f);
                 ASSERT_EQ(f.m.id, id);
                 if (f.m.type == PJ_AGENT_EVENT) {
-                        agent_frame_done(&f);
+                        guest_frame_done(&f);
                         continue;
                 }
                 ASSERT_EQ(f.m.type, PJ_AGENT_END);
                 ASSERT_EQ(f.m.f.truncated, truncated);
-                agent_frame_done(&f);
+                guest_frame_done(&f);
                 return;
         }
 }
@@ -780,7 +780,7 @@ TEST(watch_reports_changes_in_the_tree) {
         char dir[300], p1[400], p2[400], sub[400], deep[400];
         snprintf(dir, sizeof(dir), "%s/w", test_tmpdir());
         ASSERT_OK(mkdir(dir, 0755) < 0 ? -errno : 0);
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .id = 1,
                                              .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_RECURSIVE), .path = dir,
                                                     .recursive = true } });
@@ -812,7 +812,7 @@ TEST(watch_reports_changes_in_the_tree) {
 
         /* a second connection, not recursive, on the same directory: no sub/ events, and when
          * it ends the first one still gets its events (the kernel shares the watch) */
-        _cleanup_(agent_client_freep) struct agent_client *c2 = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c2 = conn();
         send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .id = 7, .f = { .path = dir } });
         expect_ok(c2, 7);
         fd = open(deep, O_WRONLY | O_TRUNC);
@@ -822,13 +822,13 @@ TEST(watch_reports_changes_in_the_tree) {
         fd = open(p1, O_WRONLY | O_CREAT, 0644);
         close(fd);
         /* the first event on the plain watch is top.txt: sub/deep.txt's WRITE, earlier, was not sent */
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_EVENT);
         ASSERT_STREQ(f.m.f.path, "top.txt");
         ASSERT_EQ(f.m.f.event, PJ_AGENT_EV_CREATE);
         ASSERT_EQ(f.m.f.ftype, PJ_AGENT_FT_FILE);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_END, .id = 7 });
         expect_end(c2, 7, false);
         ASSERT_OK(unlink(p1));
@@ -839,12 +839,12 @@ TEST(watch_reports_changes_in_the_tree) {
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ENOTDIR);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .id = 9, .f = { .path = "/no/such/dir" } });
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ENOENT);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         for (uint32_t i = 0; i < 16; i++) {
                 send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_WATCH, .id = 100 + i, .f = { .path = dir } });
                 expect_ok(c2, 100 + i);
@@ -853,7 +853,7 @@ TEST(watch_reports_changes_in_the_tree) {
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, EMFILE);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
 
         /* the watched directory goes: the watch ends (not truncated) */
         ASSERT_OK(unlink(deep));
@@ -874,8 +874,8 @@ TEST(forward_tcp_both_ways) {
         pthread_t th;
         pthread_create(&th, NULL, echo_server, &lfd);
 
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
-        struct agent_frame f = { 0 };
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
+        struct guest_frame f = { 0 };
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_FORWARD, .id = 5, .f.port = ntohs(sa.sin_port) });
         expect_ok(c, 5);
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_DATA, .id = 5, .data = (const uint8_t *) "ping\n", .data_len = 5 });
@@ -886,7 +886,7 @@ TEST(forward_tcp_both_ways) {
                 ASSERT_EQ(f.m.type, PJ_AGENT_DATA);
                 memcpy(acc + n, f.m.data, f.m.data_len);
                 n += f.m.data_len;
-                agent_frame_done(&f);
+                guest_frame_done(&f);
         }
         ASSERT_STREQ(acc, "ping\n");
         /* half-close: the server sees EOF, closes, we get END */
@@ -894,7 +894,7 @@ TEST(forward_tcp_both_ways) {
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_END);
         ASSERT_EQ(f.m.id, 5);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         pthread_join(th, NULL);
         close(lfd);
 
@@ -904,7 +904,7 @@ TEST(forward_tcp_both_ways) {
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, ECONNREFUSED);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         finish_agent();
 }
 
@@ -925,8 +925,8 @@ static long agent_rss_kib(void) {
 
 TEST(floods_are_bounded) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
-        struct agent_frame f = { 0 };
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
+        struct guest_frame f = { 0 };
         long rss0 = agent_rss_kib();
 
         /* stdin nobody drains, flooded: the agent stops reading this client */
@@ -939,7 +939,7 @@ TEST(floods_are_bounded) {
         memset(chunk, 'x', sizeof(chunk));
         int r = 0, sent = 0;
         for (; sent < 64 && r == 0; sent++)
-                r = agent_client_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN, .id = 2, .data = chunk,
+                r = guest_client_send(c, &(struct pj_agent_msg) { .type = PJ_AGENT_STDIN, .id = 2, .data = chunk,
                                                                   .data_len = sizeof(chunk) },
                                       500);
         ASSERT_EQ(r, -ETIMEDOUT);
@@ -950,7 +950,7 @@ TEST(floods_are_bounded) {
         ASSERT_LE(rss1 - rss0, 48 * 1024);
 
         /* the other connections are served meanwhile */
-        _cleanup_(agent_client_freep) struct agent_client *other = conn();
+        _cleanup_(guest_client_freep) struct guest_client *other = conn();
         struct run run;
         spawn(other, 1, (char *[]) { "echo", "ok", NULL }, NULL);
         collect(other, 1, &run);
@@ -962,39 +962,39 @@ TEST(floods_are_bounded) {
                 recv_frame(c, &f);
                 if (f.m.type == PJ_AGENT_OUTPUT && f.m.id == 1)
                         got += f.m.data_len;
-                agent_frame_done(&f);
+                guest_frame_done(&f);
         }
 
         /* a client flooding garbage after HELLO is cut off; the agent stays */
-        _cleanup_(agent_client_freep) struct agent_client *bad = conn();
+        _cleanup_(guest_client_freep) struct guest_client *bad = conn();
         uint8_t junk[PJ_AGENT_HEADER_SIZE + 16] = { 0, 0, 0, 16, PJ_AGENT_SPAWN };
         memset(junk + PJ_AGENT_HEADER_SIZE, 0xee, 16);
-        ASSERT_OK(agent_client_send_raw(bad, junk, sizeof(junk), T));
+        ASSERT_OK(guest_client_send_raw(bad, junk, sizeof(junk), T));
         recv_frame(bad, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_ERROR);
         ASSERT_EQ(f.m.f.err, EPROTO);
-        agent_frame_done(&f);
-        ASSERT_EQ(agent_client_recv(bad, T, &f, NULL), -ECONNRESET);
+        guest_frame_done(&f);
+        ASSERT_EQ(guest_client_recv(bad, T, &f, NULL), -ECONNRESET);
 
         /* connections beyond the limit are closed at once */
-        struct agent_client *many[PI_TEST_CONNS] = { 0 };
+        struct guest_client *many[PI_TEST_CONNS] = { 0 };
         int refused = 0;
         for (int i = 0; i < PI_TEST_CONNS; i++) {
                 struct pj_error e;
-                if (agent_client_connect(sock_path, SECRET, T, &many[i], &e) < 0)
+                if (guest_client_connect(sock_path, SECRET, T, &many[i], &e) < 0)
                         refused++;
         }
         printf("  %d connections tried beyond 2 open: %d refused\n", PI_TEST_CONNS, refused);
         ASSERT_EQ(refused, PI_TEST_CONNS - 62);
         for (int i = 0; i < PI_TEST_CONNS; i++)
-                agent_client_free(many[i]);
+                guest_client_free(many[i]);
         finish_agent();
 }
 
 /* Not an assertion: how long a spawn round trip takes (SPAWN -> SPAWNED -> EXIT of `true`). */
 TEST(measure_spawn_round_trip) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         struct run r;
@@ -1012,11 +1012,11 @@ TEST(measure_spawn_round_trip) {
                 collect(c, 1 + i % 3, &r);
         }
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_LIST, .id = 1 });
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_PROCS);
         ASSERT_EQ(f.m.n_entries, PJ_AGENT_MAX_PROCS);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         finish_agent();
 }
 
@@ -1063,7 +1063,7 @@ static pid_t wait_spare(void) {
         return s;
 }
 
-static pid_t sh_c(struct agent_client *c, uint32_t id, const char *script, const struct pj_agent_fields *extra,
+static pid_t sh_c(struct guest_client *c, uint32_t id, const char *script, const struct pj_agent_fields *extra,
                   struct run *r) {
         pid_t pid = spawn(c, id, (char *[]) { "/bin/sh", "-c", (char *) script, NULL }, extra);
         collect(c, id, r);
@@ -1077,7 +1077,7 @@ static pid_t sh_c(struct agent_client *c, uint32_t id, const char *script, const
  * spare made for the last one; a spare killed from outside is replaced by a cold start. */
 TEST(spare_shell_runs_commands_as_a_cold_start_would) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         struct run r;
         const struct pj_agent_fields in_tmp = { .cwd = "/tmp" };
         ASSERT_EQ(spare_of(agent_pid), 0); /* none before a /bin/sh -c command */
@@ -1155,7 +1155,7 @@ TEST(spare_shell_runs_commands_as_a_cold_start_would) {
 
 TEST(sigterm_stops_the_agent) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         spawn(c, 1, (char *[]) { "sleep", "100", NULL }, NULL);
         ASSERT_OK(kill(agent_pid, SIGTERM));
         struct run r;
@@ -1173,20 +1173,20 @@ TEST(sigterm_stops_the_agent) {
  * forwarded to the processes, and without a park it changes nothing. */
 TEST(park_closes_the_listener_and_the_unpark_signal_reopens_it) {
         start_agent();
-        _cleanup_(agent_client_freep) struct agent_client *c = conn();
+        _cleanup_(guest_client_freep) struct guest_client *c = conn();
         pid_t pid = spawn(c, 1, (char *[]) { "sh", "-c", "while :; do sleep 0.05; done", NULL },
                           NULL);
         ASSERT_GE(pid, 2);
-        _cleanup_(agent_client_freep) struct agent_client *other = conn();
+        _cleanup_(guest_client_freep) struct guest_client *other = conn();
         send_msg(c, &(struct pj_agent_msg) { .type = PJ_AGENT_PARK, .id = 7 });
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
         recv_frame(c, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_OK);
         ASSERT_EQ(f.m.id, 7);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         struct pj_error e = { 0 };
-        ASSERT_EQ(agent_client_recv(c, T, &f, &e), -ECONNRESET);
-        ASSERT_EQ(agent_client_recv(other, T, &f, &e), -ECONNRESET);
+        ASSERT_EQ(guest_client_recv(c, T, &f, &e), -ECONNRESET);
+        ASSERT_EQ(guest_client_recv(other, T, &f, &e), -ECONNRESET);
         struct stat st;
         ASSERT_TRUE(lstat(sock_path, &st) < 0 && errno == ENOENT);
         /* a new secret in the file: the unparked agent takes it */
@@ -1200,20 +1200,20 @@ TEST(park_closes_the_listener_and_the_unpark_signal_reopens_it) {
         for (int i = 0; i < 500 && lstat(sock_path, &st) < 0; i++)
                 usleep(10000);
         ASSERT_TRUE(S_ISSOCK(st.st_mode));
-        struct agent_client *old = NULL;
-        ASSERT_EQ(agent_client_connect(sock_path, SECRET, T, &old, &e), -EACCES);
-        _cleanup_(agent_client_freep) struct agent_client *c2 = NULL;
-        ASSERT_OK(agent_client_connect(sock_path, "n3w-secret", T, &c2, &e));
+        struct guest_client *old = NULL;
+        ASSERT_EQ(guest_client_connect(sock_path, SECRET, T, &old, &e), -EACCES);
+        _cleanup_(guest_client_freep) struct guest_client *c2 = NULL;
+        ASSERT_OK(guest_client_connect(sock_path, "n3w-secret", T, &c2, &e));
         /* the process lived on and was not sent the signal */
         send_msg(c2, &(struct pj_agent_msg) { .type = PJ_AGENT_ATTACH, .id = 2, .f.pid = (uint32_t) pid });
         recv_frame(c2, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_OK);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         /* unpark when not parked: nothing changes */
         ASSERT_OK(kill(agent_pid, PJ_AGENT_UNPARK_SIGNAL));
         usleep(100000);
-        _cleanup_(agent_client_freep) struct agent_client *c3 = NULL;
-        ASSERT_OK(agent_client_connect(sock_path, "n3w-secret", T, &c3, &e));
+        _cleanup_(guest_client_freep) struct guest_client *c3 = NULL;
+        ASSERT_OK(guest_client_connect(sock_path, "n3w-secret", T, &c3, &e));
         send_msg(c3, &(struct pj_agent_msg) { .type = PJ_AGENT_LIST, .id = 3 });
         recv_frame(c3, &f);
         ASSERT_EQ(f.m.type, PJ_AGENT_PROCS);
@@ -1222,6 +1222,6 @@ TEST(park_closes_the_listener_and_the_unpark_signal_reopens_it) {
                 if (f.m.entries[i].pid == (uint32_t) pid)
                         running = f.m.entries[i].running;
         ASSERT_TRUE(running);
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         finish_agent();
 }

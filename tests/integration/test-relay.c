@@ -18,8 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "agent-client.h"
-#include "agent-exec.h"
+#include "guest-conn.h"
+#include "guest-exec.h"
 #include "agenttest.h"
 #include "amqptest.h"
 #include "cleanup.h"
@@ -168,26 +168,26 @@ static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
 
 /* Runs argv on the agent behind fd (its HELLO first); stdout in o, the exit code returned. */
 static int run_on(int fd, const char *const *argv, struct out *o) {
-        struct agent_client *cl = NULL;
+        struct guest_client *cl = NULL;
         struct pj_error perr = { 0 };
-        int r = agent_client_connect_fd(fd, AGENT_SECRET, mono_ms() + T, &cl, &perr);
+        int r = guest_client_connect_fd(fd, AGENT_SECRET, mono_ms() + T, &cl, &perr);
         if (r < 0)
                 test_fail(__FILE__, __LINE__, "HELLO through the relay: %s %s", strerror(-r), perr.message);
         static const char *const env[] = { "PATH=/usr/local/bin:/usr/bin:/bin", NULL };
-        struct agent_spawn sp = { .argv = argv, .env = env };
-        struct agent_exec *x = NULL;
+        struct guest_spawn sp = { .argv = argv, .env = env };
+        struct guest_exec *x = NULL;
         char err[256] = "";
-        r = agent_exec_start(cl, &sp, &x, err, sizeof(err));
+        r = guest_exec_start(cl, &sp, &x, err, sizeof(err));
         if (r < 0)
                 test_fail(__FILE__, __LINE__, "spawn through the relay: %s", err);
         memset(o, 0, sizeof(*o));
         int64_t deadline = mono_ms() + T;
-        while ((r = agent_exec_read(x, 1000, -1, on_output, o)) == 0 && mono_ms() < deadline)
+        while ((r = guest_exec_read(x, 1000, -1, on_output, o)) == 0 && mono_ms() < deadline)
                 ;
         ASSERT_EQ(r, 1);
         int code = -1;
-        ASSERT_OK(agent_exec_exit_code(x, &code));
-        agent_exec_free(x);
+        ASSERT_OK(guest_exec_exit_code(x, &code));
+        guest_exec_free(x);
         return code;
 }
 

@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "agent-exec.h"
+#include "guest-exec.h"
 #include "cleanup.h"
 #include "fdio.h"
 #include "log.h"
@@ -23,8 +23,8 @@
  * each one a trap inside gVisor); a frame is sent whole before the next. */
 #define CHUNK (1024 * 1024 - 64)
 
-struct agent_exec {
-        struct agent_client *cl;
+struct guest_exec {
+        struct guest_client *cl;
         pid_t pid;
         bool ended, lost, stdin_closed;
         int32_t code;
@@ -36,19 +36,19 @@ struct agent_exec {
 
 /* Sends the encoded frame while taking in (and handing to on_frame) what the agent sends
  * meanwhile, so neither side stalls on a full socket. */
-typedef int (*frame_fn)(struct agent_frame *f, void *ud);
+typedef int (*frame_fn)(struct guest_frame *f, void *ud);
 
 /* At most this many frames per pump, so a flood cannot keep a caller from its deadlines. */
 #define PUMP_BUDGET 64
 
 /* Takes in what the agent has sent: the number of frames handled (0 when none was there),
  * or < 0. */
-static int pump(struct agent_client *cl, frame_fn on_frame, void *ud) {
+static int pump(struct guest_client *cl, frame_fn on_frame, void *ud) {
         int n = 0;
         for (; n < PUMP_BUDGET; n++) {
-                struct agent_frame f = { 0 };
+                struct guest_frame f = { 0 };
                 struct pj_error perr = { 0 };
-                int r = agent_client_try_recv(cl, &f, &perr);
+                int r = guest_client_try_recv(cl, &f, &perr);
                 if (r == 0)
                         return n;
                 if (r < 0) {
@@ -57,14 +57,14 @@ static int pump(struct agent_client *cl, frame_fn on_frame, void *ud) {
                         return r;
                 }
                 r = on_frame ? on_frame(&f, ud) : -EPROTO;
-                agent_client_recycle(cl, &f);
+                guest_client_recycle(cl, &f);
                 if (r < 0)
                         return r;
         }
         return n;
 }
 
-static int send_interleaved(struct agent_client *cl, const struct pj_agent_msg *m, int64_t deadline, frame_fn on_frame,
+static int send_interleaved(struct guest_client *cl, const struct pj_agent_msg *m, int64_t deadline, frame_fn on_frame,
                             void *ud) {
         _cleanup_(pj_agent_buf_done) struct pj_agent_buf b = { 0 };
         uint8_t pre[PJ_AGENT_HEADER_SIZE + PJ_AGENT_TLV_HEADER];
@@ -85,7 +85,7 @@ static int send_interleaved(struct agent_client *cl, const struct pj_agent_msg *
                 iov[0] = (struct iovec) { b.p, b.len };
                 iov[1] = (struct iovec) { NULL, 0 };
         }
-        int fd = agent_client_fd(cl);
+        int fd = guest_client_fd(cl);
         while (iov[0].iov_len + iov[1].iov_len) {
                 struct msghdr mh = { .msg_iov = iov[0].iov_len ? iov : iov + 1, .msg_iovlen = iov[0].iov_len ? 2 : 1 };
                 ssize_t k = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -117,9 +117,9 @@ static int send_interleaved(struct agent_client *cl, const struct pj_agent_msg *
 
 /* Waits until the agent has bytes (1), the deadline passed (0), or the client at watch_fd
  * (-1 = none) hung up (-ECONNRESET). */
-static int wait_agent_or_client(struct agent_client *cl, int watch_fd, int64_t deadline) {
+static int wait_agent_or_client(struct guest_client *cl, int watch_fd, int64_t deadline) {
         for (;;) {
-                struct pollfd pf[2] = { { .fd = agent_client_fd(cl), .events = POLLIN }, { .fd = watch_fd, .events = POLLRDHUP } };
+                struct pollfd pf[2] = { { .fd = guest_client_fd(cl), .events = POLLIN }, { .fd = watch_fd, .events = POLLRDHUP } };
                 int64_t left = deadline - mono_ms();
                 int k = poll(pf, watch_fd >= 0 ? 2 : 1, (int) (left < 0 ? 0 : left));
                 if (k < 0 && errno == EINTR)
@@ -135,15 +135,15 @@ static int wait_agent_or_client(struct agent_client *cl, int watch_fd, int64_t d
 /* ---- processes ---- */
 
 struct proc_ctx {
-        struct agent_exec *x;
+        struct guest_exec *x;
         exec_output_cb cb;
         void *ud;
         int cb_r;
 };
 
-static int proc_frame(struct agent_frame *f, void *ud) {
+static int proc_frame(struct guest_frame *f, void *ud) {
         struct proc_ctx *p = ud;
-        struct agent_exec *x = p->x;
+        struct guest_exec *x = p->x;
         if (f->m.id != CHAN_PROC || x->ended)
                 return -EPROTO;
         switch (f->m.type) {
@@ -172,9 +172,9 @@ static int proc_frame(struct agent_frame *f, void *ud) {
         }
 }
 
-int agent_exec_start(struct agent_client *cl, const struct agent_spawn *spec, struct agent_exec **ret, char *err,
+int guest_exec_start(struct guest_client *cl, const struct guest_spawn *spec, struct guest_exec **ret, char *err,
                      size_t errlen) {
-        struct agent_exec *x = xnew0(struct agent_exec, 1);
+        struct guest_exec *x = xnew0(struct guest_exec, 1);
         x->cl = cl;
         size_t n_argv = 0, n_env = 0;
         while (spec->argv[n_argv])
@@ -206,16 +206,16 @@ int agent_exec_start(struct agent_client *cl, const struct agent_spawn *spec, st
         int r = pj_agent_msg_encode(&m, &b, &perr);
         if (r < 0) {
                 snprintf(err, errlen, "%s", perr.message);
-                agent_exec_free(x);
+                guest_exec_free(x);
                 return -EINVAL;
         }
-        r = agent_client_send_raw(cl, b.p, b.len, SPAWN_TIMEOUT_MS);
-        struct agent_frame f = { 0 };
+        r = guest_client_send_raw(cl, b.p, b.len, SPAWN_TIMEOUT_MS);
+        struct guest_frame f = { 0 };
         if (r >= 0)
-                r = agent_client_recv(cl, SPAWN_TIMEOUT_MS, &f, &perr);
+                r = guest_client_recv(cl, SPAWN_TIMEOUT_MS, &f, &perr);
         if (r < 0) {
                 snprintf(err, errlen, "the agent did not take the command: %s", strerror(-r));
-                agent_exec_free(x);
+                guest_exec_free(x);
                 return r;
         }
         if (f.m.id == CHAN_PROC && f.m.type == PJ_AGENT_SPAWNED) {
@@ -235,22 +235,22 @@ int agent_exec_start(struct agent_client *cl, const struct agent_spawn *spec, st
                 } else {
                         snprintf(err, errlen, "the agent could not start the command: %s",
                                  f.m.f.message ? f.m.f.message : strerror(e));
-                        agent_frame_done(&f);
-                        agent_exec_free(x);
+                        guest_frame_done(&f);
+                        guest_exec_free(x);
                         return e == EAGAIN ? -EUSERS : -EHOSTUNREACH;
                 }
         } else {
                 snprintf(err, errlen, "the agent answered SPAWN with %s", pj_agent_type_name(f.m.type) ?: "?");
-                agent_frame_done(&f);
-                agent_exec_free(x);
+                guest_frame_done(&f);
+                guest_exec_free(x);
                 return -EPROTO;
         }
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         *ret = x;
         return 0;
 }
 
-int agent_exec_write(struct agent_exec *x, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud) {
+int guest_exec_write(struct guest_exec *x, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud) {
         if (x->synth_err || x->ended || x->stdin_closed || x->lost)
                 return -EPIPE;
         int64_t deadline = mono_ms() + timeout_ms;
@@ -274,7 +274,7 @@ int agent_exec_write(struct agent_exec *x, const void *data, size_t len, int tim
         return 0;
 }
 
-int agent_exec_close_stdin(struct agent_exec *x) {
+int guest_exec_close_stdin(struct guest_exec *x) {
         if (x->synth_err || x->ended || x->stdin_closed || x->lost)
                 return 0;
         x->stdin_closed = true;
@@ -284,7 +284,7 @@ int agent_exec_close_stdin(struct agent_exec *x) {
         return r == -EPIPE ? 0 : r;
 }
 
-int agent_exec_read(struct agent_exec *x, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
+int guest_exec_read(struct guest_exec *x, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
         if (x->synth_err) {
                 if (cb && x->synth_err[0])
                         (void) cb(2, (const uint8_t *) x->synth_err, strlen(x->synth_err), ud);
@@ -315,7 +315,7 @@ int agent_exec_read(struct agent_exec *x, int timeout_ms, int watch_fd, exec_out
         }
 }
 
-int agent_exec_exit_code(struct agent_exec *x, int *ret) {
+int guest_exec_exit_code(struct guest_exec *x, int *ret) {
         if (x->synth_code) {
                 *ret = x->synth_code;
                 return 0;
@@ -326,11 +326,11 @@ int agent_exec_exit_code(struct agent_exec *x, int *ret) {
         return 0;
 }
 
-int agent_exec_term_signal(const struct agent_exec *x) {
+int guest_exec_term_signal(const struct guest_exec *x) {
         return x->ended && !x->synth_code && x->code < 0 ? (int) x->signo : 0;
 }
 
-int agent_exec_signal(struct agent_exec *x, int sig) {
+int guest_exec_signal(struct guest_exec *x, int sig) {
         if (x->synth_err || x->ended || x->lost)
                 return 0;
         struct pj_agent_msg m = { .type = PJ_AGENT_SIGNAL, .id = CHAN_PROC, .f.signo = (uint32_t) sig };
@@ -339,7 +339,7 @@ int agent_exec_signal(struct agent_exec *x, int sig) {
         return r == -EPIPE ? 0 : r;
 }
 
-int agent_exec_resize(struct agent_exec *x, uint32_t rows, uint32_t cols, exec_output_cb cb, void *ud) {
+int guest_exec_resize(struct guest_exec *x, uint32_t rows, uint32_t cols, exec_output_cb cb, void *ud) {
         if (x->synth_err || x->ended || x->lost)
                 return 0;
         struct pj_agent_msg m = { .type = PJ_AGENT_RESIZE, .id = CHAN_PROC,
@@ -350,24 +350,24 @@ int agent_exec_resize(struct agent_exec *x, uint32_t rows, uint32_t cols, exec_o
         return r == -EPIPE ? 0 : r < 0 ? r : p.cb_r;
 }
 
-int agent_exec_fd(const struct agent_exec *x) { return agent_client_fd(x->cl); }
+int guest_exec_fd(const struct guest_exec *x) { return guest_client_fd(x->cl); }
 
-pid_t agent_exec_pid(const struct agent_exec *x) { return x->pid; }
+pid_t guest_exec_pid(const struct guest_exec *x) { return x->pid; }
 
-bool agent_exec_lost(const struct agent_exec *x) { return x->lost; }
+bool guest_exec_lost(const struct guest_exec *x) { return x->lost; }
 
-void agent_exec_free(struct agent_exec *x) {
+void guest_exec_free(struct guest_exec *x) {
         if (!x)
                 return;
-        agent_client_free(x->cl);
+        guest_client_free(x->cl);
         free(x->synth_err);
         free(x);
 }
 
 /* ---- files ---- */
 
-struct agent_file {
-        struct agent_client *cl;
+struct guest_file {
+        struct guest_client *cl;
         uint8_t *out;     /* a write's bytes not yet sent: gathered to CHUNK-sized DATA frames */
         size_t out_len;
         bool ended, failed;
@@ -378,8 +378,8 @@ struct agent_file {
         int cb_r;
 };
 
-static int file_frame(struct agent_frame *f, void *ud) {
-        struct agent_file *a = ud;
+static int file_frame(struct guest_frame *f, void *ud) {
+        struct guest_file *a = ud;
         if (f->m.id != CHAN_FILE || a->ended)
                 return -EPROTO;
         switch (f->m.type) {
@@ -405,14 +405,14 @@ static int file_frame(struct agent_frame *f, void *ud) {
         }
 }
 
-static struct agent_file *file_new(struct agent_client *cl) {
-        struct agent_file *a = xnew0(struct agent_file, 1);
+static struct guest_file *file_new(struct guest_client *cl) {
+        struct guest_file *a = xnew0(struct guest_file, 1);
         a->cl = cl;
         return a;
 }
 
-/* Waits up to timeout_ms for the next frames of the transfer; as agent_file_read. */
-static int file_wait(struct agent_file *a, int timeout_ms, int watch_fd) {
+/* Waits up to timeout_ms for the next frames of the transfer; as guest_file_read. */
+static int file_wait(struct guest_file *a, int timeout_ms, int watch_fd) {
         int64_t deadline = mono_ms() + timeout_ms;
         for (;;) {
                 int r = pump(a->cl, file_frame, a);
@@ -430,20 +430,20 @@ static int file_wait(struct agent_file *a, int timeout_ms, int watch_fd) {
         }
 }
 
-int agent_file_read_open(struct agent_client *cl, const char *path, struct agent_file **ret, char *err, size_t errlen) {
-        struct agent_file *a = file_new(cl);
+int guest_file_read_open(struct guest_client *cl, const char *path, struct guest_file **ret, char *err, size_t errlen) {
+        struct guest_file *a = file_new(cl);
         struct pj_agent_msg m = { .type = PJ_AGENT_READ, .id = CHAN_FILE, .f.path = (char *) path };
         int r = send_interleaved(cl, &m, mono_ms() + 10000, file_frame, a);
         if (r < 0) {
                 snprintf(err, errlen, "the agent did not take the read: %s", strerror(-r));
-                agent_file_free(a);
+                guest_file_free(a);
                 return r;
         }
         *ret = a;
         return 0;
 }
 
-int agent_file_read(struct agent_file *a, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
+int guest_file_read(struct guest_file *a, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
         a->cb = cb;
         a->ud = ud;
         a->cb_r = 0;
@@ -454,27 +454,27 @@ int agent_file_read(struct agent_file *a, int timeout_ms, int watch_fd, exec_out
         return r;
 }
 
-int agent_file_write_open(struct agent_client *cl, const char *path, struct agent_file **ret, char *err, size_t errlen) {
-        struct agent_file *a = file_new(cl);
+int guest_file_write_open(struct guest_client *cl, const char *path, struct guest_file **ret, char *err, size_t errlen) {
+        struct guest_file *a = file_new(cl);
         struct pj_agent_msg m = { .type = PJ_AGENT_WRITE, .id = CHAN_FILE, .f.path = (char *) path };
         int r = send_interleaved(cl, &m, mono_ms() + 10000, file_frame, a);
         if (r < 0) {
                 snprintf(err, errlen, "the agent did not take the write: %s", strerror(-r));
-                agent_file_free(a);
+                guest_file_free(a);
                 return r;
         }
         *ret = a;
         return 0;
 }
 
-static int file_send(struct agent_file *a, const uint8_t *d, size_t n, int64_t deadline) {
+static int file_send(struct guest_file *a, const uint8_t *d, size_t n, int64_t deadline) {
         if (a->ended)   /* the agent refused it already: the rest is not wanted */
                 return -EPIPE;
         struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = CHAN_FILE, .data = d, .data_len = n };
         return send_interleaved(a->cl, &m, deadline, file_frame, a);
 }
 
-int agent_file_write(struct agent_file *a, const void *data, size_t len, int timeout_ms) {
+int guest_file_write(struct guest_file *a, const void *data, size_t len, int timeout_ms) {
         int64_t deadline = mono_ms() + timeout_ms;
         const uint8_t *d = data;
         if (!a->out)
@@ -495,7 +495,7 @@ int agent_file_write(struct agent_file *a, const void *data, size_t len, int tim
         return 0;
 }
 
-int agent_file_write_finish(struct agent_file *a, int timeout_ms, char *err, size_t errlen) {
+int guest_file_write_finish(struct guest_file *a, int timeout_ms, char *err, size_t errlen) {
         int64_t deadline = mono_ms() + timeout_ms;
         if (a->out_len && !a->ended) {
                 int r = file_send(a, a->out, a->out_len, deadline);
@@ -531,17 +531,17 @@ int agent_file_write_finish(struct agent_file *a, int timeout_ms, char *err, siz
         return 0;
 }
 
-void agent_file_free(struct agent_file *a) {
+void guest_file_free(struct guest_file *a) {
         if (!a)
                 return;
-        agent_client_free(a->cl);
+        guest_client_free(a->cl);
         free(a->message);
         free(a->out);
         free(a);
 }
 
 /* One request on CHAN_SMALL and its OK/ERROR. */
-static int small_frame(struct agent_frame *f, void *ud) {
+static int small_frame(struct guest_frame *f, void *ud) {
         int *res = ud;
         if (f->m.id != CHAN_SMALL)
                 return -EPROTO;
@@ -554,14 +554,14 @@ static int small_frame(struct agent_frame *f, void *ud) {
         return 0;
 }
 
-static int small_wait(struct agent_client *cl, int *res, int64_t deadline) {
+static int small_wait(struct guest_client *cl, int *res, int64_t deadline) {
         while (*res == 0) {
                 int r = pump(cl, small_frame, res);
                 if (r < 0)
                         return r;
                 if (*res)
                         break;
-                r = fd_wait(agent_client_fd(cl), POLLIN, deadline);
+                r = fd_wait(guest_client_fd(cl), POLLIN, deadline);
                 if (r < 0)
                         return r;
         }
@@ -569,13 +569,13 @@ static int small_wait(struct agent_client *cl, int *res, int64_t deadline) {
 }
 
 /* One request on CHAN_SMALL answered OK (0) or ERROR (-errno) by deadline. */
-static int proc_request(struct agent_client *cl, const struct pj_agent_msg *m, int64_t deadline) {
+static int proc_request(struct guest_client *cl, const struct pj_agent_msg *m, int64_t deadline) {
         int res = 0;
         int r = send_interleaved(cl, m, deadline, small_frame, &res);
         return r < 0 ? r : small_wait(cl, &res, deadline);
 }
 
-int agent_put_small(struct agent_client *cl, const char *path, const void *data, size_t len, int timeout_ms, char *err,
+int guest_put_small(struct guest_client *cl, const char *path, const void *data, size_t len, int timeout_ms, char *err,
                     size_t errlen) {
         int64_t deadline = mono_ms() + timeout_ms;
         int res = 0, r;
@@ -600,7 +600,7 @@ int agent_put_small(struct agent_client *cl, const char *path, const void *data,
         return r;
 }
 
-int agent_remove(struct agent_client *cl, const char *path, int timeout_ms) {
+int guest_remove(struct guest_client *cl, const char *path, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_REMOVE, .id = CHAN_SMALL, .f.path = (char *) path };
         return proc_request(cl, &m, mono_ms() + timeout_ms);
 }
@@ -608,13 +608,13 @@ int agent_remove(struct agent_client *cl, const char *path, int timeout_ms) {
 /* ---- file system calls (STAT, LISTDIR, MKDIR, MOVE, REMOVE) ---- */
 
 /* One request on CHAN_SMALL whose answer is a single frame of type want (or ERROR). */
-static int small_call(struct agent_client *cl, const struct pj_agent_msg *m, uint8_t want, int timeout_ms,
-                      struct agent_frame *ret) {
+static int small_call(struct guest_client *cl, const struct pj_agent_msg *m, uint8_t want, int timeout_ms,
+                      struct guest_frame *ret) {
         struct pj_error perr = { 0 };
-        int r = agent_client_send(cl, m, timeout_ms);
+        int r = guest_client_send(cl, m, timeout_ms);
         if (r < 0)
                 return r;
-        r = agent_client_recv(cl, timeout_ms, ret, &perr);
+        r = guest_client_recv(cl, timeout_ms, ret, &perr);
         if (r < 0)
                 return r;
         if (ret->m.id != CHAN_SMALL)
@@ -624,32 +624,32 @@ static int small_call(struct agent_client *cl, const struct pj_agent_msg *m, uin
         else if (ret->m.type != want)
                 r = -EPROTO;
         if (r < 0)
-                agent_frame_done(ret);
+                guest_frame_done(ret);
         return r;
 }
 
-int agent_fs_stat(struct agent_client *cl, const char *path, struct agent_stat *ret, int timeout_ms) {
+int guest_fs_stat(struct guest_client *cl, const char *path, struct guest_stat *ret, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_STAT, .id = CHAN_SMALL, .f.path = (char *) path };
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
         int r = small_call(cl, &m, PJ_AGENT_STAT_OK, timeout_ms, &f);
         if (r < 0)
                 return r;
-        *ret = (struct agent_stat) { .type = f.m.f.ftype, .size = f.m.f.size, .mode = f.m.f.mode, .mtime_ns = f.m.f.mtime_ns };
-        agent_frame_done(&f);
+        *ret = (struct guest_stat) { .type = f.m.f.ftype, .size = f.m.f.size, .mode = f.m.f.mode, .mtime_ns = f.m.f.mtime_ns };
+        guest_frame_done(&f);
         return 0;
 }
 
-int agent_fs_listdir(struct agent_client *cl, const char *path, agent_dirent_cb cb, void *ud, int timeout_ms,
+int guest_fs_listdir(struct guest_client *cl, const char *path, guest_dirent_cb cb, void *ud, int timeout_ms,
                      bool *ret_truncated) {
         struct pj_agent_msg m = { .type = PJ_AGENT_LISTDIR, .id = CHAN_SMALL, .f.path = (char *) path };
         struct pj_error perr = { 0 };
         int64_t deadline = mono_ms() + timeout_ms;
-        int r = agent_client_send(cl, &m, timeout_ms);
+        int r = guest_client_send(cl, &m, timeout_ms);
         int cb_r = 0;
         while (r >= 0) {
                 int64_t left = deadline - mono_ms();
-                struct agent_frame f = { 0 };
-                r = left <= 0 ? -ETIMEDOUT : agent_client_recv(cl, (int) left, &f, &perr);
+                struct guest_frame f = { 0 };
+                r = left <= 0 ? -ETIMEDOUT : guest_client_recv(cl, (int) left, &f, &perr);
                 if (r < 0)
                         break;
                 if (f.m.id != CHAN_SMALL)
@@ -662,72 +662,72 @@ int agent_fs_listdir(struct agent_client *cl, const char *path, agent_dirent_cb 
                 } else if (f.m.type == PJ_AGENT_END) {
                         if (ret_truncated)
                                 *ret_truncated = f.m.f.truncated;
-                        agent_frame_done(&f);
+                        guest_frame_done(&f);
                         return cb_r < 0 ? cb_r : 0;
                 } else
                         r = -EPROTO;
-                agent_frame_done(&f);
+                guest_frame_done(&f);
         }
         return r;
 }
 
-int agent_fs_mkdir(struct agent_client *cl, const char *path, bool parents, int timeout_ms) {
+int guest_fs_mkdir(struct guest_client *cl, const char *path, bool parents, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_MKDIR, .id = CHAN_SMALL,
                                   .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PARENTS), .path = (char *) path, .parents = parents } };
         return proc_request(cl, &m, mono_ms() + timeout_ms);
 }
 
-int agent_fs_move(struct agent_client *cl, const char *from, const char *to, int timeout_ms) {
+int guest_fs_move(struct guest_client *cl, const char *from, const char *to, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_MOVE, .id = CHAN_SMALL, .f = { .path = (char *) from, .to = (char *) to } };
         return proc_request(cl, &m, mono_ms() + timeout_ms);
 }
 
-int agent_fs_remove(struct agent_client *cl, const char *path, bool recursive, int timeout_ms) {
+int guest_fs_remove(struct guest_client *cl, const char *path, bool recursive, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_REMOVE, .id = CHAN_SMALL,
                                   .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_RECURSIVE), .path = (char *) path,
                                          .recursive = recursive } };
         return proc_request(cl, &m, mono_ms() + timeout_ms);
 }
 
-int agent_park(struct agent_client *cl, int timeout_ms) {
+int guest_park(struct guest_client *cl, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_PARK, .id = CHAN_SMALL };
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
         int r = small_call(cl, &m, PJ_AGENT_OK, timeout_ms, &f);
         if (r < 0)
                 return r;
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         return 0;
 }
 
 /* ---- processes the agent keeps ---- */
 
-int agent_exec_attach(struct agent_client *cl, uint32_t pid, struct agent_exec **ret, char *err, size_t errlen) {
-        struct agent_exec *x = xnew0(struct agent_exec, 1);
+int guest_exec_attach(struct guest_client *cl, uint32_t pid, struct guest_exec **ret, char *err, size_t errlen) {
+        struct guest_exec *x = xnew0(struct guest_exec, 1);
         x->cl = cl;
-        x->stdin_closed = true;   /* stdin of an attached process goes by pid (agent_proc_stdin) */
+        x->stdin_closed = true;   /* stdin of an attached process goes by pid (guest_proc_stdin) */
         x->pid = (pid_t) pid;
         struct pj_agent_msg m = { .type = PJ_AGENT_ATTACH, .id = CHAN_PROC, .f.pid = pid };
         struct pj_error perr = { 0 };
-        int r = agent_client_send(cl, &m, SPAWN_TIMEOUT_MS);
-        struct agent_frame f = { 0 };
+        int r = guest_client_send(cl, &m, SPAWN_TIMEOUT_MS);
+        struct guest_frame f = { 0 };
         if (r >= 0)
-                r = agent_client_recv(cl, SPAWN_TIMEOUT_MS, &f, &perr);
+                r = guest_client_recv(cl, SPAWN_TIMEOUT_MS, &f, &perr);
         if (r >= 0 && (f.m.id != CHAN_PROC || (f.m.type != PJ_AGENT_OK && f.m.type != PJ_AGENT_ERROR)))
                 r = -EPROTO;
         if (r >= 0 && f.m.type == PJ_AGENT_ERROR)
                 r = -(int) f.m.f.err;
         if (r < 0) {
                 snprintf(err, errlen, "%s", r == -ESRCH ? "no such process" : strerror(-r));
-                agent_frame_done(&f);
-                agent_exec_free(x);
+                guest_frame_done(&f);
+                guest_exec_free(x);
                 return r;
         }
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         *ret = x;
         return 0;
 }
 
-int agent_proc_stdin(struct agent_client *cl, uint32_t pid, const void *data, size_t len, bool close, int timeout_ms) {
+int guest_proc_stdin(struct guest_client *cl, uint32_t pid, const void *data, size_t len, bool close, int timeout_ms) {
         int64_t deadline = mono_ms() + timeout_ms;
         const uint8_t *d = data;
         while (len) {
@@ -747,50 +747,50 @@ int agent_proc_stdin(struct agent_client *cl, uint32_t pid, const void *data, si
         return proc_request(cl, &m, deadline);
 }
 
-int agent_proc_signal(struct agent_client *cl, uint32_t pid, int sig, int timeout_ms) {
+int guest_proc_signal(struct guest_client *cl, uint32_t pid, int sig, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_SIGNAL, .id = CHAN_SMALL,
                                   .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = pid, .signo = (uint32_t) sig } };
         return proc_request(cl, &m, mono_ms() + timeout_ms);
 }
 
-int agent_proc_resize(struct agent_client *cl, uint32_t pid, uint32_t rows, uint32_t cols, int timeout_ms) {
+int guest_proc_resize(struct guest_client *cl, uint32_t pid, uint32_t rows, uint32_t cols, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_RESIZE, .id = CHAN_SMALL,
                                   .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_PID), .pid = pid, .rows = rows, .cols = cols } };
         return proc_request(cl, &m, mono_ms() + timeout_ms);
 }
 
-int agent_proc_list(struct agent_client *cl, struct pj_agent_fields **ret, size_t *ret_n, int timeout_ms) {
+int guest_proc_list(struct guest_client *cl, struct pj_agent_fields **ret, size_t *ret_n, int timeout_ms) {
         struct pj_agent_msg m = { .type = PJ_AGENT_LIST, .id = CHAN_SMALL };
-        struct agent_frame f = { 0 };
+        struct guest_frame f = { 0 };
         int r = small_call(cl, &m, PJ_AGENT_PROCS, timeout_ms, &f);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(f.m.entries);
         *ret_n = f.m.n_entries;
         f.m.n_entries = 0;
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         return 0;
 }
 
 /* ---- watching a directory ---- */
 
-struct agent_watch {
-        struct agent_client *cl;
+struct guest_watch {
+        struct guest_client *cl;
         bool ended, truncated;
 };
 
-int agent_watch_open(struct agent_client *cl, const char *path, bool recursive, struct agent_watch **ret, char *err,
+int guest_watch_open(struct guest_client *cl, const char *path, bool recursive, struct guest_watch **ret, char *err,
                      size_t errlen) {
-        struct agent_watch *w = xnew0(struct agent_watch, 1);
+        struct guest_watch *w = xnew0(struct guest_watch, 1);
         w->cl = cl;
         struct pj_agent_msg m = { .type = PJ_AGENT_WATCH, .id = CHAN_WATCH,
                                   .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_RECURSIVE), .path = (char *) path,
                                          .recursive = recursive } };
         struct pj_error perr = { 0 };
-        int r = agent_client_send(cl, &m, SPAWN_TIMEOUT_MS);
-        struct agent_frame f = { 0 };
+        int r = guest_client_send(cl, &m, SPAWN_TIMEOUT_MS);
+        struct guest_frame f = { 0 };
         if (r >= 0)
-                r = agent_client_recv(cl, SPAWN_TIMEOUT_MS, &f, &perr);
+                r = guest_client_recv(cl, SPAWN_TIMEOUT_MS, &f, &perr);
         if (r >= 0 && (f.m.id != CHAN_WATCH || (f.m.type != PJ_AGENT_OK && f.m.type != PJ_AGENT_ERROR)))
                 r = -EPROTO;
         if (r >= 0 && f.m.type == PJ_AGENT_ERROR) {
@@ -798,9 +798,9 @@ int agent_watch_open(struct agent_client *cl, const char *path, bool recursive, 
                 snprintf(err, errlen, "%s", f.m.f.message ? f.m.f.message : strerror(-r));
         } else if (r < 0)
                 snprintf(err, errlen, "%s", strerror(-r));
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         if (r < 0) {
-                agent_watch_free(w);
+                guest_watch_free(w);
                 return r;
         }
         *ret = w;
@@ -808,13 +808,13 @@ int agent_watch_open(struct agent_client *cl, const char *path, bool recursive, 
 }
 
 struct watch_ctx {
-        struct agent_watch *w;
-        agent_watch_cb cb;
+        struct guest_watch *w;
+        guest_watch_cb cb;
         void *ud;
         int cb_r;
 };
 
-static int watch_frame(struct agent_frame *f, void *ud) {
+static int watch_frame(struct guest_frame *f, void *ud) {
         struct watch_ctx *p = ud;
         if (f->m.id != CHAN_WATCH || p->w->ended)
                 return -EPROTO;
@@ -832,7 +832,7 @@ static int watch_frame(struct agent_frame *f, void *ud) {
         }
 }
 
-int agent_watch_read(struct agent_watch *w, int timeout_ms, int watch_fd, agent_watch_cb cb, void *ud) {
+int guest_watch_read(struct guest_watch *w, int timeout_ms, int watch_fd, guest_watch_cb cb, void *ud) {
         if (w->ended)
                 return 1;
         int64_t deadline = mono_ms() + timeout_ms;
@@ -857,11 +857,11 @@ int agent_watch_read(struct agent_watch *w, int timeout_ms, int watch_fd, agent_
         }
 }
 
-bool agent_watch_truncated(const struct agent_watch *w) { return w->truncated; }
+bool guest_watch_truncated(const struct guest_watch *w) { return w->truncated; }
 
-void agent_watch_free(struct agent_watch *w) {
+void guest_watch_free(struct guest_watch *w) {
         if (!w)
                 return;
-        agent_client_free(w->cl);   /* the agent drops the watch with the connection */
+        guest_client_free(w->cl);   /* the agent drops the watch with the connection */
         free(w);
 }

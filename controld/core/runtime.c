@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent-exec.h"
-#include "agent.h"
+#include "guest-exec.h"
+#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "driver.h"
@@ -169,8 +169,8 @@ struct runtime_run {
         struct driver *drv;
         struct sandbox sb;
         struct exec_session *s;       /* through the driver's exec path, or */
-        struct agent_exec *ax;        /* a process through the sandbox's agent, or */
-        struct agent_file *af;        /* a file transfer through the agent */
+        struct guest_exec *ax;        /* a process through the sandbox's agent, or */
+        struct guest_file *af;        /* a file transfer through the agent */
         char *snippet;                /* code file written through the agent, removed at the end */
         char token[25];
         int64_t t0, deadline;
@@ -194,30 +194,30 @@ struct runtime_run {
 /* The session of a run, whichever transport carries it. */
 static int rx_read(struct runtime_run *x, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
         if (x->ax)
-                return agent_exec_read(x->ax, timeout_ms, watch_fd, cb, ud);
+                return guest_exec_read(x->ax, timeout_ms, watch_fd, cb, ud);
         if (x->af)
-                return agent_file_read(x->af, timeout_ms, watch_fd, cb, ud);
+                return guest_file_read(x->af, timeout_ms, watch_fd, cb, ud);
         return x->drv->ops->exec_read(x->s, timeout_ms, watch_fd, cb, ud);
 }
 
 static int rx_write(struct runtime_run *x, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud) {
         if (x->ax)
-                return agent_exec_write(x->ax, data, len, timeout_ms, cb, ud);
+                return guest_exec_write(x->ax, data, len, timeout_ms, cb, ud);
         if (x->af)
-                return agent_file_write(x->af, data, len, timeout_ms);
+                return guest_file_write(x->af, data, len, timeout_ms);
         return x->drv->ops->exec_write(x->s, data, len, timeout_ms, cb, ud);
 }
 
 static void rx_close_stdin(struct runtime_run *x) {
         if (x->ax)
-                (void) agent_exec_close_stdin(x->ax);
+                (void) guest_exec_close_stdin(x->ax);
         else if (x->s)
                 x->drv->ops->exec_close_stdin(x->s);
 }
 
 static int rx_exit_code(struct runtime_run *x, int *ret) {
         if (x->ax)
-                return agent_exec_exit_code(x->ax, ret);
+                return guest_exec_exit_code(x->ax, ret);
         return x->drv->ops->exec_exit_code(x->s, ret);
 }
 
@@ -227,10 +227,10 @@ static bool rx_active(const struct runtime_run *x) { return x->s || x->ax || x->
 static void snippet_remove(struct runtime_run *x) {
         if (!x->snippet)
                 return;
-        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
         char msg[256];
-        if (agent_connect(x->c, &x->sb, &cl, msg, sizeof(msg)) == 0)
-                (void) agent_remove(cl, x->snippet, 5000);
+        if (guest_connect(x->c, &x->sb, &cl, msg, sizeof(msg)) == 0)
+                (void) guest_remove(cl, x->snippet, 5000);
         free(x->snippet);
         x->snippet = NULL;
 }
@@ -243,7 +243,7 @@ static void kill_tree(struct runtime_run *x) {
                  * dies; a transfer just ends with its connection */
                 x->killed = true;
                 if (x->ax)
-                        (void) agent_exec_signal(x->ax, SIGKILL);
+                        (void) guest_exec_signal(x->ax, SIGKILL);
                 return;
         }
         const char *argv[] = { "/bin/sh", "-c", killer_script, "paddock", x->token, NULL };
@@ -276,8 +276,8 @@ struct runtime_run *runtime_free(struct runtime_run *x) {
                 kill_tree(x);
         if (x->s)
                 x->drv->ops->exec_free(x->s);
-        agent_exec_free(x->ax);
-        agent_file_free(x->af);
+        guest_exec_free(x->ax);
+        guest_file_free(x->af);
         snippet_remove(x);
         if (x->slot)
                 runtime_slots_release(&x->sb);
@@ -369,7 +369,7 @@ static void finish(struct runtime_run *x) {
         bool oom = false;
         if (!x->timed_out && x->exit_code != 0) {
                 if (x->ax)   /* under gVisor the memory limit takes the whole sandbox, its agent too */
-                        oom = agent_exec_lost(x->ax) && x->drv->ops->oom_killed && x->drv->ops->oom_killed(x->drv, &x->sb) > 0;
+                        oom = guest_exec_lost(x->ax) && x->drv->ops->oom_killed && x->drv->ops->oom_killed(x->drv, &x->sb) > 0;
                 else
                         oom = x->drv->ops->exec_oom_killed && x->drv->ops->exec_oom_killed(x->s) > 0;
         }
@@ -441,10 +441,10 @@ int runtime_load_ready(struct ctl *c, const struct account *acc, const char *id,
  * use (the caller takes the driver's exec path); other -errno with err filled. */
 static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, struct api_error *err) {
         char msg[512] = "";
-        struct agent_client *cl = NULL;
-        int k = agent_connect(x->c, &x->sb, &cl, msg, sizeof(msg));
+        struct guest_client *cl = NULL;
+        int k = guest_connect(x->c, &x->sb, &cl, msg, sizeof(msg));
         if (k < 0) {
-                if (agent_fallback_ok(k)) {
+                if (guest_fallback_ok(k)) {
                         if (k != -EOPNOTSUPP)
                                 log_info("no agent answer (%s); using the driver's exec path", msg);
                         return -EOPNOTSUPP;
@@ -452,18 +452,18 @@ static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, 
                 return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
         }
         if (cmd->stdin_file && cmd->stdin_data) {
-                k = agent_put_small(cl, cmd->stdin_file, cmd->stdin_data, cmd->stdin_len, STDIN_WRITE_TIMEOUT_MS, msg,
+                k = guest_put_small(cl, cmd->stdin_file, cmd->stdin_data, cmd->stdin_len, STDIN_WRITE_TIMEOUT_MS, msg,
                                     sizeof(msg));
                 if (k < 0) {
-                        agent_client_free(cl);
+                        guest_client_free(cl);
                         return API_ERR(err, k == -ENOSPC || k == -EDQUOT ? -ENOSPC : -EHOSTUNREACH, "Could not run the code: %s",
                                        msg);
                 }
                 x->snippet = xstrdup(cmd->stdin_file);
         }
-        struct agent_spawn sp = { .argv = cmd->argv, .env = (const char *const *) cmd->env, .cwd = cmd->cwd,
+        struct guest_spawn sp = { .argv = cmd->argv, .env = (const char *const *) cmd->env, .cwd = cmd->cwd,
                                   .want_stdin = cmd->stdin_data && !cmd->stdin_file, .kill_on_detach = true };
-        k = agent_exec_start(cl, &sp, &x->ax, msg, sizeof(msg));
+        k = guest_exec_start(cl, &sp, &x->ax, msg, sizeof(msg));
         if (k == -EPROTO || k == -ECONNRESET || k == -ETIMEDOUT || k == -EPIPE) {
                 /* the agent answered HELLO but not SPAWN: something in the sandbox broke it */
                 log_notice("the sandbox's agent failed the command (%s); using the driver's exec path", msg);
@@ -623,11 +623,11 @@ static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script
         x->deadline = mono_ms() + (int64_t) c->cfg->transfer_timeout_s * 1000;
         strbuf_done(&x->err.buf);
         strbuf_init(&x->err.buf, ERR_CAP);
-        struct agent_client *cl = NULL;
-        k = agent_connect(c, &x->sb, &cl, msg, sizeof(msg));
+        struct guest_client *cl = NULL;
+        k = guest_connect(c, &x->sb, &cl, msg, sizeof(msg));
         if (k == 0) {
-                k = want_stdin ? agent_file_write_open(cl, path, &x->af, msg, sizeof(msg))
-                               : agent_file_read_open(cl, path, &x->af, msg, sizeof(msg));
+                k = want_stdin ? guest_file_write_open(cl, path, &x->af, msg, sizeof(msg))
+                               : guest_file_read_open(cl, path, &x->af, msg, sizeof(msg));
                 if (k < 0) {
                         runtime_free(x);
                         return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
@@ -635,7 +635,7 @@ static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script
                 *ret = x;
                 return 0;
         }
-        if (!agent_fallback_ok(k)) {
+        if (!guest_fallback_ok(k)) {
                 runtime_free(x);
                 return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
         }
@@ -766,7 +766,7 @@ static int agent_put_error(int k, const char *path, const char *why, struct api_
 int runtime_file_write_finish(struct runtime_run *x, const char *path, struct api_error *err) {
         if (x->af) {
                 char why[512] = "";
-                int k = agent_file_write_finish(x->af, FILE_FINISH_TIMEOUT_MS, why, sizeof(why));
+                int k = guest_file_write_finish(x->af, FILE_FINISH_TIMEOUT_MS, why, sizeof(why));
                 x->finished = true;
                 return agent_put_error(k, path, why, err);
         }

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent-exec.h"
-#include "agent.h"
+#include "guest-exec.h"
+#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "process.h"
@@ -20,9 +20,9 @@
 
 #define PROCESS_TIMEOUT_MS 10000
 
-static int connect_for(struct ctl *c, const struct sandbox *sb, struct agent_client **ret, struct api_error *err) {
+static int connect_for(struct ctl *c, const struct sandbox *sb, struct guest_client **ret, struct api_error *err) {
         char msg[512];
-        int r = agent_connect(c, sb, ret, msg, sizeof(msg));
+        int r = guest_connect(c, sb, ret, msg, sizeof(msg));
         if (r == -EOPNOTSUPP)
                 return API_ERR(err, -EOPNOTSUPP,
                                "Processes need the in-sandbox agent, which this server runs without ([init] binary = none, "
@@ -53,21 +53,21 @@ static int collect(int stream, const uint8_t *data, size_t len, void *ud) {
 }
 
 int process_start_session(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec,
-                          struct agent_exec **ret, struct api_error *err) {
-        struct agent_client *cl = NULL;
+                          struct guest_exec **ret, struct api_error *err) {
+        struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
         const char *sh_argv[] = { "/bin/sh", "-c", spec->cmd, NULL };
         const char *const *argv = spec->argv ? spec->argv : sh_argv;
         _cleanup_strv_free_ char **env = sb_env_layer(sb, spec->env);
-        struct agent_spawn sp = { .argv = argv, .env = (const char *const *) env, .cwd = spec->cwd,
+        struct guest_spawn sp = { .argv = argv, .env = (const char *const *) env, .cwd = spec->cwd,
                                   .want_stdin = spec->stdin_open, .tag = spec->tag,
                                   .rows = (uint32_t) spec->rows, .cols = (uint32_t) spec->cols,
                                   .as_ids = spec->as_ids, .uid = spec->uid, .gid = spec->gid };
-        struct agent_exec *x = NULL;
+        struct guest_exec *x = NULL;
         char msg[512];
-        r = agent_exec_start(cl, &sp, &x, msg, sizeof(msg));
+        r = guest_exec_start(cl, &sp, &x, msg, sizeof(msg));
         if (r == -EUSERS)
                 return API_ERR(err, -EUSERS, "This sandbox holds %d processes, the most it keeps; let one finish first",
                                PJ_AGENT_MAX_PROCS);
@@ -75,11 +75,11 @@ int process_start_session(struct ctl *c, const struct sandbox *sb, const struct 
                 return API_ERR(err, -EHOSTUNREACH, "Could not start the process: %s", msg);
         /* A refusal for the user's reasons (missing cwd, no such program) comes back as a
          * session that ended at once, with the reason as its stderr. */
-        if (!agent_exec_pid(x)) {
+        if (!guest_exec_pid(x)) {
                 struct strbuf why;
                 strbuf_init(&why, 1024);
-                (void) agent_exec_read(x, 0, -1, collect, &why);
-                agent_exec_free(x);
+                (void) guest_exec_read(x, 0, -1, collect, &why);
+                guest_exec_free(x);
                 while (why.len && why.buf[why.len - 1] == '\n')
                         why.buf[--why.len] = 0;
                 r = API_ERR(err, -EINVAL, "The process cannot start: %s", why.buf ? why.buf : "refused");
@@ -92,71 +92,71 @@ int process_start_session(struct ctl *c, const struct sandbox *sb, const struct 
 
 int process_start(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, uint32_t *ret_pid,
                   struct api_error *err) {
-        struct agent_exec *x = NULL;
+        struct guest_exec *x = NULL;
         int r = process_start_session(c, sb, spec, &x, err);
         if (r < 0)
                 return r;
-        *ret_pid = (uint32_t) agent_exec_pid(x);
-        agent_exec_free(x);   /* detached: the process stays, its output goes to the agent's buffer */
+        *ret_pid = (uint32_t) guest_exec_pid(x);
+        guest_exec_free(x);   /* detached: the process stays, its output goes to the agent's buffer */
         return 0;
 }
 
 int process_list(struct ctl *c, const struct sandbox *sb, struct pj_agent_fields **ret, size_t *ret_n,
                  struct api_error *err) {
-        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
-        r = agent_proc_list(cl, ret, ret_n, PROCESS_TIMEOUT_MS);
+        r = guest_proc_list(cl, ret, ret_n, PROCESS_TIMEOUT_MS);
         return r < 0 ? gone(r, 0, err) : 0;
 }
 
-int process_attach(struct ctl *c, const struct sandbox *sb, uint32_t pid, struct agent_exec **ret, struct api_error *err) {
-        struct agent_client *cl = NULL;
+int process_attach(struct ctl *c, const struct sandbox *sb, uint32_t pid, struct guest_exec **ret, struct api_error *err) {
+        struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
         char msg[256];
-        r = agent_exec_attach(cl, pid, ret, msg, sizeof(msg));
+        r = guest_exec_attach(cl, pid, ret, msg, sizeof(msg));
         return r < 0 ? gone(r, pid, err) : 0;
 }
 
 int process_stdin(struct ctl *c, const struct sandbox *sb, uint32_t pid, const char *data, size_t len, bool close,
                   struct api_error *err) {
-        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
-        r = agent_proc_stdin(cl, pid, data, len, close, PROCESS_TIMEOUT_MS);
+        r = guest_proc_stdin(cl, pid, data, len, close, PROCESS_TIMEOUT_MS);
         return r < 0 ? gone(r, pid, err) : 0;
 }
 
 int process_signal(struct ctl *c, const struct sandbox *sb, uint32_t pid, int sig, struct api_error *err) {
-        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
-        r = agent_proc_signal(cl, pid, sig, PROCESS_TIMEOUT_MS);
+        r = guest_proc_signal(cl, pid, sig, PROCESS_TIMEOUT_MS);
         return r < 0 ? gone(r, pid, err) : 0;
 }
 
 int process_resize(struct ctl *c, const struct sandbox *sb, uint32_t pid, int rows, int cols, struct api_error *err) {
-        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
-        r = agent_proc_resize(cl, pid, (uint32_t) rows, (uint32_t) cols, PROCESS_TIMEOUT_MS);
+        r = guest_proc_resize(cl, pid, (uint32_t) rows, (uint32_t) cols, PROCESS_TIMEOUT_MS);
         return r < 0 ? gone(r, pid, err) : 0;
 }
 
-int process_watch(struct ctl *c, const struct sandbox *sb, const char *path, bool recursive, struct agent_watch **ret,
+int process_watch(struct ctl *c, const struct sandbox *sb, const char *path, bool recursive, struct guest_watch **ret,
                   struct api_error *err) {
-        struct agent_client *cl = NULL;
+        struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
         char msg[512] = "";
-        r = agent_watch_open(cl, path, recursive, ret, msg, sizeof(msg));
+        r = guest_watch_open(cl, path, recursive, ret, msg, sizeof(msg));
         switch (r) {
         case 0:
                 return 0;

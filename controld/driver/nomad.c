@@ -22,7 +22,7 @@
 #include <unistd.h>
 #include <curl/curl.h>
 
-#include "agent.h"
+#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "docker.h"
@@ -386,9 +386,9 @@ static void wait_agent(struct driver *d, const struct sandbox *sb, const char *n
                 until = deadline;
         char err[512] = "";
         for (int i = 0;; i++) {
-                struct agent_client *ac = NULL;
-                int r = agent_connect(d->ctl, &t, &ac, err, sizeof(err));
-                agent_client_free(ac);
+                struct guest_client *ac = NULL;
+                int r = guest_connect(d->ctl, &t, &ac, err, sizeof(err));
+                guest_client_free(ac);
                 if (r == 0)
                         return;
                 if (mono_ms() >= until) {
@@ -446,9 +446,9 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
                         goto fail;
         }
         if (!scaled) {
-                char secret[AGENT_SECRET_LEN + 1];
+                char secret[GUEST_SECRET_LEN + 1];
                 if (d->ctl->agent_binary)
-                        agent_secret(d->ctl, sb->id, secret);
+                        guest_secret(d->ctl, sb->id, secret);
                 _cleanup_json_ cJSON *body = nomad_job_build(n->cfg, d->ctl->instance_id, sb,
                                                              d->ctl->agent_binary ? secret : NULL);
                 explicit_bzero(secret, sizeof(secret));

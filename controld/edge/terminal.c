@@ -27,8 +27,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "agent-exec.h"
-#include "agent.h"
+#include "guest-exec.h"
+#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "fdio.h"
@@ -169,8 +169,8 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
         log_ctx_set("SANDBOX_ID", s->sb.id);
 
         char err[512] = "";
-        struct agent_client *cl = NULL;
-        int k = agent_connect(c, &s->sb, &cl, err, sizeof(err));
+        struct guest_client *cl = NULL;
+        int k = guest_connect(c, &s->sb, &cl, err, sizeof(err));
         if (k < 0) {
                 log_notice("terminal: the agent did not answer: %s", err);
                 send_close(fd, WS_CLOSE_INTERNAL_ERROR, "the sandbox's agent is not answering");
@@ -179,10 +179,10 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
         const char *shell = "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi";
         const char *argv[] = { "/bin/sh", "-c", s->cmd ? s->cmd : shell, NULL };
         const char *env[] = { "TERM=xterm-256color", NULL };
-        struct agent_spawn spec = { .argv = argv, .env = env, .cwd = s->cwd, .want_stdin = true, .kill_on_detach = true,
+        struct guest_spawn spec = { .argv = argv, .env = env, .cwd = s->cwd, .want_stdin = true, .kill_on_detach = true,
                                     .tag = "terminal", .rows = s->rows, .cols = s->cols };
-        struct agent_exec *x = NULL;
-        if ((k = agent_exec_start(cl, &spec, &x, err, sizeof(err))) < 0) {
+        struct guest_exec *x = NULL;
+        if ((k = guest_exec_start(cl, &spec, &x, err, sizeof(err))) < 0) {
                 log_notice("terminal: spawn failed: %s", err);
                 send_close(fd, WS_CLOSE_INTERNAL_ERROR, "the shell could not start");
                 return;
@@ -218,17 +218,17 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
                         case WS_OP_TEXT:
                                 rz = pj_terminal_resize_parse((const char *) m.data, m.len, &rows, &cols, &pe);
                                 if (rz > 0)
-                                        r = agent_exec_resize(x, rows, cols, on_output, &o);
+                                        r = guest_exec_resize(x, rows, cols, on_output, &o);
                                 else if (rz < 0) {
                                         close_code = WS_CLOSE_POLICY;
                                         snprintf(reason, sizeof(reason), "resize: %s", pe.message);
                                         close_reason = reason;
                                         done = true;
                                 } else
-                                        r = agent_exec_write(x, m.data, m.len, SEND_TIMEOUT_S * 1000, on_output, &o);
+                                        r = guest_exec_write(x, m.data, m.len, SEND_TIMEOUT_S * 1000, on_output, &o);
                                 break;
                         case WS_OP_BINARY:
-                                r = agent_exec_write(x, m.data, m.len, SEND_TIMEOUT_S * 1000, on_output, &o);
+                                r = guest_exec_write(x, m.data, m.len, SEND_TIMEOUT_S * 1000, on_output, &o);
                                 break;
                         case WS_OP_PING:
                                 if (!send_frame(fd, WS_OP_PONG, m.data, m.len))
@@ -247,15 +247,15 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
                 }
                 if (done)
                         break;
-                struct pollfd pf[2] = { { .fd = fd, .events = POLLIN }, { .fd = agent_exec_fd(x), .events = POLLIN } };
+                struct pollfd pf[2] = { { .fd = fd, .events = POLLIN }, { .fd = guest_exec_fd(x), .events = POLLIN } };
                 k = poll(pf, 2, 1000);
                 if (k < 0 && errno != EINTR)
                         break;
                 if (pf[1].revents & (POLLIN | POLLHUP | POLLERR)) {
-                        r = agent_exec_read(x, 0, -1, on_output, &o);
+                        r = guest_exec_read(x, 0, -1, on_output, &o);
                         if (r == 1) {
                                 int code = 0;
-                                if (agent_exec_exit_code(x, &code) == 0) {
+                                if (guest_exec_exit_code(x, &code) == 0) {
                                         snprintf(reason, sizeof(reason), "exit %d", code);
                                         close_reason = reason;
                                 } else
@@ -283,7 +283,7 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
                 send_close(fd, client_closed ? WS_CLOSE_NORMAL : close_code, close_reason);
         ws_reader_done(&rd);
         /* closing the agent connection kills the shell's process group (kill_on_detach) */
-        agent_exec_free(x);
+        guest_exec_free(x);
         log_info("terminal closed%s%s", *close_reason ? ": " : "", close_reason);
 }
 

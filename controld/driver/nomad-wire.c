@@ -12,7 +12,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
-#include "agent.h"
+#include "guest.h"
 #include "nomad-wire.h"
 #include "driver.h"
 #include "httpc.h"
@@ -51,7 +51,7 @@ static cJSON *str_array(const char *const *v) {
 }
 
 cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const struct sandbox *sb,
-                       const char *agent_secret) {
+                       const char *guest_secret) {
         _cleanup_free_ char *id = nomad_job_id(sb->id);
         _cleanup_free_ char *net = nomad_network_mode(cfg, sb->egress.mode);
         bool deny = sb->egress.mode == PJ_EGRESS_DENY_ALL;
@@ -114,24 +114,24 @@ cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const 
         json_add_str(conf, "image", sb->image);
         /* deny_all: runsc with --network=none; otherwise runsc inside the CNI namespace. */
         json_add_str(conf, "runtime", deny ? cfg->nomad_runtime : cfg->nomad_runtime_net);
-        if (agent_secret) {
+        if (guest_secret) {
                 /* PID 1 is the agent (nodeagent's relay reaches its socket in the tmpfs volume). */
-                const char *ep[] = { AGENT_IN_BINARY, NULL };
+                const char *ep[] = { GUEST_IN_BINARY, NULL };
                 cJSON_AddItemToObject(conf, "entrypoint", str_array(ep));
-                const char *args[] = { "--socket", AGENT_IN_SOCKET, "--secret-env", NOMAD_AGENT_SECRET_ENV, NULL };
+                const char *args[] = { "--socket", GUEST_IN_SOCKET, "--secret-env", NOMAD_AGENT_SECRET_ENV, NULL };
                 cJSON_AddItemToObject(conf, "args", str_array(args));
                 cJSON *mounts = cJSON_AddArrayToObject(conf, "mounts");
                 cJSON *bin = cJSON_CreateObject();
                 json_add_str(bin, "type", "bind");
                 json_add_str(bin, "source", cfg->nomad_agent_binary);
-                json_add_str(bin, "target", AGENT_IN_BINARY);
+                json_add_str(bin, "target", GUEST_IN_BINARY);
                 json_add_bool(bin, "readonly", true);
                 cJSON_AddItemToArray(mounts, bin);
                 cJSON *run = cJSON_CreateObject();
                 _cleanup_free_ char *vol = xasprintf("%s%s", NOMAD_AGENT_VOLUME_PREFIX, sb->id);
                 json_add_str(run, "type", "volume");
                 json_add_str(run, "source", vol);
-                json_add_str(run, "target", AGENT_IN_RUN);
+                json_add_str(run, "target", GUEST_IN_RUN);
                 json_add_bool(run, "readonly", false);
                 cJSON *vo = cJSON_AddObjectToObject(run, "volume_options");
                 json_add_bool(vo, "no_copy", true);
@@ -141,7 +141,7 @@ cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const 
                 cJSON *o = cJSON_CreateObject();
                 json_add_str(o, "type", "tmpfs");
                 json_add_str(o, "device", "tmpfs");
-                _cleanup_free_ char *mo = xasprintf("size=%d,mode=0700,nosuid,nodev,noexec", AGENT_RUN_BYTES);
+                _cleanup_free_ char *mo = xasprintf("size=%d,mode=0700,nosuid,nodev,noexec", GUEST_RUN_BYTES);
                 json_add_str(o, "o", mo);
                 cJSON_AddItemToArray(opts, o);
                 cJSON_AddItemToArray(mounts, run);
@@ -172,9 +172,9 @@ cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const 
         cJSON_AddItemToObject(conf, "cap_add", str_array(all));
         const char *sec[] = { "no-new-privileges", NULL };
         cJSON_AddItemToObject(conf, "security_opt", str_array(sec));
-        if (agent_secret) {
+        if (guest_secret) {
                 cJSON *env = cJSON_AddObjectToObject(t, "Env");
-                json_add_str(env, NOMAD_AGENT_SECRET_ENV, agent_secret);
+                json_add_str(env, NOMAD_AGENT_SECRET_ENV, guest_secret);
         }
         cJSON *res = cJSON_AddObjectToObject(t, "Resources");
         json_add_int(res, "CPU", sb->cpu);

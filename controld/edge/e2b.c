@@ -28,8 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent-client.h"
-#include "agent.h"
+#include "guest-conn.h"
+#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "driver.h"
@@ -195,8 +195,8 @@ static int wait_agent(struct ctl *c, const struct sandbox *sb, char *err, size_t
         int64_t deadline = mono_ms() + AGENT_READY_TIMEOUT_MS;
         int k;
         for (;;) {
-                _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
-                k = agent_connect(c, sb, &cl, err, errlen);
+                _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
+                k = guest_connect(c, sb, &cl, err, errlen);
                 if (k == 0 || k == -EOPNOTSUPP || mono_ms() >= deadline || c->stopping)
                         return k;
                 usleep(50 * 1000);

@@ -10,12 +10,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "agent-client.h"
+#include "guest-conn.h"
 #include "driver.h"
 
-struct agent_exec;
+struct guest_exec;
 
-struct agent_spawn {
+struct guest_spawn {
         const char *const *argv;   /* NULL-terminated; run directly (no shell of ours) */
         const char *const *env;    /* "K=V" layered over the sandbox's environment */
         const char *cwd;           /* NULL = "/" */
@@ -31,89 +31,89 @@ struct agent_spawn {
  * refuses for the user's reasons is not an error: the session then yields a message on
  * stderr and the shell's exit code (cwd missing: 126; program not found: 127; not
  * executable: 126). -errno with err for the rest. */
-int agent_exec_start(struct agent_client *cl, const struct agent_spawn *spec, struct agent_exec **ret, char *err,
+int guest_exec_start(struct guest_client *cl, const struct guest_spawn *spec, struct guest_exec **ret, char *err,
                      size_t errlen);
 /* Same contracts as driver_ops exec_write / exec_close_stdin / exec_read / exec_exit_code. */
-int agent_exec_write(struct agent_exec *x, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud);
-int agent_exec_close_stdin(struct agent_exec *x);
-int agent_exec_read(struct agent_exec *x, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
-int agent_exec_exit_code(struct agent_exec *x, int *ret);
+int guest_exec_write(struct guest_exec *x, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud);
+int guest_exec_close_stdin(struct guest_exec *x);
+int guest_exec_read(struct guest_exec *x, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
+int guest_exec_exit_code(struct guest_exec *x, int *ret);
 /* The signal that ended the process (0: it exited, or has not ended). */
-int agent_exec_term_signal(const struct agent_exec *x);
+int guest_exec_term_signal(const struct guest_exec *x);
 /* SIGNAL to the process group; 0 once sent (or when it has already ended). */
-int agent_exec_signal(struct agent_exec *x, int sig);
+int guest_exec_signal(struct guest_exec *x, int sig);
 /* RESIZE of the session's terminal (output that arrives meanwhile goes to cb); 0 once sent. */
-int agent_exec_resize(struct agent_exec *x, uint32_t rows, uint32_t cols, exec_output_cb cb, void *ud);
+int guest_exec_resize(struct guest_exec *x, uint32_t rows, uint32_t cols, exec_output_cb cb, void *ud);
 /* The agent connection's fd, for poll() by a caller that also waits on its client. */
-int agent_exec_fd(const struct agent_exec *x);
-pid_t agent_exec_pid(const struct agent_exec *x);
+int guest_exec_fd(const struct guest_exec *x);
+pid_t guest_exec_pid(const struct guest_exec *x);
 /* The connection dropped before EXIT (the sandbox or its agent went away). */
-bool agent_exec_lost(const struct agent_exec *x);
-void agent_exec_free(struct agent_exec *x);
+bool guest_exec_lost(const struct guest_exec *x);
+void guest_exec_free(struct guest_exec *x);
 
 /* Files through the agent. A read: open (first DATA or the end, so a missing file is an
  * error at once), then chunks; a write: open, data, finish (the agent's verdict). Errors are
  * the agent's errno, negative. */
-struct agent_file;
-int agent_file_read_open(struct agent_client *cl, const char *path, struct agent_file **ret, char *err, size_t errlen);
+struct guest_file;
+int guest_file_read_open(struct guest_client *cl, const char *path, struct guest_file **ret, char *err, size_t errlen);
 /* Next bytes into cb: 1 at the end, 0 when the wait ended first, < 0 errors (-ECONNRESET
  * when watch_fd hung up). */
-int agent_file_read(struct agent_file *f, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
-int agent_file_write_open(struct agent_client *cl, const char *path, struct agent_file **ret, char *err, size_t errlen);
-int agent_file_write(struct agent_file *f, const void *data, size_t len, int timeout_ms);
-int agent_file_write_finish(struct agent_file *f, int timeout_ms, char *err, size_t errlen);
-void agent_file_free(struct agent_file *f);
+int guest_file_read(struct guest_file *f, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
+int guest_file_write_open(struct guest_client *cl, const char *path, struct guest_file **ret, char *err, size_t errlen);
+int guest_file_write(struct guest_file *f, const void *data, size_t len, int timeout_ms);
+int guest_file_write_finish(struct guest_file *f, int timeout_ms, char *err, size_t errlen);
+void guest_file_free(struct guest_file *f);
 /* Writes/removes a whole small file on cl without taking it (code snippets). */
-int agent_put_small(struct agent_client *cl, const char *path, const void *data, size_t len, int timeout_ms, char *err,
+int guest_put_small(struct guest_client *cl, const char *path, const void *data, size_t len, int timeout_ms, char *err,
                     size_t errlen);
-int agent_remove(struct agent_client *cl, const char *path, int timeout_ms);
+int guest_remove(struct guest_client *cl, const char *path, int timeout_ms);
 
 /* File system calls on cl (not taken), each bounded by timeout_ms: 0 or the agent's -errno. */
-struct agent_stat {
+struct guest_stat {
         uint8_t type;                    /* enum pj_agent_ftype */
         uint64_t size;
         uint32_t mode;                   /* permission bits */
         int64_t mtime_ns;
 };
-int agent_fs_stat(struct agent_client *cl, const char *path, struct agent_stat *ret, int timeout_ms);
+int guest_fs_stat(struct guest_client *cl, const char *path, struct guest_stat *ret, int timeout_ms);
 /* Each entry (lstat'ed; name, type, size, mode, mtime) to cb; < 0 from cb stops (returned). */
-typedef int (*agent_dirent_cb)(const struct pj_agent_fields *e, void *ud);
-int agent_fs_listdir(struct agent_client *cl, const char *path, agent_dirent_cb cb, void *ud, int timeout_ms,
+typedef int (*guest_dirent_cb)(const struct pj_agent_fields *e, void *ud);
+int guest_fs_listdir(struct guest_client *cl, const char *path, guest_dirent_cb cb, void *ud, int timeout_ms,
                      bool *ret_truncated);
-int agent_fs_mkdir(struct agent_client *cl, const char *path, bool parents, int timeout_ms);
-int agent_fs_move(struct agent_client *cl, const char *from, const char *to, int timeout_ms);
-int agent_fs_remove(struct agent_client *cl, const char *path, bool recursive, int timeout_ms);
+int guest_fs_mkdir(struct guest_client *cl, const char *path, bool parents, int timeout_ms);
+int guest_fs_move(struct guest_client *cl, const char *from, const char *to, int timeout_ms);
+int guest_fs_remove(struct guest_client *cl, const char *path, bool recursive, int timeout_ms);
 /* PARK (AGENT-PROTOCOL.md): once OK (0) the agent has closed its listener and connections,
  * this one included, and unlinked its socket; PJ_AGENT_UNPARK_SIGNAL to the sandbox's PID 1
  * undoes it. -errno: ERROR's, -ETIMEDOUT, -EPROTO. */
-int agent_park(struct agent_client *cl, int timeout_ms);
+int guest_park(struct guest_client *cl, int timeout_ms);
 
 /* ---- processes the agent keeps (the /processes API) ---- */
 
 /* ATTACH on cl (taken over): the process's buffered output (the last 1 MiB), then live
- * output and its EXIT, read with agent_exec_read. -ESRCH: no such process. */
-int agent_exec_attach(struct agent_client *cl, uint32_t pid, struct agent_exec **ret, char *err, size_t errlen);
+ * output and its EXIT, read with guest_exec_read. -ESRCH: no such process. */
+int guest_exec_attach(struct guest_client *cl, uint32_t pid, struct guest_exec **ret, char *err, size_t errlen);
 /* A pid-addressed STDIN (chunked), STDIN_CLOSE, SIGNAL or RESIZE on cl (not taken), each
  * answered OK or ERROR: 0 or -errno (ESRCH gone, EPIPE no stdin, ENOTTY no terminal). */
-int agent_proc_stdin(struct agent_client *cl, uint32_t pid, const void *data, size_t len, bool close, int timeout_ms);
-int agent_proc_signal(struct agent_client *cl, uint32_t pid, int sig, int timeout_ms);
-int agent_proc_resize(struct agent_client *cl, uint32_t pid, uint32_t rows, uint32_t cols, int timeout_ms);
+int guest_proc_stdin(struct guest_client *cl, uint32_t pid, const void *data, size_t len, bool close, int timeout_ms);
+int guest_proc_signal(struct guest_client *cl, uint32_t pid, int sig, int timeout_ms);
+int guest_proc_resize(struct guest_client *cl, uint32_t pid, uint32_t rows, uint32_t cols, int timeout_ms);
 /* LIST: the processes the agent keeps; *ret (n entries, pj_agent_fields_done each, then
  * free) is bounded by PJ_AGENT_MAX_PROCS. */
-int agent_proc_list(struct agent_client *cl, struct pj_agent_fields **ret, size_t *ret_n, int timeout_ms);
+int guest_proc_list(struct guest_client *cl, struct pj_agent_fields **ret, size_t *ret_n, int timeout_ms);
 
 /* ---- watching a directory (WATCH) ---- */
 
-struct agent_watch;
+struct guest_watch;
 /* One change: event is enum pj_agent_event, path relative to the watched directory. < 0 stops
- * the read (returned by agent_watch_read). */
-typedef int (*agent_watch_cb)(int event, const char *path, bool dir, void *ud);
+ * the read (returned by guest_watch_read). */
+typedef int (*guest_watch_cb)(int event, const char *path, bool dir, void *ud);
 /* WATCH path on cl (taken over, freed with the watch, also on failure): 0 once the agent
  * watches; -errno with err (-ENOENT, -ENOTDIR, -EMFILE, -ENOSPC are the agent's refusals). */
-int agent_watch_open(struct agent_client *cl, const char *path, bool recursive, struct agent_watch **ret, char *err,
+int guest_watch_open(struct guest_client *cl, const char *path, bool recursive, struct guest_watch **ret, char *err,
                      size_t errlen);
-/* Events into cb: 1 when the watch has ended (agent_watch_truncated says whether events were
+/* Events into cb: 1 when the watch has ended (guest_watch_truncated says whether events were
  * lost), 0 when the wait ended first, < 0 errors (-ECONNRESET: watch_fd hung up). */
-int agent_watch_read(struct agent_watch *w, int timeout_ms, int watch_fd, agent_watch_cb cb, void *ud);
-bool agent_watch_truncated(const struct agent_watch *w);
-void agent_watch_free(struct agent_watch *w);
+int guest_watch_read(struct guest_watch *w, int timeout_ms, int watch_fd, guest_watch_cb cb, void *ud);
+bool guest_watch_truncated(const struct guest_watch *w);
+void guest_watch_free(struct guest_watch *w);

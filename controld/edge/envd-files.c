@@ -8,8 +8,8 @@
 #include <strings.h>
 #include <zlib.h>
 
-#include "agent-exec.h"
-#include "agent.h"
+#include "guest-exec.h"
+#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "envd-private.h"
@@ -130,15 +130,15 @@ static void up_open(struct upload *u, const char *raw_path) {
         snprintf(dir, sizeof(dir), "%s", u->cur);
         char *slash = strrchr(dir, '/');
         u->existing = strlen(u->cur);
-        struct agent_client *cl = NULL;
-        if (agent_connect(u->r->c, &u->sb, &cl, msg, sizeof(msg)) == 0) {
+        struct guest_client *cl = NULL;
+        if (guest_connect(u->r->c, &u->sb, &cl, msg, sizeof(msg)) == 0) {
                 if (u->user->uid && envd_existing_prefix(cl, u->cur, &u->existing) < 0)
                         u->existing = strlen(u->cur);
                 if (slash && slash != dir) {
                         *slash = 0;
-                        (void) agent_fs_mkdir(cl, dir, true, FS_TIMEOUT_MS);
+                        (void) guest_fs_mkdir(cl, dir, true, FS_TIMEOUT_MS);
                 }
-                agent_client_free(cl);
+                guest_client_free(cl);
         }
         struct sandbox copy = { 0 };
         if (store_sandbox_get(u->r->c->store, u->sb.id, &copy) < 0)

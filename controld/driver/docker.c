@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "btrfs.h"
-#include "agent.h"
-#include "agent-client.h"
-#include "agent-exec.h"
+#include "guest.h"
+#include "guest-conn.h"
+#include "guest-exec.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "docker.h"
@@ -307,7 +307,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 .name = name,
                 .image = sb->image,
                 .cmd = agent ? NULL : cmd,
-                .entrypoint = agent ? agent_entrypoint() : NULL,
+                .entrypoint = agent ? guest_entrypoint() : NULL,
                 .labels = labels,
                 .n_labels = ELEMENTSOF(labels),
                 .runtime = runtime,
@@ -346,17 +346,17 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                  * (the sandbox can write there) that runsc --host-uds=create makes the socket in. */
                 run_vol = xasprintf(PJ_AGENT_VOLUME_PREFIX "%s", sb->id);
                 struct docker_kv vl[] = { { "paddock.sandbox", sb->id }, { "paddock.controld", d->ctl->instance_id } };
-                r = docker_volume_create_tmpfs(D(d), run_vol, AGENT_RUN_BYTES, vl, ELEMENTSOF(vl));
+                r = docker_volume_create_tmpfs(D(d), run_vol, GUEST_RUN_BYTES, vl, ELEMENTSOF(vl));
                 if (r >= 0)
-                        r = agent_secret_write(d->ctl, sb->id);
+                        r = guest_secret_write(d->ctl, sb->id);
                 if (r < 0) {
                         snprintf(err, errlen, "cannot prepare the sandbox agent: %s", dmsg(r));
                         goto unwind;
                 }
-                secret_path = agent_secret_path(d->ctl, sb->id);
-                mnts[n_mnts++] = (struct docker_mount) { .bind = d->ctl->agent_binary, .target = AGENT_IN_BINARY, .read_only = true };
-                mnts[n_mnts++] = (struct docker_mount) { .bind = secret_path, .target = AGENT_IN_SECRET, .read_only = true };
-                mnts[n_mnts++] = (struct docker_mount) { .volume = run_vol, .target = AGENT_IN_RUN };
+                secret_path = guest_secret_path(d->ctl, sb->id);
+                mnts[n_mnts++] = (struct docker_mount) { .bind = d->ctl->agent_binary, .target = GUEST_IN_BINARY, .read_only = true };
+                mnts[n_mnts++] = (struct docker_mount) { .bind = secret_path, .target = GUEST_IN_SECRET, .read_only = true };
+                mnts[n_mnts++] = (struct docker_mount) { .volume = run_vol, .target = GUEST_IN_RUN };
         }
         /* The image's VOLUMEs: Docker would make an anonymous volume under its data root for
          * each (outside the sandbox's disk cap, and kept after the container). A tmpfs of the
@@ -464,7 +464,7 @@ static void agent_parts_remove(struct driver *d, const char *sandbox_id) {
         int r = docker_volume_remove(D(d), run_vol, true);
         if (r < 0 && r != -ENOENT)
                 log_warning("cannot remove the agent volume %s: %s", run_vol, dmsg(r));
-        agent_secret_remove(d->ctl, sandbox_id);
+        guest_secret_remove(d->ctl, sandbox_id);
 }
 
 static int dd_remove(struct driver *d, const struct sandbox *sb, char *err, size_t errlen) {
@@ -882,17 +882,17 @@ static void unpark_agent(struct driver *d, const struct sandbox *sb, const char 
 
 static int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char *name, int64_t *ret_bytes, bool *ret_stopped,
                          char *err, size_t errlen) {
-        _cleanup_(agent_client_freep) struct agent_client *cl = NULL;
+        _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
         char aerr[256] = "";
         *ret_stopped = false;
         if (!sb->container_id || !P(d)->root_dir) {
                 snprintf(err, errlen, "the sandbox has no container with an agent to checkpoint");
                 return -EOPNOTSUPP;
         }
-        int r = agent_connect(d->ctl, sb, &cl, aerr, sizeof(aerr));
+        int r = guest_connect(d->ctl, sb, &cl, aerr, sizeof(aerr));
         if (r >= 0)
-                r = agent_park(cl, 5000);
-        cl = agent_client_free(cl);
+                r = guest_park(cl, 5000);
+        cl = guest_client_free(cl);
         if (r < 0) {
                 snprintf(err, errlen, "the sandbox's agent could not be parked for the checkpoint: %s",
                          aerr[0] ? aerr : strerror(-r));

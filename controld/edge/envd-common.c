@@ -14,8 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "agent-exec.h"
-#include "agent.h"
+#include "guest-exec.h"
+#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "e2b.h"
@@ -357,8 +357,8 @@ static const char *signal_word(int sig) {
 }
 
 static void s_exit(struct cstream *t) {
-        int code = -1, sig = agent_exec_term_signal(t->x);
-        (void) agent_exec_exit_code(t->x, &code);
+        int code = -1, sig = guest_exec_term_signal(t->x);
+        (void) guest_exec_exit_code(t->x, &code);
         cJSON *ev = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(ev, "end");
         char status[64];
         if (!sig) {
@@ -567,19 +567,19 @@ static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 int64_t now = mono_ms();
                 if (t->deadline && now >= t->deadline) {
                         if (t->kill_at_deadline)
-                                (void) agent_exec_signal(t->x, SIGKILL);   /* envd: Start's timeout ends the process */
+                                (void) guest_exec_signal(t->x, SIGKILL);   /* envd: Start's timeout ends the process */
                         s_end(t, PJ_CONNECT_DEADLINE_EXCEEDED, "The request's deadline (Connect-Timeout-Ms) passed");
                         continue;
                 }
                 int wait = 1000;
                 if (t->deadline && t->deadline - now < wait)
                         wait = (int) (t->deadline - now);
-                int k = t->kind == S_PROCESS ? agent_exec_read(t->x, wait, t->client_fd, s_output, t)
-                                             : agent_watch_read(t->w, wait, t->client_fd, watch_event, t);
+                int k = t->kind == S_PROCESS ? guest_exec_read(t->x, wait, t->client_fd, s_output, t)
+                                             : guest_watch_read(t->w, wait, t->client_fd, watch_event, t);
                 if (k == -ECONNRESET) {
                         /* the client went; Start's timeout still ends the process at its time */
-                        if (t->kill_at_deadline && t->deadline && !agent_exec_term_signal(t->x))
-                                kill_later(t->c, t->sandbox, (uint32_t) agent_exec_pid(t->x), t->deadline);
+                        if (t->kill_at_deadline && t->deadline && !guest_exec_term_signal(t->x))
+                                kill_later(t->c, t->sandbox, (uint32_t) guest_exec_pid(t->x), t->deadline);
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 }
                 if (k < 0 && k != -ENOBUFS) {
@@ -591,11 +591,11 @@ static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 }
                 if (k == 1) {
                         if (t->kind == S_WATCH)
-                                s_end(t, agent_watch_truncated(t->w) ? PJ_CONNECT_DATA_LOSS : 0,
+                                s_end(t, guest_watch_truncated(t->w) ? PJ_CONNECT_DATA_LOSS : 0,
                                       "Events were lost (the watcher fell behind): list the directory again");
-                        else if (agent_exec_lost(t->x) && s_sandbox_gone(t))
+                        else if (guest_exec_lost(t->x) && s_sandbox_gone(t))
                                 t->drop = true;
-                        else if (agent_exec_lost(t->x))
+                        else if (guest_exec_lost(t->x))
                                 s_end(t, PJ_CONNECT_UNAVAILABLE,
                                       "The sandbox's agent went away (the sandbox stopped, or another client connected to "
                                       "this process)");
@@ -611,8 +611,8 @@ void envd_s_free(void *cls) {
         struct cstream *t = cls;
         if (t->counted)
                 sse_stream_count(t->c, -1);
-        agent_exec_free(t->x);   /* detaches: the process keeps running */
-        agent_watch_free(t->w);
+        guest_exec_free(t->x);   /* detaches: the process keeps running */
+        guest_watch_free(t->w);
         strbuf_done(&t->pending);
         free(t);
 }

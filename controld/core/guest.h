@@ -10,40 +10,40 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "agent-client.h"
+#include "guest-conn.h"
 
 struct ctl;
 struct sandbox;
 
-#define AGENT_SECRET_LEN 64
+#define GUEST_SECRET_LEN 64
 /* Where the agent sits inside every sandbox. */
-#define AGENT_IN_BINARY "/.paddock/init"
-#define AGENT_IN_SECRET "/.paddock/secret"
-#define AGENT_IN_RUN "/.paddock/run"
-#define AGENT_IN_SOCKET AGENT_IN_RUN "/agent.sock"
+#define GUEST_IN_BINARY "/.paddock/init"
+#define GUEST_IN_SECRET "/.paddock/secret"
+#define GUEST_IN_RUN "/.paddock/run"
+#define GUEST_IN_SOCKET GUEST_IN_RUN "/agent.sock"
 /* The socket directory is a tmpfs of this size: the sandbox can write there, so it is capped. */
-#define AGENT_RUN_BYTES (64 * 1024)
+#define GUEST_RUN_BYTES (64 * 1024)
 /* Connect + HELLO; a live agent answers in well under a millisecond. */
-#define AGENT_CONNECT_TIMEOUT_MS 3000
+#define GUEST_CONNECT_TIMEOUT_MS 3000
 
 /* Resolves [init] binary and dir and loads the agent key (daemon start). The agent is off
  * (c->agent_binary NULL, sandboxes get tini and the driver's exec path) when binary = none
  * or no binary is found; that is logged, not an error. */
-int agent_host_init(struct ctl *c, char *err, size_t errlen);
-void agent_host_done(struct ctl *c);
-/* The secret of sandbox_id, AGENT_SECRET_LEN hex digits. */
-void agent_secret(const struct ctl *c, const char *sandbox_id, char out[AGENT_SECRET_LEN + 1]);
-/* The host file that is bound read-only at AGENT_IN_SECRET (xmalloc'd). */
-char *agent_secret_path(const struct ctl *c, const char *sandbox_id);
+int guest_host_init(struct ctl *c, char *err, size_t errlen);
+void guest_host_done(struct ctl *c);
+/* The secret of sandbox_id, GUEST_SECRET_LEN hex digits. */
+void guest_secret(const struct ctl *c, const char *sandbox_id, char out[GUEST_SECRET_LEN + 1]);
+/* The host file that is bound read-only at GUEST_IN_SECRET (xmalloc'd). */
+char *guest_secret_path(const struct ctl *c, const char *sandbox_id);
 /* Writes that file (0400, replaced atomically); 0 or -errno. */
-int agent_secret_write(const struct ctl *c, const char *sandbox_id);
-void agent_secret_remove(const struct ctl *c, const char *sandbox_id);
+int guest_secret_write(const struct ctl *c, const char *sandbox_id);
+void guest_secret_remove(const struct ctl *c, const char *sandbox_id);
 /* The agent command line (NULL-terminated, static). */
-const char *const *agent_entrypoint(void);
+const char *const *guest_entrypoint(void);
 /* Connects to sb's agent through the driver: 0, or -errno with a reason in err:
  * -EOPNOTSUPP the driver or sandbox has no agent path, -ENOENT/-ECONNREFUSED no agent
  * listening, -ENOTSOCK/-EPERM something else at its socket, -EACCES refused secret,
  * -ETIMEDOUT no answer in time. */
-int agent_connect(struct ctl *c, const struct sandbox *sb, struct agent_client **ret, char *err, size_t errlen);
-/* Whether an agent_connect failure means "use the driver's exec path instead". */
-bool agent_fallback_ok(int r);
+int guest_connect(struct ctl *c, const struct sandbox *sb, struct guest_client **ret, char *err, size_t errlen);
+/* Whether an guest_connect failure means "use the driver's exec path instead". */
+bool guest_fallback_ok(int r);

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent.h"
+#include "guest.h"
 #include "pj_relay.h"
 #include "tlsbridge.h"
 #include "cleanup.h"
@@ -84,7 +84,7 @@ static int agent_host_init_nomad(struct ctl *c, char *err, size_t errlen) {
         return 0;
 }
 
-int agent_host_init(struct ctl *c, char *err, size_t errlen) {
+int guest_host_init(struct ctl *c, char *err, size_t errlen) {
         const struct config *cfg = c->cfg;
         if (!strcmp(cfg->init_binary, "none")) {
                 log_info("in-sandbox agent off ([init] binary = none): sandboxes run tini, commands go through the driver");
@@ -118,7 +118,7 @@ int agent_host_init(struct ctl *c, char *err, size_t errlen) {
         return 0;
 }
 
-void agent_host_done(struct ctl *c) {
+void guest_host_done(struct ctl *c) {
         free(c->agent_binary);
         c->agent_binary = NULL;
         free(c->agent_dir);
@@ -134,29 +134,29 @@ void agent_host_done(struct ctl *c) {
         c->relay_tls = NULL;
 }
 
-void agent_secret(const struct ctl *c, const char *sandbox_id, char out[AGENT_SECRET_LEN + 1]) {
+void guest_secret(const struct ctl *c, const char *sandbox_id, char out[GUEST_SECRET_LEN + 1]) {
         unsigned char mac[EVP_MAX_MD_SIZE];
         unsigned len = 0;
         _cleanup_free_ char *msg = xasprintf("paddock-agent:%s", sandbox_id);
         HMAC(EVP_sha256(), c->agent_key, (int) strlen(c->agent_key), (const unsigned char *) msg, strlen(msg), mac, &len);
         for (unsigned i = 0; i < 32; i++)
                 snprintf(out + 2 * i, 3, "%02x", mac[i]);
-        out[AGENT_SECRET_LEN] = 0;
+        out[GUEST_SECRET_LEN] = 0;
         explicit_bzero(mac, sizeof(mac));
 }
 
-char *agent_secret_path(const struct ctl *c, const char *sandbox_id) {
+char *guest_secret_path(const struct ctl *c, const char *sandbox_id) {
         return xasprintf("%s/%s.secret", c->agent_dir, sandbox_id);
 }
 
-int agent_secret_write(const struct ctl *c, const char *sandbox_id) {
-        char secret[AGENT_SECRET_LEN + 1];
-        _cleanup_free_ char *path = agent_secret_path(c, sandbox_id);
+int guest_secret_write(const struct ctl *c, const char *sandbox_id) {
+        char secret[GUEST_SECRET_LEN + 1];
+        _cleanup_free_ char *path = guest_secret_path(c, sandbox_id);
         _cleanup_free_ char *tmp = xasprintf("%s.new", path);
-        agent_secret(c, sandbox_id, secret);
+        guest_secret(c, sandbox_id, secret);
         (void) unlink(tmp);
         _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
-        int r = fd < 0 ? -errno : (write(fd, secret, AGENT_SECRET_LEN) == AGENT_SECRET_LEN ? 0 : -EIO);
+        int r = fd < 0 ? -errno : (write(fd, secret, GUEST_SECRET_LEN) == GUEST_SECRET_LEN ? 0 : -EIO);
         explicit_bzero(secret, sizeof(secret));
         if (r >= 0 && rename(tmp, path) < 0)
                 r = -errno;
@@ -165,34 +165,34 @@ int agent_secret_write(const struct ctl *c, const char *sandbox_id) {
         return r < 0 ? r : 0;
 }
 
-void agent_secret_remove(const struct ctl *c, const char *sandbox_id) {
+void guest_secret_remove(const struct ctl *c, const char *sandbox_id) {
         if (!c->agent_dir)
                 return;
-        _cleanup_free_ char *path = agent_secret_path(c, sandbox_id);
+        _cleanup_free_ char *path = guest_secret_path(c, sandbox_id);
         if (unlink(path) < 0 && errno != ENOENT)
                 log_warning("cannot remove the agent secret %s: %s", path, strerror(errno));
 }
 
-const char *const *agent_entrypoint(void) {
-        static const char *const argv[] = { AGENT_IN_BINARY, "--socket", AGENT_IN_SOCKET, "--secret-file", AGENT_IN_SECRET,
+const char *const *guest_entrypoint(void) {
+        static const char *const argv[] = { GUEST_IN_BINARY, "--socket", GUEST_IN_SOCKET, "--secret-file", GUEST_IN_SECRET,
                                             NULL };
         return argv;
 }
 
-int agent_connect(struct ctl *c, const struct sandbox *sb, struct agent_client **ret, char *err, size_t errlen) {
+int guest_connect(struct ctl *c, const struct sandbox *sb, struct guest_client **ret, char *err, size_t errlen) {
         if (!c->agent_binary || (!c->drv->ops->agent_socket && !c->drv->ops->agent_dial)) {
                 snprintf(err, errlen, "this controld runs no in-sandbox agent");
                 return -EOPNOTSUPP;
         }
         if (c->drv->ops->agent_dial) {
-                int64_t deadline = mono_ms() + AGENT_CONNECT_TIMEOUT_MS;
+                int64_t deadline = mono_ms() + GUEST_CONNECT_TIMEOUT_MS;
                 int fd = c->drv->ops->agent_dial(c->drv, sb, deadline, err, errlen);
                 if (fd < 0)
                         return fd;
-                char secret[AGENT_SECRET_LEN + 1];
-                agent_secret(c, sb->id, secret);
+                char secret[GUEST_SECRET_LEN + 1];
+                guest_secret(c, sb->id, secret);
                 struct pj_error perr = { 0 };
-                int r = agent_client_connect_fd(fd, secret, deadline, ret, &perr);
+                int r = guest_client_connect_fd(fd, secret, deadline, ret, &perr);
                 explicit_bzero(secret, sizeof(secret));
                 if (r < 0)
                         snprintf(err, errlen, "the sandbox's agent (through its node's relay): %s%s%s", strerror(-r),
@@ -203,10 +203,10 @@ int agent_connect(struct ctl *c, const struct sandbox *sb, struct agent_client *
         int r = c->drv->ops->agent_socket(c->drv, sb, &path, err, errlen);
         if (r < 0)
                 return r;
-        char secret[AGENT_SECRET_LEN + 1];
-        agent_secret(c, sb->id, secret);
+        char secret[GUEST_SECRET_LEN + 1];
+        guest_secret(c, sb->id, secret);
         struct pj_error perr = { 0 };
-        r = agent_client_connect(path, secret, AGENT_CONNECT_TIMEOUT_MS, ret, &perr);
+        r = guest_client_connect(path, secret, GUEST_CONNECT_TIMEOUT_MS, ret, &perr);
         explicit_bzero(secret, sizeof(secret));
         if (r < 0)
                 snprintf(err, errlen, "the sandbox's agent at %s: %s%s%s", path,
@@ -215,7 +215,7 @@ int agent_connect(struct ctl *c, const struct sandbox *sb, struct agent_client *
         return r;
 }
 
-bool agent_fallback_ok(int r) {
+bool guest_fallback_ok(int r) {
         return r == -EOPNOTSUPP || r == -ENOENT || r == -ECONNREFUSED || r == -ENOTSOCK || r == -EPERM || r == -EACCES ||
                r == -ETIMEDOUT || r == -ECONNRESET || r == -EPROTO || r == -EPIPE;
 }

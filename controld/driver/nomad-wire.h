@@ -38,7 +38,7 @@ char *nomad_network_mode(const struct config *cfg, enum pj_egress_mode m);
 /* The CSI volume id of a volume handle (the handle itself), and its capacity in bytes. */
 int64_t nomad_volume_bytes(int64_t size_gb);
 /* The register body {"Job": {...}} for sb (image, specs, egress mode, volume). New tree. */
-/* agent_secret: the sandbox's agent secret, or NULL for a sandbox without the agent. With it,
+/* guest_secret: the sandbox's agent secret, or NULL for a sandbox without the agent. With it,
  * PID 1 is [nomad] agent_binary (bound read-only from the node), its socket directory a
  * 64 KiB tmpfs Docker volume NOMAD_AGENT_VOLUME_PREFIX<id> (the node's relay finds the socket
  * there) and the secret in the task's environment as NOMAD_AGENT_SECRET_ENV (the agent wipes
@@ -46,7 +46,7 @@ int64_t nomad_volume_bytes(int64_t size_gb);
 #define NOMAD_AGENT_VOLUME_PREFIX PJ_AGENT_VOLUME_PREFIX
 #define NOMAD_AGENT_SECRET_ENV "PADDOCK_INIT_SECRET"
 cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const struct sandbox *sb,
-                       const char *agent_secret);
+                       const char *guest_secret);
 /* Adds a tmpfs mount of bytes at each of paths (an image's VOLUMEs) to a register body's task,
  * except where something is mounted already: Docker then makes no anonymous volume there.
  * Returns how many were added, -EINVAL when body is not a job nomad_job_build made. */

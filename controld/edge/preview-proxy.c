@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "agent.h"
+#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "fdio.h"
@@ -37,7 +37,7 @@ static bool still_valid(const struct preview *p) {
 }
 
 /* Bytes both ways until one side ends both directions, idles out, or the preview goes. */
-static void pump(struct pconn *pc, struct agent_client *ac, const struct preview *p, int slot) {
+static void pump(struct pconn *pc, struct guest_client *ac, const struct preview *p, int slot) {
         const struct config *cfg = preview_pv.c->cfg;
         uint8_t *buf = xmalloc(CHUNK);
         bool agent_eof = false;
@@ -49,7 +49,7 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                 ssize_t n = preview_client_take(pc, (uint8_t *) pc->head + pc->head_len, pc->got - pc->head_len);
                 struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = (uint8_t *) pc->head + pc->head_len,
                                           .data_len = (size_t) n };
-                if (n < 0 || (n > 0 && agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0))
+                if (n < 0 || (n > 0 && guest_client_send(ac, &m, SEND_TIMEOUT_MS) < 0))
                         goto done;
                 in += (uint64_t) n;
         }
@@ -74,11 +74,11 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                  * switched protocol); its going away (FIN: HTTP clients do not half-close and
                  * wait) shows all the same */
                 struct pollfd pfd[2] = { { .fd = pc->fd, .events = pc->flow == FLOW_HOLD ? POLLRDHUP : POLLIN },
-                                         { .fd = agent_client_fd(ac), .events = POLLIN } };
+                                         { .fd = guest_client_fd(ac), .events = POLLIN } };
                 /* frames already buffered in the client first */
-                struct agent_frame f;
+                struct guest_frame f;
                 struct pj_error pe = { 0 };
-                int k = agent_client_try_recv(ac, &f, &pe);
+                int k = guest_client_try_recv(ac, &f, &pe);
                 if (k < 0)
                         break;
                 if (k == 1) {
@@ -94,7 +94,7 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                                 (void) shutdown(pc->fd, SHUT_WR);
                         } else
                                 stop = true;   /* ERROR, or anything else: the channel is over */
-                        agent_frame_done(&f);
+                        guest_frame_done(&f);
                         if (stop)
                                 break;
                         continue;
@@ -106,7 +106,7 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                 if (pc->flow == FLOW_HOLD && (pfd[0].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
                         /* gone while we were not reading it: tell the server, free the place */
                         struct pj_agent_msg m = { .type = PJ_AGENT_END, .id = 1 };
-                        (void) agent_client_send(ac, &m, 1000);
+                        (void) guest_client_send(ac, &m, 1000);
                         break;
                 }
                 if (pc->flow != FLOW_HOLD && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -119,7 +119,7 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                                  * HTTP clients do not half-close and wait): tell the server, free
                                  * the place. */
                                 struct pj_agent_msg m = { .type = PJ_AGENT_END, .id = 1 };
-                                (void) agent_client_send(ac, &m, 1000);
+                                (void) guest_client_send(ac, &m, 1000);
                                 break;
                         } else {
                                 /* the body's bytes only; what a client pipelines after it is dropped */
@@ -127,7 +127,7 @@ static void pump(struct pconn *pc, struct agent_client *ac, const struct preview
                                 if (take < 0)
                                         break;
                                 struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = buf, .data_len = (size_t) take };
-                                if (take > 0 && agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
+                                if (take > 0 && guest_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
                                         break;
                                 in += (uint64_t) take;
                         }
@@ -143,24 +143,24 @@ done:
 static void forward(struct pconn *pc, const struct sandbox *sb, const struct preview *p, bool keep_host, const char *target,
                     int slot) {
         char err[512] = "";
-        _cleanup_(agent_client_freep) struct agent_client *ac = NULL;
-        int k = agent_connect(preview_pv.c, sb, &ac, err, sizeof(err));
+        _cleanup_(guest_client_freep) struct guest_client *ac = NULL;
+        int k = guest_connect(preview_pv.c, sb, &ac, err, sizeof(err));
         if (k < 0) {
                 log_ctx_set("SANDBOX_ID", sb->id);
                 log_notice("preview of port %d: the agent did not answer: %s", pc->port, err);
                 return preview_page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering, so the preview cannot reach it.");
         }
         struct pj_agent_msg fwd = { .type = PJ_AGENT_FORWARD, .id = 1, .f.port = (uint32_t) pc->port };
-        if (agent_client_send(ac, &fwd, SEND_TIMEOUT_MS) < 0)
+        if (guest_client_send(ac, &fwd, SEND_TIMEOUT_MS) < 0)
                 return preview_page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering.");
-        struct agent_frame f;
+        struct guest_frame f;
         struct pj_error pe = { 0 };
-        k = agent_client_recv(ac, FORWARD_TIMEOUT_MS, &f, &pe);
+        k = guest_client_recv(ac, FORWARD_TIMEOUT_MS, &f, &pe);
         if (k < 0)
                 return preview_page(pc, 504, "Gateway Timeout", NULL, "The sandbox's agent did not answer in time.");
         bool ok = f.m.type == PJ_AGENT_OK && f.m.id == 1;
         int e = f.m.type == PJ_AGENT_ERROR ? (int) f.m.f.err : 0;
-        agent_frame_done(&f);
+        guest_frame_done(&f);
         if (!ok) {
                 if (e == ECONNREFUSED)
                         return preview_page(pc, 502, "Bad Gateway", NULL,
@@ -172,7 +172,7 @@ static void forward(struct pconn *pc, const struct sandbox *sb, const struct pre
         }
         _cleanup_free_ char *head = preview_rewrite_head(pc, keep_host, target, pc->scheme ? pc->scheme : pc->secure ? "https" : "http");
         struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = (uint8_t *) head, .data_len = strlen(head) };
-        if (agent_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
+        if (guest_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
                 return preview_page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent stopped answering.");
         preview_count(slot, 0, m.data_len, 0);
         pump(pc, ac, p, slot);
