@@ -208,3 +208,12 @@ bool json_get_int(const cJSON *o, const char *k, int64_t *ret) {
         *ret = (int64_t) d;
         return true;
 }
+
+void json_add_time(cJSON *o, const char *k, int64_t ms) {
+        if (ms) {
+                char buf[32];
+                format_rfc3339_ms(ms, buf);
+                json_add_str(o, k, buf);
+        } else
+                cJSON_AddNullToObject(o, k);
+}

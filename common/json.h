@@ -35,6 +35,8 @@ char *json_print(const cJSON *j);
 
 /* Add to object o and return the new item (owned by o). */
 cJSON *json_add_str(cJSON *o, const char *k, const char *v);   /* v NULL -> JSON null */
+/* ms since the epoch as RFC 3339 UTC with milliseconds; 0 -> JSON null. */
+void json_add_time(cJSON *o, const char *k, int64_t ms);
 /* Exact for the whole int64 range: cJSON would print integers of 16 or more
  * digits rounded, so those become a raw item (cJSON_IsRaw, not IsNumber) that
  * prints as plain digits; json_get_int reads either kind back. */

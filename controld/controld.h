@@ -359,13 +359,11 @@ int store_utpl_interrupted(struct store *s, int64_t now_ms, char ***ret_builder_
 /* usertemplate.c: what sandbox create, the drivers and the start ask of templates users build. */
 struct ctl;
 /* 1..40 characters of a-z, 0-9 and '-', not starting or ending with '-'. */
-bool utpl_name_ok(const char *s);
+bool template_name_ok(const char *s);
 /* The account's ready template name as a struct template (its strings point into *row, which
  * the caller clears after). -ENOENT: no such template of this account; -EBUSY: not ready. */
-int utpl_template_for(struct ctl *c, const struct account *acc, const char *name, struct template *ret,
+int template_user_for(struct ctl *c, const struct account *acc, const char *name, struct template *ret,
                       struct user_template *row);
-/* Whether image is one of the templates users built (in the registry, pulled on first use). */
-bool utpl_image(const struct config *cfg, const char *image);
 /* At start: builds a stopped controld left are failed, their sandboxes destroyed. */
 void utpl_recover(struct ctl *c);
 
@@ -719,9 +717,10 @@ cJSON *batch_summary_to_json(int uploaded, int failed, cJSON *results);
 cJSON *health_to_json(bool ok, const char *driver);
 /* {data: items (consumed), totalCount, currentPage, totalPages, limit}. */
 cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit);
-/* "region": {...} or null; "k": RFC 3339 or null when ms == 0. */
+/* "region": {...} or null. */
 void render_add_region(cJSON *o, const struct region *g);
-void render_add_time(cJSON *o, const char *k, int64_t ms);
+/* A template a user built: name, status, size_mb, error, log, created_at, finished_at. */
+cJSON *render_user_template(const struct user_template *t);
 
 /* ---- HTTP server (http.c; the route table is in api.c, see http.h) ---- */
 struct http_server;

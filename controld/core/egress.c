@@ -314,7 +314,7 @@ cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
         size_t n_res = 0;
         if (store_egress_applied_get(c->store, sb->id, &applied_at, &res, &n_res) < 0)
                 applied_at = 0;
-        render_add_time(o, "applied_at", applied_at);
+        json_add_time(o, "applied_at", applied_at);
         cJSON_AddItemToObject(o, "resolved", pj_node_resolved_to_json(res, n_res));
 
         /* Counters, from the agent (bounded wait; absent when it cannot say). */

@@ -118,75 +118,6 @@ static int record_or_unplace(struct ctl *c, struct sandbox *sb, char *reason, si
         return API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
 }
 
-/* The last bytes of a start command's output, for the reason a start failed. */
-struct start_tail {
-        char buf[600];
-        size_t len;
-};
-
-static int start_output(int stream _unused_, const uint8_t *data, size_t len, void *ud) {
-        struct start_tail *t = ud;
-        size_t cap = sizeof(t->buf) - 1;
-        if (len >= cap) {
-                data += len - cap;
-                len = cap;
-        }
-        if (t->len + len > cap) {
-                size_t drop = t->len + len - cap;
-                memmove(t->buf, t->buf + drop, t->len - drop);
-                t->len -= drop;
-        }
-        memcpy(t->buf + t->len, data, len);
-        t->len += len;
-        return 0;
-}
-
-int template_start(struct ctl *c, const struct sandbox *sb, char *reason, size_t reasonlen) {
-        const struct template *t = config_template(c->cfg, sb->template_name);
-        if (!t || !t->start)
-                return 0;
-        char disk[48], mem[48];
-        snprintf(disk, sizeof(disk), "PADDOCK_DISK_GB=%lld", (long long) sb->disk);
-        snprintf(mem, sizeof(mem), "PADDOCK_MEMORY_MB=%lld", (long long) sb->memory);
-        const char *const argv[] = { t->start, NULL };
-        const char *const env[] = { disk, mem, NULL };
-        struct exec_spec spec = { .argv = argv, .env = env };
-        struct exec_session *x = NULL;
-        struct start_tail out = { .len = 0 };
-        char err[256] = "";
-        int64_t t0 = mono_ms(), deadline = t0 + t->start_timeout_s * 1000;
-        if (c->drv->ops->exec_start(c->drv, sb, &spec, &x, err, sizeof(err)) < 0) {
-                snprintf(reason, reasonlen, "the template's start command %s could not run: %s", t->start, err);
-                return -EIO;
-        }
-        int r, code = -1;
-        while ((r = c->drv->ops->exec_read(x, 500, -1, start_output, &out)) == 0 && mono_ms() < deadline)
-                ;
-        if (r == 1 && c->drv->ops->exec_exit_code(x, &code) < 0)
-                code = -1;
-        c->drv->ops->exec_free(x);
-        if (r == 1 && code == 0) {
-                metrics_observe_phase(c->metrics, "template_start", (double) (mono_ms() - t0) / 1000.0);
-                log_info("template start %s done in %lldms", t->start, (long long) (mono_ms() - t0));
-                return 0;
-        }
-        /* Printable, one line: it goes into the sandbox's failure reason and the journal. */
-        out.buf[out.len] = 0;
-        for (size_t i = 0; i < out.len; i++)
-                if ((unsigned char) out.buf[i] < 0x20 || out.buf[i] == 0x7f)
-                        out.buf[i] = ' ';
-        char what[64];
-        if (r == 0)
-                snprintf(what, sizeof(what), "did not finish within %llds", (long long) t->start_timeout_s);
-        else if (r < 0)
-                snprintf(what, sizeof(what), "failed (%s)", strerror(-r));
-        else
-                snprintf(what, sizeof(what), "exited with code %d", code);
-        snprintf(reason, reasonlen, "the template's start command %s %s: %s", t->start, what, out.len ? out.buf : "(no output)");
-        log_error("%s", reason);
-        return -EIO;
-}
-
 /* A create that fails with one of these went wrong after it was accepted: the record
  * stays as 'failed'. Any other error is a refusal and leaves nothing behind. */
 static bool create_failed(int r) {
@@ -247,7 +178,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         struct template own_tpl;
         _cleanup_(user_template_clear) struct user_template own = { 0 };
         if (!tpl && in->template_name) {
-                r = utpl_template_for(c, acc, in->template_name, &own_tpl, &own);
+                r = template_user_for(c, acc, in->template_name, &own_tpl, &own);
                 if (r == -EBUSY)
                         return API_ERR(err, -EBUSY, "Template '%s' is not built yet (GET /templates/%s says how it goes)",
                                        in->template_name, in->template_name);

@@ -16,7 +16,8 @@
  * the sandbox, read through its agent; the registry checks every digest we computed.
  *
  * A create naming the template (its account only; another account's name is unknown to it)
- * gets that image; the node pulls it once and then uses its copy (driver-docker.c). */
+ * gets that image; the node pulls it once and then uses its copy (driver/docker.c).
+ * The HTTP side is edge/templates.c; what the drivers ask of such images, driver/userimage.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -35,11 +36,11 @@
 #include "controld.h"
 #include "docker.h"
 #include "driver.h"
-#include "http.h"
 #include "json.h"
 #include "log.h"
 #include "pj_api.h"
 #include "strutil.h"
+#include "userimage.h"
 #include "usertemplate.h"
 
 #define UTPL_LOG_MAX (64 * 1024)
@@ -49,10 +50,6 @@
 #define LOCAL_TAG "paddock-template-build"
 
 /* ---- names, paths, the request ---- */
-
-bool utpl_name_ok(const char *s) {
-        return pj_template_name_ok(s);
-}
 
 static bool server_template(const char *name, void *ud) {
         return config_template(ud, name) != NULL;
@@ -67,26 +64,6 @@ static int build_req_parse(const struct config *cfg, const char *body, size_t le
         if (r < 0)
                 snprintf(msg, msglen, "%s", pe.message);
         return r;
-}
-
-/* ---- what the API shows ---- */
-
-static cJSON *utpl_to_json(const struct user_template *t) {
-        cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "name", t->name);
-        json_add_str(o, "status", t->status);
-        if (t->size_bytes > 0)
-                cJSON_AddNumberToObject(o, "size_mb", (double) ((t->size_bytes + 999999) / 1000000));
-        else
-                cJSON_AddNullToObject(o, "size_mb");
-        if (t->error)
-                json_add_str(o, "error", t->error);
-        else
-                cJSON_AddNullToObject(o, "error");
-        json_add_str(o, "log", t->log ? t->log : "");
-        render_add_time(o, "created_at", t->created_at);
-        render_add_time(o, "finished_at", t->finished_at);
-        return o;
 }
 
 /* ---- the build ---- */
@@ -605,146 +582,86 @@ done:
         ctl_notify_status(c);
 }
 
-/* ---- handlers ---- */
+/* ---- what the edge asks ---- */
 
 static bool registry_configured(const struct config *cfg) {
         return cfg->snap_registry && *cfg->snap_registry;
 }
 
-enum MHD_Result utpl_post(struct req *r) {
-        const struct config *cfg = r->c->cfg;
+int utpl_build_start(struct ctl *c, const struct account *acc, const char *body, size_t len, struct user_template *ret,
+                     struct api_error *e) {
+        const struct config *cfg = c->cfg;
         char msg[512] = "";
         if (!registry_configured(cfg) || !config_template(cfg, cfg->utpl_builder))
-                return respond_error(r, 501, "Building templates needs a registry ([snapshots] registry) and the builder "
-                                             "template '%s' ([templates] builder) on this server", cfg->utpl_builder);
+                return API_ERR(e, -EOPNOTSUPP,
+                               "Building templates needs a registry ([snapshots] registry) and the builder "
+                               "template '%s' ([templates] builder) on this server",
+                               cfg->utpl_builder);
         _cleanup_(pj_template_build_done) struct pj_template_build q = { 0 };
-        int k = build_req_parse(cfg, r->body.buf, r->body.len, &q, msg, sizeof(msg));
+        int k = build_req_parse(cfg, body, len, &q, msg, sizeof(msg));
         if (k < 0)
-                return respond_errno_msg(r, k, "%s", msg);
+                return API_ERR(e, k, "%s", msg);
         if (atomic_fetch_add(&builds_running, 1) >= cfg->utpl_max_builds) {
                 atomic_fetch_sub(&builds_running, 1);
-                return respond_errno_msg(r, -EUSERS, "%lld template builds are running on this server, its most ([templates] "
-                                                     "max_builds); try again in a minute",
-                                         (long long) cfg->utpl_max_builds);
+                return API_ERR(e, -EUSERS,
+                               "%lld template builds are running on this server, its most ([templates] "
+                               "max_builds); try again in a minute",
+                               (long long) cfg->utpl_max_builds);
         }
         _cleanup_(user_template_clear) struct user_template t = { 0 };
         hexid_new(t.id);
-        snprintf(t.account_id, sizeof(t.account_id), "%s", r->acc.id);
+        snprintf(t.account_id, sizeof(t.account_id), "%s", acc->id);
         t.name = xstrdup(q.name);
         t.status = xstrdup("building");
         t.created_at = now_ms();
-        k = store_utpl_insert_capped(r->c->store, &t, cfg->utpl_max_per_account);
+        k = store_utpl_insert_capped(c->store, &t, cfg->utpl_max_per_account);
         if (k < 0)
                 atomic_fetch_sub(&builds_running, 1);
         if (k == -EEXIST)
-                return respond_error(r, 409, "name: you have a template named '%s'; DELETE /templates/%s first", q.name, q.name);
+                return API_ERR(e, -EEXIST, "name: you have a template named '%s'; DELETE /templates/%s first", q.name, q.name);
         if (k == -EDQUOT)
-                return respond_errno_msg(r, -EDQUOT, "You have %lld templates, the most this server allows ([templates] "
-                                                     "max_per_account); delete one first",
-                                         (long long) cfg->utpl_max_per_account);
+                return API_ERR(e, -EDQUOT,
+                               "You have %lld templates, the most this server allows ([templates] "
+                               "max_per_account); delete one first",
+                               (long long) cfg->utpl_max_per_account);
         if (k < 0)
-                return respond_errno_msg(r, -EIO, "Failed to record the template");
+                return API_ERR(e, -EIO, "Failed to record the template");
         struct build_job *j = xnew0(struct build_job, 1);
         snprintf(j->id, sizeof(j->id), "%s", t.id);
         snprintf(j->account_id, sizeof(j->account_id), "%s", t.account_id);
         j->req = q;
         q = (struct pj_template_build) { 0 };
         struct pj_template_build owned = j->req;        /* ctl_spawn_job frees j alone when it fails */
-        if (ctl_spawn_job(r->c, build_job, j) < 0) {
+        if (ctl_spawn_job(c, build_job, j) < 0) {
                 pj_template_build_done(&owned);
                 atomic_fetch_sub(&builds_running, 1);
-                (void) store_utpl_delete(r->c->store, t.id);
-                return respond_errno_msg(r, -EAGAIN, "controld is stopping; try again");
+                (void) store_utpl_delete(c->store, t.id);
+                return API_ERR(e, -EAGAIN, "controld is stopping; try again");
         }
-        return respond_envelope(r, 202, "Template build started", utpl_to_json(&t));
-}
-
-enum MHD_Result utpl_list(struct req *r) {
-        struct user_template *v = NULL;
-        size_t n = 0;
-        if (store_utpl_list(r->c->store, r->acc.id, &v, &n) < 0)
-                return respond_errno_msg(r, -EIO, "Failed to read the templates");
-        cJSON *a = cJSON_CreateArray();
-        for (size_t i = 0; i < n; i++) {
-                cJSON_AddItemToArray(a, utpl_to_json(&v[i]));
-                user_template_clear(&v[i]);
-        }
-        free(v);
-        return respond_envelope(r, 200, "Templates fetched", a);
-}
-
-/* The {name} of /templates/{name}: one segment, a valid name. */
-static const char *name_of(struct req *r) {
-        const char *rest = r->m.rest;
-        if (!rest || rest[0] != '/' || strchr(rest + 1, '/') || !utpl_name_ok(rest + 1))
-                return NULL;
-        return rest + 1;
-}
-
-enum MHD_Result utpl_get(struct req *r) {
-        const char *name = name_of(r);
-        _cleanup_(user_template_clear) struct user_template t = { 0 };
-        if (!name || store_utpl_get(r->c->store, r->acc.id, name, &t) < 0)
-                return respond_error(r, 404, "Template not found");
-        return respond_envelope(r, 200, "Template fetched", utpl_to_json(&t));
-}
-
-enum MHD_Result utpl_delete(struct req *r) {
-        const char *name = name_of(r);
-        _cleanup_(user_template_clear) struct user_template t = { 0 };
-        if (!name || store_utpl_get(r->c->store, r->acc.id, name, &t) < 0)
-                return respond_error(r, 404, "Template not found");
-        /* The row first: a build in flight sees it gone at its next step and stops. */
-        if (store_utpl_delete(r->c->store, t.id) < 0)
-                return respond_error(r, 404, "Template not found");
-        if (t.image) {
-                int k = drop_manifest(r->c->cfg, &t);
-                if (k < 0)
-                        log_warning("template %s: the registry kept its image %s: %s", t.name, t.image, strerror(-k));
-                if (r->c->drv->ops->image_remove)
-                        (void) r->c->drv->ops->image_remove(r->c->drv, t.image);
-        }
-        log_info("template %s deleted", t.name);
-        return respond_empty(r, 204);
-}
-
-/* ---- a create naming one, and the start ---- */
-
-int utpl_template_for(struct ctl *c, const struct account *acc, const char *name, struct template *ret,
-                      struct user_template *row) {
-        if (!name || !utpl_name_ok(name) || store_utpl_get(c->store, acc->id, name, row) < 0)
-                return -ENOENT;
-        if (strcmp(row->status, "ready") || !row->image) {
-                user_template_clear(row);
-                return -EBUSY;
-        }
-        *ret = (struct template) { .name = row->name, .image = row->image, .display_name = row->name, .description = (char *) "",
-                                   .cpu = 500, .memory = 512, .disk = 1 };
+        *ret = t;
+        t = (struct user_template) { 0 };
         return 0;
 }
 
-bool utpl_image(const struct config *cfg, const char *image) {
-        size_t n = cfg->snap_registry ? strlen(cfg->snap_registry) : 0, m = cfg->utpl_repository ? strlen(cfg->utpl_repository) : 0;
-        return n && m && image && !strncmp(image, cfg->snap_registry, n) && image[n] == '/' &&
-               !strncmp(image + n + 1, cfg->utpl_repository, m) && image[n + 1 + m] == '/';
+int utpl_delete_named(struct ctl *c, const char *account_id, const char *name, struct api_error *e) {
+        _cleanup_(user_template_clear) struct user_template t = { 0 };
+        if (!template_name_ok(name) || store_utpl_get(c->store, account_id, name, &t) < 0)
+                return API_ERR(e, -ENOENT, "Template not found");
+        /* The row first: a build in flight sees it gone at its next step and stops. */
+        if (store_utpl_delete(c->store, t.id) < 0)
+                return API_ERR(e, -ENOENT, "Template not found");
+        if (t.image) {
+                int k = drop_manifest(c->cfg, &t);
+                if (k < 0)
+                        log_warning("template %s: the registry kept its image %s: %s", t.name, t.image, strerror(-k));
+                if (c->drv->ops->image_remove)
+                        (void) c->drv->ops->image_remove(c->drv, t.image);
+        }
+        log_info("template %s deleted", t.name);
+        return 0;
 }
 
-int utpl_image_volumes(const struct config *cfg, const char *image, char ***ret) {
-        size_t n = cfg->snap_registry ? strlen(cfg->snap_registry) : 0;
-        if (!n || !image || strncmp(image, cfg->snap_registry, n) || image[n] != '/')
-                return -EINVAL;
-        const char *path = image + n + 1, *slash = strrchr(path, '/'), *at = strchr(path, '@');
-        const char *sep = at ? at : strrchr(slash ? slash : path, ':');
-        if (!sep)
-                return -EINVAL;
-        _cleanup_free_ char *repo = xstrndup(path, (size_t) (sep - path));
-        struct registry reg = config_snapshot_registry(cfg);
-        _cleanup_(cJSON_Deletep) cJSON *img = NULL;
-        int r = registry_image_config(&reg, repo, sep + 1, &img);
-        if (r < 0)
-                return r;
-        return docker_config_volumes(cJSON_GetObjectItemCaseSensitive(img, "config"), ret);
-}
+/* ---- the start ---- */
 
 void utpl_recover(struct ctl *c) {
         _cleanup_strv_free_ char **ids = NULL;

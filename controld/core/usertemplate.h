@@ -1,20 +1,18 @@
-/* usertemplate.h — templates users build (usertemplate.c): the API's handlers and what
- * sandbox create and the drivers ask of them. */
+/* usertemplate.h — templates users build (usertemplate.c): starting and deleting a build,
+ * for the edge (edge/templates.c); what sandbox create asks of them is in controld.h. */
 #pragma once
 
-#include <stdbool.h>
+#include <stddef.h>
 
 #include "controld.h"
-#include "http.h"
 
-/* POST, GET (list and one) and DELETE /templates[/{name}]. */
-enum MHD_Result utpl_post(struct req *r);
-enum MHD_Result utpl_list(struct req *r);
-enum MHD_Result utpl_get(struct req *r);
-enum MHD_Result utpl_delete(struct req *r);
-
-
-/* The VOLUMEs (docker_config_volumes) of an image in the snapshot registry (a user's template
- * or a snapshot: "<registry>/<repo>@<digest>" or ":<tag>"), read from its config there.
- * -EINVAL: not an image of that registry; registry_image_config's errors. */
-int utpl_image_volumes(const struct config *cfg, const char *image, char ***ret);
+/* Starts building the template a POST /templates body describes, for acc: 0 with the new
+ * row (status "building") in *ret, the build running on a job thread; or -errno with the
+ * reason in e: -EOPNOTSUPP no registry or builder here, -EINVAL the body (the field named),
+ * -EUSERS too many builds at once, -EEXIST the name is the account's already, -EDQUOT the
+ * account has its most, -EIO the store, -EAGAIN controld is stopping. */
+int utpl_build_start(struct ctl *c, const struct account *acc, const char *body, size_t len, struct user_template *ret,
+                     struct api_error *e);
+/* Deletes the account's template name: its row (a build in flight stops at its next step),
+ * its image in the registry and the engine's copy. -ENOENT when there is none. */
+int utpl_delete_named(struct ctl *c, const char *account_id, const char *name, struct api_error *e);

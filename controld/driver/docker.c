@@ -31,6 +31,7 @@
 #include "driver.h"
 #include "log.h"
 #include "strutil.h"
+#include "userimage.h"
 
 struct ddriver {
         struct docker *docker;
@@ -165,7 +166,7 @@ static void dd_done(struct driver *d) {
 /* Pulls "<registry>/<repo>:<tag>" (a snapshot, or a template a user built) with the
  * [snapshots] credentials. */
 static int pull_snapshot_image(struct driver *d, const char *image, char *err, size_t errlen) {
-        bool user_template = utpl_image(d->ctl->cfg, image);
+        bool user_template = userimage_is(d->ctl->cfg, image);
         /* repo@sha256:... (by digest, what restores use) or repo:tag. */
         const char *slash = strrchr(image, '/'), *at = strchr(slash ? slash : image, '@');
         const char *colon = at ? at : strrchr(image, ':');
@@ -363,7 +364,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
          * sandbox's memory size goes over each instead: its pages count in the sandbox's memory
          * and it ends with the container. A snapshot or a user's template is fetched first. */
         r = docker_image_volumes(D(d), sb->image, &image_vols);
-        if (r == -ENOENT && (sb->from_snapshot || utpl_image(d->ctl->cfg, sb->image))) {
+        if (r == -ENOENT && (sb->from_snapshot || userimage_is(d->ctl->cfg, sb->image))) {
                 if ((r = pull_snapshot_image(d, sb->image, err, errlen)) < 0)
                         goto unwind;
                 r = docker_image_volumes(D(d), sb->image, &image_vols);
@@ -399,7 +400,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         r = docker_container_create(D(d), &o, &id);
         /* A snapshot lives in the registry; this node fetches it on first use. Twice at most:
          * the agent's prune may take an unused image between our pull and our create. */
-        for (int attempt = 0; r == -ENOENT && (sb->from_snapshot || utpl_image(d->ctl->cfg, sb->image)) && attempt < 2;
+        for (int attempt = 0; r == -ENOENT && (sb->from_snapshot || userimage_is(d->ctl->cfg, sb->image)) && attempt < 2;
              attempt++) {
                 r = pull_snapshot_image(d, sb->image, err, errlen);
                 if (r < 0)

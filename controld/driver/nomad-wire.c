@@ -19,6 +19,7 @@
 #include "json.h"
 #include "log.h"
 #include "strutil.h"
+#include "userimage.h"
 #include "ws.h"
 
 /* ---- the pure parts ---- */
@@ -157,7 +158,7 @@ cJSON *nomad_job_build(const struct config *cfg, const char *instance_id, const 
         /* A snapshot lives in the snapshot registry: Nomad's docker driver pulls it on a node
          * that lacks it, with these credentials (X-Registry-Auth). Template images are the
          * node's own business (pre-pulled or the docker plugin's auth config). */
-        if ((sb->from_snapshot || utpl_image(cfg, sb->image)) && cfg->snap_username && *cfg->snap_username) {
+        if ((sb->from_snapshot || userimage_is(cfg, sb->image)) && cfg->snap_username && *cfg->snap_username) {
                 cJSON *auths = cJSON_AddArrayToObject(conf, "auth");
                 cJSON *a = cJSON_CreateObject();
                 cJSON_AddItemToArray(auths, a);

@@ -33,7 +33,7 @@
 #include "json.h"
 #include "log.h"
 #include "strutil.h"
-#include "usertemplate.h"
+#include "userimage.h"
 #include "ws.h"
 
 #define NOMAD_MAX_RESPONSE ((size_t) 16 << 20)
@@ -406,10 +406,10 @@ static void wait_agent(struct driver *d, const struct sandbox *sb, const char *n
  * sandbox's disk cap, left behind when the job goes). Templates built here have none (they
  * are normalised when pushed); this covers older ones and their snapshots. */
 static int image_volumes_tmpfs(struct ndriver *n, const struct sandbox *sb, cJSON *body, char *err, size_t errlen) {
-        if (!sb->from_snapshot && !utpl_image(n->cfg, sb->image))
+        if (!sb->from_snapshot && !userimage_is(n->cfg, sb->image))
                 return 0;
         _cleanup_strv_free_ char **vols = NULL;
-        int r = utpl_image_volumes(n->cfg, sb->image, &vols);
+        int r = userimage_volumes(n->cfg, sb->image, &vols);
         if (r == -E2BIG)
                 snprintf(err, errlen, "image %s declares more than %d VOLUMEs; it cannot run as a sandbox", sb->image,
                          DOCKER_IMAGE_VOLUMES_MAX);

@@ -13,7 +13,7 @@
 #include "json.h"
 #include "preview.h"
 #include "terminal.h"
-#include "usertemplate.h"
+#include "templates.h"
 #include "log.h"
 #include "strutil.h"
 
@@ -370,10 +370,10 @@ static const struct route routes[] = {
         { "POST",   "/sandboxes/{id}/processes/{pid}/signal", "/sandboxes/{id}/processes/{pid}/signal", SB, true, false, J, NULL, process_post_signal },
         { "POST",   "/sandboxes/{id}/processes/{pid}/resize", "/sandboxes/{id}/processes/{pid}/resize", SB, true, false, J, NULL, process_post_resize },
         { "GET",    "/sandboxes/{id}/watch",            "/sandboxes/{id}/watch",          SB,         true,  false, J, NULL, watch_get_stream },
-        { "GET",    "/templates",                       "/templates",                     NULL,       true,  false, J, NULL, utpl_list },
-        { "POST",   "/templates",                       "/templates",                     NULL,       true,  false, L, NULL, utpl_post },
-        { "GET",    "/templates/{path*}",               "/templates/{name}",              NULL,       true,  false, J, NULL, utpl_get },
-        { "DELETE", "/templates/{path*}",               "/templates/{name}",              NULL,       true,  false, J, NULL, utpl_delete },
+        { "GET",    "/templates",                       "/templates",                     NULL,       true,  false, J, NULL, templates_list },
+        { "POST",   "/templates",                       "/templates",                     NULL,       true,  false, L, NULL, templates_post },
+        { "GET",    "/templates/{path*}",               "/templates/{name}",              NULL,       true,  false, J, NULL, templates_get },
+        { "DELETE", "/templates/{path*}",               "/templates/{name}",              NULL,       true,  false, J, NULL, templates_delete },
         { "GET",    "/volumes",                         "/volumes",                       NULL,       true,  false, J, NULL, list_volumes },
         { "POST",   "/volumes",                         "/volumes",                       NULL,       true,  false, J, NULL, post_volume },
         { "GET",    "/volumes/{id}",                    "/volumes/{id}",                  "volume",   true,  false, J, NULL, get_volume },

@@ -62,15 +62,6 @@ cJSON *region_to_json(const struct region *g) {
         return o;
 }
 
-void render_add_time(cJSON *o, const char *k, int64_t ms) {
-        if (ms) {
-                char buf[32];
-                format_rfc3339_ms(ms, buf);
-                json_add_str(o, k, buf);
-        } else
-                cJSON_AddNullToObject(o, k);
-}
-
 /* "block_outbound" and "egress": {mode, allow}. */
 static void add_egress(cJSON *o, const struct sb_egress *e) {
         json_add_bool(o, "block_outbound", e->mode == PJ_EGRESS_DENY_ALL);
@@ -122,7 +113,7 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
                 cJSON_AddNullToObject(o, "persistent_disk_gb");
         json_add_str(o, "volume_id", sb->volume_id);
         json_add_str(o, "mount_path", sb->volume_id ? sb->mount_path : NULL);
-        render_add_time(o, "paused_at", sb->paused_at);
+        json_add_time(o, "paused_at", sb->paused_at);
         /* Paused with its processes and memory (a checkpoint on the node's disk), and its size. */
         int64_t ckpt_bytes = 0;
         bool kept = (sb->status == SB_PAUSED || sb->status == SB_RESUMING) && sandbox_memory_kept(c, sb->id, NULL, &ckpt_bytes) == 0;
@@ -134,10 +125,10 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         json_add_str(o, "from_snapshot", sb->from_snapshot);
         json_add_str(o, "snapshot_mode", sb->snapshot_mode ? sb->snapshot_mode : "manual");
         json_add_str(o, "snapshot_frequency", sb->snapshot_frequency);
-        render_add_time(o, "created_at", sb->created_at);
-        render_add_time(o, "last_activity_at", sb->last_activity_at);
-        render_add_time(o, "expires_at", sb->expires_at);
-        render_add_time(o, "destroyed_at", sb->status == SB_DESTROYED || sb->status == SB_FAILED ? sb->destroyed_at : 0);
+        json_add_time(o, "created_at", sb->created_at);
+        json_add_time(o, "last_activity_at", sb->last_activity_at);
+        json_add_time(o, "expires_at", sb->expires_at);
+        json_add_time(o, "destroyed_at", sb->status == SB_DESTROYED || sb->status == SB_FAILED ? sb->destroyed_at : 0);
         json_add_str(o, "destroy_reason", sb->destroy_reason);
         json_add_str(o, "failure_reason", sb->failure_reason);
         cJSON_AddItemToObject(o, "timings", sb_timings_to_json(&sb->timings));
@@ -147,8 +138,8 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
 /* The short answer of POST /sandboxes. */
 cJSON *sandbox_created_to_json(const struct sandbox *sb) {
         cJSON *o = sandbox_head_to_json(sb);
-        render_add_time(o, "created_at", sb->created_at);
-        render_add_time(o, "expires_at", sb->expires_at);
+        json_add_time(o, "created_at", sb->created_at);
+        json_add_time(o, "expires_at", sb->expires_at);
         if (sb->timings.set)
                 cJSON_AddItemToObject(o, "timings", sb_timings_to_json(&sb->timings));
         return o;
@@ -166,9 +157,9 @@ cJSON *volume_to_json(struct ctl *c, const struct volume *v) {
         json_add_str(o, "mount_path", v->attached_sandbox_id ? v->mount_path : NULL);
         json_add_str(o, "attached_sandbox_id", v->attached_sandbox_id);
         cJSON_AddNullToObject(o, "attached_project_id");
-        render_add_time(o, "last_attached_at", v->last_attached_at);
-        render_add_time(o, "created_at", v->created_at);
-        render_add_time(o, "updated_at", v->updated_at);
+        json_add_time(o, "last_attached_at", v->last_attached_at);
+        json_add_time(o, "created_at", v->created_at);
+        json_add_time(o, "updated_at", v->updated_at);
         return o;
 }
 
@@ -186,7 +177,7 @@ cJSON *snapshot_to_json(const struct snapshot *sn) {
                 cJSON_AddNumberToObject(o, "size_bytes", (double) sn->size_bytes);
         else
                 cJSON_AddNullToObject(o, "size_bytes");
-        render_add_time(o, "created_at", sn->created_at);
+        json_add_time(o, "created_at", sn->created_at);
         return o;
 }
 
@@ -321,3 +312,23 @@ cJSON *health_to_json(bool ok, const char *driver) {
         cJSON_AddItemToObject(o, "sandbox_network", sandbox_network_json());
         return o;
 }
+
+/* A template a user built (GET /templates). */
+cJSON *render_user_template(const struct user_template *t) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "name", t->name);
+        json_add_str(o, "status", t->status);
+        if (t->size_bytes > 0)
+                cJSON_AddNumberToObject(o, "size_mb", (double) ((t->size_bytes + 999999) / 1000000));
+        else
+                cJSON_AddNullToObject(o, "size_mb");
+        if (t->error)
+                json_add_str(o, "error", t->error);
+        else
+                cJSON_AddNullToObject(o, "error");
+        json_add_str(o, "log", t->log ? t->log : "");
+        json_add_time(o, "created_at", t->created_at);
+        json_add_time(o, "finished_at", t->finished_at);
+        return o;
+}
+

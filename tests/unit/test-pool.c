@@ -103,12 +103,12 @@ TEST(user_template_names) {
         const char *bad[] = { "", "-a", "a-", "Hello", "a_b", "a.b", "a/b", "../x", "a b",
                               "abcdefghijabcdefghijabcdefghijabcdefghijk" };
         for (size_t i = 0; i < ELEMENTSOF(good); i++)
-                if (!utpl_name_ok(good[i]))
+                if (!template_name_ok(good[i]))
                         test_fail(__FILE__, __LINE__, "'%s' should be a valid name", good[i]);
         for (size_t i = 0; i < ELEMENTSOF(bad); i++)
-                if (utpl_name_ok(bad[i]))
+                if (template_name_ok(bad[i]))
                         test_fail(__FILE__, __LINE__, "'%s' should be refused", bad[i]);
-        ASSERT_FALSE(utpl_name_ok(NULL));
+        ASSERT_FALSE(template_name_ok(NULL));
 }
 
 /* What pool_match says of body (a POST /sandboxes body) against the pools of conf. */
