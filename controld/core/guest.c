@@ -1,4 +1,4 @@
-/* agent.c — see agent.h. */
+/* guest.c — see guest.h. */
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
@@ -134,85 +134,8 @@ void guest_host_done(struct ctl *c) {
         c->relay_tls = NULL;
 }
 
-void guest_secret(const struct ctl *c, const char *sandbox_id, char out[GUEST_SECRET_LEN + 1]) {
-        unsigned char mac[EVP_MAX_MD_SIZE];
-        unsigned len = 0;
-        _cleanup_free_ char *msg = xasprintf("paddock-agent:%s", sandbox_id);
-        HMAC(EVP_sha256(), c->agent_key, (int) strlen(c->agent_key), (const unsigned char *) msg, strlen(msg), mac, &len);
-        for (unsigned i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", mac[i]);
-        out[GUEST_SECRET_LEN] = 0;
-        explicit_bzero(mac, sizeof(mac));
-}
-
-char *guest_secret_path(const struct ctl *c, const char *sandbox_id) {
-        return xasprintf("%s/%s.secret", c->agent_dir, sandbox_id);
-}
-
-int guest_secret_write(const struct ctl *c, const char *sandbox_id) {
-        char secret[GUEST_SECRET_LEN + 1];
-        _cleanup_free_ char *path = guest_secret_path(c, sandbox_id);
-        _cleanup_free_ char *tmp = xasprintf("%s.new", path);
-        guest_secret(c, sandbox_id, secret);
-        (void) unlink(tmp);
-        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
-        int r = fd < 0 ? -errno : (write(fd, secret, GUEST_SECRET_LEN) == GUEST_SECRET_LEN ? 0 : -EIO);
-        explicit_bzero(secret, sizeof(secret));
-        if (r >= 0 && rename(tmp, path) < 0)
-                r = -errno;
-        if (r < 0)
-                (void) unlink(tmp);
-        return r < 0 ? r : 0;
-}
-
-void guest_secret_remove(const struct ctl *c, const char *sandbox_id) {
-        if (!c->agent_dir)
-                return;
-        _cleanup_free_ char *path = guest_secret_path(c, sandbox_id);
-        if (unlink(path) < 0 && errno != ENOENT)
-                log_warning("cannot remove the agent secret %s: %s", path, strerror(errno));
-}
-
-const char *const *guest_entrypoint(void) {
-        static const char *const argv[] = { GUEST_IN_BINARY, "--socket", GUEST_IN_SOCKET, "--secret-file", GUEST_IN_SECRET,
-                                            NULL };
-        return argv;
-}
-
 int guest_connect(struct ctl *c, const struct sandbox *sb, struct guest_client **ret, char *err, size_t errlen) {
-        if (!c->agent_binary || (!c->drv->ops->agent_socket && !c->drv->ops->agent_dial)) {
-                snprintf(err, errlen, "this controld runs no in-sandbox agent");
-                return -EOPNOTSUPP;
-        }
-        if (c->drv->ops->agent_dial) {
-                int64_t deadline = mono_ms() + GUEST_CONNECT_TIMEOUT_MS;
-                int fd = c->drv->ops->agent_dial(c->drv, sb, deadline, err, errlen);
-                if (fd < 0)
-                        return fd;
-                char secret[GUEST_SECRET_LEN + 1];
-                guest_secret(c, sb->id, secret);
-                struct pj_error perr = { 0 };
-                int r = guest_client_connect_fd(fd, secret, deadline, ret, &perr);
-                explicit_bzero(secret, sizeof(secret));
-                if (r < 0)
-                        snprintf(err, errlen, "the sandbox's agent (through its node's relay): %s%s%s", strerror(-r),
-                                 perr.message[0] ? ": " : "", perr.message);
-                return r;
-        }
-        _cleanup_free_ char *path = NULL;
-        int r = c->drv->ops->agent_socket(c->drv, sb, &path, err, errlen);
-        if (r < 0)
-                return r;
-        char secret[GUEST_SECRET_LEN + 1];
-        guest_secret(c, sb->id, secret);
-        struct pj_error perr = { 0 };
-        r = guest_client_connect(path, secret, GUEST_CONNECT_TIMEOUT_MS, ret, &perr);
-        explicit_bzero(secret, sizeof(secret));
-        if (r < 0)
-                snprintf(err, errlen, "the sandbox's agent at %s: %s%s%s", path,
-                         r == -ENOTSOCK ? "not a socket" : r == -EPERM ? "socket of an unexpected owner" : strerror(-r),
-                         perr.message[0] ? ": " : "", perr.message);
-        return r;
+        return driver_guest_connect(c->drv, sb, ret, err, errlen);
 }
 
 bool guest_fallback_ok(int r) {

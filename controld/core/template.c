@@ -99,3 +99,17 @@ int template_user_for(struct ctl *c, const struct account *acc, const char *name
                                    .cpu = 500, .memory = 512, .disk = 1 };
         return 0;
 }
+
+int64_t template_size_mb(struct ctl *c, const struct template *t) {
+        int64_t bytes = 0;
+        if (t->size_mb > 0)
+                return t->size_mb;
+        if (c->drv->ops->image_size && c->drv->ops->image_size(c->drv, t->image, &bytes) == 0)
+                return (bytes + 999999) / 1000000;
+        return t->size_mb;
+}
+
+int ctl_backend_ping(struct ctl *c, const char **ret_driver) {
+        *ret_driver = c->drv ? c->drv->name : NULL;
+        return c->drv && c->drv->ops->ping ? c->drv->ops->ping(c->drv) : -ENODEV;
+}

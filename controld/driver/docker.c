@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "btrfs.h"
-#include "guest.h"
+#include "guest-secret.h"
 #include "guest-conn.h"
 #include "guest-exec.h"
 #include "cleanup.h"
@@ -349,12 +349,12 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 struct docker_kv vl[] = { { "paddock.sandbox", sb->id }, { "paddock.controld", d->ctl->instance_id } };
                 r = docker_volume_create_tmpfs(D(d), run_vol, GUEST_RUN_BYTES, vl, ELEMENTSOF(vl));
                 if (r >= 0)
-                        r = guest_secret_write(d->ctl, sb->id);
+                        r = guest_secret_write(d->ctl->agent_dir, d->ctl->agent_key, sb->id);
                 if (r < 0) {
                         snprintf(err, errlen, "cannot prepare the sandbox agent: %s", dmsg(r));
                         goto unwind;
                 }
-                secret_path = guest_secret_path(d->ctl, sb->id);
+                secret_path = guest_secret_path(d->ctl->agent_dir, sb->id);
                 mnts[n_mnts++] = (struct docker_mount) { .bind = d->ctl->agent_binary, .target = GUEST_IN_BINARY, .read_only = true };
                 mnts[n_mnts++] = (struct docker_mount) { .bind = secret_path, .target = GUEST_IN_SECRET, .read_only = true };
                 mnts[n_mnts++] = (struct docker_mount) { .volume = run_vol, .target = GUEST_IN_RUN };
@@ -465,7 +465,7 @@ static void agent_parts_remove(struct driver *d, const char *sandbox_id) {
         int r = docker_volume_remove(D(d), run_vol, true);
         if (r < 0 && r != -ENOENT)
                 log_warning("cannot remove the agent volume %s: %s", run_vol, dmsg(r));
-        guest_secret_remove(d->ctl, sandbox_id);
+        guest_secret_remove(d->ctl->agent_dir, sandbox_id);
 }
 
 static int dd_remove(struct driver *d, const struct sandbox *sb, char *err, size_t errlen) {
@@ -890,7 +890,7 @@ static int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char 
                 snprintf(err, errlen, "the sandbox has no container with an agent to checkpoint");
                 return -EOPNOTSUPP;
         }
-        int r = guest_connect(d->ctl, sb, &cl, aerr, sizeof(aerr));
+        int r = driver_guest_connect(d, sb, &cl, aerr, sizeof(aerr));
         if (r >= 0)
                 r = guest_park(cl, 5000);
         cl = guest_client_free(cl);

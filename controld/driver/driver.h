@@ -12,8 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "guest-exec.h"
+
 struct ctl;
 struct driver;
+struct guest_client;
 struct sandbox;
 struct docker_stats;
 
@@ -41,8 +44,6 @@ struct exec_spec {
         const char *cwd;                 /* NULL = "/" */
         bool want_stdin;
 };
-/* Output callback: stream 1 = stdout, 2 = stderr. Returning < 0 stops the read. */
-typedef int (*exec_output_cb)(int stream, const uint8_t *data, size_t len, void *ud);
 /* An exec_output_cb that drops what it is given (commands run for their effect alone). */
 int exec_output_discard(int stream, const uint8_t *data, size_t len, void *ud);
 
@@ -125,6 +126,12 @@ struct driver {
         void *priv;
         const struct driver_ops *ops;
 };
+
+/* Connects to sb's init through d (its agent_dial or agent_socket): 0, or -errno with a
+ * reason in err: -EOPNOTSUPP the driver or sandbox has no init path, -ENOENT/-ECONNREFUSED
+ * nothing listening, -ENOTSOCK/-EPERM something else at its socket, -EACCES refused secret,
+ * -ETIMEDOUT no answer in time. */
+int driver_guest_connect(struct driver *d, const struct sandbox *sb, struct guest_client **ret, char *err, size_t errlen);
 
 /* driver.c: the driver [scheduler] driver names (docker or nomad), not yet initialised. */
 int driver_new(struct ctl *c, struct driver **ret);

@@ -12,7 +12,8 @@
 
 #include "cleanup.h"
 #include "controld.h"
-#include "guest.h"
+#include "guest-conn.h"
+#include "guest-secret.h"
 #include "nomad-wire.h"
 #include "driver.h"
 #include "httpc.h"

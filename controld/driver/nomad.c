@@ -22,7 +22,8 @@
 #include <unistd.h>
 #include <curl/curl.h>
 
-#include "guest.h"
+#include "guest-conn.h"
+#include "guest-secret.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "docker.h"
@@ -387,7 +388,7 @@ static void wait_agent(struct driver *d, const struct sandbox *sb, const char *n
         char err[512] = "";
         for (int i = 0;; i++) {
                 struct guest_client *ac = NULL;
-                int r = guest_connect(d->ctl, &t, &ac, err, sizeof(err));
+                int r = driver_guest_connect(d, &t, &ac, err, sizeof(err));
                 guest_client_free(ac);
                 if (r == 0)
                         return;
@@ -448,7 +449,7 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
         if (!scaled) {
                 char secret[GUEST_SECRET_LEN + 1];
                 if (d->ctl->agent_binary)
-                        guest_secret(d->ctl, sb->id, secret);
+                        guest_secret(d->ctl->agent_key, sb->id, secret);
                 _cleanup_json_ cJSON *body = nomad_job_build(n->cfg, d->ctl->instance_id, sb,
                                                              d->ctl->agent_binary ? secret : NULL);
                 explicit_bzero(secret, sizeof(secret));

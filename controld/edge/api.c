@@ -8,7 +8,6 @@
 
 #include "cleanup.h"
 #include "controld.h"
-#include "driver.h"
 #include "http.h"
 #include "json.h"
 #include "preview.h"
@@ -27,10 +26,7 @@ static enum MHD_Result get_templates(struct req *r) {
         cJSON *a = cJSON_CreateArray();
         for (size_t i = 0; i < r->c->cfg->n_templates; i++) {
                 const struct template *t = &r->c->cfg->templates[i];
-                int64_t size = t->size_mb, bytes = 0;
-                if (size <= 0 && r->c->drv->ops->image_size && r->c->drv->ops->image_size(r->c->drv, t->image, &bytes) == 0)
-                        size = (bytes + 999999) / 1000000;
-                cJSON_AddItemToArray(a, template_to_json(t, size));
+                cJSON_AddItemToArray(a, template_to_json(t, template_size_mb(r->c, t)));
         }
         return respond_envelope(r, 200, "Templates fetched", a);
 }

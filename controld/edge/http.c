@@ -17,7 +17,6 @@
 
 #include "cleanup.h"
 #include "controld.h"
-#include "driver.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
@@ -509,8 +508,9 @@ enum MHD_Result http_get_healthz(struct req *r) {
         struct ctl *c = r->c;
         /* Degraded (503) when the scheduler backend does not answer: this controld
          * could not create or run anything. */
-        int rc = c->drv && c->drv->ops->ping ? c->drv->ops->ping(c->drv) : -ENODEV;
-        return respond_json(r, rc >= 0 ? 200 : 503, health_to_json(rc >= 0, c->drv ? c->drv->name : NULL));
+        const char *driver = NULL;
+        int rc = ctl_backend_ping(c, &driver);
+        return respond_json(r, rc >= 0 ? 200 : 503, health_to_json(rc >= 0, driver));
 }
 
 /* Constant-time: how much of the token matched tells a guesser nothing. */

@@ -11,9 +11,12 @@
 #include <sys/types.h>
 
 #include "guest-conn.h"
-#include "driver.h"
 
 struct guest_exec;
+
+/* Output as it comes: stream 1 stdout, 2 stderr; < 0 stops the session. The drivers' exec
+ * sessions use the same callback, so the core drives either. */
+typedef int (*exec_output_cb)(int stream, const uint8_t *data, size_t len, void *ud);
 
 struct guest_spawn {
         const char *const *argv;   /* NULL-terminated; run directly (no shell of ours) */
