@@ -636,6 +636,15 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
 /* keep_memory: pause with the processes and memory (a checkpoint; local driver, deny_all
  * sandboxes), -EINVAL/-EOPNOTSUPP naming why not. */
 int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct api_error *err);
+/* E2B's pause (pause.c): with memory, sandbox_pause keeping it (-EOPNOTSUPP where this server
+ * cannot, -EINVAL for a networked sandbox); without, the filesystem in a snapshot the sandbox
+ * resumes from. 0 once paused, else -errno with the reason and the sandbox as it was. */
+int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct sandbox *sb, bool memory,
+                      struct api_error *err);
+/* The sandbox ends now + timeout_s (extend_only: never earlier than it was, clamped to the
+ * plan's lifetime; else beyond the lifetime is -EINVAL). -ENOENT when it has ended. */
+int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandbox *sb, int64_t timeout_s, bool extend_only,
+                    struct api_error *err);
 /* *ret_note (when not NULL; caller frees): set when the resume lost the memory the pause kept,
  * saying why (the sandbox was started afresh from its filesystem). */
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct api_error *err);
@@ -881,6 +890,10 @@ void ctl_snapshot_stop(struct ctl *c);
  * the job to the sandbox's node agent. */
 int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, bool automatic,
                     struct snapshot *ret, struct api_error *err);
+/* snapshot_create, then waits (bounded by [snapshots] timeout) until it is made: 0 with the
+ * ready snapshot in *ret, or -EIO saying why it is not (failed, timed out, record gone). */
+int snapshot_take(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, struct snapshot *ret,
+                  struct api_error *err);
 /* Loads a snapshot owned by acc (-ENOENT for others'). */
 int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct api_error *err);
 /* Deletes the registry manifest, then the record. -EBUSY while creating. */

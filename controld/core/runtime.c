@@ -790,7 +790,7 @@ int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, 
         int k = start_file_exec(c, sb, get_script, path, false, &x, err);
         if (k < 0)
                 return k;
-        /* Wait for the first bytes or the end, so a missing file is a real 404. */
+        /* Wait for the first bytes or the end, so a missing file is a real -ENOENT. */
         int64_t end = mono_ms() + 60000;
         while (x->data.len == 0 && !x->data_eof) {
                 k = rx_read(x, 1000, -1, read_output, x);

@@ -669,3 +669,25 @@ char *snapshot_image_ref(const struct snapshot *sn) {
                 return xstrdup(sn->image_tag);
         return xasprintf("%.*s@%s", (int) (colon - sn->image_tag), sn->image_tag, sn->digest);
 }
+
+int snapshot_take(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, struct snapshot *ret,
+                  struct api_error *err) {
+        int k = snapshot_create(c, acc, sandbox_id, name, false, ret, err);
+        if (k < 0)
+                return k;
+        /* The node's agent commits and pushes it; its event settles the record. */
+        char id[SANDBOX_ID_LEN + 1];
+        snprintf(id, sizeof(id), "%s", ret->id);
+        int64_t deadline = mono_ms() + ((int64_t) c->cfg->snap_timeout_s + 10) * 1000;
+        while (ret->status == SNAP_CREATING && mono_ms() < deadline && !c->stopping) {
+                usleep(200 * 1000);
+                snapshot_clear(ret);
+                if (store_snapshot_get(c->store, id, ret) < 0)
+                        return API_ERR(err, -EIO, "The snapshot's record went away");
+        }
+        if (ret->status != SNAP_READY)
+                return API_ERR(err, -EIO, "The snapshot %s",
+                               ret->status == SNAP_FAILED ? (ret->failure_reason ? ret->failure_reason : "failed")
+                                                          : "did not finish in time");
+        return 0;
+}

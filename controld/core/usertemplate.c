@@ -1,6 +1,6 @@
 /* usertemplate.c — templates users build from their own Dockerfile (our API, not Brimble's):
  *
- *   POST   /templates         {name, dockerfile, files?}: 202, the build starts
+ *   POST   /templates         {name, dockerfile, files?}: accepted, the build starts
  *   GET    /templates         the caller's templates
  *   GET    /templates/{name}  status (building, ready, failed), the build's log, size
  *   DELETE /templates/{name}  stops a build, or removes the image from the registry
