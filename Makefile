@@ -49,11 +49,11 @@ INC := -Icommon -Iproto-json $(CTL_INC_ALL) -Inodeagent -Itests/lib
 $(BUILD)/obj/common/%.o: INC := -Icommon
 $(BUILD)/obj/proto-json/%.o: INC := -Icommon -Iproto-json
 $(BUILD)/obj/controld/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
-$(BUILD)/obj/controld/edge/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
-$(BUILD)/obj/controld/core/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
-$(BUILD)/obj/controld/driver/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
-$(BUILD)/obj/controld/guest/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
-$(BUILD)/obj/controld/store/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
+$(BUILD)/obj/controld/edge/%.o: INC := -Icommon -Iproto-json $(CTL_INC_EDGE) -Icontrold/guest
+$(BUILD)/obj/controld/core/%.o: INC := -Icommon -Iproto-json $(CTL_INC_CORE)
+$(BUILD)/obj/controld/driver/%.o: INC := -Icommon -Iproto-json $(CTL_INC_DRIVER)
+$(BUILD)/obj/controld/guest/%.o: INC := -Icommon -Iproto-json $(CTL_INC_GUEST)
+$(BUILD)/obj/controld/store/%.o: INC := -Icommon -Iproto-json $(CTL_INC_STORE)
 $(BUILD)/obj/nodeagent/%.o: INC := -Icommon -Iproto-json -Inodeagent
 $(BUILD)/obj/nodeagent/paddock-init/%.o: INC := -Icommon -Iproto-json -Inodeagent/paddock-init
 ALL_CFLAGS = -std=gnu17 $(WARN) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE -pthread \

@@ -28,6 +28,7 @@
 #include "driver.h"
 #include "log.h"
 #include "strutil.h"
+#include "sandbox.h"
 
 static void admin_usage(void) {
         fprintf(stderr,

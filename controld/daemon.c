@@ -12,6 +12,9 @@
 #include "nodebus.h"
 #include "log.h"
 #include "strutil.h"
+#include "ctl-egress.h"
+#include "ctl-metrics.h"
+#include "snapshot.h"
 
 /* Opens config, store and driver: shared by the daemon and the admin CLI. */
 int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {

@@ -27,6 +27,10 @@
 #include "nodebus.h"
 #include "log.h"
 #include "strutil.h"
+#include "background.h"
+#include "ctl-egress.h"
+#include "ctl-metrics.h"
+#include "snapshot.h"
 
 
 /* ---- systemd watchdog ----

@@ -13,6 +13,13 @@
 #include "log.h"
 #include "nodebus.h"
 #include "strutil.h"
+#include "background.h"
+#include "ctl-egress.h"
+#include "pool.h"
+#include "runtime.h"
+#include "sandbox.h"
+#include "snapshot.h"
+#include "template.h"
 
 static pthread_t bg_thread;
 static bool bg_started;

@@ -23,6 +23,10 @@
 #include "log.h"
 #include "sandbox-private.h"
 #include "strutil.h"
+#include "ctl-egress.h"
+#include "sandbox.h"
+#include "snapshot.h"
+#include "template.h"
 
 
 /* A sandbox paused with its memory: its driver kept the stopped workload and a checkpoint of

@@ -31,6 +31,8 @@
 #include "fault.h"
 #include "log.h"
 #include "strutil.h"
+#include "pool.h"
+#include "template.h"
 
 #define POOL_INFLIGHT 2                 /* members being started at once, per pool */
 #define POOL_HEALTH_INTERVAL_MS 10000   /* how often ready members' workloads are checked */

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "strutil.h"
 #include "utf8-carry.h"
+#include "runtime.h"
 
 #define DRAIN_AFTER_KILL_MS 5000
 #define STDIN_WRITE_TIMEOUT_MS 60000

@@ -24,6 +24,12 @@
 #include "log.h"
 #include "sandbox-private.h"
 #include "strutil.h"
+#include "ctl-egress.h"
+#include "ctl-metrics.h"
+#include "pool.h"
+#include "sandbox.h"
+#include "snapshot.h"
+#include "template.h"
 
 static const char *const animals[] = {
         "otter", "heron", "lynx", "badger", "falcon", "marten", "ibex", "gecko", "puffin", "tapir",

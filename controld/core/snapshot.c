@@ -40,6 +40,8 @@
 #include "pj_snapshot.h"
 #include "registry.h"
 #include "strutil.h"
+#include "ctl-metrics.h"
+#include "snapshot.h"
 
 #define CH 1
 #define PUBLISH_TIMEOUT_MS 5000

@@ -13,6 +13,8 @@
 #include "log.h"
 #include "pj_api.h"
 #include "strutil.h"
+#include "ctl-metrics.h"
+#include "template.h"
 
 /* The last bytes of a start command's output, for the reason a start failed. */
 struct start_tail {

@@ -42,6 +42,9 @@
 #include "strutil.h"
 #include "userimage.h"
 #include "usertemplate.h"
+#include "runtime.h"
+#include "sandbox.h"
+#include "template.h"
 
 #define UTPL_LOG_MAX (64 * 1024)
 #define BUILD_DIR "/root/.paddock-build"

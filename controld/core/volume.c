@@ -11,6 +11,7 @@
 #include "controld.h"
 #include "driver.h"
 #include "strutil.h"
+#include "sandbox.h"
 
 int volume_record(struct ctl *c, const struct plan *plan, const struct volume *v, struct api_error *err) {
         if (v->size_gb > plan->max_volume_gb)

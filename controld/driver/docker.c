@@ -33,6 +33,8 @@
 #include "log.h"
 #include "strutil.h"
 #include "userimage.h"
+#include "ctl-metrics.h"
+#include "network.h"
 
 
 

@@ -15,6 +15,8 @@
 #include "process.h"
 #include "strutil.h"
 #include "utf8-carry.h"
+#include "render.h"
+#include "runtime.h"
 
 /* Frames queued for a slow client before the stream stops reading from the agent (the
  * agent then keeps the output in its own bounded buffer). */

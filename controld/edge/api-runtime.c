@@ -13,6 +13,8 @@
 #include "json.h"
 #include "log.h"
 #include "strutil.h"
+#include "render.h"
+#include "runtime.h"
 
 /* Stream frames not yet sent to the client. exec_read adds at most 64 KiB of output per
  * call, and the client drains between calls; only output produced while controld is still

@@ -15,6 +15,11 @@
 #include "templates.h"
 #include "log.h"
 #include "strutil.h"
+#include "ctl-egress.h"
+#include "render.h"
+#include "sandbox.h"
+#include "snapshot.h"
+#include "template.h"
 
 static enum MHD_Result pj_fail(struct req *r, const struct pj_error *e) {
         return respond_error(r, 400, "%s", e->message[0] ? e->message : "Invalid request body");

@@ -24,6 +24,8 @@
 #include "log.h"
 #include "pj_e2b.h"
 #include "strutil.h"
+#include "sandbox.h"
+#include "snapshot.h"
 
 #define AGENT_READY_TIMEOUT_MS 30000
 #define LIST_MAX 10000

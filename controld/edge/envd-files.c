@@ -18,6 +18,7 @@
 #include "log.h"
 #include "pj_e2b.h"
 #include "strutil.h"
+#include "runtime.h"
 
 /* ---- HTTP: /files, /health, /envs ---- */
 

@@ -22,6 +22,11 @@
 #include "log.h"
 #include "pj_relay.h"
 #include "strutil.h"
+#include "ctl-egress.h"
+#include "ctl-metrics.h"
+#include "pool.h"
+#include "render.h"
+#include "template.h"
 
 struct http_server {
         struct ctl *c;

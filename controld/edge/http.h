@@ -11,6 +11,8 @@
 #include "controld.h"
 #include "strutil.h"
 
+struct http_server;
+
 struct req;
 
 typedef enum MHD_Result (*route_fn)(struct req *r);
@@ -202,3 +204,8 @@ enum MHD_Result runtime_get_file(struct req *r);
 /* 200 with the file at path in sb streamed (the run takes sb's contents), or the error. */
 enum MHD_Result runtime_respond_download(struct req *r, struct sandbox *sb, const char *path);
 enum MHD_Result runtime_post_batch(struct req *r);
+
+/* ---- HTTP server (http.c; the route table is in api.c, see http.h) ---- */
+struct http_server *http_stop(struct http_server *h);
+/* Actual bound port (for listen = ...:0). */
+int http_port(struct http_server *h);

@@ -10,6 +10,10 @@
 #include "controld.h"
 #include "json.h"
 #include "strutil.h"
+#include "network.h"
+#include "render.h"
+#include "runtime.h"
+#include "sandbox.h"
 
 cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit) {
         cJSON *o = cJSON_CreateObject();

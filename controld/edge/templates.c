@@ -16,6 +16,8 @@
 #include "json.h"
 #include "templates.h"
 #include "usertemplate.h"
+#include "render.h"
+#include "template.h"
 
 enum MHD_Result templates_post(struct req *r) {
         struct api_error e = { 0 };

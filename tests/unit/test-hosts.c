@@ -10,6 +10,7 @@
 #include "pj_node.h"
 #include "strutil.h"
 #include "testlib.h"
+#include "ctl-egress.h"
 
 /* A valid hostname of exactly 253 characters, distinct per i. */
 static void long_name(char *buf, size_t i) {

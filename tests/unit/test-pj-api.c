@@ -9,6 +9,8 @@
 #include "cleanup.h"
 #include "pj_api.h"
 #include "testlib.h"
+#include "sandbox.h"
+#include "snapshot.h"
 
 /* ' -> " (a fresh copy each call; bodies in tables never need a literal '). */
 static char *q(const char *s) {

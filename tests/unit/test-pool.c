@@ -14,6 +14,9 @@
 #include "storetest.h"
 #include "strutil.h"
 #include "testlib.h"
+#include "pool.h"
+#include "render.h"
+#include "template.h"
 
 static const char base_conf[] = "[template \"busybox\"]\nimage = paddock/busybox:local\ncpu = 250\nmemory = 128\n"
                                 "[template \"python-3.11\"]\nimage = paddock/python-3.11:local\n"

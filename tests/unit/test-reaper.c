@@ -11,6 +11,7 @@
 #include "driver.h"
 #include "strutil.h"
 #include "testlib.h"
+#include "background.h"
 
 #define HOUR_MS (3600 * 1000LL)
 

@@ -29,6 +29,9 @@
 #include "pj_node.h"
 #include "pj_snapshot.h"
 #include "strutil.h"
+#include "ctl-egress.h"
+#include "ctl-metrics.h"
+#include "network.h"
 
 static atomic_ullong n_apply_ok, n_apply_fail, n_remove_ok, n_remove_fail, n_hosts_written, n_hosts_failed;
 

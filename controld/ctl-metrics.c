@@ -15,6 +15,7 @@
 #include "cleanup.h"
 #include "controld.h"
 #include "strutil.h"
+#include "ctl-metrics.h"
 
 static const double buckets[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 };
 #define NB (sizeof(buckets) / sizeof(buckets[0]))

@@ -15,6 +15,7 @@
 #include "json.h"
 #include "log.h"
 #include "strutil.h"
+#include "network.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char local_mode[16];            /* the local driver's runtime; "" = not known */
