@@ -288,9 +288,10 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb.snapshot_mode = xstrdup(in->snapshot_mode ? in->snapshot_mode : "manual");
         sb.snapshot_frequency = in->snapshot_frequency ? xstrdup(in->snapshot_frequency) : NULL;
         sb.created_at = sb.last_activity_at = now;
-        sb.metadata = in->metadata_json ? xstrdup(in->metadata_json) : NULL;
-        sb.env = in->env_json ? xstrdup(in->env_json) : NULL;
-        sb.e2b = in->e2b_json ? xstrdup(in->e2b_json) : NULL;
+        /* the adapters' canonical JSON (checked by proto-json), decoded once here */
+        if (sb_map_from_text(&sb.metadata, in->metadata_json) < 0 || sb_map_from_text(&sb.env, in->env_json) < 0 ||
+            sb_e2b_from_text(&sb.e2b, in->e2b_json) < 0)
+                return API_ERR(err, -EINVAL, "metadata, envVars: each must be an object of strings");
         int64_t life = in->auto_destroy && in->destroy_timeout_s > 0 ? in->destroy_timeout_s : cfg->default_lifetime_s;
         if (in->lifetime_s > 0)
                 life = in->lifetime_s;

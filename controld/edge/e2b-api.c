@@ -30,11 +30,9 @@
 #define AGENT_READY_TIMEOUT_MS 30000
 #define LIST_MAX 10000
 
-static const char *template_of(const struct sandbox *sb, char *buf, size_t n) {
-        _cleanup_(cJSON_Deletep) cJSON *o = sb->e2b ? cJSON_Parse(sb->e2b) : NULL;
-        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "templateID"));
-        snprintf(buf, n, "%s", t ? t : sb->template_name ? sb->template_name : "");
-        return buf;
+static const char *template_of(const struct sandbox *sb) {
+        const char *t = sb->e2b.template_id;
+        return t ? t : sb->template_name ? sb->template_name : "";
 }
 
 /* ---- answers ---- */
@@ -56,16 +54,11 @@ static void add_time(cJSON *o, const char *k, int64_t ms) {
         json_add_str(o, k, t);
 }
 
-static cJSON *metadata_json(const struct sandbox *sb) {
-        cJSON *m = sb->metadata ? cJSON_Parse(sb->metadata) : NULL;
-        return m ? m : cJSON_CreateObject();
-}
-
 /* Sandbox (create, connect): what the SDK needs to reach envd. */
 static cJSON *sandbox_json(struct ctl *c, const struct sandbox *sb) {
-        char tok[65], tpl[160];
+        char tok[65];
         cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "templateID", template_of(sb, tpl, sizeof(tpl)));
+        json_add_str(o, "templateID", template_of(sb));
         json_add_str(o, "sandboxID", sb->id);
         json_add_str(o, "alias", sb->template_name);
         json_add_str(o, "clientID", "paddock");
@@ -84,9 +77,8 @@ static cJSON *sandbox_json(struct ctl *c, const struct sandbox *sb) {
 
 /* SandboxDetail (detailed) and ListedSandbox. */
 static cJSON *listed_json(struct ctl *c, const struct sandbox *sb, bool detailed) {
-        char tpl[160];
         cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "templateID", template_of(sb, tpl, sizeof(tpl)));
+        json_add_str(o, "templateID", template_of(sb));
         json_add_str(o, "alias", sb->template_name);
         json_add_str(o, "sandboxID", sb->id);
         json_add_str(o, "clientID", "paddock");
@@ -95,7 +87,7 @@ static cJSON *listed_json(struct ctl *c, const struct sandbox *sb, bool detailed
         json_add_int(o, "cpuCount", sb->cpu >= 1000 ? (sb->cpu + 999) / 1000 : 1);
         json_add_int(o, "memoryMB", sb->memory);
         json_add_int(o, "diskSizeMB", sb->disk * 1024);
-        cJSON_AddItemToObject(o, "metadata", metadata_json(sb));
+        cJSON_AddItemToObject(o, "metadata", sb_map_to_json(&sb->metadata));
         json_add_str(o, "state", state_of(sb->status));
         json_add_str(o, "envdVersion", PJ_E2B_ENVD_VERSION);
         cJSON_AddItemToObject(o, "volumeMounts", cJSON_CreateArray());
@@ -542,9 +534,8 @@ static int parse_time(const char *s, int64_t *ret) {
 static bool metadata_matches(const struct sandbox *sb, const struct pj_e2b_kv *kv, size_t n) {
         if (!n)
                 return true;
-        _cleanup_(cJSON_Deletep) cJSON *m = sb->metadata ? cJSON_Parse(sb->metadata) : NULL;
         for (size_t i = 0; i < n; i++) {
-                const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, kv[i].key));
+                const char *v = sb_map_get(&sb->metadata, kv[i].key);
                 if (!v || strcmp(v, kv[i].value))
                         return false;
         }
@@ -615,8 +606,7 @@ static enum MHD_Result list_common(struct req *r, bool v2) {
                     sb->created_at < after_ms)
                         continue;
                 if (tpl) {
-                        char tb[160];
-                        if (strcmp(tpl, template_of(sb, tb, sizeof(tb))) && strcmp(tpl, sb->template_name))
+                        if (strcmp(tpl, template_of(sb)) && strcmp(tpl, sb->template_name))
                                 continue;
                 }
                 if (seen++ < offset)

@@ -60,10 +60,7 @@ const char *e2b_domain(void) {
  * the Brimble API or claimed from a pool has no E2B options and is never public here; its ports
  * need the traffic token (or a preview, on the preview listener). Unreadable options: private. */
 bool e2b_opt_public(const struct sandbox *sb) {
-        if (!sb->e2b)
-                return false;
-        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(sb->e2b);
-        return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "public"));
+        return sb->e2b.set && sb->e2b.public;
 }
 
 /* ---- routes ---- */

@@ -183,7 +183,7 @@ const struct envd_user *envd_req_user(struct req *r, const struct sandbox *sb) {
         char msg[256];
         if (named_user(r, &u, msg, sizeof(msg)) == 0 && u)
                 return u;
-        if (sb->e2b && sb->template_name)
+        if (sb->e2b.set && sb->template_name)
                 for (char **t = r->c->cfg->e2b_user_templates; t && *t; t++)
                         if (!strcmp(*t, sb->template_name))
                                 return user_e2b;

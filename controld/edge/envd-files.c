@@ -42,8 +42,7 @@ enum MHD_Result envd_get_envs(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (envd_sandbox(r, false, &sb) < 0)
                 return MHD_YES;
-        cJSON *o = sb.env ? cJSON_Parse(sb.env) : NULL;
-        return respond_json(r, 200, o ? o : cJSON_CreateObject());
+        return respond_json(r, 200, sb_map_to_json(&sb.env));
 }
 
 enum MHD_Result envd_get_files(struct req *r) {

@@ -160,22 +160,91 @@ cJSON *sb_timings_to_json(const struct sb_timings *t) {
 
 char **sb_env_layer(const struct sandbox *sb, char *const *req_env) {
         size_t n_req = strv_length(req_env), n = 0;
-        _cleanup_(cJSON_Deletep) cJSON *o = sb->env ? cJSON_Parse(sb->env) : NULL;
-        size_t n_sb = o ? (size_t) cJSON_GetArraySize(o) : 0;
-        char **v = xnew0(char *, n_sb + n_req + 1);
-        const cJSON *it;
-        cJSON_ArrayForEach(it, o) {
-                if (!cJSON_IsString(it) || !it->string)
-                        continue;
-                size_t kl = strlen(it->string);
+        char **v = xnew0(char *, sb->env.n + n_req + 1);
+        for (size_t j = 0; j < sb->env.n; j++) {
+                const struct sb_kv *kv = &sb->env.v[j];
+                size_t kl = strlen(kv->key);
                 bool overridden = false;
                 for (size_t i = 0; i < n_req && !overridden; i++)
-                        overridden = !strncmp(req_env[i], it->string, kl) && req_env[i][kl] == '=';
+                        overridden = !strncmp(req_env[i], kv->key, kl) && req_env[i][kl] == '=';
                 if (!overridden)
-                        v[n++] = xasprintf("%s=%s", it->string, it->valuestring);
+                        v[n++] = xasprintf("%s=%s", kv->key, kv->value);
         }
         for (size_t i = 0; i < n_req; i++)
                 v[n++] = xstrdup(req_env[i]);
         v[n] = NULL;
         return v;
+}
+
+void sb_map_done(struct sb_map *m) {
+        for (size_t i = 0; i < m->n; i++)
+                free_many(m->v[i].key, m->v[i].value);
+        free(m->v);
+        *m = (struct sb_map) { 0 };
+}
+
+int sb_map_from_text(struct sb_map *m, const char *text) {
+        sb_map_done(m);
+        if (!text)
+                return 0;
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(text);
+        if (!cJSON_IsObject(o))
+                return -EINVAL;
+        m->v = xnew0(struct sb_kv, (size_t) cJSON_GetArraySize(o) + 1);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, o) {
+                if (!cJSON_IsString(it) || !it->string || sb_map_get(m, it->string))
+                        continue;
+                m->v[m->n++] = (struct sb_kv) { .key = xstrdup(it->string), .value = xstrdup(it->valuestring) };
+        }
+        return 0;
+}
+
+cJSON *sb_map_to_json(const struct sb_map *m) {
+        cJSON *o = cJSON_CreateObject();
+        for (size_t i = 0; i < m->n; i++)
+                json_add_str(o, m->v[i].key, m->v[i].value);
+        return o;
+}
+
+char *sb_map_to_text(const struct sb_map *m) {
+        if (!m->n)
+                return NULL;
+        _cleanup_(cJSON_Deletep) cJSON *o = sb_map_to_json(m);
+        return json_print(o);
+}
+
+const char *sb_map_get(const struct sb_map *m, const char *key) {
+        for (size_t i = 0; i < m->n; i++)
+                if (!strcmp(m->v[i].key, key))
+                        return m->v[i].value;
+        return NULL;
+}
+
+void sb_e2b_done(struct sb_e2b *e) {
+        free(e->template_id);
+        *e = (struct sb_e2b) { 0 };
+}
+
+int sb_e2b_from_text(struct sb_e2b *e, const char *text) {
+        sb_e2b_done(e);
+        if (!text)
+                return 0;
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(text);
+        if (!cJSON_IsObject(o))
+                return -EINVAL;
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "templateID"));
+        e->set = true;
+        e->template_id = t ? xstrdup(t) : NULL;
+        e->public = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "public"));
+        return 0;
+}
+
+char *sb_e2b_to_text(const struct sb_e2b *e) {
+        if (!e->set)
+                return NULL;
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_CreateObject();
+        json_add_str(o, "templateID", e->template_id);
+        json_add_bool(o, "public", e->public);
+        return json_print(o);
 }

@@ -26,8 +26,11 @@ void sandbox_clear(struct sandbox *s) {
         free_many(s->name, s->template_name, s->image, s->region_key, s->team, s->project_environment,
                   s->destroy_timeout, s->volume_id, s->mount_path, s->from_snapshot, s->snapshot_mode,
                   s->snapshot_frequency, s->destroy_reason, s->failure_reason, s->driver, s->job_id, s->alloc_id,
-                  s->node_id, s->container_id, s->ip, s->metadata, s->env, s->e2b);
+                  s->node_id, s->container_id, s->ip);
         sb_egress_done(&s->egress);
+        sb_map_done(&s->metadata);
+        sb_map_done(&s->env);
+        sb_e2b_done(&s->e2b);
         memset(s, 0, sizeof(*s));
 }
 
@@ -62,6 +65,27 @@ static void sb_snapshot_mode_bind(sqlite3_stmt *st, int i, const void *row) {
         const char *mode = ((const struct sandbox *) row)->snapshot_mode;
         bind_param(st, i, p_text(mode ? mode : "manual"));
 }
+static void sb_metadata_read(sqlite3_stmt *st, int i, void *row) {
+        (void) sb_map_from_text(&((struct sandbox *) row)->metadata, (const char *) sqlite3_column_text(st, i));
+}
+static void sb_metadata_bind(sqlite3_stmt *st, int i, const void *row) {
+        _cleanup_free_ char *t = sb_map_to_text(&((const struct sandbox *) row)->metadata);
+        bind_param(st, i, p_text(t));
+}
+static void sb_env_read(sqlite3_stmt *st, int i, void *row) {
+        (void) sb_map_from_text(&((struct sandbox *) row)->env, (const char *) sqlite3_column_text(st, i));
+}
+static void sb_env_bind(sqlite3_stmt *st, int i, const void *row) {
+        _cleanup_free_ char *t = sb_map_to_text(&((const struct sandbox *) row)->env);
+        bind_param(st, i, p_text(t));
+}
+static void sb_e2b_read(sqlite3_stmt *st, int i, void *row) {
+        (void) sb_e2b_from_text(&((struct sandbox *) row)->e2b, (const char *) sqlite3_column_text(st, i));
+}
+static void sb_e2b_bind(sqlite3_stmt *st, int i, const void *row) {
+        _cleanup_free_ char *t = sb_e2b_to_text(&((const struct sandbox *) row)->e2b);
+        bind_param(st, i, p_text(t));
+}
 static void sb_timings_read(sqlite3_stmt *st, int i, void *row) {
         sb_timings_from_text(&((struct sandbox *) row)->timings, (const char *) sqlite3_column_text(st, i));
 }
@@ -86,7 +110,7 @@ static const struct column sandbox_columns[] = {
         C_TEXT("destroy_reason", destroy_reason), C_TEXT("failure_reason", failure_reason),
         C_TEXT("driver", driver), C_TEXT("job_id", job_id), C_TEXT("alloc_id", alloc_id), C_TEXT("node_id", node_id),
         C_TEXT("container_id", container_id), C_TEXT("ip", ip), C_CUSTOM("timings", sb_timings),
-        C_TEXT("metadata", metadata), C_TEXT("env", env), C_TEXT("e2b", e2b),
+        C_CUSTOM("metadata", sb_metadata), C_CUSTOM("env", sb_env), C_CUSTOM("e2b", sb_e2b),
 };
 #undef ROW
 static const struct table sandboxes = {

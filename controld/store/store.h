@@ -44,6 +44,21 @@ struct sb_timings {
         unsigned set;                    /* bit (1 << phase) per recorded phase */
 };
 
+/* A map of strings (keys unique, in the order given), decoded from a stored JSON object. */
+struct sb_kv {
+        char *key, *value;
+};
+struct sb_map {
+        struct sb_kv *v;
+        size_t n;
+};
+/* What the E2B adapter keeps of a sandbox it made. */
+struct sb_e2b {
+        bool set;                        /* made through E2B's API */
+        char *template_id;               /* the templateID it was asked for (a template or a snapshot) */
+        bool public;                     /* allowPublicTraffic: its ports answer without the traffic token */
+};
+
 struct sandbox {
         char id[SANDBOX_ID_LEN + 1];
         char account_id[SANDBOX_ID_LEN + 1];
@@ -62,10 +77,11 @@ struct sandbox {
         char *destroy_reason, *failure_reason;
         char *driver, *job_id, *alloc_id, *node_id, *container_id, *ip;
         struct sb_timings timings;
-        /* JSON objects of strings, NULL when none: metadata (E2B's, filterable) and variables
-         * layered under every process's own environment (E2B's envVars) */
-        char *metadata, *env;
-        char *e2b;                       /* E2B's options for it (e2b.c), JSON; NULL: made through the Brimble API */
+        /* Decoded once, when the row is read (the store keeps JSON objects of strings):
+         * metadata (E2B's, filterable) and variables layered under every process's own
+         * environment (E2B's envVars). */
+        struct sb_map metadata, env;
+        struct sb_e2b e2b;               /* E2B's options for it; .set false: made through the Brimble API */
 };
 void sandbox_clear(struct sandbox *s);
 
@@ -306,6 +322,19 @@ void sb_egress_done(struct sb_egress *e);
 /* The environment a process of sb gets: sb's own variables (E2B's envVars) with req_env
  * ("K=V", NULL-terminated, may be NULL) layered over them, the request's winning. strv_free. */
 char **sb_env_layer(const struct sandbox *sb, char *const *req_env);
+/* Maps of strings and their column text (a JSON object; NULL when empty). _from_text accepts
+ * NULL and skips what is not a string; -EINVAL when text is not a JSON object. */
+int sb_map_from_text(struct sb_map *m, const char *text);
+char *sb_map_to_text(const struct sb_map *m);
+/* The value of key, NULL when absent. */
+const char *sb_map_get(const struct sb_map *m, const char *key);
+/* A new JSON object of the map (empty when it is). */
+cJSON *sb_map_to_json(const struct sb_map *m);
+void sb_map_done(struct sb_map *m);
+/* E2B's options and their column text ({"templateID": ..., "public": ...}; NULL when unset). */
+int sb_e2b_from_text(struct sb_e2b *e, const char *text);
+char *sb_e2b_to_text(const struct sb_e2b *e);
+void sb_e2b_done(struct sb_e2b *e);
 /* From a policy proto-json validated: each entry parsed once into its struct. -EINVAL
  * (and *dst untouched) if an entry does not parse. */
 int sb_egress_from_pj(struct sb_egress *dst, const struct pj_egress *src);

@@ -56,6 +56,45 @@ TEST(egress_parsed_once_and_round_trips) {
         pj_egress_done(&pe);
 }
 
+TEST(maps_and_e2b_options_decode_once_and_round_trip) {
+        struct sb_map m = { 0 };
+        /* non-strings are skipped, a repeated key keeps its first value, order is kept */
+        ASSERT_OK(sb_map_from_text(&m, "{\"b\":\"2\",\"n\":1,\"a\":\"x=y\",\"o\":{}}"));
+        ASSERT_EQ(m.n, 2);
+        ASSERT_STREQ(m.v[0].key, "b");
+        ASSERT_STREQ(sb_map_get(&m, "a"), "x=y");
+        ASSERT_NULL(sb_map_get(&m, "n"));
+        _cleanup_free_ char *text = sb_map_to_text(&m);
+        ASSERT_STREQ(text, "{\"b\":\"2\",\"a\":\"x=y\"}");
+        ASSERT_EQ(sb_map_from_text(&m, "[\"not\", \"an object\"]"), -EINVAL);
+        ASSERT_EQ(m.n, 0);
+        ASSERT_OK(sb_map_from_text(&m, NULL));
+        ASSERT_NULL(sb_map_to_text(&m));
+        sb_map_done(&m);
+
+        struct sb_e2b e = { 0 };
+        ASSERT_NULL(sb_e2b_to_text(&e));   /* made through the Brimble API: nothing stored */
+        ASSERT_OK(sb_e2b_from_text(&e, "{\"templateID\":\"base\"}"));
+        ASSERT_TRUE(e.set);
+        ASSERT_FALSE(e.public);
+        ASSERT_STREQ(e.template_id, "base");
+        _cleanup_free_ char *et = sb_e2b_to_text(&e);
+        ASSERT_STREQ(et, "{\"templateID\":\"base\",\"public\":false}");
+        ASSERT_EQ(sb_e2b_from_text(&e, "nonsense"), -EINVAL);
+        ASSERT_FALSE(e.set);
+        sb_e2b_done(&e);
+
+        /* a sandbox's variables under a process's own: the request's win */
+        struct sandbox sb = { 0 };
+        ASSERT_OK(sb_map_from_text(&sb.env, "{\"A\":\"1\",\"B\":\"2\"}"));
+        char *req[] = { "B=mine", NULL };
+        _cleanup_strv_free_ char **env = sb_env_layer(&sb, req);
+        ASSERT_EQ(strv_length(env), 2);
+        ASSERT_STREQ(env[0], "A=1");
+        ASSERT_STREQ(env[1], "B=mine");
+        sandbox_clear(&sb);
+}
+
 TEST(timings_round_trip_in_phase_order) {
         struct sb_timings t = { 0 };
         ASSERT_NULL(sb_timings_to_text(&t));

@@ -83,6 +83,16 @@ static void expect_text(const char *what, const char *got, const char *want) {
 #define SAME_TEXT(f) expect_text(#f, got->f, want->f)
 #define SAME_NUM(f) ASSERT_EQ(got->f, want->f)
 
+/* The typed columns, compared as the store writes them back. */
+static void expect_same_typed(const struct sandbox *got, const struct sandbox *want) {
+        _cleanup_free_ char *gm = sb_map_to_text(&got->metadata), *wm = sb_map_to_text(&want->metadata);
+        _cleanup_free_ char *ge = sb_map_to_text(&got->env), *we = sb_map_to_text(&want->env);
+        _cleanup_free_ char *g2 = sb_e2b_to_text(&got->e2b), *w2 = sb_e2b_to_text(&want->e2b);
+        expect_text("metadata", gm, wm);
+        expect_text("env", ge, we);
+        expect_text("e2b", g2, w2);
+}
+
 static void expect_same_sandbox(const struct sandbox *got, const struct sandbox *want) {
         _cleanup_free_ char *got_allow = sb_egress_allow_to_text(&got->egress);
         _cleanup_free_ char *want_allow = sb_egress_allow_to_text(&want->egress);
@@ -97,7 +107,7 @@ static void expect_same_sandbox(const struct sandbox *got, const struct sandbox 
         SAME_NUM(created_at); SAME_NUM(last_activity_at); SAME_NUM(expires_at); SAME_NUM(paused_at);
         SAME_NUM(destroyed_at); SAME_TEXT(destroy_reason); SAME_TEXT(failure_reason);
         SAME_TEXT(driver); SAME_TEXT(job_id); SAME_TEXT(alloc_id); SAME_TEXT(node_id); SAME_TEXT(container_id);
-        SAME_TEXT(ip); expect_text("timings", got_timings, want_timings); SAME_TEXT(metadata); SAME_TEXT(env); SAME_TEXT(e2b);
+        SAME_TEXT(ip); expect_text("timings", got_timings, want_timings); expect_same_typed(got, want);
 }
 
 static void expect_same_volume(const struct volume *got, const struct volume *want) {
@@ -513,14 +523,20 @@ TEST(sandbox_insert_get_update_round_trip_every_column) {
         in.job_id = xstrdup("job");
         in.alloc_id = xstrdup("alloc");
         in.paused_at = 77;
-        in.metadata = xstrdup("{\"owner\":\"alice\"}");
-        in.env = xstrdup("{\"A\":\"1\"}");
-        in.e2b = xstrdup("{\"templateID\":\"base\"}");
+        ASSERT_OK(sb_map_from_text(&in.metadata, "{\"owner\":\"alice\"}"));
+        ASSERT_OK(sb_map_from_text(&in.env, "{\"A\":\"1\",\"B\":\"two words\"}"));
+        ASSERT_OK(sb_e2b_from_text(&in.e2b, "{\"templateID\":\"base\",\"public\":true}"));
         free(in.team);
         in.team = NULL;
         ASSERT_OK(store_sandbox_update(s, &in));
         ASSERT_OK(store_sandbox_get(s, in.id, &out));
         expect_same_sandbox(&out, &in);
+        /* read back typed: no caller parses the columns again */
+        ASSERT_STREQ(sb_map_get(&out.env, "B"), "two words");
+        ASSERT_STREQ(sb_map_get(&out.metadata, "owner"), "alice");
+        ASSERT_TRUE(out.e2b.set);
+        ASSERT_TRUE(out.e2b.public);
+        ASSERT_STREQ(out.e2b.template_id, "base");
         sandbox_clear(&out);
 
         /* Defaults for NULL text the schema requires. */
