@@ -22,22 +22,23 @@ int fd_wait(int fd, short events, int64_t deadline) {
         }
 }
 
+int fd_send_step(int fd, const char **p, size_t *len) {
+        ssize_t n = send(fd, *p, *len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0)
+                return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+        *p += n;
+        *len -= (size_t) n;
+        return 1;
+}
+
 int fd_send_all(int fd, const void *buf, size_t len, int64_t deadline) {
         const char *p = buf;
         while (len > 0) {
-                ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0 && errno == EAGAIN) {
-                        int r = fd_wait(fd, POLLOUT, deadline);
-                        if (r < 0)
-                                return r;
-                        continue;
-                }
-                if (n < 0)
-                        return -errno;
-                p += n;
-                len -= (size_t) n;
+                int r = fd_send_step(fd, &p, &len);
+                if (r == 0)
+                        r = fd_wait(fd, POLLOUT, deadline);
+                if (r < 0)
+                        return r;
         }
         return 0;
 }

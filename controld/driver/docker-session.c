@@ -18,6 +18,7 @@
 #include "docker.h"
 #include "docker-checkpoint.h"
 #include "driver.h"
+#include "fdio.h"
 #include "guest-conn.h"
 #include "guest-exec.h"
 #include "log.h"
@@ -149,7 +150,7 @@ int dd_exec_read(struct exec_session *s, int timeout_ms, int watch_fd, exec_outp
 }
 
 int dd_exec_write(struct exec_session *s, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud) {
-        const uint8_t *p = data;
+        const char *p = data;
         int64_t deadline = mono_ms() + timeout_ms;
         if (s->stdin_closed || s->eof)
                 return -EPIPE;
@@ -174,13 +175,9 @@ int dd_exec_write(struct exec_session *s, const void *data, size_t len, int time
                 if (pf.revents & (POLLERR | POLLHUP))
                         return -EPIPE;
                 if (pf.revents & POLLOUT) {
-                        ssize_t n = send(s->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-                        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                                continue;
-                        if (n < 0)
-                                return -errno;
-                        p += n;
-                        len -= (size_t) n;
+                        int r = fd_send_step(s->fd, &p, &len);
+                        if (r < 0)
+                                return r;
                 }
         }
         return 0;
