@@ -217,3 +217,37 @@ void json_add_time(cJSON *o, const char *k, int64_t ms) {
         } else
                 cJSON_AddNullToObject(o, k);
 }
+
+void json_add_members(cJSON *o, const void *rec, const struct json_member *m, size_t n) {
+        const char *base = rec;
+        for (size_t i = 0; i < n; i++) {
+                const void *f = base + m[i].off;
+                int64_t v = 0;
+                switch (m[i].kind) {
+                case JSON_STR:
+                        json_add_str(o, m[i].key, *(char *const *) f);
+                        break;
+                case JSON_CHARS:
+                        json_add_str(o, m[i].key, (const char *) f);
+                        break;
+                case JSON_INT:
+                        memcpy(&v, f, sizeof(v));
+                        json_add_int(o, m[i].key, v);
+                        break;
+                case JSON_BOOL:
+                        json_add_bool(o, m[i].key, *(const bool *) f);
+                        break;
+                case JSON_TIME:
+                        memcpy(&v, f, sizeof(v));
+                        json_add_time(o, m[i].key, v);
+                        break;
+                case JSON_SIZE:
+                        memcpy(&v, f, sizeof(v));
+                        if (v >= 0)
+                                json_add_int(o, m[i].key, v);
+                        else
+                                cJSON_AddNullToObject(o, m[i].key);
+                        break;
+                }
+        }
+}

@@ -37,6 +37,19 @@ char *json_print(const cJSON *j);
 cJSON *json_add_str(cJSON *o, const char *k, const char *v);   /* v NULL -> JSON null */
 /* ms since the epoch as RFC 3339 UTC with milliseconds; 0 -> JSON null. */
 void json_add_time(cJSON *o, const char *k, int64_t ms);
+
+/* A record's members by table, in the table's order: each entry names the key, how the
+ * field is rendered and where it is in the record (offsetof). JSON_STR: a char * (NULL ->
+ * null); JSON_CHARS: a char array; JSON_INT: an int64_t; JSON_BOOL: a bool; JSON_TIME: an
+ * int64_t of ms (0 -> null); JSON_SIZE: an int64_t, negative -> null. */
+enum json_kind { JSON_STR, JSON_CHARS, JSON_INT, JSON_BOOL, JSON_TIME, JSON_SIZE };
+struct json_member {
+        const char *key;
+        enum json_kind kind;
+        size_t off;
+};
+#define JSON_MEMBER(kind, key, type, field) { key, kind, offsetof(type, field) }
+void json_add_members(cJSON *o, const void *rec, const struct json_member *m, size_t n);
 /* Exact for the whole int64 range: cJSON would print integers of 16 or more
  * digits rounded, so those become a raw item (cJSON_IsRaw, not IsNumber) that
  * prints as plain digits; json_get_int reads either kind back. */

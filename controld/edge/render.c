@@ -55,13 +55,15 @@ void render_add_region(cJSON *o, const struct region *g) {
                 cJSON_AddNullToObject(o, "region");
 }
 
+static const struct json_member region_members[] = {
+        JSON_MEMBER(JSON_STR, "id", struct region, id),           JSON_MEMBER(JSON_STR, "name", struct region, name),
+        JSON_MEMBER(JSON_STR, "country", struct region, country), JSON_MEMBER(JSON_STR, "continent", struct region, continent),
+        JSON_MEMBER(JSON_BOOL, "enabled", struct region, enabled),
+};
+
 cJSON *region_to_json(const struct region *g) {
         cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "id", g->id);
-        json_add_str(o, "name", g->name);
-        json_add_str(o, "country", g->country);
-        json_add_str(o, "continent", g->continent);
-        json_add_bool(o, "enabled", g->enabled);
+        json_add_members(o, g, region_members, ELEMENTSOF(region_members));
         json_add_str(o, "type", "sandbox");
         return o;
 }
@@ -95,6 +97,20 @@ static cJSON *sandbox_head_to_json(const struct sandbox *sb) {
         return o;
 }
 
+static const struct json_member sandbox_options[] = {
+        JSON_MEMBER(JSON_STR, "team", struct sandbox, team),
+        JSON_MEMBER(JSON_STR, "project_environment", struct sandbox, project_environment),
+        JSON_MEMBER(JSON_BOOL, "auto_destroy", struct sandbox, auto_destroy),
+        JSON_MEMBER(JSON_STR, "destroy_timeout", struct sandbox, destroy_timeout),
+        JSON_MEMBER(JSON_BOOL, "one_shot", struct sandbox, one_shot),
+};
+static const struct json_member sandbox_times[] = {
+        JSON_MEMBER(JSON_STR, "snapshot_frequency", struct sandbox, snapshot_frequency),
+        JSON_MEMBER(JSON_TIME, "created_at", struct sandbox, created_at),
+        JSON_MEMBER(JSON_TIME, "last_activity_at", struct sandbox, last_activity_at),
+        JSON_MEMBER(JSON_TIME, "expires_at", struct sandbox, expires_at),
+};
+
 cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         cJSON *o = sandbox_head_to_json(sb);
         const struct region *g = config_region(c->cfg, sb->region_key);
@@ -104,11 +120,7 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         json_add_int(specs, "cpu", sb->cpu);
         json_add_int(specs, "memory", sb->memory);
         json_add_int(specs, "disk", sb->disk);
-        json_add_str(o, "team", sb->team);
-        json_add_str(o, "project_environment", sb->project_environment);
-        json_add_bool(o, "auto_destroy", sb->auto_destroy);
-        json_add_str(o, "destroy_timeout", sb->destroy_timeout);
-        json_add_bool(o, "one_shot", sb->one_shot);
+        json_add_members(o, sb, sandbox_options, ELEMENTSOF(sandbox_options));
         add_egress(o, &sb->egress);
         json_add_bool(o, "persistent", sb->persistent);
         if (sb->persistent_disk_gb)
@@ -128,10 +140,7 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
                 cJSON_AddNullToObject(o, "checkpoint_bytes");
         json_add_str(o, "from_snapshot", sb->from_snapshot);
         json_add_str(o, "snapshot_mode", sb->snapshot_mode ? sb->snapshot_mode : "manual");
-        json_add_str(o, "snapshot_frequency", sb->snapshot_frequency);
-        json_add_time(o, "created_at", sb->created_at);
-        json_add_time(o, "last_activity_at", sb->last_activity_at);
-        json_add_time(o, "expires_at", sb->expires_at);
+        json_add_members(o, sb, sandbox_times, ELEMENTSOF(sandbox_times));
         json_add_time(o, "destroyed_at", sb->status == SB_DESTROYED || sb->status == SB_FAILED ? sb->destroyed_at : 0);
         json_add_str(o, "destroy_reason", sb->destroy_reason);
         json_add_str(o, "failure_reason", sb->failure_reason);
@@ -149,39 +158,45 @@ cJSON *sandbox_created_to_json(const struct sandbox *sb) {
         return o;
 }
 
+static const struct json_member volume_head[] = {
+        JSON_MEMBER(JSON_CHARS, "id", struct volume, id),     JSON_MEMBER(JSON_STR, "name", struct volume, name),
+        JSON_MEMBER(JSON_STR, "type", struct volume, type),   JSON_MEMBER(JSON_STR, "team", struct volume, team),
+        JSON_MEMBER(JSON_STR, "volume_handle", struct volume, handle), JSON_MEMBER(JSON_INT, "size", struct volume, size_gb),
+};
+static const struct json_member volume_tail[] = {
+        JSON_MEMBER(JSON_TIME, "last_attached_at", struct volume, last_attached_at),
+        JSON_MEMBER(JSON_TIME, "created_at", struct volume, created_at),
+        JSON_MEMBER(JSON_TIME, "updated_at", struct volume, updated_at),
+};
+
 cJSON *volume_to_json(struct ctl *c, const struct volume *v) {
         cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "id", v->id);
-        json_add_str(o, "name", v->name);
-        json_add_str(o, "type", v->type);
-        json_add_str(o, "team", v->team);
-        json_add_str(o, "volume_handle", v->handle);
-        json_add_int(o, "size", v->size_gb);
+        json_add_members(o, v, volume_head, ELEMENTSOF(volume_head));
         render_add_region(o, config_region(c->cfg, v->region_key));
         json_add_str(o, "mount_path", v->attached_sandbox_id ? v->mount_path : NULL);
         json_add_str(o, "attached_sandbox_id", v->attached_sandbox_id);
         cJSON_AddNullToObject(o, "attached_project_id");
-        json_add_time(o, "last_attached_at", v->last_attached_at);
-        json_add_time(o, "created_at", v->created_at);
-        json_add_time(o, "updated_at", v->updated_at);
+        json_add_members(o, v, volume_tail, ELEMENTSOF(volume_tail));
         return o;
 }
 
+static const struct json_member snapshot_head[] = {
+        JSON_MEMBER(JSON_CHARS, "id", struct snapshot, id),   JSON_MEMBER(JSON_CHARS, "sandbox_id", struct snapshot, sandbox_id),
+        JSON_MEMBER(JSON_STR, "name", struct snapshot, name), JSON_MEMBER(JSON_STR, "image_tag", struct snapshot, image_tag),
+        JSON_MEMBER(JSON_STR, "digest", struct snapshot, digest),
+        JSON_MEMBER(JSON_STR, "source_template", struct snapshot, source_template),
+};
+static const struct json_member snapshot_tail[] = {
+        JSON_MEMBER(JSON_STR, "failure_reason", struct snapshot, failure_reason),
+        JSON_MEMBER(JSON_SIZE, "size_bytes", struct snapshot, size_bytes),
+        JSON_MEMBER(JSON_TIME, "created_at", struct snapshot, created_at),
+};
+
 cJSON *snapshot_to_json(const struct snapshot *sn) {
         cJSON *o = cJSON_CreateObject();
-        json_add_str(o, "id", sn->id);
-        json_add_str(o, "sandbox_id", sn->sandbox_id);
-        json_add_str(o, "name", sn->name);
-        json_add_str(o, "image_tag", sn->image_tag);
-        json_add_str(o, "digest", sn->digest);
-        json_add_str(o, "source_template", sn->source_template);
+        json_add_members(o, sn, snapshot_head, ELEMENTSOF(snapshot_head));
         json_add_str(o, "status", snap_status_str(sn->status));
-        json_add_str(o, "failure_reason", sn->failure_reason);
-        if (sn->size_bytes >= 0)
-                cJSON_AddNumberToObject(o, "size_bytes", (double) sn->size_bytes);
-        else
-                cJSON_AddNullToObject(o, "size_bytes");
-        json_add_time(o, "created_at", sn->created_at);
+        json_add_members(o, sn, snapshot_tail, ELEMENTSOF(snapshot_tail));
         return o;
 }
 

@@ -1,5 +1,6 @@
 /* Unit tests for common/json.c: hostile input to json_parse, exact ints. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "cleanup.h"
@@ -37,6 +38,29 @@ static void check_refused(const char *text, size_t len, size_t max_len, int r, c
 }
 #define REFUSED(text, len, max_len, r, err) check_refused(text, len, max_len, r, err, true, __LINE__)
 #define REFUSED_HAS(text, len, r, err)      check_refused(text, len, 100, r, err, false, __LINE__)
+
+struct rec {
+        char id[8];
+        char *name, *none;
+        int64_t n, at, size, zero;
+        bool on;
+};
+
+TEST(members_by_table_in_table_order) {
+        static const struct json_member m[] = {
+                JSON_MEMBER(JSON_CHARS, "id", struct rec, id),   JSON_MEMBER(JSON_STR, "name", struct rec, name),
+                JSON_MEMBER(JSON_STR, "none", struct rec, none), JSON_MEMBER(JSON_INT, "n", struct rec, n),
+                JSON_MEMBER(JSON_BOOL, "on", struct rec, on),    JSON_MEMBER(JSON_TIME, "at", struct rec, at),
+                JSON_MEMBER(JSON_TIME, "never", struct rec, zero),  JSON_MEMBER(JSON_SIZE, "size", struct rec, size),
+        };
+        struct rec r = { .id = "abc", .name = (char *) "x", .n = -3, .at = 1000, .size = -1, .on = true };
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_CreateObject();
+        json_add_members(o, &r, m, 7);
+        json_add_members(o, &r, m + 7, 1);
+        _cleanup_free_ char *s = json_print(o);
+        ASSERT_STREQ(s, "{\"id\":\"abc\",\"name\":\"x\",\"none\":null,\"n\":-3,\"on\":true,"
+                        "\"at\":\"1970-01-01T00:00:01.000Z\",\"never\":null,\"size\":null}");
+}
 
 TEST(parse_happy) {
         char err[256];
