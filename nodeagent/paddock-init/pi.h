@@ -111,6 +111,7 @@ struct conn {
 };
 
 struct pi_state {
+        const char *sock_path;  /* where listen_fd listens (PARK unlinks it, unpark binds it again) */
         int listen_fd, sig_fd;
         int ino_fd;             /* inotify, made at the first WATCH; -1 before */
         char *secret;
@@ -154,9 +155,6 @@ bool conn_blocked(const struct conn *c);
 void conn_read(struct conn *c);
 void conn_write(struct conn *c);
 void conn_accept(void);
-/* paddock-init.c: PARK's work (closes every connection but c, which is closed once its OK is
- * sent, the listener, and unlinks the socket) and its undoing on PJ_AGENT_UNPARK_SIGNAL. */
-void pi_park(struct conn *c, uint32_t id);
 
 /* watch.c: WATCH channels over one inotify fd. watch_fd: the fd to poll (-1: nothing watched);
  * watch_read: its events to the watching channels; watch_chan_closed: a channel's rows go;
