@@ -168,7 +168,7 @@ struct nft_port_elem {
 int nft_dump_port_elems(struct mnl_socket *nl, const char *table, const char *map, struct nft_port_elem **ret,
                         size_t *ret_n);
 
-/* ---- rules, appended to chain (see nft.c for each one's nft syntax) */
+/* ---- rules, appended to chain (see nft-build.c for each one's nft syntax) */
 void nft_rule_ct_established(struct nft_batch *b, const char *table, const char *chain);
 void nft_rule_non_ipv4_drop(struct nft_batch *b, const char *table, const char *chain);
 /* DNS to resolver over l4 from the addresses in set clients: accept */

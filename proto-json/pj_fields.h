@@ -1,4 +1,4 @@
-/* pj_fields.h — the field-path helpers every public-API body parser shares (pj_api.c for the
+/* pj_fields.h — the field-path helpers every public-API body parser shares (pj_api*.c for the
  * Brimble API, pj_e2b.c for E2B's): member access over a pj_json tree that names the
  * culprit ("network.allowOut[2]") in each error. Each returns 0 when the member is absent,
  * 1 when present and valid, -EINVAL with err filled otherwise. */
