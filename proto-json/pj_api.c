@@ -254,10 +254,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
         const struct pj_json *v;
         int r;
 
-        r = pj_json_parse_object(body, len, true, &root, err);
-        if (r < 0)
-                return r;
-        r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err);
+        r = pj_parse_body(body, len, true, fields, ELEMENTSOF(fields), &root, err);
         if (r < 0)
                 return r;
 
@@ -439,8 +436,8 @@ int pj_snapshot_create_parse(const char *body, size_t len, struct pj_snapshot_cr
         char *name = NULL;
         int r;
 
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = get_slug40(root, &name, err)) < 0)
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0 ||
+            (r = get_slug40(root, &name, err)) < 0)
                 return r;
         ret->name = name;
         return 0;
@@ -459,8 +456,8 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
         _cleanup_(pj_volume_create_done) struct pj_volume_create c = {};
         int r;
 
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = get_slug40(root, &c.name, err)) < 0)
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0 ||
+            (r = get_slug40(root, &c.name, err)) < 0)
                 return r;
         r = pj_get_int(root, "", "sizeGB", 10, 50, NULL, &c.size_gb, err);
         if (r < 0)

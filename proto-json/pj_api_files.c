@@ -72,8 +72,7 @@ int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, si
         _cleanup_(pj_files_batch_done) struct pj_files_batch b = {};
         int r;
 
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0)
                 return r;
         const struct pj_json *files = pj_json_member(root, "files");
         if (!files)
@@ -210,8 +209,7 @@ int pj_template_build_parse(const char *body, size_t len, size_t max_context, bo
         _cleanup_(pj_template_build_done) struct pj_template_build b = {};
         const struct pj_json *name = NULL, *df = NULL;
         int r;
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0 ||
             (r = pj_get_str(root, "", "name", &name, err)) < 0 || (r = pj_get_str(root, "", "dockerfile", &df, err)) < 0)
                 return r;
         if (name && taken && taken(name->str, ud)) {

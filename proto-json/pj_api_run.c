@@ -126,8 +126,7 @@ int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_e
         const struct pj_json *cmd, *in;
         int r;
 
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0 ||
             (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = pj_get_str(root, "", "stdin", &in, err)) < 0)
                 return r;
         if (in && in->str_len > 1024 * 1024)
@@ -161,8 +160,7 @@ int pj_process_start_parse(const char *body, size_t len, struct pj_process_start
         bool in = false;
         int r, rows = 0, cols = 0;
 
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0 ||
             (r = get_text(root, "cmd", 65536, "", &cmd, err)) < 0 || (r = pj_get_str(root, "", "tag", &tag, err)) < 0 ||
             (r = pj_get_bool(root, "", "stdin", NULL, &in, err)) < 0)
                 return r;
@@ -212,8 +210,8 @@ int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin
         const struct pj_json *d;
         bool close = false, has_close = false;
         int r;
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 || (r = pj_get_str(root, "", "data", &d, err)) < 0 ||
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0 ||
+            (r = pj_get_str(root, "", "data", &d, err)) < 0 ||
             (r = pj_get_bool(root, "", "close", &has_close, &close, err)) < 0)
                 return r;
         if (!d && !close)
@@ -230,8 +228,7 @@ int pj_pause_parse(const char *body, size_t len, bool *ret_keep_memory, struct p
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         bool has = false, keep = false;
         int r;
-        if ((r = pj_json_parse_object(body, len, true, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+        if ((r = pj_parse_body(body, len, true, fields, ELEMENTSOF(fields), &root, err)) < 0 ||
             (r = pj_get_bool(root, "", "keepMemory", &has, &keep, err)) < 0)
                 return r;
         *ret_keep_memory = has && keep;
@@ -247,8 +244,7 @@ int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct
         };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         int r;
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0)
                 return r;
         const struct pj_json *m = pj_json_member(root, "signal");
         if (!m)
@@ -282,8 +278,7 @@ int pj_preview_create_parse(const char *body, size_t len, struct pj_preview_crea
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         struct pj_preview_create p = { 0 };
         int r;
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0)
                 return r;
         if (!pj_json_member(root, "port"))
                 return pj_error_set(err, "port", "port is required: the TCP port (1..65535) a server listens on inside the sandbox");
@@ -301,8 +296,7 @@ int pj_process_resize_parse(const char *body, size_t len, int *ret_rows, int *re
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         bool hr = false, hc = false;
         int r;
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0 ||
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0 ||
             (r = pj_get_int(root, "", "rows", 1, 1000, &hr, ret_rows, err)) < 0 ||
             (r = pj_get_int(root, "", "cols", 1, 1000, &hc, ret_cols, err)) < 0)
                 return r;
@@ -326,8 +320,7 @@ int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_e
         const struct pj_json *lang, *code;
         int r;
 
-        if ((r = pj_json_parse_object(body, len, false, &root, err)) < 0 ||
-            (r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
+        if ((r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err)) < 0)
                 return r;
         r = pj_get_str(root, "", "language", &lang, err);
         if (r < 0)

@@ -196,10 +196,8 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
                                               "volumeMounts" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { .timeout_s = PJ_E2B_DEFAULT_TIMEOUT_S, .public_traffic = true };
-        int r = pj_json_parse_object(body, len, false, &root, err);
+        int r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err);
         if (r < 0)
-                return r;
-        if ((r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
                 return r;
         const struct pj_json *t;
         if ((r = pj_get_str(root, "", "templateID", &t, err)) < 0)
@@ -274,10 +272,8 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
 static int timeout_body(const char *body, size_t len, bool connect, bool v2, int64_t *ret_timeout_s, struct pj_error *err) {
         static const char *const fields[] = { "timeout", "memory" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        int r = pj_json_parse_object(body, len, v2, &root, err);
+        int r = pj_parse_body(body, len, v2, fields, connect ? 2 : 1, &root, err);
         if (r < 0)
-                return r;
-        if ((r = pj_check_fields(root, "", fields, connect ? 2 : 1, err)) < 0)
                 return r;
         bool has = false, mem = true;
         if (connect && (r = pj_get_bool(root, "", "memory", &has, &mem, err)) < 0)
@@ -308,10 +304,8 @@ int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *
         static const char *const fields[] = { "allowOut", "denyOut", "egressProxy", "rules", "allow_internet_access" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
-        int r = pj_json_parse_object(body, len, false, &root, err);
+        int r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err);
         if (r < 0)
-                return r;
-        if ((r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
                 return r;
         bool deny_all = false, has = false, inet = true;
         if ((r = parse_network(root, &c, &deny_all, true, err)) < 0)
@@ -329,10 +323,8 @@ int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *
 int pj_e2b_snapshot_parse(const char *body, size_t len, char **ret_name, struct pj_error *err) {
         static const char *const fields[] = { "name" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        int r = pj_json_parse_object(body, len, true, &root, err);
+        int r = pj_parse_body(body, len, true, fields, ELEMENTSOF(fields), &root, err);
         if (r < 0)
-                return r;
-        if ((r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
                 return r;
         const struct pj_json *n;
         if ((r = pj_get_str(root, "", "name", &n, err)) < 0)
@@ -350,10 +342,8 @@ int pj_e2b_snapshot_parse(const char *body, size_t len, char **ret_name, struct 
 int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct pj_error *err) {
         static const char *const fields[] = { "memory" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        int r = pj_json_parse_object(body, len, true, &root, err);
+        int r = pj_parse_body(body, len, true, fields, ELEMENTSOF(fields), &root, err);
         if (r < 0)
-                return r;
-        if ((r = pj_check_fields(root, "", fields, ELEMENTSOF(fields), err)) < 0)
                 return r;
         bool has = false, mem = true;
         if ((r = pj_get_bool(root, "", "memory", &has, &mem, err)) < 0)

@@ -157,3 +157,14 @@ int pj_get_bool(const struct pj_json *obj, const char *prefix, const char *key, 
         return 1;
 }
 
+int pj_parse_body(const char *body, size_t len, bool empty_ok, const char *const *allowed, size_t n_allowed,
+                  struct pj_json **ret, struct pj_error *err) {
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        int r = pj_json_parse_object(body, len, empty_ok, &root, err);
+        if (r < 0)
+                return r;
+        if ((r = pj_check_fields(root, "", allowed, n_allowed, err)) < 0)
+                return r;
+        *ret = TAKE_PTR(root);
+        return 0;
+}

@@ -22,6 +22,11 @@ const char *pj_mkindex(char buf[static PJ_PATH_MAX], const char *prefix, size_t 
 /* Members not in allowed[] (at most 64) or given twice are refused, with a "did you mean". */
 int pj_check_fields(const struct pj_json *obj, const char *prefix, const char *const *allowed, size_t n_allowed,
                     struct pj_error *err);
+/* A request body that is one JSON object (pj_json_parse_object: empty_ok reads an empty one
+ * as {}) whose members are all in allowed[] (pj_check_fields): 0 with *ret the caller's, or
+ * -EINVAL with err filled and *ret untouched. */
+int pj_parse_body(const char *body, size_t len, bool empty_ok, const char *const *allowed, size_t n_allowed,
+                  struct pj_json **ret, struct pj_error *err);
 /* A string member without NUL. */
 int pj_get_str(const struct pj_json *obj, const char *prefix, const char *key, const struct pj_json **ret,
                struct pj_error *err);
