@@ -36,3 +36,10 @@ int pj_get_int(const struct pj_json *obj, const char *prefix, const char *key, i
                struct pj_error *err);
 int pj_get_bool(const struct pj_json *obj, const char *prefix, const char *key, bool *ret_has, bool *ret,
                 struct pj_error *err);
+/* An object of strings (the member obj, at field): at most max entries; keys checked by env
+ * rules ([A-Za-z_][A-Za-z0-9_]*, at most 256) when env, else as 1..max_key bytes, never NUL;
+ * values up to max_value bytes without NUL. Into canonical JSON text (*ret_json, when given)
+ * and, when ret_keys is given, parallel NULL-terminated arrays (*ret_keys, *ret_values,
+ * *ret_n). 0 or -EINVAL with err filled. */
+int pj_string_map(const struct pj_json *obj, const char *field, bool env, size_t max, size_t max_key, size_t max_value,
+                  char **ret_json, char ***ret_keys, char ***ret_values, size_t *ret_n, struct pj_error *err);
