@@ -666,15 +666,20 @@ int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen)
         return r < 0 ? r : 0;
 }
 
+/* The table the reading calls (list, stats) look at: egress_init's, or the default while
+ * none has succeeded. Under egress_lock. */
+static const char *table_read(void) {
+        return st.ready ? st.table : EGRESS_TABLE_DEFAULT;
+}
+
 int egress_list(char ***ret_sandbox_ids) {
         LOCK_SCOPE();
-        const char *table = st.ready ? st.table : EGRESS_TABLE_DEFAULT;
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
         int r = nft_open(&nl);
         if (r < 0)
                 return r;
         _cleanup_(nft_names_done) struct nft_names chains = { 0 };
-        r = nft_dump_chains(nl, NFT_FAMILY, table, &chains);
+        r = nft_dump_chains(nl, NFT_FAMILY, table_read(), &chains);
         if (r < 0)
                 return r;
         _cleanup_(nft_names_done) struct nft_names ids = { 0 };
@@ -747,12 +752,11 @@ static int rule_stats_cb(const struct nlmsghdr *nlh, void *data) {
 
 int egress_stats(struct egress_stats **ret) {
         LOCK_SCOPE();
-        const char *table = st.ready ? st.table : EGRESS_TABLE_DEFAULT;
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
         int r = nft_open(&nl);
         if (r < 0)
                 return r;
-        struct stats_dump d = { .table = table };
+        struct stats_dump d = { .table = table_read() };
         r = nft_dump_objects(nl, NFT_MSG_GETRULE, NULL, rule_stats_cb, &d);
         if (r < 0 && r != -ENOENT) {
                 free(d.v);

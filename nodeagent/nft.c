@@ -177,8 +177,9 @@ static int each_set_elem(struct mnl_socket *nl, uint8_t family, const char *tabl
         return 0;
 }
 
+/* The elements a dump collected: an array of struct nft_elem or struct nft_port_elem. */
 struct elems {
-        struct nft_elem *v;
+        void *v;
         size_t n;
 };
 
@@ -188,58 +189,53 @@ static void elem_take(void *ud, const void *k, uint32_t klen, const char *chain)
                 return;
         uint32_t be;
         memcpy(&be, k, sizeof(be));
-        x->v = xrealloc(x->v, (x->n + 1) * sizeof(*x->v));
-        x->v[x->n] = (struct nft_elem) { .key = ntohl(be) };
+        struct nft_elem *v = x->v = xrealloc(x->v, (x->n + 1) * sizeof(*v));
+        v[x->n] = (struct nft_elem) { .key = ntohl(be) };
         if (chain)
-                strscpy(x->v[x->n].chain, chain, sizeof(x->v[x->n].chain));
+                strscpy(v[x->n].chain, chain, sizeof(v[x->n].chain));
         x->n++;
+}
+
+static void port_elem_take(void *ud, const void *k, uint32_t klen, const char *chain) {
+        struct elems *x = ud;
+        if (klen != IFNAMSIZ || !memchr(k, 0, IFNAMSIZ))
+                return;
+        struct nft_port_elem *v = x->v = xrealloc(x->v, (x->n + 1) * sizeof(*v));
+        v[x->n] = (struct nft_port_elem) { 0 };
+        strscpy(v[x->n].port, k, sizeof(v[x->n].port));
+        if (chain)
+                strscpy(v[x->n].chain, chain, sizeof(v[x->n].chain));
+        x->n++;
+}
+
+/* each_set_elem with take collecting into *ret: 0, or -errno with *ret empty. */
+static int collect_elems(struct mnl_socket *nl, uint8_t family, const char *table, const char *set,
+                         void (*take)(void *ud, const void *key, uint32_t klen, const char *chain), struct elems *ret) {
+        *ret = (struct elems) { 0 };
+        int r = each_set_elem(nl, family, table, set, take, ret);
+        if (r < 0) {
+                free(ret->v);
+                *ret = (struct elems) { 0 };
+        }
+        return r;
 }
 
 /* Elements of a set/map with 4-byte keys; a missing set (or table) is empty. */
 int nft_dump_elems(struct mnl_socket *nl, const char *table, const char *set, struct nft_elem **ret, size_t *ret_n) {
-        struct elems x = { 0 };
-        *ret = NULL;
-        *ret_n = 0;
-        int r = each_set_elem(nl, NFT_FAMILY, table, set, elem_take, &x);
-        if (r < 0) {
-                free(x.v);
-                return r;
-        }
+        struct elems x;
+        int r = collect_elems(nl, NFT_FAMILY, table, set, elem_take, &x);
         *ret = x.v;
         *ret_n = x.n;
-        return 0;
-}
-
-struct port_elems {
-        struct nft_port_elem *v;
-        size_t n;
-};
-
-static void port_elem_take(void *ud, const void *k, uint32_t klen, const char *chain) {
-        struct port_elems *x = ud;
-        if (klen != IFNAMSIZ || !memchr(k, 0, IFNAMSIZ))
-                return;
-        x->v = xrealloc(x->v, (x->n + 1) * sizeof(*x->v));
-        x->v[x->n] = (struct nft_port_elem) { 0 };
-        strscpy(x->v[x->n].port, k, sizeof(x->v[x->n].port));
-        if (chain)
-                strscpy(x->v[x->n].chain, chain, sizeof(x->v[x->n].chain));
-        x->n++;
+        return r;
 }
 
 int nft_dump_port_elems(struct mnl_socket *nl, const char *table, const char *map, struct nft_port_elem **ret,
                         size_t *ret_n) {
-        struct port_elems x = { 0 };
-        *ret = NULL;
-        *ret_n = 0;
-        int r = each_set_elem(nl, NFPROTO_BRIDGE, table, map, port_elem_take, &x);
-        if (r < 0) {
-                free(x.v);
-                return r;
-        }
+        struct elems x;
+        int r = collect_elems(nl, NFPROTO_BRIDGE, table, map, port_elem_take, &x);
         *ret = x.v;
         *ret_n = x.n;
-        return 0;
+        return r;
 }
 
 /* ---- names of a table's chains or sets */
