@@ -137,6 +137,16 @@ static void do_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
         ret->r = egress_apply(&p, ret->msg, sizeof(ret->msg));
 }
 
+/* The fields of a message that names one sandbox and nothing else to check: its id, then its
+ * padding. 0 or privsep_refuse's -EBADMSG. */
+static int check_sandbox_msg(const char id[EGRESS_ID_LEN + 1], const void *pad, size_t n, struct ps_result *ret) {
+        if (!privsep_id_field_valid(id))
+                return privsep_refuse(ret, "sandbox_id is not 24 lowercase hex characters");
+        if (!privsep_zero(pad, n))
+                return privsep_refuse(ret, "padding is not zero");
+        return 0;
+}
+
 static int child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
         struct ps_hdr h;
         privsep_result_init(ret, PS_RESULT, 0);
@@ -210,10 +220,9 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_EGRESS_REMOVE: {
                 struct ps_egress_remove m;
                 memcpy(&m, buf, sizeof(m));
-                if (!privsep_id_field_valid(m.sandbox_id))
-                        return privsep_refuse(ret, "sandbox_id is not 24 lowercase hex characters");
-                if (!privsep_zero(m.pad, sizeof(m.pad)))
-                        return privsep_refuse(ret, "padding is not zero");
+                int r = check_sandbox_msg(m.sandbox_id, m.pad, sizeof(m.pad), ret);
+                if (r < 0)
+                        return r;
                 return ret->r = egress_remove(m.sandbox_id, m.ip, ret->msg, sizeof(ret->msg));
         }
         case PS_EGRESS_LIST: {
@@ -276,10 +285,9 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_RELAY_OPEN: {
                 struct ps_relay_open m;
                 memcpy(&m, buf, sizeof(m));
-                if (!privsep_id_field_valid(m.sandbox_id))
-                        return privsep_refuse(ret, "sandbox_id is not 24 lowercase hex characters");
-                if (!privsep_zero(m.pad, sizeof(m.pad)))
-                        return privsep_refuse(ret, "padding is not zero");
+                int r = check_sandbox_msg(m.sandbox_id, m.pad, sizeof(m.pad), ret);
+                if (r < 0)
+                        return r;
                 if (!child_cfg || !child_cfg->relay_docker_root) {
                         snprintf(ret->msg, sizeof(ret->msg), "this process has no [relay] configuration");
                         return ret->r = -ENOTCONN;
