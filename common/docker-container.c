@@ -256,42 +256,41 @@ int docker_volume_create(struct docker *d, const char *name, const struct docker
         return docker_volume_create_bind(d, name, NULL, labels, n);
 }
 
-int docker_volume_create_bind(struct docker *d, const char *name, const char *device, const struct docker_kv *labels,
-                              size_t n) {
+/* POST /volumes/create: name on the local driver with DriverOpts from opts (key, value
+ * pairs up to a NULL key, in that order; NULL: none) and labels. name, labels checked. */
+static int volume_create(struct docker *d, const char *name, const char *const *opts, const struct docker_kv *labels,
+                         size_t n) {
         _cleanup_(docker_resp_done) struct docker_resp resp = {};
-        _cleanup_json_ cJSON *b = NULL;
-        if (!docker_valid_name(name) || !docker_labels_valid(labels, n) || (device && device[0] != '/'))
+        if (!docker_valid_name(name) || !docker_labels_valid(labels, n))
                 return -EINVAL;
-        b = cJSON_CreateObject();
+        _cleanup_json_ cJSON *b = cJSON_CreateObject();
         cJSON_AddStringToObject(b, "Name", name);
         cJSON_AddStringToObject(b, "Driver", "local");
-        if (device) {
+        if (opts) {
                 cJSON *o = cJSON_AddObjectToObject(b, "DriverOpts");
-                cJSON_AddStringToObject(o, "type", "none");
-                cJSON_AddStringToObject(o, "o", "bind");
-                cJSON_AddStringToObject(o, "device", device);
+                for (size_t i = 0; opts[i]; i += 2)
+                        cJSON_AddStringToObject(o, opts[i], opts[i + 1]);
         }
         cJSON_AddItemToObject(b, "Labels", docker_labels_to_json(labels, n));
         return docker_call(d, "POST", "/volumes/create", b, 0, &resp);
 }
 
+int docker_volume_create_bind(struct docker *d, const char *name, const char *device, const struct docker_kv *labels,
+                              size_t n) {
+        if (device && device[0] != '/')
+                return -EINVAL;
+        const char *const opts[] = { "type", "none", "o", "bind", "device", device, NULL };
+        return volume_create(d, name, device ? opts : NULL, labels, n);
+}
+
 int docker_volume_create_tmpfs(struct docker *d, const char *name, int64_t size_bytes, const struct docker_kv *labels,
                                size_t n) {
-        _cleanup_(docker_resp_done) struct docker_resp resp = {};
-        _cleanup_json_ cJSON *b = NULL;
-        if (!docker_valid_name(name) || !docker_labels_valid(labels, n) || size_bytes <= 0)
+        if (size_bytes <= 0)
                 return -EINVAL;
-        char opts[128];
-        snprintf(opts, sizeof(opts), "size=%" PRId64 ",mode=0700,nosuid,nodev,noexec", size_bytes);
-        b = cJSON_CreateObject();
-        cJSON_AddStringToObject(b, "Name", name);
-        cJSON_AddStringToObject(b, "Driver", "local");
-        cJSON *o = cJSON_AddObjectToObject(b, "DriverOpts");
-        cJSON_AddStringToObject(o, "type", "tmpfs");
-        cJSON_AddStringToObject(o, "device", "tmpfs");
-        cJSON_AddStringToObject(o, "o", opts);
-        cJSON_AddItemToObject(b, "Labels", docker_labels_to_json(labels, n));
-        return docker_call(d, "POST", "/volumes/create", b, 0, &resp);
+        char size[128];
+        snprintf(size, sizeof(size), "size=%" PRId64 ",mode=0700,nosuid,nodev,noexec", size_bytes);
+        const char *const opts[] = { "type", "tmpfs", "device", "tmpfs", "o", size, NULL };
+        return volume_create(d, name, opts, labels, n);
 }
 
 int docker_volume_remove(struct docker *d, const char *name, bool force) {

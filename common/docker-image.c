@@ -26,11 +26,16 @@ static bool valid_tag(const char *s) {
         return docker_valid_name(s) && strlen(s) <= 128;
 }
 
-int docker_image_exists(struct docker *d, const char *ref) {
-        _cleanup_(docker_resp_done) struct docker_resp resp = {};
+/* GET /images/<ref>/json into resp: 0 or -errno (-EINVAL: ref is not valid). */
+static int image_inspect(struct docker *d, const char *ref, struct docker_resp *resp) {
         if (!docker_valid_ref(ref))
                 return -EINVAL;
-        int r = dcall_path(d, "GET", 0, &resp, "/images/%s/json", ref);
+        return dcall_path(d, "GET", 0, resp, "/images/%s/json", ref);
+}
+
+int docker_image_exists(struct docker *d, const char *ref) {
+        _cleanup_(docker_resp_done) struct docker_resp resp = {};
+        int r = image_inspect(d, ref, &resp);
         if (r == -ENOENT) {
                 docker_clear_error();
                 return 0;
@@ -99,9 +104,7 @@ int docker_config_volumes(const cJSON *config, char ***ret) {
 
 int docker_image_volumes(struct docker *d, const char *ref, char ***ret) {
         _cleanup_(docker_resp_done) struct docker_resp resp = {};
-        if (!docker_valid_ref(ref))
-                return -EINVAL;
-        int r = dcall_path(d, "GET", 0, &resp, "/images/%s/json", ref);
+        int r = image_inspect(d, ref, &resp);
         if (r < 0)
                 return r;
         return docker_config_volumes(cJSON_GetObjectItemCaseSensitive(resp.json, "Config"), ret);
@@ -313,9 +316,7 @@ int docker_image_list(struct docker *d, const char *reference, char ***ret_refs)
 
 int docker_image_size(struct docker *d, const char *ref, int64_t *ret_size) {
         _cleanup_(docker_resp_done) struct docker_resp resp = {};
-        if (!docker_valid_ref(ref))
-                return -EINVAL;
-        int r = dcall_path(d, "GET", 0, &resp, "/images/%s/json", ref);
+        int r = image_inspect(d, ref, &resp);
         if (r < 0)
                 return r;
         if (ret_size)

@@ -3,6 +3,7 @@
  * Errors say file, section and key; the file is read once at start-up (and by -n).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,29 @@
 #include "pj_relay.h"
 #include "strutil.h"
 
+/* A string key of the file: its section, name, default (NULL: none) and longest value, and
+ * the field of struct agent_config it fills. */
+struct str_key {
+        const char *section, *key, *def;
+        size_t max;
+        size_t off;
+};
+#define STR_KEY(section, key, def, max, field) { section, key, def, max, offsetof(struct agent_config, field) }
+
+/* Each of keys[0..n) into its field of ret: a copy of the value, NULL when it has none (and,
+ * with empty_is_null, when it is ""). 0 or -EINVAL with err filled. */
+static int get_strings(struct conf *cf, const struct str_key *keys, size_t n, bool empty_is_null,
+                       struct agent_config *ret, char *err, size_t errlen) {
+        for (size_t i = 0; i < n; i++) {
+                const char *v;
+                int r = conf_get_string(cf, keys[i].section, NULL, keys[i].key, keys[i].def, keys[i].max, &v, err, errlen);
+                if (r < 0)
+                        return r;
+                *(char **) ((char *) ret + keys[i].off) = v && (*v || !empty_is_null) ? xstrdup(v) : NULL;
+        }
+        return 0;
+}
+
 /* ---------------------------------------------------------------- [snapshot] */
 
 static bool repository_valid(const char *s) {
@@ -30,21 +54,17 @@ static bool repository_valid(const char *s) {
 }
 
 static int snapshot_config_load(struct conf *cf, struct agent_config *ret, char *err, size_t errlen) {
-        const char *v;
         int r;
-#define STR(key, def, max, field)                                                                  \
-        do {                                                                                       \
-                if ((r = conf_get_string(cf, "snapshot", NULL, key, def, max, &v, err, errlen)) < 0) \
-                        return r;                                                                  \
-                ret->field = v && *v ? xstrdup(v) : NULL;                                          \
-        } while (0)
-        STR("registry", "127.0.0.1:5000", 255, snap_registry);
-        STR("repository", "paddock/snapshots", 200, snap_repository);
-        STR("username", NULL, 255, snap_username);
-        STR("password", NULL, 255, snap_password);
-        STR("docker_socket", DOCKER_SOCKET_DEFAULT, 255, snap_docker_socket);
-        STR("docker_root", NULL, 1024, snap_docker_root);   /* NULL: Docker's own DockerRootDir */
-#undef STR
+        static const struct str_key keys[] = {
+                STR_KEY("snapshot", "registry", "127.0.0.1:5000", 255, snap_registry),
+                STR_KEY("snapshot", "repository", "paddock/snapshots", 200, snap_repository),
+                STR_KEY("snapshot", "username", NULL, 255, snap_username),
+                STR_KEY("snapshot", "password", NULL, 255, snap_password),
+                STR_KEY("snapshot", "docker_socket", DOCKER_SOCKET_DEFAULT, 255, snap_docker_socket),
+                STR_KEY("snapshot", "docker_root", NULL, 1024, snap_docker_root), /* NULL: Docker's own DockerRootDir */
+        };
+        if ((r = get_strings(cf, keys, ELEMENTSOF(keys), true, ret, err, errlen)) < 0)
+                return r;
         if ((r = conf_get_size(cf, "snapshot", NULL, "disk_floor", UINT64_C(1) << 30, 0, UINT64_C(1) << 50,
                                &ret->snap_disk_floor, err, errlen)) < 0 ||
             (r = conf_get_duration_ms(cf, "snapshot", NULL, "prune_interval", 300000, 1000, 86400000,
@@ -115,32 +135,28 @@ static void snapshot_config_done(struct agent_config *c) {
 
 int agent_config_load(const char *path, struct agent_config *ret, char *err, size_t errlen) {
         struct conf *cf = NULL;
-        const char *v;
         int r;
         memset(ret, 0, sizeof(*ret));
         if ((r = conf_parse_file(path, &cf, err, errlen)) < 0)
                 return r;
-#define STR(sec, key, def, max, field)                                                         \
-        do {                                                                                   \
-                if ((r = conf_get_string(cf, sec, NULL, key, def, max, &v, err, errlen)) < 0) \
-                        goto out;                                                              \
-                ret->field = v ? xstrdup(v) : NULL;                                            \
-        } while (0)
-        STR("agent", "node_id", NULL, 128, node_id);
-        STR("agent", "log_level", "info", 16, log_level);
-        STR("agent", "runtime_network", "runsc-net", 64, runtime_network);
-        STR("amqp", "url", "amqp://guest:guest@127.0.0.1:5672", 1024, amqp_url);
-        STR("amqp", "exchange", "paddock.nodes", 128, exchange);
-        STR("amqp", "controld_login", "", 255, controld_login);
-        STR("egress", "table", "paddock", 64, egress_table);
-        STR("egress", "dns_resolver", NULL, 16, egress_dns);
-        STR("metrics", "listen", NULL, 64, metrics_listen);
-        STR("nomad", "address", "http://127.0.0.1:4646", 512, nomad_addr);
-        STR("nomad", "token", "", 256, nomad_token);
-        STR("nomad", "ca_file", "", 1024, nomad_ca_file);
-        STR("nomad", "cert_file", "", 1024, nomad_cert_file);
-        STR("nomad", "key_file", "", 1024, nomad_key_file);
-#undef STR
+        static const struct str_key keys[] = {
+                STR_KEY("agent", "node_id", NULL, 128, node_id),
+                STR_KEY("agent", "log_level", "info", 16, log_level),
+                STR_KEY("agent", "runtime_network", "runsc-net", 64, runtime_network),
+                STR_KEY("amqp", "url", "amqp://guest:guest@127.0.0.1:5672", 1024, amqp_url),
+                STR_KEY("amqp", "exchange", "paddock.nodes", 128, exchange),
+                STR_KEY("amqp", "controld_login", "", 255, controld_login),
+                STR_KEY("egress", "table", "paddock", 64, egress_table),
+                STR_KEY("egress", "dns_resolver", NULL, 16, egress_dns),
+                STR_KEY("metrics", "listen", NULL, 64, metrics_listen),
+                STR_KEY("nomad", "address", "http://127.0.0.1:4646", 512, nomad_addr),
+                STR_KEY("nomad", "token", "", 256, nomad_token),
+                STR_KEY("nomad", "ca_file", "", 1024, nomad_ca_file),
+                STR_KEY("nomad", "cert_file", "", 1024, nomad_cert_file),
+                STR_KEY("nomad", "key_file", "", 1024, nomad_key_file),
+        };
+        if ((r = get_strings(cf, keys, ELEMENTSOF(keys), false, ret, err, errlen)) < 0)
+                goto out;
         if ((r = conf_get_int(cf, "amqp", NULL, "prefetch", 8, 1, 1000, &ret->prefetch, err, errlen)) < 0)
                 goto out;
         if ((r = conf_get_bool(cf, "egress", NULL, "enable", false, &ret->egress_enabled, err, errlen)) < 0)

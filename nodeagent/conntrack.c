@@ -1,4 +1,5 @@
-/* conntrack.c — ends the connections a tightened egress policy forbids (ctnetlink).
+/* conntrack.c — ends the connections a tightened egress policy forbids (ctnetlink), and
+ * keeps what egress last applied per sandbox to tell whether a change tightens.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include "cleanup.h"
 #include "conntrack.h"
 #include "nft.h"
+#include "strutil.h"
 
 /* ---------------------------------------------------------------- conntrack
  *
@@ -30,6 +32,7 @@
  * the sandbox (reply direction from it) are ingress and left alone. */
 
 #define CT_DELETE_MAX 65536     /* entries one round collects: memory for one round is bounded */
+#define CT_ID_MAX 24            /* a sandbox id (egress.h EGRESS_ID_LEN) */
 #define CT_ROUNDS_MAX 64        /* rounds one revoke runs: 4 Mi entries, past any nf_conntrack_max */
 
 struct ct_entry {
@@ -184,4 +187,72 @@ int conntrack_revoke(uint32_t src, const struct nft_range *keep, size_t n_keep, 
                         break;
         }
         return total;
+}
+
+/* ---------------------------------------------------------------- the last policy */
+
+/* What this process last applied per sandbox, so that an apply that does not tighten
+ * skips the sweep (a dump walks the kernel's whole conntrack hash: ~10 ms
+ * even when it is empty). Unknown (a restarted agent) counts as tightening. */
+struct last_policy {
+        char id[CT_ID_MAX + 1];
+        enum pj_egress_mode mode;
+        struct nft_range *allow;
+        size_t n_allow;
+};
+static struct last_policy *lasts;
+static size_t n_lasts;
+
+static struct last_policy *last_find(const char *id) {
+        for (size_t i = 0; i < n_lasts; i++)
+                if (streq(lasts[i].id, id))
+                        return &lasts[i];
+        return NULL;
+}
+
+void conntrack_policy_forget(const char *id) {
+        struct last_policy *l = last_find(id);
+        if (!l)
+                return;
+        free(l->allow);
+        *l = lasts[--n_lasts];
+}
+
+void conntrack_policy_set(const char *id, enum pj_egress_mode mode, const struct nft_range *allow, size_t n_allow) {
+        conntrack_policy_forget(id);
+        lasts = xrealloc(lasts, (n_lasts + 1) * sizeof(*lasts));
+        struct last_policy *l = &lasts[n_lasts++];
+        *l = (struct last_policy) { .mode = mode, .n_allow = n_allow };
+        strscpy(l->id, id, sizeof(l->id));
+        l->allow = xnew0(struct nft_range, n_allow ? n_allow : 1);
+        if (n_allow)
+                memcpy(l->allow, allow, n_allow * sizeof(*allow));
+}
+
+bool conntrack_policy_tightens(const char *id, enum pj_egress_mode mode, const struct nft_range *allow,
+                               size_t n_allow) {
+        const struct last_policy *l = last_find(id);
+        if (mode == PJ_EGRESS_OPEN)
+                return false;
+        if (!l)
+                return true;
+        switch (l->mode) {
+        case PJ_EGRESS_DENY_ALL:
+                return false;           /* it let nothing through */
+        case PJ_EGRESS_OPEN:
+                return true;
+        case PJ_EGRESS_RESTRICTED:
+                break;
+        }
+        if (mode == PJ_EGRESS_DENY_ALL)
+                return l->n_allow > 0;
+        /* Every old range inside some new one (new ranges are merged: one must hold it whole). */
+        for (size_t i = 0; i < l->n_allow; i++) {
+                bool inside = false;
+                for (size_t k = 0; k < n_allow && !inside; k++)
+                        inside = l->allow[i].lo >= allow[k].lo && l->allow[i].hi <= allow[k].hi;
+                if (!inside)
+                        return true;
+        }
+        return false;
 }

@@ -90,107 +90,6 @@ static void lockp(pthread_mutex_t **m) {
 #define LOCK_SCOPE() \
         _cleanup_(lockp) _unused_ pthread_mutex_t *_lk_ = (pthread_mutex_lock(&egress_lock), &egress_lock)
 
-/* ---------------------------------------------------------------- dumps */
-
-struct names {
-        char **v;
-        size_t n;
-};
-
-static void names_done(struct names *n) {
-        for (size_t i = 0; i < n->n; i++)
-                free(n->v[i]);
-        free(n->v);
-        *n = (struct names) { 0 };
-}
-
-static void names_add(struct names *n, const char *s) {
-        n->v = xrealloc(n->v, (n->n + 2) * sizeof(char *));
-        n->v[n->n++] = xstrdup(s);
-        n->v[n->n] = NULL;
-}
-
-static bool names_has(const struct names *n, const char *s) {
-        for (size_t i = 0; i < n->n; i++)
-                if (streq(n->v[i], s))
-                        return true;
-        return false;
-}
-
-struct chain_dump {
-        const char *table;
-        struct names names;
-        /* base chains we own: -1 = absent */
-        int64_t fwd_prio, in_prio, into_prio;
-};
-
-static void chain_dump_done(struct chain_dump *d) {
-        names_done(&d->names);
-}
-
-static int chain_cb(const struct nlmsghdr *nlh, void *data) {
-        struct chain_dump *d = data;
-        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = xnonnull(nftnl_chain_alloc());
-        if (nftnl_chain_nlmsg_parse(nlh, c) < 0)
-                return MNL_CB_ERROR;
-        const char *t = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
-        const char *name = nftnl_chain_get_str(c, NFTNL_CHAIN_NAME);
-        if (!t || !name || !streq(t, d->table))
-                return MNL_CB_OK;
-        names_add(&d->names, name);
-        if (nftnl_chain_is_set(c, NFTNL_CHAIN_PRIO)) {
-                int64_t prio = (int32_t) nftnl_chain_get_s32(c, NFTNL_CHAIN_PRIO);
-                if (streq(name, CHAIN_FORWARD))
-                        d->fwd_prio = prio;
-                else if (streq(name, CHAIN_INPUT))
-                        d->in_prio = prio;
-                else if (streq(name, CHAIN_INTO))
-                        d->into_prio = prio;
-        }
-        return MNL_CB_OK;
-}
-
-/* Chains of our table in family (the kernel's chain dump does not filter by table). */
-static int dump_chains(struct mnl_socket *nl, uint8_t family, const char *table, struct chain_dump *ret) {
-        *ret = (struct chain_dump) { .table = table, .fwd_prio = -1, .in_prio = -1, .into_prio = -1 };
-        int r = nft_dump_objects_in(nl, family, NFT_MSG_GETCHAIN, NULL, chain_cb, ret);
-        if (r < 0)
-                names_done(&ret->names);
-        return r;
-}
-
-struct set_dump {
-        const char *table;
-        struct names names;
-};
-
-static int set_cb(const struct nlmsghdr *nlh, void *data) {
-        struct set_dump *d = data;
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = xnonnull(nftnl_set_alloc());
-        if (nftnl_set_nlmsg_parse(nlh, s) < 0)
-                return MNL_CB_ERROR;
-        const char *t = nftnl_set_get_str(s, NFTNL_SET_TABLE);
-        const char *name = nftnl_set_get_str(s, NFTNL_SET_NAME);
-        if (t && name && streq(t, d->table))
-                names_add(&d->names, name);
-        return MNL_CB_OK;
-}
-
-static int dump_sets(struct mnl_socket *nl, const char *table, struct names *ret) {
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = xnonnull(nftnl_set_alloc());
-        nftnl_set_set_str(s, NFTNL_SET_TABLE, table);
-        struct set_dump d = { .table = table };
-        int r = nft_dump_objects(nl, NFT_MSG_GETSET, s, set_cb, &d);
-        if (r == -ENOENT)       /* no table */
-                r = 0;
-        if (r < 0) {
-                names_done(&d.names);
-                return r;
-        }
-        *ret = d.names;
-        return 0;
-}
-
 /* ---------------------------------------------------------------- validation */
 
 static bool table_name_valid(const char *s) {
@@ -251,20 +150,20 @@ struct view {
         uint32_t genid;
         struct nft_elem *map, *dns;         /* VIEW_ELEMS: @sandboxes and @dns_clients */
         size_t n_map, n_dns;
-        struct chain_dump cd;           /* VIEW_CHAINS */
-        struct names sets;              /* VIEW_SETS */
+        struct nft_names chains;        /* VIEW_CHAINS */
+        struct nft_names sets;          /* VIEW_SETS */
         struct nft_port_elem *ports;    /* VIEW_PORTS: the bridge table's @ports and chains */
         size_t n_ports;
-        struct chain_dump br;
+        struct nft_names br;            /* the bridge table's chains */
 };
 
 static void view_done(struct view *v) {
         free(v->map);
         free(v->dns);
         free(v->ports);
-        chain_dump_done(&v->cd);
-        chain_dump_done(&v->br);
-        names_done(&v->sets);
+        nft_names_done(&v->chains);
+        nft_names_done(&v->br);
+        nft_names_done(&v->sets);
         *v = (struct view) { 0 };
 }
 
@@ -283,7 +182,7 @@ static int read_then_write(const char *table, unsigned what, fill_fn fill, void 
                 r = nft_open(&nl);
                 if (r < 0)
                         return nft_errf(err, errlen, r, "cannot open a netfilter netlink socket: %s", strerror(-r));
-                _cleanup_(view_done) struct view v = { .cd = { .fwd_prio = -1, .in_prio = -1, .into_prio = -1 } };
+                _cleanup_(view_done) struct view v = { 0 };
                 r = nft_get_genid(nl, &v.genid);
                 if (r < 0)
                         return nft_errf(err, errlen, r, "cannot read the nftables generation: %s", strerror(-r));
@@ -293,13 +192,13 @@ static int read_then_write(const char *table, unsigned what, fill_fn fill, void 
                                 r = nft_dump_elems(nl, table, SET_DNS, &v.dns, &v.n_dns);
                 }
                 if (r >= 0 && (what & VIEW_CHAINS))
-                        r = dump_chains(nl, NFT_FAMILY, table, &v.cd);
+                        r = nft_dump_chains(nl, NFT_FAMILY, table, &v.chains);
                 if (r >= 0 && (what & VIEW_SETS))
-                        r = dump_sets(nl, table, &v.sets);
+                        r = nft_dump_sets(nl, table, &v.sets);
                 if (r >= 0 && (what & VIEW_PORTS)) {
                         r = nft_dump_port_elems(nl, table, MAP_PORTS, &v.ports, &v.n_ports);
                         if (r >= 0)
-                                r = dump_chains(nl, NFPROTO_BRIDGE, table, &v.br);
+                                r = nft_dump_chains(nl, NFPROTO_BRIDGE, table, &v.br);
                 }
                 if (r == -EINTR) {
                         /* The ruleset changed during a dump (NLM_F_DUMP_INTR): read it again. */
@@ -386,7 +285,7 @@ static int fill_init(struct nft_batch *b, const struct view *v, void *ud, char *
                 { CHAIN_INTO, NULL, NF_INET_FORWARD },
         };
         for (size_t i = 0; i < ELEMENTSOF(bases); i++) {
-                int64_t have = i == 0 ? v->cd.fwd_prio : i == 1 ? v->cd.in_prio : v->cd.into_prio;
+                int64_t have = nft_names_prio(&v->chains, bases[i].name);
                 if (have != -1 && have != a->cfg->priority) {
                         nft_chain_op(b, NFT_MSG_DELRULE, a->table, bases[i].name);
                         nft_chain_op(b, NFT_MSG_DELCHAIN, a->table, bases[i].name);
@@ -576,72 +475,6 @@ static void gone_add(uint32_t **v, size_t *n, uint32_t ip) {
         (*v)[(*n)++] = ip;
 }
 
-/* What this process last applied per sandbox, so that an apply that does not tighten
- * skips the conntrack sweep (a dump walks the kernel's whole conntrack hash: ~10 ms
- * even when it is empty). Unknown (a restarted agent) counts as tightening. */
-struct last_policy {
-        char id[EGRESS_ID_LEN + 1];
-        enum pj_egress_mode mode;
-        struct nft_range *allow;
-        size_t n_allow;
-};
-static struct last_policy *lasts;
-static size_t n_lasts;
-
-static struct last_policy *last_find(const char *id) {
-        for (size_t i = 0; i < n_lasts; i++)
-                if (streq(lasts[i].id, id))
-                        return &lasts[i];
-        return NULL;
-}
-
-static void last_forget(const char *id) {
-        struct last_policy *l = last_find(id);
-        if (!l)
-                return;
-        free(l->allow);
-        *l = lasts[--n_lasts];
-}
-
-static void last_set(const char *id, enum pj_egress_mode mode, const struct nft_range *allow, size_t n_allow) {
-        last_forget(id);
-        lasts = xrealloc(lasts, (n_lasts + 1) * sizeof(*lasts));
-        struct last_policy *l = &lasts[n_lasts++];
-        *l = (struct last_policy) { .mode = mode, .n_allow = n_allow };
-        strscpy(l->id, id, sizeof(l->id));
-        l->allow = xnew0(struct nft_range, n_allow ? n_allow : 1);
-        if (n_allow)
-                memcpy(l->allow, allow, n_allow * sizeof(*allow));
-}
-
-/* Whether going from l (NULL = unknown) to the new policy can forbid a connection that
- * the old one let through. Both allowlists are merged and sorted. */
-static bool tightens(const struct last_policy *l, enum pj_egress_mode mode, const struct nft_range *allow, size_t n_allow) {
-        if (mode == PJ_EGRESS_OPEN)
-                return false;
-        if (!l)
-                return true;
-        switch (l->mode) {
-        case PJ_EGRESS_DENY_ALL:
-                return false;           /* it let nothing through */
-        case PJ_EGRESS_OPEN:
-                return true;
-        case PJ_EGRESS_RESTRICTED:
-                break;
-        }
-        if (mode == PJ_EGRESS_DENY_ALL)
-                return l->n_allow > 0;
-        /* Every old range inside some new one (new ranges are merged: one must hold it whole). */
-        for (size_t i = 0; i < l->n_allow; i++) {
-                bool inside = false;
-                for (size_t k = 0; k < n_allow && !inside; k++)
-                        inside = l->allow[i].lo >= allow[k].lo && l->allow[i].hi <= allow[k].hi;
-                if (!inside)
-                        return true;
-        }
-        return false;
-}
-
 /* The guard's part of an apply: chain (the sandbox's, in the bridge table) refilled for
  * (ip, mac); port leads there and nowhere else does. */
 static void fill_guard(struct nft_batch *b, const struct view *v, const char *chain, const char *port, uint32_t ip,
@@ -746,13 +579,13 @@ int egress_apply(const struct egress_policy *p, char *err, size_t errlen) {
          * One that led nowhere had no egress (fail closed): nothing to end. */
         if (r >= 0 && a.taken_over)
                 r = conntrack_revoke(p->ip, NULL, 0, err, errlen);
-        else if (r >= 0 && a.was_mapped && tightens(last_find(p->sandbox_id), p->mode, allow, n_allow))
+        else if (r >= 0 && a.was_mapped && conntrack_policy_tightens(p->sandbox_id, p->mode, allow, n_allow))
                 r = conntrack_revoke(p->ip, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0, err, errlen);
         free(a.gone);
         if (r >= 0)
-                last_set(p->sandbox_id, p->mode, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0);
+                conntrack_policy_set(p->sandbox_id, p->mode, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0);
         else
-                last_forget(p->sandbox_id);     /* unknown now: the next apply sweeps */
+                conntrack_policy_forget(p->sandbox_id);     /* unknown now: the next apply sweeps */
         if (r < 0) {
                 char why[400];
                 strscpy(why, err ? err : "", sizeof(why));
@@ -791,12 +624,12 @@ static int fill_remove(struct nft_batch *b, const struct view *v, void *ud, char
                 nft_elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, a->ip, NULL);
                 any = true;
         }
-        if (names_has(&v->cd.names, a->chain)) {
+        if (nft_names_has(&v->chains, a->chain)) {
                 nft_chain_op(b, NFT_MSG_DELRULE, table, a->chain);
                 nft_chain_op(b, NFT_MSG_DELCHAIN, table, a->chain);
                 any = true;
         }
-        if (names_has(&v->sets, a->set)) {
+        if (nft_names_has(&v->sets, a->set)) {
                 nft_del_set(b, table, a->set);
                 any = true;
         }
@@ -807,7 +640,7 @@ static int fill_remove(struct nft_batch *b, const struct view *v, void *ud, char
                         nft_port_elem_op(b, NFT_MSG_DELSETELEM, table, MAP_PORTS, v->ports[i].port, NULL);
                         any = true;
                 }
-        if (names_has(&v->br.names, a->chain)) {
+        if (nft_names_has(&v->br, a->chain)) {
                 nft_chain_op(b, NFT_MSG_DELRULE, table, a->chain);
                 nft_chain_op(b, NFT_MSG_DELCHAIN, table, a->chain);
                 any = true;
@@ -825,7 +658,7 @@ int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen)
         struct remove_args a = { .ip = ip };
         sbx_names(sandbox_id, a.chain, a.set);
         int r = read_then_write(st.table, VIEW_ELEMS | VIEW_CHAINS | VIEW_SETS | VIEW_PORTS, fill_remove, &a, err, errlen);
-        last_forget(sandbox_id);
+        conntrack_policy_forget(sandbox_id);
         /* Paused or gone: nothing it opened from the addresses it held may go on. */
         for (size_t i = 0; r >= 0 && i < a.n_gone; i++)
                 r = conntrack_revoke(a.gone[i], NULL, 0, err, errlen);
@@ -833,24 +666,28 @@ int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen)
         return r < 0 ? r : 0;
 }
 
+/* The table the reading calls (list, stats) look at: egress_init's, or the default while
+ * none has succeeded. Under egress_lock. */
+static const char *table_read(void) {
+        return st.ready ? st.table : EGRESS_TABLE_DEFAULT;
+}
+
 int egress_list(char ***ret_sandbox_ids) {
         LOCK_SCOPE();
-        const char *table = st.ready ? st.table : EGRESS_TABLE_DEFAULT;
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
         int r = nft_open(&nl);
         if (r < 0)
                 return r;
-        struct chain_dump cd;
-        r = dump_chains(nl, NFT_FAMILY, table, &cd);
+        _cleanup_(nft_names_done) struct nft_names chains = { 0 };
+        r = nft_dump_chains(nl, NFT_FAMILY, table_read(), &chains);
         if (r < 0)
                 return r;
-        _cleanup_(names_done) struct names ids = { 0 };
-        for (size_t i = 0; i < cd.names.n; i++) {
-                const char *n = cd.names.v[i];
+        _cleanup_(nft_names_done) struct nft_names ids = { 0 };
+        for (size_t i = 0; i < chains.n; i++) {
+                const char *n = chains.v[i];
                 if (startswith(n, SBX_CHAIN_PREFIX) && hexid_valid(n + strlen(SBX_CHAIN_PREFIX)))
-                        names_add(&ids, n + strlen(SBX_CHAIN_PREFIX));
+                        nft_names_add(&ids, n + strlen(SBX_CHAIN_PREFIX), -1);
         }
-        names_done(&cd.names);
         if (!ids.v)
                 ids.v = xnew0(char *, 1);
         int count = (int) ids.n;
@@ -915,12 +752,11 @@ static int rule_stats_cb(const struct nlmsghdr *nlh, void *data) {
 
 int egress_stats(struct egress_stats **ret) {
         LOCK_SCOPE();
-        const char *table = st.ready ? st.table : EGRESS_TABLE_DEFAULT;
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
         int r = nft_open(&nl);
         if (r < 0)
                 return r;
-        struct stats_dump d = { .table = table };
+        struct stats_dump d = { .table = table_read() };
         r = nft_dump_objects(nl, NFT_MSG_GETRULE, NULL, rule_stats_cb, &d);
         if (r < 0 && r != -ENOENT) {
                 free(d.v);

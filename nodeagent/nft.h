@@ -24,6 +24,7 @@
 
 #define NFT_FAMILY NFPROTO_INET
 #define NFT_NAME_BUF 64                 /* "allow_" + 24 hex + NUL, with room */
+#define NFT_ELEMS_PER_MSG 256           /* elements in one message (nft.c sizes messages for them) */
 /* nft_rule_counter without a verdict (verdicts are >= -5) */
 #define NFT_NO_VERDICT (-1000)
 
@@ -71,6 +72,22 @@ struct nft_elem {
 
 /* Elements of a set/map with 4-byte keys (*ret: free()); a missing set (or table) is empty. */
 int nft_dump_elems(struct mnl_socket *nl, const char *table, const char *set, struct nft_elem **ret, size_t *ret_n);
+/* The chains (or sets) of one table: v[0..n) (NULL-terminated once one is added) and, for
+ * chains, each one's priority in prio[] (-1: not a base chain). */
+struct nft_names {
+        char **v;
+        int64_t *prio;
+        size_t n;
+};
+void nft_names_done(struct nft_names *n);
+void nft_names_add(struct nft_names *n, const char *s, int64_t prio);
+bool nft_names_has(const struct nft_names *n, const char *s);
+/* The priority of chain s: -1 when it is absent or not a base chain. */
+int64_t nft_names_prio(const struct nft_names *n, const char *s);
+/* The chains of table in family (NFT_FAMILY, NFPROTO_BRIDGE); 0 or -errno, *ret untouched then. */
+int nft_dump_chains(struct mnl_socket *nl, uint8_t family, const char *table, struct nft_names *ret);
+/* The sets of table in NFT_FAMILY; a missing table has none. 0 or -errno, *ret untouched then. */
+int nft_dump_sets(struct mnl_socket *nl, const char *table, struct nft_names *ret);
 /* A set object of table named name (caller frees), for builders and dumps. */
 struct nftnl_set *nft_set_new(const char *table, const char *name);
 
@@ -114,7 +131,7 @@ struct nft_range {
 size_t nft_ranges_merge(struct nft_range *r, size_t n);
 struct nft_range nft_range_of(uint32_t addr, int prefix);
 
-/* ---- objects, each one message of b */
+/* ---- objects, each one message of b (nft-build.c, as are the rules below) */
 /* An ipv4_addr set (interval or not) or, with vmap, an ipv4_addr : verdict map. */
 void nft_add_set(struct nft_batch *b, const char *table, const char *name, bool interval, bool vmap);
 /* DELSETELEM with no elements = flush the set. */
@@ -151,7 +168,7 @@ struct nft_port_elem {
 int nft_dump_port_elems(struct mnl_socket *nl, const char *table, const char *map, struct nft_port_elem **ret,
                         size_t *ret_n);
 
-/* ---- rules, appended to chain (see nft.c for each one's nft syntax) */
+/* ---- rules, appended to chain (see nft-build.c for each one's nft syntax) */
 void nft_rule_ct_established(struct nft_batch *b, const char *table, const char *chain);
 void nft_rule_non_ipv4_drop(struct nft_batch *b, const char *table, const char *chain);
 /* DNS to resolver over l4 from the addresses in set clients: accept */

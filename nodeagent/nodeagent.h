@@ -117,12 +117,13 @@ amqp_bytes_t reconcile_reply_queue_set(amqp_bytes_t q);
 bool reconcile_is_reply(const amqp_basic_deliver_t *dm);
 void reconcile_note_apply(const char *sandbox_id);
 
-/* privsep.c — privilege separation, the way OpenBSD's relayd and smtpd do it.
+/* privsep.c — privilege separation, the way OpenBSD's relayd and smtpd do it (privsep.c the
+ * agent's side, privsep-child.c the child's: dropping privilege, checking messages).
  *
  * The parent (AMQP, JSON, name resolution) drops every capability after start-up.
  * Privileged work happens in children it forks first, each reached over its own
  * SOCK_SEQPACKET socketpair with fixed-size, versioned binary messages:
- *   egress child: only CAP_NET_ADMIN; owns egress.c (with nft.c, conntrack.c); never parses
+ *   egress child: only CAP_NET_ADMIN; owns egress.c (with nft.c, nft-build.c, conntrack.c); never parses
  *                 JSON or touches the network;
  *   docker child: privsep-docker.c; owns the Docker socket and the registry credentials (snapshots: commit,
  *                 push, verify, remove, prune); no capabilities.

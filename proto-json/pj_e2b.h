@@ -6,7 +6,9 @@
  * Every parser takes untrusted bytes. Fields E2B defines that change behaviour and that Paddock
  * does not do are refused by name (-EINVAL, "autoPause: ... not supported"), never ignored.
  * Connect request messages accept a field under its JSON name (lowerCamelCase) or its proto
- * name (snake_case), as protobuf's JSON mapping says; unknown fields are refused. */
+ * name (snake_case), as protobuf's JSON mapping says; unknown fields are refused.
+ *
+ * pj_e2b.c parses the control plane's bodies, pj_envd.c the Connect protocol and envd's messages. */
 #pragma once
 
 #include <stdbool.h>

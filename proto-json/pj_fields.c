@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "cleanup.h"
+#include "json.h"
 #include "pj_fields.h"
+#include "strutil.h"
 
 /* ---- quoting user text in messages ------------------------------------ */
 
@@ -157,3 +159,68 @@ int pj_get_bool(const struct pj_json *obj, const char *prefix, const char *key, 
         return 1;
 }
 
+int pj_parse_body(const char *body, size_t len, bool empty_ok, const char *const *allowed, size_t n_allowed,
+                  struct pj_json **ret, struct pj_error *err) {
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        int r = pj_json_parse_object(body, len, empty_ok, &root, err);
+        if (r < 0)
+                return r;
+        if ((r = pj_check_fields(root, "", allowed, n_allowed, err)) < 0)
+                return r;
+        *ret = TAKE_PTR(root);
+        return 0;
+}
+
+/* ---- an object of strings (metadata, environment) --------------------- */
+
+static bool env_name_ok(const char *s, size_t n) {
+        if (n == 0 || n > 256 || !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+                return false;
+        for (size_t i = 1; i < n; i++)
+                if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+                      s[i] == '_'))
+                        return false;
+        return true;
+}
+
+int pj_string_map(const struct pj_json *obj, const char *field, bool env, size_t max, size_t max_key, size_t max_value,
+                  char **ret_json, char ***ret_keys, char ***ret_values, size_t *ret_n, struct pj_error *err) {
+        char path[PJ_PATH_MAX], q[300];
+        if (obj->type != PJ_JSON_OBJECT)
+                return pj_error_set(err, field, "%s must be an object of strings", field);
+        if (obj->n > max)
+                return pj_error_set(err, field, "%s must have at most %zu entries", field, max);
+        _cleanup_(cJSON_Deletep) cJSON *out = cJSON_CreateObject();
+        for (const struct pj_json *m = obj->child; m; m = m->next) {
+                pj_sanitize(q, sizeof(q), m->key, m->key_len, 64);
+                pj_mkpath(path, field, q);
+                if (memchr(m->key, 0, m->key_len) || m->key_len == 0 || m->key_len > max_key ||
+                    (env && !env_name_ok(m->key, m->key_len)))
+                        return pj_error_set(err, path,
+                                            env ? "%s: a variable name is 1..256 characters of [A-Za-z0-9_], not starting "
+                                                  "with a digit"
+                                                : "%s: a key is 1..%zu bytes",
+                                            path, max_key);
+                if (m->type != PJ_JSON_STRING)
+                        return pj_error_set(err, path, "%s must be a string", path);
+                if (memchr(m->str, 0, m->str_len) || m->str_len > max_value)
+                        return pj_error_set(err, path, "%s must be at most %zu bytes, without NUL", path, max_value);
+                if (cJSON_GetObjectItemCaseSensitive(out, m->key))
+                        return pj_error_set(err, path, "Duplicate key %s", path);
+                cJSON_AddItemToObject(out, m->key, cJSON_CreateString(m->str));
+        }
+        if (ret_keys) {
+                size_t n = obj->n, i = 0;
+                char **k = xnew0(char *, n + 1), **v = xnew0(char *, n + 1);
+                for (const struct pj_json *m = obj->child; m; m = m->next, i++) {
+                        k[i] = xstrndup(m->key, m->key_len);
+                        v[i] = xstrndup(m->str, m->str_len);
+                }
+                *ret_keys = k;
+                *ret_values = v;
+                *ret_n = n;
+        }
+        if (ret_json)
+                *ret_json = json_print(out);
+        return 0;
+}

@@ -4,7 +4,7 @@
  * promise users need information cJSON throws away: whether a number was
  * written as an integer (2 vs 2.0 vs 2e0), whether a string was valid UTF-8,
  * duplicate keys (a classic parser-differential trick), and the byte offset
- * of a syntax error. It builds a small tree that the validators in pj_api.c
+ * of a syntax error. It builds a small tree that the validators in pj_api*.c
  * walk with the field path at hand.
  *
  * Untrusted input: any bytes are safe. RFC 8259 strictly (no comments, no

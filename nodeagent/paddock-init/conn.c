@@ -1,6 +1,6 @@
 /* conn.c — connections to the agent: frame reading with bounds before allocation, the
  * HELLO check, dispatch of requests to processes (proc.c), files (files.c), watches (watch.c)
- * and TCP forwards, closing. Sending and the channel table are chan.c's. See
+ * and TCP forwards, PARK, closing. Sending and the channel table are chan.c's. See
  * AGENT-PROTOCOL.md. */
 #include <errno.h>
 #include <netinet/in.h>
@@ -27,6 +27,28 @@ static void conn_fail(struct conn *c, uint32_t id, const char *fmt, ...) {
         conn_send_error(c, id, EPROTO, "%s", msg);
         c->closing = true;
         c->deadline_ms = pi_now_ms() + 1000;
+}
+
+/* ---------------------------------------------------------------- park */
+
+/* PARK: a checkpoint of the sandbox (gVisor) cannot save a bound host socket, nor the
+ * connections accepted on it. The requester's OK is sent before its connection goes (it
+ * waits for nothing else); others lose theirs as on a restart. Processes stay. Undone by
+ * paddock-init.c on PJ_AGENT_UNPARK_SIGNAL. */
+static void park(struct conn *c, uint32_t id) {
+        for (size_t i = 0; i < PI_MAX_CONNS; i++)
+                if (pi.conns[i].used && &pi.conns[i] != c)
+                        conn_close(&pi.conns[i]);
+        if (pi.listen_fd >= 0)
+                close(pi.listen_fd);
+        pi.listen_fd = -1;
+        unlink(pi.sock_path);
+        pi.parked = true;
+        conn_send_simple(c, PJ_AGENT_OK, id);
+        conn_write(c);
+        if (c->used)
+                conn_close(c);
+        pi_log("info", "parked: not listening until signal %d", PJ_AGENT_UNPARK_SIGNAL);
 }
 
 /* ---------------------------------------------------------------- files and forwards */
@@ -310,7 +332,7 @@ static void dispatch(struct conn *c, struct pj_agent_msg *m) {
         case PJ_AGENT_WATCH:
                 return watch_open(c, m);
         case PJ_AGENT_PARK:
-                return pi_park(c, m->id);
+                return park(c, m->id);
         case PJ_AGENT_HELLO:
         case PJ_AGENT_HELLO_OK:
         case PJ_AGENT_ERROR:

@@ -34,30 +34,11 @@
 #include "cleanup.h"
 #include "pi.h"
 
-/* ---------------------------------------------------------------- park */
+/* ---------------------------------------------------------------- unpark */
 
-static const char *sock_path, *secret_path;
+static const char *secret_path;
 static int listen_on(const char *path);
 static int read_secret(int fd);
-
-/* PARK: a checkpoint of the sandbox (gVisor) cannot save a bound host socket, nor the
- * connections accepted on it. The requester's OK is sent before its connection goes (it
- * waits for nothing else); others lose theirs as on a restart. Processes stay. */
-void pi_park(struct conn *c, uint32_t id) {
-        for (size_t i = 0; i < PI_MAX_CONNS; i++)
-                if (pi.conns[i].used && &pi.conns[i] != c)
-                        conn_close(&pi.conns[i]);
-        if (pi.listen_fd >= 0)
-                close(pi.listen_fd);
-        pi.listen_fd = -1;
-        unlink(sock_path);
-        pi.parked = true;
-        conn_send_simple(c, PJ_AGENT_OK, id);
-        conn_write(c);
-        if (c->used)
-                conn_close(c);
-        pi_log("info", "parked: not listening until signal %d", PJ_AGENT_UNPARK_SIGNAL);
-}
 
 /* The unpark signal: listen again on the same path, with the secret the file holds now (a
  * restored copy of a sandbox may have been given another). */
@@ -81,14 +62,14 @@ static void unpark(void) {
                 if (fd >= 0)
                         close(fd);
         }
-        int fd = listen_on(sock_path);
+        int fd = listen_on(pi.sock_path);
         if (fd < 0) {
-                pi_log("error", "unpark: cannot listen on %s: %s", sock_path, strerror(-fd));
+                pi_log("error", "unpark: cannot listen on %s: %s", pi.sock_path, strerror(-fd));
                 return;   /* still parked: another signal retries */
         }
         pi.listen_fd = fd;
         pi.parked = false;
-        pi_log("info", "unparked: serving on %s again", sock_path);
+        pi_log("info", "unparked: serving on %s again", pi.sock_path);
 }
 
 /* ---------------------------------------------------------------- main loop */
@@ -500,7 +481,7 @@ int main(int argc, char **argv) {
                 pi.conns[i] = (struct conn) { .fd = -1, .chans = xnew0(struct chan, PI_MAX_CHANS) };
         for (size_t i = 0; i < PJ_AGENT_MAX_PROCS; i++)
                 pi.procs[i] = (struct proc) { .fd_in = -1, .fd_out = -1, .fd_err = -1 };
-        sock_path = sock;
+        pi.sock_path = sock;
         secret_path = secret_file;
         pi.listen_fd = listen_on(sock);
         if (pi.listen_fd < 0) {

@@ -111,6 +111,7 @@ struct conn {
 };
 
 struct pi_state {
+        const char *sock_path;  /* where listen_fd listens (PARK unlinks it, unpark binds it again) */
         int listen_fd, sig_fd;
         int ino_fd;             /* inotify, made at the first WATCH; -1 before */
         char *secret;
@@ -154,9 +155,6 @@ bool conn_blocked(const struct conn *c);
 void conn_read(struct conn *c);
 void conn_write(struct conn *c);
 void conn_accept(void);
-/* paddock-init.c: PARK's work (closes every connection but c, which is closed once its OK is
- * sent, the listener, and unlinks the socket) and its undoing on PJ_AGENT_UNPARK_SIGNAL. */
-void pi_park(struct conn *c, uint32_t id);
 
 /* watch.c: WATCH channels over one inotify fd. watch_fd: the fd to poll (-1: nothing watched);
  * watch_read: its events to the watching channels; watch_chan_closed: a channel's rows go;
@@ -167,7 +165,31 @@ void watch_read(void);
 void watch_chan_closed(struct conn *c, uint32_t chan);
 void watch_cancel(struct conn *c, struct chan *ch);
 
-/* proc.c: spawned processes (fork/exec, pipes or a PTY, the replay ring, reaping, EXIT). */
+/* child.c: what a child is to become (from a SPAWN, or the spare shell's template), and
+ * making it. */
+struct child_spec {
+        char **argv, **envp;
+        const char *cwd;
+        bool has_uid, has_gid;
+        uint32_t uid, gid;
+};
+/* What a child that cannot exec writes on its error pipe: the step and the errno. */
+enum { CHILD_STEP_SETUP = 0, CHILD_STEP_CWD = 1, CHILD_STEP_EXEC = 2 };
+struct child_fail {
+        int step, err;
+};
+struct child_spec child_spec_of(const struct pj_agent_msg *m, char **envp);
+/* The environment of a new process: the request's, or (base_env) the agent's own with the
+ * request's entries layered over it. The array is the caller's to free, not the strings. */
+char **child_env(const struct pj_agent_msg *m);
+/* In the child after fork: becomes cs on stdio in, out, err (in -1: /dev/null), or on the
+ * PTY pts (a session of its own); else its own process group. Never returns: execs, or
+ * writes a struct child_fail on errpipe (when >= 0) and exits 127. */
+_noreturn_ void child_run(const struct child_spec *cs, int in, int out, int err, const char *pts, int errpipe);
+/* vfork + child_run: the child's pid, or -1 with errno. */
+pid_t child_start(const struct child_spec *cs, int in, int out, int err, const char *pts, int errpipe);
+
+/* proc.c: spawned processes (pipes or a PTY, the replay ring, the spare shell, reaping, EXIT). */
 void proc_maybe_finish(struct proc *p, uint64_t now);
 void proc_read(struct proc *p, int *fdp, uint8_t stream);
 void proc_write_stdin(struct proc *p);

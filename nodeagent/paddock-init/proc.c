@@ -1,5 +1,6 @@
-/* proc.c — the processes paddock-init spawns: fork + execve (PATH lookup like execvp), pipes
- * or a PTY, stdin queue, a bounded output ring for ATTACH, reaping (ours and orphans), EXIT. */
+/* proc.c — the processes paddock-init spawns: pipes or a PTY (the child itself, set up and
+ * exec'd, is child.c's), stdin queue, a bounded output ring for ATTACH, the spare shell,
+ * reaping (ours and orphans), EXIT. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -33,17 +34,22 @@ static void ring_add(struct proc *p, uint8_t stream, const uint8_t *d, size_t n)
         }
 }
 
+/* Closes what p still holds of stdin, stdout and stderr (each then -1). */
+static void close_fds(struct proc *p) {
+        int *fds[] = { &p->fd_in, &p->fd_out, &p->fd_err };
+        for (size_t i = 0; i < ELEMENTSOF(fds); i++) {
+                if (*fds[i] >= 0)
+                        close(*fds[i]);
+                *fds[i] = -1;
+        }
+}
+
 static void proc_free(struct proc *p) {
         for (struct chunk *k = p->ring_head, *n; k; k = n) {
                 n = k->next;
                 free(k);
         }
-        if (p->fd_in >= 0)
-                close(p->fd_in);
-        if (p->fd_out >= 0)
-                close(p->fd_out);
-        if (p->fd_err >= 0)
-                close(p->fd_err);
+        close_fds(p);
         pj_agent_buf_done(&p->in.b);
         free(p->tag);
         *p = (struct proc) { .fd_in = -1, .fd_out = -1, .fd_err = -1 };
@@ -99,13 +105,7 @@ void proc_maybe_finish(struct proc *p, uint64_t now) {
                 return;
         drain_ready(p, p->fd_out, 1);
         drain_ready(p, p->fd_err, 2);
-        if (p->fd_out >= 0)
-                close(p->fd_out);
-        if (p->fd_err >= 0)
-                close(p->fd_err);
-        if (p->fd_in >= 0)
-                close(p->fd_in);
-        p->fd_out = p->fd_err = p->fd_in = -1;
+        close_fds(p);
         pj_agent_buf_done(&p->in.b);
         p->in.off = 0;
         p->finished = true;
@@ -206,149 +206,9 @@ void proc_reap(void) {
         }
 }
 
-/* "PATH=" of the request's environment, or the default execvp uses. */
-static const char *env_path(char **env) {
-        for (char **e = env; e && *e; e++)
-                if (!strncmp(*e, "PATH=", 5))
-                        return *e + 5;
-        return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-}
-
-/* In the child: execve argv[0], looked up in PATH like execvp (without its /bin/sh
- * fallback for ENOEXEC). Returns the errno to report. */
-static int child_exec(char **argv, char **envp) {
-        if (strchr(argv[0], '/')) {
-                execve(argv[0], argv, envp);
-                return errno;
-        }
-        const char *path = env_path(envp);
-        int err = ENOENT;
-        char full[PJ_AGENT_MAX_PATH + 256];
-        for (const char *s = path;;) {
-                const char *e = strchrnul(s, ':');
-                size_t dl = (size_t) (e - s);
-                if (dl + 1 + strlen(argv[0]) + 1 <= sizeof(full)) {
-                        if (dl == 0)
-                                snprintf(full, sizeof(full), "%s", argv[0]);
-                        else
-                                snprintf(full, sizeof(full), "%.*s/%s", (int) dl, s, argv[0]);
-                        execve(full, argv, envp);
-                        if (errno == EACCES)
-                                err = EACCES;
-                        else if (errno != ENOENT && errno != ENOTDIR)
-                                return errno;
-                }
-                if (!*e)
-                        return err;
-                s = e + 1;
-        }
-}
-
-/* What the child reports on its error pipe when it cannot exec: the step and the errno. */
-enum { STEP_SETUP = 0, STEP_CWD = 1, STEP_EXEC = 2 };
-struct child_fail {
-        int step, err;
-};
-
-/* What a child is to become (from a SPAWN, or a spare shell's template). */
-struct child_spec {
-        char **argv, **envp;
-        const char *cwd;
-        bool has_uid, has_gid;
-        uint32_t uid, gid;
-};
-
-static struct child_spec spec_of(const struct pj_agent_msg *m, char **envp) {
-        return (struct child_spec) { .argv = m->argv, .envp = envp, .cwd = m->f.cwd,
-                                     .has_uid = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_UID), .has_gid = PJ_AGENT_HAS(&m->f, PJ_AGENT_T_GID),
-                                     .uid = m->f.uid, .gid = m->f.gid };
-}
-
-static _noreturn_ void child(const struct child_spec *cs, int in, int out, int err, const char *pts, int errpipe) {
-        /* The agent blocks the signals its signalfd reads and ignores SIGPIPE; every other
-         * disposition it reset to the default at start (handled signals are reset by execve
-         * anyway). Few syscalls here: each one delays the spawn (see mark_inherited_cloexec). */
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        int e = 0;
-        if (pts) {
-                if (setsid() < 0)
-                        e = errno;
-                int t = e ? -1 : open(pts, O_RDWR);
-                if (!e && (t < 0 || ioctl(t, TIOCSCTTY, 0) < 0))
-                        e = errno;
-                in = out = err = t;
-        } else if (setpgid(0, 0) < 0)
-                e = errno;
-        if (!e && in < 0 && (in = open("/dev/null", O_RDONLY)) < 0)
-                e = errno;
-        if (!e && (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0))
-                e = errno;
-        int step = STEP_SETUP;
-        if (!e && cs->cwd && chdir(cs->cwd) < 0) {
-                e = errno;
-                step = STEP_CWD;
-        }
-        if (!e && (cs->has_uid || cs->has_gid) && setgroups(0, NULL) < 0 && errno != EPERM)
-                e = errno;
-        if (!e && cs->has_gid && setgid(cs->gid) < 0)
-                e = errno;
-        if (!e && cs->has_uid && setuid(cs->uid) < 0)
-                e = errno;
-        if (!e) {
-                /* No fd loop: inherited ones were marked close-on-exec at start, ours are. */
-                e = child_exec(cs->argv, cs->envp);
-                step = STEP_EXEC;
-        }
-        struct child_fail cf = { step, e };
-        if (errpipe >= 0) {
-                ssize_t _unused_ w = write(errpipe, &cf, sizeof(cf));
-        }
-        _exit(127);
-}
-
-/* vfork: no copy of the agent's address space for a child that only sets itself up and
- * execs (under gVisor a fork's copy is most of a spawn's cost). The child runs on this
- * function's stack and never returns here (child() execs or _exits); the parent resumes once
- * it has. Kept apart so no local of the caller can be clobbered. */
-static __attribute__((noinline)) pid_t start_child(const struct child_spec *cs, int in, int out, int err,
-                                                   const char *pts, int errpipe) {
-        pid_t pid = vfork();
-        if (pid == 0)
-                child(cs, in, out, err, pts, errpipe);
-        return pid;
-}
-
 static int set_nonblock(int fd) {
         int fl = fcntl(fd, F_GETFL);
         return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
-}
-
-/* The environment of a new process: the request's, or (base_env) the agent's own with the
- * request's entries layered over it (same name: the request wins). The array is the
- * caller's to free; the strings belong to the message and to environ. */
-static char **spawn_env(const struct pj_agent_msg *m) {
-        size_t n_base = 0;
-        if (m->f.base_env)
-                while (environ[n_base])
-                        n_base++;
-        char **envp = xnew0(char *, n_base + m->n_env + 1);
-        size_t n = 0;
-        for (size_t i = 0; i < n_base; i++) {
-                const char *eq = strchr(environ[i], '=');
-                size_t klen = eq ? (size_t) (eq - environ[i]) + 1 : strlen(environ[i]);
-                bool over = false;
-                for (size_t j = 0; j < m->n_env && !over; j++)
-                        over = !strncmp(m->env[j], environ[i], klen);
-                if (!over && strncmp(environ[i], "PADDOCK_INIT_", 13))
-                        envp[n++] = environ[i];
-        }
-        for (size_t j = 0; j < m->n_env; j++)
-                envp[n++] = m->env[j];
-        envp[n] = NULL;
-        return envp;
 }
 
 /* p (a free slot) becomes the process pid on channel ch of c, its pipes non-blocking;
@@ -499,7 +359,7 @@ void spare_start(void) {
         if (pid < 0)
                 goto fail;
         if (pid == 0)
-                child(&cs, in[0], out[1], err[1], NULL, -1);
+                child_run(&cs, in[0], out[1], err[1], NULL, -1);
         close(in[0]);
         close(out[1]);
         close(err[1]);
@@ -569,8 +429,8 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                 chan_close(c, ch);
                 return conn_send_error(c, m->id, EAGAIN, "%d processes are running or watched, the limit.", PJ_AGENT_MAX_PROCS);
         }
-        envp = spawn_env(m);
-        struct child_spec cs = spec_of(m, envp);
+        envp = child_env(m);
+        struct child_spec cs = child_spec_of(m, envp);
         _cleanup_free_ char *key = NULL;
         size_t key_len = 0;
         if (spare_eligible(m)) {
@@ -590,7 +450,7 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                 if ((m->f.stdin_pipe && pipe2(pin, O_CLOEXEC) < 0) || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0)
                         goto fail;
         }
-        pid_t pid = start_child(&cs, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
+        pid_t pid = child_start(&cs, pin[0], pout[1], perr[1], pty ? pts : NULL, ep[1]);
         if (pid < 0)
                 goto fail;
         close(ep[1]);
@@ -618,7 +478,7 @@ void proc_spawn(struct conn *c, const struct pj_agent_msg *m) {
                 if (master >= 0)
                         close(master);
                 chan_close(c, ch);
-                if (cf.step == STEP_CWD)
+                if (cf.step == CHILD_STEP_CWD)
                         return conn_send_error_path(c, m->id, cf.err, m->f.cwd, "Cannot use working directory %s: %s.",
                                                     m->f.cwd, strerror(cf.err));
                 return conn_send_error(c, m->id, cf.err, "Cannot start %s: %s.", m->argv[0], strerror(cf.err));

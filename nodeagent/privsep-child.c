@@ -1,0 +1,415 @@
+/* privsep-child.c — a privileged child of the agent (privsep.c starts it): it drops every
+ * capability and group it does not need, says READY, then answers one checked message at a
+ * time until the agent goes. Every message is checked here, size and fields, before any
+ * work (contract in nodeagent.h, under "privsep.c").
+ */
+#include <errno.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <linux/capability.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "egress.h"
+#include "log.h"
+#include "nodeagent.h"
+#include "privsep.h"
+#include "strutil.h"
+
+#ifndef SECBIT_NOROOT
+#define SECBIT_NOROOT (1 << 0)
+#define SECBIT_NOROOT_LOCKED (1 << 1)
+#define SECBIT_NO_SETUID_FIXUP (1 << 2)
+#define SECBIT_NO_SETUID_FIXUP_LOCKED (1 << 3)
+#define SECBIT_KEEP_CAPS_LOCKED (1 << 5)
+#define SECBIT_NO_CAP_AMBIENT_RAISE (1 << 6)
+#define SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED (1 << 7)
+#endif
+
+#define PS_RECV_MAX (sizeof(struct ps_egress_apply) + 1)
+
+/* In a child: the fd the request just handled hands back with its result (PS_RELAY_OPEN). */
+static int child_pass_fd = -1;
+/* The configuration a child was started with (the relay child needs its docker_root). */
+static const struct agent_config *child_cfg;
+
+/* ---------------------------------------------------------------- capabilities */
+
+int caps_drop_except(uint64_t keep) {
+        struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+        struct __user_cap_data_struct d[2] = { 0 };
+
+        /* Locks root's special treatment away (needs CAP_SETPCAP; under a systemd unit
+         * whose bounding set lacks it, no-new-privs below does the job for execve). */
+        (void) prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                                SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                                                SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+                     0, 0, 0);
+        for (int cap = 0; cap < 64; cap++) {
+                if (keep & (UINT64_C(1) << cap))
+                        continue;
+                if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) < 0)
+                        break;  /* past the kernel's last capability */
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EPERM)
+                        return -errno;
+        }
+        (void) prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        if (syscall(SYS_capget, &h, d) < 0)
+                return -errno;
+        uint64_t prm = ((uint64_t) d[1].permitted << 32 | d[0].permitted) & keep;
+        d[0].effective = d[0].permitted = (uint32_t) prm;
+        d[1].effective = d[1].permitted = (uint32_t) (prm >> 32);
+        d[0].inheritable = d[1].inheritable = 0;
+        if (syscall(SYS_capset, &h, d) < 0)
+                return -errno;
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return -errno;
+        return 0;
+}
+
+int groups_drop(void) {
+        int n = getgroups(0, NULL);
+        if (n < 0)
+                return -errno;
+        if (n == 0)
+                return 0;
+        /* Needs CAP_SETGID (the unit grants it; every process drops it with the rest). */
+        return setgroups(0, NULL) < 0 ? -errno : 0;
+}
+
+/* ---------------------------------------------------------------- message checks (child side) */
+
+static int check_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
+        if (!privsep_id_field_valid(m->sandbox_id))
+                return privsep_refuse(ret, "sandbox_id is not 24 lowercase hex characters");
+        if (m->ip == 0 || m->ip == 0xffffffffu)
+                return privsep_refuse(ret, "ip is not a usable IPv4 address");
+        switch ((enum pj_egress_mode) m->mode) {
+        case PJ_EGRESS_OPEN:
+        case PJ_EGRESS_RESTRICTED:
+        case PJ_EGRESS_DENY_ALL:
+                break;
+        default:
+                return privsep_refuse(ret, "mode %u is not an egress mode", m->mode);
+        }
+        if (!privsep_zero(m->pad, sizeof(m->pad)))
+                return privsep_refuse(ret, "padding is not zero");
+        if (m->n_allow > EGRESS_MAX_ALLOW)
+                return privsep_refuse(ret, "n_allow %u is over %d", m->n_allow, EGRESS_MAX_ALLOW);
+        if (m->pid > INT32_MAX)
+                return privsep_refuse(ret, "pid %u is not a process id", m->pid);
+        if (m->n_allow > 0 && m->mode != PJ_EGRESS_RESTRICTED)
+                return privsep_refuse(ret, "allow entries are only for restricted mode");
+        for (uint32_t i = 0; i < m->n_allow; i++)
+                if (m->allow[i].prefix > 32 || !privsep_zero(m->allow[i].pad, sizeof(m->allow[i].pad)))
+                        return privsep_refuse(ret, "allow[%u] has prefix %u (0..32) or non-zero padding", i,
+                                      m->allow[i].prefix);
+        /* Unused slots must be zero too: nothing but what n_allow says is in the message. */
+        if (!privsep_zero(&m->allow[m->n_allow], (EGRESS_MAX_ALLOW - m->n_allow) * sizeof(m->allow[0])))
+                return privsep_refuse(ret, "allow entries past n_allow are not zero");
+        return 0;
+}
+
+static void do_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
+        _cleanup_free_ struct pj_allow_entry *allow = xnew0(struct pj_allow_entry, m->n_allow ? m->n_allow : 1);
+        for (uint32_t i = 0; i < m->n_allow; i++)
+                allow[i] = (struct pj_allow_entry) {
+                        .kind = m->allow[i].prefix == 32 ? PJ_ALLOW_IPV4 : PJ_ALLOW_CIDR,
+                        .addr = m->allow[i].addr,
+                        .prefix = m->allow[i].prefix,
+                };
+        struct egress_policy p = {
+                .sandbox_id = m->sandbox_id,
+                .ip = m->ip,
+                .mode = (enum pj_egress_mode) m->mode,
+                .allow = allow,
+                .n_allow = m->n_allow,
+                .pid = m->pid,
+        };
+        ret->r = egress_apply(&p, ret->msg, sizeof(ret->msg));
+}
+
+/* The fields of a message that names one sandbox and nothing else to check: its id, then its
+ * padding. 0 or privsep_refuse's -EBADMSG. */
+static int check_sandbox_msg(const char id[EGRESS_ID_LEN + 1], const void *pad, size_t n, struct ps_result *ret) {
+        if (!privsep_id_field_valid(id))
+                return privsep_refuse(ret, "sandbox_id is not 24 lowercase hex characters");
+        if (!privsep_zero(pad, n))
+                return privsep_refuse(ret, "padding is not zero");
+        return 0;
+}
+
+static int child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
+        struct ps_hdr h;
+        privsep_result_init(ret, PS_RESULT, 0);
+        if (len < sizeof(h))
+                return privsep_refuse(ret, "a %zu byte message is shorter than its header", len);
+        memcpy(&h, buf, sizeof(h));
+        ret->hdr.seq = h.seq;
+        if (h.version != PS_VERSION)
+                return privsep_refuse(ret, "version %u, want %u", h.version, PS_VERSION);
+        if (h.len != len)
+                return privsep_refuse(ret, "header says %u bytes, the message has %zu", h.len, len);
+        if (h.reserved != 0)
+                return privsep_refuse(ret, "reserved header field is not zero");
+
+        size_t want;
+        switch ((enum ps_type) h.type) {
+        case PS_PING:
+                want = sizeof(struct ps_ping);
+                break;
+        case PS_EGRESS_APPLY:
+                want = sizeof(struct ps_egress_apply);
+                break;
+        case PS_EGRESS_REMOVE:
+                want = sizeof(struct ps_egress_remove);
+                break;
+        case PS_EGRESS_LIST:
+        case PS_EGRESS_STATS:
+                want = sizeof(struct ps_egress_list);
+                break;
+        case PS_DOCKER_COMMIT:
+        case PS_DOCKER_PUSH:
+        case PS_DOCKER_VERIFY:
+        case PS_DOCKER_REMOVE:
+        case PS_DOCKER_PRUNE:
+        case PS_DOCKER_PID:
+                want = sizeof(struct ps_docker);
+                break;
+        case PS_RELAY_OPEN:
+                want = sizeof(struct ps_relay_open);
+                break;
+        case PS_READY:
+        case PS_RESULT:
+        default:
+                return privsep_refuse(ret, "message type %u is not a request", h.type);
+        }
+        if (len != want)
+                return privsep_refuse(ret, "type %u takes %zu bytes, got %zu", h.type, want, len);
+        if (kind == PS_CHILD_DOCKER && h.type != PS_PING && !privsep_docker_type(h.type))
+                return privsep_refuse(ret, "the docker process does not take message type %u", h.type);
+        if (kind == PS_CHILD_EGRESS && (privsep_docker_type(h.type) || h.type == PS_RELAY_OPEN))
+                return privsep_refuse(ret, "the egress process does not take message type %u", h.type);
+        if ((kind == PS_CHILD_LOOKUP) != (h.type == PS_DOCKER_PID) && h.type != PS_PING)
+                return privsep_refuse(ret, "the %s process does not take message type %u", privsep_child_name(kind), h.type);
+        if ((kind == PS_CHILD_RELAY) != (h.type == PS_RELAY_OPEN) && h.type != PS_PING)
+                return privsep_refuse(ret, "the %s process does not take message type %u", privsep_child_name(kind), h.type);
+
+        switch ((enum ps_type) h.type) {
+        case PS_PING:
+                snprintf(ret->msg, sizeof(ret->msg), "paddock nodeagent %s process, protocol %d", privsep_child_name(kind),
+                         PS_VERSION);
+                return 0;
+        case PS_EGRESS_APPLY: {
+                /* Copied out of buf: buf may not be aligned for the struct. */
+                _cleanup_free_ struct ps_egress_apply *m = xmalloc(sizeof(*m));
+                memcpy(m, buf, sizeof(*m));
+                if (check_apply(m, ret) < 0)
+                        return ret->r;
+                do_apply(m, ret);
+                return ret->r;
+        }
+        case PS_EGRESS_REMOVE: {
+                struct ps_egress_remove m;
+                memcpy(&m, buf, sizeof(m));
+                int r = check_sandbox_msg(m.sandbox_id, m.pad, sizeof(m.pad), ret);
+                if (r < 0)
+                        return r;
+                return ret->r = egress_remove(m.sandbox_id, m.ip, ret->msg, sizeof(ret->msg));
+        }
+        case PS_EGRESS_LIST: {
+                struct ps_egress_list m;
+                memcpy(&m, buf, sizeof(m));
+                if (m.reserved != 0)
+                        return privsep_refuse(ret, "reserved field is not zero");
+                char **ids = NULL;
+                int n = egress_list(&ids);
+                if (n < 0) {
+                        snprintf(ret->msg, sizeof(ret->msg), "cannot list the egress table: %s", strerror(-n));
+                        return ret->r = n;
+                }
+                /* r stays 0 (results are <= 0 by protocol): "<total>:" then the ids */
+                size_t o = (size_t) snprintf(ret->msg, sizeof(ret->msg), "%d:", n);
+                for (uint32_t i = m.offset; i < (uint32_t) n && i < m.offset + PS_LIST_PAGE; i++, o += EGRESS_ID_LEN)
+                        memcpy(ret->msg + o, ids[i], EGRESS_ID_LEN);
+                ret->msg[o] = 0;
+                strv_free(ids);
+                return ret->r = 0;
+        }
+        case PS_EGRESS_STATS: {
+                static struct egress_stats *snap;
+                static int n_snap;
+                struct ps_egress_list m;
+                memcpy(&m, buf, sizeof(m));
+                if (m.reserved != 0)
+                        return privsep_refuse(ret, "reserved field is not zero");
+                if (m.offset == 0 || !snap) {
+                        free(snap);
+                        snap = NULL;
+                        n_snap = egress_stats(&snap);
+                        if (n_snap < 0) {
+                                int e = n_snap;
+                                n_snap = 0;
+                                snprintf(ret->msg, sizeof(ret->msg), "cannot read the egress counters: %s", strerror(-e));
+                                return ret->r = e;
+                        }
+                }
+                size_t o = (size_t) snprintf(ret->msg, sizeof(ret->msg), "%d:", n_snap);
+                for (uint32_t i = m.offset; i < (uint32_t) n_snap && i < m.offset + PS_STATS_PAGE; i++)
+                        o += (size_t) snprintf(ret->msg + o, sizeof(ret->msg) - o, "%s,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ";",
+                                               snap[i].sandbox_id, snap[i].allowed_packets, snap[i].allowed_bytes,
+                                               snap[i].dropped_packets, snap[i].dropped_bytes);
+                return ret->r = 0;
+        }
+        case PS_DOCKER_COMMIT:
+        case PS_DOCKER_PUSH:
+        case PS_DOCKER_VERIFY:
+        case PS_DOCKER_REMOVE:
+        case PS_DOCKER_PRUNE:
+        case PS_DOCKER_PID: {
+                struct ps_docker m;
+                memcpy(&m, buf, sizeof(m));
+                if (privsep_docker_check(h.type, &m, ret) < 0)
+                        return ret->r;
+                privsep_docker_do(h.type, &m, ret);
+                return ret->r;
+        }
+        case PS_RELAY_OPEN: {
+                struct ps_relay_open m;
+                memcpy(&m, buf, sizeof(m));
+                int r = check_sandbox_msg(m.sandbox_id, m.pad, sizeof(m.pad), ret);
+                if (r < 0)
+                        return r;
+                if (!child_cfg || !child_cfg->relay_docker_root) {
+                        snprintf(ret->msg, sizeof(ret->msg), "this process has no [relay] configuration");
+                        return ret->r = -ENOTCONN;
+                }
+                return ret->r = relay_open_agent(child_cfg, m.sandbox_id, &child_pass_fd, ret->msg, sizeof(ret->msg));
+        }
+        case PS_READY:
+        case PS_RESULT:
+                break;
+        }
+        return privsep_refuse(ret, "message type %u is not a request", h.type);
+}
+
+void privsep_child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
+        (void) child_handle(kind, buf, len, ret);
+}
+
+/* ---------------------------------------------------------------- child process */
+
+static volatile sig_atomic_t child_stop;
+
+static void child_on_signal(int sig) {
+        (void) sig;
+        child_stop = 1;
+}
+
+/* One message with fd attached (SCM_RIGHTS). */
+static int send_with_fd(int sock, const void *buf, size_t len, int pass) {
+        union {
+                char b[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } u;
+        memset(&u, 0, sizeof(u));
+        struct iovec iov = { .iov_base = (void *) buf, .iov_len = len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &pass, sizeof(int));
+        for (;;) {
+                ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+                if (n == (ssize_t) len)
+                        return 0;
+                if (n < 0 && errno == EINTR)
+                        continue;
+                return n < 0 ? -errno : -EMSGSIZE;
+        }
+}
+
+_noreturn_ void privsep_child_main(enum ps_child kind, int fd, const struct agent_config *cfg) {
+        struct ps_result res;
+        char name[16];
+        int r;
+
+        snprintf(name, sizeof(name), "agent-%s", privsep_child_name(kind));
+        (void) prctl(PR_SET_NAME, name, 0, 0, 0);
+        /* Goes with the parent: also via EOF on fd, this is for a parent stuck elsewhere. */
+        (void) prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+        struct sigaction sa = { .sa_handler = child_on_signal };
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        signal(SIGCHLD, SIG_DFL);
+        log_ctx_set("PROCESS", privsep_child_name(kind));
+
+        privsep_result_init(&res, PS_READY, 0);
+        child_cfg = cfg;
+        /* Only the docker and lookup processes keep the supplementary groups (the docker group:
+         * root on the host through the socket); the others have no use for them. */
+        r = kind == PS_CHILD_DOCKER || kind == PS_CHILD_LOOKUP ? 0 : groups_drop();
+        if (r < 0)
+                fmt_err(res.msg, sizeof(res.msg), "cannot drop the supplementary groups: %s", strerror(-r));
+        else if ((r = caps_drop_except(kind == PS_CHILD_EGRESS  ? UINT64_C(1) << CAP_NET_ADMIN
+                                       : kind == PS_CHILD_RELAY ? UINT64_C(1) << CAP_DAC_OVERRIDE
+                                                                : 0)) < 0)
+                fmt_err(res.msg, sizeof(res.msg), "cannot drop capabilities: %s", strerror(-r));
+        else if (kind == PS_CHILD_EGRESS) {
+                struct egress_config ec = {
+                        .table = cfg->egress_table,
+                        .bridges = (const char *const *) cfg->egress_bridges,
+                        .deny_cidrs = (const char *const *) cfg->egress_deny,
+                        .dns_resolver = cfg->egress_dns,
+                        .priority = (int) cfg->egress_priority,
+                };
+                r = egress_init(&ec, res.msg, sizeof(res.msg));
+        } else if (kind == PS_CHILD_DOCKER && cfg && cfg->snap_registry)
+                r = privsep_docker_init(cfg, res.msg, sizeof(res.msg));
+        else if (kind == PS_CHILD_LOOKUP && cfg)
+                r = privsep_lookup_init(cfg, res.msg, sizeof(res.msg));
+        res.r = r;
+        if (privsep_send_all(fd, &res, sizeof(res)) < 0 || r < 0)
+                _exit(r < 0 ? 1 : 0);
+
+        _cleanup_free_ uint8_t *buf = xmalloc(PS_RECV_MAX);
+        while (!child_stop) {
+                ssize_t n = recv(fd, buf, PS_RECV_MAX, MSG_TRUNC);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        log_error_errno(errno, "%s process: cannot read from the agent: %m", privsep_child_name(kind));
+                        _exit(1);
+                }
+                if (n == 0)
+                        break;  /* the parent is gone */
+                if ((size_t) n > PS_RECV_MAX) {
+                        struct ps_hdr h;
+                        memcpy(&h, buf, sizeof(h));     /* the start of it did arrive */
+                        privsep_result_init(&res, PS_RESULT, h.seq);
+                        privsep_refuse(&res, "a %zd byte message is larger than any request", n);
+                } else
+                        privsep_child_handle(kind, buf, (size_t) n, &res);
+                if (res.r == -EBADMSG)
+                        log_warning("%s process refused a malformed request: %s", privsep_child_name(kind), res.msg);
+                int sent = child_pass_fd >= 0 ? send_with_fd(fd, &res, sizeof(res), child_pass_fd)
+                                              : privsep_send_all(fd, &res, sizeof(res));
+                if (child_pass_fd >= 0) {
+                        close(child_pass_fd);
+                        child_pass_fd = -1;
+                }
+                if (sent < 0)
+                        _exit(1);
+        }
+        _exit(0);
+}
