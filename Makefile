@@ -280,7 +280,8 @@ install: all
 	install -m 0644 packaging/cni/*.conflist $(DESTDIR)$(PREFIX)/share/paddock/cni/
 	install -m 0644 packaging/nomad/*.hcl $(DESTDIR)$(PREFIX)/share/paddock/nomad/
 	install -d $(DESTDIR)$(PREFIX)/share/paddock/images
-	install -m 0755 packaging/images/start-dockerd $(DESTDIR)$(PREFIX)/share/paddock/images/
+	install -m 0755 packaging/images/start-dockerd packaging/images/start-e2b packaging/images/e2b-sudo \
+		$(DESTDIR)$(PREFIX)/share/paddock/images/
 	if [ -f packaging/daemon.json ]; then install -D -m 0644 packaging/daemon.json $(DESTDIR)$(PREFIX)/share/paddock/docker/daemon.json; fi
 	if [ -f $(BUILD)/web/xterm.js ]; then install -d $(DESTDIR)$(PREFIX)/share/paddock/web && \
 		install -m 0644 $(BUILD)/web/xterm.js $(BUILD)/web/xterm.css $(BUILD)/web/addon-fit.js $(DESTDIR)$(PREFIX)/share/paddock/web/; fi

@@ -98,8 +98,11 @@ build_pkg() {
                 install -d "$d/usr/share/paddock/cni" "$d/usr/share/paddock/nomad"
                 install -m 0644 "$HERE"/cni/*.conflist "$d/usr/share/paddock/cni/"
                 install -m 0644 "$HERE"/nomad/*.hcl "$d/usr/share/paddock/nomad/"
-                # The docker template's start command, for operators who build that image.
-                install -D -m 0755 "$HERE/images/start-dockerd" "$d/usr/share/paddock/images/start-dockerd"
+                # The docker and e2b-base templates' start commands and e2b-base's sudo, for
+                # operators who build those images (tests/env/images.sh shows how).
+                for f in start-dockerd start-e2b e2b-sudo; do
+                        install -D -m 0755 "$HERE/images/$f" "$d/usr/share/paddock/images/$f"
+                done
                 if [[ -f $HERE/daemon.json ]]; then
                         install -d "$d/usr/share/paddock/docker"
                         install -m 0644 "$HERE/daemon.json" "$d/usr/share/paddock/docker/"

