@@ -519,6 +519,9 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         Z("templates", "max_image", 2 * GIB, 1 * MIB, 64 * GIB, utpl_max_image);
         I("templates", "max_per_account", 10, 0, 1000, utpl_max_per_account);
         I("templates", "max_builds", 4, 1, 256, utpl_max_builds);
+        S("secrets", "key_file", "", 1024, secrets_key_file);
+        I("secrets", "max_per_account", 100, 0, 10000, secrets_max_per_account);
+        Z("secrets", "max_value", 8 * KIB, 1, 64 * KIB, secrets_max_value);
 
         S("defaults", "template", NULL, 64, default_template);
         S("defaults", "region", NULL, 64, default_region);
@@ -585,6 +588,7 @@ struct config *config_free(struct config *c) {
         free_many(c->e2b_listen_addr, c->e2b_domain, c->e2b_base_template, c->e2b_tls_cert, c->e2b_tls_key);
         strv_free(c->e2b_user_templates);
         free(c->metrics_token_file);
+        free(c->secrets_key_file);
         free(c->web_dir);
         free(c->db_path);
         free(c->driver);

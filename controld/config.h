@@ -147,6 +147,10 @@ struct config {
         uint64_t utpl_max_image;                     /* bytes: the image's compressed layers + config */
         int64_t utpl_max_per_account;                /* building + ready */
         int64_t utpl_max_builds;                     /* builds at once in one controld */
+        /* [secrets]: values kept encrypted (AES-256-GCM) under the operator's key */
+        char *secrets_key_file;                      /* "" = no secrets on this server (501) */
+        int64_t secrets_max_per_account;
+        uint64_t secrets_max_value;                  /* bytes of one value */
         /* [nomad]: the production driver (driver-nomad.c) */
         char *nomad_addr, *nomad_token;              /* token "" = no ACL token (never logged) */
         char *nomad_ca_file, *nomad_cert_file, *nomad_key_file;   /* "" = system CAs / no client cert */

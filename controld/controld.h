@@ -33,6 +33,8 @@ struct ctl {
         char *agent_binary;              /* the in-sandbox agent (agent.c); NULL = off */
         char *agent_dir;                 /* its secret files */
         char agent_key[65];              /* secrets are HMAC(agent_key, sandbox id) */
+        unsigned char secrets_key[32];   /* [secrets] key_file, derived (secret.c) */
+        bool secrets_on;                 /* a key was given: /secrets is served */
         char *relay_secret;              /* Nomad: the nodes' relay secret ([nomad] relay_secret_file) */
         size_t relay_secret_len;
         struct ssl_ctx_st *relay_tls;    /* [nomad] relay_tls_ca: TLS to the relays; NULL = plain */

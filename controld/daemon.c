@@ -14,6 +14,7 @@
 #include "strutil.h"
 #include "ctl-egress.h"
 #include "ctl-metrics.h"
+#include "secret.h"
 #include "snapshot.h"
 
 /* Opens config, store and driver: shared by the daemon and the admin CLI. */
@@ -37,6 +38,8 @@ int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
                         return log_error_errno(r, "Failed to read the instance id from the store: %m");
         }
         c->metrics = metrics_new();
+        if ((r = secret_key_load(c, err, sizeof(err))) < 0)
+                return log_error_errno(r, "%s", err);
         if (with_driver && (r = guest_host_init(c, err, sizeof(err))) < 0)
                 return log_error_errno(r, "%s", err);
         if (with_driver) {

@@ -12,6 +12,7 @@
 #include "json.h"
 #include "preview.h"
 #include "terminal.h"
+#include "secrets.h"
 #include "templates.h"
 #include "log.h"
 #include "strutil.h"
@@ -375,6 +376,11 @@ static const struct route routes[] = {
         { "POST",   "/templates",                       "/templates",                     NULL,       true,  false, L, NULL, templates_post },
         { "GET",    "/templates/{path*}",               "/templates/{name}",              NULL,       true,  false, J, NULL, templates_get },
         { "DELETE", "/templates/{path*}",               "/templates/{name}",              NULL,       true,  false, J, NULL, templates_delete },
+        { "GET",    "/secrets",                         "/secrets",                       NULL,       true,  false, J, NULL, secrets_list },
+        { "POST",   "/secrets",                         "/secrets",                       NULL,       true,  false, J, NULL, secrets_post },
+        { "GET",    "/secrets/{path*}",                 "/secrets/{name}",                NULL,       true,  false, J, NULL, secrets_get },
+        { "PUT",    "/secrets/{path*}",                 "/secrets/{name}",                NULL,       true,  false, J, NULL, secrets_put },
+        { "DELETE", "/secrets/{path*}",                 "/secrets/{name}",                NULL,       true,  false, J, NULL, secrets_delete },
         { "GET",    "/volumes",                         "/volumes",                       NULL,       true,  false, J, NULL, list_volumes },
         { "POST",   "/volumes",                         "/volumes",                       NULL,       true,  false, J, NULL, post_volume },
         { "GET",    "/volumes/{id}",                    "/volumes/{id}",                  "volume",   true,  false, J, NULL, get_volume },

@@ -351,3 +351,20 @@ cJSON *render_user_template(const struct user_template *t) {
         return o;
 }
 
+/* A secret, never its value: name, version, metadata, created_at, updated_at. */
+static const struct json_member secret_members[] = {
+        JSON_MEMBER(JSON_STR, "name", struct secret, name),
+        JSON_MEMBER(JSON_INT, "version", struct secret, version),
+};
+static const struct json_member secret_times[] = {
+        JSON_MEMBER(JSON_TIME, "created_at", struct secret, created_at),
+        JSON_MEMBER(JSON_TIME, "updated_at", struct secret, updated_at),
+};
+
+cJSON *render_secret(const struct secret *s) {
+        cJSON *o = cJSON_CreateObject();
+        json_add_members(o, s, secret_members, ELEMENTSOF(secret_members));
+        cJSON_AddItemToObject(o, "metadata", sb_map_to_json(&s->metadata));
+        json_add_members(o, s, secret_times, ELEMENTSOF(secret_times));
+        return o;
+}

@@ -43,3 +43,5 @@ cJSON *render_page(cJSON *items, int64_t total, int64_t page, int64_t limit);
 void render_add_region(cJSON *o, const struct region *g);
 /* A template a user built: name, status, size_mb, error, log, created_at, finished_at. */
 cJSON *render_user_template(const struct user_template *t);
+/* A secret without its value: name, version, metadata, created_at, updated_at. */
+cJSON *render_secret(const struct secret *s);

@@ -130,6 +130,11 @@ static const char preview_schema[] =
 
 /* Templates users build (usertemplate.c): self-contained, as the tables above. One row per
  * account and name; the image is the registry reference by digest once ready. */
+static const char secret_schema[] =
+        "CREATE TABLE IF NOT EXISTS secrets (id TEXT PRIMARY KEY, account_id TEXT NOT NULL, name TEXT NOT NULL,"
+        "  version INTEGER NOT NULL, sealed TEXT NOT NULL, metadata TEXT, created_at INTEGER NOT NULL,"
+        "  updated_at INTEGER NOT NULL, UNIQUE (account_id, name));";
+
 static const char utpl_schema[] =
         "CREATE TABLE IF NOT EXISTS user_templates (id TEXT PRIMARY KEY, account_id TEXT NOT NULL, name TEXT NOT NULL,"
         "  status TEXT NOT NULL, image TEXT, size_bytes INTEGER, log TEXT, error TEXT, builder_id TEXT,"
@@ -510,7 +515,8 @@ int store_open(const char *path, struct store **ret) {
         /* Outside the numbered migrations on purpose: idempotent, so it can be merged with
          * other branches' migrations in any order. */
         if ((r = exec_sql(s, snapshot_schema)) < 0 || (r = exec_sql(s, pool_schema)) < 0 ||
-            (r = exec_sql(s, preview_schema)) < 0 || (r = exec_sql(s, utpl_schema)) < 0)
+            (r = exec_sql(s, preview_schema)) < 0 || (r = exec_sql(s, utpl_schema)) < 0 ||
+            (r = exec_sql(s, secret_schema)) < 0)
                 goto fail;
         *ret = s;
         return 0;

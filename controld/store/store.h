@@ -172,6 +172,27 @@ int store_utpl_delete(struct store *s, const char *id);
  * (strv) are for the caller to destroy. */
 int store_utpl_interrupted(struct store *s, int64_t now_ms, char ***ret_builder_ids);
 
+/* Secrets (secret.c seals and opens the values; the rows live here). sealed is the value
+ * encrypted under the server's key, bound to its account, name and version. */
+struct secret {
+        char id[SANDBOX_ID_LEN + 1];
+        char account_id[SANDBOX_ID_LEN + 1];
+        char *name;
+        int64_t version;                 /* 1 at create, +1 at every PUT */
+        char *sealed;
+        struct sb_map metadata;          /* decoded when the row is read */
+        int64_t created_at, updated_at;
+};
+void secret_clear(struct secret *s);
+void secret_array_free(struct secret *a, size_t n);
+/* -EEXIST: the account has one of that name; -EDQUOT: it has max_per_account. */
+int store_secret_insert_capped(struct store *s, const struct secret *sec, int64_t max_per_account);
+int store_secret_get(struct store *s, const char *account_id, const char *name, struct secret *ret);
+int store_secret_list(struct store *s, const char *account_id, struct secret **ret, size_t *ret_n);
+/* The whole row, only while its version is still expected_version (-ESTALE otherwise). */
+int store_secret_update(struct store *s, const struct secret *sec, int64_t expected_version);
+int store_secret_delete(struct store *s, const char *account_id, const char *name);
+
 int store_preview_put(struct store *s, const struct preview *p, int64_t now_ms, int64_t max_per_sandbox);
 int store_preview_get(struct store *s, const char *sandbox_id, int port, struct preview *ret);
 int store_preview_list(struct store *s, const char *sandbox_id, int64_t now_ms, struct preview **ret, size_t *ret_n);

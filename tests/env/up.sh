@@ -136,7 +136,16 @@ else
         fi
 fi
 
+# The key secrets are sealed under (POST /secrets): made once, kept across runs so the dev
+# account's secrets stay readable.
+SECRETS_KEY=$DEV/secrets.key
+if [[ ! -s $SECRETS_KEY ]]; then
+        (umask 077 && head -c 32 /dev/urandom | base64 >"$SECRETS_KEY") || die "cannot write $SECRETS_KEY"
+fi
+
 cat >"$CONF" <<EOF
+[secrets]
+key_file = $SECRETS_KEY
 [server]
 listen = 127.0.0.1:$PORT
 [preview]

@@ -1,5 +1,5 @@
 /* Every public-API request validator in proto-json/pj_api.h and pj_e2b.h (E2B's bodies and
- * envd's Connect messages), and through them
+ * envd's Connect messages; pj_secret.h, /secrets), and through them
  * proto-json's own strict JSON reader (static in pj_api.c; every validator starts with
  * it). Each input goes through all of them, so an input that is good for one validator
  * is explored for all. Properties, from the contract in pj_api.h:
@@ -15,6 +15,7 @@
 #include "fuzz.h"
 #include "pj_api.h"
 #include "pj_e2b.h"
+#include "pj_secret.h"
 
 #define MAX_FILE 4096
 #define MAX_TOTAL 65536
@@ -162,6 +163,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         FUZZ_ASSERT(v.path && v.path[0] && strlen(v.path) <= PJ_E2B_MAX_PATH, "path");
                         FUZZ_ASSERT((k == PJ_ENVD_FS_MOVE) == (v.to != NULL), "destination");
                         FUZZ_ASSERT(v.depth >= 1 && v.depth <= 64, "depth %u", v.depth);
+                });
+
+        for (int with_name = 0; with_name <= 1; with_name++)
+                RUN(pj_secret_put, pj_secret_parse(b, size, with_name, 64, &v, &e), pj_secret_put_done, {
+                        FUZZ_ASSERT(!with_name == !v.name && (!v.name || pj_secret_name_ok(v.name)), "name");
+                        FUZZ_ASSERT(v.value && v.value_len >= 1 && v.value_len <= 64 && strlen(v.value) == v.value_len, "value");
                 });
 
         /* The path check on the input as a C string. */

@@ -1,0 +1,225 @@
+/* secret.c — see secret.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "cleanup.h"
+#include "controld.h"
+#include "log.h"
+#include "pj_secret.h"
+#include "secret.h"
+#include "strutil.h"
+
+#define SEAL_NONCE 12
+#define SEAL_TAG 16
+
+int secret_key_load(struct ctl *c, char *err, size_t errlen) {
+        const char *path = c->cfg->secrets_key_file;
+        c->secrets_on = false;
+        if (!path || !*path)
+                return 0;
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+                snprintf(err, errlen, "[secrets] key_file %s: %s", path, strerror(errno));
+                return -errno;
+        }
+        _cleanup_free_ char *raw = NULL;
+        size_t n = 0;
+        int r = pj_secret_read(fd, 32, 1024, &raw, &n);
+        if (r < 0) {
+                snprintf(err, errlen, "[secrets] key_file %s: %s (it must hold 32 to 1024 bytes, e.g. `head -c 32 "
+                                      "/dev/urandom | base64`)",
+                         path, strerror(-r));
+                return r;
+        }
+        static const char label[] = "paddock secrets key v1";
+        EVP_MD_CTX *h = EVP_MD_CTX_new();
+        unsigned len = 0;
+        if (!h || EVP_DigestInit_ex(h, EVP_sha256(), NULL) != 1 || EVP_DigestUpdate(h, label, sizeof(label)) != 1 ||
+            EVP_DigestUpdate(h, raw, n) != 1 || EVP_DigestFinal_ex(h, c->secrets_key, &len) != 1 || len != 32)
+                abort();
+        EVP_MD_CTX_free(h);
+        explicit_bzero(raw, n);
+        c->secrets_on = true;
+        log_info("secrets: served, sealed under the key in %s", path);
+        return 0;
+}
+
+static void hex(char *out, const unsigned char *p, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                snprintf(out + 2 * i, 3, "%02x", p[i]);
+}
+
+static int unhex(const char *s, size_t n, unsigned char *out) {
+        for (size_t i = 0; i < n; i++) {
+                unsigned v;
+                if (sscanf(s + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdef", s[2 * i]) || !strchr("0123456789abcdef", s[2 * i + 1]))
+                        return -EBADMSG;
+                out[i] = (unsigned char) v;
+        }
+        return 0;
+}
+
+char *secret_seal(const unsigned char key[32], const char *aad, const char *value, size_t len) {
+        unsigned char nonce[SEAL_NONCE], tag[SEAL_TAG];
+        if (RAND_bytes(nonce, sizeof(nonce)) != 1)
+                abort();   /* no randomness: nothing safe to do */
+        _cleanup_free_ unsigned char *ct = xmalloc(len + 1);
+        EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+        int l1 = 0, l2 = 0;
+        if (!x || EVP_EncryptInit_ex(x, EVP_aes_256_gcm(), NULL, key, nonce) != 1 ||
+            EVP_EncryptUpdate(x, NULL, &l1, (const unsigned char *) aad, (int) strlen(aad)) != 1 ||
+            EVP_EncryptUpdate(x, ct, &l1, (const unsigned char *) value, (int) len) != 1 ||
+            EVP_EncryptFinal_ex(x, ct + l1, &l2) != 1 || EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_GCM_GET_TAG, SEAL_TAG, tag) != 1)
+                abort();
+        EVP_CIPHER_CTX_free(x);
+        size_t n = (size_t) (l1 + l2);
+        char *out = xmalloc(3 + 2 * SEAL_NONCE + 1 + 2 * (n + SEAL_TAG) + 1);
+        memcpy(out, "v1:", 3);
+        hex(out + 3, nonce, SEAL_NONCE);
+        out[3 + 2 * SEAL_NONCE] = ':';
+        hex(out + 4 + 2 * SEAL_NONCE, ct, n);
+        hex(out + 4 + 2 * SEAL_NONCE + 2 * n, tag, SEAL_TAG);
+        return out;
+}
+
+int secret_open(const unsigned char key[32], const char *aad, const char *sealed, char **ret, size_t *ret_len) {
+        size_t sl = sealed ? strlen(sealed) : 0;
+        if (sl < 4 + 2 * SEAL_NONCE + 2 * SEAL_TAG || strncmp(sealed, "v1:", 3) || sealed[3 + 2 * SEAL_NONCE] != ':' ||
+            (sl - 4 - 2 * SEAL_NONCE) % 2)
+                return -EBADMSG;
+        size_t n = (sl - 4 - 2 * SEAL_NONCE) / 2 - SEAL_TAG;
+        unsigned char nonce[SEAL_NONCE], tag[SEAL_TAG];
+        _cleanup_free_ unsigned char *ct = xmalloc(n + 1);
+        if (unhex(sealed + 3, SEAL_NONCE, nonce) < 0 || unhex(sealed + 4 + 2 * SEAL_NONCE, n, ct) < 0 ||
+            unhex(sealed + 4 + 2 * SEAL_NONCE + 2 * n, SEAL_TAG, tag) < 0)
+                return -EBADMSG;
+        char *pt = xmalloc(n + 1);
+        EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+        int l1 = 0, l2 = 0;
+        bool ok = x && EVP_DecryptInit_ex(x, EVP_aes_256_gcm(), NULL, key, nonce) == 1 &&
+                  EVP_DecryptUpdate(x, NULL, &l1, (const unsigned char *) aad, (int) strlen(aad)) == 1 &&
+                  EVP_DecryptUpdate(x, (unsigned char *) pt, &l1, ct, (int) n) == 1 &&
+                  EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_GCM_SET_TAG, SEAL_TAG, tag) == 1 &&
+                  EVP_DecryptFinal_ex(x, (unsigned char *) pt + l1, &l2) == 1;
+        EVP_CIPHER_CTX_free(x);
+        if (!ok) {
+                explicit_bzero(pt, n + 1);
+                free(pt);
+                return -EBADMSG;
+        }
+        pt[n] = 0;
+        *ret = pt;
+        *ret_len = n;
+        return 0;
+}
+
+/* What a sealed value is bound to: its account, name and version. */
+static char *aad_of(const char *account_id, const char *name, int64_t version) {
+        return xasprintf("paddock-secret-v1/%s/%s/%" PRId64, account_id, name, version);
+}
+
+static int need_key(struct ctl *c, struct api_error *err) {
+        if (!c->secrets_on)
+                return API_ERR(err, -EOPNOTSUPP, "Secrets need a key on this server ([secrets] key_file); ask its operator");
+        return 0;
+}
+
+int secret_create(struct ctl *c, const struct account *acc, const char *body, size_t len, struct secret *ret,
+                  struct api_error *err) {
+        int r = need_key(c, err);
+        if (r < 0)
+                return r;
+        _cleanup_(pj_secret_put_done) struct pj_secret_put q = { 0 };
+        struct pj_error pe = { 0 };
+        if ((r = pj_secret_parse(body, len, true, c->cfg->secrets_max_value, &q, &pe)) < 0)
+                return API_ERR(err, r, "%s", pe.message);
+        _cleanup_(secret_clear) struct secret s = { 0 };
+        hexid_new(s.id);
+        snprintf(s.account_id, sizeof(s.account_id), "%s", acc->id);
+        s.name = xstrdup(q.name);
+        s.version = 1;
+        (void) sb_map_from_text(&s.metadata, q.metadata_json);   /* canonical: checked by proto-json */
+        s.created_at = s.updated_at = now_ms();
+        _cleanup_free_ char *aad = aad_of(s.account_id, s.name, s.version);
+        s.sealed = secret_seal(c->secrets_key, aad, q.value, q.value_len);
+        r = store_secret_insert_capped(c->store, &s, c->cfg->secrets_max_per_account);
+        if (r == -EEXIST)
+                return API_ERR(err, -EEXIST, "name: you have a secret named '%s'; PUT /secrets/%s to replace its value", s.name,
+                               s.name);
+        if (r == -EDQUOT)
+                return API_ERR(err, -EDQUOT, "You have %lld secrets, the most this server allows ([secrets] max_per_account); "
+                                             "delete one first",
+                               (long long) c->cfg->secrets_max_per_account);
+        if (r < 0)
+                return API_ERR(err, -EIO, "Failed to record the secret");
+        log_info("secret %s created (version 1)", s.name);
+        *ret = s;
+        s = (struct secret) { 0 };
+        return 0;
+}
+
+int secret_put(struct ctl *c, const struct account *acc, const char *name, const char *body, size_t len,
+               struct secret *ret, struct api_error *err) {
+        int r = need_key(c, err);
+        if (r < 0)
+                return r;
+        _cleanup_(pj_secret_put_done) struct pj_secret_put q = { 0 };
+        struct pj_error pe = { 0 };
+        if ((r = pj_secret_parse(body, len, false, c->cfg->secrets_max_value, &q, &pe)) < 0)
+                return API_ERR(err, r, "%s", pe.message);
+        _cleanup_(secret_clear) struct secret s = { 0 };
+        if (!pj_secret_name_ok(name) || store_secret_get(c->store, acc->id, name, &s) < 0)
+                return API_ERR(err, -ENOENT, "Secret not found");
+        int64_t was = s.version;
+        s.version = was + 1;
+        s.updated_at = now_ms();
+        if (q.has_metadata)
+                (void) sb_map_from_text(&s.metadata, q.metadata_json);
+        _cleanup_free_ char *aad = aad_of(s.account_id, s.name, s.version);
+        free(s.sealed);
+        s.sealed = secret_seal(c->secrets_key, aad, q.value, q.value_len);
+        r = store_secret_update(c->store, &s, was);
+        if (r == -ESTALE)
+                return API_ERR(err, -ESTALE, "The secret changed meanwhile; PUT again");
+        if (r < 0)
+                return API_ERR(err, -EIO, "Failed to record the secret");
+        log_info("secret %s replaced (version %" PRId64 ")", s.name, s.version);
+        *ret = s;
+        s = (struct secret) { 0 };
+        return 0;
+}
+
+int secret_delete(struct ctl *c, const struct account *acc, const char *name, struct api_error *err) {
+        if (!pj_secret_name_ok(name))
+                return API_ERR(err, -ENOENT, "Secret not found");
+        int r = store_secret_delete(c->store, acc->id, name);
+        if (r == -ENOENT)
+                return API_ERR(err, -ENOENT, "Secret not found");
+        if (r < 0)
+                return API_ERR(err, -EIO, "Failed to delete the secret");
+        log_info("secret %s deleted", name);
+        return 0;
+}
+
+int secret_value(struct ctl *c, const char *account_id, const char *name, char **ret, size_t *ret_len,
+                 struct api_error *err) {
+        int r = need_key(c, err);
+        if (r < 0)
+                return r;
+        _cleanup_(secret_clear) struct secret s = { 0 };
+        if (!pj_secret_name_ok(name) || store_secret_get(c->store, account_id, name, &s) < 0)
+                return API_ERR(err, -ENOENT, "secret '%s' not found", name ? name : "");
+        _cleanup_free_ char *aad = aad_of(s.account_id, s.name, s.version);
+        r = secret_open(c->secrets_key, aad, s.sealed, ret, ret_len);
+        if (r < 0)
+                return API_ERR(err, -EBADMSG, "secret '%s' does not open under this server's key (was the key changed?)", name);
+        return 0;
+}

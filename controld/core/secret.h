@@ -1,0 +1,32 @@
+/* secret.h — secrets (ours, Brimble API): named values an account stores for its sandboxes'
+ * egress rules, write-only (no answer, log line or metric ever holds a value), sealed at rest
+ * with AES-256-GCM under the operator's key ([secrets] key_file), bound to their account, name
+ * and version, so a sealed value copied to another row does not open. */
+#pragma once
+
+#include <stddef.h>
+
+#include "controld.h"
+
+/* At start: reads [secrets] key_file (32..1024 bytes, its SHA-256 is the key). No file
+ * configured: secrets are off (0, /secrets answers 501). A file that cannot be read or is too
+ * short: -errno with err (controld does not start: a key given must be the one used). */
+int secret_key_load(struct ctl *c, char *err, size_t errlen);
+/* POST /secrets: body {name, value, metadata?}; 0 with the new row (version 1) in *ret, or
+ * -EOPNOTSUPP (no key here), -EINVAL (the field named), -EEXIST (the account has the name),
+ * -EDQUOT (it has [secrets] max_per_account), -EIO. */
+int secret_create(struct ctl *c, const struct account *acc, const char *body, size_t len, struct secret *ret,
+                  struct api_error *err);
+/* PUT /secrets/{name}: body {value, metadata?} replaces the value (version + 1; metadata kept
+ * when not given). -ENOENT when the account has no such secret. */
+int secret_put(struct ctl *c, const struct account *acc, const char *name, const char *body, size_t len,
+               struct secret *ret, struct api_error *err);
+int secret_delete(struct ctl *c, const struct account *acc, const char *name, struct api_error *err);
+/* The value of the account's secret name (caller wipes and frees *ret): for the node proxy
+ * that puts it into a request, never for an answer. -ENOENT, -EOPNOTSUPP, -EBADMSG (it does not
+ * open under this key). */
+int secret_value(struct ctl *c, const char *account_id, const char *name, char **ret, size_t *ret_len,
+                 struct api_error *err);
+/* Sealing, for tests: "v1:<nonce hex>:<ciphertext and tag hex>" of value under key, bound to aad. */
+char *secret_seal(const unsigned char key[32], const char *aad, const char *value, size_t len);
+int secret_open(const unsigned char key[32], const char *aad, const char *sealed, char **ret, size_t *ret_len);
