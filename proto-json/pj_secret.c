@@ -10,7 +10,7 @@
 
 bool pj_secret_name_ok(const char *s) {
         size_t n = s ? strlen(s) : 0;
-        if (n < 1 || n > PJ_SECRET_NAME_MAX || !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+        if (n < 1 || n > PJ_SECRET_NAME_MAX || !strncmp(s, "sec_", 4))
                 return false;
         return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") == n;
 }
@@ -37,9 +37,8 @@ int pj_secret_parse(const char *body, size_t len, bool with_name, size_t max_val
                 if (!v)
                         return pj_error_set(err, "name", "name is required");
                 if (!pj_secret_name_ok(v->str))
-                        return pj_error_set(err, "name",
-                                            "name must be 1 to %d of A-Z, a-z, 0-9, '_' and '-', starting with a letter "
-                                            "or '_'",
+                        return pj_error_set(err, "name", "name must be 1 to %d of A-Z, a-z, 0-9, '_' and '-', not starting "
+                                                         "with 'sec_'",
                                             PJ_SECRET_NAME_MAX);
         }
         const struct pj_json *name = v;

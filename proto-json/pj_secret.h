@@ -7,10 +7,10 @@
 
 #include "pj.h"
 
-#define PJ_SECRET_NAME_MAX 64
-#define PJ_SECRET_META_MAX 16          /* metadata entries */
-#define PJ_SECRET_META_KEY_MAX 64
-#define PJ_SECRET_META_VALUE_MAX 256
+#define PJ_SECRET_NAME_MAX 128
+#define PJ_SECRET_META_MAX 32          /* metadata entries */
+#define PJ_SECRET_META_KEY_MAX 128
+#define PJ_SECRET_META_VALUE_MAX 1024
 
 struct pj_secret_put {
         char *name;                     /* POST only; NULL on a PUT (the name is the path's) */
@@ -20,8 +20,8 @@ struct pj_secret_put {
         bool has_metadata;
 };
 
-/* 1..PJ_SECRET_NAME_MAX of A-Z a-z 0-9 _ -, starting with a letter or '_' (it goes into a
- * placeholder, ${secrets.<name>}, and into a URL path). */
+/* 1..PJ_SECRET_NAME_MAX of A-Z a-z 0-9 _ - (E2B's rule; it goes into a placeholder,
+ * ${secrets.<name>}, and into a URL path), not starting with "sec_" (E2B's ids). */
 bool pj_secret_name_ok(const char *s);
 /* POST /secrets {name, value, metadata?} (with_name) or PUT /secrets/{name} {value, metadata?}:
  * 0, or -EINVAL with err naming the field (a value over max_value bytes says its limit). */

@@ -132,24 +132,20 @@ static int need_key(struct ctl *c, struct api_error *err) {
         return 0;
 }
 
-int secret_create(struct ctl *c, const struct account *acc, const char *body, size_t len, struct secret *ret,
+int secret_create(struct ctl *c, const struct account *acc, const struct pj_secret_put *q, struct secret *ret,
                   struct api_error *err) {
         int r = need_key(c, err);
         if (r < 0)
                 return r;
-        _cleanup_(pj_secret_put_done) struct pj_secret_put q = { 0 };
-        struct pj_error pe = { 0 };
-        if ((r = pj_secret_parse(body, len, true, c->cfg->secrets_max_value, &q, &pe)) < 0)
-                return API_ERR(err, r, "%s", pe.message);
         _cleanup_(secret_clear) struct secret s = { 0 };
         hexid_new(s.id);
         snprintf(s.account_id, sizeof(s.account_id), "%s", acc->id);
-        s.name = xstrdup(q.name);
+        s.name = xstrdup(q->name);
         s.version = 1;
-        (void) sb_map_from_text(&s.metadata, q.metadata_json);   /* canonical: checked by proto-json */
+        (void) sb_map_from_text(&s.metadata, q->metadata_json);   /* canonical: checked by proto-json */
         s.created_at = s.updated_at = now_ms();
         _cleanup_free_ char *aad = aad_of(s.account_id, s.name, s.version);
-        s.sealed = secret_seal(c->secrets_key, aad, q.value, q.value_len);
+        s.sealed = secret_seal(c->secrets_key, aad, q->value, q->value_len);
         r = store_secret_insert_capped(c->store, &s, c->cfg->secrets_max_per_account);
         if (r == -EEXIST)
                 return API_ERR(err, -EEXIST, "name: you have a secret named '%s'; PUT /secrets/%s to replace its value", s.name,
@@ -166,26 +162,22 @@ int secret_create(struct ctl *c, const struct account *acc, const char *body, si
         return 0;
 }
 
-int secret_put(struct ctl *c, const struct account *acc, const char *name, const char *body, size_t len,
+int secret_put(struct ctl *c, const struct account *acc, const char *ref, const struct pj_secret_put *q,
                struct secret *ret, struct api_error *err) {
         int r = need_key(c, err);
         if (r < 0)
                 return r;
-        _cleanup_(pj_secret_put_done) struct pj_secret_put q = { 0 };
-        struct pj_error pe = { 0 };
-        if ((r = pj_secret_parse(body, len, false, c->cfg->secrets_max_value, &q, &pe)) < 0)
-                return API_ERR(err, r, "%s", pe.message);
         _cleanup_(secret_clear) struct secret s = { 0 };
-        if (!pj_secret_name_ok(name) || store_secret_get(c->store, acc->id, name, &s) < 0)
+        if (secret_load(c, acc, ref, &s) < 0)
                 return API_ERR(err, -ENOENT, "Secret not found");
         int64_t was = s.version;
         s.version = was + 1;
         s.updated_at = now_ms();
-        if (q.has_metadata)
-                (void) sb_map_from_text(&s.metadata, q.metadata_json);
+        if (q->has_metadata)
+                (void) sb_map_from_text(&s.metadata, q->metadata_json);
         _cleanup_free_ char *aad = aad_of(s.account_id, s.name, s.version);
         free(s.sealed);
-        s.sealed = secret_seal(c->secrets_key, aad, q.value, q.value_len);
+        s.sealed = secret_seal(c->secrets_key, aad, q->value, q->value_len);
         r = store_secret_update(c->store, &s, was);
         if (r == -ESTALE)
                 return API_ERR(err, -ESTALE, "The secret changed meanwhile; PUT again");
@@ -197,9 +189,17 @@ int secret_put(struct ctl *c, const struct account *acc, const char *name, const
         return 0;
 }
 
-int secret_delete(struct ctl *c, const struct account *acc, const char *name, struct api_error *err) {
-        if (!pj_secret_name_ok(name))
+int secret_load(struct ctl *c, const struct account *acc, const char *ref, struct secret *ret) {
+        if (ref && !strncmp(ref, "sec_", 4))
+                return strlen(ref + 4) == SANDBOX_ID_LEN ? store_secret_get_id(c->store, acc->id, ref + 4, ret) : -ENOENT;
+        return pj_secret_name_ok(ref) ? store_secret_get(c->store, acc->id, ref, ret) : -ENOENT;
+}
+
+int secret_delete(struct ctl *c, const struct account *acc, const char *ref, struct api_error *err) {
+        _cleanup_(secret_clear) struct secret s = { 0 };
+        if (secret_load(c, acc, ref, &s) < 0)
                 return API_ERR(err, -ENOENT, "Secret not found");
+        const char *name = s.name;
         int r = store_secret_delete(c->store, acc->id, name);
         if (r == -ENOENT)
                 return API_ERR(err, -ENOENT, "Secret not found");

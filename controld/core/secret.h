@@ -7,21 +7,24 @@
 #include <stddef.h>
 
 #include "controld.h"
+#include "pj_secret.h"
 
 /* At start: reads [secrets] key_file (32..1024 bytes, its SHA-256 is the key). No file
  * configured: secrets are off (0, /secrets answers 501). A file that cannot be read or is too
  * short: -errno with err (controld does not start: a key given must be the one used). */
 int secret_key_load(struct ctl *c, char *err, size_t errlen);
-/* POST /secrets: body {name, value, metadata?}; 0 with the new row (version 1) in *ret, or
- * -EOPNOTSUPP (no key here), -EINVAL (the field named), -EEXIST (the account has the name),
+/* A secret from a body proto-json checked (pj_secret_parse with its name): 0 with the new row
+ * (version 1) in *ret, or -EOPNOTSUPP (no key here), -EEXIST (the account has the name),
  * -EDQUOT (it has [secrets] max_per_account), -EIO. */
-int secret_create(struct ctl *c, const struct account *acc, const char *body, size_t len, struct secret *ret,
+int secret_create(struct ctl *c, const struct account *acc, const struct pj_secret_put *q, struct secret *ret,
                   struct api_error *err);
-/* PUT /secrets/{name}: body {value, metadata?} replaces the value (version + 1; metadata kept
- * when not given). -ENOENT when the account has no such secret. */
-int secret_put(struct ctl *c, const struct account *acc, const char *name, const char *body, size_t len,
+/* The account's secret ref (its name, or "sec_<id>" as E2B names them): 0, or -ENOENT. */
+int secret_load(struct ctl *c, const struct account *acc, const char *ref, struct secret *ret);
+/* A new value (version + 1; metadata kept when q has none) for the account's secret ref.
+ * -ENOENT when there is none, -ESTALE when it changed meanwhile. */
+int secret_put(struct ctl *c, const struct account *acc, const char *ref, const struct pj_secret_put *q,
                struct secret *ret, struct api_error *err);
-int secret_delete(struct ctl *c, const struct account *acc, const char *name, struct api_error *err);
+int secret_delete(struct ctl *c, const struct account *acc, const char *ref, struct api_error *err);
 /* The value of the account's secret name (caller wipes and frees *ret): for the node proxy
  * that puts it into a request, never for an answer. -ENOENT, -EOPNOTSUPP, -EBADMSG (it does not
  * open under this key). */

@@ -52,6 +52,11 @@ int store_secret_get(struct store *s, const char *account_id, const char *name, 
         return get_row(s, &secrets, "account_id = ? AND name = ?", PARAMS(p_text(account_id), p_text(name)), ret);
 }
 
+int store_secret_get_id(struct store *s, const char *account_id, const char *id, struct secret *ret) {
+        LOCKED(s);
+        return get_row(s, &secrets, "account_id = ? AND id = ?", PARAMS(p_text(account_id), p_text(id)), ret);
+}
+
 int store_secret_list(struct store *s, const char *account_id, struct secret **ret, size_t *ret_n) {
         LOCKED(s);
         return select_rows(s, &secrets, "WHERE account_id = ? ORDER BY name LIMIT 10000", PARAMS(p_text(account_id)), ret,

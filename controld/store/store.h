@@ -188,6 +188,7 @@ void secret_array_free(struct secret *a, size_t n);
 /* -EEXIST: the account has one of that name; -EDQUOT: it has max_per_account. */
 int store_secret_insert_capped(struct store *s, const struct secret *sec, int64_t max_per_account);
 int store_secret_get(struct store *s, const char *account_id, const char *name, struct secret *ret);
+int store_secret_get_id(struct store *s, const char *account_id, const char *id, struct secret *ret);
 int store_secret_list(struct store *s, const char *account_id, struct secret **ret, size_t *ret_n);
 /* The whole row, only while its version is still expected_version (-ESTALE otherwise). */
 int store_secret_update(struct store *s, const struct secret *sec, int64_t expected_version);

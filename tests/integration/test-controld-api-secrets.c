@@ -143,8 +143,10 @@ TEST(secrets_refuse_bad_input_and_hold_their_limits) {
         _cleanup_free_ char *key = start("another test key, thirty-two bytes or more\n");
         EXPECT_ERROR(&ctl, "POST", "/secrets", key, "{\"value\":\"x\"}", 400, "name is required");
         EXPECT_ERROR(&ctl, "POST", "/secrets", key, "{\"name\":\"ok\"}", 400, "value is required");
-        EXPECT_ERROR(&ctl, "POST", "/secrets", key, "{\"name\":\"1bad\",\"value\":\"x\"}", 400,
-                     "name must be 1 to 64 of A-Z, a-z, 0-9, '_' and '-', starting with a letter or '_'");
+        EXPECT_ERROR(&ctl, "POST", "/secrets", key, "{\"name\":\"has space\",\"value\":\"x\"}", 400,
+                     "name must be 1 to 128 of A-Z, a-z, 0-9, '_' and '-', not starting with 'sec_'");
+        EXPECT_ERROR(&ctl, "POST", "/secrets", key, "{\"name\":\"sec_0123\",\"value\":\"x\"}", 400,
+                     "name must be 1 to 128 of A-Z, a-z, 0-9, '_' and '-', not starting with 'sec_'");
         EXPECT_ERROR(&ctl, "POST", "/secrets", key, "{\"name\":\"ok\",\"value\":\"\"}", 400, "value must be 1 to 64 bytes (it is 0)");
         char big[256];
         snprintf(big, sizeof(big), "{\"name\":\"ok\",\"value\":\"%065d\"}", 0);
