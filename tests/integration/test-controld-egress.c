@@ -471,18 +471,13 @@ static const char *egt_more = "";
 
 static char *egt_start(struct ctld *c) {
         need_docker();
-        if (access(test_build_path("nodeagent"), X_OK) != 0)
-                TEST_SKIP("nodeagent is not built");
-        amqptest_need_broker();
+        agenttest_need(false);
         if (!route_free("198.51.100.0/24") || !route_free("203.0.113.0/24"))
                 TEST_SKIP("198.51.100.0/24 or 203.0.113.0/24 is already routed on this host");
 
         int id4 = (int) (getpid() % 10000);
-        snprintf(node_id, sizeof(node_id), "egt-%d", id4);
-        snprintf(exchange, sizeof(exchange), "paddock.egt-%d", id4);
+        agenttest_names("egt", id4, node_id, exchange, agent_conf, agent_log);
         snprintf(table, sizeof(table), "pegt%d", id4);
-        snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
-        snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
         snprintf(udp_log, sizeof(udp_log), "%s/world-udp.log", test_tmpdir());
         world_up();
         /* First in, last out: the networks go after every container on them. */

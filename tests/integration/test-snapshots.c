@@ -79,27 +79,15 @@ static void agent_start(void) {
 static char *setup(struct ctld *c, const char *reg, const char *timeout, const char *more, bool with_agent,
                    char ret_sb[25]) {
         need_docker();
-        if (access(test_build_path("nodeagent"), X_OK) != 0)
-                TEST_SKIP("nodeagent is not built");
-        amqptest_need_broker();
-        if (!test_port_open(5000))
-                TEST_SKIP("no registry on 127.0.0.1:5000");
+        agenttest_need(true);
         int id4 = (int) (getpid() % 100000);
-        snprintf(node_id, sizeof(node_id), "snt-%d", id4);
-        snprintf(exchange, sizeof(exchange), "paddock.snt-%d", id4);
+        agenttest_names("snt", id4, node_id, exchange, agent_conf, agent_log);
         snprintf(repo, sizeof(repo), "paddock-test/snap%d", id4);
         snprintf(registry, sizeof(registry), "%s", reg);
-        snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
-        snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
         if (ctld_nomad()) {
                 /* One client node, the one whose agent this is: its Nomad node id routes the jobs. */
                 need_nstandin();
-                const char *args[] = { "--nodes", "1", "--net-map", "cni/sandbox-no-egress=none", NULL };
-                nstandin_start(&standin, test_tmpdir(), args);
-                _cleanup_json_ cJSON *self = nstandin_get(&standin, "/v1/agent/self");
-                const cJSON *nid = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(self, "stats"), "client"), "node_id");
-                ASSERT_TRUE(cJSON_IsString(nid));
-                snprintf(node_id, sizeof(node_id), "%s", nid->valuestring);
+                nstandin_start_one_node(&standin, test_tmpdir(), node_id, sizeof(node_id));
         }
         test_on_exit(queues_drop, NULL);
         test_on_exit(agent_stop, NULL);
