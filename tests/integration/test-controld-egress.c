@@ -36,6 +36,7 @@
 #include <amqp.h>
 
 #include "agenttest.h"
+#include "apitest.h"
 #include "amqptest.h"
 #include "amqp.h"
 #include "cleanup.h"
@@ -406,16 +407,9 @@ static int run_in_sandbox(struct ctld *c, const char *key, const char *id, const
 
 /* The agent's allowed-packet counter of sandbox id, from GET /egress. */
 static double allowed_packets(struct ctld *c, const char *key, const char *id) {
-        char path[96];
-        snprintf(path, sizeof(path), "/sandboxes/%s/egress", id);
-        struct hres r;
-        http_req(c, "GET", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        cJSON *ctr = cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "counters");
+        _cleanup_json_ cJSON *ctr = sandbox_data_member(c, key, id, "/egress", "counters");
         ASSERT_TRUE(cJSON_IsObject(ctr));
-        double v = cJSON_GetNumberValue(cJSON_GetObjectItem(ctr, "allowed_packets"));
-        hres_done(&r);
-        return v;
+        return cJSON_GetNumberValue(cJSON_GetObjectItem(ctr, "allowed_packets"));
 }
 
 static void create_expect(struct ctld *c, const char *key, const char *body, long status, char id[25]) {

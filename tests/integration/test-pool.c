@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "apitest.h"
 #include "cleanup.h"
 #include "ctltest.h"
 #include "strutil.h"
@@ -131,15 +132,8 @@ static int live_on_nodes(struct ctld *c) {
 }
 
 static bool claimed(struct ctld *c, const char *key, const char *id) {
-        char path[96];
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        struct hres r;
-        http_req(c, "GET", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "timings");
-        bool yes = cJSON_IsNumber(cJSON_GetObjectItem(t, "claim_ms"));
-        hres_done(&r);
-        return yes;
+        _cleanup_json_ cJSON *t = sandbox_data_member(c, key, id, "", "timings");
+        return cJSON_IsNumber(cJSON_GetObjectItem(t, "claim_ms"));
 }
 
 /* Who owns a claimed member, as an operator finds it: the sandbox's record (the admin's list
