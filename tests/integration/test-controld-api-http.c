@@ -573,7 +573,7 @@ TEST_FULL(percent_encoded_nul_does_not_truncate_the_path, 90) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25], path[128];
-        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "nul-path", id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "nul-path", NULL, id);
 
         snprintf(path, sizeof(path), "/sandboxes/%s%%00/snapshots", id);
         http_req(&c, "DELETE", path, key, NULL, &r);

@@ -195,10 +195,7 @@ TEST_FULL(claims_serve_one_tenant_once_and_the_pool_refills, 600) {
         ASSERT_EQ(r.status, 200);
         ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "processes")), 0);
         hres_done(&r);
-        ctld_exec(&c, ka, a, "echo pooled", 30, &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "pooled\n");
-        hres_done(&r);
+        CTLD_EXEC_EXPECT(&c, ka, a, "echo pooled", "pooled\n");
         char path[96];
         snprintf(path, sizeof(path), "/sandboxes/%s", a);
         HTTP_EXPECT(&c, "GET", path, kb, NULL, 404);
