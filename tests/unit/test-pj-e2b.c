@@ -45,12 +45,14 @@ static void create_refused(int line, const char *body, const char *field, const 
         refused_body(line, body, r, &e, field, needle);
 }
 
+/* What E2B's SDK sends for Sandbox.create() with metadata and envs. */
+static const char sdk_default_body[] =
+        "{\"templateID\":\"base\",\"metadata\":{\"a\":\"1\"},\"envVars\":{\"X\":\"y\"},\"timeout\":300,\"secure\":true,"
+        "\"allow_internet_access\":true}";
+
 TEST(create_maps_the_sdk_default_body) {
         _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
-        PARSE_OK(pj_e2b_create_parse,
-                 "{\"templateID\":\"base\",\"metadata\":{\"a\":\"1\"},\"envVars\":{\"X\":\"y\"},\"timeout\":300,\"secure\":true,"
-                 "\"allow_internet_access\":true}",
-                 &c);
+        PARSE_OK(pj_e2b_create_parse, sdk_default_body, &c);
         ASSERT_STREQ(c.template_id, "base");
         ASSERT_EQ(c.timeout_s, 300);
         ASSERT_STREQ(c.metadata_json, "{\"a\":\"1\"}");
