@@ -20,7 +20,7 @@
 #include "testlib.h"
 #include "tlstest.h"
 
-/* E2B keys look like E2B's own: "e2b_" and 40 hex digits. */
+/* E2B keys are shaped as E2B's own: "e2b_" and 40 characters more. */
 static void assert_e2b_key_shape(const char *key) {
         ASSERT_EQ(strlen(key), 44);
         ASSERT_TRUE(strncmp(key, "e2b_", 4) == 0);
