@@ -2,12 +2,9 @@
 # tests/env/down.sh — `make down`: stop the controld and nodeagent of `make up`
 # (build/dev/controld.pid, build/dev/nodeagent.pid) and the services `make up` started
 # ($PADDOCK_STATE/up.started). Services someone else started stay.
-set -euo pipefail
-PROG=down
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/env/lib.sh
-. "$HERE/lib.sh"
-cd "$PADDOCK_ROOT"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+script_init down
 
 # stop_daemon NAME: stop the process in $DEV/NAME.pid if it is still a NAME.
 stop_daemon() {
@@ -51,4 +48,4 @@ if command -v nft >/dev/null && nft list table inet paddock >/dev/null 2>&1; the
         fi
 fi
 
-"$HERE/services.sh" stop --started-by "$PADDOCK_STATE/up.started"
+"$PADDOCK_ENV_DIR/services.sh" stop --started-by "$PADDOCK_STATE/up.started"

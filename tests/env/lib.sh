@@ -10,6 +10,20 @@ PADDOCK_ROOT=$(cd "$PADDOCK_ENV_DIR/../.." && pwd)
 # Where `make up` keeps its daemons' configs, logs and pid files.
 DEV=${PADDOCK_DEV_DIR:-$PADDOCK_ROOT/build/dev}
 
+# script_init NAME: how a script of the dev stack (up.sh, down.sh) starts: strict mode, NAME
+# in its messages, the tree's root as its directory.
+script_init() {
+        set -euo pipefail
+        PROG=$1
+        cd "$PADDOCK_ROOT"
+}
+
+# example_templates: the [template "..."] sections of packaging/controld.conf.example, which
+# the dev stack serves as they are (one list of templates to keep).
+example_templates() {
+        awk '/^\[/ { t = /^\[template "/ } t && NF && !/^#/' "$PADDOCK_ROOT/packaging/controld.conf.example"
+}
+
 say()  { printf '%s: %s\n' "${PROG:-paddock}" "$*"; }
 warn() { printf '%s: warning: %s\n' "${PROG:-paddock}" "$*" >&2; }
 die()  { printf '%s: error: %s\n' "${PROG:-paddock}" "$*" >&2; exit 1; }

@@ -12,12 +12,9 @@
 # NOMAD_ADDR=http://127.0.0.1:4646 [NOMAD_TOKEN=...] (make up NOMAD_ADDR=...): controld runs the
 # Nomad driver against that Nomad instead, and the agent takes its node id from the local Nomad
 # agent (node_id = nomad) and holds the CNI bridges of packaging/cni.
-set -euo pipefail
-PROG=up
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/env/lib.sh
-. "$HERE/lib.sh"
-cd "$PADDOCK_ROOT"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+script_init up
 
 # await_start NAME PID LOG WHAT CHECK...: until CHECK succeeds; if NAME (pid PID, pid file
 # $DEV/NAME.pid) exits first or 20 s pass, show LOG and die.
@@ -72,10 +69,10 @@ else
 fi
 
 mkdir -p "$PADDOCK_STATE" "$DEV"
-"$HERE/services.sh" start --record "$PADDOCK_STATE/up.started" docker registry rabbitmq
+"$PADDOCK_ENV_DIR/services.sh" start --record "$PADDOCK_STATE/up.started" docker registry rabbitmq
 # Several `make up` in a row append; keep each name once.
 sort -u -o "$PADDOCK_STATE/up.started" "$PADDOCK_STATE/up.started"
-"$HERE/images.sh"
+"$PADDOCK_ENV_DIR/images.sh"
 
 if [[ ! -x $CONTROLD || ! -x $NODEAGENT ]]; then
         say "services and images are ready, but the daemons are not built ($CONTROLD or $NODEAGENT is missing):"
@@ -191,84 +188,7 @@ max_memory = 2048
 max_disk = 5
 max_volume_gb = 50
 max_volumes = 10000
-[template "python-3.11"]
-image = paddock/python-3.11:local
-display_name = Python 3.11
-description = Debian 12 with Python 3.11 (venv, pip), git, curl
-language = Python 3.11
-tools = python3, pip, venv, git, curl, bash
-cpu = 500
-memory = 512
-disk = 1
-[template "python-3.12"]
-image = paddock/python-3.12:local
-display_name = Python 3.12
-description = Ubuntu 24.04 with Python 3.12 (venv, pip), git, curl
-language = Python 3.12
-tools = python3, pip, venv, git, curl, bash
-[template "node-22"]
-image = paddock/node-22:local
-display_name = Node.js 22
-description = Debian 12 with Node.js 22 and npm, git, curl
-language = Node.js 22
-tools = node, npm, npx, git, curl, bash
-[template "node-24"]
-image = paddock/node-24:local
-display_name = Node.js 24
-description = Debian 12 with Node.js 24 and npm 11, git, curl
-language = Node.js 24
-tools = node, npm, npx, git, curl, bash
-[template "bun-1"]
-image = paddock/bun-1:local
-display_name = Bun 1
-description = Debian 12 with Bun 1 (TypeScript as it is), git, curl
-language = Bun 1
-tools = bun, bunx, git, curl, bash
-[template "e2b-base"]
-image = paddock/e2b-base:local
-display_name = E2B base
-description = What E2B's base template is: Debian 12 with Python 3.11 (pip, venv), Node.js, git, curl; user "user" (/home/user) with passwordless sudo
-language = Python 3.11
-tools = python3, pip, venv, node, sudo, git, curl, bash
-start = /usr/local/lib/paddock/start-e2b
-[template "debian-12"]
-image = paddock/debian-12:local
-display_name = Debian 12
-description = Debian 12 with git, curl, procps and the usual tools
-tools = bash, git, curl, procps, xz, less
-[template "debian-13"]
-image = paddock/debian-13:local
-display_name = Debian 13
-description = Debian 13 (trixie) with git, curl, procps and the usual tools
-tools = bash, git, curl, procps, xz, less
-[template "ubuntu-24"]
-image = paddock/ubuntu-24:local
-display_name = Ubuntu 24.04
-description = Ubuntu 24.04 (noble) with git, curl, procps and the usual tools
-tools = bash, git, curl, procps, xz, less
-[template "claude-code"]
-image = paddock/claude-code:local
-display_name = Claude Code
-description = Node.js 22 with the claude CLI; pass ANTHROPIC_API_KEY in exec env
-language = Node.js 22
-tools = claude, node, npm, git, curl, bash
-memory = 1024
-[template "codex"]
-image = paddock/codex:local
-display_name = Codex
-description = Node.js 22 with the codex CLI; pass OPENAI_API_KEY in exec env
-language = Node.js 22
-tools = codex, node, npm, git, curl, bash
-memory = 1024
-[template "docker"]
-image = paddock/docker:local
-display_name = Docker
-description = Debian 12 with Docker 20.10 running inside the sandbox (docker build, run, load)
-tools = docker, dockerd, containerd, runc, git, curl, bash
-start = /usr/local/lib/paddock/start-dockerd
-start_timeout = 60
-memory = 2048
-disk = 2
+$(example_templates)
 [pool "python-3.11"]
 # Kept started ahead: a create of python-3.11 with its default specs (and no volume,
 # snapshot or oneShot) is ready in tens of milliseconds. controld admin -f <this file> pool

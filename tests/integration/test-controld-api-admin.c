@@ -64,8 +64,7 @@ TEST_FULL(reaper_one_shot_exit_and_vanished_container, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char a[25], b[25], d[25];
-        _cleanup_free_ char *key = ctld_start_with_account(&c, "reaped", NULL);
-        ctld_create(&c, key, "{\"oneShot\":true}", a);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "reaped", "{\"oneShot\":true}", a);
         ctld_create(&c, key, NULL, b);
         ctld_create(&c, key, NULL, d);
         get_sandbox(&c, key, a, &r);

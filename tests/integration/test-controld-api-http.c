@@ -46,6 +46,16 @@ static bool daemon_alive(struct ctld *c) {
 /* ------------------------------------------------------------------------------------------ */
 /* 3. HTTP edges.                                                                              */
 
+/* A JSON text of exactly n bytes: open, spaces, close (the caller frees it). */
+static char *padded_json(char open, char close, size_t n) {
+        char *b = xmalloc(n + 1);
+        memset(b, ' ', n);
+        b[0] = open;
+        b[n - 1] = close;
+        b[n] = 0;
+        return b;
+}
+
 TEST(http_unknown_route_wrong_method_and_body_limit) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
@@ -91,11 +101,7 @@ TEST(http_unknown_route_wrong_method_and_body_limit) {
         }
 
         /* Body over max_body (1 KiB): 413, with Content-Length and chunked; at the limit it is read. */
-        char big[2048 + 1];
-        memset(big, ' ', 2048);
-        big[0] = '{';
-        big[2047] = '}';
-        big[2048] = 0;
+        _cleanup_free_ char *big = padded_json('{', '}', 2048);
         EXPECT_ERROR(&c, "POST", "/sandboxes", key, big, 413, "Request body too large (limit 1024 bytes)");
         {
                 const char *h[] = { kh, "Content-Type: application/json", "Transfer-Encoding: chunked", NULL };
@@ -104,11 +110,7 @@ TEST(http_unknown_route_wrong_method_and_body_limit) {
                 hres_done(&r);
         }
         EXPECT_ERROR(&c, "POST", "/volumes", key, big, 413, "Request body too large (limit 1024 bytes)");
-        char edge[1024 + 1];
-        memset(edge, ' ', 1024);
-        edge[0] = '[';
-        edge[1023] = ']';
-        edge[1024] = 0;
+        _cleanup_free_ char *edge = padded_json('[', ']', 1024);
         EXPECT_ERROR(&c, "POST", "/sandboxes", key, edge, 400, "Request body must be a JSON object");
         ASSERT_EQ(total_count(&c, key, "/sandboxes"), 0);
         /* The daemon still serves after refusing bodies. */
@@ -571,7 +573,7 @@ TEST_FULL(percent_encoded_nul_does_not_truncate_the_path, 90) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25], path[128];
-        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "nul-path", id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "nul-path", NULL, id);
 
         snprintf(path, sizeof(path), "/sandboxes/%s%%00/snapshots", id);
         http_req(&c, "DELETE", path, key, NULL, &r);

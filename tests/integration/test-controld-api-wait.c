@@ -126,7 +126,7 @@ TEST_FULL(wait_returns_settled_times_out_and_does_not_block_others, 120) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25];
-        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "waiter", id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "waiter", NULL, id);
 
         /* Settled already: at once, the sandbox in the usual envelope. */
         double t0 = mono_s();

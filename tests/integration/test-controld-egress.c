@@ -36,6 +36,7 @@
 #include <amqp.h>
 
 #include "agenttest.h"
+#include "apitest.h"
 #include "amqptest.h"
 #include "amqp.h"
 #include "cleanup.h"
@@ -406,16 +407,9 @@ static int run_in_sandbox(struct ctld *c, const char *key, const char *id, const
 
 /* The agent's allowed-packet counter of sandbox id, from GET /egress. */
 static double allowed_packets(struct ctld *c, const char *key, const char *id) {
-        char path[96];
-        snprintf(path, sizeof(path), "/sandboxes/%s/egress", id);
-        struct hres r;
-        http_req(c, "GET", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        cJSON *ctr = cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "counters");
+        _cleanup_json_ cJSON *ctr = sandbox_data_member(c, key, id, "/egress", "counters");
         ASSERT_TRUE(cJSON_IsObject(ctr));
-        double v = cJSON_GetNumberValue(cJSON_GetObjectItem(ctr, "allowed_packets"));
-        hres_done(&r);
-        return v;
+        return cJSON_GetNumberValue(cJSON_GetObjectItem(ctr, "allowed_packets"));
 }
 
 static void create_expect(struct ctld *c, const char *key, const char *body, long status, char id[25]) {
@@ -471,18 +465,13 @@ static const char *egt_more = "";
 
 static char *egt_start(struct ctld *c) {
         need_docker();
-        if (access(test_build_path("nodeagent"), X_OK) != 0)
-                TEST_SKIP("nodeagent is not built");
-        amqptest_need_broker();
+        agenttest_need(false);
         if (!route_free("198.51.100.0/24") || !route_free("203.0.113.0/24"))
                 TEST_SKIP("198.51.100.0/24 or 203.0.113.0/24 is already routed on this host");
 
         int id4 = (int) (getpid() % 10000);
-        snprintf(node_id, sizeof(node_id), "egt-%d", id4);
-        snprintf(exchange, sizeof(exchange), "paddock.egt-%d", id4);
+        agenttest_names("egt", id4, node_id, exchange, agent_conf, agent_log);
         snprintf(table, sizeof(table), "pegt%d", id4);
-        snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
-        snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
         snprintf(udp_log, sizeof(udp_log), "%s/world-udp.log", test_tmpdir());
         world_up();
         /* First in, last out: the networks go after every container on them. */

@@ -137,8 +137,7 @@ TEST_FULL(sdk_pause_then_resume_at_once, 180) {
         struct ctld c;
         struct hres r;
         char id[25];
-        _cleanup_free_ char *key = ctld_start_with_account(&c, "sdk-user", NULL);
-        ctld_create(&c, key, "{\"persistent\":true,\"persistentDiskGB\":10}", id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "sdk-user", "{\"persistent\":true,\"persistentDiskGB\":10}", id);
         ctld_exec(&c, key, id, "echo kept > /workspace/note", 30, &r);
         ASSERT_EQ(r.status, 200);
         hres_done(&r);
@@ -150,10 +149,7 @@ TEST_FULL(sdk_pause_then_resume_at_once, 180) {
         ASSERT_FALSE(docker_container_exists(container_name(id)));
         sb_expect(&c, "POST", key, id, "/resume", 200, "Sandbox resume requested");
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
-        ctld_exec(&c, key, id, "cat /workspace/note", 30, &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "kept\n");
-        hres_done(&r);
+        CTLD_EXEC_EXPECT(&c, key, id, "cat /workspace/note", "kept\n");
         /* Unchanged: resuming a ready sandbox is refused. */
         sb_expect(&c, "POST", key, id, "/resume", 400, "Sandbox is ready; only paused sandboxes can be resumed");
         ctld_stop(&c);
@@ -213,10 +209,7 @@ TEST_FULL(resume_of_a_pausing_sandbox_waits_for_the_pause, 300) {
                 hres_done(&r);
         }
         ASSERT_TRUE(hit);
-        ctld_exec(&c, key, id, "echo alive", 30, &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "alive\n");
-        hres_done(&r);
+        CTLD_EXEC_EXPECT(&c, key, id, "echo alive", "alive\n");
         ctld_stop(&c);
 }
 
@@ -346,8 +339,7 @@ TEST_FULL(restart_keeps_records_and_live_sandboxes, 180) {
         struct ctld c;
         struct hres r;
         char id[25];
-        _cleanup_free_ char *key = ctld_start_with_account(&c, "survivor", NULL);
-        ctld_create(&c, key, "{\"name\":\"keep-me\"}", id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "survivor", "{\"name\":\"keep-me\"}", id);
         ctld_restart(&c);
         sb_get(&c, key, id, &r);
         ASSERT_EQ(r.status, 200);
@@ -394,8 +386,7 @@ TEST_FULL(provisioning_failure_is_503_and_leaves_nothing, 120) {
 TEST(deny_all_has_no_network) {
         struct ctld c;
         char id[25];
-        _cleanup_free_ char *key = ctld_start_with_account(&c, "closed", NULL);
-        ctld_create(&c, key, "{\"blockOutbound\":true}", id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "closed", "{\"blockOutbound\":true}", id);
         _cleanup_free_ char *out = NULL;
         char *argv[] = { "docker", "inspect", "-f", "{{.HostConfig.NetworkMode}} {{.HostConfig.Runtime}}", container_name(id), NULL };
         ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
@@ -419,8 +410,8 @@ TEST_FULL(stats_come_from_samples_of_the_running_container, 120) {
         struct ctld c;
         struct hres r;
         char id[25], path[96];
-        _cleanup_free_ char *key = ctld_start_with_account(&c, "watcher", NULL);
-        ctld_create(&c, key, "{\"template\":\"python-3.11\",\"specs\":{\"memory\":200,\"cpu\":250}}", id);
+        _cleanup_free_ char *key =
+                ctld_start_with_sandbox(&c, "watcher", "{\"template\":\"python-3.11\",\"specs\":{\"memory\":200,\"cpu\":250}}", id);
         /* Burn CPU for five sampling intervals (stats_interval is 1s in the test config). */
         char *argv[] = { "docker", "exec", container_name(id), "python3", "-c",
                          "import time\nt = time.time()\nwhile time.time() - t < 5: pass", NULL };

@@ -71,11 +71,17 @@ __attribute__((destructor)) static void cleanup_run(void) {
 
 /* ---- helpers -------------------------------------------------------------------- */
 
+static void docker_free_hook(void *d) {
+        docker_free(d);
+}
+
+/* The client of a test: freed when the test exits. */
 static struct docker *need_docker(void) {
         struct docker *d = NULL;
         if (!test_have_docker())
                 TEST_SKIP("/var/run/docker.sock does not answer (start dockerd: make deps)");
         ASSERT_OK(docker_new(NULL, &d));
+        test_on_exit(docker_free_hook, d);
         if (getenv("PADDOCK_TEST_DEBUG"))
                 log_set_max_level(LOG_DEBUG);
         if (docker_ping(d) < 0)
@@ -264,17 +270,17 @@ TEST(ping_version_and_unreachable) {
         ASSERT_TRUE(strlen(v) > 0);
         ASSERT_STREQ(api, "1.41");
         ASSERT_STREQ(docker_last_error(), "");
-        docker_free(d);
 
         _cleanup_free_ char *p = xasprintf("%s/none.sock", test_tmpdir());
-        ASSERT_OK(docker_new(p, &d));
-        ASSERT_EQ(docker_ping(d), -ENOENT);
+        struct docker *none = NULL;
+        ASSERT_OK(docker_new(p, &none));
+        test_on_exit(docker_free_hook, none);
+        ASSERT_EQ(docker_ping(none), -ENOENT);
         ASSERT_CONTAINS(docker_last_error(), "none.sock");
         int fd = -1;
         uint8_t *pre = NULL;
         size_t pre_len = 0;
-        ASSERT_EQ(docker_exec_start(d, "abc", &fd, &pre, &pre_len), -ENOENT);
-        docker_free(d);
+        ASSERT_EQ(docker_exec_start(none, "abc", &fd, &pre, &pre_len), -ENOENT);
 }
 
 /* ---- containers ------------------------------------------------------------------ */
@@ -403,7 +409,6 @@ TEST(container_lifecycle_runsc) {
         ASSERT_FALSE(st.exists);
         ASSERT_EQ(docker_container_remove(d, id, true, true), -ENOENT);
         ASSERT_CONTAINS(docker_last_error(), "No such container");
-        docker_free(d);
 }
 
 TEST(kill_and_force_remove) {
@@ -421,7 +426,6 @@ TEST(kill_and_force_remove) {
         ASSERT_EQ(st.exit_code, 137);
         ASSERT_EQ(docker_container_kill(d, id, "SIG;rm -rf"), -EINVAL);
         ASSERT_OK(docker_container_remove(d, id, true, true));
-        docker_free(d);
 }
 
 /* ---- exec ------------------------------------------------------------------------ */
@@ -467,7 +471,6 @@ TEST(exec_stdout_stderr_exit_code) {
         docker_exec_result_done(&res);
 
         ASSERT_OK(docker_container_remove(d, id, true, true));
-        docker_free(d);
 }
 
 TEST(exec_stdin_binary_1mib) {
@@ -505,7 +508,6 @@ TEST(exec_stdin_binary_1mib) {
         docker_exec_result_done(&res);
 
         ASSERT_OK(docker_container_remove(d, id, true, true));
-        docker_free(d);
 }
 
 TEST(exec_output_cap_and_timeout) {
@@ -537,7 +539,6 @@ TEST(exec_output_cap_and_timeout) {
         ASSERT_CONTAINS(docker_last_error(), "did not finish");
 
         ASSERT_OK(docker_container_remove(d, id, true, true));
-        docker_free(d);
 }
 
 struct raw_ctx { char out[256]; size_t len; };
@@ -625,7 +626,6 @@ TEST(exec_start_raw_stream) {
         ASSERT_EQ(docker_exec_start(d, "../containers/x", &fd2, &pre2, &pre2_len), -EINVAL);
 
         ASSERT_OK(docker_container_remove(d, id, true, true));
-        docker_free(d);
 }
 
 /* ---- volumes, networks ------------------------------------------------------------ */
@@ -659,7 +659,6 @@ TEST(volume_persists_across_container_replacement) {
         ASSERT_OK(docker_volume_remove(d, vol, false));
         ASSERT_EQ(docker_volume_remove(d, vol, false), -ENOENT);
         ASSERT_EQ(docker_volume_create(d, "../evil", NULL, 0), -EINVAL);
-        docker_free(d);
 }
 
 TEST(network_ensure_idempotent) {
@@ -681,7 +680,6 @@ TEST(network_ensure_idempotent) {
         ASSERT_OK(docker_network_remove(d, net));
         ASSERT_EQ(docker_network_remove(d, net), -ENOENT);
         ASSERT_EQ(docker_network_ensure(d, "bad name", NULL, NULL, true, NULL, 0), -EINVAL);
-        docker_free(d);
 }
 
 /* ---- snapshots ------------------------------------------------------------------- */
@@ -720,7 +718,6 @@ TEST(commit_image_exists_remove) {
         ASSERT_EQ(docker_image_exists(d, ref), 0);
         ASSERT_EQ(docker_image_remove(d, ref, false), -ENOENT);
         ASSERT_EQ(docker_commit(d, "paddock-test-missing", repo, "x", NULL), -ENOENT);
-        docker_free(d);
 }
 
 TEST(push_errors) {
@@ -761,7 +758,6 @@ TEST(push_errors) {
         _cleanup_free_ char *ref = xasprintf("%s:t", repo);
         ASSERT_OK(docker_container_remove(d, id, true, true));
         ASSERT_OK(docker_image_remove(d, ref, true));
-        docker_free(d);
 }
 
 /* ---- errors ---------------------------------------------------------------------- */
@@ -817,7 +813,6 @@ TEST(errors_carry_dockers_message) {
         /* a successful call clears the message */
         ASSERT_OK(docker_ping(d));
         ASSERT_STREQ(docker_last_error(), "");
-        docker_free(d);
 }
 
 /* ---- threads --------------------------------------------------------------------- */
@@ -854,5 +849,4 @@ TEST(shared_handle_and_thread_local_errors) {
                 pthread_join(th[i], NULL);
                 ASSERT_TRUE(t[i].ok);
         }
-        docker_free(d);
 }

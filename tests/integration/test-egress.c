@@ -284,17 +284,28 @@ static void setup(void) {
         REACH(SBX_A, GW_WLD);                   /* the node, through input */
 }
 
-static void init_default(const char *resolver) {
+/* egress_init(cfg), or the test skipped where nftables' netlink is not permitted. */
+static void init_with(const struct egress_config *cfg) {
         char err[512] = "";
-        struct egress_config cfg = {
-                .table = "paddock", .bridges = bridges, .deny_cidrs = deny,
-                .dns_resolver = resolver, .priority = -10,
-        };
-        int r = egress_init(&cfg, err, sizeof(err));
+        int r = egress_init(cfg, err, sizeof(err));
         if (r == -EPERM || r == -EPROTONOSUPPORT || r == -EAFNOSUPPORT)
                 TEST_SKIP("nftables netlink is not permitted here");
         if (r < 0)
                 test_fail(__FILE__, __LINE__, "egress_init: %s", err);
+}
+
+static void init_default(const char *resolver) {
+        struct egress_config cfg = {
+                .table = "paddock", .bridges = bridges, .deny_cidrs = deny,
+                .dns_resolver = resolver, .priority = -10,
+        };
+        init_with(&cfg);
+}
+
+/* setup() and init_default(resolver): the start of most tests. */
+static void setup_default(const char *resolver) {
+        setup();
+        init_default(resolver);
 }
 
 static void apply(const char *id, uint32_t ip, enum pj_egress_mode mode, const char *const *allow) {
@@ -309,6 +320,12 @@ static void apply(const char *id, uint32_t ip, enum pj_egress_mode mode, const c
         int r = egress_apply(&p, err, sizeof(err));
         if (r < 0)
                 test_fail(__FILE__, __LINE__, "egress_apply %s: %s", id, err);
+}
+
+/* setup_default(NULL) and sandbox A in mode (no allow list). */
+static void setup_mode(enum pj_egress_mode mode) {
+        setup_default(NULL);
+        apply(ID_A, SBX_A, mode, NULL);
 }
 
 /* ------------------------------------------------------------ nft --json */
@@ -417,8 +434,7 @@ static bool listed(const char *id) {
 /* ------------------------------------------------------------ tests */
 
 TEST_FULL(fail_closed_without_policy, 30) {
-        setup();
-        init_default(NULL);
+        setup_default(NULL);
         /* Table exists, no sandbox has a confirmed policy: nothing gets out. */
         NO_REACH(SBX_A, WORLD1);
         NO_REACH(SBX_B, WORLD2);
@@ -438,15 +454,11 @@ TEST_FULL(dns_resolver_on_the_node, 30) {
         setup();
         /* The resolver is the node's own bridge address, which is also in the
          * deny set: DNS to it is allowed first, everything else to it dropped. */
-        char err[512] = "";
         static const char *const deny_self[] = { "169.254.90.1/32", "198.51.100.1/32", NULL };
         struct egress_config cfg = {
                 .bridges = bridges, .deny_cidrs = deny_self, .dns_resolver = "169.254.90.1", .priority = -10,
         };
-        int r = egress_init(&cfg, err, sizeof(err));
-        if (r == -EPERM || r == -EPROTONOSUPPORT)
-                TEST_SKIP("nftables netlink is not permitted here");
-        ASSERT_OK(r);
+        init_with(&cfg);
         apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
         ASSERT_TRUE(probe(SBX_A, GW_SBX, 53));
         ASSERT_FALSE(probe(SBX_A, GW_SBX, PORT));
@@ -462,9 +474,7 @@ TEST_FULL(dns_resolver_on_the_node, 30) {
 }
 
 TEST_FULL(open_mode, 30) {
-        setup();
-        init_default(NULL);
-        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        setup_mode(PJ_EGRESS_OPEN);
         REACH(SBX_A, WORLD1);
         REACH(SBX_A, WORLD2);
         /* node_deny sits above every policy: metadata (built in) and deny_cidrs. */
@@ -502,8 +512,7 @@ TEST_FULL(open_mode, 30) {
 }
 
 TEST_FULL(always_deny_in_every_mode, 40) {
-        setup();
-        init_default(NULL);
+        setup_default(NULL);
         static const char *const allow[] = { "198.51.100.2", "203.0.113.0/24", NULL };
         /* open and restricted alike: the node (via input, any of its addresses),
          * link-local metadata, the operator's list, another sandbox bridged on
@@ -536,8 +545,7 @@ TEST_FULL(always_deny_in_every_mode, 40) {
 }
 
 TEST_FULL(restricted_mode_and_dns, 30) {
-        setup();
-        init_default("198.51.100.3");
+        setup_default("198.51.100.3");
         static const char *const allow[] = { "198.51.100.2", NULL };
         apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow);
         REACH(SBX_A, WORLD1);
@@ -566,9 +574,7 @@ TEST_FULL(restricted_mode_and_dns, 30) {
 }
 
 TEST_FULL(deny_all_mode, 30) {
-        setup();
-        init_default(NULL);
-        apply(ID_A, SBX_A, PJ_EGRESS_DENY_ALL, NULL);
+        setup_mode(PJ_EGRESS_DENY_ALL);
         NO_REACH(SBX_A, WORLD1);
         NO_REACH(SBX_A, WORLD2);
         NO_REACH(SBX_A, GW_SBX);
@@ -578,8 +584,7 @@ TEST_FULL(deny_all_mode, 30) {
 }
 
 TEST_FULL(reapply_replaces_policy, 30) {
-        setup();
-        init_default(NULL);
+        setup_default(NULL);
         static const char *const allow1[] = { "198.51.100.2", NULL };
         static const char *const allow2[] = { "198.51.100.3/32", NULL };
         apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
@@ -614,8 +619,7 @@ TEST_FULL(reapply_replaces_policy, 30) {
 }
 
 TEST_FULL(remove_returns_to_fail_closed, 30) {
-        setup();
-        init_default("198.51.100.3");
+        setup_default("198.51.100.3");
         apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
         apply(ID_B, SBX_B, PJ_EGRESS_OPEN, NULL);
         REACH(SBX_A, WORLD1);
@@ -641,8 +645,7 @@ TEST_FULL(remove_returns_to_fail_closed, 30) {
 }
 
 TEST_FULL(allowlist_50_entries_merged, 30) {
-        setup();
-        init_default(NULL);
+        setup_default(NULL);
         /* 50 entries: overlaps, containment, adjacency, a run of single hosts,
          * the top of the address space and 0.0.0.0, in no particular order. */
         char *allow[51];
@@ -680,9 +683,7 @@ TEST_FULL(allowlist_50_entries_merged, 30) {
 }
 
 TEST_FULL(init_is_idempotent, 30) {
-        setup();
-        init_default(NULL);
-        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        setup_mode(PJ_EGRESS_OPEN);
         _cleanup_free_ char *before = nft_text();
         _cleanup_json_ cJSON *j1 = nft_json();
 
@@ -724,8 +725,7 @@ TEST_FULL(init_is_idempotent, 30) {
 }
 
 TEST_FULL(failed_batch_leaves_state_intact, 30) {
-        setup();
-        init_default(NULL);
+        setup_default(NULL);
         static const char *const allow[] = { "198.51.100.2", NULL };
         apply(ID_A, SBX_A, PJ_EGRESS_RESTRICTED, allow);
 
@@ -791,8 +791,7 @@ TEST_FULL(rejects_bad_input, 30) {
 }
 
 TEST_FULL(concurrent_writers_serialise_through_genid, 60) {
-        setup();
-        init_default(NULL);
+        setup_default(NULL);
         /* Two agents (processes: the module mutex does not help here) rewrite
          * their sandboxes in a loop. Each batch is tagged with the generation it
          * read; a clash is refused with ERESTART and retried, never half-applied. */
@@ -907,9 +906,7 @@ static bool conn_killed(int c, int s) {
 }
 
 TEST_FULL(tightening_ends_forbidden_connections, 60) {
-        setup();
-        init_default(NULL);
-        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        setup_mode(PJ_EGRESS_OPEN);
         int s1, s2, s3;
         _cleanup_close_ int c1 = conn_open(SBX_A, WORLD1, &s1);
         _cleanup_close_ int c2 = conn_open(SBX_A, WORLD2, &s2);
@@ -1071,9 +1068,7 @@ static int ct_count_from(struct mnl_socket *nl, uint32_t src) {
 /* Issue 24: a revoke deleted at most 65536 entries, so a sandbox that opened more kept the
  * rest of its flows past a tightening. 70000 flows (two destinations): all of them end. */
 TEST_FULL(tightening_ends_more_flows_than_one_round_holds, 90) {
-        setup();
-        init_default(NULL);
-        apply(ID_A, SBX_A, PJ_EGRESS_OPEN, NULL);
+        setup_mode(PJ_EGRESS_OPEN);
         struct mnl_socket *nl = mnl_socket_open(NETLINK_NETFILTER);
         ASSERT_NOT_NULL(nl);
         ASSERT_EQ(mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID), 0);

@@ -27,26 +27,9 @@
 
 #include "cleanup.h"
 #include "ctltest.h"
+#include "e2btest.h"
 #include "strutil.h"
 #include "testlib.h"
-
-static void free_ptr(void *p) { free(p); }
-
-struct e2b {
-        struct ctld c;
-        int port;
-        char *key, *key_bob;
-};
-
-static char *admin_e2b_key(struct ctld *c, const char *name) {
-        _cleanup_free_ char *acc = NULL;
-        char *key = NULL;
-        ASSERT_EQ(ctld_admin(c, &acc, "account", "create", name, NULL), 0);
-        acc[strcspn(acc, "\n")] = 0;
-        ASSERT_EQ(ctld_admin(c, &key, "key", "issue", acc, "--e2b", NULL), 0);
-        key[strcspn(key, "\n")] = 0;
-        return key;
-}
 
 /* controld with the E2B listener; "base" is base_template. The e2b-base template (E2B's base:
  * tests/env/images.sh) is configured as controld's example configuration has it. */
@@ -59,10 +42,7 @@ static void e2b_start_base(struct e2b *e, const char *server_extra, const char *
                  "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = %s\n"
                  "[template \"e2b-base\"]\nimage = %s\nstart = /usr/local/lib/paddock/start-e2b\n", e->port, base, img);
         ctld_start(&e->c, server_extra, extra);
-        e->key = admin_e2b_key(&e->c, "alice");
-        e->key_bob = admin_e2b_key(&e->c, "bob");
-        test_on_exit(free_ptr, e->key);
-        test_on_exit(free_ptr, e->key_bob);
+        e2btest_keys(e);
 }
 
 /* The envd tests of mechanics run as root, in python-3.11 (no E2B user there). */
@@ -70,68 +50,34 @@ static void e2b_start(struct e2b *e, const char *server_extra) {
         e2b_start_base(e, server_extra, "python-3.11");
 }
 
-static char *req(struct e2b *e, const char *method, const char *path, const char *headers, const char *ctype, const void *body,
-                 size_t len) {
-        _cleanup_free_ char *head = xasprintf("%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n%s%s%s%s"
-                                              "Content-Length: %zu\r\n\r\n",
-                                              method, path, e->port, headers ? headers : "", ctype ? "Content-Type: " : "",
-                                              ctype ? ctype : "", ctype ? "\r\n" : "", len);
-        return test_raw_http(e->port, head, body, len);
-}
-
-static char *api(struct e2b *e, const char *method, const char *path, const char *key, const char *json) {
-        _cleanup_free_ char *h = key ? xasprintf("X-API-Key: %s\r\n", key) : xstrdup("");
-        return req(e, method, path, h, json ? "application/json" : NULL, json, json ? strlen(json) : 0);
-}
-
-#define EXPECT(resp, status, needle)                                                                                    \
-        do {                                                                                                            \
-                _cleanup_free_ char *_r = (resp);                                                                       \
-                if (test_raw_status(_r) != (status) || !strstr(test_raw_body(_r), (needle)))                            \
-                        test_fail(__FILE__, __LINE__, "want %d with \"%s\", got: %.800s", (status), (needle), _r);       \
-        } while (0)
-
 static void create(struct e2b *e, const char *key, char id[25], char token[65]) {
-        _cleanup_free_ char *r = api(e, "POST", "/sandboxes", key, "{\"templateID\":\"base\",\"timeout\":600}");
-        if (test_raw_status(r) != 201)
-                test_fail(__FILE__, __LINE__, "create -> %.600s", r);
-        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(r));
-        ASSERT_NOT_NULL(o);
-        snprintf(id, 25, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandboxID")));
-        snprintf(token, 65, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdAccessToken")));
-        /* the envd version reported stays the newest whose features are all served */
-        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdVersion")), "0.5.7");
+        e2btest_create(e, key, "{\"templateID\":\"base\",\"timeout\":600}", id, token);
 }
 
-static char *envd_h(struct e2b *e, const char *id, const char *token, const char *method, bool stream, const void *msg, size_t len,
-                    const char *more) {
-        _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\n%s%s%sConnect-Protocol-Version: 1\r\n%s", id,
-                                           token ? "X-Access-Token: " : "", token ? token : "", token ? "\r\n" : "", more ? more : "");
-        _cleanup_free_ char *path = xasprintf("/%s", method);
-        if (!stream)
-                return req(e, "POST", path, h, "application/json", msg, len);
-        uint8_t *b = xmalloc(len + 5);
-        b[0] = 0;
-        b[1] = (uint8_t) (len >> 24), b[2] = (uint8_t) (len >> 16), b[3] = (uint8_t) (len >> 8), b[4] = (uint8_t) len;
-        memcpy(b + 5, msg, len);
-        char *r = req(e, "POST", path, h, "application/connect+json", b, len + 5);
-        free(b);
-        return r;
+/* controld as e2b_start has it, and one sandbox of alice's in it. */
+static void e2b_start_one(struct e2b *e, const char *server_extra, char id[25], char token[65]) {
+        e2b_start(e, server_extra);
+        create(e, e->key, id, token);
 }
 
 static char *envd(struct e2b *e, const char *id, const char *token, const char *method, bool stream, const char *msg) {
-        return envd_h(e, id, token, method, stream, msg, strlen(msg), NULL);
+        return e2btest_envd(e, id, token, method, stream, msg, strlen(msg), NULL);
 }
 
-/* A command run to its end through envd's Start (the stream's whole answer). */
-static char *run(struct e2b *e, const char *id, const char *token, const char *script) {
+/* envd's Start message of `/bin/sh -c script` (the caller frees it). */
+static char *sh_start_msg(const char *script) {
         _cleanup_(cJSON_Deletep) cJSON *o = cJSON_CreateObject();
         cJSON *p = cJSON_AddObjectToObject(o, "process");
         cJSON_AddStringToObject(p, "cmd", "/bin/sh");
         cJSON *a = cJSON_AddArrayToObject(p, "args");
         cJSON_AddItemToArray(a, cJSON_CreateString("-c"));
         cJSON_AddItemToArray(a, cJSON_CreateString(script));
-        _cleanup_free_ char *m = cJSON_PrintUnformatted(o);
+        return cJSON_PrintUnformatted(o);
+}
+
+/* A command run to its end through envd's Start (the stream's whole answer). */
+static char *run(struct e2b *e, const char *id, const char *token, const char *script) {
+        _cleanup_free_ char *m = sh_start_msg(script);
         char *r = envd(e, id, token, "process.Process/Start", true, m);
         ASSERT_EQ(test_raw_status(r), 200);
         return r;
@@ -155,10 +101,7 @@ static int open_req(struct e2b *e, const char *head, const void *body, size_t le
 static unsigned start_detached(struct e2b *e, const char *id, const char *token, const char *process_json, long long timeout_ms) {
         _cleanup_free_ char *msg = xasprintf("{\"process\":%s}", process_json);
         size_t len = strlen(msg);
-        uint8_t *b = xmalloc(len + 5);
-        b[0] = 0;
-        b[1] = (uint8_t) (len >> 24), b[2] = (uint8_t) (len >> 16), b[3] = (uint8_t) (len >> 8), b[4] = (uint8_t) len;
-        memcpy(b + 5, msg, len);
+        uint8_t *b = e2btest_envelope(msg, len);
         _cleanup_free_ char *head = xasprintf("POST /process.Process/Start HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nE2b-Sandbox-Id: %s\r\n"
                                               "X-Access-Token: %s\r\nConnect-Protocol-Version: 1\r\nConnect-Timeout-Ms: %lld\r\n"
                                               "Content-Type: application/connect+json\r\nContent-Length: %zu\r\n\r\n",
@@ -229,9 +172,8 @@ static long vm_kib(pid_t pid, const char *key) {
  * answer is bounded in bytes: an error naming the limit, and controld grows by far less. */
 TEST_FULL(listdir_of_long_names_is_bounded, 900) {
         struct e2b e = { 0 };
-        e2b_start(&e, NULL);
         char id[25], tok[65];
-        create(&e, e.key, id, tok);
+        e2b_start_one(&e, NULL, id, tok);
         /* 32000 files of 250-byte names in a directory whose path is about 2.8 KiB long: long, but
          * short enough that the container's files stay under the host's PATH_MAX beneath Docker's
          * data root (deeper, Docker's btrfs driver cannot remove the container: ENAMETOOLONG) */
@@ -284,7 +226,7 @@ TEST_FULL(listdir_of_long_names_is_bounded, 900) {
         if (test_raw_status(first) != 429 || !strstr(first, "resource_exhausted") || !strstr(first, "larger than the limit (16 MiB"))
                 test_fail(__FILE__, __LINE__, "want resource_exhausted naming the limit, got: %.600s", first);
         /* a smaller listing of the same sandbox still works */
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/ListDir", false, "{\"path\":\"/root\",\"depth\":1}"), 200, "deep.path");
+        E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/ListDir", false, "{\"path\":\"/root\",\"depth\":1}"), 200, "deep.path");
 }
 
 /* Issue 34: the table of deadlines (Start's Connect-Timeout-Ms outliving its client) was global,
@@ -342,24 +284,23 @@ static size_t gzip_buf(const void *in, size_t len, uint8_t **ret) {
 /* Issue 38: envd as E2B's current SDK expects it. */
 TEST_FULL(envd_as_the_current_sdk_expects_it, 600) {
         struct e2b e = { 0 };
-        e2b_start(&e, "max_file = 1M\n");
         char id[25], tok[65];
-        create(&e, e.key, id, tok);
+        e2b_start_one(&e, "max_file = 1M\n", id, tok);
         _cleanup_free_ char *setup = run(&e, id, tok,
                                          "mkdir -p /root/s/a /root/s/b && touch /root/s/a-c /root/s/a/z /root/s/a/b /root/s/0 && "
                                          "echo hi > /root/t.txt && chmod 640 /root/t.txt && ln -s t.txt /root/l.txt && "
                                          "ln -s /nowhere /root/dangling && chmod 750 /root/s/b && echo done");
         ASSERT_NOT_NULL(strstr(setup, "ZG9uZQo"));
         /* files.remove of a missing path succeeds, as envd's os.RemoveAll */
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Remove", false, "{\"path\":\"/root/not-there\"}"), 200, "{}");
+        E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Remove", false, "{\"path\":\"/root/not-there\"}"), 200, "{}");
         /* Stat of a symlink: the link itself, its target resolved; type and mode as its target's */
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200, "\"permissions\":\"Lrwxrwxrwx\"");
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200,
-               "\"symlinkTarget\":\"/root/t.txt\"");
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200, "\"name\":\"l.txt\"");
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200, "\"mode\":416");
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/dangling\"}"), 200,
-               "\"permissions\":\"Lrwxrwxrwx\"");
+        E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200, "\"permissions\":\"Lrwxrwxrwx\"");
+        E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200,
+                   "\"symlinkTarget\":\"/root/t.txt\"");
+        E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200, "\"name\":\"l.txt\"");
+        E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/l.txt\"}"), 200, "\"mode\":416");
+        E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/dangling\"}"), 200,
+                   "\"permissions\":\"Lrwxrwxrwx\"");
         /* a plain file has no symlinkTarget; mode is the permission bits only, directories too */
         {
                 _cleanup_free_ char *r = envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/t.txt\"}");
@@ -367,7 +308,7 @@ TEST_FULL(envd_as_the_current_sdk_expects_it, 600) {
                 ASSERT_NOT_NULL(strstr(test_raw_body(r), "\"permissions\":\"-rw-r-----\""));
                 ASSERT_NULL(strstr(test_raw_body(r), "symlinkTarget"));
         }
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/s/b\"}"), 200, "\"mode\":488,");
+        E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/s/b\"}"), 200, "\"mode\":488,");
         /* ListDir sorted by name, each directory followed by what is in it */
         {
                 _cleanup_free_ char *r = envd(&e, id, tok, "filesystem.Filesystem/ListDir", false, "{\"path\":\"/root/s\",\"depth\":2}");
@@ -381,23 +322,23 @@ TEST_FULL(envd_as_the_current_sdk_expects_it, 600) {
                         ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(en, (int) i), "path")), want[i]);
         }
         /* ListDir shows a symlink as Stat does */
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/ListDir", false, "{\"path\":\"/root\"}"), 200,
-               "\"symlinkTarget\":\"/root/t.txt\"");
+        E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/ListDir", false, "{\"path\":\"/root\"}"), 200,
+                   "\"symlinkTarget\":\"/root/t.txt\"");
         /* a dead or unknown sandbox: 502 with E2B's body on every path, before any token */
         static const char unknown[] = "0123456789abcdef01234567";
-        EXPECT(envd(&e, unknown, NULL, "filesystem.Filesystem/Stat", false, "{\"path\":\"/\"}"), 502, "\"sandboxId\":\"0123456789abcdef01234567\"");
-        EXPECT(envd(&e, unknown, "bad", "process.Process/List", false, "{}"), 502, "\"code\":502");
+        E2B_EXPECT(envd(&e, unknown, NULL, "filesystem.Filesystem/Stat", false, "{\"path\":\"/\"}"), 502, "\"sandboxId\":\"0123456789abcdef01234567\"");
+        E2B_EXPECT(envd(&e, unknown, "bad", "process.Process/List", false, "{}"), 502, "\"code\":502");
         {
                 _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\n", unknown);
-                EXPECT(req(&e, "GET", "/files?path=/etc/hostname", h, NULL, NULL, 0), 502, "\"sandboxId\"");
-                EXPECT(req(&e, "POST", "/files?path=/root/x", h, "application/octet-stream", "x", 1), 502, "\"message\"");
-                EXPECT(req(&e, "GET", "/envs", h, NULL, NULL, 0), 502, "\"code\":502");
+                E2B_EXPECT(e2btest_req(&e, "GET", "/files?path=/etc/hostname", h, NULL, NULL, 0), 502, "\"sandboxId\"");
+                E2B_EXPECT(e2btest_req(&e, "POST", "/files?path=/root/x", h, "application/octet-stream", "x", 1), 502, "\"message\"");
+                E2B_EXPECT(e2btest_req(&e, "GET", "/envs", h, NULL, NULL, 0), 502, "\"code\":502");
         }
         /* a running sandbox still wants its token */
-        EXPECT(envd(&e, id, "bad", "process.Process/List", false, "{}"), 401, "unauthenticated");
+        E2B_EXPECT(envd(&e, id, "bad", "process.Process/List", false, "{}"), 401, "unauthenticated");
         {
                 _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\n", id);
-                EXPECT(req(&e, "GET", "/files?path=/etc/hostname", h, NULL, NULL, 0), 401, "token");
+                E2B_EXPECT(e2btest_req(&e, "GET", "/files?path=/etc/hostname", h, NULL, NULL, 0), 401, "token");
         }
         /* gzip uploads: inflated into the file; a bomb past max_file refused; bad gzip named */
         _cleanup_free_ char *hz = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\nContent-Encoding: gzip\r\n", id, tok);
@@ -405,11 +346,11 @@ TEST_FULL(envd_as_the_current_sdk_expects_it, 600) {
                 static const char text[] = "hello, gzip from the SDK\n";
                 uint8_t *gz = NULL;
                 size_t n = gzip_buf(text, strlen(text), &gz);
-                _cleanup_free_ char *r = req(&e, "POST", "/files?path=/root/g.txt", hz, "application/octet-stream", gz, n);
+                _cleanup_free_ char *r = e2btest_req(&e, "POST", "/files?path=/root/g.txt", hz, "application/octet-stream", gz, n);
                 free(gz);
                 ASSERT_EQ(test_raw_status(r), 200);
                 _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", id, tok);
-                EXPECT(req(&e, "GET", "/files?path=/root/g.txt", h, NULL, NULL, 0), 200, "hello, gzip from the SDK");
+                E2B_EXPECT(e2btest_req(&e, "GET", "/files?path=/root/g.txt", h, NULL, NULL, 0), 200, "hello, gzip from the SDK");
         }
         {
                 /* one that inflates in many pieces (and compresses well: inflate holds output back) */
@@ -419,11 +360,11 @@ TEST_FULL(envd_as_the_current_sdk_expects_it, 600) {
                         text[i] = "abcabcabd\n"[(i * 7 + i / 4096) % 10];
                 uint8_t *gz = NULL;
                 size_t n = gzip_buf(text, n0, &gz);
-                _cleanup_free_ char *r = req(&e, "POST", "/files?path=/root/g2.txt", hz, "application/octet-stream", gz, n);
+                _cleanup_free_ char *r = e2btest_req(&e, "POST", "/files?path=/root/g2.txt", hz, "application/octet-stream", gz, n);
                 free(gz);
                 ASSERT_EQ(test_raw_status(r), 200);
-                EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/g2.txt\"}"), 200,
-                       "\"size\":\"921600\"");
+                E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/Stat", false, "{\"path\":\"/root/g2.txt\"}"), 200,
+                           "\"size\":\"921600\"");
                 _cleanup_free_ char *sum = run(&e, id, tok, "md5sum /root/g2.txt");
                 /* the same bytes as sent */
                 unsigned char md[16];
@@ -443,12 +384,12 @@ TEST_FULL(envd_as_the_current_sdk_expects_it, 600) {
                 uint8_t *gz = NULL;
                 size_t n = gzip_buf(zeros, big, &gz);
                 ASSERT_TRUE(n < 64 * 1024);
-                _cleanup_free_ char *r = req(&e, "POST", "/files?path=/root/bomb", hz, "application/octet-stream", gz, n);
+                _cleanup_free_ char *r = e2btest_req(&e, "POST", "/files?path=/root/bomb", hz, "application/octet-stream", gz, n);
                 free(gz);
                 ASSERT_EQ(test_raw_status(r), 413);
                 ASSERT_NOT_NULL(strstr(test_raw_body(r), "larger than the limit"));
         }
-        EXPECT(req(&e, "POST", "/files?path=/root/bad", hz, "application/octet-stream", "not gzip at all", 15), 400, "gzip");
+        E2B_EXPECT(e2btest_req(&e, "POST", "/files?path=/root/bad", hz, "application/octet-stream", "not gzip at all", 15), 400, "gzip");
 }
 
 /* What a Start stream's answer carried in field ("stdout", "stderr", "pty"), decoded and joined. */
@@ -482,14 +423,8 @@ static char *user_header(const char *user) {
 /* The stdout of script run by /bin/sh through envd's Start as user (NULL: the default); its
  * stderr, if any, is shown. */
 static char *sh_as(struct e2b *e, const char *id, const char *token, const char *user, const char *script) {
-        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_CreateObject();
-        cJSON *p = cJSON_AddObjectToObject(o, "process");
-        cJSON_AddStringToObject(p, "cmd", "/bin/sh");
-        cJSON *a = cJSON_AddArrayToObject(p, "args");
-        cJSON_AddItemToArray(a, cJSON_CreateString("-c"));
-        cJSON_AddItemToArray(a, cJSON_CreateString(script));
-        _cleanup_free_ char *m = cJSON_PrintUnformatted(o), *h = user_header(user);
-        _cleanup_free_ char *r = envd_h(e, id, token, "process.Process/Start", true, m, strlen(m), h);
+        _cleanup_free_ char *m = sh_start_msg(script), *h = user_header(user);
+        _cleanup_free_ char *r = e2btest_envd(e, id, token, "process.Process/Start", true, m, strlen(m), h);
         if (test_raw_status(r) != 200)
                 test_fail(__FILE__, __LINE__, "Start `%s` as %s -> %.600s", script, user ? user : "(default)", r);
         _cleanup_free_ char *err = output_of(r, "stderr");
@@ -511,7 +446,7 @@ static int upload_as(struct e2b *e, const char *id, const char *token, const cha
         _cleanup_free_ char *u = user_header(user);
         _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n%s", id, token, u);
         _cleanup_free_ char *q = xasprintf("/files?path=%s", path);
-        _cleanup_free_ char *r = req(e, "POST", q, h, "application/octet-stream", text, strlen(text));
+        _cleanup_free_ char *r = e2btest_req(e, "POST", q, h, "application/octet-stream", text, strlen(text));
         if (test_raw_status(r) != 200)
                 fprintf(stderr, "upload %s -> %.400s\n", path, r);
         return test_raw_status(r);
@@ -550,7 +485,7 @@ TEST_FULL(sandboxes_look_like_e2bs_base, 900) {
         /* files: what the default user writes or makes is theirs, with the directories made for it */
         ASSERT_EQ(upload_as(&e, id, tok, NULL, "/home/user/x", "hello\n"), 200);
         ASSERT_EQ(upload_as(&e, id, tok, NULL, "notes/deep/y.txt", "relative\n"), 200);
-        EXPECT(envd(&e, id, tok, "filesystem.Filesystem/MakeDir", false, "{\"path\":\"made/a/b\"}"), 200, "/home/user/made/a/b");
+        E2B_EXPECT(envd(&e, id, tok, "filesystem.Filesystem/MakeDir", false, "{\"path\":\"made/a/b\"}"), 200, "/home/user/made/a/b");
         ASSERT_EQ(upload_as(&e, id, tok, "root", "/home/user/r", "root's\n"), 200);
         ASSERT_OUT(&e, id, tok, "root", "echo was > /home/user/pre && chmod 644 /home/user/pre && echo ok", "ok\n");
         ASSERT_EQ(upload_as(&e, id, tok, NULL, "/home/user/pre", "rewritten\n"), 200);
@@ -563,14 +498,14 @@ TEST_FULL(sandboxes_look_like_e2bs_base, 900) {
         {
                 _cleanup_free_ char *h = user_header("nobody");
                 const char *m = "{\"process\":{\"cmd\":\"/bin/true\"}}";
-                _cleanup_free_ char *r = envd_h(&e, id, tok, "process.Process/Start", true, m, strlen(m), h);
+                _cleanup_free_ char *r = e2btest_envd(&e, id, tok, "process.Process/Start", true, m, strlen(m), h);
                 /* a stream's error: its end-of-stream message */
                 if (test_raw_status(r) != 200 || !strstr(r, "invalid_argument") || !strstr(r, "no user \\\"nobody\\\""))
                         test_fail(__FILE__, __LINE__, "Start as nobody -> %.600s", r);
                 _cleanup_free_ char *hf = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", id, tok);
-                EXPECT(req(&e, "GET", "/files?path=/etc/hostname&username=nobody", hf, NULL, NULL, 0), 400, "username: no user");
-                EXPECT(req(&e, "GET", "/files?path=/home/user/x&username=user", hf, NULL, NULL, 0), 200, "hello");
-                EXPECT(req(&e, "GET", "/files?path=x", hf, NULL, NULL, 0), 200, "hello");
+                E2B_EXPECT(e2btest_req(&e, "GET", "/files?path=/etc/hostname&username=nobody", hf, NULL, NULL, 0), 400, "username: no user");
+                E2B_EXPECT(e2btest_req(&e, "GET", "/files?path=/home/user/x&username=user", hf, NULL, NULL, 0), 200, "hello");
+                E2B_EXPECT(e2btest_req(&e, "GET", "/files?path=x", hf, NULL, NULL, 0), 200, "hello");
         }
         /* python3, pip and venv as user, offline: a local wheel installs where user can write */
         ASSERT_OUT(&e, id, tok, NULL, "python3 -m pip --version | cut -d' ' -f1", "pip\n");
@@ -609,13 +544,8 @@ TEST_FULL(envd_through_the_current_sdk, 600) {
         e2b_start_base(&e, NULL, "e2b-base");
         char url[64];
         snprintf(url, sizeof(url), "http://127.0.0.1:%d", e.port);
-        setenv("E2B_API_KEY", e.key, 1);
-        setenv("E2B_API_URL", url, 1);
-        setenv("E2B_SANDBOX_URL", url, 1);
-        char *argv[] = { "sh", "-c", "exec node \"$0\" 2>&1", script_copy, NULL };
         _cleanup_free_ char *out = NULL;
-        int rc = test_run_capture(argv, &out, 1 << 20);
-        fprintf(stderr, "%s", out ? out : "");
+        int rc = e2btest_sdk(&e, url, script_copy, &out);
         if (rc != 0 || !strstr(out ? out : "", "ok done"))
                 test_fail(__FILE__, __LINE__, "the SDK's envd calls failed (exit %d)", rc);
 }

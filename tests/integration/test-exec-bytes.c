@@ -36,7 +36,7 @@ TEST_FULL(exec_output_keeps_nul_bytes, 180) {
         static struct ctld c; /* static: the exit hook uses it after the test function returns */
         struct hres r;
         char id[25];
-        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "bytes", id);
+        _cleanup_free_ char *key = ctld_start_with_sandbox(&c, "bytes", NULL, id);
 
         /* Buffered. The shell's printf writes the NULs; the quote, backslash and newline
          * next to them must be escaped as usual. */

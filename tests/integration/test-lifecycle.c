@@ -820,27 +820,15 @@ static char *admin_e2b_key(const char *name) {
 
 static void platform_up(bool faults) {
         need_docker();
-        if (access(test_build_path("nodeagent"), X_OK) != 0)
-                TEST_SKIP("nodeagent is not built");
-        amqptest_need_broker();
-        if (!test_port_open(5000))
-                TEST_SKIP("no registry on 127.0.0.1:5000");
+        agenttest_need(true);
         int id4 = (int) (getpid() % 100000);
         networked = !ctld_nomad();
         snprintf(table, sizeof(table), "plfc%d", id4);
-        snprintf(node_id, sizeof(node_id), "lfc-%d", id4);
-        snprintf(exchange, sizeof(exchange), "paddock.lfc-%d", id4);
+        agenttest_names("lfc", id4, node_id, exchange, agent_conf, agent_log);
         snprintf(repo, sizeof(repo), "paddock-test/life%d", id4);
-        snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
-        snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
         if (ctld_nomad()) {
                 need_nstandin();
-                const char *args[] = { "--nodes", "1", "--net-map", "cni/sandbox-no-egress=none", NULL };
-                nstandin_start(&standin, test_tmpdir(), args);
-                _cleanup_json_ cJSON *self = nstandin_get(&standin, "/v1/agent/self");
-                const cJSON *nid = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(self, "stats"), "client"), "node_id");
-                ASSERT_TRUE(cJSON_IsString(nid));
-                snprintf(node_id, sizeof(node_id), "%s", nid->valuestring);
+                nstandin_start_one_node(&standin, test_tmpdir(), node_id, sizeof(node_id));
         }
         if (faults) {
                 registry_port = test_free_port();

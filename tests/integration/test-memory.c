@@ -17,6 +17,7 @@
 
 #include "cleanup.h"
 #include "ctltest.h"
+#include "e2btest.h"
 #include "strutil.h"
 #include "testlib.h"
 
@@ -165,15 +166,31 @@ static void sb_post(struct ctld *c, const char *key, const char *id, const char 
                           ret->body, want);
 }
 
+/* A sandbox of python-3.11 without a network: what keepMemory is for. */
+#define PY_NO_NET "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}"
+
+/* controld on the checkpointing Docker, an account `name` and a sandbox of body in it, ready:
+ * the account's key (the caller frees it) and the sandbox's id. */
+static char *start_ready(struct ctld *c, const char *name, const char *body, char id[25]) {
+        ctld_start(c, NULL, ckpt_docker());
+        char *key = ctld_account_key(c, name, NULL, NULL);
+        ctld_create(c, key, body, id);
+        ASSERT_STREQ(ctld_wait_status(c, key, id, "ready", 60), "ready");
+        return key;
+}
+
+/* start_ready with a sandbox of PY_NO_NET whose counter runs (start_counter). */
+static char *start_counting(struct ctld *c, const char *name, char id[25]) {
+        char *key = start_ready(c, name, PY_NO_NET, id);
+        start_counter(c, key, id);
+        return key;
+}
+
 TEST_FULL(keep_memory_pause_resume_same_process, 300) {
         struct ctld c = { 0 };
         char id[25];
         struct hres r;
-        ctld_start(&c, NULL, ckpt_docker());
-        _cleanup_free_ char *key = ctld_account_key(&c, "mem", NULL, NULL);
-        ctld_create(&c, key, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}", id);
-        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
-        start_counter(&c, key, id);
+        _cleanup_free_ char *key = start_counting(&c, "mem", id);
         usleep(600000);
         long pid0, n0, pid1, n1;
         read_counter(&c, key, id, &pid0, &n0);
@@ -228,10 +245,7 @@ TEST_FULL(keep_memory_refused_for_networked_sandboxes, 300) {
         struct ctld c = { 0 };
         char id[25];
         struct hres r;
-        ctld_start(&c, NULL, ckpt_docker());
-        _cleanup_free_ char *key = ctld_account_key(&c, "net", NULL, NULL);
-        ctld_create(&c, key, "{\"template\":\"busybox\"}", id);
-        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
+        _cleanup_free_ char *key = start_ready(&c, "net", "{\"template\":\"busybox\"}", id);
         sb_post(&c, key, id, "pause", "{\"keepMemory\":true}", 400, &r);
         ASSERT_NOT_NULL(strstr(hres_message(&r), "keepMemory"));
         ASSERT_NOT_NULL(strstr(hres_message(&r), "deny_all"));
@@ -247,11 +261,7 @@ TEST_FULL(keep_memory_checkpoint_gone_resumes_from_filesystem, 300) {
         struct ctld c = { 0 };
         char id[25];
         struct hres r;
-        ctld_start(&c, NULL, ckpt_docker());
-        _cleanup_free_ char *key = ctld_account_key(&c, "lost", NULL, NULL);
-        ctld_create(&c, key, "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"deny_all\"}}", id);
-        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
-        start_counter(&c, key, id);
+        _cleanup_free_ char *key = start_counting(&c, "lost", id);
         long pid0, n0;
         read_counter(&c, key, id, &pid0, &n0);
         sb_post(&c, key, id, "pause", "{\"keepMemory\":true}", 200, &r);
@@ -272,47 +282,32 @@ TEST_FULL(keep_memory_checkpoint_gone_resumes_from_filesystem, 300) {
         ASSERT_NOT_NULL(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(sb, "failure_reason")), "Memory was lost"));
         cJSON_Delete(sb);
         /* Started afresh: a new container, without what the counter wrote. */
-        ctld_exec(&c, key, id, "test -e /tmp/c && echo present || echo absent", 30, &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "absent\n");
-        hres_done(&r);
+        CTLD_EXEC_EXPECT(&c, key, id, "test -e /tmp/c && echo present || echo absent", "absent\n");
         ctld_stop(&c);
 }
 
 /* E2B's pause() sends no body (memory true by default): the memory is kept, and connect
  * resumes the sandbox with its processes. */
 TEST_FULL(e2b_pause_default_keeps_memory_and_connect_resumes, 300) {
-        struct ctld c = { 0 };
-        int port = test_free_port();
-        _cleanup_free_ char *extra = xasprintf("%s[e2b]\nlisten = 127.0.0.1:%d\nbase_template = python-3.11\n", ckpt_docker(), port);
-        ctld_start(&c, NULL, extra);
-        _cleanup_free_ char *acc = NULL, *key = NULL;
-        ASSERT_EQ(ctld_admin(&c, &acc, "account", "create", "e2bmem", NULL), 0);
-        acc[strcspn(acc, "\n")] = 0;
-        ASSERT_EQ(ctld_admin(&c, &key, "key", "issue", acc, "--e2b", NULL), 0);
-        key[strcspn(key, "\n")] = 0;
-#define E2B(method, path, json)                                                                                          \
-        ({                                                                                                               \
-                _cleanup_free_ char *_h = xasprintf("%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n"       \
-                                                    "X-API-Key: %s\r\nContent-Type: application/json\r\n"                 \
-                                                    "Content-Length: %zu\r\n\r\n",                                        \
-                                                    method, path, port, key, strlen(json));                               \
-                test_raw_http(port, _h, json, strlen(json));                                                              \
-        })
+        struct e2b e = { .port = test_free_port() };
+        _cleanup_free_ char *extra = xasprintf("%s[e2b]\nlisten = 127.0.0.1:%d\nbase_template = python-3.11\n", ckpt_docker(), e.port);
+        ctld_start(&e.c, NULL, extra);
+        _cleanup_free_ char *key = e2btest_key(&e.c, "e2bmem");
+#define E2B(method, path, json) e2btest_api(&e, (method), (path), key, (json))
         _cleanup_free_ char *cr = E2B("POST", "/sandboxes", "{\"templateID\":\"base\",\"allow_internet_access\":false}");
         if (test_raw_status(cr) != 201)
                 test_fail(__FILE__, __LINE__, "create -> %.600s", cr);
         _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(cr));
         char id[25];
         snprintf(id, sizeof(id), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandboxID")));
-        start_counter(&c, key, id);
+        start_counter(&e.c, key, id);
         long pid0, n0, pid1, n1;
-        read_counter(&c, key, id, &pid0, &n0);
+        read_counter(&e.c, key, id, &pid0, &n0);
         _cleanup_free_ char *ppath = xasprintf("/sandboxes/%s/pause", id);
         _cleanup_free_ char *pr = E2B("POST", ppath, "");
         if (test_raw_status(pr) != 204)
                 test_fail(__FILE__, __LINE__, "pause -> %.600s", pr);
-        cJSON *sb = get_sandbox(&c, key, id);
+        cJSON *sb = get_sandbox(&e.c, key, id);
         ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(sb, "status")), "paused");
         ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(sb, "memory_kept")));
         cJSON_Delete(sb);
@@ -320,11 +315,11 @@ TEST_FULL(e2b_pause_default_keeps_memory_and_connect_resumes, 300) {
         _cleanup_free_ char *rr = E2B("POST", cpath, "{\"timeout\":300}");
         if (test_raw_status(rr) != 201)
                 test_fail(__FILE__, __LINE__, "connect -> %.600s", rr);
-        read_counter(&c, key, id, &pid1, &n1);
+        read_counter(&e.c, key, id, &pid1, &n1);
         ASSERT_EQ(pid1, pid0);
         ASSERT_GE(n1, n0);
         /* memory: false keeps today's way (a filesystem snapshot), unchanged. */
-        ctld_stop(&c);
+        ctld_stop(&e.c);
 #undef E2B
 }
 

@@ -224,8 +224,23 @@ static double metric_value(const char *text, const char *line_prefix) {
         return strtod(p + strlen(line_prefix), NULL);
 }
 
-/* Starts the agent on a thread and waits until it answers a ping; its thread. */
-static pthread_t agent_up(amqp_connection_state_t c, const char *exchange, const char *nid, amqp_bytes_t rq) {
+/* The broker, the namespaces with hosts visible (their fds in *home and *ns), home entered (the
+ * agent's threads talk to RabbitMQ, and so to the resolver, from there: loopback), and the
+ * test's resolver started. */
+static void names_world(const char *hosts, int *home, int *ns) {
+        amqptest_need_broker();
+        egress_setup_visible(hosts, home, ns);
+        ASSERT_EQ(setns(*home, CLONE_NEWNET), 0);
+        dns_start();
+}
+
+/* Connects to the broker on exchange (*ret_c) consuming a queue of its own (*ret_rq), starts
+ * the agent on a thread and waits until it answers a ping; its thread. */
+static pthread_t agent_up(const char *exchange, const char *nid, amqp_connection_state_t *ret_c, amqp_bytes_t *ret_rq) {
+        amqp_connection_state_t c = *ret_c = amqptest_connect(exchange);
+        amqp_bytes_t rq = *ret_rq = amqptest_queue(c);
+        amqp_basic_consume(c, 1, rq, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
+        ASSERT_EQ(amqp_get_rpc_reply(c).reply_type, AMQP_RESPONSE_NORMAL);
         pthread_t th;
         ASSERT_EQ(pthread_create(&th, NULL, agent_thread, NULL), 0);
         bool ready = false;
@@ -242,6 +257,19 @@ static pthread_t agent_up(amqp_connection_state_t c, const char *exchange, const
         return th;
 }
 
+/* Stops the agent of th (SIGTERM ends its thread), drops exchange and the connection, and
+ * closes the namespaces' fds. */
+static void agent_down(pthread_t th, amqp_connection_state_t c, amqp_bytes_t rq, const char *exchange, int ns, int home) {
+        kill(getpid(), SIGTERM);
+        pthread_join(th, NULL);
+        amqp_exchange_delete(c, 1, amqp_cstring_bytes(exchange), 0);
+        amqp_bytes_free(rq);
+        amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(c);
+        close(ns);
+        close(home);
+}
+
 /* An apply whose names resolve slowly holds up no other sandbox: another sandbox's apply
  * sent after it is answered (and enforced) first, and the slow one's sandbox has no chain
  * until its own apply completes. A remove sent for that sandbox meanwhile waits behind
@@ -250,12 +278,8 @@ static pthread_t agent_up(amqp_connection_state_t c, const char *exchange, const
  * an apply without names still goes through. Ordering is all this asserts; "slow" is
  * a DNS answer the test withholds until it says so. */
 TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
-        amqptest_need_broker();
         int home, ns;
-        egress_setup_visible("203.0.113.31 fast.paddock.test\n", &home, &ns);
-        /* The agent's threads talk to RabbitMQ, and so to our resolver, from here (loopback). */
-        ASSERT_EQ(setns(home, CLONE_NEWNET), 0);
-        dns_start();
+        names_world("203.0.113.31 fast.paddock.test\n", &home, &ns);
 
 #define SLOW "dddddddddddddddddddddddd"
 #define FAST "eeeeeeeeeeeeeeeeeeeeeeee"
@@ -267,11 +291,9 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
         double ok0 = metric_value(m0, "paddock_agent_egress_applies_total{result=\"ok\"} ");
         double n0 = metric_value(m0, "paddock_agent_egress_apply_seconds_count ");
 
-        amqp_connection_state_t c = amqptest_connect(exchange);
-        amqp_bytes_t rq = amqptest_queue(c);
-        amqp_basic_consume(c, 1, rq, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
-        ASSERT_EQ(amqp_get_rpc_reply(c).reply_type, AMQP_RESPONSE_NORMAL);
-        pthread_t th = agent_up(c, exchange, nid, rq);
+        amqp_connection_state_t c;
+        amqp_bytes_t rq;
+        pthread_t th = agent_up(exchange, nid, &c, &rq);
         char corr[64];
         _cleanup_free_ char *body = NULL;
 
@@ -360,14 +382,7 @@ TEST_FULL(slow_names_hold_up_no_other_sandbox_and_keep_its_order, 90) {
 #undef I
 #undef J
 
-        kill(getpid(), SIGTERM);
-        pthread_join(th, NULL);
-        amqp_exchange_delete(c, 1, amqp_cstring_bytes(exchange), 0);
-        amqp_bytes_free(rq);
-        amqp_connection_close(c, AMQP_REPLY_SUCCESS);
-        amqp_destroy_connection(c);
-        close(ns);
-        close(home);
+        agent_down(th, c, rq, exchange, ns, home);
 #undef SLOW
 #undef FAST
 }
@@ -402,11 +417,8 @@ static char *apply_and_reply(amqp_connection_state_t c, const char *exchange, co
  * count against their sandbox (50) and account (100): the tenant's own further applies fail,
  * saying which budget is spent, and another account's names still resolve. */
 TEST_FULL(one_tenants_names_that_never_answer_fail_only_that_tenant, 120) {
-        amqptest_need_broker();
         int home, ns;
-        egress_setup_visible("203.0.113.41 other.paddock.test\n", &home, &ns);
-        ASSERT_EQ(setns(home, CLONE_NEWNET), 0);
-        dns_start();    /* withholds every answer until released */
+        names_world("203.0.113.41 other.paddock.test\n", &home, &ns);    /* its resolver withholds every answer until released */
 
 #define A1 "a1a1a1a1a1a1a1a1a1a1a1a1"
 #define A2 "a2a2a2a2a2a2a2a2a2a2a2a2"
@@ -417,11 +429,9 @@ TEST_FULL(one_tenants_names_that_never_answer_fail_only_that_tenant, 120) {
         char exchange[64], nid[64];
         sync_cfg_set("budget", 3, exchange, nid);
         sync_cfg.egress_resolve_timeout_ms = 1000;
-        amqp_connection_state_t c = amqptest_connect(exchange);
-        amqp_bytes_t rq = amqptest_queue(c);
-        amqp_basic_consume(c, 1, rq, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
-        ASSERT_EQ(amqp_get_rpc_reply(c).reply_type, AMQP_RESPONSE_NORMAL);
-        pthread_t th = agent_up(c, exchange, nid, rq);
+        amqp_connection_state_t c;
+        amqp_bytes_t rq;
+        pthread_t th = agent_up(exchange, nid, &c, &rq);
         _cleanup_free_ char *names_a = hang_names("a", 50), *names_b = hang_names("b", 50), *body = NULL;
 
         /* 50 names that never answer: the apply fails at its deadline, the lookups stay. */
@@ -463,14 +473,7 @@ TEST_FULL(one_tenants_names_that_never_answer_fail_only_that_tenant, 120) {
         ASSERT_TRUE(ok);
         ASSERT_TRUE(nft_has_chain(ns, home, A3));
 
-        kill(getpid(), SIGTERM);
-        pthread_join(th, NULL);
-        amqp_exchange_delete(c, 1, amqp_cstring_bytes(exchange), 0);
-        amqp_bytes_free(rq);
-        amqp_connection_close(c, AMQP_REPLY_SUCCESS);
-        amqp_destroy_connection(c);
-        close(ns);
-        close(home);
+        agent_down(th, c, rq, exchange, ns, home);
 #undef A1
 #undef A2
 #undef A3

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "apitest.h"
 #include "cleanup.h"
 #include "ctltest.h"
 #include "strutil.h"
@@ -131,15 +132,8 @@ static int live_on_nodes(struct ctld *c) {
 }
 
 static bool claimed(struct ctld *c, const char *key, const char *id) {
-        char path[96];
-        snprintf(path, sizeof(path), "/sandboxes/%s", id);
-        struct hres r;
-        http_req(c, "GET", path, key, NULL, &r);
-        ASSERT_EQ(r.status, 200);
-        cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "timings");
-        bool yes = cJSON_IsNumber(cJSON_GetObjectItem(t, "claim_ms"));
-        hres_done(&r);
-        return yes;
+        _cleanup_json_ cJSON *t = sandbox_data_member(c, key, id, "", "timings");
+        return cJSON_IsNumber(cJSON_GetObjectItem(t, "claim_ms"));
 }
 
 /* Who owns a claimed member, as an operator finds it: the sandbox's record (the admin's list
@@ -201,10 +195,7 @@ TEST_FULL(claims_serve_one_tenant_once_and_the_pool_refills, 600) {
         ASSERT_EQ(r.status, 200);
         ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "processes")), 0);
         hres_done(&r);
-        ctld_exec(&c, ka, a, "echo pooled", 30, &r);
-        ASSERT_EQ(r.status, 200);
-        ASSERT_STREQ(hres_data_str(&r, "stdout"), "pooled\n");
-        hres_done(&r);
+        CTLD_EXEC_EXPECT(&c, ka, a, "echo pooled", "pooled\n");
         char path[96];
         snprintf(path, sizeof(path), "/sandboxes/%s", a);
         HTTP_EXPECT(&c, "GET", path, kb, NULL, 404);

@@ -61,13 +61,17 @@ static void run_parallel(struct box *b, struct par *p, int n, const char *cmd_fm
                 pthread_join(t[i], NULL);
 }
 
+/* A box whose controld has server_extra (its exec limits), and run_parallel in it. */
+static void box_parallel(struct box *b, const char *server_extra, struct par *p, int n, const char *cmd_fmt) {
+        box_start(b, server_extra, NULL, NULL);
+        run_parallel(b, p, n, cmd_fmt);
+}
+
 TEST_FULL(concurrency_50_execs_one_sandbox, 150) {
         struct box b;
-        box_start(&b, "max_exec_concurrent = 64", NULL, NULL);
-        enum { N = 50 };
-        struct par p[N];
-        run_parallel(&b, p, N, "{\"cmd\":\"sleep 0.5; echo job-%d\",\"timeout_seconds\":120}");
-        for (int i = 0; i < N; i++) {
+        struct par p[50];
+        box_parallel(&b, "max_exec_concurrent = 64", p, 50, "{\"cmd\":\"sleep 0.5; echo job-%d\",\"timeout_seconds\":120}");
+        for (int i = 0; i < (int) ELEMENTSOF(p); i++) {
                 char want[32];
                 snprintf(want, sizeof(want), "job-%d\n", i);
                 if (p[i].status != 200 || strcmp(p[i].out, want) != 0 || p[i].exit_code != 0)
@@ -82,10 +86,9 @@ TEST_FULL(concurrency_50_execs_one_sandbox, 150) {
 
 TEST_FULL(concurrency_limit_answers_429, 120) {
         struct box b;
-        box_start(&b, "max_exec_concurrent = 2", NULL, NULL);
         enum { N = 10 };
         struct par p[N];
-        run_parallel(&b, p, N, "{\"cmd\":\"sleep 2; echo s%d\"}");
+        box_parallel(&b, "max_exec_concurrent = 2", p, N, "{\"cmd\":\"sleep 2; echo s%d\"}");
         int ok = 0, busy = 0;
         for (int i = 0; i < N; i++) {
                 if (p[i].status == 200) {

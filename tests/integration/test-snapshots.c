@@ -29,6 +29,7 @@
 #include "agenttest.h"
 #include "cleanup.h"
 #include "ctltest.h"
+#include "e2btest.h"
 #include "regtest.h"
 #include "strutil.h"
 #include "amqptest.h"
@@ -79,27 +80,15 @@ static void agent_start(void) {
 static char *setup(struct ctld *c, const char *reg, const char *timeout, const char *more, bool with_agent,
                    char ret_sb[25]) {
         need_docker();
-        if (access(test_build_path("nodeagent"), X_OK) != 0)
-                TEST_SKIP("nodeagent is not built");
-        amqptest_need_broker();
-        if (!test_port_open(5000))
-                TEST_SKIP("no registry on 127.0.0.1:5000");
+        agenttest_need(true);
         int id4 = (int) (getpid() % 100000);
-        snprintf(node_id, sizeof(node_id), "snt-%d", id4);
-        snprintf(exchange, sizeof(exchange), "paddock.snt-%d", id4);
+        agenttest_names("snt", id4, node_id, exchange, agent_conf, agent_log);
         snprintf(repo, sizeof(repo), "paddock-test/snap%d", id4);
         snprintf(registry, sizeof(registry), "%s", reg);
-        snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
-        snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
         if (ctld_nomad()) {
                 /* One client node, the one whose agent this is: its Nomad node id routes the jobs. */
                 need_nstandin();
-                const char *args[] = { "--nodes", "1", "--net-map", "cni/sandbox-no-egress=none", NULL };
-                nstandin_start(&standin, test_tmpdir(), args);
-                _cleanup_json_ cJSON *self = nstandin_get(&standin, "/v1/agent/self");
-                const cJSON *nid = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(self, "stats"), "client"), "node_id");
-                ASSERT_TRUE(cJSON_IsString(nid));
-                snprintf(node_id, sizeof(node_id), "%s", nid->valuestring);
+                nstandin_start_one_node(&standin, test_tmpdir(), node_id, sizeof(node_id));
         }
         test_on_exit(queues_drop, NULL);
         test_on_exit(agent_stop, NULL);
@@ -316,11 +305,28 @@ TEST_FULL(snapshot_restore_keeps_every_canary, 400) {
         ASSERT_FALSE(local_image(sid));
 }
 
+/* Round `round`: POST /sandboxes/sb/<what> ("pause", "resume") answers 200, and the sandbox
+ * then reads status. */
+static void pause_or_resume(struct ctld *c, const char *key, const char *sb, int round, const char *what, const char *status) {
+        struct hres r;
+        _cleanup_free_ char *path = xasprintf("/sandboxes/%s/%s", sb, what);
+        http_req(c, "POST", path, key, NULL, &r);
+        if (r.status != 200)
+                test_fail(__FILE__, __LINE__, "round %d: %s answered %ld: %.300s", round, what, r.status, r.body);
+        hres_done(&r);
+        _cleanup_free_ char *get = xasprintf("/sandboxes/%s", sb);
+        http_req(c, "GET", get, key, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "status"), status);
+        hres_done(&r);
+}
+
 /* Issue 35: Brimble's SDK flow, snapshot then pause then resume, lost the sandbox (the pause
  * answered 200, failed on a container the commit had left unkillable, and a reaper destroyed
  * it). Each round: a snapshot, a pause sent while it is being taken and one sent after it is
  * ready; every pause answers 200 only once the sandbox is paused, every resume once it is ready,
  * and exec, files and the volume's data work after each. Both drivers. */
+
+
 TEST_FULL(snapshot_then_pause_keeps_the_sandbox, 600) {
         static struct ctld c;
         char sb[25], sid[25], path[128];
@@ -341,25 +347,9 @@ TEST_FULL(snapshot_then_pause_keeps_the_sandbox, 600) {
                         _cleanup_(cJSON_Deletep) cJSON *s = snap_wait_ready(&c, key, sid, 120);
                 }
                 /* during (even rounds) or after (odd): the answer is the state reached */
-                snprintf(path, sizeof(path), "/sandboxes/%s/pause", sb);
-                http_req(&c, "POST", path, key, NULL, &r);
-                if (r.status != 200)
-                        test_fail(__FILE__, __LINE__, "round %d: pause answered %ld: %.300s", round, r.status, r.body);
-                hres_done(&r);
-                snprintf(path, sizeof(path), "/sandboxes/%s", sb);
-                http_req(&c, "GET", path, key, NULL, &r);
-                ASSERT_STREQ(hres_data_str(&r, "status"), "paused");
-                hres_done(&r);
+                pause_or_resume(&c, key, sb, round, "pause", "paused");
                 _cleanup_(cJSON_Deletep) cJSON *s2 = snap_wait_ready(&c, key, sid, 120);
-                snprintf(path, sizeof(path), "/sandboxes/%s/resume", sb);
-                http_req(&c, "POST", path, key, NULL, &r);
-                if (r.status != 200)
-                        test_fail(__FILE__, __LINE__, "round %d: resume answered %ld: %.300s", round, r.status, r.body);
-                hres_done(&r);
-                snprintf(path, sizeof(path), "/sandboxes/%s", sb);
-                http_req(&c, "GET", path, key, NULL, &r);
-                ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
-                hres_done(&r);
+                pause_or_resume(&c, key, sb, round, "resume", "ready");
                 /* files after the round */
                 snprintf(path, sizeof(path), "/sandboxes/%s/files/workspace/f%d", sb, round);
                 HTTP_EXPECT(&c, "PUT", path, key, "payload", 204);
@@ -385,32 +375,22 @@ TEST_FULL(snapshot_then_pause_keeps_the_sandbox, 600) {
  * createSnapshot answers once the snapshot is made, listSnapshots shows it, a sandbox starts
  * from it named as the templateID with the files it held, deleteSnapshot removes it (then
  * false: 404). updateNetwork on a deny_all sandbox is refused with the reason. Both drivers. */
-static char *e2b_raw(int port, const char *key, const char *method, const char *path, const char *json) {
-        _cleanup_free_ char *head = xasprintf("%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\nX-API-Key: %s\r\n"
-                                              "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                                              method, path, port, key, json ? strlen(json) : 0);
-        return test_raw_http(port, head, json, json ? strlen(json) : 0);
-}
-
 TEST_FULL(e2b_snapshot_calls_map_onto_snapshots, 400) {
         static struct ctld c;
         char sb[25], path[160];
-        int port = test_free_port();
+        struct e2b e = { .port = test_free_port() };
         char more[128];
-        snprintf(more, sizeof(more), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = busybox\n", port);
+        snprintf(more, sizeof(more), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = busybox\n", e.port);
         _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", more, true, sb);
         _cleanup_free_ char *other = ctld_account_key(&c, "other", "snap", NULL);
         _cleanup_free_ char *w = exec_out(&c, key, sb, "echo kept-by-e2b > /root/mark && echo ok");
         ASSERT_STREQ(w, "ok\n");
         snprintf(path, sizeof(path), "/sandboxes/%s/snapshots", sb);
         {
-                _cleanup_free_ char *bad = e2b_raw(port, key, "POST", path, "{\"name\":\"Bad Name\"}");
-                ASSERT_EQ(test_raw_status(bad), 400);
-                ASSERT_CONTAINS(test_raw_body(bad), "name must be");
-                _cleanup_free_ char *notyours = e2b_raw(port, other, "POST", path, "{}");
-                ASSERT_EQ(test_raw_status(notyours), 404);
+                E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"name\":\"Bad Name\"}"), 400, "name must be");
+                E2B_EXPECT(e2btest_api(&e, "POST", path, other, "{}"), 404, "");
         }
-        _cleanup_free_ char *made = e2b_raw(port, key, "POST", path, "{\"name\":\"via-e2b\"}");
+        _cleanup_free_ char *made = e2btest_api(&e, "POST", path, key, "{\"name\":\"via-e2b\"}");
         ASSERT_EQ(test_raw_status(made), 201);
         _cleanup_(cJSON_Deletep) cJSON *mo = cJSON_Parse(test_raw_body(made));
         const char *sid = cJSON_GetStringValue(cJSON_GetObjectItem(mo, "snapshotID"));
@@ -421,18 +401,16 @@ TEST_FULL(e2b_snapshot_calls_map_onto_snapshots, 400) {
         ASSERT_NOT_NULL(rec);
         ASSERT_STREQ(jstr(rec, "status"), "ready");
         {
-                _cleanup_free_ char *l = e2b_raw(port, key, "GET", "/snapshots?limit=10", NULL);
-                ASSERT_EQ(test_raw_status(l), 200);
-                ASSERT_CONTAINS(test_raw_body(l), sid);
+                E2B_EXPECT(e2btest_api(&e, "GET", "/snapshots?limit=10", key, NULL), 200, sid);
                 _cleanup_free_ char *lp = xasprintf("/snapshots?sandboxID=%s", sb);
-                _cleanup_free_ char *l2 = e2b_raw(port, key, "GET", lp, NULL);
+                _cleanup_free_ char *l2 = e2btest_api(&e, "GET", lp, key, NULL);
                 ASSERT_CONTAINS(test_raw_body(l2), sid);
-                _cleanup_free_ char *l3 = e2b_raw(port, other, "GET", "/snapshots", NULL);
+                _cleanup_free_ char *l3 = e2btest_api(&e, "GET", "/snapshots", other, NULL);
                 ASSERT_STREQ(test_raw_body(l3), "[]");
         }
         /* a sandbox from it, named as the template */
         _cleanup_free_ char *cb = xasprintf("{\"templateID\":\"%s\",\"network\":{\"denyOut\":[\"0.0.0.0/0\"]}}", sid);
-        _cleanup_free_ char *nb = e2b_raw(port, key, "POST", "/v2/sandboxes", cb);
+        _cleanup_free_ char *nb = e2btest_api(&e, "POST", "/v2/sandboxes", key, cb);
         ASSERT_EQ(test_raw_status(nb), 201);
         _cleanup_(cJSON_Deletep) cJSON *no = cJSON_Parse(test_raw_body(nb));
         char sb2[25];
@@ -440,37 +418,24 @@ TEST_FULL(e2b_snapshot_calls_map_onto_snapshots, 400) {
         _cleanup_free_ char *got = exec_out(&c, key, sb2, "cat /root/mark");
         ASSERT_STREQ(got, "kept-by-e2b\n");
         /* another account cannot start from it */
-        _cleanup_free_ char *ob = e2b_raw(port, other, "POST", "/v2/sandboxes", cb);
-        ASSERT_EQ(test_raw_status(ob), 400);
+        E2B_EXPECT(e2btest_api(&e, "POST", "/v2/sandboxes", other, cb), 400, "");
         /* updateNetwork: a deny_all sandbox has no interface to open; the reason, not a 5xx */
         snprintf(path, sizeof(path), "/sandboxes/%s/network", sb);
-        _cleanup_free_ char *un = e2b_raw(port, key, "PUT", path, "{\"allowOut\":[\"198.51.100.7\"],\"denyOut\":[\"0.0.0.0/0\"]}");
-        ASSERT_EQ(test_raw_status(un), 400);
-        ASSERT_CONTAINS(test_raw_body(un), "deny_all");
-        _cleanup_free_ char *un2 = e2b_raw(port, key, "PUT", path, "{\"rules\":{\"api.example.com\":[{}]}}");
-        ASSERT_EQ(test_raw_status(un2), 400);
-        ASSERT_CONTAINS(test_raw_body(un2), "rules");
+        E2B_EXPECT(e2btest_api(&e, "PUT", path, key, "{\"allowOut\":[\"198.51.100.7\"],\"denyOut\":[\"0.0.0.0/0\"]}"), 400, "deny_all");
+        E2B_EXPECT(e2btest_api(&e, "PUT", path, key, "{\"rules\":{\"api.example.com\":[{}]}}"), 400, "rules");
         /* what is not served answers 501 with the reason, never 404 */
         snprintf(path, sizeof(path), "/sandboxes/%s/fork", sb);
-        _cleanup_free_ char *fk = e2b_raw(port, key, "POST", path, "{}");
-        ASSERT_EQ(test_raw_status(fk), 501);
-        _cleanup_free_ char *sec = e2b_raw(port, key, "GET", "/secrets", NULL);
-        ASSERT_EQ(test_raw_status(sec), 501);
-        _cleanup_free_ char *vol = e2b_raw(port, key, "POST", "/volumes", "{\"name\":\"v\"}");
-        ASSERT_EQ(test_raw_status(vol), 501);
-        _cleanup_free_ char *tpl = e2b_raw(port, key, "POST", "/v3/templates", "{\"name\":\"t\"}");
-        ASSERT_EQ(test_raw_status(tpl), 501);
+        E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{}"), 501, "");
+        E2B_EXPECT(e2btest_api(&e, "GET", "/secrets", key, NULL), 501, "");
+        E2B_EXPECT(e2btest_api(&e, "POST", "/volumes", key, "{\"name\":\"v\"}"), 501, "");
+        E2B_EXPECT(e2btest_api(&e, "POST", "/v3/templates", key, "{\"name\":\"t\"}"), 501, "");
         /* deleteSnapshot: gone (the sandbox made from it keeps running), then false */
         snprintf(path, sizeof(path), "/sandboxes/%s", sb2);
         HTTP_EXPECT(&c, "DELETE", path, key, NULL, 204);
         snprintf(path, sizeof(path), "/templates/%s", sid);
-        _cleanup_free_ char *o404 = e2b_raw(port, other, "DELETE", path, NULL);
-        ASSERT_EQ(test_raw_status(o404), 404);
-        _cleanup_free_ char *d1 = e2b_raw(port, key, "DELETE", path, NULL);
-        ASSERT_EQ(test_raw_status(d1), 204);
-        _cleanup_free_ char *d2 = e2b_raw(port, key, "DELETE", path, NULL);
-        ASSERT_EQ(test_raw_status(d2), 404);
-        ASSERT_CONTAINS(test_raw_body(d2), "\"code\":404");
+        E2B_EXPECT(e2btest_api(&e, "DELETE", path, other, NULL), 404, "");
+        E2B_EXPECT(e2btest_api(&e, "DELETE", path, key, NULL), 204, "");
+        E2B_EXPECT(e2btest_api(&e, "DELETE", path, key, NULL), 404, "\"code\":404");
         ASSERT_EQ(manifest_status(sid), 404);
 }
 
@@ -1029,62 +994,49 @@ TEST_FULL(automatic_snapshots_kept_by_count_and_by_age, 480) {
 /* E2B's pause (issue 21) keeps the filesystem through a snapshot: a file written through envd
  * is there again after POST /pause {memory:false} and /connect; a second pause replaces the
  * first pause's snapshot; a pause keeping memory is refused by name. */
-static char *e2b_call(int port, const char *method, const char *path, const char *key, const char *sandbox, const char *token,
-                      const char *ctype, const void *body, size_t len) {
-        _cleanup_free_ char *sbh = sandbox ? xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", sandbox, token) : xstrdup("");
-        _cleanup_free_ char *kh = key ? xasprintf("X-API-Key: %s\r\n", key) : xstrdup("");
-        _cleanup_free_ char *ct = ctype ? xasprintf("Content-Type: %s\r\n", ctype) : xstrdup("");
-        _cleanup_free_ char *head = xasprintf("%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n%s%s%s"
-                                              "Content-Length: %zu\r\n\r\n",
-                                              method, path, port, kh, sbh, ct, len);
-        return test_raw_http(port, head, body, len);
-}
-
-static void e2b_expect(int line, char *resp, int status, const char *needle) {
-        if (test_raw_status(resp) != status || !strstr(test_raw_body(resp), needle))
-                test_fail(__FILE__, line, "want %d with \"%s\", got: %.600s", status, needle, resp);
-        free(resp);
+/* envd's /files of sandbox id, as the holder of its token. */
+static char *e2b_files(struct e2b *e, const char *method, const char *path, const char *id, const char *token, const char *ctype,
+                       const void *body, size_t len) {
+        _cleanup_free_ char *h = xasprintf("E2b-Sandbox-Id: %s\r\nX-Access-Token: %s\r\n", id, token);
+        return e2btest_req(e, method, path, h, ctype, body, len);
 }
 
 TEST_FULL(e2b_pause_keeps_the_filesystem, 600) {
         struct ctld c;
-        int port = test_free_port();
+        struct e2b e = { .port = test_free_port() };
         char more[160];
-        snprintf(more, sizeof(more), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = busybox\n", port);
+        snprintf(more, sizeof(more), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = busybox\n", e.port);
         _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", more, true, NULL);
         static const char create[] = "{\"templateID\":\"base\",\"timeout\":900,\"allow_internet_access\":false}";
-        _cleanup_free_ char *cr = e2b_call(port, "POST", "/sandboxes", key, NULL, NULL, "application/json", create, strlen(create));
+        _cleanup_free_ char *cr = e2btest_api(&e, "POST", "/sandboxes", key, create);
         ASSERT_EQ(test_raw_status(cr), 201);
         _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(cr));
         char id[25], tok[65], path[128];
         snprintf(id, sizeof(id), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandboxID")));
         snprintf(tok, sizeof(tok), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdAccessToken")));
-        e2b_expect(__LINE__, e2b_call(port, "POST", "/files?path=/data/keep.txt", NULL, id, tok, "application/octet-stream", "kept", 4),
+        E2B_EXPECT(e2b_files(&e, "POST", "/files?path=/data/keep.txt", id, tok, "application/octet-stream", "kept", 4),
                    200, "/data/keep.txt");
         snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
         {
                 /* memory true (the default): kept on a Docker engine with experimental features (issue 37;
                  * test-memory tests it), else refused by name */
-                _cleanup_free_ char *pr = e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{}", 2);
+                _cleanup_free_ char *pr = e2btest_api(&e, "POST", path, key, "{}");
                 if (test_raw_status(pr) == 204) {
                         snprintf(path, sizeof(path), "/sandboxes/%s/connect", id);
-                        e2b_expect(__LINE__, e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{\"timeout\":900}",
-                                                      15), 201, id);
+                        E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"timeout\":900}"), 201, id);
                 } else if (test_raw_status(pr) != 501 || !strstr(test_raw_body(pr), "memory"))
                         test_fail(__FILE__, __LINE__, "pause {} -> %.400s", pr);
         }
         for (int round = 1; round <= 2; round++) {
                 snprintf(path, sizeof(path), "/sandboxes/%s/pause", id);
-                e2b_expect(__LINE__, e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{\"memory\":false}", 16),
-                           204, "");
+                E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"memory\":false}"), 204, "");
                 snprintf(path, sizeof(path), "/sandboxes/%s", id);
-                e2b_expect(__LINE__, e2b_call(port, "GET", path, key, NULL, NULL, NULL, NULL, 0), 200, "\"state\":\"paused\"");
-                e2b_expect(__LINE__, e2b_call(port, "GET", "/files?path=/data/keep.txt", NULL, id, tok, NULL, NULL, 0), 502,
+                E2B_EXPECT(e2btest_api(&e, "GET", path, key, NULL), 200, "\"state\":\"paused\"");
+                E2B_EXPECT(e2b_files(&e, "GET", "/files?path=/data/keep.txt", id, tok, NULL, NULL, 0), 502,
                            "paused");
                 snprintf(path, sizeof(path), "/sandboxes/%s/connect", id);
-                e2b_expect(__LINE__, e2b_call(port, "POST", path, key, NULL, NULL, "application/json", "{\"timeout\":900}", 15),
-                           201, id);
-                e2b_expect(__LINE__, e2b_call(port, "GET", "/files?path=/data/keep.txt", NULL, id, tok, NULL, NULL, 0), 200, "kept");
+                E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"timeout\":900}"), 201, id);
+                E2B_EXPECT(e2b_files(&e, "GET", "/files?path=/data/keep.txt", id, tok, NULL, NULL, 0), 200, "kept");
         }
         /* one pause snapshot is left (the second replaced the first), listed in the Brimble API */
         struct hres r;

@@ -9,7 +9,23 @@
 #include <unistd.h>
 
 #include "agenttest.h"
+#include "amqptest.h"
 #include "testlib.h"
+
+void agenttest_need(bool registry) {
+        if (access(test_build_path("nodeagent"), X_OK) != 0)
+                TEST_SKIP("nodeagent is not built");
+        amqptest_need_broker();
+        if (registry && !test_port_open(5000))
+                TEST_SKIP("no registry on 127.0.0.1:5000 (tests/env/services.sh start registry)");
+}
+
+void agenttest_names(const char *name, int n, char node_id[40], char exchange[64], char conf[512], char log[512]) {
+        snprintf(node_id, 40, "%s-%d", name, n);
+        snprintf(exchange, 64, "paddock.%s-%d", name, n);
+        snprintf(conf, 512, "%s/nodeagent.conf", test_tmpdir());
+        snprintf(log, 512, "%s/nodeagent.log", test_tmpdir());
+}
 
 bool test_log_has(const char *path, off_t from, const char *what, int timeout_s) {
         for (int i = 0; i <= timeout_s * 20; i++) {

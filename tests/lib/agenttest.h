@@ -4,6 +4,15 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+/* Skips the test unless build/nodeagent is built and the shared test broker answers; with
+ * registry, also unless a registry listens on 127.0.0.1:5000. */
+void agenttest_need(bool registry);
+
+/* Names for a test's own agent apart from every other test's: node_id "<name>-<n>" (40 bytes
+ * at most), exchange "paddock.<name>-<n>" (64), its config and log files in the test's
+ * directory (512 each). */
+void agenttest_names(const char *name, int n, char node_id[40], char exchange[64], char conf[512], char log[512]);
+
 /* Writes an agent config to path: [agent] node_id (log_level debug), [amqp] on the shared test
  * broker with that exchange, then the caller's sections (printf-style), then [nomad] address
  * when nomad_url is non-NULL. Fails the test if the file cannot be written. */

@@ -96,3 +96,13 @@ void op(struct ctld *c, const char *key, const char *method, const char *id, con
         snprintf(path, sizeof(path), "/sandboxes/%s%s", id, suffix);
         http_req(c, method, path, key, NULL, r);
 }
+
+cJSON *sandbox_data_member(struct ctld *c, const char *key, const char *id, const char *suffix, const char *member) {
+        struct hres r;
+        op(c, key, "GET", id, suffix, &r);
+        ASSERT_EQ(r.status, 200);
+        const cJSON *m = jget(data_of(&r), member);
+        cJSON *copy = m ? cJSON_Duplicate(m, true) : NULL;
+        hres_done(&r);
+        return copy;
+}

@@ -53,3 +53,6 @@ char *account_containers(const char *acc);
 void get_sandbox(struct ctld *c, const char *key, const char *id, struct hres *r);
 /* method /sandboxes/<id><suffix> with no body; r is the caller's (hres_done). */
 void op(struct ctld *c, const char *key, const char *method, const char *id, const char *suffix, struct hres *r);
+/* GET /sandboxes/<id><suffix>, which must answer 200: a copy of member `member` of its data
+ * (NULL when there is none; the caller deletes it). */
+cJSON *sandbox_data_member(struct ctld *c, const char *key, const char *id, const char *suffix, const char *member);

@@ -425,9 +425,9 @@ char *ctld_start_with_account(struct ctld *c, const char *name, char ret_account
         return ctld_account_key(c, name, NULL, ret_account_id);
 }
 
-char *ctld_start_with_sandbox(struct ctld *c, const char *name, char ret_sandbox_id[25]) {
+char *ctld_start_with_sandbox(struct ctld *c, const char *name, const char *body, char ret_sandbox_id[25]) {
         char *key = ctld_start_with_account(c, name, NULL);
-        ctld_create(c, key, NULL, ret_sandbox_id);
+        ctld_create(c, key, body, ret_sandbox_id);
         return key;
 }
 
@@ -516,6 +516,17 @@ void ctld_exec(struct ctld *c, const char *key, const char *id, const char *cmd,
         cJSON_AddNumberToObject(o, "timeout_seconds", timeout_s);
         _cleanup_free_ char *body = cJSON_PrintUnformatted(o);
         http_req(c, "POST", path, key, body, ret);
+}
+
+void ctld_exec_expect_at(const char *file, int line, struct ctld *c, const char *key, const char *id, const char *cmd,
+                         const char *want) {
+        struct hres r;
+        ctld_exec(c, key, id, cmd, 30, &r);
+        const char *out = r.status == 200 ? hres_data_str(&r, "stdout") : NULL;
+        if (!out || strcmp(out, want))
+                test_fail(file, line, "exec `%s` -> %ld %.400s (want 200 with stdout \"%s\")", cmd, r.status, r.body ? r.body : "",
+                          want);
+        hres_done(&r);
 }
 
 void http_expect_at(const char *file, int line, struct ctld *c, const char *method, const char *path, const char *key,

@@ -85,8 +85,9 @@ char *ctld_account_key(struct ctld *c, const char *name, const char *plan, char 
 /* The usual start of a test: needs Docker, starts controld with the default config and
  * returns an API key of a new account `name` (its id in ret_account_id when non-NULL). */
 char *ctld_start_with_account(struct ctld *c, const char *name, char ret_account_id[25]);
-/* The same, plus one sandbox created with the default body (its id in ret_sandbox_id). */
-char *ctld_start_with_sandbox(struct ctld *c, const char *name, char ret_sandbox_id[25]);
+/* The same, plus one sandbox created with body (NULL: the default body; its id in
+ * ret_sandbox_id). */
+char *ctld_start_with_sandbox(struct ctld *c, const char *name, const char *body, char ret_sandbox_id[25]);
 
 struct hres {
         long status;
@@ -126,6 +127,10 @@ void mem_append(char **buf, size_t *len, const void *p, size_t n);
 
 /* POST /sandboxes/{id}/exec {"cmd": cmd, "timeout_seconds": timeout_s}; the status is the caller's to check. */
 void ctld_exec(struct ctld *c, const char *key, const char *id, const char *cmd, int timeout_s, struct hres *ret);
+/* ctld_exec with a 30 s timeout that must answer 200 with stdout exactly want. */
+void ctld_exec_expect_at(const char *file, int line, struct ctld *c, const char *key, const char *id, const char *cmd,
+                         const char *want);
+#define CTLD_EXEC_EXPECT(c, key, id, cmd, want) ctld_exec_expect_at(__FILE__, __LINE__, (c), (key), (id), (cmd), (want))
 
 /* Creates a sandbox with body (default "{}"), asserts 201, returns its id (static buffer per call). */
 const char *ctld_create(struct ctld *c, const char *key, const char *body, char ret_id[25]);

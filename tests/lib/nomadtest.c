@@ -172,3 +172,12 @@ const char *nstandin_container(struct nstandin *s, const char *sandbox_id) {
         }
         return NULL;
 }
+
+void nstandin_start_one_node(struct nstandin *s, const char *dir, char *node_id, size_t size) {
+        const char *args[] = { "--nodes", "1", "--net-map", "cni/sandbox-no-egress=none", NULL };
+        nstandin_start(s, dir, args);
+        _cleanup_json_ cJSON *self = nstandin_get(s, "/v1/agent/self");
+        const cJSON *nid = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(self, "stats"), "client"), "node_id");
+        ASSERT_TRUE(cJSON_IsString(nid));
+        snprintf(node_id, size, "%s", nid->valuestring);
+}

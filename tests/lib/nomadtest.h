@@ -23,6 +23,9 @@ void need_nstandin(void);
 /* args: extra command-line arguments (NULL-terminated, may be NULL), e.g. --nodes 2. */
 void nstandin_start(struct nstandin *s, const char *dir, const char *const *args);
 void nstandin_stop(struct nstandin *s);
+/* nstandin_start with one client node (the node of a test's own agent; the no-egress network
+ * mapped to none): that node's Nomad id into node_id (size bytes). */
+void nstandin_start_one_node(struct nstandin *s, const char *dir, char *node_id, size_t size);
 /* POST /_standin/fault with a JSON object such as {"fail_placement":1}. */
 void nstandin_fault(struct nstandin *s, const char *json);
 /* GET /_standin/state: {Index, Jobs, Allocations, Workers}. New tree. */

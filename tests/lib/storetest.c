@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "storetest.h"
+#include "strutil.h"
 #include "testlib.h"
 
 const char *storetest_path(const char *name) {
@@ -44,4 +45,15 @@ struct config *storetest_config(const char *text, char *err, size_t errlen, int 
         *ret_r = config_load(path, &c, err, errlen);
         unlink(path);
         return c;
+}
+
+void storetest_sandbox(struct sandbox *sb, const char *account_id, const char *name, const char *image) {
+        memset(sb, 0, sizeof(*sb));
+        hexid_new(sb->id);
+        snprintf(sb->account_id, sizeof(sb->account_id), "%s", account_id);
+        sb->name = xstrdup(name);
+        sb->template_name = xstrdup("busybox");
+        sb->image = xstrdup(image);
+        sb->status = SB_STARTING;
+        sb->region_key = xstrdup("local");
 }

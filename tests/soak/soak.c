@@ -629,18 +629,11 @@ static void networks_drop(void *ud) {
  * bridge and repository. */
 static const char *platform_up(void) {
         static char extra[2048];
-        amqptest_need_broker();
-        if (!test_port_open(5000))
-                TEST_SKIP("no registry on 127.0.0.1:5000 (tests/env/services.sh start registry)");
-        if (access(test_build_path("nodeagent"), X_OK) != 0)
-                TEST_SKIP("nodeagent is not built");
+        agenttest_need(true);
         int id4 = (int) (getpid() % 10000);
-        snprintf(node_id, sizeof(node_id), "soak-%d", id4);
-        snprintf(exchange, sizeof(exchange), "paddock.soak-%d", id4);
+        agenttest_names("soak", id4, node_id, exchange, agent_conf, agent_log);
         snprintf(table, sizeof(table), "psoak%d", id4);
         snprintf(repo, sizeof(repo), "paddock-soak/snap%d", id4);
-        snprintf(agent_conf, sizeof(agent_conf), "%s/nodeagent.conf", test_tmpdir());
-        snprintf(agent_log, sizeof(agent_log), "%s/nodeagent.log", test_tmpdir());
         test_on_exit(networks_drop, NULL);
         test_on_exit(platform_down, NULL);
         agenttest_write_conf(agent_conf, node_id, exchange, NULL,

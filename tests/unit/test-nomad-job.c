@@ -50,20 +50,28 @@ static void reference_sandbox(struct sandbox *sb) {
 
 TEST(nomad_config_defaults) {
         struct config *c = conf_ok("[scheduler]\ndriver = nomad\n");
-        ASSERT_STREQ(c->driver, "nomad");
-        ASSERT_STREQ(c->nomad_addr, "http://127.0.0.1:4646");
-        ASSERT_STREQ(c->nomad_token, "");
-        ASSERT_STREQ(c->nomad_namespace, "sandboxes");
-        ASSERT_STREQ(c->nomad_node_pool, "sandbox");
-        ASSERT_STREQ(c->nomad_region, "global");
-        ASSERT_STREQ(c->nomad_datacenters[0], "*");
+        const struct {
+                const char *key, *got, *want;
+        } defaults[] = {
+                { "driver", c->driver, "nomad" },
+                { "address", c->nomad_addr, "http://127.0.0.1:4646" },
+                { "token", c->nomad_token, "" },
+                { "namespace", c->nomad_namespace, "sandboxes" },
+                { "node_pool", c->nomad_node_pool, "sandbox" },
+                { "region", c->nomad_region, "global" },
+                { "datacenters[0]", c->nomad_datacenters[0], "*" },
+                { "cni_open", c->nomad_cni_open, "sandbox-open" },
+                { "cni_restricted", c->nomad_cni_restricted, "sandbox-restricted" },
+                { "cni_no_egress", c->nomad_cni_no_egress, "sandbox-no-egress" },
+                { "runtime", c->nomad_runtime, "runsc" },
+                { "runtime_net", c->nomad_runtime_net, "runsc-net" },
+                { "csi_plugin_id", c->nomad_csi_plugin_id, "" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(defaults); i++)
+                if (!defaults[i].got || strcmp(defaults[i].got, defaults[i].want))
+                        test_fail(__FILE__, __LINE__, "%s: \"%s\", want \"%s\"", defaults[i].key,
+                                  defaults[i].got ? defaults[i].got : "(null)", defaults[i].want);
         ASSERT_TRUE(c->nomad_datacenters[1] == NULL);
-        ASSERT_STREQ(c->nomad_cni_open, "sandbox-open");
-        ASSERT_STREQ(c->nomad_cni_restricted, "sandbox-restricted");
-        ASSERT_STREQ(c->nomad_cni_no_egress, "sandbox-no-egress");
-        ASSERT_STREQ(c->nomad_runtime, "runsc");
-        ASSERT_STREQ(c->nomad_runtime_net, "runsc-net");
-        ASSERT_STREQ(c->nomad_csi_plugin_id, "");
         ASSERT_EQ(c->nomad_pids_limit, 4096);
         ASSERT_EQ(c->nomad_placement_timeout_ms, 120000);
         ASSERT_EQ(c->nomad_blocking_wait_ms, 30000);

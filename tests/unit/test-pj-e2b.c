@@ -22,9 +22,19 @@
                         test_fail(__FILE__, __LINE__, "%s refused: %s", body, _e.message); \
         } while (0)
 
-static void refused(int line, int r, const struct pj_error *e, const char *field, const char *needle) {
+/* A body a parser must refuse: the field the error names and a part of its message. */
+struct refusal {
+        const char *body, *field, *needle;
+};
+
+static void refused_body(int line, const char *body, int r, const struct pj_error *e, const char *field, const char *needle) {
         if (r != -EINVAL || strcmp(e->field, field) || !strstr(e->message, needle))
-                test_fail(__FILE__, line, "want -EINVAL on %s with \"%s\", got %d on %s: %s", field, needle, r, e->field, e->message);
+                test_fail(__FILE__, line, "want -EINVAL on %s with \"%s\", got %d on %s: %s%s%s%s", field, needle, r, e->field,
+                          e->message, body ? " (body " : "", body ? body : "", body ? ")" : "");
+}
+
+static void refused(int line, int r, const struct pj_error *e, const char *field, const char *needle) {
+        refused_body(line, NULL, r, e, field, needle);
 }
 
 static void create_refused(int line, const char *body, const char *field, const char *needle) {
@@ -32,15 +42,17 @@ static void create_refused(int line, const char *body, const char *field, const 
         struct pj_error e = { 0 };
         int r = pj_e2b_create_parse(body, strlen(body), &c, &e);
         pj_e2b_create_done(&c);
-        refused(line, r, &e, field, needle);
+        refused_body(line, body, r, &e, field, needle);
 }
+
+/* What E2B's SDK sends for Sandbox.create() with metadata and envs. */
+static const char sdk_default_body[] =
+        "{\"templateID\":\"base\",\"metadata\":{\"a\":\"1\"},\"envVars\":{\"X\":\"y\"},\"timeout\":300,\"secure\":true,"
+        "\"allow_internet_access\":true}";
 
 TEST(create_maps_the_sdk_default_body) {
         _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
-        PARSE_OK(pj_e2b_create_parse,
-                 "{\"templateID\":\"base\",\"metadata\":{\"a\":\"1\"},\"envVars\":{\"X\":\"y\"},\"timeout\":300,\"secure\":true,"
-                 "\"allow_internet_access\":true}",
-                 &c);
+        PARSE_OK(pj_e2b_create_parse, sdk_default_body, &c);
         ASSERT_STREQ(c.template_id, "base");
         ASSERT_EQ(c.timeout_s, 300);
         ASSERT_STREQ(c.metadata_json, "{\"a\":\"1\"}");
@@ -76,26 +88,28 @@ TEST(create_maps_network_onto_egress_modes) {
 }
 
 TEST(create_refuses_what_it_does_not_do_by_name) {
-        create_refused(__LINE__, "{}", "templateID", "required");
-        create_refused(__LINE__, "{\"templateID\":\"a b\"}", "templateID", "[A-Za-z0-9._/:-]");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"timeout\":-1}", "timeout", "integer");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"timeout\":1.5}", "timeout", "integer");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"autoPause\":true}", "autoPause", "not supported");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"autoPauseMemory\":true}", "autoPauseMemory", "not supported");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"autoResume\":{\"enabled\":true}}", "autoResume", "not supported");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"secure\":false}", "secure", "access token");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"mcp\":{\"x\":1}}", "mcp", "not supported");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"iam\":{\"tokens\":{\"t\":{}}}}", "iam", "not supported");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"volumeMounts\":[{\"name\":\"v\",\"path\":\"/v\"}]}", "volumeMounts",
-                       "not supported");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"network\":{\"denyOut\":[\"10.0.0.0/8\"]}}", "network.denyOut[0]",
-                       "only 0.0.0.0/0");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"network\":{\"allowOut\":[\"not a host\"]}}", "network.allowOut[0]", "");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"network\":{\"rules\":{\"a.com\":[]}}}", "network.rules", "not supported");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"network\":{\"colour\":1}}", "network.colour", "Unknown field");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"envVars\":{\"9x\":\"y\"}}", "envVars.9x", "variable name");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"envVars\":{\"X\":1}}", "envVars.X", "string");
-        create_refused(__LINE__, "{\"templateID\":\"base\",\"metadata\":[]}", "metadata", "object of strings");
+        static const struct refusal rows[] = {
+                { "{}", "templateID", "required" },
+                { "{\"templateID\":\"a b\"}", "templateID", "[A-Za-z0-9._/:-]" },
+                { "{\"templateID\":\"base\",\"timeout\":-1}", "timeout", "integer" },
+                { "{\"templateID\":\"base\",\"timeout\":1.5}", "timeout", "integer" },
+                { "{\"templateID\":\"base\",\"autoPause\":true}", "autoPause", "not supported" },
+                { "{\"templateID\":\"base\",\"autoPauseMemory\":true}", "autoPauseMemory", "not supported" },
+                { "{\"templateID\":\"base\",\"autoResume\":{\"enabled\":true}}", "autoResume", "not supported" },
+                { "{\"templateID\":\"base\",\"secure\":false}", "secure", "access token" },
+                { "{\"templateID\":\"base\",\"mcp\":{\"x\":1}}", "mcp", "not supported" },
+                { "{\"templateID\":\"base\",\"iam\":{\"tokens\":{\"t\":{}}}}", "iam", "not supported" },
+                { "{\"templateID\":\"base\",\"volumeMounts\":[{\"name\":\"v\",\"path\":\"/v\"}]}", "volumeMounts", "not supported" },
+                { "{\"templateID\":\"base\",\"network\":{\"denyOut\":[\"10.0.0.0/8\"]}}", "network.denyOut[0]", "only 0.0.0.0/0" },
+                { "{\"templateID\":\"base\",\"network\":{\"allowOut\":[\"not a host\"]}}", "network.allowOut[0]", "" },
+                { "{\"templateID\":\"base\",\"network\":{\"rules\":{\"a.com\":[]}}}", "network.rules", "not supported" },
+                { "{\"templateID\":\"base\",\"network\":{\"colour\":1}}", "network.colour", "Unknown field" },
+                { "{\"templateID\":\"base\",\"envVars\":{\"9x\":\"y\"}}", "envVars.9x", "variable name" },
+                { "{\"templateID\":\"base\",\"envVars\":{\"X\":1}}", "envVars.X", "string" },
+                { "{\"templateID\":\"base\",\"metadata\":[]}", "metadata", "object of strings" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(rows); i++)
+                create_refused(__LINE__, rows[i].body, rows[i].field, rows[i].needle);
         /* every user-made count is bounded */
         struct strbuf b;
         strbuf_init(&b, 0);
@@ -195,16 +209,19 @@ TEST(start_messages) {
         }
         struct pj_envd_start s = { 0 };
         struct pj_error e = { 0 };
-#define START_REFUSED(body, field, needle) \
-        refused(__LINE__, pj_envd_start_parse(body, strlen(body), &s, &e), &e, field, needle)
-        START_REFUSED("{}", "process", "required");
-        START_REFUSED("{\"process\":{}}", "process.cmd", "required");
-        START_REFUSED("{\"process\":{\"cmd\":\"x\",\"argv\":[]}}", "process.argv", "Unknown field");
-        START_REFUSED("{\"process\":{\"cmd\":\"x\",\"args\":[1]}}", "process.args[0]", "string");
-        START_REFUSED("{\"process\":{\"cmd\":\"x\"},\"pty\":{\"size\":{\"cols\":0,\"rows\":1}}}", "pty.size", "1 to 65535");
-        START_REFUSED("{\"process\":{\"cmd\":\"x\"},\"pty\":{\"size\":{\"cols\":70000,\"rows\":1}}}", "pty.size.cols", "65535");
-        START_REFUSED("{\"process\":{\"cmd\":\"x\"},\"stdin\":\"yes\"}", "stdin", "true or false");
-        START_REFUSED("{\"process\":{\"cmd\":\"\"}}", "process.cmd", "1..");
+        static const struct refusal rows[] = {
+                { "{}", "process", "required" },
+                { "{\"process\":{}}", "process.cmd", "required" },
+                { "{\"process\":{\"cmd\":\"x\",\"argv\":[]}}", "process.argv", "Unknown field" },
+                { "{\"process\":{\"cmd\":\"x\",\"args\":[1]}}", "process.args[0]", "string" },
+                { "{\"process\":{\"cmd\":\"x\"},\"pty\":{\"size\":{\"cols\":0,\"rows\":1}}}", "pty.size", "1 to 65535" },
+                { "{\"process\":{\"cmd\":\"x\"},\"pty\":{\"size\":{\"cols\":70000,\"rows\":1}}}", "pty.size.cols", "65535" },
+                { "{\"process\":{\"cmd\":\"x\"},\"stdin\":\"yes\"}", "stdin", "true or false" },
+                { "{\"process\":{\"cmd\":\"\"}}", "process.cmd", "1.." },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(rows); i++)
+                refused_body(__LINE__, rows[i].body, pj_envd_start_parse(rows[i].body, strlen(rows[i].body), &s, &e), &e, rows[i].field,
+                             rows[i].needle);
         pj_envd_start_done(&s);
 }
 

@@ -195,14 +195,7 @@ static void member(struct store *s, const char *pool, const char *image, const c
 }
 
 static void claimant(struct sandbox *sb, const char *account) {
-        memset(sb, 0, sizeof(*sb));
-        hexid_new(sb->id);
-        snprintf(sb->account_id, sizeof(sb->account_id), "%s", account);
-        sb->name = xstrdup("claimed");
-        sb->template_name = xstrdup("busybox");
-        sb->image = xstrdup("paddock/busybox:local");
-        sb->status = SB_STARTING;
-        sb->region_key = xstrdup("local");
+        storetest_sandbox(sb, account, "claimed", "paddock/busybox:local");
         sb->cpu = 250;
         sb->memory = 128;
         sb->disk = 1;

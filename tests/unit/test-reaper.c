@@ -10,6 +10,7 @@
 #include "controld.h"
 #include "driver.h"
 #include "strutil.h"
+#include "storetest.h"
 #include "testlib.h"
 #include "background.h"
 
@@ -73,15 +74,9 @@ static void add_sandbox(struct ctl *c, enum sb_status st, int64_t age_ms, char r
                 memcpy(acc, a.id, 25);
                 account_clear(&a);
         }
-        struct sandbox sb = { 0 };
+        struct sandbox sb;
         int64_t now = now_ms();
-        hexid_new(sb.id);
-        snprintf(sb.account_id, sizeof(sb.account_id), "%s", acc);
-        sb.name = xstrdup("box");
-        sb.template_name = xstrdup("busybox");
-        sb.image = xstrdup("busybox");
-        sb.region_key = xstrdup("local");
-        sb.status = SB_STARTING;
+        storetest_sandbox(&sb, acc, "box", "busybox");
         sb.created_at = sb.last_activity_at = now - age_ms;
         sb.expires_at = now + HOUR_MS;
         ASSERT_OK(store_sandbox_insert_capped(c->store, &sb, -1));

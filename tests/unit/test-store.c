@@ -43,14 +43,7 @@ static long long raw_int(const char *name, const char *sql) {
 
 /* A starting sandbox of account with every column set to something recognisable. */
 static void fill_sandbox(struct sandbox *sb, const char *account_id, const char *name, int64_t created_at) {
-        memset(sb, 0, sizeof(*sb));
-        hexid_new(sb->id);
-        snprintf(sb->account_id, sizeof(sb->account_id), "%s", account_id);
-        sb->name = xstrdup(name);
-        sb->template_name = xstrdup("busybox");
-        sb->image = xstrdup("paddock/busybox:local");
-        sb->status = SB_STARTING;
-        sb->region_key = xstrdup("local");
+        storetest_sandbox(sb, account_id, name, "paddock/busybox:local");
         sb->cpu = 300;
         sb->memory = 256;
         sb->disk = 2;
