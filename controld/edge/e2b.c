@@ -28,8 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "guest-conn.h"
-#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "driver.h"
@@ -41,6 +39,7 @@
 #include "log.h"
 #include "pj_e2b.h"
 #include "preview.h"
+#include "session.h"
 #include "strutil.h"
 #include "tlsbridge.h"
 
@@ -195,8 +194,7 @@ static int wait_agent(struct ctl *c, const struct sandbox *sb, char *err, size_t
         int64_t deadline = mono_ms() + AGENT_READY_TIMEOUT_MS;
         int k;
         for (;;) {
-                _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
-                k = guest_connect(c, sb, &cl, err, errlen);
+                k = session_agent_ping(c, sb, err, errlen);
                 if (k == 0 || k == -EOPNOTSUPP || mono_ms() >= deadline || c->stopping)
                         return k;
                 usleep(50 * 1000);
