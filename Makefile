@@ -49,7 +49,11 @@ INC := -Icommon -Iproto-json $(CTL_INC_ALL) -Inodeagent -Itests/lib
 $(BUILD)/obj/common/%.o: INC := -Icommon
 $(BUILD)/obj/proto-json/%.o: INC := -Icommon -Iproto-json
 $(BUILD)/obj/controld/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
-$(BUILD)/obj/controld/edge/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
+$(BUILD)/obj/controld/edge/%.o: INC := -Icommon -Iproto-json $(CTL_INC_EDGE)
+# Not yet through the core: api.c (an image's size), http.c (/healthz's driver ping) and e2b.c
+# (the checkpoint ops of E2B's pause) still call the driver's ops.
+CTL_EDGE_DRIVER := api http e2b
+$(patsubst %,$(BUILD)/obj/controld/edge/%.o,$(CTL_EDGE_DRIVER)): INC := -Icommon -Iproto-json $(CTL_INC_EDGE) -Icontrold/driver
 $(BUILD)/obj/controld/core/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
 $(BUILD)/obj/controld/driver/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
 $(BUILD)/obj/controld/guest/%.o: INC := -Icommon -Iproto-json $(CTL_INC_ALL)
