@@ -16,6 +16,7 @@
 #include "controld.h"
 #include "process.h"
 #include "log.h"
+#include "session.h"
 #include "strutil.h"
 
 #define PROCESS_TIMEOUT_MS 10000
@@ -53,7 +54,7 @@ static int collect(int stream, const uint8_t *data, size_t len, void *ud) {
 }
 
 int process_start_session(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec,
-                          struct guest_exec **ret, struct api_error *err) {
+                          struct session **ret, struct api_error *err) {
         struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
@@ -86,18 +87,36 @@ int process_start_session(struct ctl *c, const struct sandbox *sb, const struct 
                 strbuf_done(&why);
                 return r;
         }
-        *ret = x;
+        *ret = session_of_guest(x);
+        return 0;
+}
+
+int process_start_terminal(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, struct session **ret,
+                           struct api_error *err) {
+        char msg[512] = "";
+        struct guest_client *cl = NULL;
+        int r = guest_connect(c, sb, &cl, msg, sizeof(msg));
+        if (r < 0)
+                return API_ERR(err, -EHOSTUNREACH, "the agent did not answer: %s", msg);
+        const char *argv[] = { "/bin/sh", "-c", spec->cmd, NULL };
+        struct guest_spawn sp = { .argv = argv, .env = (const char *const *) spec->env, .cwd = spec->cwd,
+                                  .want_stdin = true, .kill_on_detach = true, .tag = spec->tag,
+                                  .rows = (uint32_t) spec->rows, .cols = (uint32_t) spec->cols };
+        struct guest_exec *x = NULL;
+        if (guest_exec_start(cl, &sp, &x, msg, sizeof(msg)) < 0)
+                return API_ERR(err, -EIO, "spawn failed: %s", msg);
+        *ret = session_of_guest(x);
         return 0;
 }
 
 int process_start(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, uint32_t *ret_pid,
                   struct api_error *err) {
-        struct guest_exec *x = NULL;
+        struct session *x = NULL;
         int r = process_start_session(c, sb, spec, &x, err);
         if (r < 0)
                 return r;
-        *ret_pid = (uint32_t) guest_exec_pid(x);
-        guest_exec_free(x);   /* detached: the process stays, its output goes to the agent's buffer */
+        *ret_pid = session_pid(x);
+        session_free(x);   /* detached: the process stays, its output goes to the agent's buffer */
         return 0;
 }
 
@@ -111,14 +130,18 @@ int process_list(struct ctl *c, const struct sandbox *sb, struct pj_agent_fields
         return r < 0 ? gone(r, 0, err) : 0;
 }
 
-int process_attach(struct ctl *c, const struct sandbox *sb, uint32_t pid, struct guest_exec **ret, struct api_error *err) {
+int process_attach(struct ctl *c, const struct sandbox *sb, uint32_t pid, struct session **ret, struct api_error *err) {
         struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
         char msg[256];
-        r = guest_exec_attach(cl, pid, ret, msg, sizeof(msg));
-        return r < 0 ? gone(r, pid, err) : 0;
+        struct guest_exec *x = NULL;
+        r = guest_exec_attach(cl, pid, &x, msg, sizeof(msg));
+        if (r < 0)
+                return gone(r, pid, err);
+        *ret = session_of_guest(x);
+        return 0;
 }
 
 int process_stdin(struct ctl *c, const struct sandbox *sb, uint32_t pid, const char *data, size_t len, bool close,
@@ -149,16 +172,18 @@ int process_resize(struct ctl *c, const struct sandbox *sb, uint32_t pid, int ro
         return r < 0 ? gone(r, pid, err) : 0;
 }
 
-int process_watch(struct ctl *c, const struct sandbox *sb, const char *path, bool recursive, struct guest_watch **ret,
+int process_watch(struct ctl *c, const struct sandbox *sb, const char *path, bool recursive, struct dirwatch **ret,
                   struct api_error *err) {
         struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
         char msg[512] = "";
-        r = guest_watch_open(cl, path, recursive, ret, msg, sizeof(msg));
+        struct guest_watch *w = NULL;
+        r = guest_watch_open(cl, path, recursive, &w, msg, sizeof(msg));
         switch (r) {
         case 0:
+                *ret = dirwatch_of_guest(w);
                 return 0;
         case -ENOENT:
                 return API_ERR(err, -ENOENT, "Directory not found in the sandbox: %s", path);

@@ -1,5 +1,6 @@
-/* runtime.c — the runtime core: a command or a file transfer in a sandbox, through the
- * scheduler driver's exec sessions. It knows no HTTP: every call returns 0 or -errno with a
+/* runtime.c — the runtime core: a command or a file transfer in a sandbox. A command's process
+ * is a session (session.h) through the sandbox's agent, or the scheduler driver's exec path
+ * where no agent answers. It knows no HTTP: every call returns 0 or -errno with a
  * user-facing message in struct api_error, and the protocol adapters above it (api-runtime.c
  * for the Brimble REST/SSE API) turn those into answers.
  *
@@ -24,6 +25,7 @@
 #include "controld.h"
 #include "driver.h"
 #include "log.h"
+#include "session.h"
 #include "strutil.h"
 #include "utf8-carry.h"
 #include "runtime.h"
@@ -169,8 +171,7 @@ struct runtime_run {
         struct ctl *c;
         struct driver *drv;
         struct sandbox sb;
-        struct exec_session *s;       /* through the driver's exec path, or */
-        struct guest_exec *ax;        /* a process through the sandbox's agent, or */
+        struct session *ses;          /* a process (through the agent or the driver's exec path), or */
         struct guest_file *af;        /* a file transfer through the agent */
         char *snippet;                /* code file written through the agent, removed at the end */
         char token[25];
@@ -194,35 +195,27 @@ struct runtime_run {
 
 /* The session of a run, whichever transport carries it. */
 static int rx_read(struct runtime_run *x, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud) {
-        if (x->ax)
-                return guest_exec_read(x->ax, timeout_ms, watch_fd, cb, ud);
         if (x->af)
                 return guest_file_read(x->af, timeout_ms, watch_fd, cb, ud);
-        return x->drv->ops->exec_read(x->s, timeout_ms, watch_fd, cb, ud);
+        return session_read(x->ses, timeout_ms, watch_fd, cb, ud);
 }
 
 static int rx_write(struct runtime_run *x, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud) {
-        if (x->ax)
-                return guest_exec_write(x->ax, data, len, timeout_ms, cb, ud);
         if (x->af)
                 return guest_file_write(x->af, data, len, timeout_ms);
-        return x->drv->ops->exec_write(x->s, data, len, timeout_ms, cb, ud);
+        return session_write(x->ses, data, len, timeout_ms, cb, ud);
 }
 
 static void rx_close_stdin(struct runtime_run *x) {
-        if (x->ax)
-                (void) guest_exec_close_stdin(x->ax);
-        else if (x->s)
-                x->drv->ops->exec_close_stdin(x->s);
+        if (x->ses)
+                (void) session_close_stdin(x->ses);
 }
 
 static int rx_exit_code(struct runtime_run *x, int *ret) {
-        if (x->ax)
-                return guest_exec_exit_code(x->ax, ret);
-        return x->drv->ops->exec_exit_code(x->s, ret);
+        return x->ses ? session_exit_code(x->ses, ret) : -ESRCH;
 }
 
-static bool rx_active(const struct runtime_run *x) { return x->s || x->ax || x->af; }
+static bool rx_active(const struct runtime_run *x) { return x->ses || x->af; }
 
 /* A snippet written through the agent goes when its run does (best effort, bounded). */
 static void snippet_remove(struct runtime_run *x) {
@@ -239,12 +232,12 @@ static void snippet_remove(struct runtime_run *x) {
 static void kill_tree(struct runtime_run *x) {
         if (x->killed)
                 return;
-        if (x->ax || x->af) {
+        if (x->af || (x->ses && session_signals(x->ses))) {
                 /* the agent's process group (the whole tree unless a process left it with setsid)
                  * dies; a transfer just ends with its connection */
                 x->killed = true;
-                if (x->ax)
-                        (void) guest_exec_signal(x->ax, SIGKILL);
+                if (x->ses)
+                        (void) session_signal(x->ses, SIGKILL);
                 return;
         }
         const char *argv[] = { "/bin/sh", "-c", killer_script, "paddock", x->token, NULL };
@@ -275,9 +268,7 @@ struct runtime_run *runtime_free(struct runtime_run *x) {
                 return NULL;
         if (rx_active(x) && !x->finished && !x->killed)
                 kill_tree(x);
-        if (x->s)
-                x->drv->ops->exec_free(x->s);
-        guest_exec_free(x->ax);
+        session_free(x->ses);
         guest_file_free(x->af);
         snippet_remove(x);
         if (x->slot)
@@ -368,12 +359,8 @@ static void finish(struct runtime_run *x) {
         else if (rx_exit_code(x, &x->exit_code) < 0)
                 x->exit_code = -1;
         bool oom = false;
-        if (!x->timed_out && x->exit_code != 0) {
-                if (x->ax)   /* under gVisor the memory limit takes the whole sandbox, its agent too */
-                        oom = guest_exec_lost(x->ax) && x->drv->ops->oom_killed && x->drv->ops->oom_killed(x->drv, &x->sb) > 0;
-                else
-                        oom = x->drv->ops->exec_oom_killed && x->drv->ops->exec_oom_killed(x->s) > 0;
-        }
+        if (!x->timed_out && x->exit_code != 0 && x->ses)
+                oom = session_oom_killed(x->ses, x->c, &x->sb);
         if (oom) {
                 x->oom_killed = true;
                 x->exit_code = 137;
@@ -464,7 +451,8 @@ static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, 
         }
         struct guest_spawn sp = { .argv = cmd->argv, .env = (const char *const *) cmd->env, .cwd = cmd->cwd,
                                   .want_stdin = cmd->stdin_data && !cmd->stdin_file, .kill_on_detach = true };
-        k = guest_exec_start(cl, &sp, &x->ax, msg, sizeof(msg));
+        struct guest_exec *ax = NULL;
+        k = guest_exec_start(cl, &sp, &ax, msg, sizeof(msg));
         if (k == -EPROTO || k == -ECONNRESET || k == -ETIMEDOUT || k == -EPIPE) {
                 /* the agent answered HELLO but not SPAWN: something in the sandbox broke it */
                 log_notice("the sandbox's agent failed the command (%s); using the driver's exec path", msg);
@@ -474,6 +462,7 @@ static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, 
         if (k < 0)
                 return API_ERR(err, k == -EUSERS ? -EUSERS : k == -EINVAL ? -EINVAL : -EHOSTUNREACH, "Could not run the command: %s",
                                msg);
+        x->ses = session_of_guest(ax);
         return 0;
 }
 
@@ -503,8 +492,10 @@ static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd,
         argv[n] = NULL;
 
         struct exec_spec spec = { .argv = argv, .cwd = "/", .want_stdin = cmd->stdin_data != NULL };
-        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &x->s, msg, sizeof(msg)) < 0)
+        struct exec_session *s = NULL;
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, msg, sizeof(msg)) < 0)
                 return API_ERR(err, -EHOSTUNREACH, "Could not run the command: %s", msg);
+        x->ses = session_of_driver(x->drv, s);
         return 0;
 }
 
@@ -642,10 +633,12 @@ static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script
         }
         const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/", "", "0", "/bin/sh", "-c", script, "paddock", path, NULL };
         struct exec_spec spec = { .argv = argv, .cwd = "/", .want_stdin = want_stdin };
-        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &x->s, msg, sizeof(msg)) < 0) {
+        struct exec_session *s = NULL;
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, msg, sizeof(msg)) < 0) {
                 runtime_free(x);
                 return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
         }
+        x->ses = session_of_driver(x->drv, s);
         *ret = x;
         return 0;
 }
@@ -658,7 +651,7 @@ static int finish_file_exec(struct runtime_run *x) {
                         kill_tree(x);
                         return -ETIMEDOUT;
                 }
-                int k = x->drv->ops->exec_read(x->s, 1000, -1, on_output, x);
+                int k = session_read(x->ses, 1000, -1, on_output, x);
                 if (k == 1)
                         break;
                 if (k < 0)
@@ -771,7 +764,7 @@ int runtime_file_write_finish(struct runtime_run *x, const char *path, struct ap
                 x->finished = true;
                 return agent_put_error(k, path, why, err);
         }
-        x->drv->ops->exec_close_stdin(x->s);
+        (void) session_close_stdin(x->ses);
         int code = finish_file_exec(x);
         if (code < 0)
                 return API_ERR(err, -EHOSTUNREACH, "The sandbox did not finish writing %s: %s", path, strerror(-code));
@@ -823,7 +816,7 @@ int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, 
                 if (x->af)
                         code = 0;   /* the agent ended the read with END: the whole file came */
                 else
-                        (void) x->drv->ops->exec_exit_code(x->s, &code);  /* unknown stays -1: "Failed to read" */
+                        (void) session_exit_code(x->ses, &code);  /* unknown stays -1: "Failed to read" */
                 x->finished = true;
                 const char *e = x->err.buf.buf ? x->err.buf.buf : "";
                 if (code == 3)

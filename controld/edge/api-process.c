@@ -6,13 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guest-exec.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
 #include "process.h"
+#include "session.h"
 #include "strutil.h"
 #include "utf8-carry.h"
 #include "render.h"
@@ -139,7 +139,7 @@ enum MHD_Result process_post_resize(struct req *r) {
 
 struct pstream {
         struct ctl *c;
-        struct guest_exec *x;
+        struct session *x;
         struct strbuf pending;
         size_t pending_off;
         struct utf8_carry carry[2];   /* an incomplete UTF-8 sequence per stream */
@@ -177,7 +177,7 @@ static ssize_t ps_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         t->done = true;
                         continue;
                 }
-                int k = guest_exec_read(t->x, 1000, t->client_fd, ps_output, t);
+                int k = session_read(t->x, 1000, t->client_fd, ps_output, t);
                 if (k == -ECONNRESET)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 if (k < 0 && k != -ENOBUFS) {
@@ -189,12 +189,12 @@ static ssize_t ps_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         int code = -1;
                         (void) ps_text(t, 1, NULL, 0, true);
                         (void) ps_text(t, 2, NULL, 0, true);
-                        if (guest_exec_lost(t->x)) {
+                        if (session_lost(t->x)) {
                                 queue(t, exec_error_frame_to_json(
                                                  "The sandbox's process agent went away (the sandbox stopped, or another client "
                                                  "attached to this process)"));
                         } else {
-                                (void) guest_exec_exit_code(t->x, &code);
+                                (void) session_exit_code(t->x, &code);
                                 queue(t, exec_done_frame_to_json(&(struct exec_result) { .exit_code = code }));
                         }
                         t->done = true;
@@ -208,7 +208,7 @@ static void ps_free(void *cls) {
         struct pstream *t = cls;
         if (t->counted)
                 sse_stream_count(t->c, -1);
-        guest_exec_free(t->x);   /* detaches only: the process keeps running */
+        session_free(t->x);   /* detaches only: the process keeps running */
         strbuf_done(&t->pending);
         free(t);
 }
@@ -237,7 +237,7 @@ enum MHD_Result process_get_stream(struct req *r) {
 
 struct wstream {
         struct ctl *c;
-        struct guest_watch *w;
+        struct dirwatch *w;
         struct strbuf pending;
         size_t pending_off;
         bool done, counted;
@@ -296,7 +296,7 @@ static ssize_t ws_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         queue_end(t, true);
                         continue;
                 }
-                int k = guest_watch_read(t->w, 1000, t->client_fd, ws_event, t);
+                int k = dirwatch_read(t->w, 1000, t->client_fd, ws_event, t);
                 if (k == -ECONNRESET)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 if (k < 0 && k != -ENOBUFS) {
@@ -305,7 +305,7 @@ static ssize_t ws_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         continue;
                 }
                 if (k == 1) {
-                        queue_end(t, guest_watch_truncated(t->w));
+                        queue_end(t, dirwatch_truncated(t->w));
                         continue;
                 }
                 sse_keepalive(&t->pending, t->pending.len != t->pending_off, &t->last_sent,
@@ -317,7 +317,7 @@ static void ws_free(void *cls) {
         struct wstream *t = cls;
         if (t->counted)
                 sse_stream_count(t->c, -1);
-        guest_watch_free(t->w);
+        dirwatch_free(t->w);
         strbuf_done(&t->pending);
         free(t);
 }

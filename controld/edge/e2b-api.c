@@ -13,8 +13,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include "guest-conn.h"
-#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "e2b.h"
@@ -23,6 +21,7 @@
 #include "json.h"
 #include "log.h"
 #include "pj_e2b.h"
+#include "session.h"
 #include "strutil.h"
 #include "sandbox.h"
 #include "snapshot.h"
@@ -141,8 +140,7 @@ static int wait_agent(struct ctl *c, const struct sandbox *sb, char *err, size_t
         int64_t deadline = mono_ms() + AGENT_READY_TIMEOUT_MS;
         int k;
         for (;;) {
-                _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
-                k = guest_connect(c, sb, &cl, err, errlen);
+                k = session_agent_ping(c, sb, err, errlen);
                 if (k == 0 || k == -EOPNOTSUPP || mono_ms() >= deadline || c->stopping)
                         return k;
                 usleep(50 * 1000);

@@ -14,8 +14,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "guest-exec.h"
-#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "e2b.h"
@@ -27,6 +25,7 @@
 #include "pj_fields.h"
 #include "pj_json.h"
 #include "process.h"
+#include "session.h"
 #include "strutil.h"
 
 
@@ -357,8 +356,8 @@ static const char *signal_word(int sig) {
 }
 
 static void s_exit(struct cstream *t) {
-        int code = -1, sig = guest_exec_term_signal(t->x);
-        (void) guest_exec_exit_code(t->x, &code);
+        int code = -1, sig = session_term_signal(t->x);
+        (void) session_exit_code(t->x, &code);
         cJSON *ev = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(ev, "end");
         char status[64];
         if (!sig) {
@@ -567,19 +566,19 @@ static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 int64_t now = mono_ms();
                 if (t->deadline && now >= t->deadline) {
                         if (t->kill_at_deadline)
-                                (void) guest_exec_signal(t->x, SIGKILL);   /* envd: Start's timeout ends the process */
+                                (void) session_signal(t->x, SIGKILL);   /* envd: Start's timeout ends the process */
                         s_end(t, PJ_CONNECT_DEADLINE_EXCEEDED, "The request's deadline (Connect-Timeout-Ms) passed");
                         continue;
                 }
                 int wait = 1000;
                 if (t->deadline && t->deadline - now < wait)
                         wait = (int) (t->deadline - now);
-                int k = t->kind == S_PROCESS ? guest_exec_read(t->x, wait, t->client_fd, s_output, t)
-                                             : guest_watch_read(t->w, wait, t->client_fd, watch_event, t);
+                int k = t->kind == S_PROCESS ? session_read(t->x, wait, t->client_fd, s_output, t)
+                                             : dirwatch_read(t->w, wait, t->client_fd, watch_event, t);
                 if (k == -ECONNRESET) {
                         /* the client went; Start's timeout still ends the process at its time */
-                        if (t->kill_at_deadline && t->deadline && !guest_exec_term_signal(t->x))
-                                kill_later(t->c, t->sandbox, (uint32_t) guest_exec_pid(t->x), t->deadline);
+                        if (t->kill_at_deadline && t->deadline && !session_term_signal(t->x))
+                                kill_later(t->c, t->sandbox, session_pid(t->x), t->deadline);
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 }
                 if (k < 0 && k != -ENOBUFS) {
@@ -591,11 +590,11 @@ static ssize_t s_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 }
                 if (k == 1) {
                         if (t->kind == S_WATCH)
-                                s_end(t, guest_watch_truncated(t->w) ? PJ_CONNECT_DATA_LOSS : 0,
+                                s_end(t, dirwatch_truncated(t->w) ? PJ_CONNECT_DATA_LOSS : 0,
                                       "Events were lost (the watcher fell behind): list the directory again");
-                        else if (guest_exec_lost(t->x) && s_sandbox_gone(t))
+                        else if (session_lost(t->x) && s_sandbox_gone(t))
                                 t->drop = true;
-                        else if (guest_exec_lost(t->x))
+                        else if (session_lost(t->x))
                                 s_end(t, PJ_CONNECT_UNAVAILABLE,
                                       "The sandbox's agent went away (the sandbox stopped, or another client connected to "
                                       "this process)");
@@ -611,8 +610,8 @@ void envd_s_free(void *cls) {
         struct cstream *t = cls;
         if (t->counted)
                 sse_stream_count(t->c, -1);
-        guest_exec_free(t->x);   /* detaches: the process keeps running */
-        guest_watch_free(t->w);
+        session_free(t->x);   /* detaches: the process keeps running */
+        dirwatch_free(t->w);
         strbuf_done(&t->pending);
         free(t);
 }

@@ -8,8 +8,6 @@
 #include <strings.h>
 #include <zlib.h>
 
-#include "guest-exec.h"
-#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "envd-private.h"
@@ -17,6 +15,7 @@
 #include "json.h"
 #include "log.h"
 #include "pj_e2b.h"
+#include "sbfs.h"
 #include "strutil.h"
 #include "runtime.h"
 
@@ -130,15 +129,15 @@ static void up_open(struct upload *u, const char *raw_path) {
         snprintf(dir, sizeof(dir), "%s", u->cur);
         char *slash = strrchr(dir, '/');
         u->existing = strlen(u->cur);
-        struct guest_client *cl = NULL;
-        if (guest_connect(u->r->c, &u->sb, &cl, msg, sizeof(msg)) == 0) {
-                if (u->user->uid && envd_existing_prefix(cl, u->cur, &u->existing) < 0)
+        struct sbfs *fs = NULL;
+        if (sbfs_open(u->r->c, &u->sb, &fs, msg, sizeof(msg)) == 0) {
+                if (u->user->uid && envd_existing_prefix(fs, u->cur, &u->existing) < 0)
                         u->existing = strlen(u->cur);
                 if (slash && slash != dir) {
                         *slash = 0;
-                        (void) guest_fs_mkdir(cl, dir, true, FS_TIMEOUT_MS);
+                        (void) sbfs_mkdir(fs, dir, true, FS_TIMEOUT_MS);
                 }
-                guest_client_free(cl);
+                sbfs_close(fs);
         }
         struct sandbox copy = { 0 };
         if (store_sandbox_get(u->r->c->store, u->sb.id, &copy) < 0)

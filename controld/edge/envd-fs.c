@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guest-exec.h"
-#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "envd-private.h"
@@ -21,15 +19,17 @@
 #include "pj_fields.h"
 #include "pj_json.h"
 #include "process.h"
+#include "sbfs.h"
+#include "session.h"
 #include "strutil.h"
 
 #define LISTDIR_MAX 65536
 
 /* ---- filesystem.Filesystem ---- */
 
-static int fs_agent(struct req *r, const struct sandbox *sb, struct guest_client **ret) {
+static int fs_agent(struct req *r, const struct sandbox *sb, struct sbfs **ret) {
         char msg[256];
-        int k = guest_connect(r->c, sb, ret, msg, sizeof(msg));
+        int k = sbfs_open(r->c, sb, ret, msg, sizeof(msg));
         if (k < 0) {
                 envd_unary_error(r, PJ_CONNECT_UNAVAILABLE, "The sandbox's agent is not answering: %s", msg);
                 return k;
@@ -146,7 +146,7 @@ static void resolve_links(struct ctl *c, const struct sandbox *sb, char *const *
         for (size_t i = 0; i < n; i++)
                 argv[4 + i] = paths[i];
         struct process_spec spec = { .argv = argv, .cwd = "/" };
-        struct guest_exec *x = NULL;
+        struct session *x = NULL;
         struct api_error e = { 0 };
         if (process_start_session(c, sb, &spec, &x, &e) < 0)
                 return;
@@ -154,10 +154,10 @@ static void resolve_links(struct ctl *c, const struct sandbox *sb, char *const *
         int64_t deadline = mono_ms() + LINKS_TIMEOUT_MS;
         int k = 0;
         while (k == 0 && mono_ms() < deadline)
-                k = guest_exec_read(x, (int) (deadline - mono_ms()), -1, links_out, &out);
+                k = session_read(x, (int) (deadline - mono_ms()), -1, links_out, &out);
         if (k != 1)
-                (void) guest_exec_signal(x, SIGKILL);
-        guest_exec_free(x);
+                (void) session_signal(x, SIGKILL);
+        session_free(x);
         if (k != 1 || out.truncated || !out.buf)
                 return;
         const char *p = out.buf, *end = out.buf + out.len;
@@ -173,11 +173,11 @@ static void resolve_links(struct ctl *c, const struct sandbox *sb, char *const *
 
 /* The link information of the symlink at path: its target's type and mode (the agent's STAT
  * follows links) and its resolved target. target is the caller's to free. */
-static void link_info(struct ctl *c, const struct sandbox *sb, struct guest_client *cl, const char *path, struct linkinfo *ret,
+static void link_info(struct ctl *c, const struct sandbox *sb, struct sbfs *fs, const char *path, struct linkinfo *ret,
                       char **ret_target) {
-        struct guest_stat st;
+        struct sbfs_stat st;
         *ret = (struct linkinfo) { 0 };
-        if (guest_fs_stat(cl, path, &st, FS_TIMEOUT_MS) == 0)
+        if (sbfs_stat(fs, path, &st, FS_TIMEOUT_MS) == 0)
                 *ret = (struct linkinfo) { .known = true, .type = st.type, .mode = st.mode };
         char *p = (char *) path;
         resolve_links(c, sb, &p, 1, ret_target);
@@ -188,42 +188,42 @@ static void link_info(struct ctl *c, const struct sandbox *sb, struct guest_clie
  * 1 and *ret when path is a symlink, 0 when it is not or cannot be told. */
 struct lfind {
         const char *name;
-        struct guest_stat st;
+        struct sbfs_stat st;
         bool found;
 };
 
-static int lfind_entry(const struct pj_agent_fields *e, void *ud) {
+static int lfind_entry(const struct sbfs_entry *e, void *ud) {
         struct lfind *f = ud;
         if (!f->found && e->name && !strcmp(e->name, f->name)) {
                 f->found = true;
-                f->st = (struct guest_stat) { .type = e->ftype, .size = e->size, .mode = e->mode, .mtime_ns = e->mtime_ns };
+                f->st = e->st;
                 return -ECANCELED;   /* found: the rest of the listing is read and dropped */
         }
         return 0;
 }
 
-static int lstat_symlink(struct guest_client *cl, const char *path, struct guest_stat *ret) {
+static int lstat_symlink(struct sbfs *fs, const char *path, struct sbfs_stat *ret) {
         const char *slash = strrchr(path, '/');
         if (!slash || !slash[1])
                 return 0;
         _cleanup_free_ char *dir = slash == path ? xstrdup("/") : xstrndup(path, (size_t) (slash - path));
         struct lfind f = { .name = slash + 1 };
-        (void) guest_fs_listdir(cl, dir, lfind_entry, &f, FS_TIMEOUT_MS, NULL);
+        (void) sbfs_listdir(fs, dir, lfind_entry, &f, FS_TIMEOUT_MS);
         if (!f.found || f.st.type != PJ_AGENT_FT_SYMLINK)
                 return 0;
         *ret = f.st;
         return 1;
 }
 
-static int stat_entry(struct ctl *c, const struct sandbox *sb, struct guest_client *cl, const char *path, cJSON **ret) {
-        struct guest_stat st, lst;
-        int k = guest_fs_stat(cl, path, &st, FS_TIMEOUT_MS);
+static int stat_entry(struct ctl *c, const struct sandbox *sb, struct sbfs *fs, const char *path, cJSON **ret) {
+        struct sbfs_stat st, lst;
+        int k = sbfs_stat(fs, path, &st, FS_TIMEOUT_MS);
         if (k == -ENOENT || k == -ELOOP || k >= 0) {
                 /* a symlink (a dangling one too): described as itself, as envd's lstat does */
-                if (lstat_symlink(cl, path, &lst) == 1) {
+                if (lstat_symlink(fs, path, &lst) == 1) {
                         struct linkinfo li;
                         _cleanup_free_ char *target = NULL;
-                        link_info(c, sb, cl, path, &li, &target);
+                        link_info(c, sb, fs, path, &li, &target);
                         *ret = entry_json(path, lst.type, lst.size, lst.mode, lst.mtime_ns, &li);
                         return 0;
                 }
@@ -246,17 +246,17 @@ static int stat_entry(struct ctl *c, const struct sandbox *sb, struct guest_clie
 /* The number of leading characters of path that exist already (path itself: its length);
  * the components after them are what a mkdir -p / write makes. < 0: the agent failed, or did
  * not answer them all within FS_TIMEOUT_MS. */
-int envd_existing_prefix(struct guest_client *cl, const char *path, size_t *ret) {
+int envd_existing_prefix(struct sbfs *fs, const char *path, size_t *ret) {
         _cleanup_free_ char *p = xstrdup(path);
         size_t len = strlen(p);
         int64_t deadline = mono_ms() + FS_TIMEOUT_MS;
         for (int steps = 0; len > 1 && steps < OWN_MAX_PATHS; steps++) {
-                struct guest_stat st;
+                struct sbfs_stat st;
                 p[len] = 0;
                 int64_t left = deadline - mono_ms();
                 if (left <= 0)
                         return -ETIMEDOUT;
-                int k = guest_fs_stat(cl, p, &st, (int) left);
+                int k = sbfs_stat(fs, p, &st, (int) left);
                 if (k == 0)
                         break;
                 if (k != -ENOENT)
@@ -289,18 +289,18 @@ int envd_give_to_user(struct ctl *c, const struct sandbox *sb, const struct envd
                 }
         argv[n] = NULL;
         struct process_spec spec = { .argv = argv, .cwd = "/" };
-        struct guest_exec *x = NULL;
+        struct session *x = NULL;
         int k = process_start_session(c, sb, &spec, &x, e), code = -1;
         if (k == 0) {
                 _cleanup_strbuf_ struct strbuf out = STRBUF_INIT(4096);
                 int64_t deadline = mono_ms() + OWN_TIMEOUT_MS;
                 while (k == 0 && mono_ms() < deadline)
-                        k = guest_exec_read(x, (int) (deadline - mono_ms()), -1, links_out, &out);
+                        k = session_read(x, (int) (deadline - mono_ms()), -1, links_out, &out);
                 if (k != 1)
-                        (void) guest_exec_signal(x, SIGKILL);
-                else if (guest_exec_exit_code(x, &code) < 0)
+                        (void) session_signal(x, SIGKILL);
+                else if (session_exit_code(x, &code) < 0)
                         code = -1;
-                guest_exec_free(x);
+                session_free(x);
                 k = k == 1 && code == 0 ? 0 : API_ERR(e, -EIO, "%s was made, but giving it to %s (chown %s) failed%s", path,
                                                        user->name, ids, k == 1 ? "" : ": chown did not finish in time");
         }
@@ -312,7 +312,7 @@ int envd_give_to_user(struct ctl *c, const struct sandbox *sb, const struct envd
 /* The prologue of the unary filesystem calls: the request, the sandbox, the message, a path
  * resolved, the agent. < 0: answered. */
 static int fs_begin(struct req *r, enum pj_envd_fs_kind kind, struct sandbox *sb, struct pj_envd_fs *in, char **path, char **to,
-                    struct guest_client **cl) {
+                    struct sbfs **fs) {
         struct creq q;
         struct pj_error pe = { 0 };
         if (envd_connect_request(r, false, &q) < 0 || envd_sandbox(r, true, sb) < 0)
@@ -329,21 +329,21 @@ static int fs_begin(struct req *r, enum pj_envd_fs_kind kind, struct sandbox *sb
                 envd_unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "path is too long (at most 4096 bytes)");
                 return -EINVAL;
         }
-        return fs_agent(r, sb, cl);
+        return fs_agent(r, sb, fs);
 }
 
 #define FS_LOCALS                                                    \
         _cleanup_sandbox_ struct sandbox sb = { 0 };                 \
         _cleanup_(pj_envd_fs_done) struct pj_envd_fs in = { 0 };     \
         _cleanup_free_ char *path = NULL, *to = NULL;                \
-        _cleanup_(guest_client_freep) struct guest_client *cl = NULL
+        _cleanup_(sbfs_closep) struct sbfs *fs = NULL
 
 enum MHD_Result envd_fs_stat(struct req *r) {
         FS_LOCALS;
-        if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &cl) < 0)
+        if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &fs) < 0)
                 return MHD_YES;
         cJSON *e = NULL;
-        int k = stat_entry(r->c, &sb, cl, path, &e);
+        int k = stat_entry(r->c, &sb, fs, path, &e);
         if (k < 0)
                 return fs_error(r, k, path);
         return entry_ok(r, e);
@@ -351,24 +351,24 @@ enum MHD_Result envd_fs_stat(struct req *r) {
 
 enum MHD_Result envd_fs_mkdir(struct req *r) {
         FS_LOCALS;
-        if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &cl) < 0)
+        if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &fs) < 0)
                 return MHD_YES;
-        struct guest_stat st;
-        int k = guest_fs_stat(cl, path, &st, FS_TIMEOUT_MS);
+        struct sbfs_stat st;
+        int k = sbfs_stat(fs, path, &st, FS_TIMEOUT_MS);
         if (k == 0)
                 return envd_unary_error(r, PJ_CONNECT_ALREADY_EXISTS, "directory already exists: %s", path);
         if (k != -ENOENT)
                 return fs_error(r, k, path);
         size_t existing = 0;
         struct api_error ae = { 0 };
-        if ((k = envd_existing_prefix(cl, path, &existing)) < 0)
+        if ((k = envd_existing_prefix(fs, path, &existing)) < 0)
                 return fs_error(r, k, path);
-        k = guest_fs_mkdir(cl, path, true, FS_TIMEOUT_MS);
+        k = sbfs_mkdir(fs, path, true, FS_TIMEOUT_MS);
         if (k == 0 && envd_give_to_user(r->c, &sb, envd_req_user(r, &sb), path, existing, &ae) < 0)
                 return envd_unary_error(r, PJ_CONNECT_INTERNAL, "%s", ae.message);
         cJSON *e = NULL;
         if (k == 0)
-                k = stat_entry(r->c, &sb, cl, path, &e);
+                k = stat_entry(r->c, &sb, fs, path, &e);
         if (k < 0)
                 return fs_error(r, k, path);
         return entry_ok(r, e);
@@ -376,22 +376,22 @@ enum MHD_Result envd_fs_mkdir(struct req *r) {
 
 enum MHD_Result envd_fs_move(struct req *r) {
         FS_LOCALS;
-        if (fs_begin(r, PJ_ENVD_FS_MOVE, &sb, &in, &path, &to, &cl) < 0)
+        if (fs_begin(r, PJ_ENVD_FS_MOVE, &sb, &in, &path, &to, &fs) < 0)
                 return MHD_YES;
-        int k = guest_fs_move(cl, path, to, FS_TIMEOUT_MS);
+        int k = sbfs_move(fs, path, to, FS_TIMEOUT_MS);
         if (k < 0)
                 return fs_error(r, k, path);
         cJSON *e = NULL;
-        if ((k = stat_entry(r->c, &sb, cl, to, &e)) < 0)
+        if ((k = stat_entry(r->c, &sb, fs, to, &e)) < 0)
                 return fs_error(r, k, to);
         return entry_ok(r, e);
 }
 
 enum MHD_Result envd_fs_remove(struct req *r) {
         FS_LOCALS;
-        if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &cl) < 0)
+        if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &fs) < 0)
                 return MHD_YES;
-        int k = guest_fs_remove(cl, path, true, FS_TIMEOUT_MS);
+        int k = sbfs_remove(fs, path, true, FS_TIMEOUT_MS);
         if (k == -ENOENT)
                 k = 0;   /* envd's os.RemoveAll: nothing there is success */
         if (k < 0)
@@ -424,7 +424,7 @@ struct lsctx {
         size_t n_sub;
 };
 
-static int ls_entry(const struct pj_agent_fields *e, void *ud) {
+static int ls_entry(const struct sbfs_entry *e, void *ud) {
         struct lsctx *x = ud;
         if (!e->name || !utf8_valid(e->name, strlen(e->name)) || strchr(e->name, '/') || !strcmp(e->name, ".") ||
             !strcmp(e->name, ".."))
@@ -440,8 +440,9 @@ static int ls_entry(const struct pj_agent_fields *e, void *ud) {
                 x->v = xrealloc(x->v, x->cap * sizeof(*x->v));
         }
         char *p = xasprintf("%s%s%s", x->dir, strcmp(x->dir, "/") ? "/" : "", e->name);
-        x->v[x->n++] = (struct lsent) { .path = p, .type = e->ftype, .size = e->size, .mode = e->mode, .mtime_ns = e->mtime_ns };
-        if (e->ftype == PJ_AGENT_FT_DIR) {
+        x->v[x->n++] = (struct lsent) { .path = p, .type = e->st.type, .size = e->st.size, .mode = e->st.mode,
+                                        .mtime_ns = e->st.mtime_ns };
+        if (e->st.type == PJ_AGENT_FT_DIR) {
                 x->subdirs = xrealloc(x->subdirs, (x->n_sub + 1) * sizeof(char *));
                 x->subdirs[x->n_sub++] = xstrdup(p);
         }
@@ -467,7 +468,7 @@ static void free_strv_n(char **v, size_t n) {
 
 enum MHD_Result envd_fs_listdir(struct req *r) {
         FS_LOCALS;
-        if (fs_begin(r, PJ_ENVD_FS_LISTDIR, &sb, &in, &path, &to, &cl) < 0)
+        if (fs_begin(r, PJ_ENVD_FS_LISTDIR, &sb, &in, &path, &to, &fs) < 0)
                 return MHD_YES;
         struct lsctx x = { 0 };
         char **level = xnew0(char *, 1);
@@ -479,7 +480,7 @@ enum MHD_Result envd_fs_listdir(struct req *r) {
                 x.n_sub = 0;
                 for (size_t i = 0; i < n_level && k >= 0; i++) {
                         x.dir = level[i];
-                        k = guest_fs_listdir(cl, level[i], ls_entry, &x, FS_TIMEOUT_MS, NULL);
+                        k = sbfs_listdir(fs, level[i], ls_entry, &x, FS_TIMEOUT_MS);
                         if (k < 0 && d > 0 && k != -E2BIG && k != -EMSGSIZE)
                                 k = 0;   /* a subdirectory that went away or cannot be read meanwhile */
                 }
@@ -496,8 +497,8 @@ enum MHD_Result envd_fs_listdir(struct req *r) {
                 size_t li[LINKS_MAX], nl = 0;
                 for (size_t i = 0; i < x.n && nl < LINKS_MAX; i++)
                         if (x.v[i].type == PJ_AGENT_FT_SYMLINK) {
-                                struct guest_stat st;
-                                if (guest_fs_stat(cl, x.v[i].path, &st, FS_TIMEOUT_MS) == 0)
+                                struct sbfs_stat st;
+                                if (sbfs_stat(fs, x.v[i].path, &st, FS_TIMEOUT_MS) == 0)
                                         x.v[i].link = (struct linkinfo) { .known = true, .type = st.type, .mode = st.mode };
                                 li[nl] = i;
                                 lp[nl++] = x.v[i].path;
@@ -583,7 +584,7 @@ enum MHD_Result envd_fs_watch(struct req *r) {
 struct watcher {
         char id[SANDBOX_ID_LEN + 1];     /* the watcher's own id (random) */
         char sandbox[SANDBOX_ID_LEN + 1];
-        struct guest_watch *w;
+        struct dirwatch *w;
         int64_t last_poll;
         bool busy;                       /* a poll is reading it */
 };
@@ -592,7 +593,7 @@ static struct watcher watchers[WATCHERS_MAX];
 
 /* Drops idle watchers (their connections closed outside the lock). */
 static void watchers_expire(void) {
-        struct guest_watch *gone[WATCHERS_MAX];
+        struct dirwatch *gone[WATCHERS_MAX];
         size_t n = 0;
         int64_t now = mono_ms();
         pthread_mutex_lock(&watchers_lock);
@@ -603,7 +604,7 @@ static void watchers_expire(void) {
                 }
         pthread_mutex_unlock(&watchers_lock);
         for (size_t i = 0; i < n; i++)
-                guest_watch_free(gone[i]);
+                dirwatch_free(gone[i]);
 }
 
 enum MHD_Result envd_fs_create_watcher(struct req *r) {
@@ -642,7 +643,7 @@ enum MHD_Result envd_fs_create_watcher(struct req *r) {
         char id[SANDBOX_ID_LEN + 1];
         memcpy(id, wt->id, sizeof(id));
         pthread_mutex_unlock(&watchers_lock);
-        struct guest_watch *w = NULL;
+        struct dirwatch *w = NULL;
         int k = process_watch(r->c, &sb, path, in.recursive, &w, &e);
         pthread_mutex_lock(&watchers_lock);
         if (k < 0)
@@ -730,9 +731,9 @@ enum MHD_Result envd_fs_get_watcher_events(struct req *r) {
                 return MHD_YES;
         cJSON *o = cJSON_CreateObject();
         struct evlist l = { .events = cJSON_AddArrayToObject(o, "events") };
-        int k = guest_watch_read(wt->w, 0, -1, collect_event, &l);
-        bool ended = k == 1, truncated = ended && guest_watch_truncated(wt->w);
-        struct guest_watch *drop = NULL;
+        int k = dirwatch_read(wt->w, 0, -1, collect_event, &l);
+        bool ended = k == 1, truncated = ended && dirwatch_truncated(wt->w);
+        struct dirwatch *drop = NULL;
         pthread_mutex_lock(&watchers_lock);
         wt->busy = false;
         wt->last_poll = mono_ms();
@@ -741,7 +742,7 @@ enum MHD_Result envd_fs_get_watcher_events(struct req *r) {
                 *wt = (struct watcher) { 0 };
         }
         pthread_mutex_unlock(&watchers_lock);
-        guest_watch_free(drop);
+        dirwatch_free(drop);
         if (truncated) {
                 cJSON_Delete(o);
                 return envd_unary_error(r, PJ_CONNECT_DATA_LOSS, "events were lost (polled too slowly): list the directory again");
@@ -762,9 +763,9 @@ enum MHD_Result envd_fs_remove_watcher(struct req *r) {
         if (!wt)
                 return MHD_YES;
         pthread_mutex_lock(&watchers_lock);
-        struct guest_watch *drop = wt->w;
+        struct dirwatch *drop = wt->w;
         *wt = (struct watcher) { 0 };
         pthread_mutex_unlock(&watchers_lock);
-        guest_watch_free(drop);
+        dirwatch_free(drop);
         return envd_unary_ok(r, cJSON_CreateObject());
 }

@@ -13,8 +13,10 @@
 #include "pj_e2b.h"
 #include "strutil.h"
 
-struct guest_client;
 struct api_error;
+struct dirwatch;
+struct sbfs;
+struct session;
 
 #define FS_TIMEOUT_MS 15000
 
@@ -56,8 +58,8 @@ enum skind { S_PROCESS, S_WATCH };
 struct cstream {
         struct ctl *c;
         enum skind kind;
-        struct guest_exec *x;
-        struct guest_watch *w;
+        struct session *x;
+        struct dirwatch *w;
         bool pty, kill_at_deadline;
         char sandbox[SANDBOX_ID_LEN + 1];
         struct strbuf pending;
@@ -96,7 +98,7 @@ enum MHD_Result envd_fs_create_watcher(struct req *r);
 enum MHD_Result envd_fs_get_watcher_events(struct req *r);
 enum MHD_Result envd_fs_remove_watcher(struct req *r);
 /* envd-fs.c: files of E2B's `user` (envd-files.c's uploads too) */
-int envd_existing_prefix(struct guest_client *cl, const char *path, size_t *ret);
+int envd_existing_prefix(struct sbfs *fs, const char *path, size_t *ret);
 int envd_give_to_user(struct ctl *c, const struct sandbox *sb, const struct envd_user *user, const char *path,
                       size_t existing, struct api_error *e);
 

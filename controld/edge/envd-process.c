@@ -10,8 +10,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "guest-exec.h"
-#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "envd-private.h"
@@ -22,6 +20,7 @@
 #include "pj_fields.h"
 #include "pj_json.h"
 #include "process.h"
+#include "session.h"
 #include "strutil.h"
 
 /* ---- what List reports of a process: remembered at Start (the agent keeps no argv) ----
@@ -234,7 +233,7 @@ enum MHD_Result envd_p_start(struct req *r) {
                 envd_s_free(t);
                 return envd_s_fail(r, envd_code_of(k), "%s", e.message);
         }
-        uint32_t pid = (uint32_t) guest_exec_pid(t->x);
+        uint32_t pid = session_pid(t->x);
         /* what List reports of it */
         cJSON *cfg = cJSON_CreateObject();
         json_add_str(cfg, "cmd", in.cmd);

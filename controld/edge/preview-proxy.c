@@ -14,7 +14,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "fdio.h"
@@ -24,10 +23,10 @@
 #include "preview.h"
 #include "sbcount.h"
 #include "strutil.h"
+#include "tunnel.h"
 
 #define CHECK_MS 250                 /* how often an open connection looks at its preview again */
 #define FORWARD_TIMEOUT_MS 10000     /* FORWARD's answer */
-#define CHUNK (64 * 1024)
 
 static bool still_valid(const struct preview *p) {
         struct preview now = { 0 };
@@ -36,106 +35,68 @@ static bool still_valid(const struct preview *p) {
         return now.expires_at > now_ms() && !strcmp(now.token_sha256, p->token_sha256);
 }
 
+/* The pump's view of a preview connection (tunnel.h's callbacks). */
+struct pside {
+        struct pconn *pc;
+        const struct preview *p;         /* NULL for E2B's port URLs */
+        unsigned gen;
+};
+
+static bool ps_running(void *ud) {
+        (void) ud;
+        return !preview_pv.L.stopping && !preview_pv.c->stopping;
+}
+
+/* A revoked, replaced or expired preview, or an idle connection, ends the tunnel. */
+static bool ps_check(void *ud, int64_t idle_ms) {
+        struct pside *ps = ud;
+        if (idle_ms > (int64_t) preview_pv.c->cfg->preview_idle_timeout_s * 1000)
+                return false;
+        if (ps->p && now_ms() >= ps->p->expires_at)
+                return false;
+        unsigned g = preview_gen_now();
+        if (ps->p && g != ps->gen) {
+                ps->gen = g;
+                if (!still_valid(ps->p))
+                        return false;
+        }
+        return true;
+}
+
+static bool ps_hold(void *ud) {
+        return ((struct pside *) ud)->pc->flow == FLOW_HOLD;
+}
+
+/* the body's bytes only; what a client pipelines after it is dropped */
+static ssize_t ps_take(void *ud, const uint8_t *data, size_t len) {
+        return preview_client_take(((struct pside *) ud)->pc, data, len);
+}
+
+static bool ps_deliver(void *ud, const uint8_t *data, size_t len) {
+        struct pside *ps = ud;
+        preview_saw_answer(ps->pc, data, len);
+        return preview_send_all(ps->pc->fd, data, len);
+}
+
 /* Bytes both ways until one side ends both directions, idles out, or the preview goes. */
-static void pump(struct pconn *pc, struct guest_client *ac, const struct preview *p, int slot) {
-        const struct config *cfg = preview_pv.c->cfg;
-        uint8_t *buf = xmalloc(CHUNK);
-        bool agent_eof = false;
+static void pump(struct pconn *pc, struct tunnel *tn, const struct preview *p, int slot) {
         uint64_t in = 0, out = 0;
-        unsigned gen = preview_gen_now();
-        int64_t last = mono_ms(), next_check = last + CHECK_MS;
+        struct pside ps = { .pc = pc, .p = p, .gen = preview_gen_now() };
         /* what came after the head in the first read: the body's start (and no more) */
         if (pc->got > pc->head_len) {
                 ssize_t n = preview_client_take(pc, (uint8_t *) pc->head + pc->head_len, pc->got - pc->head_len);
-                struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = (uint8_t *) pc->head + pc->head_len,
-                                          .data_len = (size_t) n };
-                if (n < 0 || (n > 0 && guest_client_send(ac, &m, SEND_TIMEOUT_MS) < 0))
-                        goto done;
+                if (n < 0 || (n > 0 && tunnel_send(tn, pc->head + pc->head_len, (size_t) n, SEND_TIMEOUT_MS) < 0)) {
+                        preview_count(slot, 0, 0, 0);
+                        return;
+                }
                 in += (uint64_t) n;
         }
-        while (!agent_eof && !preview_pv.L.stopping && !preview_pv.c->stopping) {
-                /* On a clock, whatever the traffic: a revoked, replaced or expired preview, or an
-                 * idle connection, ends here even while bytes flow both ways. */
-                int64_t now = mono_ms();
-                if (now >= next_check) {
-                        next_check = now + CHECK_MS;
-                        if (now - last > (int64_t) cfg->preview_idle_timeout_s * 1000)
-                                break;
-                        if (p && now_ms() >= p->expires_at)
-                                break;
-                        unsigned g = preview_gen_now();
-                        if (p && g != gen) {
-                                gen = g;
-                                if (!still_valid(p))
-                                        break;
-                        }
-                }
-                /* the client is read only while its bytes may pass (its request's body, or a
-                 * switched protocol); its going away (FIN: HTTP clients do not half-close and
-                 * wait) shows all the same */
-                struct pollfd pfd[2] = { { .fd = pc->fd, .events = pc->flow == FLOW_HOLD ? POLLRDHUP : POLLIN },
-                                         { .fd = guest_client_fd(ac), .events = POLLIN } };
-                /* frames already buffered in the client first */
-                struct guest_frame f;
-                struct pj_error pe = { 0 };
-                int k = guest_client_try_recv(ac, &f, &pe);
-                if (k < 0)
-                        break;
-                if (k == 1) {
-                        last = mono_ms();
-                        bool stop = false;
-                        if (f.m.type == PJ_AGENT_DATA && f.m.id == 1) {
-                                preview_saw_answer(pc, f.m.data, f.m.data_len);
-                                if (!preview_send_all(pc->fd, f.m.data, f.m.data_len))
-                                        stop = true;
-                                out += f.m.data_len;
-                        } else if (f.m.type == PJ_AGENT_END) {
-                                agent_eof = true;
-                                (void) shutdown(pc->fd, SHUT_WR);
-                        } else
-                                stop = true;   /* ERROR, or anything else: the channel is over */
-                        guest_frame_done(&f);
-                        if (stop)
-                                break;
-                        continue;
-                }
-                int64_t wait = next_check - mono_ms();
-                k = poll(pfd, 2, (int) (wait < 0 ? 0 : wait > CHECK_MS ? CHECK_MS : wait));
-                if (k < 0 && errno != EINTR)
-                        break;
-                if (pc->flow == FLOW_HOLD && (pfd[0].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-                        /* gone while we were not reading it: tell the server, free the place */
-                        struct pj_agent_msg m = { .type = PJ_AGENT_END, .id = 1 };
-                        (void) guest_client_send(ac, &m, 1000);
-                        break;
-                }
-                if (pc->flow != FLOW_HOLD && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-                        ssize_t n = recv(pc->fd, buf, CHUNK, 0);
-                        if (n < 0 && errno == EINTR)
-                                continue;
-                        last = mono_ms();
-                        if (n <= 0) {
-                                /* The client is gone (as nginx does, a half-close counts as going:
-                                 * HTTP clients do not half-close and wait): tell the server, free
-                                 * the place. */
-                                struct pj_agent_msg m = { .type = PJ_AGENT_END, .id = 1 };
-                                (void) guest_client_send(ac, &m, 1000);
-                                break;
-                        } else {
-                                /* the body's bytes only; what a client pipelines after it is dropped */
-                                ssize_t take = preview_client_take(pc, buf, (size_t) n);
-                                if (take < 0)
-                                        break;
-                                struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = buf, .data_len = (size_t) take };
-                                if (take > 0 && guest_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
-                                        break;
-                                in += (uint64_t) take;
-                        }
-                }
-        }
-done:
-        free(buf);
-        preview_count(slot, 0, in, out);
+        struct tunnel_client cl = { .fd = pc->fd, .send_timeout_ms = SEND_TIMEOUT_MS, .check_ms = CHECK_MS, .ud = &ps,
+                                    .running = ps_running, .check = ps_check, .hold = ps_hold, .take = ps_take,
+                                    .deliver = ps_deliver };
+        uint64_t tin = 0, tout = 0;
+        tunnel_pump(tn, &cl, &tin, &tout);
+        preview_count(slot, 0, in + tin, out + tout);
 }
 
 /* The sandbox is ready and the request allowed: FORWARD to the port inside, the head
@@ -143,39 +104,37 @@ done:
 static void forward(struct pconn *pc, const struct sandbox *sb, const struct preview *p, bool keep_host, const char *target,
                     int slot) {
         char err[512] = "";
-        _cleanup_(guest_client_freep) struct guest_client *ac = NULL;
-        int k = guest_connect(preview_pv.c, sb, &ac, err, sizeof(err));
-        if (k < 0) {
+        struct tunnel *tn = NULL;
+        int refusal = 0;
+        int k = tunnel_open(preview_pv.c, sb, pc->port, SEND_TIMEOUT_MS, FORWARD_TIMEOUT_MS, &tn, &refusal, err, sizeof(err));
+        switch (k) {
+        case 0:
+                break;
+        case -EHOSTUNREACH:
                 log_ctx_set("SANDBOX_ID", sb->id);
                 log_notice("preview of port %d: the agent did not answer: %s", pc->port, err);
                 return preview_page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering, so the preview cannot reach it.");
-        }
-        struct pj_agent_msg fwd = { .type = PJ_AGENT_FORWARD, .id = 1, .f.port = (uint32_t) pc->port };
-        if (guest_client_send(ac, &fwd, SEND_TIMEOUT_MS) < 0)
+        case -EPIPE:
                 return preview_page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering.");
-        struct guest_frame f;
-        struct pj_error pe = { 0 };
-        k = guest_client_recv(ac, FORWARD_TIMEOUT_MS, &f, &pe);
-        if (k < 0)
+        case -ETIMEDOUT:
                 return preview_page(pc, 504, "Gateway Timeout", NULL, "The sandbox's agent did not answer in time.");
-        bool ok = f.m.type == PJ_AGENT_OK && f.m.id == 1;
-        int e = f.m.type == PJ_AGENT_ERROR ? (int) f.m.f.err : 0;
-        guest_frame_done(&f);
-        if (!ok) {
-                if (e == ECONNREFUSED)
-                        return preview_page(pc, 502, "Bad Gateway", NULL,
-                                            "Nothing is listening on port %d inside the sandbox. Start a server there (listening on "
-                                            "127.0.0.1 or 0.0.0.0) and reload.",
-                                            pc->port);
+        case -ECONNREFUSED:
+                return preview_page(pc, 502, "Bad Gateway", NULL,
+                                    "Nothing is listening on port %d inside the sandbox. Start a server there (listening on "
+                                    "127.0.0.1 or 0.0.0.0) and reload.",
+                                    pc->port);
+        default:
                 return preview_page(pc, 502, "Bad Gateway", NULL, "Port %d inside the sandbox cannot be reached: %s.", pc->port,
-                                    e ? strerror(e) : "unexpected answer");
+                                    refusal ? strerror(refusal) : "unexpected answer");
         }
         _cleanup_free_ char *head = preview_rewrite_head(pc, keep_host, target, pc->scheme ? pc->scheme : pc->secure ? "https" : "http");
-        struct pj_agent_msg m = { .type = PJ_AGENT_DATA, .id = 1, .data = (uint8_t *) head, .data_len = strlen(head) };
-        if (guest_client_send(ac, &m, SEND_TIMEOUT_MS) < 0)
+        if (tunnel_send(tn, head, strlen(head), SEND_TIMEOUT_MS) < 0) {
+                tunnel_free(tn);
                 return preview_page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent stopped answering.");
-        preview_count(slot, 0, m.data_len, 0);
-        pump(pc, ac, p, slot);
+        }
+        preview_count(slot, 0, strlen(head), 0);
+        pump(pc, tn, p, slot);
+        tunnel_free(tn);
 }
 
 /* The domain Host-form URLs are under: [preview] domain, else localhost. */

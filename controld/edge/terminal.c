@@ -27,8 +27,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "guest-exec.h"
-#include "guest.h"
 #include "cleanup.h"
 #include "controld.h"
 #include "fdio.h"
@@ -36,7 +34,9 @@
 #include "json.h"
 #include "log.h"
 #include "pj_api.h"
+#include "process.h"
 #include "sbcount.h"
+#include "session.h"
 #include "strutil.h"
 #include "terminal.h"
 #include "ws.h"
@@ -168,23 +168,17 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
                 (void) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
         log_ctx_set("SANDBOX_ID", s->sb.id);
 
-        char err[512] = "";
-        struct guest_client *cl = NULL;
-        int k = guest_connect(c, &s->sb, &cl, err, sizeof(err));
-        if (k < 0) {
-                log_notice("terminal: the agent did not answer: %s", err);
-                send_close(fd, WS_CLOSE_INTERNAL_ERROR, "the sandbox's agent is not answering");
-                return;
-        }
         const char *shell = "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi";
-        const char *argv[] = { "/bin/sh", "-c", s->cmd ? s->cmd : shell, NULL };
-        const char *env[] = { "TERM=xterm-256color", NULL };
-        struct guest_spawn spec = { .argv = argv, .env = env, .cwd = s->cwd, .want_stdin = true, .kill_on_detach = true,
-                                    .tag = "terminal", .rows = s->rows, .cols = s->cols };
-        struct guest_exec *x = NULL;
-        if ((k = guest_exec_start(cl, &spec, &x, err, sizeof(err))) < 0) {
-                log_notice("terminal: spawn failed: %s", err);
-                send_close(fd, WS_CLOSE_INTERNAL_ERROR, "the shell could not start");
+        char *env[] = { "TERM=xterm-256color", NULL };
+        struct process_spec spec = { .cmd = s->cmd ? s->cmd : shell, .env = env, .cwd = s->cwd, .tag = "terminal",
+                                     .rows = (int) s->rows, .cols = (int) s->cols };
+        struct session *x = NULL;
+        struct api_error e = { 0 };
+        int k = process_start_terminal(c, &s->sb, &spec, &x, &e);
+        if (k < 0) {
+                log_notice("terminal: %s", e.message);
+                send_close(fd, WS_CLOSE_INTERNAL_ERROR,
+                           k == -EHOSTUNREACH ? "the sandbox's agent is not answering" : "the shell could not start");
                 return;
         }
         log_info("terminal opened (%ux%u)", s->rows, s->cols);
@@ -218,17 +212,17 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
                         case WS_OP_TEXT:
                                 rz = pj_terminal_resize_parse((const char *) m.data, m.len, &rows, &cols, &pe);
                                 if (rz > 0)
-                                        r = guest_exec_resize(x, rows, cols, on_output, &o);
+                                        r = session_resize(x, rows, cols, on_output, &o);
                                 else if (rz < 0) {
                                         close_code = WS_CLOSE_POLICY;
                                         snprintf(reason, sizeof(reason), "resize: %s", pe.message);
                                         close_reason = reason;
                                         done = true;
                                 } else
-                                        r = guest_exec_write(x, m.data, m.len, SEND_TIMEOUT_S * 1000, on_output, &o);
+                                        r = session_write(x, m.data, m.len, SEND_TIMEOUT_S * 1000, on_output, &o);
                                 break;
                         case WS_OP_BINARY:
-                                r = guest_exec_write(x, m.data, m.len, SEND_TIMEOUT_S * 1000, on_output, &o);
+                                r = session_write(x, m.data, m.len, SEND_TIMEOUT_S * 1000, on_output, &o);
                                 break;
                         case WS_OP_PING:
                                 if (!send_frame(fd, WS_OP_PONG, m.data, m.len))
@@ -247,15 +241,15 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
                 }
                 if (done)
                         break;
-                struct pollfd pf[2] = { { .fd = fd, .events = POLLIN }, { .fd = guest_exec_fd(x), .events = POLLIN } };
+                struct pollfd pf[2] = { { .fd = fd, .events = POLLIN }, { .fd = session_fd(x), .events = POLLIN } };
                 k = poll(pf, 2, 1000);
                 if (k < 0 && errno != EINTR)
                         break;
                 if (pf[1].revents & (POLLIN | POLLHUP | POLLERR)) {
-                        r = guest_exec_read(x, 0, -1, on_output, &o);
+                        r = session_read(x, 0, -1, on_output, &o);
                         if (r == 1) {
                                 int code = 0;
-                                if (guest_exec_exit_code(x, &code) == 0) {
+                                if (session_exit_code(x, &code) == 0) {
                                         snprintf(reason, sizeof(reason), "exit %d", code);
                                         close_reason = reason;
                                 } else
@@ -282,8 +276,8 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
         if (!o.failed)
                 send_close(fd, client_closed ? WS_CLOSE_NORMAL : close_code, close_reason);
         ws_reader_done(&rd);
-        /* closing the agent connection kills the shell's process group (kill_on_detach) */
-        guest_exec_free(x);
+        /* ending the session kills the shell's process group */
+        session_free(x);
         log_info("terminal closed%s%s", *close_reason ? ": " : "", close_reason);
 }
 
