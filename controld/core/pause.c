@@ -29,32 +29,6 @@
 #include "template.h"
 
 
-/* A sandbox paused with its memory: its driver kept the stopped workload and a checkpoint of
- * it, named in the store's meta key "memory:<id>" as "<checkpoint> <bytes>". Absent: the
- * pause kept the filesystem only (or the sandbox is not paused). */
-static char *memory_key(const char *id) { return xasprintf("memory:%s", id); }
-
-int sandbox_memory_kept(struct ctl *c, const char *id, char **ret_checkpoint, int64_t *ret_bytes) {
-        _cleanup_free_ char *key = memory_key(id), *v = NULL;
-        int r = store_meta_get(c->store, key, &v);
-        if (r < 0)
-                return r;
-        char *sp = strchr(v, ' ');
-        if (!sp)
-                return -EBADMSG;
-        *sp = 0;
-        if (ret_bytes)
-                *ret_bytes = strtoll(sp + 1, NULL, 10);
-        if (ret_checkpoint)
-                *ret_checkpoint = xstrdup(v);
-        return 0;
-}
-
-void sandbox_memory_forget(struct ctl *c, const char *id) {
-        _cleanup_free_ char *key = memory_key(id);
-        (void) store_meta_put(c->store, key, NULL);
-}
-
 /* Pause and resume run on a job thread, under the sandbox lock, and only while the sandbox
  * is still `from` (it may have been destroyed meanwhile): step() sets the outcome in sb,
  * which is recorded only if the status is still `from`. Whatever happened, /wait callers
@@ -149,8 +123,7 @@ static void pause_memory_step(struct ctl *c, struct sandbox *sb) {
                 replace_str(&sb->failure_reason, why);
                 return;
         }
-        _cleanup_free_ char *key = memory_key(sb->id), *val = xasprintf("%s %lld", name, (long long) bytes);
-        if (store_meta_put(c->store, key, val) < 0)
+        if (sandbox_memory_note(c, sb->id, name, bytes) < 0)
                 log_error("failed to record the checkpoint %s of the paused sandbox", name);
         replace_str(&sb->failure_reason, NULL);
         (void) ctl_egress_remove(c, sb, derr, sizeof(derr));

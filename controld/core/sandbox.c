@@ -518,6 +518,37 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
         return r < 0 ? API_ERR(err, -EIO, "Failed to record the destroy") : 0;
 }
 
+/* A sandbox paused with its memory: its driver kept the stopped workload and a checkpoint of
+ * it, named in the store's meta key "memory:<id>" as "<checkpoint> <bytes>". Absent: the
+ * pause kept the filesystem only (or the sandbox is not paused). */
+static char *memory_key(const char *id) { return xasprintf("memory:%s", id); }
+
+int sandbox_memory_kept(struct ctl *c, const char *id, char **ret_checkpoint, int64_t *ret_bytes) {
+        _cleanup_free_ char *key = memory_key(id), *v = NULL;
+        int r = store_meta_get(c->store, key, &v);
+        if (r < 0)
+                return r;
+        char *sp = strchr(v, ' ');
+        if (!sp)
+                return -EBADMSG;
+        *sp = 0;
+        if (ret_bytes)
+                *ret_bytes = strtoll(sp + 1, NULL, 10);
+        if (ret_checkpoint)
+                *ret_checkpoint = xstrdup(v);
+        return 0;
+}
+
+int sandbox_memory_note(struct ctl *c, const char *id, const char *checkpoint, int64_t bytes) {
+        _cleanup_free_ char *key = memory_key(id), *val = xasprintf("%s %lld", checkpoint, (long long) bytes);
+        return store_meta_put(c->store, key, val);
+}
+
+void sandbox_memory_forget(struct ctl *c, const char *id) {
+        _cleanup_free_ char *key = memory_key(id);
+        (void) store_meta_put(c->store, key, NULL);
+}
+
 int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandbox *sb0, int64_t timeout_s, bool extend_only,
                     struct api_error *err) {
         struct plan pbuf;

@@ -29,6 +29,8 @@ int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandb
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct api_error *err);
 /* A sandbox paused with its memory: 0 with its checkpoint's name and size, -ENOENT when none. */
 int sandbox_memory_kept(struct ctl *c, const char *id, char **ret_checkpoint, int64_t *ret_bytes);
+/* Records that sandbox id was paused with its memory in checkpoint (bytes on the node's disk). */
+int sandbox_memory_note(struct ctl *c, const char *id, const char *checkpoint, int64_t bytes);
 void sandbox_memory_forget(struct ctl *c, const char *id);
 /* Sets the journal context of this thread for sb: SANDBOX_ID, and NODE_ID, NOMAD_JOB_ID,
  * ALLOC_ID where it is placed (removed when not, so no earlier sandbox's values linger). */
