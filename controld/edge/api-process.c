@@ -26,14 +26,22 @@ static enum MHD_Result bad_body(struct req *r, const struct pj_error *pe) {
         return respond_errno_msg(r, -EINVAL, "%s", pe->message);
 }
 
+/* A process call's start: the body as parsed (parsed < 0: a 400 with pe's message), then the
+ * caller's ready sandbox into *sb. 0, or < 0 with the answer sent. */
+static int prelude(struct req *r, int parsed, const struct pj_error *pe, struct sandbox *sb) {
+        if (parsed < 0) {
+                bad_body(r, pe);
+                return -EINVAL;
+        }
+        return runtime_ready_sandbox(r, r->m.id, sb);
+}
+
 enum MHD_Result process_post_start(struct req *r) {
         _cleanup_(pj_process_start_done) struct pj_process_start in = { 0 };
         struct pj_error pe = { 0 };
         struct api_error e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        if (pj_process_start_parse(r->body.buf, r->body.len, &in, &pe) < 0)
-                return bad_body(r, &pe);
-        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+        if (prelude(r, pj_process_start_parse(r->body.buf, r->body.len, &in, &pe), &pe, &sb) < 0)
                 return MHD_YES;
         _cleanup_(strv_freep) char **env = runtime_env_list(in.env_keys, in.env_values, in.n_env);
         struct process_spec spec = { .cmd = in.cmd, .env = env, .cwd = in.cwd, .tag = in.tag, .stdin_open = in.stdin_open,
@@ -84,9 +92,7 @@ enum MHD_Result process_post_stdin(struct req *r) {
         struct pj_error pe = { 0 };
         struct api_error e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        if (pj_process_stdin_parse(r->body.buf, r->body.len, &in, &pe) < 0)
-                return bad_body(r, &pe);
-        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+        if (prelude(r, pj_process_stdin_parse(r->body.buf, r->body.len, &in, &pe), &pe, &sb) < 0)
                 return MHD_YES;
         int k = process_stdin(r->c, &sb, r->m.pid, in.data, in.len, in.close, &e);
         if (k < 0)
@@ -103,9 +109,7 @@ enum MHD_Result process_post_signal(struct req *r) {
         struct api_error e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         int sig = 0;
-        if (pj_process_signal_parse(r->body.buf, r->body.len, &sig, &pe) < 0)
-                return bad_body(r, &pe);
-        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+        if (prelude(r, pj_process_signal_parse(r->body.buf, r->body.len, &sig, &pe), &pe, &sb) < 0)
                 return MHD_YES;
         int k = process_signal(r->c, &sb, r->m.pid, sig, &e);
         if (k < 0)
@@ -121,9 +125,7 @@ enum MHD_Result process_post_resize(struct req *r) {
         struct api_error e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         int rows = 0, cols = 0;
-        if (pj_process_resize_parse(r->body.buf, r->body.len, &rows, &cols, &pe) < 0)
-                return bad_body(r, &pe);
-        if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
+        if (prelude(r, pj_process_resize_parse(r->body.buf, r->body.len, &rows, &cols, &pe), &pe, &sb) < 0)
                 return MHD_YES;
         int k = process_resize(r->c, &sb, r->m.pid, rows, cols, &e);
         if (k < 0)

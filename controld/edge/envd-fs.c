@@ -338,15 +338,21 @@ static int fs_begin(struct req *r, enum pj_envd_fs_kind kind, struct sandbox *sb
         _cleanup_free_ char *path = NULL, *to = NULL;                \
         _cleanup_(sbfs_closep) struct sbfs *fs = NULL
 
+/* The answer of a call that leaves path (k: how it went) as the entry there now. */
+static enum MHD_Result answer_entry(struct req *r, const struct sandbox *sb, struct sbfs *fs, const char *path, int k) {
+        cJSON *e = NULL;
+        if (k == 0)
+                k = stat_entry(r->c, sb, fs, path, &e);
+        if (k < 0)
+                return fs_error(r, k, path);
+        return entry_ok(r, e);
+}
+
 enum MHD_Result envd_fs_stat(struct req *r) {
         FS_LOCALS;
         if (fs_begin(r, PJ_ENVD_FS_PATH, &sb, &in, &path, &to, &fs) < 0)
                 return MHD_YES;
-        cJSON *e = NULL;
-        int k = stat_entry(r->c, &sb, fs, path, &e);
-        if (k < 0)
-                return fs_error(r, k, path);
-        return entry_ok(r, e);
+        return answer_entry(r, &sb, fs, path, 0);
 }
 
 enum MHD_Result envd_fs_mkdir(struct req *r) {
@@ -366,12 +372,7 @@ enum MHD_Result envd_fs_mkdir(struct req *r) {
         k = sbfs_mkdir(fs, path, true, FS_TIMEOUT_MS);
         if (k == 0 && envd_give_to_user(r->c, &sb, envd_req_user(r, &sb), path, existing, &ae) < 0)
                 return envd_unary_error(r, PJ_CONNECT_INTERNAL, "%s", ae.message);
-        cJSON *e = NULL;
-        if (k == 0)
-                k = stat_entry(r->c, &sb, fs, path, &e);
-        if (k < 0)
-                return fs_error(r, k, path);
-        return entry_ok(r, e);
+        return answer_entry(r, &sb, fs, path, k);
 }
 
 enum MHD_Result envd_fs_move(struct req *r) {
@@ -381,10 +382,7 @@ enum MHD_Result envd_fs_move(struct req *r) {
         int k = sbfs_move(fs, path, to, FS_TIMEOUT_MS);
         if (k < 0)
                 return fs_error(r, k, path);
-        cJSON *e = NULL;
-        if ((k = stat_entry(r->c, &sb, fs, to, &e)) < 0)
-                return fs_error(r, k, to);
-        return entry_ok(r, e);
+        return answer_entry(r, &sb, fs, to, 0);
 }
 
 enum MHD_Result envd_fs_remove(struct req *r) {

@@ -186,6 +186,14 @@ static int select_pid(struct ctl *c, const struct sandbox *sb, const struct pj_e
         return 0;
 }
 
+/* A stream's first event, {"start": {"pid": pid}}, and the stream answered. */
+static enum MHD_Result respond_started(struct req *r, struct cstream *t, uint32_t pid) {
+        cJSON *start = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(start, "start");
+        json_add_int(s, "pid", pid);
+        envd_s_event(t, start);
+        return envd_s_respond(r, t);
+}
+
 enum MHD_Result envd_p_start(struct req *r) {
         struct creq q;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
@@ -246,10 +254,7 @@ enum MHD_Result envd_p_start(struct req *r) {
         json_add_str(cfg, "cwd", cwd);
         kept_put(r->c, sb.id, pid, in.pty, cfg);
         cJSON_Delete(cfg);
-        cJSON *start = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(start, "start");
-        json_add_int(s, "pid", pid);
-        envd_s_event(t, start);
-        return envd_s_respond(r, t);
+        return respond_started(r, t, pid);
 }
 
 enum MHD_Result envd_p_connect(struct req *r) {
@@ -274,10 +279,7 @@ enum MHD_Result envd_p_connect(struct req *r) {
                 envd_s_free(t);
                 return envd_s_fail(r, envd_code_of(k), "%s", e.message);
         }
-        cJSON *start = cJSON_CreateObject(), *s = cJSON_AddObjectToObject(start, "start");
-        json_add_int(s, "pid", pid);
-        envd_s_event(t, start);
-        return envd_s_respond(r, t);
+        return respond_started(r, t, pid);
 }
 
 enum MHD_Result envd_p_list(struct req *r) {
