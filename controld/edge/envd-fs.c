@@ -719,12 +719,18 @@ static struct watcher *watcher_take(struct req *r, const struct sandbox *sb, con
         return found;
 }
 
+/* A watcher call's start: its message, the caller's sandbox, the watcher taken (NULL with the
+ * answer sent). */
+static struct watcher *watcher_begin(struct req *r, struct sandbox *sb) {
+        char id[SANDBOX_ID_LEN + 1];
+        if (watcher_message(r, sb, id) < 0)
+                return NULL;
+        return watcher_take(r, sb, id);
+}
+
 enum MHD_Result envd_fs_get_watcher_events(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        char id[SANDBOX_ID_LEN + 1];
-        if (watcher_message(r, &sb, id) < 0)
-                return MHD_YES;
-        struct watcher *wt = watcher_take(r, &sb, id);
+        struct watcher *wt = watcher_begin(r, &sb);
         if (!wt)
                 return MHD_YES;
         cJSON *o = cJSON_CreateObject();
@@ -754,10 +760,7 @@ enum MHD_Result envd_fs_get_watcher_events(struct req *r) {
 
 enum MHD_Result envd_fs_remove_watcher(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        char id[SANDBOX_ID_LEN + 1];
-        if (watcher_message(r, &sb, id) < 0)
-                return MHD_YES;
-        struct watcher *wt = watcher_take(r, &sb, id);
+        struct watcher *wt = watcher_begin(r, &sb);
         if (!wt)
                 return MHD_YES;
         pthread_mutex_lock(&watchers_lock);
