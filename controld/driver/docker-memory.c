@@ -23,6 +23,9 @@
 #include "log.h"
 #include "strutil.h"
 
+/* How long a restore waits for containerd to drop the checkpoint's blob (dd_restore). */
+#define RESTORE_RETRY_MS 30000
+
 static _Thread_local int64_t ckpt_walk_bytes;
 static int ckpt_walk(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
         (void) path, (void) ftw;
@@ -117,13 +120,25 @@ int dd_restore(struct driver *d, const struct sandbox *sb, const char *name, str
                 snprintf(err, errlen, "the sandbox kept no container");
                 return -ENOENT;
         }
-        int r = docker_checkpoint_start(D(d), sb->container_id, name);
-        /* Docker 20.10 fails a restore whose checkpoint shares a blob with one containerd still
-         * holds from an earlier restore ("content sha256:...: already exists"); the failed
-         * attempt drops it, and the next one works (measured: always the second). */
-        for (int i = 0; i < 3 && r < 0 && strstr(docker_last_error(), "already exists"); i++) {
-                log_debug("restore from checkpoint %s: %s; trying again", name, docker_last_error());
+        /* Docker 20.10 restores by writing a tar of the checkpoint into containerd's content
+         * store, and fails when a blob of that digest is there already ("content sha256:...:
+         * already exists", moby#42900). Right after the checkpoint it is: containerd made the
+         * same tar when it took the checkpoint, and it stays until containerd's garbage
+         * collector runs after Docker dropped its image, on containerd's schedule (measured
+         * 0.1-0.7 s, longer when collections are slow). Nothing else is wrong and the kept
+         * container is untouched, so the restore is tried again, backing off, for a while;
+         * giving up early made the resume start afresh, losing the container's files. */
+        int64_t retry_until = mono_ms() + RESTORE_RETRY_MS;
+        if (retry_until > deadline)
+                retry_until = deadline;
+        int r;
+        for (int64_t wait_ms = 50;; wait_ms = wait_ms >= 1000 ? 2000 : wait_ms * 2) {
                 r = docker_checkpoint_start(D(d), sb->container_id, name);
+                if (r >= 0 || !strstr(docker_last_error(), "already exists") || mono_ms() + wait_ms > retry_until)
+                        break;
+                log_debug("restore from checkpoint %s: %s; trying again in %lldms", name, docker_last_error(),
+                          (long long) wait_ms);
+                usleep((useconds_t) wait_ms * 1000);
         }
         if (r < 0) {
                 snprintf(err, errlen, "the restore from checkpoint %s failed: %s", name, dmsg(r));
