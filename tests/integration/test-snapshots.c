@@ -1024,6 +1024,9 @@ TEST_FULL(e2b_pause_keeps_the_filesystem, 600) {
                 if (test_raw_status(pr) == 204) {
                         snprintf(path, sizeof(path), "/sandboxes/%s/connect", id);
                         E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"timeout\":900}"), 201, id);
+                        /* restored in place, its files with it (a connect right after the pause once
+                         * failed the restore and started the template afresh without them) */
+                        E2B_EXPECT(e2b_files(&e, "GET", "/files?path=/data/keep.txt", id, tok, NULL, NULL, 0), 200, "kept");
                 } else if (test_raw_status(pr) != 501 || !strstr(test_raw_body(pr), "memory"))
                         test_fail(__FILE__, __LINE__, "pause {} -> %.400s", pr);
         }
