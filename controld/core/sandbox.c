@@ -549,6 +549,16 @@ void sandbox_memory_forget(struct ctl *c, const char *id) {
         (void) store_meta_put(c->store, key, NULL);
 }
 
+int sandbox_status_settled(struct ctl *c, const char *id, enum sb_status *ret) {
+        SANDBOX_LOCK_GUARD(lock, c, id);
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        int r = store_sandbox_get(c->store, id, &sb);
+        if (r < 0)
+                return r;
+        *ret = sb.status;
+        return 0;
+}
+
 int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandbox *sb0, int64_t timeout_s, bool extend_only,
                     struct api_error *err) {
         struct plan pbuf;

@@ -29,6 +29,9 @@ int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandb
 int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct api_error *err);
 /* A sandbox paused with its memory: 0 with its checkpoint's name and size, -ENOENT when none. */
 int sandbox_memory_kept(struct ctl *c, const char *id, char **ret_checkpoint, int64_t *ret_bytes);
+/* Sandbox id's status once no operation on it is under way: waits (under its lock) for one
+ * that is, e.g. a destroy whose record is written after its workload ended. 0 or -errno. */
+int sandbox_status_settled(struct ctl *c, const char *id, enum sb_status *ret);
 /* Records that sandbox id was paused with its memory in checkpoint (bytes on the node's disk). */
 int sandbox_memory_note(struct ctl *c, const char *id, const char *checkpoint, int64_t bytes);
 void sandbox_memory_forget(struct ctl *c, const char *id);

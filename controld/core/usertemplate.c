@@ -602,8 +602,8 @@ int utpl_build_start(struct ctl *c, const struct account *acc, const char *body,
                                cfg->utpl_builder);
         _cleanup_(pj_template_build_done) struct pj_template_build q = { 0 };
         int k = build_req_parse(cfg, body, len, &q, msg, sizeof(msg));
-        if (k < 0)
-                return API_ERR(e, k, "%s", msg);
+        if (k < 0)   /* the body's fault; a server template's name (-EEXIST there) is a 400, not a clash */
+                return API_ERR(e, k == -EEXIST ? -EINVAL : k, "%s", msg);
         if (atomic_fetch_add(&builds_running, 1) >= cfg->utpl_max_builds) {
                 atomic_fetch_sub(&builds_running, 1);
                 return API_ERR(e, -EUSERS,

@@ -26,6 +26,7 @@
 #include "pj_json.h"
 #include "process.h"
 #include "session.h"
+#include "sandbox.h"
 #include "strutil.h"
 
 
@@ -538,8 +539,13 @@ static void kill_later(struct ctl *c, const char *sandbox, uint32_t pid, int64_t
 /* The agent went away under a stream: if the sandbox no longer runs (killed, timed out, paused),
  * the connection is dropped once what is pending is sent, as E2B's proxy drops it when a
  * sandbox dies; the SDKs then ask /health (502) and raise their "sandbox was killed" error. A
- * kill's record may lag its agent's end by a moment: asked for up to 2 s. */
+ * kill's record is written after its agent ends (on Nomad after the node agent dropped its
+ * rules too): asked once the operation under way on the sandbox is done, then for up to 2 s
+ * (a workload that died by itself is recorded by the reaper). */
 static bool s_sandbox_gone(struct cstream *t) {
+        enum sb_status st = SB_READY;
+        if (sandbox_status_settled(t->c, t->sandbox, &st) < 0 || st != SB_READY)
+                return true;
         for (int i = 0; i < 20; i++) {
                 _cleanup_sandbox_ struct sandbox sb = { 0 };
                 if (store_sandbox_get(t->c->store, t->sandbox, &sb) < 0 || sb.status != SB_READY)
