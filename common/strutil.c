@@ -194,7 +194,7 @@ void random_fill(void *p, size_t n) {
         }
 }
 
-static void hex_encode(const uint8_t *in, size_t n, char *out) {
+void hex_encode(const uint8_t *in, size_t n, char *out) {
         static const char hex[] = "0123456789abcdef";
         for (size_t i = 0; i < n; i++) {
                 out[2 * i] = hex[in[i] >> 4];

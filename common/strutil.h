@@ -50,6 +50,8 @@ static inline bool ascii_alnum(char c) {
 
 /* Value 0..15 of a hex digit (either case), -1 for anything else. */
 int unhexchar(char c);
+/* Lowercase hex of in[0..n) into out (2n + 1 bytes, NUL-terminated). */
+void hex_encode(const uint8_t *in, size_t n, char *out);
 
 /* Fills p with n bytes from getrandom(), retrying on EINTR; aborts on any other
  * failure (none is possible once the pool is initialised), so it never fails. */

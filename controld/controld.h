@@ -67,6 +67,8 @@ void ctl_notify_status(struct ctl *c);
  * controld is stopping; *sb is the last record read), <0 when the record cannot be read. */
 int ctl_wait_sandbox(struct ctl *c, const char *id, bool (*done)(const struct sandbox *sb, const void *ud),
                      const void *ud, int64_t timeout_ms, struct sandbox *sb);
+/* Whether the scheduler backend answers (>= 0), and the driver's name (NULL: none). */
+int ctl_backend_ping(struct ctl *c, const char **ret_driver);
 /* Runs fn(ctx) on a detached thread counted in jobs_running (drained at exit). */
 int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, void *arg), void *arg_owned);
 

@@ -11,6 +11,7 @@
 
 #include "cleanup.h"
 #include "controld.h"
+#include "driver.h"
 #include "log.h"
 #include "strutil.h"
 
@@ -194,4 +195,9 @@ int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struc
         if (!hexid_valid(id))
                 return API_ERR(err, -EINVAL, "Invalid sandbox id");
         return record_load_result(store_sandbox_get_owned(c->store, acc->id, id, ret), "sandbox", err);
+}
+
+int ctl_backend_ping(struct ctl *c, const char **ret_driver) {
+        *ret_driver = c->drv ? c->drv->name : NULL;
+        return c->drv && c->drv->ops->ping ? c->drv->ops->ping(c->drv) : -ENODEV;
 }

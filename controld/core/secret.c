@@ -52,18 +52,13 @@ int secret_key_load(struct ctl *c, char *err, size_t errlen) {
         return 0;
 }
 
-static void hex(char *out, const unsigned char *p, size_t n) {
-        for (size_t i = 0; i < n; i++)
-                snprintf(out + 2 * i, 3, "%02x", p[i]);
-}
-
+/* n bytes from 2n lowercase hex digits (what hex_encode writes), -EBADMSG for anything else. */
 static int unhex(const char *s, size_t n, unsigned char *out) {
-        for (size_t i = 0; i < n; i++) {
-                unsigned v;
-                if (sscanf(s + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdef", s[2 * i]) || !strchr("0123456789abcdef", s[2 * i + 1]))
+        for (size_t i = 0; i < 2 * n; i++)
+                if (unhexchar(s[i]) < 0 || (s[i] >= 'A' && s[i] <= 'F'))
                         return -EBADMSG;
-                out[i] = (unsigned char) v;
-        }
+        for (size_t i = 0; i < n; i++)
+                out[i] = (unsigned char) (unhexchar(s[2 * i]) << 4 | unhexchar(s[2 * i + 1]));
         return 0;
 }
 
@@ -83,10 +78,10 @@ char *secret_seal(const unsigned char key[32], const char *aad, const char *valu
         size_t n = (size_t) (l1 + l2);
         char *out = xmalloc(3 + 2 * SEAL_NONCE + 1 + 2 * (n + SEAL_TAG) + 1);
         memcpy(out, "v1:", 3);
-        hex(out + 3, nonce, SEAL_NONCE);
+        hex_encode(nonce, SEAL_NONCE, out + 3);
         out[3 + 2 * SEAL_NONCE] = ':';
-        hex(out + 4 + 2 * SEAL_NONCE, ct, n);
-        hex(out + 4 + 2 * SEAL_NONCE + 2 * n, tag, SEAL_TAG);
+        hex_encode(ct, n, out + 4 + 2 * SEAL_NONCE);
+        hex_encode(tag, SEAL_TAG, out + 4 + 2 * SEAL_NONCE + 2 * n);
         return out;
 }
 
@@ -206,20 +201,5 @@ int secret_delete(struct ctl *c, const struct account *acc, const char *ref, str
         if (r < 0)
                 return API_ERR(err, -EIO, "Failed to delete the secret");
         log_info("secret %s deleted", name);
-        return 0;
-}
-
-int secret_value(struct ctl *c, const char *account_id, const char *name, char **ret, size_t *ret_len,
-                 struct api_error *err) {
-        int r = need_key(c, err);
-        if (r < 0)
-                return r;
-        _cleanup_(secret_clear) struct secret s = { 0 };
-        if (!pj_secret_name_ok(name) || store_secret_get(c->store, account_id, name, &s) < 0)
-                return API_ERR(err, -ENOENT, "secret '%s' not found", name ? name : "");
-        _cleanup_free_ char *aad = aad_of(s.account_id, s.name, s.version);
-        r = secret_open(c->secrets_key, aad, s.sealed, ret, ret_len);
-        if (r < 0)
-                return API_ERR(err, -EBADMSG, "secret '%s' does not open under this server's key (was the key changed?)", name);
         return 0;
 }

@@ -25,11 +25,6 @@ int secret_load(struct ctl *c, const struct account *acc, const char *ref, struc
 int secret_put(struct ctl *c, const struct account *acc, const char *ref, const struct pj_secret_put *q,
                struct secret *ret, struct api_error *err);
 int secret_delete(struct ctl *c, const struct account *acc, const char *ref, struct api_error *err);
-/* The value of the account's secret name (caller wipes and frees *ret): for the node proxy
- * that puts it into a request, never for an answer. -ENOENT, -EOPNOTSUPP, -EBADMSG (it does not
- * open under this key). */
-int secret_value(struct ctl *c, const char *account_id, const char *name, char **ret, size_t *ret_len,
-                 struct api_error *err);
 /* Sealing, for tests: "v1:<nonce hex>:<ciphertext and tag hex>" of value under key, bound to aad. */
 char *secret_seal(const unsigned char key[32], const char *aad, const char *value, size_t len);
 int secret_open(const unsigned char key[32], const char *aad, const char *sealed, char **ret, size_t *ret_len);

@@ -110,8 +110,3 @@ int64_t template_size_mb(struct ctl *c, const struct template *t) {
                 return (bytes + 999999) / 1000000;
         return t->size_mb;
 }
-
-int ctl_backend_ping(struct ctl *c, const char **ret_driver) {
-        *ret_driver = c->drv ? c->drv->name : NULL;
-        return c->drv && c->drv->ops->ping ? c->drv->ops->ping(c->drv) : -ENODEV;
-}

@@ -1,4 +1,4 @@
-/* template.h — what creating a sandbox asks of templates (template.c), and the backend ping. */
+/* template.h — what creating a sandbox asks of templates (template.c). */
 #pragma once
 
 #include <stdbool.h>
@@ -14,8 +14,6 @@ bool template_name_ok(const char *s);
 /* A server template's image size in MB: the config's size_mb, else what the driver's engine
  * holds (0 when neither knows). */
 int64_t template_size_mb(struct ctl *c, const struct template *t);
-/* Whether the scheduler backend answers (>= 0), and the driver's name (NULL: none). */
-int ctl_backend_ping(struct ctl *c, const char **ret_driver);
 /* The account's ready template name as a struct template (its strings point into *row, which
  * the caller clears after). -ENOENT: no such template of this account; -EBUSY: not ready. */
 int template_user_for(struct ctl *c, const struct account *acc, const char *name, struct template *ret,

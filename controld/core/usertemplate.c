@@ -260,8 +260,7 @@ static int read_from_builder(struct build *b, const char *path, size_t max, int 
                 return snprintf(b->why, sizeof(b->why), "reading the image (%s): %s", path, strerror(-r)), -EIO;
         }
         if (hex)
-                for (unsigned i = 0; i < 32; i++)
-                        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+                hex_encode(d, 32, hex);
         if (ret_mem)
                 *ret_mem = strbuf_steal(&mem);
         *ret_len = total;

@@ -40,9 +40,7 @@ void e2b_token(const struct ctl *c, const char *kind, const char *sandbox_id, ch
         unsigned len = 0;
         _cleanup_free_ char *msg = xasprintf("paddock-e2b-%s:%s", kind, sandbox_id);
         HMAC(EVP_sha256(), c->agent_key, (int) strlen(c->agent_key), (const unsigned char *) msg, strlen(msg), mac, &len);
-        for (unsigned i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", mac[i]);
-        out[64] = 0;
+        hex_encode(mac, 32, out);
         explicit_bzero(mac, sizeof(mac));
 }
 

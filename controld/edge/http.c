@@ -26,7 +26,6 @@
 #include "ctl-metrics.h"
 #include "pool.h"
 #include "render.h"
-#include "template.h"
 
 struct http_server {
         struct ctl *c;

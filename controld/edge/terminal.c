@@ -57,8 +57,7 @@ static void token_mac(const struct ctl *c, const char *sandbox_id, const char *a
         unsigned int len = 0;
         snprintf(msg, sizeof(msg), "pty|%s|%s|%lld", sandbox_id, account_id, exp);
         HMAC(EVP_sha256(), c->agent_key, (int) strlen(c->agent_key), (const unsigned char *) msg, strlen(msg), mac, &len);
-        for (unsigned i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", mac[i]);
+        hex_encode(mac, 32, out);
 }
 
 /* The account id a token grants on sandbox_id (its owner's), checked against the record. */

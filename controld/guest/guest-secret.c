@@ -17,9 +17,7 @@ void guest_secret(const char *key, const char *sandbox_id, char out[GUEST_SECRET
         unsigned len = 0;
         _cleanup_free_ char *msg = xasprintf("paddock-agent:%s", sandbox_id);
         HMAC(EVP_sha256(), key, (int) strlen(key), (const unsigned char *) msg, strlen(msg), mac, &len);
-        for (unsigned i = 0; i < 32; i++)
-                snprintf(out + 2 * i, 3, "%02x", mac[i]);
-        out[GUEST_SECRET_LEN] = 0;
+        hex_encode(mac, 32, out);
         explicit_bzero(mac, sizeof(mac));
 }
 
