@@ -273,6 +273,10 @@ struct docker_remote {
 void docker_set_remote(const struct docker_remote *rem);
 /* Sets the calling thread's docker_last_error() (control characters become spaces). */
 void docker_set_last_error(const char *msg);
+/* Container/volume/network names and exec ids ([A-Za-z0-9][A-Za-z0-9_.-]*, up to 255), and
+ * image references (registry/repo:tag@digest characters, no empty or dot-leading segment). */
+bool docker_valid_name(const char *s);
+bool docker_valid_ref(const char *s);
 /* What a remote does for call: the request on the socket, without parsing the answer. */
 int docker_call_raw(struct docker *d, const char *method, const char *path, const char *body, size_t body_len,
                     long timeout_ms, long *ret_status, char **ret_body, size_t *ret_len);
