@@ -28,9 +28,11 @@
 #include "controld.h"
 #include "docker.h"
 #include "docker-checkpoint.h"
+#include "dockerchild.h"
 #include "driver.h"
 #include "log.h"
 #include "strutil.h"
+#include "unixsock.h"
 
 struct ddriver {
         struct docker *docker;
@@ -241,7 +243,8 @@ static void cpu_burst_apply(struct driver *d, int64_t nano_cpus, int pid) {
         int r = cpu_cgroup_dir(pid, dir, sizeof(dir), &v2);
         if (r >= 0) {
                 snprintf(file, sizeof(file), "%s/%s", dir, v2 ? "cpu.max.burst" : "cpu.cfs_burst_us");
-                int fd = open(file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+                int fd = dockerchild_running() ? dockerchild_cgroup_open(file) : open(file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+                errno = fd < 0 && dockerchild_running() ? -fd : errno;
                 int len = snprintf(val, sizeof(val), "%lld\n", (long long) burst_us);
                 r = fd < 0 ? -errno : write(fd, val, (size_t) len) == len ? 0 : -errno;
                 if (fd >= 0)
@@ -262,7 +265,9 @@ static void wait_agent_socket(struct driver *d, const struct sandbox *sb, int64_
         int64_t end = mono_ms() + 10000;
         if (end > deadline)
                 end = deadline;
-        for (;;) {
+        if (dockerchild_running() && dockerchild_agent_wait(sb->id, (int) (end > mono_ms() ? end - mono_ms() : 1)) == 0)
+                return;
+        for (; !dockerchild_running();) {
                 struct stat st;
                 if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
                         return;
@@ -596,6 +601,19 @@ static int dd_agent_socket(struct driver *d, const struct sandbox *sb, char **re
         return 0;
 }
 
+/* Under the docker child only it may open the socket (Docker's data root is root's). */
+static int dd_agent_dial(struct driver *d, const struct sandbox *sb, int64_t deadline, char *err, size_t errlen) {
+        _cleanup_free_ char *path = NULL;
+        if (!dockerchild_running()) {
+                int r = dd_agent_socket(d, sb, &path, err, errlen);
+                return r < 0 ? r : unix_connect_nofollow(path, deadline);
+        }
+        int fd = dockerchild_agent_dial(sb->id, deadline);
+        if (fd < 0)
+                snprintf(err, errlen, "the sandbox's agent socket: %s", strerror(-fd));
+        return fd;
+}
+
 /* ---- exec sessions over the hijacked Docker exec stream ---- */
 
 struct exec_session {
@@ -922,8 +940,11 @@ static int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char 
         }
         _cleanup_free_ char *dir = xasprintf("%s/containers/%s/checkpoints/%s", P(d)->root_dir, sb->container_id, name);
         ckpt_walk_bytes = 0;
-        (void) nftw(dir, ckpt_walk, 8, FTW_PHYS);
-        *ret_bytes = ckpt_walk_bytes;
+        if (dockerchild_running())
+                ckpt_walk_bytes = dockerchild_tree_bytes(dir);
+        else
+                (void) nftw(dir, ckpt_walk, 8, FTW_PHYS);
+        *ret_bytes = ckpt_walk_bytes > 0 ? ckpt_walk_bytes : 0;
         return 0;
 }
 
@@ -1002,6 +1023,7 @@ static const struct driver_ops docker_ops = {
         .list = dd_list,
         .remove_by_id = dd_remove_by_id,
         .agent_socket = dd_agent_socket,
+        .agent_dial = dd_agent_dial,
         .oom_killed = dd_oom_killed,
         .image_size = dd_image_size,
         .image_remove = dd_image_remove,
