@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -205,6 +206,10 @@ static bool keys_only(const cJSON *o, const char *const *keys) {
                         known = it->string && !strcmp(it->string, *k);
                 if (!known)
                         return false;
+                /* A key given twice: cJSON reads the first, Docker the last. None passes. */
+                for (const cJSON *j = it->next; j; j = j->next)
+                        if (j->string && !strcasecmp(j->string, it->string))
+                                return false;
         }
         return true;
 }

@@ -195,7 +195,7 @@ static int parse_request(const uint8_t *buf, ssize_t len, int fd, struct dc_requ
         if (m.nargs != nargs)
                 return refuse(a, "op %u takes %u arguments, got %u", m.op, nargs, m.nargs);
         if (takes_fd != (fd >= 0))
-                return refuse(a, "op %u %s an fd", m.op, takes_fd ? "needs" : "takes no");
+                return refuse(a, "op %u %s", m.op, takes_fd ? "needs an fd" : "takes no fd");
         size_t sum = sizeof(m);
         for (unsigned i = 0; i < DC_ARGS; i++) {
                 if (i >= nargs && m.arglen[i] != 0)
