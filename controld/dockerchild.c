@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <pthread.h>
 #include <pwd.h>
@@ -17,6 +18,8 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
@@ -129,6 +132,17 @@ static ssize_t recv_msg(int fd, void *buf, size_t cap, int64_t deadline, int *re
                 }
                 return n;
         }
+}
+
+/* No capability left in any set (a unit's ambient CAP_SETGID included): for a process
+ * that is not root. 0 or -errno. */
+static int caps_clear(void) {
+        struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+        struct __user_cap_data_struct d[2] = { 0 };
+        (void) prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        if (syscall(SYS_capset, &h, d) < 0)
+                return -errno;
+        return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ? -errno : 0;
 }
 
 /* ---------------------------------------------------------------- child */
@@ -257,6 +271,9 @@ _noreturn_ static void child_main(const struct config *cfg, int fd, pid_t parent
         if (getppid() != parent)
                 _exit(0);
         (void) prctl(PR_SET_NAME, "controld-docker", 0, 0, 0);
+        /* Not root (a unit's User= with the docker group): the group is all it needs. */
+        if (geteuid() != 0)
+                (void) caps_clear();
         /* SIGTERM and the rest stay blocked (the parent's mask): the child ends with the
          * parent, when the control socket closes, not before it under a unit's stop. */
         dc_child_init(cfg);
@@ -776,12 +793,33 @@ int dockerchild_drop(const char *path, struct config *cfg, char *err, size_t err
                 forget(&cfg->snap_password);
         }
         if (geteuid() != 0) {
-                /* Started unprivileged (User= in a unit): supplementary groups (docker) go
-                 * where CAP_SETGID allows; otherwise they stay, and that is said. */
-                if (getgroups(0, NULL) > 0 && setgroups(0, NULL) < 0)
-                        log_warning("controld keeps its supplementary groups (%s): start it as root with [controld] "
-                                    "user set, and its docker child alone keeps Docker access",
-                                    strerror(errno));
+                /* Started unprivileged (User= in a unit, the docker drop-in's group and its
+                 * CAP_SETGID): the groups go, then every capability. Groups that cannot go
+                 * (no CAP_SETGID) are a refusal to start: the parent would keep the child's power. */
+                if (getgroups(0, NULL) > 0 && setgroups(0, NULL) < 0) {
+                        int r = -errno;
+                        gid_t g[256];
+                        int n = getgroups(ELEMENTSOF(g), g);
+                        struct stat st;
+                        bool docker = false;
+                        if (!strcmp(cfg->driver, "docker") && stat(cfg->docker_socket, &st) == 0)
+                                for (int i = 0; i < n; i++)
+                                        docker = docker || g[i] == st.st_gid;
+                        if (docker) {
+                                snprintf(err, errlen, "controld cannot leave the group of %s (%s): give it CAP_SETGID "
+                                                      "(packaging/controld-docker-driver.conf) or start it as root with "
+                                                      "[controld] user set", cfg->docker_socket, strerror(-r));
+                                return r;
+                        }
+                        log_warning("controld keeps its supplementary groups (%s)", strerror(-r));
+                }
+                int r = caps_clear();
+                if (r < 0) {
+                        snprintf(err, errlen, "cannot drop capabilities: %s", strerror(-r));
+                        return r;
+                }
+                log_info("running as uid %d with no supplementary groups and no capabilities; Docker access is the "
+                         "docker child's", (int) getuid());
                 return 0;
         }
         if (!cfg->run_user[0]) {
