@@ -206,11 +206,14 @@ TEST_FULL(parent_holds_no_privilege_and_sandboxes_still_work, 300) {
         ctld_stop(&c);
 }
 
+/* The child's config, for the process's life (a global: the sanitizer's leak check sees it). */
+struct config *child_cfg;
+
 /* A child of the test's own on the real socket: what controld asks passes and reaches Docker,
  * anything else is refused and Docker never sees it. */
 TEST_FULL(the_child_refuses_calls_outside_the_allowlist, 60) {
         need_docker();
-        struct config *cfg = xnew0(struct config, 1);
+        struct config *cfg = child_cfg = xnew0(struct config, 1);
         cfg->driver = xstrdup("docker");
         cfg->docker_socket = xstrdup(DOCKER_SOCK);
         cfg->docker_runtime = xstrdup("runsc");

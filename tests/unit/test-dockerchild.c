@@ -137,10 +137,13 @@ TEST(endpoints_and_names_controld_never_uses_are_refused) {
         ASSERT_EQ(allowed("POST", "/networks/create", "{\"Name\":\"host\",\"Driver\":\"bridge\"}"), -EPERM);
 }
 
-/* The child over its socket: started here with a Docker socket that does not exist. */
+/* The child over its socket: started here with a Docker socket that does not exist. Its
+ * config lives as long as the process (a global: the sanitizer's leak check sees it). */
+struct config *child_cfg;
 static void start_child(void) {
         char err[512] = "";
-        int r = dockerchild_start(test_config(), err, sizeof(err));
+        child_cfg = test_config();
+        int r = dockerchild_start(child_cfg, err, sizeof(err));
         if (r < 0)
                 fprintf(stderr, "  %s\n", err);
         ASSERT_EQ(r, 0);
