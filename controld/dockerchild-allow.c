@@ -587,6 +587,18 @@ static void reg_do(const struct dc_request *q, struct dc_answer *a) {
         a->r = -EINVAL;
 }
 
+/* GET /containers/<x>/json: the one answer the allowlist checks after the call. */
+static bool inspect_path(const char *path) {
+        return startswith(path, "/containers/") && endswith(path, "/json") && strcmp(path, "/containers/json") &&
+               !strchr(path, '?');
+}
+
+static bool inspect_is_ours(const char *body, size_t len) {
+        _cleanup_(cJSON_Deletep) cJSON *j = cJSON_ParseWithLength(body, len);
+        const char *name = jstr(j, "Name");
+        return name && name[0] == '/' && our_container_name(name + 1);
+}
+
 static bool cgroup_path_ok(const char *p) {
         return startswith(p, "/sys/fs/cgroup/") && !strstr(p, "/../") && !strstr(p, "/./") && !strstr(p, "//") &&
                (endswith(p, "/cpu.max.burst") || endswith(p, "/cpu.cfs_burst_us"));
@@ -612,6 +624,13 @@ void dc_child_do(const struct dc_request *q, struct dc_answer *a) {
                                        &a->status, &a->body, &a->body_len);
                 if (a->r < 0)
                         strscpy(a->err, docker_last_error(), sizeof(a->err));
+                else if (a->status == 200 && inspect_path(q->arg[1]) && !inspect_is_ours(a->body, a->body_len)) {
+                        /* Another container's inspect holds its Env (secrets, often): a sandbox's only. */
+                        free(a->body);
+                        a->body = xstrdup("{\"message\":\"not a sandbox's container\"}");
+                        a->body_len = strlen(a->body);
+                        a->status = 404;
+                }
                 return;
         }
         case DC_OP_PULL: {

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +260,54 @@ TEST_FULL(the_child_refuses_calls_outside_the_allowlist, 60) {
         ASSERT_EQ(dockerchild_docker_call("POST", "/containers/0123456789ab/kill?signal=KILL", NULL, 0, 5000, &status, &body,
                                           &len),
                   -EPERM);
+        /* Another container's inspect (its Env may hold secrets) reads as missing. */
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "docker", "ps", "-q", "--no-trunc", NULL };
+        ASSERT_EQ(test_run_capture(argv, &out, 1 << 16), 0);
+        for (char *save = NULL, *line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                snprintf(path, sizeof(path), "/containers/%s/json", line);
+                ASSERT_EQ(dockerchild_docker_call("GET", path, NULL, 0, 5000, &status, &body, &len), 0);
+                if (!strstr(body, "\"Name\":\"/paddock-"))
+                        ASSERT_EQ(status, 404);
+                free(body);
+                body = NULL;
+        }
         char msg[1024];
         ASSERT_EQ(dockerchild_ping(msg, sizeof(msg)), 0);
+}
+
+/* The two live and die together: a dead child takes controld down with status 1 and a log line
+ * (systemd restarts it; a parent without its child could do nothing), and a parent killed
+ * outright leaves no child behind. */
+TEST_FULL(parent_and_child_end_together, 120) {
+        need_docker();
+        if (geteuid() != 0)
+                TEST_SKIP("needs root");
+        test_user();
+        static struct ctld c;
+        _cleanup_free_ char *key = ctld_start_with_account(&c, "privsep", NULL);
+
+        pid_t child = child_of(c.pid);
+        ASSERT_TRUE(child > 0);
+        ASSERT_EQ(kill(child, SIGKILL), 0);
+        int st = ctld_wait_exit(&c, 10);
+        ASSERT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1);
+        ASSERT_TRUE(test_log_has(c.log, 0, "the docker child", 1));
+        ASSERT_TRUE(test_log_has(c.log, 0, "controld exits", 1));
+
+        ctld_start_daemon(&c);
+        child = child_of(c.pid);
+        ASSERT_TRUE(child > 0);
+        ASSERT_EQ(kill(c.pid, SIGKILL), 0);
+        (void) ctld_wait_exit(&c, 10);
+        bool gone = false;
+        for (int i = 0; i < 500 && !gone; i++) {
+                _cleanup_free_ char *state = proc_status(child, "State");
+                gone = !state || state[0] == 'Z';
+                if (!gone)
+                        usleep(10000);
+        }
+        ASSERT_TRUE(gone);
+        ctld_start_daemon(&c);
+        ctld_stop(&c);
 }
