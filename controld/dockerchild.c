@@ -145,6 +145,29 @@ static int caps_clear(void) {
         return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ? -errno : 0;
 }
 
+/* Root's child keeps these capabilities only, in every set and the bounding set. */
+static int caps_keep_only(uint64_t keep) {
+        struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+        struct __user_cap_data_struct d[2] = { 0 };
+        for (int cap = 0; cap < 64; cap++) {
+                if (keep & (UINT64_C(1) << cap))
+                        continue;
+                if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) < 0)
+                        break;  /* past the kernel's last capability */
+                (void) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        (void) prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        if (syscall(SYS_capget, &h, d) < 0)
+                return -errno;
+        uint64_t prm = ((uint64_t) d[1].permitted << 32 | d[0].permitted) & keep;
+        d[0].effective = d[0].permitted = (uint32_t) prm;
+        d[1].effective = d[1].permitted = (uint32_t) (prm >> 32);
+        d[0].inheritable = d[1].inheritable = 0;
+        if (syscall(SYS_capset, &h, d) < 0)
+                return -errno;
+        return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ? -errno : 0;
+}
+
 /* ---------------------------------------------------------------- child */
 
 static atomic_int child_threads;
@@ -271,9 +294,14 @@ _noreturn_ static void child_main(const struct config *cfg, int fd, pid_t parent
         if (getppid() != parent)
                 _exit(0);
         (void) prctl(PR_SET_NAME, "controld-docker", 0, 0, 0);
-        /* Not root (a unit's User= with the docker group): the group is all it needs. */
+        /* Not root (a unit's User= with the docker group): the group is all it needs. Root: the
+         * owner's rights over root's files and sockets, btrfs's ioctls (CAP_SYS_ADMIN) and reading
+         * the agents' secrets in the parent's directory; no other capability. */
         if (geteuid() != 0)
                 (void) caps_clear();
+        else
+                (void) caps_keep_only((UINT64_C(1) << CAP_SYS_ADMIN) | (UINT64_C(1) << CAP_DAC_READ_SEARCH) |
+                                      (UINT64_C(1) << CAP_DAC_OVERRIDE));
         /* SIGTERM and the rest stay blocked (the parent's mask): the child ends with the
          * parent, when the control socket closes, not before it under a unit's stop. */
         dc_child_init(cfg);
