@@ -553,8 +553,11 @@ static int reg_blob_exists(const char *repo, const char *digest) {
 }
 
 static int reg_blob_upload(const char *repo, const char *digest, const void *data, size_t len, long timeout_ms) {
-        /* The data goes as a memfd the child maps: a layer is far bigger than any message. */
-        _cleanup_close_ int mfd = memfd_create("paddock-blob", MFD_CLOEXEC);
+        /* The data goes as a file the child maps: a layer is far bigger than any message. On
+         * disk where it can be (a template's layer may be gigabytes), else in memory. */
+        _cleanup_close_ int mfd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (mfd < 0)
+                mfd = memfd_create("paddock-blob", MFD_CLOEXEC);
         if (mfd < 0)
                 return -errno;
         for (size_t o = 0; o < len;) {
