@@ -33,7 +33,15 @@ static int valid_name(const char *name) {
         return 0;
 }
 
+static const struct btrfs_remote *remote;
+
+void btrfs_set_remote(const struct btrfs_remote *r) {
+        remote = r;
+}
+
 int btrfs_quota_enable(const char *path) {
+        if (remote)
+                return remote->quota_enable(path);
         int fd = open_dir(path), r = 0;
         if (fd < 0)
                 return fd;
@@ -67,6 +75,8 @@ static int subvol_op(const char *parent, const char *name, unsigned long req) {
 }
 
 int btrfs_subvol_create_capped(const char *parent, const char *name, uint64_t limit_bytes) {
+        if (remote)
+                return remote->subvol_create_capped(parent, name, limit_bytes);
         int r = btrfs_is_btrfs(parent);
         if (r < 0)
                 return r;
@@ -105,5 +115,7 @@ fail:
 }
 
 int btrfs_subvol_destroy(const char *parent, const char *name) {
+        if (remote)
+                return remote->subvol_destroy(parent, name);
         return subvol_op(parent, name, BTRFS_IOC_SNAP_DESTROY);
 }

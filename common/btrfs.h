@@ -30,3 +30,13 @@ int btrfs_subvol_create_capped(const char *parent, const char *name, uint64_t li
 /* Deletes subvolume parent/name with everything in it. Missing -> -ENOENT. */
 int btrfs_subvol_destroy(const char *parent, const char *name);
 
+
+/* A process that may not do these itself (controld's network-facing parent, whose docker child
+ * holds CAP_SYS_ADMIN): with btrfs_set_remote() the three calls that need the capability go
+ * through r instead, with the same contracts. NULL (the default) = do them here. */
+struct btrfs_remote {
+        int (*quota_enable)(const char *path);
+        int (*subvol_create_capped)(const char *parent, const char *name, uint64_t limit_bytes);
+        int (*subvol_destroy)(const char *parent, const char *name);
+};
+void btrfs_set_remote(const struct btrfs_remote *r);

@@ -109,6 +109,8 @@ int docker_exec_start(struct docker *d, const char *exec_id, int *ret_fd, uint8_
 
         if (!docker_valid_name(exec_id) || !ret_fd || !ret_pre || !ret_pre_len)
                 return -EINVAL;
+        if (docker_remote_get())
+                return docker_remote_get()->exec_start(exec_id, ret_fd, ret_pre, ret_pre_len);
         r = connect_unix(d, &fd);
         if (r < 0)
                 return docker_transport_error(d, r);

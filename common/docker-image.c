@@ -271,6 +271,11 @@ int docker_image_push(struct docker *d, const char *name, const char *tag, const
 int docker_image_pull(struct docker *d, const char *name, const char *tag, const char *registry_auth_b64) {
         const char *t = tag ? tag : "latest";
         _cleanup_(push_ctx_done) struct push_ctx c = { .line = STRBUF_INIT(PUSH_LINE_MAX) };
+        if (docker_remote_get()) {
+                if (!docker_valid_ref(name) || strchr(name, '@') || !(valid_tag(t) || docker_valid_digest(t)))
+                        return -EINVAL;
+                return docker_remote_get()->pull(name, t);
+        }
         long status = image_stream(d, false, name, t, registry_auth_b64, &c);
         if (status < 0)
                 return (int) status;

@@ -47,6 +47,8 @@ struct docker_resp {
         })
 
 void docker_resp_done(struct docker_resp *r);
+/* The remote every call goes through (docker_set_remote), or NULL. */
+const struct docker_remote *docker_remote_get(void);
 /* One API call. body (may be NULL) is sent as JSON. On a transport failure returns
  * -errno. Otherwise ret->status is set, ret->json holds the parsed body (if any), and
  * the return value is docker_map_status(status) with docker_last_error() set for >= 400. */

@@ -154,36 +154,75 @@ int docker_transport_error(struct docker *d, int r) {
         return r;
 }
 
+static const struct docker_remote *remote;
+
+void docker_set_remote(const struct docker_remote *rem) {
+        remote = rem;
+}
+
+const struct docker_remote *docker_remote_get(void) {
+        return remote;
+}
+
+void docker_set_last_error(const char *msg) {
+        docker_set_error_n(msg, strlen(msg));
+}
+
+int docker_call_raw(struct docker *d, const char *method, const char *path, const char *body, size_t body_len,
+                    long timeout_ms, long *ret_status, char **ret_body, size_t *ret_len) {
+        _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "%s", path);
+        struct httpc_resp resp = {};
+        struct httpc_req req = {
+                .method = method,
+                .url = url,
+                .unix_socket = d->socket,
+                .body = body,
+                .body_len = body_len,
+                .content_type = body ? "application/json" : NULL,
+                .timeout_ms = timeout_ms > 0 ? timeout_ms : TIMEOUT_DEFAULT_MS,
+        };
+        int r = httpc_do(&req, &resp);
+        if (r < 0)
+                return docker_transport_error(d, r);
+        *ret_status = resp.status;
+        *ret_len = resp.body_len;
+        *ret_body = TAKE_PTR(resp.body);
+        httpc_resp_done(&resp);
+        return 0;
+}
+
 /* One API call. body (may be NULL) is sent as JSON. On a transport failure returns
  * -errno. Otherwise ret->status is set, ret->json holds the parsed body (if any), and
  * the return value is docker_map_status(status) with docker_last_error() set for >= 400. */
 int docker_call(struct docker *d, const char *method, const char *path, const cJSON *body,
                  long timeout_ms, struct docker_resp *ret) {
-        _cleanup_free_ char *url = xasprintf("http://localhost" DOCKER_API_PREFIX "%s", path);
-        struct httpc_resp resp = {};
+        _cleanup_free_ char *text = body ? xnonnull(cJSON_PrintUnformatted(body)) : NULL;
+        _cleanup_free_ char *rbody = NULL;
+        size_t rlen = 0;
+        long status = 0;
         int r;
 
         *ret = (struct docker_resp) {};
-        struct httpc_req req = {
-                .method = method,
-                .url = url,
-                .unix_socket = d->socket,
-                .timeout_ms = timeout_ms > 0 ? timeout_ms : TIMEOUT_DEFAULT_MS,
-        };
-        r = httpc_do_json_body(&req, body, &resp);
+        docker_clear_error();
+        if (remote)
+                r = remote->call(method, path, text, text ? strlen(text) : 0, timeout_ms > 0 ? timeout_ms : TIMEOUT_DEFAULT_MS,
+                                 &status, &rbody, &rlen);
+        else
+                r = docker_call_raw(d, method, path, text, text ? strlen(text) : 0, timeout_ms, &status, &rbody, &rlen);
         if (r < 0) {
                 log_debug("docker: %s %s: %s", method, path, strerror(-r));
-                return docker_transport_error(d, r);
+                if (!last_error[0])
+                        docker_transport_error(d, r);
+                return r;
         }
-        ret->status = resp.status;
-        if (resp.body_len > 0)
-                ret->json = cJSON_ParseWithLength(resp.body, resp.body_len);
-        if (resp.status >= 400) {
-                docker_set_error_from_body(resp.status, resp.body, resp.body_len);
-                log_debug("docker: %s %s: HTTP %ld: %s", method, path, resp.status, last_error);
+        ret->status = status;
+        if (rlen > 0)
+                ret->json = cJSON_ParseWithLength(rbody, rlen);
+        if (status >= 400) {
+                docker_set_error_from_body(status, rbody, rlen);
+                log_debug("docker: %s %s: HTTP %ld: %s", method, path, status, last_error);
         } else
                 docker_clear_error();
-        httpc_resp_done(&resp);
         return docker_map_status(ret->status);
 }
 

@@ -255,3 +255,28 @@ int docker_image_pull(struct docker *d, const char *name, const char *tag, const
 int docker_image_list(struct docker *d, const char *reference, char ***ret_refs);
 /* The image's size in bytes (Docker's "Size": all of its layers). */
 int docker_image_size(struct docker *d, const char *ref, int64_t *ret_size);
+
+/* A process whose Docker access is another process's (controld's docker child): with
+ * docker_set_remote() every client of this process makes its calls through rem instead of a
+ * socket (d->socket is then not used). NULL (the default) = the socket. A remote says why a
+ * call failed with docker_set_last_error(). */
+struct docker_remote {
+        /* One API call (path below DOCKER_API_PREFIX, body as sent): 0 with the HTTP status and
+         * the body (xmalloc'd, NUL-terminated, *ret_len bytes), or -errno. */
+        int (*call)(const char *method, const char *path, const char *body, size_t body_len, long timeout_ms,
+                    long *ret_status, char **ret_body, size_t *ret_len);
+        /* docker_image_pull with the remote's own registry credentials. */
+        int (*pull)(const char *name, const char *tag);
+        /* docker_exec_start. */
+        int (*exec_start)(const char *exec_id, int *ret_fd, uint8_t **ret_pre, size_t *ret_pre_len);
+};
+void docker_set_remote(const struct docker_remote *rem);
+/* Sets the calling thread's docker_last_error() (control characters become spaces). */
+void docker_set_last_error(const char *msg);
+/* Container/volume/network names and exec ids ([A-Za-z0-9][A-Za-z0-9_.-]*, up to 255), and
+ * image references (registry/repo:tag@digest characters, no empty or dot-leading segment). */
+bool docker_valid_name(const char *s);
+bool docker_valid_ref(const char *s);
+/* What a remote does for call: the request on the socket, without parsing the answer. */
+int docker_call_raw(struct docker *d, const char *method, const char *path, const char *body, size_t body_len,
+                    long timeout_ms, long *ret_status, char **ret_body, size_t *ret_len);

@@ -10,6 +10,7 @@
  */
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct registry {
@@ -46,3 +47,16 @@ int registry_image_config(const struct registry *r, const char *repo, const char
 
 /* Deletes the manifest repo@digest. Already gone (404) counts as success. */
 int registry_manifest_delete(const struct registry *r, const char *repo, const char *digest);
+
+/* A process that holds no registry credentials (controld's network-facing parent): with
+ * registry_set_remote() the calls above go through rem instead, which speaks to its own
+ * registry with its own credentials (r is then not looked at). NULL (the default) = here. */
+struct registry_remote {
+        int (*manifest_digest)(const char *repo, const char *tag, char **ret_digest, int64_t *ret_size);
+        int (*blob_exists)(const char *repo, const char *digest);
+        int (*blob_upload)(const char *repo, const char *digest, const void *data, size_t len, long timeout_ms);
+        int (*manifest_put)(const char *repo, const char *tag, const char *media_type, const void *body, size_t len);
+        int (*image_config)(const char *repo, const char *ref, struct cJSON **ret);
+        int (*manifest_delete)(const char *repo, const char *digest);
+};
+void registry_set_remote(const struct registry_remote *rem);

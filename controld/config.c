@@ -509,6 +509,8 @@ int config_load(const char *path, struct config **ret, char *err, size_t errlen)
         S("snapshots", "repository", "paddock/snapshots", 200, snap_repository);
         S("snapshots", "username", NULL, 255, snap_username);
         S("snapshots", "password", NULL, 255, snap_password);
+        /* Started as root, controld forks its docker child and runs as this user (dockerchild.c). */
+        S("controld", "user", "paddock", 64, run_user);
         D("snapshots", "timeout", 1800, 10, 24 * 3600, snap_timeout_s);
         if ((r = conf_get_duration_ms(cf, "snapshots", NULL, "tick", 5000, 100, 60000, &c->snap_tick_ms, err, errlen)) < 0)
                 goto fail;
@@ -614,6 +616,7 @@ struct config *config_free(struct config *c) {
         free_many(c->utpl_builder, c->utpl_repository);
         free(c->snap_username);
         free(c->snap_password);
+        free(c->run_user);
         free(c->nomad_addr);
         free(c->nomad_token);
         free(c->nomad_ca_file);

@@ -137,6 +137,7 @@ struct config {
         /* [snapshots]: the registry the node agents push to (same values as their [snapshot]) */
         char *snap_registry, *snap_repository;       /* "127.0.0.1:5000", "paddock/snapshots" */
         char *snap_username, *snap_password;         /* NULL = anonymous; never logged */
+        char *run_user;                              /* [controld] user: who the network-facing process runs as when started as root ("" = stays root) */
         uint64_t snap_timeout_s;                     /* creating longer than this -> failed */
         uint64_t snap_tick_ms;                       /* schedule, retention and deadline checks */
         /* [templates]: templates users build (usertemplate.c), pushed to the snapshot registry */

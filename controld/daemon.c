@@ -8,6 +8,7 @@
 #include "cleanup.h"
 #include "guest.h"
 #include "controld.h"
+#include "dockerchild.h"
 #include "driver.h"
 #include "nodebus.h"
 #include "log.h"
@@ -22,7 +23,7 @@ int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
         char err[1024] = "";
         int r;
         ctl_init(c);
-        r = config_load(conf_path, &c->cfg, err, sizeof(err));
+        r = dockerchild_config(conf_path, &c->cfg, err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "%s\n", err);
                 return r;

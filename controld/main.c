@@ -24,6 +24,7 @@
 #include "preview.h"
 #include "http.h"
 #include "driver.h"
+#include "dockerchild.h"
 #include "nodebus.h"
 #include "log.h"
 #include "strutil.h"
@@ -215,6 +216,9 @@ static int controld_main(int argc, char **argv) {
         pthread_sigmask(SIG_BLOCK, &ss, NULL);
         signal(SIGPIPE, SIG_IGN);
 
+        /* Before any thread: the docker child keeps the privileges, this process drops them. */
+        if (dockerchild_setup(conf) < 0)
+                return 1;
         r = ctl_open(&c, conf, true);
         if (r < 0) {
                 ctl_close(&c);

@@ -17,6 +17,7 @@
 #include "ddriver.h"
 #include "docker.h"
 #include "docker-checkpoint.h"
+#include "dockerchild.h"
 #include "driver.h"
 #include "guest-conn.h"
 #include "guest-exec.h"
@@ -86,8 +87,11 @@ int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char *name, 
         }
         _cleanup_free_ char *dir = xasprintf("%s/containers/%s/checkpoints/%s", P(d)->root_dir, sb->container_id, name);
         ckpt_walk_bytes = 0;
-        (void) nftw(dir, ckpt_walk, 8, FTW_PHYS);
-        *ret_bytes = ckpt_walk_bytes;
+        if (dockerchild_running())
+                ckpt_walk_bytes = dockerchild_tree_bytes(dir);
+        else
+                (void) nftw(dir, ckpt_walk, 8, FTW_PHYS);
+        *ret_bytes = ckpt_walk_bytes > 0 ? ckpt_walk_bytes : 0;
         return 0;
 }
 

@@ -28,10 +28,12 @@
 #include "controld.h"
 #include "docker.h"
 #include "docker-checkpoint.h"
+#include "dockerchild.h"
 #include "driver.h"
 #include "ddriver.h"
 #include "log.h"
 #include "strutil.h"
+#include "unixsock.h"
 #include "userimage.h"
 #include "ctl-metrics.h"
 #include "network.h"
@@ -234,7 +236,8 @@ static void cpu_burst_apply(struct driver *d, int64_t nano_cpus, int pid) {
         int r = cpu_cgroup_dir(pid, dir, sizeof(dir), &v2);
         if (r >= 0) {
                 snprintf(file, sizeof(file), "%s/%s", dir, v2 ? "cpu.max.burst" : "cpu.cfs_burst_us");
-                int fd = open(file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+                int fd = dockerchild_running() ? dockerchild_cgroup_open(file) : open(file, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+                errno = fd < 0 && dockerchild_running() ? -fd : errno;
                 int len = snprintf(val, sizeof(val), "%lld\n", (long long) burst_us);
                 r = fd < 0 ? -errno : write(fd, val, (size_t) len) == len ? 0 : -errno;
                 if (fd >= 0)
@@ -255,7 +258,9 @@ void wait_agent_socket(struct driver *d, const struct sandbox *sb, int64_t deadl
         int64_t end = mono_ms() + 10000;
         if (end > deadline)
                 end = deadline;
-        for (;;) {
+        if (dockerchild_running() && dockerchild_agent_wait(sb->id, (int) (end > mono_ms() ? end - mono_ms() : 1)) == 0)
+                return;
+        for (; !dockerchild_running();) {
                 struct stat st;
                 if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
                         return;
@@ -589,6 +594,19 @@ static int dd_agent_socket(struct driver *d, const struct sandbox *sb, char **re
         return 0;
 }
 
+/* Under the docker child only it may open the socket (Docker's data root is root's). */
+static int dd_agent_dial(struct driver *d, const struct sandbox *sb, int64_t deadline, char *err, size_t errlen) {
+        _cleanup_free_ char *path = NULL;
+        if (!dockerchild_running()) {
+                int r = dd_agent_socket(d, sb, &path, err, errlen);
+                return r < 0 ? r : unix_connect_nofollow(path, deadline);
+        }
+        int fd = dockerchild_agent_dial(sb->id, deadline);
+        if (fd < 0)
+                snprintf(err, errlen, "the sandbox's agent socket: %s", strerror(-fd));
+        return fd;
+}
+
 static int dd_image_size(struct driver *d, const char *image, int64_t *ret_bytes) {
         return docker_image_size(D(d), image, ret_bytes);
 }
@@ -614,6 +632,7 @@ static const struct driver_ops docker_ops = {
         .list = dd_list,
         .remove_by_id = dd_remove_by_id,
         .agent_socket = dd_agent_socket,
+        .agent_dial = dd_agent_dial,
         .oom_killed = dd_oom_killed,
         .image_size = dd_image_size,
         .image_remove = dd_image_remove,

@@ -24,6 +24,8 @@ ctld_conf() {
 [server]
 listen = 127.0.0.1:$1
 log_level = warning
+[controld]
+user =
 [store]
 path = $2
 [defaults]

@@ -153,6 +153,9 @@ domain = localhost:$PREVIEW_PORT
 scheme = http
 [e2b]
 listen = 127.0.0.1:$E2B_PORT
+[controld]
+# the dev stack runs controld as root: it stays root (packaging runs it as paddock)
+user =
 [store]
 path = $DEV/controld.db
 [scheduler]

@@ -39,7 +39,7 @@ static int run_controld(const char *docker_section, int wait_s, pid_t *ret_pid, 
         ASSERT_NOT_NULL(f);
         fprintf(f,
                 "[server]\nlisten = 127.0.0.1:0\n"
-                "[store]\npath = %s/controld.db\n"
+                "[controld]\nuser =\n[store]\npath = %s/controld.db\n"
                 "[scheduler]\ndriver = docker\n"
                 "[docker]\n%s\n"
                 "[region \"local\"]\nid = 6a06df21cc6bef51342e199e\n"

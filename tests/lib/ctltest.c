@@ -1,6 +1,7 @@
 /* ctltest.c — see ctltest.h. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <pwd.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -129,6 +130,17 @@ static void write_conf(struct ctld *c, const char *server_extra) {
                         if (!strstr(c->nomad_extra, defaults[i][0]))
                                 fprintf(f, "%s = %s\n", defaults[i][0], defaults[i][1]);
         }
+        /* Started as root, controld runs as [controld] user: PADDOCK_CTLD_USER names one (its
+         * directory is then that user's), else it stays root as tests always ran it. */
+        const char *user = getenv("PADDOCK_CTLD_USER");
+        if (user && *user) {
+                struct passwd *pw = getpwnam(user);
+                if (!pw)
+                        test_fail(__FILE__, __LINE__, "PADDOCK_CTLD_USER=%s: no such user", user);
+                ASSERT_TRUE(chmod(test_tmpdir(), 0711) == 0);
+                ASSERT_TRUE(chown(c->dir, pw->pw_uid, pw->pw_gid) == 0);
+        }
+        fprintf(f, "[controld]\nuser = %s\n", user ? user : "");
         fprintf(f,
                 "[server]\nlisten = 127.0.0.1:%d\nlog_level = debug\n%s\n"
                 "[store]\npath = %s/controld.db\n"
