@@ -1,6 +1,7 @@
 /* ctltest.c — see ctltest.h. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <ftw.h>
 #include <pwd.h>
 #include <limits.h>
 #include <signal.h>
@@ -18,6 +19,13 @@
 #include "strutil.h"
 #include "testlib.h"
 #include "tlstest.h"
+
+const char *ctld_run_user(void) {
+        const char *u = getenv("PADDOCK_CTLD_USER");
+        if (u)
+                return u;
+        return geteuid() == 0 ? "nobody" : "";
+}
 
 static const char *env_or(const char *k, const char *def) {
         const char *v = getenv(k);
@@ -130,9 +138,10 @@ static void write_conf(struct ctld *c, const char *server_extra) {
                         if (!strstr(c->nomad_extra, defaults[i][0]))
                                 fprintf(f, "%s = %s\n", defaults[i][0], defaults[i][1]);
         }
-        /* Started as root, controld runs as [controld] user: PADDOCK_CTLD_USER names one (its
-         * directory is then that user's), else it stays root as tests always ran it. */
-        const char *user = getenv("PADDOCK_CTLD_USER");
+        /* Started as root, controld runs as [controld] user, as packaged: PADDOCK_CTLD_USER
+         * names one (default nobody; its directory is then that user's); set empty, controld
+         * stays root (its docker child runs either way). */
+        const char *user = ctld_run_user();
         if (user && *user) {
                 struct passwd *pw = getpwnam(user);
                 if (!pw)
@@ -169,8 +178,29 @@ static void sync_shadow(struct ctld *c) {
         }
 }
 
+/* With PADDOCK_CTLD_USER, what the test made for controld (TLS keys, token and key files) is
+ * that user's, as an operator makes them for the packaged unit's User=. */
+static uid_t give_uid;
+static gid_t give_gid;
+static int give_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        (void) st, (void) flag, (void) ftw;
+        (void) lchown(path, give_uid, give_gid);
+        return 0;
+}
+
+static void give_files_to_run_user(void) {
+        const char *user = ctld_run_user();
+        struct passwd *pw = user && *user ? getpwnam(user) : NULL;
+        if (!pw || geteuid() != 0)
+                return;
+        give_uid = pw->pw_uid;
+        give_gid = pw->pw_gid;
+        (void) nftw(test_tmpdir(), give_one, 16, FTW_PHYS);
+}
+
 static void spawn(struct ctld *c) {
         const char *argv[] = { "controld", "-d", "-f", c->conf, NULL };
+        give_files_to_run_user();
         pid_t p = test_spawn_logged(test_build_path("controld"), argv, c->log);
         c->pid = p;
         sync_shadow(c);

@@ -145,3 +145,7 @@ char *container_name(const char *id);
 /* docker helpers for assertions (docker CLI, fixed argv; no user strings reach a shell). */
 bool docker_container_running(const char *name);
 bool docker_container_exists(const char *name);
+
+/* Who controld runs as when a test starts it as root ([controld] user): PADDOCK_CTLD_USER,
+ * else "nobody" (as packaged: the network-facing process without groups); "" = stays root. */
+const char *ctld_run_user(void);
