@@ -133,7 +133,9 @@ static bool registry_image(const char *ref) {
 }
 
 /* A container reference a mutating call may name: our name, or an id whose container is ours
- * (asked of Docker: its name says paddock-<sandbox id>). */
+ * (asked of Docker: its name says paddock-<sandbox id>). A full id no container has passes:
+ * Docker answers that call 404 itself, and the reaper of a vanished sandbox must see that, not
+ * a refusal (ids are random: no one can make a container take a given one later). */
 static bool our_container(const char *ref, bool look_up) {
         if (our_container_name(ref))
                 return true;
@@ -142,7 +144,11 @@ static bool our_container(const char *ref, bool look_up) {
         if (!look_up)
                 return true;
         struct docker_container_state st;
-        return dk && docker_container_inspect(dk, ref, &st) >= 0 && st.exists && our_container_name(st.name);
+        if (!dk || docker_container_inspect(dk, ref, &st) < 0)
+                return false;
+        if (!st.exists)
+                return strlen(ref) == 64;
+        return our_container_name(st.name);
 }
 
 /* One path segment, percent-decoded into out (n bytes): only unreserved characters and %XX;
