@@ -353,20 +353,24 @@ TEST_FULL(admin_cli_accounts_keys_sandboxes_and_config_check, 120) {
                 ASSERT_NOT_NULL(f);
                 ASSERT_NOT_NULL(g);
                 char line[1024];
-                int n = 0;
+                int n = 0, typo_line = 0;
                 while (fgets(line, sizeof(line), f)) {
                         fputs(line, g);
-                        if (++n == 1) /* "[server]" */
+                        n++;
+                        if (!typo_line && !strcmp(line, "[server]\n")) {
                                 fputs("listne = 127.0.0.1:1\n", g);
+                                typo_line = ++n;
+                        }
                 }
                 fclose(f);
                 fclose(g);
+                ASSERT_TRUE(typo_line > 0);
                 char *argv[] = { bin, "-n", "-f", typo, NULL };
                 free(out);
                 out = NULL;
                 ASSERT_NE(run_all_output(argv, &out), 0);
                 char want[600];
-                snprintf(want, sizeof(want), "%s:2: unknown key 'listne' in [server]", typo);
+                snprintf(want, sizeof(want), "%s:%d: unknown key 'listne' in [server]", typo, typo_line);
                 ASSERT_CONTAINS(out, want);
                 ASSERT_TRUE(strstr(out, "configuration OK") == NULL);
         }
