@@ -291,7 +291,7 @@ static int cmd_sandbox(struct ctl *c, int argc, char **argv) {
                 return 0;
         }
         if (argc == 2 && !strcmp(argv[0], "destroy")) {
-                struct api_error e = { 0 };
+                struct err e = { 0 };
                 if (!hexid_valid(argv[1])) {
                         fprintf(stderr, "Invalid sandbox id '%s'\n", argv[1]);
                         return -EINVAL;

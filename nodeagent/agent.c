@@ -289,7 +289,7 @@ static char *handle_parsed(const struct agent_config *cfg, const struct pj_node_
 /* Builds the reply for one message. Returns the JSON text (xmalloc'd). */
 char *agent_handle(const struct agent_config *cfg, const char *body, size_t len) {
         struct pj_node_msg m = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         if (pj_node_msg_parse(body, len, &m, &pe) < 0) {
                 struct pj_node_reply out = { .ok = false };
                 snprintf(out.node_id, sizeof(out.node_id), "%s", cfg->node_id);
@@ -531,7 +531,7 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
                     const struct amqpx_delivery *d, const char *body) {
         char why[256];
         struct pj_node_msg m = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         bool parsed = pj_node_msg_parse(body, d->c.size, &m, &pe) >= 0;
         _cleanup_free_ char *out = NULL;
         if (parsed && cfg->egress_enabled && (m.type == PJ_NODE_EGRESS_APPLY || m.type == PJ_NODE_EGRESS_REMOVE)) {

@@ -82,7 +82,7 @@ static const char *step_why(const struct ps_result *res, int r) {
 
 char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len, bool redelivered) {
         struct pj_snapshot_job job;
-        struct pj_error perr;
+        struct err perr;
         if (pj_snapshot_job_parse(body, len, &job, &perr) < 0) {
                 log_warning("dropping a message on the snapshot queue that is not a snapshot.create job: %s", perr.message);
                 return NULL;

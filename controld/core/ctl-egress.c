@@ -66,7 +66,7 @@ static uint32_t mask_of(int prefix) {
         return prefix <= 0 ? 0 : 0xffffffffu << (32 - prefix);
 }
 
-int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err) {
+int ctl_egress_check_allow(const struct sb_egress *e, struct err *err) {
         for (size_t i = 0; i < e->n_allow; i++) {
                 const struct pj_allow_entry *a = &e->allow[i];
                 if (a->kind == PJ_ALLOW_HOSTNAME)
@@ -77,7 +77,7 @@ int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err) {
                         if (((a->addr ^ always_deny[k].net) & mask_of(p)) == 0) {
                                 char buf[PJ_ALLOW_NORM_MAX];
                                 sb_allow_entry_format(a, buf);
-                                return API_ERR(err, -EINVAL,
+                                return err_set(err, -EINVAL,
                                                "egress.allow[%zu] (\"%s\") overlaps %s, which sandboxes can never reach; "
                                                "remove it from the allowlist",
                                                i, buf, always_deny[k].what);
@@ -544,7 +544,7 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                         goto out;
                 }
                 struct pj_node_msg m = { 0 };
-                struct pj_error pe = { 0 };
+                struct err pe = { 0 };
                 bool from_node = d.c.has_app_id && body &&
                                  pj_node_msg_parse(body, (size_t) d.c.size, &m, &pe) == 0 &&
                                  strcmp(d.c.app_id, m.node_id) == 0 &&

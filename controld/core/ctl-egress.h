@@ -12,7 +12,7 @@ struct strbuf;
 /* true when an [amqp] url is configured: policies other than deny_all need an agent's word. */
 bool ctl_egress_enforced(const struct ctl *c);
 /* -EINVAL with a message naming the entry when an allowlist entry overlaps the always-deny set. */
-int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err);
+int ctl_egress_check_allow(const struct sb_egress *e, struct err *err);
 /* Asks sb's node agent to enforce pol (NULL = sb->egress) for sb->ip and waits for its
  * confirmation (at most [amqp] egress_timeout). 0 when confirmed, or when there is nothing to
  * confirm (deny_all, no node bus). Else a negative errno, err says why (-ENXIO no agent for

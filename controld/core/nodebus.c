@@ -607,7 +607,7 @@ int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body,
                        struct pj_node_reply *ret_reply, char *err, size_t errlen) {
         _cleanup_free_ char *text = NULL;
         struct pj_node_reply rep = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         int r = nodebus_request(c, node_id, body, timeout_ms, &text, err, errlen);
         if (r < 0)
                 return r;

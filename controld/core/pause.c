@@ -233,20 +233,20 @@ static void resume_job(struct ctl *c, void *id) {
 }
 
 static int transition(struct ctl *c, const struct sandbox *sb, enum sb_status from, enum sb_status to, const char *verb,
-                      void (*job)(struct ctl *, void *), struct api_error *err) {
+                      void (*job)(struct ctl *, void *), struct err *err) {
         if (sb->status != from)
-                return API_ERR(err, -EBUSY, "Sandbox is %s; only %s sandboxes can be %s", sb_status_str(sb->status),
+                return err_set(err, -EBUSY, "Sandbox is %s; only %s sandboxes can be %s", sb_status_str(sb->status),
                                sb_status_str(from), verb);
         int r = store_sandbox_cas_status(c->store, sb->id, from, to);
         if (r == -ESTALE)
-                return API_ERR(err, -ESTALE, "Sandbox changed status meanwhile; fetch it and retry");
+                return err_set(err, -ESTALE, "Sandbox changed status meanwhile; fetch it and retry");
         if (r < 0)
-                return API_ERR(err, -EIO, "Failed to update the sandbox record");
+                return err_set(err, -EIO, "Failed to update the sandbox record");
         ctl_notify_status(c);
         r = ctl_spawn_job(c, job, xstrdup(sb->id));
         if (r < 0) {
                 (void) store_sandbox_cas_status(c->store, sb->id, to, from);
-                return API_ERR(err, -EAGAIN, "Server is shutting down; retry shortly");
+                return err_set(err, -EAGAIN, "Server is shutting down; retry shortly");
         }
         return 0;
 }
@@ -266,39 +266,39 @@ static bool not_resuming(const struct sandbox *sb, const void *ud) {
  * record's failure_reason says why; or it is still on the way, or something else (a destroy)
  * came first: each is an error that says so, never a success. */
 static int settled(struct ctl *c, const char *id, enum sb_status via, enum sb_status want, uint64_t wait_s,
-                   const char *verb, struct api_error *err) {
+                   const char *verb, struct err *err) {
         _cleanup_sandbox_ struct sandbox now = { 0 };
         int k = ctl_wait_sandbox(c, id, via == SB_PAUSING ? not_pausing : not_resuming, NULL, (int64_t) wait_s * 1000, &now);
         if (k < 0)
-                return API_ERR(err, -EIO, "Failed to read the sandbox record");
+                return err_set(err, -EIO, "Failed to read the sandbox record");
         if (k == 0)
-                return API_ERR(err, -EINPROGRESS, "Sandbox is still %s after %llus; GET it to see how it ends",
+                return err_set(err, -EINPROGRESS, "Sandbox is still %s after %llus; GET it to see how it ends",
                                sb_status_str(via), (unsigned long long) wait_s);
         if (now.status == want)
                 return 0;
         if (now.status == SB_READY || now.status == SB_PAUSED)
-                return API_ERR(err, -EHOSTUNREACH, "%s. The sandbox is %s, as it was; retry the request.",
+                return err_set(err, -EHOSTUNREACH, "%s. The sandbox is %s, as it was; retry the request.",
                                now.failure_reason ? now.failure_reason : "The transition did not happen", sb_status_str(now.status));
-        return API_ERR(err, -EBUSY, "Sandbox was not %s: it is %s now", verb, sb_status_str(now.status));
+        return err_set(err, -EBUSY, "Sandbox was not %s: it is %s now", verb, sb_status_str(now.status));
 }
 
 /* Pause returns 0 once the sandbox is paused, or -EHOSTUNREACH with the reason it is not
  * (still ready and usable), so a client that pauses and then resumes at once finds it paused.
  * The wait is bounded by [scheduler] pause_wait; past it -EINPROGRESS, never a success. */
-int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct api_error *err) {
+int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct err *err) {
         if (keep_memory) {
                 if (!c->drv->ops->checkpoint)
-                        return API_ERR(err, -EOPNOTSUPP, "keepMemory: pausing with the memory kept needs the local (docker) "
+                        return err_set(err, -EOPNOTSUPP, "keepMemory: pausing with the memory kept needs the local (docker) "
                                                          "driver; this server's %s driver keeps the filesystem only",
                                        c->drv->name);
                 if (sb->egress.mode != PJ_EGRESS_DENY_ALL)
-                        return API_ERR(err, -EINVAL, "keepMemory: only sandboxes with egress deny_all can be paused with "
+                        return err_set(err, -EINVAL, "keepMemory: only sandboxes with egress deny_all can be paused with "
                                                      "their memory (gVisor cannot checkpoint host networking); this one's "
                                                      "egress is %s: pause it without keepMemory",
                                        pj_egress_mode_to_string(sb->egress.mode));
                 char why[384] = "";
                 if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, why, sizeof(why)) < 0)
-                        return API_ERR(err, -EOPNOTSUPP, "keepMemory: this server cannot keep memory now: %s", why);
+                        return err_set(err, -EOPNOTSUPP, "keepMemory: this server cannot keep memory now: %s", why);
         }
         /* A snapshot being taken reads the container: the pause waits for it (a pause right
          * after POST /snapshots is what SDK flows do), within the same bound. */
@@ -307,9 +307,9 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, str
         while ((quiet = no_snapshot_in_flight(c, sb->id)) == 0 && mono_ms() < until && !c->stopping)
                 usleep(100 * 1000);
         if (quiet < 0)
-                return API_ERR(err, -EIO, "Failed to read the sandbox's snapshots");
+                return err_set(err, -EIO, "Failed to read the sandbox's snapshots");
         if (quiet == 0)
-                return API_ERR(err, -EHOSTUNREACH, "A snapshot of the sandbox is still being taken after %llus; the sandbox "
+                return err_set(err, -EHOSTUNREACH, "A snapshot of the sandbox is still being taken after %llus; the sandbox "
                                                    "is ready, as it was: pause it once the snapshot is ready",
                                (unsigned long long) c->cfg->pause_wait_s);
         int r = transition(c, sb, SB_READY, SB_PAUSING, "paused", keep_memory ? pause_memory_job : pause_job, err);
@@ -322,21 +322,21 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, str
         /* Paused, but the filesystem way: the checkpoint failed and stopped the workload. */
         _cleanup_sandbox_ struct sandbox now = { 0 };
         (void) store_sandbox_get(c->store, sb->id, &now);
-        return API_ERR(err, -EHOSTUNREACH, "%s", now.failure_reason ? now.failure_reason : "Memory was not kept");
+        return err_set(err, -EHOSTUNREACH, "%s", now.failure_reason ? now.failure_reason : "Memory was not kept");
 }
 
 /* A resume that finds the sandbox pausing waits for the pause to settle (at most [scheduler]
  * create_timeout, the bound on provisioning work, whatever pause_wait says), then resumes it;
  * resuming or ready sandboxes are refused as before. It answers once the sandbox is ready, or
  * with the reason it is still paused. */
-int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct api_error *err) {
+int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct err *err) {
         _cleanup_sandbox_ struct sandbox now = { 0 };
         if (sb->status == SB_PAUSING) {
                 int k = ctl_wait_sandbox(c, sb->id, not_pausing, NULL, (int64_t) c->cfg->create_timeout_s * 1000, &now);
                 if (k < 0)
-                        return API_ERR(err, -EIO, "Failed to read the sandbox record");
+                        return err_set(err, -EIO, "Failed to read the sandbox record");
                 if (k == 0)
-                        return API_ERR(err, -EBUSY, "Sandbox is still pausing after %llus; resume it once it is paused",
+                        return err_set(err, -EBUSY, "Sandbox is still pausing after %llus; resume it once it is paused",
                                        (unsigned long long) c->cfg->create_timeout_s);
                 sb = &now;
         }
@@ -357,28 +357,28 @@ int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, str
 }
 
 int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id, const struct pj_egress *in,
-                       struct sandbox *ret, bool *ret_network_updated, struct api_error *err) {
+                       struct sandbox *ret, bool *ret_network_updated, struct err *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_(sb_egress_done) struct sb_egress want = { 0 };
         char eerr[384] = "";
         int r;
 
         if (sb_egress_from_pj(&want, in) < 0)
-                return API_ERR(err, -EINVAL, "allow: an entry could not be read; check the allowlist");
+                return err_set(err, -EINVAL, "allow: an entry could not be read; check the allowlist");
         if ((r = ctl_egress_check_allow(&want, err)) < 0)
                 return r;
         if (!ctl_egress_enforced(c))
-                return API_ERR(err, -EOPNOTSUPP,
+                return err_set(err, -EOPNOTSUPP,
                                "Changing egress needs a node agent, and this server has none ([amqp] url is not set)");
 
         SANDBOX_LOCK_GUARD(lock, c, id);
         if ((r = sandbox_load(c, acc, id, &sb, err)) < 0)
                 return r;
         if (sb.status != SB_READY)
-                return API_ERR(err, -EBUSY, "Sandbox is %s; egress can be changed only while it is ready",
+                return err_set(err, -EBUSY, "Sandbox is %s; egress can be changed only while it is ready",
                                sb_status_str(sb.status));
         if ((!sb.ip || !*sb.ip) && want.mode != PJ_EGRESS_DENY_ALL)
-                return API_ERR(err, -EINVAL,
+                return err_set(err, -EINVAL,
                                "This sandbox was created with egress deny_all and has no network interface; create a new "
                                "sandbox with the policy you want");
 
@@ -394,7 +394,7 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
                         bool restored = r == -EREMOTEIO || r == -ENXIO || ctl_egress_apply(c, &sb, NULL, e2, sizeof(e2)) == 0;
                         if (!restored)
                                 log_error("could not re-apply the previous egress policy either: %s", e2);
-                        return API_ERR(err, -EHOSTUNREACH, "Egress policy could not be enforced: %s. %s", eerr,
+                        return err_set(err, -EHOSTUNREACH, "Egress policy could not be enforced: %s. %s", eerr,
                                        restored ? "The previous policy stays in force."
                                                 : "The previous policy stays recorded; the node agent re-applies it when it "
                                                   "converges.");
@@ -409,7 +409,7 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
         r = store_sandbox_update_cas(c->store, &sb, SB_READY);
         if (r < 0) {
                 log_error("egress applied on the node but not recorded (%d)", r);
-                return API_ERR(err, r == -ESTALE ? -ESTALE : -EIO,
+                return err_set(err, r == -ESTALE ? -ESTALE : -EIO,
                                "The new policy is applied but could not be recorded; retry the request");
         }
         log_info("sandbox egress changed to %s", pj_egress_mode_to_string(sb.egress.mode));
@@ -425,21 +425,21 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
  * snapshot, then Paddock's pause; connect resumes it from there, and the previous pause's
  * snapshot is dropped. */
 int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct sandbox *sb0, bool memory,
-                      struct api_error *err) {
+                      struct err *err) {
         if (memory) {
                 if (!c->drv->ops->checkpoint)
-                        return API_ERR(err, -EOPNOTSUPP,
+                        return err_set(err, -EOPNOTSUPP,
                                        "memory: pausing with the memory kept needs the local (docker) driver; this server's "
                                        "%s driver keeps the filesystem only: pause with memory: false",
                                        c->drv->name);
                 if (sb0->egress.mode != PJ_EGRESS_DENY_ALL)
-                        return API_ERR(err, -EINVAL,
+                        return err_set(err, -EINVAL,
                                        "memory: only sandboxes without network access (allowInternetAccess: false) can be "
                                        "paused with their memory (gVisor cannot checkpoint host networking): pause with "
                                        "memory: false to keep the filesystem");
                 char why[384] = "";
                 if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, why, sizeof(why)) < 0)
-                        return API_ERR(err, -EOPNOTSUPP, "memory: this server cannot keep memory now: %s; pause with memory: false",
+                        return err_set(err, -EOPNOTSUPP, "memory: this server cannot keep memory now: %s; pause with memory: false",
                                        why);
                 int k = sandbox_pause(c, sb0, true, err);
                 if (k == 0)
@@ -452,7 +452,7 @@ int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct san
                 if (k == -EIO) {
                         char inner[sizeof(err->message)];
                         snprintf(inner, sizeof(inner), "%s", err->message);
-                        return API_ERR(err, -EIO, "The pause's snapshot of the filesystem: %s; the sandbox keeps running",
+                        return err_set(err, -EIO, "The pause's snapshot of the filesystem: %s; the sandbox keeps running",
                                        inner);
                 }
                 return k;
@@ -462,21 +462,21 @@ int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct san
         {
                 SANDBOX_LOCK_GUARD(lock, c, sb0->id);
                 if (store_sandbox_get(c->store, sb0->id, &sb) < 0 || sb.status != SB_READY)
-                        return API_ERR(err, -ESTALE, "sandbox \"%s\" changed while it was being paused", sb0->id);
+                        return err_set(err, -ESTALE, "sandbox \"%s\" changed while it was being paused", sb0->id);
                 old_snap = sb.from_snapshot ? xstrdup(sb.from_snapshot) : NULL;
                 free(sb.image);
                 sb.image = snapshot_image_ref(&sn);
                 free(sb.from_snapshot);
                 sb.from_snapshot = xstrdup(sn.id);
                 if (store_sandbox_update(c->store, &sb) < 0)
-                        return API_ERR(err, -EIO, "Failed to record the pause's snapshot");
+                        return err_set(err, -EIO, "Failed to record the pause's snapshot");
         }
         k = sandbox_pause(c, &sb, false, err);
         if (k < 0)
                 return k;
         if (old_snap) {
                 _cleanup_(snapshot_clear) struct snapshot o = { 0 };
-                struct api_error e2 = { 0 };
+                struct err e2 = { 0 };
                 if (store_snapshot_get(c->store, old_snap, &o) == 0 && o.name && !strcmp(o.name, SNAPSHOT_E2B_PAUSE) &&
                     !strcmp(o.sandbox_id, sb.id))
                         (void) snapshot_delete(c, acc, old_snap, &e2);

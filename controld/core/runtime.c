@@ -1,7 +1,7 @@
 /* runtime.c — the runtime core: a command or a file transfer in a sandbox. A command's process
  * is a session (session.h) through the sandbox's agent, or the scheduler driver's exec path
  * where no agent answers. It knows no HTTP: every call returns 0 or -errno with a
- * user-facing message in struct api_error, and the protocol adapters above it (api-runtime.c
+ * user-facing message in struct err, and the protocol adapters above it (api-runtime.c
  * for the Brimble REST/SSE API) turn those into answers.
  *
  * Nothing here touches the host filesystem or a host shell: every operation is an exec
@@ -387,11 +387,11 @@ static void result_of(const struct runtime_run *x, struct exec_result *ret) {
 
 /* Takes one of the sandbox's runtime slots and makes the run that holds it (sb moves into
  * it); -EUSERS with err when every slot is taken (sb is cleared either way). */
-static int run_new(struct ctl *c, struct sandbox *sb, struct runtime_run **ret, struct api_error *err) {
+static int run_new(struct ctl *c, struct sandbox *sb, struct runtime_run **ret, struct err *err) {
         char msg[512] = "";
         if (runtime_slots_take(c, sb, msg, sizeof(msg)) < 0) {
                 sandbox_clear(sb);
-                return API_ERR(err, -EUSERS, "%s", msg);
+                return err_set(err, -EUSERS, "%s", msg);
         }
         struct runtime_run *x = xnew0(struct runtime_run, 1);
         x->slot = true;
@@ -408,11 +408,11 @@ static int run_new(struct ctl *c, struct sandbox *sb, struct runtime_run **ret, 
 }
 
 int runtime_load_ready(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret,
-                       struct api_error *err) {
+                       struct err *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         int k = sandbox_load(c, acc, id, &sb, err);
         if (k >= 0 && sb.status != SB_READY)
-                k = API_ERR(err, -EBUSY, "Sandbox is %s; only ready sandboxes can run commands or move files",
+                k = err_set(err, -EBUSY, "Sandbox is %s; only ready sandboxes can run commands or move files",
                             sb_status_str(sb.status));
         if (k < 0)
                 return k;
@@ -427,7 +427,7 @@ int runtime_load_ready(struct ctl *c, const struct account *acc, const char *id,
 
 /* The run's process through the sandbox's agent: 0; -EOPNOTSUPP when there is no agent to
  * use (the caller takes the driver's exec path); other -errno with err filled. */
-static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, struct api_error *err) {
+static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, struct err *err) {
         char msg[512] = "";
         struct guest_client *cl = NULL;
         int k = guest_connect(x->c, &x->sb, &cl, msg, sizeof(msg));
@@ -437,14 +437,14 @@ static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, 
                                 log_info("no agent answer (%s); using the driver's exec path", msg);
                         return -EOPNOTSUPP;
                 }
-                return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
         }
         if (cmd->stdin_file && cmd->stdin_data) {
                 k = guest_put_small(cl, cmd->stdin_file, cmd->stdin_data, cmd->stdin_len, STDIN_WRITE_TIMEOUT_MS, msg,
                                     sizeof(msg));
                 if (k < 0) {
                         guest_client_free(cl);
-                        return API_ERR(err, k == -ENOSPC || k == -EDQUOT ? -ENOSPC : -EHOSTUNREACH, "Could not run the code: %s",
+                        return err_set(err, k == -ENOSPC || k == -EDQUOT ? -ENOSPC : -EHOSTUNREACH, "Could not run the code: %s",
                                        msg);
                 }
                 x->snippet = xstrdup(cmd->stdin_file);
@@ -460,14 +460,14 @@ static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, 
                 return -EOPNOTSUPP;
         }
         if (k < 0)
-                return API_ERR(err, k == -EUSERS ? -EUSERS : k == -EINVAL ? -EINVAL : -EHOSTUNREACH, "Could not run the command: %s",
+                return err_set(err, k == -EUSERS ? -EUSERS : k == -EINVAL ? -EINVAL : -EHOSTUNREACH, "Could not run the command: %s",
                                msg);
         x->ses = session_of_guest(ax);
         return 0;
 }
 
 /* The run's process through the driver's exec path, in the wrapper script. */
-static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd, struct api_error *err) {
+static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd, struct err *err) {
         char msg[512] = "";
         size_t n = 0, n_env = 0, n_user = 0;
         char n_env_s[16];
@@ -494,13 +494,13 @@ static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd,
         struct exec_spec spec = { .argv = argv, .cwd = "/", .want_stdin = cmd->stdin_data != NULL };
         struct exec_session *s = NULL;
         if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, msg, sizeof(msg)) < 0)
-                return API_ERR(err, -EHOSTUNREACH, "Could not run the command: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not run the command: %s", msg);
         x->ses = session_of_driver(x->drv, s);
         return 0;
 }
 
 int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *cmd, runtime_output_fn output, void *ud,
-                  struct runtime_run **ret, struct api_error *err) {
+                  struct runtime_run **ret, struct err *err) {
         struct runtime_run *x = NULL;
         int k = run_new(c, sb, &x, err);
         if (k < 0)
@@ -531,7 +531,7 @@ int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *c
                         kill_tree(x);
                 } else if (k < 0 && k != -EPIPE) {
                         runtime_free(x);
-                        return API_ERR(err, -EHOSTUNREACH, "Could not send input to the sandbox: %s", strerror(-k));
+                        return err_set(err, -EHOSTUNREACH, "Could not send input to the sandbox: %s", strerror(-k));
                 }
                 rx_close_stdin(x);
         }
@@ -543,12 +543,12 @@ bool runtime_output_refused(const struct runtime_run *x) {
         return x->overflow;
 }
 
-int runtime_wait(struct runtime_run *x, struct exec_result *ret, struct api_error *err) {
+int runtime_wait(struct runtime_run *x, struct exec_result *ret, struct err *err) {
         for (;;) {
                 int64_t wait = x->deadline - mono_ms();
                 if (x->c->stopping) {
                         kill_tree(x);
-                        return API_ERR(err, -EAGAIN, "controld is shutting down; the command was stopped. Retry shortly.");
+                        return err_set(err, -EAGAIN, "controld is shutting down; the command was stopped. Retry shortly.");
                 }
                 if (wait <= 0) {
                         time_out(x);
@@ -558,7 +558,7 @@ int runtime_wait(struct runtime_run *x, struct exec_result *ret, struct api_erro
                 if (k == 1)
                         break;
                 if (k < 0)
-                        return API_ERR(err, -EHOSTUNREACH, "Lost the connection to the sandbox process: %s", strerror(-k));
+                        return err_set(err, -EHOSTUNREACH, "Lost the connection to the sandbox process: %s", strerror(-k));
         }
         finish(x);
         result_of(x, ret);
@@ -606,7 +606,7 @@ enum runtime_step runtime_step(struct runtime_run *x, int max_wait_ms, int clien
 
 /* Starts the fixed file script under the transfer deadline. */
 static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script, const char *path, bool want_stdin,
-                           struct runtime_run **ret, struct api_error *err) {
+                           struct runtime_run **ret, struct err *err) {
         char msg[512] = "";
         struct runtime_run *x = NULL;
         int k = run_new(c, sb, &x, err);
@@ -622,21 +622,21 @@ static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script
                                : guest_file_read_open(cl, path, &x->af, msg, sizeof(msg));
                 if (k < 0) {
                         runtime_free(x);
-                        return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                        return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
                 }
                 *ret = x;
                 return 0;
         }
         if (!guest_fallback_ok(k)) {
                 runtime_free(x);
-                return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
         }
         const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/", "", "0", "/bin/sh", "-c", script, "paddock", path, NULL };
         struct exec_spec spec = { .argv = argv, .cwd = "/", .want_stdin = want_stdin };
         struct exec_session *s = NULL;
         if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, msg, sizeof(msg)) < 0) {
                 runtime_free(x);
-                return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
         }
         x->ses = session_of_driver(x->drv, s);
         *ret = x;
@@ -672,7 +672,7 @@ static void parent_dir(const char *path, char *dir, size_t n) {
 }
 
 /* The put script's exit code as -errno with the user's message in err (0 when it wrote). */
-static int put_error(int code, const char *path, const char *stderr_raw, struct api_error *err) {
+static int put_error(int code, const char *path, const char *stderr_raw, struct err *err) {
         char dir[4097], stderr_buf[ERR_CAP + 1];
         const char *stderr_text = NULL;
         if (stderr_raw) {
@@ -691,27 +691,27 @@ static int put_error(int code, const char *path, const char *stderr_raw, struct 
         case 0:
                 return 0;
         case 3:
-                return API_ERR(err, -EINVAL, "Destination directory does not exist: %s", dir);
+                return err_set(err, -EINVAL, "Destination directory does not exist: %s", dir);
         case 5:
-                return API_ERR(err, -EINVAL, "Destination is a directory: %s", path);
+                return err_set(err, -EINVAL, "Destination is a directory: %s", path);
         case 6:
-                return API_ERR(err, -EINVAL, "Destination is not a regular file (device, pipe or socket): %s", path);
+                return err_set(err, -EINVAL, "Destination is not a regular file (device, pipe or socket): %s", path);
         default:
                 if (stderr_text && (strstr(stderr_text, "ermission denied") || strstr(stderr_text, "ead-only") ||
                                     strstr(stderr_text, "not permitted") ||
                                     (strstr(stderr_text, "Input/output error") &&
                                      (startswith(path, "/proc/") || startswith(path, "/sys/"))))) {
-                        return API_ERR(err, -EPERM, "Permission denied writing to %s", path);
+                        return err_set(err, -EPERM, "Permission denied writing to %s", path);
                 }
                 if (stderr_text && strstr(stderr_text, "space"))
-                        return API_ERR(err, -ENOSPC, "No space left in the sandbox writing %s", path);
-                return API_ERR(err, -EREMOTEIO, "Failed to write %s: %s", path,
+                        return err_set(err, -ENOSPC, "No space left in the sandbox writing %s", path);
+                return err_set(err, -EREMOTEIO, "Failed to write %s: %s", path,
                                stderr_text && *stderr_text ? stderr_text : "unknown error");
         }
 }
 
 int runtime_file_write_start(struct ctl *c, struct sandbox *sb, const char *path, struct runtime_run **ret,
-                             struct api_error *err) {
+                             struct err *err) {
         return start_file_exec(c, sb, put_script, path, true, ret, err);
 }
 
@@ -722,7 +722,7 @@ int runtime_file_write(struct runtime_run *x, const void *data, size_t len) {
 }
 
 /* The agent's verdict on a write as the user's error (0 when it wrote). */
-static int agent_put_error(int k, const char *path, const char *why, struct api_error *err) {
+static int agent_put_error(int k, const char *path, const char *why, struct err *err) {
         char dir[4097];
         parent_dir(path, dir, sizeof(dir));
         switch (k) {
@@ -730,34 +730,34 @@ static int agent_put_error(int k, const char *path, const char *why, struct api_
                 return 0;
         case -ENOENT:
         case -ENOTDIR:
-                return API_ERR(err, -EINVAL, "Destination directory does not exist: %s", dir);
+                return err_set(err, -EINVAL, "Destination directory does not exist: %s", dir);
         case -EISDIR:
-                return API_ERR(err, -EINVAL, "Destination is a directory: %s", path);
+                return err_set(err, -EINVAL, "Destination is a directory: %s", path);
         case -EINVAL:
         case -ENXIO:
-                return API_ERR(err, -EINVAL, "Destination is not a regular file (device, pipe or socket): %s", path);
+                return err_set(err, -EINVAL, "Destination is not a regular file (device, pipe or socket): %s", path);
         case -EACCES:
         case -EPERM:
         case -EROFS:
-                return API_ERR(err, -EPERM, "Permission denied writing to %s", path);
+                return err_set(err, -EPERM, "Permission denied writing to %s", path);
         case -EIO:
                 if (startswith(path, "/proc/") || startswith(path, "/sys/"))
-                        return API_ERR(err, -EPERM, "Permission denied writing to %s", path);
+                        return err_set(err, -EPERM, "Permission denied writing to %s", path);
                 break;
         case -ENOSPC:
         case -EDQUOT:
-                return API_ERR(err, -ENOSPC, "No space left in the sandbox writing %s", path);
+                return err_set(err, -ENOSPC, "No space left in the sandbox writing %s", path);
         case -ETIMEDOUT:
         case -ECONNRESET:
         case -EPIPE:
-                return API_ERR(err, -EHOSTUNREACH, "The sandbox did not finish writing %s: %s", path, why);
+                return err_set(err, -EHOSTUNREACH, "The sandbox did not finish writing %s: %s", path, why);
         default:
                 break;
         }
-        return API_ERR(err, -EREMOTEIO, "Failed to write %s: %s", path, why && *why ? why : "unknown error");
+        return err_set(err, -EREMOTEIO, "Failed to write %s: %s", path, why && *why ? why : "unknown error");
 }
 
-int runtime_file_write_finish(struct runtime_run *x, const char *path, struct api_error *err) {
+int runtime_file_write_finish(struct runtime_run *x, const char *path, struct err *err) {
         if (x->af) {
                 char why[512] = "";
                 int k = guest_file_write_finish(x->af, FILE_FINISH_TIMEOUT_MS, why, sizeof(why));
@@ -767,7 +767,7 @@ int runtime_file_write_finish(struct runtime_run *x, const char *path, struct ap
         (void) session_close_stdin(x->ses);
         int code = finish_file_exec(x);
         if (code < 0)
-                return API_ERR(err, -EHOSTUNREACH, "The sandbox did not finish writing %s: %s", path, strerror(-code));
+                return err_set(err, -EHOSTUNREACH, "The sandbox did not finish writing %s: %s", path, strerror(-code));
         return put_error(code, path, x->err.buf.buf, err);
 }
 
@@ -779,7 +779,7 @@ static int read_output(int stream, const uint8_t *data, size_t len, void *ud) {
 }
 
 int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, struct runtime_run **ret,
-                           const void **ret_all, size_t *ret_all_len, struct api_error *err) {
+                           const void **ret_all, size_t *ret_all_len, struct err *err) {
         struct runtime_run *x = NULL;
         int k = start_file_exec(c, sb, get_script, path, false, &x, err);
         if (k < 0)
@@ -793,20 +793,20 @@ int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, 
                 else if (x->af && k < 0 && k != -ECONNRESET && k != -EPROTO && k != -ENOBUFS) {
                         x->finished = true;
                         if (k == -ENOENT || k == -ENOTDIR)
-                                k = API_ERR(err, -ENOENT, "File not found: %s", path);
+                                k = err_set(err, -ENOENT, "File not found: %s", path);
                         else if (k == -EISDIR)
-                                k = API_ERR(err, -EINVAL, "Path is a directory: %s", path);
+                                k = err_set(err, -EINVAL, "Path is a directory: %s", path);
                         else if (k == -EINVAL || k == -ENXIO)
-                                k = API_ERR(err, -EINVAL, "Path is not a regular file (device, pipe or socket): %s", path);
+                                k = err_set(err, -EINVAL, "Path is not a regular file (device, pipe or socket): %s", path);
                         else if (k == -EACCES || k == -EPERM)
-                                k = API_ERR(err, -EPERM, "Permission denied reading %s", path);
+                                k = err_set(err, -EPERM, "Permission denied reading %s", path);
                         else
-                                k = API_ERR(err, -EREMOTEIO, "Failed to read %s: %s", path, strerror(-k));
+                                k = err_set(err, -EREMOTEIO, "Failed to read %s: %s", path, strerror(-k));
                         runtime_free(x);
                         return k;
                 } else if (k < 0 || mono_ms() > end) {
                         runtime_free(x);
-                        return API_ERR(err, -EHOSTUNREACH, "Lost the connection to the sandbox reading %s", path);
+                        return err_set(err, -EHOSTUNREACH, "Lost the connection to the sandbox reading %s", path);
                 }
         }
         *ret_all = NULL;
@@ -820,15 +820,15 @@ int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, 
                 x->finished = true;
                 const char *e = x->err.buf.buf ? x->err.buf.buf : "";
                 if (code == 3)
-                        k = API_ERR(err, -ENOENT, "File not found: %s", path);
+                        k = err_set(err, -ENOENT, "File not found: %s", path);
                 else if (code == 5)
-                        k = API_ERR(err, -EINVAL, "Path is a directory: %s", path);
+                        k = err_set(err, -EINVAL, "Path is a directory: %s", path);
                 else if (code == 6)
-                        k = API_ERR(err, -EINVAL, "Path is not a regular file (device, pipe or socket): %s", path);
+                        k = err_set(err, -EINVAL, "Path is not a regular file (device, pipe or socket): %s", path);
                 else if (code == 4 || strstr(e, "ermission denied"))
-                        k = API_ERR(err, -EPERM, "Permission denied reading %s", path);
+                        k = err_set(err, -EPERM, "Permission denied reading %s", path);
                 else if (code != 0)
-                        k = API_ERR(err, -EREMOTEIO, "Failed to read %s: %s", path, *e ? e : "unknown error");
+                        k = err_set(err, -EREMOTEIO, "Failed to read %s: %s", path, *e ? e : "unknown error");
                 if (k < 0) {
                         runtime_free(x);
                         return k;

@@ -146,12 +146,12 @@ static int publish_job(struct snapbus *b, const char *node, const char *body, ch
 /* ---------------------------------------------------------------- create, load, delete */
 
 int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, bool automatic,
-                    struct snapshot *ret, struct api_error *err) {
+                    struct snapshot *ret, struct err *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         int r;
         if (!c->snapbus)
-                return API_ERR(err, -EOPNOTSUPP,
+                return err_set(err, -EOPNOTSUPP,
                                "Snapshots need node agents, and this server has none ([amqp] url is not set)");
         /* Under the sandbox's lock from the status check to the job's hand-over: a pause (which
          * holds it while it removes the container) either comes first, and the snapshot is
@@ -161,9 +161,9 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
         if (r < 0)
                 return r;
         if (sb.status != SB_READY)
-                return API_ERR(err, -EBUSY, "Sandbox must be ready to take a snapshot (it is %s)", sb_status_str(sb.status));
+                return err_set(err, -EBUSY, "Sandbox must be ready to take a snapshot (it is %s)", sb_status_str(sb.status));
         if (!sb.node_id || !sb.container_id)
-                return API_ERR(err, -EBUSY, "Sandbox has no running container to snapshot");
+                return err_set(err, -EBUSY, "Sandbox has no running container to snapshot");
 
         hexid_new(sn.id);
         strscpy(sn.account_id, acc->id, sizeof(sn.account_id));
@@ -182,26 +182,26 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
         struct plan plan_buf;
         const struct plan *plan = config_account_plan(c->cfg, acc, &plan_buf);
         if (!plan)
-                return API_ERR(err, -EPERM, "Your account's plan is not available on this server");
+                return err_set(err, -EPERM, "Your account's plan is not available on this server");
         struct snapshot_caps caps = { .max_manual = plan->snapshot_max_manual,
                                       .max_inflight = plan->snapshot_max_inflight,
                                       .max_total_bytes = plan->snapshot_max_total_gb << 30 };
         int which = 0;
         r = store_snapshot_insert_capped(c->store, &sn, &caps, &which);
         if (r == -EDQUOT && which == SNAPSHOT_CAP_MANUAL)
-                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld snapshots (snapshot_max_manual). Delete one first.",
+                return err_set(err, -EDQUOT, "Your plan allows up to %lld snapshots (snapshot_max_manual). Delete one first.",
                                (long long) caps.max_manual);
         if (r == -EDQUOT && which == SNAPSHOT_CAP_INFLIGHT)
-                return API_ERR(err, -EUSERS,
+                return err_set(err, -EUSERS,
                                "Your plan allows %lld snapshots in progress at once (snapshot_max_inflight); retry when one "
                                "is ready",
                                (long long) caps.max_inflight);
         if (r == -EDQUOT && which == SNAPSHOT_CAP_BYTES)
-                return API_ERR(err, -EDQUOT,
+                return err_set(err, -EDQUOT,
                                "Your snapshots use your plan's %lld GB (snapshot_max_total_gb). Delete some first.",
                                (long long) plan->snapshot_max_total_gb);
         if (r < 0)
-                return API_ERR(err, -EIO, "Failed to record the snapshot");
+                return err_set(err, -EIO, "Failed to record the snapshot");
         fault_point("snapshot.recorded");       /* crash tests: recorded, no job yet */
         log_ctx_set("SNAPSHOT_ID", sn.id);
         log_ctx_set("SANDBOX_ID", sb.id);
@@ -223,7 +223,7 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
                 (void) store_snapshot_finish(c->store, sn.id, SNAP_FAILED, NULL, -1, why, now_ms());
                 log_error("snapshot failed: %s", why);
                 log_ctx_set("SNAPSHOT_ID", NULL);
-                return API_ERR(err, -EHOSTUNREACH, "Snapshot could not be started: %s. Retry the request.", perr);
+                return err_set(err, -EHOSTUNREACH, "Snapshot could not be started: %s. Retry the request.", perr);
         }
         fault_point("snapshot.published");      /* crash tests: the job is the node's, no answer yet */
         log_info("snapshot creating name=%s%s", sn.name, automatic ? " (automatic)" : "");
@@ -234,13 +234,13 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
         return 0;
 }
 
-int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct api_error *err) {
+int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct err *err) {
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         int r = store_snapshot_get(c->store, id, &sn);
         if (r == -ENOENT || (r == 0 && strcmp(sn.account_id, acc->id) != 0))
-                return API_ERR(err, -ENOENT, "Snapshot not found");
+                return err_set(err, -ENOENT, "Snapshot not found");
         if (r < 0)
-                return API_ERR(err, -EIO, "Failed to read the snapshot record");
+                return err_set(err, -EIO, "Failed to read the snapshot record");
         *ret = sn;
         sn = (struct snapshot) { 0 };
         return 0;
@@ -298,21 +298,21 @@ void snapshot_drop_pause_images(struct ctl *c, const char *account_id, const cha
         snapshot_array_free(a, n);
 }
 
-int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err) {
+int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct err *err) {
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         char derr[256] = "";
         int r = snapshot_load(c, acc, id, &sn, err);
         if (r < 0)
                 return r;
         if (sn.status == SNAP_CREATING)
-                return API_ERR(err, -EBUSY, "Snapshot is still being created; delete it once it is ready or failed");
+                return err_set(err, -EBUSY, "Snapshot is still being created; delete it once it is ready or failed");
         log_ctx_set("SNAPSHOT_ID", sn.id);
         log_ctx_set("SANDBOX_ID", sn.sandbox_id);
         r = delete_image(c, &sn, derr, sizeof(derr));
         if (r < 0 && sn.status != SNAP_FAILED) {
                 log_error("snapshot delete failed: %s", derr);
                 log_ctx_set("SNAPSHOT_ID", NULL);
-                return API_ERR(err, -EHOSTUNREACH, "Could not delete the snapshot: %s. Retry the request.", derr);
+                return err_set(err, -EHOSTUNREACH, "Could not delete the snapshot: %s. Retry the request.", derr);
         }
         if (r < 0)
                 /* A failed snapshot has no image unless its push finished and the check after
@@ -321,7 +321,7 @@ int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, st
         r = store_snapshot_delete(c->store, sn.id);
         if (r < 0 && r != -ENOENT) {
                 log_ctx_set("SNAPSHOT_ID", NULL);
-                return API_ERR(err, -EIO, "Failed to delete the snapshot record");
+                return err_set(err, -EIO, "Failed to delete the snapshot record");
         }
         log_info("snapshot deleted");
         log_ctx_set("SNAPSHOT_ID", NULL);
@@ -345,7 +345,7 @@ static void drop_orphan(struct ctl *c, const char *id, const char *digest) {
 int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size_t len) {
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         struct pj_snapshot_event e;
-        struct pj_error perr;
+        struct err perr;
         if (pj_snapshot_event_parse(body, len, &e, &perr) < 0) {
                 log_warning("dropping a malformed snapshot outcome from node %s: %s", node ? node : "(none)",
                             perr.message);
@@ -591,7 +591,7 @@ static void schedules(struct ctl *c, int64_t prev_s, int64_t now_s) {
                 gmtime_r(&t, &tm);
                 strftime(name, sizeof(name), "auto-%Y%m%d-%H%M", &tm);
                 _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
-                struct api_error err = { 0 };
+                struct err err = { 0 };
                 log_ctx_set("SANDBOX_ID", sb->id);
                 if (snapshot_create(c, &acc, sb->id, name, true, &sn, &err) < 0)
                         log_warning("automatic snapshot not taken: %s", err.message);
@@ -673,7 +673,7 @@ char *snapshot_image_ref(const struct snapshot *sn) {
 }
 
 int snapshot_take(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, struct snapshot *ret,
-                  struct api_error *err) {
+                  struct err *err) {
         int k = snapshot_create(c, acc, sandbox_id, name, false, ret, err);
         if (k < 0)
                 return k;
@@ -685,10 +685,10 @@ int snapshot_take(struct ctl *c, const struct account *acc, const char *sandbox_
                 usleep(200 * 1000);
                 snapshot_clear(ret);
                 if (store_snapshot_get(c->store, id, ret) < 0)
-                        return API_ERR(err, -EIO, "The snapshot's record went away");
+                        return err_set(err, -EIO, "The snapshot's record went away");
         }
         if (ret->status != SNAP_READY)
-                return API_ERR(err, -EIO, "The snapshot %s",
+                return err_set(err, -EIO, "The snapshot %s",
                                ret->status == SNAP_FAILED ? (ret->failure_reason ? ret->failure_reason : "failed")
                                                           : "did not finish in time");
         return 0;

@@ -29,7 +29,7 @@ int driver_guest_connect(struct driver *d, const struct sandbox *sb, struct gues
                         return fd;
                 char secret[GUEST_SECRET_LEN + 1];
                 guest_secret(c->agent_key, sb->id, secret);
-                struct pj_error perr = { 0 };
+                struct err perr = { 0 };
                 int r = guest_client_connect_fd(fd, secret, deadline, ret, &perr);
                 explicit_bzero(secret, sizeof(secret));
                 if (r < 0)
@@ -43,7 +43,7 @@ int driver_guest_connect(struct driver *d, const struct sandbox *sb, struct gues
                 return r;
         char secret[GUEST_SECRET_LEN + 1];
         guest_secret(c->agent_key, sb->id, secret);
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         r = guest_client_connect(path, secret, GUEST_CONNECT_TIMEOUT_MS, ret, &perr);
         explicit_bzero(secret, sizeof(secret));
         if (r < 0)

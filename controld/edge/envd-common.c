@@ -427,7 +427,7 @@ static bool later_running;
 
 static void kill_one(struct ctl *c, const char *sandbox, uint32_t pid) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         if (store_sandbox_get(c->store, sandbox, &sb) == 0 && sb.status == SB_READY)
                 (void) process_signal(c, &sb, pid, SIGKILL, &e);
 }
@@ -448,7 +448,7 @@ static void later_sweep(struct ctl *c) {
         pthread_mutex_unlock(&later_lock);
         for (size_t j = 0; j < n && !c->stopping; j++) {
                 _cleanup_sandbox_ struct sandbox sb = { 0 };
-                struct api_error e = { 0 };
+                struct err e = { 0 };
                 struct pj_agent_fields *v = NULL;
                 size_t nv = 0;
                 bool gone = store_sandbox_get(c->store, ids[j], &sb) < 0 || sb.status == SB_DESTROYED || sb.status == SB_FAILED;

@@ -96,7 +96,7 @@ static void up_fail(struct upload *u, int err, const char *fmt, ...) {
 static void up_finish(struct upload *u) {
         if (!u->x)
                 return;
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int k = runtime_file_write_finish(u->x, u->cur, &e);
         u->x = runtime_free(u->x);
         /* a new file (and the directories made for it) is the user's; one that was there keeps its owner */
@@ -113,7 +113,7 @@ static void up_finish(struct upload *u) {
 }
 
 static void up_open(struct upload *u, const char *raw_path) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         char msg[256];
         up_finish(u);
         if (u->error)

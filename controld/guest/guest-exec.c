@@ -47,7 +47,7 @@ static int pump(struct guest_client *cl, frame_fn on_frame, void *ud) {
         int n = 0;
         for (; n < PUMP_BUDGET; n++) {
                 struct guest_frame f = { 0 };
-                struct pj_error perr = { 0 };
+                struct err perr = { 0 };
                 int r = guest_client_try_recv(cl, &f, &perr);
                 if (r == 0)
                         return n;
@@ -201,7 +201,7 @@ int guest_exec_start(struct guest_client *cl, const struct guest_spawn *spec, st
                 m.f.uid = spec->uid;
                 m.f.gid = spec->gid;
         }
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         _cleanup_(pj_agent_buf_done) struct pj_agent_buf b = { 0 };
         int r = pj_agent_msg_encode(&m, &b, &perr);
         if (r < 0) {
@@ -610,7 +610,7 @@ int guest_remove(struct guest_client *cl, const char *path, int timeout_ms) {
 /* One request on CHAN_SMALL whose answer is a single frame of type want (or ERROR). */
 static int small_call(struct guest_client *cl, const struct pj_agent_msg *m, uint8_t want, int timeout_ms,
                       struct guest_frame *ret) {
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         int r = guest_client_send(cl, m, timeout_ms);
         if (r < 0)
                 return r;
@@ -642,7 +642,7 @@ int guest_fs_stat(struct guest_client *cl, const char *path, struct guest_stat *
 int guest_fs_listdir(struct guest_client *cl, const char *path, guest_dirent_cb cb, void *ud, int timeout_ms,
                      bool *ret_truncated) {
         struct pj_agent_msg m = { .type = PJ_AGENT_LISTDIR, .id = CHAN_SMALL, .f.path = (char *) path };
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         int64_t deadline = mono_ms() + timeout_ms;
         int r = guest_client_send(cl, &m, timeout_ms);
         int cb_r = 0;
@@ -707,7 +707,7 @@ int guest_exec_attach(struct guest_client *cl, uint32_t pid, struct guest_exec *
         x->stdin_closed = true;   /* stdin of an attached process goes by pid (guest_proc_stdin) */
         x->pid = (pid_t) pid;
         struct pj_agent_msg m = { .type = PJ_AGENT_ATTACH, .id = CHAN_PROC, .f.pid = pid };
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         int r = guest_client_send(cl, &m, SPAWN_TIMEOUT_MS);
         struct guest_frame f = { 0 };
         if (r >= 0)
@@ -786,7 +786,7 @@ int guest_watch_open(struct guest_client *cl, const char *path, bool recursive, 
         struct pj_agent_msg m = { .type = PJ_AGENT_WATCH, .id = CHAN_WATCH,
                                   .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_RECURSIVE), .path = (char *) path,
                                          .recursive = recursive } };
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         int r = guest_client_send(cl, &m, SPAWN_TIMEOUT_MS);
         struct guest_frame f = { 0 };
         if (r >= 0)

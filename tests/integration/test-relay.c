@@ -169,7 +169,7 @@ static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
 /* Runs argv on the agent behind fd (its HELLO first); stdout in o, the exit code returned. */
 static int run_on(int fd, const char *const *argv, struct out *o) {
         struct guest_client *cl = NULL;
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         int r = guest_client_connect_fd(fd, AGENT_SECRET, mono_ms() + T, &cl, &perr);
         if (r < 0)
                 test_fail(__FILE__, __LINE__, "HELLO through the relay: %s %s", strerror(-r), perr.message);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "pj.h"
 #include "testlib.h"
 
 TEST(set_returns_the_code_and_fills_message_and_an_empty_field) {
@@ -16,15 +17,16 @@ TEST(set_returns_the_code_and_fills_message_and_an_empty_field) {
 TEST(null_carrier_only_returns_the_code) {
         ASSERT_EQ(err_set(NULL, -ENOENT, "not %s", "found"), -ENOENT);
         ASSERT_EQ(err_set_field(NULL, -EINVAL, "a.b", "bad"), -EINVAL);
+        ASSERT_EQ(pj_error_set(NULL, "a.b", "bad"), -EINVAL);
         err_clear(NULL);
 }
 
-TEST(field_is_set_and_cleared) {
+TEST(field_and_parsers_short_form) {
         struct err e = { 0 };
         ASSERT_EQ(err_set_field(&e, -EINVAL, "specs.memory", "%s must be at most %d", "specs.memory", 8192), -EINVAL);
         ASSERT_STREQ(e.field, "specs.memory");
         ASSERT_STREQ(e.message, "specs.memory must be at most 8192");
-        ASSERT_EQ(err_set_field(&e, -EINVAL, NULL, "the body is not JSON"), -EINVAL);
+        ASSERT_EQ(pj_error_set(&e, NULL, "the body is not JSON"), -EINVAL);
         ASSERT_STREQ(e.field, "");
         ASSERT_STREQ(e.message, "the body is not JSON");
         err_clear(&e);

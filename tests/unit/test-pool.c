@@ -117,7 +117,7 @@ TEST(user_template_names) {
 /* What pool_match says of body (a POST /sandboxes body) against the pools of conf. */
 static const struct pool_conf *match(struct ctl *c, const char *body, enum pool_miss *miss) {
         struct pj_sandbox_create in = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         if (pj_sandbox_create_parse(body, strlen(body), &in, &pe) < 0)
                 test_fail(__FILE__, __LINE__, "%s: %s", body, pe.message);
         const struct template *t = config_template(c->cfg, in.template_name ? in.template_name : "busybox");
