@@ -12,8 +12,8 @@
  * field is checked against the set its message type allows; scalars may appear once;
  * errors are -EINVAL with struct err naming the field ("argv[1024]", "procs[3].tag").
  *
- * Dependencies: libc, pj.c (struct err) and common/xalloc.c (allocation aborts on OOM),
- * nothing else, so the static agent links it directly.
+ * Dependencies: libc, pj.c, common/err.c (struct err) and common/xalloc.c (allocation aborts
+ * on OOM), nothing else, so the static agent links it directly.
  */
 #pragma once
 

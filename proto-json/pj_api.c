@@ -206,16 +206,17 @@ static int parse_egress(const struct pj_json *obj, const char *prefix, bool upda
 
         size_t idx = 0;
         for (const struct pj_json *a = allow ? allow->child : NULL; a; a = a->next, idx++) {
-                char ipath[PJ_PATH_MAX], why[256], q[300];
+                char ipath[PJ_PATH_MAX], q[300];
+                struct err why = { 0 };
                 pj_mkindex(ipath, path, idx);
                 if (a->type != PJ_JSON_STRING)
                         return pj_error_set(err, ipath, "%s must be a string", ipath);
                 if (memchr(a->str, '\0', a->str_len))
                         return pj_error_set(err, ipath, "%s must not contain NUL characters", ipath);
-                r = pj_egress_add_allow(&e, a->str, why, sizeof(why));
+                r = pj_egress_add_allow(&e, a->str, &why);
                 if (r == -EINVAL)
                         return pj_error_set(err, ipath, "%s (\"%s\") %s", ipath,
-                                    pj_sanitize(q, sizeof(q), a->str, a->str_len, 64), why);
+                                    pj_sanitize(q, sizeof(q), a->str, a->str_len, 64), why.message);
                 if (r < 0) /* cannot happen: length was checked above */
                         return pj_error_set(err, path, "%s must have at most %d entries", path, PJ_EGRESS_MAX_ALLOW);
         }

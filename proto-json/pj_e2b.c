@@ -65,7 +65,8 @@ static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, boo
                          struct err *err) {
         static const char *const fields[] = { "allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost", "egressProxy",
                                               "rules", "httpsPorts" };
-        char path[PJ_PATH_MAX], q[300], why[256];
+        char path[PJ_PATH_MAX], q[300];
+        struct err why = { 0 };
         if (net->type != PJ_JSON_OBJECT)
                 return pj_error_set(err, "network", "network must be an object");
         int r = update ? 0 : pj_check_fields(net, "network", fields, ELEMENTSOF(fields), err);
@@ -122,10 +123,10 @@ static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, boo
                         const char *s = a->str;
                         if (s[0] == '*' && s[1] == '.')
                                 s += 2;   /* "*.example.com": our hostname entries cover subdomains */
-                        r = pj_egress_add_allow(&c->egress, s, why, sizeof(why));
+                        r = pj_egress_add_allow(&c->egress, s, &why);
                         if (r == -EINVAL)
                                 return pj_error_set(err, path, "%s (\"%s\") %s", path,
-                                                    pj_sanitize(q, sizeof(q), a->str, a->str_len, 64), why);
+                                                    pj_sanitize(q, sizeof(q), a->str, a->str_len, 64), why.message);
                         if (r < 0)
                                 return pj_error_set(err, "network.allowOut", "network.allowOut must have at most %d entries",
                                                     PJ_EGRESS_MAX_ALLOW);

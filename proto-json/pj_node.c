@@ -91,14 +91,14 @@ static void add_resolved(cJSON *o, const struct pj_node_resolved *v, size_t n) {
 }
 
 int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, struct err *err) {
-        char jerr[256] = "";
+        struct err jerr = { 0 };
         _cleanup_json_ cJSON *o = NULL;
         struct pj_node_msg m = { 0 };
         const char *bad = NULL;
 
         memset(err, 0, sizeof(*err));
-        if (json_parse(body, len, PJ_NODE_MAX_MESSAGE, 8, &o, jerr, sizeof(jerr)) < 0)
-                return pj_error_set(err, "", "%s", jerr);
+        if (json_parse(body, len, PJ_NODE_MAX_MESSAGE, 8, &o, &jerr) < 0)
+                return pj_error_set(err, "", "%s", jerr.message);
         if (!cJSON_IsObject(o))
                 return pj_error_set(err, "", "message must be a JSON object");
         const char *type = json_get_str(o, "type");
@@ -204,15 +204,16 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                 int i = 0;
                 const cJSON *e;
                 cJSON_ArrayForEach(e, allow) {
-                        char why[256] = "", field[32];
+                        char field[32];
+                        struct err why = { 0 };
                         snprintf(field, sizeof(field), "allow[%d]", i++);
                         if (!cJSON_IsString(e)) {
                                 pj_egress_done(&m.egress);
                                 return pj_error_set(err, field, "%s must be a string", field);
                         }
-                        if (pj_egress_add_allow(&m.egress, e->valuestring, why, sizeof(why)) < 0) {
+                        if (pj_egress_add_allow(&m.egress, e->valuestring, &why) < 0) {
                                 pj_egress_done(&m.egress);
-                                return pj_error_set(err, field, "%s %s", field, why);
+                                return pj_error_set(err, field, "%s %s", field, why.message);
                         }
                 }
         }
@@ -365,7 +366,7 @@ static int resolved_entry(const cJSON *e, const char *field, void *slot, struct 
         struct pj_node_resolved *x = slot;
         struct pj_allow_entry ae;
         const char *name = cJSON_IsObject(e) ? json_get_str(e, "name") : NULL;
-        if (!name || pj_allow_entry_parse(name, &ae, NULL, 0, NULL, 0) < 0 || ae.kind != PJ_ALLOW_HOSTNAME)
+        if (!name || pj_allow_entry_parse(name, &ae, NULL, 0, NULL) < 0 || ae.kind != PJ_ALLOW_HOSTNAME)
                 return pj_error_set(err, field, "%s.name must be a hostname", field);
         snprintf(x->name, sizeof(x->name), "%s", ae.host);
         if (!json_get_int(e, "at", &x->at_ms) || x->at_ms < 0)
@@ -414,14 +415,14 @@ static int live_entry(const cJSON *e, const char *field, void *slot, struct err 
 }
 
 int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret, struct err *err) {
-        char jerr[256] = "";
+        struct err jerr = { 0 };
         _cleanup_json_ cJSON *o = NULL;
         struct pj_node_reply r = { 0 };
         int k;
         memset(err, 0, sizeof(*err));
         /* sandboxes: 4096 entries of 6 values each, plus the envelope */
-        if (json_parse_n(body, len, PJ_NODE_MAX_REPLY, 8, 8 * PJ_NODE_MAX_STATS + 64, &o, jerr, sizeof(jerr)) < 0)
-                return pj_error_set(err, "", "%s", jerr);
+        if (json_parse_n(body, len, PJ_NODE_MAX_REPLY, 8, 8 * PJ_NODE_MAX_STATS + 64, &o, &jerr) < 0)
+                return pj_error_set(err, "", "%s", jerr.message);
         if (!cJSON_IsObject(o))
                 return pj_error_set(err, "", "reply must be a JSON object");
         const cJSON *ok = cJSON_GetObjectItemCaseSensitive(o, "ok");

@@ -127,10 +127,10 @@ static int get_count(const cJSON *o, const char *k, int64_t *ret, struct err *er
 /* The body as one JSON object whose "type" is a string; *ret_type borrowed from *ret. */
 static int parse_object(const char *body, size_t len, size_t max, cJSON **ret, const char **ret_type,
                         struct err *err) {
-        char jerr[256] = "";
+        struct err jerr = { 0 };
         cJSON *o = NULL;
-        if (json_parse(body, len, max, MAX_DEPTH, &o, jerr, sizeof(jerr)) < 0)
-                return pj_error_set(err, "", "%s", jerr);
+        if (json_parse(body, len, max, MAX_DEPTH, &o, &jerr) < 0)
+                return pj_error_set(err, "", "%s", jerr.message);
         if (!cJSON_IsObject(o)) {
                 cJSON_Delete(o);
                 return pj_error_set(err, "", "message must be a JSON object");

@@ -50,7 +50,7 @@ static void settle_job(struct ctl *c, const char *id, enum sb_status from, const
 }
 
 static void pause_step(struct ctl *c, struct sandbox *sb) {
-        char derr[256] = "";
+        struct err derr = { 0 };
         sandbox_log_ctx(sb);
         /* sandbox_pause waited for snapshots to settle; one started since then (before the
          * pause took the lock: snapshot_create checks the status under it) is waited for too,
@@ -60,24 +60,25 @@ static void pause_step(struct ctl *c, struct sandbox *sb) {
         while ((quiet = no_snapshot_in_flight(c, sb->id)) == 0 && mono_ms() < until && !c->stopping)
                 usleep(100 * 1000);
         if (quiet <= 0) {
-                snprintf(derr, sizeof(derr), "%s", quiet < 0 ? "the snapshot records could not be read"
-                                                             : "a snapshot of the sandbox is being taken; pause once it is ready");
-                log_warning("sandbox not paused: %s", derr);
+                err_set(&derr, quiet < 0 ? -EIO : -EBUSY, "%s",
+                        quiet < 0 ? "the snapshot records could not be read"
+                                  : "a snapshot of the sandbox is being taken; pause once it is ready");
+                log_warning("sandbox not paused: %s", derr.message);
                 sb->status = SB_READY;
-                _cleanup_free_ char *why = xasprintf("The pause did not happen: %s", derr);
+                _cleanup_free_ char *why = xasprintf("The pause did not happen: %s", derr.message);
                 replace_str(&sb->failure_reason, why);
                 return;
         }
-        if (c->drv->ops->remove(c->drv, sb, derr, sizeof(derr)) < 0) {
+        if (c->drv->ops->remove(c->drv, sb, &derr) < 0) {
                 /* Still running: back to ready, as it was; the user may retry. The reason is on
                  * the record for the answer (sandbox_pause) and for GET. */
-                log_error("sandbox pause failed: %s", derr);
+                log_error("sandbox pause failed: %s", derr.message);
                 sb->status = SB_READY;
-                _cleanup_free_ char *why = xasprintf("The pause did not happen: %s", derr);
+                _cleanup_free_ char *why = xasprintf("The pause did not happen: %s", derr.message);
                 replace_str(&sb->failure_reason, why);
         } else {
                 replace_str(&sb->failure_reason, NULL);
-                (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
+                (void) ctl_egress_remove(c, sb, &derr);
                 sb->status = SB_PAUSED;
                 sb->paused_at = now_ms();
                 replace_str(&sb->container_id, NULL);
@@ -95,7 +96,7 @@ static void pause_job(struct ctl *c, void *id) {
  * on the record; when it also left the workload stopped, the sandbox is paused the filesystem
  * way instead and the record says memory was not kept (sandbox_pause answers with it). */
 static void pause_memory_step(struct ctl *c, struct sandbox *sb) {
-        char derr[384] = "";
+        struct err derr = { 0 };
         bool stopped = false;
         int64_t bytes = 0, t0 = mono_ms();
         sandbox_log_ctx(sb);
@@ -106,12 +107,12 @@ static void pause_memory_step(struct ctl *c, struct sandbox *sb) {
                 return;
         }
         _cleanup_free_ char *name = xasprintf("pm%lld", (long long) now_ms());
-        if (c->drv->ops->checkpoint(c->drv, sb, name, &bytes, &stopped, derr, sizeof(derr)) < 0) {
-                log_error("sandbox pause with memory failed: %s", derr);
-                _cleanup_free_ char *why = NULL, *cause = xstrdup(derr);
-                if (stopped && c->drv->ops->remove(c->drv, sb, derr, sizeof(derr)) >= 0) {
+        if (c->drv->ops->checkpoint(c->drv, sb, name, &bytes, &stopped, &derr) < 0) {
+                log_error("sandbox pause with memory failed: %s", derr.message);
+                _cleanup_free_ char *why = NULL, *cause = xstrdup(derr.message);
+                if (stopped && c->drv->ops->remove(c->drv, sb, &derr) >= 0) {
                         why = xasprintf("Memory was not kept: %s; the sandbox was paused with its filesystem only", cause);
-                        (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
+                        (void) ctl_egress_remove(c, sb, &derr);
                         sb->status = SB_PAUSED;
                         sb->paused_at = now_ms();
                         replace_str(&sb->container_id, NULL);
@@ -126,7 +127,7 @@ static void pause_memory_step(struct ctl *c, struct sandbox *sb) {
         if (sandbox_memory_note(c, sb->id, name, bytes) < 0)
                 log_error("failed to record the checkpoint %s of the paused sandbox", name);
         replace_str(&sb->failure_reason, NULL);
-        (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
+        (void) ctl_egress_remove(c, sb, &derr);
         sb->status = SB_PAUSED;
         sb->paused_at = now_ms();
         log_info("sandbox paused with its memory in %lldms (checkpoint %s, %lld bytes)", (long long) (mono_ms() - t0), name,
@@ -143,36 +144,36 @@ static void pause_memory_job(struct ctl *c, void *id) {
  * restored, 0 when the caller is to start it afresh. */
 static int resume_memory(struct ctl *c, struct sandbox *sb, char **ret_lost) {
         _cleanup_free_ char *ckpt = NULL;
-        char reason[512] = "", eerr[384] = "";
+        struct err reason = { 0 }, eerr = { 0 };
         struct placement pl = { 0 };
         if (sandbox_memory_kept(c, sb->id, &ckpt, NULL) < 0)
                 return 0;
         if (!c->drv->ops->restore)
-                snprintf(reason, sizeof(reason), "this server's driver cannot restore a checkpoint");
-        else if (c->drv->ops->restore(c->drv, sb, ckpt, &pl, reason, sizeof(reason)) == 0) {
-                if (ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0) {
+                err_set(&reason, -EOPNOTSUPP, "this server's driver cannot restore a checkpoint");
+        else if (c->drv->ops->restore(c->drv, sb, ckpt, &pl, &reason) == 0) {
+                if (ctl_egress_apply(c, sb, NULL, &eerr) == 0) {
                         apply_placement(sb, &pl);
                         placement_clear(&pl);
                         sandbox_memory_forget(c, sb->id);
                         return 1;
                 }
                 placement_clear(&pl);
-                snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
+                err_set(&reason, -EHOSTUNREACH, "Egress policy could not be enforced: %s", eerr.message);
         }
-        log_error("sandbox restore with memory failed, starting it from its filesystem: %s", reason);
-        char derr[256] = "";
-        if (c->drv->ops->remove(c->drv, sb, derr, sizeof(derr)) < 0)
-                log_warning("could not remove the kept workload: %s", derr);
+        log_error("sandbox restore with memory failed, starting it from its filesystem: %s", reason.message);
+        struct err derr = { 0 };
+        if (c->drv->ops->remove(c->drv, sb, &derr) < 0)
+                log_warning("could not remove the kept workload: %s", derr.message);
         sandbox_memory_forget(c, sb->id);
         replace_str(&sb->container_id, NULL);
         replace_str(&sb->ip, NULL);
-        *ret_lost = xasprintf("Memory was lost: %s. The sandbox was started afresh from its filesystem", reason);
+        *ret_lost = xasprintf("Memory was lost: %s. The sandbox was started afresh from its filesystem", reason.message);
         return 0;
 }
 
 static void resume_step(struct ctl *c, struct sandbox *sb) {
         struct placement pl = { 0 };
-        char reason[512] = "", eerr[384] = "";
+        struct err reason = { 0 }, eerr = { 0 };
         int64_t t0 = mono_ms();
         bool ok = false;
         _cleanup_free_ char *lost = NULL;
@@ -186,7 +187,7 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                 log_info("sandbox resumed with its memory in %lldms", (long long) (mono_ms() - t0));
                 return;
         }
-        if (c->drv->ops->place(c->drv, sb, &pl, reason, sizeof(reason)) == 0) {
+        if (c->drv->ops->place(c->drv, sb, &pl, &reason) == 0) {
                 /* Nothing runs on failure (place unwinds). */
                 apply_placement(sb, &pl);
                 placement_clear(&pl);
@@ -195,9 +196,9 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                 if (store_sandbox_update_cas(c->store, sb, SB_RESUMING) < 0) {
                         unplace_unenforced(c, sb);
                         replace_str(&sb->container_id, NULL);
-                        snprintf(reason, sizeof(reason), "failed to record the placement");
-                } else if (fault_point("resume.placed"), ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0) {
-                        ok = template_start(c, sb, reason, sizeof(reason)) == 0;
+                        err_set(&reason, -EIO, "failed to record the placement");
+                } else if (fault_point("resume.placed"), ctl_egress_apply(c, sb, NULL, &eerr) == 0) {
+                        ok = template_start(c, sb, &reason) == 0;
                         if (!ok) {
                                 unplace_unenforced(c, sb);
                                 replace_str(&sb->container_id, NULL);
@@ -205,18 +206,18 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                 } else {
                         unplace_unenforced(c, sb);
                         replace_str(&sb->container_id, NULL);
-                        snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
+                        err_set(&reason, -EHOSTUNREACH, "Egress policy could not be enforced: %s", eerr.message);
                 }
         }
         if (!ok) {
                 /* A platform fault (no capacity, the image, the node's agent): the sandbox stays
                  * paused as it was, its volume kept; the user may retry or destroy it. Nothing
                  * of the attempt runs (place and the steps above unwound it). */
-                log_error("sandbox resume failed, still paused: %s", reason);
+                log_error("sandbox resume failed, still paused: %s", reason.message);
                 sb->status = SB_PAUSED;
                 replace_str(&sb->container_id, NULL);
                 replace_str(&sb->ip, NULL);
-                _cleanup_free_ char *why = xasprintf("The resume did not happen: %s", reason);
+                _cleanup_free_ char *why = xasprintf("The resume did not happen: %s", reason.message);
                 replace_str(&sb->failure_reason, why);
         } else {
                 replace_str(&sb->failure_reason, lost);
@@ -296,9 +297,9 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, str
                                                      "their memory (gVisor cannot checkpoint host networking); this one's "
                                                      "egress is %s: pause it without keepMemory",
                                        pj_egress_mode_to_string(sb->egress.mode));
-                char why[384] = "";
-                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, why, sizeof(why)) < 0)
-                        return err_set(err, -EOPNOTSUPP, "keepMemory: this server cannot keep memory now: %s", why);
+                struct err why = { 0 };
+                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
+                        return err_set(err, -EOPNOTSUPP, "keepMemory: this server cannot keep memory now: %s", why.message);
         }
         /* A snapshot being taken reads the container: the pause waits for it (a pause right
          * after POST /snapshots is what SDK flows do), within the same bound. */
@@ -360,7 +361,7 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
                        struct sandbox *ret, bool *ret_network_updated, struct err *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_(sb_egress_done) struct sb_egress want = { 0 };
-        char eerr[384] = "";
+        struct err eerr = { 0 };
         int r;
 
         if (sb_egress_from_pj(&want, in) < 0)
@@ -386,18 +387,18 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
         sandbox_log_ctx(&sb);
         log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(want.mode));
         if (sb.ip && *sb.ip) {
-                r = ctl_egress_apply(c, &sb, &want, eerr, sizeof(eerr));
+                r = ctl_egress_apply(c, &sb, &want, &eerr);
                 if (r < 0) {
                         /* The agent swaps a policy atomically, so a refusal leaves the old one; after a
                          * timeout we cannot know, so the old policy is applied again. */
-                        char e2[384] = "";
-                        bool restored = r == -EREMOTEIO || r == -ENXIO || ctl_egress_apply(c, &sb, NULL, e2, sizeof(e2)) == 0;
+                        struct err e2 = { 0 };
+                        bool restored = r == -EREMOTEIO || r == -ENXIO || ctl_egress_apply(c, &sb, NULL, &e2) == 0;
                         if (!restored)
-                                log_error("could not re-apply the previous egress policy either: %s", e2);
-                        return err_set(err, -EHOSTUNREACH, "Egress policy could not be enforced: %s. %s", eerr,
+                                log_error("could not re-apply the previous egress policy either: %s", e2.message);
+                        return err_set(err, -EHOSTUNREACH, "Egress policy could not be enforced: %s. %s", eerr.message,
                                        restored ? "The previous policy stays in force."
                                                 : "The previous policy stays recorded; the node agent re-applies it when it "
-                                                  "converges.");
+                                                           "converges.");
                 }
         }
         fault_point("egress.put.applied");
@@ -437,10 +438,10 @@ int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct san
                                        "memory: only sandboxes without network access (allowInternetAccess: false) can be "
                                        "paused with their memory (gVisor cannot checkpoint host networking): pause with "
                                        "memory: false to keep the filesystem");
-                char why[384] = "";
-                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, why, sizeof(why)) < 0)
+                struct err why = { 0 };
+                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
                         return err_set(err, -EOPNOTSUPP, "memory: this server cannot keep memory now: %s; pause with memory: false",
-                                       why);
+                                       why.message);
                 int k = sandbox_pause(c, sb0, true, err);
                 if (k == 0)
                         log_info("e2b: sandbox paused with its memory");
@@ -449,12 +450,9 @@ int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct san
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         int k = snapshot_take(c, acc, sb0->id, SNAPSHOT_E2B_PAUSE, &sn, err);
         if (k < 0) {
-                if (k == -EIO) {
-                        char inner[sizeof(err->message)];
-                        snprintf(inner, sizeof(inner), "%s", err->message);
+                if (k == -EIO)
                         return err_set(err, -EIO, "The pause's snapshot of the filesystem: %s; the sandbox keeps running",
-                                       inner);
-                }
+                                       err->message);
                 return k;
         }
         _cleanup_free_ char *old_snap = NULL;

@@ -22,15 +22,15 @@
 #define PROCESS_TIMEOUT_MS 10000
 
 static int connect_for(struct ctl *c, const struct sandbox *sb, struct guest_client **ret, struct err *err) {
-        char msg[512];
-        int r = guest_connect(c, sb, ret, msg, sizeof(msg));
+        struct err msg = { 0 };
+        int r = guest_connect(c, sb, ret, &msg);
         if (r == -EOPNOTSUPP)
                 return err_set(err, -EOPNOTSUPP,
                                "Processes need the in-sandbox agent, which this server runs without ([init] binary = none, "
                                "or on Nomad no [nomad] relay_secret_file); exec still works");
         if (r < 0) {
                 log_ctx_set("SANDBOX_ID", sb->id);
-                log_notice("process call: %s", msg);
+                log_notice("process call: %s", msg.message);
                 return err_set(err, -EHOSTUNREACH,
                                "The sandbox's process agent is not answering (the sandbox may predate it, or something in it "
                                "replaced or stopped it); exec still works");
@@ -67,13 +67,13 @@ int process_start_session(struct ctl *c, const struct sandbox *sb, const struct 
                                   .rows = (uint32_t) spec->rows, .cols = (uint32_t) spec->cols,
                                   .as_ids = spec->as_ids, .uid = spec->uid, .gid = spec->gid };
         struct guest_exec *x = NULL;
-        char msg[512];
-        r = guest_exec_start(cl, &sp, &x, msg, sizeof(msg));
+        struct err msg = { 0 };
+        r = guest_exec_start(cl, &sp, &x, &msg);
         if (r == -EUSERS)
                 return err_set(err, -EUSERS, "This sandbox holds %d processes, the most it keeps; let one finish first",
                                PJ_AGENT_MAX_PROCS);
         if (r < 0)
-                return err_set(err, -EHOSTUNREACH, "Could not start the process: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not start the process: %s", msg.message);
         /* A refusal for the user's reasons (missing cwd, no such program) comes back as a
          * session that ended at once, with the reason as its stderr. */
         if (!guest_exec_pid(x)) {
@@ -93,18 +93,18 @@ int process_start_session(struct ctl *c, const struct sandbox *sb, const struct 
 
 int process_start_terminal(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, struct session **ret,
                            struct err *err) {
-        char msg[512] = "";
+        struct err msg = { 0 };
         struct guest_client *cl = NULL;
-        int r = guest_connect(c, sb, &cl, msg, sizeof(msg));
+        int r = guest_connect(c, sb, &cl, &msg);
         if (r < 0)
-                return err_set(err, -EHOSTUNREACH, "the agent did not answer: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "the agent did not answer: %s", msg.message);
         const char *argv[] = { "/bin/sh", "-c", spec->cmd, NULL };
         struct guest_spawn sp = { .argv = argv, .env = (const char *const *) spec->env, .cwd = spec->cwd,
                                   .want_stdin = true, .kill_on_detach = true, .tag = spec->tag,
                                   .rows = (uint32_t) spec->rows, .cols = (uint32_t) spec->cols };
         struct guest_exec *x = NULL;
-        if (guest_exec_start(cl, &sp, &x, msg, sizeof(msg)) < 0)
-                return err_set(err, -EIO, "spawn failed: %s", msg);
+        if (guest_exec_start(cl, &sp, &x, &msg) < 0)
+                return err_set(err, -EIO, "spawn failed: %s", msg.message);
         *ret = session_of_guest(x);
         return 0;
 }
@@ -135,9 +135,9 @@ int process_attach(struct ctl *c, const struct sandbox *sb, uint32_t pid, struct
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
-        char msg[256];
+        struct err msg = { 0 };
         struct guest_exec *x = NULL;
-        r = guest_exec_attach(cl, pid, &x, msg, sizeof(msg));
+        r = guest_exec_attach(cl, pid, &x, &msg);
         if (r < 0)
                 return gone(r, pid, err);
         *ret = session_of_guest(x);
@@ -178,9 +178,9 @@ int process_watch(struct ctl *c, const struct sandbox *sb, const char *path, boo
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
-        char msg[512] = "";
+        struct err msg = { 0 };
         struct guest_watch *w = NULL;
-        r = guest_watch_open(cl, path, recursive, &w, msg, sizeof(msg));
+        r = guest_watch_open(cl, path, recursive, &w, &msg);
         switch (r) {
         case 0:
                 *ret = dirwatch_of_guest(w);
@@ -193,8 +193,8 @@ int process_watch(struct ctl *c, const struct sandbox *sb, const char *path, boo
                 return err_set(err, -EPERM, "The sandbox's agent may not read %s", path);
         case -EMFILE:
         case -ENOSPC:
-                return err_set(err, -EUSERS, "%s", msg);
+                return err_set(err, -EUSERS, "%s", msg.message);
         default:
-                return err_set(err, -EHOSTUNREACH, "Could not watch %s: %s", path, msg);
+                return err_set(err, -EHOSTUNREACH, "Could not watch %s: %s", path, msg.message);
         }
 }

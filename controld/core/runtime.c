@@ -131,19 +131,16 @@ int64_t runtime_active(const char *sandbox_id) {
 }
 
 /* Takes one slot of the sandbox and one of its account for a runtime operation (exec,
- * code, file transfer). 0, or -EUSERS with the user-facing message in msg. */
-static int runtime_slots_take(struct ctl *c, const struct sandbox *sb, char *msg, size_t msglen) {
-        if (!slot_take(&account_slots, sb->account_id, c->cfg->max_runtime_per_account)) {
-                snprintf(msg, msglen,
-                         "Too many commands and file transfers running for this account (limit %lld); retry when one finishes",
-                         (long long) c->cfg->max_runtime_per_account);
-                return -EUSERS;
-        }
+ * code, file transfer). 0, or -EUSERS with the user-facing message in err. */
+static int runtime_slots_take(struct ctl *c, const struct sandbox *sb, struct err *err) {
+        if (!slot_take(&account_slots, sb->account_id, c->cfg->max_runtime_per_account))
+                return err_set(err, -EUSERS,
+                               "Too many commands and file transfers running for this account (limit %lld); retry when one finishes",
+                               (long long) c->cfg->max_runtime_per_account);
         if (!slot_take(&sandbox_slots, sb->id, c->cfg->max_exec_concurrent)) {
                 slot_release(&account_slots, sb->account_id);
-                snprintf(msg, msglen, "Too many commands running in this sandbox (limit %lld); retry when one finishes",
-                         (long long) c->cfg->max_exec_concurrent);
-                return -EUSERS;
+                return err_set(err, -EUSERS, "Too many commands running in this sandbox (limit %lld); retry when one finishes",
+                               (long long) c->cfg->max_exec_concurrent);
         }
         return 0;
 }
@@ -222,8 +219,8 @@ static void snippet_remove(struct runtime_run *x) {
         if (!x->snippet)
                 return;
         _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
-        char msg[256];
-        if (guest_connect(x->c, &x->sb, &cl, msg, sizeof(msg)) == 0)
+        struct err msg = { 0 };
+        if (guest_connect(x->c, &x->sb, &cl, &msg) == 0)
                 (void) guest_remove(cl, x->snippet, 5000);
         free(x->snippet);
         x->snippet = NULL;
@@ -243,10 +240,10 @@ static void kill_tree(struct runtime_run *x) {
         const char *argv[] = { "/bin/sh", "-c", killer_script, "paddock", x->token, NULL };
         struct exec_spec spec = { .argv = argv };
         struct exec_session *k = NULL;
-        char err[256];
+        struct err err = { 0 };
         x->killed = true;
-        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &k, err, sizeof(err)) < 0) {
-                log_warning("could not start the process killer: %s", err);
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &k, &err) < 0) {
+                log_warning("could not start the process killer: %s", err.message);
                 return;
         }
         int64_t end = mono_ms() + 10000;
@@ -388,10 +385,10 @@ static void result_of(const struct runtime_run *x, struct exec_result *ret) {
 /* Takes one of the sandbox's runtime slots and makes the run that holds it (sb moves into
  * it); -EUSERS with err when every slot is taken (sb is cleared either way). */
 static int run_new(struct ctl *c, struct sandbox *sb, struct runtime_run **ret, struct err *err) {
-        char msg[512] = "";
-        if (runtime_slots_take(c, sb, msg, sizeof(msg)) < 0) {
+        int r = runtime_slots_take(c, sb, err);
+        if (r < 0) {
                 sandbox_clear(sb);
-                return err_set(err, -EUSERS, "%s", msg);
+                return r;
         }
         struct runtime_run *x = xnew0(struct runtime_run, 1);
         x->slot = true;
@@ -428,47 +425,46 @@ int runtime_load_ready(struct ctl *c, const struct account *acc, const char *id,
 /* The run's process through the sandbox's agent: 0; -EOPNOTSUPP when there is no agent to
  * use (the caller takes the driver's exec path); other -errno with err filled. */
 static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, struct err *err) {
-        char msg[512] = "";
+        struct err msg = { 0 };
         struct guest_client *cl = NULL;
-        int k = guest_connect(x->c, &x->sb, &cl, msg, sizeof(msg));
+        int k = guest_connect(x->c, &x->sb, &cl, &msg);
         if (k < 0) {
                 if (guest_fallback_ok(k)) {
                         if (k != -EOPNOTSUPP)
-                                log_info("no agent answer (%s); using the driver's exec path", msg);
+                                log_info("no agent answer (%s); using the driver's exec path", msg.message);
                         return -EOPNOTSUPP;
                 }
-                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg.message);
         }
         if (cmd->stdin_file && cmd->stdin_data) {
-                k = guest_put_small(cl, cmd->stdin_file, cmd->stdin_data, cmd->stdin_len, STDIN_WRITE_TIMEOUT_MS, msg,
-                                    sizeof(msg));
+                k = guest_put_small(cl, cmd->stdin_file, cmd->stdin_data, cmd->stdin_len, STDIN_WRITE_TIMEOUT_MS, &msg);
                 if (k < 0) {
                         guest_client_free(cl);
                         return err_set(err, k == -ENOSPC || k == -EDQUOT ? -ENOSPC : -EHOSTUNREACH, "Could not run the code: %s",
-                                       msg);
+                                       msg.message);
                 }
                 x->snippet = xstrdup(cmd->stdin_file);
         }
         struct guest_spawn sp = { .argv = cmd->argv, .env = (const char *const *) cmd->env, .cwd = cmd->cwd,
                                   .want_stdin = cmd->stdin_data && !cmd->stdin_file, .kill_on_detach = true };
         struct guest_exec *ax = NULL;
-        k = guest_exec_start(cl, &sp, &ax, msg, sizeof(msg));
+        k = guest_exec_start(cl, &sp, &ax, &msg);
         if (k == -EPROTO || k == -ECONNRESET || k == -ETIMEDOUT || k == -EPIPE) {
                 /* the agent answered HELLO but not SPAWN: something in the sandbox broke it */
-                log_notice("the sandbox's agent failed the command (%s); using the driver's exec path", msg);
+                log_notice("the sandbox's agent failed the command (%s); using the driver's exec path", msg.message);
                 snippet_remove(x);
                 return -EOPNOTSUPP;
         }
         if (k < 0)
                 return err_set(err, k == -EUSERS ? -EUSERS : k == -EINVAL ? -EINVAL : -EHOSTUNREACH, "Could not run the command: %s",
-                               msg);
+                               msg.message);
         x->ses = session_of_guest(ax);
         return 0;
 }
 
 /* The run's process through the driver's exec path, in the wrapper script. */
 static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd, struct err *err) {
-        char msg[512] = "";
+        struct err msg = { 0 };
         size_t n = 0, n_env = 0, n_user = 0;
         char n_env_s[16];
         while (cmd->env && cmd->env[n_env])
@@ -493,8 +489,8 @@ static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd,
 
         struct exec_spec spec = { .argv = argv, .cwd = "/", .want_stdin = cmd->stdin_data != NULL };
         struct exec_session *s = NULL;
-        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, msg, sizeof(msg)) < 0)
-                return err_set(err, -EHOSTUNREACH, "Could not run the command: %s", msg);
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, &msg) < 0)
+                return err_set(err, -EHOSTUNREACH, "Could not run the command: %s", msg.message);
         x->ses = session_of_driver(x->drv, s);
         return 0;
 }
@@ -566,11 +562,11 @@ int runtime_wait(struct runtime_run *x, struct exec_result *ret, struct err *err
 }
 
 enum runtime_step runtime_step(struct runtime_run *x, int max_wait_ms, int client_fd, struct exec_result *ret,
-                               char *msg, size_t msglen) {
+                               struct err *err) {
         if (x->c->stopping) {
                 /* Shutdown must not wait for a command that may run for minutes. */
                 kill_tree(x);
-                snprintf(msg, msglen, "controld is shutting down; the command was stopped");
+                err_set(err, -EAGAIN, "controld is shutting down; the command was stopped");
                 return RUNTIME_FAILED;
         }
         int64_t wait = x->deadline - mono_ms();
@@ -586,8 +582,8 @@ enum runtime_step runtime_step(struct runtime_run *x, int max_wait_ms, int clien
                 return RUNTIME_CLIENT_GONE;
         }
         if (k < 0) {
-                snprintf(msg, msglen, "%s", x->overflow ? "The command's output outran the client; it was stopped"
-                                                        : "Lost the connection to the sandbox process");
+                err_set(err, k, "%s", x->overflow ? "The command's output outran the client; it was stopped"
+                                                  : "Lost the connection to the sandbox process");
                 kill_tree(x);
                 return RUNTIME_FAILED;
         }
@@ -607,7 +603,7 @@ enum runtime_step runtime_step(struct runtime_run *x, int max_wait_ms, int clien
 /* Starts the fixed file script under the transfer deadline. */
 static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script, const char *path, bool want_stdin,
                            struct runtime_run **ret, struct err *err) {
-        char msg[512] = "";
+        struct err msg = { 0 };
         struct runtime_run *x = NULL;
         int k = run_new(c, sb, &x, err);
         if (k < 0)
@@ -616,27 +612,27 @@ static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script
         strbuf_done(&x->err.buf);
         strbuf_init(&x->err.buf, ERR_CAP);
         struct guest_client *cl = NULL;
-        k = guest_connect(c, &x->sb, &cl, msg, sizeof(msg));
+        k = guest_connect(c, &x->sb, &cl, &msg);
         if (k == 0) {
-                k = want_stdin ? guest_file_write_open(cl, path, &x->af, msg, sizeof(msg))
-                               : guest_file_read_open(cl, path, &x->af, msg, sizeof(msg));
+                k = want_stdin ? guest_file_write_open(cl, path, &x->af, &msg)
+                               : guest_file_read_open(cl, path, &x->af, &msg);
                 if (k < 0) {
                         runtime_free(x);
-                        return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                        return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg.message);
                 }
                 *ret = x;
                 return 0;
         }
         if (!guest_fallback_ok(k)) {
                 runtime_free(x);
-                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg.message);
         }
         const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/", "", "0", "/bin/sh", "-c", script, "paddock", path, NULL };
         struct exec_spec spec = { .argv = argv, .cwd = "/", .want_stdin = want_stdin };
         struct exec_session *s = NULL;
-        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, msg, sizeof(msg)) < 0) {
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, &msg) < 0) {
                 runtime_free(x);
-                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg.message);
         }
         x->ses = session_of_driver(x->drv, s);
         *ret = x;
@@ -759,10 +755,10 @@ static int agent_put_error(int k, const char *path, const char *why, struct err 
 
 int runtime_file_write_finish(struct runtime_run *x, const char *path, struct err *err) {
         if (x->af) {
-                char why[512] = "";
-                int k = guest_file_write_finish(x->af, FILE_FINISH_TIMEOUT_MS, why, sizeof(why));
+                struct err why = { 0 };
+                int k = guest_file_write_finish(x->af, FILE_FINISH_TIMEOUT_MS, &why);
                 x->finished = true;
-                return agent_put_error(k, path, why, err);
+                return agent_put_error(k, path, why.message, err);
         }
         (void) session_close_stdin(x->ses);
         int code = finish_file_exec(x);

@@ -53,10 +53,10 @@ bool runtime_output_refused(const struct runtime_run *x);
 /* A buffered run to its end (or its deadline); ret points into the run until runtime_free. */
 int runtime_wait(struct runtime_run *x, struct exec_result *ret, struct err *err);
 /* A streamed run: waits up to max_wait_ms for output, the end or client_fd hanging up (-1 =
- * none). RUNTIME_EXITED fills ret; RUNTIME_FAILED says why in msg; the run is killed then
+ * none). RUNTIME_EXITED fills ret; RUNTIME_FAILED says why in err; the run is killed then
  * and on RUNTIME_CLIENT_GONE. */
 enum runtime_step runtime_step(struct runtime_run *x, int max_wait_ms, int client_fd, struct exec_result *ret,
-                               char *msg, size_t msglen);
+                               struct err *err);
 void runtime_kill(struct runtime_run *x);
 /* The process ended, or was killed. */
 bool runtime_ended(const struct runtime_run *x);

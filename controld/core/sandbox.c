@@ -65,7 +65,7 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
                                   const char *sandbox_id, int size_gb, const char *mount_path, char ret_id[25],
                                   struct err *err) {
         _cleanup_volume_ struct volume v = { 0 };
-        char derr[256] = "";
+        struct err derr = { 0 };
         int64_t now = now_ms();
         int r;
 
@@ -81,11 +81,11 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
         v.last_attached_at = v.created_at = v.updated_at = now;
         if ((r = volume_record(c, plan, &v, err)) < 0)
                 return r;
-        r = c->drv->ops->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr));
+        r = c->drv->ops->volume_create(c->drv, v.handle, v.size_gb, &derr);
         if (r < 0) {
                 (void) store_volume_begin_delete(c->store, v.id, sandbox_id);  /* the row is attached to us */
                 (void) store_volume_delete(c->store, v.id);
-                return err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", derr);
+                return err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", derr.message);
         }
         memcpy(ret_id, v.id, 25);
         return 0;
@@ -93,13 +93,13 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
 
 static void drop_implicit_volume(struct ctl *c, const char *vol_id) {
         _cleanup_volume_ struct volume v = { 0 };
-        char derr[256];
+        struct err derr = { 0 };
         if (store_volume_get(c->store, vol_id, &v) < 0)
                 return;
         /* Detach-and-mark before the backend volume goes: nobody may attach it in between. A
          * backend failure keeps the (detached) row, so the user sees the volume and can delete it. */
         if (store_volume_begin_delete(c->store, vol_id, v.attached_sandbox_id) == 0) {
-                if (c->drv->ops->volume_remove(c->drv, v.handle, derr, sizeof(derr)) == 0)
+                if (c->drv->ops->volume_remove(c->drv, v.handle, &derr) == 0)
                         (void) store_volume_delete(c->store, vol_id);
                 else
                         (void) store_volume_abort_delete(c->store, vol_id);
@@ -110,20 +110,20 @@ static void drop_implicit_volume(struct ctl *c, const char *vol_id) {
  * container goes first, then the agent is asked to drop whatever it may have
  * applied (briefly: it may be the agent that is gone). */
 void unplace_unenforced(struct ctl *c, struct sandbox *sb) {
-        char e2[256];
-        if (c->drv->ops->remove(c->drv, sb, e2, sizeof(e2)) < 0)
-                log_error("could not remove the container of a sandbox whose egress is not enforced: %s", e2);
-        (void) ctl_egress_remove_timeout(c, sb, 1000, e2, sizeof(e2));
+        struct err e2 = { 0 };
+        if (c->drv->ops->remove(c->drv, sb, &e2) < 0)
+                log_error("could not remove the container of a sandbox whose egress is not enforced: %s", e2.message);
+        (void) ctl_egress_remove_timeout(c, sb, 1000, &e2);
 }
 
 /* Writes the record of sb, a create still `starting` in the store, or when that fails removes
  * its workload: the container runs but the record can't say so, so unwind rather than leak it. */
-static int record_or_unplace(struct ctl *c, struct sandbox *sb, char *reason, size_t reasonlen, struct err *err) {
+static int record_or_unplace(struct ctl *c, struct sandbox *sb, struct err *reason, struct err *err) {
         if (store_sandbox_update_cas(c->store, sb, SB_STARTING) == 0)
                 return 0;
         unplace_unenforced(c, sb);
-        snprintf(reason, reasonlen, "failed to record the placement");
-        return err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+        err_set(reason, -EIO, "failed to record the placement");
+        return err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason->message);
 }
 
 /* A create that fails with one of these went wrong after it was accepted: the record
@@ -333,12 +333,12 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                  (long long) sb.memory, pj_egress_mode_to_string(in->egress.mode));
 
         SANDBOX_LOCK_GUARD(lock, c, sb.id);
-        char reason[512] = "";
+        struct err reason = { 0 };
         if (in->persistent) {
                 char vid[25];
                 r = create_implicit_volume(c, acc, plan, g, sb.id, in->persistent_disk_gb, sb.mount_path, vid, err);
                 if (r < 0) {
-                        snprintf(reason, sizeof(reason), "%s", err->message);
+                        err_set(&reason, r, "%s", err->message);
                         goto fail;
                 }
                 implicit_volume = true;
@@ -347,7 +347,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 r = store_volume_attach(c->store, in->volume_id, sb.id, sb.mount_path, now);
                 if (r < 0) {
                         r = err_set(err, -EBUSY, "Volume is attached to another sandbox; destroy that sandbox first");
-                        snprintf(reason, sizeof(reason), "%s", err->message);
+                        err_set(&reason, r, "%s", err->message);
                         goto fail;
                 }
         }
@@ -355,10 +355,10 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         int64_t t2 = mono_ms();
         if (!claimed) {
                 struct placement pl = { 0 };
-                r = c->drv->ops->place(c->drv, &sb, &pl, reason, sizeof(reason));
+                r = c->drv->ops->place(c->drv, &sb, &pl, &reason);
                 metrics_observe_phase(c->metrics, "place", (double) (mono_ms() - t2) / 1000.0);
                 if (r < 0) {
-                        r = err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+                        r = err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason.message);
                         goto fail;
                 }
                 apply_placement(&sb, &pl);
@@ -369,7 +369,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                  * its agent sends meanwhile must find this sandbox live there, or the chain just
                  * applied is removed as stale (sync_answer in egress.c reads node and address from
                  * the store). A claim inserted the record with its placement already. */
-                if ((r = record_or_unplace(c, &sb, reason, sizeof(reason), err)) < 0)
+                if ((r = record_or_unplace(c, &sb, &reason, err)) < 0)
                         goto fail;
                 fault_point("create.placed");
         } else {
@@ -379,20 +379,20 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
         /* Ready only once the node's agent enforces the policy: fail closed otherwise. */
         {
-                char eerr[384] = "";
-                r = ctl_egress_apply(c, &sb, NULL, eerr, sizeof(eerr));
+                struct err eerr = { 0 };
+                r = ctl_egress_apply(c, &sb, NULL, &eerr);
                 if (r < 0) {
                         unplace_unenforced(c, &sb);
-                        snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
-                        r = err_set(err, -EHOSTUNREACH, "%s", reason);
+                        err_set(&reason, r, "Egress policy could not be enforced: %s", eerr.message);
+                        r = err_set(err, -EHOSTUNREACH, "%s", reason.message);
                         goto fail;
                 }
                 fault_point("create.egress_applied");
         }
         /* A pool member ran its template's start when it was made. */
-        if (!claimed && template_start(c, &sb, reason, sizeof(reason)) < 0) {
+        if (!claimed && template_start(c, &sb, &reason) < 0) {
                 unplace_unenforced(c, &sb);
-                r = err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+                r = err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason.message);
                 goto fail;
         }
         if (claimed) {
@@ -402,7 +402,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
         sb_timings_set(&sb.timings, SB_PHASE_TOTAL, mono_ms() - t0);
         sb.status = SB_READY;
-        if ((r = record_or_unplace(c, &sb, reason, sizeof(reason), err)) < 0)
+        if ((r = record_or_unplace(c, &sb, &reason, err)) < 0)
                 goto fail;
         fault_point("create.ready");    /* crash tests: recorded ready, not yet answered */
         sandbox_lock_release(&lock);
@@ -429,13 +429,13 @@ fail:
                 return r;
         }
         sb.status = SB_FAILED;
-        replace_str(&sb.failure_reason, reason);
+        replace_str(&sb.failure_reason, reason.message);
         replace_str(&sb.destroy_reason, "failed");
         sb.destroyed_at = now_ms();
         (void) store_sandbox_update_cas(c->store, &sb, SB_STARTING);  /* if this fails too, the stuck-starting reaper heals it */
         sandbox_lock_release(&lock);
         log_ctx_set("DESTROY_REASON", "failed");
-        log_error("sandbox provisioning failed: %s", reason);
+        log_error("sandbox provisioning failed: %s", reason.message);
         sandbox_log_ctx_clear();
         ctl_notify_status(c);
         return r;
@@ -453,7 +453,7 @@ int no_snapshot_in_flight(struct ctl *c, const char *id) {
 
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct err *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        char derr[256] = "";
+        struct err derr = { 0 };
         int r;
 
         {
@@ -475,17 +475,18 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct er
                 int64_t until = mono_ms() + (int64_t) wait_s * 1000;
                 while (sb.status == SB_READY && no_snapshot_in_flight(c, id) == 0 && mono_ms() < until && !c->stopping)
                         usleep(100 * 1000);
-                r = c->drv->ops->remove(c->drv, &sb, derr, sizeof(derr));
+                r = c->drv->ops->remove(c->drv, &sb, &derr);
                 if (r < 0) {
                         sandbox_lock_release(&lock);
                         sandbox_log_ctx(&sb);
                         log_ctx_set("DESTROY_REASON", reason);
-                        log_error("sandbox destroy failed: %s", derr);
+                        log_error("sandbox destroy failed: %s", derr.message);
                         sandbox_log_ctx_clear();
-                        return err_set(err, -EHOSTUNREACH, "Could not destroy the sandbox right now: %s. Retry the request.", derr);
+                        return err_set(err, -EHOSTUNREACH, "Could not destroy the sandbox right now: %s. Retry the request.",
+                                       derr.message);
                 }
                 fault_point("destroy.removed");
-                (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
+                (void) ctl_egress_remove(c, &sb, &derr);
                 (void) store_volume_detach_sandbox(c->store, id, now_ms());
                 /* A pause or resume changes the status without this lock (a CAS, then its job
                  * waits for the lock): the destroy wins over it. Re-read and record again; its

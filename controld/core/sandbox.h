@@ -8,7 +8,7 @@
 
 #include "controld.h"
 
-/* Each returns 0 or a negative errno with err->message set (see struct err). */
+/* Each returns 0 or a negative errno with err->message set (the codes: controld.h). */
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in,
                    struct sandbox *ret, struct err *err);
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct err *err);

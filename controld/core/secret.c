@@ -20,25 +20,21 @@
 #define SEAL_NONCE 12
 #define SEAL_TAG 16
 
-int secret_key_load(struct ctl *c, char *err, size_t errlen) {
+int secret_key_load(struct ctl *c, struct err *err) {
         const char *path = c->cfg->secrets_key_file;
         c->secrets_on = false;
         if (!path || !*path)
                 return 0;
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0) {
-                snprintf(err, errlen, "[secrets] key_file %s: %s", path, strerror(errno));
-                return -errno;
-        }
+        if (fd < 0)
+                return err_set(err, -errno, "[secrets] key_file %s: %s", path, strerror(errno));
         _cleanup_free_ char *raw = NULL;
         size_t n = 0;
         int r = pj_secret_read(fd, 32, 1024, &raw, &n);
-        if (r < 0) {
-                snprintf(err, errlen, "[secrets] key_file %s: %s (it must hold 32 to 1024 bytes, e.g. `head -c 32 "
-                                      "/dev/urandom | base64`)",
-                         path, strerror(-r));
-                return r;
-        }
+        if (r < 0)
+                return err_set(err, r, "[secrets] key_file %s: %s (it must hold 32 to 1024 bytes, e.g. `head -c 32 "
+                                       "/dev/urandom | base64`)",
+                               path, strerror(-r));
         static const char label[] = "paddock secrets key v1";
         EVP_MD_CTX *h = EVP_MD_CTX_new();
         unsigned len = 0;

@@ -12,7 +12,7 @@
 /* At start: reads [secrets] key_file (32..1024 bytes, its SHA-256 is the key). No file
  * configured: secrets are off (0, /secrets answers 501). A file that cannot be read or is too
  * short: -errno with err (controld does not start: a key given must be the one used). */
-int secret_key_load(struct ctl *c, char *err, size_t errlen);
+int secret_key_load(struct ctl *c, struct err *err);
 /* A secret from a body proto-json checked (pj_secret_parse with its name): 0 with the new row
  * (version 1) in *ret, or -EOPNOTSUPP (no key here), -EEXIST (the account has the name),
  * -EDQUOT (it has [secrets] max_per_account), -EIO. */

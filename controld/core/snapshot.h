@@ -14,7 +14,7 @@ char *snapshot_image_ref(const struct snapshot *sn);
 struct snapbus;
 /* Starts the events consumer and the schedule/retention/deadline thread. Without [amqp]
  * url there is no agent to take snapshots: 0, and snapshot requests answer 501. */
-int ctl_snapshot_start(struct ctl *c, char *err, size_t errlen);
+int ctl_snapshot_start(struct ctl *c, struct err *err);
 void ctl_snapshot_stop(struct ctl *c);
 /* POST /sandboxes/{id}/snapshots: the caller's ready sandbox; records `creating` and hands
  * the job to the sandbox's node agent. */

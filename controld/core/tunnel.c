@@ -16,10 +16,10 @@ struct tunnel {
 };
 
 int tunnel_open(struct ctl *c, const struct sandbox *sb, int port, int send_timeout_ms, int answer_timeout_ms,
-                struct tunnel **ret, int *ret_refusal, char *err, size_t errlen) {
+                struct tunnel **ret, int *ret_refusal, struct err *err) {
         _cleanup_(guest_client_freep) struct guest_client *ac = NULL;
         *ret_refusal = 0;
-        if (guest_connect(c, sb, &ac, err, errlen) < 0)
+        if (guest_connect(c, sb, &ac, err) < 0)
                 return -EHOSTUNREACH;
         struct pj_agent_msg fwd = { .type = PJ_AGENT_FORWARD, .id = 1, .f.port = (uint32_t) port };
         if (guest_client_send(ac, &fwd, send_timeout_ms) < 0)

@@ -31,7 +31,7 @@ int volume_create(struct ctl *c, const struct account *acc, const struct pj_volu
         _cleanup_volume_ struct volume v = { 0 };
         struct plan plan_buf;
         const struct plan *plan = config_account_plan(c->cfg, acc, &plan_buf);
-        char derr[256] = "";
+        struct err derr = { 0 };
 
         const struct region *g = config_region(c->cfg, in->region);
         if (!g)
@@ -56,9 +56,9 @@ int volume_create(struct ctl *c, const struct account *acc, const struct pj_volu
         int k = volume_record(c, plan, &v, err);
         if (k < 0)
                 return k;
-        if (c->drv->ops->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr)) < 0) {
+        if (c->drv->ops->volume_create(c->drv, v.handle, v.size_gb, &derr) < 0) {
                 (void) store_volume_delete(c->store, v.id);
-                return err_set(err, -EHOSTUNREACH, "Volume provisioning failed: %s", derr);
+                return err_set(err, -EHOSTUNREACH, "Volume provisioning failed: %s", derr.message);
         }
         *ret = v;
         v = (struct volume) { 0 };
@@ -73,7 +73,7 @@ int volume_load(struct ctl *c, const struct account *acc, const char *id, struct
 
 int volume_delete(struct ctl *c, const struct account *acc, const char *id, struct err *err) {
         _cleanup_volume_ struct volume v = { 0 };
-        char derr[256] = "";
+        struct err derr = { 0 };
         int k = volume_load(c, acc, id, &v, err);
         if (k < 0)
                 return k;
@@ -90,9 +90,9 @@ int volume_delete(struct ctl *c, const struct account *acc, const char *id, stru
                 return err_set(err, -ENOENT, "Volume not found");
         if (k < 0)
                 return err_set(err, -EIO, "Failed to delete the volume record");
-        if (c->drv->ops->volume_remove(c->drv, v.handle, derr, sizeof(derr)) < 0) {
+        if (c->drv->ops->volume_remove(c->drv, v.handle, &derr) < 0) {
                 (void) store_volume_abort_delete(c->store, id);
-                return err_set(err, -EHOSTUNREACH, "Volume deletion failed: %s", derr);
+                return err_set(err, -EHOSTUNREACH, "Volume deletion failed: %s", derr.message);
         }
         k = store_volume_delete(c->store, id);
         if (k == -EBUSY)

@@ -75,12 +75,12 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         return got;
                 /* Short waits so shutdown and deadlines are noticed within a second. */
                 struct exec_result res;
-                char msg[256];
-                switch (runtime_step(t->x, 1000, t->client_fd, &res, msg, sizeof(msg))) {
+                struct err err = { 0 };
+                switch (runtime_step(t->x, 1000, t->client_fd, &res, &err)) {
                 case RUNTIME_CLIENT_GONE:
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 case RUNTIME_FAILED:
-                        queue_error_frame(t, msg);
+                        queue_error_frame(t, err.message);
                         continue;
                 case RUNTIME_EXITED:
                         queue_frame(t, exec_done_frame_to_json(&res));

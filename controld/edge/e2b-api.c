@@ -136,11 +136,11 @@ static int load_live(struct req *r, struct sandbox *sb) {
 }
 
 /* Waits (bounded) until the sandbox's agent answers: E2B's 201 means envd is up. */
-static int wait_agent(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen) {
+static int wait_agent(struct ctl *c, const struct sandbox *sb, struct err *err) {
         int64_t deadline = mono_ms() + AGENT_READY_TIMEOUT_MS;
         int k;
         for (;;) {
-                k = session_agent_ping(c, sb, err, errlen);
+                k = session_agent_ping(c, sb, err);
                 if (k == 0 || k == -EOPNOTSUPP || mono_ms() >= deadline || c->stopping)
                         return k;
                 usleep(50 * 1000);
@@ -199,13 +199,13 @@ static enum MHD_Result create_common(struct req *r, bool v2) {
         int k = sandbox_create(c, &r->acc, &sc, &sb, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
-        char err[256] = "";
-        k = wait_agent(c, &sb, err, sizeof(err));
+        struct err err = { 0 };
+        k = wait_agent(c, &sb, &err);
         if (k < 0) {
                 log_ctx_set("SANDBOX_ID", sb.id);
-                log_warning("e2b: the new sandbox's agent did not answer (%s); destroying it", err);
+                log_warning("e2b: the new sandbox's agent did not answer (%s); destroying it", err.message);
                 (void) sandbox_destroy(c, sb.id, "failed", &e);
-                return respond_error(r, 500, "The sandbox started but its agent (envd) did not answer: %s", err);
+                return respond_error(r, 500, "The sandbox started but its agent (envd) did not answer: %s", err.message);
         }
         log_ctx_set("SANDBOX_ID", sb.id);
         log_info("e2b: sandbox created template=%s timeout=%llds", in.template_id, (long long) in.timeout_s);
@@ -480,9 +480,9 @@ static enum MHD_Result connect_common(struct req *r, bool v2) {
                 sb = now;
                 now = (struct sandbox) { 0 };
         }
-        char err[256] = "";
-        if (wait_agent(c, &sb, err, sizeof(err)) < 0)
-                return respond_error(r, 502, "The sandbox runs but its agent (envd) does not answer: %s", err);
+        struct err err = { 0 };
+        if (wait_agent(c, &sb, &err) < 0)
+                return respond_error(r, 502, "The sandbox runs but its agent (envd) does not answer: %s", err.message);
         int k = sandbox_set_end(c, &r->acc, &sb, t, true, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);

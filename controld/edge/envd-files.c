@@ -114,7 +114,7 @@ static void up_finish(struct upload *u) {
 
 static void up_open(struct upload *u, const char *raw_path) {
         struct err e = { 0 };
-        char msg[256];
+        struct err msg = { 0 };
         up_finish(u);
         if (u->error)
                 return;
@@ -130,7 +130,7 @@ static void up_open(struct upload *u, const char *raw_path) {
         char *slash = strrchr(dir, '/');
         u->existing = strlen(u->cur);
         struct sbfs *fs = NULL;
-        if (sbfs_open(u->r->c, &u->sb, &fs, msg, sizeof(msg)) == 0) {
+        if (sbfs_open(u->r->c, &u->sb, &fs, &msg) == 0) {
                 if (u->user->uid && envd_existing_prefix(fs, u->cur, &u->existing) < 0)
                         u->existing = strlen(u->cur);
                 if (slash && slash != dir) {

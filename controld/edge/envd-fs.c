@@ -28,10 +28,10 @@
 /* ---- filesystem.Filesystem ---- */
 
 static int fs_agent(struct req *r, const struct sandbox *sb, struct sbfs **ret) {
-        char msg[256];
-        int k = sbfs_open(r->c, sb, ret, msg, sizeof(msg));
+        struct err msg = { 0 };
+        int k = sbfs_open(r->c, sb, ret, &msg);
         if (k < 0) {
-                envd_unary_error(r, PJ_CONNECT_UNAVAILABLE, "The sandbox's agent is not answering: %s", msg);
+                envd_unary_error(r, PJ_CONNECT_UNAVAILABLE, "The sandbox's agent is not answering: %s", msg.message);
                 return k;
         }
         return 0;
@@ -302,7 +302,7 @@ int envd_give_to_user(struct ctl *c, const struct sandbox *sb, const struct envd
                         code = -1;
                 session_free(x);
                 k = k == 1 && code == 0 ? 0 : err_set(e, -EIO, "%s was made, but giving it to %s (chown %s) failed%s", path,
-                                                       user->name, ids, k == 1 ? "" : ": chown did not finish in time");
+                                                      user->name, ids, k == 1 ? "" : ": chown did not finish in time");
         }
         for (size_t i = 3; i < n; i++)
                 free((char *) argv[i]);

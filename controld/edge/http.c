@@ -105,7 +105,7 @@ enum MHD_Result respond_error(struct req *r, int status, const char *fmt, ...) {
         return respond_envelope(r, status, msg, NULL);
 }
 
-/* The one place a domain errno becomes an HTTP status (see struct err). */
+/* The one place a domain errno becomes an HTTP status (the codes: controld.h, above sandbox_load). */
 static const struct { int err, status; } errno_status[] = {
         { EINVAL, 400 },       /* the request is wrong: fix it */
         { EBUSY, 400 },        /* wrong state or in use: act on the resource first */

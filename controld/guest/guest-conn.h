@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cleanup.h"
+#include "err.h"
 #include "pj_agent.h"
 
 struct guest_client;

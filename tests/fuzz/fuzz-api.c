@@ -43,7 +43,7 @@ static void check_egress(const struct pj_egress *e) {
         FUZZ_ASSERT(e->n_allow == 0 || e->mode == PJ_EGRESS_RESTRICTED, "allow entries with mode %d", e->mode);
         for (size_t i = 0; i < e->n_allow; i++) {
                 char norm[PJ_ALLOW_NORM_MAX];
-                FUZZ_ASSERT(pj_allow_entry_parse(e->allow[i], NULL, norm, sizeof(norm), NULL, 0) == 0 &&
+                FUZZ_ASSERT(pj_allow_entry_parse(e->allow[i], NULL, norm, sizeof(norm), NULL) == 0 &&
                                     !strcmp(norm, e->allow[i]),
                             "stored entry not normalised: %s", e->allow[i]);
                 for (size_t k = 0; k < i; k++)
