@@ -108,10 +108,10 @@ $(BUILD)/nodeagent: $(call obj,nodeagent/main.c) $(LIBAGENT) $(LIBPJ) $(LIBCOMMO
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # paddock-init, PID 1 of every sandbox (nodeagent/paddock-init/, proto-json/AGENT-PROTOCOL.md):
-# a static binary of its own files, the agent codec, pj.c (struct pj_error) and xalloc.c, nothing
+# a static binary of its own files, the agent codec, pj.c, err.c (struct err) and xalloc.c, nothing
 # else (no pkg-config libraries). Static only in the plain build: the sanitizers need their
 # shared runtime, so build/san has a dynamic, sanitized one for the same tests.
-INIT_SRC    := $(wildcard nodeagent/paddock-init/*.c) proto-json/pj_agent.c proto-json/pj.c common/xalloc.c
+INIT_SRC    := $(wildcard nodeagent/paddock-init/*.c) proto-json/pj_agent.c proto-json/pj.c common/err.c common/xalloc.c
 INIT_STATIC := $(if $(SANITIZE),,-static)
 $(BUILD)/paddock-init: $(call obj,$(INIT_SRC))
 	$(CC) $(LDFLAGS) $(INIT_STATIC) -o $@ $^

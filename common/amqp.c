@@ -22,22 +22,16 @@ static struct timeval ms_to_tv(long ms) {
 
 #define URL_SHAPE "RabbitMQ URL must look like amqp://user:pass@host:port/vhost"
 
-int amqpx_url_parse(const char *url, struct amqpx_url *ret, char *err, size_t errlen) {
-        if (!url || (!startswith(url, "amqp://") && !startswith(url, "amqps://"))) {
-                fmt_err(err, errlen, URL_SHAPE);
-                return -EINVAL;
-        }
+int amqpx_url_parse(const char *url, struct amqpx_url *ret, struct err *err) {
+        if (!url || (!startswith(url, "amqp://") && !startswith(url, "amqps://")))
+                return err_set(err, -EINVAL, URL_SHAPE);
         _cleanup_free_ char *buf = xstrdup(url);
         struct amqp_connection_info ci;
         amqp_default_connection_info(&ci);
-        if (amqp_parse_url(buf, &ci) != AMQP_STATUS_OK || !ci.host || !*ci.host || ci.port <= 0 || ci.port > 65535) {
-                fmt_err(err, errlen, URL_SHAPE);
-                return -EINVAL;
-        }
-        if (ci.ssl) {
-                fmt_err(err, errlen, "amqps:// is not supported; use amqp:// on a trusted network");
-                return -EOPNOTSUPP;
-        }
+        if (amqp_parse_url(buf, &ci) != AMQP_STATUS_OK || !ci.host || !*ci.host || ci.port <= 0 || ci.port > 65535)
+                return err_set(err, -EINVAL, URL_SHAPE);
+        if (ci.ssl)
+                return err_set(err, -EOPNOTSUPP, "amqps:// is not supported; use amqp:// on a trusted network");
         *ret = (struct amqpx_url) {
                 .host = ci.host,
                 .user = ci.user,
@@ -55,37 +49,35 @@ void amqpx_url_done(struct amqpx_url *u) {
         *u = (struct amqpx_url) { 0 };
 }
 
-int amqpx_rpc_check(amqp_rpc_reply_t x, const char *what, char *err, size_t errlen) {
+int amqpx_rpc_check(amqp_rpc_reply_t x, const char *what, struct err *err) {
         switch (x.reply_type) {
         case AMQP_RESPONSE_NORMAL:
                 return 0;
         case AMQP_RESPONSE_NONE:
-                fmt_err(err, errlen, "RabbitMQ %s: no reply", what);
-                return -EPROTO;
+                return err_set(err, -EPROTO, "RabbitMQ %s: no reply", what);
         case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-                fmt_err(err, errlen, "RabbitMQ %s: %s", what, amqp_error_string2(x.library_error));
-                return x.library_error == AMQP_STATUS_TIMEOUT ? -ETIMEDOUT : -ECONNRESET;
+                return err_set(err, x.library_error == AMQP_STATUS_TIMEOUT ? -ETIMEDOUT : -ECONNRESET, "RabbitMQ %s: %s",
+                               what, amqp_error_string2(x.library_error));
         case AMQP_RESPONSE_SERVER_EXCEPTION:
                 if (x.reply.id == AMQP_CONNECTION_CLOSE_METHOD || x.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
                         /* Same layout for the fields we print. */
                         const amqp_connection_close_t *m = x.reply.decoded;
-                        fmt_err(err, errlen, "RabbitMQ %s: %u %.*s", what, m->reply_code, (int) m->reply_text.len,
-                                (const char *) m->reply_text.bytes);
-                        return m->reply_code == AMQP_ACCESS_REFUSED || m->reply_code == AMQP_NOT_ALLOWED ? -EACCES
-                                                                                                       : -EPROTO;
+                        return err_set(err,
+                                       m->reply_code == AMQP_ACCESS_REFUSED || m->reply_code == AMQP_NOT_ALLOWED ? -EACCES
+                                                                                                               : -EPROTO,
+                                       "RabbitMQ %s: %u %.*s", what, m->reply_code, (int) m->reply_text.len,
+                                       (const char *) m->reply_text.bytes);
                 }
-                fmt_err(err, errlen, "RabbitMQ %s: the broker refused (method 0x%08x)", what, x.reply.id);
-                return -EPROTO;
+                return err_set(err, -EPROTO, "RabbitMQ %s: the broker refused (method 0x%08x)", what, x.reply.id);
         }
-        fmt_err(err, errlen, "RabbitMQ %s: unexpected reply", what);
-        return -EPROTO;
+        return err_set(err, -EPROTO, "RabbitMQ %s: unexpected reply", what);
 }
 
 int amqpx_rpc_ok(amqp_connection_state_t conn, const char *what, int prio, const char *prefix) {
-        char why[256];
-        int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, why, sizeof(why));
+        struct err why = { 0 };
+        int r = amqpx_rpc_check(amqp_get_rpc_reply(conn), what, &why);
         if (r < 0)
-                log_full_errno(prio, 0, "%s%s", prefix, why);
+                log_full_errno(prio, 0, "%s%s", prefix, why.message);
         return r;
 }
 
@@ -103,7 +95,7 @@ static int status_to_errno(int status) {
 }
 
 int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_max, int heartbeat_s, long timeout_ms,
-                  amqp_connection_state_t *ret, char *err, size_t errlen) {
+                  amqp_connection_state_t *ret, struct err *err) {
         int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 1);
         struct timeval tv = ms_to_tv(timeout_ms);
         int r, s;
@@ -112,8 +104,8 @@ int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_ma
         amqp_socket_t *sock = xnonnull(amqp_tcp_socket_new(conn));
         s = amqp_socket_open_noblock(sock, u->host, u->port, &tv);
         if (s != AMQP_STATUS_OK) {
-                fmt_err(err, errlen, "cannot reach RabbitMQ at %s:%d: %s", u->host, u->port, amqp_error_string2(s));
-                r = status_to_errno(s);
+                r = err_set(err, status_to_errno(s), "cannot reach RabbitMQ at %s:%d: %s", u->host, u->port,
+                            amqp_error_string2(s));
                 goto fail;
         }
         long left = (long) (deadline - mono_ms());
@@ -137,13 +129,13 @@ int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_ma
                                                          heartbeat_s, &props, AMQP_SASL_METHOD_PLAIN, u->user,
                                                          u->password);
         if (lr.reply_type != AMQP_RESPONSE_NORMAL) {
-                char why[256];
-                r = amqpx_rpc_check(lr, "login", why, sizeof(why));
+                struct err why = { 0 };
+                r = amqpx_rpc_check(lr, "login", &why);
                 if (lr.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
                     (lr.library_error == AMQP_STATUS_CONNECTION_CLOSED || lr.library_error == AMQP_STATUS_SOCKET_CLOSED))
                         r = -EACCES;    /* the broker hangs up on a bad login unless told to explain */
-                fmt_err(err, errlen, "RabbitMQ at %s:%d refused the login for user %s on vhost %s (%s)", u->host,
-                        u->port, u->user, u->vhost, why);
+                err_set(err, r, "RabbitMQ at %s:%d refused the login for user %s on vhost %s (%s)", u->host,
+                        u->port, u->user, u->vhost, why.message);
                 goto fail;
         }
         *ret = conn;
@@ -153,15 +145,14 @@ fail:
         return r;
 }
 
-int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch, const char *exchange, char *err,
-                                size_t errlen) {
+int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch, const char *exchange, struct err *err) {
         int r;
         amqp_channel_open(conn, ch);
-        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "channel.open", err, errlen)) < 0)
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "channel.open", err)) < 0)
                 return r;
         amqp_exchange_declare(conn, ch, amqp_cstring_bytes(exchange), amqp_cstring_bytes("direct"), 0, 1, 0, 0,
                               amqp_empty_table);
-        return amqpx_rpc_check(amqp_get_rpc_reply(conn), "exchange.declare", err, errlen);
+        return amqpx_rpc_check(amqp_get_rpc_reply(conn), "exchange.declare", err);
 }
 
 int amqpx_wait_frame_until(amqp_connection_state_t conn, int64_t deadline, amqp_frame_t *ret) {

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <sys/time.h>
 
+#include "err.h"
+
 /* A parsed amqp:// URL. The strings point into buf (owned). */
 struct amqpx_url {
         char *buf;
@@ -28,14 +30,14 @@ struct amqpx_url {
 /* url: amqp://[user[:pass]@]host[:port][/vhost]; defaults guest:guest, port 5672,
  * vhost "/". amqps:// -> -EOPNOTSUPP; anything else that does not parse, or has no
  * host -> -EINVAL. On success *ret is filled (amqpx_url_done); untouched on failure. */
-int amqpx_url_parse(const char *url, struct amqpx_url *ret, char *err, size_t errlen);
+int amqpx_url_parse(const char *url, struct amqpx_url *ret, struct err *err);
 void amqpx_url_done(struct amqpx_url *u);
 
 /* Checks the reply of a synchronous call. 0 when normal; otherwise err says what
  * the broker or the library said and the result is
  *   -ETIMEDOUT (library timeout), -ECONNRESET (other library errors),
  *   -EACCES (ACCESS_REFUSED / NOT_ALLOWED close), -EPROTO (anything else). */
-int amqpx_rpc_check(amqp_rpc_reply_t x, const char *what, char *err, size_t errlen);
+int amqpx_rpc_check(amqp_rpc_reply_t x, const char *what, struct err *err);
 
 /* amqpx_rpc_check of conn's last synchronous call. The one exception to debug-only
  * logging in this module, because its callers (the agent's consumers) all want the
@@ -55,12 +57,11 @@ int amqpx_rpc_ok(amqp_connection_state_t conn, const char *what, int prio, const
 #define AMQPX_CONNECT_TIMEOUT_MS 10000
 
 int amqpx_connect(const struct amqpx_url *u, const char *conn_name, int frame_max, int heartbeat_s, long timeout_ms,
-                  amqp_connection_state_t *ret, char *err, size_t errlen);
+                  amqp_connection_state_t *ret, struct err *err);
 
 /* Opens channel ch and declares the durable direct exchange controld and the
  * agents share. 0 or amqpx_rpc_check's errors. */
-int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch, const char *exchange, char *err,
-                                size_t errlen);
+int amqpx_channel_open_exchange(amqp_connection_state_t conn, amqp_channel_t ch, const char *exchange, struct err *err);
 
 /* Waits for the next frame until deadline (mono_ms() clock). 0 with *ret filled,
  * -ETIMEDOUT once the deadline has passed, -ECONNRESET when the connection broke. */

@@ -41,20 +41,17 @@ struct conf {
         uint32_t *ent_ht;
 };
 
-_printf_(5, 6) static int conf_error(const char *name, unsigned line, char *err, size_t errlen,
-                                     const char *fmt, ...) {
+/* -EINVAL, with err (when given) saying "name:line: <fmt>". */
+_printf_(4, 5) static int conf_error(const char *name, unsigned line, struct err *err, const char *fmt, ...) {
+        char msg[sizeof(err->message)];
         va_list ap;
-        int n;
 
-        if (!err || errlen == 0)
+        if (!err)
                 return -EINVAL;
-        n = snprintf(err, errlen, "%s:%u: ", name, line);
-        if (n >= 0 && (size_t) n < errlen) {
-                va_start(ap, fmt);
-                vsnprintf(err + n, errlen - (size_t) n, fmt, ap);
-                va_end(ap);
-        }
-        return -EINVAL;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        return err_set(err, -EINVAL, "%s:%u: %s", name, line, msg);
 }
 
 static uint32_t hash_str(uint32_t h, const char *s) {
@@ -168,7 +165,7 @@ static int parse_quoted(const char *p, const char *end, char **ret, const char *
 /* One logical line, already checked for length, control bytes and UTF-8.
  * *cur_sec is the index of the current section or SIZE_MAX. */
 static int parse_line(struct conf *c, const char *p, const char *end, unsigned line, size_t *cur_sec,
-                      char *err, size_t errlen) {
+                      struct err *err) {
         const char *nm = c->name;
 
         while (p < end && is_ws(*p))
@@ -193,20 +190,20 @@ static int parse_line(struct conf *c, const char *p, const char *end, unsigned l
                                 while (ne < end && *ne != '"')
                                         ne++;
                                 if (ne >= end || ne + 1 >= end || ne[1] != ']' || ne + 2 != end)
-                                        return conf_error(nm, line, err, errlen,
+                                        return conf_error(nm, line, err,
                                                           "invalid section header (expected [section] or [section \"name\"])");
                         } else
-                                return conf_error(nm, line, err, errlen,
+                                return conf_error(nm, line, err,
                                                   "invalid section header (expected [section] or [section \"name\"])");
                 } else if (e >= end || *e != ']' || e + 1 != end)
-                        return conf_error(nm, line, err, errlen,
+                        return conf_error(nm, line, err,
                                           "invalid section header (expected [section] or [section \"name\"])");
                 if (!all_chars(s, (size_t) (e - s), is_key_char))
-                        return conf_error(nm, line, err, errlen,
+                        return conf_error(nm, line, err,
                                           "invalid section name '%.*s' (expected 1-%d characters of a-z, 0-9, _)",
                                           (int) (e - s > 64 ? 64 : e - s), s, CONF_MAX_NAME);
                 if (n && !all_chars(n, (size_t) (ne - n), is_subname_char))
-                        return conf_error(nm, line, err, errlen,
+                        return conf_error(nm, line, err,
                                           "invalid subsection name '%.*s' (expected 1-%d characters of A-Z, a-z, 0-9, '.', '_', '-')",
                                           (int) (ne - n > 64 ? 64 : ne - n), n, CONF_MAX_NAME);
 
@@ -219,7 +216,7 @@ static int parse_line(struct conf *c, const char *p, const char *end, unsigned l
                         return 0;
                 }
                 if (c->n_secs >= CONF_MAX_ENTRIES)
-                        return conf_error(nm, line, err, errlen, "too many sections (max %d)",
+                        return conf_error(nm, line, err, "too many sections (max %d)",
                                           CONF_MAX_ENTRIES);
                 if (c->n_secs == c->cap_secs) {
                         c->cap_secs = c->cap_secs ? c->cap_secs * 2 : 16;
@@ -239,17 +236,17 @@ static int parse_line(struct conf *c, const char *p, const char *end, unsigned l
         uint32_t *slot;
 
         if (!eq)
-                return conf_error(nm, line, err, errlen, "expected 'key = value'");
+                return conf_error(nm, line, err, "expected 'key = value'");
         ke = eq;
         while (ke > p && is_ws(ke[-1]))
                 ke--;
         if (!all_chars(p, (size_t) (ke - p), is_key_char))
-                return conf_error(nm, line, err, errlen,
+                return conf_error(nm, line, err,
                                   "invalid key '%.*s' (expected 1-%d characters of a-z, 0-9, _)",
                                   (int) (ke - p > 64 ? 64 : ke - p), p, CONF_MAX_NAME);
         _cleanup_free_ char *key = xstrndup(p, (size_t) (ke - p));
         if (*cur_sec == SIZE_MAX)
-                return conf_error(nm, line, err, errlen,
+                return conf_error(nm, line, err,
                                   "key '%s' outside of a section (add a [section] header above it)", key);
 
         v = eq + 1;
@@ -259,15 +256,15 @@ static int parse_line(struct conf *c, const char *p, const char *end, unsigned l
                 const char *after;
                 int r = parse_quoted(v + 1, end, &value, &after);
                 if (r == -ENODATA)
-                        return conf_error(nm, line, err, errlen, "unterminated quoted value for '%s'", key);
+                        return conf_error(nm, line, err, "unterminated quoted value for '%s'", key);
                 if (r < 0)
-                        return conf_error(nm, line, err, errlen,
+                        return conf_error(nm, line, err,
                                           "invalid escape in quoted value for '%s' (only \\\" and \\\\ are allowed)",
                                           key);
                 while (after < end && is_ws(*after))
                         after++;
                 if (after < end && *after != '#')
-                        return conf_error(nm, line, err, errlen,
+                        return conf_error(nm, line, err,
                                           "unexpected text after closing quote of '%s'", key);
         } else {
                 const char *ve = v;
@@ -281,10 +278,10 @@ static int parse_line(struct conf *c, const char *p, const char *end, unsigned l
 
         slot = ent_slot(c, *cur_sec, key);
         if (*slot)
-                return conf_error(nm, line, err, errlen, "duplicate key '%s' (first set on line %u)", key,
+                return conf_error(nm, line, err, "duplicate key '%s' (first set on line %u)", key,
                                   c->ents[*slot - 1].line);
         if (c->n_ents >= CONF_MAX_ENTRIES)
-                return conf_error(nm, line, err, errlen, "too many entries (max %d)", CONF_MAX_ENTRIES);
+                return conf_error(nm, line, err, "too many entries (max %d)", CONF_MAX_ENTRIES);
         if (c->n_ents == c->cap_ents) {
                 c->cap_ents = c->cap_ents ? c->cap_ents * 2 : 32;
                 c->ents = xrealloc(c->ents, c->cap_ents * sizeof(*c->ents));
@@ -296,8 +293,7 @@ static int parse_line(struct conf *c, const char *p, const char *end, unsigned l
         return 0;
 }
 
-int conf_parse_string(const char *text, size_t len, const char *name, struct conf **ret, char *err,
-                      size_t errlen) {
+int conf_parse_string(const char *text, size_t len, const char *name, struct conf **ret, struct err *err) {
         struct conf *c _cleanup_(conf_freep) = NULL;
         size_t cur_sec = SIZE_MAX, off = 0;
         unsigned line = 0;
@@ -305,13 +301,12 @@ int conf_parse_string(const char *text, size_t len, const char *name, struct con
 
         if (!name)
                 name = "config";
-        if (err && errlen)
-                err[0] = 0;
+        err_clear(err);
         if (len > CONF_MAX_FILE_SIZE) {
                 unsigned l = 1;
                 for (size_t i = 0; i < CONF_MAX_FILE_SIZE; i++)
                         l += text[i] == '\n';
-                return conf_error(name, l, err, errlen, "file too large (max %d bytes)", CONF_MAX_FILE_SIZE);
+                return conf_error(name, l, err, "file too large (max %d bytes)", CONF_MAX_FILE_SIZE);
         }
 
         c = xnew0(struct conf, 1);
@@ -328,18 +323,18 @@ int conf_parse_string(const char *text, size_t len, const char *name, struct con
                 if (l > 0 && p[l - 1] == '\r')
                         l--;
                 if (l > CONF_MAX_LINE)
-                        return conf_error(name, line, err, errlen, "line too long (max %d bytes)", CONF_MAX_LINE);
+                        return conf_error(name, line, err, "line too long (max %d bytes)", CONF_MAX_LINE);
                 for (size_t i = 0; i < l; i++) {
                         unsigned char ch = (unsigned char) p[i];
                         if (ch == 0)
-                                return conf_error(name, line, err, errlen, "NUL byte in line");
+                                return conf_error(name, line, err, "NUL byte in line");
                         if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-                                return conf_error(name, line, err, errlen,
+                                return conf_error(name, line, err,
                                                   "control character 0x%02x in line", ch);
                 }
                 if (!utf8_valid(p, l))
-                        return conf_error(name, line, err, errlen, "invalid UTF-8");
-                r = parse_line(c, p, p + l, line, &cur_sec, err, errlen);
+                        return conf_error(name, line, err, "invalid UTF-8");
+                r = parse_line(c, p, p + l, line, &cur_sec, err);
                 if (r < 0)
                         return r;
         }
@@ -347,7 +342,7 @@ int conf_parse_string(const char *text, size_t len, const char *name, struct con
         return 0;
 }
 
-int conf_parse_file(const char *path, struct conf **ret, char *err, size_t errlen) {
+int conf_parse_file(const char *path, struct conf **ret, struct err *err) {
         _cleanup_close_ int fd = -1;
         _cleanup_free_ char *buf = NULL;
         struct stat st;
@@ -356,15 +351,11 @@ int conf_parse_file(const char *path, struct conf **ret, char *err, size_t errle
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
         if (fd < 0) {
                 int r = -errno;
-                if (err && errlen)
-                        snprintf(err, errlen, "%s: %s", path, strerror(-r));
-                return r;
+                return err_set(err, r, "%s: %s", path, strerror(-r));
         }
         if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
                 int r = errno && !S_ISREG(st.st_mode) ? -EINVAL : -errno;
-                if (err && errlen)
-                        snprintf(err, errlen, "%s: not a regular file", path);
-                return r < 0 ? r : -EINVAL;
+                return err_set(err, r < 0 ? r : -EINVAL, "%s: not a regular file", path);
         }
         /* One byte more than allowed, so the parser can see it is too large. */
         buf = xmalloc(CONF_MAX_FILE_SIZE + 1);
@@ -374,15 +365,13 @@ int conf_parse_file(const char *path, struct conf **ret, char *err, size_t errle
                         continue;
                 if (n < 0) {
                         int r = -errno;
-                        if (err && errlen)
-                                snprintf(err, errlen, "%s: %s", path, strerror(-r));
-                        return r;
+                        return err_set(err, r, "%s: %s", path, strerror(-r));
                 }
                 if (n == 0)
                         break;
                 len += (size_t) n;
         }
-        int r = conf_parse_string(buf, len, path, ret, err, errlen);
+        int r = conf_parse_string(buf, len, path, ret, err);
         explicit_bzero(buf, len);       /* the file's text may hold secrets */
         return r;
 }
@@ -403,7 +392,7 @@ static struct conf_entry *lookup(struct conf *c, const char *section, const char
 }
 
 int conf_get_string(struct conf *c, const char *section, const char *name, const char *key,
-                    const char *def, size_t maxlen, const char **ret, char *err, size_t errlen) {
+                    const char *def, size_t maxlen, const char **ret, struct err *err) {
         struct conf_entry *e = lookup(c, section, name, key);
 
         if (!e) {
@@ -411,14 +400,14 @@ int conf_get_string(struct conf *c, const char *section, const char *name, const
                 return 0;
         }
         if (strlen(e->value) > maxlen)
-                return conf_error(c->name, e->line, err, errlen, "%s: value too long (max %zu bytes)", key,
+                return conf_error(c->name, e->line, err, "%s: value too long (max %zu bytes)", key,
                                   maxlen);
         *ret = e->value;
         return 0;
 }
 
 int conf_get_int(struct conf *c, const char *section, const char *name, const char *key, int64_t def,
-                 int64_t min, int64_t max, int64_t *ret, char *err, size_t errlen) {
+                 int64_t min, int64_t max, int64_t *ret, struct err *err) {
         struct conf_entry *e = lookup(c, section, name, key);
         int64_t v;
         int r;
@@ -429,11 +418,11 @@ int conf_get_int(struct conf *c, const char *section, const char *name, const ch
         }
         r = safe_atoi64(e->value, &v);
         if (r == -EINVAL)
-                return conf_error(c->name, e->line, err, errlen,
+                return conf_error(c->name, e->line, err,
                                   "%s: '%.64s' is not an integer (expected an integer from %" PRId64 " to %" PRId64 ")",
                                   key, e->value, min, max);
         if (r < 0 || v < min || v > max)
-                return conf_error(c->name, e->line, err, errlen,
+                return conf_error(c->name, e->line, err,
                                   "%s: %.64s is out of range (expected an integer from %" PRId64 " to %" PRId64 ")",
                                   key, e->value, min, max);
         *ret = v;
@@ -441,7 +430,7 @@ int conf_get_int(struct conf *c, const char *section, const char *name, const ch
 }
 
 int conf_get_bool(struct conf *c, const char *section, const char *name, const char *key, bool def,
-                  bool *ret, char *err, size_t errlen) {
+                  bool *ret, struct err *err) {
         static const char *const yes[] = { "true", "yes", "on", "1" }, *const no[] = { "false", "no", "off", "0" };
         struct conf_entry *e = lookup(c, section, name, key);
 
@@ -459,7 +448,7 @@ int conf_get_bool(struct conf *c, const char *section, const char *name, const c
                         return 0;
                 }
         }
-        return conf_error(c->name, e->line, err, errlen,
+        return conf_error(c->name, e->line, err,
                           "%s: '%.64s' is not a boolean (expected true/false, yes/no, on/off or 1/0)", key,
                           e->value);
 }
@@ -481,7 +470,7 @@ static const char *const dur_names[] = { "ms", "s", "m", "h", "d" };
 static const uint64_t dur_factors[] = { 1, 1000, 60000, 3600000, 86400000 };
 
 static int get_units(struct conf *c, const char *section, const char *name, const char *key, uint64_t def,
-                     uint64_t min, uint64_t max, uint64_t *ret, char *err, size_t errlen, bool duration) {
+                     uint64_t min, uint64_t max, uint64_t *ret, struct err *err, bool duration) {
         struct conf_entry *e = lookup(c, section, name, key);
         const char *const *names = duration ? dur_names : size_names;
         const uint64_t *factors = duration ? dur_factors : size_factors;
@@ -500,27 +489,27 @@ static int get_units(struct conf *c, const char *section, const char *name, cons
         fmt_units(min, names, factors, n, smin, sizeof(smin));
         fmt_units(max, names, factors, n, smax, sizeof(smax));
         if (r == -EINVAL)
-                return conf_error(c->name, e->line, err, errlen, "%s: '%.64s' is not %s (expected %s %s, from %s to %s)",
+                return conf_error(c->name, e->line, err, "%s: '%.64s' is not %s (expected %s %s, from %s to %s)",
                                   key, e->value, what, what, example, smin, smax);
         if (r < 0 || v < min || v > max)
-                return conf_error(c->name, e->line, err, errlen, "%s: %.64s is out of range (expected %s from %s to %s)",
+                return conf_error(c->name, e->line, err, "%s: %.64s is out of range (expected %s from %s to %s)",
                                   key, e->value, what, smin, smax);
         *ret = v;
         return 0;
 }
 
 int conf_get_size(struct conf *c, const char *section, const char *name, const char *key, uint64_t def,
-                  uint64_t min, uint64_t max, uint64_t *ret, char *err, size_t errlen) {
-        return get_units(c, section, name, key, def, min, max, ret, err, errlen, false);
+                  uint64_t min, uint64_t max, uint64_t *ret, struct err *err) {
+        return get_units(c, section, name, key, def, min, max, ret, err, false);
 }
 
 int conf_get_duration_ms(struct conf *c, const char *section, const char *name, const char *key,
-                         uint64_t def, uint64_t min, uint64_t max, uint64_t *ret, char *err, size_t errlen) {
-        return get_units(c, section, name, key, def, min, max, ret, err, errlen, true);
+                         uint64_t def, uint64_t min, uint64_t max, uint64_t *ret, struct err *err) {
+        return get_units(c, section, name, key, def, min, max, ret, err, true);
 }
 
 int conf_get_list(struct conf *c, const char *section, const char *name, const char *key, size_t max_items,
-                  size_t max_item_len, char ***ret, char *err, size_t errlen) {
+                  size_t max_item_len, char ***ret, struct err *err) {
         struct conf_entry *e = lookup(c, section, name, key);
         _cleanup_strv_free_ char **v = NULL;
         size_t n = 0;
@@ -547,13 +536,13 @@ int conf_get_list(struct conf *c, const char *section, const char *name, const c
                 while (te > s && is_ws(te[-1]))
                         te--;
                 if (te == s)
-                        return conf_error(c->name, e->line, err, errlen,
+                        return conf_error(c->name, e->line, err,
                                           "%s: empty item %zu in list (expected comma-separated values)", key, n + 1);
                 if (n >= max_items)
-                        return conf_error(c->name, e->line, err, errlen, "%s: too many items (max %zu)", key,
+                        return conf_error(c->name, e->line, err, "%s: too many items (max %zu)", key,
                                           max_items);
                 if ((size_t) (te - s) > max_item_len)
-                        return conf_error(c->name, e->line, err, errlen,
+                        return conf_error(c->name, e->line, err,
                                           "%s: item %zu too long (max %zu bytes)", key, n + 1, max_item_len);
                 v = xrealloc(v, (n + 2) * sizeof(char *));
                 v[n++] = xstrndup(s, (size_t) (te - s));
@@ -597,7 +586,7 @@ static void fmt_section(const struct conf_section *s, char *out, size_t outlen) 
                 snprintf(out, outlen, "[%s]", s->section);
 }
 
-int conf_check_unused(struct conf *c, char *err, size_t errlen) {
+int conf_check_unused(struct conf *c, struct err *err) {
         const struct conf_section *bad_sec = NULL;
         const struct conf_entry *bad_ent = NULL;
         char sec[CONF_MAX_NAME * 2 + 8];
@@ -613,11 +602,11 @@ int conf_check_unused(struct conf *c, char *err, size_t errlen) {
                         bad_ent = &c->ents[i];
         if (bad_sec && (!bad_ent || bad_sec->line <= bad_ent->line)) {
                 fmt_section(bad_sec, sec, sizeof(sec));
-                return conf_error(c->name, bad_sec->line, err, errlen, "unknown section %s", sec);
+                return conf_error(c->name, bad_sec->line, err, "unknown section %s", sec);
         }
         if (bad_ent) {
                 fmt_section(&c->secs[bad_ent->sec], sec, sizeof(sec));
-                return conf_error(c->name, bad_ent->line, err, errlen, "unknown key '%s' in %s", bad_ent->key, sec);
+                return conf_error(c->name, bad_ent->line, err, "unknown key '%s' in %s", bad_ent->key, sec);
         }
         return 0;
 }

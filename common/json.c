@@ -23,7 +23,7 @@ static bool is_json_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c 
  * plus the nesting and value limits, in one pass before cJSON allocates.
  * Values are bounded from above by 1 + containers + commas outside strings:
  * every value but the first starts a container or follows a comma. */
-static int prescan(const char *buf, size_t len, int max_depth, size_t max_values, char *err, size_t errlen) {
+static int prescan(const char *buf, size_t len, int max_depth, size_t max_values, struct err *err) {
         size_t bad = utf8_first_invalid(buf, len), values = 1;
         bool in_str = false, esc = false;
         int depth = 0;
@@ -36,90 +36,69 @@ static int prescan(const char *buf, size_t len, int max_depth, size_t max_values
                 if (in_str) {
                         if (esc) {
                                 esc = false;
-                                if (c == 'u' && len - i > 4 && memcmp(buf + i + 1, "0000", 4) == 0) {
-                                        snprintf(err, errlen, "Malformed JSON at byte %zu: \\u0000 is not allowed", i - 1);
-                                        return -EINVAL;
-                                }
+                                if (c == 'u' && len - i > 4 && memcmp(buf + i + 1, "0000", 4) == 0)
+                                        return err_set(err, -EINVAL, "Malformed JSON at byte %zu: \\u0000 is not allowed", i - 1);
                         } else if (c == '\\')
                                 esc = true;
                         else if (c == '"')
                                 in_str = false;
                         else if (c < 0x20) {
-                                snprintf(err, errlen, "Malformed JSON at byte %zu: control character in string", i);
-                                return -EINVAL;
+                                return err_set(err, -EINVAL, "Malformed JSON at byte %zu: control character in string", i);
                         }
                         continue;
                 }
-                if ((c == ',' || c == '[' || c == '{') && ++values > max_values) {
-                        snprintf(err, errlen, "JSON document has more than %zu values (at byte %zu); the limit is %zu",
-                                 max_values, i, max_values);
-                        return -EINVAL;
-                }
+                if ((c == ',' || c == '[' || c == '{') && ++values > max_values)
+                        return err_set(err, -EINVAL, "JSON document has more than %zu values (at byte %zu); the limit is %zu",
+                                       max_values, i, max_values);
                 if (c == '"')
                         in_str = true;
                 else if (c == '[' || c == '{') {
-                        if (++depth > max_depth) {
-                                snprintf(err, errlen, "JSON nested too deeply (max %d)", max_depth);
-                                return -EINVAL;
-                        }
+                        if (++depth > max_depth)
+                                return err_set(err, -EINVAL, "JSON nested too deeply (max %d)", max_depth);
                 } else if (c == ']' || c == '}') {
                         if (depth > 0)
                                 depth--;
                 } else if (c < 0x20 && !is_json_ws((char) c)) {
-                        snprintf(err, errlen, "Malformed JSON at byte %zu", i);
-                        return -EINVAL;
+                        return err_set(err, -EINVAL, "Malformed JSON at byte %zu", i);
                 }
         }
         return 0;
 
 invalid_utf8:
-        snprintf(err, errlen, "Malformed JSON at byte %zu: invalid UTF-8", bad);
-        return -EINVAL;
+        return err_set(err, -EINVAL, "Malformed JSON at byte %zu: invalid UTF-8", bad);
 }
 
-int json_parse(const char *buf, size_t len, size_t max_len, int max_depth, cJSON **ret, char *err,
-               size_t errlen) {
-        return json_parse_n(buf, len, max_len, max_depth, JSON_MAX_VALUES, ret, err, errlen);
+int json_parse(const char *buf, size_t len, size_t max_len, int max_depth, cJSON **ret, struct err *err) {
+        return json_parse_n(buf, len, max_len, max_depth, JSON_MAX_VALUES, ret, err);
 }
 
 int json_parse_n(const char *buf, size_t len, size_t max_len, int max_depth, size_t max_values, cJSON **ret,
-                 char *err, size_t errlen) {
-        char dummy[1];
+                 struct err *err) {
         const char *end = NULL;
         cJSON *j;
         int r;
 
-        if (!err || errlen == 0) {
-                err = dummy;
-                errlen = sizeof(dummy);
-        }
-        err[0] = 0;
-        if (len > max_len) {
-                snprintf(err, errlen, "JSON document too large (%zu bytes, max %zu)", len, max_len);
-                return -EMSGSIZE;
-        }
+        err_clear(err);
+        if (len > max_len)
+                return err_set(err, -EMSGSIZE, "JSON document too large (%zu bytes, max %zu)", len, max_len);
         if (max_depth > CJSON_NESTING_LIMIT)
                 max_depth = CJSON_NESTING_LIMIT;
-        r = prescan(buf, len, max_depth, max_values, err, errlen);
+        r = prescan(buf, len, max_depth, max_values, err);
         if (r < 0)
                 return r;
-        if (len == 0) {
-                snprintf(err, errlen, "Malformed JSON at byte 0: empty document");
-                return -EINVAL;
-        }
+        if (len == 0)
+                return err_set(err, -EINVAL, "Malformed JSON at byte 0: empty document");
         j = cJSON_ParseWithLengthOpts(buf, len, &end, false);
         if (!j) {
                 /* cJSON also returns NULL when malloc fails; we cannot tell,
                  * and a syntax error is by far the likelier cause. */
                 size_t pos = end && end >= buf && end <= buf + len ? (size_t) (end - buf) : 0;
-                snprintf(err, errlen, "Malformed JSON at byte %zu", pos);
-                return -EINVAL;
+                return err_set(err, -EINVAL, "Malformed JSON at byte %zu", pos);
         }
         for (size_t pos = (size_t) (end - buf); pos < len; pos++)
                 if (!is_json_ws(buf[pos])) {
                         cJSON_Delete(j);
-                        snprintf(err, errlen, "Malformed JSON at byte %zu: trailing data", pos);
-                        return -EINVAL;
+                        return err_set(err, -EINVAL, "Malformed JSON at byte %zu: trailing data", pos);
                 }
         *ret = j;
         return 0;

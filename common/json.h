@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
+#include "err.h"
+
 /* Parses len bytes of untrusted input (need not be NUL-terminated) as one
  * JSON value with optional surrounding whitespace (space, tab, CR, LF).
  *  -EMSGSIZE  len > max_len ("JSON document too large ...")
@@ -24,11 +26,10 @@
  * max_depth is capped at cJSON's own limit (CJSON_NESTING_LIMIT, 1000).
  * On success *ret is owned by the caller (cJSON_Delete / _cleanup_json_). */
 #define JSON_MAX_VALUES 10000
-int json_parse(const char *buf, size_t len, size_t max_len, int max_depth, cJSON **ret, char *err,
-               size_t errlen);
+int json_parse(const char *buf, size_t len, size_t max_len, int max_depth, cJSON **ret, struct err *err);
 /* json_parse with another value cap than JSON_MAX_VALUES (for bounded bulk replies). */
 int json_parse_n(const char *buf, size_t len, size_t max_len, int max_depth, size_t max_values, cJSON **ret,
-                 char *err, size_t errlen);
+                 struct err *err);
 
 /* Compact text, caller frees with free(). j NULL prints "null". */
 char *json_print(const cJSON *j);

@@ -13,15 +13,6 @@
 #include "cleanup.h"
 #include "strutil.h"
 
-void fmt_err(char *err, size_t errlen, const char *fmt, ...) {
-        va_list ap;
-        if (!err || errlen == 0)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-}
-
 int strscpy(char *dst, const char *src, size_t size) {
         size_t n;
 

@@ -12,10 +12,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Formats into err (errlen bytes), cut to fit; does nothing when err is NULL or
- * errlen is 0. The one writer for the "char *err, size_t errlen" out-parameters. */
-void fmt_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 /* Copies src into dst (size bytes) and always NUL-terminates when size > 0.
  * Returns strlen(src) when it fit, -E2BIG when truncated (or size == 0). */
 int strscpy(char *dst, const char *src, size_t size);

@@ -24,19 +24,20 @@
 
 static atomic_int live;         /* bridge threads not yet done with their memory */
 
-static void ssl_err(char *err, size_t errlen, const char *what) {
+/* Fills err with what and OpenSSL's first queued error (-EPROTO), and empties the queue. */
+static void ssl_err(struct err *err, const char *what) {
         unsigned long e = ERR_get_error();
         char buf[256] = "";
         if (e)
                 ERR_error_string_n(e, buf, sizeof(buf));
-        snprintf(err, errlen, "%s%s%s", what, buf[0] ? ": " : "", buf);
+        err_set(err, -EPROTO, "%s%s%s", what, buf[0] ? ": " : "", buf);
         ERR_clear_error();
 }
 
-static SSL_CTX *ctx_new(const SSL_METHOD *m, char *err, size_t errlen) {
+static SSL_CTX *ctx_new(const SSL_METHOD *m, struct err *err) {
         SSL_CTX *ctx = SSL_CTX_new(m);
         if (!ctx) {
-                ssl_err(err, errlen, "cannot make a TLS context");
+                ssl_err(err, "cannot make a TLS context");
                 return NULL;
         }
         SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
@@ -44,29 +45,29 @@ static SSL_CTX *ctx_new(const SSL_METHOD *m, char *err, size_t errlen) {
         return ctx;
 }
 
-SSL_CTX *tls_server_ctx(const char *cert_file, const char *key_file, char *err, size_t errlen) {
-        SSL_CTX *ctx = ctx_new(TLS_server_method(), err, errlen);
+SSL_CTX *tls_server_ctx(const char *cert_file, const char *key_file, struct err *err) {
+        SSL_CTX *ctx = ctx_new(TLS_server_method(), err);
         if (!ctx)
                 return NULL;
         if (SSL_CTX_use_certificate_chain_file(ctx, cert_file) != 1) {
-                ssl_err(err, errlen, "cannot load the certificate chain");
+                ssl_err(err, "cannot load the certificate chain");
                 SSL_CTX_free(ctx);
                 return NULL;
         }
         if (SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
-                ssl_err(err, errlen, "cannot load the key (or it does not match the certificate)");
+                ssl_err(err, "cannot load the key (or it does not match the certificate)");
                 SSL_CTX_free(ctx);
                 return NULL;
         }
         return ctx;
 }
 
-SSL_CTX *tls_client_ctx(const char *ca_file, char *err, size_t errlen) {
-        SSL_CTX *ctx = ctx_new(TLS_client_method(), err, errlen);
+SSL_CTX *tls_client_ctx(const char *ca_file, struct err *err) {
+        SSL_CTX *ctx = ctx_new(TLS_client_method(), err);
         if (!ctx)
                 return NULL;
         if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
-                ssl_err(err, errlen, "cannot load the CA certificates");
+                ssl_err(err, "cannot load the CA certificates");
                 SSL_CTX_free(ctx);
                 return NULL;
         }
@@ -190,19 +191,18 @@ void tls_bridges_wait(int timeout_ms) {
                 usleep(10000);
 }
 
-int tls_bridge(SSL_CTX *ctx, int tcp_fd, const char *host, int64_t deadline, char *err, size_t errlen) {
+int tls_bridge(SSL_CTX *ctx, int tcp_fd, const char *host, int64_t deadline, struct err *err) {
         SSL *ssl = SSL_new(ctx);
         if (!ssl) {
-                ssl_err(err, errlen, "cannot make a TLS connection");
+                ssl_err(err, "cannot make a TLS connection");
                 close(tcp_fd);
                 return -ENOMEM;
         }
         int fl = fcntl(tcp_fd, F_GETFL);
         if (fl < 0 || fcntl(tcp_fd, F_SETFL, fl | O_NONBLOCK) < 0 || SSL_set_fd(ssl, tcp_fd) != 1) {
-                snprintf(err, errlen, "cannot set up the TLS connection");
                 SSL_free(ssl);
                 close(tcp_fd);
-                return -EIO;
+                return err_set(err, -EIO, "cannot set up the TLS connection");
         }
         if (host) {
                 struct in6_addr a6;
@@ -227,27 +227,27 @@ int tls_bridge(SSL_CTX *ctx, int tcp_fd, const char *host, int64_t deadline, cha
                 if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
                         r = ssl_wait(tcp_fd, e, deadline);
                         if (r < 0) {
-                                snprintf(err, errlen, "TLS handshake: %s", strerror(-r));
+                                err_set(err, r, "TLS handshake: %s", strerror(-r));
                                 break;
                         }
                         continue;
                 }
                 long v = SSL_get_verify_result(ssl);
                 if (v != X509_V_OK) {
-                        snprintf(err, errlen, "TLS handshake: the peer's certificate does not verify: %s",
-                                 X509_verify_cert_error_string(v));
+                        err_set(err, -EPROTO, "TLS handshake: the peer's certificate does not verify: %s",
+                                X509_verify_cert_error_string(v));
                         ERR_clear_error();
                 } else if (e == SSL_ERROR_SYSCALL && !ERR_peek_error())
-                        snprintf(err, errlen, "TLS handshake: the peer closed the connection");
+                        err_set(err, -ECONNRESET, "TLS handshake: the peer closed the connection");
                 else
-                        ssl_err(err, errlen, "TLS handshake");
+                        ssl_err(err, "TLS handshake");
                 r = e == SSL_ERROR_SYSCALL && !ERR_peek_error() ? -ECONNRESET : -EPROTO;
                 break;
         }
         int sv[2] = { -1, -1 };
         if (r == 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
                 r = -errno;
-                snprintf(err, errlen, "socketpair: %s", strerror(-r));
+                err_set(err, r, "socketpair: %s", strerror(-r));
         }
         if (r < 0) {
                 SSL_free(ssl);
@@ -266,7 +266,7 @@ int tls_bridge(SSL_CTX *ctx, int tcp_fd, const char *host, int64_t deadline, cha
         pthread_attr_destroy(&at);
         if (r != 0) {
                 atomic_fetch_sub(&live, 1);
-                snprintf(err, errlen, "cannot start the TLS bridge thread");
+                err_set(err, -EAGAIN, "cannot start the TLS bridge thread");
                 SSL_free(ssl);
                 close(tcp_fd);
                 close(sv[0]);

@@ -12,17 +12,19 @@
 
 #include <openssl/ssl.h>
 
+#include "err.h"
+
 /* A server context from PEM files (certificate chain, key), TLS 1.2 at least. NULL with err. */
-SSL_CTX *tls_server_ctx(const char *cert_file, const char *key_file, char *err, size_t errlen);
+SSL_CTX *tls_server_ctx(const char *cert_file, const char *key_file, struct err *err);
 /* A client context that verifies the peer against the CA certificates in ca_file. NULL with err. */
-SSL_CTX *tls_client_ctx(const char *ca_file, char *err, size_t errlen);
+SSL_CTX *tls_client_ctx(const char *ca_file, struct err *err);
 
 /* Takes tcp_fd (connected; closed in every case), does the TLS handshake by deadline (mono_ms())
  * as server (host NULL) or as client checking that the certificate names host (a DNS name or an
  * IP address), then starts the bridge thread. Returns the caller's plain end (O_CLOEXEC,
  * blocking) or -errno with err: -ETIMEDOUT, -EPROTO (TLS failed: err says why, e.g. a
  * certificate that does not verify), -ECONNRESET, -EAGAIN (no thread). */
-int tls_bridge(SSL_CTX *ctx, int tcp_fd, const char *host, int64_t deadline, char *err, size_t errlen);
+int tls_bridge(SSL_CTX *ctx, int tcp_fd, const char *host, int64_t deadline, struct err *err);
 
 /* Bridges whose thread still runs; and a wait, at most timeout_ms, until none does (at shut
  * down, once their connections are closed, so their memory is freed before exit). */

@@ -291,7 +291,7 @@ static int cmd_sandbox(struct ctl *c, int argc, char **argv) {
                 return 0;
         }
         if (argc == 2 && !strcmp(argv[0], "destroy")) {
-                struct api_error e = { 0 };
+                struct err e = { 0 };
                 if (!hexid_valid(argv[1])) {
                         fprintf(stderr, "Invalid sandbox id '%s'\n", argv[1]);
                         return -EINVAL;
@@ -350,16 +350,16 @@ static int cmd_node(struct ctl *c, int argc, char **argv) {
         if (argc == 2 && (!strcmp(argv[0], "drain") || !strcmp(argv[0], "undrain"))) {
                 bool drain = !strcmp(argv[0], "drain");
                 const char *id = argv[1];
-                char err[512] = "";
+                struct err err = { 0 };
                 size_t len = strlen(id);
                 if (len < 1 || len > 128 || strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != len) {
                         fprintf(stderr, "Invalid node id '%s'\n", id);
                         return -EINVAL;
                 }
                 if (c->drv && c->drv->ops->node_set_eligible) {
-                        int r = c->drv->ops->node_set_eligible(c->drv, id, !drain, err, sizeof(err));
+                        int r = c->drv->ops->node_set_eligible(c->drv, id, !drain, &err);
                         if (r < 0) {
-                                fprintf(stderr, "Failed to mark node %s %s: %s\n", id, drain ? "ineligible" : "eligible", err);
+                                fprintf(stderr, "Failed to mark node %s %s: %s\n", id, drain ? "ineligible" : "eligible", err.message);
                                 return r;
                         }
                 } else if (strcmp(id, c->cfg->docker_node_id) != 0) {
@@ -539,14 +539,14 @@ int admin_main(int argc, char **argv) {
         if (!strcmp(argv[i], "backup")) {
                 /* Reads the store through its own read-only connection: no migration, no
                  * driver, and it works while controld holds the store. */
-                char err[1024] = "";
+                struct err err = { 0 };
                 struct config *cfg = NULL;
                 if (i + 2 != argc) {
                         admin_usage();
                         return 2;
                 }
-                if (config_load(conf, &cfg, err, sizeof(err)) < 0) {
-                        fprintf(stderr, "%s\n", err);
+                if (config_load(conf, &cfg, &err) < 0) {
+                        fprintf(stderr, "%s\n", err.message);
                         return 1;
                 }
                 r = cmd_backup(cfg->db_path, argv[i + 1]);
@@ -557,10 +557,10 @@ int admin_main(int argc, char **argv) {
         if (!strcmp(argv[i], "node") && i + 1 < argc && strcmp(argv[i + 1], "list") != 0) {
                 /* Only a multi-node driver has anything to be told: the docker driver's single node
                  * is refused by controld from the store alone (and needs no Docker access here). */
-                char err[1024] = "";
+                struct err err = { 0 };
                 struct config *cfg = NULL;
-                if (config_load(conf, &cfg, err, sizeof(err)) < 0) {
-                        fprintf(stderr, "%s\n", err);
+                if (config_load(conf, &cfg, &err) < 0) {
+                        fprintf(stderr, "%s\n", err.message);
                         return 1;
                 }
                 needs_driver = strcmp(cfg->driver, "docker") != 0;

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
 #include "pj_api.h"
 #include "registry.h"
 
@@ -178,7 +179,7 @@ struct config {
         struct region *regions; size_t n_regions;
 };
 
-int config_load(const char *path, struct config **ret, char *err, size_t errlen);
+int config_load(const char *path, struct config **ret, struct err *err);
 struct config *config_free(struct config *c);
 const struct plan *config_plan(const struct config *c, const char *name);
 /* The snapshot registry and its credentials ([snapshots]); the strings are the config's. */

@@ -1,6 +1,6 @@
 /* controld.h — the top of the control daemon: one struct ctl (a controld's parts), the shared
  * services every layer uses (per-sandbox locks, status notification, job threads), and the
- * one carrier of a user-facing error (struct api_error). Each module's own calls are in its
+ * errno convention of the domain calls. Each module's own calls are in its
  * header beside it (core/sandbox.h, edge/render.h, ...); the records in store/store.h, the
  * configuration in config.h. */
 #pragma once
@@ -13,6 +13,7 @@
 
 #include "cleanup.h"
 #include "config.h"
+#include "err.h"
 #include "pj_api.h"
 #include "store.h"
 #include "strutil.h"
@@ -75,17 +76,14 @@ int ctl_spawn_job(struct ctl *c, void (*fn)(struct ctl *c, void *arg), void *arg
 /* ---- sandbox lifecycle (sandbox.c) ---- */
 
 /* Domain functions (sandbox_*, volume_*) return a negative errno and put a
- * user-facing message (what was wrong, what to do) here. http.c maps the errno to
- * an HTTP status in one table (http_status_from_errno):
+ * user-facing message (what was wrong, what to do) in a struct err (common/err.h:
+ * err_set(e, -EINVAL, "...")). The edges map the errno to an HTTP status in one table
+ * (http_status_from_errno):
  *   -EINVAL bad input, -EBUSY wrong state or in use, -EEXIST name taken,
  *   -EPERM not allowed for the plan/region, -EDQUOT over a plan limit,
  *   -ENOENT not found (or not the caller's), -ESTALE changed meanwhile,
  *   -EIO the store failed, -EHOSTUNREACH the scheduler/driver failed,
  *   -EAGAIN shutting down or busy (retry), -EOPNOTSUPP not available here. */
-struct api_error {
-        char message[512];
-};
-#define API_ERR(e, err, ...) ({ snprintf((e)->message, sizeof((e)->message), __VA_ARGS__); (int) (err); })
 
 /* Scope-bound guards: a struct sandbox / struct volume cleared, a per-sandbox lock
  * released, however the scope is left. The lock guard copies the id, so it never
@@ -104,9 +102,9 @@ void sandbox_lock_release(struct sandbox_lock *l);
 /* ctl.c: the API's answer to loading one of the caller's records by id, given what a
  * store_*_get_owned() returned: 0, -ENOENT (none, or another account's) or -EIO, with the
  * message naming the record `what` ("sandbox", "volume"). */
-int record_load_result(int r, const char *what, struct api_error *err);
+int record_load_result(int r, const char *what, struct err *err);
 /* ctl.c: loads a sandbox owned by acc (-ENOENT for others'). */
-int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err);
+int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct err *err);
 /* ---- admin CLI (admin.c) ---- */
 int admin_main(int argc, char **argv);
 /* ---- a controld's parts, opened and closed (daemon.c) ---- */

@@ -185,15 +185,15 @@ void ctl_init(struct ctl *c) {
 
 /* ---- an account's own records, with the errors a user should see ---- */
 
-int record_load_result(int r, const char *what, struct api_error *err) {
+int record_load_result(int r, const char *what, struct err *err) {
         if (r == -ENOENT)
-                return API_ERR(err, -ENOENT, "%c%s not found", toupper((unsigned char) what[0]), what + 1);
-        return r < 0 ? API_ERR(err, -EIO, "Failed to read the %s record", what) : 0;
+                return err_set(err, -ENOENT, "%c%s not found", toupper((unsigned char) what[0]), what + 1);
+        return r < 0 ? err_set(err, -EIO, "Failed to read the %s record", what) : 0;
 }
 
-int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct api_error *err) {
+int sandbox_load(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret, struct err *err) {
         if (!hexid_valid(id))
-                return API_ERR(err, -EINVAL, "Invalid sandbox id");
+                return err_set(err, -EINVAL, "Invalid sandbox id");
         return record_load_result(store_sandbox_get_owned(c->store, acc->id, id, ret), "sandbox", err);
 }
 

@@ -20,12 +20,12 @@
 
 /* Opens config, store and driver: shared by the daemon and the admin CLI. */
 int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
-        char err[1024] = "";
+        struct err err = { 0 };
         int r;
         ctl_init(c);
-        r = dockerchild_config(conf_path, &c->cfg, err, sizeof(err));
+        r = dockerchild_config(conf_path, &c->cfg, &err);
         if (r < 0) {
-                fprintf(stderr, "%s\n", err);
+                fprintf(stderr, "%s\n", err.message);
                 return r;
         }
         r = store_open(c->cfg->db_path, &c->store);
@@ -39,21 +39,21 @@ int ctl_open(struct ctl *c, const char *conf_path, bool with_driver) {
                         return log_error_errno(r, "Failed to read the instance id from the store: %m");
         }
         c->metrics = metrics_new();
-        if ((r = secret_key_load(c, err, sizeof(err))) < 0)
-                return log_error_errno(r, "%s", err);
-        if (with_driver && (r = guest_host_init(c, err, sizeof(err))) < 0)
-                return log_error_errno(r, "%s", err);
+        if ((r = secret_key_load(c, &err)) < 0)
+                return log_error_errno(r, "%s", err.message);
+        if (with_driver && (r = guest_host_init(c, &err)) < 0)
+                return log_error_errno(r, "%s", err.message);
         if (with_driver) {
                 r = driver_new(c, &c->drv);
                 if (r < 0)
                         return log_error_errno(r, "Failed to set up the %s driver: %m", c->cfg->driver);
-                r = c->drv->ops->init(c->drv, err, sizeof(err));
+                r = c->drv->ops->init(c->drv, &err);
                 if (r < 0)
-                        return log_error_errno(r, "Scheduler driver failed to start: %s", err);
+                        return log_error_errno(r, "Scheduler driver failed to start: %s", err.message);
                 if (c->cfg->amqp_url) {
-                        r = nodebus_new(c->cfg->amqp_url, c->cfg->amqp_exchange, &c->bus, err, sizeof(err));
+                        r = nodebus_new(c->cfg->amqp_url, c->cfg->amqp_exchange, &c->bus, &err);
                         if (r < 0)
-                                return log_error_errno(r, "Failed to connect to the node bus ([amqp] url): %s", err);
+                                return log_error_errno(r, "Failed to connect to the node bus ([amqp] url): %s", err.message);
                         log_info("egress enforced by node agents over exchange %s (confirm within %llums)",
                                  c->cfg->amqp_exchange, (unsigned long long) c->cfg->egress_timeout_ms);
                         nodebus_set_node_login(c->bus, c->cfg->amqp_node_login);

@@ -191,10 +191,10 @@ static int controld_main(int argc, char **argv) {
         }
         log_open("controld", foreground ? LOG_TARGET_STDERR : LOG_TARGET_AUTO);
         if (check) {
-                char err[1024] = "";
+                struct err err = { 0 };
                 struct config *cfg = NULL;
-                if (config_load(conf, &cfg, err, sizeof(err)) < 0) {
-                        fprintf(stderr, "%s\n", err);
+                if (config_load(conf, &cfg, &err) < 0) {
+                        fprintf(stderr, "%s\n", err.message);
                         return 1;
                 }
                 config_free(cfg);
@@ -231,11 +231,11 @@ static int controld_main(int argc, char **argv) {
         }
         background_start(&c);   /* heals crash leftovers first, so before serving */
         {
-                char err[512] = "";
-                if (ctl_egress_sync_start(&c, err, sizeof(err)) < 0)
-                        log_error("node.sync responder did not start: %s (agents cannot converge at start-up)", err);
-                if (ctl_snapshot_start(&c, err, sizeof(err)) < 0)
-                        log_error("snapshots are not available: %s", err);
+                struct err err = { 0 };
+                if (ctl_egress_sync_start(&c, &err) < 0)
+                        log_error("node.sync responder did not start: %s (agents cannot converge at start-up)", err.message);
+                if (ctl_snapshot_start(&c, &err) < 0)
+                        log_error("snapshots are not available: %s", err.message);
         }
         r = http_start(&c, route_match, &http);
         if (r < 0) {

@@ -62,18 +62,18 @@ static amqp_connection_state_t connect_broker(const struct agent_config *cfg, co
         _cleanup_free_ char *qname = pj_node_queue_agent(cfg->exchange, cfg->node_id);
         _cleanup_free_ char *cname = xasprintf("paddock-nodeagent[%s]", cfg->node_id);
         amqp_connection_state_t conn = NULL;
-        char why[512];
+        struct err why = { 0 };
 
-        int r = amqpx_connect(u, cname, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S, AMQPX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why));
+        int r = amqpx_connect(u, cname, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S, AMQPX_CONNECT_TIMEOUT_MS, &conn, &why);
         if (r < 0) {
                 if (r == -EACCES)
-                        log_error("%s", why);
+                        log_error("%s", why.message);
                 else
-                        log_warning("%s; retrying", why);
+                        log_warning("%s; retrying", why.message);
                 return NULL;
         }
-        if (amqpx_channel_open_exchange(conn, CH, cfg->exchange, why, sizeof(why)) < 0) {
-                log_error("%s", why);
+        if (amqpx_channel_open_exchange(conn, CH, cfg->exchange, &why) < 0) {
+                log_error("%s", why.message);
                 goto fail;
         }
         /* Exclusive + auto-delete: the queue dies with this connection, so publishers with
@@ -108,26 +108,22 @@ fail:
         return NULL;
 }
 
-int agent_egress_init(const struct agent_config *cfg, char *err, size_t errlen) {
-        return privsep_spawn(PS_CHILD_EGRESS, cfg, err, errlen);
+int agent_egress_init(const struct agent_config *cfg, struct err *err) {
+        return privsep_spawn(PS_CHILD_EGRESS, cfg, err);
 }
 
 /* Per-sandbox counters from the egress child, paged through one snapshot. */
-static int read_stats(struct pj_node_reply *out, char *err, size_t errlen) {
+static int read_stats(struct pj_node_reply *out, struct err *err) {
         out->has_stats = true;
         for (uint32_t off = 0;; off += PS_STATS_PAGE) {
                 struct ps_egress_list req = { .hdr.type = PS_EGRESS_STATS, .offset = off };
                 struct ps_result res;
                 int k = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
-                if (k < 0) {
-                        snprintf(err, errlen, "%s", k == -EPIPE || k == -ENOTCONN ? "the egress process is not running on this node" : res.msg);
-                        return k;
-                }
+                if (k < 0)
+                        return err_set(err, k, "%s", k == -EPIPE || k == -ENOTCONN ? "the egress process is not running on this node" : res.msg);
                 char *p = strchr(res.msg, ':');
-                if (!p) {
-                        snprintf(err, errlen, "the egress process sent unreadable counters");
-                        return -EBADMSG;
-                }
+                if (!p)
+                        return err_set(err, -EBADMSG, "the egress process sent unreadable counters");
                 unsigned long total = strtoul(res.msg, NULL, 10);
                 if (total > PJ_NODE_MAX_STATS)
                         total = PJ_NODE_MAX_STATS;
@@ -140,10 +136,8 @@ static int read_stats(struct pj_node_reply *out, char *err, size_t errlen) {
                         char id[EGRESS_ID_LEN + 1];
                         int used = 0;
                         if (sscanf(p, "%24[0-9a-f],%" SCNu64 ",%" SCNu64 ",%" SCNu64 ",%" SCNu64 ";%n", id, &x->allowed_packets,
-                                   &x->allowed_bytes, &x->dropped_packets, &x->dropped_bytes, &used) != 5 || used == 0) {
-                                snprintf(err, errlen, "the egress process sent unreadable counters");
-                                return -EBADMSG;
-                        }
+                                   &x->allowed_bytes, &x->dropped_packets, &x->dropped_bytes, &used) != 5 || used == 0)
+                                return err_set(err, -EBADMSG, "the egress process sent unreadable counters");
                         strscpy(x->sandbox_id, id, sizeof(x->sandbox_id));
                         out->n_stats++;
                         got++;
@@ -204,7 +198,7 @@ static void egress_done(const struct pj_node_msg *m, int64_t t0, int r, const ch
 /* The host pid of the container an egress.apply names (the egress child binds that
  * sandbox's bridge port from it): 0 in *ret when the message names none; -errno with the
  * reason when it names one that does not run here (the apply then fails: closed). */
-static int container_pid(const struct pj_node_msg *m, uint32_t *ret, char *err, size_t errlen) {
+static int container_pid(const struct pj_node_msg *m, uint32_t *ret, struct err *err) {
         *ret = 0;
         if (!m->container[0])
                 return 0;
@@ -213,17 +207,15 @@ static int container_pid(const struct pj_node_msg *m, uint32_t *ret, char *err, 
         struct ps_result res;
         int r = privsep_call_timeout(PS_CHILD_LOOKUP, &q, sizeof(q), 10000, &res);
         if (r == -EPIPE || r == -ENOTCONN || r == -ETIMEDOUT)
-                snprintf(err, errlen, "the agent's lookup process is not answering");
+                err_set(err, r, "the agent's lookup process is not answering");
         else if (r < 0)
-                snprintf(err, errlen, "%s", res.msg);
+                err_set(err, r, "%s", res.msg);
         if (r < 0)
                 return r;
         char *end = NULL;
         unsigned long v = strtoul(res.msg, &end, 10);
-        if (end == res.msg || *end || v == 0 || v > INT32_MAX) {
-                snprintf(err, errlen, "the lookup process answered no process id for container %s", m->container);
-                return -EBADMSG;
-        }
+        if (end == res.msg || *end || v == 0 || v > INT32_MAX)
+                return err_set(err, -EBADMSG, "the lookup process answered no process id for container %s", m->container);
         *ret = (uint32_t) v;
         return 0;
 }
@@ -231,7 +223,7 @@ static int container_pid(const struct pj_node_msg *m, uint32_t *ret, char *err, 
 /* The reply for one parsed message, its work done before returning (names waited for). */
 static char *handle_parsed(const struct agent_config *cfg, const struct pj_node_msg *m) {
         struct pj_node_reply out;
-        char err[512] = "";
+        struct err err = { 0 };
         reply_init(cfg, m, &out);
         int r = 0;
         switch (m->type) {
@@ -246,16 +238,16 @@ static char *handle_parsed(const struct agent_config *cfg, const struct pj_node_
                         if (r == -EBUSY)
                                 r = 0;  /* busy with a snapshot step: alive */
                         if (r < 0)
-                                snprintf(err, sizeof(err), "a privileged process of the agent does not answer");
+                                err_set(&err, r, "a privileged process of the agent does not answer");
                 }
                 break;
         case PJ_NODE_EGRESS_APPLY:
         case PJ_NODE_EGRESS_REMOVE:
                 if (!cfg->egress_enabled) {
-                        snprintf(err, sizeof(err), "egress enforcement is not enabled on node %s ([egress] enable)", cfg->node_id);
-                        r = -ENOTSUP;
+                        r = err_set(&err, -ENOTSUP, "egress enforcement is not enabled on node %s ([egress] enable)",
+                                    cfg->node_id);
                         log_ctx_set("SANDBOX_ID", m->sandbox_id);
-                        log_warning("%s failed: %s", out.type, err);
+                        log_warning("%s failed: %s", out.type, err.message);
                         log_ctx_set("SANDBOX_ID", NULL);
                         break;
                 }
@@ -263,33 +255,32 @@ static char *handle_parsed(const struct agent_config *cfg, const struct pj_node_
                 if (m->type == PJ_NODE_EGRESS_APPLY) {
                         uint32_t pid = 0;
                         names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
-                        r = container_pid(m, &pid, err, sizeof(err));
+                        r = container_pid(m, &pid, &err);
                         if (r >= 0)
-                                r = names_apply(m->sandbox_id, m->account_id, m->ip, pid, &m->egress, &out, err, sizeof(err));
+                                r = names_apply(m->sandbox_id, m->account_id, m->ip, pid, &m->egress, &out, &err);
                 } else
-                        r = names_remove(m->sandbox_id, m->ip, err, sizeof(err));
-                egress_done(m, t0, r, err);
+                        r = names_remove(m->sandbox_id, m->ip, &err);
+                egress_done(m, t0, r, err.message);
                 break;
         case PJ_NODE_EGRESS_STATS:
-                if (!cfg->egress_enabled) {
-                        snprintf(err, sizeof(err), "egress enforcement is not enabled on node %s ([egress] enable)", cfg->node_id);
-                        r = -ENOTSUP;
-                } else
-                        r = read_stats(&out, err, sizeof(err));
+                if (!cfg->egress_enabled)
+                        r = err_set(&err, -ENOTSUP, "egress enforcement is not enabled on node %s ([egress] enable)",
+                                    cfg->node_id);
+                else
+                        r = read_stats(&out, &err);
                 break;
         case PJ_NODE_NODE_SYNC:
         case PJ_NODE_EGRESS_RESOLVED:
-                snprintf(err, sizeof(err), "%s is for controld, not for an agent", out.type);
-                r = -EINVAL;
+                r = err_set(&err, -EINVAL, "%s is for controld, not for an agent", out.type);
                 break;
         }
-        return reply_text(cfg, &out, r, err);
+        return reply_text(cfg, &out, r, err.message);
 }
 
 /* Builds the reply for one message. Returns the JSON text (xmalloc'd). */
 char *agent_handle(const struct agent_config *cfg, const char *body, size_t len) {
         struct pj_node_msg m = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         if (pj_node_msg_parse(body, len, &m, &pe) < 0) {
                 struct pj_node_reply out = { .ok = false };
                 snprintf(out.node_id, sizeof(out.node_id), "%s", cfg->node_id);
@@ -460,47 +451,45 @@ static void jobs_drop_all(void) {
  * are resolving already, or its entries are refused (reply returned). */
 static char *job_start(const struct agent_config *cfg, struct job *j) {
         struct pj_node_reply out;
-        char err[512] = "";
+        struct err err = { 0 };
         int r;
         reply_init(cfg, &j->m, &out);
         if (j->m.type == PJ_NODE_EGRESS_REMOVE)
-                r = names_remove(j->m.sandbox_id, j->m.ip, err, sizeof(err));
+                r = names_remove(j->m.sandbox_id, j->m.ip, &err);
         else if (names_policy_resolves(&j->m.egress) && jobs_resolving() >= resolving_max(cfg)) {
-                snprintf(err, sizeof(err),
-                         "%zu applies are already resolving hostnames on node %s (the bound is [amqp] prefetch - 1); "
-                         "nothing was changed, try again",
-                         jobs_resolving(), cfg->node_id);
-                r = -EBUSY;
+                r = err_set(&err, -EBUSY,
+                            "%zu applies are already resolving hostnames on node %s (the bound is [amqp] prefetch - 1); "
+                            "nothing was changed, try again",
+                            jobs_resolving(), cfg->node_id);
         } else {
                 uint32_t pid = 0;
                 names_configure((int64_t) cfg->egress_resolve_timeout_ms, (int64_t) cfg->egress_resolve_interval_ms);
-                r = container_pid(&j->m, &pid, err, sizeof(err));
+                r = container_pid(&j->m, &pid, &err);
                 if (r >= 0)
-                        r = names_apply_start(j->m.sandbox_id, j->m.account_id, j->m.ip, pid, &j->m.egress, &j->na, err,
-                                              sizeof(err));
+                        r = names_apply_start(j->m.sandbox_id, j->m.account_id, j->m.ip, pid, &j->m.egress, &j->na, &err);
                 if (r >= 0 && !names_apply_ready(j->na))
                         return NULL;
                 if (r >= 0)
-                        r = names_apply_finish(TAKE_PTR(j->na), &out, err, sizeof(err));
+                        r = names_apply_finish(TAKE_PTR(j->na), &out, &err);
         }
-        egress_done(&j->m, j->t0, r, err);
-        return reply_text(cfg, &out, r, err);
+        egress_done(&j->m, j->t0, r, err.message);
+        return reply_text(cfg, &out, r, err.message);
 }
 
 static char *job_finish(const struct agent_config *cfg, struct job *j) {
         struct pj_node_reply out;
-        char err[512] = "";
+        struct err err = { 0 };
         reply_init(cfg, &j->m, &out);
-        int r = names_apply_finish(TAKE_PTR(j->na), &out, err, sizeof(err));
-        egress_done(&j->m, j->t0, r, err);
-        return reply_text(cfg, &out, r, err);
+        int r = names_apply_finish(TAKE_PTR(j->na), &out, &err);
+        egress_done(&j->m, j->t0, r, err.message);
+        return reply_text(cfg, &out, r, err.message);
 }
 
 /* Moves every job that can move: starts those no earlier job holds back, finishes those
  * whose names are in, replying to and acking each that ended. -ECHILD when a child died
  * meanwhile (no reply it could have made counts), else 0. */
 static int jobs_run(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user) {
-        char why[256];
+        struct err why = { 0 };
         for (size_t i = 0; i < n_jobs;) {
                 struct job *j = &jobs[i];
                 _cleanup_free_ char *out = NULL;
@@ -516,8 +505,8 @@ static int jobs_run(amqp_connection_state_t conn, const struct agent_config *cfg
                         i++;
                         continue;
                 }
-                if (!privsep_healthy(why, sizeof(why)))
-                        return log_error_errno(-ECHILD, "%s; no longer consuming", why);
+                if (!privsep_healthy(&why))
+                        return log_error_errno(-ECHILD, "%s; no longer consuming", why.message);
                 reply(conn, cfg, user, &j->d, out);
                 amqp_basic_ack(conn, CH, j->d.tag, 0);
                 /* Only later jobs can have waited for this one: go on from the same index. */
@@ -529,9 +518,9 @@ static int jobs_run(amqp_connection_state_t conn, const struct agent_config *cfg
 /* Takes one delivery's body: egress changes become jobs, the rest is answered now. */
 static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg, const char *user,
                     const struct amqpx_delivery *d, const char *body) {
-        char why[256];
+        struct err why = { 0 };
         struct pj_node_msg m = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         bool parsed = pj_node_msg_parse(body, d->c.size, &m, &pe) >= 0;
         _cleanup_free_ char *out = NULL;
         if (parsed && cfg->egress_enabled && (m.type == PJ_NODE_EGRESS_APPLY || m.type == PJ_NODE_EGRESS_REMOVE)) {
@@ -544,12 +533,12 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
                 }
                 /* Only a broker that delivers past our prefetch gets here: refused, unchanged. */
                 struct pj_node_reply busy;
-                char err[512];
+                struct err err = { 0 };
                 reply_init(cfg, &m, &busy);
-                snprintf(err, sizeof(err), "%zu egress requests are in progress on node %s ([amqp] prefetch); nothing was changed",
-                         n_jobs, cfg->node_id);
-                egress_done(&m, mono_ms(), -EBUSY, err);
-                out = reply_text(cfg, &busy, -EBUSY, err);
+                err_set(&err, -EBUSY, "%zu egress requests are in progress on node %s ([amqp] prefetch); nothing was changed",
+                        n_jobs, cfg->node_id);
+                egress_done(&m, mono_ms(), -EBUSY, err.message);
+                out = reply_text(cfg, &busy, -EBUSY, err.message);
                 pj_node_msg_done(&m);
         } else if (parsed) {
                 out = handle_parsed(cfg, &m);
@@ -557,20 +546,20 @@ static int dispatch(amqp_connection_state_t conn, const struct agent_config *cfg
         } else
                 out = agent_handle(cfg, body, d->c.size);
         /* A child that died during this request: no reply it could have made counts. */
-        if (!privsep_healthy(why, sizeof(why)))
-                return log_error_errno(-ECHILD, "%s; no longer consuming", why);
+        if (!privsep_healthy(&why))
+                return log_error_errno(-ECHILD, "%s; no longer consuming", why.message);
         reply(conn, cfg, user, d, out);
         amqp_basic_ack(conn, CH, d->tag, 0);
         return 0;
 }
 
 static int consume_loop(const struct agent_config *cfg, const char *user, amqp_connection_state_t conn) {
-        char why[256];
+        struct err why = { 0 };
         /* Every (re)connection converges again: controld may have changed its mind meanwhile. */
         reconcile_send(conn, cfg, user);
         while (!stop_requested) {
-                if (!privsep_healthy(why, sizeof(why)))
-                        return log_error_errno(-ECHILD, "%s; no longer consuming", why);
+                if (!privsep_healthy(&why))
+                        return log_error_errno(-ECHILD, "%s; no longer consuming", why.message);
                 int k = jobs_run(conn, cfg, user);
                 if (k < 0)
                         return k;
@@ -650,9 +639,9 @@ int agent_run(const struct agent_config *cfg) {
         int backoff_ms = 200, r = 0;
         bool notified = false;
         struct amqpx_url u;
-        char why[256];
-        if ((r = amqpx_url_parse(cfg->amqp_url, &u, why, sizeof(why))) < 0)
-                return log_error_errno(r, "[amqp] url: %s", why);
+        struct err why = { 0 };
+        if ((r = amqpx_url_parse(cfg->amqp_url, &u, &why)) < 0)
+                return log_error_errno(r, "[amqp] url: %s", why.message);
         log_ctx_set("NODE_ID", cfg->node_id);
         if (!cfg->controld_login || !*cfg->controld_login)
                 log_warning("[amqp] controld_login is not set: any user of the broker that can publish to this node's "
@@ -666,15 +655,15 @@ int agent_run(const struct agent_config *cfg) {
                         log_warning("cannot start re-resolving allowlisted names; they keep the addresses of their apply");
         }
         while (!stop_requested) {
-                if (!privsep_healthy(why, sizeof(why))) {
-                        r = log_error_errno(-ECHILD, "%s; no longer consuming", why);
+                if (!privsep_healthy(&why)) {
+                        r = log_error_errno(-ECHILD, "%s; no longer consuming", why.message);
                         break;
                 }
                 amqp_bytes_t q = amqp_empty_bytes;
                 amqp_connection_state_t conn = connect_broker(cfg, &u, &q);
                 if (!conn) {
                         /* In slices, so that a stop or a dead child is noticed within 100 ms. */
-                        for (int slept = 0; slept < backoff_ms && !stop_requested && privsep_healthy(NULL, 0);
+                        for (int slept = 0; slept < backoff_ms && !stop_requested && privsep_healthy(NULL);
                              slept += 100)
                                 usleep(100 * 1000);
                         backoff_ms = backoff_ms * 2 > 10000 ? 10000 : backoff_ms * 2;

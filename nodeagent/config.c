@@ -31,10 +31,10 @@ struct str_key {
 /* Each of keys[0..n) into its field of ret: a copy of the value, NULL when it has none (and,
  * with empty_is_null, when it is ""). 0 or -EINVAL with err filled. */
 static int get_strings(struct conf *cf, const struct str_key *keys, size_t n, bool empty_is_null,
-                       struct agent_config *ret, char *err, size_t errlen) {
+                       struct agent_config *ret, struct err *err) {
         for (size_t i = 0; i < n; i++) {
                 const char *v;
-                int r = conf_get_string(cf, keys[i].section, NULL, keys[i].key, keys[i].def, keys[i].max, &v, err, errlen);
+                int r = conf_get_string(cf, keys[i].section, NULL, keys[i].key, keys[i].def, keys[i].max, &v, err);
                 if (r < 0)
                         return r;
                 *(char **) ((char *) ret + keys[i].off) = v && (*v || !empty_is_null) ? xstrdup(v) : NULL;
@@ -53,7 +53,7 @@ static bool repository_valid(const char *s) {
         return true;
 }
 
-static int snapshot_config_load(struct conf *cf, struct agent_config *ret, char *err, size_t errlen) {
+static int snapshot_config_load(struct conf *cf, struct agent_config *ret, struct err *err) {
         int r;
         static const struct str_key keys[] = {
                 STR_KEY("snapshot", "registry", "127.0.0.1:5000", 255, snap_registry),
@@ -63,58 +63,46 @@ static int snapshot_config_load(struct conf *cf, struct agent_config *ret, char 
                 STR_KEY("snapshot", "docker_socket", DOCKER_SOCKET_DEFAULT, 255, snap_docker_socket),
                 STR_KEY("snapshot", "docker_root", NULL, 1024, snap_docker_root), /* NULL: Docker's own DockerRootDir */
         };
-        if ((r = get_strings(cf, keys, ELEMENTSOF(keys), true, ret, err, errlen)) < 0)
+        if ((r = get_strings(cf, keys, ELEMENTSOF(keys), true, ret, err)) < 0)
                 return r;
         if ((r = conf_get_size(cf, "snapshot", NULL, "disk_floor", UINT64_C(1) << 30, 0, UINT64_C(1) << 50,
-                               &ret->snap_disk_floor, err, errlen)) < 0 ||
+                               &ret->snap_disk_floor, err)) < 0 ||
             (r = conf_get_duration_ms(cf, "snapshot", NULL, "prune_interval", 300000, 1000, 86400000,
-                                      &ret->snap_prune_interval_ms, err, errlen)) < 0 ||
+                                      &ret->snap_prune_interval_ms, err)) < 0 ||
             (r = conf_get_duration_ms(cf, "snapshot", NULL, "timeout", 1800000, 1000, 86400000, &ret->snap_timeout_ms,
-                                      err, errlen)) < 0)
+                                      err)) < 0)
                 return r;
-        if (!ret->snap_registry || !ret->snap_repository || !ret->snap_docker_socket) {
-                snprintf(err, errlen, "[snapshot] registry, repository and docker_socket may not be empty");
-                return -EINVAL;
-        }
-        if (!repository_valid(ret->snap_repository)) {
-                snprintf(err, errlen, "[snapshot] repository must be lowercase path components like paddock/snapshots");
-                return -EINVAL;
-        }
+        if (!ret->snap_registry || !ret->snap_repository || !ret->snap_docker_socket)
+                return err_set(err, -EINVAL, "[snapshot] registry, repository and docker_socket may not be empty");
+        if (!repository_valid(ret->snap_repository))
+                return err_set(err, -EINVAL, "[snapshot] repository must be lowercase path components like paddock/snapshots");
         return 0;
 }
 
 /* [relay]: listen (unset = no relay), secret_file (required with listen), docker_root,
  * max_connections, tls_cert + tls_key (both or neither). */
-static int relay_config_load(struct conf *cf, const char *path, struct agent_config *ret, char *err, size_t errlen) {
+static int relay_config_load(struct conf *cf, const char *path, struct agent_config *ret, struct err *err) {
         const char *listen = NULL, *secret = NULL, *root = NULL, *cert = NULL, *key = NULL;
         int r;
-        if ((r = conf_get_string(cf, "relay", NULL, "listen", NULL, 64, &listen, err, errlen)) < 0 ||
-            (r = conf_get_string(cf, "relay", NULL, "tls_cert", NULL, 1024, &cert, err, errlen)) < 0 ||
-            (r = conf_get_string(cf, "relay", NULL, "tls_key", NULL, 1024, &key, err, errlen)) < 0 ||
-            (r = conf_get_string(cf, "relay", NULL, "secret_file", NULL, 1024, &secret, err, errlen)) < 0 ||
-            (r = conf_get_string(cf, "relay", NULL, "docker_root", "/var/lib/docker", 512, &root, err, errlen)) < 0 ||
-            (r = conf_get_int(cf, "relay", NULL, "max_connections", 256, 1, 4096, &ret->relay_max_conns, err, errlen)) < 0)
+        if ((r = conf_get_string(cf, "relay", NULL, "listen", NULL, 64, &listen, err)) < 0 ||
+            (r = conf_get_string(cf, "relay", NULL, "tls_cert", NULL, 1024, &cert, err)) < 0 ||
+            (r = conf_get_string(cf, "relay", NULL, "tls_key", NULL, 1024, &key, err)) < 0 ||
+            (r = conf_get_string(cf, "relay", NULL, "secret_file", NULL, 1024, &secret, err)) < 0 ||
+            (r = conf_get_string(cf, "relay", NULL, "docker_root", "/var/lib/docker", 512, &root, err)) < 0 ||
+            (r = conf_get_int(cf, "relay", NULL, "max_connections", 256, 1, 4096, &ret->relay_max_conns, err)) < 0)
                 return r;
         if (!listen || !*listen)
                 return 0;
-        if (!secret || !*secret) {
-                snprintf(err, errlen, "%s: [relay] secret_file is required with listen", path);
-                return -EINVAL;
-        }
-        if (root[0] != '/') {
-                snprintf(err, errlen, "%s: [relay] docker_root must be an absolute path", path);
-                return -EINVAL;
-        }
-        if (!(cert && *cert) != !(key && *key)) {
-                snprintf(err, errlen, "%s: [relay] tls_cert and tls_key go together (TLS needs both, plain TCP neither)", path);
-                return -EINVAL;
-        }
+        if (!secret || !*secret)
+                return err_set(err, -EINVAL, "%s: [relay] secret_file is required with listen", path);
+        if (root[0] != '/')
+                return err_set(err, -EINVAL, "%s: [relay] docker_root must be an absolute path", path);
+        if (!(cert && *cert) != !(key && *key))
+                return err_set(err, -EINVAL, "%s: [relay] tls_cert and tls_key go together (TLS needs both, plain TCP neither)", path);
         r = pj_relay_secret_load(secret, &ret->relay_secret, &ret->relay_secret_len);
-        if (r < 0) {
-                snprintf(err, errlen, "%s: [relay] secret_file %s: %s", path, secret,
-                         r == -EINVAL ? "must hold 16..1024 bytes and no NUL" : strerror(-r));
-                return r;
-        }
+        if (r < 0)
+                return err_set(err, r, "%s: [relay] secret_file %s: %s", path, secret,
+                               r == -EINVAL ? "must hold 16..1024 bytes and no NUL" : strerror(-r));
         ret->relay_listen = xstrdup(listen);
         ret->relay_docker_root = xstrdup(root);
         if (cert && *cert) {
@@ -133,11 +121,11 @@ static void snapshot_config_done(struct agent_config *c) {
 
 /* ---------------------------------------------------------------- the whole file */
 
-int agent_config_load(const char *path, struct agent_config *ret, char *err, size_t errlen) {
+int agent_config_load(const char *path, struct agent_config *ret, struct err *err) {
         struct conf *cf = NULL;
         int r;
         memset(ret, 0, sizeof(*ret));
-        if ((r = conf_parse_file(path, &cf, err, errlen)) < 0)
+        if ((r = conf_parse_file(path, &cf, err)) < 0)
                 return r;
         static const struct str_key keys[] = {
                 STR_KEY("agent", "node_id", NULL, 128, node_id),
@@ -155,19 +143,19 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
                 STR_KEY("nomad", "cert_file", "", 1024, nomad_cert_file),
                 STR_KEY("nomad", "key_file", "", 1024, nomad_key_file),
         };
-        if ((r = get_strings(cf, keys, ELEMENTSOF(keys), false, ret, err, errlen)) < 0)
+        if ((r = get_strings(cf, keys, ELEMENTSOF(keys), false, ret, err)) < 0)
                 goto out;
-        if ((r = conf_get_int(cf, "amqp", NULL, "prefetch", 8, 1, 1000, &ret->prefetch, err, errlen)) < 0)
+        if ((r = conf_get_int(cf, "amqp", NULL, "prefetch", 8, 1, 1000, &ret->prefetch, err)) < 0)
                 goto out;
-        if ((r = conf_get_bool(cf, "egress", NULL, "enable", false, &ret->egress_enabled, err, errlen)) < 0)
+        if ((r = conf_get_bool(cf, "egress", NULL, "enable", false, &ret->egress_enabled, err)) < 0)
                 goto out;
-        if ((r = conf_get_list(cf, "egress", NULL, "bridges", 64, 15, &ret->egress_bridges, err, errlen)) < 0 ||
-            (r = conf_get_list(cf, "egress", NULL, "deny", 1024, 18, &ret->egress_deny, err, errlen)) < 0 ||
-            (r = conf_get_int(cf, "egress", NULL, "priority", -10, -400, 400, &ret->egress_priority, err, errlen)) < 0 ||
+        if ((r = conf_get_list(cf, "egress", NULL, "bridges", 64, 15, &ret->egress_bridges, err)) < 0 ||
+            (r = conf_get_list(cf, "egress", NULL, "deny", 1024, 18, &ret->egress_deny, err)) < 0 ||
+            (r = conf_get_int(cf, "egress", NULL, "priority", -10, -400, 400, &ret->egress_priority, err)) < 0 ||
             (r = conf_get_duration_ms(cf, "egress", NULL, "resolve_timeout", NAMES_TIMEOUT_DEFAULT_MS, 100, 60000,
-                                      &ret->egress_resolve_timeout_ms, err, errlen)) < 0 ||
+                                      &ret->egress_resolve_timeout_ms, err)) < 0 ||
             (r = conf_get_duration_ms(cf, "egress", NULL, "resolve_interval", NAMES_INTERVAL_DEFAULT_MS, 1000,
-                                      86400000, &ret->egress_resolve_interval_ms, err, errlen)) < 0)
+                                      86400000, &ret->egress_resolve_interval_ms, err)) < 0)
                 goto out;
         if (!ret->egress_deny) {
                 /* Absent key: the internal ranges no sandbox may reach. An explicit
@@ -184,9 +172,9 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
         if (ret->metrics_listen) {
                 struct sockaddr_storage ss;
                 socklen_t sl;
-                char why[256];
-                if ((r = agent_metrics_parse_listen(ret->metrics_listen, &ss, &sl, why, sizeof(why))) < 0) {
-                        snprintf(err, errlen, "%s: [metrics] listen: %s", path, why);
+                struct err why = { 0 };
+                if ((r = agent_metrics_parse_listen(ret->metrics_listen, &ss, &sl, &why)) < 0) {
+                        err_set(err, -EINVAL, "%s: [metrics] listen: %s", path, why.message);
                         goto out;
                 }
         }
@@ -195,37 +183,33 @@ int agent_config_load(const char *path, struct agent_config *ret, char *err, siz
                 ret->egress_dns = NULL;
         }
         if (ret->egress_enabled && !ret->egress_bridges) {
-                snprintf(err, errlen, "%s: [egress] bridges is required when enable = true", path);
-                r = -EINVAL;
+                r = err_set(err, -EINVAL, "%s: [egress] bridges is required when enable = true", path);
                 goto out;
         }
-        if ((r = snapshot_config_load(cf, ret, err, errlen)) < 0)
+        if ((r = snapshot_config_load(cf, ret, err)) < 0)
                 goto out;
-        if ((r = relay_config_load(cf, path, ret, err, errlen)) < 0)
+        if ((r = relay_config_load(cf, path, ret, err)) < 0)
                 goto out;
-        if ((r = conf_check_unused(cf, err, errlen)) < 0)
+        if ((r = conf_check_unused(cf, err)) < 0)
                 goto out;
         if (!ret->node_id || !*ret->node_id) {
-                snprintf(err, errlen, "%s: [agent] node_id is required", path);
-                r = -EINVAL;
+                r = err_set(err, -EINVAL, "%s: [agent] node_id is required", path);
                 goto out;
         }
         for (const char *p = ret->node_id; *p; p++)
                 if (!ascii_alnum(*p) && !strchr("-_.", *p)) {
-                        snprintf(err, errlen, "%s: [agent] node_id may only hold letters, digits, '-', '_' and '.'", path);
-                        r = -EINVAL;
+                        r = err_set(err, -EINVAL, "%s: [agent] node_id may only hold letters, digits, '-', '_' and '.'", path);
                         goto out;
                 }
         if (log_level_from_string(ret->log_level) < 0) {
-                snprintf(err, errlen, "%s: [agent] log_level must be debug, info, notice, warning or error", path);
-                r = -EINVAL;
+                r = err_set(err, -EINVAL, "%s: [agent] log_level must be debug, info, notice, warning or error", path);
                 goto out;
         }
         {
                 struct amqpx_url u;
-                char why[256];
-                if ((r = amqpx_url_parse(ret->amqp_url, &u, why, sizeof(why))) < 0) {
-                        snprintf(err, errlen, "%s: [amqp] url: %s", path, why);
+                struct err why = { 0 };
+                if ((r = amqpx_url_parse(ret->amqp_url, &u, &why)) < 0) {
+                        err_set(err, r, "%s: [amqp] url: %s", path, why.message);
                         goto out;
                 }
                 amqpx_url_done(&u);

@@ -132,7 +132,7 @@ static int ack_cb(const struct nlmsghdr *nlh, void *data) {
  * Returns how many were deleted and sets *ret_full when the list was cut at the bound
  * (more may be left), or -errno with err filled. */
 static int revoke_round(struct mnl_socket *nl, uint32_t src, const struct nft_range *keep, size_t n_keep,
-                        bool *ret_full, char *err, size_t errlen) {
+                        bool *ret_full, struct err *err) {
         int r;
         char buf[MNL_SOCKET_BUFFER_SIZE];
         struct nlmsghdr *nlh = ct_msg(buf, IPCTNL_MSG_CT_GET, NLM_F_DUMP);
@@ -140,7 +140,7 @@ static int revoke_round(struct mnl_socket *nl, uint32_t src, const struct nft_ra
         r = nft_query(nl, nlh, true, ct_dump_cb, &d);
         if (r < 0) {
                 free(d.v);
-                return nft_errf(err, errlen, r, "cannot list the connection tracking table: %s", strerror(-r));
+                return err_set(err, r, "cannot list the connection tracking table: %s", strerror(-r));
         }
         int deleted = 0;
         for (size_t i = 0; i < d.n; i++) {
@@ -156,7 +156,7 @@ static int revoke_round(struct mnl_socket *nl, uint32_t src, const struct nft_ra
                         continue;       /* gone already (expired, or closed) */
                 if (r < 0) {
                         free(d.v);
-                        return nft_errf(err, errlen, r, "cannot delete a connection tracking entry: %s", strerror(-r));
+                        return err_set(err, r, "cannot delete a connection tracking entry: %s", strerror(-r));
                 }
                 deleted++;
         }
@@ -170,16 +170,16 @@ static int revoke_round(struct mnl_socket *nl, uint32_t src, const struct nft_ra
  * a round finds fewer: a sandbox holding more entries than one round loses them all.
  * Returns how many were deleted, or -errno with err filled. Entries that expire meanwhile
  * are not an error. */
-int conntrack_revoke(uint32_t src, const struct nft_range *keep, size_t n_keep, char *err, size_t errlen) {
+int conntrack_revoke(uint32_t src, const struct nft_range *keep, size_t n_keep, struct err *err) {
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
         int r = nft_open(&nl);
         if (r < 0)
-                return nft_errf(err, errlen, r, "cannot open a conntrack netlink socket: %s", strerror(-r));
+                return err_set(err, r, "cannot open a conntrack netlink socket: %s", strerror(-r));
         int total = 0;
         bool full = true;
         /* A round that deleted nothing although its list was full cannot make progress. */
         for (int round = 0; full && round < CT_ROUNDS_MAX; round++) {
-                r = revoke_round(nl, src, keep, n_keep, &full, err, errlen);
+                r = revoke_round(nl, src, keep, n_keep, &full, err);
                 if (r < 0)
                         return r;
                 total += r;

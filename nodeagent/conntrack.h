@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
 #include "pj_egress.h"
 
 struct nft_range;
@@ -14,7 +15,7 @@ struct nft_range;
 /* Deletes the conntrack entries sandbox address src opened towards a destination
  * outside keep (all of them when n_keep is 0). Returns how many were deleted, or
  * -errno with err filled. Entries that expire meanwhile are not an error. */
-int conntrack_revoke(uint32_t src, const struct nft_range *keep, size_t n_keep, char *err, size_t errlen);
+int conntrack_revoke(uint32_t src, const struct nft_range *keep, size_t n_keep, struct err *err);
 
 /* What egress last applied per sandbox (id: its 24 hex characters): a policy is set once
  * its batch and sweep succeeded, forgotten when either failed or the sandbox went. */

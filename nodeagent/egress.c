@@ -112,9 +112,9 @@ static bool ifname_valid(const char *s) {
         return true;
 }
 
-static int parse_cidr(const char *s, struct nft_range *ret, char *why, size_t whylen) {
+static int parse_cidr(const char *s, struct nft_range *ret, struct err *why) {
         struct pj_allow_entry e;
-        int r = pj_allow_entry_parse(s, &e, NULL, 0, why, whylen);
+        int r = pj_allow_entry_parse(s, &e, NULL, 0, why);
         if (r < 0)
                 return r;
         switch (e.kind) {
@@ -123,8 +123,7 @@ static int parse_cidr(const char *s, struct nft_range *ret, char *why, size_t wh
                 *ret = nft_range_of(e.addr, e.prefix);
                 return 0;
         case PJ_ALLOW_HOSTNAME:
-                strscpy(why, "is a hostname; an IPv4 address or CIDR is required here", whylen);
-                return -EINVAL;
+                return err_set(why, -EINVAL, "is a hostname; an IPv4 address or CIDR is required here");
         }
         return -EINVAL;
 }
@@ -169,23 +168,23 @@ static void view_done(struct view *v) {
 
 /* Fills b (begun with the view's generation) from v. Returns 1 to send the batch,
  * 0 when there is nothing to change, or -errno with err filled. */
-typedef int (*fill_fn)(struct nft_batch *b, const struct view *v, void *ud, char *err, size_t errlen);
+typedef int (*fill_fn)(struct nft_batch *b, const struct view *v, void *ud, struct err *err);
 
 /* The generation-checked read-and-retry step every change that depends on the
  * table's contents shares: read the generation, dump what `what` asks for, let
  * fill build the batch, send it tagged with that generation. ERESTART (someone
  * committed in between) starts over after a jittered pause, GENID_RETRIES times. */
-static int read_then_write(const char *table, unsigned what, fill_fn fill, void *ud, char *err, size_t errlen) {
+static int read_then_write(const char *table, unsigned what, fill_fn fill, void *ud, struct err *err) {
         int r = 0;
         for (int attempt = 0; attempt < GENID_RETRIES; attempt++) {
                 _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
                 r = nft_open(&nl);
                 if (r < 0)
-                        return nft_errf(err, errlen, r, "cannot open a netfilter netlink socket: %s", strerror(-r));
+                        return err_set(err, r, "cannot open a netfilter netlink socket: %s", strerror(-r));
                 _cleanup_(view_done) struct view v = { 0 };
                 r = nft_get_genid(nl, &v.genid);
                 if (r < 0)
-                        return nft_errf(err, errlen, r, "cannot read the nftables generation: %s", strerror(-r));
+                        return err_set(err, r, "cannot read the nftables generation: %s", strerror(-r));
                 if (what & VIEW_ELEMS) {
                         r = nft_dump_elems(nl, table, MAP_SANDBOXES, &v.map, &v.n_map);
                         if (r >= 0)
@@ -207,20 +206,20 @@ static int read_then_write(const char *table, unsigned what, fill_fn fill, void 
                         continue;
                 }
                 if (r < 0)
-                        return nft_errf(err, errlen, r, "cannot list the egress table: %s", strerror(-r));
+                        return err_set(err, r, "cannot list the egress table: %s", strerror(-r));
 
                 _cleanup_(nft_batch_done) struct nft_batch b = { 0 };
                 nft_batch_begin(&b, v.genid);
-                r = fill(&b, &v, ud, err, errlen);
+                r = fill(&b, &v, ud, err);
                 if (r <= 0)
                         return r;
-                r = nft_batch_send(nl, &b, err, errlen);
+                r = nft_batch_send(nl, &b, err);
                 if (r != -ERESTART)
                         return r;
                 log_debug("nftables ruleset changed since it was read; retrying");
                 nft_restart_backoff(attempt);
         }
-        return nft_errf(err, errlen, r, "the nftables ruleset kept changing under us (%d attempts)", GENID_RETRIES);
+        return err_set(err, r, "the nftables ruleset kept changing under us (%d attempts)", GENID_RETRIES);
 }
 
 /* ---------------------------------------------------------------- init */
@@ -246,10 +245,9 @@ static void sandbox_chain_head(struct nft_batch *b, const struct init_args *a, c
         }
 }
 
-static int fill_init(struct nft_batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
+static int fill_init(struct nft_batch *b, const struct view *v, void *ud, struct err *err) {
         const struct init_args *a = ud;
         (void) err;
-        (void) errlen;
         _cleanup_(nftnl_table_freep) struct nftnl_table *t = xnonnull(nftnl_table_alloc());
         nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFT_FAMILY);
         nftnl_table_set_str(t, NFTNL_TABLE_NAME, a->table);
@@ -323,69 +321,69 @@ static int fill_init(struct nft_batch *b, const struct view *v, void *ud, char *
  * reach IP forwarding unless br_netfilter hands them to it (with the bridge
  * as iif/oif, so the rules below see them). This kernel has no bridge-family
  * `meta ibrname`, so br_netfilter it is: require it, switch it on if off. */
-static int require_br_netfilter(char *err, size_t errlen) {
+static int require_br_netfilter(struct err *err) {
         char v[8] = "";
         _cleanup_close_ int fd = open(BR_NF_SYSCTL, O_RDWR | O_CLOEXEC);
         if (fd < 0)
                 fd = open(BR_NF_SYSCTL, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
-                return nft_errf(err, errlen, -EOPNOTSUPP,
-                            "br_netfilter is not loaded (modprobe br_netfilter): without it sandboxes on one bridge "
-                            "could reach each other");
+                return err_set(err, -EOPNOTSUPP,
+                               "br_netfilter is not loaded (modprobe br_netfilter): without it sandboxes on one bridge "
+                               "could reach each other");
         ssize_t n = read(fd, v, sizeof(v) - 1);
         if (n > 0 && v[0] == '1')
                 return 0;
         if (lseek(fd, 0, SEEK_SET) < 0 || write(fd, "1", 1) != 1)
-                return nft_errf(err, errlen, -EPERM, "%s is 0 and cannot be set to 1: sandboxes on one bridge could reach each other",
-                            BR_NF_SYSCTL);
+                return err_set(err, -EPERM, "%s is 0 and cannot be set to 1: sandboxes on one bridge could reach each other",
+                               BR_NF_SYSCTL);
         return 0;
 }
 
-int egress_init(const struct egress_config *cfg, char *err, size_t errlen) {
+int egress_init(const struct egress_config *cfg, struct err *err) {
         LOCK_SCOPE();
         const char *table = cfg->table ? cfg->table : EGRESS_TABLE_DEFAULT;
-        char why[256] = "";
+        struct err why = { 0 };
 
         if (!table_name_valid(table))
-                return nft_errf(err, errlen, -EINVAL, "egress table name \"%.64s\" must be 1..%d of [A-Za-z0-9_-]",
-                            table, TABLE_NAME_MAX);
+                return err_set(err, -EINVAL, "egress table name \"%.64s\" must be 1..%d of [A-Za-z0-9_-]",
+                               table, TABLE_NAME_MAX);
         size_t n_br = 0;
         for (; cfg->bridges && cfg->bridges[n_br]; n_br++) {
                 if (!ifname_valid(cfg->bridges[n_br]))
-                        return nft_errf(err, errlen, -EINVAL, "egress bridges[%zu] (\"%.32s\") is not an interface name",
-                                    n_br, cfg->bridges[n_br]);
+                        return err_set(err, -EINVAL, "egress bridges[%zu] (\"%.32s\") is not an interface name",
+                                       n_br, cfg->bridges[n_br]);
                 if (n_br >= EGRESS_MAX_BRIDGES)
-                        return nft_errf(err, errlen, -EINVAL, "egress bridges: at most %d", EGRESS_MAX_BRIDGES);
+                        return err_set(err, -EINVAL, "egress bridges: at most %d", EGRESS_MAX_BRIDGES);
         }
         if (n_br == 0)
-                return nft_errf(err, errlen, -EINVAL, "egress bridges: at least one sandbox bridge is required");
+                return err_set(err, -EINVAL, "egress bridges: at least one sandbox bridge is required");
         uint32_t resolver = 0;
         if (cfg->dns_resolver && !ipv4_parse(cfg->dns_resolver, &resolver))
-                return nft_errf(err, errlen, -EINVAL, "egress dns_resolver (\"%.64s\") is not an IPv4 address",
-                            cfg->dns_resolver);
+                return err_set(err, -EINVAL, "egress dns_resolver (\"%.64s\") is not an IPv4 address",
+                               cfg->dns_resolver);
 
         size_t n_deny = ELEMENTSOF(builtin_deny);
         for (size_t i = 0; cfg->deny_cidrs && cfg->deny_cidrs[i]; i++)
                 n_deny++;
         if (n_deny > EGRESS_MAX_DENY)
-                return nft_errf(err, errlen, -EINVAL, "egress deny_cidrs: at most %d", EGRESS_MAX_DENY);
+                return err_set(err, -EINVAL, "egress deny_cidrs: at most %d", EGRESS_MAX_DENY);
         _cleanup_free_ struct nft_range *deny = xnew0(struct nft_range, n_deny);
         size_t k = 0;
         for (size_t i = 0; i < ELEMENTSOF(builtin_deny); i++)
-                if (parse_cidr(builtin_deny[i], &deny[k++], why, sizeof(why)) < 0)
+                if (parse_cidr(builtin_deny[i], &deny[k++], &why) < 0)
                         abort();
         for (size_t i = 0; cfg->deny_cidrs && cfg->deny_cidrs[i]; i++)
-                if (parse_cidr(cfg->deny_cidrs[i], &deny[k++], why, sizeof(why)) < 0)
-                        return nft_errf(err, errlen, -EINVAL, "egress deny_cidrs[%zu] (\"%.64s\") %s", i,
-                                    cfg->deny_cidrs[i], why);
+                if (parse_cidr(cfg->deny_cidrs[i], &deny[k++], &why) < 0)
+                        return err_set(err, -EINVAL, "egress deny_cidrs[%zu] (\"%.64s\") %s", i,
+                                       cfg->deny_cidrs[i], why.message);
         n_deny = nft_ranges_merge(deny, k);
 
-        int rb = require_br_netfilter(err, errlen);
+        int rb = require_br_netfilter(err);
         if (rb < 0)
                 return rb;
         struct init_args a = { .cfg = cfg, .table = table, .deny = deny, .n_deny = n_deny, .n_br = n_br,
                                .resolver = resolver };
-        int r = read_then_write(table, VIEW_CHAINS, fill_init, &a, err, errlen);
+        int r = read_then_write(table, VIEW_CHAINS, fill_init, &a, err);
         if (r < 0)
                 return r;
         strscpy(st.table, table, sizeof(st.table));
@@ -408,11 +406,11 @@ static bool elems_have_key(const struct nft_elem *v, size_t n, uint32_t key) {
         return false;
 }
 
-static int validate_policy(const struct egress_policy *p, struct nft_range **ret, size_t *ret_n, char *err, size_t errlen) {
+static int validate_policy(const struct egress_policy *p, struct nft_range **ret, size_t *ret_n, struct err *err) {
         if (!p->sandbox_id || !hexid_valid(p->sandbox_id))
-                return nft_errf(err, errlen, -EINVAL, "sandbox id must be %d lowercase hex characters", EGRESS_ID_LEN);
+                return err_set(err, -EINVAL, "sandbox id must be %d lowercase hex characters", EGRESS_ID_LEN);
         if (p->ip == 0 || p->ip == 0xffffffffu)
-                return nft_errf(err, errlen, -EINVAL, "sandbox %s: no usable IPv4 address", p->sandbox_id);
+                return err_set(err, -EINVAL, "sandbox %s: no usable IPv4 address", p->sandbox_id);
         switch (p->mode) {
         case PJ_EGRESS_OPEN:
         case PJ_EGRESS_DENY_ALL:
@@ -423,10 +421,10 @@ static int validate_policy(const struct egress_policy *p, struct nft_range **ret
                 break;
         }
         if (p->mode != PJ_EGRESS_RESTRICTED)
-                return nft_errf(err, errlen, -EINVAL, "sandbox %s: unknown egress mode %d", p->sandbox_id, (int) p->mode);
+                return err_set(err, -EINVAL, "sandbox %s: unknown egress mode %d", p->sandbox_id, (int) p->mode);
         if (p->n_allow > EGRESS_MAX_ALLOW || (p->n_allow > 0 && !p->allow))
-                return nft_errf(err, errlen, -EINVAL, "sandbox %s: at most %d allowlist addresses", p->sandbox_id,
-                            EGRESS_MAX_ALLOW);
+                return err_set(err, -EINVAL, "sandbox %s: at most %d allowlist addresses", p->sandbox_id,
+                               EGRESS_MAX_ALLOW);
         struct nft_range *v = xnew0(struct nft_range, p->n_allow ? p->n_allow : 1);
         for (size_t i = 0; i < p->n_allow; i++) {
                 const struct pj_allow_entry *e = &p->allow[i];
@@ -441,13 +439,13 @@ static int validate_policy(const struct egress_policy *p, struct nft_range **ret
                         continue;
                 case PJ_ALLOW_HOSTNAME:
                         free(v);
-                        return nft_errf(err, errlen, -EINVAL,
-                                    "sandbox %s: allow[%zu] is a hostname; resolve it into IPv4 entries first",
-                                    p->sandbox_id, i);
+                        return err_set(err, -EINVAL,
+                                       "sandbox %s: allow[%zu] is a hostname; resolve it into IPv4 entries first",
+                                       p->sandbox_id, i);
                 }
                 free(v);
-                return nft_errf(err, errlen, -EINVAL, "sandbox %s: allow[%zu] is not an IPv4 address or CIDR",
-                            p->sandbox_id, i);
+                return err_set(err, -EINVAL, "sandbox %s: allow[%zu] is not an IPv4 address or CIDR",
+                               p->sandbox_id, i);
         }
         *ret_n = nft_ranges_merge(v, p->n_allow);
         *ret = v;
@@ -497,13 +495,12 @@ static void fill_guard(struct nft_batch *b, const struct view *v, const char *ch
         b->family = 0;
 }
 
-static int fill_apply(struct nft_batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
+static int fill_apply(struct nft_batch *b, const struct view *v, void *ud, struct err *err) {
         struct apply_args *a = ud;
         const struct egress_policy *p = a->p;
         a->was_mapped = a->taken_over = false;          /* this attempt's view decides */
         const char *table = st.table, *chain = a->chain, *set = a->set;
         (void) err;
-        (void) errlen;
         nft_add_chain(b, table, chain, -1, 0);
         nft_chain_op(b, NFT_MSG_DELRULE, table, chain);
         nft_add_set(b, table, set, true, false);
@@ -556,42 +553,39 @@ static int fill_apply(struct nft_batch *b, const struct view *v, void *ud, char 
         return 1;
 }
 
-int egress_apply(const struct egress_policy *p, char *err, size_t errlen) {
+int egress_apply(const struct egress_policy *p, struct err *err) {
         LOCK_SCOPE();
         _cleanup_free_ struct nft_range *allow = NULL;
         size_t n_allow = 0;
-        int r = validate_policy(p, &allow, &n_allow, err, errlen);
+        int r = validate_policy(p, &allow, &n_allow, err);
         if (r < 0)
                 return r;
         if (!st.ready)
-                return nft_errf(err, errlen, -ENOTCONN, "egress is not initialised");
+                return err_set(err, -ENOTCONN, "egress is not initialised");
         struct apply_args a = { .p = p, .allow = allow, .n_allow = n_allow };
         sbx_names(p->sandbox_id, a.chain, a.set);
         /* The port first: a sandbox whose port cannot be found is not applied (fail closed). */
-        if (p->pid && (r = egress_port_of_pid(p->pid, (const char *const *) st.bridges, a.port, a.mac, err, errlen)) < 0)
+        if (p->pid && (r = egress_port_of_pid(p->pid, (const char *const *) st.bridges, a.port, a.mac, err)) < 0)
                 return r;
-        r = read_then_write(st.table, VIEW_ELEMS | (a.port[0] ? VIEW_PORTS : 0), fill_apply, &a, err, errlen);
+        r = read_then_write(st.table, VIEW_ELEMS | (a.port[0] ? VIEW_PORTS : 0), fill_apply, &a, err);
         /* The new policy is in force: end what it forbids (retries of read_then_write
          * may have collected an address twice; gone_add keeps one). */
         for (size_t i = 0; r >= 0 && i < a.n_gone; i++)
-                r = conntrack_revoke(a.gone[i], NULL, 0, err, errlen);
+                r = conntrack_revoke(a.gone[i], NULL, 0, err);
         /* An address another sandbox held: whatever it opened is not this one's to use.
          * One that led nowhere had no egress (fail closed): nothing to end. */
         if (r >= 0 && a.taken_over)
-                r = conntrack_revoke(p->ip, NULL, 0, err, errlen);
+                r = conntrack_revoke(p->ip, NULL, 0, err);
         else if (r >= 0 && a.was_mapped && conntrack_policy_tightens(p->sandbox_id, p->mode, allow, n_allow))
-                r = conntrack_revoke(p->ip, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0, err, errlen);
+                r = conntrack_revoke(p->ip, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0, err);
         free(a.gone);
         if (r >= 0)
                 conntrack_policy_set(p->sandbox_id, p->mode, allow, p->mode == PJ_EGRESS_RESTRICTED ? n_allow : 0);
         else
                 conntrack_policy_forget(p->sandbox_id);     /* unknown now: the next apply sweeps */
-        if (r < 0) {
-                char why[400];
-                strscpy(why, err ? err : "", sizeof(why));
-                return nft_errf(err, errlen, r, "the new rules are in force, but the connections they forbid could not be "
-                                            "ended: %s", why);
-        }
+        if (r < 0)
+                return err_set(err, r, "the new rules are in force, but the connections they forbid could not be "
+                                       "ended: %.399s", err ? err->message : "");
         return 0;
 }
 
@@ -602,12 +596,11 @@ struct remove_args {
         size_t n_gone;
 };
 
-static int fill_remove(struct nft_batch *b, const struct view *v, void *ud, char *err, size_t errlen) {
+static int fill_remove(struct nft_batch *b, const struct view *v, void *ud, struct err *err) {
         struct remove_args *a = ud;
         const char *table = st.table;
         bool any = false;
         (void) err;
-        (void) errlen;
         /* Order matters (PROTOCOLS.md 4): map elements, flush, chain, set. */
         for (size_t i = 0; i < v->n_map; i++) {
                 if (!streq(v->map[i].chain, a->chain))
@@ -649,19 +642,19 @@ static int fill_remove(struct nft_batch *b, const struct view *v, void *ud, char
         return any ? 1 : 0;
 }
 
-int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen) {
+int egress_remove(const char *sandbox_id, uint32_t ip, struct err *err) {
         LOCK_SCOPE();
         if (!sandbox_id || !hexid_valid(sandbox_id))
-                return nft_errf(err, errlen, -EINVAL, "sandbox id must be %d lowercase hex characters", EGRESS_ID_LEN);
+                return err_set(err, -EINVAL, "sandbox id must be %d lowercase hex characters", EGRESS_ID_LEN);
         if (!st.ready)
-                return nft_errf(err, errlen, -ENOTCONN, "egress is not initialised");
+                return err_set(err, -ENOTCONN, "egress is not initialised");
         struct remove_args a = { .ip = ip };
         sbx_names(sandbox_id, a.chain, a.set);
-        int r = read_then_write(st.table, VIEW_ELEMS | VIEW_CHAINS | VIEW_SETS | VIEW_PORTS, fill_remove, &a, err, errlen);
+        int r = read_then_write(st.table, VIEW_ELEMS | VIEW_CHAINS | VIEW_SETS | VIEW_PORTS, fill_remove, &a, err);
         conntrack_policy_forget(sandbox_id);
         /* Paused or gone: nothing it opened from the addresses it held may go on. */
         for (size_t i = 0; r >= 0 && i < a.n_gone; i++)
-                r = conntrack_revoke(a.gone[i], NULL, 0, err, errlen);
+                r = conntrack_revoke(a.gone[i], NULL, 0, err);
         free(a.gone);
         return r < 0 ? r : 0;
 }

@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
 #include "pj_egress.h"
 
 #define EGRESS_TABLE_DEFAULT "paddock"
@@ -62,7 +63,7 @@ struct egress_config {
  * with another priority they are deleted and recreated in the same batch.
  * On success stores a copy of cfg for the other calls.
  * Returns 0, -EINVAL (bad config; err says which field), or the kernel's -errno. */
-int egress_init(const struct egress_config *cfg, char *err, size_t errlen);
+int egress_init(const struct egress_config *cfg, struct err *err);
 
 struct egress_policy {
         const char *sandbox_id;                 /* 24 lowercase hex */
@@ -89,7 +90,7 @@ struct egress_policy {
  * deny_all. So tightening ends running connections, not only new ones.
  * Returns 0, -EINVAL (bad id, mode or entry), -ENOTCONN (no egress_init), or the
  * kernel's -errno (for a failed conntrack deletion the rules are in force; err says so). */
-int egress_apply(const struct egress_policy *p, char *err, size_t errlen);
+int egress_apply(const struct egress_policy *p, struct err *err);
 /*
  * The guard (same batch, table bridge <table>): a sandbox's policy is keyed on its source
  * address, and a sandbox runs with every capability inside gVisor, so its bridge port is
@@ -105,14 +106,13 @@ int egress_apply(const struct egress_policy *p, char *err, size_t errlen);
 /* The bridge port of the sandbox whose network namespace host process pid is in (the host
  * end of its veth on one of bridges) and the MAC of its other end. 0, or -errno with the
  * reason (no port, several, the process gone). port.c. */
-int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[16], uint8_t mac[6], char *err,
-                       size_t errlen);
+int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[16], uint8_t mac[6], struct err *err);
 
 /* Removes everything of sandbox_id in one batch: map elements that jump to its
  * chain, ip from dns_clients (only if no other sandbox maps that ip), the chain
  * and the set; then deletes the conntrack entries of connections it opened from the
  * addresses it held. Idempotent: 0 when nothing is there. ip may be 0 (unknown). */
-int egress_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen);
+int egress_remove(const char *sandbox_id, uint32_t ip, struct err *err);
 
 /* Sandbox IDs that have a chain in the table (for the reaper), as a
  * NULL-terminated array the caller frees with strv_free() (strutil.h).

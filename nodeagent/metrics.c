@@ -157,7 +157,7 @@ char *agent_metrics_render(void) {
         return b.buf ? b.buf : xstrdup("");
 }
 
-int agent_metrics_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len, char *err, size_t errlen) {
+int agent_metrics_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len, struct err *err) {
         struct sockaddr_storage ss = { 0 };
         char host[64];
         const char *colon;
@@ -181,20 +181,16 @@ int agent_metrics_parse_listen(const char *s, struct sockaddr_storage *ret, sock
         struct sockaddr_in *a4 = (struct sockaddr_in *) &ss;
         struct sockaddr_in6 *a6 = (struct sockaddr_in6 *) &ss;
         if (s[0] != '[' && inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
-                if ((ntohl(a4->sin_addr.s_addr) >> 24) != 127) {
-                        snprintf(err, errlen, "%s is not a loopback address: /metrics is unauthenticated, serve it on 127.0.0.1 "
-                                              "(scrape through a local proxy or an SSH tunnel)", host);
-                        return -EINVAL;
-                }
+                if ((ntohl(a4->sin_addr.s_addr) >> 24) != 127)
+                        return err_set(err, -EINVAL, "%s is not a loopback address: /metrics is unauthenticated, serve it on 127.0.0.1 "
+                                                     "(scrape through a local proxy or an SSH tunnel)", host);
                 a4->sin_family = AF_INET;
                 a4->sin_port = htons((uint16_t) port);
                 *ret_len = sizeof(*a4);
         } else if (s[0] == '[' && inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
-                if (!IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr)) {
-                        snprintf(err, errlen, "%s is not a loopback address: /metrics is unauthenticated, serve it on [::1]",
-                                 host);
-                        return -EINVAL;
-                }
+                if (!IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr))
+                        return err_set(err, -EINVAL, "%s is not a loopback address: /metrics is unauthenticated, serve it on [::1]",
+                                       host);
                 a6->sin6_family = AF_INET6;
                 a6->sin6_port = htons((uint16_t) port);
                 *ret_len = sizeof(*a6);
@@ -203,8 +199,7 @@ int agent_metrics_parse_listen(const char *s, struct sockaddr_storage *ret, sock
         *ret = ss;
         return 0;
 bad:
-        snprintf(err, errlen, "'%s' is not ADDRESS:PORT (e.g. 127.0.0.1:9464 or [::1]:9464)", s);
-        return -EINVAL;
+        return err_set(err, -EINVAL, "'%s' is not ADDRESS:PORT (e.g. 127.0.0.1:9464 or [::1]:9464)", s);
 }
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -247,13 +242,13 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
         log_debug("metrics listener: %s", buf);
 }
 
-int agent_metrics_start(const struct agent_config *cfg, char *err, size_t errlen) {
+int agent_metrics_start(const struct agent_config *cfg, struct err *err) {
         struct sockaddr_storage ss;
         socklen_t len;
         int r;
         if (!cfg->metrics_listen)
                 return 0;
-        if ((r = agent_metrics_parse_listen(cfg->metrics_listen, &ss, &len, err, errlen)) < 0)
+        if ((r = agent_metrics_parse_listen(cfg->metrics_listen, &ss, &len, err)) < 0)
                 return r;
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
         if (ss.ss_family == AF_INET6)
@@ -262,10 +257,8 @@ int agent_metrics_start(const struct agent_config *cfg, char *err, size_t errlen
                                    MHD_OPTION_CONNECTION_LIMIT, (unsigned) 8, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned) 8,
                                    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) 5, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                                    MHD_OPTION_END);
-        if (!daemon_) {
-                snprintf(err, errlen, "cannot listen on %s (in use, or not an address of this host)", cfg->metrics_listen);
-                return -EADDRINUSE;
-        }
+        if (!daemon_)
+                return err_set(err, -EADDRINUSE, "cannot listen on %s (in use, or not an address of this host)", cfg->metrics_listen);
         return 0;
 }
 

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "err.h"
+
 struct agent_config;
 
 /* One handled egress.apply: its duration and whether it succeeded. */
@@ -44,9 +46,9 @@ char *agent_metrics_render(void);
 /* Parses "[metrics] listen": "IPv4:port" or "[IPv6]:port" on a loopback address
  * (127.0.0.0/8, ::1), port 1..65535. Returns 0, or -EINVAL with the reason in err
  * (no file prefix). */
-int agent_metrics_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len, char *err, size_t errlen);
+int agent_metrics_parse_listen(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len, struct err *err);
 
 /* Serves GET /metrics on cfg's listen address (nothing when it is unset). At most 8
  * connections, 5 s each. Returns 0 or -errno with the reason in err. */
-int agent_metrics_start(const struct agent_config *cfg, char *err, size_t errlen);
+int agent_metrics_start(const struct agent_config *cfg, struct err *err);
 void agent_metrics_stop(void);

@@ -91,24 +91,21 @@ static int owner_n(struct owner_count *t, size_t n, const char *id) {
 
 /* Takes a place for one lookup of sandbox (account may be ""): 0, or -EBUSY / -EDQUOT with
  * the reason in err. */
-static int budget_take(const char *sandbox, const char *account, char *err, size_t errlen) {
+static int budget_take(const char *sandbox, const char *account, struct err *err) {
         int r = 0;
         pthread_mutex_lock(&budget_lock);
         if (atomic_load(&lookups_running) >= LOOKUPS_MAX) {
-                snprintf(err, errlen, "the node has %d hostname lookups outstanding, its limit", LOOKUPS_MAX);
-                r = -EBUSY;
+                r = err_set(err, -EBUSY, "the node has %d hostname lookups outstanding, its limit", LOOKUPS_MAX);
         } else if (owner_n(by_sandbox, n_by_sandbox, sandbox) >= LOOKUPS_PER_SANDBOX) {
-                snprintf(err, errlen,
-                         "this sandbox already has %d hostname lookups outstanding (names whose nameserver did not "
-                         "answer in time); try again when they end",
-                         LOOKUPS_PER_SANDBOX);
-                r = -EDQUOT;
+                r = err_set(err, -EDQUOT,
+                            "this sandbox already has %d hostname lookups outstanding (names whose nameserver did not "
+                            "answer in time); try again when they end",
+                            LOOKUPS_PER_SANDBOX);
         } else if (*account && owner_n(by_account, n_by_account, account) >= LOOKUPS_PER_ACCOUNT) {
-                snprintf(err, errlen,
-                         "this account's sandboxes already have %d hostname lookups outstanding on this node (names "
-                         "whose nameserver did not answer in time); try again when they end",
-                         LOOKUPS_PER_ACCOUNT);
-                r = -EDQUOT;
+                r = err_set(err, -EDQUOT,
+                            "this account's sandboxes already have %d hostname lookups outstanding on this node (names "
+                            "whose nameserver did not answer in time); try again when they end",
+                            LOOKUPS_PER_ACCOUNT);
         } else {
                 atomic_fetch_add(&lookups_running, 1);
                 owner_add(by_sandbox, &n_by_sandbox, sandbox);
@@ -175,9 +172,8 @@ static void *lookup_main(void *ud) {
         return NULL;
 }
 
-static int lookup_start(const char *host, const char *sandbox, const char *account, struct lookup **ret, char *err,
-                        size_t errlen) {
-        int r = budget_take(sandbox, account, err, errlen);
+static int lookup_start(const char *host, const char *sandbox, const char *account, struct lookup **ret, struct err *err) {
+        int r = budget_take(sandbox, account, err);
         if (r < 0)
                 return r;
         struct lookup *l = xnew0(struct lookup, 1);
@@ -195,7 +191,7 @@ static int lookup_start(const char *host, const char *sandbox, const char *accou
         r = thread_create_nosig(&t, &at, lookup_main, l);
         pthread_attr_destroy(&at);
         if (r < 0) {
-                snprintf(err, errlen, "%s", strerror(-r));
+                err_set(err, r, "%s", strerror(-r));
                 budget_give(sandbox, account);
                 pthread_mutex_destroy(&l->mu);
                 pthread_cond_destroy(&l->cv);
@@ -227,13 +223,10 @@ static int64_t wall_ms(void) {
 static int timeout_ms = NAMES_TIMEOUT_DEFAULT_MS, interval_ms = NAMES_INTERVAL_DEFAULT_MS;
 
 /* Appends one entry to the request, bounded: over EGRESS_MAX_ALLOW -> -E2BIG. */
-static int allow_append(struct ps_egress_apply *req, uint32_t addr, int prefix, const char *entry, char *err,
-                        size_t errlen) {
-        if (req->n_allow >= EGRESS_MAX_ALLOW) {
-                snprintf(err, errlen, "the allowlist expands to more than %d addresses (at %s); nothing was changed",
-                         EGRESS_MAX_ALLOW, entry);
-                return -E2BIG;
-        }
+static int allow_append(struct ps_egress_apply *req, uint32_t addr, int prefix, const char *entry, struct err *err) {
+        if (req->n_allow >= EGRESS_MAX_ALLOW)
+                return err_set(err, -E2BIG, "the allowlist expands to more than %d addresses (at %s); nothing was changed",
+                               EGRESS_MAX_ALLOW, entry);
         req->allow[req->n_allow++] = (struct ps_allow) { .addr = addr, .prefix = (uint8_t) prefix };
         return 0;
 }
@@ -267,7 +260,7 @@ struct names_apply *names_apply_free(struct names_apply *a) {
 }
 
 int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, uint32_t pid, const struct pj_egress *pol,
-                      struct names_apply **ret, char *err, size_t errlen) {
+                      struct names_apply **ret, struct err *err) {
         if (!account)
                 account = "";
         struct names_apply *a = xnew0(struct names_apply, 1);
@@ -281,19 +274,18 @@ int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, 
         a->lk = xnew0(struct lookup *, a->n ? a->n : 1);
         int r = 0;
         for (size_t i = 0; i < a->n; i++) {
-                char why[256];
-                if (pj_allow_entry_parse(a->pol.allow[i], &a->e[i], NULL, 0, why, sizeof(why)) < 0) {
-                        snprintf(err, errlen, "allow entry %s %s", a->pol.allow[i], why);
-                        r = -EINVAL;
+                struct err why = { 0 };
+                if (pj_allow_entry_parse(a->pol.allow[i], &a->e[i], NULL, 0, &why) < 0) {
+                        r = err_set(err, -EINVAL, "allow entry %s %s", a->pol.allow[i], why.message);
                         break;
                 }
         }
         /* Every name at once, under one deadline. */
         for (size_t i = 0; r == 0 && i < a->n; i++) {
-                char why[256];
+                struct err why = { 0 };
                 if (a->e[i].kind == PJ_ALLOW_HOSTNAME &&
-                    (r = lookup_start(a->e[i].host, sandbox_id, account, &a->lk[i], why, sizeof(why))) < 0)
-                        snprintf(err, errlen, "cannot resolve %s now: %s", a->e[i].host, why);
+                    (r = lookup_start(a->e[i].host, sandbox_id, account, &a->lk[i], &why)) < 0)
+                        err_set(err, r, "cannot resolve %s now: %s", a->e[i].host, why.message);
         }
         a->deadline = mono_ms() + timeout_ms;
         if (r < 0) {
@@ -324,8 +316,7 @@ bool names_policy_resolves(const struct pj_egress *pol) {
                 return false;
         for (size_t i = 0; i < pol->n_allow; i++) {
                 struct pj_allow_entry e;
-                char why[256];
-                if (pj_allow_entry_parse(pol->allow[i], &e, NULL, 0, why, sizeof(why)) >= 0 && e.kind == PJ_ALLOW_HOSTNAME)
+                if (pj_allow_entry_parse(pol->allow[i], &e, NULL, 0, NULL) >= 0 && e.kind == PJ_ALLOW_HOSTNAME)
                         return true;
         }
         return false;
@@ -334,7 +325,7 @@ bool names_policy_resolves(const struct pj_egress *pol) {
 /* The egress child's request from a's answers, waiting for them up to a's deadline
  * (at once when names_apply_ready). Each append bounded; on failure -errno, reason in err. */
 static int build_from(struct names_apply *a, struct ps_egress_apply *req, struct pj_node_resolved **ret_resolved,
-                      size_t *ret_n, char *err, size_t errlen) {
+                      size_t *ret_n, struct err *err) {
         memset(req, 0, sizeof(*req));
         req->hdr.type = PS_EGRESS_APPLY;
         strscpy(req->sandbox_id, a->sandbox_id, sizeof(req->sandbox_id));
@@ -353,16 +344,13 @@ static int build_from(struct names_apply *a, struct ps_egress_apply *req, struct
                         continue;
                 int w = lookup_wait(l, a->deadline);
                 if (r == 0 && w < 0) {
-                        snprintf(err, errlen, "resolving %s took longer than %d ms; nothing was changed", l->host,
-                                 timeout_ms);
-                        r = -ETIMEDOUT;
+                        r = err_set(err, -ETIMEDOUT, "resolving %s took longer than %d ms; nothing was changed", l->host,
+                                    timeout_ms);
                 } else if (r == 0 && l->gai != 0) {
-                        snprintf(err, errlen, "cannot resolve %s: %s", l->host, gai_strerror(l->gai));
-                        r = -EHOSTUNREACH;
+                        r = err_set(err, -EHOSTUNREACH, "cannot resolve %s: %s", l->host, gai_strerror(l->gai));
                 } else if (r == 0 && l->n > NAMES_MAX_ADDRS_PER_NAME) {
-                        snprintf(err, errlen, "%s resolves to more than %d addresses; nothing was changed", l->host,
-                                 NAMES_MAX_ADDRS_PER_NAME);
-                        r = -E2BIG;
+                        r = err_set(err, -E2BIG, "%s resolves to more than %d addresses; nothing was changed", l->host,
+                                    NAMES_MAX_ADDRS_PER_NAME);
                 }
                 /* The lookup finished (w == 0): its fields are final; read them under no lock. */
                 if (r == 0) {
@@ -379,10 +367,10 @@ static int build_from(struct names_apply *a, struct ps_egress_apply *req, struct
         for (size_t i = 0; r == 0 && i < n; i++)
                 if (a->e[i].kind != PJ_ALLOW_HOSTNAME)
                         r = allow_append(req, a->e[i].addr, a->e[i].kind == PJ_ALLOW_IPV4 ? 32 : a->e[i].prefix,
-                                         a->pol.allow[i], err, errlen);
+                                         a->pol.allow[i], err);
         for (size_t i = 0; r == 0 && i < n_rv; i++)
                 for (size_t k = 0; r == 0 && k < rv[i].n_addrs; k++)
-                        r = allow_append(req, rv[i].addrs[k], 32, rv[i].name, err, errlen);
+                        r = allow_append(req, rv[i].addrs[k], 32, rv[i].name, err);
         if (r < 0) {
                 free(rv);
                 return r;
@@ -393,13 +381,12 @@ static int build_from(struct names_apply *a, struct ps_egress_apply *req, struct
 }
 
 int names_build(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
-                struct ps_egress_apply *req, struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err,
-                size_t errlen) {
+                struct ps_egress_apply *req, struct pj_node_resolved **ret_resolved, size_t *ret_n, struct err *err) {
         struct names_apply *a = NULL;
-        int r = names_apply_start(sandbox_id, account, ip, 0, pol, &a, err, errlen);   /* the binding stays */
+        int r = names_apply_start(sandbox_id, account, ip, 0, pol, &a, err);   /* the binding stays */
         if (r < 0)
                 return r;
-        r = build_from(a, req, ret_resolved, ret_n, err, errlen);
+        r = build_from(a, req, ret_resolved, ret_n, err);
         names_apply_free(a);
         return r;
 }
@@ -497,25 +484,25 @@ static void tracked_set(const char *id, const char *account, uint32_t ip, const 
         memcpy(t->resolved, rv, n_rv * sizeof(*rv));
 }
 
-static int call_apply(struct ps_egress_apply *req, char *err, size_t errlen) {
+static int call_apply(struct ps_egress_apply *req, struct err *err) {
         struct ps_result res;
         int r = privsep_call(PS_CHILD_EGRESS, req, sizeof(*req), &res);
         if (r == -EPIPE || r == -ENOTCONN)
-                snprintf(err, errlen, "the egress process is not running on this node");
+                err_set(err, r, "the egress process is not running on this node");
         else if (r < 0)
-                snprintf(err, errlen, "%s", res.msg);
+                err_set(err, r, "%s", res.msg);
         return r;
 }
 
-int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *err, size_t errlen) {
+int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, struct err *err) {
         _cleanup_free_ struct ps_egress_apply *req = xnew0(struct ps_egress_apply, 1);
         struct pj_node_resolved *rv = NULL;
         size_t n_rv = 0;
         /* Resolution first, outside the lock: a slow name holds up no other apply. */
-        int r = build_from(a, req, &rv, &n_rv, err, errlen);
+        int r = build_from(a, req, &rv, &n_rv, err);
         if (r >= 0) {
                 pthread_mutex_lock(&apply_lock);
-                r = call_apply(req, err, errlen);
+                r = call_apply(req, err);
                 if (r >= 0)
                         tracked_set(a->sandbox_id, a->account, a->ip, &a->pol, rv, n_rv);
                 pthread_mutex_unlock(&apply_lock);
@@ -534,12 +521,12 @@ int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *e
 }
 
 int names_apply(const char *sandbox_id, const char *account, uint32_t ip, uint32_t pid, const struct pj_egress *pol,
-                struct pj_node_reply *out, char *err, size_t errlen) {
+                struct pj_node_reply *out, struct err *err) {
         struct names_apply *a = NULL;
-        int r = names_apply_start(sandbox_id, account, ip, pid, pol, &a, err, errlen);
+        int r = names_apply_start(sandbox_id, account, ip, pid, pol, &a, err);
         if (r < 0)
                 return r;
-        return names_apply_finish(a, out, err, errlen);
+        return names_apply_finish(a, out, err);
 }
 
 void names_forget(const char *sandbox_id) {
@@ -548,7 +535,7 @@ void names_forget(const char *sandbox_id) {
         pthread_mutex_unlock(&apply_lock);
 }
 
-int names_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen) {
+int names_remove(const char *sandbox_id, uint32_t ip, struct err *err) {
         struct ps_egress_remove req = { .hdr.type = PS_EGRESS_REMOVE, .ip = ip };
         struct ps_result res;
         strscpy(req.sandbox_id, sandbox_id, sizeof(req.sandbox_id));
@@ -558,9 +545,9 @@ int names_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen) 
                 tracked_drop(sandbox_id);
         pthread_mutex_unlock(&apply_lock);
         if (r == -EPIPE || r == -ENOTCONN)
-                snprintf(err, errlen, "the egress process is not running on this node");
+                err_set(err, r, "the egress process is not running on this node");
         else if (r < 0)
-                snprintf(err, errlen, "%s", res.msg);
+                err_set(err, r, "%s", res.msg);
         return r;
 }
 
@@ -599,11 +586,11 @@ int names_refresh_once(void) {
                 _cleanup_free_ struct ps_egress_apply *req = xnew0(struct ps_egress_apply, 1);
                 struct pj_node_resolved *rv = NULL;
                 size_t n_rv = 0;
-                char err[512] = "";
+                struct err err = { 0 };
                 log_ctx_set("SANDBOX_ID", snap[i].id);
-                int r = names_build(snap[i].id, snap[i].account, snap[i].ip, &pol, req, &rv, &n_rv, err, sizeof(err));
+                int r = names_build(snap[i].id, snap[i].account, snap[i].ip, &pol, req, &rv, &n_rv, &err);
                 if (r < 0) {
-                        log_warning("re-resolving the allowlist failed, the addresses confirmed last stay: %s", err);
+                        log_warning("re-resolving the allowlist failed, the addresses confirmed last stay: %s", err.message);
                         log_ctx_set("SANDBOX_ID", NULL);
                         continue;
                 }
@@ -611,7 +598,7 @@ int names_refresh_once(void) {
                 struct tracked *t = tracked_find(snap[i].id);
                 if (t && t->gen == snap[i].gen && !same_addrs(t->resolved, t->n_resolved, rv, n_rv)) {
                         int64_t t0 = mono_ms();
-                        r = call_apply(req, err, sizeof(err));
+                        r = call_apply(req, &err);
                         if (r >= 0) {
                                 update_push(t->id, rv, n_rv);
                                 free(t->resolved);
@@ -621,7 +608,7 @@ int names_refresh_once(void) {
                                 log_info("allowlisted names resolve differently now: the sandbox's set was swapped in %" PRId64 " ms",
                                          mono_ms() - t0);
                         } else
-                                log_warning("re-resolved allowlist could not be applied, the old one stays: %s", err);
+                                log_warning("re-resolved allowlist could not be applied, the old one stays: %s", err.message);
                 } else if (t && t->gen == snap[i].gen) {
                         /* Same answers: only the time of the last resolution moves. */
                         for (size_t k = 0; k < t->n_resolved && k < n_rv; k++)

@@ -42,16 +42,6 @@
 #define RECV_BUF (64 * 1024)
 #define ACK_TIMEOUT_MS 5000
 
-int nft_errf(char *err, size_t errlen, int r, const char *fmt, ...) {
-        if (err && errlen > 0) {
-                va_list ap;
-                va_start(ap, fmt);
-                vsnprintf(err, errlen, fmt, ap);
-                va_end(ap);
-        }
-        return r;
-}
-
 /* ---------------------------------------------------------------- netlink socket */
 
 int nft_open(struct mnl_socket **ret) {
@@ -437,7 +427,7 @@ static void parse_acks(const char *buf, size_t n, struct ack_state *s) {
 
 /* Sends the batch and checks one ACK per message. The first error wins;
  * its message is named in err. */
-int nft_batch_send(struct mnl_socket *nl, struct nft_batch *b, char *err, size_t errlen) {
+int nft_batch_send(struct mnl_socket *nl, struct nft_batch *b, struct err *err) {
         struct nlmsghdr *end = nftnl_batch_end(batch_room(b), b->seq++);
         nft_batch_commit(b, end);
 
@@ -450,7 +440,7 @@ int nft_batch_send(struct mnl_socket *nl, struct nft_batch *b, char *err, size_t
                 (void) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rsz, sizeof(rsz));
 
         if (mnl_socket_sendto(nl, b->buf, b->len) < 0)
-                return nft_errf(err, errlen, -errno, "sending the nftables batch failed: %m");
+                return err_set(err, -errno, "sending the nftables batch failed: %m");
 
         struct ack_state s = { 0 };
         _cleanup_free_ char *buf = xmalloc(RECV_BUF);
@@ -460,20 +450,20 @@ int nft_batch_send(struct mnl_socket *nl, struct nft_batch *b, char *err, size_t
                 if (r < 0 && errno == EINTR)
                         continue;
                 if (r < 0)
-                        return nft_errf(err, errlen, -errno, "waiting for nftables acks failed: %m");
+                        return err_set(err, -errno, "waiting for nftables acks failed: %m");
                 if (r == 0)
-                        return nft_errf(err, errlen, -ETIMEDOUT, "nftables acked %zu of %zu messages",
-                                    s.acks, b->n_acked);
+                        return err_set(err, -ETIMEDOUT, "nftables acked %zu of %zu messages",
+                                       s.acks, b->n_acked);
                 ssize_t n = recv(fd, buf, RECV_BUF, 0);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
-                        return nft_errf(err, errlen, -errno, "reading nftables acks failed: %m");
+                        return err_set(err, -errno, "reading nftables acks failed: %m");
                 parse_acks(buf, (size_t) n, &s);
         }
         if (s.error != 0)
-                return nft_errf(err, errlen, s.error, "nftables rejected %s: %s%s%s",
-                            batch_what(b, s.error_seq), strerror(-s.error),
-                            s.msg[0] ? ": " : "", s.msg);
+                return err_set(err, s.error, "nftables rejected %s: %s%s%s",
+                               batch_what(b, s.error_seq), strerror(-s.error),
+                               s.msg[0] ? ": " : "", s.msg);
         return 0;
 }

@@ -20,6 +20,7 @@
 #include <linux/netfilter.h>
 
 #include "cleanup.h"
+#include "err.h"
 #include "strutil.h"
 
 #define NFT_FAMILY NFPROTO_INET
@@ -39,10 +40,6 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_chain *, nftnl_chain_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_table *, nftnl_table_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_gen *, nftnl_gen_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_set_elems_iter *, nftnl_set_elems_iter_destroy)
-
-/* Fills err (when given) from fmt and returns r: the one way errors are reported here,
- * by egress.c and by conntrack.c. */
-int nft_errf(char *err, size_t errlen, int r, const char *fmt, ...) _printf_(4, 5);
 
 /* ---- the socket */
 /* A NETLINK_NETFILTER socket with extended acks; 0 or -errno. */
@@ -120,7 +117,7 @@ void nft_batch_commit(struct nft_batch *b, struct nlmsghdr *nlh);
         } while (0)
 /* Ends and sends the batch and checks one ACK per message. The first error wins;
  * its message is named in err. 0 or -errno. */
-int nft_batch_send(struct mnl_socket *nl, struct nft_batch *b, char *err, size_t errlen);
+int nft_batch_send(struct mnl_socket *nl, struct nft_batch *b, struct err *err);
 
 /* ---- IPv4 ranges */
 struct nft_range {

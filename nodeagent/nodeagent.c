@@ -12,17 +12,17 @@
  * then the parent drops every capability, its supplementary groups and the secrets only
  * the docker process needs, before it reads anything from the network. */
 static int start_children(struct agent_config *cfg) {
-        char err[512] = "";
+        struct err err = { 0 };
         int r;
         if (cfg->egress_enabled) {
                 /* Fail closed from the first moment: the table drops bridge traffic that has no
                  * confirmed policy before we accept any message. */
-                if ((r = agent_egress_init(cfg, err, sizeof(err))) < 0)
-                        return log_error_errno(r, "Cannot program the egress firewall: %s", err);
+                if ((r = agent_egress_init(cfg, &err)) < 0)
+                        return log_error_errno(r, "Cannot program the egress firewall: %s", err.message);
                 log_info("egress firewall ready (table inet %s)", cfg->egress_table);
         }
-        if ((r = privsep_spawn(PS_CHILD_DOCKER, cfg, err, sizeof(err))) < 0)
-                return log_error_errno(r, "Cannot start the docker process: %s", err);
+        if ((r = privsep_spawn(PS_CHILD_DOCKER, cfg, &err)) < 0)
+                return log_error_errno(r, "Cannot start the docker process: %s", err.message);
         const char *net = privsep_ready_note(PS_CHILD_DOCKER);
         if (!strcmp(net, "network=host"))
                 log_warning("sandboxes on this node run with gVisor's HOST network mode ([agent] runtime_network = %s): "
@@ -32,10 +32,10 @@ static int start_children(struct agent_config *cfg) {
         else if (startswith(net, "network="))
                 log_info("sandboxes on this node run with gVisor's %s network mode ([agent] runtime_network = %s)",
                          net + strlen("network="), cfg->runtime_network);
-        if ((r = privsep_spawn(PS_CHILD_LOOKUP, cfg, err, sizeof(err))) < 0)
-                return log_error_errno(r, "Cannot start the lookup process: %s", err);
-        if (cfg->relay_listen && (r = privsep_spawn(PS_CHILD_RELAY, cfg, err, sizeof(err))) < 0)
-                return log_error_errno(r, "Cannot start the relay process: %s", err);
+        if ((r = privsep_spawn(PS_CHILD_LOOKUP, cfg, &err)) < 0)
+                return log_error_errno(r, "Cannot start the lookup process: %s", err.message);
+        if (cfg->relay_listen && (r = privsep_spawn(PS_CHILD_RELAY, cfg, &err)) < 0)
+                return log_error_errno(r, "Cannot start the relay process: %s", err.message);
         /* The docker group is root on the host through its socket, and the registry
          * credentials are the node's push rights: both stay with the docker process alone. */
         agent_config_scrub_docker_secrets(cfg);
@@ -52,7 +52,7 @@ int nodeagent_main(int argc, char **argv) {
         const char *conf = "/etc/paddock/nodeagent.conf";
         bool foreground = false, check = false;
         struct agent_config cfg;
-        char err[1024] = "";
+        struct err err = { 0 };
         int opt;
 
         while ((opt = getopt(argc, argv, "dnf:h")) != -1) {
@@ -69,8 +69,8 @@ int nodeagent_main(int argc, char **argv) {
                 }
         }
         log_open("nodeagent", foreground ? LOG_TARGET_STDERR : LOG_TARGET_AUTO);
-        if (agent_config_load(conf, &cfg, err, sizeof(err)) < 0) {
-                fprintf(stderr, "%s\n", err);
+        if (agent_config_load(conf, &cfg, &err) < 0) {
+                fprintf(stderr, "%s\n", err.message);
                 return 1;
         }
         if (check) {
@@ -79,9 +79,9 @@ int nodeagent_main(int argc, char **argv) {
                 return 0;
         }
         log_set_max_level(log_level_from_string(cfg.log_level));
-        int r = nomad_self_resolve_node_id(&cfg, 30000, err, sizeof(err));
+        int r = nomad_self_resolve_node_id(&cfg, 30000, &err);
         if (r < 0) {
-                log_error("%s", err);
+                log_error("%s", err.message);
                 agent_config_done(&cfg);
                 return 1;
         }
@@ -89,12 +89,12 @@ int nodeagent_main(int argc, char **argv) {
         if (r >= 0 && (r = snapshot_start(&cfg)) < 0)
                 log_error_errno(r, "Cannot start the snapshot worker: %m");
         /* /metrics in the parent, which holds no capability by now. */
-        if (r >= 0 && (r = agent_metrics_start(&cfg, err, sizeof(err))) < 0)
-                log_error("Cannot serve /metrics: %s", err);
+        if (r >= 0 && (r = agent_metrics_start(&cfg, &err)) < 0)
+                log_error("Cannot serve /metrics: %s", err.message);
         else if (r >= 0 && cfg.metrics_listen)
                 log_info("serving /metrics on %s", cfg.metrics_listen);
-        if (r >= 0 && (r = relay_start(&cfg, err, sizeof(err))) < 0)
-                log_error("Cannot start the agent relay: %s", err);
+        if (r >= 0 && (r = relay_start(&cfg, &err)) < 0)
+                log_error("Cannot start the agent relay: %s", err.message);
         else if (r >= 0 && cfg.relay_listen)
                 log_info("relaying to in-sandbox agents on %s%s (sockets under %s/volumes)", cfg.relay_listen,
                          cfg.relay_tls_cert ? " with TLS" : "",

@@ -8,6 +8,7 @@
 
 #include "amqp.h"
 #include "egress.h"
+#include "err.h"
 
 struct agent_config {
         char *node_id;        /* routing key of this node's queue (the Nomad node ID in production) */
@@ -53,7 +54,7 @@ struct agent_config {
 /* relay.c, in the parent: listens on [relay] listen and serves each connection on a thread
  * of its own (at most max_connections): the handshake of pj_relay.h, the agent socket's fd
  * from the relay child, then bytes both ways through bounded buffers. 0 or -errno with err. */
-int relay_start(const struct agent_config *cfg, char *err, size_t errlen);
+int relay_start(const struct agent_config *cfg, struct err *err);
 void relay_stop(void);
 /* Connections being relayed now (metrics, tests). */
 int relay_active(void);
@@ -77,20 +78,20 @@ char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t l
 
 /* nomad-self.c: node_id = nomad. The client node id from GET /v1/agent/self
  * (stats.client.node_id) of the local agent at [nomad] address; -errno with err set. */
-int nomad_self_node_id(const struct agent_config *cfg, char **ret, char *err, size_t errlen);
+int nomad_self_node_id(const struct agent_config *cfg, char **ret, struct err *err);
 /* The node id in an /v1/agent/self answer; -ENOENT when the agent runs no client. */
 int nomad_self_parse(const char *body, size_t len, char **ret);
 /* Replaces node_id = nomad with the id the local agent reports, retrying for up to
  * timeout_ms (the agent may start after us). 0 when there was nothing to do or it worked. */
-int nomad_self_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, size_t errlen);
+int nomad_self_resolve_node_id(struct agent_config *cfg, long timeout_ms, struct err *err);
 
 /* agent.c: starts the egress child, which programs the firewall from [egress];
  * returns its result (0, or its -errno with its reason in err). */
-int agent_egress_init(const struct agent_config *cfg, char *err, size_t errlen);
+int agent_egress_init(const struct agent_config *cfg, struct err *err);
 
 /* config.c: reads path ([snapshot] included); on failure -errno with "file: [section] key: ..."
  * in err and *ret zeroed. agent_config_done frees what it holds. */
-int agent_config_load(const char *path, struct agent_config *ret, char *err, size_t errlen);
+int agent_config_load(const char *path, struct agent_config *ret, struct err *err);
 void agent_config_done(struct agent_config *c);
 
 /* agent.c: the one channel of the consumer's connection (reconcile.c publishes on it too). */
@@ -238,7 +239,7 @@ struct ps_result {
 /* Forks the child (egress: with cfg's [egress], programming the base table first)
  * and waits for its PS_READY. Returns the child's start-up result: 0, or -errno with
  * its reason in err (the child is gone then). */
-int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err, size_t errlen);
+int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, struct err *err);
 /* What the child said when it became ready ("" for most; the docker process says
  * "network=<mode>", the gVisor network mode of [agent] runtime_network). */
 const char *privsep_ready_note(enum ps_child kind);
@@ -259,7 +260,7 @@ int privsep_call_fd(enum ps_child kind, void *req, size_t len, long timeout_ms, 
 /* For tests: sends buf as it is and waits for the result, like privsep_call. */
 int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret);
 /* false (why filled) when a started child has died or broke the protocol. */
-bool privsep_healthy(char *why, size_t whylen);
+bool privsep_healthy(struct err *why);
 /* true once a child has been found dead or broken (by privsep_healthy or a call).
  * Never blocks: for the watchdog thread while a call is in progress. */
 bool privsep_failed(void);
@@ -300,15 +301,14 @@ void names_configure(int64_t resolve_timeout_ms, int64_t resolve_interval_ms);
  * EGRESS_MAX_ALLOW and each name by NAMES_MAX_ADDRS_PER_NAME. On success *ret_resolved
  * (free()) says what each name gave; on failure -errno with the reason in err. */
 int names_build(const char *sandbox_id, const char *account, uint32_t ip, const struct pj_egress *pol,
-                struct ps_egress_apply *req, struct pj_node_resolved **ret_resolved, size_t *ret_n, char *err,
-                size_t errlen);
+                struct ps_egress_apply *req, struct pj_node_resolved **ret_resolved, size_t *ret_n, struct err *err);
 /* Resolves, has the egress child apply (with pid, a host process in the sandbox's network
  * namespace, its bridge port bound to it; 0 leaves the binding as it is), and remembers the
  * policy for refreshes; fills
  * out->applied_at_ms and out->resolved. Fails closed: on error nothing changed.
  * Blocks for up to the resolution bound: names_apply_start + names_apply_finish. */
 int names_apply(const char *sandbox_id, const char *account, uint32_t ip, uint32_t pid, const struct pj_egress *pol,
-                struct pj_node_reply *out, char *err, size_t errlen);
+                struct pj_node_reply *out, struct err *err);
 /* The same in two steps, for a caller that must not wait (the consumer loop):
  * names_apply_start checks pol's entries and starts looking up every hostname at once
  * (the deadline is now + the resolution bound); it keeps copies of what it needs.
@@ -322,13 +322,13 @@ int names_apply(const char *sandbox_id, const char *account, uint32_t ip, uint32
  * still running free their own state when they end. Accepts NULL, returns NULL. */
 struct names_apply;
 int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, uint32_t pid, const struct pj_egress *pol,
-                      struct names_apply **ret, char *err, size_t errlen);
+                      struct names_apply **ret, struct err *err);
 bool names_apply_ready(const struct names_apply *a);
 bool names_policy_resolves(const struct pj_egress *pol);
-int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, char *err, size_t errlen);
+int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, struct err *err);
 struct names_apply *names_apply_free(struct names_apply *a);
 /* Has the egress child remove the sandbox's rules and forgets its names. */
-int names_remove(const char *sandbox_id, uint32_t ip, char *err, size_t errlen);
+int names_remove(const char *sandbox_id, uint32_t ip, struct err *err);
 /* Stops refreshing sandbox_id (its rules were removed some other way: node.sync). */
 void names_forget(const char *sandbox_id);
 /* One refresh pass over every remembered policy (what the timer runs). Returns how many

@@ -22,8 +22,8 @@
 
 int nomad_self_parse(const char *body, size_t len, char **ret) {
         _cleanup_json_ cJSON *j = NULL;
-        char perr[128];
-        if (json_parse(body, len, 4 << 20, 64, &j, perr, sizeof(perr)) < 0)
+        struct err perr = { 0 };
+        if (json_parse(body, len, 4 << 20, 64, &j, &perr) < 0)
                 return -EBADMSG;
         const cJSON *client = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "stats"), "client");
         const char *id = json_get_str(client, "node_id");
@@ -37,7 +37,7 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
         return strbuf_append(ud, p, sz * n) < 0 ? 0 : sz * n;
 }
 
-int nomad_self_node_id(const struct agent_config *cfg, char **ret, char *err, size_t errlen) {
+int nomad_self_node_id(const struct agent_config *cfg, char **ret, struct err *err) {
         _cleanup_free_ char *url = xasprintf("%s/v1/agent/self", cfg->nomad_addr);
         _cleanup_free_ char *hdr = cfg->nomad_token[0] ? xasprintf("X-Nomad-Token: %s", cfg->nomad_token) : NULL;
         struct curl_slist *h = hdr ? curl_slist_append(NULL, hdr) : NULL;
@@ -45,10 +45,8 @@ int nomad_self_node_id(const struct agent_config *cfg, char **ret, char *err, si
         long status = 0;
         strbuf_init(&b, 4 << 20);
         CURL *c = curl_easy_init();
-        if (!c) {
-                fmt_err(err, errlen, "libcurl failed to start");
-                return -ENOMEM;
-        }
+        if (!c)
+                return err_set(err, -ENOMEM, "libcurl failed to start");
         curl_easy_setopt(c, CURLOPT_URL, url);
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -63,39 +61,36 @@ int nomad_self_node_id(const struct agent_config *cfg, char **ret, char *err, si
         curl_slist_free_all(h);
         int r;
         if (cc != CURLE_OK) {
-                fmt_err(err, errlen, "node_id = nomad: the Nomad agent at %s did not answer: %s", cfg->nomad_addr,
-                        curl_easy_strerror(cc));
-                r = -EHOSTUNREACH;
+                r = err_set(err, -EHOSTUNREACH, "node_id = nomad: the Nomad agent at %s did not answer: %s", cfg->nomad_addr,
+                            curl_easy_strerror(cc));
         } else if (status != 200) {
                 size_t k = strcspn(b.buf ? b.buf : "", "\r\n");
-                fmt_err(err, errlen, "node_id = nomad: GET %s/v1/agent/self answered %ld: %.*s%s", cfg->nomad_addr, status,
-                        (int) (k > 200 ? 200 : k), b.buf ? b.buf : "",
-                        status == 403 ? " (check [nomad] token: it needs agent:read)" : "");
-                r = status == 403 ? -EACCES : -EREMOTEIO;
+                r = err_set(err, status == 403 ? -EACCES : -EREMOTEIO, "node_id = nomad: GET %s/v1/agent/self answered %ld: %.*s%s",
+                            cfg->nomad_addr, status, (int) (k > 200 ? 200 : k), b.buf ? b.buf : "",
+                            status == 403 ? " (check [nomad] token: it needs agent:read)" : "");
         } else if ((r = nomad_self_parse(b.buf, b.len, ret)) < 0)
-                fmt_err(err, errlen, "node_id = nomad: the Nomad agent at %s %s", cfg->nomad_addr,
+                err_set(err, r, "node_id = nomad: the Nomad agent at %s %s", cfg->nomad_addr,
                         r == -ENOENT ? "runs no client (stats.client.node_id is missing): run nodeagent on a Nomad client"
                                      : "sent an answer that is not JSON");
         strbuf_done(&b);
         return r;
 }
 
-int nomad_self_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *err, size_t errlen) {
+int nomad_self_resolve_node_id(struct agent_config *cfg, long timeout_ms, struct err *err) {
         if (strcmp(cfg->node_id, "nomad") != 0)
                 return 0;
         int64_t deadline = mono_ms() + timeout_ms;
         for (unsigned attempt = 0;; attempt++) {
                 char *id = NULL;
-                int r = nomad_self_node_id(cfg, &id, err, errlen);
+                int r = nomad_self_node_id(cfg, &id, err);
                 if (r == 0) {
                         bool ok = *id != 0;
                         for (const char *p = id; *p; p++)
                                 ok = ok && ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
                                             *p == '-' || *p == '_' || *p == '.');
                         if (!ok || strlen(id) > 128) {
-                                fmt_err(err, errlen, "node_id = nomad: the Nomad agent reported a node id we cannot route by");
                                 free(id);
-                                return -EINVAL;
+                                return err_set(err, -EINVAL, "node_id = nomad: the Nomad agent reported a node id we cannot route by");
                         }
                         free(cfg->node_id);
                         cfg->node_id = id;
@@ -106,7 +101,7 @@ int nomad_self_resolve_node_id(struct agent_config *cfg, long timeout_ms, char *
                 if (r == -EACCES || r == -ENOENT || mono_ms() >= deadline)
                         return r;
                 if (attempt == 0)
-                        log_notice("%s; retrying for up to %lds", err, timeout_ms / 1000);
+                        log_notice("%s; retrying for up to %lds", err->message, timeout_ms / 1000);
                 usleep(1000 * 1000);
         }
 }

@@ -99,8 +99,7 @@ static int mac_cb(const struct nlmsghdr *nlh, void *data) {
         return MNL_CB_OK;
 }
 
-int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[IFNAMSIZ], uint8_t mac[6], char *err,
-                       size_t errlen) {
+int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[IFNAMSIZ], uint8_t mac[6], struct err *err) {
         unsigned br_idx[EGRESS_MAX_BRIDGES];
         size_t n_br = 0;
         for (size_t i = 0; bridges && bridges[i] && n_br < EGRESS_MAX_BRIDGES; i++) {
@@ -109,10 +108,10 @@ int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[IFNAM
                         br_idx[n_br++] = x;
         }
         if (n_br == 0)
-                return nft_errf(err, errlen, -ENODEV, "none of the sandbox bridges exists on this node");
+                return err_set(err, -ENODEV, "none of the sandbox bridges exists on this node");
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open(NETLINK_ROUTE);
         if (!nl || mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
-                return nft_errf(err, errlen, -errno, "cannot open a route netlink socket: %s", strerror(errno));
+                return err_set(err, -errno, "cannot open a route netlink socket: %s", strerror(errno));
         char buf[MNL_SOCKET_BUFFER_SIZE];
 
         /* The namespace's id as this (the host's) namespace knows it. */
@@ -126,12 +125,12 @@ int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[IFNAM
         int32_t nsid = -1;
         int r = nft_query(nl, nlh, false, nsid_cb, &nsid);
         if (r == -ESRCH)
-                return nft_errf(err, errlen, r, "the sandbox's container process %u is gone", pid);
+                return err_set(err, r, "the sandbox's container process %u is gone", pid);
         if (r < 0)
-                return nft_errf(err, errlen, r, "cannot name the network namespace of process %u: %s", pid, strerror(-r));
+                return err_set(err, r, "cannot name the network namespace of process %u: %s", pid, strerror(-r));
         if (nsid < 0)
-                return nft_errf(err, errlen, -ENXIO,
-                                "the sandbox's network namespace (process %u) has no interface on this host's bridges", pid);
+                return err_set(err, -ENXIO,
+                               "the sandbox's network namespace (process %u) has no interface on this host's bridges", pid);
 
         /* The host's links: the one on a sandbox bridge whose other end is in nsid. */
         struct link_scan s;
@@ -153,15 +152,15 @@ int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[IFNAM
                 mnl_socket_close(nl);
                 nl = mnl_socket_open(NETLINK_ROUTE);
                 if (!nl || mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
-                        return nft_errf(err, errlen, -errno, "cannot open a route netlink socket: %s", strerror(errno));
+                        return err_set(err, -errno, "cannot open a route netlink socket: %s", strerror(errno));
         }
         if (r < 0)
-                return nft_errf(err, errlen, r, "cannot list this host's interfaces: %s", strerror(-r));
+                return err_set(err, r, "cannot list this host's interfaces: %s", strerror(-r));
         if (s.found == 0)
-                return nft_errf(err, errlen, -ENXIO, "the sandbox (process %u) has no port on a sandbox bridge", pid);
+                return err_set(err, -ENXIO, "the sandbox (process %u) has no port on a sandbox bridge", pid);
         if (s.found > 1)
-                return nft_errf(err, errlen, -EMLINK, "the sandbox (process %u) has %zu ports on sandbox bridges, one is expected",
-                                pid, s.found);
+                return err_set(err, -EMLINK, "the sandbox (process %u) has %zu ports on sandbox bridges, one is expected",
+                               pid, s.found);
 
         /* The other end's MAC, read in its namespace. */
         nlh = mnl_nlmsg_put_header(buf);
@@ -174,8 +173,8 @@ int egress_port_of_pid(uint32_t pid, const char *const *bridges, char port[IFNAM
         mnl_attr_put_u32(nlh, IFLA_TARGET_NETNSID, (uint32_t) nsid);
         r = nft_query(nl, nlh, false, mac_cb, &s);
         if (r < 0 || !s.have_mac)
-                return nft_errf(err, errlen, r < 0 ? r : -ENXIO, "cannot read the MAC address of port %s's other end: %s",
-                                s.port, r < 0 ? strerror(-r) : "none");
+                return err_set(err, r < 0 ? r : -ENXIO, "cannot read the MAC address of port %s's other end: %s",
+                               s.port, r < 0 ? strerror(-r) : "none");
         strscpy(port, s.port, IFNAMSIZ);
         memcpy(mac, s.mac, 6);
         return 0;

@@ -134,7 +134,9 @@ static void do_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
                 .n_allow = m->n_allow,
                 .pid = m->pid,
         };
-        ret->r = egress_apply(&p, ret->msg, sizeof(ret->msg));
+        struct err err = { 0 };
+        ret->r = egress_apply(&p, &err);
+        snprintf(ret->msg, sizeof(ret->msg), "%s", err.message);
 }
 
 /* The fields of a message that names one sandbox and nothing else to check: its id, then its
@@ -223,7 +225,10 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
                 int r = check_sandbox_msg(m.sandbox_id, m.pad, sizeof(m.pad), ret);
                 if (r < 0)
                         return r;
-                return ret->r = egress_remove(m.sandbox_id, m.ip, ret->msg, sizeof(ret->msg));
+                struct err err = { 0 };
+                ret->r = egress_remove(m.sandbox_id, m.ip, &err);
+                snprintf(ret->msg, sizeof(ret->msg), "%s", err.message);
+                return ret->r;
         }
         case PS_EGRESS_LIST: {
                 struct ps_egress_list m;
@@ -360,11 +365,11 @@ _noreturn_ void privsep_child_main(enum ps_child kind, int fd, const struct agen
          * root on the host through the socket); the others have no use for them. */
         r = kind == PS_CHILD_DOCKER || kind == PS_CHILD_LOOKUP ? 0 : groups_drop();
         if (r < 0)
-                fmt_err(res.msg, sizeof(res.msg), "cannot drop the supplementary groups: %s", strerror(-r));
+                snprintf(res.msg, sizeof(res.msg), "cannot drop the supplementary groups: %s", strerror(-r));
         else if ((r = caps_drop_except(kind == PS_CHILD_EGRESS  ? UINT64_C(1) << CAP_NET_ADMIN
                                        : kind == PS_CHILD_RELAY ? UINT64_C(1) << CAP_DAC_OVERRIDE
                                                                 : 0)) < 0)
-                fmt_err(res.msg, sizeof(res.msg), "cannot drop capabilities: %s", strerror(-r));
+                snprintf(res.msg, sizeof(res.msg), "cannot drop capabilities: %s", strerror(-r));
         else if (kind == PS_CHILD_EGRESS) {
                 struct egress_config ec = {
                         .table = cfg->egress_table,
@@ -373,7 +378,9 @@ _noreturn_ void privsep_child_main(enum ps_child kind, int fd, const struct agen
                         .dns_resolver = cfg->egress_dns,
                         .priority = (int) cfg->egress_priority,
                 };
-                r = egress_init(&ec, res.msg, sizeof(res.msg));
+                struct err err = { 0 };
+                r = egress_init(&ec, &err);
+                snprintf(res.msg, sizeof(res.msg), "%s", err.message);
         } else if (kind == PS_CHILD_DOCKER && cfg && cfg->snap_registry)
                 r = privsep_docker_init(cfg, res.msg, sizeof(res.msg));
         else if (kind == PS_CHILD_LOOKUP && cfg)

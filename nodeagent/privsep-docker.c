@@ -222,8 +222,8 @@ int privsep_lookup_init(const struct agent_config *cfg, char *msg, size_t msglen
         dk_cfg = cfg;
         int r = docker_new(cfg->snap_docker_socket, &dk);
         if (r < 0)
-                fmt_err(msg, msglen, "cannot use the Docker socket %s: %s",
-                        cfg->snap_docker_socket ? cfg->snap_docker_socket : DOCKER_SOCKET_DEFAULT, strerror(-r));
+                snprintf(msg, msglen, "cannot use the Docker socket %s: %s",
+                         cfg->snap_docker_socket ? cfg->snap_docker_socket : DOCKER_SOCKET_DEFAULT, strerror(-r));
         return r;
 }
 
@@ -241,6 +241,6 @@ int privsep_docker_init(const struct agent_config *cfg, char *msg, size_t msglen
                             "sandbox network as unknown", cfg->runtime_network);
         else if (k < 0)
                 log_warning("cannot read Docker's runtimes: %s", strerror(-k));
-        fmt_err(msg, msglen, "network=%s", k >= 0 && mode ? mode : "unknown");
+        snprintf(msg, msglen, "network=%s", k >= 0 && mode ? mode : "unknown");
         return 0;
 }

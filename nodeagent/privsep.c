@@ -253,7 +253,7 @@ int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_
         return r;
 }
 
-int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err, size_t errlen) {
+int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, struct err *err) {
         int sv[2];
         if (kind >= PS_CHILD_MAX)
                 return -EINVAL;
@@ -261,8 +261,7 @@ int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err,
                 return -EALREADY;
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
                 int r = -errno;
-                fmt_err(err, errlen, "socketpair: %s", strerror(-r));
-                return r;
+                return err_set(err, r, "socketpair: %s", strerror(-r));
         }
         /* Requests are at most ~8 KiB; make sure one always fits. */
         int sz = 64 * 1024;
@@ -274,8 +273,7 @@ int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err,
                 int r = -errno;
                 close(sv[0]);
                 close(sv[1]);
-                fmt_err(err, errlen, "fork: %s", strerror(-r));
-                return r;
+                return err_set(err, r, "fork: %s", strerror(-r));
         }
         if (pid == 0) {
                 close(sv[0]);
@@ -292,10 +290,10 @@ int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, char *err,
         int r = read_result(kind, PS_READY, 0, PS_READY_TIMEOUT_MS, &res, NULL);
         pthread_mutex_unlock(&ps_lock);
         if (r < 0) {
-                fmt_err(err, errlen, "the %s process did not start (%s)", privsep_child_name(kind), strerror(-r));
+                err_set(err, r, "the %s process did not start (%s)", privsep_child_name(kind), strerror(-r));
         } else if (res.r < 0) {
                 r = res.r;
-                fmt_err(err, errlen, "%s", res.msg);
+                err_set(err, r, "%s", res.msg);
         }
         if (r < 0) {
                 close(children[kind].fd);
@@ -313,7 +311,7 @@ const char *privsep_ready_note(enum ps_child kind) {
         return kind < PS_CHILD_MAX ? ready_notes[kind] : "";
 }
 
-bool privsep_healthy(char *why, size_t whylen) {
+bool privsep_healthy(struct err *why) {
         bool ok = true;
         pthread_mutex_lock(&ps_lock);
         for (int i = 0; i < PS_CHILD_MAX; i++) {
@@ -333,7 +331,7 @@ bool privsep_healthy(char *why, size_t whylen) {
                         mark_failed(i, "the %s process is gone", privsep_child_name(i));
                 }
                 if (children[i].failed && ok) {
-                        fmt_err(why, whylen, "%s", children[i].why);
+                        err_set(why, -ECHILD, "%s", children[i].why);
                         ok = false;
                 }
         }

@@ -156,7 +156,7 @@ void reconcile_on_reply(const struct agent_config *cfg, const struct amqpx_deliv
                 return;
         }
         struct pj_node_reply r;
-        struct pj_error pe;
+        struct err pe;
         if (pj_node_reply_parse(body, d->c.size, &r, &pe) < 0) {
                 sync_retry_later("controld's answer does not parse");
                 return;

@@ -160,10 +160,10 @@ static void *conn_main(void *arg) {
         int r = 0;
         if (tls) {
                 /* the TCP connection becomes the bridge's; we speak on its plain end */
-                char terr[256] = "";
-                fd = tls_bridge(tls, fd, NULL, deadline, terr, sizeof(terr));
+                struct err terr = { 0 };
+                fd = tls_bridge(tls, fd, NULL, deadline, &terr);
                 if (fd < 0) {
-                        log_info("relay: %s: %s", cn->peer, terr);
+                        log_info("relay: %s: %s", cn->peer, terr.message);
                         goto done;
                 }
         }
@@ -263,23 +263,19 @@ static void *accept_main(void *arg) {
         }
 }
 
-int relay_start(const struct agent_config *cfg, char *err, size_t errlen) {
+int relay_start(const struct agent_config *cfg, struct err *err) {
         if (!cfg->relay_listen)
                 return 0;
         struct sockaddr_in sa;
-        if (parse_listen(cfg->relay_listen, &sa) < 0) {
-                snprintf(err, errlen, "[relay] listen: %s is not IPv4:PORT", cfg->relay_listen);
-                return -EINVAL;
-        }
+        if (parse_listen(cfg->relay_listen, &sa) < 0)
+                return err_set(err, -EINVAL, "[relay] listen: %s is not IPv4:PORT", cfg->relay_listen);
         rcfg = cfg;
         if (cfg->relay_tls_cert) {
-                char terr[300] = "";
-                tls = tls_server_ctx(cfg->relay_tls_cert, cfg->relay_tls_key, terr, sizeof(terr));
-                if (!tls) {
-                        snprintf(err, errlen, "[relay] tls_cert %s / tls_key %s: %s", cfg->relay_tls_cert, cfg->relay_tls_key,
-                                 terr);
-                        return -EINVAL;
-                }
+                struct err terr = { 0 };
+                tls = tls_server_ctx(cfg->relay_tls_cert, cfg->relay_tls_key, &terr);
+                if (!tls)
+                        return err_set(err, -EINVAL, "[relay] tls_cert %s / tls_key %s: %s", cfg->relay_tls_cert, cfg->relay_tls_key,
+                                       terr.message);
         }
         listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int one = 1;
@@ -287,12 +283,12 @@ int relay_start(const struct agent_config *cfg, char *err, size_t errlen) {
             bind(listen_fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(listen_fd, 128) < 0 ||
             pipe2(stop_pipe, O_CLOEXEC) < 0) {
                 int r = -errno;
-                snprintf(err, errlen, "[relay] listen %s: %s", cfg->relay_listen, strerror(-r));
+                err_set(err, r, "[relay] listen %s: %s", cfg->relay_listen, strerror(-r));
                 relay_stop();
                 return r;
         }
         if (pthread_create(&accept_thread, NULL, accept_main, NULL) != 0) {
-                snprintf(err, errlen, "cannot start the relay thread");
+                err_set(err, -EAGAIN, "cannot start the relay thread");
                 relay_stop();
                 return -EAGAIN;
         }

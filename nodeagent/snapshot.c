@@ -82,7 +82,7 @@ static const char *step_why(const struct ps_result *res, int r) {
 
 char *snapshot_handle(const struct agent_config *cfg, const char *body, size_t len, bool redelivered) {
         struct pj_snapshot_job job;
-        struct pj_error perr;
+        struct err perr;
         if (pj_snapshot_job_parse(body, len, &job, &perr) < 0) {
                 log_warning("dropping a message on the snapshot queue that is not a snapshot.create job: %s", perr.message);
                 return NULL;
@@ -256,13 +256,13 @@ static amqp_connection_state_t connect_snap(const struct agent_config *cfg, cons
         _cleanup_free_ char *events = pj_snapshot_events_queue(cfg->exchange);
         _cleanup_free_ char *cname = xasprintf("paddock-nodeagent-snapshots[%s]", cfg->node_id);
         amqp_connection_state_t conn = NULL;
-        char why[512];
-        if (amqpx_connect(u, cname, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S, AMQPX_CONNECT_TIMEOUT_MS, &conn, why, sizeof(why)) < 0) {
-                log_warning("snapshot queue: %s; retrying", why);
+        struct err why = { 0 };
+        if (amqpx_connect(u, cname, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S, AMQPX_CONNECT_TIMEOUT_MS, &conn, &why) < 0) {
+                log_warning("snapshot queue: %s; retrying", why.message);
                 return NULL;
         }
-        if (amqpx_channel_open_exchange(conn, CH, cfg->exchange, why, sizeof(why)) < 0) {
-                log_warning("snapshot queue: %s", why);
+        if (amqpx_channel_open_exchange(conn, CH, cfg->exchange, &why) < 0) {
+                log_warning("snapshot queue: %s", why.message);
                 goto fail;
         }
         amqp_confirm_select(conn, CH);
@@ -370,11 +370,11 @@ static int run_job(amqp_connection_state_t conn, const struct agent_config *cfg,
 static void *snap_main(void *ud) {
         const struct agent_config *cfg = ud;
         struct amqpx_url u;
-        char why[256];
+        struct err why = { 0 };
         int backoff_ms = 200;
         log_ctx_set("NODE_ID", cfg->node_id);
-        if (amqpx_url_parse(cfg->amqp_url, &u, why, sizeof(why)) < 0) {
-                log_error("snapshot queue: [amqp] url: %s", why);
+        if (amqpx_url_parse(cfg->amqp_url, &u, &why) < 0) {
+                log_error("snapshot queue: [amqp] url: %s", why.message);
                 return NULL;
         }
         prune(cfg, "start");

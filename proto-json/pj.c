@@ -1,24 +1,11 @@
 /* pj.c — see pj.h. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "pj.h"
 #include "cleanup.h"
-
-int pj_error_set(struct pj_error *err, const char *field, const char *fmt, ...) {
-        va_list ap;
-
-        if (!err)
-                return -EINVAL;
-        snprintf(err->field, sizeof(err->field), "%s", field ? field : "");
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof(err->message), fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
 
 int pj_secret_read(int fd, size_t min, size_t max, char **ret, size_t *ret_len) {
         char buf[2048];

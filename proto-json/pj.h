@@ -1,23 +1,20 @@
 /* pj.h — what every proto-json codec shares: the error a parser reports.
  *
- * Every pj_*_parse() returns 0, or -EINVAL with a struct pj_error filled:
+ * Every pj_*_parse() returns 0, or -EINVAL with the struct err (common/err.h) filled:
  * field is the JSON path of the culprit ("specs.memory", "allow[3]"; "" when
  * the document as a whole is bad) and message a complete sentence for the
  * user of the API that names that path.
  */
 #pragma once
 
+#include <errno.h>
 #include <stddef.h>
 
-struct pj_error {
-        char field[128];
-        char message[512];
-};
+#include "err.h"
 
-/* Fills err (when not NULL) with field (NULL = "") and the formatted message,
- * truncating both to fit. Always returns -EINVAL so parsers can
- * `return pj_error_set(err, ...)`. */
-int pj_error_set(struct pj_error *err, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The parsers' short form of err_set_field(): fills err (when not NULL) with field (NULL = "")
+ * and the formatted message, and is -EINVAL, so parsers can `return pj_error_set(err, ...)`. */
+#define pj_error_set(err, field, ...) err_set_field((err), -EINVAL, (field), __VA_ARGS__)
 
 /* Reads a secret from fd (to its end, at most max + 1 bytes looked at): one trailing newline
  * dropped, then min..max bytes with no NUL. 0 with *ret (xmalloc'd, NUL-terminated) and

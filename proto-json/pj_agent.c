@@ -139,7 +139,7 @@ void pj_agent_header_encode(uint8_t out[PJ_AGENT_HEADER_SIZE], const struct pj_a
         put_be32(out + 8, h->id);
 }
 
-int pj_agent_header_decode(const uint8_t buf[PJ_AGENT_HEADER_SIZE], struct pj_agent_header *ret, struct pj_error *err) {
+int pj_agent_header_decode(const uint8_t buf[PJ_AGENT_HEADER_SIZE], struct pj_agent_header *ret, struct err *err) {
         uint32_t len = get_be32(buf);
         if (len > PJ_AGENT_MAX_PAYLOAD)
                 return pj_error_set(err, "length", "The frame claims a %u-byte payload; the limit is %u bytes.", len,
@@ -253,7 +253,7 @@ static const char *fname(char buf[128], const char *prefix, size_t idx, const ch
 
 /* A string field's bytes: length in range, no NUL. Returns a fresh copy in *ret. */
 static int take_str(const struct field *fd, const char *fld, const uint8_t *v, uint32_t len, char **ret,
-                    struct pj_error *err) {
+                    struct err *err) {
         if (len < fd->min || len > fd->max)
                 return pj_error_set(err, fld, "Field %s must be %lld to %lld bytes long (got %u).", fld,
                                     (long long) fd->min, (long long) fd->max, len);
@@ -265,7 +265,7 @@ static int take_str(const struct field *fd, const char *fld, const uint8_t *v, u
 
 /* Decodes one scalar or string field into f. */
 static int take_field(struct pj_agent_fields *f, uint8_t tag, const char *fld, const uint8_t *v, uint32_t len,
-                      struct pj_error *err) {
+                      struct err *err) {
         const struct field *fd = &fields[tag];
         void *dst = (char *) f + fd->off;
         int64_t x = 0;
@@ -348,7 +348,7 @@ static int take_field(struct pj_agent_fields *f, uint8_t tag, const char *fld, c
 
 /* The fields of a nested entry (no lists inside). */
 static int decode_entry(const struct spec *sp, size_t idx, const uint8_t *p, uint32_t n, struct pj_agent_fields *f,
-                        struct pj_error *err) {
+                        struct err *err) {
         struct pj_agent_tlv_iter it = { p, n, 0 };
         const uint8_t *v;
         uint32_t len;
@@ -382,7 +382,7 @@ static int decode_entry(const struct spec *sp, size_t idx, const uint8_t *p, uin
 }
 
 static int decode(const struct pj_agent_header *h, const uint8_t *payload, size_t n, struct pj_agent_msg *m,
-                  struct pj_error *err) {
+                  struct err *err) {
         const struct spec *sp = &specs[h->type];
         struct pj_agent_tlv_iter it = { payload, n, 0 };
         const uint8_t *v;
@@ -484,7 +484,7 @@ static int decode(const struct pj_agent_header *h, const uint8_t *payload, size_
 }
 
 int pj_agent_msg_decode(const struct pj_agent_header *h, const uint8_t *payload, size_t len, struct pj_agent_msg *ret,
-                        struct pj_error *err) {
+                        struct err *err) {
         struct pj_agent_msg m = { 0 };
 
         if (!specs[h->type].name)
@@ -503,7 +503,7 @@ int pj_agent_msg_decode(const struct pj_agent_header *h, const uint8_t *payload,
 /* Emits the scalar/string fields of f that spec allows, in tag order: required ones always,
  * optional ones when present (strings also when set). */
 static int encode_fields(const struct spec *sp, const struct pj_agent_fields *f, struct pj_agent_buf *b,
-                         struct pj_error *err) {
+                         struct err *err) {
         for (uint8_t tag = 1; tag <= PJ_AGENT_T_MAX; tag++) {
                 const struct field *fd = &fields[tag];
                 if (!(sp->allow & PJ_AGENT_BIT(tag)))
@@ -564,7 +564,7 @@ static int encode_fields(const struct spec *sp, const struct pj_agent_fields *f,
         return 0;
 }
 
-static int encode_strv(uint8_t tag, char *const *v, size_t n, size_t max, struct pj_agent_buf *b, struct pj_error *err) {
+static int encode_strv(uint8_t tag, char *const *v, size_t n, size_t max, struct pj_agent_buf *b, struct err *err) {
         if (n > max)
                 return pj_error_set(err, fields[tag].name, "Too many %s entries: the limit is %zu.", fields[tag].name, max);
         for (size_t i = 0; i < n; i++) {
@@ -578,9 +578,9 @@ static int encode_strv(uint8_t tag, char *const *v, size_t n, size_t max, struct
 }
 
 static int pj_agent_msg_encode_body(const struct spec *sp, const struct pj_agent_msg *m, struct pj_agent_buf *b,
-                                    struct pj_error *err);
+                                    struct err *err);
 
-int pj_agent_msg_encode(const struct pj_agent_msg *m, struct pj_agent_buf *out, struct pj_error *err) {
+int pj_agent_msg_encode(const struct pj_agent_msg *m, struct pj_agent_buf *out, struct err *err) {
         const struct spec *sp = &specs[m->type];
         uint8_t hdr[PJ_AGENT_HEADER_SIZE] = { 0 };
         int r;
@@ -608,7 +608,7 @@ int pj_agent_msg_encode(const struct pj_agent_msg *m, struct pj_agent_buf *out, 
 }
 
 static int pj_agent_msg_encode_body(const struct spec *sp, const struct pj_agent_msg *m, struct pj_agent_buf *b,
-                                    struct pj_error *err) {
+                                    struct err *err) {
         int r = encode_fields(sp, &m->f, b, err);
         if (r < 0)
                 return r;

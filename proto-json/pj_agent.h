@@ -10,10 +10,10 @@
  * Untrusted on both ends: the header is checked (length, type, flags, reserved) before
  * anything is allocated for the payload; TLV readers never read past the buffer; every
  * field is checked against the set its message type allows; scalars may appear once;
- * errors are -EINVAL with struct pj_error naming the field ("argv[1024]", "procs[3].tag").
+ * errors are -EINVAL with struct err naming the field ("argv[1024]", "procs[3].tag").
  *
- * Dependencies: libc, pj.c (struct pj_error) and common/xalloc.c (allocation aborts on OOM),
- * nothing else, so the static agent links it directly.
+ * Dependencies: libc, pj.c, common/err.c (struct err) and common/xalloc.c (allocation aborts
+ * on OOM), nothing else, so the static agent links it directly.
  */
 #pragma once
 
@@ -210,7 +210,7 @@ const char *pj_agent_type_name(uint8_t type);
 void pj_agent_header_encode(uint8_t out[PJ_AGENT_HEADER_SIZE], const struct pj_agent_header *h);
 /* Checks the 12 bytes at buf: payload length <= PJ_AGENT_MAX_PAYLOAD, known type, flags and
  * reserved 0. Fills *ret on success only. Call it before allocating the payload. */
-int pj_agent_header_decode(const uint8_t buf[PJ_AGENT_HEADER_SIZE], struct pj_agent_header *ret, struct pj_error *err);
+int pj_agent_header_decode(const uint8_t buf[PJ_AGENT_HEADER_SIZE], struct pj_agent_header *ret, struct err *err);
 
 /* A growable output buffer (xrealloc: no failure path). */
 struct pj_agent_buf {
@@ -237,7 +237,7 @@ int pj_agent_tlv_next(struct pj_agent_tlv_iter *it, uint8_t *ret_tag, const uint
  * -EMSGSIZE when the payload would exceed PJ_AGENT_MAX_PAYLOAD, -EINVAL when m breaks a rule
  * the decoder checks (bad type, a required string missing, too many argv/env/entries); on
  * an error out->len is what it was (its buffer may have grown: pj_agent_buf_done it). */
-int pj_agent_msg_encode(const struct pj_agent_msg *m, struct pj_agent_buf *out, struct pj_error *err);
+int pj_agent_msg_encode(const struct pj_agent_msg *m, struct pj_agent_buf *out, struct err *err);
 /* The 17 bytes that precede data_len bytes of data in a frame whose only field is data
  * (DATA): the header and the field's tag and length. What pj_agent_msg_encode would write,
  * for a sender that passes the data itself from where it is (writev). -EINVAL for another
@@ -247,7 +247,7 @@ int pj_agent_data_prefix(uint8_t type, uint32_t id, size_t data_len, uint8_t out
  * (len == h->len). On success fills *ret (which must be zeroed or done) and returns 0; on
  * failure returns -EINVAL with err naming the field, *ret left empty. */
 int pj_agent_msg_decode(const struct pj_agent_header *h, const uint8_t *payload, size_t len, struct pj_agent_msg *ret,
-                        struct pj_error *err);
+                        struct err *err);
 /* Frees what m owns and zeroes it; m may be already done or zeroed. */
 void pj_agent_msg_done(struct pj_agent_msg *m);
 void pj_agent_fields_done(struct pj_agent_fields *f);

@@ -32,7 +32,7 @@ static bool all_chars_in(const char *s, size_t n, const char *set) {
         return true;
 }
 
-static int get_hex24(const struct pj_json *obj, const char *key, char **ret, struct pj_error *err) {
+static int get_hex24(const struct pj_json *obj, const char *key, char **ret, struct err *err) {
         const struct pj_json *v;
         int r = pj_get_str(obj, "", key, &v, err);
         if (r <= 0)
@@ -45,7 +45,7 @@ static int get_hex24(const struct pj_json *obj, const char *key, char **ret, str
 
 /* A string member that must be dflt (also when absent) or other. */
 static int get_word(const struct pj_json *obj, const char *key, const char *dflt, const char *other, char **ret,
-                    struct pj_error *err) {
+                    struct err *err) {
         const struct pj_json *v;
         int r = pj_get_str(obj, "", key, &v, err);
         if (r < 0)
@@ -74,7 +74,7 @@ static bool display_name_ok(const struct pj_json *v) {
         return chars <= 64;
 }
 
-int pj_sandbox_path_check(const char *path, struct pj_error *err, const char *field) {
+int pj_sandbox_path_check(const char *path, struct err *err, const char *field) {
         const char *f = field ? field : "path";
         if (!path)
                 return pj_error_set(err, f, "%s is required", f);
@@ -110,7 +110,7 @@ int pj_sandbox_path_check(const char *path, struct pj_error *err, const char *fi
         return 0;
 }
 
-static int mount_path_check(const char *p, size_t n, struct pj_error *err) {
+static int mount_path_check(const char *p, size_t n, struct err *err) {
         const char *f = "mountPath";
         if (n > 255)
                 return pj_error_set(err, f, "mountPath must be at most 255 characters");
@@ -139,7 +139,7 @@ static int mount_path_check(const char *p, size_t n, struct pj_error *err) {
 
 /* snapshotFrequency: the grammar is common/cron.c's, which the scheduler fires by; the
  * value is stored with single spaces between the fields. */
-static int cron_check(const char *s, size_t n, char **ret_norm, struct pj_error *err) {
+static int cron_check(const char *s, size_t n, char **ret_norm, struct err *err) {
         const char *f = "snapshotFrequency";
         struct cron_error ce;
         struct cron c;
@@ -171,7 +171,7 @@ static int cron_check(const char *s, size_t n, char **ret_norm, struct pj_error 
 
 /* prefix: "egress" inside create, "" for the update body. */
 static int parse_egress(const struct pj_json *obj, const char *prefix, bool update, struct pj_egress *ret,
-                        struct pj_error *err) {
+                        struct err *err) {
         static const char *const fields[] = { "mode", "allow" };
         char path[PJ_PATH_MAX], mpath[PJ_PATH_MAX];
         _cleanup_(pj_egress_done) struct pj_egress e = {};
@@ -206,16 +206,17 @@ static int parse_egress(const struct pj_json *obj, const char *prefix, bool upda
 
         size_t idx = 0;
         for (const struct pj_json *a = allow ? allow->child : NULL; a; a = a->next, idx++) {
-                char ipath[PJ_PATH_MAX], why[256], q[300];
+                char ipath[PJ_PATH_MAX], q[300];
+                struct err why = { 0 };
                 pj_mkindex(ipath, path, idx);
                 if (a->type != PJ_JSON_STRING)
                         return pj_error_set(err, ipath, "%s must be a string", ipath);
                 if (memchr(a->str, '\0', a->str_len))
                         return pj_error_set(err, ipath, "%s must not contain NUL characters", ipath);
-                r = pj_egress_add_allow(&e, a->str, why, sizeof(why));
+                r = pj_egress_add_allow(&e, a->str, &why);
                 if (r == -EINVAL)
                         return pj_error_set(err, ipath, "%s (\"%s\") %s", ipath,
-                                    pj_sanitize(q, sizeof(q), a->str, a->str_len, 64), why);
+                                    pj_sanitize(q, sizeof(q), a->str, a->str_len, 64), why.message);
                 if (r < 0) /* cannot happen: length was checked above */
                         return pj_error_set(err, path, "%s must have at most %d entries", path, PJ_EGRESS_MAX_ALLOW);
         }
@@ -242,7 +243,7 @@ static const struct {
         { "30m", 30 * 60 }, { "1h", 3600 }, { "3h", 3 * 3600 }, { "6h", 6 * 3600 }, { "12h", 12 * 3600 }, { "18h", 18 * 3600 },
 };
 
-int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_create *ret, struct pj_error *err) {
+int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_create *ret, struct err *err) {
         static const char *const fields[] = {
                 "name",         "template",   "teamId",           "environmentId", "region",
                 "specs",        "autoDestroy", "destroyTimeout",  "oneShot",       "blockOutbound",
@@ -396,7 +397,7 @@ void pj_egress_update_done(struct pj_egress_update *u) {
         pj_egress_done(&u->egress);
 }
 
-int pj_egress_update_parse(const char *body, size_t len, struct pj_egress_update *ret, struct pj_error *err) {
+int pj_egress_update_parse(const char *body, size_t len, struct pj_egress_update *ret, struct err *err) {
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         struct pj_egress e = {};
         int r;
@@ -410,7 +411,7 @@ int pj_egress_update_parse(const char *body, size_t len, struct pj_egress_update
 
 /* ---- snapshots and volumes --------------------------------------------- */
 
-static int get_slug40(const struct pj_json *root, char **ret, struct pj_error *err) {
+static int get_slug40(const struct pj_json *root, char **ret, struct err *err) {
         const struct pj_json *v;
         int r = pj_get_str(root, "", "name", &v, err);
         if (r < 0)
@@ -430,7 +431,7 @@ void pj_snapshot_create_done(struct pj_snapshot_create *s) {
         s->name = NULL;
 }
 
-int pj_snapshot_create_parse(const char *body, size_t len, struct pj_snapshot_create *ret, struct pj_error *err) {
+int pj_snapshot_create_parse(const char *body, size_t len, struct pj_snapshot_create *ret, struct err *err) {
         static const char *const fields[] = { "name" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         char *name = NULL;
@@ -450,7 +451,7 @@ void pj_volume_create_done(struct pj_volume_create *v) {
         *v = (struct pj_volume_create) {};
 }
 
-int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create *ret, struct pj_error *err) {
+int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create *ret, struct err *err) {
         static const char *const fields[] = { "name", "sizeGB", "region", "type", "teamId" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_volume_create_done) struct pj_volume_create c = {};

@@ -154,14 +154,14 @@ struct pj_process_stdin {
 };
 /* POST /sandboxes/{id}/pause: {"keepMemory": bool}, false when absent; an empty body is {}.
  * Any other field is refused by name. */
-int pj_pause_parse(const char *body, size_t len, bool *ret_keep_memory, struct pj_error *err);
+int pj_pause_parse(const char *body, size_t len, bool *ret_keep_memory, struct err *err);
 /* POST /sandboxes/{id}/processes/{pid}/signal: "signal" a name (SIGINT, INT, ...) or 1..64. */
-int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct pj_error *err);
+int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct err *err);
 /* POST /sandboxes/{id}/processes/{pid}/resize: {"rows", "cols"} 1..1000. */
-int pj_process_resize_parse(const char *body, size_t len, int *ret_rows, int *ret_cols, struct pj_error *err);
-int pj_process_start_parse(const char *body, size_t len, struct pj_process_start *ret, struct pj_error *err);
+int pj_process_resize_parse(const char *body, size_t len, int *ret_rows, int *ret_cols, struct err *err);
+int pj_process_start_parse(const char *body, size_t len, struct pj_process_start *ret, struct err *err);
 void pj_process_start_done(struct pj_process_start *p);
-int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin *ret, struct pj_error *err);
+int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin *ret, struct err *err);
 void pj_process_stdin_done(struct pj_process_stdin *p);
 
 /* POST /sandboxes/{id}/previews: {"port" 1..65535 (required), "expiresIn" seconds 1..31536000,
@@ -172,7 +172,7 @@ struct pj_preview_create {
         bool public_;         /* no token needed */
         bool keep_host;       /* pass the client's Host header instead of localhost:<port> */
 };
-int pj_preview_create_parse(const char *body, size_t len, struct pj_preview_create *ret, struct pj_error *err);
+int pj_preview_create_parse(const char *body, size_t len, struct pj_preview_create *ret, struct err *err);
 
 /* POST /sandboxes/{id}/code. Empty body is an error. */
 struct pj_code {
@@ -225,12 +225,12 @@ struct pj_files_batch {
         char **file_errors;
 };
 
-int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_create *ret, struct pj_error *err);
-int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_error *err);
-int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_error *err);
-int pj_egress_update_parse(const char *body, size_t len, struct pj_egress_update *ret, struct pj_error *err);
-int pj_snapshot_create_parse(const char *body, size_t len, struct pj_snapshot_create *ret, struct pj_error *err);
-int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create *ret, struct pj_error *err);
+int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_create *ret, struct err *err);
+int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct err *err);
+int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct err *err);
+int pj_egress_update_parse(const char *body, size_t len, struct pj_egress_update *ret, struct err *err);
+int pj_snapshot_create_parse(const char *body, size_t len, struct pj_snapshot_create *ret, struct err *err);
+int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create *ret, struct err *err);
 
 /* The whole batch fails (-EINVAL) only when the envelope is malformed: not a
  * JSON object, unknown top-level field, "files" missing or not an array,
@@ -238,7 +238,7 @@ int pj_volume_create_parse(const char *body, size_t len, struct pj_volume_create
  * entries add up to more than max_total_bytes. An entry whose decoded content
  * exceeds max_file_bytes is a per-file error. */
 int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, size_t max_total_bytes,
-                         struct pj_files_batch *ret, struct pj_error *err);
+                         struct pj_files_batch *ret, struct err *err);
 
 /* POST /templates: a template users build from a Dockerfile and a context of files. */
 #define PJ_TEMPLATE_NAME_MAX 40
@@ -263,7 +263,7 @@ bool pj_template_path_ok(const char *p, size_t n);
  * its syntax: a server's own template names may be of another shape), -EFBIG when the
  * Dockerfile and files decode to more than max_context bytes, -EINVAL otherwise. */
 int pj_template_build_parse(const char *body, size_t len, size_t max_context, bool (*taken)(const char *name, void *ud),
-                            void *ud, struct pj_template_build *ret, struct pj_error *err);
+                            void *ud, struct pj_template_build *ret, struct err *err);
 void pj_template_build_done(struct pj_template_build *b);
 
 /* docker save's manifest.json, as the tenant's build sandbox wrote it (untrusted): exactly one
@@ -276,14 +276,14 @@ struct pj_saved_manifest {
         size_t n_layers;
 };
 bool pj_saved_path_ok(const char *p, size_t n);
-int pj_saved_manifest_parse(const char *text, size_t len, struct pj_saved_manifest *ret, struct pj_error *err);
+int pj_saved_manifest_parse(const char *text, size_t len, struct pj_saved_manifest *ret, struct err *err);
 void pj_saved_manifest_done(struct pj_saved_manifest *m);
 
 /* A text frame of the terminal's WebSocket: 1 with rows and cols (1..1000 each) when it is a
  * resize message {"type":"resize","rows":R,"cols":C} (no other field); 0 when it is not a JSON
  * object whose type is "resize" (the frame is typed input); -EINVAL, the field named, when it is
  * a resize message that is wrong. */
-int pj_terminal_resize_parse(const char *msg, size_t len, uint32_t *ret_rows, uint32_t *ret_cols, struct pj_error *err);
+int pj_terminal_resize_parse(const char *msg, size_t len, uint32_t *ret_rows, uint32_t *ret_cols, struct err *err);
 
 /* Release everything the struct owns and zero it. NULL-safe, idempotent. */
 void pj_sandbox_create_done(struct pj_sandbox_create *c);
@@ -300,4 +300,4 @@ void pj_files_batch_done(struct pj_files_batch *b);
  * or ".." components, each component at most 255 bytes. Paths are rejected,
  * never normalised. Returns 0, or -EINVAL with err filled using field (e.g.
  * "path", "files[3].path") as the subject; err may be NULL. */
-int pj_sandbox_path_check(const char *path, struct pj_error *err, const char *field);
+int pj_sandbox_path_check(const char *path, struct err *err, const char *field);

@@ -28,7 +28,7 @@ void pj_files_batch_done(struct pj_files_batch *b) {
 /* Fills f from one entry; returns a per-file error message (allocated) or NULL. */
 static char *batch_entry(const struct pj_json *ent, const char *ipath, size_t max_file_bytes, struct pj_batch_file *f) {
         static const char *const fields[] = { "path", "content_base64" };
-        struct pj_error e = {};
+        struct err e = {};
         const struct pj_json *path, *content;
 
         if (ent->type != PJ_JSON_OBJECT)
@@ -66,7 +66,7 @@ static char *batch_entry(const struct pj_json *ent, const char *ipath, size_t ma
 }
 
 int pj_files_batch_parse(const char *body, size_t len, size_t max_file_bytes, size_t max_total_bytes,
-                         struct pj_files_batch *ret, struct pj_error *err) {
+                         struct pj_files_batch *ret, struct err *err) {
         static const char *const fields[] = { "files" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_files_batch_done) struct pj_files_batch b = {};
@@ -156,7 +156,7 @@ void pj_template_build_done(struct pj_template_build *b) {
         *b = (struct pj_template_build) {};
 }
 
-static int template_file_parse(const struct pj_json *it, size_t i, struct pj_template_build *b, struct pj_error *err) {
+static int template_file_parse(const struct pj_json *it, size_t i, struct pj_template_build *b, struct err *err) {
         static const char *const fields[] = { "path", "content", "encoding", "mode" };
         char ipath[PJ_PATH_MAX], p[PJ_PATH_MAX];
         const struct pj_json *path = NULL, *content = NULL, *enc = NULL;
@@ -203,7 +203,7 @@ static int template_file_parse(const struct pj_json *it, size_t i, struct pj_tem
 }
 
 int pj_template_build_parse(const char *body, size_t len, size_t max_context, bool (*taken)(const char *name, void *ud),
-                            void *ud, struct pj_template_build *ret, struct pj_error *err) {
+                            void *ud, struct pj_template_build *ret, struct err *err) {
         static const char *const fields[] = { "name", "dockerfile", "files" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_template_build_done) struct pj_template_build b = {};
@@ -276,7 +276,7 @@ void pj_saved_manifest_done(struct pj_saved_manifest *m) {
         *m = (struct pj_saved_manifest) {};
 }
 
-int pj_saved_manifest_parse(const char *text, size_t len, struct pj_saved_manifest *ret, struct pj_error *err) {
+int pj_saved_manifest_parse(const char *text, size_t len, struct pj_saved_manifest *ret, struct err *err) {
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_saved_manifest_done) struct pj_saved_manifest m = {};
         int r = pj_json_parse(text, len, PJ_JSON_MAX_NODES, &root, err);

@@ -41,7 +41,7 @@ static void run_done(struct pj_run *run) {
 }
 
 /* timeout_seconds, cwd, env, stream: shared by exec and code. */
-static int parse_run(const struct pj_json *root, struct pj_run *ret, struct pj_error *err) {
+static int parse_run(const struct pj_json *root, struct pj_run *ret, struct err *err) {
         _cleanup_(run_done) struct pj_run run = { .timeout_s = 30 };
         const struct pj_json *v;
         int r;
@@ -106,7 +106,7 @@ void pj_exec_done(struct pj_exec *e) {
 
 /* The required, non-empty text member key (cmd, code) of at most max bytes. */
 static int get_text(const struct pj_json *root, const char *key, size_t max, const char *max_note,
-                    const struct pj_json **ret, struct pj_error *err) {
+                    const struct pj_json **ret, struct err *err) {
         int r = pj_get_str(root, "", key, ret, err);
         if (r < 0)
                 return r;
@@ -119,7 +119,7 @@ static int get_text(const struct pj_json *root, const char *key, size_t max, con
         return 0;
 }
 
-int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct pj_error *err) {
+int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct err *err) {
         static const char *const fields[] = { "cmd", "timeout_seconds", "cwd", "env", "stream", "stdin" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         struct pj_run run;
@@ -152,7 +152,7 @@ void pj_process_start_done(struct pj_process_start *p) {
         *p = (struct pj_process_start) {};
 }
 
-int pj_process_start_parse(const char *body, size_t len, struct pj_process_start *ret, struct pj_error *err) {
+int pj_process_start_parse(const char *body, size_t len, struct pj_process_start *ret, struct err *err) {
         static const char *const fields[] = { "cmd", "cwd", "env", "tag", "stdin", "pty" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(run_done) struct pj_run run = { 0 };
@@ -204,7 +204,7 @@ void pj_process_stdin_done(struct pj_process_stdin *p) {
         *p = (struct pj_process_stdin) {};
 }
 
-int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin *ret, struct pj_error *err) {
+int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin *ret, struct err *err) {
         static const char *const fields[] = { "data", "close" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         const struct pj_json *d;
@@ -223,7 +223,7 @@ int pj_process_stdin_parse(const char *body, size_t len, struct pj_process_stdin
         return 0;
 }
 
-int pj_pause_parse(const char *body, size_t len, bool *ret_keep_memory, struct pj_error *err) {
+int pj_pause_parse(const char *body, size_t len, bool *ret_keep_memory, struct err *err) {
         static const char *const fields[] = { "keepMemory" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         bool has = false, keep = false;
@@ -235,7 +235,7 @@ int pj_pause_parse(const char *body, size_t len, bool *ret_keep_memory, struct p
         return 0;
 }
 
-int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct pj_error *err) {
+int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct err *err) {
         static const char *const fields[] = { "signal" };
         static const struct { const char *name; int no; } names[] = {
                 { "HUP", 1 }, { "INT", 2 }, { "QUIT", 3 }, { "KILL", 9 }, { "USR1", 10 }, { "USR2", 12 },
@@ -273,7 +273,7 @@ int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct
                             m->type == PJ_JSON_STRING ? pj_sanitize(q, sizeof(q), m->str, m->str_len, 32) : "(not a string)");
 }
 
-int pj_preview_create_parse(const char *body, size_t len, struct pj_preview_create *ret, struct pj_error *err) {
+int pj_preview_create_parse(const char *body, size_t len, struct pj_preview_create *ret, struct err *err) {
         static const char *const fields[] = { "port", "expiresIn", "public", "keepHost" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         struct pj_preview_create p = { 0 };
@@ -291,7 +291,7 @@ int pj_preview_create_parse(const char *body, size_t len, struct pj_preview_crea
         return 0;
 }
 
-int pj_process_resize_parse(const char *body, size_t len, int *ret_rows, int *ret_cols, struct pj_error *err) {
+int pj_process_resize_parse(const char *body, size_t len, int *ret_rows, int *ret_cols, struct err *err) {
         static const char *const fields[] = { "rows", "cols" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         bool hr = false, hc = false;
@@ -313,7 +313,7 @@ void pj_code_done(struct pj_code *c) {
         *c = (struct pj_code) {};
 }
 
-int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_error *err) {
+int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct err *err) {
         static const char *const fields[] = { "language", "code", "timeout_seconds", "cwd", "env", "stream" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         struct pj_run run;
@@ -339,10 +339,10 @@ int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct pj_e
 
 /* ---- the terminal's control frames ---- */
 
-int pj_terminal_resize_parse(const char *msg, size_t len, uint32_t *ret_rows, uint32_t *ret_cols, struct pj_error *err) {
+int pj_terminal_resize_parse(const char *msg, size_t len, uint32_t *ret_rows, uint32_t *ret_cols, struct err *err) {
         static const char *const fields[] = { "type", "rows", "cols" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        struct pj_error ignored = { 0 };
+        struct err ignored = { 0 };
         if (len == 0 || msg[0] != '{' || pj_json_parse_object(msg, len, false, &root, &ignored) < 0)
                 return 0;
         const struct pj_json *t = pj_json_member(root, "type");

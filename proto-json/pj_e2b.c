@@ -14,7 +14,7 @@
 /* ---- shared checks ---- */
 
 static int int_member(const struct pj_json *obj, const char *key, int64_t min, int64_t max, bool *ret_has, int64_t *ret,
-                      struct pj_error *err) {
+                      struct err *err) {
         const struct pj_json *m = pj_json_member(obj, key);
         int64_t x;
         if (!m)
@@ -28,7 +28,7 @@ static int int_member(const struct pj_json *obj, const char *key, int64_t min, i
 }
 
 /* Refuses a member that is present and not one of the values Paddock does by default. */
-static int refuse_present(const struct pj_json *obj, const char *key, const char *why, struct pj_error *err) {
+static int refuse_present(const struct pj_json *obj, const char *key, const char *why, struct err *err) {
         const struct pj_json *m = pj_json_member(obj, key);
         if (!m)
                 return 0;
@@ -62,10 +62,11 @@ static void egress_settle(struct pj_egress *e, bool deny_all) {
 
 /* update: the body of updateNetwork (its own fields were checked by the caller). */
 static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, bool *ret_deny_all, bool update,
-                         struct pj_error *err) {
+                         struct err *err) {
         static const char *const fields[] = { "allowOut", "denyOut", "allowPublicTraffic", "maskRequestHost", "egressProxy",
                                               "rules", "httpsPorts" };
-        char path[PJ_PATH_MAX], q[300], why[256];
+        char path[PJ_PATH_MAX], q[300];
+        struct err why = { 0 };
         if (net->type != PJ_JSON_OBJECT)
                 return pj_error_set(err, "network", "network must be an object");
         int r = update ? 0 : pj_check_fields(net, "network", fields, ELEMENTSOF(fields), err);
@@ -122,10 +123,10 @@ static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, boo
                         const char *s = a->str;
                         if (s[0] == '*' && s[1] == '.')
                                 s += 2;   /* "*.example.com": our hostname entries cover subdomains */
-                        r = pj_egress_add_allow(&c->egress, s, why, sizeof(why));
+                        r = pj_egress_add_allow(&c->egress, s, &why);
                         if (r == -EINVAL)
                                 return pj_error_set(err, path, "%s (\"%s\") %s", path,
-                                                    pj_sanitize(q, sizeof(q), a->str, a->str_len, 64), why);
+                                                    pj_sanitize(q, sizeof(q), a->str, a->str_len, 64), why.message);
                         if (r < 0)
                                 return pj_error_set(err, "network.allowOut", "network.allowOut must have at most %d entries",
                                                     PJ_EGRESS_MAX_ALLOW);
@@ -135,7 +136,7 @@ static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, boo
         return 0;
 }
 
-int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret, struct pj_error *err) {
+int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret, struct err *err) {
         static const char *const fields[] = { "templateID", "timeout", "autoPause", "autoPauseMemory", "autoResume", "secure",
                                               "allow_internet_access", "network", "metadata", "envVars", "mcp", "iam",
                                               "volumeMounts" };
@@ -214,7 +215,7 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
 
 /* {"timeout": N} and, for connect, "memory" (only false: a paused sandbox resumes from its
  * filesystem). */
-static int timeout_body(const char *body, size_t len, bool connect, bool v2, int64_t *ret_timeout_s, struct pj_error *err) {
+static int timeout_body(const char *body, size_t len, bool connect, bool v2, int64_t *ret_timeout_s, struct err *err) {
         static const char *const fields[] = { "timeout", "memory" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         int r = pj_parse_body(body, len, v2, fields, connect ? 2 : 1, &root, err);
@@ -237,15 +238,15 @@ static int timeout_body(const char *body, size_t len, bool connect, bool v2, int
         return 0;
 }
 
-int pj_e2b_timeout_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err) {
+int pj_e2b_timeout_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct err *err) {
         return timeout_body(body, len, false, false, ret_timeout_s, err);
 }
 
-int pj_e2b_connect_parse(const char *body, size_t len, bool v2, int64_t *ret_timeout_s, struct pj_error *err) {
+int pj_e2b_connect_parse(const char *body, size_t len, bool v2, int64_t *ret_timeout_s, struct err *err) {
         return timeout_body(body, len, true, v2, ret_timeout_s, err);
 }
 
-int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *ret, struct pj_error *err) {
+int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *ret, struct err *err) {
         static const char *const fields[] = { "allowOut", "denyOut", "egressProxy", "rules", "allow_internet_access" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
@@ -265,7 +266,7 @@ int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *
         return 0;
 }
 
-int pj_e2b_snapshot_parse(const char *body, size_t len, char **ret_name, struct pj_error *err) {
+int pj_e2b_snapshot_parse(const char *body, size_t len, char **ret_name, struct err *err) {
         static const char *const fields[] = { "name" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         int r = pj_parse_body(body, len, true, fields, ELEMENTSOF(fields), &root, err);
@@ -284,7 +285,7 @@ int pj_e2b_snapshot_parse(const char *body, size_t len, char **ret_name, struct 
         return 0;
 }
 
-int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct pj_error *err) {
+int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct err *err) {
         static const char *const fields[] = { "memory" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         int r = pj_parse_body(body, len, true, fields, ELEMENTSOF(fields), &root, err);
@@ -332,7 +333,7 @@ void pj_e2b_kv_free(struct pj_e2b_kv *v, size_t n) {
         free(v);
 }
 
-int pj_e2b_metadata_query_parse(const char *q, struct pj_e2b_kv **ret, size_t *ret_n, struct pj_error *err) {
+int pj_e2b_metadata_query_parse(const char *q, struct pj_e2b_kv **ret, size_t *ret_n, struct err *err) {
         struct pj_e2b_kv *v = NULL;
         size_t n = 0;
         /* libmicrohttpd hands the parameter decoded once: "user=abc&app=prod", each key and

@@ -55,28 +55,28 @@ struct pj_e2b_create {
         bool public_traffic;             /* network.allowPublicTraffic (default true) */
 };
 void pj_e2b_create_done(struct pj_e2b_create *c);
-int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret, struct pj_error *err);
+int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret, struct err *err);
 
 /* {"timeout": seconds} (POST /sandboxes/{id}/timeout) and {"timeout", "memory"} (connect).
  * Connect: v1 (POST /sandboxes/{id}/connect) wants timeout; v2 (/v2/...) takes an empty body or
  * {} and defaults it to PJ_E2B_V2_DEFAULT_TIMEOUT_S, as E2B's ConnectSandboxV2 does. */
-int pj_e2b_timeout_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct pj_error *err);
-int pj_e2b_connect_parse(const char *body, size_t len, bool v2, int64_t *ret_timeout_s, struct pj_error *err);
+int pj_e2b_timeout_parse(const char *body, size_t len, int64_t *ret_timeout_s, struct err *err);
+int pj_e2b_connect_parse(const char *body, size_t len, bool v2, int64_t *ret_timeout_s, struct err *err);
 /* PUT /sandboxes/{id}/network (updateNetwork): allowOut, denyOut (only 0.0.0.0/0),
  * allow_internet_access; egressProxy and rules are refused by name. The policy in *ret, as a
  * create's network would give it. */
-int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *ret, struct pj_error *err);
+int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *ret, struct err *err);
 /* POST /sandboxes/{id}/snapshots {name?}: the name, "snapshot" when absent. */
-int pj_e2b_snapshot_parse(const char *body, size_t len, char **ret_name, struct pj_error *err);
+int pj_e2b_snapshot_parse(const char *body, size_t len, char **ret_name, struct err *err);
 /* {"memory": bool} (pause); *ret_memory true when absent. An empty body is {}. */
-int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct pj_error *err);
+int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct err *err);
 
 /* GET /v2/sandboxes ?metadata=k%3Dv%26k2%3Dv2 (URL-encoded pairs, as the SDK sends them):
  * at most PJ_E2B_MAX_METADATA pairs. */
 struct pj_e2b_kv {
         char *key, *value;
 };
-int pj_e2b_metadata_query_parse(const char *q, struct pj_e2b_kv **ret, size_t *ret_n, struct pj_error *err);
+int pj_e2b_metadata_query_parse(const char *q, struct pj_e2b_kv **ret, size_t *ret_n, struct err *err);
 void pj_e2b_kv_free(struct pj_e2b_kv *v, size_t n);
 
 /* ---- the Connect protocol ---- */
@@ -134,10 +134,10 @@ struct pj_envd_start {
         bool stdin_open;
 };
 void pj_envd_start_done(struct pj_envd_start *s);
-int pj_envd_start_parse(const char *msg, size_t len, struct pj_envd_start *ret, struct pj_error *err);
+int pj_envd_start_parse(const char *msg, size_t len, struct pj_envd_start *ret, struct err *err);
 
 /* ConnectRequest, CloseStdinRequest: {process}. */
-int pj_envd_selector_parse(const char *msg, size_t len, struct pj_envd_selector *ret, struct pj_error *err);
+int pj_envd_selector_parse(const char *msg, size_t len, struct pj_envd_selector *ret, struct err *err);
 void pj_envd_selector_done(struct pj_envd_selector *s);
 
 struct pj_envd_input {
@@ -147,20 +147,20 @@ struct pj_envd_input {
         size_t len;
 };
 void pj_envd_input_done(struct pj_envd_input *s);
-int pj_envd_input_parse(const char *msg, size_t len, struct pj_envd_input *ret, struct pj_error *err);
+int pj_envd_input_parse(const char *msg, size_t len, struct pj_envd_input *ret, struct err *err);
 
 /* One StreamInputRequest: {start: {process}}, {data: {input}} or {keepalive: {}}. */
 enum pj_envd_stream_kind { PJ_ENVD_STREAM_START = 1, PJ_ENVD_STREAM_DATA, PJ_ENVD_STREAM_KEEPALIVE };
 int pj_envd_stream_input_parse(const char *msg, size_t len, enum pj_envd_stream_kind *ret_kind, struct pj_envd_input *ret,
-                               struct pj_error *err);
+                               struct err *err);
 
 /* SendSignalRequest: signal SIGNAL_SIGTERM (15) or SIGNAL_SIGKILL (9), by name or number. */
-int pj_envd_signal_parse(const char *msg, size_t len, struct pj_envd_selector *ret, int *ret_signo, struct pj_error *err);
+int pj_envd_signal_parse(const char *msg, size_t len, struct pj_envd_selector *ret, int *ret_signo, struct err *err);
 /* UpdateRequest: {process, pty: {size: {cols, rows}}}; rows/cols 0 when pty is absent. */
 int pj_envd_update_parse(const char *msg, size_t len, struct pj_envd_selector *ret, uint32_t *ret_rows, uint32_t *ret_cols,
-                         struct pj_error *err);
+                         struct err *err);
 /* ListRequest: {} (also an empty message). */
-int pj_envd_empty_parse(const char *msg, size_t len, struct pj_error *err);
+int pj_envd_empty_parse(const char *msg, size_t len, struct err *err);
 
 /* Filesystem requests: one or two paths (Stat, MakeDir, Remove: path; Move: source and
  * destination; ListDir: path, depth; WatchDir: path, recursive). */
@@ -171,4 +171,4 @@ struct pj_envd_fs {
 };
 void pj_envd_fs_done(struct pj_envd_fs *f);
 enum pj_envd_fs_kind { PJ_ENVD_FS_PATH, PJ_ENVD_FS_MOVE, PJ_ENVD_FS_LISTDIR, PJ_ENVD_FS_WATCH };
-int pj_envd_fs_parse(const char *msg, size_t len, enum pj_envd_fs_kind kind, struct pj_envd_fs *ret, struct pj_error *err);
+int pj_envd_fs_parse(const char *msg, size_t len, enum pj_envd_fs_kind kind, struct pj_envd_fs *ret, struct err *err);

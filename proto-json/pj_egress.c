@@ -6,7 +6,6 @@
  * "2130706433", "127.1") is rejected rather than interpreted.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -54,16 +53,6 @@ void pj_egress_copy(struct pj_egress *dst, const struct pj_egress *src) {
         dst->allow = src->n_allow ? xnew0(char *, src->n_allow) : NULL;
         for (size_t i = 0; i < src->n_allow; i++)
                 dst->allow[i] = xstrdup(src->allow[i]);
-}
-
-_printf_(3, 4) static int fail(char *why, size_t why_len, const char *fmt, ...) {
-        if (why && why_len > 0) {
-                va_list ap;
-                va_start(ap, fmt);
-                vsnprintf(why, why_len, fmt, ap);
-                va_end(ap);
-        }
-        return -EINVAL;
 }
 
 static bool is_digit(char c) {
@@ -117,13 +106,13 @@ static bool is_hostname_char(char c) {
         return (c >= 'a' && c <= 'z') || is_digit(c) || c == '-';
 }
 
-static int parse_hostname(const char *s, size_t n, char host[static 254], char *why, size_t why_len) {
+static int parse_hostname(const char *s, size_t n, char host[static 254], struct err *why) {
         if (n > 0 && s[n - 1] == '.')
                 n--; /* one trailing dot = fully qualified; same name */
         if (n == 0)
-                return fail(why, why_len, "is not a valid hostname");
+                return err_set(why, -EINVAL, "is not a valid hostname");
         if (n > 253)
-                return fail(why, why_len, "is too long; hostnames have at most 253 characters");
+                return err_set(why, -EINVAL, "is too long; hostnames have at most 253 characters");
 
         for (size_t i = 0; i < n; i++) {
                 char c = s[i];
@@ -131,14 +120,14 @@ static int parse_hostname(const char *s, size_t n, char host[static 254], char *
                         c = (char) (c - 'A' + 'a');
                 if (c != '.' && !is_hostname_char(c)) {
                         if (c == '_')
-                                return fail(why, why_len,
-                                            "is not a valid hostname: '_' is not allowed in hostnames");
+                                return err_set(why, -EINVAL,
+                                               "is not a valid hostname: '_' is not allowed in hostnames");
                         if ((unsigned char) c >= 0x21 && (unsigned char) c <= 0x7e)
-                                return fail(why, why_len,
-                                            "is not a valid hostname: character '%c' is not allowed; use an IPv4 address, a CIDR range or a hostname such as api.example.com",
-                                            c);
-                        return fail(why, why_len,
-                                    "is not a valid hostname: only letters, digits, '-' and '.' are allowed");
+                                return err_set(why, -EINVAL,
+                                               "is not a valid hostname: character '%c' is not allowed; use an IPv4 address, a CIDR range or a hostname such as api.example.com",
+                                               c);
+                        return err_set(why, -EINVAL,
+                                       "is not a valid hostname: only letters, digits, '-' and '.' are allowed");
                 }
                 host[i] = c;
         }
@@ -151,13 +140,13 @@ static int parse_hostname(const char *s, size_t n, char host[static 254], char *
                         continue;
                 size_t l = i - start;
                 if (l == 0)
-                        return fail(why, why_len, "is not a valid hostname: it has an empty label");
+                        return err_set(why, -EINVAL, "is not a valid hostname: it has an empty label");
                 if (l > 63)
-                        return fail(why, why_len,
-                                    "is not a valid hostname: a label is longer than 63 characters");
+                        return err_set(why, -EINVAL,
+                                       "is not a valid hostname: a label is longer than 63 characters");
                 if (host[start] == '-' || host[i - 1] == '-')
-                        return fail(why, why_len,
-                                    "is not a valid hostname: a label starts or ends with '-'");
+                        return err_set(why, -EINVAL,
+                                       "is not a valid hostname: a label starts or ends with '-'");
                 last_all_digits = true;
                 for (size_t j = start; j < i; j++)
                         if (!is_digit(host[j]))
@@ -166,42 +155,42 @@ static int parse_hostname(const char *s, size_t n, char host[static 254], char *
                 start = i + 1;
         }
         if (labels < 2)
-                return fail(why, why_len,
-                            "is not a valid hostname: use a fully qualified name such as api.example.com");
+                return err_set(why, -EINVAL,
+                               "is not a valid hostname: use a fully qualified name such as api.example.com");
         if (last_all_digits)
-                return fail(why, why_len,
-                            "is neither a valid IPv4 address nor a valid hostname (the last label is numeric)");
+                return err_set(why, -EINVAL,
+                               "is neither a valid IPv4 address nor a valid hostname (the last label is numeric)");
         return 0;
 }
 
 int pj_allow_entry_parse(const char *s, struct pj_allow_entry *ret, char *norm_out, size_t norm_len,
-                         char *why, size_t why_len) {
+                         struct err *why) {
         if (!s)
-                return fail(why, why_len, "is missing");
+                return err_set(why, -EINVAL, "is missing");
         size_t n = strnlen(s, 1024);
         if (n == 0)
-                return fail(why, why_len, "is empty");
+                return err_set(why, -EINVAL, "is empty");
         if (n > 254)
-                return fail(why, why_len, "is too long; entries have at most 253 characters");
+                return err_set(why, -EINVAL, "is too long; entries have at most 253 characters");
 
         for (size_t i = 0; i < n; i++) {
                 unsigned char c = (unsigned char) s[i];
                 if (c == ' ' || c == '\t' || c == '\r' || c == '\n')
-                        return fail(why, why_len, "contains whitespace");
+                        return err_set(why, -EINVAL, "contains whitespace");
                 if (c < 0x20 || c >= 0x7f)
-                        return fail(why, why_len,
-                                    "contains characters that are not allowed; use an IPv4 address, a CIDR range or an ASCII hostname");
+                        return err_set(why, -EINVAL,
+                                       "contains characters that are not allowed; use an IPv4 address, a CIDR range or an ASCII hostname");
         }
         if (strstr(s, "://"))
-                return fail(why, why_len, "is a URL; give only the hostname, e.g. api.example.com");
+                return err_set(why, -EINVAL, "is a URL; give only the hostname, e.g. api.example.com");
         if (s[0] == '[' || strchr(s, ':') != strrchr(s, ':'))
-                return fail(why, why_len,
-                            "is an IPv6 address; IPv6 is not supported, use an IPv4 address, a CIDR range or a hostname");
+                return err_set(why, -EINVAL,
+                               "is an IPv6 address; IPv6 is not supported, use an IPv4 address, a CIDR range or a hostname");
         if (strchr(s, ':'))
-                return fail(why, why_len, "contains ':'; ports are not supported (all ports of an allowed destination are open)");
+                return err_set(why, -EINVAL, "contains ':'; ports are not supported (all ports of an allowed destination are open)");
         if (strchr(s, '*'))
-                return fail(why, why_len,
-                            "is a wildcard; wildcards are not supported, list each hostname instead");
+                return err_set(why, -EINVAL,
+                               "is a wildcard; wildcards are not supported, list each hostname instead");
 
         struct pj_allow_entry e = {};
         char norm[PJ_ALLOW_NORM_MAX];
@@ -211,16 +200,16 @@ int pj_allow_entry_parse(const char *s, struct pj_allow_entry *ret, char *norm_o
                 uint32_t addr;
                 unsigned prefix;
                 if (!parse_ipv4(s, alen, &addr))
-                        return fail(why, why_len,
-                                    "is not a valid CIDR range: the part before '/' must be an IPv4 address like 10.0.0.0");
+                        return err_set(why, -EINVAL,
+                                       "is not a valid CIDR range: the part before '/' must be an IPv4 address like 10.0.0.0");
                 if (!parse_small_uint(slash + 1, n - alen - 1, 32, &prefix))
-                        return fail(why, why_len,
-                                    "is not a valid CIDR range: the prefix length after '/' must be 0..32");
+                        return err_set(why, -EINVAL,
+                                       "is not a valid CIDR range: the prefix length after '/' must be 0..32");
                 uint32_t mask = prefix == 0 ? 0 : (uint32_t) (0xffffffffu << (32 - prefix));
                 if (addr & ~mask) {
                         char net[16];
                         format_ipv4(addr & mask, net, sizeof(net));
-                        return fail(why, why_len, "has host bits set; did you mean %s/%u?", net, prefix);
+                        return err_set(why, -EINVAL, "has host bits set; did you mean %s/%u?", net, prefix);
                 }
                 e.kind = PJ_ALLOW_CIDR;
                 e.addr = addr;
@@ -233,14 +222,14 @@ int pj_allow_entry_parse(const char *s, struct pj_allow_entry *ret, char *norm_o
                  * (numeric TLD), so "127.1" cannot slip through as a name. */
                 uint32_t addr;
                 if (!parse_ipv4(s, n, &addr))
-                        return fail(why, why_len,
-                                    "is not a valid IPv4 address: use four decimal numbers 0..255 without leading zeros, e.g. 10.0.0.1");
+                        return err_set(why, -EINVAL,
+                                       "is not a valid IPv4 address: use four decimal numbers 0..255 without leading zeros, e.g. 10.0.0.1");
                 e.kind = PJ_ALLOW_IPV4;
                 e.addr = addr;
                 e.prefix = 32;
                 format_ipv4(addr, norm, sizeof(norm));
         } else {
-                int r = parse_hostname(s, n, e.host, why, why_len);
+                int r = parse_hostname(s, n, e.host, why);
                 if (r < 0)
                         return r;
                 e.kind = PJ_ALLOW_HOSTNAME;
@@ -257,9 +246,9 @@ int pj_allow_entry_parse(const char *s, struct pj_allow_entry *ret, char *norm_o
         return 0;
 }
 
-int pj_egress_add_allow(struct pj_egress *e, const char *s, char *why, size_t why_len) {
+int pj_egress_add_allow(struct pj_egress *e, const char *s, struct err *why) {
         char norm[PJ_ALLOW_NORM_MAX];
-        int r = pj_allow_entry_parse(s, NULL, norm, sizeof(norm), why, why_len);
+        int r = pj_allow_entry_parse(s, NULL, norm, sizeof(norm), why);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < e->n_allow; i++)

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
+
 /* Maximum number of allowlist entries in one policy (public API: maxItems 50). */
 #define PJ_EGRESS_MAX_ALLOW 50
 /* Longest normalised entry (a 253-byte hostname) plus NUL, rounded up. */
@@ -91,11 +93,11 @@ struct pj_allow_entry {
  * e.g. "has host bits set; did you mean 10.0.0.0/8?", so callers can say
  * "egress.allow[3] (\"10.0.0.1/8\") has host bits set; ...". */
 int pj_allow_entry_parse(const char *s, struct pj_allow_entry *ret, char *norm_out, size_t norm_len,
-                         char *why, size_t why_len);
+                         struct err *why);
 
 /* Validates s with pj_allow_entry_parse() and appends its normalised form to
  * e->allow unless an equal entry is already present (duplicates merge
  * silently). Returns 1 if appended, 0 if merged, -EINVAL (why filled as
  * above) if the entry is invalid, -E2BIG if the list already holds
  * PJ_EGRESS_MAX_ALLOW entries and s is new. Does not look at e->mode. */
-int pj_egress_add_allow(struct pj_egress *e, const char *s, char *why, size_t why_len);
+int pj_egress_add_allow(struct pj_egress *e, const char *s, struct err *why);

@@ -88,7 +88,7 @@ void pj_connect_envelope_header(uint8_t out[5], uint8_t flags, uint32_t len) {
 /* ---- envd's messages ---- */
 
 /* A message object (an empty message is {}). */
-static int message(const char *msg, size_t len, struct pj_json **ret, struct pj_error *err) {
+static int message(const char *msg, size_t len, struct pj_json **ret, struct err *err) {
         int r = pj_json_parse_object(msg, len, true, ret, err);
         if (r < 0)
                 return r;
@@ -104,7 +104,7 @@ static const struct pj_json *field(const struct pj_json *obj, const char *json_n
 }
 
 static int check_message(const struct pj_json *obj, const char *prefix, const char *const *names, size_t n,
-                         struct pj_error *err) {
+                         struct err *err) {
         int r = pj_check_fields(obj, prefix, names, n, err);
         if (r < 0)
                 return r;
@@ -120,7 +120,7 @@ static int check_message(const struct pj_json *obj, const char *prefix, const ch
 }
 
 static int string_field(const struct pj_json *m, const char *path, size_t max, bool empty_ok, char **ret,
-                        struct pj_error *err) {
+                        struct err *err) {
         if (!m)
                 return 0;
         if (m->type != PJ_JSON_STRING || memchr(m->str, 0, m->str_len))
@@ -132,7 +132,7 @@ static int string_field(const struct pj_json *m, const char *path, size_t max, b
 }
 
 /* uint32 in proto3 JSON: a number or a decimal string. */
-static int u32_field(const struct pj_json *m, const char *path, uint32_t max, uint32_t *ret, struct pj_error *err) {
+static int u32_field(const struct pj_json *m, const char *path, uint32_t max, uint32_t *ret, struct err *err) {
         if (!m)
                 return 0;
         int64_t x = -1;
@@ -147,7 +147,7 @@ static int u32_field(const struct pj_json *m, const char *path, uint32_t max, ui
         return 1;
 }
 
-static int bool_field(const struct pj_json *m, const char *path, bool *ret, struct pj_error *err) {
+static int bool_field(const struct pj_json *m, const char *path, bool *ret, struct err *err) {
         if (!m)
                 return 0;
         if (m->type != PJ_JSON_TRUE && m->type != PJ_JSON_FALSE)
@@ -156,7 +156,7 @@ static int bool_field(const struct pj_json *m, const char *path, bool *ret, stru
         return 1;
 }
 
-static int selector(const struct pj_json *obj, const char *path, struct pj_envd_selector *ret, struct pj_error *err) {
+static int selector(const struct pj_json *obj, const char *path, struct pj_envd_selector *ret, struct err *err) {
         static const char *const names[] = { "pid", "tag" };
         if (!obj)
                 return pj_error_set(err, path, "%s is required: {\"pid\": N} or {\"tag\": \"...\"}", path);
@@ -180,7 +180,7 @@ static int selector(const struct pj_json *obj, const char *path, struct pj_envd_
 
 /* A message on one process: only the fields in names[], "process" (the selector) among them. */
 static int process_message(const char *msg, size_t len, const char *const *names, size_t n, struct pj_json **root,
-                           struct pj_envd_selector *sel, struct pj_error *err) {
+                           struct pj_envd_selector *sel, struct err *err) {
         int r = message(msg, len, root, err);
         if (r < 0 || (r = check_message(*root, "", names, n, err)) < 0)
                 return r;
@@ -205,7 +205,7 @@ void pj_envd_start_done(struct pj_envd_start *s) {
 }
 
 /* pty: {size: {cols, rows}} */
-static int pty_field(const struct pj_json *pty, const char *path, uint32_t *rows, uint32_t *cols, struct pj_error *err) {
+static int pty_field(const struct pj_json *pty, const char *path, uint32_t *rows, uint32_t *cols, struct err *err) {
         static const char *const names[] = { "size" }, *const size_names[] = { "cols", "rows" };
         char p[PJ_PATH_MAX], q[PJ_PATH_MAX];
         if (pty->type != PJ_JSON_OBJECT)
@@ -228,7 +228,7 @@ static int pty_field(const struct pj_json *pty, const char *path, uint32_t *rows
         return 0;
 }
 
-int pj_envd_start_parse(const char *msg, size_t len, struct pj_envd_start *ret, struct pj_error *err) {
+int pj_envd_start_parse(const char *msg, size_t len, struct pj_envd_start *ret, struct err *err) {
         static const char *const names[] = { "process", "pty", "tag", "stdin" };
         static const char *const pnames[] = { "cmd", "args", "envs", "cwd" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
@@ -281,7 +281,7 @@ int pj_envd_start_parse(const char *msg, size_t len, struct pj_envd_start *ret, 
         return 0;
 }
 
-int pj_envd_selector_parse(const char *msg, size_t len, struct pj_envd_selector *ret, struct pj_error *err) {
+int pj_envd_selector_parse(const char *msg, size_t len, struct pj_envd_selector *ret, struct err *err) {
         static const char *const names[] = { "process" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_envd_selector_done) struct pj_envd_selector s = { 0 };
@@ -302,7 +302,7 @@ void pj_envd_input_done(struct pj_envd_input *s) {
 
 /* proto3 bytes: base64, standard or URL-safe alphabet, padding optional. */
 static int bytes_field(const struct pj_json *m, const char *path, size_t max, uint8_t **ret, size_t *ret_len,
-                       struct pj_error *err) {
+                       struct err *err) {
         if (m->type != PJ_JSON_STRING)
                 return pj_error_set(err, path, "%s must be base64 text", path);
         if (m->str_len > (max / 3 + 1) * 4 + 4)
@@ -321,7 +321,7 @@ static int bytes_field(const struct pj_json *m, const char *path, size_t max, ui
 }
 
 /* input: {stdin: base64} or {pty: base64}, at prefix. */
-static int input_field(const struct pj_json *in, const char *prefix, struct pj_envd_input *s, struct pj_error *err) {
+static int input_field(const struct pj_json *in, const char *prefix, struct pj_envd_input *s, struct err *err) {
         static const char *const inames[] = { "stdin", "pty" };
         char p[PJ_PATH_MAX];
         if (!in || in->type != PJ_JSON_OBJECT)
@@ -336,7 +336,7 @@ static int input_field(const struct pj_json *in, const char *prefix, struct pj_e
         return bytes_field(sd ? sd : pt, pj_mkpath(p, prefix, sd ? "stdin" : "pty"), PJ_E2B_MAX_INPUT, &s->data, &s->len, err);
 }
 
-int pj_envd_input_parse(const char *msg, size_t len, struct pj_envd_input *ret, struct pj_error *err) {
+int pj_envd_input_parse(const char *msg, size_t len, struct pj_envd_input *ret, struct err *err) {
         static const char *const names[] = { "process", "input" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_envd_input_done) struct pj_envd_input s = { 0 };
@@ -348,7 +348,7 @@ int pj_envd_input_parse(const char *msg, size_t len, struct pj_envd_input *ret, 
 }
 
 int pj_envd_stream_input_parse(const char *msg, size_t len, enum pj_envd_stream_kind *ret_kind, struct pj_envd_input *ret,
-                               struct pj_error *err) {
+                               struct err *err) {
         static const char *const names[] = { "start", "data", "keepalive" }, *const start_names[] = { "process" },
                                  *const data_names[] = { "input" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
@@ -382,7 +382,7 @@ int pj_envd_stream_input_parse(const char *msg, size_t len, enum pj_envd_stream_
         return 0;
 }
 
-int pj_envd_signal_parse(const char *msg, size_t len, struct pj_envd_selector *ret, int *ret_signo, struct pj_error *err) {
+int pj_envd_signal_parse(const char *msg, size_t len, struct pj_envd_selector *ret, int *ret_signo, struct err *err) {
         static const char *const names[] = { "process", "signal" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_envd_selector_done) struct pj_envd_selector s = { 0 };
@@ -405,7 +405,7 @@ int pj_envd_signal_parse(const char *msg, size_t len, struct pj_envd_selector *r
 }
 
 int pj_envd_update_parse(const char *msg, size_t len, struct pj_envd_selector *ret, uint32_t *ret_rows, uint32_t *ret_cols,
-                         struct pj_error *err) {
+                         struct err *err) {
         static const char *const names[] = { "process", "pty" };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_envd_selector_done) struct pj_envd_selector s = { 0 };
@@ -420,7 +420,7 @@ int pj_envd_update_parse(const char *msg, size_t len, struct pj_envd_selector *r
         return 0;
 }
 
-int pj_envd_empty_parse(const char *msg, size_t len, struct pj_error *err) {
+int pj_envd_empty_parse(const char *msg, size_t len, struct err *err) {
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         int r = message(msg, len, &root, err);
         if (r < 0)
@@ -435,7 +435,7 @@ void pj_envd_fs_done(struct pj_envd_fs *f) {
         *f = (struct pj_envd_fs) { 0 };
 }
 
-int pj_envd_fs_parse(const char *msg, size_t len, enum pj_envd_fs_kind kind, struct pj_envd_fs *ret, struct pj_error *err) {
+int pj_envd_fs_parse(const char *msg, size_t len, enum pj_envd_fs_kind kind, struct pj_envd_fs *ret, struct err *err) {
         static const char *const path_names[] = { "path" }, *const move_names[] = { "source", "destination" },
                                  *const list_names[] = { "path", "depth" },
                                  *const watch_names[] = { "path", "recursive", "includeEntry", "include_entry",

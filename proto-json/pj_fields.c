@@ -67,7 +67,7 @@ static bool pj_loosely_equal(const char *a, size_t an, const char *b) {
 
 /* Rejects members not in allowed[] and members given twice. */
 int pj_check_fields(const struct pj_json *obj, const char *prefix, const char *const *allowed, size_t n_allowed,
-                        struct pj_error *err) {
+                        struct err *err) {
         uint64_t seen = 0;
         for (const struct pj_json *m = obj->child; m; m = m->next) {
                 size_t i;
@@ -99,7 +99,7 @@ int pj_check_fields(const struct pj_json *obj, const char *prefix, const char *c
 
 /* String member. 0 absent (*ret NULL), 1 present, -EINVAL. Never contains NUL. */
 int pj_get_str(const struct pj_json *obj, const char *prefix, const char *key, const struct pj_json **ret,
-                   struct pj_error *err) {
+                   struct err *err) {
         char path[PJ_PATH_MAX];
         const struct pj_json *m = pj_json_member(obj, key);
         *ret = NULL;
@@ -130,7 +130,7 @@ bool pj_number_to_int(const struct pj_json *v, int64_t *ret) {
 }
 
 int pj_get_int(const struct pj_json *obj, const char *prefix, const char *key, int min, int max, bool *ret_has,
-                   int *ret, struct pj_error *err) {
+                   int *ret, struct err *err) {
         char path[PJ_PATH_MAX];
         const struct pj_json *m = pj_json_member(obj, key);
         int64_t x;
@@ -146,7 +146,7 @@ int pj_get_int(const struct pj_json *obj, const char *prefix, const char *key, i
 }
 
 int pj_get_bool(const struct pj_json *obj, const char *prefix, const char *key, bool *ret_has, bool *ret,
-                    struct pj_error *err) {
+                    struct err *err) {
         char path[PJ_PATH_MAX];
         const struct pj_json *m = pj_json_member(obj, key);
         if (!m)
@@ -160,7 +160,7 @@ int pj_get_bool(const struct pj_json *obj, const char *prefix, const char *key, 
 }
 
 int pj_parse_body(const char *body, size_t len, bool empty_ok, const char *const *allowed, size_t n_allowed,
-                  struct pj_json **ret, struct pj_error *err) {
+                  struct pj_json **ret, struct err *err) {
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         int r = pj_json_parse_object(body, len, empty_ok, &root, err);
         if (r < 0)
@@ -184,7 +184,7 @@ static bool env_name_ok(const char *s, size_t n) {
 }
 
 int pj_string_map(const struct pj_json *obj, const char *field, bool env, size_t max, size_t max_key, size_t max_value,
-                  char **ret_json, char ***ret_keys, char ***ret_values, size_t *ret_n, struct pj_error *err) {
+                  char **ret_json, char ***ret_keys, char ***ret_values, size_t *ret_n, struct err *err) {
         char path[PJ_PATH_MAX], q[300];
         if (obj->type != PJ_JSON_OBJECT)
                 return pj_error_set(err, field, "%s must be an object of strings", field);

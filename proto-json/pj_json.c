@@ -25,7 +25,7 @@ struct jp {
         const uint8_t *s;
         size_t len, pos;
         size_t nodes, max_nodes;
-        struct pj_error *err;
+        struct err *err;
 };
 
 static int jp_fail(struct jp *p, size_t at, const char *what) {
@@ -257,7 +257,7 @@ static int jp_value(struct jp *p, int depth, struct pj_json **ret) {
         return 0;
 }
 
-int pj_json_parse(const char *buf, size_t len, size_t max_nodes, struct pj_json **ret, struct pj_error *err) {
+int pj_json_parse(const char *buf, size_t len, size_t max_nodes, struct pj_json **ret, struct err *err) {
         struct jp p = { .s = (const uint8_t *) buf, .len = buf ? len : 0, .max_nodes = max_nodes, .err = err };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         int r = jp_value(&p, 0, &root);
@@ -270,7 +270,7 @@ int pj_json_parse(const char *buf, size_t len, size_t max_nodes, struct pj_json 
         return 0;
 }
 
-int pj_json_parse_object(const char *body, size_t len, bool empty_ok, struct pj_json **ret, struct pj_error *err) {
+int pj_json_parse_object(const char *body, size_t len, bool empty_ok, struct pj_json **ret, struct err *err) {
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         int r;
 

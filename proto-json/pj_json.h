@@ -57,11 +57,11 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct pj_json *, pj_json_free)
  * filled (field ""): "Malformed JSON at byte N: why", "Invalid UTF-8 ...",
  * "JSON nesting deeper than 32 levels ...", "JSON document has more than N
  * values ...". */
-int pj_json_parse(const char *buf, size_t len, size_t max_nodes, struct pj_json **ret, struct pj_error *err);
+int pj_json_parse(const char *buf, size_t len, size_t max_nodes, struct pj_json **ret, struct err *err);
 
 /* A request body that must be one JSON object, with PJ_JSON_MAX_NODES.
  * empty_ok: len 0 reads as {}; otherwise an empty body is an error. */
-int pj_json_parse_object(const char *body, size_t len, bool empty_ok, struct pj_json **ret, struct pj_error *err);
+int pj_json_parse_object(const char *body, size_t len, bool empty_ok, struct pj_json **ret, struct err *err);
 
 /* Whether object member m has exactly this key (keys may hold NUL). */
 bool pj_json_key_is(const struct pj_json *m, const char *key);

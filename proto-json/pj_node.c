@@ -66,7 +66,7 @@ static bool only_keys(const cJSON *o, const char *const *allowed, const char **r
         return true;
 }
 
-static int parse_resolved(const cJSON *o, struct pj_node_resolved **ret, size_t *ret_n, struct pj_error *err);
+static int parse_resolved(const cJSON *o, struct pj_node_resolved **ret, size_t *ret_n, struct err *err);
 
 cJSON *pj_node_resolved_to_json(const struct pj_node_resolved *v, size_t n) {
         char ip[INET_ADDRSTRLEN];
@@ -90,15 +90,15 @@ static void add_resolved(cJSON *o, const struct pj_node_resolved *v, size_t n) {
         cJSON_AddItemToObject(o, "resolved", pj_node_resolved_to_json(v, n));
 }
 
-int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, struct pj_error *err) {
-        char jerr[256] = "";
+int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, struct err *err) {
+        struct err jerr = { 0 };
         _cleanup_json_ cJSON *o = NULL;
         struct pj_node_msg m = { 0 };
         const char *bad = NULL;
 
         memset(err, 0, sizeof(*err));
-        if (json_parse(body, len, PJ_NODE_MAX_MESSAGE, 8, &o, jerr, sizeof(jerr)) < 0)
-                return pj_error_set(err, "", "%s", jerr);
+        if (json_parse(body, len, PJ_NODE_MAX_MESSAGE, 8, &o, &jerr) < 0)
+                return pj_error_set(err, "", "%s", jerr.message);
         if (!cJSON_IsObject(o))
                 return pj_error_set(err, "", "message must be a JSON object");
         const char *type = json_get_str(o, "type");
@@ -204,15 +204,16 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                 int i = 0;
                 const cJSON *e;
                 cJSON_ArrayForEach(e, allow) {
-                        char why[256] = "", field[32];
+                        char field[32];
+                        struct err why = { 0 };
                         snprintf(field, sizeof(field), "allow[%d]", i++);
                         if (!cJSON_IsString(e)) {
                                 pj_egress_done(&m.egress);
                                 return pj_error_set(err, field, "%s must be a string", field);
                         }
-                        if (pj_egress_add_allow(&m.egress, e->valuestring, why, sizeof(why)) < 0) {
+                        if (pj_egress_add_allow(&m.egress, e->valuestring, &why) < 0) {
                                 pj_egress_done(&m.egress);
-                                return pj_error_set(err, field, "%s %s", field, why);
+                                return pj_error_set(err, field, "%s %s", field, why.message);
                         }
                 }
         }
@@ -320,13 +321,13 @@ static bool get_count(const cJSON *o, const char *k, uint64_t *ret) {
 }
 
 /* Parses one entry (field: its path, "live[3]") into the zeroed slot. 0 or -EINVAL. */
-typedef int entry_parser(const cJSON *e, const char *field, void *slot, struct pj_error *err);
+typedef int entry_parser(const cJSON *e, const char *field, void *slot, struct err *err);
 
 /* The array member `key` of o, of at most max entries, each of size bytes parsed by parse.
  * 1 when present: *ret is a new array (NULL when empty) of *ret_n entries and *ret_has (optional)
  * true; 0 when absent; -EINVAL. Nothing is touched unless it returns 1. */
 static int parse_array(const cJSON *o, const char *key, int max, size_t size, entry_parser *parse, void **ret,
-                       size_t *ret_n, bool *ret_has, struct pj_error *err) {
+                       size_t *ret_n, bool *ret_has, struct err *err) {
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
         if (!a)
                 return 0;
@@ -353,7 +354,7 @@ static int parse_array(const cJSON *o, const char *key, int max, size_t size, en
         return 1;
 }
 
-static int entry_sandbox_id(const cJSON *e, const char *field, char ret[static 25], struct pj_error *err) {
+static int entry_sandbox_id(const cJSON *e, const char *field, char ret[static 25], struct err *err) {
         const char *sid = cJSON_IsObject(e) ? json_get_str(e, "sandbox_id") : NULL;
         if (!sid || !hexid_valid(sid))
                 return pj_error_set(err, field, "%s.sandbox_id must be 24 lowercase hex characters", field);
@@ -361,11 +362,11 @@ static int entry_sandbox_id(const cJSON *e, const char *field, char ret[static 2
         return 0;
 }
 
-static int resolved_entry(const cJSON *e, const char *field, void *slot, struct pj_error *err) {
+static int resolved_entry(const cJSON *e, const char *field, void *slot, struct err *err) {
         struct pj_node_resolved *x = slot;
         struct pj_allow_entry ae;
         const char *name = cJSON_IsObject(e) ? json_get_str(e, "name") : NULL;
-        if (!name || pj_allow_entry_parse(name, &ae, NULL, 0, NULL, 0) < 0 || ae.kind != PJ_ALLOW_HOSTNAME)
+        if (!name || pj_allow_entry_parse(name, &ae, NULL, 0, NULL) < 0 || ae.kind != PJ_ALLOW_HOSTNAME)
                 return pj_error_set(err, field, "%s.name must be a hostname", field);
         snprintf(x->name, sizeof(x->name), "%s", ae.host);
         if (!json_get_int(e, "at", &x->at_ms) || x->at_ms < 0)
@@ -384,7 +385,7 @@ static int resolved_entry(const cJSON *e, const char *field, void *slot, struct 
 }
 
 /* "resolved": in egress.resolved messages and in replies. As parse_array(). */
-static int parse_resolved(const cJSON *o, struct pj_node_resolved **ret, size_t *ret_n, struct pj_error *err) {
+static int parse_resolved(const cJSON *o, struct pj_node_resolved **ret, size_t *ret_n, struct err *err) {
         void *v = NULL;
         int k = parse_array(o, "resolved", PJ_EGRESS_MAX_ALLOW, sizeof(**ret), resolved_entry, &v, ret_n, NULL, err);
         if (k > 0)
@@ -392,7 +393,7 @@ static int parse_resolved(const cJSON *o, struct pj_node_resolved **ret, size_t 
         return k;
 }
 
-static int stats_entry(const cJSON *e, const char *field, void *slot, struct pj_error *err) {
+static int stats_entry(const cJSON *e, const char *field, void *slot, struct err *err) {
         struct pj_node_sbx_stats *x = slot;
         int k = entry_sandbox_id(e, field, x->sandbox_id, err);
         if (k < 0)
@@ -403,7 +404,7 @@ static int stats_entry(const cJSON *e, const char *field, void *slot, struct pj_
         return 0;
 }
 
-static int live_entry(const cJSON *e, const char *field, void *slot, struct pj_error *err) {
+static int live_entry(const cJSON *e, const char *field, void *slot, struct err *err) {
         struct pj_node_live *x = slot;
         int k = entry_sandbox_id(e, field, x->sandbox_id, err);
         if (k < 0)
@@ -413,15 +414,15 @@ static int live_entry(const cJSON *e, const char *field, void *slot, struct pj_e
         return 0;
 }
 
-int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret, struct pj_error *err) {
-        char jerr[256] = "";
+int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret, struct err *err) {
+        struct err jerr = { 0 };
         _cleanup_json_ cJSON *o = NULL;
         struct pj_node_reply r = { 0 };
         int k;
         memset(err, 0, sizeof(*err));
         /* sandboxes: 4096 entries of 6 values each, plus the envelope */
-        if (json_parse_n(body, len, PJ_NODE_MAX_REPLY, 8, 8 * PJ_NODE_MAX_STATS + 64, &o, jerr, sizeof(jerr)) < 0)
-                return pj_error_set(err, "", "%s", jerr);
+        if (json_parse_n(body, len, PJ_NODE_MAX_REPLY, 8, 8 * PJ_NODE_MAX_STATS + 64, &o, &jerr) < 0)
+                return pj_error_set(err, "", "%s", jerr.message);
         if (!cJSON_IsObject(o))
                 return pj_error_set(err, "", "reply must be a JSON object");
         const cJSON *ok = cJSON_GetObjectItemCaseSensitive(o, "ok");

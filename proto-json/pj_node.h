@@ -81,7 +81,7 @@ struct pj_node_msg {
 
 const char *pj_node_type_to_string(enum pj_node_type t);
 /* 0 or -EINVAL (err names the field); *ret untouched on failure. */
-int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, struct pj_error *err);
+int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, struct err *err);
 /* Compact JSON text, xmalloc'd. */
 char *pj_node_msg_format(const struct pj_node_msg *m);
 void pj_node_msg_done(struct pj_node_msg *m);
@@ -135,5 +135,5 @@ char *pj_node_reply_format(const struct pj_node_reply *r);
 /* Accepts bodies up to PJ_NODE_MAX_REPLY. Unknown fields are ignored (older and
  * newer peers interoperate); the optional arrays are checked entry by entry and
  * bounded. 0 or -EINVAL; *ret untouched on failure. */
-int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret, struct pj_error *err);
+int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret, struct err *err);
 void pj_node_reply_done(struct pj_node_reply *r);

@@ -23,7 +23,7 @@ void pj_secret_put_done(struct pj_secret_put *p) {
 }
 
 int pj_secret_parse(const char *body, size_t len, bool with_name, size_t max_value, struct pj_secret_put *ret,
-                    struct pj_error *err) {
+                    struct err *err) {
         static const char *const post_fields[] = { "name", "value", "metadata" };
         _cleanup_(pj_json_freep) struct pj_json *o = NULL;
         struct pj_secret_put p = { 0 };

@@ -26,6 +26,6 @@ bool pj_secret_name_ok(const char *s);
 /* POST /secrets {name, value, metadata?} (with_name) or PUT /secrets/{name} {value, metadata?}:
  * 0, or -EINVAL with err naming the field (a value over max_value bytes says its limit). */
 int pj_secret_parse(const char *body, size_t len, bool with_name, size_t max_value, struct pj_secret_put *ret,
-                    struct pj_error *err);
+                    struct err *err);
 /* Frees the members, wiping the value first. */
 void pj_secret_put_done(struct pj_secret_put *p);

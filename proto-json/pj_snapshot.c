@@ -78,7 +78,7 @@ static bool digest_valid(const char *s) {
 
 /* The string member k of o: 1 and *ret when present, 0 when absent (or JSON null),
  * -EINVAL naming k when present and not a string. */
-static int get_str(const cJSON *o, const char *k, const char **ret, struct pj_error *err) {
+static int get_str(const cJSON *o, const char *k, const char **ret, struct err *err) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
         if (!v || cJSON_IsNull(v))
                 return 0;
@@ -89,7 +89,7 @@ static int get_str(const cJSON *o, const char *k, const char **ret, struct pj_er
 }
 
 /* The id member k (24 lowercase hex) into ret; absent is an error only when required. */
-static int get_id(const cJSON *o, const char *k, bool required, char ret[static 25], struct pj_error *err) {
+static int get_id(const cJSON *o, const char *k, bool required, char ret[static 25], struct err *err) {
         const char *s = NULL;
         int r = get_str(o, k, &s, err);
         if (r < 0 || (r == 0 && !required))
@@ -100,7 +100,7 @@ static int get_id(const cJSON *o, const char *k, bool required, char ret[static 
         return 0;
 }
 
-static int get_node_id(const cJSON *o, char ret[static PJ_SNAPSHOT_MAX_NODE_ID + 1], struct pj_error *err) {
+static int get_node_id(const cJSON *o, char ret[static PJ_SNAPSHOT_MAX_NODE_ID + 1], struct err *err) {
         const char *s = NULL;
         int r = get_str(o, "node_id", &s, err);
         if (r <= 0)
@@ -113,7 +113,7 @@ static int get_node_id(const cJSON *o, char ret[static PJ_SNAPSHOT_MAX_NODE_ID +
 }
 
 /* An optional non-negative integer; *ret stays -1 when absent. */
-static int get_count(const cJSON *o, const char *k, int64_t *ret, struct pj_error *err) {
+static int get_count(const cJSON *o, const char *k, int64_t *ret, struct err *err) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
         int64_t n;
         if (!v || cJSON_IsNull(v))
@@ -126,11 +126,11 @@ static int get_count(const cJSON *o, const char *k, int64_t *ret, struct pj_erro
 
 /* The body as one JSON object whose "type" is a string; *ret_type borrowed from *ret. */
 static int parse_object(const char *body, size_t len, size_t max, cJSON **ret, const char **ret_type,
-                        struct pj_error *err) {
-        char jerr[256] = "";
+                        struct err *err) {
+        struct err jerr = { 0 };
         cJSON *o = NULL;
-        if (json_parse(body, len, max, MAX_DEPTH, &o, jerr, sizeof(jerr)) < 0)
-                return pj_error_set(err, "", "%s", jerr);
+        if (json_parse(body, len, max, MAX_DEPTH, &o, &jerr) < 0)
+                return pj_error_set(err, "", "%s", jerr.message);
         if (!cJSON_IsObject(o)) {
                 cJSON_Delete(o);
                 return pj_error_set(err, "", "message must be a JSON object");
@@ -160,7 +160,7 @@ char *pj_snapshot_job_format(const struct pj_snapshot_job *j) {
         return json_print(o);
 }
 
-int pj_snapshot_job_parse(const char *body, size_t len, struct pj_snapshot_job *ret, struct pj_error *err) {
+int pj_snapshot_job_parse(const char *body, size_t len, struct pj_snapshot_job *ret, struct err *err) {
         _cleanup_json_ cJSON *o = NULL;
         struct pj_snapshot_job j = { 0 };
         const char *type = NULL, *container = NULL;
@@ -231,7 +231,7 @@ char *pj_snapshot_event_format(const struct pj_snapshot_event *e) {
         return json_print(o);
 }
 
-int pj_snapshot_event_parse(const char *body, size_t len, struct pj_snapshot_event *ret, struct pj_error *err) {
+int pj_snapshot_event_parse(const char *body, size_t len, struct pj_snapshot_event *ret, struct err *err) {
         _cleanup_json_ cJSON *o = NULL;
         struct pj_snapshot_event e;
         const char *type = NULL;

@@ -17,7 +17,7 @@
  *    "commit_ms"?,"push_ms"?,"verify_ms"?,"prune_ms"?}
  *
  * Both parsers take untrusted bytes: bodies are bounded, every field that is read is
- * checked, errors name the field (struct pj_error). Unknown fields are ignored, so an
+ * checked, errors name the field (struct err). Unknown fields are ignored, so an
  * older and a newer peer still understand each other; a field that is present must have
  * its documented type and form (the formatters never write anything else).
  */
@@ -72,7 +72,7 @@ char *pj_snapshot_job_format(const struct pj_snapshot_job *j);
  * JSON object, type not "snapshot.create", snapshot_id not 24 lowercase hex, sandbox_id
  * present but not 24 lowercase hex, node_id present but not a node id, container_id
  * present but not a string. 0 on success; *ret untouched on failure. */
-int pj_snapshot_job_parse(const char *body, size_t len, struct pj_snapshot_job *ret, struct pj_error *err);
+int pj_snapshot_job_parse(const char *body, size_t len, struct pj_snapshot_job *ret, struct err *err);
 
 /* snapshot.completed and snapshot.failed. */
 enum pj_snapshot_event_type {
@@ -116,4 +116,4 @@ char *pj_snapshot_event_format(const struct pj_snapshot_event *e);
  * not a non-negative integer, node_id / sandbox_id present but malformed, reason present
  * but not a string. digest and size_bytes of a failed event, and reason of a completed
  * one, are not read. 0 on success; *ret untouched on failure. */
-int pj_snapshot_event_parse(const char *body, size_t len, struct pj_snapshot_event *ret, struct pj_error *err);
+int pj_snapshot_event_parse(const char *body, size_t len, struct pj_snapshot_event *ret, struct err *err);

@@ -119,7 +119,7 @@ static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t 
 
 int background_reap_one(struct ctl *c, const char *id, int64_t now) {
         struct sandbox sb = { 0 };
-        char derr[256] = "";
+        struct err derr = { 0 };
         int r;
 
         ctl_sandbox_lock(c, id);
@@ -137,12 +137,12 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
         log_ctx_set("DESTROY_REASON", why);
         log_notice("reaping sandbox: %s", why);
         /* The workload first: if removing it fails, nothing changed and the next round retries. */
-        r = c->drv->ops->remove(c->drv, &sb, derr, sizeof(derr));
+        r = c->drv->ops->remove(c->drv, &sb, &derr);
         if (r < 0) {
-                log_warning("reaper could not destroy the sandbox: %s", derr);
+                log_warning("reaper could not destroy the sandbox: %s", derr.message);
                 goto out;
         }
-        (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
+        (void) ctl_egress_remove(c, &sb, &derr);
         sandbox_memory_forget(c, sb.id);   /* a kept checkpoint went with the workload */
         sb.status = SB_DESTROYED;
         sb.destroyed_at = now_ms();
@@ -233,7 +233,7 @@ static void reconcile_after_start(struct ctl *c) {
                 return;
         for (size_t i = 0; i < n; i++) {
                 struct sandbox *sb = &a[i];
-                char err[256] = "";
+                struct err err = { 0 };
                 enum sb_status to = SB_FAILED;
                 switch (sb->status) {
                 case SB_STARTING:
@@ -253,12 +253,12 @@ static void reconcile_after_start(struct ctl *c) {
                 log_ctx_set("SANDBOX_ID", sb->id);
                 ctl_sandbox_lock(c, sb->id);
                 /* Whatever half-made workload exists goes; the volume stays. */
-                if (c->drv->ops->remove(c->drv, sb, err, sizeof(err)) < 0) {
-                        log_warning("could not heal a sandbox left %s by a crash: %s", sb_status_str(sb->status), err);
+                if (c->drv->ops->remove(c->drv, sb, &err) < 0) {
+                        log_warning("could not heal a sandbox left %s by a crash: %s", sb_status_str(sb->status), err.message);
                         ctl_sandbox_unlock(c, sb->id);
                         continue;
                 }
-                (void) ctl_egress_remove(c, sb, err, sizeof(err));
+                (void) ctl_egress_remove(c, sb, &err);
                 log_notice("healing sandbox left %s by a crash: now %s", sb_status_str(sb->status), sb_status_str(to));
                 if (to == SB_FAILED) {
                         free(sb->failure_reason);
@@ -310,9 +310,9 @@ static void reap_orphans(struct ctl *c) {
                 if (orphan)
                         c->drv->ops->remove_by_id(c->drv, *p);
                 else if (stray) {
-                        char err[256];
-                        if (c->drv->ops->remove(c->drv, &sb, err, sizeof(err)) < 0)
-                                log_warning("could not stop the paused sandbox's workload: %s", err);
+                        struct err err = { 0 };
+                        if (c->drv->ops->remove(c->drv, &sb, &err) < 0)
+                                log_warning("could not stop the paused sandbox's workload: %s", err.message);
                 }
                 ctl_sandbox_unlock(c, *p);
                 sandbox_clear(&sb);
@@ -330,12 +330,12 @@ static void reap_orphans(struct ctl *c) {
 #define NODE_PING_MAX 256
 
 static void ping_one(struct ctl *c, const char *node) {
-        char err[256] = "";
-        int r = nodebus_request_ok(c->bus, node, "{\"type\":\"ping\"}", NODE_PING_TIMEOUT_MS, NULL, err, sizeof(err));
+        struct err err = { 0 };
+        int r = nodebus_request_ok(c->bus, node, "{\"type\":\"ping\"}", NODE_PING_TIMEOUT_MS, NULL, &err);
         if (r == 0)
                 (void) store_node_touch(c->store, node, now_ms());
         else
-                log_debug("node %s did not answer a ping: %s", node, err);
+                log_debug("node %s did not answer a ping: %s", node, err.message);
 }
 
 static void ping_nodes(struct ctl *c) {

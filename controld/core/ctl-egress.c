@@ -66,7 +66,7 @@ static uint32_t mask_of(int prefix) {
         return prefix <= 0 ? 0 : 0xffffffffu << (32 - prefix);
 }
 
-int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err) {
+int ctl_egress_check_allow(const struct sb_egress *e, struct err *err) {
         for (size_t i = 0; i < e->n_allow; i++) {
                 const struct pj_allow_entry *a = &e->allow[i];
                 if (a->kind == PJ_ALLOW_HOSTNAME)
@@ -77,7 +77,7 @@ int ctl_egress_check_allow(const struct sb_egress *e, struct api_error *err) {
                         if (((a->addr ^ always_deny[k].net) & mask_of(p)) == 0) {
                                 char buf[PJ_ALLOW_NORM_MAX];
                                 sb_allow_entry_format(a, buf);
-                                return API_ERR(err, -EINVAL,
+                                return err_set(err, -EINVAL,
                                                "egress.allow[%zu] (\"%s\") overlaps %s, which sandboxes can never reach; "
                                                "remove it from the allowlist",
                                                i, buf, always_deny[k].what);
@@ -133,18 +133,16 @@ static char *apply_body(const struct sandbox *sb, const struct sb_egress *pol, u
 #define HOSTS_HEADER "# written by Paddock: the names this sandbox's egress allowlist permits\n" \
                      "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 
-int ctl_egress_hosts_render(const struct pj_node_resolved *res, size_t n, struct strbuf *out, char *err, size_t errlen) {
+int ctl_egress_hosts_render(const struct pj_node_resolved *res, size_t n, struct strbuf *out, struct err *err) {
         /* Room for the largest list a policy can produce, so a valid one is never cut. */
         strbuf_init(out, ctl_egress_hosts_max());
-        if (n > PJ_EGRESS_MAX_ALLOW) {
-                snprintf(err, errlen, "%zu resolved names, more than the %d an allowlist may hold", n, PJ_EGRESS_MAX_ALLOW);
-                return -E2BIG;
-        }
+        if (n > PJ_EGRESS_MAX_ALLOW)
+                return err_set(err, -E2BIG, "%zu resolved names, more than the %d an allowlist may hold", n, PJ_EGRESS_MAX_ALLOW);
         strbuf_append(out, HOSTS_HEADER, sizeof(HOSTS_HEADER) - 1);
         for (size_t i = 0; i < n; i++) {
                 struct pj_allow_entry e;
                 /* Names come from the agent (the codec checked them); still, only valid ones get in. */
-                if (pj_allow_entry_parse(res[i].name, &e, NULL, 0, NULL, 0) < 0 || e.kind != PJ_ALLOW_HOSTNAME)
+                if (pj_allow_entry_parse(res[i].name, &e, NULL, 0, NULL) < 0 || e.kind != PJ_ALLOW_HOSTNAME)
                         continue;
                 for (size_t k = 0; k < res[i].n_addrs && k < PJ_NODE_MAX_ADDRS_PER_NAME; k++) {
                         uint32_t a = res[i].addrs[k];
@@ -153,9 +151,8 @@ int ctl_egress_hosts_render(const struct pj_node_resolved *res, size_t n, struct
         }
         /* Cannot happen with the bounds above; a cut file would silently drop names. */
         if (out->truncated) {
-                snprintf(err, errlen, "/etc/hosts would exceed its %zu bytes", ctl_egress_hosts_max());
                 strbuf_done(out);
-                return -E2BIG;
+                return err_set(err, -E2BIG, "/etc/hosts would exceed its %zu bytes", ctl_egress_hosts_max());
         }
         return 0;
 }
@@ -164,8 +161,8 @@ size_t ctl_egress_hosts_max(void) {
         return sizeof(HOSTS_HEADER) - 1 + (size_t) PJ_EGRESS_MAX_ALLOW * PJ_NODE_MAX_ADDRS_PER_NAME * HOSTS_LINE_MAX;
 }
 
-static int write_hosts(struct ctl *c, const struct sandbox *sb, const struct pj_node_resolved *res, size_t n, char *err,
-                       size_t errlen) {
+static int write_hosts(struct ctl *c, const struct sandbox *sb, const struct pj_node_resolved *res, size_t n,
+                       struct err *err) {
         _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(0);
         /* /etc/hosts is a bind mount of the engine's: rewritten in place, never renamed over. */
         const char *argv[] = { "/bin/sh", "-c", "cat > /etc/hosts", NULL };
@@ -173,9 +170,9 @@ static int write_hosts(struct ctl *c, const struct sandbox *sb, const struct pj_
         struct exec_session *s = NULL;
         int r, code = -1;
 
-        if ((r = ctl_egress_hosts_render(res, n, &b, err, errlen)) < 0)
+        if ((r = ctl_egress_hosts_render(res, n, &b, err)) < 0)
                 return r;
-        r = c->drv->ops->exec_start(c->drv, sb, &spec, &s, err, errlen);
+        r = c->drv->ops->exec_start(c->drv, sb, &spec, &s, err);
         if (r < 0)
                 return r;
         int64_t deadline = mono_ms() + 10000;
@@ -187,16 +184,15 @@ static int write_hosts(struct ctl *c, const struct sandbox *sb, const struct pj_
                         r = -ETIMEDOUT;
                         break;
                 }
-        if (r >= 0 && c->drv->ops->exec_exit_code(s, &code) >= 0 && code != 0) {
-                snprintf(err, errlen, "writing /etc/hosts exited with %d", code);
-                r = -EIO;
-        } else if (r < 0)
-                snprintf(err, errlen, "writing /etc/hosts failed: %s", strerror(-r));
+        if (r >= 0 && c->drv->ops->exec_exit_code(s, &code) >= 0 && code != 0)
+                r = err_set(err, -EIO, "writing /etc/hosts exited with %d", code);
+        else if (r < 0)
+                err_set(err, r, "writing /etc/hosts failed: %s", strerror(-r));
         c->drv->ops->exec_free(s);
         return r < 0 ? r : 0;
 }
 
-int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, char *err, size_t errlen) {
+int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, struct err *err) {
         _cleanup_free_ char *body = NULL;
         _cleanup_(pj_node_reply_done) struct pj_node_reply reply = { 0 };
         uint32_t ip;
@@ -210,23 +206,21 @@ int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_eg
         if (pol->mode == PJ_EGRESS_DENY_ALL && parse_ip(sb->ip, &ip) < 0)
                 return 0;      /* network none: nothing to ask of the agent */
         if (!sb->node_id || !*sb->node_id) {
-                snprintf(err, errlen, "the sandbox has no node");
-                r = -ENXIO;
+                r = err_set(err, -ENXIO, "the sandbox has no node");
                 goto fail;
         }
         if (parse_ip(sb->ip, &ip) < 0) {
-                snprintf(err, errlen, "the sandbox has no IPv4 address on the sandbox bridge");
-                r = -EINVAL;
+                r = err_set(err, -EINVAL, "the sandbox has no IPv4 address on the sandbox bridge");
                 goto fail;
         }
         body = apply_body(sb, pol, ip);
-        r = nodebus_request_ok(c->bus, sb->node_id, body, (long) c->cfg->egress_timeout_ms, &reply, err, errlen);
+        r = nodebus_request_ok(c->bus, sb->node_id, body, (long) c->cfg->egress_timeout_ms, &reply, err);
         if (r < 0) {
                 if (r == -ENXIO)
-                        snprintf(err, errlen, "no egress agent is serving node %s", sb->node_id);
+                        err_set(err, r, "no egress agent is serving node %s", sb->node_id);
                 else if (r == -ETIMEDOUT)
-                        snprintf(err, errlen, "the egress agent on node %s did not confirm within %llums", sb->node_id,
-                                 (unsigned long long) c->cfg->egress_timeout_ms);
+                        err_set(err, r, "the egress agent on node %s did not confirm within %llums", sb->node_id,
+                                (unsigned long long) c->cfg->egress_timeout_ms);
                 goto fail;
         }
         atomic_fetch_add(&n_apply_ok, 1);
@@ -243,16 +237,16 @@ int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_eg
                         log_warning("egress applied, but the agent on node %s sent no resolved names: /etc/hosts not written",
                                     sb->node_id);
                 } else if (has_names) {
-                        char herr[256] = "";
-                        r = write_hosts(c, sb, reply.resolved, reply.n_resolved, herr, sizeof(herr));
+                        struct err herr = { 0 };
+                        r = write_hosts(c, sb, reply.resolved, reply.n_resolved, &herr);
                         if (r == -E2BIG) {
                                 /* The names would not all be in /etc/hosts: the apply fails, with why. */
                                 atomic_fetch_add(&n_hosts_failed, 1);
-                                snprintf(err, errlen, "the allowlist's names could not all be written to /etc/hosts: %s", herr);
+                                err_set(err, r, "the allowlist's names could not all be written to /etc/hosts: %s", herr.message);
                                 goto fail;
                         } else if (r < 0) {
                                 atomic_fetch_add(&n_hosts_failed, 1);
-                                log_warning("egress applied, but /etc/hosts could not be written: %s", herr);
+                                log_warning("egress applied, but /etc/hosts could not be written: %s", herr.message);
                         } else {
                                 atomic_fetch_add(&n_hosts_written, 1);
                                 fault_point("egress.hosts_written");   /* crash tests */
@@ -264,15 +258,15 @@ int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_eg
         return 0;
 fail:
         atomic_fetch_add(&n_apply_fail, 1);
-        log_error("egress apply failed: %s", err);
+        log_error("egress apply failed: %s", err->message);
         return r;
 }
 
-int ctl_egress_remove(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen) {
-        return ctl_egress_remove_timeout(c, sb, (long) c->cfg->egress_timeout_ms, err, errlen);
+int ctl_egress_remove(struct ctl *c, const struct sandbox *sb, struct err *err) {
+        return ctl_egress_remove_timeout(c, sb, (long) c->cfg->egress_timeout_ms, err);
 }
 
-int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long timeout_ms, char *err, size_t errlen) {
+int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long timeout_ms, struct err *err) {
         _cleanup_free_ char *body = NULL;
         uint32_t ip;
         int r;
@@ -284,11 +278,11 @@ int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long time
         struct pj_node_msg m = { .type = PJ_NODE_EGRESS_REMOVE, .ip = ip };
         snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sb->id);
         body = pj_node_msg_format(&m);
-        r = nodebus_request_ok(c->bus, sb->node_id, body, timeout_ms, NULL, err, errlen);
+        r = nodebus_request_ok(c->bus, sb->node_id, body, timeout_ms, NULL, err);
         if (r < 0) {
                 atomic_fetch_add(&n_remove_fail, 1);
                 log_warning("egress remove on node %s failed: %s (the agent drops a departed sandbox's rules when it converges)",
-                            sb->node_id, err);
+                            sb->node_id, err->message);
                 return r;
         }
         atomic_fetch_add(&n_remove_ok, 1);
@@ -324,11 +318,11 @@ cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
         cJSON *counters = NULL;
         if (c->bus && sb->node_id && sb->egress.mode != PJ_EGRESS_DENY_ALL && sb->status == SB_READY) {
                 _cleanup_(pj_node_reply_done) struct pj_node_reply reply = { 0 };
-                char err[256] = "";
+                struct err err = { 0 };
                 long t = (long) c->cfg->egress_timeout_ms;
                 if (t > 2000)
                         t = 2000;
-                if (nodebus_request_ok(c->bus, sb->node_id, "{\"type\":\"egress.stats\"}", t, &reply, err, sizeof(err)) == 0) {
+                if (nodebus_request_ok(c->bus, sb->node_id, "{\"type\":\"egress.stats\"}", t, &reply, &err) == 0) {
                         for (size_t i = 0; i < reply.n_stats && !counters; i++) {
                                 const struct pj_node_sbx_stats *x = &reply.stats[i];
                                 if (strcmp(x->sandbox_id, sb->id) != 0)
@@ -340,7 +334,7 @@ cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
                                 json_add_int(counters, "dropped_bytes", (int64_t) x->dropped_bytes);
                         }
                 } else
-                        log_debug("egress.stats from node %s: %s", sb->node_id, err);
+                        log_debug("egress.stats from node %s: %s", sb->node_id, err.message);
         }
         if (counters)
                 cJSON_AddItemToObject(o, "counters", counters);
@@ -396,13 +390,13 @@ static void reapply_ready(struct ctl *c, const char *node, size_t *done, size_t 
                 if (!a[i].node_id || (node && strcmp(a[i].node_id, node) != 0) || !a[i].ip)
                         continue;
                 _cleanup_sandbox_ struct sandbox sb = { 0 };
-                char err[384] = "";
+                struct err err = { 0 };
                 SANDBOX_LOCK_GUARD(lock, c, a[i].id);
                 /* Afresh under the lock: a pause or PUT may have moved it meanwhile. */
                 if (store_sandbox_get(c->store, a[i].id, &sb) < 0 || sb.status != SB_READY || !sb.ip)
                         continue;
                 log_ctx_set("SANDBOX_ID", sb.id);
-                if (ctl_egress_apply(c, &sb, NULL, err, sizeof(err)) < 0)
+                if (ctl_egress_apply(c, &sb, NULL, &err) < 0)
                         (*failed)++;
                 else
                         (*done)++;
@@ -457,11 +451,11 @@ static void resolved_job(struct ctl *c, void *arg) {
                 return;
         log_ctx_set("SANDBOX_ID", sb.id);
         applied_record(c, sb.id, node, u->res, u->n);
-        char herr[256] = "";
-        if (write_hosts(c, &sb, u->res, u->n, herr, sizeof(herr)) < 0) {
+        struct err herr = { 0 };
+        if (write_hosts(c, &sb, u->res, u->n, &herr) < 0) {
                 atomic_fetch_add(&n_hosts_failed, 1);
                 log_warning("allowlisted names resolve differently on node %s, but /etc/hosts could not be rewritten: %s",
-                            node, herr);
+                            node, herr.message);
         } else {
                 atomic_fetch_add(&n_hosts_written, 1);
                 log_info("allowlisted names resolve differently on node %s: /etc/hosts rewritten", node);
@@ -515,22 +509,22 @@ static char *sync_answer(struct ctl *c, const char *node) {
 
 static int sync_session(struct ctl *c, struct egress_bus *b) {
         amqp_connection_state_t conn = NULL;
-        char err[512] = "";
-        int r = nodebus_connect(c->bus, "sync", SYNC_CH, &conn, err, sizeof(err));
+        struct err err = { 0 };
+        int r = nodebus_connect(c->bus, "sync", SYNC_CH, &conn, &err);
         if (r < 0) {
-                log_warning("node.sync responder: %s", err);
+                log_warning("node.sync responder: %s", err.message);
                 return r;
         }
         amqp_queue_declare(conn, SYNC_CH, amqp_cstring_bytes(b->queue), 0, 0, 0, 1, amqp_empty_table);
-        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", err, sizeof(err))) < 0)
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", &err)) < 0)
                 goto out;
         amqp_queue_bind(conn, SYNC_CH, amqp_cstring_bytes(b->queue), amqp_cstring_bytes(b->exchange),
                         amqp_cstring_bytes(PJ_NODE_KEY_CONTROLD), amqp_empty_table);
-        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.bind", err, sizeof(err))) < 0)
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.bind", &err)) < 0)
                 goto out;
         amqp_basic_qos(conn, SYNC_CH, 0, 4, 0);
         amqp_basic_consume(conn, SYNC_CH, amqp_cstring_bytes(b->queue), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
-        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.consume", err, sizeof(err))) < 0)
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.consume", &err)) < 0)
                 goto out;
         log_info("node.sync responder consuming %s (exchange %s, routing key %s)", b->queue, b->exchange, PJ_NODE_KEY_CONTROLD);
         while (!c->stopping) {
@@ -540,11 +534,11 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
                 if (r == 0)
                         continue;
                 if (r < 0) {
-                        snprintf(err, sizeof(err), "the connection to the broker broke or stalled");
+                        err_set(&err, r, "the connection to the broker broke or stalled");
                         goto out;
                 }
                 struct pj_node_msg m = { 0 };
-                struct pj_error pe = { 0 };
+                struct err pe = { 0 };
                 bool from_node = d.c.has_app_id && body &&
                                  pj_node_msg_parse(body, (size_t) d.c.size, &m, &pe) == 0 &&
                                  strcmp(d.c.app_id, m.node_id) == 0 &&
@@ -581,8 +575,8 @@ static int sync_session(struct ctl *c, struct egress_bus *b) {
         }
         r = 0;
 out:
-        if (r < 0 && err[0])
-                log_warning("node.sync responder: %s", err);
+        if (r < 0 && err.message[0])
+                log_warning("node.sync responder: %s", err.message);
         amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
         amqp_destroy_connection(conn);
         return r;
@@ -598,7 +592,7 @@ static void *sync_thread(void *ud) {
         return NULL;
 }
 
-int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen) {
+int ctl_egress_sync_start(struct ctl *c, struct err *err) {
         if (!c->bus || !c->cfg->amqp_url)
                 return 0;
         struct egress_bus *b = xnew0(struct egress_bus, 1);
@@ -608,7 +602,7 @@ int ctl_egress_sync_start(struct ctl *c, char *err, size_t errlen) {
         c->egbus = b;
         r = -pthread_create(&b->thread, NULL, sync_thread, c);
         if (r < 0) {
-                snprintf(err, errlen, "pthread_create: %s", strerror(-r));
+                err_set(err, r, "pthread_create: %s", strerror(-r));
                 free_many(b->exchange, b->queue, b);
                 c->egbus = NULL;
         }

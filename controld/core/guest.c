@@ -40,22 +40,20 @@ static char *find_binary(void) {
         return executable("/usr/local/lib/paddock/paddock-init") ? xstrdup("/usr/local/lib/paddock/paddock-init") : NULL;
 }
 
-static int agent_key_load(struct ctl *c, char *err, size_t errlen) {
+static int agent_key_load(struct ctl *c, struct err *err) {
         char fresh[65];
         random_token(fresh, 32);
         _cleanup_free_ char *key = NULL;
         int r = store_meta_get_or_set(c->store, "agent_key", fresh, &key);
-        if (r < 0) {
-                snprintf(err, errlen, "cannot read the agent key from the store: %s", strerror(-r));
-                return r;
-        }
+        if (r < 0)
+                return err_set(err, r, "cannot read the agent key from the store: %s", strerror(-r));
         snprintf(c->agent_key, sizeof(c->agent_key), "%s", key);
         return 0;
 }
 
 /* Nomad: the binary is on the nodes (not checked here), secrets go in the job's environment,
  * and controld reaches each agent through its node's relay. */
-static int agent_host_init_nomad(struct ctl *c, char *err, size_t errlen) {
+static int agent_host_init_nomad(struct ctl *c, struct err *err) {
         const struct config *cfg = c->cfg;
         if (!cfg->nomad_relay_secret_file[0]) {
                 log_info("in-sandbox agent off on Nomad ([nomad] relay_secret_file unset): sandboxes run tail -f, commands "
@@ -63,20 +61,16 @@ static int agent_host_init_nomad(struct ctl *c, char *err, size_t errlen) {
                 return 0;
         }
         int r = pj_relay_secret_load(cfg->nomad_relay_secret_file, &c->relay_secret, &c->relay_secret_len);
-        if (r < 0) {
-                snprintf(err, errlen, "[nomad] relay_secret_file %s: %s", cfg->nomad_relay_secret_file,
-                         r == -EINVAL ? "must hold 16..1024 bytes and no NUL" : strerror(-r));
-                return r;
-        }
-        if ((r = agent_key_load(c, err, errlen)) < 0)
+        if (r < 0)
+                return err_set(err, r, "[nomad] relay_secret_file %s: %s", cfg->nomad_relay_secret_file,
+                               r == -EINVAL ? "must hold 16..1024 bytes and no NUL" : strerror(-r));
+        if ((r = agent_key_load(c, err)) < 0)
                 return r;
         if (cfg->nomad_relay_tls_ca[0]) {
-                char terr[300] = "";
-                c->relay_tls = tls_client_ctx(cfg->nomad_relay_tls_ca, terr, sizeof(terr));
-                if (!c->relay_tls) {
-                        snprintf(err, errlen, "[nomad] relay_tls_ca %s: %s", cfg->nomad_relay_tls_ca, terr);
-                        return -EINVAL;
-                }
+                struct err terr = { 0 };
+                c->relay_tls = tls_client_ctx(cfg->nomad_relay_tls_ca, &terr);
+                if (!c->relay_tls)
+                        return err_set(err, -EINVAL, "[nomad] relay_tls_ca %s: %s", cfg->nomad_relay_tls_ca, terr.message);
         }
         c->agent_binary = xstrdup(cfg->nomad_agent_binary);
         log_info("in-sandbox agent on Nomad: %s on the nodes, reached through their relays on port %" PRId64 "%s",
@@ -84,14 +78,14 @@ static int agent_host_init_nomad(struct ctl *c, char *err, size_t errlen) {
         return 0;
 }
 
-int guest_host_init(struct ctl *c, char *err, size_t errlen) {
+int guest_host_init(struct ctl *c, struct err *err) {
         const struct config *cfg = c->cfg;
         if (!strcmp(cfg->init_binary, "none")) {
                 log_info("in-sandbox agent off ([init] binary = none): sandboxes run tini, commands go through the driver");
                 return 0;
         }
         if (!strcmp(cfg->driver, "nomad"))
-                return agent_host_init_nomad(c, err, errlen);
+                return agent_host_init_nomad(c, err);
         _cleanup_free_ char *bin = cfg->init_binary[0] ? xstrdup(cfg->init_binary) : find_binary();
         if (!bin || !executable(bin)) {
                 log_warning("in-sandbox agent off: %s is not an executable file; sandboxes run tini and commands go through "
@@ -106,11 +100,9 @@ int guest_host_init(struct ctl *c, char *err, size_t errlen) {
                 c->agent_dir = slash ? xasprintf("%.*s/agents", (int) (slash - cfg->db_path), cfg->db_path)
                                      : xstrdup("agents");
         }
-        if (mkdir(c->agent_dir, 0700) < 0 && errno != EEXIST) {
-                snprintf(err, errlen, "cannot make the agent directory %s ([init] dir): %s", c->agent_dir, strerror(errno));
-                return -errno;
-        }
-        int r = agent_key_load(c, err, errlen);
+        if (mkdir(c->agent_dir, 0700) < 0 && errno != EEXIST)
+                return err_set(err, -errno, "cannot make the agent directory %s ([init] dir): %s", c->agent_dir, strerror(errno));
+        int r = agent_key_load(c, err);
         if (r < 0)
                 return r;
         c->agent_binary = TAKE_PTR(bin);
@@ -134,8 +126,8 @@ void guest_host_done(struct ctl *c) {
         c->relay_tls = NULL;
 }
 
-int guest_connect(struct ctl *c, const struct sandbox *sb, struct guest_client **ret, char *err, size_t errlen) {
-        return driver_guest_connect(c->drv, sb, ret, err, errlen);
+int guest_connect(struct ctl *c, const struct sandbox *sb, struct guest_client **ret, struct err *err) {
+        return driver_guest_connect(c->drv, sb, ret, err);
 }
 
 bool guest_fallback_ok(int r) {

@@ -154,8 +154,8 @@ static void mark_broken(struct nodebus *c, int r, const char *msg) {
         pthread_cond_broadcast(&c->cond);
 }
 
-static int rpc_check(amqp_connection_state_t conn, const char *what, char *err, size_t errlen) {
-        return amqpx_rpc_check(amqp_get_rpc_reply(conn), what, err, errlen);
+static int rpc_check(amqp_connection_state_t conn, const char *what, struct err *err) {
+        return amqpx_rpc_check(amqp_get_rpc_reply(conn), what, err);
 }
 
 static void drop_connection(struct nodebus *c, bool graceful) {
@@ -176,17 +176,15 @@ static void drop_connection(struct nodebus *c, bool graceful) {
 }
 
 /* Channel setup shared by connect and reopen: exchange, confirms, consumer on the reply queue. */
-static int setup_channel(struct nodebus *c, long deadline, char *err, size_t errlen) {
+static int setup_channel(struct nodebus *c, long deadline, struct err *err) {
         long left = deadline - (long) mono_ms();
         int r;
-        if (left <= 0) {
-                fmt_err(err, errlen, "no time left to set up the RabbitMQ channel");
-                return -ETIMEDOUT;
-        }
+        if (left <= 0)
+                return err_set(err, -ETIMEDOUT, "no time left to set up the RabbitMQ channel");
         /* Bounds each synchronous call; requests themselves never use an RPC. */
         struct timeval tv = ms_to_tv(left < AMQPX_CONNECT_TIMEOUT_MS ? left : AMQPX_CONNECT_TIMEOUT_MS);
         amqp_set_rpc_timeout(c->conn, &tv);
-        if ((r = amqpx_channel_open_exchange(c->conn, CH, c->exchange, err, errlen)) < 0)
+        if ((r = amqpx_channel_open_exchange(c->conn, CH, c->exchange, err)) < 0)
                 return r;
         /* Server-named, exclusive, auto-delete: it dies with this connection, and also
          * when our consumer goes (a closed channel), so every channel gets a fresh one
@@ -194,16 +192,16 @@ static int setup_channel(struct nodebus *c, long deadline, char *err, size_t err
         amqp_bytes_free(c->reply_q);
         c->reply_q = amqp_empty_bytes;
         amqp_queue_declare_ok_t *q = amqp_queue_declare(c->conn, CH, amqp_empty_bytes, 0, 0, 1, 1, amqp_empty_table);
-        if ((r = rpc_check(c->conn, "queue.declare", err, errlen)) < 0)
+        if ((r = rpc_check(c->conn, "queue.declare", err)) < 0)
                 return r;
         if (!q)
                 return -EPROTO;
         c->reply_q = amqp_bytes_malloc_dup(q->queue);
         amqp_confirm_select(c->conn, CH);
-        if ((r = rpc_check(c->conn, "confirm.select", err, errlen)) < 0)
+        if ((r = rpc_check(c->conn, "confirm.select", err)) < 0)
                 return r;
         amqp_basic_consume(c->conn, CH, c->reply_q, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
-        if ((r = rpc_check(c->conn, "basic.consume", err, errlen)) < 0)
+        if ((r = rpc_check(c->conn, "basic.consume", err)) < 0)
                 return r;
         c->next_tag = 1;
         c->need_reopen = false;
@@ -211,17 +209,15 @@ static int setup_channel(struct nodebus *c, long deadline, char *err, size_t err
         return 0;
 }
 
-static int client_connect(struct nodebus *c, long deadline, char *err, size_t errlen) {
+static int client_connect(struct nodebus *c, long deadline, struct err *err) {
         long left = deadline - (long) mono_ms();
-        if (left <= 0) {
-                fmt_err(err, errlen, "no time left to connect to RabbitMQ");
-                return -ETIMEDOUT;
-        }
+        if (left <= 0)
+                return err_set(err, -ETIMEDOUT, "no time left to connect to RabbitMQ");
         int r = amqpx_connect(&c->url, c->conn_name, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S,
-                              left < AMQPX_CONNECT_TIMEOUT_MS ? left : AMQPX_CONNECT_TIMEOUT_MS, &c->conn, err, errlen);
+                              left < AMQPX_CONNECT_TIMEOUT_MS ? left : AMQPX_CONNECT_TIMEOUT_MS, &c->conn, err);
         if (r < 0)
                 return r;
-        if ((r = setup_channel(c, deadline, err, errlen)) < 0)
+        if ((r = setup_channel(c, deadline, err)) < 0)
                 goto fail;
         log_debug("amqp: connected to %s:%d vhost %s, reply queue %.*s", c->url.host, c->url.port, c->url.vhost,
                   (int) c->reply_q.len, (const char *) c->reply_q.bytes);
@@ -438,7 +434,7 @@ static void abs_deadline(struct timespec *ts, long deadline) {
 /* Lock held. Makes c->conn ready to publish on, replacing a dead connection and
  * reopening a closed channel. Nothing of this request has been sent yet, so a
  * connection found dead here costs a reconnect, not a failed request. */
-static int prepare(struct nodebus *c, long deadline, char *err, size_t errlen) {
+static int prepare(struct nodebus *c, long deadline, struct err *err) {
         int r;
         if (c->conn && !c->broken && !c->pumping) {
                 /* Read what arrived while idle: a connection.close, EOF, missed heartbeats. */
@@ -447,10 +443,8 @@ static int prepare(struct nodebus *c, long deadline, char *err, size_t errlen) {
         }
         if (c->conn && c->broken) {
                 while (c->pumping) {
-                        if ((long) mono_ms() >= deadline) {
-                                fmt_err(err, errlen, "timed out waiting to replace the RabbitMQ connection");
-                                return -ETIMEDOUT;
-                        }
+                        if ((long) mono_ms() >= deadline)
+                                return err_set(err, -ETIMEDOUT, "timed out waiting to replace the RabbitMQ connection");
                         struct timespec ts;
                         abs_deadline(&ts, deadline);
                         pthread_cond_timedwait(&c->cond, &c->lock, &ts);
@@ -461,9 +455,9 @@ static int prepare(struct nodebus *c, long deadline, char *err, size_t errlen) {
                 }
         }
         if (!c->conn)
-                return client_connect(c, deadline, err, errlen);
+                return client_connect(c, deadline, err);
         if (c->need_reopen && !c->pumping) {
-                if ((r = setup_channel(c, deadline, err, errlen)) < 0) {
+                if ((r = setup_channel(c, deadline, err)) < 0) {
                         c->broken = true;
                         drop_connection(c, false);
                         return r;
@@ -492,20 +486,14 @@ static void unlink_pending(struct nodebus *c, struct pending *p) {
 }
 
 int nodebus_request(struct nodebus *c, const char *node_id, const char *body, long timeout_ms, char **ret_reply,
-                 char *err, size_t errlen) {
-        if (!c || !body || !ret_reply || timeout_ms <= 0) {
-                fmt_err(err, errlen, "invalid arguments");
-                return -EINVAL;
-        }
-        if (validate_node_id(node_id) < 0) {
-                fmt_err(err, errlen, "node id must be 1 to %d printable characters", ROUTING_KEY_MAX);
-                return -EINVAL;
-        }
+                 struct err *err) {
+        if (!c || !body || !ret_reply || timeout_ms <= 0)
+                return err_set(err, -EINVAL, "invalid arguments");
+        if (validate_node_id(node_id) < 0)
+                return err_set(err, -EINVAL, "node id must be 1 to %d printable characters", ROUTING_KEY_MAX);
         size_t len = strlen(body);
-        if (len > AMQP_CLIENT_MAX_BODY) {
-                fmt_err(err, errlen, "message for node %s is %zu bytes (limit %d)", node_id, len, AMQP_CLIENT_MAX_BODY);
-                return -EMSGSIZE;
-        }
+        if (len > AMQP_CLIENT_MAX_BODY)
+                return err_set(err, -EMSGSIZE, "message for node %s is %zu bytes (limit %d)", node_id, len, AMQP_CLIENT_MAX_BODY);
         long deadline = (long) mono_ms() + timeout_ms;
         struct pending p = { .node_id = node_id };
         hexid_new(p.id);
@@ -518,11 +506,10 @@ int nodebus_request(struct nodebus *c, const char *node_id, const char *body, lo
                 abs_deadline(&ts, deadline);
                 pthread_cond_timedwait(&c->cond, &c->lock, &ts);
         }
-        if ((r = prepare(c, deadline, err, errlen)) < 0)
+        if ((r = prepare(c, deadline, err)) < 0)
                 goto out_unlocked_err;
         if (c->need_reopen) {
-                fmt_err(err, errlen, "timed out waiting to reopen the RabbitMQ channel");
-                r = -ETIMEDOUT;
+                r = err_set(err, -ETIMEDOUT, "timed out waiting to reopen the RabbitMQ channel");
                 goto out_unlocked_err;
         }
 
@@ -552,8 +539,7 @@ int nodebus_request(struct nodebus *c, const char *node_id, const char *body, lo
                 snprintf(msg, sizeof(msg), "lost the connection to RabbitMQ while publishing: %s",
                          amqp_error_string2(s));
                 mark_broken(c, -ECONNRESET, msg);
-                fmt_err(err, errlen, "%s", msg);
-                r = -EPIPE;
+                r = err_set(err, -EPIPE, "%s", msg);
                 goto out_unlocked_err;
         }
         p.tag = c->next_tag++;
@@ -591,7 +577,7 @@ int nodebus_request(struct nodebus *c, const char *node_id, const char *body, lo
         pthread_mutex_unlock(&c->lock);
         if (p.r < 0) {
                 free(p.reply);
-                fmt_err(err, errlen, "%s", p.err);
+                err_set(err, p.r, "%s", p.err);
                 log_debug("amqp: request %s to node %s failed: %s", p.id, node_id, p.err);
                 return p.r;
         }
@@ -604,26 +590,24 @@ out_unlocked_err:
 }
 
 int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body, long timeout_ms,
-                       struct pj_node_reply *ret_reply, char *err, size_t errlen) {
+                       struct pj_node_reply *ret_reply, struct err *err) {
         _cleanup_free_ char *text = NULL;
         struct pj_node_reply rep = { 0 };
-        struct pj_error pe = { 0 };
-        int r = nodebus_request(c, node_id, body, timeout_ms, &text, err, errlen);
+        struct err pe = { 0 };
+        int r = nodebus_request(c, node_id, body, timeout_ms, &text, err);
         if (r < 0)
                 return r;
-        if (pj_node_reply_parse(text, strlen(text), &rep, &pe) < 0) {
-                fmt_err(err, errlen, "the agent on node %s sent a reply that does not parse: %s%s%s", node_id,
-                        pe.field[0] ? pe.field : "", pe.field[0] ? ": " : "", pe.message);
-                return -EBADMSG;
-        }
+        if (pj_node_reply_parse(text, strlen(text), &rep, &pe) < 0)
+                return err_set(err, -EBADMSG, "the agent on node %s sent a reply that does not parse: %s%s%s", node_id,
+                               pe.field[0] ? pe.field : "", pe.field[0] ? ": " : "", pe.message);
         if (strcmp(rep.node_id, node_id) != 0) {
-                fmt_err(err, errlen, "the reply to a request for node %s says it comes from node %s", node_id,
+                err_set(err, -EBADMSG, "the reply to a request for node %s says it comes from node %s", node_id,
                         rep.node_id[0] ? rep.node_id : "(none)");
                 pj_node_reply_done(&rep);
                 return -EBADMSG;
         }
         if (!rep.ok) {
-                fmt_err(err, errlen, "the agent on node %s refused: %s", node_id, rep.error);
+                err_set(err, -EREMOTEIO, "the agent on node %s refused: %s", node_id, rep.error);
                 pj_node_reply_done(&rep);
                 return -EREMOTEIO;
         }
@@ -634,16 +618,15 @@ int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body,
         return 0;
 }
 
-int nodebus_connect(struct nodebus *c, const char *role, amqp_channel_t ch, amqp_connection_state_t *ret, char *err,
-                    size_t errlen) {
+int nodebus_connect(struct nodebus *c, const char *role, amqp_channel_t ch, amqp_connection_state_t *ret, struct err *err) {
         char name[64];
         amqp_connection_state_t conn = NULL;
         snprintf(name, sizeof(name), "paddock-controld-%s", role);
         int r = amqpx_connect(&c->url, name, AMQPX_FRAME_MAX, AMQPX_HEARTBEAT_S, AMQPX_CONNECT_TIMEOUT_MS, &conn,
-                              err, errlen);
+                              err);
         if (r < 0)
                 return r;
-        if ((r = amqpx_channel_open_exchange(conn, ch, c->exchange, err, errlen)) < 0) {
+        if ((r = amqpx_channel_open_exchange(conn, ch, c->exchange, err)) < 0) {
                 amqp_destroy_connection(conn);
                 return r;
         }
@@ -655,33 +638,29 @@ const char *nodebus_exchange(const struct nodebus *c) {
         return c->exchange;
 }
 
-int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, char *err, size_t errlen) {
-        if (!url || !exchange || !ret) {
-                fmt_err(err, errlen, "invalid arguments");
-                return -EINVAL;
-        }
-        if (!*exchange || strlen(exchange) > 255) {
-                fmt_err(err, errlen, "exchange name must be 1 to 255 characters");
-                return -EINVAL;
-        }
+int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, struct err *err) {
+        if (!url || !exchange || !ret)
+                return err_set(err, -EINVAL, "invalid arguments");
+        if (!*exchange || strlen(exchange) > 255)
+                return err_set(err, -EINVAL, "exchange name must be 1 to 255 characters");
         struct nodebus *c = xnew0(struct nodebus, 1);
         c->wakefd = -1;
         c->exchange = xstrdup(exchange);
-        int r = amqpx_url_parse(url, &c->url, err, errlen);
+        int r = amqpx_url_parse(url, &c->url, err);
         if (r < 0)
                 goto fail;
         snprintf(c->conn_name, sizeof(c->conn_name), "paddock-controld[%d]", (int) getpid());
         c->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (c->wakefd < 0) {
                 r = -errno;
-                fmt_err(err, errlen, "eventfd: %s", strerror(-r));
+                err_set(err, r, "eventfd: %s", strerror(-r));
                 goto fail;
         }
         pthread_mutex_init(&c->lock, NULL);
         cond_init_monotonic(&c->cond);
 
         pthread_mutex_lock(&c->lock);
-        r = client_connect(c, (long) mono_ms() + AMQPX_CONNECT_TIMEOUT_MS, err, errlen);
+        r = client_connect(c, (long) mono_ms() + AMQPX_CONNECT_TIMEOUT_MS, err);
         pthread_mutex_unlock(&c->lock);
         if (r < 0) {
                 nodebus_free(c);

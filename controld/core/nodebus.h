@@ -42,6 +42,8 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
+#include "err.h"
+
 #define AMQP_CLIENT_MAX_BODY (1024 * 1024)
 
 struct nodebus;
@@ -51,7 +53,7 @@ struct nodebus;
  * exchange the agents bind to (declared durable if missing). Connects before returning
  * (at most 10 s) so that a wrong URL or credentials show at startup. On success *ret is
  * owned by the caller (nodebus_free). */
-int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, char *err, size_t errlen);
+int nodebus_new(const char *url, const char *exchange, struct nodebus **ret, struct err *err);
 /* Replies count only when their user_id is the node's broker login: tmpl with "{node}" for
  * the node id ([amqp] node_login). NULL or "" checks only app_id, which any user can set. */
 void nodebus_set_node_login(struct nodebus *c, const char *tmpl);
@@ -63,8 +65,7 @@ struct nodebus *nodebus_free(struct nodebus *c);
  * jobs and events each need their own: a connection is one thread's): the bus's URL, the
  * name "paddock-controld-<role>", the common frame size, heartbeat and connect timeout, and
  * channel ch opened with the bus's exchange declared. *ret is the caller's to close. */
-int nodebus_connect(struct nodebus *c, const char *role, amqp_channel_t ch, amqp_connection_state_t *ret, char *err,
-                    size_t errlen);
+int nodebus_connect(struct nodebus *c, const char *role, amqp_channel_t ch, amqp_connection_state_t *ret, struct err *err);
 /* The exchange the bus publishes to (the config's [amqp] exchange). */
 const char *nodebus_exchange(const struct nodebus *c);
 
@@ -73,7 +74,7 @@ const char *nodebus_exchange(const struct nodebus *c);
  * (xmalloc'd, NUL-terminated, caller frees); on failure a negative errno from the table
  * above, err filled, *ret_reply untouched. */
 int nodebus_request(struct nodebus *c, const char *node_id, const char *body, long timeout_ms, char **ret_reply,
-                 char *err, size_t errlen);
+                 struct err *err);
 
 /* nodebus_request, then the reply, read with proto-json's one reply codec (pj_node_reply_parse),
  * must say "ok": true and come from node_id.
@@ -83,4 +84,4 @@ int nodebus_request(struct nodebus *c, const char *node_id, const char *body, lo
  * with pj_node_reply_done(). */
 struct pj_node_reply;
 int nodebus_request_ok(struct nodebus *c, const char *node_id, const char *body, long timeout_ms,
-                       struct pj_node_reply *ret_reply, char *err, size_t errlen);
+                       struct pj_node_reply *ret_reply, struct err *err);

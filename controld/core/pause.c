@@ -50,7 +50,7 @@ static void settle_job(struct ctl *c, const char *id, enum sb_status from, const
 }
 
 static void pause_step(struct ctl *c, struct sandbox *sb) {
-        char derr[256] = "";
+        struct err derr = { 0 };
         sandbox_log_ctx(sb);
         /* sandbox_pause waited for snapshots to settle; one started since then (before the
          * pause took the lock: snapshot_create checks the status under it) is waited for too,
@@ -60,24 +60,25 @@ static void pause_step(struct ctl *c, struct sandbox *sb) {
         while ((quiet = no_snapshot_in_flight(c, sb->id)) == 0 && mono_ms() < until && !c->stopping)
                 usleep(100 * 1000);
         if (quiet <= 0) {
-                snprintf(derr, sizeof(derr), "%s", quiet < 0 ? "the snapshot records could not be read"
-                                                             : "a snapshot of the sandbox is being taken; pause once it is ready");
-                log_warning("sandbox not paused: %s", derr);
+                err_set(&derr, quiet < 0 ? -EIO : -EBUSY, "%s",
+                        quiet < 0 ? "the snapshot records could not be read"
+                                  : "a snapshot of the sandbox is being taken; pause once it is ready");
+                log_warning("sandbox not paused: %s", derr.message);
                 sb->status = SB_READY;
-                _cleanup_free_ char *why = xasprintf("The pause did not happen: %s", derr);
+                _cleanup_free_ char *why = xasprintf("The pause did not happen: %s", derr.message);
                 replace_str(&sb->failure_reason, why);
                 return;
         }
-        if (c->drv->ops->remove(c->drv, sb, derr, sizeof(derr)) < 0) {
+        if (c->drv->ops->remove(c->drv, sb, &derr) < 0) {
                 /* Still running: back to ready, as it was; the user may retry. The reason is on
                  * the record for the answer (sandbox_pause) and for GET. */
-                log_error("sandbox pause failed: %s", derr);
+                log_error("sandbox pause failed: %s", derr.message);
                 sb->status = SB_READY;
-                _cleanup_free_ char *why = xasprintf("The pause did not happen: %s", derr);
+                _cleanup_free_ char *why = xasprintf("The pause did not happen: %s", derr.message);
                 replace_str(&sb->failure_reason, why);
         } else {
                 replace_str(&sb->failure_reason, NULL);
-                (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
+                (void) ctl_egress_remove(c, sb, &derr);
                 sb->status = SB_PAUSED;
                 sb->paused_at = now_ms();
                 replace_str(&sb->container_id, NULL);
@@ -95,7 +96,7 @@ static void pause_job(struct ctl *c, void *id) {
  * on the record; when it also left the workload stopped, the sandbox is paused the filesystem
  * way instead and the record says memory was not kept (sandbox_pause answers with it). */
 static void pause_memory_step(struct ctl *c, struct sandbox *sb) {
-        char derr[384] = "";
+        struct err derr = { 0 };
         bool stopped = false;
         int64_t bytes = 0, t0 = mono_ms();
         sandbox_log_ctx(sb);
@@ -106,12 +107,12 @@ static void pause_memory_step(struct ctl *c, struct sandbox *sb) {
                 return;
         }
         _cleanup_free_ char *name = xasprintf("pm%lld", (long long) now_ms());
-        if (c->drv->ops->checkpoint(c->drv, sb, name, &bytes, &stopped, derr, sizeof(derr)) < 0) {
-                log_error("sandbox pause with memory failed: %s", derr);
-                _cleanup_free_ char *why = NULL, *cause = xstrdup(derr);
-                if (stopped && c->drv->ops->remove(c->drv, sb, derr, sizeof(derr)) >= 0) {
+        if (c->drv->ops->checkpoint(c->drv, sb, name, &bytes, &stopped, &derr) < 0) {
+                log_error("sandbox pause with memory failed: %s", derr.message);
+                _cleanup_free_ char *why = NULL, *cause = xstrdup(derr.message);
+                if (stopped && c->drv->ops->remove(c->drv, sb, &derr) >= 0) {
                         why = xasprintf("Memory was not kept: %s; the sandbox was paused with its filesystem only", cause);
-                        (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
+                        (void) ctl_egress_remove(c, sb, &derr);
                         sb->status = SB_PAUSED;
                         sb->paused_at = now_ms();
                         replace_str(&sb->container_id, NULL);
@@ -126,7 +127,7 @@ static void pause_memory_step(struct ctl *c, struct sandbox *sb) {
         if (sandbox_memory_note(c, sb->id, name, bytes) < 0)
                 log_error("failed to record the checkpoint %s of the paused sandbox", name);
         replace_str(&sb->failure_reason, NULL);
-        (void) ctl_egress_remove(c, sb, derr, sizeof(derr));
+        (void) ctl_egress_remove(c, sb, &derr);
         sb->status = SB_PAUSED;
         sb->paused_at = now_ms();
         log_info("sandbox paused with its memory in %lldms (checkpoint %s, %lld bytes)", (long long) (mono_ms() - t0), name,
@@ -143,36 +144,36 @@ static void pause_memory_job(struct ctl *c, void *id) {
  * restored, 0 when the caller is to start it afresh. */
 static int resume_memory(struct ctl *c, struct sandbox *sb, char **ret_lost) {
         _cleanup_free_ char *ckpt = NULL;
-        char reason[512] = "", eerr[384] = "";
+        struct err reason = { 0 }, eerr = { 0 };
         struct placement pl = { 0 };
         if (sandbox_memory_kept(c, sb->id, &ckpt, NULL) < 0)
                 return 0;
         if (!c->drv->ops->restore)
-                snprintf(reason, sizeof(reason), "this server's driver cannot restore a checkpoint");
-        else if (c->drv->ops->restore(c->drv, sb, ckpt, &pl, reason, sizeof(reason)) == 0) {
-                if (ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0) {
+                err_set(&reason, -EOPNOTSUPP, "this server's driver cannot restore a checkpoint");
+        else if (c->drv->ops->restore(c->drv, sb, ckpt, &pl, &reason) == 0) {
+                if (ctl_egress_apply(c, sb, NULL, &eerr) == 0) {
                         apply_placement(sb, &pl);
                         placement_clear(&pl);
                         sandbox_memory_forget(c, sb->id);
                         return 1;
                 }
                 placement_clear(&pl);
-                snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
+                err_set(&reason, -EHOSTUNREACH, "Egress policy could not be enforced: %s", eerr.message);
         }
-        log_error("sandbox restore with memory failed, starting it from its filesystem: %s", reason);
-        char derr[256] = "";
-        if (c->drv->ops->remove(c->drv, sb, derr, sizeof(derr)) < 0)
-                log_warning("could not remove the kept workload: %s", derr);
+        log_error("sandbox restore with memory failed, starting it from its filesystem: %s", reason.message);
+        struct err derr = { 0 };
+        if (c->drv->ops->remove(c->drv, sb, &derr) < 0)
+                log_warning("could not remove the kept workload: %s", derr.message);
         sandbox_memory_forget(c, sb->id);
         replace_str(&sb->container_id, NULL);
         replace_str(&sb->ip, NULL);
-        *ret_lost = xasprintf("Memory was lost: %s. The sandbox was started afresh from its filesystem", reason);
+        *ret_lost = xasprintf("Memory was lost: %s. The sandbox was started afresh from its filesystem", reason.message);
         return 0;
 }
 
 static void resume_step(struct ctl *c, struct sandbox *sb) {
         struct placement pl = { 0 };
-        char reason[512] = "", eerr[384] = "";
+        struct err reason = { 0 }, eerr = { 0 };
         int64_t t0 = mono_ms();
         bool ok = false;
         _cleanup_free_ char *lost = NULL;
@@ -186,7 +187,7 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                 log_info("sandbox resumed with its memory in %lldms", (long long) (mono_ms() - t0));
                 return;
         }
-        if (c->drv->ops->place(c->drv, sb, &pl, reason, sizeof(reason)) == 0) {
+        if (c->drv->ops->place(c->drv, sb, &pl, &reason) == 0) {
                 /* Nothing runs on failure (place unwinds). */
                 apply_placement(sb, &pl);
                 placement_clear(&pl);
@@ -195,9 +196,9 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                 if (store_sandbox_update_cas(c->store, sb, SB_RESUMING) < 0) {
                         unplace_unenforced(c, sb);
                         replace_str(&sb->container_id, NULL);
-                        snprintf(reason, sizeof(reason), "failed to record the placement");
-                } else if (fault_point("resume.placed"), ctl_egress_apply(c, sb, NULL, eerr, sizeof(eerr)) == 0) {
-                        ok = template_start(c, sb, reason, sizeof(reason)) == 0;
+                        err_set(&reason, -EIO, "failed to record the placement");
+                } else if (fault_point("resume.placed"), ctl_egress_apply(c, sb, NULL, &eerr) == 0) {
+                        ok = template_start(c, sb, &reason) == 0;
                         if (!ok) {
                                 unplace_unenforced(c, sb);
                                 replace_str(&sb->container_id, NULL);
@@ -205,18 +206,18 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                 } else {
                         unplace_unenforced(c, sb);
                         replace_str(&sb->container_id, NULL);
-                        snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
+                        err_set(&reason, -EHOSTUNREACH, "Egress policy could not be enforced: %s", eerr.message);
                 }
         }
         if (!ok) {
                 /* A platform fault (no capacity, the image, the node's agent): the sandbox stays
                  * paused as it was, its volume kept; the user may retry or destroy it. Nothing
                  * of the attempt runs (place and the steps above unwound it). */
-                log_error("sandbox resume failed, still paused: %s", reason);
+                log_error("sandbox resume failed, still paused: %s", reason.message);
                 sb->status = SB_PAUSED;
                 replace_str(&sb->container_id, NULL);
                 replace_str(&sb->ip, NULL);
-                _cleanup_free_ char *why = xasprintf("The resume did not happen: %s", reason);
+                _cleanup_free_ char *why = xasprintf("The resume did not happen: %s", reason.message);
                 replace_str(&sb->failure_reason, why);
         } else {
                 replace_str(&sb->failure_reason, lost);
@@ -233,20 +234,20 @@ static void resume_job(struct ctl *c, void *id) {
 }
 
 static int transition(struct ctl *c, const struct sandbox *sb, enum sb_status from, enum sb_status to, const char *verb,
-                      void (*job)(struct ctl *, void *), struct api_error *err) {
+                      void (*job)(struct ctl *, void *), struct err *err) {
         if (sb->status != from)
-                return API_ERR(err, -EBUSY, "Sandbox is %s; only %s sandboxes can be %s", sb_status_str(sb->status),
+                return err_set(err, -EBUSY, "Sandbox is %s; only %s sandboxes can be %s", sb_status_str(sb->status),
                                sb_status_str(from), verb);
         int r = store_sandbox_cas_status(c->store, sb->id, from, to);
         if (r == -ESTALE)
-                return API_ERR(err, -ESTALE, "Sandbox changed status meanwhile; fetch it and retry");
+                return err_set(err, -ESTALE, "Sandbox changed status meanwhile; fetch it and retry");
         if (r < 0)
-                return API_ERR(err, -EIO, "Failed to update the sandbox record");
+                return err_set(err, -EIO, "Failed to update the sandbox record");
         ctl_notify_status(c);
         r = ctl_spawn_job(c, job, xstrdup(sb->id));
         if (r < 0) {
                 (void) store_sandbox_cas_status(c->store, sb->id, to, from);
-                return API_ERR(err, -EAGAIN, "Server is shutting down; retry shortly");
+                return err_set(err, -EAGAIN, "Server is shutting down; retry shortly");
         }
         return 0;
 }
@@ -266,39 +267,39 @@ static bool not_resuming(const struct sandbox *sb, const void *ud) {
  * record's failure_reason says why; or it is still on the way, or something else (a destroy)
  * came first: each is an error that says so, never a success. */
 static int settled(struct ctl *c, const char *id, enum sb_status via, enum sb_status want, uint64_t wait_s,
-                   const char *verb, struct api_error *err) {
+                   const char *verb, struct err *err) {
         _cleanup_sandbox_ struct sandbox now = { 0 };
         int k = ctl_wait_sandbox(c, id, via == SB_PAUSING ? not_pausing : not_resuming, NULL, (int64_t) wait_s * 1000, &now);
         if (k < 0)
-                return API_ERR(err, -EIO, "Failed to read the sandbox record");
+                return err_set(err, -EIO, "Failed to read the sandbox record");
         if (k == 0)
-                return API_ERR(err, -EINPROGRESS, "Sandbox is still %s after %llus; GET it to see how it ends",
+                return err_set(err, -EINPROGRESS, "Sandbox is still %s after %llus; GET it to see how it ends",
                                sb_status_str(via), (unsigned long long) wait_s);
         if (now.status == want)
                 return 0;
         if (now.status == SB_READY || now.status == SB_PAUSED)
-                return API_ERR(err, -EHOSTUNREACH, "%s. The sandbox is %s, as it was; retry the request.",
+                return err_set(err, -EHOSTUNREACH, "%s. The sandbox is %s, as it was; retry the request.",
                                now.failure_reason ? now.failure_reason : "The transition did not happen", sb_status_str(now.status));
-        return API_ERR(err, -EBUSY, "Sandbox was not %s: it is %s now", verb, sb_status_str(now.status));
+        return err_set(err, -EBUSY, "Sandbox was not %s: it is %s now", verb, sb_status_str(now.status));
 }
 
 /* Pause returns 0 once the sandbox is paused, or -EHOSTUNREACH with the reason it is not
  * (still ready and usable), so a client that pauses and then resumes at once finds it paused.
  * The wait is bounded by [scheduler] pause_wait; past it -EINPROGRESS, never a success. */
-int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct api_error *err) {
+int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct err *err) {
         if (keep_memory) {
                 if (!c->drv->ops->checkpoint)
-                        return API_ERR(err, -EOPNOTSUPP, "keepMemory: pausing with the memory kept needs the local (docker) "
+                        return err_set(err, -EOPNOTSUPP, "keepMemory: pausing with the memory kept needs the local (docker) "
                                                          "driver; this server's %s driver keeps the filesystem only",
                                        c->drv->name);
                 if (sb->egress.mode != PJ_EGRESS_DENY_ALL)
-                        return API_ERR(err, -EINVAL, "keepMemory: only sandboxes with egress deny_all can be paused with "
+                        return err_set(err, -EINVAL, "keepMemory: only sandboxes with egress deny_all can be paused with "
                                                      "their memory (gVisor cannot checkpoint host networking); this one's "
                                                      "egress is %s: pause it without keepMemory",
                                        pj_egress_mode_to_string(sb->egress.mode));
-                char why[384] = "";
-                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, why, sizeof(why)) < 0)
-                        return API_ERR(err, -EOPNOTSUPP, "keepMemory: this server cannot keep memory now: %s", why);
+                struct err why = { 0 };
+                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
+                        return err_set(err, -EOPNOTSUPP, "keepMemory: this server cannot keep memory now: %s", why.message);
         }
         /* A snapshot being taken reads the container: the pause waits for it (a pause right
          * after POST /snapshots is what SDK flows do), within the same bound. */
@@ -307,9 +308,9 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, str
         while ((quiet = no_snapshot_in_flight(c, sb->id)) == 0 && mono_ms() < until && !c->stopping)
                 usleep(100 * 1000);
         if (quiet < 0)
-                return API_ERR(err, -EIO, "Failed to read the sandbox's snapshots");
+                return err_set(err, -EIO, "Failed to read the sandbox's snapshots");
         if (quiet == 0)
-                return API_ERR(err, -EHOSTUNREACH, "A snapshot of the sandbox is still being taken after %llus; the sandbox "
+                return err_set(err, -EHOSTUNREACH, "A snapshot of the sandbox is still being taken after %llus; the sandbox "
                                                    "is ready, as it was: pause it once the snapshot is ready",
                                (unsigned long long) c->cfg->pause_wait_s);
         int r = transition(c, sb, SB_READY, SB_PAUSING, "paused", keep_memory ? pause_memory_job : pause_job, err);
@@ -322,21 +323,21 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, str
         /* Paused, but the filesystem way: the checkpoint failed and stopped the workload. */
         _cleanup_sandbox_ struct sandbox now = { 0 };
         (void) store_sandbox_get(c->store, sb->id, &now);
-        return API_ERR(err, -EHOSTUNREACH, "%s", now.failure_reason ? now.failure_reason : "Memory was not kept");
+        return err_set(err, -EHOSTUNREACH, "%s", now.failure_reason ? now.failure_reason : "Memory was not kept");
 }
 
 /* A resume that finds the sandbox pausing waits for the pause to settle (at most [scheduler]
  * create_timeout, the bound on provisioning work, whatever pause_wait says), then resumes it;
  * resuming or ready sandboxes are refused as before. It answers once the sandbox is ready, or
  * with the reason it is still paused. */
-int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct api_error *err) {
+int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct err *err) {
         _cleanup_sandbox_ struct sandbox now = { 0 };
         if (sb->status == SB_PAUSING) {
                 int k = ctl_wait_sandbox(c, sb->id, not_pausing, NULL, (int64_t) c->cfg->create_timeout_s * 1000, &now);
                 if (k < 0)
-                        return API_ERR(err, -EIO, "Failed to read the sandbox record");
+                        return err_set(err, -EIO, "Failed to read the sandbox record");
                 if (k == 0)
-                        return API_ERR(err, -EBUSY, "Sandbox is still pausing after %llus; resume it once it is paused",
+                        return err_set(err, -EBUSY, "Sandbox is still pausing after %llus; resume it once it is paused",
                                        (unsigned long long) c->cfg->create_timeout_s);
                 sb = &now;
         }
@@ -357,28 +358,28 @@ int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, str
 }
 
 int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id, const struct pj_egress *in,
-                       struct sandbox *ret, bool *ret_network_updated, struct api_error *err) {
+                       struct sandbox *ret, bool *ret_network_updated, struct err *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_(sb_egress_done) struct sb_egress want = { 0 };
-        char eerr[384] = "";
+        struct err eerr = { 0 };
         int r;
 
         if (sb_egress_from_pj(&want, in) < 0)
-                return API_ERR(err, -EINVAL, "allow: an entry could not be read; check the allowlist");
+                return err_set(err, -EINVAL, "allow: an entry could not be read; check the allowlist");
         if ((r = ctl_egress_check_allow(&want, err)) < 0)
                 return r;
         if (!ctl_egress_enforced(c))
-                return API_ERR(err, -EOPNOTSUPP,
+                return err_set(err, -EOPNOTSUPP,
                                "Changing egress needs a node agent, and this server has none ([amqp] url is not set)");
 
         SANDBOX_LOCK_GUARD(lock, c, id);
         if ((r = sandbox_load(c, acc, id, &sb, err)) < 0)
                 return r;
         if (sb.status != SB_READY)
-                return API_ERR(err, -EBUSY, "Sandbox is %s; egress can be changed only while it is ready",
+                return err_set(err, -EBUSY, "Sandbox is %s; egress can be changed only while it is ready",
                                sb_status_str(sb.status));
         if ((!sb.ip || !*sb.ip) && want.mode != PJ_EGRESS_DENY_ALL)
-                return API_ERR(err, -EINVAL,
+                return err_set(err, -EINVAL,
                                "This sandbox was created with egress deny_all and has no network interface; create a new "
                                "sandbox with the policy you want");
 
@@ -386,18 +387,18 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
         sandbox_log_ctx(&sb);
         log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(want.mode));
         if (sb.ip && *sb.ip) {
-                r = ctl_egress_apply(c, &sb, &want, eerr, sizeof(eerr));
+                r = ctl_egress_apply(c, &sb, &want, &eerr);
                 if (r < 0) {
                         /* The agent swaps a policy atomically, so a refusal leaves the old one; after a
                          * timeout we cannot know, so the old policy is applied again. */
-                        char e2[384] = "";
-                        bool restored = r == -EREMOTEIO || r == -ENXIO || ctl_egress_apply(c, &sb, NULL, e2, sizeof(e2)) == 0;
+                        struct err e2 = { 0 };
+                        bool restored = r == -EREMOTEIO || r == -ENXIO || ctl_egress_apply(c, &sb, NULL, &e2) == 0;
                         if (!restored)
-                                log_error("could not re-apply the previous egress policy either: %s", e2);
-                        return API_ERR(err, -EHOSTUNREACH, "Egress policy could not be enforced: %s. %s", eerr,
+                                log_error("could not re-apply the previous egress policy either: %s", e2.message);
+                        return err_set(err, -EHOSTUNREACH, "Egress policy could not be enforced: %s. %s", eerr.message,
                                        restored ? "The previous policy stays in force."
                                                 : "The previous policy stays recorded; the node agent re-applies it when it "
-                                                  "converges.");
+                                                           "converges.");
                 }
         }
         fault_point("egress.put.applied");
@@ -409,7 +410,7 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
         r = store_sandbox_update_cas(c->store, &sb, SB_READY);
         if (r < 0) {
                 log_error("egress applied on the node but not recorded (%d)", r);
-                return API_ERR(err, r == -ESTALE ? -ESTALE : -EIO,
+                return err_set(err, r == -ESTALE ? -ESTALE : -EIO,
                                "The new policy is applied but could not be recorded; retry the request");
         }
         log_info("sandbox egress changed to %s", pj_egress_mode_to_string(sb.egress.mode));
@@ -425,22 +426,22 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
  * snapshot, then Paddock's pause; connect resumes it from there, and the previous pause's
  * snapshot is dropped. */
 int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct sandbox *sb0, bool memory,
-                      struct api_error *err) {
+                      struct err *err) {
         if (memory) {
                 if (!c->drv->ops->checkpoint)
-                        return API_ERR(err, -EOPNOTSUPP,
+                        return err_set(err, -EOPNOTSUPP,
                                        "memory: pausing with the memory kept needs the local (docker) driver; this server's "
                                        "%s driver keeps the filesystem only: pause with memory: false",
                                        c->drv->name);
                 if (sb0->egress.mode != PJ_EGRESS_DENY_ALL)
-                        return API_ERR(err, -EINVAL,
+                        return err_set(err, -EINVAL,
                                        "memory: only sandboxes without network access (allowInternetAccess: false) can be "
                                        "paused with their memory (gVisor cannot checkpoint host networking): pause with "
                                        "memory: false to keep the filesystem");
-                char why[384] = "";
-                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, why, sizeof(why)) < 0)
-                        return API_ERR(err, -EOPNOTSUPP, "memory: this server cannot keep memory now: %s; pause with memory: false",
-                                       why);
+                struct err why = { 0 };
+                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
+                        return err_set(err, -EOPNOTSUPP, "memory: this server cannot keep memory now: %s; pause with memory: false",
+                                       why.message);
                 int k = sandbox_pause(c, sb0, true, err);
                 if (k == 0)
                         log_info("e2b: sandbox paused with its memory");
@@ -449,12 +450,9 @@ int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct san
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         int k = snapshot_take(c, acc, sb0->id, SNAPSHOT_E2B_PAUSE, &sn, err);
         if (k < 0) {
-                if (k == -EIO) {
-                        char inner[sizeof(err->message)];
-                        snprintf(inner, sizeof(inner), "%s", err->message);
-                        return API_ERR(err, -EIO, "The pause's snapshot of the filesystem: %s; the sandbox keeps running",
-                                       inner);
-                }
+                if (k == -EIO)
+                        return err_set(err, -EIO, "The pause's snapshot of the filesystem: %s; the sandbox keeps running",
+                                       err->message);
                 return k;
         }
         _cleanup_free_ char *old_snap = NULL;
@@ -462,21 +460,21 @@ int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct san
         {
                 SANDBOX_LOCK_GUARD(lock, c, sb0->id);
                 if (store_sandbox_get(c->store, sb0->id, &sb) < 0 || sb.status != SB_READY)
-                        return API_ERR(err, -ESTALE, "sandbox \"%s\" changed while it was being paused", sb0->id);
+                        return err_set(err, -ESTALE, "sandbox \"%s\" changed while it was being paused", sb0->id);
                 old_snap = sb.from_snapshot ? xstrdup(sb.from_snapshot) : NULL;
                 free(sb.image);
                 sb.image = snapshot_image_ref(&sn);
                 free(sb.from_snapshot);
                 sb.from_snapshot = xstrdup(sn.id);
                 if (store_sandbox_update(c->store, &sb) < 0)
-                        return API_ERR(err, -EIO, "Failed to record the pause's snapshot");
+                        return err_set(err, -EIO, "Failed to record the pause's snapshot");
         }
         k = sandbox_pause(c, &sb, false, err);
         if (k < 0)
                 return k;
         if (old_snap) {
                 _cleanup_(snapshot_clear) struct snapshot o = { 0 };
-                struct api_error e2 = { 0 };
+                struct err e2 = { 0 };
                 if (store_snapshot_get(c->store, old_snap, &o) == 0 && o.name && !strcmp(o.name, SNAPSHOT_E2B_PAUSE) &&
                     !strcmp(o.sandbox_id, sb.id))
                         (void) snapshot_delete(c, acc, old_snap, &e2);

@@ -148,10 +148,10 @@ static void member_sandbox(const struct ctl *c, const struct pool_conf *p, const
 /* Removes a member's workload (its row is already gone or going). */
 static void member_remove(struct ctl *c, const struct pool_member *m) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        char err[256] = "";
+        struct err err = { 0 };
         member_sandbox(c, pool_by_name(c, m->pool, NULL), m, &sb);
-        if (c->drv->ops->remove(c->drv, &sb, err, sizeof(err)) < 0) {
-                log_warning("could not remove the workload of pool member %s: %s", m->id, err);
+        if (c->drv->ops->remove(c->drv, &sb, &err) < 0) {
+                log_warning("could not remove the workload of pool member %s: %s", m->id, err.message);
                 c->drv->ops->remove_by_id(c->drv, m->id);
         }
 }
@@ -164,9 +164,9 @@ static void member_warm(struct ctl *c, const struct sandbox *sb) {
         static const char *const argv[] = { "/bin/sh", "-c", "true", NULL };
         struct exec_spec spec = { .argv = argv };
         struct exec_session *x = NULL;
-        char err[256] = "";
-        if (c->drv->ops->exec_start(c->drv, sb, &spec, &x, err, sizeof(err)) < 0) {
-                log_debug("pool member warm-up: %s", err);
+        struct err err = { 0 };
+        if (c->drv->ops->exec_start(c->drv, sb, &spec, &x, &err) < 0) {
+                log_debug("pool member warm-up: %s", err.message);
                 return;
         }
         int64_t deadline = mono_ms() + 10000;
@@ -186,7 +186,7 @@ static void refill_job(struct ctl *c, void *arg) {
         _cleanup_(pool_member_clear) struct pool_member m = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         struct placement pl = { 0 };
-        char reason[512] = "";
+        struct err reason = { 0 };
         int r;
 
         hexid_new(m.id);
@@ -197,11 +197,11 @@ static void refill_job(struct ctl *c, void *arg) {
         log_ctx_set("SANDBOX_ID", m.id);
         r = store_pool_insert(c->store, &m);
         if (r < 0)
-                snprintf(reason, sizeof(reason), "cannot record the member: %s", strerror(-r));
+                err_set(&reason, r, "cannot record the member: %s", strerror(-r));
         else {
                 fault_point("pool.refill.recorded");
                 member_sandbox(c, p, &m, &sb);
-                r = c->drv->ops->place(c->drv, &sb, &pl, reason, sizeof(reason));
+                r = c->drv->ops->place(c->drv, &sb, &pl, &reason);
                 if (r < 0)
                         (void) store_pool_delete(c->store, m.id);       /* place unwinds its workload */
                 else
@@ -218,7 +218,7 @@ static void refill_job(struct ctl *c, void *arg) {
                 _cleanup_sandbox_ struct sandbox placed = { 0 };
                 member_sandbox(c, p, &m, &placed);
                 if (t->start)
-                        r = template_start(c, &placed, reason, sizeof(reason));
+                        r = template_start(c, &placed, &reason);
                 else
                         member_warm(c, &placed);
                 if (r < 0) {
@@ -226,7 +226,7 @@ static void refill_job(struct ctl *c, void *arg) {
                         (void) store_pool_delete(c->store, m.id);
                 } else if ((r = store_pool_update(c->store, &m)) < 0) {
                         /* Retired meanwhile (controld stopping, say): it is nobody's, so it goes. */
-                        snprintf(reason, sizeof(reason), "the member's row is gone: %s", strerror(-r));
+                        err_set(&reason, r, "the member's row is gone: %s", strerror(-r));
                         member_remove(c, &m);
                         (void) store_pool_delete(c->store, m.id);
                 }
@@ -248,7 +248,7 @@ static void refill_job(struct ctl *c, void *arg) {
         if (r >= 0)
                 log_debug("pool %s: member ready", p->name);
         else if (say)
-                log_warning("pool %s cannot refill: %s", p->name, reason);
+                log_warning("pool %s cannot refill: %s", p->name, reason.message);
         log_ctx_set("SANDBOX_ID", NULL);
         ctl_notify_status(c);   /* the next tick sees it, and claims waiting for none retry nothing */
 }

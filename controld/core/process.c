@@ -1,7 +1,7 @@
 /* process.c — processes that outlive their request, kept by the sandbox's agent: start one
  * detached, list them, attach to one's output, write its stdin, signal it, resize its
  * terminal. The domain part of /sandboxes/{id}/processes (api-process.c is the adapter): no
- * HTTP here, every call returns 0 or -errno with the user's message in struct api_error.
+ * HTTP here, every call returns 0 or -errno with the user's message in struct err.
  *
  * Every call is its own connection to the agent, so a stuck or hostile agent holds only
  * that call (each bounded by PROCESS_TIMEOUT_MS) and nothing of controld. */
@@ -21,31 +21,31 @@
 
 #define PROCESS_TIMEOUT_MS 10000
 
-static int connect_for(struct ctl *c, const struct sandbox *sb, struct guest_client **ret, struct api_error *err) {
-        char msg[512];
-        int r = guest_connect(c, sb, ret, msg, sizeof(msg));
+static int connect_for(struct ctl *c, const struct sandbox *sb, struct guest_client **ret, struct err *err) {
+        struct err msg = { 0 };
+        int r = guest_connect(c, sb, ret, &msg);
         if (r == -EOPNOTSUPP)
-                return API_ERR(err, -EOPNOTSUPP,
+                return err_set(err, -EOPNOTSUPP,
                                "Processes need the in-sandbox agent, which this server runs without ([init] binary = none, "
                                "or on Nomad no [nomad] relay_secret_file); exec still works");
         if (r < 0) {
                 log_ctx_set("SANDBOX_ID", sb->id);
-                log_notice("process call: %s", msg);
-                return API_ERR(err, -EHOSTUNREACH,
+                log_notice("process call: %s", msg.message);
+                return err_set(err, -EHOSTUNREACH,
                                "The sandbox's process agent is not answering (the sandbox may predate it, or something in it "
                                "replaced or stopped it); exec still works");
         }
         return 0;
 }
 
-static int gone(int r, uint32_t pid, struct api_error *err) {
+static int gone(int r, uint32_t pid, struct err *err) {
         if (r == -ESRCH)
-                return API_ERR(err, -ENOENT, "Process %u not found in this sandbox", pid);
+                return err_set(err, -ENOENT, "Process %u not found in this sandbox", pid);
         if (r == -EPIPE)
-                return API_ERR(err, -EBUSY, "Process %u has no stdin open (start it with \"stdin\": true; it may have closed it)", pid);
+                return err_set(err, -EBUSY, "Process %u has no stdin open (start it with \"stdin\": true; it may have closed it)", pid);
         if (r == -ENOTTY)
-                return API_ERR(err, -EBUSY, "Process %u has no terminal (start it with \"pty\")", pid);
-        return API_ERR(err, -EHOSTUNREACH, "The sandbox's process agent failed: %s", strerror(-r));
+                return err_set(err, -EBUSY, "Process %u has no terminal (start it with \"pty\")", pid);
+        return err_set(err, -EHOSTUNREACH, "The sandbox's process agent failed: %s", strerror(-r));
 }
 
 static int collect(int stream, const uint8_t *data, size_t len, void *ud) {
@@ -54,7 +54,7 @@ static int collect(int stream, const uint8_t *data, size_t len, void *ud) {
 }
 
 int process_start_session(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec,
-                          struct session **ret, struct api_error *err) {
+                          struct session **ret, struct err *err) {
         struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
@@ -67,13 +67,13 @@ int process_start_session(struct ctl *c, const struct sandbox *sb, const struct 
                                   .rows = (uint32_t) spec->rows, .cols = (uint32_t) spec->cols,
                                   .as_ids = spec->as_ids, .uid = spec->uid, .gid = spec->gid };
         struct guest_exec *x = NULL;
-        char msg[512];
-        r = guest_exec_start(cl, &sp, &x, msg, sizeof(msg));
+        struct err msg = { 0 };
+        r = guest_exec_start(cl, &sp, &x, &msg);
         if (r == -EUSERS)
-                return API_ERR(err, -EUSERS, "This sandbox holds %d processes, the most it keeps; let one finish first",
+                return err_set(err, -EUSERS, "This sandbox holds %d processes, the most it keeps; let one finish first",
                                PJ_AGENT_MAX_PROCS);
         if (r < 0)
-                return API_ERR(err, -EHOSTUNREACH, "Could not start the process: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not start the process: %s", msg.message);
         /* A refusal for the user's reasons (missing cwd, no such program) comes back as a
          * session that ended at once, with the reason as its stderr. */
         if (!guest_exec_pid(x)) {
@@ -83,7 +83,7 @@ int process_start_session(struct ctl *c, const struct sandbox *sb, const struct 
                 guest_exec_free(x);
                 while (why.len && why.buf[why.len - 1] == '\n')
                         why.buf[--why.len] = 0;
-                r = API_ERR(err, -EINVAL, "The process cannot start: %s", why.buf ? why.buf : "refused");
+                r = err_set(err, -EINVAL, "The process cannot start: %s", why.buf ? why.buf : "refused");
                 strbuf_done(&why);
                 return r;
         }
@@ -92,25 +92,25 @@ int process_start_session(struct ctl *c, const struct sandbox *sb, const struct 
 }
 
 int process_start_terminal(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, struct session **ret,
-                           struct api_error *err) {
-        char msg[512] = "";
+                           struct err *err) {
+        struct err msg = { 0 };
         struct guest_client *cl = NULL;
-        int r = guest_connect(c, sb, &cl, msg, sizeof(msg));
+        int r = guest_connect(c, sb, &cl, &msg);
         if (r < 0)
-                return API_ERR(err, -EHOSTUNREACH, "the agent did not answer: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "the agent did not answer: %s", msg.message);
         const char *argv[] = { "/bin/sh", "-c", spec->cmd, NULL };
         struct guest_spawn sp = { .argv = argv, .env = (const char *const *) spec->env, .cwd = spec->cwd,
                                   .want_stdin = true, .kill_on_detach = true, .tag = spec->tag,
                                   .rows = (uint32_t) spec->rows, .cols = (uint32_t) spec->cols };
         struct guest_exec *x = NULL;
-        if (guest_exec_start(cl, &sp, &x, msg, sizeof(msg)) < 0)
-                return API_ERR(err, -EIO, "spawn failed: %s", msg);
+        if (guest_exec_start(cl, &sp, &x, &msg) < 0)
+                return err_set(err, -EIO, "spawn failed: %s", msg.message);
         *ret = session_of_guest(x);
         return 0;
 }
 
 int process_start(struct ctl *c, const struct sandbox *sb, const struct process_spec *spec, uint32_t *ret_pid,
-                  struct api_error *err) {
+                  struct err *err) {
         struct session *x = NULL;
         int r = process_start_session(c, sb, spec, &x, err);
         if (r < 0)
@@ -121,7 +121,7 @@ int process_start(struct ctl *c, const struct sandbox *sb, const struct process_
 }
 
 int process_list(struct ctl *c, const struct sandbox *sb, struct pj_agent_fields **ret, size_t *ret_n,
-                 struct api_error *err) {
+                 struct err *err) {
         _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
@@ -130,14 +130,14 @@ int process_list(struct ctl *c, const struct sandbox *sb, struct pj_agent_fields
         return r < 0 ? gone(r, 0, err) : 0;
 }
 
-int process_attach(struct ctl *c, const struct sandbox *sb, uint32_t pid, struct session **ret, struct api_error *err) {
+int process_attach(struct ctl *c, const struct sandbox *sb, uint32_t pid, struct session **ret, struct err *err) {
         struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
-        char msg[256];
+        struct err msg = { 0 };
         struct guest_exec *x = NULL;
-        r = guest_exec_attach(cl, pid, &x, msg, sizeof(msg));
+        r = guest_exec_attach(cl, pid, &x, &msg);
         if (r < 0)
                 return gone(r, pid, err);
         *ret = session_of_guest(x);
@@ -145,7 +145,7 @@ int process_attach(struct ctl *c, const struct sandbox *sb, uint32_t pid, struct
 }
 
 int process_stdin(struct ctl *c, const struct sandbox *sb, uint32_t pid, const char *data, size_t len, bool close,
-                  struct api_error *err) {
+                  struct err *err) {
         _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
@@ -154,7 +154,7 @@ int process_stdin(struct ctl *c, const struct sandbox *sb, uint32_t pid, const c
         return r < 0 ? gone(r, pid, err) : 0;
 }
 
-int process_signal(struct ctl *c, const struct sandbox *sb, uint32_t pid, int sig, struct api_error *err) {
+int process_signal(struct ctl *c, const struct sandbox *sb, uint32_t pid, int sig, struct err *err) {
         _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
@@ -163,7 +163,7 @@ int process_signal(struct ctl *c, const struct sandbox *sb, uint32_t pid, int si
         return r < 0 ? gone(r, pid, err) : 0;
 }
 
-int process_resize(struct ctl *c, const struct sandbox *sb, uint32_t pid, int rows, int cols, struct api_error *err) {
+int process_resize(struct ctl *c, const struct sandbox *sb, uint32_t pid, int rows, int cols, struct err *err) {
         _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
@@ -173,28 +173,28 @@ int process_resize(struct ctl *c, const struct sandbox *sb, uint32_t pid, int ro
 }
 
 int process_watch(struct ctl *c, const struct sandbox *sb, const char *path, bool recursive, struct dirwatch **ret,
-                  struct api_error *err) {
+                  struct err *err) {
         struct guest_client *cl = NULL;
         int r = connect_for(c, sb, &cl, err);
         if (r < 0)
                 return r;
-        char msg[512] = "";
+        struct err msg = { 0 };
         struct guest_watch *w = NULL;
-        r = guest_watch_open(cl, path, recursive, &w, msg, sizeof(msg));
+        r = guest_watch_open(cl, path, recursive, &w, &msg);
         switch (r) {
         case 0:
                 *ret = dirwatch_of_guest(w);
                 return 0;
         case -ENOENT:
-                return API_ERR(err, -ENOENT, "Directory not found in the sandbox: %s", path);
+                return err_set(err, -ENOENT, "Directory not found in the sandbox: %s", path);
         case -ENOTDIR:
-                return API_ERR(err, -EINVAL, "path is not a directory: %s", path);
+                return err_set(err, -EINVAL, "path is not a directory: %s", path);
         case -EACCES:
-                return API_ERR(err, -EPERM, "The sandbox's agent may not read %s", path);
+                return err_set(err, -EPERM, "The sandbox's agent may not read %s", path);
         case -EMFILE:
         case -ENOSPC:
-                return API_ERR(err, -EUSERS, "%s", msg);
+                return err_set(err, -EUSERS, "%s", msg.message);
         default:
-                return API_ERR(err, -EHOSTUNREACH, "Could not watch %s: %s", path, msg);
+                return err_set(err, -EHOSTUNREACH, "Could not watch %s: %s", path, msg.message);
         }
 }

@@ -1,7 +1,7 @@
 /* runtime.c — the runtime core: a command or a file transfer in a sandbox. A command's process
  * is a session (session.h) through the sandbox's agent, or the scheduler driver's exec path
  * where no agent answers. It knows no HTTP: every call returns 0 or -errno with a
- * user-facing message in struct api_error, and the protocol adapters above it (api-runtime.c
+ * user-facing message in struct err, and the protocol adapters above it (api-runtime.c
  * for the Brimble REST/SSE API) turn those into answers.
  *
  * Nothing here touches the host filesystem or a host shell: every operation is an exec
@@ -131,19 +131,16 @@ int64_t runtime_active(const char *sandbox_id) {
 }
 
 /* Takes one slot of the sandbox and one of its account for a runtime operation (exec,
- * code, file transfer). 0, or -EUSERS with the user-facing message in msg. */
-static int runtime_slots_take(struct ctl *c, const struct sandbox *sb, char *msg, size_t msglen) {
-        if (!slot_take(&account_slots, sb->account_id, c->cfg->max_runtime_per_account)) {
-                snprintf(msg, msglen,
-                         "Too many commands and file transfers running for this account (limit %lld); retry when one finishes",
-                         (long long) c->cfg->max_runtime_per_account);
-                return -EUSERS;
-        }
+ * code, file transfer). 0, or -EUSERS with the user-facing message in err. */
+static int runtime_slots_take(struct ctl *c, const struct sandbox *sb, struct err *err) {
+        if (!slot_take(&account_slots, sb->account_id, c->cfg->max_runtime_per_account))
+                return err_set(err, -EUSERS,
+                               "Too many commands and file transfers running for this account (limit %lld); retry when one finishes",
+                               (long long) c->cfg->max_runtime_per_account);
         if (!slot_take(&sandbox_slots, sb->id, c->cfg->max_exec_concurrent)) {
                 slot_release(&account_slots, sb->account_id);
-                snprintf(msg, msglen, "Too many commands running in this sandbox (limit %lld); retry when one finishes",
-                         (long long) c->cfg->max_exec_concurrent);
-                return -EUSERS;
+                return err_set(err, -EUSERS, "Too many commands running in this sandbox (limit %lld); retry when one finishes",
+                               (long long) c->cfg->max_exec_concurrent);
         }
         return 0;
 }
@@ -222,8 +219,8 @@ static void snippet_remove(struct runtime_run *x) {
         if (!x->snippet)
                 return;
         _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
-        char msg[256];
-        if (guest_connect(x->c, &x->sb, &cl, msg, sizeof(msg)) == 0)
+        struct err msg = { 0 };
+        if (guest_connect(x->c, &x->sb, &cl, &msg) == 0)
                 (void) guest_remove(cl, x->snippet, 5000);
         free(x->snippet);
         x->snippet = NULL;
@@ -243,10 +240,10 @@ static void kill_tree(struct runtime_run *x) {
         const char *argv[] = { "/bin/sh", "-c", killer_script, "paddock", x->token, NULL };
         struct exec_spec spec = { .argv = argv };
         struct exec_session *k = NULL;
-        char err[256];
+        struct err err = { 0 };
         x->killed = true;
-        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &k, err, sizeof(err)) < 0) {
-                log_warning("could not start the process killer: %s", err);
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &k, &err) < 0) {
+                log_warning("could not start the process killer: %s", err.message);
                 return;
         }
         int64_t end = mono_ms() + 10000;
@@ -387,11 +384,11 @@ static void result_of(const struct runtime_run *x, struct exec_result *ret) {
 
 /* Takes one of the sandbox's runtime slots and makes the run that holds it (sb moves into
  * it); -EUSERS with err when every slot is taken (sb is cleared either way). */
-static int run_new(struct ctl *c, struct sandbox *sb, struct runtime_run **ret, struct api_error *err) {
-        char msg[512] = "";
-        if (runtime_slots_take(c, sb, msg, sizeof(msg)) < 0) {
+static int run_new(struct ctl *c, struct sandbox *sb, struct runtime_run **ret, struct err *err) {
+        int r = runtime_slots_take(c, sb, err);
+        if (r < 0) {
                 sandbox_clear(sb);
-                return API_ERR(err, -EUSERS, "%s", msg);
+                return r;
         }
         struct runtime_run *x = xnew0(struct runtime_run, 1);
         x->slot = true;
@@ -408,11 +405,11 @@ static int run_new(struct ctl *c, struct sandbox *sb, struct runtime_run **ret, 
 }
 
 int runtime_load_ready(struct ctl *c, const struct account *acc, const char *id, struct sandbox *ret,
-                       struct api_error *err) {
+                       struct err *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         int k = sandbox_load(c, acc, id, &sb, err);
         if (k >= 0 && sb.status != SB_READY)
-                k = API_ERR(err, -EBUSY, "Sandbox is %s; only ready sandboxes can run commands or move files",
+                k = err_set(err, -EBUSY, "Sandbox is %s; only ready sandboxes can run commands or move files",
                             sb_status_str(sb.status));
         if (k < 0)
                 return k;
@@ -427,48 +424,47 @@ int runtime_load_ready(struct ctl *c, const struct account *acc, const char *id,
 
 /* The run's process through the sandbox's agent: 0; -EOPNOTSUPP when there is no agent to
  * use (the caller takes the driver's exec path); other -errno with err filled. */
-static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, struct api_error *err) {
-        char msg[512] = "";
+static int start_on_agent(struct runtime_run *x, const struct runtime_cmd *cmd, struct err *err) {
+        struct err msg = { 0 };
         struct guest_client *cl = NULL;
-        int k = guest_connect(x->c, &x->sb, &cl, msg, sizeof(msg));
+        int k = guest_connect(x->c, &x->sb, &cl, &msg);
         if (k < 0) {
                 if (guest_fallback_ok(k)) {
                         if (k != -EOPNOTSUPP)
-                                log_info("no agent answer (%s); using the driver's exec path", msg);
+                                log_info("no agent answer (%s); using the driver's exec path", msg.message);
                         return -EOPNOTSUPP;
                 }
-                return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg.message);
         }
         if (cmd->stdin_file && cmd->stdin_data) {
-                k = guest_put_small(cl, cmd->stdin_file, cmd->stdin_data, cmd->stdin_len, STDIN_WRITE_TIMEOUT_MS, msg,
-                                    sizeof(msg));
+                k = guest_put_small(cl, cmd->stdin_file, cmd->stdin_data, cmd->stdin_len, STDIN_WRITE_TIMEOUT_MS, &msg);
                 if (k < 0) {
                         guest_client_free(cl);
-                        return API_ERR(err, k == -ENOSPC || k == -EDQUOT ? -ENOSPC : -EHOSTUNREACH, "Could not run the code: %s",
-                                       msg);
+                        return err_set(err, k == -ENOSPC || k == -EDQUOT ? -ENOSPC : -EHOSTUNREACH, "Could not run the code: %s",
+                                       msg.message);
                 }
                 x->snippet = xstrdup(cmd->stdin_file);
         }
         struct guest_spawn sp = { .argv = cmd->argv, .env = (const char *const *) cmd->env, .cwd = cmd->cwd,
                                   .want_stdin = cmd->stdin_data && !cmd->stdin_file, .kill_on_detach = true };
         struct guest_exec *ax = NULL;
-        k = guest_exec_start(cl, &sp, &ax, msg, sizeof(msg));
+        k = guest_exec_start(cl, &sp, &ax, &msg);
         if (k == -EPROTO || k == -ECONNRESET || k == -ETIMEDOUT || k == -EPIPE) {
                 /* the agent answered HELLO but not SPAWN: something in the sandbox broke it */
-                log_notice("the sandbox's agent failed the command (%s); using the driver's exec path", msg);
+                log_notice("the sandbox's agent failed the command (%s); using the driver's exec path", msg.message);
                 snippet_remove(x);
                 return -EOPNOTSUPP;
         }
         if (k < 0)
-                return API_ERR(err, k == -EUSERS ? -EUSERS : k == -EINVAL ? -EINVAL : -EHOSTUNREACH, "Could not run the command: %s",
-                               msg);
+                return err_set(err, k == -EUSERS ? -EUSERS : k == -EINVAL ? -EINVAL : -EHOSTUNREACH, "Could not run the command: %s",
+                               msg.message);
         x->ses = session_of_guest(ax);
         return 0;
 }
 
 /* The run's process through the driver's exec path, in the wrapper script. */
-static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd, struct api_error *err) {
-        char msg[512] = "";
+static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd, struct err *err) {
+        struct err msg = { 0 };
         size_t n = 0, n_env = 0, n_user = 0;
         char n_env_s[16];
         while (cmd->env && cmd->env[n_env])
@@ -493,14 +489,14 @@ static int start_on_driver(struct runtime_run *x, const struct runtime_cmd *cmd,
 
         struct exec_spec spec = { .argv = argv, .cwd = "/", .want_stdin = cmd->stdin_data != NULL };
         struct exec_session *s = NULL;
-        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, msg, sizeof(msg)) < 0)
-                return API_ERR(err, -EHOSTUNREACH, "Could not run the command: %s", msg);
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, &msg) < 0)
+                return err_set(err, -EHOSTUNREACH, "Could not run the command: %s", msg.message);
         x->ses = session_of_driver(x->drv, s);
         return 0;
 }
 
 int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *cmd, runtime_output_fn output, void *ud,
-                  struct runtime_run **ret, struct api_error *err) {
+                  struct runtime_run **ret, struct err *err) {
         struct runtime_run *x = NULL;
         int k = run_new(c, sb, &x, err);
         if (k < 0)
@@ -531,7 +527,7 @@ int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *c
                         kill_tree(x);
                 } else if (k < 0 && k != -EPIPE) {
                         runtime_free(x);
-                        return API_ERR(err, -EHOSTUNREACH, "Could not send input to the sandbox: %s", strerror(-k));
+                        return err_set(err, -EHOSTUNREACH, "Could not send input to the sandbox: %s", strerror(-k));
                 }
                 rx_close_stdin(x);
         }
@@ -543,12 +539,12 @@ bool runtime_output_refused(const struct runtime_run *x) {
         return x->overflow;
 }
 
-int runtime_wait(struct runtime_run *x, struct exec_result *ret, struct api_error *err) {
+int runtime_wait(struct runtime_run *x, struct exec_result *ret, struct err *err) {
         for (;;) {
                 int64_t wait = x->deadline - mono_ms();
                 if (x->c->stopping) {
                         kill_tree(x);
-                        return API_ERR(err, -EAGAIN, "controld is shutting down; the command was stopped. Retry shortly.");
+                        return err_set(err, -EAGAIN, "controld is shutting down; the command was stopped. Retry shortly.");
                 }
                 if (wait <= 0) {
                         time_out(x);
@@ -558,7 +554,7 @@ int runtime_wait(struct runtime_run *x, struct exec_result *ret, struct api_erro
                 if (k == 1)
                         break;
                 if (k < 0)
-                        return API_ERR(err, -EHOSTUNREACH, "Lost the connection to the sandbox process: %s", strerror(-k));
+                        return err_set(err, -EHOSTUNREACH, "Lost the connection to the sandbox process: %s", strerror(-k));
         }
         finish(x);
         result_of(x, ret);
@@ -566,11 +562,11 @@ int runtime_wait(struct runtime_run *x, struct exec_result *ret, struct api_erro
 }
 
 enum runtime_step runtime_step(struct runtime_run *x, int max_wait_ms, int client_fd, struct exec_result *ret,
-                               char *msg, size_t msglen) {
+                               struct err *err) {
         if (x->c->stopping) {
                 /* Shutdown must not wait for a command that may run for minutes. */
                 kill_tree(x);
-                snprintf(msg, msglen, "controld is shutting down; the command was stopped");
+                err_set(err, -EAGAIN, "controld is shutting down; the command was stopped");
                 return RUNTIME_FAILED;
         }
         int64_t wait = x->deadline - mono_ms();
@@ -586,8 +582,8 @@ enum runtime_step runtime_step(struct runtime_run *x, int max_wait_ms, int clien
                 return RUNTIME_CLIENT_GONE;
         }
         if (k < 0) {
-                snprintf(msg, msglen, "%s", x->overflow ? "The command's output outran the client; it was stopped"
-                                                        : "Lost the connection to the sandbox process");
+                err_set(err, k, "%s", x->overflow ? "The command's output outran the client; it was stopped"
+                                                  : "Lost the connection to the sandbox process");
                 kill_tree(x);
                 return RUNTIME_FAILED;
         }
@@ -606,8 +602,8 @@ enum runtime_step runtime_step(struct runtime_run *x, int max_wait_ms, int clien
 
 /* Starts the fixed file script under the transfer deadline. */
 static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script, const char *path, bool want_stdin,
-                           struct runtime_run **ret, struct api_error *err) {
-        char msg[512] = "";
+                           struct runtime_run **ret, struct err *err) {
+        struct err msg = { 0 };
         struct runtime_run *x = NULL;
         int k = run_new(c, sb, &x, err);
         if (k < 0)
@@ -616,27 +612,27 @@ static int start_file_exec(struct ctl *c, struct sandbox *sb, const char *script
         strbuf_done(&x->err.buf);
         strbuf_init(&x->err.buf, ERR_CAP);
         struct guest_client *cl = NULL;
-        k = guest_connect(c, &x->sb, &cl, msg, sizeof(msg));
+        k = guest_connect(c, &x->sb, &cl, &msg);
         if (k == 0) {
-                k = want_stdin ? guest_file_write_open(cl, path, &x->af, msg, sizeof(msg))
-                               : guest_file_read_open(cl, path, &x->af, msg, sizeof(msg));
+                k = want_stdin ? guest_file_write_open(cl, path, &x->af, &msg)
+                               : guest_file_read_open(cl, path, &x->af, &msg);
                 if (k < 0) {
                         runtime_free(x);
-                        return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                        return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg.message);
                 }
                 *ret = x;
                 return 0;
         }
         if (!guest_fallback_ok(k)) {
                 runtime_free(x);
-                return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg.message);
         }
         const char *argv[] = { "/bin/sh", "-c", wrapper_script, "paddock", x->token, "/", "", "0", "/bin/sh", "-c", script, "paddock", path, NULL };
         struct exec_spec spec = { .argv = argv, .cwd = "/", .want_stdin = want_stdin };
         struct exec_session *s = NULL;
-        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, msg, sizeof(msg)) < 0) {
+        if (x->drv->ops->exec_start(x->drv, &x->sb, &spec, &s, &msg) < 0) {
                 runtime_free(x);
-                return API_ERR(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg);
+                return err_set(err, -EHOSTUNREACH, "Could not reach the sandbox: %s", msg.message);
         }
         x->ses = session_of_driver(x->drv, s);
         *ret = x;
@@ -672,7 +668,7 @@ static void parent_dir(const char *path, char *dir, size_t n) {
 }
 
 /* The put script's exit code as -errno with the user's message in err (0 when it wrote). */
-static int put_error(int code, const char *path, const char *stderr_raw, struct api_error *err) {
+static int put_error(int code, const char *path, const char *stderr_raw, struct err *err) {
         char dir[4097], stderr_buf[ERR_CAP + 1];
         const char *stderr_text = NULL;
         if (stderr_raw) {
@@ -691,27 +687,27 @@ static int put_error(int code, const char *path, const char *stderr_raw, struct 
         case 0:
                 return 0;
         case 3:
-                return API_ERR(err, -EINVAL, "Destination directory does not exist: %s", dir);
+                return err_set(err, -EINVAL, "Destination directory does not exist: %s", dir);
         case 5:
-                return API_ERR(err, -EINVAL, "Destination is a directory: %s", path);
+                return err_set(err, -EINVAL, "Destination is a directory: %s", path);
         case 6:
-                return API_ERR(err, -EINVAL, "Destination is not a regular file (device, pipe or socket): %s", path);
+                return err_set(err, -EINVAL, "Destination is not a regular file (device, pipe or socket): %s", path);
         default:
                 if (stderr_text && (strstr(stderr_text, "ermission denied") || strstr(stderr_text, "ead-only") ||
                                     strstr(stderr_text, "not permitted") ||
                                     (strstr(stderr_text, "Input/output error") &&
                                      (startswith(path, "/proc/") || startswith(path, "/sys/"))))) {
-                        return API_ERR(err, -EPERM, "Permission denied writing to %s", path);
+                        return err_set(err, -EPERM, "Permission denied writing to %s", path);
                 }
                 if (stderr_text && strstr(stderr_text, "space"))
-                        return API_ERR(err, -ENOSPC, "No space left in the sandbox writing %s", path);
-                return API_ERR(err, -EREMOTEIO, "Failed to write %s: %s", path,
+                        return err_set(err, -ENOSPC, "No space left in the sandbox writing %s", path);
+                return err_set(err, -EREMOTEIO, "Failed to write %s: %s", path,
                                stderr_text && *stderr_text ? stderr_text : "unknown error");
         }
 }
 
 int runtime_file_write_start(struct ctl *c, struct sandbox *sb, const char *path, struct runtime_run **ret,
-                             struct api_error *err) {
+                             struct err *err) {
         return start_file_exec(c, sb, put_script, path, true, ret, err);
 }
 
@@ -722,7 +718,7 @@ int runtime_file_write(struct runtime_run *x, const void *data, size_t len) {
 }
 
 /* The agent's verdict on a write as the user's error (0 when it wrote). */
-static int agent_put_error(int k, const char *path, const char *why, struct api_error *err) {
+static int agent_put_error(int k, const char *path, const char *why, struct err *err) {
         char dir[4097];
         parent_dir(path, dir, sizeof(dir));
         switch (k) {
@@ -730,44 +726,44 @@ static int agent_put_error(int k, const char *path, const char *why, struct api_
                 return 0;
         case -ENOENT:
         case -ENOTDIR:
-                return API_ERR(err, -EINVAL, "Destination directory does not exist: %s", dir);
+                return err_set(err, -EINVAL, "Destination directory does not exist: %s", dir);
         case -EISDIR:
-                return API_ERR(err, -EINVAL, "Destination is a directory: %s", path);
+                return err_set(err, -EINVAL, "Destination is a directory: %s", path);
         case -EINVAL:
         case -ENXIO:
-                return API_ERR(err, -EINVAL, "Destination is not a regular file (device, pipe or socket): %s", path);
+                return err_set(err, -EINVAL, "Destination is not a regular file (device, pipe or socket): %s", path);
         case -EACCES:
         case -EPERM:
         case -EROFS:
-                return API_ERR(err, -EPERM, "Permission denied writing to %s", path);
+                return err_set(err, -EPERM, "Permission denied writing to %s", path);
         case -EIO:
                 if (startswith(path, "/proc/") || startswith(path, "/sys/"))
-                        return API_ERR(err, -EPERM, "Permission denied writing to %s", path);
+                        return err_set(err, -EPERM, "Permission denied writing to %s", path);
                 break;
         case -ENOSPC:
         case -EDQUOT:
-                return API_ERR(err, -ENOSPC, "No space left in the sandbox writing %s", path);
+                return err_set(err, -ENOSPC, "No space left in the sandbox writing %s", path);
         case -ETIMEDOUT:
         case -ECONNRESET:
         case -EPIPE:
-                return API_ERR(err, -EHOSTUNREACH, "The sandbox did not finish writing %s: %s", path, why);
+                return err_set(err, -EHOSTUNREACH, "The sandbox did not finish writing %s: %s", path, why);
         default:
                 break;
         }
-        return API_ERR(err, -EREMOTEIO, "Failed to write %s: %s", path, why && *why ? why : "unknown error");
+        return err_set(err, -EREMOTEIO, "Failed to write %s: %s", path, why && *why ? why : "unknown error");
 }
 
-int runtime_file_write_finish(struct runtime_run *x, const char *path, struct api_error *err) {
+int runtime_file_write_finish(struct runtime_run *x, const char *path, struct err *err) {
         if (x->af) {
-                char why[512] = "";
-                int k = guest_file_write_finish(x->af, FILE_FINISH_TIMEOUT_MS, why, sizeof(why));
+                struct err why = { 0 };
+                int k = guest_file_write_finish(x->af, FILE_FINISH_TIMEOUT_MS, &why);
                 x->finished = true;
-                return agent_put_error(k, path, why, err);
+                return agent_put_error(k, path, why.message, err);
         }
         (void) session_close_stdin(x->ses);
         int code = finish_file_exec(x);
         if (code < 0)
-                return API_ERR(err, -EHOSTUNREACH, "The sandbox did not finish writing %s: %s", path, strerror(-code));
+                return err_set(err, -EHOSTUNREACH, "The sandbox did not finish writing %s: %s", path, strerror(-code));
         return put_error(code, path, x->err.buf.buf, err);
 }
 
@@ -779,7 +775,7 @@ static int read_output(int stream, const uint8_t *data, size_t len, void *ud) {
 }
 
 int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, struct runtime_run **ret,
-                           const void **ret_all, size_t *ret_all_len, struct api_error *err) {
+                           const void **ret_all, size_t *ret_all_len, struct err *err) {
         struct runtime_run *x = NULL;
         int k = start_file_exec(c, sb, get_script, path, false, &x, err);
         if (k < 0)
@@ -793,20 +789,20 @@ int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, 
                 else if (x->af && k < 0 && k != -ECONNRESET && k != -EPROTO && k != -ENOBUFS) {
                         x->finished = true;
                         if (k == -ENOENT || k == -ENOTDIR)
-                                k = API_ERR(err, -ENOENT, "File not found: %s", path);
+                                k = err_set(err, -ENOENT, "File not found: %s", path);
                         else if (k == -EISDIR)
-                                k = API_ERR(err, -EINVAL, "Path is a directory: %s", path);
+                                k = err_set(err, -EINVAL, "Path is a directory: %s", path);
                         else if (k == -EINVAL || k == -ENXIO)
-                                k = API_ERR(err, -EINVAL, "Path is not a regular file (device, pipe or socket): %s", path);
+                                k = err_set(err, -EINVAL, "Path is not a regular file (device, pipe or socket): %s", path);
                         else if (k == -EACCES || k == -EPERM)
-                                k = API_ERR(err, -EPERM, "Permission denied reading %s", path);
+                                k = err_set(err, -EPERM, "Permission denied reading %s", path);
                         else
-                                k = API_ERR(err, -EREMOTEIO, "Failed to read %s: %s", path, strerror(-k));
+                                k = err_set(err, -EREMOTEIO, "Failed to read %s: %s", path, strerror(-k));
                         runtime_free(x);
                         return k;
                 } else if (k < 0 || mono_ms() > end) {
                         runtime_free(x);
-                        return API_ERR(err, -EHOSTUNREACH, "Lost the connection to the sandbox reading %s", path);
+                        return err_set(err, -EHOSTUNREACH, "Lost the connection to the sandbox reading %s", path);
                 }
         }
         *ret_all = NULL;
@@ -820,15 +816,15 @@ int runtime_file_read_open(struct ctl *c, struct sandbox *sb, const char *path, 
                 x->finished = true;
                 const char *e = x->err.buf.buf ? x->err.buf.buf : "";
                 if (code == 3)
-                        k = API_ERR(err, -ENOENT, "File not found: %s", path);
+                        k = err_set(err, -ENOENT, "File not found: %s", path);
                 else if (code == 5)
-                        k = API_ERR(err, -EINVAL, "Path is a directory: %s", path);
+                        k = err_set(err, -EINVAL, "Path is a directory: %s", path);
                 else if (code == 6)
-                        k = API_ERR(err, -EINVAL, "Path is not a regular file (device, pipe or socket): %s", path);
+                        k = err_set(err, -EINVAL, "Path is not a regular file (device, pipe or socket): %s", path);
                 else if (code == 4 || strstr(e, "ermission denied"))
-                        k = API_ERR(err, -EPERM, "Permission denied reading %s", path);
+                        k = err_set(err, -EPERM, "Permission denied reading %s", path);
                 else if (code != 0)
-                        k = API_ERR(err, -EREMOTEIO, "Failed to read %s: %s", path, *e ? e : "unknown error");
+                        k = err_set(err, -EREMOTEIO, "Failed to read %s: %s", path, *e ? e : "unknown error");
                 if (k < 0) {
                         runtime_free(x);
                         return k;

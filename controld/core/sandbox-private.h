@@ -12,7 +12,7 @@ void apply_placement(struct sandbox *sb, struct placement *p);
  * goes first, then the node's agent is asked to drop whatever it may have applied. */
 void unplace_unenforced(struct ctl *c, struct sandbox *sb);
 /* -EHOSTUNREACH with the reason when this controld's one node is drained, else 0. */
-int check_node_accepting(struct ctl *c, struct api_error *err);
+int check_node_accepting(struct ctl *c, struct err *err);
 /* 1 when no snapshot of the sandbox is being taken (its commit reads the container), 0 when
  * one is, -errno when the store cannot say. */
 int no_snapshot_in_flight(struct ctl *c, const char *id);

@@ -63,9 +63,9 @@ void apply_placement(struct sandbox *sb, struct placement *p) {
 /* Creates a fresh per-sandbox volume (persistent: true). */
 static int create_implicit_volume(struct ctl *c, const struct account *acc, const struct plan *plan, const struct region *g,
                                   const char *sandbox_id, int size_gb, const char *mount_path, char ret_id[25],
-                                  struct api_error *err) {
+                                  struct err *err) {
         _cleanup_volume_ struct volume v = { 0 };
-        char derr[256] = "";
+        struct err derr = { 0 };
         int64_t now = now_ms();
         int r;
 
@@ -81,11 +81,11 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
         v.last_attached_at = v.created_at = v.updated_at = now;
         if ((r = volume_record(c, plan, &v, err)) < 0)
                 return r;
-        r = c->drv->ops->volume_create(c->drv, v.handle, v.size_gb, derr, sizeof(derr));
+        r = c->drv->ops->volume_create(c->drv, v.handle, v.size_gb, &derr);
         if (r < 0) {
                 (void) store_volume_begin_delete(c->store, v.id, sandbox_id);  /* the row is attached to us */
                 (void) store_volume_delete(c->store, v.id);
-                return API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", derr);
+                return err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", derr.message);
         }
         memcpy(ret_id, v.id, 25);
         return 0;
@@ -93,13 +93,13 @@ static int create_implicit_volume(struct ctl *c, const struct account *acc, cons
 
 static void drop_implicit_volume(struct ctl *c, const char *vol_id) {
         _cleanup_volume_ struct volume v = { 0 };
-        char derr[256];
+        struct err derr = { 0 };
         if (store_volume_get(c->store, vol_id, &v) < 0)
                 return;
         /* Detach-and-mark before the backend volume goes: nobody may attach it in between. A
          * backend failure keeps the (detached) row, so the user sees the volume and can delete it. */
         if (store_volume_begin_delete(c->store, vol_id, v.attached_sandbox_id) == 0) {
-                if (c->drv->ops->volume_remove(c->drv, v.handle, derr, sizeof(derr)) == 0)
+                if (c->drv->ops->volume_remove(c->drv, v.handle, &derr) == 0)
                         (void) store_volume_delete(c->store, vol_id);
                 else
                         (void) store_volume_abort_delete(c->store, vol_id);
@@ -110,20 +110,20 @@ static void drop_implicit_volume(struct ctl *c, const char *vol_id) {
  * container goes first, then the agent is asked to drop whatever it may have
  * applied (briefly: it may be the agent that is gone). */
 void unplace_unenforced(struct ctl *c, struct sandbox *sb) {
-        char e2[256];
-        if (c->drv->ops->remove(c->drv, sb, e2, sizeof(e2)) < 0)
-                log_error("could not remove the container of a sandbox whose egress is not enforced: %s", e2);
-        (void) ctl_egress_remove_timeout(c, sb, 1000, e2, sizeof(e2));
+        struct err e2 = { 0 };
+        if (c->drv->ops->remove(c->drv, sb, &e2) < 0)
+                log_error("could not remove the container of a sandbox whose egress is not enforced: %s", e2.message);
+        (void) ctl_egress_remove_timeout(c, sb, 1000, &e2);
 }
 
 /* Writes the record of sb, a create still `starting` in the store, or when that fails removes
  * its workload: the container runs but the record can't say so, so unwind rather than leak it. */
-static int record_or_unplace(struct ctl *c, struct sandbox *sb, char *reason, size_t reasonlen, struct api_error *err) {
+static int record_or_unplace(struct ctl *c, struct sandbox *sb, struct err *reason, struct err *err) {
         if (store_sandbox_update_cas(c->store, sb, SB_STARTING) == 0)
                 return 0;
         unplace_unenforced(c, sb);
-        snprintf(reason, reasonlen, "failed to record the placement");
-        return API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+        err_set(reason, -EIO, "failed to record the placement");
+        return err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason->message);
 }
 
 /* A create that fails with one of these went wrong after it was accepted: the record
@@ -154,17 +154,17 @@ void sandbox_log_ctx_clearp(int *unused) {
 
 /* A drained node takes no new sandboxes (controld admin node drain). A driver with one node
  * (no node_set_eligible) is refused here; a multi-node scheduler skips ineligible nodes itself. */
-int check_node_accepting(struct ctl *c, struct api_error *err) {
+int check_node_accepting(struct ctl *c, struct err *err) {
         if (c->drv->ops->node_set_eligible)
                 return 0;
         if (store_node_drained(c->store, c->cfg->docker_node_id) > 0)
-                return API_ERR(err, -EHOSTUNREACH,
+                return err_set(err, -EHOSTUNREACH,
                                "No node is accepting new sandboxes right now: the node is drained for maintenance. Try again later.");
         return 0;
 }
 
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in, struct sandbox *ret,
-                   struct api_error *err) {
+                   struct err *err) {
         const struct config *cfg = c->cfg;
         struct plan plan_buf;
         const struct plan *plan = config_account_plan(cfg, acc, &plan_buf);
@@ -177,7 +177,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         int r;
 
         if (!plan)
-                return API_ERR(err, -EPERM, "Your account's plan '%s' is not available on this server. Contact the operator.",
+                return err_set(err, -EPERM, "Your account's plan '%s' is not available on this server. Contact the operator.",
                                acc->plan);
         tpl = config_template(cfg, in->template_name ? in->template_name : cfg->default_template);
         /* A template the account built (usertemplate.c); another account's name is unknown here. */
@@ -186,38 +186,38 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         if (!tpl && in->template_name) {
                 r = template_user_for(c, acc, in->template_name, &own_tpl, &own);
                 if (r == -EBUSY)
-                        return API_ERR(err, -EBUSY, "Template '%s' is not built yet (GET /templates/%s says how it goes)",
+                        return err_set(err, -EBUSY, "Template '%s' is not built yet (GET /templates/%s says how it goes)",
                                        in->template_name, in->template_name);
                 if (r == 0)
                         tpl = &own_tpl;
         }
         if (!tpl)
-                return API_ERR(err, -EINVAL, "Unknown template '%s'. List the available ones with GET /sandbox/templates.",
+                return err_set(err, -EINVAL, "Unknown template '%s'. List the available ones with GET /sandbox/templates.",
                                in->template_name);
         g = config_region(cfg, in->region ? in->region : cfg->default_region);
         if (!g)
-                return API_ERR(err, -EINVAL, "Unknown region '%s'. List the available ones with GET /sandboxes/regions.",
+                return err_set(err, -EINVAL, "Unknown region '%s'. List the available ones with GET /sandboxes/regions.",
                                in->region);
         if (!g->enabled)
-                return API_ERR(err, -EPERM, "Region %s is not accepting new sandboxes.", g->name);
+                return err_set(err, -EPERM, "Region %s is not accepting new sandboxes.", g->name);
         if (!config_plan_allows_region(plan, g))
-                return API_ERR(err, -EPERM, "Your plan does not allow sandboxes in region %s. Pick another region or upgrade.",
+                return err_set(err, -EPERM, "Your plan does not allow sandboxes in region %s. Pick another region or upgrade.",
                                g->name);
 
         int64_t cpu = in->has_cpu ? in->cpu : tpl->cpu, mem = in->has_memory ? in->memory : tpl->memory,
                 disk = in->has_disk ? in->disk : tpl->disk;
         if (cpu > plan->max_cpu)
-                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld MHz of CPU per sandbox (specs.cpu). Lower it or upgrade.",
+                return err_set(err, -EDQUOT, "Your plan allows up to %lld MHz of CPU per sandbox (specs.cpu). Lower it or upgrade.",
                                (long long) plan->max_cpu);
         if (mem > plan->max_memory)
-                return API_ERR(err, -EDQUOT,
+                return err_set(err, -EDQUOT,
                                "Your plan allows up to %lld MB of memory per sandbox (specs.memory). Lower it or upgrade.",
                                (long long) plan->max_memory);
         if (disk > plan->max_disk)
-                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld GB of disk per sandbox (specs.disk). Lower it or upgrade.",
+                return err_set(err, -EDQUOT, "Your plan allows up to %lld GB of disk per sandbox (specs.disk). Lower it or upgrade.",
                                (long long) plan->max_disk);
         if (in->persistent && in->persistent_disk_gb > plan->max_volume_gb)
-                return API_ERR(err, -EDQUOT, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
+                return err_set(err, -EDQUOT, "Your plan allows volumes up to %lldGB. Reduce size or upgrade.",
                                (long long) plan->max_volume_gb);
 
         if (plan->spending_limit > 0) {
@@ -225,7 +225,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 store_usage_period(now, period);
                 (void) store_usage_get(c->store, acc->id, period, &spent);  /* no row yet = nothing spent */
                 if (spent >= plan->spending_limit)
-                        return API_ERR(err, -EDQUOT, "Sandbox creation paused, spending limit reached. Raise the limit or wait for "
+                        return err_set(err, -EDQUOT, "Sandbox creation paused, spending limit reached. Raise the limit or wait for "
                                                      "the next billing cycle.");
         }
         _cleanup_(snapshot_clear) struct snapshot snap = { 0 };
@@ -234,7 +234,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 if ((r = snapshot_load(c, acc, in->from_snapshot, &snap, err)) < 0)
                         return r;
                 if (snap.status != SNAP_READY)
-                        return API_ERR(err, -EBUSY, "Snapshot is %s; only a ready snapshot can be restored",
+                        return err_set(err, -EBUSY, "Snapshot is %s; only a ready snapshot can be restored",
                                        snap_status_str(snap.status));
                 if (!in->template_name && config_template(cfg, snap.source_template))
                         tpl = config_template(cfg, snap.source_template);
@@ -246,11 +246,11 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         if (in->volume_id) {
                 _cleanup_volume_ struct volume v = { 0 };
                 if (store_volume_get_owned(c->store, acc->id, in->volume_id, &v) < 0)
-                        return API_ERR(err, -ENOENT, "Volume not found");
+                        return err_set(err, -ENOENT, "Volume not found");
                 if (v.attached_sandbox_id)
-                        return API_ERR(err, -EBUSY, "Volume is attached to another sandbox; destroy that sandbox first");
+                        return err_set(err, -EBUSY, "Volume is attached to another sandbox; destroy that sandbox first");
                 if (v.region_key && strcmp(v.region_key, g->key) != 0)
-                        return API_ERR(err, -EINVAL,
+                        return err_set(err, -EINVAL,
                                        "Volume is in another region; volumes attach only to sandboxes in their region");
         }
 
@@ -278,7 +278,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         sb.destroy_timeout = in->destroy_timeout ? xstrdup(in->destroy_timeout) : NULL;
         sb.one_shot = in->one_shot;
         if (sb_egress_from_pj(&sb.egress, &in->egress) < 0)
-                return API_ERR(err, -EINVAL, "egress.allow: an entry could not be read; check the allowlist");
+                return err_set(err, -EINVAL, "egress.allow: an entry could not be read; check the allowlist");
         if ((r = ctl_egress_check_allow(&sb.egress, err)) < 0)
                 return r;
         sb.persistent = in->persistent || in->volume_id;
@@ -291,7 +291,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         /* the adapters' canonical JSON (checked by proto-json), decoded once here */
         if (sb_map_from_text(&sb.metadata, in->metadata_json) < 0 || sb_map_from_text(&sb.env, in->env_json) < 0 ||
             sb_e2b_from_text(&sb.e2b, in->e2b_json) < 0)
-                return API_ERR(err, -EINVAL, "metadata, envVars: each must be an object of strings");
+                return err_set(err, -EINVAL, "metadata, envVars: each must be an object of strings");
         int64_t life = in->auto_destroy && in->destroy_timeout_s > 0 ? in->destroy_timeout_s : cfg->default_lifetime_s;
         if (in->lifetime_s > 0)
                 life = in->lifetime_s;
@@ -322,10 +322,10 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                         fault_point("create.recorded");
         }
         if (r == -EDQUOT)
-                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld sandboxes. Destroy an existing one or upgrade.",
+                return err_set(err, -EDQUOT, "Your plan allows up to %lld sandboxes. Destroy an existing one or upgrade.",
                                (long long) plan->max_concurrent);
         if (r < 0)
-                return API_ERR(err, -EIO, "Failed to record the sandbox");
+                return err_set(err, -EIO, "Failed to record the sandbox");
         sb_timings_set(&sb.timings, SB_PHASE_RECORD, mono_ms() - t1);
         log_ctx_set("SANDBOX_ID", sb.id);
         log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(in->egress.mode));  /* every entry of this create */
@@ -333,12 +333,12 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                  (long long) sb.memory, pj_egress_mode_to_string(in->egress.mode));
 
         SANDBOX_LOCK_GUARD(lock, c, sb.id);
-        char reason[512] = "";
+        struct err reason = { 0 };
         if (in->persistent) {
                 char vid[25];
                 r = create_implicit_volume(c, acc, plan, g, sb.id, in->persistent_disk_gb, sb.mount_path, vid, err);
                 if (r < 0) {
-                        snprintf(reason, sizeof(reason), "%s", err->message);
+                        err_set(&reason, r, "%s", err->message);
                         goto fail;
                 }
                 implicit_volume = true;
@@ -346,8 +346,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         } else if (in->volume_id) {
                 r = store_volume_attach(c->store, in->volume_id, sb.id, sb.mount_path, now);
                 if (r < 0) {
-                        r = API_ERR(err, -EBUSY, "Volume is attached to another sandbox; destroy that sandbox first");
-                        snprintf(reason, sizeof(reason), "%s", err->message);
+                        r = err_set(err, -EBUSY, "Volume is attached to another sandbox; destroy that sandbox first");
+                        err_set(&reason, r, "%s", err->message);
                         goto fail;
                 }
         }
@@ -355,10 +355,10 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         int64_t t2 = mono_ms();
         if (!claimed) {
                 struct placement pl = { 0 };
-                r = c->drv->ops->place(c->drv, &sb, &pl, reason, sizeof(reason));
+                r = c->drv->ops->place(c->drv, &sb, &pl, &reason);
                 metrics_observe_phase(c->metrics, "place", (double) (mono_ms() - t2) / 1000.0);
                 if (r < 0) {
-                        r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+                        r = err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason.message);
                         goto fail;
                 }
                 apply_placement(&sb, &pl);
@@ -369,7 +369,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                  * its agent sends meanwhile must find this sandbox live there, or the chain just
                  * applied is removed as stale (sync_answer in egress.c reads node and address from
                  * the store). A claim inserted the record with its placement already. */
-                if ((r = record_or_unplace(c, &sb, reason, sizeof(reason), err)) < 0)
+                if ((r = record_or_unplace(c, &sb, &reason, err)) < 0)
                         goto fail;
                 fault_point("create.placed");
         } else {
@@ -379,20 +379,20 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
         /* Ready only once the node's agent enforces the policy: fail closed otherwise. */
         {
-                char eerr[384] = "";
-                r = ctl_egress_apply(c, &sb, NULL, eerr, sizeof(eerr));
+                struct err eerr = { 0 };
+                r = ctl_egress_apply(c, &sb, NULL, &eerr);
                 if (r < 0) {
                         unplace_unenforced(c, &sb);
-                        snprintf(reason, sizeof(reason), "Egress policy could not be enforced: %s", eerr);
-                        r = API_ERR(err, -EHOSTUNREACH, "%s", reason);
+                        err_set(&reason, r, "Egress policy could not be enforced: %s", eerr.message);
+                        r = err_set(err, -EHOSTUNREACH, "%s", reason.message);
                         goto fail;
                 }
                 fault_point("create.egress_applied");
         }
         /* A pool member ran its template's start when it was made. */
-        if (!claimed && template_start(c, &sb, reason, sizeof(reason)) < 0) {
+        if (!claimed && template_start(c, &sb, &reason) < 0) {
                 unplace_unenforced(c, &sb);
-                r = API_ERR(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason);
+                r = err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason.message);
                 goto fail;
         }
         if (claimed) {
@@ -402,7 +402,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
         sb_timings_set(&sb.timings, SB_PHASE_TOTAL, mono_ms() - t0);
         sb.status = SB_READY;
-        if ((r = record_or_unplace(c, &sb, reason, sizeof(reason), err)) < 0)
+        if ((r = record_or_unplace(c, &sb, &reason, err)) < 0)
                 goto fail;
         fault_point("create.ready");    /* crash tests: recorded ready, not yet answered */
         sandbox_lock_release(&lock);
@@ -429,13 +429,13 @@ fail:
                 return r;
         }
         sb.status = SB_FAILED;
-        replace_str(&sb.failure_reason, reason);
+        replace_str(&sb.failure_reason, reason.message);
         replace_str(&sb.destroy_reason, "failed");
         sb.destroyed_at = now_ms();
         (void) store_sandbox_update_cas(c->store, &sb, SB_STARTING);  /* if this fails too, the stuck-starting reaper heals it */
         sandbox_lock_release(&lock);
         log_ctx_set("DESTROY_REASON", "failed");
-        log_error("sandbox provisioning failed: %s", reason);
+        log_error("sandbox provisioning failed: %s", reason.message);
         sandbox_log_ctx_clear();
         ctl_notify_status(c);
         return r;
@@ -451,18 +451,18 @@ int no_snapshot_in_flight(struct ctl *c, const char *id) {
 
 #define DESTROY_SNAPSHOT_WAIT_S 10
 
-int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err) {
+int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct err *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        char derr[256] = "";
+        struct err derr = { 0 };
         int r;
 
         {
                 SANDBOX_LOCK_GUARD(lock, c, id);
                 r = store_sandbox_get(c->store, id, &sb);
                 if (r == -ENOENT)
-                        return API_ERR(err, -ENOENT, "Sandbox not found");
+                        return err_set(err, -ENOENT, "Sandbox not found");
                 if (r < 0)
-                        return API_ERR(err, -EIO, "Failed to read the sandbox record");
+                        return err_set(err, -EIO, "Failed to read the sandbox record");
                 if (sb.status == SB_DESTROYED)
                         return 0;
                 /* A snapshot the user asked for before the destroy is taken first, for a few
@@ -475,17 +475,18 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
                 int64_t until = mono_ms() + (int64_t) wait_s * 1000;
                 while (sb.status == SB_READY && no_snapshot_in_flight(c, id) == 0 && mono_ms() < until && !c->stopping)
                         usleep(100 * 1000);
-                r = c->drv->ops->remove(c->drv, &sb, derr, sizeof(derr));
+                r = c->drv->ops->remove(c->drv, &sb, &derr);
                 if (r < 0) {
                         sandbox_lock_release(&lock);
                         sandbox_log_ctx(&sb);
                         log_ctx_set("DESTROY_REASON", reason);
-                        log_error("sandbox destroy failed: %s", derr);
+                        log_error("sandbox destroy failed: %s", derr.message);
                         sandbox_log_ctx_clear();
-                        return API_ERR(err, -EHOSTUNREACH, "Could not destroy the sandbox right now: %s. Retry the request.", derr);
+                        return err_set(err, -EHOSTUNREACH, "Could not destroy the sandbox right now: %s. Retry the request.",
+                                       derr.message);
                 }
                 fault_point("destroy.removed");
-                (void) ctl_egress_remove(c, &sb, derr, sizeof(derr));
+                (void) ctl_egress_remove(c, &sb, &derr);
                 (void) store_volume_detach_sandbox(c->store, id, now_ms());
                 /* A pause or resume changes the status without this lock (a CAS, then its job
                  * waits for the lock): the destroy wins over it. Re-read and record again; its
@@ -515,7 +516,7 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct ap
         snapshot_drop_pause_images(c, sb.account_id, sb.id);
         sandbox_log_ctx_clear();
         ctl_notify_status(c);
-        return r < 0 ? API_ERR(err, -EIO, "Failed to record the destroy") : 0;
+        return r < 0 ? err_set(err, -EIO, "Failed to record the destroy") : 0;
 }
 
 /* A sandbox paused with its memory: its driver kept the stopped workload and a checkpoint of
@@ -560,25 +561,25 @@ int sandbox_status_settled(struct ctl *c, const char *id, enum sb_status *ret) {
 }
 
 int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandbox *sb0, int64_t timeout_s, bool extend_only,
-                    struct api_error *err) {
+                    struct err *err) {
         struct plan pbuf;
         const struct plan *plan = config_account_plan(c->cfg, acc, &pbuf);
         int64_t now = now_ms(), end = now + timeout_s * 1000, cap = sb0->created_at + plan->max_lifetime_s * 1000;
         if (end > cap && extend_only)
                 end = cap;   /* connect: as long as the plan lets it live (E2B's connect clamps too) */
         else if (end > cap)
-                return API_ERR(err, -EINVAL,
+                return err_set(err, -EINVAL,
                                "timeout: a sandbox lives at most %lld seconds on your plan; it can run until %lld s from now",
                                (long long) plan->max_lifetime_s, (long long) ((cap - now) / 1000));
         SANDBOX_LOCK_GUARD(lock, c, sb0->id);
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (store_sandbox_get(c->store, sb0->id, &sb) < 0 || sb.status == SB_DESTROYED || sb.status == SB_FAILED)
-                return API_ERR(err, -ENOENT, "sandbox \"%s\" not found", sb0->id);
+                return err_set(err, -ENOENT, "sandbox \"%s\" not found", sb0->id);
         if (extend_only && sb.expires_at >= end)
                 return 0;
         sb.expires_at = end;
         sb.auto_destroy = false;
         if (store_sandbox_update(c->store, &sb) < 0)
-                return API_ERR(err, -EIO, "Failed to record the timeout");
+                return err_set(err, -EIO, "Failed to record the timeout");
         return 0;
 }

@@ -8,25 +8,25 @@
 
 #include "controld.h"
 
-/* Each returns 0 or a negative errno with err->message set (see struct api_error). */
+/* Each returns 0 or a negative errno with err->message set (the codes: controld.h). */
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in,
-                   struct sandbox *ret, struct api_error *err);
-int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct api_error *err);
+                   struct sandbox *ret, struct err *err);
+int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct err *err);
 /* keep_memory: pause with the processes and memory (a checkpoint; local driver, deny_all
  * sandboxes), -EINVAL/-EOPNOTSUPP naming why not. */
-int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct api_error *err);
+int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct err *err);
 /* E2B's pause (pause.c): with memory, sandbox_pause keeping it (-EOPNOTSUPP where this server
  * cannot, -EINVAL for a networked sandbox); without, the filesystem in a snapshot the sandbox
  * resumes from. 0 once paused, else -errno with the reason and the sandbox as it was. */
 int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct sandbox *sb, bool memory,
-                      struct api_error *err);
+                      struct err *err);
 /* The sandbox ends now + timeout_s (extend_only: never earlier than it was, clamped to the
  * plan's lifetime; else beyond the lifetime is -EINVAL). -ENOENT when it has ended. */
 int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandbox *sb, int64_t timeout_s, bool extend_only,
-                    struct api_error *err);
+                    struct err *err);
 /* *ret_note (when not NULL; caller frees): set when the resume lost the memory the pause kept,
  * saying why (the sandbox was started afresh from its filesystem). */
-int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct api_error *err);
+int sandbox_resume(struct ctl *c, const struct sandbox *sb, char **ret_note, struct err *err);
 /* A sandbox paused with its memory: 0 with its checkpoint's name and size, -ENOENT when none. */
 int sandbox_memory_kept(struct ctl *c, const char *id, char **ret_checkpoint, int64_t *ret_bytes);
 /* Sandbox id's status once no operation on it is under way: waits (under its lock) for one
@@ -41,15 +41,15 @@ void sandbox_log_ctx(const struct sandbox *sb);
 /* PUT /sandboxes/{id}/egress: the sandbox must be ready; the node agent confirms the new
  * policy before it is recorded. On failure (-EHOSTUNREACH) the previous policy stays. */
 int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id, const struct pj_egress *in,
-                       struct sandbox *ret, bool *ret_network_updated, struct api_error *err);
+                       struct sandbox *ret, bool *ret_network_updated, struct err *err);
 int64_t destroy_timeout_seconds(const char *s);
 /* ---- volumes (volume.c): 0 or a negative errno, as sandbox.c ---- */
 int volume_create(struct ctl *c, const struct account *acc, const struct pj_volume_create *in, struct volume *ret,
-                  struct api_error *err);
+                  struct err *err);
 /* Records the new volume v under plan's caps (size, count), before any backend volume
  * exists: -EDQUOT, -EEXIST (its name is taken in the account) or -EIO. */
-int volume_record(struct ctl *c, const struct plan *plan, const struct volume *v, struct api_error *err);
+int volume_record(struct ctl *c, const struct plan *plan, const struct volume *v, struct err *err);
 /* Loads a volume owned by acc (-ENOENT for others'). */
-int volume_load(struct ctl *c, const struct account *acc, const char *id, struct volume *ret, struct api_error *err);
+int volume_load(struct ctl *c, const struct account *acc, const char *id, struct volume *ret, struct err *err);
 /* Refuses with -EBUSY while attached. */
-int volume_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err);
+int volume_delete(struct ctl *c, const struct account *acc, const char *id, struct err *err);

@@ -10,9 +10,9 @@ struct sbfs {
         struct guest_client *cl;
 };
 
-int sbfs_open(struct ctl *c, const struct sandbox *sb, struct sbfs **ret, char *err, size_t errlen) {
+int sbfs_open(struct ctl *c, const struct sandbox *sb, struct sbfs **ret, struct err *err) {
         struct guest_client *cl = NULL;
-        int r = guest_connect(c, sb, &cl, err, errlen);
+        int r = guest_connect(c, sb, &cl, err);
         if (r < 0)
                 return r;
         struct sbfs *fs = xnew0(struct sbfs, 1);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "cleanup.h"
+#include "err.h"
 
 struct ctl;
 struct sandbox;
@@ -36,7 +37,7 @@ typedef int (*sbfs_entry_cb)(const struct sbfs_entry *e, void *ud);
 
 /* Connects to sb's agent: 0, or -errno with the reason in err (-EOPNOTSUPP: this controld runs
  * no agent). */
-int sbfs_open(struct ctl *c, const struct sandbox *sb, struct sbfs **ret, char *err, size_t errlen);
+int sbfs_open(struct ctl *c, const struct sandbox *sb, struct sbfs **ret, struct err *err);
 /* Closes the connection; NULL is fine. Returns NULL. */
 struct sbfs *sbfs_close(struct sbfs *fs);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct sbfs *, sbfs_close)

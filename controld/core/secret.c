@@ -20,25 +20,21 @@
 #define SEAL_NONCE 12
 #define SEAL_TAG 16
 
-int secret_key_load(struct ctl *c, char *err, size_t errlen) {
+int secret_key_load(struct ctl *c, struct err *err) {
         const char *path = c->cfg->secrets_key_file;
         c->secrets_on = false;
         if (!path || !*path)
                 return 0;
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0) {
-                snprintf(err, errlen, "[secrets] key_file %s: %s", path, strerror(errno));
-                return -errno;
-        }
+        if (fd < 0)
+                return err_set(err, -errno, "[secrets] key_file %s: %s", path, strerror(errno));
         _cleanup_free_ char *raw = NULL;
         size_t n = 0;
         int r = pj_secret_read(fd, 32, 1024, &raw, &n);
-        if (r < 0) {
-                snprintf(err, errlen, "[secrets] key_file %s: %s (it must hold 32 to 1024 bytes, e.g. `head -c 32 "
-                                      "/dev/urandom | base64`)",
-                         path, strerror(-r));
-                return r;
-        }
+        if (r < 0)
+                return err_set(err, r, "[secrets] key_file %s: %s (it must hold 32 to 1024 bytes, e.g. `head -c 32 "
+                                       "/dev/urandom | base64`)",
+                               path, strerror(-r));
         static const char label[] = "paddock secrets key v1";
         EVP_MD_CTX *h = EVP_MD_CTX_new();
         unsigned len = 0;
@@ -121,14 +117,14 @@ static char *aad_of(const char *account_id, const char *name, int64_t version) {
         return xasprintf("paddock-secret-v1/%s/%s/%" PRId64, account_id, name, version);
 }
 
-static int need_key(struct ctl *c, struct api_error *err) {
+static int need_key(struct ctl *c, struct err *err) {
         if (!c->secrets_on)
-                return API_ERR(err, -EOPNOTSUPP, "Secrets need a key on this server ([secrets] key_file); ask its operator");
+                return err_set(err, -EOPNOTSUPP, "Secrets need a key on this server ([secrets] key_file); ask its operator");
         return 0;
 }
 
 int secret_create(struct ctl *c, const struct account *acc, const struct pj_secret_put *q, struct secret *ret,
-                  struct api_error *err) {
+                  struct err *err) {
         int r = need_key(c, err);
         if (r < 0)
                 return r;
@@ -143,14 +139,14 @@ int secret_create(struct ctl *c, const struct account *acc, const struct pj_secr
         s.sealed = secret_seal(c->secrets_key, aad, q->value, q->value_len);
         r = store_secret_insert_capped(c->store, &s, c->cfg->secrets_max_per_account);
         if (r == -EEXIST)
-                return API_ERR(err, -EEXIST, "name: you have a secret named '%s'; PUT /secrets/%s to replace its value", s.name,
+                return err_set(err, -EEXIST, "name: you have a secret named '%s'; PUT /secrets/%s to replace its value", s.name,
                                s.name);
         if (r == -EDQUOT)
-                return API_ERR(err, -EDQUOT, "You have %lld secrets, the most this server allows ([secrets] max_per_account); "
+                return err_set(err, -EDQUOT, "You have %lld secrets, the most this server allows ([secrets] max_per_account); "
                                              "delete one first",
                                (long long) c->cfg->secrets_max_per_account);
         if (r < 0)
-                return API_ERR(err, -EIO, "Failed to record the secret");
+                return err_set(err, -EIO, "Failed to record the secret");
         log_info("secret %s created (version 1)", s.name);
         *ret = s;
         s = (struct secret) { 0 };
@@ -158,13 +154,13 @@ int secret_create(struct ctl *c, const struct account *acc, const struct pj_secr
 }
 
 int secret_put(struct ctl *c, const struct account *acc, const char *ref, const struct pj_secret_put *q,
-               struct secret *ret, struct api_error *err) {
+               struct secret *ret, struct err *err) {
         int r = need_key(c, err);
         if (r < 0)
                 return r;
         _cleanup_(secret_clear) struct secret s = { 0 };
         if (secret_load(c, acc, ref, &s) < 0)
-                return API_ERR(err, -ENOENT, "Secret not found");
+                return err_set(err, -ENOENT, "Secret not found");
         int64_t was = s.version;
         s.version = was + 1;
         s.updated_at = now_ms();
@@ -175,9 +171,9 @@ int secret_put(struct ctl *c, const struct account *acc, const char *ref, const 
         s.sealed = secret_seal(c->secrets_key, aad, q->value, q->value_len);
         r = store_secret_update(c->store, &s, was);
         if (r == -ESTALE)
-                return API_ERR(err, -ESTALE, "The secret changed meanwhile; PUT again");
+                return err_set(err, -ESTALE, "The secret changed meanwhile; PUT again");
         if (r < 0)
-                return API_ERR(err, -EIO, "Failed to record the secret");
+                return err_set(err, -EIO, "Failed to record the secret");
         log_info("secret %s replaced (version %" PRId64 ")", s.name, s.version);
         *ret = s;
         s = (struct secret) { 0 };
@@ -190,16 +186,16 @@ int secret_load(struct ctl *c, const struct account *acc, const char *ref, struc
         return pj_secret_name_ok(ref) ? store_secret_get(c->store, acc->id, ref, ret) : -ENOENT;
 }
 
-int secret_delete(struct ctl *c, const struct account *acc, const char *ref, struct api_error *err) {
+int secret_delete(struct ctl *c, const struct account *acc, const char *ref, struct err *err) {
         _cleanup_(secret_clear) struct secret s = { 0 };
         if (secret_load(c, acc, ref, &s) < 0)
-                return API_ERR(err, -ENOENT, "Secret not found");
+                return err_set(err, -ENOENT, "Secret not found");
         const char *name = s.name;
         int r = store_secret_delete(c->store, acc->id, name);
         if (r == -ENOENT)
-                return API_ERR(err, -ENOENT, "Secret not found");
+                return err_set(err, -ENOENT, "Secret not found");
         if (r < 0)
-                return API_ERR(err, -EIO, "Failed to delete the secret");
+                return err_set(err, -EIO, "Failed to delete the secret");
         log_info("secret %s deleted", name);
         return 0;
 }

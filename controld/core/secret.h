@@ -12,19 +12,19 @@
 /* At start: reads [secrets] key_file (32..1024 bytes, its SHA-256 is the key). No file
  * configured: secrets are off (0, /secrets answers 501). A file that cannot be read or is too
  * short: -errno with err (controld does not start: a key given must be the one used). */
-int secret_key_load(struct ctl *c, char *err, size_t errlen);
+int secret_key_load(struct ctl *c, struct err *err);
 /* A secret from a body proto-json checked (pj_secret_parse with its name): 0 with the new row
  * (version 1) in *ret, or -EOPNOTSUPP (no key here), -EEXIST (the account has the name),
  * -EDQUOT (it has [secrets] max_per_account), -EIO. */
 int secret_create(struct ctl *c, const struct account *acc, const struct pj_secret_put *q, struct secret *ret,
-                  struct api_error *err);
+                  struct err *err);
 /* The account's secret ref (its name, or "sec_<id>" as E2B names them): 0, or -ENOENT. */
 int secret_load(struct ctl *c, const struct account *acc, const char *ref, struct secret *ret);
 /* A new value (version + 1; metadata kept when q has none) for the account's secret ref.
  * -ENOENT when there is none, -ESTALE when it changed meanwhile. */
 int secret_put(struct ctl *c, const struct account *acc, const char *ref, const struct pj_secret_put *q,
-               struct secret *ret, struct api_error *err);
-int secret_delete(struct ctl *c, const struct account *acc, const char *ref, struct api_error *err);
+               struct secret *ret, struct err *err);
+int secret_delete(struct ctl *c, const struct account *acc, const char *ref, struct err *err);
 /* Sealing, for tests: "v1:<nonce hex>:<ciphertext and tag hex>" of value under key, bound to aad. */
 char *secret_seal(const unsigned char key[32], const char *aad, const char *value, size_t len);
 int secret_open(const unsigned char key[32], const char *aad, const char *sealed, char **ret, size_t *ret_len);

@@ -128,7 +128,7 @@ struct dirwatch *dirwatch_free(struct dirwatch *w) {
         return NULL;
 }
 
-int session_agent_ping(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen) {
+int session_agent_ping(struct ctl *c, const struct sandbox *sb, struct err *err) {
         _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
-        return guest_connect(c, sb, &cl, err, errlen);
+        return guest_connect(c, sb, &cl, err);
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "cleanup.h"
+#include "err.h"
 
 struct ctl;
 struct sandbox;
@@ -70,7 +71,7 @@ struct dirwatch *dirwatch_free(struct dirwatch *w);
 
 /* Connects to sb's agent and hangs up: 0 when it answers; -EOPNOTSUPP when this controld runs
  * no agent (or the driver has no path to it); other -errno with the reason in err. */
-int session_agent_ping(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen);
+int session_agent_ping(struct ctl *c, const struct sandbox *sb, struct err *err);
 
 /* ---- for the core (process.c, runtime.c): sessions over what carries them, taken over ---- */
 

@@ -60,13 +60,13 @@ struct snapbus {
 
 /* ---------------------------------------------------------------- publishing jobs */
 
-static int pub_connect(struct snapbus *b, char *err, size_t errlen) {
+static int pub_connect(struct snapbus *b, struct err *err) {
         amqp_connection_state_t conn = NULL;
-        int r = nodebus_connect(b->c->bus, "snapshots", CH, &conn, err, errlen);
+        int r = nodebus_connect(b->c->bus, "snapshots", CH, &conn, err);
         if (r < 0)
                 return r;
         amqp_confirm_select(conn, CH);
-        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "confirm.select", err, errlen)) < 0)
+        if ((r = amqpx_rpc_check(amqp_get_rpc_reply(conn), "confirm.select", err)) < 0)
                 goto fail;
         b->pub = conn;
         b->pub_tag = 0;
@@ -82,60 +82,58 @@ static void pub_drop(struct snapbus *b) {
         b->pub = NULL;
 }
 
-static int declare_jobs_queue(struct snapbus *b, const char *node, char *err, size_t errlen) {
+static int declare_jobs_queue(struct snapbus *b, const char *node, struct err *err) {
         _cleanup_free_ char *q = pj_snapshot_jobs_queue(b->c->cfg->amqp_exchange, node);
         _cleanup_free_ char *key = pj_snapshot_jobs_key(node);
         amqp_queue_declare(b->pub, CH, amqp_cstring_bytes(q), 0, 1, 0, 0, amqp_empty_table);
-        int r = amqpx_rpc_check(amqp_get_rpc_reply(b->pub), "queue.declare", err, errlen);
+        int r = amqpx_rpc_check(amqp_get_rpc_reply(b->pub), "queue.declare", err);
         if (r < 0)
                 return r;
         amqp_queue_bind(b->pub, CH, amqp_cstring_bytes(q), amqp_cstring_bytes(b->c->cfg->amqp_exchange),
                         amqp_cstring_bytes(key), amqp_empty_table);
-        return amqpx_rpc_check(amqp_get_rpc_reply(b->pub), "queue.bind", err, errlen);
+        return amqpx_rpc_check(amqp_get_rpc_reply(b->pub), "queue.bind", err);
 }
 
 /* One attempt: declare, publish persistent + mandatory, wait for the broker's ack. */
-static int publish_once(struct snapbus *b, const char *node, const char *body, char *err, size_t errlen) {
+static int publish_once(struct snapbus *b, const char *node, const char *body, struct err *err) {
         int r;
-        if (!b->pub && (r = pub_connect(b, err, errlen)) < 0)
+        if (!b->pub && (r = pub_connect(b, err)) < 0)
                 return r;
-        if ((r = declare_jobs_queue(b, node, err, errlen)) < 0)
+        if ((r = declare_jobs_queue(b, node, err)) < 0)
                 return r;
         _cleanup_free_ char *key = pj_snapshot_jobs_key(node);
         amqp_basic_properties_t p = amqpx_json_props(2, NULL, b->c->cfg->amqp_login);
         if (amqp_basic_publish(b->pub, CH, amqp_cstring_bytes(b->c->cfg->amqp_exchange), amqp_cstring_bytes(key), 1, 0, &p,
-                               amqp_cstring_bytes(body)) != AMQP_STATUS_OK) {
-                snprintf(err, errlen, "the connection to RabbitMQ broke while publishing");
-                return -ECONNRESET;
-        }
+                               amqp_cstring_bytes(body)) != AMQP_STATUS_OK)
+                return err_set(err, -ECONNRESET, "the connection to RabbitMQ broke while publishing");
         uint64_t tag = ++b->pub_tag;
         switch ((r = amqpx_wait_confirm(b->pub, tag, mono_ms() + PUBLISH_TIMEOUT_MS))) {
         case 0:
                 break;
         case -ETIMEDOUT:
-                snprintf(err, errlen, "RabbitMQ did not confirm the job within %d ms", PUBLISH_TIMEOUT_MS);
+                err_set(err, r, "RabbitMQ did not confirm the job within %d ms", PUBLISH_TIMEOUT_MS);
                 break;
         case -EIO:
-                snprintf(err, errlen, "RabbitMQ refused the job (nack)");
+                err_set(err, r, "RabbitMQ refused the job (nack)");
                 break;
         case -ENXIO:
                 /* The returned content frames follow unread; the caller drops the connection. */
-                snprintf(err, errlen, "RabbitMQ has no queue for node %s", node);
+                err_set(err, r, "RabbitMQ has no queue for node %s", node);
                 break;
         default:
-                snprintf(err, errlen, "the connection to RabbitMQ broke, or it closed the channel");
+                err_set(err, r, "the connection to RabbitMQ broke, or it closed the channel");
                 break;
         }
         return r;
 }
 
-static int publish_job(struct snapbus *b, const char *node, const char *body, char *err, size_t errlen) {
+static int publish_job(struct snapbus *b, const char *node, const char *body, struct err *err) {
         pthread_mutex_lock(&b->pub_lock);
-        int r = publish_once(b, node, body, err, errlen);
+        int r = publish_once(b, node, body, err);
         if (r < 0) {
                 /* A connection that died while idle: once more on a fresh one. */
                 pub_drop(b);
-                r = publish_once(b, node, body, err, errlen);
+                r = publish_once(b, node, body, err);
                 if (r < 0)
                         pub_drop(b);
         }
@@ -146,12 +144,12 @@ static int publish_job(struct snapbus *b, const char *node, const char *body, ch
 /* ---------------------------------------------------------------- create, load, delete */
 
 int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, bool automatic,
-                    struct snapshot *ret, struct api_error *err) {
+                    struct snapshot *ret, struct err *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         int r;
         if (!c->snapbus)
-                return API_ERR(err, -EOPNOTSUPP,
+                return err_set(err, -EOPNOTSUPP,
                                "Snapshots need node agents, and this server has none ([amqp] url is not set)");
         /* Under the sandbox's lock from the status check to the job's hand-over: a pause (which
          * holds it while it removes the container) either comes first, and the snapshot is
@@ -161,9 +159,9 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
         if (r < 0)
                 return r;
         if (sb.status != SB_READY)
-                return API_ERR(err, -EBUSY, "Sandbox must be ready to take a snapshot (it is %s)", sb_status_str(sb.status));
+                return err_set(err, -EBUSY, "Sandbox must be ready to take a snapshot (it is %s)", sb_status_str(sb.status));
         if (!sb.node_id || !sb.container_id)
-                return API_ERR(err, -EBUSY, "Sandbox has no running container to snapshot");
+                return err_set(err, -EBUSY, "Sandbox has no running container to snapshot");
 
         hexid_new(sn.id);
         strscpy(sn.account_id, acc->id, sizeof(sn.account_id));
@@ -182,26 +180,26 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
         struct plan plan_buf;
         const struct plan *plan = config_account_plan(c->cfg, acc, &plan_buf);
         if (!plan)
-                return API_ERR(err, -EPERM, "Your account's plan is not available on this server");
+                return err_set(err, -EPERM, "Your account's plan is not available on this server");
         struct snapshot_caps caps = { .max_manual = plan->snapshot_max_manual,
                                       .max_inflight = plan->snapshot_max_inflight,
                                       .max_total_bytes = plan->snapshot_max_total_gb << 30 };
         int which = 0;
         r = store_snapshot_insert_capped(c->store, &sn, &caps, &which);
         if (r == -EDQUOT && which == SNAPSHOT_CAP_MANUAL)
-                return API_ERR(err, -EDQUOT, "Your plan allows up to %lld snapshots (snapshot_max_manual). Delete one first.",
+                return err_set(err, -EDQUOT, "Your plan allows up to %lld snapshots (snapshot_max_manual). Delete one first.",
                                (long long) caps.max_manual);
         if (r == -EDQUOT && which == SNAPSHOT_CAP_INFLIGHT)
-                return API_ERR(err, -EUSERS,
+                return err_set(err, -EUSERS,
                                "Your plan allows %lld snapshots in progress at once (snapshot_max_inflight); retry when one "
                                "is ready",
                                (long long) caps.max_inflight);
         if (r == -EDQUOT && which == SNAPSHOT_CAP_BYTES)
-                return API_ERR(err, -EDQUOT,
+                return err_set(err, -EDQUOT,
                                "Your snapshots use your plan's %lld GB (snapshot_max_total_gb). Delete some first.",
                                (long long) plan->snapshot_max_total_gb);
         if (r < 0)
-                return API_ERR(err, -EIO, "Failed to record the snapshot");
+                return err_set(err, -EIO, "Failed to record the snapshot");
         fault_point("snapshot.recorded");       /* crash tests: recorded, no job yet */
         log_ctx_set("SNAPSHOT_ID", sn.id);
         log_ctx_set("SANDBOX_ID", sb.id);
@@ -216,14 +214,14 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
                 strscpy(job.container_id, sb.container_id, sizeof(job.container_id));
         strscpy(job.node_id, sb.node_id, sizeof(job.node_id));
         _cleanup_free_ char *body = pj_snapshot_job_format(&job);
-        char perr[256] = "";
-        r = publish_job(c->snapbus, sb.node_id, body, perr, sizeof(perr));
+        struct err perr = { 0 };
+        r = publish_job(c->snapbus, sb.node_id, body, &perr);
         if (r < 0) {
-                _cleanup_free_ char *why = xasprintf("the job could not be handed to the node agent: %s", perr);
+                _cleanup_free_ char *why = xasprintf("the job could not be handed to the node agent: %s", perr.message);
                 (void) store_snapshot_finish(c->store, sn.id, SNAP_FAILED, NULL, -1, why, now_ms());
                 log_error("snapshot failed: %s", why);
                 log_ctx_set("SNAPSHOT_ID", NULL);
-                return API_ERR(err, -EHOSTUNREACH, "Snapshot could not be started: %s. Retry the request.", perr);
+                return err_set(err, -EHOSTUNREACH, "Snapshot could not be started: %s. Retry the request.", perr.message);
         }
         fault_point("snapshot.published");      /* crash tests: the job is the node's, no answer yet */
         log_info("snapshot creating name=%s%s", sn.name, automatic ? " (automatic)" : "");
@@ -234,13 +232,13 @@ int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbo
         return 0;
 }
 
-int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct api_error *err) {
+int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct err *err) {
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         int r = store_snapshot_get(c->store, id, &sn);
         if (r == -ENOENT || (r == 0 && strcmp(sn.account_id, acc->id) != 0))
-                return API_ERR(err, -ENOENT, "Snapshot not found");
+                return err_set(err, -ENOENT, "Snapshot not found");
         if (r < 0)
-                return API_ERR(err, -EIO, "Failed to read the snapshot record");
+                return err_set(err, -EIO, "Failed to read the snapshot record");
         *ret = sn;
         sn = (struct snapshot) { 0 };
         return 0;
@@ -248,7 +246,7 @@ int snapshot_load(struct ctl *c, const struct account *acc, const char *id, stru
 
 /* The manifest of sn in the registry, by the digest we recorded or, when there is none
  * (failed, or from before the outcome), whatever the tag points at. */
-static int delete_image(struct ctl *c, const struct snapshot *sn, char *err, size_t errlen) {
+static int delete_image(struct ctl *c, const struct snapshot *sn, struct err *err) {
         struct registry reg = config_snapshot_registry(c->cfg);
         _cleanup_free_ char *digest = sn->digest ? xstrdup(sn->digest) : NULL;
         int r;
@@ -256,28 +254,24 @@ static int delete_image(struct ctl *c, const struct snapshot *sn, char *err, siz
                 r = registry_manifest_digest(&reg, c->cfg->snap_repository, sn->id, &digest, NULL);
                 if (r == -ENOENT)
                         return 0;
-                if (r < 0) {
-                        snprintf(err, errlen, "the registry did not answer (%s)", strerror(-r));
-                        return r;
-                }
+                if (r < 0)
+                        return err_set(err, r, "the registry did not answer (%s)", strerror(-r));
         }
         r = registry_manifest_delete(&reg, c->cfg->snap_repository, digest);
         if (r == -EOPNOTSUPP)
-                snprintf(err, errlen, "the registry refuses deletes (enable storage delete in its configuration)");
+                err_set(err, r, "the registry refuses deletes (enable storage delete in its configuration)");
         else if (r < 0)
-                snprintf(err, errlen, "the registry did not delete the image (%s)", strerror(-r));
+                err_set(err, r, "the registry did not delete the image (%s)", strerror(-r));
         return r;
 }
 
-static int delete_record_and_image(struct ctl *c, const struct snapshot *sn, char *err, size_t errlen) {
-        int r = delete_image(c, sn, err, errlen);
+static int delete_record_and_image(struct ctl *c, const struct snapshot *sn, struct err *err) {
+        int r = delete_image(c, sn, err);
         if (r < 0)
                 return r;
         r = store_snapshot_delete(c->store, sn->id);
-        if (r < 0 && r != -ENOENT) {
-                snprintf(err, errlen, "failed to delete the record");
-                return r;
-        }
+        if (r < 0 && r != -ENOENT)
+                return err_set(err, r, "failed to delete the record");
         return 0;
 }
 
@@ -288,40 +282,40 @@ void snapshot_drop_pause_images(struct ctl *c, const char *account_id, const cha
         if (store_snapshot_list(c->store, account_id, sandbox_id, 0, 1000, &a, &n, &total) < 0)
                 return;
         for (size_t i = 0; i < n; i++) {
-                char err[256] = "";
+                struct err err = { 0 };
                 if (!a[i].name || strcmp(a[i].name, SNAPSHOT_E2B_PAUSE) || a[i].status == SNAP_CREATING)
                         continue;
-                if (delete_record_and_image(c, &a[i], err, sizeof(err)) < 0)
+                if (delete_record_and_image(c, &a[i], &err) < 0)
                         log_warning("the E2B pause snapshot %s of a destroyed sandbox stays until the next try: %s", a[i].id,
-                                    err);
+                                    err.message);
         }
         snapshot_array_free(a, n);
 }
 
-int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err) {
+int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct err *err) {
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
-        char derr[256] = "";
+        struct err derr = { 0 };
         int r = snapshot_load(c, acc, id, &sn, err);
         if (r < 0)
                 return r;
         if (sn.status == SNAP_CREATING)
-                return API_ERR(err, -EBUSY, "Snapshot is still being created; delete it once it is ready or failed");
+                return err_set(err, -EBUSY, "Snapshot is still being created; delete it once it is ready or failed");
         log_ctx_set("SNAPSHOT_ID", sn.id);
         log_ctx_set("SANDBOX_ID", sn.sandbox_id);
-        r = delete_image(c, &sn, derr, sizeof(derr));
+        r = delete_image(c, &sn, &derr);
         if (r < 0 && sn.status != SNAP_FAILED) {
-                log_error("snapshot delete failed: %s", derr);
+                log_error("snapshot delete failed: %s", derr.message);
                 log_ctx_set("SNAPSHOT_ID", NULL);
-                return API_ERR(err, -EHOSTUNREACH, "Could not delete the snapshot: %s. Retry the request.", derr);
+                return err_set(err, -EHOSTUNREACH, "Could not delete the snapshot: %s. Retry the request.", derr.message);
         }
         if (r < 0)
                 /* A failed snapshot has no image unless its push finished and the check after
                  * it did not: its record goes even while the registry cannot be asked. */
-                log_warning("snapshot delete: %s; deleting the record of the failed snapshot anyway", derr);
+                log_warning("snapshot delete: %s; deleting the record of the failed snapshot anyway", derr.message);
         r = store_snapshot_delete(c->store, sn.id);
         if (r < 0 && r != -ENOENT) {
                 log_ctx_set("SNAPSHOT_ID", NULL);
-                return API_ERR(err, -EIO, "Failed to delete the snapshot record");
+                return err_set(err, -EIO, "Failed to delete the snapshot record");
         }
         log_info("snapshot deleted");
         log_ctx_set("SNAPSHOT_ID", NULL);
@@ -345,7 +339,7 @@ static void drop_orphan(struct ctl *c, const char *id, const char *digest) {
 int snapshot_apply_event(struct ctl *c, const char *node, const char *body, size_t len) {
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         struct pj_snapshot_event e;
-        struct pj_error perr;
+        struct err perr;
         if (pj_snapshot_event_parse(body, len, &e, &perr) < 0) {
                 log_warning("dropping a malformed snapshot outcome from node %s: %s", node ? node : "(none)",
                             perr.message);
@@ -417,28 +411,28 @@ static amqp_connection_state_t events_connect(struct snapbus *b) {
         struct ctl *c = b->c;
         _cleanup_free_ char *q = pj_snapshot_events_queue(c->cfg->amqp_exchange);
         amqp_connection_state_t conn = NULL;
-        char err[512];
-        if (nodebus_connect(c->bus, "snapshot-events", CH, &conn, err, sizeof(err)) < 0) {
-                log_warning("snapshot events: %s; retrying", err);
+        struct err err = { 0 };
+        if (nodebus_connect(c->bus, "snapshot-events", CH, &conn, &err) < 0) {
+                log_warning("snapshot events: %s; retrying", err.message);
                 return NULL;
         }
         amqp_queue_declare(conn, CH, amqp_cstring_bytes(q), 0, 1, 0, 0, amqp_empty_table);
-        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", err, sizeof(err)) < 0)
+        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.declare", &err) < 0)
                 goto fail;
         amqp_queue_bind(conn, CH, amqp_cstring_bytes(q), amqp_cstring_bytes(c->cfg->amqp_exchange),
                         amqp_cstring_bytes(PJ_SNAPSHOT_EVENTS_KEY), amqp_empty_table);
-        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.bind", err, sizeof(err)) < 0)
+        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "queue.bind", &err) < 0)
                 goto fail;
         amqp_basic_qos(conn, CH, 0, 16, 0);
-        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.qos", err, sizeof(err)) < 0)
+        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.qos", &err) < 0)
                 goto fail;
         amqp_basic_consume(conn, CH, amqp_cstring_bytes(q), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
-        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.consume", err, sizeof(err)) < 0)
+        if (amqpx_rpc_check(amqp_get_rpc_reply(conn), "basic.consume", &err) < 0)
                 goto fail;
         log_info("consuming snapshot outcomes on queue %s", q);
         return conn;
 fail:
-        log_warning("snapshot events: %s", err);
+        log_warning("snapshot events: %s", err.message);
         amqp_destroy_connection(conn);
         return NULL;
 }
@@ -519,13 +513,13 @@ static void reap_pause_images(struct ctl *c) {
         if (store_snapshot_list_orphaned_pause(c->store, SNAPSHOT_E2B_PAUSE, 64, &a, &n) < 0)
                 return;
         for (size_t i = 0; i < n; i++) {
-                char err[256] = "";
-                int r = delete_record_and_image(c, &a[i], err, sizeof(err));
+                struct err err = { 0 };
+                int r = delete_record_and_image(c, &a[i], &err);
                 if (r < 0 && a[i].status == SNAP_FAILED)
                         /* a failed one has no image unless its push finished: the record goes */
                         r = store_snapshot_delete(c->store, a[i].id);
                 if (r < 0)
-                        log_debug("the E2B pause snapshot %s of a destroyed sandbox stays for now: %s", a[i].id, err);
+                        log_debug("the E2B pause snapshot %s of a destroyed sandbox stays for now: %s", a[i].id, err.message);
         }
         snapshot_array_free(a, n);
 }
@@ -554,11 +548,11 @@ static void retention(struct ctl *c, const struct sandbox *sb, const struct plan
                 bool too_old = now - a[i].created_at > plan->snapshot_max_age_s * 1000;
                 if (!too_many && !too_old)
                         continue;
-                char err[256] = "";
+                struct err err = { 0 };
                 log_ctx_set("SNAPSHOT_ID", a[i].id);
                 log_ctx_set("SANDBOX_ID", a[i].sandbox_id);
-                if (delete_record_and_image(c, &a[i], err, sizeof(err)) < 0)
-                        log_warning("retention: cannot delete snapshot: %s", err);
+                if (delete_record_and_image(c, &a[i], &err) < 0)
+                        log_warning("retention: cannot delete snapshot: %s", err.message);
                 else
                         log_info("retention: deleted automatic snapshot (%s)", too_many ? "over the plan's count" : "expired");
                 log_ctx_reset();
@@ -591,7 +585,7 @@ static void schedules(struct ctl *c, int64_t prev_s, int64_t now_s) {
                 gmtime_r(&t, &tm);
                 strftime(name, sizeof(name), "auto-%Y%m%d-%H%M", &tm);
                 _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
-                struct api_error err = { 0 };
+                struct err err = { 0 };
                 log_ctx_set("SANDBOX_ID", sb->id);
                 if (snapshot_create(c, &acc, sb->id, name, true, &sn, &err) < 0)
                         log_warning("automatic snapshot not taken: %s", err.message);
@@ -626,7 +620,7 @@ static void *tick_main(void *ud) {
         return NULL;
 }
 
-int ctl_snapshot_start(struct ctl *c, char *err, size_t errlen) {
+int ctl_snapshot_start(struct ctl *c, struct err *err) {
         if (!c->bus)
                 return 0;
         struct snapbus *b = xnew0(struct snapbus, 1);
@@ -638,7 +632,7 @@ int ctl_snapshot_start(struct ctl *c, char *err, size_t errlen) {
         b->events_running = pthread_create(&b->events_thread, NULL, events_main, b) == 0;
         b->tick_running = pthread_create(&b->tick_thread, NULL, tick_main, b) == 0;
         if (!b->events_running || !b->tick_running) {
-                snprintf(err, errlen, "cannot start the snapshot threads");
+                err_set(err, -EAGAIN, "cannot start the snapshot threads");
                 ctl_snapshot_stop(c);
                 return -EAGAIN;
         }
@@ -673,7 +667,7 @@ char *snapshot_image_ref(const struct snapshot *sn) {
 }
 
 int snapshot_take(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, struct snapshot *ret,
-                  struct api_error *err) {
+                  struct err *err) {
         int k = snapshot_create(c, acc, sandbox_id, name, false, ret, err);
         if (k < 0)
                 return k;
@@ -685,10 +679,10 @@ int snapshot_take(struct ctl *c, const struct account *acc, const char *sandbox_
                 usleep(200 * 1000);
                 snapshot_clear(ret);
                 if (store_snapshot_get(c->store, id, ret) < 0)
-                        return API_ERR(err, -EIO, "The snapshot's record went away");
+                        return err_set(err, -EIO, "The snapshot's record went away");
         }
         if (ret->status != SNAP_READY)
-                return API_ERR(err, -EIO, "The snapshot %s",
+                return err_set(err, -EIO, "The snapshot %s",
                                ret->status == SNAP_FAILED ? (ret->failure_reason ? ret->failure_reason : "failed")
                                                           : "did not finish in time");
         return 0;

@@ -14,20 +14,20 @@ char *snapshot_image_ref(const struct snapshot *sn);
 struct snapbus;
 /* Starts the events consumer and the schedule/retention/deadline thread. Without [amqp]
  * url there is no agent to take snapshots: 0, and snapshot requests answer 501. */
-int ctl_snapshot_start(struct ctl *c, char *err, size_t errlen);
+int ctl_snapshot_start(struct ctl *c, struct err *err);
 void ctl_snapshot_stop(struct ctl *c);
 /* POST /sandboxes/{id}/snapshots: the caller's ready sandbox; records `creating` and hands
  * the job to the sandbox's node agent. */
 int snapshot_create(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, bool automatic,
-                    struct snapshot *ret, struct api_error *err);
+                    struct snapshot *ret, struct err *err);
 /* snapshot_create, then waits (bounded by [snapshots] timeout) until it is made: 0 with the
  * ready snapshot in *ret, or -EIO saying why it is not (failed, timed out, record gone). */
 int snapshot_take(struct ctl *c, const struct account *acc, const char *sandbox_id, const char *name, struct snapshot *ret,
-                  struct api_error *err);
+                  struct err *err);
 /* Loads a snapshot owned by acc (-ENOENT for others'). */
-int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct api_error *err);
+int snapshot_load(struct ctl *c, const struct account *acc, const char *id, struct snapshot *ret, struct err *err);
 /* Deletes the registry manifest, then the record. -EBUSY while creating. */
-int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct api_error *err);
+int snapshot_delete(struct ctl *c, const struct account *acc, const char *id, struct err *err);
 /* The name of the snapshots E2B's pause takes (the filesystem a resume starts from). */
 #define SNAPSHOT_E2B_PAUSE "e2b-pause"
 /* Deletes the E2B pause snapshots of a sandbox that is gone (registry image and record): nothing

@@ -39,7 +39,7 @@ static int start_output(int stream _unused_, const uint8_t *data, size_t len, vo
         return 0;
 }
 
-int template_start(struct ctl *c, const struct sandbox *sb, char *reason, size_t reasonlen) {
+int template_start(struct ctl *c, const struct sandbox *sb, struct err *err) {
         const struct template *t = config_template(c->cfg, sb->template_name);
         if (!t || !t->start)
                 return 0;
@@ -51,12 +51,10 @@ int template_start(struct ctl *c, const struct sandbox *sb, char *reason, size_t
         struct exec_spec spec = { .argv = argv, .env = env };
         struct exec_session *x = NULL;
         struct start_tail out = { .len = 0 };
-        char err[256] = "";
+        struct err xerr = { 0 };
         int64_t t0 = mono_ms(), deadline = t0 + t->start_timeout_s * 1000;
-        if (c->drv->ops->exec_start(c->drv, sb, &spec, &x, err, sizeof(err)) < 0) {
-                snprintf(reason, reasonlen, "the template's start command %s could not run: %s", t->start, err);
-                return -EIO;
-        }
+        if (c->drv->ops->exec_start(c->drv, sb, &spec, &x, &xerr) < 0)
+                return err_set(err, -EIO, "the template's start command %s could not run: %s", t->start, xerr.message);
         int r, code = -1;
         while ((r = c->drv->ops->exec_read(x, 500, -1, start_output, &out)) == 0 && mono_ms() < deadline)
                 ;
@@ -80,8 +78,8 @@ int template_start(struct ctl *c, const struct sandbox *sb, char *reason, size_t
                 snprintf(what, sizeof(what), "failed (%s)", strerror(-r));
         else
                 snprintf(what, sizeof(what), "exited with code %d", code);
-        snprintf(reason, reasonlen, "the template's start command %s %s: %s", t->start, what, out.len ? out.buf : "(no output)");
-        log_error("%s", reason);
+        err_set(err, -EIO, "the template's start command %s %s: %s", t->start, what, out.len ? out.buf : "(no output)");
+        log_error("the template's start command %s %s: %s", t->start, what, out.len ? out.buf : "(no output)");
         return -EIO;
 }
 

@@ -21,5 +21,5 @@ int template_user_for(struct ctl *c, const struct account *acc, const char *name
 /* At start: builds a stopped controld left are failed, their sandboxes destroyed. */
 void utpl_recover(struct ctl *c);
 /* sandbox.c: runs sb's template's `start` (if it has one) in the placed sandbox and waits for
- * it; 0 when it exited 0, else -EIO with why (its output's end) in reason. */
-int template_start(struct ctl *c, const struct sandbox *sb, char *reason, size_t reasonlen);
+ * it; 0 when it exited 0, else -EIO with why (its output's end) in err. */
+int template_start(struct ctl *c, const struct sandbox *sb, struct err *err);

@@ -16,16 +16,16 @@ struct tunnel {
 };
 
 int tunnel_open(struct ctl *c, const struct sandbox *sb, int port, int send_timeout_ms, int answer_timeout_ms,
-                struct tunnel **ret, int *ret_refusal, char *err, size_t errlen) {
+                struct tunnel **ret, int *ret_refusal, struct err *err) {
         _cleanup_(guest_client_freep) struct guest_client *ac = NULL;
         *ret_refusal = 0;
-        if (guest_connect(c, sb, &ac, err, errlen) < 0)
+        if (guest_connect(c, sb, &ac, err) < 0)
                 return -EHOSTUNREACH;
         struct pj_agent_msg fwd = { .type = PJ_AGENT_FORWARD, .id = 1, .f.port = (uint32_t) port };
         if (guest_client_send(ac, &fwd, send_timeout_ms) < 0)
                 return -EPIPE;
         struct guest_frame f;
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         if (guest_client_recv(ac, answer_timeout_ms, &f, &pe) < 0)
                 return -ETIMEDOUT;
         bool ok = f.m.type == PJ_AGENT_OK && f.m.id == 1;
@@ -82,7 +82,7 @@ void tunnel_pump(struct tunnel *t, const struct tunnel_client *cl, uint64_t *ret
                                          { .fd = guest_client_fd(t->ac), .events = POLLIN } };
                 /* frames already buffered in the client first */
                 struct guest_frame f;
-                struct pj_error pe = { 0 };
+                struct err pe = { 0 };
                 int k = guest_client_try_recv(t->ac, &f, &pe);
                 if (k < 0)
                         break;

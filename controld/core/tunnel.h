@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "err.h"
+
 struct ctl;
 struct sandbox;
 struct tunnel;
@@ -23,7 +25,7 @@ struct tunnel;
  *   -ECONNREFUSED  nothing listens on port inside the sandbox,
  *   -EREMOTEIO     it refused otherwise: *ret_refusal is its errno (0: an unexpected answer). */
 int tunnel_open(struct ctl *c, const struct sandbox *sb, int port, int send_timeout_ms, int answer_timeout_ms,
-                struct tunnel **ret, int *ret_refusal, char *err, size_t errlen);
+                struct tunnel **ret, int *ret_refusal, struct err *err);
 /* Bytes to the port (bounded by timeout_ms): 0, or < 0 when the agent did not take them. */
 int tunnel_send(struct tunnel *t, const void *data, size_t len, int timeout_ms);
 /* Closes the channel and the connection; NULL is fine. Returns NULL. */

@@ -62,7 +62,7 @@ static bool server_template(const char *name, void *ud) {
  * not be one of this server's templates. */
 static int build_req_parse(const struct config *cfg, const char *body, size_t len, struct pj_template_build *ret, char *msg,
                            size_t msglen) {
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         int r = pj_template_build_parse(body, len, cfg->utpl_max_context, server_template, (void *) cfg, ret, &pe);
         if (r < 0)
                 snprintf(msg, msglen, "%s", pe.message);
@@ -124,7 +124,7 @@ static int still_wanted(struct build *b) {
  * when to_log. 0 when it exited 0, else -EIO with why. */
 static int run_in_builder(struct build *b, const char *const *argv, bool to_log, const char *what) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int r = still_wanted(b);
         if (r < 0)
                 return r;
@@ -157,7 +157,7 @@ static int run_in_builder(struct build *b, const char *const *argv, bool to_log,
 
 static int put_in_builder(struct build *b, const char *path, const void *data, size_t len) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         struct runtime_run *x = NULL;
         int r;
         if ((r = runtime_load_ready(b->c, &b->acc, b->builder, &sb, &e)) < 0 ||
@@ -196,7 +196,7 @@ static bool write_all(int fd, const void *data, size_t len) {
 static int read_from_builder(struct build *b, const char *path, size_t max, int fd, char **ret_mem, size_t *ret_len,
                              char hex[65]) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         struct runtime_run *x = NULL;
         const void *all = NULL;
         size_t all_len = 0, total = 0;
@@ -382,7 +382,7 @@ static int push_image(struct build *b) {
                 return r;
         /* What the tenant's sandbox wrote: proto-json, bounded, every path checked, never followed */
         _cleanup_(pj_saved_manifest_done) struct pj_saved_manifest sm = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         if (pj_saved_manifest_parse(mtext, mlen, &sm, &pe) < 0)
                 return snprintf(b->why, sizeof(b->why), "docker save wrote no image we can read: %s", pe.message), -EIO;
         const char *config_path = sm.config;
@@ -541,7 +541,7 @@ static void build_job(struct ctl *c, void *arg) {
                         in.disk = (int) (bt->disk < plan->max_disk ? bt->disk : plan->max_disk);
                 }
                 _cleanup_sandbox_ struct sandbox sb = { 0 };
-                struct api_error e = { 0 };
+                struct err e = { 0 };
                 if ((r = sandbox_create(c, &b.acc, &in, &sb, &e)) < 0) {
                         snprintf(b.why, sizeof(b.why), "the build sandbox could not start: %s", e.message);
                         goto done;
@@ -561,7 +561,7 @@ static void build_job(struct ctl *c, void *arg) {
         }
 done:
         if (b.builder[0]) {
-                struct api_error e = { 0 };
+                struct err e = { 0 };
                 if (sandbox_destroy(c, b.builder, "template build done", &e) < 0)
                         log_warning("template %s: destroying build sandbox %s: %s", b.row.name, b.builder, e.message);
         }
@@ -591,21 +591,21 @@ static bool registry_configured(const struct config *cfg) {
 }
 
 int utpl_build_start(struct ctl *c, const struct account *acc, const char *body, size_t len, struct user_template *ret,
-                     struct api_error *e) {
+                     struct err *e) {
         const struct config *cfg = c->cfg;
         char msg[512] = "";
         if (!registry_configured(cfg) || !config_template(cfg, cfg->utpl_builder))
-                return API_ERR(e, -EOPNOTSUPP,
+                return err_set(e, -EOPNOTSUPP,
                                "Building templates needs a registry ([snapshots] registry) and the builder "
                                "template '%s' ([templates] builder) on this server",
                                cfg->utpl_builder);
         _cleanup_(pj_template_build_done) struct pj_template_build q = { 0 };
         int k = build_req_parse(cfg, body, len, &q, msg, sizeof(msg));
         if (k < 0)   /* the body's fault; a server template's name (-EEXIST there) is a 400, not a clash */
-                return API_ERR(e, k == -EEXIST ? -EINVAL : k, "%s", msg);
+                return err_set(e, k == -EEXIST ? -EINVAL : k, "%s", msg);
         if (atomic_fetch_add(&builds_running, 1) >= cfg->utpl_max_builds) {
                 atomic_fetch_sub(&builds_running, 1);
-                return API_ERR(e, -EUSERS,
+                return err_set(e, -EUSERS,
                                "%lld template builds are running on this server, its most ([templates] "
                                "max_builds); try again in a minute",
                                (long long) cfg->utpl_max_builds);
@@ -620,14 +620,14 @@ int utpl_build_start(struct ctl *c, const struct account *acc, const char *body,
         if (k < 0)
                 atomic_fetch_sub(&builds_running, 1);
         if (k == -EEXIST)
-                return API_ERR(e, -EEXIST, "name: you have a template named '%s'; DELETE /templates/%s first", q.name, q.name);
+                return err_set(e, -EEXIST, "name: you have a template named '%s'; DELETE /templates/%s first", q.name, q.name);
         if (k == -EDQUOT)
-                return API_ERR(e, -EDQUOT,
+                return err_set(e, -EDQUOT,
                                "You have %lld templates, the most this server allows ([templates] "
                                "max_per_account); delete one first",
                                (long long) cfg->utpl_max_per_account);
         if (k < 0)
-                return API_ERR(e, -EIO, "Failed to record the template");
+                return err_set(e, -EIO, "Failed to record the template");
         struct build_job *j = xnew0(struct build_job, 1);
         snprintf(j->id, sizeof(j->id), "%s", t.id);
         snprintf(j->account_id, sizeof(j->account_id), "%s", t.account_id);
@@ -638,20 +638,20 @@ int utpl_build_start(struct ctl *c, const struct account *acc, const char *body,
                 pj_template_build_done(&owned);
                 atomic_fetch_sub(&builds_running, 1);
                 (void) store_utpl_delete(c->store, t.id);
-                return API_ERR(e, -EAGAIN, "controld is stopping; try again");
+                return err_set(e, -EAGAIN, "controld is stopping; try again");
         }
         *ret = t;
         t = (struct user_template) { 0 };
         return 0;
 }
 
-int utpl_delete_named(struct ctl *c, const char *account_id, const char *name, struct api_error *e) {
+int utpl_delete_named(struct ctl *c, const char *account_id, const char *name, struct err *e) {
         _cleanup_(user_template_clear) struct user_template t = { 0 };
         if (!template_name_ok(name) || store_utpl_get(c->store, account_id, name, &t) < 0)
-                return API_ERR(e, -ENOENT, "Template not found");
+                return err_set(e, -ENOENT, "Template not found");
         /* The row first: a build in flight sees it gone at its next step and stops. */
         if (store_utpl_delete(c->store, t.id) < 0)
-                return API_ERR(e, -ENOENT, "Template not found");
+                return err_set(e, -ENOENT, "Template not found");
         if (t.image) {
                 int k = drop_manifest(c->cfg, &t);
                 if (k < 0)
@@ -670,7 +670,7 @@ void utpl_recover(struct ctl *c) {
         if (store_utpl_interrupted(c->store, now_ms(), &ids) < 0)
                 return;
         for (char **p = ids; p && *p; p++) {
-                struct api_error e = { 0 };
+                struct err e = { 0 };
                 log_info("template build interrupted by a restart: destroying its sandbox %s", *p);
                 (void) sandbox_destroy(c, *p, "template build interrupted", &e);
         }

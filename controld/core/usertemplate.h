@@ -12,7 +12,7 @@
  * -EUSERS too many builds at once, -EEXIST the name is the account's already, -EDQUOT the
  * account has its most, -EIO the store, -EAGAIN controld is stopping. */
 int utpl_build_start(struct ctl *c, const struct account *acc, const char *body, size_t len, struct user_template *ret,
-                     struct api_error *e);
+                     struct err *e);
 /* Deletes the account's template name: its row (a build in flight stops at its next step),
  * its image in the registry and the engine's copy. -ENOENT when there is none. */
-int utpl_delete_named(struct ctl *c, const char *account_id, const char *name, struct api_error *e);
+int utpl_delete_named(struct ctl *c, const char *account_id, const char *name, struct err *e);

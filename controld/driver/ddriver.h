@@ -9,6 +9,7 @@
 
 #include "docker.h"
 #include "driver.h"
+#include "err.h"
 
 struct ddriver {
         struct docker *docker;
@@ -29,7 +30,7 @@ void wait_agent_socket(struct driver *d, const struct sandbox *sb, int64_t deadl
 
 /* docker-session.c */
 int dd_exec_start(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec, struct exec_session **ret,
-                  char *err, size_t errlen);
+                  struct err *err);
 int dd_exec_read(struct exec_session *s, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
 int dd_exec_write(struct exec_session *s, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud);
 int dd_exec_close_stdin(struct exec_session *s);
@@ -40,7 +41,6 @@ void dd_exec_free(struct exec_session *s);
 
 /* docker-memory.c */
 int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char *name, int64_t *ret_bytes, bool *ret_stopped,
-                  char *err, size_t errlen);
-int dd_checkpoint_ready(struct driver *d, char *err, size_t errlen);
-int dd_restore(struct driver *d, const struct sandbox *sb, const char *name, struct placement *ret, char *err,
-               size_t errlen);
+                  struct err *err);
+int dd_checkpoint_ready(struct driver *d, struct err *err);
+int dd_restore(struct driver *d, const struct sandbox *sb, const char *name, struct placement *ret, struct err *err);

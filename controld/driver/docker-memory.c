@@ -46,29 +46,27 @@ static void unpark_agent(struct driver *d, const struct sandbox *sb, const char 
 }
 
 int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char *name, int64_t *ret_bytes, bool *ret_stopped,
-                         char *err, size_t errlen) {
+                         struct err *err) {
         _cleanup_(guest_client_freep) struct guest_client *cl = NULL;
-        char aerr[256] = "";
+        struct err aerr = { 0 };
         *ret_stopped = false;
-        if (!sb->container_id || !P(d)->root_dir) {
-                snprintf(err, errlen, "the sandbox has no container with an agent to checkpoint");
-                return -EOPNOTSUPP;
-        }
-        int r = driver_guest_connect(d, sb, &cl, aerr, sizeof(aerr));
+        if (!sb->container_id || !P(d)->root_dir)
+                return err_set(err, -EOPNOTSUPP, "the sandbox has no container with an agent to checkpoint");
+        int r = driver_guest_connect(d, sb, &cl, &aerr);
         if (r >= 0)
                 r = guest_park(cl, 5000);
         cl = guest_client_free(cl);
         if (r < 0) {
-                snprintf(err, errlen, "the sandbox's agent could not be parked for the checkpoint: %s",
-                         aerr[0] ? aerr : strerror(-r));
+                err_set(err, r, "the sandbox's agent could not be parked for the checkpoint: %s",
+                        aerr.message[0] ? aerr.message : strerror(-r));
                 /* It may have parked and failed to say so. */
                 unpark_agent(d, sb, sb->container_id, mono_ms() + 5000);
                 return r;
         }
         r = docker_checkpoint_create(D(d), sb->container_id, name, true);
         if (r < 0) {
-                snprintf(err, errlen, "the checkpoint failed: %s%s", dmsg(r),
-                         r == -ENOENT ? " (does the Docker engine run with \"experimental\": true?)" : "");
+                err_set(err, r, "the checkpoint failed: %s%s", dmsg(r),
+                        r == -ENOENT ? " (does the Docker engine run with \"experimental\": true?)" : "");
                 struct docker_container_state st;
                 if (docker_container_inspect(D(d), sb->container_id, &st) >= 0 && st.exists && st.running)
                         unpark_agent(d, sb, sb->container_id, mono_ms() + 5000);
@@ -97,33 +95,24 @@ int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char *name, 
 
 /* Docker's checkpoint API exists only on an experimental daemon: asked each time (a daemon
  * restarted with it needs no controld restart). */
-int dd_checkpoint_ready(struct driver *d, char *err, size_t errlen) {
+int dd_checkpoint_ready(struct driver *d, struct err *err) {
         int r = docker_experimental(D(d));
-        if (r < 0) {
-                snprintf(err, errlen, "the Docker engine did not say whether it has experimental features: %s", dmsg(r));
-                return r;
-        }
-        if (r == 0) {
-                snprintf(err, errlen, "the Docker engine at %s runs without experimental features, which its checkpoint "
-                                      "API needs (\"experimental\": true in daemon.json, see packaging/daemon.json)",
-                         d->ctl->cfg->docker_socket);
-                return -EOPNOTSUPP;
-        }
-        if (!P(d)->root_dir) {
-                snprintf(err, errlen, "sandboxes run without the in-sandbox agent (paddock-init), which the checkpoint "
-                                      "needs");
-                return -EOPNOTSUPP;
-        }
+        if (r < 0)
+                return err_set(err, r, "the Docker engine did not say whether it has experimental features: %s", dmsg(r));
+        if (r == 0)
+                return err_set(err, -EOPNOTSUPP, "the Docker engine at %s runs without experimental features, which its checkpoint "
+                                                 "API needs (\"experimental\": true in daemon.json, see packaging/daemon.json)",
+                               d->ctl->cfg->docker_socket);
+        if (!P(d)->root_dir)
+                return err_set(err, -EOPNOTSUPP, "sandboxes run without the in-sandbox agent (paddock-init), which the checkpoint "
+                                                 "needs");
         return 0;
 }
 
-int dd_restore(struct driver *d, const struct sandbox *sb, const char *name, struct placement *ret, char *err,
-                      size_t errlen) {
+int dd_restore(struct driver *d, const struct sandbox *sb, const char *name, struct placement *ret, struct err *err) {
         int64_t deadline = mono_ms() + (int64_t) d->ctl->cfg->create_timeout_s * 1000;
-        if (!sb->container_id) {
-                snprintf(err, errlen, "the sandbox kept no container");
-                return -ENOENT;
-        }
+        if (!sb->container_id)
+                return err_set(err, -ENOENT, "the sandbox kept no container");
         /* Docker 20.10 restores by writing a tar of the checkpoint into containerd's content
          * store, and fails when a blob of that digest is there already ("content sha256:...:
          * already exists", moby#42900). Right after the checkpoint it is: containerd made the
@@ -144,14 +133,13 @@ int dd_restore(struct driver *d, const struct sandbox *sb, const char *name, str
                           (long long) wait_ms);
                 usleep((useconds_t) wait_ms * 1000);
         }
-        if (r < 0) {
-                snprintf(err, errlen, "the restore from checkpoint %s failed: %s", name, dmsg(r));
-                return r;
-        }
+        if (r < 0)
+                return err_set(err, r, "the restore from checkpoint %s failed: %s", name, dmsg(r));
         struct docker_container_state st;
         r = docker_container_inspect(D(d), sb->container_id, &st);
         if (r < 0 || !st.exists || !st.running) {
-                snprintf(err, errlen, "the restored container is not running%s%s", r < 0 ? ": " : "", r < 0 ? dmsg(r) : "");
+                err_set(err, r < 0 ? r : -EIO, "the restored container is not running%s%s", r < 0 ? ": " : "",
+                        r < 0 ? dmsg(r) : "");
                 (void) docker_container_stop(D(d), sb->container_id, 0);
                 return r < 0 ? r : -EIO;
         }

@@ -48,17 +48,15 @@ static int demux_cb(int type, const uint8_t *data, size_t len, void *ud) {
 }
 
 int dd_exec_start(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec, struct exec_session **ret,
-                         char *err, size_t errlen) {
+                         struct err *err) {
         _cleanup_free_ char *name = xasprintf("paddock-%s", sb->id);
         struct docker_exec_opts o = {
                 .cmd = spec->argv, .env = spec->env, .working_dir = spec->cwd ? spec->cwd : "/", .attach_stdin = spec->want_stdin,
         };
         char *exec_id = NULL;
         int r = docker_exec_create(D(d), sb->container_id ? sb->container_id : name, &o, &exec_id);
-        if (r < 0) {
-                snprintf(err, errlen, "%s", r == -ENOENT || r == -ESRCH ? "the sandbox's container is not running" : dmsg(r));
-                return r;
-        }
+        if (r < 0)
+                return err_set(err, r, "%s", r == -ENOENT || r == -ESRCH ? "the sandbox's container is not running" : dmsg(r));
         struct exec_session *s = xnew0(struct exec_session, 1);
         s->docker = D(d);
         s->container = xstrdup(sb->container_id ? sb->container_id : name);
@@ -66,7 +64,7 @@ int dd_exec_start(struct driver *d, const struct sandbox *sb, const struct exec_
         s->fd = -1;
         r = docker_exec_start(D(d), exec_id, &s->fd, &s->pre, &s->pre_len);
         if (r < 0) {
-                snprintf(err, errlen, "exec start failed: %s", dmsg(r));
+                err_set(err, r, "exec start failed: %s", dmsg(r));
                 free_many(s->container, s->exec_id, s);
                 return r;
         }

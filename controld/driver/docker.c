@@ -43,21 +43,17 @@
 /* A sandbox must run under gVisor: the runtime has to be one Docker knows and whose executable
  * is runsc (any directory, e.g. /usr/bin/runsc or /usr/local/bin/runsc-20240729). Anything else
  * (runc, crun, kata) is refused unless the config says allow_unsandboxed (tests only). */
-static int check_runtime(struct driver *d, const char *key, const char *name, char *err, size_t errlen) {
+static int check_runtime(struct driver *d, const char *key, const char *name, struct err *err) {
         struct config *cfg = d->ctl->cfg;
         _cleanup_free_ char *path = NULL;
         int r = docker_runtime_path(D(d), name, &path);
-        if (r == -ENOENT) {
-                snprintf(err, errlen,
-                         "[docker] %s = %s: Docker knows no runtime of that name (register it in the daemon's "
-                         "daemon.json \"runtimes\"; see packaging/daemon.json)",
-                         key, name);
-                return -EINVAL;
-        }
-        if (r < 0) {
-                snprintf(err, errlen, "Failed to read Docker's runtimes: %s", dmsg(r));
-                return r;
-        }
+        if (r == -ENOENT)
+                return err_set(err, -EINVAL,
+                               "[docker] %s = %s: Docker knows no runtime of that name (register it in the daemon's "
+                               "daemon.json \"runtimes\"; see packaging/daemon.json)",
+                               key, name);
+        if (r < 0)
+                return err_set(err, r, "Failed to read Docker's runtimes: %s", dmsg(r));
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
         if (startswith(base, "runsc"))
@@ -68,11 +64,10 @@ static int check_runtime(struct driver *d, const char *key, const char *name, ch
                             key, name, path);
                 return 0;
         }
-        snprintf(err, errlen,
-                 "[docker] %s = %s runs '%s', which is not gVisor (runsc): sandboxes would share the host kernel. "
-                 "Use a runsc runtime (see packaging/daemon.json), or set [docker] allow_unsandboxed = true in tests",
-                 key, name, path);
-        return -EPERM;
+        return err_set(err, -EPERM,
+                       "[docker] %s = %s runs '%s', which is not gVisor (runsc): sandboxes would share the host kernel. "
+                       "Use a runsc runtime (see packaging/daemon.json), or set [docker] allow_unsandboxed = true in tests",
+                       key, name, path);
 }
 
 /* Which disk limits hold here; logged once at start, and sandboxes are created either way.
@@ -108,16 +103,14 @@ static void check_disk_caps(struct driver *d) {
                                root);
 }
 
-static int dd_init(struct driver *d, char *err, size_t errlen) {
+static int dd_init(struct driver *d, struct err *err) {
         struct config *cfg = d->ctl->cfg;
         struct docker_kv lbl[] = { { "paddock.managed", "1" } };
         int r = docker_ping(D(d));
-        if (r < 0) {
-                snprintf(err, errlen, "Docker engine at %s is not answering: %s", cfg->docker_socket, strerror(-r));
-                return r;
-        }
-        if ((r = check_runtime(d, "runtime", cfg->docker_runtime, err, errlen)) < 0 ||
-            (r = check_runtime(d, "runtime_network", cfg->docker_runtime_net, err, errlen)) < 0)
+        if (r < 0)
+                return err_set(err, r, "Docker engine at %s is not answering: %s", cfg->docker_socket, strerror(-r));
+        if ((r = check_runtime(d, "runtime", cfg->docker_runtime, err)) < 0 ||
+            (r = check_runtime(d, "runtime_network", cfg->docker_runtime_net, err)) < 0)
                 return r;
         /* gVisor's own network stack, or the host kernel's: said at start and in /healthz. */
         _cleanup_free_ char *mode = NULL;
@@ -125,22 +118,16 @@ static int dd_init(struct driver *d, char *err, size_t errlen) {
                 sandbox_network_note(NULL, mode);
         r = docker_network_ensure_bridge(D(d), cfg->docker_network, cfg->docker_subnet, cfg->docker_gateway, false,
                                          cfg->docker_bridge, lbl, 1);
-        if (r < 0) {
-                snprintf(err, errlen, "Failed to create Docker network %s (%s): %s", cfg->docker_network, cfg->docker_subnet,
-                         *docker_last_error() ? docker_last_error() : strerror(-r));
-                return r;
-        }
+        if (r < 0)
+                return err_set(err, r, "Failed to create Docker network %s (%s): %s", cfg->docker_network, cfg->docker_subnet,
+                               *docker_last_error() ? docker_last_error() : strerror(-r));
         r = docker_network_ensure(D(d), cfg->docker_network_internal, cfg->docker_subnet_internal, NULL, true, lbl, 1);
-        if (r < 0) {
-                snprintf(err, errlen, "Failed to create Docker network %s (%s): %s", cfg->docker_network_internal,
-                         cfg->docker_subnet_internal, *docker_last_error() ? docker_last_error() : strerror(-r));
-                return r;
-        }
+        if (r < 0)
+                return err_set(err, r, "Failed to create Docker network %s (%s): %s", cfg->docker_network_internal,
+                               cfg->docker_subnet_internal, *docker_last_error() ? docker_last_error() : strerror(-r));
         check_disk_caps(d);
-        if (d->ctl->agent_binary && (r = docker_root_dir(D(d), &P(d)->root_dir)) < 0) {
-                snprintf(err, errlen, "Docker engine did not say its data root (for agent sockets): %s", dmsg(r));
-                return r;
-        }
+        if (d->ctl->agent_binary && (r = docker_root_dir(D(d), &P(d)->root_dir)) < 0)
+                return err_set(err, r, "Docker engine did not say its data root (for agent sockets): %s", dmsg(r));
         return 0;
 }
 
@@ -159,24 +146,20 @@ static void dd_done(struct driver *d) {
 
 /* Pulls "<registry>/<repo>:<tag>" (a snapshot, or a template a user built) with the
  * [snapshots] credentials. */
-static int pull_snapshot_image(struct driver *d, const char *image, char *err, size_t errlen) {
+static int pull_snapshot_image(struct driver *d, const char *image, struct err *err) {
         bool user_template = userimage_is(d->ctl->cfg, image);
         /* repo@sha256:... (by digest, what restores use) or repo:tag. */
         const char *slash = strrchr(image, '/'), *at = strchr(slash ? slash : image, '@');
         const char *colon = at ? at : strrchr(image, ':');
-        if (!colon || (slash && colon < slash)) {
-                snprintf(err, errlen, "snapshot image %s has no tag", image);
-                return -EINVAL;
-        }
+        if (!colon || (slash && colon < slash))
+                return err_set(err, -EINVAL, "snapshot image %s has no tag", image);
         _cleanup_free_ char *repo = xstrndup(image, (size_t) (colon - image));
         struct registry reg = config_snapshot_registry(d->ctl->cfg);
         _cleanup_free_ char *auth = registry_auth_header_value(&reg);
         int64_t t0 = mono_ms();
         int r = docker_image_pull(D(d), repo, colon + 1, auth);
-        if (r < 0) {
-                snprintf(err, errlen, "cannot pull the %s image %s: %s", user_template ? "template" : "snapshot", image, dmsg(r));
-                return r;
-        }
+        if (r < 0)
+                return err_set(err, r, "cannot pull the %s image %s: %s", user_template ? "template" : "snapshot", image, dmsg(r));
         metrics_observe_phase(d->ctl->metrics, user_template ? "template_pull" : "snapshot_pull",
                               (double) (mono_ms() - t0) / 1000.0);
         return 0;
@@ -280,7 +263,7 @@ void wait_agent_socket(struct driver *d, const struct sandbox *sb, int64_t deadl
 
 static void agent_parts_remove(struct driver *d, const char *sandbox_id);
 
-static int dd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, char *err, size_t errlen) {
+static int dd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, struct err *err) {
         struct config *cfg = d->ctl->cfg;
         _cleanup_free_ char *name = xasprintf("paddock-%s", sb->id);
         _cleanup_free_ char *id = NULL;
@@ -348,7 +331,7 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 if (r >= 0)
                         r = guest_secret_write(d->ctl->agent_dir, d->ctl->agent_key, sb->id);
                 if (r < 0) {
-                        snprintf(err, errlen, "cannot prepare the sandbox agent: %s", dmsg(r));
+                        err_set(err, r, "cannot prepare the sandbox agent: %s", dmsg(r));
                         goto unwind;
                 }
                 secret_path = guest_secret_path(d->ctl->agent_dir, sb->id);
@@ -362,22 +345,22 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
          * and it ends with the container. A snapshot or a user's template is fetched first. */
         r = docker_image_volumes(D(d), sb->image, &image_vols);
         if (r == -ENOENT && (sb->from_snapshot || userimage_is(d->ctl->cfg, sb->image))) {
-                if ((r = pull_snapshot_image(d, sb->image, err, errlen)) < 0)
+                if ((r = pull_snapshot_image(d, sb->image, err)) < 0)
                         goto unwind;
                 r = docker_image_volumes(D(d), sb->image, &image_vols);
         }
         if (r == -E2BIG || r == -EDOM) {
                 if (r == -E2BIG)
-                        snprintf(err, errlen, "image %s declares more than %d VOLUMEs; it cannot run as a sandbox", sb->image,
-                                 DOCKER_IMAGE_VOLUMES_MAX);
+                        err_set(err, -EINVAL, "image %s declares more than %d VOLUMEs; it cannot run as a sandbox", sb->image,
+                                DOCKER_IMAGE_VOLUMES_MAX);
                 else
-                        snprintf(err, errlen, "image %s declares a VOLUME that is not an absolute path below /; it cannot "
+                        err_set(err, -EINVAL, "image %s declares a VOLUME that is not an absolute path below /; it cannot "
                                               "run as a sandbox", sb->image);
                 r = -EINVAL;
                 goto unwind;
         }
         if (r < 0 && r != -ENOENT) {
-                snprintf(err, errlen, "cannot inspect the image %s: %s", sb->image, dmsg(r));
+                err_set(err, r, "cannot inspect the image %s: %s", sb->image, dmsg(r));
                 goto unwind;
         }
         for (char **v = image_vols; v && *v; v++) {
@@ -399,21 +382,21 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
          * the agent's prune may take an unused image between our pull and our create. */
         for (int attempt = 0; r == -ENOENT && (sb->from_snapshot || userimage_is(d->ctl->cfg, sb->image)) && attempt < 2;
              attempt++) {
-                r = pull_snapshot_image(d, sb->image, err, errlen);
+                r = pull_snapshot_image(d, sb->image, err);
                 if (r < 0)
                         goto unwind;
                 r = docker_container_create(D(d), &o, &id);
         }
         if (r < 0) {
                 if (r == -ENOENT)
-                        snprintf(err, errlen, "template image %s is not present on the node: %s", sb->image, dmsg(r));
+                        err_set(err, r, "template image %s is not present on the node: %s", sb->image, dmsg(r));
                 else
-                        snprintf(err, errlen, "container create failed: %s", dmsg(r));
+                        err_set(err, r, "container create failed: %s", dmsg(r));
                 goto unwind;
         }
         r = docker_container_start(D(d), id);
         if (r < 0) {
-                snprintf(err, errlen, "container start failed: %s", dmsg(r));
+                err_set(err, r, "container start failed: %s", dmsg(r));
                 goto unwind;
         }
         /* Wait (bounded) until the container reports running. */
@@ -422,20 +405,18 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
         for (;;) {
                 r = docker_container_inspect(D(d), id, &st);
                 if (r < 0) {
-                        snprintf(err, errlen, "container inspect failed: %s", dmsg(r));
+                        err_set(err, -EIO, "container inspect failed: %s", dmsg(r));
                         goto unwind;
                 }
                 if (st.running)
                         break;
                 if (!st.exists || !strcmp(st.status, "exited") || !strcmp(st.status, "dead")) {
-                        snprintf(err, errlen, "container exited during start (exit code %d)%s%s", st.exit_code,
-                                 st.error[0] ? ": " : "", st.error);
-                        r = -EIO;
+                        r = err_set(err, -EIO, "container exited during start (exit code %d)%s%s", st.exit_code,
+                                    st.error[0] ? ": " : "", st.error);
                         goto unwind;
                 }
                 if (mono_ms() > deadline) {
-                        snprintf(err, errlen, "container did not start within %llus", (unsigned long long) cfg->create_timeout_s);
-                        r = -ETIMEDOUT;
+                        r = err_set(err, -ETIMEDOUT, "container did not start within %llus", (unsigned long long) cfg->create_timeout_s);
                         goto unwind;
                 }
                 usleep(20 * 1000);
@@ -465,15 +446,13 @@ static void agent_parts_remove(struct driver *d, const char *sandbox_id) {
         guest_secret_remove(d->ctl->agent_dir, sandbox_id);
 }
 
-static int dd_remove(struct driver *d, const struct sandbox *sb, char *err, size_t errlen) {
+static int dd_remove(struct driver *d, const struct sandbox *sb, struct err *err) {
         _cleanup_free_ char *name = xasprintf("paddock-%s", sb->id);
         int r = docker_container_remove(D(d), sb->container_id ? sb->container_id : name, true, true);
         if (r == -ENOENT && sb->container_id)
                 r = docker_container_remove(D(d), name, true, true);
-        if (r < 0 && r != -ENOENT) {
-                snprintf(err, errlen, "container removal failed: %s", dmsg(r));
-                return r;
-        }
+        if (r < 0 && r != -ENOENT)
+                return err_set(err, r, "container removal failed: %s", dmsg(r));
         agent_parts_remove(d, sb->id);
         return 0;
 }
@@ -509,7 +488,7 @@ static int dd_sample(struct driver *d, const struct sandbox *sb, struct driver_s
 
 /* With volume caps the volume is a capped btrfs subvolume <volume_root>/<handle>, bound into
  * Docker as a local volume; otherwise a plain Docker volume. */
-static int dd_volume_create(struct driver *d, const char *handle, int64_t size_gb, char *err, size_t errlen) {
+static int dd_volume_create(struct driver *d, const char *handle, int64_t size_gb, struct err *err) {
         const char *root = d->ctl->cfg->docker_volume_root;
         struct docker_kv lbl[] = { { "paddock.volume", handle } };
         _cleanup_free_ char *dev = NULL;
@@ -519,35 +498,30 @@ static int dd_volume_create(struct driver *d, const char *handle, int64_t size_g
         if (P(d)->volume_caps) {
                 r = btrfs_subvol_create_capped(root, handle, size_gb > 0 ? (uint64_t) size_gb << 30 : 0);
                 if (r < 0 && r != -EEXIST) {   /* EEXIST: a retry after a crash; keep what is there */
-                        snprintf(err, errlen, "volume create failed: subvolume %s/%s: %s", root, handle, strerror(-r));
-                        return r;
+                        return err_set(err, r, "volume create failed: subvolume %s/%s: %s", root, handle, strerror(-r));
                 }
                 made = r >= 0;
                 dev = xasprintf("%s/%s", root, handle);
         }
         r = docker_volume_create_bind(D(d), handle, dev, lbl, 1);
         if (r < 0) {
-                snprintf(err, errlen, "volume create failed: %s", dmsg(r));
+                err_set(err, r, "volume create failed: %s", dmsg(r));
                 if (made)
                         (void) btrfs_subvol_destroy(root, handle);
         }
         return r;
 }
 
-static int dd_volume_remove(struct driver *d, const char *handle, char *err, size_t errlen) {
+static int dd_volume_remove(struct driver *d, const char *handle, struct err *err) {
         const char *root = d->ctl->cfg->docker_volume_root;
         int r = docker_volume_remove(D(d), handle, false);
-        if (r < 0 && r != -ENOENT) {
-                snprintf(err, errlen, "volume removal failed: %s", dmsg(r));
-                return r;
-        }
+        if (r < 0 && r != -ENOENT)
+                return err_set(err, r, "volume removal failed: %s", dmsg(r));
         /* The data of a capped volume is its subvolume; Docker's removal leaves it. */
         if (root[0] && btrfs_is_btrfs(root) == 1) {
                 int k = btrfs_subvol_destroy(root, handle);
-                if (k < 0 && k != -ENOENT) {
-                        snprintf(err, errlen, "volume removal failed: subvolume %s/%s: %s", root, handle, strerror(-k));
-                        return k;
-                }
+                if (k < 0 && k != -ENOENT)
+                        return err_set(err, k, "volume removal failed: subvolume %s/%s: %s", root, handle, strerror(-k));
         }
         return 0;
 }
@@ -585,25 +559,23 @@ static int dd_remove_by_id(struct driver *d, const char *sandbox_id) {
         return 0;
 }
 
-static int dd_agent_socket(struct driver *d, const struct sandbox *sb, char **ret_path, char *err, size_t errlen) {
-        if (!P(d)->root_dir) {
-                snprintf(err, errlen, "the driver has no agent sockets");
-                return -EOPNOTSUPP;
-        }
+static int dd_agent_socket(struct driver *d, const struct sandbox *sb, char **ret_path, struct err *err) {
+        if (!P(d)->root_dir)
+                return err_set(err, -EOPNOTSUPP, "the driver has no agent sockets");
         *ret_path = xasprintf("%s/volumes/" PJ_AGENT_VOLUME_PREFIX "%s/_data/" PJ_AGENT_SOCKET_NAME, P(d)->root_dir, sb->id);
         return 0;
 }
 
 /* Under the docker child only it may open the socket (Docker's data root is root's). */
-static int dd_agent_dial(struct driver *d, const struct sandbox *sb, int64_t deadline, char *err, size_t errlen) {
+static int dd_agent_dial(struct driver *d, const struct sandbox *sb, int64_t deadline, struct err *err) {
         _cleanup_free_ char *path = NULL;
         if (!dockerchild_running()) {
-                int r = dd_agent_socket(d, sb, &path, err, errlen);
+                int r = dd_agent_socket(d, sb, &path, err);
                 return r < 0 ? r : unix_connect_nofollow(path, deadline);
         }
         int fd = dockerchild_agent_dial(sb->id, deadline);
         if (fd < 0)
-                snprintf(err, errlen, "the sandbox's agent socket: %s", strerror(-fd));
+                return err_set(err, fd, "the sandbox's agent socket: %s", strerror(-fd));
         return fd;
 }
 

@@ -757,14 +757,12 @@ static void *watch_thread(void *p) {
         _exit(1);
 }
 
-int dockerchild_start(const struct config *cfg, char *err, size_t errlen) {
+int dockerchild_start(const struct config *cfg, struct err *err) {
         int sv[2];
         if (ctl_fd >= 0)
                 return -EALREADY;
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-                snprintf(err, errlen, "socketpair: %s", strerror(errno));
-                return -errno;
-        }
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return err_set(err, -errno, "socketpair: %s", strerror(errno));
         pid_t parent = getpid();
         fflush(NULL);
         pid_t pid = fork();
@@ -772,8 +770,7 @@ int dockerchild_start(const struct config *cfg, char *err, size_t errlen) {
                 int r = -errno;
                 close(sv[0]);
                 close(sv[1]);
-                snprintf(err, errlen, "fork: %s", strerror(-r));
-                return r;
+                return err_set(err, r, "fork: %s", strerror(-r));
         }
         if (pid == 0) {
                 close(sv[0]);
@@ -785,7 +782,7 @@ int dockerchild_start(const struct config *cfg, char *err, size_t errlen) {
         char msg[DC_ERR_MAX];
         int r = dockerchild_ping(msg, sizeof(msg));
         if (r < 0) {
-                snprintf(err, errlen, "the docker child did not start: %s", msg);
+                err_set(err, r, "the docker child did not start: %s", msg);
                 close(ctl_fd);
                 ctl_fd = -1;
                 kill(pid, SIGKILL);
@@ -798,10 +795,8 @@ int dockerchild_start(const struct config *cfg, char *err, size_t errlen) {
         if (!strcmp(cfg->driver, "docker"))
                 registry_set_remote(&registry_via_child);
         pthread_t t;
-        if (pthread_create(&t, NULL, watch_thread, NULL) != 0) {
-                snprintf(err, errlen, "cannot start the thread that watches the docker child");
-                return -EAGAIN;
-        }
+        if (pthread_create(&t, NULL, watch_thread, NULL) != 0)
+                return err_set(err, -EAGAIN, "cannot start the thread that watches the docker child");
         pthread_detach(t);
         log_info("docker child started (pid %d): %s", (int) pid, msg);
         return 0;
@@ -815,7 +810,7 @@ static void forget(char **s) {
         }
 }
 
-int dockerchild_drop(const char *path, struct config *cfg, char *err, size_t errlen) {
+int dockerchild_drop(const char *path, struct config *cfg, struct err *err) {
         free(kept_path);
         kept_path = xstrdup(path);
         kept_cfg = cfg;
@@ -836,19 +831,15 @@ int dockerchild_drop(const char *path, struct config *cfg, char *err, size_t err
                         if (!strcmp(cfg->driver, "docker") && stat(cfg->docker_socket, &st) == 0)
                                 for (int i = 0; i < n; i++)
                                         docker = docker || g[i] == st.st_gid;
-                        if (docker) {
-                                snprintf(err, errlen, "controld cannot leave the group of %s (%s): give it CAP_SETGID "
-                                                      "(packaging/controld-docker-driver.conf) or start it as root with "
-                                                      "[controld] user set", cfg->docker_socket, strerror(-r));
-                                return r;
-                        }
+                        if (docker)
+                                return err_set(err, r, "controld cannot leave the group of %s (%s): give it CAP_SETGID "
+                                                       "(packaging/controld-docker-driver.conf) or start it as root with "
+                                                       "[controld] user set", cfg->docker_socket, strerror(-r));
                         log_warning("controld keeps its supplementary groups (%s)", strerror(-r));
                 }
                 int r = caps_clear();
-                if (r < 0) {
-                        snprintf(err, errlen, "cannot drop capabilities: %s", strerror(-r));
-                        return r;
-                }
+                if (r < 0)
+                        return err_set(err, r, "cannot drop capabilities: %s", strerror(-r));
                 log_info("running as uid %d with no supplementary groups and no capabilities; Docker access is the "
                          "docker child's", (int) getuid());
                 return 0;
@@ -859,26 +850,19 @@ int dockerchild_drop(const char *path, struct config *cfg, char *err, size_t err
         }
         errno = 0;
         struct passwd *pw = getpwnam(cfg->run_user);
-        if (!pw) {
-                snprintf(err, errlen, "[controld] user %s: %s (create it, e.g. with packaging/sysusers-controld.conf, or "
-                                      "name another)", cfg->run_user, errno ? strerror(errno) : "no such user");
-                return -ESRCH;
-        }
-        if (pw->pw_uid == 0) {
-                snprintf(err, errlen, "[controld] user %s is root: name an unprivileged user", cfg->run_user);
-                return -EINVAL;
-        }
+        if (!pw)
+                return err_set(err, -ESRCH, "[controld] user %s: %s (create it, e.g. with packaging/sysusers-controld.conf, or "
+                                            "name another)", cfg->run_user, errno ? strerror(errno) : "no such user");
+        if (pw->pw_uid == 0)
+                return err_set(err, -EINVAL, "[controld] user %s is root: name an unprivileged user", cfg->run_user);
         if (setgroups(0, NULL) < 0 || setresgid(pw->pw_gid, pw->pw_gid, pw->pw_gid) < 0 ||
             setresuid(pw->pw_uid, pw->pw_uid, pw->pw_uid) < 0) {
                 int r = -errno;
-                snprintf(err, errlen, "cannot become [controld] user %s: %s", cfg->run_user, strerror(-r));
-                return r;
+                return err_set(err, r, "cannot become [controld] user %s: %s", cfg->run_user, strerror(-r));
         }
         /* A way back would make all of this moot: check there is none. */
-        if (setuid(0) == 0 || getgroups(0, NULL) != 0) {
-                snprintf(err, errlen, "dropping privileges to %s did not hold", cfg->run_user);
-                return -EPERM;
-        }
+        if (setuid(0) == 0 || getgroups(0, NULL) != 0)
+                return err_set(err, -EPERM, "dropping privileges to %s did not hold", cfg->run_user);
         (void) prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
         /* As a process started as that user would be: its own /proc/self/fd stays its own. */
         (void) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
@@ -887,26 +871,26 @@ int dockerchild_drop(const char *path, struct config *cfg, char *err, size_t err
         return 0;
 }
 
-int dockerchild_config(const char *path, struct config **ret, char *err, size_t errlen) {
+int dockerchild_config(const char *path, struct config **ret, struct err *err) {
         if (kept_cfg && kept_path && !strcmp(path, kept_path)) {
                 *ret = TAKE_PTR(kept_cfg);
                 free(kept_path);
                 kept_path = NULL;
                 return 0;
         }
-        return config_load(path, ret, err, errlen);
+        return config_load(path, ret, err);
 }
 
 int dockerchild_setup(const char *path) {
-        char err[1024] = "";
+        struct err err = { 0 };
         struct config *cfg = NULL;
-        int r = config_load(path, &cfg, err, sizeof(err));
+        int r = config_load(path, &cfg, &err);
         if (r < 0) {
-                fprintf(stderr, "%s\n", err);
+                fprintf(stderr, "%s\n", err.message);
                 return r;
         }
-        if ((r = dockerchild_start(cfg, err, sizeof(err))) < 0 || (r = dockerchild_drop(path, cfg, err, sizeof(err))) < 0) {
-                log_error("%s", err);
+        if ((r = dockerchild_start(cfg, &err)) < 0 || (r = dockerchild_drop(path, cfg, &err)) < 0) {
+                log_error("%s", err.message);
                 if (kept_cfg != cfg)
                         config_free(cfg);
                 return r;

@@ -26,20 +26,22 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "err.h"
+
 struct config;
 
 /* Forks the child, which keeps cfg (its copy after fork()), and points this process's docker,
  * registry (docker driver only: Nomad job specs carry the credentials) and btrfs calls at it.
  * Call before any thread starts. 0, or -errno with the reason in err. */
-int dockerchild_start(const struct config *cfg, char *err, size_t errlen);
+int dockerchild_start(const struct config *cfg, struct err *err);
 /* In the parent after dockerchild_start: forgets the registry credentials in cfg (docker
  * driver) and, when running as root with cfg's run_user set, becomes that user with no
  * supplementary groups; not root, drops supplementary groups where it can. 0 or -errno.
  * cfg (loaded from path) is kept for dockerchild_config. */
-int dockerchild_drop(const char *path, struct config *cfg, char *err, size_t errlen);
+int dockerchild_drop(const char *path, struct config *cfg, struct err *err);
 /* The config dockerchild_drop left (ownership moves to *ret) when path is the file it came
  * from, else config_load(path). */
-int dockerchild_config(const char *path, struct config **ret, char *err, size_t errlen);
+int dockerchild_config(const char *path, struct config **ret, struct err *err);
 /* main()'s start-up: loads path, dockerchild_start, dockerchild_drop; logs and returns -errno
  * on failure. */
 int dockerchild_setup(const char *path);

@@ -16,39 +16,37 @@
 #include "pj_api.h"
 #include "strutil.h"
 
-int driver_guest_connect(struct driver *d, const struct sandbox *sb, struct guest_client **ret, char *err, size_t errlen) {
+int driver_guest_connect(struct driver *d, const struct sandbox *sb, struct guest_client **ret, struct err *err) {
         const struct ctl *c = d->ctl;
-        if (!c->agent_binary || (!d->ops->agent_socket && !d->ops->agent_dial)) {
-                snprintf(err, errlen, "this controld runs no in-sandbox agent");
-                return -EOPNOTSUPP;
-        }
+        if (!c->agent_binary || (!d->ops->agent_socket && !d->ops->agent_dial))
+                return err_set(err, -EOPNOTSUPP, "this controld runs no in-sandbox agent");
         if (d->ops->agent_dial) {
                 int64_t deadline = mono_ms() + GUEST_CONNECT_TIMEOUT_MS;
-                int fd = d->ops->agent_dial(d, sb, deadline, err, errlen);
+                int fd = d->ops->agent_dial(d, sb, deadline, err);
                 if (fd < 0)
                         return fd;
                 char secret[GUEST_SECRET_LEN + 1];
                 guest_secret(c->agent_key, sb->id, secret);
-                struct pj_error perr = { 0 };
+                struct err perr = { 0 };
                 int r = guest_client_connect_fd(fd, secret, deadline, ret, &perr);
                 explicit_bzero(secret, sizeof(secret));
                 if (r < 0)
-                        snprintf(err, errlen, "the sandbox's agent (through its node's relay): %s%s%s", strerror(-r),
-                                 perr.message[0] ? ": " : "", perr.message);
+                        err_set(err, r, "the sandbox's agent (through its node's relay): %s%s%s", strerror(-r),
+                                perr.message[0] ? ": " : "", perr.message);
                 return r;
         }
         _cleanup_free_ char *path = NULL;
-        int r = d->ops->agent_socket(d, sb, &path, err, errlen);
+        int r = d->ops->agent_socket(d, sb, &path, err);
         if (r < 0)
                 return r;
         char secret[GUEST_SECRET_LEN + 1];
         guest_secret(c->agent_key, sb->id, secret);
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         r = guest_client_connect(path, secret, GUEST_CONNECT_TIMEOUT_MS, ret, &perr);
         explicit_bzero(secret, sizeof(secret));
         if (r < 0)
-                snprintf(err, errlen, "the sandbox's agent at %s: %s%s%s", path,
-                         r == -ENOTSOCK ? "not a socket" : r == -EPERM ? "socket of an unexpected owner" : strerror(-r),
-                         perr.message[0] ? ": " : "", perr.message);
+                err_set(err, r, "the sandbox's agent at %s: %s%s%s", path,
+                        r == -ENOTSOCK ? "not a socket" : r == -EPERM ? "socket of an unexpected owner" : strerror(-r),
+                        perr.message[0] ? ": " : "", perr.message);
         return r;
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
 #include "guest-exec.h"
 
 struct ctl;
@@ -49,21 +50,21 @@ int exec_output_discard(int stream, const uint8_t *data, size_t len, void *ud);
 
 /* What a driver does: one static const table per driver (driver-docker.c, driver-nomad.c). */
 struct driver_ops {
-        int (*init)(struct driver *d, char *err, size_t errlen);
+        int (*init)(struct driver *d, struct err *err);
         /* Is the backend answering right now? (for /healthz) */
         int (*ping)(struct driver *d);
         void (*done)(struct driver *d);
         /* Places and starts the workload for sb and waits (bounded) until it runs. On failure
          * nothing is left behind. */
-        int (*place)(struct driver *d, const struct sandbox *sb, struct placement *ret, char *err, size_t errlen);
+        int (*place)(struct driver *d, const struct sandbox *sb, struct placement *ret, struct err *err);
         /* Stops and removes the workload; the persistent volume stays. Missing = success. */
-        int (*remove)(struct driver *d, const struct sandbox *sb, char *err, size_t errlen);
+        int (*remove)(struct driver *d, const struct sandbox *sb, struct err *err);
         /* 1 running, 0 not running / gone, < 0 error talking to the backend. */
         int (*running)(struct driver *d, const struct sandbox *sb, int *ret_exit_code);
         int (*sample)(struct driver *d, const struct sandbox *sb, struct driver_sample *ret);
         /* Volumes by handle. */
-        int (*volume_create)(struct driver *d, const char *handle, int64_t size_gb, char *err, size_t errlen);
-        int (*volume_remove)(struct driver *d, const char *handle, char *err, size_t errlen);
+        int (*volume_create)(struct driver *d, const char *handle, int64_t size_gb, struct err *err);
+        int (*volume_remove)(struct driver *d, const char *handle, struct err *err);
         /* Sandbox ids that have a workload of THIS controld instance on the backend (for orphan
          * reaping). NULL-terminated strv. */
         int (*list)(struct driver *d, char ***ret_sandbox_ids);
@@ -72,7 +73,7 @@ struct driver_ops {
         /* Runtime operations. exec_start returns a session whose output is read with exec_read;
          * -ENOENT/-ESRCH when the workload is gone. */
         int (*exec_start)(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec,
-                          struct exec_session **ret, char *err, size_t errlen);
+                          struct exec_session **ret, struct err *err);
         /* Writes stdin (blocking, bounded by timeout_ms). Output that arrives meanwhile is passed
          * to cb so the process never stalls on a full pipe. -EPIPE when the process is gone. */
         int (*exec_write)(struct exec_session *s, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud);
@@ -89,11 +90,11 @@ struct driver_ops {
         void (*exec_free)(struct exec_session *s);
         /* Optional (NULL = no agent path): the host path of sb's agent socket (xmalloc'd), or
          * -errno with err. The caller opens it without following links (agent-client.c). */
-        int (*agent_socket)(struct driver *d, const struct sandbox *sb, char **ret_path, char *err, size_t errlen);
+        int (*agent_socket)(struct driver *d, const struct sandbox *sb, char **ret_path, struct err *err);
         /* Optional, instead of agent_socket (Nomad): a stream connected to sb's agent (through
          * its node's relay) by deadline (mono_ms()), the fd or -errno with err; the caller says
          * HELLO over it. */
-        int (*agent_dial)(struct driver *d, const struct sandbox *sb, int64_t deadline, char *err, size_t errlen);
+        int (*agent_dial)(struct driver *d, const struct sandbox *sb, int64_t deadline, struct err *err);
         /* Optional: whether sb's memory limit killed it (the sandbox is gone or going; waits a
          * few seconds for the engine to record why). 1 yes, 0 no, < 0 errors. */
         int (*oom_killed)(struct driver *d, const struct sandbox *sb);
@@ -107,17 +108,16 @@ struct driver_ops {
          * failure the workload runs on as it was (agent unparked) when it can; *ret_stopped
          * says when it could not (then it is stopped). */
         int (*checkpoint)(struct driver *d, const struct sandbox *sb, const char *name, int64_t *ret_bytes,
-                          bool *ret_stopped, char *err, size_t errlen);
+                          bool *ret_stopped, struct err *err);
         /* With checkpoint: 0 when the backend can checkpoint now, else -EOPNOTSUPP (or another
          * -errno) with the reason (e.g. Docker without experimental features). */
-        int (*checkpoint_ready)(struct driver *d, char *err, size_t errlen);
+        int (*checkpoint_ready)(struct driver *d, struct err *err);
         /* Optional, with checkpoint: starts sb's kept workload from checkpoint `name`, in place,
          * unparks its agent and waits (bounded) for it to listen; the checkpoint is removed once
          * the workload runs. ret as place's. On failure the workload is stopped as it was. */
-        int (*restore)(struct driver *d, const struct sandbox *sb, const char *name, struct placement *ret, char *err,
-                       size_t errlen);
+        int (*restore)(struct driver *d, const struct sandbox *sb, const char *name, struct placement *ret, struct err *err);
         /* Optional: mark a node (in)eligible for new sandboxes. NULL = the driver has one node. */
-        int (*node_set_eligible)(struct driver *d, const char *node_id, bool eligible, char *err, size_t errlen);
+        int (*node_set_eligible)(struct driver *d, const char *node_id, bool eligible, struct err *err);
 };
 
 struct driver {
@@ -131,7 +131,7 @@ struct driver {
  * reason in err: -EOPNOTSUPP the driver or sandbox has no init path, -ENOENT/-ECONNREFUSED
  * nothing listening, -ENOTSOCK/-EPERM something else at its socket, -EACCES refused secret,
  * -ETIMEDOUT no answer in time. */
-int driver_guest_connect(struct driver *d, const struct sandbox *sb, struct guest_client **ret, char *err, size_t errlen);
+int driver_guest_connect(struct driver *d, const struct sandbox *sb, struct guest_client **ret, struct err *err);
 
 /* driver.c: the driver [scheduler] driver names (docker or nomad), not yet initialised. */
 int driver_new(struct ctl *c, struct driver **ret);

@@ -158,12 +158,10 @@ static void exec_session_free(struct exec_session *s) {
 }
 
 int nomad_exec_start(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec, struct exec_session **ret,
-                         char *err, size_t errlen) {
+                         struct err *err) {
         struct ndriver *n = N(d);
-        if (!sb->alloc_id || !*sb->alloc_id) {
-                fmt_err(err, errlen, "the sandbox has no running allocation");
-                return -ESRCH;
-        }
+        if (!sb->alloc_id || !*sb->alloc_id)
+                return err_set(err, -ESRCH, "the sandbox has no running allocation");
         _cleanup_free_ char *cmd = nomad_exec_command(spec);
         _cleanup_free_ char *ecmd = nomad_esc(cmd);
         _cleanup_free_ char *cq = nomad_common_query(n);
@@ -190,9 +188,8 @@ int nomad_exec_start(struct driver *d, const struct sandbox *sb, const struct ex
         nomad_curl_tls(n, s->h);
         CURLcode cc = curl_easy_perform(s->h);
         if (cc != CURLE_OK) {
-                fmt_err(err, errlen, "Nomad at %s did not answer the exec connection: %s", n->cfg->nomad_addr,
-                        curl_easy_strerror(cc));
-                r = -EHOSTUNREACH;
+                r = err_set(err, -EHOSTUNREACH, "Nomad at %s did not answer the exec connection: %s", n->cfg->nomad_addr,
+                            curl_easy_strerror(cc));
                 goto fail;
         }
         curl_easy_getinfo(s->h, CURLINFO_ACTIVESOCKET, &s->fd);
@@ -200,12 +197,12 @@ int nomad_exec_start(struct driver *d, const struct sandbox *sb, const struct ex
         ws_key_new(key);
         r = ws_client_request(n->hostport, path, key, n->token_header ? extra : NULL, &head);
         if (r < 0) {
-                fmt_err(err, errlen, "could not build the exec request");
+                err_set(err, r, "could not build the exec request");
                 goto fail;
         }
         r = ws_send_all(s, head, strlen(head), deadline);
         if (r < 0) {
-                fmt_err(err, errlen, "Nomad's exec connection broke while sending the request");
+                err_set(err, r, "Nomad's exec connection broke while sending the request");
                 goto fail;
         }
         /* The response head; what follows it is frames (101) or the refusal's body. */
@@ -256,17 +253,17 @@ int nomad_exec_start(struct driver *d, const struct sandbox *sb, const struct ex
                         strbuf_init(&fake.body, 0);
                         if (in.len > head_len)
                                 strbuf_append(&fake.body, in.buf + head_len, in.len - head_len);
-                        nomad_error(&fake, "starting the exec", err, errlen);
+                        nomad_error(&fake, "starting the exec", err);
                         strbuf_done(&fake.body);
                         r = status == 404 ? -ENOENT : status == 403 ? -EACCES : -EREMOTEIO;
                 } else
-                        fmt_err(err, errlen, "Nomad's exec WebSocket handshake failed: %s", strerror(-r));
+                        err_set(err, r, "Nomad's exec WebSocket handshake failed: %s", strerror(-r));
                 strbuf_done(&in);
                 goto fail;
         }
         if (in.len > head_len && (r = ws_reader_feed(&s->rd, in.buf + head_len, in.len - head_len)) < 0) {
                 strbuf_done(&in);
-                fmt_err(err, errlen, "Nomad's exec stream started with a bad frame");
+                err_set(err, r, "Nomad's exec stream started with a bad frame");
                 goto fail;
         }
         strbuf_done(&in);
@@ -278,7 +275,7 @@ int nomad_exec_start(struct driver *d, const struct sandbox *sb, const struct ex
         return 0;
 fail:
         nomad_ctx_ids(s->job_id, s->alloc_id);
-        log_warning("Nomad exec failed: %s", err);
+        log_warning("Nomad exec failed: %s", err->message);
         log_ctx_set("NOMAD_JOB_ID", NULL);
         log_ctx_set("ALLOC_ID", NULL);
         exec_session_free(s);
@@ -386,10 +383,10 @@ int nomad_exec_exit_code(struct exec_session *s, int *ret) {
 
 /* Nomad records an OOM kill on the task's Terminated event (Details.oom_killed). */
 int nomad_exec_oom_killed(struct exec_session *s) {
-        char err[256];
+        struct err err = { 0 };
         _cleanup_free_ char *path = xasprintf("/v1/allocation/%s", s->alloc_id);
         _cleanup_json_ cJSON *j = NULL;
-        int r = nomad_json(s->n, "GET", path, NULL, NULL, "reading the allocation", &j, NULL, err, sizeof(err));
+        int r = nomad_json(s->n, "GET", path, NULL, NULL, "reading the allocation", &j, NULL, &err);
         if (r < 0)
                 return r == -ENOENT ? 0 : r;
         const cJSON *ts = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "TaskStates"), NOMAD_TASK);

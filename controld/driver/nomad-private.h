@@ -32,18 +32,18 @@ void nomad_curl_tls(struct ndriver *n, CURL *h);
 char *nomad_common_query(struct ndriver *n);
 char *nomad_esc(const char *s);
 /* err = what failed and Nomad's answer (its first line), the ACL token named on 403. */
-void nomad_error(const struct nresp *r, const char *what, char *err, size_t errlen);
+void nomad_error(const struct nresp *r, const char *what, struct err *err);
 void nomad_ctx_ids(const char *job, const char *alloc);
 /* A request whose answer must be 2xx; the JSON body (if any) in *ret_json. */
 int nomad_json(struct ndriver *n, const char *method, const char *path, const char *query, const cJSON *body,
-               const char *what, cJSON **ret_json, int64_t *ret_index, char *err, size_t errlen);
+               const char *what, cJSON **ret_json, int64_t *ret_index, struct err *err);
 
 /* nomad-relay.c: driver_ops.agent_dial (see there). */
-int nomad_agent_dial(struct driver *d, const struct sandbox *sb, int64_t deadline, char *err, size_t errlen);
+int nomad_agent_dial(struct driver *d, const struct sandbox *sb, int64_t deadline, struct err *err);
 
 /* nomad-exec.c: the driver_ops exec calls. */
 int nomad_exec_start(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec, struct exec_session **ret,
-                     char *err, size_t errlen);
+                     struct err *err);
 int nomad_exec_read(struct exec_session *s, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
 int nomad_exec_write(struct exec_session *s, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud);
 int nomad_exec_close_stdin(struct exec_session *s);

@@ -70,8 +70,7 @@ static int split_hostport(const char *s, char *host, size_t hostlen, int *port) 
         return 0;
 }
 
-static int relay_address(struct driver *d, const char *node_id, char *host, size_t hostlen, int *port, char *err,
-                         size_t errlen) {
+static int relay_address(struct driver *d, const char *node_id, char *host, size_t hostlen, int *port, struct err *err) {
         int64_t now = mono_ms();
         pthread_mutex_lock(&cache_mu);
         for (size_t i = 0; i < NODE_CACHE; i++)
@@ -85,21 +84,18 @@ static int relay_address(struct driver *d, const char *node_id, char *host, size
 
         _cleanup_free_ char *esc = nomad_esc(node_id), *path = xasprintf("/v1/node/%s", esc);
         _cleanup_json_ cJSON *node = NULL;
-        int r = nomad_json(N(d), "GET", path, NULL, NULL, "reading the sandbox's node", &node, NULL, err, errlen);
+        int r = nomad_json(N(d), "GET", path, NULL, NULL, "reading the sandbox's node", &node, NULL, err);
         if (r < 0)
                 return r;
         const char *meta = json_get_str(cJSON_GetObjectItemCaseSensitive(node, "Meta"), "paddock.relay");
         const char *http = json_get_str(node, "HTTPAddr");
         if (meta && *meta) {
-                if (split_hostport(meta, host, hostlen, port) < 0 || *port == 0) {
-                        snprintf(err, errlen, "node %s: Meta paddock.relay \"%s\" is not host:port", node_id, meta);
-                        return -EINVAL;
-                }
+                if (split_hostport(meta, host, hostlen, port) < 0 || *port == 0)
+                        return err_set(err, -EINVAL, "node %s: Meta paddock.relay \"%s\" is not host:port", node_id, meta);
         } else if (http && split_hostport(http, host, hostlen, port) == 0) {
                 *port = (int) N(d)->cfg->nomad_relay_port;
         } else {
-                snprintf(err, errlen, "node %s has no HTTPAddr and no Meta paddock.relay: no way to its relay", node_id);
-                return -EHOSTUNREACH;
+                return err_set(err, -EHOSTUNREACH, "node %s has no HTTPAddr and no Meta paddock.relay: no way to its relay", node_id);
         }
         pthread_mutex_lock(&cache_mu);
         size_t slot = 0;
@@ -151,44 +147,40 @@ static int tcp_connect(const char *host, int port, int64_t deadline) {
         return r;
 }
 
-int nomad_agent_dial(struct driver *d, const struct sandbox *sb, int64_t deadline, char *err, size_t errlen) {
+int nomad_agent_dial(struct driver *d, const struct sandbox *sb, int64_t deadline, struct err *err) {
         struct ctl *c = d->ctl;
-        if (!c->relay_secret) {
-                snprintf(err, errlen, "no relay secret ([nomad] relay_secret_file)");
-                return -EOPNOTSUPP;
-        }
-        if (!sb->node_id || !*sb->node_id) {
-                snprintf(err, errlen, "the sandbox has no node yet");
-                return -ENOENT;
-        }
+        if (!c->relay_secret)
+                return err_set(err, -EOPNOTSUPP, "no relay secret ([nomad] relay_secret_file)");
+        if (!sb->node_id || !*sb->node_id)
+                return err_set(err, -ENOENT, "the sandbox has no node yet");
         char host[256];
         int port;
-        int r = relay_address(d, sb->node_id, host, sizeof(host), &port, err, errlen);
+        int r = relay_address(d, sb->node_id, host, sizeof(host), &port, err);
         if (r < 0)
                 return r;
         int fd = tcp_connect(host, port, deadline);
         if (fd < 0) {
                 cache_forget(sb->node_id);
-                snprintf(err, errlen, "the relay of node %s at %s:%d: %s", sb->node_id, host, port, strerror(-fd));
+                err_set(err, fd, "the relay of node %s at %s:%d: %s", sb->node_id, host, port, strerror(-fd));
                 /* no relay there: the caller may take the driver's exec path */
                 return fd == -ETIMEDOUT ? fd : -ECONNREFUSED;
         }
         if (c->relay_tls) {
-                char terr[300] = "";
-                fd = tls_bridge(c->relay_tls, fd, host, deadline, terr, sizeof(terr));
+                struct err terr = { 0 };
+                fd = tls_bridge(c->relay_tls, fd, host, deadline, &terr);
                 if (fd < 0) {
-                        snprintf(err, errlen, "the relay of node %s at %s:%d: %s", sb->node_id, host, port, terr);
+                        err_set(err, fd, "the relay of node %s at %s:%d: %s", sb->node_id, host, port, terr.message);
                         /* a relay that is not there for us: the driver's exec path serves the call */
                         return fd == -ETIMEDOUT ? fd : -EPROTO;
                 }
         }
         r = pj_relay_client_handshake(fd, c->relay_secret, c->relay_secret_len, sb->id, deadline);
         if (r < 0) {
-                snprintf(err, errlen, "the relay of node %s at %s:%d: %s", sb->node_id, host, port,
-                         r == -EACCES  ? "refused our relay secret (not the nodes' [relay] secret_file)"
-                         : r == -ENOENT ? "no agent socket for this sandbox there"
-                         : r == -EBUSY  ? "at its connection limit ([relay] max_connections)"
-                                        : strerror(-r));
+                err_set(err, r, "the relay of node %s at %s:%d: %s", sb->node_id, host, port,
+                        r == -EACCES  ? "refused our relay secret (not the nodes' [relay] secret_file)"
+                        : r == -ENOENT ? "no agent socket for this sandbox there"
+                        : r == -EBUSY  ? "at its connection limit ([relay] max_connections)"
+                                       : strerror(-r));
                 close(fd);
                 /* a busy relay is no relay for this call: the driver's exec path serves it */
                 return r == -ECONNRESET ? -EPROTO : r == -EBUSY ? -ECONNREFUSED : r;

@@ -465,8 +465,8 @@ void nomad_exec_frame_done(struct nomad_exec_frame *f) {
 
 int nomad_exec_frame_parse(const char *text, size_t len, struct nomad_exec_frame *ret) {
         _cleanup_json_ cJSON *j = NULL;
-        char perr[128];
-        if (json_parse(text, len, NOMAD_EXEC_MAX_MESSAGE * 2, 8, &j, perr, sizeof(perr)) < 0 || !cJSON_IsObject(j))
+        struct err perr = { 0 };
+        if (json_parse(text, len, NOMAD_EXEC_MAX_MESSAGE * 2, 8, &j, &perr) < 0 || !cJSON_IsObject(j))
                 return -EBADMSG;
         struct nomad_exec_frame f = { 0 };
         const cJSON *ex = cJSON_GetObjectItemCaseSensitive(j, "exited");

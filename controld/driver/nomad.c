@@ -95,16 +95,14 @@ char *nomad_esc(const char *s) {
 /* One request to Nomad. 0 when an HTTP answer came (any status), -EHOSTUNREACH when Nomad did
  * not answer (err says why). timeout_ms 0 = [nomad] request_timeout. */
 static int nomad_call(struct ndriver *n, const char *method, const char *path, const char *query, const cJSON *body,
-                      long timeout_ms, struct nresp *ret, char *err, size_t errlen) {
+                      long timeout_ms, struct nresp *ret, struct err *err) {
         _cleanup_free_ char *cq = nomad_common_query(n);
         _cleanup_free_ char *url = xasprintf("%s%s?%s%s%s", n->base, path, cq, query ? "&" : "", query ? query : "");
         _cleanup_free_ char *text = body ? json_print(body) : NULL;
         struct curl_slist *hdrs = NULL;
         CURL *h = curl_easy_init();
-        if (!h) {
-                fmt_err(err, errlen, "libcurl failed to start");
-                return -ENOMEM;
-        }
+        if (!h)
+                return err_set(err, -ENOMEM, "libcurl failed to start");
         memset(ret, 0, sizeof(*ret));
         strbuf_init(&ret->body, NOMAD_MAX_RESPONSE);
         if (n->token_header)
@@ -134,7 +132,8 @@ static int nomad_call(struct ndriver *n, const char *method, const char *path, c
         curl_easy_cleanup(h);
         curl_slist_free_all(hdrs);
         if (cc != CURLE_OK) {
-                fmt_err(err, errlen, "Nomad at %s did not answer %s %s: %s", n->cfg->nomad_addr, method, path,
+                err_set(err, cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH,
+                        "Nomad at %s did not answer %s %s: %s", n->cfg->nomad_addr, method, path,
                         ret->curl_error[0] ? ret->curl_error : curl_easy_strerror(cc));
                 nresp_done(ret);
                 return cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH;
@@ -143,7 +142,7 @@ static int nomad_call(struct ndriver *n, const char *method, const char *path, c
 }
 
 /* Nomad's text/plain error as one clean line (first line, at most 300 bytes). */
-void nomad_error(const struct nresp *r, const char *what, char *err, size_t errlen) {
+void nomad_error(const struct nresp *r, const char *what, struct err *err) {
         char msg[301];
         size_t k = 0;
         for (size_t i = 0; i < r->body.len && k < sizeof(msg) - 1; i++) {
@@ -154,10 +153,10 @@ void nomad_error(const struct nresp *r, const char *what, char *err, size_t errl
         }
         msg[k] = 0;
         if (r->status == 403)
-                fmt_err(err, errlen, "%s: Nomad refused the ACL token (%s); check [nomad] token", what,
+                err_set(err, -EACCES, "%s: Nomad refused the ACL token (%s); check [nomad] token", what,
                         k ? msg : "Permission denied");
         else
-                fmt_err(err, errlen, "%s: Nomad answered %ld%s%s", what, r->status, k ? ": " : "", msg);
+                err_set(err, -EREMOTEIO, "%s: Nomad answered %ld%s%s", what, r->status, k ? ": " : "", msg);
 }
 
 static int status_errno(long status) {
@@ -174,13 +173,13 @@ static int status_errno(long status) {
 }
 
 int nomad_json(struct ndriver *n, const char *method, const char *path, const char *query, const cJSON *body,
-                      const char *what, cJSON **ret_json, int64_t *ret_index, char *err, size_t errlen) {
+                      const char *what, cJSON **ret_json, int64_t *ret_index, struct err *err) {
         struct nresp r;
-        int k = nomad_call(n, method, path, query, body, 0, &r, err, errlen);
+        int k = nomad_call(n, method, path, query, body, 0, &r, err);
         if (k < 0)
                 return k;
         if (r.status < 200 || r.status > 299) {
-                nomad_error(&r, what, err, errlen);
+                nomad_error(&r, what, err);
                 k = status_errno(r.status);
                 nresp_done(&r);
                 return k;
@@ -188,10 +187,10 @@ int nomad_json(struct ndriver *n, const char *method, const char *path, const ch
         if (ret_index)
                 *ret_index = r.index;
         if (ret_json) {
-                char perr[128];
+                struct err perr = { 0 };
                 *ret_json = NULL;
-                if (r.body.len && json_parse(r.body.buf, r.body.len, NOMAD_MAX_RESPONSE, 64, ret_json, perr, sizeof(perr)) < 0) {
-                        fmt_err(err, errlen, "%s: Nomad's answer is not JSON (%s)", what, perr);
+                if (r.body.len && json_parse(r.body.buf, r.body.len, NOMAD_MAX_RESPONSE, 64, ret_json, &perr) < 0) {
+                        err_set(err, -EBADMSG, "%s: Nomad's answer is not JSON (%s)", what, perr.message);
                         nresp_done(&r);
                         return -EBADMSG;
                 }
@@ -204,25 +203,25 @@ int nomad_json(struct ndriver *n, const char *method, const char *path, const ch
  * Updates *index. A server that answers at once without a newer index (which Nomad never
  * does) is slowed down here, so a misbehaving endpoint cannot turn this into a storm. */
 static int nomad_block(struct ndriver *n, const char *path, const char *query, int64_t *index, int64_t wait_ms,
-                       const char *what, cJSON **ret_json, char *err, size_t errlen) {
+                       const char *what, cJSON **ret_json, struct err *err) {
         _cleanup_free_ char *q = xasprintf("%s%sindex=%lld&wait=%lldms", query ? query : "", query ? "&" : "",
                                            (long long) *index, (long long) wait_ms);
         struct nresp r;
         int64_t t0 = mono_ms();
         int k = nomad_call(n, "GET", path, q, NULL, (long) (wait_ms + wait_ms / 16 + n->cfg->nomad_request_timeout_ms), &r,
-                           err, errlen);
+                           err);
         if (k < 0)
                 return k;
         if (r.status != 200) {
-                nomad_error(&r, what, err, errlen);
+                nomad_error(&r, what, err);
                 k = status_errno(r.status);
                 nresp_done(&r);
                 return k;
         }
-        char perr[128];
-        k = json_parse(r.body.buf, r.body.len, NOMAD_MAX_RESPONSE, 64, ret_json, perr, sizeof(perr));
+        struct err perr = { 0 };
+        k = json_parse(r.body.buf, r.body.len, NOMAD_MAX_RESPONSE, 64, ret_json, &perr);
         if (k < 0) {
-                fmt_err(err, errlen, "%s: Nomad's answer is not JSON (%s)", what, perr);
+                err_set(err, -EBADMSG, "%s: Nomad's answer is not JSON (%s)", what, perr.message);
                 nresp_done(&r);
                 return -EBADMSG;
         }
@@ -239,10 +238,10 @@ void nomad_ctx_ids(const char *job, const char *alloc) {
         log_ctx_set("ALLOC_ID", alloc);
 }
 
-static int deregister(struct ndriver *n, const char *job, char *err, size_t errlen) {
+static int deregister(struct ndriver *n, const char *job, struct err *err) {
         _cleanup_free_ char *path = xasprintf("/v1/job/%s", job);
         _cleanup_json_ cJSON *j = NULL;
-        int r = nomad_json(n, "DELETE", path, "purge=true", NULL, "deregistering the job", &j, NULL, err, errlen);
+        int r = nomad_json(n, "DELETE", path, "purge=true", NULL, "deregistering the job", &j, NULL, err);
         return r == -ENOENT ? 0 : r;   /* Nomad answers 200 for an unknown job; a 404 means the same */
 }
 
@@ -250,7 +249,7 @@ static int deregister(struct ndriver *n, const char *job, char *err, size_t errl
 static void wait_alloc_stopped(struct ndriver *n, const char *alloc, int64_t timeout_ms) {
         _cleanup_free_ char *path = xasprintf("/v1/allocation/%s", alloc);
         int64_t index = 0, deadline = mono_ms() + timeout_ms;
-        char err[256];
+        struct err err = { 0 };
         for (;;) {
                 int64_t left = deadline - mono_ms();
                 if (left <= 0) {
@@ -262,11 +261,11 @@ static void wait_alloc_stopped(struct ndriver *n, const char *alloc, int64_t tim
                 int r = nomad_block(n, path, NULL, &index, left < (int64_t) n->cfg->nomad_blocking_wait_ms
                                                                    ? left
                                                                    : (int64_t) n->cfg->nomad_blocking_wait_ms,
-                                    "reading the allocation", &a, err, sizeof(err));
+                                    "reading the allocation", &a, &err);
                 if (r == -ENOENT)
                         return;
                 if (r < 0) {
-                        log_warning("could not follow the stopping allocation: %s", err);
+                        log_warning("could not follow the stopping allocation: %s", err.message);
                         return;
                 }
                 const char *cs = json_get_str(a, "ClientStatus");
@@ -276,7 +275,7 @@ static void wait_alloc_stopped(struct ndriver *n, const char *alloc, int64_t tim
 }
 
 static int scale(struct ndriver *n, const char *job, int count, const char *why, char **ret_eval, int64_t *ret_index,
-                 char *err, size_t errlen) {
+                 struct err *err) {
         _cleanup_free_ char *path = xasprintf("/v1/job/%s/scale", job);
         _cleanup_json_ cJSON *body = cJSON_CreateObject();
         _cleanup_json_ cJSON *j = NULL;
@@ -287,7 +286,7 @@ static int scale(struct ndriver *n, const char *job, int count, const char *why,
         json_add_str(body, "Message", why);
         int64_t hidx = 0;
         int r = nomad_json(n, "POST", path, NULL, body, count ? "scaling the job to 1" : "scaling the job to 0", &j, &hidx,
-                           err, errlen);
+                           err);
         if (r < 0)
                 return r;
         int64_t jm = 0, ec = 0;
@@ -308,7 +307,7 @@ static int64_t block_wait(struct ndriver *n, int64_t deadline) {
 
 /* Follows the evaluation until it finished: a placement failure (no node fits) ends the wait
  * at once with the scheduler's reason. 0 placed (or no eval to follow), < 0 with err set. */
-static int wait_eval(struct ndriver *n, const char *eval, int64_t deadline, char *err, size_t errlen) {
+static int wait_eval(struct ndriver *n, const char *eval, int64_t deadline, struct err *err) {
         if (!eval)
                 return 0;
         _cleanup_free_ char *path = xasprintf("/v1/evaluation/%s", eval);
@@ -318,17 +317,15 @@ static int wait_eval(struct ndriver *n, const char *eval, int64_t deadline, char
                 if (w <= 0)
                         return 0;   /* the allocation wait reports the timeout */
                 _cleanup_json_ cJSON *e = NULL;
-                int r = nomad_block(n, path, NULL, &index, w, "reading the evaluation", &e, err, errlen);
+                int r = nomad_block(n, path, NULL, &index, w, "reading the evaluation", &e, err);
                 if (r == -ENOENT)
                         return 0;   /* garbage-collected or not served: the allocations tell */
                 if (r < 0)
                         return r;
                 bool done = false;
                 _cleanup_free_ char *why = nomad_eval_failure(e, &done);
-                if (why) {
-                        fmt_err(err, errlen, "%s", why);
-                        return -EHOSTUNREACH;
-                }
+                if (why)
+                        return err_set(err, -EHOSTUNREACH, "%s", why);
                 if (done)
                         return 0;
         }
@@ -336,20 +333,18 @@ static int wait_eval(struct ndriver *n, const char *eval, int64_t deadline, char
 
 /* Waits for the allocation created at/after min_index to run. */
 static int wait_alloc(struct ndriver *n, const char *job, int64_t min_index, int64_t deadline, struct nomad_alloc *ret,
-                      char *err, size_t errlen) {
+                      struct err *err) {
         _cleanup_free_ char *path = xasprintf("/v1/job/%s/allocations", job);
         int64_t index = 0;
         _cleanup_free_ char *last = NULL;
         for (;;) {
                 int64_t w = block_wait(n, deadline);
-                if (w <= 0) {
-                        fmt_err(err, errlen, "Nomad did not start the sandbox within %llus%s%s",
-                                (unsigned long long) (n->cfg->nomad_placement_timeout_ms / 1000), last ? ": " : " (no allocation placed)",
-                                last ? last : "");
-                        return -ETIMEDOUT;
-                }
+                if (w <= 0)
+                        return err_set(err, -ETIMEDOUT, "Nomad did not start the sandbox within %llus%s%s",
+                                       (unsigned long long) (n->cfg->nomad_placement_timeout_ms / 1000),
+                                       last ? ": " : " (no allocation placed)", last ? last : "");
                 _cleanup_json_ cJSON *stubs = NULL;
-                int r = nomad_block(n, path, NULL, &index, w, "reading the job's allocations", &stubs, err, errlen);
+                int r = nomad_block(n, path, NULL, &index, w, "reading the job's allocations", &stubs, err);
                 if (r < 0)
                         return r;
                 struct nomad_alloc a = { 0 };
@@ -362,7 +357,7 @@ static int wait_alloc(struct ndriver *n, const char *job, int64_t min_index, int
                         return 0;
                 case NOMAD_ALLOC_FAILED:
                 case NOMAD_ALLOC_STOPPED:
-                        fmt_err(err, errlen, "Nomad allocation %.8s %s: %s", a.id, a.client_status,
+                        err_set(err, -EHOSTUNREACH, "Nomad allocation %.8s %s: %s", a.id, a.client_status,
                                 a.reason ? a.reason : "no reason given");
                         nomad_alloc_clear(&a);
                         return -EHOSTUNREACH;
@@ -385,16 +380,16 @@ static void wait_agent(struct driver *d, const struct sandbox *sb, const char *n
         int64_t until = mono_ms() + 10000;
         if (until > deadline)
                 until = deadline;
-        char err[512] = "";
+        struct err err = { 0 };
         for (int i = 0;; i++) {
                 struct guest_client *ac = NULL;
-                int r = driver_guest_connect(d, &t, &ac, err, sizeof(err));
+                int r = driver_guest_connect(d, &t, &ac, &err);
                 guest_client_free(ac);
                 if (r == 0)
                         return;
                 if (mono_ms() >= until) {
                         log_warning("the sandbox's agent did not answer within 10 s (%s); commands go through alloc exec",
-                                    err);
+                                    err.message);
                         return;
                 }
                 usleep(i < 20 ? 20000 : 100000);
@@ -406,26 +401,26 @@ static void wait_agent(struct driver *d, const struct sandbox *sb, const char *n
  * each, so the node's Docker makes no anonymous volume under its data root (outside the
  * sandbox's disk cap, left behind when the job goes). Templates built here have none (they
  * are normalised when pushed); this covers older ones and their snapshots. */
-static int image_volumes_tmpfs(struct ndriver *n, const struct sandbox *sb, cJSON *body, char *err, size_t errlen) {
+static int image_volumes_tmpfs(struct ndriver *n, const struct sandbox *sb, cJSON *body, struct err *err) {
         if (!sb->from_snapshot && !userimage_is(n->cfg, sb->image))
                 return 0;
         _cleanup_strv_free_ char **vols = NULL;
         int r = userimage_volumes(n->cfg, sb->image, &vols);
         if (r == -E2BIG)
-                snprintf(err, errlen, "image %s declares more than %d VOLUMEs; it cannot run as a sandbox", sb->image,
-                         DOCKER_IMAGE_VOLUMES_MAX);
+                err_set(err, -EINVAL, "image %s declares more than %d VOLUMEs; it cannot run as a sandbox", sb->image,
+                        DOCKER_IMAGE_VOLUMES_MAX);
         else if (r == -EDOM)
-                snprintf(err, errlen, "image %s declares a VOLUME that is not an absolute path below /; it cannot run "
+                err_set(err, -EINVAL, "image %s declares a VOLUME that is not an absolute path below /; it cannot run "
                                       "as a sandbox", sb->image);
         else if (r < 0)
-                snprintf(err, errlen, "cannot read the config of image %s from the registry: %s", sb->image, strerror(-r));
+                err_set(err, r, "cannot read the config of image %s from the registry: %s", sb->image, strerror(-r));
         if (r < 0)
                 return r == -E2BIG || r == -EDOM ? -EINVAL : r;
         (void) nomad_job_add_tmpfs(body, (const char *const *) vols, (int64_t) (sb->memory > 0 ? sb->memory : 64) << 20);
         return 0;
 }
 
-static int nd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, char *err, size_t errlen) {
+static int nd_place(struct driver *d, const struct sandbox *sb, struct placement *ret, struct err *err) {
         struct ndriver *n = N(d);
         _cleanup_free_ char *job = nomad_job_id(sb->id);
         _cleanup_free_ char *eval = NULL, *apath = NULL;
@@ -440,7 +435,7 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
          * A sandbox whose image became a snapshot meanwhile (E2B's pause keeps the filesystem
          * so) registers the job again instead: its task must start from that image. */
         if (sb->status == SB_RESUMING && !sb->from_snapshot) {
-                r = scale(n, job, 1, "resume", &eval, &min_index, err, errlen);
+                r = scale(n, job, 1, "resume", &eval, &min_index, err);
                 if (r >= 0)
                         scaled = true;
                 else if (r != -ENOENT)
@@ -453,11 +448,11 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
                 _cleanup_json_ cJSON *body = nomad_job_build(n->cfg, d->ctl->instance_id, sb,
                                                              d->ctl->agent_binary ? secret : NULL);
                 explicit_bzero(secret, sizeof(secret));
-                if ((r = image_volumes_tmpfs(n, sb, body, err, errlen)) < 0)
+                if ((r = image_volumes_tmpfs(n, sb, body, err)) < 0)
                         goto fail;
                 _cleanup_json_ cJSON *j = NULL;
                 int64_t hidx = 0;
-                r = nomad_json(n, "PUT", "/v1/jobs", NULL, body, "registering the job", &j, &hidx, err, errlen);
+                r = nomad_json(n, "PUT", "/v1/jobs", NULL, body, "registering the job", &j, &hidx, err);
                 if (r < 0)
                         goto fail;
                 (void) json_get_int(j, "JobModifyIndex", &min_index);
@@ -465,15 +460,15 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
                         min_index = hidx;
                 eval = nomad_str_or_null(json_get_str(j, "EvalID"));
         }
-        r = wait_eval(n, eval, deadline, err, errlen);
+        r = wait_eval(n, eval, deadline, err);
         if (r >= 0)
-                r = wait_alloc(n, job, min_index, deadline, &a, err, errlen);
+                r = wait_alloc(n, job, min_index, deadline, &a, err);
         if (r < 0)
                 goto fail;
 
         /* The full allocation has the address the egress rules key on. */
         apath = xasprintf("/v1/allocation/%s", a.id);
-        r = nomad_json(n, "GET", apath, NULL, NULL, "reading the allocation", &full, NULL, err, errlen);
+        r = nomad_json(n, "GET", apath, NULL, NULL, "reading the allocation", &full, NULL, err);
         if (r < 0)
                 goto fail;
         /* The task's Docker container on its node, as Nomad's docker driver names it: what the
@@ -492,12 +487,12 @@ static int nd_place(struct driver *d, const struct sandbox *sb, struct placement
         return 0;
 
 fail:
-        log_error("Nomad placement failed: %s", err);
+        log_error("Nomad placement failed: %s", err->message);
         {
-                char e2[256];
+                struct err e2 = { 0 };
                 /* Nothing stays behind: the job is purged (a resume that failed fails the sandbox). */
-                if (deregister(n, job, e2, sizeof(e2)) < 0)
-                        log_error("could not purge the failed job (the orphan reaper retries): %s", e2);
+                if (deregister(n, job, &e2) < 0)
+                        log_error("could not purge the failed job (the orphan reaper retries): %s", e2.message);
         }
         nomad_alloc_clear(&a);
         log_ctx_set("NOMAD_JOB_ID", NULL);
@@ -505,20 +500,20 @@ fail:
         return r == -ETIMEDOUT || r == -EHOSTUNREACH ? r : -EHOSTUNREACH;
 }
 
-static int nd_remove(struct driver *d, const struct sandbox *sb, char *err, size_t errlen) {
+static int nd_remove(struct driver *d, const struct sandbox *sb, struct err *err) {
         struct ndriver *n = N(d);
         _cleanup_free_ char *job = nomad_job_id(sb->id);
         int r;
         nomad_ctx_ids(job, sb->alloc_id);
         if (sb->status == SB_PAUSING) {
                 /* Pause: the job stays (its volume claim and spec); the allocation goes. */
-                r = scale(n, job, 0, "pause", NULL, NULL, err, errlen);
+                r = scale(n, job, 0, "pause", NULL, NULL, err);
                 if (r == -ENOENT)
                         r = 0;
         } else
-                r = deregister(n, job, err, errlen);
+                r = deregister(n, job, err);
         if (r < 0)
-                log_error("Nomad: %s", err);
+                log_error("Nomad: %s", err->message);
         else if (sb->alloc_id && *sb->alloc_id)
                 /* The volume claim and the egress rules follow the allocation: wait until it stopped. */
                 wait_alloc_stopped(n, sb->alloc_id, (int64_t) n->cfg->nomad_request_timeout_ms);
@@ -529,12 +524,12 @@ static int nd_remove(struct driver *d, const struct sandbox *sb, char *err, size
 
 static int nd_running(struct driver *d, const struct sandbox *sb, int *ret_exit_code) {
         struct ndriver *n = N(d);
-        char err[256];
+        struct err err = { 0 };
         if (!sb->alloc_id || !*sb->alloc_id)
                 return 0;
         _cleanup_free_ char *path = xasprintf("/v1/allocation/%s", sb->alloc_id);
         _cleanup_json_ cJSON *j = NULL;
-        int r = nomad_json(n, "GET", path, NULL, NULL, "reading the allocation", &j, NULL, err, sizeof(err));
+        int r = nomad_json(n, "GET", path, NULL, NULL, "reading the allocation", &j, NULL, &err);
         if (r == -ENOENT)
                 return 0;
         if (r < 0)
@@ -557,13 +552,13 @@ static int nd_running(struct driver *d, const struct sandbox *sb, int *ret_exit_
 
 static int nd_sample(struct driver *d, const struct sandbox *sb, struct driver_sample *ret) {
         struct ndriver *n = N(d);
-        char err[256];
+        struct err err = { 0 };
         memset(ret, 0, sizeof(*ret));
         if (!sb->alloc_id)
                 return -ENOENT;
         _cleanup_free_ char *path = xasprintf("/v1/client/allocation/%s/stats", sb->alloc_id);
         _cleanup_json_ cJSON *j = NULL;
-        int r = nomad_json(n, "GET", path, NULL, NULL, "reading allocation stats", &j, NULL, err, sizeof(err));
+        int r = nomad_json(n, "GET", path, NULL, NULL, "reading allocation stats", &j, NULL, &err);
         if (r < 0)
                 return r;
         const cJSON *ru = cJSON_GetObjectItemCaseSensitive(j, "ResourceUsage");
@@ -580,40 +575,37 @@ static int nd_sample(struct driver *d, const struct sandbox *sb, struct driver_s
         return 0;
 }
 
-static int nd_volume_create(struct driver *d, const char *handle, int64_t size_gb, char *err, size_t errlen) {
+static int nd_volume_create(struct driver *d, const char *handle, int64_t size_gb, struct err *err) {
         struct ndriver *n = N(d);
-        if (!n->cfg->nomad_csi_plugin_id[0]) {
-                fmt_err(err, errlen, "persistent volumes need a CSI plugin: set [nomad] csi_plugin_id");
-                return -EOPNOTSUPP;
-        }
+        if (!n->cfg->nomad_csi_plugin_id[0])
+                return err_set(err, -EOPNOTSUPP, "persistent volumes need a CSI plugin: set [nomad] csi_plugin_id");
         _cleanup_free_ char *path = xasprintf("/v1/volume/csi/%s/create", handle);
         _cleanup_json_ cJSON *body = nomad_volume_build(n->cfg, handle, size_gb);
         _cleanup_json_ cJSON *j = NULL;
-        int r = nomad_json(n, "PUT", path, NULL, body, "creating the CSI volume", &j, NULL, err, errlen);
+        int r = nomad_json(n, "PUT", path, NULL, body, "creating the CSI volume", &j, NULL, err);
         if (r < 0)
-                log_error("Nomad: %s", err);
+                log_error("Nomad: %s", err->message);
         return r < 0 ? -EHOSTUNREACH : 0;
 }
 
-static int nd_volume_remove(struct driver *d, const char *handle, char *err, size_t errlen) {
+static int nd_volume_remove(struct driver *d, const char *handle, struct err *err) {
         struct ndriver *n = N(d);
         _cleanup_free_ char *path = xasprintf("/v1/volume/csi/%s/delete", handle);
-        int r = nomad_json(n, "DELETE", path, NULL, NULL, "deleting the CSI volume", NULL, NULL, err, errlen);
+        int r = nomad_json(n, "DELETE", path, NULL, NULL, "deleting the CSI volume", NULL, NULL, err);
         if (r == -ENOENT)
                 return 0;
         if (r < 0)
-                log_error("Nomad: %s", err);
+                log_error("Nomad: %s", err->message);
         return r;
 }
 
 static int nd_list(struct driver *d, char ***ret) {
         struct ndriver *n = N(d);
-        char err[256];
+        struct err err = { 0 };
         _cleanup_json_ cJSON *jobs = NULL;
-        int r = nomad_json(n, "GET", "/v1/jobs", "prefix=sandbox-&meta=true", NULL, "listing jobs", &jobs, NULL, err,
-                           sizeof(err));
+        int r = nomad_json(n, "GET", "/v1/jobs", "prefix=sandbox-&meta=true", NULL, "listing jobs", &jobs, NULL, &err);
         if (r < 0) {
-                log_warning("Nomad: %s", err);
+                log_warning("Nomad: %s", err.message);
                 return r;
         }
         size_t need = 0;
@@ -630,7 +622,7 @@ static int nd_list(struct driver *d, char ***ret) {
                                 continue;
                         _cleanup_free_ char *path = xasprintf("/v1/job/%s", id);
                         _cleanup_json_ cJSON *full = NULL;
-                        if (nomad_json(n, "GET", path, NULL, NULL, "reading a job", &full, NULL, err, sizeof(err)) < 0)
+                        if (nomad_json(n, "GET", path, NULL, NULL, "reading a job", &full, NULL, &err) < 0)
                                 continue;
                         const char *inst = json_get_str(cJSON_GetObjectItemCaseSensitive(full, "Meta"), NOMAD_META_INSTANCE);
                         if (!inst || strcmp(inst, d->ctl->instance_id) != 0)
@@ -645,24 +637,24 @@ static int nd_list(struct driver *d, char ***ret) {
 }
 
 static int nd_remove_by_id(struct driver *d, const char *sandbox_id) {
-        char err[256];
+        struct err err = { 0 };
         _cleanup_free_ char *job = nomad_job_id(sandbox_id);
         nomad_ctx_ids(job, NULL);
-        int r = deregister(N(d), job, err, sizeof(err));
+        int r = deregister(N(d), job, &err);
         if (r < 0)
-                log_warning("Nomad: %s", err);
+                log_warning("Nomad: %s", err.message);
         log_ctx_set("NOMAD_JOB_ID", NULL);
         return r;
 }
 
-static int nd_node_set_eligible(struct driver *d, const char *node_id, bool eligible, char *err, size_t errlen) {
+static int nd_node_set_eligible(struct driver *d, const char *node_id, bool eligible, struct err *err) {
         _cleanup_free_ char *path = xasprintf("/v1/node/%s/eligibility", node_id);
         _cleanup_json_ cJSON *body = cJSON_CreateObject();
         json_add_str(body, "NodeID", node_id);
         json_add_str(body, "Eligibility", eligible ? "eligible" : "ineligible");
-        int r = nomad_json(N(d), "POST", path, NULL, body, "setting the node's eligibility", NULL, NULL, err, errlen);
+        int r = nomad_json(N(d), "POST", path, NULL, body, "setting the node's eligibility", NULL, NULL, err);
         if (r == -ENOENT)
-                fmt_err(err, errlen, "Nomad knows no node %s", node_id);
+                err_set(err, r, "Nomad knows no node %s", node_id);
         return r;
 }
 
@@ -673,8 +665,8 @@ static void curl_init_once(void) { (void) curl_global_init(CURL_GLOBAL_ALL); }
 
 static int nd_ping(struct driver *d) {
         struct nresp r;
-        char err[256];
-        int k = nomad_call(N(d), "GET", "/v1/status/leader", NULL, NULL, 5000, &r, err, sizeof(err));
+        struct err err = { 0 };
+        int k = nomad_call(N(d), "GET", "/v1/status/leader", NULL, NULL, 5000, &r, &err);
         if (k < 0)
                 return k;
         k = r.status >= 200 && r.status < 500 ? 0 : -EREMOTEIO;
@@ -682,14 +674,14 @@ static int nd_ping(struct driver *d) {
         return k;
 }
 
-static int nd_init(struct driver *d, char *err, size_t errlen) {
+static int nd_init(struct driver *d, struct err *err) {
         struct ndriver *n = N(d);
         struct nresp r;
-        int k = nomad_call(n, "GET", "/v1/status/leader", NULL, NULL, 5000, &r, err, errlen);
+        int k = nomad_call(n, "GET", "/v1/status/leader", NULL, NULL, 5000, &r, err);
         if (k < 0)
                 return k;
         if (r.status >= 500) {
-                nomad_error(&r, "Nomad is not ready", err, errlen);
+                nomad_error(&r, "Nomad is not ready", err);
                 nresp_done(&r);
                 return -EHOSTUNREACH;
         }

@@ -22,13 +22,13 @@
  * agent then keeps the output in its own bounded buffer). */
 #define PENDING_CAP ((size_t) 1 << 20)
 
-static enum MHD_Result bad_body(struct req *r, const struct pj_error *pe) {
+static enum MHD_Result bad_body(struct req *r, const struct err *pe) {
         return respond_errno_msg(r, -EINVAL, "%s", pe->message);
 }
 
 /* A process call's start: the body as parsed (parsed < 0: a 400 with pe's message), then the
  * caller's ready sandbox into *sb. 0, or < 0 with the answer sent. */
-static int prelude(struct req *r, int parsed, const struct pj_error *pe, struct sandbox *sb) {
+static int prelude(struct req *r, int parsed, const struct err *pe, struct sandbox *sb) {
         if (parsed < 0) {
                 bad_body(r, pe);
                 return -EINVAL;
@@ -38,8 +38,8 @@ static int prelude(struct req *r, int parsed, const struct pj_error *pe, struct 
 
 enum MHD_Result process_post_start(struct req *r) {
         _cleanup_(pj_process_start_done) struct pj_process_start in = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (prelude(r, pj_process_start_parse(r->body.buf, r->body.len, &in, &pe), &pe, &sb) < 0)
                 return MHD_YES;
@@ -59,7 +59,7 @@ enum MHD_Result process_post_start(struct req *r) {
 }
 
 enum MHD_Result process_get_list(struct req *r) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
                 return MHD_YES;
@@ -89,8 +89,8 @@ enum MHD_Result process_get_list(struct req *r) {
 
 enum MHD_Result process_post_stdin(struct req *r) {
         _cleanup_(pj_process_stdin_done) struct pj_process_stdin in = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (prelude(r, pj_process_stdin_parse(r->body.buf, r->body.len, &in, &pe), &pe, &sb) < 0)
                 return MHD_YES;
@@ -105,8 +105,8 @@ enum MHD_Result process_post_stdin(struct req *r) {
 }
 
 enum MHD_Result process_post_signal(struct req *r) {
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         int sig = 0;
         if (prelude(r, pj_process_signal_parse(r->body.buf, r->body.len, &sig, &pe), &pe, &sb) < 0)
@@ -121,8 +121,8 @@ enum MHD_Result process_post_signal(struct req *r) {
 }
 
 enum MHD_Result process_post_resize(struct req *r) {
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         int rows = 0, cols = 0;
         if (prelude(r, pj_process_resize_parse(r->body.buf, r->body.len, &rows, &cols, &pe), &pe, &sb) < 0)
@@ -216,7 +216,7 @@ static void ps_free(void *cls) {
 }
 
 enum MHD_Result process_get_stream(struct req *r) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
                 return MHD_YES;
@@ -325,19 +325,19 @@ static void ws_free(void *cls) {
 }
 
 enum MHD_Result watch_get_stream(struct req *r) {
-        struct api_error e = { 0 };
-        struct pj_error pe = { 0 };
+        struct err e = { 0 };
+        struct err pe = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         const char *path = req_query(r, "path"), *rec = req_query(r, "recursive");
         if (!path || !*path)
-                return bad_body(r, &(struct pj_error) { .field = "path", .message = "path is required: the directory to watch" });
+                return bad_body(r, &(struct err) { .field = "path", .message = "path is required: the directory to watch" });
         if (pj_sandbox_path_check(path, &pe, "path") < 0)
                 return bad_body(r, &pe);
         bool recursive = false;
         if (rec && !strcmp(rec, "true"))
                 recursive = true;
         else if (rec && strcmp(rec, "false") != 0)
-                return bad_body(r, &(struct pj_error) { .field = "recursive", .message = "recursive must be true or false" });
+                return bad_body(r, &(struct err) { .field = "recursive", .message = "recursive must be true or false" });
         if (runtime_ready_sandbox(r, r->m.id, &sb) < 0)
                 return MHD_YES;
         struct wstream *t = xnew0(struct wstream, 1);

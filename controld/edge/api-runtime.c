@@ -22,7 +22,7 @@
 #define STREAM_PENDING_CAP ((size_t) 4 << 20)
 
 int runtime_ready_sandbox(struct req *r, const char *id, struct sandbox *ret) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int k = runtime_load_ready(r->c, &r->acc, id, ret, &e);
         if (k < 0)
                 (void) respond_errno(r, k, &e);
@@ -75,12 +75,12 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                         return got;
                 /* Short waits so shutdown and deadlines are noticed within a second. */
                 struct exec_result res;
-                char msg[256];
-                switch (runtime_step(t->x, 1000, t->client_fd, &res, msg, sizeof(msg))) {
+                struct err err = { 0 };
+                switch (runtime_step(t->x, 1000, t->client_fd, &res, &err)) {
                 case RUNTIME_CLIENT_GONE:
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 case RUNTIME_FAILED:
-                        queue_error_frame(t, msg);
+                        queue_error_frame(t, err.message);
                         continue;
                 case RUNTIME_EXITED:
                         queue_frame(t, exec_done_frame_to_json(&res));
@@ -107,7 +107,7 @@ static void sse_free(void *cls) {
 /* Starts cmd and answers JSON (when it ends) or SSE (at once). */
 static enum MHD_Result run_and_respond(struct req *r, struct sandbox *sb, const struct runtime_cmd *cmd, bool stream) {
         struct ctl *c = r->c;
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         struct runtime_run *x = NULL;
         int k;
 
@@ -174,7 +174,7 @@ static enum MHD_Result run_request(struct req *r, const struct pj_run *run, cons
 
 enum MHD_Result runtime_post_exec(struct req *r) {
         _cleanup_(pj_exec_done) struct pj_exec in = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         if (pj_exec_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_errno_msg(r, -EINVAL, "%s", pe.message);
         const char *argv[] = { "/bin/sh", "-c", in.cmd, NULL };
@@ -183,7 +183,7 @@ enum MHD_Result runtime_post_exec(struct req *r) {
 
 enum MHD_Result runtime_post_code(struct req *r) {
         _cleanup_(pj_code_done) struct pj_code in = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         if (pj_code_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return respond_errno_msg(r, -EINVAL, "%s", pe.message);
         bool py = !strcmp(in.language, "python");
@@ -248,8 +248,8 @@ static void upload_free(void *ud) {
 enum MHD_Result runtime_prepare_put_file(struct req *r) {
         const char *id = r->m.id, *path = r->m.rest;
         struct ctl *c = r->c;
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int64_t len = -1;
@@ -279,7 +279,7 @@ enum MHD_Result runtime_prepare_put_file(struct req *r) {
 
 enum MHD_Result runtime_put_file(struct req *r) {
         struct upload *u = r->ud;
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         if (!u)
                 return respond_errno_msg(r, -EIO, "Upload was not prepared");
         if (u->too_large)
@@ -320,7 +320,7 @@ static void dl_free(void *cls) {
 }
 
 enum MHD_Result runtime_respond_download(struct req *r, struct sandbox *sb, const char *path) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         struct runtime_run *x = NULL;
         const void *all = NULL;
         size_t all_len = 0;
@@ -344,7 +344,7 @@ enum MHD_Result runtime_respond_download(struct req *r, struct sandbox *sb, cons
 
 enum MHD_Result runtime_get_file(struct req *r) {
         const char *id = r->m.id, *path = r->m.rest;
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };  /* moved into the run when one starts */
         if (pj_sandbox_path_check(path, &pe, "path") < 0)
                 return respond_errno_msg(r, -EINVAL, "%s", pe.message);
@@ -357,7 +357,7 @@ enum MHD_Result runtime_post_batch(struct req *r) {
         const char *id = r->m.id;
         struct ctl *c = r->c;
         _cleanup_(pj_files_batch_done) struct pj_files_batch in = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         int uploaded = 0, failed = 0;
 
@@ -368,7 +368,7 @@ enum MHD_Result runtime_post_batch(struct req *r) {
         cJSON *results = cJSON_CreateArray();
         for (size_t i = 0; i < in.n_files; i++) {
                 struct pj_batch_file *f = &in.files[i];
-                struct api_error e = { 0 };
+                struct err e = { 0 };
                 char msg[4600] = "";
                 int k;
                 if (in.file_errors[i])

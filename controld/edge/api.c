@@ -22,7 +22,7 @@
 #include "snapshot.h"
 #include "template.h"
 
-static enum MHD_Result pj_fail(struct req *r, const struct pj_error *e) {
+static enum MHD_Result pj_fail(struct req *r, const struct err *e) {
         return respond_error(r, 400, "%s", e->message[0] ? e->message : "Invalid request body");
 }
 
@@ -50,8 +50,8 @@ static enum MHD_Result get_regions(struct req *r) {
 static enum MHD_Result post_sandboxes(struct req *r) {
         _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create in = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
 
         if (pj_sandbox_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return pj_fail(r, &pe);
@@ -85,7 +85,7 @@ static enum MHD_Result list_sandboxes(struct req *r) {
  * caller's, store failure) it answers with the error, puts the answer's result in *ret and
  * returns false. */
 static bool load_sandbox(struct req *r, struct sandbox *sb, enum MHD_Result *ret) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int k = sandbox_load(r->c, &r->acc, r->m.id, sb, &e);
         if (k < 0)
                 *ret = respond_errno(r, k, &e);
@@ -114,7 +114,7 @@ static enum MHD_Result get_sandbox(struct req *r) {
 }
 
 static enum MHD_Result delete_sandbox(struct req *r) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         if (own_sandbox(r) < 0)
                 return MHD_YES;
         log_ctx_set("SANDBOX_ID", r->m.id);
@@ -157,8 +157,8 @@ static enum MHD_Result wait_sandbox(struct req *r) {
 static enum MHD_Result pause_resume(struct req *r, bool pause) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_free_ char *note = NULL;
-        struct api_error e = { 0 };
-        struct pj_error pe = { 0 };
+        struct err e = { 0 };
+        struct err pe = { 0 };
         bool keep_memory = false;
         enum MHD_Result res;
         if (pause && pj_pause_parse(r->body.buf, r->body.len, &keep_memory, &pe) < 0)
@@ -204,8 +204,8 @@ static enum MHD_Result get_stats(struct req *r) {
 static enum MHD_Result post_volume(struct req *r) {
         _cleanup_(pj_volume_create_done) struct pj_volume_create in = { 0 };
         _cleanup_volume_ struct volume v = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
 
         if (pj_volume_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return pj_fail(r, &pe);
@@ -232,7 +232,7 @@ static enum MHD_Result list_volumes(struct req *r) {
 
 static enum MHD_Result get_volume(struct req *r) {
         _cleanup_volume_ struct volume v = { 0 };
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int k = volume_load(r->c, &r->acc, r->m.id, &v, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
@@ -241,8 +241,8 @@ static enum MHD_Result get_volume(struct req *r) {
 
 /* DELETE of the caller's volume or snapshot of the route: 204 or the domain's error. */
 static enum MHD_Result respond_delete(struct req *r,
-                                     int (*del)(struct ctl *c, const struct account *acc, const char *id, struct api_error *err)) {
-        struct api_error e = { 0 };
+                                     int (*del)(struct ctl *c, const struct account *acc, const char *id, struct err *err)) {
+        struct err e = { 0 };
         int k = del(r->c, &r->acc, r->m.id, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
@@ -258,8 +258,8 @@ static enum MHD_Result delete_volume(struct req *r) {
 static enum MHD_Result put_egress(struct req *r) {
         _cleanup_(pj_egress_update_done) struct pj_egress_update u = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         bool updated = false;
         if (own_sandbox(r) < 0)
                 return MHD_YES;
@@ -308,8 +308,8 @@ static enum MHD_Result list_sandbox_snapshots(struct req *r) {
 static enum MHD_Result post_sandbox_snapshot(struct req *r) {
         _cleanup_(pj_snapshot_create_done) struct pj_snapshot_create sc = { 0 };
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         if (own_sandbox(r) < 0)
                 return MHD_YES;
         if (pj_snapshot_create_parse(r->body.buf, r->body.len, &sc, &pe) < 0)

@@ -116,13 +116,13 @@ static cJSON *listed_json(struct ctl *c, const struct sandbox *sb, bool detailed
         return o;
 }
 
-static enum MHD_Result bad(struct req *r, const struct pj_error *pe) {
+static enum MHD_Result bad(struct req *r, const struct err *pe) {
         return respond_error(r, 400, "%s", pe->message);
 }
 
 /* The caller's sandbox at r->m.id, live: 0, or the 404 answered (destroyed ones are gone). */
 static int load_live(struct req *r, struct sandbox *sb) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int k = sandbox_load(r->c, &r->acc, r->m.id, sb, &e);
         if (k == -ENOENT || (k == 0 && !e2b_live(sb->status))) {
                 respond_error(r, 404, "sandbox \"%s\" not found", r->m.id);
@@ -136,11 +136,11 @@ static int load_live(struct req *r, struct sandbox *sb) {
 }
 
 /* Waits (bounded) until the sandbox's agent answers: E2B's 201 means envd is up. */
-static int wait_agent(struct ctl *c, const struct sandbox *sb, char *err, size_t errlen) {
+static int wait_agent(struct ctl *c, const struct sandbox *sb, struct err *err) {
         int64_t deadline = mono_ms() + AGENT_READY_TIMEOUT_MS;
         int k;
         for (;;) {
-                k = session_agent_ping(c, sb, err, errlen);
+                k = session_agent_ping(c, sb, err);
                 if (k == 0 || k == -EOPNOTSUPP || mono_ms() >= deadline || c->stopping)
                         return k;
                 usleep(50 * 1000);
@@ -156,8 +156,8 @@ static enum MHD_Result create_common(struct req *r, bool v2) {
         _cleanup_(pj_e2b_create_done) struct pj_e2b_create in = { 0 };
         _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create sc = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         struct plan pbuf;
 
         if (pj_e2b_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)
@@ -170,7 +170,7 @@ static enum MHD_Result create_common(struct req *r, bool v2) {
         if (e2b_hex24(in.template_id, strlen(in.template_id))) {
                 _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
                 from_snapshot = snapshot_load(c, &r->acc, in.template_id, &sn, &e) == 0;
-                e = (struct api_error) { 0 };
+                e = (struct err) { 0 };
         }
         if (!from_snapshot && !config_template(c->cfg, tname))
                 return respond_error(r, 400, "templateID: no template \"%s\" on this server (\"base\" is %s; GET "
@@ -199,13 +199,13 @@ static enum MHD_Result create_common(struct req *r, bool v2) {
         int k = sandbox_create(c, &r->acc, &sc, &sb, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
-        char err[256] = "";
-        k = wait_agent(c, &sb, err, sizeof(err));
+        struct err err = { 0 };
+        k = wait_agent(c, &sb, &err);
         if (k < 0) {
                 log_ctx_set("SANDBOX_ID", sb.id);
-                log_warning("e2b: the new sandbox's agent did not answer (%s); destroying it", err);
+                log_warning("e2b: the new sandbox's agent did not answer (%s); destroying it", err.message);
                 (void) sandbox_destroy(c, sb.id, "failed", &e);
-                return respond_error(r, 500, "The sandbox started but its agent (envd) did not answer: %s", err);
+                return respond_error(r, 500, "The sandbox started but its agent (envd) did not answer: %s", err.message);
         }
         log_ctx_set("SANDBOX_ID", sb.id);
         log_info("e2b: sandbox created template=%s timeout=%llds", in.template_id, (long long) in.timeout_s);
@@ -224,7 +224,7 @@ enum MHD_Result e2b_get_sandbox(struct req *r) {
 
 enum MHD_Result e2b_delete_sandbox(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         if (load_live(r, &sb) < 0)
                 return MHD_YES;
         log_ctx_set("SANDBOX_ID", sb.id);
@@ -236,13 +236,13 @@ enum MHD_Result e2b_delete_sandbox(struct req *r) {
 
 enum MHD_Result e2b_post_timeout(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         int64_t t = 0;
         if (pj_e2b_timeout_parse(r->body.buf, r->body.len, &t, &pe) < 0)
                 return bad(r, &pe);
         if (load_live(r, &sb) < 0)
                 return MHD_YES;
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int k = sandbox_set_end(r->c, &r->acc, &sb, t, false, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
@@ -268,8 +268,8 @@ static enum MHD_Result respond_page(struct req *r, cJSON *items, bool more, int6
  * the filesystem in a snapshot the sandbox resumes from (sandbox_pause_e2b). */
 enum MHD_Result e2b_post_pause(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         bool memory = true;
         if (pj_e2b_pause_parse(r->body.buf, r->body.len, &memory, &pe) < 0)
                 return bad(r, &pe);
@@ -292,8 +292,8 @@ enum MHD_Result e2b_post_snapshot(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_(snapshot_clear) struct snapshot sn = { 0 };
         _cleanup_free_ char *name = NULL;
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         if (pj_e2b_snapshot_parse(r->body.buf, r->body.len, &name, &pe) < 0)
                 return bad(r, &pe);
         if (load_live(r, &sb) < 0)
@@ -356,7 +356,7 @@ enum MHD_Result e2b_list_snapshots(struct req *r) {
 /* DELETE /templates/{id} (deleteSnapshot): a snapshot of the caller's; 404 (the SDK's false)
  * for any other id. */
 enum MHD_Result e2b_delete_template(struct req *r) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int k = snapshot_delete(r->c, &r->acc, r->m.id, &e);
         if (k == -ENOENT)
                 return respond_error(r, 404, "snapshot or template \"%s\" not found", r->m.id);
@@ -370,8 +370,8 @@ enum MHD_Result e2b_delete_template(struct req *r) {
 enum MHD_Result e2b_put_network(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 }, now = { 0 };
         _cleanup_(pj_egress_done) struct pj_egress want = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         bool changed = false;
         if (pj_e2b_network_update_parse(r->body.buf, r->body.len, &want, &pe) < 0)
                 return bad(r, &pe);
@@ -453,8 +453,8 @@ static bool ready_or_gone(const struct sandbox *sb, const void *ud) {
 static enum MHD_Result connect_common(struct req *r, bool v2) {
         struct ctl *c = r->c;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         int64_t t = 0;
         if (pj_e2b_connect_parse(r->body.buf, r->body.len, v2, &t, &pe) < 0)
                 return bad(r, &pe);
@@ -480,9 +480,9 @@ static enum MHD_Result connect_common(struct req *r, bool v2) {
                 sb = now;
                 now = (struct sandbox) { 0 };
         }
-        char err[256] = "";
-        if (wait_agent(c, &sb, err, sizeof(err)) < 0)
-                return respond_error(r, 502, "The sandbox runs but its agent (envd) does not answer: %s", err);
+        struct err err = { 0 };
+        if (wait_agent(c, &sb, &err) < 0)
+                return respond_error(r, 502, "The sandbox runs but its agent (envd) does not answer: %s", err.message);
         int k = sandbox_set_end(c, &r->acc, &sb, t, true, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
@@ -548,7 +548,7 @@ static enum MHD_Result list_common(struct req *r, bool v2) {
                    *after = req_query(r, "startedAfter");
         struct pj_e2b_kv *kv = NULL;
         size_t nkv = 0;
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         int64_t limit = 100, offset = 0;
         bool want_running = true, want_paused = v2;
         if (mq && pj_e2b_metadata_query_parse(mq, &kv, &nkv, &pe) < 0)

@@ -253,11 +253,11 @@ static void serve(struct econn *ec) {
         char head[65536];
         if (E.tls) {
                 /* TLS ends here: from now on the connection is the bridge's plain end */
-                char err[256];
-                int fd = tls_bridge(E.tls, ec->fd, NULL, mono_ms() + (int64_t) E.c->cfg->e2b_head_timeout_ms, err, sizeof(err));
+                struct err err = { 0 };
+                int fd = tls_bridge(E.tls, ec->fd, NULL, mono_ms() + (int64_t) E.c->cfg->e2b_head_timeout_ms, &err);
                 ec->fd = -1;
                 if (fd < 0) {
-                        log_debug("e2b: TLS from %s failed: %s", ec->peer, err);
+                        log_debug("e2b: TLS from %s failed: %s", ec->peer, err.message);
                         return;
                 }
                 ec->fd = fd;
@@ -312,10 +312,10 @@ int e2b_start(struct ctl *c) {
                 return 0;
         }
         if (*cfg->e2b_tls_cert) {
-                char err[512];
-                E.tls = tls_server_ctx(cfg->e2b_tls_cert, cfg->e2b_tls_key, err, sizeof(err));
+                struct err err = { 0 };
+                E.tls = tls_server_ctx(cfg->e2b_tls_cert, cfg->e2b_tls_key, &err);
                 if (!E.tls)
-                        return log_error_errno(-EINVAL, "[e2b] tls_cert/tls_key: %s", err);
+                        return log_error_errno(-EINVAL, "[e2b] tls_cert/tls_key: %s", err.message);
         }
         struct http_flavor fl = { .route_req = route_req, .key_header = "x-api-key", .error_body = e2b_error_body,
                                   .bad_id_status = 404, .unescape_slash = true };

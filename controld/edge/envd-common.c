@@ -130,8 +130,8 @@ static const struct envd_user *user_by_name(const char *name, size_t len) {
 }
 
 /* The user the request names: Authorization: Basic base64("<user>:") (the SDKs' `user`), else
- * ?username= (signed file URLs). *ret NULL: none named. < 0: a name not served, msg says so. */
-static int named_user(struct req *r, const struct envd_user **ret, char *msg, size_t msglen) {
+ * ?username= (signed file URLs). *ret NULL: none named. < 0: a name not served, err says so. */
+static int named_user(struct req *r, const struct envd_user **ret, struct err *err) {
         const char *auth = req_header(r, MHD_HTTP_HEADER_AUTHORIZATION), *q = req_query(r, "username");
         const char *field = NULL;
         _cleanup_free_ uint8_t *d = NULL;
@@ -143,10 +143,8 @@ static int named_user(struct req *r, const struct envd_user **ret, char *msg, si
                 const char *b = auth + 6;
                 size_t dl = 0;
                 field = "user";
-                if (strlen(b) > 512 || base64_decode_flags(b, strlen(b), BASE64_PAD_OPTIONAL, &d, &dl) < 0) {
-                        snprintf(msg, msglen, "user: the Authorization header is not Basic base64(\"<user>:\")");
-                        return -EINVAL;
-                }
+                if (strlen(b) > 512 || base64_decode_flags(b, strlen(b), BASE64_PAD_OPTIONAL, &d, &dl) < 0)
+                        return err_set(err, -EINVAL, "user: the Authorization header is not Basic base64(\"<user>:\")");
                 const uint8_t *colon = memchr(d, ':', dl);
                 name = (const char *) d;
                 len = colon ? (size_t) (colon - d) : dl;
@@ -164,9 +162,9 @@ static int named_user(struct req *r, const struct envd_user **ret, char *msg, si
                 for (size_t i = 0; i < len && n < sizeof(shown) - 1; i++)
                         shown[n++] = name[i] >= 0x20 && name[i] < 0x7f && name[i] != '"' ? name[i] : '?';
                 shown[n] = 0;
-                snprintf(msg, msglen, "%s: no user \"%s%s\" in Paddock's sandboxes: E2B's \"user\" (uid 1000, /home/user) "
-                         "and \"root\" are served (or leave it unset)", field, shown, len > n ? "..." : "");
-                return -EINVAL;
+                return err_set(err, -EINVAL, "%s: no user \"%s%s\" in Paddock's sandboxes: E2B's \"user\" (uid 1000, "
+                                             "/home/user) and \"root\" are served (or leave it unset)",
+                               field, shown, len > n ? "..." : "");
         }
         if (ret)
                 *ret = u;
@@ -178,8 +176,7 @@ static int named_user(struct req *r, const struct envd_user **ret, char *msg, si
  * Call after envd_sandbox() accepted the request. */
 const struct envd_user *envd_req_user(struct req *r, const struct sandbox *sb) {
         const struct envd_user *u = NULL;
-        char msg[256];
-        if (named_user(r, &u, msg, sizeof(msg)) == 0 && u)
+        if (named_user(r, &u, NULL) == 0 && u)
                 return u;
         if (sb->e2b.set && sb->template_name)
                 for (char **t = r->c->cfg->e2b_user_templates; t && *t; t++)
@@ -212,8 +209,11 @@ int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
                 status = 401;
                 snprintf(msg, sizeof(msg), "The access token is not this sandbox's");
         }
-        if (!status && named_user(r, NULL, msg, sizeof(msg)) < 0)
+        struct err uerr = { 0 };
+        if (!status && named_user(r, NULL, &uerr) < 0) {
                 status = 400;
+                snprintf(msg, sizeof(msg), "%s", uerr.message);
+        }
         if (!status)
                 return 0;
         sandbox_clear(sb);
@@ -427,7 +427,7 @@ static bool later_running;
 
 static void kill_one(struct ctl *c, const char *sandbox, uint32_t pid) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         if (store_sandbox_get(c->store, sandbox, &sb) == 0 && sb.status == SB_READY)
                 (void) process_signal(c, &sb, pid, SIGKILL, &e);
 }
@@ -448,7 +448,7 @@ static void later_sweep(struct ctl *c) {
         pthread_mutex_unlock(&later_lock);
         for (size_t j = 0; j < n && !c->stopping; j++) {
                 _cleanup_sandbox_ struct sandbox sb = { 0 };
-                struct api_error e = { 0 };
+                struct err e = { 0 };
                 struct pj_agent_fields *v = NULL;
                 size_t nv = 0;
                 bool gone = store_sandbox_get(c->store, ids[j], &sb) < 0 || sb.status == SB_DESTROYED || sb.status == SB_FAILED;

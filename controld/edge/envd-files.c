@@ -96,7 +96,7 @@ static void up_fail(struct upload *u, int err, const char *fmt, ...) {
 static void up_finish(struct upload *u) {
         if (!u->x)
                 return;
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int k = runtime_file_write_finish(u->x, u->cur, &e);
         u->x = runtime_free(u->x);
         /* a new file (and the directories made for it) is the user's; one that was there keeps its owner */
@@ -113,8 +113,8 @@ static void up_finish(struct upload *u) {
 }
 
 static void up_open(struct upload *u, const char *raw_path) {
-        struct api_error e = { 0 };
-        char msg[256];
+        struct err e = { 0 };
+        struct err msg = { 0 };
         up_finish(u);
         if (u->error)
                 return;
@@ -130,7 +130,7 @@ static void up_open(struct upload *u, const char *raw_path) {
         char *slash = strrchr(dir, '/');
         u->existing = strlen(u->cur);
         struct sbfs *fs = NULL;
-        if (sbfs_open(u->r->c, &u->sb, &fs, msg, sizeof(msg)) == 0) {
+        if (sbfs_open(u->r->c, &u->sb, &fs, &msg) == 0) {
                 if (u->user->uid && envd_existing_prefix(fs, u->cur, &u->existing) < 0)
                         u->existing = strlen(u->cur);
                 if (slash && slash != dir) {

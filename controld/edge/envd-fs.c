@@ -28,10 +28,10 @@
 /* ---- filesystem.Filesystem ---- */
 
 static int fs_agent(struct req *r, const struct sandbox *sb, struct sbfs **ret) {
-        char msg[256];
-        int k = sbfs_open(r->c, sb, ret, msg, sizeof(msg));
+        struct err msg = { 0 };
+        int k = sbfs_open(r->c, sb, ret, &msg);
         if (k < 0) {
-                envd_unary_error(r, PJ_CONNECT_UNAVAILABLE, "The sandbox's agent is not answering: %s", msg);
+                envd_unary_error(r, PJ_CONNECT_UNAVAILABLE, "The sandbox's agent is not answering: %s", msg.message);
                 return k;
         }
         return 0;
@@ -147,7 +147,7 @@ static void resolve_links(struct ctl *c, const struct sandbox *sb, char *const *
                 argv[4 + i] = paths[i];
         struct process_spec spec = { .argv = argv, .cwd = "/" };
         struct session *x = NULL;
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         if (process_start_session(c, sb, &spec, &x, &e) < 0)
                 return;
         _cleanup_strbuf_ struct strbuf out = STRBUF_INIT(LINKS_OUT_MAX);
@@ -271,7 +271,7 @@ int envd_existing_prefix(struct sbfs *fs, const char *path, size_t *ret) {
 /* Gives path, and every directory above it past its first `existing` characters, to user.
  * 0 for root (nothing to do). */
 int envd_give_to_user(struct ctl *c, const struct sandbox *sb, const struct envd_user *user, const char *path,
-                      size_t existing, struct api_error *e) {
+                      size_t existing, struct err *e) {
         if (!user->uid)
                 return 0;
         char ids[32];
@@ -301,8 +301,8 @@ int envd_give_to_user(struct ctl *c, const struct sandbox *sb, const struct envd
                 else if (session_exit_code(x, &code) < 0)
                         code = -1;
                 session_free(x);
-                k = k == 1 && code == 0 ? 0 : API_ERR(e, -EIO, "%s was made, but giving it to %s (chown %s) failed%s", path,
-                                                       user->name, ids, k == 1 ? "" : ": chown did not finish in time");
+                k = k == 1 && code == 0 ? 0 : err_set(e, -EIO, "%s was made, but giving it to %s (chown %s) failed%s", path,
+                                                      user->name, ids, k == 1 ? "" : ": chown did not finish in time");
         }
         for (size_t i = 3; i < n; i++)
                 free((char *) argv[i]);
@@ -314,7 +314,7 @@ int envd_give_to_user(struct ctl *c, const struct sandbox *sb, const struct envd
 static int fs_begin(struct req *r, enum pj_envd_fs_kind kind, struct sandbox *sb, struct pj_envd_fs *in, char **path, char **to,
                     struct sbfs **fs) {
         struct creq q;
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         if (envd_connect_request(r, false, &q) < 0 || envd_sandbox(r, true, sb) < 0)
                 return -EINVAL;
         if (pj_envd_fs_parse(q.msg, q.len, kind, in, &pe) < 0) {
@@ -366,7 +366,7 @@ enum MHD_Result envd_fs_mkdir(struct req *r) {
         if (k != -ENOENT)
                 return fs_error(r, k, path);
         size_t existing = 0;
-        struct api_error ae = { 0 };
+        struct err ae = { 0 };
         if ((k = envd_existing_prefix(fs, path, &existing)) < 0)
                 return fs_error(r, k, path);
         k = sbfs_mkdir(fs, path, true, FS_TIMEOUT_MS);
@@ -547,8 +547,8 @@ enum MHD_Result envd_fs_watch(struct req *r) {
         struct creq q;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_(pj_envd_fs_done) struct pj_envd_fs in = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         if (envd_connect_request(r, true, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
                 return MHD_YES;
         if (pj_envd_fs_parse(q.msg, q.len, PJ_ENVD_FS_WATCH, &in, &pe) < 0)
@@ -610,8 +610,8 @@ enum MHD_Result envd_fs_create_watcher(struct req *r) {
         _cleanup_(pj_envd_fs_done) struct pj_envd_fs in = { 0 };
         _cleanup_free_ char *path = NULL;
         struct creq q;
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         if (envd_connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
                 return MHD_YES;
         if (pj_envd_fs_parse(q.msg, q.len, PJ_ENVD_FS_WATCH, &in, &pe) < 0)
@@ -683,7 +683,7 @@ static int watcher_message(struct req *r, struct sandbox *sb, char id[SANDBOX_ID
         if (envd_connect_request(r, false, &q) < 0 || envd_sandbox(r, true, sb) < 0)
                 return -EINVAL;
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         static const char *const names[] = { "watcherId", "watcher_id" };
         const struct pj_json *v = NULL;
         if (pj_json_parse_object(q.msg, q.len, true, &root, &pe) < 0 ||

@@ -13,7 +13,7 @@
 #include "pj_e2b.h"
 #include "strutil.h"
 
-struct api_error;
+struct err;
 struct dirwatch;
 struct sbfs;
 struct session;
@@ -100,7 +100,7 @@ enum MHD_Result envd_fs_remove_watcher(struct req *r);
 /* envd-fs.c: files of E2B's `user` (envd-files.c's uploads too) */
 int envd_existing_prefix(struct sbfs *fs, const char *path, size_t *ret);
 int envd_give_to_user(struct ctl *c, const struct sandbox *sb, const struct envd_user *user, const char *path,
-                      size_t existing, struct api_error *e);
+                      size_t existing, struct err *e);
 
 /* envd-files.c: HTTP /files, /health, /envs */
 enum MHD_Result envd_get_health(struct req *r);

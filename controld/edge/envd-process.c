@@ -163,7 +163,7 @@ static bool kept_get(const char *sandbox, uint32_t pid, bool *ret_pty, cJSON **r
 
 /* The pid a selector names: by pid as given, by tag the running process with it. */
 static int select_pid(struct ctl *c, const struct sandbox *sb, const struct pj_envd_selector *s, uint32_t *ret,
-                      struct api_error *e) {
+                      struct err *e) {
         if (s->pid) {
                 *ret = s->pid;
                 return 0;
@@ -181,7 +181,7 @@ static int select_pid(struct ctl *c, const struct sandbox *sb, const struct pj_e
         }
         free(v);
         if (!pid)
-                return API_ERR(e, -ENOENT, "No running process with tag \"%s\"", s->tag);
+                return err_set(e, -ENOENT, "No running process with tag \"%s\"", s->tag);
         *ret = pid;
         return 0;
 }
@@ -198,8 +198,8 @@ enum MHD_Result envd_p_start(struct req *r) {
         struct creq q;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_(pj_envd_start_done) struct pj_envd_start in = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         if (envd_connect_request(r, true, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
                 return MHD_YES;
         if (pj_envd_start_parse(q.msg, q.len, &in, &pe) < 0)
@@ -261,8 +261,8 @@ enum MHD_Result envd_p_connect(struct req *r) {
         struct creq q;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_(pj_envd_selector_done) struct pj_envd_selector in = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         uint32_t pid = 0;
         if (envd_connect_request(r, true, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
                 return MHD_YES;
@@ -285,8 +285,8 @@ enum MHD_Result envd_p_connect(struct req *r) {
 enum MHD_Result envd_p_list(struct req *r) {
         struct creq q;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         if (envd_connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
                 return MHD_YES;
         if (pj_envd_empty_parse(q.msg, q.len, &pe) < 0)
@@ -337,8 +337,8 @@ static enum MHD_Result p_unary(struct req *r, enum pcall what) {
         struct creq q;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         _cleanup_(pj_envd_input_done) struct pj_envd_input in = { 0 };   /* .process for all; the data for SendInput */
-        struct pj_error pe = { 0 };
-        struct api_error e = { 0 };
+        struct err pe = { 0 };
+        struct err e = { 0 };
         uint32_t pid = 0, rows = 0, cols = 0;
         int sig = 0, k = 0;
         if (envd_connect_request(r, false, &q) < 0 || envd_sandbox(r, true, &sb) < 0)
@@ -376,7 +376,7 @@ enum MHD_Result envd_p_update(struct req *r) { return p_unary(r, PC_UPDATE); }
  * SDKs use SendInput. The answer: one empty message, then the end of the stream. */
 enum MHD_Result envd_p_stream_input(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         const char *ct = req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
         if (!ct || strncasecmp(ct, "application/connect+json", 24))
                 return respond_json(r, 415, envd_connect_error(PJ_CONNECT_UNIMPLEMENTED, "Content-Type must be application/connect+json"));
@@ -397,7 +397,7 @@ enum MHD_Result envd_p_stream_input(struct req *r) {
                 left -= used;
                 enum pj_envd_stream_kind kind = 0;
                 _cleanup_(pj_envd_input_done) struct pj_envd_input in = { 0 };
-                struct pj_error pe = { 0 };
+                struct err pe = { 0 };
                 if (pj_envd_stream_input_parse((const char *) m, ml, &kind, &in, &pe) < 0)
                         return envd_s_fail(r, PJ_CONNECT_INVALID_ARGUMENT, "message %zu: %s", n, pe.message);
                 if ((kind == PJ_ENVD_STREAM_START) != (n == 0))

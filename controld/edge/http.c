@@ -105,7 +105,7 @@ enum MHD_Result respond_error(struct req *r, int status, const char *fmt, ...) {
         return respond_envelope(r, status, msg, NULL);
 }
 
-/* The one place a domain errno becomes an HTTP status (see struct api_error). */
+/* The one place a domain errno becomes an HTTP status (the codes: controld.h, above sandbox_load). */
 static const struct { int err, status; } errno_status[] = {
         { EINVAL, 400 },       /* the request is wrong: fix it */
         { EBUSY, 400 },        /* wrong state or in use: act on the resource first */
@@ -136,7 +136,7 @@ int http_status_from_errno(int err) {
         return 500;
 }
 
-enum MHD_Result respond_errno(struct req *r, int err, const struct api_error *e) {
+enum MHD_Result respond_errno(struct req *r, int err, const struct err *e) {
         return respond_error(r, http_status_from_errno(err), "%s", e && e->message[0] ? e->message : "Internal error");
 }
 

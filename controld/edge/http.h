@@ -150,7 +150,7 @@ enum MHD_Result respond_envelope(struct req *r, int status, const char *message,
 enum MHD_Result respond_error(struct req *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Answers a domain error: err (negative errno) through the one errno -> HTTP status
  * table, e's message as the body. */
-enum MHD_Result respond_errno(struct req *r, int err, const struct api_error *e);
+enum MHD_Result respond_errno(struct req *r, int err, const struct err *e);
 /* respond_errno with the message formatted here: the status still comes from the one table. */
 enum MHD_Result respond_errno_msg(struct req *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int http_status_from_errno(int err);

@@ -103,16 +103,16 @@ static void pump(struct pconn *pc, struct tunnel *tn, const struct preview *p, i
  * rewritten, then bytes both ways (p: the preview, NULL for E2B's port URLs). */
 static void forward(struct pconn *pc, const struct sandbox *sb, const struct preview *p, bool keep_host, const char *target,
                     int slot) {
-        char err[512] = "";
+        struct err err = { 0 };
         struct tunnel *tn = NULL;
         int refusal = 0;
-        int k = tunnel_open(preview_pv.c, sb, pc->port, SEND_TIMEOUT_MS, FORWARD_TIMEOUT_MS, &tn, &refusal, err, sizeof(err));
+        int k = tunnel_open(preview_pv.c, sb, pc->port, SEND_TIMEOUT_MS, FORWARD_TIMEOUT_MS, &tn, &refusal, &err);
         switch (k) {
         case 0:
                 break;
         case -EHOSTUNREACH:
                 log_ctx_set("SANDBOX_ID", sb->id);
-                log_notice("preview of port %d: the agent did not answer: %s", pc->port, err);
+                log_notice("preview of port %d: the agent did not answer: %s", pc->port, err.message);
                 return preview_page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering, so the preview cannot reach it.");
         case -EPIPE:
                 return preview_page(pc, 502, "Bad Gateway", NULL, "The sandbox's agent is not answering.");

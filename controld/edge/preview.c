@@ -134,7 +134,7 @@ static cJSON *preview_json(struct ctl *c, const struct preview *p, const char *t
 
 /* The caller's sandbox of the route into *sb, with previews on: 0, or < 0 with the answer sent. */
 static int preview_sandbox(struct req *r, struct sandbox *sb) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int k = sandbox_load(r->c, &r->acc, r->m.id, sb, &e);
         if (k < 0) {
                 (void) respond_errno(r, k, &e);
@@ -149,7 +149,7 @@ static int preview_sandbox(struct req *r, struct sandbox *sb) {
 
 enum MHD_Result preview_post(struct req *r) {
         struct pj_preview_create in = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         const struct config *cfg = r->c->cfg;
         if (pj_preview_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)

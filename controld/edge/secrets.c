@@ -34,13 +34,13 @@ static void wipe_body(struct req *r) {
 }
 
 enum MHD_Result secrets_post(struct req *r) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         _cleanup_(secret_clear) struct secret s = { 0 };
         _cleanup_(pj_secret_put_done) struct pj_secret_put q = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         int k = pj_secret_parse(r->body.buf, r->body.len, true, r->c->cfg->secrets_max_value, &q, &pe);
         wipe_body(r);
-        k = k < 0 ? API_ERR(&e, k, "%s", pe.message) : secret_create(r->c, &r->acc, &q, &s, &e);
+        k = k < 0 ? err_set(&e, k, "%s", pe.message) : secret_create(r->c, &r->acc, &q, &s, &e);
         if (k == -EEXIST)
                 return respond_error(r, 409, "%s", e.message);   /* a name clash is a conflict here */
         if (k < 0)
@@ -70,14 +70,14 @@ enum MHD_Result secrets_get(struct req *r) {
 
 enum MHD_Result secrets_put(struct req *r) {
         const char *name = name_of(r);
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         _cleanup_(secret_clear) struct secret s = { 0 };
         _cleanup_(pj_secret_put_done) struct pj_secret_put q = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         int k = pj_secret_parse(r->body.buf, r->body.len, false, r->c->cfg->secrets_max_value, &q, &pe);
         wipe_body(r);
-        k = k < 0 ? API_ERR(&e, k, "%s", pe.message)
-                  : name ? secret_put(r->c, &r->acc, name, &q, &s, &e) : API_ERR(&e, -ENOENT, "Secret not found");
+        k = k < 0 ? err_set(&e, k, "%s", pe.message)
+                  : name ? secret_put(r->c, &r->acc, name, &q, &s, &e) : err_set(&e, -ENOENT, "Secret not found");
         if (k < 0)
                 return respond_errno(r, k, &e);
         return respond_envelope(r, 200, "Secret replaced", render_secret(&s));
@@ -85,8 +85,8 @@ enum MHD_Result secrets_put(struct req *r) {
 
 enum MHD_Result secrets_delete(struct req *r) {
         const char *name = name_of(r);
-        struct api_error e = { 0 };
-        int k = name ? secret_delete(r->c, &r->acc, name, &e) : API_ERR(&e, -ENOENT, "Secret not found");
+        struct err e = { 0 };
+        int k = name ? secret_delete(r->c, &r->acc, name, &e) : err_set(&e, -ENOENT, "Secret not found");
         if (k < 0)
                 return respond_errno(r, k, &e);
         return respond_empty(r, 204);

@@ -20,7 +20,7 @@
 #include "template.h"
 
 enum MHD_Result templates_post(struct req *r) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         _cleanup_(user_template_clear) struct user_template t = { 0 };
         int k = utpl_build_start(r->c, &r->acc, r->body.buf, r->body.len, &t, &e);
         if (k == -EEXIST)
@@ -62,7 +62,7 @@ enum MHD_Result templates_get(struct req *r) {
 
 enum MHD_Result templates_delete(struct req *r) {
         const char *name = name_of(r);
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         if (!name)
                 return respond_errno_msg(r, -ENOENT, "Template not found");
         int k = utpl_delete_named(r->c, r->acc.id, name, &e);

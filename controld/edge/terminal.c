@@ -72,7 +72,7 @@ static bool token_valid(const struct ctl *c, const struct sandbox *sb, const cha
 }
 
 enum MHD_Result terminal_post_token(struct req *r) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         int k = sandbox_load(r->c, &r->acc, r->m.id, &sb, &e);
         if (k < 0)
@@ -95,7 +95,7 @@ enum MHD_Result terminal_post_token(struct req *r) {
 /* The caller of a pty/terminal route: a token in the query, else the API key headers. The
  * sandbox is loaded into *sb. 0, or < 0 with the answer sent. */
 static int terminal_auth(struct req *r, struct sandbox *sb) {
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         const char *tok = req_query(r, "token");
         if (tok) {
                 if (store_sandbox_get(r->c->store, r->m.id, sb) < 0 || !token_valid(r->c, sb, tok)) {
@@ -172,7 +172,7 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
         struct process_spec spec = { .cmd = s->cmd ? s->cmd : shell, .env = env, .cwd = s->cwd, .tag = "terminal",
                                      .rows = (int) s->rows, .cols = (int) s->cols };
         struct session *x = NULL;
-        struct api_error e = { 0 };
+        struct err e = { 0 };
         int k = process_start_terminal(c, &s->sb, &spec, &x, &e);
         if (k < 0) {
                 log_notice("terminal: %s", e.message);
@@ -205,7 +205,7 @@ static void run_session(struct pty_session *s, int fd, const char *extra_in, siz
                                 break;
                         }
                         uint32_t rows = 0, cols = 0;
-                        struct pj_error pe = { 0 };
+                        struct err pe = { 0 };
                         int rz;
                         switch (m.opcode) {
                         case WS_OP_TEXT:

@@ -74,7 +74,7 @@ int guest_client_send(struct guest_client *c, const struct pj_agent_msg *m, int 
 
 /* Reads what the socket has (never blocking) into the frame under way: 1 with *ret filled
  * when a whole frame is in, 0 when more bytes are needed, < 0 as guest_client_recv. */
-int guest_client_try_recv(struct guest_client *c, struct guest_frame *ret, struct pj_error *err) {
+int guest_client_try_recv(struct guest_client *c, struct guest_frame *ret, struct err *err) {
         for (;;) {
                 if (c->hdr_got < sizeof(c->hdr)) {
                         ssize_t k = recv(c->fd, c->hdr + c->hdr_got, sizeof(c->hdr) - c->hdr_got, MSG_DONTWAIT);
@@ -118,7 +118,7 @@ int guest_client_try_recv(struct guest_client *c, struct guest_frame *ret, struc
         }
 }
 
-int guest_client_recv(struct guest_client *c, int timeout_ms, struct guest_frame *ret, struct pj_error *err) {
+int guest_client_recv(struct guest_client *c, int timeout_ms, struct guest_frame *ret, struct err *err) {
         int64_t deadline = mono_ms() + timeout_ms;
         for (;;) {
                 int r = guest_client_try_recv(c, ret, err);
@@ -133,7 +133,7 @@ int guest_client_recv(struct guest_client *c, int timeout_ms, struct guest_frame
 bool guest_socket_owner_ok(uid_t uid) { return unix_socket_owner_ok(uid); }
 
 int guest_client_connect(const char *path, const char *secret, int timeout_ms, struct guest_client **ret,
-                         struct pj_error *err) {
+                         struct err *err) {
         int64_t deadline = mono_ms() + timeout_ms;
         int fd = unix_connect_nofollow(path, deadline);
         if (fd < 0)
@@ -142,7 +142,7 @@ int guest_client_connect(const char *path, const char *secret, int timeout_ms, s
 }
 
 int guest_client_connect_fd(int fd, const char *secret, int64_t deadline, struct guest_client **ret,
-                            struct pj_error *err) {
+                            struct err *err) {
         struct guest_client *c = xnew0(struct guest_client, 1);
         c->fd = fd;
         /* Room for a few 1 MiB file chunks in flight (a Unix socket's default is ~208 KiB:

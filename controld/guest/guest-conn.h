@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cleanup.h"
+#include "err.h"
 #include "pj_agent.h"
 
 struct guest_client;
@@ -34,11 +35,11 @@ void guest_client_recycle(struct guest_client *c, struct guest_frame *f);
  * socket (a symlink included), -EACCES when the agent refused the secret, -ETIMEDOUT,
  * -EPROTO when the agent answered something else (err filled when not NULL). */
 int guest_client_connect(const char *path, const char *secret, int timeout_ms, struct guest_client **ret,
-                         struct pj_error *err);
+                         struct err *err);
 /* The same over an fd already connected to the agent (the relay's): sends HELLO and waits
  * for HELLO_OK by deadline (mono_ms()). Takes fd in every case (closed on failure). */
 int guest_client_connect_fd(int fd, const char *secret, int64_t deadline, struct guest_client **ret,
-                            struct pj_error *err);
+                            struct err *err);
 /* Closes the connection and frees c; NULL is fine. Returns NULL. */
 struct guest_client *guest_client_free(struct guest_client *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct guest_client *, guest_client_free)
@@ -50,12 +51,12 @@ int guest_client_send_raw(struct guest_client *c, const void *p, size_t n, int t
 /* The next frame, within timeout_ms: 0 with *ret filled; -ETIMEDOUT; -ECONNRESET when the
  * agent closed the connection; -EPROTO for a frame the codec refuses (err says why; the
  * connection is then out of step and should be freed). */
-int guest_client_recv(struct guest_client *c, int timeout_ms, struct guest_frame *ret, struct pj_error *err);
+int guest_client_recv(struct guest_client *c, int timeout_ms, struct guest_frame *ret, struct err *err);
 /* Without blocking: 1 with *ret filled when a whole frame has arrived, 0 when the socket has
  * no more for now (poll guest_client_fd for POLLIN), < 0 as guest_client_recv. Partial frames
  * are kept in the client between calls; the payload is allocated only after its header
  * passed pj_agent_header_decode(). */
-int guest_client_try_recv(struct guest_client *c, struct guest_frame *ret, struct pj_error *err);
+int guest_client_try_recv(struct guest_client *c, struct guest_frame *ret, struct err *err);
 /* Who may own an agent socket: root (the gVisor gofer makes it), us, or the overflow uid
  * (root as seen from a user namespace such as systemd's PrivateUsers=). Anyone else's
  * socket is refused (-EPERM). */

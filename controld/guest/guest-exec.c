@@ -47,7 +47,7 @@ static int pump(struct guest_client *cl, frame_fn on_frame, void *ud) {
         int n = 0;
         for (; n < PUMP_BUDGET; n++) {
                 struct guest_frame f = { 0 };
-                struct pj_error perr = { 0 };
+                struct err perr = { 0 };
                 int r = guest_client_try_recv(cl, &f, &perr);
                 if (r == 0)
                         return n;
@@ -172,8 +172,7 @@ static int proc_frame(struct guest_frame *f, void *ud) {
         }
 }
 
-int guest_exec_start(struct guest_client *cl, const struct guest_spawn *spec, struct guest_exec **ret, char *err,
-                     size_t errlen) {
+int guest_exec_start(struct guest_client *cl, const struct guest_spawn *spec, struct guest_exec **ret, struct err *err) {
         struct guest_exec *x = xnew0(struct guest_exec, 1);
         x->cl = cl;
         size_t n_argv = 0, n_env = 0;
@@ -201,11 +200,11 @@ int guest_exec_start(struct guest_client *cl, const struct guest_spawn *spec, st
                 m.f.uid = spec->uid;
                 m.f.gid = spec->gid;
         }
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         _cleanup_(pj_agent_buf_done) struct pj_agent_buf b = { 0 };
         int r = pj_agent_msg_encode(&m, &b, &perr);
         if (r < 0) {
-                snprintf(err, errlen, "%s", perr.message);
+                err_set(err, -EINVAL, "%s", perr.message);
                 guest_exec_free(x);
                 return -EINVAL;
         }
@@ -214,7 +213,7 @@ int guest_exec_start(struct guest_client *cl, const struct guest_spawn *spec, st
         if (r >= 0)
                 r = guest_client_recv(cl, SPAWN_TIMEOUT_MS, &f, &perr);
         if (r < 0) {
-                snprintf(err, errlen, "the agent did not take the command: %s", strerror(-r));
+                err_set(err, r, "the agent did not take the command: %s", strerror(-r));
                 guest_exec_free(x);
                 return r;
         }
@@ -233,14 +232,14 @@ int guest_exec_start(struct guest_client *cl, const struct guest_spawn *spec, st
                         x->synth_err = xasprintf("paddock: %s: cannot run: %s\n", spec->argv[0], strerror(e));
                         x->synth_code = 126;
                 } else {
-                        snprintf(err, errlen, "the agent could not start the command: %s",
-                                 f.m.f.message ? f.m.f.message : strerror(e));
+                        err_set(err, -EPROTO, "the agent could not start the command: %s",
+                                f.m.f.message ? f.m.f.message : strerror(e));
                         guest_frame_done(&f);
                         guest_exec_free(x);
                         return e == EAGAIN ? -EUSERS : -EHOSTUNREACH;
                 }
         } else {
-                snprintf(err, errlen, "the agent answered SPAWN with %s", pj_agent_type_name(f.m.type) ?: "?");
+                err_set(err, -EPROTO, "the agent answered SPAWN with %s", pj_agent_type_name(f.m.type) ?: "?");
                 guest_frame_done(&f);
                 guest_exec_free(x);
                 return -EPROTO;
@@ -430,12 +429,12 @@ static int file_wait(struct guest_file *a, int timeout_ms, int watch_fd) {
         }
 }
 
-int guest_file_read_open(struct guest_client *cl, const char *path, struct guest_file **ret, char *err, size_t errlen) {
+int guest_file_read_open(struct guest_client *cl, const char *path, struct guest_file **ret, struct err *err) {
         struct guest_file *a = file_new(cl);
         struct pj_agent_msg m = { .type = PJ_AGENT_READ, .id = CHAN_FILE, .f.path = (char *) path };
         int r = send_interleaved(cl, &m, mono_ms() + 10000, file_frame, a);
         if (r < 0) {
-                snprintf(err, errlen, "the agent did not take the read: %s", strerror(-r));
+                err_set(err, r, "the agent did not take the read: %s", strerror(-r));
                 guest_file_free(a);
                 return r;
         }
@@ -454,12 +453,12 @@ int guest_file_read(struct guest_file *a, int timeout_ms, int watch_fd, exec_out
         return r;
 }
 
-int guest_file_write_open(struct guest_client *cl, const char *path, struct guest_file **ret, char *err, size_t errlen) {
+int guest_file_write_open(struct guest_client *cl, const char *path, struct guest_file **ret, struct err *err) {
         struct guest_file *a = file_new(cl);
         struct pj_agent_msg m = { .type = PJ_AGENT_WRITE, .id = CHAN_FILE, .f.path = (char *) path };
         int r = send_interleaved(cl, &m, mono_ms() + 10000, file_frame, a);
         if (r < 0) {
-                snprintf(err, errlen, "the agent did not take the write: %s", strerror(-r));
+                err_set(err, r, "the agent did not take the write: %s", strerror(-r));
                 guest_file_free(a);
                 return r;
         }
@@ -495,37 +494,29 @@ int guest_file_write(struct guest_file *a, const void *data, size_t len, int tim
         return 0;
 }
 
-int guest_file_write_finish(struct guest_file *a, int timeout_ms, char *err, size_t errlen) {
+int guest_file_write_finish(struct guest_file *a, int timeout_ms, struct err *err) {
         int64_t deadline = mono_ms() + timeout_ms;
         if (a->out_len && !a->ended) {
                 int r = file_send(a, a->out, a->out_len, deadline);
                 a->out_len = 0;
-                if (r < 0 && !a->ended) {
-                        snprintf(err, errlen, "%s", strerror(-r));
-                        return r;
-                }
+                if (r < 0 && !a->ended)
+                        return err_set(err, r, "%s", strerror(-r));
         }
         if (!a->ended) {
                 struct pj_agent_msg m = { .type = PJ_AGENT_END, .id = CHAN_FILE };
                 int r = send_interleaved(a->cl, &m, deadline, file_frame, a);
-                if (r < 0 && !a->ended) {
-                        snprintf(err, errlen, "%s", strerror(-r));
-                        return r;
-                }
+                if (r < 0 && !a->ended)
+                        return err_set(err, r, "%s", strerror(-r));
         }
         while (!a->ended) {
                 int r = file_wait(a, (int) (deadline - mono_ms() > 0 ? deadline - mono_ms() : 0), -1);
-                if (r < 0) {
-                        snprintf(err, errlen, "%s", strerror(-r));
-                        return r;
-                }
-                if (r == 0 && mono_ms() >= deadline) {
-                        snprintf(err, errlen, "the agent did not confirm the write in time");
-                        return -ETIMEDOUT;
-                }
+                if (r < 0)
+                        return err_set(err, r, "%s", strerror(-r));
+                if (r == 0 && mono_ms() >= deadline)
+                        return err_set(err, -ETIMEDOUT, "the agent did not confirm the write in time");
         }
         if (a->failed) {
-                snprintf(err, errlen, "%s", a->message ? a->message : strerror(a->err));
+                err_set(err, -EPROTO, "%s", a->message ? a->message : strerror(a->err));
                 return -a->err;
         }
         return 0;
@@ -575,8 +566,8 @@ static int proc_request(struct guest_client *cl, const struct pj_agent_msg *m, i
         return r < 0 ? r : small_wait(cl, &res, deadline);
 }
 
-int guest_put_small(struct guest_client *cl, const char *path, const void *data, size_t len, int timeout_ms, char *err,
-                    size_t errlen) {
+int guest_put_small(struct guest_client *cl, const char *path, const void *data, size_t len, int timeout_ms,
+                    struct err *err) {
         int64_t deadline = mono_ms() + timeout_ms;
         int res = 0, r;
         struct pj_agent_msg m = { .type = PJ_AGENT_WRITE, .id = CHAN_SMALL, .f.path = (char *) path };
@@ -596,7 +587,7 @@ int guest_put_small(struct guest_client *cl, const char *path, const void *data,
         if (r >= 0)
                 r = small_wait(cl, &res, deadline);
         if (r < 0)
-                snprintf(err, errlen, "cannot write %s in the sandbox: %s", path, strerror(-r));
+                err_set(err, r, "cannot write %s in the sandbox: %s", path, strerror(-r));
         return r;
 }
 
@@ -610,7 +601,7 @@ int guest_remove(struct guest_client *cl, const char *path, int timeout_ms) {
 /* One request on CHAN_SMALL whose answer is a single frame of type want (or ERROR). */
 static int small_call(struct guest_client *cl, const struct pj_agent_msg *m, uint8_t want, int timeout_ms,
                       struct guest_frame *ret) {
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         int r = guest_client_send(cl, m, timeout_ms);
         if (r < 0)
                 return r;
@@ -642,7 +633,7 @@ int guest_fs_stat(struct guest_client *cl, const char *path, struct guest_stat *
 int guest_fs_listdir(struct guest_client *cl, const char *path, guest_dirent_cb cb, void *ud, int timeout_ms,
                      bool *ret_truncated) {
         struct pj_agent_msg m = { .type = PJ_AGENT_LISTDIR, .id = CHAN_SMALL, .f.path = (char *) path };
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         int64_t deadline = mono_ms() + timeout_ms;
         int r = guest_client_send(cl, &m, timeout_ms);
         int cb_r = 0;
@@ -701,13 +692,13 @@ int guest_park(struct guest_client *cl, int timeout_ms) {
 
 /* ---- processes the agent keeps ---- */
 
-int guest_exec_attach(struct guest_client *cl, uint32_t pid, struct guest_exec **ret, char *err, size_t errlen) {
+int guest_exec_attach(struct guest_client *cl, uint32_t pid, struct guest_exec **ret, struct err *err) {
         struct guest_exec *x = xnew0(struct guest_exec, 1);
         x->cl = cl;
         x->stdin_closed = true;   /* stdin of an attached process goes by pid (guest_proc_stdin) */
         x->pid = (pid_t) pid;
         struct pj_agent_msg m = { .type = PJ_AGENT_ATTACH, .id = CHAN_PROC, .f.pid = pid };
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         int r = guest_client_send(cl, &m, SPAWN_TIMEOUT_MS);
         struct guest_frame f = { 0 };
         if (r >= 0)
@@ -717,7 +708,7 @@ int guest_exec_attach(struct guest_client *cl, uint32_t pid, struct guest_exec *
         if (r >= 0 && f.m.type == PJ_AGENT_ERROR)
                 r = -(int) f.m.f.err;
         if (r < 0) {
-                snprintf(err, errlen, "%s", r == -ESRCH ? "no such process" : strerror(-r));
+                err_set(err, r, "%s", r == -ESRCH ? "no such process" : strerror(-r));
                 guest_frame_done(&f);
                 guest_exec_free(x);
                 return r;
@@ -779,14 +770,13 @@ struct guest_watch {
         bool ended, truncated;
 };
 
-int guest_watch_open(struct guest_client *cl, const char *path, bool recursive, struct guest_watch **ret, char *err,
-                     size_t errlen) {
+int guest_watch_open(struct guest_client *cl, const char *path, bool recursive, struct guest_watch **ret, struct err *err) {
         struct guest_watch *w = xnew0(struct guest_watch, 1);
         w->cl = cl;
         struct pj_agent_msg m = { .type = PJ_AGENT_WATCH, .id = CHAN_WATCH,
                                   .f = { .present = PJ_AGENT_BIT(PJ_AGENT_T_RECURSIVE), .path = (char *) path,
                                          .recursive = recursive } };
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         int r = guest_client_send(cl, &m, SPAWN_TIMEOUT_MS);
         struct guest_frame f = { 0 };
         if (r >= 0)
@@ -795,9 +785,9 @@ int guest_watch_open(struct guest_client *cl, const char *path, bool recursive, 
                 r = -EPROTO;
         if (r >= 0 && f.m.type == PJ_AGENT_ERROR) {
                 r = -(int) f.m.f.err;
-                snprintf(err, errlen, "%s", f.m.f.message ? f.m.f.message : strerror(-r));
+                err_set(err, r, "%s", f.m.f.message ? f.m.f.message : strerror(-r));
         } else if (r < 0)
-                snprintf(err, errlen, "%s", strerror(-r));
+                err_set(err, r, "%s", strerror(-r));
         guest_frame_done(&f);
         if (r < 0) {
                 guest_watch_free(w);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "err.h"
 #include "guest-conn.h"
 
 struct guest_exec;
@@ -34,8 +35,7 @@ struct guest_spawn {
  * refuses for the user's reasons is not an error: the session then yields a message on
  * stderr and the shell's exit code (cwd missing: 126; program not found: 127; not
  * executable: 126). -errno with err for the rest. */
-int guest_exec_start(struct guest_client *cl, const struct guest_spawn *spec, struct guest_exec **ret, char *err,
-                     size_t errlen);
+int guest_exec_start(struct guest_client *cl, const struct guest_spawn *spec, struct guest_exec **ret, struct err *err);
 /* Same contracts as driver_ops exec_write / exec_close_stdin / exec_read / exec_exit_code. */
 int guest_exec_write(struct guest_exec *x, const void *data, size_t len, int timeout_ms, exec_output_cb cb, void *ud);
 int guest_exec_close_stdin(struct guest_exec *x);
@@ -58,17 +58,17 @@ void guest_exec_free(struct guest_exec *x);
  * error at once), then chunks; a write: open, data, finish (the agent's verdict). Errors are
  * the agent's errno, negative. */
 struct guest_file;
-int guest_file_read_open(struct guest_client *cl, const char *path, struct guest_file **ret, char *err, size_t errlen);
+int guest_file_read_open(struct guest_client *cl, const char *path, struct guest_file **ret, struct err *err);
 /* Next bytes into cb: 1 at the end, 0 when the wait ended first, < 0 errors (-ECONNRESET
  * when watch_fd hung up). */
 int guest_file_read(struct guest_file *f, int timeout_ms, int watch_fd, exec_output_cb cb, void *ud);
-int guest_file_write_open(struct guest_client *cl, const char *path, struct guest_file **ret, char *err, size_t errlen);
+int guest_file_write_open(struct guest_client *cl, const char *path, struct guest_file **ret, struct err *err);
 int guest_file_write(struct guest_file *f, const void *data, size_t len, int timeout_ms);
-int guest_file_write_finish(struct guest_file *f, int timeout_ms, char *err, size_t errlen);
+int guest_file_write_finish(struct guest_file *f, int timeout_ms, struct err *err);
 void guest_file_free(struct guest_file *f);
 /* Writes/removes a whole small file on cl without taking it (code snippets). */
-int guest_put_small(struct guest_client *cl, const char *path, const void *data, size_t len, int timeout_ms, char *err,
-                    size_t errlen);
+int guest_put_small(struct guest_client *cl, const char *path, const void *data, size_t len, int timeout_ms,
+                    struct err *err);
 int guest_remove(struct guest_client *cl, const char *path, int timeout_ms);
 
 /* File system calls on cl (not taken), each bounded by timeout_ms: 0 or the agent's -errno. */
@@ -95,7 +95,7 @@ int guest_park(struct guest_client *cl, int timeout_ms);
 
 /* ATTACH on cl (taken over): the process's buffered output (the last 1 MiB), then live
  * output and its EXIT, read with guest_exec_read. -ESRCH: no such process. */
-int guest_exec_attach(struct guest_client *cl, uint32_t pid, struct guest_exec **ret, char *err, size_t errlen);
+int guest_exec_attach(struct guest_client *cl, uint32_t pid, struct guest_exec **ret, struct err *err);
 /* A pid-addressed STDIN (chunked), STDIN_CLOSE, SIGNAL or RESIZE on cl (not taken), each
  * answered OK or ERROR: 0 or -errno (ESRCH gone, EPIPE no stdin, ENOTTY no terminal). */
 int guest_proc_stdin(struct guest_client *cl, uint32_t pid, const void *data, size_t len, bool close, int timeout_ms);
@@ -113,8 +113,7 @@ struct guest_watch;
 typedef int (*guest_watch_cb)(int event, const char *path, bool dir, void *ud);
 /* WATCH path on cl (taken over, freed with the watch, also on failure): 0 once the agent
  * watches; -errno with err (-ENOENT, -ENOTDIR, -EMFILE, -ENOSPC are the agent's refusals). */
-int guest_watch_open(struct guest_client *cl, const char *path, bool recursive, struct guest_watch **ret, char *err,
-                     size_t errlen);
+int guest_watch_open(struct guest_client *cl, const char *path, bool recursive, struct guest_watch **ret, struct err *err);
 /* Events into cb: 1 when the watch has ended (guest_watch_truncated says whether events were
  * lost), 0 when the wait ended first, < 0 errors (-ECONNRESET: watch_fd hung up). */
 int guest_watch_read(struct guest_watch *w, int timeout_ms, int watch_fd, guest_watch_cb cb, void *ud);

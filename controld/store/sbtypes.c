@@ -20,7 +20,7 @@ void sb_egress_done(struct sb_egress *e) {
 int sb_egress_from_pj(struct sb_egress *dst, const struct pj_egress *src) {
         _cleanup_free_ struct pj_allow_entry *a = src->n_allow ? xnew0(struct pj_allow_entry, src->n_allow) : NULL;
         for (size_t i = 0; i < src->n_allow; i++)
-                if (pj_allow_entry_parse(src->allow[i], &a[i], NULL, 0, NULL, 0) < 0)
+                if (pj_allow_entry_parse(src->allow[i], &a[i], NULL, 0, NULL) < 0)
                         return -EINVAL;
         *dst = (struct sb_egress) { .mode = src->mode, .allow = TAKE_PTR(a), .n_allow = src->n_allow };
         return 0;
@@ -61,7 +61,7 @@ void sb_egress_allow_from_text(struct sb_egress *e, const char *text) {
         e->n_allow = 0;
         cJSON *it;
         cJSON_ArrayForEach(it, a)
-                if (cJSON_IsString(it) && pj_allow_entry_parse(it->valuestring, &e->allow[e->n_allow], NULL, 0, NULL, 0) >= 0)
+                if (cJSON_IsString(it) && pj_allow_entry_parse(it->valuestring, &e->allow[e->n_allow], NULL, 0, NULL) >= 0)
                         e->n_allow++;
 }
 

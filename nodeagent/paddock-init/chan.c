@@ -17,7 +17,7 @@ size_t conn_out_pending(const struct conn *c) { return c->out.len - c->out_off; 
 
 
 void conn_send(struct conn *c, const struct pj_agent_msg *m) {
-        struct pj_error e;
+        struct err e;
         if (!c->used || c->closing)
                 return;
         int r = pj_agent_msg_encode(m, &c->out, &e);

@@ -410,7 +410,7 @@ void conn_read(struct conn *c) {
                         c->hdr_got += (size_t) n;
                         if (c->hdr_got < PJ_AGENT_HEADER_SIZE)
                                 continue;
-                        struct pj_error e;
+                        struct err e;
                         if (pj_agent_header_decode(c->hdr, &c->h, &e) < 0)
                                 return conn_fail(c, 0, "Bad frame header: %s", e.message);
                         /* before HELLO only a HELLO-sized frame is read */
@@ -426,7 +426,7 @@ void conn_read(struct conn *c) {
                 if (c->pay_got < c->h.len)
                         continue;
                 struct pj_agent_msg m = { 0 };
-                struct pj_error e;
+                struct err e;
                 int r = pj_agent_msg_decode(&c->h, c->payload, c->h.len, &m, &e);
                 if (r < 0) {
                         conn_fail(c, c->h.id, "Bad %s frame: %s", pj_agent_type_name(c->h.type), e.message);

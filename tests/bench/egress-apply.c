@@ -75,13 +75,13 @@ static void allow_for(int k, struct pj_allow_entry e[5]) {
         e[4] = (struct pj_allow_entry) { .kind = PJ_ALLOW_CIDR, .addr = (198u << 24) | (51u << 16) | ((uint32_t) (k % 200) << 8), .prefix = 24 };
 }
 
-static int apply(int i, int k, char *err, size_t errlen) {
+static int apply(int i, int k, struct err *err) {
         char id[EGRESS_ID_LEN + 1];
         struct pj_allow_entry e[5];
         sbx_id(i, id);
         allow_for(k, e);
         struct egress_policy p = { .sandbox_id = id, .ip = sbx_ip(i), .mode = PJ_EGRESS_RESTRICTED, .allow = e, .n_allow = 5 };
-        return egress_apply(&p, err, errlen);
+        return egress_apply(&p, err);
 }
 
 static void ip_str(uint32_t a, char buf[16]) {
@@ -129,16 +129,17 @@ int main(int argc, char **argv) {
         }
         if (run((char *[]) { "ip", "link", "add", BRIDGE, "type", "bridge", NULL }) != 0)
                 return 1;
-        char err[512] = "", path[] = "/tmp/egress-apply.XXXXXX";
+        char path[] = "/tmp/egress-apply.XXXXXX";
+        struct err err = { 0 };
         static const char *const bridges[] = { BRIDGE, NULL };
         struct egress_config cfg = { .table = "paddock", .bridges = bridges, .priority = -10 };
-        if (egress_init(&cfg, err, sizeof(err)) < 0) {
-                fprintf(stderr, "egress-apply: egress_init: %s\n", err);
+        if (egress_init(&cfg, &err) < 0) {
+                fprintf(stderr, "egress-apply: egress_init: %s\n", err.message);
                 return 1;
         }
         for (int i = 0; i < n; i++)
-                if (apply(i, i, err, sizeof(err)) < 0) {
-                        fprintf(stderr, "egress-apply: populating sandbox %d: %s\n", i, err);
+                if (apply(i, i, &err) < 0) {
+                        fprintf(stderr, "egress-apply: populating sandbox %d: %s\n", i, err.message);
                         return 1;
                 }
         int fd = mkstemp(path);
@@ -152,8 +153,8 @@ int main(int argc, char **argv) {
                 int i = fresh ? n + 2 * r : (r * 7919) % n, j = fresh ? n + 2 * r + 1 : i;
                 char id[EGRESS_ID_LEN + 1];
                 double t0 = now_us();
-                if (apply(i, n + r, err, sizeof(err)) < 0) {
-                        fprintf(stderr, "egress-apply: apply: %s\n", err);
+                if (apply(i, n + r, &err) < 0) {
+                        fprintf(stderr, "egress-apply: apply: %s\n", err.message);
                         unlink(path);
                         return 1;
                 }
@@ -168,8 +169,8 @@ int main(int argc, char **argv) {
                 nft[r] = (now_us() - t0) / 1000.0;
                 for (int x = 0; fresh && x < 2; x++) {
                         sbx_id(x ? j : i, id);
-                        if (egress_remove(id, sbx_ip(x ? j : i), err, sizeof(err)) < 0) {
-                                fprintf(stderr, "egress-apply: remove: %s\n", err);
+                        if (egress_remove(id, sbx_ip(x ? j : i), &err) < 0) {
+                                fprintf(stderr, "egress-apply: remove: %s\n", err.message);
                                 unlink(path);
                                 return 1;
                         }

@@ -15,7 +15,7 @@ static void one(const struct pj_agent_header *h, const uint8_t *payload) {
         struct pj_agent_msg m = { 0 };
         /* Cleared: pj_agent leaves it as it is, so a refusal that fills nothing must read "" here,
          * not whatever the stack held (which passed or failed by chance). */
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         if (pj_agent_msg_decode(h, payload, h->len, &m, &e) < 0) {
                 FUZZ_ASSERT(e.message[0] && memchr(e.message, 0, sizeof(e.message)), "error without a message");
                 return;
@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t off = 0;
         while (size - off >= PJ_AGENT_HEADER_SIZE) {
                 struct pj_agent_header h;
-                struct pj_error e = { 0 };
+                struct err e = { 0 };
                 if (pj_agent_header_decode(data + off, &h, &e) < 0) {
                         FUZZ_ASSERT(e.message[0], "header refusal without a message");
                         uint32_t claimed = (uint32_t) data[off] << 24 | (uint32_t) data[off + 1] << 16 |

@@ -14,14 +14,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 return 0;
         _cleanup_free_ char *s = strndup((const char *) data, size);
         struct pj_allow_entry a, b;
-        char norm[PJ_ALLOW_NORM_MAX], norm2[PJ_ALLOW_NORM_MAX], why[256] = "";
+        char norm[PJ_ALLOW_NORM_MAX], norm2[PJ_ALLOW_NORM_MAX];
+        struct err why = { 0 };
 
-        if (pj_allow_entry_parse(s, &a, norm, sizeof(norm), why, sizeof(why)) < 0) {
-                FUZZ_ASSERT(why[0], "refused without a reason: %s", s);
+        if (pj_allow_entry_parse(s, &a, norm, sizeof(norm), &why) < 0) {
+                FUZZ_ASSERT(why.message[0], "refused without a reason: %s", s);
                 return 0;
         }
-        FUZZ_ASSERT(pj_allow_entry_parse(norm, &b, norm2, sizeof(norm2), why, sizeof(why)) == 0,
-                    "normalised form refused (%s): %s -> %s", why, s, norm);
+        FUZZ_ASSERT(pj_allow_entry_parse(norm, &b, norm2, sizeof(norm2), &why) == 0,
+                    "normalised form refused (%s): %s -> %s", why.message, s, norm);
         FUZZ_ASSERT(!strcmp(norm, norm2), "normalisation not idempotent: %s -> %s -> %s", s, norm, norm2);
         FUZZ_ASSERT(a.kind == b.kind && a.addr == b.addr && a.prefix == b.prefix && !strcmp(a.host, b.host), "entry changed: %s -> %s", s, norm);
         switch (a.kind) {

@@ -20,7 +20,7 @@
 #define MAX_FILE 4096
 #define MAX_TOTAL 65536
 
-static void check_error(int r, const struct pj_error *e, const void *ret, const void *pristine, size_t n, const char *what) {
+static void check_error(int r, const struct err *e, const void *ret, const void *pristine, size_t n, const char *what) {
         FUZZ_ASSERT(r == -EINVAL, "%s: unexpected return %d", what, r);
         FUZZ_ASSERT(memchr(e->message, 0, sizeof(e->message)) && e->message[0], "%s: empty message", what);
         FUZZ_ASSERT(memchr(e->field, 0, sizeof(e->field)), "%s: field not terminated", what);
@@ -43,7 +43,7 @@ static void check_egress(const struct pj_egress *e) {
         FUZZ_ASSERT(e->n_allow == 0 || e->mode == PJ_EGRESS_RESTRICTED, "allow entries with mode %d", e->mode);
         for (size_t i = 0; i < e->n_allow; i++) {
                 char norm[PJ_ALLOW_NORM_MAX];
-                FUZZ_ASSERT(pj_allow_entry_parse(e->allow[i], NULL, norm, sizeof(norm), NULL, 0) == 0 &&
+                FUZZ_ASSERT(pj_allow_entry_parse(e->allow[i], NULL, norm, sizeof(norm), NULL) == 0 &&
                                     !strcmp(norm, e->allow[i]),
                             "stored entry not normalised: %s", e->allow[i]);
                 for (size_t k = 0; k < i; k++)
@@ -64,7 +64,7 @@ static void check_env(char **keys, char **values, size_t n) {
 #define RUN(type, parse, done, check)                                                   \
         do {                                                                            \
                 struct type v, pristine;                                                \
-                struct pj_error e = { 0 }; /* not a previous RUN's message */           \
+                struct err e = { 0 }; /* not a previous RUN's message */           \
                 memset(&v, 0xa5, sizeof(v));                                            \
                 memset(&pristine, 0xa5, sizeof(pristine));                              \
                 int r = parse;                                                          \
@@ -174,7 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* The path check on the input as a C string. */
         if (size <= 8192 && !memchr(data, 0, size)) {
                 _cleanup_free_ char *p = strndup(b, size);
-                struct pj_error e;
+                struct err e;
                 if (pj_sandbox_path_check(p, &e, "path") == 0)
                         check_path(p);
                 else

@@ -15,11 +15,11 @@ static const char *const keys[] = { "listen", "path", "driver", "max_concurrent"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         _cleanup_conf_free_ struct conf *c = NULL;
-        char err[512] = "";
+        struct err err = { 0 };
 
-        int r = conf_parse_string((const char *) data, size, "fuzz.conf", &c, err, sizeof(err));
+        int r = conf_parse_string((const char *) data, size, "fuzz.conf", &c, &err);
         if (r < 0) {
-                FUZZ_ASSERT(!strncmp(err, "fuzz.conf:", 10), "error does not name the file: %s", err);
+                FUZZ_ASSERT(!strncmp(err.message, "fuzz.conf:", 10), "error does not name the file: %s", err.message);
                 FUZZ_ASSERT(c == NULL, "conf set on failure");
                 return 0;
         }
@@ -42,35 +42,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                  * getters so every getter sees values of every shape. */
                                 switch ((k + s) % 6) {
                                 case 0:
-                                        r = conf_get_string(c, sections[s], name, keys[k], "d", 255, &sv, err, sizeof(err));
+                                        r = conf_get_string(c, sections[s], name, keys[k], "d", 255, &sv, &err);
                                         FUZZ_ASSERT(r < 0 || (sv && strlen(sv) <= 255), "string");
                                         break;
                                 case 1:
-                                        r = conf_get_int(c, sections[s], name, keys[k], 1, -5, 1000, &iv, err, sizeof(err));
+                                        r = conf_get_int(c, sections[s], name, keys[k], 1, -5, 1000, &iv, &err);
                                         FUZZ_ASSERT(r < 0 || (iv >= -5 && iv <= 1000), "int %lld", (long long) iv);
                                         break;
                                 case 2:
-                                        r = conf_get_bool(c, sections[s], name, keys[k], false, &bv, err, sizeof(err));
+                                        r = conf_get_bool(c, sections[s], name, keys[k], false, &bv, &err);
                                         break;
                                 case 3:
-                                        r = conf_get_size(c, sections[s], name, keys[k], 1, 1, UINT64_C(1) << 40, &uv, err, sizeof(err));
+                                        r = conf_get_size(c, sections[s], name, keys[k], 1, 1, UINT64_C(1) << 40, &uv, &err);
                                         FUZZ_ASSERT(r < 0 || (uv >= 1 && uv <= UINT64_C(1) << 40), "size");
                                         break;
                                 case 4:
-                                        r = conf_get_duration_ms(c, sections[s], name, keys[k], 1000, 1, 86400000, &uv, err, sizeof(err));
+                                        r = conf_get_duration_ms(c, sections[s], name, keys[k], 1000, 1, 86400000, &uv, &err);
                                         FUZZ_ASSERT(r < 0 || (uv >= 1 && uv <= 86400000), "duration");
                                         break;
                                 default:
-                                        r = conf_get_list(c, sections[s], name, keys[k], 8, 64, &lv, err, sizeof(err));
+                                        r = conf_get_list(c, sections[s], name, keys[k], 8, 64, &lv, &err);
                                         FUZZ_ASSERT(r < 0 || (size_t) r == strv_length(lv), "list %d", r);
                                         break;
                                 }
                                 if (r < 0)
-                                        FUZZ_ASSERT(!strncmp(err, "fuzz.conf:", 10), "getter error does not name the file: %s", err);
+                                        FUZZ_ASSERT(!strncmp(err.message, "fuzz.conf:", 10), "getter error does not name the file: %s", err.message);
                         }
                 }
         }
-        r = conf_check_unused(c, err, sizeof(err));
-        FUZZ_ASSERT(r == 0 || (r == -EINVAL && !strncmp(err, "fuzz.conf:", 10)), "check_unused %d: %s", r, err);
+        r = conf_check_unused(c, &err);
+        FUZZ_ASSERT(r == 0 || (r == -EINVAL && !strncmp(err.message, "fuzz.conf:", 10)), "check_unused %d: %s", r, err.message);
         return 0;
 }

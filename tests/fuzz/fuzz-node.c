@@ -20,7 +20,7 @@ static void same_msg(const struct pj_node_msg *a, const struct pj_node_msg *b) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *b = (const char *) data;
-        struct pj_error e;
+        struct err e;
 
         struct pj_node_msg m = { 0 };
         if (pj_node_msg_parse(b, size, &m, &e) == 0) {

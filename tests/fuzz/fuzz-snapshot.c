@@ -13,7 +13,7 @@
 
 static void job_props(const char *b, size_t size) {
         struct pj_snapshot_job j, j2;
-        struct pj_error e;
+        struct err e;
         if (pj_snapshot_job_parse(b, size, &j, &e) < 0) {
                 FUZZ_ASSERT(e.message[0] && memchr(e.message, 0, sizeof(e.message)), "error without a message");
                 return;
@@ -33,7 +33,7 @@ static void job_props(const char *b, size_t size) {
 
 static void event_props(const char *b, size_t size) {
         struct pj_snapshot_event ev, ev2;
-        struct pj_error e;
+        struct err e;
         if (pj_snapshot_event_parse(b, size, &ev, &e) < 0) {
                 FUZZ_ASSERT(e.message[0] && memchr(e.message, 0, sizeof(e.message)), "error without a message");
                 FUZZ_ASSERT(strstr(e.message, e.field), "message '%s' does not name field '%s'", e.message, e.field);

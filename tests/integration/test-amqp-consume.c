@@ -80,13 +80,13 @@ static void fx_close(struct fx *f) {
 /* A connection made as the daemons make theirs (amqpx_connect), channel CH open. */
 static amqp_connection_state_t daemon_connect(void) {
         struct amqpx_url u;
-        char err[256];
-        ASSERT_EQ(amqpx_url_parse("amqp://guest:guest@127.0.0.1:5672/", &u, err, sizeof(err)), 0);
+        struct err err = { 0 };
+        ASSERT_EQ(amqpx_url_parse("amqp://guest:guest@127.0.0.1:5672/", &u, &err), 0);
         amqp_connection_state_t conn = NULL;
-        int r = amqpx_connect(&u, "paddock-test-consume", 0, 0, 5000, &conn, err, sizeof(err));
+        int r = amqpx_connect(&u, "paddock-test-consume", 0, 0, 5000, &conn, &err);
         amqpx_url_done(&u);
         if (r < 0)
-                test_fail(__FILE__, __LINE__, "amqpx_connect: %s", err);
+                test_fail(__FILE__, __LINE__, "amqpx_connect: %s", err.message);
         amqp_channel_open(conn, CH);
         ASSERT_EQ(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
         return conn;

@@ -115,9 +115,9 @@ TEST(secrets_are_write_only_versioned_and_per_account) {
                 /* the key as controld derives it from the file */
                 struct ctl c = { 0 };
                 struct config cfg = { .secrets_key_file = (char *) key_file("a test key of more than thirty-two bytes, as text\n") };
-                char err[256];
+                struct err err = { 0 };
                 c.cfg = &cfg;
-                ASSERT_OK(secret_key_load(&c, err, sizeof(err)));
+                ASSERT_OK(secret_key_load(&c, &err));
                 memcpy(k, c.secrets_key, sizeof(k));
         }
         char aad[256], *pt = NULL;
@@ -174,9 +174,9 @@ TEST(without_a_key_secrets_are_not_served_and_a_bad_key_stops_the_start) {
         /* a key file too short: controld refuses to start rather than serve with another key */
         struct ctl c = { 0 };
         struct config cfg = { .secrets_key_file = (char *) key_file("short\n") };
-        char err[256] = "";
+        struct err err = { 0 };
         c.cfg = &cfg;
-        ASSERT_EQ(secret_key_load(&c, err, sizeof(err)), -EINVAL);
-        ASSERT_TRUE(strstr(err, "it must hold 32 to 1024 bytes") != NULL);
+        ASSERT_EQ(secret_key_load(&c, &err), -EINVAL);
+        ASSERT_TRUE(strstr(err.message, "it must hold 32 to 1024 bytes") != NULL);
         ASSERT_FALSE(c.secrets_on);
 }

@@ -270,12 +270,13 @@ static cJSON *node_sync_as(const char *node, const char *network, const char *us
                            bool want_reply) {
         amqp_connection_state_t conn = NULL;
         struct amqpx_url u;
-        char err[256] = "", body[256], url[256];
+        char body[256], url[256];
+        struct err err = { 0 };
         snprintf(url, sizeof(url), "amqp://%s:%s@127.0.0.1:5672", user ? user : "guest", user ? password : "guest");
-        ASSERT_EQ(amqpx_url_parse(url, &u, err, sizeof(err)), 0);
-        ASSERT_EQ(amqpx_connect(&u, "test-controld-egress", 0, 30, 5000, &conn, err, sizeof(err)), 0);
+        ASSERT_EQ(amqpx_url_parse(url, &u, &err), 0);
+        ASSERT_EQ(amqpx_connect(&u, "test-controld-egress", 0, 30, 5000, &conn, &err), 0);
         amqpx_url_done(&u);
-        ASSERT_EQ(amqpx_channel_open_exchange(conn, 1, exchange, err, sizeof(err)), 0);
+        ASSERT_EQ(amqpx_channel_open_exchange(conn, 1, exchange, &err), 0);
         amqp_bytes_t queue = amqptest_queue(conn);
         amqp_basic_consume(conn, 1, queue, amqp_empty_bytes, 0, 1, 1, amqp_empty_table);
         amqp_basic_properties_t pr = { ._flags = AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_APP_ID_FLAG,

@@ -229,8 +229,8 @@ TEST_FULL(the_child_refuses_calls_outside_the_allowlist, 60) {
         cfg->init_dir = xstrdup("");
         cfg->db_path = xstrdup("/nonexistent/controld.db");
         cfg->run_user = xstrdup("");
-        char err[512] = "";
-        ASSERT_EQ(dockerchild_start(cfg, err, sizeof(err)), 0);
+        struct err err = { 0 };
+        ASSERT_EQ(dockerchild_start(cfg, &err), 0);
 
         long status = 0;
         size_t len = 0;

@@ -286,12 +286,12 @@ static void setup(void) {
 
 /* egress_init(cfg), or the test skipped where nftables' netlink is not permitted. */
 static void init_with(const struct egress_config *cfg) {
-        char err[512] = "";
-        int r = egress_init(cfg, err, sizeof(err));
+        struct err err = { 0 };
+        int r = egress_init(cfg, &err);
         if (r == -EPERM || r == -EPROTONOSUPPORT || r == -EAFNOSUPPORT)
                 TEST_SKIP("nftables netlink is not permitted here");
         if (r < 0)
-                test_fail(__FILE__, __LINE__, "egress_init: %s", err);
+                test_fail(__FILE__, __LINE__, "egress_init: %s", err.message);
 }
 
 static void init_default(const char *resolver) {
@@ -311,15 +311,15 @@ static void setup_default(const char *resolver) {
 static void apply(const char *id, uint32_t ip, enum pj_egress_mode mode, const char *const *allow) {
         struct pj_allow_entry e[64];
         size_t n = 0;
-        char why[256];
+        struct err why = { 0 };
         for (; allow && allow[n]; n++)
-                if (pj_allow_entry_parse(allow[n], &e[n], NULL, 0, why, sizeof(why)) < 0)
-                        test_fail(__FILE__, __LINE__, "%s %s", allow[n], why);
+                if (pj_allow_entry_parse(allow[n], &e[n], NULL, 0, &why) < 0)
+                        test_fail(__FILE__, __LINE__, "%s %s", allow[n], why.message);
         struct egress_policy p = { .sandbox_id = id, .ip = ip, .mode = mode, .allow = e, .n_allow = n };
-        char err[512] = "";
-        int r = egress_apply(&p, err, sizeof(err));
+        struct err err = { 0 };
+        int r = egress_apply(&p, &err);
         if (r < 0)
-                test_fail(__FILE__, __LINE__, "egress_apply %s: %s", id, err);
+                test_fail(__FILE__, __LINE__, "egress_apply %s: %s", id, err.message);
 }
 
 /* setup_default(NULL) and sandbox A in mode (no allow list). */
@@ -624,8 +624,8 @@ TEST_FULL(remove_returns_to_fail_closed, 30) {
         apply(ID_B, SBX_B, PJ_EGRESS_OPEN, NULL);
         REACH(SBX_A, WORLD1);
         ASSERT_TRUE(listed(ID_A));
-        char err[512] = "";
-        ASSERT_OK(egress_remove(ID_A, SBX_A, err, sizeof(err)));
+        struct err err = { 0 };
+        ASSERT_OK(egress_remove(ID_A, SBX_A, &err));
         NO_REACH(SBX_A, WORLD1);
         ASSERT_FALSE(probe(SBX_A, WORLD2, 53));
         REACH(SBX_B, WORLD1);                   /* the other sandbox is untouched */
@@ -635,9 +635,9 @@ TEST_FULL(remove_returns_to_fail_closed, 30) {
         ASSERT_FALSE(strstr(txt, "allow_" ID_A));
         ASSERT_FALSE(strstr(txt, "169.254.90.2"));
         /* Idempotent, also for a sandbox that never existed. */
-        ASSERT_OK(egress_remove(ID_A, SBX_A, err, sizeof(err)));
-        ASSERT_OK(egress_remove(ID_C, 0, err, sizeof(err)));
-        ASSERT_OK(egress_remove(ID_B, 0, err, sizeof(err)));
+        ASSERT_OK(egress_remove(ID_A, SBX_A, &err));
+        ASSERT_OK(egress_remove(ID_C, 0, &err));
+        ASSERT_OK(egress_remove(ID_B, 0, &err));
         NO_REACH(SBX_B, WORLD1);
         char **ids = NULL;
         ASSERT_EQ(egress_list(&ids), 0);
@@ -691,11 +691,11 @@ TEST_FULL(init_is_idempotent, 30) {
         pid_t pid = fork();
         ASSERT_TRUE(pid >= 0);
         if (pid == 0) {
-                char err[512] = "";
+                struct err err = { 0 };
                 struct egress_config cfg = {
                         .table = "paddock", .bridges = bridges, .deny_cidrs = deny, .priority = -10,
                 };
-                _exit(egress_init(&cfg, err, sizeof(err)) == 0 ? 0 : 1);
+                _exit(egress_init(&cfg, &err) == 0 ? 0 : 1);
         }
         int stt = 0;
         waitpid(pid, &stt, 0);
@@ -715,9 +715,9 @@ TEST_FULL(init_is_idempotent, 30) {
         ASSERT_TRUE(listed(ID_A));
 
         /* A changed priority recreates the base chains, still keeping sandboxes. */
-        char err[512] = "";
+        struct err err = { 0 };
         struct egress_config cfg = { .table = "paddock", .bridges = bridges, .deny_cidrs = deny, .priority = -5 };
-        ASSERT_OK(egress_init(&cfg, err, sizeof(err)));
+        ASSERT_OK(egress_init(&cfg, &err));
         _cleanup_free_ char *after = nft_text();
         ASSERT_CONTAINS(after, "hook forward priority filter - 5; policy accept;");
         REACH(SBX_A, WORLD1);
@@ -739,12 +739,12 @@ TEST_FULL(failed_batch_leaves_state_intact, 30) {
 
         struct pj_allow_entry e = { .kind = PJ_ALLOW_IPV4, .addr = WORLD2, .prefix = 32 };
         struct egress_policy p = { .sandbox_id = ID_C, .ip = SBX_A, .mode = PJ_EGRESS_RESTRICTED, .allow = &e, .n_allow = 1 };
-        char err[512] = "";
-        int r = egress_apply(&p, err, sizeof(err));
+        struct err err = { 0 };
+        int r = egress_apply(&p, &err);
         ASSERT_TRUE(r < 0);
-        ASSERT_CONTAINS(err, "allow_" ID_C);
+        ASSERT_CONTAINS(err.message, "allow_" ID_C);
         if (getenv("TEST_VERBOSE"))
-                fprintf(stderr, "  kernel said: %s\n", err);
+                fprintf(stderr, "  kernel said: %s\n", err.message);
 
         /* Nothing of it landed: same ruleset, A's policy still in force. */
         _cleanup_free_ char *after = nft_text();
@@ -756,36 +756,36 @@ TEST_FULL(failed_batch_leaves_state_intact, 30) {
 
 TEST_FULL(rejects_bad_input, 30) {
         topology();
-        char err[512] = "";
+        struct err err = { 0 };
         struct egress_policy p = { .sandbox_id = ID_A, .ip = SBX_A, .mode = PJ_EGRESS_OPEN };
-        ASSERT_EQ(egress_apply(&p, err, sizeof(err)), -ENOTCONN);
+        ASSERT_EQ(egress_apply(&p, &err), -ENOTCONN);
         init_default(NULL);
         p.sandbox_id = "AAAAAAAAAAAAAAAAAAAAAAAA";
-        ASSERT_EQ(egress_apply(&p, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(egress_apply(&p, &err), -EINVAL);
         p.sandbox_id = "aaaa";
-        ASSERT_EQ(egress_apply(&p, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(egress_apply(&p, &err), -EINVAL);
         p.sandbox_id = ID_A;
         struct pj_allow_entry h = { .kind = PJ_ALLOW_HOSTNAME };
         strscpy(h.host, "example.com", sizeof(h.host));
         p.mode = PJ_EGRESS_RESTRICTED;
         p.allow = &h;
         p.n_allow = 1;
-        ASSERT_EQ(egress_apply(&p, err, sizeof(err)), -EINVAL);
-        ASSERT_CONTAINS(err, "hostname");
+        ASSERT_EQ(egress_apply(&p, &err), -EINVAL);
+        ASSERT_CONTAINS(err.message, "hostname");
         p.mode = (enum pj_egress_mode) 42;
-        ASSERT_EQ(egress_apply(&p, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(egress_apply(&p, &err), -EINVAL);
 
         static const char *const bad_deny[] = { "10.0.0.1/8", NULL };
         static const char *const bad_br[] = { "a-very-long-bridge-name", NULL };
         struct egress_config cfg = { .bridges = bridges, .deny_cidrs = bad_deny };
-        ASSERT_EQ(egress_init(&cfg, err, sizeof(err)), -EINVAL);
-        ASSERT_CONTAINS(err, "deny_cidrs[0]");
+        ASSERT_EQ(egress_init(&cfg, &err), -EINVAL);
+        ASSERT_CONTAINS(err.message, "deny_cidrs[0]");
         cfg = (struct egress_config) { .bridges = bad_br };
-        ASSERT_EQ(egress_init(&cfg, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(egress_init(&cfg, &err), -EINVAL);
         cfg = (struct egress_config) { .bridges = bridges, .dns_resolver = "nope" };
-        ASSERT_EQ(egress_init(&cfg, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(egress_init(&cfg, &err), -EINVAL);
         cfg = (struct egress_config) { .bridges = bridges, .table = "bad table" };
-        ASSERT_EQ(egress_init(&cfg, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(egress_init(&cfg, &err), -EINVAL);
         /* Nothing was written by the rejected calls. */
         ASSERT_FALSE(listed(ID_A));
 }
@@ -812,9 +812,9 @@ TEST_FULL(concurrent_writers_serialise_through_genid, 60) {
                                         .sandbox_id = id, .ip = ip, .allow = &e, .n_allow = 1,
                                         .mode = i % 2 ? PJ_EGRESS_RESTRICTED : PJ_EGRESS_OPEN,
                                 };
-                                char err[512] = "";
-                                if (egress_apply(&p, err, sizeof(err)) < 0) {
-                                        fprintf(stderr, "  apply %s #%d: %s\n", id, i, err);
+                                struct err err = { 0 };
+                                if (egress_apply(&p, &err) < 0) {
+                                        fprintf(stderr, "  apply %s #%d: %s\n", id, i, err.message);
                                         _exit(1);
                                 }
                         }
@@ -933,8 +933,8 @@ TEST_FULL(tightening_ends_forbidden_connections, 60) {
         _cleanup_close_ int c3 = conn_open(SBX_A, WORLD1, &s3);
         _cleanup_close_ int sv3 = s3;
         ASSERT_TRUE(conn_works(c3, s3));
-        char err[512] = "";
-        ASSERT_OK(egress_remove(ID_A, SBX_A, err, sizeof(err)));
+        struct err err = { 0 };
+        ASSERT_OK(egress_remove(ID_A, SBX_A, &err));
         ASSERT_TRUE(conn_killed(c3, s3));
 
         /* Another sandbox takes the address over (the old one's remove never came): the

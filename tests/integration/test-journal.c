@@ -161,14 +161,14 @@ static cJSON *journal_query_match(const char *match, int want) {
                 int r = test_run_capture(argv, &out, 4 << 20);
                 ASSERT_EQ(r, 0);
                 for (char *line = out, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-                        char err[128];
+                        struct err err = { 0 };
                         cJSON *e = NULL;
                         nl = strchr(line, '\n');
                         size_t len = nl ? (size_t) (nl - line) : strlen(line);
                         if (len == 0)
                                 continue;
-                        if (json_parse(line, len, 1 << 20, 8, &e, err, sizeof(err)) < 0)
-                                test_fail(__FILE__, __LINE__, "journalctl printed bad JSON: %s: %.*s", err, (int) len, line);
+                        if (json_parse(line, len, 1 << 20, 8, &e, &err) < 0)
+                                test_fail(__FILE__, __LINE__, "journalctl printed bad JSON: %s: %.*s", err.message, (int) len, line);
                         cJSON_AddItemToArray(arr, e);
                         n++;
                 }

@@ -11,6 +11,7 @@
 
 #include "cleanup.h"
 #include "ctltest.h"
+#include "err.h"
 #include "testlib.h"
 
 /* Sends one raw request (any bytes as the method) and reads until the server closes or 3 s
@@ -62,12 +63,12 @@ static bool metric_name_ok(const char *s, size_t n) {
 }
 
 /* Parses one sample line; on failure says why in err. */
-static bool parse_sample(const char *line, struct sample *s, char *err, size_t errlen) {
+static bool parse_sample(const char *line, struct sample *s, struct err *err) {
         const char *p = line;
         size_t n = strcspn(p, "{ ");
         memset(s, 0, sizeof(*s));
         if (!metric_name_ok(p, n) || n >= sizeof(s->name)) {
-                snprintf(err, errlen, "bad metric name");
+                err_set(err, -EINVAL, "bad metric name");
                 return false;
         }
         memcpy(s->name, p, n);
@@ -76,30 +77,30 @@ static bool parse_sample(const char *line, struct sample *s, char *err, size_t e
                 p++;
                 while (*p != '}') {
                         if (s->n_labels == 8) {
-                                snprintf(err, errlen, "too many labels");
+                                err_set(err, -EINVAL, "too many labels");
                                 return false;
                         }
                         size_t k = strcspn(p, "=");
                         if (!p[k] || k >= 160 || !isalpha((unsigned char) p[0]) ) {
-                                snprintf(err, errlen, "bad label name");
+                                err_set(err, -EINVAL, "bad label name");
                                 return false;
                         }
                         for (size_t i = 0; i < k; i++)
                                 if (!(isalnum((unsigned char) p[i]) || p[i] == '_')) {
-                                        snprintf(err, errlen, "bad label name");
+                                        err_set(err, -EINVAL, "bad label name");
                                         return false;
                                 }
                         memcpy(s->labels[s->n_labels][0], p, k);
                         p += k + 1;
                         if (*p++ != '"') {
-                                snprintf(err, errlen, "label value not quoted");
+                                err_set(err, -EINVAL, "label value not quoted");
                                 return false;
                         }
                         char *v = s->labels[s->n_labels][1];
                         size_t w = 0;
                         for (;;) {
                                 if (!*p || *p == '\n') {
-                                        snprintf(err, errlen, "unterminated label value");
+                                        err_set(err, -EINVAL, "unterminated label value");
                                         return false;
                                 }
                                 if (*p == '"')
@@ -110,7 +111,7 @@ static bool parse_sample(const char *line, struct sample *s, char *err, size_t e
                                         if (ch == 'n')
                                                 ch = '\n';
                                         else if (ch != '\\' && ch != '"') {
-                                                snprintf(err, errlen, "bad escape \\%c", ch);
+                                                err_set(err, -EINVAL, "bad escape \\%c", ch);
                                                 return false;
                                         }
                                 }
@@ -122,20 +123,20 @@ static bool parse_sample(const char *line, struct sample *s, char *err, size_t e
                         if (*p == ',')
                                 p++;
                         else if (*p != '}') {
-                                snprintf(err, errlen, "junk after a label value: '%.20s'", p);
+                                err_set(err, -EINVAL, "junk after a label value: '%.20s'", p);
                                 return false;
                         }
                 }
                 p++;
         }
         if (*p++ != ' ') {
-                snprintf(err, errlen, "no space before the value");
+                err_set(err, -EINVAL, "no space before the value");
                 return false;
         }
         char *end;
         s->value = strtod(p, &end);
         if (end == p || *end) {
-                snprintf(err, errlen, "bad value '%s'", p);
+                err_set(err, -EINVAL, "bad value '%s'", p);
                 return false;
         }
         return true;
@@ -160,9 +161,9 @@ static int parse_page(const char *page, void (*fn)(const struct sample *s, void 
                         continue;
                 }
                 struct sample s;
-                char err[128];
-                if (!parse_sample(line, &s, err, sizeof(err)))
-                        test_fail(__FILE__, __LINE__, "malformed exposition line (%s): %s", err, line);
+                struct err err = { 0 };
+                if (!parse_sample(line, &s, &err))
+                        test_fail(__FILE__, __LINE__, "malformed exposition line (%s): %s", err.message, line);
                 bool found = false;
                 for (int i = 0; i < n_typed && !found; i++) {
                         size_t tl = strlen(typed[i]);

@@ -233,13 +233,14 @@ TEST_FULL(metrics_served_on_loopback_and_count_reconnects, 90) {
                 { "localhost:9464", "is not ADDRESS:PORT" },
         };
         for (size_t i = 0; i < ELEMENTSOF(refused); i++) {
-                char extra[128], err[512] = "";
+                char extra[128];
+                struct err err = { 0 };
                 struct agent_config cfg;
                 snprintf(extra, sizeof(extra), "[metrics]\nlisten = %s\n", refused[i][0]);
                 write_conf(extra);
-                ASSERT_TRUE(agent_config_load(conf_path, &cfg, err, sizeof(err)) < 0);
-                ASSERT_CONTAINS(err, refused[i][1]);
-                ASSERT_CONTAINS(err, "[metrics] listen");
+                ASSERT_TRUE(agent_config_load(conf_path, &cfg, &err) < 0);
+                ASSERT_CONTAINS(err.message, refused[i][1]);
+                ASSERT_CONTAINS(err.message, "[metrics] listen");
         }
 
         px_start();

@@ -367,10 +367,10 @@ TEST(egress_child_holds_only_net_admin_and_refuses_malformed_requests) {
 
         /* Killed, it is noticed: no egress change can be confirmed any more. */
         ASSERT_EQ(kill(child, SIGKILL), 0);
-        char why[256] = "";
-        for (int i = 0; i < 200 && privsep_healthy(why, sizeof(why)); i++)
+        struct err why = { 0 };
+        for (int i = 0; i < 200 && privsep_healthy(&why); i++)
                 usleep(10000);
-        ASSERT_FALSE(privsep_healthy(why, sizeof(why)));
+        ASSERT_FALSE(privsep_healthy(&why));
         struct agent_config cfg = { .node_id = "n-egress", .egress_enabled = true };
         _cleanup_free_ char *reply = remove_sandbox(&cfg, SBX, "169.254.90.7");
         ASSERT_CONTAINS(reply, "\"ok\":false");

@@ -187,22 +187,22 @@ TEST(config_check_and_bad_configs) {
         ASSERT_CONTAINS(out, "configuration OK");
 
         struct agent_config cfg;
-        char err[512];
+        struct err err = { 0 };
         write_conf("typo_key = 1\n");
-        ASSERT_TRUE(agent_config_load(conf_path, &cfg, err, sizeof(err)) < 0);
-        ASSERT_CONTAINS(err, "unknown key");
+        ASSERT_TRUE(agent_config_load(conf_path, &cfg, &err) < 0);
+        ASSERT_CONTAINS(err.message, "unknown key");
         FILE *f = fopen(conf_path, "w");
         fprintf(f, "[agent]\nnode_id = bad id!\n");
         fclose(f);
-        ASSERT_TRUE(agent_config_load(conf_path, &cfg, err, sizeof(err)) < 0);
-        ASSERT_CONTAINS(err, "node_id");
+        ASSERT_TRUE(agent_config_load(conf_path, &cfg, &err) < 0);
+        ASSERT_CONTAINS(err.message, "node_id");
         f = fopen(conf_path, "w");
         fprintf(f, "[agent]\nnode_id = ok\n[amqp]\nurl = http://nope\n");
         fclose(f);
-        ASSERT_TRUE(agent_config_load(conf_path, &cfg, err, sizeof(err)) < 0);
-        ASSERT_CONTAINS(err, "amqp://");
+        ASSERT_TRUE(agent_config_load(conf_path, &cfg, &err) < 0);
+        ASSERT_CONTAINS(err.message, "amqp://");
         /* The shipped example is valid. */
-        ASSERT_OK(agent_config_load("packaging/nodeagent.conf.example", &cfg, err, sizeof(err)));
+        ASSERT_OK(agent_config_load("packaging/nodeagent.conf.example", &cfg, &err));
         ASSERT_STREQ(cfg.node_id, "local");
         agent_config_done(&cfg);
 }

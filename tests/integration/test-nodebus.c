@@ -82,10 +82,10 @@ static struct agent *start_agent(const char *tag) {
 
 static struct nodebus *new_client(const char *exchange) {
         struct nodebus *c = NULL;
-        char err[512] = "";
-        int r = nodebus_new(URL, exchange, &c, err, sizeof(err));
+        struct err err = { 0 };
+        int r = nodebus_new(URL, exchange, &c, &err);
         if (r < 0)
-                test_fail(__FILE__, __LINE__, "nodebus_new: %s (%s)", strerror(-r), err);
+                test_fail(__FILE__, __LINE__, "nodebus_new: %s (%s)", strerror(-r), err.message);
         return c;
 }
 
@@ -93,12 +93,12 @@ static struct nodebus *new_client(const char *exchange) {
 static void wait_consuming(struct nodebus *c, const struct agent *a) {
         for (int i = 0; i < 200; i++) {
                 _cleanup_free_ char *reply = NULL;
-                char err[512];
-                int r = nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 2000, &reply, err, sizeof(err));
+                struct err err = { 0 };
+                int r = nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 2000, &reply, &err);
                 if (r == 0)
                         return;
                 if (r != -ENXIO)
-                        test_fail(__FILE__, __LINE__, "waiting for the agent: %s (%s)", strerror(-r), err);
+                        test_fail(__FILE__, __LINE__, "waiting for the agent: %s (%s)", strerror(-r), err.message);
                 usleep(50000);
         }
         test_fail(__FILE__, __LINE__, "nodeagent %s never consumed; see %s", a->node_id, a->log);
@@ -126,36 +126,37 @@ TEST_FULL(ping_round_trip, 30) {
         struct nodebus *c = client_with_agent("ping", &a);
 
         _cleanup_free_ char *reply = NULL;
-        char err[512] = "";
-        ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        struct err err = { 0 };
+        ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, &err), 0);
         ASSERT_CONTAINS(reply, "\"ok\":true");
         ASSERT_CONTAINS(reply, a->node_id);
 
         _cleanup_(pj_node_reply_done) struct pj_node_reply j = { 0 };
-        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, &j, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, &j, &err), 0);
         ASSERT_STREQ(j.node_id, a->node_id);
         ASSERT_TRUE(j.ok);
         ASSERT_STREQ(j.type, "ping");
         /* Without an out-parameter too. */
-        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, NULL, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"ping\"}", 5000, NULL, &err), 0);
         nodebus_free(c);
 }
 
 TEST_FULL(unknown_node_fails_fast_with_enxio, 30) {
         amqptest_need_broker();
         struct nodebus *c = new_client(EXCHANGE);
-        char node[64], err[512] = "";
+        char node[64];
+        struct err err = { 0 };
         snprintf(node, sizeof(node), "amqptest-%d-nobody", (int) getpid());
         for (int i = 0; i < 5; i++) {
                 _cleanup_free_ char *reply = NULL;
                 struct timespec t0;
                 clock_gettime(CLOCK_MONOTONIC, &t0);
-                ASSERT_EQ(nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
+                ASSERT_EQ(nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, &err), -ENXIO);
                 ASSERT_LE(elapsed_ms(&t0), 1000);
                 ASSERT_NULL(reply);
-                ASSERT_CONTAINS(err, "no agent is consuming for node");
-                ASSERT_CONTAINS(err, node);
-                ASSERT_CONTAINS(err, "NO_ROUTE");
+                ASSERT_CONTAINS(err.message, "no agent is consuming for node");
+                ASSERT_CONTAINS(err.message, node);
+                ASSERT_CONTAINS(err.message, "NO_ROUTE");
         }
         nodebus_free(c);
 }
@@ -168,10 +169,10 @@ TEST_FULL(killed_agent_fails_fast_with_enxio, 30) {
         a->pid = 0;
         /* The broker drops the exclusive queue once it sees the TCP connection close. */
         int r = 0;
-        char err[512] = "";
+        struct err err = { 0 };
         for (int i = 0; i < 50; i++) {
                 _cleanup_free_ char *reply = NULL;
-                r = nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 500, &reply, err, sizeof(err));
+                r = nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 500, &reply, &err);
                 if (r == -ENXIO)
                         break;
                 ASSERT_EQ(r, -ETIMEDOUT);
@@ -181,7 +182,7 @@ TEST_FULL(killed_agent_fails_fast_with_enxio, 30) {
                 _cleanup_free_ char *reply = NULL;
                 struct timespec t0;
                 clock_gettime(CLOCK_MONOTONIC, &t0);
-                ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
+                ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, &err), -ENXIO);
                 ASSERT_LE(elapsed_ms(&t0), 1000);
         }
         nodebus_free(c);
@@ -196,14 +197,14 @@ struct bg_request {
         int r;
         long took_ms;
         char *reply;
-        char err[512];
+        struct err err;
 };
 
 static void *bg_run(void *ud) {
         struct bg_request *b = ud;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        b->r = nodebus_request(b->c, b->node_id, b->body, b->timeout_ms, &b->reply, b->err, sizeof(b->err));
+        b->r = nodebus_request(b->c, b->node_id, b->body, b->timeout_ms, &b->reply, &b->err);
         b->took_ms = elapsed_ms(&t0);
         return NULL;
 }
@@ -235,7 +236,7 @@ TEST_FULL(hung_agent_times_out_at_deadline_and_late_reply_is_ignored, 40) {
         pthread_join(h.thread, NULL);
         ASSERT_EQ(h.r, -ETIMEDOUT);
         ASSERT_NULL(h.reply);
-        ASSERT_CONTAINS(h.err, "no reply from the agent on node");
+        ASSERT_CONTAINS(h.err.message, "no reply from the agent on node");
         ASSERT_GE(h.took_ms, 2000);
         ASSERT_LE(h.took_ms, 3000);
 
@@ -243,13 +244,13 @@ TEST_FULL(hung_agent_times_out_at_deadline_and_late_reply_is_ignored, 40) {
          * only the reply with our correlation id may be taken. */
         ASSERT_EQ(kill(hung->pid, SIGCONT), 0);
         _cleanup_free_ char *reply = NULL;
-        char err[512] = "";
-        ASSERT_EQ(nodebus_request(c, hung->node_id, fresh, 5000, &reply, err, sizeof(err)), 0);
+        struct err err = { 0 };
+        ASSERT_EQ(nodebus_request(c, hung->node_id, fresh, 5000, &reply, &err), 0);
         ASSERT_CONTAINS(reply, "'fresh-");
         ASSERT_FALSE(strstr(reply, "stale-"));
         free(reply);
         reply = NULL;
-        ASSERT_EQ(nodebus_request(c, hung->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request(c, hung->node_id, "{\"type\":\"ping\"}", 5000, &reply, &err), 0);
         ASSERT_CONTAINS(reply, "\"ok\":true");
         nodebus_free(c);
 }
@@ -257,25 +258,25 @@ TEST_FULL(hung_agent_times_out_at_deadline_and_late_reply_is_ignored, 40) {
 TEST_FULL(agent_refusal_is_eremoteio_with_its_text, 30) {
         struct agent *a;
         struct nodebus *c = client_with_agent("refuse", &a);
-        char err[512] = "";
+        struct err err = { 0 };
         struct pj_node_reply j = { 0 };
         /* This agent does not enforce egress (not enabled in its config): it must say no. */
         ASSERT_EQ(nodebus_request_ok(c, a->node_id,
                                   "{\"type\":\"egress.apply\",\"sandbox_id\":\"0123456789abcdef01234567\","
                                   "\"ip\":\"169.254.90.7\",\"mode\":\"deny_all\"}",
-                                  5000, &j, err, sizeof(err)),
+                                  5000, &j, &err),
                   -EREMOTEIO);
         ASSERT_EQ(j.node_id[0], 0); /* untouched on failure */
-        ASSERT_CONTAINS(err, "the agent on node");
-        ASSERT_CONTAINS(err, a->node_id);
-        ASSERT_CONTAINS(err, "egress");
+        ASSERT_CONTAINS(err.message, "the agent on node");
+        ASSERT_CONTAINS(err.message, a->node_id);
+        ASSERT_CONTAINS(err.message, "egress");
         /* The agent's own words reach the caller. */
-        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"paddock-test-unsupported\"}", 5000, &j, err, sizeof(err)),
+        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{\"type\":\"paddock-test-unsupported\"}", 5000, &j, &err),
                   -EREMOTEIO);
-        ASSERT_CONTAINS(err, "'paddock-test-unsupported'");
+        ASSERT_CONTAINS(err.message, "'paddock-test-unsupported'");
         /* Garbage is refused by the agent, not by us. */
-        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{not json", 5000, &j, err, sizeof(err)), -EREMOTEIO);
-        ASSERT_CONTAINS(err, "Malformed JSON");
+        ASSERT_EQ(nodebus_request_ok(c, a->node_id, "{not json", 5000, &j, &err), -EREMOTEIO);
+        ASSERT_CONTAINS(err.message, "Malformed JSON");
         nodebus_free(c);
 }
 
@@ -294,18 +295,19 @@ struct worker {
 static void *worker_run(void *ud) {
         struct worker *w = ud;
         for (int i = 0; i < N_PER_THREAD; i++) {
-                char body[64], want[64], err[512] = "";
+                char body[64], want[64];
+                struct err err = { 0 };
                 _cleanup_free_ char *reply = NULL;
                 /* The agent quotes an unknown type in its refusal: each reply says whose
                  * request it answers. */
                 snprintf(body, sizeof(body), "{\"type\":\"t%d-%d\"}", w->idx, i);
                 snprintf(want, sizeof(want), "'t%d-%d'", w->idx, i);
-                int r = nodebus_request(w->c, w->node_id, body, 10000, &reply, err, sizeof(err));
+                int r = nodebus_request(w->c, w->node_id, body, 10000, &reply, &err);
                 if (r == 0 && strstr(reply, want))
                         w->ok++;
                 else {
                         if (!w->bad)
-                                snprintf(w->first_err, sizeof(w->first_err), "request %d: r=%d %s reply=%s", i, r, err,
+                                snprintf(w->first_err, sizeof(w->first_err), "request %d: r=%d %s reply=%s", i, r, err.message,
                                          reply ? reply : "(none)");
                         w->bad++;
                 }
@@ -369,7 +371,7 @@ TEST_FULL(lost_connection_fails_cleanly_then_reconnects, 60) {
         struct agent *a = start_agent("lost");
         struct nodebus *c = new_client(EXCHANGE);
         wait_consuming(c, a);
-        char err[512] = "";
+        struct err err = { 0 };
 
         /* In flight: the agent is stopped so the request is still waiting when the broker
          * drops us. It must fail at once with the broker's reason, not sit out its deadline. */
@@ -380,14 +382,14 @@ TEST_FULL(lost_connection_fails_cleanly_then_reconnects, 60) {
         ASSERT_EQ(close_my_connection(), 1);
         pthread_join(b.thread, NULL);
         ASSERT_EQ(b.r, -ECONNRESET);
-        ASSERT_CONTAINS(b.err, "CONNECTION_FORCED");
-        ASSERT_CONTAINS(b.err, "paddock test closes this connection");
+        ASSERT_CONTAINS(b.err.message, "CONNECTION_FORCED");
+        ASSERT_CONTAINS(b.err.message, "paddock test closes this connection");
         ASSERT_LE(b.took_ms, 10000);
         ASSERT_EQ(kill(a->pid, SIGCONT), 0);
 
         /* The next request reconnects (new reply queue) and succeeds. */
         _cleanup_free_ char *reply = NULL;
-        ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, &err), 0);
         ASSERT_CONTAINS(reply, "\"ok\":true");
 
         /* Idle: a connection closed between requests is replaced before publishing, so
@@ -396,7 +398,7 @@ TEST_FULL(lost_connection_fails_cleanly_then_reconnects, 60) {
         usleep(1000000);
         free(reply);
         reply = NULL;
-        ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request(c, a->node_id, "{\"type\":\"ping\"}", 5000, &reply, &err), 0);
         ASSERT_CONTAINS(reply, "\"ok\":true");
         nodebus_free(c);
 }
@@ -412,25 +414,26 @@ static void delete_exchange(const char *name) {
 
 TEST_FULL(channel_closed_by_broker_is_eio_then_reopened, 30) {
         amqptest_need_broker();
-        char exch[64], node[64], err[512] = "";
+        char exch[64], node[64];
+        struct err err = { 0 };
         snprintf(exch, sizeof(exch), "paddock.test.%d", (int) getpid());
         snprintf(node, sizeof(node), "amqptest-%d-chan", (int) getpid());
         struct nodebus *c = new_client(exch);
         _cleanup_free_ char *reply = NULL;
-        ASSERT_EQ(nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -ENXIO);
+        ASSERT_EQ(nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, &err), -ENXIO);
         /* Publishing to an exchange that is gone: the broker closes the channel (404). */
         delete_exchange(exch);
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        ASSERT_EQ(nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err)), -EIO);
+        ASSERT_EQ(nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, &err), -EIO);
         ASSERT_LE(elapsed_ms(&t0), 1000);
-        ASSERT_CONTAINS(err, "RabbitMQ closed the channel: 404 NOT_FOUND");
-        ASSERT_CONTAINS(err, exch);
+        ASSERT_CONTAINS(err.message, "RabbitMQ closed the channel: 404 NOT_FOUND");
+        ASSERT_CONTAINS(err.message, exch);
         /* The channel is reopened (and the exchange redeclared) before the next publish. */
-        int r = nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, err, sizeof(err));
+        int r = nodebus_request(c, node, "{\"type\":\"ping\"}", 5000, &reply, &err);
         if (r != -ENXIO)
-                test_fail(__FILE__, __LINE__, "after the channel close: %d %s", r, err);
-        ASSERT_CONTAINS(err, "no agent is consuming");
+                test_fail(__FILE__, __LINE__, "after the channel close: %d %s", r, err.message);
+        ASSERT_CONTAINS(err.message, "no agent is consuming");
         ASSERT_NULL(reply);
         nodebus_free(c);
         delete_exchange(exch);
@@ -449,43 +452,43 @@ TEST_FULL(body_limit_is_one_mib, 30) {
         ASSERT_EQ(strlen(body), n);
         /* Exactly the limit goes through (in many frames) and the agent answers (whether it
          * accepts that much is the agent's business). */
-        char err[512] = "";
+        struct err err = { 0 };
         _cleanup_free_ char *reply = NULL;
-        ASSERT_EQ(nodebus_request(c, a->node_id, body, 10000, &reply, err, sizeof(err)), 0);
+        ASSERT_EQ(nodebus_request(c, a->node_id, body, 10000, &reply, &err), 0);
         ASSERT_CONTAINS(reply, a->node_id);
         /* One byte more is refused before anything is sent. */
         memcpy(body + n - 2, "x\"}", 4);
         ASSERT_EQ(strlen(body), n + 1);
-        ASSERT_EQ(nodebus_request(c, a->node_id, body, 10000, &reply, err, sizeof(err)), -EMSGSIZE);
-        ASSERT_CONTAINS(err, "limit");
+        ASSERT_EQ(nodebus_request(c, a->node_id, body, 10000, &reply, &err), -EMSGSIZE);
+        ASSERT_CONTAINS(err.message, "limit");
         nodebus_free(c);
 }
 
 TEST_FULL(bad_arguments_and_urls, 30) {
         struct nodebus *c = NULL;
-        char err[512] = "";
-        ASSERT_EQ(nodebus_new("http://127.0.0.1:5672", EXCHANGE, &c, err, sizeof(err)), -EINVAL);
-        ASSERT_CONTAINS(err, "amqp://");
-        ASSERT_EQ(nodebus_new("amqp://guest:guest@127.0.0.1:notaport/", EXCHANGE, &c, err, sizeof(err)), -EINVAL);
-        ASSERT_EQ(nodebus_new("amqps://guest:guest@127.0.0.1/", EXCHANGE, &c, err, sizeof(err)), -EOPNOTSUPP);
-        ASSERT_EQ(nodebus_new(URL, "", &c, err, sizeof(err)), -EINVAL);
+        struct err err = { 0 };
+        ASSERT_EQ(nodebus_new("http://127.0.0.1:5672", EXCHANGE, &c, &err), -EINVAL);
+        ASSERT_CONTAINS(err.message, "amqp://");
+        ASSERT_EQ(nodebus_new("amqp://guest:guest@127.0.0.1:notaport/", EXCHANGE, &c, &err), -EINVAL);
+        ASSERT_EQ(nodebus_new("amqps://guest:guest@127.0.0.1/", EXCHANGE, &c, &err), -EOPNOTSUPP);
+        ASSERT_EQ(nodebus_new(URL, "", &c, &err), -EINVAL);
         /* Nothing listens on port 1. */
-        ASSERT_EQ(nodebus_new("amqp://guest:guest@127.0.0.1:1/", EXCHANGE, &c, err, sizeof(err)), -ECONNREFUSED);
-        ASSERT_CONTAINS(err, "127.0.0.1:1");
+        ASSERT_EQ(nodebus_new("amqp://guest:guest@127.0.0.1:1/", EXCHANGE, &c, &err), -ECONNREFUSED);
+        ASSERT_CONTAINS(err.message, "127.0.0.1:1");
         ASSERT_NULL(c);
         amqptest_need_broker();
-        ASSERT_EQ(nodebus_new("amqp://guest:wrong@127.0.0.1:5672/", EXCHANGE, &c, err, sizeof(err)), -EACCES);
-        ASSERT_CONTAINS(err, "refused the login for user guest");
-        ASSERT_FALSE(strstr(err, "wrong"));   /* never echo the password */
-        ASSERT_EQ(nodebus_new("amqp://guest:guest@127.0.0.1:5672/no-such-vhost", EXCHANGE, &c, err, sizeof(err)),
+        ASSERT_EQ(nodebus_new("amqp://guest:wrong@127.0.0.1:5672/", EXCHANGE, &c, &err), -EACCES);
+        ASSERT_CONTAINS(err.message, "refused the login for user guest");
+        ASSERT_FALSE(strstr(err.message, "wrong"));   /* never echo the password */
+        ASSERT_EQ(nodebus_new("amqp://guest:guest@127.0.0.1:5672/no-such-vhost", EXCHANGE, &c, &err),
                   -EACCES);
         ASSERT_NULL(c);
 
         c = new_client(EXCHANGE);
         char *reply = NULL;
-        ASSERT_EQ(nodebus_request(c, "", "{}", 1000, &reply, err, sizeof(err)), -EINVAL);
-        ASSERT_EQ(nodebus_request(c, "bad\nnode", "{}", 1000, &reply, err, sizeof(err)), -EINVAL);
-        ASSERT_EQ(nodebus_request(c, "n1", "{}", 0, &reply, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(nodebus_request(c, "", "{}", 1000, &reply, &err), -EINVAL);
+        ASSERT_EQ(nodebus_request(c, "bad\nnode", "{}", 1000, &reply, &err), -EINVAL);
+        ASSERT_EQ(nodebus_request(c, "n1", "{}", 0, &reply, &err), -EINVAL);
         ASSERT_NULL(reply);
         nodebus_free(c);
         ASSERT_NULL(nodebus_free(NULL));
@@ -544,12 +547,12 @@ struct bg_request_ok {
         struct nodebus *c;
         const char *node_id;
         int r;
-        char err[512];
+        struct err err;
 };
 
 static void *bg_run_ok(void *ud) {
         struct bg_request_ok *b = ud;
-        b->r = nodebus_request_ok(b->c, b->node_id, "{\"type\":\"ping\"}", 4000, NULL, b->err, sizeof(b->err));
+        b->r = nodebus_request_ok(b->c, b->node_id, "{\"type\":\"ping\"}", 4000, NULL, &b->err);
         return NULL;
 }
 
@@ -573,7 +576,7 @@ TEST_FULL(reply_is_taken_only_from_the_node_asked, 30) {
         fake_agent_reply(&f, f.node, body);
         pthread_join(b.thread, NULL);
         if (b.r != 0)
-                test_fail(__FILE__, __LINE__, "r=%d %s", b.r, b.err);
+                test_fail(__FILE__, __LINE__, "r=%d %s", b.r, b.err.message);
 
         /* Signed by the right node but saying it is another: refused. */
         b = (struct bg_request_ok) { .c = c, .node_id = f.node };
@@ -582,7 +585,7 @@ TEST_FULL(reply_is_taken_only_from_the_node_asked, 30) {
         fake_agent_reply(&f, f.node, "{\"ok\":true,\"node_id\":\"some-other-node\"}");
         pthread_join(b.thread, NULL);
         ASSERT_EQ(b.r, -EBADMSG);
-        ASSERT_CONTAINS(b.err, "says it comes from node some-other-node");
+        ASSERT_CONTAINS(b.err.message, "says it comes from node some-other-node");
 
         /* Only forged replies: the request times out instead of taking one. */
         b = (struct bg_request_ok) { .c = c, .node_id = f.node };
@@ -806,18 +809,19 @@ TEST_FULL(reply_with_more_body_than_announced_is_refused, 30) {
         for (int split = 0; split <= 1; split++) {
                 struct liar l = { .split = split };
                 liar_start(&l);
-                char url[128], err[512] = "";
+                char url[128];
+                struct err err = { 0 };
                 snprintf(url, sizeof(url), "amqp://guest:guest@127.0.0.1:%d/", l.port);
                 struct nodebus *c = NULL;
-                int r = nodebus_new(url, EXCHANGE, &c, err, sizeof(err));
+                int r = nodebus_new(url, EXCHANGE, &c, &err);
                 if (r < 0)
-                        test_fail(__FILE__, __LINE__, "nodebus_new against the fake broker: %s", err);
+                        test_fail(__FILE__, __LINE__, "nodebus_new against the fake broker: %s", err.message);
                 _cleanup_free_ char *reply = NULL;
-                r = nodebus_request(c, "liar-node", "{\"type\":\"ping\"}", 3000, &reply, err, sizeof(err));
+                r = nodebus_request(c, "liar-node", "{\"type\":\"ping\"}", 3000, &reply, &err);
                 /* Never a reply holding bytes nobody wrote. */
                 ASSERT_NULL(reply);
                 ASSERT_EQ(r, -EBADMSG);
-                ASSERT_CONTAINS(err, "more body than its header announced");
+                ASSERT_CONTAINS(err.message, "more body than its header announced");
                 ASSERT_TRUE(l.ok);
                 nodebus_free(c);
                 pthread_join(l.thread, NULL);

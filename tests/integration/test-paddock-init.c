@@ -92,7 +92,7 @@ static void finish_agent(void) {
 
 static struct guest_client *conn(void) {
         struct guest_client *c = NULL;
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         int r = guest_client_connect(sock_path, SECRET, T, &c, &e);
         if (r < 0)
                 test_fail(__FILE__, __LINE__, "connect: %s %s", strerror(-r), e.message);
@@ -100,7 +100,7 @@ static struct guest_client *conn(void) {
 }
 
 static void recv_frame_at(int line, struct guest_client *c, struct guest_frame *f) {
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         int r = guest_client_recv(c, T, f, &e);
         if (r < 0)
                 test_fail(__FILE__, line, "recv: %s %s", strerror(-r), e.message);
@@ -537,7 +537,7 @@ TEST(orphans_are_reaped) {
 TEST(wrong_secret_is_refused) {
         start_agent();
         struct guest_client *c = NULL;
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         ASSERT_EQ(guest_client_connect(sock_path, "wrong", T, &c, &e), -EACCES);
         ASSERT_EQ(guest_client_connect(sock_path, SECRET "x", T, &c, &e), -EACCES);
         ASSERT_NULL(c);
@@ -980,7 +980,7 @@ TEST(floods_are_bounded) {
         struct guest_client *many[PI_TEST_CONNS] = { 0 };
         int refused = 0;
         for (int i = 0; i < PI_TEST_CONNS; i++) {
-                struct pj_error e;
+                struct err e;
                 if (guest_client_connect(sock_path, SECRET, T, &many[i], &e) < 0)
                         refused++;
         }
@@ -1184,7 +1184,7 @@ TEST(park_closes_the_listener_and_the_unpark_signal_reopens_it) {
         ASSERT_EQ(f.m.type, PJ_AGENT_OK);
         ASSERT_EQ(f.m.id, 7);
         guest_frame_done(&f);
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         ASSERT_EQ(guest_client_recv(c, T, &f, &e), -ECONNRESET);
         ASSERT_EQ(guest_client_recv(other, T, &f, &e), -ECONNRESET);
         struct stat st;

@@ -169,17 +169,17 @@ static int on_output(int stream, const uint8_t *data, size_t len, void *ud) {
 /* Runs argv on the agent behind fd (its HELLO first); stdout in o, the exit code returned. */
 static int run_on(int fd, const char *const *argv, struct out *o) {
         struct guest_client *cl = NULL;
-        struct pj_error perr = { 0 };
+        struct err perr = { 0 };
         int r = guest_client_connect_fd(fd, AGENT_SECRET, mono_ms() + T, &cl, &perr);
         if (r < 0)
                 test_fail(__FILE__, __LINE__, "HELLO through the relay: %s %s", strerror(-r), perr.message);
         static const char *const env[] = { "PATH=/usr/local/bin:/usr/bin:/bin", NULL };
         struct guest_spawn sp = { .argv = argv, .env = env };
         struct guest_exec *x = NULL;
-        char err[256] = "";
-        r = guest_exec_start(cl, &sp, &x, err, sizeof(err));
+        struct err err = { 0 };
+        r = guest_exec_start(cl, &sp, &x, &err);
         if (r < 0)
-                test_fail(__FILE__, __LINE__, "spawn through the relay: %s", err);
+                test_fail(__FILE__, __LINE__, "spawn through the relay: %s", err.message);
         memset(o, 0, sizeof(*o));
         int64_t deadline = mono_ms() + T;
         while ((r = guest_exec_read(x, 1000, -1, on_output, o)) == 0 && mono_ms() < deadline)
@@ -341,10 +341,10 @@ static void start_tls_relay(void) {
 }
 
 /* TCP to the relay, then TLS as controld does it: a plain fd, or -errno with err. */
-static int tls_dial(const char *ca, const char *host, char *err, size_t errlen) {
-        SSL_CTX *ctx = tls_client_ctx(ca, err, errlen);
+static int tls_dial(const char *ca, const char *host, struct err *err) {
+        SSL_CTX *ctx = tls_client_ctx(ca, err);
         ASSERT_NOT_NULL(ctx);
-        int fd = tls_bridge(ctx, tcp_dial(), host, mono_ms() + T, err, errlen);
+        int fd = tls_bridge(ctx, tcp_dial(), host, mono_ms() + T, err);
         SSL_CTX_free(ctx);
         return fd;
 }
@@ -352,10 +352,10 @@ static int tls_dial(const char *ca, const char *host, char *err, size_t errlen) 
 TEST(over_tls_commands_pass_and_the_bytes_on_the_wire_are_not_plain) {
         start_tls_relay();
         start_init();
-        char err[300] = "";
-        int fd = tls_dial(tls_files.ca, "127.0.0.1", err, sizeof(err));
+        struct err err = { 0 };
+        int fd = tls_dial(tls_files.ca, "127.0.0.1", &err);
         if (fd < 0)
-                test_fail(__FILE__, __LINE__, "TLS to the relay: %s", err);
+                test_fail(__FILE__, __LINE__, "TLS to the relay: %s", err.message);
         ASSERT_STATUS(-pj_relay_client_handshake(fd, RELAY_SECRET, strlen(RELAY_SECRET), SB_ID, mono_ms() + T), 0);
         struct out o;
         ASSERT_EQ(run_on(fd, (const char *const[]) { "sh", "-c", "head -c 200000 /dev/zero | wc -c; echo secret-output", NULL },
@@ -375,7 +375,7 @@ TEST(over_tls_commands_pass_and_the_bytes_on_the_wire_are_not_plain) {
         /* several at once, each its own bridge */
         int fds[4];
         for (int i = 0; i < 4; i++) {
-                fds[i] = tls_dial(tls_files.ca, "127.0.0.1", err, sizeof(err));
+                fds[i] = tls_dial(tls_files.ca, "127.0.0.1", &err);
                 ASSERT_TRUE(fds[i] >= 0);
                 ASSERT_OK(pj_relay_client_handshake(fds[i], RELAY_SECRET, strlen(RELAY_SECRET), SB_ID, mono_ms() + T));
         }
@@ -393,15 +393,15 @@ TEST(over_tls_a_relay_our_ca_did_not_sign_or_another_name_is_refused) {
         start_init();
         struct tlstest other;
         tlstest_make(&other, test_tmpdir(), "other", "IP:127.0.0.1");
-        char err[300] = "";
-        ASSERT_EQ(tls_dial(other.ca, "127.0.0.1", err, sizeof(err)), -EPROTO);
-        ASSERT_CONTAINS(err, "does not verify");
+        struct err err = { 0 };
+        ASSERT_EQ(tls_dial(other.ca, "127.0.0.1", &err), -EPROTO);
+        ASSERT_CONTAINS(err.message, "does not verify");
         /* the right CA, but the certificate is for 127.0.0.1, not this name */
-        ASSERT_EQ(tls_dial(tls_files.ca, "relay.example", err, sizeof(err)), -EPROTO);
-        ASSERT_CONTAINS(err, "does not verify");
-        ASSERT_EQ(tls_dial(tls_files.ca, "127.0.0.2", err, sizeof(err)), -EPROTO);
+        ASSERT_EQ(tls_dial(tls_files.ca, "relay.example", &err), -EPROTO);
+        ASSERT_CONTAINS(err.message, "does not verify");
+        ASSERT_EQ(tls_dial(tls_files.ca, "127.0.0.2", &err), -EPROTO);
         /* and the relay still serves the right client */
-        int fd = tls_dial(tls_files.ca, "127.0.0.1", err, sizeof(err));
+        int fd = tls_dial(tls_files.ca, "127.0.0.1", &err);
         ASSERT_TRUE(fd >= 0);
         ASSERT_OK(pj_relay_client_handshake(fd, RELAY_SECRET, strlen(RELAY_SECRET), SB_ID, mono_ms() + T));
         close(fd);

@@ -160,12 +160,12 @@ void wait_agent_ready(struct client *c) {
 
 /* agent_egress_init(cfg), skipping the test where nftables netlink is not available. */
 void egress_init_or_skip(struct agent_config *cfg) {
-        char err[512] = "";
-        int r = agent_egress_init(cfg, err, sizeof(err));
+        struct err err = { 0 };
+        int r = agent_egress_init(cfg, &err);
         if (r == -EPERM || r == -EPROTONOSUPPORT)
                 TEST_SKIP("nftables netlink is not available here");
         if (r < 0)
-                test_fail(__FILE__, __LINE__, "egress init: %s", err);
+                test_fail(__FILE__, __LINE__, "egress init: %s", err.message);
 }
 
 /* Publishes a ping to node until the broker returns it as unroutable (the node's queue is

@@ -33,7 +33,7 @@ void storetest_new_account(struct store *s, const char *name, char ret_id[SANDBO
         account_clear(&a);
 }
 
-struct config *storetest_config(const char *text, char *err, size_t errlen, int *ret_r) {
+struct config *storetest_config(const char *text, struct err *err, int *ret_r) {
         char path[] = "/tmp/paddock-test-conf.XXXXXX";
         int fd = mkstemp(path);
         if (fd < 0)
@@ -42,7 +42,7 @@ struct config *storetest_config(const char *text, char *err, size_t errlen, int 
                 test_fail(__FILE__, __LINE__, "write: %m");
         close(fd);
         struct config *c = NULL;
-        *ret_r = config_load(path, &c, err, errlen);
+        *ret_r = config_load(path, &c, err);
         unlink(path);
         return c;
 }

@@ -20,4 +20,4 @@ void storetest_sandbox(struct sandbox *sb, const char *account_id, const char *n
 
 /* controld's config parsed from text (written to a temporary file and loaded as controld
  * would): the config, or NULL with *ret_r < 0 and the reason in err. */
-struct config *storetest_config(const char *text, char *err, size_t errlen, int *ret_r);
+struct config *storetest_config(const char *text, struct err *err, int *ret_r);

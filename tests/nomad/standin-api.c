@@ -25,7 +25,7 @@
 
 cJSON *parse_body(struct req *rq, enum MHD_Result *ret, struct MHD_Connection *c) {
         cJSON *j = NULL;
-        char err[200] = "";
+        struct err err = { 0 };
         if (rq->too_big) {
                 *ret = reply_err(c, 400, "http: request body too large");
                 return NULL;
@@ -34,8 +34,8 @@ cJSON *parse_body(struct req *rq, enum MHD_Result *ret, struct MHD_Connection *c
                 *ret = reply_err(c, 400, "Request body is empty");
                 return NULL;
         }
-        if (json_parse(rq->body.buf, rq->body.len, MAX_BODY, 200, &j, err, sizeof(err)) < 0) {
-                *ret = reply_err(c, 400, "%s", err);
+        if (json_parse(rq->body.buf, rq->body.len, MAX_BODY, 200, &j, &err) < 0) {
+                *ret = reply_err(c, 400, "%s", err.message);
                 return NULL;
         }
         return j;

@@ -157,7 +157,7 @@ static void session(struct exec_ctx *x, int fd, const char *extra, size_t extra_
                 struct ws_message m = { 0 };
                 _cleanup_json_ cJSON *h = NULL;
                 if (read_message(fd, &r, &m, 10000) != 1 ||
-                    json_parse((char *) m.data, m.len, 4096, 8, &h, NULL, 0) < 0) {
+                    json_parse((char *) m.data, m.len, 4096, 8, &h, NULL) < 0) {
                         ws_message_done(&m);
                         fail(fd, x->path, 400, "failed to read the ws_handshake message");
                         goto out;
@@ -180,7 +180,7 @@ static void session(struct exec_ctx *x, int fd, const char *extra, size_t extra_
                 x->token = t ? xstrdup(t) : NULL;
         }
         /* alloc_endpoint.go allocExec: command is a JSON array of strings. */
-        if (json_parse(x->command ? x->command : "", x->command ? strlen(x->command) : 0, 65536, 4, &cmd, NULL, 0) < 0 ||
+        if (json_parse(x->command ? x->command : "", x->command ? strlen(x->command) : 0, 65536, 4, &cmd, NULL) < 0 ||
             !(cJSON_IsArray(cmd) || cJSON_IsNull(cmd))) {
                 fail(fd, x->path, 500, "failed to marshal command into json: invalid character looking for beginning of value");
                 goto out;
@@ -330,7 +330,7 @@ static void session(struct exec_ctx *x, int fd, const char *extra, size_t extra_
                                 } else if (m.opcode == WS_OP_TEXT || m.opcode == WS_OP_BINARY) {
                                         standin_record_ws(x->path, "ws-in", (char *) m.data, m.len);
                                         _cleanup_json_ cJSON *j = NULL;
-                                        if (json_parse((char *) m.data, m.len, EXEC_MAX_MESSAGE, 16, &j, NULL, 0) < 0 ||
+                                        if (json_parse((char *) m.data, m.len, EXEC_MAX_MESSAGE, 16, &j, NULL) < 0 ||
                                             !cJSON_IsObject(j)) {
                                                 fail(fd, x->path, 500, "invalid character looking for beginning of value");
                                                 end = true;

@@ -530,7 +530,7 @@ static void record_request(struct MHD_Connection *c, const char *method, const c
         json_add_bool(o, "Token", request_token(c) != NULL);
         if (rq->body.len) {
                 cJSON *b = NULL;
-                if (json_parse(rq->body.buf, rq->body.len, MAX_BODY, 200, &b, NULL, 0) == 0)
+                if (json_parse(rq->body.buf, rq->body.len, MAX_BODY, 200, &b, NULL) == 0)
                         cJSON_AddItemToObject(o, "Body", b);
                 else
                         json_add_strn(o, "Body", rq->body.buf, rq->body.len);

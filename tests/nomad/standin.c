@@ -147,7 +147,7 @@ void standin_record_ws(const char *path, const char *kind, const char *text, siz
         json_add_str(o, "Method", kind);
         json_add_str(o, "Path", path);
         cJSON *body = NULL;
-        if (json_parse(text, len, MAX_BODY, 64, &body, NULL, 0) == 0)
+        if (json_parse(text, len, MAX_BODY, 64, &body, NULL) == 0)
                 cJSON_AddItemToObject(o, "Body", body);
         else
                 json_add_strn(o, "Body", text, len);

@@ -21,8 +21,8 @@ TEST(url_defaults_and_fields) {
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 struct amqpx_url u;
-                char err[256] = "";
-                ASSERT_OK(amqpx_url_parse(cases[i].url, &u, err, sizeof(err)));
+                struct err err = { 0 };
+                ASSERT_OK(amqpx_url_parse(cases[i].url, &u, &err));
                 ASSERT_STREQ(u.host, cases[i].host);
                 ASSERT_EQ(u.port, cases[i].port);
                 ASSERT_STREQ(u.user, cases[i].user);
@@ -57,50 +57,50 @@ TEST(url_refusals_leave_ret_untouched) {
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 struct amqpx_url u = { .port = -7 };
-                char err[256] = "";
-                ASSERT_EQ(amqpx_url_parse(bad[i], &u, err, sizeof(err)), -EINVAL);
-                ASSERT_CONTAINS(err, "amqp://user:pass@host:port/vhost");
+                struct err err = { 0 };
+                ASSERT_EQ(amqpx_url_parse(bad[i], &u, &err), -EINVAL);
+                ASSERT_CONTAINS(err.message, "amqp://user:pass@host:port/vhost");
                 ASSERT_EQ(u.port, -7);
                 ASSERT_NULL(u.buf);
         }
         struct amqpx_url u = { 0 };
-        char err[256] = "";
-        ASSERT_EQ(amqpx_url_parse(NULL, &u, err, sizeof(err)), -EINVAL);
-        ASSERT_EQ(amqpx_url_parse("amqps://guest:guest@127.0.0.1/", &u, err, sizeof(err)), -EOPNOTSUPP);
-        ASSERT_CONTAINS(err, "amqps:// is not supported");
+        struct err err = { 0 };
+        ASSERT_EQ(amqpx_url_parse(NULL, &u, &err), -EINVAL);
+        ASSERT_EQ(amqpx_url_parse("amqps://guest:guest@127.0.0.1/", &u, &err), -EOPNOTSUPP);
+        ASSERT_CONTAINS(err.message, "amqps:// is not supported");
         /* err may be absent. */
-        ASSERT_EQ(amqpx_url_parse("nope", &u, NULL, 0), -EINVAL);
+        ASSERT_EQ(amqpx_url_parse("nope", &u, NULL), -EINVAL);
 }
 
 TEST(rpc_reply_mapping) {
-        char err[256] = "";
+        struct err err = { 0 };
         amqp_rpc_reply_t x = { .reply_type = AMQP_RESPONSE_NORMAL };
-        ASSERT_EQ(amqpx_rpc_check(x, "queue.declare", err, sizeof(err)), 0);
+        ASSERT_EQ(amqpx_rpc_check(x, "queue.declare", &err), 0);
         x = (amqp_rpc_reply_t) { .reply_type = AMQP_RESPONSE_LIBRARY_EXCEPTION, .library_error = AMQP_STATUS_TIMEOUT };
-        ASSERT_EQ(amqpx_rpc_check(x, "queue.declare", err, sizeof(err)), -ETIMEDOUT);
-        ASSERT_CONTAINS(err, "RabbitMQ queue.declare:");
+        ASSERT_EQ(amqpx_rpc_check(x, "queue.declare", &err), -ETIMEDOUT);
+        ASSERT_CONTAINS(err.message, "RabbitMQ queue.declare:");
         x.library_error = AMQP_STATUS_SOCKET_ERROR;
-        ASSERT_EQ(amqpx_rpc_check(x, "basic.qos", err, sizeof(err)), -ECONNRESET);
+        ASSERT_EQ(amqpx_rpc_check(x, "basic.qos", &err), -ECONNRESET);
         amqp_channel_close_t cl = { .reply_code = AMQP_ACCESS_REFUSED, .reply_text = amqp_cstring_bytes("ACCESS_REFUSED - no") };
         x = (amqp_rpc_reply_t) { .reply_type = AMQP_RESPONSE_SERVER_EXCEPTION,
                                  .reply = { .id = AMQP_CHANNEL_CLOSE_METHOD, .decoded = &cl } };
-        ASSERT_EQ(amqpx_rpc_check(x, "exchange.declare", err, sizeof(err)), -EACCES);
-        ASSERT_CONTAINS(err, "403 ACCESS_REFUSED - no");
+        ASSERT_EQ(amqpx_rpc_check(x, "exchange.declare", &err), -EACCES);
+        ASSERT_CONTAINS(err.message, "403 ACCESS_REFUSED - no");
         cl.reply_code = AMQP_NOT_FOUND;
-        ASSERT_EQ(amqpx_rpc_check(x, "exchange.declare", err, sizeof(err)), -EPROTO);
+        ASSERT_EQ(amqpx_rpc_check(x, "exchange.declare", &err), -EPROTO);
         x = (amqp_rpc_reply_t) { .reply_type = AMQP_RESPONSE_NONE };
-        ASSERT_EQ(amqpx_rpc_check(x, "channel.open", err, sizeof(err)), -EPROTO);
-        ASSERT_CONTAINS(err, "no reply");
+        ASSERT_EQ(amqpx_rpc_check(x, "channel.open", &err), -EPROTO);
+        ASSERT_CONTAINS(err.message, "no reply");
 }
 
 TEST(connect_refused_names_the_address_not_the_password) {
         struct amqpx_url u;
-        char err[256] = "";
-        ASSERT_OK(amqpx_url_parse("amqp://guest:hunter2@127.0.0.1:1/", &u, err, sizeof(err)));
+        struct err err = { 0 };
+        ASSERT_OK(amqpx_url_parse("amqp://guest:hunter2@127.0.0.1:1/", &u, &err));
         amqp_connection_state_t conn = NULL;
-        ASSERT_EQ(amqpx_connect(&u, "test", 0, 0, 2000, &conn, err, sizeof(err)), -ECONNREFUSED);
+        ASSERT_EQ(amqpx_connect(&u, "test", 0, 0, 2000, &conn, &err), -ECONNREFUSED);
         ASSERT_NULL(conn);
-        ASSERT_CONTAINS(err, "127.0.0.1:1");
-        ASSERT_FALSE(strstr(err, "hunter2"));
+        ASSERT_CONTAINS(err.message, "127.0.0.1:1");
+        ASSERT_FALSE(strstr(err.message, "hunter2"));
         amqpx_url_done(&u);
 }

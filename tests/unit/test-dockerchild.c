@@ -141,11 +141,11 @@ TEST(endpoints_and_names_controld_never_uses_are_refused) {
  * config lives as long as the process (a global: the sanitizer's leak check sees it). */
 struct config *child_cfg;
 static void start_child(void) {
-        char err[512] = "";
+        struct err err = { 0 };
         child_cfg = test_config();
-        int r = dockerchild_start(child_cfg, err, sizeof(err));
+        int r = dockerchild_start(child_cfg, &err);
         if (r < 0)
-                fprintf(stderr, "  %s\n", err);
+                fprintf(stderr, "  %s\n", err.message);
         ASSERT_EQ(r, 0);
 }
 

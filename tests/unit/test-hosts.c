@@ -37,8 +37,8 @@ TEST(the_largest_allowlist_is_written_whole) {
                         res[i].addrs[k] = (203u << 24) | (0u << 16) | (113u << 8) | (uint32_t) (100 + k);  /* 203.0.113.x */
         }
         struct strbuf b;
-        char err[256] = "";
-        ASSERT_EQ(ctl_egress_hosts_render(res, PJ_EGRESS_MAX_ALLOW, &b, err, sizeof(err)), 0);
+        struct err err = { 0 };
+        ASSERT_EQ(ctl_egress_hosts_render(res, PJ_EGRESS_MAX_ALLOW, &b, &err), 0);
         ASSERT_FALSE(b.truncated);
         /* Over 64 KiB (the old cap that cut it), within the documented bound. */
         ASSERT_TRUE(b.len > 64 * 1024);
@@ -62,8 +62,8 @@ TEST(names_that_are_not_hostnames_are_left_out) {
                                            { .name = "bad name\n1.2.3.4 evil", .n_addrs = 1, .addrs = { 0xC6336403 } },
                                            { .name = "198.51.100.4", .n_addrs = 1, .addrs = { 0xC6336404 } } };
         struct strbuf b;
-        char err[256] = "";
-        ASSERT_EQ(ctl_egress_hosts_render(res, 3, &b, err, sizeof(err)), 0);
+        struct err err = { 0 };
+        ASSERT_EQ(ctl_egress_hosts_render(res, 3, &b, &err), 0);
         ASSERT_CONTAINS(b.buf, "198.51.100.2\tok.example\n");
         ASSERT_NULL(strstr(b.buf, "evil"));
         ASSERT_NULL(strstr(b.buf, "198.51.100.4"));
@@ -78,8 +78,8 @@ TEST(more_names_than_a_policy_holds_are_refused_with_the_reason) {
                 res[i].addrs[0] = 0xC6336402;
         }
         struct strbuf b;
-        char err[256] = "";
-        ASSERT_EQ(ctl_egress_hosts_render(res, PJ_EGRESS_MAX_ALLOW + 1, &b, err, sizeof(err)), -E2BIG);
-        ASSERT_CONTAINS(err, "51 resolved names, more than the 50");
+        struct err err = { 0 };
+        ASSERT_EQ(ctl_egress_hosts_render(res, PJ_EGRESS_MAX_ALLOW + 1, &b, &err), -E2BIG);
+        ASSERT_CONTAINS(err.message, "51 resolved names, more than the 50");
         strbuf_done(&b);
 }

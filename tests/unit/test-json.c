@@ -8,33 +8,33 @@
 #include "testlib.h"
 
 /* Parse from an exactly-sized heap copy so ASan catches any read past len. */
-static int parse(const char *s, size_t len, size_t max_len, int depth, cJSON **ret, char *err, size_t errlen) {
+static int parse(const char *s, size_t len, size_t max_len, int depth, cJSON **ret, struct err *err) {
         _cleanup_free_ char *copy = xmalloc(len ? len : 1);
         memcpy(copy, s, len);
-        return json_parse(copy, len, max_len, depth, ret, err, errlen);
+        return json_parse(copy, len, max_len, depth, ret, err);
 }
-#define PARSE_OK(lit, jp)  ASSERT_EQ(parse(lit, strlen(lit), 1 << 20, 64, jp, err, sizeof(err)), 0)
+#define PARSE_OK(lit, jp)  ASSERT_EQ(parse(lit, strlen(lit), 1 << 20, 64, jp, &err), 0)
 #define PARSE_BAD(lit)                                                                      \
         do {                                                                                \
                 cJSON *_j = NULL;                                                           \
-                int _r = parse(lit, sizeof(lit) - 1, 1 << 20, 64, &_j, err, sizeof(err));   \
+                int _r = parse(lit, sizeof(lit) - 1, 1 << 20, 64, &_j, &err);               \
                 if (_r != -EINVAL)                                                          \
                         test_fail(__FILE__, __LINE__, "accepted %s (r=%d)", #lit, _r);     \
                 ASSERT_NULL(_j);                                                            \
-                ASSERT_TRUE(strncmp(err, "Malformed JSON at byte ", 23) == 0 ||             \
-                            strncmp(err, "JSON nested too deeply", 22) == 0);               \
+                ASSERT_TRUE(strncmp(err.message, "Malformed JSON at byte ", 23) == 0 ||     \
+                            strncmp(err.message, "JSON nested too deeply", 22) == 0);       \
         } while (0)
 
 /* text[0..len) parsed with a max_len limit is refused with r, no tree, and a message equal to
  * err (or containing it when !exact). */
 static void check_refused(const char *text, size_t len, size_t max_len, int r, const char *err, bool exact, int line) {
-        char msg[256] = "";
+        struct err msg = { 0 };
         cJSON *j = NULL;
-        int k = parse(text, len, max_len, 8, &j, msg, sizeof(msg));
+        int k = parse(text, len, max_len, 8, &j, &msg);
         if (k != r || j)
                 test_fail(__FILE__, line, "%.40s: r=%d (want %d), tree %p", text, k, r, (void *) j);
-        if (exact ? strcmp(msg, err) != 0 : !strstr(msg, err))
-                test_fail(__FILE__, line, "%.40s: message \"%s\" %s \"%s\"", text, msg, exact ? "!=" : "lacks", err);
+        if (exact ? strcmp(msg.message, err) != 0 : !strstr(msg.message, err))
+                test_fail(__FILE__, line, "%.40s: message \"%s\" %s \"%s\"", text, msg.message, exact ? "!=" : "lacks", err);
 }
 #define REFUSED(text, len, max_len, r, err) check_refused(text, len, max_len, r, err, true, __LINE__)
 #define REFUSED_HAS(text, len, r, err)      check_refused(text, len, 100, r, err, false, __LINE__)
@@ -63,7 +63,7 @@ TEST(members_by_table_in_table_order) {
 }
 
 TEST(parse_happy) {
-        char err[256];
+        struct err err = { 0 };
         _cleanup_json_ cJSON *j = NULL;
         PARSE_OK(" {\"name\": \"x\", \"n\": 42, \"neg\": -7, \"f\": 1.5, \"b\": true, \"z\": null, \"s\": \"caf\\u00e9 \xe2\x82\xac\"}\r\n", &j);
         ASSERT_STREQ(json_get_str(j, "name"), "x");
@@ -94,7 +94,7 @@ TEST(parse_happy) {
 }
 
 TEST(parse_malformed_positions) {
-        char err[256];
+        struct err err = { 0 };
         cJSON *j = NULL;
         REFUSED("{\"a\":}", 6, 100, -EINVAL, "Malformed JSON at byte 5");
         REFUSED("{\"a\":1} x", 9, 100, -EINVAL, "Malformed JSON at byte 8: trailing data");
@@ -102,7 +102,7 @@ TEST(parse_malformed_positions) {
         REFUSED_HAS("", 0, -EINVAL, "Malformed JSON at byte 0");
         REFUSED_HAS("   ", 3, -EINVAL, "");
         /* NULL err buffer is fine. */
-        ASSERT_EQ(json_parse("{", 1, 100, 8, &j, NULL, 0), -EINVAL);
+        ASSERT_EQ(json_parse("{", 1, 100, 8, &j, NULL), -EINVAL);
 
         PARSE_BAD("{");
         PARSE_BAD("[1,]");
@@ -126,7 +126,7 @@ TEST(parse_malformed_positions) {
 }
 
 TEST(parse_embedded_nul) {
-        char err[256];
+        struct err err = { 0 };
         static const char a[] = "{\"a\":1}\0garbage";
         REFUSED(a, sizeof(a) - 1, 100, -EINVAL, "Malformed JSON at byte 7");
         static const char b[] = "{\"a\":\"x\0y\"}";
@@ -135,45 +135,45 @@ TEST(parse_embedded_nul) {
         REFUSED_HAS(c, sizeof(c) - 1, -EINVAL, "");
         /* Not NUL-terminated at all: fine, len rules. */
         _cleanup_json_ cJSON *ok = NULL;
-        ASSERT_EQ(parse("[1,2]", 5, 100, 8, &ok, err, sizeof(err)), 0);
+        ASSERT_EQ(parse("[1,2]", 5, 100, 8, &ok, &err), 0);
         ASSERT_EQ(cJSON_GetArraySize(ok), 2);
         _cleanup_json_ cJSON *n = NULL;
-        ASSERT_EQ(parse("12", 2, 100, 8, &n, err, sizeof(err)), 0); /* number at the very end */
+        ASSERT_EQ(parse("12", 2, 100, 8, &n, &err), 0); /* number at the very end */
         ASSERT_TRUE(cJSON_IsNumber(n));
 }
 
 TEST(parse_size_limit) {
-        char err[256];
+        struct err err = { 0 };
         REFUSED("[1,2,3]", 7, 6, -EMSGSIZE, "JSON document too large (7 bytes, max 6)");
         _cleanup_json_ cJSON *k = NULL;
-        ASSERT_EQ(parse("[1,2,3]", 7, 7, 8, &k, err, sizeof(err)), 0);
+        ASSERT_EQ(parse("[1,2,3]", 7, 7, 8, &k, &err), 0);
 }
 
 TEST(parse_deep_nesting) {
-        char err[256];
+        struct err err = { 0 };
         cJSON *j = NULL;
         size_t n = 100000;
         _cleanup_free_ char *deep = xmalloc(2 * n);
         memset(deep, '[', n);
         memset(deep + n, ']', n);
-        ASSERT_EQ(parse(deep, 2 * n, 1 << 20, 64, &j, err, sizeof(err)), -EINVAL);
-        ASSERT_STREQ(err, "JSON nested too deeply (max 64)");
-        ASSERT_EQ(parse(deep, n, 1 << 20, 100000, &j, err, sizeof(err)), -EINVAL); /* capped at cJSON's 1000 */
-        ASSERT_STREQ(err, "JSON nested too deeply (max 1000)");
+        ASSERT_EQ(parse(deep, 2 * n, 1 << 20, 64, &j, &err), -EINVAL);
+        ASSERT_STREQ(err.message, "JSON nested too deeply (max 64)");
+        ASSERT_EQ(parse(deep, n, 1 << 20, 100000, &j, &err), -EINVAL); /* capped at cJSON's 1000 */
+        ASSERT_STREQ(err.message, "JSON nested too deeply (max 1000)");
         /* Exactly at the limit is fine; one more is not. Brackets in strings don't count. */
         _cleanup_json_ cJSON *ok = NULL;
-        ASSERT_EQ(parse("[[[{\"a\":\"[[[[[[\"}]]]", 20, 100, 4, &ok, err, sizeof(err)), 0);
-        ASSERT_EQ(parse("[[[[[]]]]]", 10, 100, 4, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(parse("[[[{\"a\":\"[[[[[[\"}]]]", 20, 100, 4, &ok, &err), 0);
+        ASSERT_EQ(parse("[[[[[]]]]]", 10, 100, 4, &j, &err), -EINVAL);
         _cleanup_json_ cJSON *ok2 = NULL;
-        ASSERT_EQ(parse(deep + n - 1000, 2000, 1 << 20, 1000, &ok2, err, sizeof(err)), 0);
+        ASSERT_EQ(parse(deep + n - 1000, 2000, 1 << 20, 1000, &ok2, &err), 0);
         /* Many '{' */
         memset(deep, '{', n);
-        ASSERT_EQ(parse(deep, n, 1 << 20, 64, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(parse(deep, n, 1 << 20, 64, &j, &err), -EINVAL);
         ASSERT_NULL(j);
 }
 
 TEST(huge_numbers) {
-        char err[256];
+        struct err err = { 0 };
         _cleanup_json_ cJSON *j = NULL;
         PARSE_OK("{\"big\": 99999999999999999999, \"inf\": 1e400, \"max\": 9007199254740991, "
                  "\"over\": 9007199254740993, \"p53\": 9007199254740992, \"min\": -9007199254740991, \"e\": 1e3, \"frac\": 1.0000001, "
@@ -199,7 +199,7 @@ TEST(huge_numbers) {
         _cleanup_free_ char *num = xmalloc(5000);
         memset(num, '9', 5000);
         _cleanup_json_ cJSON *k = NULL;
-        ASSERT_EQ(parse(num, 5000, 1 << 20, 8, &k, err, sizeof(err)), 0);
+        ASSERT_EQ(parse(num, 5000, 1 << 20, 8, &k, &err), 0);
         ASSERT_FALSE(json_get_int(k, "x", &v));
 }
 
@@ -228,9 +228,9 @@ TEST(build_and_print) {
         ASSERT_NULL(json_get_str(o, "n"));
 
         /* Round trip through the strict parser. */
-        char err[256];
+        struct err err = { 0 };
         _cleanup_json_ cJSON *back = NULL;
-        ASSERT_EQ(json_parse(s, strlen(s), 4096, 4, &back, err, sizeof(err)), 0);
+        ASSERT_EQ(json_parse(s, strlen(s), 4096, 4, &back, &err), 0);
         ASSERT_STREQ(json_get_str(back, "s"), "a\"b\n");
         ASSERT_TRUE(json_get_int(back, "i", &v));
         ASSERT_EQ(v, 42);
@@ -245,27 +245,27 @@ TEST(build_and_print) {
 }
 
 TEST(random_bytes_never_crash) {
-        char err[256];
+        struct err err = { 0 };
         unsigned seed = test_seed(12345);
         static const char alphabet[] = "{}[]\":,\\u0123456789abcdefnulltruefalse-+.eE \t\r\n\x01\x80\xc3\xff";
         for (int iter = 0; iter < 20000; iter++) {
                 size_t len;
                 _cleanup_free_ char *b = test_random_input(&seed, 64, iter & 1, alphabet, &len);
                 cJSON *j = NULL;
-                int r = json_parse(b, len, 1024, 16, &j, err, sizeof(err));
+                int r = json_parse(b, len, 1024, 16, &j, &err);
                 ASSERT_TRUE(r == 0 || r == -EINVAL);
                 if (r == 0) {
                         ASSERT_NOT_NULL(j);
                         free(json_print(j));
                         cJSON_Delete(j);
                 } else
-                        ASSERT_TRUE(strncmp(err, "Malformed JSON at byte ", 23) == 0 ||
-                                    strncmp(err, "JSON nested too deeply", 22) == 0);
+                        ASSERT_TRUE(strncmp(err.message, "Malformed JSON at byte ", 23) == 0 ||
+                                    strncmp(err.message, "JSON nested too deeply", 22) == 0);
         }
 }
 
 TEST(value_cap_before_cjson_allocates) {
-        char err[256];
+        struct err err = { 0 };
         size_t n = 1000000, len = 2 * n + 8, o = 0;
         _cleanup_free_ char *b = xmalloc(len);
         cJSON *j = NULL;
@@ -276,9 +276,9 @@ TEST(value_cap_before_cjson_allocates) {
                 b[o++] = i + 1 < n ? ',' : ']';
         }
         b[o++] = '}';
-        ASSERT_EQ(json_parse(b, o, o, 64, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(json_parse(b, o, o, 64, &j, &err), -EINVAL);
         ASSERT_NULL(j);
-        ASSERT_CONTAINS(err, "more than 10000 values");
+        ASSERT_CONTAINS(err.message, "more than 10000 values");
 
         /* Exactly at the cap: 1 object + 1 array + 9998 elements. */
         o = (size_t) snprintf(b, len, "{\"a\":[");
@@ -287,7 +287,7 @@ TEST(value_cap_before_cjson_allocates) {
                 b[o++] = i + 1 < JSON_MAX_VALUES - 2 ? ',' : ']';
         }
         b[o++] = '}';
-        ASSERT_EQ(json_parse(b, o, o, 64, &j, err, sizeof(err)), 0);
+        ASSERT_EQ(json_parse(b, o, o, 64, &j, &err), 0);
         ASSERT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(j, "a")), JSON_MAX_VALUES - 2);
         cJSON_Delete(j);
         j = NULL;
@@ -296,7 +296,7 @@ TEST(value_cap_before_cjson_allocates) {
         b[o - 1] = '0';
         b[o++] = ']';
         b[o++] = '}';
-        ASSERT_EQ(json_parse(b, o, o, 64, &j, err, sizeof(err)), -EINVAL);
+        ASSERT_EQ(json_parse(b, o, o, 64, &j, &err), -EINVAL);
         ASSERT_NULL(j);
 
         /* Commas and brackets inside strings are not values. */
@@ -304,7 +304,7 @@ TEST(value_cap_before_cjson_allocates) {
         s[0] = '"';
         memset(s + 1, ',', 20000);
         s[20001] = '"';
-        ASSERT_EQ(json_parse(s, 20002, 20002, 64, &j, err, sizeof(err)), 0);
+        ASSERT_EQ(json_parse(s, 20002, 20002, 64, &j, &err), 0);
         cJSON_Delete(j);
 }
 

@@ -20,17 +20,17 @@
 static const char base_conf[] = "[template \"python-3.11\"]\nimage = paddock/python-3.11:local\n"
                                 "[region \"eu\"]\nid = 0123456789abcdef01234567\n";
 
-static struct config *load_conf(const char *extra, char *err, size_t errlen, int *ret_r) {
+static struct config *load_conf(const char *extra, struct err *err, int *ret_r) {
         _cleanup_free_ char *text = xasprintf("%s%s", base_conf, extra ? extra : "");
-        return storetest_config(text, err, errlen, ret_r);
+        return storetest_config(text, err, ret_r);
 }
 
 static struct config *conf_ok(const char *extra) {
-        char err[512];
+        struct err err = { 0 };
         int r;
-        struct config *c = load_conf(extra, err, sizeof(err), &r);
+        struct config *c = load_conf(extra, &err, &r);
         if (r < 0)
-                test_fail(__FILE__, __LINE__, "config: %s", err);
+                test_fail(__FILE__, __LINE__, "config: %s", err.message);
         return c;
 }
 
@@ -94,15 +94,15 @@ TEST(nomad_config_values_and_errors) {
         ASSERT_EQ(c->nomad_request_timeout_ms, 2000);
         config_free(c);
 
-        char err[512];
+        struct err err = { 0 };
         int r;
-        ASSERT_TRUE(load_conf("[nomad]\naddress = 127.0.0.1:4646\n", err, sizeof(err), &r) == NULL);
+        ASSERT_TRUE(load_conf("[nomad]\naddress = 127.0.0.1:4646\n", &err, &r) == NULL);
         ASSERT_EQ(r, -EINVAL);
-        ASSERT_TRUE(strstr(err, "[nomad] address must start with http"));
-        ASSERT_TRUE(load_conf("[nomad]\nnamepsace = x\n", err, sizeof(err), &r) == NULL);
-        ASSERT_TRUE(strstr(err, "namepsace"));
-        ASSERT_TRUE(load_conf("[scheduler]\ndriver = kubernetes\n", err, sizeof(err), &r) == NULL);
-        ASSERT_TRUE(strstr(err, "supported: docker, nomad"));
+        ASSERT_TRUE(strstr(err.message, "[nomad] address must start with http"));
+        ASSERT_TRUE(load_conf("[nomad]\nnamepsace = x\n", &err, &r) == NULL);
+        ASSERT_TRUE(strstr(err.message, "namepsace"));
+        ASSERT_TRUE(load_conf("[scheduler]\ndriver = kubernetes\n", &err, &r) == NULL);
+        ASSERT_TRUE(strstr(err.message, "supported: docker, nomad"));
 }
 
 /* The job c builds for sb equals ref, field by field; what names the case when it does not. */
@@ -523,9 +523,9 @@ TEST(nodeagent_agent_self_node_id) {
 /* A literal node id is left alone; nomad with no agent answering fails with the address. */
 TEST(nodeagent_resolve_node_id) {
         struct agent_config cfg = { 0 };
-        char err[512] = "";
+        struct err err = { 0 };
         cfg.node_id = xstrdup("node-7");
-        ASSERT_OK(nomad_self_resolve_node_id(&cfg, 100, err, sizeof(err)));
+        ASSERT_OK(nomad_self_resolve_node_id(&cfg, 100, &err));
         ASSERT_STREQ(cfg.node_id, "node-7");
         free(cfg.node_id);
         cfg.node_id = xstrdup("nomad");
@@ -534,8 +534,8 @@ TEST(nodeagent_resolve_node_id) {
         cfg.nomad_ca_file = xstrdup("");
         cfg.nomad_cert_file = xstrdup("");
         cfg.nomad_key_file = xstrdup("");
-        ASSERT_EQ(nomad_self_resolve_node_id(&cfg, 100, err, sizeof(err)), -EHOSTUNREACH);
-        ASSERT_TRUE(strstr(err, "node_id = nomad: the Nomad agent at http://127.0.0.1:1 did not answer"));
+        ASSERT_EQ(nomad_self_resolve_node_id(&cfg, 100, &err), -EHOSTUNREACH);
+        ASSERT_TRUE(strstr(err.message, "node_id = nomad: the Nomad agent at http://127.0.0.1:1 did not answer"));
         ASSERT_STREQ(cfg.node_id, "nomad");
         agent_config_done(&cfg);
 }

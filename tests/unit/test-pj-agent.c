@@ -15,7 +15,7 @@ static uint8_t *kept;
 static void round_trip(const struct pj_agent_msg *m, struct pj_agent_msg *back) {
         struct pj_agent_buf b = { 0 };
         struct pj_agent_header h;
-        struct pj_error e;
+        struct err e;
         ASSERT_OK(pj_agent_msg_encode(m, &b, &e));
         ASSERT_GE(b.len, PJ_AGENT_HEADER_SIZE);
         ASSERT_OK(pj_agent_header_decode(b.p, &h, &e));
@@ -214,7 +214,7 @@ TEST(round_trip_every_message) {
 }
 
 /* A frame built by hand: header + given payload. Decodes; returns the result, err filled. */
-static int decode_raw(uint8_t type, const struct pj_agent_buf *payload, struct pj_agent_msg *m, struct pj_error *e) {
+static int decode_raw(uint8_t type, const struct pj_agent_buf *payload, struct pj_agent_msg *m, struct err *e) {
         struct pj_agent_header h = { .len = (uint32_t) payload->len, .type = type };
         *m = (struct pj_agent_msg) { 0 };
         return pj_agent_msg_decode(&h, payload->p, payload->len, m, e);
@@ -222,7 +222,7 @@ static int decode_raw(uint8_t type, const struct pj_agent_buf *payload, struct p
 
 TEST(header_refuses_before_allocation) {
         struct pj_agent_header h;
-        struct pj_error e;
+        struct err e;
         uint8_t b[PJ_AGENT_HEADER_SIZE];
 
         /* 4 GiB - 1 */
@@ -249,7 +249,7 @@ TEST(header_refuses_before_allocation) {
 TEST(truncated_payloads) {
         struct pj_agent_buf b = { 0 };
         struct pj_agent_msg m;
-        struct pj_error e;
+        struct err e;
         char *argv[] = { "true", NULL };
         ASSERT_OK(pj_agent_msg_encode(&(struct pj_agent_msg) { .type = PJ_AGENT_SPAWN, .argv = argv, .n_argv = 1,
                                                                .f.cwd = "/" },
@@ -276,7 +276,7 @@ TEST(truncated_payloads) {
 TEST(bad_tags_duplicates_and_ranges) {
         struct pj_agent_buf p = { 0 };
         struct pj_agent_msg m;
-        struct pj_error e;
+        struct err e;
 
         pj_agent_put_bytes(&p, 200, "x", 1);
         ASSERT_EQ(decode_raw(PJ_AGENT_LIST, &p, &m, &e), -EINVAL);
@@ -372,7 +372,7 @@ TEST(bad_tags_duplicates_and_ranges) {
 TEST(too_many_argv_entries) {
         struct pj_agent_buf p = { 0 };
         struct pj_agent_msg m;
-        struct pj_error e;
+        struct err e;
         for (int i = 0; i < PJ_AGENT_MAX_ARGV; i++)
                 pj_agent_put_bytes(&p, PJ_AGENT_T_ARGV, "x", 1);
         ASSERT_OK(decode_raw(PJ_AGENT_SPAWN, &p, &m, &e));
@@ -407,7 +407,7 @@ TEST(too_many_argv_entries) {
 
 TEST(oversized_payload_is_not_encoded) {
         struct pj_agent_buf out = { 0 };
-        struct pj_error e;
+        struct err e;
         uint8_t *big = xcalloc(1, PJ_AGENT_MAX_PAYLOAD);
         ASSERT_EQ(pj_agent_msg_encode(&(struct pj_agent_msg) { .type = PJ_AGENT_DATA, .data = big,
                                                                .data_len = PJ_AGENT_MAX_DATA + 1 },
@@ -425,7 +425,7 @@ TEST(oversized_payload_is_not_encoded) {
  * encodes straight into a connection's unsent output). */
 TEST(encode_appends_and_a_refused_frame_leaves_no_trace) {
         struct pj_agent_buf out = { 0 };
-        struct pj_error e;
+        struct err e;
         ASSERT_OK(pj_agent_msg_encode(&(struct pj_agent_msg) { .type = PJ_AGENT_END, .id = 1 }, &out, &e));
         size_t one = out.len;
         ASSERT_EQ(one, PJ_AGENT_HEADER_SIZE);
@@ -486,7 +486,7 @@ TEST(random_payloads) {
                 if (!pj_agent_type_name(h.type))
                         continue;
                 struct pj_agent_msg m = { 0 };
-                struct pj_error e = { 0 }; /* pj_agent does not clear it: an unfilled refusal reads "" */
+                struct err e = { 0 }; /* pj_agent does not clear it: an unfilled refusal reads "" */
                 if (pj_agent_msg_decode(&h, (const uint8_t *) in, n, &m, &e) == 0) {
                         struct pj_agent_buf b = { 0 };
                         ASSERT_OK(pj_agent_msg_encode(&m, &b, &e));

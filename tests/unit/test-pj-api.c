@@ -21,9 +21,9 @@ static char *q(const char *s) {
         return r;
 }
 
-typedef int (*parse_fn)(const char *body, size_t len, struct pj_error *err);
+typedef int (*parse_fn)(const char *body, size_t len, struct err *err);
 
-static int do_create(const char *b, size_t l, struct pj_error *e) {
+static int do_create(const char *b, size_t l, struct err *e) {
         struct pj_sandbox_create c = {};
         int r = pj_sandbox_create_parse(b, l, &c, e);
         if (r == 0) {
@@ -35,7 +35,7 @@ static int do_create(const char *b, size_t l, struct pj_error *e) {
 }
 /* do_<name>: parse a body into a struct pj_<name> and release it, for the tables. */
 #define DEFINE_DO(name, type)                                              \
-        static int do_##name(const char *b, size_t l, struct pj_error *e) { \
+        static int do_##name(const char *b, size_t l, struct err *e) { \
                 struct type x = {};                                         \
                 int r = type##_parse(b, l, &x, e);                          \
                 type##_done(&x);                                            \
@@ -46,7 +46,7 @@ DEFINE_DO(code, pj_code)
 DEFINE_DO(egress, pj_egress_update)
 DEFINE_DO(snapshot, pj_snapshot_create)
 DEFINE_DO(volume, pj_volume_create)
-static int do_batch(const char *b, size_t l, struct pj_error *e) {
+static int do_batch(const char *b, size_t l, struct err *e) {
         struct pj_files_batch x = {};
         int r = pj_files_batch_parse(b, l, 1 << 20, 4 << 20, &x, e);
         pj_files_batch_done(&x);
@@ -60,7 +60,7 @@ struct bad_case {
 };
 
 static void check_bad_raw(parse_fn fn, const char *body, size_t len, const char *field, const char *msg, int line) {
-        struct pj_error e = {};
+        struct err e = {};
         int r = fn(body, len, &e);
         if (r != -EINVAL)
                 test_fail(__FILE__, line, "body %.200s: expected -EINVAL, got %d", body, r);
@@ -85,7 +85,7 @@ static void check_bad_table(parse_fn fn, const struct bad_case *t, size_t n, int
 static void check_good_table(parse_fn fn, const char *const *t, size_t n, int line) {
         for (size_t i = 0; i < n; i++) {
                 _cleanup_free_ char *b = q(t[i]);
-                struct pj_error e = {};
+                struct err e = {};
                 int r = fn(b, strlen(b), &e);
                 if (r != 0)
                         test_fail(__FILE__, line, "good[%zu] %.200s rejected: [%s] %s", i, b, e.field, e.message);
@@ -95,7 +95,7 @@ static void check_good_table(parse_fn fn, const char *const *t, size_t n, int li
 
 static int create(const char *body, struct pj_sandbox_create *c) {
         _cleanup_free_ char *b = q(body);
-        struct pj_error e = {};
+        struct err e = {};
         int r = pj_sandbox_create_parse(b, strlen(b), c, &e);
         if (r < 0)
                 fprintf(stderr, "create %s: [%s] %s\n", b, e.field, e.message);
@@ -175,7 +175,7 @@ TEST(json_embedded_nul_bytes) {
         char buf[8];
         memcpy(buf, "{}xxxxxx", 8);
         struct pj_sandbox_create c = {};
-        struct pj_error e = {};
+        struct err e = {};
         ASSERT_EQ(pj_sandbox_create_parse(buf, 2, &c, &e), 0);
         pj_sandbox_create_done(&c);
         /* an escaped NUL is valid JSON but never a valid value */
@@ -274,7 +274,7 @@ TEST(json_huge_bodies) {
         o += n;
         o += (size_t) snprintf(code + o, 64, "\"}");
         struct pj_code c = {};
-        struct pj_error e = {};
+        struct err e = {};
         ASSERT_EQ(pj_code_parse(code, o, &c, &e), 0);
         ASSERT_EQ(strlen(c.code), n);
         pj_code_done(&c);
@@ -348,7 +348,7 @@ TEST(create_defaults) {
         }
         /* NULL body with len 0 too */
         struct pj_sandbox_create c = {};
-        struct pj_error e = {};
+        struct err e = {};
         ASSERT_EQ(pj_sandbox_create_parse(NULL, 0, &c, &e), 0);
         pj_sandbox_create_done(&c);
 }
@@ -387,7 +387,7 @@ TEST(create_full) {
 
 TEST(create_ret_untouched_on_error) {
         struct pj_sandbox_create c = { .cpu = 4242 };
-        struct pj_error e = {};
+        struct err e = {};
         ASSERT_EQ(pj_sandbox_create_parse("{\"specs\":{\"cpu\":0}}", 20, &c, &e), -EINVAL);
         ASSERT_EQ(c.cpu, 4242);
         ASSERT_NULL(c.mount_path);
@@ -788,7 +788,7 @@ TEST(create_invalid_table) {
 
 TEST(exec_valid) {
         struct pj_exec x = {};
-        struct pj_error e = {};
+        struct err e = {};
         _cleanup_free_ char *b = q("{'cmd':'ls -la | wc -l && echo done > /tmp/x'}");
         ASSERT_EQ(pj_exec_parse(b, strlen(b), &x, &e), 0);
         ASSERT_STREQ(x.cmd, "ls -la | wc -l && echo done > /tmp/x");
@@ -828,7 +828,7 @@ TEST(exec_valid) {
 }
 
 TEST(exec_stdin_and_processes) {
-        struct pj_error e = {};
+        struct err e = {};
         struct pj_exec x = {};
         _cleanup_free_ char *b = q("{'cmd':'wc -c','stdin':'hello\\n'}");
         ASSERT_EQ(pj_exec_parse(b, strlen(b), &x, &e), 0);
@@ -871,7 +871,7 @@ TEST(exec_stdin_and_processes) {
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 _cleanup_free_ char *bb = q(bad[i].body);
-                e = (struct pj_error) {};
+                e = (struct err) {};
                 if (pj_process_start_parse(bb, strlen(bb), &p, &e) != -EINVAL || strcmp(e.field, bad[i].field))
                         test_fail(__FILE__, __LINE__, "%s: field '%s' (%s), want '%s'", bad[i].body, e.field, e.message,
                                   bad[i].field);
@@ -916,7 +916,7 @@ TEST(exec_stdin_and_processes) {
 /* POST /sandboxes/{id}/pause: keepMemory (issue 37), false when absent or the body is empty;
  * other fields and other types refused by name. */
 TEST(pause_bodies) {
-        struct pj_error e;
+        struct err e;
         static const struct { const char *body; int want; } cases[] = {
                 { "", 0 }, { "{}", 0 }, { "{'keepMemory':false}", 0 }, { "{'keepMemory':true}", 1 },
                 { "{'keepMemory':1}", -1 }, { "{'keepMemroy':true}", -1 }, { "[]", -1 }, { "{'keepMemory':true,'x':1}", -1 },
@@ -937,7 +937,7 @@ TEST(pause_bodies) {
 
 TEST(preview_create_bodies) {
         struct pj_preview_create p;
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         _cleanup_free_ char *ok = q("{'port':8000,'expiresIn':120,'public':true,'keepHost':false}");
         ASSERT_EQ(pj_preview_create_parse(ok, strlen(ok), &p, &e), 0);
         ASSERT_EQ(p.port, 8000);
@@ -952,7 +952,7 @@ TEST(preview_create_bodies) {
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 _cleanup_free_ char *bb = q(bad[i].body);
-                e = (struct pj_error) { 0 };
+                e = (struct err) { 0 };
                 if (pj_preview_create_parse(bb, strlen(bb), &p, &e) != -EINVAL || strcmp(e.field, bad[i].field))
                         test_fail(__FILE__, __LINE__, "%s -> field '%s' (want '%s')", bad[i].body, e.field, bad[i].field);
         }
@@ -976,7 +976,7 @@ static void check_max(parse_fn fn, const char *prefix, const char *unit, size_t 
                       const char *msg, int line) {
         _cleanup_free_ char *ok = sized_body(prefix, unit, max, suffix);
         _cleanup_free_ char *over = sized_body(prefix, unit, max + 1, suffix);
-        struct pj_error e = {};
+        struct err e = {};
         if (fn(ok, strlen(ok), &e) != 0)
                 test_fail(__FILE__, line, "%zu bytes refused: [%s] %s", max, e.field, e.message);
         check_bad_raw(fn, over, strlen(over), field, msg, line);
@@ -984,7 +984,7 @@ static void check_max(parse_fn fn, const char *prefix, const char *unit, size_t 
 
 TEST(exec_limits) {
         struct pj_exec x = {};
-        struct pj_error e = {};
+        struct err e = {};
         check_max(do_exec, "{\"cmd\":\"", "a", 65536, "\"}", "cmd", "cmd must be at most 65536 bytes", __LINE__);
         check_max(do_exec, "{\"cmd\":\"x\",\"env\":{\"K\":\"", "v", 32768, "\"}}", "env.K",
                   "env.K must be at most 32768 bytes", __LINE__);
@@ -1079,7 +1079,7 @@ TEST(code_valid) {
                          langs[i]);
                 _cleanup_free_ char *b = q(body);
                 struct pj_code c = {};
-                struct pj_error e = {};
+                struct err e = {};
                 ASSERT_EQ(pj_code_parse(b, strlen(b), &c, &e), 0);
                 ASSERT_STREQ(c.language, langs[i]);
                 ASSERT_STREQ(c.code, "print(1)\nprint(2)");
@@ -1093,7 +1093,7 @@ TEST(code_valid) {
                 pj_code_done(&c);
         }
         struct pj_code c = {};
-        struct pj_error e = {};
+        struct err e = {};
         _cleanup_free_ char *b = q("{'language':'node','code':'1'}");
         ASSERT_EQ(pj_code_parse(b, strlen(b), &c, &e), 0);
         ASSERT_EQ(c.run.timeout_s, 30);
@@ -1152,7 +1152,7 @@ TEST(egress_update_valid) {
         for (size_t i = 0; i < ELEMENTSOF(t); i++) {
                 _cleanup_free_ char *b = q(t[i].body);
                 struct pj_egress_update u = {};
-                struct pj_error e = {};
+                struct err e = {};
                 ASSERT_EQ(pj_egress_update_parse(b, strlen(b), &u, &e), 0);
                 ASSERT_EQ(u.egress.mode, t[i].mode);
                 ASSERT_EQ(u.egress.n_allow, t[i].n);
@@ -1216,7 +1216,7 @@ TEST(snapshot_create) {
         CHECK_BAD(do_snapshot, bad);
         check_bad_raw(do_snapshot, "", 0, "", "Request body must be a JSON object", __LINE__);
         struct pj_snapshot_create s = {};
-        struct pj_error e = {};
+        struct err e = {};
         ASSERT_EQ(pj_snapshot_create_parse("{\"name\":\"snap-1\"}", 17, &s, &e), 0);
         ASSERT_STREQ(s.name, "snap-1");
         pj_snapshot_create_done(&s);
@@ -1226,7 +1226,7 @@ TEST(snapshot_create) {
 
 TEST(volume_create) {
         struct pj_volume_create v = {};
-        struct pj_error e = {};
+        struct err e = {};
         _cleanup_free_ char *b = q("{'name':'data-1','sizeGB':10,'region':'0123456789abcdef01234567'}");
         ASSERT_EQ(pj_volume_create_parse(b, strlen(b), &v, &e), 0);
         ASSERT_STREQ(v.name, "data-1");
@@ -1296,7 +1296,7 @@ TEST(files_batch_mixed) {
                                    "null"                                                        /* 19 null entry */
                                    "]}");
         struct pj_files_batch fb = {};
-        struct pj_error e = {};
+        struct err e = {};
         ASSERT_EQ(pj_files_batch_parse(b, strlen(b), 1024, 1 << 20, &fb, &e), 0);
         ASSERT_EQ(fb.n_files, 20);
         ASSERT_NULL(fb.file_errors[0]);
@@ -1344,7 +1344,7 @@ TEST(files_batch_sizes) {
                                    "{'path':'/b','content_base64':'YWJjZA=='},"            /* 4 bytes */
                                    "{'path':'/c','content_base64':'YWJjZGVmZ2g='}]}");     /* 8 bytes */
         struct pj_files_batch fb = {};
-        struct pj_error e = {};
+        struct err e = {};
         ASSERT_EQ(pj_files_batch_parse(b, strlen(b), 6, 100, &fb, &e), 0);
         ASSERT_NULL(fb.file_errors[0]);
         ASSERT_NULL(fb.file_errors[1]);
@@ -1384,7 +1384,7 @@ TEST(files_batch_envelope) {
                         o += sprintf(b + o, "%s{\"path\":\"/f/%d\",\"content_base64\":\"eA==\"}", i ? "," : "", i);
                 sprintf(b + o, "]}");
                 struct pj_files_batch fb = {};
-                struct pj_error e = {};
+                struct err e = {};
                 int r = pj_files_batch_parse(b, strlen(b), 10, 1000, &fb, &e);
                 if (count == 100) {
                         ASSERT_EQ(r, 0);
@@ -1419,7 +1419,7 @@ TEST(files_batch_base64_roundtrip) {
                 enc[o] = '\0';
                 snprintf(body, sizeof(body), "{\"files\":[{\"path\":\"/x\",\"content_base64\":\"%s\"}]}", enc);
                 struct pj_files_batch fb = {};
-                struct pj_error e = {};
+                struct err e = {};
                 ASSERT_EQ(pj_files_batch_parse(body, strlen(body), 1000, 1000, &fb, &e), 0);
                 ASSERT_NULL(fb.file_errors[0]);
                 ASSERT_EQ(fb.files[0].len, n);
@@ -1436,7 +1436,7 @@ TEST(sandbox_path_check) {
                 "/a/b/c/d/e/f", "/weird:chars,here;ok", "/-", "/a b",
         };
         for (size_t i = 0; i < ELEMENTSOF(good); i++) {
-                struct pj_error e = {};
+                struct err e = {};
                 if (pj_sandbox_path_check(good[i], &e, "path") != 0)
                         test_fail(__FILE__, __LINE__, "\"%s\" rejected: %s", good[i], e.message);
         }
@@ -1463,14 +1463,14 @@ TEST(sandbox_path_check) {
                 { "/a\xc3", "valid UTF-8" },
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
-                struct pj_error e = {};
+                struct err e = {};
                 if (pj_sandbox_path_check(bad[i].p, &e, "files[3].path") != -EINVAL)
                         test_fail(__FILE__, __LINE__, "bad[%zu] accepted", i);
                 ASSERT_STREQ(e.field, "files[3].path");
                 ASSERT_CONTAINS(e.message, "files[3].path");
                 ASSERT_CONTAINS(e.message, bad[i].msg);
         }
-        struct pj_error e = {};
+        struct err e = {};
         ASSERT_EQ(pj_sandbox_path_check(NULL, &e, "path"), -EINVAL);
         ASSERT_CONTAINS(e.message, "path is required");
         ASSERT_EQ(pj_sandbox_path_check("rel", NULL, NULL), -EINVAL);
@@ -1508,7 +1508,7 @@ TEST(error_messages_sanitized_and_bounded) {
         memcpy(b + o + 3, "\\u0007", 6);
         sprintf(b + o + n, "\":1}");
         struct pj_sandbox_create c = {};
-        struct pj_error e = {};
+        struct err e = {};
         ASSERT_EQ(pj_sandbox_create_parse(b, strlen(b), &c, &e), -EINVAL);
         ASSERT_CONTAINS(e.message, "Unknown field 'abc\\x07");
         ASSERT_CONTAINS(e.message, "...'");
@@ -1533,7 +1533,7 @@ static uint32_t rnd(void) {
 static void fuzz_one(const char *b, size_t len) {
         parse_fn fns[] = { do_create, do_exec, do_code, do_egress, do_snapshot, do_volume, do_batch };
         for (size_t i = 0; i < ELEMENTSOF(fns); i++) {
-                struct pj_error e;
+                struct err e;
                 memset(&e, 0xaa, sizeof(e));
                 e.field[0] = '\0';
                 e.message[0] = '\0';
@@ -1621,7 +1621,7 @@ TEST_FULL(fuzz_mutations, 600) {
  * field named (it was cJSON read by hand: 1.5 rows passed as 1, extra fields were ignored). */
 TEST(terminal_resize_frames) {
         uint32_t rows = 0, cols = 0;
-        struct pj_error e = {};
+        struct err e = {};
 #define RZ(s) pj_terminal_resize_parse(s, strlen(s), &rows, &cols, &e)
         ASSERT_EQ(RZ("{\"type\":\"resize\",\"rows\":33,\"cols\":101}"), 1);
         ASSERT_EQ(rows, 33);
@@ -1650,7 +1650,7 @@ TEST(terminal_resize_frames) {
  * (a NUL in a utf-8 file is kept: cJSON cut the file there), the limits. */
 TEST(template_build_bodies) {
         struct pj_template_build b = {};
-        struct pj_error e = {};
+        struct err e = {};
         static const char ok[] = "{\"name\":\"my-tpl\",\"dockerfile\":\"FROM scratch\\nCOPY a /a\\n\",\"files\":["
                                  "{\"path\":\"dir/a\",\"content\":\"x\\u0000y\"},"
                                  "{\"path\":\"b.bin\",\"content\":\"AAEC\",\"encoding\":\"base64\",\"mode\":493}]}";
@@ -1691,7 +1691,7 @@ TEST(template_build_bodies) {
                   "files[0].size", "Unknown field" },
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
-                e = (struct pj_error) {};
+                e = (struct err) {};
                 int r = pj_template_build_parse(bad[i].body, strlen(bad[i].body), 1 << 20, NULL, NULL, &b, &e);
                 if (r != -EINVAL || strcmp(e.field, bad[i].field) || !strstr(e.message, bad[i].part))
                         test_fail(__FILE__, __LINE__, "%s: got %d field '%s' message '%s'", bad[i].body, r, e.field, e.message);
@@ -1716,7 +1716,7 @@ TEST(template_build_bodies) {
 /* docker save's manifest.json from a tenant's build sandbox: one image, paths we read, bounded. */
 TEST(saved_manifests) {
         struct pj_saved_manifest m = {};
-        struct pj_error e = {};
+        struct err e = {};
         static const char ok[] = "[{\"Config\":\"abc.json\",\"RepoTags\":[\"x:1\"],\"Layers\":[\"l1/layer.tar\",\"l2/layer.tar\"]}]";
         ASSERT_EQ(pj_saved_manifest_parse(ok, sizeof(ok) - 1, &m, &e), 0);
         ASSERT_STREQ(m.config, "abc.json");

@@ -16,7 +16,7 @@
 
 #define PARSE_OK(fn, body, out) \
         do { \
-                struct pj_error _e = { 0 }; \
+                struct err _e = { 0 }; \
                 int _r = fn(body, strlen(body), out, &_e); \
                 if (_r < 0) \
                         test_fail(__FILE__, __LINE__, "%s refused: %s", body, _e.message); \
@@ -27,19 +27,19 @@ struct refusal {
         const char *body, *field, *needle;
 };
 
-static void refused_body(int line, const char *body, int r, const struct pj_error *e, const char *field, const char *needle) {
+static void refused_body(int line, const char *body, int r, const struct err *e, const char *field, const char *needle) {
         if (r != -EINVAL || strcmp(e->field, field) || !strstr(e->message, needle))
                 test_fail(__FILE__, line, "want -EINVAL on %s with \"%s\", got %d on %s: %s%s%s%s", field, needle, r, e->field,
                           e->message, body ? " (body " : "", body ? body : "", body ? ")" : "");
 }
 
-static void refused(int line, int r, const struct pj_error *e, const char *field, const char *needle) {
+static void refused(int line, int r, const struct err *e, const char *field, const char *needle) {
         refused_body(line, NULL, r, e, field, needle);
 }
 
 static void create_refused(int line, const char *body, const char *field, const char *needle) {
         struct pj_e2b_create c = { 0 };
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         int r = pj_e2b_create_parse(body, strlen(body), &c, &e);
         pj_e2b_create_done(&c);
         refused_body(line, body, r, &e, field, needle);
@@ -125,7 +125,7 @@ TEST(create_refuses_what_it_does_not_do_by_name) {
 TEST(timeout_connect_and_pause_bodies) {
         int64_t t = 0;
         bool mem = false;
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         ASSERT_OK(pj_e2b_timeout_parse(S("{\"timeout\":60}"), &t, &e));
         ASSERT_EQ(t, 60);
         refused(__LINE__, pj_e2b_timeout_parse(S("{}"), &t, &e), &e, "timeout", "required");
@@ -149,7 +149,7 @@ TEST(timeout_connect_and_pause_bodies) {
 TEST(metadata_query_is_decoded_pairs) {
         struct pj_e2b_kv *kv = NULL;
         size_t n = 0;
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         ASSERT_OK(pj_e2b_metadata_query_parse("user%20name=a%26b&app=prod", &kv, &n, &e));
         ASSERT_EQ(n, 2);
         ASSERT_STREQ(kv[0].key, "user name");
@@ -208,7 +208,7 @@ TEST(start_messages) {
                 ASSERT_TRUE(s.stdin_open);
         }
         struct pj_envd_start s = { 0 };
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         static const struct refusal rows[] = {
                 { "{}", "process", "required" },
                 { "{\"process\":{}}", "process.cmd", "required" },
@@ -226,7 +226,7 @@ TEST(start_messages) {
 }
 
 TEST(selector_input_signal_update_fs) {
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         {
                 _cleanup_(pj_envd_selector_done) struct pj_envd_selector s = { 0 };
                 PARSE_OK(pj_envd_selector_parse, "{\"process\":{\"pid\":42}}", &s);
@@ -285,7 +285,7 @@ TEST(selector_input_signal_update_fs) {
 }
 
 TEST(stream_input_messages) {
-        struct pj_error e = { 0 };
+        struct err e = { 0 };
         enum pj_envd_stream_kind k = 0;
         struct pj_envd_input in = { 0 };
         ASSERT_OK(pj_envd_stream_input_parse(S("{\"start\":{\"process\":{\"pid\":9}}}"), &k, &in, &e));

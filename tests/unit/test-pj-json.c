@@ -42,7 +42,7 @@ TEST(million_values_refused_fast_and_small) {
         /* Built and touched before the first measurement: only what the
          * parser allocates counts. */
         _cleanup_free_ char *b = repeat("{\"name\":[", "0", 1000000, "]}", &len);
-        struct pj_error e = {};
+        struct err e = {};
         struct pj_sandbox_create c = {};
         long before = maxrss_kib();
         int64_t t0 = mono_ms();
@@ -64,7 +64,7 @@ TEST(eight_mib_body_of_zeros) {
         /* The shape from the issue: an 8 MiB body that used to cost ~450 MiB. */
         size_t len;
         _cleanup_free_ char *b = repeat("{\"name\":[", "0", 4 * 1024 * 1024 - 8, "]}", &len);
-        struct pj_error e = {};
+        struct err e = {};
         _cleanup_(pj_json_freep) struct pj_json *j = NULL;
         long before = maxrss_kib();
 
@@ -77,7 +77,7 @@ TEST(eight_mib_body_of_zeros) {
 }
 
 TEST(cap_counts_every_value_exactly) {
-        struct pj_error e = {};
+        struct err e = {};
         size_t len;
         /* An array of n scalars is n + 1 values. */
         _cleanup_free_ char *at = repeat("[", "\"s\"", 9999, "]", &len);
@@ -108,7 +108,7 @@ TEST(largest_valid_batch_fits_under_the_cap) {
                                         &len);
         /* Same path 100 times: per-file errors for 99, the batch still parses. */
         struct pj_files_batch fb = {};
-        struct pj_error e = {};
+        struct err e = {};
         ASSERT_EQ(pj_files_batch_parse(b, len, 1024, 1 << 20, &fb, &e), 0);
         ASSERT_EQ(fb.n_files, 100);
         ASSERT_NULL(fb.file_errors[0]);
@@ -118,7 +118,7 @@ TEST(largest_valid_batch_fits_under_the_cap) {
 
 TEST(tree_shape_and_member) {
         const char *doc = " {\"k\":\"v\\u0000w\",\"n\":null,\"x\":[1,2]} ";
-        struct pj_error e = {};
+        struct err e = {};
         _cleanup_(pj_json_freep) struct pj_json *j = NULL;
         ASSERT_EQ(pj_json_parse(doc, strlen(doc), PJ_JSON_MAX_NODES, &j, &e), 0);
         ASSERT_EQ(j->n, 3);

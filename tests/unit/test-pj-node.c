@@ -8,7 +8,7 @@
 
 #define SID "0123456789abcdef01234567"
 
-static int parse(const char *s, struct pj_node_msg *m, struct pj_error *e) { return pj_node_msg_parse(s, strlen(s), m, e); }
+static int parse(const char *s, struct pj_node_msg *m, struct err *e) { return pj_node_msg_parse(s, strlen(s), m, e); }
 
 /* The queues of the node flows, named once here for both daemons. */
 TEST(queue_names_carry_the_exchange) {
@@ -32,7 +32,7 @@ TEST(resolved_list_renders_like_the_reply) {
 
 TEST(round_trip_every_type) {
         struct pj_node_msg m = { 0 }, back = { 0 };
-        struct pj_error e;
+        struct err e;
         ASSERT_OK(parse("{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\","
                         "\"mode\":\"restricted\",\"allow\":[\"1.1.1.1\",\"10.0.0.0/8\",\"API.Example.com\",\"1.1.1.1\"]}",
                         &m, &e));
@@ -113,7 +113,7 @@ TEST(refusals_name_the_field) {
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 struct pj_node_msg m = { 0 };
-                struct pj_error e;
+                struct err e;
                 if (parse(bad[i].body, &m, &e) != -EINVAL)
                         test_fail(__FILE__, __LINE__, "accepted %s", bad[i].body);
                 if (strcmp(e.field, bad[i].field) != 0)
@@ -128,14 +128,14 @@ TEST(refusals_name_the_field) {
                 o += (size_t) snprintf(body + o, sizeof(body) - o, "%s\"10.0.%d.1\"", i ? "," : "", i);
         snprintf(body + o, sizeof(body) - o, "]}");
         struct pj_node_msg m = { 0 };
-        struct pj_error e;
+        struct err e;
         ASSERT_EQ(parse(body, &m, &e), -EINVAL);
         ASSERT_STREQ(e.field, "allow");
 }
 
 TEST(replies_round_trip_and_random_bytes_never_crash) {
         struct pj_node_reply r = { .ok = false, .type = "egress.apply", .node_id = "n1", .error = "nft said no" }, back;
-        struct pj_error e;
+        struct err e;
         _cleanup_free_ char *t = pj_node_reply_format(&r);
         ASSERT_OK(pj_node_reply_parse(t, strlen(t), &back, &e));
         ASSERT_FALSE(back.ok);
@@ -157,7 +157,7 @@ TEST(replies_round_trip_and_random_bytes_never_crash) {
 
 TEST(stats_and_sync_requests) {
         struct pj_node_msg m = { 0 };
-        struct pj_error e;
+        struct err e;
         ASSERT_OK(parse("{\"type\":\"egress.stats\"}", &m, &e));
         ASSERT_EQ(m.type, PJ_NODE_EGRESS_STATS);
         _cleanup_free_ char *t = pj_node_msg_format(&m);
@@ -179,7 +179,7 @@ TEST(egress_resolved_round_trip_and_checks) {
         static const char body[] = "{\"type\":\"egress.resolved\",\"node_id\":\"n1\",\"sandbox_id\":\"" SID "\","
                                    "\"resolved\":[{\"name\":\"api.example.com\",\"addrs\":[\"203.0.113.5\"],\"at\":1764700000100}]}";
         struct pj_node_msg m = { 0 };
-        struct pj_error e;
+        struct err e;
         ASSERT_OK(parse(body, &m, &e));
         ASSERT_EQ(m.type, PJ_NODE_EGRESS_RESOLVED);
         ASSERT_STREQ(m.node_id, "n1");
@@ -211,7 +211,7 @@ TEST(reply_extras_round_trip) {
                                         .at_ms = 1764700000100 };
         r.resolved = &res;
         r.n_resolved = 1;
-        struct pj_error e;
+        struct err e;
         _cleanup_free_ char *t = pj_node_reply_format(&r);
         ASSERT_TRUE(strstr(t, "\"resolved\":[{\"name\":\"api.example.com\",\"addrs\":[\"203.0.113.5\",\"203.0.113.6\"],"
                               "\"at\":1764700000100}]") != NULL);
@@ -281,7 +281,7 @@ TEST(reply_extras_refusals_name_the_field) {
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 struct pj_node_reply r = { 0 };
-                struct pj_error e;
+                struct err e;
                 if (pj_node_reply_parse(bad[i].body, strlen(bad[i].body), &r, &e) != -EINVAL)
                         test_fail(__FILE__, __LINE__, "accepted %s", bad[i].body);
                 if (strcmp(e.field, bad[i].field) != 0)
@@ -294,7 +294,7 @@ TEST(reply_extras_refusals_name_the_field) {
                 o += (size_t) snprintf(body + o, sizeof(body) - o, "%s\"203.0.113.%d\"", i ? "," : "", i);
         snprintf(body + o, sizeof(body) - o, "]}]}");
         struct pj_node_reply r;
-        struct pj_error e;
+        struct err e;
         ASSERT_EQ(pj_node_reply_parse(body, strlen(body), &r, &e), -EINVAL);
         ASSERT_STREQ(e.field, "resolved[0]");
         size_t cap = 4097 * 64 + 64;

@@ -13,10 +13,10 @@
 #define DIGEST "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define DOCKER_ID "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-static int job(const char *s, struct pj_snapshot_job *j, struct pj_error *e) {
+static int job(const char *s, struct pj_snapshot_job *j, struct err *e) {
         return pj_snapshot_job_parse(s, strlen(s), j, e);
 }
-static int event(const char *s, struct pj_snapshot_event *ev, struct pj_error *e) {
+static int event(const char *s, struct pj_snapshot_event *ev, struct err *e) {
         return pj_snapshot_event_parse(s, strlen(s), ev, e);
 }
 
@@ -33,7 +33,7 @@ TEST(queue_names) {
 TEST(job_round_trip) {
         struct pj_snapshot_job j = { .snapshot_id = SNAP, .sandbox_id = SBX, .container_id = "paddock-" SBX,
                                      .node_id = "node-1" }, back;
-        struct pj_error e;
+        struct err e;
         _cleanup_free_ char *t = pj_snapshot_job_format(&j);
         ASSERT_STREQ(t, "{\"type\":\"snapshot.create\",\"snapshot_id\":\"" SNAP "\",\"sandbox_id\":\"" SBX
                         "\",\"container_id\":\"paddock-" SBX "\",\"node_id\":\"node-1\"}");
@@ -77,7 +77,7 @@ TEST(job_container_reference) {
                 snprintf(body, sizeof(body), "{\"type\":\"snapshot.create\",\"snapshot_id\":\"" SNAP "\",\"container_id\":\"%s\"}",
                          refs[i].ref);
                 struct pj_snapshot_job j;
-                struct pj_error e;
+                struct err e;
                 ASSERT_OK(job(body, &j, &e));
                 ASSERT_STREQ(j.container_id, refs[i].ok ? refs[i].ref : "");
         }
@@ -112,7 +112,7 @@ TEST(job_refusals_name_the_field) {
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 struct pj_snapshot_job j = { .snapshot_id = "untouched" };
-                struct pj_error e;
+                struct err e;
                 if (job(bad[i].body, &j, &e) != -EINVAL)
                         test_fail(__FILE__, __LINE__, "accepted %s", bad[i].body);
                 if (strcmp(e.field, bad[i].field) != 0)
@@ -128,7 +128,7 @@ TEST(job_refusals_name_the_field) {
         nid[129] = 0;
         snprintf(body, sizeof(body), JOB("\"node_id\":\"%s\""), nid);
         struct pj_snapshot_job j;
-        struct pj_error e;
+        struct err e;
         ASSERT_EQ(job(body, &j, &e), -EINVAL);
         ASSERT_STREQ(e.field, "node_id");
         nid[128] = 0;
@@ -146,7 +146,7 @@ TEST(job_refusals_name_the_field) {
 
 TEST(event_round_trip) {
         struct pj_snapshot_event ev, back;
-        struct pj_error e;
+        struct err e;
         pj_snapshot_event_init(&ev, PJ_SNAPSHOT_COMPLETED);
         strcpy(ev.snapshot_id, SNAP);
         strcpy(ev.node_id, "node-1");
@@ -209,7 +209,7 @@ TEST(event_reason_is_cut_at_a_character) {
         reason[600] = 0;
         snprintf(body, sizeof(body), "{\"type\":\"snapshot.failed\",\"snapshot_id\":\"" SNAP "\",\"reason\":\"%s\"}", reason);
         struct pj_snapshot_event ev;
-        struct pj_error e;
+        struct err e;
         ASSERT_OK(event(body, &ev, &e));
         ASSERT_EQ(strlen(ev.reason), PJ_SNAPSHOT_MAX_REASON);
         ASSERT_TRUE(!memcmp(ev.reason, reason, PJ_SNAPSHOT_MAX_REASON));
@@ -253,7 +253,7 @@ TEST(event_refusals_name_the_field) {
         };
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
                 struct pj_snapshot_event ev = { .snapshot_id = "untouched" };
-                struct pj_error e;
+                struct err e;
                 if (event(bad[i].body, &ev, &e) != -EINVAL)
                         test_fail(__FILE__, __LINE__, "accepted %s", bad[i].body);
                 if (strcmp(e.field, bad[i].field) != 0)
@@ -269,7 +269,7 @@ TEST(event_refusals_name_the_field) {
         memset(body + n, 'x', big - (size_t) n - 3);
         memcpy(body + big - 3, "\"}", 3);
         struct pj_snapshot_event ev;
-        struct pj_error e;
+        struct err e;
         ASSERT_EQ(event(body, &ev, &e), -EINVAL);
         ASSERT_STREQ(e.field, "");
         ASSERT_EQ(event(FAIL("\"x\":[[[[[[1]]]]]]"), &ev, &e), -EINVAL);
@@ -278,7 +278,7 @@ TEST(event_refusals_name_the_field) {
 
 TEST(random_bytes_never_crash) {
         char junk[300];
-        struct pj_error e;
+        struct err e;
         srandom(test_seed(1)); /* 1: glibc's own default, the inputs this test always had */
         for (int i = 0; i < 5000; i++) {
                 size_t n = (size_t) (random() % sizeof(junk));

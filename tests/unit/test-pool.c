@@ -22,24 +22,24 @@ static const char base_conf[] = "[template \"busybox\"]\nimage = paddock/busybox
                                 "[template \"python-3.11\"]\nimage = paddock/python-3.11:local\n"
                                 "[region \"local\"]\nid = 0123456789abcdef01234567\n";
 
-static struct config *load_conf(const char *extra, char *err, size_t errlen, int *ret_r) {
+static struct config *load_conf(const char *extra, struct err *err, int *ret_r) {
         _cleanup_free_ char *text = xasprintf("%s%s", base_conf, extra ? extra : "");
-        return storetest_config(text, err, errlen, ret_r);
+        return storetest_config(text, err, ret_r);
 }
 
 static void conf_refused(const char *extra, const char *want) {
-        char err[512] = "";
+        struct err err = { 0 };
         int r;
-        struct config *c = load_conf(extra, err, sizeof(err), &r);
+        struct config *c = load_conf(extra, &err, &r);
         ASSERT_EQ(r, -EINVAL);
         ASSERT_NULL(c);
-        ASSERT_CONTAINS(err, want);
+        ASSERT_CONTAINS(err.message, want);
 }
 
 TEST(pool_config_defaults_and_refusals) {
-        char err[512] = "";
+        struct err err = { 0 };
         int r;
-        struct config *c = load_conf("[pool \"bb\"]\ntemplate = busybox\n", err, sizeof(err), &r);
+        struct config *c = load_conf("[pool \"bb\"]\ntemplate = busybox\n", &err, &r);
         ASSERT_EQ(r, 0);
         ASSERT_EQ(c->n_pools, 1);
         const struct pool_conf *p = &c->pools[0];
@@ -67,11 +67,11 @@ TEST(pool_config_defaults_and_refusals) {
 
 /* A template's contents for GET /sandbox/templates and its start command. */
 TEST(template_config_contents_start_and_refusals) {
-        char err[512] = "";
+        struct err err = { 0 };
         int r;
         struct config *c = load_conf("[template \"docker\"]\nimage = paddock/docker:local\nlanguage = Docker 20.10\n"
                                      "tools = docker, git , curl\nsize_mb = 433\nstart = /usr/local/lib/paddock/start-dockerd\n"
-                                     "start_timeout = 90\n", err, sizeof(err), &r);
+                                     "start_timeout = 90\n", &err, &r);
         ASSERT_EQ(r, 0);
         const struct template *t = config_template(c, "docker");
         ASSERT_NOT_NULL(t);
@@ -117,7 +117,7 @@ TEST(user_template_names) {
 /* What pool_match says of body (a POST /sandboxes body) against the pools of conf. */
 static const struct pool_conf *match(struct ctl *c, const char *body, enum pool_miss *miss) {
         struct pj_sandbox_create in = { 0 };
-        struct pj_error pe = { 0 };
+        struct err pe = { 0 };
         if (pj_sandbox_create_parse(body, strlen(body), &in, &pe) < 0)
                 test_fail(__FILE__, __LINE__, "%s: %s", body, pe.message);
         const struct template *t = config_template(c->cfg, in.template_name ? in.template_name : "busybox");
@@ -147,10 +147,10 @@ static const struct pool_conf *match(struct ctl *c, const char *body, enum pool_
         } while (0)
 
 TEST(every_field_that_decides_a_claim) {
-        char err[512] = "";
+        struct err err = { 0 };
         int r;
         struct config *cfg = load_conf("[pool \"bb\"]\ntemplate = busybox\n[pool \"bb-off\"]\ntemplate = busybox\negress = deny_all\n",
-                                       err, sizeof(err), &r);
+                                       &err, &r);
         ASSERT_EQ(r, 0);
         struct ctl c = { .cfg = cfg };
         /* The template's specs, networked or not. */

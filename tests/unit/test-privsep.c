@@ -156,8 +156,8 @@ TEST(random_bytes_are_never_acted_on) {
  * request refused (and the child keeps serving), then a dead child is noticed. */
 TEST(docker_child_over_the_socketpair) {
         struct agent_config cfg = { .node_id = "unit" };
-        char err[256] = "";
-        ASSERT_OK(privsep_spawn(PS_CHILD_DOCKER, &cfg, err, sizeof(err)));
+        struct err err = { 0 };
+        ASSERT_OK(privsep_spawn(PS_CHILD_DOCKER, &cfg, &err));
         pid_t pid = privsep_child_pid(PS_CHILD_DOCKER);
         ASSERT_TRUE(pid > 0);
         char path[64], status[4096] = "";
@@ -177,17 +177,17 @@ TEST(docker_child_over_the_socketpair) {
         ((struct ps_hdr *) big)->seq = 99;      /* echoed, so the answer is matched to it */
         ASSERT_EQ(privsep_send_raw(PS_CHILD_DOCKER, big, sizeof(struct ps_egress_apply) + 64, &res), -EBADMSG);
         ASSERT_CONTAINS(res.msg, "larger than any request");
-        if (!privsep_healthy(err, sizeof(err)))
-                test_fail(__FILE__, __LINE__, "unhealthy: %s", err);
+        if (!privsep_healthy(&err))
+                test_fail(__FILE__, __LINE__, "unhealthy: %s", err.message);
         ASSERT_EQ(privsep_call(PS_CHILD_DOCKER, &ping, sizeof(ping), &res), 0);
         /* Egress was never started here. */
         ASSERT_EQ(privsep_call(PS_CHILD_EGRESS, &ping, sizeof(ping), &res), -ENOTCONN);
 
         ASSERT_EQ(kill(pid, SIGKILL), 0);
-        for (int i = 0; i < 200 && privsep_healthy(err, sizeof(err)); i++)
+        for (int i = 0; i < 200 && privsep_healthy(&err); i++)
                 usleep(10000);
-        ASSERT_FALSE(privsep_healthy(err, sizeof(err)));
-        ASSERT_CONTAINS(err, "docker process was killed by signal 9");
+        ASSERT_FALSE(privsep_healthy(&err));
+        ASSERT_CONTAINS(err.message, "docker process was killed by signal 9");
         ASSERT_EQ(privsep_call(PS_CHILD_DOCKER, &ping, sizeof(ping), &res), -EPIPE);
         privsep_stop();
 }

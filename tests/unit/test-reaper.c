@@ -33,13 +33,13 @@ static int fake_running(struct driver *d, const struct sandbox *sb, int *ret_exi
         return fake.running;
 }
 
-static int fake_remove(struct driver *d, const struct sandbox *sb, char *err, size_t errlen) {
+static int fake_remove(struct driver *d, const struct sandbox *sb, struct err *err) {
         (void) d;
         fake.removes++;
         if (fake.during_remove)
                 fake.during_remove(the_ctl, sb->id);
         if (fake.remove_rc < 0)
-                snprintf(err, errlen, "backend said no");
+                err_set(err, fake.remove_rc, "backend said no");
         return fake.remove_rc;
 }
 

@@ -10,11 +10,11 @@
 
 TEST(egress_parsed_once_and_round_trips) {
         struct pj_egress pe = { 0 };
-        char why[256];
+        struct err why = { 0 };
         pe.mode = PJ_EGRESS_RESTRICTED;
-        ASSERT_EQ(pj_egress_add_allow(&pe, "1.1.1.1", why, sizeof(why)), 1);
-        ASSERT_EQ(pj_egress_add_allow(&pe, "10.0.0.0/8", why, sizeof(why)), 1);
-        ASSERT_EQ(pj_egress_add_allow(&pe, "API.Example.com.", why, sizeof(why)), 1);
+        ASSERT_EQ(pj_egress_add_allow(&pe, "1.1.1.1", &why), 1);
+        ASSERT_EQ(pj_egress_add_allow(&pe, "10.0.0.0/8", &why), 1);
+        ASSERT_EQ(pj_egress_add_allow(&pe, "API.Example.com.", &why), 1);
 
         struct sb_egress e = { 0 };
         ASSERT_EQ(sb_egress_from_pj(&e, &pe), 0);
