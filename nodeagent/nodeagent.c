@@ -6,6 +6,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "nodeagent.h"
+#include "privdrop.h"
 #include "strutil.h"
 
 /* The privileged children first, while we still hold the capabilities they keep;

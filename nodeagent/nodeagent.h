@@ -268,13 +268,9 @@ bool privsep_failed(void);
 pid_t privsep_child_pid(enum ps_child kind);
 /* Closes the sockets, stops and reaps the children. */
 void privsep_stop(void);
-/* Drops every capability not in keep (a CAP_* bit mask) from the effective, permitted,
- * inheritable, ambient and (when allowed) bounding sets and sets no-new-privs.
- * Capabilities are per thread: call before creating threads. 0 or -errno. */
-int caps_drop_except(uint64_t keep);
-/* Drops every supplementary group (needs CAP_SETGID when there are any). 0 or -errno. Every
- * process but the docker one calls it: the docker group reaches /var/run/docker.sock. */
-int groups_drop(void);
+/* caps_drop_except() and groups_drop(): common/privdrop.h. Capabilities are per thread: drop
+ * them before creating threads. Every process but the docker one drops its groups: the docker
+ * group reaches /var/run/docker.sock. */
 /* Wipes and frees what only the docker process needs (the registry credentials): the parent
  * calls it once that process is started. */
 void agent_config_scrub_docker_secrets(struct agent_config *c);

@@ -28,6 +28,7 @@
 #include "egress.h"
 #include "log.h"
 #include "nodeagent.h"
+#include "privdrop.h"
 #include "privsep.h"
 #include "strutil.h"
 
@@ -254,38 +255,24 @@ int privsep_send_raw(enum ps_child kind, const void *buf, size_t len, struct ps_
 }
 
 int privsep_spawn(enum ps_child kind, const struct agent_config *cfg, struct err *err) {
-        int sv[2];
         if (kind >= PS_CHILD_MAX)
                 return -EINVAL;
         if (children[kind].fd >= 0)
                 return -EALREADY;
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-                int r = -errno;
-                return err_set(err, r, "socketpair: %s", strerror(-r));
-        }
         /* Requests are at most ~8 KiB; make sure one always fits. */
-        int sz = 64 * 1024;
-        (void) setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
-        (void) setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid < 0) {
-                int r = -errno;
-                close(sv[0]);
-                close(sv[1]);
-                return err_set(err, r, "fork: %s", strerror(-r));
-        }
+        int fd;
+        pid_t pid = fork_channel(&fd, 64 * 1024);
+        if (pid < 0)
+                return err_set(err, (int) pid, "cannot start the %s process: %s", privsep_child_name(kind), strerror((int) -pid));
         if (pid == 0) {
-                close(sv[0]);
                 /* Nothing of the other children: their sockets are the parent's business. */
                 for (int i = 0; i < PS_CHILD_MAX; i++)
                         if (children[i].fd >= 0)
                                 close(children[i].fd);
-                privsep_child_main(kind, sv[1], cfg);
+                privsep_child_main(kind, fd, cfg);
         }
-        close(sv[1]);
         pthread_mutex_lock(&ps_lock);
-        children[kind] = (typeof(children[kind])) { .pid = pid, .fd = sv[0] };
+        children[kind] = (typeof(children[kind])) { .pid = pid, .fd = fd };
         struct ps_result res;
         int r = read_result(kind, PS_READY, 0, PS_READY_TIMEOUT_MS, &res, NULL);
         pthread_mutex_unlock(&ps_lock);

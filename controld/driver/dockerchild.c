@@ -31,6 +31,7 @@
 #include "dockerchild.h"
 #include "dockerchild-private.h"
 #include "log.h"
+#include "privdrop.h"
 #include "registry.h"
 #include "strutil.h"
 
@@ -132,40 +133,6 @@ static ssize_t recv_msg(int fd, void *buf, size_t cap, int64_t deadline, int *re
                 }
                 return n;
         }
-}
-
-/* No capability left in any set (a unit's ambient CAP_SETGID included): for a process
- * that is not root. 0 or -errno. */
-static int caps_clear(void) {
-        struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
-        struct __user_cap_data_struct d[2] = { 0 };
-        (void) prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-        if (syscall(SYS_capset, &h, d) < 0)
-                return -errno;
-        return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ? -errno : 0;
-}
-
-/* Root's child keeps these capabilities only, in every set and the bounding set. */
-static int caps_keep_only(uint64_t keep) {
-        struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
-        struct __user_cap_data_struct d[2] = { 0 };
-        for (int cap = 0; cap < 64; cap++) {
-                if (keep & (UINT64_C(1) << cap))
-                        continue;
-                if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) < 0)
-                        break;  /* past the kernel's last capability */
-                (void) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
-        }
-        (void) prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-        if (syscall(SYS_capget, &h, d) < 0)
-                return -errno;
-        uint64_t prm = ((uint64_t) d[1].permitted << 32 | d[0].permitted) & keep;
-        d[0].effective = d[0].permitted = (uint32_t) prm;
-        d[1].effective = d[1].permitted = (uint32_t) (prm >> 32);
-        d[0].inheritable = d[1].inheritable = 0;
-        if (syscall(SYS_capset, &h, d) < 0)
-                return -errno;
-        return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ? -errno : 0;
 }
 
 /* ---------------------------------------------------------------- child */
@@ -298,9 +265,9 @@ _noreturn_ static void child_main(const struct config *cfg, int fd, pid_t parent
          * owner's rights over root's files and sockets, btrfs's ioctls (CAP_SYS_ADMIN) and reading
          * the agents' secrets in the parent's directory; no other capability. */
         if (geteuid() != 0)
-                (void) caps_clear();
+                (void) caps_drop_except(0);
         else
-                (void) caps_keep_only((UINT64_C(1) << CAP_SYS_ADMIN) | (UINT64_C(1) << CAP_DAC_READ_SEARCH) |
+                (void) caps_drop_except((UINT64_C(1) << CAP_SYS_ADMIN) | (UINT64_C(1) << CAP_DAC_READ_SEARCH) |
                                       (UINT64_C(1) << CAP_DAC_OVERRIDE));
         /* SIGTERM and the rest stay blocked (the parent's mask): the child ends with the
          * parent, when the control socket closes, not before it under a unit's stop. */
@@ -519,13 +486,25 @@ static const struct docker_remote docker_via_child = {
 
 /* ---- the registry remote */
 
+/* dc_call(), its failure logged as what's (the caller reports the errno). */
+static int dc_call_logged(struct dc_call *c, const char *what) {
+        int r = dc_call(c);
+        if (r < 0)
+                log_debug("%s (docker child): %s", what, c->err);
+        return r;
+}
+
+/* dc_call_logged() of a call whose answer is its r alone. */
+static int dc_call_r(struct dc_call *c, const char *what) {
+        int r = dc_call_logged(c, what);
+        dc_call_done(c);
+        return r;
+}
+
 static int reg_simple(enum dc_op op, unsigned n, const char *const *args, struct dc_call *c) {
         *c = DC_CALL(.op = op, .timeout_ms = 60000);
         set_args(c, n, args);
-        int r = dc_call(c);
-        if (r < 0)
-                log_debug("registry (docker child): %s", c->err);
-        return r;
+        return dc_call_logged(c, "registry");
 }
 
 static int reg_manifest_digest(const char *repo, const char *tag, char **ret_digest, int64_t *ret_size) {
@@ -545,11 +524,15 @@ static int reg_manifest_digest(const char *repo, const char *tag, char **ret_dig
         return r;
 }
 
+/* A registry call on repo and one more argument, answered by its r alone. */
+static int reg_r(enum dc_op op, const char *repo, const char *arg) {
+        struct dc_call c = DC_CALL(.op = op, .timeout_ms = 60000);
+        set_args(&c, 2, (const char *const[]) { repo, arg });
+        return dc_call_r(&c, "registry");
+}
+
 static int reg_blob_exists(const char *repo, const char *digest) {
-        struct dc_call c;
-        int r = reg_simple(DC_OP_REG_BLOB_EXISTS, 2, (const char *const[]) { repo, digest }, &c);
-        dc_call_done(&c);
-        return r;
+        return reg_r(DC_OP_REG_BLOB_EXISTS, repo, digest);
 }
 
 static int reg_blob_upload(const char *repo, const char *digest, const void *data, size_t len, long timeout_ms) {
@@ -572,11 +555,7 @@ static int reg_blob_upload(const char *repo, const char *digest, const void *dat
                                    .num = (int64_t) len, .num2 = timeout_ms);
         c.fd = mfd;
         set_args(&c, 2, (const char *const[]) { repo, digest });
-        int r = dc_call(&c);
-        if (r < 0)
-                log_debug("registry (docker child): %s", c.err);
-        dc_call_done(&c);
-        return r;
+        return dc_call_r(&c, "registry");
 }
 
 static int reg_manifest_put(const char *repo, const char *tag, const char *media_type, const void *body, size_t len) {
@@ -584,11 +563,7 @@ static int reg_manifest_put(const char *repo, const char *tag, const char *media
         set_args(&c, 4, (const char *const[]) { repo, tag, media_type, NULL });
         c.arg[3] = body ? body : "";
         c.arglen[3] = body ? len : 0;
-        int r = dc_call(&c);
-        if (r < 0)
-                log_debug("registry (docker child): %s", c.err);
-        dc_call_done(&c);
-        return r;
+        return dc_call_r(&c, "registry");
 }
 
 static int reg_image_config(const char *repo, const char *ref, cJSON **ret) {
@@ -606,10 +581,7 @@ static int reg_image_config(const char *repo, const char *ref, cJSON **ret) {
 }
 
 static int reg_manifest_delete(const char *repo, const char *digest) {
-        struct dc_call c;
-        int r = reg_simple(DC_OP_REG_DELETE, 2, (const char *const[]) { repo, digest }, &c);
-        dc_call_done(&c);
-        return r;
+        return reg_r(DC_OP_REG_DELETE, repo, digest);
 }
 
 static const struct registry_remote registry_via_child = {
@@ -626,11 +598,7 @@ static const struct registry_remote registry_via_child = {
 static int btrfs_call(enum dc_op op, unsigned n, const char *const *args, int64_t num) {
         struct dc_call c = DC_CALL(.op = op, .timeout_ms = 120000, .num = num);
         set_args(&c, n, args);
-        int r = dc_call(&c);
-        if (r < 0)
-                log_debug("btrfs (docker child): %s", c.err);
-        dc_call_done(&c);
-        return r;
+        return dc_call_r(&c, "btrfs");
 }
 
 static int rb_quota_enable(const char *path) {
@@ -758,26 +726,16 @@ static void *watch_thread(void *p) {
 }
 
 int dockerchild_start(const struct config *cfg, struct err *err) {
-        int sv[2];
         if (ctl_fd >= 0)
                 return -EALREADY;
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-                return err_set(err, -errno, "socketpair: %s", strerror(errno));
         pid_t parent = getpid();
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid < 0) {
-                int r = -errno;
-                close(sv[0]);
-                close(sv[1]);
-                return err_set(err, r, "fork: %s", strerror(-r));
-        }
-        if (pid == 0) {
-                close(sv[0]);
-                child_main(cfg, sv[1], parent);
-        }
-        close(sv[1]);
-        ctl_fd = sv[0];
+        int fd;
+        pid_t pid = fork_channel(&fd, 0);
+        if (pid < 0)
+                return err_set(err, (int) pid, "cannot start the docker child: %s", strerror((int) -pid));
+        if (pid == 0)
+                child_main(cfg, fd, parent);
+        ctl_fd = fd;
         child_pid = pid;
         char msg[DC_ERR_MAX];
         int r = dockerchild_ping(msg, sizeof(msg));
@@ -837,7 +795,7 @@ int dockerchild_drop(const char *path, struct config *cfg, struct err *err) {
                                                        "[controld] user set", cfg->docker_socket, strerror(-r));
                         log_warning("controld keeps its supplementary groups (%s)", strerror(-r));
                 }
-                int r = caps_clear();
+                int r = caps_drop_except(0);
                 if (r < 0)
                         return err_set(err, r, "cannot drop capabilities: %s", strerror(-r));
                 log_info("running as uid %d with no supplementary groups and no capabilities; Docker access is the "

@@ -12,6 +12,7 @@
 
 #include "cleanup.h"
 #include "nodeagent.h"
+#include "privdrop.h"
 #include "testlib.h"
 
 #define SB "0123456789abcdef01234567"
