@@ -186,6 +186,8 @@ wait_ready() {
 #                    runsc-netstack sandbox the probe (and for hosts where it works)
 RUNSC=/usr/bin/runsc
 RUNSC_ARGS='"--overlay2=none", "--host-uds=create"'
+# "experimental": true turns on Docker's checkpoint API, which pause with memory (keepMemory,
+# E2B's pause() default; issue 37) uses; without it those answer 501.
 
 # Docker's data-root is on btrfs, so disk limits hold (issue 9): the btrfs storage driver
 # takes `--storage-opt size=` (specs.disk caps the sandbox's writable layer, a qgroup on its
@@ -239,6 +241,7 @@ docker_config() {
         local netmode=$1
         cat <<EOF
 {$(docker_storage)"bridge": "none",
+ "experimental": true,
  "default-address-pools": [{"base": "169.254.80.0/20", "size": 24}],
  "runtimes": {"runsc": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=none"]},
               "runsc-net": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=$netmode"]},
@@ -304,13 +307,15 @@ storage_match() {
         [[ $(docker info --format '{{.Driver}}' 2>/dev/null) == btrfs ]]
 }
 
-# runtimes_match: the answering dockerd has exactly the runtimes $STATE/daemon.json describes.
+# runtimes_match: the answering dockerd has exactly the runtimes $STATE/daemon.json describes,
+# and Docker's experimental features (its checkpoint API) as it says.
 runtimes_match() {
         local want have
         want=$(docker_config "$(netmode_known)" | jq -cS .runtimes) || return 1
         have=$(docker info --format '{{json .Runtimes}}' 2>/dev/null \
                 | jq -cS 'with_entries(select(.key | startswith("runsc")))') || return 1
-        [[ $want == "$have" ]]
+        [[ $want == "$have" ]] || return 1
+        [[ $(docker info --format '{{.ExperimentalBuild}}' 2>/dev/null) == "$(docker_config host | jq -r '.experimental // false')" ]]
 }
 
 start_registry() {
@@ -393,7 +398,7 @@ do_start() {
                         # Ours (from an earlier start), but with older runtime flags or storage:
                         # restart it with the current ones (images must then be rebuilt:
                         # tests/env/images.sh). It was running before: not recorded as started now.
-                        say "docker: runtimes or storage differ from this tree's recipe; restarting our dockerd"
+                        say "docker: runtimes, experimental features or storage differ from this tree's recipe; restarting our dockerd"
                         stop_one docker
                         restarted=1
                 fi
