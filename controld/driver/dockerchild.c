@@ -334,6 +334,22 @@ static void dc_call_done(struct dc_call *c) {
         c->ret_fd = -1;
 }
 
+/* A fresh channel for one call, its other end handed to the child (DC_OPEN): our end, or
+ * -errno (the send's error when the child is gone). */
+static int channel_open(void) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+        struct dc_hdr open_msg = { .version = DC_VERSION, .type = DC_OPEN, .len = sizeof(open_msg) };
+        int r = send_msg(ctl_fd, &open_msg, sizeof(open_msg), sv[1]);
+        close(sv[1]);
+        if (r < 0) {
+                close(sv[0]);
+                return r;
+        }
+        return sv[0];
+}
+
 /* One call: the answer's r (<= 0, or 1 where the op says), or -EPIPE when the child broke
  * the protocol or is gone (err says which). */
 static int dc_call(struct dc_call *c) {
@@ -352,17 +368,13 @@ static int dc_call(struct dc_call *c) {
                 snprintf(c->err, sizeof(c->err), "a request of %zu bytes is over %d", len, DC_REQ_MAX);
                 return -E2BIG;
         }
-        int sv[2];
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-                return -errno;
-        _cleanup_close_ int ch = sv[0];
-        struct dc_hdr open_msg = { .version = DC_VERSION, .type = DC_OPEN, .len = sizeof(open_msg) };
-        int r = send_msg(ctl_fd, &open_msg, sizeof(open_msg), sv[1]);
-        close(sv[1]);
+        int r = channel_open();
         if (r < 0) {
                 snprintf(c->err, sizeof(c->err), "the docker child is gone (%s)", strerror(-r));
-                return -EPIPE;
+                /* out of descriptors or memory here is ours, not the child's going */
+                return r == -EMFILE || r == -ENFILE || r == -ENOMEM ? r : -EPIPE;
         }
+        _cleanup_close_ int ch = r;
         _cleanup_free_ uint8_t *buf = xmalloc(len);
         struct dc_req m = { .hdr = { .version = DC_VERSION, .type = DC_REQ, .len = (uint32_t) len },
                             .op = (uint16_t) c->op, .nargs = (uint16_t) c->nargs, .num = c->num, .num2 = c->num2 };
@@ -623,43 +635,45 @@ static const struct btrfs_remote btrfs_via_child = {
 
 /* ---- the driver's other asks */
 
-int dockerchild_agent_dial(const char *sandbox_id, int64_t deadline) {
-        int64_t left = deadline - mono_ms();
-        struct dc_call c = DC_CALL(.op = DC_OP_AGENT_DIAL, .timeout_ms = left > 0 ? left : 1, .num = left > 0 ? left : 1);
-        set_args(&c, 1, (const char *const[]) { sandbox_id });
-        int r = dc_call(&c);
+/* A call with one text argument and num; the answer stays in *c (dc_call_done() it). */
+static int dc_call1(struct dc_call *c, enum dc_op op, long timeout_ms, int64_t num, const char *arg) {
+        *c = DC_CALL(.op = op, .timeout_ms = timeout_ms, .num = num);
+        set_args(c, 1, (const char *const[]) { arg });
+        return dc_call(c);
+}
+
+/* dc_call1() of an op that answers with an fd: the fd, or -errno. */
+static int dc_call1_fd(enum dc_op op, long timeout_ms, int64_t num, const char *arg, const char *what) {
+        struct dc_call c;
+        int r = dc_call1(&c, op, timeout_ms, num, arg);
         if (r >= 0 && c.ret_fd < 0)
                 r = -EPROTO;
         int fd = r >= 0 ? TAKE_FD(c.ret_fd) : r;
         if (r < 0)
-                log_debug("agent socket (docker child): %s", c.err);
+                log_debug("%s (docker child): %s", what, c.err);
         dc_call_done(&c);
         return fd;
 }
 
+int dockerchild_agent_dial(const char *sandbox_id, int64_t deadline) {
+        int64_t left = deadline - mono_ms();
+        return dc_call1_fd(DC_OP_AGENT_DIAL, left > 0 ? left : 1, left > 0 ? left : 1, sandbox_id, "agent socket");
+}
+
 int dockerchild_agent_wait(const char *sandbox_id, int timeout_ms) {
-        struct dc_call c = DC_CALL(.op = DC_OP_AGENT_WAIT, .timeout_ms = timeout_ms, .num = timeout_ms);
-        set_args(&c, 1, (const char *const[]) { sandbox_id });
-        int r = dc_call(&c);
+        struct dc_call c;
+        int r = dc_call1(&c, DC_OP_AGENT_WAIT, timeout_ms, timeout_ms, sandbox_id);
         dc_call_done(&c);
         return r;
 }
 
 int dockerchild_cgroup_open(const char *path) {
-        struct dc_call c = DC_CALL(.op = DC_OP_CGROUP_OPEN, .timeout_ms = 5000);
-        set_args(&c, 1, (const char *const[]) { path });
-        int r = dc_call(&c);
-        if (r >= 0 && c.ret_fd < 0)
-                r = -EPROTO;
-        int fd = r >= 0 ? TAKE_FD(c.ret_fd) : r;
-        dc_call_done(&c);
-        return fd;
+        return dc_call1_fd(DC_OP_CGROUP_OPEN, 5000, 0, path, "cgroup");
 }
 
 int64_t dockerchild_tree_bytes(const char *dir) {
-        struct dc_call c = DC_CALL(.op = DC_OP_TREE_BYTES, .timeout_ms = 30000);
-        set_args(&c, 1, (const char *const[]) { dir });
-        int r = dc_call(&c);
+        struct dc_call c;
+        int r = dc_call1(&c, DC_OP_TREE_BYTES, 30000, 0, dir);
         int64_t n = r < 0 ? r : c.num_out < 0 ? 0 : c.num_out;
         dc_call_done(&c);
         return n;
@@ -674,16 +688,13 @@ int dockerchild_ping(char *msg, size_t msglen) {
 }
 
 int dockerchild_send_raw(const void *buf, size_t len, int fd, char *msg, size_t msglen) {
-        int sv[2];
         if (ctl_fd < 0)
                 return -ENOTCONN;
-        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-                return -errno;
-        _cleanup_close_ int ch = sv[0];
-        struct dc_hdr open_msg = { .version = DC_VERSION, .type = DC_OPEN, .len = sizeof(open_msg) };
-        int r = send_msg(ctl_fd, &open_msg, sizeof(open_msg), sv[1]);
-        close(sv[1]);
-        if (r < 0 || (r = send_msg(ch, buf, len, fd)) < 0)
+        int r = channel_open();
+        if (r < 0)
+                return r;
+        _cleanup_close_ int ch = r;
+        if ((r = send_msg(ch, buf, len, fd)) < 0)
                 return r;
         struct dc_ans a;
         ssize_t n = recv_msg(ch, &a, sizeof(a), mono_ms() + 10000, NULL);
