@@ -243,12 +243,33 @@ static const struct {
         { "30m", 30 * 60 }, { "1h", 3600 }, { "3h", 3 * 3600 }, { "6h", 6 * 3600 }, { "12h", 12 * 3600 }, { "18h", 18 * 3600 },
 };
 
+static int parse_lifecycle(const struct pj_json *lc, struct pj_sandbox_create *c, struct err *err) {
+        static const char *const fields[] = { "onTimeout", "keepMemory" };
+        const struct pj_json *on;
+        bool has_keep = false;
+        int r;
+        if (lc->type != PJ_JSON_OBJECT)
+                return pj_error_set(err, "lifecycle", "lifecycle must be an object: {\"onTimeout\": \"pause\", \"keepMemory\": true}");
+        if ((r = pj_check_fields(lc, "lifecycle", fields, ELEMENTSOF(fields), err)) < 0 ||
+            (r = pj_get_str(lc, "lifecycle", "onTimeout", &on, err)) < 0 ||
+            (r = pj_get_bool(lc, "lifecycle", "keepMemory", &has_keep, &c->pause_keep_memory, err)) < 0)
+                return r;
+        if (on && on->str_len == 5 && !memcmp(on->str, "pause", 5))
+                c->pause_at_end = true;
+        else if (on && !(on->str_len == 7 && !memcmp(on->str, "destroy", 7)))
+                return pj_error_set(err, "lifecycle.onTimeout", "lifecycle.onTimeout must be \"destroy\" or \"pause\"");
+        if (c->pause_keep_memory && !c->pause_at_end)
+                return pj_error_set(err, "lifecycle.keepMemory",
+                                    "lifecycle.keepMemory applies to a pause: set lifecycle.onTimeout to \"pause\"");
+        return 0;
+}
+
 int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_create *ret, struct err *err) {
         static const char *const fields[] = {
                 "name",         "template",   "teamId",           "environmentId", "region",
                 "specs",        "autoDestroy", "destroyTimeout",  "oneShot",       "blockOutbound",
                 "egress",       "persistent", "persistentDiskGB", "volumeId",      "fromSnapshot",
-                "snapshotMode", "snapshotFrequency", "mountPath",
+                "snapshotMode", "snapshotFrequency", "mountPath", "lifecycle",
         };
         _cleanup_(pj_json_freep) struct pj_json *root = NULL;
         _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create c = {};
@@ -325,6 +346,10 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
 
         if ((r = pj_get_bool(root, "", "oneShot", NULL, &c.one_shot, err)) < 0 ||
             (r = pj_get_bool(root, "", "blockOutbound", &c.block_outbound_set, &c.block_outbound, err)) < 0)
+                return r;
+
+        const struct pj_json *lc = pj_json_member(root, "lifecycle");
+        if (lc && (r = parse_lifecycle(lc, &c, err)) < 0)
                 return r;
 
         const struct pj_json *egress = pj_json_member(root, "egress");

@@ -100,6 +100,11 @@ struct pj_sandbox_create {
          * snapshotMode is automatic, an error otherwise. Stored with single
          * spaces between fields. NULL when manual. */
         char *snapshot_frequency;
+        /* "lifecycle": {"onTimeout": "destroy" (default) | "pause", "keepMemory": bool (default
+         * false, only with pause)}: what the sandbox's end (autoDestroy's timeout, its lifetime)
+         * does. pause: the sandbox is paused there instead of destroyed, with its memory when
+         * keepMemory and the sandbox can be (else its filesystem). Also set by E2B's autoPause. */
+        bool pause_at_end, pause_keep_memory;
         /* Not on the Brimble wire: other adapters (E2B's) set these. metadata_json and env_json
          * are JSON objects of strings (NULL: none); lifetime_s > 0 replaces the default
          * lifetime (destroyed that long after the create, auto_destroy false). */

@@ -27,14 +27,6 @@ static int int_member(const struct pj_json *obj, const char *key, int64_t min, i
         return 1;
 }
 
-/* Refuses a member that is present and not one of the values Paddock does by default. */
-static int refuse_present(const struct pj_json *obj, const char *key, const char *why, struct err *err) {
-        const struct pj_json *m = pj_json_member(obj, key);
-        if (!m)
-                return 0;
-        return pj_error_set(err, key, "%s is not supported on this server: %s", key, why);
-}
-
 /* ---- POST /sandboxes ---- */
 
 void pj_e2b_create_done(struct pj_e2b_create *c) {
@@ -157,13 +149,16 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
         if ((r = int_member(root, "timeout", 0, PJ_E2B_MAX_TIMEOUT_S, &c.timeout_set, &c.timeout_s, err)) < 0)
                 return r;
         bool v = false, has = false;
-        if ((r = pj_get_bool(root, "", "autoPause", &has, &v, err)) < 0)
+        if ((r = pj_get_bool(root, "", "autoPause", &has, &c.auto_pause, err)) < 0)
                 return r;
-        if (v)
-                return pj_error_set(err, "autoPause",
-                                    "autoPause is not supported on this server: a sandbox is destroyed at its timeout");
-        if ((r = refuse_present(root, "autoPauseMemory", "there is no auto-pause", err)) < 0)
+        c.auto_pause_memory = true;
+        has = false;
+        if ((r = pj_get_bool(root, "", "autoPauseMemory", &has, &c.auto_pause_memory, err)) < 0)
                 return r;
+        if (has && !c.auto_pause)
+                return pj_error_set(err, "autoPauseMemory", "autoPauseMemory applies to an auto-pause: set autoPause: true");
+        if (!c.auto_pause)
+                c.auto_pause_memory = false;
         const struct pj_json *ar = pj_json_member(root, "autoResume");
         if (ar) {
                 const struct pj_json *en = ar->type == PJ_JSON_OBJECT ? pj_json_member(ar, "enabled") : NULL;

@@ -4,7 +4,7 @@
  * and the Connect envelope codec.
  *
  * Every parser takes untrusted bytes. Fields E2B defines that change behaviour and that Paddock
- * does not do are refused by name (-EINVAL, "autoPause: ... not supported"), never ignored.
+ * does not do are refused by name (-EINVAL, "autoResume: ... not supported"), never ignored.
  * Connect request messages accept a field under its JSON name (lowerCamelCase) or its proto
  * name (snake_case), as protobuf's JSON mapping says; unknown fields are refused.
  *
@@ -53,6 +53,8 @@ struct pj_e2b_create {
         struct pj_egress egress;         /* from allow_internet_access and network */
         bool allow_internet_set, allow_internet;
         bool public_traffic;             /* network.allowPublicTraffic (default true) */
+        bool auto_pause;                 /* autoPause: paused at the timeout, not killed */
+        bool auto_pause_memory;          /* autoPauseMemory (default true with autoPause): with its memory */
 };
 void pj_e2b_create_done(struct pj_e2b_create *c);
 int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret, struct err *err);

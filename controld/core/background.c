@@ -85,7 +85,7 @@ static void sample_and_meter(struct ctl *c, int64_t dt_ms) {
 /* Why the reaper should destroy sb, or NULL. sb must be fresh (read under the sandbox lock):
  * deciding from a stale list is how a sandbox paused a moment ago got destroyed as "failed"
  * (its container was gone because the pause removed it). */
-static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t now, int *ret_code) {
+static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t now, int *ret_code, bool *ret_pause) {
         switch (sb->status) {
         case SB_FAILED:     /* its workload, if any, is an orphan: reap_orphans removes it */
         case SB_DESTROYED:
@@ -98,8 +98,14 @@ static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t 
         case SB_RESUMING:
                 break;
         }
-        if (now >= sb->expires_at)
+        if (now >= sb->expires_at && !sb->pause_at_end)
                 return sb->auto_destroy ? "idle_ttl" : "max_lifetime";
+        /* Its lifecycle says pause: a ready one is paused (background_reap_one); a paused one
+         * stays so, under paused_max like any other, until its owner resumes it. */
+        if (now >= sb->expires_at && sb->status == SB_READY) {
+                *ret_pause = true;
+                return sb->auto_destroy ? "idle_ttl" : "max_lifetime";
+        }
         if (sb->status == SB_PAUSED && sb->paused_at && now - sb->paused_at > (int64_t) c->cfg->paused_max_s * 1000)
                 return "paused_too_long";
         if (sb->status == SB_STARTING && now - sb->created_at > (int64_t) c->cfg->stuck_starting_s * 1000)
@@ -117,6 +123,58 @@ static const char *reap_reason(struct ctl *c, const struct sandbox *sb, int64_t 
         return NULL;
 }
 
+/* Pauses at a sandbox's end run as jobs (a pause may take a snapshot first: seconds), at most
+ * END_PAUSES at once, one per sandbox: the reaper passes every second and must not start a
+ * second one while the first has not moved the sandbox out of ready. */
+#define END_PAUSES 16
+static pthread_mutex_t end_lock = PTHREAD_MUTEX_INITIALIZER;
+static char end_ids[END_PAUSES][SANDBOX_ID_LEN + 1];
+
+struct end_pause {
+        int slot;
+        char reason[32];
+};
+
+static void end_pause_job(struct ctl *c, void *arg) {
+        struct end_pause *p = arg;
+        log_ctx_set("SANDBOX_ID", end_ids[p->slot]);
+        (void) sandbox_pause_at_end(c, end_ids[p->slot], p->reason);
+        log_ctx_reset();
+        pthread_mutex_lock(&end_lock);
+        end_ids[p->slot][0] = 0;
+        pthread_mutex_unlock(&end_lock);
+        ctl_notify_status(c);
+}
+
+static int end_pause_start(struct ctl *c, const char *id, const char *why) {
+        int slot = -1;
+        pthread_mutex_lock(&end_lock);
+        for (int i = 0; i < END_PAUSES; i++) {
+                if (!strcmp(end_ids[i], id)) {
+                        pthread_mutex_unlock(&end_lock);
+                        return 0;   /* under way */
+                }
+                if (slot < 0 && !end_ids[i][0])
+                        slot = i;
+        }
+        if (slot >= 0)
+                strscpy(end_ids[slot], id, sizeof(end_ids[slot]));
+        pthread_mutex_unlock(&end_lock);
+        if (slot < 0)
+                return 0;   /* as many under way as allowed: the next pass */
+        struct end_pause *p = xmalloc(sizeof(*p));
+        p->slot = slot;
+        strscpy(p->reason, why, sizeof(p->reason));
+        log_info("sandbox at its end (%s): pausing it, as its lifecycle says", why);
+        int r = ctl_spawn_job(c, end_pause_job, p);
+        if (r < 0) {
+                pthread_mutex_lock(&end_lock);
+                end_ids[slot][0] = 0;
+                pthread_mutex_unlock(&end_lock);
+        }
+        return r < 0 ? r : 0;
+}
+
 int background_reap_one(struct ctl *c, const char *id, int64_t now) {
         struct sandbox sb = { 0 };
         struct err derr = { 0 };
@@ -127,9 +185,14 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
         if (r < 0)
                 goto out;
         int code = -1;
-        const char *why = reap_reason(c, &sb, now, &code);
+        bool pause = false;
+        const char *why = reap_reason(c, &sb, now, &code, &pause);
         if (!why) {
                 r = 0;
+                goto out;
+        }
+        if (pause) {
+                r = end_pause_start(c, id, why);
                 goto out;
         }
         enum sb_status seen = sb.status;

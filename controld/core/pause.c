@@ -171,6 +171,18 @@ static int resume_memory(struct ctl *c, struct sandbox *sb, char **ret_lost) {
         return 0;
 }
 
+/* A resumed sandbox is ready from now; one whose end passed while it was paused (its
+ * lifecycle paused it there) runs its run length again. */
+static void mark_resumed(struct ctl *c, struct sandbox *sb, int64_t t0) {
+        int64_t now = now_ms();
+        sb->status = SB_READY;
+        sb->paused_at = 0;
+        sb->last_activity_at = now;
+        if (sb->pause_at_end && sb->expires_at <= now)
+                sb->expires_at = now + (sb->run_s > 0 ? sb->run_s : (int64_t) c->cfg->default_lifetime_s) * 1000;
+        sb_timings_set(&sb->timings, SB_PHASE_RESUME, mono_ms() - t0);
+}
+
 static void resume_step(struct ctl *c, struct sandbox *sb) {
         struct placement pl = { 0 };
         struct err reason = { 0 }, eerr = { 0 };
@@ -180,10 +192,7 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
         log_ctx_set("EGRESS_MODE", pj_egress_mode_to_string(sb->egress.mode));
         if (resume_memory(c, sb, &lost) == 1) {
                 replace_str(&sb->failure_reason, NULL);
-                sb->status = SB_READY;
-                sb->paused_at = 0;
-                sb->last_activity_at = now_ms();
-                sb_timings_set(&sb->timings, SB_PHASE_RESUME, mono_ms() - t0);
+                mark_resumed(c, sb, t0);
                 log_info("sandbox resumed with its memory in %lldms", (long long) (mono_ms() - t0));
                 return;
         }
@@ -221,10 +230,7 @@ static void resume_step(struct ctl *c, struct sandbox *sb) {
                 replace_str(&sb->failure_reason, why);
         } else {
                 replace_str(&sb->failure_reason, lost);
-                sb->status = SB_READY;
-                sb->paused_at = 0;
-                sb->last_activity_at = now_ms();
-                sb_timings_set(&sb->timings, SB_PHASE_RESUME, mono_ms() - t0);
+                mark_resumed(c, sb, t0);
                 log_info("sandbox resumed in %lldms", (long long) (mono_ms() - t0));
         }
 }
@@ -481,4 +487,85 @@ int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct san
         }
         log_info("e2b: sandbox paused, its filesystem in snapshot %s", sn.id);
         return 0;
+}
+
+/* ---- a sandbox's end that pauses it (lifecycle.onTimeout pause, E2B's autoPause) ---- */
+
+int sandbox_memory_pause_check(struct ctl *c, enum pj_egress_mode mode, struct err *err) {
+        static const char field[] = "lifecycle.keepMemory (autoPauseMemory on E2B's API)";
+        if (!c->drv->ops->checkpoint)
+                return err_set(err, -EOPNOTSUPP, "%s: this server's %s driver pauses with the filesystem only; set it to false",
+                               field, c->drv->name);
+        if (mode != PJ_EGRESS_DENY_ALL)
+                return err_set(err, -EINVAL,
+                               "%s: only sandboxes without network access (egress deny_all; allowInternetAccess: false on "
+                               "E2B's API) can be paused with their memory, as gVisor cannot checkpoint host networking; set "
+                               "it to false to pause with the filesystem only",
+                               field);
+        struct err why = { 0 };
+        if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
+                return err_set(err, -EOPNOTSUPP, "%s: this server cannot keep memory now: %s", field, why.message);
+        return 0;
+}
+
+/* One pause at the sandbox's end, as its API pauses: 0 once the record says paused (a pause
+ * with memory whose checkpoint failed may still have paused it the filesystem way). */
+static int end_pause(struct ctl *c, const struct sandbox *sb, bool memory, struct err *err) {
+        int r;
+        if (sb->e2b.set) {
+                _cleanup_(account_clear) struct account acc = { 0 };
+                if (store_account_get(c->store, sb->account_id, &acc) < 0)
+                        return err_set(err, -EIO, "Failed to read the sandbox's account");
+                r = sandbox_pause_e2b(c, &acc, sb, memory, err);
+        } else
+                r = sandbox_pause(c, sb, memory, err);
+        _cleanup_sandbox_ struct sandbox now = { 0 };
+        if (r < 0 && store_sandbox_get(c->store, sb->id, &now) == 0 && now.status == SB_PAUSED)
+                r = 0;
+        return r;
+}
+
+/* A paused sandbox's failure_reason says what its pause lost (as a resume's does). */
+static void note_lost(struct ctl *c, const char *id, const char *why) {
+        SANDBOX_LOCK_GUARD(lock, c, id);
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (store_sandbox_get(c->store, id, &sb) < 0 || sb.status != SB_PAUSED)
+                return;
+        _cleanup_free_ char *msg = xasprintf("Paused at its end without its memory: %s", why);
+        replace_str(&sb.failure_reason, msg);
+        (void) store_sandbox_update(c->store, &sb);
+}
+
+int sandbox_pause_at_end(struct ctl *c, const char *id, const char *reason) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct err e = { 0 }, mem = { 0 };
+        if (store_sandbox_get(c->store, id, &sb) < 0)
+                return -EIO;
+        if (sb.status != SB_READY)
+                return -EBUSY;
+        int r = -EAGAIN;
+        if (sb.pause_keep_memory && (r = sandbox_memory_pause_check(c, sb.egress.mode, &mem)) == 0)
+                r = end_pause(c, &sb, true, &mem);
+        if (r == 0 && sb.pause_keep_memory && sandbox_memory_kept(c, id, NULL, NULL) < 0)
+                note_lost(c, id, mem.message[0] ? mem.message : "the checkpoint failed");
+        if (r < 0) {
+                sandbox_clear(&sb);
+                if (store_sandbox_get(c->store, id, &sb) < 0)
+                        return -EIO;
+                if (sb.status != SB_READY)
+                        return -EBUSY;
+                if (sb.pause_keep_memory)
+                        log_warning("the sandbox's end could not keep its memory (%s); pausing it with its filesystem",
+                                    mem.message);
+                r = end_pause(c, &sb, false, &e);
+                if (r == 0 && sb.pause_keep_memory)
+                        note_lost(c, id, mem.message);
+        }
+        if (r == 0) {
+                log_notice("sandbox paused at its end (%s) instead of destroyed, as its lifecycle says", reason);
+                return 0;
+        }
+        log_warning("the sandbox's end could not pause it (%s); destroying it as any sandbox at its end", e.message);
+        r = sandbox_destroy(c, id, reason, &e);
+        return r < 0 ? r : 1;
 }

@@ -281,6 +281,10 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 return err_set(err, -EINVAL, "egress.allow: an entry could not be read; check the allowlist");
         if ((r = ctl_egress_check_allow(&sb.egress, err)) < 0)
                 return r;
+        sb.pause_at_end = in->pause_at_end;
+        sb.pause_keep_memory = in->pause_at_end && in->pause_keep_memory;
+        if (sb.pause_keep_memory && (r = sandbox_memory_pause_check(c, sb.egress.mode, err)) < 0)
+                return r;
         sb.persistent = in->persistent || in->volume_id;
         sb.persistent_disk_gb = in->has_persistent_disk_gb ? in->persistent_disk_gb : 0;
         sb.volume_id = in->volume_id ? xstrdup(in->volume_id) : NULL;
@@ -298,6 +302,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         if (life > plan->max_lifetime_s)
                 life = plan->max_lifetime_s;
         sb.expires_at = now + life * 1000;
+        sb.run_s = life;
         sb.driver = xstrdup(c->drv->name);
         sb_timings_set(&sb.timings, SB_PHASE_VALIDATE, mono_ms() - t0);
 
@@ -578,6 +583,7 @@ int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandb
         if (extend_only && sb.expires_at >= end)
                 return 0;
         sb.expires_at = end;
+        sb.run_s = timeout_s;
         sb.auto_destroy = false;
         if (store_sandbox_update(c->store, &sb) < 0)
                 return err_set(err, -EIO, "Failed to record the timeout");

@@ -18,6 +18,15 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, str
 /* E2B's pause (pause.c): with memory, sandbox_pause keeping it (-EOPNOTSUPP where this server
  * cannot, -EINVAL for a networked sandbox); without, the filesystem in a snapshot the sandbox
  * resumes from. 0 once paused, else -errno with the reason and the sandbox as it was. */
+/* Whether a sandbox with this egress could be paused with its memory at its end (a create's
+ * lifecycle.keepMemory, E2B's autoPauseMemory): 0, or -EOPNOTSUPP / -EINVAL with the reason
+ * naming both fields. */
+int sandbox_memory_pause_check(struct ctl *c, enum pj_egress_mode mode, struct err *err);
+/* The reaper's step for a sandbox at its end whose lifecycle says pause (pause.c): paused with
+ * its memory when it asked and that works, else with its filesystem (its failure_reason then
+ * says memory was lost and why); when no pause works, destroyed for reason as any other
+ * sandbox at its end. 0 paused, 1 destroyed, <0 neither (it stays as it was, retried later). */
+int sandbox_pause_at_end(struct ctl *c, const char *id, const char *reason);
 int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct sandbox *sb, bool memory,
                       struct err *err);
 /* The sandbox ends now + timeout_s (extend_only: never earlier than it was, clamped to the

@@ -110,7 +110,7 @@ static cJSON *listed_json(struct ctl *c, const struct sandbox *sb, bool detailed
                         }
                 }
                 cJSON *lc = cJSON_AddObjectToObject(o, "lifecycle");
-                json_add_str(lc, "onTimeout", "kill");
+                json_add_str(lc, "onTimeout", sb->pause_at_end ? "pause" : "kill");
                 json_add_bool(lc, "autoResume", false);
         }
         return o;
@@ -189,6 +189,8 @@ static enum MHD_Result create_common(struct req *r, bool v2) {
         sc.metadata_json = in.metadata_json ? xstrdup(in.metadata_json) : NULL;
         sc.env_json = in.env_json ? xstrdup(in.env_json) : NULL;
         sc.lifetime_s = in.timeout_s;
+        sc.pause_at_end = in.auto_pause;
+        sc.pause_keep_memory = in.auto_pause_memory;
         {
                 cJSON *o = cJSON_CreateObject();
                 json_add_str(o, "templateID", in.template_id);

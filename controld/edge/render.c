@@ -121,6 +121,9 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         json_add_int(specs, "memory", sb->memory);
         json_add_int(specs, "disk", sb->disk);
         json_add_members(o, sb, sandbox_options, ELEMENTSOF(sandbox_options));
+        cJSON *lc = cJSON_AddObjectToObject(o, "lifecycle");
+        json_add_str(lc, "onTimeout", sb->pause_at_end ? "pause" : "destroy");
+        json_add_bool(lc, "keepMemory", sb->pause_keep_memory);
         add_egress(o, &sb->egress);
         json_add_bool(o, "persistent", sb->persistent);
         if (sb->persistent_disk_gb)

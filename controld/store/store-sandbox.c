@@ -111,6 +111,7 @@ static const struct column sandbox_columns[] = {
         C_TEXT("driver", driver), C_TEXT("job_id", job_id), C_TEXT("alloc_id", alloc_id), C_TEXT("node_id", node_id),
         C_TEXT("container_id", container_id), C_TEXT("ip", ip), C_CUSTOM("timings", sb_timings),
         C_CUSTOM("metadata", sb_metadata), C_CUSTOM("env", sb_env), C_CUSTOM("e2b", sb_e2b),
+        C_BOOL("pause_at_end", pause_at_end), C_BOOL("pause_keep_memory", pause_keep_memory), C_INT("run_s", run_s),
 };
 #undef ROW
 static const struct table sandboxes = {

@@ -214,18 +214,22 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
         E2B_EXPECT(e2btest_api(&e, "GET", "/v2/sandboxes", "e2b_0000000000000000000000000000000000000000", NULL), 401, "Invalid API key");
         E2B_EXPECT(e2btest_api(&e, "GET", "/health", NULL, NULL), 204, "");
         /* bodies: the field at fault named, never ignored */
-        E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, "{}"), 400, "templateID is required");
-        E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"colour\":1}"), 400, "Unknown field 'colour'");
-        E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"autoPause\":true}"), 400, "autoPause");
-        E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"secure\":false}"), 400, "secure");
-        E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"mcp\":{}}"), 400, "mcp");
-        E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"nope\"}"), 400, "templateID: no template");
-        E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"timeout\":99999999}"), 400, "timeout");
-        E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"envVars\":{\"1x\":\"y\"}}"), 400, "envVars.1x");
-        E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"network\":{\"denyOut\":[\"10.0.0.0/8\"]}}"), 400,
-                   "network.denyOut[0]");
-        E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, "{\"templateID\":\"base\",\"network\":{\"maskRequestHost\":\"x\"}}"), 400,
-                   "network.maskRequestHost");
+        static const char *const bad[][2] = {
+                { "{}", "templateID is required" },
+                { "{\"templateID\":\"base\",\"colour\":1}", "Unknown field 'colour'" },
+                /* an auto-pause keeps memory by default: not for a sandbox with network access (gVisor) */
+                { "{\"templateID\":\"base\",\"autoPause\":true}", "autoPauseMemory on E2B's API): only sandboxes without network access" },
+                { "{\"templateID\":\"base\",\"autoResume\":{\"enabled\":true}}", "autoResume" },
+                { "{\"templateID\":\"base\",\"secure\":false}", "secure" },
+                { "{\"templateID\":\"base\",\"mcp\":{}}", "mcp" },
+                { "{\"templateID\":\"nope\"}", "templateID: no template" },
+                { "{\"templateID\":\"base\",\"timeout\":99999999}", "timeout" },
+                { "{\"templateID\":\"base\",\"envVars\":{\"1x\":\"y\"}}", "envVars.1x" },
+                { "{\"templateID\":\"base\",\"network\":{\"denyOut\":[\"10.0.0.0/8\"]}}", "network.denyOut[0]" },
+                { "{\"templateID\":\"base\",\"network\":{\"maskRequestHost\":\"x\"}}", "network.maskRequestHost" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes", e.key, bad[i][0]), 400, bad[i][1]);
 
         /* v2 (SDK 2.51+): the same body checks on /v2/sandboxes, and its connect takes {} */
         E2B_EXPECT(e2btest_api(&e, "POST", "/v2/sandboxes", e.key, "{}"), 400, "templateID is required");

@@ -1051,3 +1051,105 @@ TEST_FULL(e2b_pause_keeps_the_filesystem, 600) {
         hres_done(&r);
         ASSERT_EQ(pauses, 1);
 }
+
+/* Polls E2B's GET /sandboxes/{id} until its body holds needle (up to secs): the last body. */
+static char *e2b_wait_for(struct e2b *e, const char *key, const char *id, const char *needle, int secs) {
+        char path[64];
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        char *got = NULL;
+        for (int i = 0; i < secs * 5; i++) {
+                free(got);
+                got = e2btest_api(e, "GET", path, key, NULL);
+                if (strstr(got, needle))
+                        break;
+                usleep(200 * 1000);
+        }
+        return got;
+}
+
+/* A sandbox's end that pauses it (issue 37: E2B's autoPause, the Brimble API's lifecycle): at
+ * its timeout a ready sandbox is paused, not destroyed; it stays paused past its end; connect
+ * or resume brings it back with its files and a new end. With its memory, with its filesystem
+ * (E2B's snapshot) where autoPauseMemory is false, the Brimble API's pause for a sandbox made
+ * there; keepMemory for a networked sandbox is refused at create. */
+TEST_FULL(a_sandbox_at_its_end_pauses_as_its_lifecycle_says, 600) {
+        struct ctld c;
+        struct e2b e = { .port = test_free_port() };
+        char more[160], path[128];
+        snprintf(more, sizeof(more), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = busybox\n", e.port);
+        _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", more, true, NULL);
+        static const char *const bodies[] = {
+                "{\"templateID\":\"base\",\"timeout\":4,\"autoPause\":true,\"allow_internet_access\":false}",
+                "{\"templateID\":\"base\",\"timeout\":4,\"autoPause\":true,\"autoPauseMemory\":false,\"allow_internet_access\":false}",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bodies); i++) {
+                _cleanup_free_ char *cr = e2btest_api(&e, "POST", "/sandboxes", key, bodies[i]);
+                ASSERT_EQ(test_raw_status(cr), 201);
+                _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(cr));
+                char id[25], tok[65];
+                snprintf(id, sizeof(id), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandboxID")));
+                snprintf(tok, sizeof(tok), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdAccessToken")));
+                snprintf(path, sizeof(path), "/sandboxes/%s", id);
+                E2B_EXPECT(e2btest_api(&e, "GET", path, key, NULL), 200, "\"lifecycle\":{\"onTimeout\":\"pause\",\"autoResume\":false}");
+                E2B_EXPECT(e2b_files(&e, "POST", "/files?path=/data/end.txt", id, tok, "application/octet-stream", "kept", 4),
+                           200, "/data/end.txt");
+                _cleanup_free_ char *p = e2b_wait_for(&e, key, id, "\"state\":\"paused\"", 90);
+                ASSERT_CONTAINS(p, "\"state\":\"paused\"");
+                /* past its end it stays paused: the reaper does not destroy it */
+                sleep(3);
+                snprintf(path, sizeof(path), "/sandboxes/%s", id);
+                E2B_EXPECT(e2btest_api(&e, "GET", path, key, NULL), 200, "\"state\":\"paused\"");
+                struct hres r;
+                http_req(&c, "GET", path, key, NULL, &r);
+                ASSERT_EQ(r.status, 200);
+                /* the first kept its memory (no network, Docker's checkpoint API), the second did not ask */
+                ASSERT_CONTAINS(r.body, i == 0 ? "\"memory_kept\":true" : "\"memory_kept\":false");
+                hres_done(&r);
+                snprintf(path, sizeof(path), "/sandboxes/%s/connect", id);
+                E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"timeout\":60}"), 201, id);
+                E2B_EXPECT(e2b_files(&e, "GET", "/files?path=/data/end.txt", id, tok, NULL, NULL, 0), 200, "kept");
+                /* a new end: running, not paused again at once */
+                sleep(2);
+                snprintf(path, sizeof(path), "/sandboxes/%s", id);
+                E2B_EXPECT(e2btest_api(&e, "GET", path, key, NULL), 200, "\"state\":\"running\"");
+                E2B_EXPECT(e2btest_api(&e, "DELETE", path, key, NULL), 204, "");
+        }
+
+        /* The Brimble API: lifecycle.onTimeout pause; its end brought near through E2B's timeout */
+        struct hres r;
+        http_req(&c, "POST", "/sandboxes", key, "{\"egress\":{\"mode\":\"deny_all\"},\"lifecycle\":{\"onTimeout\":\"pause\"}}", &r);
+        ASSERT_EQ(r.status, 201);
+        char id[25];
+        snprintf(id, sizeof(id), "%s", hres_data_str(&r, "id"));
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_CONTAINS(r.body, "\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":false}");
+        hres_done(&r);
+        /* keepMemory asks what a networked sandbox cannot have: refused at create, by name */
+        http_req(&c, "POST", "/sandboxes", key, "{\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":true}}", &r);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_CONTAINS(r.body, "lifecycle.keepMemory");
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s/timeout", id);
+        E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"timeout\":2}"), 204, "");
+        snprintf(path, sizeof(path), "/sandboxes/%s/wait?timeout=60&status=paused", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "paused");
+        hres_done(&r);
+        sleep(3);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "paused");
+        hres_done(&r);
+        snprintf(path, sizeof(path), "/sandboxes/%s/resume", id);
+        http_req(&c, "POST", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+        sleep(2);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
+        hres_done(&r);
+}

@@ -436,6 +436,25 @@ TEST(create_destroy_timeouts) {
         }
 }
 
+TEST(create_lifecycle) {
+        struct pj_sandbox_create c = {};
+        ASSERT_EQ(create("{}", &c), 0);
+        ASSERT_FALSE(c.pause_at_end);
+        ASSERT_FALSE(c.pause_keep_memory);
+        pj_sandbox_create_done(&c);
+        ASSERT_EQ(create("{'lifecycle':{'onTimeout':'destroy'}}", &c), 0);
+        ASSERT_FALSE(c.pause_at_end);
+        pj_sandbox_create_done(&c);
+        ASSERT_EQ(create("{'lifecycle':{'onTimeout':'pause'}}", &c), 0);
+        ASSERT_TRUE(c.pause_at_end);
+        ASSERT_FALSE(c.pause_keep_memory);
+        pj_sandbox_create_done(&c);
+        ASSERT_EQ(create("{'lifecycle':{'onTimeout':'pause','keepMemory':true}}", &c), 0);
+        ASSERT_TRUE(c.pause_at_end);
+        ASSERT_TRUE(c.pause_keep_memory);
+        pj_sandbox_create_done(&c);
+}
+
 TEST(create_egress_effective_policy) {
         struct pj_sandbox_create c = {};
         ASSERT_EQ(create("{'blockOutbound':true}", &c), 0);
@@ -636,6 +655,14 @@ static const struct bad_case bad_create[] = {
         { "{'blockOutbound':'true'}", "blockOutbound", "blockOutbound must be true or false" },
         { "{'persistent':'true'}", "persistent", "persistent must be true or false" },
         { "{'persistent':[]}", "persistent", "persistent must be true or false" },
+        /* lifecycle */
+        { "{'lifecycle':'pause'}", "lifecycle", "lifecycle must be an object" },
+        { "{'lifecycle':{'onTimeout':'sleep'}}", "lifecycle.onTimeout", "must be \"destroy\" or \"pause\"" },
+        { "{'lifecycle':{'onTimeout':1}}", "lifecycle.onTimeout", "" },
+        { "{'lifecycle':{'keepMemory':true}}", "lifecycle.keepMemory", "applies to a pause" },
+        { "{'lifecycle':{'onTimeout':'destroy','keepMemory':true}}", "lifecycle.keepMemory", "applies to a pause" },
+        { "{'lifecycle':{'onTimeout':'pause','keepMemory':'yes'}}", "lifecycle.keepMemory", "true or false" },
+        { "{'lifecycle':{'onTimeout':'pause','resume':true}}", "lifecycle.resume", "Unknown field" },
         /* destroyTimeout */
         { "{'autoDestroy':true}", "destroyTimeout", "destroyTimeout is required when autoDestroy is true" },
         { "{'autoDestroy':true,'destroyTimeout':null}", "destroyTimeout", "destroyTimeout is required" },

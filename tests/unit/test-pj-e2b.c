@@ -87,14 +87,37 @@ TEST(create_maps_network_onto_egress_modes) {
         }
 }
 
+TEST(create_takes_auto_pause_with_or_without_memory) {
+        {
+                _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
+                PARSE_OK(pj_e2b_create_parse, "{\"templateID\":\"base\",\"autoPause\":false}", &c);
+                ASSERT_FALSE(c.auto_pause);
+                ASSERT_FALSE(c.auto_pause_memory);
+        }
+        {
+                /* E2B's default: an auto-pause keeps the memory */
+                _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
+                PARSE_OK(pj_e2b_create_parse, "{\"templateID\":\"base\",\"autoPause\":true}", &c);
+                ASSERT_TRUE(c.auto_pause);
+                ASSERT_TRUE(c.auto_pause_memory);
+        }
+        {
+                _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
+                PARSE_OK(pj_e2b_create_parse,
+                         "{\"templateID\":\"base\",\"autoPause\":true,\"autoPauseMemory\":false,\"autoResume\":{\"enabled\":false}}", &c);
+                ASSERT_TRUE(c.auto_pause);
+                ASSERT_FALSE(c.auto_pause_memory);
+        }
+}
+
 TEST(create_refuses_what_it_does_not_do_by_name) {
         static const struct refusal rows[] = {
                 { "{}", "templateID", "required" },
                 { "{\"templateID\":\"a b\"}", "templateID", "[A-Za-z0-9._/:-]" },
                 { "{\"templateID\":\"base\",\"timeout\":-1}", "timeout", "integer" },
                 { "{\"templateID\":\"base\",\"timeout\":1.5}", "timeout", "integer" },
-                { "{\"templateID\":\"base\",\"autoPause\":true}", "autoPause", "not supported" },
-                { "{\"templateID\":\"base\",\"autoPauseMemory\":true}", "autoPauseMemory", "not supported" },
+                { "{\"templateID\":\"base\",\"autoPause\":1}", "autoPause", "true or false" },
+                { "{\"templateID\":\"base\",\"autoPauseMemory\":true}", "autoPauseMemory", "set autoPause: true" },
                 { "{\"templateID\":\"base\",\"autoResume\":{\"enabled\":true}}", "autoResume", "not supported" },
                 { "{\"templateID\":\"base\",\"secure\":false}", "secure", "access token" },
                 { "{\"templateID\":\"base\",\"mcp\":{\"x\":1}}", "mcp", "not supported" },
