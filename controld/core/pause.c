@@ -491,23 +491,6 @@ int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct san
 
 /* ---- a sandbox's end that pauses it (lifecycle.onTimeout pause, E2B's autoPause) ---- */
 
-int sandbox_memory_pause_check(struct ctl *c, enum pj_egress_mode mode, struct err *err) {
-        static const char field[] = "lifecycle.keepMemory (autoPauseMemory on E2B's API)";
-        if (!c->drv->ops->checkpoint)
-                return err_set(err, -EOPNOTSUPP, "%s: this server's %s driver pauses with the filesystem only; set it to false",
-                               field, c->drv->name);
-        if (mode != PJ_EGRESS_DENY_ALL)
-                return err_set(err, -EINVAL,
-                               "%s: only sandboxes without network access (egress deny_all; allowInternetAccess: false on "
-                               "E2B's API) can be paused with their memory, as gVisor cannot checkpoint host networking; set "
-                               "it to false to pause with the filesystem only",
-                               field);
-        struct err why = { 0 };
-        if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
-                return err_set(err, -EOPNOTSUPP, "%s: this server cannot keep memory now: %s", field, why.message);
-        return 0;
-}
-
 /* One pause at the sandbox's end, as its API pauses: 0 once the record says paused (a pause
  * with memory whose checkpoint failed may still have paused it the filesystem way). */
 static int end_pause(struct ctl *c, const struct sandbox *sb, bool memory, struct err *err) {

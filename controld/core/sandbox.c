@@ -589,3 +589,20 @@ int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandb
                 return err_set(err, -EIO, "Failed to record the timeout");
         return 0;
 }
+
+int sandbox_memory_pause_check(struct ctl *c, enum pj_egress_mode mode, struct err *err) {
+        static const char field[] = "lifecycle.keepMemory (autoPauseMemory on E2B's API)";
+        if (!c->drv->ops->checkpoint)
+                return err_set(err, -EOPNOTSUPP, "%s: this server's %s driver pauses with the filesystem only; set it to false",
+                               field, c->drv->name);
+        if (mode != PJ_EGRESS_DENY_ALL)
+                return err_set(err, -EINVAL,
+                               "%s: only sandboxes without network access (egress deny_all; allowInternetAccess: false on "
+                               "E2B's API) can be paused with their memory, as gVisor cannot checkpoint host networking; set "
+                               "it to false to pause with the filesystem only",
+                               field);
+        struct err why = { 0 };
+        if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
+                return err_set(err, -EOPNOTSUPP, "%s: this server cannot keep memory now: %s", field, why.message);
+        return 0;
+}
