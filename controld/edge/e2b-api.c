@@ -252,8 +252,7 @@ enum MHD_Result e2b_post_timeout(struct req *r) {
 }
 
 
-/* A page of a list: the JSON array items (taken), 200, and X-Next-Token (next) when more is set. */
-static enum MHD_Result respond_page(struct req *r, cJSON *items, bool more, int64_t next) {
+enum MHD_Result e2b_respond_page(struct req *r, cJSON *items, bool more, int64_t next) {
         char *body = json_print(items);
         cJSON_Delete(items);
         struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(strlen(body), body, free);
@@ -352,7 +351,7 @@ enum MHD_Result e2b_list_snapshots(struct req *r) {
                 added++;
         }
         snapshot_array_free(a, n);
-        return respond_page(r, items, more, offset + added);
+        return e2b_respond_page(r, items, more, offset + added);
 }
 
 /* DELETE /templates/{id} (deleteSnapshot): a snapshot of the caller's; 404 (the SDK's false)
@@ -620,7 +619,7 @@ static enum MHD_Result list_common(struct req *r, bool v2) {
         }
         sandbox_array_free(a, n);
         pj_e2b_kv_free(kv, nkv);
-        return respond_page(r, items, more, offset + added);
+        return e2b_respond_page(r, items, more, offset + added);
 }
 
 enum MHD_Result e2b_list_v2(struct req *r) { return list_common(r, true); }

@@ -19,6 +19,9 @@ bool e2b_opt_public(const struct sandbox *sb);
 /* s[0..n) is 24 lowercase hex digits (a sandbox or snapshot id). */
 bool e2b_hex24(const char *s, size_t n);
 
+/* A page of a list: the JSON array items (taken), 200, and X-Next-Token (next) when more is set. */
+enum MHD_Result e2b_respond_page(struct req *r, cJSON *items, bool more, int64_t next);
+
 enum MHD_Result e2b_bad_target(struct req *r);
 enum MHD_Result e2b_delete_sandbox(struct req *r);
 enum MHD_Result e2b_delete_template(struct req *r);
@@ -38,3 +41,9 @@ enum MHD_Result e2b_post_sandboxes_v2(struct req *r);
 enum MHD_Result e2b_post_snapshot(struct req *r);
 enum MHD_Result e2b_post_timeout(struct req *r);
 enum MHD_Result e2b_put_network(struct req *r);
+/* e2b-secrets.c */
+enum MHD_Result e2b_secrets_list(struct req *r);
+enum MHD_Result e2b_secrets_post(struct req *r);
+enum MHD_Result e2b_secret_get(struct req *r);
+enum MHD_Result e2b_secret_update(struct req *r);
+enum MHD_Result e2b_secret_delete(struct req *r);

@@ -93,7 +93,12 @@ static const struct route control_routes[] = {
         { "GET",    "/snapshots",                    "e2b /snapshots",                     NULL, true,  false, J, NULL, e2b_list_snapshots },
         { "DELETE", "/templates/{id}",               "e2b /templates/{id}",                "snapshot", true, false, J, NULL, e2b_delete_template },
         { "POST",   "/sandboxes/{id}/fork",          "e2b not served",                     SB,   true,  false, J, NULL, e2b_not_served },
-        NOT_SERVED("/secrets"), NOT_SERVED("/secrets/{path*}"), NOT_SERVED("/volumes"), NOT_SERVED("/volumes/{path*}"),
+        { "GET",    "/secrets",                      "e2b /secrets",                       NULL, true,  false, J, NULL, e2b_secrets_list },
+        { "POST",   "/secrets",                      "e2b /secrets",                       NULL, true,  false, J, NULL, e2b_secrets_post },
+        { "GET",    "/secrets/{path*}",              "e2b /secrets/{secretID}",            NULL, true,  false, J, NULL, e2b_secret_get },
+        { "POST",   "/secrets/{path*}",              "e2b /secrets/{secretID}",            NULL, true,  false, J, NULL, e2b_secret_update },
+        { "DELETE", "/secrets/{path*}",              "e2b /secrets/{secretID}",            NULL, true,  false, J, NULL, e2b_secret_delete },
+        NOT_SERVED("/volumes"), NOT_SERVED("/volumes/{path*}"),
         NOT_SERVED("/volumecontent/{path*}"), NOT_SERVED("/v3/templates"), NOT_SERVED("/v2/templates/{path*}"),
         NOT_SERVED("/templates"), NOT_SERVED("/templates/{path*}"),
 };

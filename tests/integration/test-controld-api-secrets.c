@@ -13,6 +13,7 @@
 #include "cleanup.h"
 #include "controld.h"
 #include "ctltest.h"
+#include "e2btest.h"
 #include "secret.h"
 #include "testlib.h"
 
@@ -179,4 +180,71 @@ TEST(without_a_key_secrets_are_not_served_and_a_bad_key_stops_the_start) {
         ASSERT_EQ(secret_key_load(&c, &err), -EINVAL);
         ASSERT_TRUE(strstr(err.message, "it must hold 32 to 1024 bytes") != NULL);
         ASSERT_FALSE(c.secrets_on);
+}
+
+/* E2B's secrets API (its SDK's Secret calls) over the same records: names lower-cased,
+ * secretID sec_<id> or the name, a new version by POST, pages of the list, no value in any
+ * answer, and another account's secret is 404 there too. */
+TEST(e2b_secrets_api_is_the_same_secrets) {
+        static struct e2b e;
+        e.port = test_free_port();
+        char extra[1024];
+        snprintf(extra, sizeof(extra), "[secrets]\nkey_file = %s\nmax_per_account = 3\nmax_value = 64\n[e2b]\nlisten = 127.0.0.1:%d\n",
+                 key_file("a test key of more than thirty-two bytes, as text\n"), e.port);
+        ctld_start(&e.c, NULL, extra);
+        _cleanup_free_ char *acc = NULL, *bkey = NULL;
+        ASSERT_EQ(ctld_admin(&e.c, &acc, "account", "create", "carol", NULL), 0);
+        acc[strcspn(acc, "\n")] = 0;
+        ASSERT_EQ(ctld_admin(&e.c, &bkey, "key", "issue", acc, NULL), 0);
+        bkey[strcspn(bkey, "\n")] = 0;
+        _cleanup_free_ char *ekey = NULL, *other = e2btest_key(&e.c, "dave");
+        ASSERT_EQ(ctld_admin(&e.c, &ekey, "key", "issue", acc, "--e2b", NULL), 0);
+        ekey[strcspn(ekey, "\n")] = 0;
+
+        _cleanup_free_ char *made = e2btest_api(&e, "POST", "/secrets", ekey,
+                                                "{\"name\":\"Api-Token\",\"value\":\"" VALUE "\",\"metadata\":{\"team\":\"x\"}}");
+        E2B_EXPECT(xstrdup(made), 201, "\"name\":\"api-token\"");
+        ASSERT_NULL(strstr(made, VALUE));
+        ASSERT_CONTAINS(made, "\"currentVersion\":1");
+        ASSERT_CONTAINS(made, "\"metadata\":{\"team\":\"x\"}");
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(made));
+        const char *sid = cJSON_GetStringValue(cJSON_GetObjectItem(o, "secretID"));
+        ASSERT_NOT_NULL(sid);
+        ASSERT_TRUE(startswith(sid, "sec_") && strlen(sid) == 4 + 24);
+        E2B_EXPECT(e2btest_api(&e, "POST", "/secrets", ekey, "{\"name\":\"API-TOKEN\",\"value\":\"v\"}"), 409, "");
+        E2B_EXPECT(e2btest_api(&e, "POST", "/secrets", ekey, "{\"name\":\"sec_x\",\"value\":\"v\"}"), 400, "name");
+        E2B_EXPECT(e2btest_api(&e, "POST", "/secrets", ekey, "{\"name\":\"ok\"}"), 400, "value");
+
+        char path[128];
+        snprintf(path, sizeof(path), "/secrets/%s", sid);
+        E2B_EXPECT(e2btest_api(&e, "GET", path, ekey, NULL), 200, "\"name\":\"api-token\"");
+        E2B_EXPECT(e2btest_api(&e, "GET", "/secrets/Api-Token", ekey, NULL), 200, sid);
+        E2B_EXPECT(e2btest_api(&e, "GET", path, other, NULL), 404, "");
+        E2B_EXPECT(e2btest_api(&e, "GET", "/secrets", other, NULL), 200, "[]");
+        _cleanup_free_ char *upd = e2btest_api(&e, "POST", path, ekey, "{\"value\":\"another value\"}");
+        E2B_EXPECT(xstrdup(upd), 200, "\"currentVersion\":2");
+        ASSERT_NULL(strstr(upd, "another value"));
+        /* the Brimble API sees the same secret, at its new version */
+        struct hres r;
+        http_req(&e.c, "GET", "/secrets/api-token", bkey, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_CONTAINS(r.body, "\"version\":2");
+        no_value_in(&r);
+        hres_done(&r);
+
+        /* pages */
+        E2B_EXPECT(e2btest_api(&e, "POST", "/secrets", ekey, "{\"name\":\"second\",\"value\":\"v\"}"), 201, "second");
+        _cleanup_free_ char *p1 = e2btest_api(&e, "GET", "/secrets?limit=1", ekey, NULL);
+        ASSERT_EQ(test_raw_status(p1), 200);
+        ASSERT_CONTAINS(p1, "X-Next-Token: 1");
+        ASSERT_CONTAINS(p1, "api-token");
+        ASSERT_NULL(strstr(p1, "second"));
+        _cleanup_free_ char *p2 = e2btest_api(&e, "GET", "/secrets?limit=1&nextToken=1", ekey, NULL);
+        ASSERT_CONTAINS(p2, "second");
+        ASSERT_NULL(strstr(p2, "X-Next-Token"));
+        E2B_EXPECT(e2btest_api(&e, "GET", "/secrets?limit=0", ekey, NULL), 400, "limit");
+
+        E2B_EXPECT(e2btest_api(&e, "DELETE", path, other, NULL), 404, "");
+        E2B_EXPECT(e2btest_api(&e, "DELETE", path, ekey, NULL), 204, "");
+        E2B_EXPECT(e2btest_api(&e, "GET", path, ekey, NULL), 404, "");
 }
