@@ -244,7 +244,7 @@ static const struct {
 };
 
 static int parse_lifecycle(const struct pj_json *lc, struct pj_sandbox_create *c, struct err *err) {
-        static const char *const fields[] = { "onTimeout", "keepMemory" };
+        static const char *const fields[] = { "onTimeout", "keepMemory", "autoResume" };
         const struct pj_json *on;
         bool has_keep = false;
         int r;
@@ -252,7 +252,8 @@ static int parse_lifecycle(const struct pj_json *lc, struct pj_sandbox_create *c
                 return pj_error_set(err, "lifecycle", "lifecycle must be an object: {\"onTimeout\": \"pause\", \"keepMemory\": true}");
         if ((r = pj_check_fields(lc, "lifecycle", fields, ELEMENTSOF(fields), err)) < 0 ||
             (r = pj_get_str(lc, "lifecycle", "onTimeout", &on, err)) < 0 ||
-            (r = pj_get_bool(lc, "lifecycle", "keepMemory", &has_keep, &c->pause_keep_memory, err)) < 0)
+            (r = pj_get_bool(lc, "lifecycle", "keepMemory", &has_keep, &c->pause_keep_memory, err)) < 0 ||
+            (r = pj_get_bool(lc, "lifecycle", "autoResume", NULL, &c->auto_resume, err)) < 0)
                 return r;
         if (on && on->str_len == 5 && !memcmp(on->str, "pause", 5))
                 c->pause_at_end = true;
@@ -261,6 +262,10 @@ static int parse_lifecycle(const struct pj_json *lc, struct pj_sandbox_create *c
         if (c->pause_keep_memory && !c->pause_at_end)
                 return pj_error_set(err, "lifecycle.keepMemory",
                                     "lifecycle.keepMemory applies to a pause: set lifecycle.onTimeout to \"pause\"");
+        if (c->auto_resume && !c->pause_keep_memory)
+                return pj_error_set(err, "lifecycle.autoResume",
+                                    "lifecycle.autoResume wakes a sandbox paused with its memory: set lifecycle.onTimeout "
+                                    "to \"pause\" and lifecycle.keepMemory to true");
         return 0;
 }
 

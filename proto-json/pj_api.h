@@ -105,6 +105,9 @@ struct pj_sandbox_create {
          * does. pause: the sandbox is paused there instead of destroyed, with its memory when
          * keepMemory and the sandbox can be (else its filesystem). Also set by E2B's autoPause. */
         bool pause_at_end, pause_keep_memory;
+        /* "lifecycle.autoResume" (default false; only with pause and keepMemory): a call to the
+         * sandbox while it is paused (a command, a file, E2B's envd or a port) resumes it first. */
+        bool auto_resume;
         /* Not on the Brimble wire: other adapters (E2B's) set these. metadata_json and env_json
          * are JSON objects of strings (NULL: none); lifetime_s > 0 replaces the default
          * lifetime (destroyed that long after the create, auto_destroy false). */

@@ -161,11 +161,16 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
                 c.auto_pause_memory = false;
         const struct pj_json *ar = pj_json_member(root, "autoResume");
         if (ar) {
-                const struct pj_json *en = ar->type == PJ_JSON_OBJECT ? pj_json_member(ar, "enabled") : NULL;
-                if (ar->type != PJ_JSON_OBJECT || ar->n > 1 || (ar->n == 1 && !en) ||
-                    (en && en->type != PJ_JSON_FALSE))
-                        return pj_error_set(err, "autoResume", "autoResume is not supported on this server: resume a paused "
-                                                               "sandbox with connect");
+                static const char *const ar_fields[] = { "enabled" };
+                if (ar->type != PJ_JSON_OBJECT)
+                        return pj_error_set(err, "autoResume", "autoResume must be an object: {\"enabled\": true}");
+                if ((r = pj_check_fields(ar, "autoResume", ar_fields, ELEMENTSOF(ar_fields), err)) < 0 ||
+                    (r = pj_get_bool(ar, "autoResume", "enabled", NULL, &c.auto_resume, err)) < 0)
+                        return r;
+                if (c.auto_resume && !c.auto_pause_memory)
+                        return pj_error_set(err, "autoResume",
+                                            "autoResume wakes a sandbox paused with its memory: it needs autoPause: true and "
+                                            "autoPauseMemory left true");
         }
         has = false;
         v = true;

@@ -55,6 +55,7 @@ struct pj_e2b_create {
         bool public_traffic;             /* network.allowPublicTraffic (default true) */
         bool auto_pause;                 /* autoPause: paused at the timeout, not killed */
         bool auto_pause_memory;          /* autoPauseMemory (default true with autoPause): with its memory */
+        bool auto_resume;                /* autoResume.enabled: a call to it while paused resumes it */
 };
 void pj_e2b_create_done(struct pj_e2b_create *c);
 int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret, struct err *err);

@@ -552,3 +552,26 @@ int sandbox_pause_at_end(struct ctl *c, const char *id, const char *reason) {
         r = sandbox_destroy(c, id, reason, &e);
         return r < 0 ? r : 1;
 }
+
+int sandbox_wake(struct ctl *c, struct sandbox *sb, struct err *err) {
+        if (!sb->auto_resume || (sb->status != SB_PAUSED && sb->status != SB_PAUSING))
+                return 0;
+        log_ctx_set("SANDBOX_ID", sb->id);
+        _cleanup_free_ char *lost = NULL;
+        int r = sandbox_resume(c, sb, &lost, err);
+        if (r < 0 && r != -EBUSY)
+                return r;
+        /* -EBUSY: another call woke it meanwhile (resuming or ready now): what counts is the record */
+        _cleanup_sandbox_ struct sandbox now = { 0 };
+        if (store_sandbox_get(c->store, sb->id, &now) < 0)
+                return err_set(err, -EIO, "Failed to read the sandbox record");
+        if (now.status == SB_RESUMING)
+                (void) ctl_wait_sandbox(c, sb->id, not_resuming, NULL, (int64_t) c->cfg->create_timeout_s * 1000, &now);
+        if (now.status != SB_READY)
+                return r < 0 ? r : err_set(err, -EBUSY, "Sandbox is %s", sb_status_str(now.status));
+        log_info("sandbox resumed by a call to it (autoResume)%s%s", lost ? ": " : "", lost ? lost : "");
+        sandbox_clear(sb);
+        *sb = now;
+        now = (struct sandbox) { 0 };
+        return 1;
+}

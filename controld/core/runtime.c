@@ -29,6 +29,7 @@
 #include "strutil.h"
 #include "utf8-carry.h"
 #include "runtime.h"
+#include "sandbox.h"
 
 #define DRAIN_AFTER_KILL_MS 5000
 #define STDIN_WRITE_TIMEOUT_MS 60000
@@ -408,6 +409,8 @@ int runtime_load_ready(struct ctl *c, const struct account *acc, const char *id,
                        struct err *err) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         int k = sandbox_load(c, acc, id, &sb, err);
+        if (k >= 0)
+                k = sandbox_wake(c, &sb, err);   /* paused with autoResume: resumed first */
         if (k >= 0 && sb.status != SB_READY)
                 k = err_set(err, -EBUSY, "Sandbox is %s; only ready sandboxes can run commands or move files",
                             sb_status_str(sb.status));

@@ -283,6 +283,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 return r;
         sb.pause_at_end = in->pause_at_end;
         sb.pause_keep_memory = in->pause_at_end && in->pause_keep_memory;
+        sb.auto_resume = sb.pause_keep_memory && in->auto_resume;
         if (sb.pause_keep_memory && (r = sandbox_memory_pause_check(c, sb.egress.mode, err)) < 0)
                 return r;
         sb.persistent = in->persistent || in->volume_id;

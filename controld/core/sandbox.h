@@ -27,6 +27,11 @@ int sandbox_memory_pause_check(struct ctl *c, enum pj_egress_mode mode, struct e
  * says memory was lost and why); when no pause works, destroyed for reason as any other
  * sandbox at its end. 0 paused, 1 destroyed, <0 neither (it stays as it was, retried later). */
 int sandbox_pause_at_end(struct ctl *c, const char *id, const char *reason);
+/* A call to sb (read by the caller, who checked the caller may reach it) while it is paused:
+ * when its lifecycle says autoResume, resumed first (waiting for a pause under way) and *sb
+ * read again. 1 resumed, 0 nothing to do (not paused, or no autoResume), <0 with the reason
+ * when the resume failed (the sandbox stays paused). */
+int sandbox_wake(struct ctl *c, struct sandbox *sb, struct err *err);
 int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct sandbox *sb, bool memory,
                       struct err *err);
 /* The sandbox ends now + timeout_s (extend_only: never earlier than it was, clamped to the

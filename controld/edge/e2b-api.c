@@ -111,7 +111,7 @@ static cJSON *listed_json(struct ctl *c, const struct sandbox *sb, bool detailed
                 }
                 cJSON *lc = cJSON_AddObjectToObject(o, "lifecycle");
                 json_add_str(lc, "onTimeout", sb->pause_at_end ? "pause" : "kill");
-                json_add_bool(lc, "autoResume", false);
+                json_add_bool(lc, "autoResume", sb->auto_resume);
         }
         return o;
 }
@@ -191,6 +191,7 @@ static enum MHD_Result create_common(struct req *r, bool v2) {
         sc.lifetime_s = in.timeout_s;
         sc.pause_at_end = in.auto_pause;
         sc.pause_keep_memory = in.auto_pause_memory;
+        sc.auto_resume = in.auto_resume;
         {
                 cJSON *o = cJSON_CreateObject();
                 json_add_str(o, "templateID", in.template_id);

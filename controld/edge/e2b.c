@@ -39,6 +39,7 @@
 #include "log.h"
 #include "pj_e2b.h"
 #include "preview.h"
+#include "sandbox.h"
 #include "strutil.h"
 #include "tlsbridge.h"
 
@@ -248,7 +249,8 @@ static void forward_port(struct econn *ec, const char *head, size_t n, const cha
                         return plain_answer(ec->fd, 403, "Forbidden",
                                             "This sandbox's ports need its traffic access token (e2b-traffic-access-token)");
         }
-        if (sb.status != SB_READY)
+        struct err werr = { 0 };
+        if (sb.status != SB_READY && sandbox_wake(c, &sb, &werr) <= 0)   /* autoResume: traffic wakes it */
                 return plain_answer(ec->fd, 502, "Bad Gateway", "The sandbox is not running (paused or starting)");
         preview_forward_conn(c, ec->fd, ec->peer, &sb, port, c->cfg->max_header);
         ec->fd = -1;   /* preview_forward_conn closed it */

@@ -199,7 +199,7 @@ int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
         } else if (store_sandbox_get(c->store, r->m.id, sb) < 0 || sb->status == SB_DESTROYED || sb->status == SB_FAILED) {
                 status = 502;
                 snprintf(msg, sizeof(msg), "The sandbox %s was not found (destroyed, or it never existed)", r->m.id);
-        } else if (sb->status != SB_READY) {
+        } else if (sb->status != SB_READY && !(sb->auto_resume && tok && e2b_token_ok(c, "envd", r->m.id, tok))) {
                 status = 502;
                 snprintf(msg, sizeof(msg), "The sandbox %s is %s, not running", r->m.id, sb_status_str(sb->status));
         } else if (!tok) {
@@ -210,6 +210,12 @@ int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
                 snprintf(msg, sizeof(msg), "The access token is not this sandbox's");
         }
         struct err uerr = { 0 };
+        /* paused with autoResume, and the caller holds its token: resumed first (E2B's auto-resume) */
+        if (!status && sb->status != SB_READY && sandbox_wake(c, sb, &uerr) <= 0) {
+                status = 502;
+                snprintf(msg, sizeof(msg), "The sandbox %s could not be resumed: %s", r->m.id,
+                         uerr.message[0] ? uerr.message : "it is not paused");
+        }
         if (!status && named_user(r, NULL, &uerr) < 0) {
                 status = 400;
                 snprintf(msg, sizeof(msg), "%s", uerr.message);

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "preview-private.h"
 #include "preview.h"
+#include "sandbox.h"
 #include "sbcount.h"
 #include "strutil.h"
 #include "tunnel.h"
@@ -219,6 +220,9 @@ static void serve(struct pconn *pc) {
                         return preview_page(pc, 302, "Found", hdrs, "The preview continues at the same URL without the token.");
                 }
         }
+        struct err werr = { 0 };
+        if ((sb.status == SB_PAUSED || sb.status == SB_PAUSING) && sandbox_wake(preview_pv.c, &sb, &werr) < 0)
+                log_info("preview: the paused sandbox could not be resumed (autoResume): %s", werr.message);
         if (sb.status == SB_PAUSED || sb.status == SB_PAUSING)
                 return preview_page(pc, 503, "Service Unavailable", "Retry-After: 10\r\n",
                                     "Sandbox %s is paused: resume it and this preview works again.", sb.id);

@@ -124,6 +124,7 @@ cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         cJSON *lc = cJSON_AddObjectToObject(o, "lifecycle");
         json_add_str(lc, "onTimeout", sb->pause_at_end ? "pause" : "destroy");
         json_add_bool(lc, "keepMemory", sb->pause_keep_memory);
+        json_add_bool(lc, "autoResume", sb->auto_resume);
         add_egress(o, &sb->egress);
         json_add_bool(o, "persistent", sb->persistent);
         if (sb->persistent_disk_gb)

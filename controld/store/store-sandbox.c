@@ -112,6 +112,7 @@ static const struct column sandbox_columns[] = {
         C_TEXT("container_id", container_id), C_TEXT("ip", ip), C_CUSTOM("timings", sb_timings),
         C_CUSTOM("metadata", sb_metadata), C_CUSTOM("env", sb_env), C_CUSTOM("e2b", sb_e2b),
         C_BOOL("pause_at_end", pause_at_end), C_BOOL("pause_keep_memory", pause_keep_memory), C_INT("run_s", run_s),
+        C_BOOL("auto_resume", auto_resume),
 };
 #undef ROW
 static const struct table sandboxes = {

@@ -95,10 +95,11 @@ static const char *const migrations[] = {
         "ALTER TABLE sandboxes ADD COLUMN e2b TEXT;",
         /* 7: what the sandbox's end does: destroy it (0) or pause it (1), with its memory (1);
          * how long it runs before its end (seconds, 0 = unknown): a resume after the end
-         * gives it that long again */
+         * gives it that long again; whether a call to it while paused resumes it */
         "ALTER TABLE sandboxes ADD COLUMN pause_at_end INTEGER NOT NULL DEFAULT 0;"
         "ALTER TABLE sandboxes ADD COLUMN pause_keep_memory INTEGER NOT NULL DEFAULT 0;"
-        "ALTER TABLE sandboxes ADD COLUMN run_s INTEGER NOT NULL DEFAULT 0;",
+        "ALTER TABLE sandboxes ADD COLUMN run_s INTEGER NOT NULL DEFAULT 0;"
+        "ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;",
 };
 
 /* Nodes an operator drained, and when each node's agent was last heard from. Created

@@ -70,6 +70,7 @@ struct sandbox {
         bool auto_destroy; char *destroy_timeout;
         bool pause_at_end, pause_keep_memory; /* its end pauses it (with its memory) instead of destroying it */
         int64_t run_s;                   /* how long it runs before its end (create, a new timeout), seconds */
+        bool auto_resume;                /* a call to it while it is paused resumes it (E2B's autoResume) */
         bool one_shot;
         struct sb_egress egress;
         bool persistent; int64_t persistent_disk_gb;

@@ -1079,7 +1079,8 @@ TEST_FULL(a_sandbox_at_its_end_pauses_as_its_lifecycle_says, 600) {
         snprintf(more, sizeof(more), "[e2b]\nlisten = 127.0.0.1:%d\nbase_template = busybox\n", e.port);
         _cleanup_free_ char *key = setup(&c, SHARED_REGISTRY, "120s", more, true, NULL);
         static const char *const bodies[] = {
-                "{\"templateID\":\"base\",\"timeout\":4,\"autoPause\":true,\"allow_internet_access\":false}",
+                "{\"templateID\":\"base\",\"timeout\":4,\"autoPause\":true,\"autoResume\":{\"enabled\":true},"
+                "\"allow_internet_access\":false}",
                 "{\"templateID\":\"base\",\"timeout\":4,\"autoPause\":true,\"autoPauseMemory\":false,\"allow_internet_access\":false}",
         };
         for (size_t i = 0; i < ELEMENTSOF(bodies); i++) {
@@ -1090,7 +1091,9 @@ TEST_FULL(a_sandbox_at_its_end_pauses_as_its_lifecycle_says, 600) {
                 snprintf(id, sizeof(id), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandboxID")));
                 snprintf(tok, sizeof(tok), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdAccessToken")));
                 snprintf(path, sizeof(path), "/sandboxes/%s", id);
-                E2B_EXPECT(e2btest_api(&e, "GET", path, key, NULL), 200, "\"lifecycle\":{\"onTimeout\":\"pause\",\"autoResume\":false}");
+                E2B_EXPECT(e2btest_api(&e, "GET", path, key, NULL), 200,
+                           i == 0 ? "\"lifecycle\":{\"onTimeout\":\"pause\",\"autoResume\":true}"
+                                  : "\"lifecycle\":{\"onTimeout\":\"pause\",\"autoResume\":false}");
                 E2B_EXPECT(e2b_files(&e, "POST", "/files?path=/data/end.txt", id, tok, "application/octet-stream", "kept", 4),
                            200, "/data/end.txt");
                 _cleanup_free_ char *p = e2b_wait_for(&e, key, id, "\"state\":\"paused\"", 90);
@@ -1105,9 +1108,16 @@ TEST_FULL(a_sandbox_at_its_end_pauses_as_its_lifecycle_says, 600) {
                 /* the first kept its memory (no network, Docker's checkpoint API), the second did not ask */
                 ASSERT_CONTAINS(r.body, i == 0 ? "\"memory_kept\":true" : "\"memory_kept\":false");
                 hres_done(&r);
-                snprintf(path, sizeof(path), "/sandboxes/%s/connect", id);
-                E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"timeout\":60}"), 201, id);
-                E2B_EXPECT(e2b_files(&e, "GET", "/files?path=/data/end.txt", id, tok, NULL, NULL, 0), 200, "kept");
+                if (i == 0) {
+                        /* autoResume: a call to envd wakes it (a call without its token does not) */
+                        E2B_EXPECT(e2b_files(&e, "GET", "/files?path=/data/end.txt", id, "0", NULL, NULL, 0), 502, "paused");
+                        E2B_EXPECT(e2b_files(&e, "GET", "/files?path=/data/end.txt", id, tok, NULL, NULL, 0), 200, "kept");
+                } else {
+                        E2B_EXPECT(e2b_files(&e, "GET", "/files?path=/data/end.txt", id, tok, NULL, NULL, 0), 502, "paused");
+                        snprintf(path, sizeof(path), "/sandboxes/%s/connect", id);
+                        E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"timeout\":60}"), 201, id);
+                        E2B_EXPECT(e2b_files(&e, "GET", "/files?path=/data/end.txt", id, tok, NULL, NULL, 0), 200, "kept");
+                }
                 /* a new end: running, not paused again at once */
                 sleep(2);
                 snprintf(path, sizeof(path), "/sandboxes/%s", id);
@@ -1124,7 +1134,7 @@ TEST_FULL(a_sandbox_at_its_end_pauses_as_its_lifecycle_says, 600) {
         hres_done(&r);
         snprintf(path, sizeof(path), "/sandboxes/%s", id);
         http_req(&c, "GET", path, key, NULL, &r);
-        ASSERT_CONTAINS(r.body, "\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":false}");
+        ASSERT_CONTAINS(r.body, "\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":false,\"autoResume\":false}");
         hres_done(&r);
         /* keepMemory asks what a networked sandbox cannot have: refused at create, by name */
         http_req(&c, "POST", "/sandboxes", key, "{\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":true}}", &r);
@@ -1152,4 +1162,22 @@ TEST_FULL(a_sandbox_at_its_end_pauses_as_its_lifecycle_says, 600) {
         http_req(&c, "GET", path, key, NULL, &r);
         ASSERT_STREQ(hres_data_str(&r, "status"), "ready");
         hres_done(&r);
+
+        /* keepMemory and autoResume: a command sent to it while paused resumes it and runs */
+        http_req(&c, "POST", "/sandboxes", key,
+                 "{\"egress\":{\"mode\":\"deny_all\"},\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":true,\"autoResume\":true}}", &r);
+        ASSERT_EQ(r.status, 201);
+        snprintf(id, sizeof(id), "%s", hres_data_str(&r, "id"));
+        hres_done(&r);
+        _cleanup_free_ char *w = exec_out(&c, key, id, "echo before > /tmp/mark && echo ok");
+        ASSERT_STREQ(w, "ok\n");
+        snprintf(path, sizeof(path), "/sandboxes/%s/timeout", id);
+        E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"timeout\":2}"), 204, "");
+        snprintf(path, sizeof(path), "/sandboxes/%s/wait?timeout=60&status=paused", id);
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_STREQ(hres_data_str(&r, "status"), "paused");
+        hres_done(&r);
+        /* /tmp is in memory: only a resume with the memory kept finds the mark there */
+        _cleanup_free_ char *back = exec_out(&c, key, id, "cat /tmp/mark");
+        ASSERT_STREQ(back, "before\n");
 }

@@ -452,6 +452,10 @@ TEST(create_lifecycle) {
         ASSERT_EQ(create("{'lifecycle':{'onTimeout':'pause','keepMemory':true}}", &c), 0);
         ASSERT_TRUE(c.pause_at_end);
         ASSERT_TRUE(c.pause_keep_memory);
+        ASSERT_FALSE(c.auto_resume);
+        pj_sandbox_create_done(&c);
+        ASSERT_EQ(create("{'lifecycle':{'onTimeout':'pause','keepMemory':true,'autoResume':true}}", &c), 0);
+        ASSERT_TRUE(c.auto_resume);
         pj_sandbox_create_done(&c);
 }
 
@@ -663,6 +667,8 @@ static const struct bad_case bad_create[] = {
         { "{'lifecycle':{'onTimeout':'destroy','keepMemory':true}}", "lifecycle.keepMemory", "applies to a pause" },
         { "{'lifecycle':{'onTimeout':'pause','keepMemory':'yes'}}", "lifecycle.keepMemory", "true or false" },
         { "{'lifecycle':{'onTimeout':'pause','resume':true}}", "lifecycle.resume", "Unknown field" },
+        { "{'lifecycle':{'onTimeout':'pause','autoResume':true}}", "lifecycle.autoResume", "keepMemory to true" },
+        { "{'lifecycle':{'onTimeout':'pause','keepMemory':true,'autoResume':1}}", "lifecycle.autoResume", "true or false" },
         /* destroyTimeout */
         { "{'autoDestroy':true}", "destroyTimeout", "destroyTimeout is required when autoDestroy is true" },
         { "{'autoDestroy':true,'destroyTimeout':null}", "destroyTimeout", "destroyTimeout is required" },

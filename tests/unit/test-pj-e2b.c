@@ -107,6 +107,13 @@ TEST(create_takes_auto_pause_with_or_without_memory) {
                          "{\"templateID\":\"base\",\"autoPause\":true,\"autoPauseMemory\":false,\"autoResume\":{\"enabled\":false}}", &c);
                 ASSERT_TRUE(c.auto_pause);
                 ASSERT_FALSE(c.auto_pause_memory);
+                ASSERT_FALSE(c.auto_resume);
+        }
+        {
+                _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
+                PARSE_OK(pj_e2b_create_parse, "{\"templateID\":\"base\",\"autoPause\":true,\"autoResume\":{\"enabled\":true}}", &c);
+                ASSERT_TRUE(c.auto_resume);
+                ASSERT_TRUE(c.auto_pause_memory);
         }
 }
 
@@ -118,7 +125,11 @@ TEST(create_refuses_what_it_does_not_do_by_name) {
                 { "{\"templateID\":\"base\",\"timeout\":1.5}", "timeout", "integer" },
                 { "{\"templateID\":\"base\",\"autoPause\":1}", "autoPause", "true or false" },
                 { "{\"templateID\":\"base\",\"autoPauseMemory\":true}", "autoPauseMemory", "set autoPause: true" },
-                { "{\"templateID\":\"base\",\"autoResume\":{\"enabled\":true}}", "autoResume", "not supported" },
+                { "{\"templateID\":\"base\",\"autoResume\":{\"enabled\":true}}", "autoResume", "autoPause: true" },
+                { "{\"templateID\":\"base\",\"autoPause\":true,\"autoPauseMemory\":false,\"autoResume\":{\"enabled\":true}}",
+                  "autoResume", "paused with its memory" },
+                { "{\"templateID\":\"base\",\"autoResume\":true}", "autoResume", "must be an object" },
+                { "{\"templateID\":\"base\",\"autoResume\":{\"on\":true}}", "autoResume.on", "Unknown field" },
                 { "{\"templateID\":\"base\",\"secure\":false}", "secure", "access token" },
                 { "{\"templateID\":\"base\",\"mcp\":{\"x\":1}}", "mcp", "not supported" },
                 { "{\"templateID\":\"base\",\"iam\":{\"tokens\":{\"t\":{}}}}", "iam", "not supported" },

@@ -228,7 +228,7 @@ TEST(migration_from_version_2_keeps_data) {
                        "ALTER TABLE accounts DROP COLUMN max_disk; ALTER TABLE accounts DROP COLUMN max_volume_gb;"
                        "ALTER TABLE accounts DROP COLUMN max_volumes; DROP TABLE egress_resolved; DROP TABLE egress_applied;"
                        "ALTER TABLE sandboxes DROP COLUMN metadata; ALTER TABLE sandboxes DROP COLUMN env; ALTER TABLE sandboxes DROP COLUMN e2b;"
-                       "ALTER TABLE sandboxes DROP COLUMN pause_at_end; ALTER TABLE sandboxes DROP COLUMN pause_keep_memory; ALTER TABLE sandboxes DROP COLUMN run_s;"
+                       "ALTER TABLE sandboxes DROP COLUMN pause_at_end; ALTER TABLE sandboxes DROP COLUMN pause_keep_memory; ALTER TABLE sandboxes DROP COLUMN run_s; ALTER TABLE sandboxes DROP COLUMN auto_resume;"
                        "DELETE FROM schema_version WHERE version > 2;");
         ASSERT_EQ(raw_int("old", "SELECT COUNT(*) FROM pragma_table_info('volumes') WHERE name = 'deleting'"), 0);
 
@@ -336,7 +336,7 @@ TEST(migration_5_moves_the_applied_records) {
         store_close(s);
         raw_sql("applied-old", "DROP TABLE egress_resolved; DROP TABLE egress_applied; DELETE FROM schema_version WHERE version > 4;"
                                "ALTER TABLE sandboxes DROP COLUMN metadata; ALTER TABLE sandboxes DROP COLUMN env; ALTER TABLE sandboxes DROP COLUMN e2b;"
-                               "ALTER TABLE sandboxes DROP COLUMN pause_at_end; ALTER TABLE sandboxes DROP COLUMN pause_keep_memory; ALTER TABLE sandboxes DROP COLUMN run_s;"
+                               "ALTER TABLE sandboxes DROP COLUMN pause_at_end; ALTER TABLE sandboxes DROP COLUMN pause_keep_memory; ALTER TABLE sandboxes DROP COLUMN run_s; ALTER TABLE sandboxes DROP COLUMN auto_resume;"
                                "INSERT INTO meta VALUES ('egress.applied:0123456789abcdef01234567', "
                                "'{\"node\":\"n1\",\"applied_at\":123,\"resolved\":[{\"name\":\"api.example.com\","
                                "\"addrs\":[\"203.0.113.5\",\"203.0.113.6\"],\"at\":99}]}');");
