@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict'
 import http from 'node:http'
 import https from 'node:https'
-import { Sandbox, CommandExitError, TimeoutError, NotFoundError } from 'e2b'
+import { Sandbox, Secret, CommandExitError, TimeoutError, NotFoundError } from 'e2b'
 
 const hostAddr = process.env.HOST_ADDR || '127.0.0.1'
 const ok = (what) => console.log(`ok ${what}`)
@@ -221,6 +221,51 @@ ok('create')
   await plain.kill()
   assert.equal(await plain.isRunning(), false)
   ok('defaults and isRunning')
+}
+
+// ---- lifecycle: at its timeout a sandbox without network pauses with its memory instead of
+// being killed, and a command to it resumes it (autoResume): /tmp, which gVisor keeps in
+// memory, still holds what was written before
+{
+  const lc = await Sandbox.create({ timeoutMs: 5_000, allowInternetAccess: false, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  await lc.commands.run('echo kept > /tmp/mark')
+  let info
+  for (let i = 0; i < 300; i++) {
+    info = await lc.getInfo()
+    if (info.state === 'paused') break
+    await sleep(200)
+  }
+  assert.equal(info.state, 'paused')
+  assert.equal(info.lifecycle?.onTimeout, 'pause')
+  assert.equal(info.lifecycle?.autoResume, true)
+  const r = await lc.commands.run('cat /tmp/mark')
+  assert.equal(r.stdout, 'kept\n')
+  assert.equal((await lc.getInfo()).state, 'running')
+  await lc.kill()
+  ok('lifecycle: paused at the timeout, resumed by a command')
+}
+
+// ---- secrets: write-only values the project keeps
+{
+  const name = `sdk-${(process.env.RUN_ID || 'x').toLowerCase()}`
+  const s = await Secret.create(name, 'sk-never-returned', { metadata: { by: 'sdk' } })
+  assert.match(s.secretId, /^sec_[0-9a-f]{24}$/)
+  assert.equal(s.name, name)
+  assert.equal(s.version, 1)
+  assert.deepEqual(s.metadata, { by: 'sdk' })
+  const u = await Secret.update(s.secretId, 'sk-another')
+  assert.equal(u.version, 2)
+  assert.equal((await Secret.getInfo(name)).version, 2)
+  const seen = []
+  const pages = Secret.list({ limit: 1 })
+  while (pages.hasNext) seen.push(...(await pages.nextItems()))
+  assert.ok(seen.some((x) => x.secretId === s.secretId), 'listed')
+  assert.ok(!JSON.stringify(seen).includes('sk-'), 'no value in a list')
+  assert.equal(await Secret.exists(name), true)
+  assert.equal(await Secret.destroy(name), true)
+  assert.equal(await Secret.exists(s.secretId), false)
+  assert.equal(await Secret.destroy(name), false)
+  ok('secrets')
 }
 
 if (process.env.KEEP === '1') {

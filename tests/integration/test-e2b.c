@@ -75,6 +75,15 @@ static void sdk_session(const char *dir, bool tls) {
                 e.port = port;
                 setenv("NODE_EXTRA_CA_CERTS", t.ca, 1);
         }
+        /* secrets need the operator's key */
+        char keyp[512];
+        snprintf(keyp, sizeof(keyp), "%s/secrets.key", test_tmpdir());
+        FILE *kf = fopen(keyp, "w");
+        ASSERT_NOT_NULL(kf);
+        fputs("a test key of more than thirty-two bytes, as text\n", kf);
+        fclose(kf);
+        size_t ml = strlen(more);
+        snprintf(more + ml, sizeof(more) - ml, "[secrets]\nkey_file = %s\n", keyp);
         e2b_start_with(&e, more);
         char url[64], run[32];
         snprintf(url, sizeof(url), "%s://127.0.0.1:%d", tls ? "https" : "http", e.port);
