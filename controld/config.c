@@ -163,7 +163,8 @@ static int load_plan(struct config *c, struct conf *cf, const char *nm, void *it
         if ((r = conf_get_int(cf, "plan", nm, "snapshot_max_manual", 50, 0, 100000, &p->snapshot_max_manual, err)) <
                     0 ||
             (r = conf_get_int(cf, "plan", nm, "snapshot_max_inflight", 2, 1, 100, &p->snapshot_max_inflight, err)) < 0 ||
-            (r = conf_get_int(cf, "plan", nm, "snapshot_max_total_gb", 50, 1, 1000000, &p->snapshot_max_total_gb, err)) < 0)
+            (r = conf_get_int(cf, "plan", nm, "snapshot_max_total_gb", 50, 1, 1000000, &p->snapshot_max_total_gb, err)) < 0 ||
+            (r = conf_get_int(cf, "plan", nm, "memory_kept_max_mb", 16384, 0, 100000000, &p->memory_kept_max_mb, err)) < 0)
                 return r;
         if (conf_has_section(cf, "plan", nm) &&
             (r = conf_get_list(cf, "plan", nm, "regions", 64, 64, &p->regions, err)) < 0)

@@ -29,6 +29,7 @@ struct plan {
         int64_t snapshot_max_manual;    /* manual snapshots per account (creating + ready) */
         int64_t snapshot_max_inflight;  /* snapshots being taken at once per account */
         int64_t snapshot_max_total_gb;  /* registry bytes of an account's ready snapshots, GB */
+        int64_t memory_kept_max_mb;     /* memory (their limits, MB) an account's sandboxes paused with it keep at most */
 };
 
 struct template {

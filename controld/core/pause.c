@@ -289,6 +289,34 @@ static int settled(struct ctl *c, const char *id, enum sb_status via, enum sb_st
         return err_set(err, -EBUSY, "Sandbox was not %s: it is %s now", verb, sb_status_str(now.status));
 }
 
+/* The plan's memory_kept_max_mb: what the account's sandboxes paused with their memory keep
+ * (their memory limits, the most a checkpoint holds) and sb's own must fit. 0, -EDQUOT with
+ * the numbers, -EIO. */
+static int memory_quota_check(struct ctl *c, const struct sandbox *sb, struct err *err) {
+        _cleanup_(account_clear) struct account acc = { 0 };
+        struct plan pbuf;
+        if (store_account_get(c->store, sb->account_id, &acc) < 0)
+                return err_set(err, -EIO, "Failed to read the sandbox's account");
+        const struct plan *plan = config_account_plan(c->cfg, &acc, &pbuf);
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        if (store_sandbox_list_live(c->store, acc.id, 100000, &a, &n) < 0)
+                return err_set(err, -EIO, "Failed to read the account's sandboxes");
+        int64_t kept = 0;
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(a[i].id, sb->id) && (a[i].status == SB_PAUSED || a[i].status == SB_RESUMING) &&
+                    sandbox_memory_kept(c, a[i].id, NULL, NULL) == 0)
+                        kept += a[i].memory;
+        sandbox_array_free(a, n);
+        if (kept + sb->memory <= plan->memory_kept_max_mb)
+                return 0;
+        return err_set(err, -EDQUOT,
+                       "keepMemory: your plan keeps the memory of paused sandboxes up to %lld MB (memory_kept_max_mb); "
+                       "%lld MB are kept now and this sandbox has %lld MB: resume or destroy one, or pause without "
+                       "keepMemory",
+                       (long long) plan->memory_kept_max_mb, (long long) kept, (long long) sb->memory);
+}
+
 /* Pause returns 0 once the sandbox is paused, or -EHOSTUNREACH with the reason it is not
  * (still ready and usable), so a client that pauses and then resumes at once finds it paused.
  * The wait is bounded by [scheduler] pause_wait; past it -EINPROGRESS, never a success. */
@@ -306,6 +334,9 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, str
                 struct err why = { 0 };
                 if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
                         return err_set(err, -EOPNOTSUPP, "keepMemory: this server cannot keep memory now: %s", why.message);
+                int q = memory_quota_check(c, sb, err);
+                if (q < 0)
+                        return q;
         }
         /* A snapshot being taken reads the container: the pause waits for it (a pause right
          * after POST /snapshots is what SDK flows do), within the same bound. */

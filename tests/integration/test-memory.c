@@ -371,3 +371,39 @@ TEST_FULL(keep_memory_needs_an_experimental_docker, 120) {
         hres_done(&r);
         ctld_stop(&c);
 }
+
+/* The plan's memory_kept_max_mb: the memory limits of an account's sandboxes paused with their
+ * memory fit in it, or the pause is refused by name (403) and the sandbox stays ready; a
+ * resume frees its share. */
+TEST_FULL(keep_memory_is_held_to_the_plans_quota, 300) {
+        struct ctld c = { 0 };
+        struct hres r;
+        char extra[2048];
+        snprintf(extra, sizeof(extra), "%s\n[plan \"tight\"]\nmax_concurrent = 5\nregions = local\nmax_cpu = 1000\n"
+                                       "max_memory = 1024\nmax_disk = 5\nmemory_kept_max_mb = 200\n", ckpt_docker());
+        ctld_start(&c, NULL, extra);
+        _cleanup_free_ char *key = ctld_account_key(&c, "tight", "tight", NULL);
+        static const char body[] = "{\"template\":\"busybox\",\"egress\":{\"mode\":\"deny_all\"}}";
+        char a[25], b[25];
+        ctld_create(&c, key, body, a);
+        ctld_create(&c, key, body, b);
+        ASSERT_STREQ(ctld_wait_status(&c, key, a, "ready", 60), "ready");
+        ASSERT_STREQ(ctld_wait_status(&c, key, b, "ready", 60), "ready");
+        /* 128 MB each: the first fits in 200, the second does not */
+        sb_post(&c, key, a, "pause", "{\"keepMemory\":true}", 200, &r);
+        hres_done(&r);
+        sb_post(&c, key, b, "pause", "{\"keepMemory\":true}", 403, &r);
+        ASSERT_NOT_NULL(strstr(hres_message(&r), "memory_kept_max_mb"));
+        ASSERT_NOT_NULL(strstr(hres_message(&r), "128 MB are kept now"));
+        hres_done(&r);
+        ASSERT_STREQ(ctld_wait_status(&c, key, b, "ready", 5), "ready");
+        /* the first resumed, its memory is no longer kept: the second fits */
+        sb_post(&c, key, a, "resume", NULL, 200, &r);
+        hres_done(&r);
+        sb_post(&c, key, b, "pause", "{\"keepMemory\":true}", 200, &r);
+        hres_done(&r);
+        cJSON *sb = get_sandbox(&c, key, b);
+        ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(sb, "memory_kept")));
+        cJSON_Delete(sb);
+        ctld_stop(&c);
+}
