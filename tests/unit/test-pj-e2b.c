@@ -88,32 +88,23 @@ TEST(create_maps_network_onto_egress_modes) {
 }
 
 TEST(create_takes_auto_pause_with_or_without_memory) {
-        {
-                _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
-                PARSE_OK(pj_e2b_create_parse, "{\"templateID\":\"base\",\"autoPause\":false}", &c);
-                ASSERT_FALSE(c.auto_pause);
-                ASSERT_FALSE(c.auto_pause_memory);
-        }
-        {
+        static const struct {
+                const char *body;
+                bool pause, memory, resume;
+        } rows[] = {
+                { "{\"templateID\":\"base\",\"autoPause\":false}", false, false, false },
                 /* E2B's default: an auto-pause keeps the memory */
+                { "{\"templateID\":\"base\",\"autoPause\":true}", true, true, false },
+                { "{\"templateID\":\"base\",\"autoPause\":true,\"autoPauseMemory\":false,\"autoResume\":{\"enabled\":false}}",
+                  true, false, false },
+                { "{\"templateID\":\"base\",\"autoPause\":true,\"autoResume\":{\"enabled\":true}}", true, true, true },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
                 _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
-                PARSE_OK(pj_e2b_create_parse, "{\"templateID\":\"base\",\"autoPause\":true}", &c);
-                ASSERT_TRUE(c.auto_pause);
-                ASSERT_TRUE(c.auto_pause_memory);
-        }
-        {
-                _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
-                PARSE_OK(pj_e2b_create_parse,
-                         "{\"templateID\":\"base\",\"autoPause\":true,\"autoPauseMemory\":false,\"autoResume\":{\"enabled\":false}}", &c);
-                ASSERT_TRUE(c.auto_pause);
-                ASSERT_FALSE(c.auto_pause_memory);
-                ASSERT_FALSE(c.auto_resume);
-        }
-        {
-                _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
-                PARSE_OK(pj_e2b_create_parse, "{\"templateID\":\"base\",\"autoPause\":true,\"autoResume\":{\"enabled\":true}}", &c);
-                ASSERT_TRUE(c.auto_resume);
-                ASSERT_TRUE(c.auto_pause_memory);
+                PARSE_OK(pj_e2b_create_parse, rows[i].body, &c);
+                ASSERT_EQ(c.auto_pause, rows[i].pause);
+                ASSERT_EQ(c.auto_pause_memory, rows[i].memory);
+                ASSERT_EQ(c.auto_resume, rows[i].resume);
         }
 }
 
