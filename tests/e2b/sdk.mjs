@@ -225,8 +225,14 @@ ok('create')
 
 // ---- lifecycle: at its timeout a sandbox without network pauses with its memory instead of
 // being killed, and a command to it resumes it (autoResume): /tmp, which gVisor keeps in
-// memory, still holds what was written before
-{
+// memory, still holds what was written before. The Nomad driver keeps no memory: refused there.
+if (process.env.PADDOCK_DRIVER === 'nomad') {
+  await assert.rejects(
+    Sandbox.create({ timeoutMs: 5_000, allowInternetAccess: false, lifecycle: { onTimeout: 'pause', autoResume: true } }),
+    /autoPauseMemory/,
+  )
+  ok('lifecycle: pausing with memory refused by name (the Nomad driver keeps none)')
+} else {
   const lc = await Sandbox.create({ timeoutMs: 5_000, allowInternetAccess: false, lifecycle: { onTimeout: 'pause', autoResume: true } })
   await lc.commands.run('echo kept > /tmp/mark')
   let info

@@ -1085,6 +1085,11 @@ TEST_FULL(a_sandbox_at_its_end_pauses_as_its_lifecycle_says, 600) {
         };
         for (size_t i = 0; i < ELEMENTSOF(bodies); i++) {
                 _cleanup_free_ char *cr = e2btest_api(&e, "POST", "/sandboxes", key, bodies[i]);
+                if (i == 0 && ctld_nomad()) {
+                        /* the Nomad driver keeps no memory: refused at create, by name */
+                        E2B_EXPECT(xstrdup(cr), 501, "autoPauseMemory");
+                        continue;
+                }
                 ASSERT_EQ(test_raw_status(cr), 201);
                 _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(test_raw_body(cr));
                 char id[25], tok[65];
@@ -1138,7 +1143,7 @@ TEST_FULL(a_sandbox_at_its_end_pauses_as_its_lifecycle_says, 600) {
         hres_done(&r);
         /* keepMemory asks what a networked sandbox cannot have: refused at create, by name */
         http_req(&c, "POST", "/sandboxes", key, "{\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":true}}", &r);
-        ASSERT_EQ(r.status, 400);
+        ASSERT_EQ(r.status, ctld_nomad() ? 501 : 400);   /* Nomad: no memory at all */
         ASSERT_CONTAINS(r.body, "lifecycle.keepMemory");
         hres_done(&r);
         snprintf(path, sizeof(path), "/sandboxes/%s/timeout", id);
@@ -1164,6 +1169,8 @@ TEST_FULL(a_sandbox_at_its_end_pauses_as_its_lifecycle_says, 600) {
         hres_done(&r);
 
         /* keepMemory and autoResume: a command sent to it while paused resumes it and runs */
+        if (ctld_nomad())
+                return;   /* no memory kept on Nomad (refused at create, as above) */
         http_req(&c, "POST", "/sandboxes", key,
                  "{\"egress\":{\"mode\":\"deny_all\"},\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":true,\"autoResume\":true}}", &r);
         ASSERT_EQ(r.status, 201);
