@@ -204,6 +204,8 @@ int store_sandbox_list_expired(struct store *s, int64_t now_ms, int64_t max, str
         LOCKED(s);
         return select_rows(s, &sandboxes,
                            "WHERE status IN ('starting','ready','pausing','paused','resuming') AND expires_at <= ?1"
+                           /* paused at their end, they stay so past it: not listed again every pass */
+                           " AND NOT (pause_at_end = 1 AND status IN ('pausing','paused','resuming'))"
                            " ORDER BY expires_at LIMIT ?2",
                            PARAMS(p_int(now_ms), p_int(max)), ret, ret_n);
 }

@@ -101,6 +101,7 @@ static void expect_same_sandbox(const struct sandbox *got, const struct sandbox 
         SAME_NUM(destroyed_at); SAME_TEXT(destroy_reason); SAME_TEXT(failure_reason);
         SAME_TEXT(driver); SAME_TEXT(job_id); SAME_TEXT(alloc_id); SAME_TEXT(node_id); SAME_TEXT(container_id);
         SAME_TEXT(ip); expect_text("timings", got_timings, want_timings); expect_same_typed(got, want);
+        SAME_NUM(pause_at_end); SAME_NUM(pause_keep_memory); SAME_NUM(run_s); SAME_NUM(auto_resume);
 }
 
 static void expect_same_volume(const struct volume *got, const struct volume *want) {
@@ -1151,4 +1152,53 @@ TEST(previews_put_replace_list_bound_delete_prune) {
         ASSERT_OK(store_preview_get(s, id, 9000, &got));         /* destroyed just now: kept */
         ASSERT_OK(store_preview_prune(s, 2 * day));
         ASSERT_EQ(store_preview_get(s, id, 9000, &got), -ENOENT);
+}
+
+/* Sandboxes at their end are listed for the reaper, except those paused there (their
+ * lifecycle says pause): they stay so past their end and must not crowd the list every pass. */
+TEST(expired_lists_ends_but_not_sandboxes_paused_at_theirs) {
+        _cleanup_(storetest_closep) struct store *s = storetest_open("expired");
+        char acc[25];
+        storetest_new_account(s, "ender", acc);
+        static const struct {
+                enum sb_status status;
+                bool pause_at_end, listed;
+        } rows[] = {
+                { SB_READY, false, true }, { SB_READY, true, true },     /* the reaper pauses the second */
+                { SB_PAUSED, false, true }, { SB_PAUSED, true, false },  /* the first is destroyed at its end */
+                { SB_PAUSING, true, false }, { SB_DESTROYED, false, false },
+        };
+        char ids[ELEMENTSOF(rows)][25];
+        for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
+                struct sandbox sb;
+                fill_sandbox(&sb, acc, "e", 1000);
+                sb.status = rows[i].status;
+                sb.pause_at_end = rows[i].pause_at_end;
+                sb.pause_keep_memory = rows[i].pause_at_end;
+                sb.run_s = 60;
+                sb.expires_at = 5000;
+                ASSERT_OK(store_sandbox_insert_capped(s, &sb, -1));
+                memcpy(ids[i], sb.id, 25);
+                /* every lifecycle column reads back as written */
+                struct sandbox got = { 0 };
+                ASSERT_OK(store_sandbox_get(s, sb.id, &got));
+                expect_same_sandbox(&got, &sb);
+                sandbox_clear(&got);
+                sandbox_clear(&sb);
+        }
+        struct sandbox *a = NULL;
+        size_t n = 0;
+        ASSERT_OK(store_sandbox_list_expired(s, 6000, 100, &a, &n));
+        for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
+                bool found = false;
+                for (size_t j = 0; j < n; j++)
+                        found = found || !strcmp(a[j].id, ids[i]);
+                if (found != rows[i].listed)
+                        test_fail(__FILE__, __LINE__, "row %zu: listed %d, want %d", i, found, rows[i].listed);
+        }
+        sandbox_array_free(a, n);
+        /* before their end, none */
+        ASSERT_OK(store_sandbox_list_expired(s, 4000, 100, &a, &n));
+        ASSERT_EQ(n, 0);
+        sandbox_array_free(a, n);
 }
