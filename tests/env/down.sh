@@ -24,11 +24,14 @@ stop_daemon() {
 stop_daemon controld
 # Warm pool members belong to no one and outlive a controld by design (the next start serves
 # them again); `make down` means the stack goes, so they go too: rows first, then workloads.
-if [[ -r $DEV/controld.db ]] && command -v sqlite3 >/dev/null; then
+# (the store is controld's user's: up.sh gives its files back to it before the next start)
+DB=$DEV/controld/controld.db
+[[ -r $DB ]] || DB=$DEV/controld.db
+if [[ -r $DB ]] && command -v sqlite3 >/dev/null; then
         n=0
-        for id in $(sqlite3 "$DEV/controld.db" 'SELECT id FROM pool_members' 2>/dev/null); do
+        for id in $(sqlite3 "$DB" 'SELECT id FROM pool_members' 2>/dev/null); do
                 [[ $id =~ ^[0-9a-f]{24}$ ]] || continue
-                sqlite3 "$DEV/controld.db" "DELETE FROM pool_members WHERE id = '$id'"
+                sqlite3 "$DB" "DELETE FROM pool_members WHERE id = '$id'"
                 docker rm -f "paddock-$id" >/dev/null 2>&1 || true
                 docker volume rm -f "paddock-init-$id" >/dev/null 2>&1 || true
                 n=$((n + 1))

@@ -133,11 +133,26 @@ else
         fi
 fi
 
+# controld runs as CTLD_USER, as packaged (there: paddock): its network-facing process holds no
+# group and no capability, its docker child does the Docker calls. What it writes and reads
+# after it dropped root is in a directory of that user's; nothing else of $DEV is.
+CTLD_USER=${PADDOCK_CTLD_USER-nobody}
+CTLD_DIR=$DEV/controld
+mkdir -p "$CTLD_DIR"
+# the store's old place (before the dev stack dropped root): moved, so the dev account stays
+for f in controld.db controld.db-wal controld.db-shm; do
+        [[ -e $DEV/$f && ! -e $CTLD_DIR/$f ]] && mv "$DEV/$f" "$CTLD_DIR/$f"
+done
 # The key secrets are sealed under (POST /secrets): made once, kept across runs so the dev
 # account's secrets stay readable.
-SECRETS_KEY=$DEV/secrets.key
+SECRETS_KEY=$CTLD_DIR/secrets.key
+[[ -s $DEV/secrets.key && ! -e $SECRETS_KEY ]] && mv "$DEV/secrets.key" "$SECRETS_KEY"
 if [[ ! -s $SECRETS_KEY ]]; then
         (umask 077 && head -c 32 /dev/urandom | base64 >"$SECRETS_KEY") || die "cannot write $SECRETS_KEY"
+fi
+if [[ -n $CTLD_USER && $(id -u) == 0 ]]; then
+        id "$CTLD_USER" >/dev/null 2>&1 || die "no user $CTLD_USER to run controld as (PADDOCK_CTLD_USER names another; empty keeps root)"
+        chown -R "$CTLD_USER:" "$CTLD_DIR" || die "cannot give $CTLD_DIR to $CTLD_USER"
 fi
 
 cat >"$CONF" <<EOF
@@ -154,10 +169,10 @@ scheme = http
 [e2b]
 listen = 127.0.0.1:$E2B_PORT
 [controld]
-# the dev stack runs controld as root: it stays root (packaging runs it as paddock)
-user =
+# started as root, controld forks its docker child and runs as this user with no groups
+user = $CTLD_USER
 [store]
-path = $DEV/controld.db
+path = $CTLD_DIR/controld.db
 [scheduler]
 driver = $DRIVER
 $([[ -n $NOMAD_ADDR ]] && printf '[nomad]\naddress = %s\ntoken = %s\n' "$NOMAD_ADDR" "$NOMAD_TOKEN")

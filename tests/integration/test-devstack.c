@@ -264,7 +264,7 @@ TEST_FULL(make_up_twice_then_down_leaves_nothing, 600) {
 
         /* make up keeps a warm pool of 2 python-3.11 sandboxes. */
         char db[700], q[] = "SELECT id FROM pool_members WHERE state = 'ready'";
-        snprintf(db, sizeof(db), "%s/controld.db", devdir);
+        snprintf(db, sizeof(db), "%s/controld/controld.db", devdir);
         _cleanup_free_ char *members = NULL;
         for (int i = 0; i < 1200; i++) {
                 free(members);
