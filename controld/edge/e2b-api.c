@@ -437,12 +437,20 @@ enum MHD_Result e2b_not_served(struct req *r) {
         const char *p = r->path;
         const char *why =
                 strstr(p, "/fork") ? "forking a running sandbox needs its memory kept, which this server does not do yet"
-                : !strncmp(p, "/secrets", 8) ? "secrets are not served through E2B's API on this server"
                 : !strncmp(p, "/volumecontent", 14) ? "volume contents are reached through a sandbox that mounts the volume"
                 : !strncmp(p, "/volumes", 8) ? "volumes are Paddock's own here: use the Brimble API's /volumes"
                 : "building templates through E2B's API is not served here: Paddock builds templates from a "
                   "Dockerfile (POST /templates on the Brimble API)";
         return respond_error(r, 501, "Not implemented: %s", why);
+}
+
+/* POST /sandboxes/{id}/fork: not served (501), but a sandbox that is not there (never was, or
+ * killed) is a 404 first, as E2B's: the SDK raises SandboxNotFoundError for it. */
+enum MHD_Result e2b_post_fork(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        if (load_live(r, &sb) < 0)
+                return MHD_YES;
+        return e2b_not_served(r);
 }
 
 static bool ready_or_gone(const struct sandbox *sb, const void *ud) {

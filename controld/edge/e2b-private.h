@@ -34,6 +34,7 @@ enum MHD_Result e2b_list_v2(struct req *r);
 enum MHD_Result e2b_misdirected(struct req *r);
 enum MHD_Result e2b_not_served(struct req *r);
 enum MHD_Result e2b_post_connect(struct req *r);
+enum MHD_Result e2b_post_fork(struct req *r);
 enum MHD_Result e2b_post_connect_v2(struct req *r);
 enum MHD_Result e2b_post_pause(struct req *r);
 enum MHD_Result e2b_post_sandboxes(struct req *r);

@@ -93,7 +93,7 @@ static const struct route control_routes[] = {
         { "POST",   "/sandboxes/{id}/snapshots",     "e2b /sandboxes/{id}/snapshots",      SB,   true,  false, J, NULL, e2b_post_snapshot },
         { "GET",    "/snapshots",                    "e2b /snapshots",                     NULL, true,  false, J, NULL, e2b_list_snapshots },
         { "DELETE", "/templates/{id}",               "e2b /templates/{id}",                "snapshot", true, false, J, NULL, e2b_delete_template },
-        { "POST",   "/sandboxes/{id}/fork",          "e2b not served",                     SB,   true,  false, J, NULL, e2b_not_served },
+        { "POST",   "/sandboxes/{id}/fork",          "e2b /sandboxes/{id}/fork",           SB,   true,  false, J, NULL, e2b_post_fork },
         { "GET",    "/secrets",                      "e2b /secrets",                       NULL, true,  false, J, NULL, e2b_secrets_list },
         { "POST",   "/secrets",                      "e2b /secrets",                       NULL, true,  false, J, NULL, e2b_secrets_post },
         { "GET",    "/secrets/{path*}",              "e2b /secrets/{secretID}",            NULL, true,  false, J, NULL, e2b_secret_get },
