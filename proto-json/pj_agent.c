@@ -102,7 +102,7 @@ static const struct spec specs[256] = {
         [PJ_AGENT_READ] = { "READ", B(PATH), B(PATH) },
         [PJ_AGENT_WRITE] = { "WRITE", B(PATH) | B(MODE) | B(PARENTS), B(PATH) },
         [PJ_AGENT_STAT] = { "STAT", B(PATH), B(PATH) },
-        [PJ_AGENT_STAT_OK] = { "STAT_OK", B(FTYPE) | B(SIZE) | B(MODE) | B(MTIME), B(FTYPE) | B(SIZE) | B(MODE) | B(MTIME) },
+        [PJ_AGENT_STAT_OK] = { "STAT_OK", B(FTYPE) | B(SIZE) | B(MODE) | B(MTIME) | B(UID) | B(GID), B(FTYPE) | B(SIZE) | B(MODE) | B(MTIME) },
         [PJ_AGENT_LISTDIR] = { "LISTDIR", B(PATH), B(PATH) },
         [PJ_AGENT_DIRENTS] = { "DIRENTS", B(DIRENT), 0 },
         [PJ_AGENT_MKDIR] = { "MKDIR", B(PATH) | B(PARENTS) | B(MODE), B(PATH) },
@@ -115,7 +115,7 @@ static const struct spec specs[256] = {
 };
 /* The nested entries: a PROCS process and a DIRENTS directory entry. */
 static const struct spec spec_proc = { "procs", B(PID) | B(TAG) | B(RUNNING) | B(CODE) | B(SIGNAL), B(PID) | B(RUNNING) };
-static const struct spec spec_dirent = { "entries", B(NAME) | B(FTYPE) | B(SIZE) | B(MODE) | B(MTIME), B(NAME) | B(FTYPE) };
+static const struct spec spec_dirent = { "entries", B(NAME) | B(FTYPE) | B(SIZE) | B(MODE) | B(MTIME) | B(UID) | B(GID), B(NAME) | B(FTYPE) };
 #undef B
 
 const char *pj_agent_type_name(uint8_t type) { return specs[type].name; }

@@ -34,7 +34,8 @@ int sbfs_stat(struct sbfs *fs, const char *path, struct sbfs_stat *ret, int time
         int r = guest_fs_stat(fs->cl, path, &st, timeout_ms);
         if (r < 0)
                 return r;
-        *ret = (struct sbfs_stat) { .type = st.type, .size = st.size, .mode = st.mode, .mtime_ns = st.mtime_ns };
+        *ret = (struct sbfs_stat) { .type = st.type, .size = st.size, .mode = st.mode, .mtime_ns = st.mtime_ns,
+                                    .uid = st.uid, .gid = st.gid, .has_owner = st.has_owner };
         return 0;
 }
 
@@ -46,7 +47,9 @@ struct listing {
 static int list_entry(const struct pj_agent_fields *e, void *ud) {
         struct listing *l = ud;
         struct sbfs_entry en = { .name = e->name,
-                                 .st = { .type = e->ftype, .size = e->size, .mode = e->mode, .mtime_ns = e->mtime_ns } };
+                                 .st = { .type = e->ftype, .size = e->size, .mode = e->mode, .mtime_ns = e->mtime_ns,
+                                         .uid = e->uid, .gid = e->gid,
+                                         .has_owner = PJ_AGENT_HAS(e, PJ_AGENT_T_UID) && PJ_AGENT_HAS(e, PJ_AGENT_T_GID) } };
         return l->cb(&en, l->ud);
 }
 

@@ -25,6 +25,8 @@ struct sbfs_stat {
         uint64_t size;
         uint32_t mode;                   /* permission bits */
         int64_t mtime_ns;
+        uint32_t uid, gid;               /* the owner, when has_owner */
+        bool has_owner;
 };
 
 /* One entry of a listing, valid during the callback. */

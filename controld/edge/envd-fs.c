@@ -75,8 +75,21 @@ struct linkinfo {
  * envd's FileMode.Perm()), permissions (Go's FileMode string, "Lrwxrwxrwx" for a symlink),
  * times. A symlink (type SYMLINK) takes its type and mode from link (envd follows it for
  * those) and carries symlinkTarget. */
-static cJSON *entry_json(const char *path, uint8_t type, uint64_t size, uint32_t mode, int64_t mtime_ns,
-                         const struct linkinfo *link) {
+/* An owner's name as envd shows it: root, E2B's `user` (its fixed ids), else the number. */
+static void owner_name(bool known, uint32_t id, char buf[static 16]) {
+        if (!known || id == 0)
+                snprintf(buf, 16, "root");
+        else if (id == 1000)
+                snprintf(buf, 16, "user");
+        else
+                snprintf(buf, 16, "%u", id);
+}
+
+static cJSON *entry_json(const char *path, const struct sbfs_stat *st, const struct linkinfo *link) {
+        uint8_t type = st->type;
+        uint64_t size = st->size;
+        uint32_t mode = st->mode;
+        int64_t mtime_ns = st->mtime_ns;
         cJSON *o = cJSON_CreateObject();
         const char *slash = strrchr(path, '/');
         uint8_t shown = type;
@@ -97,8 +110,11 @@ static cJSON *entry_json(const char *path, uint8_t type, uint64_t size, uint32_t
         char perms[11];
         perm_string(type, mode, perms);
         json_add_str(o, "permissions", perms);
-        json_add_str(o, "owner", "root");
-        json_add_str(o, "group", "root");
+        char who[16];
+        owner_name(st->has_owner, st->uid, who);
+        json_add_str(o, "owner", who);
+        owner_name(st->has_owner, st->gid, who);
+        json_add_str(o, "group", who);
         char t[64];
         time_t secs = (time_t) (mtime_ns / 1000000000);
         struct tm tm;
@@ -224,13 +240,13 @@ static int stat_entry(struct ctl *c, const struct sandbox *sb, struct sbfs *fs, 
                         struct linkinfo li;
                         _cleanup_free_ char *target = NULL;
                         link_info(c, sb, fs, path, &li, &target);
-                        *ret = entry_json(path, lst.type, lst.size, lst.mode, lst.mtime_ns, &li);
+                        *ret = entry_json(path, &lst, &li);
                         return 0;
                 }
         }
         if (k < 0)
                 return k;
-        *ret = entry_json(path, st.type, st.size, st.mode, st.mtime_ns, NULL);
+        *ret = entry_json(path, &st, NULL);
         return 0;
 }
 
@@ -406,10 +422,7 @@ enum MHD_Result envd_fs_remove(struct req *r) {
 
 struct lsent {
         char *path;
-        uint8_t type;
-        uint64_t size;
-        uint32_t mode;
-        int64_t mtime_ns;
+        struct sbfs_stat st;
         struct linkinfo link;            /* symlinks: what they point at */
         char *target;
 };
@@ -438,8 +451,7 @@ static int ls_entry(const struct sbfs_entry *e, void *ud) {
                 x->v = xrealloc(x->v, x->cap * sizeof(*x->v));
         }
         char *p = xasprintf("%s%s%s", x->dir, strcmp(x->dir, "/") ? "/" : "", e->name);
-        x->v[x->n++] = (struct lsent) { .path = p, .type = e->st.type, .size = e->st.size, .mode = e->st.mode,
-                                        .mtime_ns = e->st.mtime_ns };
+        x->v[x->n++] = (struct lsent) { .path = p, .st = e->st };
         if (e->st.type == PJ_AGENT_FT_DIR) {
                 x->subdirs = xrealloc(x->subdirs, (x->n_sub + 1) * sizeof(char *));
                 x->subdirs[x->n_sub++] = xstrdup(p);
@@ -494,7 +506,7 @@ enum MHD_Result envd_fs_listdir(struct req *r) {
                 char *lp[LINKS_MAX] = { 0 }, *lt[LINKS_MAX] = { 0 };
                 size_t li[LINKS_MAX], nl = 0;
                 for (size_t i = 0; i < x.n && nl < LINKS_MAX; i++)
-                        if (x.v[i].type == PJ_AGENT_FT_SYMLINK) {
+                        if (x.v[i].st.type == PJ_AGENT_FT_SYMLINK) {
                                 struct sbfs_stat st;
                                 if (sbfs_stat(fs, x.v[i].path, &st, FS_TIMEOUT_MS) == 0)
                                         x.v[i].link = (struct linkinfo) { .known = true, .type = st.type, .mode = st.mode };
@@ -509,7 +521,7 @@ enum MHD_Result envd_fs_listdir(struct req *r) {
                 }
                 strbuf_append(&b, "{\"entries\":[", 12);
                 for (size_t i = 0; i < x.n; i++) {
-                        cJSON *e = entry_json(x.v[i].path, x.v[i].type, x.v[i].size, x.v[i].mode, x.v[i].mtime_ns, &x.v[i].link);
+                        cJSON *e = entry_json(x.v[i].path, &x.v[i].st, &x.v[i].link);
                         _cleanup_free_ char *s = json_print(e);
                         cJSON_Delete(e);
                         if (i)

@@ -625,7 +625,9 @@ int guest_fs_stat(struct guest_client *cl, const char *path, struct guest_stat *
         int r = small_call(cl, &m, PJ_AGENT_STAT_OK, timeout_ms, &f);
         if (r < 0)
                 return r;
-        *ret = (struct guest_stat) { .type = f.m.f.ftype, .size = f.m.f.size, .mode = f.m.f.mode, .mtime_ns = f.m.f.mtime_ns };
+        *ret = (struct guest_stat) { .type = f.m.f.ftype, .size = f.m.f.size, .mode = f.m.f.mode, .mtime_ns = f.m.f.mtime_ns,
+                                     .uid = f.m.f.uid, .gid = f.m.f.gid,
+                                     .has_owner = PJ_AGENT_HAS(&f.m.f, PJ_AGENT_T_UID) && PJ_AGENT_HAS(&f.m.f, PJ_AGENT_T_GID) };
         guest_frame_done(&f);
         return 0;
 }

@@ -77,6 +77,8 @@ struct guest_stat {
         uint64_t size;
         uint32_t mode;                   /* permission bits */
         int64_t mtime_ns;
+        uint32_t uid, gid;               /* the owner, when has_owner (an older agent sends none) */
+        bool has_owner;
 };
 int guest_fs_stat(struct guest_client *cl, const char *path, struct guest_stat *ret, int timeout_ms);
 /* Each entry (lstat'ed; name, type, size, mode, mtime) to cb; < 0 from cb stops (returned). */

@@ -23,8 +23,11 @@ static void fill_stat(const struct stat *st, struct pj_agent_fields *f) {
         f->size = (uint64_t) st->st_size;
         f->mode = st->st_mode & 07777;
         f->mtime_ns = (int64_t) st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+        /* the owner (envd's EntryInfo shows it); UINT32_MAX, the wire's "none", is sent as 0 */
+        f->uid = st->st_uid == (uid_t) UINT32_MAX ? 0 : (uint32_t) st->st_uid;
+        f->gid = st->st_gid == (gid_t) UINT32_MAX ? 0 : (uint32_t) st->st_gid;
         f->present |= PJ_AGENT_BIT(PJ_AGENT_T_FTYPE) | PJ_AGENT_BIT(PJ_AGENT_T_SIZE) | PJ_AGENT_BIT(PJ_AGENT_T_MODE) |
-                      PJ_AGENT_BIT(PJ_AGENT_T_MTIME);
+                      PJ_AGENT_BIT(PJ_AGENT_T_MTIME) | PJ_AGENT_BIT(PJ_AGENT_T_UID) | PJ_AGENT_BIT(PJ_AGENT_T_GID);
 }
 
 int files_stat(const char *path, struct pj_agent_fields *ret) {

@@ -16,6 +16,13 @@ try {
   assert.match((await sbx.commands.run('ls -l /home/user/x')).stdout, /^-rw-r--r-- 1 user user 5 /)
   await sbx.files.write('made/by/sdk.txt', 'deep')
   assert.equal((await sbx.commands.run('stat -c %U made made/by made/by/sdk.txt')).stdout, 'user\nuser\nuser\n')
+  // and envd says so, as E2B's does (getInfo and list read the owner, not a fixed root)
+  const owned = await sbx.files.getInfo('/home/user/x')
+  assert.equal(owned.owner, 'user')
+  assert.equal(owned.group, 'user')
+  assert.equal((await sbx.files.getInfo('/etc/hostname')).owner, 'root')
+  const listed = (await sbx.files.list('/home/user')).find((e) => e.name === 'x')
+  assert.equal(listed?.owner, 'user')
   await assert.rejects(sbx.commands.run('true', { user: 'nobody' }), (e) => /no user "nobody"/.test(e.message))
   ok('e2b user')
   // agent frameworks: pip install (a local wheel: no network here), venv, node, as user
