@@ -137,6 +137,23 @@ fi
 # group and no capability, its docker child does the Docker calls. What it writes and reads
 # after it dropped root is in a directory of that user's; nothing else of $DEV is.
 CTLD_USER=${PADDOCK_CTLD_USER-nobody}
+# others_can_reach PATH: every directory on the way to PATH lets others through (a checkout under
+# /root, 0700, does not: that user could not reach the terminal page or the init binary)
+others_can_reach() {
+        local p m
+        p=$(realpath "$1") || return 1
+        while [[ $p != / ]]; do
+                if [[ -d $p ]]; then
+                        m=$(stat -c '%a' "$p")
+                        (((8#$m & 1) == 1)) || return 1
+                fi
+                p=$(dirname "$p")
+        done
+}
+if [[ -n $CTLD_USER && $(id -u) == 0 ]] && ! others_can_reach "$CONTROLD"; then
+        warn "$CTLD_USER cannot reach $CONTROLD (a directory on the way is closed to others): controld stays root; move the checkout or set PADDOCK_CTLD_USER to a user that can"
+        CTLD_USER=
+fi
 CTLD_DIR=$DEV/controld
 mkdir -p "$CTLD_DIR"
 # the store's old place (before the dev stack dropped root): moved, so the dev account stays
