@@ -1,6 +1,7 @@
 /* fdio.c — socket reads and writes bounded by a deadline (fdio.h). */
 #include <errno.h>
 #include <poll.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "fdio.h"
@@ -57,5 +58,32 @@ ssize_t fd_recv_some(int fd, void *buf, size_t len, int64_t deadline) {
                 int r = fd_wait(fd, POLLIN, deadline);
                 if (r < 0)
                         return r;
+        }
+}
+
+int fd_send_msg(int fd, const void *buf, size_t len, int pass_fd) {
+        struct iovec iov = { .iov_base = (void *) buf, .iov_len = len };
+        union {
+                char b[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } u;
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        if (pass_fd >= 0) {
+                memset(&u, 0, sizeof(u));
+                mh.msg_control = u.b;
+                mh.msg_controllen = sizeof(u.b);
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+        }
+        for (;;) {
+                ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                return (size_t) n == len ? 0 : -EMSGSIZE;
         }
 }

@@ -17,3 +17,6 @@ int fd_send_all(int fd, const void *buf, size_t len, int64_t deadline);
 /* Reads once, waiting for data. The bytes read, 0 at end of stream (ECONNRESET counts as
  * that), -ETIMEDOUT, -errno. */
 ssize_t fd_recv_some(int fd, void *buf, size_t len, int64_t deadline);
+/* One message (a SOCK_SEQPACKET record) of len bytes, with pass_fd attached (SCM_RIGHTS) when
+ * >= 0. 0, -EMSGSIZE when it went short, -errno (no SIGPIPE). */
+int fd_send_msg(int fd, const void *buf, size_t len, int pass_fd);

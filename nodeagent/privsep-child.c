@@ -19,6 +19,7 @@
 
 #include "cleanup.h"
 #include "egress.h"
+#include "fdio.h"
 #include "log.h"
 #include "nodeagent.h"
 #include "privdrop.h"
@@ -276,30 +277,6 @@ static void child_on_signal(int sig) {
         child_stop = 1;
 }
 
-/* One message with fd attached (SCM_RIGHTS). */
-static int send_with_fd(int sock, const void *buf, size_t len, int pass) {
-        union {
-                char b[CMSG_SPACE(sizeof(int))];
-                struct cmsghdr align;
-        } u;
-        memset(&u, 0, sizeof(u));
-        struct iovec iov = { .iov_base = (void *) buf, .iov_len = len };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &pass, sizeof(int));
-        for (;;) {
-                ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-                if (n == (ssize_t) len)
-                        return 0;
-                if (n < 0 && errno == EINTR)
-                        continue;
-                return n < 0 ? -errno : -EMSGSIZE;
-        }
-}
-
 _noreturn_ void privsep_child_main(enum ps_child kind, int fd, const struct agent_config *cfg) {
         struct ps_result res;
         char name[16];
@@ -366,7 +343,7 @@ _noreturn_ void privsep_child_main(enum ps_child kind, int fd, const struct agen
                         privsep_child_handle(kind, buf, (size_t) n, &res);
                 if (res.r == -EBADMSG)
                         log_warning("%s process refused a malformed request: %s", privsep_child_name(kind), res.msg);
-                int sent = child_pass_fd >= 0 ? send_with_fd(fd, &res, sizeof(res), child_pass_fd)
+                int sent = child_pass_fd >= 0 ? fd_send_msg(fd, &res, sizeof(res), child_pass_fd)
                                               : privsep_send_all(fd, &res, sizeof(res));
                 if (child_pass_fd >= 0) {
                         close(child_pass_fd);

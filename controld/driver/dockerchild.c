@@ -30,6 +30,7 @@
 #include "docker.h"
 #include "dockerchild.h"
 #include "dockerchild-private.h"
+#include "fdio.h"
 #include "log.h"
 #include "privdrop.h"
 #include "registry.h"
@@ -50,33 +51,6 @@ static char *kept_path;
 
 /* ---------------------------------------------------------------- both sides */
 
-static int send_msg(int fd, const void *buf, size_t len, int pass_fd) {
-        struct iovec iov = { .iov_base = (void *) buf, .iov_len = len };
-        union {
-                char b[CMSG_SPACE(sizeof(int))];
-                struct cmsghdr align;
-        } u;
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        if (pass_fd >= 0) {
-                memset(&u, 0, sizeof(u));
-                mh.msg_control = u.b;
-                mh.msg_controllen = sizeof(u.b);
-                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
-        }
-        for (;;) {
-                ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                return (size_t) n == len ? 0 : -EMSGSIZE;
-        }
-}
-
 /* One message into buf (cap bytes) by deadline: its real length (MSG_TRUNC: may be > cap,
  * then only cap bytes are there), 0 at EOF, or -errno. Up to one fd into *ret_fd (ret_fd
  * NULL: fds are closed); more fds than one are closed and make it -EBADMSG. */
@@ -84,17 +58,9 @@ static ssize_t recv_msg(int fd, void *buf, size_t cap, int64_t deadline, int *re
         if (ret_fd)
                 *ret_fd = -1;
         for (;;) {
-                int64_t left = deadline - mono_ms();
-                if (left <= 0)
-                        return -ETIMEDOUT;
-                struct pollfd p = { .fd = fd, .events = POLLIN };
-                int k = poll(&p, 1, left > 60000 ? 60000 : (int) left);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k < 0)
-                        return -errno;
-                if (k == 0)
-                        continue;
+                int w = fd_wait(fd, POLLIN, deadline);
+                if (w < 0)
+                        return w;
                 union {
                         char b[CMSG_SPACE(4 * sizeof(int))];
                         struct cmsghdr align;
@@ -153,7 +119,7 @@ static void answer(int fd, struct dc_answer *a) {
         m.num = a->num;
         m.body_len = (uint32_t) a->body_len;
         strscpy(m.err, a->err, sizeof(m.err));
-        if (send_msg(fd, &m, sizeof(m), a->r >= 0 ? a->fd : -1) < 0)
+        if (fd_send_msg(fd, &m, sizeof(m), a->r >= 0 ? a->fd : -1) < 0)
                 return;
         _cleanup_free_ uint8_t *chunk = xmalloc(sizeof(struct dc_hdr) + DC_CHUNK);
         for (size_t o = 0; o < a->body_len;) {
@@ -161,7 +127,7 @@ static void answer(int fd, struct dc_answer *a) {
                 struct dc_hdr h = { .version = DC_VERSION, .type = DC_BODY, .len = (uint32_t) (sizeof(h) + n) };
                 memcpy(chunk, &h, sizeof(h));
                 memcpy(chunk + sizeof(h), a->body + o, n);
-                if (send_msg(fd, chunk, sizeof(h) + n, -1) < 0)
+                if (fd_send_msg(fd, chunk, sizeof(h) + n, -1) < 0)
                         return;
                 o += n;
         }
@@ -341,7 +307,7 @@ static int channel_open(void) {
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return -errno;
         struct dc_hdr open_msg = { .version = DC_VERSION, .type = DC_OPEN, .len = sizeof(open_msg) };
-        int r = send_msg(ctl_fd, &open_msg, sizeof(open_msg), sv[1]);
+        int r = fd_send_msg(ctl_fd, &open_msg, sizeof(open_msg), sv[1]);
         close(sv[1]);
         if (r < 0) {
                 close(sv[0]);
@@ -387,7 +353,7 @@ static int dc_call(struct dc_call *c) {
                         memcpy(buf + o, c->arg[i], c->arglen[i]);
                 o += c->arglen[i];
         }
-        r = send_msg(ch, buf, len, c->fd);
+        r = fd_send_msg(ch, buf, len, c->fd);
         if (r < 0) {
                 snprintf(c->err, sizeof(c->err), "cannot send to the docker child: %s", strerror(-r));
                 return -EPIPE;
@@ -694,7 +660,7 @@ int dockerchild_send_raw(const void *buf, size_t len, int fd, char *msg, size_t 
         if (r < 0)
                 return r;
         _cleanup_close_ int ch = r;
-        if ((r = send_msg(ch, buf, len, fd)) < 0)
+        if ((r = fd_send_msg(ch, buf, len, fd)) < 0)
                 return r;
         struct dc_ans a;
         ssize_t n = recv_msg(ch, &a, sizeof(a), mono_ms() + 10000, NULL);
