@@ -52,11 +52,6 @@ static const char *ref_of(struct req *r, char buf[static PJ_SECRET_NAME_MAX + 1]
         return pj_secret_name_ok(buf) ? buf : NULL;
 }
 
-static void wipe_body(struct req *r) {
-        if (r->body.buf && r->body.len)
-                explicit_bzero(r->body.buf, r->body.len);
-}
-
 static enum MHD_Result answer(struct req *r, int k, struct err *e, int status, const struct secret *s) {
         if (k == -EEXIST)
                 return respond_error(r, 409, "%s", e->message);
@@ -90,7 +85,7 @@ enum MHD_Result e2b_secrets_post(struct req *r) {
         _cleanup_(secret_clear) struct secret s = { 0 };
         _cleanup_(pj_secret_put_done) struct pj_secret_put q = { 0 };
         int k = pj_secret_parse(r->body.buf, r->body.len, true, r->c->cfg->secrets_max_value, &q, &pe);
-        wipe_body(r);
+        req_body_wipe(r);
         if (k == 0)
                 lower(q.name);
         k = k < 0 ? err_set(&e, k, "%s", pe.message) : secret_create(r->c, &r->acc, &q, &s, &e);
@@ -113,7 +108,7 @@ enum MHD_Result e2b_secret_update(struct req *r) {
         _cleanup_(secret_clear) struct secret s = { 0 };
         _cleanup_(pj_secret_put_done) struct pj_secret_put q = { 0 };
         int k = pj_secret_parse(r->body.buf, r->body.len, false, r->c->cfg->secrets_max_value, &q, &pe);
-        wipe_body(r);
+        req_body_wipe(r);
         k = k < 0 ? err_set(&e, k, "%s", pe.message)
                   : ref ? secret_put(r->c, &r->acc, ref, &q, &s, &e) : err_set(&e, -ENOENT, "secret not found");
         return answer(r, k, &e, 200, &s);

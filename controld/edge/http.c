@@ -48,6 +48,11 @@ const char *req_header(struct req *r, const char *key) {
         return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
 }
 
+void req_body_wipe(struct req *r) {
+        if (r->body.buf && r->body.len)
+                explicit_bzero(r->body.buf, r->body.len);
+}
+
 static bool has_body(struct req *r) {
         const char *cl = req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
         return (cl && strcmp(cl, "0") != 0) || req_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);

@@ -141,6 +141,8 @@ const char *req_query(struct req *r, const char *key);
 /* Resolves the API key headers into r->acc: 0, or < 0 with the 401/429 sent. */
 int http_authenticate(struct req *r);
 const char *req_header(struct req *r, const char *key);
+/* Overwrites the request body read so far (a secret's value, once parsed). */
+void req_body_wipe(struct req *r);
 
 /* Answer helpers. Each queues one response; returns MHD_YES/NO for the access handler. */
 enum MHD_Result respond_raw(struct req *r, int status, const char *content_type, const void *data, size_t len);

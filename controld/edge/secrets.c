@@ -28,18 +28,13 @@ static const char *name_of(struct req *r) {
         return rest + 1;
 }
 
-static void wipe_body(struct req *r) {
-        if (r->body.buf && r->body.len)
-                explicit_bzero(r->body.buf, r->body.len);
-}
-
 enum MHD_Result secrets_post(struct req *r) {
         struct err e = { 0 };
         _cleanup_(secret_clear) struct secret s = { 0 };
         _cleanup_(pj_secret_put_done) struct pj_secret_put q = { 0 };
         struct err pe = { 0 };
         int k = pj_secret_parse(r->body.buf, r->body.len, true, r->c->cfg->secrets_max_value, &q, &pe);
-        wipe_body(r);
+        req_body_wipe(r);
         k = k < 0 ? err_set(&e, k, "%s", pe.message) : secret_create(r->c, &r->acc, &q, &s, &e);
         if (k == -EEXIST)
                 return respond_error(r, 409, "%s", e.message);   /* a name clash is a conflict here */
@@ -75,7 +70,7 @@ enum MHD_Result secrets_put(struct req *r) {
         _cleanup_(pj_secret_put_done) struct pj_secret_put q = { 0 };
         struct err pe = { 0 };
         int k = pj_secret_parse(r->body.buf, r->body.len, false, r->c->cfg->secrets_max_value, &q, &pe);
-        wipe_body(r);
+        req_body_wipe(r);
         k = k < 0 ? err_set(&e, k, "%s", pe.message)
                   : name ? secret_put(r->c, &r->acc, name, &q, &s, &e) : err_set(&e, -ENOENT, "Secret not found");
         if (k < 0)
