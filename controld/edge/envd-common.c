@@ -122,6 +122,13 @@ static const struct envd_user users[] = {
 };
 static const struct envd_user *const user_root = &users[0], *const user_e2b = &users[1];
 
+const char *envd_id_name(uint32_t id, bool group) {
+        for (size_t i = 0; i < ELEMENTSOF(users); i++)
+                if ((group ? users[i].gid : users[i].uid) == id)
+                        return users[i].name;
+        return NULL;
+}
+
 static const struct envd_user *user_by_name(const char *name, size_t len) {
         for (size_t i = 0; i < ELEMENTSOF(users); i++)
                 if (strlen(users[i].name) == len && !memcmp(users[i].name, name, len))

@@ -75,12 +75,12 @@ struct linkinfo {
  * envd's FileMode.Perm()), permissions (Go's FileMode string, "Lrwxrwxrwx" for a symlink),
  * times. A symlink (type SYMLINK) takes its type and mode from link (envd follows it for
  * those) and carries symlinkTarget. */
-/* An owner's name as envd shows it: root, E2B's `user` (its fixed ids), else the number. */
-static void owner_name(bool known, uint32_t id, char buf[static 16]) {
-        if (!known || id == 0)
-                snprintf(buf, 16, "root");
-        else if (id == 1000)
-                snprintf(buf, 16, "user");
+/* An owner's name as envd shows it: one of E2B's users (root when the agent did not say),
+ * else the number. */
+static void owner_name(bool known, uint32_t id, bool group, char buf[static 16]) {
+        const char *name = known ? envd_id_name(id, group) : "root";
+        if (name)
+                snprintf(buf, 16, "%s", name);
         else
                 snprintf(buf, 16, "%u", id);
 }
@@ -111,9 +111,9 @@ static cJSON *entry_json(const char *path, const struct sbfs_stat *st, const str
         perm_string(type, mode, perms);
         json_add_str(o, "permissions", perms);
         char who[16];
-        owner_name(st->has_owner, st->uid, who);
+        owner_name(st->has_owner, st->uid, false, who);
         json_add_str(o, "owner", who);
-        owner_name(st->has_owner, st->gid, who);
+        owner_name(st->has_owner, st->gid, true, who);
         json_add_str(o, "group", who);
         char t[64];
         time_t secs = (time_t) (mtime_ns / 1000000000);

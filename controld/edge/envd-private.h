@@ -39,6 +39,8 @@ void envd_env_end(struct strbuf *b, enum pj_connect_code code, const char *msg);
 
 /* envd-common.c: the request's sandbox */
 const struct envd_user *envd_req_user(struct req *r, const struct sandbox *sb);
+/* The name of E2B's user (group when group) with that id, or NULL. */
+const char *envd_id_name(uint32_t id, bool group);
 int envd_sandbox(struct req *r, bool connect, struct sandbox *sb);
 char *envd_resolve(const char *p, const char *home);
 
