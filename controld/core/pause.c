@@ -322,18 +322,22 @@ static int memory_quota_check(struct ctl *c, const struct sandbox *sb, struct er
  * The wait is bounded by [scheduler] pause_wait; past it -EINPROGRESS, never a success. */
 int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct err *err) {
         if (keep_memory) {
-                if (!c->drv->ops->checkpoint)
+                struct err why = { 0 };
+                switch (sandbox_memory_refusal(c, sb->egress.mode, &why)) {
+                case MEMORY_OK:
+                        break;
+                case MEMORY_NO_DRIVER:
                         return err_set(err, -EOPNOTSUPP, "keepMemory: pausing with the memory kept needs the local (docker) "
                                                          "driver; this server's %s driver keeps the filesystem only",
                                        c->drv->name);
-                if (sb->egress.mode != PJ_EGRESS_DENY_ALL)
+                case MEMORY_NETWORKED:
                         return err_set(err, -EINVAL, "keepMemory: only sandboxes with egress deny_all can be paused with "
                                                      "their memory (gVisor cannot checkpoint host networking); this one's "
                                                      "egress is %s: pause it without keepMemory",
                                        pj_egress_mode_to_string(sb->egress.mode));
-                struct err why = { 0 };
-                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
+                case MEMORY_NOT_READY:
                         return err_set(err, -EOPNOTSUPP, "keepMemory: this server cannot keep memory now: %s", why.message);
+                }
                 int q = memory_quota_check(c, sb, err);
                 if (q < 0)
                         return q;
@@ -465,20 +469,25 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
 int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct sandbox *sb0, bool memory,
                       struct err *err) {
         if (memory) {
-                if (!c->drv->ops->checkpoint)
+                /* E2B's words for the refusals sandbox_pause would make in the Brimble API's */
+                struct err why = { 0 };
+                switch (sandbox_memory_refusal(c, sb0->egress.mode, &why)) {
+                case MEMORY_OK:
+                        break;
+                case MEMORY_NO_DRIVER:
                         return err_set(err, -EOPNOTSUPP,
                                        "memory: pausing with the memory kept needs the local (docker) driver; this server's "
                                        "%s driver keeps the filesystem only: pause with memory: false",
                                        c->drv->name);
-                if (sb0->egress.mode != PJ_EGRESS_DENY_ALL)
+                case MEMORY_NETWORKED:
                         return err_set(err, -EINVAL,
                                        "memory: only sandboxes without network access (allowInternetAccess: false) can be "
                                        "paused with their memory (gVisor cannot checkpoint host networking): pause with "
                                        "memory: false to keep the filesystem");
-                struct err why = { 0 };
-                if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
+                case MEMORY_NOT_READY:
                         return err_set(err, -EOPNOTSUPP, "memory: this server cannot keep memory now: %s; pause with memory: false",
                                        why.message);
+                }
                 int k = sandbox_pause(c, sb0, true, err);
                 if (k == 0)
                         log_info("e2b: sandbox paused with its memory");
@@ -558,7 +567,7 @@ int sandbox_pause_at_end(struct ctl *c, const char *id, const char *reason) {
         if (sb.status != SB_READY)
                 return -EBUSY;
         int r = -EAGAIN;
-        if (sb.pause_keep_memory && (r = sandbox_memory_pause_check(c, sb.egress.mode, &mem)) == 0)
+        if (sb.pause_keep_memory)   /* a sandbox that cannot keep its memory now is refused with the reason */
                 r = end_pause(c, &sb, true, &mem);
         if (r == 0 && sb.pause_keep_memory && sandbox_memory_kept(c, id, NULL, NULL) < 0)
                 note_lost(c, id, mem.message[0] ? mem.message : "the checkpoint failed");

@@ -591,19 +591,33 @@ int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandb
         return 0;
 }
 
+enum memory_refusal sandbox_memory_refusal(struct ctl *c, enum pj_egress_mode mode, struct err *why) {
+        if (!c->drv->ops->checkpoint)
+                return MEMORY_NO_DRIVER;
+        if (mode != PJ_EGRESS_DENY_ALL)
+                return MEMORY_NETWORKED;
+        if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, why) < 0)
+                return MEMORY_NOT_READY;
+        return MEMORY_OK;
+}
+
 int sandbox_memory_pause_check(struct ctl *c, enum pj_egress_mode mode, struct err *err) {
         static const char field[] = "lifecycle.keepMemory (autoPauseMemory on E2B's API)";
-        if (!c->drv->ops->checkpoint)
+        struct err why = { 0 };
+        switch (sandbox_memory_refusal(c, mode, &why)) {
+        case MEMORY_OK:
+                return 0;
+        case MEMORY_NO_DRIVER:
                 return err_set(err, -EOPNOTSUPP, "%s: this server's %s driver pauses with the filesystem only; set it to false",
                                field, c->drv->name);
-        if (mode != PJ_EGRESS_DENY_ALL)
+        case MEMORY_NETWORKED:
                 return err_set(err, -EINVAL,
                                "%s: only sandboxes without network access (egress deny_all; allowInternetAccess: false on "
                                "E2B's API) can be paused with their memory, as gVisor cannot checkpoint host networking; set "
                                "it to false to pause with the filesystem only",
                                field);
-        struct err why = { 0 };
-        if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, &why) < 0)
-                return err_set(err, -EOPNOTSUPP, "%s: this server cannot keep memory now: %s", field, why.message);
-        return 0;
+        case MEMORY_NOT_READY:
+                break;
+        }
+        return err_set(err, -EOPNOTSUPP, "%s: this server cannot keep memory now: %s", field, why.message);
 }

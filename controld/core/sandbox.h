@@ -18,6 +18,11 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, str
 /* E2B's pause (pause.c): with memory, sandbox_pause keeping it (-EOPNOTSUPP where this server
  * cannot, -EINVAL for a networked sandbox); without, the filesystem in a snapshot the sandbox
  * resumes from. 0 once paused, else -errno with the reason and the sandbox as it was. */
+/* Whether a sandbox with this egress can be paused with its memory here: MEMORY_OK, or the
+ * first reason it cannot (MEMORY_NOT_READY: the driver's words in why). The one place these
+ * checks live; each API words the refusal its own way. */
+enum memory_refusal { MEMORY_OK, MEMORY_NO_DRIVER, MEMORY_NETWORKED, MEMORY_NOT_READY };
+enum memory_refusal sandbox_memory_refusal(struct ctl *c, enum pj_egress_mode mode, struct err *why);
 /* Whether a sandbox with this egress could be paused with its memory at its end (a create's
  * lifecycle.keepMemory, E2B's autoPauseMemory): 0, or -EOPNOTSUPP / -EINVAL with the reason
  * naming both fields. */
