@@ -426,7 +426,6 @@ TEST_FULL(e2b_snapshot_calls_map_onto_snapshots, 400) {
         /* what is not served answers 501 with the reason, never 404 */
         snprintf(path, sizeof(path), "/sandboxes/%s/fork", sb);
         E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{}"), 501, "");
-        E2B_EXPECT(e2btest_api(&e, "GET", "/secrets", key, NULL), 501, "");
         E2B_EXPECT(e2btest_api(&e, "POST", "/volumes", key, "{\"name\":\"v\"}"), 501, "");
         E2B_EXPECT(e2btest_api(&e, "POST", "/v3/templates", key, "{\"name\":\"t\"}"), 501, "");
         /* deleteSnapshot: gone (the sandbox made from it keeps running), then false */
