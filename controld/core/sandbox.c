@@ -132,6 +132,10 @@ static bool create_failed(int r) {
         return r == -EIO || r == -EHOSTUNREACH;
 }
 
+bool sandbox_running_now(const struct sandbox *sb) {
+        return sb->status == SB_READY && !(sb->expires_at > 0 && sb->expires_at <= now_ms());
+}
+
 void sandbox_log_ctx(const struct sandbox *sb) {
         log_ctx_set("SANDBOX_ID", sb->id);
         log_ctx_set("NODE_ID", sb->node_id && *sb->node_id ? sb->node_id : NULL);

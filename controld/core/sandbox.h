@@ -54,6 +54,9 @@ int sandbox_status_settled(struct ctl *c, const char *id, enum sb_status *ret);
 /* Records that sandbox id was paused with its memory in checkpoint (bytes on the node's disk). */
 int sandbox_memory_note(struct ctl *c, const char *id, const char *checkpoint, int64_t bytes);
 void sandbox_memory_forget(struct ctl *c, const char *id);
+/* Whether sb runs as its users see it: ready, and not past its end (a sandbox at its end is
+ * not running from the moment it reaches it, while the reaper still tears it down). */
+bool sandbox_running_now(const struct sandbox *sb);
 /* Sets the journal context of this thread for sb: SANDBOX_ID, and NODE_ID, NOMAD_JOB_ID,
  * ALLOC_ID where it is placed (removed when not, so no earlier sandbox's values linger). */
 void sandbox_log_ctx(const struct sandbox *sb);

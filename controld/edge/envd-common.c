@@ -7,6 +7,9 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/sha.h>
+#include <inttypes.h>
+#include <time.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -192,6 +195,55 @@ const struct envd_user *envd_req_user(struct req *r, const struct sandbox *sb) {
         return user_root;
 }
 
+/* The operation a signed URL may name for this request: GET /files reads, POST /files writes
+ * (envd's two routes that take a signature instead of the token); NULL elsewhere. */
+static const char *envd_signed_file_op(const struct req *r) {
+        if (strcmp(r->path, "/files"))
+                return NULL;
+        return !strcmp(r->method, "GET") ? "read" : !strcmp(r->method, "POST") ? "write" : NULL;
+}
+
+/* A signed file URL as E2B's SDKs make them (uploadUrl, downloadUrl) and envd checks them:
+ * signature = "v1_" + unpadded base64(sha256("<path>:<operation>:<username>:<token>[:<exp>]")),
+ * path and username as the query gives them ("" when absent), exp the optional
+ * signature_expiration (Unix seconds), past which the URL is refused. 0, or -1 with msg. */
+static int signed_url_check(const struct ctl *c, struct req *r, char *msg, size_t msglen) {
+        const char *sig = req_query(r, "signature"), *exp = req_query(r, "signature_expiration");
+        const char *p = req_query(r, "path"), *u = req_query(r, "username");
+        int64_t exp_s = 0;
+        if (!sig) {
+                snprintf(msg, msglen, "Missing the sandbox's access token (X-Access-Token) or a signature query parameter");
+                return -1;
+        }
+        if (exp && (safe_atoi64(exp, &exp_s) < 0 || exp_s < 0)) {
+                snprintf(msg, msglen, "signature_expiration: not a Unix time in seconds");
+                return -1;
+        }
+        char tok[65];
+        e2b_token(c, "envd", r->m.id, tok);
+        _cleanup_free_ char *raw = exp ? xasprintf("%s:%s:%s:%s:%" PRId64, p ? p : "", envd_signed_file_op(r), u ? u : "", tok, exp_s)
+                                       : xasprintf("%s:%s:%s:%s", p ? p : "", envd_signed_file_op(r), u ? u : "", tok);
+        explicit_bzero(tok, sizeof(tok));
+        unsigned char md[32];
+        SHA256((const unsigned char *) raw, strlen(raw), md);
+        explicit_bzero(raw, strlen(raw));
+        size_t n = 0;
+        _cleanup_free_ char *b64 = base64_encode(md, sizeof(md), &n);
+        while (n && b64[n - 1] == '=')
+                b64[--n] = 0;
+        _cleanup_free_ char *want = xasprintf("v1_%s", b64);
+        bool ok = strlen(sig) == strlen(want) && CRYPTO_memcmp(sig, want, strlen(want)) == 0;
+        if (!ok) {
+                snprintf(msg, msglen, "signature: invalid for this path, operation and user");
+                return -1;
+        }
+        if (exp && exp_s < (int64_t) time(NULL)) {
+                snprintf(msg, msglen, "signature_expiration: the signature is already expired");
+                return -1;
+        }
+        return 0;
+}
+
 /* The sandbox of r, checked: token, existence, running, user. Answers the error itself
  * (connect: as a Connect error; else as envd's {code, message}) and returns < 0. */
 int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
@@ -209,6 +261,12 @@ int envd_sandbox(struct req *r, bool connect, struct sandbox *sb) {
         } else if (sb->status != SB_READY && !(sb->auto_resume && tok && e2b_token_ok(c, "envd", r->m.id, tok))) {
                 status = 502;
                 snprintf(msg, sizeof(msg), "The sandbox %s is %s, not running", r->m.id, sb_status_str(sb->status));
+        } else if (sb->status == SB_READY && !sandbox_running_now(sb)) {
+                status = 502;
+                snprintf(msg, sizeof(msg), "The sandbox %s reached its timeout and is ending", r->m.id);
+        } else if (!tok && envd_signed_file_op(r)) {
+                if (signed_url_check(c, r, msg, sizeof(msg)) < 0)
+                        status = 401;
         } else if (!tok) {
                 status = 401;
                 snprintf(msg, sizeof(msg), "Missing the sandbox's access token (X-Access-Token)");

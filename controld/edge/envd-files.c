@@ -15,6 +15,7 @@
 #include "json.h"
 #include "log.h"
 #include "pj_e2b.h"
+#include "sandbox.h"
 #include "sbfs.h"
 #include "strutil.h"
 #include "runtime.h"
@@ -26,7 +27,7 @@
  * more than that, so it wants no token (E2B's proxy answers the same way). */
 enum MHD_Result envd_get_health(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
-        if (r->m.id[0] && store_sandbox_get(r->c->store, r->m.id, &sb) == 0 && sb.status == SB_READY)
+        if (r->m.id[0] && store_sandbox_get(r->c->store, r->m.id, &sb) == 0 && sandbox_running_now(&sb))
                 return respond_empty(r, 204);
         cJSON *o = cJSON_CreateObject();
         json_add_str(o, "sandboxId", r->m.id);

@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict'
 import http from 'node:http'
 import https from 'node:https'
-import { Sandbox, Secret, CommandExitError, TimeoutError, NotFoundError } from 'e2b'
+import { Sandbox, Secret, CommandExitError, TimeoutError, NotFoundError, getSignature } from 'e2b'
 
 const hostAddr = process.env.HOST_ADDR || '127.0.0.1'
 const ok = (what) => console.log(`ok ${what}`)
@@ -122,6 +122,38 @@ ok('create')
   ok('files')
 }
 
+// ---- signed file URLs (uploadUrl, downloadUrl): fetched with no token, each good only for its path, operation, user and time
+{
+  const token = sbx.envdAccessToken
+  assert.ok(token, 'a secure sandbox has an envd access token')
+  // the URL is E2B_SANDBOX_URL's /files here; its sandbox is named by header, as E2B's own
+  // routing does (no X-Access-Token)
+  const viaHost = (u, init) => fetch(u, { ...init, headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' } })
+  const up = await sbx.uploadUrl('/tmp/signed.txt')
+  assert.match(up, /[?&]signature=v1_[A-Za-z0-9%]+(&|$)/)
+  const form = new FormData()
+  form.append('file', new Blob(['signed-up']), 'signed.txt')
+  assert.equal((await viaHost(up, { method: 'POST', body: form })).status, 200)
+  const down = await sbx.downloadUrl('/tmp/signed.txt', { useSignatureExpiration: 60 })
+  assert.match(down, /signature_expiration=\d+/)
+  const got = await viaHost(down)
+  assert.equal(got.status, 200)
+  assert.equal(await got.text(), 'signed-up')
+  // the write URL does not read, another path's signature does not fit, no signature is refused
+  assert.equal((await viaHost(up)).status, 401)
+  assert.equal((await viaHost(down.replace('signed.txt', 'other.txt'))).status, 401)
+  assert.equal((await viaHost(down.replace(/&?signature=[^&]*/, ''))).status, 401)
+  // an expired signature is refused, with the reason
+  const old = await getSignature({ path: '/tmp/signed.txt', operation: 'read', user: undefined, expirationInSeconds: -5, envdAccessToken: token })
+  const u = new URL(down)
+  u.searchParams.set('signature', old.signature)
+  u.searchParams.set('signature_expiration', String(old.expiration))
+  const gone = await viaHost(u.toString())
+  assert.equal(gone.status, 401)
+  assert.match(await gone.text(), /expired/)
+  ok('signed file urls')
+}
+
 // ---- watchDir
 {
   await sbx.files.makeDir('/tmp/watched')
@@ -220,6 +252,15 @@ ok('create')
   assert.equal(await plain.isRunning(), true)
   await plain.kill()
   assert.equal(await plain.isRunning(), false)
+  // a timeout shortened to 2 s: not running from the moment it is reached, however long the
+  // teardown then takes (E2B's "shorten timeout" test waits 1 s past it)
+  const short = await Sandbox.create()
+  await short.setTimeout(2_000)
+  const set = Date.now()
+  assert.equal(await short.isRunning(), true)
+  await sleep(Math.max(0, set + 2_000 - Date.now()) + 300)
+  assert.equal(await short.isRunning(), false)
+  await assert.rejects(short.commands.run('true'))
   ok('defaults and isRunning')
 }
 
