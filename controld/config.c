@@ -417,6 +417,11 @@ int config_load(const char *path, struct config **ret, struct err *err) {
         S("docker", "socket", "/var/run/docker.sock", 255, docker_socket);
         S("docker", "runtime", "runsc", 64, docker_runtime);
         S("docker", "runtime_network", "runsc-net", 64, docker_runtime_net);
+        /* Checkpoints (pause with memory) are taken by runsc itself on the container Docker
+         * started (state under runsc_root, where Docker's runtime shim keeps it): uncompressed
+         * and without the copies Docker's checkpoint API makes. "" = Docker's API only. */
+        S("docker", "runsc", "/usr/bin/runsc", 255, docker_runsc);
+        S("docker", "runsc_root", "/var/run/docker/runtime-runc/moby", 255, docker_runsc_root);
         if ((r = conf_get_bool(cf, "docker", NULL, "allow_unsandboxed", false, &c->docker_allow_unsandboxed, err)) < 0)
                 goto fail;
         S("docker", "network", "paddock-sandbox", 64, docker_network);
@@ -554,6 +559,8 @@ struct config *config_free(struct config *c) {
         free(c->db_path);
         free(c->driver);
         free(c->docker_socket);
+        free(c->docker_runsc);
+        free(c->docker_runsc_root);
         free(c->docker_runtime);
         free(c->init_binary);
         free(c->init_dir);

@@ -120,6 +120,7 @@ struct config {
         uint64_t pause_wait_s;                       /* pause answers once paused, or after this */
         /* [docker] */
         char *docker_socket, *docker_runtime, *docker_runtime_net;
+        char *docker_runsc, *docker_runsc_root;      /* runsc run directly for checkpoints ("" = Docker's API) */
         char *docker_network, *docker_subnet, *docker_gateway;     /* open egress */
         char *docker_network_internal, *docker_subnet_internal;     /* restricted, until an agent confirms */
         int64_t docker_pids_limit;

@@ -18,14 +18,18 @@
 #include "docker.h"
 #include "docker-checkpoint.h"
 #include "dockerchild.h"
+#include "dockerchild-private.h"
 #include "driver.h"
 #include "guest-conn.h"
 #include "guest-exec.h"
 #include "log.h"
+#include "runsc.h"
 #include "strutil.h"
 
 /* How long a restore waits for containerd to drop the checkpoint's blob (dd_restore). */
 #define RESTORE_RETRY_MS 30000
+/* The longest runsc may take to write a checkpoint (a sandbox of many GiB on a slow disk). */
+#define CHECKPOINT_TIMEOUT_MS 300000
 
 static _Thread_local int64_t ckpt_walk_bytes;
 static int ckpt_walk(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
@@ -33,6 +37,32 @@ static int ckpt_walk(const char *path, const struct stat *st, int flag, struct F
         if (flag == FTW_F)
                 ckpt_walk_bytes += (int64_t) st->st_blocks * 512;
         return 0;
+}
+
+static int rm_walk(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        (void) st, (void) ftw;
+        (void) (flag == FTW_DP ? rmdir(path) : unlink(path));
+        return 0;
+}
+
+int dd_runsc_checkpoint_here(const struct config *cfg, const char *docker_root, const char *id, const char *name,
+                             int64_t timeout_ms, struct err *err) {
+        if (!cfg->docker_runsc[0] || !cfg->docker_runsc_root[0])
+                return err_set(err, -ENOENT, "runsc is not configured ([docker] runsc, runsc_root)");
+        int k = runsc_knows(cfg->docker_runsc_root, id);
+        if (k <= 0)
+                return err_set(err, k < 0 ? k : -ENOENT, "runsc has no state for container %s under %s", id,
+                               cfg->docker_runsc_root);
+        _cleanup_free_ char *parent = xasprintf("%s/containers/%s/checkpoints", docker_root, id);
+        _cleanup_free_ char *dir = xasprintf("%s/%s", parent, name);
+        if (mkdir(parent, 0700) < 0 && errno != EEXIST)
+                return err_set(err, -errno, "cannot make %s: %m", parent);
+        if (mkdir(dir, 0700) < 0)
+                return err_set(err, -errno, "cannot make %s: %m", dir);
+        int r = runsc_checkpoint(cfg->docker_runsc, cfg->docker_runsc_root, id, dir, timeout_ms, err);
+        if (r < 0)
+                (void) nftw(dir, rm_walk, 8, FTW_DEPTH | FTW_PHYS);
+        return r;
 }
 
 /* The agent listens again (the unpark signal to PID 1); waits for its socket, bounded. */
@@ -63,7 +93,23 @@ int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char *name, 
                 unpark_agent(d, sb, sb->container_id, mono_ms() + 5000);
                 return r;
         }
-        r = docker_checkpoint_create(D(d), sb->container_id, name, true);
+        /* runsc itself first (uncompressed, no copies: ~10x faster than Docker's API with
+         * 100 MiB of heap here); Docker's API where runsc has no state for the container */
+        struct err rerr = { 0 };
+        int64_t t0 = mono_ms();
+        r = -ENOENT;
+        if (strlen(sb->container_id) == 64) {
+                r = dockerchild_running() ? dockerchild_runsc_checkpoint(sb->container_id, name, CHECKPOINT_TIMEOUT_MS, &rerr)
+                                          : dd_runsc_checkpoint_here(d->ctl->cfg, P(d)->root_dir, sb->container_id, name,
+                                                                     CHECKPOINT_TIMEOUT_MS, &rerr);
+                if (r >= 0)
+                        log_debug("runsc checkpointed %s in %lld ms", sb->container_id, (long long) (mono_ms() - t0));
+        }
+        if (r == -ENOENT) {
+                log_debug("checkpoint through Docker's API: %s", rerr.message);
+                r = docker_checkpoint_create(D(d), sb->container_id, name, true);
+        } else if (r < 0)
+                docker_set_last_error(rerr.message);
         if (r < 0) {
                 err_set(err, r, "the checkpoint failed: %s%s", dmsg(r),
                         r == -ENOENT ? " (does the Docker engine run with \"experimental\": true?)" : "");

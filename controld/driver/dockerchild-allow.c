@@ -70,6 +70,7 @@ static const struct {
         [DC_OP_AGENT_WAIT] = { 1, 0, false },
         [DC_OP_CGROUP_OPEN] = { 1, 0, false },
         [DC_OP_TREE_BYTES] = { 1, 0, false },
+        [DC_OP_RUNSC_CHECKPOINT] = { 2, 0, false },
         [DC_OP_BTRFS_QUOTA] = { 1, 0, false },
         [DC_OP_BTRFS_CREATE] = { 2, 0, false },
         [DC_OP_BTRFS_DESTROY] = { 2, 0, false },
@@ -584,6 +585,7 @@ static void reg_do(const struct dc_request *q, struct dc_answer *a) {
         case DC_OP_AGENT_WAIT:
         case DC_OP_CGROUP_OPEN:
         case DC_OP_TREE_BYTES:
+        case DC_OP_RUNSC_CHECKPOINT:
         case DC_OP_BTRFS_QUOTA:
         case DC_OP_BTRFS_CREATE:
         case DC_OP_BTRFS_DESTROY:
@@ -723,6 +725,21 @@ void dc_child_do(const struct dc_request *q, struct dc_answer *a) {
                 (void) nftw(p, walk, 8, FTW_PHYS);
                 a->num = walk_bytes;
                 a->r = 0;
+                return;
+        }
+        case DC_OP_RUNSC_CHECKPOINT: {
+                /* one of our containers, by its full id, and a checkpoint name: the image goes to
+                 * that container's own checkpoint directory, nowhere else */
+                const char *root = docker_root();
+                if (!root || !all_hex(q->arg[0], 64, 64) || !our_container(q->arg[0], true) || !docker_valid_name(q->arg[1]) ||
+                    strlen(q->arg[1]) > 64) {
+                        a->r = deny(a->err, sizeof(a->err), "runsc checkpoint: %s is not one of our containers by full id, or "
+                                                            "the name is not a checkpoint's", q->arg[0]);
+                        return;
+                }
+                struct err e = { 0 };
+                a->r = dd_runsc_checkpoint_here(cfg, root, q->arg[0], q->arg[1], q->num, &e);
+                snprintf(a->err, sizeof(a->err), "%s", e.message);
                 return;
         }
         case DC_OP_BTRFS_QUOTA:

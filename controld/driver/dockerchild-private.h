@@ -11,6 +11,14 @@
 #include "cleanup.h"
 
 struct config;
+struct err;
+
+/* DC_OP_RUNSC_CHECKPOINT's work (docker-memory.c), run by the child, or in-process when there
+ * is no child: runsc's checkpoint of container id (full id, checked by the caller) into
+ * <docker_root>/containers/<id>/checkpoints/<name> (made 0700; removed again on failure).
+ * -ENOENT when runsc has no state for it under cfg's runsc_root or runsc is not configured. */
+int dd_runsc_checkpoint_here(const struct config *cfg, const char *docker_root, const char *id, const char *name,
+                             int64_t timeout_ms, struct err *err);
 
 #define DC_VERSION 1
 #define DC_ARGS 4
@@ -35,6 +43,7 @@ enum dc_op {
         DC_OP_AGENT_WAIT,       /* sandbox id; num = ms */
         DC_OP_CGROUP_OPEN,      /* path: the fd, O_WRONLY */
         DC_OP_TREE_BYTES,       /* path: num */
+        DC_OP_RUNSC_CHECKPOINT, /* container id (64 hex), checkpoint name; num = ms */
         DC_OP_BTRFS_QUOTA,      /* path */
         DC_OP_BTRFS_CREATE,     /* parent, name; num = limit bytes */
         DC_OP_BTRFS_DESTROY,    /* parent, name */

@@ -645,6 +645,16 @@ int64_t dockerchild_tree_bytes(const char *dir) {
         return n;
 }
 
+int dockerchild_runsc_checkpoint(const char *container_id, const char *name, int64_t timeout_ms, struct err *err) {
+        struct dc_call c = DC_CALL(.op = DC_OP_RUNSC_CHECKPOINT, .timeout_ms = (long) timeout_ms + 5000, .num = timeout_ms);
+        set_args(&c, 2, (const char *const[]) { container_id, name });
+        int r = dc_call(&c);
+        if (r < 0)
+                err_set(err, r, "%s", c.err[0] ? c.err : strerror(-r));
+        dc_call_done(&c);
+        return r;
+}
+
 int dockerchild_ping(char *msg, size_t msglen) {
         struct dc_call c = DC_CALL(.op = DC_OP_PING, .timeout_ms = 5000);
         int r = dc_call(&c);

@@ -61,6 +61,11 @@ int dockerchild_cgroup_open(const char *path);
  * or -errno. */
 int64_t dockerchild_tree_bytes(const char *dir);
 
+/* runsc's checkpoint of our container (full id) into its checkpoint directory <name>
+ * (dd_runsc_checkpoint_here in the child). 0, -ENOENT when runsc has no state for it under
+ * [docker] runsc_root (Docker's API must do it), or -errno with the reason. */
+int dockerchild_runsc_checkpoint(const char *container_id, const char *name, int64_t timeout_ms, struct err *err);
+
 /* For tests: the child's answer to a ping ("paddock controld docker child, protocol N") into
  * msg; one Docker API call as the docker client makes it (status and body xmalloc'd); a raw
  * message on a fresh channel (fd -1 = none): the child's r and message. */
