@@ -229,6 +229,8 @@ TEST_FULL(the_child_refuses_calls_outside_the_allowlist, 60) {
         cfg->init_dir = xstrdup("");
         cfg->db_path = xstrdup("/nonexistent/controld.db");
         cfg->run_user = xstrdup("");
+        cfg->docker_runsc = xstrdup("/usr/bin/runsc");
+        cfg->docker_runsc_root = xstrdup("/var/run/docker/runtime-runc/moby");
         struct err err = { 0 };
         ASSERT_EQ(dockerchild_start(cfg, &err), 0);
 
@@ -260,6 +262,29 @@ TEST_FULL(the_child_refuses_calls_outside_the_allowlist, 60) {
         ASSERT_EQ(dockerchild_docker_call("POST", "/containers/0123456789ab/kill?signal=KILL", NULL, 0, 5000, &status, &body,
                                           &len),
                   -EPERM);
+        /* runsc's checkpoint (it stops the container and writes its memory out) only of ours:
+         * another running container by its full id is refused and keeps running. */
+        {
+                char cname[64];
+                snprintf(cname, sizeof(cname), "pdk-not-ours-%d", (int) getpid());
+                const char *img = getenv("PADDOCK_TEST_IMAGE");
+                char *run[] = { "docker", "run", "-d", "--runtime", "runsc", "--name", cname, (char *) (img ? img : "paddock/busybox:local"),
+                                "sleep", "600", NULL };
+                _cleanup_free_ char *cid = NULL;
+                ASSERT_EQ(test_run_capture(run, &cid, 4096), 0);
+                cid[strcspn(cid, "\n")] = 0;
+                ASSERT_EQ(strlen(cid), 64);
+                struct err ce = { 0 };
+                int r = dockerchild_runsc_checkpoint(cid, "c1", 5000, &ce);
+                bool running = docker_container_running(cname);
+                char *rm[] = { "docker", "rm", "-f", cname, NULL };
+                _cleanup_free_ char *rmout = NULL;
+                (void) test_run_capture(rm, &rmout, 4096);
+                ASSERT_EQ(r, -EPERM);
+                ASSERT_CONTAINS(ce.message, "not one of our containers");
+                ASSERT_TRUE(running);
+                ASSERT_EQ(dockerchild_runsc_checkpoint("../../etc", "c1", 5000, &ce), -EPERM);
+        }
         /* Another container's inspect (its Env may hold secrets) reads as missing. */
         _cleanup_free_ char *out = NULL;
         char *argv[] = { "docker", "ps", "-q", "--no-trunc", NULL };
