@@ -114,6 +114,45 @@ fail:
         return r;
 }
 
+static int qgroup_limit(int pfd, const char *name, uint64_t limit_bytes) {
+        int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        /* quotas are on: Docker turned them on for the subvolume this one replaces */
+        struct btrfs_ioctl_qgroup_limit_args l = {
+                .qgroupid = 0,
+                .lim = { .flags = BTRFS_QGROUP_LIMIT_MAX_RFER, .max_rfer = limit_bytes },
+        };
+        int r = ioctl(fd, BTRFS_IOC_QGROUP_LIMIT, &l) < 0 ? -errno : 0;
+        close(fd);
+        return r;
+}
+
+int btrfs_snapshot_capped(const char *src, const char *parent, const char *name, uint64_t limit_bytes) {
+        int r = valid_name(name);
+        if (r < 0)
+                return r;
+        int sfd = open(src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sfd < 0)
+                return -errno;
+        int pfd = open_dir(parent);
+        if (pfd < 0) {
+                close(sfd);
+                return pfd;
+        }
+        struct btrfs_ioctl_vol_args_v2 a = { .fd = sfd };
+        (void) strscpy(a.name, name, sizeof(a.name));
+        r = ioctl(pfd, BTRFS_IOC_SNAP_CREATE_V2, &a) < 0 ? -errno : 0;
+        close(sfd);
+        if (r == 0 && limit_bytes && (r = qgroup_limit(pfd, name, limit_bytes)) < 0) {
+                struct btrfs_ioctl_vol_args d = { 0 };
+                (void) strscpy(d.name, name, sizeof(d.name));
+                (void) ioctl(pfd, BTRFS_IOC_SNAP_DESTROY, &d);
+        }
+        close(pfd);
+        return r;
+}
+
 int btrfs_subvol_destroy(const char *parent, const char *name) {
         if (remote)
                 return remote->subvol_destroy(parent, name);

@@ -29,6 +29,9 @@ int btrfs_subvol_create_capped(const char *parent, const char *name, uint64_t li
 
 /* Deletes subvolume parent/name with everything in it. Missing -> -ENOENT. */
 int btrfs_subvol_destroy(const char *parent, const char *name);
+/* A snapshot of subvolume src as parent/name (same filesystem; a copy-on-write copy, instant),
+ * its references limited to limit_bytes (0 = none). Here only (no remote). */
+int btrfs_snapshot_capped(const char *src, const char *parent, const char *name, uint64_t limit_bytes);
 
 
 /* A process that may not do these itself (controld's network-facing parent, whose docker child

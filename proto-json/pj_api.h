@@ -163,6 +163,11 @@ struct pj_process_stdin {
 /* POST /sandboxes/{id}/pause: {"keepMemory": bool}, false when absent; an empty body is {}.
  * Any other field is refused by name. */
 int pj_pause_parse(const char *body, size_t len, bool *ret_keep_memory, struct err *err);
+/* POST /sandboxes/{id}/fork (ours and E2B's): {"count": 1..max_count (default 1),
+ * "timeout": seconds 0..max_timeout_s}; *ret_timeout_s -1 when absent. An empty body is {}.
+ * Any other field is refused by name. */
+int pj_fork_parse(const char *body, size_t len, int max_count, int max_timeout_s, int *ret_count, int *ret_timeout_s,
+                  struct err *err);
 /* POST /sandboxes/{id}/processes/{pid}/signal: "signal" a name (SIGINT, INT, ...) or 1..64. */
 int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct err *err);
 /* POST /sandboxes/{id}/processes/{pid}/resize: {"rows", "cols"} 1..1000. */

@@ -235,6 +235,21 @@ int pj_pause_parse(const char *body, size_t len, bool *ret_keep_memory, struct e
         return 0;
 }
 
+int pj_fork_parse(const char *body, size_t len, int max_count, int max_timeout_s, int *ret_count, int *ret_timeout_s,
+                  struct err *err) {
+        static const char *const fields[] = { "count", "timeout" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        bool has_count = false, has_timeout = false;
+        int count = 1, timeout = -1, r;
+        if ((r = pj_parse_body(body, len, true, fields, ELEMENTSOF(fields), &root, err)) < 0 ||
+            (r = pj_get_int(root, "", "count", 1, max_count, &has_count, &count, err)) < 0 ||
+            (r = pj_get_int(root, "", "timeout", 0, max_timeout_s, &has_timeout, &timeout, err)) < 0)
+                return r;
+        *ret_count = has_count ? count : 1;
+        *ret_timeout_s = has_timeout ? timeout : -1;
+        return 0;
+}
+
 int pj_process_signal_parse(const char *body, size_t len, int *ret_signo, struct err *err) {
         static const char *const fields[] = { "signal" };
         static const struct { const char *name; int no; } names[] = {

@@ -169,6 +169,11 @@ int check_node_accepting(struct ctl *c, struct err *err) {
 
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in, struct sandbox *ret,
                    struct err *err) {
+        return sandbox_create_from(c, acc, in, NULL, NULL, ret, err);
+}
+
+int sandbox_create_from(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in,
+                        const struct sandbox *fork_src, const char *fork_name, struct sandbox *ret, struct err *err) {
         const struct config *cfg = c->cfg;
         struct plan plan_buf;
         const struct plan *plan = config_account_plan(cfg, acc, &plan_buf);
@@ -269,7 +274,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 sb.name = xasprintf("%s-%.4s", animals[(unsigned char) suffix[0] % ELEMENTSOF(animals)], suffix + 1);
         }
         sb.template_name = xstrdup(tpl->name);
-        sb.image = in->from_snapshot ? snapshot_image_ref(&snap) : xstrdup(tpl->image);
+        /* a fork's child runs what its source runs, whatever the template says today */
+        sb.image = fork_src ? xstrdup(fork_src->image) : in->from_snapshot ? snapshot_image_ref(&snap) : xstrdup(tpl->image);
         sb.from_snapshot = in->from_snapshot ? xstrdup(snap.id) : NULL;
         sb.status = SB_STARTING;
         sb.region_key = xstrdup(g->key);
@@ -315,9 +321,11 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
          * in the same transaction that takes it from the pool. Otherwise the cold path. */
         int64_t t1 = mono_ms();
         enum pool_miss miss;
-        const struct pool_conf *pool = pool_match(c, tpl, cpu, mem, disk, in, &miss);
+        const struct pool_conf *pool = fork_src ? NULL : pool_match(c, tpl, cpu, mem, disk, in, &miss);
         r = -ENOENT;
-        if (miss == POOL_MISS_NONE && (r = store_pool_claim(c->store, pool->name, sb.image, &sb, plan->max_concurrent)) < 0 &&
+        if (fork_src)
+                miss = POOL_MISS_EMPTY;   /* a fork's child is never a pool member, and counts as no miss */
+        else if (miss == POOL_MISS_NONE && (r = store_pool_claim(c->store, pool->name, sb.image, &sb, plan->max_concurrent)) < 0 &&
             r != -EDQUOT) {
                 if (r != -ENOENT)
                         log_warning("pool %s: the claim failed (%s); taking the cold path", pool->name, strerror(-r));
@@ -325,7 +333,8 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         }
         bool claimed = r == 0;
         if (r != -EDQUOT) {
-                pool_note(c, pool, miss);
+                if (!fork_src)
+                        pool_note(c, pool, miss);
                 if (!claimed)
                         r = store_sandbox_insert_capped(c->store, &sb, plan->max_concurrent);
                 if (!claimed && r == 0)
@@ -365,7 +374,10 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
         int64_t t2 = mono_ms();
         if (!claimed) {
                 struct placement pl = { 0 };
+                sb.fork_container = fork_src ? fork_src->container_id : NULL;
+                sb.fork_name = fork_name;
                 r = c->drv->ops->place(c->drv, &sb, &pl, &reason);
+                sb.fork_container = sb.fork_name = NULL;
                 metrics_observe_phase(c->metrics, "place", (double) (mono_ms() - t2) / 1000.0);
                 if (r < 0) {
                         r = err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason.message);
@@ -400,7 +412,7 @@ int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_san
                 fault_point("create.egress_applied");
         }
         /* A pool member ran its template's start when it was made. */
-        if (!claimed && template_start(c, &sb, &reason) < 0) {
+        if (!claimed && !fork_src && template_start(c, &sb, &reason) < 0) {
                 unplace_unenforced(c, &sb);
                 r = err_set(err, -EHOSTUNREACH, "Sandbox provisioning failed: %s", reason.message);
                 goto fail;

@@ -11,7 +11,24 @@
 /* Each returns 0 or a negative errno with err->message set (the codes: controld.h). */
 int sandbox_create(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in,
                    struct sandbox *ret, struct err *err);
+/* sandbox_create for a fork's child (fork.c): fork_src's image, placed from what the driver
+ * staged under fork_name (no pool, no template start). NULL fork_src = sandbox_create. */
+int sandbox_create_from(struct ctl *c, const struct account *acc, const struct pj_sandbox_create *in,
+                        const struct sandbox *fork_src, const char *fork_name, struct sandbox *ret, struct err *err);
 int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct err *err);
+/* Fork (fork.c): count copies of running sandbox src (memory and filesystem), each a new
+ * sandbox of acc living timeout_s (0: as long as src's run length). 0 once the children were
+ * attempted (res[i] says each one's outcome: r, and sb or err); else -errno before any was:
+ * -EINVAL/-EOPNOTSUPP what cannot be forked here, -ENOENT/-EBUSY the source's state, -EIO the
+ * checkpoint or staging failed (the source runs on). */
+#define SANDBOX_FORK_MAX 100
+struct sandbox_fork_result {
+        int r;
+        struct sandbox sb;
+        struct err err;
+};
+int sandbox_fork(struct ctl *c, const struct account *acc, const struct sandbox *src, int count, int64_t timeout_s,
+                 struct sandbox_fork_result *res, struct err *err);
 /* keep_memory: pause with the processes and memory (a checkpoint; local driver, deny_all
  * sandboxes), -EINVAL/-EOPNOTSUPP naming why not. */
 int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, struct err *err);

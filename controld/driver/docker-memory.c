@@ -66,7 +66,7 @@ int dd_runsc_checkpoint_here(const struct config *cfg, const char *docker_root, 
 }
 
 /* The agent listens again (the unpark signal to PID 1); waits for its socket, bounded. */
-static void unpark_agent(struct driver *d, const struct sandbox *sb, const char *container, int64_t deadline) {
+void dd_unpark_agent(struct driver *d, const struct sandbox *sb, const char *container, int64_t deadline) {
         _cleanup_free_ char *sig = xasprintf("%d", PJ_AGENT_UNPARK_SIGNAL);
         int r = docker_container_kill(D(d), container, sig);
         if (r < 0)
@@ -90,7 +90,7 @@ int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char *name, 
                 err_set(err, r, "the sandbox's agent could not be parked for the checkpoint: %s",
                         aerr.message[0] ? aerr.message : strerror(-r));
                 /* It may have parked and failed to say so. */
-                unpark_agent(d, sb, sb->container_id, mono_ms() + 5000);
+                dd_unpark_agent(d, sb, sb->container_id, mono_ms() + 5000);
                 return r;
         }
         /* runsc itself first (uncompressed, no copies: ~10x faster than Docker's API with
@@ -115,7 +115,7 @@ int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char *name, 
                         r == -ENOENT ? " (does the Docker engine run with \"experimental\": true?)" : "");
                 struct docker_container_state st;
                 if (docker_container_inspect(D(d), sb->container_id, &st) >= 0 && st.exists && st.running)
-                        unpark_agent(d, sb, sb->container_id, mono_ms() + 5000);
+                        dd_unpark_agent(d, sb, sb->container_id, mono_ms() + 5000);
                 else
                         *ret_stopped = true;
                 (void) docker_checkpoint_remove(D(d), sb->container_id, name);
@@ -189,7 +189,7 @@ int dd_restore(struct driver *d, const struct sandbox *sb, const char *name, str
                 (void) docker_container_stop(D(d), sb->container_id, 0);
                 return r < 0 ? r : -EIO;
         }
-        unpark_agent(d, sb, sb->container_id, deadline);
+        dd_unpark_agent(d, sb, sb->container_id, deadline);
         r = docker_checkpoint_remove(D(d), sb->container_id, name);
         if (r < 0 && r != -ENOENT)
                 log_warning("cannot remove checkpoint %s after the restore: %s", name, dmsg(r));

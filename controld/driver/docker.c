@@ -394,8 +394,11 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                         err_set(err, r, "container create failed: %s", dmsg(r));
                 goto unwind;
         }
-        r = docker_container_start(D(d), id);
-        if (r < 0) {
+        if (sb->fork_container) {
+                /* a fork's child: the source's filesystem and memory, restored (docker-fork.c) */
+                if ((r = dd_fork_restore(d, sb, id, err)) < 0)
+                        goto unwind;
+        } else if ((r = docker_container_start(D(d), id)) < 0) {
                 err_set(err, r, "container start failed: %s", dmsg(r));
                 goto unwind;
         }
@@ -422,7 +425,13 @@ static int dd_place(struct driver *d, const struct sandbox *sb, struct placement
                 usleep(20 * 1000);
         }
         cpu_burst_apply(d, o.nano_cpus, st.pid);
-        if (agent)
+        if (agent && sb->fork_container) {
+                /* parked at the checkpoint: it listens again, with this sandbox's secret */
+                dd_unpark_agent(d, sb, id, deadline);
+                r = docker_checkpoint_remove(D(d), id, sb->fork_name);
+                if (r < 0 && r != -ENOENT)
+                        log_warning("cannot remove the fork's checkpoint %s: %s", sb->fork_name, dmsg(r));
+        } else if (agent)
                 wait_agent_socket(d, sb, deadline);
         memset(ret, 0, sizeof(*ret));
         ret->container_id = TAKE_PTR(id);
@@ -597,6 +606,8 @@ static const struct driver_ops docker_ops = {
         .checkpoint = dd_checkpoint,
         .checkpoint_ready = dd_checkpoint_ready,
         .restore = dd_restore,
+        .fork_stage = dd_fork_stage,
+        .fork_unstage = dd_fork_unstage,
         .running = dd_running,
         .sample = dd_sample,
         .volume_create = dd_volume_create,

@@ -28,6 +28,7 @@
 #include "cleanup.h"
 #include "controld.h"
 #include "docker.h"
+#include "dockerchild.h"
 #include "dockerchild-private.h"
 #include "log.h"
 #include "pj_agent.h"
@@ -71,6 +72,7 @@ static const struct {
         [DC_OP_CGROUP_OPEN] = { 1, 0, false },
         [DC_OP_TREE_BYTES] = { 1, 0, false },
         [DC_OP_RUNSC_CHECKPOINT] = { 2, 0, false },
+        [DC_OP_FORK] = { 3, 0, false },
         [DC_OP_BTRFS_QUOTA] = { 1, 0, false },
         [DC_OP_BTRFS_CREATE] = { 2, 0, false },
         [DC_OP_BTRFS_DESTROY] = { 2, 0, false },
@@ -586,6 +588,7 @@ static void reg_do(const struct dc_request *q, struct dc_answer *a) {
         case DC_OP_CGROUP_OPEN:
         case DC_OP_TREE_BYTES:
         case DC_OP_RUNSC_CHECKPOINT:
+        case DC_OP_FORK:
         case DC_OP_BTRFS_QUOTA:
         case DC_OP_BTRFS_CREATE:
         case DC_OP_BTRFS_DESTROY:
@@ -739,6 +742,22 @@ void dc_child_do(const struct dc_request *q, struct dc_answer *a) {
                 }
                 struct err e = { 0 };
                 a->r = dd_runsc_checkpoint_here(cfg, root, q->arg[0], q->arg[1], q->num, &e);
+                snprintf(a->err, sizeof(a->err), "%s", e.message);
+                return;
+        }
+        case DC_OP_FORK: {
+                /* our containers by full id (the child's only for a copy), a checkpoint's name */
+                const char *root = docker_root();
+                bool copy = q->num2 == DD_FORK_COPY;
+                if (!root || q->num2 < DD_FORK_STAGE || q->num2 > DD_FORK_UNSTAGE || !all_hex(q->arg[0], 64, 64) ||
+                    !our_container(q->arg[0], true) || !docker_valid_name(q->arg[1]) || strlen(q->arg[1]) > 64 ||
+                    (copy ? !all_hex(q->arg[2], 64, 64) || !our_container(q->arg[2], true) : q->arg[2][0] != 0) ||
+                    (copy && !strcmp(q->arg[0], q->arg[2])) || q->num < 0) {
+                        a->r = deny(a->err, sizeof(a->err), "fork: not our containers by full id, or not a checkpoint's name");
+                        return;
+                }
+                struct err e = { 0 };
+                a->r = dd_fork_here(root, (int) q->num2, q->arg[0], q->arg[1], q->arg[2], (uint64_t) q->num, &e);
                 snprintf(a->err, sizeof(a->err), "%s", e.message);
                 return;
         }

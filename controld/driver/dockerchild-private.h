@@ -17,6 +17,10 @@ struct err;
  * is no child: runsc's checkpoint of container id (full id, checked by the caller) into
  * <docker_root>/containers/<id>/checkpoints/<name> (made 0700; removed again on failure).
  * -ENOENT when runsc has no state for it under cfg's runsc_root or runsc is not configured. */
+/* DC_OP_FORK's work (docker-fork.c): step (enum dd_fork_step) of a fork of container src
+ * staged under name, for child container dst (full ids, checked by the caller). */
+int dd_fork_here(const char *docker_root, int step, const char *src, const char *name, const char *dst, uint64_t limit_bytes,
+                 struct err *err);
 int dd_runsc_checkpoint_here(const struct config *cfg, const char *docker_root, const char *id, const char *name,
                              int64_t timeout_ms, struct err *err);
 
@@ -44,6 +48,7 @@ enum dc_op {
         DC_OP_CGROUP_OPEN,      /* path: the fd, O_WRONLY */
         DC_OP_TREE_BYTES,       /* path: num */
         DC_OP_RUNSC_CHECKPOINT, /* container id (64 hex), checkpoint name; num = ms */
+        DC_OP_FORK,             /* source id, name, child id ("" for stage/unstage); num = limit, num2 = step */
         DC_OP_BTRFS_QUOTA,      /* path */
         DC_OP_BTRFS_CREATE,     /* parent, name; num = limit bytes */
         DC_OP_BTRFS_DESTROY,    /* parent, name */

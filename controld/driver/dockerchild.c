@@ -655,6 +655,16 @@ int dockerchild_runsc_checkpoint(const char *container_id, const char *name, int
         return r;
 }
 
+int dockerchild_fork(int step, const char *src, const char *name, const char *dst, uint64_t limit_bytes, struct err *err) {
+        struct dc_call c = DC_CALL(.op = DC_OP_FORK, .timeout_ms = 120000, .num = (int64_t) limit_bytes, .num2 = step);
+        set_args(&c, 3, (const char *const[]) { src, name, dst });
+        int r = dc_call(&c);
+        if (r < 0)
+                err_set(err, r, "%s", c.err[0] ? c.err : strerror(-r));
+        dc_call_done(&c);
+        return r;
+}
+
 int dockerchild_ping(char *msg, size_t msglen) {
         struct dc_call c = DC_CALL(.op = DC_OP_PING, .timeout_ms = 5000);
         int r = dc_call(&c);

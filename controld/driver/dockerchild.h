@@ -66,6 +66,10 @@ int64_t dockerchild_tree_bytes(const char *dir);
  * [docker] runsc_root (Docker's API must do it), or -errno with the reason. */
 int dockerchild_runsc_checkpoint(const char *container_id, const char *name, int64_t timeout_ms, struct err *err);
 
+/* A fork's steps on Docker's data root (docker-fork.c says what each does), done by the child. */
+enum dd_fork_step { DD_FORK_STAGE = 1, DD_FORK_COPY, DD_FORK_UNSTAGE };
+int dockerchild_fork(int step, const char *src, const char *name, const char *dst, uint64_t limit_bytes, struct err *err);
+
 /* For tests: the child's answer to a ping ("paddock controld docker child, protocol N") into
  * msg; one Docker API call as the docker client makes it (status and body xmalloc'd); a raw
  * message on a fresh channel (fd -1 = none): the child's r and message. */

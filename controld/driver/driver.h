@@ -116,6 +116,12 @@ struct driver_ops {
          * unparks its agent and waits (bounded) for it to listen; the checkpoint is removed once
          * the workload runs. ret as place's. On failure the workload is stopped as it was. */
         int (*restore)(struct driver *d, const struct sandbox *sb, const char *name, struct placement *ret, struct err *err);
+        /* Optional (NULL: no fork), with checkpoint: after checkpoint(src, name) stopped the
+         * source, stages copies of its filesystem and checkpoint under name for children to be
+         * placed from (a place of a sandbox whose fork_container/fork_name say so); the source
+         * can then be restored. fork_unstage removes them (best effort). */
+        int (*fork_stage)(struct driver *d, const struct sandbox *src, const char *name, struct err *err);
+        int (*fork_unstage)(struct driver *d, const struct sandbox *src, const char *name);
         /* Optional: mark a node (in)eligible for new sandboxes. NULL = the driver has one node. */
         int (*node_set_eligible)(struct driver *d, const char *node_id, bool eligible, struct err *err);
 };

@@ -179,6 +179,45 @@ static enum MHD_Result pause_resume(struct req *r, bool pause) {
         return respond_envelope(r, 200, note ? note : pause ? "Sandbox pause requested" : "Sandbox resume requested", data);
 }
 
+/* POST /sandboxes/{id}/fork {"count", "timeout"}: copies of the running sandbox, memory and
+ * filesystem (fork.c). 201 with one entry per fork in data: {"sandbox": ...} or {"error":
+ * {"status", "message"}}; a failure before any fork is the status itself. */
+static enum MHD_Result post_fork(struct req *r) {
+        _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct err pe = { 0 }, e = { 0 };
+        int count = 1, timeout = -1;
+        enum MHD_Result res;
+        if (pj_fork_parse(r->body.buf, r->body.len, SANDBOX_FORK_MAX, 30 * 24 * 3600, &count, &timeout, &pe) < 0)
+                return pj_fail(r, &pe);
+        if (!load_sandbox(r, &sb, &res))
+                return res;
+        log_ctx_set("SANDBOX_ID", r->m.id);
+        struct sandbox_fork_result *out = xnew0(struct sandbox_fork_result, (size_t) count);
+        int k = sandbox_fork(r->c, &r->acc, &sb, count, timeout < 0 ? 0 : timeout, out, &e);
+        if (k < 0) {
+                free(out);
+                return respond_errno(r, k, &e);
+        }
+        cJSON *a = cJSON_CreateArray();
+        int made = 0;
+        for (int i = 0; i < count; i++) {
+                cJSON *o = cJSON_CreateObject();
+                if (out[i].r == 0) {
+                        cJSON_AddItemToObject(o, "sandbox", sandbox_to_json(r->c, &out[i].sb));
+                        made++;
+                } else {
+                        cJSON *er = cJSON_AddObjectToObject(o, "error");
+                        json_add_int(er, "status", http_status_from_errno(out[i].r));
+                        json_add_str(er, "message", out[i].err.message);
+                }
+                cJSON_AddItemToArray(a, o);
+                sandbox_clear(&out[i].sb);
+        }
+        free(out);
+        _cleanup_free_ char *msg = xasprintf("Sandbox forked: %d of %d copies running", made, count);
+        return respond_envelope(r, 201, msg, a);
+}
+
 static enum MHD_Result post_pause(struct req *r) { return pause_resume(r, true); }
 static enum MHD_Result post_resume(struct req *r) { return pause_resume(r, false); }
 
@@ -348,6 +387,7 @@ static const struct route routes[] = {
         { "DELETE", "/sandboxes/{id}",                  "/sandboxes/{id}",                SB,         true,  false, J, NULL, delete_sandbox },
         { "GET",    "/sandboxes/{id}/wait",             "/sandboxes/{id}/wait",           SB,         true,  false, J, NULL, wait_sandbox },
         { "POST",   "/sandboxes/{id}/pause",            "/sandboxes/{id}/pause",          SB,         true,  false, J, NULL, post_pause },
+        { "POST",   "/sandboxes/{id}/fork",             "/sandboxes/{id}/fork",           SB,         true,  false, J, NULL, post_fork },
         { "POST",   "/sandboxes/{id}/resume",           "/sandboxes/{id}/resume",         SB,         true,  false, J, NULL, post_resume },
         { "GET",    "/sandboxes/{id}/stats",            "/sandboxes/{id}/stats",          SB,         true,  false, J, NULL, get_stats },
         { "GET",    "/sandboxes/{id}/egress",           "/sandboxes/{id}/egress",         SB,         true,  false, J, NULL, get_egress },

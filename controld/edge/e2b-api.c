@@ -436,21 +436,50 @@ enum MHD_Result e2b_get_metrics(struct req *r) {
 enum MHD_Result e2b_not_served(struct req *r) {
         const char *p = r->path;
         const char *why =
-                strstr(p, "/fork") ? "forking a running sandbox needs its memory kept, which this server does not do yet"
-                : !strncmp(p, "/volumecontent", 14) ? "volume contents are reached through a sandbox that mounts the volume"
+                !strncmp(p, "/volumecontent", 14) ? "volume contents are reached through a sandbox that mounts the volume"
                 : !strncmp(p, "/volumes", 8) ? "volumes are Paddock's own here: use the Brimble API's /volumes"
                 : "building templates through E2B's API is not served here: Paddock builds templates from a "
                   "Dockerfile (POST /templates on the Brimble API)";
         return respond_error(r, 501, "Not implemented: %s", why);
 }
 
-/* POST /sandboxes/{id}/fork: not served (501), but a sandbox that is not there (never was, or
- * killed) is a 404 first, as E2B's: the SDK raises SandboxNotFoundError for it. */
+/* POST /sandboxes/{id}/fork {"count", "timeout"}: count copies of the running sandbox (its
+ * memory and filesystem; fork.c), each living timeout seconds (E2B's default 15). 201 with one
+ * entry per fork, {"sandbox": ...} or {"error": {"code", "message"}}, as E2B answers; a
+ * failure before any fork (not found 404, not running 409, cannot fork here 400/501) is the
+ * status itself. */
 enum MHD_Result e2b_post_fork(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
+        struct err pe = { 0 }, e = { 0 };
+        int count = 1, timeout = -1;
         if (load_live(r, &sb) < 0)
                 return MHD_YES;
-        return e2b_not_served(r);
+        if (pj_fork_parse(r->body.buf, r->body.len, SANDBOX_FORK_MAX, 30 * 24 * 3600, &count, &timeout, &pe) < 0)
+                return bad(r, &pe);
+        if (sb.status != SB_READY)
+                return respond_error(r, 409, "The sandbox %s is %s; only a running sandbox can be forked", sb.id,
+                                     sb_status_str(sb.status));
+        struct sandbox_fork_result *res = xnew0(struct sandbox_fork_result, (size_t) count);
+        int k = sandbox_fork(r->c, &r->acc, &sb, count, timeout < 0 ? 15 : timeout, res, &e);
+        if (k < 0) {
+                free(res);
+                return respond_errno(r, k, &e);
+        }
+        cJSON *a = cJSON_CreateArray();
+        for (int i = 0; i < count; i++) {
+                cJSON *o = cJSON_CreateObject();
+                if (res[i].r == 0)
+                        cJSON_AddItemToObject(o, "sandbox", sandbox_json(r->c, &res[i].sb));
+                else {
+                        cJSON *er = cJSON_AddObjectToObject(o, "error");
+                        json_add_int(er, "code", http_status_from_errno(res[i].r));
+                        json_add_str(er, "message", res[i].err.message);
+                }
+                cJSON_AddItemToArray(a, o);
+                sandbox_clear(&res[i].sb);
+        }
+        free(res);
+        return respond_json(r, 201, a);
 }
 
 static bool ready_or_gone(const struct sandbox *sb, const void *ud) {

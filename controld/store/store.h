@@ -85,6 +85,9 @@ struct sandbox {
          * environment (E2B's envVars). */
         struct sb_map metadata, env;
         struct sb_e2b e2b;               /* E2B's options for it; .set false: made through the Brimble API */
+        /* Not stored: set only while a fork's child is placed (fork.c), borrowed. The driver
+         * starts it from what the source's container staged under fork_name. */
+        const char *fork_container, *fork_name;
 };
 void sandbox_clear(struct sandbox *s);
 

@@ -407,3 +407,114 @@ TEST_FULL(keep_memory_is_held_to_the_plans_quota, 300) {
         cJSON_Delete(sb);
         ctld_stop(&c);
 }
+
+static char *exec_stdout(struct ctld *c, const char *key, const char *id, const char *cmd) {
+        struct hres r;
+        ctld_exec(c, key, id, cmd, 30, &r);
+        if (r.status != 200)
+                test_fail(__FILE__, __LINE__, "exec %s in %s -> %ld %s", cmd, id, r.status, r.body);
+        char *out = xstrdup(hres_data_str(&r, "stdout") ? hres_data_str(&r, "stdout") : "");
+        hres_done(&r);
+        return out;
+}
+
+/* Fork (issue 37): two copies of a running sandbox, each its own sandbox of the account, see
+ * the parent's processes (the same counter, continued), memory (/tmp, which gVisor keeps in
+ * memory) and files, then diverge from it and from each other; the parent runs on with its
+ * process. The plan counts the copies (a fork past max_concurrent says so for that copy);
+ * another account's fork is a 404, a networked sandbox is refused by name, bad counts by
+ * field. */
+TEST_FULL(fork_copies_memory_and_files_then_they_diverge, 300) {
+        struct ctld c = { 0 };
+        struct hres r;
+        char extra[2048];
+        snprintf(extra, sizeof(extra), "%s\n[plan \"three\"]\nmax_concurrent = 3\nregions = local\nmax_cpu = 2000\n"
+                                       "max_memory = 2048\nmax_disk = 5\n", ckpt_docker());
+        ctld_start(&c, NULL, extra);
+        _cleanup_free_ char *key = ctld_account_key(&c, "forker", "three", NULL);
+        _cleanup_free_ char *other = ctld_account_key(&c, "other", NULL, NULL);
+        char id[25];
+        ctld_create(&c, key, PY_NO_NET, id);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
+        start_counter(&c, key, id);
+        free(exec_stdout(&c, key, id, "echo parent > /root/mark; echo in-memory > /tmp/m"));
+        long pid0, n0;
+        read_counter(&c, key, id, &pid0, &n0);
+
+        /* bad input by field; someone else's sandbox is not there */
+        sb_post(&c, key, id, "fork", "{\"count\":0}", 400, &r);
+        ASSERT_NOT_NULL(strstr(r.body, "count"));
+        hres_done(&r);
+        sb_post(&c, key, id, "fork", "{\"count\":2,\"cuont\":1}", 400, &r);
+        ASSERT_NOT_NULL(strstr(r.body, "cuont"));
+        hres_done(&r);
+        sb_post(&c, other, id, "fork", "{}", 404, &r);
+        hres_done(&r);
+
+        /* three copies asked, the plan has room for two more sandboxes */
+        sb_post(&c, key, id, "fork", "{\"count\":3,\"timeout\":600}", 201, &r);
+        cJSON *arr = cJSON_GetObjectItem(r.json, "data");
+        ASSERT_EQ(cJSON_GetArraySize(arr), 3);
+        char kid[2][25];
+        for (int i = 0; i < 2; i++) {
+                cJSON *s = cJSON_GetObjectItem(cJSON_GetArrayItem(arr, i), "sandbox");
+                if (!s)
+                        test_fail(__FILE__, __LINE__, "fork %d failed: %s", i, r.body);
+                snprintf(kid[i], sizeof(kid[i]), "%s", cJSON_GetStringValue(cJSON_GetObjectItem(s, "id")));
+                ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(s, "status")), "ready");
+                ASSERT_NE(strcmp(kid[i], id), 0);
+        }
+        ASSERT_NE(strcmp(kid[0], kid[1]), 0);
+        cJSON *e3 = cJSON_GetObjectItem(cJSON_GetArrayItem(arr, 2), "error");
+        ASSERT_NOT_NULL(e3);
+        ASSERT_NOT_NULL(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(e3, "message")), "up to 3 sandboxes"));
+        hres_done(&r);
+
+        for (int i = 0; i < 2; i++) {
+                long pid, n;
+                read_counter(&c, key, kid[i], &pid, &n);
+                ASSERT_EQ(pid, pid0);   /* the same process, restored */
+                ASSERT_GE(n, n0);       /* continued from where the parent was */
+                _cleanup_free_ char *mark = exec_stdout(&c, key, kid[i], "cat /root/mark /tmp/m");
+                ASSERT_STREQ(mark, "parent\nin-memory\n");
+        }
+        /* they diverge: each writes its own, the others keep theirs */
+        free(exec_stdout(&c, key, kid[0], "echo child0 > /root/mark; echo c0 > /tmp/m"));
+        free(exec_stdout(&c, key, kid[1], "kill $(cut -d' ' -f1 /tmp/c)"));
+        {
+                _cleanup_free_ char *p = exec_stdout(&c, key, id, "cat /root/mark /tmp/m");
+                _cleanup_free_ char *k1 = exec_stdout(&c, key, kid[1], "cat /root/mark /tmp/m");
+                _cleanup_free_ char *k0 = exec_stdout(&c, key, kid[0], "cat /root/mark /tmp/m");
+                ASSERT_STREQ(p, "parent\nin-memory\n");
+                ASSERT_STREQ(k1, "parent\nin-memory\n");
+                ASSERT_STREQ(k0, "child0\nc0\n");
+        }
+        /* the parent's counter runs on (the child's kill did not reach it) */
+        long pid2, n2, pid3, n3;
+        read_counter(&c, key, id, &pid2, &n2);
+        usleep(500000);
+        read_counter(&c, key, id, &pid3, &n3);
+        ASSERT_EQ(pid3, pid0);
+        ASSERT_GE(n3, n2 + 1);
+        /* the copies are the account's own sandboxes: destroyed as any */
+        for (int i = 0; i < 2; i++) {
+                _cleanup_free_ char *path = xasprintf("/sandboxes/%s", kid[i]);
+                http_req(&c, "DELETE", path, key, NULL, &r);
+                ASSERT_LE(r.status, 299);
+                hres_done(&r);
+                ASSERT_FALSE(docker_container_exists(container_name(kid[i])));
+        }
+        ctld_stop(&c);
+}
+
+TEST_FULL(fork_is_refused_for_networked_sandboxes, 120) {
+        struct ctld c = { 0 };
+        char id[25];
+        struct hres r;
+        _cleanup_free_ char *key = start_ready(&c, "netfork", "{\"template\":\"busybox\"}", id);
+        sb_post(&c, key, id, "fork", "{}", 400, &r);
+        ASSERT_NOT_NULL(strstr(hres_message(&r), "deny_all"));
+        hres_done(&r);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 5), "ready");
+        ctld_stop(&c);
+}
