@@ -292,6 +292,40 @@ if (process.env.PADDOCK_DRIVER === 'nomad') {
   ok('lifecycle: paused at the timeout, resumed by a command')
 }
 
+// ---- fork: copies of a running sandbox without network, each with the parent's processes,
+// memory and files, each diverging on its own. The Nomad driver does not fork: refused by name.
+if (process.env.PADDOCK_DRIVER === 'nomad') {
+  const p = await Sandbox.create({ allowInternetAccess: false })
+  await assert.rejects(p.fork({ count: 1 }), /cannot fork/)
+  await p.kill()
+  ok('fork refused by name (the Nomad driver)')
+} else {
+  const p = await Sandbox.create({ allowInternetAccess: false })
+  await p.commands.run('sh -c "echo \$\$ > /tmp/pid; exec sleep 600"', { background: true })
+  await p.files.write('/tmp/mark', 'parent')
+  let pid = ''
+  for (let i = 0; i < 50 && !pid; i++) pid = (await p.files.read('/tmp/pid').catch(() => '')).trim()
+  assert.ok(pid, 'the background process wrote its pid')
+  // two asked; the test's plan (3 sandboxes, the session's own and this parent running) has
+  // room for one: the second entry is that copy's error, as E2B reports a fork that failed
+  const kids = await p.fork({ count: 2, timeoutMs: 120_000 })
+  assert.equal(kids.length, 2)
+  const [k, refused] = kids
+  assert.ok(k instanceof Sandbox, `the fork failed: ${k}`)
+  assert.ok(refused instanceof Error && /up to 3 sandboxes/.test(refused.message), `second fork: ${refused}`)
+  assert.notEqual(k.sandboxId, p.sandboxId)
+  assert.equal(await k.files.read('/tmp/mark'), 'parent')
+  const alive = await k.commands.run(`kill -0 ${pid} && cat /proc/${pid}/cmdline | tr '\\0' ' '`)
+  assert.match(alive.stdout, /sleep 600/)
+  await k.files.write('/tmp/mark', 'child')
+  assert.equal(await k.files.read('/tmp/mark'), 'child')
+  assert.equal(await p.files.read('/tmp/mark'), 'parent')
+  await k.kill()
+  await assert.rejects(Sandbox.fork('0123456789abcdef01234567', { count: 1 }), NotFoundError)
+  await p.kill()
+  ok('fork')
+}
+
 // ---- secrets: write-only values the project keeps
 {
   const name = `sdk-${(process.env.RUN_ID || 'x').toLowerCase()}`
