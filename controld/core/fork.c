@@ -15,6 +15,7 @@
 #include "controld.h"
 #include "ctl-egress.h"
 #include "driver.h"
+#include "fault.h"
 #include "log.h"
 #include "pj_api.h"
 #include "sandbox-private.h"
@@ -100,9 +101,10 @@ int sandbox_fork(struct ctl *c, const struct account *acc, const struct sandbox 
                 return err_set(err, -EINVAL, "a sandbox with a volume cannot be forked: the copies would share the volume");
 
         _cleanup_sandbox_ struct sandbox src = { 0 };
+        /* fk<this controld's 12><random 8>: its start sweeps what a fork cut short left (docker-fork.c) */
         char rnd[HEXID_LEN + 1];
         hexid_new(rnd);
-        _cleanup_free_ char *name = xasprintf("fk%.16s", rnd);
+        _cleanup_free_ char *name = xasprintf("fk%.12s%.8s", c->instance_id ? c->instance_id : "000000000000", rnd);
         int64_t t0 = mono_ms();
         {
                 SANDBOX_LOCK_GUARD(lock, c, src0->id);
@@ -134,6 +136,7 @@ int sandbox_fork(struct ctl *c, const struct account *acc, const struct sandbox 
                 }
                 (void) back;   /* the children are copies of the checkpoint, whatever became of the source */
         }
+        fault_point("fork.staged");   /* crash tests: the source back, the staging not yet used */
         for (int i = 0; i < count; i++) {
                 struct pj_sandbox_create in;
                 child_input(&src, timeout_s, &in);

@@ -42,6 +42,7 @@ void dd_exec_free(struct exec_session *s);
 /* docker-fork.c */
 int dd_fork_stage(struct driver *d, const struct sandbox *src, const char *name, struct err *err);
 int dd_fork_unstage(struct driver *d, const struct sandbox *src, const char *name);
+int dd_fork_sweep(struct driver *d, const char *prefix);
 int dd_fork_restore(struct driver *d, const struct sandbox *sb, const char *container, struct err *err);
 /* docker-memory.c: the agent of container listens again (the unpark signal), waited for */
 void dd_unpark_agent(struct driver *d, const struct sandbox *sb, const char *container, int64_t deadline);

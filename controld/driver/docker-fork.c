@@ -9,7 +9,8 @@
  * its own and a copy of the staged checkpoint, and is started from it. Children share nothing
  * writable with the source or each other. Needs Docker's btrfs storage driver.
  *
- * Staging, under Docker's data root:
+ * Staging, under Docker's data root (name = fk<12 hex of the controld's instance id><8 random>,
+ * so that a controld's start removes what its own forks cut short left: DD_FORK_SWEEP):
  *   btrfs/subvolumes/paddock-fork-<name>        the source's layer
  *   containers/<source>/checkpoints/<name>-fork the source's checkpoint
  * The root-side work (dd_fork_here) runs in controld's Docker child. */
@@ -177,6 +178,38 @@ int dd_fork_here(const char *root, int mode, const char *src, const char *name, 
                        : b < 0 ? err_set(err, b, "cannot remove the staged filesystem %s: %s", stage, strerror(-b))
                                : 0;
         }
+        case DD_FORK_SWEEP: {
+                /* name is a prefix (fk<12 hex>, one controld's): what a fork cut short left */
+                size_t pl = strlen(name);
+                int n = 0;
+                DIR *dir = opendir(subvols);
+                for (struct dirent *e; dir && (e = readdir(dir));)
+                        if (startswith(e->d_name, STAGE_PREFIX) && !strncmp(e->d_name + strlen(STAGE_PREFIX), name, pl) &&
+                            btrfs_subvol_destroy(subvols, e->d_name) == 0)
+                                n++;
+                if (dir)
+                        closedir(dir);
+                _cleanup_free_ char *cdir = xasprintf("%s/containers", root);
+                dir = opendir(cdir);
+                for (struct dirent *e; dir && (e = readdir(dir));) {
+                        if (!hex64(e->d_name))
+                                continue;
+                        _cleanup_free_ char *ck = xasprintf("%s/%s/checkpoints", cdir, e->d_name);
+                        DIR *cd = opendir(ck);
+                        for (struct dirent *f; cd && (f = readdir(cd));) {
+                                if (strncmp(f->d_name, name, pl) || !endswith(f->d_name, "-fork"))
+                                        continue;
+                                _cleanup_free_ char *p = xasprintf("%s/%s", ck, f->d_name);
+                                if (rm_flat_dir(p) == 0)
+                                        n++;
+                        }
+                        if (cd)
+                                closedir(cd);
+                }
+                if (dir)
+                        closedir(dir);
+                return n;
+        }
         default:
                 return err_set(err, -EINVAL, "fork: no step %d", mode);
         }
@@ -195,6 +228,16 @@ int dd_fork_stage(struct driver *d, const struct sandbox *src, const char *name,
         if (!src->container_id || !hex64(src->container_id))
                 return err_set(err, -ENOENT, "the sandbox has no container to fork");
         return fork_op(d, DD_FORK_STAGE, src->container_id, name, "", 0, err);
+}
+
+int dd_fork_sweep(struct driver *d, const char *prefix) {
+        struct err err = { 0 };
+        int r = fork_op(d, DD_FORK_SWEEP, "", prefix, "", 0, &err);
+        if (r > 0)
+                log_info("removed %d leftovers of forks cut short", r);
+        else if (r < 0 && r != -EOPNOTSUPP)
+                log_warning("could not look for leftovers of forks cut short: %s", err.message);
+        return r;
 }
 
 int dd_fork_unstage(struct driver *d, const struct sandbox *src, const char *name) {

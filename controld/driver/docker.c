@@ -128,6 +128,11 @@ static int dd_init(struct driver *d, struct err *err) {
         check_disk_caps(d);
         if (d->ctl->agent_binary && (r = docker_root_dir(D(d), &P(d)->root_dir)) < 0)
                 return err_set(err, r, "Docker engine did not say its data root (for agent sockets): %s", dmsg(r));
+        /* no fork of this controld is under way yet: what one cut short left goes */
+        if (P(d)->root_dir && d->ctl->instance_id && strlen(d->ctl->instance_id) >= 12) {
+                _cleanup_free_ char *prefix = xasprintf("fk%.12s", d->ctl->instance_id);
+                (void) dd_fork_sweep(d, prefix);
+        }
         return 0;
 }
 

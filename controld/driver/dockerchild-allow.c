@@ -749,6 +749,13 @@ void dc_child_do(const struct dc_request *q, struct dc_answer *a) {
                 /* our containers by full id (the child's only for a copy), a checkpoint's name */
                 const char *root = docker_root();
                 bool copy = q->num2 == DD_FORK_COPY;
+                if (root && q->num2 == DD_FORK_SWEEP && !q->arg[0][0] && !q->arg[2][0] && startswith(q->arg[1], "fk") &&
+                    all_hex(q->arg[1] + 2, 12, 12)) {
+                        struct err e = { 0 };
+                        a->r = dd_fork_here(root, DD_FORK_SWEEP, "", q->arg[1], "", 0, &e);
+                        snprintf(a->err, sizeof(a->err), "%s", e.message);
+                        return;
+                }
                 if (!root || q->num2 < DD_FORK_STAGE || q->num2 > DD_FORK_UNSTAGE || !all_hex(q->arg[0], 64, 64) ||
                     !our_container(q->arg[0], true) || !docker_valid_name(q->arg[1]) || strlen(q->arg[1]) > 64 ||
                     (copy ? !all_hex(q->arg[2], 64, 64) || !our_container(q->arg[2], true) : q->arg[2][0] != 0) ||

@@ -67,7 +67,7 @@ int64_t dockerchild_tree_bytes(const char *dir);
 int dockerchild_runsc_checkpoint(const char *container_id, const char *name, int64_t timeout_ms, struct err *err);
 
 /* A fork's steps on Docker's data root (docker-fork.c says what each does), done by the child. */
-enum dd_fork_step { DD_FORK_STAGE = 1, DD_FORK_COPY, DD_FORK_UNSTAGE };
+enum dd_fork_step { DD_FORK_STAGE = 1, DD_FORK_COPY, DD_FORK_UNSTAGE, DD_FORK_SWEEP };
 int dockerchild_fork(int step, const char *src, const char *name, const char *dst, uint64_t limit_bytes, struct err *err);
 
 /* For tests: the child's answer to a ping ("paddock controld docker child, protocol N") into

@@ -518,3 +518,52 @@ TEST_FULL(fork_is_refused_for_networked_sandboxes, 120) {
         ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 5), "ready");
         ctld_stop(&c);
 }
+
+/* What staging the forks of the controld with instance id inst (fk<its first 12>...) left
+ * under Docker's data root: subvolumes paddock-fork-fk..., checkpoints fk...-fork. */
+static int staging_left(const char *inst) {
+        _cleanup_free_ char *cmd = xasprintf("r=$(docker info -f '{{.DockerRootDir}}'); "
+                                             "ls \"$r/btrfs/subvolumes\" 2>/dev/null | grep -c '^paddock-fork-fk%.12s' ; "
+                                             "ls -d \"$r\"/containers/*/checkpoints/fk%.12s*-fork 2>/dev/null | wc -l",
+                                             inst, inst);
+        char *argv[] = { "sh", "-c", cmd, NULL };
+        _cleanup_free_ char *out = NULL;
+        (void) test_run_capture(argv, &out, 4096);
+        int a = 0, b = 0;
+        (void) sscanf(out ? out : "", "%d %d", &a, &b);
+        return a + b;
+}
+
+/* controld killed in the middle of a fork (the source restored, its copies staged, none made):
+ * the source runs on with its process, no copy appears, and the restarted controld removes the
+ * staging it left. */
+TEST_FULL(fork_cut_short_by_a_crash_leaves_the_source_running_and_nothing_behind, 300) {
+        struct ctld c = { 0 };
+        char id[25];
+        struct hres r;
+        _cleanup_free_ char *key = start_counting(&c, "forkcrash", id);
+        long pid0, n0, pid1, n1;
+        read_counter(&c, key, id, &pid0, &n0);
+        _cleanup_free_ char *inst = ctld_db_query(&c, "SELECT value FROM meta WHERE key = 'instance_id'");
+        ASSERT_NOT_NULL(inst);
+        ASSERT_GE(strlen(inst), 12);
+        _cleanup_free_ char *path = xasprintf("/sandboxes/%s/fork", id);
+        ctld_stop_daemon(&c);
+        setenv("PADDOCK_FAULT", "fork.staged", 1);
+        ctld_start_daemon(&c);
+        unsetenv("PADDOCK_FAULT");
+        http_req(&c, "POST", path, key, "{\"count\":1}", &r);
+        ASSERT_LE(r.status, 0);   /* killed before it answered */
+        hres_done(&r);
+        ASSERT_GE(ctld_wait_exit(&c, 120), 0);
+        ASSERT_EQ(staging_left(inst), 2);   /* the layer and the checkpoint, staged */
+        ctld_start_daemon(&c);
+        ASSERT_EQ(staging_left(inst), 0);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 30), "ready");
+        read_counter(&c, key, id, &pid1, &n1);
+        ASSERT_EQ(pid1, pid0);
+        ASSERT_GE(n1, n0);
+        _cleanup_free_ char *n = ctld_db_query(&c, "SELECT count(*) FROM sandboxes");
+        ASSERT_STREQ(n, "1\n");
+        ctld_stop(&c);
+}
