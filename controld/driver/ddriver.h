@@ -24,9 +24,11 @@ static inline struct docker *D(struct driver *d) { return ((struct ddriver *) d-
 
 static inline const char *dmsg(int r) { return *docker_last_error() ? docker_last_error() : strerror(-r); }
 
-/* docker.c: waits (until deadline, mono ms) for the init's socket to appear under Docker's
- * data root after a start or a restore. */
+/* docker-agent.c: waits (until deadline, mono ms) for the init's socket to appear under
+ * Docker's data root after a start or a restore; dd_unpark_agent: the agent of container (a
+ * checkpoint parked it) listens again (the unpark signal), waited for the same way. */
 void wait_agent_socket(struct driver *d, const struct sandbox *sb, int64_t deadline);
+void dd_unpark_agent(struct driver *d, const struct sandbox *sb, const char *container, int64_t deadline);
 
 /* docker-session.c */
 int dd_exec_start(struct driver *d, const struct sandbox *sb, const struct exec_spec *spec, struct exec_session **ret,
@@ -44,8 +46,6 @@ int dd_fork_stage(struct driver *d, const struct sandbox *src, const char *name,
 int dd_fork_unstage(struct driver *d, const struct sandbox *src, const char *name);
 int dd_fork_sweep(struct driver *d, const char *prefix);
 int dd_fork_restore(struct driver *d, const struct sandbox *sb, const char *container, struct err *err);
-/* docker-memory.c: the agent of container listens again (the unpark signal), waited for */
-void dd_unpark_agent(struct driver *d, const struct sandbox *sb, const char *container, int64_t deadline);
 
 /* docker-memory.c */
 int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char *name, int64_t *ret_bytes, bool *ret_stopped,

@@ -23,7 +23,6 @@
 #include "guest-conn.h"
 #include "guest-exec.h"
 #include "log.h"
-#include "runsc.h"
 #include "strutil.h"
 
 /* How long a restore waits for containerd to drop the checkpoint's blob (dd_restore). */
@@ -39,41 +38,6 @@ static int ckpt_walk(const char *path, const struct stat *st, int flag, struct F
         return 0;
 }
 
-static int rm_walk(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-        (void) st, (void) ftw;
-        (void) (flag == FTW_DP ? rmdir(path) : unlink(path));
-        return 0;
-}
-
-int dd_runsc_checkpoint_here(const struct config *cfg, const char *docker_root, const char *id, const char *name,
-                             int64_t timeout_ms, struct err *err) {
-        if (!cfg->docker_runsc[0] || !cfg->docker_runsc_root[0])
-                return err_set(err, -ENOENT, "runsc is not configured ([docker] runsc, runsc_root)");
-        int k = runsc_knows(cfg->docker_runsc_root, id);
-        if (k <= 0)
-                return err_set(err, k < 0 ? k : -ENOENT, "runsc has no state for container %s under %s", id,
-                               cfg->docker_runsc_root);
-        _cleanup_free_ char *parent = xasprintf("%s/containers/%s/checkpoints", docker_root, id);
-        _cleanup_free_ char *dir = xasprintf("%s/%s", parent, name);
-        if (mkdir(parent, 0700) < 0 && errno != EEXIST)
-                return err_set(err, -errno, "cannot make %s: %m", parent);
-        if (mkdir(dir, 0700) < 0)
-                return err_set(err, -errno, "cannot make %s: %m", dir);
-        int r = runsc_checkpoint(cfg->docker_runsc, cfg->docker_runsc_root, id, dir, timeout_ms, err);
-        if (r < 0)
-                (void) nftw(dir, rm_walk, 8, FTW_DEPTH | FTW_PHYS);
-        return r;
-}
-
-/* The agent listens again (the unpark signal to PID 1); waits for its socket, bounded. */
-void dd_unpark_agent(struct driver *d, const struct sandbox *sb, const char *container, int64_t deadline) {
-        _cleanup_free_ char *sig = xasprintf("%d", PJ_AGENT_UNPARK_SIGNAL);
-        int r = docker_container_kill(D(d), container, sig);
-        if (r < 0)
-                log_warning("cannot unpark the sandbox's agent: %s", dmsg(r));
-        else
-                wait_agent_socket(d, sb, deadline);
-}
 
 int dd_checkpoint(struct driver *d, const struct sandbox *sb, const char *name, int64_t *ret_bytes, bool *ret_stopped,
                          struct err *err) {

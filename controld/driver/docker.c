@@ -237,34 +237,6 @@ static void cpu_burst_apply(struct driver *d, int64_t nano_cpus, int pid) {
                            strerror(-r));
 }
 
-/* A sandbox is ready once its agent listens: its socket appears (bounded by the create
- * deadline). When it does not, commands take the driver's exec path; the usual cause is a
- * runtime without --host-uds=create, which is said once. */
-void wait_agent_socket(struct driver *d, const struct sandbox *sb, int64_t deadline) {
-        static bool warned;
-        _cleanup_free_ char *path = xasprintf("%s/volumes/" PJ_AGENT_VOLUME_PREFIX "%s/_data/" PJ_AGENT_SOCKET_NAME, P(d)->root_dir, sb->id);
-        int64_t end = mono_ms() + 10000;
-        if (end > deadline)
-                end = deadline;
-        if (dockerchild_running() && dockerchild_agent_wait(sb->id, (int) (end > mono_ms() ? end - mono_ms() : 1)) == 0)
-                return;
-        for (; !dockerchild_running();) {
-                struct stat st;
-                if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
-                        return;
-                if (mono_ms() > end)
-                        break;
-                usleep(2000);
-        }
-        log_ctx_set("SANDBOX_ID", sb->id);
-        if (!warned) {
-                warned = true;
-                log_warning("the sandbox's agent socket did not appear at %s: commands use the driver's exec path and "
-                            "/processes answers 503. Does the runtime run with --host-uds=create (packaging/daemon.json)?",
-                            path);
-        } else
-                log_notice("the sandbox's agent socket did not appear; commands use the driver's exec path");
-}
 
 static void agent_parts_remove(struct driver *d, const char *sandbox_id);
 
