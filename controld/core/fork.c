@@ -7,6 +7,7 @@
  * a record of its own, its own id, agent secret and egress), placed from the staged copies
  * instead of started afresh. The staging is removed at the end. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,27 @@ static void child_input(const struct sandbox *src, int64_t timeout_s, struct pj_
         in->lifetime_s = timeout_s > 0 ? timeout_s : src->run_s;
 }
 
+/* Copies made at once: each is a container create and a restore, mostly Docker's and runsc's
+ * work; more than this only queues there. */
+#define FORK_PARALLEL 4
+
+struct child_job {
+        struct ctl *c;
+        const struct account *acc;
+        const struct sandbox *src;      /* read only while the jobs run */
+        const char *name;
+        struct pj_sandbox_create in;
+        struct sandbox_fork_result *res;
+};
+
+static void *child_main(void *p) {
+        struct child_job *j = p;
+        log_ctx_reset();
+        j->res->r = sandbox_create_from(j->c, j->acc, &j->in, j->src, j->name, &j->res->sb, &j->res->err);
+        log_ctx_reset();
+        return NULL;
+}
+
 int sandbox_fork(struct ctl *c, const struct account *acc, const struct sandbox *src0, int count, int64_t timeout_s,
                  struct sandbox_fork_result *res, struct err *err) {
         const struct driver_ops *ops = c->drv->ops;
@@ -137,11 +159,27 @@ int sandbox_fork(struct ctl *c, const struct account *acc, const struct sandbox 
                 (void) back;   /* the children are copies of the checkpoint, whatever became of the source */
         }
         fault_point("fork.staged");   /* crash tests: the source back, the staging not yet used */
+        /* the copies at once (at most FORK_PARALLEL), each from its own copy of the staging */
+        _cleanup_free_ struct child_job *jobs = xnew0(struct child_job, (size_t) count);
+        _cleanup_free_ pthread_t *th = xnew0(pthread_t, (size_t) count);
+        _cleanup_free_ bool *started = xnew0(bool, (size_t) count);
         for (int i = 0; i < count; i++) {
-                struct pj_sandbox_create in;
-                child_input(&src, timeout_s, &in);
-                res[i].r = sandbox_create_from(c, acc, &in, &src, name, &res[i].sb, &res[i].err);
-                free_many(in.metadata_json, in.env_json, in.e2b_json);
+                jobs[i] = (struct child_job) { .c = c, .acc = acc, .src = &src, .name = name, .res = &res[i] };
+                child_input(&src, timeout_s, &jobs[i].in);
+        }
+        for (int i = 0; i < count; i++) {
+                if (i >= FORK_PARALLEL && started[i - FORK_PARALLEL]) {
+                        pthread_join(th[i - FORK_PARALLEL], NULL);
+                        started[i - FORK_PARALLEL] = false;
+                }
+                started[i] = pthread_create(&th[i], NULL, child_main, &jobs[i]) == 0;
+                if (!started[i])
+                        child_main(&jobs[i]);
+        }
+        for (int i = 0; i < count; i++) {
+                if (started[i])
+                        pthread_join(th[i], NULL);
+                free_many(jobs[i].in.metadata_json, jobs[i].in.env_json, jobs[i].in.e2b_json);
                 if (res[i].r == 0)
                         log_info("fork: sandbox %s is a copy of %s", res[i].sb.id, src.id);
         }

@@ -185,7 +185,16 @@ int dd_fork_here(const char *root, int mode, const char *src, const char *name, 
                         return err_set(err, r, "cannot copy the sandbox's filesystem: %s", strerror(-r));
                 if (mkdir(parent, 0700) < 0 && errno != EEXIST)
                         return err_set(err, -errno, "cannot make %s: %m", parent);
-                return copy_dir_files(stage_ckpt, ckpt, err);
+                if ((r = copy_dir_files(stage_ckpt, ckpt, err)) < 0)
+                        return r;
+                /* Docker restores by storing a tar of the checkpoint in containerd, which refuses
+                 * content it holds already ("already exists", moby#42900): each copy's differs by
+                 * this file, which runsc does not read */
+                _cleanup_free_ char *nonce = xasprintf("%s/paddock-copy", ckpt);
+                _cleanup_close_ int fd = open(nonce, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (fd < 0 || write(fd, dst, strlen(dst)) != (ssize_t) strlen(dst))
+                        return err_set(err, -errno, "cannot write %s: %m", nonce);
+                return 0;
         }
         case DD_FORK_UNSTAGE: {
                 int a = rm_flat_dir(stage_ckpt), b = btrfs_subvol_destroy(subvols, stage);
