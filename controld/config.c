@@ -166,6 +166,10 @@ static int load_plan(struct config *c, struct conf *cf, const char *nm, void *it
             (r = conf_get_int(cf, "plan", nm, "snapshot_max_total_gb", 50, 1, 1000000, &p->snapshot_max_total_gb, err)) < 0 ||
             (r = conf_get_int(cf, "plan", nm, "memory_kept_max_mb", 16384, 0, 100000000, &p->memory_kept_max_mb, err)) < 0)
                 return r;
+        if ((r = conf_get_duration_ms(cf, "plan", nm, "memory_kept_max_age", 7ULL * 24 * 3600 * 1000, 1000,
+                                      90ULL * 24 * 3600 * 1000, &lifetime, err)) < 0)
+                return r;
+        p->memory_kept_max_age_s = (int64_t) (lifetime / 1000);
         if (conf_has_section(cf, "plan", nm) &&
             (r = conf_get_list(cf, "plan", nm, "regions", 64, 64, &p->regions, err)) < 0)
                 return r;

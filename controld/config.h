@@ -30,6 +30,7 @@ struct plan {
         int64_t snapshot_max_inflight;  /* snapshots being taken at once per account */
         int64_t snapshot_max_total_gb;  /* registry bytes of an account's ready snapshots, GB */
         int64_t memory_kept_max_mb;     /* memory (their limits, MB) an account's sandboxes paused with it keep at most */
+        int64_t memory_kept_max_age_s;  /* how long a sandbox paused with its memory keeps it; then the filesystem only */
 };
 
 struct template {

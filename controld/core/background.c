@@ -188,7 +188,7 @@ int background_reap_one(struct ctl *c, const char *id, int64_t now) {
         bool pause = false;
         const char *why = reap_reason(c, &sb, now, &code, &pause);
         if (!why) {
-                r = 0;
+                r = sandbox_memory_retention(c, &sb, now);
                 goto out;
         }
         if (pause) {

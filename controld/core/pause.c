@@ -317,6 +317,36 @@ static int memory_quota_check(struct ctl *c, const struct sandbox *sb, struct er
                        (long long) plan->memory_kept_max_mb, (long long) kept, (long long) sb->memory);
 }
 
+int sandbox_memory_retention(struct ctl *c, struct sandbox *sb, int64_t now) {
+        if (sb->status != SB_PAUSED || !sb->paused_at || sandbox_memory_kept(c, sb->id, NULL, NULL) < 0)
+                return 0;
+        _cleanup_(account_clear) struct account acc = { 0 };
+        struct plan pbuf;
+        if (store_account_get(c->store, sb->account_id, &acc) < 0)
+                return -EIO;
+        const struct plan *plan = config_account_plan(c->cfg, &acc, &pbuf);
+        if (!plan || now - sb->paused_at <= plan->memory_kept_max_age_s * 1000)
+                return 0;
+        struct err derr = { 0 };
+        sandbox_log_ctx(sb);
+        /* the kept workload holds the checkpoint: both go, the volume stays */
+        if (c->drv->ops->remove(c->drv, sb, &derr) < 0) {
+                log_warning("could not drop the memory kept past the plan's memory_kept_max_age: %s", derr.message);
+                return -EIO;
+        }
+        sandbox_memory_forget(c, sb->id);
+        replace_str(&sb->container_id, NULL);
+        replace_str(&sb->ip, NULL);
+        _cleanup_free_ char *why = xasprintf("Memory was dropped: the sandbox was paused with it longer than the plan keeps "
+                                             "memory (memory_kept_max_age, %llds); it resumes from its filesystem",
+                                             (long long) plan->memory_kept_max_age_s);
+        replace_str(&sb->failure_reason, why);
+        if (store_sandbox_update_cas(c->store, sb, SB_PAUSED) < 0)
+                return -EIO;
+        log_notice("memory of the paused sandbox dropped after %llds (memory_kept_max_age)", (long long) ((now - sb->paused_at) / 1000));
+        return 1;
+}
+
 /* Pause returns 0 once the sandbox is paused, or -EHOSTUNREACH with the reason it is not
  * (still ready and usable), so a client that pauses and then resumes at once finds it paused.
  * The wait is bounded by [scheduler] pause_wait; past it -EINPROGRESS, never a success. */

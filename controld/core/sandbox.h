@@ -71,6 +71,10 @@ int sandbox_status_settled(struct ctl *c, const char *id, enum sb_status *ret);
 /* Records that sandbox id was paused with its memory in checkpoint (bytes on the node's disk). */
 int sandbox_memory_note(struct ctl *c, const char *id, const char *checkpoint, int64_t bytes);
 void sandbox_memory_forget(struct ctl *c, const char *id);
+/* The reaper's step for a sandbox paused with its memory longer than its plan's
+ * memory_kept_max_age: the checkpoint (and the kept workload) goes, the sandbox stays paused
+ * with its filesystem and failure_reason says why. 1 dropped, 0 nothing to do, <0 errors. */
+int sandbox_memory_retention(struct ctl *c, struct sandbox *sb, int64_t now);
 /* Whether sb runs as its users see it: ready, and not past its end (a sandbox at its end is
  * not running from the moment it reaches it, while the reaper still tears it down). */
 bool sandbox_running_now(const struct sandbox *sb);

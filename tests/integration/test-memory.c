@@ -571,3 +571,46 @@ TEST_FULL(fork_cut_short_by_a_crash_leaves_the_source_running_and_nothing_behind
         ASSERT_STREQ(n, "1\n");
         ctld_stop(&c);
 }
+
+/* The plan's memory_kept_max_age: a sandbox paused with its memory longer than that loses the
+ * memory (the checkpoint and the kept container go) and stays paused with its filesystem,
+ * saying why; a resume then starts it afresh. */
+TEST_FULL(kept_memory_is_dropped_past_the_plans_retention, 300) {
+        struct ctld c = { 0 };
+        struct hres r;
+        char extra[2048];
+        snprintf(extra, sizeof(extra), "%s\n[plan \"brief\"]\nmax_concurrent = 5\nregions = local\nmax_cpu = 1000\n"
+                                       "max_memory = 1024\nmax_disk = 5\nmemory_kept_max_age = 2s\n", ckpt_docker());
+        ctld_start(&c, NULL, extra);
+        _cleanup_free_ char *key = ctld_account_key(&c, "brief", "brief", NULL);
+        char id[25];
+        ctld_create(&c, key, "{\"template\":\"busybox\",\"egress\":{\"mode\":\"deny_all\"}}", id);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
+        free(exec_stdout(&c, key, id, "echo kept > /tmp/m"));
+        sb_post(&c, key, id, "pause", "{\"keepMemory\":true}", 200, &r);
+        hres_done(&r);
+        cJSON *sb = get_sandbox(&c, key, id);
+        ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(sb, "memory_kept")));
+        cJSON_Delete(sb);
+        bool dropped = false;
+        for (int i = 0; i < 150 && !dropped; i++) {
+                sb = get_sandbox(&c, key, id);
+                dropped = !cJSON_IsTrue(cJSON_GetObjectItem(sb, "memory_kept"));
+                if (dropped) {
+                        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(sb, "status")), "paused");
+                        const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(sb, "failure_reason"));
+                        ASSERT_NOT_NULL(why);
+                        ASSERT_NOT_NULL(strstr(why, "memory_kept_max_age"));
+                }
+                cJSON_Delete(sb);
+                if (!dropped)
+                        usleep(100000);
+        }
+        ASSERT_TRUE(dropped);
+        ASSERT_FALSE(docker_container_exists(container_name(id)));
+        sb_post(&c, key, id, "resume", NULL, 200, &r);
+        hres_done(&r);
+        _cleanup_free_ char *m = exec_stdout(&c, key, id, "cat /tmp/m 2>/dev/null || echo gone");
+        ASSERT_STREQ(m, "gone\n");
+        ctld_stop(&c);
+}
