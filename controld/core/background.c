@@ -315,6 +315,29 @@ static void reconcile_after_start(struct ctl *c) {
                 }
                 log_ctx_set("SANDBOX_ID", sb->id);
                 ctl_sandbox_lock(c, sb->id);
+                /* Cut short with its memory checkpointed (pause) or being restored (resume): the
+                 * workload says which state it reached. Stopped with its checkpoint: paused with
+                 * its memory. Running again after a resume's restore: ready. */
+                if ((sb->status == SB_PAUSING || sb->status == SB_RESUMING) && sb->container_id &&
+                    sandbox_memory_kept(c, sb->id, NULL, NULL) == 0) {
+                        int running = c->drv->ops->running(c->drv, sb, NULL);
+                        enum sb_status seen = sb->status;
+                        if (running == 0 || (running == 1 && seen == SB_RESUMING)) {
+                                sb->status = running ? SB_READY : SB_PAUSED;
+                                if (running) {
+                                        sandbox_memory_forget(c, sb->id);
+                                        sb->paused_at = 0;
+                                        (void) ctl_egress_apply(c, sb, NULL, &err);
+                                } else if (!sb->paused_at)
+                                        sb->paused_at = now_ms();
+                                log_notice("healing sandbox left %s by a crash: now %s, its memory %s", sb_status_str(seen),
+                                           sb_status_str(sb->status), running ? "restored" : "kept");
+                                if (store_sandbox_update_cas(c->store, sb, seen) < 0)
+                                        log_warning("could not record the healed sandbox: it changed meanwhile");
+                                ctl_sandbox_unlock(c, sb->id);
+                                continue;
+                        }
+                }
                 /* Whatever half-made workload exists goes; the volume stays. */
                 if (c->drv->ops->remove(c->drv, sb, &err) < 0) {
                         log_warning("could not heal a sandbox left %s by a crash: %s", sb_status_str(sb->status), err.message);
@@ -322,6 +345,7 @@ static void reconcile_after_start(struct ctl *c) {
                         continue;
                 }
                 (void) ctl_egress_remove(c, sb, &err);
+                sandbox_memory_forget(c, sb->id);   /* a checkpoint went with the workload */
                 log_notice("healing sandbox left %s by a crash: now %s", sb_status_str(sb->status), sb_status_str(to));
                 if (to == SB_FAILED) {
                         free(sb->failure_reason);

@@ -126,6 +126,7 @@ static void pause_memory_step(struct ctl *c, struct sandbox *sb) {
         }
         if (sandbox_memory_note(c, sb->id, name, bytes) < 0)
                 log_error("failed to record the checkpoint %s of the paused sandbox", name);
+        fault_point("pause.memory.noted");   /* crash tests: checkpointed and noted, still 'pausing' */
         replace_str(&sb->failure_reason, NULL);
         (void) ctl_egress_remove(c, sb, &derr);
         sb->status = SB_PAUSED;
@@ -151,6 +152,7 @@ static int resume_memory(struct ctl *c, struct sandbox *sb, char **ret_lost) {
         if (!c->drv->ops->restore)
                 err_set(&reason, -EOPNOTSUPP, "this server's driver cannot restore a checkpoint");
         else if (c->drv->ops->restore(c->drv, sb, ckpt, &pl, &reason) == 0) {
+                fault_point("resume.memory.restored");   /* crash tests: running again, still 'resuming' */
                 if (ctl_egress_apply(c, sb, NULL, &eerr) == 0) {
                         apply_placement(sb, &pl);
                         placement_clear(&pl);

@@ -614,3 +614,38 @@ TEST_FULL(kept_memory_is_dropped_past_the_plans_retention, 300) {
         ASSERT_STREQ(m, "gone\n");
         ctld_stop(&c);
 }
+
+/* controld killed in the middle of a pause with memory (checkpointed, not yet recorded paused)
+ * and of its resume (restored, not yet recorded ready): after the restart the sandbox is paused
+ * with its memory, then ready with the same process; never both, never neither. */
+TEST_FULL(a_crash_mid_pause_or_resume_with_memory_keeps_the_process, 300) {
+        struct ctld c = { 0 };
+        char id[25];
+        _cleanup_free_ char *key = start_counting(&c, "crashmem", id);
+        long pid0, n0, pid1, n1;
+        read_counter(&c, key, id, &pid0, &n0);
+        _cleanup_free_ char *pause = xasprintf("/sandboxes/%s/pause", id), *resume = xasprintf("/sandboxes/%s/resume", id);
+        ctld_crash_at(&c, "pause.memory.noted", "POST", pause, key, "{\"keepMemory\":true}", 0);
+        cJSON *sb = get_sandbox(&c, key, id);
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(sb, "status")), "paused");
+        ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(sb, "memory_kept")));
+        cJSON_Delete(sb);
+        ASSERT_FALSE(docker_container_running(container_name(id)));
+        ctld_crash_at(&c, "resume.memory.restored", "POST", resume, key, NULL, 0);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 30), "ready");
+        sb = get_sandbox(&c, key, id);
+        ASSERT_FALSE(cJSON_IsTrue(cJSON_GetObjectItem(sb, "memory_kept")));
+        cJSON_Delete(sb);
+        read_counter(&c, key, id, &pid1, &n1);
+        ASSERT_EQ(pid1, pid0);
+        ASSERT_GE(n1, n0);
+        /* and it pauses and resumes with its memory again */
+        struct hres r;
+        sb_post(&c, key, id, "pause", "{\"keepMemory\":true}", 200, &r);
+        hres_done(&r);
+        sb_post(&c, key, id, "resume", NULL, 200, &r);
+        hres_done(&r);
+        read_counter(&c, key, id, &pid1, &n1);
+        ASSERT_EQ(pid1, pid0);
+        ctld_stop(&c);
+}
