@@ -82,9 +82,10 @@ UBUNTU_KEYRING=/usr/share/keyrings/ubuntu-archive-keyring.gpg
 dist_mirror() { case $1 in noble) echo "$UBUNTU_MIRROR" ;; *) debian_mirror "$1" ;; esac; }
 CACHE=$PADDOCK_STATE/images
 START_DOCKERD=$HERE/../../packaging/images/start-dockerd
+DOCKER_WRAP=$HERE/../../packaging/images/docker-host-network
 E2B_SUDO=$HERE/../../packaging/images/e2b-sudo
 START_E2B=$HERE/../../packaging/images/start-e2b
-HASH=$(cat "$HERE/images.sh" "$HERE/gvisor-xattr-fix.c" "$START_DOCKERD" "$E2B_SUDO" "$START_E2B" | sha256sum | cut -c1-12)
+HASH=$(cat "$HERE/images.sh" "$HERE/gvisor-xattr-fix.c" "$START_DOCKERD" "$DOCKER_WRAP" "$E2B_SUDO" "$START_E2B" | sha256sum | cut -c1-12)
 # The base rootfs of a distribution is cached under a hash of what makes it.
 basehash() { printf '%s\n' "$1" minbase v1 | sha256sum | cut -c1-12; }
 
@@ -274,6 +275,8 @@ build_debian() {
         echo /usr/local/lib/paddock/libpaddock-gvisor-xattr.so >"$d/etc/ld.so.preload"
         # The docker template's start command (controld's [template "docker"] start).
         [[ $n != docker ]] || install -D -m 0755 "$START_DOCKERD" "$d/usr/local/lib/paddock/start-dockerd"
+        # ... and its CLI wrapper: no network named = --network=host (no bridge inside gVisor).
+        [[ $n != docker ]] || install -D -m 0755 "$DOCKER_WRAP" "$d/usr/local/bin/docker"
         [[ $n != e2b-base ]] || e2b_user "$d" || return 1
         tar -C "$d" -c . | docker import -c 'CMD ["/bin/bash"]' \
                 -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
