@@ -118,7 +118,6 @@ static int qgroup_limit(int pfd, const char *name, uint64_t limit_bytes) {
         int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
-        /* quotas are on: Docker turned them on for the subvolume this one replaces */
         struct btrfs_ioctl_qgroup_limit_args l = {
                 .qgroupid = 0,
                 .lim = { .flags = BTRFS_QGROUP_LIMIT_MAX_RFER, .max_rfer = limit_bytes },
@@ -139,6 +138,11 @@ int btrfs_snapshot_capped(const char *src, const char *parent, const char *name,
         if (pfd < 0) {
                 close(sfd);
                 return pfd;
+        }
+        if (limit_bytes && (r = btrfs_quota_enable(parent)) < 0) {
+                close(sfd);
+                close(pfd);
+                return r;
         }
         struct btrfs_ioctl_vol_args_v2 a = { .fd = sfd };
         (void) strscpy(a.name, name, sizeof(a.name));

@@ -114,3 +114,36 @@ TEST(destroy_removes_subvolume_with_contents) {
         /* The name can be used again. */
         ASSERT_OK(btrfs_subvol_create_capped(dir, "v", 8ULL << 20));
 }
+
+/* A fork's copy of a sandbox's layer: the snapshot holds what the source held, writes to
+ * either stay in it, and the snapshot's own cap holds. */
+TEST(snapshot_is_a_separate_copy_with_its_own_cap) {
+        setup();
+        ASSERT_OK(btrfs_subvol_create_capped(dir, "src", 0));
+        int e;
+        ASSERT_EQ(fill_at("src/f", 1LL << 20, &e), 1LL << 20);
+        char src[128], p[160];
+        snprintf(src, sizeof(src), "%s/src", dir);
+        ASSERT_OK(btrfs_snapshot_capped(src, dir, "copy", 64ULL << 20));
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/copy/f", dir);
+        ASSERT_EQ(stat(p, &st), 0);
+        ASSERT_EQ(st.st_size, 1LL << 20);
+        /* diverge: a file in the copy is not in the source */
+        ASSERT_EQ(fill_at("copy/g", 1LL << 20, &e), 1LL << 20);
+        snprintf(p, sizeof(p), "%s/src/g", dir);
+        ASSERT_EQ(stat(p, &st), -1);
+        /* the copy's cap: 64 MiB (what it shares with the source counts) */
+        long long n = fill_at("copy/big", 200LL << 20, &e);
+        ASSERT_EQ(e, EDQUOT);
+        ASSERT_LE(n, 65LL << 20);
+        /* names as for any subvolume; a source that is not a directory is refused */
+        ASSERT_EQ(btrfs_snapshot_capped(src, dir, "copy", 0), -EEXIST);
+        ASSERT_EQ(btrfs_snapshot_capped(src, dir, "a/b", 0), -EINVAL);
+        ASSERT_EQ(btrfs_snapshot_capped("/nonexistent-paddock", dir, "x", 0), -ENOENT);
+        /* both go on their own */
+        ASSERT_OK(btrfs_subvol_destroy(dir, "src"));
+        snprintf(p, sizeof(p), "%s/copy/f", dir);
+        ASSERT_EQ(stat(p, &st), 0);
+        ASSERT_OK(btrfs_subvol_destroy(dir, "copy"));
+}
