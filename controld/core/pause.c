@@ -285,6 +285,10 @@ static int settled(struct ctl *c, const char *id, enum sb_status via, enum sb_st
                                sb_status_str(via), (unsigned long long) wait_s);
         if (now.status == want)
                 return 0;
+        /* Reached, and another client's call already took it on: a resume starts only from
+         * paused (it waits for a pause under way first), a pause only from ready. */
+        if ((want == SB_PAUSED && now.status == SB_RESUMING) || (want == SB_READY && now.status == SB_PAUSING))
+                return 0;
         if (now.status == SB_READY || now.status == SB_PAUSED)
                 return err_set(err, -EHOSTUNREACH, "%s. The sandbox is %s, as it was; retry the request.",
                                now.failure_reason ? now.failure_reason : "The transition did not happen", sb_status_str(now.status));

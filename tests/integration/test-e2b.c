@@ -264,11 +264,15 @@ TEST_FULL(e2b_refusals_and_routing, 600) {
         E2B_EXPECT(e2btest_api(&e, "DELETE", path, e.key_bob, NULL), 404, "not found");
         E2B_EXPECT(e2btest_api(&e, "GET", "/sandboxes/not-a-paddock-id", e.key, NULL), 404, "");
         E2B_EXPECT(e2btest_api(&e, "GET", path, e.key, NULL), 200, "\"state\":\"running\"");
-        /* fork: not served (501 with the reason), but a sandbox not there is a 404 first */
+        /* fork: a sandbox with network cannot be (the local driver forks only those without;
+         * Nomad none: 501 with the reason), and a sandbox not there is a 404 first */
         {
                 char fork[96];
                 snprintf(fork, sizeof(fork), "/sandboxes/%s/fork", id);
-                E2B_EXPECT(e2btest_api(&e, "POST", fork, e.key, "{}"), 501, "forking");
+                if (ctld_nomad())
+                        E2B_EXPECT(e2btest_api(&e, "POST", fork, e.key, "{}"), 501, "cannot fork");
+                else
+                        E2B_EXPECT(e2btest_api(&e, "POST", fork, e.key, "{}"), 400, "deny_all");
                 E2B_EXPECT(e2btest_api(&e, "POST", fork, e.key_bob, "{}"), 404, "not found");
                 E2B_EXPECT(e2btest_api(&e, "POST", "/sandboxes/0123456789abcdef01234567/fork", e.key, "{}"), 404, "not found");
         }
