@@ -20,7 +20,7 @@
 
 /* What Paddock answers as envdVersion: every feature the SDKs gate on up to it is implemented
  * (stdin, default user, closeStdin, octet-stream uploads, recursive watches). */
-#define PJ_E2B_ENVD_VERSION "0.5.7"
+#define PJ_E2B_ENVD_VERSION "0.6.3"
 #define PJ_E2B_ENVD_PORT 49983
 /* The server's default for NewSandboxV2.timeout and ConnectSandboxV2.timeout (POST
  * /v2/sandboxes, /v2/sandboxes/{id}/connect): SDKs from 2.51 send none unless asked. */
@@ -171,6 +171,7 @@ struct pj_envd_fs {
         char *path, *to;
         uint32_t depth;                  /* ListDir: default 1 */
         bool recursive;
+        bool include_entry;              /* WatchDir: each event carries the entry's EntryInfo */
 };
 void pj_envd_fs_done(struct pj_envd_fs *f);
 enum pj_envd_fs_kind { PJ_ENVD_FS_PATH, PJ_ENVD_FS_MOVE, PJ_ENVD_FS_LISTDIR, PJ_ENVD_FS_WATCH };

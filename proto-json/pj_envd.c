@@ -476,11 +476,12 @@ int pj_envd_fs_parse(const char *msg, size_t len, enum pj_envd_fs_kind kind, str
                     (r = bool_field(field(root, "allowNetworkMounts", "allow_network_mounts"), "allowNetworkMounts", &net,
                                     err)) < 0)
                         return r;
-                if (inc)
-                        return pj_error_set(err, "includeEntry",
-                                            "includeEntry is not supported on this server (envd %s): list the directory "
-                                            "for the entries",
+                if (net)
+                        return pj_error_set(err, "allowNetworkMounts",
+                                            "allowNetworkMounts is not supported on this server (envd %s): a sandbox here "
+                                            "has no network mounts",
                                             PJ_E2B_ENVD_VERSION);
+                f.include_entry = inc;
         }
         *ret = TAKE_STRUCT(f);
         return 0;

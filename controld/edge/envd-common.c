@@ -464,6 +464,12 @@ static int watch_event(int event, const char *path, bool dir, void *ud) {
         cJSON *ev = cJSON_CreateObject(), *f = cJSON_AddObjectToObject(ev, "filesystem");
         json_add_str(f, "name", path);
         json_add_str(f, "type", envd_event_names[event]);
+        /* includeEntry: the entry as it is now, except where it went away (as envd) */
+        if (t->entries && event != PJ_AGENT_EV_REMOVE && event != PJ_AGENT_EV_RENAME) {
+                cJSON *e = envd_watch_entry(t->entries, path);
+                if (e)
+                        cJSON_AddItemToObject(f, "entry", e);
+        }
         envd_s_event(t, ev);
         return t->pending.len - t->pending_off > PENDING_CAP ? -ENOBUFS : 0;
 }
@@ -687,6 +693,7 @@ void envd_s_free(void *cls) {
                 sse_stream_count(t->c, -1);
         session_free(t->x);   /* detaches: the process keeps running */
         dirwatch_free(t->w);
+        envd_watch_entries_free(t->entries);
         strbuf_done(&t->pending);
         free(t);
 }

@@ -248,10 +248,26 @@ static void up_free(void *ud) {
         free(u);
 }
 
+static enum MHD_Result metadata_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+        (void) kind, (void) value;
+        if (!strncasecmp(key, "X-Metadata-", 11)) {
+                *(bool *) cls = true;
+                return MHD_NO;
+        }
+        return MHD_YES;
+}
+
 enum MHD_Result envd_prepare_post_files(struct req *r) {
         _cleanup_sandbox_ struct sandbox sb = { 0 };
         if (envd_sandbox(r, false, &sb) < 0)
                 return MHD_YES;
+        /* envd 0.6.2's file metadata (X-Metadata-<key>: kept as user.e2b.* xattrs) is not kept
+         * here: refused, never dropped in silence */
+        bool metadata = false;
+        (void) MHD_get_connection_values(r->conn, MHD_HEADER_KIND, metadata_header, &metadata);
+        if (metadata)
+                return respond_error(r, 501, "File metadata (X-Metadata-* headers) is not kept on this server: write the "
+                                             "file without metadata");
         const char *ct = req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE), *ce = req_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING);
         const char *p = req_query(r, "path");
         bool gzip = ce && !strcasecmp(ce, "gzip");

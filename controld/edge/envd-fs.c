@@ -555,6 +555,48 @@ enum MHD_Result envd_fs_listdir(struct req *r) {
         return respond_response(r, 200, resp);
 }
 
+/* A watch stream's own agent connection and sandbox, for includeEntry's stats. At most
+ * WATCH_ENTRIES_MAX stats per stream (each is a round trip to the agent): events past it come
+ * without their entry, as envd's do when the entry cannot be read. */
+#define WATCH_ENTRIES_MAX 100000
+struct watch_entries {
+        struct ctl *c;
+        struct sandbox sb;
+        struct sbfs *fs;
+        char *root;
+        uint64_t n;
+};
+
+void envd_watch_entries_free(struct watch_entries *we) {
+        if (!we)
+                return;
+        sbfs_close(we->fs);
+        sandbox_clear(&we->sb);
+        free(we->root);
+        free(we);
+}
+
+cJSON *envd_watch_entry(struct watch_entries *we, const char *path) {
+        if (we->n++ >= WATCH_ENTRIES_MAX)
+                return NULL;
+        _cleanup_free_ char *full = xasprintf("%s%s%s", we->root, endswith(we->root, "/") ? "" : "/", path);
+        cJSON *e = NULL;
+        return stat_entry(we->c, &we->sb, we->fs, full, &e) == 0 ? e : NULL;
+}
+
+static struct watch_entries *watch_entries_new(struct ctl *c, const struct sandbox *sb, const char *root, struct err *err) {
+        struct watch_entries *we = xnew0(struct watch_entries, 1);
+        we->c = c;
+        we->root = xstrdup(root);
+        if (store_sandbox_get(c->store, sb->id, &we->sb) < 0 || sbfs_open(c, &we->sb, &we->fs, err) < 0) {
+                if (!err->message[0])
+                        err_set(err, -EIO, "cannot read the sandbox's record");
+                envd_watch_entries_free(we);
+                return NULL;
+        }
+        return we;
+}
+
 enum MHD_Result envd_fs_watch(struct req *r) {
         struct creq q;
         _cleanup_sandbox_ struct sandbox sb = { 0 };
@@ -573,6 +615,10 @@ enum MHD_Result envd_fs_watch(struct req *r) {
         if (k < 0) {
                 envd_s_free(t);
                 return envd_s_fail(r, k == -EINVAL ? PJ_CONNECT_INVALID_ARGUMENT : envd_code_of(k), "%s", e.message);
+        }
+        if (in.include_entry && !(t->entries = watch_entries_new(r->c, &sb, path, &e))) {
+                envd_s_free(t);
+                return envd_s_fail(r, PJ_CONNECT_UNAVAILABLE, "%s", e.message);
         }
         cJSON *start = cJSON_CreateObject();
         cJSON_AddObjectToObject(start, "start");
@@ -628,6 +674,9 @@ enum MHD_Result envd_fs_create_watcher(struct req *r) {
                 return MHD_YES;
         if (pj_envd_fs_parse(q.msg, q.len, PJ_ENVD_FS_WATCH, &in, &pe) < 0)
                 return envd_unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "%s", pe.message);
+        if (in.include_entry)
+                return envd_unary_error(r, PJ_CONNECT_UNIMPLEMENTED, "includeEntry: polled watchers (CreateWatcher) carry no "
+                                        "entries here; use WatchDir, or list the directory");
         path = envd_resolve(in.path, envd_req_user(r, &sb)->home);
         if (!path)
                 return envd_unary_error(r, PJ_CONNECT_INVALID_ARGUMENT, "path is too long");

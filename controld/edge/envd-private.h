@@ -70,6 +70,8 @@ struct cstream {
         bool drop;                       /* once pending is sent: drop the connection (sandbox gone) */
         int client_fd;
         int64_t last_sent, deadline, keepalive_ms;
+        /* WatchDir with includeEntry: what each event's entry is stat'ed with (envd-fs.c) */
+        struct watch_entries *entries;
 };
 
 void envd_s_event(struct cstream *t, cJSON *event);
@@ -88,6 +90,12 @@ enum MHD_Result envd_p_signal(struct req *r);
 enum MHD_Result envd_p_close_stdin(struct req *r);
 enum MHD_Result envd_p_update(struct req *r);
 enum MHD_Result envd_p_stream_input(struct req *r);
+
+/* envd-fs.c: the EntryInfo of path (relative to the watched directory) for a watch event with
+ * includeEntry; NULL when it cannot be stat'ed (gone already) or past the per-stream bound. */
+struct watch_entries;
+cJSON *envd_watch_entry(struct watch_entries *we, const char *path);
+void envd_watch_entries_free(struct watch_entries *we);
 
 /* envd-fs.c: filesystem.Filesystem */
 enum MHD_Result envd_fs_stat(struct req *r);

@@ -75,7 +75,7 @@ void e2btest_create(struct e2b *e, const char *key, const char *body, char id[25
         ASSERT_NOT_NULL(o);
         snprintf(id, 25, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandboxID")));
         snprintf(token, 65, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdAccessToken")));
-        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdVersion")), "0.5.7");
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(o, "envdVersion")), "0.6.3");
 }
 
 int e2btest_sdk(struct e2b *e, const char *url, const char *script, char **ret_out) {

@@ -300,8 +300,11 @@ TEST(selector_input_signal_update_fs) {
         ASSERT_OK(pj_envd_fs_parse(S("{\"path\":\"/w\",\"recursive\":true,\"allow_network_mounts\":false}"), PJ_ENVD_FS_WATCH, &f, &e));
         ASSERT_TRUE(f.recursive);
         pj_envd_fs_done(&f);
-        refused(__LINE__, pj_envd_fs_parse(S("{\"path\":\"/w\",\"includeEntry\":true}"), PJ_ENVD_FS_WATCH, &f, &e), &e,
-                "includeEntry", "not supported");
+        ASSERT_OK(pj_envd_fs_parse(S("{\"path\":\"/w\",\"includeEntry\":true}"), PJ_ENVD_FS_WATCH, &f, &e));
+        ASSERT_TRUE(f.include_entry);
+        pj_envd_fs_done(&f);
+        refused(__LINE__, pj_envd_fs_parse(S("{\"path\":\"/w\",\"allowNetworkMounts\":true}"), PJ_ENVD_FS_WATCH, &f, &e), &e,
+                "allowNetworkMounts", "not supported");
         pj_envd_fs_done(&f);
         refused(__LINE__, pj_envd_fs_parse(S("{\"path\":\"/\",\"depth\":65}"), PJ_ENVD_FS_LISTDIR, &f, &e), &e, "depth", "64");
         pj_envd_fs_done(&f);
