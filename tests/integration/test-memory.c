@@ -209,6 +209,16 @@ TEST_FULL(keep_memory_pause_resume_same_process, 300) {
         ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(sb, "memory_kept")));
         ASSERT_GE(cJSON_GetNumberValue(cJSON_GetObjectItem(sb, "checkpoint_bytes")), 1000000);
         cJSON_Delete(sb);
+        /* the checkpoint holds the tenant's memory: only root on the node may read it */
+        {
+                _cleanup_free_ char *cmd = xasprintf("r=$(docker info -f '{{.DockerRootDir}}'); "
+                                                     "c=$(docker inspect -f '{{.Id}}' paddock-%s); "
+                                                     "stat -c '%%a %%U' \"$r/containers/$c/checkpoints\"/* | sort -u", id);
+                char *argv[] = { "sh", "-c", cmd, NULL };
+                _cleanup_free_ char *out = NULL;
+                ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
+                ASSERT_STREQ(out, "700 root\n");
+        }
         /* Kept, stopped: no CPU or memory; and the orphan reaper (every 1 s here) leaves it. */
         ASSERT_TRUE(docker_container_exists(container_name(id)));
         ASSERT_FALSE(docker_container_running(container_name(id)));
