@@ -17,21 +17,12 @@
 
 #define STDERR_KEEP 2048
 
-static bool id_ok(const char *id) {
-        if (!id || strlen(id) != 64)
-                return false;
-        for (const char *p = id; *p; p++)
-                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-                        return false;
-        return true;
-}
-
 static bool abs_ok(const char *p) {
         return p && p[0] == '/' && !strstr(p, "/../") && !endswith(p, "/..") && strlen(p) < 1024;
 }
 
 int runsc_knows(const char *root, const char *id) {
-        if (!abs_ok(root) || !id_ok(id))
+        if (!abs_ok(root) || !hex_exactly(id, 64))
                 return -EINVAL;
         /* runsc's state file for a container of a sandbox: <id>_sandbox:<id>.state (the first
          * container of a sandbox is the sandbox; Docker starts one container per sandbox) */
@@ -55,7 +46,7 @@ static void last_line(char *buf, size_t n, char *out, size_t outlen) {
 
 int runsc_checkpoint(const char *runsc, const char *root, const char *id, const char *image_dir, int64_t timeout_ms,
                      struct err *err) {
-        if (!abs_ok(runsc) || !abs_ok(root) || !abs_ok(image_dir) || !id_ok(id))
+        if (!abs_ok(runsc) || !abs_ok(root) || !abs_ok(image_dir) || !hex_exactly(id, 64))
                 return err_set(err, -EINVAL, "runsc checkpoint: a path is not absolute or the container id is not 64 hex digits");
         _cleanup_free_ char *root_arg = xasprintf("--root=%s", root), *img_arg = xasprintf("--image-path=%s", image_dir);
         char *argv[] = { (char *) runsc, root_arg, (char *) "checkpoint", (char *) "--compression=none",

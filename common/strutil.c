@@ -156,6 +156,15 @@ int unhexchar(char c) {
         return -1;
 }
 
+bool hex_exactly(const char *s, size_t n) {
+        if (!s || strnlen(s, n + 1) != n)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!(is_digit(s[i]) || (s[i] >= 'a' && s[i] <= 'f')))
+                        return false;
+        return true;
+}
+
 bool hexid_valid_n(const char *s, size_t len) {
         if (!s || len != HEXID_LEN)
                 return false;

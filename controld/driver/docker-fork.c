@@ -28,15 +28,6 @@
 #include "log.h"
 #include "strutil.h"
 
-static bool hex64(const char *s) {
-        if (!s || strlen(s) != 64)
-                return false;
-        for (; *s; s++)
-                if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
-                        return false;
-        return true;
-}
-
 static int fork_op(struct driver *d, int mode, const char *src, const char *name, const char *dst, uint64_t limit,
                    struct err *err) {
         if (!P(d)->root_dir)
@@ -47,7 +38,7 @@ static int fork_op(struct driver *d, int mode, const char *src, const char *name
 }
 
 int dd_fork_stage(struct driver *d, const struct sandbox *src, const char *name, struct err *err) {
-        if (!src->container_id || !hex64(src->container_id))
+        if (!src->container_id || !hex_exactly(src->container_id, 64))
                 return err_set(err, -ENOENT, "the sandbox has no container to fork");
         return fork_op(d, DD_FORK_STAGE, src->container_id, name, "", 0, err);
 }
@@ -64,7 +55,7 @@ int dd_fork_sweep(struct driver *d, const char *prefix) {
 
 int dd_fork_unstage(struct driver *d, const struct sandbox *src, const char *name) {
         struct err err = { 0 };
-        if (!src->container_id || !hex64(src->container_id))
+        if (!src->container_id || !hex_exactly(src->container_id, 64))
                 return -ENOENT;
         int r = fork_op(d, DD_FORK_UNSTAGE, src->container_id, name, "", 0, &err);
         if (r < 0)

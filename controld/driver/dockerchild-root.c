@@ -55,15 +55,6 @@ int dd_runsc_checkpoint_here(const struct config *cfg, const char *docker_root, 
 #define STAGE_PREFIX "paddock-fork-"
 #define CKPT_FILES_MAX 64
 
-static bool hex64(const char *s) {
-        if (!s || strlen(s) != 64)
-                return false;
-        for (; *s; s++)
-                if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
-                        return false;
-        return true;
-}
-
 /* The id of the btrfs subvolume that is container id's own layer (64 hex), from Docker's layer
  * store: image/btrfs/layerdb/mounts/<id>/mount-id. */
 static int layer_of(const char *root, const char *id, char out[65], struct err *err) {
@@ -81,7 +72,7 @@ static int layer_of(const char *root, const char *id, char out[65], struct err *
         }
         ssize_t n = read(fd, out, 64);
         out[n == 64 ? 64 : 0] = 0;
-        if (!hex64(out))
+        if (!hex_exactly(out, 64))
                 return err_set(err, -EIO, "container %s: its layer id is not 64 hex digits", id);
         return 0;
 }
@@ -218,7 +209,7 @@ int dd_fork_here(const char *root, int mode, const char *src, const char *name, 
                 _cleanup_free_ char *cdir = xasprintf("%s/containers", root);
                 dir = opendir(cdir);
                 for (struct dirent *e; dir && (e = readdir(dir));) {
-                        if (!hex64(e->d_name))
+                        if (!hex_exactly(e->d_name, 64))
                                 continue;
                         _cleanup_free_ char *ck = xasprintf("%s/%s/checkpoints", cdir, e->d_name);
                         DIR *cd = opendir(ck);
