@@ -206,17 +206,18 @@ static const char *envd_signed_file_op(const struct req *r) {
 /* A signed file URL as E2B's SDKs make them (uploadUrl, downloadUrl) and envd checks them:
  * signature = "v1_" + unpadded base64(sha256("<path>:<operation>:<username>:<token>[:<exp>]")),
  * path and username as the query gives them ("" when absent), exp the optional
- * signature_expiration (Unix seconds), past which the URL is refused. 0, or -1 with msg. */
+ * signature_expiration (Unix seconds), past which the URL is refused. 0, or -1 with msg, in
+ * envd's own words (its SDK tests compare them). */
 static int signed_url_check(const struct ctl *c, struct req *r, char *msg, size_t msglen) {
         const char *sig = req_query(r, "signature"), *exp = req_query(r, "signature_expiration");
         const char *p = req_query(r, "path"), *u = req_query(r, "username");
         int64_t exp_s = 0;
         if (!sig) {
-                snprintf(msg, msglen, "Missing the sandbox's access token (X-Access-Token) or a signature query parameter");
+                snprintf(msg, msglen, "missing signature query parameter (or the sandbox's access token in X-Access-Token)");
                 return -1;
         }
         if (exp && (safe_atoi64(exp, &exp_s) < 0 || exp_s < 0)) {
-                snprintf(msg, msglen, "signature_expiration: not a Unix time in seconds");
+                snprintf(msg, msglen, "invalid signature: signature_expiration is not a Unix time in seconds");
                 return -1;
         }
         char tok[65];
@@ -234,11 +235,11 @@ static int signed_url_check(const struct ctl *c, struct req *r, char *msg, size_
         _cleanup_free_ char *want = xasprintf("v1_%s", b64);
         bool ok = strlen(sig) == strlen(want) && CRYPTO_memcmp(sig, want, strlen(want)) == 0;
         if (!ok) {
-                snprintf(msg, msglen, "signature: invalid for this path, operation and user");
+                snprintf(msg, msglen, "invalid signature");
                 return -1;
         }
         if (exp && exp_s < (int64_t) time(NULL)) {
-                snprintf(msg, msglen, "signature_expiration: the signature is already expired");
+                snprintf(msg, msglen, "signature is already expired");
                 return -1;
         }
         return 0;
