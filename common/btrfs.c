@@ -74,6 +74,21 @@ static int subvol_op(const char *parent, const char *name, unsigned long req) {
         return r;
 }
 
+/* Limits what subvolume pfd/name references to limit_bytes. */
+static int qgroup_limit(int pfd, const char *name, uint64_t limit_bytes) {
+        int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        /* qgroupid 0: the qgroup of the subvolume fd is in (0/<its id>). */
+        struct btrfs_ioctl_qgroup_limit_args l = {
+                .qgroupid = 0,
+                .lim = { .flags = BTRFS_QGROUP_LIMIT_MAX_RFER, .max_rfer = limit_bytes },
+        };
+        int r = ioctl(fd, BTRFS_IOC_QGROUP_LIMIT, &l) < 0 ? -errno : 0;
+        close(fd);
+        return r;
+}
+
 int btrfs_subvol_create_capped(const char *parent, const char *name, uint64_t limit_bytes) {
         if (remote)
                 return remote->subvol_create_capped(parent, name, limit_bytes);
@@ -90,40 +105,12 @@ int btrfs_subvol_create_capped(const char *parent, const char *name, uint64_t li
                 return 0;
 
         int pfd = open_dir(parent);
-        if (pfd < 0) {
-                r = pfd;
-                goto fail;
-        }
-        int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        close(pfd);
-        if (fd < 0) {
-                r = -errno;
-                goto fail;
-        }
-        /* qgroupid 0: the qgroup of the subvolume fd is in (0/<its id>). */
-        struct btrfs_ioctl_qgroup_limit_args l = {
-                .qgroupid = 0,
-                .lim = { .flags = BTRFS_QGROUP_LIMIT_MAX_RFER, .max_rfer = limit_bytes },
-        };
-        r = ioctl(fd, BTRFS_IOC_QGROUP_LIMIT, &l) < 0 ? -errno : 0;
-        close(fd);
+        r = pfd < 0 ? pfd : qgroup_limit(pfd, name, limit_bytes);
+        if (pfd >= 0)
+                close(pfd);
         if (r == 0)
                 return 0;
-fail:
         (void) subvol_op(parent, name, BTRFS_IOC_SNAP_DESTROY);
-        return r;
-}
-
-static int qgroup_limit(int pfd, const char *name, uint64_t limit_bytes) {
-        int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        struct btrfs_ioctl_qgroup_limit_args l = {
-                .qgroupid = 0,
-                .lim = { .flags = BTRFS_QGROUP_LIMIT_MAX_RFER, .max_rfer = limit_bytes },
-        };
-        int r = ioctl(fd, BTRFS_IOC_QGROUP_LIMIT, &l) < 0 ? -errno : 0;
-        close(fd);
         return r;
 }
 
@@ -148,12 +135,12 @@ int btrfs_snapshot_capped(const char *src, const char *parent, const char *name,
         (void) strscpy(a.name, name, sizeof(a.name));
         r = ioctl(pfd, BTRFS_IOC_SNAP_CREATE_V2, &a) < 0 ? -errno : 0;
         close(sfd);
-        if (r == 0 && limit_bytes && (r = qgroup_limit(pfd, name, limit_bytes)) < 0) {
-                struct btrfs_ioctl_vol_args d = { 0 };
-                (void) strscpy(d.name, name, sizeof(d.name));
-                (void) ioctl(pfd, BTRFS_IOC_SNAP_DESTROY, &d);
-        }
+        bool made = r == 0;
+        if (made && limit_bytes)
+                r = qgroup_limit(pfd, name, limit_bytes);
         close(pfd);
+        if (made && r < 0)   /* only what this call made goes */
+                (void) subvol_op(parent, name, BTRFS_IOC_SNAP_DESTROY);
         return r;
 }
 

@@ -156,22 +156,20 @@ int unhexchar(char c) {
         return -1;
 }
 
-bool hex_exactly(const char *s, size_t n) {
-        if (!s || strnlen(s, n + 1) != n)
-                return false;
+/* The n bytes at s are all lowercase hex digits. */
+static bool lowerhex_n(const char *s, size_t n) {
         for (size_t i = 0; i < n; i++)
                 if (!(is_digit(s[i]) || (s[i] >= 'a' && s[i] <= 'f')))
                         return false;
         return true;
 }
 
+bool hex_exactly(const char *s, size_t n) {
+        return s && strnlen(s, n + 1) == n && lowerhex_n(s, n);
+}
+
 bool hexid_valid_n(const char *s, size_t len) {
-        if (!s || len != HEXID_LEN)
-                return false;
-        for (size_t i = 0; i < len; i++)
-                if (!(is_digit(s[i]) || (s[i] >= 'a' && s[i] <= 'f')))
-                        return false;
-        return true;
+        return s && len == HEXID_LEN && lowerhex_n(s, len);
 }
 
 bool hexid_valid(const char *s) {

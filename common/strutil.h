@@ -31,11 +31,11 @@ int parse_size(const char *s, uint64_t *ret);
  * Same strictness as parse_size; result in milliseconds. */
 int parse_duration_ms(const char *s, uint64_t *ret);
 
+/* s is exactly n lowercase hex digits (NULL -> false): Docker's container ids (64), ... */
+bool hex_exactly(const char *s, size_t n);
 /* Our object ids: exactly 24 lowercase hex characters (12 random bytes).
  * hexid_valid is the one check for them (NULL -> false); hexid_valid_n
  * checks len bytes that need not be NUL-terminated. */
-/* s is exactly n lowercase hex digits (NULL -> false): container ids (64), ... */
-bool hex_exactly(const char *s, size_t n);
 #define HEXID_LEN 24
 bool hexid_valid(const char *s);
 bool hexid_valid_n(const char *s, size_t len);

@@ -149,14 +149,14 @@ int sandbox_fork(struct ctl *c, const struct account *acc, const struct sandbox 
                         return r;
                 }
                 int staged = ops->fork_stage(c->drv, &src, name, &derr);
-                int back = source_back(c, &src, name, true);
+                /* the copies are of the checkpoint, whatever becomes of the source */
+                (void) source_back(c, &src, name, true);
                 log_info("fork: the source was away %lld ms (checkpoint of %lld bytes)", (long long) (mono_ms() - t0),
                          (long long) bytes);
                 if (staged < 0) {
                         ops->fork_unstage(c->drv, &src, name);
                         return err_set(err, staged == -EOPNOTSUPP ? -EOPNOTSUPP : -EIO, "The fork failed: %s", derr.message);
                 }
-                (void) back;   /* the children are copies of the checkpoint, whatever became of the source */
         }
         fault_point("fork.staged");   /* crash tests: the source back, the staging not yet used */
         /* the copies at once (at most FORK_PARALLEL), each from its own copy of the staging */
