@@ -198,21 +198,8 @@ static enum MHD_Result post_fork(struct req *r) {
                 free(out);
                 return respond_errno(r, k, &e);
         }
-        cJSON *a = cJSON_CreateArray();
         int made = 0;
-        for (int i = 0; i < count; i++) {
-                cJSON *o = cJSON_CreateObject();
-                if (out[i].r == 0) {
-                        cJSON_AddItemToObject(o, "sandbox", sandbox_to_json(r->c, &out[i].sb));
-                        made++;
-                } else {
-                        cJSON *er = cJSON_AddObjectToObject(o, "error");
-                        json_add_int(er, "status", http_status_from_errno(out[i].r));
-                        json_add_str(er, "message", out[i].err.message);
-                }
-                cJSON_AddItemToArray(a, o);
-                sandbox_clear(&out[i].sb);
-        }
+        cJSON *a = fork_results_json(r->c, out, count, sandbox_to_json, http_status_from_errno, "status", &made);
         free(out);
         _cleanup_free_ char *msg = xasprintf("Sandbox forked: %d of %d copies running", made, count);
         return respond_envelope(r, 201, msg, a);

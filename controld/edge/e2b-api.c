@@ -21,6 +21,7 @@
 #include "json.h"
 #include "log.h"
 #include "pj_e2b.h"
+#include "render.h"
 #include "session.h"
 #include "strutil.h"
 #include "sandbox.h"
@@ -465,19 +466,7 @@ enum MHD_Result e2b_post_fork(struct req *r) {
                 free(res);
                 return respond_errno(r, k, &e);
         }
-        cJSON *a = cJSON_CreateArray();
-        for (int i = 0; i < count; i++) {
-                cJSON *o = cJSON_CreateObject();
-                if (res[i].r == 0)
-                        cJSON_AddItemToObject(o, "sandbox", sandbox_json(r->c, &res[i].sb));
-                else {
-                        cJSON *er = cJSON_AddObjectToObject(o, "error");
-                        json_add_int(er, "code", http_status_from_errno(res[i].r));
-                        json_add_str(er, "message", res[i].err.message);
-                }
-                cJSON_AddItemToArray(a, o);
-                sandbox_clear(&res[i].sb);
-        }
+        cJSON *a = fork_results_json(r->c, res, count, sandbox_json, http_status_from_errno, "code", NULL);
         free(res);
         return respond_json(r, 201, a);
 }

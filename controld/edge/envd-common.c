@@ -467,7 +467,7 @@ static int watch_event(int event, const char *path, bool dir, void *ud) {
         json_add_str(f, "type", envd_event_names[event]);
         /* includeEntry: the entry as it is now, except where it went away (as envd) */
         if (t->entries && event != PJ_AGENT_EV_REMOVE && event != PJ_AGENT_EV_RENAME) {
-                cJSON *e = envd_watch_entry(t->entries, path);
+                cJSON *e = t->entry_of(t->entries, path);
                 if (e)
                         cJSON_AddItemToObject(f, "entry", e);
         }
@@ -694,7 +694,8 @@ void envd_s_free(void *cls) {
                 sse_stream_count(t->c, -1);
         session_free(t->x);   /* detaches: the process keeps running */
         dirwatch_free(t->w);
-        envd_watch_entries_free(t->entries);
+        if (t->entries)
+                t->entries_free(t->entries);
         strbuf_done(&t->pending);
         free(t);
 }

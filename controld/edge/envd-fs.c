@@ -567,7 +567,7 @@ struct watch_entries {
         uint64_t n;
 };
 
-void envd_watch_entries_free(struct watch_entries *we) {
+static void watch_entries_free(struct watch_entries *we) {
         if (!we)
                 return;
         sbfs_close(we->fs);
@@ -576,7 +576,9 @@ void envd_watch_entries_free(struct watch_entries *we) {
         free(we);
 }
 
-cJSON *envd_watch_entry(struct watch_entries *we, const char *path) {
+/* The EntryInfo of path (relative to the watched directory) for a watch event; NULL when it
+ * cannot be stat'ed (gone already) or past the per-stream bound. */
+static cJSON *watch_entry(struct watch_entries *we, const char *path) {
         if (we->n++ >= WATCH_ENTRIES_MAX)
                 return NULL;
         _cleanup_free_ char *full = xasprintf("%s%s%s", we->root, endswith(we->root, "/") ? "" : "/", path);
@@ -591,7 +593,7 @@ static struct watch_entries *watch_entries_new(struct ctl *c, const struct sandb
         if (store_sandbox_get(c->store, sb->id, &we->sb) < 0 || sbfs_open(c, &we->sb, &we->fs, err) < 0) {
                 if (!err->message[0])
                         err_set(err, -EIO, "cannot read the sandbox's record");
-                envd_watch_entries_free(we);
+                watch_entries_free(we);
                 return NULL;
         }
         return we;
@@ -616,9 +618,13 @@ enum MHD_Result envd_fs_watch(struct req *r) {
                 envd_s_free(t);
                 return envd_s_fail(r, k == -EINVAL ? PJ_CONNECT_INVALID_ARGUMENT : envd_code_of(k), "%s", e.message);
         }
-        if (in.include_entry && !(t->entries = watch_entries_new(r->c, &sb, path, &e))) {
-                envd_s_free(t);
-                return envd_s_fail(r, PJ_CONNECT_UNAVAILABLE, "%s", e.message);
+        if (in.include_entry) {
+                if (!(t->entries = watch_entries_new(r->c, &sb, path, &e))) {
+                        envd_s_free(t);
+                        return envd_s_fail(r, PJ_CONNECT_UNAVAILABLE, "%s", e.message);
+                }
+                t->entry_of = watch_entry;
+                t->entries_free = watch_entries_free;
         }
         cJSON *start = cJSON_CreateObject();
         cJSON_AddObjectToObject(start, "start");

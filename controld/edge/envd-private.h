@@ -70,8 +70,11 @@ struct cstream {
         bool drop;                       /* once pending is sent: drop the connection (sandbox gone) */
         int client_fd;
         int64_t last_sent, deadline, keepalive_ms;
-        /* WatchDir with includeEntry: what each event's entry is stat'ed with (envd-fs.c) */
+        /* WatchDir with includeEntry: what each event's entry is stat'ed with, and how (set by
+         * envd-fs.c: entry_of gives an event's EntryInfo or NULL, entries_free ends it) */
         struct watch_entries *entries;
+        cJSON *(*entry_of)(struct watch_entries *we, const char *path);
+        void (*entries_free)(struct watch_entries *we);
 };
 
 void envd_s_event(struct cstream *t, cJSON *event);
@@ -91,11 +94,7 @@ enum MHD_Result envd_p_close_stdin(struct req *r);
 enum MHD_Result envd_p_update(struct req *r);
 enum MHD_Result envd_p_stream_input(struct req *r);
 
-/* envd-fs.c: the EntryInfo of path (relative to the watched directory) for a watch event with
- * includeEntry; NULL when it cannot be stat'ed (gone already) or past the per-stream bound. */
 struct watch_entries;
-cJSON *envd_watch_entry(struct watch_entries *we, const char *path);
-void envd_watch_entries_free(struct watch_entries *we);
 
 /* envd-fs.c: filesystem.Filesystem */
 enum MHD_Result envd_fs_stat(struct req *r);

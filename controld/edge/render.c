@@ -111,6 +111,29 @@ static const struct json_member sandbox_times[] = {
         JSON_MEMBER(JSON_TIME, "expires_at", struct sandbox, expires_at),
 };
 
+cJSON *fork_results_json(struct ctl *c, struct sandbox_fork_result *res, int n,
+                         cJSON *(*sb_json)(struct ctl *c, const struct sandbox *sb), int (*status_of)(int err),
+                         const char *code_key, int *ret_made) {
+        cJSON *a = cJSON_CreateArray();
+        int made = 0;
+        for (int i = 0; i < n; i++) {
+                cJSON *o = cJSON_CreateObject();
+                if (res[i].r == 0) {
+                        cJSON_AddItemToObject(o, "sandbox", sb_json(c, &res[i].sb));
+                        made++;
+                } else {
+                        cJSON *er = cJSON_AddObjectToObject(o, "error");
+                        json_add_int(er, code_key, status_of(res[i].r));
+                        json_add_str(er, "message", res[i].err.message);
+                }
+                cJSON_AddItemToArray(a, o);
+                sandbox_clear(&res[i].sb);
+        }
+        if (ret_made)
+                *ret_made = made;
+        return a;
+}
+
 cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb) {
         cJSON *o = sandbox_head_to_json(sb);
         const struct region *g = config_region(c->cfg, sb->region_key);

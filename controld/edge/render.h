@@ -11,6 +11,13 @@
 /* ---- JSON of API resources (render.c): new trees owned by the caller ---- */
 struct stats_sample;
 cJSON *sandbox_to_json(struct ctl *c, const struct sandbox *sb);
+/* A fork's outcome, one entry per copy: {"sandbox": sb_json(sandbox)} or {"error": {code_key:
+ * status_of(its -errno), "message"}} (each API names the status its way); the results'
+ * sandboxes are cleared. *ret_made: the copies that run. */
+struct sandbox_fork_result;
+cJSON *fork_results_json(struct ctl *c, struct sandbox_fork_result *res, int n,
+                         cJSON *(*sb_json)(struct ctl *c, const struct sandbox *sb), int (*status_of)(int err),
+                         const char *code_key, int *ret_made);
 cJSON *sandbox_created_to_json(const struct sandbox *sb);
 /* PUT /sandboxes/{id}/egress: the sandbox (egress, block_outbound, ...) and network_updated
  * (true when the mode changed, i.e. the node now enforces another network profile). */
