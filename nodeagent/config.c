@@ -136,6 +136,7 @@ int agent_config_load(const char *path, struct agent_config *ret, struct err *er
                 STR_KEY("amqp", "controld_login", "", 255, controld_login),
                 STR_KEY("egress", "table", "paddock", 64, egress_table),
                 STR_KEY("egress", "dns_resolver", NULL, 16, egress_dns),
+                STR_KEY("proxy", "upstream_ca_file", "", 1024, proxy_ca_file),
                 STR_KEY("metrics", "listen", NULL, 64, metrics_listen),
                 STR_KEY("nomad", "address", "http://127.0.0.1:4646", 512, nomad_addr),
                 STR_KEY("nomad", "token", "", 256, nomad_token),
@@ -148,6 +149,12 @@ int agent_config_load(const char *path, struct agent_config *ret, struct err *er
         if ((r = conf_get_int(cf, "amqp", NULL, "prefetch", 8, 1, 1000, &ret->prefetch, err)) < 0)
                 goto out;
         if ((r = conf_get_bool(cf, "egress", NULL, "enable", false, &ret->egress_enabled, err)) < 0)
+                goto out;
+        if ((r = conf_get_bool(cf, "proxy", NULL, "enable", false, &ret->proxy_enabled, err)) < 0 ||
+            (r = conf_get_int(cf, "proxy", NULL, "port", 15001, 1024, 65535, &ret->proxy_port, err)) < 0 ||
+            (r = conf_get_int(cf, "proxy", NULL, "max_connections_per_sandbox", 64, 1, 4096, &ret->proxy_max_per_sandbox,
+                              err)) < 0 ||
+            (r = conf_get_int(cf, "proxy", NULL, "max_connections", 1024, 1, 65536, &ret->proxy_max_conns, err)) < 0)
                 goto out;
         if ((r = conf_get_list(cf, "egress", NULL, "bridges", 64, 15, &ret->egress_bridges, err)) < 0 ||
             (r = conf_get_list(cf, "egress", NULL, "deny", 1024, 18, &ret->egress_deny, err)) < 0 ||
@@ -181,6 +188,10 @@ int agent_config_load(const char *path, struct agent_config *ret, struct err *er
         if (ret->egress_dns && !*ret->egress_dns) {
                 free(ret->egress_dns);
                 ret->egress_dns = NULL;
+        }
+        if (ret->proxy_enabled && !ret->egress_enabled) {
+                r = err_set(err, -EINVAL, "%s: [proxy] enable needs [egress] enable (the egress table steers to it)", path);
+                goto out;
         }
         if (ret->egress_enabled && !ret->egress_bridges) {
                 r = err_set(err, -EINVAL, "%s: [egress] bridges is required when enable = true", path);
@@ -242,7 +253,7 @@ void agent_config_done(struct agent_config *c) {
         free_many(c->relay_listen, c->relay_secret, c->relay_docker_root, c->relay_tls_cert, c->relay_tls_key);
         strv_free(c->egress_bridges);
         strv_free(c->egress_deny);
-        free_many(c->egress_table, c->egress_dns, c->metrics_listen, c->node_id, c->log_level, c->amqp_url,
+        free_many(c->proxy_ca_file, c->egress_table, c->egress_dns, c->metrics_listen, c->node_id, c->log_level, c->amqp_url,
                   c->exchange, c->nomad_addr, c->nomad_token, c->nomad_ca_file, c->nomad_cert_file, c->nomad_key_file);
         memset(c, 0, sizeof(*c));
 }

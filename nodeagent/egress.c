@@ -54,6 +54,12 @@
 #define SET_DENY "node_deny"
 #define SET_DNS "dns_clients"
 #define MAP_SANDBOXES "sandboxes"
+#define MAP_STEER "steer"               /* sandbox IP : jump pxy_<id> (sandboxes with egress rules) */
+#define CHAIN_STEER "steer_sbx"         /* nat prerouting: iifname <bridge> jump steer_dispatch */
+#define CHAIN_STEER_DISPATCH "steer_dispatch"   /* ip saddr vmap @steer */
+#define STEER_PRIORITY (-100)           /* dstnat */
+#define PXY_CHAIN_PREFIX "pxy_"         /* per sandbox: its rule hosts' 80 and 443 redirected */
+#define PXY_SET_PREFIX "pxyd_"          /* per sandbox: its rule hosts' addresses */
 #define MAP_PORTS "ports"               /* table bridge: port -> jump sbx_<id> */
 #define CHAIN_GUARD "guard"             /* table bridge: prerouting, iifname vmap @ports */
 #define GUARD_PRIORITY (-300)
@@ -81,6 +87,7 @@ static struct {
         bool have_resolver;
         uint32_t resolver;              /* host order */
         char *bridges[EGRESS_MAX_BRIDGES + 1];  /* NULL-terminated: where sandbox ports are */
+        uint16_t proxy_port;            /* the egress proxy's port, 0 = no proxy on this node */
 } st;
 
 static void lockp(pthread_mutex_t **m) {
@@ -141,14 +148,19 @@ static void sbx_names(const char *id, char chain[NAME_BUF], char set[NAME_BUF]) 
         snprintf(set, NAME_BUF, ALLOW_SET_PREFIX "%s", id);
 }
 
+static void pxy_names(const char *id, char chain[NAME_BUF], char set[NAME_BUF]) {
+        snprintf(chain, NAME_BUF, PXY_CHAIN_PREFIX "%s", id);
+        snprintf(set, NAME_BUF, PXY_SET_PREFIX "%s", id);
+}
+
 /* ---------------------------------------------------------------- read, then write */
 
 /* What a change read from the table before building its batch. */
 enum { VIEW_ELEMS = 1 << 0, VIEW_CHAINS = 1 << 1, VIEW_SETS = 1 << 2, VIEW_PORTS = 1 << 3 };
 struct view {
         uint32_t genid;
-        struct nft_elem *map, *dns;         /* VIEW_ELEMS: @sandboxes and @dns_clients */
-        size_t n_map, n_dns;
+        struct nft_elem *map, *dns, *steer; /* VIEW_ELEMS: @sandboxes, @dns_clients, @steer */
+        size_t n_map, n_dns, n_steer;
         struct nft_names chains;        /* VIEW_CHAINS */
         struct nft_names sets;          /* VIEW_SETS */
         struct nft_port_elem *ports;    /* VIEW_PORTS: the bridge table's @ports and chains */
@@ -159,6 +171,7 @@ struct view {
 static void view_done(struct view *v) {
         free(v->map);
         free(v->dns);
+        free(v->steer);
         free(v->ports);
         nft_names_done(&v->chains);
         nft_names_done(&v->br);
@@ -189,6 +202,8 @@ static int read_then_write(const char *table, unsigned what, fill_fn fill, void 
                         r = nft_dump_elems(nl, table, MAP_SANDBOXES, &v.map, &v.n_map);
                         if (r >= 0)
                                 r = nft_dump_elems(nl, table, SET_DNS, &v.dns, &v.n_dns);
+                        if (r >= 0)
+                                r = nft_dump_elems(nl, table, MAP_STEER, &v.steer, &v.n_steer);
                 }
                 if (r >= 0 && (what & VIEW_CHAINS))
                         r = nft_dump_chains(nl, NFT_FAMILY, table, &v.chains);
@@ -269,10 +284,26 @@ static int fill_init(struct nft_batch *b, const struct view *v, void *ud, struct
 
         /* sbx_to_host: sandbox -> this host goes through input, not forward. */
         sandbox_chain_head(b, a, CHAIN_TO_HOST);
+        /* The egress proxy's port, for the connections the steering below redirected there. */
+        if (a->cfg->proxy_port)
+                nft_rule_proxy_accept(b, a->table, CHAIN_TO_HOST, a->cfg->proxy_port);
         /* Everything else a sandbox sends to this host (unicast to any of its
          * addresses, broadcast, multicast) is dropped: the input hook only
          * sees traffic for the host itself. */
         nft_rule_counter(b, a->table, CHAIN_TO_HOST, NF_DROP);
+
+        /* Steering to the egress proxy: a sandbox with rules jumps (by its address) to its
+         * pxy_<id> chain, which redirects its rule hosts' 80 and 443 there. */
+        if (a->cfg->proxy_port) {
+                nft_add_set(b, a->table, MAP_STEER, false, true);
+                nft_add_chain(b, a->table, CHAIN_STEER_DISPATCH, -1, 0);
+                nft_chain_op(b, NFT_MSG_DELRULE, a->table, CHAIN_STEER_DISPATCH);
+                nft_rule_vmap_saddr(b, a->table, CHAIN_STEER_DISPATCH, MAP_STEER);
+                nft_add_nat_chain(b, a->table, CHAIN_STEER, NF_INET_PRE_ROUTING, STEER_PRIORITY);
+                nft_chain_op(b, NFT_MSG_DELRULE, a->table, CHAIN_STEER);
+                for (size_t j = 0; j < a->n_br; j++)
+                        nft_rule_iif_jump(b, a->table, CHAIN_STEER, a->cfg->bridges[j], CHAIN_STEER_DISPATCH);
+        }
 
 
         /* Base chains last: they jump to the chains above. A changed
@@ -393,6 +424,7 @@ int egress_init(const struct egress_config *cfg, struct err *err) {
         }
         st.have_resolver = cfg->dns_resolver != NULL;
         st.resolver = resolver;
+        st.proxy_port = cfg->proxy_port;
         st.ready = true;
         return 0;
 }
@@ -463,7 +495,44 @@ struct apply_args {
         bool taken_over;        /* ip led to another sandbox's chain: none of its connections are ours */
         char port[IFNAMSIZ];    /* "" = the guard binding stays as it is */
         uint8_t mac[6];
+        char pchain[NAME_BUF], pset[NAME_BUF];  /* the steering's, when the proxy is on */
+        const struct nft_range *steer;
+        size_t n_steer;
 };
+
+/* The steering's part of an apply (the proxy on): with addresses, chain pxy_<id> redirects
+ * them (80, 443) to the proxy and @steer leads ip there; without, nothing of it is left. */
+static void fill_steer(struct nft_batch *b, const struct view *v, struct apply_args *a) {
+        const char *table = st.table;
+        bool have = false;
+        for (size_t i = 0; i < v->n_steer; i++) {
+                bool ours = streq(v->steer[i].chain, a->pchain);
+                if (ours && v->steer[i].key == a->p->ip && a->n_steer) {
+                        have = true;
+                        continue;
+                }
+                if (ours || v->steer[i].key == a->p->ip)
+                        nft_elem_op(b, NFT_MSG_DELSETELEM, table, MAP_STEER, v->steer[i].key, NULL);
+        }
+        if (a->n_steer) {
+                nft_add_set(b, table, a->pset, true, false);
+                nft_flush_set(b, table, a->pset);
+                nft_add_interval_elems(b, table, a->pset, a->steer, a->n_steer);
+                nft_add_chain(b, table, a->pchain, -1, 0);
+                nft_chain_op(b, NFT_MSG_DELRULE, table, a->pchain);
+                nft_rule_redirect(b, table, a->pchain, a->pset, 443, st.proxy_port);
+                nft_rule_redirect(b, table, a->pchain, a->pset, 80, st.proxy_port);
+                if (!have)
+                        nft_elem_op(b, NFT_MSG_NEWSETELEM, table, MAP_STEER, a->p->ip, a->pchain);
+                return;
+        }
+        if (nft_names_has(&v->chains, a->pchain)) {
+                nft_chain_op(b, NFT_MSG_DELRULE, table, a->pchain);
+                nft_chain_op(b, NFT_MSG_DELCHAIN, table, a->pchain);
+        }
+        if (nft_names_has(&v->sets, a->pset))
+                nft_del_set(b, table, a->pset);
+}
 
 static void gone_add(uint32_t **v, size_t *n, uint32_t ip) {
         for (size_t i = 0; i < *n; i++)
@@ -550,6 +619,8 @@ static int fill_apply(struct nft_batch *b, const struct view *v, void *ud, struc
                 nft_elem_op(b, NFT_MSG_DELSETELEM, table, SET_DNS, p->ip, NULL);
         if (a->port[0])
                 fill_guard(b, v, chain, a->port, p->ip, a->mac);
+        if (st.proxy_port)
+                fill_steer(b, v, a);
         return 1;
 }
 
@@ -562,12 +633,24 @@ int egress_apply(const struct egress_policy *p, struct err *err) {
                 return r;
         if (!st.ready)
                 return err_set(err, -ENOTCONN, "egress is not initialised");
-        struct apply_args a = { .p = p, .allow = allow, .n_allow = n_allow };
+        if (p->n_steer && !st.proxy_port)
+                return err_set(err, -EOPNOTSUPP, "sandbox %s has egress rules, and this node runs no egress proxy "
+                                                 "([proxy] enable)", p->sandbox_id);
+        if (p->n_steer > EGRESS_MAX_STEER || (p->n_steer && !p->steer))
+                return err_set(err, -EINVAL, "sandbox %s: at most %d addresses steered to the egress proxy", p->sandbox_id,
+                               EGRESS_MAX_STEER);
+        _cleanup_free_ struct nft_range *steer = xnew0(struct nft_range, p->n_steer ? p->n_steer : 1);
+        for (size_t i = 0; i < p->n_steer; i++)
+                steer[i] = nft_range_of(p->steer[i], 32);
+        struct apply_args a = { .p = p, .allow = allow, .n_allow = n_allow, .steer = steer,
+                                .n_steer = nft_ranges_merge(steer, p->n_steer) };
         sbx_names(p->sandbox_id, a.chain, a.set);
+        pxy_names(p->sandbox_id, a.pchain, a.pset);
         /* The port first: a sandbox whose port cannot be found is not applied (fail closed). */
         if (p->pid && (r = egress_port_of_pid(p->pid, (const char *const *) st.bridges, a.port, a.mac, err)) < 0)
                 return r;
-        r = read_then_write(st.table, VIEW_ELEMS | (a.port[0] ? VIEW_PORTS : 0), fill_apply, &a, err);
+        r = read_then_write(st.table, VIEW_ELEMS | (a.port[0] ? VIEW_PORTS : 0) | (st.proxy_port ? VIEW_CHAINS | VIEW_SETS : 0),
+                            fill_apply, &a, err);
         /* The new policy is in force: end what it forbids (retries of read_then_write
          * may have collected an address twice; gone_add keeps one). */
         for (size_t i = 0; r >= 0 && i < a.n_gone; i++)
@@ -592,6 +675,7 @@ int egress_apply(const struct egress_policy *p, struct err *err) {
 struct remove_args {
         uint32_t ip;
         char chain[NAME_BUF], set[NAME_BUF];
+        char pchain[NAME_BUF], pset[NAME_BUF];
         uint32_t *gone;         /* addresses the batch unmaps */
         size_t n_gone;
 };
@@ -622,6 +706,21 @@ static int fill_remove(struct nft_batch *b, const struct view *v, void *ud, stru
                 nft_chain_op(b, NFT_MSG_DELCHAIN, table, a->chain);
                 any = true;
         }
+        /* The steering: its map element, then its chain and set. */
+        for (size_t i = 0; i < v->n_steer; i++)
+                if (streq(v->steer[i].chain, a->pchain)) {
+                        nft_elem_op(b, NFT_MSG_DELSETELEM, table, MAP_STEER, v->steer[i].key, NULL);
+                        any = true;
+                }
+        if (nft_names_has(&v->chains, a->pchain)) {
+                nft_chain_op(b, NFT_MSG_DELRULE, table, a->pchain);
+                nft_chain_op(b, NFT_MSG_DELCHAIN, table, a->pchain);
+                any = true;
+        }
+        if (nft_names_has(&v->sets, a->pset)) {
+                nft_del_set(b, table, a->pset);
+                any = true;
+        }
         if (nft_names_has(&v->sets, a->set)) {
                 nft_del_set(b, table, a->set);
                 any = true;
@@ -650,6 +749,7 @@ int egress_remove(const char *sandbox_id, uint32_t ip, struct err *err) {
                 return err_set(err, -ENOTCONN, "egress is not initialised");
         struct remove_args a = { .ip = ip };
         sbx_names(sandbox_id, a.chain, a.set);
+        pxy_names(sandbox_id, a.pchain, a.pset);
         int r = read_then_write(st.table, VIEW_ELEMS | VIEW_CHAINS | VIEW_SETS | VIEW_PORTS, fill_remove, &a, err);
         conntrack_policy_forget(sandbox_id);
         /* Paused or gone: nothing it opened from the addresses it held may go on. */

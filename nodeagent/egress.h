@@ -23,6 +23,14 @@
  *                      daddr @node_deny drop; drop (nothing else reaches the host)
  *   chain sbx_<id> + set allow_<id>   one pair per sandbox, written by egress_apply()
  *
+ * With the egress proxy (cfg->proxy_port), also:
+ *   map steer          sandbox IP : jump pxy_<id>
+ *   chain steer_sbx    hook prerouting, type nat, priority -100: iifname <bridge> jump steer_dispatch
+ *   chain steer_dispatch  ip saddr vmap @steer
+ *   chain pxy_<id> + set pxyd_<id>   ip daddr @pxyd_<id> tcp dport 443|80 redirect to :<proxy_port>
+ *   sbx_to_host gets   tcp dport <proxy_port> ct status dnat accept (before its drop): only a
+ *                      connection the steering redirected reaches the proxy from a sandbox
+ *
  * A sandbox IP with no element in @sandboxes (no confirmed policy) reaches
  * nothing, and neither does anything on the bridges once the table exists.
  *
@@ -46,6 +54,8 @@
 /* Entries one egress_apply() accepts (PJ_EGRESS_MAX_ALLOW user entries, each
  * hostname possibly resolving to several addresses). */
 #define EGRESS_MAX_ALLOW 1024
+/* Addresses of rule hosts one apply steers to the egress proxy (16 hosts, 32 addresses each). */
+#define EGRESS_MAX_STEER 512
 
 struct egress_config {
         const char *table;              /* NULL = EGRESS_TABLE_DEFAULT; at most 255 bytes */
@@ -53,6 +63,8 @@ struct egress_config {
         const char *const *deny_cidrs;  /* NULL-terminated IPv4 / CIDR strings, or NULL */
         const char *dns_resolver;       /* IPv4 of the only resolver sandboxes may use (udp/tcp 53), NULL = none */
         int priority;                   /* priority of both base chains, e.g. -10 */
+        uint16_t proxy_port;            /* the egress proxy's port on this host, 0 = none: then the
+                                         * steering below is not set up and rules are refused */
 };
 
 /* Creates or updates, in one atomic batch, the table, the node deny set (its
@@ -74,6 +86,8 @@ struct egress_policy {
         uint32_t pid;                           /* a host process in the sandbox's network namespace: its
                                                  * bridge port is bound (the guard below); 0 = the binding
                                                  * stays as it is */
+        const uint32_t *steer;                  /* addresses (host order) of the hosts with egress rules: */
+        size_t n_steer;                         /* their TCP 80 and 443 go to the proxy (<= EGRESS_MAX_STEER) */
 };
 
 /* One atomic batch: chain sbx_<id> (created or flushed) with

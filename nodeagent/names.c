@@ -35,6 +35,7 @@
 
 #include "cleanup.h"
 #include "fault.h"
+#include "json.h"
 #include "log.h"
 #include "nodeagent.h"
 #include "pj_node.h"
@@ -45,7 +46,7 @@
  * budgeted three ways, so that one tenant's names that never answer fail only that tenant:
  * per sandbox one full allowlist's worth, per account two, per node LOOKUPS_MAX. */
 #define LOOKUPS_MAX 192           /* threads: under the unit's TasksMax=256 with room for the rest */
-#define LOOKUPS_PER_SANDBOX PJ_EGRESS_MAX_ALLOW
+#define LOOKUPS_PER_SANDBOX (PJ_EGRESS_MAX_ALLOW + PJ_EGRESS_MAX_RULES)
 #define LOOKUPS_PER_ACCOUNT (2 * PJ_EGRESS_MAX_ALLOW)
 
 static atomic_int lookups_running;
@@ -242,6 +243,7 @@ struct names_apply {
         struct pj_allow_entry *e;       /* pol.allow parsed, one per entry */
         struct lookup **lk;             /* one per hostname entry, NULL for literals */
         size_t n;
+        struct lookup **rk;             /* one per rule host (pol.rules): its addresses go to the proxy */
         int64_t deadline;               /* CLOCK_MONOTONIC ms: every lookup's bound */
 };
 
@@ -252,8 +254,16 @@ struct names_apply *names_apply_free(struct names_apply *a) {
         for (size_t i = 0; i < a->n; i++)
                 if (a->lk[i])
                         lookup_unref(a->lk[i]);
+        for (size_t i = 0; i < a->pol.n_rules; i++)
+                if (a->rk[i])
+                        lookup_unref(a->rk[i]);
+        free(a->rk);
         free(a->lk);
         free(a->e);
+        /* the rules' values are secrets */
+        for (size_t i = 0; i < a->pol.n_rules; i++)
+                for (size_t k = 0; k < a->pol.rules[i].n_headers; k++)
+                        explicit_bzero(a->pol.rules[i].headers[k].value, strlen(a->pol.rules[i].headers[k].value));
         pj_egress_done(&a->pol);
         free(a);
         return NULL;
@@ -287,6 +297,12 @@ int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, 
                     (r = lookup_start(a->e[i].host, sandbox_id, account, &a->lk[i], &why)) < 0)
                         err_set(err, r, "cannot resolve %s now: %s", a->e[i].host, why.message);
         }
+        a->rk = xnew0(struct lookup *, a->pol.n_rules ? a->pol.n_rules : 1);
+        for (size_t i = 0; r == 0 && i < a->pol.n_rules; i++) {
+                struct err why = { 0 };
+                if ((r = lookup_start(a->pol.rules[i].host, sandbox_id, account, &a->rk[i], &why)) < 0)
+                        err_set(err, r, "cannot resolve %s (it has egress rules) now: %s", a->pol.rules[i].host, why.message);
+        }
         a->deadline = mono_ms() + timeout_ms;
         if (r < 0) {
                 names_apply_free(a);
@@ -299,6 +315,15 @@ int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, 
 bool names_apply_ready(const struct names_apply *a) {
         if (mono_ms() >= a->deadline)
                 return true;
+        for (size_t i = 0; i < a->pol.n_rules; i++) {
+                if (!a->rk[i])
+                        continue;
+                pthread_mutex_lock(&a->rk[i]->mu);
+                bool done = a->rk[i]->done;
+                pthread_mutex_unlock(&a->rk[i]->mu);
+                if (!done)
+                        return false;
+        }
         for (size_t i = 0; i < a->n; i++) {
                 if (!a->lk[i])
                         continue;
@@ -312,6 +337,8 @@ bool names_apply_ready(const struct names_apply *a) {
 }
 
 bool names_policy_resolves(const struct pj_egress *pol) {
+        if (pol->n_rules && pol->mode != PJ_EGRESS_DENY_ALL)
+                return true;
         if (pol->mode != PJ_EGRESS_RESTRICTED)
                 return false;
         for (size_t i = 0; i < pol->n_allow; i++) {
@@ -401,6 +428,8 @@ struct tracked {
         size_t n_allow;
         struct pj_node_resolved *resolved;
         size_t n_resolved;
+        uint32_t *steer;        /* the rule hosts' addresses the apply steered (kept by refreshes) */
+        size_t n_steer;
         uint64_t gen;
 };
 
@@ -456,12 +485,13 @@ static void tracked_drop(const char *id) {
                 return;
         strv_free(t->allow);
         free(t->resolved);
+        free(t->steer);
         *t = table[--n_table];
 }
 
 /* Under apply_lock: what the egress child now enforces for id. */
 static void tracked_set(const char *id, const char *account, uint32_t ip, const struct pj_egress *pol,
-                        const struct pj_node_resolved *rv, size_t n_rv) {
+                        const struct pj_node_resolved *rv, size_t n_rv, const uint32_t *steer, size_t n_steer) {
         tracked_drop(id);
         /* The apply took ip over from whoever held it (egress_apply replaced that map
          * element): a refresh of the old holder must never take it back. */
@@ -482,6 +512,10 @@ static void tracked_set(const char *id, const char *account, uint32_t ip, const 
                 t->allow[i] = xstrdup(pol->allow[i]);
         t->resolved = xnew0(struct pj_node_resolved, n_rv);
         memcpy(t->resolved, rv, n_rv * sizeof(*rv));
+        t->n_steer = n_steer;
+        t->steer = xnew0(uint32_t, n_steer ? n_steer : 1);
+        if (n_steer)
+                memcpy(t->steer, steer, n_steer * sizeof(*steer));
 }
 
 static int call_apply(struct ps_egress_apply *req, struct err *err) {
@@ -494,29 +528,140 @@ static int call_apply(struct ps_egress_apply *req, struct err *err) {
         return r;
 }
 
+/* The rule hosts' addresses, waited for up to a's deadline: into req->steer (what the egress
+ * table sends to the proxy) and *ret (what controld writes into the sandbox's /etc/hosts, so
+ * the sandbox dials the addresses that are steered). Fails closed: a rule host that does not
+ * resolve fails the apply. */
+static int build_steer(struct names_apply *a, struct ps_egress_apply *req, struct pj_node_resolved **ret, size_t *ret_n,
+                       struct err *err) {
+        *ret = NULL;
+        *ret_n = 0;
+        if (!a->pol.n_rules)
+                return 0;
+        _cleanup_free_ struct pj_node_resolved *rv = xnew0(struct pj_node_resolved, a->pol.n_rules);
+        size_t n = 0;
+        for (size_t i = 0; i < a->pol.n_rules; i++) {
+                struct lookup *l = a->rk[i];
+                if (!l)
+                        continue;
+                if (lookup_wait(l, a->deadline) < 0)
+                        return err_set(err, -ETIMEDOUT, "resolving %s (it has egress rules) took longer than %d ms; nothing "
+                                                        "was changed", l->host, timeout_ms);
+                if (l->gai != 0)
+                        return err_set(err, -EHOSTUNREACH, "cannot resolve %s (it has egress rules): %s", l->host,
+                                       gai_strerror(l->gai));
+                if (l->n > NAMES_MAX_ADDRS_PER_NAME)
+                        return err_set(err, -E2BIG, "%s resolves to more than %d addresses; nothing was changed", l->host,
+                                       NAMES_MAX_ADDRS_PER_NAME);
+                struct pj_node_resolved *x = &rv[n++];
+                strscpy(x->name, l->host, sizeof(x->name));
+                x->at_ms = wall_ms();
+                for (size_t k = 0; k < l->n; k++) {
+                        x->addrs[x->n_addrs++] = l->addrs[k];
+                        if (req->n_steer >= EGRESS_MAX_STEER)
+                                return err_set(err, -E2BIG, "the rule hosts resolve to more than %d addresses",
+                                               EGRESS_MAX_STEER);
+                        req->steer[req->n_steer++] = l->addrs[k];
+                }
+        }
+        *ret = TAKE_PTR(rv);
+        *ret_n = n;
+        return 0;
+}
+
+/* The proxy child's part: with rules, it takes them (values included) and answers the
+ * sandbox's CA (*ret_pem); without, it forgets the sandbox (when it runs at all). */
+static int proxy_update(struct names_apply *a, char **ret_pem, struct err *err) {
+        *ret_pem = NULL;
+        if (!a->pol.n_rules) {
+                if (privsep_child_pid(PS_CHILD_PROXY) > 0) {
+                        struct ps_proxy_id q = { .hdr.type = PS_PROXY_DROP };
+                        struct ps_result res;
+                        strscpy(q.sandbox_id, a->sandbox_id, sizeof(q.sandbox_id));
+                        (void) privsep_call(PS_CHILD_PROXY, &q, sizeof(q), &res);
+                }
+                return 0;
+        }
+        if (privsep_child_pid(PS_CHILD_PROXY) <= 0)
+                return err_set(err, -EOPNOTSUPP, "the sandbox has egress rules, and this node runs no egress proxy "
+                                                 "([proxy] enable)");
+        _cleanup_json_ cJSON *j = pj_egress_rules_json(&a->pol, false);
+        _cleanup_free_ char *text = json_print(j);
+        size_t len = strlen(text);
+        int r;
+        if (len >= PS_PROXY_RULES_MAX)
+                r = err_set(err, -E2BIG, "the egress rules with their secrets take %zu bytes, over the proxy's %d", len,
+                            PS_PROXY_RULES_MAX - 1);
+        else {
+                _cleanup_free_ struct ps_proxy_set *q = xnew0(struct ps_proxy_set, 1);
+                struct ps_result res;
+                q->hdr.type = PS_PROXY_SET;
+                strscpy(q->sandbox_id, a->sandbox_id, sizeof(q->sandbox_id));
+                q->ip = a->ip;
+                q->len = (uint32_t) len;
+                memcpy(q->rules, text, len);
+                r = privsep_call(PS_CHILD_PROXY, q, sizeof(*q), &res);
+                explicit_bzero(q, sizeof(*q));
+                if (r == -EPIPE || r == -ENOTCONN)
+                        err_set(err, r, "the egress proxy is not running on this node");
+                else if (r < 0)
+                        err_set(err, r, "the egress proxy refused the rules: %s", res.msg);
+                else
+                        *ret_pem = xstrdup(res.msg);
+        }
+        /* the text and the tree hold the values */
+        explicit_bzero(text, len);
+        cJSON *h, *x, *hd, *v;
+        cJSON_ArrayForEach(h, j) cJSON_ArrayForEach(x, h) if ((hd = cJSON_GetObjectItem(x, "headers")))
+                cJSON_ArrayForEach(v, hd) if (cJSON_IsString(v)) explicit_bzero(v->valuestring, strlen(v->valuestring));
+        return r;
+}
+
 int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, struct err *err) {
         _cleanup_free_ struct ps_egress_apply *req = xnew0(struct ps_egress_apply, 1);
-        struct pj_node_resolved *rv = NULL;
-        size_t n_rv = 0;
+        struct pj_node_resolved *rv = NULL, *srv = NULL;
+        size_t n_rv = 0, n_srv = 0;
+        char *pem = NULL;
         /* Resolution first, outside the lock: a slow name holds up no other apply. */
         int r = build_from(a, req, &rv, &n_rv, err);
+        if (r >= 0)
+                r = build_steer(a, req, &srv, &n_srv, err);
         if (r >= 0) {
                 pthread_mutex_lock(&apply_lock);
-                r = call_apply(req, err);
+                /* The proxy first: once the table steers to it, it must know the sandbox. */
+                if (a->pol.n_rules)
+                        r = proxy_update(a, &pem, err);
                 if (r >= 0)
-                        tracked_set(a->sandbox_id, a->account, a->ip, &a->pol, rv, n_rv);
+                        r = call_apply(req, err);
+                if (r >= 0 && !a->pol.n_rules)
+                        (void) proxy_update(a, &pem, err);
+                if (r >= 0)
+                        tracked_set(a->sandbox_id, a->account, a->ip, &a->pol, rv, n_rv, req->steer, req->n_steer);
                 pthread_mutex_unlock(&apply_lock);
                 if (r >= 0)
                         fault_point("agent.apply.applied");     /* crash tests: enforced, not confirmed */
         }
         names_apply_free(a);
         if (r < 0) {
-                free(rv);
+                free_many(rv, srv, pem);
                 return r;
         }
+        /* What controld writes into /etc/hosts: the allowlist's names, then the rule hosts'. */
+        if (n_srv) {
+                rv = xrealloc(rv, (n_rv + n_srv) * sizeof(*rv));
+                for (size_t i = 0; i < n_srv; i++) {
+                        bool dup = false;
+                        for (size_t k = 0; k < n_rv && !dup; k++)
+                                dup = !strcmp(rv[k].name, srv[i].name);
+                        if (!dup && n_rv < PJ_EGRESS_MAX_ALLOW)
+                                rv[n_rv++] = srv[i];
+                }
+        }
+        free(srv);
         out->applied_at_ms = wall_ms();
         out->resolved = rv;
         out->n_resolved = n_rv;
+        out->ca_pem = pem;
         return 0;
 }
 
@@ -543,6 +688,13 @@ int names_remove(const char *sandbox_id, uint32_t ip, struct err *err) {
         int r = privsep_call(PS_CHILD_EGRESS, &req, sizeof(req), &res);
         if (r >= 0)
                 tracked_drop(sandbox_id);
+        /* The table no longer steers it: the proxy forgets its CA and its secrets. */
+        if (r >= 0 && privsep_child_pid(PS_CHILD_PROXY) > 0) {
+                struct ps_proxy_id q = { .hdr.type = PS_PROXY_DROP };
+                struct ps_result pres;
+                strscpy(q.sandbox_id, sandbox_id, sizeof(q.sandbox_id));
+                (void) privsep_call(PS_CHILD_PROXY, &q, sizeof(q), &pres);
+        }
         pthread_mutex_unlock(&apply_lock);
         if (r == -EPIPE || r == -ENOTCONN)
                 err_set(err, r, "the egress process is not running on this node");
@@ -577,6 +729,9 @@ int names_refresh_once(void) {
                 snap[i] = table[i];
                 snap[i].allow = strv_copy(table[i].allow);
                 snap[i].resolved = NULL;
+                snap[i].steer = xnew0(uint32_t, table[i].n_steer ? table[i].n_steer : 1);
+                if (table[i].n_steer)
+                        memcpy(snap[i].steer, table[i].steer, table[i].n_steer * sizeof(uint32_t));
         }
         pthread_mutex_unlock(&apply_lock);
 
@@ -589,6 +744,11 @@ int names_refresh_once(void) {
                 struct err err = { 0 };
                 log_ctx_set("SANDBOX_ID", snap[i].id);
                 int r = names_build(snap[i].id, snap[i].account, snap[i].ip, &pol, req, &rv, &n_rv, &err);
+                /* The rule hosts stay steered as their apply resolved them. */
+                if (r >= 0 && snap[i].n_steer) {
+                        memcpy(req->steer, snap[i].steer, snap[i].n_steer * sizeof(uint32_t));
+                        req->n_steer = (uint32_t) snap[i].n_steer;
+                }
                 if (r < 0) {
                         log_warning("re-resolving the allowlist failed, the addresses confirmed last stay: %s", err.message);
                         log_ctx_set("SANDBOX_ID", NULL);
@@ -618,8 +778,10 @@ int names_refresh_once(void) {
                 free(rv);
                 log_ctx_set("SANDBOX_ID", NULL);
         }
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
                 strv_free(snap[i].allow);
+                free(snap[i].steer);
+        }
         free(snap);
         return changed;
 }

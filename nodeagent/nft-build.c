@@ -482,3 +482,57 @@ void nft_rules_port_guard(struct nft_batch *b, const char *table, const char *ch
         x_verdict(r, NF_DROP, NULL);
         rule_add(b, r, "ether type != ip, arp drop");
 }
+
+/* ---- the egress proxy's steering (nat, prerouting) */
+
+void nft_add_nat_chain(struct nft_batch *b, const char *table, const char *name, int hooknum, int prio) {
+        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = chain_new(table, name);
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, (uint32_t) hooknum);
+        nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, prio);
+        nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, "nat");
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, NF_ACCEPT);
+        NFT_BATCH_PUT(b, nftnl_chain_nlmsg_build_payload, c, NFT_MSG_NEWCHAIN, NLM_F_CREATE, "add nat chain %s", name);
+}
+
+/* ip daddr @set meta l4proto tcp tcp dport <dport> counter redirect to :<to_port> */
+void nft_rule_redirect(struct nft_batch *b, const char *table, const char *chain, const char *set, uint16_t dport,
+                       uint16_t to_port) {
+        struct nftnl_rule *r = rule_new(table, chain);
+        uint8_t tcp = IPPROTO_TCP;
+        uint16_t dp = htons(dport), tp = htons(to_port);
+        x_ipv4_only(r);
+        x_ip_addr(r, true);
+        x_lookup(r, set, false);
+        x_meta(r, NFT_META_L4PROTO);
+        x_cmp(r, NFT_CMP_EQ, &tcp, sizeof(tcp));
+        x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+        x_cmp(r, NFT_CMP_EQ, &dp, sizeof(dp));
+        x_counter(r);
+        struct nftnl_expr *imm = expr(r, "immediate");
+        nftnl_expr_set_u32(imm, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+        nftnl_expr_set(imm, NFTNL_EXPR_IMM_DATA, &tp, sizeof(tp));
+        struct nftnl_expr *rd = expr(r, "redir");
+        nftnl_expr_set_u32(rd, NFTNL_EXPR_REDIR_REG_PROTO_MIN, NFT_REG_1);
+        rule_add(b, r, dport == 443 ? "tcp dport 443 redirect to the egress proxy" : "tcp dport 80 redirect to the egress proxy");
+}
+
+/* meta l4proto tcp tcp dport <port> ct status dnat counter accept: only connections our own
+ * redirect sent there reach the proxy's port (a sandbox dialling it directly is not). */
+void nft_rule_proxy_accept(struct nft_batch *b, const char *table, const char *chain, uint16_t port) {
+        struct nftnl_rule *r = rule_new(table, chain);
+        uint8_t tcp = IPPROTO_TCP;
+        uint16_t p = htons(port);
+        uint32_t dnat = IPS_DST_NAT, zero = 0;
+        x_meta(r, NFT_META_L4PROTO);
+        x_cmp(r, NFT_CMP_EQ, &tcp, sizeof(tcp));
+        x_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+        x_cmp(r, NFT_CMP_EQ, &p, sizeof(p));
+        struct nftnl_expr *e = expr(r, "ct");
+        nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATUS);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+        x_bitwise(r, &dnat, &zero, sizeof(dnat));
+        x_cmp(r, NFT_CMP_NEQ, &zero, sizeof(zero));
+        x_counter(r);
+        x_verdict(r, NF_ACCEPT, NULL);
+        rule_add(b, r, "redirected tcp to the egress proxy accept");
+}

@@ -180,3 +180,12 @@ void nft_rule_oif_drop(struct nft_batch *b, const char *table, const char *chain
 void nft_rule_iif_jump(struct nft_batch *b, const char *table, const char *chain, const char *ifname, const char *to);
 void nft_rule_into_not_syn_drop(struct nft_batch *b, const char *table, const char *chain, const char *ifname);
 void nft_rule_into_new_drop(struct nft_batch *b, const char *table, const char *chain, const char *ifname);
+
+/* ---- the egress proxy's steering (nft-build.c) */
+/* A nat base chain (hooknum: NF_INET_PRE_ROUTING) with policy accept. */
+void nft_add_nat_chain(struct nft_batch *b, const char *table, const char *name, int hooknum, int prio);
+/* ip daddr @set tcp dport <dport> counter redirect to :<to_port> */
+void nft_rule_redirect(struct nft_batch *b, const char *table, const char *chain, const char *set, uint16_t dport,
+                       uint16_t to_port);
+/* tcp dport <port> ct status dnat counter accept */
+void nft_rule_proxy_accept(struct nft_batch *b, const char *table, const char *chain, uint16_t port);

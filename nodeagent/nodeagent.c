@@ -37,6 +37,11 @@ static int start_children(struct agent_config *cfg) {
                 return log_error_errno(r, "Cannot start the lookup process: %s", err.message);
         if (cfg->relay_listen && (r = privsep_spawn(PS_CHILD_RELAY, cfg, &err)) < 0)
                 return log_error_errno(r, "Cannot start the relay process: %s", err.message);
+        if (cfg->proxy_enabled) {
+                if ((r = privsep_spawn(PS_CHILD_PROXY, cfg, &err)) < 0)
+                        return log_error_errno(r, "Cannot start the egress proxy: %s", err.message);
+                log_info("egress proxy listening on port %d (sandboxes' rule hosts are steered to it)", (int) cfg->proxy_port);
+        }
         /* The docker group is root on the host through its socket, and the registry
          * credentials are the node's push rights: both stay with the docker process alone. */
         agent_config_scrub_docker_secrets(cfg);

@@ -19,6 +19,11 @@ struct agent_config {
         char *exchange;       /* direct exchange shared with controld */
         char *controld_login; /* [amqp] controld_login: the broker user whose messages are commands; "" = any */
         int64_t prefetch;
+        /* [proxy]: the egress proxy (proxy.c, in a process of its own) */
+        bool proxy_enabled;
+        int64_t proxy_port;
+        char *proxy_ca_file;          /* upstream trust; "" = the system store */
+        int64_t proxy_max_per_sandbox, proxy_max_conns;
         /* [egress] */
         bool egress_enabled;
         char *egress_table;
@@ -137,13 +142,16 @@ void reconcile_note_apply(const char *sandbox_id);
  * A child exits when the parent goes (PR_SET_PDEATHSIG, EOF on its socket); the
  * parent treats a dead or misbehaving child as fatal: it stops consuming and exits
  * non-zero so that systemd restarts the unit (the nft table stays as it is). */
-#define PS_VERSION 2
-#define PS_MSG_MAX 512
+#define PS_VERSION 3
+#define PS_MSG_MAX 2048                 /* a result: a reason, a page, or the proxy CA's PEM */
 
 /* The lookup child answers one question through the Docker socket (which host process a
  * sandbox's container runs as, for the egress child's port binding) and is never busy with a
  * snapshot step; it has the docker group but no capabilities and no registry credentials. */
-enum ps_child { PS_CHILD_EGRESS, PS_CHILD_DOCKER, PS_CHILD_RELAY, PS_CHILD_LOOKUP, PS_CHILD_MAX };
+/* The proxy child is the node's egress proxy (proxy.c): it listens on [proxy] port for the
+ * connections the egress table redirects, holds the sandboxes' CAs and their rules' values; no
+ * capabilities, no groups, never the Docker socket. */
+enum ps_child { PS_CHILD_EGRESS, PS_CHILD_DOCKER, PS_CHILD_RELAY, PS_CHILD_LOOKUP, PS_CHILD_PROXY, PS_CHILD_MAX };
 
 enum ps_type {
         PS_READY = 1,           /* child -> parent once, as a ps_result: start-up result */
@@ -161,6 +169,10 @@ enum ps_type {
         PS_RELAY_OPEN,          /* parent -> relay child: struct ps_relay_open; the result carries the fd */
         PS_DOCKER_PID,          /* parent -> lookup child: struct ps_docker (container only); msg = "<host pid>"
                                  * of the running container's first process */
+        PS_PROXY_SET,           /* parent -> proxy child: struct ps_proxy_set; msg = the sandbox's CA (PEM) */
+        PS_PROXY_DROP,          /* parent -> proxy child: struct ps_proxy_id */
+        PS_PROXY_STATS,         /* parent -> proxy child: struct ps_proxy_id; msg = "<host>,<requests>,
+                                 * <injections>,<refused>;" per rule host (as many as fit) */
 };
 
 struct ps_hdr {
@@ -192,6 +204,8 @@ struct ps_egress_apply {
                                                  * (its container's): bind its bridge port; 0 = keep
                                                  * the binding the sandbox has */
         struct ps_allow allow[EGRESS_MAX_ALLOW];
+        uint32_t n_steer;                       /* <= EGRESS_MAX_STEER: addresses of hosts with rules */
+        uint32_t steer[EGRESS_MAX_STEER];       /* IPv4, host order; their 80 and 443 go to the proxy */
 };
 
 struct ps_egress_remove {
@@ -227,6 +241,25 @@ struct ps_docker {
 struct ps_relay_open {
         struct ps_hdr hdr;
         char sandbox_id[EGRESS_ID_LEN + 1];     /* 24 lowercase hex + NUL */
+        uint8_t pad[7];                         /* 0 */
+};
+
+/* A sandbox's rules for the proxy: JSON {"<host>":[{"headers":{"<name>":"<value>"}}]} with the
+ * values put in (pj_egress_rules_json's shape), NUL-terminated, at most PS_PROXY_RULES_MAX - 1
+ * bytes; the rest of rules zero. */
+#define PS_PROXY_RULES_MAX (64 * 1024)
+struct ps_proxy_set {
+        struct ps_hdr hdr;
+        char sandbox_id[EGRESS_ID_LEN + 1];
+        uint8_t pad[3];                         /* 0 */
+        uint32_t ip;                            /* the sandbox's IPv4, host order */
+        uint32_t len;                           /* strlen(rules) */
+        char rules[PS_PROXY_RULES_MAX];
+};
+
+struct ps_proxy_id {
+        struct ps_hdr hdr;
+        char sandbox_id[EGRESS_ID_LEN + 1];
         uint8_t pad[7];                         /* 0 */
 };
 

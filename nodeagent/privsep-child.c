@@ -24,6 +24,9 @@
 #include "nodeagent.h"
 #include "privdrop.h"
 #include "privsep.h"
+#include "proxy.h"
+#include "pj_egress.h"
+#include <cjson/cJSON.h>
 #include "strutil.h"
 
 #ifndef SECBIT_NOROOT
@@ -36,12 +39,15 @@
 #define SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED (1 << 7)
 #endif
 
-#define PS_RECV_MAX (sizeof(struct ps_egress_apply) + 1)
+#define PS_RECV_MAX ((sizeof(struct ps_egress_apply) > sizeof(struct ps_proxy_set) ? sizeof(struct ps_egress_apply) \
+                                                                                 : sizeof(struct ps_proxy_set)) + 1)
 
 /* In a child: the fd the request just handled hands back with its result (PS_RELAY_OPEN). */
 static int child_pass_fd = -1;
 /* The configuration a child was started with (the relay child needs its docker_root). */
 static const struct agent_config *child_cfg;
+/* The proxy child's proxy. */
+static struct proxy *child_proxy;
 
 /* ---------------------------------------------------------------- message checks (child side) */
 
@@ -70,6 +76,15 @@ static int check_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
                 if (m->allow[i].prefix > 32 || !privsep_zero(m->allow[i].pad, sizeof(m->allow[i].pad)))
                         return privsep_refuse(ret, "allow[%u] has prefix %u (0..32) or non-zero padding", i,
                                       m->allow[i].prefix);
+        if (m->n_steer > EGRESS_MAX_STEER)
+                return privsep_refuse(ret, "n_steer %u is over %d", m->n_steer, EGRESS_MAX_STEER);
+        if (m->n_steer > 0 && m->mode == PJ_EGRESS_DENY_ALL)
+                return privsep_refuse(ret, "nothing is steered to the proxy in deny_all mode");
+        for (uint32_t i = 0; i < m->n_steer; i++)
+                if (m->steer[i] == 0 || m->steer[i] == 0xffffffffu)
+                        return privsep_refuse(ret, "steer[%u] is not a usable address", i);
+        if (!privsep_zero(&m->steer[m->n_steer], (EGRESS_MAX_STEER - m->n_steer) * sizeof(m->steer[0])))
+                return privsep_refuse(ret, "steer entries past n_steer are not zero");
         /* Unused slots must be zero too: nothing but what n_allow says is in the message. */
         if (!privsep_zero(&m->allow[m->n_allow], (EGRESS_MAX_ALLOW - m->n_allow) * sizeof(m->allow[0])))
                 return privsep_refuse(ret, "allow entries past n_allow are not zero");
@@ -91,6 +106,8 @@ static void do_apply(const struct ps_egress_apply *m, struct ps_result *ret) {
                 .allow = allow,
                 .n_allow = m->n_allow,
                 .pid = m->pid,
+                .steer = m->steer,
+                .n_steer = m->n_steer,
         };
         struct err err = { 0 };
         ret->r = egress_apply(&p, &err);
@@ -105,6 +122,92 @@ static int check_sandbox_msg(const char id[EGRESS_ID_LEN + 1], const void *pad, 
         if (!privsep_zero(pad, n))
                 return privsep_refuse(ret, "padding is not zero");
         return 0;
+}
+
+/* PS_PROXY_SET after its id and padding were checked: the rules text (its length, NUL, zero
+ * tail), parsed as proto-json checks a node message's rules, handed to the proxy; the CA's PEM
+ * is the answer. */
+static int proxy_set_checked(const struct ps_proxy_set *m, struct ps_result *ret) {
+        if (m->ip == 0 || m->ip == 0xffffffffu)
+                return privsep_refuse(ret, "ip is not a usable IPv4 address");
+        if (m->len >= PS_PROXY_RULES_MAX || memchr(m->rules, 0, m->len) || m->rules[m->len] != 0 ||
+            !privsep_zero(m->rules + m->len, PS_PROXY_RULES_MAX - m->len))
+                return privsep_refuse(ret, "rules are not %u bytes of text followed by zeros", m->len);
+        if (!child_proxy) {
+                snprintf(ret->msg, sizeof(ret->msg), "the egress proxy is not running");
+                return ret->r = -ENOTCONN;
+        }
+        struct err err = { 0 };
+        _cleanup_(pj_egress_done) struct pj_egress e = { 0 };
+        cJSON *j = cJSON_ParseWithLength(m->rules, m->len);
+        int r = j ? pj_egress_rules_from_json(j, true, &e, &err) : -EINVAL;
+        if (j) {
+                /* the values are secrets: wiped before the tree goes */
+                cJSON *h, *x, *hd, *v;
+                cJSON_ArrayForEach(h, j) cJSON_ArrayForEach(x, h) if ((hd = cJSON_GetObjectItem(x, "headers")))
+                        cJSON_ArrayForEach(v, hd) if (cJSON_IsString(v)) explicit_bzero(v->valuestring, strlen(v->valuestring));
+                cJSON_Delete(j);
+        }
+        if (r < 0) {
+                snprintf(ret->msg, sizeof(ret->msg), "the rules do not read: %s", err.message[0] ? err.message : "not JSON");
+                return ret->r = -EBADMSG;
+        }
+        _cleanup_free_ struct proxy_rule *rules = xnew0(struct proxy_rule, e.n_rules ? e.n_rules : 1);
+        _cleanup_free_ struct proxy_header *hdrs = NULL;
+        size_t n_h = 0;
+        for (size_t i = 0; i < e.n_rules; i++)
+                n_h += e.rules[i].n_headers;
+        hdrs = xnew0(struct proxy_header, n_h ? n_h : 1);
+        n_h = 0;
+        for (size_t i = 0; i < e.n_rules; i++) {
+                rules[i] = (struct proxy_rule) { .host = e.rules[i].host, .headers = hdrs + n_h, .n_headers = e.rules[i].n_headers };
+                for (size_t k = 0; k < e.rules[i].n_headers; k++)
+                        hdrs[n_h++] = (struct proxy_header) { e.rules[i].headers[k].name, e.rules[i].headers[k].value };
+        }
+        _cleanup_free_ char *pem = NULL;
+        /* The egress table gives ip to this sandbox (an older holder's rules are gone from
+         * it): so does the proxy. */
+        struct err ierr = { 0 };
+        r = proxy_sandbox_set(child_proxy, m->sandbox_id, m->ip, rules, e.n_rules, &pem, &ierr);
+        if (r == -EADDRINUSE) {
+                (void) proxy_sandbox_drop_ip(child_proxy, m->ip);
+                r = proxy_sandbox_set(child_proxy, m->sandbox_id, m->ip, rules, e.n_rules, &pem, &err);
+        } else
+                err = ierr;
+        for (size_t i = 0; i < e.n_rules; i++)
+                for (size_t k = 0; k < e.rules[i].n_headers; k++)
+                        explicit_bzero(e.rules[i].headers[k].value, strlen(e.rules[i].headers[k].value));
+        if (r < 0) {
+                snprintf(ret->msg, sizeof(ret->msg), "%s", err.message);
+                return ret->r = r;
+        }
+        if (!pem || strlen(pem) >= sizeof(ret->msg)) {
+                snprintf(ret->msg, sizeof(ret->msg), "the sandbox's CA certificate does not fit a result");
+                return ret->r = -E2BIG;
+        }
+        snprintf(ret->msg, sizeof(ret->msg), "%s", pem);
+        return ret->r = 0;
+}
+
+static int proxy_stats_msg(const char *id, struct ps_result *ret) {
+        _cleanup_free_ struct proxy_host_stats *v = NULL;
+        int n = proxy_sandbox_stats(child_proxy, id, &v);
+        if (n < 0) {
+                snprintf(ret->msg, sizeof(ret->msg), "the egress proxy has no rules for this sandbox");
+                return ret->r = n;
+        }
+        size_t o = 0;
+        for (int i = 0; i < n; i++) {
+                char line[400];
+                int l = snprintf(line, sizeof(line), "%s,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ";", v[i].host, v[i].requests,
+                                 v[i].injections, v[i].upstream_refused);
+                if (l < 0 || o + (size_t) l >= sizeof(ret->msg))
+                        break;
+                memcpy(ret->msg + o, line, (size_t) l);
+                o += (size_t) l;
+        }
+        ret->msg[o] = 0;
+        return ret->r = 0;
 }
 
 static int child_handle(enum ps_child kind, const void *buf, size_t len, struct ps_result *ret) {
@@ -147,6 +250,13 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         case PS_RELAY_OPEN:
                 want = sizeof(struct ps_relay_open);
                 break;
+        case PS_PROXY_SET:
+                want = sizeof(struct ps_proxy_set);
+                break;
+        case PS_PROXY_DROP:
+        case PS_PROXY_STATS:
+                want = sizeof(struct ps_proxy_id);
+                break;
         case PS_READY:
         case PS_RESULT:
         default:
@@ -161,6 +271,9 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
         if ((kind == PS_CHILD_LOOKUP) != (h.type == PS_DOCKER_PID) && h.type != PS_PING)
                 return privsep_refuse(ret, "the %s process does not take message type %u", privsep_child_name(kind), h.type);
         if ((kind == PS_CHILD_RELAY) != (h.type == PS_RELAY_OPEN) && h.type != PS_PING)
+                return privsep_refuse(ret, "the %s process does not take message type %u", privsep_child_name(kind), h.type);
+        bool proxy_type = h.type == PS_PROXY_SET || h.type == PS_PROXY_DROP || h.type == PS_PROXY_STATS;
+        if ((kind == PS_CHILD_PROXY) != proxy_type && h.type != PS_PING)
                 return privsep_refuse(ret, "the %s process does not take message type %u", privsep_child_name(kind), h.type);
 
         switch ((enum ps_type) h.type) {
@@ -257,6 +370,30 @@ static int child_handle(enum ps_child kind, const void *buf, size_t len, struct 
                 }
                 return ret->r = relay_open_agent(child_cfg, m.sandbox_id, &child_pass_fd, ret->msg, sizeof(ret->msg));
         }
+        case PS_PROXY_SET: {
+                _cleanup_free_ struct ps_proxy_set *m = xmalloc(sizeof(*m));
+                memcpy(m, buf, sizeof(*m));
+                int r = check_sandbox_msg(m->sandbox_id, m->pad, sizeof(m->pad), ret);
+                if (r >= 0)
+                        r = proxy_set_checked(m, ret);
+                explicit_bzero(m, sizeof(*m));
+                return r;
+        }
+        case PS_PROXY_DROP:
+        case PS_PROXY_STATS: {
+                struct ps_proxy_id m;
+                memcpy(&m, buf, sizeof(m));
+                int r = check_sandbox_msg(m.sandbox_id, m.pad, sizeof(m.pad), ret);
+                if (r < 0)
+                        return r;
+                if (!child_proxy) {
+                        snprintf(ret->msg, sizeof(ret->msg), "the egress proxy is not running");
+                        return ret->r = -ENOTCONN;
+                }
+                if (h.type == PS_PROXY_DROP)
+                        return ret->r = proxy_sandbox_drop(child_proxy, m.sandbox_id);
+                return proxy_stats_msg(m.sandbox_id, ret);
+        }
         case PS_READY:
         case PS_RESULT:
                 break;
@@ -311,6 +448,7 @@ _noreturn_ void privsep_child_main(enum ps_child kind, int fd, const struct agen
                         .deny_cidrs = (const char *const *) cfg->egress_deny,
                         .dns_resolver = cfg->egress_dns,
                         .priority = (int) cfg->egress_priority,
+                        .proxy_port = cfg->proxy_enabled ? (uint16_t) cfg->proxy_port : 0,
                 };
                 struct err err = { 0 };
                 r = egress_init(&ec, &err);
@@ -319,6 +457,19 @@ _noreturn_ void privsep_child_main(enum ps_child kind, int fd, const struct agen
                 r = privsep_docker_init(cfg, res.msg, sizeof(res.msg));
         else if (kind == PS_CHILD_LOOKUP && cfg)
                 r = privsep_lookup_init(cfg, res.msg, sizeof(res.msg));
+        else if (kind == PS_CHILD_PROXY && cfg) {
+                struct proxy_config pc = {
+                        .port = (uint16_t) cfg->proxy_port,
+                        .upstream_ca_file = cfg->proxy_ca_file && *cfg->proxy_ca_file ? cfg->proxy_ca_file : NULL,
+                        .max_conns_per_sandbox = (unsigned) cfg->proxy_max_per_sandbox,
+                        .max_conns = (unsigned) cfg->proxy_max_conns,
+                };
+                struct err err = { 0 };
+                r = proxy_new(&pc, &child_proxy, &err);
+                if (r >= 0)
+                        r = proxy_start(child_proxy, &err);
+                snprintf(res.msg, sizeof(res.msg), "%s", err.message);
+        }
         res.r = r;
         if (privsep_send_all(fd, &res, sizeof(res)) < 0 || r < 0)
                 _exit(r < 0 ? 1 : 0);

@@ -200,6 +200,9 @@ void privsep_docker_do(uint16_t type, const struct ps_docker *m, struct ps_resul
                 return;
         }
         case PS_RELAY_OPEN:
+        case PS_PROXY_SET:
+        case PS_PROXY_DROP:
+        case PS_PROXY_STATS:
         case PS_DOCKER_PID:
         case PS_READY:
         case PS_PING:

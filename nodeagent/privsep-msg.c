@@ -42,6 +42,7 @@ static const char *const child_names[PS_CHILD_MAX] = {
         [PS_CHILD_DOCKER] = "docker",
         [PS_CHILD_RELAY] = "relay",
         [PS_CHILD_LOOKUP] = "lookup",
+        [PS_CHILD_PROXY] = "proxy",
 };
 
 const char *privsep_child_name(enum ps_child kind) {

@@ -172,9 +172,9 @@ static int cron_check(const char *s, size_t n, char **ret_norm, struct err *err)
 /* prefix: "egress" inside create, "" for the update body. */
 static int parse_egress(const struct pj_json *obj, const char *prefix, bool update, struct pj_egress *ret,
                         struct err *err) {
-        static const char *const fields[] = { "mode", "allow" };
+        static const char *const fields[] = { "mode", "allow", "rules" };
         char path[PJ_PATH_MAX], mpath[PJ_PATH_MAX];
-        _cleanup_(pj_egress_done) struct pj_egress e = {};
+        _cleanup_(pj_egress_done) struct pj_egress e = { .rules_open = true };
 
         if (obj->type != PJ_JSON_OBJECT)
                 return pj_error_set(err, prefix, "%s must be an object with mode and allow", prefix);
@@ -192,6 +192,16 @@ static int parse_egress(const struct pj_json *obj, const char *prefix, bool upda
         if (pj_egress_mode_from_string(mode->str, &e.mode) < 0)
                 return pj_error_set(err, mpath, "%s must be one of open, restricted, deny_all", mpath);
 
+        const struct pj_json *rules = pj_json_member(obj, "rules");
+        if (rules) {
+                pj_mkpath(path, prefix, "rules");
+                if (e.mode == PJ_EGRESS_DENY_ALL)
+                        return pj_error_set(err, path, "%s cannot be used when %s is deny_all: nothing leaves the sandbox",
+                                            path, mpath);
+                if ((r = pj_egress_rules_parse(rules, path, false, &e, err)) < 0)
+                        return r;
+        }
+
         pj_mkpath(path, prefix, "allow");
         const struct pj_json *allow = pj_json_member(obj, "allow");
         if (allow && allow->type != PJ_JSON_ARRAY)
@@ -201,8 +211,9 @@ static int parse_egress(const struct pj_json *obj, const char *prefix, bool upda
         if (e.mode != PJ_EGRESS_RESTRICTED) {
                 if (allow && (update || allow->n > 0))
                         return pj_error_set(err, path, "%s must be omitted unless %s is restricted", path, mpath);
-        } else if (update && (!allow || allow->n == 0))
-                return pj_error_set(err, path, "%s is required with at least one entry when %s is restricted", path, mpath);
+        } else if (update && (!allow || allow->n == 0) && e.n_rules == 0)
+                return pj_error_set(err, path, "%s is required with at least one entry when %s is restricted (or rules naming "
+                                               "the hosts allowed)", path, mpath);
 
         size_t idx = 0;
         for (const struct pj_json *a = allow ? allow->child : NULL; a; a = a->next, idx++) {

@@ -75,9 +75,9 @@ static int parse_network(const struct pj_json *net, struct pj_e2b_create *c, boo
         if (pj_json_member(net, "egressProxy"))
                 return pj_error_set(err, "network.egressProxy", "network.egressProxy is not supported on this server");
         const struct pj_json *rules = pj_json_member(net, "rules");
-        if (rules && !(rules->type == PJ_JSON_OBJECT && rules->n == 0))
-                return pj_error_set(err, "network.rules",
-                                    "network.rules (header transforms) are not supported on this server");
+        c->egress.rules_open = false;   /* E2B: a host with rules is not allowed by them */
+        if (rules && (r = pj_egress_rules_parse(rules, update ? "rules" : "network.rules", true, &c->egress, err)) < 0)
+                return r;
         bool has_pub = false, pub = true;
         if ((r = pj_get_bool(net, "network", "allowPublicTraffic", &has_pub, &pub, err)) < 0)
                 return r;

@@ -45,6 +45,8 @@ void pj_egress_done(struct pj_egress *e) {
         e->allow = NULL;
         e->n_allow = 0;
         e->mode = PJ_EGRESS_OPEN;
+        pj_egress_rules_done(e);
+        e->rules_open = false;
 }
 
 void pj_egress_copy(struct pj_egress *dst, const struct pj_egress *src) {
@@ -53,6 +55,7 @@ void pj_egress_copy(struct pj_egress *dst, const struct pj_egress *src) {
         dst->allow = src->n_allow ? xnew0(char *, src->n_allow) : NULL;
         for (size_t i = 0; i < src->n_allow; i++)
                 dst->allow[i] = xstrdup(src->allow[i]);
+        pj_egress_rules_copy(dst, src);
 }
 
 static bool is_digit(char c) {

@@ -31,11 +31,57 @@ enum pj_egress_mode {
  *            in first-seen order; each owned by the struct. Only ever
  *            non-empty when mode == PJ_EGRESS_RESTRICTED.
  *   n_allow  number of entries, 0..PJ_EGRESS_MAX_ALLOW. */
+struct pj_egress_header {
+        char *name;     /* an HTTP field name (token characters), lowercase */
+        char *value;    /* the value as given: text and ${secrets.<name>} placeholders */
+};
+
+/* Rules of one host: headers the node's egress proxy sets (replacing the sandbox's own of that
+ * name) on every request the sandbox sends to that host over HTTP (80) or HTTPS (443). */
+struct pj_egress_rule {
+        char host[254];                 /* a hostname as pj_allow_entry_parse normalises it */
+        struct pj_egress_header *headers;
+        size_t n_headers;
+};
+
+#define PJ_EGRESS_MAX_RULES 16          /* hosts with rules in one policy */
+#define PJ_EGRESS_MAX_HEADERS 16        /* headers per host */
+#define PJ_EGRESS_HEADER_NAME_MAX 128
+#define PJ_EGRESS_HEADER_VALUE_MAX 4096 /* the template; a resolved value may be longer (secrets' limit) */
+#define PJ_EGRESS_MAX_PLACEHOLDERS 8    /* placeholders in one value */
+#define PJ_EGRESS_RESOLVED_VALUE_MAX (256 * 1024)       /* a value with its secrets put in */
+
 struct pj_egress {
         enum pj_egress_mode mode;
         char **allow;
         size_t n_allow;
+        struct pj_egress_rule *rules;   /* hosts in first-seen order, unique */
+        size_t n_rules;
+        /* Whether a restricted policy lets the rules' hosts out without listing them in allow
+         * (ours: yes; E2B's network.rules: no, as E2B documents). */
+        bool rules_open;
 };
+
+struct pj_json;
+/* Parses a rules object at path ("egress.rules", "network.rules"): {"<host>": [{"headers":
+ * {"<name>": "<value>"}}]}, or with e2b_shape [{"transform": {"headers": {...}}}], whose
+ * ${e2b.secrets.<name>} placeholders become ours. Several entries of one host merge (a later
+ * header of the same name wins). Replaces e's rules. 0, or -EINVAL with err naming the field. */
+int pj_egress_rules_parse(const struct pj_json *obj, const char *path, bool e2b_shape, struct pj_egress *e,
+                          struct err *err);
+/* Calls fn for each ${secrets.<name>} placeholder of value (name not NUL-terminated: n bytes),
+ * stopping at fn's first negative return, which it returns; 0 when all were seen. */
+int pj_egress_placeholders(const char *value, int (*fn)(const char *name, size_t n, void *ud), void *ud);
+/* The rules as JSON: {"<host>": [{"headers": {...}}]} (e2b_shape: with "transform"), values as
+ * given (placeholders, never resolved values). A cJSON tree. */
+struct cJSON;
+struct cJSON *pj_egress_rules_json(const struct pj_egress *e, bool e2b_shape);
+void pj_egress_rules_done(struct pj_egress *e);
+void pj_egress_rules_copy(struct pj_egress *dst, const struct pj_egress *src);
+/* Reads what pj_egress_rules_json wrote: a stored policy, or (resolved) the rules of a node
+ * message, whose values are the secrets' and only checked for size and control characters.
+ * 0, or -EINVAL with err (may be NULL). */
+int pj_egress_rules_from_json(const struct cJSON *j, bool resolved, struct pj_egress *e, struct err *err);
 
 /* Frees the allowlist and resets *e to open/empty. NULL-safe. */
 void pj_egress_done(struct pj_egress *e);

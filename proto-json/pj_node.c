@@ -120,7 +120,7 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                 return pj_error_set(err, "type", "type '%.64s' is not a known message type", type);
 
         static const char *const ping_keys[] = { "type", NULL };
-        static const char *const apply_keys[] = { "type", "sandbox_id", "ip", "mode", "allow", "account", "container", NULL };
+        static const char *const apply_keys[] = { "type", "sandbox_id", "ip", "mode", "allow", "account", "container", "rules", NULL };
         static const char *const remove_keys[] = { "type", "sandbox_id", "ip", NULL };
         static const char *const sync_keys[] = { "type", "node_id", "sandbox_network", NULL };
         static const char *const resolved_keys[] = { "type", "node_id", "sandbox_id", "resolved", NULL };
@@ -217,6 +217,15 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                         }
                 }
         }
+        const cJSON *rules = cJSON_GetObjectItemCaseSensitive(o, "rules");
+        if (rules && !cJSON_IsNull(rules)) {
+                struct err why = { 0 };
+                if (m.egress.mode == PJ_EGRESS_DENY_ALL || pj_egress_rules_from_json(rules, true, &m.egress, &why) < 0) {
+                        pj_egress_done(&m.egress);
+                        return pj_error_set(err, "rules", "rules: %s",
+                                            why.message[0] ? why.message : "not with mode deny_all");
+                }
+        }
         *ret = m;
         return 0;
 }
@@ -255,6 +264,8 @@ char *pj_node_msg_format(const struct pj_node_msg *m) {
                 cJSON *a = cJSON_AddArrayToObject(o, "allow");
                 for (size_t i = 0; i < m->egress.n_allow; i++)
                         cJSON_AddItemToArray(a, cJSON_CreateString(m->egress.allow[i]));
+                if (m->egress.n_rules)
+                        cJSON_AddItemToObject(o, "rules", pj_egress_rules_json(&m->egress, false));
         }
         return json_print(o);
 }
@@ -279,6 +290,8 @@ char *pj_node_reply_format(const struct pj_node_reply *r) {
                 json_add_int(o, "applied_at", r->applied_at_ms);
         if (r->n_resolved > 0)
                 add_resolved(o, r->resolved, r->n_resolved);
+        if (r->ca_pem)
+                json_add_str(o, "ca_pem", r->ca_pem);
         if (r->has_stats) {
                 cJSON *a = cJSON_AddArrayToObject(o, "sandboxes");
                 for (size_t i = 0; i < r->n_stats; i++) {
@@ -308,7 +321,7 @@ char *pj_node_reply_format(const struct pj_node_reply *r) {
 void pj_node_reply_done(struct pj_node_reply *r) {
         if (!r)
                 return;
-        free_many(r->resolved, r->stats, r->live);
+        free_many(r->resolved, r->stats, r->live, r->ca_pem);
         memset(r, 0, sizeof(*r));
 }
 
@@ -441,6 +454,14 @@ int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret,
         if (cJSON_GetObjectItemCaseSensitive(o, "applied_at") &&
             (!json_get_int(o, "applied_at", &r.applied_at_ms) || r.applied_at_ms < 0))
                 return pj_error_set(err, "applied_at", "applied_at must be unix milliseconds");
+        const cJSON *ca = cJSON_GetObjectItemCaseSensitive(o, "ca_pem");
+        if (ca && !cJSON_IsNull(ca)) {
+                if (!cJSON_IsString(ca) || strlen(ca->valuestring) > PJ_NODE_MAX_CA_PEM ||
+                    strncmp(ca->valuestring, "-----BEGIN CERTIFICATE-----\n", 28) != 0)
+                        return pj_error_set(err, "ca_pem", "ca_pem must be one PEM certificate of at most %d bytes",
+                                            PJ_NODE_MAX_CA_PEM);
+                r.ca_pem = xstrdup(ca->valuestring);
+        }
         void *stats = NULL, *live = NULL;
         k = parse_resolved(o, &r.resolved, &r.n_resolved, err);
         if (k >= 0)

@@ -9,7 +9,11 @@
  *   {"type":"ping"}
  *   {"type":"egress.apply","sandbox_id":"<24 hex>","ip":"169.254.90.7",
  *    "mode":"open|restricted|deny_all","allow":["1.1.1.1","10.0.0.0/8","api.example.com"],
- *    "container":"<the sandbox's container: id or name>"}   (container optional: the agent binds
+ *    "container":"<the sandbox's container: id or name>",
+ *    "rules":{"<host>":[{"headers":{"<name>":"<value, secrets put in>"}}]}}   (rules optional:
+ *                                          the node's egress proxy puts these headers into the
+ *                                          sandbox's HTTP(S) requests to each host; values are
+ *                                          secrets: never logged, dropped with the sandbox)   (container optional: the agent binds
  *                                          the sandbox's bridge port to its address and MAC, so no
  *                                          other sandbox can send as it; without it, no binding)
  *   {"type":"egress.remove","sandbox_id":"<24 hex>","ip":"169.254.90.7"}
@@ -20,7 +24,7 @@
  *                                          re-resolution changed the addresses the agent now enforces
  *
  * Reply extras (all optional on the wire, so older replies still parse):
- *   egress.apply  "applied_at":<unix ms>,
+ *   egress.apply  "applied_at":<unix ms>, "ca_pem":"<PEM>" (with rules: the sandbox's proxy CA),
  *                 "resolved":[{"name":"api.example.com","addrs":["203.0.113.5"],"at":<unix ms>}]
  *   egress.stats  "sandboxes":[{"sandbox_id","allowed_packets","allowed_bytes",
  *                               "dropped_packets","dropped_bytes"}]   (at most PJ_NODE_MAX_STATS)
@@ -44,7 +48,8 @@
 char *pj_node_queue_controld(const char *exchange);                    /* <exchange>.controld */
 char *pj_node_queue_agent(const char *exchange, const char *node_id);  /* <exchange>.nodeagent.<node> */
 
-#define PJ_NODE_MAX_MESSAGE (64 * 1024)
+#define PJ_NODE_MAX_MESSAGE (1024 * 1024)   /* an apply with rules carries their resolved values */
+#define PJ_NODE_MAX_CA_PEM 8192
 /* Replies can list every sandbox of a node. */
 #define PJ_NODE_MAX_REPLY (1024 * 1024)
 #define PJ_NODE_MAX_LIVE 4096
@@ -120,6 +125,8 @@ struct pj_node_reply {
         char error[512];
         /* egress.apply */
         int64_t applied_at_ms;                          /* 0 = absent */
+        char *ca_pem;                                   /* the sandbox's egress CA certificate (PEM) when its
+                                                         * policy has rules: the sandbox must trust it */
         struct pj_node_resolved *resolved;              /* <= PJ_EGRESS_MAX_ALLOW */
         size_t n_resolved;
         /* egress.stats */

@@ -32,6 +32,7 @@
 #include "ctl-egress.h"
 #include "ctl-metrics.h"
 #include "network.h"
+#include "secret.h"
 
 static atomic_ullong n_apply_ok, n_apply_fail, n_remove_ok, n_remove_fail, n_hosts_written, n_hosts_failed;
 
@@ -61,6 +62,17 @@ static const struct { uint32_t net; int prefix; const char *what; } always_deny[
         { 0xe0000000, 4, "224.0.0.0/4 (multicast)" },
         { 0xf0000000, 4, "240.0.0.0/4 (reserved, broadcast)" },
 };
+
+int ctl_egress_check_rules(struct ctl *c, const char *account_id, const struct sb_egress *e, const char *prefix,
+                           struct err *err) {
+        if (e->rules.n_rules == 0)
+                return 0;
+        if (!ctl_egress_enforced(c))
+                return err_set_field(err, -EOPNOTSUPP, prefix,
+                                     "%s need the node agent's egress proxy, and this server has no node agent "
+                                     "([amqp] url is not set): the headers would not be put in", prefix);
+        return secret_rules_check(c, account_id, &e->rules, prefix, err);
+}
 
 static uint32_t mask_of(int prefix) {
         return prefix <= 0 ? 0 : 0xffffffffu << (32 - prefix);
@@ -101,7 +113,36 @@ static int parse_ip(const char *s, uint32_t *ret) {
         return 0;
 }
 
-static char *apply_body(const struct sandbox *sb, const struct sb_egress *pol, uint32_t ip) {
+/* Whether a restricted policy lets host out: an allow entry names it (or a parent domain of
+ * it: hostname entries cover subdomains), or the policy's rules open their hosts. */
+static bool host_allowed(const struct sb_egress *pol, const char *host) {
+        if (pol->mode == PJ_EGRESS_OPEN || (pol->mode == PJ_EGRESS_RESTRICTED && pol->rules.rules_open))
+                return pol->mode != PJ_EGRESS_DENY_ALL;
+        if (pol->mode != PJ_EGRESS_RESTRICTED)
+                return false;
+        size_t hl = strlen(host);
+        for (size_t i = 0; i < pol->n_allow; i++) {
+                const struct pj_allow_entry *a = &pol->allow[i];
+                size_t al = strlen(a->host);
+                if (a->kind == PJ_ALLOW_HOSTNAME &&
+                    (!strcmp(a->host, host) || (hl > al && host[hl - al - 1] == '.' && !strcmp(host + hl - al, a->host))))
+                        return true;
+        }
+        return false;
+}
+
+static void wipe_rules(struct pj_egress *e) {
+        for (size_t i = 0; i < e->n_rules; i++)
+                for (size_t k = 0; k < e->rules[i].n_headers; k++)
+                        if (e->rules[i].headers[k].value)
+                                explicit_bzero(e->rules[i].headers[k].value, strlen(e->rules[i].headers[k].value));
+}
+
+/* The egress.apply message; with rules, their values have the secrets put in (and the body is
+ * wiped by the caller). *ret_rules: how many hosts' rules it carries. NULL with err when a
+ * secret cannot be put in. */
+static char *apply_body(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, uint32_t ip,
+                        size_t *ret_rules, struct err *err) {
         struct pj_node_msg m = { .type = PJ_NODE_EGRESS_APPLY, .ip = ip };
         snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sb->id);
         /* The agent budgets hostname lookups per account: one tenant's names fail only it. */
@@ -111,18 +152,83 @@ static char *apply_body(const struct sandbox *sb, const struct sb_egress *pol, u
         if (sb->container_id && pj_snapshot_container_ref_valid(sb->container_id, strlen(sb->container_id)))
                 snprintf(m.container, sizeof(m.container), "%s", sb->container_id);
         m.egress.mode = pol->mode;
-        if (pol->mode == PJ_EGRESS_RESTRICTED && pol->n_allow > 0) {
-                m.egress.allow = xnew0(char *, pol->n_allow + 1);
+        size_t n_open = pol->mode == PJ_EGRESS_RESTRICTED && pol->rules.rules_open ? pol->rules.n_rules : 0;
+        if (pol->mode == PJ_EGRESS_RESTRICTED && pol->n_allow + n_open > 0) {
+                m.egress.allow = xnew0(char *, pol->n_allow + n_open + 1);
                 for (size_t i = 0; i < pol->n_allow; i++) {
                         char buf[PJ_ALLOW_NORM_MAX];
                         sb_allow_entry_format(&pol->allow[i], buf);
-                        m.egress.allow[i] = xstrdup(buf);
+                        m.egress.allow[m.egress.n_allow++] = xstrdup(buf);
                 }
-                m.egress.n_allow = pol->n_allow;
+                /* Ours: a host with rules is allowed by them (unless listed already). */
+                for (size_t i = 0; i < n_open; i++)
+                        if (!host_allowed(&(struct sb_egress) { .mode = PJ_EGRESS_RESTRICTED, .allow = pol->allow,
+                                                                .n_allow = pol->n_allow },
+                                          pol->rules.rules[i].host) &&
+                            m.egress.n_allow < PJ_EGRESS_MAX_ALLOW)
+                                m.egress.allow[m.egress.n_allow++] = xstrdup(pol->rules.rules[i].host);
+        }
+        /* Rules go to the node only for hosts the policy lets out: a rule opens nothing itself. */
+        *ret_rules = 0;
+        if (pol->mode != PJ_EGRESS_DENY_ALL && pol->rules.n_rules) {
+                m.egress.rules = xnew0(struct pj_egress_rule, pol->rules.n_rules);
+                for (size_t i = 0; i < pol->rules.n_rules; i++) {
+                        const struct pj_egress_rule *src = &pol->rules.rules[i];
+                        if (!host_allowed(pol, src->host))
+                                continue;
+                        struct pj_egress_rule *d = &m.egress.rules[m.egress.n_rules++];
+                        memcpy(d->host, src->host, sizeof(d->host));
+                        d->headers = xnew0(struct pj_egress_header, src->n_headers ? src->n_headers : 1);
+                        for (size_t k = 0; k < src->n_headers; k++) {
+                                d->headers[k].name = xstrdup(src->headers[k].name);
+                                d->headers[k].value = secret_rules_resolve(c, sb->account_id, src->headers[k].value, err);
+                                d->n_headers++;
+                                if (!d->headers[k].value) {
+                                        wipe_rules(&m.egress);
+                                        pj_node_msg_done(&m);
+                                        return NULL;
+                                }
+                        }
+                }
+                *ret_rules = m.egress.n_rules;
         }
         char *body = pj_node_msg_format(&m);
+        wipe_rules(&m.egress);
         pj_node_msg_done(&m);
         return body;
+}
+
+/* Puts the sandbox's egress CA where its TLS stacks look: alone in SB_EGRESS_CA_FILE and
+ * appended (once) to its system bundle, which is made when the image has none. The PEM goes
+ * on stdin to a fixed script; no user string reaches a shell. */
+static int install_ca(struct ctl *c, const struct sandbox *sb, const char *pem, struct err *err) {
+        static const char script[] =
+                "umask 022; mkdir -p /etc/paddock /etc/ssl/certs && cat > " SB_EGRESS_CA_FILE ".new && "
+                "mv -f " SB_EGRESS_CA_FILE ".new " SB_EGRESS_CA_FILE " && "
+                "line=$(sed -n 2p " SB_EGRESS_CA_FILE ") && "
+                "{ grep -qxF \"$line\" " SB_EGRESS_BUNDLE " 2>/dev/null || cat " SB_EGRESS_CA_FILE " >> " SB_EGRESS_BUNDLE "; }";
+        const char *argv[] = { "/bin/sh", "-c", script, NULL };
+        struct exec_spec spec = { .argv = argv, .want_stdin = true };
+        struct exec_session *s = NULL;
+        int code = -1;
+        int r = c->drv->ops->exec_start(c->drv, sb, &spec, &s, err);
+        if (r < 0)
+                return r;
+        int64_t deadline = mono_ms() + 10000;
+        r = c->drv->ops->exec_write(s, pem, strlen(pem), 5000, exec_output_discard, NULL);
+        if (r >= 0)
+                r = c->drv->ops->exec_close_stdin(s);
+        while (r >= 0 && (r = c->drv->ops->exec_read(s, 1000, -1, exec_output_discard, NULL)) == 0)
+                if (mono_ms() > deadline) {
+                        r = -ETIMEDOUT;
+                        break;
+                }
+        if (r >= 0 && c->drv->ops->exec_exit_code(s, &code) >= 0 && code != 0)
+                r = err_set(err, -EIO, "installing the egress proxy's CA in the sandbox exited with %d", code);
+        else if (r < 0)
+                err_set(err, r, "installing the egress proxy's CA in the sandbox failed: %s", strerror(-r));
+        c->drv->ops->exec_free(s);
+        return r < 0 ? r : 0;
 }
 
 /* Writes the agent's resolved names into the sandbox's /etc/hosts, so a restricted
@@ -213,8 +319,14 @@ int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_eg
                 r = err_set(err, -EINVAL, "the sandbox has no IPv4 address on the sandbox bridge");
                 goto fail;
         }
-        body = apply_body(sb, pol, ip);
+        size_t n_rules = 0;
+        body = apply_body(c, sb, pol, ip, &n_rules, err);
+        if (!body) {
+                r = -EINVAL;
+                goto fail;
+        }
         r = nodebus_request_ok(c->bus, sb->node_id, body, (long) c->cfg->egress_timeout_ms, &reply, err);
+        explicit_bzero(body, strlen(body));
         if (r < 0) {
                 if (r == -ENXIO)
                         err_set(err, r, "no egress agent is serving node %s", sb->node_id);
@@ -228,8 +340,18 @@ int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_eg
 
         applied_record(c, sb->id, sb->node_id, reply.resolved, reply.n_resolved);
 
-        if (pol->mode == PJ_EGRESS_RESTRICTED) {
-                bool has_names = false;
+        if (n_rules) {
+                /* Fail closed: rules with no CA back mean no proxy put them in force. */
+                if (!reply.ca_pem) {
+                        r = err_set(err, -EPROTO, "the agent on node %s confirmed the policy but not its egress proxy "
+                                                  "(an agent without one?)", sb->node_id);
+                        goto fail;
+                }
+                if ((r = install_ca(c, sb, reply.ca_pem, err)) < 0)
+                        goto fail;
+        }
+        if (pol->mode == PJ_EGRESS_RESTRICTED || n_rules) {
+                bool has_names = n_rules > 0;
                 for (size_t i = 0; i < pol->n_allow; i++)
                         has_names |= pol->allow[i].kind == PJ_ALLOW_HOSTNAME;
                 /* The agent lists what it resolved only when there is something (never []). */
@@ -300,6 +422,8 @@ cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
                 sb_allow_entry_format(&sb->egress.allow[i], buf);
                 cJSON_AddItemToArray(a, cJSON_CreateString(buf));
         }
+        if (sb->egress.rules.n_rules)
+                cJSON_AddItemToObject(o, "rules", pj_egress_rules_json(&sb->egress.rules, false));
         json_add_bool(o, "enforced", c->bus != NULL && sb->egress.mode != PJ_EGRESS_DENY_ALL);
         if (sb->node_id)
                 json_add_str(o, "node", sb->node_id);

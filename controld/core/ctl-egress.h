@@ -13,6 +13,11 @@ struct strbuf;
 bool ctl_egress_enforced(const struct ctl *c);
 /* -EINVAL with a message naming the entry when an allowlist entry overlaps the always-deny set. */
 int ctl_egress_check_allow(const struct sb_egress *e, struct err *err);
+/* A policy's header rules: refused (-EOPNOTSUPP) without a node agent (nothing would put the
+ * headers in: the requests would leave without them), and every placeholder must name a
+ * secret of account_id (secret_rules_check). prefix: the rules' field ("egress.rules"). */
+int ctl_egress_check_rules(struct ctl *c, const char *account_id, const struct sb_egress *e, const char *prefix,
+                           struct err *err);
 /* Asks sb's node agent to enforce pol (NULL = sb->egress) for sb->ip and waits for its
  * confirmation (at most [amqp] egress_timeout). 0 when confirmed, or when there is nothing to
  * confirm (deny_all, no node bus). Else a negative errno, err says why (-ENXIO no agent for

@@ -443,7 +443,7 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
 
         if (sb_egress_from_pj(&want, in) < 0)
                 return err_set(err, -EINVAL, "allow: an entry could not be read; check the allowlist");
-        if ((r = ctl_egress_check_allow(&want, err)) < 0)
+        if ((r = ctl_egress_check_allow(&want, err)) < 0 || (r = ctl_egress_check_rules(c, acc->id, &want, "rules", err)) < 0)
                 return r;
         if (!ctl_egress_enforced(c))
                 return err_set(err, -EOPNOTSUPP,
@@ -495,6 +495,52 @@ int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id,
         *ret = sb;
         sb = (struct sandbox) { 0 };
         return 0;
+}
+
+struct names_secret {
+        const char *name;
+        bool found;
+};
+
+static int names_it(const char *name, size_t n, void *ud) {
+        struct names_secret *w = ud;
+        if (strlen(w->name) == n && !memcmp(w->name, name, n))
+                w->found = true;
+        return 0;
+}
+
+static bool rules_name_secret(const struct sb_egress *e, const char *secret) {
+        struct names_secret w = { secret, false };
+        for (size_t i = 0; i < e->rules.n_rules && !w.found; i++)
+                for (size_t k = 0; k < e->rules.rules[i].n_headers && !w.found; k++)
+                        (void) pj_egress_placeholders(e->rules.rules[i].headers[k].value, names_it, &w);
+        return w.found;
+}
+
+int sandbox_egress_secret_changed(struct ctl *c, const struct account *acc, const char *secret) {
+        struct sandbox *v = NULL;
+        size_t n = 0;
+        int failed = 0;
+        if (!ctl_egress_enforced(c) || store_sandbox_list_status(c->store, acc->id, SB_READY, &v, &n) < 0)
+                return 0;
+        for (size_t i = 0; i < n; i++) {
+                if (!rules_name_secret(&v[i].egress, secret))
+                        continue;
+                SANDBOX_LOCK_GUARD(lock, c, v[i].id);
+                _cleanup_sandbox_ struct sandbox sb = { 0 };
+                struct err e = { 0 };
+                if (sandbox_load(c, acc, v[i].id, &sb, &e) < 0 || sb.status != SB_READY || !rules_name_secret(&sb.egress, secret))
+                        continue;
+                SANDBOX_LOG_CTX_SCOPE;
+                sandbox_log_ctx(&sb);
+                if (ctl_egress_apply(c, &sb, NULL, &e) < 0) {
+                        failed++;
+                        log_error("the sandbox's egress proxy still has the secret's previous value: %s", e.message);
+                } else
+                        log_info("the sandbox's egress proxy has the secret's new value");
+        }
+        sandbox_array_free(v, n);
+        return failed ? -EHOSTUNREACH : 0;
 }
 
 /* E2B's pause. With memory, Paddock's pause with memory (the container and a checkpoint stay

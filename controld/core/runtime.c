@@ -510,8 +510,9 @@ int runtime_start(struct ctl *c, struct sandbox *sb, const struct runtime_cmd *c
         x->output_ud = ud;
         x->t0 = mono_ms();
         x->deadline = x->t0 + (int64_t) cmd->timeout_s * 1000;
-        /* the sandbox's own variables (E2B's envVars) under the request's */
-        _cleanup_strv_free_ char **env = sb->env.n ? sb_env_layer(sb, cmd->env) : NULL;
+        /* the sandbox's own variables (E2B's envVars) under the request's; the record is x's now */
+        const struct sandbox *rec = &x->sb;
+        _cleanup_strv_free_ char **env = rec->env.n || rec->egress.rules.n_rules ? sb_env_layer(rec, cmd->env) : NULL;
         struct runtime_cmd layered = *cmd;
         if (env)
                 layered.env = env;

@@ -289,7 +289,8 @@ int sandbox_create_from(struct ctl *c, const struct account *acc, const struct p
         sb.one_shot = in->one_shot;
         if (sb_egress_from_pj(&sb.egress, &in->egress) < 0)
                 return err_set(err, -EINVAL, "egress.allow: an entry could not be read; check the allowlist");
-        if ((r = ctl_egress_check_allow(&sb.egress, err)) < 0)
+        if ((r = ctl_egress_check_allow(&sb.egress, err)) < 0 ||
+            (r = ctl_egress_check_rules(c, acc->id, &sb.egress, "egress.rules", err)) < 0)
                 return r;
         sb.pause_at_end = in->pause_at_end;
         sb.pause_keep_memory = in->pause_at_end && in->pause_keep_memory;

@@ -83,6 +83,10 @@ bool sandbox_running_now(const struct sandbox *sb);
 void sandbox_log_ctx(const struct sandbox *sb);
 /* PUT /sandboxes/{id}/egress: the sandbox must be ready; the node agent confirms the new
  * policy before it is recorded. On failure (-EHOSTUNREACH) the previous policy stays. */
+/* A secret of acc has a new value: the egress proxies of acc's ready sandboxes whose rules name
+ * it get it now (their next request uses it). -EHOSTUNREACH when some node did not confirm (it
+ * keeps the old value until the sandbox's policy is applied again); each is logged. */
+int sandbox_egress_secret_changed(struct ctl *c, const struct account *acc, const char *secret);
 int sandbox_set_egress(struct ctl *c, const struct account *acc, const char *id, const struct pj_egress *in,
                        struct sandbox *ret, bool *ret_network_updated, struct err *err);
 int64_t destroy_timeout_seconds(const char *s);

@@ -199,3 +199,90 @@ int secret_delete(struct ctl *c, const struct account *acc, const char *ref, str
         log_info("secret %s deleted", name);
         return 0;
 }
+
+/* ---- egress rules' placeholders ---- */
+
+struct ph_walk {
+        struct ctl *c;
+        const char *account_id;
+        struct strbuf *out;     /* resolve: the value being built; NULL: check only */
+        const char *field;
+        struct err *err;
+};
+
+static int ph_load(struct ph_walk *w, const char *name, size_t n, struct secret *s) {
+        char nm[PJ_SECRET_NAME_MAX + 1];
+        if (n > PJ_SECRET_NAME_MAX)
+                return err_set_field(w->err, -EINVAL, w->field, "%s names no secret of yours", w->field);
+        memcpy(nm, name, n);
+        nm[n] = 0;
+        if (!w->c->secrets_on)
+                return err_set_field(w->err, -EOPNOTSUPP, w->field,
+                                     "%s uses a secret, and secrets need a key on this server ([secrets] key_file)", w->field);
+        int r = store_secret_get(w->c->store, w->account_id, nm, s);
+        if (r == -ENOENT)
+                return err_set_field(w->err, -EINVAL, w->field, "%s names the secret '%s', which you do not have; "
+                                                                "POST /secrets first", w->field, nm);
+        if (r < 0)
+                return err_set_field(w->err, -EIO, w->field, "%s: the secret '%s' could not be read", w->field, nm);
+        return 0;
+}
+
+static int ph_check(const char *name, size_t n, void *ud) {
+        _cleanup_(secret_clear) struct secret s = { 0 };
+        return ph_load(ud, name, n, &s);
+}
+
+int secret_rules_check(struct ctl *c, const char *account_id, const struct pj_egress *e, const char *prefix,
+                       struct err *err) {
+        for (size_t i = 0; i < e->n_rules; i++)
+                for (size_t k = 0; k < e->rules[i].n_headers; k++) {
+                        char field[512];
+                        snprintf(field, sizeof(field), "%s.%s[0].headers.%s", prefix, e->rules[i].host,
+                                 e->rules[i].headers[k].name);
+                        struct ph_walk w = { c, account_id, NULL, field, err };
+                        int r = pj_egress_placeholders(e->rules[i].headers[k].value, ph_check, &w);
+                        if (r < 0)
+                                return r;
+                }
+        return 0;
+}
+
+char *secret_rules_resolve(struct ctl *c, const char *account_id, const char *value, struct err *err) {
+        static const char open_[] = "${secrets.";
+        struct strbuf b = STRBUF_INIT(256 * 1024);
+        const char *p = value;
+        for (const char *q = strstr(p, open_); q; q = strstr(p, open_)) {
+                const char *name = q + sizeof(open_) - 1, *end = strchr(name, '}');
+                if (!end)
+                        break;
+                strbuf_append(&b, p, (size_t) (q - p));
+                _cleanup_(secret_clear) struct secret s = { 0 };
+                struct ph_walk w = { c, account_id, NULL, "rules", err };
+                _cleanup_free_ char *aad = NULL, *plain = NULL;
+                size_t plen = 0;
+                int r = ph_load(&w, name, (size_t) (end - name), &s);
+                if (r >= 0) {
+                        aad = aad_of(s.account_id, s.name, s.version);
+                        r = secret_open(c->secrets_key, aad, s.sealed, &plain, &plen);
+                        if (r < 0)
+                                err_set(err, r, "the secret '%s' does not open under this server's key", s.name);
+                }
+                if (r < 0) {
+                        explicit_bzero(b.buf, b.len);
+                        strbuf_done(&b);
+                        return NULL;
+                }
+                strbuf_append(&b, plain, plen);
+                explicit_bzero(plain, plen);
+                p = end + 1;
+        }
+        strbuf_append(&b, p, strlen(p));
+        if (b.truncated) {
+                explicit_bzero(b.buf, b.len);
+                strbuf_done(&b);
+                err_set(err, -E2BIG, "a rule's value with its secrets is longer than 256 KiB");
+                return NULL;
+        }
+        return b.buf ? b.buf : xstrdup("");
+}

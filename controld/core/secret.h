@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "controld.h"
+#include "pj_egress.h"
 #include "pj_secret.h"
 
 /* At start: reads [secrets] key_file (32..1024 bytes, its SHA-256 is the key). No file
@@ -25,6 +26,16 @@ int secret_load(struct ctl *c, const struct account *acc, const char *ref, struc
 int secret_put(struct ctl *c, const struct account *acc, const char *ref, const struct pj_secret_put *q,
                struct secret *ret, struct err *err);
 int secret_delete(struct ctl *c, const struct account *acc, const char *ref, struct err *err);
+/* Egress rules' placeholders (pj_egress.h): every ${secrets.<name>} must name a secret of
+ * account_id. 0, or -EINVAL with err naming the field ("<prefix>.<host>.headers.<name>"),
+ * -EOPNOTSUPP when a placeholder is used and secrets are off here. */
+int secret_rules_check(struct ctl *c, const char *account_id, const struct pj_egress *e, const char *prefix,
+                       struct err *err);
+/* The value of one rule header with its placeholders replaced by the secrets' current values
+ * (opened now: a rotated secret is used from the next apply on). NULL with err when a secret
+ * is gone or does not open. The caller wipes and frees it. */
+char *secret_rules_resolve(struct ctl *c, const char *account_id, const char *value, struct err *err);
+
 /* Sealing, for tests: "v1:<nonce hex>:<ciphertext and tag hex>" of value under key, bound to aad. */
 char *secret_seal(const unsigned char key[32], const char *aad, const char *value, size_t len);
 int secret_open(const unsigned char key[32], const char *aad, const char *sealed, char **ret, size_t *ret_len);

@@ -19,6 +19,7 @@
 #include "e2b-private.h"
 #include "json.h"
 #include "pj_secret.h"
+#include "sandbox.h"
 #include "secret.h"
 #include "strutil.h"
 
@@ -111,6 +112,8 @@ enum MHD_Result e2b_secret_update(struct req *r) {
         req_body_wipe(r);
         k = k < 0 ? err_set(&e, k, "%s", pe.message)
                   : ref ? secret_put(r->c, &r->acc, ref, &q, &s, &e) : err_set(&e, -ENOENT, "secret not found");
+        if (k >= 0)
+                (void) sandbox_egress_secret_changed(r->c, &r->acc, s.name);
         return answer(r, k, &e, 200, &s);
 }
 

@@ -68,7 +68,7 @@ cJSON *region_to_json(const struct region *g) {
         return o;
 }
 
-/* "block_outbound" and "egress": {mode, allow}. */
+/* "block_outbound" and "egress": {mode, allow, rules?} (rules as given: placeholders, never values). */
 static void add_egress(cJSON *o, const struct sb_egress *e) {
         json_add_bool(o, "block_outbound", e->mode == PJ_EGRESS_DENY_ALL);
         cJSON *eg = cJSON_AddObjectToObject(o, "egress");
@@ -79,6 +79,8 @@ static void add_egress(cJSON *o, const struct sb_egress *e) {
                 sb_allow_entry_format(&e->allow[i], buf);
                 cJSON_AddItemToArray(allow, cJSON_CreateString(buf));
         }
+        if (e->rules.n_rules)
+                cJSON_AddItemToObject(eg, "rules", pj_egress_rules_json(&e->rules, false));
 }
 
 cJSON *egress_update_to_json(struct ctl *c, const struct sandbox *sb, bool network_updated) {

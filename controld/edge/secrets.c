@@ -17,6 +17,7 @@
 #include "http.h"
 #include "pj_secret.h"
 #include "render.h"
+#include "sandbox.h"
 #include "secret.h"
 #include "secrets.h"
 
@@ -75,6 +76,9 @@ enum MHD_Result secrets_put(struct req *r) {
                   : name ? secret_put(r->c, &r->acc, name, &q, &s, &e) : err_set(&e, -ENOENT, "Secret not found");
         if (k < 0)
                 return respond_errno(r, k, &e);
+        if (sandbox_egress_secret_changed(r->c, &r->acc, s.name) < 0)
+                return respond_envelope(r, 200, "Secret replaced; some sandboxes' nodes did not take the new value yet "
+                                                "(they use it once their egress is applied again)", render_secret(&s));
         return respond_envelope(r, 200, "Secret replaced", render_secret(&s));
 }
 

@@ -14,6 +14,7 @@ void sb_egress_done(struct sb_egress *e) {
         if (!e)
                 return;
         free(e->allow);
+        pj_egress_rules_done(&e->rules);
         *e = (struct sb_egress) { 0 };
 }
 
@@ -23,6 +24,7 @@ int sb_egress_from_pj(struct sb_egress *dst, const struct pj_egress *src) {
                 if (pj_allow_entry_parse(src->allow[i], &a[i], NULL, 0, NULL) < 0)
                         return -EINVAL;
         *dst = (struct sb_egress) { .mode = src->mode, .allow = TAKE_PTR(a), .n_allow = src->n_allow };
+        pj_egress_rules_copy(&dst->rules, src);
         return 0;
 }
 
@@ -43,6 +45,8 @@ void sb_allow_entry_format(const struct pj_allow_entry *e, char buf[PJ_ALLOW_NOR
         buf[0] = 0;
 }
 
+/* The column egress_allow: the allowlist as a JSON array, or, when the policy has rules,
+ * {"allow": [...], "rules": {...}, "rules_open": bool} (older rows hold only the array). */
 char *sb_egress_allow_to_text(const struct sb_egress *e) {
         _cleanup_json_ cJSON *a = cJSON_CreateArray();
         for (size_t i = 0; i < e->n_allow; i++) {
@@ -50,11 +54,26 @@ char *sb_egress_allow_to_text(const struct sb_egress *e) {
                 sb_allow_entry_format(&e->allow[i], buf);
                 cJSON_AddItemToArray(a, cJSON_CreateString(buf));
         }
-        return json_print(a);
+        if (e->rules.n_rules == 0)
+                return json_print(a);
+        _cleanup_json_ cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "allow", TAKE_PTR(a));
+        cJSON_AddItemToObject(o, "rules", pj_egress_rules_json(&e->rules, false));
+        json_add_bool(o, "rules_open", e->rules.rules_open);
+        return json_print(o);
 }
 
 void sb_egress_allow_from_text(struct sb_egress *e, const char *text) {
-        _cleanup_json_ cJSON *a = text ? cJSON_Parse(text) : NULL;
+        _cleanup_json_ cJSON *whole = text ? cJSON_Parse(text) : NULL;
+        cJSON *a = whole;
+        pj_egress_rules_done(&e->rules);
+        if (cJSON_IsObject(whole)) {
+                a = cJSON_GetObjectItemCaseSensitive(whole, "allow");
+                const cJSON *rules = cJSON_GetObjectItemCaseSensitive(whole, "rules");
+                if (rules && pj_egress_rules_from_json(rules, false, &e->rules, NULL) < 0)
+                        pj_egress_rules_done(&e->rules);
+                e->rules.rules_open = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(whole, "rules_open"));
+        }
         int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0;
         free(e->allow);
         e->allow = n > 0 ? xnew0(struct pj_allow_entry, (size_t) n) : NULL;
@@ -158,9 +177,35 @@ cJSON *sb_timings_to_json(const struct sb_timings *t) {
         return o;
 }
 
+/* With egress rules, the node's proxy answers for the rules' hosts with certificates of the
+ * sandbox's own CA, which its system bundle holds (ctl-egress.c installs it): these point the
+ * usual TLS stacks at it. The sandbox's and the request's variables win over them. */
+static const char *const egress_ca_env[] = {
+        "SSL_CERT_FILE=" SB_EGRESS_BUNDLE,
+        "REQUESTS_CA_BUNDLE=" SB_EGRESS_BUNDLE,
+        "CURL_CA_BUNDLE=" SB_EGRESS_BUNDLE,
+        "NODE_EXTRA_CA_CERTS=" SB_EGRESS_CA_FILE,
+};
+
+static bool env_has(char *const *env, size_t n, const char *kv) {
+        size_t kl = strcspn(kv, "=");
+        for (size_t i = 0; i < n; i++)
+                if (!strncmp(env[i], kv, kl) && env[i][kl] == '=')
+                        return true;
+        return false;
+}
+
 char **sb_env_layer(const struct sandbox *sb, char *const *req_env) {
         size_t n_req = strv_length(req_env), n = 0;
-        char **v = xnew0(char *, sb->env.n + n_req + 1);
+        char **v = xnew0(char *, sb->env.n + n_req + ELEMENTSOF(egress_ca_env) + 1);
+        for (size_t j = 0; sb->egress.rules.n_rules && j < ELEMENTSOF(egress_ca_env); j++) {
+                bool mine = false;
+                for (size_t i = 0; i < sb->env.n && !mine; i++)
+                        mine = !strncmp(egress_ca_env[j], sb->env.v[i].key, strlen(sb->env.v[i].key)) &&
+                               egress_ca_env[j][strlen(sb->env.v[i].key)] == '=';
+                if (!mine && !env_has(req_env, n_req, egress_ca_env[j]))
+                        v[n++] = xstrdup(egress_ca_env[j]);
+        }
         for (size_t j = 0; j < sb->env.n; j++) {
                 const struct sb_kv *kv = &sb->env.v[j];
                 size_t kl = strlen(kv->key);

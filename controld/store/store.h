@@ -35,6 +35,9 @@ struct sb_egress {
         enum pj_egress_mode mode;
         struct pj_allow_entry *allow;    /* n_allow entries, owned */
         size_t n_allow;
+        /* Header rules per host (only rules.rules, .n_rules and .rules_open are used; owned):
+         * values as given, placeholders unresolved (a secret's value is never in the record). */
+        struct pj_egress rules;
 };
 
 /* Provisioning phase durations, as rendered under "timings" (<phase>_ms). */
@@ -350,6 +353,9 @@ void sb_egress_done(struct sb_egress *e);
 /* The environment a process of sb gets: sb's own variables (E2B's envVars) with req_env
  * ("K=V", NULL-terminated, may be NULL) layered over them, the request's winning. strv_free. */
 char **sb_env_layer(const struct sandbox *sb, char *const *req_env);
+/* Where a sandbox with egress rules finds its proxy CA: alone, and in its system bundle. */
+#define SB_EGRESS_CA_FILE "/etc/paddock/egress-ca.pem"
+#define SB_EGRESS_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
 /* Maps of strings and their column text (a JSON object; NULL when empty). _from_text accepts
  * NULL and skips what is not a string; -EINVAL when text is not a JSON object. */
 int sb_map_from_text(struct sb_map *m, const char *text);

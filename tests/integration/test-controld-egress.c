@@ -188,7 +188,7 @@ static char test_name[64];
 /* Sets (ip) or removes (NULL) the line of test_name in the node's /etc/hosts, in place:
  * the new content is written over the old from offset 0 and then cut to length, so
  * readers never see an empty file (/etc/hosts may be a bind mount: no rename). */
-static void hosts_set(const char *ip) {
+static void hosts_line(const char *name, const char *ip) {
         FILE *f = fopen("/etc/hosts", "r");
         ASSERT_NOT_NULL(f);
         size_t cap = 1 << 20, len;
@@ -199,7 +199,7 @@ static void hosts_set(const char *ip) {
         struct strbuf b;
         strbuf_init(&b, len + 128);
         char marker[96];
-        snprintf(marker, sizeof(marker), "\t%s # test-controld-egress", test_name);
+        snprintf(marker, sizeof(marker), "\t%s # test-controld-egress", name);
         for (char *l = old; l && *l;) {
                 char *nl = strchr(l, '\n');
                 size_t n = nl ? (size_t) (nl - l) + 1 : strlen(l);
@@ -217,6 +217,10 @@ static void hosts_set(const char *ip) {
         ASSERT_EQ(ftruncate(fd, (off_t) b.len), 0);
         close(fd);
         strbuf_done(&b);
+}
+
+static void hosts_set(const char *ip) {
+        hosts_line(test_name, ip);
 }
 
 static void hosts_drop(void *ud) {
@@ -240,9 +244,13 @@ static void table_drop(void *ud) {
 /* On the Nomad driver: the stand-in the agent asks for its node id and controld places on. */
 static struct nstandin standin;
 
+/* More agent config for the next egt_start (the egress proxy, say). */
+static const char *egt_agent_more = "";
+
 static void agent_start(void) {
         agenttest_write_conf(agent_conf, ctld_nomad() ? "nomad" : node_id, exchange, ctld_nomad() ? standin.url : NULL,
-                             "[egress]\nenable = true\ntable = %s\nbridges = " BRIDGE "\nresolve_interval = 1s\n", table);
+                             "[egress]\nenable = true\ntable = %s\nbridges = " BRIDGE "\nresolve_interval = 1s\n%s", table,
+                             egt_agent_more);
         agent_pid = agenttest_start(agent_conf, agent_log, "consuming node messages");
 }
 
@@ -1490,5 +1498,358 @@ TEST_FULL(docker_inside_a_sandbox_follows_its_policy, 300) {
         _cleanup_free_ char *out = NULL;
         ASSERT_EQ(run_in_sandbox(&c, key, id, cmd, &out), 0);
         ASSERT_STREQ(out, "reached\nblocked\n");
+        ctld_stop(&c);
+}
+
+/* ------------------------------------------------------------ secrets through the egress proxy */
+
+/* Test hosts for the proxy, in the world namespace: HTTPS on 443 and HTTP on 80 of
+ * 198.51.100.2 ("api", a certificate of a CA the node trusts for the test), HTTPS on 443 of
+ * 198.51.100.3 ("bad", a certificate of a CA nobody trusts) and of 203.0.113.2 ("plain", no
+ * rules: reached directly). Each request head they get is appended to world-http.log as
+ * "<listener> <head>" so the test sees what arrived; each answers 200 "ok". */
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <sys/stat.h>
+
+#include "tlstest.h"
+
+static pid_t recorder_pid;
+static char http_log[512];
+
+static void recorder_stop(void *ud) {
+        (void) ud;
+        test_stop_child(&recorder_pid);
+}
+
+static int listen_on(const char *ip, uint16_t port) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+        inet_pton(AF_INET, ip, &a.sin_addr);
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(fd, 64) < 0)
+                return -1;
+        return fd;
+}
+
+/* One connection: request heads (keep-alive) with their Content-Length bodies, each logged. */
+static void recorder_serve(int fd, SSL_CTX *ctx, const char *name) {
+        SSL *ssl = NULL;
+        struct timeval tv = { .tv_sec = 10 };
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        if (ctx) {
+                ssl = SSL_new(ctx);
+                SSL_set_fd(ssl, fd);
+                if (SSL_accept(ssl) != 1) {
+                        SSL_free(ssl);
+                        return;
+                }
+        }
+        char buf[65536];
+        size_t have = 0;
+        for (;;) {
+                char *end = memmem(buf, have, "\r\n\r\n", 4);
+                if (!end) {
+                        if (have == sizeof(buf))
+                                break;
+                        int k = ssl ? SSL_read(ssl, buf + have, (int) (sizeof(buf) - have))
+                                    : (int) read(fd, buf + have, sizeof(buf) - have);
+                        if (k <= 0)
+                                break;
+                        have += (size_t) k;
+                        continue;
+                }
+                size_t head = (size_t) (end - buf) + 4, body = 0;
+                const char *cl = strcasestr(buf, "\r\ncontent-length:");
+                if (cl && cl < end)
+                        body = strtoul(cl + 17, NULL, 10);
+                while (have < head + body && have < sizeof(buf)) {
+                        int k = ssl ? SSL_read(ssl, buf + have, (int) (sizeof(buf) - have))
+                                    : (int) read(fd, buf + have, sizeof(buf) - have);
+                        if (k <= 0)
+                                goto out;
+                        have += (size_t) k;
+                }
+                int lf = open(http_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+                if (lf >= 0) {
+                        dprintf(lf, "%s %.*s\n", name, (int) (head + body), buf);
+                        close(lf);
+                }
+                static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n";
+                if ((ssl ? SSL_write(ssl, ok, sizeof(ok) - 1) : (int) write(fd, ok, sizeof(ok) - 1)) <= 0)
+                        break;
+                memmove(buf, buf + head + body, have - head - body);
+                have -= head + body;
+        }
+out:
+        if (ssl) {
+                SSL_shutdown(ssl);
+                SSL_free(ssl);
+        }
+}
+
+static SSL_CTX *server_ctx(const struct tlstest *t) {
+        SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+        if (!ctx || SSL_CTX_use_certificate_chain_file(ctx, t->cert) != 1 ||
+            SSL_CTX_use_PrivateKey_file(ctx, t->key, SSL_FILETYPE_PEM) != 1)
+                return NULL;
+        return ctx;
+}
+
+static void recorder_up(const struct tlstest *good, const struct tlstest *bad) {
+        snprintf(http_log, sizeof(http_log), "%s/world-http.log", test_tmpdir());
+        int p[2];
+        ASSERT_EQ(pipe(p), 0);
+        recorder_pid = fork();
+        ASSERT_TRUE(recorder_pid >= 0);
+        if (recorder_pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                signal(SIGCHLD, SIG_IGN);
+                char ns[64], c = 'E';
+                snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int) world_pid);
+                int nfd = open(ns, O_RDONLY | O_CLOEXEC);
+                SSL_CTX *gctx = server_ctx(good), *bctx = server_ctx(bad);
+                int fds[4] = { -1, -1, -1, -1 };
+                if (nfd >= 0 && setns(nfd, CLONE_NEWNET) == 0 && gctx && bctx) {
+                        fds[0] = listen_on("198.51.100.2", 443);
+                        fds[1] = listen_on("198.51.100.2", 80);
+                        fds[2] = listen_on("198.51.100.3", 443);
+                        fds[3] = listen_on("203.0.113.2", 443);
+                        if (fds[0] >= 0 && fds[1] >= 0 && fds[2] >= 0 && fds[3] >= 0)
+                                c = 'K';
+                }
+                ssize_t _unused_ w = write(p[1], &c, 1);
+                static const char *const names[] = { "api-tls", "api-http", "bad-tls", "plain-tls" };
+                for (;;) {
+                        struct pollfd pf[4];
+                        for (int i = 0; i < 4; i++)
+                                pf[i] = (struct pollfd) { .fd = fds[i], .events = POLLIN };
+                        if (poll(pf, 4, -1) < 0)
+                                continue;
+                        for (int i = 0; i < 4; i++) {
+                                if (!pf[i].revents)
+                                        continue;
+                                int s = accept4(fds[i], NULL, NULL, SOCK_CLOEXEC);
+                                if (s < 0)
+                                        continue;
+                                if (fork() == 0) {
+                                        recorder_serve(s, i == 1 ? NULL : i == 2 ? bctx : gctx, names[i]);
+                                        _exit(0);
+                                }
+                                close(s);
+                        }
+                }
+        }
+        close(p[1]);
+        char c = 0;
+        ssize_t _unused_ n = read(p[0], &c, 1);
+        close(p[0]);
+        ASSERT_TRUE(c == 'K');
+        test_on_exit(recorder_stop, NULL);
+}
+
+static char *http_log_text(void) {
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "cat", http_log, NULL };
+        (void) test_run_capture(argv, &out, 1 << 20);
+        return xstrdup(out ?: "");
+}
+
+static void proxy_hosts_drop(void *ud) {
+        (void) ud;
+        hosts_line("api.egt.test", NULL);
+        hosts_line("bad.egt.test", NULL);
+}
+
+/* A python one-liner run in the sandbox: an HTTP(S) request with header x-api-key: placeholder;
+ * prints "<status> <body>" or "ERR <what urllib said>". */
+static char *fetch_in(struct ctld *c, const char *key, const char *id, const char *url, int *ret_code) {
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd),
+                 "python3 -c \"import urllib.request as u, urllib.error as e\n"
+                 "try:\n  r = u.urlopen(u.Request('%s', headers={'x-api-key': 'placeholder'}), timeout=15)\n"
+                 "  print(r.status, r.read().decode().strip())\n"
+                 "except e.HTTPError as x:\n  print(x.code, x.read().decode().strip())\n"
+                 "except Exception as x:\n  print('ERR', x)\"",
+                 url);
+        char *out = NULL;
+        *ret_code = run_in_sandbox(c, key, id, cmd, &out);
+        return out;
+}
+
+TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
+        static struct ctld c;
+        int id4 = (int) (getpid() % 10000);
+        struct tlstest good, bad;
+        tlstest_make(&good, test_tmpdir(), "egt-good", "DNS:api.egt.test,DNS:plain.egt.test");
+        tlstest_make(&bad, test_tmpdir(), "egt-bad", "DNS:bad.egt.test");
+        char keyfile[512], more[1024], agent_more[1024];
+        snprintf(keyfile, sizeof(keyfile), "%s/secrets.key", test_tmpdir());
+        FILE *kf = fopen(keyfile, "w");
+        ASSERT_NOT_NULL(kf);
+        fputs("0123456789abcdef0123456789abcdef-egress-proxy-test", kf);
+        fclose(kf);
+        snprintf(more, sizeof(more), "[secrets]\nkey_file = %s\n", keyfile);
+        egt_more = more;
+        /* The proxy trusts the test CA as a node's system store would trust a public one; at
+         * most 4 connections per sandbox, so the flood below is cheap. */
+        snprintf(agent_more, sizeof(agent_more),
+                 "[proxy]\nenable = true\nport = %d\nupstream_ca_file = %s\nmax_connections_per_sandbox = 4\n",
+                 15000 + id4 % 1000, good.ca);
+        egt_agent_more = agent_more;
+        _cleanup_free_ char *key = egt_start(&c);
+        egt_more = egt_agent_more = "";
+        test_on_exit(proxy_hosts_drop, NULL);
+        hosts_line("api.egt.test", "198.51.100.2");
+        hosts_line("bad.egt.test", "198.51.100.3");
+        recorder_up(&good, &bad);
+
+        char value[64];
+        snprintf(value, sizeof(value), "sk-live-%d-%08x", id4, (unsigned) (now_ms_() & 0xffffffff));
+        char body[2048];
+        snprintf(body, sizeof(body), "{\"name\":\"egtkey\",\"value\":\"%s\"}", value);
+        HTTP_EXPECT(&c, "POST", "/secrets", key, body, 201);
+
+        /* Bad input, each naming the field. */
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
+                        "{\"egress\":{\"mode\":\"open\",\"rules\":{\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"${secrets.nosuch}\"}}]}}}",
+                        400, "egress.rules.api.egt.test[0].headers.x-api-key");
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
+                        "{\"egress\":{\"mode\":\"deny_all\",\"rules\":{\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"v\"}}]}}}",
+                        400, "egress.rules");
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
+                        "{\"egress\":{\"mode\":\"open\",\"rules\":{\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"a\\r\\nx-evil: 1\"}}]}}}",
+                        400, "control characters");
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
+                        "{\"egress\":{\"mode\":\"open\",\"rules\":{\"10.0.0.1\":[{\"headers\":{\"x-api-key\":\"v\"}}]}}}",
+                        400, "per hostname");
+        {
+                /* a value over its limit */
+                _cleanup_free_ char *big = xmalloc(6000);
+                memset(big, 'a', 5000);
+                big[5000] = 0;
+                _cleanup_free_ char *b = xasprintf("{\"egress\":{\"mode\":\"open\",\"rules\":{\"api.egt.test\":[{\"headers\":"
+                                                   "{\"x-api-key\":\"%s\"}}]}}}", big);
+                HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key, b, 400, "longer than 4096 bytes");
+        }
+        /* Another account's secret is not ours to name. */
+        _cleanup_free_ char *other = ctld_account_key(&c, "egress-other", "wide", NULL);
+        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", other,
+                        "{\"egress\":{\"mode\":\"open\",\"rules\":{\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"${secrets.egtkey}\"}}]}}}",
+                        400, "which you do not have");
+
+        /* An open sandbox whose requests to api and bad carry the secret. */
+        char id[25];
+        create_expect(&c, key,
+                      "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"open\",\"rules\":{"
+                      "\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"${secrets.egtkey}\",\"x-org\":\"org-7\"}}],"
+                      "\"bad.egt.test\":[{\"headers\":{\"x-api-key\":\"${secrets.egtkey}\"}}]}}}",
+                      201, id);
+        int code;
+        _cleanup_free_ char *out = fetch_in(&c, key, id, "https://api.egt.test/v1/messages", &code);
+        if (strcmp(out, "200 ok\n") != 0) {
+                egress_diag(&c, key, id, "198.51.100.2");
+                test_fail(__FILE__, __LINE__, "HTTPS through the proxy: %s", out);
+        }
+        _cleanup_free_ char *log1 = http_log_text();
+        char want[128];
+        snprintf(want, sizeof(want), "x-api-key: %s\r\n", value);
+        ASSERT_NOT_NULL(strstr(log1, "api-tls GET /v1/messages HTTP/1.1"));
+        ASSERT_NOT_NULL(strstr(log1, want));
+        ASSERT_NOT_NULL(strstr(log1, "x-org: org-7\r\n"));
+        ASSERT_NULL(strstr(log1, "placeholder"));
+        /* Plain HTTP on 80 too. */
+        free(out);
+        out = fetch_in(&c, key, id, "http://api.egt.test/plain", &code);
+        ASSERT_STREQ(out, "200 ok\n");
+        free(log1);
+        log1 = http_log_text();
+        ASSERT_NOT_NULL(strstr(log1, "api-http GET /plain HTTP/1.1"));
+        ASSERT_NULL(strstr(log1, "placeholder"));
+
+        /* A bad upstream certificate is refused, not bypassed: 502 with why, nothing arrives. */
+        free(out);
+        out = fetch_in(&c, key, id, "https://bad.egt.test/steal", &code);
+        ASSERT_TRUE(startswith(out, "502 "));
+        ASSERT_NOT_NULL(strstr(out, "verify"));
+        ASSERT_NULL(strstr(out, value));
+        free(log1);
+        log1 = http_log_text();
+        ASSERT_NULL(strstr(log1, "bad-tls"));
+
+        /* A host without rules is reached directly: the sandbox sees the upstream's own certificate. */
+        free(out);
+        ASSERT_EQ(run_in_sandbox(&c, key, id,
+                                 "python3 -c \"import ssl, socket\n"
+                                 "s = ssl._create_unverified_context().wrap_socket(socket.create_connection(('203.0.113.2', 443), 10), "
+                                 "server_hostname='plain.egt.test')\n"
+                                 "print(ssl.DER_cert_to_PEM_cert(s.getpeercert(True)))\"",
+                                 &out),
+                  0);
+        _cleanup_free_ char *leaf = NULL;
+        ASSERT_EQ(test_run_capture((char *[]) { "cat", good.cert, NULL }, &leaf, 1 << 16), 0);
+        char b64[64];
+        const char *l2 = strchr(leaf, '\n');
+        ASSERT_NOT_NULL(l2);
+        snprintf(b64, sizeof(b64), "%.60s", l2 + 1);
+        ASSERT_NOT_NULL(strstr(out, b64));
+
+        /* The sandbox holds the value nowhere: not in its environment, any process's, its
+         * files or the proxy's CA; the variables point its TLS stacks at the proxy's CA. */
+        free(out);
+        ASSERT_EQ(run_in_sandbox(&c, key, id,
+                                 "env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\\\0' '\\\\n'; "
+                                 "grep -rl --exclude-dir=proc --exclude-dir=sys -F sk-live- / 2>/dev/null | head -n 5; "
+                                 "grep -c 'BEGIN CERTIFICATE' /etc/paddock/egress-ca.pem",
+                                 &out),
+                  0);
+        ASSERT_NULL(strstr(out, value));
+        if (!strstr(out, "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"))
+                fprintf(stderr, "  the sandbox's environment:\n%.3000s\n", out);
+        ASSERT_NOT_NULL(strstr(out, "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"));
+        ASSERT_NOT_NULL(strstr(out, "NODE_EXTRA_CA_CERTS=/etc/paddock/egress-ca.pem"));
+
+        /* The record shows the rules as given (placeholders), never the value. */
+        char path[96];
+        snprintf(path, sizeof(path), "/sandboxes/%s/egress", id);
+        struct hres r;
+        http_req(&c, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        ASSERT_NOT_NULL(strstr(r.body, "${secrets.egtkey}"));
+        ASSERT_NULL(strstr(r.body, value));
+        hres_done(&r);
+
+        /* A rotated secret is used by the next request. */
+        char value2[64];
+        snprintf(value2, sizeof(value2), "sk-rotated-%d", id4);
+        snprintf(body, sizeof(body), "{\"value\":\"%s\"}", value2);
+        HTTP_EXPECT(&c, "PUT", "/secrets/egtkey", key, body, 200);
+        free(out);
+        out = fetch_in(&c, key, id, "https://api.egt.test/after-rotation", &code);
+        ASSERT_STREQ(out, "200 ok\n");
+        free(log1);
+        log1 = http_log_text();
+        snprintf(want, sizeof(want), "x-api-key: %s\r\n", value2);
+        ASSERT_NOT_NULL(strstr(log1, want));
+
+        /* A flood of connections fills only this sandbox's share of the proxy: another
+         * sandbox's request goes through meanwhile. */
+        char id2[25];
+        create_expect(&c, key,
+                      "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.3\"],\"rules\":{"
+                      "\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"${secrets.egtkey}\"}}]}}}",
+                      201, id2);
+        char pathx[96];
+        snprintf(pathx, sizeof(pathx), "/sandboxes/%s/exec", id);
+        HTTP_EXPECT(&c, "POST", pathx, key,
+                    "{\"cmd\":\"python3 -c \\\"import socket,time\\nh=[socket.create_connection(('api.egt.test',443),5) for i in "
+                    "range(12)]\\ntime.sleep(60)\\\" >/dev/null 2>&1 &\"}",
+                    200);
+        /* restricted: the rule's host is allowed by its rules, and works through the proxy */
+        free(out);
+        out = fetch_in(&c, key, id2, "https://api.egt.test/second", &code);
+        ASSERT_STREQ(out, "200 ok\n");
+        /* ... and a host neither allowed nor with rules stays blocked */
+        ASSERT_TRUE(blocked(&c, key, id2, "203.0.113.2"));
         ctld_stop(&c);
 }

@@ -115,3 +115,32 @@ TEST(timings_round_trip_in_phase_order) {
         sb_timings_from_text(&back, NULL);
         ASSERT_EQ(back.set, 0);
 }
+
+TEST(egress_rules_round_trip_with_their_placeholders) {
+        static const char body[] = "{\"egress\":{\"mode\":\"restricted\",\"allow\":[\"1.1.1.1\"],\"rules\":{"
+                                   "\"API.example.com\":[{\"headers\":{\"X-Api-Key\":\"${secrets.k1}\",\"x-org\":\"o\"}}],"
+                                   "\"b.example.com\":[{\"headers\":{\"authorization\":\"Bearer ${secrets.k2}\"}}]}}}";
+        _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create in = { 0 };
+        struct err err = { 0 };
+        ASSERT_EQ(pj_sandbox_create_parse(body, sizeof(body) - 1, &in, &err), 0);
+        ASSERT_EQ(in.egress.n_rules, 2);
+        ASSERT_TRUE(in.egress.rules_open);
+        struct sb_egress e = { 0 };
+        ASSERT_EQ(sb_egress_from_pj(&e, &in.egress), 0);
+        _cleanup_free_ char *t = sb_egress_allow_to_text(&e);
+        struct sb_egress back = { .mode = PJ_EGRESS_RESTRICTED };
+        sb_egress_allow_from_text(&back, t);
+        ASSERT_EQ(back.n_allow, 1);
+        ASSERT_EQ(back.rules.n_rules, 2);
+        ASSERT_TRUE(back.rules.rules_open);
+        ASSERT_STREQ(back.rules.rules[0].host, "api.example.com");
+        ASSERT_STREQ(back.rules.rules[0].headers[0].name, "x-api-key");
+        ASSERT_STREQ(back.rules.rules[0].headers[0].value, "${secrets.k1}");
+        ASSERT_STREQ(back.rules.rules[1].headers[0].value, "Bearer ${secrets.k2}");
+        /* an older row: the allowlist alone */
+        sb_egress_allow_from_text(&back, "[\"2.2.2.2\"]");
+        ASSERT_EQ(back.n_allow, 1);
+        ASSERT_EQ(back.rules.n_rules, 0);
+        sb_egress_done(&back);
+        sb_egress_done(&e);
+}
