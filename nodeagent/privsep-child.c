@@ -39,8 +39,11 @@
 #define SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED (1 << 7)
 #endif
 
-#define PS_RECV_MAX ((sizeof(struct ps_egress_apply) > sizeof(struct ps_proxy_set) ? sizeof(struct ps_egress_apply) \
-                                                                                 : sizeof(struct ps_proxy_set)) + 1)
+/* The largest request a child takes, plus one (a longer one is refused by its real length):
+ * the proxy child's rules, the egress child's apply for the others. */
+static size_t recv_max(enum ps_child kind) {
+        return (kind == PS_CHILD_PROXY ? sizeof(struct ps_proxy_set) : sizeof(struct ps_egress_apply)) + 1;
+}
 
 /* In a child: the fd the request just handled hands back with its result (PS_RELAY_OPEN). */
 static int child_pass_fd = -1;
@@ -474,9 +477,10 @@ _noreturn_ void privsep_child_main(enum ps_child kind, int fd, const struct agen
         if (privsep_send_all(fd, &res, sizeof(res)) < 0 || r < 0)
                 _exit(r < 0 ? 1 : 0);
 
-        _cleanup_free_ uint8_t *buf = xmalloc(PS_RECV_MAX);
+        const size_t rmax = recv_max(kind);
+        _cleanup_free_ uint8_t *buf = xmalloc(rmax);
         while (!child_stop) {
-                ssize_t n = recv(fd, buf, PS_RECV_MAX, MSG_TRUNC);
+                ssize_t n = recv(fd, buf, rmax, MSG_TRUNC);
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -485,7 +489,7 @@ _noreturn_ void privsep_child_main(enum ps_child kind, int fd, const struct agen
                 }
                 if (n == 0)
                         break;  /* the parent is gone */
-                if ((size_t) n > PS_RECV_MAX) {
+                if ((size_t) n >= rmax) {
                         struct ps_hdr h;
                         memcpy(&h, buf, sizeof(h));     /* the start of it did arrive */
                         privsep_result_init(&res, PS_RESULT, h.seq);

@@ -21,6 +21,7 @@
 #include "pj_fields.h"
 #include "pj_json.h"
 #include "pj_secret.h"
+#include "strutil.h"
 
 static const char placeholder_open[] = "${secrets.";
 static const char e2b_placeholder_open[] = "${e2b.secrets.";
@@ -257,8 +258,26 @@ cJSON *pj_egress_rules_json(const struct pj_egress *e, bool e2b_shape) {
                 cJSON *arr = cJSON_AddArrayToObject(o, e->rules[i].host), *r = cJSON_CreateObject(), *h;
                 cJSON_AddItemToArray(arr, r);
                 h = cJSON_AddObjectToObject(e2b_shape ? cJSON_AddObjectToObject(r, "transform") : r, "headers");
-                for (size_t k = 0; k < e->rules[i].n_headers; k++)
-                        json_add_str(h, e->rules[i].headers[k].name, e->rules[i].headers[k].value);
+                for (size_t k = 0; k < e->rules[i].n_headers; k++) {
+                        const char *v = e->rules[i].headers[k].value;
+                        if (!e2b_shape || !strstr(v, placeholder_open)) {
+                                json_add_str(h, e->rules[i].headers[k].name, v);
+                                continue;
+                        }
+                        /* E2B's own spelling of a placeholder: ${e2b.secrets.<name>} */
+                        struct strbuf b = STRBUF_INIT(0);
+                        for (const char *p = v, *q; *p; p = q + sizeof(placeholder_open) - 1) {
+                                q = strstr(p, placeholder_open);
+                                if (!q) {
+                                        strbuf_append(&b, p, strlen(p));
+                                        break;
+                                }
+                                strbuf_append(&b, p, (size_t) (q - p));
+                                strbuf_append(&b, e2b_placeholder_open, sizeof(e2b_placeholder_open) - 1);
+                        }
+                        json_add_strn(h, e->rules[i].headers[k].name, b.buf ? b.buf : "", b.len);
+                        strbuf_done(&b);
+                }
         }
         return o;
 }

@@ -110,6 +110,8 @@ static cJSON *listed_json(struct ctl *c, const struct sandbox *sb, bool detailed
                                 cJSON_AddItemToArray(allow, cJSON_CreateString(b));
                         }
                 }
+                if (sb->egress.rules.n_rules)
+                        cJSON_AddItemToObject(net, "rules", pj_egress_rules_json(&sb->egress.rules, true));
                 cJSON *lc = cJSON_AddObjectToObject(o, "lifecycle");
                 json_add_str(lc, "onTimeout", sb->pause_at_end ? "pause" : "kill");
                 json_add_bool(lc, "autoResume", sb->auto_resume);

@@ -280,3 +280,123 @@ TEST(allow_entry_fuzz) {
                         ASSERT_TRUE(why.message[0] != '\0');
         }
 }
+
+/* ---- egress rules ---- */
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "pj_api.h"
+#include "pj_e2b.h"
+#include "pj_json.h"
+#include "strutil.h"
+
+static int create_egress(const char *egress, struct pj_sandbox_create *c, struct err *err) {
+        _cleanup_free_ char *b = xasprintf("{\"egress\":%s}", egress);
+        return pj_sandbox_create_parse(b, strlen(b), c, err);
+}
+
+TEST(rules_parse_normalise_and_merge) {
+        _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create c = { 0 };
+        struct err err = { 0 };
+        ASSERT_EQ(create_egress("{\"mode\":\"open\",\"rules\":{\"API.Example.com.\":[{\"headers\":{\"X-Api-Key\":\"${secrets.k}\"}},"
+                                "{\"headers\":{\"x-api-key\":\"Bearer ${secrets.k2}\",\"x-b\":\"1\"}}],\"b.example.com\":[]}}",
+                                &c, &err),
+                  0);
+        ASSERT_EQ(c.egress.n_rules, 2);
+        ASSERT_TRUE(c.egress.rules_open);
+        ASSERT_STREQ(c.egress.rules[0].host, "api.example.com");
+        ASSERT_EQ(c.egress.rules[0].n_headers, 2);
+        ASSERT_STREQ(c.egress.rules[0].headers[0].name, "x-api-key");
+        ASSERT_STREQ(c.egress.rules[0].headers[0].value, "Bearer ${secrets.k2}");   /* the later one wins */
+        ASSERT_EQ(c.egress.rules[1].n_headers, 0);
+}
+
+TEST(e2b_rules_take_e2b_placeholders_and_render_them_back) {
+        static const char body[] = "{\"templateID\":\"base\",\"network\":{\"rules\":{\"api.example.com\":[{\"transform\":{\"headers\":"
+                                   "{\"authorization\":\"Bearer ${e2b.secrets.openai-key}\"}}}]}}}";
+        _cleanup_(pj_e2b_create_done) struct pj_e2b_create c = { 0 };
+        struct err err = { 0 };
+        ASSERT_EQ(pj_e2b_create_parse(body, sizeof(body) - 1, &c, &err), 0);
+        ASSERT_EQ(c.egress.n_rules, 1);
+        ASSERT_FALSE(c.egress.rules_open);      /* E2B: rules do not allow their host */
+        ASSERT_STREQ(c.egress.rules[0].headers[0].value, "Bearer ${secrets.openai-key}");
+        _cleanup_(cJSON_Deletep) cJSON *ours = pj_egress_rules_json(&c.egress, false);
+        _cleanup_(cJSON_Deletep) cJSON *theirs = pj_egress_rules_json(&c.egress, true);
+        _cleanup_free_ char *a = cJSON_PrintUnformatted(ours), *b = cJSON_PrintUnformatted(theirs);
+        ASSERT_STREQ(a, "{\"api.example.com\":[{\"headers\":{\"authorization\":\"Bearer ${secrets.openai-key}\"}}]}");
+        ASSERT_STREQ(b, "{\"api.example.com\":[{\"transform\":{\"headers\":{\"authorization\":\"Bearer ${e2b.secrets.openai-key}\"}}}]}");
+        /* what a node gets: values as they are, however they look */
+        struct pj_egress n = { 0 };
+        _cleanup_(cJSON_Deletep) cJSON *res = cJSON_Parse("{\"h.example.com\":[{\"headers\":{\"a\":\"${secrets.not-a-placeholder-here\"}}]}");
+        ASSERT_EQ(pj_egress_rules_from_json(res, true, &n, &err), 0);
+        ASSERT_STREQ(n.rules[0].headers[0].value, "${secrets.not-a-placeholder-here");
+        pj_egress_done(&n);
+}
+
+TEST(rules_refusals_name_the_field) {
+        static const struct {
+                const char *egress, *field, *says;
+        } refusals[] = {
+                { "{\"mode\":\"deny_all\",\"rules\":{\"a.example.com\":[]}}", "egress.rules", "deny_all" },
+                { "{\"mode\":\"open\",\"rules\":[]}", "egress.rules", "object of hostnames" },
+                { "{\"mode\":\"open\",\"rules\":{\"1.2.3.4\":[]}}", "egress.rules.1.2.3.4", "per hostname" },
+                { "{\"mode\":\"open\",\"rules\":{\"*.example.com\":[]}}", "egress.rules.*.example.com", "" },
+                { "{\"mode\":\"open\",\"rules\":{\"a.example.com\":{}}}", "egress.rules.a.example.com", "array of rules" },
+                { "{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"transform\":{}}]}}", "egress.rules.a.example.com[0].transform",
+                  "" },
+                { "{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"headers\":{\"bad name\":\"v\"}}]}}",
+                  "egress.rules.a.example.com[0].headers.bad name", "header name" },
+                { "{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"headers\":{\"Host\":\"v\"}}]}}",
+                  "egress.rules.a.example.com[0].headers.Host", "frames the request" },
+                { "{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"headers\":{\"x\":\"a\\nb\"}}]}}",
+                  "egress.rules.a.example.com[0].headers.x", "control characters" },
+                { "{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"headers\":{\"x\":1}}]}}",
+                  "egress.rules.a.example.com[0].headers.x", "must be a string" },
+                { "{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"headers\":{\"x\":\"${secrets.}\"}}]}}",
+                  "egress.rules.a.example.com[0].headers.x", "placeholder" },
+                { "{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"headers\":{\"x\":\"${secrets.a b}\"}}]}}",
+                  "egress.rules.a.example.com[0].headers.x", "no secret can be called" },
+                { "{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"headers\":{\"x\":\"${secrets.abc\"}}]}}",
+                  "egress.rules.a.example.com[0].headers.x", "placeholder" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(refusals); i++) {
+                _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create c = { 0 };
+                struct err err = { 0 };
+                int r = create_egress(refusals[i].egress, &c, &err);
+                if (r != -EINVAL || strcmp(err.field, refusals[i].field) != 0 || !strstr(err.message, refusals[i].says))
+                        test_fail(__FILE__, __LINE__, "%s: %d field '%s' message '%s'", refusals[i].egress, r, err.field, err.message);
+        }
+        /* limits: hosts, headers per host, a value's size, placeholders in one value */
+        struct strbuf b = STRBUF_INIT(0);
+        strbuf_printf(&b, "{\"mode\":\"open\",\"rules\":{");
+        for (int i = 0; i <= PJ_EGRESS_MAX_RULES; i++)
+                strbuf_printf(&b, "%s\"h%d.example.com\":[]", i ? "," : "", i);
+        strbuf_printf(&b, "}}");
+        _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create c1 = { 0 };
+        struct err err = { 0 };
+        ASSERT_EQ(create_egress(b.buf, &c1, &err), -EINVAL);
+        ASSERT_NOT_NULL(strstr(err.message, "at most 16 hosts"));
+        strbuf_done(&b);
+        b = STRBUF_INIT(0);
+        strbuf_printf(&b, "{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"headers\":{");
+        for (int i = 0; i <= PJ_EGRESS_MAX_HEADERS; i++)
+                strbuf_printf(&b, "%s\"x%d\":\"v\"", i ? "," : "", i);
+        strbuf_printf(&b, "}}]}}");
+        _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create c2 = { 0 };
+        ASSERT_EQ(create_egress(b.buf, &c2, &err), -EINVAL);
+        ASSERT_NOT_NULL(strstr(err.message, "at most 16 headers"));
+        strbuf_done(&b);
+        b = STRBUF_INIT(0);
+        strbuf_printf(&b, "{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"headers\":{\"x\":\"");
+        for (int i = 0; i <= PJ_EGRESS_MAX_PLACEHOLDERS; i++)
+                strbuf_printf(&b, "${secrets.s%d}", i);
+        strbuf_printf(&b, "\"}}]}}");
+        _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create c3 = { 0 };
+        ASSERT_EQ(create_egress(b.buf, &c3, &err), -EINVAL);
+        ASSERT_NOT_NULL(strstr(err.message, "placeholders"));
+        strbuf_done(&b);
+        /* restricted with rules and no allow entries: the rules' hosts are what it allows */
+        _cleanup_(pj_egress_update_done) struct pj_egress_update u = { 0 };
+        static const char put[] = "{\"mode\":\"restricted\",\"rules\":{\"a.example.com\":[{\"headers\":{\"x\":\"v\"}}]}}";
+        ASSERT_EQ(pj_egress_update_parse(put, sizeof(put) - 1, &u, &err), 0);
+        ASSERT_EQ(u.egress.n_rules, 1);
+}

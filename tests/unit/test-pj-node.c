@@ -314,3 +314,42 @@ TEST(reply_extras_refusals_name_the_field) {
         ASSERT_EQ(r.n_live, 4096);
         pj_node_reply_done(&r);
 }
+
+TEST(apply_rules_and_the_proxy_ca_round_trip) {
+        /* The rules' values are the secrets', put in by controld: the node takes them as they are. */
+        static const char msg[] = "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\",\"mode\":\"open\","
+                                  "\"rules\":{\"api.example.com\":[{\"headers\":{\"x-api-key\":\"sk-${secrets.x}-1\"}}]}}";
+        struct pj_node_msg m = { 0 };
+        struct err e = { 0 };
+        ASSERT_OK(parse(msg, &m, &e));
+        ASSERT_EQ(m.egress.n_rules, 1);
+        ASSERT_STREQ(m.egress.rules[0].headers[0].value, "sk-${secrets.x}-1");
+        _cleanup_free_ char *t = pj_node_msg_format(&m);
+        ASSERT_NOT_NULL(strstr(t, "\"rules\":{\"api.example.com\":[{\"headers\":{\"x-api-key\":\"sk-${secrets.x}-1\"}}]}"));
+        pj_node_msg_done(&m);
+        /* refused: rules in deny_all, a value with a line break, a host that is an address */
+        static const char *const bad_msgs[] = {
+                "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\",\"mode\":\"deny_all\","
+                "\"rules\":{\"api.example.com\":[]}}",
+                "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\",\"mode\":\"open\","
+                "\"rules\":{\"api.example.com\":[{\"headers\":{\"x\":\"a\\r\\nb: c\"}}]}}",
+                "{\"type\":\"egress.apply\",\"sandbox_id\":\"" SID "\",\"ip\":\"169.254.90.7\",\"mode\":\"open\","
+                "\"rules\":{\"10.0.0.1\":[]}}",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad_msgs); i++) {
+                struct pj_node_msg b = { 0 };
+                ASSERT_EQ(parse(bad_msgs[i], &b, &e), -EINVAL);
+                ASSERT_STREQ(e.field, "rules");
+        }
+        /* the reply's CA: one PEM certificate, bounded */
+        struct pj_node_reply r = { .ok = true, .type = "egress.apply", .node_id = "n1",
+                                   .ca_pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n" };
+        _cleanup_free_ char *rt = pj_node_reply_format(&r);
+        struct pj_node_reply back = { 0 };
+        ASSERT_OK(pj_node_reply_parse(rt, strlen(rt), &back, &e));
+        ASSERT_STREQ(back.ca_pem, r.ca_pem);
+        pj_node_reply_done(&back);
+        static const char bad_ca[] = "{\"ok\":true,\"ca_pem\":\"not a certificate\"}";
+        ASSERT_EQ(pj_node_reply_parse(bad_ca, sizeof(bad_ca) - 1, &back, &e), -EINVAL);
+        ASSERT_STREQ(e.field, "ca_pem");
+}

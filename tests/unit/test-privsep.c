@@ -68,7 +68,7 @@ TEST(well_formed_apply_reaches_egress) {
         struct ps_ping ping = { .hdr = { .version = PS_VERSION, .type = PS_PING, .len = sizeof(ping), .seq = 3 } };
         ASSERT_EQ(handle(PS_CHILD_DOCKER, &ping, sizeof(ping), &res), 0);
         ASSERT_EQ(res.hdr.seq, 3);
-        ASSERT_CONTAINS(res.msg, "docker process, protocol 2");
+        ASSERT_CONTAINS(res.msg, "docker process, protocol 3");
 }
 
 TEST(sizes_and_headers_are_checked_first) {
@@ -291,4 +291,57 @@ TEST(container_pid_lookups_are_checked) {
         bad.hdr.type = PS_DOCKER_COMMIT;
         memcpy(bad.snapshot_id, SB, sizeof(SB));
         EXPECT_REFUSED(PS_CHILD_LOOKUP, &bad, sizeof(bad), "does not take");
+}
+
+/* The proxy child takes its three messages and nothing else; each is checked first. With no
+ * proxy running in this process a well-formed one answers -ENOTCONN. */
+TEST(proxy_messages_are_checked_before_the_proxy_sees_them) {
+        _cleanup_free_ struct ps_proxy_set *m = xnew0(struct ps_proxy_set, 1);
+        static const char rules[] = "{\"api.example.com\":[{\"headers\":{\"x-api-key\":\"v\"}}]}";
+        m->hdr = (struct ps_hdr) { .version = PS_VERSION, .type = PS_PROXY_SET, .len = sizeof(*m), .seq = 5 };
+        memcpy(m->sandbox_id, SB, sizeof(SB));
+        m->ip = 0xa9fe5a07;
+        m->len = sizeof(rules) - 1;
+        memcpy(m->rules, rules, m->len);
+        struct ps_result res;
+        ASSERT_EQ(handle(PS_CHILD_PROXY, m, sizeof(*m), &res), -ENOTCONN);
+        /* not to the other children, and theirs not to it */
+        EXPECT_REFUSED(PS_CHILD_EGRESS, m, sizeof(*m), "does not take");
+        EXPECT_REFUSED(PS_CHILD_DOCKER, m, sizeof(*m), "does not take");
+        _cleanup_free_ struct ps_egress_apply *a = valid_apply();
+        EXPECT_REFUSED(PS_CHILD_PROXY, a, sizeof(*a), "does not take");
+        /* a length that is not the text's, bytes after it, no address, a bad id */
+        m->len = 3;
+        EXPECT_REFUSED(PS_CHILD_PROXY, m, sizeof(*m), "followed by zeros");
+        m->len = sizeof(rules) - 1;
+        m->rules[PS_PROXY_RULES_MAX - 1] = 'x';
+        EXPECT_REFUSED(PS_CHILD_PROXY, m, sizeof(*m), "followed by zeros");
+        m->rules[PS_PROXY_RULES_MAX - 1] = 0;
+        m->len = PS_PROXY_RULES_MAX;
+        EXPECT_REFUSED(PS_CHILD_PROXY, m, sizeof(*m), "followed by zeros");
+        m->len = sizeof(rules) - 1;
+        m->ip = 0;
+        EXPECT_REFUSED(PS_CHILD_PROXY, m, sizeof(*m), "usable IPv4");
+        m->ip = 0xa9fe5a07;
+        m->sandbox_id[3] = 'X';
+        EXPECT_REFUSED(PS_CHILD_PROXY, m, sizeof(*m), "24 lowercase hex");
+        /* drop and stats: an id and zero padding */
+        struct ps_proxy_id d = { .hdr = { .version = PS_VERSION, .type = PS_PROXY_DROP, .len = sizeof(d) } };
+        memcpy(d.sandbox_id, SB, sizeof(SB));
+        ASSERT_EQ(handle(PS_CHILD_PROXY, &d, sizeof(d), &res), -ENOTCONN);
+        d.pad[2] = 1;
+        EXPECT_REFUSED(PS_CHILD_PROXY, &d, sizeof(d), "padding");
+        /* an apply's steering: bounded, only where something may leave, zero past its count */
+        a->n_steer = EGRESS_MAX_STEER + 1;
+        EXPECT_REFUSED(PS_CHILD_EGRESS, a, sizeof(*a), "n_steer");
+        a->n_steer = 1;
+        a->steer[0] = 0xcb007102;
+        ASSERT_EQ(handle(PS_CHILD_EGRESS, a, sizeof(*a), &res), -ENOTCONN);
+        a->steer[1] = 0xcb007103;
+        EXPECT_REFUSED(PS_CHILD_EGRESS, a, sizeof(*a), "past n_steer");
+        a->steer[1] = 0;
+        a->mode = PJ_EGRESS_DENY_ALL;
+        a->n_allow = 0;
+        memset(a->allow, 0, sizeof(a->allow));
+        EXPECT_REFUSED(PS_CHILD_EGRESS, a, sizeof(*a), "deny_all");
 }
