@@ -174,6 +174,11 @@ tests: $(BUILD)/npm-e2b-current/e2b-envd.mjs
 $(BUILD)/npm-e2b-current/e2b-envd.mjs: tests/e2b/envd.mjs
 	@mkdir -p $(dir $@)
 	cp $< $@
+# test-controld-egress: E2B's network rules with secrets, through the current SDK (issue 39)
+tests: $(BUILD)/npm-e2b-current/e2b-egress.mjs
+$(BUILD)/npm-e2b-current/e2b-egress.mjs: tests/e2b/egress.mjs
+	@mkdir -p $(dir $@)
+	cp $< $@
 $(BUILD)/npm-e2b/node_modules/e2b/package.json:
 	@mkdir -p $(BUILD)/npm-e2b
 	cd $(BUILD)/npm-e2b && npm install --no-audit --no-fund --no-save --prefix . $(E2B_SDK_OLD) >/dev/null

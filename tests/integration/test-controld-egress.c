@@ -1512,6 +1512,7 @@ TEST_FULL(docker_inside_a_sandbox_follows_its_policy, 300) {
 #include <openssl/ssl.h>
 #include <sys/stat.h>
 
+#include "e2btest.h"
 #include "tlstest.h"
 
 static pid_t recorder_pid;
@@ -1677,9 +1678,26 @@ static char *fetch_in(struct ctld *c, const char *key, const char *id, const cha
         return out;
 }
 
+/* fetch_in that must answer "200 ok"; otherwise the sandbox's /etc/hosts and the egress state
+ * go to stderr before the test fails. */
+static void fetch_ok_at(const char *file, int line, struct ctld *c, const char *key, const char *id, const char *url) {
+        int code;
+        _cleanup_free_ char *out = fetch_in(c, key, id, url, &code);
+        if (!strcmp(out, "200 ok\n"))
+                return;
+        _cleanup_free_ char *hosts = NULL;
+        (void) run_in_sandbox(c, key, id, "cat /etc/hosts", &hosts);
+        fprintf(stderr, "  %s answered %s  the sandbox's /etc/hosts:\n%s\n", url, out, hosts ?: "");
+        egress_diag(c, key, id, "198.51.100.2");
+        test_fail(file, line, "%s through the proxy: %s", url, out);
+}
+#define FETCH_OK(c, key, id, url) fetch_ok_at(__FILE__, __LINE__, c, key, id, url)
+
 TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
-        static struct ctld c;
+        static struct e2b e;
+        struct ctld *cp = &e.c;
         int id4 = (int) (getpid() % 10000);
+        e.port = 25000 + id4 % 1000;
         struct tlstest good, bad;
         tlstest_make(&good, test_tmpdir(), "egt-good", "DNS:api.egt.test,DNS:plain.egt.test");
         tlstest_make(&bad, test_tmpdir(), "egt-bad", "DNS:bad.egt.test");
@@ -1689,7 +1707,7 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         ASSERT_NOT_NULL(kf);
         fputs("0123456789abcdef0123456789abcdef-egress-proxy-test", kf);
         fclose(kf);
-        snprintf(more, sizeof(more), "[secrets]\nkey_file = %s\n", keyfile);
+        snprintf(more, sizeof(more), "[secrets]\nkey_file = %s\n[e2b]\nlisten = 127.0.0.1:%d\nbase_template = python-3.11\n", keyfile, e.port);
         egt_more = more;
         /* The proxy trusts the test CA as a node's system store would trust a public one; at
          * most 4 connections per sandbox, so the flood below is cheap. */
@@ -1697,7 +1715,7 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
                  "[proxy]\nenable = true\nport = %d\nupstream_ca_file = %s\nmax_connections_per_sandbox = 4\n",
                  15000 + id4 % 1000, good.ca);
         egt_agent_more = agent_more;
-        _cleanup_free_ char *key = egt_start(&c);
+        _cleanup_free_ char *key = egt_start(cp);
         egt_more = egt_agent_more = "";
         test_on_exit(proxy_hosts_drop, NULL);
         hosts_line("api.egt.test", "198.51.100.2");
@@ -1708,19 +1726,19 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         snprintf(value, sizeof(value), "sk-live-%d-%08x", id4, (unsigned) (now_ms_() & 0xffffffff));
         char body[2048];
         snprintf(body, sizeof(body), "{\"name\":\"egtkey\",\"value\":\"%s\"}", value);
-        HTTP_EXPECT(&c, "POST", "/secrets", key, body, 201);
+        HTTP_EXPECT(cp, "POST", "/secrets", key, body, 201);
 
         /* Bad input, each naming the field. */
-        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
+        HTTP_EXPECT_MSG(cp, "POST", "/sandboxes", key,
                         "{\"egress\":{\"mode\":\"open\",\"rules\":{\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"${secrets.nosuch}\"}}]}}}",
                         400, "egress.rules.api.egt.test[0].headers.x-api-key");
-        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
+        HTTP_EXPECT_MSG(cp, "POST", "/sandboxes", key,
                         "{\"egress\":{\"mode\":\"deny_all\",\"rules\":{\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"v\"}}]}}}",
                         400, "egress.rules");
-        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
+        HTTP_EXPECT_MSG(cp, "POST", "/sandboxes", key,
                         "{\"egress\":{\"mode\":\"open\",\"rules\":{\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"a\\r\\nx-evil: 1\"}}]}}}",
                         400, "control characters");
-        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key,
+        HTTP_EXPECT_MSG(cp, "POST", "/sandboxes", key,
                         "{\"egress\":{\"mode\":\"open\",\"rules\":{\"10.0.0.1\":[{\"headers\":{\"x-api-key\":\"v\"}}]}}}",
                         400, "per hostname");
         {
@@ -1730,27 +1748,24 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
                 big[5000] = 0;
                 _cleanup_free_ char *b = xasprintf("{\"egress\":{\"mode\":\"open\",\"rules\":{\"api.egt.test\":[{\"headers\":"
                                                    "{\"x-api-key\":\"%s\"}}]}}}", big);
-                HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", key, b, 400, "longer than 4096 bytes");
+                HTTP_EXPECT_MSG(cp, "POST", "/sandboxes", key, b, 400, "longer than 4096 bytes");
         }
         /* Another account's secret is not ours to name. */
-        _cleanup_free_ char *other = ctld_account_key(&c, "egress-other", "wide", NULL);
-        HTTP_EXPECT_MSG(&c, "POST", "/sandboxes", other,
+        _cleanup_free_ char *other = ctld_account_key(cp, "egress-other", "wide", NULL);
+        HTTP_EXPECT_MSG(cp, "POST", "/sandboxes", other,
                         "{\"egress\":{\"mode\":\"open\",\"rules\":{\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"${secrets.egtkey}\"}}]}}}",
                         400, "which you do not have");
 
         /* An open sandbox whose requests to api and bad carry the secret. */
         char id[25];
-        create_expect(&c, key,
+        create_expect(cp, key,
                       "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"open\",\"rules\":{"
                       "\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"${secrets.egtkey}\",\"x-org\":\"org-7\"}}],"
                       "\"bad.egt.test\":[{\"headers\":{\"x-api-key\":\"${secrets.egtkey}\"}}]}}}",
                       201, id);
         int code;
-        _cleanup_free_ char *out = fetch_in(&c, key, id, "https://api.egt.test/v1/messages", &code);
-        if (strcmp(out, "200 ok\n") != 0) {
-                egress_diag(&c, key, id, "198.51.100.2");
-                test_fail(__FILE__, __LINE__, "HTTPS through the proxy: %s", out);
-        }
+        FETCH_OK(cp, key, id, "https://api.egt.test/v1/messages");
+        _cleanup_free_ char *out = NULL;
         _cleanup_free_ char *log1 = http_log_text();
         char want[128];
         snprintf(want, sizeof(want), "x-api-key: %s\r\n", value);
@@ -1759,17 +1774,14 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         ASSERT_NOT_NULL(strstr(log1, "x-org: org-7\r\n"));
         ASSERT_NULL(strstr(log1, "placeholder"));
         /* Plain HTTP on 80 too. */
-        free(out);
-        out = fetch_in(&c, key, id, "http://api.egt.test/plain", &code);
-        ASSERT_STREQ(out, "200 ok\n");
+        FETCH_OK(cp, key, id, "http://api.egt.test/plain");
         free(log1);
         log1 = http_log_text();
         ASSERT_NOT_NULL(strstr(log1, "api-http GET /plain HTTP/1.1"));
         ASSERT_NULL(strstr(log1, "placeholder"));
 
         /* A bad upstream certificate is refused, not bypassed: 502 with why, nothing arrives. */
-        free(out);
-        out = fetch_in(&c, key, id, "https://bad.egt.test/steal", &code);
+        out = fetch_in(cp, key, id, "https://bad.egt.test/steal", &code);
         ASSERT_TRUE(startswith(out, "502 "));
         ASSERT_NOT_NULL(strstr(out, "verify"));
         ASSERT_NULL(strstr(out, value));
@@ -1779,7 +1791,7 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
 
         /* A host without rules is reached directly: the sandbox sees the upstream's own certificate. */
         free(out);
-        ASSERT_EQ(run_in_sandbox(&c, key, id,
+        ASSERT_EQ(run_in_sandbox(cp, key, id,
                                  "python3 -c \"import ssl, socket\n"
                                  "s = ssl._create_unverified_context().wrap_socket(socket.create_connection(('203.0.113.2', 443), 10), "
                                  "server_hostname='plain.egt.test')\n"
@@ -1797,7 +1809,7 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         /* The sandbox holds the value nowhere: not in its environment, any process's, its
          * files or the proxy's CA; the variables point its TLS stacks at the proxy's CA. */
         free(out);
-        ASSERT_EQ(run_in_sandbox(&c, key, id,
+        ASSERT_EQ(run_in_sandbox(cp, key, id,
                                  "env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\\\0' '\\\\n'; "
                                  "grep -rl --exclude-dir=proc --exclude-dir=sys -F sk-live- / 2>/dev/null | head -n 5; "
                                  "grep -c 'BEGIN CERTIFICATE' /etc/paddock/egress-ca.pem",
@@ -1813,7 +1825,7 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         char path[96];
         snprintf(path, sizeof(path), "/sandboxes/%s/egress", id);
         struct hres r;
-        http_req(&c, "GET", path, key, NULL, &r);
+        http_req(cp, "GET", path, key, NULL, &r);
         ASSERT_EQ(r.status, 200);
         ASSERT_NOT_NULL(strstr(r.body, "${secrets.egtkey}"));
         ASSERT_NULL(strstr(r.body, value));
@@ -1823,10 +1835,8 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         char value2[64];
         snprintf(value2, sizeof(value2), "sk-rotated-%d", id4);
         snprintf(body, sizeof(body), "{\"value\":\"%s\"}", value2);
-        HTTP_EXPECT(&c, "PUT", "/secrets/egtkey", key, body, 200);
-        free(out);
-        out = fetch_in(&c, key, id, "https://api.egt.test/after-rotation", &code);
-        ASSERT_STREQ(out, "200 ok\n");
+        HTTP_EXPECT(cp, "PUT", "/secrets/egtkey", key, body, 200);
+        FETCH_OK(cp, key, id, "https://api.egt.test/after-rotation");
         free(log1);
         log1 = http_log_text();
         snprintf(want, sizeof(want), "x-api-key: %s\r\n", value2);
@@ -1835,21 +1845,44 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         /* A flood of connections fills only this sandbox's share of the proxy: another
          * sandbox's request goes through meanwhile. */
         char id2[25];
-        create_expect(&c, key,
+        create_expect(cp, key,
                       "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"restricted\",\"allow\":[\"198.51.100.3\"],\"rules\":{"
                       "\"api.egt.test\":[{\"headers\":{\"x-api-key\":\"${secrets.egtkey}\"}}]}}}",
                       201, id2);
         char pathx[96];
         snprintf(pathx, sizeof(pathx), "/sandboxes/%s/exec", id);
-        HTTP_EXPECT(&c, "POST", pathx, key,
+        HTTP_EXPECT(cp, "POST", pathx, key,
                     "{\"cmd\":\"python3 -c \\\"import socket,time\\nh=[socket.create_connection(('api.egt.test',443),5) for i in "
                     "range(12)]\\ntime.sleep(60)\\\" >/dev/null 2>&1 &\"}",
                     200);
         /* restricted: the rule's host is allowed by its rules, and works through the proxy */
-        free(out);
-        out = fetch_in(&c, key, id2, "https://api.egt.test/second", &code);
-        ASSERT_STREQ(out, "200 ok\n");
+        FETCH_OK(cp, key, id2, "https://api.egt.test/second");
         /* ... and a host neither allowed nor with rules stays blocked */
-        ASSERT_TRUE(blocked(&c, key, id2, "203.0.113.2"));
-        ctld_stop(&c);
+        ASSERT_TRUE(blocked(cp, key, id2, "203.0.113.2"));
+
+        /* E2B's current SDK, as its users write it: Secret.create, network.rules with
+         * Secret.fill, allowOut (E2B: rules alone open nothing), updateNetwork. */
+        _cleanup_free_ char *script_copy = xstrdup(test_build_path("npm-e2b-current/e2b-egress.mjs")), *sdk_out = NULL;
+        if (access(script_copy, R_OK) != 0)
+                test_fail(__FILE__, __LINE__, "npm-e2b-current/e2b-egress.mjs is missing (make tests copies it)");
+        e.key = e2btest_key(&e.c, "e2b-egress");
+        char url[64], e2b_value[64];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", e.port);
+        snprintf(e2b_value, sizeof(e2b_value), "e2b-sk-%d-%08x", id4, (unsigned) (now_ms_() & 0xffffffff));
+        setenv("EGT_SECRET", "egt-e2b-key", 1);
+        setenv("EGT_VALUE", e2b_value, 1);
+        int rc = e2btest_sdk(&e, url, script_copy, &sdk_out);
+        if (rc != 0 || !strstr(sdk_out ?: "", "ok no value inside"))
+                test_fail(__FILE__, __LINE__, "E2B's SDK with network rules failed (exit %d)", rc);
+        free(log1);
+        log1 = http_log_text();
+        snprintf(want, sizeof(want), "x-api-key: %s\r\n", e2b_value);
+        const char *first = strstr(log1, "GET /e2b-first"), *second = strstr(log1, "GET /e2b-second");
+        ASSERT_NOT_NULL(first);
+        ASSERT_NOT_NULL(second);
+        ASSERT_NOT_NULL(strstr(first, want));
+        ASSERT_NOT_NULL(strstr(second, "x-e2b: second\r\n"));
+        ASSERT_NULL(strstr(log1, "bad-tls"));
+        free(e.key);
+        ctld_stop(cp);
 }
