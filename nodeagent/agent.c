@@ -269,6 +269,10 @@ static char *handle_parsed(const struct agent_config *cfg, const struct pj_node_
                 else
                         r = read_stats(&out, &err);
                 break;
+        case PJ_NODE_PROXY_STATS:
+                r = agent_proxy_stats(m->sandbox_id, &out.proxy, &out.n_proxy, &err);
+                out.has_proxy = r >= 0;
+                break;
         case PJ_NODE_NODE_SYNC:
         case PJ_NODE_EGRESS_RESOLVED:
                 r = err_set(&err, -EINVAL, "%s is for controld, not for an agent", out.type);

@@ -12,6 +12,7 @@
 #include "cleanup.h"
 #include "log.h"
 #include "metrics.h"
+#include "pj_node.h"
 #include "nodeagent.h"
 #include "strutil.h"
 
@@ -130,9 +131,46 @@ static void render_result_counter(struct strbuf *b, const char *name, const char
                       name, help, name, name, v[1], name, v[0]);
 }
 
+/* The egress proxy's counters of every sandbox with rules here (its calls go to the proxy
+ * process, outside the metrics lock). Labels: the sandbox and the rule's host, never a value. */
+static void render_proxy(struct strbuf *b) {
+        static const struct { const char *name, *help; } ms[] = {
+                { "paddock_agent_proxy_requests_total", "Requests the egress proxy forwarded, per sandbox and rule host." },
+                { "paddock_agent_proxy_injections_total", "Headers the egress proxy put in, per sandbox and rule host." },
+                { "paddock_agent_proxy_upstream_refused_total",
+                  "Upstream certificates the egress proxy refused (nothing sent), per sandbox and rule host." },
+        };
+        if (privsep_child_pid(PS_CHILD_PROXY) <= 0)
+                return;
+        _cleanup_free_ char (*ids)[EGRESS_ID_LEN + 1] = NULL;
+        size_t n = proxystats_ids(&ids);
+        struct strbuf rows[3];
+        for (size_t k = 0; k < 3; k++)
+                strbuf_init(&rows[k], 0);
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_free_ struct pj_node_proxy_host *v = NULL;
+                size_t nv = 0;
+                if (agent_proxy_stats(ids[i], &v, &nv, NULL) < 0)
+                        continue;
+                for (size_t j = 0; j < nv; j++) {
+                        uint64_t x[3] = { v[j].requests, v[j].injections, v[j].upstream_refused };
+                        for (size_t k = 0; k < 3; k++)
+                                strbuf_printf(&rows[k], "%s{sandbox_id=\"%s\",host=\"%s\"} %" PRIu64 "\n", ms[k].name, ids[i],
+                                              v[j].host, x[k]);
+                }
+        }
+        for (size_t k = 0; k < 3; k++) {
+                strbuf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", ms[k].name, ms[k].help, ms[k].name);
+                if (rows[k].len)
+                        strbuf_append(b, rows[k].buf, rows[k].len);
+                strbuf_done(&rows[k]);
+        }
+}
+
 char *agent_metrics_render(void) {
         struct strbuf b;
         strbuf_init(&b, 0);
+        render_proxy(&b);
         pthread_mutex_lock(&lock);
         render_result_counter(&b, "paddock_agent_egress_applies_total", "egress.apply messages handled, by result.",
                               m.applies);

@@ -635,8 +635,10 @@ int names_apply_finish(struct names_apply *a, struct pj_node_reply *out, struct 
                         r = call_apply(req, err);
                 if (r >= 0 && !a->pol.n_rules)
                         (void) proxy_update(a, &pem, err);
-                if (r >= 0)
+                if (r >= 0) {
                         tracked_set(a->sandbox_id, a->account, a->ip, &a->pol, rv, n_rv, req->steer, req->n_steer);
+                        proxystats_note(a->sandbox_id, a->pol.n_rules > 0);
+                }
                 pthread_mutex_unlock(&apply_lock);
                 if (r >= 0)
                         fault_point("agent.apply.applied");     /* crash tests: enforced, not confirmed */
@@ -689,6 +691,8 @@ int names_remove(const char *sandbox_id, uint32_t ip, struct err *err) {
         if (r >= 0)
                 tracked_drop(sandbox_id);
         /* The table no longer steers it: the proxy forgets its CA and its secrets. */
+        if (r >= 0)
+                proxystats_note(sandbox_id, false);
         if (r >= 0 && privsep_child_pid(PS_CHILD_PROXY) > 0) {
                 struct ps_proxy_id q = { .hdr.type = PS_PROXY_DROP };
                 struct ps_result pres;

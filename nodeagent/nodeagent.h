@@ -103,6 +103,15 @@ void agent_config_done(struct agent_config *c);
 #define AGENT_CH 1
 /* The reply (JSON text, xmalloc'd) for one message body. */
 char *agent_handle(const struct agent_config *cfg, const char *body, size_t len);
+/* proxystats.c — the egress proxy's counters.
+ * agent_proxy_stats: one sandbox's, one per rule host (*ret: free()); none when the proxy has no
+ *   rules of it. -EOPNOTSUPP without a proxy, -errno with err.
+ * proxystats_note: names.c's word that the proxy now holds (or no longer holds) sandbox_id's rules.
+ * proxystats_ids: those sandboxes (*ret: free()), for /metrics. */
+struct pj_node_proxy_host;
+int agent_proxy_stats(const char *sandbox_id, struct pj_node_proxy_host **ret, size_t *ret_n, struct err *err);
+void proxystats_note(const char *sandbox_id, bool has_rules);
+size_t proxystats_ids(char (**ret)[EGRESS_ID_LEN + 1]);
 /* Connects, consumes until SIGTERM/SIGINT, reconnecting with backoff. */
 int agent_run(const struct agent_config *cfg);
 

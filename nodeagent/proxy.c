@@ -13,6 +13,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -119,6 +120,7 @@ struct conn {
         bool tls, up_ready;
         char host[HOST_MAX_LEN + 1];
         int64_t deadline;               /* idle deadline (mono_ms) */
+        uint64_t n_requests, n_injections;      /* this connection's, for its journal line */
         uint8_t *cbuf;                  /* client bytes not yet forwarded: [cstart, cend) */
         size_t cstart, cend;
         struct relay down;              /* upstream -> client */
@@ -1104,6 +1106,8 @@ static int forward_chunked(struct conn *c) {
 }
 
 static void count(struct conn *c, uint64_t requests, uint64_t injections, uint64_t refused) {
+        c->n_requests += requests;
+        c->n_injections += injections;
         pthread_mutex_lock(&c->p->lock);
         struct proxy_host_stats *s = c->sb->dropped ? NULL : sandbox_stats(c->sb, c->host);
         if (s) {
@@ -1422,7 +1426,11 @@ static int conn_run(struct conn *c) {
         if (r == -ECANCELED)
                 return r;
         if (r < 0) {
-                log_debug_errno(r, "egress proxy: upstream failed: %s", err.message);
+                /* A refused certificate is worth the journal: someone may be in the way. */
+                if (r == -EPERM || strstr(err.message, "did not verify"))
+                        log_warning("egress proxy: upstream %s refused, nothing was sent: %s", c->host, err.message);
+                else
+                        log_info("egress proxy: upstream %s unreachable: %s", c->host, err.message);
                 _cleanup_free_ char *body = xasprintf("%s\n", err.message);
                 cli_answer(c, 502, "Bad Gateway", body);
                 return r;
@@ -1438,7 +1446,12 @@ static void *conn_main(void *arg) {
         log_ctx_set("SANDBOX_ID", c->sb->id);
         c->cbuf = xmalloc(CBUF_SIZE);
         int r = conn_run(c);
-        log_debug_errno(r, "egress proxy: connection ended: %m");
+        /* One journal line per connection (with SANDBOX_ID and EGRESS_HOST), counts only. */
+        if (c->n_requests)
+                log_info("egress proxy: %s connection to %s ended: %" PRIu64 " requests, %" PRIu64 " headers put in",
+                         c->tls ? "TLS" : "HTTP", c->host, c->n_requests, c->n_injections);
+        else
+                log_debug_errno(r, "egress proxy: connection ended: %m");
         log_ctx_reset();
         SSL_free(c->cli.ssl);
         SSL_free(c->up.ssl);

@@ -23,6 +23,7 @@ static const char *const type_names[] = {
         [PJ_NODE_EGRESS_STATS] = "egress.stats",
         [PJ_NODE_NODE_SYNC] = "node.sync",
         [PJ_NODE_EGRESS_RESOLVED] = "egress.resolved",
+        [PJ_NODE_PROXY_STATS] = "proxy.stats",
 };
 
 static bool node_id_valid(const char *s) {
@@ -116,6 +117,8 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
                 m.type = PJ_NODE_NODE_SYNC;
         else if (!strcmp(type, "egress.resolved"))
                 m.type = PJ_NODE_EGRESS_RESOLVED;
+        else if (!strcmp(type, "proxy.stats"))
+                m.type = PJ_NODE_PROXY_STATS;
         else
                 return pj_error_set(err, "type", "type '%.64s' is not a known message type", type);
 
@@ -124,10 +127,12 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
         static const char *const remove_keys[] = { "type", "sandbox_id", "ip", NULL };
         static const char *const sync_keys[] = { "type", "node_id", "sandbox_network", NULL };
         static const char *const resolved_keys[] = { "type", "node_id", "sandbox_id", "resolved", NULL };
+        static const char *const proxy_keys[] = { "type", "sandbox_id", NULL };
         const char *const *keys = m.type == PJ_NODE_EGRESS_APPLY      ? apply_keys
                                   : m.type == PJ_NODE_EGRESS_REMOVE   ? remove_keys
                                   : m.type == PJ_NODE_NODE_SYNC       ? sync_keys
                                   : m.type == PJ_NODE_EGRESS_RESOLVED ? resolved_keys
+                                  : m.type == PJ_NODE_PROXY_STATS     ? proxy_keys
                                                                       : ping_keys;
         if (!only_keys(o, keys, &bad))
                 return pj_error_set(err, bad, "unknown field '%.64s' in %s", bad, type);
@@ -162,6 +167,10 @@ int pj_node_msg_parse(const char *body, size_t len, struct pj_node_msg *ret, str
         if (!sid || !hexid_valid(sid))
                 return pj_error_set(err, "sandbox_id", "sandbox_id must be 24 lowercase hex characters");
         snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sid);
+        if (m.type == PJ_NODE_PROXY_STATS) {
+                *ret = m;
+                return 0;
+        }
         if (m.type == PJ_NODE_EGRESS_RESOLVED) {
                 int k = parse_resolved(o, &m.resolved, &m.n_resolved, err);
                 if (k < 0)
@@ -245,6 +254,8 @@ char *pj_node_msg_format(const struct pj_node_msg *m) {
                 json_add_str(o, "node_id", m->node_id);
         if (m->type == PJ_NODE_NODE_SYNC && m->sandbox_network[0])
                 json_add_str(o, "sandbox_network", m->sandbox_network);
+        if (m->type == PJ_NODE_PROXY_STATS)
+                json_add_str(o, "sandbox_id", m->sandbox_id);
         if (m->type == PJ_NODE_EGRESS_RESOLVED) {
                 json_add_str(o, "sandbox_id", m->sandbox_id);
                 add_resolved(o, m->resolved, m->n_resolved);
@@ -292,6 +303,17 @@ char *pj_node_reply_format(const struct pj_node_reply *r) {
                 add_resolved(o, r->resolved, r->n_resolved);
         if (r->ca_pem)
                 json_add_str(o, "ca_pem", r->ca_pem);
+        if (r->has_proxy) {
+                cJSON *a = cJSON_AddArrayToObject(o, "proxy");
+                for (size_t i = 0; i < r->n_proxy; i++) {
+                        cJSON *e = cJSON_CreateObject();
+                        json_add_str(e, "host", r->proxy[i].host);
+                        json_add_int(e, "requests", (int64_t) r->proxy[i].requests);
+                        json_add_int(e, "injections", (int64_t) r->proxy[i].injections);
+                        json_add_int(e, "upstream_refused", (int64_t) r->proxy[i].upstream_refused);
+                        cJSON_AddItemToArray(a, e);
+                }
+        }
         if (r->has_stats) {
                 cJSON *a = cJSON_AddArrayToObject(o, "sandboxes");
                 for (size_t i = 0; i < r->n_stats; i++) {
@@ -321,7 +343,7 @@ char *pj_node_reply_format(const struct pj_node_reply *r) {
 void pj_node_reply_done(struct pj_node_reply *r) {
         if (!r)
                 return;
-        free_many(r->resolved, r->stats, r->live, r->ca_pem);
+        free_many(r->resolved, r->stats, r->live, r->ca_pem, r->proxy);
         memset(r, 0, sizeof(*r));
 }
 
@@ -417,6 +439,19 @@ static int stats_entry(const cJSON *e, const char *field, void *slot, struct err
         return 0;
 }
 
+static int proxy_entry(const cJSON *e, const char *field, void *slot, struct err *err) {
+        struct pj_node_proxy_host *x = slot;
+        struct pj_allow_entry ae;
+        const char *host = cJSON_IsObject(e) ? json_get_str(e, "host") : NULL;
+        if (!host || pj_allow_entry_parse(host, &ae, NULL, 0, NULL) < 0 || ae.kind != PJ_ALLOW_HOSTNAME)
+                return pj_error_set(err, field, "%s.host must be a hostname", field);
+        snprintf(x->host, sizeof(x->host), "%s", ae.host);
+        if (!get_count(e, "requests", &x->requests) || !get_count(e, "injections", &x->injections) ||
+            !get_count(e, "upstream_refused", &x->upstream_refused))
+                return pj_error_set(err, field, "%s counters must be non-negative integers", field);
+        return 0;
+}
+
 static int live_entry(const cJSON *e, const char *field, void *slot, struct err *err) {
         struct pj_node_live *x = slot;
         int k = entry_sandbox_id(e, field, x->sandbox_id, err);
@@ -469,6 +504,11 @@ int pj_node_reply_parse(const char *body, size_t len, struct pj_node_reply *ret,
                                 &r.has_stats, err);
         if (k >= 0)
                 k = parse_array(o, "live", PJ_NODE_MAX_LIVE, sizeof(*r.live), live_entry, &live, &r.n_live, &r.has_live, err);
+        void *proxy = NULL;
+        if (k >= 0)
+                k = parse_array(o, "proxy", PJ_EGRESS_MAX_RULES, sizeof(*r.proxy), proxy_entry, &proxy, &r.n_proxy, &r.has_proxy,
+                                err);
+        r.proxy = proxy;
         r.stats = stats;
         r.live = live;
         if (k < 0)

@@ -18,6 +18,7 @@
  *                                          other sandbox can send as it; without it, no binding)
  *   {"type":"egress.remove","sandbox_id":"<24 hex>","ip":"169.254.90.7"}
  *   {"type":"egress.stats"}
+ *   {"type":"proxy.stats","sandbox_id":"<24 hex>"}   the egress proxy's counters of one sandbox
  *   {"type":"node.sync","node_id":"<the agent's node id>"}    agent -> controld (routing key "controld")
  *   {"type":"egress.resolved","node_id":...,"sandbox_id":"<24 hex>",
  *    "resolved":[{"name","addrs","at"}]}   agent -> controld (routing key "controld", no reply): a
@@ -28,6 +29,8 @@
  *                 "resolved":[{"name":"api.example.com","addrs":["203.0.113.5"],"at":<unix ms>}]
  *   egress.stats  "sandboxes":[{"sandbox_id","allowed_packets","allowed_bytes",
  *                               "dropped_packets","dropped_bytes"}]   (at most PJ_NODE_MAX_STATS)
+ *   proxy.stats   "proxy":[{"host","requests","injections","upstream_refused"}] (at most
+ *                 PJ_EGRESS_MAX_RULES: one per rule host; counts, never values)
  *   node.sync     "live":[{"sandbox_id":"<24 hex>","ip":"169.254.90.7"}] (at most PJ_NODE_MAX_LIVE)
  */
 #pragma once
@@ -64,6 +67,7 @@ enum pj_node_type {
         PJ_NODE_EGRESS_STATS,
         PJ_NODE_NODE_SYNC,
         PJ_NODE_EGRESS_RESOLVED,
+        PJ_NODE_PROXY_STATS,
 };
 
 struct pj_node_resolved;
@@ -110,6 +114,11 @@ struct pj_node_sbx_stats {
         uint64_t dropped_packets, dropped_bytes;
 };
 
+struct pj_node_proxy_host {
+        char host[254];
+        uint64_t requests, injections, upstream_refused;
+};
+
 struct pj_node_live {
         char sandbox_id[25];
         uint32_t ip;                                    /* host order */
@@ -127,6 +136,10 @@ struct pj_node_reply {
         int64_t applied_at_ms;                          /* 0 = absent */
         char *ca_pem;                                   /* the sandbox's egress CA certificate (PEM) when its
                                                          * policy has rules: the sandbox must trust it */
+        /* proxy.stats */
+        bool has_proxy;
+        struct pj_node_proxy_host *proxy;
+        size_t n_proxy;
         struct pj_node_resolved *resolved;              /* <= PJ_EGRESS_MAX_ALLOW */
         size_t n_resolved;
         /* egress.stats */

@@ -464,6 +464,36 @@ cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
                 cJSON_AddItemToObject(o, "counters", counters);
         else
                 cJSON_AddNullToObject(o, "counters");
+
+        /* The egress proxy's counters per rule host (counts, never a value; bounded wait). */
+        cJSON *proxy = NULL;
+        if (c->bus && sb->node_id && sb->egress.rules.n_rules && sb->status == SB_READY) {
+                _cleanup_(pj_node_reply_done) struct pj_node_reply reply = { 0 };
+                struct err err = { 0 };
+                struct pj_node_msg m = { .type = PJ_NODE_PROXY_STATS };
+                snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", sb->id);
+                _cleanup_free_ char *body = pj_node_msg_format(&m);
+                long t = (long) c->cfg->egress_timeout_ms;
+                if (t > 2000)
+                        t = 2000;
+                if (nodebus_request_ok(c->bus, sb->node_id, body, t, &reply, &err) == 0 && reply.has_proxy) {
+                        proxy = cJSON_CreateObject();
+                        cJSON *hosts = cJSON_AddArrayToObject(proxy, "hosts");
+                        for (size_t i = 0; i < reply.n_proxy; i++) {
+                                cJSON *h = cJSON_CreateObject();
+                                json_add_str(h, "host", reply.proxy[i].host);
+                                json_add_int(h, "requests", (int64_t) reply.proxy[i].requests);
+                                json_add_int(h, "injections", (int64_t) reply.proxy[i].injections);
+                                json_add_int(h, "upstream_refused", (int64_t) reply.proxy[i].upstream_refused);
+                                cJSON_AddItemToArray(hosts, h);
+                        }
+                } else
+                        log_debug("proxy.stats from node %s: %s", sb->node_id, err.message);
+        }
+        if (proxy)
+                cJSON_AddItemToObject(o, "proxy", proxy);
+        else
+                cJSON_AddNullToObject(o, "proxy");
         return o;
 }
 

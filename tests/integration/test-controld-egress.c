@@ -1712,8 +1712,9 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         /* The proxy trusts the test CA as a node's system store would trust a public one; at
          * most 4 connections per sandbox, so the flood below is cheap. */
         snprintf(agent_more, sizeof(agent_more),
-                 "[proxy]\nenable = true\nport = %d\nupstream_ca_file = %s\nmax_connections_per_sandbox = 4\n",
-                 15000 + id4 % 1000, good.ca);
+                 "[proxy]\nenable = true\nport = %d\nupstream_ca_file = %s\nmax_connections_per_sandbox = 4\n"
+                 "[metrics]\nlisten = 127.0.0.1:%d\n",
+                 15000 + id4 % 1000, good.ca, 26000 + id4 % 1000);
         egt_agent_more = agent_more;
         _cleanup_free_ char *key = egt_start(cp);
         egt_more = egt_agent_more = "";
@@ -1841,6 +1842,44 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         log1 = http_log_text();
         snprintf(want, sizeof(want), "x-api-key: %s\r\n", value2);
         ASSERT_NOT_NULL(strstr(log1, want));
+
+        /* Audit: counters per rule host in GET /egress and the agent's /metrics, a journal line
+         * per connection with the sandbox and the host; no value in any log. */
+        http_req(cp, "GET", path, key, NULL, &r);
+        ASSERT_EQ(r.status, 200);
+        const cJSON *hosts = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "data"), "proxy"), "hosts");
+        double api_req = -1, api_inj = -1, bad_refused = -1;
+        const cJSON *hh;
+        cJSON_ArrayForEach(hh, hosts) {
+                const char *hn = cJSON_GetStringValue(cJSON_GetObjectItem(hh, "host"));
+                if (streq_const(hn, "api.egt.test")) {
+                        api_req = cJSON_GetNumberValue(cJSON_GetObjectItem(hh, "requests"));
+                        api_inj = cJSON_GetNumberValue(cJSON_GetObjectItem(hh, "injections"));
+                } else if (streq_const(hn, "bad.egt.test"))
+                        bad_refused = cJSON_GetNumberValue(cJSON_GetObjectItem(hh, "upstream_refused"));
+        }
+        if (api_req != 3 || api_inj != 6 || bad_refused != 1)
+                test_fail(__FILE__, __LINE__, "proxy counters: %s", r.body);
+        hres_done(&r);
+        char murl[64];
+        snprintf(murl, sizeof(murl), "http://127.0.0.1:%d/metrics", 26000 + id4 % 1000);
+        _cleanup_free_ char *metrics = NULL;
+        ASSERT_EQ(test_run_capture((char *[]) { "curl", "-sf", murl, NULL }, &metrics, 1 << 20), 0);
+        char mline[160];
+        snprintf(mline, sizeof(mline), "paddock_agent_proxy_requests_total{sandbox_id=\"%s\",host=\"api.egt.test\"} 3\n", id);
+        ASSERT_NOT_NULL(strstr(metrics, mline));
+        _cleanup_free_ char *alog = NULL, *clog = NULL;
+        ASSERT_EQ(test_run_capture((char *[]) { "cat", agent_log, NULL }, &alog, 1 << 24), 0);
+        ASSERT_EQ(test_run_capture((char *[]) { "cat", cp->log, NULL }, &clog, 1 << 24), 0);
+        const char *jl = strstr(alog, "egress proxy: TLS connection to api.egt.test ended");
+        ASSERT_NOT_NULL(jl);
+        char sid_field[48];
+        snprintf(sid_field, sizeof(sid_field), "SANDBOX_ID=%s", id);
+        ASSERT_NOT_NULL(memmem(jl, strcspn(jl, "\n"), sid_field, strlen(sid_field)));
+        ASSERT_NULL(strstr(alog, value));
+        ASSERT_NULL(strstr(alog, value2));
+        ASSERT_NULL(strstr(clog, value));
+        ASSERT_NULL(strstr(clog, value2));
 
         /* A flood of connections fills only this sandbox's share of the proxy: another
          * sandbox's request goes through meanwhile. */
