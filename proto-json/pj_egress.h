@@ -49,7 +49,7 @@ struct pj_egress_rule {
 #define PJ_EGRESS_HEADER_NAME_MAX 128
 #define PJ_EGRESS_HEADER_VALUE_MAX 4096 /* the template; a resolved value may be longer (secrets' limit) */
 #define PJ_EGRESS_MAX_PLACEHOLDERS 8    /* placeholders in one value */
-#define PJ_EGRESS_RESOLVED_VALUE_MAX (256 * 1024)       /* a value with its secrets put in */
+#define PJ_EGRESS_RESOLVED_VALUE_MAX 8192      /* a value with its secrets put in (the proxy's limit) */
 
 struct pj_egress {
         enum pj_egress_mode mode;

@@ -186,11 +186,50 @@ int secret_load(struct ctl *c, const struct account *acc, const char *ref, struc
         return pj_secret_name_ok(ref) ? store_secret_get(c->store, acc->id, ref, ret) : -ENOENT;
 }
 
+struct names_one {
+        const char *name;
+        bool hit;
+};
+
+static int names_one_cb(const char *name, size_t n, void *ud) {
+        struct names_one *w = ud;
+        w->hit |= strlen(w->name) == n && !memcmp(w->name, name, n);
+        return 0;
+}
+
+/* The first live sandbox of the account whose egress rules name the secret, into id; false
+ * when none does. */
+static bool secret_in_use(struct ctl *c, const char *account_id, const char *name, char id[SANDBOX_ID_LEN + 1]) {
+        struct sandbox *v = NULL;
+        size_t n = 0;
+        bool used = false;
+        if (store_sandbox_list_live(c->store, account_id, 100000, &v, &n) < 0)
+                return false;
+        for (size_t i = 0; i < n && !used; i++) {
+                struct names_one w = { name, false };
+                const struct pj_egress *e = &v[i].egress.rules;
+                for (size_t k = 0; k < e->n_rules && !w.hit; k++)
+                        for (size_t h = 0; h < e->rules[k].n_headers && !w.hit; h++)
+                                (void) pj_egress_placeholders(e->rules[k].headers[h].value, names_one_cb, &w);
+                if (w.hit) {
+                        snprintf(id, SANDBOX_ID_LEN + 1, "%s", v[i].id);
+                        used = true;
+                }
+        }
+        sandbox_array_free(v, n);
+        return used;
+}
+
 int secret_delete(struct ctl *c, const struct account *acc, const char *ref, struct err *err) {
         _cleanup_(secret_clear) struct secret s = { 0 };
         if (secret_load(c, acc, ref, &s) < 0)
                 return err_set(err, -ENOENT, "Secret not found");
         const char *name = s.name;
+        /* A node's proxy would go on putting in the old value: the rules that name it go first. */
+        char user[SANDBOX_ID_LEN + 1];
+        if (secret_in_use(c, acc->id, name, user))
+                return err_set(err, -EBUSY, "The secret '%s' is named by the egress rules of sandbox %s (and maybe others); "
+                                            "change their rules or destroy them first", name, user);
         int r = store_secret_delete(c->store, acc->id, name);
         if (r == -ENOENT)
                 return err_set(err, -ENOENT, "Secret not found");
@@ -250,7 +289,7 @@ int secret_rules_check(struct ctl *c, const char *account_id, const struct pj_eg
 
 char *secret_rules_resolve(struct ctl *c, const char *account_id, const char *value, struct err *err) {
         static const char open_[] = "${secrets.";
-        struct strbuf b = STRBUF_INIT(256 * 1024);
+        struct strbuf b = STRBUF_INIT(PJ_EGRESS_RESOLVED_VALUE_MAX + 1);
         const char *p = value;
         for (const char *q = strstr(p, open_); q; q = strstr(p, open_)) {
                 const char *name = q + sizeof(open_) - 1, *end = strchr(name, '}');
@@ -278,10 +317,11 @@ char *secret_rules_resolve(struct ctl *c, const char *account_id, const char *va
                 p = end + 1;
         }
         strbuf_append(&b, p, strlen(p));
-        if (b.truncated) {
+        if (b.truncated || b.len > PJ_EGRESS_RESOLVED_VALUE_MAX) {
                 explicit_bzero(b.buf, b.len);
                 strbuf_done(&b);
-                err_set(err, -E2BIG, "a rule's value with its secrets is longer than 256 KiB");
+                err_set(err, -E2BIG, "a rule's header value with its secrets put in is longer than %d bytes",
+                        PJ_EGRESS_RESOLVED_VALUE_MAX);
                 return NULL;
         }
         return b.buf ? b.buf : xstrdup("");

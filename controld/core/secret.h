@@ -25,6 +25,7 @@ int secret_load(struct ctl *c, const struct account *acc, const char *ref, struc
  * -ENOENT when there is none, -ESTALE when it changed meanwhile. */
 int secret_put(struct ctl *c, const struct account *acc, const char *ref, const struct pj_secret_put *q,
                struct secret *ret, struct err *err);
+/* -EBUSY while a live sandbox's egress rules name it (its node's proxy holds the value). */
 int secret_delete(struct ctl *c, const struct account *acc, const char *ref, struct err *err);
 /* Egress rules' placeholders (pj_egress.h): every ${secrets.<name>} must name a secret of
  * account_id. 0, or -EINVAL with err naming the field ("<prefix>.<host>.headers.<name>"),

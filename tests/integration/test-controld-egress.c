@@ -1843,6 +1843,9 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         snprintf(want, sizeof(want), "x-api-key: %s\r\n", value2);
         ASSERT_NOT_NULL(strstr(log1, want));
 
+        /* A secret the rules name is not deleted under them. */
+        HTTP_EXPECT_MSG(cp, "DELETE", "/secrets/egtkey", key, NULL, 400, "named by the egress rules of sandbox");
+
         /* Audit: counters per rule host in GET /egress and the agent's /metrics, a journal line
          * per connection with the sandbox and the host; no value in any log. */
         http_req(cp, "GET", path, key, NULL, &r);
@@ -1880,6 +1883,20 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         ASSERT_NULL(strstr(alog, value2));
         ASSERT_NULL(strstr(clog, value));
         ASSERT_NULL(strstr(clog, value2));
+
+        /* PUT /egress replaces the rules: the next request carries the new set. */
+        http_req(cp, "PUT", path, key,
+                 "{\"mode\":\"open\",\"rules\":{\"api.egt.test\":[{\"headers\":{\"authorization\":\"Bearer ${secrets.egtkey}\"}}]}}", &r);
+        ASSERT_EQ(r.status, 200);
+        hres_done(&r);
+        FETCH_OK(cp, key, id, "https://api.egt.test/after-put");
+        free(log1);
+        log1 = http_log_text();
+        snprintf(want, sizeof(want), "authorization: Bearer %s\r\n", value2);
+        const char *after_put = strstr(log1, "GET /after-put");
+        ASSERT_NOT_NULL(after_put);
+        ASSERT_NOT_NULL(strstr(after_put, want));
+        ASSERT_NOT_NULL(strcasestr(after_put, "x-api-key: placeholder\r\n"));        /* no rule for it any more */
 
         /* A flood of connections fills only this sandbox's share of the proxy: another
          * sandbox's request goes through meanwhile. */
