@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -1303,6 +1304,8 @@ static int up_connect(struct conn *c, const struct sockaddr_in *dst, struct err 
         snprintf(addr, sizeof(addr), "%s:%u", ip, ntohs(dst->sin_port));
         int64_t deadline = mono_ms() + c->p->cfg.connect_timeout_ms;
         c->up.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (c->up.fd >= 0)
+                (void) setsockopt(c->up.fd, IPPROTO_TCP, TCP_NODELAY, &(int) { 1 }, sizeof(int));   /* heads go out whole */
         if (c->up.fd < 0)
                 return err_set(err, -errno, "paddock egress proxy: cannot connect to %s (%s): %m", c->host, addr);
         if (connect(c->up.fd, (const struct sockaddr *) dst, sizeof(*dst)) < 0) {
@@ -1502,6 +1505,8 @@ static void accept_one(struct proxy *p) {
         struct sockaddr_in sa = {};
         socklen_t sl = sizeof(sa);
         _cleanup_close_ int fd = accept4(p->listen_fd, (struct sockaddr *) &sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0)
+                (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int) { 1 }, sizeof(int));
         if (fd < 0) {
                 if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                         log_warning_errno(errno, "egress proxy: cannot accept: %m");
