@@ -99,7 +99,9 @@ if pid=$(daemon_pid nodeagent); then
 else
         rm -f "$DEV/nodeagent.pid"
         (umask 077
-         printf '[agent]\nnode_id = %s\n[amqp]\nurl = %s\nexchange = paddock.nodes\n[egress]\nenable = true\nbridges = %s\n' \
+         # [proxy]: the egress proxy that puts secrets into requests to hosts with egress rules
+         # (it verifies upstreams against this machine's system store).
+         printf '[agent]\nnode_id = %s\n[amqp]\nurl = %s\nexchange = paddock.nodes\n[egress]\nenable = true\nbridges = %s\n[proxy]\nenable = true\n' \
                 "$AGENT_NODE" "$AMQP_URL" "$AGENT_BRIDGES" >"$AGENT_CONF"
          if [[ $AGENT_NODE == nomad ]]; then
                 printf '[nomad]\naddress = %s\ntoken = %s\n' "$NOMAD_ADDR" "$NOMAD_TOKEN" >>"$AGENT_CONF"

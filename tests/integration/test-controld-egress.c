@@ -1714,7 +1714,7 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         snprintf(agent_more, sizeof(agent_more),
                  "[proxy]\nenable = true\nport = %d\nupstream_ca_file = %s\nmax_connections_per_sandbox = 4\n"
                  "[metrics]\nlisten = 127.0.0.1:%d\n",
-                 15000 + id4 % 1000, good.ca, 26000 + id4 % 1000);
+                 15100 + id4 % 800, good.ca, 26000 + id4 % 1000);
         egt_agent_more = agent_more;
         _cleanup_free_ char *key = egt_start(cp);
         egt_more = egt_agent_more = "";
