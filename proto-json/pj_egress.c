@@ -36,28 +36,6 @@ int pj_egress_mode_from_string(const char *s, enum pj_egress_mode *ret) {
         return -EINVAL;
 }
 
-void pj_egress_done(struct pj_egress *e) {
-        if (!e)
-                return;
-        for (size_t i = 0; i < e->n_allow; i++)
-                free(e->allow[i]);
-        free(e->allow);
-        e->allow = NULL;
-        e->n_allow = 0;
-        e->mode = PJ_EGRESS_OPEN;
-        pj_egress_rules_done(e);
-        e->rules_open = false;
-}
-
-void pj_egress_copy(struct pj_egress *dst, const struct pj_egress *src) {
-        dst->mode = src->mode;
-        dst->n_allow = src->n_allow;
-        dst->allow = src->n_allow ? xnew0(char *, src->n_allow) : NULL;
-        for (size_t i = 0; i < src->n_allow; i++)
-                dst->allow[i] = xstrdup(src->allow[i]);
-        pj_egress_rules_copy(dst, src);
-}
-
 static bool is_digit(char c) {
         return c >= '0' && c <= '9';
 }

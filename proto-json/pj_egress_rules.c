@@ -1,4 +1,4 @@
-/* pj_egress_rules.c — egress rules: per host, the headers the node's egress proxy puts into a
+/* pj_egress_rules.c — a policy's lifetime (done, copy) and its egress rules: per host, the headers the node's egress proxy puts into a
  * sandbox's requests on the way out (secrets by placeholder, so the sandbox never holds them).
  *
  * Everything here is untrusted input with a limit: hosts (PJ_EGRESS_MAX_RULES, each a hostname
@@ -62,6 +62,30 @@ void pj_egress_rules_copy(struct pj_egress *dst, const struct pj_egress *src) {
                 for (size_t k = 0; k < s->n_headers; k++)
                         d->headers[k] = (struct pj_egress_header) { xstrdup(s->headers[k].name), xstrdup(s->headers[k].value) };
         }
+}
+
+/* ---- a whole policy: its allowlist and its rules ---- */
+
+void pj_egress_done(struct pj_egress *e) {
+        if (!e)
+                return;
+        for (size_t i = 0; i < e->n_allow; i++)
+                free(e->allow[i]);
+        free(e->allow);
+        e->allow = NULL;
+        e->n_allow = 0;
+        e->mode = PJ_EGRESS_OPEN;
+        pj_egress_rules_done(e);
+        e->rules_open = false;
+}
+
+void pj_egress_copy(struct pj_egress *dst, const struct pj_egress *src) {
+        dst->mode = src->mode;
+        dst->n_allow = src->n_allow;
+        dst->allow = src->n_allow ? xnew0(char *, src->n_allow) : NULL;
+        for (size_t i = 0; i < src->n_allow; i++)
+                dst->allow[i] = xstrdup(src->allow[i]);
+        pj_egress_rules_copy(dst, src);
 }
 
 int pj_egress_placeholders(const char *value, int (*fn)(const char *name, size_t n, void *ud), void *ud) {
