@@ -688,6 +688,20 @@ static int down_step(struct conn *c, short *want_cli, short *want_up) {
         return relay_step(&c->down, want_up, want_cli);
 }
 
+
+/* While one side waits: relay what the upstream has for the client, or else sleep until
+ * either side is ready (wc, wu: what each waits for) or the idle deadline. 0 or -errno. */
+static int relay_or_wait(struct conn *c, short *wc, short *wu) {
+        int r = down_step(c, wc, wu);
+        if (r < 0)
+                return r;
+        if (r > 0) {
+                touch(c);
+                return 0;
+        }
+        return conn_wait(c, *wc, *wu, c->deadline);
+}
+
 /* More client bytes into cbuf (compacting it first). 1, 0 at the client's end of stream,
  * -ENOBUFS when cbuf is full, -errno. Relays upstream -> client meanwhile. */
 static int cli_fill(struct conn *c) {
@@ -710,14 +724,7 @@ static int cli_fill(struct conn *c) {
                         return 0;
                 if (k != -EAGAIN)
                         return (int) k;
-                int r = down_step(c, &wc, &wu);
-                if (r < 0)
-                        return r;
-                if (r > 0) {
-                        touch(c);
-                        continue;
-                }
-                r = conn_wait(c, wc, wu, c->deadline);
+                int r = relay_or_wait(c, &wc, &wu);
                 if (r < 0)
                         return r;
         }
@@ -737,14 +744,7 @@ static int up_write_all(struct conn *c, const void *buf, size_t len) {
                 }
                 if (k != -EAGAIN)
                         return (int) k;
-                int r = down_step(c, &wc, &wu);
-                if (r < 0)
-                        return r;
-                if (r > 0) {
-                        touch(c);
-                        continue;
-                }
-                r = conn_wait(c, wc, wu, c->deadline);
+                int r = relay_or_wait(c, &wc, &wu);
                 if (r < 0)
                         return r;
         }
@@ -1431,7 +1431,8 @@ static int conn_run(struct conn *c) {
         if (r < 0) {
                 /* A refused certificate is worth the journal: someone may be in the way. */
                 if (r == -EPERM || strstr(err.message, "did not verify"))
-                        log_warning("egress proxy: upstream %s refused, nothing was sent: %s", c->host, err.message);
+                        log_warning("egress proxy: upstream %s refused, nothing was sent: %s", c->host,
+                                    err.message + (startswith(err.message, "paddock egress proxy: ") ? 22 : 0));
                 else
                         log_info("egress proxy: upstream %s unreachable: %s", c->host, err.message);
                 _cleanup_free_ char *body = xasprintf("%s\n", err.message);

@@ -198,6 +198,34 @@ static char *apply_body(struct ctl *c, const struct sandbox *sb, const struct sb
         return body;
 }
 
+/* Runs the fixed script in the sandbox (as root, through the driver) with data on its stdin,
+ * bounded (10 s); what: the step, for the error. No user string reaches the shell. */
+static int run_fed(struct ctl *c, const struct sandbox *sb, const char *script, const void *data, size_t len,
+                   const char *what, struct err *err) {
+        const char *argv[] = { "/bin/sh", "-c", script, NULL };
+        struct exec_spec spec = { .argv = argv, .want_stdin = true };
+        struct exec_session *s = NULL;
+        int code = -1;
+        int r = c->drv->ops->exec_start(c->drv, sb, &spec, &s, err);
+        if (r < 0)
+                return r;
+        int64_t deadline = mono_ms() + 10000;
+        r = c->drv->ops->exec_write(s, data, len, 5000, exec_output_discard, NULL);
+        if (r >= 0)
+                r = c->drv->ops->exec_close_stdin(s);
+        while (r >= 0 && (r = c->drv->ops->exec_read(s, 1000, -1, exec_output_discard, NULL)) == 0)
+                if (mono_ms() > deadline) {
+                        r = -ETIMEDOUT;
+                        break;
+                }
+        if (r >= 0 && c->drv->ops->exec_exit_code(s, &code) >= 0 && code != 0)
+                r = err_set(err, -EIO, "%s exited with %d", what, code);
+        else if (r < 0)
+                err_set(err, r, "%s failed: %s", what, strerror(-r));
+        c->drv->ops->exec_free(s);
+        return r < 0 ? r : 0;
+}
+
 /* Puts the sandbox's egress CA where its TLS stacks look: alone in SB_EGRESS_CA_FILE and
  * appended (once) to its system bundle, which is made when the image has none. The PEM goes
  * on stdin to a fixed script; no user string reaches a shell. */
@@ -207,28 +235,7 @@ static int install_ca(struct ctl *c, const struct sandbox *sb, const char *pem, 
                 "mv -f " SB_EGRESS_CA_FILE ".new " SB_EGRESS_CA_FILE " && "
                 "line=$(sed -n 2p " SB_EGRESS_CA_FILE ") && "
                 "{ grep -qxF \"$line\" " SB_EGRESS_BUNDLE " 2>/dev/null || cat " SB_EGRESS_CA_FILE " >> " SB_EGRESS_BUNDLE "; }";
-        const char *argv[] = { "/bin/sh", "-c", script, NULL };
-        struct exec_spec spec = { .argv = argv, .want_stdin = true };
-        struct exec_session *s = NULL;
-        int code = -1;
-        int r = c->drv->ops->exec_start(c->drv, sb, &spec, &s, err);
-        if (r < 0)
-                return r;
-        int64_t deadline = mono_ms() + 10000;
-        r = c->drv->ops->exec_write(s, pem, strlen(pem), 5000, exec_output_discard, NULL);
-        if (r >= 0)
-                r = c->drv->ops->exec_close_stdin(s);
-        while (r >= 0 && (r = c->drv->ops->exec_read(s, 1000, -1, exec_output_discard, NULL)) == 0)
-                if (mono_ms() > deadline) {
-                        r = -ETIMEDOUT;
-                        break;
-                }
-        if (r >= 0 && c->drv->ops->exec_exit_code(s, &code) >= 0 && code != 0)
-                r = err_set(err, -EIO, "installing the egress proxy's CA in the sandbox exited with %d", code);
-        else if (r < 0)
-                err_set(err, r, "installing the egress proxy's CA in the sandbox failed: %s", strerror(-r));
-        c->drv->ops->exec_free(s);
-        return r < 0 ? r : 0;
+        return run_fed(c, sb, script, pem, strlen(pem), "installing the egress proxy's CA in the sandbox", err);
 }
 
 /* Writes the agent's resolved names into the sandbox's /etc/hosts, so a restricted
@@ -270,32 +277,11 @@ size_t ctl_egress_hosts_max(void) {
 static int write_hosts(struct ctl *c, const struct sandbox *sb, const struct pj_node_resolved *res, size_t n,
                        struct err *err) {
         _cleanup_strbuf_ struct strbuf b = STRBUF_INIT(0);
-        /* /etc/hosts is a bind mount of the engine's: rewritten in place, never renamed over. */
-        const char *argv[] = { "/bin/sh", "-c", "cat > /etc/hosts", NULL };
-        struct exec_spec spec = { .argv = argv, .want_stdin = true };
-        struct exec_session *s = NULL;
-        int r, code = -1;
-
-        if ((r = ctl_egress_hosts_render(res, n, &b, err)) < 0)
-                return r;
-        r = c->drv->ops->exec_start(c->drv, sb, &spec, &s, err);
+        int r = ctl_egress_hosts_render(res, n, &b, err);
         if (r < 0)
                 return r;
-        int64_t deadline = mono_ms() + 10000;
-        r = c->drv->ops->exec_write(s, b.buf, b.len, 5000, exec_output_discard, NULL);
-        if (r >= 0)
-                r = c->drv->ops->exec_close_stdin(s);
-        while (r >= 0 && (r = c->drv->ops->exec_read(s, 1000, -1, exec_output_discard, NULL)) == 0)
-                if (mono_ms() > deadline) {
-                        r = -ETIMEDOUT;
-                        break;
-                }
-        if (r >= 0 && c->drv->ops->exec_exit_code(s, &code) >= 0 && code != 0)
-                r = err_set(err, -EIO, "writing /etc/hosts exited with %d", code);
-        else if (r < 0)
-                err_set(err, r, "writing /etc/hosts failed: %s", strerror(-r));
-        c->drv->ops->exec_free(s);
-        return r < 0 ? r : 0;
+        /* /etc/hosts is a bind mount of the engine's: rewritten in place, never renamed over. */
+        return run_fed(c, sb, "cat > /etc/hosts", b.buf, b.len, "writing /etc/hosts", err);
 }
 
 int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, struct err *err) {

@@ -27,21 +27,17 @@
  * record then says memory was lost and why). 0, or -errno when it could not run again. */
 static int source_back(struct ctl *c, struct sandbox *src, const char *name, bool checkpointed) {
         struct placement pl = { 0 };
-        struct err reason = { 0 }, eerr = { 0 };
-        if (checkpointed && c->drv->ops->restore(c->drv, src, name, &pl, &reason) == 0) {
-                apply_placement(src, &pl);
-                placement_clear(&pl);
-                if (ctl_egress_apply(c, src, NULL, &eerr) == 0)
-                        return store_sandbox_update(c->store, src) < 0 ? -EIO : 0;
-                err_set(&reason, -EHOSTUNREACH, "Egress policy could not be enforced: %s", eerr.message);
-        } else if (!checkpointed)
+        struct err reason = { 0 }, eerr = { 0 }, derr = { 0 };
+        if (checkpointed && sandbox_restore_in_place(c, src, name, &reason) == 1)
+                return store_sandbox_update(c->store, src) < 0 ? -EIO : 0;
+        if (!checkpointed) {
                 err_set(&reason, -EIO, "the checkpoint stopped it");
+                (void) c->drv->ops->remove(c->drv, src, &derr);
+                replace_str(&src->container_id, NULL);
+                replace_str(&src->ip, NULL);
+        }
         log_error("fork: the source did not come back from its checkpoint (%s); starting it from its filesystem",
                   reason.message);
-        struct err derr = { 0 };
-        (void) c->drv->ops->remove(c->drv, src, &derr);
-        replace_str(&src->container_id, NULL);
-        replace_str(&src->ip, NULL);
         _cleanup_free_ char *lost = xasprintf("Memory was lost in a fork: %s. The sandbox was started afresh from its "
                                               "filesystem", reason.message);
         replace_str(&src->failure_reason, lost);

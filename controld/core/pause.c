@@ -139,36 +139,43 @@ static void pause_memory_job(struct ctl *c, void *id) {
         settle_job(c, id, SB_PAUSING, "pause", pause_memory_step);
 }
 
+int sandbox_restore_in_place(struct ctl *c, struct sandbox *sb, const char *ckpt, struct err *why) {
+        struct err eerr = { 0 };
+        struct placement pl = { 0 };
+        if (!c->drv->ops->restore)
+                err_set(why, -EOPNOTSUPP, "this server's driver cannot restore a checkpoint");
+        else if (c->drv->ops->restore(c->drv, sb, ckpt, &pl, why) == 0) {
+                fault_point("resume.memory.restored");   /* crash tests: running again, still 'resuming' */
+                if (ctl_egress_apply(c, sb, NULL, &eerr) == 0) {
+                        apply_placement(sb, &pl);
+                        placement_clear(&pl);
+                        return 1;
+                }
+                placement_clear(&pl);
+                err_set(why, -EHOSTUNREACH, "Egress policy could not be enforced: %s", eerr.message);
+        }
+        struct err derr = { 0 };
+        if (c->drv->ops->remove(c->drv, sb, &derr) < 0)
+                log_warning("could not remove the kept workload: %s", derr.message);
+        replace_str(&sb->container_id, NULL);
+        replace_str(&sb->ip, NULL);
+        return 0;
+}
+
 /* A sandbox paused with its memory is restored in place; when that fails, its workload goes
  * and the resume starts it afresh from the filesystem, the record saying memory was lost and
  * why (failure_reason on a ready sandbox, which sandbox_resume answers with). Returns 1 when
  * restored, 0 when the caller is to start it afresh. */
 static int resume_memory(struct ctl *c, struct sandbox *sb, char **ret_lost) {
         _cleanup_free_ char *ckpt = NULL;
-        struct err reason = { 0 }, eerr = { 0 };
-        struct placement pl = { 0 };
+        struct err reason = { 0 };
         if (sandbox_memory_kept(c, sb->id, &ckpt, NULL) < 0)
                 return 0;
-        if (!c->drv->ops->restore)
-                err_set(&reason, -EOPNOTSUPP, "this server's driver cannot restore a checkpoint");
-        else if (c->drv->ops->restore(c->drv, sb, ckpt, &pl, &reason) == 0) {
-                fault_point("resume.memory.restored");   /* crash tests: running again, still 'resuming' */
-                if (ctl_egress_apply(c, sb, NULL, &eerr) == 0) {
-                        apply_placement(sb, &pl);
-                        placement_clear(&pl);
-                        sandbox_memory_forget(c, sb->id);
-                        return 1;
-                }
-                placement_clear(&pl);
-                err_set(&reason, -EHOSTUNREACH, "Egress policy could not be enforced: %s", eerr.message);
-        }
-        log_error("sandbox restore with memory failed, starting it from its filesystem: %s", reason.message);
-        struct err derr = { 0 };
-        if (c->drv->ops->remove(c->drv, sb, &derr) < 0)
-                log_warning("could not remove the kept workload: %s", derr.message);
+        int r = sandbox_restore_in_place(c, sb, ckpt, &reason);
         sandbox_memory_forget(c, sb->id);
-        replace_str(&sb->container_id, NULL);
-        replace_str(&sb->ip, NULL);
+        if (r == 1)
+                return 1;
+        log_error("sandbox restore with memory failed, starting it from its filesystem: %s", reason.message);
         *ret_lost = xasprintf("Memory was lost: %s. The sandbox was started afresh from its filesystem", reason.message);
         return 0;
 }

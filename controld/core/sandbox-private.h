@@ -1,4 +1,5 @@
-/* sandbox-private.h — what sandbox.c (create, destroy) and pause.c (pause, resume) share. */
+/* sandbox-private.h — what sandbox.c (create, destroy), pause.c (pause, resume) and fork.c
+ * share. */
 #pragma once
 
 #include "controld.h"
@@ -19,3 +20,8 @@ int no_snapshot_in_flight(struct ctl *c, const char *id);
 void sandbox_log_ctx_clearp(int *unused);
 /* Clears the sandbox's journal context however the scope is left. */
 #define SANDBOX_LOG_CTX_SCOPE __attribute__((cleanup(sandbox_log_ctx_clearp), unused)) int _log_scope_ = 0
+/* Restores sb's workload in place from its checkpoint ckpt and applies its egress again: 1
+ * when it runs again with its memory (the placement on the record); 0 when not: the workload is
+ * removed, container and address cleared, and why says why (the caller starts it afresh from
+ * its filesystem, or leaves it). pause.c. */
+int sandbox_restore_in_place(struct ctl *c, struct sandbox *sb, const char *ckpt, struct err *why);

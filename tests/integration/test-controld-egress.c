@@ -87,13 +87,10 @@ static bool route_free(const char *prefix) {
         return true;
 }
 
+static int listen_on(const char *ip, uint16_t port);
+
 static int listen_any(uint16_t port) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
-        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(fd, 128) < 0)
-                return -1;
-        return fd;
+        return listen_on(NULL, port);
 }
 
 /* A child that unshares a network namespace, listens on PORT on every address there
@@ -1523,12 +1520,14 @@ static void recorder_stop(void *ud) {
         test_stop_child(&recorder_pid);
 }
 
+/* A listener on ip (NULL: every address) and port, or -1. */
 static int listen_on(const char *ip, uint16_t port) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
         struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
-        inet_pton(AF_INET, ip, &a.sin_addr);
+        if (ip)
+                inet_pton(AF_INET, ip, &a.sin_addr);
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(fd, 64) < 0)
+        if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(fd, 128) < 0)
                 return -1;
         return fd;
 }
@@ -1941,4 +1940,52 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
         ASSERT_NULL(strstr(log1, "bad-tls"));
         free(e.key);
         ctld_stop(cp);
+}
+
+/* Fail closed: rules on a node whose agent runs no proxy fail the create with the reason and
+ * leave nothing; an agent whose proxy cannot start does not start (systemd restarts it and
+ * says why) rather than serve without it. */
+TEST_FULL(rules_fail_closed_without_a_proxy, 300) {
+        static struct ctld c;
+        _cleanup_free_ char *key = egt_start(&c);
+        struct hres r;
+        http_req(&c, "POST", "/sandboxes", key,
+                 "{\"template\":\"python-3.11\",\"egress\":{\"mode\":\"open\",\"rules\":{\"api.egt.test\":[{\"headers\":"
+                 "{\"x-tenant\":\"t1\"}}]}}}", &r);
+        if (r.status != 503 || !strstr(hres_message(&r), "no egress proxy"))
+                test_fail(__FILE__, __LINE__, "create with rules on a node without a proxy: %ld %s", r.status, r.body);
+        hres_done(&r);
+        char newest[25];
+        newest_sandbox(&c, newest);
+        assert_nothing_left(newest);
+
+        /* A second agent of the test's whose proxy port is taken: it says so and exits. */
+        int taken = listen_on("127.0.0.1", 0);
+        ASSERT_TRUE(taken >= 0);
+        struct sockaddr_in a;
+        socklen_t al = sizeof(a);
+        ASSERT_EQ(getsockname(taken, (struct sockaddr *) &a, &al), 0);
+        close(taken);
+        taken = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in any = { .sin_family = AF_INET, .sin_port = a.sin_port };
+        ASSERT_EQ(bind(taken, (struct sockaddr *) &any, sizeof(any)), 0);
+        ASSERT_EQ(listen(taken, 1), 0);
+        char conf2[600], log2[600];
+        snprintf(conf2, sizeof(conf2), "%s/proxyless.conf", test_tmpdir());
+        snprintf(log2, sizeof(log2), "%s/proxyless.log", test_tmpdir());
+        agenttest_write_conf(conf2, "egt-proxy-taken", "paddock.egt-proxy-taken", NULL,
+                             "[egress]\nenable = true\ntable = %sp\nbridges = " BRIDGE "\n[proxy]\nenable = true\nport = %d\n",
+                             table, ntohs(a.sin_port));
+        pid_t p2 = agenttest_start(conf2, log2, NULL);
+        int st = 0;
+        for (int i = 0; i < 100 && waitpid(p2, &st, WNOHANG) == 0; i++)
+                usleep(100 * 1000);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+        ASSERT_TRUE(test_log_has(log2, 0, "Cannot start the egress proxy", 0));
+        close(taken);
+        char t2[64];
+        snprintf(t2, sizeof(t2), "%sp", table);
+        RUN("nft", "delete", "table", "inet", t2);
+        RUN("nft", "delete", "table", "bridge", t2);
+        ctld_stop(&c);
 }

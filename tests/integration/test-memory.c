@@ -382,16 +382,22 @@ TEST_FULL(keep_memory_needs_an_experimental_docker, 120) {
         ctld_stop(&c);
 }
 
+/* controld with checkpoints on and a plan of the test's own (in region local, 5 GB of disk):
+ * its name, sandboxes at once, millicores and MB of memory, and more of its keys. */
+static void start_with_plan(struct ctld *c, const char *plan, int concurrent, int cpu, int memory, const char *more) {
+        char extra[2048];
+        snprintf(extra, sizeof(extra), "%s\n[plan \"%s\"]\nmax_concurrent = %d\nregions = local\nmax_cpu = %d\n"
+                                       "max_memory = %d\nmax_disk = 5\n%s", ckpt_docker(), plan, concurrent, cpu, memory, more);
+        ctld_start(c, NULL, extra);
+}
+
 /* The plan's memory_kept_max_mb: the memory limits of an account's sandboxes paused with their
  * memory fit in it, or the pause is refused by name (403) and the sandbox stays ready; a
  * resume frees its share. */
 TEST_FULL(keep_memory_is_held_to_the_plans_quota, 300) {
         struct ctld c = { 0 };
         struct hres r;
-        char extra[2048];
-        snprintf(extra, sizeof(extra), "%s\n[plan \"tight\"]\nmax_concurrent = 5\nregions = local\nmax_cpu = 1000\n"
-                                       "max_memory = 1024\nmax_disk = 5\nmemory_kept_max_mb = 200\n", ckpt_docker());
-        ctld_start(&c, NULL, extra);
+        start_with_plan(&c, "tight", 5, 1000, 1024, "memory_kept_max_mb = 200\n");
         _cleanup_free_ char *key = ctld_account_key(&c, "tight", "tight", NULL);
         static const char body[] = "{\"template\":\"busybox\",\"egress\":{\"mode\":\"deny_all\"}}";
         char a[25], b[25];
@@ -437,10 +443,7 @@ static char *exec_stdout(struct ctld *c, const char *key, const char *id, const 
 TEST_FULL(fork_copies_memory_and_files_then_they_diverge, 300) {
         struct ctld c = { 0 };
         struct hres r;
-        char extra[2048];
-        snprintf(extra, sizeof(extra), "%s\n[plan \"three\"]\nmax_concurrent = 3\nregions = local\nmax_cpu = 2000\n"
-                                       "max_memory = 2048\nmax_disk = 5\n", ckpt_docker());
-        ctld_start(&c, NULL, extra);
+        start_with_plan(&c, "three", 3, 2000, 2048, "");
         _cleanup_free_ char *key = ctld_account_key(&c, "forker", "three", NULL);
         _cleanup_free_ char *other = ctld_account_key(&c, "other", NULL, NULL);
         char id[25];
@@ -588,10 +591,7 @@ TEST_FULL(fork_cut_short_by_a_crash_leaves_the_source_running_and_nothing_behind
 TEST_FULL(kept_memory_is_dropped_past_the_plans_retention, 300) {
         struct ctld c = { 0 };
         struct hres r;
-        char extra[2048];
-        snprintf(extra, sizeof(extra), "%s\n[plan \"brief\"]\nmax_concurrent = 5\nregions = local\nmax_cpu = 1000\n"
-                                       "max_memory = 1024\nmax_disk = 5\nmemory_kept_max_age = 2s\n", ckpt_docker());
-        ctld_start(&c, NULL, extra);
+        start_with_plan(&c, "brief", 5, 1000, 1024, "memory_kept_max_age = 2s\n");
         _cleanup_free_ char *key = ctld_account_key(&c, "brief", "brief", NULL);
         char id[25];
         ctld_create(&c, key, "{\"template\":\"busybox\",\"egress\":{\"mode\":\"deny_all\"}}", id);
