@@ -174,6 +174,11 @@ tests: $(BUILD)/npm-e2b-current/e2b-envd.mjs
 $(BUILD)/npm-e2b-current/e2b-envd.mjs: tests/e2b/envd.mjs
 	@mkdir -p $(dir $@)
 	cp $< $@
+# test-envd: E2B's volumes through the current SDK (issue 38)
+tests: $(BUILD)/npm-e2b-current/e2b-volumes.mjs
+$(BUILD)/npm-e2b-current/e2b-volumes.mjs: tests/e2b/volumes.mjs
+	@mkdir -p $(dir $@)
+	cp $< $@
 # test-controld-egress: E2B's network rules with secrets, through the current SDK (issue 39)
 tests: $(BUILD)/npm-e2b-current/e2b-egress.mjs
 $(BUILD)/npm-e2b-current/e2b-egress.mjs: tests/e2b/egress.mjs

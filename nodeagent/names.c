@@ -273,6 +273,10 @@ int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, 
                       struct names_apply **ret, struct err *err) {
         if (!account)
                 account = "";
+        /* Rules need the proxy: said at once, before any name is looked up. */
+        if (pol->n_rules && pol->mode != PJ_EGRESS_DENY_ALL && privsep_child_pid(PS_CHILD_PROXY) <= 0)
+                return err_set(err, -EOPNOTSUPP, "the sandbox has egress rules, and this node runs no egress proxy "
+                                                 "([proxy] enable)");
         struct names_apply *a = xnew0(struct names_apply, 1);
         strscpy(a->sandbox_id, sandbox_id, sizeof(a->sandbox_id));
         strscpy(a->account, account, sizeof(a->account));

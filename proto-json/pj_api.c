@@ -110,20 +110,19 @@ int pj_sandbox_path_check(const char *path, struct err *err, const char *field) 
         return 0;
 }
 
-static int mount_path_check(const char *p, size_t n, struct err *err) {
-        const char *f = "mountPath";
+int pj_mount_path_check(const char *p, size_t n, const char *f, struct err *err) {
         if (n > 255)
-                return pj_error_set(err, f, "mountPath must be at most 255 characters");
+                return pj_error_set(err, f, "%s must be at most 255 characters", f);
         if (memchr(p, '\0', n) || p[0] != '/')
-                return pj_error_set(err, f, "mountPath must be an absolute path (starting with '/')");
+                return pj_error_set(err, f, "%s must be an absolute path (starting with '/')", f);
         if (n == 1)
-                return pj_error_set(err, f, "mountPath must not be '/'");
+                return pj_error_set(err, f, "%s must not be '/'", f);
         for (size_t i = 0; i < n; i++) {
                 char c = p[i];
                 if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' ||
                       c == '.' || c == '_' || c == '-' || c == '@' || c == '+'))
                         return pj_error_set(err, f,
-                                    "mountPath may only contain letters, digits, '/', '.', '_', '-', '@' and '+'");
+                                    "%s may only contain letters, digits, '/', '.', '_', '-', '@' and '+'", f);
         }
         int r = pj_sandbox_path_check(p, err, f);
         if (r < 0)
@@ -132,7 +131,7 @@ static int mount_path_check(const char *p, size_t n, struct err *err) {
         for (size_t i = 0; i < ELEMENTSOF(reserved); i++) {
                 size_t l = strlen(reserved[i]);
                 if (strncmp(p, reserved[i], l) == 0 && (p[l] == '\0' || p[l] == '/'))
-                        return pj_error_set(err, f, "mountPath must not be %s or below it", reserved[i]);
+                        return pj_error_set(err, f, "%s must not be %s or below it", f, reserved[i]);
         }
         return 0;
 }
@@ -400,7 +399,7 @@ int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_crea
         if (r < 0)
                 return r;
         if (v) {
-                r = mount_path_check(v->str, v->str_len, err);
+                r = pj_mount_path_check(v->str, v->str_len, "mountPath", err);
                 if (r < 0)
                         return r;
                 c.mount_path = xstrdup(v->str);

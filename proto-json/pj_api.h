@@ -239,6 +239,10 @@ struct pj_files_batch {
 };
 
 int pj_sandbox_create_parse(const char *body, size_t len, struct pj_sandbox_create *ret, struct err *err);
+/* A volume's mount path (mountPath's rules: absolute, not "/", <= 255 bytes of
+ * [A-Za-z0-9/._@+-], no "."/".."/empty components, not at or under /proc, /sys, /dev), the
+ * field at fault named f. 0 or -EINVAL. */
+int pj_mount_path_check(const char *p, size_t n, const char *f, struct err *err);
 int pj_exec_parse(const char *body, size_t len, struct pj_exec *ret, struct err *err);
 int pj_code_parse(const char *body, size_t len, struct pj_code *ret, struct err *err);
 int pj_egress_update_parse(const char *body, size_t len, struct pj_egress_update *ret, struct err *err);

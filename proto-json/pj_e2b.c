@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cleanup.h"
+#include "pj_api.h"
 #include "pj_e2b.h"
 #include "pj_fields.h"
 #include "pj_json.h"
@@ -34,6 +35,7 @@ void pj_e2b_create_done(struct pj_e2b_create *c) {
                 return;
         free_many(c->template_id, c->metadata_json, c->env_json);
         pj_egress_done(&c->egress);
+        free_many(c->volume_name, c->volume_path);
         *c = (struct pj_e2b_create) { 0 };
 }
 
@@ -192,9 +194,29 @@ int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret,
                                                                           pj_json_member(iam, "tokens")->n == 0))))
                 return pj_error_set(err, "iam", "iam (workload identity tokens) is not supported on this server");
         const struct pj_json *vm = pj_json_member(root, "volumeMounts");
-        if (vm && !(vm->type == PJ_JSON_ARRAY && vm->n == 0))
-                return pj_error_set(err, "volumeMounts", "volumeMounts is not supported through this API: use Paddock's "
-                                                         "volumes (the Brimble API)");
+        if (vm && vm->type != PJ_JSON_ARRAY)
+                return pj_error_set(err, "volumeMounts", "volumeMounts must be an array of {name, path}");
+        if (vm && vm->n > 1)
+                return pj_error_set(err, "volumeMounts[1]", "volumeMounts: a sandbox mounts at most one volume on this server");
+        if (vm && vm->n == 1) {
+                static const char *const vf[] = { "name", "path" };
+                const struct pj_json *m = vm->child, *nm, *pa;
+                if (m->type != PJ_JSON_OBJECT)
+                        return pj_error_set(err, "volumeMounts[0]", "volumeMounts[0] must be an object with name and path");
+                if ((r = pj_check_fields(m, "volumeMounts[0]", vf, ELEMENTSOF(vf), err)) < 0 ||
+                    (r = pj_get_str(m, "volumeMounts[0]", "name", &nm, err)) < 0 ||
+                    (r = pj_get_str(m, "volumeMounts[0]", "path", &pa, err)) < 0)
+                        return r;
+                if (!nm || !pj_e2b_volume_name_ok(nm->str, nm->str_len))
+                        return pj_error_set(err, "volumeMounts[0].name", "volumeMounts[0].name must be a volume's name "
+                                                                         "(1 to 40 of letters, digits, '_' and '-')");
+                if (!pa)
+                        return pj_error_set(err, "volumeMounts[0].path", "volumeMounts[0].path is required");
+                if ((r = pj_mount_path_check(pa->str, pa->str_len, "volumeMounts[0].path", err)) < 0)
+                        return r;
+                c.volume_name = xstrndup(nm->str, nm->str_len);
+                c.volume_path = xstrndup(pa->str, pa->str_len);
+        }
         bool deny_all = false;
         const struct pj_json *net = pj_json_member(root, "network");
         if (net && (r = parse_network(net, &c, &deny_all, false, err)) < 0)
@@ -363,5 +385,32 @@ int pj_e2b_metadata_query_parse(const char *q, struct pj_e2b_kv **ret, size_t *r
         }
         *ret = v;
         *ret_n = n;
+        return 0;
+}
+
+bool pj_e2b_volume_name_ok(const char *s, size_t n) {
+        if (n < 1 || n > 40 || memchr(s, 0, n))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+                      s[i] == '_' || s[i] == '-'))
+                        return false;
+        return true;
+}
+
+int pj_e2b_volume_parse(const char *body, size_t len, char **ret_name, struct err *err) {
+        static const char *const fields[] = { "name" };
+        _cleanup_(pj_json_freep) struct pj_json *root = NULL;
+        int r = pj_parse_body(body, len, false, fields, ELEMENTSOF(fields), &root, err);
+        if (r < 0)
+                return r;
+        const struct pj_json *n;
+        if ((r = pj_get_str(root, "", "name", &n, err)) < 0)
+                return r;
+        if (!n)
+                return pj_error_set(err, "name", "name is required");
+        if (!pj_e2b_volume_name_ok(n->str, n->str_len))
+                return pj_error_set(err, "name", "name must be 1 to 40 of letters, digits, '_' and '-'");
+        *ret_name = xstrndup(n->str, n->str_len);
         return 0;
 }

@@ -56,6 +56,8 @@ struct pj_e2b_create {
         bool auto_pause;                 /* autoPause: paused at the timeout, not killed */
         bool auto_pause_memory;          /* autoPauseMemory (default true with autoPause): with its memory */
         bool auto_resume;                /* autoResume.enabled: a call to it while paused resumes it */
+        char *volume_name, *volume_path; /* volumeMounts[0] (at most one): the account's volume by name and
+                                          * where it is mounted (mountPath's rules); NULL: none */
 };
 void pj_e2b_create_done(struct pj_e2b_create *c);
 int pj_e2b_create_parse(const char *body, size_t len, struct pj_e2b_create *ret, struct err *err);
@@ -70,6 +72,10 @@ int pj_e2b_connect_parse(const char *body, size_t len, bool v2, int64_t *ret_tim
  * create's network would give it. */
 int pj_e2b_network_update_parse(const char *body, size_t len, struct pj_egress *ret, struct err *err);
 /* POST /sandboxes/{id}/snapshots {name?}: the name, "snapshot" when absent. */
+/* E2B's volume names: 1..40 of [A-Za-z0-9_-] (E2B's pattern, bounded as ours are). */
+bool pj_e2b_volume_name_ok(const char *s, size_t n);
+/* POST /volumes {name}: the name, or -EINVAL naming the field. */
+int pj_e2b_volume_parse(const char *body, size_t len, char **ret_name, struct err *err);
 int pj_e2b_snapshot_parse(const char *body, size_t len, char **ret_name, struct err *err);
 /* {"memory": bool} (pause); *ret_memory true when absent. An empty body is {}. */
 int pj_e2b_pause_parse(const char *body, size_t len, bool *ret_memory, struct err *err);

@@ -90,7 +90,14 @@ static cJSON *listed_json(struct ctl *c, const struct sandbox *sb, bool detailed
         cJSON_AddItemToObject(o, "metadata", sb_map_to_json(&sb->metadata));
         json_add_str(o, "state", state_of(sb->status));
         json_add_str(o, "envdVersion", PJ_E2B_ENVD_VERSION);
-        cJSON_AddItemToObject(o, "volumeMounts", cJSON_CreateArray());
+        cJSON *vm = cJSON_AddArrayToObject(o, "volumeMounts");
+        _cleanup_volume_ struct volume vol = { 0 };
+        if (sb->volume_id && store_volume_get(c->store, sb->volume_id, &vol) == 0) {
+                cJSON *m = cJSON_CreateObject();
+                json_add_str(m, "name", vol.name);
+                json_add_str(m, "path", sb->mount_path ? sb->mount_path : vol.mount_path);
+                cJSON_AddItemToArray(vm, m);
+        }
         if (detailed) {
                 char tok[65];
                 e2b_token(c, "envd", sb->id, tok);
@@ -192,6 +199,15 @@ static enum MHD_Result create_common(struct req *r, bool v2) {
         sc.metadata_json = in.metadata_json ? xstrdup(in.metadata_json) : NULL;
         sc.env_json = in.env_json ? xstrdup(in.env_json) : NULL;
         sc.lifetime_s = in.timeout_s;
+        if (in.volume_name) {
+                /* E2B's volumeMounts: the account's volume of that name, at that path */
+                _cleanup_volume_ struct volume v = { 0 };
+                if (store_volume_get_named(c->store, r->acc.id, in.volume_name, &v) < 0)
+                        return respond_error(r, 400, "volumeMounts[0].name: you have no volume named \"%s\" (Volume.create "
+                                                     "makes one)", in.volume_name);
+                sc.volume_id = xstrdup(v.id);
+                sc.mount_path = xstrdup(in.volume_path);
+        }
         sc.pause_at_end = in.auto_pause;
         sc.pause_keep_memory = in.auto_pause_memory;
         sc.auto_resume = in.auto_resume;
@@ -437,13 +453,8 @@ enum MHD_Result e2b_get_metrics(struct req *r) {
 /* What E2B's SDK can call that this server does not serve: 501 with the reason (never a 404,
  * which the SDK reads as "sandbox not found" or returns false for). */
 enum MHD_Result e2b_not_served(struct req *r) {
-        const char *p = r->path;
-        const char *why =
-                !strncmp(p, "/volumecontent", 14) ? "volume contents are reached through a sandbox that mounts the volume"
-                : !strncmp(p, "/volumes", 8) ? "volumes are Paddock's own here: use the Brimble API's /volumes"
-                : "building templates through E2B's API is not served here: Paddock builds templates from a "
-                  "Dockerfile (POST /templates on the Brimble API)";
-        return respond_error(r, 501, "Not implemented: %s", why);
+        return respond_error(r, 501, "Not implemented: building templates through E2B's API is not served here: Paddock "
+                                     "builds templates from a Dockerfile (POST /templates on the Brimble API)");
 }
 
 /* POST /sandboxes/{id}/fork {"count", "timeout"}: count copies of the running sandbox (its

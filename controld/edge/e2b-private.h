@@ -48,3 +48,9 @@ enum MHD_Result e2b_secrets_post(struct req *r);
 enum MHD_Result e2b_secret_get(struct req *r);
 enum MHD_Result e2b_secret_update(struct req *r);
 enum MHD_Result e2b_secret_delete(struct req *r);
+/* e2b-volumes.c */
+enum MHD_Result e2b_volumes_list(struct req *r);
+enum MHD_Result e2b_volumes_post(struct req *r);
+enum MHD_Result e2b_volume_get(struct req *r);
+enum MHD_Result e2b_volume_delete(struct req *r);
+enum MHD_Result e2b_volume_content(struct req *r);

@@ -99,8 +99,15 @@ static const struct route control_routes[] = {
         { "GET",    "/secrets/{path*}",              "e2b /secrets/{secretID}",            NULL, true,  false, J, NULL, e2b_secret_get },
         { "POST",   "/secrets/{path*}",              "e2b /secrets/{secretID}",            NULL, true,  false, J, NULL, e2b_secret_update },
         { "DELETE", "/secrets/{path*}",              "e2b /secrets/{secretID}",            NULL, true,  false, J, NULL, e2b_secret_delete },
-        NOT_SERVED("/volumes"), NOT_SERVED("/volumes/{path*}"),
-        NOT_SERVED("/volumecontent/{path*}"), NOT_SERVED("/v3/templates"), NOT_SERVED("/v2/templates/{path*}"),
+        { "GET",    "/volumes",                      "e2b /volumes",                       NULL, true,  false, J, NULL, e2b_volumes_list },
+        { "POST",   "/volumes",                      "e2b /volumes",                       NULL, true,  false, J, NULL, e2b_volumes_post },
+        { "GET",    "/volumes/{path*}",              "e2b /volumes/{volumeID}",            NULL, true,  false, J, NULL, e2b_volume_get },
+        { "DELETE", "/volumes/{path*}",              "e2b /volumes/{volumeID}",            NULL, true,  false, J, NULL, e2b_volume_delete },
+        { "GET",    "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, J, NULL, e2b_volume_content },
+        { "POST",   "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, J, NULL, e2b_volume_content },
+        { "PUT",    "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, J, NULL, e2b_volume_content },
+        { "PATCH",  "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, J, NULL, e2b_volume_content },
+        { "DELETE", "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, J, NULL, e2b_volume_content }, NOT_SERVED("/v3/templates"), NOT_SERVED("/v2/templates/{path*}"),
         NOT_SERVED("/templates"), NOT_SERVED("/templates/{path*}"),
 };
 static const struct route misdirected_row = { "GET", "/", "e2b misdirected", NULL, false, false, J, NULL, e2b_misdirected };

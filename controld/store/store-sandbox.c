@@ -282,6 +282,11 @@ int store_volume_get_owned(struct store *s, const char *account_id, const char *
         return get_row(s, &volumes, "id = ? AND account_id = ?", PARAMS(p_text(id), p_text(account_id)), ret);
 }
 
+int store_volume_get_named(struct store *s, const char *account_id, const char *name, struct volume *ret) {
+        LOCKED(s);
+        return get_row(s, &volumes, "name = ? AND account_id = ?", PARAMS(p_text(name), p_text(account_id)), ret);
+}
+
 int store_volume_update(struct store *s, const struct volume *v) {
         LOCKED(s);
         int r = update_row(s, &volumes, v, "id = ?1", NO_PARAMS);

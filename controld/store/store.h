@@ -244,6 +244,8 @@ int store_volume_insert_capped(struct store *s, const struct volume *v, int64_t 
 int store_volume_get(struct store *s, const char *id, struct volume *ret);
 /* As store_volume_get, but -ENOENT also when the volume is another account's. */
 int store_volume_get_owned(struct store *s, const char *account_id, const char *id, struct volume *ret);
+/* The account's volume of that name (names are unique per account), or -ENOENT. */
+int store_volume_get_named(struct store *s, const char *account_id, const char *name, struct volume *ret);
 int store_volume_update(struct store *s, const struct volume *v);
 /* Deletes the row of a detached volume: -EBUSY when attached. */
 int store_volume_delete(struct store *s, const char *id);

@@ -275,8 +275,8 @@ if [[ -z $E2B_KEY ]]; then
         E2B_KEY=$("$CONTROLD" admin -f "$CONF" key issue dev --e2b) || die "controld admin key issue dev --e2b failed"
         E2B_KEY=$(tail -n1 <<<"$E2B_KEY")
 fi
-(umask 077; printf 'PADDOCK_URL=%s\nPADDOCK_API_KEY=%s\nE2B_API_KEY=%s\nE2B_API_URL=http://127.0.0.1:%s\nE2B_SANDBOX_URL=http://127.0.0.1:%s\n' \
-        "$URL" "$KEY" "$E2B_KEY" "$E2B_PORT" "$E2B_PORT" >"$DEV/env.tmp")
+(umask 077; printf 'PADDOCK_URL=%s\nPADDOCK_API_KEY=%s\nE2B_API_KEY=%s\nE2B_API_URL=http://127.0.0.1:%s\nE2B_SANDBOX_URL=http://127.0.0.1:%s\nE2B_VOLUME_API_URL=http://127.0.0.1:%s\n' \
+        "$URL" "$KEY" "$E2B_KEY" "$E2B_PORT" "$E2B_PORT" "$E2B_PORT" >"$DEV/env.tmp")
 chmod 0600 "$DEV/env.tmp"
 mv "$DEV/env.tmp" "$DEV/env"
 
@@ -299,7 +299,7 @@ Paddock is up at $URL   (key and URL also in $DEV/env)
   curl -s -X POST $URL/sandboxes/<id>/previews -H "x-brimble-key: $KEY" -H 'content-type: application/json' -d '{"port":8000}' | jq -r '.data.url + "?paddock_token=" + .data.token'
 
   # E2B's SDK (npm e2b / pip e2b) against this Paddock: set these three, then use it as usual
-  export E2B_API_KEY=$E2B_KEY E2B_API_URL=http://127.0.0.1:$E2B_PORT E2B_SANDBOX_URL=http://127.0.0.1:$E2B_PORT
+  export E2B_API_KEY=$E2B_KEY E2B_API_URL=http://127.0.0.1:$E2B_PORT E2B_SANDBOX_URL=http://127.0.0.1:$E2B_PORT E2B_VOLUME_API_URL=http://127.0.0.1:$E2B_PORT
 
   make down    # stop controld, the node agent and the services 'make up' started
 EOF

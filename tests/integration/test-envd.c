@@ -549,3 +549,19 @@ TEST_FULL(envd_through_the_current_sdk, 600) {
         if (rc != 0 || !strstr(out ? out : "", "ok done"))
                 test_fail(__FILE__, __LINE__, "the SDK's envd calls failed (exit %d)", rc);
 }
+
+/* E2B's volumes through the current SDK (tests/e2b/volumes.mjs): made, listed, mounted by one
+ * sandbox after another, refused while mounted, destroyed; the content API says how instead. */
+TEST_FULL(volumes_through_the_current_sdk, 600) {
+        _cleanup_free_ char *script = xstrdup(test_build_path("npm-e2b-current/e2b-volumes.mjs"));
+        if (access(script, R_OK) != 0)
+                TEST_SKIP("npm-e2b-current/e2b-volumes.mjs is missing (make tests installs the e2b package and copies it)");
+        struct e2b e = { 0 };
+        e2b_start(&e, NULL);
+        char url[64];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", e.port);
+        _cleanup_free_ char *out = NULL;
+        int rc = e2btest_sdk(&e, url, script, &out);
+        if (rc != 0 || !strstr(out ? out : "", "ok done"))
+                test_fail(__FILE__, __LINE__, "the SDK's volume calls failed (exit %d)", rc);
+}

@@ -422,14 +422,15 @@ TEST_FULL(e2b_snapshot_calls_map_onto_snapshots, 400) {
         /* updateNetwork: a deny_all sandbox has no interface to open; the reason, not a 5xx */
         snprintf(path, sizeof(path), "/sandboxes/%s/network", sb);
         E2B_EXPECT(e2btest_api(&e, "PUT", path, key, "{\"allowOut\":[\"198.51.100.7\"],\"denyOut\":[\"0.0.0.0/0\"]}"), 400, "deny_all");
-        E2B_EXPECT(e2btest_api(&e, "PUT", path, key, "{\"rules\":{\"api.example.com\":[{}]}}"), 400, "rules");
+        E2B_EXPECT(e2btest_api(&e, "PUT", path, key, "{\"rules\":{\"api.example.com\":[{\"transform\":{\"headers\":{\"Host\":\"x\"}}}]}}"),
+                   400, "rules.api.example.com[0].transform.headers.Host");
         /* what is not served answers 501 with the reason, never 404 */
         snprintf(path, sizeof(path), "/sandboxes/%s/fork", sb);
         if (ctld_nomad())   /* fork is the local driver's (test-memory forks for real) */
                 E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{}"), 501, "nomad driver cannot fork");
         else
                 E2B_EXPECT(e2btest_api(&e, "POST", path, key, "{\"count\":0}"), 400, "count must be an integer between 1 and 100");
-        E2B_EXPECT(e2btest_api(&e, "POST", "/volumes", key, "{\"name\":\"v\"}"), 501, "");
+        E2B_EXPECT(e2btest_api(&e, "GET", "/volumecontent/0123456789abcdef01234567/dir?path=/", NULL, NULL), 401, "token");
         E2B_EXPECT(e2btest_api(&e, "POST", "/v3/templates", key, "{\"name\":\"t\"}"), 501, "");
         /* deleteSnapshot: gone (the sandbox made from it keeps running), then false */
         snprintf(path, sizeof(path), "/sandboxes/%s", sb2);

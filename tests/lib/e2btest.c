@@ -82,6 +82,7 @@ int e2btest_sdk(struct e2b *e, const char *url, const char *script, char **ret_o
         setenv("E2B_API_KEY", e->key, 1);
         setenv("E2B_API_URL", url, 1);
         setenv("E2B_SANDBOX_URL", url, 1);
+        setenv("E2B_VOLUME_API_URL", url, 1);   /* the SDK's volume-content calls, as make up's env has it */
         _cleanup_free_ char *script_copy = xstrdup(script);
         /* its stderr too: an assertion's message is what a failure shows */
         char *argv[] = { "sh", "-c", "exec node \"$0\" 2>&1", script_copy, NULL };
