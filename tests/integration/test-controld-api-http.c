@@ -324,7 +324,7 @@ TEST_FULL(pagination_math_order_and_envelopes, 120) {
         {
                 char path[96];
                 snprintf(path, sizeof(path), "/sandboxes/%s/egress", ids[1]);
-                EXPECT_ERROR(&c, "PUT", path, key, "{\"mode\":\"restricted\"}", 400, "allow is required with at least one entry when mode is restricted");
+                EXPECT_ERROR(&c, "PUT", path, key, "{\"mode\":\"restricted\"}", 400, "allow is required with at least one entry when mode is restricted (or rules naming the hosts allowed)");
                 HTTP_EXPECT(&c, "PUT", path, key, "{\"mode\":\"deny_all\"}", 501);
         }
 }
