@@ -46,7 +46,7 @@
  * budgeted three ways, so that one tenant's names that never answer fail only that tenant:
  * per sandbox one full allowlist's worth, per account two, per node LOOKUPS_MAX. */
 #define LOOKUPS_MAX 192           /* threads: under the unit's TasksMax=256 with room for the rest */
-#define LOOKUPS_PER_SANDBOX (PJ_EGRESS_MAX_ALLOW + PJ_EGRESS_MAX_RULES)
+#define LOOKUPS_PER_SANDBOX PJ_EGRESS_MAX_ALLOW
 #define LOOKUPS_PER_ACCOUNT (2 * PJ_EGRESS_MAX_ALLOW)
 
 static atomic_int lookups_running;
@@ -304,7 +304,16 @@ int names_apply_start(const char *sandbox_id, const char *account, uint32_t ip, 
         a->rk = xnew0(struct lookup *, a->pol.n_rules ? a->pol.n_rules : 1);
         for (size_t i = 0; r == 0 && i < a->pol.n_rules; i++) {
                 struct err why = { 0 };
-                if ((r = lookup_start(a->pol.rules[i].host, sandbox_id, account, &a->rk[i], &why)) < 0)
+                /* A rule host that is an allowlist entry too (ours: the rules' hosts are) shares
+                 * that lookup: one query, one share of the budget. */
+                for (size_t j = 0; j < a->n && !a->rk[i]; j++)
+                        if (a->lk[j] && !strcmp(a->e[j].host, a->pol.rules[i].host)) {
+                                pthread_mutex_lock(&a->lk[j]->mu);
+                                a->lk[j]->refs++;
+                                pthread_mutex_unlock(&a->lk[j]->mu);
+                                a->rk[i] = a->lk[j];
+                        }
+                if (!a->rk[i] && (r = lookup_start(a->pol.rules[i].host, sandbox_id, account, &a->rk[i], &why)) < 0)
                         err_set(err, r, "cannot resolve %s (it has egress rules) now: %s", a->pol.rules[i].host, why.message);
         }
         a->deadline = mono_ms() + timeout_ms;

@@ -280,8 +280,14 @@ static int write_hosts(struct ctl *c, const struct sandbox *sb, const struct pj_
         int r = ctl_egress_hosts_render(res, n, &b, err);
         if (r < 0)
                 return r;
-        /* /etc/hosts is a bind mount of the engine's: rewritten in place, never renamed over. */
-        return run_fed(c, sb, "cat > /etc/hosts", b.buf, b.len, "writing /etc/hosts", err);
+        /* /etc/hosts is a bind mount of the engine's: rewritten in place, never renamed over. The
+         * new text lands beside it first and is copied over only when it differs, so a re-apply
+         * with the same names (node.sync, a rotated secret) leaves the file alone, and a change
+         * truncates it for the time of one local copy, not of the transfer. */
+        static const char script[] = "umask 022; cat > /etc/.hosts.paddock && "
+                                     "{ [ \"$(cat /etc/.hosts.paddock)\" = \"$(cat /etc/hosts 2>/dev/null)\" ] || "
+                                     "cat /etc/.hosts.paddock > /etc/hosts; } && rm -f /etc/.hosts.paddock";
+        return run_fed(c, sb, script, b.buf, b.len, "writing /etc/hosts", err);
 }
 
 int ctl_egress_apply(struct ctl *c, const struct sandbox *sb, const struct sb_egress *pol, struct err *err) {

@@ -1782,6 +1782,12 @@ TEST_FULL(secrets_reach_their_hosts_only_through_the_node_proxy, 600) {
 
         /* A bad upstream certificate is refused, not bypassed: 502 with why, nothing arrives. */
         out = fetch_in(cp, key, id, "https://bad.egt.test/steal", &code);
+        if (!startswith(out, "502 ")) {
+                _cleanup_free_ char *hosts = NULL;
+                (void) run_in_sandbox(cp, key, id, "cat /etc/hosts", &hosts);
+                fprintf(stderr, "  https://bad.egt.test answered %s  the sandbox's /etc/hosts:\n%s\n", out, hosts ?: "");
+                egress_diag(cp, key, id, "198.51.100.3");
+        }
         ASSERT_TRUE(startswith(out, "502 "));
         ASSERT_NOT_NULL(strstr(out, "verify"));
         ASSERT_NULL(strstr(out, value));
