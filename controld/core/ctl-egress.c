@@ -113,20 +113,25 @@ static int parse_ip(const char *s, uint32_t *ret) {
         return 0;
 }
 
-/* Whether a restricted policy lets host out: an allow entry names it (or a parent domain of
- * it: hostname entries cover subdomains), or the policy's rules open their hosts. */
-static bool host_allowed(const struct sb_egress *pol, const char *host) {
-        if (pol->mode == PJ_EGRESS_OPEN || (pol->mode == PJ_EGRESS_RESTRICTED && pol->rules.rules_open))
-                return pol->mode != PJ_EGRESS_DENY_ALL;
-        if (pol->mode != PJ_EGRESS_RESTRICTED)
-                return false;
-        size_t hl = strlen(host);
-        for (size_t i = 0; i < pol->n_allow; i++) {
-                const struct pj_allow_entry *a = &pol->allow[i];
-                size_t al = strlen(a->host);
-                if (a->kind == PJ_ALLOW_HOSTNAME &&
-                    (!strcmp(a->host, host) || (hl > al && host[hl - al - 1] == '.' && !strcmp(host + hl - al, a->host))))
+/* Whether an allowlist entry of the policy names host itself. Only the name: the agent allows a
+ * hostname entry's own addresses, so a parent domain does not let a subdomain out. */
+static bool allow_names(const struct sb_egress *pol, const char *host) {
+        for (size_t i = 0; i < pol->n_allow; i++)
+                if (pol->allow[i].kind == PJ_ALLOW_HOSTNAME && !strcmp(pol->allow[i].host, host))
                         return true;
+        return false;
+}
+
+/* Whether the policy lets host out: open does, deny_all does not, restricted when an allowlist
+ * entry names it or (ours) the policy's rules open their hosts. */
+static bool host_allowed(const struct sb_egress *pol, const char *host) {
+        switch (pol->mode) {
+        case PJ_EGRESS_OPEN:
+                return true;
+        case PJ_EGRESS_RESTRICTED:
+                return pol->rules.rules_open || allow_names(pol, host);
+        case PJ_EGRESS_DENY_ALL:
+                break;
         }
         return false;
 }
@@ -162,10 +167,7 @@ static char *apply_body(struct ctl *c, const struct sandbox *sb, const struct sb
                 }
                 /* Ours: a host with rules is allowed by them (unless listed already). */
                 for (size_t i = 0; i < n_open; i++)
-                        if (!host_allowed(&(struct sb_egress) { .mode = PJ_EGRESS_RESTRICTED, .allow = pol->allow,
-                                                                .n_allow = pol->n_allow },
-                                          pol->rules.rules[i].host) &&
-                            m.egress.n_allow < PJ_EGRESS_MAX_ALLOW)
+                        if (!allow_names(pol, pol->rules.rules[i].host) && m.egress.n_allow < PJ_EGRESS_MAX_ALLOW)
                                 m.egress.allow[m.egress.n_allow++] = xstrdup(pol->rules.rules[i].host);
         }
         /* Rules go to the node only for hosts the policy lets out: a rule opens nothing itself. */
