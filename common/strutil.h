@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,11 @@ void hexid_new(char out[HEXID_LEN + 1]);
 /* [A-Za-z0-9], whatever the locale says. */
 static inline bool ascii_alnum(char c) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* An HTTP token character (RFC 9110 tchar): field names, methods. Never NUL. */
+static inline bool http_tchar(unsigned char c) {
+        return ascii_alnum((char) c) || (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
 /* Value 0..15 of a hex digit (either case), -1 for anything else. */

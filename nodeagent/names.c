@@ -260,10 +260,7 @@ struct names_apply *names_apply_free(struct names_apply *a) {
         free(a->rk);
         free(a->lk);
         free(a->e);
-        /* the rules' values are secrets */
-        for (size_t i = 0; i < a->pol.n_rules; i++)
-                for (size_t k = 0; k < a->pol.rules[i].n_headers; k++)
-                        explicit_bzero(a->pol.rules[i].headers[k].value, strlen(a->pol.rules[i].headers[k].value));
+        pj_egress_rules_wipe(&a->pol);     /* the rules' values are secrets */
         pj_egress_done(&a->pol);
         free(a);
         return NULL;
@@ -624,9 +621,7 @@ static int proxy_update(struct names_apply *a, char **ret_pem, struct err *err) 
         }
         /* the text and the tree hold the values */
         explicit_bzero(text, len);
-        cJSON *h, *x, *hd, *v;
-        cJSON_ArrayForEach(h, j) cJSON_ArrayForEach(x, h) if ((hd = cJSON_GetObjectItem(x, "headers")))
-                cJSON_ArrayForEach(v, hd) if (cJSON_IsString(v)) explicit_bzero(v->valuestring, strlen(v->valuestring));
+        pj_egress_rules_json_wipe(j);
         return r;
 }
 

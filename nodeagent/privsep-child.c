@@ -144,13 +144,8 @@ static int proxy_set_checked(const struct ps_proxy_set *m, struct ps_result *ret
         _cleanup_(pj_egress_done) struct pj_egress e = { 0 };
         cJSON *j = cJSON_ParseWithLength(m->rules, m->len);
         int r = j ? pj_egress_rules_from_json(j, true, &e, &err) : -EINVAL;
-        if (j) {
-                /* the values are secrets: wiped before the tree goes */
-                cJSON *h, *x, *hd, *v;
-                cJSON_ArrayForEach(h, j) cJSON_ArrayForEach(x, h) if ((hd = cJSON_GetObjectItem(x, "headers")))
-                        cJSON_ArrayForEach(v, hd) if (cJSON_IsString(v)) explicit_bzero(v->valuestring, strlen(v->valuestring));
-                cJSON_Delete(j);
-        }
+        pj_egress_rules_json_wipe(j);   /* the values are secrets: wiped before the tree goes */
+        cJSON_Delete(j);
         if (r < 0) {
                 snprintf(ret->msg, sizeof(ret->msg), "the rules do not read: %s", err.message[0] ? err.message : "not JSON");
                 return ret->r = -EBADMSG;
@@ -177,9 +172,7 @@ static int proxy_set_checked(const struct ps_proxy_set *m, struct ps_result *ret
                 r = proxy_sandbox_set(child_proxy, m->sandbox_id, m->ip, rules, e.n_rules, &pem, &err);
         } else
                 err = ierr;
-        for (size_t i = 0; i < e.n_rules; i++)
-                for (size_t k = 0; k < e.rules[i].n_headers; k++)
-                        explicit_bzero(e.rules[i].headers[k].value, strlen(e.rules[i].headers[k].value));
+        pj_egress_rules_wipe(&e);
         if (r < 0) {
                 snprintf(ret->msg, sizeof(ret->msg), "%s", err.message);
                 return ret->r = r;

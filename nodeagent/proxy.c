@@ -329,9 +329,6 @@ static struct leaf *sandbox_leaf(struct sandbox *sb, const char *host) {
 
 /* ---- validation ---- */
 
-static bool tchar(unsigned char c) {
-        return ascii_alnum((char) c) || (c && strchr("!#$%&'*+-.^_`|~", c));
-}
 
 static bool host_valid(const char *s) {
         size_t n = strlen(s), label = 0;
@@ -389,7 +386,7 @@ static int rules_check(const struct proxy_rule *rules, size_t n, struct err *err
                         if (nl == 0 || nl > NAME_MAX_LEN)
                                 return err_set_field(err, -EINVAL, f, "A header name has 1 to %d characters.", NAME_MAX_LEN);
                         for (size_t k = 0; k < nl; k++)
-                                if (!tchar((unsigned char) name[k]))
+                                if (!http_tchar((unsigned char) name[k]))
                                         return err_set_field(err, -EINVAL, f, "A header name has only token characters (letters, digits, !#$%%&'*+-.^_`|~).");
                         /* The value is a secret: the message never quotes it. */
                         snprintf(f, sizeof(f), "rules[%zu].headers[%zu].value", i, j);
@@ -560,20 +557,24 @@ int proxy_sandbox_stats(struct proxy *p, const char *sandbox_id, struct proxy_ho
 
 /* ---- non-blocking I/O, one side ---- */
 
+/* A TLS call on s that returned k <= 0: -EAGAIN with what it waits for added to *want; for a
+ * read (reading), 0 at the peer's close_notify; else broken (the caller's errno). */
+static ssize_t ssl_failed(struct side *s, int k, short *want, bool reading, int broken) {
+        int e = SSL_get_error(s->ssl, k);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+                *want |= e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+                return -EAGAIN;
+        }
+        ERR_clear_error();
+        return reading && e == SSL_ERROR_ZERO_RETURN ? 0 : broken;
+}
+
 /* > 0 bytes read, 0 end of stream, -EAGAIN with *want (POLLIN/POLLOUT) added, -errno. */
 static ssize_t side_read(struct side *s, void *buf, size_t len, short *want) {
         if (s->ssl) {
                 ERR_clear_error();
                 int k = SSL_read(s->ssl, buf, (int) MINZ(len, (size_t) INT_MAX));
-                if (k > 0)
-                        return k;
-                int e = SSL_get_error(s->ssl, k);
-                if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-                        *want |= e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
-                        return -EAGAIN;
-                }
-                ERR_clear_error();
-                return e == SSL_ERROR_ZERO_RETURN ? 0 : -ECONNRESET;
+                return k > 0 ? k : ssl_failed(s, k, want, true, -ECONNRESET);
         }
         ssize_t k = recv(s->fd, buf, len, MSG_DONTWAIT);
         if (k >= 0)
@@ -590,15 +591,7 @@ static ssize_t side_write(struct side *s, const void *buf, size_t len, short *wa
         if (s->ssl) {
                 ERR_clear_error();
                 int k = SSL_write(s->ssl, buf, (int) MINZ(len, (size_t) INT_MAX));
-                if (k > 0)
-                        return k;
-                int e = SSL_get_error(s->ssl, k);
-                if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-                        *want |= e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
-                        return -EAGAIN;
-                }
-                ERR_clear_error();
-                return -EPIPE;
+                return k > 0 ? k : ssl_failed(s, k, want, false, -EPIPE);
         }
         ssize_t k = send(s->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (k >= 0)
@@ -834,7 +827,7 @@ static int head_parse(const char *h, size_t len, struct req *rq) {
                 return -EBADMSG;
         /* method SP target SP HTTP/1.x */
         size_t i = 0;
-        while (i < n && tchar((unsigned char) l[i]))
+        while (i < n && http_tchar((unsigned char) l[i]))
                 i++;
         if (i == 0 || i >= n || l[i] != ' ')
                 return -EBADMSG;
@@ -849,7 +842,7 @@ static int head_parse(const char *h, size_t len, struct req *rq) {
                 return -EBADMSG;
         while (next_line(&pos, end, &l, &n)) {
                 size_t k = 0;
-                while (k < n && tchar((unsigned char) l[k]))
+                while (k < n && http_tchar((unsigned char) l[k]))
                         k++;
                 if (k == 0 || k >= n || l[k] != ':')
                         return -EBADMSG;        /* also obs-fold and space before ':' */

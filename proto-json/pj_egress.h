@@ -77,6 +77,10 @@ int pj_egress_placeholders(const char *value, int (*fn)(const char *name, size_t
 struct cJSON;
 struct cJSON *pj_egress_rules_json(const struct pj_egress *e, bool e2b_shape);
 void pj_egress_rules_done(struct pj_egress *e);
+/* Wipes the rules' values in place (they may be secrets: before they are freed). */
+void pj_egress_rules_wipe(struct pj_egress *e);
+/* The same for a tree of ours pj_egress_rules_json made (the node message's: each rule's "headers"). */
+void pj_egress_rules_json_wipe(struct cJSON *j);
 void pj_egress_rules_copy(struct pj_egress *dst, const struct pj_egress *src);
 /* Reads what pj_egress_rules_json wrote: a stored policy, or (resolved) the rules of a node
  * message, whose values are the secrets' and only checked for size and control characters.

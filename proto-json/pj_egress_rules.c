@@ -26,11 +26,6 @@
 static const char placeholder_open[] = "${secrets.";
 static const char e2b_placeholder_open[] = "${e2b.secrets.";
 
-static bool token_char(unsigned char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               strchr("!#$%&'*+-.^_`|~", c);
-}
-
 static void rule_done(struct pj_egress_rule *r) {
         for (size_t i = 0; i < r->n_headers; i++) {
                 free(r->headers[i].name);
@@ -86,6 +81,19 @@ void pj_egress_copy(struct pj_egress *dst, const struct pj_egress *src) {
         for (size_t i = 0; i < src->n_allow; i++)
                 dst->allow[i] = xstrdup(src->allow[i]);
         pj_egress_rules_copy(dst, src);
+}
+
+void pj_egress_rules_wipe(struct pj_egress *e) {
+        for (size_t i = 0; i < e->n_rules; i++)
+                for (size_t k = 0; k < e->rules[i].n_headers; k++)
+                        if (e->rules[i].headers[k].value)
+                                explicit_bzero(e->rules[i].headers[k].value, strlen(e->rules[i].headers[k].value));
+}
+
+void pj_egress_rules_json_wipe(cJSON *j) {
+        cJSON *h, *x, *hd, *v;
+        cJSON_ArrayForEach(h, j) cJSON_ArrayForEach(x, h) if ((hd = cJSON_GetObjectItem(x, "headers")))
+                cJSON_ArrayForEach(v, hd) if (cJSON_IsString(v)) explicit_bzero(v->valuestring, strlen(v->valuestring));
 }
 
 int pj_egress_placeholders(const char *value, int (*fn)(const char *name, size_t n, void *ud), void *ud) {
@@ -170,7 +178,7 @@ static int headers_parse(const struct pj_json *h, const char *path, bool resolve
                 if (m->key_len == 0 || m->key_len > PJ_EGRESS_HEADER_NAME_MAX)
                         return pj_error_set(err, hp, "%s: a header name is 1 to %d characters", hp, PJ_EGRESS_HEADER_NAME_MAX);
                 for (size_t i = 0; i < m->key_len; i++)
-                        if (!token_char((unsigned char) m->key[i]))
+                        if (!http_tchar((unsigned char) m->key[i]))
                                 return pj_error_set(err, hp, "%s: a header name is made of letters, digits and !#$%%&'*+-.^_`|~", hp);
                 char name[PJ_EGRESS_HEADER_NAME_MAX + 1];
                 for (size_t i = 0; i < m->key_len; i++)

@@ -136,13 +136,6 @@ static bool host_allowed(const struct sb_egress *pol, const char *host) {
         return false;
 }
 
-static void wipe_rules(struct pj_egress *e) {
-        for (size_t i = 0; i < e->n_rules; i++)
-                for (size_t k = 0; k < e->rules[i].n_headers; k++)
-                        if (e->rules[i].headers[k].value)
-                                explicit_bzero(e->rules[i].headers[k].value, strlen(e->rules[i].headers[k].value));
-}
-
 /* The egress.apply message; with rules, their values have the secrets put in (and the body is
  * wiped by the caller). *ret_rules: how many hosts' rules it carries. NULL with err when a
  * secret cannot be put in. */
@@ -186,7 +179,7 @@ static char *apply_body(struct ctl *c, const struct sandbox *sb, const struct sb
                                 d->headers[k].value = secret_rules_resolve(c, sb->account_id, src->headers[k].value, err);
                                 d->n_headers++;
                                 if (!d->headers[k].value) {
-                                        wipe_rules(&m.egress);
+                                        pj_egress_rules_wipe(&m.egress);
                                         pj_node_msg_done(&m);
                                         return NULL;
                                 }
@@ -195,7 +188,7 @@ static char *apply_body(struct ctl *c, const struct sandbox *sb, const struct sb
                 *ret_rules = m.egress.n_rules;
         }
         char *body = pj_node_msg_format(&m);
-        wipe_rules(&m.egress);
+        pj_egress_rules_wipe(&m.egress);
         pj_node_msg_done(&m);
         return body;
 }

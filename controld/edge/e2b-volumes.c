@@ -24,8 +24,6 @@
 #include "sandbox.h"
 #include "strutil.h"
 
-#include <openssl/crypto.h>
-
 #define VOLUME_GB_DEFAULT 10
 
 static cJSON *volume_json(const struct ctl *c, const struct volume *v, bool with_token) {
@@ -114,14 +112,7 @@ enum MHD_Result e2b_volume_content(struct req *r) {
         if (strlen(p) >= SANDBOX_ID_LEN && e2b_hex24(p, SANDBOX_ID_LEN) && (p[SANDBOX_ID_LEN] == '/' || !p[SANDBOX_ID_LEN]))
                 memcpy(id, p, SANDBOX_ID_LEN);
         const char *auth = req_header(r, "Authorization");
-        char want[65];
-        bool ok = false;
-        if (id[0] && auth && !strncmp(auth, "Bearer ", 7)) {
-                e2b_token(r->c, "volume", id, want);
-                ok = strlen(auth + 7) == 64 && CRYPTO_memcmp(auth + 7, want, 64) == 0;
-                explicit_bzero(want, sizeof(want));
-        }
-        if (!ok)
+        if (!id[0] || !auth || strncmp(auth, "Bearer ", 7) != 0 || !e2b_token_ok(r->c, "volume", id, auth + 7))
                 return respond_error(r, 401, "the volume's token (from Volume.create or getInfo) is required");
         return respond_error(r, 501, "Not implemented: a volume's files are read and written through a sandbox that mounts "
                                      "it (Sandbox.create with volumeMounts) on this server");

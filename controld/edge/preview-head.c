@@ -58,10 +58,6 @@ const char *preview_header(const struct pconn *pc, const char *name) {
         return NULL;
 }
 
-static bool tchar(char ch) {
-        return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || strchr("!#$%&'*+-.^_`|~", ch);
-}
-
 /* Reads the head (to the blank line) within timeout_ms of now and max bytes: 0, or an HTTP
  * status to answer (408, 431, 400), or -1 when the client went away. */
 int preview_read_head(struct pconn *pc, size_t max, uint64_t timeout_ms) {
@@ -113,7 +109,7 @@ int preview_parse_head(struct pconn *pc) {
         if (!*pc->method || pc->target[0] != '/' || (strcmp(pc->version, "HTTP/1.1") && strcmp(pc->version, "HTTP/1.0")))
                 return 400;
         for (const char *m = pc->method; *m; m++)
-                if (!tchar(*m))
+                if (!http_tchar((unsigned char) *m))
                         return 400;
         for (const char *t = pc->target; *t; t++)
                 if ((unsigned char) *t <= 0x20 || *t == 0x7f)
@@ -128,7 +124,7 @@ int preview_parse_head(struct pconn *pc) {
                 if (!colon || colon == s || (size_t) (eol - s) != strlen(s))
                         return 400;   /* no name, obs-fold, or a NUL */
                 for (char *q = s; q < colon; q++)
-                        if (!tchar(*q))
+                        if (!http_tchar((unsigned char) *q))
                                 return 400;
                 *colon = 0;
                 char *v = colon + 1;

@@ -93,6 +93,16 @@ static int listen_any(uint16_t port) {
         return listen_on(NULL, port);
 }
 
+/* The parent's side of a child's start: its one byte on the pipe p, 'K' when it is ready
+ * (anything else, or nothing, fails the test). */
+static void child_ready(int p[2]) {
+        close(p[1]);
+        char c = 0;
+        ssize_t _unused_ n = read(p[0], &c, 1);
+        close(p[0]);
+        ASSERT_TRUE(c == 'K');
+}
+
 /* A child that unshares a network namespace, listens on PORT on every address there
  * (accepting and closing) and on ECHO_PORT (echoing, a process per connection, for
  * connections that stay open), and lives until the test does. */
@@ -154,11 +164,7 @@ static void world_up(void) {
                         }
                 }
         }
-        close(p[1]);
-        char c = 0;
-        ssize_t _unused_ n = read(p[0], &c, 1);
-        close(p[0]);
-        ASSERT_TRUE(c == 'K');
+        child_ready(p);
         test_on_exit(world_down, NULL);
         char pid[16], ns[64];
         snprintf(pid, sizeof(pid), "%d", (int) world_pid);
@@ -1640,11 +1646,7 @@ static void recorder_up(const struct tlstest *good, const struct tlstest *bad) {
                         }
                 }
         }
-        close(p[1]);
-        char c = 0;
-        ssize_t _unused_ n = read(p[0], &c, 1);
-        close(p[0]);
-        ASSERT_TRUE(c == 'K');
+        child_ready(p);
         test_on_exit(recorder_stop, NULL);
 }
 

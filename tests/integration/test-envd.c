@@ -534,34 +534,34 @@ TEST_FULL(sandboxes_look_like_e2bs_base, 900) {
         }
 }
 
-/* The same through E2B's current SDK (npm e2b, tests/e2b/envd.mjs), configured by environment. */
-TEST_FULL(envd_through_the_current_sdk, 600) {
-        const char *script = test_build_path("npm-e2b-current/e2b-envd.mjs");
-        if (access(script, R_OK) != 0)
-                TEST_SKIP("npm-e2b-current/e2b-envd.mjs is missing (make tests installs the e2b package and copies it)");
-        _cleanup_free_ char *script_copy = xstrdup(script);
+/* Runs the current SDK's script npm-e2b-current/<name> against a controld whose "base" is base
+ * (configured by environment only, as a user's program is); it must end with "ok done". */
+static void run_sdk_script(const char *name, const char *base, const char *what) {
+        char rel[128];
+        snprintf(rel, sizeof(rel), "npm-e2b-current/%s", name);
+        _cleanup_free_ char *script = xstrdup(test_build_path(rel));
+        if (access(script, R_OK) != 0) {
+                static char why[256];
+                snprintf(why, sizeof(why), "%s is missing (make tests installs the e2b package and copies it)", rel);
+                test_skip(why);
+        }
         struct e2b e = { 0 };
-        e2b_start_base(&e, NULL, "e2b-base");
-        char url[64];
-        snprintf(url, sizeof(url), "http://127.0.0.1:%d", e.port);
-        _cleanup_free_ char *out = NULL;
-        int rc = e2btest_sdk(&e, url, script_copy, &out);
-        if (rc != 0 || !strstr(out ? out : "", "ok done"))
-                test_fail(__FILE__, __LINE__, "the SDK's envd calls failed (exit %d)", rc);
-}
-
-/* E2B's volumes through the current SDK (tests/e2b/volumes.mjs): made, listed, mounted by one
- * sandbox after another, refused while mounted, destroyed; the content API says how instead. */
-TEST_FULL(volumes_through_the_current_sdk, 600) {
-        _cleanup_free_ char *script = xstrdup(test_build_path("npm-e2b-current/e2b-volumes.mjs"));
-        if (access(script, R_OK) != 0)
-                TEST_SKIP("npm-e2b-current/e2b-volumes.mjs is missing (make tests installs the e2b package and copies it)");
-        struct e2b e = { 0 };
-        e2b_start(&e, NULL);
+        e2b_start_base(&e, NULL, base);
         char url[64];
         snprintf(url, sizeof(url), "http://127.0.0.1:%d", e.port);
         _cleanup_free_ char *out = NULL;
         int rc = e2btest_sdk(&e, url, script, &out);
         if (rc != 0 || !strstr(out ? out : "", "ok done"))
-                test_fail(__FILE__, __LINE__, "the SDK's volume calls failed (exit %d)", rc);
+                test_fail(__FILE__, __LINE__, "the SDK's %s failed (exit %d)", what, rc);
+}
+
+/* The same through E2B's current SDK (npm e2b, tests/e2b/envd.mjs), configured by environment. */
+TEST_FULL(envd_through_the_current_sdk, 600) {
+        run_sdk_script("e2b-envd.mjs", "e2b-base", "envd calls");
+}
+
+/* E2B's volumes through the current SDK (tests/e2b/volumes.mjs): made, listed, mounted by one
+ * sandbox after another, refused while mounted, destroyed; the content API says how instead. */
+TEST_FULL(volumes_through_the_current_sdk, 600) {
+        run_sdk_script("e2b-volumes.mjs", "python-3.11", "volume calls");
 }
