@@ -365,6 +365,15 @@ TEST(rules_refusals_name_the_field) {
                 if (r != -EINVAL || strcmp(err.field, refusals[i].field) != 0 || !strstr(err.message, refusals[i].says))
                         test_fail(__FILE__, __LINE__, "%s: %d field '%s' message '%s'", refusals[i].egress, r, err.field, err.message);
         }
+        /* a NUL in a header name is no token character (the name would be cut on the wire) */
+        {
+                _cleanup_(pj_sandbox_create_done) struct pj_sandbox_create cn = { 0 };
+                struct err en = { 0 };
+                ASSERT_EQ(create_egress("{\"mode\":\"open\",\"rules\":{\"a.example.com\":[{\"headers\":{\"x\\u0000y\":\"v\"}}]}}",
+                                        &cn, &en),
+                          -EINVAL);
+                ASSERT_NOT_NULL(strstr(en.message, "a header name is made of"));
+        }
         /* limits: hosts, headers per host, a value's size, placeholders in one value */
         struct strbuf b = STRBUF_INIT(0);
         strbuf_printf(&b, "{\"mode\":\"open\",\"rules\":{");
