@@ -254,6 +254,20 @@ static int read_line(struct conn *c, size_t max, size_t *ret_len) {
         }
 }
 
+/* The line of n bytes (CRLF included) at the client buffer's start upstream, once its bytes from
+ * `from` on are checked as header-value characters (a chunk extension, a trailer). */
+static int line_forward(struct conn *c, size_t n, size_t from) {
+        const char *l = (const char *) c->cbuf + c->cstart;
+        for (size_t i = from; i < n - 2; i++)
+                if (!value_char_ok((unsigned char) l[i]))
+                        return -EBADMSG;
+        int r = up_write_all(c, l, n);
+        if (r < 0)
+                return r;
+        c->cstart += n;
+        return 0;
+}
+
 /* A chunked body, chunk by chunk, through its trailers. */
 static int forward_chunked(struct conn *c) {
         for (;;) {
@@ -275,13 +289,9 @@ static int forward_chunked(struct conn *c) {
                         i++;
                 if (i < n - 2 && l[i] != ';')
                         return -EBADMSG;
-                for (; i < n - 2; i++)
-                        if (!value_char_ok((unsigned char) l[i]))
-                                return -EBADMSG;
-                r = up_write_all(c, l, n);
+                r = line_forward(c, n, i);
                 if (r < 0)
                         return r;
-                c->cstart += n;
                 if (size == 0)
                         break;
                 r = forward_bytes(c, size);
@@ -303,14 +313,9 @@ static int forward_chunked(struct conn *c) {
                 int r = read_line(c, HEAD_MAX - total, &n);
                 if (r < 0)
                         return r;
-                const char *l = (const char *) c->cbuf + c->cstart;
-                for (size_t i = 0; i < n - 2; i++)
-                        if (!value_char_ok((unsigned char) l[i]))
-                                return -EBADMSG;
-                r = up_write_all(c, l, n);
+                r = line_forward(c, n, 0);
                 if (r < 0)
                         return r;
-                c->cstart += n;
                 total += n;
                 if (n == 2)
                         return 0;

@@ -403,12 +403,7 @@ int ctl_egress_remove_timeout(struct ctl *c, const struct sandbox *sb, long time
 cJSON *ctl_egress_to_json(struct ctl *c, const struct sandbox *sb) {
         cJSON *o = cJSON_CreateObject();
         json_add_str(o, "mode", pj_egress_mode_to_string(sb->egress.mode));
-        cJSON *a = cJSON_AddArrayToObject(o, "allow");
-        for (size_t i = 0; i < sb->egress.n_allow; i++) {
-                char buf[PJ_ALLOW_NORM_MAX];
-                sb_allow_entry_format(&sb->egress.allow[i], buf);
-                cJSON_AddItemToArray(a, cJSON_CreateString(buf));
-        }
+        cJSON_AddItemToObject(o, "allow", sb_allow_json(&sb->egress));
         if (sb->egress.rules.n_rules)
                 cJSON_AddItemToObject(o, "rules", pj_egress_rules_json(&sb->egress.rules, false));
         json_add_bool(o, "enforced", c->bus != NULL && sb->egress.mode != PJ_EGRESS_DENY_ALL);

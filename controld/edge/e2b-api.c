@@ -110,12 +110,7 @@ static cJSON *listed_json(struct ctl *c, const struct sandbox *sb, bool detailed
                 if (sb->egress.mode != PJ_EGRESS_OPEN) {
                         cJSON *deny = cJSON_AddArrayToObject(net, "denyOut");
                         cJSON_AddItemToArray(deny, cJSON_CreateString("0.0.0.0/0"));
-                        cJSON *allow = cJSON_AddArrayToObject(net, "allowOut");
-                        for (size_t i = 0; i < sb->egress.n_allow; i++) {
-                                char b[PJ_ALLOW_NORM_MAX];
-                                sb_allow_entry_format(&sb->egress.allow[i], b);
-                                cJSON_AddItemToArray(allow, cJSON_CreateString(b));
-                        }
+                        cJSON_AddItemToObject(net, "allowOut", sb_allow_json(&sb->egress));
                 }
                 if (sb->egress.rules.n_rules)
                         cJSON_AddItemToObject(net, "rules", pj_egress_rules_json(&sb->egress.rules, true));

@@ -47,13 +47,18 @@ void sb_allow_entry_format(const struct pj_allow_entry *e, char buf[PJ_ALLOW_NOR
 
 /* The column egress_allow: the allowlist as a JSON array, or, when the policy has rules,
  * {"allow": [...], "rules": {...}, "rules_open": bool} (older rows hold only the array). */
-char *sb_egress_allow_to_text(const struct sb_egress *e) {
-        _cleanup_json_ cJSON *a = cJSON_CreateArray();
+cJSON *sb_allow_json(const struct sb_egress *e) {
+        cJSON *a = cJSON_CreateArray();
         for (size_t i = 0; i < e->n_allow; i++) {
                 char buf[PJ_ALLOW_NORM_MAX];
                 sb_allow_entry_format(&e->allow[i], buf);
                 cJSON_AddItemToArray(a, cJSON_CreateString(buf));
         }
+        return a;
+}
+
+char *sb_egress_allow_to_text(const struct sb_egress *e) {
+        _cleanup_json_ cJSON *a = sb_allow_json(e);
         if (e->rules.n_rules == 0)
                 return json_print(a);
         _cleanup_json_ cJSON *o = cJSON_CreateObject();

@@ -376,6 +376,8 @@ void sb_e2b_done(struct sb_e2b *e);
 int sb_egress_from_pj(struct sb_egress *dst, const struct pj_egress *src);
 /* Normalised text of an entry ("1.1.1.1", "10.0.0.0/8", "api.example.com"). */
 void sb_allow_entry_format(const struct pj_allow_entry *e, char buf[PJ_ALLOW_NORM_MAX]);
+/* The policy's allowlist as a JSON array of its entries, as written. */
+cJSON *sb_allow_json(const struct sb_egress *e);
 /* The store's column text: a JSON array of entries / an object of "<phase>_ms".
  * *_to_text return NULL when there is nothing to store ([] for no entries is the
  * caller's choice); *_from_text accept NULL and skip what they cannot parse. */
