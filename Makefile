@@ -8,7 +8,7 @@
 #   make up NOMAD_ADDR=http://127.0.0.1:4646 [NOMAD_TOKEN=...]   the same on the Nomad driver
 #   make bench                benchmarks (ratios against a baseline run side by side)
 #   make fuzz [FUZZ_SECONDS=600]   every libFuzzer target in tests/fuzz/ (default 60 s each);
-#                             make check runs each for 8 s (build/tests/integration/test-fuzz)
+#                             make check runs each for 5 s (build/tests/integration/test-fuzz)
 #   make soak [SOAK_SECONDS=1800]  the soak: mixed work from many clients, then the leak table
 #   make load [LOAD_SECONDS=600 LOAD_CLIENTS=200]   200 clients of exec and files (tests/soak/)
 #   make install PREFIX=/usr DESTDIR=...

@@ -3,7 +3,7 @@
 #
 #   tests/fuzz/run.sh [SECONDS]      what `make fuzz` (default 60 s each) and, through
 #                                    build/tests/integration/test-fuzz, `make check`
-#                                    (8 s each) call.
+#                                    (5 s each) call.
 #
 # Installs clang and libclang-rt-14-dev with apt-get only when they are missing, builds
 # the targets (make fuzz-targets: build/fuzz/, clang, ASan+UBSan), then per target:
@@ -25,7 +25,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 [[ -d $ROOT/tests/fuzz ]] || ROOT=@ROOT@
 cd "$ROOT" || exit 1
-SECONDS_EACH=${1:-${FUZZ_SECONDS:-8}}
+SECONDS_EACH=${1:-${FUZZ_SECONDS:-5}}
 # Not 0: to libFuzzer -seed=0 means "pick one yourself", which is what this replaces.
 SEED=${FUZZ_SEED:-$(((RANDOM << 15 | RANDOM) % 999999999 + 1))}
 if [[ ! $SEED =~ ^[1-9][0-9]{0,8}$ ]]; then

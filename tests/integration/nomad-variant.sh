@@ -16,6 +16,13 @@
 #                                 clock's minutes (2 to 3 of them); the Nomad path of a snapshot
 #                                 (commit by the task's container name, restore by a job) is in
 #                                 every other test of the suite
+#   test-controld-egress
+#     node_messages_count_only_from_the_nodes_login  controld's check of a node message's broker
+#                                 login; it starts no sandbox, so no driver is involved
+#   test-envd
+#     process_tables_are_per_sandbox  envd's per-sandbox process records are controld's
+#                                 (envd-process.c) and the bound is paddock-init's, the same
+#                                 for both drivers; 1100 starts take ~40 s on each
 #   test-runtime-stream
 #     stream_output_before_stdin_is_capped  the 1 MB of input fits in the TCP and stand-in
 #                                 buffers, so no output comes before it is all sent; the cap is
@@ -27,6 +34,8 @@ suite=${name%-nomad}
 case $suite in
 test-controld) ex=orphan_reaping_leaves,docker_outage ;;
 test-runtime-stream) ex=stream_output_before_stdin_is_capped ;;
+test-controld-egress) ex=node_messages_count_only_from_the_nodes_login ;;
+test-envd) ex=process_tables_are_per_sandbox ;;
 test-snapshots) ex=automatic_snapshots_kept_by_count_and_by_age ;;
 *) ex= ;;
 esac
