@@ -87,3 +87,10 @@ cJSON *sandbox_network_json(void) {
         cJSON_AddItemToObject(o, "host_nodes", hosts);
         return o;
 }
+
+bool sandbox_network_local_checkpointable(void) {
+        pthread_mutex_lock(&lock);
+        bool yes = !strcmp(local_mode, "sandbox");
+        pthread_mutex_unlock(&lock);
+        return yes;
+}

@@ -17,3 +17,6 @@
 #define NETWORK_NODES_MAX 4096
 void sandbox_network_note(const char *node, const char *mode);
 struct cJSON *sandbox_network_json(void);
+/* Whether the local driver's networked sandboxes run on runsc's own stack ("sandbox"), the
+ * only network gVisor can checkpoint (pause with memory, fork). */
+bool sandbox_network_local_checkpointable(void);

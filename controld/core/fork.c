@@ -103,6 +103,10 @@ int sandbox_fork(struct ctl *c, const struct account *acc, const struct sandbox 
         if (!ops->fork_stage || !ops->checkpoint || !ops->restore)
                 return err_set(err, -EOPNOTSUPP, "this server's %s driver cannot fork a sandbox (the local Docker driver can)",
                                c->drv->name);
+        /* A copy restores the source's network stack as it was: its address and its connections. */
+        if (src0->egress.mode != PJ_EGRESS_DENY_ALL)
+                return err_set(err, -EINVAL, "only a sandbox without network (egress deny_all) can be forked: each copy "
+                                             "would come up with the source's network address and connections");
         struct err why = { 0 };
         switch (sandbox_memory_refusal(c, src0->egress.mode, &why)) {
         case MEMORY_OK:

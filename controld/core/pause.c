@@ -374,9 +374,10 @@ int sandbox_pause(struct ctl *c, const struct sandbox *sb, bool keep_memory, str
                                                          "driver; this server's %s driver keeps the filesystem only",
                                        c->drv->name);
                 case MEMORY_NETWORKED:
-                        return err_set(err, -EINVAL, "keepMemory: only sandboxes with egress deny_all can be paused with "
-                                                     "their memory (gVisor cannot checkpoint host networking); this one's "
-                                                     "egress is %s: pause it without keepMemory",
+                        return err_set(err, -EINVAL, "keepMemory: this server runs networked sandboxes on gVisor's host "
+                                                     "networking, which gVisor cannot checkpoint: only sandboxes with egress "
+                                                     "deny_all keep their memory here; this one's egress is %s: pause it "
+                                                     "without keepMemory",
                                        pj_egress_mode_to_string(sb->egress.mode));
                 case MEMORY_NOT_READY:
                         return err_set(err, -EOPNOTSUPP, "keepMemory: this server cannot keep memory now: %s", why.message);
@@ -570,9 +571,9 @@ int sandbox_pause_e2b(struct ctl *c, const struct account *acc, const struct san
                                        c->drv->name);
                 case MEMORY_NETWORKED:
                         return err_set(err, -EINVAL,
-                                       "memory: only sandboxes without network access (allowInternetAccess: false) can be "
-                                       "paused with their memory (gVisor cannot checkpoint host networking): pause with "
-                                       "memory: false to keep the filesystem");
+                                       "memory: this server runs sandboxes with network access on gVisor's host networking, "
+                                       "which gVisor cannot checkpoint: only sandboxes without it (allowInternetAccess: "
+                                       "false) keep their memory here; pause with memory: false to keep the filesystem");
                 case MEMORY_NOT_READY:
                         return err_set(err, -EOPNOTSUPP, "memory: this server cannot keep memory now: %s; pause with memory: false",
                                        why.message);

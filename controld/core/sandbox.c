@@ -26,6 +26,7 @@
 #include "strutil.h"
 #include "ctl-egress.h"
 #include "ctl-metrics.h"
+#include "network.h"
 #include "pool.h"
 #include "sandbox.h"
 #include "snapshot.h"
@@ -611,7 +612,7 @@ int sandbox_set_end(struct ctl *c, const struct account *acc, const struct sandb
 enum memory_refusal sandbox_memory_refusal(struct ctl *c, enum pj_egress_mode mode, struct err *why) {
         if (!c->drv->ops->checkpoint)
                 return MEMORY_NO_DRIVER;
-        if (mode != PJ_EGRESS_DENY_ALL)
+        if (mode != PJ_EGRESS_DENY_ALL && !sandbox_network_local_checkpointable())
                 return MEMORY_NETWORKED;
         if (c->drv->ops->checkpoint_ready && c->drv->ops->checkpoint_ready(c->drv, why) < 0)
                 return MEMORY_NOT_READY;
@@ -629,9 +630,9 @@ int sandbox_memory_pause_check(struct ctl *c, enum pj_egress_mode mode, struct e
                                field, c->drv->name);
         case MEMORY_NETWORKED:
                 return err_set(err, -EINVAL,
-                               "%s: only sandboxes without network access (egress deny_all; allowInternetAccess: false on "
-                               "E2B's API) can be paused with their memory, as gVisor cannot checkpoint host networking; set "
-                               "it to false to pause with the filesystem only",
+                               "%s: this server runs networked sandboxes on gVisor's host networking, which gVisor cannot "
+                               "checkpoint: only sandboxes without network access (egress deny_all; allowInternetAccess: "
+                               "false on E2B's API) keep their memory here; set it to false to pause with the filesystem only",
                                field);
         case MEMORY_NOT_READY:
                 break;

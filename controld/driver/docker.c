@@ -56,7 +56,8 @@ static int check_runtime(struct driver *d, const char *key, const char *name, st
                 return err_set(err, r, "Failed to read Docker's runtimes: %s", dmsg(r));
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
-        if (startswith(base, "runsc"))
+        /* runsc, or our wrapper that runs it in a mount namespace of its own (nodeagent/runsc-netns/) */
+        if (startswith(base, "runsc") || !strcmp(base, "paddock-runsc-netns"))
                 return 0;
         if (cfg->docker_allow_unsandboxed) {
                 log_warning("[docker] %s = %s runs %s, which is not gVisor: sandboxes are NOT isolated from the host "

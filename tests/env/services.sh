@@ -184,7 +184,16 @@ wait_ready() {
 #                                          sandboxes
 #                    runsc-hostnet host    gVisor uses the container's namespace as Docker set it
 #                    runsc-netstack sandbox the probe (and for hosts where it works)
+#                    runsc-netstack-ns sandbox, through paddock-runsc-netns: the second probe
+#                                          (nodeagent/runsc-netns/ says why: this runsc's
+#                                          root-namespace check is wrong on kernels 6.x); where
+#                                          it works and the plain one does not, runsc-net runs
+#                                          through it ("sandbox-netns" in $STATE/runsc-network)
+#                    PADDOCK_GVISOR_NETWORK=host forces host networking (no probe).
+# Networked sandboxes can be checkpointed (pause with memory, fork; issue 37) only on gVisor's
+# own network stack: gVisor cannot save host networking.
 RUNSC=/usr/bin/runsc
+RUNSC_NETNS=$STATE/paddock-runsc-netns
 RUNSC_ARGS='"--overlay2=none", "--host-uds=create"'
 # "experimental": true turns on Docker's checkpoint API, which pause with memory (keepMemory,
 # E2B's pause() default; issue 37) uses; without it those answer 501.
@@ -237,16 +246,37 @@ docker_storage() {
         fi
 }
 
+# netns_helper: builds paddock-runsc-netns into $STATE (before dockerd starts: its config names
+# it); 1 if it cannot be built.
+netns_helper() {
+        local src=$PADDOCK_ROOT/nodeagent/runsc-netns/runsc-netns.c
+        [[ -x $RUNSC_NETNS && ! $RUNSC_NETNS -ot $src ]] && return 0
+        cc -O2 -Wall -o "$RUNSC_NETNS.tmp" "$src" && mv "$RUNSC_NETNS.tmp" "$RUNSC_NETNS" ||
+                { warn "could not build $RUNSC_NETNS"; return 1; }
+}
+
+# docker_config MODE: dockerd's config with runsc-net in MODE (host, sandbox, sandbox-netns).
 docker_config() {
-        local netmode=$1
+        local netmode=$1 netpath=$RUNSC netargs
+        if [[ $netmode == sandbox-netns ]]; then
+                netmode=sandbox netpath=$RUNSC_NETNS
+        fi
+        # On its own stack a sandbox's open TCP connections are cut at a checkpoint, not a reason
+        # to refuse it (runsc refuses to save a connected endpoint otherwise).
+        netargs="\"--network=$netmode\""
+        [[ $netmode == sandbox ]] && netargs+=", \"--net-disconnect-ok\""
+        local nsprobe=""
+        [[ -x $RUNSC_NETNS ]] &&
+                nsprobe=",
+              \"runsc-netstack-ns\": {\"path\": \"$RUNSC_NETNS\", \"runtimeArgs\": [$RUNSC_ARGS, \"--network=sandbox\"]}"
         cat <<EOF
 {$(docker_storage)"bridge": "none",
  "experimental": true,
  "default-address-pools": [{"base": "169.254.80.0/20", "size": 24}],
  "runtimes": {"runsc": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=none"]},
-              "runsc-net": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=$netmode"]},
+              "runsc-net": {"path": "$netpath", "runtimeArgs": [$RUNSC_ARGS, $netargs]},
               "runsc-hostnet": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=host"]},
-              "runsc-netstack": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=sandbox"]}}}
+              "runsc-netstack": {"path": "$RUNSC", "runtimeArgs": [$RUNSC_ARGS, "--network=sandbox"]}$nsprobe}}
 EOF
 }
 
@@ -254,18 +284,20 @@ EOF
 netmode_known() {
         local m
         m=$(head -n1 "$STATE/runsc-network" 2>/dev/null) || m=host
-        [[ $m == sandbox ]] && echo sandbox || echo host
+        [[ ${PADDOCK_GVISOR_NETWORK:-} == host ]] && m=host
+        [[ $m == sandbox-netns && ! -x $RUNSC_NETNS ]] && m=host
+        case $m in sandbox | sandbox-netns) echo "$m" ;; *) echo host ;; esac
 }
 
 # probe_netstack: does runsc's own network stack start here? (On some kernels it refuses:
 # "cannot run with network enabled in root network namespace", gvisor#10704.) Prints the
 # reason when it does not.
 probe_netstack() {
-        local net=paddock-netprobe out rc=0
+        local runtime=${1:-runsc-netstack} net=paddock-netprobe out rc=0
         docker network rm "$net" >/dev/null 2>&1 || true
         docker network create --subnet 169.254.76.0/24 --gateway 169.254.76.1 "$net" >/dev/null 2>&1 \
                 || { echo "could not create the probe network"; return 1; }
-        out=$(timeout -s KILL 60 docker run --rm --runtime=runsc-netstack --network "$net" \
+        out=$(timeout -s KILL 60 docker run --rm --runtime="$runtime" --network "$net" \
                 paddock/busybox:local true 2>&1) || rc=$?
         docker network rm "$net" >/dev/null 2>&1 || true
         ((rc == 0)) && return 0
@@ -275,6 +307,7 @@ probe_netstack() {
 
 start_docker() {
         docker_fs || warn "docker: btrfs data-root unavailable; specs.disk and volume sizeGB will NOT be enforced"
+        netns_helper || true
         docker_config "$(netmode_known)" >"$STATE/daemon.json"
         # A stale pid file of dockerd's own would make it refuse to start.
         if [[ -e /var/run/docker.pid ]] && ! kill -0 "$(cat /var/run/docker.pid 2>/dev/null || echo 0)" 2>/dev/null; then
@@ -283,16 +316,22 @@ start_docker() {
         spawn docker dockerd --config-file "$STATE/daemon.json"
         wait_ready docker 60
         busybox_image
-        local why mode
-        if why=$(probe_netstack); then
+        local why why2 mode
+        if [[ ${PADDOCK_GVISOR_NETWORK:-} == host ]]; then
+                mode=host why="PADDOCK_GVISOR_NETWORK=host"
+                say "gVisor network: host networking, as PADDOCK_GVISOR_NETWORK says"
+        elif why=$(probe_netstack); then
                 mode=sandbox
                 say "gVisor network: runsc's own stack works here; runsc-net uses --network=sandbox"
+        elif [[ -x $RUNSC_NETNS ]] && why2=$(probe_netstack runsc-netstack-ns); then
+                mode=sandbox-netns
+                say "gVisor network: runsc's own stack starts here through paddock-runsc-netns ($why); runsc-net uses it"
         else
                 mode=host
-                say "gVisor network: runsc's own stack does not start here ($why); runsc-net uses --network=host"
+                say "gVisor network: runsc's own stack does not start here ($why${why2:+; through paddock-runsc-netns: $why2}); runsc-net uses --network=host"
         fi
         printf '%s\n%s\n' "$mode" "${why:-}" >"$STATE/runsc-network"
-        if [[ $mode != "$(jq -r '.runtimes["runsc-net"].runtimeArgs[-1]' "$STATE/daemon.json" | sed 's/--network=//')" ]]; then
+        if [[ $(docker_config "$mode" | jq -cS '.runtimes["runsc-net"]') != "$(jq -cS '.runtimes["runsc-net"]' "$STATE/daemon.json")" ]]; then
                 docker_config "$mode" >"$STATE/daemon.json"
                 # dockerd reloads its runtimes on SIGHUP.
                 kill -HUP "$(pidfile_alive "$RUN/docker.pid")"

@@ -8,10 +8,14 @@
  * (`docker info`), the test uses its own at CKPT_SOCK (one already running, or one it starts
  * and stops again), with the runtimes of $PADDOCK_STATE/daemon.json and the test images
  * loaded into it. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -251,11 +255,18 @@ TEST_FULL(keep_memory_pause_resume_same_process, 300) {
         ctld_stop(&c);
 }
 
-TEST_FULL(keep_memory_refused_for_networked_sandboxes, 300) {
+/* On gVisor's host networking (runsc-hostnet, which every test dockerd has), a networked
+ * sandbox cannot be checkpointed: keepMemory is refused by name and the sandbox runs on. */
+TEST_FULL(keep_memory_refused_for_networked_sandboxes_on_host_networking, 300) {
         struct ctld c = { 0 };
         char id[25];
         struct hres r;
-        _cleanup_free_ char *key = start_ready(&c, "net", "{\"template\":\"busybox\"}", id);
+        const char *dk = ckpt_docker();
+        _cleanup_free_ char *conf = xasprintf("%sruntime_network = runsc-hostnet\n", *dk ? dk : "[docker]\n");
+        ctld_start(&c, NULL, conf);
+        _cleanup_free_ char *key = ctld_account_key(&c, "net", NULL, NULL);
+        ctld_create(&c, key, "{\"template\":\"busybox\"}", id);
+        ASSERT_STREQ(ctld_wait_status(&c, key, id, "ready", 60), "ready");
         sb_post(&c, key, id, "pause", "{\"keepMemory\":true}", 400, &r);
         ASSERT_NOT_NULL(strstr(hres_message(&r), "keepMemory"));
         ASSERT_NOT_NULL(strstr(hres_message(&r), "deny_all"));
@@ -264,6 +275,154 @@ TEST_FULL(keep_memory_refused_for_networked_sandboxes, 300) {
         sb_post(&c, key, id, "pause", "{\"keepMemory\":1}", 400, &r);
         ASSERT_NOT_NULL(strstr(r.body, "keepMemory"));
         hres_done(&r);
+        ctld_stop(&c);
+}
+
+/* A python HTTP server answering "<pid> <requests it served>": its state is in its memory. */
+static const char SERVER_PY[] = "import http.server, os\n"
+                                "n = [0]\n"
+                                "class H(http.server.BaseHTTPRequestHandler):\n"
+                                "    def do_GET(self):\n"
+                                "        n[0] += 1\n"
+                                "        b = ('%d %d' % (os.getpid(), n[0])).encode()\n"
+                                "        self.send_response(200)\n"
+                                "        self.send_header('Content-Length', str(len(b)))\n"
+                                "        self.end_headers()\n"
+                                "        self.wfile.write(b)\n"
+                                "    def log_message(self, *a):\n"
+                                "        pass\n"
+                                "http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()\n";
+
+/* GET http://ip:8080/ from the host: the server's "<pid> <n>", or NULL when nothing answers. */
+static char *server_get(const char *ip) {
+        _cleanup_free_ char *url = xasprintf("http://%s:8080/", ip);
+        char *argv[] = { "curl", "-s", "--max-time", "3", url, NULL };
+        char *out = NULL;
+        if (test_run_capture(argv, &out, 4096) != 0 || !out || !*out) {
+                free(out);
+                return NULL;
+        }
+        return out;
+}
+
+/* The address Docker gave the sandbox's container (static buffer). */
+static const char *container_ip(const char *id) {
+        static char ip[64];
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                         container_name(id), NULL };
+        ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
+        snprintf(ip, sizeof(ip), "%.*s", (int) strcspn(out, "\n"), out);
+        ASSERT_TRUE(ip[0] != 0);
+        return ip;
+}
+
+/* A listener of the test's on addr: it answers its first connection "pong" and ends. */
+struct pong {
+        int fd;
+        pthread_t t;
+};
+static void *pong_main(void *p) {
+        struct pong *pg = p;
+        int c = accept(pg->fd, NULL, NULL);
+        if (c >= 0) {
+                (void) !write(c, "pong\n", 5);
+                close(c);
+        }
+        return NULL;
+}
+static int pong_start(struct pong *pg, const char *addr) {
+        struct sockaddr_in sa = { .sin_family = AF_INET };
+        ASSERT_EQ(inet_pton(AF_INET, addr, &sa.sin_addr), 1);
+        pg->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_TRUE(pg->fd >= 0);
+        ASSERT_EQ(bind(pg->fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        ASSERT_EQ(listen(pg->fd, 4), 0);
+        socklen_t len = sizeof(sa);
+        ASSERT_EQ(getsockname(pg->fd, (struct sockaddr *) &sa, &len), 0);
+        ASSERT_EQ(pthread_create(&pg->t, NULL, pong_main, pg), 0);
+        return ntohs(sa.sin_port);
+}
+static void pong_stop(struct pong *pg) {
+        shutdown(pg->fd, SHUT_RDWR);
+        pthread_join(pg->t, NULL);
+        close(pg->fd);
+}
+
+/* Issue 37: on gVisor's own network stack (runsc-net, through paddock-runsc-netns where this
+ * runsc needs it) a networked sandbox pauses with its memory: a server it runs answers again
+ * after the resume at the same address, from the same process, its count continued, and the
+ * sandbox's own connections out work. Where the engine runs networked sandboxes on host
+ * networking (/healthz says so), the pause is refused by name instead. */
+TEST_FULL(networked_sandbox_keeps_its_memory_and_its_server, 300) {
+        struct ctld c = { 0 };
+        char id[25];
+        struct hres r;
+        _cleanup_free_ char *key = start_ready(&c, "netmem", "{\"template\":\"python-3.11\"}", id);
+        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
+        const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "sandbox_network"), "mode"));
+        bool netstack = mode && !strcmp(mode, "sandbox");
+        fprintf(stderr, "  sandbox network mode: %s\n", mode ? mode : "(none)");
+        hres_done(&r);
+        if (!netstack) {
+                ASSERT_TRUE(getenv("CI") == NULL || strcmp(getenv("CI"), "true") != 0);   /* CI's engine has netstack */
+                sb_post(&c, key, id, "pause", "{\"keepMemory\":true}", 400, &r);
+                ASSERT_NOT_NULL(strstr(hres_message(&r), "host networking"));
+                hres_done(&r);
+                ctld_stop(&c);
+                return;
+        }
+        _cleanup_free_ char *fpath = xasprintf("/sandboxes/%s/files/tmp/srv.py", id);
+        http_req(&c, "PUT", fpath, key, SERVER_PY, &r);
+        ASSERT_LE(r.status, 299);
+        hres_done(&r);
+        _cleanup_free_ char *ppath = xasprintf("/sandboxes/%s/processes", id);
+        http_req(&c, "POST", ppath, key, "{\"cmd\":\"python3 /tmp/srv.py\",\"cwd\":\"/tmp\"}", &r);
+        ASSERT_EQ(r.status, 201);
+        hres_done(&r);
+        char ip[64];
+        snprintf(ip, sizeof(ip), "%s", container_ip(id));
+        char *got = NULL;
+        for (int i = 0; i < 100 && !(got = server_get(ip)); i++)
+                usleep(100000);
+        ASSERT_NOT_NULL(got);
+        long pid0 = 0, n0 = 0, pid1 = 0, n1 = 0;
+        ASSERT_EQ(sscanf(got, "%ld %ld", &pid0, &n0), 2);
+        free(got);
+
+        sb_post(&c, key, id, "pause", "{\"keepMemory\":true}", 200, &r);
+        hres_done(&r);
+        cJSON *sb = get_sandbox(&c, key, id);
+        ASSERT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(sb, "status")), "paused");
+        ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(sb, "memory_kept")));
+        cJSON_Delete(sb);
+        got = server_get(ip);
+        ASSERT_NULL(got);                                   /* paused: nothing answers */
+
+        sb_post(&c, key, id, "resume", NULL, 200, &r);
+        ASSERT_NULL(strstr(r.body, "Memory was lost"));
+        hres_done(&r);
+        ASSERT_STREQ(container_ip(id), ip);                 /* the address it had */
+        got = server_get(ip);                               /* at once: the resume answered when it was */
+        ASSERT_NOT_NULL(got);
+        ASSERT_EQ(sscanf(got, "%ld %ld", &pid1, &n1), 2);
+        free(got);
+        ASSERT_EQ(pid1, pid0);                              /* the same process ... */
+        ASSERT_EQ(n1, n0 + 1);                              /* ... with its memory */
+        /* The sandbox's own connections out: to a listener of this test's on its gateway. */
+        _cleanup_free_ char *gw = NULL;
+        {
+                char *argv[] = { "docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.Gateway}}{{end}}",
+                                 container_name(id), NULL };
+                ASSERT_EQ(test_run_capture(argv, &gw, 4096), 0);
+                gw[strcspn(gw, "\n")] = 0;
+        }
+        struct pong pg;
+        int port = pong_start(&pg, gw);
+        _cleanup_free_ char *cmd = xasprintf("python3 -c \"import socket; print(socket.create_connection(('%s', %d), 5).recv(16).decode().strip())\"",
+                                             gw, port);
+        CTLD_EXEC_EXPECT(&c, key, id, cmd, "pong\n");
+        pong_stop(&pg);
         ctld_stop(&c);
 }
 
