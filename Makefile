@@ -86,7 +86,7 @@ FAKE_BINS  := $(patsubst tests/fakes/%.c,$(BUILD)/tests/fakes/%,$(FAKES_SRC))
 BENCH_BINS := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
 
 .PHONY: all check unit unit-bins tests bench up down install clean compdb deps fuzz fuzz-targets fuzz-link soak load
-all: $(BUILD)/controld $(BUILD)/nodeagent $(BUILD)/paddock-init
+all: $(BUILD)/controld $(BUILD)/nodeagent $(BUILD)/paddock-init $(BUILD)/paddock-runsc-netns
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -106,6 +106,12 @@ $(BUILD)/controld: $(call obj,controld/main.c) $(LIBCTL) $(LIBPJ) $(LIBCOMMON)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/nodeagent: $(call obj,nodeagent/main.c) $(LIBAGENT) $(LIBPJ) $(LIBCOMMON)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# paddock-runsc-netns, the runtime path of runsc-net on gVisor hosts (nodeagent/runsc-netns/): one
+# file, libc only.
+$(BUILD)/paddock-runsc-netns: nodeagent/runsc-netns/runsc-netns.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu17 $(WARN) $(CFLAGS) -o $@ $<
 
 # paddock-init, PID 1 of every sandbox (nodeagent/paddock-init/, proto-json/AGENT-PROTOCOL.md):
 # a static binary of its own files, the agent codec, pj.c, err.c (struct err) and xalloc.c, nothing
@@ -280,6 +286,7 @@ install: all
 	install -m 0755 $(BUILD)/controld $(BUILD)/nodeagent $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/lib/paddock
 	install -m 0755 $(BUILD)/paddock-init $(DESTDIR)$(PREFIX)/lib/paddock/paddock-init
+	install -m 0755 $(BUILD)/paddock-runsc-netns $(DESTDIR)$(PREFIX)/lib/paddock/paddock-runsc-netns
 	install -m 0644 packaging/controld.conf.example packaging/nodeagent.conf.example $(DESTDIR)/etc/paddock/
 	for u in paddock-controld paddock-nodeagent; do \
 		sed 's#/usr/bin/#$(PREFIX)/bin/#g' packaging/$$u.service > $(DESTDIR)/lib/systemd/system/$$u.service; done

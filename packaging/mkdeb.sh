@@ -14,7 +14,7 @@ BUILD=${1:?usage: mkdeb.sh BUILD OUTDIR}
 OUT=${2:?usage: mkdeb.sh BUILD OUTDIR}
 
 die() { echo "mkdeb: $*" >&2; exit 1; }
-for b in controld nodeagent paddock-init; do
+for b in controld nodeagent paddock-init paddock-runsc-netns; do
         [[ -x $BUILD/$b ]] || die "$BUILD/$b is missing: run make first"
 done
 command -v dpkg-deb >/dev/null || die "dpkg-deb is missing (apt-get install dpkg)"
@@ -95,6 +95,9 @@ build_pkg() {
                 install -m 0755 "$BUILD/paddock-init" "$d/usr/lib/paddock/paddock-init"
                 install -m 0644 "$HERE/nodeagent-relay.conf" "$d/usr/share/paddock/systemd/"
                 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$d/usr/lib/paddock/paddock-init" 2>/dev/null || true
+                # runsc-net's runtime path in daemon.json: runsc's own network stack where this
+                # runsc's root-namespace check refuses it (nodeagent/runsc-netns/)
+                install -m 0755 "$BUILD/paddock-runsc-netns" "$d/usr/lib/paddock/paddock-runsc-netns"
                 install -d "$d/usr/share/paddock/cni" "$d/usr/share/paddock/nomad"
                 install -m 0644 "$HERE"/cni/*.conflist "$d/usr/share/paddock/cni/"
                 install -m 0644 "$HERE"/nomad/*.hcl "$d/usr/share/paddock/nomad/"

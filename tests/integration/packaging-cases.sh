@@ -49,7 +49,7 @@ case_deb() {
 
         # Placement and modes.
         local f
-        for f in usr/bin/controld:755 usr/bin/nodeagent:755 usr/lib/paddock/paddock-init:755 \
+        for f in usr/bin/controld:755 usr/bin/nodeagent:755 usr/lib/paddock/paddock-init:755 usr/lib/paddock/paddock-runsc-netns:755 \
                  lib/systemd/system/paddock-controld.service:644 lib/systemd/system/paddock-nodeagent.service:644 \
                  usr/lib/sysusers.d/paddock-controld.conf:644 usr/lib/sysusers.d/paddock-nodeagent.conf:644 \
                  usr/lib/tmpfiles.d/paddock-controld.conf:644 \

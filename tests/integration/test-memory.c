@@ -359,12 +359,7 @@ TEST_FULL(networked_sandbox_keeps_its_memory_and_its_server, 300) {
         char id[25];
         struct hres r;
         _cleanup_free_ char *key = start_ready(&c, "netmem", "{\"template\":\"python-3.11\"}", id);
-        http_req(&c, "GET", "/healthz", NULL, NULL, &r);
-        const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "sandbox_network"), "mode"));
-        bool netstack = mode && !strcmp(mode, "sandbox");
-        fprintf(stderr, "  sandbox network mode: %s\n", mode ? mode : "(none)");
-        hres_done(&r);
-        if (!netstack) {
+        if (!ctld_netstack(&c)) {
                 ASSERT_TRUE(getenv("CI") == NULL || strcmp(getenv("CI"), "true") != 0);   /* CI's engine has netstack */
                 sb_post(&c, key, id, "pause", "{\"keepMemory\":true}", 400, &r);
                 ASSERT_NOT_NULL(strstr(hres_message(&r), "host networking"));

@@ -729,3 +729,12 @@ void ctld_newest_id(struct ctld *c, const char *table, char id[25]) {
         ASSERT_EQ(strlen(out), 24);
         snprintf(id, 25, "%s", out);
 }
+
+bool ctld_netstack(struct ctld *c) {
+        struct hres r;
+        http_req(c, "GET", "/healthz", NULL, NULL, &r);
+        const char *mode = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "sandbox_network"), "mode"));
+        bool yes = mode && !strcmp(mode, "sandbox");
+        hres_done(&r);
+        return yes;
+}

@@ -100,6 +100,9 @@ struct hres {
 };
 /* One request. key NULL = no auth header; body NULL = none. */
 void http_req(struct ctld *c, const char *method, const char *path, const char *key, const char *body, struct hres *ret);
+/* Whether c's networked sandboxes run on gVisor's own network stack (its /healthz's
+ * sandbox_network.mode is "sandbox"), which is what lets them keep their memory. */
+bool ctld_netstack(struct ctld *c);
 /* The same with the key in another header (e.g. "X-Nomad-Token" for the Nomad stand-in). */
 void http_req_keyed(struct ctld *c, const char *method, const char *path, const char *key_header, const char *key,
                     const char *body, struct hres *ret);
