@@ -1144,20 +1144,14 @@ TEST_FULL(a_sandbox_at_its_end_pauses_as_its_lifecycle_says, 600) {
         http_req(&c, "GET", path, key, NULL, &r);
         ASSERT_CONTAINS(r.body, "\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":false,\"autoResume\":false}");
         hres_done(&r);
-        /* keepMemory for a networked sandbox: taken where sandboxes run on gVisor's own network
-         * stack, refused at create by name on host networking; Nomad keeps no memory at all */
-        bool netstack = ctld_netstack(&c);
-        http_req(&c, "POST", "/sandboxes", key, "{\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":true}}", &r);
-        if (!ctld_nomad() && netstack) {
-                ASSERT_EQ(r.status, 201);
-                ASSERT_CONTAINS(r.body, "\"keepMemory\":true");
-                _cleanup_free_ char *del = xasprintf("/sandboxes/%s", hres_data_str(&r, "id"));
-                hres_done(&r);
-                http_req(&c, "DELETE", del, key, NULL, &r);
-                ASSERT_LE(r.status, 299);
-                hres_done(&r);
+        /* keepMemory for a networked sandbox: refused at create by name on host networking, and
+         * on Nomad, which keeps no memory at all; on gVisor's own network stack it is taken
+         * (test-memory and the E2B SDK sessions pause such sandboxes; this test's node agent
+         * enforces no egress, so it places none), and a value that is not a boolean is named */
+        if (!ctld_nomad() && ctld_netstack(&c))
                 http_req(&c, "POST", "/sandboxes", key, "{\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":1}}", &r);
-        }
+        else
+                http_req(&c, "POST", "/sandboxes", key, "{\"lifecycle\":{\"onTimeout\":\"pause\",\"keepMemory\":true}}", &r);
         ASSERT_EQ(r.status, ctld_nomad() ? 501 : 400);   /* Nomad: no memory at all */
         ASSERT_CONTAINS(r.body, "lifecycle.keepMemory");
         hres_done(&r);
