@@ -20,9 +20,12 @@ struct store {
         pthread_mutex_t lock;
 };
 
+/* Gives a statement of prepare()/stmt_new() back: one from the statement cache is reset for
+ * its next use, any other finalized. Called with the store lock held. */
+void stmt_release(sqlite3_stmt *st);
 static inline void finalizep(sqlite3_stmt **st) {
         if (*st)
-                sqlite3_finalize(*st);
+                stmt_release(*st);
 }
 #define _cleanup_stmt_ _cleanup_(finalizep)
 

@@ -477,7 +477,7 @@ int store_egress_applied_get(struct store *s, const char *sandbox_id, int64_t *r
         if (r == 0)
                 return -ENOENT;
         int64_t at = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(TAKE_PTR(st));
+        stmt_release(TAKE_PTR(st));
         if ((r = stmt_new(s, "SELECT name, addrs, at FROM egress_resolved WHERE sandbox_id = ? ORDER BY pos LIMIT ?",
                           PARAMS(p_text(sandbox_id), p_int(PJ_EGRESS_MAX_ALLOW)), &st)) < 0)
                 return r;

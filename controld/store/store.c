@@ -184,13 +184,88 @@ int exec_sql(struct store *s, const char *sql) {
         return 0;
 }
 
+/* The statement cache: every store's statements by their SQL text, prepared once and reset
+ * between uses (parsing the SQL was a third of a GET /sandboxes/{id}: sqlite's parser and the
+ * allocations it makes). A statement in use is busy; a second user of the same text at once
+ * (a query inside another's loop) gets one of its own, finalized after. At most STMT_CACHE_MAX
+ * statements, for all stores of the process together: past it, the least recently used idle
+ * one makes room. */
+#define STMT_CACHE_MAX 96
+static struct {
+        sqlite3 *db;
+        char *sql;
+        sqlite3_stmt *st;
+        bool busy;
+        uint64_t used;                  /* stmt_tick at its last use */
+} stmt_cache[STMT_CACHE_MAX];
+static size_t n_stmt_cache;
+static uint64_t stmt_tick;
+static pthread_mutex_t stmt_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
 int prepare(struct store *s, const char *sql, sqlite3_stmt **ret) {
+        pthread_mutex_lock(&stmt_cache_lock);
+        for (size_t i = 0; i < n_stmt_cache; i++)
+                if (stmt_cache[i].db == s->db && !stmt_cache[i].busy && !strcmp(stmt_cache[i].sql, sql)) {
+                        stmt_cache[i].busy = true;
+                        stmt_cache[i].used = ++stmt_tick;
+                        *ret = stmt_cache[i].st;
+                        pthread_mutex_unlock(&stmt_cache_lock);
+                        return 0;
+                }
+        pthread_mutex_unlock(&stmt_cache_lock);
         int rc = sqlite3_prepare_v2(s->db, sql, -1, ret, NULL);
         if (rc != SQLITE_OK) {
                 log_debug("sqlite prepare failed: %s: %s", sqlite3_errmsg(s->db), sql);
                 return sqlite_to_errno(rc);
         }
+        pthread_mutex_lock(&stmt_cache_lock);
+        size_t slot = n_stmt_cache;
+        if (slot == STMT_CACHE_MAX) {
+                for (size_t i = 0; i < n_stmt_cache; i++)
+                        if (!stmt_cache[i].busy && (slot == STMT_CACHE_MAX || stmt_cache[i].used < stmt_cache[slot].used))
+                                slot = i;
+                if (slot < STMT_CACHE_MAX) {
+                        sqlite3_finalize(stmt_cache[slot].st);
+                        free(stmt_cache[slot].sql);
+                }
+        } else
+                n_stmt_cache++;
+        if (slot < STMT_CACHE_MAX) {
+                stmt_cache[slot].db = s->db;
+                stmt_cache[slot].sql = xstrdup(sql);
+                stmt_cache[slot].st = *ret;
+                stmt_cache[slot].busy = true;
+                stmt_cache[slot].used = ++stmt_tick;
+        }
+        pthread_mutex_unlock(&stmt_cache_lock);
         return 0;
+}
+
+void stmt_release(sqlite3_stmt *st) {
+        pthread_mutex_lock(&stmt_cache_lock);
+        for (size_t i = 0; i < n_stmt_cache; i++)
+                if (stmt_cache[i].st == st) {
+                        sqlite3_reset(st);
+                        sqlite3_clear_bindings(st);
+                        stmt_cache[i].busy = false;
+                        pthread_mutex_unlock(&stmt_cache_lock);
+                        return;
+                }
+        pthread_mutex_unlock(&stmt_cache_lock);
+        sqlite3_finalize(st);
+}
+
+/* Finalizes the cached statements of db (at its close). */
+static void stmt_cache_drop(sqlite3 *db) {
+        pthread_mutex_lock(&stmt_cache_lock);
+        for (size_t i = 0; i < n_stmt_cache;)
+                if (stmt_cache[i].db == db) {
+                        sqlite3_finalize(stmt_cache[i].st);
+                        free(stmt_cache[i].sql);
+                        stmt_cache[i] = stmt_cache[--n_stmt_cache];
+                } else
+                        i++;
+        pthread_mutex_unlock(&stmt_cache_lock);
 }
 
 void bind_param(sqlite3_stmt *st, int i, struct param p) {
@@ -535,8 +610,10 @@ fail:
 struct store *store_close(struct store *s) {
         if (!s)
                 return NULL;
-        if (s->db)
+        if (s->db) {
+                stmt_cache_drop(s->db);
                 sqlite3_close_v2(s->db);
+        }
         pthread_mutex_destroy(&s->lock);
         free(s);
         return NULL;
