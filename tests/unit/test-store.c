@@ -1202,3 +1202,47 @@ TEST(expired_lists_ends_but_not_sandboxes_paused_at_theirs) {
         ASSERT_EQ(n, 0);
         sandbox_array_free(a, n);
 }
+
+/* ---- the statement cache (store.c) ---- */
+
+#include "store-private.h"
+
+/* "SELECT ?1 + n" of store s with ?1 = v: its value, the statement released after. */
+static int64_t select_plus(struct store *s, int n, int64_t v) {
+        _cleanup_free_ char *sql = xasprintf("SELECT ? + %d", n);
+        _cleanup_stmt_ sqlite3_stmt *st = NULL;
+        ASSERT_EQ(query(s, sql, PARAMS(p_int(v)), &st), 1);
+        return sqlite3_column_int64(st, 0);
+}
+
+/* A statement comes back reset with its new bindings; a second user of the same SQL while the
+ * first holds it gets one of its own; another store's statement is never handed out; past the
+ * cache's room the least recently used idle ones go and every query still answers right. */
+TEST(statements_are_cached_per_store_and_never_shared) {
+        struct store *a = storetest_open("cache-a"), *b = storetest_open("cache-b");
+        sqlite3_stmt *first = NULL, *again = NULL, *inner = NULL, *other = NULL;
+        ASSERT_EQ(query(a, "SELECT ? * 2", PARAMS(p_int(5)), &first), 1);
+        ASSERT_EQ(sqlite3_column_int64(first, 0), 10);
+        ASSERT_EQ(query(a, "SELECT ? * 2", PARAMS(p_int(7)), &inner), 1);   /* while first is held */
+        ASSERT_TRUE(inner != first);
+        ASSERT_EQ(sqlite3_column_int64(inner, 0), 14);
+        ASSERT_EQ(sqlite3_column_int64(first, 0), 10);
+        ASSERT_EQ(query(b, "SELECT ? * 2", PARAMS(p_int(1)), &other), 1);
+        ASSERT_TRUE(sqlite3_db_handle(other) != sqlite3_db_handle(first));
+        ASSERT_EQ(sqlite3_column_int64(other, 0), 2);
+        stmt_release(other);
+        stmt_release(inner);
+        stmt_release(first);
+        ASSERT_EQ(query(a, "SELECT ? * 2", PARAMS(p_int(21)), &again), 1);
+        ASSERT_TRUE(again == first);                                        /* the cached one, reset */
+        ASSERT_EQ(sqlite3_column_int64(again, 0), 42);
+        stmt_release(again);
+        /* more distinct statements than the cache holds, twice over, each answering right */
+        for (int round = 0; round < 2; round++)
+                for (int n = 0; n < 300; n++)
+                        ASSERT_EQ(select_plus(n % 2 ? a : b, n, 1000), 1000 + n);
+        /* and the store's own calls still work beside them */
+        ASSERT_EQ(select_plus(a, 0, -3), -3);
+        store_close(a);
+        store_close(b);
+}
