@@ -189,6 +189,17 @@ int dd_restore(struct driver *d, const struct sandbox *sb, const char *name, str
                 (void) docker_container_stop(D(d), sb->container_id, 0);
                 return r < 0 ? r : -EIO;
         }
+        /* A networked sandbox's restored stack has the address it had at the pause. Docker gives
+         * a stopped container's address back to its pool, and starts it with whatever is free:
+         * when another sandbox took it meanwhile, this one came back elsewhere, its stack on an
+         * address that is not its own. It cannot run so: stopped, and the resume starts it
+         * afresh (sandbox_restore_in_place), saying why. */
+        if (sb->ip && *sb->ip && strcmp(sb->ip, st.ip) != 0) {
+                err_set(err, -EADDRINUSE, "its network address %s was given to another sandbox while it was paused (it "
+                        "came back as %s)", sb->ip, *st.ip ? st.ip : "none");
+                (void) docker_container_stop(D(d), sb->container_id, 0);
+                return -EADDRINUSE;
+        }
         dd_unpark_agent(d, sb, sb->container_id, deadline);
         net_prime(st.ip, deadline);
         r = docker_checkpoint_remove(D(d), sb->container_id, name);

@@ -349,6 +349,11 @@ static void pong_stop(struct pong *pg) {
         close(pg->fd);
 }
 
+static void rm_container(void *name) {
+        char *argv[] = { "docker", "rm", "-f", name, NULL };
+        (void) test_run_capture(argv, NULL, 0);
+}
+
 /* Issue 37: on gVisor's own network stack (runsc-net, through paddock-runsc-netns where this
  * runsc needs it) a networked sandbox pauses with its memory: a server it runs answers again
  * after the resume at the same address, from the same process, its count continued, and the
@@ -418,6 +423,32 @@ TEST_FULL(networked_sandbox_keeps_its_memory_and_its_server, 300) {
                                              gw, port);
         CTLD_EXEC_EXPECT(&c, key, id, cmd, "pong\n");
         pong_stop(&pg);
+
+        /* Paused again, and its address taken meanwhile (a container of the test's on it): its
+         * stack cannot come back elsewhere, so the resume starts it afresh and says why. */
+        sb_post(&c, key, id, "pause", "{\"keepMemory\":true}", 200, &r);
+        hres_done(&r);
+        _cleanup_free_ char *net = NULL;
+        {
+                char *argv[] = { "docker", "inspect", "-f", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}",
+                                 container_name(id), NULL };
+                ASSERT_EQ(test_run_capture(argv, &net, 4096), 0);
+                net[strcspn(net, "\n")] = 0;
+        }
+        _cleanup_free_ char *thief = xasprintf("paddock-test-ipthief-%d", (int) getpid());
+        test_on_exit(rm_container, thief);
+        {
+                char *argv[] = { "docker", "run", "-d", "--name", thief, "--network", net, "--ip", ip,
+                                 getenv("PADDOCK_TEST_IMAGE") ? getenv("PADDOCK_TEST_IMAGE") : "paddock/busybox:local",
+                                 "sleep", "300", NULL };
+                ASSERT_EQ(test_run_capture(argv, NULL, 0), 0);
+        }
+        sb_post(&c, key, id, "resume", NULL, 200, &r);
+        ASSERT_NOT_NULL(strstr(hres_message(&r), "Memory was lost"));
+        ASSERT_NOT_NULL(strstr(hres_message(&r), "network address"));
+        hres_done(&r);
+        ASSERT_TRUE(strcmp(container_ip(id), ip) != 0);     /* started afresh, elsewhere */
+        CTLD_EXEC_EXPECT(&c, key, id, "test -e /tmp/srv.py && echo kept || echo fresh", "fresh\n");
         ctld_stop(&c);
 }
 
