@@ -28,7 +28,8 @@
 #include <openssl/x509v3.h>
 #include "cleanup.h"
 #include "log.h"
-#include "proxy.h"
+#include "err.h"
+#include "proxy-types.h"
 #include "strutil.h"
 #ifndef SO_ORIGINAL_DST
 #define SO_ORIGINAL_DST 80      /* linux/netfilter_ipv4.h, which clashes with netinet/in.h */
@@ -140,7 +141,12 @@ struct req {
         unsigned n_host;
 };
 
-/* proxy-sandbox.c */
+/* proxy-sandbox.c: the sandbox table behind proxy.h's proxy_sandbox_* calls (same contracts) */
+int table_set(struct proxy *p, const char *sandbox_id, uint32_t ip, const struct proxy_rule *rules, size_t n_rules,
+              char **ret_ca_pem, struct err *err);
+int table_drop(struct proxy *p, const char *sandbox_id);
+int table_drop_ip(struct proxy *p, uint32_t ip);
+int table_stats(struct proxy *p, const char *sandbox_id, struct proxy_host_stats **ret);
 void sandbox_unref(struct sandbox *sb);
 struct sandbox *sandbox_by_ip(struct proxy *p, uint32_t ip);
 const struct rule *sandbox_rule(const struct sandbox *sb, const char *host);
@@ -148,7 +154,7 @@ struct proxy_host_stats *sandbox_stats(struct sandbox *sb, const char *host);
 struct leaf *sandbox_leaf(struct sandbox *sb, const char *host);
 bool host_valid(const char *s);
 
-/* proxy.c */
+/* proxy-io.c */
 void side_shutdown_write(struct side *s);
 int relay_step(struct relay *r, short *want_src, short *want_dst);
 bool relay_done(const struct relay *r);

@@ -281,7 +281,7 @@ static struct rule *rules_copy(const struct proxy_rule *rules, size_t n) {
 
 /* ---- the sandbox API ---- */
 
-int proxy_sandbox_set(struct proxy *p, const char *sandbox_id, uint32_t ip, const struct proxy_rule *rules, size_t n_rules,
+int table_set(struct proxy *p, const char *sandbox_id, uint32_t ip, const struct proxy_rule *rules, size_t n_rules,
                       char **ret_ca_pem, struct err *err) {
         if (!sandbox_id_valid(sandbox_id))
                 return err_set_field(err, -EINVAL, "sandbox_id", "A sandbox id has 1 to %d letters, digits, '.', '_' or '-'.",
@@ -365,7 +365,7 @@ int proxy_sandbox_set(struct proxy *p, const char *sandbox_id, uint32_t ip, cons
         return 0;
 }
 
-int proxy_sandbox_drop(struct proxy *p, const char *sandbox_id) {
+int table_drop(struct proxy *p, const char *sandbox_id) {
         if (!sandbox_id)
                 return 0;
         pthread_mutex_lock(&p->lock);
@@ -390,17 +390,17 @@ int proxy_sandbox_drop(struct proxy *p, const char *sandbox_id) {
         return 0;
 }
 
-int proxy_sandbox_drop_ip(struct proxy *p, uint32_t ip) {
+int table_drop_ip(struct proxy *p, uint32_t ip) {
         char id[SANDBOX_ID_MAX + 1] = "";
         pthread_mutex_lock(&p->lock);
         struct sandbox *sb = sandbox_by_ip(p, ip);
         if (sb)
                 snprintf(id, sizeof(id), "%s", sb->id);
         pthread_mutex_unlock(&p->lock);
-        return id[0] ? proxy_sandbox_drop(p, id) : 0;
+        return id[0] ? table_drop(p, id) : 0;
 }
 
-int proxy_sandbox_stats(struct proxy *p, const char *sandbox_id, struct proxy_host_stats **ret) {
+int table_stats(struct proxy *p, const char *sandbox_id, struct proxy_host_stats **ret) {
         pthread_mutex_lock(&p->lock);
         struct sandbox *sb = sandbox_id ? sandbox_by_id(p, sandbox_id) : NULL;
         if (!sb) {

@@ -21,12 +21,10 @@ struct store {
 };
 
 /* Gives a statement of prepare()/stmt_new() back: one from the statement cache is reset for
- * its next use, any other finalized. Called with the store lock held. */
+ * its next use, any other finalized. Called with the store lock held. finalizep: the same
+ * for a cleanup variable (NULL is fine). */
 void stmt_release(sqlite3_stmt *st);
-static inline void finalizep(sqlite3_stmt **st) {
-        if (*st)
-                stmt_release(*st);
-}
+void finalizep(sqlite3_stmt **st);
 #define _cleanup_stmt_ _cleanup_(finalizep)
 
 static inline void unlockp(struct store **s) {

@@ -255,6 +255,11 @@ void stmt_release(sqlite3_stmt *st) {
         sqlite3_finalize(st);
 }
 
+void finalizep(sqlite3_stmt **st) {
+        if (*st)
+                stmt_release(*st);
+}
+
 /* Finalizes the cached statements of db (at its close). */
 static void stmt_cache_drop(sqlite3 *db) {
         pthread_mutex_lock(&stmt_cache_lock);
