@@ -263,42 +263,48 @@ enum MHD_Result runtime_prepare_put_file(struct req *r) {
                                          (long long) len, (unsigned long long) c->cfg->max_file);
         if (runtime_ready_sandbox(r, id, &sb) < 0)
                 return MHD_YES;
+        int k = runtime_upload_begin(r, &sb, path, &e);
+        return k < 0 ? respond_errno(r, k, &e) : MHD_YES;
+}
+
+int runtime_upload_begin(struct req *r, struct sandbox *sb, const char *path, struct err *e) {
         struct upload *u = xnew0(struct upload, 1);
-        u->limit = c->cfg->max_file;
+        u->limit = r->c->cfg->max_file;
         snprintf(u->path, sizeof(u->path), "%s", path);
-        int k = runtime_file_write_start(c, &sb, path, &u->x, &e);
+        int k = runtime_file_write_start(r->c, sb, path, &u->x, e);
         if (k < 0) {
                 free(u);
-                return respond_errno(r, k, &e);
+                return k;
         }
         r->sink = upload_sink;
         r->ud = u;
         r->on_end = upload_free;
-        return MHD_YES;
+        return 0;
+}
+
+int runtime_upload_finish(struct req *r, struct err *e) {
+        struct upload *u = r->ud;
+        if (!u)
+                return err_set(e, -EIO, "Upload was not prepared");
+        if (u->too_large)
+                return err_set(e, -EFBIG, "File too large: the limit is %llu bytes", (unsigned long long) u->limit);
+        if (u->timed_out)
+                return err_set(e, -ETIMEDOUT, "Upload of %s took longer than %llu s (transfer_timeout); it was abandoned",
+                               u->path, (unsigned long long) r->c->cfg->transfer_timeout_s);
+        if (u->error)
+                return err_set(e, -EHOSTUNREACH, "Failed to send the file to the sandbox: %s", strerror(-u->error));
+        int k = runtime_file_write_finish(u->x, u->path, e);
+        if (k < 0)
+                return k;
+        if (u->process_gone)
+                return err_set(e, -EREMOTEIO, "The sandbox stopped reading %s before the upload ended", u->path);
+        return 0;
 }
 
 enum MHD_Result runtime_put_file(struct req *r) {
-        struct upload *u = r->ud;
         struct err e = { 0 };
-        if (!u)
-                return respond_errno_msg(r, -EIO, "Upload was not prepared");
-        if (u->too_large)
-                return respond_errno_msg(r, -EFBIG, "File too large: the limit is %llu bytes",
-                                         (unsigned long long) u->limit);
-        if (u->timed_out)
-                return respond_errno_msg(r, -ETIMEDOUT,
-                                         "Upload of %s took longer than %llu s (transfer_timeout); it was abandoned", u->path,
-                                         (unsigned long long) r->c->cfg->transfer_timeout_s);
-        if (u->error)
-                return respond_errno_msg(r, -EHOSTUNREACH, "Failed to send the file to the sandbox: %s",
-                                         strerror(-u->error));
-        int k = runtime_file_write_finish(u->x, u->path, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
-        if (u->process_gone)
-                return respond_errno_msg(r, -EREMOTEIO, "The sandbox stopped reading %s before the upload ended",
-                                         u->path);
-        return respond_empty(r, 204);
+        int k = runtime_upload_finish(r, &e);
+        return k < 0 ? respond_errno(r, k, &e) : respond_empty(r, 204);
 }
 
 struct download {

@@ -19,6 +19,7 @@
 #include "ctl-egress.h"
 #include "render.h"
 #include "sandbox.h"
+#include "volume-content.h"
 #include "snapshot.h"
 #include "template.h"
 
@@ -55,7 +56,7 @@ static enum MHD_Result post_sandboxes(struct req *r) {
 
         if (pj_sandbox_create_parse(r->body.buf, r->body.len, &in, &pe) < 0)
                 return pj_fail(r, &pe);
-        int k = sandbox_create(r->c, &r->acc, &in, &sb, &e);
+        int k = volume_content_sandbox_create(r->c, &r->acc, &in, &sb, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
         return respond_envelope(r, 201, "Sandbox created", sandbox_created_to_json(&sb));
@@ -276,7 +277,7 @@ static enum MHD_Result respond_delete(struct req *r,
 }
 
 static enum MHD_Result delete_volume(struct req *r) {
-        return respond_delete(r, volume_delete);
+        return respond_delete(r, volume_content_volume_delete);
 }
 
 /* ---- egress (enforced by the node agents, egress.c) and snapshots (snapshot.c) ---- */

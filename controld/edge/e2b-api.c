@@ -25,6 +25,7 @@
 #include "session.h"
 #include "strutil.h"
 #include "sandbox.h"
+#include "volume-content.h"
 #include "snapshot.h"
 
 #define AGENT_READY_TIMEOUT_MS 30000
@@ -213,7 +214,7 @@ static enum MHD_Result create_common(struct req *r, bool v2) {
                 sc.e2b_json = json_print(o);
                 cJSON_Delete(o);
         }
-        int k = sandbox_create(c, &r->acc, &sc, &sb, &e);
+        int k = volume_content_sandbox_create(c, &r->acc, &sc, &sb, &e);
         if (k < 0)
                 return respond_errno(r, k, &e);
         struct err err = { 0 };

@@ -54,3 +54,4 @@ enum MHD_Result e2b_volumes_post(struct req *r);
 enum MHD_Result e2b_volume_get(struct req *r);
 enum MHD_Result e2b_volume_delete(struct req *r);
 enum MHD_Result e2b_volume_content(struct req *r);
+enum MHD_Result e2b_volume_content_prepare(struct req *r);

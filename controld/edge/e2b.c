@@ -105,7 +105,7 @@ static const struct route control_routes[] = {
         { "DELETE", "/volumes/{path*}",              "e2b /volumes/{volumeID}",            NULL, true,  false, J, NULL, e2b_volume_delete },
         { "GET",    "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, J, NULL, e2b_volume_content },
         { "POST",   "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, J, NULL, e2b_volume_content },
-        { "PUT",    "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, J, NULL, e2b_volume_content },
+        { "PUT",    "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, ROUTE_BODY_STREAM, e2b_volume_content_prepare, e2b_volume_content },
         { "PATCH",  "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, J, NULL, e2b_volume_content },
         { "DELETE", "/volumecontent/{path*}",        "e2b /volumecontent",                 NULL, false, false, J, NULL, e2b_volume_content }, NOT_SERVED("/v3/templates"), NOT_SERVED("/v2/templates/{path*}"),
         NOT_SERVED("/templates"), NOT_SERVED("/templates/{path*}"),

@@ -201,6 +201,11 @@ enum MHD_Result process_post_resize(struct req *r);
 enum MHD_Result watch_get_stream(struct req *r);
 enum MHD_Result runtime_post_code(struct req *r);
 enum MHD_Result runtime_prepare_put_file(struct req *r);
+/* An upload into path of sb (ready) from the request's body, for a route's prepare hook: the
+ * body streams into the sandbox as it comes (capped at [server] max_file); the handler then
+ * calls runtime_upload_finish, 0 once the file is whole, else -errno with the reason. */
+int runtime_upload_begin(struct req *r, struct sandbox *sb, const char *path, struct err *e);
+int runtime_upload_finish(struct req *r, struct err *e);
 enum MHD_Result runtime_put_file(struct req *r);
 enum MHD_Result runtime_get_file(struct req *r);
 /* 200 with the file at path in sb streamed (the run takes sb's contents), or the error. */

@@ -560,8 +560,10 @@ TEST_FULL(envd_through_the_current_sdk, 600) {
         run_sdk_script("e2b-envd.mjs", "e2b-base", "envd calls");
 }
 
-/* E2B's volumes through the current SDK (tests/e2b/volumes.mjs): made, listed, mounted by one
- * sandbox after another, refused while mounted, destroyed; the content API says how instead. */
+/* E2B's volumes through the current SDK (tests/e2b/volumes.mjs): made, listed, their files
+ * written, read, listed, made, changed and removed without a sandbox of the caller's (and with
+ * another volume's token refused), mounted by one sandbox after another, the content API
+ * through the sandbox that mounts it, refused while mounted, destroyed. */
 TEST_FULL(volumes_through_the_current_sdk, 600) {
         run_sdk_script("e2b-volumes.mjs", "python-3.11", "volume calls");
 }
