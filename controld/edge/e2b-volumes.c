@@ -223,16 +223,25 @@ static enum MHD_Result vc_fail(struct req *r, int k, const struct err *e, const 
         return respond_errno(r, k, e);
 }
 
+/* A connection to vc's sandbox in *fs and the entry of full (rel in the volume) in *st: 0, or
+ * answers (404 when it is not there) and returns -1. */
+static int vc_stat(struct req *r, struct volume_content *vc, const char *full, const char *rel, struct sbfs **fs,
+                   struct sbfs_stat *st) {
+        struct err e = { 0 };
+        int k = sbfs_open(r->c, &vc->sb, fs, &e);
+        if (k < 0)
+                return respond_errno(r, k, &e), -1;
+        if ((k = sbfs_stat(*fs, full, st, VC_TIMEOUT_MS)) < 0)
+                return vc_fail(r, k, &e, rel), -1;
+        return 0;
+}
+
 /* The entry of rel (full: its path in the sandbox) as the answer. */
 static enum MHD_Result vc_respond_entry(struct req *r, struct volume_content *vc, const char *full, const char *rel, int status) {
         _cleanup_(sbfs_closep) struct sbfs *fs = NULL;
-        struct err e = { 0 };
         struct sbfs_stat st;
-        int k = sbfs_open(r->c, &vc->sb, &fs, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
-        if ((k = sbfs_stat(fs, full, &st, VC_TIMEOUT_MS)) < 0)
-                return vc_fail(r, k, &e, rel);
+        if (vc_stat(r, vc, full, rel, &fs, &st) < 0)
+                return MHD_YES;
         return respond_json(r, status, vc_entry(rel, &st));
 }
 
@@ -272,11 +281,9 @@ static enum MHD_Result vc_list(struct req *r, struct volume_content *vc, const c
         _cleanup_(sbfs_closep) struct sbfs *fs = NULL;
         struct err e = { 0 };
         struct sbfs_stat st;
-        int k = sbfs_open(r->c, &vc->sb, &fs, &e);
-        if (k < 0)
-                return respond_errno(r, k, &e);
-        if ((k = sbfs_stat(fs, full, &st, VC_TIMEOUT_MS)) < 0)
-                return vc_fail(r, k, &e, rel);
+        int k = 0;
+        if (vc_stat(r, vc, full, rel, &fs, &st) < 0)
+                return MHD_YES;
         if (st.type != PJ_AGENT_FT_DIR)
                 return respond_error(r, 400, "path %s is not a directory", rel);
         cJSON *out = cJSON_CreateArray();
@@ -442,10 +449,8 @@ enum MHD_Result e2b_volume_content(struct req *r) {
         if (op == VC_FILE && get) {
                 _cleanup_(sbfs_closep) struct sbfs *fs = NULL;
                 struct sbfs_stat st;
-                if ((k = sbfs_open(r->c, &vc.sb, &fs, &e)) < 0)
-                        return respond_errno(r, k, &e);
-                if ((k = sbfs_stat(fs, full, &st, VC_TIMEOUT_MS)) < 0)
-                        return vc_fail(r, k, &e, rel);
+                if (vc_stat(r, &vc, full, rel, &fs, &st) < 0)
+                        return MHD_YES;
                 if (st.type != PJ_AGENT_FT_FILE)
                         return respond_error(r, 400, "path %s is not a file", rel);
                 return runtime_respond_download(r, &vc.sb, full);
@@ -457,12 +462,8 @@ enum MHD_Result e2b_volume_content(struct req *r) {
                         return respond_error(r, 400, "path: the volume's root cannot be removed (remove what is in it)");
                 _cleanup_(sbfs_closep) struct sbfs *fs = NULL;
                 struct sbfs_stat st;
-                if ((k = sbfs_open(r->c, &vc.sb, &fs, &e)) < 0)
-                        return respond_errno(r, k, &e);
-                if ((k = sbfs_stat(fs, full, &st, VC_TIMEOUT_MS)) < 0 && k != -ENOENT)
-                        return respond_errno(r, k, &e);
-                if (k == -ENOENT)
-                        return vc_fail(r, -ENOENT, &e, rel);
+                if (vc_stat(r, &vc, full, rel, &fs, &st) < 0)
+                        return MHD_YES;
                 if ((k = sbfs_remove(fs, full, true, VC_TIMEOUT_MS)) < 0)
                         return vc_fail(r, k, &e, rel);
                 return respond_empty(r, 204);

@@ -305,18 +305,6 @@ static char *server_get(const char *ip) {
         return out;
 }
 
-/* The address Docker gave the sandbox's container (static buffer). */
-static const char *container_ip(const char *id) {
-        static char ip[64];
-        _cleanup_free_ char *out = NULL;
-        char *argv[] = { "docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-                         container_name(id), NULL };
-        ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
-        snprintf(ip, sizeof(ip), "%.*s", (int) strcspn(out, "\n"), out);
-        ASSERT_TRUE(ip[0] != 0);
-        return ip;
-}
-
 /* A listener of the test's on addr: it answers its first connection "pong" and ends. */
 struct pong {
         int fd;

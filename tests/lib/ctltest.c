@@ -738,3 +738,14 @@ bool ctld_netstack(struct ctld *c) {
         hres_done(&r);
         return yes;
 }
+
+const char *container_ip(const char *id) {
+        static char ip[64];
+        _cleanup_free_ char *out = NULL;
+        char *argv[] = { "docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                         container_name(id), NULL };
+        ASSERT_EQ(test_run_capture(argv, &out, 4096), 0);
+        snprintf(ip, sizeof(ip), "%.*s", (int) strcspn(out, "\n"), out);
+        ASSERT_TRUE(ip[0] != 0);
+        return ip;
+}

@@ -144,6 +144,9 @@ const char *ctld_wait_status(struct ctld *c, const char *key, const char *id, co
 void need_docker(void);
 /* The Docker container name of a sandbox (static buffer, overwritten by the next call). */
 char *container_name(const char *id);
+/* The address the engine gave sandbox id's container on its network (static buffer; the test
+ * fails when it has none). */
+const char *container_ip(const char *id);
 
 /* docker helpers for assertions (docker CLI, fixed argv; no user strings reach a shell). */
 bool docker_container_running(const char *name);
