@@ -346,13 +346,18 @@ storage_match() {
         [[ $(docker info --format '{{.Driver}}' 2>/dev/null) == btrfs ]]
 }
 
-# runtimes_match: the answering dockerd has exactly the runtimes $STATE/daemon.json describes,
-# and Docker's experimental features (its checkpoint API) as it says.
+# runtimes_match: the answering dockerd has the runtimes this tree's recipe describes (runsc,
+# runsc-net in whichever of its network modes the dockerd's start detected, runsc-hostnet,
+# runsc-netstack; the wrapper compared by name, as another state directory's dockerd has its
+# own copy), and Docker's experimental features (its checkpoint API) as it says.
+RUNTIMES_NORM='with_entries(select(.key | IN("runsc", "runsc-net", "runsc-hostnet", "runsc-netstack")))
+        | walk(if type == "string" and endswith("/paddock-runsc-netns") then "paddock-runsc-netns" else . end)'
 runtimes_match() {
-        local want have
-        want=$(docker_config "$(netmode_known)" | jq -cS .runtimes) || return 1
-        have=$(docker info --format '{{json .Runtimes}}' 2>/dev/null \
-                | jq -cS 'with_entries(select(.key | startswith("runsc")))') || return 1
+        local want have mode
+        have=$(docker info --format '{{json .Runtimes}}' 2>/dev/null | jq -cS "$RUNTIMES_NORM") || return 1
+        mode=$(jq -r '.["runsc-net"] // {} | if .path == "paddock-runsc-netns" then "sandbox-netns"
+                elif ((.runtimeArgs // []) | index("--network=sandbox")) then "sandbox" else "host" end' <<<"$have") || return 1
+        want=$(docker_config "$mode" | jq -cS ".runtimes | $RUNTIMES_NORM") || return 1
         [[ $want == "$have" ]] || return 1
         [[ $(docker info --format '{{.ExperimentalBuild}}' 2>/dev/null) == "$(docker_config host | jq -r '.experimental // false')" ]]
 }
