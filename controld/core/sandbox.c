@@ -499,7 +499,15 @@ int sandbox_destroy(struct ctl *c, const char *id, const char *reason, struct er
                 int64_t until = mono_ms() + (int64_t) wait_s * 1000;
                 while (sb.status == SB_READY && no_snapshot_in_flight(c, id) == 0 && mono_ms() < until && !c->stopping)
                         usleep(100 * 1000);
+                /* A pause queued before this destroy (pausing) must not make the driver's removal a
+                 * pause's: the Nomad driver scales a pausing sandbox's job to 0 and keeps it, which
+                 * then stayed registered for ever (its record destroyed, its pause job finding
+                 * nothing to do). The destroy removes for good. */
+                enum sb_status seen = sb.status;
+                if (sb.status == SB_PAUSING)
+                        sb.status = SB_READY;
                 r = c->drv->ops->remove(c->drv, &sb, &derr);
+                sb.status = seen;
                 if (r < 0) {
                         sandbox_lock_release(&lock);
                         sandbox_log_ctx(&sb);

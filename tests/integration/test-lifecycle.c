@@ -1174,8 +1174,13 @@ static void lifecycle_run(bool faults, unsigned dflt_seed) {
                                 break;
                         usleep(200 * 1000);
                 }
-                if (left[0])
+                if (left[0]) {
+                        for (int i = 0; i < N_CLIENTS; i++)
+                                for (int k = 0; k < cl[i].n_sb; k++)
+                                        if (!strcmp(left + 8, cl[i].sb[k].id))
+                                                fprintf(stderr, "  %s: %s\n", cl[i].sb[k].id, cl[i].sb[k].history);
                         test_fail(__FILE__, __LINE__, "the Nomad job %s is still registered after 20 s", left);
+                }
         }
         long tags = -1;
         for (int t = 0; t < 50 && tags != 0; t++) {
