@@ -437,6 +437,7 @@ TEST_FULL(networked_sandbox_keeps_its_memory_and_its_server, 300) {
         hres_done(&r);
         ASSERT_TRUE(strcmp(container_ip(id), ip) != 0);     /* started afresh, elsewhere */
         CTLD_EXEC_EXPECT(&c, key, id, "test -e /tmp/srv.py && echo kept || echo fresh", "fresh\n");
+        rm_container(thief);                                /* at once: it holds an address of the network */
         ctld_stop(&c);
 }
 
