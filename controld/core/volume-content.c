@@ -59,7 +59,6 @@ static void forget_ended_helpers(struct ctl *c) {
 void volume_content_done(struct volume_content *vc) {
         sandbox_clear(&vc->sb);
         free(vc->root);
-        free(vc->volume_name);
         *vc = (struct volume_content) { 0 };
 }
 
@@ -87,8 +86,9 @@ static int start_helper(struct ctl *c, const struct volume *v, struct sandbox *r
         if (plan) {
                 /* small: it only moves files */
                 in.has_cpu = in.has_memory = true;
+                int64_t mem = t->memory < 256 ? t->memory : 256;
                 in.cpu = (int) (250 < plan->max_cpu ? 250 : plan->max_cpu);
-                in.memory = (int) (t->memory < 256 ? t->memory : 256 < plan->max_memory ? 256 : plan->max_memory);
+                in.memory = (int) (mem < plan->max_memory ? mem : plan->max_memory);
         }
         struct err e = { 0 };
         int r = sandbox_create(c, &acc, &in, ret, &e);
@@ -137,8 +137,6 @@ out:
         pthread_mutex_unlock(&helper_lock);
         if (r < 0)
                 volume_content_done(ret);
-        else
-                ret->volume_name = xstrdup(v.name);
         return r;
 }
 

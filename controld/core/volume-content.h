@@ -20,7 +20,6 @@
 struct volume_content {
         struct sandbox sb;      /* ready, with the volume mounted */
         char *root;             /* the volume's path in it */
-        char *volume_name;
 };
 void volume_content_done(struct volume_content *vc);
 

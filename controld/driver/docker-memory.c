@@ -19,6 +19,7 @@
 #include "ddriver.h"
 #include "docker.h"
 #include "docker-checkpoint.h"
+#include "fdio.h"
 #include "dockerchild.h"
 #include "dockerchild-private.h"
 #include "driver.h"
@@ -137,14 +138,12 @@ static void net_prime(const char *ip, int64_t deadline) {
                         return;
                 int e = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 ? errno : 0;
                 if (e == EINPROGRESS) {
-                        struct pollfd p = { .fd = fd, .events = POLLOUT };
-                        int64_t left = until - mono_ms();
-                        if (poll(&p, 1, (int) (left < 1000 ? (left > 0 ? left : 0) : 1000)) == 1) {
-                                socklen_t len = sizeof(e);
-                                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) < 0)
-                                        e = errno;
-                        } else
+                        int64_t step = mono_ms() + 1000;
+                        socklen_t len = sizeof(e);
+                        if (fd_wait(fd, POLLOUT, step < until ? step : until) < 0)
                                 e = ETIMEDOUT;
+                        else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) < 0)
+                                e = errno;
                 }
                 if (e == 0 || e == ECONNREFUSED) {
                         log_debug("restored sandbox at %s answers on its network after %lld ms", ip, (long long) (mono_ms() - t0));

@@ -207,14 +207,10 @@ static cJSON *vc_entry(const char *rel, const struct sbfs_stat *st) {
         return o;
 }
 
-/* The volume-relative form of a path the client gave: "/" + its components. */
-static char *vc_rel(const char *p) {
-        while (p && *p == '/')
-                p++;
-        size_t n = p ? strlen(p) : 0;
-        while (n && p[n - 1] == '/')
-                n--;
-        return xasprintf("/%.*s", (int) n, n ? p : "");
+/* The path in the volume of full (a path volume_content_path made): "/" for its root. */
+static const char *vc_rel(const struct volume_content *vc, const char *full) {
+        const char *s = full + strlen(vc->root);
+        return *s ? s : "/";
 }
 
 static enum MHD_Result vc_fail(struct req *r, int k, const struct err *e, const char *rel) {
@@ -245,14 +241,16 @@ static enum MHD_Result vc_respond_entry(struct req *r, struct volume_content *vc
         return respond_json(r, status, vc_entry(rel, &st));
 }
 
+/* A listing's walk, breadth first: queue holds the full paths of the directories to list, in
+ * order; an entry's path in the volume is its full path past the volume's root. */
 struct vc_walk {
         cJSON *out;
-        size_t n;
+        size_t n;                       /* entries in out */
         bool too_many;
-        char **dirs;            /* subdirectories met on this level: full paths */
-        char **rels;
-        size_t n_dirs;
-        const char *full, *rel;
+        char **queue;
+        size_t n_queue;
+        const char *dir;                /* the directory being listed (full) */
+        size_t root_len;
 };
 
 static int vc_walk_cb(const struct sbfs_entry *en, void *ud) {
@@ -263,16 +261,15 @@ static int vc_walk_cb(const struct sbfs_entry *en, void *ud) {
                 w->too_many = true;
                 return -E2BIG;
         }
-        _cleanup_free_ char *rel = xasprintf("%s%s%s", w->rel, strcmp(w->rel, "/") ? "/" : "", en->name);
-        cJSON_AddItemToArray(w->out, vc_entry(rel, &en->st));
+        char *full = xasprintf("%s/%s", w->dir, en->name);
+        cJSON_AddItemToArray(w->out, vc_entry(full + w->root_len, &en->st));
         w->n++;
-        if (en->st.type == PJ_AGENT_FT_DIR) {
-                w->dirs = xrealloc(w->dirs, (w->n_dirs + 1) * sizeof(char *));
-                w->rels = xrealloc(w->rels, (w->n_dirs + 1) * sizeof(char *));
-                w->dirs[w->n_dirs] = xasprintf("%s/%s", w->full, en->name);
-                w->rels[w->n_dirs] = TAKE_PTR(rel);
-                w->n_dirs++;
+        if (en->st.type != PJ_AGENT_FT_DIR) {
+                free(full);
+                return 0;
         }
+        w->queue = xrealloc(w->queue, (w->n_queue + 1) * sizeof(char *));
+        w->queue[w->n_queue++] = full;
         return 0;
 }
 
@@ -286,54 +283,36 @@ static enum MHD_Result vc_list(struct req *r, struct volume_content *vc, const c
                 return MHD_YES;
         if (st.type != PJ_AGENT_FT_DIR)
                 return respond_error(r, 400, "path %s is not a directory", rel);
-        cJSON *out = cJSON_CreateArray();
-        char **level = xnew0(char *, 1), **level_rel = xnew0(char *, 1);
-        size_t n_level = 1;
-        level[0] = xstrdup(full);
-        level_rel[0] = xstrdup(rel);
-        size_t total = 0;
-        bool too_many = false;
-        for (int64_t d = 0; d < depth && n_level && !too_many && k >= 0; d++) {
-                char **next = NULL, **next_rel = NULL;
-                size_t n_next = 0;
-                for (size_t i = 0; i < n_level && !too_many; i++) {
-                        struct vc_walk w = { .out = out, .n = total, .full = level[i], .rel = level_rel[i] };
-                        k = sbfs_listdir(fs, level[i], vc_walk_cb, &w, VC_TIMEOUT_MS);
-                        total = w.n;
-                        too_many = w.too_many;
-                        next = xrealloc(next, (n_next + w.n_dirs + 1) * sizeof(char *));
-                        next_rel = xrealloc(next_rel, (n_next + w.n_dirs + 1) * sizeof(char *));
-                        for (size_t j = 0; j < w.n_dirs; j++) {
-                                next[n_next] = w.dirs[j];
-                                next_rel[n_next++] = w.rels[j];
-                        }
-                        free(w.dirs);
-                        free(w.rels);
-                        if (k < 0 && k != -ENOENT && !too_many)
-                                break;          /* a directory removed meanwhile is skipped */
+        struct vc_walk w = { .out = cJSON_CreateArray(), .root_len = strlen(vc->root) };
+        w.queue = xnew0(char *, 1);
+        w.queue[w.n_queue++] = xstrdup(full);
+        size_t head = 0;
+        for (int64_t d = 0; d < depth && head < w.n_queue && !w.too_many; d++) {
+                size_t level_end = w.n_queue;
+                for (; head < level_end && !w.too_many; head++) {
+                        w.dir = w.queue[head];
+                        k = sbfs_listdir(fs, w.dir, vc_walk_cb, &w, VC_TIMEOUT_MS);
                         if (k == -ENOENT)
-                                k = 0;
+                                k = 0;          /* a directory removed meanwhile is skipped */
+                        if (k < 0 && !w.too_many)
+                                break;
                 }
-                for (size_t i = 0; i < n_level; i++)
-                        free(level[i]), free(level_rel[i]);
-                free(level);
-                free(level_rel);
-                level = next, level_rel = next_rel, n_level = n_next;
+                if (k < 0)
+                        break;
         }
-        for (size_t i = 0; i < n_level; i++)
-                free(level[i]), free(level_rel[i]);
-        free(level);
-        free(level_rel);
-        if (too_many) {
-                cJSON_Delete(out);
+        for (size_t i = 0; i < w.n_queue; i++)
+                free(w.queue[i]);
+        free(w.queue);
+        if (w.too_many) {
+                cJSON_Delete(w.out);
                 return respond_error(r, 400, "path %s has more than %d entries %lld levels down: list it with a smaller depth",
                                      rel, VC_ENTRIES_MAX, (long long) depth);
         }
         if (k < 0) {
-                cJSON_Delete(out);
+                cJSON_Delete(w.out);
                 return respond_errno(r, k, &e);
         }
-        return respond_json(r, 200, out);
+        return respond_json(r, 200, w.out);
 }
 
 /* PATCH path's body: {uid?, gid?, mode?}, integers. 0, or answers and returns -1. */
@@ -372,8 +351,9 @@ static int vc_meta_query(struct req *r, int64_t *uid, int64_t *gid, int64_t *mod
         return 0;
 }
 
-/* Opens the volume's files for r, and the path of its query: 0, or answers and returns -1. */
-static int vc_begin(struct req *r, const char *id, struct volume_content *vc, char **full, char **rel) {
+/* Opens the volume's files for r, and the path of its query (*rel points into *full): 0, or
+ * answers and returns -1. */
+static int vc_begin(struct req *r, const char *id, struct volume_content *vc, char **full, const char **rel) {
         struct err e = { 0 };
         const char *p = req_query(r, "path");
         int k = volume_content_open(r->c, id, vc, &e);
@@ -385,7 +365,7 @@ static int vc_begin(struct req *r, const char *id, struct volume_content *vc, ch
                 respond_errno(r, -EINVAL, &e);
                 return -1;
         }
-        *rel = vc_rel(p);
+        *rel = vc_rel(vc, *full);
         return 0;
 }
 
@@ -401,7 +381,8 @@ enum MHD_Result e2b_volume_content_prepare(struct req *r) {
         if (vc_meta_query(r, &uid, &gid, &mode) < 0)
                 return MHD_YES;
         _cleanup_(volume_content_done) struct volume_content vc = { 0 };
-        _cleanup_free_ char *full = NULL, *rel = NULL;
+        _cleanup_free_ char *full = NULL;
+        const char *rel = NULL;
         if (vc_begin(r, id, &vc, &full, &rel) < 0)
                 return MHD_YES;
         if (!strcmp(rel, "/"))
@@ -439,7 +420,8 @@ enum MHD_Result e2b_volume_content(struct req *r) {
                         return respond_errno(r, k, &e);
         }
         _cleanup_(volume_content_done) struct volume_content vc = { 0 };
-        _cleanup_free_ char *full = NULL, *rel = NULL;
+        _cleanup_free_ char *full = NULL;
+        const char *rel = NULL;
         if (vc_begin(r, id, &vc, &full, &rel) < 0)
                 return MHD_YES;
         struct err e = { 0 };
